@@ -404,7 +404,8 @@ class Configuration:
         if not isinstance(key_or_option, ConfigOption):
             return raw if present else default
         if not present:
-            return default if default is not None else key_or_option.default_value
+            value = default if default is not None else key_or_option.default_value
+            return list(value) if isinstance(value, list) else value  # never hand out a shared list
         try:
             return _CONVERTERS[key_or_option.type](raw)
         except ValueError as cause:

@@ -1,0 +1,468 @@
+"""Flink's external resource framework (SPEC 2.2–2.5): the driver ABCs, the resource list,
+driver loading and the provider that hands the retrieved infos to operators.
+
+Flink finds driver factories in plugin jars through Java's ServiceLoader; here a factory is a
+Python class named by an import path (``my_pkg.fpga:FPGADriverFactory``) or registered in the
+entry-point group ``flink_gpu.external_resource_drivers``. Like Flink, nothing here stops a
+worker from starting: every failure becomes a WARN line and an empty set. Unlike Flink, the
+reason is also kept, per resource, in :meth:`ExternalResourceInfoProvider.missing_reason`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from flink_gpu.config import ConfigOption, Configuration
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "EXTERNAL_RESOURCE_LIST",
+    "ExternalResourceDriver",
+    "ExternalResourceDriverFactory",
+    "ExternalResourceInfo",
+    "ExternalResourceInfoProvider",
+    "amount_key",
+    "driver_factory_key",
+    "external_resource_amounts",
+    "external_resource_names",
+    "load_external_resources",
+    "param_prefix",
+    "system_config_key",
+]
+
+LOG = logging.getLogger("flink_gpu.framework")
+
+ENTRY_POINT_GROUP = "flink_gpu.external_resource_drivers"
+"""Entry-point group in which distributions register driver factories (Flink's META-INF/services)."""
+
+EXTERNAL_RESOURCE_LIST: ConfigOption[list] = ConfigOption(
+    "external-resources", list, [],
+    "List of the external resources, separated by ';'; 'none' disables them all.")
+NONE = "none"
+
+# Flink's Java factory names that map to a factory of this package, so that an unchanged Flink
+# configuration works.
+JAVA_FACTORY_ALIASES = MappingProxyType({
+    "org.apache.flink.externalresource.gpu.GPUDriverFactory": "flink_gpu.gpu.GPUDriverFactory",
+})
+
+
+def amount_key(name: str) -> str:
+    return f"external-resource.{name}.amount"
+
+
+def driver_factory_key(name: str) -> str:
+    return f"external-resource.{name}.driver-factory.class"
+
+
+def param_prefix(name: str) -> str:
+    return f"external-resource.{name}.param."
+
+
+def system_config_key(name: str, suffix: str) -> str:
+    """``external-resource.<name>.<suffix>``, e.g. suffix ``kubernetes.config-key``."""
+    return f"external-resource.{name}.{suffix}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The API a driver implements (org.apache.flink.api.common.externalresource)
+
+class ExternalResourceInfo(ABC):
+    """Information about one external resource (e.g. one GPU), exposed as string properties."""
+
+    __slots__ = ()
+
+    @abstractmethod
+    def get_property(self, key: str) -> str | None:
+        """The value of property ``key``, or ``None`` when this info has no such property."""
+
+    @abstractmethod
+    def get_keys(self) -> Collection[str]:
+        """The property keys this info has."""
+
+
+class ExternalResourceDriver(ABC):
+    """Retrieves the infos of one kind of resource on this host. A context manager: ``close``
+    releases whatever the driver holds (Flink's driver has no ``close``; the default does nothing)."""
+
+    @abstractmethod
+    def retrieve_resource_info(self, amount: int) -> frozenset[ExternalResourceInfo]:
+        """The infos for a worker that was granted ``amount`` of the resource."""
+
+    def close(self) -> None:
+        """Release what the driver holds. The default does nothing."""
+
+    def __enter__(self) -> ExternalResourceDriver:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class ExternalResourceDriverFactory(ABC):
+    """Creates a driver from the resource's ``param.`` keys (prefix stripped).
+
+    A factory class must be constructible without arguments (as Java's ServiceLoader requires).
+    """
+
+    @abstractmethod
+    def create_external_resource_driver(self, config: Configuration) -> ExternalResourceDriver:
+        """A driver for the resource whose ``param.`` keys are in ``config``."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The resource list and amounts (Flink's ExternalResourceUtils)
+
+def external_resource_names(config: Configuration | Mapping | None) -> list[str]:
+    """The enabled resource names, first appearance first, duplicates dropped.
+
+    ``external-resources`` is read as Flink reads it: a string is split on ``;`` with Flink's
+    quoting rules, a list is taken as is, the exact value ``none`` means no resource. Bad quoting
+    raises ``IllegalConfigurationException``.
+    """
+    config = Configuration.coerce(config)
+    if config.get_string(EXTERNAL_RESOURCE_LIST.key) == NONE:
+        return []
+    return list(dict.fromkeys(config.get(EXTERNAL_RESOURCE_LIST)))
+
+
+def _amounts(config: Configuration, names: list[str], reasons: dict[str, list[str]] | None
+             ) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for name in names:
+        option = ConfigOption(amount_key(name), int)
+        amount = config.get(option)  # not a whole number: IllegalConfigurationException, as Flink
+        if amount is None:
+            LOG.warning("The amount of the %s should be configured. Will ignore that resource.",
+                        name)
+            if reasons is not None:
+                reasons[name].append(f"{option.key} is not set")
+        elif amount <= 0:
+            LOG.warning("The amount of the external resource %s should be positive, but "
+                        "%s is %d. Will ignore that resource.", name, option.key, amount)
+            if reasons is not None:
+                reasons[name].append(f"{option.key} is {amount}; it must be positive")
+        else:
+            found[name] = amount
+    return found
+
+
+def external_resource_amounts(config: Configuration | Mapping | None) -> dict[str, int]:
+    """Resource name → amount for every enabled resource with a positive amount (Flink's
+    ``getExternalResourceAmountMap``); the others are skipped with a WARN."""
+    config = Configuration.coerce(config)
+    return _amounts(config, external_resource_names(config), None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading factories
+
+class _FactoryNotFound(Exception):
+    """The factory name resolves to nothing; ``detail`` says what was tried."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class _FactoryLoadFailed(Exception):
+    """The factory's module exists but could not be imported, or the object is unusable."""
+
+
+def _import_attribute(module_name: str, attributes: list[str]) -> Any:
+    from importlib import import_module
+
+    value = import_module(module_name)
+    for attribute in attributes:
+        value = getattr(value, attribute)
+    return value
+
+
+def _import_dotted(path: str) -> Any:
+    """Import ``pkg.mod:attr`` or ``pkg.mod.Attr``; ``_FactoryNotFound`` when no such thing."""
+    if ":" in path:
+        module_name, _, attribute_path = path.partition(":")
+        try:
+            return _import_attribute(module_name, attribute_path.split("."))
+        except ModuleNotFoundError as error:
+            if error.name and module_name.startswith(error.name) and (
+                    module_name == error.name or module_name[len(error.name)] == "."):
+                raise _FactoryNotFound(f"module {module_name!r} is not installed") from error
+            raise _FactoryLoadFailed(f"importing {module_name!r} failed: "
+                                     f"{type(error).__name__}: {error}") from error
+        except AttributeError as error:
+            raise _FactoryNotFound(f"module {module_name!r} has no {attribute_path!r}") from error
+        except Exception as error:
+            raise _FactoryLoadFailed(f"importing {module_name!r} failed: "
+                                     f"{type(error).__name__}: {error}") from error
+    parts = path.split(".")
+    # longest importable module prefix first: "a.b.C" tries module "a.b", then "a"
+    for split in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:split])
+        try:
+            return _import_attribute(module_name, parts[split:])
+        except ModuleNotFoundError as error:
+            if error.name and (module_name == error.name
+                               or module_name.startswith(error.name + ".")):
+                continue  # this prefix is not a module; try a shorter one
+            raise _FactoryLoadFailed(f"importing {module_name!r} failed: "
+                                     f"{type(error).__name__}: {error}") from error
+        except AttributeError as error:
+            raise _FactoryNotFound(f"module {module_name!r} has no "
+                                   f"{'.'.join(parts[split:])!r}") from error
+        except Exception as error:
+            raise _FactoryLoadFailed(f"importing {module_name!r} failed: "
+                                     f"{type(error).__name__}: {error}") from error
+    raise _FactoryNotFound(f"no module of {path!r} is installed")
+
+
+class _FactoryLoader:
+    """Resolves factory names to factory instances, once per name (Flink keeps one instance per
+    factory class); entry points are only scanned when a name is not an importable path."""
+
+    def __init__(self) -> None:
+        self._factories: dict[str, Any] = {}
+        self._entry_points: dict[str, list] | None = None
+
+    def _entry_point(self, name: str):
+        if self._entry_points is None:
+            from importlib.metadata import entry_points
+
+            found: dict[str, list] = {}
+            for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+                found.setdefault(entry_point.name, []).append(entry_point)
+            self._entry_points = found
+        candidates = self._entry_points.get(name)
+        if not candidates:
+            return None
+        if len({ep.value for ep in candidates}) > 1:
+            LOG.warning("Several factories are registered as %r in entry-point group %s (%s); "
+                        "using %s.", name, ENTRY_POINT_GROUP,
+                        ", ".join(ep.value for ep in candidates), candidates[0].value)
+        return candidates[0]
+
+    def load(self, name: str) -> Any:
+        """The factory instance for ``name``; raises ``_FactoryNotFound`` / ``_FactoryLoadFailed``,
+        or whatever the factory's constructor raises."""
+        if name in self._factories:
+            return self._factories[name]
+        target = JAVA_FACTORY_ALIASES.get(name, name)
+        obj = None
+        not_found = None
+        if "." in target or ":" in target:
+            try:
+                obj = _import_dotted(target)
+            except _FactoryNotFound as error:
+                not_found = error
+        if obj is None and ":" not in target:
+            entry_point = self._entry_point(name)
+            if entry_point is not None:
+                try:
+                    obj = entry_point.load()
+                except Exception as error:
+                    raise _FactoryLoadFailed(
+                        f"loading entry point {entry_point.name} = {entry_point.value} failed: "
+                        f"{type(error).__name__}: {error}") from error
+        if obj is None:
+            tried = [] if not_found is None else [not_found.detail]
+            if ":" not in target:
+                tried.append(f"no entry point {name!r} in group {ENTRY_POINT_GROUP}")
+            raise _FactoryNotFound("; ".join(tried))
+        factory = obj() if isinstance(obj, type) else obj
+        if not callable(getattr(factory, "create_external_resource_driver", None)):
+            raise _FactoryLoadFailed(
+                f"{target} is not an ExternalResourceDriverFactory (it has no "
+                f"create_external_resource_driver method)")
+        self._factories[name] = factory
+        return factory
+
+
+# ---------------------------------------------------------------------------------------------
+# The provider (Flink's StaticExternalResourceInfoProvider)
+
+class ExternalResourceInfoProvider:
+    """The infos retrieved for each resource, and why a resource has none.
+
+    :meth:`get_external_resource_infos` never raises and never returns ``None``: an unknown,
+    skipped or failed resource gives an empty ``frozenset``, as in Flink.
+    :meth:`missing_reason` says why. ``close()`` closes the drivers (also as a context manager).
+    """
+
+    def __init__(self, infos: Mapping[str, Collection[ExternalResourceInfo]] | None = None,
+                 reasons: Mapping[str, str] | None = None,
+                 drivers: Mapping[str, ExternalResourceDriver] | None = None,
+                 enabled: Collection[str] | None = None) -> None:
+        self._infos = {name: frozenset(values) for name, values in (infos or {}).items()}
+        self._reasons = dict(reasons or {})
+        self._drivers = dict(drivers or {})
+        self._enabled = tuple(enabled) if enabled is not None else tuple(self._infos)
+        self._closed = False
+
+    @property
+    def resource_names(self) -> tuple[str, ...]:
+        """The names whose infos were retrieved, in configuration order."""
+        return tuple(name for name in self._enabled if name in self._infos) + tuple(
+            name for name in self._infos if name not in self._enabled)
+
+    @property
+    def enabled_resources(self) -> tuple[str, ...]:
+        """The names listed in ``external-resources``."""
+        return self._enabled
+
+    def get_external_resource_infos(self, resource_name: str) -> frozenset[ExternalResourceInfo]:
+        """The infos of ``resource_name``; an empty set when there are none."""
+        try:
+            return self._infos.get(resource_name, frozenset())
+        except TypeError:  # an unhashable "name"
+            return frozenset()
+
+    def missing_reason(self, resource_name: str) -> str | None:
+        """Why ``resource_name`` has no infos, or ``None`` when it has some."""
+        try:
+            if self._infos.get(resource_name):
+                return None
+            reason = self._reasons.get(resource_name)
+        except TypeError:
+            return f"{resource_name!r} is not a resource name"
+        if reason is not None:
+            return reason
+        if not self._enabled:
+            return (f"external resource {resource_name!r} is not listed in "
+                    f"{EXTERNAL_RESOURCE_LIST.key}, which lists no resource")
+        return (f"external resource {resource_name!r} is not listed in "
+                f"{EXTERNAL_RESOURCE_LIST.key} (listed: {', '.join(self._enabled)})")
+
+    @property
+    def missing_reasons(self) -> Mapping[str, str]:
+        """Reason per enabled resource that has no infos."""
+        return MappingProxyType({name: self.missing_reason(name) for name in self._enabled
+                                 if not self._infos.get(name)})
+
+    def close(self) -> None:
+        """Close every driver (once); a driver that fails to close gets a WARN."""
+        if self._closed:
+            return
+        self._closed = True
+        for name, driver in self._drivers.items():
+            _close_driver(name, driver)
+
+    def __enter__(self) -> ExternalResourceInfoProvider:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{name}={len(infos)}" for name, infos in self._infos.items())
+        return f"ExternalResourceInfoProvider({counts})"
+
+
+def _close_driver(name: str, driver: Any) -> None:
+    close = getattr(driver, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception:
+        LOG.warning("Failed to close the driver of external resource %s.", name, exc_info=True)
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def load_external_resources(
+        config: Configuration | Mapping | str | os.PathLike | None) -> ExternalResourceInfoProvider:
+    """Build the drivers of the enabled resources and retrieve their infos, as a Flink
+    TaskManager does at start-up (``ExternalResourceUtils.createStaticExternalResourceInfoProvider
+    FromConfig``).
+
+    ``config`` is a ``Configuration``, a mapping of Flink keys, or the path of a Flink
+    configuration file or ``conf`` directory. Only a malformed ``external-resources`` list or a
+    non-integer amount raises (``IllegalConfigurationException``, as Flink fails then); every
+    other problem is a WARN and an entry in :meth:`~ExternalResourceInfoProvider.missing_reason`.
+    Each driver gets ``config.prefixed("external-resource.<name>.param.")``.
+    """
+    if isinstance(config, (str, os.PathLike)):
+        config = Configuration.from_yaml(config)
+    config = Configuration.coerce(config)
+    names = external_resource_names(config)
+    reasons: dict[str, list[str]] = {name: [] for name in names}
+
+    amounts = _amounts(config, names, reasons)
+    LOG.info("Enabled external resources: %s", list(amounts))
+
+    drivers: dict[str, Any] = {}
+    loader = _FactoryLoader()
+    for name in names:
+        key = driver_factory_key(name)
+        factory_name = config.get_string(key)
+        if factory_name is None or not factory_name.strip():
+            LOG.warning("Could not find driver class name for %s. Please make sure %s is "
+                        "configured.", name, key)
+            reasons[name].append(f"{key} is not set")
+            continue
+        try:
+            factory = loader.load(factory_name)
+        except _FactoryNotFound as error:
+            LOG.warning("Could not find factory class %s for %s.", factory_name, name)
+            reasons[name].append(f"factory class {factory_name} was not found ({error.detail})")
+            continue
+        except _FactoryLoadFailed as error:
+            LOG.warning("Could not find factory class %s for %s. %s.", factory_name, name, error)
+            reasons[name].append(f"factory class {factory_name} could not be loaded: {error}")
+            continue
+        except Exception as error:  # the factory's own constructor raised
+            LOG.warning("Could not instantiate driver with factory %s for %s. %s",
+                        factory_name, name, _describe(error))
+            reasons[name].append(f"factory {factory_name} raised {_describe(error)}")
+            continue
+        try:
+            driver = factory.create_external_resource_driver(config.prefixed(param_prefix(name)))
+        except Exception as error:
+            LOG.warning("Could not instantiate driver with factory %s for %s. %s",
+                        factory_name, name, _describe(error))
+            reasons[name].append(f"factory {factory_name} raised {_describe(error)}")
+            continue
+        if not callable(getattr(driver, "retrieve_resource_info", None)):
+            LOG.warning("Could not instantiate driver with factory %s for %s. It returned %r, "
+                        "which is not an ExternalResourceDriver.", factory_name, name, driver)
+            reasons[name].append(f"factory {factory_name} returned {driver!r}, "
+                                 f"not an ExternalResourceDriver")
+            continue
+        LOG.info("Add external resources driver for %s.", name)
+        drivers[name] = driver
+
+    infos: dict[str, frozenset] = {}
+    kept: dict[str, Any] = {}
+    for name, driver in drivers.items():
+        if name not in amounts:
+            LOG.warning("Could not find a legal amount configuration for %s.", name)
+            _close_driver(name, driver)
+            continue
+        kept[name] = driver
+        amount = amounts[name]
+        try:
+            result = driver.retrieve_resource_info(amount)
+            if result is None or isinstance(result, (str, bytes)):
+                raise TypeError(f"retrieve_resource_info returned {result!r}, not a set of "
+                                f"ExternalResourceInfo")
+            infos[name] = frozenset(result)
+        except Exception as error:
+            LOG.warning("Failed to retrieve information of external resource %s.", name,
+                        exc_info=True)
+            reasons[name].append(f"retrieve_resource_info({amount}) failed with "
+                                 f"{_describe(error)}")
+            continue
+        if not infos[name]:
+            reasons[name].append(f"the driver of {name} returned no information for amount "
+                                 f"{amount}")
+
+    return ExternalResourceInfoProvider(
+        infos, {name: "; ".join(r) for name, r in reasons.items() if r}, kept, names)
+
