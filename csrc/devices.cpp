@@ -1,0 +1,143 @@
+#include "devices.hpp"
+
+#include <new>
+
+namespace flinkgpu {
+
+namespace {
+
+// Errors that say nothing about one device but about the library or driver as a whole.
+bool is_library_wide(int code) {
+    return code == NVML_ERROR_UNINITIALIZED || code == NVML_ERROR_DRIVER_NOT_LOADED ||
+           code == NVML_ERROR_LIB_RM_VERSION_MISMATCH || code == NVML_ERROR_LIBRARY_NOT_FOUND ||
+           code == NVML_ERROR_MEMORY;
+}
+
+// "Not there" answers: the property is simply absent for this device or driver.
+bool is_absent(int code) {
+    return code == NVML_ERROR_NOT_SUPPORTED || code == NVML_ERROR_FUNCTION_NOT_FOUND ||
+           code == NVML_ERROR_NOT_FOUND;
+}
+
+enum class Query { kOk, kAbsent, kSkip, kFail };
+
+Query classify(int code) {
+    if (code == NVML_SUCCESS) return Query::kOk;
+    if (is_absent(code)) return Query::kAbsent;
+    if (is_library_wide(code)) return Query::kFail;
+    return Query::kSkip;
+}
+
+struct Failure {
+    int code;
+    const char* function;
+};
+
+// Fills one device; returns the failing call when the device must be skipped or the whole
+// enumeration fail, nullopt when every property was read or is absent.
+std::optional<Failure> query_device(const NvmlApi& api, nvmlDevice_t dev, DeviceInfo* info) {
+    char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE > NVML_DEVICE_NAME_V2_BUFFER_SIZE
+                 ? NVML_DEVICE_UUID_V2_BUFFER_SIZE
+                 : NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    auto read_string = [&](auto fn, const char* name, std::optional<std::string>* out) -> std::optional<Failure> {
+        if (fn == nullptr) return std::nullopt;
+        buf[0] = '\0';
+        const int rc = fn(dev, buf, sizeof buf);
+        switch (classify(rc)) {
+            case Query::kOk: buf[sizeof buf - 1] = '\0'; *out = std::string(buf); return std::nullopt;
+            case Query::kAbsent: return std::nullopt;
+            default: return Failure{rc, name};
+        }
+    };
+    if (auto f = read_string(api.device_get_uuid, "nvmlDeviceGetUUID", &info->uuid)) return f;
+    if (auto f = read_string(api.device_get_name, "nvmlDeviceGetName", &info->name)) return f;
+    if (api.device_get_pci_info != nullptr) {
+        nvmlPciInfo_t pci{};
+        const int rc = api.device_get_pci_info(dev, &pci);
+        if (classify(rc) == Query::kOk) {
+            pci.busId[sizeof pci.busId - 1] = '\0';
+            info->pci_bus_id = std::string(pci.busId);
+        } else if (classify(rc) != Query::kAbsent) {
+            return Failure{rc, "nvmlDeviceGetPciInfo_v3"};
+        }
+    }
+    if (api.device_get_memory_info != nullptr) {
+        nvmlMemory_t mem{};
+        const int rc = api.device_get_memory_info(dev, &mem);
+        if (classify(rc) == Query::kOk) info->memory_total = mem.total;
+        else if (classify(rc) != Query::kAbsent) return Failure{rc, "nvmlDeviceGetMemoryInfo"};
+    }
+    if (api.device_get_minor_number != nullptr) {
+        unsigned minor = 0;
+        const int rc = api.device_get_minor_number(dev, &minor);
+        if (classify(rc) == Query::kOk) info->minor_number = minor;
+        else if (classify(rc) != Query::kAbsent) return Failure{rc, "nvmlDeviceGetMinorNumber"};
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+NvmlStatus enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept {
+    try {
+        out->devices.clear();
+        out->skipped.clear();
+        const NvmlApi& api = lib.api();
+        unsigned count = 0;
+        const int rc = api.device_get_count(&count);
+        if (rc != NVML_SUCCESS) return lib.error(rc, "nvmlDeviceGetCount_v2");
+        out->devices.reserve(count);
+        for (unsigned i = 0; i < count; ++i) {
+            nvmlDevice_t dev = nullptr;
+            std::optional<Failure> failure;
+            const int hrc = api.device_get_handle_by_index(i, &dev);
+            DeviceInfo info;
+            info.index = i;
+            if (hrc != NVML_SUCCESS) failure = Failure{hrc, "nvmlDeviceGetHandleByIndex_v2"};
+            else failure = query_device(api, dev, &info);
+            if (!failure) {
+                out->devices.push_back(std::move(info));
+                continue;
+            }
+            if (classify(failure->code) == Query::kFail) return lib.error(failure->code, failure->function);
+            SkippedDevice skipped;
+            skipped.index = i;
+            skipped.code = failure->code;
+            skipped.reason = "GPU " + std::to_string(i) + " skipped: " + failure->function + " returned " +
+                             lib.error_text(failure->code) + ".";
+            out->skipped.push_back(std::move(skipped));
+        }
+        return NvmlStatus();
+    } catch (const std::bad_alloc&) {
+        NvmlStatus s;
+        s.code = NVML_ERROR_MEMORY;
+        s.function = "enumerate_devices";
+        s.message = "Out of memory while enumerating GPUs.";
+        return s;
+    }
+}
+
+NvmlStatus query_driver_version(const NvmlLibrary& lib, std::optional<std::string>* out) noexcept {
+    try {
+        out->reset();
+        const auto fn = lib.api().system_get_driver_version;
+        if (fn == nullptr) return NvmlStatus();
+        char buf[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
+        const int rc = fn(buf, sizeof buf);
+        if (rc == NVML_SUCCESS) {
+            buf[sizeof buf - 1] = '\0';
+            *out = std::string(buf);
+        } else if (!is_absent(rc)) {
+            return lib.error(rc, "nvmlSystemGetDriverVersion");
+        }
+        return NvmlStatus();
+    } catch (const std::bad_alloc&) {
+        NvmlStatus s;
+        s.code = NVML_ERROR_MEMORY;
+        s.function = "query_driver_version";
+        s.message = "Out of memory while reading the driver version.";
+        return s;
+    }
+}
+
+}  // namespace flinkgpu

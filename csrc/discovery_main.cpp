@@ -1,0 +1,102 @@
+// flink-gpu-discovery: a native drop-in for Flink's nvidia-gpu-discovery.sh (SPEC 6.1).
+//
+//   flink-gpu-discovery <amount> [--enable-coordination-mode] [--coordination-file PATH]
+//
+// Same arguments, stdout and exit codes as the stock script, so that a Java TaskManager can use it
+// as its discovery script; it asks NVML in-process instead of spawning nvidia-smi. Anything meant
+// for people goes to stderr: Flink parses stdout.
+#include "devices.hpp"
+#include "nvml_loader.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+const char* const kUsage =
+    "Usage: ./nvidia-gpu-discovery.sh gpu-amount [--enable-coordination-mode] [--coordination-file filePath]";
+const char* const kNotEnough = "Could not get enough GPU resources.";
+
+struct Arguments {
+    long long amount = 0;
+    bool coordination = false;
+    std::string coordination_file = "/var/tmp/flink-gpu-coordination";
+};
+
+// Parses like the stock script: the first argument is the amount, then flags in any order;
+// unknown tokens (Flink passes "null" when no args are configured) are ignored, with a note.
+bool parse_arguments(int argc, char** argv, Arguments* args) {
+    const char* amount = argv[1];
+    errno = 0;
+    char* end = nullptr;
+    args->amount = std::strtoll(amount, &end, 10);
+    if (errno != 0 || end == amount || *end != '\0' || args->amount < 0) {
+        std::fprintf(stderr, "flink-gpu-discovery: the GPU amount must be a non-negative integer, got '%s'\n", amount);
+        return false;
+    }
+    for (int i = 2; i < argc; ++i) {
+        const std::string token = argv[i];
+        if (token == "--enable-coordination-mode") {
+            args->coordination = true;
+        } else if (token == "--coordination-file") {
+            // The stock script falls back to its default file when the value is missing.
+            if (i + 1 < argc && argv[i + 1][0] != '\0') args->coordination_file = argv[++i];
+            else if (i + 1 < argc) ++i;
+        } else if (token != "null") {
+            const bool typo = token.rfind("--enable-coord", 0) == 0 || token.rfind("--coordination", 0) == 0;
+            std::fprintf(stderr, "flink-gpu-discovery: ignoring unknown argument '%s'%s\n", token.c_str(),
+                         typo ? " (did you mean --enable-coordination-mode or --coordination-file PATH?)" : "");
+        }
+    }
+    return true;
+}
+
+std::string join(const std::vector<std::string>& indices) {
+    std::string out;
+    for (const auto& index : indices) {
+        if (!out.empty()) out += ',';
+        out += index;
+    }
+    return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::puts(kUsage);
+        return 1;
+    }
+    Arguments args;
+    if (!parse_arguments(argc, argv, &args)) return 1;
+    if (args.amount == 0) return 0;
+
+    flinkgpu::NvmlStatus status;
+    const flinkgpu::NvmlLibrary* lib = flinkgpu::NvmlLibrary::acquire("", &status);
+    flinkgpu::Enumeration found;
+    if (lib != nullptr) status = flinkgpu::enumerate_devices(*lib, &found);
+    if (!status.ok()) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
+        return 1;
+    }
+    for (const auto& skipped : found.skipped) std::fprintf(stderr, "flink-gpu-discovery: %s\n", skipped.reason.c_str());
+
+    if (args.coordination) {
+        std::fprintf(stderr, "flink-gpu-discovery: coordination mode is not available in this build\n");
+        return 1;
+    }
+    if (static_cast<unsigned long long>(args.amount) > found.devices.size()) {
+        std::puts(kNotEnough);
+        std::fprintf(stderr, "flink-gpu-discovery: %lld GPUs requested, %zu usable on this host\n", args.amount,
+                     found.devices.size());
+        return 1;
+    }
+    std::vector<std::string> chosen;
+    for (long long i = 0; i < args.amount; ++i) chosen.push_back(std::to_string(found.devices[i].index));
+    std::puts(join(chosen).c_str());
+    return 0;
+}

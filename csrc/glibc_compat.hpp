@@ -1,0 +1,18 @@
+// Bind libdl entry points to their original symbol versions. glibc >= 2.34 moved them into libc
+// under GLIBC_2.34, which would make every binary we build require glibc 2.34; the wheels target
+// manylinux_2_28, whose glibc exports only the old versions (still exported by new glibc too).
+#pragma once
+
+#if defined(__GLIBC__) && !defined(FLINK_GPU_NO_SYMVER)
+#if defined(__x86_64__)
+#define FLINK_GPU_GLIBC_BASE "GLIBC_2.2.5"
+#elif defined(__aarch64__)
+#define FLINK_GPU_GLIBC_BASE "GLIBC_2.17"
+#endif
+#ifdef FLINK_GPU_GLIBC_BASE
+__asm__(".symver dlopen,dlopen@" FLINK_GPU_GLIBC_BASE);
+__asm__(".symver dlsym,dlsym@" FLINK_GPU_GLIBC_BASE);
+__asm__(".symver dlerror,dlerror@" FLINK_GPU_GLIBC_BASE);
+__asm__(".symver dlclose,dlclose@" FLINK_GPU_GLIBC_BASE);
+#endif
+#endif

@@ -1,0 +1,237 @@
+#include "nvml_loader.hpp"
+
+#include "glibc_compat.hpp"
+
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include <cstdlib>
+#include <map>
+#include <new>
+
+namespace flinkgpu {
+
+namespace {
+
+const char* const kDefaultLibrary = "libnvidia-ml.so.1";
+
+// One lock for the registry and the init state. Taken in the fork prepare handler so that a child
+// never inherits it locked by a thread that does not exist there.
+pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
+unsigned long g_generation = 1;  // per-process generation, bumped in forked children
+
+void atfork_prepare() { pthread_mutex_lock(&g_mutex); }
+void atfork_parent() { pthread_mutex_unlock(&g_mutex); }
+void atfork_child() {
+    ++g_generation;  // NVML must be initialised again in the child
+    pthread_mutex_unlock(&g_mutex);
+}
+
+struct AtforkRegistration {
+    AtforkRegistration() { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+};
+const AtforkRegistration g_atfork;
+
+class MutexGuard {
+public:
+    explicit MutexGuard(pthread_mutex_t* m) : m_(m) { pthread_mutex_lock(m_); }
+    ~MutexGuard() { pthread_mutex_unlock(m_); }
+    MutexGuard(const MutexGuard&) = delete;
+    MutexGuard& operator=(const MutexGuard&) = delete;
+
+private:
+    pthread_mutex_t* m_;
+};
+
+const char* code_name(int code) {
+    switch (code) {
+        case NVML_SUCCESS: return "NVML_SUCCESS";
+        case NVML_ERROR_UNINITIALIZED: return "NVML_ERROR_UNINITIALIZED";
+        case NVML_ERROR_INVALID_ARGUMENT: return "NVML_ERROR_INVALID_ARGUMENT";
+        case NVML_ERROR_NOT_SUPPORTED: return "NVML_ERROR_NOT_SUPPORTED";
+        case NVML_ERROR_NO_PERMISSION: return "NVML_ERROR_NO_PERMISSION";
+        case NVML_ERROR_NOT_FOUND: return "NVML_ERROR_NOT_FOUND";
+        case NVML_ERROR_INSUFFICIENT_SIZE: return "NVML_ERROR_INSUFFICIENT_SIZE";
+        case NVML_ERROR_DRIVER_NOT_LOADED: return "NVML_ERROR_DRIVER_NOT_LOADED";
+        case NVML_ERROR_TIMEOUT: return "NVML_ERROR_TIMEOUT";
+        case NVML_ERROR_IRQ_ISSUE: return "NVML_ERROR_IRQ_ISSUE";
+        case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML_ERROR_LIBRARY_NOT_FOUND";
+        case NVML_ERROR_FUNCTION_NOT_FOUND: return "NVML_ERROR_FUNCTION_NOT_FOUND";
+        case NVML_ERROR_CORRUPTED_INFOROM: return "NVML_ERROR_CORRUPTED_INFOROM";
+        case NVML_ERROR_GPU_IS_LOST: return "NVML_ERROR_GPU_IS_LOST";
+        case NVML_ERROR_RESET_REQUIRED: return "NVML_ERROR_RESET_REQUIRED";
+        case NVML_ERROR_OPERATING_SYSTEM: return "NVML_ERROR_OPERATING_SYSTEM";
+        case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "NVML_ERROR_LIB_RM_VERSION_MISMATCH";
+        case NVML_ERROR_MEMORY: return "NVML_ERROR_MEMORY";
+        case NVML_ERROR_NO_DATA: return "NVML_ERROR_NO_DATA";
+        default: return "NVML_ERROR_UNKNOWN";
+    }
+}
+
+std::string dl_error_text() {
+    const char* e = dlerror();
+    return e ? e : "unknown dynamic loader error";
+}
+
+}  // namespace
+
+struct LibraryRegistry {
+    // Libraries stay loaded for the life of the process: NVML handles and the symbol table must
+    // outlive every caller, and dlclose of libnvidia-ml is known to be unsafe.
+    static std::map<std::string, NvmlLibrary*>& libraries() {
+        static auto* map = new std::map<std::string, NvmlLibrary*>();
+        return *map;
+    }
+
+    template <typename Fn>
+    static bool resolve(void* handle, Fn* out, const char* name) {
+        *out = reinterpret_cast<Fn>(dlsym(handle, name));
+        return *out != nullptr;
+    }
+
+    static NvmlLibrary* load(const std::string& path, NvmlStatus* status) {
+        dlerror();
+        void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (handle == nullptr) {
+            status->code = NVML_ERROR_LIBRARY_NOT_FOUND;
+            status->function = "dlopen";
+            status->message = "Could not load the NVIDIA Management Library '" + path + "': " +
+                              dl_error_text() +
+                              ". Install the NVIDIA driver on this host, or set FLINK_GPU_NVML_LIBRARY "
+                              "(driver option nvml.library-path) to the path of its libnvidia-ml.so.1.";
+            return nullptr;
+        }
+        auto* lib = new NvmlLibrary();
+        lib->path_ = path;
+        lib->handle_ = handle;
+        NvmlApi& api = lib->api_;
+        const char* missing = nullptr;
+        // Newer entry points first, the original ones of old drivers as fallback.
+        if (!resolve(handle, &lib->init_, "nvmlInit_v2") && !resolve(handle, &lib->init_, "nvmlInit"))
+            missing = "nvmlInit_v2";
+        if (!resolve(handle, &api.error_string, "nvmlErrorString")) missing = "nvmlErrorString";
+        if (!resolve(handle, &api.device_get_count, "nvmlDeviceGetCount_v2") &&
+            !resolve(handle, &api.device_get_count, "nvmlDeviceGetCount"))
+            missing = "nvmlDeviceGetCount_v2";
+        if (!resolve(handle, &api.device_get_handle_by_index, "nvmlDeviceGetHandleByIndex_v2") &&
+            !resolve(handle, &api.device_get_handle_by_index, "nvmlDeviceGetHandleByIndex"))
+            missing = "nvmlDeviceGetHandleByIndex_v2";
+        if (missing != nullptr) {
+            status->code = NVML_ERROR_FUNCTION_NOT_FOUND;
+            status->function = "dlsym";
+            status->message = "'" + path + "' is not a usable NVML library: it has no " + missing +
+                              ". Point FLINK_GPU_NVML_LIBRARY (driver option nvml.library-path) at the "
+                              "libnvidia-ml.so.1 of an installed NVIDIA driver.";
+            dlclose(handle);
+            delete lib;
+            return nullptr;
+        }
+        // Optional queries: absent means "not supported by this driver", never an error.
+        resolve(handle, &api.device_get_uuid, "nvmlDeviceGetUUID");
+        resolve(handle, &api.device_get_name, "nvmlDeviceGetName");
+        if (!resolve(handle, &api.device_get_pci_info, "nvmlDeviceGetPciInfo_v3") &&
+            !resolve(handle, &api.device_get_pci_info, "nvmlDeviceGetPciInfo_v2")) {
+            // v1 fills a prefix of the same struct (busId included); good enough for the bus id.
+            resolve(handle, &api.device_get_pci_info, "nvmlDeviceGetPciInfo");
+        }
+        resolve(handle, &api.device_get_memory_info, "nvmlDeviceGetMemoryInfo");
+        resolve(handle, &api.device_get_minor_number, "nvmlDeviceGetMinorNumber");
+        resolve(handle, &api.system_get_driver_version, "nvmlSystemGetDriverVersion");
+        return lib;
+    }
+};
+
+std::string NvmlLibrary::resolve_path(const std::string& requested_path) {
+    if (!requested_path.empty()) return requested_path;
+    const char* env = std::getenv("FLINK_GPU_NVML_LIBRARY");
+    if (env != nullptr && env[0] != '\0') return env;
+    return kDefaultLibrary;
+}
+
+const NvmlLibrary* NvmlLibrary::acquire(const std::string& requested_path, NvmlStatus* status) noexcept {
+    try {
+        *status = NvmlStatus();
+        const std::string path = resolve_path(requested_path);
+        MutexGuard guard(&g_mutex);
+        auto& libs = LibraryRegistry::libraries();
+        NvmlLibrary* lib;
+        auto it = libs.find(path);
+        if (it != libs.end()) {
+            lib = it->second;
+        } else {
+            lib = LibraryRegistry::load(path, status);
+            if (lib == nullptr) return nullptr;  // not cached: the driver may be installed later
+            libs.emplace(path, lib);
+        }
+        if (lib->initialized_generation_ != g_generation) {
+            // Not cached on failure either: a driver that is loaded later is picked up.
+            const nvmlReturn_t rc = lib->init_();
+            if (rc != NVML_SUCCESS) {
+                *status = lib->error(rc, "nvmlInit_v2");
+                return nullptr;
+            }
+            lib->initialized_generation_ = g_generation;
+        }
+        return lib;
+    } catch (const std::bad_alloc&) {
+        status->code = NVML_ERROR_MEMORY;
+        status->function = "acquire";
+        status->message = "Out of memory while loading the NVIDIA Management Library.";
+        return nullptr;
+    }
+}
+
+unsigned long NvmlLibrary::fork_generation() noexcept {
+    MutexGuard guard(&g_mutex);
+    return g_generation;
+}
+
+std::string NvmlLibrary::error_text(int code) const noexcept {
+    try {
+        std::string text = code_name(code);
+        const char* described = api_.error_string ? api_.error_string(static_cast<nvmlReturn_t>(code)) : nullptr;
+        if (described != nullptr && described[0] != '\0') text += std::string(" (") + described + ")";
+        return text;
+    } catch (...) {
+        return std::string();
+    }
+}
+
+NvmlStatus NvmlLibrary::error(int code, const char* function) const noexcept {
+    NvmlStatus s;
+    try {
+        s.code = code;
+        s.function = function;
+        const std::string what = std::string(function) + " returned " + error_text(code);
+        const std::string lib = "'" + path_ + "'";
+        switch (code) {
+            case NVML_ERROR_DRIVER_NOT_LOADED:
+                s.message = "The NVIDIA kernel driver is not loaded (" + what + ", library " + lib +
+                            "). Load it (modprobe nvidia) or, in a container, run with the GPU devices "
+                            "and driver mounted (e.g. the NVIDIA container toolkit).";
+                break;
+            case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+                s.message = "The NVIDIA kernel driver and the NVML library " + lib +
+                            " have different versions (" + what +
+                            "), usually after a driver upgrade without a reboot. Reboot the host or "
+                            "reload the nvidia kernel modules.";
+                break;
+            case NVML_ERROR_NO_PERMISSION:
+                s.message = "No permission to use the GPUs through " + lib + " (" + what +
+                            "). Check the permissions of /dev/nvidia* for this user.";
+                break;
+            case NVML_ERROR_GPU_IS_LOST:
+                s.message = "A GPU has fallen off the bus or is otherwise inaccessible (" + what +
+                            ", library " + lib + "). The GPU needs a reset or the host a reboot.";
+                break;
+            default:
+                s.message = "NVML call failed: " + what + ", library " + lib + ".";
+                break;
+        }
+    } catch (...) {
+        s.message.clear();
+    }
+    return s;
+}
+
+}  // namespace flinkgpu

@@ -1,0 +1,113 @@
+// The NVML loader and enumeration against the bundled simulator (path in FLINK_GPU_TEST_SIMULATOR).
+#include "devices.hpp"
+#include "nvml_loader.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "check.hpp"
+
+using namespace flinkgpu;
+
+namespace {
+
+std::string simulator() {
+    const char* p = std::getenv("FLINK_GPU_TEST_SIMULATOR");
+    return p ? p : "";
+}
+
+// Runs `body` in a forked child (NVML initialises once per process) and returns its exit status.
+template <typename Fn>
+int in_child(Fn body) {
+    std::fflush(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) _exit(body());
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+}
+
+}  // namespace
+
+int main() {
+    CHECK(!simulator().empty());
+
+    // A missing library: a clear error naming the path, and nothing cached.
+    NvmlStatus status;
+    CHECK(NvmlLibrary::acquire("/nonexistent/libnvidia-ml.so.1", &status) == nullptr);
+    CHECK_EQ(status.code, static_cast<int>(NVML_ERROR_LIBRARY_NOT_FOUND));
+    CHECK(status.message.find("/nonexistent/libnvidia-ml.so.1") != std::string::npos);
+
+    // Not an NVML library at all: libc.
+    CHECK(NvmlLibrary::acquire("libc.so.6", &status) == nullptr);
+    CHECK_EQ(status.code, static_cast<int>(NVML_ERROR_FUNCTION_NOT_FOUND));
+    CHECK(status.message.find("libc.so.6") != std::string::npos);
+
+    // Four default devices.
+    CHECK_EQ(in_child([] {
+        setenv("FLINK_GPU_SIM_DEVICES", "4", 1);
+        NvmlStatus s;
+        const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
+        if (lib == nullptr) return 1;
+        if (NvmlLibrary::acquire(simulator(), &s) != lib) return 2;  // one instance per path
+        Enumeration e;
+        if (!enumerate_devices(*lib, &e).ok() || e.devices.size() != 4 || !e.skipped.empty()) return 3;
+        const DeviceInfo& d = e.devices[3];
+        if (d.index != 3 || d.uuid != std::string("GPU-00000000-0000-4000-8000-000000000003")) return 4;
+        if (d.name != std::string("NVIDIA Simulated GPU") || d.pci_bus_id != std::string("00000000:04:00.0")) return 5;
+        if (d.memory_total != (80ULL << 30) || d.minor_number != 3u) return 6;
+        return 0;
+    }), 0);
+
+    // Init failure: the NVML error and the library path in the message.
+    CHECK_EQ(in_child([] {
+        setenv("FLINK_GPU_SIM_INIT_ERROR", "9", 1);  // NVML_ERROR_DRIVER_NOT_LOADED
+        NvmlStatus s;
+        if (NvmlLibrary::acquire(simulator(), &s) != nullptr) return 1;
+        if (s.code != NVML_ERROR_DRIVER_NOT_LOADED) return 2;
+        if (s.message.find("NVML_ERROR_DRIVER_NOT_LOADED") == std::string::npos) return 3;
+        if (s.message.find(simulator()) == std::string::npos) return 4;
+        return 0;
+    }), 0);
+
+    // Per-device faults are skipped, not fatal.
+    CHECK_EQ(in_child([] {
+        const char* spec = "/tmp/flink-gpu-test-devices.json";
+        std::ofstream(spec) << R"({"devices": [{}, {"fault": "NO_PERMISSION"}, {"fault": "GPU_IS_LOST"},
+                                  {"uuid": "GPU-x", "name": "\u00c9t\u00e9", "memory_total": 1024}]})";
+        setenv("FLINK_GPU_SIM_SPEC", spec, 1);
+        NvmlStatus s;
+        const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
+        std::remove(spec);
+        if (lib == nullptr) return 1;
+        Enumeration e;
+        if (!enumerate_devices(*lib, &e).ok()) return 2;
+        if (e.devices.size() != 2 || e.devices[0].index != 0 || e.devices[1].index != 3) return 3;
+        if (e.devices[1].uuid != std::string("GPU-x") || e.devices[1].memory_total != 1024ULL) return 4;
+        if (e.devices[1].name != std::string("\xC3\x89t\xC3\xA9")) return 5;
+        if (e.skipped.size() != 2 || e.skipped[0].code != NVML_ERROR_NO_PERMISSION ||
+            e.skipped[1].code != NVML_ERROR_GPU_IS_LOST)
+            return 6;
+        if (e.skipped[1].reason.find("GPU 2") == std::string::npos) return 7;
+        return 0;
+    }), 0);
+
+    // After fork the child initialises NVML again and works.
+    CHECK_EQ(in_child([] {
+        NvmlStatus s;
+        const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
+        if (lib == nullptr) return 1;
+        const unsigned long before = NvmlLibrary::fork_generation();
+        return in_child([&] {
+            NvmlStatus cs;
+            if (NvmlLibrary::fork_generation() == before) return 1;
+            const NvmlLibrary* again = NvmlLibrary::acquire(simulator(), &cs);
+            Enumeration e;
+            return again == lib && enumerate_devices(*again, &e).ok() && e.devices.size() == 4 ? 0 : 2;
+        });
+    }), 0);
+    return check::finish("test_devices");
+}

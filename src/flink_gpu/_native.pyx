@@ -1,0 +1,206 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+# distutils: language = c++
+"""Binding of the C++ core (csrc/). Thin: conversions, exceptions, nothing Flink-specific."""
+
+from libcpp.optional cimport optional
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+from flink_gpu.errors import NvmlError
+
+
+cdef extern from "nvml_loader.hpp" namespace "flinkgpu" nogil:
+    cdef cppclass NvmlStatus:
+        int code
+        string function
+        string message
+        bint ok()
+
+    cdef cppclass NvmlApi:
+        pass
+
+    cdef cppclass NvmlLibrary:
+        @staticmethod
+        const NvmlLibrary* acquire(const string& requested_path, NvmlStatus* status)
+        @staticmethod
+        string resolve_path(const string& requested_path) except +
+        const string& path()
+
+
+cdef extern from "devices.hpp" namespace "flinkgpu" nogil:
+    cdef cppclass DeviceInfo:
+        unsigned index
+        optional[string] uuid
+        optional[string] name
+        optional[string] pci_bus_id
+        optional[unsigned long long] memory_total
+        optional[unsigned] minor_number
+
+    cdef cppclass CSkippedDevice "flinkgpu::SkippedDevice":
+        unsigned index
+        int code
+        string reason
+
+    cdef cppclass Enumeration:
+        vector[DeviceInfo] devices
+        vector[CSkippedDevice] skipped
+
+    NvmlStatus enumerate_devices(const NvmlLibrary& lib, Enumeration* out)
+    NvmlStatus query_driver_version(const NvmlLibrary& lib, optional[string]* out)
+
+
+cdef extern from "script_output.hpp" namespace "flinkgpu" nogil:
+    vector[string] split_output_lines_cpp "flinkgpu::split_output_lines"(const string& text) except +
+    vector[string] parse_gpu_indices_cpp "flinkgpu::parse_gpu_indices"(const string& line) except +
+
+
+# --- text helpers ------------------------------------------------------------------------------
+
+cdef inline string _utf8(str text) except *:
+    # surrogatepass: a lone surrogate (from a surrogateescape-decoded stream) survives the round trip
+    return text.encode("utf-8", "surrogatepass")
+
+
+cdef inline str _text(const string& value):
+    return value.decode("utf-8", "surrogatepass")
+
+
+cdef inline object _optional_text(const optional[string]& value):
+    return value.value().decode("utf-8", "replace") if value.has_value() else None
+
+
+def split_output_lines(str text not None):
+    """Lines of a discovery script's output as java.io.BufferedReader#lines() gives them."""
+    cdef vector[string] lines = split_output_lines_cpp(_utf8(text))
+    return [_text(line) for line in lines]
+
+
+def parse_gpu_indices(str line not None):
+    """GPU indices in one output line, by Flink's rules (SPEC 3.3 step 6), duplicates dropped."""
+    cdef vector[string] indices = parse_gpu_indices_cpp(_utf8(line))
+    return [_text(index) for index in indices]
+
+
+# --- NVML ----------------------------------------------------------------------------------------
+
+cdef object _nvml_error(const NvmlStatus& status, str library_path):
+    return NvmlError(_text(status.message), status.code, library_path, _text(status.function))
+
+
+cdef class NvmlDevice:
+    """One GPU as NVML reports it; an attribute is None where the driver cannot answer."""
+
+    cdef readonly unsigned index
+    cdef readonly object uuid
+    cdef readonly object name
+    cdef readonly object pci_bus_id
+    cdef readonly object memory_total
+    cdef readonly object minor_number
+
+    def __repr__(self):
+        return (f"NvmlDevice(index={self.index}, uuid={self.uuid!r}, name={self.name!r}, "
+                f"pci_bus_id={self.pci_bus_id!r}, memory_total={self.memory_total!r}, "
+                f"minor_number={self.minor_number!r})")
+
+
+cdef class SkippedDevice:
+    """A GPU that exists but cannot be used (NO_PERMISSION, GPU_IS_LOST, ...)."""
+
+    cdef readonly unsigned index
+    cdef readonly int code
+    cdef readonly str reason
+
+    def __repr__(self):
+        return f"SkippedDevice(index={self.index}, code={self.code}, reason={self.reason!r})"
+
+
+cdef NvmlDevice _device(const DeviceInfo& info):
+    cdef NvmlDevice d = NvmlDevice.__new__(NvmlDevice)
+    d.index = info.index
+    d.uuid = _optional_text(info.uuid)
+    d.name = _optional_text(info.name)
+    d.pci_bus_id = _optional_text(info.pci_bus_id)
+    d.memory_total = info.memory_total.value() if info.memory_total.has_value() else None
+    d.minor_number = info.minor_number.value() if info.minor_number.has_value() else None
+    return d
+
+
+cdef SkippedDevice _skipped(const CSkippedDevice& info):
+    cdef SkippedDevice s = SkippedDevice.__new__(SkippedDevice)
+    s.index = info.index
+    s.code = info.code
+    s.reason = info.reason.decode("utf-8", "replace")
+    return s
+
+
+
+_instances = {}
+
+
+cdef class Nvml:
+    """A loaded, initialised libnvidia-ml; one per library path and process.
+
+    Obtain it with ``Nvml.open(path)``: loading and initialisation happen once per process (and
+    once more in a forked child), never per call.
+    """
+
+    cdef readonly str library_path
+    cdef string _path
+    cdef tuple _skipped
+
+    def __init__(self):
+        raise TypeError("use Nvml.open(library_path)")
+
+    @staticmethod
+    def open(library_path=None):
+        """The library at ``library_path`` (None: $FLINK_GPU_NVML_LIBRARY, else libnvidia-ml.so.1)."""
+        cdef string requested = _utf8(library_path) if library_path else string()
+        cdef string resolved = NvmlLibrary.resolve_path(requested)
+        key = _text(resolved)
+        cdef Nvml nvml = _instances.get(key)
+        if nvml is None:
+            nvml = Nvml.__new__(Nvml)
+            nvml.library_path = key
+            nvml._path = resolved
+            nvml._skipped = ()
+            nvml._library()  # load and initialise now, so that a broken library fails here
+            _instances[key] = nvml
+        return nvml
+
+    cdef const NvmlLibrary* _library(self) except NULL:
+        cdef NvmlStatus status
+        cdef const NvmlLibrary* lib
+        with nogil:
+            lib = NvmlLibrary.acquire(self._path, &status)
+        if lib == NULL:
+            raise _nvml_error(status, self.library_path)
+        return lib
+
+    def devices(self):
+        """All usable GPUs, in NVML index order; unusable ones are listed by ``skipped()``."""
+        cdef const NvmlLibrary* lib = self._library()
+        cdef Enumeration found
+        cdef NvmlStatus status
+        with nogil:
+            status = enumerate_devices(lib[0], &found)
+        if not status.ok():
+            raise _nvml_error(status, self.library_path)
+        self._skipped = tuple([_skipped(s) for s in found.skipped])
+        return tuple([_device(d) for d in found.devices])
+
+    @property
+    def driver_version(self):
+        """The driver's version string, or None when the driver cannot say."""
+        cdef const NvmlLibrary* lib = self._library()
+        cdef optional[string] version
+        cdef NvmlStatus status = query_driver_version(lib[0], &version)
+        if not status.ok():
+            raise _nvml_error(status, self.library_path)
+        return _optional_text(version)
+
+    def skipped(self):
+        """Devices the last ``devices()`` call had to leave out, with the reason."""
+        return self._skipped
+
+    def __repr__(self):
+        return f"Nvml(library_path={self.library_path!r})"

@@ -1,0 +1,129 @@
+"""The bundled NVML simulator: a ``libnvidia-ml.so.1`` of our own, built against NVIDIA's ``nvml.h``.
+
+It lets tests, demos and CI run the real native path on a host without a GPU. Point a process at
+it through its environment (NVML is initialised once per process, so choose before the first use)::
+
+    env = {**os.environ, **simulator.environment(devices=4)}
+    subprocess.run(["flink-gpu-discovery", "2"], env=env)
+
+    simulator.run(["python", "my_job.py"], spec={"devices": [{"name": "NVIDIA H100"}, {"fault": "GPU_IS_LOST"}]})
+
+The simulator reads ``FLINK_GPU_SIM_DEVICES`` (a count, default 4) or ``FLINK_GPU_SIM_SPEC`` (a JSON
+file: ``init_error``, ``driver_version`` and ``devices`` with ``uuid``, ``name``, ``memory_total``,
+``pci_bus_id``, ``minor_number`` and ``fault``: ``NO_PERMISSION`` or ``GPU_IS_LOST``), and
+``FLINK_GPU_SIM_INIT_ERROR`` (an NVML return code for ``nvmlInit``).
+"""
+
+import os
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
+
+__all__ = ["library_path", "environment", "run", "popen"]
+
+_FAULTS = ("NO_PERMISSION", "GPU_IS_LOST")
+_DEVICE_KEYS = {"uuid", "name", "memory_total", "pci_bus_id", "minor_number", "fault"}
+
+SpecLike = Union[Mapping[str, Any], str, "os.PathLike[str]"]
+
+
+def library_path() -> str:
+    """Absolute path of the simulated ``libnvidia-ml.so.1`` inside the installed package."""
+    path = Path(__file__).resolve().parent / "_simulator" / "libnvidia-ml.so.1"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"The NVML simulator is missing from this installation ({path}). Reinstall flink-gpu "
+            "(pip install --force-reinstall flink-gpu) or, in a source checkout, build it with "
+            "tools/dev_build.sh."
+        )
+    return str(path)
+
+
+def _validate_spec(spec: Mapping[str, Any]) -> None:
+    unknown = set(spec) - {"init_error", "driver_version", "devices"}
+    if unknown:
+        raise ValueError(f"Unknown simulator spec keys {sorted(unknown)}; use init_error, driver_version, devices.")
+    devices = spec.get("devices", [])
+    if not isinstance(devices, (list, tuple)):
+        raise ValueError("Simulator spec 'devices' must be a list of device objects.")
+    for i, device in enumerate(devices):
+        if not isinstance(device, Mapping):
+            raise ValueError(f"Simulator spec devices[{i}] must be an object, got {device!r}.")
+        bad = set(device) - _DEVICE_KEYS
+        if bad:
+            raise ValueError(f"Simulator spec devices[{i}] has unknown keys {sorted(bad)}; known: {sorted(_DEVICE_KEYS)}.")
+        fault = device.get("fault")
+        if fault is not None and fault not in _FAULTS:
+            raise ValueError(f"Simulator spec devices[{i}] fault {fault!r} is not one of {_FAULTS}.")
+
+
+def _spec_file(spec: Mapping[str, Any]) -> str:
+    import atexit
+    import json
+    import tempfile
+
+    _validate_spec(spec)
+    fd, path = tempfile.mkstemp(prefix="flink-gpu-sim-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(spec, f)
+    atexit.register(_remove_quietly, path)
+    return path
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
+                init_error: Optional[int] = None) -> Dict[str, str]:
+    """Environment variables that make a new process use the simulator.
+
+    ``devices``: that many identical GPUs (default 4). ``spec``: a dict (written to a temporary
+    JSON file that lives as long as this process) or the path of a JSON file. ``init_error``: the
+    NVML error code ``nvmlInit`` returns (e.g. 9, NVML_ERROR_DRIVER_NOT_LOADED).
+    """
+    if devices is not None and spec is not None:
+        raise ValueError("Give either devices or spec, not both.")
+    lib = library_path()
+    env = {
+        "FLINK_GPU_NVML_LIBRARY": lib,
+        # For code that opens libnvidia-ml.so.1 by name (pynvml, nvidia-smi-free tools).
+        "LD_LIBRARY_PATH": os.pathsep.join(p for p in (os.path.dirname(lib), os.environ.get("LD_LIBRARY_PATH")) if p),
+    }
+    if spec is not None:
+        env["FLINK_GPU_SIM_SPEC"] = _spec_file(spec) if isinstance(spec, Mapping) else os.fspath(spec)
+    else:
+        count = 4 if devices is None else devices
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"devices must be a non-negative integer, got {devices!r}.")
+        env["FLINK_GPU_SIM_DEVICES"] = str(count)
+    if init_error is not None:
+        env["FLINK_GPU_SIM_INIT_ERROR"] = str(int(init_error))
+    return env
+
+
+def _child_env(kwargs: Dict[str, Any], devices, spec, init_error) -> Dict[str, str]:
+    base = kwargs.pop("env", None)
+    env = dict(os.environ if base is None else base)
+    for key in ("FLINK_GPU_SIM_DEVICES", "FLINK_GPU_SIM_SPEC", "FLINK_GPU_SIM_INIT_ERROR"):
+        env.pop(key, None)
+    env.update(environment(devices, spec, init_error))
+    return env
+
+
+def run(args: Sequence[str], *, devices: Optional[int] = None, spec: Optional[SpecLike] = None,
+        init_error: Optional[int] = None, **kwargs: Any):
+    """``subprocess.run(args, **kwargs)`` with the process pointed at the simulator."""
+    import subprocess
+
+    return subprocess.run(args, env=_child_env(kwargs, devices, spec, init_error), **kwargs)
+
+
+def popen(args: Sequence[str], *, devices: Optional[int] = None, spec: Optional[SpecLike] = None,
+          init_error: Optional[int] = None, **kwargs: Any):
+    """``subprocess.Popen(args, **kwargs)`` with the process pointed at the simulator."""
+    import subprocess
+
+    return subprocess.Popen(args, env=_child_env(kwargs, devices, spec, init_error), **kwargs)
