@@ -23,6 +23,11 @@ _LAZY = {
     "kubernetes_resource_requirements": "flink_gpu.deployment",
     "merge_into_pod_template": "flink_gpu.deployment",
     "yarn_resources": "flink_gpu.deployment",
+    "GPUDriverFactory": "flink_gpu.gpu.driver",
+    "GPUDriver": "flink_gpu.gpu.driver",
+    "GPUInfo": "flink_gpu.gpu.info",
+    "GPUDriverOptions": "flink_gpu.gpu.options",
+    "cuda_visible_devices": "flink_gpu.gpu.info",
 }
 
 __all__ = ["FlinkException", "IllegalConfigurationException", "NvmlError", *_LAZY]

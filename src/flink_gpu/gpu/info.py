@@ -1,0 +1,129 @@
+"""GPUInfo (SPEC 3.4) and the CUDA_VISIBLE_DEVICES helper.
+
+This module is on the hot path of every operator that asks for its GPUs, so it imports nothing
+beyond the framework's ABC and keeps construction to a couple of attribute stores.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from flink_gpu.framework import ExternalResourceInfo
+
+#: Property keys. ``index`` is Flink's; the others are filled by the NVML backend (SPEC 4.2).
+PROPERTY_INDEX = "index"
+PROPERTY_UUID = "uuid"
+PROPERTY_NAME = "name"
+PROPERTY_PCI_BUS_ID = "pci.bus-id"
+PROPERTY_MEMORY_TOTAL = "memory.total"
+PROPERTY_MINOR_NUMBER = "minor-number"
+
+# Java's Character.isWhitespace: Unicode space/line/paragraph separators except the no-break ones
+# (U+00A0, U+2007, U+202F), plus the ASCII controls \t \n \v \f \r and \x1c-\x1f. Python's
+# str.isspace() is a superset of this set, which is what makes the fast path below valid.
+_JAVA_WHITESPACE = frozenset(
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+    "\u2008\u2009\u200a\u2028\u2029\u205f\u3000"
+)
+
+
+def is_java_blank(text: str) -> bool:
+    """Flink's ``StringUtils.isNullOrWhitespaceOnly`` (Java's notion of whitespace, not Python's)."""
+    return not text or (text.isspace() and all(c in _JAVA_WHITESPACE for c in text))
+
+
+class GPUInfo(ExternalResourceInfo):
+    """One GPU as Flink's ``GPUInfo``: an index plus, from the NVML backend, static properties.
+
+    ``str()`` is ``GPU Device(<index>)``; equality and hash use the index only, so infos from the
+    script and the NVML backend for the same device are equal. Instances are immutable.
+    """
+
+    __slots__ = ("_index", "_properties")
+
+    def __init__(self, index: str, properties: Mapping[str, str] | None = None) -> None:
+        if type(index) is not str:
+            raise TypeError(f"GPUInfo index must be a str, got {type(index).__name__}: {index!r}")
+        if is_java_blank(index):
+            raise ValueError(f"GPUInfo index must not be blank, got {index!r}.")
+        object.__setattr__(self, "_index", index)
+        if properties:
+            properties = dict(properties)
+            if PROPERTY_INDEX in properties:
+                raise ValueError("GPUInfo properties must not contain 'index'; pass it as the index.")
+            for key, value in properties.items():
+                if type(key) is not str or type(value) is not str:
+                    raise TypeError(
+                        f"GPUInfo properties must map str to str, got {key!r}: {value!r}")
+        else:
+            properties = None
+        object.__setattr__(self, "_properties", properties)
+
+    @property
+    def index(self) -> str:
+        """The GPU index as the backend reported it (a string, as in Flink)."""
+        return self._index
+
+    def get_property(self, key: str) -> str | None:
+        if key == PROPERTY_INDEX:
+            return self._index
+        properties = self._properties
+        return None if properties is None else properties.get(key)
+
+    def get_keys(self) -> tuple[str, ...]:
+        if self._properties is None:
+            return (PROPERTY_INDEX,)
+        return (PROPERTY_INDEX, *self._properties)
+
+    def __str__(self) -> str:
+        return f"GPU Device({self._index})"
+
+    def __repr__(self) -> str:
+        if self._properties is None:
+            return f"GPUInfo({self._index!r})"
+        return f"GPUInfo({self._index!r}, {self._properties!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
+        if isinstance(other, GPUInfo):
+            return self._index == other._index
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._index)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"GPUInfo is immutable; cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"GPUInfo is immutable; cannot delete {name!r}")
+
+    def __reduce__(self):
+        # __slots__ plus the __setattr__ guard defeat pickle's default; rebuild through __init__.
+        return (GPUInfo, (self._index, self._properties))
+
+
+def _index_order(info: ExternalResourceInfo) -> tuple:
+    index = info.get_property(PROPERTY_INDEX) or ""
+    # numeric indices in numeric order (2 before 10); anything else after them, as text
+    if index.isascii() and index.isdigit():
+        return (0, int(index), index)
+    return (1, 0, index)
+
+
+def cuda_visible_devices(infos: Iterable[ExternalResourceInfo]) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` value that exposes exactly ``infos`` to CUDA.
+
+    When every info knows its ``uuid`` (the NVML backend), the value lists UUIDs, which name the
+    same devices whatever order CUDA enumerates them in. Otherwise (a discovery script reports only
+    indices) it lists the indices; those are nvidia-smi/NVML indices, which equal CUDA ordinals only
+    when the process runs with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (CUDA's default order is
+    fastest-first). Entries are sorted by index so the value is deterministic; no infos give ``""``
+    (no device visible).
+    """
+    ordered = sorted(infos, key=_index_order)
+    uuids = [info.get_property(PROPERTY_UUID) for info in ordered]
+    if ordered and all(uuids):
+        return ",".join(uuids)
+    return ",".join(info.get_property(PROPERTY_INDEX) for info in ordered)

@@ -1,0 +1,161 @@
+"""The NVML backend (SPEC 4.2): GPUs enumerated in-process through ``flink_gpu._native.Nvml``.
+
+No process is spawned. Each device becomes a ``GPUInfo`` whose index is NVML's (= nvidia-smi's,
+what the stock script prints) and whose properties carry uuid, name, PCI bus id, total memory and
+minor number. Which devices a worker gets is decided in one place, :meth:`NvmlDiscovery.choose`,
+where coordination between workers plugs in.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import NamedTuple
+
+from flink_gpu.errors import FlinkException, IllegalConfigurationException
+from flink_gpu.gpu import info as _info
+from flink_gpu.gpu.info import GPUInfo
+
+_log = logging.getLogger("flink_gpu.gpu.nvml")
+
+#: The stock nvidia-gpu-discovery.sh's coordination file.
+DEFAULT_COORDINATION_FILE = "/var/tmp/flink-gpu-coordination"
+_ENABLE_COORDINATION = "--enable-coordination-mode"
+_COORDINATION_FILE = "--coordination-file"
+_KNOWN_FLAGS = (_ENABLE_COORDINATION, _COORDINATION_FILE)
+
+
+class ScriptArgs(NamedTuple):
+    """``discovery-script.args`` as the stock script understands them."""
+
+    coordination_mode: bool
+    coordination_file: str
+    unknown: tuple[str, ...]
+
+
+def parse_script_args(args: str | None, key: str = "discovery-script.args") -> ScriptArgs:
+    """Read ``args`` with nvidia-gpu-discovery.sh's grammar, tokenised as Flink passes them.
+
+    ``null`` (what Flink passes for unset args) is ignored; any other token the stock script would
+    silently skip is WARNed about, naming the flag it probably meant.
+    """
+    from flink_gpu.gpu.script import exec_tokens
+
+    coordination_mode = False
+    coordination_file = DEFAULT_COORDINATION_FILE
+    unknown = []
+    tokens = exec_tokens(args) if args is not None else []
+    position = 0
+    while position < len(tokens):
+        token = tokens[position]
+        position += 1
+        if token == _ENABLE_COORDINATION:
+            coordination_mode = True
+        elif token == _COORDINATION_FILE:
+            if position == len(tokens):
+                raise IllegalConfigurationException(
+                    f"'{_COORDINATION_FILE}' in '{key}' ({args!r}) needs a file path after it.")
+            # like the stock script, the next token is the path whatever it looks like
+            coordination_file = tokens[position]
+            position += 1
+        elif token != "null":
+            unknown.append(token)
+    for token in unknown:
+        _log.warning("Ignoring unknown token %r in '%s' (%r). %s", token, key, args,
+                     _suggestion(token))
+    return ScriptArgs(coordination_mode, coordination_file, tuple(unknown))
+
+
+def _suggestion(token: str) -> str:
+    import difflib
+
+    match = difflib.get_close_matches(token, _KNOWN_FLAGS, n=1, cutoff=0.6)
+    if match:
+        return f"Did you mean '{match[0]}'?"
+    return f"The discovery script understands {_ENABLE_COORDINATION} and {_COORDINATION_FILE} PATH."
+
+
+def _gpu_info(device) -> GPUInfo:
+    properties = {}
+    for key, value in ((_info.PROPERTY_UUID, device.uuid),
+                       (_info.PROPERTY_NAME, device.name),
+                       (_info.PROPERTY_PCI_BUS_ID, device.pci_bus_id),
+                       (_info.PROPERTY_MEMORY_TOTAL, device.memory_total),
+                       (_info.PROPERTY_MINOR_NUMBER, device.minor_number)):
+        if value is not None:
+            properties[key] = str(value)
+    return GPUInfo(str(device.index), properties)
+
+
+class _Enumeration(NamedTuple):
+    pid: int
+    infos: tuple[GPUInfo, ...]
+    skipped: tuple
+
+
+class NvmlDiscovery:
+    """GPUs from NVML. Enumeration is done once per process and reused: the devices and their
+    static properties do not change while the driver is loaded (a forked child enumerates anew).
+    """
+
+    #: Whether :meth:`choose` coordinates with other workers on the host (SPEC 5); until it does,
+    #: auto mode keeps coordinated setups on the script and explicit nvml mode refuses them.
+    supports_coordination = False
+
+    def __init__(self, nvml, args: ScriptArgs) -> None:
+        """``nvml`` is an opened ``flink_gpu._native.Nvml`` (it re-initialises after a fork)."""
+        if args.coordination_mode and not self.supports_coordination:
+            raise FlinkException(
+                f"discovery-script.args asks for {_ENABLE_COORDINATION}, but coordination mode "
+                "is not supported by the NVML backend yet; use discovery-mode: script (the stock "
+                "nvidia-gpu-discovery.sh coordinates), or drop the flag if each worker has the "
+                "host's GPUs to itself.")
+        self.args = args
+        self._nvml = nvml
+        self._enumeration: _Enumeration | None = None
+
+    def enumerate(self) -> _Enumeration:
+        """All usable devices as ``GPUInfo``s, in NVML index order.
+
+        Cached per process: a forked child (whose NVML state is its own) enumerates again.
+        """
+        enumeration = self._enumeration
+        pid = os.getpid()
+        if enumeration is not None and enumeration.pid == pid:
+            return enumeration
+        devices = self._nvml.devices()
+        skipped = tuple(self._nvml.skipped())
+        for device in skipped:
+            _log.warning("%s", device.reason)
+        enumeration = _Enumeration(pid, tuple(_gpu_info(d) for d in devices), skipped)
+        self._enumeration = enumeration
+        return enumeration
+
+    def choose(self, enumeration: _Enumeration, amount: int) -> tuple[GPUInfo, ...]:
+        """The devices this worker gets: the first ``amount`` (not coordinated, SPEC 4.2).
+
+        A coordinator replaces this method.
+        """
+        infos = enumeration.infos
+        if len(infos) < amount:
+            raise FlinkException(self._shortage(enumeration, amount))
+        return infos[:amount]
+
+    def _shortage(self, enumeration: _Enumeration, amount: int) -> str:
+        present = len(enumeration.infos)
+        message = (f"Could not get enough GPU resources: {amount} requested, but NVML "
+                   f"({self._nvml.library_path}) reports {present} usable "
+                   f"device{'' if present == 1 else 's'}")
+        if enumeration.skipped:
+            reasons = " ".join(device.reason for device in enumeration.skipped)
+            message += f" and {len(enumeration.skipped)} skipped ({reasons})"
+        return message + "."
+
+    def retrieve(self, amount: int) -> frozenset[GPUInfo]:
+        chosen = self.choose(self.enumerate(), amount)
+        _log.info("Discover GPU resources: [%s].", ", ".join(map(str, chosen)))
+        return frozenset(chosen)
+
+    def close(self) -> None:
+        self._enumeration = None
+        self._nvml = None

@@ -1,0 +1,45 @@
+"""The GPU driver's options (SPEC 3.1): Flink's two, with Flink's keys and defaults, and ours.
+
+Keys are relative to ``external-resource.<name>.param.``: the driver sees them with that prefix
+already stripped.
+"""
+
+from __future__ import annotations
+
+from flink_gpu.config import ConfigOption, Duration, config_option
+
+#: Where Flink ships the stock script, relative to ``$FLINK_HOME``.
+DEFAULT_DISCOVERY_SCRIPT = "plugins/external-resource-gpu/nvidia-gpu-discovery.sh"
+
+#: The values ``discovery-mode`` accepts (SPEC 4.1).
+DISCOVERY_MODES = ("auto", "nvml", "script")
+
+
+class GPUDriverOptions:
+    """``ConfigOption``s read by ``GPUDriver``; the first two are Flink's ``GPUDriver`` options."""
+
+    DISCOVERY_SCRIPT_PATH: ConfigOption[str] = config_option(
+        "discovery-script.path", str, DEFAULT_DISCOVERY_SCRIPT,
+        "The path of the GPU discovery script; a relative path is resolved against $FLINK_HOME "
+        "(the working directory when unset). Setting it selects the script backend in auto mode.")
+
+    DISCOVERY_SCRIPT_ARG: ConfigOption[str] = config_option(
+        "discovery-script.args", str, None,
+        "The arguments passed to the discovery script after the amount, split on whitespace. The "
+        "NVML backend reads the stock script's flags from it: --enable-coordination-mode and "
+        "--coordination-file PATH.")
+
+    DISCOVERY_MODE: ConfigOption[str] = config_option(
+        "discovery-mode", str, "auto",
+        "How GPUs are discovered: 'script' runs the discovery script as Flink does, 'nvml' asks "
+        "NVML in-process, 'auto' uses the script when discovery-script.path is set, else NVML "
+        "when it loads, else the script at its default path.")
+
+    NVML_LIBRARY_PATH: ConfigOption[str] = config_option(
+        "nvml.library-path", str, None,
+        "The libnvidia-ml to load (default: $FLINK_GPU_NVML_LIBRARY, else libnvidia-ml.so.1).")
+
+    DISCOVERY_SCRIPT_TIMEOUT: ConfigOption[float] = config_option(
+        "discovery-script.timeout", Duration, 10.0,
+        "How long the discovery script may run before it and everything it started is killed "
+        "(Flink: fixed 10 s). Read as seconds.")
