@@ -1,0 +1,427 @@
+"""Configuration, ConfigOption, Flink's list splitter and the YAML loaders (SPEC 2.1, 2.2)."""
+
+import logging
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flink_gpu import Configuration, ConfigOption, IllegalConfigurationException, config_option
+from flink_gpu.config import Duration, split_escaped, to_java_string
+
+AMOUNT = ConfigOption("external-resource.gpu.amount", int)
+LIST = config_option("external-resources", list, [])
+
+
+# --- ConfigOption ------------------------------------------------------------------------------
+
+def test_config_option_is_immutable_and_describes_a_key():
+    option = config_option("a.b", int, 3, "doc")
+    assert (option.key, option.type, option.default_value, option.description) == ("a.b", int, 3, "doc")
+    assert option.has_default_value()
+    assert not ConfigOption("a.b", str).has_default_value()
+    with pytest.raises(AttributeError, match="immutable"):
+        option.key = "c"
+    described = option.with_description("new")
+    assert described.description == "new" and option.description == "doc"
+    assert option.with_default(None).default_value is None
+    assert option == config_option("a.b", int, 3) and hash(option) == hash(config_option("a.b", int))
+
+
+def test_config_option_rejects_unsupported_types_and_empty_keys():
+    with pytest.raises(TypeError, match="Unsupported type .* for option 'k'"):
+        ConfigOption("k", dict)
+    with pytest.raises(ValueError, match="non-empty string"):
+        ConfigOption("", str)
+
+
+def test_duration_is_a_marker_without_instances():
+    with pytest.raises(TypeError):
+        Duration()
+
+
+# --- Configuration basics ----------------------------------------------------------------------
+
+def test_flat_and_nested_mappings_give_the_same_keys():
+    flat = Configuration({"external-resource.gpu.amount": 2, "external-resources": "gpu"})
+    nested = Configuration({"external-resource": {"gpu": {"amount": 2}}, "external-resources": "gpu"})
+    assert flat == nested
+    assert nested.keys() == ["external-resource.gpu.amount", "external-resources"]
+
+
+def test_none_values_are_unset():
+    config = Configuration({"a": None, "b": 1})
+    assert "a" not in config and config.keys() == ["b"]
+    assert config.set("b", None) is config
+    assert "b" not in config
+
+
+def test_coerce():
+    config = Configuration({"a": 1})
+    assert Configuration.coerce(config) is config
+    assert Configuration.coerce({"a": 1}) == config
+    assert Configuration.coerce(None) == Configuration()
+    with pytest.raises(TypeError, match="expects a mapping of Flink keys, got list"):
+        Configuration.coerce(["a"])
+
+
+def test_copy_constructor_does_not_share_state():
+    original = Configuration({"a": 1})
+    copy = Configuration(original)
+    copy.set("a", 2)
+    assert original.get("a") == 1
+
+
+def test_get_by_key_and_by_option():
+    config = Configuration({"external-resource.gpu.amount": "2", "x": 5})
+    assert config.get("external-resource.gpu.amount") == "2"  # a plain key gives the raw value
+    assert config.get(AMOUNT) == 2  # an option converts
+    assert config.get("missing") is None and config.get("missing", 7) == 7
+    assert config.get(config_option("missing", int, 4)) == 4
+    assert config.get(config_option("missing", int, 4), 9) == 9
+    assert config.get(ConfigOption("missing", int)) is None
+
+
+def test_set_contains_keys_to_dict_len_iter():
+    config = Configuration()
+    assert config.set(AMOUNT, 2).set("b", "x") is config
+    assert AMOUNT in config and config.contains("b") and "c" not in config and 3 not in config
+    assert config.keys() == ["external-resource.gpu.amount", "b"]
+    assert list(config) == config.keys() and len(config) == 2
+    assert config.to_dict() == {"external-resource.gpu.amount": 2, "b": "x"}
+    assert config.remove("b") and not config.remove("b")
+    with pytest.raises(TypeError, match="must be a str or ConfigOption"):
+        config.get(3)
+
+
+def test_list_default_is_never_shared():
+    config = Configuration()
+    first = config.get(LIST)
+    first.append("gpu")
+    assert config.get(LIST) == [] and LIST.default_value == []
+
+
+# --- conversions (Flink's ConfigurationUtils) --------------------------------------------------
+
+@pytest.mark.parametrize("raw, expected", [("2", 2), (2, 2), ("+2", 2), ("-3", -3),
+                                           ("9223372036854775807", 2**63 - 1)])
+def test_long_values(raw, expected):
+    assert Configuration({AMOUNT.key: raw}).get(AMOUNT) == expected
+
+
+@pytest.mark.parametrize("raw", ["two", "2.0", 2.0, " 2", "2_000", "0x10", "", True])
+def test_non_long_values_raise_flinks_message(raw):
+    config = Configuration({AMOUNT.key: raw})
+    with pytest.raises(IllegalConfigurationException) as error:
+        config.get(AMOUNT)
+    assert str(error.value) == (
+        f"Could not parse value '{to_java_string(raw)}' for key 'external-resource.gpu.amount'. "
+        "Expected a whole number such as 2 (Flink reads it as a Java long).")
+
+
+def test_spec_example_amount_two():
+    with pytest.raises(IllegalConfigurationException) as error:
+        Configuration({"external-resource.gpu.amount": "two"}).get(AMOUNT)
+    assert str(error.value).startswith(
+        "Could not parse value 'two' for key 'external-resource.gpu.amount'.")
+    assert isinstance(error.value, ValueError)
+
+
+def test_long_out_of_range():
+    with pytest.raises(IllegalConfigurationException, match="out of the range of a 64-bit long"):
+        Configuration({AMOUNT.key: str(2**63)}).get(AMOUNT)
+
+
+@pytest.mark.parametrize("raw, expected", [("true", True), ("FALSE", False), (True, True),
+                                           ("True", True)])
+def test_booleans(raw, expected):
+    assert Configuration({"b": raw}).get(config_option("b", bool)) is expected
+
+
+def test_bad_boolean():
+    with pytest.raises(IllegalConfigurationException) as error:
+        Configuration({"b": "yes"}).get(config_option("b", bool))
+    assert str(error.value) == ("Could not parse value 'yes' for key 'b'. "
+                                "Unrecognized option for boolean: yes. Expected true or false.")
+
+
+@pytest.mark.parametrize("raw, expected", [("1.5", 1.5), (" 2 ", 2.0), ("1e3", 1000.0), (3, 3.0),
+                                           ("2.5f", 2.5)])
+def test_floats(raw, expected):
+    assert Configuration({"f": raw}).get(config_option("f", float)) == expected
+
+
+def test_bad_float():
+    with pytest.raises(IllegalConfigurationException,
+                       match=r"^Could not parse value '1,5' for key 'f'\. Expected a number"):
+        Configuration({"f": "1,5"}).get(config_option("f", float))
+
+
+@pytest.mark.parametrize("raw, seconds", [("10 s", 10.0), ("500ms", 0.5), ("1 min", 60.0),
+                                          ("2 h", 7200.0), ("3 secs", 3.0), ("10", 0.01),
+                                          (10, 0.01), (timedelta(seconds=4), 4.0),
+                                          ("1 d", 86400.0), ("7 ns", 7e-9)])
+def test_durations_follow_flinks_time_utils(raw, seconds):
+    assert Configuration({"t": raw}).get(config_option("t", Duration)) == pytest.approx(seconds)
+
+
+def test_duration_default_is_seconds():
+    assert Configuration().get(config_option("t", Duration, 10.0)) == 10.0
+
+
+@pytest.mark.parametrize("raw, cause", [("1.5 s", "Time interval unit label '.5 s'"),
+                                        ("10 parsecs", "Time interval unit label 'parsecs'"),
+                                        ("s", "text does not start with a number"),
+                                        (" ", "argument is an empty- or whitespace-only string")])
+def test_bad_durations(raw, cause):
+    with pytest.raises(IllegalConfigurationException) as error:
+        Configuration({"t": raw}).get(config_option("t", Duration))
+    assert str(error.value).startswith(f"Could not parse value '{raw}' for key 't'. {cause}")
+
+
+def test_string_option_renders_values_as_flink():
+    config = Configuration({"i": 2, "b": False, "f": 2.0, "big": 1e20,
+                            "l": ["gpu", "a;b", "it's"], "d": timedelta(seconds=90)})
+    assert config.get_string("i") == "2"
+    assert config.get(config_option("i", str)) == "2"
+    assert config.get_string("b") == "false"
+    assert config.get_string("f") == "2.0"
+    assert config.get_string("big") == "1.0E20"
+    assert config.get_string("l") == "gpu;'a;b';'it''s'"
+    assert config.get_string("d") == "90 s"
+    assert config.get_string("missing") is None and config.get_string("missing", "x") == "x"
+
+
+def test_list_option_from_string_and_from_list():
+    assert Configuration({"external-resources": "gpu;fpga"}).get(LIST) == ["gpu", "fpga"]
+    assert Configuration({"external-resources": ["gpu", "a;b"]}).get(LIST) == ["gpu", "a;b"]
+
+
+def test_list_option_quoting_error_names_value_and_key():
+    with pytest.raises(IllegalConfigurationException) as error:
+        Configuration({"external-resources": "'a'b"}).get(LIST)
+    assert str(error.value) == ("Could not parse value ''a'b' for key 'external-resources'. "
+                                "Could not split string. Illegal quoting at position: 2")
+
+
+# --- prefixed views (DelegatingConfiguration) --------------------------------------------------
+
+def test_prefixed_view_strips_the_prefix_and_writes_through():
+    config = Configuration({"external-resource.gpu.param.discovery-script.path": "/x.sh",
+                            "external-resource.gpu.param.discovery-script.args": "--a",
+                            "external-resource.gpu.amount": 2,
+                            "external-resource.fpga.param.vendor": "y"})
+    view = config.prefixed("external-resource.gpu.param.")
+    assert view.keys() == ["discovery-script.path", "discovery-script.args"]
+    assert view.get("discovery-script.path") == "/x.sh"
+    assert "amount" not in view and view.get("vendor") is None
+    view.set("discovery-mode", "script")
+    assert config.get("external-resource.gpu.param.discovery-mode") == "script"
+    config.set("external-resource.gpu.param.late", "1")
+    assert view.get("late") == "1"  # a live view
+    assert config.prefixed("external-resource.").prefixed("gpu.param.") == view
+    assert "prefix='external-resource.gpu.param.'" in repr(view)
+
+
+def test_prefixed_view_errors_name_the_full_key():
+    view = Configuration({"external-resource.gpu.param.n": "x"}).prefixed("external-resource.gpu.param.")
+    with pytest.raises(IllegalConfigurationException,
+                       match="for key 'external-resource.gpu.param.n'"):
+        view.get(config_option("n", int))
+
+
+# --- StructuredOptionsSplitter -----------------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("'a;b';c", ["a;b", "c"]),                       # SPEC 2.2
+    ("\"AB'D\";B;C", ["AB'D", "B", "C"]),           # Flink's javadoc examples
+    ("\"AB'\"\"D;B\";C", ["AB'\"D;B", "C"]),
+    ("'it''s';x", ["it's", "x"]),                     # doubled quote escapes
+    (" gpu ; fpga ", ["gpu", "fpga"]),                # unquoted tokens trimmed
+    ("gpu;;fpga", ["gpu", "", "fpga"]),               # consecutive delimiters: empty name
+    ("gpu; ;fpga", ["gpu", "", "fpga"]),
+    (";gpu;", ["gpu"]),                               # leading/trailing delimiters dropped
+    ("gpu;;", ["gpu", ""]),
+    (";;gpu", ["", "gpu"]),
+    ("", []),
+    ("   ", []),
+    ("''", [""]),
+    ("' a ' ;b", [" a ", "b"]),                       # quoted text kept verbatim
+    ("a b;c", ["a b", "c"]),
+    ("\u00a0gpu", ["\u00a0gpu"]),                     # no-break space is not Java whitespace
+    ("\u2003gpu\u2003", ["gpu\u2003"]),               # an em space is skipped, not trimmed
+])
+def test_split_escaped(text, expected):
+    assert split_escaped(text, ";") == expected
+
+
+@pytest.mark.parametrize("text, position", [("'a'b", 2), ("a'b", 1), ("'a' b;c", 3),
+                                            ("gpu;fp\"ga", 6), ("\"x\"'y'", 2)])
+def test_split_illegal_quoting(text, position):
+    with pytest.raises(IllegalConfigurationException) as error:
+        split_escaped(text, ";")
+    assert str(error.value) == f"Could not split string. Illegal quoting at position: {position}"
+
+
+@pytest.mark.parametrize("text", ["'abc", "a;\"b", "'it''"])
+def test_split_unclosed_quote(text):
+    with pytest.raises(IllegalConfigurationException) as error:
+        split_escaped(text, ";")
+    assert str(error.value) == "Could not split string. Quoting was not closed properly."
+
+
+_element = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1).filter(
+    lambda s: s[0] > " " and s[-1] > " " and s[0] not in "\u1680\u2028\u2029\u205f\u3000"
+    and not ("\u2000" <= s[0] <= "\u200a"))
+
+
+@given(st.lists(_element, min_size=1))
+def test_rendering_a_list_and_splitting_it_gives_it_back(elements):
+    assert split_escaped(to_java_string(elements), ";") == elements
+
+
+# --- YAML files --------------------------------------------------------------------------------
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_legacy_flink_conf_yaml(tmp_path, caplog):
+    conf = write(tmp_path / "flink-conf.yaml", (
+        "# Flink's legacy format\n"
+        "external-resources: 'a;b';gpu\n"
+        "external-resource.gpu.amount: 2   # trailing comment\n"
+        "external-resource.gpu.driver-factory.class: org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
+        "external-resource.gpu.param.discovery-script.args: --coordination-file /tmp/a: b\n"
+        "no-space-after-colon:2\n"
+        "empty-value: \n"
+        "   \n"
+        "url: http://host/#anchor\n"))
+    caplog.set_level(logging.WARNING, logger="flink_gpu.config")
+    config = Configuration.from_yaml(conf)
+    assert config.to_dict() == {
+        "external-resources": "'a;b';gpu",
+        "external-resource.gpu.amount": "2",
+        "external-resource.gpu.driver-factory.class":
+            "org.apache.flink.externalresource.gpu.GPUDriverFactory",
+        "external-resource.gpu.param.discovery-script.args": "--coordination-file /tmp/a: b",
+        "url": "http://host/",  # Flink's legacy parser cuts at any '#'
+    }
+    assert config.get(LIST) == ["a;b", "gpu"]
+    assert config.get(AMOUNT) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Error while trying to split key and value in configuration file {conf}:6: "
+        "Line is not a key-value pair (missing space after ':'?)",
+        f"Error while trying to split key and value in configuration file {conf}:7: "
+        "Line is not a key-value pair (missing space after ':'?)",
+    ]
+
+
+def test_legacy_parser_handles_crlf_and_empty_key(tmp_path, caplog):
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_bytes(b"a: 1\r\n: 2\r\nb: 3\rc: 4")
+    config = Configuration.from_yaml(conf)
+    assert config.to_dict() == {"a": "1", "b": "3", "c": "4"}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Error after splitting key and value in configuration file {conf}:2: Key or value was empty"]
+
+
+def test_standard_config_yaml_nested_equals_flat(tmp_path):
+    nested = write(tmp_path / "config.yaml", (
+        "external-resources: [gpu, fpga]\n"
+        "external-resource:\n"
+        "  gpu:\n"
+        "    amount: 2\n"
+        "    driver-factory.class: org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
+        "    param:\n"
+        "      discovery-script:\n"
+        "        args: --enable-coordination-mode\n"
+        "  fpga.amount: 1\n"))
+    flat = write(tmp_path / "flat.yaml", (
+        "external-resources: [gpu, fpga]\n"
+        "external-resource.gpu.amount: 2\n"
+        "external-resource.gpu.driver-factory.class: org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
+        "external-resource.gpu.param.discovery-script.args: --enable-coordination-mode\n"
+        "external-resource.fpga.amount: 1\n"))
+    config = Configuration.from_yaml(nested)
+    assert config == Configuration.from_yaml(flat)
+    assert config.get(LIST) == ["gpu", "fpga"]  # a YAML list is the list itself
+    assert config.get("external-resource.gpu.amount") == 2
+    assert config.prefixed("external-resource.gpu.param.").to_dict() == {
+        "discovery-script.args": "--enable-coordination-mode"}
+
+
+def test_standard_yaml_uses_yaml_1_2_core_scalars_like_flink(tmp_path):
+    conf = write(tmp_path / "config.yaml", (
+        "octal-looking: 010\n"
+        "octal: 0o17\n"
+        "hex: 0x1F\n"
+        "yes-word: yes\n"
+        "on-word: on\n"
+        "date: 2024-01-02\n"
+        "underscored: 1_000\n"
+        "float: 1e3\n"
+        "flag: TRUE\n"
+        "nothing: ~\n"
+        "quoted: 'a;b'\n"))
+    config = Configuration.from_yaml(conf)
+    assert config.to_dict() == {"octal-looking": 10, "octal": 15, "hex": 31, "yes-word": "yes",
+                                "on-word": "on", "date": "2024-01-02", "underscored": "1_000",
+                                "float": 1000.0, "flag": True, "quoted": "a;b"}
+    # a quoted YAML string is just a string: Flink's list syntax then applies to its content
+    assert config.get(config_option("quoted", list)) == ["a", "b"]
+
+
+def test_conf_directory_prefers_config_yaml(tmp_path):
+    write(tmp_path / "flink-conf.yaml", "external-resource.gpu.amount: 1\n")
+    assert Configuration.from_yaml(tmp_path).get(AMOUNT) == 1
+    write(tmp_path / "config.yaml", "external-resource:\n  gpu:\n    amount: 3\n")
+    assert Configuration.from_yaml(tmp_path).get(AMOUNT) == 3
+    assert Configuration.from_yaml(str(tmp_path)).get(AMOUNT) == 3
+
+
+def test_conf_directory_without_a_file(tmp_path):
+    with pytest.raises(FileNotFoundError) as error:
+        Configuration.from_yaml(tmp_path)
+    assert str(error.value) == (f"No Flink configuration file in directory {tmp_path}: "
+                                "expected config.yaml or flink-conf.yaml.")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError) as error:
+        Configuration.from_yaml(tmp_path / "config.yaml")
+    assert str(error.value) == f"The Flink configuration file {tmp_path / 'config.yaml'} does not exist."
+
+
+def test_invalid_yaml_names_file_and_line(tmp_path):
+    conf = write(tmp_path / "config.yaml", "a: 1\nb: [1, 2\nc: 3\n")
+    with pytest.raises(IllegalConfigurationException) as error:
+        Configuration.from_yaml(conf)
+    assert str(error.value).startswith(f"Invalid YAML in Flink configuration file {conf} at line 3")
+
+
+def test_top_level_must_be_a_mapping(tmp_path):
+    conf = write(tmp_path / "config.yaml", "- gpu\n- fpga\n")
+    with pytest.raises(IllegalConfigurationException) as error:
+        Configuration.from_yaml(conf)
+    assert str(error.value) == (f"The Flink configuration file {conf} must hold a mapping of "
+                                "configuration keys at the top level, not a list.")
+    write(conf, "just text\n")
+    with pytest.raises(IllegalConfigurationException, match="not a string"):
+        Configuration.from_yaml(conf)
+
+
+def test_empty_file_is_an_empty_configuration(tmp_path):
+    assert Configuration.from_yaml(write(tmp_path / "config.yaml", "# nothing\n")) == Configuration()
+    assert Configuration.from_yaml(write(tmp_path / "flink-conf.yaml", "")) == Configuration()
+
+
+def test_parser_choice_can_be_forced(tmp_path):
+    conf = write(tmp_path / "worker.yaml", "external-resources: 'a;b';c\n")
+    with pytest.raises(IllegalConfigurationException, match="Invalid YAML"):
+        Configuration.from_yaml(conf)
+    assert Configuration.from_yaml(conf, legacy=True).get(LIST) == ["a;b", "c"]
+    legacy_named = write(tmp_path / "flink-conf.yaml", "a:\n  b: 1\n")
+    assert Configuration.from_yaml(legacy_named, legacy=False).to_dict() == {"a.b": 1}
