@@ -1,0 +1,137 @@
+// The coordination file shared by the GPU workers of one host (SPEC 5).
+//
+// Interoperates with Flink's stock `nvidia-gpu-discovery.sh --enable-coordination-mode`: same file
+// (default /var/tmp/flink-gpu-coordination), same `<index> <pid>` lines, same BSD flock(2) on the file
+// itself. We append an optional third field, the owner's start time (field 22 of /proc/<pid>/stat), so
+// that a recycled pid does not keep a GPU owned forever; the stock script reads only two fields.
+//
+// Rules (each one fixes a bug of the stock script, SPEC 5.1):
+//   * liveness by kill(pid, 0) and /proc, never by spawning `ps`; a zombie holds nothing;
+//   * exact index match, never a pattern;
+//   * the file is rewritten in place under the lock (pwrite + ftruncate), never replaced; after taking
+//     the lock we check that the path still names the locked inode (a stock `sed -i` may have
+//     replaced it) and start again if not;
+//   * open with O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK; symlinks, non-regular files and files
+//     with more than one hard link are refused without reading or writing them;
+//   * lock waits are bounded (flock(LOCK_NB) polled with backoff up to Options::timeout_ms);
+//   * a line we cannot parse is kept byte for byte, its index is never reclaimed, and it is reported.
+//
+// Permissions: the file is created with mode 0644 (further reduced by the umask), owned by the creating
+// user. Any user may read it (tools, `flink-gpu`), only that user may claim. On a host where the
+// TaskManagers run under different users, the administrator pre-creates the file with group write
+// permission (e.g. `install -m 0660 -g flink /dev/null /var/tmp/flink-gpu-coordination`) or points all
+// workers at a file in a shared directory. We deliberately do not create it world-writable: any local
+// user could then take all GPUs or plant lines. An existing file is opened without O_CREAT first, so
+// that fs.protected_regular (which forbids O_CREAT on another user's file in a sticky directory such as
+// /var/tmp) does not lock out a user the file's permissions allow.
+//
+// Every function is noexcept and reports failures in its result's Status: nothing is thrown across the
+// API, std::bad_alloc included. The functions keep no global state and may be called from any thread:
+// each call opens its own file description, and flock(2) excludes between open file descriptions even
+// inside one process.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flinkgpu {
+namespace coordination {
+
+inline constexpr const char* kDefaultPath = "/var/tmp/flink-gpu-coordination";
+
+struct Options {
+    std::string path = kDefaultPath;
+    // How long to wait for the lock (and for a path that keeps being replaced). 0: try once.
+    std::int64_t timeout_ms = 5000;
+};
+
+enum class Code : int {
+    kOk = 0,
+    kInvalidArgument = 1,  // bad amount, owner or index
+    kNotEnough = 2,        // too few GPUs free or reclaimable
+    kTimeout = 3,          // the lock was not obtained in time
+    kOsError = 4,          // the file cannot be used; sys_errno says why
+    kOutOfMemory = 5,
+    kInternal = 6,         // an unexpected C++ exception, caught at the API edge
+};
+
+struct Status {
+    Code code = Code::kOk;
+    int sys_errno = 0;    // for kOsError (also set for kTimeout: ETIMEDOUT)
+    std::string message;  // a full sentence naming the file; empty when ok
+    bool ok() const { return code == Code::kOk; }
+};
+
+// One parsed line `<index> <pid>[ <start time>]`.
+struct Entry {
+    std::size_t line_number = 0;  // 1-based
+    std::string index;
+    pid_t pid = 0;
+    bool has_start_time = false;
+    std::uint64_t start_time = 0;  // clock ticks since boot, as in /proc/<pid>/stat
+    bool alive = false;
+};
+
+// A line that is neither an entry nor blank. Kept as is; its first word blocks that index.
+struct BadLine {
+    std::size_t line_number = 0;
+    std::string text;
+};
+
+struct ClaimResult {
+    Status status;
+    std::vector<std::string> indices;    // what the owner now has for this request, natural index order
+    std::vector<std::string> added;      // indices newly written for the owner by this call
+    std::vector<std::string> reclaimed;  // subset of `added` taken back from dead owners
+    std::vector<BadLine> unparsable;
+};
+
+struct ReleaseResult {
+    Status status;
+    std::vector<std::string> released;  // indices whose lines of this owner were removed
+};
+
+struct Snapshot {
+    Status status;
+    bool exists = false;  // false: there is no file (nothing is created by a snapshot)
+    std::vector<Entry> entries;
+    std::vector<BadLine> unparsable;
+};
+
+struct CleanResult {
+    Status status;
+    std::vector<Entry> removed;  // the stale entries that were deleted
+    std::vector<BadLine> unparsable;
+};
+
+// Claims `amount` GPUs for the live process `owner` among `existing_indices` (NVML order; strings as
+// NVML/nvidia-smi report them, no whitespace). An owner asking again gets what it holds: topped up when it
+// asks for more; when it asks for fewer, the lowest `amount` of its indices are returned and it keeps
+// holding all of them until it releases them. Otherwise free indices first, then dead owners' indices,
+// lowest first. All or nothing: on kNotEnough the file is unchanged and the message says how many were
+// requested, how many exist and who holds the rest. amount == 0 returns nothing without touching the file.
+ClaimResult claim(const Options& opts, pid_t owner, const std::vector<std::string>& existing_indices,
+                  std::size_t amount) noexcept;
+
+// Removes every line of `owner`. A missing file is not an error (nothing is held).
+ReleaseResult release(const Options& opts, pid_t owner) noexcept;
+
+// Removes the lines of `owner` for the given indices only.
+ReleaseResult release_indices(const Options& opts, pid_t owner,
+                              const std::vector<std::string>& indices) noexcept;
+
+// Reads the file under a shared lock. Never creates it.
+Snapshot snapshot(const Options& opts) noexcept;
+
+// Removes the lines of dead owners (unparsable lines stay). Never creates the file.
+CleanResult clean_stale(const Options& opts) noexcept;
+
+// The start time of a process (field 22 of /proc/<pid>/stat); false when it cannot be read.
+bool process_start_time(pid_t pid, std::uint64_t* start_time) noexcept;
+
+}  // namespace coordination
+}  // namespace flinkgpu

@@ -1,0 +1,708 @@
+// Unit tests of the coordination core (SPEC 5.2), with real files, real processes and real locks.
+// A plain executable: exits non-zero when a check fails.
+#include "../coordination.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace co = flinkgpu::coordination;
+
+static int g_failures = 0;
+static const char* g_test = "";
+
+#define CHECK(cond)                                                                                    \
+    do {                                                                                               \
+        if (!(cond)) {                                                                                 \
+            std::fprintf(stderr, "FAIL %s (%s:%d): %s\n", g_test, __FILE__, __LINE__, #cond);          \
+            ++g_failures;                                                                              \
+        }                                                                                              \
+    } while (0)
+
+#define CHECK_MSG(cond, msg)                                                                           \
+    do {                                                                                               \
+        if (!(cond)) {                                                                                 \
+            std::fprintf(stderr, "FAIL %s (%s:%d): %s -- %s\n", g_test, __FILE__, __LINE__, #cond,     \
+                         std::string(msg).c_str());                                                    \
+            ++g_failures;                                                                              \
+        }                                                                                              \
+    } while (0)
+
+// ---- helpers ---------------------------------------------------------------------------------------
+
+static std::string g_dir;
+
+static std::string fresh_path(const char* name) {
+    static int counter = 0;
+    return g_dir + "/" + name + "-" + std::to_string(++counter);
+}
+
+static std::string read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+static void write_text(const std::string& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+}
+
+static bool file_exists(const std::string& path) {
+    struct statx st {};
+    return statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, STATX_INO, &st) == 0;
+}
+
+static unsigned long long inode_of(const std::string& path) {
+    struct statx st {};
+    if (statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, STATX_INO, &st) != 0) return 0;
+    return st.stx_ino;
+}
+
+static std::vector<std::string> gpus(int n) {
+    std::vector<std::string> v;
+    for (int i = 0; i < n; ++i) v.push_back(std::to_string(i));
+    return v;
+}
+
+static std::string joined(const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+    return s;
+}
+
+// A live process to own GPUs: a child that sleeps until killed.
+static pid_t spawn_sleeper() {
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (;;) pause();
+    }
+    return pid;
+}
+
+static void kill_and_reap(pid_t pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+}
+
+// The pid of a process that has exited and been reaped.
+static pid_t dead_pid() {
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    waitpid(pid, nullptr, 0);
+    return pid;
+}
+
+static std::uint64_t start_time_of(pid_t pid) {
+    std::uint64_t st = 0;
+    CHECK(co::process_start_time(pid, &st));
+    return st;
+}
+
+static co::Options opts_for(const std::string& path, std::int64_t timeout_ms = 5000) {
+    co::Options o;
+    o.path = path;
+    o.timeout_ms = timeout_ms;
+    return o;
+}
+
+static std::string line_for(const std::string& index, pid_t pid) {
+    return index + " " + std::to_string(pid) + " " + std::to_string(start_time_of(pid));
+}
+
+// A child process that takes flock(LOCK_EX) on `path` and holds it until killed.
+static pid_t spawn_lock_holder(const std::string& path) {
+    int ready[2];
+    if (pipe(ready) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0 || flock(fd, LOCK_EX) != 0) _exit(3);
+        if (write(ready[1], "x", 1) != 1) _exit(4);
+        for (;;) pause();
+    }
+    close(ready[1]);
+    char c;
+    CHECK(read(ready[0], &c, 1) == 1);
+    close(ready[0]);
+    return pid;
+}
+
+// ---- tests -----------------------------------------------------------------------------------------
+
+static void test_claim_creates_file_in_flink_format() {
+    const std::string path = fresh_path("basic");
+    const pid_t me = getpid();
+    co::ClaimResult r = co::claim(opts_for(path), me, gpus(4), 2);
+    CHECK_MSG(r.status.ok(), r.status.message);
+    CHECK(joined(r.indices) == "0,1");
+    CHECK(joined(r.added) == "0,1");
+    CHECK(r.reclaimed.empty());
+    CHECK(read_text(path) == line_for("0", me) + "\n" + line_for("1", me) + "\n");
+    struct statx st {};
+    CHECK(statx(AT_FDCWD, path.c_str(), 0, STATX_MODE, &st) == 0);
+    const mode_t mask = umask(0);
+    umask(mask);
+    CHECK((st.stx_mode & 0777) == (0644 & ~mask));
+}
+
+static void test_amount_zero_touches_nothing() {
+    const std::string path = fresh_path("zero");
+    co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(2), 0);
+    CHECK(r.status.ok());
+    CHECK(r.indices.empty());
+    CHECK(!file_exists(path));
+}
+
+static void test_owner_asking_again() {
+    const std::string path = fresh_path("again");
+    const pid_t me = getpid();
+    const co::Options o = opts_for(path);
+    CHECK(joined(co::claim(o, me, gpus(4), 2).indices) == "0,1");
+    const std::string after_first = read_text(path);
+    co::ClaimResult same = co::claim(o, me, gpus(4), 2);
+    CHECK(joined(same.indices) == "0,1");
+    CHECK(same.added.empty());
+    CHECK(read_text(path) == after_first);
+    co::ClaimResult more = co::claim(o, me, gpus(4), 3);
+    CHECK(joined(more.indices) == "0,1,2");
+    CHECK(joined(more.added) == "2");
+    // Fewer than held: the lowest ones, and it keeps holding all of them.
+    co::ClaimResult fewer = co::claim(o, me, gpus(4), 1);
+    CHECK(joined(fewer.indices) == "0");
+    co::Snapshot s = co::snapshot(o);
+    CHECK(s.entries.size() == 3);
+}
+
+static void test_free_first_then_dead_lowest_first() {
+    const std::string path = fresh_path("order");
+    const pid_t dead = dead_pid();
+    // GPU 0 and 2 belong to a dead owner, 1 and 3 are free: free ones first, then the lowest dead one.
+    write_text(path, "2 " + std::to_string(dead) + "\n0 " + std::to_string(dead) + "\n");
+    co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(4), 3);
+    CHECK_MSG(r.status.ok(), r.status.message);
+    CHECK(joined(r.indices) == "0,1,3");
+    CHECK(joined(r.reclaimed) == "0");
+    CHECK(read_text(path) == "2 " + std::to_string(dead) + "\n" + line_for("1", getpid()) + "\n" +
+                                 line_for("3", getpid()) + "\n" + line_for("0", getpid()) + "\n");
+}
+
+static void test_natural_index_order() {
+    const std::string path = fresh_path("natural");
+    std::vector<std::string> idx = {"10", "2", "1", "11", "0", "2"};
+    co::ClaimResult r = co::claim(opts_for(path), getpid(), idx, 4);
+    CHECK(joined(r.indices) == "0,1,2,10");
+}
+
+// B1: the stock script's `sed -i "/1 /d"` also deletes the line of GPU 11.
+static void test_b1_exact_index_match() {
+    const std::string path = fresh_path("b1");
+    const pid_t dead = dead_pid();
+    const pid_t owner11 = spawn_sleeper();
+    const std::string line11 = line_for("11", owner11);
+    write_text(path, "1 " + std::to_string(dead) + "\n" + line11 + "\n");
+    std::vector<std::string> idx = {"1", "11"};
+    co::ClaimResult r = co::claim(opts_for(path), getpid(), idx, 1);
+    CHECK_MSG(r.status.ok(), r.status.message);
+    CHECK(joined(r.indices) == "1");
+    CHECK(read_text(path) == line11 + "\n" + line_for("1", getpid()) + "\n");
+    // And 11 stays held: nobody else gets it.
+    const pid_t other = spawn_sleeper();
+    co::ClaimResult r2 = co::claim(opts_for(path), other, idx, 1);
+    CHECK(r2.status.code == co::Code::kNotEnough);
+    kill_and_reap(other);
+    kill_and_reap(owner11);
+}
+
+// B2: the file is rewritten in place, never replaced.
+static void test_b2_same_inode() {
+    const std::string path = fresh_path("inode");
+    const co::Options o = opts_for(path);
+    const pid_t dead = dead_pid();
+    write_text(path, "0 " + std::to_string(dead) + "\n1 " + std::to_string(dead) + "\n");
+    const unsigned long long ino = inode_of(path);
+    CHECK(co::claim(o, getpid(), gpus(2), 1).status.ok());  // reclaims 0: a rewrite, not an append
+    CHECK(inode_of(path) == ino);
+    CHECK(co::clean_stale(o).removed.size() == 1);
+    CHECK(inode_of(path) == ino);
+    CHECK(joined(co::release(o, getpid()).released) == "0");
+    CHECK(inode_of(path) == ino);
+    CHECK(read_text(path).empty());
+}
+
+// B2, the other side: a stock script replaced the file (sed -i) while we waited for the old inode's lock.
+static void test_b2_replaced_file_detected() {
+    const std::string path = fresh_path("replaced");
+    const pid_t holder_of_0 = spawn_sleeper();
+    write_text(path, "");
+    const unsigned long long old_ino = inode_of(path);
+    int ready[2], go[2];
+    CHECK(pipe(ready) == 0 && pipe(go) == 0);
+    pid_t locker = fork();
+    if (locker == 0) {
+        int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+        if (fd < 0 || flock(fd, LOCK_EX) != 0) _exit(3);
+        if (write(ready[1], "x", 1) != 1) _exit(4);
+        char c;
+        if (read(go[0], &c, 1) != 1) _exit(5);
+        // What `sed -i` does: write a new file and rename it over the path, still holding the old lock.
+        const std::string tmp = path + ".sed";
+        std::ofstream(tmp) << "0 " << holder_of_0 << "\n";
+        if (rename(tmp.c_str(), path.c_str()) != 0) _exit(6);
+        _exit(0);  // closing the fd releases the lock on the old inode
+    }
+    char c;
+    CHECK(read(ready[0], &c, 1) == 1);
+    co::ClaimResult r;
+    std::thread t([&] { r = co::claim(opts_for(path), getpid(), gpus(2), 1); });
+    // Wait until the claim has opened the old inode (it then polls its lock).
+    bool opened = false;
+    for (int i = 0; i < 500 && !opened; ++i) {
+        DIR* d = opendir("/proc/self/fd");
+        while (dirent* e = d ? readdir(d) : nullptr) {
+            struct statx st {};
+            if (statx(dirfd(d), e->d_name, 0, STATX_INO, &st) == 0 && st.stx_ino == old_ino &&
+                std::atoi(e->d_name) > 2) {
+                opened = true;
+            }
+        }
+        if (d) closedir(d);
+        if (!opened) usleep(2000);
+    }
+    CHECK(opened);
+    CHECK(write(go[1], "x", 1) == 1);
+    t.join();
+    waitpid(locker, nullptr, 0);
+    CHECK_MSG(r.status.ok(), r.status.message);
+    CHECK(joined(r.indices) == "1");  // the replacement says 0 is held: we read the new file
+    CHECK(read_text(path) == "0 " + std::to_string(holder_of_0) + "\n" + line_for("1", getpid()) + "\n");
+    for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
+    kill_and_reap(holder_of_0);
+}
+
+// B4: a live pid with another start time is a reused pid: its entry is stale.
+static void test_b4_pid_reuse_detected() {
+    const std::string path = fresh_path("reuse");
+    const pid_t live = spawn_sleeper();
+    const std::uint64_t st = start_time_of(live);
+    write_text(path, "0 " + std::to_string(live) + " " + std::to_string(st + 12345) + "\n");
+    co::Snapshot s = co::snapshot(opts_for(path));
+    CHECK(s.entries.size() == 1 && !s.entries[0].alive);
+    co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(1), 1);
+    CHECK_MSG(r.status.ok(), r.status.message);
+    CHECK(joined(r.reclaimed) == "0");
+    // With the right start time (or none, as the stock script writes) the same pid holds its GPU.
+    const std::string p2 = fresh_path("reuse2");
+    write_text(p2, "0 " + std::to_string(live) + " " + std::to_string(st) + "\n1 " + std::to_string(live) + "\n");
+    CHECK(co::claim(opts_for(p2), getpid(), gpus(2), 1).status.code == co::Code::kNotEnough);
+    kill_and_reap(live);
+}
+
+// B5: a line we cannot parse is kept, never reclaimed, and reported.
+static void test_b5_unparsable_line_kept() {
+    const std::string path = fresh_path("bad");
+    const std::string text = "2 not-a-pid\n\n0 12x\ngarbage\n";
+    write_text(path, text);
+    co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(3), 2);
+    CHECK(r.status.code == co::Code::kNotEnough);
+    CHECK_MSG(r.status.message.find("blocked by lines that cannot be parsed") != std::string::npos, r.status.message);
+    CHECK(read_text(path) == text);
+    CHECK(r.unparsable.size() == 3);
+    co::ClaimResult ok = co::claim(opts_for(path), getpid(), gpus(3), 1);
+    CHECK(joined(ok.indices) == "1");
+    CHECK(read_text(path) == text + line_for("1", getpid()) + "\n");
+    co::Snapshot s = co::snapshot(opts_for(path));
+    CHECK(s.unparsable.size() == 3);
+    CHECK(s.unparsable[0].line_number == 1 && s.unparsable[0].text == "2 not-a-pid");
+    CHECK(s.unparsable[1].line_number == 3 && s.unparsable[1].text == "0 12x");
+    CHECK(s.unparsable[2].line_number == 4 && s.unparsable[2].text == "garbage");
+    CHECK(s.entries.size() == 1 && s.entries[0].line_number == 5);
+    CHECK(co::clean_stale(opts_for(path)).unparsable.size() == 3);
+    CHECK(read_text(path) == text + line_for("1", getpid()) + "\n");
+}
+
+static void test_line_grammar() {
+    const std::string path = fresh_path("grammar");
+    const pid_t me = getpid();
+    const std::string m = std::to_string(me);
+    // Accepted as the stock script reads them; rejected: tab after the index, 4 fields, pid 0, overflow.
+    write_text(path, "0 " + m + "\n1  " + m + "  \n2\t" + m + "\n3 " + m + " 1 2\n4 0\n5 99999999999\n6 " + m +
+                         " 18446744073709551616\n7 " + m + "\r\n");
+    co::Snapshot s = co::snapshot(opts_for(path));
+    CHECK(s.status.ok());
+    CHECK(s.entries.size() == 2);
+    CHECK(s.entries.size() == 2 && s.entries[0].index == "0" && s.entries[1].index == "1");
+    CHECK(s.entries.size() == 2 && !s.entries[0].has_start_time && s.entries[0].alive);
+    CHECK(s.unparsable.size() == 6);
+}
+
+static void test_no_trailing_newline_is_repaired() {
+    const std::string path = fresh_path("nonl");
+    const pid_t dead = dead_pid();
+    write_text(path, "0 " + std::to_string(dead));
+    co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(2), 1);
+    CHECK(joined(r.indices) == "1");
+    CHECK(read_text(path) == "0 " + std::to_string(dead) + "\n" + line_for("1", getpid()) + "\n");
+}
+
+static void test_not_enough_message() {
+    const std::string path = fresh_path("short");
+    const pid_t a = spawn_sleeper(), b = spawn_sleeper();
+    CHECK(co::claim(opts_for(path), a, gpus(3), 2).status.ok());
+    const std::string before = read_text(path);
+    co::ClaimResult r = co::claim(opts_for(path), b, gpus(3), 2);
+    CHECK(r.status.code == co::Code::kNotEnough);
+    const std::string& m = r.status.message;
+    CHECK_MSG(m.rfind("Could not get enough GPU resources.", 0) == 0, m);
+    CHECK_MSG(m.find("Requested 2") != std::string::npos, m);
+    CHECK_MSG(m.find("has 3 GPUs") != std::string::npos, m);
+    CHECK_MSG(m.find("pid " + std::to_string(a) + " holds 0, 1") != std::string::npos, m);
+    CHECK_MSG(m.find(path) != std::string::npos, m);
+    CHECK(read_text(path) == before);  // all or nothing
+    kill_and_reap(a);
+    kill_and_reap(b);
+}
+
+static void test_zombie_holds_nothing() {
+    const std::string path = fresh_path("zombie");
+    pid_t z = fork();
+    if (z == 0) {
+        for (;;) pause();
+    }
+    const std::string line = line_for("0", z);
+    kill(z, SIGKILL);
+    // Not reaped yet: a zombie. Wait until /proc shows it as one.
+    for (int i = 0; i < 500; ++i) {
+        std::uint64_t st;
+        if (!co::process_start_time(z, &st)) break;
+        usleep(1000);
+    }
+    write_text(path, line + "\n");
+    co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(1), 1);
+    CHECK_MSG(r.status.ok(), r.status.message);
+    CHECK(joined(r.reclaimed) == "0");
+    waitpid(z, nullptr, 0);
+}
+
+static void test_duplicate_lines_live_one_wins() {
+    const std::string path = fresh_path("dup");
+    const pid_t live = spawn_sleeper();
+    write_text(path, "0 " + std::to_string(dead_pid()) + "\n" + line_for("0", live) + "\n");
+    CHECK(co::claim(opts_for(path), getpid(), gpus(1), 1).status.code == co::Code::kNotEnough);
+    kill_and_reap(live);
+    co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(1), 1);
+    CHECK(joined(r.reclaimed) == "0");
+    CHECK(read_text(path) == line_for("0", getpid()) + "\n");  // both dead lines of 0 are gone
+}
+
+static void test_release_and_clean() {
+    const std::string path = fresh_path("release");
+    const co::Options o = opts_for(path);
+    const pid_t a = spawn_sleeper(), b = spawn_sleeper();
+    CHECK(co::claim(o, a, gpus(6), 3).status.ok());
+    CHECK(co::claim(o, b, gpus(6), 2).status.ok());
+    co::ReleaseResult part = co::release_indices(o, a, {"1", "4"});
+    CHECK(part.status.ok() && joined(part.released) == "1");
+    co::ReleaseResult all = co::release(o, a);
+    CHECK(all.status.ok() && joined(all.released) == "0,2");
+    CHECK(co::release(o, a).released.empty());
+    co::Snapshot s = co::snapshot(o);
+    CHECK(s.entries.size() == 2);
+    kill_and_reap(b);
+    s = co::snapshot(o);
+    CHECK(s.entries.size() == 2 && !s.entries[0].alive && !s.entries[1].alive);
+    co::CleanResult c = co::clean_stale(o);
+    CHECK(c.status.ok() && c.removed.size() == 2);
+    CHECK(read_text(path).empty());
+    kill_and_reap(a);
+}
+
+static void test_missing_file_not_created() {
+    const std::string path = fresh_path("missing");
+    co::Snapshot s = co::snapshot(opts_for(path));
+    CHECK(s.status.ok() && !s.exists);
+    CHECK(co::release(opts_for(path), getpid()).status.ok());
+    CHECK(co::clean_stale(opts_for(path)).status.ok());
+    CHECK(!file_exists(path));
+}
+
+static void test_invalid_arguments() {
+    const std::string path = fresh_path("invalid");
+    CHECK(co::claim(opts_for(path), 0, gpus(2), 1).status.code == co::Code::kInvalidArgument);
+    CHECK(co::claim(opts_for(path), -1, gpus(2), 1).status.code == co::Code::kInvalidArgument);
+    co::ClaimResult bad = co::claim(opts_for(path), getpid(), {"0", "1 2"}, 1);
+    CHECK(bad.status.code == co::Code::kInvalidArgument);
+    CHECK_MSG(bad.status.message.find("'1 2'") != std::string::npos, bad.status.message);
+    CHECK(co::claim(opts_for(path), getpid(), {"0", ""}, 1).status.code == co::Code::kInvalidArgument);
+    CHECK(co::claim(opts_for(path), getpid(), {"0\n1"}, 1).status.code == co::Code::kInvalidArgument);
+    co::ClaimResult dead = co::claim(opts_for(path), dead_pid(), gpus(2), 1);
+    CHECK(dead.status.code == co::Code::kInvalidArgument);
+    CHECK(co::claim(opts_for(path, -1), getpid(), gpus(2), 1).status.code == co::Code::kInvalidArgument);
+    CHECK(co::claim(opts_for(""), getpid(), gpus(2), 1).status.code == co::Code::kInvalidArgument);
+    CHECK(!file_exists(path));
+}
+
+// B10: lock waits are bounded.
+static void test_b10_lock_timeout() {
+    const std::string path = fresh_path("timeout");
+    const pid_t holder = spawn_lock_holder(path);
+    const auto t0 = std::chrono::steady_clock::now();
+    co::ClaimResult r = co::claim(opts_for(path, 300), getpid(), gpus(2), 1);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(r.status.code == co::Code::kTimeout);
+    CHECK_MSG(r.status.message.find(path) != std::string::npos, r.status.message);
+    CHECK_MSG(r.status.message.find("held by pid " + std::to_string(holder)) != std::string::npos, r.status.message);
+    CHECK_MSG(secs >= 0.29 && secs < 2.0, std::to_string(secs));
+    CHECK(co::snapshot(opts_for(path, 0)).status.code == co::Code::kTimeout);
+    kill_and_reap(holder);
+    CHECK(co::claim(opts_for(path, 0), getpid(), gpus(2), 1).status.ok());
+}
+
+static void test_symlink_refused_target_untouched() {
+    const std::string target = fresh_path("target");
+    const std::string link = fresh_path("link");
+    write_text(target, "precious\n");
+    CHECK(symlink(target.c_str(), link.c_str()) == 0);
+    for (int op = 0; op < 4; ++op) {
+        co::Status s = op == 0   ? co::claim(opts_for(link), getpid(), gpus(1), 1).status
+                       : op == 1 ? co::release(opts_for(link), getpid()).status
+                       : op == 2 ? co::snapshot(opts_for(link)).status
+                                 : co::clean_stale(opts_for(link)).status;
+        CHECK(s.code == co::Code::kOsError && s.sys_errno == ELOOP);
+        CHECK_MSG(s.message.find(link) != std::string::npos && s.message.find("symbolic link") != std::string::npos,
+                  s.message);
+    }
+    CHECK(read_text(target) == "precious\n");
+    // A dangling link is not followed to create its target either.
+    const std::string dangling = fresh_path("dangling");
+    const std::string nowhere = fresh_path("nowhere");
+    CHECK(symlink(nowhere.c_str(), dangling.c_str()) == 0);
+    CHECK(co::claim(opts_for(dangling), getpid(), gpus(1), 1).status.sys_errno == ELOOP);
+    CHECK(!file_exists(nowhere));
+}
+
+static void test_non_regular_files_refused() {
+    const std::string dir = fresh_path("dir");
+    CHECK(mkdir(dir.c_str(), 0755) == 0);
+    co::ClaimResult d = co::claim(opts_for(dir), getpid(), gpus(1), 1);
+    CHECK(d.status.code == co::Code::kOsError && d.status.sys_errno == EISDIR);
+    CHECK_MSG(d.status.message.find("a directory") != std::string::npos, d.status.message);
+    // A FIFO must not block (nobody writes to it) and is refused.
+    const std::string fifo = fresh_path("fifo");
+    CHECK(mkfifo(fifo.c_str(), 0644) == 0);
+    for (int op = 0; op < 2; ++op) {
+        co::Status s = op == 0 ? co::claim(opts_for(fifo), getpid(), gpus(1), 1).status : co::snapshot(opts_for(fifo)).status;
+        CHECK(s.code == co::Code::kOsError && s.sys_errno == EINVAL);
+        CHECK_MSG(s.message.find("a FIFO") != std::string::npos && s.message.find(fifo) != std::string::npos, s.message);
+    }
+    // A device is refused before it is opened.
+    co::Status dev = co::claim(opts_for("/dev/null"), getpid(), gpus(1), 1).status;
+    CHECK_MSG(dev.code == co::Code::kOsError && dev.message.find("character device") != std::string::npos, dev.message);
+}
+
+static void test_hard_link_refused() {
+    const std::string other = fresh_path("other");
+    const std::string path = fresh_path("hardlink");
+    write_text(other, "someone else's data\n");
+    CHECK(link(other.c_str(), path.c_str()) == 0);
+    co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(1), 1);
+    CHECK(r.status.code == co::Code::kOsError && r.status.sys_errno == EMLINK);
+    CHECK_MSG(r.status.message.find("hard links") != std::string::npos, r.status.message);
+    CHECK(read_text(other) == "someone else's data\n");
+}
+
+static void test_unusable_path_names_path_and_errno() {
+    const std::string path = g_dir + "/no-such-dir/coordination";
+    co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(1), 1);
+    CHECK(r.status.code == co::Code::kOsError && r.status.sys_errno == ENOENT);
+    CHECK_MSG(r.status.message.find(path) != std::string::npos, r.status.message);
+    CHECK_MSG(r.status.message.find(std::strerror(ENOENT)) != std::string::npos, r.status.message);
+    if (geteuid() != 0) {  // root reads anything: permission checks only mean something for other users
+        const std::string ro = fresh_path("readonly");
+        write_text(ro, "");
+        chmod(ro.c_str(), 0444);
+        co::ClaimResult p = co::claim(opts_for(ro), getpid(), gpus(1), 1);
+        CHECK(p.status.sys_errno == EACCES);
+        CHECK_MSG(p.status.message.find("mode 0444") != std::string::npos, p.status.message);
+    }
+}
+
+// Threads of one process exclude each other: each call has its own open file description.
+static void test_threads_exclude_each_other() {
+    const std::string path = fresh_path("threads");
+    constexpr int kThreads = 8, kGpus = 3, kRounds = 40;
+    std::vector<pid_t> owners;
+    for (int i = 0; i < kThreads; ++i) owners.push_back(spawn_sleeper());
+    std::atomic<int> holder[kGpus];
+    for (auto& h : holder) h = -1;
+    std::atomic<int> doubles{0}, claims{0}, errors{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            for (int round = 0; round < kRounds; ++round) {
+                co::ClaimResult r = co::claim(opts_for(path, 20000), owners[t], gpus(kGpus), 1);
+                if (r.status.code == co::Code::kNotEnough) {
+                    std::this_thread::yield();
+                    continue;
+                }
+                if (!r.status.ok() || r.indices.size() != 1) {
+                    ++errors;
+                    continue;
+                }
+                const int g = std::atoi(r.indices[0].c_str());
+                int expected = -1;
+                if (!holder[g].compare_exchange_strong(expected, t)) ++doubles;
+                ++claims;
+                std::this_thread::yield();
+                expected = t;
+                holder[g].compare_exchange_strong(expected, -1);
+                if (!co::release(opts_for(path, 20000), owners[t]).status.ok()) ++errors;
+            }
+        });
+    }
+    for (auto& th : threads) th.join();
+    CHECK(doubles == 0);
+    CHECK(errors == 0);
+    CHECK_MSG(claims >= kGpus * 3, std::to_string(claims.load()));
+    CHECK(read_text(path).empty());
+    for (pid_t p : owners) kill_and_reap(p);
+}
+
+// Real processes claim and release while some are SIGKILLed; a per-GPU flock held while a worker
+// believes it owns the GPU detects any double assignment (the kernel drops it when the worker dies).
+static void test_processes_with_kills() {
+    const std::string path = fresh_path("procs");
+    const std::string marks = fresh_path("marks");
+    CHECK(mkdir(marks.c_str(), 0755) == 0);
+    constexpr int kWorkers = 16, kGpus = 4;
+    int report[2];
+    CHECK(pipe(report) == 0);
+    std::vector<pid_t> workers;
+    for (int w = 0; w < kWorkers; ++w) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(report[0]);
+            std::mt19937 rng(static_cast<unsigned>(getpid()));
+            int doubles = 0, claims = 0;
+            const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+            while (std::chrono::steady_clock::now() < end) {
+                const std::size_t amount = 1 + rng() % 2;
+                co::ClaimResult r = co::claim(opts_for(path, 20000), getpid(), gpus(kGpus), amount);
+                if (r.status.code == co::Code::kNotEnough) {
+                    usleep(500);
+                    continue;
+                }
+                if (!r.status.ok()) _exit(2);
+                std::vector<int> fds;
+                for (const std::string& g : r.indices) {
+                    int fd = open((marks + "/" + g).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+                    if (fd < 0) _exit(3);
+                    if (flock(fd, LOCK_EX | LOCK_NB) != 0) ++doubles;
+                    fds.push_back(fd);
+                }
+                ++claims;
+                usleep(200 + rng() % 800);
+                for (int fd : fds) close(fd);
+                if (!co::release(opts_for(path, 20000), getpid()).status.ok()) _exit(4);
+            }
+            const int msg[2] = {doubles, claims};
+            if (write(report[1], msg, sizeof msg) != sizeof msg) _exit(5);
+            _exit(0);
+        }
+        workers.push_back(pid);
+    }
+    close(report[1]);
+    // Kill a quarter of them while they work (they may be holding GPUs, or even the lock).
+    usleep(300000);
+    for (int w = 0; w < kWorkers; w += 4) {
+        kill(workers[w], SIGKILL);
+        usleep(100000);
+    }
+    int total_doubles = 0, total_claims = 0, reports = 0;
+    int msg[2];
+    while (read(report[0], msg, sizeof msg) == static_cast<ssize_t>(sizeof msg)) {
+        total_doubles += msg[0];
+        total_claims += msg[1];
+        ++reports;
+    }
+    close(report[0]);
+    int clean_exits = 0;
+    for (pid_t p : workers) {
+        int status = 0;
+        waitpid(p, &status, 0);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) ++clean_exits;
+    }
+    CHECK(total_doubles == 0);
+    CHECK_MSG(clean_exits == kWorkers - kWorkers / 4, std::to_string(clean_exits));
+    CHECK(reports == clean_exits);
+    CHECK_MSG(total_claims > 50, std::to_string(total_claims));
+    // Every GPU is claimable again: the killed workers' entries are reclaimed.
+    co::ClaimResult all = co::claim(opts_for(path), getpid(), gpus(kGpus), kGpus);
+    CHECK_MSG(all.status.ok(), all.status.message);
+    CHECK(joined(all.indices) == "0,1,2,3");
+}
+
+int main() {
+    char tmpl[] = "/tmp/flinkgpu-coordination-test-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+        std::perror("mkdtemp");
+        return 2;
+    }
+    g_dir = tmpl;
+    const std::vector<std::pair<const char*, std::function<void()>>> tests = {
+        {"claim_creates_file_in_flink_format", test_claim_creates_file_in_flink_format},
+        {"amount_zero_touches_nothing", test_amount_zero_touches_nothing},
+        {"owner_asking_again", test_owner_asking_again},
+        {"free_first_then_dead_lowest_first", test_free_first_then_dead_lowest_first},
+        {"natural_index_order", test_natural_index_order},
+        {"b1_exact_index_match", test_b1_exact_index_match},
+        {"b2_same_inode", test_b2_same_inode},
+        {"b2_replaced_file_detected", test_b2_replaced_file_detected},
+        {"b4_pid_reuse_detected", test_b4_pid_reuse_detected},
+        {"b5_unparsable_line_kept", test_b5_unparsable_line_kept},
+        {"line_grammar", test_line_grammar},
+        {"no_trailing_newline_is_repaired", test_no_trailing_newline_is_repaired},
+        {"not_enough_message", test_not_enough_message},
+        {"zombie_holds_nothing", test_zombie_holds_nothing},
+        {"duplicate_lines_live_one_wins", test_duplicate_lines_live_one_wins},
+        {"release_and_clean", test_release_and_clean},
+        {"missing_file_not_created", test_missing_file_not_created},
+        {"invalid_arguments", test_invalid_arguments},
+        {"b10_lock_timeout", test_b10_lock_timeout},
+        {"symlink_refused_target_untouched", test_symlink_refused_target_untouched},
+        {"non_regular_files_refused", test_non_regular_files_refused},
+        {"hard_link_refused", test_hard_link_refused},
+        {"unusable_path_names_path_and_errno", test_unusable_path_names_path_and_errno},
+        {"threads_exclude_each_other", test_threads_exclude_each_other},
+        {"processes_with_kills", test_processes_with_kills},
+    };
+    for (const auto& [name, fn] : tests) {
+        g_test = name;
+        const int before = g_failures;
+        fn();
+        std::printf("%s %s\n", g_failures == before ? "ok  " : "FAIL", name);
+    }
+    std::string rm = "rm -rf '" + g_dir + "'";
+    if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", g_dir.c_str());
+    std::printf("%d failure(s)\n", g_failures);
+    return g_failures == 0 ? 0 : 1;
+}
