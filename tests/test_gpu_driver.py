@@ -1,0 +1,175 @@
+"""GPUDriverFactory / GPUDriver: options, mode selection (SPEC 4.1), lifecycle, framework fit."""
+
+import logging
+
+import pytest
+
+import flink_gpu
+from flink_gpu import (Configuration, ExternalResourceDriver, ExternalResourceDriverFactory,
+                       FlinkException, GPUDriver, GPUDriverFactory, GPUDriverOptions, GPUInfo,
+                       IllegalConfigurationException, NvmlError)
+
+SCRIPT = "#!/bin/sh\necho 0,1\n"
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "discovery.sh"
+    path.write_text(SCRIPT)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_flinks_options():
+    assert GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key == "discovery-script.path"
+    assert GPUDriverOptions.DISCOVERY_SCRIPT_PATH.default_value == \
+        "plugins/external-resource-gpu/nvidia-gpu-discovery.sh"
+    assert GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key == "discovery-script.args"
+    assert GPUDriverOptions.DISCOVERY_SCRIPT_ARG.default_value is None
+    assert not GPUDriverOptions.DISCOVERY_SCRIPT_ARG.has_default_value()
+
+
+def test_our_options():
+    assert GPUDriverOptions.DISCOVERY_MODE.key == "discovery-mode"
+    assert GPUDriverOptions.DISCOVERY_MODE.default_value == "auto"
+    assert GPUDriverOptions.NVML_LIBRARY_PATH.key == "nvml.library-path"
+    assert GPUDriverOptions.NVML_LIBRARY_PATH.default_value is None
+    assert GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key == "discovery-script.timeout"
+    assert Configuration({"discovery-script.timeout": "1 min"}).get(
+        GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT) == 60.0
+
+
+def test_public_names():
+    for name in ("GPUDriverFactory", "GPUDriver", "GPUInfo", "GPUDriverOptions",
+                 "cuda_visible_devices"):
+        assert name in flink_gpu.__all__ and getattr(flink_gpu, name) is getattr(flink_gpu.gpu, name)
+
+
+def test_factory_and_driver_implement_the_framework_abcs(script):
+    factory = GPUDriverFactory()
+    assert isinstance(factory, ExternalResourceDriverFactory)
+    gpu_driver = factory.create_external_resource_driver(
+        Configuration({"discovery-script.path": script}))
+    assert isinstance(gpu_driver, GPUDriver) and isinstance(gpu_driver, ExternalResourceDriver)
+
+
+@pytest.mark.parametrize("make_config", [dict, Configuration])
+def test_config_may_be_a_dict_or_a_configuration(script, make_config):
+    config = make_config({"discovery-script.path": script, "discovery-script.args": "--foo"})
+    with GPUDriverFactory().create_external_resource_driver(config) as gpu_driver:
+        assert gpu_driver.retrieve_resource_info(2) == {GPUInfo("0"), GPUInfo("1")}
+
+
+def test_driver_sees_the_param_view_of_a_full_configuration(script):
+    full = Configuration({"external-resource.gpu.param.discovery-script.path": script,
+                          "external-resource.gpu.amount": 2})
+    gpu_driver = GPUDriver(full.prefixed("external-resource.gpu.param."))
+    assert gpu_driver.mode == "script"
+    assert len(gpu_driver.retrieve_resource_info(2)) == 2
+
+
+def test_the_java_factory_name_loads_this_driver(script):
+    from flink_gpu import load_external_resources
+
+    config = {"external-resources": "gpu", "external-resource.gpu.amount": 2,
+              "external-resource.gpu.driver-factory.class":
+                  "org.apache.flink.externalresource.gpu.GPUDriverFactory",
+              "external-resource.gpu.param.discovery-script.path": script}
+    with load_external_resources(config) as provider:
+        assert provider.get_external_resource_infos("gpu") == {GPUInfo("0"), GPUInfo("1")}
+
+
+@pytest.mark.parametrize("value", ["Script", " script ", "SCRIPT"])
+def test_mode_is_case_and_blank_insensitive(script, value):
+    assert GPUDriver({"discovery-mode": value, "discovery-script.path": script}).mode == "script"
+
+
+def test_unknown_mode_names_key_value_and_choices():
+    with pytest.raises(IllegalConfigurationException) as error:
+        GPUDriver({"discovery-mode": "cuda"})
+    assert str(error.value) == ("Invalid value 'cuda' for key 'discovery-mode': expected one of "
+                                "auto, nvml, script.")
+
+
+def test_script_mode_uses_the_default_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLINK_HOME", str(tmp_path))
+    with pytest.raises(FileNotFoundError) as error:
+        GPUDriver({"discovery-mode": "script"})
+    assert str(error.value) == ("The gpu discovery script does not exist in path "
+                                f"{tmp_path}/plugins/external-resource-gpu/nvidia-gpu-discovery.sh.")
+
+
+def test_auto_with_explicit_path_logs_its_reason_once(script, caplog):
+    with caplog.at_level(logging.INFO, "flink_gpu.gpu.driver"):
+        gpu_driver = GPUDriver({"discovery-script.path": script})
+        gpu_driver.retrieve_resource_info(1)
+        gpu_driver.retrieve_resource_info(1)
+    assert gpu_driver.mode == "script"
+    assert [r.getMessage() for r in caplog.records] == [
+        "GPU discovery uses the script backend: discovery-script.path is set."]
+
+
+def test_auto_with_a_blank_explicit_path_is_flinks_error():
+    with pytest.raises(IllegalConfigurationException, match="is not configured"):
+        GPUDriver({"discovery-script.path": "  "})
+
+
+def test_auto_falls_back_to_the_default_script_when_nvml_cannot_load(tmp_path, monkeypatch,
+                                                                     caplog):
+    plugin = tmp_path / "plugins" / "external-resource-gpu"
+    plugin.mkdir(parents=True)
+    (plugin / "nvidia-gpu-discovery.sh").write_text("#!/bin/sh\necho 3\n")
+    (plugin / "nvidia-gpu-discovery.sh").chmod(0o755)
+    monkeypatch.setenv("FLINK_HOME", str(tmp_path))
+    missing = str(tmp_path / "no-libnvidia-ml.so.1")
+    with caplog.at_level(logging.INFO, "flink_gpu.gpu.driver"):
+        gpu_driver = GPUDriver({"nvml.library-path": missing})
+    assert gpu_driver.mode == "script"
+    assert gpu_driver.retrieve_resource_info(1) == {GPUInfo("3")}
+    [record] = caplog.records
+    assert record.getMessage().startswith(
+        "GPU discovery uses the script backend: discovery-script.path is not set and NVML is "
+        "not usable (")
+    assert missing in record.getMessage()
+
+
+def test_nvml_mode_fails_clearly_without_nvml(tmp_path):
+    missing = str(tmp_path / "libnvidia-ml.so.1")
+    with pytest.raises(NvmlError) as error:
+        GPUDriver({"discovery-mode": "nvml", "nvml.library-path": missing})
+    assert missing in str(error.value)
+    assert isinstance(error.value, FlinkException)
+
+
+@pytest.mark.parametrize("timeout", ["0 ms", "0"])
+def test_timeout_must_be_positive(script, timeout):
+    with pytest.raises(IllegalConfigurationException, match="discovery-script.timeout"):
+        GPUDriver({"discovery-script.path": script, "discovery-script.timeout": timeout})
+
+
+def test_unparsable_timeout_names_the_key(script):
+    with pytest.raises(IllegalConfigurationException,
+                       match="Could not parse value 'soon' for key 'discovery-script.timeout'"):
+        GPUDriver({"discovery-script.path": script, "discovery-script.timeout": "soon"})
+
+
+def test_amount_must_be_a_whole_number(script):
+    gpu_driver = GPUDriver({"discovery-script.path": script})
+    with pytest.raises(TypeError):
+        gpu_driver.retrieve_resource_info(1.5)
+
+
+def test_close_is_idempotent_and_final(script):
+    gpu_driver = GPUDriver({"discovery-script.path": script})
+    with gpu_driver as entered:
+        assert entered is gpu_driver
+        assert len(gpu_driver.retrieve_resource_info(2)) == 2
+    gpu_driver.close()
+    with pytest.raises(FlinkException, match="closed"):
+        gpu_driver.retrieve_resource_info(2)
+    assert "closed" in repr(gpu_driver)
+
+
+def test_repr_says_backend_and_reason(script):
+    assert repr(GPUDriver({"discovery-script.path": script})) == \
+        "<GPUDriver script: discovery-script.path is set>"

@@ -1,0 +1,333 @@
+"""The NVML backend (SPEC 4.2) on the bundled NVML simulator, with injected faults.
+
+NVML is initialised once per process, so every scenario runs in a fresh Python process whose
+environment points at the simulator (``flink_gpu.simulator.environment``).
+"""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+from flink_gpu import IllegalConfigurationException, simulator
+from flink_gpu.gpu.nvml import DEFAULT_COORDINATION_FILE, parse_script_args
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SRC = os.path.join(ROOT, "src")
+NATIVE_DISCOVERY = os.path.join(SRC, "bin", "flink-gpu-discovery")
+
+# Runs drivers in a child process and prints what they returned and logged, as JSON.
+RUNNER = r"""
+import json, logging, os, sys
+records = []
+class Collect(logging.Handler):
+    def emit(self, record):
+        records.append([record.levelname, record.name, record.getMessage()])
+root = logging.getLogger("flink_gpu")
+root.addHandler(Collect())
+root.setLevel(logging.DEBUG)
+from flink_gpu import GPUDriverFactory, cuda_visible_devices
+
+def describe(infos):
+    return sorted(([[k, i.get_property(k)] for k in i.get_keys()] for i in infos),
+                  key=lambda props: int(props[0][1]))
+
+def run(config, amounts):
+    result = {"retrievals": []}
+    try:
+        with GPUDriverFactory().create_external_resource_driver(config) as driver:
+            result["mode"] = driver.mode
+            result["reason"] = driver.reason
+            for amount in amounts:
+                infos = driver.retrieve_resource_info(amount)
+                result["retrievals"].append(describe(infos))
+                result["cuda_visible_devices"] = cuda_visible_devices(infos)
+    except Exception as error:
+        result["error"] = [type(error).__name__, str(error)]
+    return result
+
+scenarios = json.loads(sys.argv[1])
+output = []
+for config, amounts in scenarios:
+    output.append(run(config, amounts))
+print(json.dumps({"results": output, "logs": records}))
+"""
+
+
+def run_scenarios(scenarios, *, devices=None, spec=None, init_error=None, env=None):
+    """Run ``[(config, amounts), ...]`` in one child process against a simulated host."""
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    child_env.update(env or {})
+    if devices is not None or spec is not None or init_error is not None or env is None:
+        child_env.update(simulator.environment(devices=devices, spec=spec, init_error=init_error))
+    child_env["PYTHONPATH"] = SRC
+    done = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(scenarios)], env=child_env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    output = json.loads(done.stdout)
+    return output["results"], output["logs"]
+
+
+def run_one(config, amounts, **kwargs):
+    [result], logs = run_scenarios([(config, amounts)], **kwargs)
+    return result, logs
+
+
+def sim_uuid(i):
+    return f"GPU-00000000-0000-4000-8000-{i:012x}"
+
+
+def sim_properties(i, **overrides):
+    props = {"index": str(i), "uuid": sim_uuid(i), "name": "NVIDIA Simulated GPU",
+             "pci.bus-id": f"00000000:{i + 1:02X}:00.0", "memory.total": str(80 * 2**30),
+             "minor-number": str(i)}
+    props.update(overrides)
+    return [[k, v] for k, v in props.items()]
+
+
+def indices(retrieval):
+    return [dict(props)["index"] for props in retrieval]
+
+
+NVML = {"discovery-mode": "nvml"}
+
+
+def test_first_devices_with_all_properties():
+    result, logs = run_one(NVML, [2])
+    assert result["mode"] == "nvml"
+    assert result["retrievals"] == [[sim_properties(0), sim_properties(1)]]
+    assert result["cuda_visible_devices"] == f"{sim_uuid(0)},{sim_uuid(1)}"
+    assert ["INFO", "flink_gpu.gpu.nvml",
+            "Discover GPU resources: [GPU Device(0), GPU Device(1)]."] in logs
+
+
+def test_properties_follow_the_spec():
+    spec = {"devices": [{"uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3",
+                         "memory_total": 85520809984, "pci_bus_id": "00000000:17:00.0",
+                         "minor_number": 7}]}
+    result, _ = run_one(NVML, [1], spec=spec)
+    assert result["retrievals"] == [[[["index", "0"], ["uuid", "GPU-aaaa"],
+                                      ["name", "NVIDIA H100 80GB HBM3"],
+                                      ["pci.bus-id", "00000000:17:00.0"],
+                                      ["memory.total", "85520809984"], ["minor-number", "7"]]]]
+
+
+def test_all_devices_and_too_many():
+    [exact, too_many], _ = run_scenarios([(NVML, [4]), (NVML, [5])], devices=4)
+    assert indices(exact["retrievals"][0]) == ["0", "1", "2", "3"]
+    name, message = too_many["error"]
+    assert name == "FlinkException"
+    assert "5 requested" in message and "reports 4 usable devices" in message
+    assert simulator.library_path() in message
+
+
+def test_no_device_at_all():
+    result, _ = run_one(NVML, [1], devices=0)
+    assert result["error"][0] == "FlinkException"
+    assert "1 requested" in result["error"][1] and "0 usable devices" in result["error"][1]
+
+
+FAULTY = {"devices": [{}, {"fault": "NO_PERMISSION"}, {"fault": "GPU_IS_LOST"}, {}]}
+
+
+def test_faulty_devices_are_skipped_with_one_warn_each():
+    result, logs = run_one(NVML, [2, 2], spec=FAULTY)
+    assert [indices(r) for r in result["retrievals"]] == [["0", "3"], ["0", "3"]]
+    warnings = [message for level, _, message in logs if level == "WARNING"]
+    assert len(warnings) == 2, warnings  # enumeration is cached: not repeated per retrieval
+    assert warnings[0].startswith("GPU 1 skipped") and "NO_PERMISSION" in warnings[0]
+    assert warnings[1].startswith("GPU 2 skipped") and "GPU_IS_LOST" in warnings[1]
+
+
+def test_too_few_after_skipping_says_why():
+    result, _ = run_one(NVML, [3], spec=FAULTY)
+    name, message = result["error"]
+    assert name == "FlinkException"
+    assert "3 requested" in message and "2 usable devices and 2 skipped" in message
+    assert "GPU 1 skipped" in message and "GPU 2 skipped" in message
+
+
+def test_nvml_init_failure_in_nvml_mode_is_clear():
+    result, _ = run_one(NVML, [1], init_error=9)  # NVML_ERROR_DRIVER_NOT_LOADED
+    name, message = result["error"]
+    assert name == "NvmlError"
+    assert simulator.library_path() in message
+
+
+def test_library_path_option_is_used(tmp_path):
+    # no FLINK_GPU_NVML_LIBRARY in the child: only the option can find the simulator
+    env = {"FLINK_GPU_SIM_DEVICES": "3"}
+    good = dict(NVML, **{"nvml.library-path": simulator.library_path()})
+    missing = str(tmp_path / "libnvidia-ml.so.1")
+    bad = dict(NVML, **{"nvml.library-path": missing})
+    [ok, failed], _ = run_scenarios([(good, [3]), (bad, [1])], env=env)
+    assert indices(ok["retrievals"][0]) == ["0", "1", "2"]
+    assert failed["error"][0] == "NvmlError" and missing in failed["error"][1]
+
+
+def test_auto_prefers_nvml_when_it_loads():
+    result, logs = run_one({}, [1], devices=2)
+    assert result["mode"] == "nvml"
+    assert "discovery-script.path is not set and NVML loaded from" in result["reason"]
+    [line] = [m for level, name, m in logs if name == "flink_gpu.gpu.driver"]
+    assert line.startswith("GPU discovery uses the nvml backend:")
+
+
+def fake_flink_home(tmp_path, output="0,1"):
+    plugin = tmp_path / "flink" / "plugins" / "external-resource-gpu"
+    plugin.mkdir(parents=True)
+    script = plugin / "nvidia-gpu-discovery.sh"
+    script.write_text(f"#!/bin/sh\necho {output}\n")
+    script.chmod(0o755)
+    return str(tmp_path / "flink")
+
+
+def test_auto_falls_back_to_the_default_script_when_nvml_fails(tmp_path):
+    env = {"FLINK_HOME": fake_flink_home(tmp_path, "5,6")}
+    env.update(simulator.environment(init_error=9))
+    result, logs = run_one({}, [2], env=env)
+    assert result["mode"] == "script"
+    assert "NVML is not usable" in result["reason"]
+    assert indices(result["retrievals"][0]) == ["5", "6"]
+    assert sum(name == "flink_gpu.gpu.driver" for _, name, _ in logs) == 1
+
+
+def test_auto_with_an_explicit_script_never_touches_nvml(tmp_path):
+    home = fake_flink_home(tmp_path, "9")
+    config = {"discovery-script.path": "plugins/external-resource-gpu/nvidia-gpu-discovery.sh"}
+    env = {"FLINK_HOME": home, "FLINK_GPU_NVML_LIBRARY": str(tmp_path / "absent.so")}
+    result, _ = run_one(config, [1], env=env)
+    assert result["mode"] == "script" and result["reason"] == "discovery-script.path is set"
+    assert indices(result["retrievals"][0]) == ["9"]
+
+
+def test_coordination_in_nvml_mode_is_refused_not_ignored():
+    config = dict(NVML, **{"discovery-script.args": "--enable-coordination-mode"})
+    result, _ = run_one(config, [1])
+    name, message = result["error"]
+    assert name == "FlinkException"
+    assert "coordination mode is not supported by the NVML backend yet" in message
+    assert "discovery-mode: script" in message
+
+
+def test_auto_keeps_coordinated_setups_on_the_script(tmp_path):
+    env = {"FLINK_HOME": fake_flink_home(tmp_path, "1")}
+    env.update(simulator.environment(devices=4))
+    config = {"discovery-script.args": "--enable-coordination-mode --coordination-file /tmp/x"}
+    result, _ = run_one(config, [1], env=env)
+    assert result["mode"] == "script" and "coordination" in result["reason"]
+    assert indices(result["retrievals"][0]) == ["1"]
+
+
+CACHE_AND_FORK = r"""
+import json, os, sys
+from flink_gpu import GPUDriver
+driver = GPUDriver({"discovery-mode": "nvml"})
+first = {i.index: i for i in driver.retrieve_resource_info(2)}
+again = {i.index: i for i in driver.retrieve_resource_info(2)}
+cached = all(first[k] is again[k] for k in first)
+read_end, write_end = os.pipe()
+pid = os.fork()
+if pid == 0:
+    child = {i.index: i for i in driver.retrieve_resource_info(2)}
+    fresh = all(child[k] is not first[k] and child[k] == first[k] for k in first)
+    os.write(write_end, json.dumps(fresh).encode())
+    os._exit(0)
+os.close(write_end)
+fresh = json.loads(os.read(read_end, 100))
+os.waitpid(pid, 0)
+driver.close()
+print(json.dumps({"cached": cached, "fresh_in_child": fresh}))
+"""
+
+
+def test_enumeration_is_cached_but_not_across_fork():
+    env = dict(os.environ, PYTHONPATH=SRC, **simulator.environment(devices=3))
+    done = subprocess.run([sys.executable, "-c", CACHE_AND_FORK], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"cached": True, "fresh_in_child": True}
+
+
+def test_a_property_nvml_does_not_answer_is_absent():
+    from flink_gpu._native import NvmlDevice
+    from flink_gpu.gpu.nvml import _gpu_info
+
+    device = NvmlDevice.__new__(NvmlDevice)  # every query unanswered: all attributes None
+    info = _gpu_info(device)
+    assert info.get_keys() == ("index",)
+    assert info.get_property("index") == "0" and info.get_property("uuid") is None
+
+
+# --- both backends see the same host ------------------------------------------------------------
+
+def discovery_command(tmp_path):
+    """The native drop-in when built, else a script asking NVML through the binding."""
+    if os.access(NATIVE_DISCOVERY, os.X_OK):
+        return NATIVE_DISCOVERY
+    script = tmp_path / "nvml-discovery.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"PYTHONPATH='{SRC}' exec '{sys.executable}' -c '"
+        "import sys; from flink_gpu._native import Nvml; "
+        "n = int(sys.argv[1]); d = Nvml.open().devices()[:n]; "
+        "print(\",\".join(str(x.index) for x in d) if len(d) == n "
+        "else \"Could not get enough GPU resources.\"); "
+        "sys.exit(len(d) != n)' \"$1\"\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.parametrize("host", [{"devices": 4}, {"devices": 1}, {"spec": FAULTY},
+                                  {"spec": {"devices": [{"fault": "GPU_IS_LOST"}, {}, {}]}}])
+def test_script_and_nvml_backends_agree(tmp_path, host):
+    script = {"discovery-mode": "script", "discovery-script.path": discovery_command(tmp_path)}
+    scenarios = [(config, [amount]) for amount in (1, 2, 3) for config in (NVML, script)]
+    results, _ = run_scenarios(scenarios, **host)
+
+    def outcome(result):
+        return "too few" if "error" in result else indices(result["retrievals"][0])
+
+    outcomes = [outcome(result) for result in results]
+    assert outcomes[0::2] == outcomes[1::2]
+    assert outcomes[0] != "too few"
+
+
+# --- discovery-script.args in nvml mode (the stock script's grammar) ----------------------------
+
+def test_args_grammar(caplog):
+    with caplog.at_level(logging.WARNING, "flink_gpu.gpu.nvml"):
+        assert parse_script_args(None) == (False, DEFAULT_COORDINATION_FILE, ())
+        assert parse_script_args("null") == (False, DEFAULT_COORDINATION_FILE, ())
+        assert parse_script_args("") == (False, DEFAULT_COORDINATION_FILE, ())
+        assert parse_script_args("--enable-coordination-mode\t--coordination-file /x/f") == (
+            True, "/x/f", ())
+        # like the stock script, the token after --coordination-file is the path, whatever it is
+        assert parse_script_args("--coordination-file --enable-coordination-mode") == (
+            False, "--enable-coordination-mode", ())
+    assert caplog.records == []
+
+
+def test_docs_typo_gets_a_warn_naming_the_right_flag(caplog):
+    with caplog.at_level(logging.WARNING, "flink_gpu.gpu.nvml"):
+        parsed = parse_script_args("--enable-coordination --coordination-file /f")
+    assert parsed == (False, "/f", ("--enable-coordination",))
+    [record] = caplog.records
+    assert "'--enable-coordination'" in record.getMessage()
+    assert "Did you mean '--enable-coordination-mode'?" in record.getMessage()
+
+
+def test_unrelated_token_gets_a_warn_listing_the_flags(caplog):
+    with caplog.at_level(logging.WARNING, "flink_gpu.gpu.nvml"):
+        parse_script_args("--verbose")
+    [record] = caplog.records
+    assert "'--verbose'" in record.getMessage()
+    assert "--enable-coordination-mode and --coordination-file PATH" in record.getMessage()
+
+
+def test_coordination_file_without_a_path_is_an_error():
+    with pytest.raises(IllegalConfigurationException, match="needs a file path"):
+        parse_script_args("--enable-coordination-mode --coordination-file")
