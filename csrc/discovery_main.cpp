@@ -64,9 +64,19 @@ std::string join(const std::vector<std::string>& indices) {
     return out;
 }
 
+// Proof that constructors ran (glibc_start_compat.cpp runs them on old and new glibc alike).
+bool g_constructors_ran = false;
+const struct ConstructorProbe {
+    ConstructorProbe() { g_constructors_ran = true; }
+} g_constructor_probe;
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (!g_constructors_ran) {
+        std::fprintf(stderr, "flink-gpu-discovery: internal error: static constructors did not run\n");
+        return 70;
+    }
     if (argc < 2) {
         std::puts(kUsage);
         return 1;

@@ -3,6 +3,8 @@
 // manylinux_2_28, whose glibc exports only the old versions (still exported by new glibc too).
 #pragma once
 
+#include <climits>  // defines __GLIBC__
+
 #if defined(__GLIBC__) && !defined(FLINK_GPU_NO_SYMVER)
 #if defined(__x86_64__)
 #define FLINK_GPU_GLIBC_BASE "GLIBC_2.2.5"
