@@ -43,10 +43,8 @@ class GPUDriver(ExternalResourceDriver):
         else:
             self._backend, mode, reason = _auto(config, args, library_path)
             _log.info("GPU discovery uses the %s backend: %s.", mode, reason)
-        self.mode: str = mode
-        """The backend in use: ``"script"`` or ``"nvml"``."""
-        self.reason: str = reason
-        """Why that backend was chosen."""
+        self.mode = mode  # "script" or "nvml"
+        self.reason = reason  # why that backend was chosen, for logs and `flink-gpu doctor`
 
     def retrieve_resource_info(self, amount: int) -> frozenset[GPUInfo]:
         """The GPUs for a worker asking for ``amount`` of them, as an immutable set."""

@@ -13,8 +13,8 @@ import os
 from typing import NamedTuple
 
 from flink_gpu.errors import FlinkException, IllegalConfigurationException
-from flink_gpu.gpu import info as _info
-from flink_gpu.gpu.info import GPUInfo
+from flink_gpu.gpu.info import (PROPERTY_MEMORY_TOTAL, PROPERTY_MINOR_NUMBER, PROPERTY_NAME,
+                                PROPERTY_PCI_BUS_ID, PROPERTY_UUID, GPUInfo)
 
 _log = logging.getLogger("flink_gpu.gpu.nvml")
 
@@ -77,11 +77,11 @@ def _suggestion(token: str) -> str:
 
 def _gpu_info(device) -> GPUInfo:
     properties = {}
-    for key, value in ((_info.PROPERTY_UUID, device.uuid),
-                       (_info.PROPERTY_NAME, device.name),
-                       (_info.PROPERTY_PCI_BUS_ID, device.pci_bus_id),
-                       (_info.PROPERTY_MEMORY_TOTAL, device.memory_total),
-                       (_info.PROPERTY_MINOR_NUMBER, device.minor_number)):
+    for key, value in ((PROPERTY_UUID, device.uuid),
+                       (PROPERTY_NAME, device.name),
+                       (PROPERTY_PCI_BUS_ID, device.pci_bus_id),
+                       (PROPERTY_MEMORY_TOTAL, device.memory_total),
+                       (PROPERTY_MINOR_NUMBER, device.minor_number)):
         if value is not None:
             properties[key] = str(value)
     return GPUInfo(str(device.index), properties)

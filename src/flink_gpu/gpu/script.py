@@ -9,8 +9,10 @@ buffer); no shell parses anything; descriptors are closed and the child is alway
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+from typing import NamedTuple
 
 from flink_gpu.errors import FlinkException, IllegalConfigurationException
 from flink_gpu.gpu.info import GPUInfo, is_java_blank
@@ -66,16 +68,13 @@ def check_script(path: str | None, key: str) -> str:
     return absolute
 
 
-class ScriptOutput:
+class ScriptOutput(NamedTuple):
     """What a finished script left behind: exit status and its (possibly truncated) output."""
 
-    __slots__ = ("returncode", "stdout", "stderr", "truncated")
-
-    def __init__(self, returncode: int, stdout: bytes, stderr: bytes, truncated: bool) -> None:
-        self.returncode = returncode
-        self.stdout = stdout
-        self.stderr = stderr
-        self.truncated = truncated
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    truncated: bool
 
 
 def _spawn(argv: list[str]):
@@ -86,7 +85,7 @@ def _spawn(argv: list[str]):
     try:
         return subprocess.Popen(argv, **options)
     except OSError as error:
-        if error.errno != 8:  # ENOEXEC
+        if error.errno != errno.ENOEXEC:
             raise FlinkException(
                 f"Could not start the discovery script {argv[0]}: {error.strerror}.") from error
     # No interpreter line: run it with /bin/sh as the JVM's process launcher (and execvp) do,
@@ -105,7 +104,7 @@ def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass  # the group is already gone
+        pass  # already gone (or, after pid reuse, not ours)
 
 
 def run_script(argv: list[str], timeout: float) -> ScriptOutput:
