@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from collections.abc import Iterator, Mapping
-from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from flink_gpu.errors import IllegalConfigurationException
@@ -22,6 +22,12 @@ __all__ = ["ConfigOption", "Configuration", "Duration", "config_option", "split_
 LOG = logging.getLogger("flink_gpu.config")
 
 T = TypeVar("T")
+
+def _is_timedelta(value: object) -> bool:
+    # datetime is only imported by callers that have timedeltas; keep `import flink_gpu` light
+    datetime = sys.modules.get("datetime")
+    return datetime is not None and isinstance(value, datetime.timedelta)
+
 
 _JAVA_LONG_MIN = -(2**63)
 _JAVA_LONG_MAX = 2**63 - 1
@@ -142,7 +148,7 @@ def to_java_string(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return _java_double_string(value)
-    if isinstance(value, timedelta):
+    if _is_timedelta(value):
         return _duration_string(value.total_seconds())
     if isinstance(value, (list, tuple)):
         return ";".join(_escape_with_single_quote(to_java_string(v)) for v in value)
@@ -162,7 +168,8 @@ def _to_str(value: object) -> str:
     return to_java_string(value)
 
 
-_LONG_RE = re.compile(r"[+-]?\d+")
+# patterns are compiled on first use (re caches them), not at import
+_LONG_RE = r"[+-]?\d+"
 _WHOLE_NUMBER = "Expected a whole number such as 2 (Flink reads it as a Java long)."
 
 
@@ -174,7 +181,7 @@ def _to_int(value: object) -> int:
         result = value
     else:
         text = to_java_string(value)
-        if not _LONG_RE.fullmatch(text):
+        if not re.fullmatch(_LONG_RE, text):
             raise ValueError(_WHOLE_NUMBER)
         result = int(text)
     if not _JAVA_LONG_MIN <= result <= _JAVA_LONG_MAX:
@@ -184,8 +191,7 @@ def _to_int(value: object) -> int:
 
 
 _NUMBER = "Expected a number such as 1.5."
-_DOUBLE_RE = re.compile(
-    r"[+-]?(?:NaN|Infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?[fFdD]?)")
+_DOUBLE_RE = r"[+-]?(?:NaN|Infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?[fFdD]?)"
 
 
 def _to_float(value: object) -> float:
@@ -194,7 +200,7 @@ def _to_float(value: object) -> float:
     if isinstance(value, (int, float)):
         return float(value)
     text = to_java_string(value).strip()  # Double.parseDouble trims
-    if not _DOUBLE_RE.fullmatch(text):
+    if not re.fullmatch(_DOUBLE_RE, text):
         raise ValueError(_NUMBER)
     return float(text.rstrip("fFdD").replace("Infinity", "inf"))
 
@@ -230,7 +236,7 @@ for _seconds, _labels in ((86_400.0, ("d", "day", "days")),
 
 
 def _to_duration(value: object) -> float:
-    if isinstance(value, timedelta):
+    if _is_timedelta(value):
         return value.total_seconds()
     if isinstance(value, bool) or isinstance(value, float):
         raise ValueError("text does not start with a whole number")
