@@ -14,7 +14,8 @@ from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, DISCOVERY_MODES, GPU
 
 _log = logging.getLogger("flink_gpu.gpu.driver")
 
-_SCRIPT_PATH_KEY = f"external-resource.<resource_name>.param.{GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key}"
+_SCRIPT_PATH_KEY = (
+    f"external-resource.<resource_name>.param.{GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key}")
 
 
 class GPUDriver(ExternalResourceDriver):
@@ -35,7 +36,8 @@ class GPUDriver(ExternalResourceDriver):
         self._closed = False
 
         if mode == "script":
-            self._backend = _script_backend(config, config.get(GPUDriverOptions.DISCOVERY_SCRIPT_PATH))
+            path = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_PATH)
+            self._backend = _script_backend(config, path)
             reason = "discovery-mode is 'script'"
         elif mode == "nvml":
             self._backend = _nvml_backend(_open_nvml(library_path), args)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from flink_gpu.config import _java_whitespace
 from flink_gpu.framework import ExternalResourceInfo
 
 #: Property keys. ``index`` is Flink's; the others are filled by the NVML backend (SPEC 4.2).
@@ -18,18 +19,10 @@ PROPERTY_PCI_BUS_ID = "pci.bus-id"
 PROPERTY_MEMORY_TOTAL = "memory.total"
 PROPERTY_MINOR_NUMBER = "minor-number"
 
-# Java's Character.isWhitespace: Unicode space/line/paragraph separators except the no-break ones
-# (U+00A0, U+2007, U+202F), plus the ASCII controls \t \n \v \f \r and \x1c-\x1f. Python's
-# str.isspace() is a superset of this set, which is what makes the fast path below valid.
-_JAVA_WHITESPACE = frozenset(
-    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
-    "\u2008\u2009\u200a\u2028\u2029\u205f\u3000"
-)
-
-
 def is_java_blank(text: str) -> bool:
-    """Flink's ``StringUtils.isNullOrWhitespaceOnly`` (Java's notion of whitespace, not Python's)."""
-    return not text or (text.isspace() and all(c in _JAVA_WHITESPACE for c in text))
+    """Flink's ``StringUtils.isNullOrWhitespaceOnly``, with Java's notion of whitespace."""
+    # Java's whitespace is a subset of Python's str.isspace(), so the common case is one C call
+    return not text or (text.isspace() and all(map(_java_whitespace, text)))
 
 
 class GPUInfo(ExternalResourceInfo):
@@ -50,7 +43,8 @@ class GPUInfo(ExternalResourceInfo):
         if properties:
             properties = dict(properties)
             if PROPERTY_INDEX in properties:
-                raise ValueError("GPUInfo properties must not contain 'index'; pass it as the index.")
+                raise ValueError(
+                    "GPUInfo properties must not contain 'index'; pass it as the index.")
             for key, value in properties.items():
                 if type(key) is not str or type(value) is not str:
                     raise TypeError(
