@@ -97,8 +97,8 @@ Status check_file_type(const struct statx& st, const std::string& path) {
         const int err = S_ISLNK(mode) ? ELOOP : S_ISDIR(mode) ? EISDIR : EINVAL;
         return make_status(Code::kOsError,
                            "Refusing to use the coordination file " + path + ": it is " + file_kind(mode) +
-                               ", not a regular file (" + errno_text(err) + "). Remove it or point "
-                               "--coordination-file at a regular file.",
+                               ", not a regular file (" + errno_text(err) + "). Choose a regular file "
+                               "as the coordination file.",
                            err);
     }
     // A coordination file is never hard-linked (the stock script and we only create it or replace it
@@ -123,7 +123,7 @@ Status permission_error(int err, const std::string& what, const std::string& pat
         std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.stx_mode & 07777));
         s.message += " (owned by uid " + std::to_string(st.stx_uid) + ", mode " + mode +
                      "). Every worker of this host must be able to read and write it: give it group write "
-                     "permission for the workers' group, or point --coordination-file at a file they can use.";
+                     "permission for the workers' group, or choose a coordination file they can all write.";
     }
     return s;
 }
@@ -221,7 +221,7 @@ Status open_file(const std::string& path, Access access, int* fd) {
             if (err == ELOOP) {
                 return make_status(Code::kOsError,
                                    "Refusing to use the coordination file " + path + ": it is a symbolic link (" +
-                                       errno_text(err) + "). Point --coordination-file at the real file.",
+                                       errno_text(err) + "). Links are not followed; use the real file's path.",
                                    err);
             }
             if (err == EACCES || err == EPERM) return permission_error(err, "Cannot open the", path);
@@ -340,8 +340,7 @@ Status read_all(int fd, const std::string& path, std::string* out) {
             return make_status(Code::kOsError,
                                "The coordination file " + path + " is larger than " +
                                    std::to_string(kMaxFileSize >> 20) + " MiB, so it is not a coordination "
-                                   "file (" + errno_text(EFBIG) + "). Remove it or point --coordination-file "
-                                   "elsewhere.",
+                                   "file (" + errno_text(EFBIG) + ").",
                                EFBIG);
         }
     }

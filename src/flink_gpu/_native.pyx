@@ -204,3 +204,6 @@ cdef class Nvml:
 
     def __repr__(self):
         return f"Nvml(library_path={self.library_path!r})"
+
+
+include "_coordination.pxi"

@@ -1,0 +1,206 @@
+# Binding of csrc/coordination.hpp (SPEC 5.2), included by _native.pyx. Plain tuples out, Python
+# exceptions for failures; flink_gpu.coordination turns them into the public API.
+
+from libc.stdint cimport int64_t, uint64_t
+from libcpp cimport bool as cpp_bool
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+from posix.types cimport pid_t
+
+import os
+
+from flink_gpu.errors import FlinkException
+
+
+cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
+    const char* kDefaultCoordinationPath "flinkgpu::coordination::kDefaultPath"
+
+    cdef cppclass CoordOptions "flinkgpu::coordination::Options":
+        string path
+        int64_t timeout_ms
+
+    enum class CoordCode "flinkgpu::coordination::Code":
+        kOk
+        kInvalidArgument
+        kNotEnough
+        kTimeout
+        kOsError
+        kOutOfMemory
+        kInternal
+
+    cdef cppclass CoordStatus "flinkgpu::coordination::Status":
+        CoordCode code
+        int sys_errno
+        string message
+        cpp_bool ok()
+
+    cdef cppclass CoordEntry "flinkgpu::coordination::Entry":
+        size_t line_number
+        string index
+        pid_t pid
+        cpp_bool has_start_time
+        uint64_t start_time
+        cpp_bool alive
+
+    cdef cppclass CoordBadLine "flinkgpu::coordination::BadLine":
+        size_t line_number
+        string text
+
+    cdef cppclass CoordClaimResult "flinkgpu::coordination::ClaimResult":
+        CoordStatus status
+        vector[string] indices
+        vector[string] added
+        vector[string] reclaimed
+        vector[CoordBadLine] unparsable
+
+    cdef cppclass CoordReleaseResult "flinkgpu::coordination::ReleaseResult":
+        CoordStatus status
+        vector[string] released
+
+    cdef cppclass CoordSnapshot "flinkgpu::coordination::Snapshot":
+        CoordStatus status
+        cpp_bool exists
+        vector[CoordEntry] entries
+        vector[CoordBadLine] unparsable
+
+    cdef cppclass CoordCleanResult "flinkgpu::coordination::CleanResult":
+        CoordStatus status
+        vector[CoordEntry] removed
+        vector[CoordBadLine] unparsable
+
+    CoordClaimResult coord_claim "flinkgpu::coordination::claim"(
+        const CoordOptions& opts, pid_t owner, const vector[string]& existing_indices, size_t amount)
+    CoordReleaseResult coord_release "flinkgpu::coordination::release"(const CoordOptions& opts, pid_t owner)
+    CoordReleaseResult coord_release_indices "flinkgpu::coordination::release_indices"(
+        const CoordOptions& opts, pid_t owner, const vector[string]& indices)
+    CoordSnapshot coord_snapshot "flinkgpu::coordination::snapshot"(const CoordOptions& opts)
+    CoordCleanResult coord_clean_stale "flinkgpu::coordination::clean_stale"(const CoordOptions& opts)
+    cpp_bool coord_process_start_time "flinkgpu::coordination::process_start_time"(pid_t pid, uint64_t* start_time)
+
+
+COORDINATION_DEFAULT_PATH = kDefaultCoordinationPath.decode("ascii")
+
+
+cdef inline str _co_text(const string& value):
+    # File contents and paths are bytes; surrogateescape keeps any byte representable and reversible.
+    return value.decode("utf-8", "surrogateescape")
+
+
+cdef CoordOptions _co_options(path, double timeout) except *:
+    cdef CoordOptions opts
+    if timeout != timeout or timeout < 0:
+        raise ValueError(f"The lock timeout must be a non-negative number of seconds, got {timeout!r}.")
+    opts.path = os.fsencode(path)
+    opts.timeout_ms = <int64_t>min(timeout * 1000.0 + 0.5, 1e15)
+    return opts
+
+
+cdef pid_t _co_pid(owner) except? -1:
+    if isinstance(owner, bool) or not isinstance(owner, int):
+        raise TypeError(f"owner must be a process id (int), got {owner!r}")
+    if owner <= 0 or owner > 0x7fffffff:
+        raise ValueError(f"Invalid owner pid {owner}: it must be a positive process id.")
+    return <pid_t>owner
+
+
+cdef vector[string] _co_indices(indices) except *:
+    cdef vector[string] out
+    for index in indices:
+        if isinstance(index, int) and not isinstance(index, bool):
+            index = str(index)
+        elif not isinstance(index, str):
+            raise TypeError(f"a GPU index must be a str (as nvidia-smi prints it) or an int, got {index!r}")
+        out.push_back((<str>index).encode("utf-8", "surrogateescape"))
+    return out
+
+
+cdef object _co_error(const CoordStatus& status, path):
+    message = _co_text(status.message)
+    if status.code == CoordCode.kInvalidArgument:
+        return ValueError(message)
+    if status.code == CoordCode.kNotEnough:
+        return FlinkException(message)
+    if status.code == CoordCode.kTimeout:
+        return TimeoutError(message)
+    if status.code == CoordCode.kOsError:
+        return OSError(status.sys_errno, message, os.fspath(path))
+    if status.code == CoordCode.kOutOfMemory:
+        return MemoryError(message)
+    return RuntimeError(message)
+
+
+cdef list _co_strings(const vector[string]& values):
+    return [_co_text(values[i]) for i in range(values.size())]
+
+
+cdef list _co_bad_lines(const vector[CoordBadLine]& lines):
+    return [(lines[i].line_number, _co_text(lines[i].text)) for i in range(lines.size())]
+
+
+cdef list _co_entries(const vector[CoordEntry]& entries):
+    return [(entries[i].line_number, _co_text(entries[i].index), entries[i].pid,
+             entries[i].start_time if entries[i].has_start_time else None, entries[i].alive)
+            for i in range(entries.size())]
+
+
+def coordination_claim(path, double timeout, owner, indices, size_t amount):
+    """Claims ``amount`` GPUs for ``owner``: (indices, added, reclaimed, [(line number, text)])."""
+    cdef CoordOptions opts = _co_options(path, timeout)
+    cdef pid_t pid = _co_pid(owner)
+    cdef vector[string] existing = _co_indices(indices)
+    cdef CoordClaimResult r
+    with nogil:
+        r = coord_claim(opts, pid, existing, amount)
+    if not r.status.ok():
+        raise _co_error(r.status, path)
+    return (_co_strings(r.indices), _co_strings(r.added), _co_strings(r.reclaimed), _co_bad_lines(r.unparsable))
+
+
+def coordination_release(path, double timeout, owner, indices=None):
+    """Removes the lines of ``owner`` (only those of ``indices`` when given); the released indices."""
+    cdef CoordOptions opts = _co_options(path, timeout)
+    cdef pid_t pid = _co_pid(owner)
+    cdef vector[string] only
+    cdef bint all_of_them = indices is None
+    cdef CoordReleaseResult r
+    if not all_of_them:
+        only = _co_indices(indices)
+    with nogil:
+        if all_of_them:
+            r = coord_release(opts, pid)
+        else:
+            r = coord_release_indices(opts, pid, only)
+    if not r.status.ok():
+        raise _co_error(r.status, path)
+    return _co_strings(r.released)
+
+
+def coordination_snapshot(path, double timeout):
+    """(exists, [(line number, index, pid, start time or None, alive)], [(line number, text)])."""
+    cdef CoordOptions opts = _co_options(path, timeout)
+    cdef CoordSnapshot r
+    with nogil:
+        r = coord_snapshot(opts)
+    if not r.status.ok():
+        raise _co_error(r.status, path)
+    return (r.exists, _co_entries(r.entries), _co_bad_lines(r.unparsable))
+
+
+def coordination_clean_stale(path, double timeout):
+    """Removes dead owners' lines: ([removed entries as in snapshot], [(line number, text)])."""
+    cdef CoordOptions opts = _co_options(path, timeout)
+    cdef CoordCleanResult r
+    with nogil:
+        r = coord_clean_stale(opts)
+    if not r.status.ok():
+        raise _co_error(r.status, path)
+    return (_co_entries(r.removed), _co_bad_lines(r.unparsable))
+
+
+def coordination_process_start_time(pid):
+    """Field 22 of /proc/<pid>/stat (clock ticks since boot), or None for a gone or zombie process."""
+    cdef uint64_t start = 0
+    cdef pid_t p = _co_pid(pid)
+    if coord_process_start_time(p, &start):
+        return start
+    return None
