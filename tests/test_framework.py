@@ -419,9 +419,13 @@ def fake_fpga_site(tmp_path_factory):
     source = base / "source"
     shutil.copytree(FIXTURES / "fake_fpga", source)  # keep build droppings out of the tree
     target = base / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--no-index", "--target", str(target), str(source)],
-                   check=True, capture_output=True, timeout=300)
+    # offline: the build backend (setuptools) comes from the test environment
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                           "--no-build-isolation", "--no-index", "--target", str(target),
+                           str(source)], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        pytest.fail(f"pip could not install tests/fixtures/fake_fpga (is setuptools installed?):\n"
+                    f"{done.stdout}{done.stderr}")
     return target
 
 
