@@ -171,7 +171,8 @@ def test_library_path_option_is_used(tmp_path):
 def test_auto_prefers_nvml_when_it_loads():
     result, logs = run_one({}, [1], devices=2)
     assert result["mode"] == "nvml"
-    assert "discovery-script.path is not set and NVML loaded from" in result["reason"]
+    assert result["reason"] == ("discovery-script.path is not set and NVML loaded from "
+                                f"{simulator.library_path()} (driver 999.99.99)")
     [line] = [m for level, name, m in logs if name == "flink_gpu.gpu.driver"]
     assert line.startswith("GPU discovery uses the nvml backend:")
 

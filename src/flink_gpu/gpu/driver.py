@@ -134,7 +134,7 @@ def _auto(config: Configuration, args: str | None, library_path: str | None):
                 f"{path_option.key} is not set and NVML is not usable ({error}); running "
                 f"{DEFAULT_DISCOVERY_SCRIPT}")
     backend = NvmlDiscovery(nvml, script_args)
-    version = getattr(nvml, "driver_version", None)
+    version = nvml.driver_version
     return (backend, "nvml",
             f"{path_option.key} is not set and NVML loaded from {nvml.library_path}"
             + (f" (driver {version})" if version else ""))
