@@ -262,6 +262,18 @@ def test_script_that_cannot_start(tmp_path):
 
 # --- exit status ---------------------------------------------------------------------------------
 
+def test_failure_warn_quotes_a_bounded_part_of_the_output(tmp_path, caplog):
+    path = write_script(tmp_path, "#!/bin/sh\necho begin >&2\nhead -c 1000000 /dev/zero | "
+                                  "tr '\\0' x >&2\nexit 2\n")
+    with caplog.at_level(logging.WARNING, LOGGER):
+        with pytest.raises(FlinkException, match="return code: 2"):
+            driver(path).retrieve_resource_info(1)
+    message = caplog.records[0].getMessage()
+    assert "STDERR: begin\nxxx" in message
+    assert message.endswith("... (983622 more characters)")
+    assert len(message) < 20_000
+
+
 def test_signal_death_is_named(tmp_path):
     path = write_script(tmp_path, "#!/bin/sh\necho partial\nkill -TERM $$\n")
     with pytest.raises(FlinkException) as error:

@@ -26,6 +26,8 @@ _OUTPUT_LIMIT = 64 * 1024 * 1024
 # At most this many lines (and characters) of extra output are quoted in the one-line WARN.
 _WARN_LINES = 20
 _WARN_CHARS = 4096
+# ... and this many characters of each stream in the WARN for a failed script.
+_FAILURE_CHARS = 16384
 
 
 def exec_tokens(args: str | None) -> list[str]:
@@ -178,6 +180,13 @@ def _exit_description(returncode: int) -> str:
             f"It was killed by signal {number} ({name}).")
 
 
+def _clip(output: bytes) -> str:
+    text = output.decode("utf-8", "replace").rstrip("\r\n")
+    if len(text) <= _FAILURE_CHARS:
+        return text
+    return f"{text[:_FAILURE_CHARS]}... ({len(text) - _FAILURE_CHARS} more characters)"
+
+
 def _quote_lines(lines: list[str]) -> str:
     """Java's ``Arrays.toString`` of the lines, shortened so one WARN stays readable."""
     shown = []
@@ -218,8 +227,7 @@ class ScriptDiscovery:
             _log.warning("Discovery script exit with %s.\nSTDOUT: %s\nSTDERR: %s",
                          result.returncode if result.returncode >= 0
                          else f"signal {-result.returncode}",
-                         result.stdout.decode("utf-8", "replace").rstrip("\r\n"),
-                         result.stderr.decode("utf-8", "replace").rstrip("\r\n"))
+                         _clip(result.stdout), _clip(result.stderr))
             raise FlinkException(_exit_description(result.returncode))
         lines = split_output_lines(result.stdout.decode("utf-8", "replace"))
         if len(lines) > 1:
