@@ -143,7 +143,8 @@ def test_bad_boolean():
     with pytest.raises(IllegalConfigurationException) as error:
         Configuration({"b": "yes"}).get(config_option("b", bool))
     assert str(error.value) == ("Could not parse value 'yes' for key 'b'. "
-                                "Unrecognized option for boolean: yes. Expected true or false.")
+                                "Unrecognized option for boolean: yes. Expected either true or "
+                                "false(case insensitive)")
 
 
 @pytest.mark.parametrize("raw, expected", [("1.5", 1.5), (" 2 ", 2.0), ("1e3", 1000.0), (3, 3.0),
@@ -173,11 +174,14 @@ def test_duration_default_is_seconds():
 @pytest.mark.parametrize("raw, cause", [("1.5 s", "Time interval unit label '.5 s'"),
                                         ("10 parsecs", "Time interval unit label 'parsecs'"),
                                         ("s", "text does not start with a number"),
+                                        (1.5, "Time interval unit label '.5'"),
+                                        (True, "text does not start with a number"),
                                         (" ", "argument is an empty- or whitespace-only string")])
 def test_bad_durations(raw, cause):
     with pytest.raises(IllegalConfigurationException) as error:
         Configuration({"t": raw}).get(config_option("t", Duration))
-    assert str(error.value).startswith(f"Could not parse value '{raw}' for key 't'. {cause}")
+    assert str(error.value).startswith(
+        f"Could not parse value '{to_java_string(raw)}' for key 't'. {cause}")
 
 
 def test_string_option_renders_values_as_flink():

@@ -23,6 +23,7 @@ LOG = logging.getLogger("flink_gpu.config")
 
 T = TypeVar("T")
 
+
 def _is_timedelta(value: object) -> bool:
     # datetime is only imported by callers that have timedeltas; keep `import flink_gpu` light
     datetime = sys.modules.get("datetime")
@@ -99,8 +100,8 @@ def config_option(key: str, type: type, default: Any = None, description: str = 
 
 
 # ---------------------------------------------------------------------------------------------
-# Conversions (Flink's ConfigurationUtils). Each raises ValueError with Flink's cause text; the
-# caller wraps it into "Could not parse value '<v>' for key '<k>'."
+# Conversions (Flink's ConfigurationUtils). Each raises ValueError with the cause (Flink's text
+# where it helps a user); the caller wraps it into "Could not parse value '<v>' for key '<k>'."
 
 def _java_double_string(value: float) -> str:
     """Java's ``Double.toString`` for the common cases (``2.0``, ``1.0E20``, ``NaN``)."""
@@ -115,7 +116,7 @@ def _java_double_string(value: float) -> str:
     from decimal import Decimal  # rare path: only huge or tiny floats
 
     # repr gives the shortest round-tripping digits, as Java's Double.toString (JDK 19+)
-    sign, digits, exponent = Decimal(repr(magnitude)).normalize().as_tuple()
+    _sign, digits, exponent = Decimal(repr(magnitude)).normalize().as_tuple()
     text = "".join(map(str, digits))
     return (f"{'-' if value < 0 else ''}{text[0]}.{text[1:] or '0'}"
             f"E{len(digits) - 1 + exponent}")
@@ -199,7 +200,7 @@ def _to_float(value: object) -> float:
         raise ValueError(_NUMBER)
     if isinstance(value, (int, float)):
         return float(value)
-    text = to_java_string(value).strip()  # Double.parseDouble trims
+    text = _java_trim(to_java_string(value))  # Double.parseDouble trims
     if not re.fullmatch(_DOUBLE_RE, text):
         raise ValueError(_NUMBER)
     return float(text.rstrip("fFdD").replace("Infinity", "inf"))
@@ -213,7 +214,8 @@ def _to_bool(value: object) -> bool:
         return True
     if text.lower() == "false":
         return False
-    raise ValueError(f"Unrecognized option for boolean: {text}. Expected true or false.")
+    raise ValueError(f"Unrecognized option for boolean: {text}. Expected either true or false"
+                     f"(case insensitive)")
 
 
 def _to_list(value: object) -> list[str]:
@@ -238,9 +240,7 @@ for _seconds, _labels in ((86_400.0, ("d", "day", "days")),
 def _to_duration(value: object) -> float:
     if _is_timedelta(value):
         return value.total_seconds()
-    if isinstance(value, bool) or isinstance(value, float):
-        raise ValueError("text does not start with a whole number")
-    text = to_java_string(value).strip()
+    text = _java_trim(to_java_string(value))
     if not text:
         raise ValueError("argument is an empty- or whitespace-only string")
     match = re.match(r"[0-9]*", text)
