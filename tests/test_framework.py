@@ -471,3 +471,33 @@ def test_without_the_distribution_the_entry_point_is_unknown():
     assert result == {"fpga": {"infos": [], "reason": "factory class fpga was not found (no entry "
                                                       f"point 'fpga' in group {ENTRY_POINT_GROUP})"}}
     assert stderr == "WARNING Could not find factory class fpga for fpga.\n"
+
+
+def test_an_unchanged_flink_configuration_finds_simulated_gpus_through_nvml(tmp_path):
+    """The whole path of a TaskManager start: Flink's flat file with the Java factory name and no
+    script path → our GPU factory → auto mode → NVML (the bundled simulator, 4 devices)."""
+    from flink_gpu import simulator
+
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text("external-resources: gpu\n"
+                    "external-resource.gpu.amount: 2\n"
+                    f"external-resource.gpu.driver-factory.class: {JAVA_GPU_FACTORY}\n")
+    code = textwrap.dedent("""\
+        import json, sys
+        from flink_gpu import load_external_resources
+        with load_external_resources(sys.argv[1]) as provider:
+            infos = provider.get_external_resource_infos("gpu")
+            print(json.dumps(sorted(({k: i.get_property(k) for k in i.get_keys()} for i in infos),
+                                    key=lambda p: p["index"])))
+        """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(devices=4))
+    env["PYTHONPATH"] = str(SRC)
+    done = subprocess.run([sys.executable, "-c", code, str(conf)], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    infos = json.loads(done.stdout)
+    assert [info["index"] for info in infos] == ["0", "1"]
+    assert infos[0]["uuid"] == "GPU-00000000-0000-4000-8000-000000000000"
+    assert infos[1]["pci.bus-id"] == "00000000:02:00.0"
+    assert infos[1]["name"] == "NVIDIA Simulated GPU"
