@@ -1,0 +1,218 @@
+"""The Cython binding over the C++ core, on the bundled NVML simulator (real native path)."""
+
+import json
+import subprocess
+
+import pytest
+from hypothesis import given, strategies as st
+
+from flink_gpu import NvmlError, _native, simulator
+
+from conftest import run_python, simulated_env
+
+LIST_DEVICES = """
+import json
+from flink_gpu import _native
+nvml = _native.Nvml.open()
+print(json.dumps({
+    "path": nvml.library_path,
+    "driver": nvml.driver_version,
+    "devices": [[d.index, d.uuid, d.name, d.pci_bus_id, d.memory_total, d.minor_number] for d in nvml.devices()],
+    "skipped": [[s.index, s.code, s.reason] for s in nvml.skipped()],
+}))
+"""
+
+
+def list_devices(**sim):
+    return json.loads(run_python(LIST_DEVICES, env=simulated_env(**sim)).stdout)
+
+
+def test_four_devices_with_every_property():
+    found = list_devices(devices=4)
+    assert found["path"] == simulator.library_path()
+    assert found["driver"] == "999.99.99"
+    assert found["skipped"] == []
+    assert found["devices"] == [
+        [i, f"GPU-00000000-0000-4000-8000-{i:012x}", "NVIDIA Simulated GPU", f"00000000:{i + 1:02X}:00.0",
+         80 << 30, i]
+        for i in range(4)
+    ]
+
+
+def test_spec_file_devices_and_faults_are_skipped_with_reason():
+    found = list_devices(spec={"devices": [
+        {"uuid": "GPU-a", "name": "NVIDIA H100 80GB HBM3", "memory_total": 85520809984, "pci_bus_id": "00000000:17:00.0",
+         "minor_number": 7},
+        {"fault": "NO_PERMISSION"},
+        {"fault": "GPU_IS_LOST"},
+        {"uuid": "GPU-d"},
+    ]})
+    assert [d[:6] for d in found["devices"]] == [
+        [0, "GPU-a", "NVIDIA H100 80GB HBM3", "00000000:17:00.0", 85520809984, 7],
+        [3, "GPU-d", "NVIDIA Simulated GPU", "00000000:04:00.0", 80 << 30, 3],
+    ]
+    (i1, code1, reason1), (i2, code2, reason2) = found["skipped"]
+    assert (i1, code1) == (1, 4)  # NVML_ERROR_NO_PERMISSION
+    assert (i2, code2) == (2, 15)  # NVML_ERROR_GPU_IS_LOST
+    assert "GPU 1" in reason1 and "NVML_ERROR_NO_PERMISSION" in reason1
+    assert "GPU 2" in reason2 and "NVML_ERROR_GPU_IS_LOST" in reason2
+
+
+@pytest.mark.parametrize("code, words", [
+    (9, ["NVML_ERROR_DRIVER_NOT_LOADED", "kernel driver is not loaded"]),
+    (18, ["NVML_ERROR_LIB_RM_VERSION_MISMATCH", "Reboot"]),
+    (4, ["NVML_ERROR_NO_PERMISSION", "/dev/nvidia"]),
+])
+def test_init_failure_names_the_error_and_the_library(code, words):
+    proc = run_python("""
+        from flink_gpu import _native, NvmlError
+        try:
+            _native.Nvml.open()
+        except NvmlError as e:
+            print(e.code, e.function, e.library_path, sep="|")
+            print(e)
+        """, env=simulated_env(init_error=code))
+    first, message = proc.stdout.strip().split("\n", 1)
+    assert first == f"{code}|nvmlInit_v2|{simulator.library_path()}"
+    assert simulator.library_path() in message
+    for word in words:
+        assert word in message
+
+
+def test_missing_library_is_a_clear_python_error(tmp_path):
+    missing = str(tmp_path / "libnvidia-ml.so.1")
+    with pytest.raises(NvmlError) as info:
+        _native.Nvml.open(missing)
+    assert info.value.code == 12  # NVML_ERROR_LIBRARY_NOT_FOUND
+    assert info.value.library_path == missing
+    assert missing in str(info.value) and "FLINK_GPU_NVML_LIBRARY" in str(info.value)
+
+
+def test_library_without_nvml_symbols_is_rejected():
+    with pytest.raises(NvmlError, match="not a usable NVML library") as info:
+        _native.Nvml.open("libc.so.6")
+    assert info.value.code == 13  # NVML_ERROR_FUNCTION_NOT_FOUND
+
+
+def test_environment_variable_selects_the_library():
+    proc = run_python("""
+        from flink_gpu import _native
+        print(len(_native.Nvml.open().devices()), _native.Nvml.open() is _native.Nvml.open())
+        """, env=simulated_env(devices=3))
+    assert proc.stdout.split() == ["3", "True"]
+
+
+def test_nvml_is_initialised_once_and_again_after_fork():
+    proc = run_python("""
+        import os
+        from flink_gpu import _native
+        nvml = _native.Nvml.open()
+        assert len(nvml.devices()) == 2
+        pid = os.fork()
+        if pid == 0:
+            # the child re-initialises transparently and sees the same devices
+            os._exit(0 if [d.uuid for d in _native.Nvml.open().devices()] == [d.uuid for d in nvml.devices()] else 1)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+        """, env=simulated_env(devices=2))
+    assert proc.stdout.strip() == "0"
+
+
+def test_broken_spec_file_fails_init_with_a_message_naming_it(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text('{"devices": [}')
+    proc = run_python("""
+        from flink_gpu import _native, NvmlError
+        try:
+            _native.Nvml.open()
+        except NvmlError as e:
+            print(e.code)
+        """, env=simulated_env(spec=str(spec)))
+    assert proc.stdout.strip() == "999"  # NVML_ERROR_UNKNOWN
+    assert str(spec) in proc.stderr and "byte" in proc.stderr
+
+
+def test_simulator_environment_rejects_bad_input():
+    with pytest.raises(ValueError, match="devices"):
+        simulator.environment(devices=-1)
+    with pytest.raises(ValueError, match="fault"):
+        simulator.environment(spec={"devices": [{"fault": "ON_FIRE"}]})
+    with pytest.raises(ValueError, match="unknown keys"):
+        simulator.environment(spec={"devices": [{"uuid": "x", "colour": "green"}]})
+
+
+def test_simulator_run_helper_starts_a_process_against_it(discovery_exe):
+    proc = simulator.run([discovery_exe, "3"], devices=3, capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout) == (0, "0,1,2\n")
+    proc = simulator.run([discovery_exe, "4"], devices=3, capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout) == (1, "Could not get enough GPU resources.\n")
+
+
+# --- the discovery-output parser: Java semantics (SPEC 3.3) ---------------------------------
+
+JAVA_WHITESPACE = set("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \u1680\u2028\u2029\u205f\u3000") | {
+    chr(c) for c in range(0x2000, 0x200B) if c != 0x2007}
+
+
+def java_lines(text):
+    """Reference: java.io.BufferedReader#lines()."""
+    lines, current, i = [], [], 0
+    while i < len(text):
+        c = text[i]
+        if c in "\r\n":
+            lines.append("".join(current))
+            current = []
+            i += 2 if c == "\r" and text[i + 1:i + 2] == "\n" else 1
+        else:
+            current.append(c)
+            i += 1
+    if current:
+        lines.append("".join(current))
+    return lines
+
+
+def java_indices(line):
+    """Reference: GPUDriver's split(","), isNullOrWhitespaceOnly, trim(), then a set."""
+    out = []
+    for field in line.split(","):
+        if all(c in JAVA_WHITESPACE for c in field):
+            continue
+        start, end = 0, len(field)
+        while start < end and field[start] <= " ":
+            start += 1
+        while end > start and field[end - 1] <= " ":
+            end -= 1
+        if field[start:end] not in out:
+            out.append(field[start:end])
+    return out
+
+
+@pytest.mark.parametrize("line, expected", [
+    (" 0 , 1,,  ,2 ", ["0", "1", "2"]),
+    (",0,1,", ["0", "1"]),
+    ("0\t1", ["0\t1"]),
+    ("\u00a0", ["\u00a0"]),
+    ("\x1c", []),
+    ("\u2003,3", ["3"]),
+    ("\u2003 0", ["\u2003 0"]),
+    ("1,1,0", ["1", "0"]),
+])
+def test_parse_examples(line, expected):
+    assert _native.parse_gpu_indices(line) == expected
+
+
+def test_lines_split_only_on_cr_and_lf():
+    assert _native.split_output_lines(",0,1,\r\n") == [",0,1,"]
+    assert _native.split_output_lines("0\u20281\x852\x0b3") == ["0\u20281\x852\x0b3"]
+    assert _native.split_output_lines("a\r\rb\n") == ["a", "", "b"]
+    assert _native.split_output_lines("") == []
+
+
+text_alphabet = st.sampled_from(list("01,; \t\r\n\x00\x01\x1c\x1f\x85\xa0") +
+                                ["\u1680", "\u2003", "\u2007", "\u2028", "\u202f", "\u3000", "\ud800", "é", "💥"])
+
+
+@given(st.text(alphabet=text_alphabet, max_size=40) | st.text(max_size=40))
+def test_parser_agrees_with_java_reference(text):
+    assert _native.split_output_lines(text) == java_lines(text)
+    assert _native.parse_gpu_indices(text) == java_indices(text)

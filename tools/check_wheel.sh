@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds the wheel exactly as `pip wheel .` does, repairs it for manylinux_2_28 with auditwheel,
+# installs the repaired wheel into a fresh virtual environment and checks that it imports without
+# a driver, that no binary links libnvidia-ml, and that the native path works on the simulator.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+plat="manylinux_2_28_$(uname -m)"
+
+"$python" -m pip wheel . --no-deps -q -w "$work/wheel"
+"$python" -m auditwheel repair --plat "$plat" -w "$work/repaired" "$work"/wheel/*.whl
+wheel=$(ls "$work"/repaired/*.whl)
+echo "repaired: $(basename "$wheel")"
+
+mkdir "$work/unpacked"
+(cd "$work/unpacked" && "$python" -m zipfile -e "$wheel" .)
+elf_count=0
+while IFS= read -r -d '' f; do
+  if head -c 4 "$f" | grep -q "ELF"; then
+    elf_count=$((elf_count + 1))
+    if readelf -d "$f" | grep -q "libnvidia-ml"; then
+      echo "FAIL: $f links libnvidia-ml (must be loaded at run time only)"; exit 1
+    fi
+  fi
+done < <(find "$work/unpacked" -type f -print0)
+[ "$elf_count" -ge 3 ] || { echo "FAIL: expected the extension, the simulator and the executable, found $elf_count ELF files"; exit 1; }
+
+"$python" -m venv "$work/venv"
+"$work/venv/bin/pip" install -q "$wheel"
+# No driver, no simulator: importing must still work.
+env -u FLINK_GPU_NVML_LIBRARY "$work/venv/bin/python" -c "import flink_gpu, flink_gpu._native; print('import ok', flink_gpu.__version__)"
+lib=$("$work/venv/bin/python" -c "from flink_gpu import simulator; print(simulator.library_path())")
+out=$(FLINK_GPU_NVML_LIBRARY="$lib" FLINK_GPU_SIM_DEVICES=4 "$work/venv/bin/flink-gpu-discovery" 4)
+[ "$out" = "0,1,2,3" ] || { echo "FAIL: flink-gpu-discovery from the repaired wheel printed '$out'"; exit 1; }
+echo "wheel check passed: $plat, $elf_count ELF files, none linking libnvidia-ml; discovery prints $out"
