@@ -287,7 +287,7 @@ def _java_trim(text: str) -> str:
 
 
 def split_escaped(text: str, delimiter: str = ";") -> list[str]:
-    """Split ``text`` on ``delimiter`` exactly as Flink's ``StructuredOptionsSplitter.splitEscaped``.
+    """Split ``text`` on ``delimiter`` as Flink's ``StructuredOptionsSplitter.splitEscaped`` does.
 
     Single or double quotes group text (a doubled quote inside is an escape); unquoted parts are
     trimmed; blanks between tokens are skipped; two delimiters in a row give an empty string;
@@ -385,11 +385,12 @@ class Configuration:
         elif isinstance(data, Mapping):
             _flatten(data, "", self._data)
         else:
-            raise TypeError(f"Configuration expects a mapping of Flink keys, got {type(data).__name__}")
+            raise TypeError(
+                f"Configuration expects a mapping of Flink keys, got {type(data).__name__}")
 
     @classmethod
     def coerce(cls, value: Configuration | Mapping | None) -> Configuration:
-        """``None`` → empty, a mapping → a new ``Configuration``, a ``Configuration`` → itself."""
+        """``None``: empty; a mapping: a new ``Configuration``; a ``Configuration``: itself."""
         if isinstance(value, Configuration):
             return value
         return cls(value)

@@ -136,7 +136,8 @@ def merge_into_pod_template(template: Mapping | str | os.PathLike | None,
     elif isinstance(template, Mapping):
         pod = copy.deepcopy(dict(template))
     else:
-        raise TypeError(f"A pod template must be a mapping or a path, got {type(template).__name__}")
+        raise TypeError(
+            f"A pod template must be a mapping or a path, got {type(template).__name__}")
 
     requirements = kubernetes_resource_requirements(config)
     if not requirements["requests"]:

@@ -38,7 +38,7 @@ __all__ = [
 LOG = logging.getLogger("flink_gpu.framework")
 
 ENTRY_POINT_GROUP = "flink_gpu.external_resource_drivers"
-"""Entry-point group in which distributions register driver factories (Flink's META-INF/services)."""
+"""Entry-point group where distributions register driver factories (Flink: META-INF/services)."""
 
 EXTERNAL_RESOURCE_LIST: ConfigOption[list] = ConfigOption(
     "external-resources", list, [],
@@ -87,8 +87,10 @@ class ExternalResourceInfo(ABC):
 
 
 class ExternalResourceDriver(ABC):
-    """Retrieves the infos of one kind of resource on this host. A context manager: ``close``
-    releases whatever the driver holds (Flink's driver has no ``close``; the default does nothing)."""
+    """Retrieves the infos of one kind of resource on this host.
+
+    A context manager: ``close`` releases whatever the driver holds (Flink's driver has no
+    ``close``; the default does nothing)."""
 
     @abstractmethod
     def retrieve_resource_info(self, amount: int) -> frozenset[ExternalResourceInfo]:
