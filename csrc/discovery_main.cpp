@@ -5,6 +5,7 @@
 // Same arguments, stdout and exit codes as the stock script, so that a Java TaskManager can use it
 // as its discovery script; it asks NVML in-process instead of spawning nvidia-smi. Anything meant
 // for people goes to stderr: Flink parses stdout.
+#include "coordination.hpp"
 #include "devices.hpp"
 #include "nvml_loader.hpp"
 
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -64,6 +66,44 @@ std::string join(const std::vector<std::string>& indices) {
     return out;
 }
 
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+    for (const auto& e : v)
+        if (e == x) return true;
+    return false;
+}
+
+// Claims for our parent (the TaskManager, as the stock script records $PPID). Printed in the
+// stock script's order: what the owner already held, free GPUs, then those taken from dead owners.
+int claim_coordinated(const Arguments& args, const flinkgpu::Enumeration& found) {
+    namespace coord = flinkgpu::coordination;
+    coord::Options opts;
+    opts.path = args.coordination_file;
+    std::vector<std::string> existing;
+    for (const auto& d : found.devices) existing.push_back(std::to_string(d.index));
+    const coord::ClaimResult r = coord::claim(opts, getppid(), existing, static_cast<std::size_t>(args.amount));
+    for (const auto& bad : r.unparsable)
+        std::fprintf(stderr, "flink-gpu-discovery: %s:%zu: kept a line that is not '<index> <pid>': %s\n",
+                     args.coordination_file.c_str(), bad.line_number, bad.text.c_str());
+    if (r.status.code == coord::Code::kNotEnough) {
+        std::puts(kNotEnough);
+        std::fprintf(stderr, "flink-gpu-discovery: %s\n", r.status.message.c_str());
+        return 1;
+    }
+    if (!r.status.ok()) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s\n", r.status.message.c_str());
+        return 1;
+    }
+    std::vector<std::string> ordered;
+    for (const auto& i : r.indices)
+        if (!contains(r.added, i)) ordered.push_back(i);
+    for (const auto& i : r.added)
+        if (!contains(r.reclaimed, i)) ordered.push_back(i);
+    for (const auto& i : r.reclaimed) ordered.push_back(i);
+    std::puts(join(ordered).c_str());
+    return 0;
+}
+
+
 // Proof that constructors ran (glibc_start_compat.cpp runs them on old and new glibc alike).
 bool g_constructors_ran = false;
 const struct ConstructorProbe {
@@ -95,10 +135,7 @@ int main(int argc, char** argv) {
     }
     for (const auto& skipped : found.skipped) std::fprintf(stderr, "flink-gpu-discovery: %s\n", skipped.reason.c_str());
 
-    if (args.coordination) {
-        std::fprintf(stderr, "flink-gpu-discovery: coordination mode is not available in this build\n");
-        return 1;
-    }
+    if (args.coordination) return claim_coordinated(args, found);
     if (static_cast<unsigned long long>(args.amount) > found.devices.size()) {
         std::puts(kNotEnough);
         std::fprintf(stderr, "flink-gpu-discovery: %lld GPUs requested, %zu usable on this host\n", args.amount,
