@@ -20,7 +20,7 @@ elf_count=0
 while IFS= read -r -d '' f; do
   if head -c 4 "$f" | grep -q "ELF"; then
     elf_count=$((elf_count + 1))
-    if readelf -d "$f" | grep -q "libnvidia-ml"; then
+    if readelf -d "$f" | grep NEEDED | grep -q "libnvidia-ml"; then
       echo "FAIL: $f links libnvidia-ml (must be loaded at run time only)"; exit 1
     fi
   fi
