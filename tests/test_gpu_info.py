@@ -11,7 +11,8 @@ import flink_gpu
 from flink_gpu import GPUInfo, cuda_visible_devices
 from flink_gpu.framework import ExternalResourceInfo
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+# the directory holding the flink_gpu under test (installed, or src/ after tools/dev_build.sh)
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
 
 
 def test_str_is_flinks():

@@ -15,9 +15,18 @@ import pytest
 from flink_gpu import IllegalConfigurationException, simulator
 from flink_gpu.gpu.nvml import DEFAULT_COORDINATION_FILE, parse_script_args
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SRC = os.path.join(ROOT, "src")
-NATIVE_DISCOVERY = os.path.join(SRC, "bin", "flink-gpu-discovery")
+import flink_gpu
+from conftest import find_discovery_executable
+
+# the directory holding the flink_gpu under test (installed, or src/ after tools/dev_build.sh)
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
+
+
+def child_env():
+    """This environment without simulator settings, importing the flink_gpu under test."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env["PYTHONPATH"] = SRC
+    return env
 
 # Runs drivers in a child process and prints what they returned and logged, as JSON.
 RUNNER = r"""
@@ -205,22 +214,71 @@ def test_auto_with_an_explicit_script_never_touches_nvml(tmp_path):
     assert indices(result["retrievals"][0]) == ["9"]
 
 
-def test_coordination_in_nvml_mode_is_refused_not_ignored():
-    config = dict(NVML, **{"discovery-script.args": "--enable-coordination-mode"})
-    result, _ = run_one(config, [1])
-    name, message = result["error"]
-    assert name == "FlinkException"
-    assert "coordination mode is not supported by the NVML backend yet" in message
-    assert "discovery-mode: script" in message
+COORDINATED_WORKER = r"""
+import json, sys
+from flink_gpu import GPUDriver, FlinkException
+driver = GPUDriver({"discovery-mode": "nvml",
+                    "discovery-script.args": "--enable-coordination-mode --coordination-file " + sys.argv[1]})
+try:
+    got = sorted(i.index for i in driver.retrieve_resource_info(int(sys.argv[2])))
+    again = sorted(i.index for i in driver.retrieve_resource_info(int(sys.argv[2])))
+    print(json.dumps({"got": got, "again": again}), flush=True)
+except FlinkException as e:
+    print(json.dumps({"error": str(e)}), flush=True)
+    sys.exit(0)
+if sys.argv[3] == "wait":
+    sys.stdin.readline()  # hold the GPUs until told to go
+driver.close()
+print(json.dumps({"closed": True}), flush=True)
+"""
 
 
-def test_auto_keeps_coordinated_setups_on_the_script(tmp_path):
-    env = {"FLINK_HOME": fake_flink_home(tmp_path, "1")}
-    env.update(simulator.environment(devices=4))
-    config = {"discovery-script.args": "--enable-coordination-mode --coordination-file /tmp/x"}
+def _coordinated_worker(path, amount, hold):
+    import json
+    import sys
+
+    proc = simulator.popen([sys.executable, "-c", COORDINATED_WORKER, str(path), str(amount),
+                            "wait" if hold else "go"], devices=4, stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True, env=child_env())
+    return proc, json.loads(proc.stdout.readline())
+
+
+def test_coordinated_nvml_workers_never_share_a_gpu_and_release_on_close(tmp_path):
+    path = tmp_path / "coordination"
+    first, a = _coordinated_worker(path, 2, hold=True)
+    second, b = _coordinated_worker(path, 2, hold=True)
+    try:
+        assert a == {"got": ["0", "1"], "again": ["0", "1"]}  # asking again returns what it holds
+        assert b == {"got": ["2", "3"], "again": ["2", "3"]}
+        lines = sorted(line.split()[:2] for line in path.read_text().splitlines())
+        assert lines == [["0", str(first.pid)], ["1", str(first.pid)],
+                         ["2", str(second.pid)], ["3", str(second.pid)]]
+        # a third worker finds nothing free and is told who holds what
+        third, c = _coordinated_worker(path, 1, hold=False)
+        third.wait(30)
+        assert "Requested 1, the host has 4 GPUs" in c["error"] and str(first.pid) in c["error"] and str(second.pid) in c["error"]
+        # close() releases: the first worker's GPUs go back to the pool, the second keeps its own
+        first.stdin.write("\n")
+        first.stdin.flush()
+        assert first.stdout.readline().strip() == '{"closed": true}'
+        first.wait(30)
+        assert sorted(line.split()[:2] for line in path.read_text().splitlines()) == [
+            ["2", str(second.pid)], ["3", str(second.pid)]]
+        fourth, d = _coordinated_worker(path, 2, hold=False)
+        fourth.wait(30)
+        assert d == {"got": ["0", "1"], "again": ["0", "1"]}
+    finally:
+        for proc in (first, second):
+            proc.kill()
+            proc.wait()
+
+
+def test_auto_with_coordination_flags_uses_nvml_when_it_loads(tmp_path):
+    env = simulator.environment(devices=4)
+    config = {"discovery-script.args": f"--enable-coordination-mode --coordination-file {tmp_path / 'c'}"}
     result, _ = run_one(config, [1], env=env)
-    assert result["mode"] == "script" and "coordination" in result["reason"]
-    assert indices(result["retrievals"][0]) == ["1"]
+    assert result["mode"] == "nvml"
+    assert indices(result["retrievals"][0]) == ["0"]
 
 
 CACHE_AND_FORK = r"""
@@ -266,20 +324,8 @@ def test_a_property_nvml_does_not_answer_is_absent():
 # --- both backends see the same host ------------------------------------------------------------
 
 def discovery_command(tmp_path):
-    """The native drop-in when built, else a script asking NVML through the binding."""
-    if os.access(NATIVE_DISCOVERY, os.X_OK):
-        return NATIVE_DISCOVERY
-    script = tmp_path / "nvml-discovery.sh"
-    script.write_text(
-        "#!/bin/sh\n"
-        f"PYTHONPATH='{SRC}' exec '{sys.executable}' -c '"
-        "import sys; from flink_gpu._native import Nvml; "
-        "n = int(sys.argv[1]); d = Nvml.open().devices()[:n]; "
-        "print(\",\".join(str(x.index) for x in d) if len(d) == n "
-        "else \"Could not get enough GPU resources.\"); "
-        "sys.exit(len(d) != n)' \"$1\"\n")
-    script.chmod(0o755)
-    return str(script)
+    """The native drop-in flink-gpu-discovery installed with the flink_gpu under test."""
+    return find_discovery_executable()
 
 
 @pytest.mark.parametrize("host", [{"devices": 4}, {"devices": 1}, {"spec": FAULTY},

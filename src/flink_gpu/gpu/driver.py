@@ -123,10 +123,6 @@ def _auto(config: Configuration, args: str | None, library_path: str | None):
     from flink_gpu.gpu.nvml import NvmlDiscovery, parse_script_args
 
     script_args = parse_script_args(args)
-    if script_args.coordination_mode and not NvmlDiscovery.supports_coordination:
-        return (_script_backend(config, DEFAULT_DISCOVERY_SCRIPT), "script",
-                "discovery-script.args enable coordination mode, which only the discovery "
-                f"script supports so far; running {DEFAULT_DISCOVERY_SCRIPT}")
     try:
         nvml = _open_nvml(library_path)
     except NvmlError as error:

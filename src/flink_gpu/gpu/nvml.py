@@ -98,21 +98,12 @@ class NvmlDiscovery:
     static properties do not change while the driver is loaded (a forked child enumerates anew).
     """
 
-    #: Whether :meth:`choose` coordinates with other workers on the host (SPEC 5); until it does,
-    #: auto mode keeps coordinated setups on the script and explicit nvml mode refuses them.
-    supports_coordination = False
-
     def __init__(self, nvml, args: ScriptArgs) -> None:
         """``nvml`` is an opened ``flink_gpu._native.Nvml`` (it re-initialises after a fork)."""
-        if args.coordination_mode and not self.supports_coordination:
-            raise FlinkException(
-                f"discovery-script.args asks for {_ENABLE_COORDINATION}, but coordination mode "
-                "is not supported by the NVML backend yet; use discovery-mode: script (the stock "
-                "nvidia-gpu-discovery.sh coordinates), or drop the flag if each worker has the "
-                "host's GPUs to itself.")
         self.args = args
         self._nvml = nvml
         self._enumeration: _Enumeration | None = None
+        self._claimed: set[str] = set()  # indices claimed in the coordination file, to release on close
 
     def enumerate(self) -> _Enumeration:
         """All usable devices as ``GPUInfo``s, in NVML index order.
@@ -132,14 +123,23 @@ class NvmlDiscovery:
         return enumeration
 
     def choose(self, enumeration: _Enumeration, amount: int) -> tuple[GPUInfo, ...]:
-        """The devices this worker gets: the first ``amount`` (not coordinated, SPEC 4.2).
+        """The devices this worker gets.
 
-        A coordinator replaces this method.
+        Not coordinated: the first ``amount`` (SPEC 4.2). Coordinated: claimed for this process in
+        the coordination file shared with the other workers of the host (SPEC 5.2); asking again
+        returns what this process already holds.
         """
         infos = enumeration.infos
         if len(infos) < amount:
             raise FlinkException(self._shortage(enumeration, amount))
-        return infos[:amount]
+        if not self.args.coordination_mode:
+            return infos[:amount]
+        from flink_gpu import coordination
+
+        by_index = {info.index: info for info in infos}
+        got = coordination.claim(amount, list(by_index), path=self.args.coordination_file)
+        self._claimed.update(got)
+        return tuple(by_index[index] for index in got)
 
     def _shortage(self, enumeration: _Enumeration, amount: int) -> str:
         present = len(enumeration.infos)
@@ -157,5 +157,12 @@ class NvmlDiscovery:
         return frozenset(chosen)
 
     def close(self) -> None:
+        """Releases what this driver claimed for the calling process (a forked child releases
+        only its own claims, never its parent's)."""
+        claimed, self._claimed = self._claimed, set()
         self._enumeration = None
         self._nvml = None
+        if claimed:
+            from flink_gpu import coordination
+
+            coordination.release(path=self.args.coordination_file, indices=sorted(claimed))
