@@ -634,9 +634,12 @@ Status validate_owner(pid_t owner) {
     return {};
 }
 
+// `<index> <pid>\t<start time>`: a tab, not a space, before the start time. The stock script deletes a
+// reclaimed GPU's line with the unanchored `sed "/<index> /d"`, so "3 12341 5555" would vanish when it
+// reclaims GPU 1; its `awk '{print $2}'` splits on tabs as well, so it still reads the pid.
 std::string new_line(const std::string& index, pid_t owner, const ProcInfo& info) {
     std::string s = index + " " + std::to_string(owner);
-    if (info.has_start_time) s += " " + std::to_string(info.start_time);
+    if (info.has_start_time) s += "\t" + std::to_string(info.start_time);
     return s;
 }
 

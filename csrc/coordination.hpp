@@ -2,8 +2,9 @@
 //
 // Interoperates with Flink's stock `nvidia-gpu-discovery.sh --enable-coordination-mode`: same file
 // (default /var/tmp/flink-gpu-coordination), same `<index> <pid>` lines, same BSD flock(2) on the file
-// itself. We append an optional third field, the owner's start time (field 22 of /proc/<pid>/stat), so
-// that a recycled pid does not keep a GPU owned forever; the stock script reads only two fields.
+// itself. We append an optional third field after a tab, the owner's start time (field 22 of
+// /proc/<pid>/stat), so that a recycled pid does not keep a GPU owned forever; the stock script reads
+// only two fields, and the tab keeps its unanchored `sed "/<index> /d"` from matching inside our lines.
 //
 // Rules (each one fixes a bug of the stock script, SPEC 5.1):
 //   * liveness by kill(pid, 0) and /proc, never by spawning `ps`; a zombie holds nothing;

@@ -126,7 +126,7 @@ static co::Options opts_for(const std::string& path, std::int64_t timeout_ms = 5
 }
 
 static std::string line_for(const std::string& index, pid_t pid) {
-    return index + " " + std::to_string(pid) + " " + std::to_string(start_time_of(pid));
+    return index + " " + std::to_string(pid) + "\t" + std::to_string(start_time_of(pid));
 }
 
 // A child process that takes flock(LOCK_EX) on `path` and holds it until killed.

@@ -1,0 +1,772 @@
+"""GPU coordination (SPEC 5): our claims against the real file, real processes, real locks, and Flink's
+real stock discovery script (from the apache-flink-libraries 2.3.0 wheel) on the same file."""
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import flink_gpu
+from flink_gpu import coordination
+from flink_gpu.errors import FlinkException
+
+SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
+STOCK_VERSION = "2.3.0"
+STOCK_DIR_IN_WHEEL = "pyflink/plugins/external-resource-gpu/"
+STOCK_FILES = ("nvidia-gpu-discovery.sh", "gpu-discovery-common.sh")
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flink-gpu-tests"
+
+
+# ---- helpers ------------------------------------------------------------------------------------------
+
+def gpus(n):
+    return [str(i) for i in range(n)]
+
+
+def proc_start_time(pid):
+    """Field 22 of /proc/<pid>/stat, read independently of the code under test."""
+    data = Path(f"/proc/{pid}/stat").read_text()
+    return int(data[data.rindex(")") + 2:].split()[19])
+
+
+def dead_pid():
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.fixture
+def owners():
+    """Spawns live processes to own GPUs; kills what is left at the end."""
+    procs = []
+
+    def spawn():
+        proc = subprocess.Popen(["sleep", "600"])
+        procs.append(proc)
+        return proc
+
+    yield spawn
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def path(tmp_path):
+    return tmp_path / "flink-gpu-coordination"
+
+
+def live_holders(path):
+    """index -> pid of its live owner; fails on an index with two live owners."""
+    snap = coordination.snapshot(path)
+    holders = snap.holders()
+    doubles = {index: pids for index, pids in holders.items() if len(pids) > 1}
+    assert not doubles, f"GPUs with two live owners: {doubles}\n{Path(path).read_text()}"
+    return {index: pids[0] for index, pids in holders.items()}
+
+
+# ---- Flink's stock script ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def stock_script():
+    """Flink 2.3.0's nvidia-gpu-discovery.sh and gpu-discovery-common.sh, downloaded once and cached.
+
+    They ship in the apache-flink-libraries wheel (the apache-flink wheel itself has no plugins).
+    Only the two scripts are kept in the cache; the wheel is deleted after extracting them.
+    """
+    target = CACHE / f"flink-{STOCK_VERSION}-external-resource-gpu"
+    script = target / STOCK_FILES[0]
+    if not script.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        with open(CACHE / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one download even when several sessions start at once
+            if not script.exists():
+                download = CACHE / f"download-{os.getpid()}"
+                try:
+                    proc = subprocess.run(
+                        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                         f"apache-flink-libraries=={STOCK_VERSION}", "-d", str(download)],
+                        capture_output=True, text=True, timeout=1200)
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    pytest.skip(f"cannot download apache-flink-libraries {STOCK_VERSION} for the stock script: {e}")
+                wheels = list(download.glob("*.whl"))
+                if proc.returncode != 0 or not wheels:
+                    shutil.rmtree(download, ignore_errors=True)
+                    pytest.skip(f"cannot download apache-flink-libraries {STOCK_VERSION} for the stock script "
+                                f"(pip exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
+                staging = CACHE / f"staging-{os.getpid()}"
+                staging.mkdir()
+                with zipfile.ZipFile(wheels[0]) as wheel:
+                    for name in STOCK_FILES:
+                        (staging / name).write_bytes(wheel.read(STOCK_DIR_IN_WHEEL + name))
+                os.replace(staging, target)
+                shutil.rmtree(download)
+    return script
+
+
+def fake_nvidia_smi(bin_dir, count):
+    """An nvidia-smi that answers the stock script's one query for `count` simulated GPUs."""
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        if [ "$*" != "--query-gpu=index --format=csv,noheader" ]; then
+            echo "fake nvidia-smi: unexpected arguments: $*" >&2
+            exit 2
+        fi
+        i=0
+        while [ $i -lt {count} ]; do echo $i; i=$((i + 1)); done
+        """))
+    smi.chmod(0o755)
+    return bin_dir
+
+
+class Stock:
+    """Runs the stock script on one coordination file with `count` simulated GPUs."""
+
+    def __init__(self, script, tmp_path, path, count, path_env=None):
+        self.script = script
+        self.path = path
+        bin_dir = fake_nvidia_smi(tmp_path / f"smi{count}", count)
+        self.env = {**os.environ, "PATH": f"{bin_dir}:{path_env if path_env is not None else os.environ['PATH']}"}
+
+    def args(self, amount):
+        return [str(self.script), str(amount), "--enable-coordination-mode", "--coordination-file", str(self.path)]
+
+    def run(self, amount):
+        """The script with this test process as its parent, i.e. as the owner (the TaskManager)."""
+        return subprocess.run(["bash", *self.args(amount)], env=self.env, capture_output=True, text=True,
+                              timeout=60)
+
+    def start_owner(self, amount):
+        """A TaskManager stand-in: a shell that runs the script (so owns its GPUs) and stays alive."""
+        return StockOwner(subprocess.Popen(
+            ["sh", "-c", 'bash "$0" "$@"; echo "rc=$?"; exec sleep 600', *self.args(amount)],
+            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+
+
+class Owner:
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+
+class StockOwner(Owner):
+    def __init__(self, proc):
+        self.proc = proc
+
+    def result(self):
+        """(list of indices, or None when the script failed, and its output)"""
+        out = []
+        for line in self.proc.stdout:
+            if line.startswith("rc="):
+                rc = int(line[3:])
+                return (out[0].split(",") if rc == 0 else None), out
+            out.append(line.strip())
+        raise AssertionError(f"stock script owner {self.pid} ended early: {out} {self.proc.stderr.read()}")
+
+
+OUR_OWNER = textwrap.dedent("""\
+    import json, sys
+    from flink_gpu import coordination
+    from flink_gpu.errors import FlinkException
+    amount, path, count = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    try:
+        got = coordination.claim(amount, [str(i) for i in range(count)], path=path, timeout=30)
+        print(json.dumps({"ok": got}), flush=True)
+    except FlinkException as e:
+        print(json.dumps({"error": str(e)}), flush=True)
+    sys.stdin.read()  # hold the GPUs until the test lets go
+    """)
+
+
+class OurOwner(Owner):
+    """A Python worker that claims through flink_gpu.coordination and stays alive."""
+
+    def __init__(self, path, count, amount, env=None):
+        env = dict(os.environ if env is None else env)
+        env["PYTHONPATH"] = SRC
+        self.proc = subprocess.Popen([sys.executable, "-c", OUR_OWNER, str(amount), str(path), str(count)],
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def result(self):
+        line = self.proc.stdout.readline()
+        assert line, f"our owner {self.pid} died"
+        answer = json.loads(line)
+        return answer.get("ok"), answer.get("error")
+
+
+# ---- the API ----------------------------------------------------------------------------------------
+
+def test_claim_writes_flink_format_with_start_time(path):
+    assert coordination.claim(2, gpus(4), path=path) == ["0", "1"]
+    me, start = os.getpid(), proc_start_time(os.getpid())
+    # the stock script's `<index> <pid>`, then a tab and the owner's start time
+    assert path.read_text() == f"0 {me}\t{start}\n1 {me}\t{start}\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~_umask()
+    assert coordination.process_start_time(me) == start
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_default_path_is_the_stock_scripts():
+    assert coordination.DEFAULT_PATH == "/var/tmp/flink-gpu-coordination"
+
+
+def test_owner_asking_again_gets_what_it_holds(path):
+    assert coordination.claim(2, gpus(4), path=path) == ["0", "1"]
+    before = path.read_text()
+    assert coordination.claim(2, gpus(4), path=path) == ["0", "1"]
+    assert path.read_text() == before
+    assert coordination.claim(3, gpus(4), path=path) == ["0", "1", "2"]  # topped up
+    assert coordination.claim(1, gpus(4), path=path) == ["0"]  # the lowest, keeps holding all three
+    assert sorted(live_holders(path)) == ["0", "1", "2"]
+
+
+def test_indices_as_ints_and_natural_order(path):
+    assert coordination.claim(3, [10, "2", 1], path=path) == ["1", "2", "10"]
+
+
+def test_release_all_or_some_and_missing_file(path, owners):
+    other = owners()
+    assert coordination.claim(2, gpus(4), path=path, owner=other.pid) == ["0", "1"]
+    assert coordination.claim(2, gpus(4), path=path) == ["2", "3"]
+    assert coordination.release(path=path, indices=["3", "0"]) == ["3"]  # 0 is not ours
+    assert live_holders(path) == {"0": other.pid, "1": other.pid, "2": os.getpid()}
+    assert coordination.release(other.pid, path=path) == ["0", "1"]
+    assert coordination.release(path=path) == ["2"]
+    assert path.read_text() == ""
+    missing = path.with_name("missing")
+    assert coordination.release(path=missing) == []
+    assert coordination.clean_stale(missing).removed == ()
+    snap = coordination.snapshot(missing)
+    assert not snap.exists and snap.entries == ()
+    assert not missing.exists()
+
+
+def test_claimed_releases_what_the_block_added(path):
+    coordination.claim(1, gpus(4), path=path)
+    with coordination.claimed(3, gpus(4), path=path) as got:
+        assert got == ["0", "1", "2"]
+        assert sorted(live_holders(path)) == ["0", "1", "2"]
+    assert live_holders(path) == {"0": os.getpid()}  # held before the block, so still held
+
+
+def test_not_enough_says_requested_existing_and_holders(path, owners):
+    a, b = owners(), owners()
+    coordination.claim(2, gpus(3), path=path, owner=a.pid)
+    coordination.claim(1, gpus(3), path=path, owner=b.pid)
+    before = path.read_text()
+    with pytest.raises(FlinkException) as info:
+        coordination.claim(1, gpus(3), path=path)
+    message = str(info.value)
+    assert message.startswith("Could not get enough GPU resources.")
+    assert "Requested 1, the host has 3 GPUs (0, 1, 2)" in message
+    assert f"pid {a.pid} holds 0, 1" in message and f"pid {b.pid} holds 2" in message
+    assert str(path) in message
+    assert path.read_text() == before
+
+
+def test_bad_arguments(path):
+    with pytest.raises(ValueError, match="Invalid GPU index '0 1'"):
+        coordination.claim(1, ["0 1"], path=path)
+    with pytest.raises(ValueError, match="must not be negative"):
+        coordination.claim(-1, gpus(2), path=path)
+    with pytest.raises(TypeError):
+        coordination.claim(True, gpus(2), path=path)
+    with pytest.raises(TypeError):
+        coordination.claim(1, [1.5], path=path)
+    with pytest.raises(ValueError, match="does not exist"):
+        coordination.claim(1, gpus(2), path=path, owner=dead_pid())
+    with pytest.raises(ValueError, match="positive process id"):
+        coordination.release(0, path=path)
+    with pytest.raises(ValueError, match="timeout"):
+        coordination.claim(1, gpus(2), path=path, timeout=-1)
+    assert coordination.claim(0, gpus(2), path=path) == []
+    assert not path.exists()
+
+
+def test_a_forked_child_claims_for_itself(path):
+    assert coordination.claim(2, gpus(4), path=path) == ["0", "1"]
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            got = coordination.claim(2, gpus(4), path=path)
+            with coordination.claimed(0, gpus(4), path=path):
+                pass  # leaving a block in the child releases nothing of the parent's
+            os.write(write_end, json.dumps(got).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    got = json.loads(os.read(read_end, 1000))
+    os.waitpid(pid, 0)
+    os.close(read_end)
+    assert got == ["2", "3"]
+    assert live_holders(path) == {"0": os.getpid(), "1": os.getpid()}  # the child is gone: 2, 3 are stale
+
+
+def test_fork_inside_claimed_block_does_not_release_the_parents(path):
+    with coordination.claimed(2, gpus(4), path=path) as got:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child leaves the block, then exits
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert live_holders(path) == {index: os.getpid() for index in got}
+    assert live_holders(path) == {}
+
+
+def test_threads_of_one_process_exclude_each_other(path, owners):
+    procs = [owners() for _ in range(8)]
+    table, table_lock = {}, threading.Lock()
+    problems, claims = [], []
+    stop = time.monotonic() + 1.5
+
+    def work(owner):
+        while time.monotonic() < stop:
+            try:
+                got = coordination.claim(1, gpus(3), path=path, owner=owner, timeout=30)
+            except FlinkException:
+                continue
+            with table_lock:
+                if table.get(got[0]) is not None:
+                    problems.append((got[0], table[got[0]], owner))
+                table[got[0]] = owner
+            claims.append(got[0])
+            time.sleep(0.0005)
+            with table_lock:
+                table[got[0]] = None
+            coordination.release(owner, path=path, timeout=30)
+
+    threads = [threading.Thread(target=work, args=(p.pid,)) for p in procs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert problems == []
+    assert len(claims) > 30
+    assert path.read_text() == ""
+
+
+# ---- the stock script's bugs, one regression test each (SPEC 5.1) ----------------------------------
+
+def test_b1_reclaiming_1_leaves_11_alone(path, owners, stock_script, tmp_path):
+    holder_of_11, holder_of_rest = owners(), owners()
+
+    def prepare():  # 0..11 held, except 1 whose owner is dead
+        lines = [f"{i} {holder_of_rest.pid}" for i in range(12) if i not in (1, 11)]
+        path.write_text("\n".join(lines + [f"1 {dead_pid()}", f"11 {holder_of_11.pid}"]) + "\n")
+
+    prepare()  # first the stock script: it does delete the line of 11 (so this test can tell)
+    out = Stock(stock_script, tmp_path, path, 12).run(1)
+    assert out.stdout.strip() == "1"
+    assert f"11 {holder_of_11.pid}" not in path.read_text()
+
+    prepare()
+    assert coordination.claim(1, gpus(12), path=path) == ["1"]
+    assert f"11 {holder_of_11.pid}\n" in path.read_text()
+    assert live_holders(path)["11"] == holder_of_11.pid
+
+
+def test_b1_stock_reclaim_keeps_our_lines(path, owners, stock_script, tmp_path):
+    """Our third field follows a tab: the stock script's `sed "/<index> /d"` never matches inside it."""
+    owner = owners()
+    d = int(str(owner.pid)[-1])  # a space after the pid would make "<d> " appear in our line
+    x = (d + 1) % 10
+    assert coordination.claim(1, [str(x)], path=path, owner=owner.pid) == [str(x)]
+    ours = path.read_text()
+    me = os.getpid()
+    with path.open("a") as f:
+        for i in range(10):
+            if i == d:
+                f.write(f"{i} {dead_pid()}\n")
+            elif i != x:
+                f.write(f"{i} {me}\n")
+    out = Stock(stock_script, tmp_path, path, 10).run(1)
+    assert out.stdout.strip() == str(d)
+    assert ours in path.read_text()
+    assert live_holders(path)[str(x)] == owner.pid
+
+
+def test_b2_rewritten_in_place_never_replaced(path):
+    path.write_text(f"0 {dead_pid()}\n1 {dead_pid()}\n2 {dead_pid()}\n")
+    inode = path.stat().st_ino
+    assert coordination.claim(1, gpus(3), path=path) == ["0"]  # a reclaim: the file is rewritten
+    assert path.stat().st_ino == inode
+    assert len(coordination.clean_stale(path).removed) == 2
+    assert coordination.release(path=path) == ["0"]
+    assert path.stat().st_ino == inode
+    assert path.read_text() == ""
+
+
+LOCK_AND_REPLACE = textwrap.dedent("""\
+    import fcntl, os, sys
+    path = sys.argv[1]
+    fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    print("locked", flush=True)
+    sys.stdin.readline()
+    with open(path + ".sed", "w") as f:  # what `sed -i` does, still holding the old inode's lock
+        f.write(sys.argv[2])
+    os.replace(path + ".sed", path)
+    """)
+
+
+def test_b2_replacement_by_someone_else_is_detected(path, owners):
+    holder = owners()
+    path.write_text("")
+    old_inode = path.stat().st_ino
+    replacer = subprocess.Popen([sys.executable, "-c", LOCK_AND_REPLACE, str(path), f"0 {holder.pid}\n"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert replacer.stdout.readline() == "locked\n"
+    result = {}
+    claimer = threading.Thread(target=lambda: result.update(got=coordination.claim(1, gpus(2), path=path)))
+    claimer.start()
+    deadline = time.monotonic() + 10
+    while not _has_open_fd_to_inode(old_inode):  # the claim has opened the old file and waits for its lock
+        assert time.monotonic() < deadline, "the claim never opened the coordination file"
+        time.sleep(0.002)
+    replacer.stdin.write("go\n")
+    replacer.stdin.close()
+    replacer.wait()
+    claimer.join()
+    assert result["got"] == ["1"]  # it read the replacement, where 0 is held
+    assert path.read_text() == f"0 {holder.pid}\n1 {os.getpid()}\t{proc_start_time(os.getpid())}\n"
+
+
+def _has_open_fd_to_inode(inode):
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.stat(f"/proc/self/fd/{fd}").st_ino == inode and int(fd) > 2:
+                return True
+        except OSError:
+            pass
+    return False
+
+
+RESTRICTED_TOOLS = ("bash", "sh", "grep", "awk", "sed", "flock", "dirname", "cat")
+
+
+def test_b3_no_ps_needed(path, owners, stock_script, tmp_path):
+    live = owners()
+    bin_dir = tmp_path / "no-ps-bin"
+    bin_dir.mkdir()
+    for tool in RESTRICTED_TOOLS:
+        os.symlink(shutil.which(tool), bin_dir / tool)
+    ps_log = tmp_path / "ps-was-called"
+    (bin_dir / "ps").write_text(f"#!/bin/sh\necho \"$@\" >> {ps_log}\nexit 1\n")  # a broken ps, logging
+    (bin_dir / "ps").chmod(0o755)
+    content = f"0 {live.pid}\n1 {dead_pid()}\n"
+
+    path.write_text(content)  # the stock script, without a working ps, takes the live owner's GPU
+    out = Stock(stock_script, tmp_path, path, 2, path_env=str(bin_dir)).run(1)
+    assert out.stdout.strip() == "0"
+    assert ps_log.exists()
+    ps_log.unlink()
+
+    path.write_text(content)
+    code = f"from flink_gpu import coordination; print(coordination.claim(1, ['0', '1'], path={str(path)!r}))"
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PATH": str(bin_dir), "PYTHONPATH": SRC},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['1']"
+    assert not ps_log.exists()
+    assert live_holders(path)["0"] == live.pid
+
+
+def test_b4_pid_reuse_detected_by_start_time(path, owners):
+    live = owners()
+    start = proc_start_time(live.pid)
+    path.write_text(f"0 {live.pid}\t{start + 1}\n")  # same pid, another process's start time
+    (entry,) = coordination.snapshot(path).entries
+    assert entry.pid == live.pid and entry.start_time == start + 1 and not entry.alive
+    assert coordination.snapshot(path).stale == (entry,)
+    assert coordination.claim(1, ["0"], path=path) == ["0"]
+
+    path.write_text(f"0 {live.pid}\t{start}\n1 {live.pid}\n")  # right start time, or none (stock line)
+    assert [e.alive for e in coordination.snapshot(path).entries] == [True, True]
+    with pytest.raises(FlinkException):
+        coordination.claim(1, ["0", "1"], path=path)
+
+
+def test_b5_unparsable_lines_kept_reported_never_reclaimed(path, caplog):
+    text = "2 not-a-pid\n\n0 12x\ngarbage\n"
+    path.write_text(text)
+    with caplog.at_level(logging.WARNING, logger="flink_gpu.coordination"):
+        with pytest.raises(FlinkException, match="blocked by lines that cannot be parsed"):
+            coordination.claim(2, gpus(3), path=path)
+        assert path.read_text() == text
+        assert coordination.claim(1, gpus(3), path=path) == ["1"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("Line 4" in w and str(path) in w and "'garbage'" in w for w in warnings)
+    snap = coordination.snapshot(path)
+    assert [(u.line_number, u.text) for u in snap.unparsable] == [(1, "2 not-a-pid"), (3, "0 12x"), (4, "garbage")]
+    assert [e.index for e in snap.entries] == ["1"]
+    assert len(coordination.clean_stale(path).unparsable) == 3
+    assert path.read_text().startswith(text)
+
+
+def test_b10_lock_wait_is_bounded(path):
+    path.write_text("")
+    # -o: the command does not inherit the lock, so killing flock(1) releases it
+    holder = subprocess.Popen(["flock", "-o", str(path), "-c", "echo locked; exec sleep 600"],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError) as info:
+            coordination.claim(1, gpus(2), path=path, timeout=0.3)
+        elapsed = time.monotonic() - t0
+        assert 0.29 <= elapsed < 3
+        message = str(info.value)
+        assert str(path) in message and "Timed out after 0.3 s" in message
+        assert f"held by pid {holder.pid}" in message
+        with pytest.raises(TimeoutError):
+            coordination.snapshot(path, timeout=0)
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert coordination.claim(1, gpus(2), path=path, timeout=0) == ["0"]
+
+
+# ---- unusable files -----------------------------------------------------------------------------------
+
+def test_symlink_refused_and_target_untouched(tmp_path):
+    target = tmp_path / "precious"
+    target.write_text("precious\n")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    for call in (lambda: coordination.claim(1, ["0"], path=link), lambda: coordination.release(path=link),
+                 lambda: coordination.snapshot(link), lambda: coordination.clean_stale(link)):
+        with pytest.raises(OSError) as info:
+            call()
+        assert info.value.errno == errno.ELOOP and info.value.filename == str(link)
+        assert "symbolic link" in str(info.value)
+    assert target.read_text() == "precious\n"
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(OSError):
+        coordination.claim(1, ["0"], path=dangling)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_non_regular_files_refused(tmp_path):
+    directory = tmp_path / "dir"
+    directory.mkdir()
+    with pytest.raises(IsADirectoryError, match="a directory"):
+        coordination.claim(1, ["0"], path=directory)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="a FIFO") as info:  # refused, without blocking on the open
+        coordination.claim(1, ["0"], path=fifo)
+    assert info.value.errno == errno.EINVAL and info.value.filename == str(fifo)
+    with pytest.raises(OSError, match="character device"):
+        coordination.snapshot("/dev/null")
+
+
+def test_hard_linked_file_refused(tmp_path):
+    other = tmp_path / "someone-elses"
+    other.write_text("data\n")
+    path = tmp_path / "coordination"
+    os.link(other, path)
+    with pytest.raises(OSError, match="2 hard links") as info:
+        coordination.claim(1, ["0"], path=path)
+    assert info.value.errno == errno.EMLINK
+    assert other.read_text() == "data\n"
+
+
+def test_unusable_path_names_path_and_errno_text(tmp_path):
+    path = tmp_path / "no-such-dir" / "coordination"
+    with pytest.raises(FileNotFoundError) as info:
+        coordination.claim(1, ["0"], path=path)
+    assert str(path) in str(info.value) and os.strerror(errno.ENOENT) in str(info.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
+def test_another_users_file_is_readable_not_claimable():
+    """The file is created 0644: another user's worker can look but not claim (SPEC 5.2, permissions)."""
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="flink-gpu-shared-"))  # pytest's tmp_path is private (0700)
+    shared.chmod(0o755)
+    path = shared / "coordination"
+    coordination.claim(1, gpus(2), path=path)
+    code = textwrap.dedent(f"""\
+        import os
+        from flink_gpu import coordination  # before dropping root: the interpreter may live in /root
+        os.setgroups([]); os.setgid(65534); os.setuid(65534)
+        print(len(coordination.snapshot({str(path)!r}).entries))
+        try:
+            coordination.claim(1, ['0', '1'], path={str(path)!r})
+        except PermissionError as e:
+            print(e)
+        """)
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": SRC},
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        shutil.rmtree(shared)
+    assert proc.returncode == 0, proc.stderr
+    count, message = proc.stdout.splitlines()
+    assert count == "1"
+    assert str(path) in message and "owned by uid 0, mode 0644" in message and "group write" in message
+
+
+# ---- with Flink's stock script, real processes -------------------------------------------------------
+
+def test_stock_and_ours_concurrently_never_share_a_gpu(path, stock_script, tmp_path):
+    stock = Stock(stock_script, tmp_path, path, 8)
+    for round_ in range(3):
+        path.write_text("")
+        started = [stock.start_owner(2) for _ in range(3)] + [OurOwner(path, 8, 1) for _ in range(2)]
+        extra = [stock.start_owner(1), OurOwner(path, 8, 1)]  # demand 10 for 8 GPUs
+        random.shuffle(started)
+        try:
+            got = {}
+            for owner in started + extra:
+                if isinstance(owner, StockOwner):
+                    indices, output = owner.result()
+                    assert indices is not None or output == ["Could not get enough GPU resources."]
+                else:
+                    indices, error = owner.result()
+                    assert indices is not None or error.startswith("Could not get enough GPU resources.")
+                if indices:
+                    got[owner.pid] = indices
+            taken = [i for indices in got.values() for i in indices]
+            assert len(taken) == len(set(taken)) == 8, got  # everything handed out, nothing twice
+            assert live_holders(path) == {i: pid for pid, indices in got.items() for i in indices}
+        finally:
+            for owner in started + extra:
+                owner.kill()
+
+
+def test_stock_and_ours_interleaved_with_reclaims(path, stock_script, tmp_path):
+    stock = Stock(stock_script, tmp_path, path, 6)
+    owners = []
+
+    def claim_by(kind, amount):
+        owner = stock.start_owner(amount) if kind == "stock" else OurOwner(path, 6, amount)
+        owners.append(owner)
+        result = owner.result()
+        return owner, result[0]
+
+    try:
+        a, got_a = claim_by("stock", 2)
+        b, got_b = claim_by("ours", 2)
+        c, got_c = claim_by("stock", 2)
+        assert (got_a, got_b, got_c) == (["0", "1"], ["2", "3"], ["4", "5"])
+        a.kill()
+        b.kill()
+        d, got_d = claim_by("ours", 3)  # reclaims the lowest dead ones
+        assert got_d == ["0", "1", "2"]
+        inode = path.stat().st_ino
+        e, got_e = claim_by("stock", 1)  # reclaims 3 with `sed -i`: a new file
+        assert got_e == ["3"]
+        assert path.stat().st_ino != inode
+        assert live_holders(path) == {"0": d.pid, "1": d.pid, "2": d.pid, "3": e.pid, "4": c.pid, "5": c.pid}
+        f, got_f = claim_by("ours", 1)
+        assert got_f is None
+        c.kill()
+        g, got_g = claim_by("stock", 2)
+        assert got_g == ["4", "5"]
+        coordination.release(d.pid, path=path)  # d lets go: free again, for the stock script too
+        h, got_h = claim_by("stock", 3)
+        assert got_h == ["0", "1", "2"]
+        assert live_holders(path) == {"0": h.pid, "1": h.pid, "2": h.pid, "3": e.pid, "4": g.pid, "5": g.pid}
+    finally:
+        for owner in owners:
+            owner.kill()
+
+
+# ---- stress: real processes, SIGKILL ------------------------------------------------------------------
+
+STRESS_WORKER = textwrap.dedent("""\
+    import fcntl, json, os, random, sys, time
+    from flink_gpu import coordination
+    from flink_gpu.errors import FlinkException
+    path, marks, log, gpus, until = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+    indices = [str(i) for i in range(gpus)]
+    claims = doubles = short = 0
+    with open(log, "a") as out:
+        while time.time() < until:
+            amount = random.randint(1, 3)
+            try:
+                got = coordination.claim(amount, indices, path=path, timeout=30)
+            except FlinkException:
+                short += 1
+                time.sleep(0.001)
+                continue
+            out.write(f"claim {got}\\n")
+            out.flush()
+            held = []
+            for index in got:  # the kernel's view: a second live holder of this GPU's marker lock is a double
+                fd = os.open(os.path.join(marks, index), os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    doubles += 1
+                    out.write(f"DOUBLE {index}\\n")
+                held.append(fd)
+            claims += 1
+            time.sleep(random.uniform(0, 0.004))
+            for fd in held:
+                os.close(fd)
+            assert sorted(coordination.release(path=path, timeout=30)) == sorted(got)
+        out.write(json.dumps({"claims": claims, "doubles": doubles, "short": short}) + "\\n")
+    """)
+
+
+def test_stress_32_processes_8_gpus_with_sigkill(path, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    until = time.time() + 8
+    env = {**os.environ, "PYTHONPATH": SRC}
+    workers = [subprocess.Popen([sys.executable, "-c", STRESS_WORKER, str(path), str(marks), str(logs / f"{n}.log"),
+                                 "8", str(until)], env=env) for n in range(32)]
+    victims = random.sample(workers, 8)
+    time.sleep(3)  # all started and busy
+    for victim in victims:  # at random moments: holding GPUs, holding the lock, or between claims
+        time.sleep(random.uniform(0, 0.4))
+        victim.send_signal(signal.SIGKILL)
+    for w in workers:
+        w.wait(timeout=60)
+    survivors = [w for w in workers if w not in victims]
+    assert [w.returncode for w in survivors] == [0] * len(survivors)
+    assert all(v.returncode == -signal.SIGKILL for v in victims)
+    claims = doubles = 0
+    for log in logs.iterdir():
+        text = log.read_text()
+        assert "DOUBLE" not in text, f"{log.name}: {text}"
+        if workers[int(log.stem)] in survivors:
+            summary = json.loads(text.splitlines()[-1])
+            claims += summary["claims"]
+            doubles += summary["doubles"]
+    assert doubles == 0
+    assert claims > 200, claims
+    # every GPU is claimable again: the victims' lines are reclaimed
+    assert coordination.claim(8, gpus(8), path=path) == gpus(8)
+    assert coordination.release(path=path) == gpus(8)
