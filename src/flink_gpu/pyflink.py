@@ -1,0 +1,242 @@
+"""External resource infos for PyFlink user functions (SPEC 7).
+
+PyFlink (up to 2.3) has no Python API for ``RuntimeContext.getExternalResourceInfos``, so a Python
+UDF cannot see the GPUs its TaskManager discovered. Call this from ``open()`` instead::
+
+    from flink_gpu import cuda_visible_devices
+    from flink_gpu.pyflink import get_external_resource_infos
+
+    class Infer(MapFunction):
+        def open(self, ctx):
+            gpus = get_external_resource_infos(ctx, "gpu")
+            os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(gpus)
+
+* Thread mode (``python.execution-mode: thread``): the function runs inside the TaskManager JVM and
+  PyFlink's context wraps the Java ``StreamingRuntimeContext``; its infos are asked for directly
+  and converted to :class:`~flink_gpu.GPUInfo` with every property the Java info exposes.
+* Process mode (the default): the Python worker is a descendant of the TaskManager JVM and cannot
+  ask it. The TaskManager's discovery (the stock script or ``flink-gpu-discovery`` in coordination
+  mode) recorded ``<index> <pid>`` lines for the JVM in the coordination file, so the worker reads
+  the file named by the TaskManager's configuration (``$FLINK_CONF_DIR``, inherited) and takes the
+  GPUs of its nearest ancestor that holds any, completed with uuid, name, … from NVML where NVML
+  can be loaded.
+
+Nothing found is an empty frozenset and a WARN saying what was tried; it never raises for that.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, NamedTuple
+
+from flink_gpu.gpu.info import GPUInfo
+
+__all__ = ["ResourceLookup", "get_external_resource_infos", "lookup_external_resource_infos"]
+
+_log = logging.getLogger("flink_gpu.pyflink")
+
+#: How far up the process tree to look; a TaskManager's Python worker is 1-3 levels below it.
+_MAX_ANCESTRY = 64
+
+
+class ResourceLookup(NamedTuple):
+    """What :func:`lookup_external_resource_infos` found, and how."""
+
+    infos: frozenset  # frozenset[GPUInfo]
+    mode: str  # "thread": asked the Java context; "process": read the coordination file
+    reason: str | None  # why ``infos`` is empty (None when it is not)
+    coordination_file: str | None = None  # process mode: the file that was read
+    holder_pid: int | None = None  # process mode: the ancestor whose GPUs these are
+
+
+def get_external_resource_infos(runtime_context: Any, name: str) -> frozenset:
+    """The infos of external resource ``name`` (e.g. ``"gpu"``) of this function's TaskManager.
+
+    ``runtime_context`` is the PyFlink ``RuntimeContext`` given to ``open()`` (``None`` is accepted
+    in process mode). Returns a frozenset of :class:`~flink_gpu.GPUInfo`; empty, with a WARN that
+    names what was tried, when nothing can be found.
+    """
+    lookup = lookup_external_resource_infos(runtime_context, name)
+    if lookup.reason is not None:
+        _log.warning("No external resource infos for %r (%s mode): %s", name, lookup.mode, lookup.reason)
+    return lookup.infos
+
+
+def lookup_external_resource_infos(runtime_context: Any, name: str) -> ResourceLookup:
+    """Like :func:`get_external_resource_infos`, returning the reason instead of logging it."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"The external resource name must be a non-empty string, got {name!r}.")
+    java_context = _java_context(runtime_context)
+    if java_context is not None:
+        return _from_java(java_context, name)
+    return _from_coordination_file(name)
+
+
+# -- thread mode ---------------------------------------------------------------------------------
+
+def _java_context(runtime_context: Any) -> Any:
+    """The Java ``RuntimeContext`` behind PyFlink's thread-mode context, or None (process mode)."""
+    context = runtime_context
+    # window functions wrap PyFlink's context in another one: unwrap until Java answers
+    for _ in range(4):
+        if context is None:
+            return None
+        if hasattr(context, "getExternalResourceInfos"):
+            return context
+        context = getattr(context, "_runtime_context", None)
+    return None
+
+
+def _java_iterable(value: Any) -> list:
+    """A Java collection as a Python list, whatever pemja made of it."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return list(value)
+    if hasattr(value, "toArray"):
+        return list(value.toArray())
+    return list(value)
+
+
+def _java_optional(value: Any) -> str | None:
+    """A Java ``Optional<String>`` as str or None (pemja may or may not have unwrapped it)."""
+    if value is None or isinstance(value, str):
+        return value
+    if value.isPresent():
+        return str(value.get())
+    return None
+
+
+def _from_java(java_context: Any, name: str) -> ResourceLookup:
+    infos = []
+    for java_info in _java_iterable(java_context.getExternalResourceInfos(name)):
+        index = _java_optional(java_info.getProperty("index"))
+        properties = {}
+        for key in map(str, _java_iterable(java_info.getKeys())):
+            if key != "index":
+                value = _java_optional(java_info.getProperty(key))
+                if value is not None:
+                    properties[key] = value
+        if index is None:
+            # not a GPU info (another resource type): keep its properties under its string form
+            index = str(java_info.toString())
+        infos.append(GPUInfo(index, properties))
+    reason = None
+    if not infos:
+        reason = (f"the TaskManager's RuntimeContext.getExternalResourceInfos({name!r}) returned no "
+                  f"infos. Check that '{name}' is listed in 'external-resources' with an amount and "
+                  "a driver-factory.class, and the TaskManager log for the driver's WARN; a local "
+                  "MiniCluster never loads external resource drivers.")
+    return ResourceLookup(frozenset(infos), "thread", reason)
+
+
+# -- process mode --------------------------------------------------------------------------------
+
+def _coordination_file(name: str) -> tuple[str, list[str], str | None]:
+    """The coordination file the TaskManager's discovery uses, notes on how it was found, and
+    the NVML library the resource is configured with (``param.nvml.library-path``)."""
+    from flink_gpu.gpu.nvml import DEFAULT_COORDINATION_FILE
+
+    key = f"external-resource.{name}.param.discovery-script.args"
+    conf_dir = os.environ.get("FLINK_CONF_DIR")
+    if not conf_dir:
+        return DEFAULT_COORDINATION_FILE, [
+            f"FLINK_CONF_DIR is not set, so the TaskManager's configuration is unknown; used the "
+            f"default coordination file {DEFAULT_COORDINATION_FILE}"], None
+    from flink_gpu.config import Configuration, split_escaped
+    from flink_gpu.gpu.nvml import parse_script_args
+
+    try:
+        conf = Configuration.from_yaml(conf_dir)
+        args = parse_script_args(conf.get_string(key), key)
+        resources = conf.get_string("external-resources", "")
+        listed = split_escaped(resources)
+    except Exception as error:  # a broken file must not break the operator; say why instead
+        return DEFAULT_COORDINATION_FILE, [
+            f"could not read '{key}' from the configuration in FLINK_CONF_DIR={conf_dir} ({error}); "
+            f"used the default coordination file {DEFAULT_COORDINATION_FILE}"], None
+    notes = [f"read '{key}' from FLINK_CONF_DIR={conf_dir}"]
+    if name not in listed:
+        notes.append(f"'{name}' is not listed in 'external-resources' ({resources!r}) there, so the "
+                     "TaskManager discovered nothing")
+    if not args.coordination_mode:
+        notes.append(f"'{key}' does not contain --enable-coordination-mode, so the TaskManager's "
+                     "discovery records nothing in the coordination file; enable it to make GPUs "
+                     "visible to process-mode Python workers")
+    return args.coordination_file, notes, conf.get_string(f"external-resource.{name}.param.nvml.library-path")
+
+
+def _parent(pid: int) -> tuple[int, str] | None:
+    """(ppid, command name) of ``pid`` from /proc, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may itself contain ") ", so split at the last one
+    head, _, tail = text.rpartition(")")
+    fields = tail.split()
+    return int(fields[1]), head.partition("(")[2]
+
+
+def _ancestry(pid: int) -> list[tuple[int, str]]:
+    """``pid`` and its ancestors, nearest first, as (pid, command name)."""
+    chain = []
+    while pid > 0 and len(chain) < _MAX_ANCESTRY:
+        parent = _parent(pid)
+        if parent is None:
+            break
+        chain.append((pid, parent[1]))
+        pid = parent[0]
+    return chain
+
+
+def _index_key(index: str) -> tuple:
+    return (0, int(index), index) if index.isascii() and index.isdigit() else (1, 0, index)
+
+
+def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo], str | None]:
+    """GPUInfos for ``indices`` with NVML's properties where NVML answers; the note if it does not."""
+    from flink_gpu.errors import NvmlError
+
+    try:
+        from flink_gpu import _native
+        from flink_gpu.gpu.nvml import _gpu_info
+
+        devices = {str(device.index): _gpu_info(device) for device in _native.Nvml.open(library).devices()}
+    except (ImportError, NvmlError) as error:
+        return [GPUInfo(index) for index in indices], f"NVML is not available ({error}); infos carry the index only"
+    return [devices.get(index) or GPUInfo(index) for index in indices], None
+
+
+def _from_coordination_file(name: str) -> ResourceLookup:
+    from flink_gpu import coordination
+
+    path, notes, library = _coordination_file(name)
+    try:
+        snapshot = coordination.snapshot(path)
+    except (OSError, TimeoutError) as error:
+        notes.append(f"could not read the coordination file {path}: {error}")
+        return ResourceLookup(frozenset(), "process", "; ".join(notes) + ".", path)
+    if not snapshot.exists:
+        notes.append(f"the coordination file {path} does not exist")
+        return ResourceLookup(frozenset(), "process", "; ".join(notes) + ".", path)
+    held: dict[int, list[str]] = {}
+    for entry in snapshot.entries:
+        if entry.alive:
+            held.setdefault(entry.pid, []).append(entry.index)
+    chain = _ancestry(os.getpid())
+    for pid, _command in chain:
+        indices = held.get(pid)
+        if indices:
+            indices = sorted(set(indices), key=_index_key)
+            infos, note = _nvml_infos(indices, library)
+            if note:
+                _log.info("GPUs %s of pid %d in %s: %s.", ",".join(indices), pid, path, note)
+            return ResourceLookup(frozenset(infos), "process", None, path, pid)
+    tried = ", ".join(f"{pid} ({command})" for pid, command in chain) or "none (no /proc)"
+    notes.append(f"no live entry in the coordination file {path} belongs to this process or an "
+                 f"ancestor (tried pids {tried}; the file holds pids "
+                 f"{', '.join(map(str, sorted(held))) or 'none'})")
+    return ResourceLookup(frozenset(), "process", "; ".join(notes) + ".", path)

@@ -1,0 +1,235 @@
+"""A real standalone Flink cluster (JobManager + TaskManagers) from the apache-flink wheel's bin/.
+
+Each process gets its own conf dir (its own FLINK_CONF_DIR), log dir and pid dir under one work
+directory; the JVMs run in the foreground (``start-foreground`` execs the JVM, so the pid we spawn
+is the JVM's) in their own process groups, and :meth:`StandaloneCluster.stop` ends them by pid
+whatever state they are in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+
+def flink_home() -> Path:
+    """The Flink distribution inside the installed ``apache-flink`` wheel (``pyflink/``)."""
+    import pyflink
+
+    home = Path(pyflink.__file__).resolve().parent
+    if not (home / "bin" / "jobmanager.sh").is_file():
+        raise RuntimeError(f"{home} has no bin/jobmanager.sh: is apache-flink-libraries installed?")
+    return home
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _java_opts(home: Path) -> str:
+    """The JVM flags of the distribution's own config.yaml (Java 17 needs its --add-opens)."""
+    with open(home / "conf" / "config.yaml") as f:
+        default = yaml.safe_load(f)
+    return default["env"]["java"]["opts"]["all"]
+
+
+class FlinkProcess:
+    def __init__(self, role: str, popen: subprocess.Popen, conf_dir: Path, log_dir: Path, console: Path):
+        self.role = role
+        self.popen = popen
+        self.conf_dir = conf_dir
+        self.log_dir = log_dir
+        self.console = console
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log_tail(self, lines: int = 60) -> str:
+        parts = []
+        for path in sorted(self.log_dir.glob("*")) + [self.console]:
+            if path.is_file():
+                text = path.read_text(errors="replace").splitlines()
+                parts.append(f"--- {path} (last {min(lines, len(text))} of {len(text)} lines) ---")
+                parts.extend(text[-lines:])
+        return "\n".join(parts)
+
+
+class StandaloneCluster:
+    """JobManager plus TaskManagers on this host; ``with StandaloneCluster(...) as c:`` stops it."""
+
+    def __init__(self, work_dir: Path, base_conf: dict, taskmanagers: list[dict]):
+        """``base_conf``: flat keys for every process; ``taskmanagers``: per TaskManager a dict
+        with ``conf`` (extra flat keys) and ``env`` (extra environment variables)."""
+        self.home = flink_home()
+        self.work_dir = Path(work_dir)
+        self.rpc_port = free_port()
+        self.rest_port = free_port()
+        self.java_opts = _java_opts(self.home)
+        self.base_conf = {
+            "jobmanager.rpc.address": "localhost",
+            "jobmanager.rpc.port": self.rpc_port,
+            "jobmanager.bind-host": "localhost",
+            "rest.address": "localhost",
+            "rest.bind-address": "localhost",
+            "rest.port": self.rest_port,
+            "taskmanager.host": "localhost",
+            "taskmanager.bind-host": "localhost",
+            "env.java.opts.all": self.java_opts,
+            # small: 2 cores and 24 GiB shared with other work
+            "jobmanager.memory.process.size": "1024m",
+            "taskmanager.memory.process.size": "1536m",
+            "parallelism.default": 1,
+            **base_conf,
+        }
+        self.taskmanager_specs = taskmanagers
+        self.jobmanager: FlinkProcess | None = None
+        self.taskmanagers: list[FlinkProcess] = []
+
+    # -- configuration ---------------------------------------------------------------------------
+
+    def write_conf(self, name: str, extra: dict | None = None) -> Path:
+        conf_dir = self.work_dir / name / "conf"
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        for pattern in ("log4j*.properties", "logback*.xml"):
+            for source in (self.home / "conf").glob(pattern):
+                (conf_dir / source.name).write_bytes(source.read_bytes())
+        conf = {**self.base_conf, **(extra or {})}
+        with open(conf_dir / "config.yaml", "w") as f:
+            yaml.safe_dump(conf, f, default_flow_style=False, sort_keys=True)
+        return conf_dir
+
+    def _env(self, name: str, conf_dir: Path, extra: dict | None = None) -> tuple[dict, Path]:
+        log_dir = self.work_dir / name / "log"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update({
+            "FLINK_HOME": str(self.home),
+            "FLINK_CONF_DIR": str(conf_dir),
+            "FLINK_LOG_DIR": str(log_dir),
+            "FLINK_PID_DIR": str(self.work_dir / name),
+            "FLINK_IDENT_STRING": name,
+        })
+        env.update(extra or {})
+        return env, log_dir
+
+    def _start(self, role: str, name: str, script: str, conf_extra=None, env_extra=None) -> FlinkProcess:
+        conf_dir = self.write_conf(name, conf_extra)
+        env, log_dir = self._env(name, conf_dir, env_extra)
+        console = self.work_dir / name / "console.out"
+        with open(console, "wb") as out:
+            popen = subprocess.Popen([str(self.home / "bin" / script), "start-foreground"], env=env,
+                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                     cwd=self.work_dir / name, start_new_session=True)
+        return FlinkProcess(role, popen, conf_dir, log_dir, console)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 180.0) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.jobmanager = self._start("jobmanager", "jobmanager", "jobmanager.sh")
+        for number, spec in enumerate(self.taskmanager_specs, start=1):
+            name = f"taskmanager-{number}"
+            conf = {"taskmanager.resource-id": name, **spec.get("conf", {})}
+            self.taskmanagers.append(
+                self._start("taskmanager", name, "taskmanager.sh", conf, spec.get("env")))
+        self.wait_for_taskmanagers(len(self.taskmanagers), timeout)
+
+    def processes(self) -> list[FlinkProcess]:
+        return ([self.jobmanager] if self.jobmanager else []) + self.taskmanagers
+
+    def stop(self, grace: float = 20.0) -> None:
+        """SIGTERM every JVM, then SIGKILL whatever is left of its process group (Python workers)."""
+        for process in self.processes():
+            if process.popen.poll() is None:
+                try:
+                    os.kill(process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace
+        for process in self.processes():
+            try:
+                process.popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            # the group was created for this JVM (start_new_session): its leader's pid names it
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                process.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def __enter__(self) -> "StandaloneCluster":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- REST ------------------------------------------------------------------------------------
+
+    def rest(self, path: str, timeout: float = 10.0):
+        url = f"http://localhost:{self.rest_port}{path}"
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return json.loads(response.read().decode("utf-8"))
+
+    def _check_alive(self) -> None:
+        for process in self.processes():
+            code = process.popen.poll()
+            if code is not None:
+                raise RuntimeError(f"The {process.role} (pid {process.pid}) exited with code {code} "
+                                   f"during start-up.\n{self.logs()}")
+
+    def wait_for_taskmanagers(self, count: int, timeout: float) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        last_error = "no answer yet"
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                registered = self.rest("/taskmanagers").get("taskmanagers", [])
+                if len(registered) >= count:
+                    return registered
+                last_error = f"{len(registered)} of {count} TaskManagers registered"
+            except (urllib.error.URLError, OSError, ValueError) as error:  # not up yet; retry
+                last_error = f"REST /taskmanagers: {error}"
+            time.sleep(1.0)
+        raise TimeoutError(f"The Flink cluster did not come up within {timeout:.0f} s ({last_error}).\n"
+                           f"{self.logs()}")
+
+    def logs(self, lines: int = 60) -> str:
+        return "\n".join(p.log_tail(lines) for p in self.processes())
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    def client_conf_dir(self) -> Path:
+        return self.write_conf("client")
+
+    def run_python_job(self, script: Path, args: list[str], env: dict | None = None,
+                       timeout: float = 300.0) -> subprocess.CompletedProcess:
+        """``flink run -py script args`` against this cluster (attached: waits for the job's end)."""
+        conf_dir = self.client_conf_dir()
+        run_env, _ = self._env("client", conf_dir, env)
+        command = [str(self.home / "bin" / "flink"), "run",
+                   "-pyclientexec", sys.executable, "-pyexec", sys.executable,
+                   "-py", str(script), *args]
+        return subprocess.run(command, env=run_env, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=timeout, cwd=self.work_dir / "client")
