@@ -1,0 +1,335 @@
+"""``flink-gpu``: the human-facing command line (SPEC 6.2).
+
+Subcommands::
+
+    flink-gpu list                          GPUs of this host, who holds them, skipped devices
+    flink-gpu coordination show|clean       the coordination file: live, stale, unparsable lines
+    flink-gpu claim N / release             claim or release GPUs for a process (default: your shell)
+    flink-gpu doctor [CONF]                 why a Flink configuration gives no GPU, each with its fix
+    flink-gpu resources CONF                Kubernetes requests/limits and YARN resources
+    flink-gpu demo                          three workers share a simulated 4-GPU host; one dies
+
+Every subcommand takes ``--simulate N`` (a host with N simulated GPUs) or ``--simulate-spec FILE``
+(the simulator's JSON spec) and ``--json``; both may come before or after the subcommand name.
+
+Exit codes: ``0`` success; ``1`` a check failed or the operation could not be done (not enough
+GPUs, NVML not usable, a doctor finding of level ``error``, an unreadable configuration); ``2`` a
+usage error (bad arguments, a named file that does not exist).
+
+JSON output (``--json``) is one document on stdout. Its schema is stable: fields are only ever
+added; a change that removes or changes a field raises ``schema``. GPU indices are strings
+everywhere (as Flink's ``GPUInfo`` and the coordination file carry them); a value that is not
+known is ``null``. Every document has::
+
+    {"schema": 1, "command": "<list|coordination show|coordination clean|claim|release|doctor|
+                               resources|demo>", "ok": true|false, ...}
+
+and, when the command failed, ``"error": {"type": "<exception class>", "message": "..."}``.
+Per command:
+
+``list``
+    ``nvml``: ``{"library_path", "driver_version"}``;
+    ``gpus``: ``[{"index", "uuid", "name", "memory_total" (bytes), "pci_bus_id", "minor_number",
+    "holders": [{"pid", "cmdline": [str] | null}], "stale_holders": [pid]}]``;
+    ``skipped``: ``[{"index", "code", "reason"}]``;
+    ``coordination``: ``{"path", "exists", "error": str | null, "unparsable": [{"line_number",
+    "text"}], "unknown_indices": [index]}`` (entries naming GPUs this host does not have).
+``coordination show``
+    ``path``, ``exists``, ``entries``: ``[{"line_number", "index", "pid", "start_time",
+    "alive", "state": "live"|"gone"|"pid reused", "cmdline": [str] | null}]``,
+    ``unparsable``: ``[{"line_number", "text"}]``.
+``coordination clean``
+    ``path``, ``exists``, ``removed``: entries as in ``show``, ``unparsable``.
+``claim``
+    ``path``, ``owner``: ``{"pid", "cmdline"}``, ``amount``, ``gpus``: ``[{"index", "uuid"}]``.
+``release``
+    ``path``, ``owner``: ``{"pid", "cmdline"}``, ``released``: ``[index]``.
+``doctor``
+    ``configuration`` (the file read), ``flink_home``, ``findings``: ``[{"resource": str | null,
+    "check": str, "level": "error"|"warning"|"note"|"ok", "message", "fix": str | null}]``,
+    ``summary``: ``{"errors", "warnings", "notes"}``. ``ok`` is false when any finding is an
+    error. ``check`` is one of ``configuration``, ``resource-list``, ``unlisted-resource``,
+    ``amount``, ``factory``, ``driver``, ``plugin``, ``script``, ``script-run``, ``nvml``,
+    ``gpu-count``, ``args``, ``coordination``, ``coordination-file``, ``task-slots``.
+``resources``
+    ``configuration``, ``kubernetes``: ``{"requests": {key: str}, "limits": {key: str},
+    "pod": {...} | null}`` (``pod``: the merged ``--pod-template``), ``yarn``: ``{key: int}``
+    (each present only when selected; both by default).
+``demo``
+    ``simulated``, ``devices``: ``[{"index", "uuid"}]``, ``coordination_file`` (removed at the
+    end), ``before`` and ``after``: ``[{"worker", "pid", "state": "running"|"killed"|"exited",
+    "gpus": [index], "uuids": [str]}]``, ``killed``: ``{"worker", "pid", "gpus"}``,
+    ``reclaimed``: ``[index]``, ``cleaned_up``: bool (every worker gone, the file removed).
+
+``--simulate`` works by setting ``FLINK_GPU_NVML_LIBRARY`` and ``FLINK_GPU_SIM_*`` in this
+process's environment before anything touches NVML: NVML is loaded and initialised once per
+process, so the choice must be made before the first use (child processes, such as the demo's
+workers and doctor's discovery-script run, inherit it).
+
+This module imports only argparse; each subcommand imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+__all__ = ["main"]
+
+_EPILOG = """\
+exit codes: 0 ok, 1 a check failed or the operation could not be done, 2 usage error.
+Run against the bundled NVML simulator with --simulate N (before or after the subcommand)."""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+
+def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    """--json/--simulate/--simulate-spec/-v, on the main parser and on each subcommand.
+
+    On subcommands the defaults are suppressed, so that a value given before the subcommand name is
+    not overwritten by the subcommand's default.
+    """
+    default = (lambda value: argparse.SUPPRESS) if suppress else (lambda value: value)
+    group = parser.add_argument_group("common options")
+    group.add_argument("--json", action="store_true", default=default(False),
+                       help="print one JSON document (schema in `pydoc flink_gpu.cli`)")
+    sim = group.add_mutually_exclusive_group()
+    sim.add_argument("--simulate", type=_count, metavar="N", default=default(None),
+                     help="use the bundled NVML simulator with N GPUs instead of the driver")
+    sim.add_argument("--simulate-spec", metavar="FILE", default=default(None),
+                     help="use the NVML simulator configured by a JSON spec file")
+    group.add_argument("-v", "--verbose", action="store_true", default=default(False),
+                       help="log the library's INFO lines to stderr")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a process id, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a process id is positive, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _file_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--file", metavar="PATH", default=None,
+                        help="the coordination file (default: /var/tmp/flink-gpu-coordination, the "
+                             "stock nvidia-gpu-discovery.sh's)")
+    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS", default=5.0,
+                        help="how long to wait for the file's lock (default: 5)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flink-gpu", formatter_class=_Formatter, epilog=_EPILOG,
+        description="GPUs for Apache Flink workers: list them with their holders, coordinate "
+                    "several workers on one host, check a Flink configuration.")
+    from flink_gpu import __version__
+
+    parser.add_argument("--version", action="version", version=f"flink-gpu {__version__}")
+    _common(parser, suppress=False)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name, help_text, description=None, parent=commands):
+        sub = parent.add_parser(name, help=help_text, description=description or help_text,
+                                formatter_class=_Formatter, epilog=_EPILOG)
+        _common(sub, suppress=True)
+        return sub
+
+    sub = add("list", "list the GPUs of this host with the processes holding them",
+              "List the GPUs NVML reports (index, UUID, name, memory, PCI bus id), the process "
+              "holding each according to the coordination file, and the devices NVML skipped.")
+    _file_option(sub)
+
+    coordination = add("coordination", "show or clean the coordination file")
+    actions = coordination.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    sub = add("show", "show the file's entries: live, stale (owner dead) and unparsable",
+              parent=actions)
+    _file_option(sub)
+    sub = add("clean", "remove the entries of dead owners (unparsable lines are kept)",
+              parent=actions)
+    _file_option(sub)
+
+    sub = add("claim", "claim N GPUs of this host for a process",
+              "Claim N GPUs in the coordination file for a process, as a coordinated Flink "
+              "TaskManager would: free GPUs first, then those of dead owners. The owner defaults "
+              "to the parent of this command (normally your shell), because this command exits "
+              "at once and GPUs owned by it would be reclaimable right away. The GPUs stay "
+              "claimed until `flink-gpu release` or until the owner exits.")
+    sub.add_argument("amount", type=_count, metavar="N", help="how many GPUs")
+    sub.add_argument("--owner", type=_pid, metavar="PID", default=None,
+                     help="the owning process (default: the parent of this command, e.g. your shell)")
+    _file_option(sub)
+
+    sub = add("release", "release the GPUs a process holds",
+              "Release the GPUs a process holds in the coordination file. The owner defaults to "
+              "the parent of this command (normally your shell), as for `flink-gpu claim`.")
+    sub.add_argument("--owner", type=_pid, metavar="PID", default=None,
+                     help="the owning process (default: the parent of this command, e.g. your shell)")
+    sub.add_argument("--gpu", dest="gpus", action="append", metavar="INDEX", default=None,
+                     help="release only this GPU (repeatable; default: all of the owner's)")
+    _file_option(sub)
+
+    sub = add("doctor", "check a Flink configuration for the reasons a TaskManager sees no GPU",
+              "Check a Flink configuration (config.yaml, flink-conf.yaml or a conf directory; "
+              "default $FLINK_CONF_DIR, else $FLINK_HOME/conf) for the common reasons a "
+              "TaskManager gets no GPU, each printed with its fix. The discovery script is run "
+              "once with amount 1 (its coordination file replaced by a temporary one, so nothing "
+              "is claimed). Exit 1 when a check fails.")
+    sub.add_argument("conf", nargs="?", metavar="CONF_FILE_OR_DIR", default=None,
+                     help="the configuration file or conf directory")
+    sub.add_argument("--taskmanagers-per-host", type=_count, metavar="N", default=None,
+                     help="how many TaskManagers share one host (default: from conf/workers "
+                          "when it exists, else unknown)")
+
+    sub = add("resources", "print the Kubernetes or YARN resources of a configuration",
+              "Print what a deployment requests for the external resources of a Flink "
+              "configuration: the TaskManager container's Kubernetes requests/limits (merged into "
+              "a pod template with --pod-template) and the YARN container resources.")
+    sub.add_argument("conf", metavar="CONF_FILE_OR_DIR", help="the configuration file or conf directory")
+    which = sub.add_mutually_exclusive_group()
+    which.add_argument("--kubernetes", action="store_true", help="only Kubernetes")
+    which.add_argument("--yarn", action="store_true", help="only YARN")
+    sub.add_argument("--pod-template", metavar="FILE", default=None,
+                     help="print this pod template with the resources merged into "
+                          "flink-main-container")
+    sub.add_argument("--yarn-max", dest="yarn_max", action="append", metavar="TYPE=N", default=None,
+                     help="the YARN cluster's maximum for a resource type, checked as Flink does "
+                          "(repeatable), e.g. yarn.io/gpu=4")
+
+    sub = add("demo", "see several workers share a (simulated) 4-GPU host",
+              "Start three worker processes that claim 2 + 1 + 1 GPUs of a simulated 4-GPU host "
+              "through a temporary coordination file, kill one with SIGKILL, and start a fourth "
+              "that reclaims the dead worker's GPUs. Everything is cleaned up at the end.")
+    sub.add_argument("--real", action="store_true",
+                     help="use this host's NVIDIA driver instead of the simulator (needs 3 GPUs or more)")
+    return parser
+
+
+def _use_simulator(args: argparse.Namespace) -> None:
+    """Point NVML at the simulator before its first use in this process (see module docstring)."""
+    if args.simulate is None and args.simulate_spec is None:
+        return
+    from flink_gpu import simulator
+
+    if args.simulate_spec is not None:
+        import json
+
+        try:
+            with open(args.simulate_spec, encoding="utf-8") as handle:
+                spec = json.load(handle)
+        except FileNotFoundError:
+            raise UsageError(f"--simulate-spec: the file {args.simulate_spec} does not exist.") from None
+        except (OSError, ValueError) as error:
+            raise UsageError(f"--simulate-spec: cannot read {args.simulate_spec} as JSON: {error}") from None
+        if not isinstance(spec, dict):
+            raise UsageError(f"--simulate-spec: {args.simulate_spec} must hold a JSON object.")
+        try:
+            env = simulator.environment(spec=spec)
+        except ValueError as error:
+            raise UsageError(f"--simulate-spec {args.simulate_spec}: {error}") from None
+    else:
+        env = simulator.environment(devices=args.simulate)
+    for key in [k for k in os.environ if k.startswith("FLINK_GPU_SIM_")]:
+        del os.environ[key]
+    os.environ.update(env)
+
+
+class UsageError(Exception):
+    """A bad command line: exit status 2."""
+
+
+def _configure_logging(verbose: bool, command: str) -> None:
+    import logging
+
+    logger = logging.getLogger("flink_gpu")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("flink-gpu: %(levelname)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
+    # doctor and coordination show/clean report every problem themselves (doctor with its fix);
+    # the library's WARN lines would say the same things twice
+    quiet = logging.ERROR if command in ("doctor", "coordination") else logging.WARNING
+    logger.setLevel(logging.INFO if verbose else quiet)
+
+
+def _run(args: argparse.Namespace) -> int:
+    command = args.command
+    if command in ("list", "claim", "release", "coordination"):
+        from flink_gpu.cli import gpus
+
+        return gpus.run(args)
+    if command == "doctor":
+        from flink_gpu.cli import doctor
+
+        return doctor.run(args)
+    if command == "resources":
+        from flink_gpu.cli import resources
+
+        return resources.run(args)
+    from flink_gpu.cli import demo
+
+    return demo.run(args)
+
+
+def _command_name(args: argparse.Namespace) -> str:
+    if args.command == "coordination":
+        return f"coordination {args.action}"
+    return args.command
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    """The ``flink-gpu`` console entry point; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version, or argparse's usage error (2)
+        return exit_.code if isinstance(exit_.code, int) else 2
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    from flink_gpu.cli import _output
+
+    name = _command_name(args)
+    try:
+        _use_simulator(args)
+        _configure_logging(args.verbose, args.command)
+        return _run(args)
+    except UsageError as error:
+        return _output.fail(args, name, error, 2, usage=parser)
+    except KeyboardInterrupt:
+        print("flink-gpu: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader (e.g. `| head`) went away: nothing more to say, and no traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except _output.known_errors() as error:
+        return _output.fail(args, name, error, 1)

@@ -1,0 +1,197 @@
+"""``flink-gpu demo``: several workers share one (simulated) GPU host through the coordination file.
+
+Each worker is a real Python process that claims its GPUs as a coordinated TaskManager does, reports
+them, and holds them until its stdin is closed (then it releases them and exits). Because the
+workers hold the read end of a pipe from this process, they also exit when this process dies, so a
+demo interrupted in any way leaves no worker behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+from flink_gpu.cli import UsageError
+from flink_gpu.cli._output import document, emit_json, table
+
+# What a worker runs: claim, report one JSON line, hold until stdin closes, release.
+_WORKER = """\
+import json, os, sys
+from flink_gpu import coordination
+from flink_gpu._native import Nvml
+amount, path = int(sys.argv[1]), sys.argv[2]
+uuids = {str(d.index): d.uuid for d in Nvml.open().devices()}
+gpus = coordination.claim(amount, list(uuids), path=path)
+print(json.dumps({"pid": os.getpid(), "gpus": gpus, "uuids": [uuids[i] for i in gpus]}), flush=True)
+sys.stdin.read()
+coordination.release(path=path)
+"""
+_START_TIMEOUT = 30.0
+_STOP_TIMEOUT = 10.0
+
+
+class Worker:
+    def __init__(self, name: str, amount: int, path: str, env: dict) -> None:
+        self.name = name
+        self.amount = amount
+        self.state = "running"
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _WORKER, str(amount), path], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            # Ctrl-C reaches this process only; it stops the workers in order
+            start_new_session=True)
+        self.pid = self.process.pid
+        self.gpus: "list[str]" = []
+        self.uuids: "list[str]" = []
+
+    def wait_report(self) -> None:
+        """Reads the worker's claim; raises FlinkException with its stderr when it failed."""
+        import selectors
+
+        from flink_gpu.errors import FlinkException
+
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            ready = selector.select(_START_TIMEOUT)
+        line = self.process.stdout.readline() if ready else b""
+        if not line:
+            self.stop()
+            error = self.process.stderr.read().decode("utf-8", "replace").strip()
+            last = error.splitlines()[-1] if error else "no output"
+            raise FlinkException(f"{self.name} (pid {self.pid}) could not claim {self.amount} "
+                                 f"GPU(s): {last}")
+        report = json.loads(line)
+        self.gpus, self.uuids = report["gpus"], report["uuids"]
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        self.process.wait()
+        self.state = "killed"
+
+    def stop(self) -> None:
+        """Closes stdin (the worker releases and exits); kills it if it does not."""
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.process.wait(_STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            stream.close()
+        if self.state == "running":
+            self.state = "exited"
+
+    def row(self) -> dict:
+        return {"worker": self.name, "pid": self.pid, "state": self.state, "gpus": self.gpus,
+                "uuids": self.uuids}
+
+
+def _child_env() -> dict:
+    import flink_gpu
+
+    env = dict(os.environ)
+    # the workers import the flink_gpu this command runs (an installation or a source tree)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _print_table(workers) -> None:
+    rows = []
+    for w in workers:
+        # one line per GPU, so that the UUIDs stay whole and the table narrow
+        for n, (gpu, uuid) in enumerate(zip(w.gpus, w.uuids)):
+            rows.append([w.name, w.pid, w.state, gpu, uuid] if n == 0 else ["", "", "", gpu, uuid])
+    print(table(["WORKER", "PID", "STATE", "GPU", "UUID"], rows, indent="  "))
+
+
+def run(args) -> int:
+    from flink_gpu import coordination
+
+    simulated = not args.real
+    if args.real and (args.simulate is not None or args.simulate_spec is not None):
+        raise UsageError("--real uses this host's NVIDIA driver; it cannot be combined with "
+                         "--simulate or --simulate-spec.")
+    if simulated and args.simulate is None and args.simulate_spec is None:
+        from flink_gpu import simulator
+
+        os.environ.update(simulator.environment(devices=4))  # before the first NVML use
+    from flink_gpu._native import Nvml
+
+    nvml = Nvml.open()
+    devices = nvml.devices()
+    if len(devices) < 3:
+        from flink_gpu.errors import FlinkException
+
+        raise FlinkException(f"The demo needs at least 3 GPUs; NVML ({nvml.library_path}) reports "
+                             f"{len(devices)}. Run it on the simulator: flink-gpu demo"
+                             + (" (without --real)." if args.real else " --simulate 4."))
+    # the first worker takes all but two GPUs, so that the three of them fill the host
+    amounts = [len(devices) - 2, 1, 1]
+    human = not args.json
+    workers: "list[Worker]" = []
+    with tempfile.TemporaryDirectory(prefix="flink-gpu-demo-") as scratch:
+        path = os.path.join(scratch, "coordination")
+        env = _child_env()
+        try:
+            if human:
+                where = ("the NVML simulator" if simulated else "this host's driver")
+                print(f"A host with {len(devices)} GPUs ({where}: {nvml.library_path}).")
+                print(f"Workers coordinate through {path}, as TaskManagers with "
+                      "--enable-coordination-mode do through /var/tmp/flink-gpu-coordination.\n")
+                print(f"Three workers start one after another and claim "
+                      f"{' + '.join(map(str, amounts))} GPUs:\n")
+            for number, amount in enumerate(amounts, start=1):
+                worker = Worker(f"worker-{number}", amount, path, env)
+                workers.append(worker)
+                worker.wait_report()
+            before = [w.row() for w in workers]
+            if human:
+                _print_table(workers)
+
+            victim = workers[0]
+            victim.kill()
+            stale = [e.index for e in coordination.snapshot(path).stale]
+            killed = {"worker": victim.name, "pid": victim.pid, "gpus": victim.gpus}
+            if human:
+                print(f"\n{victim.name} (pid {victim.pid}) is killed with SIGKILL, so it cannot "
+                      f"release anything: the file still lists GPU {', '.join(stale)} for a dead "
+                      "pid.\n")
+                print(f"worker-4 starts and asks for {victim.amount} GPU(s). None is free, so it "
+                      "reclaims the dead worker's:\n")
+            newcomer = Worker("worker-4", victim.amount, path, env)
+            workers.append(newcomer)
+            newcomer.wait_report()
+            after = [w.row() for w in workers]
+            if human:
+                _print_table(workers)
+            reclaimed = [i for i in newcomer.gpus if i in victim.gpus]
+        finally:
+            for worker in workers:
+                worker.stop()
+        left = [e for e in coordination.snapshot(path).entries if e.alive]
+    gone = all(w.process.poll() is not None for w in workers)
+    cleaned_up = gone and not os.path.exists(scratch)
+    ok = sorted(reclaimed) == sorted(victim.gpus) and cleaned_up and not left
+    if args.json:
+        emit_json(document("demo", ok=ok, simulated=simulated,
+                           devices=[{"index": str(d.index), "uuid": d.uuid} for d in devices],
+                           coordination_file=path, before=before, after=after, killed=killed,
+                           reclaimed=reclaimed, cleaned_up=cleaned_up))
+    else:
+        stopped = len([w for w in workers if w.state == "exited"])
+        print(f"\nStopped the {stopped} running workers (each released its GPUs"
+              f"{'' if not left else ', except ' + str(len(left)) + ' entries'}) and removed "
+              f"{scratch}.")
+        if ok:
+            print("Next: `flink-gpu --simulate 4 list`, `flink-gpu doctor` on your Flink "
+                  "configuration.")
+    return 0 if ok else 1

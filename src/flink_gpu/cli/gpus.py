@@ -1,0 +1,274 @@
+"""``flink-gpu list``, ``coordination show|clean``, ``claim`` and ``release``."""
+
+from __future__ import annotations
+
+import os
+
+from flink_gpu.cli import UsageError
+from flink_gpu.cli._output import (coordination_path, document, emit_json, gib, owner_description,
+                                   plural, process_cmdline, short_command, table)
+
+
+def run(args) -> int:
+    if args.command == "list":
+        return list_gpus(args)
+    if args.command == "coordination":
+        return show(args) if args.action == "show" else clean(args)
+    if args.command == "claim":
+        return claim(args)
+    return release(args)
+
+
+def _devices():
+    from flink_gpu._native import Nvml
+
+    nvml = Nvml.open()
+    return nvml, nvml.devices(), nvml.skipped()
+
+
+def _entry_state(entry) -> str:
+    if entry.alive:
+        return "live"
+    from flink_gpu.coordination import process_start_time
+
+    # dead: either no such process any more, or the pid now names a younger process
+    return "gone" if process_start_time(entry.pid) is None else "pid reused"
+
+
+def _entry_json(entry) -> dict:
+    return {"line_number": entry.line_number, "index": entry.index, "pid": entry.pid,
+            "start_time": entry.start_time, "alive": entry.alive, "state": _entry_state(entry),
+            "cmdline": process_cmdline(entry.pid) if entry.alive else None}
+
+
+def _unparsable_json(lines) -> list:
+    return [{"line_number": line.line_number, "text": line.text} for line in lines]
+
+
+# -- list -----------------------------------------------------------------------------------------
+
+def list_gpus(args) -> int:
+    from flink_gpu import coordination
+
+    nvml, devices, skipped = _devices()
+    path = coordination_path(args)
+    snapshot, snapshot_error = None, None
+    try:
+        snapshot = coordination.snapshot(path, timeout=args.timeout)
+    except (OSError, TimeoutError) as error:  # the GPUs are still worth listing
+        snapshot_error = str(error)
+    live, stale = {}, {}
+    if snapshot is not None:
+        for entry in snapshot.entries:
+            (live if entry.alive else stale).setdefault(entry.index, []).append(entry.pid)
+    present = {str(d.index) for d in devices} | {str(s.index) for s in skipped}
+    unknown = sorted({e.index for e in snapshot.entries if e.index not in present}
+                     if snapshot is not None else (), key=_index_key)
+
+    gpus = []
+    for device in devices:
+        index = str(device.index)
+        gpus.append({
+            "index": index, "uuid": device.uuid, "name": device.name,
+            "memory_total": device.memory_total, "pci_bus_id": device.pci_bus_id,
+            "minor_number": device.minor_number,
+            "holders": [{"pid": pid, "cmdline": process_cmdline(pid)} for pid in live.get(index, [])],
+            "stale_holders": stale.get(index, []),
+        })
+    coordination_doc = {
+        "path": path, "exists": bool(snapshot and snapshot.exists), "error": snapshot_error,
+        "unparsable": _unparsable_json(snapshot.unparsable if snapshot else ()),
+        "unknown_indices": unknown,
+    }
+    if args.json:
+        emit_json(document(
+            "list", nvml={"library_path": nvml.library_path, "driver_version": nvml.driver_version},
+            gpus=gpus, skipped=[{"index": str(s.index), "code": s.code, "reason": s.reason}
+                                for s in skipped],
+            coordination=coordination_doc))
+        return 0
+
+    driver = f" (driver {nvml.driver_version})" if nvml.driver_version else ""
+    print(f"NVML {nvml.library_path}{driver}: {plural(len(devices), 'GPU')}"
+          + (f", {len(skipped)} skipped" if skipped else ""))
+    if gpus:
+        print()
+        print(table(["INDEX", "UUID", "NAME", "MEMORY", "BUS ID", "HOLDER"],
+                    ([g["index"], g["uuid"], g["name"], gib(g["memory_total"]), g["pci_bus_id"],
+                      _holder_text(g)] for g in gpus)))
+    if skipped:
+        print("\nSkipped devices:")
+        for device in skipped:
+            print(f"  {device.index}: {device.reason}")
+    print()
+    if snapshot_error is not None:
+        print(f"Holders unknown: {snapshot_error}")
+    elif not snapshot.exists:
+        print(f"Coordination file {path} does not exist: no GPU is claimed through it.")
+    else:
+        print(f"Holders from the coordination file {path}.")
+        stale_count = sum(len(pids) for pids in stale.values())
+        if stale_count:
+            print(f"  {plural(stale_count, 'entry', 'entries')} of dead processes (reclaimable); "
+                  f"`flink-gpu coordination clean{_file_flag(args)}` removes "
+                  f"{'it' if stale_count == 1 else 'them'}.")
+        for line in snapshot.unparsable:
+            print(f"  line {line.line_number} cannot be parsed (its GPU is never reclaimed): "
+                  f"{line.text!r}")
+        if unknown:
+            print(f"  entries name GPU(s) this host does not have: {', '.join(unknown)}")
+    return 0
+
+
+def _index_key(index: str):
+    return (0, int(index), "") if index.isdigit() else (1, 0, index)
+
+
+def _holder_text(gpu: dict) -> str:
+    holders = gpu["holders"]
+    if holders:
+        text = ", ".join(f"pid {h['pid']}: {short_command(h['cmdline'])}" for h in holders)
+        if len(holders) > 1:
+            text = "CONFLICT " + text
+    else:
+        text = "free"
+    if gpu["stale_holders"]:
+        dead = ", ".join(str(pid) for pid in gpu["stale_holders"])
+        text += f" (stale: dead pid {dead})"
+    return text
+
+
+# -- coordination show / clean -----------------------------------------------------------------
+
+def _entry_rows(entries):
+    for entry in entries:
+        state = _entry_state(entry)
+        command = short_command(process_cmdline(entry.pid)) if entry.alive else None
+        yield [entry.line_number, entry.index, entry.pid, entry.start_time, state, command]
+
+
+_ENTRY_HEADERS = ["LINE", "GPU", "PID", "START TIME", "STATE", "COMMAND"]
+
+
+def show(args) -> int:
+    from flink_gpu import coordination
+
+    path = coordination_path(args)
+    snapshot = coordination.snapshot(path, timeout=args.timeout)
+    if args.json:
+        emit_json(document("coordination show", path=path, exists=snapshot.exists,
+                           entries=[_entry_json(e) for e in snapshot.entries],
+                           unparsable=_unparsable_json(snapshot.unparsable)))
+        return 0
+    if not snapshot.exists:
+        print(f"Coordination file {path} does not exist: no GPU is claimed through it.")
+        return 0
+    stale = snapshot.stale
+    print(f"Coordination file {path}: {plural(len(snapshot.entries), 'entry', 'entries')} "
+          f"({len(snapshot.entries) - len(stale)} live, {len(stale)} stale)"
+          + (f", {plural(len(snapshot.unparsable), 'unparsable line')}" if snapshot.unparsable else ""))
+    if snapshot.entries:
+        print()
+        print(table(_ENTRY_HEADERS, _entry_rows(snapshot.entries)))
+    if snapshot.unparsable:
+        print("\nUnparsable lines (kept as they are; the GPU they name is never reclaimed):")
+        for line in snapshot.unparsable:
+            print(f"  line {line.line_number}: {line.text!r}")
+    if stale:
+        them = "it" if len(stale) == 1 else "them"
+        print(f"\n{plural(len(stale), 'entry', 'entries')} of dead owners: the next claim that "
+              f"needs {them} reclaims {them}; `flink-gpu coordination clean"
+              f"{_file_flag(args)}` removes {them} now.")
+    return 0
+
+
+def _file_flag(args) -> str:
+    import shlex
+
+    return "" if args.file is None else f" --file {shlex.quote(args.file)}"
+
+
+def clean(args) -> int:
+    from flink_gpu import coordination
+
+    path = coordination_path(args)
+    exists = os.path.lexists(path)
+    result = coordination.clean_stale(path, timeout=args.timeout) if exists else None
+    removed = result.removed if result else ()
+    unparsable = result.unparsable if result else ()
+    if args.json:
+        emit_json(document("coordination clean", path=path, exists=exists,
+                           removed=[_entry_json(e) for e in removed],
+                           unparsable=_unparsable_json(unparsable)))
+        return 0
+    if not exists:
+        print(f"Coordination file {path} does not exist: nothing to clean.")
+        return 0
+    if removed:
+        print(f"Removed {plural(len(removed), 'stale entry', 'stale entries')} from {path}:")
+        print(table(_ENTRY_HEADERS, _entry_rows(removed), indent="  "))
+    else:
+        print(f"No stale entry in {path}.")
+    for line in unparsable:
+        print(f"Kept unparsable line {line.line_number}: {line.text!r} (fix or delete it by hand; "
+              "its GPU is never reclaimed)")
+    return 0
+
+
+# -- claim / release ---------------------------------------------------------------------------
+
+def _owner(args) -> int:
+    """The owner: --owner, else the parent of this command (this process exits right away)."""
+    from flink_gpu.coordination import process_start_time
+
+    owner = os.getppid() if args.owner is None else args.owner
+    if process_start_time(owner) is None and args.command == "claim":
+        raise UsageError(f"--owner {owner}: no such (live) process; GPUs claimed for it would be "
+                         "reclaimable at once.")
+    return owner
+
+
+def claim(args) -> int:
+    from flink_gpu import coordination
+
+    owner = _owner(args)
+    path = coordination_path(args)
+    _, devices, _ = _devices()
+    uuids = {str(d.index): d.uuid for d in devices}
+    got = coordination.claim(args.amount, list(uuids), path=path, owner=owner, timeout=args.timeout)
+    if args.json:
+        emit_json(document("claim", path=path, amount=args.amount,
+                           owner={"pid": owner, "cmdline": process_cmdline(owner)},
+                           gpus=[{"index": i, "uuid": uuids.get(i)} for i in got]))
+        return 0
+    if not got:
+        print("Claimed no GPU (N is 0).")
+        return 0
+    print(f"Claimed GPU {', '.join(got)} for {owner_description(owner)} in {path}.")
+    print(table(["GPU", "UUID"], ([i, uuids.get(i)] for i in got), indent="  "))
+    print(f"They stay claimed until `flink-gpu release{_owner_flag(args)}{_file_flag(args)}` or "
+          f"until pid {owner} exits.")
+    print(f"CUDA_VISIBLE_DEVICES={','.join(uuids.get(i) or i for i in got)}")
+    return 0
+
+
+def _owner_flag(args) -> str:
+    return "" if args.owner is None else f" --owner {args.owner}"
+
+
+def release(args) -> int:
+    from flink_gpu import coordination
+
+    owner = _owner(args)
+    path = coordination_path(args)
+    released = coordination.release(owner, path=path, indices=args.gpus, timeout=args.timeout)
+    if args.json:
+        emit_json(document("release", path=path, owner={"pid": owner, "cmdline": process_cmdline(owner)},
+                           released=list(released)))
+        return 0
+    if released:
+        print(f"Released GPU {', '.join(released)} of {owner_description(owner)} in {path}.")
+    else:
+        print(f"{owner_description(owner)} held no GPU{'' if args.gpus is None else ' of those'} "
+              f"in {path}.")
+    return 0

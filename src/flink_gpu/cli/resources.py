@@ -1,0 +1,85 @@
+"""``flink-gpu resources``: what Kubernetes or YARN must give a TaskManager (SPEC 2.6)."""
+
+from __future__ import annotations
+
+import os
+
+from flink_gpu.cli import UsageError
+from flink_gpu.cli._output import document, emit_json
+
+
+def _yarn_max(values) -> "dict[str, int] | None":
+    if not values:
+        return None
+    maximum = {}
+    for value in values:
+        key, sep, number = value.rpartition("=")
+        if not sep or not key.strip() or not number.strip().isdigit():
+            raise UsageError(f"--yarn-max {value!r}: expected TYPE=N, e.g. yarn.io/gpu=4.")
+        maximum[key.strip()] = int(number)
+    return maximum
+
+
+def _dump(data) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, default_flow_style=False, sort_keys=False).rstrip("\n")
+
+
+def run(args) -> int:
+    from flink_gpu.config import Configuration
+    from flink_gpu.deployment import (TASK_MANAGER_MAIN_CONTAINER_NAME,
+                                      kubernetes_resource_requirements, merge_into_pod_template,
+                                      yarn_resources)
+
+    if not os.path.exists(args.conf):
+        raise UsageError(f"The configuration {args.conf} does not exist.")
+    if args.pod_template is not None and not os.path.isfile(args.pod_template):
+        raise UsageError(f"--pod-template: the file {args.pod_template} does not exist.")
+    if args.pod_template is not None and args.yarn:
+        raise UsageError("--pod-template is for Kubernetes; it cannot be combined with --yarn.")
+    yarn_max = _yarn_max(args.yarn_max)
+    config = Configuration.from_yaml(args.conf)
+    show_kubernetes = not args.yarn
+    show_yarn = not args.kubernetes and args.pod_template is None
+
+    fields = {"configuration": os.path.abspath(args.conf)}
+    if show_kubernetes:
+        requirements = kubernetes_resource_requirements(config)
+        pod = (merge_into_pod_template(args.pod_template, config)
+               if args.pod_template is not None else None)
+        fields["kubernetes"] = {**requirements, "pod": pod}
+    if show_yarn:
+        fields["yarn"] = yarn_resources(config, yarn_max)
+    if args.json:
+        emit_json(document("resources", **fields))
+        return 0
+
+    if show_kubernetes:
+        kubernetes = fields["kubernetes"]
+        if kubernetes["pod"] is not None:
+            print(f"# {args.pod_template} with the external resources of {args.conf}")
+            print(_dump(kubernetes["pod"]))
+        elif kubernetes["requests"]:
+            print(f"Kubernetes: the TaskManager container ({TASK_MANAGER_MAIN_CONTAINER_NAME}) gets")
+            print(_indent(_dump({"resources": {"requests": kubernetes["requests"],
+                                               "limits": kubernetes["limits"]}})))
+        else:
+            print("Kubernetes: no external resource has a positive amount and a "
+                  "kubernetes.config-key (e.g. external-resource.gpu.kubernetes.config-key: "
+                  "nvidia.com/gpu); the TaskManager requests none.")
+    if show_yarn:
+        if show_kubernetes:
+            print()
+        if fields["yarn"]:
+            print("YARN: the TaskManager container gets")
+            print(_indent(_dump(fields["yarn"])))
+        else:
+            print("YARN: no external resource has a positive amount and a yarn.config-key "
+                  "(e.g. external-resource.gpu.yarn.config-key: yarn.io/gpu); the TaskManager "
+                  "requests none.")
+    return 0
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
