@@ -1,0 +1,395 @@
+"""flink_gpu.pyflink without a cluster: the process-mode lookup with real processes, real files and
+the real native coordination and NVML code on the simulator; the thread-mode conversion on a
+stand-in for the Java context (the real one runs in test_pyflink_cluster.py)."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import run_python, simulated_env
+from flink_gpu import GPUInfo, coordination
+from flink_gpu.gpu.nvml import DEFAULT_COORDINATION_FILE
+from flink_gpu.pyflink import get_external_resource_infos, lookup_external_resource_infos
+
+SIM_UUID = "GPU-00000000-0000-4000-8000-{:012x}"
+
+
+def write_conf(conf_dir, args, resources="gpu", legacy=False, extra=""):
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    if legacy:
+        (conf_dir / "flink-conf.yaml").write_text(
+            f"external-resources: {resources}\n"
+            "external-resource.gpu.amount: 2\n"
+            f"external-resource.gpu.param.discovery-script.args: {args}\n{extra}")
+    else:
+        (conf_dir / "config.yaml").write_text(textwrap.dedent(f"""\
+            external-resources: {resources}
+            external-resource:
+              gpu:
+                amount: 2
+                param:
+                  discovery-script:
+                    args: {args}
+            """) + extra)
+    return conf_dir
+
+
+@pytest.fixture
+def tm_conf(tmp_path, monkeypatch):
+    """A TaskManager configuration in coordination mode with its own coordination file."""
+    path = tmp_path / "coordination"
+    conf_dir = write_conf(tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}")
+    monkeypatch.setenv("FLINK_CONF_DIR", str(conf_dir))
+    return conf_dir, path
+
+
+# -- process mode with real processes -------------------------------------------------------------
+
+# The "TaskManager": claims GPUs in the file as the discovery would for its JVM, then starts its Python
+# worker the way Flink does (a shell in between), which looks its GPUs up and prints them.
+TASKMANAGER = """
+import json, os, subprocess, sys
+from flink_gpu import coordination
+path, amount, offer = ARGS
+claimed = coordination.claim(amount, offer, path=path)
+worker = '''
+import json, os
+from flink_gpu.pyflink import lookup_external_resource_infos
+lookup = lookup_external_resource_infos(None, "gpu")
+print(json.dumps({"pid": os.getpid(), "mode": lookup.mode, "reason": lookup.reason,
+                  "holder": lookup.holder_pid, "file": lookup.coordination_file,
+                  "infos": sorted(({k: i.get_property(k) for k in i.get_keys()} for i in lookup.infos),
+                                  key=lambda p: p["index"])}))
+'''
+# sh runs python as a child (not exec: a command follows), as pyflink-udf-runner.sh does
+shell = subprocess.run(["/bin/sh", "-c", '"$0" -c "$1"; exit $?', sys.executable, worker],
+                       capture_output=True, text=True, timeout=60)
+print(json.dumps({"pid": os.getpid(), "claimed": claimed, "worker": shell.stdout, "stderr": shell.stderr}))
+"""
+
+
+def start_taskmanager(env, path, amount, offer="0,1,2,3"):
+    return run_python(f"ARGS = ({str(path)!r}, {amount}, {offer.split(',')!r})\n" + TASKMANAGER, env=env)
+
+
+def worker_result(proc):
+    outer = json.loads(proc.stdout)
+    assert outer["worker"], f"the worker printed nothing; stderr:\n{outer['stderr']}"
+    return outer, json.loads(outer["worker"])
+
+
+def test_grandchild_of_the_holder_gets_its_gpus_with_nvml_properties(tm_conf):
+    conf_dir, path = tm_conf
+    env = simulated_env(devices=4)
+    outer, worker = worker_result(start_taskmanager(env, path, 2))
+    assert outer["claimed"] == ["0", "1"]
+    assert worker["mode"] == "process" and worker["reason"] is None
+    assert worker["holder"] == outer["pid"] != worker["pid"]
+    assert worker["file"] == str(path)
+    assert [info["index"] for info in worker["infos"]] == ["0", "1"]
+    for info in worker["infos"]:
+        i = int(info["index"])
+        assert info["uuid"] == SIM_UUID.format(i)
+        assert info["name"] == "NVIDIA Simulated GPU"
+        assert info["pci.bus-id"] == f"00000000:{i + 1:02x}:00.0"
+        assert info["memory.total"] == str(80 * 1024 ** 3)
+        assert info["minor-number"] == str(i)
+
+
+def test_two_taskmanagers_on_one_file_see_disjoint_gpus(tm_conf):
+    _, path = tm_conf
+    env = simulated_env(devices=4)
+    # the first one stays alive (holding 0,1) while the second one claims and looks up
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        from flink_gpu import coordination
+        print(",".join(coordination.claim(2, ["0", "1", "2", "3"], path={str(path)!r})), flush=True)
+        sys.stdin.read()
+        """)], env=run_env(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "0,1"
+        outer, worker = worker_result(start_taskmanager(env, path, 2))
+        assert outer["claimed"] == ["2", "3"]
+        assert [info["index"] for info in worker["infos"]] == ["2", "3"]
+        assert worker["holder"] == outer["pid"]
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+
+
+def run_env(env):
+    import flink_gpu
+
+    env = dict(env)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def test_nearest_holding_ancestor_wins(tm_conf, tmp_path):
+    """This process (the worker's grandparent) holds GPUs too; the worker's parent's are the ones."""
+    _, path = tm_conf
+    mine = coordination.claim(1, ["3"], path=path)
+    try:
+        outer, worker = worker_result(start_taskmanager(simulated_env(devices=4), path, 2))
+        assert mine == ["3"] and outer["claimed"] == ["0", "1"]
+        assert worker["holder"] == outer["pid"]
+        assert [info["index"] for info in worker["infos"]] == ["0", "1"]
+    finally:
+        coordination.release(path=path)
+
+
+def test_the_caller_itself_may_be_the_holder(tm_conf):
+    _, path = tm_conf
+    coordination.claim(2, ["1", "2", "10"], path=path)
+    try:
+        lookup = lookup_external_resource_infos(None, "gpu")
+        assert lookup.holder_pid == os.getpid()
+        assert sorted(info.index for info in lookup.infos) == ["1", "2"]
+    finally:
+        coordination.release(path=path)
+
+
+def test_a_dead_holders_entries_are_not_reported(tm_conf):
+    _, path = tm_conf
+    run_python(f"from flink_gpu import coordination; coordination.claim(2, ['0', '1'], path={str(path)!r})")
+    assert path.read_text().count("\n") == 2  # a dead owner's entries stay until reclaimed
+    lookup = lookup_external_resource_infos(None, "gpu")
+    assert lookup.infos == frozenset()
+    assert "no live entry" in lookup.reason and str(os.getpid()) in lookup.reason
+
+
+def test_an_entry_of_a_previous_process_with_an_ancestors_pid_is_not_its(tm_conf):
+    """PID reuse: the line names this process's pid but another start time, so it is a dead owner's."""
+    _, path = tm_conf
+    start = coordination.process_start_time(os.getpid())
+    path.write_text(f"2 {os.getpid()}\t{start - 1}\n")
+    assert lookup_external_resource_infos(None, "gpu").infos == frozenset()
+    path.write_text(f"2 {os.getpid()}\t{start}\n")
+    assert lookup_external_resource_infos(None, "gpu").infos == {GPUInfo("2")}
+
+
+def test_without_nvml_the_infos_carry_the_index(tm_conf, tmp_path):
+    _, path = tm_conf
+    env = simulated_env(devices=4)
+    env["FLINK_GPU_NVML_LIBRARY"] = str(tmp_path / "no-such-libnvidia-ml.so.1")
+    _, worker = worker_result(start_taskmanager(env, path, 2))
+    assert worker["reason"] is None
+    assert worker["infos"] == [{"index": "0"}, {"index": "1"}]
+
+
+def test_nvml_library_path_from_the_resource_configuration(tmp_path, monkeypatch):
+    """``param.nvml.library-path`` in the TaskManager's configuration is the NVML the worker loads."""
+    from flink_gpu import simulator
+
+    path = tmp_path / "coordination"
+    conf_dir = write_conf(tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}",
+                          extra=f"external-resource.gpu.param.nvml.library-path: {simulator.library_path()}\n")
+    env = simulated_env(devices=4)
+    env.pop("FLINK_GPU_NVML_LIBRARY")
+    env["FLINK_CONF_DIR"] = str(conf_dir)
+    _, worker = worker_result(start_taskmanager(env, path, 2))
+    assert worker["infos"][0]["uuid"] == SIM_UUID.format(0)
+
+
+# -- FLINK_CONF_DIR parsing -----------------------------------------------------------------------
+
+def test_legacy_flink_conf_yaml_names_the_file(tmp_path, monkeypatch):
+    path = tmp_path / "coord-legacy"
+    conf_dir = write_conf(tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}",
+                          legacy=True)
+    monkeypatch.setenv("FLINK_CONF_DIR", str(conf_dir))
+    coordination.claim(2, ["0", "1"], path=path)
+    try:
+        lookup = lookup_external_resource_infos(None, "gpu")
+        assert lookup.coordination_file == str(path)
+        assert sorted(info.index for info in lookup.infos) == ["0", "1"]
+    finally:
+        coordination.release(path=path)
+
+
+def test_coordination_mode_without_a_file_uses_the_stock_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(tmp_path / "conf", "--enable-coordination-mode")))
+    assert lookup_external_resource_infos(None, "gpu").coordination_file == DEFAULT_COORDINATION_FILE
+
+
+def test_the_resource_name_selects_the_keys(tmp_path, monkeypatch):
+    path = tmp_path / "fpga-coordination"
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "config.yaml").write_text(
+        "external-resources: [gpu, fpga]\n"
+        "external-resource.fpga.param.discovery-script.args: "
+        f"--enable-coordination-mode --coordination-file {path}\n")
+    monkeypatch.setenv("FLINK_CONF_DIR", str(conf_dir))
+    coordination.claim(1, ["7"], path=path)
+    try:
+        assert {info.index for info in get_external_resource_infos(None, "fpga")} == {"7"}
+        assert lookup_external_resource_infos(None, "gpu").coordination_file == DEFAULT_COORDINATION_FILE
+    finally:
+        coordination.release(path=path)
+
+
+# -- empty set with a reason ----------------------------------------------------------------------
+
+def reason_of(name="gpu"):
+    lookup = lookup_external_resource_infos(None, name)
+    assert lookup.infos == frozenset() and lookup.mode == "process"
+    return lookup.reason
+
+
+def test_no_flink_conf_dir(monkeypatch):
+    monkeypatch.delenv("FLINK_CONF_DIR", raising=False)
+    reason = reason_of()
+    assert "FLINK_CONF_DIR is not set" in reason and DEFAULT_COORDINATION_FILE in reason
+
+
+def test_conf_dir_without_a_configuration_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLINK_CONF_DIR", str(tmp_path))
+    reason = reason_of()
+    assert f"FLINK_CONF_DIR={tmp_path}" in reason and "config.yaml" in reason
+    assert DEFAULT_COORDINATION_FILE in reason
+
+
+def test_unparsable_args_are_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(tmp_path / "conf", "--coordination-file")))
+    reason = reason_of()
+    assert "needs a file path" in reason and DEFAULT_COORDINATION_FILE in reason
+
+
+def test_coordination_mode_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(tmp_path / "conf", "null")))
+    assert "does not contain --enable-coordination-mode" in reason_of()
+
+
+def test_resource_not_listed(tmp_path, monkeypatch):
+    path = tmp_path / "coordination"
+    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(
+        tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}", resources="fpga")))
+    reason = reason_of()
+    assert "'gpu' is not listed in 'external-resources' ('fpga')" in reason
+
+
+def test_missing_coordination_file(tm_conf):
+    _, path = tm_conf
+    reason = reason_of()
+    assert f"the coordination file {path} does not exist" in reason
+    assert not path.exists()  # looking never creates it
+
+
+def test_file_of_other_holders_only(tm_conf):
+    _, path = tm_conf
+    other = subprocess.Popen(["sleep", "60"])  # alive, but not an ancestor
+    try:
+        path.write_text(f"0 {other.pid}\n1 {other.pid}\n")
+        reason = reason_of()
+    finally:
+        other.kill()
+        other.wait()
+    assert "no live entry" in reason and f"the file holds pids {other.pid}" in reason
+
+
+def test_get_logs_the_reason_as_a_warning(tm_conf, caplog):
+    _, path = tm_conf
+    with caplog.at_level(logging.WARNING, logger="flink_gpu.pyflink"):
+        assert get_external_resource_infos(None, "gpu") == frozenset()
+    [record] = [r for r in caplog.records if r.name == "flink_gpu.pyflink"]
+    assert record.levelno == logging.WARNING
+    assert "'gpu'" in record.getMessage() and str(path) in record.getMessage()
+
+
+def test_a_coordination_file_that_is_a_directory(tmp_path, monkeypatch):
+    path = tmp_path / "coordination"
+    path.mkdir()
+    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(
+        tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}")))
+    reason = reason_of()
+    assert f"could not read the coordination file {path}" in reason
+
+
+def test_bad_name():
+    with pytest.raises(ValueError, match="non-empty string"):
+        lookup_external_resource_infos(None, "")
+
+
+# -- thread mode: the Java context's API, as pemja presents it -------------------------------------
+
+class JavaOptional:
+    def __init__(self, value):
+        self.value = value
+
+    def isPresent(self):
+        return self.value is not None
+
+    def get(self):
+        return self.value
+
+
+class JavaInfo:
+    def __init__(self, properties):
+        self.properties = properties
+
+    def getProperty(self, key):
+        return JavaOptional(self.properties.get(key))
+
+    def getKeys(self):
+        return list(self.properties)
+
+    def toString(self):
+        return f"Info({self.properties})"
+
+
+class JavaRuntimeContext:
+    def __init__(self, infos):
+        self.infos = infos
+        self.asked = []
+
+    def getExternalResourceInfos(self, name):
+        self.asked.append(name)
+        return set(self.infos) if name == "gpu" else set()
+
+
+class PyFlinkContext:
+    """PyFlink's embedded StreamingRuntimeContext keeps the Java one here."""
+
+    def __init__(self, java):
+        self._runtime_context = java
+
+
+def test_thread_mode_converts_the_java_infos(tm_conf):
+    java = JavaRuntimeContext([JavaInfo({"index": "0"}), JavaInfo({"index": "3", "uuid": "GPU-x", "empty": None})])
+    lookup = lookup_external_resource_infos(PyFlinkContext(java), "gpu")
+    assert lookup.mode == "thread" and lookup.reason is None and java.asked == ["gpu"]
+    assert lookup.infos == {GPUInfo("0"), GPUInfo("3")}
+    by_index = {info.index: info for info in lookup.infos}
+    assert by_index["3"].get_keys() == ("index", "uuid")
+    assert by_index["3"].get_property("uuid") == "GPU-x"
+    assert by_index["0"].get_keys() == ("index",)
+
+
+def test_thread_mode_unwraps_nested_contexts():
+    java = JavaRuntimeContext([JavaInfo({"index": "1"})])
+    assert get_external_resource_infos(PyFlinkContext(PyFlinkContext(java)), "gpu") == {GPUInfo("1")}
+
+
+def test_thread_mode_empty_has_a_reason_and_never_reads_the_file(tm_conf, caplog):
+    _, path = tm_conf
+    coordination.claim(1, ["0"], path=path)  # the Java answer is authoritative in thread mode
+    try:
+        with caplog.at_level(logging.WARNING, logger="flink_gpu.pyflink"):
+            infos = get_external_resource_infos(PyFlinkContext(JavaRuntimeContext([])), "gpu")
+    finally:
+        coordination.release(path=path)
+    assert infos == frozenset()
+    assert "returned no infos" in caplog.text and "MiniCluster" in caplog.text
+
+
+def test_thread_mode_info_without_an_index_keeps_its_java_string():
+    java = JavaRuntimeContext([JavaInfo({"serial": "abc"})])
+    [info] = get_external_resource_infos(PyFlinkContext(java), "gpu")
+    assert info.index == "Info({'serial': 'abc'})" and info.get_property("serial") == "abc"
