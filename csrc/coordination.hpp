@@ -26,6 +26,12 @@
 // that fs.protected_regular (which forbids O_CREAT on another user's file in a sticky directory such as
 // /var/tmp) does not lock out a user the file's permissions allow.
 //
+// Limits we cannot remove alone: a stock script that reclaims replaces the file (`sed -i`) while holding
+// the lock on the old inode, then appends to the new one; a process that opens the path after the
+// replacement is not excluded from that short remainder (stock bug B2 — we detect the replacement when we
+// waited on the old inode, and never replace the file ourselves). Pids are those of the host's pid
+// namespace: workers in containers with their own pid namespaces must not share one file.
+//
 // Every function is noexcept and reports failures in its result's Status: nothing is thrown across the
 // API, std::bad_alloc included. The functions keep no global state and may be called from any thread:
 // each call opens its own file description, and flock(2) excludes between open file descriptions even

@@ -19,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import flink_gpu
 from flink_gpu import coordination
@@ -770,3 +771,61 @@ def test_stress_32_processes_8_gpus_with_sigkill(path, tmp_path):
     # every GPU is claimable again: the victims' lines are reclaimed
     assert coordination.claim(8, gpus(8), path=path) == gpus(8)
     assert coordination.release(path=path) == gpus(8)
+
+
+# ---- property: whatever the file holds, a claim keeps what is not its own to change ----------------------
+
+
+
+@pytest.fixture(scope="module")
+def module_owners():
+    procs = [subprocess.Popen(["sleep", "600"]) for _ in range(2)]
+    yield [p.pid for p in procs] + [dead_pid()]
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def _line(kind, index, owner_pids):
+    if kind == "live":
+        return f"{index} {owner_pids[0]}"
+    if kind == "live2":
+        return f"{index} {owner_pids[1]}\t{proc_start_time(owner_pids[1])}"
+    if kind == "dead":
+        return f"{index} {owner_pids[2]}"
+    if kind == "reused":
+        return f"{index} {owner_pids[0]}\t{proc_start_time(owner_pids[0]) + 7}"
+    if kind == "bad":
+        return f"{index} oops"
+    return "   "
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.tuples(st.sampled_from(["live", "live2", "dead", "reused", "bad", "blank"]),
+                                st.integers(0, 7)), max_size=12),
+       count=st.integers(0, 8), amount=st.integers(1, 9), final_newline=st.booleans())
+def test_claim_changes_only_what_it_may(tmp_path, module_owners, lines, count, amount, final_newline):
+    path = tmp_path / "prop"
+    original = [_line(kind, index, module_owners) for kind, index in lines]
+    text = "\n".join(original) + ("\n" if final_newline and original else "")
+    path.write_text(text)
+    before = {(e.index, e.pid, e.alive) for e in coordination.snapshot(path).entries}
+    live_taken = {index for index, pid, alive in before if alive}
+    blocked = {str(index) for kind, index in lines if kind == "bad"}
+    try:
+        got = coordination.claim(amount, gpus(count), path=path)
+    except FlinkException:
+        assert path.read_text() == text  # all or nothing
+        return
+    after = path.read_text().split("\n")
+    assert after[-1] == ""  # always newline-terminated
+    assert len(got) == amount and len(set(got)) == amount
+    assert not set(got) & live_taken and not set(got) & blocked
+    # every original line is still there, in order, except the dead owners' lines of reclaimed GPUs
+    kept = iter(after)
+    for line, (kind, index) in zip(original, lines):
+        if str(index) in got and kind in ("dead", "reused"):
+            continue
+        assert any(line == candidate for candidate in kept), (line, after)
+    holders = coordination.snapshot(path).holders()  # the input may hold conflicts; ours must have none
+    assert all(holders[index] == (os.getpid(),) for index in got)

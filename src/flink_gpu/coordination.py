@@ -85,10 +85,10 @@ class CoordinationSnapshot:
 
     def holders(self) -> "dict[str, tuple[int, ...]]":
         """Index -> pids of its live owners (more than one only after a stock script's race)."""
-        out: "dict[str, list[int]]" = {}
+        out: "dict[str, dict[int, None]]" = {}
         for e in self.entries:
             if e.alive:
-                out.setdefault(e.index, []).append(e.pid)
+                out.setdefault(e.index, {})[e.pid] = None  # a pid listed twice is still one owner
         return {index: tuple(pids) for index, pids in out.items()}
 
 
