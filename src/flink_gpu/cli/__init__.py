@@ -49,7 +49,7 @@ Per command:
     "check": str, "level": "error"|"warning"|"note"|"ok", "message", "fix": str | null}]``,
     ``summary``: ``{"errors", "warnings", "notes"}``. ``ok`` is false when any finding is an
     error. ``check`` is one of ``configuration``, ``resource-list``, ``unlisted-resource``,
-    ``amount``, ``factory``, ``driver``, ``plugin``, ``script``, ``script-run``, ``nvml``,
+    ``amount``, ``factory``, ``driver``, ``params``, ``plugin``, ``script``, ``script-run``, ``nvml``,
     ``gpu-count``, ``args``, ``coordination``, ``coordination-file``, ``task-slots``.
 ``resources``
     ``configuration``, ``kubernetes``: ``{"requests": {key: str}, "limits": {key: str},
@@ -322,7 +322,7 @@ def main(argv: "list[str] | None" = None) -> int:
         _configure_logging(args.verbose, args.command)
         return _run(args)
     except UsageError as error:
-        return _output.fail(args, name, error, 2, usage=parser)
+        return _output.fail(args, name, error, 2)
     except KeyboardInterrupt:
         print("flink-gpu: interrupted", file=sys.stderr)
         return 130

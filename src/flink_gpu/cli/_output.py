@@ -30,14 +30,12 @@ def emit_json(doc: dict) -> None:
     sys.stdout.flush()
 
 
-def fail(args, command: str, error: BaseException, code: int, usage=None) -> int:
+def fail(args, command: str, error: BaseException, code: int) -> int:
     """Report ``error`` (JSON on stdout with --json, always a line on stderr); return ``code``."""
     message = str(error) or type(error).__name__
     if getattr(args, "json", False):
         emit_json(document(command, ok=False,
                            error={"type": type(error).__name__, "message": message}))
-    if usage is not None:
-        usage.print_usage(sys.stderr)
     print(f"flink-gpu {command}: error: {message}", file=sys.stderr)
     hint = _hint(error)
     if hint:

@@ -82,6 +82,8 @@ class Doctor:
                      "`external-resources: gpu`.")
             return
         configured = _configured_names(config)
+        if names:
+            self.add("ok", "resource-list", f"external-resources lists {', '.join(names)}.")
         for name in sorted(configured - set(names)):
             same = [n for n in names if n.lower() == name.lower()]
             message = (f"external-resource.{name}.* keys are set, but {name!r} is not listed in "
@@ -102,7 +104,6 @@ class Doctor:
                          "a TaskManager gets no GPU.", "Add to the configuration:\n"
                          + _gpu_snippet())
             return
-        self.add("ok", "resource-list", f"external-resources lists {', '.join(names)}.")
         gpu_resources = [name for name in names if self.check_resource(name)]
         if gpu_resources:
             self.check_slots(gpu_resources)
@@ -119,8 +120,10 @@ class Doctor:
 
         params = self.config.prefixed(param_prefix(name))
         if factory_name.strip() in JAVA_FACTORY_ALIASES:
+            self.check_params(name, params, java=True)
             self.check_java_gpu(name, params, amount)
         elif isinstance(factory, GPUDriverFactory):
+            self.check_params(name, params, java=False)
             self.check_python_gpu(name, factory, params, amount)
         else:
             self.check_other_driver(name, factory, factory_name, params)
@@ -195,12 +198,30 @@ class Doctor:
 
     # -- the GPU plugin -------------------------------------------------------------------
 
+    def check_params(self, name: str, params: Configuration, java: bool) -> None:
+        """Keys under ``param.`` the GPU plugin does not read: a typo is silently ignored."""
+        import difflib
+
+        flink_keys = [GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key, GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key]
+        ours = [GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.NVML_LIBRARY_PATH.key,
+                GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key]
+        for key in params.keys():
+            if key in flink_keys:
+                continue
+            if key in ours:
+                if java:
+                    self.add("note", "params", f"{param_prefix(name)}{key} is a flink_gpu option: "
+                             "Flink's Java plugin ignores it and always runs the discovery script.",
+                             resource=name)
+                continue
+            match = difflib.get_close_matches(key, flink_keys + ours, n=1, cutoff=0.6)
+            self.add("warning", "params", f"{param_prefix(name)}{key} is not an option of the GPU "
+                     "plugin; it is ignored.",
+                     f"Did you mean {param_prefix(name)}{match[0]}?" if match else
+                     f"Remove it; the plugin reads {', '.join(flink_keys + ours)}.", resource=name)
+
     def check_java_gpu(self, name: str, params: Configuration, amount: "int | None") -> None:
         self.check_plugin_jar(name)
-        if params.contains(GPUDriverOptions.DISCOVERY_MODE):
-            self.add("note", "driver", f"{param_prefix(name)}discovery-mode is a flink_gpu "
-                     "option: Flink's Java plugin ignores it and always runs the discovery script.",
-                     resource=name)
         script = self.check_script(name, params)
         self.check_gpu_common(name, params, amount, "script", script)
 
@@ -306,7 +327,8 @@ class Doctor:
         key = f"{param_prefix(name)}{GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key}"
         if not stock and script is not None:
             self.add("note", "args", f"{os.path.basename(script)} is not the stock discovery "
-                     f"script, so doctor cannot check its arguments ({args!r}).", resource=name)
+                     f"script, so doctor cannot check its arguments "
+                     f"({'unset' if args is None else repr(args)}).", resource=name)
             return None
         try:
             parsed = parse_script_args(args, key)
@@ -320,7 +342,7 @@ class Doctor:
             known = difflib.get_close_matches(token, [_ENABLE_COORDINATION, "--coordination-file"],
                                               n=1, cutoff=0.6)
             if known:
-                consequence = (" so coordination mode is OFF" if known[0] == _ENABLE_COORDINATION
+                consequence = (", so coordination mode is OFF" if known[0] == _ENABLE_COORDINATION
                                and not parsed.coordination_mode else "")
                 self.add("error", "args", f"{key} has {token!r}, which the discovery script does "
                          f"not know: it is silently ignored{consequence}. (Flink's documentation "
@@ -392,7 +414,15 @@ class Doctor:
     def check_coordination(self, name, coordination, script_args, amount, count) -> None:
         args_key = f"{param_prefix(name)}{GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key}"
         per_host, source, host = self._taskmanagers_per_host()
-        if coordination is None:
+        if coordination is None:  # a custom script: whether it coordinates is its own business
+            if per_host == 1:
+                self.add("ok", "coordination", f"One TaskManager per host (from {source}): "
+                         "coordination is not needed.", resource=name)
+            elif per_host is not None:
+                self.add("note", "coordination", f"{per_host} TaskManagers share "
+                         f"{'host ' + host if host else 'a host'} (from {source}); doctor cannot "
+                         "tell whether the custom discovery script gives them different GPUs.",
+                         resource=name)
             return
         if not coordination:
             fix = (f"Add {_ENABLE_COORDINATION} to {args_key} (every TaskManager of a host then "
@@ -519,7 +549,10 @@ class Doctor:
             self.add("warning", "script-run", f"`{shown}` printed {len(lines)} lines; Flink reads "
                      "only the first.", "Print the indices on one line; send the rest to stderr.",
                      resource=name)
-        self.add("ok", "script-run", f"`{shown}` gave GPU {', '.join(indices)}.", resource=name)
+        replaced = (" (with a temporary coordination file: nothing was claimed)"
+                    if script_args is not None and script_args.coordination_mode else "")
+        self.add("ok", "script-run", f"`{shown}` gave GPU {', '.join(indices)}{replaced}.",
+                 resource=name)
 
     # -- across resources -----------------------------------------------------------------
 

@@ -1,0 +1,844 @@
+"""The `flink-gpu` command line, run as real processes against the NVML simulator."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import flink_gpu
+from conftest import find_discovery_executable, run_python
+
+PACKAGE_ROOT = str(Path(flink_gpu.__file__).resolve().parent.parent)
+JAVA_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
+UUID0 = "GPU-00000000-0000-4000-8000-000000000000"
+
+
+def base_env(**extra):
+    """os.environ without simulator, Flink or NVML settings, so each test chooses its own."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FLINK_GPU_") and k not in ("FLINK_CONF_DIR", "FLINK_HOME")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    env.update(extra)
+    return env
+
+
+def cli(*args, env=None, timeout=60, cwd=None):
+    return subprocess.run([sys.executable, "-m", "flink_gpu.cli", *map(str, args)],
+                          env=base_env() if env is None else env, capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def cli_json(*args, env=None, expect=0):
+    proc = cli(*args, "--json", env=env)
+    assert proc.returncode == expect, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == 1
+    assert doc["ok"] is (expect == 0)
+    return doc
+
+
+@pytest.fixture
+def holder():
+    """A live process that can own GPUs (it waits on stdin)."""
+    process = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                               stdin=subprocess.PIPE)
+    yield process
+    process.stdin.close()
+    process.wait(10)
+
+
+def dead_pid():
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def pid_exists(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# -- the command line itself ----------------------------------------------------------------
+
+def test_import_is_light():
+    proc = run_python("""
+        import sys
+        import flink_gpu.cli
+        heavy = ("yaml", "json", "subprocess", "flink_gpu._native", "flink_gpu.config",
+                 "flink_gpu.coordination", "flink_gpu.gpu.driver")
+        print(sorted(m for m in heavy if m in sys.modules))
+    """, env=base_env())
+    assert proc.stdout.strip() == "[]"
+
+
+def test_help_lists_every_subcommand_and_the_exit_codes():
+    proc = cli("--help")
+    assert proc.returncode == 0
+    for command in ("list", "coordination", "claim", "release", "doctor", "resources", "demo"):
+        assert re.search(rf"^\s+{command}\s", proc.stdout, re.M), command
+    assert "exit codes: 0 ok, 1" in proc.stdout
+
+
+def test_claim_help_says_the_owner_is_the_parent_process():
+    proc = cli("claim", "--help")
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    assert "defaults to the parent of this command (normally your shell)" in text
+    assert "reclaimable right away" in text
+
+
+@pytest.mark.parametrize("args", [
+    [],                                   # no subcommand
+    ["claim"],                            # N missing
+    ["claim", "two"],
+    ["claim", "-1"],
+    ["list", "--simulate", "-1"],
+    ["--simulate", "2", "--simulate-spec", "x.json", "list"],
+    ["release", "--owner", "0"],
+    ["coordination"],                     # action missing
+    ["resources", "conf.yaml", "--kubernetes", "--yarn"],
+    ["bogus"],
+])
+def test_usage_errors_exit_2(args):
+    proc = cli(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "usage:" in proc.stderr
+
+
+def test_main_returns_exit_codes_in_process(capsys):
+    from flink_gpu.cli import main
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"flink-gpu {flink_gpu.__version__}"
+    assert main(["list", "--no-such-flag"]) == 2
+
+
+# -- list ------------------------------------------------------------------------------------
+
+def test_list_on_the_simulator(tmp_path):
+    proc = cli("--simulate", "3", "list", "--file", tmp_path / "coord")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("INDEX"))
+    assert header.split() == ["INDEX", "UUID", "NAME", "MEMORY", "BUS", "ID", "HOLDER"]
+    rows = [line for line in lines if re.match(r"\d+\s+GPU-", line)]
+    assert len(rows) == 3
+    assert rows[0].split()[:2] == ["0", UUID0]
+    assert "NVIDIA Simulated GPU  80.0 GiB  00000000:01:00.0  free" in rows[0]
+    # columns are aligned: every row's UUID starts where the header's does
+    assert all(row.index("GPU-") == header.index("UUID") for row in rows)
+    assert "3 GPUs" in lines[0]
+    assert f"{tmp_path / 'coord'} does not exist" in proc.stdout
+
+
+def test_simulate_goes_before_or_after_the_subcommand(tmp_path):
+    before = cli_json("--simulate", "2", "list", "--file", tmp_path / "c")
+    after = cli_json("list", "--simulate", "5", "--file", tmp_path / "c")
+    assert [g["index"] for g in before["gpus"]] == ["0", "1"]
+    assert len(after["gpus"]) == 5
+
+
+def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, holder):
+    coord = tmp_path / "coord"
+    cli_json("--simulate", "4", "claim", "2", "--owner", holder.pid, "--file", coord)
+    gone = dead_pid()
+    with open(coord, "a") as handle:
+        handle.write(f"3 {gone}\nnot a line\n7 {holder.pid}\n")
+    doc = cli_json("--simulate", "4", "list", "--file", coord)
+    assert doc["command"] == "list"
+    assert doc["nvml"]["driver_version"] == "999.99.99"
+    gpus = {g["index"]: g for g in doc["gpus"]}
+    assert set(gpus["0"]) == {"index", "uuid", "name", "memory_total", "pci_bus_id",
+                              "minor_number", "holders", "stale_holders"}
+    assert gpus["0"]["uuid"] == UUID0 and gpus["0"]["memory_total"] == 80 * 2 ** 30
+    assert gpus["0"]["holders"] == [{"pid": holder.pid,
+                                    "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"]}]
+    assert gpus["1"]["holders"][0]["pid"] == holder.pid
+    assert gpus["2"]["holders"] == [] and gpus["2"]["stale_holders"] == []
+    assert gpus["3"]["holders"] == [] and gpus["3"]["stale_holders"] == [gone]
+    assert doc["coordination"]["unparsable"] == [{"line_number": 4, "text": "not a line"}]
+    assert doc["coordination"]["unknown_indices"] == ["7"]
+
+    human = cli("--simulate", "4", "list", "--file", coord)
+    assert human.returncode == 0
+    row0 = next(line for line in human.stdout.splitlines() if line.startswith("0 "))
+    holder_text = row0.split(f"pid {holder.pid}: ", 1)[1]
+    # the command line, cut to fit the table
+    full = f"{sys.executable} -c 'import sys; sys.stdin.read()'"
+    assert holder_text == (full if len(full) <= 60 else full[:57] + "...")
+    row3 = next(line for line in human.stdout.splitlines() if line.startswith("3 "))
+    assert row3.endswith(f"free (stale: dead pid {gone})")
+    assert "line 4 cannot be parsed" in human.stdout
+    assert f"flink-gpu coordination clean --file {coord}" in human.stdout
+    assert "this host does not have: 7" in human.stdout
+
+
+def test_list_reports_skipped_devices(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"name": "NVIDIA H100"}, {"fault": "GPU_IS_LOST"},
+                                            {"fault": "NO_PERMISSION"}]}))
+    doc = cli_json("list", "--simulate-spec", spec, "--file", tmp_path / "c")
+    assert [g["name"] for g in doc["gpus"]] == ["NVIDIA H100"]
+    assert [s["index"] for s in doc["skipped"]] == ["1", "2"]
+    human = cli("list", "--simulate-spec", spec, "--file", tmp_path / "c")
+    assert "1 GPU, 2 skipped" in human.stdout
+    skipped = human.stdout.split("Skipped devices:")[1]
+    assert re.search(r"^  1: .*", skipped, re.M) and re.search(r"^  2: .*", skipped, re.M)
+    for item in doc["skipped"]:
+        assert f"  {item['index']}: {item['reason']}" in skipped
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "does not exist"),
+    ("{not json", "cannot read"),
+    ('{"devices": [{"colour": "red"}]}', "unknown keys ['colour']"),
+])
+def test_simulate_spec_errors_are_usage_errors(tmp_path, content, message):
+    spec = tmp_path / "spec.json"
+    if content is not None:
+        spec.write_text(content)
+    proc = cli("list", "--simulate-spec", spec)
+    assert proc.returncode == 2
+    assert message in proc.stderr and str(spec) in proc.stderr
+
+
+def test_without_a_driver_list_fails_clearly(tmp_path):
+    missing = tmp_path / "libnvidia-ml.so.1"
+    env = base_env(FLINK_GPU_NVML_LIBRARY=str(missing))
+    proc = cli("list", env=env)
+    assert proc.returncode == 1
+    assert str(missing) in proc.stderr
+    assert "--simulate 4" in proc.stderr  # the hint
+    doc = cli_json("list", env=env, expect=1)
+    assert doc["error"]["type"] == "NvmlError" and str(missing) in doc["error"]["message"]
+
+
+# -- claim / release ---------------------------------------------------------------------------
+
+def test_claim_and_release_default_to_the_parent_process(tmp_path):
+    coord = tmp_path / "coord"
+    doc = cli_json("--simulate", "4", "claim", "2", "--file", coord)
+    # this test process is the command's parent
+    assert doc["owner"]["pid"] == os.getpid()
+    assert doc["gpus"] == [{"index": "0", "uuid": UUID0},
+                           {"index": "1", "uuid": "GPU-00000000-0000-4000-8000-000000000001"}]
+    assert [line.split()[:2] for line in coord.read_text().splitlines()] == [
+        ["0", str(os.getpid())], ["1", str(os.getpid())]]
+    human = cli("--simulate", "4", "claim", "1", "--file", coord)
+    assert human.returncode == 0
+    # asking again tops nothing up: the owner already holds 2 >= 1
+    assert f"Claimed GPU 0 for pid {os.getpid()}" in human.stdout
+    assert f"CUDA_VISIBLE_DEVICES={UUID0}" in human.stdout
+    released = cli_json("release", "--file", coord)
+    assert released["released"] == ["0", "1"] and released["owner"]["pid"] == os.getpid()
+    assert coord.read_text().strip() == ""
+    again = cli("release", "--file", coord)
+    assert again.returncode == 0 and "held no GPU" in again.stdout
+
+
+def test_claim_for_another_owner_and_release_one_gpu(tmp_path, holder):
+    coord = tmp_path / "coord"
+    cli_json("--simulate", "4", "claim", "3", "--owner", holder.pid, "--file", coord)
+    doc = cli_json("release", "--owner", holder.pid, "--gpu", "1", "--file", coord)
+    assert doc["released"] == ["1"]
+    listing = cli_json("--simulate", "4", "list", "--file", coord)
+    assert [g["index"] for g in listing["gpus"] if g["holders"]] == ["0", "2"]
+
+
+def test_claim_fails_with_exit_1_when_too_few_gpus_are_free(tmp_path, holder):
+    coord = tmp_path / "coord"
+    cli_json("--simulate", "4", "claim", "3", "--owner", holder.pid, "--file", coord)
+    proc = cli("--simulate", "4", "claim", "2", "--file", coord)
+    assert proc.returncode == 1
+    assert "Could not get enough GPU resources" in proc.stderr
+    doc = cli_json("--simulate", "4", "claim", "2", "--file", coord, expect=1)
+    assert doc["error"]["type"] == "FlinkException"
+    assert f"{holder.pid}" in coord.read_text() and str(os.getpid()) not in coord.read_text()
+
+
+def test_claim_for_a_dead_owner_is_refused(tmp_path):
+    proc = cli("--simulate", "4", "claim", "1", "--owner", dead_pid(), "--file", tmp_path / "c")
+    assert proc.returncode == 2
+    assert "no such (live) process" in proc.stderr
+    assert not (tmp_path / "c").exists()
+
+
+# -- coordination show / clean --------------------------------------------------------------
+
+def test_coordination_show_and_clean(tmp_path, holder):
+    coord = tmp_path / "coord"
+    gone = dead_pid()
+    start = int(Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    coord.write_text(f"0 {holder.pid} {start}\n1 {gone}\ngarbage here\n"
+                     f"2 {holder.pid} {start + 12345}\n")
+    doc = cli_json("coordination", "show", "--file", coord)
+    assert doc["command"] == "coordination show" and doc["exists"] is True
+    states = {e["index"]: (e["pid"], e["state"], e["alive"]) for e in doc["entries"]}
+    assert states == {"0": (holder.pid, "live", True), "1": (gone, "gone", False),
+                      "2": (holder.pid, "pid reused", False)}
+    assert doc["entries"][0]["cmdline"][0] == sys.executable
+    assert doc["unparsable"] == [{"line_number": 3, "text": "garbage here"}]
+
+    human = cli("coordination", "show", "--file", coord)
+    assert human.returncode == 0
+    assert "3 entries (1 live, 2 stale), 1 unparsable line" in human.stdout
+    assert re.search(rf"^2\s+1\s+{gone}\s+-\s+gone\s+-$", human.stdout, re.M)
+    assert re.search(rf"^4\s+2\s+{holder.pid}\s+{start + 12345}\s+pid reused", human.stdout, re.M)
+    assert "line 3: 'garbage here'" in human.stdout
+
+    cleaned = cli_json("coordination", "clean", "--file", coord)
+    assert sorted(e["index"] for e in cleaned["removed"]) == ["1", "2"]
+    assert cleaned["unparsable"] == [{"line_number": 3, "text": "garbage here"}]
+    assert coord.read_text() == f"0 {holder.pid} {start}\ngarbage here\n"
+    again = cli("coordination", "clean", "--file", coord)
+    assert again.returncode == 0 and "No stale entry" in again.stdout
+    assert "Kept unparsable line" in again.stdout
+
+
+def test_coordination_commands_on_a_missing_file_create_nothing(tmp_path):
+    coord = tmp_path / "coord"
+    show = cli("coordination", "show", "--file", coord)
+    assert show.returncode == 0 and "does not exist" in show.stdout
+    clean = cli_json("coordination", "clean", "--file", coord)
+    assert clean["exists"] is False and clean["removed"] == []
+    assert not coord.exists()
+
+
+def test_coordination_refuses_a_symlink(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("0 1\n")
+    (tmp_path / "link").symlink_to(target)
+    proc = cli("coordination", "show", "--file", tmp_path / "link")
+    assert proc.returncode == 1
+    assert str(tmp_path / "link") in proc.stderr
+
+
+# -- doctor ------------------------------------------------------------------------------------
+
+def write_script(path, body, executable=True):
+    path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
+    path.chmod(0o755 if executable else 0o644)
+    return path
+
+
+PARAM_KEYS = {"discovery_script_path": "discovery-script.path",
+              "discovery_script_args": "discovery-script.args",
+              "discovery_script_timeout": "discovery-script.timeout",
+              "discovery_mode": "discovery-mode"}
+
+
+def gpu_conf(amount=1, factory=JAVA_FACTORY, **params):
+    lines = ["external-resources: gpu"]
+    if amount is not None:
+        lines.append(f"external-resource.gpu.amount: {amount}")
+    if factory is not None:
+        lines.append(f"external-resource.gpu.driver-factory.class: {factory}")
+    for key, value in params.items():
+        lines.append(f"external-resource.gpu.param.{PARAM_KEYS[key]}: {value}")
+    return "\n".join(lines) + "\n"
+
+
+def run_doctor(tmp_path, conf_text, *args, env=None, expect=None, file_name="flink-conf.yaml"):
+    conf = tmp_path / file_name
+    conf.write_text(conf_text)
+    env = base_env() if env is None else env
+    proc = cli("doctor", conf, "--simulate", "4", *args, "--json", env=env)
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == 1 and doc["command"] == "doctor"
+    assert proc.returncode == (0 if doc["ok"] else 1)
+    if expect is not None:
+        assert proc.returncode == expect, json.dumps(doc["findings"], indent=1)
+    for finding in doc["findings"]:
+        assert set(finding) == {"resource", "check", "level", "message", "fix"}
+        assert finding["level"] in ("error", "warning", "note", "ok")
+        if finding["level"] == "error":
+            assert finding["fix"], finding
+    summary = doc["summary"]
+    assert summary["errors"] == sum(f["level"] == "error" for f in doc["findings"])
+    assert summary["warnings"] == sum(f["level"] == "warning" for f in doc["findings"])
+    assert doc["ok"] is (summary["errors"] == 0)
+    return doc
+
+
+def findings(doc, check, level=None):
+    return [f for f in doc["findings"] if f["check"] == check and (level is None or f["level"] == level)]
+
+
+def only(doc, check, level):
+    found = findings(doc, check, level)
+    assert len(found) == 1, json.dumps(doc["findings"], indent=1)
+    return found[0]
+
+
+@pytest.fixture
+def good_script(tmp_path):
+    return write_script(tmp_path / "discover.sh", 'echo "0"\n')
+
+
+def test_doctor_healthy_configuration_runs_the_script_and_passes(tmp_path, good_script):
+    doc = run_doctor(tmp_path, gpu_conf(factory="flink_gpu.GPUDriverFactory",
+                                        discovery_script_path=good_script),
+                     "--taskmanagers-per-host", "1", expect=0)
+    assert only(doc, "driver", "ok")["message"].startswith("flink_gpu uses the script backend")
+    assert f"{good_script} 1 null" in only(doc, "script-run", "ok")["message"]
+    only(doc, "coordination", "ok")
+    # human output: markers, the resource, a summary
+    proc = cli("doctor", tmp_path / "flink-conf.yaml", "--simulate", "4",
+               "--taskmanagers-per-host", "1", env=base_env())
+    assert proc.returncode == 0
+    assert f"Configuration: {tmp_path / 'flink-conf.yaml'}" in proc.stdout
+    assert re.search(r"^\[ ok \] gpu: external-resource\.gpu\.amount is 1\.$", proc.stdout, re.M)
+    assert "No problem found" in proc.stdout
+
+
+def test_doctor_no_resource_listed(tmp_path):
+    doc = run_doctor(tmp_path, "taskmanager.numberOfTaskSlots: 2\n", expect=1)
+    error = only(doc, "resource-list", "error")
+    assert "external-resources is not set" in error["message"]
+    assert f"external-resource.gpu.driver-factory.class: {JAVA_FACTORY}" in error["fix"]
+    doc = run_doctor(tmp_path, "external-resources: none\n", expect=1)
+    assert "'none'" in only(doc, "resource-list", "error")["message"]
+    # the human output prints a multi-line fix indented under its finding
+    proc = cli("doctor", tmp_path / "flink-conf.yaml", env=base_env())
+    assert re.search(r"^\[FAIL\] No external resource is enabled.*\n       fix: Add to the "
+                     r"configuration:\n            external-resources: gpu\n", proc.stdout, re.M)
+    assert "1 check failed" in proc.stdout
+
+
+def test_doctor_resource_configured_but_not_listed(tmp_path, good_script):
+    text = gpu_conf(discovery_script_path=good_script).replace("gpu.amount", "GPU.amount")
+    doc = run_doctor(tmp_path, text, expect=1)
+    error = only(doc, "unlisted-resource", "error")
+    assert error["resource"] == "GPU"
+    assert "case-sensitive" in error["message"]
+    assert "external-resources: gpu;GPU" in error["fix"]
+    assert "external-resource.gpu.amount is not set" in only(doc, "amount", "error")["message"]
+
+
+def test_doctor_bad_resource_list_quoting(tmp_path):
+    doc = run_doctor(tmp_path, "external-resources: \"gpu;fpga\n", expect=1)
+    assert "Quoting was not closed properly" in only(doc, "resource-list", "error")["message"]
+
+
+@pytest.mark.parametrize("amount, message", [
+    (None, "external-resource.gpu.amount is not set"),
+    (0, "external-resource.gpu.amount is 0: it must be positive"),
+    (-2, "external-resource.gpu.amount is -2"),
+    ("two", "Could not parse value 'two' for key 'external-resource.gpu.amount'."),
+])
+def test_doctor_amount(tmp_path, good_script, amount, message):
+    doc = run_doctor(tmp_path, gpu_conf(amount=amount, discovery_script_path=good_script), expect=1)
+    error = only(doc, "amount", "error")
+    assert message in error["message"]
+    assert "external-resource.gpu.amount: 1" in error["fix"]
+
+
+def test_doctor_factory_missing_or_unknown(tmp_path):
+    doc = run_doctor(tmp_path, gpu_conf(factory=None), expect=1)
+    error = only(doc, "factory", "error")
+    assert "driver-factory.class is not set" in error["message"]
+    assert JAVA_FACTORY in error["fix"]
+
+    typo = "org.apache.flink.externalresource.gpu.GpuDriverFactory"
+    doc = run_doctor(tmp_path, gpu_conf(factory=typo), expect=1)
+    error = only(doc, "factory", "error")
+    assert f"Factory class {typo} of 'gpu' was not found" in error["message"]
+    assert error["fix"] == f"Did you mean `external-resource.gpu.driver-factory.class: {JAVA_FACTORY}`?"
+
+    doc = run_doctor(tmp_path, gpu_conf(factory="no_such_pkg.Factory"), expect=1)
+    assert "no_such_pkg" in only(doc, "factory", "error")["message"]
+
+
+def flink_home(tmp_path, with_plugin):
+    home = tmp_path / "flink"
+    (home / "conf").mkdir(parents=True)
+    (home / "lib").mkdir()
+    (home / "opt" / "external-resource-gpu").mkdir(parents=True)
+    if with_plugin:
+        plugin = home / "plugins" / "external-resource-gpu"
+        plugin.mkdir(parents=True)
+        (plugin / "flink-external-resource-gpu-2.3.0.jar").write_bytes(b"PK")
+        write_script(plugin / "nvidia-gpu-discovery.sh", 'echo "0"\n')
+    return home
+
+
+def test_doctor_plugin_jar_and_default_script_missing(tmp_path):
+    home = flink_home(tmp_path, with_plugin=False)
+    (home / "conf" / "config.yaml").write_text(
+        "external-resources: gpu\nexternal-resource:\n  gpu:\n    amount: 1\n"
+        f"    driver-factory:\n      class: {JAVA_FACTORY}\n")
+    proc = cli("doctor", "--simulate", "4", "--json", env=base_env(FLINK_CONF_DIR=str(home / "conf")))
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    assert doc["configuration"] == str(home / "conf" / "config.yaml")
+    assert doc["flink_home"] == str(home)  # found from the conf directory
+    plugin = only(doc, "plugin", "error")
+    assert plugin["fix"] == f"cp -r {home}/opt/external-resource-gpu {home}/plugins/"
+    script = only(doc, "script", "error")
+    assert script["message"] == ("The gpu discovery script does not exist in path "
+                                 f"{home}/plugins/external-resource-gpu/nvidia-gpu-discovery.sh.")
+    assert "cp -r" in script["fix"] and find_discovery_executable() in script["fix"]
+
+
+def test_doctor_plugin_installed(tmp_path):
+    home = flink_home(tmp_path, with_plugin=True)
+    (home / "conf" / "flink-conf.yaml").write_text(gpu_conf())
+    proc = cli("doctor", "--simulate", "4", "--taskmanagers-per-host", "1", "--json",
+               env=base_env(FLINK_HOME=str(home)))
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stdout
+    assert "flink-external-resource-gpu-2.3.0.jar" in only(doc, "plugin", "ok")["message"]
+    assert "nvidia-gpu-discovery.sh 1 null` gave GPU 0" in only(doc, "script-run", "ok")["message"]
+
+
+def test_doctor_script_missing_or_not_executable(tmp_path):
+    missing = tmp_path / "nope.sh"
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=missing), expect=1)
+    error = only(doc, "script", "error")
+    assert str(missing) in error["message"] and "Correct external-resource.gpu.param." in error["fix"]
+    assert not findings(doc, "script-run")
+
+    plain = write_script(tmp_path / "plain.sh", "echo 0\n", executable=False)
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=plain), expect=1)
+    error = only(doc, "script", "error")
+    assert error["message"] == f"The discovery script {plain} is not executable."
+    assert error["fix"] == f"chmod +x {plain}"
+
+    # the Python factory reports it while building its driver
+    doc = run_doctor(tmp_path, gpu_conf(factory="flink_gpu.GPUDriverFactory",
+                                        discovery_script_path=plain), expect=1)
+    assert only(doc, "driver", "error")["fix"] == f"chmod +x {plain}"
+
+
+def test_doctor_script_failing(tmp_path):
+    failing = write_script(tmp_path / "fail.sh", """\
+        echo "nvidia-smi: command not found" >&2
+        exit 3
+    """)
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=failing), expect=1)
+    error = only(doc, "script-run", "error")
+    assert "exit status 3" in error["message"] and f"`{failing} 1 null`" in error["message"]
+    assert "nvidia-smi: command not found" in error["message"]
+    assert "Install the NVIDIA driver" in error["fix"]
+
+    empty = write_script(tmp_path / "empty.sh", "exit 0\n")
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=empty), expect=1)
+    assert "printed no GPU index" in only(doc, "script-run", "error")["message"]
+
+    chatty = write_script(tmp_path / "chatty.sh", 'echo "0,1"\necho "extra"\n')
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=chatty, discovery_script_args="''"))
+    assert "printed 2 lines" in only(doc, "script-run", "warning")["message"]
+    assert "gave GPU 0, 1" in only(doc, "script-run", "ok")["message"]
+
+
+def test_doctor_script_timeout(tmp_path):
+    hanging = write_script(tmp_path / "hang.sh", "sleep 30\n")
+    started = time.monotonic()
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=hanging,
+                                        discovery_script_timeout="1 s"), expect=1)
+    assert time.monotonic() - started < 20
+    assert "executed for over 1000 ms" in only(doc, "script-run", "error")["message"]
+
+
+def test_doctor_coordination_off_with_several_taskmanagers(tmp_path):
+    good_script = find_discovery_executable()  # the stock script's arguments
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "workers").write_text("# two TaskManagers here\nnode-a\nnode-a\nnode-b\n")
+    (conf_dir / "flink-conf.yaml").write_text(gpu_conf(discovery_script_path=good_script))
+    proc = cli("doctor", conf_dir, "--simulate", "4", "--json", env=base_env())
+    assert proc.returncode == 1
+    error = only(json.loads(proc.stdout), "coordination", "error")
+    assert "2 TaskManagers share host node-a" in error["message"]
+    assert "--enable-coordination-mode" in error["fix"]
+
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good_script), "--taskmanagers-per-host", "3",
+                     expect=1)
+    assert "3 TaskManagers share a host" in only(doc, "coordination", "error")["message"]
+    # unknown: a note, not a failure
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good_script), expect=0)
+    assert "cannot tell how many TaskManagers" in only(doc, "coordination", "note")["message"]
+    # Kubernetes isolates the GPUs of each TaskManager pod
+    text = gpu_conf(discovery_script_path=good_script) + \
+        "external-resource.gpu.kubernetes.config-key: nvidia.com/gpu\n"
+    doc = run_doctor(tmp_path, text, expect=0)
+    assert "Kubernetes/YARN" in only(doc, "coordination", "note")["message"]
+    # a custom script may coordinate by itself: doctor says it cannot tell
+    custom = write_script(tmp_path / "custom.sh", 'echo "0"\n')
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=custom), "--taskmanagers-per-host",
+                     "2", expect=0)
+    assert "cannot tell whether the custom discovery script" in only(doc, "coordination", "note")["message"]
+
+
+def test_doctor_docs_typo_and_unknown_args(tmp_path):
+    exe = find_discovery_executable()
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=exe,
+                                        discovery_script_args="--enable-coordination --verbose"),
+                     expect=1)
+    error = only(doc, "args", "error")
+    assert "'--enable-coordination'" in error["message"]
+    assert "coordination mode is OFF" in error["message"]
+    assert "'--enable-coordination-mode'" in error["fix"]
+    warning = only(doc, "args", "warning")
+    assert "'--verbose'" in warning["message"]
+    # a custom script's arguments are its own business
+    custom = write_script(tmp_path / "amd.sh", 'echo "0"\n')
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=custom,
+                                        discovery_script_args="--enable-coordination"))
+    assert not findings(doc, "args", "error")
+    only(doc, "args", "note")
+
+
+def test_doctor_coordination_on_runs_the_script_without_claiming(tmp_path, holder):
+    exe = find_discovery_executable()
+    coord = tmp_path / "coord"
+    cli_json("--simulate", "4", "claim", "1", "--owner", holder.pid, "--file", coord)
+    with open(coord, "a") as handle:
+        handle.write(f"3 {dead_pid()}\nbroken line\n")
+    before = coord.read_text()
+    doc = run_doctor(tmp_path, gpu_conf(amount=2, discovery_script_path=exe,
+                                        discovery_script_args=f"--enable-coordination-mode "
+                                                              f"--coordination-file {coord}"),
+                     "--taskmanagers-per-host", "2", expect=0)
+    assert coord.read_text() == before  # nothing claimed, nothing cleaned
+    ok = only(doc, "script-run", "ok")["message"]
+    assert "gave GPU 0" in ok and "nothing was claimed" in ok
+    warnings = findings(doc, "coordination-file", "warning")
+    assert any("dead processes (GPU 3)" in w["message"] for w in warnings)
+    assert any(w["fix"] == f"flink-gpu coordination clean --file {coord}" for w in warnings)
+    assert any("'broken line'" in w["message"] for w in warnings)
+    # 3 TaskManagers of 2 GPUs each do not fit 4 GPUs
+    doc = run_doctor(tmp_path, gpu_conf(amount=2, discovery_script_path=exe,
+                                        discovery_script_args="--enable-coordination-mode "
+                                                              f"--coordination-file {coord}"),
+                     "--taskmanagers-per-host", "3", expect=1)
+    assert "3 TaskManagers per host" in only(doc, "gpu-count", "error")["message"]
+
+
+def test_doctor_nvml_backend_and_gpu_count(tmp_path):
+    text = gpu_conf(amount=2, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml")
+    doc = run_doctor(tmp_path, text, "--taskmanagers-per-host", "1", expect=0)
+    assert "nvml backend" in only(doc, "driver", "ok")["message"]
+    assert "4 GPUs" in only(doc, "gpu-count", "ok")["message"]
+    assert not findings(doc, "script-run")
+
+    text = gpu_conf(amount=5, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml")
+    doc = run_doctor(tmp_path, text, expect=1)
+    assert "is 5, but this host has 4 GPUs" in only(doc, "gpu-count", "error")["message"]
+
+    # nvml mode without a driver
+    env = base_env(FLINK_GPU_NVML_LIBRARY=str(tmp_path / "missing.so"))
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(gpu_conf(factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml"))
+    proc = cli("doctor", conf, "--json", env=env)
+    assert proc.returncode == 1
+    error = only(json.loads(proc.stdout), "driver", "error")
+    assert "missing.so" in error["message"] and "Install the NVIDIA driver" in error["fix"]
+
+
+@pytest.mark.parametrize("factory, level, message", [
+    ("flink_gpu_test_drivers:RecordingFactory", "ok", "The driver of 'fpga' was created"),
+    ("flink_gpu_test_drivers:RaisingFactory", "error",
+     "cannot create the driver of 'fpga': FlinkException: the device is not there"),
+    ("flink_gpu_test_drivers:ConstructorRaisingFactory", "error",
+     "raised RuntimeError: cannot construct"),
+    ("flink_gpu_test_broken_driver:Factory", "error", "cannot be loaded"),
+])
+def test_doctor_builds_other_drivers_without_running_them(tmp_path, factory, level, message):
+    text = ("external-resources: fpga\nexternal-resource.fpga.amount: 1\n"
+            f"external-resource.fpga.driver-factory.class: {factory}\n")
+    env = base_env()
+    fixtures = str(Path(__file__).resolve().parent / "fixtures")
+    env["PYTHONPATH"] = os.pathsep.join([fixtures, env["PYTHONPATH"]])
+    doc = run_doctor(tmp_path, text, env=env)
+    found = [f for f in doc["findings"] if f["check"] in ("factory", "driver")
+             and f["level"] == level and message in f["message"]]
+    assert found, json.dumps(doc["findings"], indent=1)
+    assert not findings(doc, "script-run") and not findings(doc, "coordination")
+
+
+def test_doctor_task_slots_note(tmp_path, good_script):
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good_script)
+                     + "taskmanager.numberOfTaskSlots: 4\n", expect=0)
+    assert "numberOfTaskSlots is 4" in only(doc, "task-slots", "note")["message"]
+
+
+def test_doctor_configuration_resolution(tmp_path):
+    env = base_env()
+    proc = cli("doctor", env=env)
+    assert proc.returncode == 2 and "FLINK_CONF_DIR" in proc.stderr
+    proc = cli("doctor", tmp_path / "missing", env=env)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    proc = cli("doctor", tmp_path, env=env)  # a directory without a configuration file
+    assert proc.returncode == 2 and "no config.yaml or flink-conf.yaml" in proc.stderr
+    (tmp_path / "config.yaml").write_text("external-resources: [gpu\n")
+    proc = cli("doctor", "--json", env=base_env(FLINK_HOME=str(tmp_path / "nothome"),
+                                                 FLINK_CONF_DIR=str(tmp_path)))
+    assert proc.returncode == 1
+    error = only(json.loads(proc.stdout), "configuration", "error")
+    assert "Invalid YAML" in error["message"] and str(tmp_path / "config.yaml") in error["message"]
+
+
+# -- resources ---------------------------------------------------------------------------------
+
+RESOURCES_CONF = """\
+external-resources: gpu
+external-resource.gpu.amount: 2
+external-resource.gpu.kubernetes.config-key: nvidia.com/gpu
+external-resource.gpu.yarn.config-key: yarn.io/gpu
+"""
+
+
+def test_resources_kubernetes_and_yarn(tmp_path):
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(RESOURCES_CONF)
+    doc = cli_json("resources", conf)
+    assert doc["kubernetes"] == {"requests": {"nvidia.com/gpu": "2"},
+                                 "limits": {"nvidia.com/gpu": "2"}, "pod": None}
+    assert doc["yarn"] == {"yarn.io/gpu": 2}
+    assert "yarn" not in cli_json("resources", conf, "--kubernetes")
+    assert "kubernetes" not in cli_json("resources", conf, "--yarn")
+
+    import yaml
+
+    proc = cli("resources", conf)
+    assert proc.returncode == 0
+    kubernetes, yarn = proc.stdout.split("\n\n")
+    assert "flink-main-container" in kubernetes.splitlines()[0]
+    assert yaml.safe_load("\n".join(kubernetes.splitlines()[1:])) == {
+        "resources": {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}}
+    assert yaml.safe_load("\n".join(yarn.splitlines()[1:])) == {"yarn.io/gpu": 2}
+
+
+def test_resources_pod_template_is_merged(tmp_path):
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(RESOURCES_CONF)
+    template = tmp_path / "pod.yaml"
+    template.write_text(textwrap.dedent("""\
+        apiVersion: v1
+        kind: Pod
+        spec:
+          containers:
+            - name: flink-main-container
+              resources:
+                limits: {memory: 4Gi, nvidia.com/gpu: "8"}
+            - name: sidecar
+              image: busybox
+    """))
+    doc = cli_json("resources", conf, "--pod-template", template)
+    containers = doc["kubernetes"]["pod"]["spec"]["containers"]
+    assert containers[0]["resources"] == {"limits": {"memory": "4Gi", "nvidia.com/gpu": "2"},
+                                          "requests": {"nvidia.com/gpu": "2"}}
+    assert containers[1] == {"name": "sidecar", "image": "busybox"}
+    import yaml
+
+    proc = cli("resources", conf, "--pod-template", template)
+    assert proc.returncode == 0
+    assert yaml.safe_load(proc.stdout) == doc["kubernetes"]["pod"]
+
+
+def test_resources_yarn_cluster_maximum_and_errors(tmp_path):
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(RESOURCES_CONF)
+    proc = cli("resources", conf, "--yarn", "--yarn-max", "yarn.io/gpu=1")
+    assert proc.returncode == 1
+    assert ("Configured value for external resource yarn.io/gpu (2) exceeds the max limitation "
+            "of the Yarn cluster (1).") in proc.stderr
+    assert cli_json("resources", conf, "--yarn", "--yarn-max", "yarn.io/gpu=4")["yarn"] == {"yarn.io/gpu": 2}
+    assert cli("resources", conf, "--yarn-max", "gpu").returncode == 2
+    assert cli("resources", tmp_path / "missing.yaml").returncode == 2
+    assert cli("resources", conf, "--pod-template", tmp_path / "missing.yaml").returncode == 2
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("external-resources: gpu\nexternal-resource.gpu.amount: 1\n")
+    proc = cli("resources", empty)
+    assert proc.returncode == 0 and "requests none" in proc.stdout
+
+
+# -- demo --------------------------------------------------------------------------------------
+
+def test_demo_reclaims_a_killed_workers_gpus_and_leaves_nothing_behind():
+    proc = cli("demo", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == 1 and doc["command"] == "demo" and doc["ok"] is True
+    assert doc["simulated"] is True and len(doc["devices"]) == 4
+    before = {w["worker"]: w for w in doc["before"]}
+    assert [before[f"worker-{n}"]["gpus"] for n in (1, 2, 3)] == [["0", "1"], ["2"], ["3"]]
+    assert before["worker-1"]["uuids"] == [UUID0, "GPU-00000000-0000-4000-8000-000000000001"]
+    assert doc["killed"] == {"worker": "worker-1", "pid": before["worker-1"]["pid"], "gpus": ["0", "1"]}
+    after = {w["worker"]: w for w in doc["after"]}
+    assert after["worker-1"]["state"] == "killed"
+    assert after["worker-4"]["gpus"] == ["0", "1"] and after["worker-4"]["state"] == "running"
+    assert doc["reclaimed"] == ["0", "1"]
+    assert doc["cleaned_up"] is True
+    pids = [w["pid"] for w in doc["after"]]
+    assert len(set(pids)) == 4 and os.getpid() not in pids
+    assert not any(pid_exists(pid) for pid in pids)
+    assert not os.path.exists(os.path.dirname(doc["coordination_file"]))
+
+
+def test_demo_human_output():
+    proc = cli("demo")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "A host with 4 GPUs (the NVML simulator" in out
+    tables = re.findall(r"^  WORKER +PID +STATE +GPU +UUID\n((?:  .*\n)+)", out, re.M)
+    assert len(tables) == 2
+    first = tables[0].splitlines()
+    assert re.match(r"  worker-1 +\d+ +running +0 +GPU-0{8}-0000-4000-8000-0{12}$", first[0])
+    assert re.match(r" +1 +GPU-0{8}-0000-4000-8000-0{11}1$", first[1])
+    assert "SIGKILL" in out and "reclaims" in out
+    second = tables[1]
+    assert re.search(r"worker-1 +\d+ +killed", second)
+    assert re.search(r"worker-4 +\d+ +running +0 ", second)
+    assert "Stopped the 3 running workers" in out
+
+
+def test_demo_needs_three_gpus():
+    proc = cli("demo", "--simulate", "2")
+    assert proc.returncode == 1
+    assert "needs at least 3 GPUs" in proc.stderr
+    assert cli("demo", "--real", "--simulate", "4").returncode == 2
+
+
+def test_demo_workers_exit_when_the_demo_is_killed(tmp_path):
+    # the workers hold the read end of a pipe from the demo: its death is their EOF
+    env = base_env(PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))
+    process = subprocess.Popen([sys.executable, "-m", "flink_gpu.cli", "demo"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = []
+    try:
+        for line in process.stdout:
+            match = re.match(r"  worker-\d +(\d+) ", line)
+            if match:
+                pids.append(int(match.group(1)))
+            if len(pids) == 3:
+                break
+        assert len(pids) == 3, process.stderr.read()
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+        deadline = time.monotonic() + 10
+        while any(pid_exists(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(pid_exists(pid) for pid in pids)
+        # and they released their GPUs on the way out
+        (coord,) = tmp_path.glob("flink-gpu-demo-*/coordination")
+        snapshot = cli_json("coordination", "show", "--file", coord)
+        assert [e for e in snapshot["entries"] if e["alive"]] == []
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+        process.stderr.close()
