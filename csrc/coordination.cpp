@@ -286,7 +286,7 @@ Status open_locked(const Options& opts, Access access, LockedFile* out, bool* ex
                 std::string holders;
                 if (statx_fd(fd, &locked) == 0) holders = lock_holders(locked);
                 char secs[32];
-                std::snprintf(secs, sizeof secs, "%.3g", static_cast<double>(opts.timeout_ms) / 1000.0);
+                std::snprintf(secs, sizeof secs, "%.10g", static_cast<double>(opts.timeout_ms) / 1000.0);
                 return make_status(Code::kTimeout,
                                    "Timed out after " + std::string(secs) + " s waiting for the lock on the "
                                    "coordination file " + path +
