@@ -91,11 +91,17 @@ class _Enumeration(NamedTuple):
     pid: int
     infos: tuple[GPUInfo, ...]
     skipped: tuple
+    by_index: dict[str, GPUInfo]
+
+
+# library path -> the process's enumeration, shared by all its drivers (see NvmlDiscovery)
+_enumerations: dict[str, _Enumeration] = {}
 
 
 class NvmlDiscovery:
-    """GPUs from NVML. Enumeration is done once per process and reused: the devices and their
-    static properties do not change while the driver is loaded (a forked child enumerates anew).
+    """GPUs from NVML. Enumeration is done once per process and library, and reused by every
+    driver: the devices and their static properties do not change while NVML is initialised (a
+    forked child enumerates anew).
     """
 
     def __init__(self, nvml, args: ScriptArgs) -> None:
@@ -114,11 +120,18 @@ class NvmlDiscovery:
         pid = os.getpid()
         if enumeration is not None and enumeration.pid == pid:
             return enumeration
-        devices = self._nvml.devices()
-        skipped = tuple(self._nvml.skipped())
-        for device in skipped:
-            _log.warning("%s", device.reason)
-        enumeration = _Enumeration(pid, tuple(_gpu_info(d) for d in devices), skipped)
+        nvml = self._nvml
+        # shared with the process's other drivers, so that a new driver per task costs no NVML
+        # queries and no GPUInfo objects (and a skipped device is WARNed once per process)
+        enumeration = _enumerations.get(nvml.library_path)
+        if enumeration is None or enumeration.pid != pid:
+            devices = nvml.devices()
+            skipped = tuple(nvml.skipped())
+            for device in skipped:
+                _log.warning("%s", device.reason)
+            infos = tuple(_gpu_info(d) for d in devices)
+            enumeration = _Enumeration(pid, infos, skipped, {info.index: info for info in infos})
+            _enumerations[nvml.library_path] = enumeration
         self._enumeration = enumeration
         return enumeration
 
@@ -136,8 +149,8 @@ class NvmlDiscovery:
             return infos[:amount]
         from flink_gpu import coordination
 
-        by_index = {info.index: info for info in infos}
-        got = coordination.claim(amount, list(by_index), path=self.args.coordination_file)
+        by_index = enumeration.by_index
+        got = coordination.claim(amount, by_index, path=self.args.coordination_file)
         self._claimed.update(got)
         return tuple(by_index[index] for index in got)
 
@@ -153,7 +166,8 @@ class NvmlDiscovery:
 
     def retrieve(self, amount: int) -> frozenset[GPUInfo]:
         chosen = self.choose(self.enumerate(), amount)
-        _log.info("Discover GPU resources: [%s].", ", ".join(map(str, chosen)))
+        if _log.isEnabledFor(logging.INFO):
+            _log.info("Discover GPU resources: [%s].", ", ".join(map(str, chosen)))
         return frozenset(chosen)
 
     def close(self) -> None:
