@@ -3,9 +3,7 @@
 import json
 import os
 import re
-import shutil
 import signal
-import stat
 import subprocess
 import sys
 import textwrap
@@ -842,3 +840,16 @@ def test_demo_workers_exit_when_the_demo_is_killed(tmp_path):
         process.wait()
         process.stdout.close()
         process.stderr.close()
+
+
+def test_doctor_flags_gpu_params_the_plugin_does_not_read(tmp_path, good_script):
+    text = gpu_conf(discovery_script_path=good_script) + (
+        "external-resource.gpu.param.discovery-script-args: --enable-coordination-mode\n"
+        "external-resource.gpu.param.discovery-mode: nvml\n")
+    doc = run_doctor(tmp_path, text, "--taskmanagers-per-host", "1", expect=0)
+    warning = only(doc, "params", "warning")
+    assert "param.discovery-script-args is not an option" in warning["message"]
+    assert warning["fix"] == "Did you mean external-resource.gpu.param.discovery-script.args?"
+    # with Flink's Java factory, flink_gpu's own options do nothing
+    note = only(doc, "params", "note")
+    assert "discovery-mode is a flink_gpu option" in note["message"]

@@ -33,6 +33,10 @@ def emit_json(doc: dict) -> None:
 def fail(args, command: str, error: BaseException, code: int) -> int:
     """Report ``error`` (JSON on stdout with --json, always a line on stderr); return ``code``."""
     message = str(error) or type(error).__name__
+    if getattr(args, "verbose", False):
+        import traceback
+
+        traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
     if getattr(args, "json", False):
         emit_json(document(command, ok=False,
                            error={"type": type(error).__name__, "message": message}))

@@ -1,9 +1,10 @@
 """``flink-gpu demo``: several workers share one (simulated) GPU host through the coordination file.
 
-Each worker is a real Python process that claims its GPUs as a coordinated TaskManager does, reports
-them, and holds them until its stdin is closed (then it releases them and exits). Because the
-workers hold the read end of a pipe from this process, they also exit when this process dies, so a
-demo interrupted in any way leaves no worker behind.
+Each worker is a real Python process that gets its GPUs as a coordinated TaskManager does (Flink's
+GPU plugin with ``--enable-coordination-mode``), reports them, and holds them until its stdin is
+closed (then it releases them and exits). Because the workers hold the read end of a pipe from this
+process, they also exit when this process dies, so a demo interrupted in any way leaves no worker
+behind (only, after a SIGKILL, its temporary directory).
 """
 
 from __future__ import annotations
@@ -18,17 +19,21 @@ import tempfile
 from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import document, emit_json, table
 
-# What a worker runs: claim, report one JSON line, hold until stdin closes, release.
+# What a worker runs: what a coordinated TaskManager runs (Flink's GPU plugin, here on the NVML
+# backend, with the stock script's coordination flags), then one JSON line, then hold until stdin
+# closes and release.
 _WORKER = """\
 import json, os, sys
-from flink_gpu import coordination
-from flink_gpu._native import Nvml
+from flink_gpu import GPUDriverFactory
 amount, path = int(sys.argv[1]), sys.argv[2]
-uuids = {str(d.index): d.uuid for d in Nvml.open().devices()}
-gpus = coordination.claim(amount, list(uuids), path=path)
-print(json.dumps({"pid": os.getpid(), "gpus": gpus, "uuids": [uuids[i] for i in gpus]}), flush=True)
+driver = GPUDriverFactory().create_external_resource_driver({
+    "discovery-mode": "nvml",
+    "discovery-script.args": "--enable-coordination-mode --coordination-file " + path})
+gpus = sorted(driver.retrieve_resource_info(amount), key=lambda gpu: int(gpu.index))
+print(json.dumps({"pid": os.getpid(), "gpus": [gpu.index for gpu in gpus],
+                  "uuids": [gpu.get_property("uuid") for gpu in gpus]}), flush=True)
 sys.stdin.read()
-coordination.release(path=path)
+driver.close()
 """
 _START_TIMEOUT = 30.0
 _STOP_TIMEOUT = 10.0
@@ -138,14 +143,16 @@ def run(args) -> int:
     amounts = [len(devices) - 2, 1, 1]
     human = not args.json
     workers: "list[Worker]" = []
-    with tempfile.TemporaryDirectory(prefix="flink-gpu-demo-") as scratch:
+    # discovery-script.args are split on whitespace (as Flink does): the path must have none
+    base = None if not any(c.isspace() for c in tempfile.gettempdir()) else "/tmp"
+    with tempfile.TemporaryDirectory(prefix="flink-gpu-demo-", dir=base) as scratch:
         path = os.path.join(scratch, "coordination")
         env = _child_env()
         try:
             if human:
                 where = ("the NVML simulator" if simulated else "this host's driver")
                 print(f"A host with {len(devices)} GPUs ({where}: {nvml.library_path}).")
-                print(f"Workers coordinate through {path}, as TaskManagers with "
+                print(f"Workers coordinate through {path},\nas TaskManagers with "
                       "--enable-coordination-mode do through /var/tmp/flink-gpu-coordination.\n")
                 print(f"Three workers start one after another and claim "
                       f"{' + '.join(map(str, amounts))} GPUs:\n")
@@ -163,10 +170,10 @@ def run(args) -> int:
             killed = {"worker": victim.name, "pid": victim.pid, "gpus": victim.gpus}
             if human:
                 print(f"\n{victim.name} (pid {victim.pid}) is killed with SIGKILL, so it cannot "
-                      f"release anything: the file still lists GPU {', '.join(stale)} for a dead "
+                      f"release anything:\nthe file still lists GPU {', '.join(stale)} for a dead "
                       "pid.\n")
                 print(f"worker-4 starts and asks for {victim.amount} GPU(s). None is free, so it "
-                      "reclaims the dead worker's:\n")
+                      "reclaims the dead\nworker's:\n")
             newcomer = Worker("worker-4", victim.amount, path, env)
             workers.append(newcomer)
             newcomer.wait_report()
@@ -189,7 +196,7 @@ def run(args) -> int:
     else:
         stopped = len([w for w in workers if w.state == "exited"])
         print(f"\nStopped the {stopped} running workers (each released its GPUs"
-              f"{'' if not left else ', except ' + str(len(left)) + ' entries'}) and removed "
+              f"{'' if not left else ', except ' + str(len(left)) + ' entries'})\nand removed "
               f"{scratch}.")
         if ok:
             print("Next: `flink-gpu --simulate 4 list`, `flink-gpu doctor` on your Flink "

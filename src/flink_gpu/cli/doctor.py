@@ -233,8 +233,6 @@ class Doctor:
                 fix = ("Install the NVIDIA driver, or set "
                        f"{param_prefix(name)}{GPUDriverOptions.NVML_LIBRARY_PATH.key} to its "
                        "libnvidia-ml.so.1, or use discovery-mode: script.")
-            elif _ENABLE_COORDINATION in str(error):
-                fix = f"Set {param_prefix(name)}discovery-mode: script (or auto)."
             else:
                 fix = self._script_fix(name, params, error)
             self.add("error", "driver", f"The GPU driver of {name!r} cannot be built: {error}",
