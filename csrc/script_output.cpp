@@ -1,6 +1,6 @@
 #include "script_output.hpp"
 
-#include <algorithm>
+#include <unordered_set>
 
 namespace flinkgpu {
 
@@ -77,6 +77,9 @@ std::vector<std::string> split_output_lines(std::string_view text) {
 
 std::vector<std::string> parse_gpu_indices(std::string_view line) {
     std::vector<std::string> indices;
+    // A hash set, as Flink's Collectors.toSet(): a linear scan per field is quadratic, and a script may
+    // print hundreds of thousands of fields on its one line.
+    std::unordered_set<std::string_view> seen;
     size_t start = 0;
     while (start <= line.size()) {
         size_t comma = line.find(',', start);
@@ -84,7 +87,7 @@ std::vector<std::string> parse_gpu_indices(std::string_view line) {
         const std::string_view field = line.substr(start, comma - start);
         if (!is_whitespace_only(field)) {
             const std::string_view index = java_trim(field);
-            if (std::find(indices.begin(), indices.end(), index) == indices.end()) indices.emplace_back(index);
+            if (seen.insert(index).second) indices.emplace_back(index);
         }
         start = comma + 1;
     }
