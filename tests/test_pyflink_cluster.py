@@ -86,6 +86,13 @@ def run_job(cluster, mode):
 @pytest.mark.parametrize("mode", ["process", "thread"])
 def test_each_taskmanagers_subtasks_see_its_own_two_gpus(cluster, mode):
     reports = run_job(cluster, mode)
+    try:
+        check_reports(cluster, mode, reports)
+    except AssertionError as error:
+        fail(cluster, f"{mode} mode: {error}\nreports: {json.dumps(reports, indent=1)}")
+
+
+def check_reports(cluster, mode, reports):
     jvm_pid = {name: tm.pid for name, tm in zip(TASKMANAGERS, cluster.taskmanagers)}
 
     # what the TaskManagers' discovery recorded: two GPUs for each JVM, none shared
