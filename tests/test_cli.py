@@ -321,6 +321,34 @@ def test_coordination_refuses_a_symlink(tmp_path):
     proc = cli("coordination", "show", "--file", tmp_path / "link")
     assert proc.returncode == 1
     assert str(tmp_path / "link") in proc.stderr
+    # the library's sentence, not Python's "[Errno 40] ...: 'path'" rendering
+    assert "[Errno" not in proc.stderr and proc.stderr.count(str(tmp_path / "link")) == 1
+
+
+def test_every_json_document_has_the_documented_top_level_fields(tmp_path):
+    common = {"schema", "command", "ok"}
+    coord = tmp_path / "coord"
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(RESOURCES_CONF)
+    expected = [
+        ("list", ["--simulate", "2", "list", "--file", coord],
+         {"nvml", "gpus", "skipped", "coordination"}),
+        ("claim", ["--simulate", "2", "claim", "1", "--file", coord],
+         {"path", "owner", "amount", "gpus"}),
+        ("coordination show", ["coordination", "show", "--file", coord],
+         {"path", "exists", "entries", "unparsable"}),
+        ("coordination clean", ["coordination", "clean", "--file", coord],
+         {"path", "exists", "removed", "unparsable"}),
+        ("release", ["release", "--file", coord], {"path", "owner", "released"}),
+        ("doctor", ["doctor", conf], {"configuration", "flink_home", "findings", "summary"}),
+        ("resources", ["resources", conf], {"configuration", "kubernetes", "yarn"}),
+        ("demo", ["demo"], {"simulated", "devices", "coordination_file", "before", "after",
+                            "killed", "reclaimed", "cleaned_up"}),
+    ]
+    for command, args, fields in expected:
+        doc = json.loads(cli(*args, "--json").stdout)
+        assert doc["command"] == command and doc["schema"] == 1
+        assert set(doc) == common | fields, command
 
 
 # -- doctor ------------------------------------------------------------------------------------

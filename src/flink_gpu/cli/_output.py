@@ -32,7 +32,7 @@ def emit_json(doc: dict) -> None:
 
 def fail(args, command: str, error: BaseException, code: int) -> int:
     """Report ``error`` (JSON on stdout with --json, always a line on stderr); return ``code``."""
-    message = str(error) or type(error).__name__
+    message = _message(error)
     if getattr(args, "verbose", False):
         import traceback
 
@@ -47,13 +47,29 @@ def fail(args, command: str, error: BaseException, code: int) -> int:
     return code
 
 
+def _message(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        # not "[Errno 13] ...: 'path'": the library's sentences already name the file
+        message = error.strerror
+        if error.filename is not None and os.fspath(error.filename) not in message:
+            message += f": {os.fspath(error.filename)}"
+        return message
+    return str(error) or type(error).__name__
+
+
+def _bare_os_error(error: BaseException) -> bool:
+    """An OSError with only the C library's text (no sentence of ours saying what to do)."""
+    return (isinstance(error, OSError) and error.errno is not None
+            and error.strerror == os.strerror(error.errno))
+
+
 def _hint(error: BaseException) -> "str | None":
     from flink_gpu.errors import NvmlError
 
     if isinstance(error, NvmlError):
         return ("no usable NVIDIA driver here? Try the bundled simulator: flink-gpu --simulate 4 "
                 "<command>; or point FLINK_GPU_NVML_LIBRARY at libnvidia-ml.so.1.")
-    if isinstance(error, PermissionError):
+    if isinstance(error, PermissionError) and _bare_os_error(error):
         return "run as a user that may read and write the file, or choose another one with --file."
     return None
 
