@@ -1,0 +1,59 @@
+"""One contending worker: ``python _contend.py IMPL PATH CYCLES AMOUNT``.
+
+IMPL is ``flink_gpu`` (new GPUDriver in coordination mode, retrieve, close) or ``pynvml``
+(baseline_pynvml.claim + release). The worker imports and initialises NVML first, prints
+``ready``, waits for a line on stdin (so that all workers start together), then runs CYCLES
+claim + release cycles on the coordination file PATH and prints one JSON line: the monotonic start
+and end (CLOCK_MONOTONIC is system-wide, so the parent can compute the wall time of all workers)
+and each cycle's latency in nanoseconds.
+"""
+
+import json
+import os
+import sys
+import time
+
+
+def main() -> None:
+    impl, path, cycles, amount = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    if impl == "flink_gpu":
+        from flink_gpu import GPUDriver
+
+        config = {"discovery-mode": "nvml",
+                  "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}"}
+
+        def cycle():
+            driver = GPUDriver(config)
+            got = driver.retrieve_resource_info(amount)
+            driver.close()
+            return got
+    elif impl == "pynvml":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import baseline_pynvml
+
+        def cycle():
+            got = baseline_pynvml.claim(amount, path)
+            baseline_pynvml.release(path)
+            return got
+    else:
+        raise SystemExit(f"unknown implementation {impl!r}")
+
+    if len(cycle()) != amount:  # warm-up: NVML initialised, modules imported, caches filled
+        raise SystemExit("warm-up claim returned the wrong number of GPUs")
+    print("ready", flush=True)
+    sys.stdin.readline()
+    clock = time.perf_counter_ns
+    latencies = []
+    start = time.monotonic()
+    for _ in range(cycles):
+        t0 = clock()
+        got = cycle()
+        latencies.append(clock() - t0)
+        if len(got) != amount:
+            raise SystemExit(f"claimed {len(got)} GPUs instead of {amount}")
+    end = time.monotonic()
+    print(json.dumps({"start": start, "end": end, "latencies_ns": latencies}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
