@@ -105,6 +105,7 @@ def test_claim_help_says_the_owner_is_the_parent_process():
     ["list", "--simulate", "-1"],
     ["--simulate", "2", "--simulate-spec", "x.json", "list"],
     ["release", "--owner", "0"],
+    ["doctor", "--taskmanagers-per-host", "0"],
     ["coordination"],                     # action missing
     ["resources", "conf.yaml", "--kubernetes", "--yarn"],
     ["bogus"],
@@ -181,6 +182,17 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
     assert "line 4 cannot be parsed" in human.stdout
     assert f"flink-gpu coordination clean --file {coord}" in human.stdout
     assert "this host does not have: 7" in human.stdout
+
+
+def test_list_still_lists_gpus_when_the_coordination_file_is_unusable(tmp_path):
+    proc = cli("--simulate", "2", "list", "--file", tmp_path)  # a directory
+    assert proc.returncode == 0
+    rows = re.findall(r"^\d+ +GPU-.*$", proc.stdout, re.M)
+    assert len(rows) == 2 and all(row.endswith("  ?") for row in rows)  # not "free"
+    assert f"Holders unknown: Refusing to use the coordination file {tmp_path}" in proc.stdout
+    doc = cli_json("--simulate", "2", "list", "--file", tmp_path)
+    assert "it is a directory" in doc["coordination"]["error"]
+    assert doc["coordination"]["exists"] is False
 
 
 def test_list_reports_skipped_devices(tmp_path):

@@ -14,7 +14,7 @@ Every subcommand takes ``--simulate N`` (a host with N simulated GPUs) or ``--si
 
 Exit codes: ``0`` success; ``1`` a check failed or the operation could not be done (not enough
 GPUs, NVML not usable, a doctor finding of level ``error``, an unreadable configuration); ``2`` a
-usage error (bad arguments, a named file that does not exist).
+usage error (bad arguments, a named file that does not exist); ``130`` interrupted (Ctrl-C).
 
 JSON output (``--json``) is one document on stdout. Its schema is stable: fields are only ever
 added; a change that removes or changes a field raises ``schema``. GPU indices are strings
@@ -116,6 +116,13 @@ def _count(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    value = _count(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def _pid(text: str) -> int:
     try:
         value = int(text, 10)
@@ -204,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
               "is claimed). Exit 1 when a check fails.")
     sub.add_argument("conf", nargs="?", metavar="CONF_FILE_OR_DIR", default=None,
                      help="the configuration file or conf directory")
-    sub.add_argument("--taskmanagers-per-host", type=_count, metavar="N", default=None,
+    sub.add_argument("--taskmanagers-per-host", type=_positive, metavar="N", default=None,
                      help="how many TaskManagers share one host (default: from conf/workers "
                           "when it exists, else unknown)")
 

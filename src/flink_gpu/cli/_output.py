@@ -32,7 +32,7 @@ def emit_json(doc: dict) -> None:
 
 def fail(args, command: str, error: BaseException, code: int) -> int:
     """Report ``error`` (JSON on stdout with --json, always a line on stderr); return ``code``."""
-    message = _message(error)
+    message = error_message(error)
     if getattr(args, "verbose", False):
         import traceback
 
@@ -47,7 +47,7 @@ def fail(args, command: str, error: BaseException, code: int) -> int:
     return code
 
 
-def _message(error: BaseException) -> str:
+def error_message(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         # not "[Errno 13] ...: 'path'": the library's sentences already name the file
         message = error.strerror

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 from flink_gpu.cli import UsageError
-from flink_gpu.cli._output import (coordination_path, document, emit_json, gib, owner_description,
-                                   plural, process_cmdline, short_command, table)
+from flink_gpu.cli._output import (coordination_path, document, emit_json, error_message, gib,
+                                   owner_description, plural, process_cmdline, short_command, table)
 
 
 def run(args) -> int:
@@ -56,7 +56,7 @@ def list_gpus(args) -> int:
     try:
         snapshot = coordination.snapshot(path, timeout=args.timeout)
     except (OSError, TimeoutError) as error:  # the GPUs are still worth listing
-        snapshot_error = str(error)
+        snapshot_error = error_message(error)
     live, stale = {}, {}
     if snapshot is not None:
         for entry in snapshot.entries:
@@ -95,7 +95,7 @@ def list_gpus(args) -> int:
         print()
         print(table(["INDEX", "UUID", "NAME", "MEMORY", "BUS ID", "HOLDER"],
                     ([g["index"], g["uuid"], g["name"], gib(g["memory_total"]), g["pci_bus_id"],
-                      _holder_text(g)] for g in gpus)))
+                      "?" if snapshot is None else _holder_text(g)] for g in gpus)))
     if skipped:
         print("\nSkipped devices:")
         for device in skipped:
