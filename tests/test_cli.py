@@ -465,6 +465,16 @@ def test_doctor_resource_configured_but_not_listed(tmp_path, good_script):
     assert "external-resource.gpu.amount is not set" in only(doc, "amount", "error")["message"]
 
 
+def test_doctor_reports_lines_the_legacy_parser_skips(tmp_path, good_script):
+    text = gpu_conf(discovery_script_path=good_script).replace(
+        "external-resource.gpu.amount: 1", "external-resource.gpu.amount:1")
+    doc = run_doctor(tmp_path, text, expect=1)
+    warning = only(doc, "configuration", "warning")
+    assert f"{tmp_path / 'flink-conf.yaml'}:2" in warning["message"]
+    assert "missing space after ':'" in warning["message"]
+    only(doc, "amount", "error")  # which is why the amount is missing
+
+
 def test_doctor_bad_resource_list_quoting(tmp_path):
     doc = run_doctor(tmp_path, "external-resources: \"gpu;fpga\n", expect=1)
     assert "Quoting was not closed properly" in only(doc, "resource-list", "error")["message"]

@@ -17,7 +17,7 @@ import shlex
 from typing import NamedTuple
 
 from flink_gpu.cli import UsageError
-from flink_gpu.cli._output import document, emit_json, plural
+from flink_gpu.cli._output import document, emit_json, error_message, plural
 from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import FlinkException, IllegalConfigurationException, NvmlError
 from flink_gpu.framework import (JAVA_FACTORY_ALIASES, amount_key, driver_factory_key,
@@ -65,11 +65,35 @@ class Doctor:
 
     # -- the whole configuration ------------------------------------------------------------
 
+    def _load(self) -> Configuration:
+        """Loads the file, turning the loader's WARN lines (lines Flink skips) into findings."""
+        import logging
+
+        warnings: "list[logging.LogRecord]" = []
+        handler = logging.Handler(logging.WARNING)
+        handler.emit = warnings.append
+        logger = logging.getLogger("flink_gpu.config")
+        saved = logger.level, logger.propagate
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
+        logger.addHandler(handler)
+        try:
+            return Configuration.from_yaml(self.file)
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(saved[0])
+            logger.propagate = saved[1]
+            for record in warnings:
+                self.add("warning", "configuration", f"{record.getMessage()}; Flink skips that "
+                         "line too.", "Write each setting as `key: value` (a space after the "
+                         "colon, a non-empty value).")
+
     def check(self) -> None:
         try:
-            self.config = Configuration.from_yaml(self.file)
+            self.config = self._load()
         except (IllegalConfigurationException, OSError) as error:
-            self.add("error", "configuration", f"The configuration cannot be read: {error}",
+            self.add("error", "configuration",
+                     f"The configuration cannot be read: {error_message(error)}",
                      "Fix the file so that Flink can read it (a Flink TaskManager would not start).")
             return
         config = self.config
@@ -106,7 +130,7 @@ class Doctor:
             return
         gpu_resources = [name for name in names if self.check_resource(name)]
         if gpu_resources:
-            self.check_slots(gpu_resources)
+            self.check_slots()
 
     # -- one resource ---------------------------------------------------------------------
 
@@ -554,7 +578,7 @@ class Doctor:
 
     # -- across resources -----------------------------------------------------------------
 
-    def check_slots(self, names: "list[str]") -> None:
+    def check_slots(self) -> None:
         try:
             slots = self.config.get(ConfigOption("taskmanager.numberOfTaskSlots", int))
         except IllegalConfigurationException as error:
