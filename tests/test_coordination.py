@@ -15,7 +15,6 @@ import sys
 import textwrap
 import threading
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,11 +24,9 @@ import flink_gpu
 from flink_gpu import coordination
 from flink_gpu.errors import FlinkException
 
+from conftest import fake_nvidia_smi
+
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
-STOCK_VERSION = "2.3.0"
-STOCK_DIR_IN_WHEEL = "pyflink/plugins/external-resource-gpu/"
-STOCK_FILES = ("nvidia-gpu-discovery.sh", "gpu-discovery-common.sh")
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flink-gpu-tests"
 
 
 # ---- helpers ------------------------------------------------------------------------------------------
@@ -81,60 +78,6 @@ def live_holders(path):
 
 
 # ---- Flink's stock script ---------------------------------------------------------------------------
-
-@pytest.fixture(scope="session")
-def stock_script():
-    """Flink 2.3.0's nvidia-gpu-discovery.sh and gpu-discovery-common.sh, downloaded once and cached.
-
-    They ship in the apache-flink-libraries wheel (the apache-flink wheel itself has no plugins).
-    Only the two scripts are kept in the cache; the wheel is deleted after extracting them.
-    """
-    target = CACHE / f"flink-{STOCK_VERSION}-external-resource-gpu"
-    script = target / STOCK_FILES[0]
-    if not script.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        with open(CACHE / ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one download even when several sessions start at once
-            if not script.exists():
-                download = CACHE / f"download-{os.getpid()}"
-                try:
-                    proc = subprocess.run(
-                        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                         f"apache-flink-libraries=={STOCK_VERSION}", "-d", str(download)],
-                        capture_output=True, text=True, timeout=1200)
-                except (OSError, subprocess.TimeoutExpired) as e:
-                    pytest.skip(f"cannot download apache-flink-libraries {STOCK_VERSION} for the stock script: {e}")
-                wheels = list(download.glob("*.whl"))
-                if proc.returncode != 0 or not wheels:
-                    shutil.rmtree(download, ignore_errors=True)
-                    pytest.skip(f"cannot download apache-flink-libraries {STOCK_VERSION} for the stock script "
-                                f"(pip exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
-                staging = CACHE / f"staging-{os.getpid()}"
-                staging.mkdir()
-                with zipfile.ZipFile(wheels[0]) as wheel:
-                    for name in STOCK_FILES:
-                        (staging / name).write_bytes(wheel.read(STOCK_DIR_IN_WHEEL + name))
-                os.replace(staging, target)
-                shutil.rmtree(download)
-    return script
-
-
-def fake_nvidia_smi(bin_dir, count):
-    """An nvidia-smi that answers the stock script's one query for `count` simulated GPUs."""
-    bin_dir.mkdir(exist_ok=True)
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(textwrap.dedent(f"""\
-        #!/bin/sh
-        if [ "$*" != "--query-gpu=index --format=csv,noheader" ]; then
-            echo "fake nvidia-smi: unexpected arguments: $*" >&2
-            exit 2
-        fi
-        i=0
-        while [ $i -lt {count} ]; do echo $i; i=$((i + 1)); done
-        """))
-    smi.chmod(0o755)
-    return bin_dir
-
 
 class Stock:
     """Runs the stock script on one coordination file with `count` simulated GPUs."""

@@ -1,0 +1,128 @@
+"""flink-gpu-discovery against Flink's stock nvidia-gpu-discovery.sh (SPEC 6.1): for the same
+arguments on the same (simulated) host, the same stdout and exit code. The stock script sees the
+host through a fake nvidia-smi, ours through the NVML simulator; both report the same 4 GPUs."""
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from flink_gpu import simulator
+
+from conftest import fake_nvidia_smi
+
+GPUS = 4
+
+
+@pytest.fixture
+def runners(stock_script, discovery_exe, tmp_path):
+    stock_env = {**os.environ, "PATH": f"{fake_nvidia_smi(tmp_path / 'bin', GPUS)}:{os.environ['PATH']}"}
+    our_env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_SIM_")}
+    our_env.update(simulator.environment(devices=GPUS))
+    return {"stock": (["bash", str(stock_script)], stock_env), "ours": ([discovery_exe], our_env)}
+
+
+def run(runner, args):
+    command, env = runner
+    proc = subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=60)
+    return proc.stdout, proc.returncode
+
+
+@pytest.mark.parametrize("args", [
+    [],                                   # usage line, exit 1
+    ["2"],
+    ["0"],                                # nothing printed, exit 0
+    ["4"],
+    ["5"],                                # more than present
+    ["2", "null"],                        # what Flink passes when discovery-script.args is unset
+    ["1", "--foo", "bar", "null"],        # unknown tokens are ignored
+    ["2", "--enable-coordination"],       # the typo in Flink's docs: not coordination mode
+    ["2", "--coordination-file"],         # no value: the stock script keeps going
+])
+def test_same_output_and_exit_code_as_the_stock_script(runners, args):
+    assert run(runners["ours"], args) == run(runners["stock"], args)
+
+
+def test_unknown_tokens_are_noted_on_stderr_only(runners):
+    command, env = runners["ours"]
+    proc = subprocess.run([*command, "2", "--enable-coordination"], env=env, capture_output=True, text=True)
+    assert proc.stdout == "0,1\n"
+    assert "--enable-coordination" in proc.stderr and "did you mean --enable-coordination-mode" in proc.stderr
+
+
+def test_too_few_gpus_explains_on_stderr(runners):
+    command, env = runners["ours"]
+    proc = subprocess.run([*command, "5"], env=env, capture_output=True, text=True)
+    assert proc.stdout == "Could not get enough GPU resources.\n"
+    assert "5 GPUs requested, 4 usable" in proc.stderr
+
+
+def test_a_bad_amount_is_an_error_not_an_empty_answer(runners):
+    command, env = runners["ours"]
+    proc = subprocess.run([*command, "two"], env=env, capture_output=True, text=True)
+    assert (proc.stdout, proc.returncode) == ("", 1)
+    assert "'two'" in proc.stderr
+
+
+class TaskManager:
+    """A long-lived parent for one discovery run: the owner recorded in the coordination file."""
+
+    def __init__(self, runner, args):
+        command, env = runner
+        self.proc = subprocess.Popen(
+            ["sh", "-c", '"$@"; echo "rc=$?"; exec sleep 600', "sh", *command, *args],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        lines = []
+        for line in self.proc.stdout:
+            if line.startswith("rc="):
+                self.result = ("".join(lines), int(line[3:]))
+                return
+            lines.append(line)
+        raise AssertionError(f"the discovery parent ended early: {lines}")
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+def test_coordinated_claim_sequences_match(runners, tmp_path):
+    """The same sequence of TaskManagers on two files, one per implementation."""
+    outcomes = {}
+    for name, runner in runners.items():
+        path = str(tmp_path / f"coordination-{name}")
+
+        def claim(amount):
+            return TaskManager(runner, [str(amount), "--enable-coordination-mode", "--coordination-file", path])
+
+        owners = []
+        try:
+            owners.append(claim(2))                 # 0,1
+            owners.append(claim(1))                 # 2
+            owners.append(claim(2))                 # only 3 is free: fails, writes nothing
+            owners[0].kill()                        # 0,1 become reclaimable
+            owners.append(claim(2))                 # free 3 first, then the dead owner's 0
+            owners.append(claim(1))                 # 1 is left
+            outcomes[name] = [owner.result for owner in owners]
+            with open(path) as f:
+                holders = sorted((line.split()[0], int(line.split()[1])) for line in f)
+            pids = {owner.proc.pid: i for i, owner in enumerate(owners)}
+            outcomes[name + " holders"] = [(index, pids[pid]) for index, pid in holders]
+        finally:
+            for owner in owners:
+                owner.kill()
+    assert outcomes["ours"] == outcomes["stock"] == [
+        ("0,1\n", 0), ("2\n", 0), ("Could not get enough GPU resources.\n", 1), ("3,0\n", 0), ("1\n", 0)]
+    # the file says the same: who holds what after the sequence
+    assert outcomes["ours holders"] == outcomes["stock holders"] == [("0", 3), ("1", 4), ("2", 1), ("3", 3)]
+
+
+def test_the_parent_asking_again_keeps_its_gpus(runners, tmp_path):
+    """Where we depart from the stock script on purpose (SPEC 5.2): a TaskManager that runs
+    discovery twice gets the same GPUs instead of two more."""
+    command, env = runners["ours"]
+    path = str(tmp_path / "coordination")
+    script = '"$@"; "$@"; echo "rc=$?"'
+    proc = subprocess.run(["sh", "-c", script, "sh", *command, "2", "--enable-coordination-mode",
+                           "--coordination-file", path], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.stdout == "0,1\n0,1\nrc=0\n"
