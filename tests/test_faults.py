@@ -7,10 +7,9 @@ their GPUs, and (autouse fixture) that nothing leaks: no new file descriptor, no
 """
 
 import errno
-import fcntl
 import json
 import os
-import resource
+import re
 import shutil
 import signal
 import subprocess
@@ -21,6 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import flink_gpu
 from flink_gpu import (Configuration, FlinkException, GPUDriverFactory, IllegalConfigurationException,
@@ -678,7 +679,8 @@ external-resource:
 """)
     provider = load_external_resources(conf)
     assert provider.get_external_resource_infos("gpu") == frozenset()
-    assert "'discovery-mode'" in provider.missing_reason("gpu") and "auto, nvml, script" in provider.missing_reason("gpu")
+    reason = provider.missing_reason("gpu")
+    assert "'discovery-mode'" in reason and "auto, nvml, script" in reason
     assert provider.get_external_resource_infos("tpu") == frozenset()
     assert "soon" in provider.missing_reason("tpu") and "discovery-script.timeout" in provider.missing_reason("tpu")
 
@@ -736,3 +738,46 @@ external-resource.gpu.driver-factory.class: {JAVA_FACTORY}
     code, output = doctor(conf)
     assert code == 1
     assert "external-resource.gpu.ammount" in output and "external-resource.gpu.amount" in output
+
+
+# ---- property: whatever bytes a script prints, the result is Flink's -----------------------------------
+
+# java.lang.Character.isWhitespace
+JAVA_WHITESPACE = set("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \u1680\u2028\u2029\u205f\u3000") | {
+    chr(c) for c in range(0x2000, 0x200B) if c != 0x2007}
+
+
+def java_lines(text):
+    """BufferedReader#lines(): ends at \\n, \\r or \\r\\n; no empty line after a final terminator."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def java_indices(line):
+    """GPUDriver: split(","), drop isNullOrWhitespaceOnly fields, trim() (chars <= U+0020), a set."""
+    out = []
+    for field in line.split(","):
+        if not all(c in JAVA_WHITESPACE for c in field):
+            index = field.strip("".join(map(chr, range(0x21))))
+            if index not in out:
+                out.append(index)
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(output=st.binary(max_size=64) | st.text(alphabet="0123, \t\r\n\x00\x01\x1c\u2003\u00a0\u2028é",
+                                               max_size=40).map(lambda t: t.encode()))
+def test_any_script_output_gives_flinks_result(tmp_path, output):
+    """A real script prints arbitrary bytes; the driver's answer is Java's: UTF-8 with replacement,
+    BufferedReader lines, the first line only, Flink's split/filter/trim, GPUInfo rejecting an index that is
+    whitespace only (isNullOrWhitespaceOnly, which a trimmed field can still be)."""
+    data = tmp_path / "output"
+    data.write_bytes(output)
+    gpu_driver = script_driver(tmp_path, f"#!/bin/sh\ncat '{data}'\n")
+    lines = java_lines(output.decode("utf-8", "replace"))
+    expected = java_indices(lines[0]) if lines else []
+    if any(all(c in JAVA_WHITESPACE for c in index) for index in expected):  # "\x01" -> "", "\x01\u2003" -> "\u2003"
+        with pytest.raises(ValueError, match="must not be blank"):
+            gpu_driver.retrieve_resource_info(1)
+    else:
+        assert indices(gpu_driver.retrieve_resource_info(1)) == sorted(expected)

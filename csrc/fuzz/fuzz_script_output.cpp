@@ -70,7 +70,8 @@ void check_indices(std::string_view line) {
         if (field.find_first_of("0123456789") != std::string_view::npos) {
             bool found = false;
             for (const std::string& index : indices) {
-                if (field.find(index) != std::string_view::npos && index.find_first_of("0123456789") != std::string::npos) {
+                const bool has_digit = index.find_first_of("0123456789") != std::string::npos;
+                if (has_digit && field.find(index) != std::string_view::npos) {
                     found = true;
                     break;
                 }
