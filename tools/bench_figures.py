@@ -79,7 +79,8 @@ def run_suite(runs: int, json_dir: Path) -> list[Path]:
     for i in range(runs):
         out = json_dir / f"run{i + 1}.json"
         subprocess.run([sys.executable, "-m", "pytest", str(BENCH), "-q", "-p", "no:cacheprovider",
-                        f"--benchmark-json={out}"], cwd=REPO, check=True, env=_src_env())
+                        f"--benchmark-json={out}"], cwd=REPO, check=True, env=_src_env(),
+                       stdout=sys.stderr)
         files.append(out)
     return files
 
