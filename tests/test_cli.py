@@ -86,7 +86,7 @@ def test_help_lists_every_subcommand_and_the_exit_codes():
     assert proc.returncode == 0
     for command in ("list", "coordination", "claim", "release", "doctor", "resources", "demo"):
         assert re.search(rf"^\s+{command}\s", proc.stdout, re.M), command
-    assert "exit codes: 0 ok, 1" in proc.stdout
+    assert "Exit codes: 0 ok, 1" in " ".join(proc.stdout.split())
 
 
 def test_claim_help_says_the_owner_is_the_parent_process():

@@ -77,12 +77,11 @@ import sys
 
 __all__ = ["main"]
 
-_EPILOG = """\
-exit codes: 0 ok, 1 a check failed or the operation could not be done, 2 usage error.
-Run against the bundled NVML simulator with --simulate N (before or after the subcommand)."""
+_EPILOG = ("Exit codes: 0 ok, 1 a check failed or the operation could not be done, 2 usage error. "
+           "--simulate N (before or after the subcommand) runs against the bundled NVML simulator.")
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
+class _Formatter(argparse.HelpFormatter):
     def __init__(self, prog: str) -> None:
         super().__init__(prog, max_help_position=32)
 
