@@ -781,3 +781,63 @@ def test_any_script_output_gives_flinks_result(tmp_path, output):
             gpu_driver.retrieve_resource_info(1)
     else:
         assert indices(gpu_driver.retrieve_resource_info(1)) == sorted(expected)
+
+
+# ---- the limits docs/SECURITY.md states, shown ------------------------------------------------------------
+
+NAMESPACED_WORKER = """
+import os, sys
+from flink_gpu import coordination
+print(os.getpid(), *coordination.claim(1, ["0", "1"], path=sys.argv[1]), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_pid_namespaces_sharing_one_file_are_not_defended(tmp_path):
+    """A worker in its own pid namespace records a pid of that namespace; the host cannot check it and
+    takes the GPU again. docs/SECURITY.md: such workers must not share one file."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+    path = tmp_path / "coordination"
+    worker = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", NAMESPACED_WORKER,
+                               str(path)], env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        line = worker.stdout.readline()
+        if not line:
+            pytest.skip(f"cannot create a pid namespace here: {worker.stderr.read().strip()}")
+        inner_pid, index = line.split()
+        assert (inner_pid, index) == ("1", "0")  # pid 1 of its namespace, alive, holding GPU 0
+        # the host sees pid 1 (its own init, another start time): dead, so GPU 0 is reclaimed while its
+        # namespaced owner still runs
+        assert coordination.claim(2, ["0", "1"], path=path) == ["0", "1"]
+        assert worker.poll() is None
+    finally:
+        worker.stdin.close()
+        worker.wait(30)
+        worker.stdout.close()
+        worker.stderr.close()
+    coordination.release(path=path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
+def test_a_file_planted_by_another_user_is_used_as_it_is(owners):
+    """Squatting: in a world-writable directory another user may create the file first, world-writable,
+    and then rewrite it at will. Not defended (docs/SECURITY.md): use a directory only the workers can
+    write, or pre-create the file."""
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="flink-gpu-shared-", dir="/tmp"))  # like /var/tmp: sticky, 1777
+    try:
+        shared.chmod(0o1777)
+        path = shared / "coordination"
+        as_nobody = "import os, sys; os.setgid(65534); os.setuid(65534); os.umask(0); open(sys.argv[1], 'w').close()"
+        subprocess.run([sys.executable, "-c", as_nobody, str(path)], check=True, timeout=30)
+        assert (path.stat().st_uid, path.stat().st_mode & 0o777) == (65534, 0o666)
+        victim = owners()
+        assert coordination.claim(1, ["0", "1"], path=path, owner=victim.pid) == ["0"]  # no ownership check
+        subprocess.run([sys.executable, "-c", as_nobody, str(path)], check=True, timeout=30)  # truncates it
+        assert coordination.claim(1, ["0", "1"], path=path) == ["0"]  # the live victim's GPU, given again
+        coordination.release(path=path)
+    finally:
+        shutil.rmtree(shared)
