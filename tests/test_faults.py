@@ -841,3 +841,32 @@ def test_a_file_planted_by_another_user_is_used_as_it_is(owners):
         coordination.release(path=path)
     finally:
         shutil.rmtree(shared)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
+def test_any_user_who_can_read_the_file_can_lock_it():
+    """flock(2) needs no write permission: a reader of the 0644 file can hold the lock and make every
+    claim time out (naming it). Not defended (docs/SECURITY.md); the wait is bounded."""
+    import tempfile
+
+    directory = Path(tempfile.mkdtemp(prefix="flink-gpu-readable-", dir="/tmp"))
+    try:
+        directory.chmod(0o755)
+        path = directory / "coordination"
+        assert coordination.claim(1, ["0", "1"], path=path) == ["0"]
+        assert path.stat().st_mode & 0o777 == 0o644
+        hold = ("import fcntl, os, sys; os.setgid(65534); os.setuid(65534); fd = os.open(sys.argv[1], os.O_RDONLY); "
+                "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); sys.stdin.readline()")
+        reader = subprocess.Popen([sys.executable, "-c", hold, str(path)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert reader.stdout.readline() == "locked\n"
+            with pytest.raises(TimeoutError, match=f"held by pid {reader.pid}"):
+                coordination.claim(2, ["0", "1"], path=path, timeout=0.2)
+        finally:
+            reader.stdin.close()
+            reader.stdout.close()
+            reader.wait(10)
+        assert coordination.release(path=path) == ["0"]
+    finally:
+        shutil.rmtree(directory)
