@@ -16,14 +16,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def find_discovery_executable():
-    """flink-gpu-discovery of the flink_gpu under test: its install's scripts dir, then PATH."""
+    """flink-gpu-discovery of the flink_gpu under test: its build tree or install, then PATH."""
     import flink_gpu
 
     package_dir = Path(flink_gpu.__file__).resolve().parent
     candidates = [
+        # a build tree first: tools/dev_build.sh and the sanitizer run install beside the package
+        package_dir.parent / "bin" / "flink-gpu-discovery",
         Path(sysconfig.get_path("scripts")) / "flink-gpu-discovery",
         Path(sys.executable).parent / "flink-gpu-discovery",
-        package_dir.parent / "bin" / "flink-gpu-discovery",  # tools/dev_build.sh installs into src/bin
     ]
     for candidate in candidates:
         if candidate.is_file() and os.access(candidate, os.X_OK):
@@ -122,6 +123,15 @@ def _downloaded_stock_script():
 def stock_script():
     """Flink 2.3.0's nvidia-gpu-discovery.sh (gpu-discovery-common.sh beside it), never copied here."""
     return _installed_stock_script() or _downloaded_stock_script()
+
+
+def stock_env(bin_dir):
+    """Environment for the stock script: a fake nvidia-smi first on PATH. The sanitizer run
+    (tools/sanitizer_tests.sh) preloads libasan for our binaries; the stock script and the tools it
+    runs are not ours, and procps' ps deadlocks with that preload, so it is left out."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env["PATH"] = f"{bin_dir}:{os.environ['PATH']}"
+    return env
 
 
 def fake_nvidia_smi(bin_dir, count):

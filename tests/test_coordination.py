@@ -24,7 +24,7 @@ import flink_gpu
 from flink_gpu import coordination
 from flink_gpu.errors import FlinkException
 
-from conftest import fake_nvidia_smi
+from conftest import fake_nvidia_smi, stock_env
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
 
@@ -86,7 +86,9 @@ class Stock:
         self.script = script
         self.path = path
         bin_dir = fake_nvidia_smi(tmp_path / f"smi{count}", count)
-        self.env = {**os.environ, "PATH": f"{bin_dir}:{path_env if path_env is not None else os.environ['PATH']}"}
+        self.env = stock_env(bin_dir)
+        if path_env is not None:
+            self.env["PATH"] = f"{bin_dir}:{path_env}"
 
     def args(self, amount):
         return [str(self.script), str(amount), "--enable-coordination-mode", "--coordination-file", str(self.path)]

@@ -10,17 +10,16 @@ import pytest
 
 from flink_gpu import simulator
 
-from conftest import fake_nvidia_smi
+from conftest import fake_nvidia_smi, stock_env
 
 GPUS = 4
 
 
 @pytest.fixture
 def runners(stock_script, discovery_exe, tmp_path):
-    stock_env = {**os.environ, "PATH": f"{fake_nvidia_smi(tmp_path / 'bin', GPUS)}:{os.environ['PATH']}"}
     our_env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_SIM_")}
     our_env.update(simulator.environment(devices=GPUS))
-    return {"stock": (["bash", str(stock_script)], stock_env), "ours": ([discovery_exe], our_env)}
+    return {"stock": (["bash", str(stock_script)], stock_env(fake_nvidia_smi(tmp_path / "bin", GPUS))), "ours": ([discovery_exe], our_env)}
 
 
 def run(runner, args):
