@@ -109,7 +109,22 @@ def ratios(files: list[Path]) -> str:
         rows.append([text, f"≥ {factor}×"] + cells + [verdict])
     out = [table(header, rows), ""]
 
-    names = sorted({n for run in runs for n in run},
+    contention = sorted((n for n in {n for run in runs for n in run} if n.startswith("test_contention[")),
+                        key=lambda n: (n.split("[")[1].split("-")[0], int(n.rstrip("]").split("-")[1])))
+    header = ["implementation", "processes"] + [f"run {i + 1}: cycles/s, p50, p99" for i in range(len(runs))]
+    rows = []
+    for name in contention:
+        impl, processes = name[len("test_contention["):-1].rsplit("-", 1)
+        cells = []
+        for run in runs:
+            extra = run[name]["extra_info"] if name in run else None
+            cells.append("n/a" if extra is None else
+                         f"{extra['throughput_per_s']:,}/s, {extra['p50_us']} µs, {extra['p99_us']} µs")
+        rows.append([impl.replace("_", "-"), processes] + cells)
+    out += ["Contention: N processes at once, each claiming 1 GPU and releasing it, 400 times.", "",
+            table(header, rows), ""]
+
+    names = sorted((n for n in {n for run in runs for n in run} if n not in contention),
                    key=lambda n: (runs[0].get(n, {}).get("group") or "", n))
     header = ["group", "benchmark"] + [f"run {i + 1}: min (median)" for i in range(len(runs))]
     rows = []
@@ -123,8 +138,6 @@ def ratios(files: list[Path]) -> str:
                 continue
             cell = fmt_pair((b["stats"]["min"], b["stats"]["median"]))
             extra = b.get("extra_info") or {}
-            if "throughput_per_s" in extra:
-                cell += f"; {extra['throughput_per_s']:,}/s, p99 {extra['p99_us']} µs"
             if "import_time_us" in extra:
                 cell += f"; -X importtime {extra['import_time_us'] / 1000:.1f} ms"
             cells.append(cell)
