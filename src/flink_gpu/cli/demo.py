@@ -112,6 +112,9 @@ def _child_env() -> dict:
 def _print_table(workers) -> None:
     rows = []
     for w in workers:
+        if w.state == "killed":  # its GPUs are no longer its own: don't list them as if they were
+            rows.append([w.name, w.pid, w.state, "-", f"(held GPU {', '.join(w.gpus)} until it died)"])
+            continue
         # one line per GPU, so that the UUIDs stay whole and the table narrow
         for n, (gpu, uuid) in enumerate(zip(w.gpus, w.uuids)):
             rows.append([w.name, w.pid, w.state, gpu, uuid] if n == 0 else ["", "", "", gpu, uuid])
