@@ -6,7 +6,18 @@ an inference operator that only needs ``GPUInfo`` never pays for YAML, subproces
 
 from typing import TYPE_CHECKING
 
+from flink_gpu import _lazy
 from flink_gpu.errors import FlinkException, IllegalConfigurationException, NvmlError
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load on first use
+    from flink_gpu.config import ConfigOption, Configuration, config_option
+    from flink_gpu.deployment import kubernetes_resource_requirements, merge_into_pod_template, yarn_resources
+    from flink_gpu.framework import (ExternalResourceDriver, ExternalResourceDriverFactory,
+                                     ExternalResourceInfo, ExternalResourceInfoProvider,
+                                     load_external_resources)
+    from flink_gpu.gpu.driver import GPUDriver, GPUDriverFactory
+    from flink_gpu.gpu.info import GPUInfo, cuda_visible_devices
+    from flink_gpu.gpu.options import GPUDriverOptions
 
 __version__ = "0.1.0"
 
@@ -32,17 +43,4 @@ _LAZY = {
 
 __all__ = ["FlinkException", "IllegalConfigurationException", "NvmlError", *_LAZY]
 
-
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'flink_gpu' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(__all__)
+__getattr__, __dir__ = _lazy.attach(__name__, _LAZY, __all__)

@@ -586,27 +586,37 @@ def _core_schema_loader():
     return CoreSchemaLoader
 
 
-def _load_standard(file: str) -> dict[str, object]:
+def read_yaml_mapping(path: str, what: str, expected: str, loader=None) -> dict:
+    """The mapping at the top of the YAML file ``path`` (``{}`` for an empty file).
+
+    Errors name the file as ``what`` ("Flink configuration file", "pod template file"), the line and
+    column of bad YAML, and what was ``expected`` at the top level instead of what was found.
+    """
     import yaml
 
     try:
-        with open(file, "rb") as handle:
-            document = yaml.load(handle, Loader=_core_schema_loader())
+        with open(path, "rb") as handle:
+            document = yaml.load(handle, Loader=loader or getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"The {what} {path} does not exist.") from None
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = error.problem or error.context or "unparsable YAML"
-        raise IllegalConfigurationException(
-            f"Invalid YAML in Flink configuration file {file}{where}: {problem}.") from error
+        raise IllegalConfigurationException(f"Invalid YAML in {what} {path}{where}: {problem}.") from error
     except yaml.YAMLError as error:
-        raise IllegalConfigurationException(
-            f"Invalid YAML in Flink configuration file {file}: {error}") from error
+        raise IllegalConfigurationException(f"Invalid YAML in {what} {path}: {error}") from error
     if document is None:
         return {}
     if not isinstance(document, Mapping):
         raise IllegalConfigurationException(
-            f"The Flink configuration file {file} must hold a mapping of configuration keys at "
-            f"the top level, not a {_yaml_kind(document)}.")
+            f"The {what} {path} must hold {expected}, not a {_yaml_kind(document)}.")
+    return document
+
+
+def _load_standard(file: str) -> dict[str, object]:
+    document = read_yaml_mapping(file, "Flink configuration file",
+                                 "a mapping of configuration keys at the top level", _core_schema_loader())
     data: dict[str, object] = {}
     _flatten(document, "", data)
     return data

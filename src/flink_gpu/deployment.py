@@ -83,29 +83,9 @@ def kubernetes_resource_requirements(config: Configuration | Mapping | None
 
 
 def _load_pod_template(path: str) -> dict:
-    import yaml
+    from flink_gpu.config import read_yaml_mapping
 
-    try:
-        with open(path, "rb") as handle:
-            document = yaml.safe_load(handle)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"The pod template file {path} does not exist.") from None
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise IllegalConfigurationException(
-            f"Invalid YAML in pod template file {path}{where}: "
-            f"{error.problem or error.context}.") from error
-    except yaml.YAMLError as error:
-        raise IllegalConfigurationException(
-            f"Invalid YAML in pod template file {path}: {error}") from error
-    if document is None:
-        return {}
-    if not isinstance(document, dict):
-        raise IllegalConfigurationException(
-            f"The pod template file {path} must hold a Pod (a mapping), not a "
-            f"{type(document).__name__}.")
-    return document
+    return read_yaml_mapping(path, "pod template file", "a Pod (a mapping)")
 
 
 def _mapping_at(parent: dict, key: str, where: str) -> dict:

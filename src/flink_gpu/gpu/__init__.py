@@ -4,6 +4,15 @@ Names are resolved on first use, so ``from flink_gpu.gpu import GPUInfo`` loads 
 driver nor the native module.
 """
 
+from typing import TYPE_CHECKING
+
+from flink_gpu import _lazy
+
+if TYPE_CHECKING:
+    from flink_gpu.gpu.driver import GPUDriver, GPUDriverFactory
+    from flink_gpu.gpu.info import GPUInfo, cuda_visible_devices
+    from flink_gpu.gpu.options import GPUDriverOptions
+
 _LAZY = {
     "GPUDriverFactory": "flink_gpu.gpu.driver",
     "GPUDriver": "flink_gpu.gpu.driver",
@@ -14,17 +23,4 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 
-
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'flink_gpu.gpu' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(__all__)
+__getattr__, __dir__ = _lazy.attach(__name__, _LAZY, __all__)

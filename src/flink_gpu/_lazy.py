@@ -1,0 +1,22 @@
+"""Package attributes imported on first use (PEP 562), so that importing a package stays cheap."""
+
+import sys
+from importlib import import_module
+from typing import Callable, Dict, List, Tuple
+
+
+def attach(package: str, names: Dict[str, str], public: List[str]) -> Tuple[Callable, Callable]:
+    """``__getattr__`` and ``__dir__`` for ``package``; ``names`` maps a name to its module."""
+
+    def __getattr__(name: str):
+        module = names.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(import_module(module), name)
+        setattr(sys.modules[package], name, value)  # later lookups skip __getattr__
+        return value
+
+    def __dir__():
+        return sorted(public)
+
+    return __getattr__, __dir__
