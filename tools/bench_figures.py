@@ -394,23 +394,23 @@ def main(argv=None) -> None:
         print(json.dumps(result))
         return
 
-    sections = []
+    def emit(name: str, text: str) -> None:  # each section as soon as it is measured
+        if args.write:
+            write_section(args.write, name, text)
+        else:
+            print(f"## {name}\n\n{text}\n", flush=True)
+
     if args.command in ("suite", "all"):
         with tempfile.TemporaryDirectory() as tmp:
             json_dir = args.json_dir or Path(tmp)
             json_dir.mkdir(parents=True, exist_ok=True)
-            sections.append(("ratios", ratios(run_suite(args.runs, json_dir))))
+            emit("ratios", ratios(run_suite(args.runs, json_dir)))
     if args.command == "ratios":
-        sections.append(("ratios", ratios(args.files)))
+        emit("ratios", ratios(args.files))
     if args.command in ("gpus", "all"):
-        sections.append(("gpus", gpus(getattr(args, "counts", None) or [1, 2, 4, 8, 16, 32, 64])))
+        emit("gpus", gpus(getattr(args, "counts", None) or [1, 2, 4, 8, 16, 32, 64]))
     if args.command in ("entries", "all"):
-        sections.append(("entries", entries(getattr(args, "counts", None) or [0, 10, 100, 1000])))
-    for name, text in sections:
-        if args.write:
-            write_section(args.write, name, text)
-        else:
-            print(f"## {name}\n\n{text}\n")
+        emit("entries", entries(getattr(args, "counts", None) or [0, 10, 100, 1000]))
 
 
 if __name__ == "__main__":
