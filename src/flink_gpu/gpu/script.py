@@ -109,6 +109,40 @@ def _kill_group(pgid: int) -> None:
         pass  # already gone (or, after pid reuse, not ours)
 
 
+def _kill_pipe_writers(pipes: set[int]) -> None:
+    """SIGKILL every other process that holds the write end of one of ``pipes`` (inode numbers).
+
+    A process the script moved into another session (``setsid``) escapes the group kill, but while it
+    holds the script's output pipe it is the script's. Found through /proc (processes we may inspect).
+    """
+    import signal
+
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        fd_dir = f"/proc/{entry}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+                if not target.startswith("pipe:[") or int(target[6:-1]) not in pipes:
+                    continue
+                with open(f"/proc/{entry}/fdinfo/{fd}") as info:
+                    flags = int(info.read().split("flags:", 1)[1].split()[0], 8)
+            except (OSError, IndexError, ValueError):
+                continue
+            if flags & os.O_ACCMODE == os.O_WRONLY:  # a writer; a forked copy of us holds read ends
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                break
+
+
 def run_script(argv: list[str], timeout: float) -> ScriptOutput:
     """Run ``argv`` (no shell) in a new session; drain its pipes; kill its group on timeout.
 
@@ -122,6 +156,7 @@ def run_script(argv: list[str], timeout: float) -> ScriptOutput:
     deadline = time.monotonic() + timeout
     process = _spawn(argv)
     stdout_fd, stderr_fd = process.stdout.fileno(), process.stderr.fileno()
+    pipes = {os.fstat(stdout_fd).st_ino, os.fstat(stderr_fd).st_ino}
     buffers = {stdout_fd: bytearray(), stderr_fd: bytearray()}
     truncated = False
     finished = False
@@ -154,6 +189,7 @@ def run_script(argv: list[str], timeout: float) -> ScriptOutput:
             # timeout or interrupt: nothing the script started may outlive this call
             _kill_group(process.pid)
             process.kill()
+            _kill_pipe_writers(pipes)
         process.stdout.close()
         process.stderr.close()
         process.wait()  # always reap: no zombie
