@@ -1,6 +1,7 @@
 // The coordination file (SPEC 5.2); see coordination.hpp for the rules and the reasons behind them.
 #include "coordination.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -128,9 +129,9 @@ Status permission_error(int err, const std::string& what, const std::string& pat
     return s;
 }
 
-// Who holds a flock on this inode, from /proc/locks (best effort: "" when unknown).
-std::string lock_holders(const struct statx& st) {
-    int fd = open("/proc/locks", O_RDONLY | O_CLOEXEC);
+// A small /proc file, whole ("" when it cannot be read).
+std::string read_small_file(const std::string& path) {
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return "";
     std::string text;
     char buf[4096];
@@ -142,22 +143,72 @@ std::string lock_holders(const struct statx& st) {
         if (text.size() > (1u << 20)) break;
     }
     close(fd);
-    char want[64];
-    std::snprintf(want, sizeof want, "%02x:%02x:%llu", st.stx_dev_major, st.stx_dev_minor,
-                  static_cast<unsigned long long>(st.stx_ino));
-    std::string pids;
+    return text;
+}
+
+// The pids of the flock lines of /proc/locks, or of the "lock:" lines of an fdinfo file, that lock the
+// inode `want` ("08:01:5678"): "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters carry "->" and
+// hold nothing.
+std::set<long> flock_pids(const std::string& text, const char* want) {
+    std::set<long> pids;
     std::size_t pos = 0;
     while (pos < text.size()) {
         std::size_t end = text.find('\n', pos);
         if (end == std::string::npos) end = text.size();
-        const std::string line = text.substr(pos, end - pos);
+        // an fdinfo line is "lock:\t" followed by a /proc/locks line
+        const std::size_t skip = text.compare(pos, 5, "lock:") == 0 ? 5 : 0;
+        const std::string line = text.substr(pos + skip, end - pos - skip);
         pos = end + 1;
-        // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters carry "->" and hold nothing.
         if (line.find("FLOCK") == std::string::npos || line.find("->") != std::string::npos) continue;
         char kind[16], adv[16], rw[16], dev[64];
         long pid = 0;
         if (std::sscanf(line.c_str(), "%*[^:]: %15s %15s %15s %ld %63s", kind, adv, rw, &pid, dev) != 5) continue;
-        if (std::strcmp(dev, want) != 0) continue;
+        if (std::strcmp(dev, want) == 0) pids.insert(pid);
+    }
+    return pids;
+}
+
+// Whether process `pid` has a descriptor on the open file description that holds the lock.
+bool holds_lock(const std::string& pid, const char* want) {
+    const std::string dir = "/proc/" + pid + "/fdinfo";
+    DIR* fds = opendir(dir.c_str());
+    if (fds == nullptr) return false;
+    bool found = false;
+    while (!found) {
+        const dirent* f = readdir(fds);
+        if (f == nullptr) break;
+        if (f->d_name[0] != '.') found = !flock_pids(read_small_file(dir + "/" + f->d_name), want).empty();
+    }
+    closedir(fds);
+    return found;
+}
+
+// Who holds a flock on this inode (best effort: "" when unknown). /proc/locks names the process that
+// took the lock; it may have exited while a child that inherited the descriptor holds the lock on. Every
+// process sharing the locked open file description shows the lock in /proc/<pid>/fdinfo, so when none of
+// the named processes does, all of /proc is searched (only on a timeout; another user's fdinfo is not
+// readable, and then the /proc/locks pids are named).
+std::string lock_holders(const struct statx& st) {
+    char want[64];
+    std::snprintf(want, sizeof want, "%02x:%02x:%llu", st.stx_dev_major, st.stx_dev_minor,
+                  static_cast<unsigned long long>(st.stx_ino));
+    const std::set<long> lockers = flock_pids(read_small_file("/proc/locks"), want);
+    std::set<long> holders;
+    for (long pid : lockers) {
+        if (holds_lock(std::to_string(pid), want)) holders.insert(pid);
+    }
+    if (holders.empty() && !lockers.empty()) {
+        if (DIR* proc = opendir("/proc")) {
+            while (const dirent* e = readdir(proc)) {
+                const std::string name = e->d_name;
+                if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+                if (holds_lock(name, want)) holders.insert(std::strtol(name.c_str(), nullptr, 10));
+            }
+            closedir(proc);
+        }
+    }
+    std::string pids;
+    for (long pid : holders.empty() ? lockers : holders) {
         if (!pids.empty()) pids += ", ";
         pids += std::to_string(pid);
     }

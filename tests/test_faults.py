@@ -516,9 +516,8 @@ def test_a_stopped_lock_holder_bounds_the_wait_and_sigkill_frees_the_lock(tmp_pa
     assert coordination.release(path=path) == ["1", "2"]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the timeout names the pid that took the lock (from /proc/locks), "
-                   "which may have exited while a child that inherited the descriptor holds it; see the report")
 def test_timeout_names_a_live_holder_when_the_locker_has_exited(tmp_path):
+    # /proc/locks names the process that took the lock, here gone; the holder is the one that inherited it
     path = tmp_path / "coordination"
     path.write_text("")
     # flock(1) takes the lock and exits; the background sleep inherited the locked descriptor
