@@ -729,8 +729,6 @@ external-resource.gpu.param.discovery-script.pth: /opt/discovery.sh
     assert "Did you mean external-resource.gpu.param.discovery-script.path?" in output
 
 
-@pytest.mark.xfail(strict=True, reason="missing: doctor reports the missing amount but not the misspelt key "
-                   "next to it; see the report")
 def test_doctor_suggests_the_nearest_resource_key_for_a_typo(tmp_path):
     conf = write_conf(tmp_path, f"""\
 external-resources: gpu
@@ -738,8 +736,9 @@ external-resource.gpu.ammount: 1
 external-resource.gpu.driver-factory.class: {JAVA_FACTORY}
 """)
     code, output = doctor(conf)
-    assert code == 1
-    assert "external-resource.gpu.ammount" in output and "external-resource.gpu.amount" in output
+    assert code == 1  # the amount is missing: an error
+    assert "external-resource.gpu.ammount is not an option of external resources" in output
+    assert "Did you mean external-resource.gpu.amount?" in output
 
 
 # ---- property: whatever bytes a script prints, the result is Flink's -----------------------------------
@@ -872,3 +871,15 @@ def test_any_user_who_can_read_the_file_can_lock_it():
         assert coordination.release(path=path) == ["0"]
     finally:
         shutil.rmtree(directory)
+
+
+def test_doctor_does_not_flag_the_keys_of_a_resource_whose_name_extends_another(tmp_path):
+    conf = write_conf(tmp_path, f"""\
+external-resources: gpu;gpu.a100
+external-resource.gpu.amount: 1
+external-resource.gpu.driver-factory.class: {JAVA_FACTORY}
+external-resource.gpu.a100.amount: 1
+external-resource.gpu.a100.driver-factory.class: {JAVA_FACTORY}
+""")
+    _, output = doctor(conf)
+    assert "is not an option of external resources" not in output

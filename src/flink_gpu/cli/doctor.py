@@ -137,6 +137,7 @@ class Doctor:
     def check_resource(self, name: str) -> bool:
         """Checks ``name``; True when it is a GPU resource."""
         amount = self.check_amount(name)
+        self.check_resource_keys(name)
         factory, factory_name = self.check_factory(name)
         if factory is None:
             return False
@@ -175,6 +176,27 @@ class Doctor:
             return None
         self.add("ok", "amount", f"{key} is {amount}.", resource=name)
         return amount
+
+    def check_resource_keys(self, name: str) -> None:
+        """Keys of ``name`` no resource option has (``ammount``): Flink ignores a typo silently."""
+        import difflib
+
+        prefix = f"external-resource.{name}."
+        known = [suffix[1:] for suffix in _RESOURCE_SUFFIXES]
+        # keys of a listed resource whose name extends this one ("gpu" and "gpu.a100") are its own
+        longer = [f"external-resource.{other}." for other in external_resource_names(self.config)
+                  if other.startswith(prefix[len("external-resource."):])]
+        for key in self.config.keys():
+            rest = key[len(prefix):]
+            if (not key.startswith(prefix) or rest in known or rest.startswith("param.")
+                    or any(key.startswith(other) for other in longer)):
+                continue
+            match = difflib.get_close_matches(rest, known, n=1, cutoff=0.6)
+            self.add("warning", "resource-keys", f"{key} is not an option of external resources; "
+                     "Flink ignores it.",
+                     f"Did you mean {prefix}{match[0]}?" if match else
+                     f"Remove it; a resource reads {', '.join(prefix + k for k in known)} and "
+                     f"{prefix}param.*.", resource=name)
 
     def check_factory(self, name: str):
         from flink_gpu import framework
