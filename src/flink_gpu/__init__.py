@@ -13,11 +13,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load
     from flink_gpu.config import ConfigOption, Configuration, config_option
     from flink_gpu.deployment import kubernetes_resource_requirements, merge_into_pod_template, yarn_resources
     from flink_gpu.framework import (ExternalResourceDriver, ExternalResourceDriverFactory,
-                                     ExternalResourceInfo, ExternalResourceInfoProvider,
-                                     load_external_resources)
+                                     ExternalResourceInfoProvider, load_external_resources)
     from flink_gpu.gpu.driver import GPUDriver, GPUDriverFactory
     from flink_gpu.gpu.info import GPUInfo, cuda_visible_devices
     from flink_gpu.gpu.options import GPUDriverOptions
+    from flink_gpu.resource_info import ExternalResourceInfo
 
 __version__ = "0.1.0"
 
@@ -26,7 +26,7 @@ _LAZY = {
     "Configuration": "flink_gpu.config",
     "ConfigOption": "flink_gpu.config",
     "config_option": "flink_gpu.config",
-    "ExternalResourceInfo": "flink_gpu.framework",
+    "ExternalResourceInfo": "flink_gpu.resource_info",
     "ExternalResourceDriver": "flink_gpu.framework",
     "ExternalResourceDriverFactory": "flink_gpu.framework",
     "ExternalResourceInfoProvider": "flink_gpu.framework",

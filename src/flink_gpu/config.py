@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
+from flink_gpu._java import is_java_whitespace, java_trim
 from flink_gpu.errors import IllegalConfigurationException
 
 __all__ = ["ConfigOption", "Configuration", "Duration", "config_option", "split_escaped"]
@@ -200,7 +201,7 @@ def _to_float(value: object) -> float:
         raise ValueError(_NUMBER)
     if isinstance(value, (int, float)):
         return float(value)
-    text = _java_trim(to_java_string(value))  # Double.parseDouble trims
+    text = java_trim(to_java_string(value))  # Double.parseDouble trims
     if not re.fullmatch(_DOUBLE_RE, text):
         raise ValueError(_NUMBER)
     return float(text.rstrip("fFdD").replace("Infinity", "inf"))
@@ -240,7 +241,7 @@ for _seconds, _labels in ((86_400.0, ("d", "day", "days")),
 def _to_duration(value: object) -> float:
     if _is_timedelta(value):
         return value.total_seconds()
-    text = _java_trim(to_java_string(value))
+    text = java_trim(to_java_string(value))
     if not text:
         raise ValueError("argument is an empty- or whitespace-only string")
     match = re.match(r"[0-9]*", text)
@@ -267,24 +268,6 @@ _CONVERTERS = {str: _to_str, int: _to_int, float: _to_float, bool: _to_bool, lis
 
 # ---------------------------------------------------------------------------------------------
 # Flink's StructuredOptionsSplitter (the list syntax of string-valued list options)
-
-def _java_whitespace(ch: str) -> bool:
-    """Java's ``Character.isWhitespace``: Unicode space separators except no-break spaces,
-    plus the line/paragraph separators and the ASCII controls \\t \\n \\v \\f \\r and 0x1C-0x1F."""
-    if ch in "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \u1680\u2028\u2029\u205f\u3000":
-        return True
-    return "\u2000" <= ch <= "\u200a" and ch != "\u2007"
-
-
-def _java_trim(text: str) -> str:
-    """Java's ``String.trim``: strip every char <= U+0020 at both ends."""
-    start, end = 0, len(text)
-    while start < end and text[start] <= " ":
-        start += 1
-    while end > start and text[end - 1] <= " ":
-        end -= 1
-    return text[start:end]
-
 
 def split_escaped(text: str, delimiter: str = ";") -> list[str]:
     """Split ``text`` on ``delimiter`` as Flink's ``StructuredOptionsSplitter.splitEscaped`` does.
@@ -319,14 +302,14 @@ def split_escaped(text: str, delimiter: str = ";") -> list[str]:
         elif ch == delimiter:
             tokens.append(("d", ch, cursor))
             cursor += 1
-        elif not _java_whitespace(ch):
+        elif not is_java_whitespace(ch):
             i = cursor
             while i < length and text[i] != delimiter:
                 if text[i] in "'\"":
                     raise IllegalConfigurationException(
                         f"Could not split string. Illegal quoting at position: {i}")
                 i += 1
-            tokens.append(("u", _java_trim(text[cursor:i]), cursor))
+            tokens.append(("u", java_trim(text[cursor:i]), cursor))
             cursor = i
         else:
             cursor += 1
@@ -525,7 +508,7 @@ def _load_legacy(file: str) -> dict[str, object]:
     data: dict[str, object] = {}
     # BufferedReader.readLine ends a line at \n, \r or \r\n
     for number, line in enumerate(re.split(r"\r\n|\r|\n", text), start=1):
-        conf = _java_trim(line.split("#", 1)[0])
+        conf = java_trim(line.split("#", 1)[0])
         if not conf:
             continue
         key_value = conf.split(": ", 1)
@@ -534,7 +517,7 @@ def _load_legacy(file: str) -> dict[str, object]:
                         "%s:%d: Line is not a key-value pair (missing space after ':'?)",
                         file, number)
             continue
-        key, value = _java_trim(key_value[0]), _java_trim(key_value[1])
+        key, value = java_trim(key_value[0]), java_trim(key_value[1])
         if not key or not value:
             LOG.warning("Error after splitting key and value in configuration file %s:%d: "
                         "Key or value was empty", file, number)

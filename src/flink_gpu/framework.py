@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from flink_gpu.config import ConfigOption, Configuration
+from flink_gpu.resource_info import ExternalResourceInfo
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -71,20 +72,6 @@ def system_config_key(name: str, suffix: str) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # The API a driver implements (org.apache.flink.api.common.externalresource)
-
-class ExternalResourceInfo(ABC):
-    """Information about one external resource (e.g. one GPU), exposed as string properties."""
-
-    __slots__ = ()
-
-    @abstractmethod
-    def get_property(self, key: str) -> str | None:
-        """The value of property ``key``, or ``None`` when this info has no such property."""
-
-    @abstractmethod
-    def get_keys(self) -> Collection[str]:
-        """The property keys this info has."""
-
 
 class ExternalResourceDriver(ABC):
     """Retrieves the infos of one kind of resource on this host.

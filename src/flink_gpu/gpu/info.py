@@ -6,10 +6,10 @@ beyond the framework's ABC and keeps construction to a couple of attribute store
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
-from flink_gpu.config import _java_whitespace
-from flink_gpu.framework import ExternalResourceInfo
+from flink_gpu._java import is_java_blank
+from flink_gpu.resource_info import ExternalResourceInfo
 
 #: Property keys. ``index`` is Flink's; the others are filled by the NVML backend (SPEC 4.2).
 PROPERTY_INDEX = "index"
@@ -18,12 +18,6 @@ PROPERTY_NAME = "name"
 PROPERTY_PCI_BUS_ID = "pci.bus-id"
 PROPERTY_MEMORY_TOTAL = "memory.total"
 PROPERTY_MINOR_NUMBER = "minor-number"
-
-def is_java_blank(text: str) -> bool:
-    """Flink's ``StringUtils.isNullOrWhitespaceOnly``, with Java's notion of whitespace."""
-    # Java's whitespace is a subset of Python's str.isspace(), so the common case is one C call
-    return not text or (text.isspace() and all(map(_java_whitespace, text)))
-
 
 class GPUInfo(ExternalResourceInfo):
     """One GPU as Flink's ``GPUInfo``: an index plus, from the NVML backend, static properties.

@@ -15,7 +15,8 @@ import os
 from typing import NamedTuple
 
 from flink_gpu.errors import FlinkException, IllegalConfigurationException
-from flink_gpu.gpu.info import GPUInfo, is_java_blank
+from flink_gpu._java import is_java_blank
+from flink_gpu.gpu.info import GPUInfo
 
 _log = logging.getLogger("flink_gpu.gpu.script")
 
