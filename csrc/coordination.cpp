@@ -598,11 +598,26 @@ ProcInfo probe_process(pid_t pid) {
     return info;
 }
 
+// The calling process is alive and its start time never changes, so /proc/self/stat is read once
+// per process (keyed by pid: a forked child reads its own). Saves a file read on every claim.
+ProcInfo probe_self(pid_t self) {
+    thread_local pid_t cached_pid = 0;
+    thread_local ProcInfo cached;
+    if (cached_pid != self) {
+        cached = probe_process(self);
+        cached_pid = self;
+    }
+    return cached;
+}
+
 class Liveness {
 public:
     const ProcInfo& get(pid_t pid) {
         auto it = cache_.find(pid);
-        if (it == cache_.end()) it = cache_.emplace(pid, probe_process(pid)).first;
+        if (it == cache_.end()) {
+            const pid_t self = getpid();
+            it = cache_.emplace(pid, pid == self ? probe_self(self) : probe_process(pid)).first;
+        }
         return it->second;
     }
     // Alive: the pid exists and, where both start times are known, they agree (else the pid was reused).
