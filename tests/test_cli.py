@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import flink_gpu
-from conftest import find_discovery_executable, run_python
+from conftest import run_python
+from interop import find_discovery_executable
 
 PACKAGE_ROOT = str(Path(flink_gpu.__file__).resolve().parent.parent)
 JAVA_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"

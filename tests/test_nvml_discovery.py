@@ -16,7 +16,7 @@ from flink_gpu import IllegalConfigurationException, simulator
 from flink_gpu.gpu.nvml import DEFAULT_COORDINATION_FILE, parse_script_args
 
 import flink_gpu
-from conftest import find_discovery_executable
+from interop import find_discovery_executable
 
 # the directory holding the flink_gpu under test (installed, or src/ after tools/dev_build.sh)
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
