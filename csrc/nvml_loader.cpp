@@ -15,15 +15,22 @@ namespace {
 
 const char* const kDefaultLibrary = "libnvidia-ml.so.1";
 
-// One lock for the registry and the init state. Taken in the fork prepare handler so that a child
-// never inherits it locked by a thread that does not exist there.
+// The registry and the generation. Taken in the fork prepare handler so that a child never inherits
+// it locked by a thread that does not exist there, and therefore never held while calling into the
+// library: a driver may fork() inside dlopen or nvmlInit (it runs nvidia-modprobe to create missing
+// device nodes), and our prepare handler would then wait for a lock its own thread holds.
 pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
 unsigned long g_generation = 1;  // per-process generation, bumped in forked children
+// Serialises loading and initialisation (dlopen, nvmlInit) and guards initialized_generation_. Not
+// taken at fork; the child gets a fresh one (only the forking thread exists there, so a holder in the
+// parent can never release it in the child).
+pthread_mutex_t g_init_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 void atfork_prepare() { pthread_mutex_lock(&g_mutex); }
 void atfork_parent() { pthread_mutex_unlock(&g_mutex); }
 void atfork_child() {
     ++g_generation;  // NVML must be initialised again in the child
+    pthread_mutex_init(&g_init_mutex, nullptr);
     pthread_mutex_unlock(&g_mutex);
 }
 
@@ -152,25 +159,35 @@ const NvmlLibrary* NvmlLibrary::acquire(const std::string& requested_path, NvmlS
     try {
         *status = NvmlStatus();
         const std::string path = resolve_path(requested_path);
-        MutexGuard guard(&g_mutex);
-        auto& libs = LibraryRegistry::libraries();
-        NvmlLibrary* lib;
-        auto it = libs.find(path);
-        if (it != libs.end()) {
-            lib = it->second;
-        } else {
-            lib = LibraryRegistry::load(path, status);
-            if (lib == nullptr) return nullptr;  // not cached: the driver may be installed later
-            libs.emplace(path, lib);
+        MutexGuard init_guard(&g_init_mutex);
+        NvmlLibrary* lib = nullptr;
+        unsigned long generation;
+        {
+            MutexGuard guard(&g_mutex);
+            auto& libs = LibraryRegistry::libraries();
+            auto it = libs.find(path);
+            if (it != libs.end()) lib = it->second;
+            generation = g_generation;
         }
-        if (lib->initialized_generation_ != g_generation) {
+        if (lib == nullptr) {
+            lib = LibraryRegistry::load(path, status);  // outside g_mutex: dlopen runs the library's code
+            if (lib == nullptr) return nullptr;         // not cached: the driver may be installed later
+            try {
+                MutexGuard guard(&g_mutex);
+                LibraryRegistry::libraries().emplace(path, lib);
+            } catch (...) {
+                delete lib;  // the handle stays open (dlclose of libnvidia-ml is unsafe)
+                throw;
+            }
+        }
+        if (lib->initialized_generation_ != generation) {
             // Not cached on failure either: a driver that is loaded later is picked up.
             const nvmlReturn_t rc = lib->init_();
             if (rc != NVML_SUCCESS) {
                 *status = lib->error(rc, "nvmlInit_v2");
                 return nullptr;
             }
-            lib->initialized_generation_ = g_generation;
+            lib->initialized_generation_ = generation;
         }
         return lib;
     } catch (const std::bad_alloc&) {

@@ -19,6 +19,12 @@ std::string simulator() {
     return p ? p : "";
 }
 
+// csrc/tests/fake_nvml_old.cpp: only the v1 PCI query; optionally forks inside nvmlInit.
+std::string fake_nvml() {
+    const char* p = std::getenv("FLINK_GPU_TEST_FAKE_NVML");
+    return p ? p : "";
+}
+
 // Runs `body` in a forked child (NVML initialises once per process) and returns its exit status.
 template <typename Fn>
 int in_child(Fn body) {
@@ -107,6 +113,26 @@ int main() {
             const NvmlLibrary* again = NvmlLibrary::acquire(simulator(), &cs);
             Enumeration e;
             return again == lib && enumerate_devices(*again, &e).ok() && e.devices.size() == 4 ? 0 : 2;
+        });
+    }), 0);
+
+    CHECK(!fake_nvml().empty());
+
+    // A library that forks inside nvmlInit (a driver running nvidia-modprobe): our fork handlers
+    // run in that thread while it is inside acquire(), which must not deadlock.
+    CHECK_EQ(in_child([] {
+        alarm(10);  // a deadlock kills the child: in_child reports 100
+        setenv("FAKE_NVML_FORK_IN_INIT", "1", 1);
+        NvmlStatus s;
+        const NvmlLibrary* lib = NvmlLibrary::acquire(fake_nvml(), &s);
+        if (lib == nullptr) return 1;
+        if (NvmlLibrary::acquire(fake_nvml(), &s) != lib) return 2;
+        // and a child forked afterwards initialises again and works
+        return in_child([] {
+            NvmlStatus cs;
+            const NvmlLibrary* again = NvmlLibrary::acquire(fake_nvml(), &cs);
+            Enumeration e;
+            return again != nullptr && enumerate_devices(*again, &e).ok() && e.devices.size() == 1 ? 0 : 3;
         });
     }), 0);
     return check::finish("test_devices");

@@ -1,0 +1,57 @@
+// A deliberately awkward libnvidia-ml for the loader tests (path in FLINK_GPU_TEST_FAKE_NVML):
+//   * only the original nvmlDeviceGetPciInfo (v1) exists, which fills the old, shorter struct whose
+//     first member is the 16-byte bus id (what nvml.h now calls busIdLegacy);
+//   * nvmlInit_v2 fork()s and waits for the child, as a driver does when it runs nvidia-modprobe
+//     to create missing device nodes (set FAKE_NVML_FORK_IN_INIT=1).
+#define NVML_NO_UNVERSIONED_FUNC_DEFS
+#include <nvml.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+// The layout drivers before nvmlDeviceGetPciInfo_v2 filled.
+struct PciInfoV1 {
+    char busId[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+};
+int g_device = 0;
+}  // namespace
+
+FAKE_EXPORT nvmlReturn_t nvmlInit_v2(void) {
+    const char* fork_env = std::getenv("FAKE_NVML_FORK_IN_INIT");
+    if (fork_env != nullptr && fork_env[0] == '1') {
+        const pid_t pid = fork();
+        if (pid < 0) return NVML_ERROR_OPERATING_SYSTEM;
+        if (pid == 0) _exit(0);
+        int status = 0;
+        waitpid(pid, &status, 0);
+    }
+    return NVML_SUCCESS;
+}
+
+FAKE_EXPORT const char* nvmlErrorString(nvmlReturn_t) { return "fake"; }
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
+    *count = 1;
+    return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
+    if (index != 0) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = reinterpret_cast<nvmlDevice_t>(&g_device);
+    return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t, nvmlPciInfo_t* pci) {
+    PciInfoV1 v1{};
+    std::strcpy(v1.busId, "0000:3B:00.0");
+    v1.bus = 0x3b;
+    std::memcpy(static_cast<void*>(pci), &v1, sizeof v1);  // only the old, shorter layout
+    return NVML_SUCCESS;
+}
