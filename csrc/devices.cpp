@@ -56,7 +56,9 @@ std::optional<Failure> query_device(const NvmlApi& api, nvmlDevice_t dev, Device
         const int rc = api.device_get_pci_info(dev, &pci);
         if (classify(rc) == Query::kOk) {
             pci.busId[sizeof pci.busId - 1] = '\0';
-            info->pci_bus_id = std::string(pci.busId);
+            pci.busIdLegacy[sizeof pci.busIdLegacy - 1] = '\0';
+            const char* bus_id = api.pci_info_v1 ? pci.busIdLegacy : pci.busId;
+            if (bus_id[0] != '\0') info->pci_bus_id = std::string(bus_id);
         } else if (classify(rc) != Query::kAbsent) {
             return Failure{rc, "nvmlDeviceGetPciInfo_v3"};
         }

@@ -138,8 +138,8 @@ struct LibraryRegistry {
         resolve(handle, &api.device_get_name, "nvmlDeviceGetName");
         if (!resolve(handle, &api.device_get_pci_info, "nvmlDeviceGetPciInfo_v3") &&
             !resolve(handle, &api.device_get_pci_info, "nvmlDeviceGetPciInfo_v2")) {
-            // v1 fills a prefix of the same struct (busId included); good enough for the bus id.
-            resolve(handle, &api.device_get_pci_info, "nvmlDeviceGetPciInfo");
+            // v1 fills only a prefix of the struct: the 16-byte bus id there is today's busIdLegacy.
+            api.pci_info_v1 = resolve(handle, &api.device_get_pci_info, "nvmlDeviceGetPciInfo");
         }
         resolve(handle, &api.device_get_memory_info, "nvmlDeviceGetMemoryInfo");
         resolve(handle, &api.device_get_minor_number, "nvmlDeviceGetMinorNumber");

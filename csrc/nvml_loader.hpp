@@ -29,6 +29,9 @@ struct NvmlApi {
     decltype(&nvmlDeviceGetUUID) device_get_uuid = nullptr;
     decltype(&nvmlDeviceGetName) device_get_name = nullptr;
     decltype(&nvmlDeviceGetPciInfo_v3) device_get_pci_info = nullptr;
+    // True when device_get_pci_info is the original nvmlDeviceGetPciInfo: it fills only the old,
+    // shorter struct, whose bus id is the first member (busIdLegacy today), not busId.
+    bool pci_info_v1 = false;
     decltype(&nvmlDeviceGetMemoryInfo) device_get_memory_info = nullptr;
     decltype(&nvmlDeviceGetMinorNumber) device_get_minor_number = nullptr;
     decltype(&nvmlSystemGetDriverVersion) system_get_driver_version = nullptr;

@@ -116,7 +116,18 @@ int main() {
         });
     }), 0);
 
+    // A driver with only nvmlDeviceGetPciInfo (v1): it fills the old struct, whose bus id is the
+    // first member (busIdLegacy in today's nvml.h), not the 32-byte busId at the end.
     CHECK(!fake_nvml().empty());
+    CHECK_EQ(in_child([] {
+        NvmlStatus s;
+        const NvmlLibrary* lib = NvmlLibrary::acquire(fake_nvml(), &s);
+        if (lib == nullptr) return 1;
+        Enumeration e;
+        if (!enumerate_devices(*lib, &e).ok() || e.devices.size() != 1) return 2;
+        if (e.devices[0].pci_bus_id != std::string("0000:3B:00.0")) return 3;
+        return 0;
+    }), 0);
 
     // A library that forks inside nvmlInit (a driver running nvidia-modprobe): our fork handlers
     // run in that thread while it is inside acquire(), which must not deadlock.
