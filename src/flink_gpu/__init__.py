@@ -4,11 +4,12 @@ Public names are loaded on first use (PEP 562), so ``import flink_gpu`` costs ne
 an inference operator that only needs ``GPUInfo`` never pays for YAML, subprocess or NVML.
 """
 
-from typing import TYPE_CHECKING
-
 from flink_gpu import _lazy
 from flink_gpu.errors import FlinkException, IllegalConfigurationException, NvmlError
 
+# not typing.TYPE_CHECKING: importing typing (and re, enum, functools with it) would cost an operator
+# several ms; mypy and pyright treat any constant named TYPE_CHECKING as true
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load on first use
     from flink_gpu.config import ConfigOption, Configuration, config_option
     from flink_gpu.deployment import kubernetes_resource_requirements, merge_into_pod_template, yarn_resources

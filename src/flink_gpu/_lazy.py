@@ -2,10 +2,13 @@
 
 import sys
 from importlib import import_module
-from typing import Callable, Dict, List, Tuple
+
+TYPE_CHECKING = False  # not typing's: importing typing costs every operator several ms
+if TYPE_CHECKING:
+    from typing import Callable
 
 
-def attach(package: str, names: Dict[str, str], public: List[str]) -> Tuple[Callable, Callable]:
+def attach(package: str, names: "dict[str, str]", public: "list[str]") -> "tuple[Callable, Callable]":
     """``__getattr__`` and ``__dir__`` for ``package``; ``names`` maps a name to its module."""
 
     def __getattr__(name: str):

@@ -4,10 +4,9 @@ Names are resolved on first use, so ``from flink_gpu.gpu import GPUInfo`` loads 
 driver nor the native module.
 """
 
-from typing import TYPE_CHECKING
-
 from flink_gpu import _lazy
 
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
 if TYPE_CHECKING:
     from flink_gpu.gpu.driver import GPUDriver, GPUDriverFactory
     from flink_gpu.gpu.info import GPUInfo, cuda_visible_devices

@@ -1,0 +1,25 @@
+"""Regression tests for defects found in a review of the Python layer (one section per fix)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'src')
+
+
+# --- import cost: GPUInfo must not pull in typing (and re, enum, functools, collections) ----------
+
+def test_gpu_info_imports_no_typing_in_a_bare_interpreter():
+    # -S: no site, so nothing (a .pth file, sitecustomize) has imported typing before us; this is
+    # what an operator gets in a clean virtual environment
+    code = ("import sys\n"
+            "from flink_gpu import GPUInfo, cuda_visible_devices\n"
+            "cuda_visible_devices([GPUInfo('0', {'uuid': 'GPU-a'})])\n"
+            "print(','.join(m for m in ('typing', 're', 'enum', 'functools', 'collections')\n"
+            "               if m in sys.modules))\n")
+    env = dict(os.environ, PYTHONPATH=SRC)
+    out = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == ""
