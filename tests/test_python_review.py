@@ -23,3 +23,22 @@ def test_gpu_info_imports_no_typing_in_a_bare_interpreter():
     out = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == ""
+
+
+# --- cli.main() called in a process leaves the library's logger as it found it -------------------
+
+def test_cli_main_in_process_does_not_pile_up_log_handlers(tmp_path, capsys):
+    import logging
+
+    from flink_gpu.cli import main
+
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text("external-resources: gpu\nexternal-resource.gpu.amount: 1\n")
+    logger = logging.getLogger("flink_gpu")
+    before = (list(logger.handlers), logger.level, logger.propagate)
+    for _ in range(3):
+        assert main(["resources", str(conf), "--kubernetes"]) == 0
+        err = capsys.readouterr().err
+        # the missing kubernetes.config-key is WARNed once per run, not once per earlier run
+        assert err.count("Could not find valid external-resource.gpu.kubernetes.config-key") == 1
+    assert (list(logger.handlers), logger.level, logger.propagate) == before

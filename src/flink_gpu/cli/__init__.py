@@ -271,10 +271,14 @@ class UsageError(Exception):
     """A bad command line: exit status 2."""
 
 
-def _configure_logging(verbose: bool, command: str) -> None:
+def _configure_logging(verbose: bool, command: str):
+    """Send the library's log lines to stderr; returns the function that undoes it, so that
+    ``main()`` called in a process (tests, a notebook, a tool embedding it) leaves the
+    ``flink_gpu`` logger as it found it instead of adding one more handler per call."""
     import logging
 
     logger = logging.getLogger("flink_gpu")
+    saved = logger.level, logger.propagate
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("flink-gpu: %(levelname)s: %(message)s"))
     logger.addHandler(handler)
@@ -283,6 +287,13 @@ def _configure_logging(verbose: bool, command: str) -> None:
     # the library's WARN lines would say the same things twice
     quiet = logging.ERROR if command in ("doctor", "coordination") else logging.WARNING
     logger.setLevel(logging.INFO if verbose else quiet)
+
+    def restore() -> None:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+    return restore
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -323,9 +334,10 @@ def main(argv: "list[str] | None" = None) -> int:
     from flink_gpu.cli import _output
 
     name = _command_name(args)
+    restore_logging = None
     try:
         _use_simulator(args)
-        _configure_logging(args.verbose, args.command)
+        restore_logging = _configure_logging(args.verbose, args.command)
         return _run(args)
     except UsageError as error:
         return _output.fail(args, name, error, 2)
@@ -339,3 +351,6 @@ def main(argv: "list[str] | None" = None) -> int:
         return 1
     except _output.known_errors() as error:
         return _output.fail(args, name, error, 1)
+    finally:
+        if restore_logging is not None:
+            restore_logging()
