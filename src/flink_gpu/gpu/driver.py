@@ -126,7 +126,14 @@ def _auto(config: Configuration, args: str | None, library_path: str | None):
     try:
         nvml = _open_nvml(library_path)
     except NvmlError as error:
-        return (_script_backend(config, DEFAULT_DISCOVERY_SCRIPT), "script",
+        try:
+            backend = _script_backend(config, DEFAULT_DISCOVERY_SCRIPT)
+        except FileNotFoundError as missing:
+            # Flink's text first; then why a script nobody configured was looked for at all
+            raise FileNotFoundError(
+                f"{missing} discovery-mode is 'auto', {path_option.key} is not set and NVML is "
+                f"not usable ({error}), so the default script was tried.") from missing
+        return (backend, "script",
                 f"{path_option.key} is not set and NVML is not usable ({error}); running "
                 f"{DEFAULT_DISCOVERY_SCRIPT}")
     backend = NvmlDiscovery(nvml, script_args)
