@@ -317,7 +317,9 @@ Status open_locked(const Options& opts, Access access, LockedFile* out, bool* ex
     const std::string& path = opts.path;
     const int op = (access == Access::kReadExisting ? LOCK_SH : LOCK_EX) | LOCK_NB;
     const std::int64_t start = monotonic_ms();
-    const std::int64_t deadline = start + opts.timeout_ms;
+    // Saturated: a huge timeout ("for ever") must not overflow into a deadline already passed.
+    const std::int64_t deadline =
+        opts.timeout_ms > INT64_MAX - start ? INT64_MAX : start + opts.timeout_ms;
     int replaced = 0;
     for (;;) {
         int fd = -1;

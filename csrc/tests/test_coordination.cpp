@@ -477,6 +477,21 @@ static void test_b10_lock_timeout() {
     CHECK(co::claim(opts_for(path, 0), getpid(), gpus(2), 1).status.ok());
 }
 
+// A timeout too large to add to the clock (INT64_MAX ms: "wait for ever") waits; it is not an
+// overflowed, already-passed deadline.
+static void test_huge_timeout_waits() {
+    const std::string path = fresh_path("huge-timeout");
+    const pid_t holder = spawn_lock_holder(path);
+    std::thread release([holder] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        kill_and_reap(holder);
+    });
+    co::ClaimResult r = co::claim(opts_for(path, INT64_MAX), getpid(), gpus(2), 1);
+    release.join();
+    CHECK_MSG(r.status.ok(), r.status.message);
+    CHECK(joined(r.indices) == "0");
+}
+
 static void test_symlink_refused_target_untouched() {
     const std::string target = fresh_path("target");
     const std::string link = fresh_path("link");
@@ -688,6 +703,7 @@ int main() {
         {"missing_file_not_created", test_missing_file_not_created},
         {"invalid_arguments", test_invalid_arguments},
         {"b10_lock_timeout", test_b10_lock_timeout},
+        {"huge_timeout_waits", test_huge_timeout_waits},
         {"symlink_refused_target_untouched", test_symlink_refused_target_untouched},
         {"non_regular_files_refused", test_non_regular_files_refused},
         {"hard_link_refused", test_hard_link_refused},
