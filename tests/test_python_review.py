@@ -6,7 +6,19 @@ import sys
 
 import pytest
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'src')
+import flink_gpu
+
+# the flink_gpu under test (the dev tree or an installation), for child interpreters
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
+
+
+def cli_env(**extra):
+    """os.environ without simulator, Flink or NVML settings, importing the flink_gpu under test."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FLINK_GPU_") and k not in ("FLINK_CONF_DIR", "FLINK_HOME")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
+    env.update(extra)
+    return env
 
 
 # --- import cost: GPUInfo must not pull in typing (and re, enum, functools, collections) ----------
@@ -59,3 +71,31 @@ def test_auto_fallback_to_a_missing_default_script_says_nvml_was_not_usable(tmp_
                               f"{tmp_path}/plugins/external-resource-gpu/nvidia-gpu-discovery.sh.")
     assert "discovery-mode is 'auto'" in message and "NVML is not usable" in message
     assert missing_library in message
+
+
+# --- doctor on a Java-plugin configuration ignores discovery-script.timeout, as Flink does -------
+
+def test_doctor_java_plugin_run_does_not_read_our_timeout_option(tmp_path):
+    import json
+
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho 0\n")
+    script.chmod(0o755)
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(
+        "external-resources: gpu\n"
+        "external-resource.gpu.amount: 1\n"
+        "external-resource.gpu.driver-factory.class: "
+        "org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
+        f"external-resource.gpu.param.discovery-script.path: {script}\n"
+        # not an option of Flink's Java plugin: a TaskManager never reads it
+        "external-resource.gpu.param.discovery-script.timeout: soon\n")
+    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "doctor", str(conf), "--json",
+                           "--simulate", "2", "--taskmanagers-per-host", "1"],
+                          env=cli_env(), capture_output=True, text=True, timeout=60)
+    doc = json.loads(proc.stdout)
+    assert "error" not in doc, doc
+    run = [f for f in doc["findings"] if f["check"] == "script-run"]
+    assert [f["level"] for f in run] == ["ok"], run
+    assert any(f["check"] == "params" and "discovery-script.timeout" in f["message"]
+               for f in doc["findings"])

@@ -269,7 +269,7 @@ class Doctor:
     def check_java_gpu(self, name: str, params: Configuration, amount: "int | None") -> None:
         self.check_plugin_jar(name)
         script = self.check_script(name, params)
-        self.check_gpu_common(name, params, amount, "script", script)
+        self.check_gpu_common(name, params, amount, "script", script, java=True)
 
     def check_python_gpu(self, name, factory, params, amount) -> None:
         try:
@@ -355,7 +355,7 @@ class Doctor:
                  resource=name)
         return path
 
-    def check_gpu_common(self, name, params, amount, mode, script) -> None:
+    def check_gpu_common(self, name, params, amount, mode, script, java: bool = False) -> None:
         args = params.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
         stock = mode == "nvml" or (script is not None and os.path.basename(script) in _STOCK_SCRIPTS)
         script_args = self.check_args(name, args, stock, script)
@@ -363,7 +363,7 @@ class Doctor:
         count = self.check_gpu_count(name, params, amount, coordination, mode)
         self.check_coordination(name, coordination, script_args, amount, count)
         if script is not None:
-            self.run_script(name, params, script, args, script_args)
+            self.run_script(name, params, script, args, script_args, java)
 
     def check_args(self, name, args, stock, script):
         from flink_gpu.gpu.nvml import parse_script_args
@@ -538,13 +538,15 @@ class Doctor:
                      f"parsed ({line.text!r}); the GPU it names is never reclaimed.",
                      f"Delete or correct that line of {path}.", resource=name)
 
-    def run_script(self, name, params, script, args, script_args) -> None:
+    def run_script(self, name, params, script, args, script_args, java: bool = False) -> None:
         import tempfile
 
         from flink_gpu._native import parse_gpu_indices, split_output_lines
         from flink_gpu.gpu.script import exec_tokens, run_script
 
-        timeout = params.get(GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT)
+        # Flink's Java plugin has a fixed 10 s and ignores discovery-script.timeout (check_params
+        # notes that); reading it there would fail doctor on a value the TaskManager never reads
+        timeout = 10.0 if java else params.get(GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT)
         with tempfile.TemporaryDirectory(prefix="flink-gpu-doctor-") as scratch:
             tokens = exec_tokens(args)
             if script_args is not None and script_args.coordination_mode:
