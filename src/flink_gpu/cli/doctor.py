@@ -544,9 +544,14 @@ class Doctor:
         from flink_gpu._native import parse_gpu_indices, split_output_lines
         from flink_gpu.gpu.script import exec_tokens, run_script
 
-        # Flink's Java plugin has a fixed 10 s and ignores discovery-script.timeout (check_params
-        # notes that); reading it there would fail doctor on a value the TaskManager never reads
-        timeout = 10.0 if java else params.get(GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT)
+        try:  # also for the Java plugin, where it only shortens doctor's own run
+            timeout = params.get(GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT)
+        except IllegalConfigurationException:
+            if not java:
+                raise
+            # Flink's Java plugin ignores the option (check_params notes that) and waits a fixed
+            # 10 s: a value the TaskManager never reads must not abort doctor
+            timeout = 10.0
         with tempfile.TemporaryDirectory(prefix="flink-gpu-doctor-") as scratch:
             tokens = exec_tokens(args)
             if script_args is not None and script_args.coordination_mode:
