@@ -49,7 +49,7 @@ Per command:
     "check": str, "level": "error"|"warning"|"note"|"ok", "message", "fix": str | null}]``,
     ``summary``: ``{"errors", "warnings", "notes"}``. ``ok`` is false when any finding is an
     error. ``check`` is one of ``configuration``, ``resource-list``, ``unlisted-resource``,
-    ``amount``, ``factory``, ``driver``, ``params``, ``plugin``, ``script``, ``script-run``, ``nvml``,
+    ``amount``, ``resource-keys``, ``factory``, ``driver``, ``params``, ``plugin``, ``script``, ``script-run``, ``nvml``,
     ``gpu-count``, ``args``, ``coordination``, ``coordination-file``, ``task-slots``.
 ``resources``
     ``configuration``, ``kubernetes``: ``{"requests": {key: str}, "limits": {key: str},
