@@ -115,3 +115,39 @@ def test_cli_schema_lists_every_doctor_check():
     schema = flink_gpu.cli.__doc__.split("``check`` is one of", 1)[1].split("``resources``", 1)[0]
     assert "resource-keys" in emitted  # the regex still finds the checks
     assert emitted <= set(re.findall(r"``([a-z-]+)``", schema))
+
+
+# --- a coordinated NVML driver releases on close only what it claimed itself ---------------------
+
+KEEPS_EARLIER_CLAIMS = r"""
+import json, os, sys
+from flink_gpu import GPUDriver, coordination
+path = sys.argv[1]
+args = {"discovery-mode": "nvml",
+        "discovery-script.args": "--enable-coordination-mode --coordination-file " + path}
+mine = lambda: sorted(e.index for e in coordination.snapshot(path).entries if e.pid == os.getpid())
+held = coordination.claim(2, ["0", "1", "2", "3"], path=path)   # the process's own, explicit claim
+with GPUDriver(args) as driver:
+    got = sorted(i.index for i in driver.retrieve_resource_info(2))
+after_close = mine()
+coordination.release(path=path)
+with GPUDriver(args) as driver:                                  # nothing held before: all its own
+    driver.retrieve_resource_info(1)
+    topped_up = sorted(i.index for i in driver.retrieve_resource_info(2))
+print(json.dumps({"held": held, "got": got, "after_close": after_close, "topped_up": topped_up,
+                  "left": mine()}))
+"""
+
+
+def test_coordinated_driver_close_keeps_gpus_the_process_held_before(tmp_path):
+    import json
+
+    from flink_gpu import simulator
+
+    env = cli_env(**simulator.environment(devices=4))
+    done = subprocess.run([sys.executable, "-c", KEEPS_EARLIER_CLAIMS, str(tmp_path / "coord")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"held": ["0", "1"], "got": ["0", "1"],
+                                       "after_close": ["0", "1"], "topped_up": ["0", "1"],
+                                       "left": []}

@@ -150,8 +150,11 @@ class NvmlDiscovery:
         from flink_gpu import coordination
 
         by_index = enumeration.by_index
-        got = coordination.claim(amount, by_index, path=self.args.coordination_file)
-        self._claimed.update(got)
+        _owner, got, added = coordination._claim(amount, by_index, self.args.coordination_file, None,
+                                                 coordination.DEFAULT_TIMEOUT)
+        # only what this driver added is its to release (as coordination.claimed()): GPUs the
+        # process already held, e.g. through coordination.claim(), stay held when it closes
+        self._claimed.update(added)
         return tuple(by_index[index] for index in got)
 
     def _shortage(self, enumeration: _Enumeration, amount: int) -> str:
