@@ -28,6 +28,14 @@ Query classify(int code) {
     return Query::kSkip;
 }
 
+// For the optional properties of a device whose handle we have: NO_PERMISSION there means this one
+// property is withheld (nvml.h: memory info of a MIG-enabled GPU needs privileges), not that the
+// device is unusable, so the property is left absent. A device that refuses its handle is skipped.
+Query classify_property(int code) {
+    if (code == NVML_ERROR_NO_PERMISSION) return Query::kAbsent;
+    return classify(code);
+}
+
 struct Failure {
     int code;
     const char* function;
@@ -43,7 +51,7 @@ std::optional<Failure> query_device(const NvmlApi& api, nvmlDevice_t dev, Device
         if (fn == nullptr) return std::nullopt;
         buf[0] = '\0';
         const int rc = fn(dev, buf, sizeof buf);
-        switch (classify(rc)) {
+        switch (classify_property(rc)) {
             case Query::kOk: buf[sizeof buf - 1] = '\0'; *out = std::string(buf); return std::nullopt;
             case Query::kAbsent: return std::nullopt;
             default: return Failure{rc, name};
@@ -54,26 +62,26 @@ std::optional<Failure> query_device(const NvmlApi& api, nvmlDevice_t dev, Device
     if (api.device_get_pci_info != nullptr) {
         nvmlPciInfo_t pci{};
         const int rc = api.device_get_pci_info(dev, &pci);
-        if (classify(rc) == Query::kOk) {
+        if (classify_property(rc) == Query::kOk) {
             pci.busId[sizeof pci.busId - 1] = '\0';
             pci.busIdLegacy[sizeof pci.busIdLegacy - 1] = '\0';
             const char* bus_id = api.pci_info_v1 ? pci.busIdLegacy : pci.busId;
             if (bus_id[0] != '\0') info->pci_bus_id = std::string(bus_id);
-        } else if (classify(rc) != Query::kAbsent) {
+        } else if (classify_property(rc) != Query::kAbsent) {
             return Failure{rc, "nvmlDeviceGetPciInfo_v3"};
         }
     }
     if (api.device_get_memory_info != nullptr) {
         nvmlMemory_t mem{};
         const int rc = api.device_get_memory_info(dev, &mem);
-        if (classify(rc) == Query::kOk) info->memory_total = mem.total;
-        else if (classify(rc) != Query::kAbsent) return Failure{rc, "nvmlDeviceGetMemoryInfo"};
+        if (classify_property(rc) == Query::kOk) info->memory_total = mem.total;
+        else if (classify_property(rc) != Query::kAbsent) return Failure{rc, "nvmlDeviceGetMemoryInfo"};
     }
     if (api.device_get_minor_number != nullptr) {
         unsigned minor = 0;
         const int rc = api.device_get_minor_number(dev, &minor);
-        if (classify(rc) == Query::kOk) info->minor_number = minor;
-        else if (classify(rc) != Query::kAbsent) return Failure{rc, "nvmlDeviceGetMinorNumber"};
+        if (classify_property(rc) == Query::kOk) info->minor_number = minor;
+        else if (classify_property(rc) != Query::kAbsent) return Failure{rc, "nvmlDeviceGetMinorNumber"};
     }
     return std::nullopt;
 }

@@ -30,9 +30,11 @@ struct Enumeration {
     std::vector<SkippedDevice> skipped;
 };
 
-// Lists every device of `lib`. A device that answers NO_PERMISSION, GPU_IS_LOST or another
-// per-device error is put in `skipped`; errors that concern the whole library (uninitialised,
-// driver gone, version mismatch) fail the call. Never throws.
+// Lists every device of `lib`. A device whose handle is refused (NO_PERMISSION, ...) or that answers
+// GPU_IS_LOST or another per-device error is put in `skipped`; a single property withheld with
+// NO_PERMISSION (memory info of a MIG-enabled GPU for an unprivileged caller) is only left absent.
+// Errors that concern the whole library (uninitialised, driver gone, version mismatch) fail the
+// call. Never throws.
 NvmlStatus enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept;
 
 // The driver's version string; left empty when the driver does not support the query.

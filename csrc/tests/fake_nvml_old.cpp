@@ -2,7 +2,9 @@
 //   * only the original nvmlDeviceGetPciInfo (v1) exists, which fills the old, shorter struct whose
 //     first member is the 16-byte bus id (what nvml.h now calls busIdLegacy);
 //   * nvmlInit_v2 fork()s and waits for the child, as a driver does when it runs nvidia-modprobe
-//     to create missing device nodes (set FAKE_NVML_FORK_IN_INIT=1).
+//     to create missing device nodes (set FAKE_NVML_FORK_IN_INIT=1);
+//   * nvmlDeviceGetMemoryInfo answers NO_PERMISSION, as NVML does for an unprivileged caller on a
+//     MIG-enabled GPU (set FAKE_NVML_MEMORY_NO_PERMISSION=1).
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
 
@@ -53,5 +55,14 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t, nvmlPciInfo_t* pci) 
     std::strcpy(v1.busId, "0000:3B:00.0");
     v1.bus = 0x3b;
     std::memcpy(static_cast<void*>(pci), &v1, sizeof v1);  // only the old, shorter layout
+    return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t* memory) {
+    const char* env = std::getenv("FAKE_NVML_MEMORY_NO_PERMISSION");
+    if (env != nullptr && env[0] == '1') return NVML_ERROR_NO_PERMISSION;
+    memory->total = 1024;
+    memory->free = 1024;
+    memory->used = 0;
     return NVML_SUCCESS;
 }

@@ -146,5 +146,20 @@ int main() {
             return again != nullptr && enumerate_devices(*again, &e).ok() && e.devices.size() == 1 ? 0 : 3;
         });
     }), 0);
+
+    // Memory info answers NO_PERMISSION (an unprivileged caller on a MIG-enabled GPU, per nvml.h):
+    // the GPU is still listed, only memory.total is absent. nvidia-smi and the stock script list it.
+    CHECK_EQ(in_child([] {
+        setenv("FAKE_NVML_MEMORY_NO_PERMISSION", "1", 1);
+        NvmlStatus s;
+        const NvmlLibrary* lib = NvmlLibrary::acquire(fake_nvml(), &s);
+        if (lib == nullptr) return 1;
+        Enumeration e;
+        if (!enumerate_devices(*lib, &e).ok()) return 2;
+        if (e.devices.size() != 1 || !e.skipped.empty()) return 3;
+        if (e.devices[0].memory_total.has_value()) return 4;
+        if (e.devices[0].pci_bus_id != std::string("0000:3B:00.0")) return 5;
+        return 0;
+    }), 0);
     return check::finish("test_devices");
 }
