@@ -151,3 +151,13 @@ def test_coordinated_driver_close_keeps_gpus_the_process_held_before(tmp_path):
     assert json.loads(done.stdout) == {"held": ["0", "1"], "got": ["0", "1"],
                                        "after_close": ["0", "1"], "topped_up": ["0", "1"],
                                        "left": []}
+
+
+# --- `resources` and `doctor` agree: a conf directory without a configuration file is exit 2 -----
+
+def test_resources_on_a_conf_directory_without_a_file_is_a_usage_error(tmp_path, capsys):
+    from flink_gpu.cli import main
+
+    assert main(["doctor", str(tmp_path)]) == 2
+    assert main(["resources", str(tmp_path)]) == 2
+    assert "expected config.yaml or flink-conf.yaml" in capsys.readouterr().err

@@ -39,7 +39,10 @@ def run(args) -> int:
     if args.pod_template is not None and args.yarn:
         raise UsageError("--pod-template is for Kubernetes; it cannot be combined with --yarn.")
     yarn_max = _yarn_max(args.yarn_max)
-    config = Configuration.from_yaml(args.conf)
+    try:
+        config = Configuration.from_yaml(args.conf)
+    except FileNotFoundError as error:  # a conf directory without a configuration file: exit 2
+        raise UsageError(str(error)) from None
     show_kubernetes = not args.yarn
     show_yarn = not args.kubernetes and args.pod_template is None
 
