@@ -161,3 +161,16 @@ def test_resources_on_a_conf_directory_without_a_file_is_a_usage_error(tmp_path,
     assert main(["doctor", str(tmp_path)]) == 2
     assert main(["resources", str(tmp_path)]) == 2
     assert "expected config.yaml or flink-conf.yaml" in capsys.readouterr().err
+
+
+# --- a discovery-script.timeout longer than epoll's limit (~24.8 days) works ---------------------
+
+def test_script_with_a_timeout_of_thirty_days_runs(tmp_path):
+    from flink_gpu import GPUDriver, GPUInfo
+
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho 0\n")
+    script.chmod(0o755)
+    with GPUDriver({"discovery-script.path": str(script),
+                    "discovery-script.timeout": "30 d"}) as driver:
+        assert driver.retrieve_resource_info(1) == {GPUInfo("0")}  # was OverflowError

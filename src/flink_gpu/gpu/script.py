@@ -24,6 +24,8 @@ _log = logging.getLogger("flink_gpu.gpu.script")
 _EXEC_DELIMITERS = str.maketrans("\t\n\r\f", "    ")
 # Output kept per stream; more is still read (so the script never blocks) but dropped.
 _OUTPUT_LIMIT = 64 * 1024 * 1024
+# The longest single wait on the script's pipes, in seconds (epoll's limit is INT_MAX ms).
+_MAX_WAIT = 86_400.0
 # At most this many lines (and characters) of extra output are quoted in the one-line WARN.
 _WARN_LINES = 20
 _WARN_CHARS = 4096
@@ -169,7 +171,9 @@ def run_script(argv: list[str], timeout: float) -> ScriptOutput:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise _timeout(timeout)
-                for key, _ in selector.select(remaining):
+                # epoll takes at most INT_MAX ms (~24.8 days): wait in slices, so that a long
+                # configured timeout ("30 d") is not an OverflowError
+                for key, _ in selector.select(min(remaining, _MAX_WAIT)):
                     chunk = os.read(key.fd, 65536)
                     if not chunk:
                         selector.unregister(key.fd)
