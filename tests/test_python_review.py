@@ -174,3 +174,16 @@ def test_script_with_a_timeout_of_thirty_days_runs(tmp_path):
     with GPUDriver({"discovery-script.path": str(script),
                     "discovery-script.timeout": "30 d"}) as driver:
         assert driver.retrieve_resource_info(1) == {GPUInfo("0")}  # was OverflowError
+
+
+# --- simulator.environment(spec=...) leaves no temporary file behind when the spec is not JSON ---
+
+def test_simulator_spec_that_is_not_json_leaves_no_file(tmp_path, monkeypatch):
+    import tempfile
+
+    from flink_gpu import simulator
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(TypeError):
+        simulator.environment(spec={"devices": [{"name": object()}]})
+    assert list(tmp_path.iterdir()) == []

@@ -63,8 +63,12 @@ def _spec_file(spec: Mapping[str, Any]) -> str:
 
     _validate_spec(spec)
     fd, path = tempfile.mkstemp(prefix="flink-gpu-sim-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(spec, f)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(spec, f)
+    except BaseException:  # e.g. a value JSON cannot hold: leave no file behind
+        _remove_quietly(path)
+        raise
     atexit.register(_remove_quietly, path)
     return path
 
