@@ -73,6 +73,15 @@ bool parse_unsigned(const char* text, unsigned long long max, unsigned long long
     return true;
 }
 
+// A JSON number that is a whole number in [0, limit). Converting anything else (negative, fractional,
+// huge, infinite) to an unsigned integer type is undefined behaviour, so it is a configuration error.
+bool whole_number(const simjson::Value& v, double limit, unsigned long long* out) {
+    if (!(v.number >= 0.0) || !(v.number < limit) || v.number != static_cast<double>(static_cast<unsigned long long>(v.number)))
+        return false;
+    *out = static_cast<unsigned long long>(v.number);
+    return true;
+}
+
 // Loads the configuration; returns an NVML error code for nvmlInit.
 nvmlReturn_t configure(SimState& s) {
     s.devices.clear();
@@ -90,7 +99,14 @@ nvmlReturn_t configure(SimState& s) {
             complain(std::string(spec_path) + ": the top level must be a JSON object");
             return NVML_ERROR_UNKNOWN;
         }
-        if (const auto* v = root.get("init_error"); v && v->is_number()) init_error = static_cast<nvmlReturn_t>(v->number);
+        if (const auto* v = root.get("init_error"); v && v->is_number()) {
+            unsigned long long code = 0;
+            if (!whole_number(*v, 1000.0, &code)) {
+                complain(std::string(spec_path) + ": \"init_error\" must be an NVML error code (0..999)");
+                return NVML_ERROR_UNKNOWN;
+            }
+            init_error = static_cast<nvmlReturn_t>(code);
+        }
         if (const auto* v = root.get("driver_version"); v && v->is_string()) s.driver_version = v->string;
         const auto* list = root.get("devices");
         if (list != nullptr && !list->is_array()) {
@@ -107,8 +123,23 @@ nvmlReturn_t configure(SimState& s) {
             if (const auto* v = item.get("uuid"); v && v->is_string()) d.uuid = v->string;
             if (const auto* v = item.get("name"); v && v->is_string()) d.name = v->string;
             if (const auto* v = item.get("pci_bus_id"); v && v->is_string()) d.pci_bus_id = v->string;
-            if (const auto* v = item.get("memory_total"); v && v->is_number()) d.memory_total = static_cast<unsigned long long>(v->number);
-            if (const auto* v = item.get("minor_number"); v && v->is_number()) d.minor_number = static_cast<unsigned>(v->number);
+            unsigned long long number = 0;
+            if (const auto* v = item.get("memory_total"); v && v->is_number()) {
+                if (!whole_number(*v, 18446744073709551616.0, &number)) {
+                    complain(std::string(spec_path) + ": devices[" + std::to_string(i) +
+                             "].memory_total must be a whole number of bytes (0..2^64-1)");
+                    return NVML_ERROR_UNKNOWN;
+                }
+                d.memory_total = number;
+            }
+            if (const auto* v = item.get("minor_number"); v && v->is_number()) {
+                if (!whole_number(*v, 4294967296.0, &number)) {
+                    complain(std::string(spec_path) + ": devices[" + std::to_string(i) +
+                             "].minor_number must be a whole number (0..2^32-1)");
+                    return NVML_ERROR_UNKNOWN;
+                }
+                d.minor_number = static_cast<unsigned>(number);
+            }
             if (const auto* v = item.get("fault"); v && v->is_string()) {
                 if (v->string == "NO_PERMISSION") d.fault = Fault::kNoPermission;
                 else if (v->string == "GPU_IS_LOST") d.fault = Fault::kGpuIsLost;

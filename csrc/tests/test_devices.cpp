@@ -116,6 +116,20 @@ int main() {
         });
     }), 0);
 
+    // Simulator specs with numbers no integer can hold are refused (the conversion would be UB).
+    for (const char* bad : {R"({"devices": [{"memory_total": -1}]})", R"({"devices": [{"minor_number": 1e20}]})",
+                            R"({"devices": [{"memory_total": 1.5}]})", R"({"init_error": -3, "devices": []})"}) {
+        CHECK_EQ(in_child([bad] {
+            const std::string spec = "/tmp/flink-gpu-test-bad-number-" + std::to_string(getpid()) + ".json";
+            std::ofstream(spec) << bad;
+            setenv("FLINK_GPU_SIM_SPEC", spec.c_str(), 1);
+            NvmlStatus s;
+            const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
+            std::remove(spec.c_str());
+            return lib == nullptr && s.code == NVML_ERROR_UNKNOWN ? 0 : 1;
+        }), 0);
+    }
+
     // A driver with only nvmlDeviceGetPciInfo (v1): it fills the old struct, whose bus id is the
     // first member (busIdLegacy in today's nvml.h), not the 32-byte busId at the end.
     CHECK(!fake_nvml().empty());
