@@ -187,3 +187,24 @@ def test_simulator_spec_that_is_not_json_leaves_no_file(tmp_path, monkeypatch):
     with pytest.raises(TypeError):
         simulator.environment(spec={"devices": [{"name": object()}]})
     assert list(tmp_path.iterdir()) == []
+
+
+# --- doctor resolves the factory name exactly as a worker does (no stripping) ----------------------
+
+def test_doctor_does_not_pass_a_factory_name_a_worker_cannot_load(tmp_path):
+    import json
+
+    from flink_gpu import load_external_resources
+
+    conf = tmp_path / "config.yaml"
+    conf.write_text('external-resources: gpu\nexternal-resource:\n  gpu:\n    amount: 1\n'
+                    '    driver-factory:\n      class: "flink_gpu.GPUDriverFactory "\n')
+    provider = load_external_resources(str(conf))
+    assert "was not found" in provider.missing_reason("gpu")  # what a worker does with it
+    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "doctor", str(conf), "--json",
+                           "--simulate", "2", "--taskmanagers-per-host", "1"],
+                          env=cli_env(), capture_output=True, text=True, timeout=60)
+    doc = json.loads(proc.stdout)
+    factory = [f for f in doc["findings"] if f["check"] == "factory"]
+    assert [f["level"] for f in factory] == ["error"], factory
+    assert proc.returncode == 1

@@ -144,7 +144,7 @@ class Doctor:
         from flink_gpu.gpu.driver import GPUDriverFactory
 
         params = self.config.prefixed(param_prefix(name))
-        if factory_name.strip() in JAVA_FACTORY_ALIASES:
+        if factory_name in JAVA_FACTORY_ALIASES:
             self.check_params(name, params, java=True)
             self.check_java_gpu(name, params, amount)
         elif isinstance(factory, GPUDriverFactory):
@@ -210,7 +210,7 @@ class Doctor:
         # The framework's own loader, so that doctor resolves names exactly as a worker does.
         loader = framework._FactoryLoader()
         try:
-            factory = loader.load(value.strip())
+            factory = loader.load(value)  # not stripped: a worker (and Flink) does not strip it
         except framework._FactoryNotFound as error:
             self.add("error", "factory", f"Factory class {value} of {name!r} was not found "
                      f"({error.detail}).", _factory_fix(key, value), resource=name)
