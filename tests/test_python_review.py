@@ -208,3 +208,18 @@ def test_doctor_does_not_pass_a_factory_name_a_worker_cannot_load(tmp_path):
     factory = [f for f in doc["findings"] if f["check"] == "factory"]
     assert [f["level"] for f in factory] == ["error"], factory
     assert proc.returncode == 1
+
+
+# --- demo: a worker that cannot claim is reported with its own error, not "read of closed file" ---
+
+def test_demo_worker_failure_reports_the_workers_error(tmp_path, monkeypatch):
+    from flink_gpu import FlinkException, simulator
+    from flink_gpu.cli.demo import Worker, _child_env
+
+    for key, value in simulator.environment(devices=2).items():
+        monkeypatch.setenv(key, value)
+    worker = Worker("worker-x", 5, str(tmp_path / "coordination"), _child_env())
+    with pytest.raises(FlinkException) as error:
+        worker.wait_report()  # 5 of 2 GPUs: the worker exits with an error on stderr
+    assert "worker-x" in str(error.value) and "Could not get enough GPU resources" in str(error.value)
+    assert worker.process.poll() is not None and worker.process.stderr.closed

@@ -64,8 +64,9 @@ class Worker:
             ready = selector.select(_START_TIMEOUT)
         line = self.process.stdout.readline() if ready else b""
         if not line:
-            self.stop()
+            self.stop(close_streams=False)  # its stderr is still to be read
             error = self.process.stderr.read().decode("utf-8", "replace").strip()
+            self.stop()
             last = error.splitlines()[-1] if error else "no output"
             raise FlinkException(f"{self.name} (pid {self.pid}) could not claim {self.amount} "
                                  f"GPU(s): {last}")
@@ -77,7 +78,7 @@ class Worker:
         self.process.wait()
         self.state = "killed"
 
-    def stop(self) -> None:
+    def stop(self, close_streams: bool = True) -> None:
         """Closes stdin (the worker releases and exits); kills it if it does not."""
         if self.process.poll() is None:
             try:
@@ -89,8 +90,9 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
-            stream.close()
+        if close_streams:
+            for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+                stream.close()
         if self.state == "running":
             self.state = "exited"
 
