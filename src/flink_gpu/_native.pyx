@@ -6,6 +6,8 @@ from libcpp.optional cimport optional
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
+import os
+
 from flink_gpu.errors import NvmlError
 
 
@@ -84,7 +86,9 @@ def parse_gpu_indices(str line not None):
 # --- NVML ----------------------------------------------------------------------------------------
 
 cdef object _nvml_error(const NvmlStatus& status, str library_path):
-    return NvmlError(_text(status.message), status.code, library_path, _text(status.function))
+    # The message holds the library path and dlerror() text: bytes, not necessarily UTF-8.
+    return NvmlError(status.message.decode("utf-8", "surrogateescape"), status.code, library_path,
+                     status.function.decode("utf-8", "surrogateescape"))
 
 
 cdef class NvmlDevice:
@@ -154,9 +158,14 @@ cdef class Nvml:
     @staticmethod
     def open(library_path=None):
         """The library at ``library_path`` (None: $FLINK_GPU_NVML_LIBRARY, else libnvidia-ml.so.1)."""
-        cdef string requested = _utf8(library_path) if library_path else string()
+        # A file name: the bytes os.fsencode gives (a non-UTF-8 name round-trips through
+        # surrogateescape); a NUL would silently cut the name dlopen sees, naming another file.
+        cdef bytes encoded = os.fsencode(library_path) if library_path else b""
+        if b"\0" in encoded:
+            raise ValueError(f"The NVML library path contains a NUL byte: {library_path!r}")
+        cdef string requested = encoded
         cdef string resolved = NvmlLibrary.resolve_path(requested)
-        key = _text(resolved)
+        key = os.fsdecode(<bytes>resolved)
         cdef Nvml nvml = _instances.get(key)
         if nvml is None:
             nvml = Nvml.__new__(Nvml)
