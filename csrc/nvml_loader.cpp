@@ -21,23 +21,49 @@ const char* const kDefaultLibrary = "libnvidia-ml.so.1";
 // device nodes), and our prepare handler would then wait for a lock its own thread holds.
 pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
 unsigned long g_generation = 1;  // per-process generation, bumped in forked children
-// Serialises loading and initialisation (dlopen, nvmlInit) and guards initialized_generation_. Not
-// taken at fork; the child gets a fresh one (only the forking thread exists there, so a holder in the
-// parent can never release it in the child).
+// Serialises loading and initialisation (dlopen, nvmlInit) and guards initialized_generation_.
+// A fork from another thread waits for it, so that no child inherits the library half-initialised
+// (its own state lock held by a thread that does not exist there); a fork from inside dlopen or
+// nvmlInit on the holding thread itself (t_in_init) must not wait for it, or it waits for ever.
 pthread_mutex_t g_init_mutex = PTHREAD_MUTEX_INITIALIZER;
+thread_local bool t_in_init = false;  // this thread holds g_init_mutex
+bool g_init_locked_for_fork = false;  // atfork_prepare took g_init_mutex
 
-void atfork_prepare() { pthread_mutex_lock(&g_mutex); }
-void atfork_parent() { pthread_mutex_unlock(&g_mutex); }
+void atfork_prepare() {
+    g_init_locked_for_fork = !t_in_init;
+    if (g_init_locked_for_fork) pthread_mutex_lock(&g_init_mutex);
+    pthread_mutex_lock(&g_mutex);
+}
+void atfork_parent() {
+    pthread_mutex_unlock(&g_mutex);
+    if (g_init_locked_for_fork) pthread_mutex_unlock(&g_init_mutex);
+}
 void atfork_child() {
     ++g_generation;  // NVML must be initialised again in the child
-    pthread_mutex_init(&g_init_mutex, nullptr);
     pthread_mutex_unlock(&g_mutex);
+    // Otherwise this very thread holds it, inside acquire(), and releases it there.
+    if (g_init_locked_for_fork) pthread_mutex_unlock(&g_init_mutex);
 }
 
 struct AtforkRegistration {
     AtforkRegistration() { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
 };
 const AtforkRegistration g_atfork;
+
+// Holds g_init_mutex and marks this thread as its holder for the fork handlers.
+class InitGuard {
+public:
+    InitGuard() {
+        pthread_mutex_lock(&g_init_mutex);
+        t_in_init = true;
+    }
+    ~InitGuard() {
+        t_in_init = false;
+        pthread_mutex_unlock(&g_init_mutex);
+    }
+    InitGuard(const InitGuard&) = delete;
+    InitGuard& operator=(const InitGuard&) = delete;
+};
 
 class MutexGuard {
 public:
@@ -159,7 +185,7 @@ const NvmlLibrary* NvmlLibrary::acquire(const std::string& requested_path, NvmlS
     try {
         *status = NvmlStatus();
         const std::string path = resolve_path(requested_path);
-        MutexGuard init_guard(&g_init_mutex);
+        InitGuard init_guard;
         NvmlLibrary* lib = nullptr;
         unsigned long generation;
         {

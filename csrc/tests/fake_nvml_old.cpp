@@ -4,12 +4,17 @@
 //   * nvmlInit_v2 fork()s and waits for the child, as a driver does when it runs nvidia-modprobe
 //     to create missing device nodes (set FAKE_NVML_FORK_IN_INIT=1);
 //   * nvmlDeviceGetMemoryInfo answers NO_PERMISSION, as NVML does for an unprivileged caller on a
-//     MIG-enabled GPU (set FAKE_NVML_MEMORY_NO_PERMISSION=1).
+//     MIG-enabled GPU (set FAKE_NVML_MEMORY_NO_PERMISSION=1);
+//   * nvmlInit_v2 holds an internal lock for FAKE_NVML_SLOW_INIT_MS milliseconds, as a real library
+//     holds its own state lock while initialising: a child forked meanwhile inherits it locked.
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <pthread.h>
+#include <time.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -23,9 +28,18 @@ struct PciInfoV1 {
     unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
 };
 int g_device = 0;
+pthread_mutex_t g_state_lock = PTHREAD_MUTEX_INITIALIZER;
 }  // namespace
 
 FAKE_EXPORT nvmlReturn_t nvmlInit_v2(void) {
+    pthread_mutex_lock(&g_state_lock);
+    const char* slow = std::getenv("FAKE_NVML_SLOW_INIT_MS");
+    if (slow != nullptr) {
+        const long ms = std::atol(slow);
+        timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, nullptr);
+    }
+    pthread_mutex_unlock(&g_state_lock);
     const char* fork_env = std::getenv("FAKE_NVML_FORK_IN_INIT");
     if (fork_env != nullptr && fork_env[0] == '1') {
         const pid_t pid = fork();

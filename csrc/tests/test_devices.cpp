@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
 #include "check.hpp"
 
@@ -159,6 +160,26 @@ int main() {
             Enumeration e;
             return again != nullptr && enumerate_devices(*again, &e).ok() && e.devices.size() == 1 ? 0 : 3;
         });
+    }), 0);
+
+    // Another thread forks while this one is inside nvmlInit: the fork waits until initialisation is
+    // over, so the child does not inherit the library's state lock held and hang in its own nvmlInit.
+    CHECK_EQ(in_child([] {
+        alarm(10);
+        setenv("FAKE_NVML_SLOW_INIT_MS", "500", 1);
+        std::thread init([] {
+            NvmlStatus s;
+            NvmlLibrary::acquire(fake_nvml(), &s);
+        });
+        usleep(100 * 1000);  // the init thread is inside nvmlInit now
+        const int child = in_child([] {
+            alarm(10);
+            unsetenv("FAKE_NVML_SLOW_INIT_MS");
+            NvmlStatus cs;
+            return NvmlLibrary::acquire(fake_nvml(), &cs) != nullptr ? 0 : 1;
+        });
+        init.join();
+        return child;
     }), 0);
 
     // Memory info answers NO_PERMISSION (an unprivileged caller on a MIG-enabled GPU, per nvml.h):
