@@ -223,3 +223,53 @@ def test_demo_worker_failure_reports_the_workers_error(tmp_path, monkeypatch):
         worker.wait_report()  # 5 of 2 GPUs: the worker exits with an error on stderr
     assert "worker-x" in str(error.value) and "Could not get enough GPU resources" in str(error.value)
     assert worker.process.poll() is not None and worker.process.stderr.closed
+
+
+# --- two coordinated drivers of one process: the first close() does not free the other's GPUs ----
+
+SHARED_IN_ONE_PROCESS = r"""
+import json, os, sys, threading, time
+from flink_gpu import GPUDriver, coordination
+from flink_gpu.gpu import nvml
+path = sys.argv[1]
+args = {"discovery-mode": "nvml",
+        "discovery-script.args": "--enable-coordination-mode --coordination-file " + path}
+mine = lambda: sorted(e.index for e in coordination.snapshot(path).entries if e.pid == os.getpid())
+a, b = GPUDriver(args), GPUDriver(args)
+got_a = sorted(i.index for i in a.retrieve_resource_info(2))
+got_b = sorted(i.index for i in b.retrieve_resource_info(2))   # the process's GPUs again
+a.close()
+after_a = mine()                                                 # b still uses them
+b.close()
+after_b = mine()
+# a child forked while another thread holds the drivers' lock can still claim and release
+c = GPUDriver(args)
+held = threading.Event()
+def hold():
+    with getattr(nvml, "_driver_holds_lock", threading.Lock()):
+        held.set()
+        time.sleep(1.5)
+threading.Thread(target=hold).start()
+held.wait(10)
+pid = os.fork()
+if pid == 0:
+    c.retrieve_resource_info(1)
+    c.close()
+    os._exit(0 if not mine() else 3)
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"a": got_a, "b": got_b, "after_a": after_a, "after_b": after_b,
+                  "child": os.waitstatus_to_exitcode(status)}))
+"""
+
+
+def test_coordinated_drivers_of_one_process_release_when_the_last_closes(tmp_path):
+    import json
+
+    from flink_gpu import simulator
+
+    env = cli_env(**simulator.environment(devices=4))
+    done = subprocess.run([sys.executable, "-c", SHARED_IN_ONE_PROCESS, str(tmp_path / "coord")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"a": ["0", "1"], "b": ["0", "1"], "after_a": ["0", "1"],
+                                       "after_b": [], "child": 0}

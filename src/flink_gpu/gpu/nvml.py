@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import NamedTuple
 
 from flink_gpu.errors import FlinkException, IllegalConfigurationException
@@ -97,6 +98,21 @@ class _Enumeration(NamedTuple):
 # library path -> the process's enumeration, shared by all its drivers (see NvmlDiscovery)
 _enumerations: dict[str, _Enumeration] = {}
 
+# (coordination file, pid, index) -> how many open drivers of process pid use a GPU that one of
+# them added to the file. The file knows only the process, so a driver's close() releases a GPU
+# when the last driver of the process that uses it closes, not while another one still uses it.
+_driver_holds: dict[tuple[str, int, str], int] = {}
+_driver_holds_lock = threading.Lock()  # held across the claim (up to its lock timeout)
+
+
+def _new_lock_after_fork() -> None:
+    # a child forked while another thread claimed would otherwise inherit the lock held forever
+    global _driver_holds_lock
+    _driver_holds_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
+
 
 class NvmlDiscovery:
     """GPUs from NVML. Enumeration is done once per process and library, and reused by every
@@ -109,7 +125,8 @@ class NvmlDiscovery:
         self.args = args
         self._nvml = nvml
         self._enumeration: _Enumeration | None = None
-        self._claimed: set[str] = set()  # indices claimed in the coordination file, to release on close
+        self._claimed: set[str] = set()  # indices this driver counts in _driver_holds
+        self._claimed_pid = os.getpid()
 
     def enumerate(self) -> _Enumeration:
         """All usable devices as ``GPUInfo``s, in NVML index order.
@@ -150,11 +167,20 @@ class NvmlDiscovery:
         from flink_gpu import coordination
 
         by_index = enumeration.by_index
-        _owner, got, added = coordination._claim(amount, by_index, self.args.coordination_file, None,
-                                                 coordination.DEFAULT_TIMEOUT)
-        # only what this driver added is its to release (as coordination.claimed()): GPUs the
-        # process already held, e.g. through coordination.claim(), stay held when it closes
-        self._claimed.update(added)
+        path = self.args.coordination_file
+        pid = os.getpid()
+        with _driver_holds_lock:
+            if self._claimed_pid != pid:  # a forked child: the parent's counts are not its own
+                self._claimed, self._claimed_pid = set(), pid
+            _owner, got, added = coordination._claim(amount, by_index, path, None,
+                                                     coordination.DEFAULT_TIMEOUT)
+            for index in got:
+                key = (path, pid, index)
+                # GPUs the process held otherwise (coordination.claim()) are not the drivers' to
+                # release; one that a driver added is released when no open driver uses it
+                if index not in self._claimed and (index in added or key in _driver_holds):
+                    _driver_holds[key] = _driver_holds.get(key, 0) + 1
+                    self._claimed.add(index)
         return tuple(by_index[index] for index in got)
 
     def _shortage(self, enumeration: _Enumeration, amount: int) -> str:
@@ -176,10 +202,24 @@ class NvmlDiscovery:
     def close(self) -> None:
         """Releases what this driver claimed for the calling process (a forked child releases
         only its own claims, never its parent's)."""
-        claimed, self._claimed = self._claimed, set()
-        self._enumeration = None
-        self._nvml = None
-        if claimed:
-            from flink_gpu import coordination
+        path = self.args.coordination_file
+        pid = os.getpid()
+        with _driver_holds_lock:
+            claimed, self._claimed = self._claimed, set()
+            self._enumeration = None
+            self._nvml = None
+            if self._claimed_pid != pid:
+                return  # a forked child's copy of its parent's driver: nothing of the child's
+            unused = []
+            for index in claimed:
+                key = (path, pid, index)
+                count = _driver_holds.get(key, 0)
+                if count > 1:
+                    _driver_holds[key] = count - 1
+                else:
+                    _driver_holds.pop(key, None)
+                    unused.append(index)
+            if unused:
+                from flink_gpu import coordination
 
-            coordination.release(path=self.args.coordination_file, indices=sorted(claimed))
+                coordination.release(path=path, indices=sorted(unused))
