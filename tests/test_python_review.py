@@ -273,3 +273,20 @@ def test_coordinated_drivers_of_one_process_release_when_the_last_closes(tmp_pat
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"a": ["0", "1"], "b": ["0", "1"], "after_a": ["0", "1"],
                                        "after_b": [], "child": 0}
+
+
+# --- README names every module `import flink_gpu` loads ---------------------------------------------
+
+def test_readme_names_what_import_flink_gpu_loads():
+    import re
+
+    code = ("import sys, flink_gpu\n"
+            "print(','.join(sorted(m for m in sys.modules if m.startswith('flink_gpu.'))))\n")
+    loaded = subprocess.run([sys.executable, "-S", "-c", code], env=dict(os.environ, PYTHONPATH=SRC),
+                            capture_output=True, text=True, check=True).stdout.strip().split(",")
+    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+    if not os.path.exists(readme):
+        pytest.skip("no README.md beside the tests")
+    with open(readme, encoding="utf-8") as handle:
+        claim = re.search(r"`import flink_gpu` loads only (.*?);", handle.read(), re.S).group(1)
+    assert sorted(re.findall(r"`(flink_gpu\.[a-z_.]+)`", claim)) == loaded
