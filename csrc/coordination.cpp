@@ -415,11 +415,22 @@ Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset) {
 
 // Rewrites the locked file in place (same inode). The data concerns processes of this boot only, so
 // it is not fsync()ed. Appends when only lines were added; restores the old bytes if a write fails.
+// A shrinking rewrite is written padded with newlines to the old size, in one write, before the
+// truncate: a process killed between the two leaves blank lines behind, never a fragment of an old
+// line that could read as "<index> <pid>" of some live process.
 Status write_in_place(int fd, const std::string& path, const std::string& old_text, const std::string& new_text) {
     const bool append = new_text.size() >= old_text.size() && new_text.compare(0, old_text.size(), old_text) == 0;
-    Status st = append ? pwrite_all(fd, new_text.data() + old_text.size(), new_text.size() - old_text.size(),
-                                    static_cast<off_t>(old_text.size()))
-                       : pwrite_all(fd, new_text.data(), new_text.size(), 0);
+    Status st;
+    if (append) {
+        st = pwrite_all(fd, new_text.data() + old_text.size(), new_text.size() - old_text.size(),
+                        static_cast<off_t>(old_text.size()));
+    } else if (new_text.size() < old_text.size()) {
+        std::string padded = new_text;
+        padded.resize(old_text.size(), '\n');
+        st = pwrite_all(fd, padded.data(), padded.size(), 0);
+    } else {
+        st = pwrite_all(fd, new_text.data(), new_text.size(), 0);
+    }
     if (st.ok() && new_text.size() < old_text.size() && ftruncate(fd, static_cast<off_t>(new_text.size())) != 0) {
         st = make_status(Code::kOsError, "", errno);
     }

@@ -3,6 +3,7 @@
 #include "../coordination.hpp"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -47,6 +48,17 @@ static const char* g_test = "";
     } while (0)
 
 // ---- helpers ---------------------------------------------------------------------------------------
+
+// When set (in a forked child), the core's ftruncate() ends the process instead: the moment between
+// rewriting the file and truncating it, where Flink's timeout may SIGKILL a discovery process.
+static bool g_die_in_ftruncate = false;
+
+extern "C" int ftruncate(int fd, off_t length) {
+    if (g_die_in_ftruncate) _exit(42);
+    using Fn = int (*)(int, off_t);
+    static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "ftruncate"));
+    return real(fd, length);
+}
 
 static std::string g_dir;
 
@@ -436,6 +448,33 @@ static void test_release_and_clean() {
     kill_and_reap(a);
 }
 
+static void test_killed_before_truncate_leaves_no_fragment() {
+    const std::string path = fresh_path("shrink");
+    const co::Options o = opts_for(path);
+    const pid_t a = spawn_sleeper(), b = spawn_sleeper();
+    CHECK(co::claim(o, a, gpus(4), 2).status.ok());
+    CHECK(co::claim(o, b, gpus(4), 2).status.ok());
+    std::fflush(nullptr);
+    const pid_t child = fork();
+    if (child == 0) {
+        g_die_in_ftruncate = true;
+        co::release(o, a);  // rewrites a shorter file, then dies where it would truncate
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 42);
+    // b's lines and blank lines only: no tail of a's old lines that could parse as an entry
+    const co::Snapshot s = co::snapshot(o);
+    CHECK(s.status.ok());
+    CHECK_MSG(s.unparsable.empty(), read_text(path));
+    CHECK(s.entries.size() == 2);
+    for (const co::Entry& e : s.entries) CHECK(e.pid == b);
+    CHECK(joined(co::claim(o, a, gpus(4), 2).indices) == "0,1");  // and the file works on
+    kill_and_reap(a);
+    kill_and_reap(b);
+}
+
 static void test_missing_file_not_created() {
     const std::string path = fresh_path("missing");
     co::Snapshot s = co::snapshot(opts_for(path));
@@ -700,6 +739,7 @@ int main() {
         {"zombie_holds_nothing", test_zombie_holds_nothing},
         {"duplicate_lines_live_one_wins", test_duplicate_lines_live_one_wins},
         {"release_and_clean", test_release_and_clean},
+        {"killed_before_truncate_leaves_no_fragment", test_killed_before_truncate_leaves_no_fragment},
         {"missing_file_not_created", test_missing_file_not_created},
         {"invalid_arguments", test_invalid_arguments},
         {"b10_lock_timeout", test_b10_lock_timeout},
