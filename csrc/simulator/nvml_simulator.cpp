@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -219,18 +220,32 @@ nvmlReturn_t fill_pci(nvmlDevice_t device, nvmlPciInfo_t* pci) {
     return NVML_SUCCESS;
 }
 
+// No C++ exception may cross the C ABI of a libnvidia-ml: every export runs through this.
+template <typename Fn>
+nvmlReturn_t guarded(Fn&& fn) noexcept {
+    try {
+        return fn();
+    } catch (const std::bad_alloc&) {
+        return NVML_ERROR_MEMORY;
+    } catch (...) {
+        return NVML_ERROR_UNKNOWN;
+    }
+}
+
 }  // namespace
 
-SIM_EXPORT nvmlReturn_t nvmlInit_v2(void) { return init(); }
-SIM_EXPORT nvmlReturn_t nvmlInit(void) { return init(); }
-SIM_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int) { return init(); }
+SIM_EXPORT nvmlReturn_t nvmlInit_v2(void) { return guarded([&]() -> nvmlReturn_t { return init(); }); }
+SIM_EXPORT nvmlReturn_t nvmlInit(void) { return guarded([&]() -> nvmlReturn_t { return init(); }); }
+SIM_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int) { return guarded([&]() -> nvmlReturn_t { return init(); }); }
 
 SIM_EXPORT nvmlReturn_t nvmlShutdown(void) {
-    SimState& s = state();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
-    --s.refcount;
-    return NVML_SUCCESS;
+    return guarded([&]() -> nvmlReturn_t {
+        SimState& s = state();
+        std::lock_guard<std::mutex> lock(s.mutex);
+        if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
+        --s.refcount;
+        return NVML_SUCCESS;
+    });
 }
 
 SIM_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
@@ -250,76 +265,96 @@ SIM_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
 }
 
 SIM_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
-    SimState& s = state();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
-    return copy_string(s.driver_version, version, length);
+    return guarded([&]() -> nvmlReturn_t {
+        SimState& s = state();
+        std::lock_guard<std::mutex> lock(s.mutex);
+        if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
+        return copy_string(s.driver_version, version, length);
+    });
 }
 
 SIM_EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int length) {
-    return copy_string("13.0.0-simulated", version, length);
+    return guarded([&]() -> nvmlReturn_t {
+        return copy_string("13.0.0-simulated", version, length);
+    });
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
-    SimState& s = state();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
-    if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    *count = static_cast<unsigned>(s.devices.size());
-    return NVML_SUCCESS;
+    return guarded([&]() -> nvmlReturn_t {
+        SimState& s = state();
+        std::lock_guard<std::mutex> lock(s.mutex);
+        if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
+        if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        *count = static_cast<unsigned>(s.devices.size());
+        return NVML_SUCCESS;
+    });
 }
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { return nvmlDeviceGetCount_v2(count); }
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { return guarded([&]() -> nvmlReturn_t { return nvmlDeviceGetCount_v2(count); }); }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
-    SimState& s = state();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
-    if (device == nullptr || index >= s.devices.size()) return NVML_ERROR_INVALID_ARGUMENT;
-    if (s.devices[index].fault == Fault::kNoPermission) return NVML_ERROR_NO_PERMISSION;
-    *device = reinterpret_cast<nvmlDevice_t>(&s.devices[index]);
-    return NVML_SUCCESS;
+    return guarded([&]() -> nvmlReturn_t {
+        SimState& s = state();
+        std::lock_guard<std::mutex> lock(s.mutex);
+        if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
+        if (device == nullptr || index >= s.devices.size()) return NVML_ERROR_INVALID_ARGUMENT;
+        if (s.devices[index].fault == Fault::kNoPermission) return NVML_ERROR_NO_PERMISSION;
+        *device = reinterpret_cast<nvmlDevice_t>(&s.devices[index]);
+        return NVML_SUCCESS;
+    });
 }
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
-    return nvmlDeviceGetHandleByIndex_v2(index, device);
+    return guarded([&]() -> nvmlReturn_t {
+        return nvmlDeviceGetHandleByIndex_v2(index, device);
+    });
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
-    const SimDevice* d = nullptr;
-    if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
-    *index = d->index;
-    return NVML_SUCCESS;
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
+        *index = d->index;
+        return NVML_SUCCESS;
+    });
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
-    const SimDevice* d = nullptr;
-    if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
-    return copy_string(d->uuid, uuid, length);
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
+        return copy_string(d->uuid, uuid, length);
+    });
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
-    const SimDevice* d = nullptr;
-    if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
-    return copy_string(d->name, name, length);
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
+        return copy_string(d->name, name, length);
+    });
 }
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) { return fill_pci(device, pci); }
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t* pci) { return fill_pci(device, pci); }
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) { return guarded([&]() -> nvmlReturn_t { return fill_pci(device, pci); }); }
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t* pci) { return guarded([&]() -> nvmlReturn_t { return fill_pci(device, pci); }); }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-    const SimDevice* d = nullptr;
-    if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
-    memory->total = d->memory_total;
-    memory->free = d->memory_total;
-    memory->used = 0;
-    return NVML_SUCCESS;
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
+        memory->total = d->memory_total;
+        memory->free = d->memory_total;
+        memory->used = 0;
+        return NVML_SUCCESS;
+    });
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minor) {
-    const SimDevice* d = nullptr;
-    if (minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
-    *minor = d->minor_number;
-    return NVML_SUCCESS;
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
+        *minor = d->minor_number;
+        return NVML_SUCCESS;
+    });
 }

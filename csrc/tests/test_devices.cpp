@@ -2,6 +2,8 @@
 #include "devices.hpp"
 #include "nvml_loader.hpp"
 
+#include <dlfcn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,6 +81,33 @@ int main() {
         if (s.message.find(simulator()) == std::string::npos) return 4;
         return 0;
     }), 0);
+
+#if !defined(__SANITIZE_ADDRESS__)  // ASan reserves terabytes of address space: no RLIMIT_AS under it
+    // Out of memory inside the simulator is an NVML error, not a C++ exception through the C ABI.
+    CHECK_EQ(in_child([] {
+        const char* spec = "/tmp/flink-gpu-test-devices-oom.json";
+        {
+            std::ofstream out(spec);
+            out << R"({"devices": [{"uuid": ")" << std::string(64u << 20, 'x') << "\"}]}";
+        }
+        setenv("FLINK_GPU_SIM_SPEC", spec, 1);
+        long vm_kib = 0;
+        std::ifstream status("/proc/self/status");
+        for (std::string line; std::getline(status, line);)
+            if (line.rfind("VmSize:", 0) == 0) vm_kib = std::atol(line.c_str() + 7);
+        const struct rlimit limit = {static_cast<rlim_t>(vm_kib + (24 << 10)) << 10,
+                                     static_cast<rlim_t>(vm_kib + (24 << 10)) << 10};
+        NvmlStatus s;
+        // the library is loaded before the limit, so only the simulator's reading of the spec is short
+        if (std::getenv("FLINK_GPU_TEST_SIMULATOR") == nullptr) return 1;
+        void* preload = dlopen(simulator().c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (preload == nullptr || setrlimit(RLIMIT_AS, &limit) != 0) return 2;
+        const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
+        std::remove(spec);
+        if (lib != nullptr) return 3;
+        return s.code == NVML_ERROR_MEMORY ? 0 : 4;
+    }), 0);
+#endif
 
     // Per-device faults are skipped, not fatal.
     CHECK_EQ(in_child([] {
