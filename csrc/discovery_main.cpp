@@ -66,6 +66,17 @@ std::string join(const std::vector<std::string>& indices) {
     return out;
 }
 
+// The answer Flink parses. A write that fails (stdout closed, disk full) must not exit 0 with
+// nothing read: Flink would start without GPUs and never know why.
+int print_indices(const std::vector<std::string>& indices) {
+    std::puts(join(indices).c_str());
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        std::fprintf(stderr, "flink-gpu-discovery: cannot write the GPU indices to stdout: %s\n", std::strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
 bool contains(const std::vector<std::string>& v, const std::string& x) {
     for (const auto& e : v)
         if (e == x) return true;
@@ -99,8 +110,7 @@ int claim_coordinated(const Arguments& args, const flinkgpu::Enumeration& found)
     for (const auto& i : r.added)
         if (!contains(r.reclaimed, i)) ordered.push_back(i);
     for (const auto& i : r.reclaimed) ordered.push_back(i);
-    std::puts(join(ordered).c_str());
-    return 0;
+    return print_indices(ordered);
 }
 
 
@@ -144,6 +154,5 @@ int main(int argc, char** argv) {
     }
     std::vector<std::string> chosen;
     for (long long i = 0; i < args.amount; ++i) chosen.push_back(std::to_string(found.devices[i].index));
-    std::puts(join(chosen).c_str());
-    return 0;
+    return print_indices(chosen);
 }

@@ -125,3 +125,13 @@ def test_the_parent_asking_again_keeps_its_gpus(runners, tmp_path):
     proc = subprocess.run(["sh", "-c", script, "sh", *command, "2", "--enable-coordination-mode",
                            "--coordination-file", path], env=env, capture_output=True, text=True, timeout=60)
     assert proc.stdout == "0,1\n0,1\nrc=0\n"
+
+
+def test_an_answer_that_cannot_be_written_is_a_failure(runners):
+    """Flink reads the indices from stdout: exit 0 with nothing delivered would start a
+    TaskManager without its GPUs and no reason."""
+    command, env = runners["ours"]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([*command, "2"], env=env, stdout=full, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 1
+    assert "cannot write the GPU indices" in proc.stderr
