@@ -47,3 +47,46 @@ def stock_script():
         return stock_script_path()
     except RuntimeError as error:
         pytest.skip(str(error))
+
+
+# --- processes that own GPUs in coordination tests ---------------------------------------------
+
+def proc_start_time(pid):
+    """Field 22 of /proc/<pid>/stat, read independently of the code under test."""
+    data = Path(f"/proc/{pid}/stat").read_text()
+    return int(data[data.rindex(")") + 2:].split()[19])
+
+
+def dead_pid():
+    """A pid that just exited (and was reaped): an owner that is gone."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.fixture
+def owners():
+    """Spawns live processes to own GPUs; kills and reaps what is left at the end."""
+    procs = []
+
+    def spawn():
+        proc = subprocess.Popen(["sleep", "600"])
+        procs.append(proc)
+        return proc
+
+    yield spawn
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def child_env(**extra):
+    """os.environ without simulator, Flink or NVML settings, importing the flink_gpu under test."""
+    import flink_gpu
+
+    package_root = str(Path(flink_gpu.__file__).resolve().parent.parent)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FLINK_GPU_") and k not in ("FLINK_CONF_DIR", "FLINK_HOME")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env.update(extra)
+    return env

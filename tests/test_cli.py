@@ -13,26 +13,16 @@ from pathlib import Path
 import pytest
 
 import flink_gpu
-from conftest import run_python
+from conftest import child_env, run_python
 from interop import find_discovery_executable
 
-PACKAGE_ROOT = str(Path(flink_gpu.__file__).resolve().parent.parent)
 JAVA_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
 UUID0 = "GPU-00000000-0000-4000-8000-000000000000"
 
 
-def base_env(**extra):
-    """os.environ without simulator, Flink or NVML settings, so each test chooses its own."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("FLINK_GPU_") and k not in ("FLINK_CONF_DIR", "FLINK_HOME")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-    env.update(extra)
-    return env
-
-
 def cli(*args, env=None, timeout=60, cwd=None):
     return subprocess.run([sys.executable, "-m", "flink_gpu.cli", *map(str, args)],
-                          env=base_env() if env is None else env, capture_output=True, text=True,
+                          env=child_env() if env is None else env, capture_output=True, text=True,
                           timeout=timeout, cwd=cwd)
 
 
@@ -78,7 +68,7 @@ def test_import_is_light():
         heavy = ("yaml", "json", "subprocess", "flink_gpu._native", "flink_gpu.config",
                  "flink_gpu.coordination", "flink_gpu.gpu.driver")
         print(sorted(m for m in heavy if m in sys.modules))
-    """, env=base_env())
+    """, env=child_env())
     assert proc.stdout.strip() == "[]"
 
 
@@ -227,7 +217,7 @@ def test_simulate_spec_errors_are_usage_errors(tmp_path, content, message):
 
 def test_without_a_driver_list_fails_clearly(tmp_path):
     missing = tmp_path / "libnvidia-ml.so.1"
-    env = base_env(FLINK_GPU_NVML_LIBRARY=str(missing))
+    env = child_env(FLINK_GPU_NVML_LIBRARY=str(missing))
     proc = cli("list", env=env)
     assert proc.returncode == 1
     assert str(missing) in proc.stderr
@@ -392,7 +382,7 @@ def gpu_conf(amount=1, factory=JAVA_FACTORY, **params):
 def run_doctor(tmp_path, conf_text, *args, env=None, expect=None, file_name="flink-conf.yaml"):
     conf = tmp_path / file_name
     conf.write_text(conf_text)
-    env = base_env() if env is None else env
+    env = child_env() if env is None else env
     proc = cli("doctor", conf, "--simulate", "4", *args, "--json", env=env)
     doc = json.loads(proc.stdout)
     assert doc["schema"] == 1 and doc["command"] == "doctor"
@@ -435,7 +425,7 @@ def test_doctor_healthy_configuration_runs_the_script_and_passes(tmp_path, good_
     only(doc, "coordination", "ok")
     # human output: markers, the resource, a summary
     proc = cli("doctor", tmp_path / "flink-conf.yaml", "--simulate", "4",
-               "--taskmanagers-per-host", "1", env=base_env())
+               "--taskmanagers-per-host", "1", env=child_env())
     assert proc.returncode == 0
     assert f"Configuration: {tmp_path / 'flink-conf.yaml'}" in proc.stdout
     assert re.search(r"^\[ ok \] gpu: external-resource\.gpu\.amount is 1\.$", proc.stdout, re.M)
@@ -450,7 +440,7 @@ def test_doctor_no_resource_listed(tmp_path):
     doc = run_doctor(tmp_path, "external-resources: none\n", expect=1)
     assert "'none'" in only(doc, "resource-list", "error")["message"]
     # the human output prints a multi-line fix indented under its finding
-    proc = cli("doctor", tmp_path / "flink-conf.yaml", env=base_env())
+    proc = cli("doctor", tmp_path / "flink-conf.yaml", env=child_env())
     assert re.search(r"^\[FAIL\] No external resource is enabled.*\n       fix: Add to the "
                      r"configuration:\n            external-resources: gpu\n", proc.stdout, re.M)
     assert "1 check failed" in proc.stdout
@@ -528,7 +518,7 @@ def test_doctor_plugin_jar_and_default_script_missing(tmp_path):
     (home / "conf" / "config.yaml").write_text(
         "external-resources: gpu\nexternal-resource:\n  gpu:\n    amount: 1\n"
         f"    driver-factory:\n      class: {JAVA_FACTORY}\n")
-    proc = cli("doctor", "--simulate", "4", "--json", env=base_env(FLINK_CONF_DIR=str(home / "conf")))
+    proc = cli("doctor", "--simulate", "4", "--json", env=child_env(FLINK_CONF_DIR=str(home / "conf")))
     assert proc.returncode == 1
     doc = json.loads(proc.stdout)
     assert doc["configuration"] == str(home / "conf" / "config.yaml")
@@ -545,7 +535,7 @@ def test_doctor_plugin_installed(tmp_path):
     home = flink_home(tmp_path, with_plugin=True)
     (home / "conf" / "flink-conf.yaml").write_text(gpu_conf())
     proc = cli("doctor", "--simulate", "4", "--taskmanagers-per-host", "1", "--json",
-               env=base_env(FLINK_HOME=str(home)))
+               env=child_env(FLINK_HOME=str(home)))
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0, proc.stdout
     assert "flink-external-resource-gpu-2.3.0.jar" in only(doc, "plugin", "ok")["message"]
@@ -607,7 +597,7 @@ def test_doctor_coordination_off_with_several_taskmanagers(tmp_path):
     conf_dir.mkdir()
     (conf_dir / "workers").write_text("# two TaskManagers here\nnode-a\nnode-a\nnode-b\n")
     (conf_dir / "flink-conf.yaml").write_text(gpu_conf(discovery_script_path=good_script))
-    proc = cli("doctor", conf_dir, "--simulate", "4", "--json", env=base_env())
+    proc = cli("doctor", conf_dir, "--simulate", "4", "--json", env=child_env())
     assert proc.returncode == 1
     error = only(json.loads(proc.stdout), "coordination", "error")
     assert "2 TaskManagers share host node-a" in error["message"]
@@ -688,7 +678,7 @@ def test_doctor_nvml_backend_and_gpu_count(tmp_path):
     assert "is 5, but this host has 4 GPUs" in only(doc, "gpu-count", "error")["message"]
 
     # nvml mode without a driver
-    env = base_env(FLINK_GPU_NVML_LIBRARY=str(tmp_path / "missing.so"))
+    env = child_env(FLINK_GPU_NVML_LIBRARY=str(tmp_path / "missing.so"))
     conf = tmp_path / "flink-conf.yaml"
     conf.write_text(gpu_conf(factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml"))
     proc = cli("doctor", conf, "--json", env=env)
@@ -708,7 +698,7 @@ def test_doctor_nvml_backend_and_gpu_count(tmp_path):
 def test_doctor_builds_other_drivers_without_running_them(tmp_path, factory, level, message):
     text = ("external-resources: fpga\nexternal-resource.fpga.amount: 1\n"
             f"external-resource.fpga.driver-factory.class: {factory}\n")
-    env = base_env()
+    env = child_env()
     fixtures = str(Path(__file__).resolve().parent / "fixtures")
     env["PYTHONPATH"] = os.pathsep.join([fixtures, env["PYTHONPATH"]])
     doc = run_doctor(tmp_path, text, env=env)
@@ -725,7 +715,7 @@ def test_doctor_task_slots_note(tmp_path, good_script):
 
 
 def test_doctor_configuration_resolution(tmp_path):
-    env = base_env()
+    env = child_env()
     proc = cli("doctor", env=env)
     assert proc.returncode == 2 and "FLINK_CONF_DIR" in proc.stderr
     proc = cli("doctor", tmp_path / "missing", env=env)
@@ -733,7 +723,7 @@ def test_doctor_configuration_resolution(tmp_path):
     proc = cli("doctor", tmp_path, env=env)  # a directory without a configuration file
     assert proc.returncode == 2 and "no config.yaml or flink-conf.yaml" in proc.stderr
     (tmp_path / "config.yaml").write_text("external-resources: [gpu\n")
-    proc = cli("doctor", "--json", env=base_env(FLINK_HOME=str(tmp_path / "nothome"),
+    proc = cli("doctor", "--json", env=child_env(FLINK_HOME=str(tmp_path / "nothome"),
                                                  FLINK_CONF_DIR=str(tmp_path)))
     assert proc.returncode == 1
     error = only(json.loads(proc.stdout), "configuration", "error")
@@ -864,7 +854,7 @@ def test_demo_needs_three_gpus():
 
 def test_demo_workers_exit_when_the_demo_is_killed(tmp_path):
     # the workers hold the read end of a pipe from the demo: its death is their EOF
-    env = base_env(PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))
+    env = child_env(PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))
     process = subprocess.Popen([sys.executable, "-m", "flink_gpu.cli", "demo"], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pids = []

@@ -2,7 +2,6 @@
 real stock discovery script (from the apache-flink-libraries 2.3.0 wheel) on the same file."""
 
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ import flink_gpu
 from flink_gpu import coordination
 from flink_gpu.errors import FlinkException
 
+from conftest import dead_pid, proc_start_time
 from interop import fake_nvidia_smi, stock_env
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
@@ -33,34 +33,6 @@ SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
 
 def gpus(n):
     return [str(i) for i in range(n)]
-
-
-def proc_start_time(pid):
-    """Field 22 of /proc/<pid>/stat, read independently of the code under test."""
-    data = Path(f"/proc/{pid}/stat").read_text()
-    return int(data[data.rindex(")") + 2:].split()[19])
-
-
-def dead_pid():
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
-
-
-@pytest.fixture
-def owners():
-    """Spawns live processes to own GPUs; kills what is left at the end."""
-    procs = []
-
-    def spawn():
-        proc = subprocess.Popen(["sleep", "600"])
-        procs.append(proc)
-        return proc
-
-    yield spawn
-    for proc in procs:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.fixture
@@ -719,7 +691,6 @@ def test_stress_32_processes_8_gpus_with_sigkill(path, tmp_path):
 
 
 # ---- property: whatever the file holds, a claim keeps what is not its own to change ----------------------
-
 
 
 @pytest.fixture(scope="module")

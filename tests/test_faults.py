@@ -27,6 +27,7 @@ import flink_gpu
 from flink_gpu import (Configuration, FlinkException, GPUDriverFactory, IllegalConfigurationException,
                        coordination, simulator)
 from flink_gpu.framework import load_external_resources
+from conftest import dead_pid, proc_start_time
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
 JAVA_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
@@ -96,36 +97,9 @@ def no_leaks():
     assert not leaked_children, f"children left behind: {leaked_children}"
 
 
-@pytest.fixture
-def owners():
-    """Live processes that own GPUs; killed and reaped at the end."""
-    procs = []
-
-    def spawn():
-        proc = subprocess.Popen(["sleep", "600"])
-        procs.append(proc)
-        return proc
-
-    yield spawn
-    for proc in procs:
-        proc.kill()
-        proc.wait()
-
-
-def dead_pid():
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
-
-
-def start_time(pid):
-    data = Path(f"/proc/{pid}/stat").read_text()
-    return int(data[data.rindex(")") + 2:].split()[19])
-
-
 def line_of(index, pid):
     """The line our core writes for ``pid`` (start time after a tab)."""
-    return f"{index} {pid}\t{start_time(pid)}\n"
+    return f"{index} {pid}\t{proc_start_time(pid)}\n"
 
 
 def holders(path):

@@ -1,7 +1,6 @@
 """The Cython binding over the C++ core, on the bundled NVML simulator (real native path)."""
 
 import json
-import subprocess
 
 import pytest
 from hypothesis import given, strategies as st

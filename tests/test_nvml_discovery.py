@@ -16,17 +16,12 @@ from flink_gpu import IllegalConfigurationException, simulator
 from flink_gpu.gpu.nvml import DEFAULT_COORDINATION_FILE, parse_script_args
 
 import flink_gpu
+from conftest import child_env
 from interop import find_discovery_executable
 
 # the directory holding the flink_gpu under test (installed, or src/ after tools/dev_build.sh)
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
 
-
-def child_env():
-    """This environment without simulator settings, importing the flink_gpu under test."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    env["PYTHONPATH"] = SRC
-    return env
 
 # Runs drivers in a child process and prints what they returned and logged, as JSON.
 RUNNER = r"""

@@ -7,18 +7,10 @@ import sys
 import pytest
 
 import flink_gpu
+from conftest import child_env
 
 # the flink_gpu under test (the dev tree or an installation), for child interpreters
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
-
-
-def cli_env(**extra):
-    """os.environ without simulator, Flink or NVML settings, importing the flink_gpu under test."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("FLINK_GPU_") and k not in ("FLINK_CONF_DIR", "FLINK_HOME")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
-    env.update(extra)
-    return env
 
 
 # --- import cost: GPUInfo must not pull in typing (and re, enum, functools, collections) ----------
@@ -92,7 +84,7 @@ def test_doctor_java_plugin_run_does_not_read_our_timeout_option(tmp_path):
         "external-resource.gpu.param.discovery-script.timeout: soon\n")
     proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "doctor", str(conf), "--json",
                            "--simulate", "2", "--taskmanagers-per-host", "1"],
-                          env=cli_env(), capture_output=True, text=True, timeout=60)
+                          env=child_env(), capture_output=True, text=True, timeout=60)
     doc = json.loads(proc.stdout)
     assert "error" not in doc, doc
     run = [f for f in doc["findings"] if f["check"] == "script-run"]
@@ -144,7 +136,7 @@ def test_coordinated_driver_close_keeps_gpus_the_process_held_before(tmp_path):
 
     from flink_gpu import simulator
 
-    env = cli_env(**simulator.environment(devices=4))
+    env = child_env(**simulator.environment(devices=4))
     done = subprocess.run([sys.executable, "-c", KEEPS_EARLIER_CLAIMS, str(tmp_path / "coord")],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -203,7 +195,7 @@ def test_doctor_does_not_pass_a_factory_name_a_worker_cannot_load(tmp_path):
     assert "was not found" in provider.missing_reason("gpu")  # what a worker does with it
     proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "doctor", str(conf), "--json",
                            "--simulate", "2", "--taskmanagers-per-host", "1"],
-                          env=cli_env(), capture_output=True, text=True, timeout=60)
+                          env=child_env(), capture_output=True, text=True, timeout=60)
     doc = json.loads(proc.stdout)
     factory = [f for f in doc["findings"] if f["check"] == "factory"]
     assert [f["level"] for f in factory] == ["error"], factory
@@ -267,7 +259,7 @@ def test_coordinated_drivers_of_one_process_release_when_the_last_closes(tmp_pat
 
     from flink_gpu import simulator
 
-    env = cli_env(**simulator.environment(devices=4))
+    env = child_env(**simulator.environment(devices=4))
     done = subprocess.run([sys.executable, "-c", SHARED_IN_ONE_PROCESS, str(tmp_path / "coord")],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
