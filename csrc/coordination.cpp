@@ -722,6 +722,14 @@ std::string new_line(const std::string& index, pid_t owner, const ProcInfo& info
     return s;
 }
 
+// Opens and locks the file for `access`, then reads it. `*exists` is false (and nothing is read)
+// when an existing file was asked for and there is none.
+Status open_and_read(const Options& opts, Access access, LockedFile* file, bool* exists, std::string* text) {
+    Status st = open_locked(opts, access, file, exists);
+    if (!st.ok() || !*exists) return st;
+    return read_all(file->fd(), opts.path, text);
+}
+
 ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::string>& existing_in,
                        std::size_t amount) {
     ClaimResult r;
@@ -739,9 +747,8 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     }
     LockedFile file;
     bool exists = false;
-    if (!(r.status = open_locked(opts, Access::kCreate, &file, &exists)).ok()) return r;
     std::string text;
-    if (!(r.status = read_all(file.fd(), opts.path, &text)).ok()) return r;
+    if (!(r.status = open_and_read(opts, Access::kCreate, &file, &exists, &text)).ok()) return r;
     std::vector<Line> lines = parse_file(text);
     mark_alive(&lines, &live);
     r.unparsable = bad_lines(lines);
@@ -852,9 +859,8 @@ ReleaseResult release_impl(const Options& opts, pid_t owner, const std::vector<s
     }
     LockedFile file;
     bool exists = false;
-    if (!(r.status = open_locked(opts, Access::kWriteExisting, &file, &exists)).ok() || !exists) return r;
     std::string text;
-    if (!(r.status = read_all(file.fd(), opts.path, &text)).ok()) return r;
+    if (!(r.status = open_and_read(opts, Access::kWriteExisting, &file, &exists, &text)).ok() || !exists) return r;
     std::vector<Line> lines = parse_file(text);
     std::set<std::string> released;
     for (Line& l : lines) {
@@ -873,9 +879,8 @@ ReleaseResult release_impl(const Options& opts, pid_t owner, const std::vector<s
 Snapshot snapshot_impl(const Options& opts) {
     Snapshot r;
     LockedFile file;
-    if (!(r.status = open_locked(opts, Access::kReadExisting, &file, &r.exists)).ok() || !r.exists) return r;
     std::string text;
-    if (!(r.status = read_all(file.fd(), opts.path, &text)).ok()) return r;
+    if (!(r.status = open_and_read(opts, Access::kReadExisting, &file, &r.exists, &text)).ok() || !r.exists) return r;
     file.reset();  // liveness is probed after unlocking: the lock only guards the file's bytes
     std::vector<Line> lines = parse_file(text);
     Liveness live;
@@ -891,9 +896,8 @@ CleanResult clean_stale_impl(const Options& opts) {
     CleanResult r;
     LockedFile file;
     bool exists = false;
-    if (!(r.status = open_locked(opts, Access::kWriteExisting, &file, &exists)).ok() || !exists) return r;
     std::string text;
-    if (!(r.status = read_all(file.fd(), opts.path, &text)).ok()) return r;
+    if (!(r.status = open_and_read(opts, Access::kWriteExisting, &file, &exists, &text)).ok() || !exists) return r;
     std::vector<Line> lines = parse_file(text);
     Liveness live;
     mark_alive(&lines, &live);
