@@ -303,6 +303,25 @@ def test_get_logs_the_reason_as_a_warning(tm_conf, caplog):
     assert "'gpu'" in record.getMessage() and str(path) in record.getMessage()
 
 
+def test_a_typo_in_the_args_is_warned_once_per_process_not_per_operator(tmp_path, monkeypatch):
+    # every UDF's open() looks its GPUs up; the configuration's typo is news only the first time
+    path = tmp_path / "coordination"
+    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(
+        tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path} --enable-coordination")))
+    caplog_records = []
+    handler = logging.Handler()
+    handler.emit = caplog_records.append
+    nvml_log = logging.getLogger("flink_gpu.gpu.nvml")
+    nvml_log.addHandler(handler)
+    try:
+        for _ in range(3):
+            get_external_resource_infos(None, "gpu")
+    finally:
+        nvml_log.removeHandler(handler)
+    typo = [r for r in caplog_records if "'--enable-coordination'" in r.getMessage()]
+    assert len(typo) == 1 and typo[0].levelno == logging.WARNING
+
+
 def test_a_coordination_file_that_is_a_directory(tmp_path, monkeypatch):
     path = tmp_path / "coordination"
     path.mkdir()

@@ -133,6 +133,9 @@ def _from_java(java_context: Any, name: str) -> ResourceLookup:
 
 # -- process mode --------------------------------------------------------------------------------
 
+_ARGS_WARNED: set = set()  # (key, discovery-script.args) already parsed with warnings here
+
+
 def _coordination_file(name: str) -> tuple[str, list[str], str | None]:
     """The coordination file the TaskManager's discovery uses, notes on how it was found, and
     the NVML library the resource is configured with (``param.nvml.library-path``)."""
@@ -149,7 +152,10 @@ def _coordination_file(name: str) -> tuple[str, list[str], str | None]:
 
     try:
         conf = Configuration.from_yaml(conf_dir)
-        args = parse_script_args(conf.get_string(key), key)
+        raw_args = conf.get_string(key)
+        # every UDF's open() looks this up: say what is wrong with the args once per process
+        args = parse_script_args(raw_args, key, warn=(key, raw_args) not in _ARGS_WARNED)
+        _ARGS_WARNED.add((key, raw_args))
         resources = conf.get_string("external-resources", "")
         listed = split_escaped(resources)
     except Exception as error:  # a broken file must not break the operator; say why instead

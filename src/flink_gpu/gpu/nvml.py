@@ -34,11 +34,12 @@ class ScriptArgs(NamedTuple):
     unknown: tuple[str, ...]
 
 
-def parse_script_args(args: str | None, key: str = "discovery-script.args") -> ScriptArgs:
+def parse_script_args(args: str | None, key: str = "discovery-script.args", *, warn: bool = True) -> ScriptArgs:
     """Read ``args`` with nvidia-gpu-discovery.sh's grammar, tokenised as Flink passes them.
 
     ``null`` (what Flink passes for unset args) is ignored; any other token the stock script would
-    silently skip is WARNed about, naming the flag it probably meant.
+    silently skip is WARNed about (unless ``warn`` is false), naming the flag it probably meant;
+    the unknown tokens are also returned.
     """
     from flink_gpu.gpu.script import exec_tokens
 
@@ -61,7 +62,7 @@ def parse_script_args(args: str | None, key: str = "discovery-script.args") -> S
             position += 1
         elif token != "null":
             unknown.append(token)
-    for token in unknown:
+    for token in unknown if warn else ():
         _log.warning("Ignoring unknown token %r in '%s' (%r). %s", token, key, args,
                      _suggestion(token))
     return ScriptArgs(coordination_mode, coordination_file, tuple(unknown))
