@@ -282,3 +282,15 @@ def test_readme_names_what_import_flink_gpu_loads():
     with open(readme, encoding="utf-8") as handle:
         claim = re.search(r"`import flink_gpu` loads only (.*?);", handle.read(), re.S).group(1)
     assert sorted(re.findall(r"`(flink_gpu\.[a-z_.]+)`", claim)) == loaded
+
+
+def test_cli_usage_error_with_json_still_answers_in_json():
+    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "--json", "claim", "two"],
+                          env=child_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    import json
+
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == 1 and doc["command"] is None and doc["ok"] is False
+    assert doc["error"]["type"] == "UsageError" and "'two'" in doc["error"]["message"]
+    assert "usage:" in proc.stderr and "'two'" in proc.stderr

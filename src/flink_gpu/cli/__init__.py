@@ -25,6 +25,7 @@ known is ``null``. Every document has::
                                resources|demo>", "ok": true|false, ...}
 
 and, when the command failed, ``"error": {"type": "<exception class>", "message": "..."}``.
+Arguments that cannot be parsed give ``"command": null`` and an error of type ``UsageError``.
 Per command:
 
 ``list``
@@ -150,8 +151,18 @@ def _file_option(parser: argparse.ArgumentParser) -> None:
                         help="how long to wait for the file's lock (default: 5)")
 
 
+class _UsageExit(Exception):
+    """argparse's usage error, raised instead of exiting so that --json can still answer."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own text and usage line, without its sys.exit
+        self.print_usage(sys.stderr)
+        raise _UsageExit(f"{self.prog}: error: {message}")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="flink-gpu", formatter_class=_Formatter, epilog=_EPILOG,
         description="GPUs for Apache Flink workers: list them with their holders, coordinate "
                     "several workers on one host, check a Flink configuration.")
@@ -326,8 +337,16 @@ def main(argv: "list[str] | None" = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exit_:  # --help, --version, or argparse's usage error (2)
+    except SystemExit as exit_:  # --help, --version
         return exit_.code if isinstance(exit_.code, int) else 2
+    except _UsageExit as error:
+        print(error, file=sys.stderr)
+        if "--json" in (sys.argv[1:] if argv is None else argv):
+            from flink_gpu.cli import _output
+
+            _output.emit_json(_output.document(None, ok=False,
+                                               error={"type": "UsageError", "message": str(error)}))
+        return 2
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
