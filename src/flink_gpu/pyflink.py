@@ -30,7 +30,7 @@ import logging
 import os
 from typing import Any, NamedTuple
 
-from flink_gpu.gpu.info import GPUInfo
+from flink_gpu.gpu.info import GPUInfo, index_sort_key
 
 __all__ = ["ResourceLookup", "get_external_resource_infos", "lookup_external_resource_infos"]
 
@@ -198,10 +198,6 @@ def _ancestry(pid: int) -> list[tuple[int, str]]:
     return chain
 
 
-def _index_key(index: str) -> tuple:
-    return (0, int(index), index) if index.isascii() and index.isdigit() else (1, 0, index)
-
-
 def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo], str | None]:
     """GPUInfos for ``indices`` with NVML's properties where NVML answers; the note if it does not."""
     from flink_gpu.errors import NvmlError
@@ -236,7 +232,7 @@ def _from_coordination_file(name: str) -> ResourceLookup:
     for pid, _command in chain:
         indices = held.get(pid)
         if indices:
-            indices = sorted(set(indices), key=_index_key)
+            indices = sorted(set(indices), key=index_sort_key)
             infos, note = _nvml_infos(indices, library)
             if note:
                 _log.info("GPUs %s of pid %d in %s: %s.", ",".join(indices), pid, path, note)

@@ -7,6 +7,7 @@ import os
 from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import (coordination_path, document, emit_json, error_message, gib,
                                    owner_description, plural, process_cmdline, short_command, table)
+from flink_gpu.gpu.info import index_sort_key
 
 
 def run(args) -> int:
@@ -63,7 +64,7 @@ def list_gpus(args) -> int:
             (live if entry.alive else stale).setdefault(entry.index, []).append(entry.pid)
     present = {str(d.index) for d in devices} | {str(s.index) for s in skipped}
     unknown = sorted({e.index for e in snapshot.entries if e.index not in present}
-                     if snapshot is not None else (), key=_index_key)
+                     if snapshot is not None else (), key=index_sort_key)
 
     gpus = []
     for device in devices:
@@ -118,10 +119,6 @@ def list_gpus(args) -> int:
         if unknown:
             print(f"  entries name GPU(s) this host does not have: {', '.join(unknown)}")
     return 0
-
-
-def _index_key(index: str):
-    return (0, int(index), "") if index.isdigit() else (1, 0, index)
 
 
 def _holder_text(gpu: dict) -> str:

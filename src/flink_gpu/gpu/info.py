@@ -94,12 +94,15 @@ class GPUInfo(ExternalResourceInfo):
         return (GPUInfo, (self._index, self._properties))
 
 
-def _index_order(info: ExternalResourceInfo) -> tuple:
-    index = info.get_property(PROPERTY_INDEX) or ""
-    # numeric indices in numeric order (2 before 10); anything else after them, as text
+def index_sort_key(index: str) -> tuple:
+    """Sort key for GPU indices: numeric ones in numeric order (2 before 10), then the rest as text."""
     if index.isascii() and index.isdigit():
         return (0, int(index), index)
     return (1, 0, index)
+
+
+def _index_order(info: ExternalResourceInfo) -> tuple:
+    return index_sort_key(info.get_property(PROPERTY_INDEX) or "")
 
 
 def cuda_visible_devices(infos: Iterable[ExternalResourceInfo]) -> str:
