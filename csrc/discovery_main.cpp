@@ -26,7 +26,7 @@ const char* const kNotEnough = "Could not get enough GPU resources.";
 struct Arguments {
     long long amount = 0;
     bool coordination = false;
-    std::string coordination_file = "/var/tmp/flink-gpu-coordination";
+    std::string coordination_file = flinkgpu::coordination::kDefaultPath;
 };
 
 // Parses like the stock script: the first argument is the amount, then flags in any order;
