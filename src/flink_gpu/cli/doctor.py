@@ -22,11 +22,11 @@ from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import FlinkException, IllegalConfigurationException, NvmlError
 from flink_gpu.framework import (JAVA_FACTORY_ALIASES, amount_key, driver_factory_key,
                                  external_resource_names, param_prefix, system_config_key)
+from flink_gpu.gpu.nvml import _ENABLE_COORDINATION, _KNOWN_FLAGS
 from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, GPUDriverOptions
 
 JAVA_GPU_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
 _STOCK_SCRIPTS = ("nvidia-gpu-discovery.sh", "flink-gpu-discovery")
-_ENABLE_COORDINATION = "--enable-coordination-mode"
 # the key suffixes of a resource (SPEC 2.1), to find resources that are configured but not listed
 _RESOURCE_SUFFIXES = (".amount", ".driver-factory.class", ".kubernetes.config-key", ".yarn.config-key")
 _LEVELS = {"error": "[FAIL]", "warning": "[WARN]", "note": "[note]", "ok": "[ ok ]"}
@@ -383,8 +383,7 @@ class Doctor:
         import difflib
 
         for token in parsed.unknown:
-            known = difflib.get_close_matches(token, [_ENABLE_COORDINATION, "--coordination-file"],
-                                              n=1, cutoff=0.6)
+            known = difflib.get_close_matches(token, _KNOWN_FLAGS, n=1, cutoff=0.6)
             if known:
                 consequence = (", so coordination mode is OFF" if known[0] == _ENABLE_COORDINATION
                                and not parsed.coordination_mode else "")
