@@ -623,6 +623,12 @@ ProcInfo probe_self(pid_t self) {
     return cached;
 }
 
+// Whether `e` was written for the process `p` describes: where both start times are known they
+// agree (else the pid was reused).
+bool same_process(const Entry& e, const ProcInfo& p) {
+    return !e.has_start_time || !p.has_start_time || p.start_time == e.start_time;
+}
+
 class Liveness {
 public:
     const ProcInfo& get(pid_t pid) {
@@ -633,10 +639,10 @@ public:
         }
         return it->second;
     }
-    // Alive: the pid exists and, where both start times are known, they agree (else the pid was reused).
+    // Alive: the pid exists and is still the process the entry was written for.
     bool alive(const Entry& e) {
         const ProcInfo& p = get(e.pid);
-        return p.exists && (!e.has_start_time || !p.has_start_time || p.start_time == e.start_time);
+        return p.exists && same_process(e, p);
     }
 
 private:
@@ -766,9 +772,7 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
             if (l.kind != LineKind::kEntry || l.entry.index != idx) continue;
             mentioned = true;
             if (!l.entry.alive) continue;
-            const bool same_start = !l.entry.has_start_time || !owner_info.has_start_time ||
-                                    l.entry.start_time == owner_info.start_time;
-            if (l.entry.pid == owner && same_start) {
+            if (l.entry.pid == owner && same_process(l.entry, owner_info)) {
                 mine = true;
             } else if (live_other == 0) {
                 live_other = l.entry.pid;
