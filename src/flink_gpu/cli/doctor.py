@@ -19,6 +19,7 @@ from typing import NamedTuple
 from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import document, emit_json, error_message, plural
 from flink_gpu.config import ConfigOption, Configuration
+from flink_gpu.deployment import KUBERNETES_CONFIG_KEY_SUFFIX, YARN_CONFIG_KEY_SUFFIX
 from flink_gpu.errors import FlinkException, IllegalConfigurationException, NvmlError
 from flink_gpu.framework import (JAVA_FACTORY_ALIASES, amount_key, driver_factory_key,
                                  external_resource_names, param_prefix, system_config_key)
@@ -500,7 +501,7 @@ class Doctor:
 
     def _deployment_isolates(self, name: str) -> bool:
         return any((self.config.get_string(system_config_key(name, suffix)) or "").strip()
-                   for suffix in ("kubernetes.config-key", "yarn.config-key"))
+                   for suffix in (KUBERNETES_CONFIG_KEY_SUFFIX, YARN_CONFIG_KEY_SUFFIX))
 
     def check_coordination_file(self, name: str, path: str) -> None:
         from flink_gpu import coordination
