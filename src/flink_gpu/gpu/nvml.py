@@ -125,7 +125,6 @@ class NvmlDiscovery:
         """``nvml`` is an opened ``flink_gpu._native.Nvml`` (it re-initialises after a fork)."""
         self.args = args
         self._nvml = nvml
-        self._enumeration: _Enumeration | None = None
         self._claimed: set[str] = set()  # indices this driver counts in _driver_holds
         self._claimed_pid = os.getpid()
 
@@ -134,11 +133,8 @@ class NvmlDiscovery:
 
         Cached per process: a forked child (whose NVML state is its own) enumerates again.
         """
-        enumeration = self._enumeration
-        pid = os.getpid()
-        if enumeration is not None and enumeration.pid == pid:
-            return enumeration
         nvml = self._nvml
+        pid = os.getpid()
         # shared with the process's other drivers, so that a new driver per task costs no NVML
         # queries and no GPUInfo objects (and a skipped device is WARNed once per process)
         enumeration = _enumerations.get(nvml.library_path)
@@ -150,7 +146,6 @@ class NvmlDiscovery:
             infos = tuple(_gpu_info(d) for d in devices)
             enumeration = _Enumeration(pid, infos, skipped, {info.index: info for info in infos})
             _enumerations[nvml.library_path] = enumeration
-        self._enumeration = enumeration
         return enumeration
 
     def choose(self, enumeration: _Enumeration, amount: int) -> tuple[GPUInfo, ...]:
@@ -207,7 +202,6 @@ class NvmlDiscovery:
         pid = os.getpid()
         with _driver_holds_lock:
             claimed, self._claimed = self._claimed, set()
-            self._enumeration = None
             self._nvml = None
             if self._claimed_pid != pid:
                 return  # a forked child's copy of its parent's driver: nothing of the child's
