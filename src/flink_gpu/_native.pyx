@@ -18,15 +18,11 @@ cdef extern from "nvml_loader.hpp" namespace "flinkgpu" nogil:
         string message
         bint ok()
 
-    cdef cppclass NvmlApi:
-        pass
-
     cdef cppclass NvmlLibrary:
         @staticmethod
         const NvmlLibrary* acquire(const string& requested_path, NvmlStatus* status)
         @staticmethod
         string resolve_path(const string& requested_path) except +
-        const string& path()
 
 
 cdef extern from "devices.hpp" namespace "flinkgpu" nogil:
