@@ -182,13 +182,13 @@ def _import_dotted(path: str) -> Any:
             if error.name and module_name.startswith(error.name) and (
                     module_name == error.name or module_name[len(error.name)] == "."):
                 raise _FactoryNotFound(f"module {module_name!r} is not installed") from error
-            raise _FactoryLoadFailed(f"importing {module_name!r} failed: "
-                                     f"{type(error).__name__}: {error}") from error
+            raise _FactoryLoadFailed(
+                f"importing {module_name!r} failed: {_describe(error)}") from error
         except AttributeError as error:
             raise _FactoryNotFound(f"module {module_name!r} has no {attribute_path!r}") from error
         except Exception as error:
-            raise _FactoryLoadFailed(f"importing {module_name!r} failed: "
-                                     f"{type(error).__name__}: {error}") from error
+            raise _FactoryLoadFailed(
+                f"importing {module_name!r} failed: {_describe(error)}") from error
     parts = path.split(".")
     # longest importable module prefix first: "a.b.C" tries module "a.b", then "a"
     for split in range(len(parts) - 1, 0, -1):
@@ -199,14 +199,14 @@ def _import_dotted(path: str) -> Any:
             if error.name and (module_name == error.name
                                or module_name.startswith(error.name + ".")):
                 continue  # this prefix is not a module; try a shorter one
-            raise _FactoryLoadFailed(f"importing {module_name!r} failed: "
-                                     f"{type(error).__name__}: {error}") from error
+            raise _FactoryLoadFailed(
+                f"importing {module_name!r} failed: {_describe(error)}") from error
         except AttributeError as error:
             raise _FactoryNotFound(f"module {module_name!r} has no "
                                    f"{'.'.join(parts[split:])!r}") from error
         except Exception as error:
-            raise _FactoryLoadFailed(f"importing {module_name!r} failed: "
-                                     f"{type(error).__name__}: {error}") from error
+            raise _FactoryLoadFailed(
+                f"importing {module_name!r} failed: {_describe(error)}") from error
     raise _FactoryNotFound(f"no module of {path!r} is installed")
 
 
@@ -256,7 +256,7 @@ class _FactoryLoader:
                 except Exception as error:
                     raise _FactoryLoadFailed(
                         f"loading entry point {entry_point.name} = {entry_point.value} failed: "
-                        f"{type(error).__name__}: {error}") from error
+                        f"{_describe(error)}") from error
         if obj is None:
             tried = [] if not_found is None else [not_found.detail]
             if ":" not in target:
