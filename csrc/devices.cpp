@@ -41,6 +41,17 @@ struct Failure {
     const char* function;
 };
 
+// One optional property's answer `rc` from `function`: `store` it when read, leave it absent when
+// the device or driver does not have it, else the failure that skips the device (or fails all).
+template <typename Store>
+std::optional<Failure> property(int rc, const char* function, Store store) {
+    switch (classify_property(rc)) {
+        case Query::kOk: store(); return std::nullopt;
+        case Query::kAbsent: return std::nullopt;
+        default: return Failure{rc, function};
+    }
+}
+
 // Fills one device; returns the failing call when the device must be skipped or the whole
 // enumeration fail, nullopt when every property was read or is absent.
 std::optional<Failure> query_device(const NvmlApi& api, nvmlDevice_t dev, DeviceInfo* info) {
@@ -50,38 +61,34 @@ std::optional<Failure> query_device(const NvmlApi& api, nvmlDevice_t dev, Device
     auto read_string = [&](auto fn, const char* name, std::optional<std::string>* out) -> std::optional<Failure> {
         if (fn == nullptr) return std::nullopt;
         buf[0] = '\0';
-        const int rc = fn(dev, buf, sizeof buf);
-        switch (classify_property(rc)) {
-            case Query::kOk: buf[sizeof buf - 1] = '\0'; *out = std::string(buf); return std::nullopt;
-            case Query::kAbsent: return std::nullopt;
-            default: return Failure{rc, name};
-        }
+        return property(fn(dev, buf, sizeof buf), name, [&] {
+            buf[sizeof buf - 1] = '\0';
+            *out = std::string(buf);
+        });
     };
     if (auto f = read_string(api.device_get_uuid, "nvmlDeviceGetUUID", &info->uuid)) return f;
     if (auto f = read_string(api.device_get_name, "nvmlDeviceGetName", &info->name)) return f;
     if (api.device_get_pci_info != nullptr) {
         nvmlPciInfo_t pci{};
-        const int rc = api.device_get_pci_info(dev, &pci);
-        if (classify_property(rc) == Query::kOk) {
+        auto f = property(api.device_get_pci_info(dev, &pci), "nvmlDeviceGetPciInfo_v3", [&] {
             pci.busId[sizeof pci.busId - 1] = '\0';
             pci.busIdLegacy[sizeof pci.busIdLegacy - 1] = '\0';
             const char* bus_id = api.pci_info_v1 ? pci.busIdLegacy : pci.busId;
             if (bus_id[0] != '\0') info->pci_bus_id = std::string(bus_id);
-        } else if (classify_property(rc) != Query::kAbsent) {
-            return Failure{rc, "nvmlDeviceGetPciInfo_v3"};
-        }
+        });
+        if (f) return f;
     }
     if (api.device_get_memory_info != nullptr) {
         nvmlMemory_t mem{};
-        const int rc = api.device_get_memory_info(dev, &mem);
-        if (classify_property(rc) == Query::kOk) info->memory_total = mem.total;
-        else if (classify_property(rc) != Query::kAbsent) return Failure{rc, "nvmlDeviceGetMemoryInfo"};
+        auto f = property(api.device_get_memory_info(dev, &mem), "nvmlDeviceGetMemoryInfo",
+                          [&] { info->memory_total = mem.total; });
+        if (f) return f;
     }
     if (api.device_get_minor_number != nullptr) {
         unsigned minor = 0;
-        const int rc = api.device_get_minor_number(dev, &minor);
-        if (classify_property(rc) == Query::kOk) info->minor_number = minor;
-        else if (classify_property(rc) != Query::kAbsent) return Failure{rc, "nvmlDeviceGetMinorNumber"};
+        auto f = property(api.device_get_minor_number(dev, &minor), "nvmlDeviceGetMinorNumber",
+                          [&] { info->minor_number = minor; });
+        if (f) return f;
     }
     return std::nullopt;
 }
