@@ -37,7 +37,7 @@ class GPUDriver(ExternalResourceDriver):
 
         if mode == "script":
             path = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_PATH)
-            self._backend = _script_backend(config, path)
+            self._backend = _script_backend(config, path, args)
             reason = "discovery-mode is 'script'"
         elif mode == "nvml":
             self._backend = _nvml_backend(_open_nvml(library_path), args)
@@ -90,7 +90,7 @@ def _discovery_mode(config: Configuration) -> str:
     return mode
 
 
-def _script_backend(config: Configuration, path: str | None):
+def _script_backend(config: Configuration, path: str | None, args: str | None):
     from flink_gpu.gpu.script import ScriptDiscovery, check_script
 
     option = GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT
@@ -98,8 +98,7 @@ def _script_backend(config: Configuration, path: str | None):
     if not timeout > 0:
         raise IllegalConfigurationException(
             f"Invalid value for key '{option.key}': the timeout must be positive, got {timeout} s.")
-    return ScriptDiscovery(check_script(path, _SCRIPT_PATH_KEY),
-                           config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG), timeout)
+    return ScriptDiscovery(check_script(path, _SCRIPT_PATH_KEY), args, timeout)
 
 
 def _open_nvml(library_path: str | None):
@@ -118,7 +117,7 @@ def _auto(config: Configuration, args: str | None, library_path: str | None):
     """SPEC 4.1: an explicit script path wins; else NVML if it loads; else the default script."""
     path_option = GPUDriverOptions.DISCOVERY_SCRIPT_PATH
     if config.contains(path_option):
-        return (_script_backend(config, config.get(path_option)), "script",
+        return (_script_backend(config, config.get(path_option), args), "script",
                 f"{path_option.key} is set")
     from flink_gpu.gpu.nvml import NvmlDiscovery, parse_script_args
 
@@ -127,7 +126,7 @@ def _auto(config: Configuration, args: str | None, library_path: str | None):
         nvml = _open_nvml(library_path)
     except NvmlError as error:
         try:
-            backend = _script_backend(config, DEFAULT_DISCOVERY_SCRIPT)
+            backend = _script_backend(config, DEFAULT_DISCOVERY_SCRIPT, args)
         except FileNotFoundError as missing:
             # Flink's text first; then why a script nobody configured was looked for at all
             raise FileNotFoundError(
