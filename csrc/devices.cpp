@@ -126,11 +126,7 @@ NvmlStatus enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept 
         }
         return NvmlStatus();
     } catch (const std::bad_alloc&) {
-        NvmlStatus s;
-        s.code = NVML_ERROR_MEMORY;
-        s.function = "enumerate_devices";
-        s.message = "Out of memory while enumerating GPUs.";
-        return s;
+        return NvmlStatus::out_of_memory("enumerate_devices", "Out of memory while enumerating GPUs.");
     }
 }
 
@@ -149,11 +145,7 @@ NvmlStatus query_driver_version(const NvmlLibrary& lib, std::optional<std::strin
         }
         return NvmlStatus();
     } catch (const std::bad_alloc&) {
-        NvmlStatus s;
-        s.code = NVML_ERROR_MEMORY;
-        s.function = "query_driver_version";
-        s.message = "Out of memory while reading the driver version.";
-        return s;
+        return NvmlStatus::out_of_memory("query_driver_version", "Out of memory while reading the driver version.");
     }
 }
 

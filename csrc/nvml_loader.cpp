@@ -217,9 +217,7 @@ const NvmlLibrary* NvmlLibrary::acquire(const std::string& requested_path, NvmlS
         }
         return lib;
     } catch (const std::bad_alloc&) {
-        status->code = NVML_ERROR_MEMORY;
-        status->function = "acquire";
-        status->message = "Out of memory while loading the NVIDIA Management Library.";
+        *status = NvmlStatus::out_of_memory("acquire", "Out of memory while loading the NVIDIA Management Library.");
         return nullptr;
     }
 }

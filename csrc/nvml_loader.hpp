@@ -18,6 +18,19 @@ struct NvmlStatus {
     std::string message;   // full sentence naming the library path and what to do
 
     bool ok() const noexcept { return code == NVML_SUCCESS; }
+
+    // NVML_ERROR_MEMORY from a catch (std::bad_alloc) handler. The texts are filled only if
+    // memory allows: a second bad_alloc there must not escape a noexcept function.
+    static NvmlStatus out_of_memory(const char* function, const char* message) noexcept {
+        NvmlStatus s;
+        s.code = NVML_ERROR_MEMORY;
+        try {
+            s.function = function;
+            s.message = message;
+        } catch (...) {
+        }
+        return s;
+    }
 };
 
 // Resolved entry points of one loaded libnvidia-ml. Optional ones are null when the driver is too
