@@ -97,7 +97,7 @@ def _nvml_backend(nvml, settings: GPUDriverSettings):
 
 
 def _auto(settings: GPUDriverSettings):
-    """SPEC 4.1: an explicit script path wins; else NVML if it loads; else the default script."""
+    """docs/design.md §4.1: an explicit script path wins; else NVML if it loads; else the default script."""
     path_key = GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key
     if settings.script_path_set:
         return _script_backend(settings, settings.script_path), "script", f"{path_key} is set"

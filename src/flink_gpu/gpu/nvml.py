@@ -1,4 +1,4 @@
-"""The NVML backend (SPEC 4.2): GPUs enumerated in-process through :mod:`flink_gpu.nvml`.
+"""The NVML backend (docs/design.md §4.2): GPUs enumerated in-process through :mod:`flink_gpu.nvml`.
 
 No process is spawned. Each device becomes a ``GPUInfo`` whose index is NVML's (= nvidia-smi's,
 what the stock script prints) and whose properties carry uuid, name, PCI bus id, total memory and

@@ -70,7 +70,7 @@ def resolve_script_path(path: str) -> str:
 
 
 def check_script(path: str | None, key: str) -> str:
-    """SPEC 3.2: the absolute path of a usable discovery script, or Flink's exception for it.
+    """docs/design.md §3.2: the absolute path of a usable discovery script, or Flink's exception for it.
 
     Raises ``IllegalConfigurationException`` when ``path`` (the value of ``key``) is blank,
     :class:`DiscoveryScriptNotFound` when nothing is there and :class:`DiscoveryScriptNotExecutable`
