@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
-from flink_gpu._java import is_java_whitespace, java_trim
+from flink_gpu.java_text import is_java_whitespace, java_trim
 from flink_gpu.errors import IllegalConfigurationException
 
 __all__ = ["ConfigOption", "Configuration", "Duration", "config_option", "split_escaped"]

@@ -7,7 +7,7 @@ import os
 from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import (coordination_path, document, emit_json, error_message, gib,
                                    owner_description, plural, process_cmdline, short_command, table)
-from flink_gpu.gpu.info import index_sort_key
+from flink_gpu.script_protocol import sort_indices
 
 
 def run(args) -> int:
@@ -21,9 +21,9 @@ def run(args) -> int:
 
 
 def _devices():
-    from flink_gpu._native import Nvml
+    from flink_gpu.nvml import open_library
 
-    nvml = Nvml.open()
+    nvml = open_library()
     return nvml, nvml.devices(), nvml.skipped()
 
 
@@ -63,8 +63,8 @@ def list_gpus(args) -> int:
         for entry in snapshot.entries:
             (live if entry.alive else stale).setdefault(entry.index, []).append(entry.pid)
     present = {str(d.index) for d in devices} | {str(s.index) for s in skipped}
-    unknown = sorted({e.index for e in snapshot.entries if e.index not in present}
-                     if snapshot is not None else (), key=index_sort_key)
+    unknown = sort_indices({e.index for e in snapshot.entries if e.index not in present}
+                           if snapshot is not None else ())
 
     gpus = []
     for device in devices:
@@ -232,7 +232,7 @@ def claim(args) -> int:
     path = coordination_path(args)
     _, devices, _ = _devices()
     uuids = {str(d.index): d.uuid for d in devices}
-    got = coordination.claim(args.amount, list(uuids), path=path, owner=owner, timeout=args.timeout)
+    got = coordination.claim(args.amount, list(uuids), path=path, owner=owner, timeout=args.timeout).taken
     if args.json:
         emit_json(document("claim", path=path, amount=args.amount,
                            owner={"pid": owner, "cmdline": process_cmdline(owner)},
