@@ -39,7 +39,6 @@ public:
     // The path acquire() would use for `requested_path`.
     static std::string resolve_path(const std::string& requested_path);
 
-    const std::string& path() const noexcept { return path_; }
     const NvmlApi& api() const noexcept { return api_; }
 
     // A kNvml status for an NVML return code from `function`, its message naming this library's path.

@@ -7,8 +7,8 @@ namespace flinkgpu {
 namespace {
 
 // strerror_r comes in a GNU (returns char*) and an XSI (returns int) flavour; accept either.
-inline const char* pick_strerror(int /*xsi_result*/, const char* buf) { return buf; }
-inline const char* pick_strerror(const char* gnu_result, const char* /*buf*/) { return gnu_result; }
+[[maybe_unused]] inline const char* pick_strerror(int /*xsi_result*/, const char* buf) { return buf; }
+[[maybe_unused]] inline const char* pick_strerror(const char* gnu_result, const char* /*buf*/) { return gnu_result; }
 
 }  // namespace
 

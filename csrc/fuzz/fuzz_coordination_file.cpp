@@ -100,7 +100,7 @@ bool still_alive(const co::Entry& e) {
     return co::process_start_time(e.pid, &start) && (!e.has_start_time || start == e.start_time);
 }
 
-void expect_ok(const co::Status& s, const char* what) {
+void expect_ok(const flinkgpu::Status& s, const char* what) {
     if (!s.ok()) fail(what, s.message);
 }
 
