@@ -1,20 +1,17 @@
-// The coordination file shared by the GPU workers of one host (SPEC 5).
+// The coordination file shared by the GPU workers of one host (docs/design.md §5).
 //
 // Interoperates with Flink's stock `nvidia-gpu-discovery.sh --enable-coordination-mode`: same file
-// (default /var/tmp/flink-gpu-coordination), same `<index> <pid>` lines, same BSD flock(2) on the file
-// itself. We append an optional third field after a tab, the owner's start time (field 22 of
-// /proc/<pid>/stat), so that a recycled pid does not keep a GPU owned forever; the stock script reads
-// only two fields, and the tab keeps its unanchored `sed "/<index> /d"` from matching inside our lines.
+// (default /var/tmp/flink-gpu-coordination), same `<index> <pid>` lines (coordination_lines.hpp), same
+// BSD flock(2) on the file itself (coordination_file.hpp).
 //
-// Rules (each one fixes a bug of the stock script, SPEC 5.1):
-//   * liveness by kill(pid, 0) and /proc, never by spawning `ps`; a zombie holds nothing;
+// Rules (each one fixes a bug of the stock script, docs/design.md §5.1):
+//   * liveness by kill(pid, 0) and /proc, never by spawning `ps`; a zombie holds nothing; a recorded
+//     start time tells a recycled pid from its owner (process_liveness.hpp);
 //   * exact index match, never a pattern;
-//   * the file is rewritten in place under the lock (pwrite + ftruncate), never replaced; after taking
-//     the lock we check that the path still names the locked inode (a stock `sed -i` may have
-//     replaced it) and start again if not;
-//   * open with O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK; symlinks, non-regular files and files
-//     with more than one hard link are refused without reading or writing them;
-//   * lock waits are bounded (flock(LOCK_NB) polled with backoff up to Options::timeout_ms);
+//   * the file is rewritten in place under the lock, never replaced, and the locked inode is checked
+//     to be the one the path names;
+//   * symlinks, non-regular files and files with more than one hard link are refused;
+//   * lock waits are bounded (Options::timeout_ms);
 //   * a line we cannot parse is kept byte for byte, its index is never reclaimed, and it is reported.
 //
 // Permissions: the file is created with mode 0644 (further reduced by the umask), owned by the creating
@@ -22,9 +19,7 @@
 // TaskManagers run under different users, the administrator pre-creates the file with group write
 // permission (e.g. `install -m 0660 -g flink /dev/null /var/tmp/flink-gpu-coordination`) or points all
 // workers at a file in a shared directory. We deliberately do not create it world-writable: any local
-// user could then take all GPUs or plant lines. An existing file is opened without O_CREAT first, so
-// that fs.protected_regular (which forbids O_CREAT on another user's file in a sticky directory such as
-// /var/tmp) does not lock out a user the file's permissions allow.
+// user could then take all GPUs or plant lines.
 //
 // Limits we cannot remove alone: a stock script that reclaims replaces the file (`sed -i`) while holding
 // the lock on the old inode, then appends to the new one; a process that opens the path after the
@@ -32,11 +27,14 @@
 // waited on the old inode, and never replace the file ourselves). Pids are those of the host's pid
 // namespace: workers in containers with their own pid namespaces must not share one file.
 //
-// Every function is noexcept and reports failures in its result's Status: nothing is thrown across the
-// API, std::bad_alloc included. The functions keep no global state and may be called from any thread:
-// each call opens its own file description, and flock(2) excludes between open file descriptions even
-// inside one process.
+// Every function is noexcept and reports failures in its result's Status (kInvalidArgument, kNotEnough,
+// kTimeout, kOsError, kOutOfMemory, kInternal): nothing is thrown across the API, std::bad_alloc
+// included. The functions keep no global state and may be called from any thread: each call opens its
+// own file description, and flock(2) excludes between open file descriptions even inside one process.
 #pragma once
+
+#include "coordination_lines.hpp"
+#include "status.hpp"
 
 #include <sys/types.h>
 
@@ -56,42 +54,9 @@ struct Options {
     std::int64_t timeout_ms = 5000;
 };
 
-enum class Code : int {
-    kOk = 0,
-    kInvalidArgument = 1,  // bad amount, owner or index
-    kNotEnough = 2,        // too few GPUs free or reclaimable
-    kTimeout = 3,          // the lock was not obtained in time
-    kOsError = 4,          // the file cannot be used; sys_errno says why
-    kOutOfMemory = 5,
-    kInternal = 6,         // an unexpected C++ exception, caught at the API edge
-};
-
-struct Status {
-    Code code = Code::kOk;
-    int sys_errno = 0;    // for kOsError (also set for kTimeout: ETIMEDOUT)
-    std::string message;  // a full sentence naming the file; empty when ok
-    bool ok() const { return code == Code::kOk; }
-};
-
-// One parsed line `<index> <pid>[ <start time>]`.
-struct Entry {
-    std::size_t line_number = 0;  // 1-based
-    std::string index;
-    pid_t pid = 0;
-    bool has_start_time = false;
-    std::uint64_t start_time = 0;  // clock ticks since boot, as in /proc/<pid>/stat
-    bool alive = false;
-};
-
-// A line that is neither an entry nor blank. Kept as is; its first word blocks that index.
-struct BadLine {
-    std::size_t line_number = 0;
-    std::string text;
-};
-
 struct ClaimResult {
     Status status;
-    std::vector<std::string> indices;    // what the owner now has for this request, natural index order
+    std::vector<std::string> indices;    // what the owner now has for this request, in index order
     std::vector<std::string> added;      // indices newly written for the owner by this call
     std::vector<std::string> reclaimed;  // subset of `added` taken back from dead owners
     std::vector<BadLine> unparsable;

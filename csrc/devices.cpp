@@ -95,7 +95,7 @@ std::optional<Failure> query_device(const NvmlApi& api, nvmlDevice_t dev, Device
 
 }  // namespace
 
-NvmlStatus enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept {
+Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept {
     try {
         out->devices.clear();
         out->skipped.clear();
@@ -124,17 +124,17 @@ NvmlStatus enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept 
                              lib.error_text(failure->code) + ".";
             out->skipped.push_back(std::move(skipped));
         }
-        return NvmlStatus();
+        return Status();
     } catch (const std::bad_alloc&) {
-        return NvmlStatus::out_of_memory("enumerate_devices", "Out of memory while enumerating GPUs.");
+        return nvml_failure_noexcept(NVML_ERROR_MEMORY, "enumerate_devices", "Out of memory while enumerating GPUs.");
     }
 }
 
-NvmlStatus query_driver_version(const NvmlLibrary& lib, std::optional<std::string>* out) noexcept {
+Status query_driver_version(const NvmlLibrary& lib, std::optional<std::string>* out) noexcept {
     try {
         out->reset();
         const auto fn = lib.api().system_get_driver_version;
-        if (fn == nullptr) return NvmlStatus();
+        if (fn == nullptr) return Status();
         char buf[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
         const int rc = fn(buf, sizeof buf);
         if (rc == NVML_SUCCESS) {
@@ -143,9 +143,10 @@ NvmlStatus query_driver_version(const NvmlLibrary& lib, std::optional<std::strin
         } else if (!is_absent(rc)) {
             return lib.error(rc, "nvmlSystemGetDriverVersion");
         }
-        return NvmlStatus();
+        return Status();
     } catch (const std::bad_alloc&) {
-        return NvmlStatus::out_of_memory("query_driver_version", "Out of memory while reading the driver version.");
+        return nvml_failure_noexcept(NVML_ERROR_MEMORY, "query_driver_version",
+                                     "Out of memory while reading the driver version.");
     }
 }
 

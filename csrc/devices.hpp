@@ -35,9 +35,9 @@ struct Enumeration {
 // NO_PERMISSION (memory info of a MIG-enabled GPU for an unprivileged caller) is only left absent.
 // Errors that concern the whole library (uninitialised, driver gone, version mismatch) fail the
 // call. Never throws.
-NvmlStatus enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept;
+Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept;
 
 // The driver's version string; left empty when the driver does not support the query.
-NvmlStatus query_driver_version(const NvmlLibrary& lib, std::optional<std::string>* out) noexcept;
+Status query_driver_version(const NvmlLibrary& lib, std::optional<std::string>* out) noexcept;
 
 }  // namespace flinkgpu

@@ -95,7 +95,7 @@ int claim_coordinated(const Arguments& args, const flinkgpu::Enumeration& found)
     for (const auto& bad : r.unparsable)
         std::fprintf(stderr, "flink-gpu-discovery: %s:%zu: kept a line that is not '<index> <pid>': %s\n",
                      args.script.coordination_file.c_str(), bad.line_number, bad.text.c_str());
-    if (r.status.code == coord::Code::kNotEnough) {
+    if (r.status.code == flinkgpu::StatusCode::kNotEnough) {
         std::puts(kNotEnough);
         std::fprintf(stderr, "flink-gpu-discovery: %s\n", r.status.message.c_str());
         return 1;
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
     if (!parse_arguments(argc, argv, &args)) return 1;
     if (args.amount == 0) return 0;
 
-    flinkgpu::NvmlStatus status;
+    flinkgpu::Status status;
     const flinkgpu::NvmlLibrary* lib = flinkgpu::NvmlLibrary::acquire("", &status);
     flinkgpu::Enumeration found;
     if (lib != nullptr) status = flinkgpu::enumerate_devices(*lib, &found);

@@ -30,7 +30,7 @@ int compare_indices(std::string_view a, std::string_view b) noexcept {
 // std::sort with a strict weak order over std::string swaps (noexcept moves): it does not throw.
 void sort_indices(std::vector<std::string>* indices) noexcept {
     std::sort(indices->begin(), indices->end(),
-              [](const std::string& a, const std::string& b) { return index_less(a, b); });
+              [](const std::string& a, const std::string& b) { return compare_indices(a, b) < 0; });
 }
 
 }  // namespace flinkgpu

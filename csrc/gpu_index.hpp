@@ -13,8 +13,6 @@ namespace flinkgpu {
 // <0, 0 or >0 as a sorts before, with or after b.
 int compare_indices(std::string_view a, std::string_view b) noexcept;
 
-inline bool index_less(std::string_view a, std::string_view b) noexcept { return compare_indices(a, b) < 0; }
-
 void sort_indices(std::vector<std::string>* indices) noexcept;
 
 }  // namespace flinkgpu

@@ -122,11 +122,12 @@ struct LibraryRegistry {
         return *out != nullptr;
     }
 
-    static NvmlLibrary* load(const std::string& path, NvmlStatus* status) {
+    static NvmlLibrary* load(const std::string& path, Status* status) {
         dlerror();
         void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
         if (handle == nullptr) {
-            status->code = NVML_ERROR_LIBRARY_NOT_FOUND;
+            status->code = StatusCode::kNvml;
+            status->nvml_code = NVML_ERROR_LIBRARY_NOT_FOUND;
             status->function = "dlopen";
             status->message = "Could not load the NVIDIA Management Library '" + path + "': " +
                               dl_error_text() +
@@ -150,7 +151,8 @@ struct LibraryRegistry {
             !resolve(handle, &api.device_get_handle_by_index, "nvmlDeviceGetHandleByIndex"))
             missing = "nvmlDeviceGetHandleByIndex_v2";
         if (missing != nullptr) {
-            status->code = NVML_ERROR_FUNCTION_NOT_FOUND;
+            status->code = StatusCode::kNvml;
+            status->nvml_code = NVML_ERROR_FUNCTION_NOT_FOUND;
             status->function = "dlsym";
             status->message = "'" + path + "' is not a usable NVML library: it has no " + missing +
                               ". Point FLINK_GPU_NVML_LIBRARY (driver option nvml.library-path) at the "
@@ -181,9 +183,9 @@ std::string NvmlLibrary::resolve_path(const std::string& requested_path) {
     return kDefaultLibrary;
 }
 
-const NvmlLibrary* NvmlLibrary::acquire(const std::string& requested_path, NvmlStatus* status) noexcept {
+const NvmlLibrary* NvmlLibrary::acquire(const std::string& requested_path, Status* status) noexcept {
     try {
-        *status = NvmlStatus();
+        *status = Status();
         const std::string path = resolve_path(requested_path);
         InitGuard init_guard;
         NvmlLibrary* lib = nullptr;
@@ -217,14 +219,10 @@ const NvmlLibrary* NvmlLibrary::acquire(const std::string& requested_path, NvmlS
         }
         return lib;
     } catch (const std::bad_alloc&) {
-        *status = NvmlStatus::out_of_memory("acquire", "Out of memory while loading the NVIDIA Management Library.");
+        *status = nvml_failure_noexcept(NVML_ERROR_MEMORY, "acquire",
+                                        "Out of memory while loading the NVIDIA Management Library.");
         return nullptr;
     }
-}
-
-unsigned long NvmlLibrary::fork_generation() noexcept {
-    MutexGuard guard(&g_mutex);
-    return g_generation;
 }
 
 std::string NvmlLibrary::error_text(int code) const noexcept {
@@ -238,10 +236,11 @@ std::string NvmlLibrary::error_text(int code) const noexcept {
     }
 }
 
-NvmlStatus NvmlLibrary::error(int code, const char* function) const noexcept {
-    NvmlStatus s;
+Status NvmlLibrary::error(int code, const char* function) const noexcept {
+    Status s;
+    s.code = StatusCode::kNvml;
+    s.nvml_code = code;
     try {
-        s.code = code;
         s.function = function;
         const std::string what = std::string(function) + " returned " + error_text(code);
         const std::string lib = "'" + path_ + "'";

@@ -6,32 +6,11 @@
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
 
+#include "status.hpp"
+
 #include <string>
 
 namespace flinkgpu {
-
-// Outcome of an NVML-facing operation. `code` is an nvmlReturn_t (NVML_SUCCESS when ok);
-// failures to load the library use NVML_ERROR_LIBRARY_NOT_FOUND / NVML_ERROR_FUNCTION_NOT_FOUND.
-struct NvmlStatus {
-    int code = NVML_SUCCESS;
-    std::string function;  // the NVML call or loader step that failed
-    std::string message;   // full sentence naming the library path and what to do
-
-    bool ok() const noexcept { return code == NVML_SUCCESS; }
-
-    // NVML_ERROR_MEMORY from a catch (std::bad_alloc) handler. The texts are filled only if
-    // memory allows: a second bad_alloc there must not escape a noexcept function.
-    static NvmlStatus out_of_memory(const char* function, const char* message) noexcept {
-        NvmlStatus s;
-        s.code = NVML_ERROR_MEMORY;
-        try {
-            s.function = function;
-            s.message = message;
-        } catch (...) {
-        }
-        return s;
-    }
-};
 
 // Resolved entry points of one loaded libnvidia-ml. Optional ones are null when the driver is too
 // old to have them; callers treat that as "not supported".
@@ -55,20 +34,16 @@ public:
     // The library at `requested_path` (empty: $FLINK_GPU_NVML_LIBRARY, else "libnvidia-ml.so.1"),
     // loaded and initialised. The same object is returned for the same path for the life of the
     // process; NVML is initialised once, and once more in a forked child. Never throws.
-    static const NvmlLibrary* acquire(const std::string& requested_path, NvmlStatus* status) noexcept;
+    static const NvmlLibrary* acquire(const std::string& requested_path, Status* status) noexcept;
 
     // The path acquire() would use for `requested_path`.
     static std::string resolve_path(const std::string& requested_path);
 
-    const std::string& path() const noexcept { return path_; }
     const NvmlApi& api() const noexcept { return api_; }
 
-    // Message for an NVML return code from `function`, naming this library's path.
-    NvmlStatus error(int code, const char* function) const noexcept;
+    // A kNvml status for an NVML return code from `function`, its message naming this library's path.
+    Status error(int code, const char* function) const noexcept;
     std::string error_text(int code) const noexcept;
-
-    // Bumped in every forked child; lets callers drop per-process caches.
-    static unsigned long fork_generation() noexcept;
 
 private:
     NvmlLibrary() = default;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds and runs the libFuzzer targets of csrc/fuzz/ under AddressSanitizer + UBSan.
+# Builds (CMake, FLINK_GPU_BUILD_FUZZERS=ON) and runs the libFuzzer targets of csrc/fuzz/ under
+# AddressSanitizer + UBSan: one target per csrc/fuzz/fuzz_*.cpp.
 #
 #   tools/fuzz.sh                 20 seconds per target
 #   tools/fuzz.sh 300             300 seconds per target
@@ -7,7 +8,7 @@
 #   tools/fuzz.sh 20 fuzz_script_output   only the named target(s)
 #
 # Needs clang with libFuzzer; installs Debian's clang with apt-get when it is missing and this is root
-# (about 15 s with a warm mirror). Builds outside the CMake build, into build/fuzz/. Seeds come from
+# (about 15 s with a warm mirror). Builds in build/fuzz/. Seeds come from
 # csrc/fuzz/corpus/<target>/ (never written); what the fuzzer finds goes to build/fuzz/corpus/<target>/,
 # crashes and hangs to build/fuzz/artifacts/. Exits non-zero on the first crash, hang or sanitizer report.
 set -euo pipefail
@@ -22,8 +23,13 @@ elif [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then
     limit=(-max_total_time="$1")
     shift
 fi
+known=()
+for source in csrc/fuzz/fuzz_*.cpp; do known+=("$(basename "$source" .cpp)"); done
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(fuzz_script_output fuzz_coordination_file)
+[[ ${#targets[@]} -gt 0 ]] || targets=("${known[@]}")
+for target in "${targets[@]}"; do
+    [[ " ${known[*]} " == *" $target "* ]] || { echo "unknown fuzz target $target (known: ${known[*]})" >&2; exit 2; }
+done
 
 CXX=${FUZZ_CXX:-clang++}
 if ! command -v "$CXX" >/dev/null; then
@@ -37,24 +43,21 @@ if ! command -v "$CXX" >/dev/null; then
     fi
 fi
 
-declare -A sources=(
-    [fuzz_script_output]=csrc/script_output.cpp
-    [fuzz_coordination_file]=csrc/coordination.cpp
-)
+CC=${FUZZ_CC:-${CXX/clang++/clang}}
 out=build/fuzz
 mkdir -p "$out/artifacts"
-flags=(-std=c++17 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
-       -fno-sanitize-recover=undefined -Icsrc)
+echo "== build (${targets[*]})"
+cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE= -DCMAKE_C_FLAGS="-g -O1" -DCMAKE_CXX_FLAGS="-g -O1" \
+    -DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$CXX" -DFLINK_GPU_BUILD_FUZZERS=ON \
+    -DPython_EXECUTABLE="$(command -v python3)" >/dev/null
+cmake --build "$out" --target "${targets[@]}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 for target in "${targets[@]}"; do
-    [[ -n ${sources[$target]:-} ]] || { echo "unknown fuzz target $target (known: ${!sources[*]})" >&2; exit 2; }
-    echo "== $target: build"
-    "$CXX" "${flags[@]}" "csrc/fuzz/$target.cpp" "${sources[$target]}" -o "$out/$target"
     mkdir -p "$out/corpus/$target"
     dict=()
-    [[ -f csrc/fuzz/$target.dict ]] && dict=(-dict="csrc/fuzz/$target.dict")
+    [[ -f csrc/fuzz/corpus/$target.dict ]] && dict=(-dict="csrc/fuzz/corpus/$target.dict")
     echo "== $target: run (${limit[*]})"
     log="$out/$target.log"
     # -timeout: one input taking 10 s is a hang; -max_len: a coordination file is a few short lines

@@ -1,4 +1,4 @@
-// libFuzzer target for the coordination file reader (csrc/coordination.*, SPEC 5.2).
+// libFuzzer target for the coordination file reader (csrc/coordination.*, docs/design.md §5.2).
 //
 // The parser is internal to coordination.cpp, so it is driven through the public API on a real file:
 // each input becomes the file's content, then snapshot, claim, release and clean_stale run on it.
@@ -100,7 +100,7 @@ bool still_alive(const co::Entry& e) {
     return co::process_start_time(e.pid, &start) && (!e.has_start_time || start == e.start_time);
 }
 
-void expect_ok(const co::Status& s, const char* what) {
+void expect_ok(const flinkgpu::Status& s, const char* what) {
     if (!s.ok()) fail(what, s.message);
 }
 
@@ -151,7 +151,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     const co::ClaimResult claim = co::claim(g_opts, getpid(), kHost, amount);
     const std::string after_claim = read_file();
-    if (claim.status.code == co::Code::kNotEnough) {
+    if (claim.status.code == flinkgpu::StatusCode::kNotEnough) {
         if (after_claim != content) fail("a refused claim changed the file");
     } else {
         expect_ok(claim.status, "claim failed:");

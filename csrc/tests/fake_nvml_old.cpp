@@ -5,6 +5,7 @@
 //     to create missing device nodes (set FAKE_NVML_FORK_IN_INIT=1);
 //   * nvmlDeviceGetMemoryInfo answers NO_PERMISSION, as NVML does for an unprivileged caller on a
 //     MIG-enabled GPU (set FAKE_NVML_MEMORY_NO_PERMISSION=1);
+//   * nvmlInit_v2 appends the calling pid to the file FAKE_NVML_INIT_LOG, one line per call;
 //   * nvmlInit_v2 holds an internal lock for FAKE_NVML_SLOW_INIT_MS milliseconds, as a real library
 //     holds its own state lock while initialising: a child forked meanwhile inherits it locked.
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
@@ -16,6 +17,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -32,6 +34,12 @@ pthread_mutex_t g_state_lock = PTHREAD_MUTEX_INITIALIZER;
 }  // namespace
 
 FAKE_EXPORT nvmlReturn_t nvmlInit_v2(void) {
+    if (const char* log = std::getenv("FAKE_NVML_INIT_LOG"); log != nullptr) {
+        if (FILE* f = std::fopen(log, "a")) {
+            std::fprintf(f, "%d\n", static_cast<int>(getpid()));
+            std::fclose(f);
+        }
+    }
     pthread_mutex_lock(&g_state_lock);
     const char* slow = std::getenv("FAKE_NVML_SLOW_INIT_MS");
     if (slow != nullptr) {

@@ -1,4 +1,4 @@
-// Unit tests of the coordination core (SPEC 5.2), with real files, real processes and real locks.
+// Unit tests of the coordination core (docs/design.md §5.2), with real files, real processes and real locks.
 // A plain executable: exits non-zero when a check fails.
 #include "../coordination.hpp"
 
@@ -240,7 +240,7 @@ static void test_b1_exact_index_match() {
     // And 11 stays held: nobody else gets it.
     const pid_t other = spawn_sleeper();
     co::ClaimResult r2 = co::claim(opts_for(path), other, idx, 1);
-    CHECK(r2.status.code == co::Code::kNotEnough);
+    CHECK(r2.status.code == flinkgpu::StatusCode::kNotEnough);
     kill_and_reap(other);
     kill_and_reap(owner11);
 }
@@ -325,7 +325,7 @@ static void test_b4_pid_reuse_detected() {
     // With the right start time (or none, as the stock script writes) the same pid holds its GPU.
     const std::string p2 = fresh_path("reuse2");
     write_text(p2, "0 " + std::to_string(live) + " " + std::to_string(st) + "\n1 " + std::to_string(live) + "\n");
-    CHECK(co::claim(opts_for(p2), getpid(), gpus(2), 1).status.code == co::Code::kNotEnough);
+    CHECK(co::claim(opts_for(p2), getpid(), gpus(2), 1).status.code == flinkgpu::StatusCode::kNotEnough);
     kill_and_reap(live);
 }
 
@@ -335,7 +335,7 @@ static void test_b5_unparsable_line_kept() {
     const std::string text = "2 not-a-pid\n\n0 12x\ngarbage\n";
     write_text(path, text);
     co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(3), 2);
-    CHECK(r.status.code == co::Code::kNotEnough);
+    CHECK(r.status.code == flinkgpu::StatusCode::kNotEnough);
     CHECK_MSG(r.status.message.find("blocked by lines that cannot be parsed") != std::string::npos, r.status.message);
     CHECK(read_text(path) == text);
     CHECK(r.unparsable.size() == 3);
@@ -382,7 +382,7 @@ static void test_not_enough_message() {
     CHECK(co::claim(opts_for(path), a, gpus(3), 2).status.ok());
     const std::string before = read_text(path);
     co::ClaimResult r = co::claim(opts_for(path), b, gpus(3), 2);
-    CHECK(r.status.code == co::Code::kNotEnough);
+    CHECK(r.status.code == flinkgpu::StatusCode::kNotEnough);
     const std::string& m = r.status.message;
     CHECK_MSG(m.rfind("Could not get enough GPU resources.", 0) == 0, m);
     CHECK_MSG(m.find("Requested 2") != std::string::npos, m);
@@ -419,7 +419,7 @@ static void test_duplicate_lines_live_one_wins() {
     const std::string path = fresh_path("dup");
     const pid_t live = spawn_sleeper();
     write_text(path, "0 " + std::to_string(dead_pid()) + "\n" + line_for("0", live) + "\n");
-    CHECK(co::claim(opts_for(path), getpid(), gpus(1), 1).status.code == co::Code::kNotEnough);
+    CHECK(co::claim(opts_for(path), getpid(), gpus(1), 1).status.code == flinkgpu::StatusCode::kNotEnough);
     kill_and_reap(live);
     co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(1), 1);
     CHECK(joined(r.reclaimed) == "0");
@@ -486,17 +486,17 @@ static void test_missing_file_not_created() {
 
 static void test_invalid_arguments() {
     const std::string path = fresh_path("invalid");
-    CHECK(co::claim(opts_for(path), 0, gpus(2), 1).status.code == co::Code::kInvalidArgument);
-    CHECK(co::claim(opts_for(path), -1, gpus(2), 1).status.code == co::Code::kInvalidArgument);
+    CHECK(co::claim(opts_for(path), 0, gpus(2), 1).status.code == flinkgpu::StatusCode::kInvalidArgument);
+    CHECK(co::claim(opts_for(path), -1, gpus(2), 1).status.code == flinkgpu::StatusCode::kInvalidArgument);
     co::ClaimResult bad = co::claim(opts_for(path), getpid(), {"0", "1 2"}, 1);
-    CHECK(bad.status.code == co::Code::kInvalidArgument);
+    CHECK(bad.status.code == flinkgpu::StatusCode::kInvalidArgument);
     CHECK_MSG(bad.status.message.find("'1 2'") != std::string::npos, bad.status.message);
-    CHECK(co::claim(opts_for(path), getpid(), {"0", ""}, 1).status.code == co::Code::kInvalidArgument);
-    CHECK(co::claim(opts_for(path), getpid(), {"0\n1"}, 1).status.code == co::Code::kInvalidArgument);
+    CHECK(co::claim(opts_for(path), getpid(), {"0", ""}, 1).status.code == flinkgpu::StatusCode::kInvalidArgument);
+    CHECK(co::claim(opts_for(path), getpid(), {"0\n1"}, 1).status.code == flinkgpu::StatusCode::kInvalidArgument);
     co::ClaimResult dead = co::claim(opts_for(path), dead_pid(), gpus(2), 1);
-    CHECK(dead.status.code == co::Code::kInvalidArgument);
-    CHECK(co::claim(opts_for(path, -1), getpid(), gpus(2), 1).status.code == co::Code::kInvalidArgument);
-    CHECK(co::claim(opts_for(""), getpid(), gpus(2), 1).status.code == co::Code::kInvalidArgument);
+    CHECK(dead.status.code == flinkgpu::StatusCode::kInvalidArgument);
+    CHECK(co::claim(opts_for(path, -1), getpid(), gpus(2), 1).status.code == flinkgpu::StatusCode::kInvalidArgument);
+    CHECK(co::claim(opts_for(""), getpid(), gpus(2), 1).status.code == flinkgpu::StatusCode::kInvalidArgument);
     CHECK(!file_exists(path));
 }
 
@@ -507,11 +507,11 @@ static void test_b10_lock_timeout() {
     const auto t0 = std::chrono::steady_clock::now();
     co::ClaimResult r = co::claim(opts_for(path, 300), getpid(), gpus(2), 1);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    CHECK(r.status.code == co::Code::kTimeout);
+    CHECK(r.status.code == flinkgpu::StatusCode::kTimeout);
     CHECK_MSG(r.status.message.find(path) != std::string::npos, r.status.message);
     CHECK_MSG(r.status.message.find("held by pid " + std::to_string(holder)) != std::string::npos, r.status.message);
     CHECK_MSG(secs >= 0.29 && secs < 2.0, std::to_string(secs));
-    CHECK(co::snapshot(opts_for(path, 0)).status.code == co::Code::kTimeout);
+    CHECK(co::snapshot(opts_for(path, 0)).status.code == flinkgpu::StatusCode::kTimeout);
     kill_and_reap(holder);
     CHECK(co::claim(opts_for(path, 0), getpid(), gpus(2), 1).status.ok());
 }
@@ -537,11 +537,11 @@ static void test_symlink_refused_target_untouched() {
     write_text(target, "precious\n");
     CHECK(symlink(target.c_str(), link.c_str()) == 0);
     for (int op = 0; op < 4; ++op) {
-        co::Status s = op == 0   ? co::claim(opts_for(link), getpid(), gpus(1), 1).status
+        flinkgpu::Status s = op == 0   ? co::claim(opts_for(link), getpid(), gpus(1), 1).status
                        : op == 1 ? co::release(opts_for(link), getpid()).status
                        : op == 2 ? co::snapshot(opts_for(link)).status
                                  : co::clean_stale(opts_for(link)).status;
-        CHECK(s.code == co::Code::kOsError && s.sys_errno == ELOOP);
+        CHECK(s.code == flinkgpu::StatusCode::kOsError && s.sys_errno == ELOOP);
         CHECK_MSG(s.message.find(link) != std::string::npos && s.message.find("symbolic link") != std::string::npos,
                   s.message);
     }
@@ -558,19 +558,19 @@ static void test_non_regular_files_refused() {
     const std::string dir = fresh_path("dir");
     CHECK(mkdir(dir.c_str(), 0755) == 0);
     co::ClaimResult d = co::claim(opts_for(dir), getpid(), gpus(1), 1);
-    CHECK(d.status.code == co::Code::kOsError && d.status.sys_errno == EISDIR);
+    CHECK(d.status.code == flinkgpu::StatusCode::kOsError && d.status.sys_errno == EISDIR);
     CHECK_MSG(d.status.message.find("a directory") != std::string::npos, d.status.message);
     // A FIFO must not block (nobody writes to it) and is refused.
     const std::string fifo = fresh_path("fifo");
     CHECK(mkfifo(fifo.c_str(), 0644) == 0);
     for (int op = 0; op < 2; ++op) {
-        co::Status s = op == 0 ? co::claim(opts_for(fifo), getpid(), gpus(1), 1).status : co::snapshot(opts_for(fifo)).status;
-        CHECK(s.code == co::Code::kOsError && s.sys_errno == EINVAL);
+        flinkgpu::Status s = op == 0 ? co::claim(opts_for(fifo), getpid(), gpus(1), 1).status : co::snapshot(opts_for(fifo)).status;
+        CHECK(s.code == flinkgpu::StatusCode::kOsError && s.sys_errno == EINVAL);
         CHECK_MSG(s.message.find("a FIFO") != std::string::npos && s.message.find(fifo) != std::string::npos, s.message);
     }
     // A device is refused before it is opened.
-    co::Status dev = co::claim(opts_for("/dev/null"), getpid(), gpus(1), 1).status;
-    CHECK_MSG(dev.code == co::Code::kOsError && dev.message.find("character device") != std::string::npos, dev.message);
+    flinkgpu::Status dev = co::claim(opts_for("/dev/null"), getpid(), gpus(1), 1).status;
+    CHECK_MSG(dev.code == flinkgpu::StatusCode::kOsError && dev.message.find("character device") != std::string::npos, dev.message);
 }
 
 static void test_hard_link_refused() {
@@ -579,7 +579,7 @@ static void test_hard_link_refused() {
     write_text(other, "someone else's data\n");
     CHECK(link(other.c_str(), path.c_str()) == 0);
     co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(1), 1);
-    CHECK(r.status.code == co::Code::kOsError && r.status.sys_errno == EMLINK);
+    CHECK(r.status.code == flinkgpu::StatusCode::kOsError && r.status.sys_errno == EMLINK);
     CHECK_MSG(r.status.message.find("hard links") != std::string::npos, r.status.message);
     CHECK(read_text(other) == "someone else's data\n");
 }
@@ -587,7 +587,7 @@ static void test_hard_link_refused() {
 static void test_unusable_path_names_path_and_errno() {
     const std::string path = g_dir + "/no-such-dir/coordination";
     co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(1), 1);
-    CHECK(r.status.code == co::Code::kOsError && r.status.sys_errno == ENOENT);
+    CHECK(r.status.code == flinkgpu::StatusCode::kOsError && r.status.sys_errno == ENOENT);
     CHECK_MSG(r.status.message.find(path) != std::string::npos, r.status.message);
     CHECK_MSG(r.status.message.find(std::strerror(ENOENT)) != std::string::npos, r.status.message);
     if (geteuid() != 0) {  // root reads anything: permission checks only mean something for other users
@@ -614,7 +614,7 @@ static void test_threads_exclude_each_other() {
         threads.emplace_back([&, t] {
             for (int round = 0; round < kRounds; ++round) {
                 co::ClaimResult r = co::claim(opts_for(path, 20000), owners[t], gpus(kGpus), 1);
-                if (r.status.code == co::Code::kNotEnough) {
+                if (r.status.code == flinkgpu::StatusCode::kNotEnough) {
                     std::this_thread::yield();
                     continue;
                 }
@@ -661,7 +661,7 @@ static void test_processes_with_kills() {
             while (std::chrono::steady_clock::now() < end) {
                 const std::size_t amount = 1 + rng() % 2;
                 co::ClaimResult r = co::claim(opts_for(path, 20000), getpid(), gpus(kGpus), amount);
-                if (r.status.code == co::Code::kNotEnough) {
+                if (r.status.code == flinkgpu::StatusCode::kNotEnough) {
                     usleep(500);
                     continue;
                 }

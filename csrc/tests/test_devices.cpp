@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "check.hpp"
@@ -45,20 +46,23 @@ int main() {
     CHECK(!simulator().empty());
 
     // A missing library: a clear error naming the path, and nothing cached.
-    NvmlStatus status;
+    Status status;
     CHECK(NvmlLibrary::acquire("/nonexistent/libnvidia-ml.so.1", &status) == nullptr);
-    CHECK_EQ(status.code, static_cast<int>(NVML_ERROR_LIBRARY_NOT_FOUND));
+    CHECK(status.code == StatusCode::kNvml);
+    CHECK_EQ(status.nvml_code, static_cast<int>(NVML_ERROR_LIBRARY_NOT_FOUND));
+    CHECK_EQ(status.function, std::string("dlopen"));
     CHECK(status.message.find("/nonexistent/libnvidia-ml.so.1") != std::string::npos);
 
     // Not an NVML library at all: libc.
     CHECK(NvmlLibrary::acquire("libc.so.6", &status) == nullptr);
-    CHECK_EQ(status.code, static_cast<int>(NVML_ERROR_FUNCTION_NOT_FOUND));
+    CHECK(status.code == StatusCode::kNvml);
+    CHECK_EQ(status.nvml_code, static_cast<int>(NVML_ERROR_FUNCTION_NOT_FOUND));
     CHECK(status.message.find("libc.so.6") != std::string::npos);
 
     // Four default devices.
     CHECK_EQ(in_child([] {
         setenv("FLINK_GPU_SIM_DEVICES", "4", 1);
-        NvmlStatus s;
+        Status s;
         const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
         if (lib == nullptr) return 1;
         if (NvmlLibrary::acquire(simulator(), &s) != lib) return 2;  // one instance per path
@@ -74,9 +78,9 @@ int main() {
     // Init failure: the NVML error and the library path in the message.
     CHECK_EQ(in_child([] {
         setenv("FLINK_GPU_SIM_INIT_ERROR", "9", 1);  // NVML_ERROR_DRIVER_NOT_LOADED
-        NvmlStatus s;
+        Status s;
         if (NvmlLibrary::acquire(simulator(), &s) != nullptr) return 1;
-        if (s.code != NVML_ERROR_DRIVER_NOT_LOADED) return 2;
+        if (s.code != StatusCode::kNvml || s.nvml_code != NVML_ERROR_DRIVER_NOT_LOADED) return 2;
         if (s.message.find("NVML_ERROR_DRIVER_NOT_LOADED") == std::string::npos) return 3;
         if (s.message.find(simulator()) == std::string::npos) return 4;
         return 0;
@@ -97,7 +101,7 @@ int main() {
             if (line.rfind("VmSize:", 0) == 0) vm_kib = std::atol(line.c_str() + 7);
         const struct rlimit limit = {static_cast<rlim_t>(vm_kib + (24 << 10)) << 10,
                                      static_cast<rlim_t>(vm_kib + (24 << 10)) << 10};
-        NvmlStatus s;
+        Status s;
         // the library is loaded before the limit, so only the simulator's reading of the spec is short
         if (std::getenv("FLINK_GPU_TEST_SIMULATOR") == nullptr) return 1;
         void* preload = dlopen(simulator().c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -105,7 +109,7 @@ int main() {
         const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
         std::remove(spec);
         if (lib != nullptr) return 3;
-        return s.code == NVML_ERROR_MEMORY ? 0 : 4;
+        return s.code == StatusCode::kNvml && s.nvml_code == NVML_ERROR_MEMORY ? 0 : 4;
     }), 0);
 #endif
 
@@ -115,7 +119,7 @@ int main() {
         std::ofstream(spec) << R"({"devices": [{}, {"fault": "NO_PERMISSION"}, {"fault": "GPU_IS_LOST"},
                                   {"uuid": "GPU-x", "name": "\u00c9t\u00e9", "memory_total": 1024}]})";
         setenv("FLINK_GPU_SIM_SPEC", spec, 1);
-        NvmlStatus s;
+        Status s;
         const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
         std::remove(spec);
         if (lib == nullptr) return 1;
@@ -131,19 +135,35 @@ int main() {
         return 0;
     }), 0);
 
-    // After fork the child initialises NVML again and works.
+    // NVML is initialised once per process and once more in a forked child, which then works
+    // (the fake library logs the pid of every nvmlInit_v2 call).
     CHECK_EQ(in_child([] {
-        NvmlStatus s;
-        const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
-        if (lib == nullptr) return 1;
-        const unsigned long before = NvmlLibrary::fork_generation();
-        return in_child([&] {
-            NvmlStatus cs;
-            if (NvmlLibrary::fork_generation() == before) return 1;
-            const NvmlLibrary* again = NvmlLibrary::acquire(simulator(), &cs);
+        const std::string log = "/tmp/flink-gpu-test-init-log-" + std::to_string(getpid());
+        setenv("FAKE_NVML_INIT_LOG", log.c_str(), 1);
+        Status s;
+        const NvmlLibrary* lib = NvmlLibrary::acquire(fake_nvml(), &s);
+        if (lib == nullptr || NvmlLibrary::acquire(fake_nvml(), &s) != lib) return 1;
+        const int child = in_child([&] {
+            Status cs;
+            const NvmlLibrary* again = NvmlLibrary::acquire(fake_nvml(), &cs);
+            if (again != lib || NvmlLibrary::acquire(fake_nvml(), &cs) != lib) return 2;
             Enumeration e;
-            return again == lib && enumerate_devices(*again, &e).ok() && e.devices.size() == 4 ? 0 : 2;
+            if (!enumerate_devices(*again, &e).ok() || e.devices.size() != 1) return 3;
+            std::ofstream(log, std::ios::app) << "child " << getpid() << "\n";
+            return 0;
         });
+        std::ifstream in(log);
+        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::remove(log.c_str());
+        if (child != 0) return child;
+        // "<this pid>\n<child pid>\nchild <child pid>\n": one init here, one in the child
+        const std::string self = std::to_string(getpid()) + "\n";
+        if (text.compare(0, self.size(), self) != 0) return 4;
+        const std::string rest = text.substr(self.size());
+        const std::size_t eol = rest.find('\n');
+        if (eol == std::string::npos || eol == 0) return 5;
+        const std::string child_pid = rest.substr(0, eol);
+        return rest == child_pid + "\nchild " + child_pid + "\n" && child_pid + "\n" != self ? 0 : 6;
     }), 0);
 
     // Simulator specs with numbers no integer can hold are refused (the conversion would be UB).
@@ -153,10 +173,10 @@ int main() {
             const std::string spec = "/tmp/flink-gpu-test-bad-number-" + std::to_string(getpid()) + ".json";
             std::ofstream(spec) << bad;
             setenv("FLINK_GPU_SIM_SPEC", spec.c_str(), 1);
-            NvmlStatus s;
+            Status s;
             const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
             std::remove(spec.c_str());
-            return lib == nullptr && s.code == NVML_ERROR_UNKNOWN ? 0 : 1;
+            return lib == nullptr && s.nvml_code == NVML_ERROR_UNKNOWN ? 0 : 1;
         }), 0);
     }
 
@@ -164,7 +184,7 @@ int main() {
     // first member (busIdLegacy in today's nvml.h), not the 32-byte busId at the end.
     CHECK(!fake_nvml().empty());
     CHECK_EQ(in_child([] {
-        NvmlStatus s;
+        Status s;
         const NvmlLibrary* lib = NvmlLibrary::acquire(fake_nvml(), &s);
         if (lib == nullptr) return 1;
         Enumeration e;
@@ -178,13 +198,13 @@ int main() {
     CHECK_EQ(in_child([] {
         alarm(10);  // a deadlock kills the child: in_child reports 100
         setenv("FAKE_NVML_FORK_IN_INIT", "1", 1);
-        NvmlStatus s;
+        Status s;
         const NvmlLibrary* lib = NvmlLibrary::acquire(fake_nvml(), &s);
         if (lib == nullptr) return 1;
         if (NvmlLibrary::acquire(fake_nvml(), &s) != lib) return 2;
         // and a child forked afterwards initialises again and works
         return in_child([] {
-            NvmlStatus cs;
+            Status cs;
             const NvmlLibrary* again = NvmlLibrary::acquire(fake_nvml(), &cs);
             Enumeration e;
             return again != nullptr && enumerate_devices(*again, &e).ok() && e.devices.size() == 1 ? 0 : 3;
@@ -197,14 +217,14 @@ int main() {
         alarm(10);
         setenv("FAKE_NVML_SLOW_INIT_MS", "500", 1);
         std::thread init([] {
-            NvmlStatus s;
+            Status s;
             NvmlLibrary::acquire(fake_nvml(), &s);
         });
         usleep(100 * 1000);  // the init thread is inside nvmlInit now
         const int child = in_child([] {
             alarm(10);
             unsetenv("FAKE_NVML_SLOW_INIT_MS");
-            NvmlStatus cs;
+            Status cs;
             return NvmlLibrary::acquire(fake_nvml(), &cs) != nullptr ? 0 : 1;
         });
         init.join();
@@ -215,7 +235,7 @@ int main() {
     // the GPU is still listed, only memory.total is absent. nvidia-smi and the stock script list it.
     CHECK_EQ(in_child([] {
         setenv("FAKE_NVML_MEMORY_NO_PERMISSION", "1", 1);
-        NvmlStatus s;
+        Status s;
         const NvmlLibrary* lib = NvmlLibrary::acquire(fake_nvml(), &s);
         if (lib == nullptr) return 1;
         Enumeration e;

@@ -20,7 +20,7 @@ int main() {
     CHECK_EQ(split_output_lines("0\xE2\x80\xA8" "1\xC2\x85" "2"), V{"0\xE2\x80\xA8" "1\xC2\x85" "2"});
     CHECK_EQ(split_output_lines("0\v1\f2"), V{"0\v1\f2"});
 
-    // Fields: the SPEC examples.
+    // Fields: the examples of docs/design.md §3.3.
     CHECK_EQ(parse_gpu_indices(" 0 , 1,,  ,2 "), (V{"0", "1", "2"}));
     CHECK_EQ(parse_gpu_indices(",0,1,"), (V{"0", "1"}));
     CHECK_EQ(parse_gpu_indices("0\t1"), V{"0\t1"});

@@ -1,5 +1,5 @@
-# Binding of csrc/coordination.hpp (SPEC 5.2), included by _native.pyx. Plain tuples out, Python
-# exceptions for failures; flink_gpu.coordination turns them into the public API.
+# Binding of csrc/coordination.hpp (docs/design.md §5.2), included by _native.pyx. Plain tuples out,
+# Python exceptions (_native.pyx's _error) for failures; flink_gpu.coordination makes the public API.
 
 from libc.stdint cimport int64_t, uint64_t
 from libcpp cimport bool as cpp_bool
@@ -9,8 +9,6 @@ from posix.types cimport pid_t
 
 import os
 
-from flink_gpu.errors import FlinkException
-
 
 cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
     const char* kDefaultCoordinationPath "flinkgpu::coordination::kDefaultPath"
@@ -18,21 +16,6 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
     cdef cppclass CoordOptions "flinkgpu::coordination::Options":
         string path
         int64_t timeout_ms
-
-    enum class CoordCode "flinkgpu::coordination::Code":
-        kOk
-        kInvalidArgument
-        kNotEnough
-        kTimeout
-        kOsError
-        kOutOfMemory
-        kInternal
-
-    cdef cppclass CoordStatus "flinkgpu::coordination::Status":
-        CoordCode code
-        int sys_errno
-        string message
-        cpp_bool ok()
 
     cdef cppclass CoordEntry "flinkgpu::coordination::Entry":
         size_t line_number
@@ -47,24 +30,24 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
         string text
 
     cdef cppclass CoordClaimResult "flinkgpu::coordination::ClaimResult":
-        CoordStatus status
+        Status status
         vector[string] indices
         vector[string] added
         vector[string] reclaimed
         vector[CoordBadLine] unparsable
 
     cdef cppclass CoordReleaseResult "flinkgpu::coordination::ReleaseResult":
-        CoordStatus status
+        Status status
         vector[string] released
 
     cdef cppclass CoordSnapshot "flinkgpu::coordination::Snapshot":
-        CoordStatus status
+        Status status
         cpp_bool exists
         vector[CoordEntry] entries
         vector[CoordBadLine] unparsable
 
     cdef cppclass CoordCleanResult "flinkgpu::coordination::CleanResult":
-        CoordStatus status
+        Status status
         vector[CoordEntry] removed
         vector[CoordBadLine] unparsable
 
@@ -114,21 +97,6 @@ cdef vector[string] _co_indices(indices) except *:
     return out
 
 
-cdef object _co_error(const CoordStatus& status, path):
-    message = _co_text(status.message)
-    if status.code == CoordCode.kInvalidArgument:
-        return ValueError(message)
-    if status.code == CoordCode.kNotEnough:
-        return FlinkException(message)
-    if status.code == CoordCode.kTimeout:
-        return TimeoutError(message)
-    if status.code == CoordCode.kOsError:
-        return OSError(status.sys_errno, message, os.fspath(path))
-    if status.code == CoordCode.kOutOfMemory:
-        return MemoryError(message)
-    return RuntimeError(message)
-
-
 cdef list _co_strings(const vector[string]& values):
     return [_co_text(values[i]) for i in range(values.size())]
 
@@ -152,7 +120,7 @@ def coordination_claim(path, double timeout, owner, indices, size_t amount):
     with nogil:
         r = coord_claim(opts, pid, existing, amount)
     if not r.status.ok():
-        raise _co_error(r.status, path)
+        raise _error(r.status, path)
     return (_co_strings(r.indices), _co_strings(r.added), _co_strings(r.reclaimed), _co_bad_lines(r.unparsable))
 
 
@@ -171,7 +139,7 @@ def coordination_release(path, double timeout, owner, indices=None):
         else:
             r = coord_release_indices(opts, pid, only)
     if not r.status.ok():
-        raise _co_error(r.status, path)
+        raise _error(r.status, path)
     return _co_strings(r.released)
 
 
@@ -182,7 +150,7 @@ def coordination_snapshot(path, double timeout):
     with nogil:
         r = coord_snapshot(opts)
     if not r.status.ok():
-        raise _co_error(r.status, path)
+        raise _error(r.status, path)
     return (r.exists, _co_entries(r.entries), _co_bad_lines(r.unparsable))
 
 
@@ -193,7 +161,7 @@ def coordination_clean_stale(path, double timeout):
     with nogil:
         r = coord_clean_stale(opts)
     if not r.status.ok():
-        raise _co_error(r.status, path)
+        raise _error(r.status, path)
     return (_co_entries(r.removed), _co_bad_lines(r.unparsable))
 
 

@@ -9,19 +9,33 @@ from libcpp.vector cimport vector
 
 import os
 
-from flink_gpu.errors import NvmlError
+from flink_gpu.errors import FlinkException, NvmlError
 
 
-cdef extern from "nvml_loader.hpp" namespace "flinkgpu" nogil:
-    cdef cppclass NvmlStatus:
-        int code
+cdef extern from "status.hpp" namespace "flinkgpu" nogil:
+    enum class StatusCode "flinkgpu::StatusCode":
+        kOk
+        kInvalidArgument
+        kNotEnough
+        kTimeout
+        kOsError
+        kOutOfMemory
+        kInternal
+        kNvml
+
+    cdef cppclass Status "flinkgpu::Status":
+        StatusCode code
+        int nvml_code
         string function
+        int sys_errno
         string message
         bint ok()
 
+
+cdef extern from "nvml_loader.hpp" namespace "flinkgpu" nogil:
     cdef cppclass NvmlLibrary:
         @staticmethod
-        const NvmlLibrary* acquire(const string& requested_path, NvmlStatus* status)
+        const NvmlLibrary* acquire(const string& requested_path, Status* status)
         @staticmethod
         string resolve_path(const string& requested_path) except +
 
@@ -44,8 +58,8 @@ cdef extern from "devices.hpp" namespace "flinkgpu" nogil:
         vector[DeviceInfo] devices
         vector[CSkippedDevice] skipped
 
-    NvmlStatus enumerate_devices(const NvmlLibrary& lib, Enumeration* out)
-    NvmlStatus query_driver_version(const NvmlLibrary& lib, optional[string]* out)
+    Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out)
+    Status query_driver_version(const NvmlLibrary& lib, optional[string]* out)
 
 
 cdef extern from "script_output.hpp" namespace "flinkgpu" nogil:
@@ -178,13 +192,28 @@ def parse_script_args(tokens):
             [(_text(u.token), _text(u.suggestion) if not u.suggestion.empty() else None) for u in parsed.unknown])
 
 
+# --- errors ------------------------------------------------------------------------------------
+
+cdef object _error(const Status& status, path):
+    """The Python exception for a failed ``status``; ``path``: the NVML library or the file it concerns."""
+    # Messages hold paths, dlerror() text and file contents: bytes, not necessarily UTF-8.
+    message = status.message.decode("utf-8", "surrogateescape")
+    if status.code == StatusCode.kNvml:
+        return NvmlError(message, status.nvml_code, path, status.function.decode("utf-8", "surrogateescape"))
+    if status.code == StatusCode.kInvalidArgument:
+        return ValueError(message)
+    if status.code == StatusCode.kNotEnough:
+        return FlinkException(message)
+    if status.code == StatusCode.kTimeout:
+        return TimeoutError(message)
+    if status.code == StatusCode.kOsError:
+        return OSError(status.sys_errno, message, os.fspath(path))
+    if status.code == StatusCode.kOutOfMemory:
+        return MemoryError(message)
+    return RuntimeError(message)
+
+
 # --- NVML ----------------------------------------------------------------------------------------
-
-cdef object _nvml_error(const NvmlStatus& status, str library_path):
-    # The message holds the library path and dlerror() text: bytes, not necessarily UTF-8.
-    return NvmlError(status.message.decode("utf-8", "surrogateescape"), status.code, library_path,
-                     status.function.decode("utf-8", "surrogateescape"))
-
 
 cdef class NvmlDevice:
     """One GPU as NVML reports it; an attribute is None where the driver cannot answer."""
@@ -272,23 +301,23 @@ cdef class Nvml:
         return nvml
 
     cdef const NvmlLibrary* _library(self) except NULL:
-        cdef NvmlStatus status
+        cdef Status status
         cdef const NvmlLibrary* lib
         with nogil:
             lib = NvmlLibrary.acquire(self._path, &status)
         if lib == NULL:
-            raise _nvml_error(status, self.library_path)
+            raise _error(status, self.library_path)
         return lib
 
     def devices(self):
         """All usable GPUs, in NVML index order; unusable ones are listed by ``skipped()``."""
         cdef const NvmlLibrary* lib = self._library()
         cdef Enumeration found
-        cdef NvmlStatus status
+        cdef Status status
         with nogil:
             status = enumerate_devices(lib[0], &found)
         if not status.ok():
-            raise _nvml_error(status, self.library_path)
+            raise _error(status, self.library_path)
         self._skipped = tuple([_skipped(s) for s in found.skipped])
         return tuple([_device(d) for d in found.devices])
 
@@ -297,9 +326,9 @@ cdef class Nvml:
         """The driver's version string, or None when the driver cannot say."""
         cdef const NvmlLibrary* lib = self._library()
         cdef optional[string] version
-        cdef NvmlStatus status = query_driver_version(lib[0], &version)
+        cdef Status status = query_driver_version(lib[0], &version)
         if not status.ok():
-            raise _nvml_error(status, self.library_path)
+            raise _error(status, self.library_path)
         return _optional_text(version)
 
     def skipped(self):

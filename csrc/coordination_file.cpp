@@ -1,0 +1,411 @@
+// The coordination file on disk (docs/design.md §5.1, §5.2); see coordination_file.hpp.
+#include "coordination_file.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+namespace flinkgpu {
+namespace coordination {
+namespace {
+
+// A coordination file holds one short line per GPU; anything this large is not one.
+constexpr std::size_t kMaxFileSize = 16u << 20;
+
+Status os_error(int err, const std::string& what, const std::string& path) {
+    return make_status(StatusCode::kOsError, what + " coordination file " + path + ": " + errno_text(err), err);
+}
+
+std::int64_t monotonic_ms() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+void sleep_ms(std::int64_t ms) {
+    timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * 1000000)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+// statx, not stat/fstat: the wheel targets manylinux_2_28, where stat@GLIBC_2.33 does not exist.
+int statx_path(const std::string& path, struct statx* out) {
+    return statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW | AT_STATX_SYNC_AS_STAT,
+                 STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_INO, out);
+}
+
+int statx_fd(int fd, struct statx* out) {
+    return statx(fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT,
+                 STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_INO, out);
+}
+
+bool same_inode(const struct statx& a, const struct statx& b) {
+    return a.stx_ino == b.stx_ino && a.stx_dev_major == b.stx_dev_major && a.stx_dev_minor == b.stx_dev_minor;
+}
+
+const char* file_kind(std::uint16_t mode) {
+    switch (mode & S_IFMT) {
+        case S_IFLNK: return "a symbolic link";
+        case S_IFDIR: return "a directory";
+        case S_IFIFO: return "a FIFO";
+        case S_IFSOCK: return "a socket";
+        case S_IFCHR: return "a character device";
+        case S_IFBLK: return "a block device";
+        default: return "not a regular file";
+    }
+}
+
+// Refuses what is not a plain, singly linked regular file. Nothing behind it is read or written.
+Status check_file_type(const struct statx& st, const std::string& path) {
+    const std::uint16_t mode = st.stx_mode;
+    if (!S_ISREG(mode)) {
+        const int err = S_ISLNK(mode) ? ELOOP : S_ISDIR(mode) ? EISDIR : EINVAL;
+        return make_status(StatusCode::kOsError,
+                           "Refusing to use the coordination file " + path + ": it is " + file_kind(mode) +
+                               ", not a regular file (" + errno_text(err) + "). Choose a regular file "
+                               "as the coordination file.",
+                           err);
+    }
+    // A coordination file is never hard-linked (the stock script and we only create it or replace it
+    // by rename). A second link may be a trap pointing at another user's file, which we would rewrite.
+    if (st.stx_nlink > 1) {
+        return make_status(StatusCode::kOsError,
+                           "Refusing to use the coordination file " + path + ": it has " +
+                               std::to_string(st.stx_nlink) + " hard links, so it may be another file in "
+                               "disguise (" + errno_text(EMLINK) + "). Remove it; it is recreated on the "
+                               "next claim.",
+                           EMLINK);
+    }
+    return {};
+}
+
+// Adds who owns the file and its mode to a permission error, since that is what the operator must fix.
+Status permission_error(int err, const std::string& what, const std::string& path) {
+    Status s = os_error(err, what, path);
+    struct statx st {};
+    if (statx_path(path, &st) == 0) {
+        char mode[8];
+        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.stx_mode & 07777));
+        s.message += " (owned by uid " + std::to_string(st.stx_uid) + ", mode " + mode +
+                     "). Every worker of this host must be able to read and write it: give it group write "
+                     "permission for the workers' group, or choose a coordination file they can all write.";
+    }
+    return s;
+}
+
+// A small /proc file, whole ("" when it cannot be read).
+std::string read_small_file(const std::string& path) {
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return "";
+    std::string text;
+    char buf[4096];
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        text.append(buf, static_cast<std::size_t>(n));
+        if (text.size() > (1u << 20)) break;
+    }
+    close(fd);
+    return text;
+}
+
+// The pids of the flock lines of /proc/locks, or of the "lock:" lines of an fdinfo file, that lock the
+// inode `want` ("08:01:5678"): "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters carry "->" and
+// hold nothing.
+std::set<long> flock_pids(const std::string& text, const char* want) {
+    std::set<long> pids;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        std::size_t end = text.find('\n', pos);
+        if (end == std::string::npos) end = text.size();
+        // an fdinfo line is "lock:\t" followed by a /proc/locks line
+        const std::size_t skip = text.compare(pos, 5, "lock:") == 0 ? 5 : 0;
+        const std::string line = text.substr(pos + skip, end - pos - skip);
+        pos = end + 1;
+        if (line.find("FLOCK") == std::string::npos || line.find("->") != std::string::npos) continue;
+        char kind[16], adv[16], rw[16], dev[64];
+        long pid = 0;
+        if (std::sscanf(line.c_str(), "%*[^:]: %15s %15s %15s %ld %63s", kind, adv, rw, &pid, dev) != 5) continue;
+        if (std::strcmp(dev, want) == 0) pids.insert(pid);
+    }
+    return pids;
+}
+
+// Whether process `pid` has a descriptor on the open file description that holds the lock.
+bool holds_lock(const std::string& pid, const char* want) {
+    const std::string dir = "/proc/" + pid + "/fdinfo";
+    DIR* fds = opendir(dir.c_str());
+    if (fds == nullptr) return false;
+    bool found = false;
+    while (!found) {
+        const dirent* f = readdir(fds);
+        if (f == nullptr) break;
+        if (f->d_name[0] != '.') found = !flock_pids(read_small_file(dir + "/" + f->d_name), want).empty();
+    }
+    closedir(fds);
+    return found;
+}
+
+// Who holds a flock on this inode (best effort: "" when unknown). /proc/locks names the process that
+// took the lock; it may have exited while a child that inherited the descriptor holds the lock on. Every
+// process sharing the locked open file description shows the lock in /proc/<pid>/fdinfo, so when none of
+// the named processes does, all of /proc is searched (only on a timeout; another user's fdinfo is not
+// readable, and then the /proc/locks pids are named).
+std::string lock_holders(const struct statx& st) {
+    char want[64];
+    std::snprintf(want, sizeof want, "%02x:%02x:%llu", st.stx_dev_major, st.stx_dev_minor,
+                  static_cast<unsigned long long>(st.stx_ino));
+    const std::set<long> lockers = flock_pids(read_small_file("/proc/locks"), want);
+    std::set<long> holders;
+    for (long pid : lockers) {
+        if (holds_lock(std::to_string(pid), want)) holders.insert(pid);
+    }
+    if (holders.empty() && !lockers.empty()) {
+        if (DIR* proc = opendir("/proc")) {
+            while (const dirent* e = readdir(proc)) {
+                const std::string name = e->d_name;
+                if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+                if (holds_lock(name, want)) holders.insert(std::strtol(name.c_str(), nullptr, 10));
+            }
+            closedir(proc);
+        }
+    }
+    std::string pids;
+    for (long pid : holders.empty() ? lockers : holders) {
+        if (!pids.empty()) pids += ", ";
+        pids += std::to_string(pid);
+    }
+    return pids;
+}
+
+// Opens `path` without following a symlink and without blocking on a FIFO, creating it (0644) when asked.
+// *fd = -1 with an ok status: the file does not exist and was not to be created.
+Status open_file(const std::string& path, Access access, int* fd) {
+    *fd = -1;
+    const int base = (access == Access::kReadExisting ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY |
+                     O_NONBLOCK;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+        // Looked at before opening, so that a device or FIFO is never opened at all.
+        struct statx pre {};
+        if (statx_path(path, &pre) == 0) {
+            Status st = check_file_type(pre, path);
+            if (!st.ok()) return st;
+        } else if (errno != ENOENT) {
+            const int err = errno;
+            return err == EACCES ? permission_error(err, "Cannot access the", path) : os_error(err, "Cannot access the", path);
+        }
+        // Without O_CREAT first: fs.protected_regular refuses O_CREAT on another user's file in /var/tmp.
+        int f = open(path.c_str(), base);
+        if (f < 0 && errno == ENOENT && access == Access::kCreate) {
+            f = open(path.c_str(), base | O_CREAT | O_EXCL, 0644);
+            if (f < 0 && errno == EEXIST) continue;  // created by someone else meanwhile: open theirs
+        }
+        if (f < 0) {
+            const int err = errno;
+            if (err == EINTR) continue;
+            if (err == ENOENT && access != Access::kCreate) return {};
+            if (err == ELOOP) {
+                return make_status(StatusCode::kOsError,
+                                   "Refusing to use the coordination file " + path + ": it is a symbolic link (" +
+                                       errno_text(err) + "). Links are not followed; use the real file's path.",
+                                   err);
+            }
+            if (err == EACCES || err == EPERM) return permission_error(err, "Cannot open the", path);
+            return os_error(err, "Cannot open the", path);
+        }
+        struct statx post {};
+        if (statx_fd(f, &post) != 0) {
+            const int err = errno;
+            close(f);
+            return os_error(err, "Cannot inspect the", path);
+        }
+        Status st = check_file_type(post, path);
+        if (!st.ok()) {
+            close(f);
+            return st;
+        }
+        const int flags = fcntl(f, F_GETFL);
+        if (flags < 0 || fcntl(f, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+            const int err = errno;
+            close(f);
+            return os_error(err, "Cannot configure the", path);
+        }
+        *fd = f;
+        return {};
+    }
+    return make_status(StatusCode::kOsError, "Cannot open the coordination file " + path +
+                                           ": it keeps appearing and disappearing.", EAGAIN);
+}
+
+Status read_all(int fd, const std::string& path, std::string* out) {
+    out->clear();
+    char buf[8192];
+    off_t offset = 0;
+    for (;;) {
+        ssize_t n = pread(fd, buf, sizeof buf, offset);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            const int err = errno;
+            return os_error(err, "Cannot read the", path);
+        }
+        if (n == 0) return {};
+        out->append(buf, static_cast<std::size_t>(n));
+        offset += n;
+        if (out->size() > kMaxFileSize) {
+            return make_status(StatusCode::kOsError,
+                               "The coordination file " + path + " is larger than " +
+                                   std::to_string(kMaxFileSize >> 20) + " MiB, so it is not a coordination "
+                                   "file (" + errno_text(EFBIG) + ").",
+                               EFBIG);
+        }
+    }
+}
+
+Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset) {
+    while (size > 0) {
+        ssize_t n = pwrite(fd, data, size, offset);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return make_status(StatusCode::kOsError, "", errno);
+        }
+        data += n;
+        size -= static_cast<std::size_t>(n);
+        offset += n;
+    }
+    return {};
+}
+
+// Rewrites the locked file in place (same inode). The data concerns processes of this boot only, so
+// it is not fsync()ed. Appends when only lines were added; restores the old bytes if a write fails.
+// A shrinking rewrite is written padded with newlines to the old size, in one write, before the
+// truncate: a process killed between the two leaves blank lines behind, never a fragment of an old
+// line that could read as "<index> <pid>" of some live process.
+Status write_in_place(int fd, const std::string& path, const std::string& old_text, const std::string& new_text) {
+    const bool append = new_text.size() >= old_text.size() && new_text.compare(0, old_text.size(), old_text) == 0;
+    Status st;
+    if (append) {
+        st = pwrite_all(fd, new_text.data() + old_text.size(), new_text.size() - old_text.size(),
+                        static_cast<off_t>(old_text.size()));
+    } else if (new_text.size() < old_text.size()) {
+        std::string padded = new_text;
+        padded.resize(old_text.size(), '\n');
+        st = pwrite_all(fd, padded.data(), padded.size(), 0);
+    } else {
+        st = pwrite_all(fd, new_text.data(), new_text.size(), 0);
+    }
+    if (st.ok() && new_text.size() < old_text.size() && ftruncate(fd, static_cast<off_t>(new_text.size())) != 0) {
+        st = make_status(StatusCode::kOsError, "", errno);
+    }
+    if (st.ok()) return {};
+    const int err = st.sys_errno;
+    if (pwrite_all(fd, old_text.data(), old_text.size(), 0).ok()) {
+        (void)ftruncate(fd, static_cast<off_t>(old_text.size()));
+    }
+    return os_error(err, "Cannot write the", path);
+}
+
+}  // namespace
+
+LockedFile::~LockedFile() { unlock(); }
+
+void LockedFile::unlock() noexcept {
+    if (fd_ >= 0) {
+        flock(fd_, LOCK_UN);
+        close(fd_);
+        fd_ = -1;
+    }
+}
+
+Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access access, bool* exists) {
+    unlock();
+    *exists = false;
+    if (path.empty()) return make_status(StatusCode::kInvalidArgument, "The coordination file path is empty.");
+    if (path.find('\0') != std::string::npos) {
+        return make_status(StatusCode::kInvalidArgument, "The coordination file path contains a NUL byte.");
+    }
+    if (timeout_ms < 0) {
+        return make_status(StatusCode::kInvalidArgument, "The lock timeout must not be negative, got " +
+                                                       std::to_string(timeout_ms) + " ms.");
+    }
+    const int op = (access == Access::kReadExisting ? LOCK_SH : LOCK_EX) | LOCK_NB;
+    const std::int64_t start = monotonic_ms();
+    // Saturated: a huge timeout ("for ever") must not overflow into a deadline already passed.
+    const std::int64_t deadline =
+        timeout_ms > INT64_MAX - start ? INT64_MAX : start + timeout_ms;
+    int replaced = 0;
+    for (;;) {
+        int fd = -1;
+        Status st = open_file(path, access, &fd);
+        if (!st.ok()) return st;
+        if (fd < 0) return {};  // absent and not to be created
+        fd_ = fd;
+        path_ = path;
+        std::int64_t backoff = 1;
+        for (;;) {
+            if (flock(fd, op) == 0) break;
+            const int err = errno;
+            if (err == EINTR) continue;
+            if (err != EWOULDBLOCK) return os_error(err, "Cannot lock the", path);
+            const std::int64_t now = monotonic_ms();
+            if (now >= deadline) {
+                struct statx locked {};
+                std::string holders;
+                if (statx_fd(fd, &locked) == 0) holders = lock_holders(locked);
+                char secs[32];
+                std::snprintf(secs, sizeof secs, "%.10g", static_cast<double>(timeout_ms) / 1000.0);
+                return make_status(StatusCode::kTimeout,
+                                   "Timed out after " + std::string(secs) + " s waiting for the lock on the "
+                                   "coordination file " + path +
+                                       (holders.empty() ? std::string(" (held by another process)")
+                                                        : " (held by pid " + holders + ")") +
+                                       ". Another worker may hang while claiming GPUs.",
+                                   ETIMEDOUT);
+            }
+            sleep_ms(std::min(backoff, deadline - now));
+            backoff = std::min<std::int64_t>(backoff * 2, 25);
+        }
+        struct statx locked {}, named {};
+        if (statx_fd(fd, &locked) != 0) {
+            const int err = errno;
+            return os_error(err, "Cannot inspect the", path);
+        }
+        const bool path_ok = statx_path(path, &named) == 0 && same_inode(locked, named);
+        if (path_ok) {
+            Status type = check_file_type(locked, path);  // links may have been added before we locked
+            if (!type.ok()) return type;
+            *exists = true;
+            return {};
+        }
+        unlock();
+        ++replaced;
+        if (replaced >= 3 && monotonic_ms() >= deadline) {
+            return make_status(StatusCode::kTimeout,
+                               "Timed out waiting for the coordination file " + path +
+                                   ": it was replaced by another file " + std::to_string(replaced) +
+                                   " times while we waited for its lock.",
+                               ETIMEDOUT);
+        }
+    }
+}
+
+Status LockedFile::read(std::string* text) const { return read_all(fd_, path_, text); }
+
+Status LockedFile::rewrite(const std::string& old_text, const std::string& new_text) const {
+    return write_in_place(fd_, path_, old_text, new_text);
+}
+
+}  // namespace coordination
+}  // namespace flinkgpu

@@ -1,0 +1,62 @@
+// The coordination file on disk (docs/design.md §5.1, §5.2): opened safely, locked with a bounded
+// wait, read whole and rewritten in place. Knows nothing of the line format.
+//
+//   * open with O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK; symlinks, non-regular files and files
+//     with more than one hard link are refused without reading or writing them (checked before and
+//     after opening, and again once locked);
+//   * an existing file is opened without O_CREAT first, so that fs.protected_regular (which forbids
+//     O_CREAT on another user's file in a sticky directory such as /var/tmp) does not lock out a user
+//     the file's permissions allow; a new file gets mode 0644 (less the umask);
+//   * BSD flock(2) on the file itself, as the stock script takes it, polled with LOCK_NB and backoff up
+//     to the timeout; a timeout names the processes holding the lock where /proc tells;
+//   * after taking the lock, the path must still name the locked inode (a stock `sed -i` may have
+//     replaced it), else it starts again;
+//   * the file is rewritten in place under the lock (pwrite + ftruncate), never replaced.
+//
+// Every failure is a Status whose message names the file and says what to do.
+#pragma once
+
+#include "status.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace flinkgpu {
+namespace coordination {
+
+enum class Access {
+    kCreate,         // read and write, creating the file when missing (exclusive lock)
+    kWriteExisting,  // read and write an existing file (exclusive lock)
+    kReadExisting,   // read an existing file (shared lock)
+};
+
+// An open, flock()ed coordination file. Unlocks explicitly before closing: a child forked meanwhile
+// shares the open file description, and a plain close would leave the lock held by that child.
+class LockedFile {
+public:
+    LockedFile() = default;
+    LockedFile(const LockedFile&) = delete;
+    LockedFile& operator=(const LockedFile&) = delete;
+    ~LockedFile();
+
+    // Opens and locks `path`, waiting up to `timeout_ms` (0: try once) for the lock and for a path that
+    // keeps being replaced. `*exists` false with an ok status: there is no file and `access` did not
+    // ask to create one.
+    Status open(const std::string& path, std::int64_t timeout_ms, Access access, bool* exists);
+
+    // The whole content; a file over 16 MiB is refused (it is not a coordination file).
+    Status read(std::string* text) const;
+
+    // Replaces `old_text` (what read() gave) by `new_text` in the same inode. Not fsync()ed: the data
+    // concerns processes of this boot only. On failure the old bytes are restored where possible.
+    Status rewrite(const std::string& old_text, const std::string& new_text) const;
+
+    void unlock() noexcept;
+
+private:
+    int fd_ = -1;
+    std::string path_;
+};
+
+}  // namespace coordination
+}  // namespace flinkgpu

@@ -1,0 +1,118 @@
+#include "coordination_lines.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <utility>
+
+namespace flinkgpu {
+namespace coordination {
+
+bool valid_index(const std::string& s) {
+    if (s.empty()) return false;
+    for (unsigned char c : s) {
+        if (c <= 0x20 || c >= 0x7f) return false;
+    }
+    return true;
+}
+
+namespace {
+
+bool is_blank_char(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+bool parse_decimal(const std::string& s, std::uint64_t max, std::uint64_t* out) {
+    if (s.empty() || s.size() > 20) return false;
+    std::uint64_t v = 0;
+    for (char c : s) {
+        if (c < '0' || c > '9') return false;
+        const std::uint64_t d = static_cast<std::uint64_t>(c - '0');
+        if (v > (max - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+// `<index> <pid>[ <start time>]`: the index starts the line and is followed by a space (what the stock
+// script's `grep "^$i "` finds); the rest is split on blanks (its `awk '{print $2}'`).
+Line parse_line(std::string raw, std::size_t number) {
+    Line line;
+    line.number = number;
+    line.raw = std::move(raw);
+    const std::string& s = line.raw;
+    if (std::all_of(s.begin(), s.end(), is_blank_char)) {
+        line.kind = LineKind::kBlank;
+        return line;
+    }
+    std::vector<std::string> words;
+    std::size_t i = 0;
+    while (i < s.size()) {
+        while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+        std::size_t j = i;
+        while (j < s.size() && s[j] != ' ' && s[j] != '\t') ++j;
+        if (j > i) words.push_back(s.substr(i, j - i));
+        i = j;
+    }
+    line.kind = LineKind::kBad;
+    line.word = words.empty() ? std::string() : words[0];
+    const std::size_t space = s.find(' ');
+    if (space == std::string::npos || space == 0 || words.size() < 2 || words.size() > 3) return line;
+    if (s.compare(0, space, words[0]) != 0 || !valid_index(words[0])) return line;
+    std::uint64_t pid = 0, start = 0;
+    if (!parse_decimal(words[1], INT_MAX, &pid) || pid == 0) return line;
+    if (words.size() == 3 && !parse_decimal(words[2], UINT64_MAX, &start)) return line;
+    line.kind = LineKind::kEntry;
+    line.entry.line_number = number;
+    line.entry.index = words[0];
+    line.entry.pid = static_cast<pid_t>(pid);
+    line.entry.has_start_time = words.size() == 3;
+    line.entry.start_time = start;
+    return line;
+}
+
+}  // namespace
+
+std::vector<Line> parse_file(const std::string& text) {
+    std::vector<Line> lines;
+    std::size_t pos = 0, number = 0;
+    while (pos < text.size()) {
+        std::size_t end = text.find('\n', pos);
+        if (end == std::string::npos) end = text.size();
+        lines.push_back(parse_line(text.substr(pos, end - pos), ++number));
+        pos = end + 1;
+    }
+    return lines;
+}
+
+std::string serialize(const std::vector<Line>& lines) {
+    std::string out;
+    for (const Line& l : lines) {
+        if (!l.keep) continue;
+        out += l.raw;
+        out += '\n';
+    }
+    return out;
+}
+
+std::vector<BadLine> bad_lines(const std::vector<Line>& lines) {
+    std::vector<BadLine> out;
+    for (const Line& l : lines) {
+        if (l.kind == LineKind::kBad) out.push_back(BadLine{l.number, l.raw});
+    }
+    return out;
+}
+
+// A tab, not a space, before the start time: see the header.
+Line new_line(const std::string& index, pid_t owner, bool has_start_time, std::uint64_t start_time) {
+    Line l;
+    l.kind = LineKind::kEntry;
+    l.raw = index + " " + std::to_string(owner);
+    if (has_start_time) l.raw += "\t" + std::to_string(start_time);
+    l.entry.index = index;
+    l.entry.pid = owner;
+    l.entry.has_start_time = has_start_time;
+    l.entry.start_time = has_start_time ? start_time : 0;
+    return l;
+}
+
+}  // namespace coordination
+}  // namespace flinkgpu

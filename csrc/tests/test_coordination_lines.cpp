@@ -1,0 +1,54 @@
+// The coordination file's line format, without any file: parse, serialize, new lines.
+#include "coordination_lines.hpp"
+
+#include <string>
+
+#include "check.hpp"
+
+namespace co = flinkgpu::coordination;
+
+int main() {
+    const auto lines = co::parse_file("0 100\n1 200\t5555\n\n  \t\r\n3  300\ngarbage\n4 0\n5 1 2 3\n 6 1\n7 9");
+    CHECK_EQ(lines.size(), std::size_t{10});
+    CHECK(lines[0].kind == co::LineKind::kEntry && lines[0].entry.index == "0" && lines[0].entry.pid == 100);
+    CHECK(!lines[0].entry.has_start_time);
+    CHECK(lines[1].kind == co::LineKind::kEntry && lines[1].entry.has_start_time);
+    CHECK_EQ(lines[1].entry.start_time, std::uint64_t{5555});
+    CHECK_EQ(lines[1].entry.line_number, std::size_t{2});
+    CHECK(lines[2].kind == co::LineKind::kBlank && lines[3].kind == co::LineKind::kBlank);
+    CHECK(lines[4].kind == co::LineKind::kEntry && lines[4].entry.pid == 300);  // blanks split like awk
+    CHECK(lines[5].kind == co::LineKind::kBad && lines[5].word == "garbage");
+    CHECK(lines[6].kind == co::LineKind::kBad && lines[6].word == "4");  // pid 0 is nobody
+    CHECK(lines[7].kind == co::LineKind::kBad && lines[7].word == "5");  // too many fields
+    CHECK(lines[8].kind == co::LineKind::kBad && lines[8].word == "6");  // the index must start the line
+    CHECK(lines[9].kind == co::LineKind::kEntry && lines[9].raw == "7 9");  // no final '\n'
+    const auto bad = co::bad_lines(lines);
+    CHECK_EQ(bad.size(), std::size_t{4});
+    CHECK_EQ(bad[0].line_number, std::size_t{6});
+    CHECK_EQ(bad[0].text, std::string("garbage"));
+
+    // pid and start time bounds: a pid beyond INT_MAX or a start time beyond 64 bits is no entry.
+    CHECK(co::parse_file("0 2147483647")[0].kind == co::LineKind::kEntry);
+    CHECK(co::parse_file("0 2147483648")[0].kind == co::LineKind::kBad);
+    CHECK(co::parse_file("0 1\t18446744073709551615")[0].kind == co::LineKind::kEntry);
+    CHECK(co::parse_file("0 1\t18446744073709551616")[0].kind == co::LineKind::kBad);
+    // A tab instead of the space after the index is not what the stock script's grep "^$i " finds.
+    CHECK(co::parse_file("0\t1")[0].kind == co::LineKind::kBad);
+
+    // serialize: kept lines only, each ended by '\n', byte for byte.
+    auto edited = co::parse_file("a b c d\n0 1\n\n2 3");
+    edited[1].keep = false;
+    CHECK_EQ(co::serialize(edited), std::string("a b c d\n\n2 3\n"));
+    CHECK_EQ(co::serialize(co::parse_file("")), std::string(""));
+
+    // new_line: the tab before the start time, and it parses back to the same entry.
+    const co::Line nl = co::new_line("3", 1234, true, 987);
+    CHECK_EQ(nl.raw, std::string("3 1234\t987"));
+    const co::Entry back = co::parse_file(nl.raw)[0].entry;
+    CHECK(back.index == "3" && back.pid == 1234 && back.has_start_time && back.start_time == 987);
+    CHECK_EQ(co::new_line("10", 5, false, 0).raw, std::string("10 5"));
+
+    CHECK(co::valid_index("0") && co::valid_index("GPU-a") && co::valid_index("~"));
+    CHECK(!co::valid_index("") && !co::valid_index("0 1") && !co::valid_index("\x7f") && !co::valid_index("\xC3\xA9"));
+    return check::finish("test_coordination_lines");
+}
