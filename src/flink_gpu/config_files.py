@@ -79,7 +79,7 @@ def find_configuration_file(path: str | os.PathLike) -> str:
     file = os.fspath(path)
     if os.path.isdir(file):
         found = [os.path.join(file, name) for name in CONFIGURATION_FILE_NAMES
-                 if os.path.lexists(os.path.join(file, name))]
+                 if os.path.exists(os.path.join(file, name))]
         if not found:
             raise FileNotFoundError(
                 f"No Flink configuration file in directory {file}: expected config.yaml "
@@ -88,7 +88,7 @@ def find_configuration_file(path: str | os.PathLike) -> str:
             LOG.info("Both %s and %s exist; using %s and ignoring the legacy file.",
                      found[0], found[1], found[0])
         return found[0]
-    if not os.path.lexists(file):
+    if not os.path.exists(file):
         raise FileNotFoundError(f"The {_WHAT} {file} does not exist.")
     return file
 

@@ -43,23 +43,29 @@ def library_path() -> str:
     return str(path)
 
 
-def _whole_number(value: Any, limit: int) -> bool:
-    # JSON has one number type: 2.0 is the whole number 2 to the simulator as well
+def _check_whole_number(value: Any, limit: int, what: str) -> None:
+    """``TypeError`` for a value that is no number, ``ValueError`` for one outside [0, limit)
+    or not whole (JSON has one number type: 2.0 is the whole number 2 to the simulator too)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return value == value and 0 <= value < limit and float(value).is_integer()
+        raise TypeError(f"Simulator spec {what} (0..{limit - 1}), got {value!r}.")
+    if not (0 <= value < limit and float(value).is_integer()):
+        raise ValueError(f"Simulator spec {what} (0..{limit - 1}), got {value!r}.")
+
+
+def _check_string(value: Any, what: str) -> None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"Simulator spec {what} must be a string, got {value!r}.")
 
 
 def _validate_spec(spec: Mapping[str, Any]) -> None:
+    """The simulator's own rules: ``TypeError`` for a value of the wrong type, ``ValueError`` for
+    an unknown key or a value out of range, each naming the key."""
     unknown = set(spec) - {"init_error", "driver_version", "devices"}
     if unknown:
         raise ValueError(f"Unknown simulator spec keys {sorted(unknown)}; use init_error, driver_version, devices.")
-    init_error = spec.get("init_error")
-    if init_error is not None and not _whole_number(init_error, 1000):
-        raise ValueError(f"Simulator spec 'init_error' must be an NVML error code (0..999), got {init_error!r}.")
-    driver_version = spec.get("driver_version")
-    if driver_version is not None and not isinstance(driver_version, str):
-        raise ValueError(f"Simulator spec 'driver_version' must be a string, got {driver_version!r}.")
+    if spec.get("init_error") is not None:
+        _check_whole_number(spec["init_error"], 1000, "'init_error' must be an NVML error code")
+    _check_string(spec.get("driver_version"), "'driver_version'")
     devices = spec.get("devices", [])
     if not isinstance(devices, (list, tuple)):
         raise ValueError("Simulator spec 'devices' must be a list of device objects.")
@@ -70,12 +76,10 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
         if bad:
             raise ValueError(f"Simulator spec devices[{i}] has unknown keys {sorted(bad)}; known: {sorted(_DEVICE_KEYS)}.")
         for key in _STRING_KEYS:
-            if device.get(key) is not None and not isinstance(device[key], str):
-                raise ValueError(f"Simulator spec devices[{i}].{key} must be a string, got {device[key]!r}.")
+            _check_string(device.get(key), f"devices[{i}].{key}")
         for key, limit in _NUMBER_LIMITS.items():
-            if device.get(key) is not None and not _whole_number(device[key], limit):
-                raise ValueError(f"Simulator spec devices[{i}].{key} must be a whole number "
-                                 f"(0..{limit - 1}), got {device[key]!r}.")
+            if device.get(key) is not None:
+                _check_whole_number(device[key], limit, f"devices[{i}].{key} must be a whole number")
         fault = device.get("fault")
         if fault is not None and fault not in _FAULTS:
             raise ValueError(f"Simulator spec devices[{i}] fault {fault!r} is not one of {_FAULTS}.")
@@ -102,7 +106,7 @@ def read_spec(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
         raise ValueError(f"The {_SPEC_WHAT} {path} must hold a JSON object, not {type(spec).__name__}.")
     try:
         _validate_spec(spec)
-    except ValueError as error:
+    except (TypeError, ValueError) as error:  # a value of the file: ValueError, naming the file
         raise ValueError(f"{path}: {error}") from None
     return spec
 
@@ -139,7 +143,8 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
     JSON file that lives as long as this process) or the path of a JSON file (which must be a
     regular file; its content is checked by the simulator when NVML starts, or before with
     :func:`read_spec`). ``init_error``: the NVML error code ``nvmlInit`` returns (e.g. 9,
-    NVML_ERROR_DRIVER_NOT_LOADED).
+    NVML_ERROR_DRIVER_NOT_LOADED). A dict spec is checked first: ``TypeError`` for a value of the
+    wrong type, ``ValueError`` for an unknown key or a value out of range, both naming the key.
     """
     if devices is not None and spec is not None:
         raise ValueError("Give either devices or spec, not both.")
