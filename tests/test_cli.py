@@ -1019,3 +1019,123 @@ def test_cli_usage_error_with_json_still_answers_in_json():
     assert doc["schema"] == 1 and doc["command"] is None and doc["ok"] is False
     assert doc["error"]["type"] == "UsageError" and "'two'" in doc["error"]["message"]
     assert "usage:" in proc.stderr and "'two'" in proc.stderr
+
+
+# -- bad input: hostile YAML, paths that are not regular files, odd option values ----------------
+
+def test_doctor_and_resources_report_a_recursive_alias_without_a_traceback(tmp_path):
+    conf = tmp_path / "rec.yaml"
+    conf.write_text("a: &x {b: 1, c: *x}\n")
+    expected = (f"The Flink configuration file {conf} has a recursive alias *x at line 1, "
+                "column 17: the value anchored &x would contain itself.")
+    proc = cli("resources", conf)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"flink-gpu resources: error: {expected}" in proc.stderr
+    proc = cli("doctor", "--simulate", "2", conf)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
+    assert expected in proc.stdout
+
+
+def test_doctor_and_resources_refuse_an_alias_bomb_at_once(tmp_path):
+    conf = tmp_path / "bomb.yaml"
+    lines = ["m0: &m0 {k: v}"] + [f"m{n}: &m{n} {{a: *m{n - 1}, b: *m{n - 1}}}" for n in range(1, 31)]
+    conf.write_text("\n".join(lines) + "\n")
+    for args in (("resources", conf), ("doctor", "--simulate", "2", conf)):
+        proc = cli(*args, timeout=30)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert f"The aliases of the Flink configuration file {conf} expand to more than 100000 " \
+               "values" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_every_file_argument_that_is_not_a_regular_file_is_refused_saying_what_it_is(tmp_path, kind):
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(RESOURCES_CONF)
+    path = tmp_path / "odd"
+    if kind == "fifo":
+        os.mkfifo(path)
+        what = "a FIFO (named pipe)"
+    elif kind == "directory":
+        path.mkdir()
+        what = "a directory"
+    else:
+        path = Path("/dev/zero")
+        what = "a character device"
+    cases = [(("--simulate-spec", path, "list"), 2, f"--simulate-spec: The simulator spec file {path}"),
+             (("resources", conf, "--pod-template", path), 2,
+              f"--pod-template: The pod template file {path}")]
+    if kind != "directory":  # a directory is a conf directory
+        cases += [(("resources", path), 2, f"The Flink configuration file {path}"),
+                  (("doctor", "--simulate", "2", path), 1, f"The Flink configuration file {path}")]
+    for args, code, start in cases:
+        proc = cli(*args, timeout=30)  # a FIFO read would never return
+        assert proc.returncode == code, (args, proc.stdout + proc.stderr)
+        assert f"{start} is {what}, not a regular file" in proc.stdout + proc.stderr, args
+    os.symlink(path, tmp_path / "config.yaml")  # the file of a conf directory
+    proc = cli("resources", tmp_path, timeout=30)
+    assert proc.returncode == 2
+    assert f"The Flink configuration file {tmp_path / 'config.yaml'} is {what}" in proc.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"devices": [{"name": 5}]}, "devices[0].name must be a string, got 5."),
+    ({"devices": [{"memory_total": "abc"}]},
+     "devices[0].memory_total must be a whole number (0..18446744073709551615), got 'abc'."),
+    ({"devices": [{"minor_number": -1}]}, "devices[0].minor_number must be a whole number"),
+    ({"driver_version": 5}, "'driver_version' must be a string, got 5."),
+    ({"init_error": "x"}, "'init_error' must be an NVML error code (0..999), got 'x'."),
+    ({"init_error": 1.5}, "'init_error' must be an NVML error code (0..999), got 1.5."),
+])
+def test_simulate_spec_values_of_the_wrong_type_are_usage_errors_naming_the_key(tmp_path, spec, message):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    proc = cli("list", "--simulate-spec", path)
+    assert proc.returncode == 2
+    assert f"--simulate-spec: {path}: Simulator spec {message}" in proc.stderr
+    assert "NVML call failed" not in proc.stderr and "hint" not in proc.stderr
+
+
+def test_a_failure_of_the_simulator_does_not_hint_at_the_simulator(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text('{"devices": [{"name": 5}]}')
+    from flink_gpu import simulator
+
+    env = child_env(FLINK_GPU_NVML_LIBRARY=simulator.library_path(), FLINK_GPU_SIM_SPEC=str(spec))
+    proc = cli("list", env=env)
+    assert proc.returncode == 1
+    assert f"{spec}: devices[0].name must be a string" in proc.stderr  # the simulator's own line
+    assert "--simulate 4" not in proc.stderr
+    assert "hint: this NVML is the bundled simulator" in proc.stderr
+    proc = cli("list", "--simulate-spec", _write(tmp_path / "e.json", '{"init_error": 9}'))
+    assert proc.returncode == 1 and "--simulate 4" not in proc.stderr
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_an_empty_file_option_is_a_usage_error_naming_it(tmp_path):
+    for args in (("claim", "1"), ("release",), ("list",), ("coordination", "show")):
+        proc = cli("--simulate", "2", *args, "--file", "", cwd=tmp_path)
+        assert proc.returncode == 2, args
+        assert "argument --file: expected the path of the coordination file, got ''" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_yarn_max_with_a_second_equals_sign_is_a_usage_error(tmp_path):
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(RESOURCES_CONF)
+    proc = cli("resources", conf, "--yarn", "--yarn-max", "yarn.io/gpu=3=4")
+    assert proc.returncode == 2
+    assert "--yarn-max 'yarn.io/gpu=3=4': expected TYPE=N, e.g. yarn.io/gpu=4." in proc.stderr
+
+
+def test_json_resources_with_a_self_referencing_pod_template_names_the_file(tmp_path):
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(RESOURCES_CONF)
+    template = _write(tmp_path / "pod.yaml", "spec: &s\n  containers:\n    - name: x\n      extra: *s\n")
+    doc = cli_json("resources", conf, "--pod-template", template, expect=1)
+    assert doc["error"]["type"] == "IllegalConfigurationException"
+    assert doc["error"]["message"].startswith(f"The pod template file {template} has a recursive "
+                                              "alias *s")

@@ -429,3 +429,197 @@ def test_parser_choice_can_be_forced(tmp_path):
     assert Configuration.from_yaml(conf, legacy=True).get(LIST) == ["a;b", "c"]
     legacy_named = write(tmp_path / "flink-conf.yaml", "a:\n  b: 1\n")
     assert Configuration.from_yaml(legacy_named, legacy=False).to_dict() == {"a.b": 1}
+
+
+# --- hostile YAML and paths that are not regular files -------------------------------------------
+
+def returns_within(seconds, function, fifo=None):
+    """``function()``'s result or exception, failing the test if it takes longer than ``seconds``
+    (a reader blocked on ``fifo`` is then released with an EOF, so the test run goes on)."""
+    import threading
+
+    outcome = {}
+
+    def target():
+        try:
+            outcome["value"] = function()
+        except BaseException as error:  # noqa: B036 - handed to the test
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        if fifo is not None:
+            import os
+
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail(f"did not return within {seconds} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def test_recursive_yaml_alias_is_refused_naming_the_file_and_the_alias(tmp_path):
+    conf = write(tmp_path / "config.yaml", "x: 1\na: &x {b: 1, c: *x}\n")
+    with pytest.raises(IllegalConfigurationException) as error:
+        Configuration.from_yaml(conf)
+    assert str(error.value) == (
+        f"The Flink configuration file {conf} has a recursive alias *x at line 2, column 17: the "
+        "value anchored &x would contain itself. Write the values out instead of the alias.")
+    write(conf, "a: &l [1, [*l]]\n")  # a list too
+    with pytest.raises(IllegalConfigurationException, match=r"recursive alias \*l"):
+        Configuration.from_yaml(conf)
+
+
+def test_a_mapping_that_contains_itself_is_refused_naming_the_key():
+    data = {"b": 1}
+    data["c"] = data
+    with pytest.raises(IllegalConfigurationException) as error:
+        Configuration({"a": data})
+    assert str(error.value) == ("The configuration value at key 'a.c' contains itself; a "
+                                "configuration must be a tree of mappings.")
+
+
+def alias_bomb(levels):
+    lines = ["m0: &m0 {k: v}"]
+    lines += [f"m{n}: &m{n} {{a: *m{n - 1}, b: *m{n - 1}}}" for n in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_alias_bomb_is_refused_at_once_naming_the_limit(tmp_path):
+    import time
+
+    conf = write(tmp_path / "config.yaml", alias_bomb(30))
+    start = time.monotonic()
+    with pytest.raises(IllegalConfigurationException) as error:
+        returns_within(10, lambda: Configuration.from_yaml(conf))
+    assert time.monotonic() - start < 0.5
+    assert str(error.value).startswith(
+        f"The aliases of the Flink configuration file {conf} expand to more than 100000 values")
+
+
+def test_more_aliases_of_collections_than_flink_allows_are_refused(tmp_path):
+    from flink_gpu.config_files import MAX_COLLECTION_ALIASES
+
+    assert MAX_COLLECTION_ALIASES == 50  # snakeyaml-engine's maxAliasesForCollections
+    aliases = "\n".join(f"k{n}: *base" for n in range(50))
+    conf = write(tmp_path / "config.yaml", f"base: &base {{a: 1}}\n{aliases}\n")
+    assert Configuration.from_yaml(conf).get("k49.a") == 1  # 50 are fine
+    write(conf, f"base: &base {{a: 1}}\n{aliases}\nk50: *base\n")
+    with pytest.raises(IllegalConfigurationException) as error:
+        Configuration.from_yaml(conf)
+    assert str(error.value) == (
+        f"The Flink configuration file {conf} has more than 50 aliases of mappings or lists (at "
+        "line 52, column 6), the limit of Flink's YAML loader. Write the values out instead of the "
+        "aliases.")
+    scalars = "\n".join(f"s{n}: *one" for n in range(200))  # aliases of scalars are not limited
+    write(conf, f"one: &one 1\n{scalars}\n")
+    assert Configuration.from_yaml(conf).get("s199") == 1
+
+
+def test_a_badly_tagged_yaml_value_names_the_file(tmp_path):
+    conf = write(tmp_path / "config.yaml", "a: !!float abc\n")
+    with pytest.raises(IllegalConfigurationException) as error:
+        Configuration.from_yaml(conf)
+    assert str(error.value).startswith(f"Invalid YAML in Flink configuration file {conf}: ")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_configuration_path_that_is_not_a_regular_file_is_refused_without_blocking(
+        tmp_path, kind, legacy):
+    import os
+
+    name = "flink-conf.yaml" if legacy else "config.yaml"
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    path = conf_dir / name
+    if kind == "fifo":
+        os.mkfifo(path)
+        what = "a FIFO (named pipe)"
+    elif kind == "directory":
+        path.mkdir()
+        what = "a directory"
+    else:
+        path.symlink_to("/dev/zero")  # endless if it were read
+        what = "a character device"
+    # the file itself (a directory given is a conf directory), or the conf directory it is in
+    for given in ([path] if kind != "directory" else []) + [conf_dir]:
+        with pytest.raises(OSError) as error:
+            returns_within(10, lambda: Configuration.from_yaml(given), fifo=path)
+        assert str(error.value) == (f"The Flink configuration file {path} is {what}, not a "
+                                    "regular file; give the path of a file.")
+
+
+def test_a_configuration_larger_than_the_read_limit_is_refused(tmp_path):
+    from flink_gpu.regular_files import MAX_FILE_SIZE, FileTooLargeError
+
+    for name in ("config.yaml", "flink-conf.yaml"):
+        conf = tmp_path / name
+        with open(conf, "wb") as handle:
+            handle.truncate(MAX_FILE_SIZE + 1)  # sparse: nothing is written
+        with pytest.raises(FileTooLargeError) as error:
+            Configuration.from_yaml(conf)
+        assert str(error.value) == (f"The Flink configuration file {conf} is larger than 16 MiB, "
+                                    "the most flink-gpu reads from one file.")
+
+
+def test_load_configuration_file_returns_the_skipped_lines(tmp_path):
+    from flink_gpu.config_files import SkippedLine, load_configuration_file
+
+    conf = write(tmp_path / "flink-conf.yaml", "a: 1\nb:2\n: 3\n")
+    loaded = load_configuration_file(tmp_path)
+    assert loaded.path == str(conf) and loaded.data == {"a": "1"}
+    assert loaded.skipped == (
+        SkippedLine(str(conf), 2, "b:2", "Line is not a key-value pair (missing space after ':'?)"),
+        SkippedLine(str(conf), 3, ": 3", "Key or value was empty"))
+    assert [line.message for line in loaded.skipped] == [
+        f"Error while trying to split key and value in configuration file {conf}:2: Line is not a "
+        "key-value pair (missing space after ':'?)",
+        f"Error after splitting key and value in configuration file {conf}:3: Key or value was "
+        "empty"]
+    assert load_configuration_file(write(tmp_path / "config.yaml", "a: {b: 1}\n")).skipped == ()
+
+
+_scalar = st.sampled_from(["1", "x", "'q'", "true", "~", "2.5", "[]", "{}"])
+
+
+@st.composite
+def yaml_with_aliases(draw):
+    """A document of nested flow collections whose values include aliases of earlier, enclosing
+    or later anchors (so: recursion, undefined aliases, re-defined anchors, bombs)."""
+    anchors = draw(st.lists(st.sampled_from("abcd"), max_size=4))
+
+    def value(depth):
+        options = [_scalar, st.sampled_from(["*a", "*b", "*c", "*d"])]
+        if depth < 3:
+            options.append(st.lists(st.deferred(lambda: value(depth + 1)), max_size=3).map(
+                lambda items: "[" + ", ".join(items) + "]"))
+            options.append(st.lists(st.deferred(lambda: value(depth + 1)), max_size=3).map(
+                lambda items: "{" + ", ".join(f"k{i}: {v}" for i, v in enumerate(items)) + "}"))
+        item = draw(st.one_of(options))
+        if anchors and draw(st.booleans()):
+            item = f"&{draw(st.sampled_from(anchors))} {item}"
+        return st.just(item)
+
+    keys = draw(st.integers(1, 6))
+    return "".join(f"key{n}: {draw(value(0))}\n" for n in range(keys))
+
+
+@given(yaml_with_aliases())
+def test_yaml_with_aliases_gives_a_configuration_or_a_clear_error(tmp_path_factory, text):
+    import time
+
+    conf = tmp_path_factory.mktemp("alias") / "config.yaml"
+    write(conf, text)
+    start = time.monotonic()
+    try:
+        config = Configuration.from_yaml(conf)
+    except IllegalConfigurationException as error:
+        assert str(conf) in str(error)
+    else:
+        assert isinstance(config, Configuration)
+        for key in config:
+            config.get_string(key)  # every value renders
+    assert time.monotonic() - start < 2

@@ -263,3 +263,27 @@ def test_deployment_reads_flink_config_files(tmp_path):
     config = Configuration.from_yaml(tmp_path)
     assert kubernetes_resource_requirements(config)["limits"] == {"nvidia.com/gpu": "1"}
     assert yarn_resources(config) == {"yarn.io/gpu": 1}
+
+
+def test_a_pod_template_with_a_recursive_alias_names_the_file(tmp_path):
+    path = tmp_path / "pod.yaml"
+    path.write_text("spec: &s\n  containers:\n    - name: flink-main-container\n      extra: *s\n")
+    with pytest.raises(IllegalConfigurationException) as error:
+        merge_into_pod_template(path, GPU)
+    assert str(error.value).startswith(
+        f"The pod template file {path} has a recursive alias *s at line 4, column 14")
+
+
+@pytest.mark.parametrize("make, what", [
+    (lambda path: __import__("os").mkfifo(path), "a FIFO (named pipe)"),
+    (lambda path: path.mkdir(), "a directory"),
+])
+def test_a_pod_template_path_that_is_not_a_regular_file_is_refused(tmp_path, make, what):
+    from flink_gpu.regular_files import NotARegularFileError
+
+    path = tmp_path / "pod.yaml"
+    make(path)
+    with pytest.raises(NotARegularFileError) as error:
+        merge_into_pod_template(path, GPU)  # returns at once: a FIFO is not opened
+    assert str(error.value) == (f"The pod template file {path} is {what}, not a regular file; "
+                                "give the path of a file.")

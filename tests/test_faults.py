@@ -857,3 +857,143 @@ external-resource.gpu.a100.driver-factory.class: {JAVA_FACTORY}
 """)
     _, output = doctor(conf)
     assert "is not an option of external resources" not in output
+
+
+# ---- paths that are not regular files, at every reader of the package ----------------------------------
+
+class _Blocked(BaseException):
+    """Raised by the alarm: the reader blocked (a BaseException, so no reader's handler takes it)."""
+
+
+def _odd_path(tmp_path, kind):
+    """A path that is a FIFO (no writer: a read blocks), a directory, a socket or /dev/zero
+    (endless), and what the refusal calls it."""
+    import socket
+
+    path = tmp_path / "odd"
+    if kind == "fifo":
+        os.mkfifo(path)
+        return path, "a FIFO (named pipe)"
+    if kind == "directory":
+        path.mkdir()
+        return path, "a directory"
+    if kind == "socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+        server.close()  # the socket file stays
+        return path, "a socket"
+    path.symlink_to("/dev/zero")
+    return path, "a character device"
+
+
+def _read_pod_template(path):
+    from flink_gpu import merge_into_pod_template
+
+    return merge_into_pod_template(path, {})
+
+
+def _load_configuration_file(path):
+    from flink_gpu.config_files import load_configuration_file
+
+    return load_configuration_file(path, legacy=False)
+
+
+_READERS = {
+    "Configuration.from_yaml": (lambda path: Configuration.from_yaml(path, legacy=False),
+                                "Flink configuration file"),
+    "Configuration.from_yaml legacy": (lambda path: Configuration.from_yaml(path, legacy=True),
+                                       "Flink configuration file"),
+    "load_configuration_file": (_load_configuration_file, "Flink configuration file"),
+    "load_external_resources": (load_external_resources, "Flink configuration file"),
+    "merge_into_pod_template": (_read_pod_template, "pod template file"),
+    "simulator.read_spec": (simulator.read_spec, "simulator spec file"),
+    "simulator.environment": (lambda path: simulator.environment(spec=path), "simulator spec file"),
+}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "socket", "device"])
+@pytest.mark.parametrize("reader", sorted(_READERS))
+def test_every_reader_refuses_a_path_that_is_not_a_regular_file_at_once(tmp_path, reader, kind):
+    read, what = _READERS[reader]
+    path, description = _odd_path(tmp_path, kind)
+    if kind == "directory" and reader.startswith(("Configuration", "load_")):
+        (path / "config.yaml").mkdir()  # a directory is a conf directory: its file is the odd one
+        path = path / "config.yaml"
+        read_path = path.parent
+    else:
+        read_path = path
+
+    def blocked(signum, frame):
+        raise _Blocked()
+
+    previous = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(10)
+    try:
+        with pytest.raises(OSError) as error:
+            read(read_path)
+    except _Blocked:
+        pytest.fail(f"{reader} blocked on {description} {path}")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert str(error.value) == f"The {what} {path} is {description}, not a regular file; give the path of a file."
+
+
+def test_flink_conf_dir_naming_a_fifo_does_not_block_pyflink(tmp_path):
+    fifo = tmp_path / "conf"
+    os.mkfifo(fifo)
+    env = child_env(devices=2)
+    env["FLINK_CONF_DIR"] = str(fifo)
+    out = run_child("""
+        from flink_gpu.pyflink import get_external_resource_infos, lookup_external_resource_infos
+        print(sorted(get_external_resource_infos(None, "gpu")))
+        print(lookup_external_resource_infos(None, "gpu").reason)
+    """, env=env, timeout=30)
+    infos, reason = out.splitlines()
+    assert infos == "[]"
+    assert f"The Flink configuration file {fifo} is a FIFO (named pipe), not a regular file" in reason
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_the_simulator_refuses_a_spec_path_that_is_not_a_regular_file(discovery_exe, tmp_path, kind):
+    path, description = _odd_path(tmp_path, kind)
+    env = child_env()
+    env.update(FLINK_GPU_NVML_LIBRARY=simulator.library_path(), FLINK_GPU_SIM_SPEC=str(path))
+    proc = subprocess.run([discovery_exe, "1"], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert (f"flink-gpu NVML simulator: cannot use FLINK_GPU_SIM_SPEC={path}: it is {description}, "
+            "not a regular file") in proc.stderr
+
+
+def test_the_simulator_refuses_a_spec_larger_than_16_mib(discovery_exe, tmp_path):
+    path = tmp_path / "spec.json"
+    with open(path, "wb") as handle:
+        handle.truncate(16 * 2**20 + 1)
+    env = child_env()
+    env.update(FLINK_GPU_NVML_LIBRARY=simulator.library_path(), FLINK_GPU_SIM_SPEC=str(path))
+    proc = subprocess.run([discovery_exe, "1"], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert "it is larger than 16 MiB, the most the simulator reads" in proc.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"devices": [{"name": 5}]}, "devices[0].name must be a string"),
+    ({"devices": [{"uuid": ["x"]}]}, "devices[0].uuid must be a string"),
+    ({"devices": [{"pci_bus_id": True}]}, "devices[0].pci_bus_id must be a string"),
+    ({"devices": [{"memory_total": "abc"}]}, "devices[0].memory_total must be a whole number of bytes"),
+    ({"devices": [{"minor_number": "1"}]}, "devices[0].minor_number must be a whole number"),
+    ({"devices": [{"fault": 5}]}, 'devices[0].fault must be "NO_PERMISSION" or "GPU_IS_LOST"'),
+    ({"driver_version": 5}, "driver_version must be a string"),
+    ({"init_error": "x"}, '"init_error" must be an NVML error code (0..999)'),
+])
+def test_the_simulator_rejects_spec_values_of_the_wrong_type_naming_the_key(discovery_exe, tmp_path,
+                                                                            spec, message):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    env = child_env()
+    env.update(FLINK_GPU_NVML_LIBRARY=simulator.library_path(), FLINK_GPU_SIM_SPEC=str(path))
+    proc = subprocess.run([discovery_exe, "1"], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert f"flink-gpu NVML simulator: {path}: {message}" in proc.stderr
+    with pytest.raises(ValueError, match=re.escape(str(path))):  # the Python check agrees
+        simulator.read_spec(path)

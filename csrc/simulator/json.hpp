@@ -2,8 +2,14 @@
 // numbers, true/false/null). Errors carry the byte offset so a broken spec file is easy to fix.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -173,22 +179,67 @@ private:
     }
 };
 
-inline bool parse_file(const char* path, Value* out, std::string* error) {
-    std::FILE* f = std::fopen(path, "rb");
-    if (f == nullptr) {
-        *error = "cannot open the file";
+// The most bytes read from a spec file (as flink_gpu.regular_files.MAX_FILE_SIZE).
+constexpr size_t kMaxFileSize = 16u << 20;
+
+// What a path that is not a regular file is, for the message.
+inline const char* file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    return "not a regular file";
+}
+
+// Reads a regular file of at most kMaxFileSize bytes. A FIFO or device is refused before it is
+// read (a FIFO without a writer would block, /dev/zero never ends): it is opened O_NONBLOCK and
+// checked on the open descriptor.
+inline bool read_regular_file(const char* path, std::string* text, std::string* error) {
+    struct stat status {};
+    if (::stat(path, &status) != 0) {
+        *error = std::string("cannot open the file: ") + std::strerror(errno);
         return false;
     }
-    std::string text;
+    if (!S_ISREG(status.st_mode)) {
+        *error = std::string("it is ") + file_kind(status.st_mode) + ", not a regular file";
+        return false;
+    }
+    const int fd = ::open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        *error = std::string("cannot open the file: ") + std::strerror(errno);
+        return false;
+    }
+    bool ok = ::fstat(fd, &status) == 0;
+    if (!ok) {
+        *error = std::string("cannot read the file: ") + std::strerror(errno);
+    } else if (!S_ISREG(status.st_mode)) {  // replaced between stat and open
+        *error = std::string("it is ") + file_kind(status.st_mode) + ", not a regular file";
+        ok = false;
+    }
     char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-    const bool read_error = std::ferror(f) != 0;
-    std::fclose(f);
-    if (read_error) {
-        *error = "cannot read the file";
-        return false;
+    while (ok) {
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            *error = std::string("cannot read the file: ") + std::strerror(errno);
+            ok = false;
+        } else if (n == 0) {
+            break;
+        } else if (text->size() + static_cast<size_t>(n) > kMaxFileSize) {
+            *error = "it is larger than 16 MiB, the most the simulator reads";
+            ok = false;
+        } else {
+            text->append(buf, static_cast<size_t>(n));
+        }
     }
+    ::close(fd);
+    return ok;
+}
+
+inline bool parse_file(const char* path, Value* out, std::string* error) {
+    std::string text;
+    if (!read_regular_file(path, &text, error)) return false;
     return Parser(text).parse(out, error);
 }
 

@@ -83,6 +83,26 @@ bool whole_number(const simjson::Value& v, double limit, unsigned long long* out
     return true;
 }
 
+// A key of a spec object that is given (null counts as absent, as in flink_gpu.simulator).
+const simjson::Value* present(const simjson::Value& object, const char* key) {
+    const simjson::Value* v = object.get(key);
+    return v != nullptr && v->type != simjson::Value::Type::kNull ? v : nullptr;
+}
+
+// A string value of a spec object into *out; a value of another type is a configuration error
+// naming the key (`where` is the object's path, e.g. "devices[0].").
+bool read_string(const simjson::Value& object, const char* key, const char* spec_path,
+                 const std::string& where, std::string* out) {
+    const simjson::Value* v = present(object, key);
+    if (v == nullptr) return true;
+    if (!v->is_string()) {
+        complain(std::string(spec_path) + ": " + where + key + " must be a string");
+        return false;
+    }
+    *out = v->string;
+    return true;
+}
+
 // Loads the configuration; returns an NVML error code for nvmlInit.
 nvmlReturn_t configure(SimState& s) {
     s.devices.clear();
@@ -100,15 +120,15 @@ nvmlReturn_t configure(SimState& s) {
             complain(std::string(spec_path) + ": the top level must be a JSON object");
             return NVML_ERROR_UNKNOWN;
         }
-        if (const auto* v = root.get("init_error"); v && v->is_number()) {
+        if (const auto* v = present(root, "init_error")) {
             unsigned long long code = 0;
-            if (!whole_number(*v, 1000.0, &code)) {
+            if (!v->is_number() || !whole_number(*v, 1000.0, &code)) {
                 complain(std::string(spec_path) + ": \"init_error\" must be an NVML error code (0..999)");
                 return NVML_ERROR_UNKNOWN;
             }
             init_error = static_cast<nvmlReturn_t>(code);
         }
-        if (const auto* v = root.get("driver_version"); v && v->is_string()) s.driver_version = v->string;
+        if (!read_string(root, "driver_version", spec_path, "", &s.driver_version)) return NVML_ERROR_UNKNOWN;
         const auto* list = root.get("devices");
         if (list != nullptr && !list->is_array()) {
             complain(std::string(spec_path) + ": \"devices\" must be a list");
@@ -121,32 +141,34 @@ nvmlReturn_t configure(SimState& s) {
                 complain(std::string(spec_path) + ": devices[" + std::to_string(i) + "] must be an object");
                 return NVML_ERROR_UNKNOWN;
             }
-            if (const auto* v = item.get("uuid"); v && v->is_string()) d.uuid = v->string;
-            if (const auto* v = item.get("name"); v && v->is_string()) d.name = v->string;
-            if (const auto* v = item.get("pci_bus_id"); v && v->is_string()) d.pci_bus_id = v->string;
+            const std::string where = "devices[" + std::to_string(i) + "].";
+            if (!read_string(item, "uuid", spec_path, where, &d.uuid) ||
+                !read_string(item, "name", spec_path, where, &d.name) ||
+                !read_string(item, "pci_bus_id", spec_path, where, &d.pci_bus_id))
+                return NVML_ERROR_UNKNOWN;
             unsigned long long number = 0;
-            if (const auto* v = item.get("memory_total"); v && v->is_number()) {
-                if (!whole_number(*v, 18446744073709551616.0, &number)) {
-                    complain(std::string(spec_path) + ": devices[" + std::to_string(i) +
-                             "].memory_total must be a whole number of bytes (0..2^64-1)");
+            if (const auto* v = present(item, "memory_total")) {
+                if (!v->is_number() || !whole_number(*v, 18446744073709551616.0, &number)) {
+                    complain(std::string(spec_path) + ": " + where +
+                             "memory_total must be a whole number of bytes (0..2^64-1)");
                     return NVML_ERROR_UNKNOWN;
                 }
                 d.memory_total = number;
             }
-            if (const auto* v = item.get("minor_number"); v && v->is_number()) {
-                if (!whole_number(*v, 4294967296.0, &number)) {
-                    complain(std::string(spec_path) + ": devices[" + std::to_string(i) +
-                             "].minor_number must be a whole number (0..2^32-1)");
+            if (const auto* v = present(item, "minor_number")) {
+                if (!v->is_number() || !whole_number(*v, 4294967296.0, &number)) {
+                    complain(std::string(spec_path) + ": " + where +
+                             "minor_number must be a whole number (0..2^32-1)");
                     return NVML_ERROR_UNKNOWN;
                 }
                 d.minor_number = static_cast<unsigned>(number);
             }
-            if (const auto* v = item.get("fault"); v && v->is_string()) {
-                if (v->string == "NO_PERMISSION") d.fault = Fault::kNoPermission;
-                else if (v->string == "GPU_IS_LOST") d.fault = Fault::kGpuIsLost;
+            if (const auto* v = present(item, "fault")) {
+                if (v->is_string() && v->string == "NO_PERMISSION") d.fault = Fault::kNoPermission;
+                else if (v->is_string() && v->string == "GPU_IS_LOST") d.fault = Fault::kGpuIsLost;
                 else {
-                    complain(std::string(spec_path) + ": unknown fault \"" + v->string +
-                             "\" (use NO_PERMISSION or GPU_IS_LOST)");
+                    complain(std::string(spec_path) + ": " + where + "fault must be \"NO_PERMISSION\" or "
+                             "\"GPU_IS_LOST\" (or null), not " + (v->is_string() ? "\"" + v->string + "\"" : "that value"));
                     return NVML_ERROR_UNKNOWN;
                 }
             }

@@ -79,8 +79,14 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _file_path(text: str) -> str:
+    if not text:  # os.path.abspath("") would be the current directory
+        raise argparse.ArgumentTypeError("expected the path of the coordination file, got ''")
+    return text
+
+
 def _file_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--file", metavar="PATH", default=None,
+    parser.add_argument("--file", type=_file_path, metavar="PATH", default=None,
                         help="the coordination file (default: /var/tmp/flink-gpu-coordination, the "
                              "stock nvidia-gpu-discovery.sh's)")
     parser.add_argument("--timeout", type=_seconds, metavar="SECONDS", default=5.0,
@@ -192,21 +198,12 @@ def _use_simulator(args: argparse.Namespace) -> None:
     from flink_gpu import simulator
 
     if args.simulate_spec is not None:
-        import json
+        from flink_gpu.cli._output import error_message
 
         try:
-            with open(args.simulate_spec, encoding="utf-8") as handle:
-                spec = json.load(handle)
-        except FileNotFoundError:
-            raise UsageError(f"--simulate-spec: the file {args.simulate_spec} does not exist.") from None
-        except (OSError, ValueError) as error:
-            raise UsageError(f"--simulate-spec: cannot read {args.simulate_spec} as JSON: {error}") from None
-        if not isinstance(spec, dict):
-            raise UsageError(f"--simulate-spec: {args.simulate_spec} must hold a JSON object.")
-        try:
-            env = simulator.environment(spec=spec)
-        except ValueError as error:
-            raise UsageError(f"--simulate-spec {args.simulate_spec}: {error}") from None
+            env = simulator.environment(spec=simulator.read_spec(args.simulate_spec))
+        except (OSError, ValueError) as error:  # the messages name the file (and the key)
+            raise UsageError(f"--simulate-spec: {error_message(error)}") from None
     else:
         env = simulator.environment(devices=args.simulate)
     for key in [k for k in os.environ if k.startswith("FLINK_GPU_SIM_")]:

@@ -63,9 +63,21 @@ def _bare_os_error(error: BaseException) -> bool:
             and error.strerror == os.strerror(error.errno))
 
 
+def _is_simulator(library_path: str) -> bool:
+    from flink_gpu import simulator
+
+    try:
+        return bool(library_path) and os.path.samefile(library_path, simulator.library_path())
+    except OSError:  # no simulator in this installation, or the library path is gone
+        return False
+
+
 def _hint(error: BaseException) -> "str | None":
     from flink_gpu.errors import NvmlError
 
+    if isinstance(error, NvmlError) and _is_simulator(error.library_path):
+        return ("this NVML is the bundled simulator: it failed as its FLINK_GPU_SIM_* settings say "
+                "(a spec it rejects is named on the line above).")
     if isinstance(error, NvmlError):
         return ("no usable NVIDIA driver here? Try the bundled simulator: flink-gpu --simulate 4 "
                 "<command>; or point FLINK_GPU_NVML_LIBRARY at libnvidia-ml.so.1.")

@@ -6,6 +6,7 @@ import os
 
 from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import document, emit_json
+from flink_gpu.regular_files import NotARegularFileError, check_regular_file
 
 
 def _yarn_max(values) -> "dict[str, int] | None":
@@ -13,7 +14,7 @@ def _yarn_max(values) -> "dict[str, int] | None":
         return None
     maximum = {}
     for value in values:
-        key, sep, number = value.rpartition("=")
+        key, sep, number = value.partition("=")  # a resource type has no '=': `a=3=4` is no TYPE=N
         if not sep or not key.strip() or not number.strip().isdigit():
             raise UsageError(f"--yarn-max {value!r}: expected TYPE=N, e.g. yarn.io/gpu=4.")
         maximum[key.strip()] = int(number)
@@ -34,15 +35,20 @@ def run(args) -> int:
 
     if not os.path.exists(args.conf):
         raise UsageError(f"The configuration {args.conf} does not exist.")
-    if args.pod_template is not None and not os.path.isfile(args.pod_template):
-        raise UsageError(f"--pod-template: the file {args.pod_template} does not exist.")
+    if args.pod_template is not None:
+        try:
+            check_regular_file(args.pod_template, "pod template file")
+        except FileNotFoundError:
+            raise UsageError(f"--pod-template: the file {args.pod_template} does not exist.") from None
+        except OSError as error:  # a directory or FIFO: say what it is
+            raise UsageError(f"--pod-template: {error}") from None
     if args.pod_template is not None and args.yarn:
         raise UsageError("--pod-template is for Kubernetes; it cannot be combined with --yarn.")
     yarn_max = _yarn_max(args.yarn_max)
     try:
         config = Configuration.from_yaml(args.conf)
-    except FileNotFoundError as error:  # a conf directory without a configuration file: exit 2
-        raise UsageError(str(error)) from None
+    except (FileNotFoundError, NotARegularFileError) as error:  # e.g. a conf directory without a
+        raise UsageError(str(error)) from None                   # configuration file: exit 2
     show_kubernetes = not args.yarn
     show_yarn = not args.kubernetes and args.pod_template is None
 
