@@ -1,4 +1,4 @@
-"""Configuration, ConfigOption, Flink's list splitter and the YAML loaders (SPEC 2.1, 2.2)."""
+"""Configuration, ConfigOption, Flink's list splitter and the YAML loaders (docs/design.md §2.1, 2.2)."""
 
 import logging
 from datetime import timedelta
@@ -238,7 +238,7 @@ def test_prefixed_view_errors_name_the_full_key():
 # --- StructuredOptionsSplitter -----------------------------------------------------------------
 
 @pytest.mark.parametrize("text, expected", [
-    ("'a;b';c", ["a;b", "c"]),                       # SPEC 2.2
+    ("'a;b';c", ["a;b", "c"]),                       # docs/design.md §2.2
     ("\"AB'D\";B;C", ["AB'D", "B", "C"]),           # Flink's javadoc examples
     ("\"AB'\"\"D;B\";C", ["AB'\"D;B", "C"]),
     ("'it''s';x", ["it's", "x"]),                     # doubled quote escapes

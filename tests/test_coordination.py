@@ -1,4 +1,4 @@
-"""GPU coordination (SPEC 5): our claims against the real file, real processes, real locks, and Flink's
+"""GPU coordination (docs/design.md §5): our claims against the real file, real processes, real locks, and Flink's
 real stock discovery script (from the apache-flink-libraries 2.3.0 wheel) on the same file."""
 
 import errno
@@ -301,7 +301,7 @@ def test_threads_of_one_process_exclude_each_other(path, owners):
     assert path.read_text() == ""
 
 
-# ---- the stock script's bugs, one regression test each (SPEC 5.1) ----------------------------------
+# ---- the stock script's bugs, one regression test each (docs/design.md §5.1) ----------------------------------
 
 def test_b1_reclaiming_1_leaves_11_alone(path, owners, stock_script, tmp_path):
     holder_of_11, holder_of_rest = owners(), owners()
@@ -537,7 +537,7 @@ def test_unusable_path_names_path_and_errno_text(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
 def test_another_users_file_is_readable_not_claimable():
-    """The file is created 0644: another user's worker can look but not claim (SPEC 5.2, permissions)."""
+    """The file is created 0644: another user's worker can look but not claim (docs/design.md §5.2, permissions)."""
     import tempfile
 
     shared = Path(tempfile.mkdtemp(prefix="flink-gpu-shared-"))  # pytest's tmp_path is private (0700)

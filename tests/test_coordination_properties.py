@@ -1,4 +1,4 @@
-"""A hypothesis state machine over real processes and the real coordination file (SPEC 5.2).
+"""A hypothesis state machine over real processes and the real coordination file (docs/design.md §5.2).
 
 Owners are real processes; rules claim, release, kill them (SIGKILL), clean stale lines, race several
 claims in threads, and SIGKILL a real `flink-gpu-discovery` worker at a random moment of its claim. A

@@ -1,4 +1,4 @@
-"""Kubernetes and YARN mapping of the external resources (SPEC 2.6).
+"""Kubernetes and YARN mapping of the external resources (docs/design.md §2.6).
 
 The Kubernetes output is checked against the official ``kubernetes`` client's models, which
 validate types the way the API server's schema does (quantities are strings, a container needs a

@@ -1,4 +1,4 @@
-"""flink-gpu-discovery against Flink's stock nvidia-gpu-discovery.sh (SPEC 6.1): for the same
+"""flink-gpu-discovery against Flink's stock nvidia-gpu-discovery.sh (docs/design.md §6.1): for the same
 arguments on the same (simulated) host, the same stdout and exit code. The stock script sees the
 host through a fake nvidia-smi, ours through the NVML simulator; both report the same 4 GPUs."""
 
@@ -135,7 +135,7 @@ def test_coordinated_claim_sequences_match(runners, tmp_path):
 
 
 def test_the_parent_asking_again_keeps_its_gpus(runners, tmp_path):
-    """Where we depart from the stock script on purpose (SPEC 5.2): a TaskManager that runs
+    """Where we depart from the stock script on purpose (docs/design.md §5.2): a TaskManager that runs
     discovery twice gets the same GPUs instead of two more."""
     command, env = runners["ours"]
     path = str(tmp_path / "coordination")

@@ -1,4 +1,4 @@
-"""The external resource framework: resource list, amounts, driver loading, provider (SPEC 2.2–2.5)."""
+"""The external resource framework: resource list, amounts, driver loading, provider (docs/design.md §2.2–2.5)."""
 
 import json
 import logging
@@ -71,7 +71,7 @@ def test_driver_close_is_a_no_op_by_default_and_a_context_manager(drivers):
     assert drivers.EVENTS[-1] == ("close", "3")
 
 
-# --- the resource list (SPEC 2.2) --------------------------------------------------------------
+# --- the resource list (docs/design.md §2.2) --------------------------------------------------------------
 
 @pytest.mark.parametrize("value, names", [
     ("gpu", ["gpu"]),
@@ -110,7 +110,7 @@ def test_bad_list_quoting_raises(value, message):
         load_external_resources({"external-resources": value})
 
 
-# --- amounts (SPEC 2.3) ------------------------------------------------------------------------
+# --- amounts (docs/design.md §2.3) ------------------------------------------------------------------------
 
 def test_amounts(caplog):
     config = {"external-resources": "gpu;fpga;asic;tpu",
@@ -140,7 +140,7 @@ def test_amount_that_is_not_a_whole_number_raises(raw):
         f"Could not parse value '{raw}' for key 'external-resource.gpu.amount'.")
 
 
-# --- loading drivers and retrieving infos (SPEC 2.4, 2.5) --------------------------------------
+# --- loading drivers and retrieving infos (docs/design.md §2.4, 2.5) --------------------------------------
 
 def test_driver_gets_its_params_and_retrieve_is_called_once(drivers, caplog):
     caplog.set_level(logging.INFO, logger="flink_gpu.framework")

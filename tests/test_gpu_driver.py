@@ -1,4 +1,4 @@
-"""GPUDriverFactory / GPUDriver: options, mode selection (SPEC 4.1), lifecycle, framework fit."""
+"""GPUDriverFactory / GPUDriver: options, mode selection (docs/design.md §4.1), lifecycle, framework fit."""
 
 import logging
 

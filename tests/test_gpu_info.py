@@ -1,4 +1,4 @@
-"""GPUInfo (SPEC 3.4) and cuda_visible_devices."""
+"""GPUInfo (docs/design.md §3.4) and cuda_visible_devices."""
 
 import os
 import pickle

@@ -148,7 +148,7 @@ def test_simulator_run_helper_starts_a_process_against_it(discovery_exe):
     assert (proc.returncode, proc.stdout) == (1, "Could not get enough GPU resources.\n")
 
 
-# --- the discovery-output parser: Java semantics (SPEC 3.3) ---------------------------------
+# --- the discovery-output parser: Java semantics (docs/design.md §3.3) ---------------------------------
 
 JAVA_WHITESPACE = set("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \u1680\u2028\u2029\u205f\u3000") | {
     chr(c) for c in range(0x2000, 0x200B) if c != 0x2007}

@@ -1,4 +1,4 @@
-"""The NVML backend (SPEC 4.2) on the bundled NVML simulator, with injected faults.
+"""The NVML backend (docs/design.md §4.2) on the bundled NVML simulator, with injected faults.
 
 NVML is initialised once per process, so every scenario runs in a fresh Python process whose
 environment points at the simulator (``flink_gpu.simulator.environment``).

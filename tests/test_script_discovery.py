@@ -1,4 +1,4 @@
-"""The discovery-script backend (SPEC 3.2-3.3) with real scripts and real processes.
+"""The discovery-script backend (docs/design.md §3.2-3.3) with real scripts and real processes.
 
 The first block mirrors every case of Flink's GPUDriverTest; then the parsing rules, the command
 line, and the process handling Flink gets wrong (timeouts, big output, descriptors, zombies).
@@ -105,7 +105,7 @@ def test_gpu_driver_with_test_script_exit_with_non_zero(tmp_path, caplog):
     assert "STDOUT: some output" in message and "STDERR: something went wrong" in message
 
 
-# --- construction (SPEC 3.2) ----------------------------------------------------------------------
+# --- construction (docs/design.md §3.2) ----------------------------------------------------------------------
 
 def test_relative_path_resolves_against_flink_home(tmp_path, monkeypatch):
     home = tmp_path / "flink"
@@ -159,7 +159,7 @@ def test_nothing_runs_at_construction(tmp_path):
     assert not marker.exists()
 
 
-# --- parsing (SPEC 3.3 steps 5-6) ---------------------------------------------------------------
+# --- parsing (docs/design.md §3.3 steps 5-6) ---------------------------------------------------------------
 
 @pytest.mark.parametrize("output, expected", [
     (b"0,1\n", ["0", "1"]),
@@ -224,7 +224,7 @@ def test_info_line_for_no_gpu(tmp_path, caplog):
     assert caplog.records[-1].getMessage() == "Discover GPU resources: []."
 
 
-# --- the command line (SPEC 3.3 step 2) ----------------------------------------------------------
+# --- the command line (docs/design.md §3.3 step 2) ----------------------------------------------------------
 
 ARGV_SCRIPT = """#!/bin/sh
 for a in "$@"; do printf '%s\\0' "$a"; done > "$(dirname "$0")/argv"

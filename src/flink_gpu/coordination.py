@@ -1,4 +1,4 @@
-"""GPU coordination between the workers of one host (SPEC 5.2).
+"""GPU coordination between the workers of one host (docs/design.md §5.2).
 
 Several workers (Flink TaskManagers running the stock ``nvidia-gpu-discovery.sh`` in coordination mode,
 ``flink-gpu-discovery``, Python processes using this module) share one file, by default

@@ -1,4 +1,4 @@
-"""What a deployment must request for the external resources (SPEC 2.6): the Kubernetes
+"""What a deployment must request for the external resources (docs/design.md §2.6): the Kubernetes
 extended resources of the TaskManager's main container and the YARN container resources.
 
 Same rules as Flink's ``ExternalResourceUtils.getExternalResourceConfigurationKeys`` and the

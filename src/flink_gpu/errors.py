@@ -1,4 +1,4 @@
-"""Exceptions of flink-gpu, named after their Java counterparts in Flink (SPEC 1)."""
+"""Exceptions of flink-gpu, named after their Java counterparts in Flink (docs/design.md §1)."""
 
 
 class FlinkException(Exception):

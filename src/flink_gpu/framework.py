@@ -1,4 +1,4 @@
-"""Flink's external resource framework (SPEC 2.2–2.5): the driver ABCs, the resource list,
+"""Flink's external resource framework (docs/design.md §2.2–2.5): the driver ABCs, the resource list,
 driver loading and the provider that hands the retrieved infos to operators.
 
 Flink finds driver factories in plugin jars through Java's ServiceLoader; here a factory is a

@@ -1,4 +1,4 @@
-"""External resource infos for PyFlink user functions (SPEC 7).
+"""External resource infos for PyFlink user functions (docs/design.md §7).
 
 PyFlink (up to 2.3) has no Python API for ``RuntimeContext.getExternalResourceInfos``, so a Python
 UDF cannot see the GPUs its TaskManager discovered. Call this from ``open()`` instead::

@@ -1,4 +1,4 @@
-"""``flink-gpu resources``: what Kubernetes or YARN must give a TaskManager (SPEC 2.6)."""
+"""``flink-gpu resources``: what Kubernetes or YARN must give a TaskManager (docs/design.md §2.6)."""
 
 from __future__ import annotations
 

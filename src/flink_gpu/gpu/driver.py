@@ -1,4 +1,4 @@
-"""GPUDriverFactory and GPUDriver: Flink's GPU plugin with a choice of backend (SPEC 3, 4.1)."""
+"""GPUDriverFactory and GPUDriver: Flink's GPU plugin with a choice of backend (docs/design.md §3, 4.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GPUInfo (SPEC 3.4) and the CUDA_VISIBLE_DEVICES helper.
+"""GPUInfo (docs/design.md §3.4) and the CUDA_VISIBLE_DEVICES helper.
 
 This module is on the hot path of every operator that asks for its GPUs, so it imports nothing
 beyond the framework's ABC and keeps construction to a couple of attribute stores.
@@ -13,7 +13,7 @@ TYPE_CHECKING = False  # annotations only: collections (and typing) cost an oper
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-#: Property keys. ``index`` is Flink's; the others are filled by the NVML backend (SPEC 4.2).
+#: Property keys. ``index`` is Flink's; the others are filled by the NVML backend (docs/design.md §4.2).
 PROPERTY_INDEX = "index"
 PROPERTY_UUID = "uuid"
 PROPERTY_NAME = "name"

@@ -97,8 +97,8 @@ class NvmlDiscovery:
     def choose(self, enumeration: _Enumeration, amount: int) -> tuple[GPUInfo, ...]:
         """The devices this worker gets.
 
-        Not coordinated: the first ``amount`` (SPEC 4.2). Coordinated: claimed for this process in
-        the coordination file shared with the other workers of the host (SPEC 5.2); asking again
+        Not coordinated: the first ``amount`` (docs/design.md §4.2). Coordinated: claimed for this process in
+        the coordination file shared with the other workers of the host (docs/design.md §5.2); asking again
         returns what this process already holds.
         """
         infos = enumeration.infos

@@ -1,4 +1,4 @@
-"""The GPU driver's options (SPEC 3.1): Flink's two, with Flink's keys and defaults, and ours.
+"""The GPU driver's options (docs/design.md §3.1): Flink's two, with Flink's keys and defaults, and ours.
 
 Keys are relative to ``external-resource.<name>.param.``: the driver sees them with that prefix
 already stripped.
@@ -11,7 +11,7 @@ from flink_gpu.config import ConfigOption, Duration, config_option
 #: Where Flink ships the stock script, relative to ``$FLINK_HOME``.
 DEFAULT_DISCOVERY_SCRIPT = "plugins/external-resource-gpu/nvidia-gpu-discovery.sh"
 
-#: The values ``discovery-mode`` accepts (SPEC 4.1).
+#: The values ``discovery-mode`` accepts (docs/design.md §4.1).
 DISCOVERY_MODES = ("auto", "nvml", "script")
 
 

@@ -1,4 +1,4 @@
-"""The discovery-script backend: Flink's GPUDriver (SPEC 3.2-3.3), minus its process handling bugs.
+"""The discovery-script backend: Flink's GPUDriver (docs/design.md §3.2-3.3), minus its process handling bugs.
 
 What is kept to the letter: path resolution, the construction checks and their messages, the
 command line (whitespace tokens, the literal ``null`` for unset args), first-line-only parsing and
@@ -263,7 +263,7 @@ def _quote_lines(lines: list[str]) -> str:
 
 
 class ScriptDiscovery:
-    """Runs a discovery script and parses its first output line into ``GPUInfo``s (SPEC 3.3)."""
+    """Runs a discovery script and parses its first output line into ``GPUInfo``s (docs/design.md §3.3)."""
 
     def __init__(self, script_path: str, settings: GPUDriverSettings) -> None:
         """``script_path`` must already have passed :func:`check_script`; the script gets
