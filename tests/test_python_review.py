@@ -96,14 +96,18 @@ def test_doctor_java_plugin_run_does_not_read_our_timeout_option(tmp_path):
 # --- the JSON schema in `pydoc flink_gpu.cli` names every check doctor reports ------------------
 
 def test_cli_schema_lists_every_doctor_check():
+    import importlib
     import inspect
+    import pkgutil
     import re
 
     import flink_gpu.cli
     from flink_gpu.cli import doctor
 
-    emitted = set(re.findall(r'self\.add\(\s*"(?:error|warning|note|ok)",\s*"([a-z-]+)"',
-                             inspect.getsource(doctor)))
+    sources = [inspect.getsource(importlib.import_module(f"{doctor.__name__}.{module.name}"))
+               for module in pkgutil.iter_modules(doctor.__path__)]
+    emitted = set(re.findall(r'\.add\(\s*"(?:error|warning|note|ok)",\s*"([a-z-]+)"',
+                             "\n".join(sources)))
     schema = flink_gpu.cli.__doc__.split("``check`` is one of", 1)[1].split("``resources``", 1)[0]
     assert "resource-keys" in emitted  # the regex still finds the checks
     assert emitted <= set(re.findall(r"``([a-z-]+)``", schema))
