@@ -9,7 +9,6 @@ and each cycle's latency in nanoseconds.
 """
 
 import json
-import os
 import sys
 import time
 
@@ -28,8 +27,7 @@ def main() -> None:
             driver.close()
             return got
     elif impl == "pynvml":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import baseline_pynvml
+        import baseline_pynvml  # beside this script, so on sys.path
 
         def cycle():
             got = baseline_pynvml.claim(amount, path)

@@ -18,37 +18,34 @@ Flink's stock ``nvidia-gpu-discovery.sh`` comes from the ``apache-flink-librarie
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))  # _support and baseline_pynvml, whatever pytest's import mode
-
-import _support  # noqa: E402
+from support.interop import fake_nvidia_smi, find_discovery_executable, stock_script_path
+from support.simulated import use_simulator
 
 DEVICES = 4
-_support.use_simulator(DEVICES)
+use_simulator(DEVICES)
 
 
 @pytest.fixture(scope="session")
 def stock_script() -> Path:
     try:
-        return _support.stock_script_path()
+        return stock_script_path()
     except RuntimeError as e:  # offline and not cached: as the test suite does, say why and skip
         pytest.skip(str(e))
 
 
 @pytest.fixture(scope="session")
 def discovery_exe() -> str:
-    return _support.find_discovery_executable()
+    return find_discovery_executable()
 
 
 @pytest.fixture(scope="session")
 def smi_env(tmp_path_factory) -> dict[str, str]:
     """os.environ with the fake nvidia-smi first on PATH."""
-    bin_dir = _support.fake_nvidia_smi(tmp_path_factory.mktemp("smi"), DEVICES)
+    bin_dir = fake_nvidia_smi(tmp_path_factory.mktemp("smi"), DEVICES)
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
 
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-import _support
 import baseline_pynvml
 import flink_gpu
 from flink_gpu import GPUDriver, coordination, simulator
+from support.interop import executable_stock_script
 
 AMOUNT = 2
 INDICES = [str(i) for i in range(4)]
@@ -65,7 +65,7 @@ def run(argv, env) -> bytes:
 
 @pytest.fixture(scope="session")
 def executable_stock(stock_script, tmp_path_factory) -> Path:
-    return _support.executable_stock_script(tmp_path_factory.mktemp("stock"))
+    return executable_stock_script(tmp_path_factory.mktemp("stock"))
 
 
 def truncate(path: Path):

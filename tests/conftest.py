@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flink_gpu import simulator
-from interop import find_discovery_executable, stock_script_path
+from support.interop import find_discovery_executable, stock_script_path
 
 
 

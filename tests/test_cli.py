@@ -14,7 +14,7 @@ import pytest
 
 import flink_gpu
 from conftest import child_env, run_python
-from interop import find_discovery_executable
+from support.interop import find_discovery_executable
 
 JAVA_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
 UUID0 = "GPU-00000000-0000-4000-8000-000000000000"
@@ -894,3 +894,130 @@ def test_doctor_flags_gpu_params_the_plugin_does_not_read(tmp_path, good_script)
     # with Flink's Java factory, flink_gpu's own options do nothing
     note = only(doc, "params", "note")
     assert "discovery-mode is a flink_gpu option" in note["message"]
+
+
+# --- cli.main() called in a process leaves the library's logger as it found it -------------------
+
+def test_cli_main_in_process_does_not_pile_up_log_handlers(tmp_path, capsys):
+    import logging
+
+    from flink_gpu.cli import main
+
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text("external-resources: gpu\nexternal-resource.gpu.amount: 1\n")
+    logger = logging.getLogger("flink_gpu")
+    before = (list(logger.handlers), logger.level, logger.propagate)
+    for _ in range(3):
+        assert main(["resources", str(conf), "--kubernetes"]) == 0
+        err = capsys.readouterr().err
+        # the missing kubernetes.config-key is WARNed once per run, not once per earlier run
+        assert err.count("Could not find valid external-resource.gpu.kubernetes.config-key") == 1
+    assert (list(logger.handlers), logger.level, logger.propagate) == before
+
+
+# --- doctor on a Java-plugin configuration ignores discovery-script.timeout, as Flink does -------
+
+def test_doctor_java_plugin_run_does_not_read_our_timeout_option(tmp_path):
+    import json
+
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho 0\n")
+    script.chmod(0o755)
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(
+        "external-resources: gpu\n"
+        "external-resource.gpu.amount: 1\n"
+        "external-resource.gpu.driver-factory.class: "
+        "org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
+        f"external-resource.gpu.param.discovery-script.path: {script}\n"
+        # not an option of Flink's Java plugin: a TaskManager never reads it
+        "external-resource.gpu.param.discovery-script.timeout: soon\n")
+    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "doctor", str(conf), "--json",
+                           "--simulate", "2", "--taskmanagers-per-host", "1"],
+                          env=child_env(), capture_output=True, text=True, timeout=60)
+    doc = json.loads(proc.stdout)
+    assert "error" not in doc, doc
+    run = [f for f in doc["findings"] if f["check"] == "script-run"]
+    assert [f["level"] for f in run] == ["ok"], run
+    assert any(f["check"] == "params" and "discovery-script.timeout" in f["message"]
+               for f in doc["findings"])
+
+
+# --- the JSON schema in `pydoc flink_gpu.cli` names every check doctor reports ------------------
+
+def test_cli_schema_lists_every_doctor_check():
+    import importlib
+    import inspect
+    import pkgutil
+    import re
+
+    import flink_gpu.cli
+    from flink_gpu.cli import doctor
+
+    sources = [inspect.getsource(importlib.import_module(f"{doctor.__name__}.{module.name}"))
+               for module in pkgutil.iter_modules(doctor.__path__)]
+    emitted = set(re.findall(r'\.add\(\s*"(?:error|warning|note|ok)",\s*"([a-z-]+)"',
+                             "\n".join(sources)))
+    schema = flink_gpu.cli.__doc__.split("``check`` is one of", 1)[1].split("``resources``", 1)[0]
+    assert "resource-keys" in emitted  # the regex still finds the checks
+    assert emitted <= set(re.findall(r"``([a-z-]+)``", schema))
+
+
+# --- `resources` and `doctor` agree: a conf directory without a configuration file is exit 2 -----
+
+def test_resources_on_a_conf_directory_without_a_file_is_a_usage_error(tmp_path, capsys):
+    from flink_gpu.cli import main
+
+    assert main(["doctor", str(tmp_path)]) == 2
+    assert main(["resources", str(tmp_path)]) == 2
+    assert "expected config.yaml or flink-conf.yaml" in capsys.readouterr().err
+
+
+# --- doctor resolves the factory name exactly as a worker does (no stripping) ----------------------
+
+def test_doctor_does_not_pass_a_factory_name_a_worker_cannot_load(tmp_path):
+    import json
+
+    from flink_gpu import load_external_resources
+
+    conf = tmp_path / "config.yaml"
+    conf.write_text('external-resources: gpu\nexternal-resource:\n  gpu:\n    amount: 1\n'
+                    '    driver-factory:\n      class: "flink_gpu.GPUDriverFactory "\n')
+    provider = load_external_resources(str(conf))
+    assert "was not found" in provider.missing_reason("gpu")  # what a worker does with it
+    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "doctor", str(conf), "--json",
+                           "--simulate", "2", "--taskmanagers-per-host", "1"],
+                          env=child_env(), capture_output=True, text=True, timeout=60)
+    doc = json.loads(proc.stdout)
+    factory = [f for f in doc["findings"] if f["check"] == "factory"]
+    assert [f["level"] for f in factory] == ["error"], factory
+    assert proc.returncode == 1
+
+
+# --- demo: a worker that cannot claim is reported with its own error, not "read of closed file" ---
+
+def test_demo_worker_failure_reports_the_workers_error(tmp_path, monkeypatch):
+    from flink_gpu import FlinkException, simulator
+    from flink_gpu.cli.demo import Worker, _child_env
+
+    for key, value in simulator.environment(devices=2).items():
+        monkeypatch.setenv(key, value)
+    worker = Worker("worker-x", 5, str(tmp_path / "coordination"), _child_env())
+    with pytest.raises(FlinkException) as error:
+        worker.wait_report()  # 5 of 2 GPUs: the worker exits with an error on stderr
+    assert "worker-x" in str(error.value) and "Could not get enough GPU resources" in str(error.value)
+    assert worker.process.poll() is not None and worker.process.stderr.closed
+
+
+# --- a usage error under --json still answers in JSON ---------------------------------------
+
+def test_cli_usage_error_with_json_still_answers_in_json():
+    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "--json", "claim", "two"],
+                          env=child_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    import json
+
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == 1 and doc["command"] is None and doc["ok"] is False
+    assert doc["error"]["type"] == "UsageError" and "'two'" in doc["error"]["message"]
+    assert "usage:" in proc.stderr and "'two'" in proc.stderr

@@ -24,7 +24,7 @@ from flink_gpu import coordination
 from flink_gpu.errors import FlinkException
 
 from conftest import dead_pid, proc_start_time
-from interop import fake_nvidia_smi, stock_env
+from support.interop import fake_nvidia_smi, stock_env
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
 

@@ -10,7 +10,7 @@ import pytest
 
 from flink_gpu import simulator
 
-from interop import fake_nvidia_smi, stock_env
+from support.interop import fake_nvidia_smi, stock_env
 
 GPUS = 4
 

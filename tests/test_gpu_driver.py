@@ -173,3 +173,20 @@ def test_close_is_idempotent_and_final(script):
 def test_repr_says_backend_and_reason(script):
     assert repr(GPUDriver({"discovery-script.path": script})) == \
         "<GPUDriver script: discovery-script.path is set>"
+
+
+# --- auto mode: when NVML fails and the default script is missing, the error says NVML failed ----
+
+def test_auto_fallback_to_a_missing_default_script_says_nvml_was_not_usable(tmp_path, monkeypatch):
+    from flink_gpu import GPUDriver
+
+    monkeypatch.setenv("FLINK_HOME", str(tmp_path))  # no plugins/ there
+    missing_library = str(tmp_path / "no-libnvidia-ml.so.1")
+    with pytest.raises(FileNotFoundError) as error:
+        GPUDriver({"nvml.library-path": missing_library})
+    message = str(error.value)
+    # Flink's sentence stays first, so log scrapers and users of script mode see the same text
+    assert message.startswith("The gpu discovery script does not exist in path "
+                              f"{tmp_path}/plugins/external-resource-gpu/nvidia-gpu-discovery.sh.")
+    assert "discovery-mode is 'auto'" in message and "NVML is not usable" in message
+    assert missing_library in message

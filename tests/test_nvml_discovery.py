@@ -17,7 +17,7 @@ from flink_gpu.gpu.nvml import DEFAULT_COORDINATION_FILE, parse_script_args
 
 import flink_gpu
 from conftest import child_env
-from interop import find_discovery_executable
+from support.interop import find_discovery_executable
 
 # the directory holding the flink_gpu under test (installed, or src/ after tools/dev_build.sh)
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
@@ -373,3 +373,89 @@ def test_unrelated_token_gets_a_warn_listing_the_flags(caplog):
 def test_coordination_file_without_a_path_is_an_error():
     with pytest.raises(IllegalConfigurationException, match="needs a file path"):
         parse_script_args("--enable-coordination-mode --coordination-file")
+
+
+# --- a coordinated NVML driver releases on close only what it claimed itself ---------------------
+
+KEEPS_EARLIER_CLAIMS = r"""
+import json, os, sys
+from flink_gpu import GPUDriver, coordination
+path = sys.argv[1]
+args = {"discovery-mode": "nvml",
+        "discovery-script.args": "--enable-coordination-mode --coordination-file " + path}
+mine = lambda: sorted(e.index for e in coordination.snapshot(path).entries if e.pid == os.getpid())
+held = coordination.claim(2, ["0", "1", "2", "3"], path=path)   # the process's own, explicit claim
+with GPUDriver(args) as driver:
+    got = sorted(i.index for i in driver.retrieve_resource_info(2))
+after_close = mine()
+coordination.release(path=path)
+with GPUDriver(args) as driver:                                  # nothing held before: all its own
+    driver.retrieve_resource_info(1)
+    topped_up = sorted(i.index for i in driver.retrieve_resource_info(2))
+print(json.dumps({"held": held, "got": got, "after_close": after_close, "topped_up": topped_up,
+                  "left": mine()}))
+"""
+
+
+def test_coordinated_driver_close_keeps_gpus_the_process_held_before(tmp_path):
+    import json
+
+    from flink_gpu import simulator
+
+    env = child_env(**simulator.environment(devices=4))
+    done = subprocess.run([sys.executable, "-c", KEEPS_EARLIER_CLAIMS, str(tmp_path / "coord")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"held": ["0", "1"], "got": ["0", "1"],
+                                       "after_close": ["0", "1"], "topped_up": ["0", "1"],
+                                       "left": []}
+
+
+# --- two coordinated drivers of one process: the first close() does not free the other's GPUs ----
+
+SHARED_IN_ONE_PROCESS = r"""
+import json, os, sys, threading, time
+from flink_gpu import GPUDriver, coordination
+from flink_gpu.gpu import nvml
+path = sys.argv[1]
+args = {"discovery-mode": "nvml",
+        "discovery-script.args": "--enable-coordination-mode --coordination-file " + path}
+mine = lambda: sorted(e.index for e in coordination.snapshot(path).entries if e.pid == os.getpid())
+a, b = GPUDriver(args), GPUDriver(args)
+got_a = sorted(i.index for i in a.retrieve_resource_info(2))
+got_b = sorted(i.index for i in b.retrieve_resource_info(2))   # the process's GPUs again
+a.close()
+after_a = mine()                                                 # b still uses them
+b.close()
+after_b = mine()
+# a child forked while another thread holds the drivers' lock can still claim and release
+c = GPUDriver(args)
+held = threading.Event()
+def hold():
+    with getattr(nvml, "_driver_holds_lock", threading.Lock()):
+        held.set()
+        time.sleep(1.5)
+threading.Thread(target=hold).start()
+held.wait(10)
+pid = os.fork()
+if pid == 0:
+    c.retrieve_resource_info(1)
+    c.close()
+    os._exit(0 if not mine() else 3)
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"a": got_a, "b": got_b, "after_a": after_a, "after_b": after_b,
+                  "child": os.waitstatus_to_exitcode(status)}))
+"""
+
+
+def test_coordinated_drivers_of_one_process_release_when_the_last_closes(tmp_path):
+    import json
+
+    from flink_gpu import simulator
+
+    env = child_env(**simulator.environment(devices=4))
+    done = subprocess.run([sys.executable, "-c", SHARED_IN_ONE_PROCESS, str(tmp_path / "coord")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"a": ["0", "1"], "b": ["0", "1"], "after_a": ["0", "1"],
+                                       "after_b": [], "child": 0}

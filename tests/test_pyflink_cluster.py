@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from interop import find_discovery_executable
+from support.interop import find_discovery_executable
 from flink_gpu import coordination, simulator
 
 pytestmark = pytest.mark.flink_cluster

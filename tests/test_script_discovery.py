@@ -422,3 +422,15 @@ def test_script_runs_in_its_own_session(tmp_path):
     [sid] = indices(driver(path).retrieve_resource_info(1))
     assert int(sid) != os.getsid(0)
 
+
+# --- a discovery-script.timeout longer than epoll's limit (~24.8 days) works ---------------------
+
+def test_script_with_a_timeout_of_thirty_days_runs(tmp_path):
+    from flink_gpu import GPUDriver, GPUInfo
+
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho 0\n")
+    script.chmod(0o755)
+    with GPUDriver({"discovery-script.path": str(script),
+                    "discovery-script.timeout": "30 d"}) as driver:
+        assert driver.retrieve_resource_info(1) == {GPUInfo("0")}  # was OverflowError

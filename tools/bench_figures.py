@@ -153,7 +153,9 @@ def _src_env(**extra) -> dict[str, str]:
     import flink_gpu
 
     root = str(Path(flink_gpu.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, str(BENCH), env.get("PYTHONPATH")) if p)
+    # the children import baseline_pynvml (benchmarks/) and support (tests/), as pytest's pythonpath does
+    paths = (root, str(BENCH), str(REPO / "tests"), env.get("PYTHONPATH"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return env
 
 
@@ -218,8 +220,8 @@ GPU_ROWS = [
 
 
 def child_gpus(n: int) -> dict:
-    import _support
     import baseline_pynvml
+    from support.interop import executable_stock_script, fake_nvidia_smi, find_discovery_executable
     from flink_gpu import GPUDriver
 
     out = {}
@@ -253,9 +255,9 @@ def child_gpus(n: int) -> dict:
         out["pynvml_cycle"] = per_call(lambda: (baseline_pynvml.claim(n, str(path)),
                                                 baseline_pynvml.release(str(path))))
         expect = ",".join(map(str, range(n)))
-        exe = _support.find_discovery_executable()
-        stock = _support.executable_stock_script(Path(tmp) / "stock")
-        smi_env = dict(os.environ, PATH=f"{_support.fake_nvidia_smi(Path(tmp) / 'smi', n)}"
+        exe = find_discovery_executable()
+        stock = executable_stock_script(Path(tmp) / "stock")
+        smi_env = dict(os.environ, PATH=f"{fake_nvidia_smi(Path(tmp) / 'smi', n)}"
                                          f"{os.pathsep}{os.environ['PATH']}")
         coord = ["--enable-coordination-mode", "--coordination-file", str(path)]
         empty = lambda: path.write_text("")  # noqa: E731
@@ -285,8 +287,8 @@ ENTRY_ROWS = [
 
 
 def child_entries(lines: int) -> dict:
-    import _support
     import baseline_pynvml
+    from support.interop import executable_stock_script, fake_nvidia_smi, find_discovery_executable
     from flink_gpu import GPUDriver, coordination
 
     live = subprocess.Popen(["sleep", "3600"])
@@ -315,9 +317,9 @@ def child_entries(lines: int) -> dict:
             out["pynvml_cycle"] = per_call(lambda: (baseline_pynvml.claim(2, str(path)),
                                                     baseline_pynvml.release(str(path))))
             assert path.read_text() == content, "a cycle left the file changed"
-            exe = _support.find_discovery_executable()
-            stock = _support.executable_stock_script(Path(tmp) / "stock")
-            smi_env = dict(os.environ, PATH=f"{_support.fake_nvidia_smi(Path(tmp) / 'smi', 4)}"
+            exe = find_discovery_executable()
+            stock = executable_stock_script(Path(tmp) / "stock")
+            smi_env = dict(os.environ, PATH=f"{fake_nvidia_smi(Path(tmp) / 'smi', 4)}"
                                              f"{os.pathsep}{os.environ['PATH']}")
             coord = ["--enable-coordination-mode", "--coordination-file", str(path)]
             reset = lambda: path.write_text(content)  # noqa: E731
@@ -386,10 +388,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
 
     if args.command == "_child":
-        sys.path.insert(0, str(BENCH))
-        import _support
+        from support.simulated import use_simulator
 
-        _support.use_simulator(int(os.environ["FLINK_GPU_SIM_DEVICES"]))
+        use_simulator(int(os.environ["FLINK_GPU_SIM_DEVICES"]))
         result = child_gpus(args.value) if args.kind == "gpus" else child_entries(args.value)
         print(json.dumps(result))
         return

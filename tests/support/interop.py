@@ -118,3 +118,14 @@ def fake_nvidia_smi(bin_dir, count):
         """))
     smi.chmod(0o755)
     return bin_dir
+
+
+def executable_stock_script(directory):
+    """The stock scripts copied into ``directory`` with the executable bit, so that they run as
+    Flink runs them (directly, through their ``#!/usr/bin/env bash``)."""
+    source = stock_script_path()
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in STOCK_FILES:
+        shutil.copy(source.parent / name, directory / name)
+        (directory / name).chmod(0o755)
+    return directory / source.name
