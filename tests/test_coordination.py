@@ -108,7 +108,7 @@ OUR_OWNER = textwrap.dedent("""\
     from flink_gpu.errors import FlinkException
     amount, path, count = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     try:
-        got = coordination.claim(amount, [str(i) for i in range(count)], path=path, timeout=30)
+        got = coordination.claim(amount, [str(i) for i in range(count)], path=path, timeout=30).taken
         print(json.dumps({"ok": got}), flush=True)
     except FlinkException as e:
         print(json.dumps({"error": str(e)}), flush=True)
@@ -135,7 +135,7 @@ class OurOwner(Owner):
 # ---- the API ----------------------------------------------------------------------------------------
 
 def test_claim_writes_flink_format_with_start_time(path):
-    assert coordination.claim(2, gpus(4), path=path) == ["0", "1"]
+    assert coordination.claim(2, gpus(4), path=path).taken == ["0", "1"]
     me, start = os.getpid(), proc_start_time(os.getpid())
     # the stock script's `<index> <pid>`, then a tab and the owner's start time
     assert path.read_text() == f"0 {me}\t{start}\n1 {me}\t{start}\n"
@@ -154,23 +154,23 @@ def test_default_path_is_the_stock_scripts():
 
 
 def test_owner_asking_again_gets_what_it_holds(path):
-    assert coordination.claim(2, gpus(4), path=path) == ["0", "1"]
+    assert coordination.claim(2, gpus(4), path=path).taken == ["0", "1"]
     before = path.read_text()
-    assert coordination.claim(2, gpus(4), path=path) == ["0", "1"]
+    assert coordination.claim(2, gpus(4), path=path).taken == ["0", "1"]
     assert path.read_text() == before
-    assert coordination.claim(3, gpus(4), path=path) == ["0", "1", "2"]  # topped up
-    assert coordination.claim(1, gpus(4), path=path) == ["0"]  # the lowest, keeps holding all three
+    assert coordination.claim(3, gpus(4), path=path).taken == ["0", "1", "2"]  # topped up
+    assert coordination.claim(1, gpus(4), path=path).taken == ["0"]  # the lowest, keeps holding all three
     assert sorted(live_holders(path)) == ["0", "1", "2"]
 
 
 def test_indices_as_ints_and_natural_order(path):
-    assert coordination.claim(3, [10, "2", 1], path=path) == ["1", "2", "10"]
+    assert coordination.claim(3, [10, "2", 1], path=path).taken == ["1", "2", "10"]
 
 
 def test_release_all_or_some_and_missing_file(path, owners):
     other = owners()
-    assert coordination.claim(2, gpus(4), path=path, owner=other.pid) == ["0", "1"]
-    assert coordination.claim(2, gpus(4), path=path) == ["2", "3"]
+    assert coordination.claim(2, gpus(4), path=path, owner=other.pid).taken == ["0", "1"]
+    assert coordination.claim(2, gpus(4), path=path).taken == ["2", "3"]
     assert coordination.release(path=path, indices=["3", "0"]) == ["3"]  # 0 is not ours
     assert live_holders(path) == {"0": other.pid, "1": other.pid, "2": os.getpid()}
     assert coordination.release(other.pid, path=path) == ["0", "1"]
@@ -184,10 +184,23 @@ def test_release_all_or_some_and_missing_file(path, owners):
     assert not missing.exists()
 
 
+def test_claim_result_says_what_was_taken_added_and_reclaimed(path, owners):
+    dead = dead_pid()
+    path.write_text(f"0 {os.getpid()}\n1 {dead}\n")
+    result = coordination.claim(3, gpus(5), path=path)  # free GPUs before those of dead owners
+    assert result == coordination.ClaimResult(taken=["0", "2", "3"], added=["2", "3"], reclaimed=[],
+                                              owner=os.getpid())
+    other = owners()
+    assert coordination.claim(2, gpus(5), path=path, owner=other.pid) == coordination.ClaimResult(
+        taken=["1", "4"], added=["1", "4"], reclaimed=["1"], owner=other.pid)
+    with pytest.raises(AttributeError):
+        result.taken = []  # frozen
+
+
 def test_claimed_releases_what_the_block_added(path):
     coordination.claim(1, gpus(4), path=path)
-    with coordination.claimed(3, gpus(4), path=path) as got:
-        assert got == ["0", "1", "2"]
+    with coordination.claimed(3, gpus(4), path=path) as result:
+        assert result.taken == ["0", "1", "2"]
         assert sorted(live_holders(path)) == ["0", "1", "2"]
     assert live_holders(path) == {"0": os.getpid()}  # held before the block, so still held
 
@@ -222,17 +235,17 @@ def test_bad_arguments(path):
         coordination.release(0, path=path)
     with pytest.raises(ValueError, match="timeout"):
         coordination.claim(1, gpus(2), path=path, timeout=-1)
-    assert coordination.claim(0, gpus(2), path=path) == []
+    assert coordination.claim(0, gpus(2), path=path).taken == []
     assert not path.exists()
 
 
 def test_a_forked_child_claims_for_itself(path):
-    assert coordination.claim(2, gpus(4), path=path) == ["0", "1"]
+    assert coordination.claim(2, gpus(4), path=path).taken == ["0", "1"]
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         try:
-            got = coordination.claim(2, gpus(4), path=path)
+            got = coordination.claim(2, gpus(4), path=path).taken
             with coordination.claimed(0, gpus(4), path=path):
                 pass  # leaving a block in the child releases nothing of the parent's
             os.write(write_end, json.dumps(got).encode())
@@ -247,12 +260,12 @@ def test_a_forked_child_claims_for_itself(path):
 
 
 def test_fork_inside_claimed_block_does_not_release_the_parents(path):
-    with coordination.claimed(2, gpus(4), path=path) as got:
+    with coordination.claimed(2, gpus(4), path=path) as result:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child leaves the block, then exits
             os._exit(0)
         os.waitpid(pid, 0)
-        assert live_holders(path) == {index: os.getpid() for index in got}
+        assert live_holders(path) == {index: os.getpid() for index in result.taken}
     assert live_holders(path) == {}
 
 
@@ -265,7 +278,7 @@ def test_threads_of_one_process_exclude_each_other(path, owners):
     def work(owner):
         while time.monotonic() < stop:
             try:
-                got = coordination.claim(1, gpus(3), path=path, owner=owner, timeout=30)
+                got = coordination.claim(1, gpus(3), path=path, owner=owner, timeout=30).taken
             except FlinkException:
                 continue
             with table_lock:
@@ -303,7 +316,7 @@ def test_b1_reclaiming_1_leaves_11_alone(path, owners, stock_script, tmp_path):
     assert f"11 {holder_of_11.pid}" not in path.read_text()
 
     prepare()
-    assert coordination.claim(1, gpus(12), path=path) == ["1"]
+    assert coordination.claim(1, gpus(12), path=path).taken == ["1"]
     assert f"11 {holder_of_11.pid}\n" in path.read_text()
     assert live_holders(path)["11"] == holder_of_11.pid
 
@@ -313,7 +326,7 @@ def test_b1_stock_reclaim_keeps_our_lines(path, owners, stock_script, tmp_path):
     owner = owners()
     d = int(str(owner.pid)[-1])  # a space after the pid would make "<d> " appear in our line
     x = (d + 1) % 10
-    assert coordination.claim(1, [str(x)], path=path, owner=owner.pid) == [str(x)]
+    assert coordination.claim(1, [str(x)], path=path, owner=owner.pid).taken == [str(x)]
     ours = path.read_text()
     me = os.getpid()
     with path.open("a") as f:
@@ -331,7 +344,7 @@ def test_b1_stock_reclaim_keeps_our_lines(path, owners, stock_script, tmp_path):
 def test_b2_rewritten_in_place_never_replaced(path):
     path.write_text(f"0 {dead_pid()}\n1 {dead_pid()}\n2 {dead_pid()}\n")
     inode = path.stat().st_ino
-    assert coordination.claim(1, gpus(3), path=path) == ["0"]  # a reclaim: the file is rewritten
+    assert coordination.claim(1, gpus(3), path=path).taken == ["0"]  # a reclaim: the file is rewritten
     assert path.stat().st_ino == inode
     assert len(coordination.clean_stale(path).removed) == 2
     assert coordination.release(path=path) == ["0"]
@@ -360,7 +373,7 @@ def test_b2_replacement_by_someone_else_is_detected(path, owners):
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert replacer.stdout.readline() == "locked\n"
     result = {}
-    claimer = threading.Thread(target=lambda: result.update(got=coordination.claim(1, gpus(2), path=path)))
+    claimer = threading.Thread(target=lambda: result.update(got=coordination.claim(1, gpus(2), path=path).taken))
     claimer.start()
     deadline = time.monotonic() + 10
     while not _has_open_fd_to_inode(old_inode):  # the claim has opened the old file and waits for its lock
@@ -405,7 +418,7 @@ def test_b3_no_ps_needed(path, owners, stock_script, tmp_path):
     ps_log.unlink()
 
     path.write_text(content)
-    code = f"from flink_gpu import coordination; print(coordination.claim(1, ['0', '1'], path={str(path)!r}))"
+    code = f"from flink_gpu import coordination; print(coordination.claim(1, ['0', '1'], path={str(path)!r}).taken)"
     proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PATH": str(bin_dir), "PYTHONPATH": SRC},
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -421,7 +434,7 @@ def test_b4_pid_reuse_detected_by_start_time(path, owners):
     (entry,) = coordination.snapshot(path).entries
     assert entry.pid == live.pid and entry.start_time == start + 1 and not entry.alive
     assert coordination.snapshot(path).stale == (entry,)
-    assert coordination.claim(1, ["0"], path=path) == ["0"]
+    assert coordination.claim(1, ["0"], path=path).taken == ["0"]
 
     path.write_text(f"0 {live.pid}\t{start}\n1 {live.pid}\n")  # right start time, or none (stock line)
     assert [e.alive for e in coordination.snapshot(path).entries] == [True, True]
@@ -436,7 +449,7 @@ def test_b5_unparsable_lines_kept_reported_never_reclaimed(path, caplog):
         with pytest.raises(FlinkException, match="blocked by lines that cannot be parsed"):
             coordination.claim(2, gpus(3), path=path)
         assert path.read_text() == text
-        assert coordination.claim(1, gpus(3), path=path) == ["1"]
+        assert coordination.claim(1, gpus(3), path=path).taken == ["1"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("Line 4" in w and str(path) in w and "'garbage'" in w for w in warnings)
     snap = coordination.snapshot(path)
@@ -466,7 +479,7 @@ def test_b10_lock_wait_is_bounded(path):
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
-    assert coordination.claim(1, gpus(2), path=path, timeout=0) == ["0"]
+    assert coordination.claim(1, gpus(2), path=path, timeout=0).taken == ["0"]
 
 
 # ---- unusable files -----------------------------------------------------------------------------------
@@ -631,7 +644,7 @@ STRESS_WORKER = textwrap.dedent("""\
         while time.time() < until:
             amount = random.randint(1, 3)
             try:
-                got = coordination.claim(amount, indices, path=path, timeout=30)
+                got = coordination.claim(amount, indices, path=path, timeout=30).taken
             except FlinkException:
                 short += 1
                 time.sleep(0.001)
@@ -686,7 +699,7 @@ def test_stress_32_processes_8_gpus_with_sigkill(path, tmp_path):
     assert doubles == 0
     assert claims > 200, claims
     # every GPU is claimable again: the victims' lines are reclaimed
-    assert coordination.claim(8, gpus(8), path=path) == gpus(8)
+    assert coordination.claim(8, gpus(8), path=path).taken == gpus(8)
     assert coordination.release(path=path) == gpus(8)
 
 
@@ -729,7 +742,7 @@ def test_claim_changes_only_what_it_may(tmp_path, module_owners, lines, count, a
     live_taken = {index for index, pid, alive in before if alive}
     blocked = {str(index) for kind, index in lines if kind == "bad"}
     try:
-        got = coordination.claim(amount, gpus(count), path=path)
+        got = coordination.claim(amount, gpus(count), path=path).taken
     except FlinkException:
         assert path.read_text() == text  # all or nothing
         return

@@ -128,7 +128,7 @@ class CoordinationMachine(RuleBasedStateMachine):
             after = Path(self.path).read_bytes() if os.path.exists(self.path) else None
             assert after == before  # all or nothing
             return
-        assert coordination.claim(amount, HOST, path=self.path, owner=pid) == expected
+        assert coordination.claim(amount, HOST, path=self.path, owner=pid).taken == expected
         self.lines = [line for line in self.lines if line[0] not in reclaimed]
         self.lines += [(i, pid, start) for i in take]
 
@@ -164,7 +164,7 @@ class CoordinationMachine(RuleBasedStateMachine):
         def worker(pid, amount):
             barrier.wait()
             try:
-                results[pid] = coordination.claim(amount, HOST, path=self.path, owner=pid, timeout=30)
+                results[pid] = coordination.claim(amount, HOST, path=self.path, owner=pid, timeout=30).taken
             except FlinkException:
                 results[pid] = None
 

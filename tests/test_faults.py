@@ -276,7 +276,7 @@ def claim_in_thread(path, amount, indices, **kwargs):
 
     def body():
         try:
-            result["got"] = coordination.claim(amount, indices, path=path, **kwargs)
+            result["got"] = coordination.claim(amount, indices, path=path, **kwargs).taken
         except Exception as error:  # handed to the test thread
             result["error"] = error
 
@@ -311,12 +311,12 @@ def test_file_deleted_between_claims_forgets_them_until_owners_claim_again(tmp_p
     again gets its GPUs recorded again, and a worker that starts meanwhile may get them."""
     path = tmp_path / "coordination"
     a = owners()
-    assert coordination.claim(2, ["0", "1", "2"], path=path, owner=a.pid) == ["0", "1"]
+    assert coordination.claim(2, ["0", "1", "2"], path=path, owner=a.pid).taken == ["0", "1"]
     path.unlink()
     assert not coordination.snapshot(path).exists  # tools see that nothing is recorded
-    assert coordination.claim(2, ["0", "1", "2"], path=path, owner=a.pid) == ["0", "1"]
+    assert coordination.claim(2, ["0", "1", "2"], path=path, owner=a.pid).taken == ["0", "1"]
     b = owners()
-    assert coordination.claim(1, ["0", "1", "2"], path=path, owner=b.pid) == ["2"]
+    assert coordination.claim(1, ["0", "1", "2"], path=path, owner=b.pid).taken == ["2"]
     assert holders(path) == {"0": (a.pid,), "1": (a.pid,), "2": (b.pid,)}
 
 
@@ -348,7 +348,7 @@ def test_binary_lines_are_kept_byte_for_byte_and_reported(tmp_path, owners):
     garbage = [b"\x00\x01\x02", b"0\xff\xfe 1", b"\xed\xa0\x80 2", b"5 \x00", b"6 1\r", b"\x1b[31m7 1"]
     content = line_of("0", live.pid).encode() + b"\n".join(garbage) + b"\n"
     path.write_bytes(content)
-    assert coordination.claim(2, [str(i) for i in range(8)], path=path) == ["1", "2"]
+    assert coordination.claim(2, [str(i) for i in range(8)], path=path).taken == ["1", "2"]
     assert path.read_bytes().startswith(content)  # appended after, nothing rewritten
     snap = coordination.snapshot(path)
     assert [os.fsencode(line.text) for line in snap.unparsable] == garbage  # reported reversibly
@@ -363,7 +363,7 @@ def test_a_huge_line_is_kept_and_the_claim_stays_fast(tmp_path, owners):
     content = line_of("0", live.pid).encode() + b"x" * (4 << 20) + b"\n" + f"1 {dead_pid()}\n".encode()
     path.write_bytes(content)
     started = time.monotonic()
-    assert coordination.claim(2, ["0", "1", "2"], path=path) == ["1", "2"]  # 2 free, 1 reclaimed
+    assert coordination.claim(2, ["0", "1", "2"], path=path).taken == ["1", "2"]  # 2 free, 1 reclaimed
     assert time.monotonic() - started < 5
     text = path.read_bytes()
     assert text.startswith(line_of("0", live.pid).encode() + b"x" * (4 << 20) + b"\n")
@@ -435,7 +435,7 @@ def test_full_filesystem_write_fails_cleanly_and_recovers(small_tmpfs, owners):
     assert coordination.release(live.pid, path=path, indices=["0"]) == ["0"]
     assert path.read_text() == "\n" * (4096 - len(first))
     filler.unlink()
-    assert coordination.claim(1, ["0", "1"], path=path) == ["0"]
+    assert coordination.claim(1, ["0", "1"], path=path).taken == ["0"]
     assert coordination.release(path=path) == ["0"]
 
 
@@ -485,7 +485,7 @@ def test_a_stopped_lock_holder_bounds_the_wait_and_sigkill_frees_the_lock(tmp_pa
         assert path.read_text() == content  # nobody wrote while it was locked
     finally:
         holder.kill()  # SIGKILL reaches a stopped process; the kernel drops its lock
-    assert coordination.claim(2, ["0", "1", "2"], path=path, timeout=0) == ["1", "2"]  # 2 free, 1 reclaimed
+    assert coordination.claim(2, ["0", "1", "2"], path=path, timeout=0).taken == ["1", "2"]  # 2 free, 1 reclaimed
     assert holders(path) == {"0": (live.pid,), "1": (os.getpid(),), "2": (os.getpid(),)}
     assert coordination.release(path=path) == ["1", "2"]
 
@@ -505,7 +505,7 @@ def test_timeout_names_a_live_holder_when_the_locker_has_exited(tmp_path):
     finally:
         os.kill(sleeper, signal.SIGKILL)
         assert wait_gone(sleeper)
-    assert coordination.claim(1, ["0"], path=path, timeout=5) == ["0"]
+    assert coordination.claim(1, ["0"], path=path, timeout=5).taken == ["0"]
     assert coordination.release(path=path) == ["0"]
 
 
@@ -525,7 +525,7 @@ def test_a_worker_killed_while_claiming_never_blocks_the_others(tmp_path, discov
         # the discovery process may still be dying (it was reparented, nobody waits for it): the lock
         # is free once it is gone, a moment later, never a stuck lock
         started = time.monotonic()
-        assert coordination.claim(4, ["0", "1", "2", "3"], path=path, timeout=5) == ["0", "1", "2", "3"]
+        assert coordination.claim(4, ["0", "1", "2", "3"], path=path, timeout=5).taken == ["0", "1", "2", "3"]
         assert time.monotonic() - started < 2
         snap = coordination.snapshot(path)
         assert snap.unparsable == ()
@@ -763,7 +763,7 @@ def test_any_script_output_gives_flinks_result(tmp_path, output):
 NAMESPACED_WORKER = """
 import os, sys
 from flink_gpu import coordination
-print(os.getpid(), *coordination.claim(1, ["0", "1"], path=sys.argv[1]), flush=True)
+print(os.getpid(), *coordination.claim(1, ["0", "1"], path=sys.argv[1]).taken, flush=True)
 sys.stdin.readline()
 """
 
@@ -785,7 +785,7 @@ def test_pid_namespaces_sharing_one_file_are_not_defended(tmp_path):
         assert (inner_pid, index) == ("1", "0")  # pid 1 of its namespace, alive, holding GPU 0
         # the host sees pid 1 (its own init, another start time): dead, so GPU 0 is reclaimed while its
         # namespaced owner still runs
-        assert coordination.claim(2, ["0", "1"], path=path) == ["0", "1"]
+        assert coordination.claim(2, ["0", "1"], path=path).taken == ["0", "1"]
         assert worker.poll() is None
     finally:
         worker.stdin.close()
@@ -810,9 +810,9 @@ def test_a_file_planted_by_another_user_is_used_as_it_is(owners):
         subprocess.run([sys.executable, "-c", as_nobody, str(path)], check=True, timeout=30)
         assert (path.stat().st_uid, path.stat().st_mode & 0o777) == (65534, 0o666)
         victim = owners()
-        assert coordination.claim(1, ["0", "1"], path=path, owner=victim.pid) == ["0"]  # no ownership check
+        assert coordination.claim(1, ["0", "1"], path=path, owner=victim.pid).taken == ["0"]  # no ownership check
         subprocess.run([sys.executable, "-c", as_nobody, str(path)], check=True, timeout=30)  # truncates it
-        assert coordination.claim(1, ["0", "1"], path=path) == ["0"]  # the live victim's GPU, given again
+        assert coordination.claim(1, ["0", "1"], path=path).taken == ["0"]  # the live victim's GPU, given again
         coordination.release(path=path)
     finally:
         shutil.rmtree(shared)
@@ -828,7 +828,7 @@ def test_any_user_who_can_read_the_file_can_lock_it():
     try:
         directory.chmod(0o755)
         path = directory / "coordination"
-        assert coordination.claim(1, ["0", "1"], path=path) == ["0"]
+        assert coordination.claim(1, ["0", "1"], path=path).taken == ["0"]
         assert path.stat().st_mode & 0o777 == 0o644
         hold = ("import fcntl, os, sys; os.setgid(65534); os.setuid(65534); fd = os.open(sys.argv[1], os.O_RDONLY); "
                 "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); sys.stdin.readline()")

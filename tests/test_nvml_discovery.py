@@ -307,11 +307,11 @@ def test_enumeration_is_cached_but_not_across_fork():
 
 
 def test_a_property_nvml_does_not_answer_is_absent():
-    from flink_gpu._native import NvmlDevice
-    from flink_gpu.gpu.nvml import _gpu_info
+    from flink_gpu.gpu.nvml import gpu_info
+    from flink_gpu.nvml import Device
 
-    device = NvmlDevice.__new__(NvmlDevice)  # every query unanswered: all attributes None
-    info = _gpu_info(device)
+    device = Device.__new__(Device)  # every query unanswered: all attributes None
+    info = gpu_info(device)
     assert info.get_keys() == ("index",)
     assert info.get_property("index") == "0" and info.get_property("uuid") is None
 

@@ -56,7 +56,7 @@ TASKMANAGER = """
 import json, os, subprocess, sys
 from flink_gpu import coordination
 path, amount, offer = ARGS
-claimed = coordination.claim(amount, offer, path=path)
+claimed = coordination.claim(amount, offer, path=path).taken
 worker = '''
 import json, os
 from flink_gpu.pyflink import lookup_external_resource_infos
@@ -108,7 +108,7 @@ def test_two_taskmanagers_on_one_file_see_disjoint_gpus(tm_conf):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys
         from flink_gpu import coordination
-        print(",".join(coordination.claim(2, ["0", "1", "2", "3"], path={str(path)!r})), flush=True)
+        print(",".join(coordination.claim(2, ["0", "1", "2", "3"], path={str(path)!r}).taken), flush=True)
         sys.stdin.read()
         """)], env=run_env(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -134,7 +134,7 @@ def run_env(env):
 def test_nearest_holding_ancestor_wins(tm_conf, tmp_path):
     """This process (the worker's grandparent) holds GPUs too; the worker's parent's are the ones."""
     _, path = tm_conf
-    mine = coordination.claim(1, ["3"], path=path)
+    mine = coordination.claim(1, ["3"], path=path).taken
     try:
         outer, worker = worker_result(start_taskmanager(simulated_env(devices=4), path, 2))
         assert mine == ["3"] and outer["claimed"] == ["0", "1"]

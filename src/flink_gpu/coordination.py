@@ -27,6 +27,7 @@ from flink_gpu import _native
 __all__ = [
     "DEFAULT_PATH",
     "DEFAULT_TIMEOUT",
+    "ClaimResult",
     "CleanResult",
     "CoordinationEntry",
     "CoordinationSnapshot",
@@ -93,6 +94,16 @@ class CoordinationSnapshot:
 
 
 @dataclass(frozen=True)
+class ClaimResult:
+    """What one :func:`claim` did for ``owner``."""
+
+    taken: "list[str]"  # the GPUs the owner gets, lowest index first
+    added: "list[str]"  # those of ``taken`` this claim wrote for the owner (it did not hold them before)
+    reclaimed: "list[str]"  # those of ``added`` that were taken from dead owners
+    owner: int
+
+
+@dataclass(frozen=True)
 class CleanResult:
     removed: "tuple[CoordinationEntry, ...]"
     unparsable: "tuple[UnparsableLine, ...]"
@@ -123,24 +134,15 @@ def _bad_lines(rows, path: PathType) -> "tuple[UnparsableLine, ...]":
     return lines
 
 
-def _claim(amount, indices, path, owner, timeout):
-    owner = _owner(owner)
-    got, added, reclaimed, bad = _native.coordination_claim(path, timeout, owner, indices, _amount(amount))
-    _bad_lines(bad, path)
-    if reclaimed:
-        _log.info("Reclaimed GPU(s) %s of dead owners in %s for pid %d.", ", ".join(reclaimed),
-                  os.fspath(path), owner)
-    return owner, got, added
-
-
 def claim(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAULT_PATH,
-          owner: "int | None" = None, timeout: float = DEFAULT_TIMEOUT) -> "list[str]":
+          owner: "int | None" = None, timeout: float = DEFAULT_TIMEOUT) -> ClaimResult:
     """Claims ``amount`` of the GPUs ``indices`` (the host's, e.g. from NVML) for ``owner``.
 
     ``owner`` defaults to the calling process (``os.getpid()`` at call time). An owner asking again
     gets what it holds: topped up when it asks for more; when it asks for fewer, the lowest ``amount``
     of its GPUs (it keeps holding all of them until :func:`release`). Otherwise free GPUs first, then
-    those of dead owners, lowest index first. All or nothing.
+    those of dead owners, lowest index first. All or nothing. The result's ``taken`` is what the
+    owner gets.
 
     Raises :class:`~flink_gpu.FlinkException` when too few GPUs are free (the message says how many
     were requested, how many exist and which pids hold the rest), :class:`TimeoutError` (naming the
@@ -148,7 +150,14 @@ def claim(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAU
     :class:`OSError` naming the path when the file cannot be used (a symlink, not a regular file, no
     permission), and :class:`ValueError` for a bad index, amount or owner.
     """
-    return _claim(amount, indices, path, owner, timeout)[1]
+    owner = _owner(owner)
+    taken, added, reclaimed, bad = _native.coordination_claim(path, timeout, owner, indices,
+                                                              _amount(amount))
+    _bad_lines(bad, path)
+    if reclaimed:
+        _log.info("Reclaimed GPU(s) %s of dead owners in %s for pid %d.", ", ".join(reclaimed),
+                  os.fspath(path), owner)
+    return ClaimResult(taken=taken, added=added, reclaimed=reclaimed, owner=owner)
 
 
 def release(owner: "int | None" = None, *, path: PathType = DEFAULT_PATH,
@@ -162,19 +171,20 @@ def release(owner: "int | None" = None, *, path: PathType = DEFAULT_PATH,
 
 @contextmanager
 def claimed(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAULT_PATH,
-            owner: "int | None" = None, timeout: float = DEFAULT_TIMEOUT) -> "Iterator[list[str]]":
-    """``with claimed(2, indices) as gpus:`` claims, and releases on exit what this block added.
+            owner: "int | None" = None, timeout: float = DEFAULT_TIMEOUT) -> "Iterator[ClaimResult]":
+    """``with claimed(2, indices) as result:`` claims (``result.taken`` are the GPUs), and releases
+    on exit what this block added.
 
     GPUs the owner held before the block stay held. A child forked inside the block does not release
     its parent's GPUs when it leaves the block.
     """
     me = os.getpid()
-    owner_pid, got, added = _claim(amount, indices, path, owner, timeout)
+    result = claim(amount, indices, path=path, owner=owner, timeout=timeout)
     try:
-        yield got
+        yield result
     finally:
-        if added and (owner is not None or os.getpid() == me):
-            release(owner_pid, path=path, indices=added, timeout=timeout)
+        if result.added and (owner is not None or os.getpid() == me):
+            release(result.owner, path=path, indices=result.added, timeout=timeout)
 
 
 def snapshot(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEOUT) -> CoordinationSnapshot:

@@ -203,10 +203,10 @@ def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo],
     from flink_gpu.errors import NvmlError
 
     try:
-        from flink_gpu import _native
-        from flink_gpu.gpu.nvml import _gpu_info
+        from flink_gpu.gpu.nvml import gpu_info
+        from flink_gpu.nvml import open_library
 
-        devices = {str(device.index): _gpu_info(device) for device in _native.Nvml.open(library).devices()}
+        devices = {str(device.index): gpu_info(device) for device in open_library(library).devices()}
     except (ImportError, NvmlError) as error:
         return [GPUInfo(index) for index in indices], f"NVML is not available ({error}); infos carry the index only"
     return [devices.get(index) or GPUInfo(index) for index in indices], None

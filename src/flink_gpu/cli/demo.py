@@ -134,9 +134,9 @@ def run(args) -> int:
         from flink_gpu import simulator
 
         os.environ.update(simulator.environment(devices=4))  # before the first NVML use
-    from flink_gpu._native import Nvml
+    from flink_gpu.nvml import open_library
 
-    nvml = Nvml.open()
+    nvml = open_library()
     devices = nvml.devices()
     if len(devices) < 3:
         from flink_gpu.errors import FlinkException

@@ -21,9 +21,9 @@ def run(args) -> int:
 
 
 def _devices():
-    from flink_gpu._native import Nvml
+    from flink_gpu.nvml import open_library
 
-    nvml = Nvml.open()
+    nvml = open_library()
     return nvml, nvml.devices(), nvml.skipped()
 
 
@@ -232,7 +232,7 @@ def claim(args) -> int:
     path = coordination_path(args)
     _, devices, _ = _devices()
     uuids = {str(d.index): d.uuid for d in devices}
-    got = coordination.claim(args.amount, list(uuids), path=path, owner=owner, timeout=args.timeout)
+    got = coordination.claim(args.amount, list(uuids), path=path, owner=owner, timeout=args.timeout).taken
     if args.json:
         emit_json(document("claim", path=path, amount=args.amount,
                            owner={"pid": owner, "cmdline": process_cmdline(owner)},

@@ -102,9 +102,9 @@ def _script_backend(config: Configuration, path: str | None, args: str | None):
 
 
 def _open_nvml(library_path: str | None):
-    from flink_gpu._native import Nvml
+    from flink_gpu.nvml import open_library
 
-    return Nvml.open(library_path)
+    return open_library(library_path)
 
 
 def _nvml_backend(nvml, args: str | None):

@@ -1,4 +1,4 @@
-"""The NVML backend (SPEC 4.2): GPUs enumerated in-process through ``flink_gpu._native.Nvml``.
+"""The NVML backend (SPEC 4.2): GPUs enumerated in-process through :mod:`flink_gpu.nvml`.
 
 No process is spawned. Each device becomes a ``GPUInfo`` whose index is NVML's (= nvidia-smi's,
 what the stock script prints) and whose properties carry uuid, name, PCI bus id, total memory and
@@ -77,7 +77,9 @@ def _suggestion(token: str) -> str:
     return f"The discovery script understands {_ENABLE_COORDINATION} and {_COORDINATION_FILE} PATH."
 
 
-def _gpu_info(device) -> GPUInfo:
+def gpu_info(device) -> GPUInfo:
+    """The ``GPUInfo`` of an NVML device (a :class:`flink_gpu.nvml.Device`): its index, and each
+    property the driver answered."""
     properties = {}
     for key, value in ((PROPERTY_UUID, device.uuid),
                        (PROPERTY_NAME, device.name),
@@ -122,7 +124,7 @@ class NvmlDiscovery:
     """
 
     def __init__(self, nvml, args: ScriptArgs) -> None:
-        """``nvml`` is an opened ``flink_gpu._native.Nvml`` (it re-initialises after a fork)."""
+        """``nvml`` is an opened :class:`flink_gpu.nvml.Library` (it re-initialises after a fork)."""
         self.args = args
         self._nvml = nvml
         self._claimed: set[str] = set()  # indices this driver counts in _driver_holds
@@ -143,7 +145,7 @@ class NvmlDiscovery:
             skipped = tuple(nvml.skipped())
             for device in skipped:
                 _log.warning("%s", device.reason)
-            infos = tuple(_gpu_info(d) for d in devices)
+            infos = tuple(gpu_info(d) for d in devices)
             enumeration = _Enumeration(pid, infos, skipped, {info.index: info for info in infos})
             _enumerations[nvml.library_path] = enumeration
         return enumeration
@@ -168,16 +170,15 @@ class NvmlDiscovery:
         with _driver_holds_lock:
             if self._claimed_pid != pid:  # a forked child: the parent's counts are not its own
                 self._claimed, self._claimed_pid = set(), pid
-            _owner, got, added = coordination._claim(amount, by_index, path, None,
-                                                     coordination.DEFAULT_TIMEOUT)
-            for index in got:
+            result = coordination.claim(amount, by_index, path=path)
+            for index in result.taken:
                 key = (path, pid, index)
                 # GPUs the process held otherwise (coordination.claim()) are not the drivers' to
                 # release; one that a driver added is released when no open driver uses it
-                if index not in self._claimed and (index in added or key in _driver_holds):
+                if index not in self._claimed and (index in result.added or key in _driver_holds):
                     _driver_holds[key] = _driver_holds.get(key, 0) + 1
                     self._claimed.add(index)
-        return tuple(by_index[index] for index in got)
+        return tuple(by_index[index] for index in result.taken)
 
     def _shortage(self, enumeration: _Enumeration, amount: int) -> str:
         present = len(enumeration.infos)
