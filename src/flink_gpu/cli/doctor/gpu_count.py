@@ -13,10 +13,10 @@ from flink_gpu.gpu.options import GPUDriverOptions
 def _nvml(checkup: Checkup, library: "str | None"):
     """(library, devices, skipped devices) of ``library``, or the NvmlError opening it."""
     if library not in checkup.nvml:
-        from flink_gpu._native import Nvml
+        from flink_gpu.nvml import open_library
 
         try:
-            nvml = Nvml.open(library)
+            nvml = open_library(library)
             checkup.nvml[library] = (nvml, nvml.devices(), nvml.skipped())
         except NvmlError as error:
             checkup.nvml[library] = error
