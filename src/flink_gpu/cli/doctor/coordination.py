@@ -9,6 +9,7 @@ from flink_gpu.cli._output import plural
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.cli.doctor.script_args import args_key
 from flink_gpu.cli.doctor.taskmanagers import taskmanagers_per_host
+from flink_gpu.coordination import DEFAULT_PATH, snapshot
 from flink_gpu.deployment import KUBERNETES_CONFIG_KEY_SUFFIX, YARN_CONFIG_KEY_SUFFIX
 from flink_gpu.framework import amount_key, system_config_key
 from flink_gpu.gpu.nvml import _ENABLE_COORDINATION
@@ -30,7 +31,7 @@ def check_coordination(checkup: Checkup, name: str, coordination: "bool | None",
         return
     if not coordination:
         fix = (f"Add {_ENABLE_COORDINATION} to {args_key(name)} (every TaskManager of a host "
-               "then shares /var/tmp/flink-gpu-coordination and gets different GPUs).")
+               f"then shares {DEFAULT_PATH} and gets different GPUs).")
         if per_host is not None and per_host > 1:
             where = f"host {host}" if host else "a host"
             checkup.add("error", "coordination", f"{per_host} TaskManagers share {where} "
@@ -67,9 +68,7 @@ def _deployment_isolates(checkup: Checkup, name: str) -> bool:
 
 
 def check_coordination_file(checkup: Checkup, name: str, path: str) -> None:
-    from flink_gpu import coordination
-
-    flag = "" if path == coordination.DEFAULT_PATH else f" --file {shlex.quote(path)}"
+    flag = "" if path == DEFAULT_PATH else f" --file {shlex.quote(path)}"
     if not os.path.lexists(path):
         directory = os.path.dirname(os.path.abspath(path)) or "/"
         if not os.access(directory, os.W_OK | os.X_OK):
@@ -80,7 +79,7 @@ def check_coordination_file(checkup: Checkup, name: str, path: str) -> None:
                         "--coordination-file.", resource=name)
         return
     try:
-        snapshot = coordination.snapshot(path, timeout=2.0)
+        found = snapshot(path, timeout=2.0)
     except (OSError, TimeoutError) as error:
         checkup.add("error", "coordination-file", f"The coordination file cannot be used: {error}",
                     "Make it a regular file that the TaskManagers' user can read and write.",
@@ -90,13 +89,13 @@ def check_coordination_file(checkup: Checkup, name: str, path: str) -> None:
         checkup.add("error", "coordination-file", f"The coordination file {path} is not readable "
                     "and writable for this user.", f"chmod 666 {shlex.quote(path)} (or run the "
                     "TaskManagers as its owner).", resource=name)
-    stale = snapshot.stale
+    stale = found.stale
     if stale:
         checkup.add("warning", "coordination-file", f"{plural(len(stale), 'entry', 'entries')} of "
                     f"{path} belong to dead processes (GPU {', '.join(e.index for e in stale)}); "
                     "they are reclaimed when GPUs run short.",
                     f"flink-gpu coordination clean{flag}", resource=name)
-    for line in snapshot.unparsable:
+    for line in found.unparsable:
         checkup.add("warning", "coordination-file", f"Line {line.line_number} of {path} cannot be "
                     f"parsed ({line.text!r}); the GPU it names is never reclaimed.",
                     f"Delete or correct that line of {path}.", resource=name)
