@@ -1,6 +1,8 @@
 // The coordination file (SPEC 5.2); see coordination.hpp for the rules and the reasons behind them.
 #include "coordination.hpp"
 
+#include "gpu_index.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -656,27 +658,6 @@ void mark_alive(std::vector<Line>* lines, Liveness* live) {
 }
 
 // ---- choosing ------------------------------------------------------------------------------------
-
-bool all_digits(const std::string& s) {
-    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-// Numbers by value ("2" < "10"), numbers before other names, then plain text order.
-bool index_less(const std::string& a, const std::string& b) {
-    const bool da = all_digits(a), db = all_digits(b);
-    if (da != db) return da;
-    if (da) {
-        const std::size_t za = std::min(a.find_first_not_of('0'), a.size());
-        const std::size_t zb = std::min(b.find_first_not_of('0'), b.size());
-        const std::size_t la = a.size() - za, lb = b.size() - zb;
-        if (la != lb) return la < lb;
-        const int c = a.compare(za, la, b, zb, lb);
-        if (c != 0) return c < 0;
-    }
-    return a < b;
-}
-
-void sort_indices(std::vector<std::string>* v) { std::sort(v->begin(), v->end(), index_less); }
 
 std::string join(const std::vector<std::string>& v) {
     std::string out;

@@ -1,4 +1,4 @@
-// flink-gpu-discovery: a native drop-in for Flink's nvidia-gpu-discovery.sh (SPEC 6.1).
+// flink-gpu-discovery: a native drop-in for Flink's nvidia-gpu-discovery.sh (docs/design.md §6.1).
 //
 //   flink-gpu-discovery <amount> [--enable-coordination-mode] [--coordination-file PATH]
 //
@@ -8,6 +8,7 @@
 #include "coordination.hpp"
 #include "devices.hpp"
 #include "nvml_loader.hpp"
+#include "script_args.hpp"
 
 #include <cerrno>
 #include <cstdio>
@@ -25,12 +26,11 @@ const char* const kNotEnough = "Could not get enough GPU resources.";
 
 struct Arguments {
     long long amount = 0;
-    bool coordination = false;
-    std::string coordination_file = flinkgpu::coordination::kDefaultPath;
+    flinkgpu::ScriptArgs script;
 };
 
-// Parses like the stock script: the first argument is the amount, then flags in any order;
-// unknown tokens (Flink passes "null" when no args are configured) are ignored, with a note.
+// Parses like the stock script: the first argument is the amount, then its flags (script_args.hpp).
+// What the stock script silently ignores or defaults is noted on stderr.
 bool parse_arguments(int argc, char** argv, Arguments* args) {
     const char* amount = argv[1];
     errno = 0;
@@ -40,19 +40,19 @@ bool parse_arguments(int argc, char** argv, Arguments* args) {
         std::fprintf(stderr, "flink-gpu-discovery: the GPU amount must be a non-negative integer, got '%s'\n", amount);
         return false;
     }
-    for (int i = 2; i < argc; ++i) {
-        const std::string token = argv[i];
-        if (token == "--enable-coordination-mode") {
-            args->coordination = true;
-        } else if (token == "--coordination-file") {
-            // The stock script falls back to its default file when the value is missing.
-            if (i + 1 < argc && argv[i + 1][0] != '\0') args->coordination_file = argv[++i];
-            else if (i + 1 < argc) ++i;
-        } else if (token != "null") {
-            const bool typo = token.rfind("--enable-coord", 0) == 0 || token.rfind("--coordination", 0) == 0;
-            std::fprintf(stderr, "flink-gpu-discovery: ignoring unknown argument '%s'%s\n", token.c_str(),
-                         typo ? " (did you mean --enable-coordination-mode or --coordination-file PATH?)" : "");
+    args->script = flinkgpu::parse_script_args(std::vector<std::string>(argv + 2, argv + argc));
+    for (const auto& unknown : args->script.unknown) {
+        if (!unknown.suggestion.empty()) {
+            std::fprintf(stderr, "flink-gpu-discovery: ignoring unknown argument '%s' (did you mean %s?)\n",
+                         unknown.token.c_str(), unknown.suggestion.c_str());
+        } else {
+            std::fprintf(stderr, "flink-gpu-discovery: ignoring unknown argument '%s' (known: %s, %s PATH)\n",
+                         unknown.token.c_str(), flinkgpu::kEnableCoordinationFlag, flinkgpu::kCoordinationFileFlag);
         }
+    }
+    if (args->script.file_value_missing) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s has no value; using the default coordination file %s\n",
+                     flinkgpu::kCoordinationFileFlag, args->script.coordination_file.c_str());
     }
     return true;
 }
@@ -88,13 +88,13 @@ bool contains(const std::vector<std::string>& v, const std::string& x) {
 int claim_coordinated(const Arguments& args, const flinkgpu::Enumeration& found) {
     namespace coord = flinkgpu::coordination;
     coord::Options opts;
-    opts.path = args.coordination_file;
+    opts.path = args.script.coordination_file;
     std::vector<std::string> existing;
     for (const auto& d : found.devices) existing.push_back(std::to_string(d.index));
     const coord::ClaimResult r = coord::claim(opts, getppid(), existing, static_cast<std::size_t>(args.amount));
     for (const auto& bad : r.unparsable)
         std::fprintf(stderr, "flink-gpu-discovery: %s:%zu: kept a line that is not '<index> <pid>': %s\n",
-                     args.coordination_file.c_str(), bad.line_number, bad.text.c_str());
+                     args.script.coordination_file.c_str(), bad.line_number, bad.text.c_str());
     if (r.status.code == coord::Code::kNotEnough) {
         std::puts(kNotEnough);
         std::fprintf(stderr, "flink-gpu-discovery: %s\n", r.status.message.c_str());
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
     }
     for (const auto& skipped : found.skipped) std::fprintf(stderr, "flink-gpu-discovery: %s\n", skipped.reason.c_str());
 
-    if (args.coordination) return claim_coordinated(args, found);
+    if (args.script.coordination_mode) return claim_coordinated(args, found);
     if (static_cast<unsigned long long>(args.amount) > found.devices.size()) {
         std::puts(kNotEnough);
         std::fprintf(stderr, "flink-gpu-discovery: %lld GPUs requested, %zu usable on this host\n", args.amount,

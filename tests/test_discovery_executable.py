@@ -38,6 +38,7 @@ def run(runner, args):
     ["1", "--foo", "bar", "null"],        # unknown tokens are ignored
     ["2", "--enable-coordination"],       # the typo in Flink's docs: not coordination mode
     ["2", "--coordination-file"],         # no value: the stock script keeps going
+    ["2", "--coordination-file", ""],     # an empty value: the same
 ])
 def test_same_output_and_exit_code_as_the_stock_script(runners, args):
     assert run(runners["ours"], args) == run(runners["stock"], args)
@@ -48,6 +49,23 @@ def test_unknown_tokens_are_noted_on_stderr_only(runners):
     proc = subprocess.run([*command, "2", "--enable-coordination"], env=env, capture_output=True, text=True)
     assert proc.stdout == "0,1\n"
     assert "--enable-coordination" in proc.stderr and "did you mean --enable-coordination-mode" in proc.stderr
+
+
+def test_an_unrelated_unknown_token_lists_the_known_flags_on_stderr(runners):
+    command, env = runners["ours"]
+    proc = subprocess.run([*command, "2", "--verbose"], env=env, capture_output=True, text=True)
+    assert proc.stdout == "0,1\n"
+    assert "'--verbose'" in proc.stderr and "did you mean" not in proc.stderr
+    assert "--enable-coordination-mode" in proc.stderr and "--coordination-file PATH" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["--coordination-file"], ["--coordination-file", ""]])
+def test_a_missing_coordination_file_value_falls_back_to_the_default_with_a_note(runners, args):
+    command, env = runners["ours"]
+    proc = subprocess.run([*command, "2", *args], env=env, capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout) == (0, "0,1\n")
+    assert "--coordination-file has no value" in proc.stderr
+    assert "default coordination file /var/tmp/flink-gpu-coordination" in proc.stderr
 
 
 def test_too_few_gpus_explains_on_stderr(runners):

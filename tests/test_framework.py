@@ -15,8 +15,9 @@ import flink_gpu
 from flink_gpu import (ExternalResourceDriver, ExternalResourceDriverFactory, ExternalResourceInfo,
                        ExternalResourceInfoProvider, IllegalConfigurationException,
                        load_external_resources)
-from flink_gpu.framework import (ENTRY_POINT_GROUP, _FactoryLoader, external_resource_amounts,
-                                 external_resource_names)
+from flink_gpu.errors import FlinkException
+from flink_gpu.framework import (ENTRY_POINT_GROUP, FactoryLoadError, FactoryNotFoundError,
+                                 external_resource_amounts, external_resource_names, load_factory)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SRC = Path(flink_gpu.__file__).resolve().parent.parent
@@ -374,11 +375,54 @@ def test_provider_can_be_built_directly(drivers):
 JAVA_GPU_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
 
 
+def test_load_factory_resolves_dotted_and_colon_paths(drivers):
+    assert type(load_factory("flink_gpu_test_drivers.RecordingFactory")) is drivers.RecordingFactory
+    assert type(load_factory("flink_gpu_test_drivers:Outer.InnerFactory")) is drivers.Outer.InnerFactory
+    assert load_factory("flink_gpu_test_drivers.FACTORY_INSTANCE") is drivers.FACTORY_INSTANCE
+    assert load_factory("flink_gpu_test_drivers.RecordingFactory") is not load_factory(
+        "flink_gpu_test_drivers.RecordingFactory")  # a new instance per call
+
+
+@pytest.mark.parametrize("name, detail", [
+    ("no.such.Factory", "no module of 'no.such.Factory' is installed; no entry point 'no.such.Factory' "
+                        f"in group {ENTRY_POINT_GROUP}"),
+    ("flink_gpu_test_drivers.Missing", "module 'flink_gpu_test_drivers' has no 'Missing'; no entry point "
+                                       f"'flink_gpu_test_drivers.Missing' in group {ENTRY_POINT_GROUP}"),
+    ("no_such_module:Factory", "module 'no_such_module' is not installed"),
+    ("fpga", f"no entry point 'fpga' in group {ENTRY_POINT_GROUP}"),
+])
+def test_load_factory_not_found_says_what_was_tried(name, detail):
+    with pytest.raises(FactoryNotFoundError) as info:
+        load_factory(name)
+    assert info.value.detail == detail == str(info.value)
+    assert isinstance(info.value, FlinkException)
+
+
+@pytest.mark.parametrize("name, detail", [
+    ("flink_gpu_test_broken_driver.Factory",
+     "importing 'flink_gpu_test_broken_driver' failed: ModuleNotFoundError: No module named "
+     "'flink_gpu_test_dependency_that_is_not_installed'"),
+    ("flink_gpu_test_drivers.NOT_A_FACTORY",
+     "flink_gpu_test_drivers.NOT_A_FACTORY is not an ExternalResourceDriverFactory (it has no "
+     "create_external_resource_driver method)"),
+])
+def test_load_factory_load_error_says_why(name, detail):
+    with pytest.raises(FactoryLoadError) as info:
+        load_factory(name)
+    assert info.value.detail == detail == str(info.value)
+    assert isinstance(info.value, FlinkException)
+
+
+def test_load_factory_lets_the_constructor_error_through():
+    with pytest.raises(RuntimeError, match="cannot construct"):
+        load_factory("flink_gpu_test_drivers.ConstructorRaisingFactory")
+
+
 def test_flinks_java_gpu_factory_name_maps_to_ours():
     from flink_gpu.gpu.driver import GPUDriverFactory
 
-    assert type(_FactoryLoader().load(JAVA_GPU_FACTORY)) is GPUDriverFactory
-    assert type(_FactoryLoader().load("flink_gpu.GPUDriverFactory")) is GPUDriverFactory
+    assert type(load_factory(JAVA_GPU_FACTORY)) is GPUDriverFactory
+    assert type(load_factory("flink_gpu.GPUDriverFactory")) is GPUDriverFactory
 
 
 def test_an_unchanged_flink_configuration_runs_the_gpu_driver(tmp_path):

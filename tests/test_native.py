@@ -278,3 +278,119 @@ def test_missing_non_utf8_library_is_an_nvml_error(tmp_path):
     # The loader's message names the path; decoding it must not fail on the undecodable byte.
     missing = os.path.join(os.fsencode(str(tmp_path)), b"gone-\xff", b"libnvidia-ml.so.1")
     assert open_path(missing).startswith("NvmlError")
+
+
+# --- Java's string rules (csrc/java_text.*) --------------------------------------------------
+
+def java_trim_reference(text):
+    """Reference: String#trim()."""
+    start, end = 0, len(text)
+    while start < end and text[start] <= " ":
+        start += 1
+    while end > start and text[end - 1] <= " ":
+        end -= 1
+    return text[start:end]
+
+
+@given(st.characters())
+def test_is_java_whitespace_agrees_with_java_reference(ch):
+    assert _native.is_java_whitespace(ch) == (ch in JAVA_WHITESPACE)
+
+
+def test_is_java_whitespace_takes_exactly_one_character():
+    assert _native.is_java_whitespace("\u2003") and not _native.is_java_whitespace("\u2007")
+    for bad in ("", "  "):
+        with pytest.raises(TypeError, match="one character"):
+            _native.is_java_whitespace(bad)
+
+
+@pytest.mark.parametrize("text, trimmed, blank", [
+    ("", "", True),
+    ("  0 ", "0", False),
+    ("\x01a b\x02", "a b", False),
+    ("\x00x\x00", "x", False),
+    ("\u2003 0", "\u2003 0", False),    # trim() stops at U+0020; U+2003 is above it
+    ("\u2003\u3000\u1680 \t", "\u2003\u3000\u1680", True),
+    ("\xa0", "\xa0", False),            # no-break space: not Java whitespace
+    ("\x01", "", False),                # a control that trim() strips but is not whitespace
+    ("\ud800", "\ud800", False),        # a lone surrogate is a character like any other
+])
+def test_java_trim_and_blank_examples(text, trimmed, blank):
+    assert _native.java_trim(text) == trimmed
+    assert _native.is_java_blank(text) is blank
+
+
+def test_is_java_blank_of_none_is_true_as_in_flink():
+    assert _native.is_java_blank(None) is True
+
+
+@given(st.text(alphabet=text_alphabet, max_size=20) | st.text(max_size=20))
+def test_java_trim_and_blank_agree_with_java_reference(text):
+    assert _native.java_trim(text) == java_trim_reference(text)
+    assert _native.is_java_blank(text) == all(c in JAVA_WHITESPACE for c in text)
+
+
+# --- the GPU index order (csrc/gpu_index.*) --------------------------------------------------
+
+def test_indices_sort_numerically_first_then_as_text():
+    assert _native.sort_indices(["10", "b", "2", "02", "a", "1", "", "0", "é"]) == [
+        "0", "1", "02", "2", "10", "", "a", "b", "é"]
+    assert _native.sort_indices(iter(())) == []
+    assert _native.sort_indices(("99999999999999999999", "100000000000000000000")) == [
+        "99999999999999999999", "100000000000000000000"]
+
+
+def test_compare_indices_is_a_three_way_comparison():
+    assert _native.compare_indices("2", "10") == -1
+    assert _native.compare_indices("10", "2") == 1
+    assert _native.compare_indices("3", "3") == 0
+    assert _native.compare_indices("9", "!") == -1
+
+
+def test_sort_indices_rejects_what_is_not_a_str():
+    with pytest.raises(TypeError, match="must be a str, got int: 3"):
+        _native.sort_indices(["1", 3])
+
+
+index_text = st.text(alphabet="0123456789ab", max_size=6) | st.text(max_size=4)
+
+
+@given(st.lists(index_text, max_size=12))
+def test_sort_indices_agrees_with_the_numeric_then_text_key(indices):
+    def key(index):
+        return (0, int(index), index) if index.isascii() and index.isdigit() else (1, 0, index)
+
+    assert _native.sort_indices(indices) == sorted(indices, key=key)
+
+
+# --- the stock discovery script's arguments (csrc/script_args.*) -----------------------------
+
+DEFAULT_FILE = _native.COORDINATION_DEFAULT_PATH
+
+
+def test_script_flags():
+    assert _native.SCRIPT_FLAGS == ("--enable-coordination-mode", "--coordination-file")
+
+
+@pytest.mark.parametrize("tokens, expected", [
+    ([], (False, DEFAULT_FILE, False, [])),
+    (["null"], (False, DEFAULT_FILE, False, [])),
+    (["--enable-coordination-mode", "--coordination-file", "/x/f"], (True, "/x/f", False, [])),
+    # the token after --coordination-file is the file, whatever it looks like
+    (["--coordination-file", "--enable-coordination-mode"], (False, "--enable-coordination-mode", False, [])),
+    # no value, or an empty one: the stock script keeps its default file
+    (["--enable-coordination-mode", "--coordination-file"], (True, DEFAULT_FILE, True, [])),
+    (["--coordination-file", "", "--enable-coordination-mode"], (True, DEFAULT_FILE, True, [])),
+    (["--coordination-file", "/a", "--coordination-file"], (False, DEFAULT_FILE, True, [])),
+    (["--enable-coordination", "--verbose", "--coordination"], (False, DEFAULT_FILE, False, [
+        ("--enable-coordination", "--enable-coordination-mode"), ("--verbose", None),
+        ("--coordination", "--coordination-file")])),
+    (["--coordination-file", "/tmp/\udcff\u00e9"], (False, "/tmp/\udcff\u00e9", False, [])),
+])
+def test_parse_script_args(tokens, expected):
+    assert _native.parse_script_args(tokens) == expected
+
+
+def test_parse_script_args_rejects_what_is_not_a_str():
+    with pytest.raises(TypeError, match="must be a str, got NoneType"):
+        _native.parse_script_args(["--enable-coordination-mode", None])

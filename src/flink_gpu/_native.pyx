@@ -4,6 +4,7 @@
 
 from libcpp.optional cimport optional
 from libcpp.string cimport string
+from libcpp.string_view cimport string_view
 from libcpp.vector cimport vector
 
 import os
@@ -52,6 +53,37 @@ cdef extern from "script_output.hpp" namespace "flinkgpu" nogil:
     vector[string] parse_gpu_indices_cpp "flinkgpu::parse_gpu_indices"(const string& line) except +
 
 
+cdef extern from *:
+    ctypedef unsigned int char32_t  # C++'s own type; Cython only needs to know it is an integer
+
+
+cdef extern from "java_text.hpp" namespace "flinkgpu" nogil:
+    bint is_java_whitespace_cpp "flinkgpu::is_java_whitespace"(char32_t c) noexcept
+    bint is_java_trimmed_cpp "flinkgpu::is_java_trimmed"(char32_t c) noexcept
+
+
+cdef extern from "gpu_index.hpp" namespace "flinkgpu" nogil:
+    int compare_indices_cpp "flinkgpu::compare_indices"(string_view a, string_view b) noexcept
+    void sort_indices_cpp "flinkgpu::sort_indices"(vector[string]* indices) noexcept
+
+
+cdef extern from "script_args.hpp" namespace "flinkgpu" nogil:
+    const char* kEnableCoordinationFlag "flinkgpu::kEnableCoordinationFlag"
+    const char* kCoordinationFileFlag "flinkgpu::kCoordinationFileFlag"
+
+    cdef cppclass UnknownToken "flinkgpu::UnknownToken":
+        string token
+        string suggestion
+
+    cdef cppclass CScriptArgs "flinkgpu::ScriptArgs":
+        bint coordination_mode
+        string coordination_file
+        bint file_value_missing
+        vector[UnknownToken] unknown
+
+    CScriptArgs parse_script_args_cpp "flinkgpu::parse_script_args"(const vector[string]& tokens) except +
+
+
 # --- text helpers ------------------------------------------------------------------------------
 
 cdef inline string _utf8(str text) except *:
@@ -74,9 +106,76 @@ def split_output_lines(str text not None):
 
 
 def parse_gpu_indices(str line not None):
-    """GPU indices in one output line, by Flink's rules (SPEC 3.3 step 6), duplicates dropped."""
+    """GPU indices in one output line, by Flink's rules (docs/design.md §3.3 step 6), duplicates dropped."""
     cdef vector[string] indices = parse_gpu_indices_cpp(_utf8(line))
     return [_text(index) for index in indices]
+
+
+# --- Java's string rules (csrc/java_text.*): code points straight from the str, no encoding ------
+
+def is_java_whitespace(str ch not None):
+    """Java's ``Character.isWhitespace`` for the one character ``ch``."""
+    if len(ch) != 1:
+        raise TypeError(f"is_java_whitespace() expects one character, got {ch!r}")
+    return is_java_whitespace_cpp(<Py_UCS4>ch[0])
+
+
+def java_trim(str text not None):
+    """Java's ``String.trim``: every char <= U+0020 stripped at both ends."""
+    cdef Py_ssize_t start = 0, end = len(text)
+    while start < end and is_java_trimmed_cpp(text[start]):
+        start += 1
+    while end > start and is_java_trimmed_cpp(text[end - 1]):
+        end -= 1
+    return text if start == 0 and end == len(text) else text[start:end]
+
+
+def is_java_blank(str text):
+    """Flink's ``StringUtils.isNullOrWhitespaceOnly``: None, empty or Java whitespace only."""
+    cdef Py_UCS4 ch
+    if text is None:
+        return True
+    for ch in text:
+        if not is_java_whitespace_cpp(ch):
+            return False
+    return True
+
+
+# --- the GPU index order (csrc/gpu_index.*) ------------------------------------------------------
+
+def compare_indices(str a not None, str b not None):
+    """-1, 0 or 1 as GPU index ``a`` sorts before, with or after ``b`` (2 before 10, numbers first)."""
+    cdef string ea = _utf8(a), eb = _utf8(b)
+    return compare_indices_cpp(string_view(ea.data(), ea.size()), string_view(eb.data(), eb.size()))
+
+
+def sort_indices(indices):
+    """The GPU indices (str) in the index order: numeric ones by value, then the others as text."""
+    cdef vector[string] encoded
+    for index in indices:
+        if not isinstance(index, str):
+            raise TypeError(f"a GPU index must be a str, got {type(index).__name__}: {index!r}")
+        encoded.push_back(_utf8(index))
+    sort_indices_cpp(&encoded)
+    return [_text(index) for index in encoded]
+
+
+# --- the stock discovery script's arguments (csrc/script_args.*) -------------------------------
+
+SCRIPT_FLAGS = (kEnableCoordinationFlag.decode("ascii"), kCoordinationFileFlag.decode("ascii"))
+
+
+def parse_script_args(tokens):
+    """The stock script's reading of the tokens after the amount:
+    (coordination mode, coordination file, file value missing, [(unknown token, suggested flag or None)])."""
+    cdef vector[string] encoded
+    for token in tokens:
+        if not isinstance(token, str):
+            raise TypeError(f"a discovery script argument must be a str, got {type(token).__name__}: {token!r}")
+        encoded.push_back(_utf8(token))
+    cdef CScriptArgs parsed = parse_script_args_cpp(encoded)
+    return (parsed.coordination_mode, _text(parsed.coordination_file), parsed.file_value_missing,
+            [(_text(u.token), _text(u.suggestion) if not u.suggestion.empty() else None) for u in parsed.unknown])
 
 
 # --- NVML ----------------------------------------------------------------------------------------

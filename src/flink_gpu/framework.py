@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from flink_gpu.config import ConfigOption, Configuration
+from flink_gpu.errors import FlinkException
 from flink_gpu.resource_info import ExternalResourceInfo
 
 __all__ = [
@@ -27,11 +28,14 @@ __all__ = [
     "ExternalResourceDriverFactory",
     "ExternalResourceInfo",
     "ExternalResourceInfoProvider",
+    "FactoryLoadError",
+    "FactoryNotFoundError",
     "amount_key",
     "driver_factory_key",
     "external_resource_amounts",
     "external_resource_names",
     "load_external_resources",
+    "load_factory",
     "param_prefix",
     "system_config_key",
 ]
@@ -151,7 +155,7 @@ def external_resource_amounts(config: Configuration | Mapping | None) -> dict[st
 # ---------------------------------------------------------------------------------------------
 # Loading factories
 
-class _FactoryNotFound(Exception):
+class FactoryNotFoundError(FlinkException):
     """The factory name resolves to nothing; ``detail`` says what was tried."""
 
     def __init__(self, detail: str) -> None:
@@ -159,8 +163,13 @@ class _FactoryNotFound(Exception):
         self.detail = detail
 
 
-class _FactoryLoadFailed(Exception):
-    """The factory's module exists but could not be imported, or the object is unusable."""
+class FactoryLoadError(FlinkException):
+    """The factory's module exists but could not be imported, or the object is no factory;
+    ``detail`` says why."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
 
 
 def _import_attribute(module_name: str, attributes: list[str]) -> Any:
@@ -173,7 +182,7 @@ def _import_attribute(module_name: str, attributes: list[str]) -> Any:
 
 
 def _import_dotted(path: str) -> Any:
-    """Import ``pkg.mod:attr`` or ``pkg.mod.Attr``; ``_FactoryNotFound`` when no such thing."""
+    """Import ``pkg.mod:attr`` or ``pkg.mod.Attr``; ``FactoryNotFoundError`` when no such thing."""
     if ":" in path:
         module_name, _, attribute_path = path.partition(":")
         try:
@@ -181,13 +190,13 @@ def _import_dotted(path: str) -> Any:
         except ModuleNotFoundError as error:
             if error.name and module_name.startswith(error.name) and (
                     module_name == error.name or module_name[len(error.name)] == "."):
-                raise _FactoryNotFound(f"module {module_name!r} is not installed") from error
-            raise _FactoryLoadFailed(
+                raise FactoryNotFoundError(f"module {module_name!r} is not installed") from error
+            raise FactoryLoadError(
                 f"importing {module_name!r} failed: {_describe(error)}") from error
         except AttributeError as error:
-            raise _FactoryNotFound(f"module {module_name!r} has no {attribute_path!r}") from error
+            raise FactoryNotFoundError(f"module {module_name!r} has no {attribute_path!r}") from error
         except Exception as error:
-            raise _FactoryLoadFailed(
+            raise FactoryLoadError(
                 f"importing {module_name!r} failed: {_describe(error)}") from error
     parts = path.split(".")
     # longest importable module prefix first: "a.b.C" tries module "a.b", then "a"
@@ -199,34 +208,33 @@ def _import_dotted(path: str) -> Any:
             if error.name and (module_name == error.name
                                or module_name.startswith(error.name + ".")):
                 continue  # this prefix is not a module; try a shorter one
-            raise _FactoryLoadFailed(
+            raise FactoryLoadError(
                 f"importing {module_name!r} failed: {_describe(error)}") from error
         except AttributeError as error:
-            raise _FactoryNotFound(f"module {module_name!r} has no "
-                                   f"{'.'.join(parts[split:])!r}") from error
+            raise FactoryNotFoundError(f"module {module_name!r} has no "
+                                       f"{'.'.join(parts[split:])!r}") from error
         except Exception as error:
-            raise _FactoryLoadFailed(
+            raise FactoryLoadError(
                 f"importing {module_name!r} failed: {_describe(error)}") from error
-    raise _FactoryNotFound(f"no module of {path!r} is installed")
+    raise FactoryNotFoundError(f"no module of {path!r} is installed")
 
 
-class _FactoryLoader:
-    """Resolves factory names to factory instances, once per name (Flink keeps one instance per
-    factory class); entry points are only scanned when a name is not an importable path."""
+class _EntryPoints:
+    """The factories registered in :data:`ENTRY_POINT_GROUP`, scanned on first use only."""
 
     def __init__(self) -> None:
-        self._factories: dict[str, Any] = {}
-        self._entry_points: dict[str, list] | None = None
+        self._by_name: dict[str, list] | None = None
 
-    def _entry_point(self, name: str):
-        if self._entry_points is None:
+    def get(self, name: str):
+        """The entry point registered as ``name``, or None."""
+        if self._by_name is None:
             from importlib.metadata import entry_points
 
             found: dict[str, list] = {}
             for entry_point in entry_points(group=ENTRY_POINT_GROUP):
                 found.setdefault(entry_point.name, []).append(entry_point)
-            self._entry_points = found
-        candidates = self._entry_points.get(name)
+            self._by_name = found
+        candidates = self._by_name.get(name)
         if not candidates:
             return None
         if len({ep.value for ep in candidates}) > 1:
@@ -235,40 +243,53 @@ class _FactoryLoader:
                         ", ".join(ep.value for ep in candidates), candidates[0].value)
         return candidates[0]
 
-    def load(self, name: str) -> Any:
-        """The factory instance for ``name``; raises ``_FactoryNotFound`` / ``_FactoryLoadFailed``,
-        or whatever the factory's constructor raises."""
-        if name in self._factories:
-            return self._factories[name]
-        target = JAVA_FACTORY_ALIASES.get(name, name)
-        obj = None
-        not_found = None
-        if "." in target or ":" in target:
+
+def load_factory(name: str) -> ExternalResourceDriverFactory:
+    """A new instance of the factory ``name`` names, resolved as a worker resolves
+    ``external-resource.<name>.driver-factory.class``.
+
+    ``name`` is one of Flink's Java factory names (:data:`JAVA_FACTORY_ALIASES`), an import path
+    (``pkg.mod.Factory`` or ``pkg.mod:Factory``), or the name of an entry point in
+    :data:`ENTRY_POINT_GROUP` (looked up only when the name is not an importable path). A class is
+    instantiated without arguments; an object with ``create_external_resource_driver`` is used
+    as it is.
+
+    Raises :class:`FactoryNotFoundError` when nothing has that name,
+    :class:`FactoryLoadError` when its module fails to import or it is not a factory, and whatever
+    the factory's constructor raises.
+    """
+    return _load_factory(name, _EntryPoints())
+
+
+def _load_factory(name: str, registered: _EntryPoints) -> ExternalResourceDriverFactory:
+    target = JAVA_FACTORY_ALIASES.get(name, name)
+    obj = None
+    not_found = None
+    if "." in target or ":" in target:
+        try:
+            obj = _import_dotted(target)
+        except FactoryNotFoundError as error:
+            not_found = error
+    if obj is None and ":" not in target:
+        entry_point = registered.get(name)
+        if entry_point is not None:
             try:
-                obj = _import_dotted(target)
-            except _FactoryNotFound as error:
-                not_found = error
-        if obj is None and ":" not in target:
-            entry_point = self._entry_point(name)
-            if entry_point is not None:
-                try:
-                    obj = entry_point.load()
-                except Exception as error:
-                    raise _FactoryLoadFailed(
-                        f"loading entry point {entry_point.name} = {entry_point.value} failed: "
-                        f"{_describe(error)}") from error
-        if obj is None:
-            tried = [] if not_found is None else [not_found.detail]
-            if ":" not in target:
-                tried.append(f"no entry point {name!r} in group {ENTRY_POINT_GROUP}")
-            raise _FactoryNotFound("; ".join(tried))
-        factory = obj() if isinstance(obj, type) else obj
-        if not callable(getattr(factory, "create_external_resource_driver", None)):
-            raise _FactoryLoadFailed(
-                f"{target} is not an ExternalResourceDriverFactory (it has no "
-                f"create_external_resource_driver method)")
-        self._factories[name] = factory
-        return factory
+                obj = entry_point.load()
+            except Exception as error:
+                raise FactoryLoadError(
+                    f"loading entry point {entry_point.name} = {entry_point.value} failed: "
+                    f"{_describe(error)}") from error
+    if obj is None:
+        tried = [] if not_found is None else [not_found.detail]
+        if ":" not in target:
+            tried.append(f"no entry point {name!r} in group {ENTRY_POINT_GROUP}")
+        raise FactoryNotFoundError("; ".join(tried))
+    factory = obj() if isinstance(obj, type) else obj
+    if not callable(getattr(factory, "create_external_resource_driver", None)):
+        raise FactoryLoadError(
+            f"{target} is not an ExternalResourceDriverFactory (it has no "
+            f"create_external_resource_driver method)")
+    return factory
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,7 +408,8 @@ def load_external_resources(
     LOG.info("Enabled external resources: %s", list(amounts))
 
     drivers: dict[str, Any] = {}
-    loader = _FactoryLoader()
+    factories: dict[str, Any] = {}  # one instance per factory name, as Flink has one per class
+    registered = _EntryPoints()  # scanned once for all names, and only if a name needs it
     for name in names:
         key = driver_factory_key(name)
         factory_name = config.get_string(key)
@@ -397,12 +419,12 @@ def load_external_resources(
             reasons[name].append(f"{key} is not set")
             continue
         try:
-            factory = loader.load(factory_name)
-        except _FactoryNotFound as error:
+            factory = factories.get(factory_name) or _load_factory(factory_name, registered)
+        except FactoryNotFoundError as error:
             LOG.warning("Could not find factory class %s for %s.", factory_name, name)
             reasons[name].append(f"factory class {factory_name} was not found ({error.detail})")
             continue
-        except _FactoryLoadFailed as error:
+        except FactoryLoadError as error:
             LOG.warning("Could not find factory class %s for %s. %s.", factory_name, name, error)
             reasons[name].append(f"factory class {factory_name} could not be loaded: {error}")
             continue
@@ -411,6 +433,7 @@ def load_external_resources(
                         factory_name, name, _describe(error))
             reasons[name].append(f"factory {factory_name} raised {_describe(error)}")
             continue
+        factories[factory_name] = factory
         try:
             driver = factory.create_external_resource_driver(config.prefixed(param_prefix(name)))
         except Exception as error:

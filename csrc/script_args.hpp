@@ -1,0 +1,37 @@
+// The argument grammar of Flink's stock nvidia-gpu-discovery.sh after the GPU amount
+// (docs/design.md §6.1), shared by flink-gpu-discovery and the Python NVML backend:
+//   * --enable-coordination-mode turns coordination mode on;
+//   * --coordination-file takes the next token as the file, whatever it is; when it is the last
+//     token or the next token is empty, the file stays the default (file_value_missing says so);
+//   * "null" (what Flink passes when discovery-script.args is unset) is ignored silently;
+//   * any other token is ignored by the script; it is reported with the flag it probably meant.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flinkgpu {
+
+inline constexpr const char* kEnableCoordinationFlag = "--enable-coordination-mode";
+inline constexpr const char* kCoordinationFileFlag = "--coordination-file";
+
+struct UnknownToken {
+    std::string token;
+    std::string suggestion;  // the flag it probably meant; empty when it resembles none
+};
+
+struct ScriptArgs {
+    bool coordination_mode = false;
+    std::string coordination_file;  // the default coordination file unless given
+    bool file_value_missing = false;
+    std::vector<UnknownToken> unknown;
+};
+
+ScriptArgs parse_script_args(const std::vector<std::string>& tokens);
+
+// The flag `token` is closest to when at least 60% alike (1 - edit distance / longer length),
+// else "". Catches Flink's documented typo --enable-coordination and dropped or doubled letters.
+std::string suggest_flag(std::string_view token);
+
+}  // namespace flinkgpu

@@ -1,0 +1,36 @@
+// The GPU index order: numeric by value, then the rest as text.
+#include "gpu_index.hpp"
+
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+
+using flinkgpu::compare_indices;
+using V = std::vector<std::string>;
+
+int main() {
+    CHECK(compare_indices("2", "10") < 0);
+    CHECK(compare_indices("10", "2") > 0);
+    CHECK_EQ(compare_indices("7", "7"), 0);
+    // Equal values: the text decides, so the order is total.
+    CHECK(compare_indices("02", "2") < 0);
+    CHECK(compare_indices("0", "00") < 0);
+    // Numbers before everything else, even text that sorts lower byte-wise.
+    CHECK(compare_indices("9", "!") < 0);
+    CHECK(compare_indices("", "0") > 0);
+    CHECK(compare_indices("1a", "2") > 0);
+    CHECK(compare_indices("GPU-a", "GPU-b") < 0);
+    // Beyond 64 bits: no overflow, still by value.
+    CHECK(compare_indices("99999999999999999999", "100000000000000000000") < 0);
+    // Bytes compare unsigned: UTF-8 text sorts by code point.
+    CHECK(compare_indices("z", "\xC3\xA9") < 0);
+
+    V v{"10", "b", "2", "02", "a", "1", "", "0"};
+    flinkgpu::sort_indices(&v);
+    CHECK_EQ(v, (V{"0", "1", "02", "2", "10", "", "a", "b"}));
+    V empty;
+    flinkgpu::sort_indices(&empty);
+    CHECK(empty.empty());
+    return check::finish("test_gpu_index");
+}

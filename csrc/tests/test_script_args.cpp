@@ -1,0 +1,81 @@
+// The stock discovery script's argument grammar after the amount, and the flag suggestion.
+#include "script_args.hpp"
+
+#include "coordination.hpp"
+
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+
+using flinkgpu::parse_script_args;
+using flinkgpu::suggest_flag;
+using V = std::vector<std::string>;
+
+namespace {
+const std::string kDefault = flinkgpu::coordination::kDefaultPath;
+
+V unknown_tokens(const flinkgpu::ScriptArgs& a) {
+    V out;
+    for (const auto& u : a.unknown) out.push_back(u.token);
+    return out;
+}
+}  // namespace
+
+int main() {
+    auto a = parse_script_args({});
+    CHECK(!a.coordination_mode);
+    CHECK_EQ(a.coordination_file, kDefault);
+    CHECK(!a.file_value_missing);
+    CHECK(a.unknown.empty());
+
+    // "null" is what Flink passes when no args are configured: ignored without a note.
+    a = parse_script_args({"null"});
+    CHECK(a.unknown.empty());
+
+    a = parse_script_args({"--enable-coordination-mode", "--coordination-file", "/x/f"});
+    CHECK(a.coordination_mode);
+    CHECK_EQ(a.coordination_file, std::string("/x/f"));
+    CHECK(!a.file_value_missing);
+
+    // The token after --coordination-file is the file, whatever it looks like.
+    a = parse_script_args({"--coordination-file", "--enable-coordination-mode"});
+    CHECK(!a.coordination_mode);
+    CHECK_EQ(a.coordination_file, std::string("--enable-coordination-mode"));
+    a = parse_script_args({"--coordination-file", "null"});
+    CHECK_EQ(a.coordination_file, std::string("null"));
+
+    // No value (last token) or an empty one: the default file, and it is said.
+    a = parse_script_args({"--enable-coordination-mode", "--coordination-file"});
+    CHECK(a.coordination_mode);
+    CHECK_EQ(a.coordination_file, kDefault);
+    CHECK(a.file_value_missing);
+    a = parse_script_args({"--coordination-file", "", "--enable-coordination-mode"});
+    CHECK(a.coordination_mode);
+    CHECK_EQ(a.coordination_file, kDefault);
+    CHECK(a.file_value_missing);
+    CHECK(a.unknown.empty());
+    // A later missing value resets an earlier file, as the stock script's assignment does.
+    a = parse_script_args({"--coordination-file", "/a", "--coordination-file"});
+    CHECK_EQ(a.coordination_file, kDefault);
+    CHECK(a.file_value_missing);
+
+    // Unknown tokens are kept in order, with the flag they probably meant.
+    a = parse_script_args({"--enable-coordination", "--verbose", "", "x"});
+    CHECK_EQ(unknown_tokens(a), (V{"--enable-coordination", "--verbose", "", "x"}));
+    CHECK_EQ(a.unknown[0].suggestion, std::string("--enable-coordination-mode"));
+    CHECK_EQ(a.unknown[1].suggestion, std::string(""));
+    CHECK(!a.coordination_mode);
+
+    CHECK_EQ(suggest_flag("--enable-coordination"), std::string("--enable-coordination-mode"));
+    CHECK_EQ(suggest_flag("--enable-coordination-mod"), std::string("--enable-coordination-mode"));
+    CHECK_EQ(suggest_flag("-enable-coordination-mode"), std::string("--enable-coordination-mode"));
+    CHECK_EQ(suggest_flag("--coordination"), std::string("--coordination-file"));
+    CHECK_EQ(suggest_flag("--coordinationfile"), std::string("--coordination-file"));
+    CHECK_EQ(suggest_flag("--coordination_file"), std::string("--coordination-file"));
+    CHECK_EQ(suggest_flag("--verbose"), std::string(""));
+    CHECK_EQ(suggest_flag("--enable"), std::string(""));
+    CHECK_EQ(suggest_flag(""), std::string(""));
+    CHECK_EQ(suggest_flag(std::string(10000, '-')), std::string(""));
+    return check::finish("test_script_args");
+}
