@@ -6,15 +6,14 @@ import difflib
 
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.config import Configuration
-from flink_gpu.framework import ENTRY_POINT_GROUP, driver_factory_key
+from flink_gpu.framework import (ENTRY_POINT_GROUP, FactoryLoadError, FactoryNotFoundError,
+                                 driver_factory_key, load_factory)
 
 JAVA_GPU_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
 
 
 def check_factory(checkup: Checkup, name: str):
     """(the factory, its configured name); the factory is None when none can be loaded."""
-    from flink_gpu import framework
-
     key = driver_factory_key(name)
     value = checkup.config.get_string(key)
     if value is None or not value.strip():
@@ -22,14 +21,13 @@ def check_factory(checkup: Checkup, name: str):
                     f"{name!r}.", f"For GPUs set `{key}: {JAVA_GPU_FACTORY}`.", resource=name)
         return None, value
     # The framework's own loader, so that doctor resolves names exactly as a worker does.
-    loader = framework._FactoryLoader()
     try:
-        factory = loader.load(value)  # not stripped: a worker (and Flink) does not strip it
-    except framework._FactoryNotFound as error:
+        factory = load_factory(value)  # not stripped: a worker (and Flink) does not strip it
+    except FactoryNotFoundError as error:
         checkup.add("error", "factory", f"Factory class {value} of {name!r} was not found "
                     f"({error.detail}).", _factory_fix(key, value), resource=name)
         return None, value
-    except framework._FactoryLoadFailed as error:
+    except FactoryLoadError as error:
         checkup.add("error", "factory", f"Factory class {value} of {name!r} cannot be loaded: "
                     f"{error}", "Fix or reinstall the package that provides it.", resource=name)
         return None, value
