@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from flink_gpu.config import Configuration
+from flink_gpu.config_files import read_yaml_mapping
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import (external_resource_amounts, external_resource_names,
                                  system_config_key)
@@ -83,8 +84,6 @@ def kubernetes_resource_requirements(config: Configuration | Mapping | None
 
 
 def _load_pod_template(path: str) -> dict:
-    from flink_gpu.config import read_yaml_mapping
-
     return read_yaml_mapping(path, "pod template file", "a Pod (a mapping)")
 
 

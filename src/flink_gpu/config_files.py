@@ -1,0 +1,309 @@
+"""Loading Flink's configuration files: a ``conf`` directory, the legacy flat ``flink-conf.yaml``
+and the 2.x ``config.yaml`` (standard YAML with the YAML 1.2 core schema, nested keys flattened).
+
+Every file is read through :func:`flink_gpu.regular_files.read_regular_file` (a regular file of
+bounded size, never blocking), and YAML aliases are bounded as Flink's YAML loader bounds them:
+an alias that makes a value contain itself, more than :data:`MAX_COLLECTION_ALIASES` aliases of
+mappings or lists, or aliases that expand to more than :data:`MAX_ALIAS_EXPANSION` values are
+refused before anything is built.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from flink_gpu._java import java_trim
+from flink_gpu.config_options import to_java_string
+from flink_gpu.errors import IllegalConfigurationException
+from flink_gpu.regular_files import read_regular_file
+
+__all__ = ["CONFIGURATION_FILE_NAMES", "MAX_ALIAS_EXPANSION", "MAX_COLLECTION_ALIASES",
+           "ConfigurationFile", "SkippedLine", "find_configuration_file", "flatten_nested_keys",
+           "load_configuration_file", "read_yaml_mapping"]
+
+LOG = logging.getLogger("flink_gpu.config")
+
+CONFIGURATION_FILE_NAMES = ("config.yaml", "flink-conf.yaml")
+"""The files of a conf directory, in Flink's order of preference (2.x's first)."""
+
+MAX_COLLECTION_ALIASES = 50
+"""Aliases of mappings or lists one document may hold: Flink's YAML loader (snakeyaml-engine's
+``maxAliasesForCollections``) refuses more, the defence against "billion laughs" files."""
+
+MAX_ALIAS_EXPANSION = 100_000
+"""Values that aliases may add to a document once expanded: 50 aliases still nest to 2^25 values."""
+
+_WHAT = "Flink configuration file"
+
+
+class SkippedLine(NamedTuple):
+    """A line of a legacy ``flink-conf.yaml`` that Flink's parser skips (with a WARN)."""
+
+    file: str
+    line_number: int
+    text: str
+    reason: str
+
+    @property
+    def message(self) -> str:
+        """Flink's WARN for the line (``GlobalConfiguration.loadYAMLResource``)."""
+        stage = ("Error while trying to split key and value" if self.reason.startswith("Line is not")
+                 else "Error after splitting key and value")
+        return f"{stage} in configuration file {self.file}:{self.line_number}: {self.reason}"
+
+
+_NOT_A_PAIR = "Line is not a key-value pair (missing space after ':'?)"
+_EMPTY = "Key or value was empty"
+
+
+class ConfigurationFile(NamedTuple):
+    """What :func:`load_configuration_file` read: the file, its flat keys and the skipped lines."""
+
+    path: str
+    data: dict
+    skipped: tuple[SkippedLine, ...]
+
+
+def find_configuration_file(path: str | os.PathLike) -> str:
+    """``path`` itself, or for a directory the configuration file Flink reads there.
+
+    A directory is searched for ``config.yaml``, then ``flink-conf.yaml`` (an INFO when both
+    exist); ``FileNotFoundError`` when it has neither or ``path`` does not exist. A name there that
+    is not a regular file (a FIFO called ``config.yaml``) is still chosen, as Flink would choose it,
+    so that reading it says what it is instead of silently taking the other file.
+    """
+    file = os.fspath(path)
+    if os.path.isdir(file):
+        found = [os.path.join(file, name) for name in CONFIGURATION_FILE_NAMES
+                 if os.path.lexists(os.path.join(file, name))]
+        if not found:
+            raise FileNotFoundError(
+                f"No Flink configuration file in directory {file}: expected config.yaml "
+                f"or flink-conf.yaml.")
+        if len(found) == 2:
+            LOG.info("Both %s and %s exist; using %s and ignoring the legacy file.",
+                     found[0], found[1], found[0])
+        return found[0]
+    if not os.path.lexists(file):
+        raise FileNotFoundError(f"The {_WHAT} {file} does not exist.")
+    return file
+
+
+def load_configuration_file(path: str | os.PathLike, *, legacy: bool | None = None
+                            ) -> ConfigurationFile:
+    """Read a Flink configuration file, or the one in a Flink ``conf`` directory.
+
+    ``flink-conf.yaml`` is read with Flink's legacy line parser (``key: value`` lines, ``#``
+    comments, values kept as strings; the lines it skips are in ``skipped``); any other file as
+    standard YAML with YAML 1.2 core scalars (as Flink 2.x's snakeyaml-engine), nested mappings
+    flattened with ``.``. ``legacy`` forces one parser or the other. Raises ``FileNotFoundError``,
+    ``NotARegularFileError``/``FileTooLargeError`` (from :mod:`flink_gpu.regular_files`), or
+    ``IllegalConfigurationException`` naming the file for bad YAML.
+    """
+    file = find_configuration_file(path)
+    if legacy is None:
+        legacy = os.path.basename(file) == "flink-conf.yaml"
+    if legacy:
+        data, skipped = _parse_legacy(file, read_regular_file(file, _WHAT))
+        return ConfigurationFile(file, data, skipped)
+    document = read_yaml_mapping(file, _WHAT, "a mapping of configuration keys at the top level",
+                                 _core_schema_loader())
+    return ConfigurationFile(file, flatten_nested_keys(document), ())
+
+
+def _parse_legacy(file: str, content: bytes) -> tuple[dict, tuple[SkippedLine, ...]]:
+    """Flink's pre-2.0 ``GlobalConfiguration.loadYAMLResource``: one ``key: value`` per line."""
+    text = content.decode("utf-8", errors="replace")  # Java's reader substitutes too
+    data: dict[str, object] = {}
+    skipped: list[SkippedLine] = []
+    # BufferedReader.readLine ends a line at \n, \r or \r\n
+    for number, line in enumerate(re.split(r"\r\n|\r|\n", text), start=1):
+        conf = java_trim(line.split("#", 1)[0])
+        if not conf:
+            continue
+        key_value = conf.split(": ", 1)
+        if len(key_value) == 1:
+            skipped.append(SkippedLine(file, number, line, _NOT_A_PAIR))
+            continue
+        key, value = java_trim(key_value[0]), java_trim(key_value[1])
+        if not key or not value:
+            skipped.append(SkippedLine(file, number, line, _EMPTY))
+            continue
+        data[key] = value
+    return data, tuple(skipped)
+
+
+def flatten_nested_keys(data: Mapping) -> dict[str, object]:
+    """Nested mappings become dotted keys (Flink 2.x ``config.yaml``); ``None`` means unset.
+
+    A mapping that contains itself raises ``IllegalConfigurationException`` naming the key.
+    """
+    out: dict[str, object] = {}
+    _flatten(data, "", out, (id(data),))
+    return out
+
+
+def _flatten(data: Mapping, prefix: str, out: dict[str, object], ancestors: tuple) -> None:
+    for key, value in data.items():
+        flat_key = prefix + to_java_string(key)
+        if isinstance(value, Mapping):
+            if id(value) in ancestors:
+                raise IllegalConfigurationException(
+                    f"The configuration value at key '{flat_key}' contains itself; a "
+                    f"configuration must be a tree of mappings.")
+            _flatten(value, flat_key + ".", out, (*ancestors, id(value)))
+        elif value is not None:
+            out[flat_key] = value
+
+
+_CORE_LOADER = None
+
+
+def _core_schema_loader():
+    """A PyYAML loader with YAML 1.2 core-schema scalars, as Flink's snakeyaml-engine uses:
+    ``010`` is 10, ``yes``/``on`` and dates stay strings, ``1_000`` is a string."""
+    global _CORE_LOADER
+    if _CORE_LOADER is not None:
+        return _CORE_LOADER
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class CoreSchemaLoader(base):  # type: ignore[misc, valid-type]
+        yaml_implicit_resolvers: dict = {}
+
+    CoreSchemaLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
+    CoreSchemaLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+        list("tTfF"))
+    CoreSchemaLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+        list("-+0123456789"))
+    CoreSchemaLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                   r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        list("-+0123456789."))
+
+    def construct_int(loader, node):
+        text = loader.construct_scalar(node)
+        if text.startswith("0o"):
+            return int(text[2:], 8)
+        if text.startswith("0x"):
+            return int(text[2:], 16)
+        return int(text, 10)
+
+    CoreSchemaLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
+    _CORE_LOADER = CoreSchemaLoader
+    return CoreSchemaLoader
+
+
+def read_yaml_mapping(path: str | os.PathLike, what: str, expected: str, loader=None) -> dict:
+    """The mapping at the top of the YAML file ``path`` (``{}`` for an empty file).
+
+    Errors name the file as ``what`` ("Flink configuration file", "pod template file"), the line and
+    column of bad YAML or of a refused alias, and what was ``expected`` at the top level instead of
+    what was found. The file is read as :func:`~flink_gpu.regular_files.read_regular_file` reads.
+    """
+    import yaml
+
+    path = os.fspath(path)
+    content = read_regular_file(path, what)
+    loader = loader or getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        if b"*" in content:  # an alias needs a '*': without one there is nothing to expand
+            _check_aliases(yaml.parse(content, Loader=loader), path, what)
+        document = yaml.load(content, Loader=loader)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = error.problem or error.context or "unparsable YAML"
+        raise IllegalConfigurationException(f"Invalid YAML in {what} {path}{where}: {problem}.") from error
+    except yaml.YAMLError as error:
+        raise IllegalConfigurationException(f"Invalid YAML in {what} {path}: {error}") from error
+    except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as error:
+        # PyYAML's constructors fail this way on a bad explicitly tagged value (`!!float abc`)
+        if isinstance(error, IllegalConfigurationException):
+            raise
+        raise IllegalConfigurationException(
+            f"Invalid YAML in {what} {path}: a value cannot be read ({error}).") from error
+    if document is None:
+        return {}
+    if not isinstance(document, Mapping):
+        raise IllegalConfigurationException(
+            f"The {what} {path} must hold {expected}, not a {_yaml_kind(document)}.")
+    return document
+
+
+class _Anchor:
+    __slots__ = ("size", "collection", "open")
+
+    def __init__(self, collection: bool) -> None:
+        self.size = 1
+        self.collection = collection
+        self.open = collection
+
+
+def _check_aliases(events, path: str, what: str) -> None:
+    """Refuse recursive aliases and alias bombs from the parser's events, before anything is
+    built: each anchor's expanded size is counted once, so a bomb costs its length, not 2^n."""
+    import yaml
+
+    anchors: dict[str, _Anchor] = {}
+    frames: list[list] = []  # [values so far, _Anchor | None] of each open mapping or list
+    collection_aliases = expansion = 0
+    for event in events:
+        where = f"line {event.start_mark.line + 1}, column {event.start_mark.column + 1}"
+        if isinstance(event, yaml.AliasEvent):
+            anchor = anchors.get(event.anchor)
+            if anchor is None:
+                continue  # undefined: the loader reports it with its position
+            if anchor.open:
+                raise IllegalConfigurationException(
+                    f"The {what} {path} has a recursive alias *{event.anchor} at {where}: the "
+                    f"value anchored &{event.anchor} would contain itself. Write the values out "
+                    f"instead of the alias.")
+            if anchor.collection:
+                collection_aliases += 1
+                if collection_aliases > MAX_COLLECTION_ALIASES:
+                    raise IllegalConfigurationException(
+                        f"The {what} {path} has more than {MAX_COLLECTION_ALIASES} aliases of "
+                        f"mappings or lists (at {where}), the limit of Flink's YAML loader. Write "
+                        f"the values out instead of the aliases.")
+            expansion += anchor.size
+            if expansion > MAX_ALIAS_EXPANSION:
+                raise IllegalConfigurationException(
+                    f"The aliases of the {what} {path} expand to more than "
+                    f"{MAX_ALIAS_EXPANSION} values (at {where}), the limit flink-gpu reads. Write "
+                    f"the values out instead of the aliases.")
+            if frames:
+                frames[-1][0] += anchor.size
+        elif isinstance(event, yaml.ScalarEvent):
+            if event.anchor is not None:
+                anchors[event.anchor] = _Anchor(collection=False)
+            if frames:
+                frames[-1][0] += 1
+        elif isinstance(event, yaml.CollectionStartEvent):
+            anchor = None
+            if event.anchor is not None:
+                anchor = anchors[event.anchor] = _Anchor(collection=True)
+            frames.append([1, anchor])
+        elif isinstance(event, yaml.CollectionEndEvent):
+            size, anchor = frames.pop()
+            if anchor is not None:
+                anchor.size, anchor.open = size, False
+            if frames:
+                frames[-1][0] += size
+
+
+def _yaml_kind(value: object) -> str:
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, str):
+        return "string"
+    return type(value).__name__
