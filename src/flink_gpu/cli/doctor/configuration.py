@@ -8,6 +8,7 @@ from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import error_message
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.config import Configuration
+from flink_gpu.config_files import CONFIGURATION_FILE_NAMES, load_configuration_file
 from flink_gpu.errors import IllegalConfigurationException
 
 
@@ -24,7 +25,7 @@ def configuration_file(conf: "str | None"):
                          "or FLINK_HOME.")
     path = os.path.abspath(path)
     if os.path.isdir(path):
-        for file_name in ("config.yaml", "flink-conf.yaml"):  # Flink 2.x's first, as Flink
+        for file_name in CONFIGURATION_FILE_NAMES:
             candidate = os.path.join(path, file_name)
             if os.path.isfile(candidate):
                 return candidate, path
@@ -51,41 +52,17 @@ def flink_home(conf_dir: str):
     return None, None
 
 
-def _load_with_skipped_lines(file: str) -> "tuple[Configuration | None, list[str], Exception | None]":
-    """Loads ``file`` and collects the loader's WARN lines (the lines Flink skips).
-
-    The loader only logs the lines it skips, so they are caught from the ``flink_gpu.config``
-    logger for the duration of the load.
-    """
-    import logging
-
-    warnings: "list[logging.LogRecord]" = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = warnings.append
-    logger = logging.getLogger("flink_gpu.config")
-    saved = logger.level, logger.propagate
-    logger.setLevel(logging.WARNING)
-    logger.propagate = False
-    logger.addHandler(handler)
-    try:
-        return Configuration.from_yaml(file), [r.getMessage() for r in warnings], None
-    except (IllegalConfigurationException, OSError) as error:
-        return None, [r.getMessage() for r in warnings], error
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
-
-
 def load(checkup: Checkup) -> "Configuration | None":
     """The configuration, with a finding for each line Flink skips; None when it cannot be read."""
-    config, skipped, error = _load_with_skipped_lines(checkup.file)
-    for line in skipped:
-        checkup.add("warning", "configuration", f"{line}; Flink skips that line too.",
-                    "Write each setting as `key: value` (a space after the colon, a non-empty "
-                    "value).")
-    if error is not None:
+    try:
+        loaded = load_configuration_file(checkup.file)
+    except (IllegalConfigurationException, OSError) as error:
         checkup.add("error", "configuration",
                     f"The configuration cannot be read: {error_message(error)}",
                     "Fix the file so that Flink can read it (a Flink TaskManager would not start).")
-    return config
+        return None
+    for line in loaded.skipped:
+        checkup.add("warning", "configuration", f"{line.message}; Flink skips that line too.",
+                    "Write each setting as `key: value` (a space after the colon, a non-empty "
+                    "value).")
+    return Configuration(loaded.data)
