@@ -99,6 +99,35 @@ def test_script_mode_uses_the_default_path(tmp_path, monkeypatch):
                                 f"{tmp_path}/plugins/external-resource-gpu/nvidia-gpu-discovery.sh.")
 
 
+def test_settings_are_read_once_and_name_the_full_key_of_a_resource():
+    from flink_gpu.gpu.settings import GPUDriverSettings
+    from flink_gpu.script_protocol import ScriptArgs
+
+    settings = GPUDriverSettings.from_config({
+        "discovery-mode": " NVML ", "discovery-script.args": "--enable-coordination-mode --coordination-file /f",
+        "discovery-script.timeout": "2 s", "nvml.library-path": " "}, "gpu")
+    assert settings == GPUDriverSettings(
+        mode="nvml", script_path="plugins/external-resource-gpu/nvidia-gpu-discovery.sh",
+        script_path_set=False, script_args_text="--enable-coordination-mode --coordination-file /f",
+        script_args=ScriptArgs(True, "/f", ()), timeout=2.0, library_path=None, resource_name="gpu")
+    assert GPUDriverSettings.from_config({"discovery-script.path": "x"}).script_path_set
+    with pytest.raises(IllegalConfigurationException) as error:
+        GPUDriverSettings.from_config({"discovery-mode": "cuda"}, "gpu")
+    assert str(error.value) == ("Invalid value 'cuda' for key 'external-resource.gpu.param.discovery-mode': "
+                                "expected one of auto, nvml, script.")
+    with pytest.raises(IllegalConfigurationException,
+                       match="'external-resource.gpu.param.discovery-script.timeout': the timeout must be positive"):
+        GPUDriverSettings.from_config({"discovery-script.timeout": "0"}, "gpu")
+
+
+def test_a_driver_takes_its_settings_as_read(script):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    settings = GPUDriverSettings.from_config({"discovery-script.path": script})
+    with GPUDriver(settings) as gpu_driver:
+        assert gpu_driver.settings is settings and gpu_driver.mode == "script"
+
+
 def test_auto_with_explicit_path_logs_its_reason_once(script, caplog):
     with caplog.at_level(logging.INFO, "flink_gpu.gpu.driver"):
         gpu_driver = GPUDriver({"discovery-script.path": script})
@@ -190,3 +219,10 @@ def test_auto_fallback_to_a_missing_default_script_says_nvml_was_not_usable(tmp_
                               f"{tmp_path}/plugins/external-resource-gpu/nvidia-gpu-discovery.sh.")
     assert "discovery-mode is 'auto'" in message and "NVML is not usable" in message
     assert missing_library in message
+
+
+def test_a_bad_timeout_is_an_error_whichever_backend_is_chosen():
+    # the settings are validated once, before the backend is chosen (NVML is not even loaded)
+    with pytest.raises(IllegalConfigurationException,
+                       match="Could not parse value 'soon' for key 'discovery-script.timeout'"):
+        GPUDriver({"discovery-mode": "nvml", "discovery-script.timeout": "soon"})

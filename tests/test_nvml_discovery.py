@@ -12,8 +12,7 @@ import sys
 
 import pytest
 
-from flink_gpu import IllegalConfigurationException, simulator
-from flink_gpu.gpu.nvml import DEFAULT_COORDINATION_FILE, parse_script_args
+from flink_gpu import coordination, simulator
 
 import flink_gpu
 from conftest import child_env
@@ -338,41 +337,14 @@ def test_script_and_nvml_backends_agree(tmp_path, host):
     assert outcomes[0] != "too few"
 
 
-# --- discovery-script.args in nvml mode (the stock script's grammar) ----------------------------
-
-def test_args_grammar(caplog):
-    with caplog.at_level(logging.WARNING, "flink_gpu.gpu.nvml"):
-        assert parse_script_args(None) == (False, DEFAULT_COORDINATION_FILE, ())
-        assert parse_script_args("null") == (False, DEFAULT_COORDINATION_FILE, ())
-        assert parse_script_args("") == (False, DEFAULT_COORDINATION_FILE, ())
-        assert parse_script_args("--enable-coordination-mode\t--coordination-file /x/f") == (
-            True, "/x/f", ())
-        # like the stock script, the token after --coordination-file is the path, whatever it is
-        assert parse_script_args("--coordination-file --enable-coordination-mode") == (
-            False, "--enable-coordination-mode", ())
-    assert caplog.records == []
-
-
-def test_docs_typo_gets_a_warn_naming_the_right_flag(caplog):
-    with caplog.at_level(logging.WARNING, "flink_gpu.gpu.nvml"):
-        parsed = parse_script_args("--enable-coordination --coordination-file /f")
-    assert parsed == (False, "/f", ("--enable-coordination",))
-    [record] = caplog.records
-    assert "'--enable-coordination'" in record.getMessage()
-    assert "Did you mean '--enable-coordination-mode'?" in record.getMessage()
-
-
-def test_unrelated_token_gets_a_warn_listing_the_flags(caplog):
-    with caplog.at_level(logging.WARNING, "flink_gpu.gpu.nvml"):
-        parse_script_args("--verbose")
-    [record] = caplog.records
-    assert "'--verbose'" in record.getMessage()
-    assert "--enable-coordination-mode and --coordination-file PATH" in record.getMessage()
-
-
-def test_coordination_file_without_a_path_is_an_error():
-    with pytest.raises(IllegalConfigurationException, match="needs a file path"):
-        parse_script_args("--enable-coordination-mode --coordination-file")
+def test_coordination_file_without_a_path_means_the_default_file_with_a_warn():
+    # the stock script's reading, and flink-gpu-discovery's: no error, the default file, a WARN
+    result, logs = run_one({**NVML, "discovery-script.args": "--coordination-file"}, [1])
+    assert "error" not in result and indices(result["retrievals"][0]) == ["0"]
+    assert ["WARNING", "flink_gpu.script_protocol",
+            "'--coordination-file' in 'discovery-script.args' ('--coordination-file') has no file path "
+            f"after it; using the default coordination file {coordination.DEFAULT_PATH}, as the stock "
+            "script does."] in logs
 
 
 # --- a coordinated NVML driver releases on close only what it claimed itself ---------------------
@@ -384,7 +356,7 @@ path = sys.argv[1]
 args = {"discovery-mode": "nvml",
         "discovery-script.args": "--enable-coordination-mode --coordination-file " + path}
 mine = lambda: sorted(e.index for e in coordination.snapshot(path).entries if e.pid == os.getpid())
-held = coordination.claim(2, ["0", "1", "2", "3"], path=path)   # the process's own, explicit claim
+held = coordination.claim(2, ["0", "1", "2", "3"], path=path).taken  # the process's own claim
 with GPUDriver(args) as driver:
     got = sorted(i.index for i in driver.retrieve_resource_info(2))
 after_close = mine()

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import run_python, simulated_env
 from flink_gpu import GPUInfo, coordination
-from flink_gpu.gpu.nvml import DEFAULT_COORDINATION_FILE
+from flink_gpu.coordination import DEFAULT_PATH as DEFAULT_COORDINATION_FILE
 from flink_gpu.pyflink import get_external_resource_infos, lookup_external_resource_infos
 
 SIM_UUID = "GPU-00000000-0000-4000-8000-{:012x}"
@@ -256,10 +256,27 @@ def test_conf_dir_without_a_configuration_file(tmp_path, monkeypatch):
     assert DEFAULT_COORDINATION_FILE in reason
 
 
-def test_unparsable_args_are_reported(tmp_path, monkeypatch):
-    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(tmp_path / "conf", "--coordination-file")))
+def test_a_coordination_file_flag_without_a_value_means_the_default_file_with_a_warn(
+        tmp_path, monkeypatch, caplog):
+    # the stock script's reading (and flink-gpu-discovery's): the default file
+    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(
+        tmp_path / "conf", "--enable-coordination-mode --coordination-file")))
+    with caplog.at_level(logging.WARNING, "flink_gpu.script_protocol"):
+        lookup = lookup_external_resource_infos(None, "gpu")
+    assert lookup.coordination_file == DEFAULT_COORDINATION_FILE
+    assert DEFAULT_COORDINATION_FILE in lookup.reason
+    assert any("'--coordination-file' in 'external-resource.gpu.param.discovery-script.args'" in r.getMessage()
+               and "has no file path after it" in r.getMessage() and r.levelno == logging.WARNING
+               for r in caplog.records)
+
+
+def test_unreadable_settings_are_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(
+        tmp_path / "conf", "--enable-coordination-mode", extra="external-resource.gpu.param.discovery-mode: gpu\n")))
     reason = reason_of()
-    assert "needs a file path" in reason and DEFAULT_COORDINATION_FILE in reason
+    assert "could not read 'external-resource.gpu.param.discovery-script.args'" in reason
+    assert "Invalid value 'gpu' for key 'external-resource.gpu.param.discovery-mode'" in reason
+    assert DEFAULT_COORDINATION_FILE in reason
 
 
 def test_coordination_mode_off(tmp_path, monkeypatch):
@@ -311,7 +328,7 @@ def test_a_typo_in_the_args_is_warned_once_per_process_not_per_operator(tmp_path
     caplog_records = []
     handler = logging.Handler()
     handler.emit = caplog_records.append
-    nvml_log = logging.getLogger("flink_gpu.gpu.nvml")
+    nvml_log = logging.getLogger("flink_gpu.script_protocol")
     nvml_log.addHandler(handler)
     try:
         for _ in range(3):

@@ -134,6 +134,25 @@ def test_directory_is_not_executable(tmp_path):
         driver(str(tmp_path))
 
 
+def test_check_script_raises_typed_errors_with_the_absolute_path(tmp_path, monkeypatch):
+    from flink_gpu.gpu.script import DiscoveryScriptNotExecutable, DiscoveryScriptNotFound, check_script
+
+    monkeypatch.delenv("FLINK_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DiscoveryScriptNotFound) as missing:
+        check_script("no/such.sh", "k")
+    assert missing.value.path == f"{tmp_path}/no/such.sh"
+    assert isinstance(missing.value, FileNotFoundError)
+    assert str(missing.value) == f"The gpu discovery script does not exist in path {tmp_path}/no/such.sh."
+    plain = write_script(tmp_path, TESTING_SCRIPT, mode=0o644)
+    for path, message in ((plain, f"The discovery script {plain} is not executable."),
+                          (str(tmp_path), f"The discovery script {tmp_path} is not executable. It is a directory.")):
+        with pytest.raises(DiscoveryScriptNotExecutable) as refused:
+            check_script(path, "k")
+        assert refused.value.path == path and str(refused.value) == message
+        assert isinstance(refused.value, FlinkException)
+
+
 def test_nothing_runs_at_construction(tmp_path):
     marker = tmp_path / "ran"
     driver(write_script(tmp_path, f"#!/bin/sh\ntouch '{marker}'\necho 0\n"))

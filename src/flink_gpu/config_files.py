@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from flink_gpu._java import java_trim
+from flink_gpu.java_text import java_trim
 from flink_gpu.config_options import to_java_string
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.regular_files import read_regular_file

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
-from flink_gpu._java import java_trim
+from flink_gpu.java_text import java_trim
 from flink_gpu.options_splitter import split_escaped
 
 __all__ = ["ConfigOption", "Duration", "config_option", "convert_value", "to_java_string"]

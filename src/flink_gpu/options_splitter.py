@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from flink_gpu._java import is_java_whitespace, java_trim
+from flink_gpu.java_text import is_java_whitespace, java_trim
 from flink_gpu.errors import IllegalConfigurationException
 
 __all__ = ["split_escaped"]

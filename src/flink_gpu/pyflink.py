@@ -30,7 +30,7 @@ import logging
 import os
 from typing import Any, NamedTuple
 
-from flink_gpu.gpu.info import GPUInfo, index_sort_key
+from flink_gpu.gpu.info import GPUInfo
 
 __all__ = ["ResourceLookup", "get_external_resource_infos", "lookup_external_resource_infos"]
 
@@ -139,29 +139,33 @@ _ARGS_WARNED: set = set()  # (key, discovery-script.args) already parsed with wa
 def _coordination_file(name: str) -> tuple[str, list[str], str | None]:
     """The coordination file the TaskManager's discovery uses, notes on how it was found, and
     the NVML library the resource is configured with (``param.nvml.library-path``)."""
-    from flink_gpu.gpu.nvml import DEFAULT_COORDINATION_FILE
+    from flink_gpu.coordination import DEFAULT_PATH
+    from flink_gpu.framework import param_prefix
+    from flink_gpu.gpu.options import GPUDriverOptions
 
-    key = f"external-resource.{name}.param.discovery-script.args"
+    key = param_prefix(name) + GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key
     conf_dir = os.environ.get("FLINK_CONF_DIR")
     if not conf_dir:
-        return DEFAULT_COORDINATION_FILE, [
+        return DEFAULT_PATH, [
             f"FLINK_CONF_DIR is not set, so the TaskManager's configuration is unknown; used the "
-            f"default coordination file {DEFAULT_COORDINATION_FILE}"], None
+            f"default coordination file {DEFAULT_PATH}"], None
     from flink_gpu.config import Configuration, split_escaped
-    from flink_gpu.gpu.nvml import parse_script_args
+    from flink_gpu.gpu.settings import GPUDriverSettings
 
     try:
         conf = Configuration.from_yaml(conf_dir)
-        raw_args = conf.get_string(key)
+        settings = GPUDriverSettings.from_config(conf.prefixed(param_prefix(name)), name)
         # every UDF's open() looks this up: say what is wrong with the args once per process
-        args = parse_script_args(raw_args, key, warn=(key, raw_args) not in _ARGS_WARNED)
-        _ARGS_WARNED.add((key, raw_args))
+        if (key, settings.script_args_text) not in _ARGS_WARNED:
+            settings.warn_ignored_args()
+            _ARGS_WARNED.add((key, settings.script_args_text))
         resources = conf.get_string("external-resources", "")
         listed = split_escaped(resources)
     except Exception as error:  # a broken file must not break the operator; say why instead
-        return DEFAULT_COORDINATION_FILE, [
+        return DEFAULT_PATH, [
             f"could not read '{key}' from the configuration in FLINK_CONF_DIR={conf_dir} ({error}); "
-            f"used the default coordination file {DEFAULT_COORDINATION_FILE}"], None
+            f"used the default coordination file {DEFAULT_PATH}"], None
+    args = settings.script_args
     notes = [f"read '{key}' from FLINK_CONF_DIR={conf_dir}"]
     if name not in listed:
         notes.append(f"'{name}' is not listed in 'external-resources' ({resources!r}) there, so the "
@@ -170,7 +174,7 @@ def _coordination_file(name: str) -> tuple[str, list[str], str | None]:
         notes.append(f"'{key}' does not contain --enable-coordination-mode, so the TaskManager's "
                      "discovery records nothing in the coordination file; enable it to make GPUs "
                      "visible to process-mode Python workers")
-    return args.coordination_file, notes, conf.get_string(f"external-resource.{name}.param.nvml.library-path")
+    return args.coordination_file, notes, settings.library_path
 
 
 def _parent(pid: int) -> tuple[int, str] | None:
@@ -214,6 +218,7 @@ def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo],
 
 def _from_coordination_file(name: str) -> ResourceLookup:
     from flink_gpu import coordination
+    from flink_gpu.script_protocol import sort_indices
 
     path, notes, library = _coordination_file(name)
     try:
@@ -232,7 +237,7 @@ def _from_coordination_file(name: str) -> ResourceLookup:
     for pid, _command in chain:
         indices = held.get(pid)
         if indices:
-            indices = sorted(set(indices), key=index_sort_key)
+            indices = sort_indices(set(indices))
             infos, note = _nvml_infos(indices, library)
             if note:
                 _log.info("GPUs %s of pid %d in %s: %s.", ",".join(indices), pid, path, note)

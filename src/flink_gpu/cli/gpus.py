@@ -7,7 +7,7 @@ import os
 from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import (coordination_path, document, emit_json, error_message, gib,
                                    owner_description, plural, process_cmdline, short_command, table)
-from flink_gpu.gpu.info import index_sort_key
+from flink_gpu.script_protocol import sort_indices
 
 
 def run(args) -> int:
@@ -63,8 +63,8 @@ def list_gpus(args) -> int:
         for entry in snapshot.entries:
             (live if entry.alive else stale).setdefault(entry.index, []).append(entry.pid)
     present = {str(d.index) for d in devices} | {str(s.index) for s in skipped}
-    unknown = sorted({e.index for e in snapshot.entries if e.index not in present}
-                     if snapshot is not None else (), key=index_sort_key)
+    unknown = sort_indices({e.index for e in snapshot.entries if e.index not in present}
+                           if snapshot is not None else ())
 
     gpus = []
     for device in devices:

@@ -7,10 +7,11 @@ import operator
 from typing import Mapping
 
 from flink_gpu.config import Configuration
-from flink_gpu.errors import FlinkException, IllegalConfigurationException, NvmlError
+from flink_gpu.errors import FlinkException, NvmlError
 from flink_gpu.framework import ExternalResourceDriver, ExternalResourceDriverFactory
 from flink_gpu.gpu.info import GPUInfo
-from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, DISCOVERY_MODES, GPUDriverOptions
+from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, GPUDriverOptions
+from flink_gpu.gpu.settings import GPUDriverSettings
 
 _log = logging.getLogger("flink_gpu.gpu.driver")
 
@@ -21,29 +22,26 @@ _SCRIPT_PATH_KEY = (
 class GPUDriver(ExternalResourceDriver):
     """Discovers the GPUs of this host, by discovery script or in-process NVML.
 
-    ``config`` holds the driver-relative keys (``external-resource.<name>.param.`` stripped).
+    ``config`` holds the driver-relative keys (``external-resource.<name>.param.`` stripped), or
+    is the :class:`~flink_gpu.gpu.settings.GPUDriverSettings` already read from them.
     Construction checks the configuration and, for NVML, loads the library; nothing runs until
     :meth:`retrieve_resource_info`. Use it as a context manager or call :meth:`close`.
     """
 
-    def __init__(self, config: Configuration | Mapping[str, object] | None = None) -> None:
-        config = Configuration.coerce(config)
-        mode = _discovery_mode(config)
-        args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
-        library_path = config.get(GPUDriverOptions.NVML_LIBRARY_PATH)
-        if library_path is not None and not library_path.strip():
-            library_path = None
+    def __init__(self, config: Configuration | Mapping[str, object] | GPUDriverSettings | None = None
+                 ) -> None:
+        settings = config if isinstance(config, GPUDriverSettings) else GPUDriverSettings.from_config(config)
+        self.settings = settings
         self._closed = False
-
+        mode = settings.mode
         if mode == "script":
-            path = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_PATH)
-            self._backend = _script_backend(config, path, args)
+            self._backend = _script_backend(settings, settings.script_path)
             reason = "discovery-mode is 'script'"
         elif mode == "nvml":
-            self._backend = _nvml_backend(_open_nvml(library_path), args)
+            self._backend = _nvml_backend(_open_nvml(settings.library_path), settings)
             reason = "discovery-mode is 'nvml'"
         else:
-            self._backend, mode, reason = _auto(config, args, library_path)
+            self._backend, mode, reason = _auto(settings)
             _log.info("GPU discovery uses the %s backend: %s.", mode, reason)
         self.mode = mode  # "script" or "nvml"
         self.reason = reason  # why that backend was chosen, for logs and `flink-gpu doctor`
@@ -79,26 +77,10 @@ class GPUDriverFactory(ExternalResourceDriverFactory):
         return GPUDriver(config)
 
 
-def _discovery_mode(config: Configuration) -> str:
-    option = GPUDriverOptions.DISCOVERY_MODE
-    value = config.get(option)
-    mode = value.strip().lower()
-    if mode not in DISCOVERY_MODES:
-        raise IllegalConfigurationException(
-            f"Invalid value '{value}' for key '{option.key}': expected one of "
-            f"{', '.join(DISCOVERY_MODES)}.")
-    return mode
-
-
-def _script_backend(config: Configuration, path: str | None, args: str | None):
+def _script_backend(settings: GPUDriverSettings, path: str):
     from flink_gpu.gpu.script import ScriptDiscovery, check_script
 
-    option = GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT
-    timeout = config.get(option)
-    if not timeout > 0:
-        raise IllegalConfigurationException(
-            f"Invalid value for key '{option.key}': the timeout must be positive, got {timeout} s.")
-    return ScriptDiscovery(check_script(path, _SCRIPT_PATH_KEY), args, timeout)
+    return ScriptDiscovery(check_script(path, _SCRIPT_PATH_KEY), settings)
 
 
 def _open_nvml(library_path: str | None):
@@ -107,36 +89,39 @@ def _open_nvml(library_path: str | None):
     return open_library(library_path)
 
 
-def _nvml_backend(nvml, args: str | None):
-    from flink_gpu.gpu.nvml import NvmlDiscovery, parse_script_args
+def _nvml_backend(nvml, settings: GPUDriverSettings):
+    from flink_gpu.gpu.nvml import NvmlDiscovery
 
-    return NvmlDiscovery(nvml, parse_script_args(args))
+    settings.warn_ignored_args()
+    return NvmlDiscovery(nvml, settings)
 
 
-def _auto(config: Configuration, args: str | None, library_path: str | None):
+def _auto(settings: GPUDriverSettings):
     """SPEC 4.1: an explicit script path wins; else NVML if it loads; else the default script."""
-    path_option = GPUDriverOptions.DISCOVERY_SCRIPT_PATH
-    if config.contains(path_option):
-        return (_script_backend(config, config.get(path_option), args), "script",
-                f"{path_option.key} is set")
-    from flink_gpu.gpu.nvml import NvmlDiscovery, parse_script_args
-
-    script_args = parse_script_args(args)
+    path_key = GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key
+    if settings.script_path_set:
+        return _script_backend(settings, settings.script_path), "script", f"{path_key} is set"
+    settings.warn_ignored_args()
     try:
-        nvml = _open_nvml(library_path)
+        nvml = _open_nvml(settings.library_path)
     except NvmlError as error:
+        from flink_gpu.gpu.script import DiscoveryScriptNotFound
+
         try:
-            backend = _script_backend(config, DEFAULT_DISCOVERY_SCRIPT, args)
-        except FileNotFoundError as missing:
+            backend = _script_backend(settings, DEFAULT_DISCOVERY_SCRIPT)
+        except DiscoveryScriptNotFound as missing:
             # Flink's text first; then why a script nobody configured was looked for at all
-            raise FileNotFoundError(
-                f"{missing} discovery-mode is 'auto', {path_option.key} is not set and NVML is "
+            raise DiscoveryScriptNotFound(
+                missing.path,
+                f"{missing} discovery-mode is 'auto', {path_key} is not set and NVML is "
                 f"not usable ({error}), so the default script was tried.") from missing
         return (backend, "script",
-                f"{path_option.key} is not set and NVML is not usable ({error}); running "
+                f"{path_key} is not set and NVML is not usable ({error}); running "
                 f"{DEFAULT_DISCOVERY_SCRIPT}")
-    backend = NvmlDiscovery(nvml, script_args)
+    from flink_gpu.gpu.nvml import NvmlDiscovery
+
+    backend = NvmlDiscovery(nvml, settings)
     version = nvml.driver_version
     return (backend, "nvml",
-            f"{path_option.key} is not set and NVML loaded from {nvml.library_path}"
+            f"{path_key} is not set and NVML loaded from {nvml.library_path}"
             + (f" (driver {version})" if version else ""))

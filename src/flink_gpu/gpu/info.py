@@ -6,7 +6,7 @@ beyond the framework's ABC and keeps construction to a couple of attribute store
 
 from __future__ import annotations
 
-from flink_gpu._java import is_java_blank
+from flink_gpu.java_text import is_java_blank
 from flink_gpu.resource_info import ExternalResourceInfo
 
 TYPE_CHECKING = False  # annotations only: collections (and typing) cost an operator ~2 ms to import
@@ -94,17 +94,6 @@ class GPUInfo(ExternalResourceInfo):
         return (GPUInfo, (self._index, self._properties))
 
 
-def index_sort_key(index: str) -> tuple:
-    """Sort key for GPU indices: numeric ones in numeric order (2 before 10), then the rest as text."""
-    if index.isascii() and index.isdigit():
-        return (0, int(index), index)
-    return (1, 0, index)
-
-
-def _index_order(info: ExternalResourceInfo) -> tuple:
-    return index_sort_key(info.get_property(PROPERTY_INDEX) or "")
-
-
 def cuda_visible_devices(infos: Iterable[ExternalResourceInfo]) -> str:
     """The ``CUDA_VISIBLE_DEVICES`` value that exposes exactly ``infos`` to CUDA.
 
@@ -115,7 +104,9 @@ def cuda_visible_devices(infos: Iterable[ExternalResourceInfo]) -> str:
     fastest-first). Entries are sorted by index so the value is deterministic; no infos give ``""``
     (no device visible).
     """
-    ordered = sorted(infos, key=_index_order)
+    from flink_gpu.script_protocol import index_sort_order
+
+    ordered = index_sort_order(infos, lambda info: info.get_property(PROPERTY_INDEX) or "")
     uuids = [info.get_property(PROPERTY_UUID) for info in ordered]
     if ordered and all(uuids):
         return ",".join(uuids)

@@ -13,69 +13,12 @@ import os
 import threading
 from typing import NamedTuple
 
-from flink_gpu.errors import FlinkException, IllegalConfigurationException
+from flink_gpu.errors import FlinkException
 from flink_gpu.gpu.info import (PROPERTY_MEMORY_TOTAL, PROPERTY_MINOR_NUMBER, PROPERTY_NAME,
                                 PROPERTY_PCI_BUS_ID, PROPERTY_UUID, GPUInfo)
+from flink_gpu.gpu.settings import GPUDriverSettings
 
 _log = logging.getLogger("flink_gpu.gpu.nvml")
-
-#: The stock nvidia-gpu-discovery.sh's coordination file.
-DEFAULT_COORDINATION_FILE = "/var/tmp/flink-gpu-coordination"
-_ENABLE_COORDINATION = "--enable-coordination-mode"
-_COORDINATION_FILE = "--coordination-file"
-_KNOWN_FLAGS = (_ENABLE_COORDINATION, _COORDINATION_FILE)
-
-
-class ScriptArgs(NamedTuple):
-    """``discovery-script.args`` as the stock script understands them."""
-
-    coordination_mode: bool
-    coordination_file: str
-    unknown: tuple[str, ...]
-
-
-def parse_script_args(args: str | None, key: str = "discovery-script.args", *, warn: bool = True) -> ScriptArgs:
-    """Read ``args`` with nvidia-gpu-discovery.sh's grammar, tokenised as Flink passes them.
-
-    ``null`` (what Flink passes for unset args) is ignored; any other token the stock script would
-    silently skip is WARNed about (unless ``warn`` is false), naming the flag it probably meant;
-    the unknown tokens are also returned.
-    """
-    from flink_gpu.gpu.script import exec_tokens
-
-    coordination_mode = False
-    coordination_file = DEFAULT_COORDINATION_FILE
-    unknown = []
-    tokens = exec_tokens(args) if args is not None else []
-    position = 0
-    while position < len(tokens):
-        token = tokens[position]
-        position += 1
-        if token == _ENABLE_COORDINATION:
-            coordination_mode = True
-        elif token == _COORDINATION_FILE:
-            if position == len(tokens):
-                raise IllegalConfigurationException(
-                    f"'{_COORDINATION_FILE}' in '{key}' ({args!r}) needs a file path after it.")
-            # like the stock script, the next token is the path whatever it looks like
-            coordination_file = tokens[position]
-            position += 1
-        elif token != "null":
-            unknown.append(token)
-    for token in unknown if warn else ():
-        _log.warning("Ignoring unknown token %r in '%s' (%r). %s", token, key, args,
-                     _suggestion(token))
-    return ScriptArgs(coordination_mode, coordination_file, tuple(unknown))
-
-
-def _suggestion(token: str) -> str:
-    import difflib
-
-    match = difflib.get_close_matches(token, _KNOWN_FLAGS, n=1, cutoff=0.6)
-    if match:
-        return f"Did you mean '{match[0]}'?"
-    return f"The discovery script understands {_ENABLE_COORDINATION} and {_COORDINATION_FILE} PATH."
-
 
 def gpu_info(device) -> GPUInfo:
     """The ``GPUInfo`` of an NVML device (a :class:`flink_gpu.nvml.Device`): its index, and each
@@ -123,9 +66,10 @@ class NvmlDiscovery:
     forked child enumerates anew).
     """
 
-    def __init__(self, nvml, args: ScriptArgs) -> None:
-        """``nvml`` is an opened :class:`flink_gpu.nvml.Library` (it re-initialises after a fork)."""
-        self.args = args
+    def __init__(self, nvml, settings: GPUDriverSettings) -> None:
+        """``nvml`` is an opened :class:`flink_gpu.nvml.Library` (it re-initialises after a fork);
+        ``settings.script_args`` say whether and through which file to coordinate."""
+        self.args = settings.script_args
         self._nvml = nvml
         self._claimed: set[str] = set()  # indices this driver counts in _driver_holds
         self._claimed_pid = os.getpid()
@@ -219,3 +163,10 @@ class NvmlDiscovery:
                 from flink_gpu import coordination
 
                 coordination.release(path=path, indices=sorted(unused))
+
+
+# PENDING_MIGRATION: cli/doctor.py still imports these from here; helper "doctor" moves it to
+# flink_gpu.script_protocol. Delete this block once that is merged.
+from flink_gpu.script_protocol import SCRIPT_FLAGS as _KNOWN_FLAGS  # noqa: E402
+from flink_gpu.script_protocol import ENABLE_COORDINATION_FLAG as _ENABLE_COORDINATION  # noqa: E402
+from flink_gpu.script_protocol import parse_script_args  # noqa: E402,F401

@@ -15,13 +15,19 @@ import os
 from typing import NamedTuple
 
 from flink_gpu.errors import FlinkException, IllegalConfigurationException
-from flink_gpu._java import is_java_blank
 from flink_gpu.gpu.info import GPUInfo
+from flink_gpu.java_text import is_java_blank
+from flink_gpu.script_protocol import exec_tokens
+
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+__all__ = ["DiscoveryScriptNotExecutable", "DiscoveryScriptNotFound", "ScriptDiscovery", "ScriptOutput",
+           "check_script", "resolve_script_path", "run_script"]
 
 _log = logging.getLogger("flink_gpu.gpu.script")
 
-# Java's Runtime.exec(String) tokenises with StringTokenizer's default delimiters.
-_EXEC_DELIMITERS = str.maketrans("\t\n\r\f", "    ")
 # Output kept per stream; more is still read (so the script never blocks) but dropped.
 _OUTPUT_LIMIT = 64 * 1024 * 1024
 # The longest single wait on the script's pipes, in seconds (epoll's limit is INT_MAX ms).
@@ -33,14 +39,21 @@ _WARN_CHARS = 4096
 _FAILURE_CHARS = 16384
 
 
-def exec_tokens(args: str | None) -> list[str]:
-    """The argv tail Flink's ``Runtime.exec(path + " " + amount + " " + args)`` produces.
+class DiscoveryScriptNotFound(FileNotFoundError):
+    """The discovery script does not exist; ``path`` is the absolute path that was tried."""
 
-    Unset args become the literal token ``null`` (Java string concatenation); quotes mean nothing.
-    """
-    if args is None:
-        return ["null"]
-    return [token for token in args.translate(_EXEC_DELIMITERS).split(" ") if token]
+    def __init__(self, path: str, message: str | None = None) -> None:
+        super().__init__(message or f"The gpu discovery script does not exist in path {path}.")
+        self.path = path
+
+
+class DiscoveryScriptNotExecutable(FlinkException):
+    """The discovery script exists but cannot be run (not executable, or a directory);
+    ``path`` is its absolute path."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 def resolve_script_path(path: str) -> str:
@@ -57,19 +70,24 @@ def resolve_script_path(path: str) -> str:
 
 
 def check_script(path: str | None, key: str) -> str:
-    """SPEC 3.2: the absolute path of a usable discovery script, or Flink's exception for it."""
+    """SPEC 3.2: the absolute path of a usable discovery script, or Flink's exception for it.
+
+    Raises ``IllegalConfigurationException`` when ``path`` (the value of ``key``) is blank,
+    :class:`DiscoveryScriptNotFound` when nothing is there and :class:`DiscoveryScriptNotExecutable`
+    when it cannot be run, with Flink's messages.
+    """
     if path is None or is_java_blank(path):
         raise IllegalConfigurationException(
             f"GPU discovery script ('{key}') is not configured. Set it to the path of an "
             "executable discovery script, or leave it unset to use Flink's default.")
     absolute = resolve_script_path(path)
     if not os.path.exists(absolute):
-        raise FileNotFoundError(f"The gpu discovery script does not exist in path {absolute}.")
+        raise DiscoveryScriptNotFound(absolute)
     if os.path.isdir(absolute):
-        raise FlinkException(
-            f"The discovery script {absolute} is not executable. It is a directory.")
+        raise DiscoveryScriptNotExecutable(
+            absolute, f"The discovery script {absolute} is not executable. It is a directory.")
     if not os.access(absolute, os.X_OK):
-        raise FlinkException(f"The discovery script {absolute} is not executable.")
+        raise DiscoveryScriptNotExecutable(absolute, f"The discovery script {absolute} is not executable.")
     return absolute
 
 
@@ -247,18 +265,19 @@ def _quote_lines(lines: list[str]) -> str:
 class ScriptDiscovery:
     """Runs a discovery script and parses its first output line into ``GPUInfo``s (SPEC 3.3)."""
 
-    def __init__(self, script_path: str, args: str | None, timeout: float) -> None:
-        """``script_path`` must already have passed :func:`check_script`."""
+    def __init__(self, script_path: str, settings: GPUDriverSettings) -> None:
+        """``script_path`` must already have passed :func:`check_script`; the script gets
+        ``settings.script_args_text`` and runs for at most ``settings.timeout`` seconds."""
         self.script_path = script_path
-        self.args = args
-        self.timeout = timeout
+        self.args = settings.script_args_text
+        self.timeout = settings.timeout
 
     def command(self, amount: int) -> list[str]:
         """The argv the script is started with (the path is one token, unlike Flink)."""
         return [self.script_path, str(amount), *exec_tokens(self.args)]
 
     def retrieve(self, amount: int) -> frozenset[GPUInfo]:
-        from flink_gpu._native import parse_gpu_indices, split_output_lines
+        from flink_gpu.script_protocol import parse_gpu_indices, split_output_lines
 
         result = run_script(self.command(amount), self.timeout)
         if result.truncated:

@@ -1,0 +1,77 @@
+"""The GPU driver's settings, read from its ``param.`` keys and validated once (docs/design.md §3.1).
+
+:class:`GPUDriverSettings` is what ``GPUDriver`` chooses its backend by and what it hands the
+backends; ``flink-gpu doctor`` and :mod:`flink_gpu.pyflink` read a resource's settings through it
+too, so that each option has one reading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from flink_gpu.config import ConfigOption, Configuration
+from flink_gpu.errors import IllegalConfigurationException
+from flink_gpu.framework import param_prefix
+from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
+from flink_gpu.script_protocol import ScriptArgs, parse_script_args
+
+
+@dataclass(frozen=True)
+class GPUDriverSettings:
+    """The options of one GPU resource, read and validated."""
+
+    mode: str  # "auto", "nvml" or "script"
+    script_path: str  # discovery-script.path as configured, else Flink's default
+    script_path_set: bool  # discovery-script.path is configured (selects the script in auto mode)
+    script_args_text: "str | None"  # discovery-script.args as configured (None: unset)
+    script_args: ScriptArgs  # script_args_text read with the stock script's grammar
+    timeout: float  # discovery-script.timeout, seconds, positive
+    library_path: "str | None"  # nvml.library-path; None when unset or blank
+    resource_name: "str | None" = None  # the resource whose params these are, when known
+
+    @classmethod
+    def from_config(cls, params: "Configuration | Mapping[str, object] | None",
+                    resource_name: "str | None" = None) -> GPUDriverSettings:
+        """The settings in ``params`` (the driver-relative keys, ``external-resource.<name>.param.``
+        stripped). Raises ``IllegalConfigurationException`` for a bad mode or timeout, naming the
+        full key when ``resource_name`` is given. Nothing is logged: :meth:`warn_ignored_args`
+        WARNs about the arguments when a backend reads them."""
+        config = Configuration.coerce(params)
+        mode_option = GPUDriverOptions.DISCOVERY_MODE
+        value = config.get(mode_option)
+        mode = value.strip().lower()
+        if mode not in DISCOVERY_MODES:
+            raise IllegalConfigurationException(
+                f"Invalid value '{value}' for key '{_key(mode_option, resource_name)}': expected "
+                f"one of {', '.join(DISCOVERY_MODES)}.")
+        timeout_option = GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT
+        timeout = config.get(timeout_option)
+        if not timeout > 0:
+            raise IllegalConfigurationException(
+                f"Invalid value for key '{_key(timeout_option, resource_name)}': the timeout must "
+                f"be positive, got {timeout} s.")
+        args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
+        library_path = config.get(GPUDriverOptions.NVML_LIBRARY_PATH)
+        if library_path is not None and not library_path.strip():
+            library_path = None
+        path_option = GPUDriverOptions.DISCOVERY_SCRIPT_PATH
+        return cls(mode=mode, script_path=config.get(path_option),
+                   script_path_set=config.contains(path_option), script_args_text=args,
+                   script_args=parse_script_args(args, warn=False), timeout=timeout,
+                   library_path=library_path, resource_name=resource_name)
+
+    def key(self, option: ConfigOption) -> str:
+        """The key of ``option`` as the user wrote it: full when the resource is known."""
+        return _key(option, self.resource_name)
+
+    def warn_ignored_args(self) -> None:
+        """WARN about what the stock script's grammar ignores in ``discovery-script.args``."""
+        from flink_gpu.script_protocol import warn_ignored
+
+        warn_ignored(self.script_args, self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG),
+                     self.script_args_text)
+
+
+def _key(option: ConfigOption, resource_name: "str | None") -> str:
+    return option.key if resource_name is None else param_prefix(resource_name) + option.key

@@ -1,0 +1,88 @@
+"""The discovery script's interface: Flink's tokenising, the stock script's argument grammar, the
+GPU index order (flink_gpu.script_protocol)."""
+
+import logging
+
+import pytest
+
+from flink_gpu import coordination
+from flink_gpu.script_protocol import (COORDINATION_FILE_FLAG, ENABLE_COORDINATION_FLAG, SCRIPT_FLAGS,
+                                       ScriptArgs, exec_tokens, index_sort_order, parse_script_args,
+                                       sort_indices)
+
+DEFAULT = coordination.DEFAULT_PATH
+LOGGER = "flink_gpu.script_protocol"
+
+
+def test_the_flags_are_the_stock_scripts():
+    assert SCRIPT_FLAGS == (ENABLE_COORDINATION_FLAG, COORDINATION_FILE_FLAG) == (
+        "--enable-coordination-mode", "--coordination-file")
+    assert DEFAULT == "/var/tmp/flink-gpu-coordination"
+
+
+def test_exec_tokens_split_like_javas_runtime_exec():
+    assert exec_tokens(None) == ["null"]  # Java's "" + null
+    assert exec_tokens(" a\tb\n\nc\r\fd  ") == ["a", "b", "c", "d"]
+    assert exec_tokens("'a b'") == ["'a", "b'"]  # quotes mean nothing
+    assert exec_tokens("a\u00a0b\x0bc") == ["a\u00a0b\x0bc"]  # only StringTokenizer's delimiters
+
+
+def test_args_grammar(caplog):
+    with caplog.at_level(logging.WARNING, LOGGER):
+        assert parse_script_args(None) == ScriptArgs(False, DEFAULT, ())
+        assert parse_script_args("null") == ScriptArgs(False, DEFAULT, ())
+        assert parse_script_args("") == ScriptArgs(False, DEFAULT, ())
+        assert parse_script_args("--enable-coordination-mode\t--coordination-file /x/f") == ScriptArgs(
+            True, "/x/f", ())
+        # like the stock script, the token after --coordination-file is the path, whatever it is
+        assert parse_script_args("--coordination-file --enable-coordination-mode") == ScriptArgs(
+            False, "--enable-coordination-mode", ())
+    assert caplog.records == []
+
+
+def test_docs_typo_gets_a_warn_naming_the_right_flag(caplog):
+    with caplog.at_level(logging.WARNING, LOGGER):
+        parsed = parse_script_args("--enable-coordination --coordination-file /f")
+    assert parsed == ScriptArgs(False, "/f", ("--enable-coordination",), ("--enable-coordination-mode",))
+    [record] = caplog.records
+    assert "'--enable-coordination'" in record.getMessage()
+    assert "Did you mean '--enable-coordination-mode'?" in record.getMessage()
+
+
+def test_unrelated_token_gets_a_warn_listing_the_flags(caplog):
+    with caplog.at_level(logging.WARNING, LOGGER):
+        parsed = parse_script_args("--verbose")
+    assert parsed == ScriptArgs(False, DEFAULT, ("--verbose",), (None,))
+    [record] = caplog.records
+    assert "'--verbose'" in record.getMessage()
+    assert "--enable-coordination-mode and --coordination-file PATH" in record.getMessage()
+
+
+def test_coordination_file_without_a_path_is_the_default_file_with_a_warn(caplog):
+    # the stock script keeps its default file; flink-gpu-discovery does the same (one behaviour)
+    with caplog.at_level(logging.WARNING, LOGGER):
+        parsed = parse_script_args("--enable-coordination-mode --coordination-file", "my.key")
+    assert parsed == ScriptArgs(True, DEFAULT, (), (), True)
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        "'--coordination-file' in 'my.key' ('--enable-coordination-mode --coordination-file') has no "
+        f"file path after it; using the default coordination file {DEFAULT}, as the stock script does.")
+
+
+def test_warn_false_parses_silently(caplog):
+    with caplog.at_level(logging.WARNING, LOGGER):
+        parsed = parse_script_args("--verbose --coordination-file", warn=False)
+    assert parsed == ScriptArgs(False, DEFAULT, ("--verbose",), (None,), True)
+    assert caplog.records == []
+
+
+def test_sort_indices_numbers_first_by_value_then_text():
+    assert sort_indices(["10", "b", "2", "a", "1"]) == ["1", "2", "10", "a", "b"]
+    with pytest.raises(TypeError):
+        sort_indices([1])
+
+
+def test_index_sort_order_keeps_equal_indices_in_order():
+    items = [("10", "x"), ("2", "y"), ("a", "z"), ("2", "w")]
+    assert index_sort_order(items, lambda item: item[0]) == [("2", "y"), ("2", "w"), ("10", "x"), ("a", "z")]
