@@ -122,7 +122,7 @@ def test_claim_release_flink_gpu_driver(benchmark, coordination_file):
 @pytest.mark.benchmark(group="claim+release")
 def test_claim_release_flink_gpu_coordination_api(benchmark, coordination_file):
     def cycle():
-        got = coordination.claim(AMOUNT, INDICES, path=coordination_file)
+        got = coordination.claim(AMOUNT, INDICES, path=coordination_file).taken
         coordination.release(path=coordination_file)
         return got
 

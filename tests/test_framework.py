@@ -450,7 +450,7 @@ def test_gpu_factory_failure_is_a_warn(tmp_path, caplog):
     assert provider.get_external_resource_infos("gpu") == frozenset()
     assert warnings_of(caplog) == [
         f"Could not instantiate driver with factory {JAVA_GPU_FACTORY} for gpu. "
-        f"FileNotFoundError: The gpu discovery script does not exist in path {missing}."]
+        f"DiscoveryScriptNotFound: The gpu discovery script does not exist in path {missing}."]
 
 
 # --- a third-party driver found by entry point, for real ---------------------------------------

@@ -17,7 +17,8 @@ PACKAGE_DIR = Path(flink_gpu.__file__).resolve().parent
 SRC = PACKAGE_DIR.parent
 
 #: The one door to each native concept: the only modules that may import flink_gpu._native.
-FACES = {"flink_gpu.nvml", "flink_gpu.coordination", "flink_gpu.script_protocol", "flink_gpu.java_text"}
+FACES = {"flink_gpu.nvml", "flink_gpu.coordination", "flink_gpu.script_protocol", "flink_gpu.java_text",
+         "flink_gpu.gpu_index"}
 NATIVE = "flink_gpu._native"
 
 #: Modules still being moved to the public faces by another workstream (helper "doctor" is moving

@@ -1,14 +1,11 @@
-"""The discovery script's interface: Flink's tokenising, the stock script's argument grammar, the
-GPU index order (flink_gpu.script_protocol)."""
+"""The discovery script's interface: Flink's tokenising, the stock script's argument grammar
+(flink_gpu.script_protocol)."""
 
 import logging
 
-import pytest
-
 from flink_gpu import coordination
 from flink_gpu.script_protocol import (COORDINATION_FILE_FLAG, ENABLE_COORDINATION_FLAG, SCRIPT_FLAGS,
-                                       ScriptArgs, exec_tokens, index_sort_order, parse_script_args,
-                                       sort_indices)
+                                       ScriptArgs, exec_tokens, parse_script_args)
 
 DEFAULT = coordination.DEFAULT_PATH
 LOGGER = "flink_gpu.script_protocol"
@@ -75,14 +72,3 @@ def test_warn_false_parses_silently(caplog):
         parsed = parse_script_args("--verbose --coordination-file", warn=False)
     assert parsed == ScriptArgs(False, DEFAULT, ("--verbose",), (None,), True)
     assert caplog.records == []
-
-
-def test_sort_indices_numbers_first_by_value_then_text():
-    assert sort_indices(["10", "b", "2", "a", "1"]) == ["1", "2", "10", "a", "b"]
-    with pytest.raises(TypeError):
-        sort_indices([1])
-
-
-def test_index_sort_order_keeps_equal_indices_in_order():
-    items = [("10", "x"), ("2", "y"), ("a", "z"), ("2", "w")]
-    assert index_sort_order(items, lambda item: item[0]) == [("2", "y"), ("2", "w"), ("10", "x"), ("a", "z")]

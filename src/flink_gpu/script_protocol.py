@@ -7,11 +7,11 @@
   the stock script does.
 * The output: the first non-blank line holds the comma-separated GPU indices
   (:func:`split_output_lines`, :func:`parse_gpu_indices`).
-* The order of GPU indices (:func:`sort_indices`): numeric ones by value (2 before 10), then the
-  others as text.
+* The order of GPU indices (:func:`sort_indices`, from :mod:`flink_gpu.gpu_index`): numeric ones
+  by value (2 before 10), then the others as text.
 
-Each rule has one implementation, in the C++ core (csrc/script_args.*, csrc/script_output.*,
-csrc/gpu_index.*), shared with ``flink-gpu-discovery``.
+Each rule has one implementation, in the C++ core (csrc/script_args.*, csrc/script_output.*),
+shared with ``flink-gpu-discovery``.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
-from flink_gpu._native import (COORDINATION_DEFAULT_PATH, SCRIPT_FLAGS, compare_indices,
-                               parse_gpu_indices, sort_indices, split_output_lines)
+from flink_gpu._native import SCRIPT_FLAGS, parse_gpu_indices, split_output_lines
 from flink_gpu._native import parse_script_args as _parse_tokens
+from flink_gpu.gpu_index import compare_indices, index_sort_order, sort_indices
 
 __all__ = [
     "COORDINATION_FILE_FLAG",
-    "DEFAULT_COORDINATION_FILE",
     "ENABLE_COORDINATION_FLAG",
     "SCRIPT_FLAGS",
     "ScriptArgs",
@@ -42,8 +41,6 @@ __all__ = [
 _log = logging.getLogger("flink_gpu.script_protocol")
 
 ENABLE_COORDINATION_FLAG, COORDINATION_FILE_FLAG = SCRIPT_FLAGS
-#: The stock script's coordination file (the same as :data:`flink_gpu.coordination.DEFAULT_PATH`).
-DEFAULT_COORDINATION_FILE: str = COORDINATION_DEFAULT_PATH
 
 # Java's Runtime.exec(String) tokenises with StringTokenizer's default delimiters.
 _EXEC_DELIMITERS = str.maketrans("\t\n\r\f", "    ")
@@ -98,11 +95,3 @@ def warn_ignored(parsed: ScriptArgs, key: str, args: "str | None") -> None:
                 f"The discovery script understands {ENABLE_COORDINATION_FLAG} and "
                 f"{COORDINATION_FILE_FLAG} PATH.")
         _log.warning("Ignoring unknown token %r in '%s' (%r). %s", token, key, args, hint)
-
-
-def index_sort_order(items, index_of) -> list:
-    """``items`` sorted by GPU index (``index_of(item)``), equal indices in their given order."""
-    by_index: "dict[str, list]" = {}
-    for item in items:
-        by_index.setdefault(index_of(item), []).append(item)
-    return [item for index in sort_indices(by_index) for item in by_index[index]]

@@ -104,7 +104,7 @@ def cuda_visible_devices(infos: Iterable[ExternalResourceInfo]) -> str:
     fastest-first). Entries are sorted by index so the value is deterministic; no infos give ``""``
     (no device visible).
     """
-    from flink_gpu.script_protocol import index_sort_order
+    from flink_gpu.gpu_index import index_sort_order
 
     ordered = index_sort_order(infos, lambda info: info.get_property(PROPERTY_INDEX) or "")
     uuids = [info.get_property(PROPERTY_UUID) for info in ordered]

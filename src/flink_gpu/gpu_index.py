@@ -1,0 +1,18 @@
+"""THE order of GPU indices: numeric indices by value (2 before 10), then the others as text.
+
+One implementation, in the C++ core (csrc/gpu_index.*), which the coordination file and
+flink-gpu-discovery use too. Its own module, importing nothing else, because
+``cuda_visible_devices`` (an operator's hot path) orders by it.
+"""
+
+from flink_gpu._native import compare_indices, sort_indices
+
+__all__ = ["compare_indices", "index_sort_order", "sort_indices"]
+
+
+def index_sort_order(items, index_of) -> list:
+    """``items`` sorted by GPU index (``index_of(item)``), equal indices in their given order."""
+    by_index = {}
+    for item in items:
+        by_index.setdefault(index_of(item), []).append(item)
+    return [item for index in sort_indices(by_index) for item in by_index[index]]
