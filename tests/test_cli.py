@@ -1021,3 +1021,41 @@ def test_cli_usage_error_with_json_still_answers_in_json():
     assert doc["schema"] == 1 and doc["command"] is None and doc["ok"] is False
     assert doc["error"]["type"] == "UsageError" and "'two'" in doc["error"]["message"]
     assert "usage:" in proc.stderr and "'two'" in proc.stderr
+
+
+# --- doctor: --coordination-file without a value is the stock script's default file, a warning ---
+
+def test_doctor_coordination_file_without_a_value_is_a_warning_naming_the_default_file(tmp_path):
+    from flink_gpu import coordination
+
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=find_discovery_executable(),
+                                        discovery_script_args="--coordination-file"),
+                     "--taskmanagers-per-host", "1", expect=0)
+    warning = only(doc, "args", "warning")
+    assert "external-resource.gpu.param.discovery-script.args" in warning["message"]
+    assert coordination.DEFAULT_PATH in warning["message"]
+    assert "--coordination-file /path/of/file" in warning["fix"]
+    assert not findings(doc, "args", "error")
+    assert "gave GPU 0" in only(doc, "script-run", "ok")["message"]
+
+
+# --- doctor: a bad flink_gpu option does not hide the checks of the script and its arguments ------
+
+def test_doctor_java_plugin_resource_with_bad_flink_gpu_options_is_still_checked(tmp_path):
+    # Flink's Java plugin reads neither discovery-mode nor discovery-script.timeout
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=find_discovery_executable(),
+                                        discovery_script_args="--enable-coordination",
+                                        discovery_mode="sometimes", discovery_script_timeout="soon"),
+                     "--taskmanagers-per-host", "1", expect=1)
+    assert "'--enable-coordination-mode'" in only(doc, "args", "error")["fix"]
+    assert "gave GPU 0" in only(doc, "script-run", "ok")["message"]
+    assert not findings(doc, "driver")
+
+
+def test_doctor_python_resource_with_a_bad_mode_still_checks_args_and_gpus(tmp_path):
+    doc = run_doctor(tmp_path, gpu_conf(factory="flink_gpu.GPUDriverFactory",
+                                        discovery_mode="sometimes", discovery_script_args="--verbose"),
+                     expect=1)
+    assert "'sometimes'" in only(doc, "driver", "error")["message"]
+    assert "'--verbose'" in only(doc, "args", "warning")["message"]
+    assert "4 GPUs" in only(doc, "gpu-count", "ok")["message"]

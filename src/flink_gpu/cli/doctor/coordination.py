@@ -7,18 +7,21 @@ import shlex
 
 from flink_gpu.cli._output import plural
 from flink_gpu.cli.doctor.findings import Checkup
-from flink_gpu.cli.doctor.script_args import args_key
 from flink_gpu.cli.doctor.taskmanagers import taskmanagers_per_host
 from flink_gpu.coordination import DEFAULT_PATH, snapshot
 from flink_gpu.deployment import KUBERNETES_CONFIG_KEY_SUFFIX, YARN_CONFIG_KEY_SUFFIX
 from flink_gpu.framework import amount_key, system_config_key
-from flink_gpu.gpu.nvml import _ENABLE_COORDINATION
+from flink_gpu.gpu.options import GPUDriverOptions
+from flink_gpu.gpu.settings import GPUDriverSettings
+from flink_gpu.script_protocol import ENABLE_COORDINATION_FLAG, ScriptArgs
 
 
-def check_coordination(checkup: Checkup, name: str, coordination: "bool | None", script_args,
-                       amount: "int | None", count: "int | None") -> None:
-    """``coordination`` is None for a custom script, whose coordination doctor cannot see."""
+def check_coordination(checkup: Checkup, name: str, settings: GPUDriverSettings,
+                       script_args: "ScriptArgs | None", amount: "int | None",
+                       count: "int | None") -> None:
+    """``script_args`` is None for a custom script, whose coordination doctor cannot see."""
     per_host, source, host = taskmanagers_per_host(checkup)
+    coordination = script_args.coordination_mode if script_args is not None else None
     if coordination is None:  # a custom script: whether it coordinates is its own business
         if per_host == 1:
             checkup.add("ok", "coordination", f"One TaskManager per host (from {source}): "
@@ -30,8 +33,9 @@ def check_coordination(checkup: Checkup, name: str, coordination: "bool | None",
                         resource=name)
         return
     if not coordination:
-        fix = (f"Add {_ENABLE_COORDINATION} to {args_key(name)} (every TaskManager of a host "
-               f"then shares {DEFAULT_PATH} and gets different GPUs).")
+        fix = (f"Add {ENABLE_COORDINATION_FLAG} to "
+               f"{settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)} (every TaskManager of a "
+               f"host then shares {DEFAULT_PATH} and gets different GPUs).")
         if per_host is not None and per_host > 1:
             where = f"host {host}" if host else "a host"
             checkup.add("error", "coordination", f"{per_host} TaskManagers share {where} "

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from flink_gpu.cli._output import plural
 from flink_gpu.cli.doctor.findings import Checkup
-from flink_gpu.config import Configuration
 from flink_gpu.errors import NvmlError
 from flink_gpu.framework import amount_key
-from flink_gpu.gpu.options import GPUDriverOptions
+from flink_gpu.gpu.settings import GPUDriverSettings
 
 
 def _nvml(checkup: Checkup, library: "str | None"):
@@ -23,11 +22,10 @@ def _nvml(checkup: Checkup, library: "str | None"):
     return checkup.nvml[library]
 
 
-def check_gpu_count(checkup: Checkup, name: str, params: Configuration, amount: "int | None",
-                    mode: "str | None") -> "int | None":
+def check_gpu_count(checkup: Checkup, name: str, settings: GPUDriverSettings,
+                    amount: "int | None", mode: "str | None") -> "int | None":
     """The number of usable GPUs of this host, or None when NVML cannot tell."""
-    library = params.get(GPUDriverOptions.NVML_LIBRARY_PATH) if mode != "script" else None
-    found = _nvml(checkup, library or None)
+    found = _nvml(checkup, settings.library_path if mode != "script" else None)
     if isinstance(found, NvmlError):
         if mode != "nvml":  # the nvml backend already reported it
             checkup.add("note", "nvml", f"NVML is not usable here ({found}), so doctor cannot "

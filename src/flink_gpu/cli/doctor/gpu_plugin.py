@@ -16,14 +16,19 @@ from flink_gpu.cli.doctor.coordination import check_coordination
 from flink_gpu.cli.doctor.factory import JAVA_GPU_FACTORY
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.cli.doctor.gpu_count import check_gpu_count
-from flink_gpu.cli.doctor.script import check_script, run_script, script_fix, script_key
+from flink_gpu.cli.doctor.script import check_script, run_script, script_fix
 from flink_gpu.cli.doctor.script_args import check_args
 from flink_gpu.config import Configuration
 from flink_gpu.errors import FlinkException, IllegalConfigurationException, NvmlError
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import GPUDriverOptions
+from flink_gpu.gpu.script import check_script as usable_script
+from flink_gpu.gpu.settings import GPUDriverSettings
 
 _STOCK_SCRIPTS = ("nvidia-gpu-discovery.sh", "flink-gpu-discovery")
+# the options GPUDriverSettings validates, left out one by one when they are bad
+_MODE = GPUDriverOptions.DISCOVERY_MODE.key
+_TIMEOUT = GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key
 
 
 def check_params(checkup: Checkup, name: str, params: Configuration, java: bool) -> None:
@@ -47,39 +52,61 @@ def check_params(checkup: Checkup, name: str, params: Configuration, java: bool)
                     f"Remove it; the plugin reads {', '.join(flink_keys + ours)}.", resource=name)
 
 
+def read_settings(params: Configuration, name: str) -> GPUDriverSettings:
+    """The resource's settings, read as its driver reads them.
+
+    A bad discovery-mode or discovery-script.timeout (the driver check reports it; Flink's Java
+    plugin never reads either) is left out, so that the checks after it still see the script, its
+    arguments and the NVML library.
+    """
+    given = params.to_dict()
+
+    def without(*bad: str) -> GPUDriverSettings:
+        return GPUDriverSettings.from_config(
+            {key: value for key, value in given.items() if key not in bad}, name)
+
+    for bad in ((), (_MODE,), (_TIMEOUT,)):
+        try:
+            return without(*bad)
+        except IllegalConfigurationException:
+            pass
+    return without(_MODE, _TIMEOUT)
+
+
 def check_java_gpu(checkup: Checkup, name: str, params: Configuration,
                    amount: "int | None") -> None:
+    settings = read_settings(params, name)
     _check_plugin_jar(checkup, name)
-    script = check_script(checkup, name, params)
-    _check_gpus(checkup, name, params, amount, "script", script, java=True)
+    script = check_script(checkup, name, settings)
+    _check_gpus(checkup, name, settings, amount, "script", script)
 
 
 def check_python_gpu(checkup: Checkup, name: str, factory, params: Configuration,
                      amount: "int | None") -> None:
+    settings = read_settings(params, name)
     try:
-        driver = factory.create_external_resource_driver(params)
+        driver = factory.create_external_resource_driver(params)  # as a worker builds it
     except (FileNotFoundError, FlinkException, IllegalConfigurationException) as error:
         if isinstance(error, NvmlError):
-            fix = ("Install the NVIDIA driver, or set "
-                   f"{param_prefix(name)}{GPUDriverOptions.NVML_LIBRARY_PATH.key} to its "
+            fix = (f"Install the NVIDIA driver, or set "
+                   f"{settings.key(GPUDriverOptions.NVML_LIBRARY_PATH)} to its "
                    "libnvidia-ml.so.1, or use discovery-mode: script.")
         else:
-            fix = script_fix(checkup, name, params, error)
+            fix = script_fix(checkup, settings, error)
         checkup.add("error", "driver", f"The GPU driver of {name!r} cannot be built: {error}",
                     fix, resource=name)
         # the arguments, GPU count and coordination are still worth checking
         mode = "nvml" if isinstance(error, NvmlError) else None
-        _check_gpus(checkup, name, params, amount, mode, None)
+        _check_gpus(checkup, name, settings, amount, mode, None)
         return
     with driver:
         mode, reason = driver.mode, driver.reason
     checkup.add("ok", "driver", f"flink_gpu uses the {mode} backend: {reason}.", resource=name)
     script = None
     if mode == "script":
-        from flink_gpu.gpu.script import check_script as usable_script
-
-        script = usable_script(params.get(GPUDriverOptions.DISCOVERY_SCRIPT_PATH), script_key(name))
-    _check_gpus(checkup, name, params, amount, mode, script)
+        script = usable_script(settings.script_path,
+                               settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_PATH))
+    _check_gpus(checkup, name, settings, amount, mode, script)
 
 
 def _check_plugin_jar(checkup: Checkup, name: str) -> None:
@@ -104,17 +131,15 @@ def _check_plugin_jar(checkup: Checkup, name: str) -> None:
                 f"TaskManager cannot load {JAVA_GPU_FACTORY}.", fix, resource=name)
 
 
-def _check_gpus(checkup: Checkup, name: str, params: Configuration, amount: "int | None",
-                mode: "str | None", script: "str | None", java: bool = False) -> None:
+def _check_gpus(checkup: Checkup, name: str, settings: GPUDriverSettings, amount: "int | None",
+                mode: "str | None", script: "str | None") -> None:
     """What follows the driver: its arguments, the host's GPUs, coordination, one script run.
 
     ``mode`` is the backend ("script" or "nvml"), None when the driver could not be built.
     """
-    args = params.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
     stock = mode == "nvml" or (script is not None and os.path.basename(script) in _STOCK_SCRIPTS)
-    script_args = check_args(checkup, name, args, stock, script)
-    coordination = script_args.coordination_mode if script_args is not None else None
-    count = check_gpu_count(checkup, name, params, amount, mode)
-    check_coordination(checkup, name, coordination, script_args, amount, count)
+    script_args = check_args(checkup, name, settings, stock, script)
+    count = check_gpu_count(checkup, name, settings, amount, mode)
+    check_coordination(checkup, name, settings, script_args, amount, count)
     if script is not None:
-        run_script(checkup, name, params, script, args, script_args, java)
+        run_script(checkup, name, settings, script, script_args)

@@ -6,24 +6,23 @@ import os
 import shlex
 
 from flink_gpu.cli.doctor.findings import Checkup
-from flink_gpu.config import Configuration
 from flink_gpu.errors import FlinkException, IllegalConfigurationException
-from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, GPUDriverOptions
+from flink_gpu.gpu.script import (DiscoveryScriptNotExecutable, DiscoveryScriptNotFound,
+                                  check_script as usable_script, run_script as run_discovery_script)
+from flink_gpu.gpu.settings import GPUDriverSettings
+from flink_gpu.script_protocol import (COORDINATION_FILE_FLAG, ScriptArgs, exec_tokens,
+                                       parse_gpu_indices, split_output_lines)
 
 
-def script_key(name: str) -> str:
-    return f"{param_prefix(name)}{GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key}"
-
-
-def check_script(checkup: Checkup, name: str, params: Configuration) -> "str | None":
+def check_script(checkup: Checkup, name: str, settings: GPUDriverSettings) -> "str | None":
     """The absolute path of the usable discovery script, else None (with the finding why)."""
-    from flink_gpu.gpu.script import check_script
-
     try:
-        path = check_script(params.get(GPUDriverOptions.DISCOVERY_SCRIPT_PATH), script_key(name))
-    except (FileNotFoundError, FlinkException, IllegalConfigurationException) as error:
-        checkup.add("error", "script", str(error), script_fix(checkup, name, params, error),
+        path = usable_script(settings.script_path,
+                             settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_PATH))
+    except (DiscoveryScriptNotFound, DiscoveryScriptNotExecutable,
+            IllegalConfigurationException) as error:
+        checkup.add("error", "script", str(error), script_fix(checkup, settings, error),
                     resource=name)
         return None
     checkup.add("ok", "script", f"The discovery script {path} exists and is executable.",
@@ -31,22 +30,20 @@ def check_script(checkup: Checkup, name: str, params: Configuration) -> "str | N
     return path
 
 
-def script_fix(checkup: Checkup, name: str, params: Configuration, error: Exception) -> str:
+def script_fix(checkup: Checkup, settings: GPUDriverSettings, error: Exception) -> str:
     """The fix for a discovery script that cannot be used (``error`` says why)."""
-    key = script_key(name)
-    explicit = params.contains(GPUDriverOptions.DISCOVERY_SCRIPT_PATH)
+    key = settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_PATH)
     ours = which_discovery()
     drop_in = (f" Or use flink-gpu's NVML drop-in: `{key}: {ours}`." if ours else "")
-    if isinstance(error, FileNotFoundError):
-        if not explicit or params.get(GPUDriverOptions.DISCOVERY_SCRIPT_PATH) == DEFAULT_DISCOVERY_SCRIPT:
+    if isinstance(error, DiscoveryScriptNotFound):
+        if not settings.script_path_set or settings.script_path == DEFAULT_DISCOVERY_SCRIPT:
             home = checkup.flink_home or "$FLINK_HOME"
             return (f"The stock script ships with Flink's GPU plugin: `cp -r {home}/opt/"
                     f"external-resource-gpu {home}/plugins/`." + drop_in)
         return (f"Correct {key} (a relative path is resolved against $FLINK_HOME"
                 f"{'=' + checkup.flink_home if checkup.flink_home else ''})." + drop_in)
-    if "not executable" in str(error) and "directory" not in str(error):
-        path = str(error).split("The discovery script ", 1)[-1].split(" is not executable")[0]
-        return f"chmod +x {shlex.quote(path)}"
+    if isinstance(error, DiscoveryScriptNotExecutable) and not os.path.isdir(error.path):
+        return f"chmod +x {shlex.quote(error.path)}"
     return f"Set {key} to the path of an executable discovery script." + drop_in
 
 
@@ -68,24 +65,14 @@ def which_discovery() -> "str | None":
     return shutil.which("flink-gpu-discovery")
 
 
-def run_script(checkup: Checkup, name: str, params: Configuration, script: str,
-               args: "str | None", script_args, java: bool = False) -> None:
-    """Runs ``script`` once with amount 1; in coordination mode against a scratch file."""
+def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script: str,
+               script_args: "ScriptArgs | None") -> None:
+    """Runs ``script`` once with amount 1, as a TaskManager runs it; when the arguments are the
+    stock script's (``script_args``) and turn coordination on, against a scratch file."""
     import tempfile
 
-    from flink_gpu._native import parse_gpu_indices, split_output_lines
-    from flink_gpu.gpu.script import exec_tokens, run_script
-
-    try:  # also for the Java plugin, where it only shortens doctor's own run
-        timeout = params.get(GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT)
-    except IllegalConfigurationException:
-        if not java:
-            raise
-        # Flink's Java plugin ignores the option (check_params notes that) and waits a fixed
-        # 10 s: a value the TaskManager never reads must not abort doctor
-        timeout = 10.0
     with tempfile.TemporaryDirectory(prefix="flink-gpu-doctor-") as scratch:
-        tokens = exec_tokens(args)
+        tokens = exec_tokens(settings.script_args_text)
         if script_args is not None and script_args.coordination_mode:
             # claim nothing in the real file: the run's GPUs would stay listed under this
             # short-lived process until someone reclaims them
@@ -93,7 +80,9 @@ def run_script(checkup: Checkup, name: str, params: Configuration, script: str,
         argv = [script, "1", *tokens]
         shown = " ".join(shlex.quote(a) for a in argv)
         try:
-            result = run_script(argv, timeout if timeout and timeout > 0 else 10.0)
+            # Flink's Java plugin waits a fixed 10 s, the default: a valid timeout only shortens
+            # doctor's own run
+            result = run_discovery_script(argv, settings.timeout)
         except TimeoutError as error:
             checkup.add("error", "script-run", f"`{shown}`: {error}", "Run it by hand to see "
                         "where it hangs (a hung nvidia-smi is the usual cause).", resource=name)
@@ -113,8 +102,9 @@ def run_script(checkup: Checkup, name: str, params: Configuration, script: str,
                    "removed by `flink-gpu coordination clean`.")
         elif "nvidia-smi" in stdout + stderr:
             ours = which_discovery()
+            key = settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_PATH)
             fix = ("Install the NVIDIA driver (the stock script runs nvidia-smi)"
-                   + (f", or use the NVML drop-in: `{script_key(name)}: {ours}`." if ours else "."))
+                   + (f", or use the NVML drop-in: `{key}: {ours}`." if ours else "."))
         else:
             fix = f"Run it by hand: {shown}"
         checkup.add("error", "script-run", f"The discovery script failed with {status} when run "
@@ -139,17 +129,18 @@ def run_script(checkup: Checkup, name: str, params: Configuration, script: str,
 
 
 def _with_coordination_file(tokens: "list[str]", path: str) -> "list[str]":
+    """``tokens`` with their coordination file (if any) replaced by ``path``."""
     out = []
     skip = False
     for token in tokens:
         if skip:
             skip = False
             continue
-        if token == "--coordination-file":
+        if token == COORDINATION_FILE_FLAG:
             skip = True
             continue
         out.append(token)
-    return [*out, "--coordination-file", path]
+    return [*out, COORDINATION_FILE_FLAG, path]
 
 
 def _quote_output(stdout: str, stderr: str) -> str:
