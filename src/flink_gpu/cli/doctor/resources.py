@@ -7,12 +7,14 @@ import difflib
 from flink_gpu.cli.doctor.factory import JAVA_GPU_FACTORY
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.config import ConfigOption, Configuration
+from flink_gpu.deployment import KUBERNETES_CONFIG_KEY_SUFFIX, YARN_CONFIG_KEY_SUFFIX
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import amount_key, external_resource_names
 
 # the key suffixes of a resource (docs/design.md §2.1), to find resources that are configured but
 # not listed
-_RESOURCE_SUFFIXES = (".amount", ".driver-factory.class", ".kubernetes.config-key", ".yarn.config-key")
+_RESOURCE_SUFFIXES = (".amount", ".driver-factory.class", f".{KUBERNETES_CONFIG_KEY_SUFFIX}",
+                      f".{YARN_CONFIG_KEY_SUFFIX}")
 
 
 def _gpu_snippet(name: str = "gpu", amount: int = 1) -> str:
