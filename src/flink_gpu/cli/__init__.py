@@ -1,71 +1,7 @@
-"""``flink-gpu``: the human-facing command line (SPEC 6.2).
+"""``flink-gpu``: the human-facing command line (docs/design.md §6.2).
 
-Subcommands::
-
-    flink-gpu list                          GPUs of this host, who holds them, skipped devices
-    flink-gpu coordination show|clean       the coordination file: live, stale, unparsable lines
-    flink-gpu claim N / release             claim or release GPUs for a process (default: your shell)
-    flink-gpu doctor [CONF]                 why a Flink configuration gives no GPU, each with its fix
-    flink-gpu resources CONF                Kubernetes requests/limits and YARN resources
-    flink-gpu demo                          three workers share a simulated 4-GPU host; one dies
-
-Every subcommand takes ``--simulate N`` (a host with N simulated GPUs) or ``--simulate-spec FILE``
-(the simulator's JSON spec) and ``--json``; both may come before or after the subcommand name.
-
-Exit codes: ``0`` success; ``1`` a check failed or the operation could not be done (not enough
-GPUs, NVML not usable, a doctor finding of level ``error``, an unreadable configuration); ``2`` a
-usage error (bad arguments, a named file that does not exist); ``130`` interrupted (Ctrl-C).
-
-JSON output (``--json``) is one document on stdout. Its schema is stable: fields are only ever
-added; a change that removes or changes a field raises ``schema``. GPU indices are strings
-everywhere (as Flink's ``GPUInfo`` and the coordination file carry them); a value that is not
-known is ``null``. Every document has::
-
-    {"schema": 1, "command": "<list|coordination show|coordination clean|claim|release|doctor|
-                               resources|demo>", "ok": true|false, ...}
-
-and, when the command failed, ``"error": {"type": "<exception class>", "message": "..."}``.
-Arguments that cannot be parsed give ``"command": null`` and an error of type ``UsageError``.
-Per command:
-
-``list``
-    ``nvml``: ``{"library_path", "driver_version"}``;
-    ``gpus``: ``[{"index", "uuid", "name", "memory_total" (bytes), "pci_bus_id", "minor_number",
-    "holders": [{"pid", "cmdline": [str] | null}], "stale_holders": [pid]}]``;
-    ``skipped``: ``[{"index", "code", "reason"}]``;
-    ``coordination``: ``{"path", "exists", "error": str | null, "unparsable": [{"line_number",
-    "text"}], "unknown_indices": [index]}`` (entries naming GPUs this host does not have).
-``coordination show``
-    ``path``, ``exists``, ``entries``: ``[{"line_number", "index", "pid", "start_time",
-    "alive", "state": "live"|"gone"|"pid reused", "cmdline": [str] | null}]``,
-    ``unparsable``: ``[{"line_number", "text"}]``.
-``coordination clean``
-    ``path``, ``exists``, ``removed``: entries as in ``show``, ``unparsable``.
-``claim``
-    ``path``, ``owner``: ``{"pid", "cmdline"}``, ``amount``, ``gpus``: ``[{"index", "uuid"}]``.
-``release``
-    ``path``, ``owner``: ``{"pid", "cmdline"}``, ``released``: ``[index]``.
-``doctor``
-    ``configuration`` (the file read), ``flink_home``, ``findings``: ``[{"resource": str | null,
-    "check": str, "level": "error"|"warning"|"note"|"ok", "message", "fix": str | null}]``,
-    ``summary``: ``{"errors", "warnings", "notes"}``. ``ok`` is false when any finding is an
-    error. ``check`` is one of ``configuration``, ``resource-list``, ``unlisted-resource``,
-    ``amount``, ``resource-keys``, ``factory``, ``driver``, ``params``, ``plugin``, ``script``, ``script-run``, ``nvml``,
-    ``gpu-count``, ``args``, ``coordination``, ``coordination-file``, ``task-slots``.
-``resources``
-    ``configuration``, ``kubernetes``: ``{"requests": {key: str}, "limits": {key: str},
-    "pod": {...} | null}`` (``pod``: the merged ``--pod-template``), ``yarn``: ``{key: int}``
-    (each present only when selected; both by default).
-``demo``
-    ``simulated``, ``devices``: ``[{"index", "uuid"}]``, ``coordination_file`` (removed at the
-    end), ``before`` and ``after``: ``[{"worker", "pid", "state": "running"|"killed"|"exited",
-    "gpus": [index], "uuids": [str]}]``, ``killed``: ``{"worker", "pid", "gpus"}``,
-    ``reclaimed``: ``[index]``, ``cleaned_up``: bool (every worker gone, the file removed).
-
-``--simulate`` works by setting ``FLINK_GPU_NVML_LIBRARY`` and ``FLINK_GPU_SIM_*`` in this
-process's environment before anything touches NVML: NVML is loaded and initialised once per
-process, so the choice must be made before the first use (child processes, such as the demo's
-workers and doctor's discovery-script run, inherit it).
+The commands, exit codes and the ``--json`` schema are documented in docs/cli.md; keep that file
+in step with what the subcommands print.
 
 This module imports only argparse; each subcommand imports what it needs when it runs.
 """
