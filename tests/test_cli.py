@@ -946,13 +946,17 @@ def test_doctor_java_plugin_run_does_not_read_our_timeout_option(tmp_path):
 # --- the JSON schema in docs/cli.md names every check doctor reports -----------------------------
 
 def test_cli_schema_lists_every_doctor_check():
+    import importlib
     import inspect
+    import pkgutil
     import re
 
     from flink_gpu.cli import doctor
 
-    emitted = set(re.findall(r'self\.add\(\s*"(?:error|warning|note|ok)",\s*"([a-z-]+)"',
-                             inspect.getsource(doctor)))
+    sources = [inspect.getsource(importlib.import_module(f"{doctor.__name__}.{module.name}"))
+               for module in pkgutil.iter_modules(doctor.__path__)]
+    emitted = set(re.findall(r'\.add\(\s*"(?:error|warning|note|ok)",\s*"([a-z-]+)"',
+                             "\n".join(sources)))
     cli_md = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
     if not cli_md.exists():
         pytest.skip("no docs/cli.md beside the tests")
@@ -1139,3 +1143,41 @@ def test_json_resources_with_a_self_referencing_pod_template_names_the_file(tmp_
     assert doc["error"]["type"] == "IllegalConfigurationException"
     assert doc["error"]["message"].startswith(f"The pod template file {template} has a recursive "
                                               "alias *s")
+
+
+# --- doctor: --coordination-file without a value is the stock script's default file, a warning ---
+
+def test_doctor_coordination_file_without_a_value_is_a_warning_naming_the_default_file(tmp_path):
+    from flink_gpu import coordination
+
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=find_discovery_executable(),
+                                        discovery_script_args="--coordination-file"),
+                     "--taskmanagers-per-host", "1", expect=0)
+    warning = only(doc, "args", "warning")
+    assert "external-resource.gpu.param.discovery-script.args" in warning["message"]
+    assert coordination.DEFAULT_PATH in warning["message"]
+    assert "--coordination-file /path/of/file" in warning["fix"]
+    assert not findings(doc, "args", "error")
+    assert "gave GPU 0" in only(doc, "script-run", "ok")["message"]
+
+
+# --- doctor: a bad flink_gpu option does not hide the checks of the script and its arguments ------
+
+def test_doctor_java_plugin_resource_with_bad_flink_gpu_options_is_still_checked(tmp_path):
+    # Flink's Java plugin reads neither discovery-mode nor discovery-script.timeout
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=find_discovery_executable(),
+                                        discovery_script_args="--enable-coordination",
+                                        discovery_mode="sometimes", discovery_script_timeout="soon"),
+                     "--taskmanagers-per-host", "1", expect=1)
+    assert "'--enable-coordination-mode'" in only(doc, "args", "error")["fix"]
+    assert "gave GPU 0" in only(doc, "script-run", "ok")["message"]
+    assert not findings(doc, "driver")
+
+
+def test_doctor_python_resource_with_a_bad_mode_still_checks_args_and_gpus(tmp_path):
+    doc = run_doctor(tmp_path, gpu_conf(factory="flink_gpu.GPUDriverFactory",
+                                        discovery_mode="sometimes", discovery_script_args="--verbose"),
+                     expect=1)
+    assert "'sometimes'" in only(doc, "driver", "error")["message"]
+    assert "'--verbose'" in only(doc, "args", "warning")["message"]
+    assert "4 GPUs" in only(doc, "gpu-count", "ok")["message"]

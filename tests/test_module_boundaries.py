@@ -21,10 +21,9 @@ FACES = {"flink_gpu.nvml", "flink_gpu.coordination", "flink_gpu.script_protocol"
          "flink_gpu.gpu_index"}
 NATIVE = "flink_gpu._native"
 
-#: Modules still being moved to the public faces by another workstream (helper "doctor" is moving
-#: cli/doctor to framework.load_factory, flink_gpu.nvml and flink_gpu.script_protocol). Paths are
-#: relative to src/; a directory exempts everything under it. EMPTY THIS SET once that is merged.
-PENDING_MIGRATION = {"flink_gpu/cli/doctor.py", "flink_gpu/cli/doctor"}
+#: Modules still being moved to the public faces by another workstream (none now). Paths are
+#: relative to src/; a directory exempts everything under it.
+PENDING_MIGRATION: "set[str]" = set()
 
 
 def _private(name: str) -> bool:

@@ -292,17 +292,6 @@ def _load_factory(name: str, registered: _EntryPoints) -> ExternalResourceDriver
     return factory
 
 
-# PENDING_MIGRATION: cli/doctor.py still uses these three; helper "doctor" moves it to
-# load_factory. Delete this block once that is merged.
-_FactoryNotFound = FactoryNotFoundError
-_FactoryLoadFailed = FactoryLoadError
-
-
-class _FactoryLoader:
-    def load(self, name: str) -> ExternalResourceDriverFactory:
-        return load_factory(name)
-
-
 # ---------------------------------------------------------------------------------------------
 # The provider (Flink's StaticExternalResourceInfoProvider)
 

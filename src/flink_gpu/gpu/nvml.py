@@ -164,9 +164,3 @@ class NvmlDiscovery:
 
                 coordination.release(path=path, indices=sorted(unused))
 
-
-# PENDING_MIGRATION: cli/doctor.py still imports these from here; helper "doctor" moves it to
-# flink_gpu.script_protocol. Delete this block once that is merged.
-from flink_gpu.script_protocol import SCRIPT_FLAGS as _KNOWN_FLAGS  # noqa: E402
-from flink_gpu.script_protocol import ENABLE_COORDINATION_FLAG as _ENABLE_COORDINATION  # noqa: E402
-from flink_gpu.script_protocol import parse_script_args  # noqa: E402,F401

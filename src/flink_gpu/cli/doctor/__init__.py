@@ -1,0 +1,62 @@
+"""``flink-gpu doctor``: why a Flink configuration gives a TaskManager no GPU, each with its fix.
+
+The checks follow the path a TaskManager takes (docs/design.md §2, §3): the resource list, each
+resource's amount and factory, then for the GPU plugin its discovery script (present, executable,
+and run once), its arguments, coordination between the TaskManagers of a host and the host's GPUs.
+Each concept is a module of this package; :func:`run` is the whole order of the checks.
+"""
+
+from __future__ import annotations
+
+from flink_gpu.cli._output import document, emit_json
+from flink_gpu.cli.doctor import configuration, factory, gpu_plugin, resources, taskmanagers
+from flink_gpu.cli.doctor.findings import Checkup, print_report
+from flink_gpu.framework import JAVA_FACTORY_ALIASES, param_prefix
+
+
+def _check_resource(checkup: Checkup, name: str) -> bool:
+    """Checks resource ``name``; True when it is a GPU resource."""
+    from flink_gpu.gpu.driver import GPUDriverFactory
+
+    amount = resources.check_amount(checkup, name)
+    resources.check_resource_keys(checkup, name)
+    loaded, factory_name = factory.check_factory(checkup, name)
+    if loaded is None:
+        return False
+    params = checkup.config.prefixed(param_prefix(name))
+    if factory_name in JAVA_FACTORY_ALIASES:
+        gpu_plugin.check_params(checkup, name, params, java=True)
+        gpu_plugin.check_java_gpu(checkup, name, params, amount)
+    elif isinstance(loaded, GPUDriverFactory):
+        gpu_plugin.check_params(checkup, name, params, java=False)
+        gpu_plugin.check_python_gpu(checkup, name, loaded, params, amount)
+    else:
+        factory.check_other_driver(checkup, name, loaded, factory_name, params)
+        return False
+    return True
+
+
+def check(checkup: Checkup) -> None:
+    checkup.config = configuration.load(checkup)
+    if checkup.config is None:
+        return
+    names = resources.check_resource_list(checkup)
+    gpu_resources = [name for name in names if _check_resource(checkup, name)]
+    if gpu_resources:
+        taskmanagers.check_slots(checkup)
+
+
+def run(args) -> int:
+    file, conf_dir = configuration.configuration_file(args.conf)
+    home, home_source = configuration.flink_home(conf_dir)
+    checkup = Checkup(args, file, conf_dir, home, home_source)
+    check(checkup)
+    summary = checkup.summary()
+    ok = summary["errors"] == 0
+    if args.json:
+        emit_json(document("doctor", ok=ok, configuration=checkup.file,
+                           flink_home=checkup.flink_home,
+                           findings=[f._asdict() for f in checkup.findings], summary=summary))
+    else:
+        print_report(checkup)
+    return 0 if ok else 1

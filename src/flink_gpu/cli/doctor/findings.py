@@ -1,0 +1,72 @@
+"""What doctor found: one finding per check result, the checkup that collects them, the report."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from flink_gpu.cli._output import plural
+from flink_gpu.config import Configuration
+
+_LEVELS = {"error": "[FAIL]", "warning": "[WARN]", "note": "[note]", "ok": "[ ok ]"}
+
+
+class Finding(NamedTuple):
+    resource: "str | None"
+    check: str
+    level: str  # error, warning, note, ok
+    message: str
+    fix: "str | None"
+
+
+class Checkup:
+    """One run of doctor: where the configuration is, what it holds, and the findings so far.
+
+    Every check module reads the run's facts from here and reports with :meth:`add`.
+    """
+
+    def __init__(self, args, file: str, conf_dir: str, flink_home: "str | None",
+                 flink_home_source: "str | None") -> None:
+        self.args = args
+        self.file = file
+        self.conf_dir = conf_dir
+        self.flink_home = flink_home
+        self.flink_home_source = flink_home_source
+        self.config: "Configuration | None" = None
+        self.findings: "list[Finding]" = []
+        # NVML opened once per library path for the whole run (several GPU resources may share it)
+        self.nvml: "dict[str | None, object]" = {}
+
+    def add(self, level: str, check: str, message: str, fix: "str | None" = None,
+            resource: "str | None" = None) -> None:
+        self.findings.append(Finding(resource, check, level, message, fix))
+
+    def summary(self) -> dict:
+        count = {level: sum(1 for f in self.findings if f.level == level)
+                 for level in ("error", "warning", "note")}
+        return {"errors": count["error"], "warnings": count["warning"], "notes": count["note"]}
+
+
+def print_report(checkup: Checkup) -> None:
+    """The text report: where the configuration is, each finding with its fix, a summary line."""
+    print(f"Configuration: {checkup.file}")
+    if checkup.flink_home:
+        print(f"FLINK_HOME: {checkup.flink_home}"
+              + (f" ({checkup.flink_home_source})" if checkup.flink_home_source else ""))
+    print()
+    for finding in checkup.findings:
+        prefix = _LEVELS[finding.level]
+        who = f"{finding.resource}: " if finding.resource else ""
+        print(f"{prefix} {who}{finding.message}")
+        if finding.fix:
+            lines = finding.fix.split("\n")
+            print(f"       fix: {lines[0]}")
+            for line in lines[1:]:
+                print(f"            {line}")
+    summary = checkup.summary()
+    print()
+    if summary["errors"]:
+        print(f"{plural(summary['errors'], 'check')} failed, "
+              f"{plural(summary['warnings'], 'warning')}.")
+    else:
+        print(f"No problem found ({plural(summary['warnings'], 'warning')}, "
+              f"{plural(summary['notes'], 'note')}).")
