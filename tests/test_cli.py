@@ -1181,3 +1181,16 @@ def test_doctor_python_resource_with_a_bad_mode_still_checks_args_and_gpus(tmp_p
     assert "'sometimes'" in only(doc, "driver", "error")["message"]
     assert "'--verbose'" in only(doc, "args", "warning")["message"]
     assert "4 GPUs" in only(doc, "gpu-count", "ok")["message"]
+
+
+# --- doctor picks a conf directory's file as Flink does, and says what an odd one is ----------
+
+def test_doctor_on_a_conf_directory_whose_config_file_is_a_fifo_says_so(tmp_path):
+    # doctor used to skip a config.yaml that is not a regular file and check flink-conf.yaml, a
+    # file the TaskManager never reads
+    (tmp_path / "flink-conf.yaml").write_text("external-resources: gpu\n")
+    os.mkfifo(tmp_path / "config.yaml")
+    proc = cli("doctor", "--simulate", "2", tmp_path, timeout=30)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{tmp_path / 'config.yaml'} is a FIFO (named pipe), not a regular file" in proc.stdout
+
