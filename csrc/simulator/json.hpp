@@ -194,15 +194,16 @@ inline const char* file_kind(mode_t mode) {
 
 // Reads a regular file of at most kMaxFileSize bytes. A FIFO or device is refused before it is
 // read (a FIFO without a writer would block, /dev/zero never ends): it is opened O_NONBLOCK and
-// checked on the open descriptor.
+// checked on the open descriptor. statx, not stat/fstat: those are GLIBC_2.33 symbols, beyond
+// what a manylinux_2_28 wheel may need.
 inline bool read_regular_file(const char* path, std::string* text, std::string* error) {
-    struct stat status {};
-    if (::stat(path, &status) != 0) {
+    struct statx status {};
+    if (::statx(AT_FDCWD, path, 0, STATX_TYPE, &status) != 0) {
         *error = std::string("cannot open the file: ") + std::strerror(errno);
         return false;
     }
-    if (!S_ISREG(status.st_mode)) {
-        *error = std::string("it is ") + file_kind(status.st_mode) + ", not a regular file";
+    if (!S_ISREG(status.stx_mode)) {
+        *error = std::string("it is ") + file_kind(status.stx_mode) + ", not a regular file";
         return false;
     }
     const int fd = ::open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
@@ -210,11 +211,11 @@ inline bool read_regular_file(const char* path, std::string* text, std::string* 
         *error = std::string("cannot open the file: ") + std::strerror(errno);
         return false;
     }
-    bool ok = ::fstat(fd, &status) == 0;
+    bool ok = ::statx(fd, "", AT_EMPTY_PATH, STATX_TYPE, &status) == 0;
     if (!ok) {
         *error = std::string("cannot read the file: ") + std::strerror(errno);
-    } else if (!S_ISREG(status.st_mode)) {  // replaced between stat and open
-        *error = std::string("it is ") + file_kind(status.st_mode) + ", not a regular file";
+    } else if (!S_ISREG(status.stx_mode)) {  // replaced between statx and open
+        *error = std::string("it is ") + file_kind(status.stx_mode) + ", not a regular file";
         ok = false;
     }
     char buf[4096];
