@@ -302,3 +302,31 @@ def test_the_largest_java_long_reaches_the_script(tmp_path):
     path.chmod(0o755)
     assert GPUDriver({"discovery-script.path": str(path)}).retrieve_resource_info(2**63 - 1) == {
         GPUInfo("0"), GPUInfo("1")}
+
+
+def test_every_bad_amount_gives_the_documented_error_naming_it(tmp_path):
+    from hypothesis import given, settings, strategies as st
+
+    ran = tmp_path / "ran"
+    path = tmp_path / "discovery.sh"
+    path.write_text(f"#!/bin/sh\ntouch {ran}\necho 0,1\n")
+    path.chmod(0o755)
+    gpu_driver = GPUDriver({"discovery-script.path": str(path)})
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.one_of(st.integers(min_value=2**63), st.integers(max_value=0), st.booleans(),
+                     st.floats(allow_nan=True), st.text(max_size=30), st.none()))
+    def check(amount):
+        with pytest.raises((FlinkException, ValueError, TypeError)) as info:
+            gpu_driver.retrieve_resource_info(amount)
+        error = info.value
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            assert type(error) is TypeError and repr(amount) in str(error)
+            assert str(error).startswith("The amount of GPUs must be a whole number")
+        elif amount <= 0:
+            assert type(error) is ValueError and "gpuAmount should be positive" in str(error)
+        else:
+            assert isinstance(error, FlinkException) and f": {amount} requested" in str(error)
+
+    check()
+    assert not ran.exists()  # no bad amount reached the script

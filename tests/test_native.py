@@ -414,3 +414,12 @@ def test_simulator_max_devices_is_the_simulators_own_limit():
     proc = run_python("from flink_gpu.nvml import open_library\ntry:\n    open_library()\nexcept Exception as e:\n"
                       "    print(type(e).__name__)\n", env=env)
     assert proc.stdout.strip() == "NvmlError" and "is not a device count (0..4096)" in proc.stderr
+
+
+@given(st.one_of(st.integers(min_value=simulator.MAX_DEVICES + 1), st.integers(max_value=-1), st.booleans(),
+                 st.floats(allow_nan=True), st.text(max_size=20)))
+def test_simulator_environment_names_every_device_count_it_cannot_simulate(devices):
+    with pytest.raises(ValueError) as info:
+        simulator.environment(devices=devices)
+    assert f"devices must be a whole number from 0 to {simulator.MAX_DEVICES}" in str(info.value)
+    assert f"got {devices!r}." in str(info.value)

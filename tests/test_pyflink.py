@@ -471,12 +471,15 @@ def replaced(key, value):
     (replaced("external-resource.gpu.amount", "0"), "'external-resource.gpu.amount' is '0'; it must be positive"),
     (replaced("external-resource.gpu.amount", "-3"), "'external-resource.gpu.amount' is '-3'; it must be positive"),
     (replaced("external-resource.gpu.amount", "two"), "a TaskManager does not start with it"),
+    (replaced("external-resource.gpu.amount", "99999999999999999999"),
+     "a TaskManager does not start with it (Could not parse value '99999999999999999999' for key "
+     "'external-resource.gpu.amount'. The value is out of the range of a 64-bit long"),
     (replaced("external-resource.gpu.driver-factory.class", None),
      "'external-resource.gpu.driver-factory.class' is not set"),
     (replaced("external-resource.gpu.driver-factory.class", "no_such_pkg.Factory"),
      "('external-resource.gpu.driver-factory.class': no_such_pkg.Factory) cannot be loaded"),
 ], ids=["none", "not-listed", "no-amount", "amount-0", "amount-negative", "amount-not-a-number",
-        "no-factory", "factory-not-found"])
+        "amount-beyond-64-bits", "no-factory", "factory-not-found"])
 def test_a_resource_the_taskmanager_does_not_serve_gives_nothing_and_the_file_is_not_read(
         tmp_path, monkeypatch, lines, expected):
     from flink_gpu.framework import load_external_resources
@@ -484,7 +487,7 @@ def test_a_resource_the_taskmanager_does_not_serve_gives_nothing_and_the_file_is
     conf_dir, path = conf_with(tmp_path, monkeypatch, lines)
     try:
         lookup = lookup_external_resource_infos(None, "gpu")
-        if expected != "a TaskManager does not start with it":  # there Flink fails to start
+        if not expected.startswith("a TaskManager does not start with it"):  # there Flink fails to start
             assert load_external_resources(conf_dir).get_external_resource_infos("gpu") == frozenset()
     finally:
         coordination.release(path=path)
