@@ -1183,6 +1183,18 @@ def test_doctor_python_resource_with_a_bad_mode_still_checks_args_and_gpus(tmp_p
     assert "4 GPUs" in only(doc, "gpu-count", "ok")["message"]
 
 
+# --- doctor picks a conf directory's file as Flink does, and says what an odd one is ----------
+
+def test_doctor_on_a_conf_directory_whose_config_file_is_a_fifo_says_so(tmp_path):
+    # doctor used to skip a config.yaml that is not a regular file and check flink-conf.yaml, a
+    # file the TaskManager never reads
+    (tmp_path / "flink-conf.yaml").write_text("external-resources: gpu\n")
+    os.mkfifo(tmp_path / "config.yaml")
+    proc = cli("doctor", "--simulate", "2", tmp_path, timeout=30)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{tmp_path / 'config.yaml'} is a FIFO (named pipe), not a regular file" in proc.stdout
+
+
 # -- counts beyond 64 bits --------------------------------------------------------------------------
 
 def test_a_claim_amount_beyond_64_bits_is_not_enough_gpus_not_a_traceback(tmp_path):

@@ -22,8 +22,11 @@ from flink_gpu.errors import FlinkException
 from flink_gpu.resource_info import ExternalResourceInfo
 
 __all__ = [
+    "AMOUNT_SUFFIX",
+    "DRIVER_FACTORY_SUFFIX",
     "ENTRY_POINT_GROUP",
     "EXTERNAL_RESOURCE_LIST",
+    "PARAM_SUFFIX",
     "ExternalResourceDriver",
     "ExternalResourceDriverFactory",
     "ExternalResourceInfo",
@@ -57,21 +60,27 @@ JAVA_FACTORY_ALIASES = MappingProxyType({
 })
 
 
-def amount_key(name: str) -> str:
-    return f"external-resource.{name}.amount"
-
-
-def driver_factory_key(name: str) -> str:
-    return f"external-resource.{name}.driver-factory.class"
-
-
-def param_prefix(name: str) -> str:
-    return f"external-resource.{name}.param."
+#: The suffixes of a resource's own keys, ``external-resource.<name>.<suffix>`` (docs/design.md §2.1).
+AMOUNT_SUFFIX = "amount"
+DRIVER_FACTORY_SUFFIX = "driver-factory.class"
+PARAM_SUFFIX = "param"
 
 
 def system_config_key(name: str, suffix: str) -> str:
     """``external-resource.<name>.<suffix>``, e.g. suffix ``kubernetes.config-key``."""
     return f"external-resource.{name}.{suffix}"
+
+
+def amount_key(name: str) -> str:
+    return system_config_key(name, AMOUNT_SUFFIX)
+
+
+def driver_factory_key(name: str) -> str:
+    return system_config_key(name, DRIVER_FACTORY_SUFFIX)
+
+
+def param_prefix(name: str) -> str:
+    return system_config_key(name, PARAM_SUFFIX) + "."
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import error_message
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.config import Configuration
-from flink_gpu.config_files import CONFIGURATION_FILE_NAMES, load_configuration_file
+from flink_gpu.config_files import find_configuration_file, load_configuration_file
 from flink_gpu.errors import IllegalConfigurationException
 
 
@@ -24,15 +24,14 @@ def configuration_file(conf: "str | None"):
         raise UsageError("No configuration to check: give CONF_FILE_OR_DIR, or set FLINK_CONF_DIR "
                          "or FLINK_HOME.")
     path = os.path.abspath(path)
-    if os.path.isdir(path):
-        for file_name in CONFIGURATION_FILE_NAMES:
-            candidate = os.path.join(path, file_name)
-            if os.path.isfile(candidate):
-                return candidate, path
-        raise UsageError(f"{source}: the directory {path} has no config.yaml or flink-conf.yaml.")
-    if not os.path.exists(path):
-        raise UsageError(f"{source}: {path} does not exist.")
-    return path, os.path.dirname(path)
+    try:
+        file = find_configuration_file(path)
+    except FileNotFoundError as error:
+        if os.path.isdir(path):
+            raise UsageError(f"{source}: the directory {path} has no config.yaml or "
+                             "flink-conf.yaml.") from None
+        raise UsageError(f"{source}: {error}") from None
+    return file, path if file != path else os.path.dirname(path)
 
 
 def flink_home(conf_dir: str):

@@ -9,12 +9,13 @@ from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.deployment import KUBERNETES_CONFIG_KEY_SUFFIX, YARN_CONFIG_KEY_SUFFIX
 from flink_gpu.errors import IllegalConfigurationException
-from flink_gpu.framework import amount_key, external_resource_names
+from flink_gpu.framework import (AMOUNT_SUFFIX, DRIVER_FACTORY_SUFFIX, PARAM_SUFFIX, amount_key,
+                                 external_resource_names)
 
 # the key suffixes of a resource (docs/design.md §2.1), to find resources that are configured but
 # not listed
-_RESOURCE_SUFFIXES = (".amount", ".driver-factory.class", f".{KUBERNETES_CONFIG_KEY_SUFFIX}",
-                      f".{YARN_CONFIG_KEY_SUFFIX}")
+_RESOURCE_SUFFIXES = tuple(f".{suffix}" for suffix in (
+    AMOUNT_SUFFIX, DRIVER_FACTORY_SUFFIX, KUBERNETES_CONFIG_KEY_SUFFIX, YARN_CONFIG_KEY_SUFFIX))
 
 
 def _gpu_snippet(name: str = "gpu", amount: int = 1) -> str:
@@ -93,7 +94,7 @@ def check_resource_keys(checkup: Checkup, name: str) -> None:
               if other.startswith(prefix[len("external-resource."):])]
     for key in config.keys():
         rest = key[len(prefix):]
-        if (not key.startswith(prefix) or rest in known or rest.startswith("param.")
+        if (not key.startswith(prefix) or rest in known or rest.startswith(f"{PARAM_SUFFIX}.")
                 or any(key.startswith(other) for other in longer)):
             continue
         match = difflib.get_close_matches(rest, known, n=1, cutoff=0.6)
@@ -101,7 +102,7 @@ def check_resource_keys(checkup: Checkup, name: str) -> None:
                     "Flink ignores it.",
                     f"Did you mean {prefix}{match[0]}?" if match else
                     f"Remove it; a resource reads {', '.join(prefix + k for k in known)} and "
-                    f"{prefix}param.*.", resource=name)
+                    f"{prefix}{PARAM_SUFFIX}.*.", resource=name)
 
 
 def _listed(names) -> str:
@@ -114,8 +115,8 @@ def _configured_names(config: Configuration) -> "set[str]":
         if not key.startswith("external-resource."):
             continue
         rest = key[len("external-resource."):]
-        if ".param." in rest:
-            names.add(rest.split(".param.", 1)[0])
+        if f".{PARAM_SUFFIX}." in rest:
+            names.add(rest.split(f".{PARAM_SUFFIX}.", 1)[0])
             continue
         for suffix in _RESOURCE_SUFFIXES:
             if rest.endswith(suffix) and len(rest) > len(suffix):
