@@ -11,6 +11,7 @@
 #include "script_args.hpp"
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +27,7 @@ const char* const kNotEnough = "Could not get enough GPU resources.";
 
 struct Arguments {
     long long amount = 0;
+    bool beyond_range = false;  // a whole number above LLONG_MAX: more GPUs than any host has
     flinkgpu::ScriptArgs script;
 };
 
@@ -36,7 +38,10 @@ bool parse_arguments(int argc, char** argv, Arguments* args) {
     errno = 0;
     char* end = nullptr;
     args->amount = std::strtoll(amount, &end, 10);
-    if (errno != 0 || end == amount || *end != '\0' || args->amount < 0) {
+    // Too large for 64 bits is still a count, only one no host can satisfy (the stock script's bash
+    // wraps it around instead and may hand out every GPU: docs/design.md §11).
+    args->beyond_range = errno == ERANGE && args->amount == LLONG_MAX && end != amount && *end == '\0';
+    if (!args->beyond_range && (errno != 0 || end == amount || *end != '\0' || args->amount < 0)) {
         std::fprintf(stderr, "flink-gpu-discovery: the GPU amount must be a non-negative integer, got '%s'\n", amount);
         return false;
     }
@@ -134,6 +139,11 @@ int main(int argc, char** argv) {
     Arguments args;
     if (!parse_arguments(argc, argv, &args)) return 1;
     if (args.amount == 0) return 0;
+    if (args.beyond_range) {
+        std::puts(kNotEnough);
+        std::fprintf(stderr, "flink-gpu-discovery: %s GPUs requested, more than any host has\n", argv[1]);
+        return 1;
+    }
 
     flinkgpu::Status status;
     const flinkgpu::NvmlLibrary* lib = flinkgpu::NvmlLibrary::acquire("", &status);

@@ -1194,3 +1194,29 @@ def test_doctor_on_a_conf_directory_whose_config_file_is_a_fifo_says_so(tmp_path
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"{tmp_path / 'config.yaml'} is a FIFO (named pipe), not a regular file" in proc.stdout
 
+
+# -- counts beyond 64 bits --------------------------------------------------------------------------
+
+def test_a_claim_amount_beyond_64_bits_is_not_enough_gpus_not_a_traceback(tmp_path):
+    path = tmp_path / "coordination"
+    proc = cli("--simulate", "4", "claim", "--file", path, "99999999999999999999")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert ("error: Could not get enough GPU resources. Requested 99999999999999999999, the host has 4 GPUs "
+            "(0, 1, 2, 3)") in proc.stderr
+    assert not path.exists()
+    doc = cli_json("--simulate", "4", "claim", "--file", path, "99999999999999999999", expect=1)
+    assert "Requested 99999999999999999999" in json.dumps(doc)
+
+
+@pytest.mark.parametrize("count", ["99999999999999999999", "18446744073709551617", "4097"])
+@pytest.mark.parametrize("command", [["list"], ["demo"], ["coordination", "show"]])
+def test_a_simulated_gpu_count_beyond_the_simulator_is_a_usage_error(tmp_path, count, command):
+    proc = cli("--simulate", count, *command, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert (f"error: --simulate: devices must be a whole number from 0 to 4096 (the simulated host's GPU "
+            f"count), got {count}.") in proc.stderr
+
+
+def test_the_largest_simulated_gpu_count_works():
+    doc = cli_json("--simulate", "4096", "list")
+    assert len(doc["gpus"]) == 4096

@@ -758,3 +758,49 @@ def test_claim_changes_only_what_it_may(tmp_path, module_owners, lines, count, a
         assert any(line == candidate for candidate in kept), (line, after)
     holders = coordination.snapshot(path).holders()  # the input may hold conflicts; ours must have none
     assert all(holders[index] == (os.getpid(),) for index in got)
+
+
+# -- amounts the core cannot count, and amounts that are no int -------------------------------------
+
+@pytest.mark.parametrize("amount", [2**64, 2**64 + 3, 10**20, 2**200])
+def test_an_amount_beyond_what_the_core_counts_is_not_enough_gpus(path, amount):
+    """Decided before the native call, whose size_t cannot hold it (was a raw OverflowError)."""
+    for attempt in (lambda: coordination.claim(amount, gpus(3), path=path),
+                    lambda: coordination.claimed(amount, gpus(3), path=path).__enter__()):
+        with pytest.raises(FlinkException) as info:
+            attempt()
+        assert str(info.value) == (f"Could not get enough GPU resources. Requested {amount}, the host "
+                                   f"has 3 GPUs (0, 1, 2). Coordination file: {path}.")
+    assert not path.exists()  # nothing to claim, nothing created
+
+
+def test_the_largest_amount_the_core_counts_is_its_own_not_enough_error(path):
+    with pytest.raises(FlinkException, match=rf"^Could not get enough GPU resources. Requested {2**64 - 1}, "
+                                             r"the host has 1 GPU \(0\)\. Coordination file: "):
+        coordination.claim(2**64 - 1, ["0"], path=path)
+
+
+@pytest.mark.parametrize("amount, shown", [(True, "True (bool)"), (False, "False (bool)"), (2.0, "2.0 (float)"),
+                                           ("2", "'2' (str)"), (None, "None (NoneType)")])
+def test_an_amount_that_is_no_int_names_the_amount_and_the_value(path, amount, shown):
+    with pytest.raises(TypeError) as info:
+        coordination.claim(amount, gpus(2), path=path)
+    assert str(info.value) == f"The amount of GPUs must be a whole number (an int), got {shown}."
+    assert not path.exists()
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(amount=st.one_of(st.integers(min_value=2**64), st.integers(max_value=-1), st.booleans(),
+                        st.floats(allow_nan=True), st.text(max_size=30)))
+def test_every_bad_amount_gives_the_documented_error_naming_it(tmp_path, amount):
+    path = tmp_path / "bad-amounts"
+    with pytest.raises((FlinkException, ValueError, TypeError)) as info:
+        coordination.claim(amount, gpus(2), path=path)
+    error = info.value
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        assert type(error) is TypeError and "The amount of GPUs" in str(error) and repr(amount) in str(error)
+    elif amount < 0:
+        assert type(error) is ValueError and f"must not be negative, got {amount}." in str(error)
+    else:
+        assert isinstance(error, FlinkException) and f"Requested {amount}," in str(error)
+    assert not path.exists()

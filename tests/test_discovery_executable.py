@@ -153,3 +153,35 @@ def test_an_answer_that_cannot_be_written_is_a_failure(runners):
         proc = subprocess.run([*command, "2"], env=env, stdout=full, stderr=subprocess.PIPE, text=True)
     assert proc.returncode == 1
     assert "cannot write the GPU indices" in proc.stderr
+
+
+@pytest.mark.parametrize("amount", ["9223372036854775808", "18446744073709551617", "99999999999999999999",
+                                    "1" + "0" * 40])
+@pytest.mark.parametrize("coordinated", [False, True])
+def test_an_amount_beyond_64_bits_is_too_many_gpus(runners, tmp_path, amount, coordinated):
+    """Like the largest amount both read (below): not enough GPUs. Where we depart from the stock script
+    on purpose (docs/design.md §11): its bash wraps such an amount around, so that it printed all four
+    GPUs (claiming them in coordination mode) or only the first, exit 0, as the wrapped value fell."""
+    path = tmp_path / "coordination"
+    args = [amount, "--enable-coordination-mode", "--coordination-file", str(path)] if coordinated else [amount]
+    command, env = runners["ours"]
+    proc = subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=60)
+    assert (proc.stdout, proc.returncode) == ("Could not get enough GPU resources.\n", 1)
+    assert f"{amount} GPUs requested, more than any host has" in proc.stderr
+    assert not path.exists()
+
+
+def test_the_largest_64_bit_amount_is_too_many_gpus_as_in_the_stock_script(runners):
+    largest = str(2**63 - 1)
+    assert run(runners["ours"], [largest]) == run(runners["stock"], [largest]) == (
+        "Could not get enough GPU resources.\n", 1)
+
+
+@pytest.mark.parametrize("amount", ["-9223372036854775809", "-99999999999999999999"])
+def test_a_negative_amount_beyond_64_bits_is_a_bad_amount(runners, amount):
+    """As any negative amount (the stock script's bash wraps the first one around to 2**63 - 1 and
+    printed all four GPUs)."""
+    command, env = runners["ours"]
+    proc = subprocess.run([*command, amount], env=env, capture_output=True, text=True, timeout=60)
+    assert (proc.stdout, proc.returncode) == ("", 1)
+    assert f"the GPU amount must be a non-negative integer, got '{amount}'" in proc.stderr

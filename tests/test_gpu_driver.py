@@ -226,3 +226,107 @@ def test_a_bad_timeout_is_an_error_whichever_backend_is_chosen():
     with pytest.raises(IllegalConfigurationException,
                        match="Could not parse value 'soon' for key 'discovery-script.timeout'"):
         GPUDriver({"discovery-mode": "nvml", "discovery-script.timeout": "soon"})
+
+
+# -- the amount: the coordination's check, one rule for both ----------------------------------------
+
+@pytest.mark.parametrize("amount", [True, False, 2.0, "2", None])
+def test_an_amount_that_is_no_int_is_refused_naming_it_as_coordination_claim_does(script, tmp_path, amount):
+    from flink_gpu import coordination
+
+    gpu_driver = GPUDriver({"discovery-script.path": script})
+    with pytest.raises(TypeError) as driver_error:
+        gpu_driver.retrieve_resource_info(amount)
+    with pytest.raises(TypeError) as claim_error:
+        coordination.claim(amount, ["0"], path=tmp_path / "coordination")
+    assert str(driver_error.value) == str(claim_error.value)
+    assert str(driver_error.value).startswith("The amount of GPUs must be a whole number (an int), got ")
+    assert repr(amount) in str(driver_error.value)
+
+
+def test_an_int_like_amount_is_still_an_amount(script):
+    class Two:
+        def __index__(self):
+            return 2
+
+    assert len(GPUDriver({"discovery-script.path": script}).retrieve_resource_info(Two())) == 2
+
+
+NVML_DRIVER = """
+import json, sys
+from flink_gpu import FlinkException, GPUDriver
+args = sys.argv[1]
+out = []
+with GPUDriver({"discovery-mode": "nvml", "discovery-script.args": args}) as driver:
+    for amount in (2**64, 10**30, 2**63, 5):
+        try:
+            driver.retrieve_resource_info(amount)
+            out.append("no error")
+        except FlinkException as error:
+            out.append(str(error))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("coordinated", [False, True])
+def test_a_huge_amount_is_not_enough_gpus_in_nvml_mode(tmp_path, coordinated):
+    import json
+
+    from conftest import run_python, simulated_env
+
+    args = f"--enable-coordination-mode --coordination-file {tmp_path / 'c'}" if coordinated else ""
+    proc = run_python(NVML_DRIVER.replace("sys.argv[1]", repr(args)), env=simulated_env(devices=4))
+    messages = json.loads(proc.stdout)
+    for amount, message in zip((2**64, 10**30, 2**63, 5), messages):
+        assert message.startswith("Could not get enough GPU resources"), message
+        assert str(amount) in message
+
+
+@pytest.mark.parametrize("amount", [2**63, 2**64 + 1, 2**70])
+def test_an_amount_beyond_a_java_long_is_not_enough_gpus_and_runs_no_script(tmp_path, amount):
+    """The stock script's bash wraps such an amount around (2**64 + 1 gave GPU 0, 2**70 none)."""
+    ran = tmp_path / "ran"
+    path = tmp_path / "discovery.sh"
+    path.write_text(f"#!/bin/sh\ntouch {ran}\necho 0,1\n")
+    path.chmod(0o755)
+    with pytest.raises(FlinkException) as info:
+        GPUDriver({"discovery-script.path": str(path)}).retrieve_resource_info(amount)
+    assert str(info.value) == (f"Could not get enough GPU resources: {amount} requested, more than any "
+                               f"host has (Flink's amounts are at most {2**63 - 1}).")
+    assert not ran.exists()
+
+
+def test_the_largest_java_long_reaches_the_script(tmp_path):
+    path = tmp_path / "discovery.sh"
+    path.write_text('#!/bin/sh\n[ "$1" = 9223372036854775807 ] && echo 0,1\n')
+    path.chmod(0o755)
+    assert GPUDriver({"discovery-script.path": str(path)}).retrieve_resource_info(2**63 - 1) == {
+        GPUInfo("0"), GPUInfo("1")}
+
+
+def test_every_bad_amount_gives_the_documented_error_naming_it(tmp_path):
+    from hypothesis import given, settings, strategies as st
+
+    ran = tmp_path / "ran"
+    path = tmp_path / "discovery.sh"
+    path.write_text(f"#!/bin/sh\ntouch {ran}\necho 0,1\n")
+    path.chmod(0o755)
+    gpu_driver = GPUDriver({"discovery-script.path": str(path)})
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.one_of(st.integers(min_value=2**63), st.integers(max_value=0), st.booleans(),
+                     st.floats(allow_nan=True), st.text(max_size=30), st.none()))
+    def check(amount):
+        with pytest.raises((FlinkException, ValueError, TypeError)) as info:
+            gpu_driver.retrieve_resource_info(amount)
+        error = info.value
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            assert type(error) is TypeError and repr(amount) in str(error)
+            assert str(error).startswith("The amount of GPUs must be a whole number")
+        elif amount <= 0:
+            assert type(error) is ValueError and "gpuAmount should be positive" in str(error)
+        else:
+            assert isinstance(error, FlinkException) and f": {amount} requested" in str(error)
+
+    check()
+    assert not ran.exists()  # no bad amount reached the script

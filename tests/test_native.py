@@ -394,3 +394,32 @@ def test_parse_script_args(tokens, expected):
 def test_parse_script_args_rejects_what_is_not_a_str():
     with pytest.raises(TypeError, match="must be a str, got NoneType"):
         _native.parse_script_args(["--enable-coordination-mode", None])
+
+
+@pytest.mark.parametrize("devices", [4097, 2**64, 10**30, -(2**64), True, 2.0, "4"])
+def test_simulator_environment_names_a_device_count_it_cannot_simulate(devices):
+    with pytest.raises(ValueError) as info:
+        simulator.environment(devices=devices)
+    assert str(info.value) == (f"devices must be a whole number from 0 to {simulator.MAX_DEVICES} (the "
+                               f"simulated host's GPU count), got {devices!r}.")
+
+
+def test_simulator_max_devices_is_the_simulators_own_limit():
+    """The constant mirrors the simulator's FLINK_GPU_SIM_DEVICES rule: both ends of it, on the real library."""
+    script = ("from flink_gpu.nvml import open_library\n"
+              "print(len(open_library().devices()))\n")
+    env = simulated_env(devices=simulator.MAX_DEVICES)
+    assert run_python(script, env=env).stdout.strip() == str(simulator.MAX_DEVICES)
+    env["FLINK_GPU_SIM_DEVICES"] = str(simulator.MAX_DEVICES + 1)
+    proc = run_python("from flink_gpu.nvml import open_library\ntry:\n    open_library()\nexcept Exception as e:\n"
+                      "    print(type(e).__name__)\n", env=env)
+    assert proc.stdout.strip() == "NvmlError" and "is not a device count (0..4096)" in proc.stderr
+
+
+@given(st.one_of(st.integers(min_value=simulator.MAX_DEVICES + 1), st.integers(max_value=-1), st.booleans(),
+                 st.floats(allow_nan=True), st.text(max_size=20)))
+def test_simulator_environment_names_every_device_count_it_cannot_simulate(devices):
+    with pytest.raises(ValueError) as info:
+        simulator.environment(devices=devices)
+    assert f"devices must be a whole number from 0 to {simulator.MAX_DEVICES}" in str(info.value)
+    assert f"got {devices!r}." in str(info.value)

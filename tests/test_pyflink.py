@@ -17,6 +17,7 @@ from flink_gpu.coordination import DEFAULT_PATH as DEFAULT_COORDINATION_FILE
 from flink_gpu.pyflink import get_external_resource_infos, lookup_external_resource_infos
 
 SIM_UUID = "GPU-00000000-0000-4000-8000-{:012x}"
+GPU_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
 
 
 def write_conf(conf_dir, args, resources="gpu", legacy=False, extra=""):
@@ -25,6 +26,7 @@ def write_conf(conf_dir, args, resources="gpu", legacy=False, extra=""):
         (conf_dir / "flink-conf.yaml").write_text(
             f"external-resources: {resources}\n"
             "external-resource.gpu.amount: 2\n"
+            f"external-resource.gpu.driver-factory.class: {GPU_FACTORY}\n"
             f"external-resource.gpu.param.discovery-script.args: {args}\n{extra}")
     else:
         (conf_dir / "config.yaml").write_text(textwrap.dedent(f"""\
@@ -32,6 +34,8 @@ def write_conf(conf_dir, args, resources="gpu", legacy=False, extra=""):
             external-resource:
               gpu:
                 amount: 2
+                driver-factory:
+                  class: {GPU_FACTORY}
                 param:
                   discovery-script:
                     args: {args}
@@ -224,6 +228,9 @@ def test_the_resource_name_selects_the_keys(tmp_path, monkeypatch):
     conf_dir.mkdir()
     (conf_dir / "config.yaml").write_text(
         "external-resources: [gpu, fpga]\n"
+        + "".join(f"external-resource.{name}.amount: 1\n"
+                  f"external-resource.{name}.driver-factory.class: {GPU_FACTORY}\n" for name in ("gpu", "fpga"))
+        + "external-resource.gpu.param.discovery-script.args: --enable-coordination-mode\n"
         "external-resource.fpga.param.discovery-script.args: "
         f"--enable-coordination-mode --coordination-file {path}\n")
     monkeypatch.setenv("FLINK_CONF_DIR", str(conf_dir))
@@ -429,3 +436,98 @@ def test_thread_mode_info_without_an_index_keeps_its_java_string():
     java = JavaRuntimeContext([JavaInfo({"serial": "abc"})])
     [info] = get_external_resource_infos(PyFlinkContext(java), "gpu")
     assert info.index == "Info({'serial': 'abc'})" and info.get_property("serial") == "abc"
+
+
+# -- process mode gives what the TaskManager's RuntimeContext would ---------------------------------
+
+def conf_with(tmp_path, monkeypatch, lines):
+    """A configuration of ``lines`` (flat keys) in FLINK_CONF_DIR; this process holds GPUs 0 and 1
+    in its coordination file, which every ``lines`` names."""
+    path = tmp_path / "coordination"
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "config.yaml").write_text("".join(f"{line}\n" for line in lines).format(path=path))
+    monkeypatch.setenv("FLINK_CONF_DIR", str(conf_dir))
+    assert coordination.claim(2, ["0", "1"], path=path).taken == ["0", "1"]
+    return conf_dir, path
+
+
+SERVED = ["external-resources: gpu", "external-resource.gpu.amount: 2",
+          f"external-resource.gpu.driver-factory.class: {GPU_FACTORY}",
+          "external-resource.gpu.param.discovery-script.args: "
+          "--enable-coordination-mode --coordination-file {path}"]
+
+
+def replaced(key, value):
+    """SERVED with ``key`` set to ``value`` (None: removed)."""
+    lines = [line for line in SERVED if not line.startswith(f"{key}:")]
+    return lines if value is None else lines + [f"{key}: {value}"]
+
+
+@pytest.mark.parametrize("lines, expected", [
+    (replaced("external-resources", "none"), "'external-resources' is 'none', which enables no external resource"),
+    (replaced("external-resources", "fpga"), "'gpu' is not listed in 'external-resources' ('fpga')"),
+    (replaced("external-resource.gpu.amount", None), "'external-resource.gpu.amount' is not set"),
+    (replaced("external-resource.gpu.amount", "0"), "'external-resource.gpu.amount' is '0'; it must be positive"),
+    (replaced("external-resource.gpu.amount", "-3"), "'external-resource.gpu.amount' is '-3'; it must be positive"),
+    (replaced("external-resource.gpu.amount", "two"), "a TaskManager does not start with it"),
+    (replaced("external-resource.gpu.amount", "99999999999999999999"),
+     "a TaskManager does not start with it (Could not parse value '99999999999999999999' for key "
+     "'external-resource.gpu.amount'. The value is out of the range of a 64-bit long"),
+    (replaced("external-resource.gpu.driver-factory.class", None),
+     "'external-resource.gpu.driver-factory.class' is not set"),
+    (replaced("external-resource.gpu.driver-factory.class", "no_such_pkg.Factory"),
+     "('external-resource.gpu.driver-factory.class': no_such_pkg.Factory) cannot be loaded"),
+], ids=["none", "not-listed", "no-amount", "amount-0", "amount-negative", "amount-not-a-number",
+        "amount-beyond-64-bits", "no-factory", "factory-not-found"])
+def test_a_resource_the_taskmanager_does_not_serve_gives_nothing_and_the_file_is_not_read(
+        tmp_path, monkeypatch, lines, expected):
+    from flink_gpu.framework import load_external_resources
+
+    conf_dir, path = conf_with(tmp_path, monkeypatch, lines)
+    try:
+        lookup = lookup_external_resource_infos(None, "gpu")
+        if not expected.startswith("a TaskManager does not start with it"):  # there Flink fails to start
+            assert load_external_resources(conf_dir).get_external_resource_infos("gpu") == frozenset()
+    finally:
+        coordination.release(path=path)
+    assert lookup.infos == frozenset() and lookup.mode == "process"
+    assert expected in lookup.reason and f"FLINK_CONF_DIR={conf_dir}" in lookup.reason
+    assert "the TaskManager discovered nothing" in lookup.reason
+    assert lookup.coordination_file is None and lookup.holder_pid is None
+
+
+def test_the_served_configuration_gives_the_holders_gpus(tmp_path, monkeypatch):
+    _, path = conf_with(tmp_path, monkeypatch, SERVED)
+    try:
+        lookup = lookup_external_resource_infos(None, "gpu")
+    finally:
+        coordination.release(path=path)
+    assert lookup.reason is None and sorted(info.index for info in lookup.infos) == ["0", "1"]
+
+
+def test_never_more_infos_than_the_amount_with_a_warn(tmp_path, monkeypatch, caplog):
+    _, path = conf_with(tmp_path, monkeypatch, replaced("external-resource.gpu.amount", "1"))
+    try:
+        with caplog.at_level(logging.WARNING, logger="flink_gpu.pyflink"):
+            lookup = lookup_external_resource_infos(None, "gpu")
+    finally:
+        coordination.release(path=path)
+    assert lookup.reason is None and [info.index for info in lookup.infos] == ["0"]
+    [warn] = [r for r in caplog.records if r.name == "flink_gpu.pyflink"]
+    assert warn.levelno == logging.WARNING
+    assert str(path) in warn.getMessage() and "holds 2 GPUs (0,1)" in warn.getMessage()
+    assert "amount 1 of 'gpu'" in warn.getMessage() and "using GPU(s) 0" in warn.getMessage()
+
+
+def test_without_coordination_mode_the_file_is_not_read(tmp_path, monkeypatch):
+    # the file named by --coordination-file holds this process's GPUs, but the discovery did not write them
+    _, path = conf_with(tmp_path, monkeypatch, replaced(
+        "external-resource.gpu.param.discovery-script.args", "--coordination-file {path}"))
+    try:
+        lookup = lookup_external_resource_infos(None, "gpu")
+    finally:
+        coordination.release(path=path)
+    assert lookup.infos == frozenset() and lookup.coordination_file is None
+    assert "does not contain --enable-coordination-mode" in lookup.reason
+    assert "records nothing in the coordination file" in lookup.reason

@@ -17,12 +17,15 @@ between file descriptions even inside one process. The GIL is released while wai
 from __future__ import annotations
 
 import logging
+import operator
 import os
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Union
 
 from flink_gpu import _native
+from flink_gpu.errors import FlinkException
 
 __all__ = [
     "DEFAULT_PATH",
@@ -38,6 +41,7 @@ __all__ = [
     "process_start_time",
     "release",
     "snapshot",
+    "whole_amount",
 ]
 
 _log = logging.getLogger("flink_gpu.coordination")
@@ -49,6 +53,8 @@ DEFAULT_PATH: str = _native.COORDINATION_DEFAULT_PATH
 #: Seconds to wait for the lock; shorter than Flink's 10 s discovery-script timeout, so that our error
 #: (which names the file and the holder) arrives before Flink kills the discovery.
 DEFAULT_TIMEOUT: float = 5.0
+#: The largest amount the core takes (its size_t).
+_NATIVE_AMOUNT_MAX = sys.maxsize * 2 + 1
 
 
 @dataclass(frozen=True)
@@ -113,11 +119,27 @@ def _owner(owner: "int | None") -> int:
     return os.getpid() if owner is None else owner
 
 
-def _amount(amount: int) -> int:
-    if isinstance(amount, bool) or not isinstance(amount, int):
-        raise TypeError(f"amount must be an int, got {amount!r}")
+def whole_amount(amount: object) -> int:
+    """``amount`` (of GPUs) as an int; a bool, float, str… is a :class:`TypeError` naming it."""
+    if not isinstance(amount, bool):
+        try:
+            return operator.index(amount)
+        except TypeError:
+            pass
+    raise TypeError(f"The amount of GPUs must be a whole number (an int), got {amount!r} "
+                    f"({type(amount).__name__}).")
+
+
+def _amount(amount: int, indices: list, path: PathType) -> int:
+    amount = whole_amount(amount)
     if amount < 0:
         raise ValueError(f"The amount of GPUs to claim must not be negative, got {amount}.")
+    if amount > _NATIVE_AMOUNT_MAX:  # more than the core can count is more than any host has
+        raise FlinkException(
+            f"Could not get enough GPU resources. Requested {amount}, the host has {len(indices)} "
+            f"GPU{'' if len(indices) == 1 else 's'}"
+            + (f" ({', '.join(map(str, indices))})" if indices else "")
+            + f". Coordination file: {os.fspath(path)}.")
     return amount
 
 
@@ -148,11 +170,13 @@ def claim(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAU
     were requested, how many exist and which pids hold the rest), :class:`TimeoutError` (naming the
     file and the lock holder) when the lock is not obtained within ``timeout`` seconds, an
     :class:`OSError` naming the path when the file cannot be used (a symlink, not a regular file, no
-    permission), and :class:`ValueError` for a bad index, amount or owner.
+    permission), :class:`ValueError` for a bad index, a negative amount or a bad owner, and
+    :class:`TypeError` for an amount that is no int (:func:`whole_amount`).
     """
     owner = _owner(owner)
+    indices = list(indices)
     taken, added, reclaimed, bad = _native.coordination_claim(path, timeout, owner, indices,
-                                                              _amount(amount))
+                                                              _amount(amount, indices, path))
     _bad_lines(bad, path)
     if reclaimed:
         _log.info("Reclaimed GPU(s) %s of dead owners in %s for pid %d.", ", ".join(reclaimed),

@@ -18,8 +18,10 @@ UDF cannot see the GPUs its TaskManager discovered. Call this from ``open()`` in
   ask it. The TaskManager's discovery (the stock script or ``flink-gpu-discovery`` in coordination
   mode) recorded ``<index> <pid>`` lines for the JVM in the coordination file, so the worker reads
   the file named by the TaskManager's configuration (``$FLINK_CONF_DIR``, inherited) and takes the
-  GPUs of its nearest ancestor that holds any, completed with uuid, name, … from NVML where NVML
-  can be loaded.
+  GPUs of its nearest ancestor that holds any, at most the configured amount, completed with uuid,
+  name, … from NVML where NVML can be loaded. A resource the TaskManager gives no infos for (not
+  listed in ``external-resources``, no positive amount, no loadable driver factory, discovery not
+  in coordination mode) gives none here either, and the file is not read.
 
 Nothing found is an empty frozenset and a WARN saying what was tried; it never raises for that.
 """
@@ -136,9 +138,19 @@ def _from_java(java_context: Any, name: str) -> ResourceLookup:
 _ARGS_WARNED: set = set()  # (key, discovery-script.args) already parsed with warnings here
 
 
-def _coordination_file(name: str) -> tuple[str, list[str], str | None]:
-    """The coordination file the TaskManager's discovery uses, notes on how it was found, and
-    the NVML library the resource is configured with (``param.nvml.library-path``)."""
+class _TaskManagerView(NamedTuple):
+    """What the TaskManager's configuration says about resource ``name`` for a process-mode worker."""
+
+    path: str | None  # the coordination file to read; None: the TaskManager discovered nothing
+    notes: list[str]  # how it was found, and why nothing is there when path is None
+    library: str | None = None  # param.nvml.library-path of the resource
+    amount: int | None = None  # external-resource.<name>.amount; None when the configuration is unknown
+
+
+def _taskmanager_view(name: str) -> _TaskManagerView:
+    """The coordination file the TaskManager's discovery of ``name`` records its GPUs in, with the
+    rules Flink's TaskManager applies before it runs any driver: the resource must be enabled, with
+    a positive amount and a loadable driver factory; its discovery must be in coordination mode."""
     from flink_gpu.coordination import DEFAULT_PATH
     from flink_gpu.framework import param_prefix
     from flink_gpu.gpu.options import GPUDriverOptions
@@ -146,35 +158,76 @@ def _coordination_file(name: str) -> tuple[str, list[str], str | None]:
     key = param_prefix(name) + GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key
     conf_dir = os.environ.get("FLINK_CONF_DIR")
     if not conf_dir:
-        return DEFAULT_PATH, [
+        return _TaskManagerView(DEFAULT_PATH, [
             f"FLINK_CONF_DIR is not set, so the TaskManager's configuration is unknown; used the "
-            f"default coordination file {DEFAULT_PATH}"], None
-    from flink_gpu.config import Configuration, split_escaped
+            f"default coordination file {DEFAULT_PATH}"])
+    from flink_gpu.config import Configuration
     from flink_gpu.gpu.settings import GPUDriverSettings
 
+    where = f"the configuration in FLINK_CONF_DIR={conf_dir}"
     try:
         conf = Configuration.from_yaml(conf_dir)
-        settings = GPUDriverSettings.from_config(conf.prefixed(param_prefix(name)), name)
-        # every UDF's open() looks this up: say what is wrong with the args once per process
-        if (key, settings.script_args_text) not in _ARGS_WARNED:
-            settings.warn_ignored_args()
-            _ARGS_WARNED.add((key, settings.script_args_text))
-        resources = conf.get_string("external-resources", "")
-        listed = split_escaped(resources)
     except Exception as error:  # a broken file must not break the operator; say why instead
-        return DEFAULT_PATH, [
-            f"could not read '{key}' from the configuration in FLINK_CONF_DIR={conf_dir} ({error}); "
-            f"used the default coordination file {DEFAULT_PATH}"], None
-    args = settings.script_args
-    notes = [f"read '{key}' from FLINK_CONF_DIR={conf_dir}"]
+        return _TaskManagerView(DEFAULT_PATH, [
+            f"could not read '{key}' from {where} ({error}); used the default coordination file "
+            f"{DEFAULT_PATH}"])
+    amount, refusal = _configured_amount(conf, name)
+    if refusal is not None:
+        return _TaskManagerView(None, [f"{where}: {refusal}, so the TaskManager discovered nothing"])
+    try:
+        settings = GPUDriverSettings.from_config(conf.prefixed(param_prefix(name)), name)
+    except Exception as error:
+        return _TaskManagerView(DEFAULT_PATH, [
+            f"could not read '{key}' from {where} ({error}); used the default coordination file "
+            f"{DEFAULT_PATH}"])
+    # every UDF's open() looks this up: say what is wrong with the args once per process
+    if (key, settings.script_args_text) not in _ARGS_WARNED:
+        settings.warn_ignored_args()
+        _ARGS_WARNED.add((key, settings.script_args_text))
+    if not settings.script_args.coordination_mode:
+        return _TaskManagerView(None, [
+            f"'{key}' in {where} does not contain --enable-coordination-mode, so the TaskManager's "
+            "discovery records nothing in the coordination file for process-mode Python workers to "
+            "read; enable it to make its GPUs visible to them"], settings.library_path, amount)
+    return _TaskManagerView(settings.script_args.coordination_file, [f"read '{key}' from {where}"],
+                            settings.library_path, amount)
+
+
+def _configured_amount(conf: Any, name: str) -> tuple[int | None, str | None]:
+    """The amount of ``name`` a TaskManager with ``conf`` retrieves, or why it gives no infos for
+    ``name`` whatever its driver would find: the framework's own rules, as the TaskManager applies
+    them."""
+    from flink_gpu.framework import (
+        EXTERNAL_RESOURCE_LIST, amount_key, driver_factory_key, external_resource_amounts,
+        external_resource_names, load_factory)
+
+    list_key = EXTERNAL_RESOURCE_LIST.key
+    try:
+        listed = external_resource_names(conf)
+        amounts = external_resource_amounts(conf)
+    except Exception as error:  # the TaskManager does not start with such a configuration
+        return None, f"a TaskManager does not start with it ({error})"
     if name not in listed:
-        notes.append(f"'{name}' is not listed in 'external-resources' ({resources!r}) there, so the "
-                     "TaskManager discovered nothing")
-    if not args.coordination_mode:
-        notes.append(f"'{key}' does not contain --enable-coordination-mode, so the TaskManager's "
-                     "discovery records nothing in the coordination file; enable it to make GPUs "
-                     "visible to process-mode Python workers")
-    return args.coordination_file, notes, settings.library_path
+        resources = conf.get_string(list_key, "")
+        if not listed:
+            return None, f"'{list_key}' is {resources!r}, which enables no external resource"
+        return None, f"'{name}' is not listed in '{list_key}' ({resources!r})"
+    if name not in amounts:
+        amount = conf.get_string(amount_key(name))
+        if amount is None:
+            return None, f"'{name}' has no amount: '{amount_key(name)}' is not set"
+        return None, (f"'{name}' has no valid amount: '{amount_key(name)}' is {amount!r}; "
+                      "it must be positive")
+    factory_key = driver_factory_key(name)
+    factory_name = conf.get_string(factory_key)
+    if factory_name is None or not factory_name.strip():
+        return None, f"'{name}' has no driver factory: '{factory_key}' is not set"
+    try:
+        load_factory(factory_name)
+    except Exception as error:
+        return None, (f"the driver factory of '{name}' ('{factory_key}': {factory_name}) cannot "
+                      f"be loaded ({error})")
+    return amounts[name], None
 
 
 def _parent(pid: int) -> tuple[int, str] | None:
@@ -220,7 +273,9 @@ def _from_coordination_file(name: str) -> ResourceLookup:
     from flink_gpu import coordination
     from flink_gpu.script_protocol import sort_indices
 
-    path, notes, library = _coordination_file(name)
+    path, notes, library, amount = _taskmanager_view(name)
+    if path is None:
+        return ResourceLookup(frozenset(), "process", "; ".join(notes) + ".")
     try:
         snapshot = coordination.snapshot(path)
     except (OSError, TimeoutError) as error:
@@ -238,6 +293,13 @@ def _from_coordination_file(name: str) -> ResourceLookup:
         indices = held.get(pid)
         if indices:
             indices = sort_indices(set(indices))
+            if amount is not None and len(indices) > amount:
+                # the TaskManager's driver gives the lowest `amount` of what its JVM holds
+                _log.warning("The coordination file %s holds %d GPUs (%s) for pid %d, more than the "
+                             "amount %d of %r the TaskManager is configured with; using GPU(s) %s.",
+                             path, len(indices), ",".join(indices), pid, amount, name,
+                             ",".join(indices[:amount]))
+                indices = indices[:amount]
             infos, note = _nvml_infos(indices, library)
             if note:
                 _log.info("GPUs %s of pid %d in %s: %s.", ",".join(indices), pid, path, note)

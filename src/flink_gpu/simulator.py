@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
-__all__ = ["library_path", "environment", "read_spec", "run", "popen"]
+__all__ = ["MAX_DEVICES", "library_path", "environment", "read_spec", "run", "popen"]
 
 _FAULTS = ("NO_PERMISSION", "GPU_IS_LOST")
 _DEVICE_KEYS = {"uuid", "name", "memory_total", "pci_bus_id", "minor_number", "fault"}
@@ -26,6 +26,9 @@ _DEVICE_KEYS = {"uuid", "name", "memory_total", "pci_bus_id", "minor_number", "f
 # whole number in [0, limit)
 _STRING_KEYS = ("uuid", "name", "pci_bus_id")
 _NUMBER_LIMITS = {"memory_total": 2**64, "minor_number": 2**32}
+#: The most GPUs ``devices`` may ask for: the limit csrc/simulator/nvml_simulator.cpp puts on
+#: FLINK_GPU_SIM_DEVICES.
+MAX_DEVICES = 4096
 _SPEC_WHAT = "simulator spec file"
 
 SpecLike = Union[Mapping[str, Any], str, "os.PathLike[str]"]
@@ -139,7 +142,8 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
                 init_error: Optional[int] = None) -> Dict[str, str]:
     """Environment variables that make a new process use the simulator.
 
-    ``devices``: that many identical GPUs (default 4). ``spec``: a dict (written to a temporary
+    ``devices``: that many identical GPUs (default 4; ``ValueError`` unless a whole number from 0
+    to :data:`MAX_DEVICES`). ``spec``: a dict (written to a temporary
     JSON file that lives as long as this process) or the path of a JSON file (which must be a
     regular file; its content is checked by the simulator when NVML starts, or before with
     :func:`read_spec`). ``init_error``: the NVML error code ``nvmlInit`` returns (e.g. 9,
@@ -164,8 +168,9 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
             env["FLINK_GPU_SIM_SPEC"] = os.fspath(spec)
     else:
         count = 4 if devices is None else devices
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"devices must be a non-negative integer, got {devices!r}.")
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_DEVICES:
+            raise ValueError(f"devices must be a whole number from 0 to {MAX_DEVICES} (the simulated "
+                             f"host's GPU count), got {devices!r}.")
         env["FLINK_GPU_SIM_DEVICES"] = str(count)
     if init_error is not None:
         env["FLINK_GPU_SIM_INIT_ERROR"] = str(int(init_error))

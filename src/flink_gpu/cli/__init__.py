@@ -205,7 +205,10 @@ def _use_simulator(args: argparse.Namespace) -> None:
         except (OSError, ValueError) as error:  # the messages name the file (and the key)
             raise UsageError(f"--simulate-spec: {error_message(error)}") from None
     else:
-        env = simulator.environment(devices=args.simulate)
+        try:
+            env = simulator.environment(devices=args.simulate)
+        except ValueError as error:  # more GPUs than the simulator makes
+            raise UsageError(f"--simulate: {error}") from None
     for key in [k for k in os.environ if k.startswith("FLINK_GPU_SIM_")]:
         del os.environ[key]
     os.environ.update(env)

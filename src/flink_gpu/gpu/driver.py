@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import operator
 from typing import Mapping
 
 from flink_gpu.config import Configuration
+from flink_gpu.coordination import whole_amount
 from flink_gpu.errors import FlinkException, NvmlError
 from flink_gpu.framework import ExternalResourceDriver, ExternalResourceDriverFactory
 from flink_gpu.gpu.info import GPUInfo
@@ -14,6 +14,9 @@ from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, GPUDriverOptions
 from flink_gpu.gpu.settings import GPUDriverSettings
 
 _log = logging.getLogger("flink_gpu.gpu.driver")
+
+#: Flink's GPUDriver takes its amount as a Java long.
+_FLINK_AMOUNT_MAX = 2**63 - 1
 
 _SCRIPT_PATH_KEY = (
     f"external-resource.<resource_name>.param.{GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key}")
@@ -47,11 +50,19 @@ class GPUDriver(ExternalResourceDriver):
         self.reason = reason  # why that backend was chosen, for logs and `flink-gpu doctor`
 
     def retrieve_resource_info(self, amount: int) -> frozenset[GPUInfo]:
-        """The GPUs for a worker asking for ``amount`` of them, as an immutable set."""
-        amount = operator.index(amount)
+        """The GPUs for a worker asking for ``amount`` of them, as an immutable set.
+
+        An amount that is no int (a bool, float, str…) is a :class:`TypeError` naming it; one that
+        is not positive, Flink's :class:`ValueError`; one beyond a Java long, a
+        :class:`~flink_gpu.FlinkException` (no host has that many GPUs).
+        """
+        amount = whole_amount(amount)
         if amount <= 0:
             raise ValueError(
                 "The gpuAmount should be positive when retrieving the GPU resource information.")
+        if amount > _FLINK_AMOUNT_MAX:  # the stock script's bash would wrap it around to a small count
+            raise FlinkException(f"Could not get enough GPU resources: {amount} requested, more than "
+                                 f"any host has (Flink's amounts are at most {_FLINK_AMOUNT_MAX}).")
         if self._closed:
             raise FlinkException("This GPUDriver has been closed.")
         return self._backend.retrieve(amount)
