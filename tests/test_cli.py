@@ -15,6 +15,7 @@ import pytest
 import flink_gpu
 from conftest import child_env, run_python
 from support.interop import find_discovery_executable
+from support.files import make_odd_path
 
 JAVA_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
 UUID0 = "GPU-00000000-0000-4000-8000-000000000000"
@@ -1055,16 +1056,7 @@ def test_doctor_and_resources_refuse_an_alias_bomb_at_once(tmp_path):
 def test_every_file_argument_that_is_not_a_regular_file_is_refused_saying_what_it_is(tmp_path, kind):
     conf = tmp_path / "flink-conf.yaml"
     conf.write_text(RESOURCES_CONF)
-    path = tmp_path / "odd"
-    if kind == "fifo":
-        os.mkfifo(path)
-        what = "a FIFO (named pipe)"
-    elif kind == "directory":
-        path.mkdir()
-        what = "a directory"
-    else:
-        path = Path("/dev/zero")
-        what = "a character device"
+    path, what = make_odd_path(tmp_path / "odd", kind)
     cases = [(("--simulate-spec", path, "list"), 2, f"--simulate-spec: The simulator spec file {path}"),
              (("resources", conf, "--pod-template", path), 2,
               f"--pod-template: The pod template file {path}")]

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from flink_gpu import Configuration, ConfigOption, IllegalConfigurationException, config_option
 from flink_gpu.config import Duration, split_escaped, to_java_string
+from support.files import make_odd_path
 
 AMOUNT = ConfigOption("external-resource.gpu.amount", int)
 LIST = config_option("external-resources", list, [])
@@ -534,16 +535,7 @@ def test_a_configuration_path_that_is_not_a_regular_file_is_refused_without_bloc
     name = "flink-conf.yaml" if legacy else "config.yaml"
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
-    path = conf_dir / name
-    if kind == "fifo":
-        os.mkfifo(path)
-        what = "a FIFO (named pipe)"
-    elif kind == "directory":
-        path.mkdir()
-        what = "a directory"
-    else:
-        path.symlink_to("/dev/zero")  # endless if it were read
-        what = "a character device"
+    path, what = make_odd_path(conf_dir / name, kind)
     # the file itself (a directory given is a conf directory), or the conf directory it is in
     for given in ([path] if kind != "directory" else []) + [conf_dir]:
         with pytest.raises(OSError) as error:

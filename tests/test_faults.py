@@ -28,6 +28,7 @@ from flink_gpu import (Configuration, FlinkException, GPUDriverFactory, IllegalC
                        coordination, simulator)
 from flink_gpu.framework import load_external_resources
 from conftest import dead_pid, proc_start_time
+from support.files import make_odd_path
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
 JAVA_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
@@ -866,24 +867,7 @@ class _Blocked(BaseException):
 
 
 def _odd_path(tmp_path, kind):
-    """A path that is a FIFO (no writer: a read blocks), a directory, a socket or /dev/zero
-    (endless), and what the refusal calls it."""
-    import socket
-
-    path = tmp_path / "odd"
-    if kind == "fifo":
-        os.mkfifo(path)
-        return path, "a FIFO (named pipe)"
-    if kind == "directory":
-        path.mkdir()
-        return path, "a directory"
-    if kind == "socket":
-        server = socket.socket(socket.AF_UNIX)
-        server.bind(str(path))
-        server.close()  # the socket file stays
-        return path, "a socket"
-    path.symlink_to("/dev/zero")
-    return path, "a character device"
+    return make_odd_path(tmp_path / "odd", kind)
 
 
 def _read_pod_template(path):

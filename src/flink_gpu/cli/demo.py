@@ -158,7 +158,7 @@ def run(args) -> int:
                 where = ("the NVML simulator" if simulated else "this host's driver")
                 print(f"A host with {len(devices)} GPUs ({where}: {nvml.library_path}).")
                 print(f"Workers coordinate through {path},\nas TaskManagers with "
-                      "--enable-coordination-mode do through /var/tmp/flink-gpu-coordination.\n")
+                      f"--enable-coordination-mode do through {coordination.DEFAULT_PATH}.\n")
                 print(f"Three workers start one after another and claim "
                       f"{' + '.join(map(str, amounts))} GPUs:\n")
             for number, amount in enumerate(amounts, start=1):
