@@ -21,11 +21,6 @@ FACES = {"flink_gpu.nvml", "flink_gpu.coordination", "flink_gpu.script_protocol"
          "flink_gpu.gpu_index"}
 NATIVE = "flink_gpu._native"
 
-#: Modules still being moved to the public faces by another workstream (none now). Paths are
-#: relative to src/; a directory exempts everything under it.
-PENDING_MIGRATION: "set[str]" = set()
-
-
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
@@ -129,17 +124,12 @@ def package_modules() -> "dict[str, tuple[Path, bool]]":
     return out
 
 
-def _pending(path: Path) -> bool:
-    relative = path.relative_to(SRC).as_posix()
-    return any(relative == entry or relative.startswith(entry + "/") for entry in PENDING_MIGRATION)
-
-
 def test_no_module_crosses_a_boundary():
     modules = package_modules()
     kinds = {name: is_package for name, (_, is_package) in modules.items()}
     found = []
     for name, (path, _) in modules.items():
-        if path.suffix == ".py" and not _pending(path):
+        if path.suffix == ".py":
             found += violations(name, path.read_text(encoding="utf-8"), kinds)
     assert found == []
 

@@ -277,13 +277,34 @@ def test_a_coordination_file_flag_without_a_value_means_the_default_file_with_a_
                for r in caplog.records)
 
 
-def test_unreadable_settings_are_reported(tmp_path, monkeypatch):
+def test_our_invalid_options_do_not_change_what_the_java_plugin_records(tmp_path, monkeypatch):
+    # Flink's Java plugin never reads discovery-mode: its TaskManager records its GPUs in the
+    # --coordination-file of its args, and that is the file the worker must read
+    path = tmp_path / "coordination"
     monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(
-        tmp_path / "conf", "--enable-coordination-mode", extra="external-resource.gpu.param.discovery-mode: gpu\n")))
-    reason = reason_of()
-    assert "could not read 'external-resource.gpu.param.discovery-script.args'" in reason
-    assert "Invalid value 'gpu' for key 'external-resource.gpu.param.discovery-mode'" in reason
-    assert DEFAULT_COORDINATION_FILE in reason
+        tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}",
+        extra="external-resource.gpu.param.discovery-mode: gpu\n")))
+    coordination.claim(2, ["0", "1"], path=path)
+    try:
+        lookup = lookup_external_resource_infos(None, "gpu")
+        assert lookup.coordination_file == str(path)
+        assert sorted(info.index for info in lookup.infos) == ["0", "1"]
+    finally:
+        coordination.release(path=path)
+
+
+def test_a_python_gpu_driver_that_cannot_be_built_gives_nothing(tmp_path, monkeypatch):
+    # our own factory validates discovery-mode: the TaskManager's driver is never built, so
+    # Flink gives the operator nothing, and no coordination file is read
+    conf_dir = write_conf(tmp_path / "conf", "--enable-coordination-mode",
+                          extra="external-resource.gpu.param.discovery-mode: gpu\n")
+    config = conf_dir / "config.yaml"
+    config.write_text(config.read_text().replace(GPU_FACTORY, "flink_gpu.GPUDriverFactory"))
+    monkeypatch.setenv("FLINK_CONF_DIR", str(conf_dir))
+    lookup = lookup_external_resource_infos(None, "gpu")
+    assert lookup.infos == frozenset() and lookup.coordination_file is None
+    assert "the GPU driver of 'gpu' cannot be built" in lookup.reason
+    assert "Invalid value 'gpu' for key 'external-resource.gpu.param.discovery-mode'" in lookup.reason
 
 
 def test_coordination_mode_off(tmp_path, monkeypatch):

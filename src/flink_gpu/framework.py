@@ -31,9 +31,11 @@ __all__ = [
     "ExternalResourceDriverFactory",
     "ExternalResourceInfo",
     "ExternalResourceInfoProvider",
+    "JAVA_GPU_FACTORY",
     "FactoryLoadError",
     "FactoryNotFoundError",
     "amount_key",
+    "configured_factory_name",
     "driver_factory_key",
     "external_resource_amounts",
     "external_resource_names",
@@ -55,9 +57,8 @@ NONE = "none"
 
 # Flink's Java factory names that map to a factory of this package, so that an unchanged Flink
 # configuration works.
-JAVA_FACTORY_ALIASES = MappingProxyType({
-    "org.apache.flink.externalresource.gpu.GPUDriverFactory": "flink_gpu.gpu.GPUDriverFactory",
-})
+JAVA_GPU_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
+JAVA_FACTORY_ALIASES = MappingProxyType({JAVA_GPU_FACTORY: "flink_gpu.gpu.GPUDriverFactory"})
 
 
 #: The suffixes of a resource's own keys, ``external-resource.<name>.<suffix>`` (docs/design.md §2.1).
@@ -81,6 +82,13 @@ def driver_factory_key(name: str) -> str:
 
 def param_prefix(name: str) -> str:
     return system_config_key(name, PARAM_SUFFIX) + "."
+
+
+def configured_factory_name(config: Configuration, name: str) -> str | None:
+    """``driver-factory.class`` of resource ``name`` as a TaskManager loads it (not stripped), or
+    None when it is unset or blank, which makes Flink skip the resource."""
+    value = config.get_string(driver_factory_key(name))
+    return None if value is None or not value.strip() else value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,14 +429,15 @@ def load_external_resources(
     registered = _EntryPoints()  # scanned once for all names, and only if a name needs it
     for name in names:
         key = driver_factory_key(name)
-        factory_name = config.get_string(key)
-        if factory_name is None or not factory_name.strip():
+        factory_name = configured_factory_name(config, name)
+        if factory_name is None:
             LOG.warning("Could not find driver class name for %s. Please make sure %s is "
                         "configured.", name, key)
             reasons[name].append(f"{key} is not set")
             continue
         try:
-            factory = factories.get(factory_name) or _load_factory(factory_name, registered)
+            factory = (factories[factory_name] if factory_name in factories
+                       else _load_factory(factory_name, registered))
         except FactoryNotFoundError as error:
             LOG.warning("Could not find factory class %s for %s.", factory_name, name)
             reasons[name].append(f"factory class {factory_name} was not found ({error.detail})")

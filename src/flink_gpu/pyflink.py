@@ -152,7 +152,7 @@ def _taskmanager_view(name: str) -> _TaskManagerView:
     rules Flink's TaskManager applies before it runs any driver: the resource must be enabled, with
     a positive amount and a loadable driver factory; its discovery must be in coordination mode."""
     from flink_gpu.coordination import DEFAULT_PATH
-    from flink_gpu.framework import param_prefix
+    from flink_gpu.framework import JAVA_GPU_FACTORY, configured_factory_name, param_prefix
     from flink_gpu.gpu.options import GPUDriverOptions
 
     key = param_prefix(name) + GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key
@@ -174,12 +174,18 @@ def _taskmanager_view(name: str) -> _TaskManagerView:
     amount, refusal = _configured_amount(conf, name)
     if refusal is not None:
         return _TaskManagerView(None, [f"{where}: {refusal}, so the TaskManager discovered nothing"])
+    params = conf.prefixed(param_prefix(name))
     try:
-        settings = GPUDriverSettings.from_config(conf.prefixed(param_prefix(name)), name)
+        if configured_factory_name(conf, name) == JAVA_GPU_FACTORY:
+            # Flink's Java plugin reads only the script's path and args: our options' errors
+            # do not stop it
+            settings = GPUDriverSettings.from_config_lenient(params, name)
+        else:
+            settings = GPUDriverSettings.from_config(params, name)
     except Exception as error:
-        return _TaskManagerView(DEFAULT_PATH, [
-            f"could not read '{key}' from {where} ({error}); used the default coordination file "
-            f"{DEFAULT_PATH}"])
+        return _TaskManagerView(None, [
+            f"{where}: the GPU driver of '{name}' cannot be built ({error}), so the TaskManager "
+            "discovered nothing"])
     # every UDF's open() looks this up: say what is wrong with the args once per process
     if (key, settings.script_args_text) not in _ARGS_WARNED:
         settings.warn_ignored_args()
@@ -198,8 +204,8 @@ def _configured_amount(conf: Any, name: str) -> tuple[int | None, str | None]:
     ``name`` whatever its driver would find: the framework's own rules, as the TaskManager applies
     them."""
     from flink_gpu.framework import (
-        EXTERNAL_RESOURCE_LIST, amount_key, driver_factory_key, external_resource_amounts,
-        external_resource_names, load_factory)
+        EXTERNAL_RESOURCE_LIST, amount_key, configured_factory_name, driver_factory_key,
+        external_resource_amounts, external_resource_names, load_factory)
 
     list_key = EXTERNAL_RESOURCE_LIST.key
     try:
@@ -219,8 +225,8 @@ def _configured_amount(conf: Any, name: str) -> tuple[int | None, str | None]:
         return None, (f"'{name}' has no valid amount: '{amount_key(name)}' is {amount!r}; "
                       "it must be positive")
     factory_key = driver_factory_key(name)
-    factory_name = conf.get_string(factory_key)
-    if factory_name is None or not factory_name.strip():
+    factory_name = configured_factory_name(conf, name)
+    if factory_name is None:
         return None, f"'{name}' has no driver factory: '{factory_key}' is not set"
     try:
         load_factory(factory_name)
@@ -264,7 +270,7 @@ def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo],
         from flink_gpu.nvml import open_library
 
         devices = {str(device.index): gpu_info(device) for device in open_library(library).devices()}
-    except (ImportError, NvmlError) as error:
+    except NvmlError as error:
         return [GPUInfo(index) for index in indices], f"NVML is not available ({error}); infos carry the index only"
     return [devices.get(index) or GPUInfo(index) for index in indices], None
 

@@ -8,7 +8,7 @@ from typing import Mapping
 from flink_gpu.config import Configuration
 from flink_gpu.coordination import whole_amount
 from flink_gpu.errors import FlinkException, NvmlError
-from flink_gpu.framework import ExternalResourceDriver, ExternalResourceDriverFactory
+from flink_gpu.framework import ExternalResourceDriver, ExternalResourceDriverFactory, param_prefix
 from flink_gpu.gpu.info import GPUInfo
 from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, GPUDriverOptions
 from flink_gpu.gpu.settings import GPUDriverSettings
@@ -18,8 +18,8 @@ _log = logging.getLogger("flink_gpu.gpu.driver")
 #: Flink's GPUDriver takes its amount as a Java long.
 _FLINK_AMOUNT_MAX = 2**63 - 1
 
-_SCRIPT_PATH_KEY = (
-    f"external-resource.<resource_name>.param.{GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key}")
+# a driver built from its param keys alone does not know its resource's name: Flink's placeholder
+_UNKNOWN_RESOURCE = "<resource_name>"
 
 
 class GPUDriver(ExternalResourceDriver):
@@ -91,7 +91,9 @@ class GPUDriverFactory(ExternalResourceDriverFactory):
 def _script_backend(settings: GPUDriverSettings, path: str):
     from flink_gpu.gpu.script import ScriptDiscovery, check_script
 
-    return ScriptDiscovery(check_script(path, _SCRIPT_PATH_KEY), settings)
+    key = param_prefix(settings.resource_name or _UNKNOWN_RESOURCE) + \
+        GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key
+    return ScriptDiscovery(check_script(path, key), settings)
 
 
 def _open_nvml(library_path: str | None):

@@ -14,7 +14,7 @@ from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
-from flink_gpu.script_protocol import ScriptArgs, parse_script_args
+from flink_gpu.script_protocol import ScriptArgs, parse_script_args, warn_ignored
 
 
 @dataclass(frozen=True)
@@ -61,14 +61,33 @@ class GPUDriverSettings:
                    script_args=parse_script_args(args, warn=False), timeout=timeout,
                    library_path=library_path, resource_name=resource_name)
 
+    @classmethod
+    def from_config_lenient(cls, params: "Configuration | Mapping[str, object] | None",
+                            resource_name: "str | None" = None) -> GPUDriverSettings:
+        """As :meth:`from_config`, but an invalid option of ours (``discovery-mode``,
+        ``discovery-script.timeout``) takes its default instead of failing; valid ones are kept.
+
+        That is what Flink's Java GPU plugin, which reads only ``discovery-script.path`` and
+        ``.args``, makes of such a configuration, so readers of one (doctor, the PyFlink bridge)
+        see what its TaskManager does; doctor also uses it to go on checking after it reported
+        the invalid option."""
+        given = Configuration.coerce(params).to_dict()
+        ours = (GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key)
+        for left_out in ((), ours[:1], ours[1:], ours):
+            try:
+                return cls.from_config({k: v for k, v in given.items() if k not in left_out},
+                                       resource_name)
+            except IllegalConfigurationException:
+                if left_out == ours:
+                    raise
+        raise AssertionError("unreachable")
+
     def key(self, option: ConfigOption) -> str:
         """The key of ``option`` as the user wrote it: full when the resource is known."""
         return _key(option, self.resource_name)
 
     def warn_ignored_args(self) -> None:
         """WARN about what the stock script's grammar ignores in ``discovery-script.args``."""
-        from flink_gpu.script_protocol import warn_ignored
-
         warn_ignored(self.script_args, self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG),
                      self.script_args_text)
 

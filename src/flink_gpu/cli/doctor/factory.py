@@ -6,20 +6,19 @@ import difflib
 
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.config import Configuration
-from flink_gpu.framework import (ENTRY_POINT_GROUP, FactoryLoadError, FactoryNotFoundError,
-                                 driver_factory_key, load_factory)
-
-JAVA_GPU_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
+from flink_gpu.framework import (ENTRY_POINT_GROUP, JAVA_GPU_FACTORY, FactoryLoadError,
+                                 FactoryNotFoundError, configured_factory_name, driver_factory_key,
+                                 load_factory, param_prefix)
 
 
 def check_factory(checkup: Checkup, name: str):
     """(the factory, its configured name); the factory is None when none can be loaded."""
     key = driver_factory_key(name)
-    value = checkup.config.get_string(key)
-    if value is None or not value.strip():
+    value = configured_factory_name(checkup.config, name)
+    if value is None:
         checkup.add("error", "factory", f"{key} is not set: a TaskManager loads no driver for "
                     f"{name!r}.", f"For GPUs set `{key}: {JAVA_GPU_FACTORY}`.", resource=name)
-        return None, value
+        return None, checkup.config.get_string(key)
     # The framework's own loader, so that doctor resolves names exactly as a worker does.
     try:
         factory = load_factory(value)  # not stripped: a worker (and Flink) does not strip it
@@ -57,7 +56,7 @@ def check_other_driver(checkup: Checkup, name: str, factory, factory_name: str,
     except Exception as error:
         checkup.add("error", "driver", f"Factory {factory_name} cannot create the driver of "
                     f"{name!r}: {type(error).__name__}: {error}",
-                    f"Fix the external-resource.{name}.param.* keys the factory reads.",
+                    f"Fix the {param_prefix(name)}* keys the factory reads.",
                     resource=name)
         return
     close = getattr(driver, "close", None)

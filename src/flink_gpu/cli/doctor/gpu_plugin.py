@@ -13,22 +13,18 @@ import os
 import shlex
 
 from flink_gpu.cli.doctor.coordination import check_coordination
-from flink_gpu.cli.doctor.factory import JAVA_GPU_FACTORY
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.cli.doctor.gpu_count import check_gpu_count
 from flink_gpu.cli.doctor.script import check_script, run_script, script_fix
 from flink_gpu.cli.doctor.script_args import check_args
 from flink_gpu.config import Configuration
 from flink_gpu.errors import FlinkException, IllegalConfigurationException, NvmlError
-from flink_gpu.framework import param_prefix
+from flink_gpu.framework import JAVA_GPU_FACTORY, param_prefix
 from flink_gpu.gpu.options import GPUDriverOptions
 from flink_gpu.gpu.script import check_script as usable_script
 from flink_gpu.gpu.settings import GPUDriverSettings
 
 _STOCK_SCRIPTS = ("nvidia-gpu-discovery.sh", "flink-gpu-discovery")
-# the options GPUDriverSettings validates, left out one by one when they are bad
-_MODE = GPUDriverOptions.DISCOVERY_MODE.key
-_TIMEOUT = GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key
 
 
 def check_params(checkup: Checkup, name: str, params: Configuration, java: bool) -> None:
@@ -52,30 +48,9 @@ def check_params(checkup: Checkup, name: str, params: Configuration, java: bool)
                     f"Remove it; the plugin reads {', '.join(flink_keys + ours)}.", resource=name)
 
 
-def read_settings(params: Configuration, name: str) -> GPUDriverSettings:
-    """The resource's settings, read as its driver reads them.
-
-    A bad discovery-mode or discovery-script.timeout (the driver check reports it; Flink's Java
-    plugin never reads either) is left out, so that the checks after it still see the script, its
-    arguments and the NVML library.
-    """
-    given = params.to_dict()
-
-    def without(*bad: str) -> GPUDriverSettings:
-        return GPUDriverSettings.from_config(
-            {key: value for key, value in given.items() if key not in bad}, name)
-
-    for bad in ((), (_MODE,), (_TIMEOUT,)):
-        try:
-            return without(*bad)
-        except IllegalConfigurationException:
-            pass
-    return without(_MODE, _TIMEOUT)
-
-
 def check_java_gpu(checkup: Checkup, name: str, params: Configuration,
                    amount: "int | None") -> None:
-    settings = read_settings(params, name)
+    settings = GPUDriverSettings.from_config_lenient(params, name)
     _check_plugin_jar(checkup, name)
     script = check_script(checkup, name, settings)
     _check_gpus(checkup, name, settings, amount, "script", script)
@@ -83,7 +58,9 @@ def check_java_gpu(checkup: Checkup, name: str, params: Configuration,
 
 def check_python_gpu(checkup: Checkup, name: str, factory, params: Configuration,
                      amount: "int | None") -> None:
-    settings = read_settings(params, name)
+    # a bad mode or timeout is reported by the driver check below; the checks after it still see
+    # the script, its arguments and the NVML library
+    settings = GPUDriverSettings.from_config_lenient(params, name)
     try:
         driver = factory.create_external_resource_driver(params)  # as a worker builds it
     except (FileNotFoundError, FlinkException, IllegalConfigurationException) as error:

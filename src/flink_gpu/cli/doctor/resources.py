@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import difflib
 
-from flink_gpu.cli.doctor.factory import JAVA_GPU_FACTORY
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.deployment import KUBERNETES_CONFIG_KEY_SUFFIX, YARN_CONFIG_KEY_SUFFIX
 from flink_gpu.errors import IllegalConfigurationException
-from flink_gpu.framework import (AMOUNT_SUFFIX, DRIVER_FACTORY_SUFFIX, PARAM_SUFFIX, amount_key,
+from flink_gpu.framework import (AMOUNT_SUFFIX, DRIVER_FACTORY_SUFFIX, EXTERNAL_RESOURCE_LIST,
+                                 JAVA_GPU_FACTORY, PARAM_SUFFIX, amount_key, driver_factory_key,
                                  external_resource_names)
 
 # the key suffixes of a resource (docs/design.md §2.1), to find resources that are configured but
@@ -19,15 +19,15 @@ _RESOURCE_SUFFIXES = tuple(f".{suffix}" for suffix in (
 
 
 def _gpu_snippet(name: str = "gpu", amount: int = 1) -> str:
-    return "\n".join((f"external-resources: {name}",
-                      f"external-resource.{name}.amount: {amount}",
-                      f"external-resource.{name}.driver-factory.class: {JAVA_GPU_FACTORY}"))
+    return "\n".join((f"{EXTERNAL_RESOURCE_LIST.key}: {name}",
+                      f"{amount_key(name)}: {amount}",
+                      f"{driver_factory_key(name)}: {JAVA_GPU_FACTORY}"))
 
 
 def check_resource_list(checkup: Checkup) -> "list[str]":
     """The names external-resources lists, with findings for configured names it does not list."""
     config = checkup.config
-    raw_list = config.get_string("external-resources")
+    raw_list = config.get_string(EXTERNAL_RESOURCE_LIST.key)
     try:
         names = external_resource_names(config)
     except IllegalConfigurationException as error:
