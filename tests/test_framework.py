@@ -174,13 +174,15 @@ def test_factory_by_import_path(factory, drivers):
     assert provider.get_external_resource_infos("gpu") == {drivers.SlotInfo("0")}
 
 
-def test_a_factory_is_instantiated_once_for_several_resources(drivers):
-    drivers.RecordingFactory.instances = 0
+@pytest.mark.parametrize("factory", ["RecordingFactory", "FalsyRecordingFactory"])
+def test_a_factory_is_instantiated_once_for_several_resources(drivers, factory):
+    cls = getattr(drivers, factory)
+    cls.instances = 0
     config = {"external-resources": "a;b",
-              **resource("a", 1, "flink_gpu_test_drivers.RecordingFactory"),
-              **resource("b", 2, "flink_gpu_test_drivers.RecordingFactory", offset="10")}
+              **resource("a", 1, f"flink_gpu_test_drivers.{factory}"),
+              **resource("b", 2, f"flink_gpu_test_drivers.{factory}", offset="10")}
     provider = load_external_resources(config)
-    assert drivers.RecordingFactory.instances == 1
+    assert cls.instances == 1
     assert provider.get_external_resource_infos("b") == {drivers.SlotInfo("10"), drivers.SlotInfo("11")}
 
 
