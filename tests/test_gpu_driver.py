@@ -226,3 +226,43 @@ def test_a_bad_timeout_is_an_error_whichever_backend_is_chosen():
     with pytest.raises(IllegalConfigurationException,
                        match="Could not parse value 'soon' for key 'discovery-script.timeout'"):
         GPUDriver({"discovery-mode": "nvml", "discovery-script.timeout": "soon"})
+
+
+# --- busy-gpus: what the NVML backend does with GPUs that run other processes ---------------------
+
+def test_busy_gpus_option():
+    assert GPUDriverOptions.BUSY_GPUS.key == "busy-gpus"
+    assert GPUDriverOptions.BUSY_GPUS.default_value == "avoid"
+
+
+@pytest.mark.parametrize("value, policy", [("avoid", "avoid"), ("exclude", "exclude"),
+                                           ("ignore", "ignore"), (" Exclude ", "exclude"),
+                                           ("IGNORE", "ignore")])
+def test_busy_gpus_each_value_is_read_once_into_the_settings(value, policy):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    settings = GPUDriverSettings.from_config({"busy-gpus": value})
+    assert (settings.busy_gpus, settings.busy_gpus_set) == (policy, True)
+
+
+def test_busy_gpus_defaults_to_avoid_and_is_not_set():
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    settings = GPUDriverSettings.from_config({})
+    assert (settings.busy_gpus, settings.busy_gpus_set) == ("avoid", False)
+
+
+def test_an_unknown_busy_gpus_names_the_full_key_and_the_allowed_values():
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    with pytest.raises(IllegalConfigurationException) as error:
+        GPUDriverSettings.from_config({"busy-gpus": "never"}, "gpu")
+    assert str(error.value) == ("Invalid value 'never' for key "
+                                "'external-resource.gpu.param.busy-gpus': expected one of "
+                                "avoid, exclude, ignore.")
+
+
+def test_an_unknown_busy_gpus_fails_the_driver_before_a_backend_is_chosen(script):
+    # validated with the other options, whichever backend would have been chosen
+    with pytest.raises(IllegalConfigurationException, match="'busy-gpus': expected one of avoid"):
+        GPUDriver({"discovery-script.path": script, "busy-gpus": ""})

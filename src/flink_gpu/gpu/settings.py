@@ -13,7 +13,7 @@ from typing import Mapping
 from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
-from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
+from flink_gpu.gpu.options import BUSY_GPUS_POLICIES, DISCOVERY_MODES, GPUDriverOptions
 from flink_gpu.script_protocol import ScriptArgs, parse_script_args
 
 
@@ -29,13 +29,15 @@ class GPUDriverSettings:
     timeout: float  # discovery-script.timeout, seconds, positive
     library_path: "str | None"  # nvml.library-path; None when unset or blank
     resource_name: "str | None" = None  # the resource whose params these are, when known
+    busy_gpus: str = "avoid"  # busy-gpus, lower case: "avoid", "exclude" or "ignore"
+    busy_gpus_set: bool = False  # busy-gpus is configured (it then overrides --busy-gpus in the args)
 
     @classmethod
     def from_config(cls, params: "Configuration | Mapping[str, object] | None",
                     resource_name: "str | None" = None) -> GPUDriverSettings:
         """The settings in ``params`` (the driver-relative keys, ``external-resource.<name>.param.``
-        stripped). Raises ``IllegalConfigurationException`` for a bad mode or timeout, naming the
-        full key when ``resource_name`` is given. Nothing is logged: :meth:`warn_ignored_args`
+        stripped). Raises ``IllegalConfigurationException`` for a bad mode, timeout or busy-gpus,
+        naming the full key when ``resource_name`` is given. Nothing is logged: :meth:`warn_ignored_args`
         WARNs about the arguments when a backend reads them."""
         config = Configuration.coerce(params)
         mode_option = GPUDriverOptions.DISCOVERY_MODE
@@ -51,6 +53,13 @@ class GPUDriverSettings:
             raise IllegalConfigurationException(
                 f"Invalid value for key '{_key(timeout_option, resource_name)}': the timeout must "
                 f"be positive, got {timeout} s.")
+        busy_option = GPUDriverOptions.BUSY_GPUS
+        value = config.get(busy_option)
+        busy_gpus = value.strip().lower()
+        if busy_gpus not in BUSY_GPUS_POLICIES:
+            raise IllegalConfigurationException(
+                f"Invalid value '{value}' for key '{_key(busy_option, resource_name)}': expected "
+                f"one of {', '.join(BUSY_GPUS_POLICIES)}.")
         args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
         library_path = config.get(GPUDriverOptions.NVML_LIBRARY_PATH)
         if library_path is not None and not library_path.strip():
@@ -59,7 +68,8 @@ class GPUDriverSettings:
         return cls(mode=mode, script_path=config.get(path_option),
                    script_path_set=config.contains(path_option), script_args_text=args,
                    script_args=parse_script_args(args, warn=False), timeout=timeout,
-                   library_path=library_path, resource_name=resource_name)
+                   library_path=library_path, resource_name=resource_name, busy_gpus=busy_gpus,
+                   busy_gpus_set=config.contains(busy_option))
 
     def key(self, option: ConfigOption) -> str:
         """The key of ``option`` as the user wrote it: full when the resource is known."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import glob
+import itertools
 import os
 import shlex
 
@@ -29,13 +30,14 @@ _STOCK_SCRIPTS = ("nvidia-gpu-discovery.sh", "flink-gpu-discovery")
 # the options GPUDriverSettings validates, left out one by one when they are bad
 _MODE = GPUDriverOptions.DISCOVERY_MODE.key
 _TIMEOUT = GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key
+_BUSY = GPUDriverOptions.BUSY_GPUS.key
 
 
 def check_params(checkup: Checkup, name: str, params: Configuration, java: bool) -> None:
     """Keys under ``param.`` the GPU plugin does not read: a typo is silently ignored."""
     flink_keys = [GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key, GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key]
     ours = [GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.NVML_LIBRARY_PATH.key,
-            GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key]
+            GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key, GPUDriverOptions.BUSY_GPUS.key]
     for key in params.keys():
         if key in flink_keys:
             continue
@@ -55,8 +57,8 @@ def check_params(checkup: Checkup, name: str, params: Configuration, java: bool)
 def read_settings(params: Configuration, name: str) -> GPUDriverSettings:
     """The resource's settings, read as its driver reads them.
 
-    A bad discovery-mode or discovery-script.timeout (the driver check reports it; Flink's Java
-    plugin never reads either) is left out, so that the checks after it still see the script, its
+    A bad discovery-mode, discovery-script.timeout or busy-gpus (the driver check reports it;
+    Flink's Java plugin never reads them) is left out, so that the checks after it still see the script, its
     arguments and the NVML library.
     """
     given = params.to_dict()
@@ -65,12 +67,14 @@ def read_settings(params: Configuration, name: str) -> GPUDriverSettings:
         return GPUDriverSettings.from_config(
             {key: value for key, value in given.items() if key not in bad}, name)
 
-    for bad in ((), (_MODE,), (_TIMEOUT,)):
-        try:
-            return without(*bad)
-        except IllegalConfigurationException:
-            pass
-    return without(_MODE, _TIMEOUT)
+    validated = (_MODE, _TIMEOUT, _BUSY)
+    for count in range(len(validated)):
+        for bad in itertools.combinations(validated, count):
+            try:
+                return without(*bad)
+            except IllegalConfigurationException:
+                pass
+    return without(*validated)
 
 
 def check_java_gpu(checkup: Checkup, name: str, params: Configuration,
