@@ -7,6 +7,7 @@ too, so that each option has one reading.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -14,7 +15,9 @@ from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import BUSY_GPUS_POLICIES, DISCOVERY_MODES, GPUDriverOptions
-from flink_gpu.script_protocol import ScriptArgs, parse_script_args
+from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args
+
+_log = logging.getLogger("flink_gpu.gpu.settings")
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,29 @@ class GPUDriverSettings:
     def key(self, option: ConfigOption) -> str:
         """The key of ``option`` as the user wrote it: full when the resource is known."""
         return _key(option, self.resource_name)
+
+    def busy_policy(self, warn: bool = True) -> str:
+        """The ``busy-gpus`` policy of the NVML backend (docs/design.md §9.1): the parameter when
+        it is set, else ``--busy-gpus`` in ``discovery-script.args``, else ``avoid``.
+
+        When both are set and differ the parameter wins, with a WARN unless ``warn`` is false. An unknown ``--busy-gpus``
+        value raises ``IllegalConfigurationException`` naming the args key and the allowed values
+        (the stock script would ignore the flag; only the NVML backend reads it).
+        """
+        in_args = self.script_args.busy_gpus
+        if in_args is not None and in_args not in BUSY_GPUS_POLICIES:
+            raise IllegalConfigurationException(
+                f"Invalid value '{in_args}' for {BUSY_GPUS_FLAG} in "
+                f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': expected one of "
+                f"{', '.join(BUSY_GPUS_POLICIES)}.")
+        if not self.busy_gpus_set:
+            return in_args or self.busy_gpus
+        if warn and in_args is not None and in_args != self.busy_gpus:
+            _log.warning("'%s' is '%s' but '%s' has %s %s; using '%s'.",
+                         self.key(GPUDriverOptions.BUSY_GPUS), self.busy_gpus,
+                         self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG), BUSY_GPUS_FLAG, in_args,
+                         self.busy_gpus)
+        return self.busy_gpus
 
     def warn_ignored_args(self) -> None:
         """WARN about what the stock script's grammar ignores in ``discovery-script.args``."""
