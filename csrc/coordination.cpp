@@ -76,11 +76,26 @@ Status open_and_read(const Options& opts, Access access, LockedFile* file, bool*
 }
 
 ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::string>& existing_in,
-                       std::size_t amount) {
+                       std::size_t amount, const std::vector<int>& ranks) {
     ClaimResult r;
     if (!(r.status = validate_owner(owner)).ok()) return r;
     std::vector<std::string> existing;
     if (!(r.status = validate_indices(existing_in, &existing)).ok()) return r;
+    if (!ranks.empty() && ranks.size() != existing_in.size()) {
+        r.status = make_status(StatusCode::kInvalidArgument,
+                               "Got " + std::to_string(ranks.size()) + " ranks for " +
+                                   std::to_string(existing_in.size()) + " GPU indices: give one rank per index.");
+        return r;
+    }
+    std::map<std::string, int> rank_of;  // the best rank given for an index
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+        auto it = rank_of.emplace(existing_in[i], ranks[i]).first;
+        if (ranks[i] < it->second) it->second = ranks[i];
+    }
+    auto rank = [&](const std::string& idx) {
+        auto it = rank_of.find(idx);
+        return it == rank_of.end() ? 0 : it->second;
+    };
     if (amount == 0) return r;
 
     Liveness live;
@@ -136,16 +151,24 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     }
     std::size_t need = amount - held.size();
     std::vector<std::string> take;
-    for (const std::string& idx : free_idx) {
-        if (need == 0) break;
-        take.push_back(idx);
-        --need;
-    }
-    for (const std::string& idx : reclaimable) {
-        if (need == 0) break;
-        take.push_back(idx);
-        r.reclaimed.push_back(idx);
-        --need;
+    // Rank by rank; within a rank free indices before reclaimable ones, each lowest first.
+    std::set<int> rank_order;
+    for (const std::string& idx : free_idx) rank_order.insert(rank(idx));
+    for (const std::string& idx : reclaimable) rank_order.insert(rank(idx));
+    for (const int current : rank_order) {
+        for (const std::string& idx : free_idx) {
+            if (need == 0) break;
+            if (rank(idx) != current) continue;
+            take.push_back(idx);
+            --need;
+        }
+        for (const std::string& idx : reclaimable) {
+            if (need == 0) break;
+            if (rank(idx) != current) continue;
+            take.push_back(idx);
+            r.reclaimed.push_back(idx);
+            --need;
+        }
     }
     if (need > 0) {
         std::string msg = "Could not get enough GPU resources. Requested " + std::to_string(amount) +
@@ -184,6 +207,7 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     r.indices.insert(r.indices.end(), take.begin(), take.end());
     sort_indices(&r.indices);
     sort_indices(&r.added);
+    sort_indices(&r.reclaimed);
     return r;
 }
 
@@ -272,8 +296,8 @@ Result guarded(Body body) noexcept {
 }  // namespace
 
 ClaimResult claim(const Options& opts, pid_t owner, const std::vector<std::string>& existing_indices,
-                  std::size_t amount) noexcept {
-    return guarded<ClaimResult>([&] { return claim_impl(opts, owner, existing_indices, amount); });
+                  std::size_t amount, const std::vector<int>& ranks) noexcept {
+    return guarded<ClaimResult>([&] { return claim_impl(opts, owner, existing_indices, amount, ranks); });
 }
 
 ReleaseResult release(const Options& opts, pid_t owner) noexcept {

@@ -86,8 +86,10 @@ struct CleanResult {
 // holding all of them until it releases them. Otherwise free indices first, then dead owners' indices,
 // lowest first. All or nothing: on kNotEnough the file is unchanged and the message says how many were
 // requested, how many exist and who holds the rest. amount == 0 returns nothing without touching the file.
+// `ranks`, when not empty, is parallel to `existing_indices` (gpu_choice.hpp's ranks): after what the
+// owner holds, lower ranks are taken first, and within a rank free indices before reclaimable ones.
 ClaimResult claim(const Options& opts, pid_t owner, const std::vector<std::string>& existing_indices,
-                  std::size_t amount) noexcept;
+                  std::size_t amount, const std::vector<int>& ranks = {}) noexcept;
 
 // Removes every line of `owner`. A missing file is not an error (nothing is held).
 ReleaseResult release(const Options& opts, pid_t owner) noexcept;

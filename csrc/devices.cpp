@@ -1,17 +1,12 @@
 #include "devices.hpp"
 
+#include "locality.hpp"
+
 #include <new>
 
 namespace flinkgpu {
 
 namespace {
-
-// Errors that say nothing about one device but about the library or driver as a whole.
-bool is_library_wide(int code) {
-    return code == NVML_ERROR_UNINITIALIZED || code == NVML_ERROR_DRIVER_NOT_LOADED ||
-           code == NVML_ERROR_LIB_RM_VERSION_MISMATCH || code == NVML_ERROR_LIBRARY_NOT_FOUND ||
-           code == NVML_ERROR_MEMORY;
-}
 
 // "Not there" answers: the property is simply absent for this device or driver.
 bool is_absent(int code) {
@@ -24,7 +19,7 @@ enum class Query { kOk, kAbsent, kSkip, kFail };
 Query classify(int code) {
     if (code == NVML_SUCCESS) return Query::kOk;
     if (is_absent(code)) return Query::kAbsent;
-    if (is_library_wide(code)) return Query::kFail;
+    if (is_library_wide_error(code)) return Query::kFail;
     return Query::kSkip;
 }
 
@@ -35,6 +30,9 @@ Query classify_property(int code) {
     if (code == NVML_ERROR_NO_PERMISSION) return Query::kAbsent;
     return classify(code);
 }
+
+// Room for 4096 CPUs in the affinity mask.
+constexpr unsigned kAffinityWords = 4096 / (sizeof(unsigned long) * 8);
 
 struct Failure {
     int code;
@@ -90,10 +88,26 @@ std::optional<Failure> query_device(const NvmlApi& api, nvmlDevice_t dev, Device
                           [&] { info->minor_number = minor; });
         if (f) return f;
     }
+    if (api.device_get_cpu_affinity_within_scope != nullptr) {
+        unsigned long mask[kAffinityWords] = {};
+        auto f = property(api.device_get_cpu_affinity_within_scope(dev, kAffinityWords, mask, NVML_AFFINITY_SCOPE_NODE),
+                          "nvmlDeviceGetCpuAffinityWithinScope", [&] {
+                              std::string cpus = cpulist(mask, kAffinityWords);
+                              if (!cpus.empty()) info->cpu_affinity = std::move(cpus);
+                          });
+        if (f) return f;
+    }
+    if (info->pci_bus_id) info->numa_node = pci_numa_node("/sys", *info->pci_bus_id);
     return std::nullopt;
 }
 
 }  // namespace
+
+bool is_library_wide_error(int code) noexcept {
+    return code == NVML_ERROR_UNINITIALIZED || code == NVML_ERROR_DRIVER_NOT_LOADED ||
+           code == NVML_ERROR_LIB_RM_VERSION_MISMATCH || code == NVML_ERROR_LIBRARY_NOT_FOUND ||
+           code == NVML_ERROR_MEMORY;
+}
 
 Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept {
     try {

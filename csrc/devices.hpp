@@ -16,6 +16,8 @@ struct DeviceInfo {
     std::optional<std::string> pci_bus_id;
     std::optional<unsigned long long> memory_total;  // bytes
     std::optional<unsigned> minor_number;            // /dev/nvidia<minor>
+    std::optional<std::string> cpu_affinity;         // the GPU's NUMA-local CPUs as a cpulist
+    std::optional<int> numa_node;                    // from sysfs; absent when unknown
 };
 
 // A device that exists but cannot be handed out (no permission, lost, ...).
@@ -36,6 +38,9 @@ struct Enumeration {
 // Errors that concern the whole library (uninitialised, driver gone, version mismatch) fail the
 // call. Never throws.
 Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept;
+
+// Errors that say nothing about one device but about the library or driver as a whole.
+bool is_library_wide_error(int code) noexcept;
 
 // The driver's version string; left empty when the driver does not support the query.
 Status query_driver_version(const NvmlLibrary& lib, std::optional<std::string>* out) noexcept;

@@ -1,12 +1,18 @@
 // flink-gpu-discovery: a native drop-in for Flink's nvidia-gpu-discovery.sh (docs/design.md §6.1).
 //
 //   flink-gpu-discovery <amount> [--enable-coordination-mode] [--coordination-file PATH]
+//                       [--busy-gpus avoid|exclude|ignore]
 //
 // Same arguments, stdout and exit codes as the stock script, so that a Java TaskManager can use it
 // as its discovery script; it asks NVML in-process instead of spawning nvidia-smi. Anything meant
-// for people goes to stderr: Flink parses stdout.
+// for people goes to stderr: Flink parses stdout. Beyond the stock script it chooses by the GPUs'
+// state (gpu_choice.hpp): unhealthy GPUs are never printed, and GPUs with processes that are not
+// the TaskManager's (our parent's) are avoided, excluded or ignored as --busy-gpus says.
 #include "coordination.hpp"
+#include "device_state.hpp"
 #include "devices.hpp"
+#include "gpu_index.hpp"
+#include "gpu_choice.hpp"
 #include "nvml_loader.hpp"
 #include "script_args.hpp"
 
@@ -27,6 +33,7 @@ const char* const kNotEnough = "Could not get enough GPU resources.";
 struct Arguments {
     long long amount = 0;
     flinkgpu::ScriptArgs script;
+    flinkgpu::BusyPolicy busy = flinkgpu::BusyPolicy::kAvoid;
 };
 
 // Parses like the stock script: the first argument is the amount, then its flags (script_args.hpp).
@@ -49,6 +56,11 @@ bool parse_arguments(int argc, char** argv, Arguments* args) {
             std::fprintf(stderr, "flink-gpu-discovery: ignoring unknown argument '%s' (known: %s, %s PATH)\n",
                          unknown.token.c_str(), flinkgpu::kEnableCoordinationFlag, flinkgpu::kCoordinationFileFlag);
         }
+    }
+    if (args->script.has_busy_gpus && !flinkgpu::parse_busy_policy(args->script.busy_gpus, &args->busy)) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s must be one of %s, got '%s'\n", flinkgpu::kBusyGpusFlag,
+                     flinkgpu::kBusyPolicyValues, args->script.busy_gpus.c_str());
+        return false;
     }
     if (args->script.file_value_missing) {
         std::fprintf(stderr, "flink-gpu-discovery: %s has no value; using the default coordination file %s\n",
@@ -83,21 +95,27 @@ bool contains(const std::vector<std::string>& v, const std::string& x) {
     return false;
 }
 
+// Names the GPUs the ranking left out, for a "not enough" message.
+std::string left_out_text(const flinkgpu::Ranking& ranking) {
+    std::string out;
+    for (const auto& [index, why] : ranking.left_out) out += "; GPU " + index + " left out (" + why + ")";
+    return out;
+}
+
 // Claims for our parent (the TaskManager, as the stock script records $PPID). Printed in the
 // stock script's order: what the owner already held, free GPUs, then those taken from dead owners.
-int claim_coordinated(const Arguments& args, const flinkgpu::Enumeration& found) {
+int claim_coordinated(const Arguments& args, const flinkgpu::Ranking& ranking) {
     namespace coord = flinkgpu::coordination;
     coord::Options opts;
     opts.path = args.script.coordination_file;
-    std::vector<std::string> existing;
-    for (const auto& d : found.devices) existing.push_back(std::to_string(d.index));
-    const coord::ClaimResult r = coord::claim(opts, getppid(), existing, static_cast<std::size_t>(args.amount));
+    const coord::ClaimResult r =
+        coord::claim(opts, getppid(), ranking.indices, static_cast<std::size_t>(args.amount), ranking.ranks);
     for (const auto& bad : r.unparsable)
         std::fprintf(stderr, "flink-gpu-discovery: %s:%zu: kept a line that is not '<index> <pid>': %s\n",
                      args.script.coordination_file.c_str(), bad.line_number, bad.text.c_str());
     if (r.status.code == flinkgpu::StatusCode::kNotEnough) {
         std::puts(kNotEnough);
-        std::fprintf(stderr, "flink-gpu-discovery: %s\n", r.status.message.c_str());
+        std::fprintf(stderr, "flink-gpu-discovery: %s%s\n", r.status.message.c_str(), left_out_text(ranking).c_str());
         return 1;
     }
     if (!r.status.ok()) {
@@ -145,14 +163,34 @@ int main(int argc, char** argv) {
     }
     for (const auto& skipped : found.skipped) std::fprintf(stderr, "flink-gpu-discovery: %s\n", skipped.reason.c_str());
 
-    if (args.script.coordination_mode) return claim_coordinated(args, found);
-    if (static_cast<unsigned long long>(args.amount) > found.devices.size()) {
-        std::puts(kNotEnough);
-        std::fprintf(stderr, "flink-gpu-discovery: %lld GPUs requested, %zu usable on this host\n", args.amount,
-                     found.devices.size());
+    // The state now, judged for our parent: it is the owner and the TaskManager.
+    std::vector<flinkgpu::DeviceState> states, usable;
+    status = flinkgpu::query_states(*lib, getppid(), getppid(), &states);
+    if (!status.ok()) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
         return 1;
     }
-    std::vector<std::string> chosen;
-    for (long long i = 0; i < args.amount; ++i) chosen.push_back(std::to_string(found.devices[i].index));
+    for (auto& state : states) {
+        for (const auto& d : found.devices) {
+            if (d.index == state.index) {
+                usable.push_back(std::move(state));
+                break;
+            }
+        }
+    }
+    const flinkgpu::Ranking ranking = flinkgpu::rank_gpus(usable, args.busy);
+    for (const auto& [index, why] : ranking.left_out)
+        std::fprintf(stderr, "flink-gpu-discovery: GPU %s left out: %s\n", index.c_str(), why.c_str());
+
+    if (args.script.coordination_mode) return claim_coordinated(args, ranking);
+    if (static_cast<unsigned long long>(args.amount) > ranking.indices.size()) {
+        std::puts(kNotEnough);
+        std::fprintf(stderr, "flink-gpu-discovery: %lld GPUs requested, %zu usable on this host%s\n", args.amount,
+                     ranking.indices.size(), left_out_text(ranking).c_str());
+        return 1;
+    }
+    // the best `amount`, printed in index order as the stock script prints its first ones
+    std::vector<std::string> chosen(ranking.indices.begin(), ranking.indices.begin() + args.amount);
+    flinkgpu::sort_indices(&chosen);
     return print_indices(chosen);
 }

@@ -106,7 +106,68 @@ std::string dl_error_text() {
     return e ? e : "unknown dynamic loader error";
 }
 
+const NvmlSymbolInfo kSymbols[kNvmlSymbolCount] = {
+    {"nvmlInit_v2", SymbolUse::kRequired},
+    {"nvmlInit", SymbolUse::kFallback},
+    {"nvmlErrorString", SymbolUse::kRequired},
+    {"nvmlDeviceGetCount_v2", SymbolUse::kRequired},
+    {"nvmlDeviceGetCount", SymbolUse::kFallback},
+    {"nvmlDeviceGetHandleByIndex_v2", SymbolUse::kRequired},
+    {"nvmlDeviceGetHandleByIndex", SymbolUse::kFallback},
+    {"nvmlDeviceGetUUID", SymbolUse::kOptional},
+    {"nvmlDeviceGetName", SymbolUse::kOptional},
+    {"nvmlDeviceGetPciInfo_v3", SymbolUse::kOptional},
+    {"nvmlDeviceGetPciInfo_v2", SymbolUse::kFallback},
+    {"nvmlDeviceGetPciInfo", SymbolUse::kFallback},
+    {"nvmlDeviceGetMemoryInfo", SymbolUse::kOptional},
+    {"nvmlDeviceGetMinorNumber", SymbolUse::kOptional},
+    {"nvmlSystemGetDriverVersion", SymbolUse::kOptional},
+    {"nvmlDeviceGetMemoryInfo_v2", SymbolUse::kOptional},
+    {"nvmlDeviceGetCpuAffinityWithinScope", SymbolUse::kOptional},
+    {"nvmlDeviceGetComputeMode", SymbolUse::kOptional},
+    {"nvmlDeviceValidateInforom", SymbolUse::kOptional},
+    {"nvmlDeviceGetRemappedRows", SymbolUse::kOptional},
+    {"nvmlDeviceGetEccMode", SymbolUse::kOptional},
+    {"nvmlDeviceGetTotalEccErrors", SymbolUse::kOptional},
+    {"nvmlDeviceGetRetiredPagesPendingStatus", SymbolUse::kOptional},
+    {"nvmlDeviceGetFieldValues", SymbolUse::kOptional},
+    {"nvmlDeviceGetRunningProcessDetailList", SymbolUse::kOptional},
+    {"nvmlDeviceGetConfComputeMemSizeInfo", SymbolUse::kOptional},
+    {"nvmlDeviceGetComputeRunningProcesses_v3", SymbolUse::kOptional},
+    {"nvmlDeviceGetComputeRunningProcesses_v2", SymbolUse::kFallback},
+    {"nvmlDeviceGetComputeRunningProcesses", SymbolUse::kFallback},
+    {"nvmlDeviceGetGraphicsRunningProcesses_v3", SymbolUse::kOptional},
+    {"nvmlDeviceGetGraphicsRunningProcesses_v2", SymbolUse::kFallback},
+    {"nvmlDeviceGetGraphicsRunningProcesses", SymbolUse::kFallback},
+    {"nvmlDeviceGetMPSComputeRunningProcesses_v3", SymbolUse::kOptional},
+    {"nvmlDeviceGetMPSComputeRunningProcesses_v2", SymbolUse::kFallback},
+    {"nvmlDeviceGetMPSComputeRunningProcesses", SymbolUse::kFallback},
+};
+
 }  // namespace
+
+const NvmlSymbolInfo& nvml_symbol(NvmlSymbol symbol) noexcept { return kSymbols[static_cast<std::size_t>(symbol)]; }
+
+ProcessApi choose_process_api(bool has_detail_list, bool has_v3, bool has_conf_compute_mem_size_info,
+                              bool has_v2, bool has_v1) noexcept {
+    if (has_detail_list) return ProcessApi::kDetailList;
+    if (has_v3) return has_conf_compute_mem_size_info ? ProcessApi::kV3R535 : ProcessApi::kV3;
+    if (has_v2) return ProcessApi::kV2;
+    if (has_v1) return ProcessApi::kV1;
+    return ProcessApi::kNone;
+}
+
+const char* process_api_name(ProcessApi api) noexcept {
+    switch (api) {
+        case ProcessApi::kDetailList: return "detail_list";
+        case ProcessApi::kV3: return "v3";
+        case ProcessApi::kV3R535: return "v3_r535";
+        case ProcessApi::kV2: return "v2";
+        case ProcessApi::kV1: return "v1";
+        case ProcessApi::kNone: break;
+    }
+    return "none";
+}
 
 struct LibraryRegistry {
     // Libraries stay loaded for the life of the process: NVML handles and the symbol table must
@@ -117,12 +178,21 @@ struct LibraryRegistry {
     }
 
     template <typename Fn>
-    static bool resolve(void* handle, Fn* out, const char* name) {
-        *out = reinterpret_cast<Fn>(dlsym(handle, name));
+    static bool resolve(NvmlLibrary* lib, Fn* out, NvmlSymbol symbol) {
+        *out = reinterpret_cast<Fn>(dlsym(lib->handle_, nvml_symbol(symbol).name));
+        if (*out != nullptr) lib->resolved_.set(static_cast<std::size_t>(symbol));
         return *out != nullptr;
     }
 
+    static void resolve_processes(NvmlLibrary* lib, ProcessQueryFns* fns, NvmlSymbol v3, NvmlSymbol v2,
+                                  NvmlSymbol v1) {
+        if (resolve(lib, &fns->v3, v3)) return;
+        if (resolve(lib, &fns->v2, v2)) return;
+        resolve(lib, &fns->v1, v1);
+    }
+
     static NvmlLibrary* load(const std::string& path, Status* status) {
+        using S = NvmlSymbol;
         dlerror();
         void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
         if (handle == nullptr) {
@@ -141,14 +211,14 @@ struct LibraryRegistry {
         NvmlApi& api = lib->api_;
         const char* missing = nullptr;
         // Newer entry points first, the original ones of old drivers as fallback.
-        if (!resolve(handle, &lib->init_, "nvmlInit_v2") && !resolve(handle, &lib->init_, "nvmlInit"))
+        if (!resolve(lib, &lib->init_, S::kInitV2) && !resolve(lib, &lib->init_, S::kInit))
             missing = "nvmlInit_v2";
-        if (!resolve(handle, &api.error_string, "nvmlErrorString")) missing = "nvmlErrorString";
-        if (!resolve(handle, &api.device_get_count, "nvmlDeviceGetCount_v2") &&
-            !resolve(handle, &api.device_get_count, "nvmlDeviceGetCount"))
+        if (!resolve(lib, &api.error_string, S::kErrorString)) missing = "nvmlErrorString";
+        if (!resolve(lib, &api.device_get_count, S::kDeviceGetCountV2) &&
+            !resolve(lib, &api.device_get_count, S::kDeviceGetCount))
             missing = "nvmlDeviceGetCount_v2";
-        if (!resolve(handle, &api.device_get_handle_by_index, "nvmlDeviceGetHandleByIndex_v2") &&
-            !resolve(handle, &api.device_get_handle_by_index, "nvmlDeviceGetHandleByIndex"))
+        if (!resolve(lib, &api.device_get_handle_by_index, S::kDeviceGetHandleByIndexV2) &&
+            !resolve(lib, &api.device_get_handle_by_index, S::kDeviceGetHandleByIndex))
             missing = "nvmlDeviceGetHandleByIndex_v2";
         if (missing != nullptr) {
             status->code = StatusCode::kNvml;
@@ -162,16 +232,62 @@ struct LibraryRegistry {
             return nullptr;
         }
         // Optional queries: absent means "not supported by this driver", never an error.
-        resolve(handle, &api.device_get_uuid, "nvmlDeviceGetUUID");
-        resolve(handle, &api.device_get_name, "nvmlDeviceGetName");
-        if (!resolve(handle, &api.device_get_pci_info, "nvmlDeviceGetPciInfo_v3") &&
-            !resolve(handle, &api.device_get_pci_info, "nvmlDeviceGetPciInfo_v2")) {
+        resolve(lib, &api.device_get_uuid, S::kDeviceGetUuid);
+        resolve(lib, &api.device_get_name, S::kDeviceGetName);
+        if (!resolve(lib, &api.device_get_pci_info, S::kDeviceGetPciInfoV3) &&
+            !resolve(lib, &api.device_get_pci_info, S::kDeviceGetPciInfoV2)) {
             // v1 fills only a prefix of the struct: the 16-byte bus id there is today's busIdLegacy.
-            api.pci_info_v1 = resolve(handle, &api.device_get_pci_info, "nvmlDeviceGetPciInfo");
+            api.pci_info_v1 = resolve(lib, &api.device_get_pci_info, S::kDeviceGetPciInfo);
         }
-        resolve(handle, &api.device_get_memory_info, "nvmlDeviceGetMemoryInfo");
-        resolve(handle, &api.device_get_minor_number, "nvmlDeviceGetMinorNumber");
-        resolve(handle, &api.system_get_driver_version, "nvmlSystemGetDriverVersion");
+        resolve(lib, &api.device_get_memory_info, S::kDeviceGetMemoryInfo);
+        resolve(lib, &api.device_get_minor_number, S::kDeviceGetMinorNumber);
+        resolve(lib, &api.system_get_driver_version, S::kSystemGetDriverVersion);
+        resolve(lib, &api.device_get_memory_info_v2, S::kDeviceGetMemoryInfoV2);
+        resolve(lib, &api.device_get_cpu_affinity_within_scope, S::kDeviceGetCpuAffinityWithinScope);
+        resolve(lib, &api.device_get_compute_mode, S::kDeviceGetComputeMode);
+        resolve(lib, &api.device_validate_inforom, S::kDeviceValidateInforom);
+        resolve(lib, &api.device_get_remapped_rows, S::kDeviceGetRemappedRows);
+        resolve(lib, &api.device_get_ecc_mode, S::kDeviceGetEccMode);
+        resolve(lib, &api.device_get_total_ecc_errors, S::kDeviceGetTotalEccErrors);
+        resolve(lib, &api.device_get_retired_pages_pending_status, S::kDeviceGetRetiredPagesPendingStatus);
+        resolve(lib, &api.device_get_field_values, S::kDeviceGetFieldValues);
+        const bool detail = resolve(lib, &api.device_get_running_process_detail_list,
+                                    S::kDeviceGetRunningProcessDetailList);
+        void* conf_compute = nullptr;
+        const bool r535_era = resolve(lib, &conf_compute, S::kDeviceGetConfComputeMemSizeInfo);
+        // Also beside the detail list: a driver that answers it NOT_SUPPORTED has four-field *_v3.
+        resolve_processes(lib, &api.compute_processes, S::kDeviceGetComputeRunningProcessesV3,
+                          S::kDeviceGetComputeRunningProcessesV2, S::kDeviceGetComputeRunningProcesses);
+        resolve_processes(lib, &api.graphics_processes, S::kDeviceGetGraphicsRunningProcessesV3,
+                          S::kDeviceGetGraphicsRunningProcessesV2, S::kDeviceGetGraphicsRunningProcesses);
+        resolve_processes(lib, &api.mps_processes, S::kDeviceGetMpsComputeRunningProcessesV3,
+                          S::kDeviceGetMpsComputeRunningProcessesV2, S::kDeviceGetMpsComputeRunningProcesses);
+        // The compute query decides the generation; the others of a driver are of the same one.
+        const ProcessQueryFns& c = api.compute_processes;
+        api.process_api = choose_process_api(detail, c.v3 != nullptr, r535_era, c.v2 != nullptr, c.v1 != nullptr);
+        return lib;
+    }
+
+    // The cached library of `path`, loading it on first use; never initialises it.
+    static NvmlLibrary* find_or_load(const std::string& path, Status* status, unsigned long* generation) {
+        NvmlLibrary* lib = nullptr;
+        {
+            MutexGuard guard(&g_mutex);
+            auto& libs = libraries();
+            auto it = libs.find(path);
+            if (it != libs.end()) lib = it->second;
+            *generation = g_generation;
+        }
+        if (lib != nullptr) return lib;
+        lib = load(path, status);  // outside g_mutex: dlopen runs the library's code
+        if (lib == nullptr) return nullptr;  // not cached: the driver may be installed later
+        try {
+            MutexGuard guard(&g_mutex);
+            libraries().emplace(path, lib);
+        } catch (...) {
+            delete lib;  // the handle stays open (dlclose of libnvidia-ml is unsafe)
+            throw;
+        }
         return lib;
     }
 };
@@ -188,26 +304,9 @@ const NvmlLibrary* NvmlLibrary::acquire(const std::string& requested_path, Statu
         *status = Status();
         const std::string path = resolve_path(requested_path);
         InitGuard init_guard;
-        NvmlLibrary* lib = nullptr;
-        unsigned long generation;
-        {
-            MutexGuard guard(&g_mutex);
-            auto& libs = LibraryRegistry::libraries();
-            auto it = libs.find(path);
-            if (it != libs.end()) lib = it->second;
-            generation = g_generation;
-        }
-        if (lib == nullptr) {
-            lib = LibraryRegistry::load(path, status);  // outside g_mutex: dlopen runs the library's code
-            if (lib == nullptr) return nullptr;         // not cached: the driver may be installed later
-            try {
-                MutexGuard guard(&g_mutex);
-                LibraryRegistry::libraries().emplace(path, lib);
-            } catch (...) {
-                delete lib;  // the handle stays open (dlclose of libnvidia-ml is unsafe)
-                throw;
-            }
-        }
+        unsigned long generation = 0;
+        NvmlLibrary* lib = LibraryRegistry::find_or_load(path, status, &generation);
+        if (lib == nullptr) return nullptr;
         if (lib->initialized_generation_ != generation) {
             // Not cached on failure either: a driver that is loaded later is picked up.
             const nvmlReturn_t rc = lib->init_();
@@ -220,6 +319,19 @@ const NvmlLibrary* NvmlLibrary::acquire(const std::string& requested_path, Statu
         return lib;
     } catch (const std::bad_alloc&) {
         *status = nvml_failure_noexcept(NVML_ERROR_MEMORY, "acquire",
+                                        "Out of memory while loading the NVIDIA Management Library.");
+        return nullptr;
+    }
+}
+
+const NvmlLibrary* NvmlLibrary::probe(const std::string& requested_path, Status* status) noexcept {
+    try {
+        *status = Status();
+        InitGuard init_guard;
+        unsigned long generation = 0;
+        return LibraryRegistry::find_or_load(resolve_path(requested_path), status, &generation);
+    } catch (const std::bad_alloc&) {
+        *status = nvml_failure_noexcept(NVML_ERROR_MEMORY, "probe",
                                         "Out of memory while loading the NVIDIA Management Library.");
         return nullptr;
     }

@@ -8,9 +8,70 @@
 
 #include "status.hpp"
 
+#include <bitset>
+#include <cstddef>
 #include <string>
 
 namespace flinkgpu {
+
+// Every entry point the loader looks up (nvml_symbols() names them), so that a test can hold the
+// table against a real libnvidia-ml.
+enum class NvmlSymbol : int {
+    kInitV2, kInit, kErrorString, kDeviceGetCountV2, kDeviceGetCount, kDeviceGetHandleByIndexV2,
+    kDeviceGetHandleByIndex, kDeviceGetUuid, kDeviceGetName, kDeviceGetPciInfoV3, kDeviceGetPciInfoV2,
+    kDeviceGetPciInfo, kDeviceGetMemoryInfo, kDeviceGetMinorNumber, kSystemGetDriverVersion,
+    kDeviceGetMemoryInfoV2, kDeviceGetCpuAffinityWithinScope, kDeviceGetComputeMode,
+    kDeviceValidateInforom, kDeviceGetRemappedRows, kDeviceGetEccMode, kDeviceGetTotalEccErrors,
+    kDeviceGetRetiredPagesPendingStatus, kDeviceGetFieldValues, kDeviceGetRunningProcessDetailList,
+    kDeviceGetConfComputeMemSizeInfo, kDeviceGetComputeRunningProcessesV3,
+    kDeviceGetComputeRunningProcessesV2, kDeviceGetComputeRunningProcesses,
+    kDeviceGetGraphicsRunningProcessesV3, kDeviceGetGraphicsRunningProcessesV2,
+    kDeviceGetGraphicsRunningProcesses, kDeviceGetMpsComputeRunningProcessesV3,
+    kDeviceGetMpsComputeRunningProcessesV2, kDeviceGetMpsComputeRunningProcesses,
+    kCount
+};
+inline constexpr std::size_t kNvmlSymbolCount = static_cast<std::size_t>(NvmlSymbol::kCount);
+
+enum class SymbolUse {
+    kRequired,  // the library is refused without it
+    kFallback,  // an older name, looked up only where the newer one is absent
+    kOptional,  // absent: that query is "not supported by this driver"
+};
+
+struct NvmlSymbolInfo {
+    const char* name;
+    SymbolUse use;
+};
+
+// The table, indexed by NvmlSymbol.
+const NvmlSymbolInfo& nvml_symbol(NvmlSymbol symbol) noexcept;
+
+// How running processes are listed, from what the driver exports (choose_process_api).
+enum class ProcessApi {
+    kNone,        // no process query at all
+    kDetailList,  // nvmlDeviceGetRunningProcessDetailList, versioned (R550 and later)
+    kV3,          // *_v3 filling nvmlProcessInfo_v2_t (four fields)
+    kV3R535,      // *_v3 filling the five-field nvmlProcessDetail_v1_t layout (R535 era)
+    kV2,          // *_v2, nvmlProcessInfo_v2_t
+    kV1,          // the original calls, nvmlProcessInfo_v1_t
+};
+
+// The R535 trap: drivers of that era made *_v3 fill a five-field struct (usedGpuCcProtectedMemory
+// appended) without a version change; later drivers moved that struct to the versioned
+// nvmlDeviceGetRunningProcessDetailList and put *_v3 back on four fields. Such a driver is told
+// apart by its exports: it has the confidential-computing query nvmlDeviceGetConfComputeMemSizeInfo
+// (new in R535) but not nvmlDeviceGetRunningProcessDetailList (the rule nvitop uses since its
+// pull request #79).
+ProcessApi choose_process_api(bool has_detail_list, bool has_v3, bool has_conf_compute_mem_size_info,
+                              bool has_v2, bool has_v1) noexcept;
+const char* process_api_name(ProcessApi api) noexcept;
+
+// One process query (compute, graphics or MPS), by generation.
+struct ProcessQueryFns {
+    decltype(&nvmlDeviceGetComputeRunningProcesses_v3) v3 = nullptr;  // also the R535 layout
+    decltype(&nvmlDeviceGetComputeRunningProcesses_v2) v2 = nullptr;
+    decltype(&nvmlDeviceGetComputeRunningProcesses) v1 = nullptr;
+};
 
 // Resolved entry points of one loaded libnvidia-ml. Optional ones are null when the driver is too
 // old to have them; callers treat that as "not supported".
@@ -27,6 +88,19 @@ struct NvmlApi {
     decltype(&nvmlDeviceGetMemoryInfo) device_get_memory_info = nullptr;
     decltype(&nvmlDeviceGetMinorNumber) device_get_minor_number = nullptr;
     decltype(&nvmlSystemGetDriverVersion) system_get_driver_version = nullptr;
+    // Device state (device_state.hpp); each one optional.
+    decltype(&nvmlDeviceGetMemoryInfo_v2) device_get_memory_info_v2 = nullptr;
+    decltype(&nvmlDeviceGetCpuAffinityWithinScope) device_get_cpu_affinity_within_scope = nullptr;
+    decltype(&nvmlDeviceGetComputeMode) device_get_compute_mode = nullptr;
+    decltype(&nvmlDeviceValidateInforom) device_validate_inforom = nullptr;
+    decltype(&nvmlDeviceGetRemappedRows) device_get_remapped_rows = nullptr;
+    decltype(&nvmlDeviceGetEccMode) device_get_ecc_mode = nullptr;
+    decltype(&nvmlDeviceGetTotalEccErrors) device_get_total_ecc_errors = nullptr;
+    decltype(&nvmlDeviceGetRetiredPagesPendingStatus) device_get_retired_pages_pending_status = nullptr;
+    decltype(&nvmlDeviceGetFieldValues) device_get_field_values = nullptr;
+    decltype(&nvmlDeviceGetRunningProcessDetailList) device_get_running_process_detail_list = nullptr;
+    ProcessQueryFns compute_processes, graphics_processes, mps_processes;
+    ProcessApi process_api = ProcessApi::kNone;
 };
 
 class NvmlLibrary {
@@ -39,7 +113,13 @@ public:
     // The path acquire() would use for `requested_path`.
     static std::string resolve_path(const std::string& requested_path);
 
+    // The library at `requested_path` loaded (as acquire() loads it) but not initialised, for
+    // looking at its symbols on a host without the kernel driver. Never throws.
+    static const NvmlLibrary* probe(const std::string& requested_path, Status* status) noexcept;
+
     const NvmlApi& api() const noexcept { return api_; }
+    // Which entries of the symbol table this library resolved.
+    const std::bitset<kNvmlSymbolCount>& resolved() const noexcept { return resolved_; }
 
     // A kNvml status for an NVML return code from `function`, its message naming this library's path.
     Status error(int code, const char* function) const noexcept;
@@ -50,6 +130,7 @@ private:
     std::string path_;
     void* handle_ = nullptr;
     NvmlApi api_;
+    std::bitset<kNvmlSymbolCount> resolved_;
     decltype(&nvmlInit_v2) init_ = nullptr;
     unsigned long initialized_generation_ = 0;  // 0: never initialised in this process
     friend struct LibraryRegistry;

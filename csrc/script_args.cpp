@@ -27,7 +27,7 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 std::string suggest_flag(std::string_view token) {
     const char* best = nullptr;
     std::size_t best_distance = 0;
-    for (const char* flag : {kEnableCoordinationFlag, kCoordinationFileFlag}) {
+    for (const char* flag : {kEnableCoordinationFlag, kCoordinationFileFlag, kBusyGpusFlag}) {
         const std::string_view f(flag);
         // A token far longer than every flag resembles none; no quadratic work for it.
         if (token.size() > 2 * f.size()) continue;
@@ -57,6 +57,10 @@ ScriptArgs parse_script_args(const std::vector<std::string>& tokens) {
                 args.file_value_missing = true;
             }
             ++i;  // the value, even an empty one
+        } else if (token == kBusyGpusFlag) {
+            args.has_busy_gpus = true;
+            args.busy_gpus = i + 1 < tokens.size() ? tokens[i + 1] : std::string();
+            ++i;
         } else if (token != "null") {
             args.unknown.push_back({token, suggest_flag(token)});
         }

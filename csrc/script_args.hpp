@@ -4,6 +4,8 @@
 //   * --coordination-file takes the next token as the file, whatever it is; when it is the last
 //     token or the next token is empty, the file stays the default (file_value_missing says so);
 //   * "null" (what Flink passes when discovery-script.args is unset) is ignored silently;
+//   * --busy-gpus (ours: the stock script ignores it as an unknown token) takes the next token as
+//     its value, as --coordination-file does; the value is checked by gpu_choice.hpp;
 //   * any other token is ignored by the script; it is reported with the flag it probably meant.
 #pragma once
 
@@ -15,6 +17,7 @@ namespace flinkgpu {
 
 inline constexpr const char* kEnableCoordinationFlag = "--enable-coordination-mode";
 inline constexpr const char* kCoordinationFileFlag = "--coordination-file";
+inline constexpr const char* kBusyGpusFlag = "--busy-gpus";
 
 struct UnknownToken {
     std::string token;
@@ -25,6 +28,8 @@ struct ScriptArgs {
     bool coordination_mode = false;
     std::string coordination_file;  // the default coordination file unless given
     bool file_value_missing = false;
+    bool has_busy_gpus = false;  // --busy-gpus was given; busy_gpus is its value ("" when missing)
+    std::string busy_gpus;
     std::vector<UnknownToken> unknown;
 };
 

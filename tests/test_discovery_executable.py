@@ -153,3 +153,80 @@ def test_an_answer_that_cannot_be_written_is_a_failure(runners):
         proc = subprocess.run([*command, "2"], env=env, stdout=full, stderr=subprocess.PIPE, text=True)
     assert proc.returncode == 1
     assert "cannot write the GPU indices" in proc.stderr
+
+
+# --- the choice by GPU state (csrc/gpu_choice.*): beyond the stock script ----------------------
+
+def run_spec(discovery_exe, spec, args):
+    proc = simulator.run([discovery_exe, *args], spec=spec, capture_output=True, text=True, timeout=60)
+    return proc.stdout, proc.returncode, proc.stderr
+
+
+FOREIGN = [{"pid": 4000000001, "used_memory": 1 << 20}]
+
+
+@pytest.mark.parametrize("args", [["2", "--busy-gpus", "exclude"], ["2", "--busy-gpus", "ignore", "--foo"]])
+def test_busy_gpus_on_an_idle_host_answers_as_the_stock_script(runners, args):
+    # the stock script skips --busy-gpus and its value as unknown tokens
+    assert run(runners["ours"], args) == run(runners["stock"], args)
+
+
+@pytest.mark.parametrize("args", [["2", "--busy-gpus", "sometimes"], ["2", "--busy-gpus"], ["0", "--busy-gpus", "x"]])
+def test_an_unknown_busy_gpus_value_is_an_error_naming_the_flag_and_the_values(discovery_exe, args):
+    out, code, err = run_spec(discovery_exe, {"devices": [{}, {}]}, args)
+    assert (out, code) == ("", 1)
+    assert "--busy-gpus must be one of avoid, exclude, ignore" in err
+
+
+def test_an_unhealthy_gpu_is_never_printed_and_its_reason_is_on_stderr(discovery_exe):
+    spec = {"devices": [{"health": {"row_remap_failure": True}}, {}, {"health": {"retired_pages_pending": True}}]}
+    out, code, err = run_spec(discovery_exe, spec, ["2"])
+    assert (out, code) == ("1,2\n", 0)  # the degraded GPU only after every healthy one
+    assert "GPU 0 left out: unhealthy: row remapping failed" in err
+    out, code, err = run_spec(discovery_exe, spec, ["3"])
+    assert (out, code) == ("Could not get enough GPU resources.\n", 1)
+    assert "GPU 0 left out (unhealthy: row remapping failed)" in err
+
+
+@pytest.mark.parametrize("policy, expected", [
+    (None, ("1,2\n", 0)), ("avoid", ("1,2\n", 0)), ("ignore", ("0,1\n", 0)),
+    ("exclude", ("1,2\n", 0)),
+])
+def test_busy_gpus_policies_choose_around_foreign_processes(discovery_exe, policy, expected):
+    spec = {"devices": [{"processes": FOREIGN}, {}, {}]}
+    args = ["2"] + (["--busy-gpus", policy] if policy else [])
+    assert run_spec(discovery_exe, spec, args)[:2] == expected
+    # short of idle GPUs: avoid takes the busy one, exclude refuses
+    args3 = ["3"] + (["--busy-gpus", policy] if policy else [])
+    out, code, err = run_spec(discovery_exe, spec, args3)
+    if policy == "exclude":
+        assert (out, code) == ("Could not get enough GPU resources.\n", 1)
+        assert "GPU 0 left out (busy: foreign process 4000000001 (compute, not visible" in err
+    else:
+        assert (out, code) == ("0,1,2\n", 0)
+
+
+def test_a_process_of_the_taskmanagers_own_child_is_not_foreign(discovery_exe):
+    # the executable's parent is this test process (the TaskManager's place); its child is own
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        spec = {"devices": [{"processes": [{"pid": child.pid}]}, {}]}
+        assert run_spec(discovery_exe, spec, ["1", "--busy-gpus", "exclude"])[:2] == ("0\n", 0)
+        # a process that is neither ours nor our descendants' (our parent's) is foreign
+        spec = {"devices": [{"processes": [{"pid": os.getppid()}]}, {}]}
+        assert run_spec(discovery_exe, spec, ["1", "--busy-gpus", "exclude"])[:2] == ("1\n", 0)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_coordinated_claim_takes_idle_healthy_gpus_first(discovery_exe, tmp_path):
+    path = tmp_path / "coordination"
+    spec = {"devices": [{"processes": FOREIGN}, {"health": {"row_remap_pending": True}}, {}, {}]}
+    base = ["--enable-coordination-mode", "--coordination-file", str(path)]
+    assert run_spec(discovery_exe, spec, ["2", *base])[:2] == ("2,3\n", 0)
+    assert run_spec(discovery_exe, spec, ["4", *base])[:2] == ("2,3,0,1\n", 0)
+    out, code, err = run_spec(discovery_exe, {**spec, "devices": [{"health": {"inforom_corrupted": True}}, {}, {}, {}]},
+                              ["4", *base])
+    assert (out, code) == ("Could not get enough GPU resources.\n", 1)
+    assert "GPU 0 left out (unhealthy: InfoROM corrupted)" in err

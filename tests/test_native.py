@@ -369,7 +369,7 @@ DEFAULT_FILE = _native.COORDINATION_DEFAULT_PATH
 
 
 def test_script_flags():
-    assert _native.SCRIPT_FLAGS == ("--enable-coordination-mode", "--coordination-file")
+    assert _native.SCRIPT_FLAGS == ("--enable-coordination-mode", "--coordination-file", "--busy-gpus")
 
 
 @pytest.mark.parametrize("tokens, expected", [
@@ -388,9 +388,187 @@ def test_script_flags():
     (["--coordination-file", "/tmp/\udcff\u00e9"], (False, "/tmp/\udcff\u00e9", False, [])),
 ])
 def test_parse_script_args(tokens, expected):
-    assert _native.parse_script_args(tokens) == expected
+    assert _native.parse_script_args(tokens) == expected + (None,)  # no --busy-gpus among them
+
+
+@pytest.mark.parametrize("tokens, busy", [
+    (["--busy-gpus", "exclude"], "exclude"),
+    (["--busy-gpus", "bogus"], "bogus"),  # checked where it is used (rank_gpus)
+    (["--enable-coordination-mode", "--busy-gpus"], ""),
+])
+def test_parse_script_args_busy_gpus_takes_the_next_token(tokens, busy):
+    assert _native.parse_script_args(tokens)[4] == busy
+    assert _native.parse_script_args(tokens)[3] == []
 
 
 def test_parse_script_args_rejects_what_is_not_a_str():
     with pytest.raises(TypeError, match="must be a str, got NoneType"):
         _native.parse_script_args(["--enable-coordination-mode", None])
+
+
+# --- GPU state at assignment time (csrc/device_state.*, csrc/gpu_choice.*) -------------------------
+
+STATES = """
+import json, os
+from flink_gpu import _native
+nvml = _native.Nvml.open()
+states = nvml.states(os.getpid())
+print(json.dumps({
+    "devices": [[d.index, d.cpu_affinity, d.numa_node] for d in nvml.devices()],
+    "states": [[s.index, s.health, list(s.findings), s.memory_used, s.memory_free, [list(p) for p in s.processes],
+                s.processes_known, s.busy, s.compute_mode] for s in states],
+    "ranked": {policy: _native.rank_gpus(states, policy) for policy in ("avoid", "exclude", "ignore")},
+}))
+"""
+
+FOREIGN = [{"pid": 4000000001, "used_memory": 1 << 20, "kind": "compute"},
+           {"pid": 4000000002, "used_memory": 2 << 20, "kind": "compute"},
+           {"pid": 4000000003, "kind": "graphics"}]
+
+
+def read_states(spec):
+    return json.loads(run_python(STATES, env=simulated_env(spec=spec)).stdout)
+
+
+@pytest.mark.parametrize("process_struct", ["v2", "r535"])
+def test_states_read_processes_memory_and_locality_in_both_struct_layouts(process_struct):
+    found = read_states({"process_struct": process_struct, "devices": [
+        {"memory_total": 1000, "memory_used": 250, "cpu_affinity": "0-3,8", "compute_mode": "exclusive_process",
+         "processes": FOREIGN}, {}]})
+    assert found["devices"] == [[0, "0-3,8", None], [1, None, None]]
+    first, second = found["states"]
+    assert first == [0, "ok", [], 250, 750,
+                     [[4000000001, 1 << 20, "compute", False, False], [4000000002, 2 << 20, "compute", False, False],
+                      [4000000003, None, "graphics", False, False]], True, True, "exclusive_process"]
+    assert second[1:] == ["ok", [], 0, 80 << 30, [], True, False, "default"]
+    assert found["ranked"]["avoid"] == [["1", "0"], [0, 1], []]
+    assert found["ranked"]["exclude"] == [["1"], [0], [
+        ["0", "busy: foreign processes 4000000001 (compute, not visible in this pid namespace), 4000000002 "
+              "(compute, not visible in this pid namespace), 4000000003 (graphics, not visible in this pid namespace)"]]]
+    assert found["ranked"]["ignore"] == [["0", "1"], [0, 0], []]
+
+
+def test_states_judge_health_and_never_offer_an_unhealthy_gpu():
+    found = read_states({"devices": [
+        {"health": {"row_remap_pending": True}}, {"health": {"inforom_corrupted": True}},
+        {"health": {"ecc_uncorrected": 2}}, {"health": {"recovery_action": "drain_and_reset"}},
+        {"health": {"state_error": "RESET_REQUIRED"}}, {}]})
+    health = [s[1] for s in found["states"]]
+    assert health[:4] == ["degraded: row remapping pending", "unhealthy: InfoROM corrupted",
+                          "unhealthy: 2 uncorrectable volatile ECC errors",
+                          "unhealthy: GPU recovery action: drain peer-to-peer traffic and reset the GPU"]
+    assert health[4].startswith("unhealthy: GPU reset required")
+    indices, ranks, left_out = found["ranked"]["avoid"]
+    assert (indices, ranks) == (["5", "0"], [0, 2])
+    assert [index for index, _ in left_out] == ["1", "2", "3", "4"]
+
+
+def test_not_supported_everywhere_is_no_finding():
+    everything = ["inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
+                  "memory_v2", "compute_mode", "cpu_affinity", "processes"]
+    found = read_states({"devices": [{"not_supported": everything, "processes": FOREIGN, "cpu_affinity": "0",
+                                      "health": {"inforom_corrupted": True, "row_remap_failure": True}}]})
+    assert found["devices"] == [[0, None, None]]
+    assert found["states"] == [[0, "ok", [], None, None, [], True, False, None]]
+
+
+def test_no_permission_on_the_process_queries_makes_them_unknown_not_busy():
+    found = read_states({"devices": [{"no_permission": ["processes"], "processes": FOREIGN}]})
+    assert found["states"][0][5:8] == [[], False, False]
+
+
+def test_own_process_and_its_taskmanager_are_not_foreign():
+    code = """
+import json, os, subprocess, sys
+from flink_gpu import _native
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+try:
+    nvml = _native.Nvml.open()
+    as_owner = nvml.states(os.getpid())[0]
+    as_worker = nvml.states(child.pid, os.getpid())[0]   # we are the child's TaskManager
+    alone = nvml.states(child.pid)[0]
+    print(json.dumps([as_owner.busy, as_worker.busy, alone.busy, [p[3:] for p in alone.processes]]))
+finally:
+    child.kill()
+"""
+    import os
+
+    spec = {"devices": [{"processes": [{"pid": os.getpid()}]}]}
+    # the listed pid is this test process: the child interpreter's parent
+    spec_code = code.replace("os.getpid())[0]\n    as_worker", "os.getppid())[0]\n    as_worker")
+    spec_code = spec_code.replace("nvml.states(child.pid, os.getpid())", "nvml.states(child.pid, os.getppid())")
+    assert json.loads(run_python(spec_code, env=simulated_env(spec=spec)).stdout) == [False, False, True, [[False, True]]]
+
+
+def test_rank_gpus_and_states_reject_bad_input():
+    with pytest.raises(ValueError, match="avoid, exclude, ignore"):
+        _native.rank_gpus([], "sometimes")
+    with pytest.raises(TypeError, match="DeviceState"):
+        _native.rank_gpus([object()], "avoid")
+    with pytest.raises(TypeError):
+        _native.DeviceState()
+    assert _native.BUSY_GPUS_VALUES == ("avoid", "exclude", "ignore")
+    assert _native.find_taskmanager(os.getpid()) is None
+    with pytest.raises(ValueError, match="positive"):
+        _native.find_taskmanager(0)
+
+
+def test_find_taskmanager_walks_up_to_the_taskmanager_runner(tmp_path):
+    import subprocess
+    import sys
+
+    # a parent whose command line carries the TaskManager's main class, and its grandchild
+    script = tmp_path / "tm.py"
+    script.write_text("import subprocess, sys\n"
+                      "p = subprocess.run([sys.executable, '-c', 'import subprocess, sys; subprocess.run([sys.executable, \"-c\", "
+                      "\"import os; from flink_gpu import _native; print(_native.find_taskmanager(os.getpid()), os.getppid())\"])'])\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, str(script), "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"],
+                            env=env, stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=60)
+    found, _ = out.split()
+    assert int(found) == proc.pid
+
+
+def test_coordination_claim_honours_ranks(tmp_path):
+    path = tmp_path / "coordination"
+    taken, added, _, _ = _native.coordination_claim(path, 1.0, os.getpid(), ["0", "1", "2", "3"], 2, [2, 0, 1, 0])
+    assert sorted(taken) == ["1", "3"]
+    with pytest.raises(ValueError, match="one rank per index"):
+        _native.coordination_claim(path, 1.0, os.getpid(), ["0", "1"], 1, [0])
+
+
+def test_simulator_spec_state_keys_are_checked_naming_the_key():
+    for spec, words in [
+        ({"devices": [{"health": {"inforom_corrupted": "yes"}}]}, "devices[0].health.inforom_corrupted"),
+        ({"devices": [{"health": {"recovery_action": "pray"}}]}, "devices[0].health.recovery_action"),
+        ({"devices": [{"processes": [{"used_memory": 1}]}]}, "devices[0].processes[0].pid"),
+        ({"devices": [{"processes": [{"pid": 1, "kind": "cuda"}]}]}, "devices[0].processes[0].kind"),
+        ({"devices": [{"cpu_affinity": "0-"}]}, "devices[0].cpu_affinity"),
+        ({"devices": [{"not_supported": ["everything"]}]}, "devices[0].not_supported"),
+        ({"devices": [{"compute_mode": "shared"}]}, "devices[0].compute_mode"),
+        ({"devices": [{"memory_total": 10, "memory_used": 11}]}, "devices[0].memory_used"),
+        ({"process_struct": "v4"}, "process_struct"),
+    ]:
+        with pytest.raises((TypeError, ValueError), match=__import__("re").escape(words)):
+            simulator.environment(spec=spec)
+
+
+def test_the_simulator_itself_rejects_a_bad_state_value_naming_the_key(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"health": {"ecc_uncorrected": -1}}]}))
+    proc = run_python("from flink_gpu import _native; _native.Nvml.open()", env=simulated_env(spec=str(spec)),
+                      check=False)
+    assert proc.returncode != 0
+    assert "devices[0].health.ecc_uncorrected" in proc.stderr
+
+
+def test_the_loader_symbol_table_and_the_r535_detection():
+    table = dict(_native.nvml_symbols())
+    assert table["nvmlInit_v2"] == "required" and table["nvmlInit"] == "fallback"
+    assert table["nvmlDeviceGetRunningProcessDetailList"] == "optional"
+    names, api = _native.probe_nvml_library(simulator.library_path())
+    assert api == "detail_list" and set(names) <= set(table)
+    names, api = _native.probe_nvml_library(simulator.library_path("r535"))
+    assert api == "v3_r535"
+    assert "nvmlDeviceGetRunningProcessDetailList" not in names

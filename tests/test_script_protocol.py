@@ -4,7 +4,7 @@
 import logging
 
 from flink_gpu import coordination
-from flink_gpu.script_protocol import (COORDINATION_FILE_FLAG, ENABLE_COORDINATION_FLAG, SCRIPT_FLAGS,
+from flink_gpu.script_protocol import (BUSY_GPUS_FLAG, COORDINATION_FILE_FLAG, ENABLE_COORDINATION_FLAG, SCRIPT_FLAGS,
                                        ScriptArgs, exec_tokens, parse_script_args)
 
 DEFAULT = coordination.DEFAULT_PATH
@@ -12,8 +12,9 @@ LOGGER = "flink_gpu.script_protocol"
 
 
 def test_the_flags_are_the_stock_scripts():
-    assert SCRIPT_FLAGS == (ENABLE_COORDINATION_FLAG, COORDINATION_FILE_FLAG) == (
+    assert SCRIPT_FLAGS[:2] == (ENABLE_COORDINATION_FLAG, COORDINATION_FILE_FLAG) == (
         "--enable-coordination-mode", "--coordination-file")
+    assert SCRIPT_FLAGS[2] == BUSY_GPUS_FLAG == "--busy-gpus"  # ours; the stock script ignores it
     assert DEFAULT == "/var/tmp/flink-gpu-coordination"
 
 

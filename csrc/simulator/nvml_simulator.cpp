@@ -5,8 +5,23 @@
 //   FLINK_GPU_SIM_SPEC=FILE       JSON: {"init_error": 0, "driver_version": "...", "devices": [
 //                                   {"uuid", "name", "memory_total", "pci_bus_id", "minor_number",
 //                                    "fault": null | "NO_PERMISSION" | "GPU_IS_LOST"}]}
+//                                    "memory_used", "cpu_affinity" (cpulist), "compute_mode",
+//                                    "health": {"inforom_corrupted", "row_remap_failure",
+//                                      "row_remap_pending", "retired_pages_pending" (booleans),
+//                                      "ecc_enabled" (default true), "ecc_uncorrected" (count),
+//                                      "recovery_action" (name), "state_error": "GPU_IS_LOST" |
+//                                      "RESET_REQUIRED" (what every state query answers)},
+//                                    "processes": [{"pid", "used_memory", "kind"}],
+//                                    "not_supported" / "no_permission": [query names]}],
+//                                 "process_struct": "v2" | "r535"}
 //   FLINK_GPU_SIM_INIT_ERROR=CODE nvmlInit returns this NVML error code
 // The configuration is read when NVML is initialised (reference count going from 0 to 1).
+//
+// Two builds of this file exist. The default one is a current driver: it has the versioned
+// nvmlDeviceGetRunningProcessDetailList and *_v3 process queries that fill the four-field
+// nvmlProcessInfo_v2_t. Built with FLINK_GPU_SIM_R535 it is a driver of the R535 era: no
+// nvmlDeviceGetRunningProcessDetailList, nvmlDeviceGetConfComputeMemSizeInfo present, and *_v3
+// filling five-field entries (usedGpuCcProtectedMemory appended) through the same prototype.
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
 
@@ -27,12 +42,46 @@ namespace {
 
 enum class Fault { kNone, kNoPermission, kGpuIsLost };
 
+#ifdef FLINK_GPU_SIM_R535
+const char* const kProcessStruct = "r535";
+#else
+const char* const kProcessStruct = "v2";
+#endif
+
+// The names of the state queries, as "not_supported" and "no_permission" list them.
+enum Query : unsigned {
+    kQueryInforom, kQueryRemappedRows, kQueryEccMode, kQueryEccErrors, kQueryFieldValues, kQueryRetiredPages,
+    kQueryMemory, kQueryMemoryV2, kQueryComputeMode, kQueryCpuAffinity, kQueryComputeProcesses,
+    kQueryGraphicsProcesses, kQueryMpsProcesses, kQueryProcessDetailList, kQueryCount
+};
+const char* const kQueryNames[kQueryCount] = {
+    "inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
+    "memory_v2", "compute_mode", "cpu_affinity", "compute_processes", "graphics_processes", "mps_processes",
+    "process_detail_list",
+};
+
+struct SimProcess {
+    unsigned pid = 0;
+    unsigned long long used_memory = static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE);
+    unsigned mode = NVML_PROCESS_MODE_COMPUTE;
+};
+
 struct SimDevice {
     unsigned index = 0;
     std::string uuid, name, pci_bus_id;
     unsigned long long memory_total = 80ULL << 30;
+    unsigned long long memory_used = 0;
     unsigned minor_number = 0;
     Fault fault = Fault::kNone;
+    std::vector<unsigned long> cpu_affinity;  // bitmask; empty: NOT_SUPPORTED
+    nvmlComputeMode_t compute_mode = NVML_COMPUTEMODE_DEFAULT;
+    bool inforom_corrupted = false, remap_failure = false, remap_pending = false, pages_pending = false;
+    bool ecc_enabled = true;
+    unsigned long long ecc_uncorrected = 0;
+    unsigned recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;
+    nvmlReturn_t state_error = NVML_SUCCESS;
+    std::vector<SimProcess> processes;
+    unsigned not_supported = 0, no_permission = 0;  // bit per Query
 };
 
 struct SimState {
@@ -103,6 +152,191 @@ bool read_string(const simjson::Value& object, const char* key, const char* spec
     return true;
 }
 
+
+bool read_bool(const simjson::Value& object, const char* key, const char* spec_path, const std::string& where,
+               bool* out) {
+    const simjson::Value* v = present(object, key);
+    if (v == nullptr) return true;
+    if (v->type != simjson::Value::Type::kBool) {
+        complain(std::string(spec_path) + ": " + where + key + " must be true or false");
+        return false;
+    }
+    *out = v->boolean;
+    return true;
+}
+
+bool read_number(const simjson::Value& object, const char* key, double limit, const char* spec_path,
+                 const std::string& where, unsigned long long* out) {
+    const simjson::Value* v = present(object, key);
+    if (v == nullptr) return true;
+    if (!v->is_number() || !whole_number(*v, limit, out)) {
+        complain(std::string(spec_path) + ": " + where + key + " must be a whole number (0.." +
+                 (limit > 1e19 ? std::string("2^64-1") : std::to_string(static_cast<unsigned long long>(limit) - 1)) + ")");
+        return false;
+    }
+    return true;
+}
+
+// One of `names` (index into it), for the spec key `key`.
+bool read_choice(const simjson::Value& object, const char* key, const char* const* names, unsigned count,
+                 const char* spec_path, const std::string& where, unsigned* out) {
+    const simjson::Value* v = present(object, key);
+    if (v == nullptr) return true;
+    for (unsigned i = 0; v->is_string() && i < count; ++i) {
+        if (names[i] != nullptr && v->string == names[i]) {
+            *out = i;
+            return true;
+        }
+    }
+    std::string allowed;
+    for (unsigned i = 0; i < count; ++i) {
+        if (names[i] == nullptr) continue;
+        if (!allowed.empty()) allowed += ", ";
+        allowed += names[i];
+    }
+    complain(std::string(spec_path) + ": " + where + key + " must be one of " + allowed);
+    return false;
+}
+
+// A Linux cpulist ("0-3,8") into a bitmask; false when it is not one.
+bool parse_cpulist(const std::string& text, std::vector<unsigned long>* mask) {
+    constexpr unsigned kBits = sizeof(unsigned long) * 8;
+    mask->clear();
+    const char* p = text.c_str();
+    if (*p == '\0') return false;
+    while (*p != '\0') {
+        char* end = nullptr;
+        if (*p < '0' || *p > '9') return false;
+        unsigned long first = std::strtoul(p, &end, 10), last = first;
+        p = end;
+        if (*p == '-') {
+            ++p;
+            if (*p < '0' || *p > '9') return false;
+            last = std::strtoul(p, &end, 10);
+            p = end;
+        }
+        if (last < first || last >= 4096) return false;
+        if (mask->size() <= last / kBits) mask->resize(last / kBits + 1, 0);
+        for (unsigned long c = first; c <= last; ++c) (*mask)[c / kBits] |= 1UL << (c % kBits);
+        if (*p == ',') {
+            ++p;
+            if (*p == '\0') return false;
+        } else if (*p != '\0') {
+            return false;
+        }
+    }
+    return true;
+}
+
+// A list of query names into a bitmask.
+bool read_queries(const simjson::Value& object, const char* key, const char* spec_path, const std::string& where,
+                  unsigned* out) {
+    const simjson::Value* v = present(object, key);
+    if (v == nullptr) return true;
+    bool ok = v->is_array();
+    for (size_t i = 0; ok && i < v->array.size(); ++i) {
+        const simjson::Value& item = v->array[i];
+        bool known = false;
+        for (unsigned q = 0; item.is_string() && q < kQueryCount; ++q) {
+            if (item.string == kQueryNames[q]) {
+                *out |= 1u << q;
+                known = true;
+            }
+        }
+        if (item.is_string() && item.string == "processes") {
+            *out |= (1u << kQueryComputeProcesses) | (1u << kQueryGraphicsProcesses) | (1u << kQueryMpsProcesses);
+            known = true;
+        }
+        ok = known;
+    }
+    if (!ok) {
+        std::string names;
+        for (unsigned q = 0; q < kQueryCount; ++q) names += std::string(kQueryNames[q]) + ", ";
+        complain(std::string(spec_path) + ": " + where + key + " must be a list of query names: " + names + "processes");
+    }
+    return ok;
+}
+
+const char* const kRecoveryActions[] = {"none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset"};
+const char* const kComputeModes[] = {"default", "exclusive_thread", "prohibited", "exclusive_process"};
+const char* const kProcessKinds[] = {"compute", "graphics", "mps"};
+const char* const kStateErrors[] = {"GPU_IS_LOST", "RESET_REQUIRED"};
+const char* const kProcessStructs[] = {"v2", "r535"};
+
+// The state keys of devices[i] (see the header comment).
+bool read_state(const simjson::Value& item, const char* spec_path, const std::string& where, SimDevice* d) {
+    unsigned long long number = 0;
+    number = d->memory_used;
+    if (!read_number(item, "memory_used", 18446744073709551616.0, spec_path, where, &number)) return false;
+    d->memory_used = number;
+    if (d->memory_used > d->memory_total) {
+        complain(std::string(spec_path) + ": " + where + "memory_used must not exceed memory_total");
+        return false;
+    }
+    std::string cpus;
+    if (!read_string(item, "cpu_affinity", spec_path, where, &cpus)) return false;
+    if (!cpus.empty() && !parse_cpulist(cpus, &d->cpu_affinity)) {
+        complain(std::string(spec_path) + ": " + where + "cpu_affinity must be a Linux cpulist of CPUs 0..4095 "
+                 "such as \"0-15,32-47\", not \"" + cpus + "\"");
+        return false;
+    }
+    unsigned choice = d->compute_mode;
+    if (!read_choice(item, "compute_mode", kComputeModes, 4, spec_path, where, &choice)) return false;
+    d->compute_mode = static_cast<nvmlComputeMode_t>(choice);
+    if (!read_queries(item, "not_supported", spec_path, where, &d->not_supported) ||
+        !read_queries(item, "no_permission", spec_path, where, &d->no_permission))
+        return false;
+    if (const simjson::Value* h = present(item, "health")) {
+        if (!h->is_object()) {
+            complain(std::string(spec_path) + ": " + where + "health must be an object");
+            return false;
+        }
+        const std::string hw = where + "health.";
+        if (!read_bool(*h, "inforom_corrupted", spec_path, hw, &d->inforom_corrupted) ||
+            !read_bool(*h, "row_remap_failure", spec_path, hw, &d->remap_failure) ||
+            !read_bool(*h, "row_remap_pending", spec_path, hw, &d->remap_pending) ||
+            !read_bool(*h, "retired_pages_pending", spec_path, hw, &d->pages_pending) ||
+            !read_bool(*h, "ecc_enabled", spec_path, hw, &d->ecc_enabled) ||
+            !read_number(*h, "ecc_uncorrected", 18446744073709551616.0, spec_path, hw, &d->ecc_uncorrected))
+            return false;
+        choice = d->recovery_action;
+        if (!read_choice(*h, "recovery_action", kRecoveryActions, 5, spec_path, hw, &choice)) return false;
+        d->recovery_action = choice;
+        choice = 2;
+        if (!read_choice(*h, "state_error", kStateErrors, 2, spec_path, hw, &choice)) return false;
+        if (choice == 0) d->state_error = NVML_ERROR_GPU_IS_LOST;
+        if (choice == 1) d->state_error = NVML_ERROR_RESET_REQUIRED;
+    }
+    if (const simjson::Value* list = present(item, "processes")) {
+        if (!list->is_array()) {
+            complain(std::string(spec_path) + ": " + where + "processes must be a list");
+            return false;
+        }
+        for (size_t i = 0; i < list->array.size(); ++i) {
+            const simjson::Value& p = list->array[i];
+            const std::string pw = where + "processes[" + std::to_string(i) + "].";
+            if (!p.is_object()) {
+                complain(std::string(spec_path) + ": " + pw.substr(0, pw.size() - 1) + " must be an object");
+                return false;
+            }
+            SimProcess sp;
+            unsigned long long pid = 0;
+            if (present(p, "pid") == nullptr) {
+                complain(std::string(spec_path) + ": " + pw + "pid is required");
+                return false;
+            }
+            if (!read_number(p, "pid", 4294967296.0, spec_path, pw, &pid)) return false;
+            sp.pid = static_cast<unsigned>(pid);
+            if (!read_number(p, "used_memory", 18446744073709551615.0, spec_path, pw, &sp.used_memory)) return false;
+            unsigned kind = 0;
+            if (!read_choice(p, "kind", kProcessKinds, 3, spec_path, pw, &kind)) return false;
+            sp.mode = kind;
+            d->processes.push_back(sp);
+        }
+    }
+    return true;
+}
+
 // Loads the configuration; returns an NVML error code for nvmlInit.
 nvmlReturn_t configure(SimState& s) {
     s.devices.clear();
@@ -129,6 +363,17 @@ nvmlReturn_t configure(SimState& s) {
             init_error = static_cast<nvmlReturn_t>(code);
         }
         if (!read_string(root, "driver_version", spec_path, "", &s.driver_version)) return NVML_ERROR_UNKNOWN;
+        unsigned layout = 0;
+        for (unsigned i = 0; i < 2; ++i)
+            if (std::strcmp(kProcessStructs[i], kProcessStruct) == 0) layout = i;
+        const unsigned built = layout;
+        if (!read_choice(root, "process_struct", kProcessStructs, 2, spec_path, "", &layout)) return NVML_ERROR_UNKNOWN;
+        if (layout != built) {
+            complain(std::string(spec_path) + ": \"process_struct\" is \"" + kProcessStructs[layout] +
+                     "\" but this build of the simulator models \"" + kProcessStruct +
+                     "\" (flink_gpu.simulator.library_path(process_struct) names the matching one)");
+            return NVML_ERROR_UNKNOWN;
+        }
         const auto* list = root.get("devices");
         if (list != nullptr && !list->is_array()) {
             complain(std::string(spec_path) + ": \"devices\" must be a list");
@@ -163,6 +408,7 @@ nvmlReturn_t configure(SimState& s) {
                 }
                 d.minor_number = static_cast<unsigned>(number);
             }
+            if (!read_state(item, spec_path, where, &d)) return NVML_ERROR_UNKNOWN;
             if (const auto* v = present(item, "fault")) {
                 if (v->is_string() && v->string == "NO_PERMISSION") d.fault = Fault::kNoPermission;
                 else if (v->is_string() && v->string == "GPU_IS_LOST") d.fault = Fault::kGpuIsLost;
@@ -215,6 +461,12 @@ nvmlReturn_t device_for(nvmlDevice_t handle, const SimDevice** out) {
         return NVML_ERROR_INVALID_ARGUMENT;
     if (d->fault == Fault::kGpuIsLost) return NVML_ERROR_GPU_IS_LOST;
     *out = d;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t query_allowed(const SimDevice& d, Query q) {
+    if ((d.not_supported >> q) & 1u) return NVML_ERROR_NOT_SUPPORTED;
+    if ((d.no_permission >> q) & 1u) return NVML_ERROR_NO_PERMISSION;
     return NVML_SUCCESS;
 }
 
@@ -364,9 +616,10 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_
         const SimDevice* d = nullptr;
         if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
+        if (nvmlReturn_t rc = query_allowed(*d, kQueryMemory); rc != NVML_SUCCESS) return rc;
         memory->total = d->memory_total;
-        memory->free = d->memory_total;
-        memory->used = 0;
+        memory->free = d->memory_total - d->memory_used;
+        memory->used = d->memory_used;
         return NVML_SUCCESS;
     });
 }
@@ -380,3 +633,208 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned i
         return NVML_SUCCESS;
     });
 }
+
+// ---- device state (the queries of csrc/device_state.cpp) ---------------------------------------
+
+namespace {
+
+// A device for the state query `q`: its state_error, or what "not_supported"/"no_permission" say.
+nvmlReturn_t state_device(nvmlDevice_t handle, Query q, const SimDevice** out) {
+    if (nvmlReturn_t rc = device_for(handle, out); rc != NVML_SUCCESS) return rc;
+    if ((*out)->state_error != NVML_SUCCESS) return (*out)->state_error;
+    return query_allowed(**out, q);
+}
+
+template <typename Entry>
+nvmlReturn_t copy_processes(const SimDevice& d, unsigned mode, unsigned* count, Entry* out) {
+    if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned n = 0;
+    for (const SimProcess& p : d.processes) n += p.mode == mode ? 1 : 0;
+    if (*count < n) {
+        *count = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    if (n > 0 && out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned i = 0;
+    for (const SimProcess& p : d.processes) {
+        if (p.mode != mode) continue;
+        Entry e{};
+        e.pid = p.pid;
+        e.usedGpuMemory = p.used_memory;
+        std::memcpy(static_cast<void*>(out + i), &e, sizeof e);
+        ++i;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+Query process_query(unsigned mode) {
+    return mode == NVML_PROCESS_MODE_GRAPHICS ? kQueryGraphicsProcesses
+           : mode == NVML_PROCESS_MODE_MPS    ? kQueryMpsProcesses
+                                              : kQueryComputeProcesses;
+}
+
+template <typename Entry>
+nvmlReturn_t running_processes(nvmlDevice_t device, unsigned mode, unsigned* count, Entry* out) {
+    const SimDevice* d = nullptr;
+    if (nvmlReturn_t rc = state_device(device, process_query(mode), &d); rc != NVML_SUCCESS) return rc;
+    return copy_processes(*d, mode, count, out);
+}
+
+// *_v3: the four-field struct, or in the R535 build five-field entries through the same prototype.
+nvmlReturn_t running_processes_v3(nvmlDevice_t device, unsigned mode, unsigned* count, nvmlProcessInfo_t* out) {
+#ifdef FLINK_GPU_SIM_R535
+    return running_processes(device, mode, count, reinterpret_cast<nvmlProcessDetail_v1_t*>(out));
+#else
+    return running_processes(device, mode, count, out);
+#endif
+}
+
+}  // namespace
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = state_device(device, kQueryMemoryV2, &d); rc != NVML_SUCCESS) return rc;
+        if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        memory->total = d->memory_total;
+        memory->reserved = 0;
+        memory->used = d->memory_used;
+        memory->free = d->memory_total - d->memory_used;
+        return NVML_SUCCESS;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, unsigned int cpuSetSize,
+                                                            unsigned long* cpuSet, nvmlAffinityScope_t scope) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (cpuSet == nullptr || cpuSetSize == 0 || (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET))
+            return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
+        if (nvmlReturn_t rc = query_allowed(*d, kQueryCpuAffinity); rc != NVML_SUCCESS) return rc;
+        if (d->cpu_affinity.empty()) return NVML_ERROR_NOT_SUPPORTED;
+        for (unsigned i = 0; i < cpuSetSize; ++i) cpuSet[i] = i < d->cpu_affinity.size() ? d->cpu_affinity[i] : 0;
+        return NVML_SUCCESS;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mode) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = state_device(device, kQueryComputeMode, &d); rc != NVML_SUCCESS) return rc;
+        *mode = d->compute_mode;
+        return NVML_SUCCESS;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (nvmlReturn_t rc = state_device(device, kQueryInforom, &d); rc != NVML_SUCCESS) return rc;
+        return d->inforom_corrupted ? NVML_ERROR_CORRUPTED_INFOROM : NVML_SUCCESS;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int* corrRows, unsigned int* uncRows,
+                                                  unsigned int* isPending, unsigned int* failureOccurred) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (!corrRows || !uncRows || !isPending || !failureOccurred) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = state_device(device, kQueryRemappedRows, &d); rc != NVML_SUCCESS) return rc;
+        *corrRows = 0;
+        *uncRows = d->remap_failure || d->remap_pending ? 1 : 0;
+        *isPending = d->remap_pending ? 1 : 0;
+        *failureOccurred = d->remap_failure ? 1 : 0;
+        return NVML_SUCCESS;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* current, nvmlEnableState_t* pending) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = state_device(device, kQueryEccMode, &d); rc != NVML_SUCCESS) return rc;
+        *current = *pending = d->ecc_enabled ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+        return NVML_SUCCESS;
+    });
+}
+
+// Answers whatever ECC mode says, so that a test sees the count ignored while ECC is off.
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
+                                                    nvmlEccCounterType_t counterType, unsigned long long* eccCounts) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (eccCounts == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = state_device(device, kQueryEccErrors, &d); rc != NVML_SUCCESS) return rc;
+        const bool uncorrected_volatile = errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED && counterType == NVML_VOLATILE_ECC;
+        *eccCounts = uncorrected_volatile ? d->ecc_uncorrected : 0;
+        return NVML_SUCCESS;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t* values) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (values == nullptr || valuesCount <= 0) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = state_device(device, kQueryFieldValues, &d); rc != NVML_SUCCESS) return rc;
+        for (int i = 0; i < valuesCount; ++i) {
+            nvmlFieldValue_t& v = values[i];
+            if (v.fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
+                v.nvmlReturn = NVML_SUCCESS;
+                v.valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+                v.value.uiVal = d->recovery_action;
+            } else {
+                v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            }
+        }
+        return NVML_SUCCESS;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t* isPending) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (isPending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = state_device(device, kQueryRetiredPages, &d); rc != NVML_SUCCESS) return rc;
+        *isPending = d->pages_pending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+        return NVML_SUCCESS;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t, nvmlConfComputeMemSizeInfo_t*) {
+    return NVML_ERROR_NOT_SUPPORTED;  // exported for its presence: it marks drivers since R535
+}
+
+#define SIM_PROCESS_QUERIES(NAME, MODE)                                                                          \
+    SIM_EXPORT nvmlReturn_t NAME(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v1_t* infos) {        \
+        return guarded([&]() -> nvmlReturn_t { return running_processes(device, MODE, count, infos); });        \
+    }                                                                                                            \
+    SIM_EXPORT nvmlReturn_t NAME##_v2(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v2_t* infos) {   \
+        return guarded([&]() -> nvmlReturn_t { return running_processes(device, MODE, count, infos); });        \
+    }                                                                                                            \
+    SIM_EXPORT nvmlReturn_t NAME##_v3(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos) {      \
+        return guarded([&]() -> nvmlReturn_t { return running_processes_v3(device, MODE, count, infos); });     \
+    }
+SIM_PROCESS_QUERIES(nvmlDeviceGetComputeRunningProcesses, NVML_PROCESS_MODE_COMPUTE)
+SIM_PROCESS_QUERIES(nvmlDeviceGetGraphicsRunningProcesses, NVML_PROCESS_MODE_GRAPHICS)
+SIM_PROCESS_QUERIES(nvmlDeviceGetMPSComputeRunningProcesses, NVML_PROCESS_MODE_MPS)
+#undef SIM_PROCESS_QUERIES
+
+#ifndef FLINK_GPU_SIM_R535
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, nvmlProcessDetailList_t* plist) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (plist == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (plist->version != nvmlProcessDetailList_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        if (plist->mode > NVML_PROCESS_MODE_MPS) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
+        if (d->state_error != NVML_SUCCESS) return d->state_error;
+        if (nvmlReturn_t rc = query_allowed(*d, kQueryProcessDetailList); rc != NVML_SUCCESS) return rc;
+        if (nvmlReturn_t rc = query_allowed(*d, process_query(plist->mode)); rc != NVML_SUCCESS) return rc;
+        return copy_processes(*d, plist->mode, &plist->numProcArrayEntries, plist->procArray);
+    });
+}
+#endif

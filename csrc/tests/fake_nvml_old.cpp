@@ -5,6 +5,7 @@
 //     to create missing device nodes (set FAKE_NVML_FORK_IN_INIT=1);
 //   * nvmlDeviceGetMemoryInfo answers NO_PERMISSION, as NVML does for an unprivileged caller on a
 //     MIG-enabled GPU (set FAKE_NVML_MEMORY_NO_PERMISSION=1);
+//   * only the original nvmlDeviceGetComputeRunningProcesses (v1 struct) lists processes;
 //   * nvmlInit_v2 appends the calling pid to the file FAKE_NVML_INIT_LOG, one line per call;
 //   * nvmlInit_v2 holds an internal lock for FAKE_NVML_SLOW_INIT_MS milliseconds, as a real library
 //     holds its own state lock while initialising: a child forked meanwhile inherits it locked.
@@ -86,5 +87,17 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t* mem
     memory->total = 1024;
     memory->free = 1024;
     memory->used = 0;
+    return NVML_SUCCESS;
+}
+
+// Only the original process query (nvmlProcessInfo_v1_t): one process, pid 4242, 4096 bytes.
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t, unsigned int* count, nvmlProcessInfo_v1_t* infos) {
+    if (*count < 1) {
+        *count = 1;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    infos[0].pid = 4242;
+    infos[0].usedGpuMemory = 4096;
+    *count = 1;
     return NVML_SUCCESS;
 }

@@ -73,9 +73,24 @@ int main() {
     CHECK_EQ(suggest_flag("--coordination"), std::string("--coordination-file"));
     CHECK_EQ(suggest_flag("--coordinationfile"), std::string("--coordination-file"));
     CHECK_EQ(suggest_flag("--coordination_file"), std::string("--coordination-file"));
+    CHECK_EQ(suggest_flag("--busy-gpu"), std::string("--busy-gpus"));
+    CHECK_EQ(suggest_flag("--busygpus"), std::string("--busy-gpus"));
     CHECK_EQ(suggest_flag("--verbose"), std::string(""));
     CHECK_EQ(suggest_flag("--enable"), std::string(""));
     CHECK_EQ(suggest_flag(""), std::string(""));
     CHECK_EQ(suggest_flag(std::string(10000, '-')), std::string(""));
+
+    // --busy-gpus takes the next token, whatever it is; absent: not given.
+    a = parse_script_args({"--busy-gpus", "exclude", "--enable-coordination-mode"});
+    CHECK(a.has_busy_gpus);
+    CHECK_EQ(a.busy_gpus, std::string("exclude"));
+    CHECK(a.coordination_mode && a.unknown.empty());
+    a = parse_script_args({"--busy-gpus", "--enable-coordination-mode"});
+    CHECK_EQ(a.busy_gpus, std::string("--enable-coordination-mode"));
+    CHECK(!a.coordination_mode);
+    a = parse_script_args({"--enable-coordination-mode", "--busy-gpus"});
+    CHECK(a.has_busy_gpus && a.busy_gpus.empty());
+    a = parse_script_args({"null"});
+    CHECK(!a.has_busy_gpus);
     return check::finish("test_script_args");
 }

@@ -52,7 +52,8 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
         vector[CoordBadLine] unparsable
 
     CoordClaimResult coord_claim "flinkgpu::coordination::claim"(
-        const CoordOptions& opts, pid_t owner, const vector[string]& existing_indices, size_t amount)
+        const CoordOptions& opts, pid_t owner, const vector[string]& existing_indices, size_t amount,
+        const vector[int]& ranks)
     CoordReleaseResult coord_release "flinkgpu::coordination::release"(const CoordOptions& opts, pid_t owner)
     CoordReleaseResult coord_release_indices "flinkgpu::coordination::release_indices"(
         const CoordOptions& opts, pid_t owner, const vector[string]& indices)
@@ -111,14 +112,23 @@ cdef list _co_entries(const vector[CoordEntry]& entries):
             for i in range(entries.size())]
 
 
-def coordination_claim(path, double timeout, owner, indices, size_t amount):
-    """Claims ``amount`` GPUs for ``owner``: (indices, added, reclaimed, [(line number, text)])."""
+def coordination_claim(path, double timeout, owner, indices, size_t amount, ranks=None):
+    """Claims ``amount`` GPUs for ``owner``: (indices, added, reclaimed, [(line number, text)]).
+    ``ranks``: one int per index (rank_gpus' ranks), lower taken first; None: all equal."""
     cdef CoordOptions opts = _co_options(path, timeout)
     cdef pid_t pid = _co_pid(owner)
     cdef vector[string] existing = _co_indices(indices)
+    cdef vector[int] cranks
+    if ranks is not None:
+        for rank in ranks:
+            if isinstance(rank, bool) or not isinstance(rank, int):
+                raise TypeError(f"a rank must be an int, got {rank!r}")
+            cranks.push_back(rank)
+        if cranks.size() != existing.size():
+            raise ValueError(f"Got {cranks.size()} ranks for {existing.size()} GPU indices: give one rank per index.")
     cdef CoordClaimResult r
     with nogil:
-        r = coord_claim(opts, pid, existing, amount)
+        r = coord_claim(opts, pid, existing, amount, cranks)
     if not r.status.ok():
         raise _error(r.status, path)
     return (_co_strings(r.indices), _co_strings(r.added), _co_strings(r.reclaimed), _co_bad_lines(r.unparsable))

@@ -18,10 +18,11 @@ def compare_indices(a: str, b: str) -> int: ...
 def sort_indices(indices: Iterable[str]) -> List[str]: ...
 
 # --- the stock discovery script's arguments (csrc/script_args.*) -------------------------------
-SCRIPT_FLAGS: Tuple[str, str]
+SCRIPT_FLAGS: Tuple[str, str, str]
 
-def parse_script_args(tokens: Iterable[str]) -> Tuple[bool, str, bool, List[Tuple[str, Optional[str]]]]:
-    """(coordination mode, coordination file, file value missing, [(unknown token, suggested flag)])."""
+def parse_script_args(tokens: Iterable[str]) -> Tuple[bool, str, bool, List[Tuple[str, Optional[str]]], Optional[str]]:
+    """(coordination mode, coordination file, file value missing, [(unknown token, suggested flag)],
+    --busy-gpus value or None)."""
 
 class NvmlDevice:
     @property
@@ -36,6 +37,10 @@ class NvmlDevice:
     def memory_total(self) -> Optional[int]: ...
     @property
     def minor_number(self) -> Optional[int]: ...
+    @property
+    def cpu_affinity(self) -> Optional[str]: ...
+    @property
+    def numa_node(self) -> Optional[int]: ...
 
 class SkippedDevice:
     @property
@@ -54,12 +59,45 @@ class Nvml:
     def driver_version(self) -> Optional[str]: ...
     def devices(self) -> Tuple[NvmlDevice, ...]: ...
     def skipped(self) -> Tuple[SkippedDevice, ...]: ...
+    def states(self, owner_pid: int, taskmanager_pid: Optional[int] = None) -> Tuple["DeviceState", ...]: ...
+
+# --- GPU state at assignment time (csrc/device_state.*, csrc/gpu_choice.*) ---------------------
+class DeviceState:
+    @property
+    def index(self) -> int: ...
+    @property
+    def health(self) -> str: ...
+    @property
+    def findings(self) -> Tuple[str, ...]: ...
+    @property
+    def memory_used(self) -> Optional[int]: ...
+    @property
+    def memory_free(self) -> Optional[int]: ...
+    @property
+    def processes(self) -> Tuple[Tuple[int, Optional[int], str, bool, bool], ...]:
+        """(pid, used memory or None, kind "compute" | "graphics" | "mps", own, visible)."""
+    @property
+    def processes_known(self) -> bool: ...
+    @property
+    def busy(self) -> bool: ...
+    @property
+    def compute_mode(self) -> Optional[str]: ...
+
+BUSY_GPUS_VALUES: Tuple[str, str, str]
+
+def rank_gpus(states: Iterable[DeviceState], busy_policy: str) -> Tuple[List[str], List[int], List[Tuple[str, str]]]:
+    """(indices best first, ranks parallel to them, [(index, why left out)])."""
+def find_taskmanager(pid: int) -> Optional[int]: ...
+def nvml_symbols() -> Tuple[Tuple[str, str], ...]:
+    """((name, "required" | "fallback" | "optional"), ...)."""
+def probe_nvml_library(library_path: _Path) -> Tuple[Tuple[str, ...], str]: ...
 
 # --- coordination file (csrc/coordination.*) ---------------------------------------------------
 COORDINATION_DEFAULT_PATH: str
 
 def coordination_claim(path: _Path, timeout: float, owner: int, indices: Iterable[Union[str, int]],
-                       amount: int) -> Tuple[List[str], List[str], List[str], List[Tuple[int, str]]]:
+                       amount: int, ranks: Optional[Iterable[int]] = None
+                       ) -> Tuple[List[str], List[str], List[str], List[Tuple[int, str]]]:
     """(what the owner now has, newly added, reclaimed from dead owners, unparsable lines)."""
 def coordination_release(path: _Path, timeout: float, owner: int,
                          indices: Optional[Iterable[Union[str, int]]] = None) -> List[str]: ...

@@ -5,6 +5,7 @@
 from libcpp.optional cimport optional
 from libcpp.string cimport string
 from libcpp.string_view cimport string_view
+from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
 import os
@@ -33,11 +34,40 @@ cdef extern from "status.hpp" namespace "flinkgpu" nogil:
 
 
 cdef extern from "nvml_loader.hpp" namespace "flinkgpu" nogil:
+    enum class ProcessApi "flinkgpu::ProcessApi":
+        pass
+
+    cdef cppclass NvmlApi "flinkgpu::NvmlApi":
+        ProcessApi process_api
+
+    cdef cppclass SymbolBits "std::bitset<flinkgpu::kNvmlSymbolCount>":
+        bint test(size_t pos) except +
+
     cdef cppclass NvmlLibrary:
         @staticmethod
         const NvmlLibrary* acquire(const string& requested_path, Status* status)
         @staticmethod
+        const NvmlLibrary* probe(const string& requested_path, Status* status)
+        @staticmethod
         string resolve_path(const string& requested_path) except +
+        const NvmlApi& api()
+        const SymbolBits& resolved()
+
+    enum class SymbolUse "flinkgpu::SymbolUse":
+        kRequired
+        kFallback
+        kOptional
+
+    cdef cppclass NvmlSymbolInfo "flinkgpu::NvmlSymbolInfo":
+        const char* name
+        SymbolUse use
+
+    enum class NvmlSymbol "flinkgpu::NvmlSymbol":
+        pass
+
+    size_t kNvmlSymbolCount "flinkgpu::kNvmlSymbolCount"
+    const NvmlSymbolInfo& nvml_symbol "flinkgpu::nvml_symbol"(NvmlSymbol symbol)
+    const char* process_api_name "flinkgpu::process_api_name"(ProcessApi api)
 
 
 cdef extern from "devices.hpp" namespace "flinkgpu" nogil:
@@ -48,6 +78,8 @@ cdef extern from "devices.hpp" namespace "flinkgpu" nogil:
         optional[string] pci_bus_id
         optional[unsigned long long] memory_total
         optional[unsigned] minor_number
+        optional[string] cpu_affinity
+        optional[int] numa_node
 
     cdef cppclass CSkippedDevice "flinkgpu::SkippedDevice":
         unsigned index
@@ -60,6 +92,59 @@ cdef extern from "devices.hpp" namespace "flinkgpu" nogil:
 
     Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out)
     Status query_driver_version(const NvmlLibrary& lib, optional[string]* out)
+
+
+cdef extern from "device_state.hpp" namespace "flinkgpu" nogil:
+    enum class Health "flinkgpu::Health":
+        kOk
+        kDegraded
+        kUnhealthy
+
+    enum class ProcessKind "flinkgpu::ProcessKind":
+        pass
+
+    const char* process_kind_name "flinkgpu::process_kind_name"(ProcessKind kind)
+
+    cdef cppclass CGpuProcess "flinkgpu::GpuProcess":
+        unsigned pid
+        optional[unsigned long long] used_memory
+        ProcessKind kind
+        bint own
+        bint visible
+
+    cdef cppclass CDeviceState "flinkgpu::DeviceState":
+        unsigned index
+        Health health
+        string health_text
+        vector[string] findings
+        optional[unsigned long long] memory_used
+        optional[unsigned long long] memory_free
+        vector[CGpuProcess] processes
+        bint processes_known
+        bint busy
+        optional[string] compute_mode
+
+    Status query_states "flinkgpu::query_states"(const NvmlLibrary& lib, int owner, int taskmanager,
+                                                  vector[CDeviceState]* out)
+
+
+cdef extern from "gpu_choice.hpp" namespace "flinkgpu" nogil:
+    enum class BusyPolicy "flinkgpu::BusyPolicy":
+        kAvoid
+
+    const char* kBusyPolicyValues "flinkgpu::kBusyPolicyValues"
+    bint parse_busy_policy "flinkgpu::parse_busy_policy"(string_view text, BusyPolicy* out)
+
+    cdef cppclass CRanking "flinkgpu::Ranking":
+        vector[string] indices
+        vector[int] ranks
+        vector[pair[string, string]] left_out
+
+    CRanking rank_gpus_cpp "flinkgpu::rank_gpus"(const vector[CDeviceState]& states, BusyPolicy policy) except +
+
+
+cdef extern from "process_tree.hpp" namespace "flinkgpu" nogil:
+    int find_taskmanager_cpp "flinkgpu::find_taskmanager"(int pid)
 
 
 cdef extern from "script_output.hpp" namespace "flinkgpu" nogil:
@@ -84,6 +169,7 @@ cdef extern from "gpu_index.hpp" namespace "flinkgpu" nogil:
 cdef extern from "script_args.hpp" namespace "flinkgpu" nogil:
     const char* kEnableCoordinationFlag "flinkgpu::kEnableCoordinationFlag"
     const char* kCoordinationFileFlag "flinkgpu::kCoordinationFileFlag"
+    const char* kBusyGpusFlag "flinkgpu::kBusyGpusFlag"
 
     cdef cppclass UnknownToken "flinkgpu::UnknownToken":
         string token
@@ -93,6 +179,8 @@ cdef extern from "script_args.hpp" namespace "flinkgpu" nogil:
         bint coordination_mode
         string coordination_file
         bint file_value_missing
+        bint has_busy_gpus
+        string busy_gpus
         vector[UnknownToken] unknown
 
     CScriptArgs parse_script_args_cpp "flinkgpu::parse_script_args"(const vector[string]& tokens) except +
@@ -176,12 +264,14 @@ def sort_indices(indices):
 
 # --- the stock discovery script's arguments (csrc/script_args.*) -------------------------------
 
-SCRIPT_FLAGS = (kEnableCoordinationFlag.decode("ascii"), kCoordinationFileFlag.decode("ascii"))
+SCRIPT_FLAGS = (kEnableCoordinationFlag.decode("ascii"), kCoordinationFileFlag.decode("ascii"),
+                kBusyGpusFlag.decode("ascii"))
 
 
 def parse_script_args(tokens):
-    """The stock script's reading of the tokens after the amount:
-    (coordination mode, coordination file, file value missing, [(unknown token, suggested flag or None)])."""
+    """The stock script's reading of the tokens after the amount (plus our --busy-gpus):
+    (coordination mode, coordination file, file value missing, [(unknown token, suggested flag or None)],
+    busy-gpus value or None when the flag is absent ("" when it has no value))."""
     cdef vector[string] encoded
     for token in tokens:
         if not isinstance(token, str):
@@ -189,7 +279,8 @@ def parse_script_args(tokens):
         encoded.push_back(_utf8(token))
     cdef CScriptArgs parsed = parse_script_args_cpp(encoded)
     return (parsed.coordination_mode, _text(parsed.coordination_file), parsed.file_value_missing,
-            [(_text(u.token), _text(u.suggestion) if not u.suggestion.empty() else None) for u in parsed.unknown])
+            [(_text(u.token), _text(u.suggestion) if not u.suggestion.empty() else None) for u in parsed.unknown],
+            _text(parsed.busy_gpus) if parsed.has_busy_gpus else None)
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -224,11 +315,14 @@ cdef class NvmlDevice:
     cdef readonly object pci_bus_id
     cdef readonly object memory_total
     cdef readonly object minor_number
+    cdef readonly object cpu_affinity
+    cdef readonly object numa_node
 
     def __repr__(self):
         return (f"NvmlDevice(index={self.index}, uuid={self.uuid!r}, name={self.name!r}, "
                 f"pci_bus_id={self.pci_bus_id!r}, memory_total={self.memory_total!r}, "
-                f"minor_number={self.minor_number!r})")
+                f"minor_number={self.minor_number!r}, cpu_affinity={self.cpu_affinity!r}, "
+                f"numa_node={self.numa_node!r})")
 
 
 cdef class SkippedDevice:
@@ -250,7 +344,118 @@ cdef NvmlDevice _device(const DeviceInfo& info):
     d.pci_bus_id = _optional_text(info.pci_bus_id)
     d.memory_total = info.memory_total.value() if info.memory_total.has_value() else None
     d.minor_number = info.minor_number.value() if info.minor_number.has_value() else None
+    d.cpu_affinity = _optional_text(info.cpu_affinity)
+    d.numa_node = info.numa_node.value() if info.numa_node.has_value() else None
     return d
+
+
+cdef class DeviceState:
+    """One GPU's state when it was read: health, memory, the processes NVML lists on it.
+
+    ``health``: "ok", "degraded: <reason>" or "unhealthy: <reason>"; ``findings``: every finding;
+    ``processes``: (pid, used memory in bytes or None, kind "compute" | "graphics" | "mps", own,
+    visible); ``processes_known``: False when NVML refused the process list (NO_PERMISSION);
+    ``busy``: a process that is not the owner's, its TaskManager's or a descendant's.
+    """
+
+    cdef CDeviceState _c
+    cdef readonly unsigned index
+    cdef readonly str health
+    cdef readonly tuple findings
+    cdef readonly object memory_used
+    cdef readonly object memory_free
+    cdef readonly tuple processes
+    cdef readonly bint processes_known
+    cdef readonly bint busy
+    cdef readonly object compute_mode
+
+    def __init__(self):
+        raise TypeError("DeviceState objects come from Nvml.states()")
+
+    def __repr__(self):
+        return (f"DeviceState(index={self.index}, health={self.health!r}, memory_used={self.memory_used!r}, "
+                f"memory_free={self.memory_free!r}, processes={self.processes!r}, "
+                f"processes_known={self.processes_known!r}, busy={self.busy!r}, compute_mode={self.compute_mode!r})")
+
+
+cdef DeviceState _state(const CDeviceState& c):
+    cdef DeviceState s = DeviceState.__new__(DeviceState)
+    cdef size_t i
+    s._c = c
+    s.index = c.index
+    s.health = _text(c.health_text)
+    s.findings = tuple([_text(c.findings[i]) for i in range(c.findings.size())])
+    s.memory_used = c.memory_used.value() if c.memory_used.has_value() else None
+    s.memory_free = c.memory_free.value() if c.memory_free.has_value() else None
+    s.processes = tuple([(c.processes[i].pid,
+                          c.processes[i].used_memory.value() if c.processes[i].used_memory.has_value() else None,
+                          process_kind_name(c.processes[i].kind).decode("ascii"),
+                          bool(c.processes[i].own), bool(c.processes[i].visible))
+                         for i in range(c.processes.size())])
+    s.processes_known = c.processes_known
+    s.busy = c.busy
+    s.compute_mode = _optional_text(c.compute_mode)
+    return s
+
+
+BUSY_GPUS_VALUES = tuple(kBusyPolicyValues.decode("ascii").split(", "))
+
+
+def rank_gpus(states, str busy_policy not None):
+    """The candidates among ``states`` (from ``Nvml.states()``), best first, under ``busy_policy``
+    (avoid | exclude | ignore): (indices, ranks parallel to them, [(index, why left out)])."""
+    cdef vector[CDeviceState] cstates
+    cdef BusyPolicy policy
+    cdef string encoded = _utf8(busy_policy)
+    if not parse_busy_policy(string_view(encoded.data(), encoded.size()), &policy):
+        raise ValueError(f"Unknown busy-gpus value {busy_policy!r}: use one of {', '.join(BUSY_GPUS_VALUES)}.")
+    for state in states:
+        if not isinstance(state, DeviceState):
+            raise TypeError(f"rank_gpus() expects DeviceState objects from Nvml.states(), got {state!r}")
+        cstates.push_back((<DeviceState>state)._c)
+    cdef CRanking r = rank_gpus_cpp(cstates, policy)
+    cdef size_t i
+    return ([_text(r.indices[i]) for i in range(r.indices.size())], [r.ranks[i] for i in range(r.ranks.size())],
+            [(_text(r.left_out[i].first), _text(r.left_out[i].second)) for i in range(r.left_out.size())])
+
+
+def find_taskmanager(pid):
+    """The nearest ancestor of ``pid`` (its parent first) running Flink's TaskManagerRunner, or None."""
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        raise TypeError(f"pid must be a process id (int), got {pid!r}")
+    if pid <= 0 or pid > 0x7fffffff:
+        raise ValueError(f"Invalid pid {pid}: it must be a positive process id.")
+    cdef int found = find_taskmanager_cpp(<int>pid)
+    return found if found > 0 else None
+
+
+_SYMBOL_USES = {SymbolUse.kRequired: "required", SymbolUse.kFallback: "fallback", SymbolUse.kOptional: "optional"}
+
+
+def nvml_symbols():
+    """Every entry point the NVML loader looks up: ((name, "required" | "fallback" | "optional"), ...)."""
+    cdef size_t i
+    return tuple([(nvml_symbol(<NvmlSymbol>i).name.decode("ascii"), _SYMBOL_USES[nvml_symbol(<NvmlSymbol>i).use])
+                  for i in range(kNvmlSymbolCount)])
+
+
+def probe_nvml_library(library_path):
+    """Loads (never initialises) the library at ``library_path``: (the names of nvml_symbols() it has,
+    how it lists processes: "detail_list" | "v3" | "v3_r535" | "v2" | "v1" | "none")."""
+    cdef bytes encoded = os.fsencode(library_path)
+    if not encoded or b"\0" in encoded:
+        raise ValueError(f"Not a library path: {library_path!r}")
+    cdef string requested = encoded
+    cdef Status status
+    cdef const NvmlLibrary* lib
+    with nogil:
+        lib = NvmlLibrary.probe(requested, &status)
+    if lib == NULL:
+        raise _error(status, os.fsdecode(encoded))
+    cdef size_t i
+    names = tuple([nvml_symbol(<NvmlSymbol>i).name.decode("ascii") for i in range(kNvmlSymbolCount)
+                   if lib.resolved().test(i)])
+    return names, process_api_name(lib.api().process_api).decode("ascii")
 
 
 cdef SkippedDevice _skipped(const CSkippedDevice& info):
@@ -263,6 +468,14 @@ cdef SkippedDevice _skipped(const CSkippedDevice& info):
 
 
 _instances = {}
+
+
+cdef int _state_pid(pid, str what) except -1:
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        raise TypeError(f"{what} must be a process id (int), got {pid!r}")
+    if pid <= 0 or pid > 0x7fffffff:
+        raise ValueError(f"Invalid {what} {pid}: it must be a positive process id.")
+    return <int>pid
 
 
 cdef class Nvml:
@@ -330,6 +543,21 @@ cdef class Nvml:
         if not status.ok():
             raise _error(status, self.library_path)
         return _optional_text(version)
+
+    def states(self, owner_pid, taskmanager_pid=None):
+        """The state of every device now, in index order, in one native call: health, memory, the
+        processes on it judged against ``owner_pid`` and ``taskmanager_pid`` (None: none)."""
+        cdef int owner = _state_pid(owner_pid, "owner_pid")
+        cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
+        cdef const NvmlLibrary* lib = self._library()
+        cdef vector[CDeviceState] found
+        cdef Status status
+        with nogil:
+            status = query_states(lib[0], owner, taskmanager, &found)
+        if not status.ok():
+            raise _error(status, self.library_path)
+        cdef size_t i
+        return tuple([_state(found[i]) for i in range(found.size())])
 
     def skipped(self):
         """Devices the last ``devices()`` call had to leave out, with the reason."""

@@ -135,14 +135,16 @@ def _bad_lines(rows, path: PathType) -> "tuple[UnparsableLine, ...]":
 
 
 def claim(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAULT_PATH,
-          owner: "int | None" = None, timeout: float = DEFAULT_TIMEOUT) -> ClaimResult:
+          owner: "int | None" = None, timeout: float = DEFAULT_TIMEOUT,
+          ranks: "Iterable[int] | None" = None) -> ClaimResult:
     """Claims ``amount`` of the GPUs ``indices`` (the host's, e.g. from NVML) for ``owner``.
 
     ``owner`` defaults to the calling process (``os.getpid()`` at call time). An owner asking again
     gets what it holds: topped up when it asks for more; when it asks for fewer, the lowest ``amount``
     of its GPUs (it keeps holding all of them until :func:`release`). Otherwise free GPUs first, then
     those of dead owners, lowest index first. All or nothing. The result's ``taken`` is what the
-    owner gets.
+    owner gets. ``ranks`` (one int per index, e.g. :func:`flink_gpu.nvml.rank_gpus`' ranks): after
+    what the owner holds, lower ranks first, and within a rank free GPUs before reclaimable ones.
 
     Raises :class:`~flink_gpu.FlinkException` when too few GPUs are free (the message says how many
     were requested, how many exist and which pids hold the rest), :class:`TimeoutError` (naming the
@@ -152,7 +154,8 @@ def claim(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAU
     """
     owner = _owner(owner)
     taken, added, reclaimed, bad = _native.coordination_claim(path, timeout, owner, indices,
-                                                              _amount(amount))
+                                                              _amount(amount),
+                                                              None if ranks is None else list(ranks))
     _bad_lines(bad, path)
     if reclaimed:
         _log.info("Reclaimed GPU(s) %s of dead owners in %s for pid %d.", ", ".join(reclaimed),

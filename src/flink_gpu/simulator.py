@@ -9,9 +9,36 @@ it through its environment (NVML is initialised once per process, so choose befo
     simulator.run(["python", "my_job.py"], spec={"devices": [{"name": "NVIDIA H100"}, {"fault": "GPU_IS_LOST"}]})
 
 The simulator reads ``FLINK_GPU_SIM_DEVICES`` (a count, default 4) or ``FLINK_GPU_SIM_SPEC`` (a JSON
-file: ``init_error``, ``driver_version`` and ``devices`` with ``uuid``, ``name``, ``memory_total``,
-``pci_bus_id``, ``minor_number`` and ``fault``: ``NO_PERMISSION`` or ``GPU_IS_LOST``), and
-``FLINK_GPU_SIM_INIT_ERROR`` (an NVML return code for ``nvmlInit``).
+file, below), and ``FLINK_GPU_SIM_INIT_ERROR`` (an NVML return code for ``nvmlInit``).
+
+Spec keys (every one optional; null counts as absent):
+
+* ``init_error``: the NVML return code of ``nvmlInit``; ``driver_version``: its version string.
+* ``process_struct``: ``"v2"`` (default: a current driver, with the versioned
+  ``nvmlDeviceGetRunningProcessDetailList`` and four-field ``*_v3`` process queries) or ``"r535"``
+  (a driver of the R535 era: no detail list, ``*_v3`` filling five-field entries). Each is its own
+  build of the library (:func:`library_path`); :func:`environment` picks the one the spec names.
+* ``devices``: a list of objects, one per GPU, with
+
+  * ``uuid``, ``name``, ``pci_bus_id`` (text), ``memory_total`` (bytes), ``minor_number``;
+  * ``fault``: ``NO_PERMISSION`` (the handle is refused) or ``GPU_IS_LOST`` (every query);
+  * ``memory_used`` (bytes, at most ``memory_total``; free is the rest);
+  * ``cpu_affinity``: the GPU's local CPUs as a Linux cpulist such as ``"0-15,32-47"`` (CPUs
+    below 4096; absent: the query answers NOT_SUPPORTED);
+  * ``compute_mode``: ``default``, ``exclusive_thread``, ``prohibited`` or ``exclusive_process``;
+  * ``health``: an object with ``inforom_corrupted``, ``row_remap_failure``,
+    ``row_remap_pending``, ``retired_pages_pending``, ``ecc_enabled`` (default true; booleans),
+    ``ecc_uncorrected`` (the volatile uncorrectable ECC error count), ``recovery_action``
+    (``none``, ``gpu_reset``, ``node_reboot``, ``drain_p2p``, ``drain_and_reset``) and
+    ``state_error`` (``GPU_IS_LOST`` or ``RESET_REQUIRED``: what every state query answers while
+    the GPU's identity still reads);
+  * ``processes``: a list of ``{"pid": N, "used_memory": bytes (absent: not available), "kind":
+    "compute" | "graphics" | "mps"}`` (pids are reported as given, like the host pids NVML gives);
+  * ``not_supported`` and ``no_permission``: lists of query names that answer NOT_SUPPORTED or
+    NO_PERMISSION: ``inforom``, ``remapped_rows``, ``ecc_mode``, ``ecc_errors``,
+    ``field_values``, ``retired_pages``, ``memory``, ``memory_v2``, ``compute_mode``,
+    ``cpu_affinity``, ``compute_processes``, ``graphics_processes``, ``mps_processes``,
+    ``process_detail_list`` and ``processes`` (the three kinds).
 """
 
 import os
@@ -21,19 +48,35 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 __all__ = ["library_path", "environment", "read_spec", "run", "popen"]
 
 _FAULTS = ("NO_PERMISSION", "GPU_IS_LOST")
-_DEVICE_KEYS = {"uuid", "name", "memory_total", "pci_bus_id", "minor_number", "fault"}
+_PROCESS_STRUCTS = ("v2", "r535")
+_DEVICE_KEYS = {"uuid", "name", "memory_total", "pci_bus_id", "minor_number", "fault", "memory_used",
+                "cpu_affinity", "compute_mode", "health", "processes", "not_supported", "no_permission"}
 # the value rules the simulator itself applies (csrc/simulator/nvml_simulator.cpp): text, or a
 # whole number in [0, limit)
 _STRING_KEYS = ("uuid", "name", "pci_bus_id")
-_NUMBER_LIMITS = {"memory_total": 2**64, "minor_number": 2**32}
+_NUMBER_LIMITS = {"memory_total": 2**64, "minor_number": 2**32, "memory_used": 2**64}
+_COMPUTE_MODES = ("default", "exclusive_thread", "prohibited", "exclusive_process")
+_HEALTH_FLAGS = ("inforom_corrupted", "row_remap_failure", "row_remap_pending", "retired_pages_pending",
+                 "ecc_enabled")
+_RECOVERY_ACTIONS = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")
+_STATE_ERRORS = ("GPU_IS_LOST", "RESET_REQUIRED")
+_PROCESS_KINDS = ("compute", "graphics", "mps")
+_QUERIES = ("inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
+            "memory_v2", "compute_mode", "cpu_affinity", "compute_processes", "graphics_processes",
+            "mps_processes", "process_detail_list", "processes")
+_CPULIST = __import__("re").compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
 _SPEC_WHAT = "simulator spec file"
 
 SpecLike = Union[Mapping[str, Any], str, "os.PathLike[str]"]
 
 
-def library_path() -> str:
-    """Absolute path of the simulated ``libnvidia-ml.so.1`` inside the installed package."""
-    path = Path(__file__).resolve().parent / "_simulator" / "libnvidia-ml.so.1"
+def library_path(process_struct: str = "v2") -> str:
+    """Absolute path of the simulated ``libnvidia-ml.so.1`` inside the installed package; with
+    ``process_struct="r535"`` the build that models a driver of the R535 era."""
+    if process_struct not in _PROCESS_STRUCTS:
+        raise ValueError(f"process_struct must be one of {_PROCESS_STRUCTS}, got {process_struct!r}.")
+    folder = Path(__file__).resolve().parent / "_simulator"
+    path = (folder / "r535" if process_struct == "r535" else folder) / "libnvidia-ml.so.1"
     if not path.is_file():
         raise FileNotFoundError(
             f"The NVML simulator is missing from this installation ({path}). Reinstall flink-gpu "
@@ -57,12 +100,87 @@ def _check_string(value: Any, what: str) -> None:
         raise TypeError(f"Simulator spec {what} must be a string, got {value!r}.")
 
 
+def _check_choice(value: Any, allowed: "tuple[str, ...]", what: str) -> None:
+    if value is not None and value not in allowed:
+        raise ValueError(f"Simulator spec {what} must be one of {', '.join(allowed)}, got {value!r}.")
+
+
+def _check_bool(value: Any, what: str) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"Simulator spec {what} must be true or false, got {value!r}.")
+
+
+def _is_cpulist(text: str) -> bool:
+    if not _CPULIST.fullmatch(text):
+        return False
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        if int(last or first) < int(first) or int(last or first) >= 4096:
+            return False
+    return True
+
+
+def _validate_state(device: Mapping[str, Any], where: str) -> None:
+    """The state keys of one device (the module docstring lists them)."""
+    used = device.get("memory_used")
+    total = device.get("memory_total")
+    total = 80 << 30 if total is None else total  # the simulator's default
+    if isinstance(used, int) and not isinstance(used, bool) and isinstance(total, int) and used > total:
+        raise ValueError(f"Simulator spec {where}.memory_used must not exceed memory_total ({total}), got {used!r}.")
+    cpus = device.get("cpu_affinity")
+    _check_string(cpus, f"{where}.cpu_affinity")
+    if cpus is not None and not _is_cpulist(cpus):
+        raise ValueError(f"Simulator spec {where}.cpu_affinity must be a Linux cpulist of CPUs 0..4095 such as "
+                         f"'0-15,32-47', got {cpus!r}.")
+    _check_choice(device.get("compute_mode"), _COMPUTE_MODES, f"{where}.compute_mode")
+    health = device.get("health")
+    if health is not None:
+        if not isinstance(health, Mapping):
+            raise TypeError(f"Simulator spec {where}.health must be an object, got {health!r}.")
+        known = set(_HEALTH_FLAGS) | {"ecc_uncorrected", "recovery_action", "state_error"}
+        bad = set(health) - known
+        if bad:
+            raise ValueError(f"Simulator spec {where}.health has unknown keys {sorted(bad)}; known: {sorted(known)}.")
+        for key in _HEALTH_FLAGS:
+            _check_bool(health.get(key), f"{where}.health.{key}")
+        if health.get("ecc_uncorrected") is not None:
+            _check_whole_number(health["ecc_uncorrected"], 2**64, f"{where}.health.ecc_uncorrected must be a whole number")
+        _check_choice(health.get("recovery_action"), _RECOVERY_ACTIONS, f"{where}.health.recovery_action")
+        _check_choice(health.get("state_error"), _STATE_ERRORS, f"{where}.health.state_error")
+    processes = device.get("processes")
+    if processes is not None:
+        if not isinstance(processes, (list, tuple)):
+            raise TypeError(f"Simulator spec {where}.processes must be a list, got {processes!r}.")
+        for j, process in enumerate(processes):
+            what = f"{where}.processes[{j}]"
+            if not isinstance(process, Mapping):
+                raise TypeError(f"Simulator spec {what} must be an object, got {process!r}.")
+            bad = set(process) - {"pid", "used_memory", "kind"}
+            if bad:
+                raise ValueError(f"Simulator spec {what} has unknown keys {sorted(bad)}; known: kind, pid, used_memory.")
+            if process.get("pid") is None:
+                raise ValueError(f"Simulator spec {what}.pid is required.")
+            _check_whole_number(process["pid"], 2**32, f"{what}.pid must be a whole number")
+            if process.get("used_memory") is not None:
+                _check_whole_number(process["used_memory"], 2**64 - 1, f"{what}.used_memory must be a whole number")
+            _check_choice(process.get("kind"), _PROCESS_KINDS, f"{what}.kind")
+    for key in ("not_supported", "no_permission"):
+        names = device.get(key)
+        if names is None:
+            continue
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n in _QUERIES for n in names):
+            raise ValueError(f"Simulator spec {where}.{key} must be a list of query names ({', '.join(_QUERIES)}), "
+                             f"got {names!r}.")
+
+
 def _validate_spec(spec: Mapping[str, Any]) -> None:
     """The simulator's own rules: ``TypeError`` for a value of the wrong type, ``ValueError`` for
     an unknown key or a value out of range, each naming the key."""
-    unknown = set(spec) - {"init_error", "driver_version", "devices"}
+    unknown = set(spec) - {"init_error", "driver_version", "devices", "process_struct"}
     if unknown:
-        raise ValueError(f"Unknown simulator spec keys {sorted(unknown)}; use init_error, driver_version, devices.")
+        raise ValueError(f"Unknown simulator spec keys {sorted(unknown)}; use init_error, driver_version, "
+                         "devices, process_struct.")
+    _check_choice(spec.get("process_struct"), _PROCESS_STRUCTS, "'process_struct'")
     if spec.get("init_error") is not None:
         _check_whole_number(spec["init_error"], 1000, "'init_error' must be an NVML error code")
     _check_string(spec.get("driver_version"), "'driver_version'")
@@ -83,6 +201,7 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
         fault = device.get("fault")
         if fault is not None and fault not in _FAULTS:
             raise ValueError(f"Simulator spec devices[{i}] fault {fault!r} is not one of {_FAULTS}.")
+        _validate_state(device, f"devices[{i}]")
 
 
 def read_spec(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
@@ -109,6 +228,15 @@ def read_spec(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     except (TypeError, ValueError) as error:  # a value of the file: ValueError, naming the file
         raise ValueError(f"{path}: {error}") from None
     return spec
+
+
+def _process_struct_of_file(path: Union[str, "os.PathLike[str]"]) -> str:
+    """The build a spec file asks for; "v2" when it cannot be read (the simulator then says why)."""
+    try:
+        spec = read_spec(path)
+    except (OSError, ValueError):
+        return "v2"
+    return spec.get("process_struct") or "v2"
 
 
 def _spec_file(spec: Mapping[str, Any]) -> str:
@@ -148,7 +276,13 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
     """
     if devices is not None and spec is not None:
         raise ValueError("Give either devices or spec, not both.")
-    lib = library_path()
+    process_struct = "v2"
+    if isinstance(spec, Mapping):
+        _validate_spec(spec)
+        process_struct = spec.get("process_struct") or "v2"
+    elif spec is not None:
+        process_struct = _process_struct_of_file(spec)
+    lib = library_path(process_struct)
     env = {
         "FLINK_GPU_NVML_LIBRARY": lib,
         # For code that opens libnvidia-ml.so.1 by name (pynvml, nvidia-smi-free tools).

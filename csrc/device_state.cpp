@@ -1,0 +1,294 @@
+#include "device_state.hpp"
+
+#include "devices.hpp"
+#include "gpu_choice.hpp"
+#include "process_tree.hpp"
+
+#include <new>
+
+namespace flinkgpu {
+namespace {
+
+// Grows a process buffer at most this far (entries), so a misbehaving driver cannot make us
+// allocate without bound.
+constexpr unsigned kMaxProcesses = 1u << 16;
+constexpr unsigned kInitialProcesses = 32;
+
+bool is_lost(int rc) { return rc == NVML_ERROR_GPU_IS_LOST || rc == NVML_ERROR_RESET_REQUIRED; }
+
+// What one state query's return code means for the device.
+enum class Answer { kOk, kNoFinding, kLost, kFail };
+
+// The buffers of one query_states call, reused for every device and process kind.
+struct Workspace {
+    std::vector<nvmlProcessDetail_v1_t> detail;  // detail list and the R535 *_v3 layout
+    std::vector<nvmlProcessInfo_v2_t> v2;         // *_v3 and *_v2
+    std::vector<nvmlProcessInfo_v1_t> v1;
+};
+
+class DeviceQuery {
+public:
+    DeviceQuery(const NvmlLibrary& lib, nvmlDevice_t dev, DeviceState* state, Workspace* ws)
+        : lib_(lib), api_(lib.api()), dev_(dev), s_(state), ws_(ws) {}
+
+    // Fills the state; a kNvml failure when the library as a whole fails.
+    Status run(ProcessTree* tree) {
+        health();
+        if (!failure_.ok() || lost()) return failure_;
+        memory();
+        if (!failure_.ok() || lost()) return failure_;
+        compute_mode();
+        if (!failure_.ok() || lost()) return failure_;
+        processes(tree);
+        return failure_;
+    }
+
+private:
+    bool lost() const { return s_->readings.lost_code != NVML_SUCCESS; }
+
+    Answer answer(int rc, const char* function) {
+        if (rc == NVML_SUCCESS) return Answer::kOk;
+        if (is_lost(rc)) {
+            s_->readings.lost_code = rc;
+            s_->readings.lost_function = function;
+            return Answer::kLost;
+        }
+        if (is_library_wide_error(rc)) {
+            failure_ = lib_.error(rc, function);
+            return Answer::kFail;
+        }
+        return Answer::kNoFinding;  // NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION, ...
+    }
+
+    void health() {
+        HealthReadings& r = s_->readings;
+        if (api_.device_validate_inforom != nullptr) {
+            const int rc = api_.device_validate_inforom(dev_);
+            if (rc == NVML_ERROR_CORRUPTED_INFOROM) r.inforom_corrupted = true;
+            else if (answer(rc, "nvmlDeviceValidateInforom") >= Answer::kLost) return;
+        }
+        if (api_.device_get_remapped_rows != nullptr) {
+            unsigned corrected = 0, uncorrected = 0, pending = 0, failed = 0;
+            const int rc = api_.device_get_remapped_rows(dev_, &corrected, &uncorrected, &pending, &failed);
+            const Answer a = answer(rc, "nvmlDeviceGetRemappedRows");
+            if (a >= Answer::kLost) return;
+            if (a == Answer::kOk) {
+                r.remap_failed = failed != 0;
+                r.remap_pending = pending != 0;
+            }
+        }
+        if (api_.device_get_ecc_mode != nullptr && api_.device_get_total_ecc_errors != nullptr) {
+            nvmlEnableState_t current = NVML_FEATURE_DISABLED, pending = NVML_FEATURE_DISABLED;
+            Answer a = answer(api_.device_get_ecc_mode(dev_, &current, &pending), "nvmlDeviceGetEccMode");
+            if (a >= Answer::kLost) return;
+            if (a == Answer::kOk && current == NVML_FEATURE_ENABLED) {
+                unsigned long long count = 0;
+                a = answer(api_.device_get_total_ecc_errors(dev_, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC,
+                                                            &count),
+                           "nvmlDeviceGetTotalEccErrors");
+                if (a >= Answer::kLost) return;
+                if (a == Answer::kOk) r.ecc_uncorrected_volatile = count;
+            }
+        }
+        if (api_.device_get_field_values != nullptr) {
+            nvmlFieldValue_t field{};
+            field.fieldId = NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
+            const Answer a = answer(api_.device_get_field_values(dev_, 1, &field), "nvmlDeviceGetFieldValues");
+            if (a >= Answer::kLost) return;
+            // A driver without the field answers per value (NOT_SUPPORTED, INVALID_ARGUMENT).
+            if (a == Answer::kOk && field.nvmlReturn == NVML_SUCCESS) {
+                unsigned action = NVML_GPU_RECOVERY_ACTION_NONE;
+                switch (field.valueType) {
+                    case NVML_VALUE_TYPE_UNSIGNED_INT: action = field.value.uiVal; break;
+                    case NVML_VALUE_TYPE_UNSIGNED_LONG: action = static_cast<unsigned>(field.value.ulVal); break;
+                    case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: action = static_cast<unsigned>(field.value.ullVal); break;
+                    case NVML_VALUE_TYPE_SIGNED_INT: action = static_cast<unsigned>(field.value.siVal); break;
+                    default: break;
+                }
+                r.recovery_action = action;
+            } else if (a == Answer::kOk && is_lost(field.nvmlReturn)) {
+                answer(field.nvmlReturn, "nvmlDeviceGetFieldValues");
+                return;
+            }
+        }
+        if (api_.device_get_retired_pages_pending_status != nullptr) {
+            nvmlEnableState_t pending = NVML_FEATURE_DISABLED;
+            const Answer a = answer(api_.device_get_retired_pages_pending_status(dev_, &pending),
+                                    "nvmlDeviceGetRetiredPagesPendingStatus");
+            if (a >= Answer::kLost) return;
+            if (a == Answer::kOk) r.pages_pending = pending == NVML_FEATURE_ENABLED;
+        }
+    }
+
+    void memory() {
+        if (api_.device_get_memory_info_v2 != nullptr) {
+            nvmlMemory_v2_t m{};
+            m.version = nvmlMemory_v2;
+            const Answer a = answer(api_.device_get_memory_info_v2(dev_, &m), "nvmlDeviceGetMemoryInfo_v2");
+            if (a == Answer::kOk) {
+                s_->memory_used = m.used;
+                s_->memory_free = m.free;
+            }
+            if (a != Answer::kNoFinding) return;  // else a stub of the symbol: try v1
+        }
+        if (api_.device_get_memory_info != nullptr) {
+            nvmlMemory_t m{};
+            if (answer(api_.device_get_memory_info(dev_, &m), "nvmlDeviceGetMemoryInfo") == Answer::kOk) {
+                s_->memory_used = m.used;
+                s_->memory_free = m.free;
+            }
+        }
+    }
+
+    void compute_mode() {
+        if (api_.device_get_compute_mode == nullptr) return;
+        nvmlComputeMode_t mode = NVML_COMPUTEMODE_DEFAULT;
+        if (answer(api_.device_get_compute_mode(dev_, &mode), "nvmlDeviceGetComputeMode") != Answer::kOk) return;
+        switch (mode) {
+            case NVML_COMPUTEMODE_DEFAULT: s_->compute_mode = "default"; break;
+            case NVML_COMPUTEMODE_EXCLUSIVE_THREAD: s_->compute_mode = "exclusive_thread"; break;
+            case NVML_COMPUTEMODE_PROHIBITED: s_->compute_mode = "prohibited"; break;
+            case NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: s_->compute_mode = "exclusive_process"; break;
+            default: s_->compute_mode = "unknown (" + std::to_string(static_cast<int>(mode)) + ")"; break;
+        }
+    }
+
+    // Calls `call(capacity, buffer, &count)` with a buffer grown until it fits; the entries listed.
+    template <typename Entry, typename Call>
+    std::size_t fetch(std::vector<Entry>* buffer, Call call, const char* function) {
+        if (buffer->size() < kInitialProcesses) buffer->resize(kInitialProcesses);
+        for (int attempt = 0; attempt < 4; ++attempt) {
+            unsigned count = static_cast<unsigned>(buffer->size());
+            const int rc = call(&count, buffer->data());
+            if (rc == NVML_ERROR_INSUFFICIENT_SIZE && count > buffer->size() && count <= kMaxProcesses) {
+                buffer->resize(std::min<std::size_t>(count * 2u + 8u, kMaxProcesses));
+                continue;
+            }
+            if (rc == NVML_ERROR_NO_PERMISSION) {
+                s_->processes_known = false;
+                return 0;
+            }
+            if (answer(rc, function) != Answer::kOk) return 0;
+            return std::min<std::size_t>(count, buffer->size());
+        }
+        return 0;
+    }
+
+    template <typename Entry>
+    void add(const std::vector<Entry>& entries, std::size_t count, ProcessKind kind) {
+        for (std::size_t i = 0; i < count; ++i) {
+            GpuProcess p;
+            p.pid = entries[i].pid;
+            // NVML_VALUE_NOT_AVAILABLE (all bits set) where the driver cannot account memory
+            if (entries[i].usedGpuMemory != static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE))
+                p.used_memory = entries[i].usedGpuMemory;
+            p.kind = kind;
+            s_->processes.push_back(p);
+        }
+    }
+
+    void list_kind(const ProcessQueryFns& fns, ProcessKind kind, unsigned mode) {
+        std::size_t n = 0;
+        ProcessApi how = api_.process_api;
+        if (how == ProcessApi::kDetailList) {
+            int last = NVML_SUCCESS;
+            n = fetch(&ws_->detail, [&](unsigned* count, nvmlProcessDetail_v1_t* data) {
+                nvmlProcessDetailList_v1_t list{};
+                list.version = nvmlProcessDetailList_v1;
+                list.mode = mode;
+                list.numProcArrayEntries = *count;
+                list.procArray = data;
+                last = api_.device_get_running_process_detail_list(dev_, &list);
+                *count = list.numProcArrayEntries;
+                return last;
+            }, "nvmlDeviceGetRunningProcessDetailList");
+            if (last != NVML_ERROR_NOT_SUPPORTED && last != NVML_ERROR_FUNCTION_NOT_FOUND) {
+                add(ws_->detail, n, kind);
+                return;
+            }
+            how = ProcessApi::kV3;  // a driver with the detail list has four-field *_v3
+        }
+        if (how == ProcessApi::kV3R535 && fns.v3 != nullptr) {
+            // The driver writes five-field entries through its four-field prototype.
+            n = fetch(&ws_->detail, [&](unsigned* count, nvmlProcessDetail_v1_t* data) {
+                return fns.v3(dev_, count, reinterpret_cast<nvmlProcessInfo_t*>(data));
+            }, "nvmlDeviceGetComputeRunningProcesses_v3");
+            add(ws_->detail, n, kind);
+        } else if ((how == ProcessApi::kV3 || how == ProcessApi::kV2) && (fns.v3 != nullptr || fns.v2 != nullptr)) {
+            const auto fn = fns.v3 != nullptr ? fns.v3 : fns.v2;
+            n = fetch(&ws_->v2, [&](unsigned* count, nvmlProcessInfo_v2_t* data) { return fn(dev_, count, data); },
+                      "nvmlDeviceGetComputeRunningProcesses_v3");
+            add(ws_->v2, n, kind);
+        } else if (how == ProcessApi::kV1 && fns.v1 != nullptr) {
+            n = fetch(&ws_->v1, [&](unsigned* count, nvmlProcessInfo_v1_t* data) { return fns.v1(dev_, count, data); },
+                      "nvmlDeviceGetComputeRunningProcesses");
+            add(ws_->v1, n, kind);
+        }
+    }
+
+    void processes(ProcessTree* tree) {
+        list_kind(api_.compute_processes, ProcessKind::kCompute, NVML_PROCESS_MODE_COMPUTE);
+        if (!failure_.ok() || lost()) return;
+        list_kind(api_.graphics_processes, ProcessKind::kGraphics, NVML_PROCESS_MODE_GRAPHICS);
+        if (!failure_.ok() || lost()) return;
+        list_kind(api_.mps_processes, ProcessKind::kMps, NVML_PROCESS_MODE_MPS);
+        if (!failure_.ok() || lost()) return;
+        for (GpuProcess& p : s_->processes) {
+            const ProcessVerdict v = tree->classify(static_cast<pid_t>(p.pid));
+            p.own = v.own;
+            p.visible = v.visible;
+            if (!p.own) s_->busy = true;
+        }
+    }
+
+    const NvmlLibrary& lib_;
+    const NvmlApi& api_;
+    nvmlDevice_t dev_;
+    DeviceState* s_;
+    Workspace* ws_;
+    Status failure_;
+};
+
+}  // namespace
+
+const char* process_kind_name(ProcessKind kind) noexcept {
+    switch (kind) {
+        case ProcessKind::kGraphics: return "graphics";
+        case ProcessKind::kMps: return "mps";
+        case ProcessKind::kCompute: break;
+    }
+    return "compute";
+}
+
+Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, std::vector<DeviceState>* out) noexcept {
+    try {
+        out->clear();
+        const NvmlApi& api = lib.api();
+        unsigned count = 0;
+        const int rc = api.device_get_count(&count);
+        if (rc != NVML_SUCCESS) return lib.error(rc, "nvmlDeviceGetCount_v2");
+        out->reserve(count);
+        Workspace ws;
+        ProcessTree tree(owner, taskmanager);
+        for (unsigned i = 0; i < count; ++i) {
+            nvmlDevice_t dev = nullptr;
+            const int hrc = api.device_get_handle_by_index(i, &dev);
+            if (hrc != NVML_SUCCESS) {
+                if (is_library_wide_error(hrc)) return lib.error(hrc, "nvmlDeviceGetHandleByIndex_v2");
+                continue;  // a skipped device (enumerate_devices says why)
+            }
+            out->emplace_back();
+            DeviceState& state = out->back();
+            state.index = i;
+            DeviceQuery query(lib, dev, &state, &ws);
+            const Status st = query.run(&tree);
+            if (!st.ok()) return st;
+            judge_health(&state);
+        }
+        return Status();
+    } catch (const std::bad_alloc&) {
+        return nvml_failure_noexcept(NVML_ERROR_MEMORY, "query_states", "Out of memory while reading the GPUs' state.");
+    }
+}
+
+}  // namespace flinkgpu

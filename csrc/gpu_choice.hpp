@@ -1,0 +1,40 @@
+// Which GPUs to hand out, best first (docs/design.md §4): the health verdict of a device's state
+// and the ranking of candidates under a busy-gpus policy. Used by the Python API and by
+// flink-gpu-discovery alike.
+#pragma once
+
+#include "device_state.hpp"
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace flinkgpu {
+
+// Sets health, health_text and findings from state->readings. Unhealthy: lost or reset required,
+// InfoROM corrupted, row remapping failed, uncorrectable volatile ECC errors, a GPU recovery action
+// other than none. Degraded: row remapping pending, page retirement pending.
+void judge_health(DeviceState* state);
+
+// busy-gpus: avoid (busy GPUs only when short), exclude (never a busy GPU), ignore (Flink's order).
+enum class BusyPolicy { kAvoid, kExclude, kIgnore };
+inline constexpr const char* kBusyPolicyValues = "avoid, exclude, ignore";
+bool parse_busy_policy(std::string_view text, BusyPolicy* out) noexcept;
+
+// Why a GPU is busy: its foreign processes, e.g. "busy: foreign processes 123 (compute), 456
+// (graphics, not visible in this pid namespace)".
+std::string busy_reason(const DeviceState& state);
+
+struct Ranking {
+    std::vector<std::string> indices;  // the candidates, best first
+    std::vector<int> ranks;            // parallel to indices: 0 best; lower ranks go first
+    std::vector<std::pair<std::string, std::string>> left_out;  // (index, why), in index order
+};
+
+// Unhealthy GPUs are never offered. Classes, in order: healthy & not busy, healthy & busy (avoid
+// only; exclude leaves busy GPUs out; ignore treats every GPU as not busy), degraded & not busy,
+// degraded & busy; within a class the lowest index first.
+Ranking rank_gpus(const std::vector<DeviceState>& states, BusyPolicy policy);
+
+}  // namespace flinkgpu

@@ -1,0 +1,219 @@
+// Device state (csrc/device_state.*) and its health verdict against the simulator, in both
+// process-struct layouts (FLINK_GPU_TEST_SIMULATOR and FLINK_GPU_TEST_SIMULATOR_R535).
+#include "device_state.hpp"
+#include "devices.hpp"
+#include "gpu_choice.hpp"
+#include "nvml_loader.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+
+#include "check.hpp"
+
+using namespace flinkgpu;
+
+namespace {
+
+std::string env(const char* name) {
+    const char* p = std::getenv(name);
+    return p ? p : "";
+}
+
+// Runs `body` against `library` with the simulator spec `json`, in a forked child (NVML reads its
+// configuration once per process); the child's failed checks come back as its exit status.
+int with_spec(const std::string& library, const std::string& json,
+              const std::function<void(const NvmlLibrary&, std::vector<DeviceState>&)>& body) {
+    char path[] = "/tmp/flink-gpu-state-test-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return 99;
+    close(fd);
+    std::ofstream(path) << json;
+    std::fflush(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        setenv("FLINK_GPU_SIM_SPEC", path, 1);
+        Status st;
+        const NvmlLibrary* lib = NvmlLibrary::acquire(library, &st);
+        if (lib == nullptr) {
+            std::fprintf(stderr, "acquire: %s\n", st.message.c_str());
+            _exit(98);
+        }
+        std::vector<DeviceState> states;
+        st = query_states(*lib, getpid(), 0, &states);
+        if (!st.ok()) {
+            std::fprintf(stderr, "query_states: %s\n", st.message.c_str());
+            _exit(97);
+        }
+        body(*lib, states);
+        _exit(check::failures());
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    unlink(path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& x) {
+    for (const auto& e : v)
+        if (e == x) return true;
+    return false;
+}
+
+const char* const kProcesses =
+    R"("processes": [{"pid": 4000000001, "used_memory": 1000, "kind": "compute"},)"
+    R"({"pid": 4000000002, "used_memory": 2000, "kind": "compute"},)"
+    R"({"pid": 4000000003, "kind": "graphics"}, {"pid": 4000000004, "used_memory": 4000, "kind": "mps"}])";
+
+void check_processes(const std::vector<DeviceState>& s) {
+    CHECK_EQ(s.size(), static_cast<std::size_t>(1));
+    if (s.size() != 1) return;
+    const auto& p = s[0].processes;
+    CHECK_EQ(p.size(), static_cast<std::size_t>(4));
+    if (p.size() != 4) return;
+    CHECK_EQ(p[0].pid, 4000000001u);
+    CHECK(p[0].used_memory == 1000ULL);
+    CHECK_EQ(p[1].pid, 4000000002u);  // a misread stride scrambles the second entry first
+    CHECK(p[1].used_memory == 2000ULL);
+    CHECK(p[1].kind == ProcessKind::kCompute);
+    CHECK_EQ(p[2].pid, 4000000003u);
+    CHECK(!p[2].used_memory.has_value());
+    CHECK(p[2].kind == ProcessKind::kGraphics);
+    CHECK_EQ(p[3].pid, 4000000004u);
+    CHECK(p[3].kind == ProcessKind::kMps);
+    CHECK(!p[0].visible && !p[0].own);  // no such pid here: foreign, not visible
+    CHECK(s[0].busy);
+    CHECK(s[0].processes_known);
+}
+
+}  // namespace
+
+int main() {
+    const std::string sim = env("FLINK_GPU_TEST_SIMULATOR"), r535 = env("FLINK_GPU_TEST_SIMULATOR_R535");
+    CHECK(!sim.empty() && !r535.empty());
+
+    // The R535 rule: five-field *_v3 where the R535-era export exists without the detail list.
+    CHECK(choose_process_api(true, true, true, true, true) == ProcessApi::kDetailList);
+    CHECK(choose_process_api(false, true, true, true, true) == ProcessApi::kV3R535);
+    CHECK(choose_process_api(false, true, false, true, true) == ProcessApi::kV3);
+    CHECK(choose_process_api(false, false, false, true, true) == ProcessApi::kV2);
+    CHECK(choose_process_api(false, false, false, false, true) == ProcessApi::kV1);
+    CHECK(choose_process_api(false, false, true, false, false) == ProcessApi::kNone);
+
+    // A healthy idle GPU: ok, memory from v2, compute mode, nothing busy.
+    CHECK_EQ(with_spec(sim, R"({"devices": [{"memory_total": 1000, "memory_used": 300, "compute_mode": "exclusive_process"}]})",
+                       [](const NvmlLibrary& lib, std::vector<DeviceState>& s) {
+                           CHECK(lib.api().process_api == ProcessApi::kDetailList);
+                           CHECK_EQ(s.size(), static_cast<std::size_t>(1));
+                           CHECK(s[0].health == Health::kOk);
+                           CHECK_EQ(s[0].health_text, std::string("ok"));
+                           CHECK(s[0].findings.empty());
+                           CHECK(s[0].memory_used == 300ULL);
+                           CHECK(s[0].memory_free == 700ULL);
+                           CHECK(s[0].compute_mode == std::string("exclusive_process"));
+                           CHECK(s[0].processes.empty() && !s[0].busy && s[0].processes_known);
+                       }),
+             0);
+
+    // Processes in both layouts, and through *_v3 when the detail list is not supported.
+    const std::string one = std::string(R"({"devices": [{)") + kProcesses + "}]}";
+    CHECK_EQ(with_spec(sim, one, [](const NvmlLibrary&, std::vector<DeviceState>& s) { check_processes(s); }), 0);
+    CHECK_EQ(with_spec(r535, std::string(R"({"process_struct": "r535", "devices": [{)") + kProcesses + "}]}",
+                       [](const NvmlLibrary& lib, std::vector<DeviceState>& s) {
+                           CHECK(lib.api().process_api == ProcessApi::kV3R535);
+                           check_processes(s);
+                       }),
+             0);
+    CHECK_EQ(with_spec(sim, std::string(R"({"devices": [{"not_supported": ["process_detail_list"], )") + kProcesses + "}]}",
+                       [](const NvmlLibrary&, std::vector<DeviceState>& s) { check_processes(s); }),
+             0);
+    // The build and the spec disagree on the layout: init fails (the spec names the other build).
+    CHECK(with_spec(sim, R"({"process_struct": "r535", "devices": [{}]})", [](auto&, auto&) {}) == 98);
+
+    // Our own process (and, through the ppid chain, our children) is not foreign.
+    const std::string mine = R"({"devices": [{"processes": [{"pid": )" + std::to_string(getpid()) + R"(}]}]})";
+    CHECK_EQ(with_spec(sim, mine, [](const NvmlLibrary& lib, std::vector<DeviceState>& s) {
+                 // the child runs the queries: the test process is its parent, owner = the child
+                 std::vector<DeviceState> again;
+                 CHECK(query_states(lib, getpid(), getppid(), &again).ok());
+                 CHECK(again[0].processes[0].own && again[0].processes[0].visible && !again[0].busy);
+                 // without the TaskManager (the parent) the parent's process is foreign
+                 CHECK(!s[0].processes[0].own && s[0].processes[0].visible && s[0].busy);
+             }),
+             0);
+
+    // NO_PERMISSION on the process queries: unknown, not busy.
+    CHECK_EQ(with_spec(sim, std::string(R"({"devices": [{"no_permission": ["processes"], )") + kProcesses + "}]}",
+                       [](const NvmlLibrary&, std::vector<DeviceState>& s) {
+                           CHECK(!s[0].processes_known);
+                           CHECK(s[0].processes.empty() && !s[0].busy);
+                       }),
+             0);
+
+    // Each finding on its own device.
+    CHECK_EQ(with_spec(sim,
+                       R"({"devices": [{"health": {"inforom_corrupted": true}},)"
+                       R"({"health": {"row_remap_failure": true}},)"
+                       R"({"health": {"ecc_uncorrected": 3}},)"
+                       R"({"health": {"ecc_uncorrected": 3, "ecc_enabled": false}},)"
+                       R"({"health": {"recovery_action": "gpu_reset"}},)"
+                       R"({"health": {"row_remap_pending": true}},)"
+                       R"({"health": {"retired_pages_pending": true}},)"
+                       R"({"health": {"state_error": "GPU_IS_LOST"}},)"
+                       R"({"health": {"state_error": "RESET_REQUIRED"}},)"
+                       R"({"health": {"row_remap_pending": true, "inforom_corrupted": true}}]})",
+                       [](const NvmlLibrary&, std::vector<DeviceState>& s) {
+                           CHECK_EQ(s.size(), static_cast<std::size_t>(10));
+                           if (s.size() != 10) return;
+                           CHECK_EQ(s[0].health_text, std::string("unhealthy: InfoROM corrupted"));
+                           CHECK_EQ(s[1].health_text, std::string("unhealthy: row remapping failed"));
+                           CHECK_EQ(s[2].health_text, std::string("unhealthy: 3 uncorrectable volatile ECC errors"));
+                           CHECK(s[3].health == Health::kOk);  // counts are not read while ECC is off
+                           CHECK_EQ(s[4].health_text, std::string("unhealthy: GPU recovery action: reset the GPU"));
+                           CHECK_EQ(s[5].health_text, std::string("degraded: row remapping pending"));
+                           CHECK(s[5].health == Health::kDegraded);
+                           CHECK_EQ(s[6].health_text, std::string("degraded: page retirement pending"));
+                           CHECK(s[7].health == Health::kUnhealthy);
+                           CHECK(s[7].health_text.find("GPU is lost") != std::string::npos);
+                           CHECK(!s[7].memory_used.has_value());
+                           CHECK(s[8].health_text.find("unhealthy: GPU reset required") == 0);
+                           CHECK_EQ(s[9].health_text, std::string("unhealthy: InfoROM corrupted"));
+                           CHECK(has(s[9].findings, "degraded: row remapping pending"));
+                       }),
+             0);
+
+    // NOT_SUPPORTED everywhere: no finding, no memory, no compute mode, nothing busy.
+    CHECK_EQ(with_spec(sim,
+                       std::string(R"({"devices": [{"health": {"inforom_corrupted": true, "row_remap_failure": true,)"
+                                   R"("ecc_uncorrected": 1, "recovery_action": "node_reboot", "retired_pages_pending": true},)"
+                                   R"("not_supported": ["inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values",)"
+                                   R"("retired_pages", "memory", "memory_v2", "compute_mode", "cpu_affinity", "processes"], )") +
+                           kProcesses + "}]}",
+                       [](const NvmlLibrary&, std::vector<DeviceState>& s) {
+                           CHECK(s[0].health == Health::kOk);
+                           CHECK(s[0].findings.empty());
+                           CHECK(!s[0].memory_used.has_value() && !s[0].compute_mode.has_value());
+                           CHECK(s[0].processes.empty() && !s[0].busy && s[0].processes_known);
+                       }),
+             0);
+
+    // An old driver without any state query: every device ok, nothing known.
+    if (!env("FLINK_GPU_TEST_FAKE_NVML").empty()) {
+        CHECK_EQ(with_spec(env("FLINK_GPU_TEST_FAKE_NVML"), "{}",
+                           [](const NvmlLibrary& lib, std::vector<DeviceState>& s) {
+                               CHECK(lib.api().process_api == ProcessApi::kV1);
+                               CHECK_EQ(s.size(), static_cast<std::size_t>(1));
+                               CHECK(s[0].health == Health::kOk);
+                               CHECK_EQ(s[0].processes.size(), static_cast<std::size_t>(1));
+                               if (!s[0].processes.empty()) {
+                                   CHECK_EQ(s[0].processes[0].pid, 4242u);
+                                   CHECK(s[0].processes[0].used_memory == 4096ULL);
+                               }
+                           }),
+                 0);
+    }
+    return check::finish("test_device_state");
+}

@@ -1,0 +1,46 @@
+// CPU lists and the sysfs NUMA node (csrc/locality.*).
+#include "locality.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "check.hpp"
+
+using namespace flinkgpu;
+
+int main() {
+    constexpr unsigned kBits = sizeof(unsigned long) * 8;
+    unsigned long mask[2] = {0, 0};
+    CHECK_EQ(cpulist(mask, 2), std::string(""));
+    mask[0] = 0xFFFFUL;  // 0-15
+    CHECK_EQ(cpulist(mask, 2), std::string("0-15"));
+    mask[0] |= 1UL << 20;
+    mask[1] = 0x3UL;  // kBits, kBits + 1
+    CHECK_EQ(cpulist(mask, 2), "0-15,20," + std::to_string(kBits) + "-" + std::to_string(kBits + 1));
+    mask[0] = ~0UL;
+    mask[1] = 1;  // a run across the word boundary
+    CHECK_EQ(cpulist(mask, 2), "0-" + std::to_string(kBits));
+
+    CHECK(sysfs_bus_id("00000000:3B:00.0") == std::string("0000:3b:00.0"));
+    CHECK(sysfs_bus_id("0001:AF:1F.7") == std::string("0001:af:1f.7"));
+    CHECK(!sysfs_bus_id("00000000:3B:00").has_value());
+    CHECK(!sysfs_bus_id("00000000:3B:00.0x").has_value());
+    CHECK(!sysfs_bus_id("garbage").has_value());
+
+    char root[] = "/tmp/flink-gpu-sysfs-XXXXXX";
+    CHECK(mkdtemp(root) != nullptr);
+    const std::string base = std::string(root) + "/bus/pci/devices/";
+    CHECK(std::system(("mkdir -p " + base + "0000:3b:00.0 " + base + "0000:3c:00.0 " + base + "0000:3d:00.0").c_str()) == 0);
+    std::ofstream(base + "0000:3b:00.0/numa_node") << "1\n";
+    std::ofstream(base + "0000:3c:00.0/numa_node") << "-1\n";
+    std::ofstream(base + "0000:3d:00.0/numa_node") << "x\n";
+    CHECK(pci_numa_node(root, "00000000:3B:00.0") == 1);
+    CHECK(!pci_numa_node(root, "00000000:3C:00.0").has_value());  // -1: no NUMA information
+    CHECK(!pci_numa_node(root, "00000000:3D:00.0").has_value());
+    CHECK(!pci_numa_node(root, "00000000:3E:00.0").has_value());  // no such device
+    CHECK(std::system((std::string("rm -rf ") + root).c_str()) == 0);
+    return check::finish("test_locality");
+}
