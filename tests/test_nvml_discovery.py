@@ -83,10 +83,22 @@ def sim_uuid(i):
     return f"GPU-00000000-0000-4000-8000-{i:012x}"
 
 
+def host_numa_node(bus):
+    """numa.node as the host's sysfs gives it for a simulated bus id: a simulated GPU's bus id may
+    name a real PCI device of this host, whose node the core then reads."""
+    try:
+        with open(f"/sys/bus/pci/devices/0000:{bus.lower()}:00.0/numa_node") as handle:
+            node = int(handle.read())
+    except (OSError, ValueError):
+        return {}
+    return {} if node < 0 else {"numa.node": str(node)}
+
+
 def sim_properties(i, **overrides):
     props = {"index": str(i), "uuid": sim_uuid(i), "name": "NVIDIA Simulated GPU",
              "pci.bus-id": f"00000000:{i + 1:02X}:00.0", "memory.total": str(80 * 2**30),
-             "minor-number": str(i)}
+             "minor-number": str(i), **host_numa_node(f"{i + 1:02X}"), "health": "ok",
+             "memory.used": "0", "memory.free": str(80 * 2**30), "processes": "0"}
     props.update(overrides)
     return [[k, v] for k, v in props.items()]
 
@@ -115,7 +127,10 @@ def test_properties_follow_the_spec():
     assert result["retrievals"] == [[[["index", "0"], ["uuid", "GPU-aaaa"],
                                       ["name", "NVIDIA H100 80GB HBM3"],
                                       ["pci.bus-id", "00000000:17:00.0"],
-                                      ["memory.total", "85520809984"], ["minor-number", "7"]]]]
+                                      ["memory.total", "85520809984"], ["minor-number", "7"],
+                                      *([k, v] for k, v in host_numa_node("17").items()),
+                                      ["health", "ok"], ["memory.used", "0"],
+                                      ["memory.free", "85520809984"], ["processes", "0"]]]]
 
 
 def test_all_devices_and_too_many():
@@ -550,7 +565,7 @@ def run_under_taskmanager(tmp_path, configs_and_amounts, on_gpus):
     try:
         taskmanager = subprocess.Popen(
             [sys.executable, "-c", TASKMANAGER, "org.apache.flink.runtime.taskexecutor.TaskManagerRunner",
-             sys.executable, "-c", "import sys; sys.stdin.readline(); exec(sys.argv[1])", RUNNER,
+             sys.executable, "-c", "import sys; sys.stdin.readline(); exec(sys.argv.pop(1))", RUNNER,
              json.dumps(configs_and_amounts)],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         sibling = int(taskmanager.stdout.readline())

@@ -166,7 +166,10 @@ class NvmlDiscovery:
         from flink_gpu.nvml import rank_gpus
 
         pid = os.getpid()
-        states = self._nvml.states(pid, _taskmanager(pid))
+        static = enumeration.static
+        # a device the enumeration skipped (and WARNed about) may still answer state queries
+        states = [state for state in self._nvml.states(pid, _taskmanager(pid))
+                  if str(state.index) in static]
         self._warn(enumeration, states)
         order, ranks, left_out = rank_gpus(states, self.busy_gpus)
         if len(order) < amount:

@@ -14,9 +14,6 @@ DEFAULT_DISCOVERY_SCRIPT = "plugins/external-resource-gpu/nvidia-gpu-discovery.s
 #: The values ``discovery-mode`` accepts (docs/design.md §4.1).
 DISCOVERY_MODES = ("auto", "nvml", "script")
 
-#: The values ``busy-gpus`` accepts (docs/design.md §9.1), the default first.
-BUSY_GPUS_POLICIES = ("avoid", "exclude", "ignore")
-
 
 class GPUDriverOptions:
     """``ConfigOption``s read by ``GPUDriver``; the first two are Flink's ``GPUDriver`` options."""

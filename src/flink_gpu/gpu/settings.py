@@ -14,7 +14,8 @@ from typing import Mapping
 from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
-from flink_gpu.gpu.options import BUSY_GPUS_POLICIES, DISCOVERY_MODES, GPUDriverOptions
+from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
+from flink_gpu.nvml import BUSY_GPUS_VALUES
 from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
@@ -59,10 +60,10 @@ class GPUDriverSettings:
         busy_option = GPUDriverOptions.BUSY_GPUS
         value = config.get(busy_option)
         busy_gpus = value.strip().lower()
-        if busy_gpus not in BUSY_GPUS_POLICIES:
+        if busy_gpus not in BUSY_GPUS_VALUES:
             raise IllegalConfigurationException(
                 f"Invalid value '{value}' for key '{_key(busy_option, resource_name)}': expected "
-                f"one of {', '.join(BUSY_GPUS_POLICIES)}.")
+                f"one of {', '.join(BUSY_GPUS_VALUES)}.")
         args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
         library_path = config.get(GPUDriverOptions.NVML_LIBRARY_PATH)
         if library_path is not None and not library_path.strip():
@@ -87,11 +88,11 @@ class GPUDriverSettings:
         (the stock script would ignore the flag; only the NVML backend reads it).
         """
         in_args = self.script_args.busy_gpus
-        if in_args is not None and in_args not in BUSY_GPUS_POLICIES:
+        if in_args is not None and in_args not in BUSY_GPUS_VALUES:
             raise IllegalConfigurationException(
                 f"Invalid value '{in_args}' for {BUSY_GPUS_FLAG} in "
                 f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': expected one of "
-                f"{', '.join(BUSY_GPUS_POLICIES)}.")
+                f"{', '.join(BUSY_GPUS_VALUES)}.")
         if not self.busy_gpus_set:
             return in_args or self.busy_gpus
         if warn and in_args is not None and in_args != self.busy_gpus:
