@@ -182,8 +182,7 @@ def _print_state_notes(gpus: "list[dict]") -> None:
     hidden = sorted({p["pid"] for g in gpus for p in g["processes"] if not p["visible"]})
     if hidden:
         print(f"  NVML lists pid {', '.join(map(str, hidden))}, which this PID namespace cannot "
-              "see (a container sees host pids): they count as foreign, so busy-gpus avoids "
-              "those GPUs.")
+              "see (a container sees host pids): busy-gpus counts them as foreign.")
 
 
 def _holder_text(gpu: dict) -> str:
