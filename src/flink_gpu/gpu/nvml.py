@@ -21,6 +21,7 @@ from flink_gpu.gpu.info import (PROPERTY_CPU_AFFINITY, PROPERTY_HEALTH, PROPERTY
                                 PROPERTY_NAME, PROPERTY_NUMA_NODE, PROPERTY_PCI_BUS_ID,
                                 PROPERTY_PROCESSES, PROPERTY_UUID, GPUInfo)
 from flink_gpu.gpu.settings import GPUDriverSettings
+from flink_gpu.nvml import find_taskmanager, rank_gpus
 
 _log = logging.getLogger("flink_gpu.gpu.nvml")
 
@@ -80,9 +81,10 @@ class _Enumeration(NamedTuple):
     pid: int
     devices: tuple
     skipped: tuple
+    names: dict[int, str]  # NVML index -> the index as GPUInfo carries it
     static: dict[str, dict[str, str]]  # index -> static properties
-    # index -> (state properties, GPUInfo) of the last choice: an unchanged state reuses the info
-    last: dict[str, tuple[dict[str, str], GPUInfo]]
+    # index -> (what its state says, GPUInfo) of the last choice: an unchanged state reuses the info
+    last: dict[str, tuple[tuple, GPUInfo]]
     warned: set  # (index, health) and (index, "processes unknown") WARNed once per process
 
 
@@ -110,8 +112,6 @@ os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 def _taskmanager(pid: int) -> "int | None":
     if pid not in _taskmanagers:
-        from flink_gpu.nvml import find_taskmanager
-
         _taskmanagers[pid] = find_taskmanager(pid)
     return _taskmanagers[pid]
 
@@ -148,6 +148,7 @@ class NvmlDiscovery:
             for device in skipped:
                 _log.warning("%s", device.reason)
             enumeration = _Enumeration(pid, devices, skipped,
+                                       {d.index: str(d.index) for d in devices},
                                        {str(d.index): static_properties(d) for d in devices}, {},
                                        set())
             _enumerations[nvml.library_path] = enumeration
@@ -163,18 +164,19 @@ class NvmlDiscovery:
         other workers of the host, honouring the ranks (docs/design.md §5.2); asking again returns
         what this process already holds.
         """
-        from flink_gpu.nvml import rank_gpus
-
         pid = os.getpid()
-        static = enumeration.static
-        # a device the enumeration skipped (and WARNed about) may still answer state queries
-        states = [state for state in self._nvml.states(pid, _taskmanager(pid))
-                  if str(state.index) in static]
-        self._warn(enumeration, states)
+        names = enumeration.names
+        states = self._nvml.states(pid, _taskmanager(pid))
+        if len(states) != len(names):
+            # a device the enumeration skipped (and WARNed about) may still answer state queries
+            states = [state for state in states if state.index in names]
+        for state in states:
+            if state.health != "ok" or not state.processes_known:
+                self._warn(enumeration, state)
         order, ranks, left_out = rank_gpus(states, self.busy_gpus)
         if len(order) < amount:
             raise FlinkException(self._shortage(enumeration, amount, left_out))
-        by_index = {str(state.index): state for state in states}
+        by_index = {names[state.index]: state for state in states}
         if not self.args.coordination_mode:
             return tuple(self._info(enumeration, by_index[index]) for index in order[:amount])
         from flink_gpu import coordination
@@ -195,30 +197,32 @@ class NvmlDiscovery:
 
     @staticmethod
     def _info(enumeration: _Enumeration, state) -> GPUInfo:
-        index = str(state.index)
-        properties = state_properties(state)
+        """The info for ``state``: the last one of its GPU while what it would say is unchanged
+        (on the hot path: a retrieve then builds no dict and no GPUInfo)."""
+        index = enumeration.names[state.index]
+        key = (state.health, state.memory_used, state.memory_free,
+               len(state.processes) if state.processes_known else None)
         last = enumeration.last.get(index)
-        if last is not None and last[0] == properties:
+        if last is not None and last[0] == key:
             return last[1]
-        info = GPUInfo(index, {**enumeration.static[index], **properties})
-        enumeration.last[index] = (properties, info)
+        info = GPUInfo(index, {**enumeration.static[index], **state_properties(state)})
+        enumeration.last[index] = (key, info)
         return info
 
     @staticmethod
-    def _warn(enumeration: _Enumeration, states) -> None:
-        """WARN, once per process and GPU, each unhealthy GPU and each whose processes NVML
-        would not list."""
+    def _warn(enumeration: _Enumeration, state) -> None:
+        """WARN, once per process and GPU, an unhealthy GPU and one whose processes NVML would
+        not list."""
         warned = enumeration.warned
-        for state in states:
-            index = str(state.index)
-            if state.health.startswith("unhealthy") and (index, state.health) not in warned:
-                warned.add((index, state.health))
-                _log.warning("GPU %s (%s) is %s; it is not handed out.", index,
-                             enumeration.static[index].get(PROPERTY_UUID, "no uuid"), state.health)
-            if not state.processes_known and (index, "processes unknown") not in warned:
-                warned.add((index, "processes unknown"))
-                _log.warning("NVML gives no permission to list the processes on GPU %s; it counts "
-                             "as not busy.", index)
+        index = enumeration.names[state.index]
+        if state.health.startswith("unhealthy") and (index, state.health) not in warned:
+            warned.add((index, state.health))
+            _log.warning("GPU %s (%s) is %s; it is not handed out.", index,
+                         enumeration.static[index].get(PROPERTY_UUID, "no uuid"), state.health)
+        if not state.processes_known and (index, "processes unknown") not in warned:
+            warned.add((index, "processes unknown"))
+            _log.warning("NVML gives no permission to list the processes on GPU %s; it counts "
+                         "as not busy.", index)
 
     def _shortage(self, enumeration: _Enumeration, amount: int, left_out) -> str:
         present = len(enumeration.devices)
