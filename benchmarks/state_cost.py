@@ -36,7 +36,7 @@ ROWS = [
 STATE_ROWS = [
     ("states", "of which `states()`: every GPU's health, memory and processes (one native call)"),
     ("rank", "of which `rank_gpus(states, \"avoid\")`"),
-    ("states_busy", "`states()` with a process of another user's tree on every GPU"),
+    ("states_busy", "`states()` with an unrelated process on every GPU (the /proc ancestry walk)"),
 ]
 
 

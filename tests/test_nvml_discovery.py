@@ -555,11 +555,13 @@ sys.exit(worker.returncode)
 """
 
 
-def run_under_taskmanager(tmp_path, configs_and_amounts, on_gpus):
-    """``on_gpus(sibling_pid, stranger_pid) -> spec``; the worker runs RUNNER's scenarios."""
+def run_under_taskmanager(tmp_path, configs_and_amounts, on_gpus, process_struct="v2"):
+    """``on_gpus(sibling_pid, stranger_pid) -> spec``; the worker runs RUNNER's scenarios against
+    the simulator build with the ``process_struct`` layout."""
     stranger = subprocess.Popen(["sleep", "600"])
     spec_path = tmp_path / "spec.json"
-    spec_path.write_text('{"devices": []}')  # replaced once the pids are known
+    # replaced once the pids are known; the layout chooses the simulator build now
+    spec_path.write_text(json.dumps({"devices": [], "process_struct": process_struct}))
     env = child_env()
     env.update(simulator.environment(spec=str(spec_path)))
     try:
@@ -569,7 +571,8 @@ def run_under_taskmanager(tmp_path, configs_and_amounts, on_gpus):
              json.dumps(configs_and_amounts)],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         sibling = int(taskmanager.stdout.readline())
-        spec_path.write_text(json.dumps(on_gpus(sibling, stranger.pid)))
+        spec_path.write_text(json.dumps({**on_gpus(sibling, stranger.pid),
+                                         "process_struct": process_struct}))
         out, _ = taskmanager.communicate("go\n", timeout=120)
         assert taskmanager.returncode == 0
         output = json.loads(out)
@@ -584,18 +587,21 @@ def processes_on(*per_gpu):
                                        for pid, kind in gpu]} for gpu in per_gpu]}
 
 
+# R535-era drivers' *_v3 process calls fill a five-field struct: pids scramble unless detected
+@pytest.mark.parametrize("process_struct", ["v2", "r535"])
 @pytest.mark.parametrize("busy_gpus, two, three", [
     ("avoid", ["0", "2"], ["0", "1", "2"]),      # the busy GPU only when short
     ("exclude", ["0", "2"], "too few"),           # never the busy GPU
     ("ignore", ["0", "1"], ["0", "1", "2"]),      # Flink's order
 ])
 def test_a_foreign_process_makes_a_gpu_busy_the_taskmanagers_own_child_does_not(
-        tmp_path, busy_gpus, two, three):
+        tmp_path, busy_gpus, two, three, process_struct):
     config = {**NVML, "busy-gpus": busy_gpus}
     # GPU 0: the TaskManager's other child (own); GPU 1: an unrelated process; GPU 2: idle
     results, _ = run_under_taskmanager(
         tmp_path, [(config, [2]), (config, [3])],
-        lambda sibling, stranger: processes_on([(sibling, "compute")], [(stranger, "graphics")], []))
+        lambda sibling, stranger: processes_on([(sibling, "compute")], [(stranger, "graphics")], []),
+        process_struct)
     got_two, got_three = results
     assert indices(got_two["retrievals"][0]) == two
     if three == "too few":

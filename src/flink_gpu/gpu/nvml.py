@@ -77,14 +77,25 @@ def process_holders(nvml, holders) -> "dict[tuple[str, int], int]":
     return belongs
 
 
+class _Ranking(NamedTuple):
+    key: tuple  # what the states it was made from said
+    order: list  # the candidates' indices, best first (rank_gpus)
+    ranks: list  # parallel to order
+    left_out: list  # (index, why)
+    by_index: dict  # index -> GPUInfo, every usable GPU
+    infos: tuple  # the GPUInfos of order
+    sets: dict  # amount -> frozenset of the first amount infos, made once
+
+
 class _Enumeration(NamedTuple):
     pid: int
     devices: tuple
     skipped: tuple
     names: dict[int, str]  # NVML index -> the index as GPUInfo carries it
     static: dict[str, dict[str, str]]  # index -> static properties
-    # index -> (what its state says, GPUInfo) of the last choice: an unchanged state reuses the info
-    last: dict[str, tuple[tuple, GPUInfo]]
+    # index -> (its state properties, GPUInfo) as last made: unchanged properties reuse the info
+    infos: dict[str, tuple[dict[str, str], GPUInfo]]
+    rankings: dict[str, _Ranking]  # busy-gpus policy -> the last ranking under it
     warned: set  # (index, health) and (index, "processes unknown") WARNed once per process
 
 
@@ -93,6 +104,7 @@ _enumerations: dict[str, _Enumeration] = {}
 
 # pid -> its TaskManager (the nearest TaskManagerRunner ancestor), found once per process
 _taskmanagers: dict[int, "int | None"] = {}
+_UNKNOWN = object()
 
 # (coordination file, pid, index) -> how many open drivers of process pid use a GPU that one of
 # them added to the file. The file knows only the process, so a driver's close() releases a GPU
@@ -108,12 +120,6 @@ def _new_lock_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_new_lock_after_fork)
-
-
-def _taskmanager(pid: int) -> "int | None":
-    if pid not in _taskmanagers:
-        _taskmanagers[pid] = find_taskmanager(pid)
-    return _taskmanagers[pid]
 
 
 class NvmlDiscovery:
@@ -150,11 +156,11 @@ class NvmlDiscovery:
             enumeration = _Enumeration(pid, devices, skipped,
                                        {d.index: str(d.index) for d in devices},
                                        {str(d.index): static_properties(d) for d in devices}, {},
-                                       set())
+                                       {}, set())
             _enumerations[nvml.library_path] = enumeration
         return enumeration
 
-    def choose(self, enumeration: _Enumeration, amount: int) -> tuple[GPUInfo, ...]:
+    def choose(self, enumeration: _Enumeration, amount: int) -> frozenset[GPUInfo]:
         """The devices this worker gets.
 
         The C++ core reads every device's state now and ranks them (docs/design.md §9.1):
@@ -165,27 +171,31 @@ class NvmlDiscovery:
         what this process already holds.
         """
         pid = os.getpid()
-        names = enumeration.names
-        states = self._nvml.states(pid, _taskmanager(pid))
-        if len(states) != len(names):
-            # a device the enumeration skipped (and WARNed about) may still answer state queries
-            states = [state for state in states if state.index in names]
-        for state in states:
-            if state.health != "ok" or not state.processes_known:
-                self._warn(enumeration, state)
-        order, ranks, left_out = rank_gpus(states, self.busy_gpus)
-        if len(order) < amount:
-            raise FlinkException(self._shortage(enumeration, amount, left_out))
-        by_index = {names[state.index]: state for state in states}
+        taskmanager = _taskmanagers.get(pid, _UNKNOWN)
+        if taskmanager is _UNKNOWN:
+            taskmanager = _taskmanagers[pid] = find_taskmanager(pid)
+        states = self._nvml.states(pid, taskmanager)
+        # everything the ranking and the infos depend on: while it is unchanged (an idle host),
+        # the last ranking and its infos are reused instead of ranking and building them again
+        key = tuple([(s.index, s.health, s.busy, s.memory_used, s.memory_free, s.processes_known,
+                      len(s.processes)) for s in states])
+        ranking = enumeration.rankings.get(self.busy_gpus)
+        if ranking is None or ranking.key != key:
+            ranking = self._rank(enumeration, states, key)
+        if len(ranking.order) < amount:
+            raise FlinkException(self._shortage(enumeration, amount, ranking.left_out))
         if not self.args.coordination_mode:
-            return tuple(self._info(enumeration, by_index[index]) for index in order[:amount])
+            chosen = ranking.sets.get(amount)
+            if chosen is None:
+                chosen = ranking.sets[amount] = frozenset(ranking.infos[:amount])
+            return chosen
         from flink_gpu import coordination
 
         path = self.args.coordination_file
         with _driver_holds_lock:
             if self._claimed_pid != pid:  # a forked child: the parent's counts are not its own
                 self._claimed, self._claimed_pid = set(), pid
-            result = coordination.claim(amount, order, path=path, ranks=ranks)
+            result = coordination.claim(amount, ranking.order, path=path, ranks=ranking.ranks)
             for index in result.taken:
                 key = (path, pid, index)
                 # GPUs the process held otherwise (coordination.claim()) are not the drivers' to
@@ -193,28 +203,37 @@ class NvmlDiscovery:
                 if index not in self._claimed and (index in result.added or key in _driver_holds):
                     _driver_holds[key] = _driver_holds.get(key, 0) + 1
                     self._claimed.add(index)
-        return tuple(self._info(enumeration, by_index[index]) for index in result.taken)
+        by_index = ranking.by_index
+        return frozenset([by_index[index] for index in result.taken])
+
+    def _rank(self, enumeration: _Enumeration, states, key: tuple) -> _Ranking:
+        """Rank ``states`` by this driver's policy (in the C++ core), WARN what is wrong, and make
+        the infos: an info is reused while what its GPU's state says is unchanged."""
+        names = enumeration.names
+        # a device the enumeration skipped (and WARNed about) may still answer state queries
+        states = [state for state in states if state.index in names]
+        by_index = {}
+        for state in states:
+            index = names[state.index]
+            if state.health != "ok" or not state.processes_known:
+                self._warn(enumeration, index, state)
+            properties = state_properties(state)
+            last = enumeration.infos.get(index)
+            if last is None or last[0] != properties:
+                last = enumeration.infos[index] = (
+                    properties, GPUInfo(index, {**enumeration.static[index], **properties}))
+            by_index[index] = last[1]
+        order, ranks, left_out = rank_gpus(states, self.busy_gpus)
+        ranking = _Ranking(key, order, ranks, left_out, by_index,
+                           tuple(by_index[index] for index in order), {})
+        enumeration.rankings[self.busy_gpus] = ranking
+        return ranking
 
     @staticmethod
-    def _info(enumeration: _Enumeration, state) -> GPUInfo:
-        """The info for ``state``: the last one of its GPU while what it would say is unchanged
-        (on the hot path: a retrieve then builds no dict and no GPUInfo)."""
-        index = enumeration.names[state.index]
-        key = (state.health, state.memory_used, state.memory_free,
-               len(state.processes) if state.processes_known else None)
-        last = enumeration.last.get(index)
-        if last is not None and last[0] == key:
-            return last[1]
-        info = GPUInfo(index, {**enumeration.static[index], **state_properties(state)})
-        enumeration.last[index] = (key, info)
-        return info
-
-    @staticmethod
-    def _warn(enumeration: _Enumeration, state) -> None:
+    def _warn(enumeration: _Enumeration, index: str, state) -> None:
         """WARN, once per process and GPU, an unhealthy GPU and one whose processes NVML would
         not list."""
         warned = enumeration.warned
-        index = enumeration.names[state.index]
         if state.health.startswith("unhealthy") and (index, state.health) not in warned:
             warned.add((index, state.health))
             _log.warning("GPU %s (%s) is %s; it is not handed out.", index,
@@ -240,8 +259,11 @@ class NvmlDiscovery:
     def retrieve(self, amount: int) -> frozenset[GPUInfo]:
         chosen = self.choose(self.enumerate(), amount)
         if _log.isEnabledFor(logging.INFO):
-            _log.info("Discover GPU resources: [%s].", ", ".join(map(str, chosen)))
-        return frozenset(chosen)
+            from flink_gpu.gpu_index import index_sort_order
+
+            _log.info("Discover GPU resources: [%s].",
+                      ", ".join(map(str, index_sort_order(chosen, lambda info: info.index))))
+        return chosen
 
     def close(self) -> None:
         """Releases what this driver claimed for the calling process (a forked child releases
