@@ -42,14 +42,10 @@ def static_properties(device) -> dict[str, str]:
     return properties
 
 
-def gpu_info(device, state=None) -> GPUInfo:
-    """The ``GPUInfo`` of an NVML device: its index, its static properties and, given its
-    :class:`flink_gpu.nvml.DeviceState`, its state (``health``, ``memory.used``, ``memory.free``,
-    ``processes``), each where known."""
-    properties = static_properties(device)
-    if state is not None:
-        properties.update(state_properties(state))
-    return GPUInfo(str(device.index), properties)
+def gpu_info(device) -> GPUInfo:
+    """The ``GPUInfo`` of an NVML device with its static properties (no state: that is read
+    when the NVML backend makes a choice)."""
+    return GPUInfo(str(device.index), static_properties(device))
 
 
 def state_properties(state) -> dict[str, str]:
