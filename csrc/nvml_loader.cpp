@@ -337,6 +337,10 @@ const NvmlLibrary* NvmlLibrary::probe(const std::string& requested_path, Status*
     }
 }
 
+bool NvmlLibrary::exports(NvmlSymbol symbol) const noexcept {
+    return dlsym(handle_, nvml_symbol(symbol).name) != nullptr;
+}
+
 std::string NvmlLibrary::error_text(int code) const noexcept {
     try {
         std::string text = code_name(code);

@@ -118,8 +118,11 @@ public:
     static const NvmlLibrary* probe(const std::string& requested_path, Status* status) noexcept;
 
     const NvmlApi& api() const noexcept { return api_; }
-    // Which entries of the symbol table this library resolved.
+    // Which entries of the symbol table this library resolved (a fallback is looked up only where
+    // the newer name is absent).
     const std::bitset<kNvmlSymbolCount>& resolved() const noexcept { return resolved_; }
+    // Whether the library exports `symbol`, looked up or not.
+    bool exports(NvmlSymbol symbol) const noexcept;
 
     // A kNvml status for an NVML return code from `function`, its message naming this library's path.
     Status error(int code, const char* function) const noexcept;

@@ -567,8 +567,9 @@ def test_the_loader_symbol_table_and_the_r535_detection():
     table = dict(_native.nvml_symbols())
     assert table["nvmlInit_v2"] == "required" and table["nvmlInit"] == "fallback"
     assert table["nvmlDeviceGetRunningProcessDetailList"] == "optional"
-    names, api = _native.probe_nvml_library(simulator.library_path())
-    assert api == "detail_list" and set(names) <= set(table)
-    names, api = _native.probe_nvml_library(simulator.library_path("r535"))
+    exported, resolved, api = _native.probe_nvml_library(simulator.library_path())
+    assert api == "detail_list" and set(resolved) <= set(exported) <= set(table)
+    assert "nvmlInit" not in resolved  # a fallback is looked up only where the newer name is absent
+    exported, resolved, api = _native.probe_nvml_library(simulator.library_path("r535"))
     assert api == "v3_r535"
-    assert "nvmlDeviceGetRunningProcessDetailList" not in names
+    assert "nvmlDeviceGetRunningProcessDetailList" not in exported

@@ -90,7 +90,8 @@ def rank_gpus(states: Iterable[DeviceState], busy_policy: str) -> Tuple[List[str
 def find_taskmanager(pid: int) -> Optional[int]: ...
 def nvml_symbols() -> Tuple[Tuple[str, str], ...]:
     """((name, "required" | "fallback" | "optional"), ...)."""
-def probe_nvml_library(library_path: _Path) -> Tuple[Tuple[str, ...], str]: ...
+def probe_nvml_library(library_path: _Path) -> Tuple[Tuple[str, ...], Tuple[str, ...], str]:
+    """(exported names of nvml_symbols(), resolved ones, process API)."""
 
 # --- coordination file (csrc/coordination.*) ---------------------------------------------------
 COORDINATION_DEFAULT_PATH: str

@@ -52,6 +52,7 @@ cdef extern from "nvml_loader.hpp" namespace "flinkgpu" nogil:
         string resolve_path(const string& requested_path) except +
         const NvmlApi& api()
         const SymbolBits& resolved()
+        bint exports(NvmlSymbol symbol)
 
     enum class SymbolUse "flinkgpu::SymbolUse":
         kRequired
@@ -440,8 +441,9 @@ def nvml_symbols():
 
 
 def probe_nvml_library(library_path):
-    """Loads (never initialises) the library at ``library_path``: (the names of nvml_symbols() it has,
-    how it lists processes: "detail_list" | "v3" | "v3_r535" | "v2" | "v1" | "none")."""
+    """Loads (never initialises) the library at ``library_path``: (the names of nvml_symbols() it
+    exports, the names the loader resolved from it, how it lists processes: "detail_list" | "v3" |
+    "v3_r535" | "v2" | "v1" | "none")."""
     cdef bytes encoded = os.fsencode(library_path)
     if not encoded or b"\0" in encoded:
         raise ValueError(f"Not a library path: {library_path!r}")
@@ -453,9 +455,11 @@ def probe_nvml_library(library_path):
     if lib == NULL:
         raise _error(status, os.fsdecode(encoded))
     cdef size_t i
-    names = tuple([nvml_symbol(<NvmlSymbol>i).name.decode("ascii") for i in range(kNvmlSymbolCount)
-                   if lib.resolved().test(i)])
-    return names, process_api_name(lib.api().process_api).decode("ascii")
+    exported = tuple([nvml_symbol(<NvmlSymbol>i).name.decode("ascii") for i in range(kNvmlSymbolCount)
+                      if lib.exports(<NvmlSymbol>i)])
+    resolved = tuple([nvml_symbol(<NvmlSymbol>i).name.decode("ascii") for i in range(kNvmlSymbolCount)
+                      if lib.resolved().test(i)])
+    return exported, resolved, process_api_name(lib.api().process_api).decode("ascii")
 
 
 cdef SkippedDevice _skipped(const CSkippedDevice& info):
