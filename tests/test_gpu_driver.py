@@ -266,3 +266,42 @@ def test_an_unknown_busy_gpus_fails_the_driver_before_a_backend_is_chosen(script
     # validated with the other options, whichever backend would have been chosen
     with pytest.raises(IllegalConfigurationException, match="'busy-gpus': expected one of avoid"):
         GPUDriver({"discovery-script.path": script, "busy-gpus": ""})
+
+
+@pytest.mark.parametrize("params, policy", [
+    ({}, "avoid"),
+    ({"discovery-script.args": "--busy-gpus exclude"}, "exclude"),
+    ({"busy-gpus": "ignore"}, "ignore"),
+    ({"busy-gpus": "ignore", "discovery-script.args": "--busy-gpus ignore"}, "ignore"),
+])
+def test_the_nvml_policy_is_the_parameter_else_the_flag_in_the_args(params, policy, caplog):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    with caplog.at_level(logging.WARNING):
+        assert GPUDriverSettings.from_config(params).busy_policy() == policy
+    assert not caplog.records
+
+
+def test_the_busy_gpus_parameter_wins_over_a_different_flag_with_a_warn(caplog):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    settings = GPUDriverSettings.from_config(
+        {"busy-gpus": "Avoid", "discovery-script.args": "--busy-gpus exclude"}, "gpu")
+    with caplog.at_level(logging.WARNING):
+        assert settings.busy_policy() == "avoid"
+        assert settings.busy_policy(warn=False) == "avoid"
+    assert [r.getMessage() for r in caplog.records] == [
+        "'external-resource.gpu.param.busy-gpus' is 'avoid' but "
+        "'external-resource.gpu.param.discovery-script.args' has --busy-gpus exclude; using 'avoid'."]
+
+
+@pytest.mark.parametrize("args, value", [("--busy-gpus never", "never"), ("--busy-gpus", "")])
+def test_a_bad_busy_gpus_flag_names_the_args_key_and_the_allowed_values(args, value):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    settings = GPUDriverSettings.from_config({"discovery-script.args": args}, "gpu")
+    with pytest.raises(IllegalConfigurationException) as error:
+        settings.busy_policy()
+    assert str(error.value) == (
+        f"Invalid value '{value}' for --busy-gpus in "
+        "'external-resource.gpu.param.discovery-script.args': expected one of avoid, exclude, ignore.")
