@@ -1,6 +1,8 @@
 """Side by side, on the simulator with 4 GPUs (see conftest.py), in one run:
 
-* ``retrieve``: ``retrieve_resource_info(2)`` in-process through the NVML backend, and pynvml;
+* ``retrieve``: ``retrieve_resource_info(2)`` in-process through the NVML backend (which reads
+  every GPU's state and ranks them on each call), and pynvml;
+* ``state``: that state read and ranking alone (``states()`` + ``rank_gpus``);
 * ``claim+release``: a coordinated claim and release of 2 GPUs: a new driver in coordination mode,
   retrieve, close; the same through ``flink_gpu.coordination``; pynvml + ``fcntl.flock``;
 * ``process`` / ``process-coordinated``: Flink's stock ``nvidia-gpu-discovery.sh`` (fake
@@ -100,6 +102,22 @@ def test_retrieve_pynvml_user_cached(benchmark):
     cached = baseline_pynvml.retrieve(baseline_pynvml.device_count())
     got = benchmark(lambda amount: cached[:amount], AMOUNT)
     assert ",".join(info["index"] for info in got) == EXPECTED
+
+
+# ---- state: what the checks of every choice cost (docs/design.md §9.1) ---------------------------
+
+@pytest.mark.benchmark(group="state")
+def test_state_read_and_rank(benchmark):
+    from flink_gpu import nvml
+
+    library = nvml.open_library()
+    pid = os.getpid()
+
+    def read_and_rank():
+        return nvml.rank_gpus(library.states(pid, None), "avoid")
+
+    order, ranks, left_out = benchmark(read_and_rank)
+    assert order == INDICES and ranks == [0] * len(INDICES) and list(left_out) == []
 
 
 # ---- claim + release: coordinated, in-process -----------------------------------------------------

@@ -152,7 +152,9 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
     assert doc["nvml"]["driver_version"] == "999.99.99"
     gpus = {g["index"]: g for g in doc["gpus"]}
     assert set(gpus["0"]) == {"index", "uuid", "name", "memory_total", "pci_bus_id",
-                              "minor_number", "holders", "stale_holders"}
+                              "minor_number", "holders", "stale_holders", "health", "findings",
+                              "memory_used", "memory_free", "numa_node", "cpu_affinity",
+                              "compute_mode", "processes_known", "processes"}
     assert gpus["0"]["uuid"] == UUID0 and gpus["0"]["memory_total"] == 80 * 2 ** 30
     assert gpus["0"]["holders"] == [{"pid": holder.pid,
                                     "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"]}]
@@ -1212,3 +1214,146 @@ def test_a_simulated_gpu_count_beyond_the_simulator_is_a_usage_error(tmp_path, c
 def test_the_largest_simulated_gpu_count_works():
     doc = cli_json("--simulate", "4096", "list")
     assert len(doc["gpus"]) == 4096
+
+
+# --- the GPUs' state: `list` shows it, `doctor` reports unhealthy and busy GPUs (design §9.1) ------
+
+# a holder that runs a child of its own (say a DataLoader worker) and prints that child's pid
+HOLDER_WITH_CHILD = ("import subprocess, sys\n"
+                     "child = subprocess.Popen(['sleep', '600'])\n"
+                     "print(child.pid, flush=True)\n"
+                     "sys.stdin.read()\n"
+                     "child.kill()\n")
+
+
+@pytest.fixture
+def state_host(tmp_path):
+    """A 4-GPU simulated host: GPU 0 degraded, GPU 1 unhealthy, GPU 2 claimed by a holder whose
+    child runs on it, GPU 3 running an unrelated process and a pid no one here can see."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER_WITH_CHILD], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    stranger = subprocess.Popen(["sleep", "600"])
+    gone = dead_pid()
+    try:
+        child = int(holder.stdout.readline())
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({"devices": [
+            {"health": {"row_remap_pending": True}, "memory_used": 3 * 2 ** 30},
+            {"health": {"row_remap_failure": True}},
+            {"processes": [{"pid": child, "used_memory": 2 ** 30, "kind": "compute"}]},
+            {"processes": [{"pid": stranger.pid, "used_memory": 2 ** 29, "kind": "graphics"},
+                           {"pid": gone, "kind": "compute"}]},
+        ]}))
+        coord = tmp_path / "coord"
+        coord.write_text(f"2 {holder.pid}\n")  # the holder holds GPU 2, as the stock script writes
+        yield {"spec": spec, "coord": coord, "holder": holder.pid, "child": child,
+               "stranger": stranger.pid, "gone": gone}
+    finally:
+        stranger.kill()
+        stranger.wait()
+        holder.stdin.close()
+        holder.wait(10)
+
+
+def test_list_json_shows_health_memory_processes_and_numa(state_host):
+    doc = cli_json("--simulate-spec", state_host["spec"], "list", "--file", state_host["coord"])
+    gpus = {g["index"]: g for g in doc["gpus"]}
+    assert gpus["0"]["health"].startswith("degraded: ") and "row remapping pending" in gpus["0"]["health"]
+    assert gpus["0"]["memory_used"] == 3 * 2 ** 30
+    assert gpus["1"]["health"].startswith("unhealthy: ") and "row remapping failed" in gpus["1"]["health"]
+    assert gpus["1"]["findings"] and gpus["0"]["processes"] == []
+    [own] = gpus["2"]["processes"]
+    assert own == {"pid": state_host["child"], "kind": "compute", "used_memory": 2 ** 30,
+                   "visible": True, "cmdline": ["sleep", "600"], "holder": state_host["holder"]}
+    by_pid = {p["pid"]: p for p in gpus["3"]["processes"]}
+    stranger, gone = by_pid[state_host["stranger"]], by_pid[state_host["gone"]]
+    assert stranger["pid"] == state_host["stranger"] and stranger["holder"] is None
+    assert stranger["kind"] == "graphics" and stranger["visible"] is True
+    assert gone == {"pid": state_host["gone"], "kind": "compute", "used_memory": None,
+                    "visible": False, "cmdline": None, "holder": None}
+    for gpu in doc["gpus"]:
+        assert {"health", "findings", "memory_used", "memory_free", "numa_node", "cpu_affinity",
+                "compute_mode", "processes_known", "processes"} <= set(gpu)
+        assert gpu["processes_known"] is True
+
+
+def test_list_table_shows_the_state_of_each_gpu(state_host):
+    proc = cli("--simulate-spec", state_host["spec"], "list", "--file", state_host["coord"])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("GPU "))
+    assert header.split() == ["GPU", "HEALTH", "MEMORY", "USED", "NUMA", "CPUS", "PROCESSES"]
+    rows = {line.split()[0]: line for line in lines[lines.index(header) + 1:][:4]}
+    assert "degraded: " in rows["0"] and "3.0 GiB" in rows["0"] and rows["0"].endswith("none")
+    assert "unhealthy: " in rows["1"]
+    assert rows["2"].endswith(f"pid {state_host['child']} sleep 600 (holder pid {state_host['holder']})")
+    assert f"pid {state_host['stranger']} sleep 600 (not a flink-gpu holder's)" in rows["3"]
+    assert f"pid {state_host['gone']} (not visible here)" in rows["3"]
+    assert f"NVML lists pid {state_host['gone']}, which this PID namespace cannot see" in proc.stdout
+
+
+def doctor_on(tmp_path, spec, conf_text, expect):
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(conf_text)
+    proc = cli("doctor", conf, "--simulate-spec", spec, "--json", "--taskmanagers-per-host", "1")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == expect, json.dumps(doc["findings"], indent=1)
+    return doc
+
+
+def test_doctor_reports_unhealthy_degraded_and_busy_gpus(tmp_path, state_host):
+    conf = (gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml",
+                     discovery_script_args=f"--enable-coordination-mode --coordination-file "
+                                           f"{state_host['coord']}"))
+    doc = doctor_on(tmp_path, state_host["spec"], conf, expect=0)
+    state = findings(doc, "gpu-state")
+    unhealthy = [f for f in state if f["message"].startswith("GPU 1 is unhealthy: ")]
+    assert len(unhealthy) == 1 and unhealthy[0]["level"] == "warning"
+    assert "a TaskManager never gets it" in unhealthy[0]["message"]
+    assert "nvidia-smi -q -i 1" in unhealthy[0]["fix"]
+    [degraded] = [f for f in state if f["message"].startswith("GPU 0 is degraded: ")]
+    assert degraded["level"] == "note" and "after every healthy GPU" in degraded["message"]
+    # GPU 2's process belongs to its holder; GPU 3's are no holder's
+    assert not [f for f in state if f["message"].startswith("GPU 2 ")]
+    [busy] = [f for f in state if f["message"].startswith("GPU 3 runs 2 processes of no flink-gpu holder")]
+    assert busy["level"] == "note" and "only when the idle GPUs are too few" in busy["message"]
+    assert f"pid {state_host['stranger']} (sleep 600)" in busy["message"]
+    assert "external-resource.gpu.param.busy-gpus: exclude" in busy["fix"]
+    [hidden] = [f for f in state if f"NVML lists pid {state_host['gone']} on GPU 3" in f["message"]]
+    assert "hostPID" in hidden["fix"]
+
+
+def test_doctor_fails_when_the_amount_exceeds_the_healthy_gpus(tmp_path, state_host):
+    doc = doctor_on(tmp_path, state_host["spec"],
+                    gpu_conf(amount=4, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml"),
+                    expect=1)
+    [error] = findings(doc, "gpu-state", "error")
+    assert error["message"] == ("external-resource.gpu.amount is 4, but only 3 GPUs of this host "
+                                "are healthy: discovery fails.")
+
+
+def test_doctor_says_a_plain_script_hands_out_an_unhealthy_gpu(tmp_path, state_host):
+    script = write_script(tmp_path / "discover.sh", 'echo "1"\n')
+    doc = doctor_on(tmp_path, state_host["spec"], gpu_conf(discovery_script_path=script), expect=1)
+    [error] = [f for f in findings(doc, "gpu-state", "error") if "GPU 1" in f["message"]]
+    assert "the discovery script still hands it out" in error["message"]
+    [busy] = [f for f in findings(doc, "gpu-state") if f["message"].startswith("GPU 3 runs")]
+    assert busy["level"] == "warning" and "would share it" in busy["message"]
+
+
+def test_doctor_with_ignore_warns_that_a_busy_gpu_may_be_shared(tmp_path, state_host):
+    conf = gpu_conf(factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml") + \
+        "external-resource.gpu.param.busy-gpus: ignore\n"
+    doc = doctor_on(tmp_path, state_host["spec"], conf, expect=0)
+    [busy] = [f for f in findings(doc, "gpu-state") if f["message"].startswith("GPU 3 runs")]
+    assert busy["level"] == "warning" and "may get it and share it" in busy["message"]
+    assert not findings(doc, "params", "warning")  # busy-gpus is an option of ours
+
+
+def test_doctor_reports_a_bad_busy_gpus_and_still_checks_the_gpus(tmp_path):
+    conf = gpu_conf(factory="flink_gpu.GPUDriverFactory") + \
+        "external-resource.gpu.param.busy-gpus: sometimes\n"
+    doc = run_doctor(tmp_path, conf, expect=1)
+    error = only(doc, "driver", "error")
+    assert "'busy-gpus': expected one of avoid, exclude, ignore" in error["message"]
+    assert "4 GPUs" in only(doc, "gpu-count", "ok")["message"]

@@ -330,3 +330,82 @@ def test_every_bad_amount_gives_the_documented_error_naming_it(tmp_path):
 
     check()
     assert not ran.exists()  # no bad amount reached the script
+
+
+# --- busy-gpus: what the NVML backend does with GPUs that run other processes ---------------------
+
+def test_busy_gpus_option():
+    assert GPUDriverOptions.BUSY_GPUS.key == "busy-gpus"
+    assert GPUDriverOptions.BUSY_GPUS.default_value == "avoid"
+
+
+@pytest.mark.parametrize("value, policy", [("avoid", "avoid"), ("exclude", "exclude"),
+                                           ("ignore", "ignore"), (" Exclude ", "exclude"),
+                                           ("IGNORE", "ignore")])
+def test_busy_gpus_each_value_is_read_once_into_the_settings(value, policy):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    settings = GPUDriverSettings.from_config({"busy-gpus": value})
+    assert (settings.busy_gpus, settings.busy_gpus_set) == (policy, True)
+
+
+def test_busy_gpus_defaults_to_avoid_and_is_not_set():
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    settings = GPUDriverSettings.from_config({})
+    assert (settings.busy_gpus, settings.busy_gpus_set) == ("avoid", False)
+
+
+def test_an_unknown_busy_gpus_names_the_full_key_and_the_allowed_values():
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    with pytest.raises(IllegalConfigurationException) as error:
+        GPUDriverSettings.from_config({"busy-gpus": "never"}, "gpu")
+    assert str(error.value) == ("Invalid value 'never' for key "
+                                "'external-resource.gpu.param.busy-gpus': expected one of "
+                                "avoid, exclude, ignore.")
+
+
+def test_an_unknown_busy_gpus_fails_the_driver_before_a_backend_is_chosen(script):
+    # validated with the other options, whichever backend would have been chosen
+    with pytest.raises(IllegalConfigurationException, match="'busy-gpus': expected one of avoid"):
+        GPUDriver({"discovery-script.path": script, "busy-gpus": ""})
+
+
+@pytest.mark.parametrize("params, policy", [
+    ({}, "avoid"),
+    ({"discovery-script.args": "--busy-gpus exclude"}, "exclude"),
+    ({"busy-gpus": "ignore"}, "ignore"),
+    ({"busy-gpus": "ignore", "discovery-script.args": "--busy-gpus ignore"}, "ignore"),
+])
+def test_the_nvml_policy_is_the_parameter_else_the_flag_in_the_args(params, policy, caplog):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    with caplog.at_level(logging.WARNING):
+        assert GPUDriverSettings.from_config(params).busy_policy() == policy
+    assert not caplog.records
+
+
+def test_the_busy_gpus_parameter_wins_over_a_different_flag_with_a_warn(caplog):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    settings = GPUDriverSettings.from_config(
+        {"busy-gpus": "Avoid", "discovery-script.args": "--busy-gpus exclude"}, "gpu")
+    with caplog.at_level(logging.WARNING):
+        assert settings.busy_policy() == "avoid"
+        assert settings.busy_policy(warn=False) == "avoid"
+    assert [r.getMessage() for r in caplog.records] == [
+        "'external-resource.gpu.param.busy-gpus' is 'avoid' but "
+        "'external-resource.gpu.param.discovery-script.args' has --busy-gpus exclude; using 'avoid'."]
+
+
+@pytest.mark.parametrize("args, value", [("--busy-gpus never", "never"), ("--busy-gpus", "")])
+def test_a_bad_busy_gpus_flag_names_the_args_key_and_the_allowed_values(args, value):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    settings = GPUDriverSettings.from_config({"discovery-script.args": args}, "gpu")
+    with pytest.raises(IllegalConfigurationException) as error:
+        settings.busy_policy()
+    assert str(error.value) == (
+        f"Invalid value '{value}' for --busy-gpus in "
+        "'external-resource.gpu.param.discovery-script.args': expected one of avoid, exclude, ignore.")

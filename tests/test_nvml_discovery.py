@@ -83,10 +83,22 @@ def sim_uuid(i):
     return f"GPU-00000000-0000-4000-8000-{i:012x}"
 
 
+def host_numa_node(bus):
+    """numa.node as the host's sysfs gives it for a simulated bus id: a simulated GPU's bus id may
+    name a real PCI device of this host, whose node the core then reads."""
+    try:
+        with open(f"/sys/bus/pci/devices/0000:{bus.lower()}:00.0/numa_node") as handle:
+            node = int(handle.read())
+    except (OSError, ValueError):
+        return {}
+    return {} if node < 0 else {"numa.node": str(node)}
+
+
 def sim_properties(i, **overrides):
     props = {"index": str(i), "uuid": sim_uuid(i), "name": "NVIDIA Simulated GPU",
              "pci.bus-id": f"00000000:{i + 1:02X}:00.0", "memory.total": str(80 * 2**30),
-             "minor-number": str(i)}
+             "minor-number": str(i), **host_numa_node(f"{i + 1:02X}"), "health": "ok",
+             "memory.used": "0", "memory.free": str(80 * 2**30), "processes": "0"}
     props.update(overrides)
     return [[k, v] for k, v in props.items()]
 
@@ -115,7 +127,10 @@ def test_properties_follow_the_spec():
     assert result["retrievals"] == [[[["index", "0"], ["uuid", "GPU-aaaa"],
                                       ["name", "NVIDIA H100 80GB HBM3"],
                                       ["pci.bus-id", "00000000:17:00.0"],
-                                      ["memory.total", "85520809984"], ["minor-number", "7"]]]]
+                                      ["memory.total", "85520809984"], ["minor-number", "7"],
+                                      *([k, v] for k, v in host_numa_node("17").items()),
+                                      ["health", "ok"], ["memory.used", "0"],
+                                      ["memory.free", "85520809984"], ["processes", "0"]]]]
 
 
 def test_all_devices_and_too_many():
@@ -431,3 +446,229 @@ def test_coordinated_drivers_of_one_process_release_when_the_last_closes(tmp_pat
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"a": ["0", "1"], "b": ["0", "1"], "after_a": ["0", "1"],
                                        "after_b": [], "child": 0}
+
+
+# --- the GPU's state at assignment time (docs/design.md §9.1) ------------------------------------
+
+def unhealthy_first(health, devices=3):
+    """A host whose GPU 0 has the health readings ``health``; the others are fine."""
+    return {"devices": [{"health": health}] + [{} for _ in range(devices - 1)]}
+
+
+def props(retrieval, index):
+    return dict(next(p for p in retrieval if dict(p)["index"] == index))
+
+
+@pytest.mark.parametrize("health, reason", [
+    ({"inforom_corrupted": True}, "InfoROM"),
+    ({"row_remap_failure": True}, "row remapping failed"),
+    ({"ecc_uncorrected": 3}, "ECC"),
+    ({"recovery_action": "gpu_reset"}, "recovery"),
+    ({"recovery_action": "node_reboot"}, "recovery"),
+    ({"state_error": "GPU_IS_LOST"}, "GPU_IS_LOST"),
+    ({"state_error": "RESET_REQUIRED"}, "RESET_REQUIRED"),
+])
+def test_an_unhealthy_gpu_is_never_handed_out_and_warned_once_naming_the_check(health, reason):
+    [two, three], logs = run_scenarios([(NVML, [2, 2]), (NVML, [3])], spec=unhealthy_first(health))
+    assert [indices(r) for r in two["retrievals"]] == [["1", "2"], ["1", "2"]]
+    assert all(props(r, i)["health"] == "ok" for r in two["retrievals"] for i in ("1", "2"))
+    warnings = [m for level, _, m in logs if level == "WARNING"]
+    assert len(warnings) == 1, warnings  # once per process, not per retrieval
+    assert warnings[0].startswith(f"GPU 0 ({sim_uuid(0)}) is unhealthy: ")
+    assert reason in warnings[0] and warnings[0].endswith("; it is not handed out.")
+    name, message = three["error"]
+    assert name == "FlinkException" and "3 requested" in message
+    assert "GPU 0 is left out (unhealthy: " in message and reason in message
+
+
+def test_uncorrectable_ecc_errors_count_only_while_ecc_is_on():
+    result, logs = run_one(NVML, [3], spec=unhealthy_first({"ecc_uncorrected": 3,
+                                                            "ecc_enabled": False}))
+    assert indices(result["retrievals"][0]) == ["0", "1", "2"]
+    assert props(result["retrievals"][0], "0")["health"] == "ok"
+    assert not [m for level, _, m in logs if level == "WARNING"]
+
+
+@pytest.mark.parametrize("health, reason", [({"row_remap_pending": True}, "row remapping pending"),
+                                            ({"retired_pages_pending": True}, "page retirement")])
+def test_a_degraded_gpu_comes_after_every_healthy_one(health, reason):
+    result, _ = run_one(NVML, [2, 3], spec=unhealthy_first(health))
+    two, three = result["retrievals"]
+    assert indices(two) == ["1", "2"]
+    assert indices(three) == ["0", "1", "2"]
+    assert props(three, "0")["health"].startswith("degraded: ") and reason in props(three, "0")["health"]
+
+
+# every state query the core makes, answering NOT_SUPPORTED (older GPUs, consumer cards)
+STATE_QUERIES = ["inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values",
+                 "retired_pages", "memory", "memory_v2", "compute_mode", "cpu_affinity",
+                 "compute_processes", "graphics_processes", "mps_processes", "process_detail_list"]
+
+
+def test_not_supported_everywhere_is_no_finding_and_no_property():
+    bad = {"inforom_corrupted": True, "row_remap_failure": True, "ecc_uncorrected": 1,
+           "recovery_action": "gpu_reset", "retired_pages_pending": True}
+    spec = {"devices": [{"health": bad, "not_supported": STATE_QUERIES,
+                         "processes": [{"pid": 1, "used_memory": 1, "kind": "compute"}]}
+                        for _ in range(2)]}
+    result, logs = run_one({**NVML, "busy-gpus": "exclude"}, [2], spec=spec)
+    assert indices(result["retrievals"][0]) == ["0", "1"]
+    info = props(result["retrievals"][0], "0")
+    assert info["health"] == "ok"
+    assert not {"memory.used", "memory.free", "cpu.affinity"} & set(info)
+    assert not [m for level, _, m in logs if level == "WARNING"]
+
+
+def test_every_info_carries_state_and_locality():
+    spec = {"devices": [{"memory_used": 2 ** 30, "cpu_affinity": "0-15,32-47"}, {}]}
+    result, _ = run_one(NVML, [2], spec=spec)
+    info = props(result["retrievals"][0], "0")
+    assert info["health"] == "ok"
+    assert info["memory.used"] == str(2 ** 30)
+    assert int(info["memory.free"]) == 80 * 2 ** 30 - 2 ** 30
+    assert info["processes"] == "0"
+    assert info["cpu.affinity"] == "0-15,32-47"
+
+
+def test_no_permission_on_the_process_lists_is_not_busy_and_warns():
+    spec = {"devices": [{"no_permission": ["compute_processes", "graphics_processes",
+                                           "mps_processes", "process_detail_list"],
+                         "processes": [{"pid": 1, "kind": "compute"}]}, {}]}
+    result, logs = run_one({**NVML, "busy-gpus": "exclude"}, [2, 2], spec=spec)
+    assert [indices(r) for r in result["retrievals"]] == [["0", "1"], ["0", "1"]]
+    assert "processes" not in props(result["retrievals"][0], "0")  # unknown, not 0
+    warnings = [m for level, _, m in logs if level == "WARNING"]
+    assert warnings == ["NVML gives no permission to list the processes on GPU 0; it counts as "
+                        "not busy."]
+
+
+# A worker under a fake TaskManager: the TaskManager (its cmdline names TaskManagerRunner) starts
+# a sibling of the worker, and the test an unrelated process. Their real pids go into the spec.
+TASKMANAGER = r"""
+import subprocess, sys
+sibling = subprocess.Popen(["sleep", "600"])
+print(sibling.pid, flush=True)
+worker = subprocess.Popen(sys.argv[2:])
+worker.wait()
+sibling.kill()
+sys.exit(worker.returncode)
+"""
+
+
+def run_under_taskmanager(tmp_path, configs_and_amounts, on_gpus, process_struct="v2"):
+    """``on_gpus(sibling_pid, stranger_pid) -> spec``; the worker runs RUNNER's scenarios against
+    the simulator build with the ``process_struct`` layout."""
+    stranger = subprocess.Popen(["sleep", "600"])
+    spec_path = tmp_path / "spec.json"
+    # replaced once the pids are known; the layout chooses the simulator build now
+    spec_path.write_text(json.dumps({"devices": [], "process_struct": process_struct}))
+    env = child_env()
+    env.update(simulator.environment(spec=str(spec_path)))
+    try:
+        taskmanager = subprocess.Popen(
+            [sys.executable, "-c", TASKMANAGER, "org.apache.flink.runtime.taskexecutor.TaskManagerRunner",
+             sys.executable, "-c", "import sys; sys.stdin.readline(); exec(sys.argv.pop(1))", RUNNER,
+             json.dumps(configs_and_amounts)],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        sibling = int(taskmanager.stdout.readline())
+        spec_path.write_text(json.dumps({**on_gpus(sibling, stranger.pid),
+                                         "process_struct": process_struct}))
+        out, _ = taskmanager.communicate("go\n", timeout=120)
+        assert taskmanager.returncode == 0
+        output = json.loads(out)
+        return output["results"], output["logs"]
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def processes_on(*per_gpu):
+    return {"devices": [{"processes": [{"pid": pid, "used_memory": 2 ** 20, "kind": kind}
+                                       for pid, kind in gpu]} for gpu in per_gpu]}
+
+
+# R535-era drivers' *_v3 process calls fill a five-field struct: pids scramble unless detected
+@pytest.mark.parametrize("process_struct", ["v2", "r535"])
+@pytest.mark.parametrize("busy_gpus, two, three", [
+    ("avoid", ["0", "2"], ["0", "1", "2"]),      # the busy GPU only when short
+    ("exclude", ["0", "2"], "too few"),           # never the busy GPU
+    ("ignore", ["0", "1"], ["0", "1", "2"]),      # Flink's order
+])
+def test_a_foreign_process_makes_a_gpu_busy_the_taskmanagers_own_child_does_not(
+        tmp_path, busy_gpus, two, three, process_struct):
+    config = {**NVML, "busy-gpus": busy_gpus}
+    # GPU 0: the TaskManager's other child (own); GPU 1: an unrelated process; GPU 2: idle
+    results, _ = run_under_taskmanager(
+        tmp_path, [(config, [2]), (config, [3])],
+        lambda sibling, stranger: processes_on([(sibling, "compute")], [(stranger, "graphics")], []),
+        process_struct)
+    got_two, got_three = results
+    assert indices(got_two["retrievals"][0]) == two
+    if three == "too few":
+        assert "GPU 1 is left out (busy: " in got_three["error"][1]
+        assert "graphics" in got_three["error"][1]
+    else:
+        assert indices(got_three["retrievals"][0]) == three
+        assert props(got_three["retrievals"][0], "1")["processes"] == "1"
+
+
+def test_a_pid_this_namespace_cannot_see_counts_as_foreign():
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    result, _ = run_one({**NVML, "busy-gpus": "exclude"}, [1, 2],
+                        spec=processes_on([(gone.pid, "mps")], []))
+    assert indices(result["retrievals"][0]) == ["1"]
+    assert "not visible" in result["error"][1]
+
+
+def test_busy_gpus_in_the_script_args_is_honoured_and_the_parameter_wins():
+    spec = processes_on([(1, "compute")], [])  # pid 1: init, never the worker's
+    args = {**NVML, "discovery-script.args": "--busy-gpus exclude"}
+    [from_args, both], logs = run_scenarios([(args, [2]), ({**args, "busy-gpus": "ignore"}, [2])],
+                                            spec=spec)
+    assert "GPU 0 is left out (busy: " in from_args["error"][1]
+    assert indices(both["retrievals"][0]) == ["0", "1"]
+    assert ["WARNING", "flink_gpu.gpu.settings",
+            "'busy-gpus' is 'ignore' but 'discovery-script.args' has --busy-gpus exclude; "
+            "using 'ignore'."] in logs
+
+
+def test_an_unknown_busy_gpus_in_the_script_args_names_the_key_and_the_values():
+    result, _ = run_one({**NVML, "discovery-script.args": "--busy-gpus never"}, [1])
+    assert result["error"] == ["IllegalConfigurationException",
+                               "Invalid value 'never' for --busy-gpus in 'discovery-script.args': "
+                               "expected one of avoid, exclude, ignore."]
+
+
+def test_a_coordinated_claim_takes_idle_gpus_before_busy_ones(tmp_path):
+    path = tmp_path / "coord"
+    config = {**NVML, "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}"}
+    result, _ = run_one(config, [1, 2], spec=processes_on([(1, "compute")], [], []))
+    assert [indices(r) for r in result["retrievals"]] == [["1"], ["1", "2"]]
+
+
+OWN_CHILD_THEN_GONE = r"""
+import json, os, subprocess, sys
+child = subprocess.Popen(["sleep", "600"])
+with open(sys.argv[1], "w") as spec:   # the simulator reads its spec when NVML initialises
+    json.dump({"devices": [{"processes": [{"pid": child.pid, "kind": "compute"}]}, {}]}, spec)
+os.environ["FLINK_GPU_SIM_SPEC"] = sys.argv[1]
+os.environ.pop("FLINK_GPU_SIM_DEVICES", None)
+from flink_gpu import GPUDriver
+driver = GPUDriver({"discovery-mode": "nvml", "busy-gpus": "exclude"})
+own = sorted(i.index for i in driver.retrieve_resource_info(1))
+child.kill()
+child.wait()
+gone = sorted(i.index for i in driver.retrieve_resource_info(1))
+print(json.dumps([own, gone]))
+"""
+
+
+def test_the_claimers_own_child_is_not_foreign_and_state_is_read_per_choice(tmp_path):
+    env = child_env(**simulator.environment(devices=0))
+    done = subprocess.run([sys.executable, "-c", OWN_CHILD_THEN_GONE, str(tmp_path / "spec.json")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    # while the child lives its GPU is the worker's own; once it is gone the pid NVML still
+    # lists is not visible here, so it counts as foreign: read again at the second choice
+    assert json.loads(done.stdout) == [["0"], ["1"]]

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load
     from flink_gpu.deployment import kubernetes_resource_requirements, merge_into_pod_template, yarn_resources
     from flink_gpu.framework import (ExternalResourceDriver, ExternalResourceDriverFactory,
                                      ExternalResourceInfoProvider, load_external_resources)
+    from flink_gpu.gpu.affinity import pin_to_gpus
     from flink_gpu.gpu.driver import GPUDriver, GPUDriverFactory
     from flink_gpu.gpu.info import GPUInfo, cuda_visible_devices
     from flink_gpu.gpu.options import GPUDriverOptions
@@ -40,6 +41,7 @@ _LAZY = {
     "GPUInfo": "flink_gpu.gpu.info",
     "GPUDriverOptions": "flink_gpu.gpu.options",
     "cuda_visible_devices": "flink_gpu.gpu.info",
+    "pin_to_gpus": "flink_gpu.gpu.affinity",
 }
 
 __all__ = ["FlinkException", "IllegalConfigurationException", "NvmlError", *_LAZY]

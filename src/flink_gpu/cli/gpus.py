@@ -66,6 +66,7 @@ def list_gpus(args) -> int:
     unknown = sort_indices({e.index for e in snapshot.entries if e.index not in present}
                            if snapshot is not None else ())
 
+    states = _gpu_states(nvml, live)
     gpus = []
     for device in devices:
         index = str(device.index)
@@ -75,6 +76,7 @@ def list_gpus(args) -> int:
             "minor_number": device.minor_number,
             "holders": [{"pid": pid, "cmdline": process_cmdline(pid)} for pid in live.get(index, [])],
             "stale_holders": stale.get(index, []),
+            **states.get(index, _NO_STATE),
         })
     coordination_doc = {
         "path": path, "exists": bool(snapshot and snapshot.exists), "error": snapshot_error,
@@ -97,6 +99,11 @@ def list_gpus(args) -> int:
         print(table(["INDEX", "UUID", "NAME", "MEMORY", "BUS ID", "HOLDER"],
                     ([g["index"], g["uuid"], g["name"], gib(g["memory_total"]), g["pci_bus_id"],
                       "?" if snapshot is None else _holder_text(g)] for g in gpus)))
+        print()
+        print(table(["GPU", "HEALTH", "MEMORY USED", "NUMA", "CPUS", "PROCESSES"],
+                    ([g["index"], g["health"], gib(g["memory_used"]), g["numa_node"],
+                      g["cpu_affinity"], _processes_text(g)] for g in gpus)))
+        _print_state_notes(gpus)
     if skipped:
         print("\nSkipped devices:")
         for device in skipped:
@@ -119,6 +126,63 @@ def list_gpus(args) -> int:
         if unknown:
             print(f"  entries name GPU(s) this host does not have: {', '.join(unknown)}")
     return 0
+
+
+# a GPU that went missing between the enumeration and the state query: nothing known
+_NO_STATE = {"health": None, "findings": [], "memory_used": None, "memory_free": None,
+             "numa_node": None, "cpu_affinity": None, "compute_mode": None,
+             "processes_known": False, "processes": []}
+
+
+def _gpu_states(nvml, live: "dict[str, list[int]]") -> "dict[str, dict]":
+    """Per GPU index: its state now (docs/design.md §9.1), each process on it marked with the
+    flink-gpu holder (a live owner in the coordination file) it belongs to, if any."""
+    from flink_gpu.gpu.nvml import process_holders
+
+    belongs = process_holders(nvml, (pid for pids in live.values() for pid in pids))
+    static = {str(device.index): device for device in nvml.devices()}
+    result = {}
+    for state in nvml.states(os.getpid(), None):
+        index = str(state.index)
+        device = static.get(index)
+        result[index] = {
+            "health": state.health, "findings": list(state.findings),
+            "memory_used": state.memory_used, "memory_free": state.memory_free,
+            "numa_node": device.numa_node if device else None,
+            "cpu_affinity": device.cpu_affinity if device else None,
+            "compute_mode": state.compute_mode, "processes_known": state.processes_known,
+            "processes": [{"pid": pid, "kind": kind, "used_memory": used, "visible": visible,
+                           "cmdline": process_cmdline(pid) if visible else None,
+                           "holder": belongs.get((index, pid))}
+                          for pid, used, kind, _, visible in state.processes],
+        }
+    return result
+
+
+def _processes_text(gpu: dict) -> str:
+    if not gpu["processes_known"]:
+        return "? (no permission to list them)"
+    parts = []
+    for process in gpu["processes"]:
+        if not process["visible"]:
+            parts.append(f"pid {process['pid']} (not visible here)")
+            continue
+        whose = (f"holder pid {process['holder']}" if process["holder"] is not None
+                 else "not a flink-gpu holder's")
+        parts.append(f"pid {process['pid']} {short_command(process['cmdline'], 30)} ({whose})")
+    return "; ".join(parts) or "none"
+
+
+def _print_state_notes(gpus: "list[dict]") -> None:
+    """What the state table cannot say in a cell: why a GPU is unhealthy, invisible pids."""
+    for gpu in gpus:
+        for finding in gpu["findings"]:
+            if finding != gpu["health"]:
+                print(f"  GPU {gpu['index']}: {finding}")
+    hidden = sorted({p["pid"] for g in gpus for p in g["processes"] if not p["visible"]})
+    if hidden:
+        print(f"  NVML lists pid {', '.join(map(str, hidden))}, which this PID namespace cannot "
+              "see (a container sees host pids): busy-gpus counts them as foreign.")
 
 
 def _holder_text(gpu: dict) -> str:

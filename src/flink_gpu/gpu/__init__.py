@@ -8,6 +8,7 @@ from flink_gpu import _lazy
 
 TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
 if TYPE_CHECKING:
+    from flink_gpu.gpu.affinity import pin_to_gpus
     from flink_gpu.gpu.driver import GPUDriver, GPUDriverFactory
     from flink_gpu.gpu.info import GPUInfo, cuda_visible_devices
     from flink_gpu.gpu.options import GPUDriverOptions
@@ -18,6 +19,7 @@ _LAZY = {
     "GPUInfo": "flink_gpu.gpu.info",
     "cuda_visible_devices": "flink_gpu.gpu.info",
     "GPUDriverOptions": "flink_gpu.gpu.options",
+    "pin_to_gpus": "flink_gpu.gpu.affinity",
 }
 
 __all__ = list(_LAZY)

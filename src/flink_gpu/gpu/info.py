@@ -20,6 +20,15 @@ PROPERTY_NAME = "name"
 PROPERTY_PCI_BUS_ID = "pci.bus-id"
 PROPERTY_MEMORY_TOTAL = "memory.total"
 PROPERTY_MINOR_NUMBER = "minor-number"
+#: The GPU's state when it was chosen (docs/design.md §9.1): ``ok`` or ``degraded: <reason>``;
+#: memory in bytes; the number of processes NVML listed on it.
+PROPERTY_HEALTH = "health"
+PROPERTY_MEMORY_USED = "memory.used"
+PROPERTY_MEMORY_FREE = "memory.free"
+PROPERTY_PROCESSES = "processes"
+#: Locality: the GPU's local CPUs as a Linux cpulist (``0-15,32-47``) and its NUMA node.
+PROPERTY_CPU_AFFINITY = "cpu.affinity"
+PROPERTY_NUMA_NODE = "numa.node"
 
 class GPUInfo(ExternalResourceInfo):
     """One GPU as Flink's ``GPUInfo``: an index plus, from the NVML backend, static properties.

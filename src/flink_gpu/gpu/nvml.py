@@ -1,9 +1,11 @@
-"""The NVML backend (docs/design.md §4.2): GPUs enumerated in-process through :mod:`flink_gpu.nvml`.
+"""The NVML backend (docs/design.md §4.2, §9.1): GPUs enumerated in-process through :mod:`flink_gpu.nvml`.
 
 No process is spawned. Each device becomes a ``GPUInfo`` whose index is NVML's (= nvidia-smi's,
-what the stock script prints) and whose properties carry uuid, name, PCI bus id, total memory and
-minor number. Which devices a worker gets is decided in one place, :meth:`NvmlDiscovery.choose`,
-where coordination between workers plugs in.
+what the stock script prints) and whose properties carry the static ones (uuid, name, PCI bus id,
+total memory, minor number, local CPUs, NUMA node), cached per process, and the GPU's state when
+it was chosen (health, memory used and free, the number of processes), read per choice. Which
+devices a worker gets is decided in one place, :meth:`NvmlDiscovery.choose`: the C++ core ranks
+them by health and foreign processes (``busy-gpus``), and coordination between workers plugs in.
 """
 
 from __future__ import annotations
@@ -14,35 +16,91 @@ import threading
 from typing import NamedTuple
 
 from flink_gpu.errors import FlinkException
-from flink_gpu.gpu.info import (PROPERTY_MEMORY_TOTAL, PROPERTY_MINOR_NUMBER, PROPERTY_NAME,
-                                PROPERTY_PCI_BUS_ID, PROPERTY_UUID, GPUInfo)
+from flink_gpu.gpu.info import (PROPERTY_CPU_AFFINITY, PROPERTY_HEALTH, PROPERTY_MEMORY_FREE,
+                                PROPERTY_MEMORY_TOTAL, PROPERTY_MEMORY_USED, PROPERTY_MINOR_NUMBER,
+                                PROPERTY_NAME, PROPERTY_NUMA_NODE, PROPERTY_PCI_BUS_ID,
+                                PROPERTY_PROCESSES, PROPERTY_UUID, GPUInfo)
 from flink_gpu.gpu.settings import GPUDriverSettings
+from flink_gpu.nvml import find_taskmanager, rank_gpus
 
 _log = logging.getLogger("flink_gpu.gpu.nvml")
 
-def gpu_info(device) -> GPUInfo:
-    """The ``GPUInfo`` of an NVML device (a :class:`flink_gpu.nvml.Device`): its index, and each
-    property the driver answered."""
+
+def static_properties(device) -> dict[str, str]:
+    """The properties of an NVML device (a :class:`flink_gpu.nvml.Device`) that do not change
+    while NVML is initialised: each one the driver answered."""
     properties = {}
     for key, value in ((PROPERTY_UUID, device.uuid),
                        (PROPERTY_NAME, device.name),
                        (PROPERTY_PCI_BUS_ID, device.pci_bus_id),
                        (PROPERTY_MEMORY_TOTAL, device.memory_total),
-                       (PROPERTY_MINOR_NUMBER, device.minor_number)):
+                       (PROPERTY_MINOR_NUMBER, device.minor_number),
+                       (PROPERTY_CPU_AFFINITY, device.cpu_affinity),
+                       (PROPERTY_NUMA_NODE, device.numa_node)):
         if value is not None:
             properties[key] = str(value)
-    return GPUInfo(str(device.index), properties)
+    return properties
+
+
+def gpu_info(device) -> GPUInfo:
+    """The ``GPUInfo`` of an NVML device with its static properties (no state: that is read
+    when the NVML backend makes a choice)."""
+    return GPUInfo(str(device.index), static_properties(device))
+
+
+def state_properties(state) -> dict[str, str]:
+    """The properties a :class:`flink_gpu.nvml.DeviceState` gives an info, each where known."""
+    properties = {PROPERTY_HEALTH: state.health}
+    if state.memory_used is not None:
+        properties[PROPERTY_MEMORY_USED] = str(state.memory_used)
+    if state.memory_free is not None:
+        properties[PROPERTY_MEMORY_FREE] = str(state.memory_free)
+    if state.processes_known:
+        properties[PROPERTY_PROCESSES] = str(len(state.processes))
+    return properties
+
+
+def process_holders(nvml, holders) -> "dict[tuple[str, int], int]":
+    """``(GPU index, pid) -> holder`` for each process NVML lists that belongs to one of
+    ``holders`` (owner pids in the coordination file): the holder itself or a descendant of it,
+    by the C++ core's own-process rule with that holder as the owner."""
+    belongs: dict[tuple[str, int], int] = {}
+    for holder in sorted(set(holders)):
+        for state in nvml.states(holder, None):
+            for pid, _, _, own, _ in state.processes:
+                if own:
+                    belongs.setdefault((str(state.index), pid), holder)
+    return belongs
+
+
+class _Ranking(NamedTuple):
+    key: tuple  # what the states it was made from said
+    order: list  # the candidates' indices, best first (rank_gpus)
+    ranks: list  # parallel to order
+    left_out: list  # (index, why)
+    by_index: dict  # index -> GPUInfo, every usable GPU
+    infos: tuple  # the GPUInfos of order
+    sets: dict  # amount -> frozenset of the first amount infos, made once
 
 
 class _Enumeration(NamedTuple):
     pid: int
-    infos: tuple[GPUInfo, ...]
+    devices: tuple
     skipped: tuple
-    by_index: dict[str, GPUInfo]
+    names: dict[int, str]  # NVML index -> the index as GPUInfo carries it
+    static: dict[str, dict[str, str]]  # index -> static properties
+    # index -> (its state properties, GPUInfo) as last made: unchanged properties reuse the info
+    infos: dict[str, tuple[dict[str, str], GPUInfo]]
+    rankings: dict[str, _Ranking]  # busy-gpus policy -> the last ranking under it
+    warned: set  # (index, health) and (index, "processes unknown") WARNed once per process
 
 
 # library path -> the process's enumeration, shared by all its drivers (see NvmlDiscovery)
 _enumerations: dict[str, _Enumeration] = {}
+
+# pid -> its TaskManager (the nearest TaskManagerRunner ancestor), found once per process
+_taskmanagers: dict[int, "int | None"] = {}
+_UNKNOWN = object()
 
 # (coordination file, pid, index) -> how many open drivers of process pid use a GPU that one of
 # them added to the file. The file knows only the process, so a driver's close() releases a GPU
@@ -63,58 +121,77 @@ os.register_at_fork(after_in_child=_new_lock_after_fork)
 class NvmlDiscovery:
     """GPUs from NVML. Enumeration is done once per process and library, and reused by every
     driver: the devices and their static properties do not change while NVML is initialised (a
-    forked child enumerates anew).
+    forked child enumerates anew). Their state is read each time a choice is made.
     """
 
     def __init__(self, nvml, settings: GPUDriverSettings) -> None:
         """``nvml`` is an opened :class:`flink_gpu.nvml.Library` (it re-initialises after a fork);
-        ``settings.script_args`` say whether and through which file to coordinate."""
+        ``settings.script_args`` say whether and through which file to coordinate,
+        ``settings.busy_policy()`` what to do with busy GPUs."""
         self.args = settings.script_args
+        self.busy_gpus = settings.busy_policy()
         self._nvml = nvml
         self._claimed: set[str] = set()  # indices this driver counts in _driver_holds
         self._claimed_pid = os.getpid()
 
     def enumerate(self) -> _Enumeration:
-        """All usable devices as ``GPUInfo``s, in NVML index order.
+        """All usable devices with their static properties, in NVML index order.
 
         Cached per process: a forked child (whose NVML state is its own) enumerates again.
         """
         nvml = self._nvml
         pid = os.getpid()
-        # shared with the process's other drivers, so that a new driver per task costs no NVML
-        # queries and no GPUInfo objects (and a skipped device is WARNed once per process)
+        # shared with the process's other drivers, so that a new driver per task costs no
+        # enumeration (and a skipped device is WARNed once per process)
         enumeration = _enumerations.get(nvml.library_path)
         if enumeration is None or enumeration.pid != pid:
-            devices = nvml.devices()
+            devices = tuple(nvml.devices())
             skipped = tuple(nvml.skipped())
             for device in skipped:
                 _log.warning("%s", device.reason)
-            infos = tuple(gpu_info(d) for d in devices)
-            enumeration = _Enumeration(pid, infos, skipped, {info.index: info for info in infos})
+            enumeration = _Enumeration(pid, devices, skipped,
+                                       {d.index: str(d.index) for d in devices},
+                                       {str(d.index): static_properties(d) for d in devices}, {},
+                                       {}, set())
             _enumerations[nvml.library_path] = enumeration
         return enumeration
 
-    def choose(self, enumeration: _Enumeration, amount: int) -> tuple[GPUInfo, ...]:
+    def choose(self, enumeration: _Enumeration, amount: int) -> frozenset[GPUInfo]:
         """The devices this worker gets.
 
-        Not coordinated: the first ``amount`` (docs/design.md §4.2). Coordinated: claimed for this process in
-        the coordination file shared with the other workers of the host (docs/design.md §5.2); asking again
-        returns what this process already holds.
+        The C++ core reads every device's state now and ranks them (docs/design.md §9.1):
+        unhealthy ones never, degraded ones last, busy ones by ``busy-gpus``; within a class the
+        lowest index first. Not coordinated: the first ``amount`` of that order (docs/design.md
+        §4.2). Coordinated: claimed for this process in the coordination file shared with the
+        other workers of the host, honouring the ranks (docs/design.md §5.2); asking again returns
+        what this process already holds.
         """
-        infos = enumeration.infos
-        if len(infos) < amount:
-            raise FlinkException(self._shortage(enumeration, amount))
+        pid = os.getpid()
+        taskmanager = _taskmanagers.get(pid, _UNKNOWN)
+        if taskmanager is _UNKNOWN:
+            taskmanager = _taskmanagers[pid] = find_taskmanager(pid)
+        states = self._nvml.states(pid, taskmanager)
+        # everything the ranking and the infos depend on: while it is unchanged (an idle host),
+        # the last ranking and its infos are reused instead of ranking and building them again
+        key = tuple([(s.index, s.health, s.busy, s.memory_used, s.memory_free, s.processes_known,
+                      len(s.processes)) for s in states])
+        ranking = enumeration.rankings.get(self.busy_gpus)
+        if ranking is None or ranking.key != key:
+            ranking = self._rank(enumeration, states, key)
+        if len(ranking.order) < amount:
+            raise FlinkException(self._shortage(enumeration, amount, ranking.left_out))
         if not self.args.coordination_mode:
-            return infos[:amount]
+            chosen = ranking.sets.get(amount)
+            if chosen is None:
+                chosen = ranking.sets[amount] = frozenset(ranking.infos[:amount])
+            return chosen
         from flink_gpu import coordination
 
-        by_index = enumeration.by_index
         path = self.args.coordination_file
-        pid = os.getpid()
         with _driver_holds_lock:
             if self._claimed_pid != pid:  # a forked child: the parent's counts are not its own
                 self._claimed, self._claimed_pid = set(), pid
-            result = coordination.claim(amount, by_index, path=path)
+            result = coordination.claim(amount, ranking.order, path=path, ranks=ranking.ranks)
             for index in result.taken:
                 key = (path, pid, index)
                 # GPUs the process held otherwise (coordination.claim()) are not the drivers' to
@@ -122,23 +199,67 @@ class NvmlDiscovery:
                 if index not in self._claimed and (index in result.added or key in _driver_holds):
                     _driver_holds[key] = _driver_holds.get(key, 0) + 1
                     self._claimed.add(index)
-        return tuple(by_index[index] for index in result.taken)
+        by_index = ranking.by_index
+        return frozenset([by_index[index] for index in result.taken])
 
-    def _shortage(self, enumeration: _Enumeration, amount: int) -> str:
-        present = len(enumeration.infos)
+    def _rank(self, enumeration: _Enumeration, states, key: tuple) -> _Ranking:
+        """Rank ``states`` by this driver's policy (in the C++ core), WARN what is wrong, and make
+        the infos: an info is reused while what its GPU's state says is unchanged."""
+        names = enumeration.names
+        # a device the enumeration skipped (and WARNed about) may still answer state queries
+        states = [state for state in states if state.index in names]
+        by_index = {}
+        for state in states:
+            index = names[state.index]
+            if state.health != "ok" or not state.processes_known:
+                self._warn(enumeration, index, state)
+            properties = state_properties(state)
+            last = enumeration.infos.get(index)
+            if last is None or last[0] != properties:
+                last = enumeration.infos[index] = (
+                    properties, GPUInfo(index, {**enumeration.static[index], **properties}))
+            by_index[index] = last[1]
+        order, ranks, left_out = rank_gpus(states, self.busy_gpus)
+        ranking = _Ranking(key, order, ranks, left_out, by_index,
+                           tuple(by_index[index] for index in order), {})
+        enumeration.rankings[self.busy_gpus] = ranking
+        return ranking
+
+    @staticmethod
+    def _warn(enumeration: _Enumeration, index: str, state) -> None:
+        """WARN, once per process and GPU, an unhealthy GPU and one whose processes NVML would
+        not list."""
+        warned = enumeration.warned
+        if state.health.startswith("unhealthy") and (index, state.health) not in warned:
+            warned.add((index, state.health))
+            _log.warning("GPU %s (%s) is %s; it is not handed out.", index,
+                         enumeration.static[index].get(PROPERTY_UUID, "no uuid"), state.health)
+        if not state.processes_known and (index, "processes unknown") not in warned:
+            warned.add((index, "processes unknown"))
+            _log.warning("NVML gives no permission to list the processes on GPU %s; it counts "
+                         "as not busy.", index)
+
+    def _shortage(self, enumeration: _Enumeration, amount: int, left_out) -> str:
+        present = len(enumeration.devices)
         message = (f"Could not get enough GPU resources: {amount} requested, but NVML "
                    f"({self._nvml.library_path}) reports {present} usable "
                    f"device{'' if present == 1 else 's'}")
         if enumeration.skipped:
             reasons = " ".join(device.reason for device in enumeration.skipped)
             message += f" and {len(enumeration.skipped)} skipped ({reasons})"
+        if left_out:
+            message += (", of which " + "; ".join(f"GPU {index} is left out ({why})"
+                                                  for index, why in left_out))
         return message + "."
 
     def retrieve(self, amount: int) -> frozenset[GPUInfo]:
         chosen = self.choose(self.enumerate(), amount)
         if _log.isEnabledFor(logging.INFO):
-            _log.info("Discover GPU resources: [%s].", ", ".join(map(str, chosen)))
-        return frozenset(chosen)
+            from flink_gpu.gpu_index import index_sort_order
+
+            _log.info("Discover GPU resources: [%s].",
+                      ", ".join(map(str, index_sort_order(chosen, lambda info: info.index))))
+        return chosen
 
     def close(self) -> None:
         """Releases what this driver claimed for the calling process (a forked child releases

@@ -43,3 +43,10 @@ class GPUDriverOptions:
         "discovery-script.timeout", Duration, 10.0,
         "How long the discovery script may run before it and everything it started is killed "
         "(Flink: fixed 10 s). Read as seconds.")
+
+    BUSY_GPUS: ConfigOption[str] = config_option(
+        "busy-gpus", str, "avoid",
+        "NVML mode: what to do with GPUs that run processes of others (not this worker, its "
+        "TaskManager or their descendants). 'avoid' takes them only when the idle GPUs are too "
+        "few, 'exclude' never takes them, 'ignore' takes GPUs in index order as Flink does. Case "
+        "and surrounding blanks are ignored; overrides --busy-gpus in discovery-script.args.")

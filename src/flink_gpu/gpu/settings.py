@@ -7,6 +7,8 @@ too, so that each option has one reading.
 
 from __future__ import annotations
 
+import itertools
+import logging
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -14,7 +16,10 @@ from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
-from flink_gpu.script_protocol import ScriptArgs, parse_script_args, warn_ignored
+from flink_gpu.nvml import BUSY_GPUS_VALUES
+from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args, warn_ignored
+
+_log = logging.getLogger("flink_gpu.gpu.settings")
 
 
 @dataclass(frozen=True)
@@ -29,13 +34,15 @@ class GPUDriverSettings:
     timeout: float  # discovery-script.timeout, seconds, positive
     library_path: "str | None"  # nvml.library-path; None when unset or blank
     resource_name: "str | None" = None  # the resource whose params these are, when known
+    busy_gpus: str = "avoid"  # busy-gpus, lower case: "avoid", "exclude" or "ignore"
+    busy_gpus_set: bool = False  # busy-gpus is configured (it then overrides --busy-gpus in the args)
 
     @classmethod
     def from_config(cls, params: "Configuration | Mapping[str, object] | None",
                     resource_name: "str | None" = None) -> GPUDriverSettings:
         """The settings in ``params`` (the driver-relative keys, ``external-resource.<name>.param.``
-        stripped). Raises ``IllegalConfigurationException`` for a bad mode or timeout, naming the
-        full key when ``resource_name`` is given. Nothing is logged: :meth:`warn_ignored_args`
+        stripped). Raises ``IllegalConfigurationException`` for a bad mode, timeout or busy-gpus,
+        naming the full key when ``resource_name`` is given. Nothing is logged: :meth:`warn_ignored_args`
         WARNs about the arguments when a backend reads them."""
         config = Configuration.coerce(params)
         mode_option = GPUDriverOptions.DISCOVERY_MODE
@@ -51,6 +58,13 @@ class GPUDriverSettings:
             raise IllegalConfigurationException(
                 f"Invalid value for key '{_key(timeout_option, resource_name)}': the timeout must "
                 f"be positive, got {timeout} s.")
+        busy_option = GPUDriverOptions.BUSY_GPUS
+        value = config.get(busy_option)
+        busy_gpus = value.strip().lower()
+        if busy_gpus not in BUSY_GPUS_VALUES:
+            raise IllegalConfigurationException(
+                f"Invalid value '{value}' for key '{_key(busy_option, resource_name)}': expected "
+                f"one of {', '.join(BUSY_GPUS_VALUES)}.")
         args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
         library_path = config.get(GPUDriverOptions.NVML_LIBRARY_PATH)
         if library_path is not None and not library_path.strip():
@@ -59,32 +73,60 @@ class GPUDriverSettings:
         return cls(mode=mode, script_path=config.get(path_option),
                    script_path_set=config.contains(path_option), script_args_text=args,
                    script_args=parse_script_args(args, warn=False), timeout=timeout,
-                   library_path=library_path, resource_name=resource_name)
+                   library_path=library_path, resource_name=resource_name, busy_gpus=busy_gpus,
+                   busy_gpus_set=config.contains(busy_option))
 
     @classmethod
     def from_config_lenient(cls, params: "Configuration | Mapping[str, object] | None",
                             resource_name: "str | None" = None) -> GPUDriverSettings:
         """As :meth:`from_config`, but an invalid option of ours (``discovery-mode``,
-        ``discovery-script.timeout``) takes its default instead of failing; valid ones are kept.
+        ``discovery-script.timeout``, ``busy-gpus``) takes its default instead of failing; valid
+        ones are kept.
 
         That is what Flink's Java GPU plugin, which reads only ``discovery-script.path`` and
         ``.args``, makes of such a configuration, so readers of one (doctor, the PyFlink bridge)
         see what its TaskManager does; doctor also uses it to go on checking after it reported
         the invalid option."""
         given = Configuration.coerce(params).to_dict()
-        ours = (GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key)
-        for left_out in ((), ours[:1], ours[1:], ours):
-            try:
-                return cls.from_config({k: v for k, v in given.items() if k not in left_out},
-                                       resource_name)
-            except IllegalConfigurationException:
-                if left_out == ours:
-                    raise
-        raise AssertionError("unreachable")
+        ours = (GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key,
+                GPUDriverOptions.BUSY_GPUS.key)
+        # the fewest options left out that make the rest valid
+        for count in range(len(ours) + 1):
+            for left_out in itertools.combinations(ours, count):
+                try:
+                    return cls.from_config(
+                        {k: v for k, v in given.items() if k not in left_out}, resource_name)
+                except IllegalConfigurationException:
+                    if count == len(ours):
+                        raise
+        raise AssertionError("unreachable: leaving out every option of ours raised or returned")
 
     def key(self, option: ConfigOption) -> str:
         """The key of ``option`` as the user wrote it: full when the resource is known."""
         return _key(option, self.resource_name)
+
+    def busy_policy(self, warn: bool = True) -> str:
+        """The ``busy-gpus`` policy of the NVML backend (docs/design.md §9.1): the parameter when
+        it is set, else ``--busy-gpus`` in ``discovery-script.args``, else ``avoid``.
+
+        When both are set and differ the parameter wins, with a WARN unless ``warn`` is false. An unknown ``--busy-gpus``
+        value raises ``IllegalConfigurationException`` naming the args key and the allowed values
+        (the stock script would ignore the flag; only the NVML backend reads it).
+        """
+        in_args = self.script_args.busy_gpus
+        if in_args is not None and in_args not in BUSY_GPUS_VALUES:
+            raise IllegalConfigurationException(
+                f"Invalid value '{in_args}' for {BUSY_GPUS_FLAG} in "
+                f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': expected one of "
+                f"{', '.join(BUSY_GPUS_VALUES)}.")
+        if not self.busy_gpus_set:
+            return in_args or self.busy_gpus
+        if warn and in_args is not None and in_args != self.busy_gpus:
+            _log.warning("'%s' is '%s' but '%s' has %s %s; using '%s'.",
+                         self.key(GPUDriverOptions.BUSY_GPUS), self.busy_gpus,
+                         self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG), BUSY_GPUS_FLAG, in_args,
+                         self.busy_gpus)
+        return self.busy_gpus
 
     def warn_ignored_args(self) -> None:
         """WARN about what the stock script's grammar ignores in ``discovery-script.args``."""

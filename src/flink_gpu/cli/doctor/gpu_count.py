@@ -9,7 +9,7 @@ from flink_gpu.framework import amount_key
 from flink_gpu.gpu.settings import GPUDriverSettings
 
 
-def _nvml(checkup: Checkup, library: "str | None"):
+def open_nvml(checkup: Checkup, library: "str | None"):
     """(library, devices, skipped devices) of ``library``, or the NvmlError opening it."""
     if library not in checkup.nvml:
         from flink_gpu.nvml import open_library
@@ -25,7 +25,7 @@ def _nvml(checkup: Checkup, library: "str | None"):
 def check_gpu_count(checkup: Checkup, name: str, settings: GPUDriverSettings,
                     amount: "int | None", mode: "str | None") -> "int | None":
     """The number of usable GPUs of this host, or None when NVML cannot tell."""
-    found = _nvml(checkup, settings.library_path if mode != "script" else None)
+    found = open_nvml(checkup, settings.library_path if mode != "script" else None)
     if isinstance(found, NvmlError):
         if mode != "nvml":  # the nvml backend already reported it
             checkup.add("note", "nvml", f"NVML is not usable here ({found}), so doctor cannot "

@@ -15,6 +15,7 @@ import shlex
 from flink_gpu.cli.doctor.coordination import check_coordination
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.cli.doctor.gpu_count import check_gpu_count
+from flink_gpu.cli.doctor.gpu_state import check_gpu_state
 from flink_gpu.cli.doctor.script import check_script, run_script, script_fix
 from flink_gpu.cli.doctor.script_args import check_args
 from flink_gpu.config import Configuration
@@ -31,7 +32,7 @@ def check_params(checkup: Checkup, name: str, params: Configuration, java: bool)
     """Keys under ``param.`` the GPU plugin does not read: a typo is silently ignored."""
     flink_keys = [GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key, GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key]
     ours = [GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.NVML_LIBRARY_PATH.key,
-            GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key]
+            GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key, GPUDriverOptions.BUSY_GPUS.key]
     for key in params.keys():
         if key in flink_keys:
             continue
@@ -117,6 +118,10 @@ def _check_gpus(checkup: Checkup, name: str, settings: GPUDriverSettings, amount
     stock = mode == "nvml" or (script is not None and os.path.basename(script) in _STOCK_SCRIPTS)
     script_args = check_args(checkup, name, settings, stock, script)
     count = check_gpu_count(checkup, name, settings, amount, mode)
+    # the NVML backend and flink-gpu-discovery choose by the GPUs' state; other scripts do not
+    uses_state = mode == "nvml" or (script is not None
+                                    and os.path.basename(script) == "flink-gpu-discovery")
+    check_gpu_state(checkup, name, settings, script_args, amount, mode, uses_state)
     check_coordination(checkup, name, settings, script_args, amount, count)
     if script is not None:
         run_script(checkup, name, settings, script, script_args)

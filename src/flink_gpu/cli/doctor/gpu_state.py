@@ -1,0 +1,110 @@
+"""The state of the host's GPUs now (docs/design.md §9.1): unhealthy, degraded and busy ones.
+
+Doctor is not a worker, so "busy" here means running a process that belongs to no flink-gpu
+holder (no live owner in the coordination file, nor a descendant of one).
+"""
+
+from __future__ import annotations
+
+import os
+
+from flink_gpu.cli._output import plural, process_cmdline, short_command
+from flink_gpu.cli.doctor.findings import Checkup
+from flink_gpu.cli.doctor.gpu_count import open_nvml
+from flink_gpu.errors import IllegalConfigurationException, NvmlError
+from flink_gpu.framework import amount_key
+from flink_gpu.gpu.options import GPUDriverOptions
+from flink_gpu.gpu.settings import GPUDriverSettings
+from flink_gpu.script_protocol import ScriptArgs
+
+
+def _holders(script_args: "ScriptArgs | None") -> "list[int]":
+    """The live owners in the coordination file the TaskManagers use, if they coordinate."""
+    if script_args is None or not script_args.coordination_mode:
+        return []
+    from flink_gpu.coordination import snapshot
+
+    try:
+        found = snapshot(script_args.coordination_file)
+    except (OSError, TimeoutError):  # the coordination check reports it
+        return []
+    return [entry.pid for entry in found.entries if entry.alive]
+
+
+def check_gpu_state(checkup: Checkup, name: str, settings: GPUDriverSettings,
+                    script_args: "ScriptArgs | None", amount: "int | None", mode: "str | None",
+                    uses_state: bool) -> None:
+    """``uses_state``: the TaskManager's discovery reads the GPUs' state (the NVML backend or
+    flink-gpu-discovery); a stock or custom script hands GPUs out by index alone."""
+    found = open_nvml(checkup, settings.library_path if mode != "script" else None)
+    if isinstance(found, NvmlError):
+        return  # the gpu-count check said so
+    from flink_gpu.gpu.nvml import process_holders
+
+    nvml, devices, _ = found
+    if not devices:
+        return
+    states = nvml.states(os.getpid(), None)
+    belongs = process_holders(nvml, _holders(script_args))
+    try:
+        policy = settings.busy_policy(warn=False)
+    except IllegalConfigurationException:  # a bad --busy-gpus: the driver check reports it
+        policy = settings.busy_gpus
+    busy_key = settings.key(GPUDriverOptions.BUSY_GPUS)
+    unhealthy = 0
+    for state in states:
+        index = str(state.index)
+        if state.health.startswith("unhealthy"):
+            unhealthy += 1
+            then = ("a TaskManager never gets it" if uses_state else
+                    "the discovery script still hands it out (it checks nothing but the index); "
+                    "flink-gpu-discovery or discovery-mode nvml would leave it out")
+            checkup.add("warning" if uses_state else "error", "gpu-state",
+                        f"GPU {index} is {state.health}: {then}.",
+                        f"Check it with `nvidia-smi -q -i {index}`; a lost GPU or one that needs "
+                        "a reset needs `nvidia-smi -r` or a reboot, a failed row remapping or a "
+                        "corrupted InfoROM needs service.", resource=name)
+        elif state.health.startswith("degraded"):
+            checkup.add("note", "gpu-state", f"GPU {index} is {state.health}: "
+                        + ("it is handed out only after every healthy GPU." if uses_state else
+                           "the discovery script hands it out like any other."),
+                        "Reset it (`nvidia-smi -r`) when it is idle to apply the pending "
+                        "retirement or remapping.", resource=name)
+        if not state.processes_known:
+            checkup.add("warning", "gpu-state", f"NVML gives no permission to list the processes "
+                        f"on GPU {index}; they count as not busy.", "Run the TaskManager (and "
+                        "doctor) as a user that may see the GPUs' processes (NVML hides other "
+                        "users' processes from unprivileged users).", resource=name)
+            continue
+        foreign = [(pid, visible) for pid, _, _, _, visible in state.processes
+                   if (index, pid) not in belongs]
+        if not foreign:
+            continue
+        hidden = [pid for pid, visible in foreign if not visible]
+        shown = "; ".join(f"pid {pid}" + (f" ({short_command(process_cmdline(pid), 40)})"
+                                           if visible else " (not visible in this PID namespace)")
+                          for pid, visible in foreign)
+        if not uses_state or policy == "ignore":
+            then = ("a TaskManager may get it and share it" if uses_state else
+                    "the discovery script may hand it out and the worker would share it")
+            level, fix = "warning", (f"Set {busy_key}: avoid (the default) or exclude." if uses_state
+                                     else None)
+        elif policy == "exclude":
+            level, then, fix = "note", f"with {busy_key} exclude a TaskManager never gets it", None
+        else:
+            level, then, fix = ("note", "a TaskManager gets it only when the idle GPUs are too "
+                                "few", f"Set {busy_key}: exclude to never share a GPU.")
+        checkup.add(level, "gpu-state", f"GPU {index} runs {plural(len(foreign), 'process', 'processes')} "
+                    f"of no flink-gpu holder ({shown}): {then}.", fix, resource=name)
+        if hidden:
+            checkup.add("note", "gpu-state", f"NVML lists pid {', '.join(map(str, hidden))} on "
+                        f"GPU {index}, which this PID namespace cannot see: NVML reports host pids "
+                        "in a container. They count as foreign, even when they are the "
+                        "TaskManager's own.", "Share the host PID namespace (hostPID) so that "
+                        f"own processes are recognised, or set {busy_key}: ignore when the "
+                        "container's GPUs are its own.", resource=name)
+    if amount is not None and uses_state and unhealthy and amount > len(states) - unhealthy:
+        checkup.add("error", "gpu-state", f"{amount_key(name)} is {amount}, but only "
+                    f"{plural(len(states) - unhealthy, 'GPU')} of this host "
+                    f"{'is' if len(states) - unhealthy == 1 else 'are'} healthy: discovery fails.",
+                    "Repair or replace the unhealthy GPUs, or lower the amount.", resource=name)
