@@ -284,4 +284,3 @@ class NvmlDiscovery:
                 from flink_gpu import coordination
 
                 coordination.release(path=path, indices=sorted(unused))
-
