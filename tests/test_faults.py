@@ -98,8 +98,9 @@ def no_leaks():
 
 
 def line_of(index, pid):
-    """The line our core writes for ``pid`` (start time after a tab)."""
-    return f"{index} {pid}\t{proc_start_time(pid)}\n"
+    """The line our core writes for ``pid`` (start time, pid namespace and, for this process, its lease)."""
+    lease = "\tlease=0" if pid == os.getpid() else ""
+    return f"{index} {pid}\t{proc_start_time(pid)}\tns={os.stat('/proc/self/ns/pid').st_ino}{lease}\n"
 
 
 def holders(path):
