@@ -208,7 +208,7 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     fields.start_time = owner_info.start_time;
     fields.has_ns = live.ns().known;
     fields.ns = live.ns().inode;
-    const bool for_self = owner == getpid();
+    const bool for_self = owner == live.self();
     if (for_self) take_lease(&leases, file.mode(), lines, &fields, &r.lease_problem);
     for (const std::string& idx : take) lines.push_back(new_line(idx, owner, fields));
     if (!(r.status = file.rewrite(text, serialize(lines))).ok()) {
@@ -237,14 +237,15 @@ ReleaseResult release_impl(const Options& opts, pid_t owner, const std::vector<s
     LockedFile file;
     bool exists = false;
     std::string text;
-    const bool for_self = owner == getpid();
+    const pid_t self = getpid();
+    const bool for_self = owner == self;
     if (!(r.status = open_and_read(opts, Access::kWriteExisting, &file, &exists, &text)).ok() || !exists) {
         if (r.status.ok() && for_self) Leases(opts.path).drop();  // no file: nothing of ours to prove
         return r;
     }
     std::vector<Line> lines = parse_file(text);
     Leases leases(opts.path);
-    const PidNamespace ns = own_pid_namespace();
+    const PidNamespace ns = own_pid_namespace(self);
     std::set<std::string> released;
     for (Line& l : lines) {
         if (l.kind == LineKind::kEntry && records_owner(l.entry, owner, for_self, ns) &&

@@ -191,8 +191,9 @@ std::string lock_holders(const struct statx& st) {
     return pids;
 }
 
-// Opens `path` without following a symlink and without blocking on a FIFO, creating it (0644) when asked.
-// *fd = -1 with an ok status: the file does not exist and was not to be created.
+// Opens `path` without following a symlink and without blocking on a FIFO, creating it (0644) when asked;
+// the descriptor stays O_NONBLOCK. *fd = -1 with an ok status: the file does not exist and was not to be
+// created.
 Status open_file(const std::string& path, Access access, int* fd, bool* created) {
     *fd = -1;
     if (created != nullptr) *created = false;
@@ -238,12 +239,6 @@ Status open_file(const std::string& path, Access access, int* fd, bool* created)
         if (!st.ok()) {
             close(f);
             return st;
-        }
-        const int flags = fcntl(f, F_GETFL);
-        if (flags < 0 || fcntl(f, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-            const int err = errno;
-            close(f);
-            return os_error(err, "Cannot configure the", path);
         }
         *fd = f;
         return {};
@@ -355,6 +350,11 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
         if (fd < 0) return {};  // absent and not to be created
         fd_ = fd;
         path_ = path;
+        const int flags = fcntl(fd, F_GETFL);  // O_NONBLOCK was for the open only: reads and writes block
+        if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+            const int err = errno;
+            return os_error(err, "Cannot configure the", path);
+        }
         std::int64_t backoff = 1;
         for (;;) {
             if (flock(fd, op) == 0) break;

@@ -41,10 +41,11 @@ PidNamespace read_own_pid_namespace() {
 
 }  // namespace
 
-PidNamespace own_pid_namespace() noexcept {
+PidNamespace own_pid_namespace() noexcept { return own_pid_namespace(getpid()); }
+
+PidNamespace own_pid_namespace(pid_t self) noexcept {
     thread_local pid_t cached_pid = 0;
     thread_local PidNamespace cached;
-    const pid_t self = getpid();
     if (cached_pid != self) {
         cached = read_own_pid_namespace();
         cached_pid = self;
@@ -135,7 +136,7 @@ bool records_owner(const Entry& e, pid_t owner, bool owner_is_self, const PidNam
     return e.has_start_time || !owner_is_self;
 }
 
-Liveness::Liveness(Leases* leases) : leases_(leases), ns_(own_pid_namespace()), self_(getpid()) {}
+Liveness::Liveness(Leases* leases) : leases_(leases), self_(getpid()) { ns_ = own_pid_namespace(self_); }
 
 const ProcInfo& Liveness::process(pid_t pid) {
     auto it = cache_.find(pid);

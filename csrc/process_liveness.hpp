@@ -36,6 +36,7 @@ struct PidNamespace {
     std::uint64_t inode = 0;
 };
 PidNamespace own_pid_namespace() noexcept;
+PidNamespace own_pid_namespace(pid_t self) noexcept;  // `self`: getpid(), already at hand
 
 // What the judge may ask about a line, each asked only when the rule needs it.
 class Evidence {
@@ -72,6 +73,7 @@ public:
     const ProcInfo& process(pid_t pid) override;
     LeaseState lease(std::uint32_t slot) override;
     const PidNamespace& ns() const { return ns_; }
+    pid_t self() const { return self_; }
 
     // Fills e->verdict and e->alive.
     void judge(Entry* e);
