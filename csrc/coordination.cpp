@@ -28,10 +28,13 @@ void mark_alive(std::vector<Line>* lines, Liveness* live) {
     }
 }
 
-// Whether a kept line names this lease slot.
-bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot) {
+// Whether a kept line of `self` names this lease slot (a line of another pid naming it never keeps our
+// lease, and with it that line, alive).
+bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self) {
     for (const Line& l : lines) {
-        if (l.keep && l.kind == LineKind::kEntry && l.entry.has_lease && l.entry.lease == slot) return true;
+        if (l.keep && l.kind == LineKind::kEntry && l.entry.has_lease && l.entry.lease == slot && l.entry.pid == self) {
+            return true;
+        }
     }
     return false;
 }
@@ -212,7 +215,7 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     if (for_self) take_lease(&leases, file.mode(), lines, &fields, &r.lease_problem);
     for (const std::string& idx : take) lines.push_back(new_line(idx, owner, fields));
     if (!(r.status = file.rewrite(text, serialize(lines))).ok()) {
-        if (for_self && fields.has_lease && !slot_in_use(lines, fields.lease)) leases.drop();
+        if (for_self && fields.has_lease && !slot_in_use(lines, fields.lease, owner)) leases.drop();
         r.reclaimed.clear();
         return r;
     }
@@ -255,7 +258,7 @@ ReleaseResult release_impl(const Options& opts, pid_t owner, const std::vector<s
         }
     }
     std::uint32_t slot = 0;
-    const bool drop = for_self && leases.held(&slot) && !slot_in_use(lines, slot);
+    const bool drop = for_self && leases.held(&slot) && !slot_in_use(lines, slot, self);
     if (released.empty()) {
         if (drop) leases.drop();
         return r;

@@ -155,8 +155,9 @@ void Liveness::judge(Entry* e) {
 
 bool Liveness::owns(const Entry& e, pid_t owner, const ProcInfo& owner_info) {
     std::uint32_t slot = 0;
+    if (!records_owner(e, owner, owner == self_, ns_)) return false;
     if (owner == self_ && e.has_lease && leases_ != nullptr && leases_->held(&slot) && slot == e.lease) return true;
-    return records_owner(e, owner, owner == self_, ns_) && same_process(e, owner_info);
+    return same_process(e, owner_info);
 }
 
 }  // namespace coordination

@@ -78,8 +78,8 @@ public:
     // Fills e->verdict and e->alive.
     void judge(Entry* e);
 
-    // Whether the live entry `e` is `owner`'s (`owner_info` its probe): a line of our own lease, or one
-    // that records the owner and was written for that very process.
+    // Whether the live entry `e` is `owner`'s (`owner_info` its probe): it records the owner, and names our
+    // own lease or was written for that very process.
     bool owns(const Entry& e, pid_t owner, const ProcInfo& owner_info);
 
 private:
