@@ -114,17 +114,12 @@ bool same_process(const Entry& e, const ProcInfo& p) noexcept {
 }
 
 Verdict judge(const Entry& e, const PidNamespace& ours, Evidence& evidence) {
-    const bool our_namespace = !e.has_ns || (ours.known && e.ns == ours.inode);
     if (e.has_lease) {
         const LeaseState lease = evidence.lease(e.lease);
         if (lease == LeaseState::kHeld) return Verdict::kLeaseHeld;
-        if (lease == LeaseState::kFree) {
-            if (!our_namespace) return Verdict::kLeaseReleased;
-            const ProcInfo& p = evidence.process(e.pid);
-            return p.exists && e.has_start_time && same_process(e, p) ? Verdict::kAlive : Verdict::kLeaseReleased;
-        }
+        if (lease == LeaseState::kFree) return Verdict::kLeaseReleased;
     }
-    if (!our_namespace) return Verdict::kOtherNamespace;
+    if (e.has_ns && !(ours.known && e.ns == ours.inode)) return Verdict::kOtherNamespace;
     const ProcInfo& p = evidence.process(e.pid);
     if (!p.exists) return Verdict::kGone;
     return same_process(e, p) ? Verdict::kAlive : Verdict::kPidReused;

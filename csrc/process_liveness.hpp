@@ -49,9 +49,8 @@ protected:
 };
 
 // The one rule for a line's owner (docs/design.md §9.4):
-//   * a lease that can be tested decides: held = alive, in every namespace, immune to pid reuse; not held
-//     = dead, except that a line of our namespace whose pid still is its process stays alive (a lease lost
-//     while its owner lives, e.g. a closed descriptor, never frees a GPU in our namespace);
+//   * a lease that can be tested decides: held = alive, not held = dead, in every namespace, immune to pid
+//     reuse (even within one clock tick of the start time);
 //   * else a line of another namespace is alive with liveness unknown, never judged by its pid;
 //   * else (our namespace, or no ns field: the stock script, older versions) by pid and start time.
 // Our namespace unknown (no /proc): every line with an ns field counts as another namespace's.

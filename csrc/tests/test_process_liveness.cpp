@@ -71,19 +71,16 @@ void test_judge() {
     // Our namespace unknown (no /proc): every ns field is another namespace's.
     CHECK(judged("0 1\t50\tns=100", g, co::PidNamespace{}) == co::Verdict::kOtherNamespace);
 
-    // A lease decides in every namespace: held = alive even where the pid says dead or reused (pid reuse
-    // cannot revive it either), free = dead in another namespace.
+    // A lease decides in every namespace: held = alive even where the pid says dead or reused, free = dead
+    // even where pid and start time say alive (a pid reused within the start time's clock tick).
     g.process_asks = 0;
     CHECK(judged("0 2\t50\tns=200\tlease=0", g) == co::Verdict::kLeaseHeld);
     CHECK(judged("0 2\t50\tns=100\tlease=0", g) == co::Verdict::kLeaseHeld);
+    CHECK(judged("0 1\t51\tns=100\tlease=0", g) == co::Verdict::kLeaseHeld);
     CHECK(judged("0 1\t50\tns=200\tlease=1", g) == co::Verdict::kLeaseReleased);
+    CHECK(judged("0 1\t50\tns=100\tlease=1", g) == co::Verdict::kLeaseReleased);
+    CHECK(judged("0 1\t50\tlease=1", g) == co::Verdict::kLeaseReleased);
     CHECK_EQ(g.process_asks, 0);
-    // Free in our namespace: dead unless the pid still is the very process (a lost lease never frees the
-    // GPU of a live owner we can see); a reused pid does not keep it.
-    CHECK(judged("0 2\t50\tns=100\tlease=1", g) == co::Verdict::kLeaseReleased);
-    CHECK(judged("0 1\t51\tns=100\tlease=1", g) == co::Verdict::kLeaseReleased);
-    CHECK(judged("0 1\t50\tns=100\tlease=1", g) == co::Verdict::kAlive);
-    CHECK(judged("0 1\tns=100\tlease=1", g) == co::Verdict::kLeaseReleased);  // no start time: pid alone proves nothing
     // A lease that cannot be tested (no lease file): as if the line had none.
     CHECK(judged("0 1\t50\tns=200\tlease=5", g) == co::Verdict::kOtherNamespace);
     CHECK(judged("0 2\t50\tns=100\tlease=5", g) == co::Verdict::kGone);
