@@ -333,8 +333,7 @@ def test_doctor_counts_entries_of_unknown_liveness(path, tmp_path):
 
     other = own_ns() + 1  # a namespace that is not ours: what a container's worker writes
     path.write_text(f"0 1\t5\tns={other}\n1 1\t5\tns={other}\n")
-    checkup = Checkup.__new__(Checkup)
-    checkup.findings = []
+    checkup = Checkup(None, str(tmp_path / "flink-conf.yaml"), str(tmp_path), None, None)
     check_coordination_file(checkup, "gpu", str(path))
     (finding,) = [f for f in checkup.findings if "PID namespace" in f.message]
     assert finding.level == "note" and "2 entries" in finding.message and "GPU 0, 1" in finding.message
