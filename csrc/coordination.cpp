@@ -4,9 +4,13 @@
 #include "coordination.hpp"
 
 #include "coordination_file.hpp"
+#include "coordination_lease.hpp"
 #include "gpu_index.hpp"
 #include "process_liveness.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <map>
@@ -20,8 +24,36 @@ namespace {
 
 void mark_alive(std::vector<Line>* lines, Liveness* live) {
     for (Line& l : *lines) {
-        if (l.kind == LineKind::kEntry) l.entry.alive = live->alive(l.entry);
+        if (l.kind == LineKind::kEntry) live->judge(&l.entry);
     }
+}
+
+// Whether a kept line of `self` names this lease slot (a line of another pid naming it never keeps our
+// lease, and with it that line, alive).
+bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self) {
+    for (const Line& l : lines) {
+        if (l.keep && l.kind == LineKind::kEntry && l.entry.has_lease && l.entry.lease == slot && l.entry.pid == self) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// Takes the calling process's lease for the lines it is about to write. A lease that cannot be had (a
+// lease file this user may not write) leaves the lines without one: judged by pid in our namespace,
+// alive with liveness unknown to other namespaces.
+void take_lease(Leases* leases, std::uint16_t mode, const std::vector<Line>& lines, LineFields* fields,
+                Status* problem) {
+    std::vector<std::uint32_t> named;
+    for (const Line& l : lines) {
+        if (l.kind == LineKind::kEntry && l.entry.has_lease) named.push_back(l.entry.lease);
+    }
+    std::sort(named.begin(), named.end());
+    std::uint32_t slot = 0;
+    *problem = leases->acquire(mode, named, &slot);
+    if (!problem->ok()) return;
+    fields->has_lease = true;
+    fields->lease = slot;
 }
 
 // ---- choosing ------------------------------------------------------------------------------------
@@ -98,8 +130,8 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     };
     if (amount == 0) return r;
 
-    Liveness live;
-    const ProcInfo owner_info = live.get(owner);
+    Liveness live(nullptr);  // the leases once the file is locked: their registry is not held while waiting
+    const ProcInfo owner_info = live.process(owner);
     if (!owner_info.exists) {
         r.status = make_status(StatusCode::kInvalidArgument, "Cannot claim GPUs for process " + std::to_string(owner) +
                                                            ": it does not exist.");
@@ -110,6 +142,8 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     std::string text;
     if (!(r.status = open_and_read(opts, Access::kCreate, &file, &exists, &text)).ok()) return r;
     std::vector<Line> lines = parse_file(text);
+    Leases leases(opts.path);
+    live.use(&leases);
     mark_alive(&lines, &live);
     r.unparsable = bad_lines(lines);
 
@@ -126,7 +160,7 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
             if (l.kind != LineKind::kEntry || l.entry.index != idx) continue;
             mentioned = true;
             if (!l.entry.alive) continue;
-            if (l.entry.pid == owner && same_process(l.entry, owner_info)) {
+            if (live.owns(l.entry, owner, owner_info)) {
                 mine = true;
             } else if (live_other == 0) {
                 live_other = l.entry.pid;
@@ -195,10 +229,16 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     for (Line& l : lines) {
         if (l.kind == LineKind::kEntry && gone.count(l.entry.index) != 0) l.keep = false;
     }
-    for (const std::string& idx : take) {
-        lines.push_back(new_line(idx, owner, owner_info.has_start_time, owner_info.start_time));
-    }
+    LineFields fields;
+    fields.has_start_time = owner_info.has_start_time;
+    fields.start_time = owner_info.start_time;
+    fields.has_ns = live.ns().known;
+    fields.ns = live.ns().inode;
+    const bool for_self = owner == live.self();
+    if (for_self) take_lease(&leases, file.mode(), lines, &fields, &r.lease_problem);
+    for (const std::string& idx : take) lines.push_back(new_line(idx, owner, fields));
     if (!(r.status = file.rewrite(text, serialize(lines))).ok()) {
+        if (for_self && fields.has_lease && !slot_in_use(lines, fields.lease, owner)) leases.drop();
         r.reclaimed.clear();
         return r;
     }
@@ -224,17 +264,31 @@ ReleaseResult release_impl(const Options& opts, pid_t owner, const std::vector<s
     LockedFile file;
     bool exists = false;
     std::string text;
-    if (!(r.status = open_and_read(opts, Access::kWriteExisting, &file, &exists, &text)).ok() || !exists) return r;
+    const pid_t self = getpid();
+    const bool for_self = owner == self;
+    if (!(r.status = open_and_read(opts, Access::kWriteExisting, &file, &exists, &text)).ok() || !exists) {
+        if (r.status.ok() && for_self) Leases(opts.path).drop();  // no file: nothing of ours to prove
+        return r;
+    }
     std::vector<Line> lines = parse_file(text);
+    Leases leases(opts.path);
+    const PidNamespace ns = own_pid_namespace(self);
     std::set<std::string> released;
     for (Line& l : lines) {
-        if (l.kind == LineKind::kEntry && l.entry.pid == owner && (only == nullptr || wanted.count(l.entry.index))) {
+        if (l.kind == LineKind::kEntry && records_owner(l.entry, owner, for_self, ns) &&
+            (only == nullptr || wanted.count(l.entry.index))) {
             l.keep = false;
             released.insert(l.entry.index);
         }
     }
-    if (released.empty()) return r;
+    std::uint32_t slot = 0;
+    const bool drop = for_self && leases.held(&slot) && !slot_in_use(lines, slot, self);
+    if (released.empty()) {
+        if (drop) leases.drop();
+        return r;
+    }
     if (!(r.status = file.rewrite(text, serialize(lines))).ok()) return r;
+    if (drop) leases.drop();
     r.released.assign(released.begin(), released.end());
     sort_indices(&r.released);
     return r;
@@ -247,7 +301,8 @@ Snapshot snapshot_impl(const Options& opts) {
     if (!(r.status = open_and_read(opts, Access::kReadExisting, &file, &r.exists, &text)).ok() || !r.exists) return r;
     file.unlock();  // liveness is probed after unlocking: the lock only guards the file's bytes
     std::vector<Line> lines = parse_file(text);
-    Liveness live;
+    Leases leases(opts.path);
+    Liveness live(&leases);
     mark_alive(&lines, &live);
     for (const Line& l : lines) {
         if (l.kind == LineKind::kEntry) r.entries.push_back(l.entry);
@@ -256,19 +311,21 @@ Snapshot snapshot_impl(const Options& opts) {
     return r;
 }
 
-CleanResult clean_stale_impl(const Options& opts) {
+CleanResult clean_stale_impl(const Options& opts, bool other_namespaces) {
     CleanResult r;
     LockedFile file;
     bool exists = false;
     std::string text;
     if (!(r.status = open_and_read(opts, Access::kWriteExisting, &file, &exists, &text)).ok() || !exists) return r;
     std::vector<Line> lines = parse_file(text);
-    Liveness live;
+    Leases leases(opts.path);
+    Liveness live(&leases);
     mark_alive(&lines, &live);
     r.unparsable = bad_lines(lines);
     std::vector<Entry> removed;
     for (Line& l : lines) {
-        if (l.kind == LineKind::kEntry && !l.entry.alive) {
+        if (l.kind == LineKind::kEntry &&
+            (!l.entry.alive || (other_namespaces && l.entry.verdict == Verdict::kOtherNamespace))) {
             l.keep = false;
             removed.push_back(l.entry);
         }
@@ -312,8 +369,8 @@ Snapshot snapshot(const Options& opts) noexcept {
     return guarded<Snapshot>([&] { return snapshot_impl(opts); });
 }
 
-CleanResult clean_stale(const Options& opts) noexcept {
-    return guarded<CleanResult>([&] { return clean_stale_impl(opts); });
+CleanResult clean_stale(const Options& opts, bool other_namespaces) noexcept {
+    return guarded<CleanResult>([&] { return clean_stale_impl(opts, other_namespaces); });
 }
 
 bool process_start_time(pid_t pid, std::uint64_t* start_time) noexcept {

@@ -21,16 +21,25 @@
 // workers at a file in a shared directory. We deliberately do not create it world-writable: any local
 // user could then take all GPUs or plant lines.
 //
+// Pid namespaces (docs/design.md §9.4): each line records the namespace its pid belongs to, and the lines
+// of a process claiming for itself name its lease (coordination_lease.hpp), which proves its liveness
+// to every namespace sharing the file. A line of another namespace without a lease is never judged by
+// its pid: it stays taken (liveness unknown) until its owner releases it or clean_stale(..., true)
+// removes it. A bare stock line `<index> <pid>` is judged as the stock script judges it, but never counts
+// as the calling process's own.
+//
 // Limits we cannot remove alone: a stock script that reclaims replaces the file (`sed -i`) while holding
 // the lock on the old inode, then appends to the new one; a process that opens the path after the
 // replacement is not excluded from that short remainder (stock bug B2 — we detect the replacement when we
-// waited on the old inode, and never replace the file ourselves). Pids are those of the host's pid
-// namespace: workers in containers with their own pid namespaces must not share one file.
+// waited on the old inode, and never replace the file ourselves). A stock-script TaskManager of another
+// pid namespace writes a bare pid of that namespace: where that pid is dead in ours, its line looks
+// exactly like a dead owner's and is reclaimed.
 //
 // Every function is noexcept and reports failures in its result's Status (kInvalidArgument, kNotEnough,
 // kTimeout, kOsError, kOutOfMemory, kInternal): nothing is thrown across the API, std::bad_alloc
-// included. The functions keep no global state and may be called from any thread: each call opens its
-// own file description, and flock(2) excludes between open file descriptions even inside one process.
+// included. They may be called from any thread: each call opens its own file description, and flock(2)
+// excludes between open file descriptions even inside one process. The only process-wide state is the
+// lease registry (one lease per coordination path, behind a mutex) and the cached own probe and namespace.
 #pragma once
 
 #include "coordination_lines.hpp"
@@ -60,6 +69,9 @@ struct ClaimResult {
     std::vector<std::string> added;      // indices newly written for the owner by this call
     std::vector<std::string> reclaimed;  // subset of `added` taken back from dead owners
     std::vector<BadLine> unparsable;
+    // Not ok: the calling process claimed for itself but could not take its lease (the lines have none);
+    // the claim itself succeeded.
+    Status lease_problem;
 };
 
 struct ReleaseResult {
@@ -101,8 +113,9 @@ ReleaseResult release_indices(const Options& opts, pid_t owner,
 // Reads the file under a shared lock. Never creates it.
 Snapshot snapshot(const Options& opts) noexcept;
 
-// Removes the lines of dead owners (unparsable lines stay). Never creates the file.
-CleanResult clean_stale(const Options& opts) noexcept;
+// Removes the lines of dead owners (unparsable lines stay), and with `other_namespaces` also those of
+// other pid namespaces whose liveness is unknown. Never creates the file.
+CleanResult clean_stale(const Options& opts, bool other_namespaces = false) noexcept;
 
 // The start time of a process (field 22 of /proc/<pid>/stat); false when it cannot be read.
 bool process_start_time(pid_t pid, std::uint64_t* start_time) noexcept;

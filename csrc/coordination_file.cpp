@@ -191,10 +191,12 @@ std::string lock_holders(const struct statx& st) {
     return pids;
 }
 
-// Opens `path` without following a symlink and without blocking on a FIFO, creating it (0644) when asked.
-// *fd = -1 with an ok status: the file does not exist and was not to be created.
-Status open_file(const std::string& path, Access access, int* fd) {
+// Opens `path` without following a symlink and without blocking on a FIFO, creating it (0644) when asked;
+// the descriptor stays O_NONBLOCK. *fd = -1 with an ok status: the file does not exist and was not to be
+// created.
+Status open_file(const std::string& path, Access access, int* fd, bool* created) {
     *fd = -1;
+    if (created != nullptr) *created = false;
     const int base = (access == Access::kReadExisting ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY |
                      O_NONBLOCK;
     for (int attempt = 0; attempt < 100; ++attempt) {
@@ -212,6 +214,7 @@ Status open_file(const std::string& path, Access access, int* fd) {
         if (f < 0 && errno == ENOENT && access == Access::kCreate) {
             f = open(path.c_str(), base | O_CREAT | O_EXCL, 0644);
             if (f < 0 && errno == EEXIST) continue;  // created by someone else meanwhile: open theirs
+            if (f >= 0 && created != nullptr) *created = true;
         }
         if (f < 0) {
             const int err = errno;
@@ -236,12 +239,6 @@ Status open_file(const std::string& path, Access access, int* fd) {
         if (!st.ok()) {
             close(f);
             return st;
-        }
-        const int flags = fcntl(f, F_GETFL);
-        if (flags < 0 || fcntl(f, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-            const int err = errno;
-            close(f);
-            return os_error(err, "Cannot configure the", path);
         }
         *fd = f;
         return {};
@@ -348,11 +345,16 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
     int replaced = 0;
     for (;;) {
         int fd = -1;
-        Status st = open_file(path, access, &fd);
+        Status st = open_file(path, access, &fd, nullptr);
         if (!st.ok()) return st;
         if (fd < 0) return {};  // absent and not to be created
         fd_ = fd;
         path_ = path;
+        const int flags = fcntl(fd, F_GETFL);  // O_NONBLOCK was for the open only: reads and writes block
+        if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+            const int err = errno;
+            return os_error(err, "Cannot configure the", path);
+        }
         std::int64_t backoff = 1;
         for (;;) {
             if (flock(fd, op) == 0) break;
@@ -386,6 +388,7 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
         if (path_ok) {
             Status type = check_file_type(locked, path);  // links may have been added before we locked
             if (!type.ok()) return type;
+            mode_ = static_cast<std::uint16_t>(locked.stx_mode & 07777);
             *exists = true;
             return {};
         }
@@ -399,6 +402,15 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
                                ETIMEDOUT);
         }
     }
+}
+
+Status open_checked(const std::string& path, Access access, int* fd, bool* created) {
+    return open_file(path, access, fd, created);
+}
+
+bool names_inode(const std::string& path, int fd) noexcept {
+    struct statx named {}, open_one {};
+    return statx_path(path, &named) == 0 && statx_fd(fd, &open_one) == 0 && same_inode(named, open_one);
 }
 
 Status LockedFile::read(std::string* text) const { return read_all(fd_, path_, text); }

@@ -53,10 +53,22 @@ public:
 
     void unlock() noexcept;
 
+    // The file's permission bits, as found when it was locked.
+    std::uint16_t mode() const { return mode_; }
+
 private:
     int fd_ = -1;
     std::string path_;
+    std::uint16_t mode_ = 0644;
 };
+
+// Opens `path` with the checks above (no lock; the descriptor is left O_NONBLOCK): *fd = -1 with an ok
+// status when it does not exist and `access` does not create it; `*created` (when given) tells whether
+// this call created it.
+Status open_checked(const std::string& path, Access access, int* fd, bool* created = nullptr);
+
+// Whether `path` names the inode open as `fd` (false when either cannot be inspected).
+bool names_inode(const std::string& path, int fd) noexcept;
 
 }  // namespace coordination
 }  // namespace flinkgpu

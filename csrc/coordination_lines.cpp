@@ -32,8 +32,35 @@ bool parse_decimal(const std::string& s, std::uint64_t max, std::uint64_t* out) 
     return true;
 }
 
-// `<index> <pid>[ <start time>]`: the index starts the line and is followed by a space (what the stock
-// script's `grep "^$i "` finds); the rest is split on blanks (its `awk '{print $2}'`).
+bool is_key_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.';
+}
+
+// A `key=value` field: the known keys parsed into `e` (false for a bad value or a repeated key), any
+// other key accepted and ignored. False when `word` is no key=value field at all.
+bool parse_field(const std::string& word, Entry* e, bool* seen_ns, bool* seen_lease) {
+    const std::size_t eq = word.find('=');
+    if (eq == std::string::npos || eq == 0) return false;
+    for (std::size_t i = 0; i < eq; ++i) {
+        if (!is_key_char(word[i])) return false;
+    }
+    const std::string key = word.substr(0, eq), value = word.substr(eq + 1);
+    std::uint64_t v = 0;
+    if (key == "ns") {
+        if (*seen_ns || !parse_decimal(value, UINT64_MAX, &v)) return false;
+        *seen_ns = e->has_ns = true;
+        e->ns = v;
+    } else if (key == "lease") {
+        if (*seen_lease || !parse_decimal(value, kMaxLeaseSlot, &v)) return false;
+        *seen_lease = e->has_lease = true;
+        e->lease = static_cast<std::uint32_t>(v);
+    }
+    return true;
+}
+
+// `<index> <pid>[ <start time>][ key=value]...`: the index starts the line and is followed by a space
+// (what the stock script's `grep "^$i "` finds); the rest is split on blanks (its `awk '{print $2}'`).
 Line parse_line(std::string raw, std::size_t number) {
     Line line;
     line.number = number;
@@ -55,17 +82,28 @@ Line parse_line(std::string raw, std::size_t number) {
     line.kind = LineKind::kBad;
     line.word = words.empty() ? std::string() : words[0];
     const std::size_t space = s.find(' ');
-    if (space == std::string::npos || space == 0 || words.size() < 2 || words.size() > 3) return line;
+    if (space == std::string::npos || space == 0 || words.size() < 2) return line;
     if (s.compare(0, space, words[0]) != 0 || !valid_index(words[0])) return line;
     std::uint64_t pid = 0, start = 0;
     if (!parse_decimal(words[1], INT_MAX, &pid) || pid == 0) return line;
-    if (words.size() == 3 && !parse_decimal(words[2], UINT64_MAX, &start)) return line;
+    Entry& e = line.entry;
+    std::size_t next = 2;
+    if (words.size() > 2 && parse_decimal(words[2], UINT64_MAX, &start)) {
+        e.has_start_time = true;
+        e.start_time = start;
+        next = 3;
+    }
+    bool seen_ns = false, seen_lease = false;
+    for (; next < words.size(); ++next) {
+        if (!parse_field(words[next], &e, &seen_ns, &seen_lease)) {
+            e = Entry();
+            return line;
+        }
+    }
     line.kind = LineKind::kEntry;
-    line.entry.line_number = number;
-    line.entry.index = words[0];
-    line.entry.pid = static_cast<pid_t>(pid);
-    line.entry.has_start_time = words.size() == 3;
-    line.entry.start_time = start;
+    e.line_number = number;
+    e.index = words[0];
+    e.pid = static_cast<pid_t>(pid);
     return line;
 }
 
@@ -101,16 +139,22 @@ std::vector<BadLine> bad_lines(const std::vector<Line>& lines) {
     return out;
 }
 
-// A tab, not a space, before the start time: see the header.
-Line new_line(const std::string& index, pid_t owner, bool has_start_time, std::uint64_t start_time) {
+// A tab, not a space, before each field: see the header.
+Line new_line(const std::string& index, pid_t owner, const LineFields& fields) {
     Line l;
     l.kind = LineKind::kEntry;
     l.raw = index + " " + std::to_string(owner);
-    if (has_start_time) l.raw += "\t" + std::to_string(start_time);
+    if (fields.has_start_time) l.raw += "\t" + std::to_string(fields.start_time);
+    if (fields.has_ns) l.raw += "\tns=" + std::to_string(fields.ns);
+    if (fields.has_lease) l.raw += "\tlease=" + std::to_string(fields.lease);
     l.entry.index = index;
     l.entry.pid = owner;
-    l.entry.has_start_time = has_start_time;
-    l.entry.start_time = has_start_time ? start_time : 0;
+    l.entry.has_start_time = fields.has_start_time;
+    l.entry.start_time = fields.has_start_time ? fields.start_time : 0;
+    l.entry.has_ns = fields.has_ns;
+    l.entry.ns = fields.has_ns ? fields.ns : 0;
+    l.entry.has_lease = fields.has_lease;
+    l.entry.lease = fields.has_lease ? fields.lease : 0;
     return l;
 }
 

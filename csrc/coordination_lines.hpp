@@ -2,10 +2,17 @@
 //
 // A line is `<index> <pid>`, as Flink's stock script writes it, optionally followed by a tab and the
 // owner's start time (field 22 of /proc/<pid>/stat), which we add so that a recycled pid does not keep
-// a GPU owned forever. The stock script reads only two fields (`awk '{print $2}'` splits on tabs too),
-// and the tab keeps its unanchored `sed "/<index> /d"` from matching inside our lines. Blank lines are
-// kept; a line that is neither an entry nor blank is kept byte for byte and its first word blocks
-// that index.
+// a GPU owned forever, then by tab-separated `key=value` fields (docs/design.md §9.4):
+//
+//   <index> <pid>\t<start time>\tns=<pid namespace inode>[\tlease=<slot>]
+//
+// `ns` is the pid namespace in which <pid> means something (the writer's), `lease` the byte of the lease
+// file the owner keeps locked while it lives (coordination_lease.hpp). Unknown keys are kept and ignored,
+// so later versions can add fields; a known key with a bad value, or given twice, makes the line
+// unparsable (kept, its index never reclaimed). The stock script reads only two fields (`awk '{print
+// $2}'` splits on tabs too), and the tabs keep its unanchored `sed "/<index> /d"` from matching inside
+// our lines: no field we write holds "<digit><space>". Blank lines are kept; a line that is neither an
+// entry nor blank is kept byte for byte and its first word blocks that index.
 #pragma once
 
 #include <sys/types.h>
@@ -18,14 +25,35 @@
 namespace flinkgpu {
 namespace coordination {
 
-// One parsed line `<index> <pid>[ <start time>]`.
+// How the owner of an entry was judged (process_liveness.hpp's judge()).
+enum class Verdict {
+    kAlive,           // its pid exists in our namespace and is the process the line was written for
+    kGone,            // its pid does not exist (or is a zombie)
+    kPidReused,       // its pid exists with another start time
+    kLeaseHeld,       // its lease byte is locked: alive, in whatever namespace
+    kLeaseReleased,   // its lease byte is not locked: dead, in whatever namespace
+    kOtherNamespace,  // written in another pid namespace without a lease we can test: taken, liveness unknown
+};
+
+// Whether the owner counts as alive: anything not proven dead.
+inline bool verdict_alive(Verdict v) {
+    return v == Verdict::kAlive || v == Verdict::kLeaseHeld || v == Verdict::kOtherNamespace;
+}
+
+// One parsed line `<index> <pid>[\t<start time>][\tkey=value]...`.
 struct Entry {
     std::size_t line_number = 0;  // 1-based
     std::string index;
     pid_t pid = 0;
     bool has_start_time = false;
     std::uint64_t start_time = 0;  // clock ticks since boot, as in /proc/<pid>/stat
-    bool alive = false;            // not part of the line: filled from process liveness
+    bool has_ns = false;
+    std::uint64_t ns = 0;  // inode of /proc/<pid>/ns/pid of the writer
+    bool has_lease = false;
+    std::uint32_t lease = 0;  // byte offset in the lease file
+    // Not part of the line: filled from the judge.
+    Verdict verdict = Verdict::kGone;
+    bool alive = false;
 };
 
 // A line that is neither an entry nor blank. Kept as is; its first word blocks that index.
@@ -56,8 +84,21 @@ std::string serialize(const std::vector<Line>& lines);
 
 std::vector<BadLine> bad_lines(const std::vector<Line>& lines);
 
-// The line recording `owner` for `index`: `<index> <pid>\t<start time>` when the start time is known.
-Line new_line(const std::string& index, pid_t owner, bool has_start_time, std::uint64_t start_time);
+// What a new line records besides its index and owner; each field is written when known.
+struct LineFields {
+    bool has_start_time = false;
+    std::uint64_t start_time = 0;
+    bool has_ns = false;
+    std::uint64_t ns = 0;
+    bool has_lease = false;
+    std::uint32_t lease = 0;
+};
+
+// The largest lease slot a line may name (a byte offset of the lease file).
+inline constexpr std::uint32_t kMaxLeaseSlot = 65535;
+
+// The line recording `owner` for `index`: `<index> <pid>`, then a tab before each known field.
+Line new_line(const std::string& index, pid_t owner, const LineFields& fields);
 
 }  // namespace coordination
 }  // namespace flinkgpu

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,7 +26,32 @@ ProcInfo probe_self(pid_t self) {
     return cached;
 }
 
+// The namespace of a process never changes (unshare and setns move only its children), so it is read
+// once per process (keyed by pid: a forked child may be in a new one).
+PidNamespace read_own_pid_namespace() {
+    PidNamespace ns;
+    struct statx st {};
+    if (statx(AT_FDCWD, "/proc/self/ns/pid", AT_STATX_SYNC_AS_STAT, STATX_INO, &st) == 0 &&
+        (st.stx_mask & STATX_INO) != 0) {
+        ns.known = true;
+        ns.inode = st.stx_ino;
+    }
+    return ns;
+}
+
 }  // namespace
+
+PidNamespace own_pid_namespace() noexcept { return own_pid_namespace(getpid()); }
+
+PidNamespace own_pid_namespace(pid_t self) noexcept {
+    thread_local pid_t cached_pid = 0;
+    thread_local PidNamespace cached;
+    if (cached_pid != self) {
+        cached = read_own_pid_namespace();
+        cached_pid = self;
+    }
+    return cached;
+}
 
 // A zombie (or dying) process, state Z, X or x, holds nothing.
 ProcInfo probe_process(pid_t pid) noexcept {
@@ -87,18 +113,46 @@ bool same_process(const Entry& e, const ProcInfo& p) noexcept {
     return !e.has_start_time || !p.has_start_time || p.start_time == e.start_time;
 }
 
-const ProcInfo& Liveness::get(pid_t pid) {
-    auto it = cache_.find(pid);
-    if (it == cache_.end()) {
-        const pid_t self = getpid();
-        it = cache_.emplace(pid, pid == self ? probe_self(self) : probe_process(pid)).first;
+Verdict judge(const Entry& e, const PidNamespace& ours, Evidence& evidence) {
+    if (e.has_lease) {
+        const LeaseState lease = evidence.lease(e.lease);
+        if (lease == LeaseState::kHeld) return Verdict::kLeaseHeld;
+        if (lease == LeaseState::kFree) return Verdict::kLeaseReleased;
     }
+    if (e.has_ns && !(ours.known && e.ns == ours.inode)) return Verdict::kOtherNamespace;
+    const ProcInfo& p = evidence.process(e.pid);
+    if (!p.exists) return Verdict::kGone;
+    return same_process(e, p) ? Verdict::kAlive : Verdict::kPidReused;
+}
+
+bool records_owner(const Entry& e, pid_t owner, bool owner_is_self, const PidNamespace& ours) noexcept {
+    if (e.pid != owner) return false;
+    if (e.has_ns) return ours.known && e.ns == ours.inode;
+    return e.has_start_time || !owner_is_self;
+}
+
+Liveness::Liveness(Leases* leases) : leases_(leases), self_(getpid()) { ns_ = own_pid_namespace(self_); }
+
+const ProcInfo& Liveness::process(pid_t pid) {
+    auto it = cache_.find(pid);
+    if (it == cache_.end()) it = cache_.emplace(pid, pid == self_ ? probe_self(self_) : probe_process(pid)).first;
     return it->second;
 }
 
-bool Liveness::alive(const Entry& e) {
-    const ProcInfo& p = get(e.pid);
-    return p.exists && same_process(e, p);
+LeaseState Liveness::lease(std::uint32_t slot) {
+    return leases_ == nullptr ? LeaseState::kUnknown : leases_->test(slot);
+}
+
+void Liveness::judge(Entry* e) {
+    e->verdict = coordination::judge(*e, ns_, *this);
+    e->alive = verdict_alive(e->verdict);
+}
+
+bool Liveness::owns(const Entry& e, pid_t owner, const ProcInfo& owner_info) {
+    std::uint32_t slot = 0;
+    if (!records_owner(e, owner, owner == self_, ns_)) return false;
+    if (owner == self_ && e.has_lease && leases_ != nullptr && leases_->held(&slot) && slot == e.lease) return true;
+    return same_process(e, owner_info);
 }
 
 }  // namespace coordination

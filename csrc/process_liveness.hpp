@@ -1,8 +1,10 @@
-// Whether the owner of a coordination line is alive (docs/design.md §5.1): by /proc/<pid>/stat and
-// kill(pid, 0), never by spawning `ps`; a zombie holds nothing; where the line records the owner's
-// start time, a pid reused by another process does not count as the owner.
+// Whether the owner of a coordination line is alive (docs/design.md §5.2, §9.4): by its lease where it has
+// one, else by /proc/<pid>/stat and kill(pid, 0), never by spawning `ps`; a zombie holds nothing; where
+// the line records the owner's start time, a pid reused by another process does not count as the owner;
+// a pid of another pid namespace is never judged at all.
 #pragma once
 
+#include "coordination_lease.hpp"
 #include "coordination_lines.hpp"
 
 #include <sys/types.h>
@@ -27,14 +29,62 @@ ProcInfo probe_process(pid_t pid) noexcept;
 // agree (else the pid was reused).
 bool same_process(const Entry& e, const ProcInfo& p) noexcept;
 
-// The probes of one call, each pid probed once; the calling process's own probe is cached per process.
-class Liveness {
+// The pid namespace of the calling process: the inode of /proc/self/ns/pid, read once per process.
+// The pids we write and probe are numbers of this namespace.
+struct PidNamespace {
+    bool known = false;
+    std::uint64_t inode = 0;
+};
+PidNamespace own_pid_namespace() noexcept;
+PidNamespace own_pid_namespace(pid_t self) noexcept;  // `self`: getpid(), already at hand
+
+// What the judge may ask about a line, each asked only when the rule needs it.
+class Evidence {
 public:
-    const ProcInfo& get(pid_t pid);
-    // Alive: the pid exists and is still the process the entry was written for.
-    bool alive(const Entry& e);
+    virtual LeaseState lease(std::uint32_t slot) = 0;
+    virtual const ProcInfo& process(pid_t pid) = 0;
+
+protected:
+    ~Evidence() = default;
+};
+
+// The one rule for a line's owner (docs/design.md §9.4):
+//   * a lease that can be tested decides: held = alive, not held = dead, in every namespace, immune to pid
+//     reuse (even within one clock tick of the start time);
+//   * else a line of another namespace is alive with liveness unknown, never judged by its pid;
+//   * else (our namespace, or no ns field: the stock script, older versions) by pid and start time.
+// Our namespace unknown (no /proc): every line with an ns field counts as another namespace's.
+Verdict judge(const Entry& e, const PidNamespace& ours, Evidence& evidence);
+
+// Whether `e` records `owner`, a pid of our namespace: same pid, our namespace or none recorded; a bare
+// `<index> <pid>` line never records the calling process itself (in a container, a stock line `0 1`
+// belongs to whichever pid 1 wrote it). Start times are not compared here.
+bool records_owner(const Entry& e, pid_t owner, bool owner_is_self, const PidNamespace& ours) noexcept;
+
+// The probes and lease tests of one call, each pid probed and each slot tested once; the calling
+// process's own probe is cached per process.
+class Liveness final : public Evidence {
+public:
+    // `leases` null: lines with a lease field are judged as if they had none.
+    explicit Liveness(Leases* leases);
+    void use(Leases* leases) { leases_ = leases; }
+
+    const ProcInfo& process(pid_t pid) override;
+    LeaseState lease(std::uint32_t slot) override;
+    const PidNamespace& ns() const { return ns_; }
+    pid_t self() const { return self_; }
+
+    // Fills e->verdict and e->alive.
+    void judge(Entry* e);
+
+    // Whether the live entry `e` is `owner`'s (`owner_info` its probe): it records the owner, and names our
+    // own lease or was written for that very process.
+    bool owns(const Entry& e, pid_t owner, const ProcInfo& owner_info);
 
 private:
+    Leases* leases_;
+    PidNamespace ns_;
+    pid_t self_;
     std::map<pid_t, ProcInfo> cache_;
 };
 

@@ -157,7 +157,8 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
                               "compute_mode", "processes_known", "processes"}
     assert gpus["0"]["uuid"] == UUID0 and gpus["0"]["memory_total"] == 80 * 2 ** 30
     assert gpus["0"]["holders"] == [{"pid": holder.pid,
-                                    "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"]}]
+                                    "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                    "liveness_known": True, "namespace": os.stat("/proc/self/ns/pid").st_ino}]
     assert gpus["1"]["holders"][0]["pid"] == holder.pid
     assert gpus["2"]["holders"] == [] and gpus["2"]["stale_holders"] == []
     assert gpus["3"]["holders"] == [] and gpus["3"]["stale_holders"] == [gone]
@@ -344,7 +345,7 @@ def test_every_json_document_has_the_documented_top_level_fields(tmp_path):
         ("coordination show", ["coordination", "show", "--file", coord],
          {"path", "exists", "entries", "unparsable"}),
         ("coordination clean", ["coordination", "clean", "--file", coord],
-         {"path", "exists", "removed", "unparsable"}),
+         {"path", "exists", "foreign_namespaces", "removed", "unparsable"}),
         ("release", ["release", "--file", coord], {"path", "owner", "released"}),
         ("doctor", ["doctor", conf], {"configuration", "flink_home", "findings", "summary"}),
         ("resources", ["resources", conf], {"configuration", "kubernetes", "yarn"}),

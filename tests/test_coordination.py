@@ -134,12 +134,20 @@ class OurOwner(Owner):
 
 # ---- the API ----------------------------------------------------------------------------------------
 
+def own_ns():
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
 def test_claim_writes_flink_format_with_start_time(path):
     assert coordination.claim(2, gpus(4), path=path).taken == ["0", "1"]
     me, start = os.getpid(), proc_start_time(os.getpid())
-    # the stock script's `<index> <pid>`, then a tab and the owner's start time
-    assert path.read_text() == f"0 {me}\t{start}\n1 {me}\t{start}\n"
+    # the stock script's `<index> <pid>`, then tab-separated: the owner's start time, its pid namespace and,
+    # as it claims for itself, the byte of the lease file it keeps locked
+    tail = f"\t{start}\tns={own_ns()}\tlease=0"
+    assert path.read_text() == f"0 {me}{tail}\n1 {me}{tail}\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~_umask()
+    lease = Path(f"{path}.lease")
+    assert lease.is_file() and stat.S_IMODE(lease.stat().st_mode) == stat.S_IMODE(path.stat().st_mode)
     assert coordination.process_start_time(me) == start
 
 
@@ -186,7 +194,7 @@ def test_release_all_or_some_and_missing_file(path, owners):
 
 def test_claim_result_says_what_was_taken_added_and_reclaimed(path, owners):
     dead = dead_pid()
-    path.write_text(f"0 {os.getpid()}\n1 {dead}\n")
+    path.write_text(f"0 {os.getpid()}\t{proc_start_time(os.getpid())}\n1 {dead}\n")
     result = coordination.claim(3, gpus(5), path=path)  # free GPUs before those of dead owners
     assert result == coordination.ClaimResult(taken=["0", "2", "3"], added=["2", "3"], reclaimed=[],
                                               owner=os.getpid())
@@ -384,7 +392,8 @@ def test_b2_replacement_by_someone_else_is_detected(path, owners):
     replacer.wait()
     claimer.join()
     assert result["got"] == ["1"]  # it read the replacement, where 0 is held
-    assert path.read_text() == f"0 {holder.pid}\n1 {os.getpid()}\t{proc_start_time(os.getpid())}\n"
+    assert path.read_text() == (f"0 {holder.pid}\n1 {os.getpid()}\t{proc_start_time(os.getpid())}"
+                                f"\tns={own_ns()}\tlease=0\n")
 
 
 def _has_open_fd_to_inode(inode):

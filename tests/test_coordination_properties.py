@@ -44,7 +44,8 @@ def start_time(pid):
 
 
 def read_lines(path):
-    """The file as [(index, pid, start time)], parsed here, not by the code under test."""
+    """The file as [(index, pid, start time)], parsed here, not by the code under test (the namespace and
+    lease fields after the start time are left out)."""
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
@@ -52,7 +53,7 @@ def read_lines(path):
     out = []
     for line in text.splitlines():
         index, rest = line.split(" ", 1)
-        pid, start = rest.split("\t")
+        pid, start = rest.split("\t")[:2]
         out.append((index, int(pid), int(start)))
     return out
 

@@ -561,7 +561,8 @@ def test_find_taskmanager_walks_up_to_the_taskmanager_runner(tmp_path):
 
 def test_coordination_claim_honours_ranks(tmp_path):
     path = tmp_path / "coordination"
-    taken, added, _, _ = _native.coordination_claim(path, 1.0, os.getpid(), ["0", "1", "2", "3"], 2, [2, 0, 1, 0])
+    taken, added, _, _, _ = _native.coordination_claim(path, 1.0, os.getpid(), ["0", "1", "2", "3"], 2,
+                                                       [2, 0, 1, 0])
     assert sorted(taken) == ["1", "3"]
     with pytest.raises(ValueError, match="one rank per index"):
         _native.coordination_claim(path, 1.0, os.getpid(), ["0", "1"], 1, [0])

@@ -2,14 +2,16 @@
 //
 // The parser is internal to coordination.cpp, so it is driven through the public API on a real file:
 // each input becomes the file's content, then snapshot, claim, release and clean_stale run on it.
-// Before the content is written, "$$" is replaced by this process's pid and "$T" by its start time, so
-// that the corpus can hold lines of a live owner (this process; pid 1 is another live one).
+// Before the content is written, "$$" is replaced by this process's pid, "$T" by its start time and "$N" by
+// its pid namespace, so that the corpus can hold lines of a live owner (this process; pid 1 is another
+// live one). A line of this pid counts as this process's where process_liveness says it records it.
 //
 // Checked for every input, besides "no crash, no hang, no sanitizer report":
 //   * every call succeeds (the file is small, regular and unlocked) or, for claim, reports kNotEnough
 //     and leaves the file byte for byte unchanged;
 //   * a successful claim returns `amount` distinct indices of the host, none of them held by another
-//     live owner nor blocked by an unparsable line; it removes only reclaimed lines of dead owners;
+//     live owner (an entry of another pid namespace without a lease always is one) nor blocked by an
+//     unparsable line; it removes only reclaimed lines of dead owners;
 //   * unparsable lines survive every rewrite byte for byte and in order;
 //   * after release no line of this process is left, and release touches nothing else.
 //
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "coordination.hpp"
+#include "process_liveness.hpp"
 
 namespace co = flinkgpu::coordination;
 
@@ -39,6 +42,8 @@ std::string g_dir;
 co::Options g_opts;
 std::string g_self_pid;
 std::string g_self_start;
+std::string g_self_ns;
+co::PidNamespace g_ns;
 const std::vector<std::string> kHost = {"0", "1", "2", "3", "4", "5", "6", "7", "10", "11"};
 
 [[noreturn]] void fail(const char* what, const std::string& detail = "") {
@@ -48,6 +53,7 @@ const std::vector<std::string> kHost = {"0", "1", "2", "3", "4", "5", "6", "7", 
 
 void remove_dir() {
     unlink(g_opts.path.c_str());
+    unlink((g_opts.path + ".lease").c_str());
     rmdir(g_dir.c_str());
 }
 
@@ -77,8 +83,8 @@ std::string read_file() {
 std::string substitute(const std::string& in) {
     std::string out;
     for (std::size_t i = 0; i < in.size(); ++i) {
-        if (in[i] == '$' && i + 1 < in.size() && (in[i + 1] == '$' || in[i + 1] == 'T')) {
-            out += in[i + 1] == '$' ? g_self_pid : g_self_start;
+        if (in[i] == '$' && i + 1 < in.size() && (in[i + 1] == '$' || in[i + 1] == 'T' || in[i + 1] == 'N')) {
+            out += in[i + 1] == '$' ? g_self_pid : in[i + 1] == 'T' ? g_self_start : g_self_ns;
             ++i;
         } else {
             out += in[i];
@@ -96,9 +102,12 @@ std::vector<std::string> bad_texts(const std::vector<co::BadLine>& lines) {
 // Other processes of the host come and go while the fuzzer runs: an owner that died between the
 // snapshot and the claim may rightly lose its GPU.
 bool still_alive(const co::Entry& e) {
+    if (e.verdict == co::Verdict::kOtherNamespace) return true;  // never judged by pid: never reclaimable
     std::uint64_t start = 0;
     return co::process_start_time(e.pid, &start) && (!e.has_start_time || start == e.start_time);
 }
+
+bool mine(const co::Entry& e) { return co::records_owner(e, getpid(), true, g_ns); }
 
 void expect_ok(const flinkgpu::Status& s, const char* what) {
     if (!s.ok()) fail(what, s.message);
@@ -120,6 +129,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     std::uint64_t start = 0;
     if (!co::process_start_time(getpid(), &start)) fail("no start time for this process");
     g_self_start = std::to_string(start);
+    g_ns = co::own_pid_namespace();
+    g_self_ns = std::to_string(g_ns.inode);
     std::atexit(remove_dir);
     return 0;
 }
@@ -146,7 +157,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const co::Entry& e : before.entries) {
         if (e.index.empty()) fail("an entry with an empty index");
         if (e.line_number == 0) fail("an entry without a line number");
-        if (e.alive && std::to_string(e.pid) != g_self_pid) held_by_others.emplace(e.index, e);
+        if (e.alive && !mine(e)) held_by_others.emplace(e.index, e);
     }
 
     const co::ClaimResult claim = co::claim(g_opts, getpid(), kHost, amount);
@@ -175,12 +186,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const co::Snapshot mid = co::snapshot(g_opts);
     expect_ok(mid.status, "snapshot after claim failed:");
     if (bad_texts(mid.unparsable) != bad_before) fail("claim changed the unparsable lines");
-    std::set<std::string> mine;
+    std::set<std::string> own;
     for (const co::Entry& e : mid.entries) {
-        if (std::to_string(e.pid) == g_self_pid && e.alive) mine.insert(e.index);
+        if (mine(e) && e.alive) own.insert(e.index);
     }
     for (const std::string& index : claim.indices) {
-        if (mine.count(index) == 0) fail("a claimed GPU is not recorded for its owner:", index);
+        if (own.count(index) == 0) fail("a claimed GPU is not recorded for its owner:", index);
     }
 
     const co::ReleaseResult released = co::release(g_opts, getpid());
@@ -189,9 +200,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     expect_ok(after.status, "snapshot after release failed:");
     if (bad_texts(after.unparsable) != bad_before) fail("release changed the unparsable lines");
     std::size_t others_mid = 0, others_after = 0;
-    for (const co::Entry& e : mid.entries) others_mid += std::to_string(e.pid) != g_self_pid;
+    for (const co::Entry& e : mid.entries) others_mid += !mine(e);
     for (const co::Entry& e : after.entries) {
-        if (std::to_string(e.pid) == g_self_pid) fail("a line of the owner survived its release");
+        if (mine(e)) fail("a line of the owner survived its release");
         ++others_after;
     }
     if (others_after != others_mid) fail("release removed another owner's line");

@@ -5,7 +5,9 @@
 //   * lines are numbered 1, 2, ... and never contain '\n';
 //   * a blank line holds only spaces, tabs and '\r'; an entry has a valid index that starts its line
 //     followed by a space, and a pid in 1..INT_MAX; a bad line's word is its first word;
-//   * the lines of the entries, rebuilt with new_line(), parse back to the same entry;
+//   * the lines of the entries, rebuilt with new_line(), parse back to the same entry (namespace and
+//     lease included), and hold no "<digit><space>" after the pid (the stock script's unanchored
+//     `sed "/$i /d"` never matches inside them); a lease names a slot up to kMaxLeaseSlot;
 //   * dropping any subset of lines and parsing the result gives the kept lines, in order, unchanged.
 #include <climits>
 #include <cstddef>
@@ -28,7 +30,8 @@ namespace {
 
 bool same_entry(const co::Entry& a, const co::Entry& b) {
     return a.index == b.index && a.pid == b.pid && a.has_start_time == b.has_start_time &&
-           a.start_time == b.start_time;
+           a.start_time == b.start_time && a.has_ns == b.has_ns && a.ns == b.ns && a.has_lease == b.has_lease &&
+           a.lease == b.lease;
 }
 
 }  // namespace
@@ -60,7 +63,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 }
                 if (e.pid <= 0) fail("an entry without a positive pid", l.raw);
                 if (e.alive) fail("parsing decided liveness");
-                const co::Line rebuilt = co::new_line(e.index, e.pid, e.has_start_time, e.start_time);
+                if (e.has_lease && e.lease > co::kMaxLeaseSlot) fail("a lease beyond the last slot", l.raw);
+                co::LineFields fields;
+                fields.has_start_time = e.has_start_time;
+                fields.start_time = e.start_time;
+                fields.has_ns = e.has_ns;
+                fields.ns = e.ns;
+                fields.has_lease = e.has_lease;
+                fields.lease = e.lease;
+                const co::Line rebuilt = co::new_line(e.index, e.pid, fields);
+                if (rebuilt.raw.find(' ', e.index.size() + 1) != std::string::npos) {
+                    fail("new_line() wrote a space after the pid", rebuilt.raw);
+                }
                 const std::vector<co::Line> again = co::parse_file(rebuilt.raw);
                 if (again.size() != 1 || again[0].kind != co::LineKind::kEntry || !same_entry(again[0].entry, e) ||
                     !same_entry(rebuilt.entry, e)) {

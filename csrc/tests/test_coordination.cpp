@@ -1,6 +1,7 @@
 // Unit tests of the coordination core (docs/design.md §5.2), with real files, real processes and real locks.
 // A plain executable: exits non-zero when a check fails.
 #include "../coordination.hpp"
+#include "../process_liveness.hpp"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -137,8 +138,11 @@ static co::Options opts_for(const std::string& path, std::int64_t timeout_ms = 5
     return o;
 }
 
+// The line a claim writes: the start time, our pid namespace and, for this process's own claims, its lease
+// (slot 0: every test uses a fresh file).
 static std::string line_for(const std::string& index, pid_t pid) {
-    return index + " " + std::to_string(pid) + "\t" + std::to_string(start_time_of(pid));
+    return index + " " + std::to_string(pid) + "\t" + std::to_string(start_time_of(pid)) + "\tns=" +
+           std::to_string(co::own_pid_namespace().inode) + (pid == getpid() ? "\tlease=0" : "");
 }
 
 // A child process that takes flock(LOCK_EX) on `path` and holds it until killed.

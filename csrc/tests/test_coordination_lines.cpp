@@ -42,11 +42,54 @@ int main() {
     CHECK_EQ(co::serialize(co::parse_file("")), std::string(""));
 
     // new_line: the tab before the start time, and it parses back to the same entry.
-    const co::Line nl = co::new_line("3", 1234, true, 987);
+    co::LineFields started;
+    started.has_start_time = true;
+    started.start_time = 987;
+    const co::Line nl = co::new_line("3", 1234, started);
     CHECK_EQ(nl.raw, std::string("3 1234\t987"));
     const co::Entry back = co::parse_file(nl.raw)[0].entry;
     CHECK(back.index == "3" && back.pid == 1234 && back.has_start_time && back.start_time == 987);
-    CHECK_EQ(co::new_line("10", 5, false, 0).raw, std::string("10 5"));
+    CHECK(!back.has_ns && !back.has_lease);
+    CHECK_EQ(co::new_line("10", 5, co::LineFields()).raw, std::string("10 5"));
+
+    // The namespace and lease fields: each after a tab, in this order; they parse back.
+    co::LineFields all = started;
+    all.has_ns = true;
+    all.ns = 4026531836u;
+    all.has_lease = true;
+    all.lease = 7;
+    const co::Line full = co::new_line("11", 42, all);
+    CHECK_EQ(full.raw, std::string("11 42\t987\tns=4026531836\tlease=7"));
+    const co::Entry fe = co::parse_file(full.raw)[0].entry;
+    CHECK(fe.has_start_time && fe.start_time == 987 && fe.has_ns && fe.ns == 4026531836u && fe.has_lease &&
+          fe.lease == 7);
+    // No "<digit><space>" after the pid: the stock script's unanchored `sed "/$i /d"` for any index other
+    // than this line's own never matches inside it.
+    CHECK(full.raw.find(' ', 3) == std::string::npos);
+    // The namespace without a start time (unreadable), and without a lease.
+    co::LineFields ns_only;
+    ns_only.has_ns = true;
+    ns_only.ns = 5;
+    CHECK_EQ(co::new_line("0", 9, ns_only).raw, std::string("0 9\tns=5"));
+    const co::Entry ne = co::parse_file("0 9\tns=5")[0].entry;
+    CHECK(!ne.has_start_time && ne.has_ns && ne.ns == 5 && !ne.has_lease);
+
+    // Old forms still parse; unknown key=value fields are kept byte for byte and ignored.
+    CHECK(co::parse_file("0 1")[0].kind == co::LineKind::kEntry);
+    CHECK(co::parse_file("0 1\t2")[0].kind == co::LineKind::kEntry);
+    const auto future = co::parse_file("2 8\t99\tns=3\tgpu-uuid=GPU-1\tlease=0\tx.y=\n");
+    CHECK(future[0].kind == co::LineKind::kEntry && future[0].entry.ns == 3 && future[0].entry.has_lease &&
+          future[0].entry.lease == 0);
+    CHECK_EQ(co::serialize(future), std::string("2 8\t99\tns=3\tgpu-uuid=GPU-1\tlease=0\tx.y=\n"));
+    // A bad value of a known key, a key given twice, a field that is no key=value, a start time after a
+    // field, a lease beyond the largest slot: unparsable (kept, the index blocked), never half-read.
+    for (const char* bad : {"0 1\t2\tns=", "0 1\t2\tns=x", "0 1\tns=1\tns=1", "0 1\tlease=1\tlease=2",
+                            "0 1\t2\tnsx", "0 1\tns=1\t2", "0 1\tlease=65536", "0 1\tlease=-1",
+                            "0 1\t=3", "0 1\tn s=3", "0 1\tk\xc3\xa9=1"}) {
+        const auto l = co::parse_file(bad);
+        CHECK(l[0].kind == co::LineKind::kBad && l[0].word == "0");
+    }
+    CHECK(co::parse_file("0 1\tlease=65535")[0].entry.lease == co::kMaxLeaseSlot);
 
     CHECK(co::valid_index("0") && co::valid_index("GPU-a") && co::valid_index("~"));
     CHECK(!co::valid_index("") && !co::valid_index("0 1") && !co::valid_index("\x7f") && !co::valid_index("\xC3\xA9"));

@@ -1,7 +1,7 @@
 # Binding of csrc/coordination.hpp (docs/design.md §5.2), included by _native.pyx. Plain tuples out,
 # Python exceptions (_native.pyx's _error) for failures; flink_gpu.coordination makes the public API.
 
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libcpp cimport bool as cpp_bool
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -17,12 +17,25 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
         string path
         int64_t timeout_ms
 
+    cdef enum CoordVerdict "flinkgpu::coordination::Verdict":
+        kVerdictAlive "flinkgpu::coordination::Verdict::kAlive"
+        kVerdictGone "flinkgpu::coordination::Verdict::kGone"
+        kVerdictPidReused "flinkgpu::coordination::Verdict::kPidReused"
+        kVerdictLeaseHeld "flinkgpu::coordination::Verdict::kLeaseHeld"
+        kVerdictLeaseReleased "flinkgpu::coordination::Verdict::kLeaseReleased"
+        kVerdictOtherNamespace "flinkgpu::coordination::Verdict::kOtherNamespace"
+
     cdef cppclass CoordEntry "flinkgpu::coordination::Entry":
         size_t line_number
         string index
         pid_t pid
         cpp_bool has_start_time
         uint64_t start_time
+        cpp_bool has_ns
+        uint64_t ns
+        cpp_bool has_lease
+        uint32_t lease
+        CoordVerdict verdict
         cpp_bool alive
 
     cdef cppclass CoordBadLine "flinkgpu::coordination::BadLine":
@@ -35,6 +48,7 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
         vector[string] added
         vector[string] reclaimed
         vector[CoordBadLine] unparsable
+        Status lease_problem
 
     cdef cppclass CoordReleaseResult "flinkgpu::coordination::ReleaseResult":
         Status status
@@ -58,7 +72,8 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
     CoordReleaseResult coord_release_indices "flinkgpu::coordination::release_indices"(
         const CoordOptions& opts, pid_t owner, const vector[string]& indices)
     CoordSnapshot coord_snapshot "flinkgpu::coordination::snapshot"(const CoordOptions& opts)
-    CoordCleanResult coord_clean_stale "flinkgpu::coordination::clean_stale"(const CoordOptions& opts)
+    CoordCleanResult coord_clean_stale "flinkgpu::coordination::clean_stale"(const CoordOptions& opts,
+                                                                             cpp_bool other_namespaces)
     cpp_bool coord_process_start_time "flinkgpu::coordination::process_start_time"(pid_t pid, uint64_t* start_time)
 
 
@@ -106,15 +121,32 @@ cdef list _co_bad_lines(const vector[CoordBadLine]& lines):
     return [(lines[i].line_number, _co_text(lines[i].text)) for i in range(lines.size())]
 
 
+cdef str _co_state(CoordVerdict verdict):
+    if verdict == kVerdictAlive:
+        return "live"
+    if verdict == kVerdictGone:
+        return "gone"
+    if verdict == kVerdictPidReused:
+        return "pid reused"
+    if verdict == kVerdictLeaseHeld:
+        return "lease held"
+    if verdict == kVerdictLeaseReleased:
+        return "lease released"
+    return "other namespace"
+
+
 cdef list _co_entries(const vector[CoordEntry]& entries):
     return [(entries[i].line_number, _co_text(entries[i].index), entries[i].pid,
-             entries[i].start_time if entries[i].has_start_time else None, entries[i].alive)
+             entries[i].start_time if entries[i].has_start_time else None, entries[i].alive,
+             _co_state(entries[i].verdict), entries[i].ns if entries[i].has_ns else None,
+             entries[i].lease if entries[i].has_lease else None)
             for i in range(entries.size())]
 
 
 def coordination_claim(path, double timeout, owner, indices, size_t amount, ranks=None):
-    """Claims ``amount`` GPUs for ``owner``: (indices, added, reclaimed, [(line number, text)]).
-    ``ranks``: one int per index (rank_gpus' ranks), lower taken first; None: all equal."""
+    """Claims ``amount`` GPUs for ``owner``: (indices, added, reclaimed, [(line number, text)], why the
+    calling process claimed for itself without a lease or None). ``ranks``: one int per index
+    (rank_gpus' ranks), lower taken first; None: all equal."""
     cdef CoordOptions opts = _co_options(path, timeout)
     cdef pid_t pid = _co_pid(owner)
     cdef vector[string] existing = _co_indices(indices)
@@ -131,7 +163,9 @@ def coordination_claim(path, double timeout, owner, indices, size_t amount, rank
         r = coord_claim(opts, pid, existing, amount, cranks)
     if not r.status.ok():
         raise _error(r.status, path)
-    return (_co_strings(r.indices), _co_strings(r.added), _co_strings(r.reclaimed), _co_bad_lines(r.unparsable))
+    lease_problem = None if r.lease_problem.ok() else _co_text(r.lease_problem.message)
+    return (_co_strings(r.indices), _co_strings(r.added), _co_strings(r.reclaimed), _co_bad_lines(r.unparsable),
+            lease_problem)
 
 
 def coordination_release(path, double timeout, owner, indices=None):
@@ -154,7 +188,8 @@ def coordination_release(path, double timeout, owner, indices=None):
 
 
 def coordination_snapshot(path, double timeout):
-    """(exists, [(line number, index, pid, start time or None, alive)], [(line number, text)])."""
+    """(exists, [(line number, index, pid, start time or None, alive, state, pid namespace or None, lease
+    slot or None)], [(line number, text)])."""
     cdef CoordOptions opts = _co_options(path, timeout)
     cdef CoordSnapshot r
     with nogil:
@@ -164,12 +199,13 @@ def coordination_snapshot(path, double timeout):
     return (r.exists, _co_entries(r.entries), _co_bad_lines(r.unparsable))
 
 
-def coordination_clean_stale(path, double timeout):
-    """Removes dead owners' lines: ([removed entries as in snapshot], [(line number, text)])."""
+def coordination_clean_stale(path, double timeout, bint other_namespaces=False):
+    """Removes dead owners' lines (and, with ``other_namespaces``, those of other pid namespaces whose
+    liveness is unknown): ([removed entries as in snapshot], [(line number, text)])."""
     cdef CoordOptions opts = _co_options(path, timeout)
     cdef CoordCleanResult r
     with nogil:
-        r = coord_clean_stale(opts)
+        r = coord_clean_stale(opts, other_namespaces)
     if not r.status.ok():
         raise _error(r.status, path)
     return (_co_entries(r.removed), _co_bad_lines(r.unparsable))

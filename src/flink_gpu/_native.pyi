@@ -98,12 +98,15 @@ COORDINATION_DEFAULT_PATH: str
 
 def coordination_claim(path: _Path, timeout: float, owner: int, indices: Iterable[Union[str, int]],
                        amount: int, ranks: Optional[Iterable[int]] = None
-                       ) -> Tuple[List[str], List[str], List[str], List[Tuple[int, str]]]:
-    """(what the owner now has, newly added, reclaimed from dead owners, unparsable lines)."""
+                       ) -> Tuple[List[str], List[str], List[str], List[Tuple[int, str]], Optional[str]]:
+    """(what the owner now has, newly added, reclaimed from dead owners, unparsable lines, why the calling
+    process claimed for itself without a lease or None)."""
 def coordination_release(path: _Path, timeout: float, owner: int,
                          indices: Optional[Iterable[Union[str, int]]] = None) -> List[str]: ...
+_CoordEntryRow = Tuple[int, str, int, Optional[int], bool, str, Optional[int], Optional[int]]
 def coordination_snapshot(path: _Path, timeout: float) -> Tuple[
-    bool, List[Tuple[int, str, int, Optional[int], bool]], List[Tuple[int, str]]]: ...
-def coordination_clean_stale(path: _Path, timeout: float) -> Tuple[
-    List[Tuple[int, str, int, Optional[int], bool]], List[Tuple[int, str]]]: ...
+    bool, List[_CoordEntryRow], List[Tuple[int, str]]]:
+    """(exists, [(line, index, pid, start time, alive, state, pid namespace, lease slot)], unparsable)."""
+def coordination_clean_stale(path: _Path, timeout: float, other_namespaces: bool = False) -> Tuple[
+    List[_CoordEntryRow], List[Tuple[int, str]]]: ...
 def coordination_process_start_time(pid: int) -> Optional[int]: ...

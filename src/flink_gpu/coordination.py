@@ -2,13 +2,19 @@
 
 Several workers (Flink TaskManagers running the stock ``nvidia-gpu-discovery.sh`` in coordination mode,
 ``flink-gpu-discovery``, Python processes using this module) share one file, by default
-``/var/tmp/flink-gpu-coordination``, with one ``<index> <pid>[ <start time>]`` line per claimed GPU,
-locked with ``flock(2)``. The work is done by the C++ core (csrc/coordination.cpp); this module resolves
-the owner, converts the results and logs what the core reports.
+``/var/tmp/flink-gpu-coordination``, with one ``<index> <pid>[\t<start time>][\tns=…][\tlease=…]`` line
+per claimed GPU, locked with ``flock(2)``. The work is done by the C++ core (csrc/coordination.cpp); this
+module resolves the owner, converts the results and logs what the core reports.
 
 The owner is the calling process unless given, resolved per call from :func:`os.getpid`, so a forked
 child never takes its parent's claims for its own. GPUs stay claimed until released or until their
 owner dies; a dead owner's GPUs are reclaimed by the next claim that needs them.
+
+Workers in different pid namespaces (containers) may share the file (docs/design.md §9.4): each line
+records its pid namespace, and a process claiming for itself holds a lease (a lock on one byte of
+``<file>.lease``) while it holds GPUs, which proves its liveness to every namespace. A line of another
+namespace without a lease is never reclaimed by pid; it is reported (state ``"other namespace"``) and
+removed only by ``clean_stale(other_namespaces=True)``. A forked child does not hold its parent's lease.
 
 Every function is thread-safe: each call opens its own file description, and ``flock(2)`` excludes
 between file descriptions even inside one process. The GIL is released while waiting for the lock.
@@ -30,6 +36,7 @@ from flink_gpu.errors import FlinkException
 __all__ = [
     "DEFAULT_PATH",
     "DEFAULT_TIMEOUT",
+    "STATES",
     "ClaimResult",
     "CleanResult",
     "CoordinationEntry",
@@ -57,15 +64,29 @@ DEFAULT_TIMEOUT: float = 5.0
 _NATIVE_AMOUNT_MAX = sys.maxsize * 2 + 1
 
 
+#: How an entry's owner was judged: by its pid in our namespace ("live", "gone", "pid reused"), by its
+#: lease in any namespace ("lease held", "lease released"), or not at all ("other namespace": written in
+#: another pid namespace without a lease we can test, so taken with liveness unknown).
+STATES = ("live", "gone", "pid reused", "lease held", "lease released", "other namespace")
+
+
 @dataclass(frozen=True)
 class CoordinationEntry:
-    """One line ``<index> <pid>[ <start time>]`` of the file."""
+    """One line ``<index> <pid>[\t<start time>][\tns=<namespace>][\tlease=<slot>]`` of the file."""
 
     index: str
-    pid: int
+    pid: int  # a pid of the namespace ``namespace`` (ours when None: the stock script's lines)
     start_time: "int | None"  # clock ticks since boot (/proc/<pid>/stat field 22); None in stock lines
-    alive: bool  # the pid exists, is no zombie and, where known, has this start time
+    alive: bool  # not proven dead (see ``state``)
     line_number: int
+    state: str = "live"  # one of STATES
+    namespace: "int | None" = None  # inode of the writer's /proc/self/ns/pid; None in stock lines
+    lease: "int | None" = None  # the byte of ``<file>.lease`` its owner keeps locked
+
+    @property
+    def liveness_known(self) -> bool:
+        """False for an entry of another pid namespace without a lease: it counts as alive."""
+        return self.state != "other namespace"
 
 
 @dataclass(frozen=True)
@@ -89,6 +110,12 @@ class CoordinationSnapshot:
     def stale(self) -> "tuple[CoordinationEntry, ...]":
         """Entries whose owner is dead: what :func:`clean_stale` removes."""
         return tuple(e for e in self.entries if not e.alive)
+
+    @property
+    def liveness_unknown(self) -> "tuple[CoordinationEntry, ...]":
+        """Entries of other pid namespaces without a lease: taken, what only
+        ``clean_stale(other_namespaces=True)`` removes."""
+        return tuple(e for e in self.entries if not e.liveness_known)
 
     def holders(self) -> "dict[str, tuple[int, ...]]":
         """Index -> pids of its live owners (more than one only after a stock script's race)."""
@@ -144,8 +171,9 @@ def _amount(amount: int, indices: list, path: PathType) -> int:
 
 
 def _entries(rows) -> "tuple[CoordinationEntry, ...]":
-    return tuple(CoordinationEntry(index=index, pid=pid, start_time=start, alive=alive, line_number=number)
-                 for number, index, pid, start, alive in rows)
+    return tuple(CoordinationEntry(index=index, pid=pid, start_time=start, alive=alive, line_number=number,
+                                   state=state, namespace=namespace, lease=lease)
+                 for number, index, pid, start, alive, state, namespace, lease in rows)
 
 
 def _bad_lines(rows, path: PathType) -> "tuple[UnparsableLine, ...]":
@@ -177,10 +205,13 @@ def claim(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAU
     """
     owner = _owner(owner)
     indices = list(indices)
-    taken, added, reclaimed, bad = _native.coordination_claim(path, timeout, owner, indices,
-                                                              _amount(amount, indices, path),
-                                                              None if ranks is None else list(ranks))
+    taken, added, reclaimed, bad, lease_problem = _native.coordination_claim(
+        path, timeout, owner, indices, _amount(amount, indices, path),
+        None if ranks is None else list(ranks))
     _bad_lines(bad, path)
+    if lease_problem is not None:
+        _log.warning("Claimed GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file "
+                     "cannot tell when pid %d dies.", ", ".join(added), os.fspath(path), lease_problem, owner)
     if reclaimed:
         _log.info("Reclaimed GPU(s) %s of dead owners in %s for pid %d.", ", ".join(reclaimed),
                   os.fspath(path), owner)
@@ -224,9 +255,14 @@ def snapshot(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEOUT)
                                 unparsable=tuple(UnparsableLine(n, t) for n, t in bad))
 
 
-def clean_stale(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEOUT) -> CleanResult:
-    """Removes the lines of dead owners; unparsable lines stay. Never creates the file."""
-    removed, bad = _native.coordination_clean_stale(path, timeout)
+def clean_stale(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEOUT,
+                other_namespaces: bool = False) -> CleanResult:
+    """Removes the lines of dead owners; unparsable lines stay. Never creates the file.
+
+    ``other_namespaces``: also the lines of other pid namespaces whose liveness is unknown (their owners
+    may still run: only for GPUs a person knows to be free).
+    """
+    removed, bad = _native.coordination_clean_stale(path, timeout, bool(other_namespaces))
     result = CleanResult(removed=_entries(removed), unparsable=_bad_lines(bad, path))
     if result.removed:
         _log.info("Removed %d stale line(s) from %s: %s", len(result.removed), os.fspath(path),

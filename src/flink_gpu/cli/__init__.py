@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = add("clean", "remove the entries of dead owners (unparsable lines are kept)",
               parent=actions)
     _file_option(sub)
+    sub.add_argument("--foreign-namespaces", action="store_true",
+                     help="also remove the entries of other PID namespaces whose liveness is unknown "
+                          "(their owners may still run: only for GPUs you know to be free)")
 
     sub = add("claim", "claim N GPUs of this host for a process",
               "Claim N GPUs in the coordination file for a process, as a coordinated Flink "

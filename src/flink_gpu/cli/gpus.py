@@ -27,19 +27,32 @@ def _devices():
     return nvml, nvml.devices(), nvml.skipped()
 
 
-def _entry_state(entry) -> str:
-    if entry.alive:
-        return "live"
-    from flink_gpu.coordination import process_start_time
+_OTHER_NAMESPACE = "held in another PID namespace, liveness unknown"
 
-    # dead: either no such process any more, or the pid now names a younger process
-    return "gone" if process_start_time(entry.pid) is None else "pid reused"
+
+def _entry_cmdline(entry):
+    """The live owner's argv where its pid is one of our namespace (None otherwise)."""
+    ours = entry.namespace is None or entry.namespace == _own_namespace()
+    return process_cmdline(entry.pid) if entry.alive and ours else None
+
+
+_own_ns: "list[int | None]" = []
+
+
+def _own_namespace() -> "int | None":
+    if not _own_ns:
+        try:
+            _own_ns.append(os.stat("/proc/self/ns/pid").st_ino)
+        except OSError:
+            _own_ns.append(None)
+    return _own_ns[0]
 
 
 def _entry_json(entry) -> dict:
     return {"line_number": entry.line_number, "index": entry.index, "pid": entry.pid,
-            "start_time": entry.start_time, "alive": entry.alive, "state": _entry_state(entry),
-            "cmdline": process_cmdline(entry.pid) if entry.alive else None}
+            "start_time": entry.start_time, "alive": entry.alive, "state": entry.state,
+            "liveness_known": entry.liveness_known, "namespace": entry.namespace, "lease": entry.lease,
+            "cmdline": _entry_cmdline(entry)}
 
 
 def _unparsable_json(lines) -> list:
@@ -61,12 +74,14 @@ def list_gpus(args) -> int:
     live, stale = {}, {}
     if snapshot is not None:
         for entry in snapshot.entries:
-            (live if entry.alive else stale).setdefault(entry.index, []).append(entry.pid)
+            (live if entry.alive else stale).setdefault(entry.index, []).append(entry)
     present = {str(d.index) for d in devices} | {str(s.index) for s in skipped}
     unknown = sort_indices({e.index for e in snapshot.entries if e.index not in present}
                            if snapshot is not None else ())
 
-    states = _gpu_states(nvml, live)
+    # only holders whose pid is ours to see can own a process NVML lists
+    states = _gpu_states(nvml, {index: [e.pid for e in entries if e.liveness_known]
+                                for index, entries in live.items()})
     gpus = []
     for device in devices:
         index = str(device.index)
@@ -74,8 +89,9 @@ def list_gpus(args) -> int:
             "index": index, "uuid": device.uuid, "name": device.name,
             "memory_total": device.memory_total, "pci_bus_id": device.pci_bus_id,
             "minor_number": device.minor_number,
-            "holders": [{"pid": pid, "cmdline": process_cmdline(pid)} for pid in live.get(index, [])],
-            "stale_holders": stale.get(index, []),
+            "holders": [{"pid": e.pid, "cmdline": _entry_cmdline(e), "liveness_known": e.liveness_known,
+                         "namespace": e.namespace} for e in live.get(index, [])],
+            "stale_holders": [e.pid for e in stale.get(index, [])],
             **states.get(index, _NO_STATE),
         })
     coordination_doc = {
@@ -120,6 +136,7 @@ def list_gpus(args) -> int:
             print(f"  {plural(stale_count, 'entry', 'entries')} of dead processes (reclaimable); "
                   f"`flink-gpu coordination clean{_file_flag(args)}` removes "
                   f"{'it' if stale_count == 1 else 'them'}.")
+        _print_unknown_liveness(snapshot, args)
         for line in snapshot.unparsable:
             print(f"  line {line.line_number} cannot be parsed (its GPU is never reclaimed): "
                   f"{line.text!r}")
@@ -184,11 +201,20 @@ def _print_state_notes(gpus: "list[dict]") -> None:
         print(f"  NVML lists pid {', '.join(map(str, hidden))}, which this PID namespace cannot "
               "see (a container sees host pids): busy-gpus counts them as foreign.")
 
+def _print_unknown_liveness(snapshot, args) -> None:
+    unknown = snapshot.liveness_unknown
+    if unknown:
+        them = "it" if len(unknown) == 1 else "them"
+        print(f"  {plural(len(unknown), 'entry', 'entries')} {_OTHER_NAMESPACE} (GPU "
+              f"{', '.join(e.index for e in unknown)}): never reclaimed by pid; if the owner is gone, "
+              f"`flink-gpu coordination clean --foreign-namespaces{_file_flag(args)}` removes {them}.")
+
 
 def _holder_text(gpu: dict) -> str:
     holders = gpu["holders"]
     if holders:
-        text = ", ".join(f"pid {h['pid']}: {short_command(h['cmdline'])}" for h in holders)
+        text = ", ".join(f"pid {h['pid']}: {short_command(h['cmdline'])}" if h["liveness_known"]
+                         else f"pid {h['pid']}: {_OTHER_NAMESPACE}" for h in holders)
         if len(holders) > 1:
             text = "CONFLICT " + text
     else:
@@ -203,9 +229,10 @@ def _holder_text(gpu: dict) -> str:
 
 def _entry_rows(entries):
     for entry in entries:
-        state = _entry_state(entry)
-        command = short_command(process_cmdline(entry.pid)) if entry.alive else None
-        yield [entry.line_number, entry.index, entry.pid, entry.start_time, state, command]
+        state = entry.state if entry.liveness_known else _OTHER_NAMESPACE
+        cmdline = _entry_cmdline(entry)
+        yield [entry.line_number, entry.index, entry.pid, entry.start_time, state,
+               None if cmdline is None else short_command(cmdline)]
 
 
 _ENTRY_HEADERS = ["LINE", "GPU", "PID", "START TIME", "STATE", "COMMAND"]
@@ -224,9 +251,10 @@ def show(args) -> int:
     if not snapshot.exists:
         print(f"Coordination file {path} does not exist: no GPU is claimed through it.")
         return 0
-    stale = snapshot.stale
+    stale, unknown = snapshot.stale, snapshot.liveness_unknown
     print(f"Coordination file {path}: {plural(len(snapshot.entries), 'entry', 'entries')} "
-          f"({len(snapshot.entries) - len(stale)} live, {len(stale)} stale)"
+          f"({len(snapshot.entries) - len(stale) - len(unknown)} live, {len(stale)} stale"
+          + (f", {len(unknown)} of other PID namespaces with liveness unknown" if unknown else "") + ")"
           + (f", {plural(len(snapshot.unparsable), 'unparsable line')}" if snapshot.unparsable else ""))
     if snapshot.entries:
         print()
@@ -240,6 +268,11 @@ def show(args) -> int:
         print(f"\n{plural(len(stale), 'entry', 'entries')} of dead owners: the next claim that "
               f"needs {them} reclaims {them}; `flink-gpu coordination clean"
               f"{_file_flag(args)}` removes {them} now.")
+    if unknown:
+        them = "it" if len(unknown) == 1 else "them"
+        print(f"\n{plural(len(unknown), 'entry', 'entries')} {_OTHER_NAMESPACE}: never reclaimed by pid; "
+              f"if the owner is gone, `flink-gpu coordination clean --foreign-namespaces"
+              f"{_file_flag(args)}` removes {them}.")
     return 0
 
 
@@ -253,23 +286,31 @@ def clean(args) -> int:
     from flink_gpu import coordination
 
     path = coordination_path(args)
+    foreign = args.foreign_namespaces
     exists = os.path.lexists(path)
-    result = coordination.clean_stale(path, timeout=args.timeout) if exists else None
+    result = coordination.clean_stale(path, timeout=args.timeout, other_namespaces=foreign) if exists else None
     removed = result.removed if result else ()
     unparsable = result.unparsable if result else ()
     if args.json:
-        emit_json(document("coordination clean", path=path, exists=exists,
+        emit_json(document("coordination clean", path=path, exists=exists, foreign_namespaces=foreign,
                            removed=[_entry_json(e) for e in removed],
                            unparsable=_unparsable_json(unparsable)))
         return 0
     if not exists:
         print(f"Coordination file {path} does not exist: nothing to clean.")
         return 0
-    if removed:
-        print(f"Removed {plural(len(removed), 'stale entry', 'stale entries')} from {path}:")
-        print(table(_ENTRY_HEADERS, _entry_rows(removed), indent="  "))
-    else:
-        print(f"No stale entry in {path}.")
+    dead = [e for e in removed if e.liveness_known]
+    unknown = [e for e in removed if not e.liveness_known]
+    if dead:
+        print(f"Removed {plural(len(dead), 'stale entry', 'stale entries')} from {path}:")
+        print(table(_ENTRY_HEADERS, _entry_rows(dead), indent="  "))
+    if unknown:
+        print(f"Removed {plural(len(unknown), 'entry', 'entries')} {_OTHER_NAMESPACE}, from {path} "
+              f"(--foreign-namespaces; GPU {', '.join(e.index for e in unknown)} may be claimed again):")
+        print(table(_ENTRY_HEADERS, _entry_rows(unknown), indent="  "))
+    if not removed:
+        print(f"No stale entry in {path}"
+              + (" and none of another PID namespace." if foreign else "."))
     for line in unparsable:
         print(f"Kept unparsable line {line.line_number}: {line.text!r} (fix or delete it by hand; "
               "its GPU is never reclaimed)")

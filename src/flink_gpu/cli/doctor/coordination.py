@@ -99,6 +99,15 @@ def check_coordination_file(checkup: Checkup, name: str, path: str) -> None:
                     f"{path} belong to dead processes (GPU {', '.join(e.index for e in stale)}); "
                     "they are reclaimed when GPUs run short.",
                     f"flink-gpu coordination clean{flag}", resource=name)
+    unknown = found.liveness_unknown
+    if unknown:
+        checkup.add("note", "coordination-file", f"{plural(len(unknown), 'entry', 'entries')} of "
+                    f"{path} {'is' if len(unknown) == 1 else 'are'} held in another PID namespace, "
+                    f"liveness unknown (GPU {', '.join(e.index for e in unknown)}): written without "
+                    "a lease (flink-gpu-discovery, `flink-gpu claim`), so this "
+                    "namespace cannot tell whether the owner still runs, and never reclaims them.",
+                    f"If their owners are gone: flink-gpu coordination clean --foreign-namespaces"
+                    f"{flag}", resource=name)
     for line in found.unparsable:
         checkup.add("warning", "coordination-file", f"Line {line.line_number} of {path} cannot be "
                     f"parsed ({line.text!r}); the GPU it names is never reclaimed.",

@@ -1,0 +1,184 @@
+// The lease file beside the coordination file (docs/design.md §9.4); see coordination_lease.hpp.
+#include "coordination_lease.hpp"
+
+#include "coordination_file.hpp"
+#include "coordination_lines.hpp"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <vector>
+
+namespace flinkgpu {
+namespace coordination {
+
+// This process's lease on one coordination path.
+struct Record {
+    std::string coordination_path;
+    int fd = -1;  // the lease file, read-write, open while the lease is held
+    bool held = false;
+    std::uint32_t slot = 0;
+};
+
+namespace {
+
+// Never destroyed: the atfork handlers and late callers may use them during exit.
+std::mutex& registry_mutex() {
+    static std::mutex* m = new std::mutex;
+    return *m;
+}
+
+std::vector<Record*>& registry() {
+    static std::vector<Record*>* r = new std::vector<Record*>;
+    return *r;
+}
+
+// The child of a fork shares its parent's lease descriptions: it closes them so that the parent's
+// death frees the parent's GPUs. The mutex is taken around fork so the records are consistent.
+void before_fork() { registry_mutex().lock(); }
+void after_fork_in_parent() { registry_mutex().unlock(); }
+void after_fork_in_child() {
+    for (Record* r : registry()) {
+        if (r->fd >= 0) close(r->fd);
+        r->fd = -1;
+        r->held = false;
+    }
+    registry_mutex().unlock();
+}
+
+void install_fork_handlers() {
+    static std::once_flag once;
+    std::call_once(once, [] { pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child); });
+}
+
+Record* find_record(const std::string& coordination_path) {
+    for (Record* r : registry()) {
+        if (r->coordination_path == coordination_path) return r;
+    }
+    return nullptr;
+}
+
+struct flock one_byte(short type, std::uint32_t slot) {
+    struct flock fl {};
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = static_cast<off_t>(slot);
+    fl.l_len = 1;
+    fl.l_pid = 0;  // required by OFD locks
+    return fl;
+}
+
+}  // namespace
+
+std::string lease_path(const std::string& coordination_path) { return coordination_path + ".lease"; }
+
+Leases::Leases(const std::string& coordination_path)
+    : lock_((install_fork_handlers(), registry_mutex())), coordination_path_(coordination_path) {
+    record_ = find_record(coordination_path);
+}
+
+Leases::~Leases() {
+    if (private_fd_ >= 0) close(private_fd_);
+}
+
+bool Leases::held(std::uint32_t* slot) const {
+    if (record_ == nullptr || !record_->held) return false;
+    *slot = record_->slot;
+    return true;
+}
+
+bool Leases::record_fd_valid() {
+    if (record_ == nullptr || record_->fd < 0) return false;
+    if (!checked_) {
+        checked_ = true;
+        record_valid_ = names_inode(lease_path(coordination_path_), record_->fd);
+    }
+    return record_valid_;
+}
+
+// The record's descriptor, else a private read-only one (none when there is no lease file).
+int Leases::test_fd() {
+    if (record_fd_valid()) return record_->fd;
+    if (private_fd_ < 0 && !test_failed_) {
+        Status st = open_checked(lease_path(coordination_path_), Access::kReadExisting, &private_fd_);
+        if (!st.ok() || private_fd_ < 0) {
+            private_fd_ = -1;
+            test_failed_ = true;
+        }
+    }
+    return private_fd_;
+}
+
+LeaseState Leases::test(std::uint32_t slot) {
+    std::uint32_t mine = 0;
+    if (held(&mine) && mine == slot) return LeaseState::kHeld;
+    for (int i = 0; i < tested_; ++i) {
+        if (tested_slot_[i] == slot) return tested_state_[i];
+    }
+    const int fd = test_fd();
+    LeaseState state = LeaseState::kUnknown;
+    if (fd >= 0) {
+        struct flock fl = one_byte(F_WRLCK, slot);
+        if (fcntl(fd, F_OFD_GETLK, &fl) == 0) state = fl.l_type == F_UNLCK ? LeaseState::kFree : LeaseState::kHeld;
+    }
+    if (tested_ < 8) {
+        tested_slot_[tested_] = slot;
+        tested_state_[tested_++] = state;
+    }
+    return state;
+}
+
+Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& named, std::uint32_t* slot) {
+    if (held(slot)) return {};
+    if (record_ == nullptr) {
+        registry().push_back(new Record{coordination_path_, -1, false, 0});
+        record_ = registry().back();
+    }
+    const std::string path = lease_path(coordination_path_);
+    int fd = -1;
+    bool created = false;
+    Status st = open_checked(path, Access::kCreate, &fd, &created);
+    if (!st.ok()) return st;
+    // the coordination file's permission bits, so that every user who may claim may also lease
+    if (created && fchmod(fd, mode & 0666) != 0) {
+        const int err = errno;
+        close(fd);
+        return make_status(StatusCode::kOsError, "Cannot set the mode of the lease file " + path + ": " +
+                                                   errno_text(err), err);
+    }
+    for (std::uint32_t s = 0; s <= kMaxLeaseSlot; ++s) {
+        if (std::binary_search(named.begin(), named.end(), s)) continue;  // a dead holder's lines name it
+        struct flock fl = one_byte(F_WRLCK, s);
+        if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
+            record_->fd = fd;
+            record_->held = true;
+            record_->slot = s;
+            checked_ = record_valid_ = true;
+            *slot = s;
+            return {};
+        }
+        if (errno != EAGAIN && errno != EACCES) {
+            const int err = errno;
+            close(fd);
+            return make_status(StatusCode::kOsError, "Cannot lock a byte of the lease file " + path + ": " +
+                                                       errno_text(err), err);
+        }
+    }
+    close(fd);
+    return make_status(StatusCode::kOsError, "Every slot of the lease file " + path + " is taken.", EAGAIN);
+}
+
+// Closing the only descriptor of the open file description drops its lock.
+void Leases::drop() noexcept {
+    if (record_ == nullptr || !record_->held) return;
+    close(record_->fd);
+    record_->fd = -1;
+    record_->held = false;
+}
+
+}  // namespace coordination
+}  // namespace flinkgpu

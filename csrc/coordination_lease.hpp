@@ -1,0 +1,83 @@
+// The lease file beside the coordination file (docs/design.md §9.4): proof, across pid namespaces, that
+// the owner of a line is alive.
+//
+// `<coordination file>.lease` is created, opened and checked like the coordination file (O_NOFOLLOW |
+// O_CLOEXEC, a regular file with one link; created with the coordination file's permission bits). A
+// process that claims GPUs for itself holds, for as long as it holds any GPU of that coordination file, an
+// open-file-description lock (F_OFD_SETLK, F_WRLCK) on one byte of it, its slot, and writes
+// `lease=<slot>` in its lines. The kernel drops the lock when the process dies, whatever its pid
+// namespace; any claimer sharing the file tests a slot with F_OFD_GETLK. The slot is taken under the
+// coordination file's flock as the lowest byte that nobody holds and no line names (a line naming a byte
+// nobody holds is a dead holder's and must stay dead).
+//
+// One lease per process and coordination path, in a registry guarded by a mutex that each call holds
+// for its whole critical section (held under the flock, never while waiting for it). Releasing the last
+// GPU closes the descriptor, which drops the lock. Fork: a child shares its parent's open file descriptions, so a pthread_atfork child
+// handler closes the inherited lease descriptors: the parent's GPUs are freed when the parent dies even
+// while a child lives, and a child's own claims take their own lease. Exec never inherits them
+// (O_CLOEXEC). Only the calling process leases: claims for another pid (flink-gpu-discovery for its
+// parent, `flink-gpu claim`) write no lease field.
+//
+// Not defended: removing or replacing the lease file while its holders live (like removing the
+// coordination file): their lines then look released to other namespaces (ours still sees their pids).
+#pragma once
+
+#include "status.hpp"
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <mutex>
+#include <vector>
+
+namespace flinkgpu {
+namespace coordination {
+
+enum class LeaseState { kHeld, kFree, kUnknown };
+
+struct Record;  // this process's lease on one coordination path
+
+std::string lease_path(const std::string& coordination_path);
+
+// The leases of one coordination file for one call; locks the process's lease registry while it lives.
+class Leases {
+public:
+    explicit Leases(const std::string& coordination_path);
+    Leases(const Leases&) = delete;
+    Leases& operator=(const Leases&) = delete;
+    ~Leases();
+
+    // This process's slot in this file, when it holds one.
+    bool held(std::uint32_t* slot) const;
+
+    // Whether someone holds `slot`: kHeld for our own slot without a syscall; kUnknown when the lease file
+    // cannot be opened or tested. Each slot is tested once per call.
+    LeaseState test(std::uint32_t slot);
+
+    // Takes this process's lease on this file (keeps the one it holds), creating the lease file with the
+    // permission bits `mode`; never a slot in `named` (sorted: the slots the file's lines name).
+    Status acquire(std::uint16_t mode, const std::vector<std::uint32_t>& named, std::uint32_t* slot);
+
+    // Drops this process's lease (nothing when none is held).
+    void drop() noexcept;
+
+private:
+    int test_fd();
+    // The record's descriptor, when it still is the file the path names (checked once per call).
+    bool record_fd_valid();
+
+    std::unique_lock<std::mutex> lock_;
+    Record* record_ = nullptr;  // this path's registry record, created on first acquire
+    std::string coordination_path_;
+    int private_fd_ = -1;  // a read-only descriptor for tests when this process has no valid one
+    bool checked_ = false;
+    bool record_valid_ = false;
+    bool test_failed_ = false;
+    std::uint32_t tested_slot_[8] = {};
+    LeaseState tested_state_[8] = {};
+    int tested_ = 0;
+};
+
+}  // namespace coordination
+}  // namespace flinkgpu

@@ -1,0 +1,147 @@
+// The judge of a coordination line's owner (docs/design.md §9.4) on given evidence, and the real probes
+// it uses: our pid namespace and /proc.
+#include "process_liveness.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+
+#include "check.hpp"
+
+namespace co = flinkgpu::coordination;
+
+namespace {
+
+// Evidence given by the test; records what the judge asked for.
+class Given final : public co::Evidence {
+public:
+    std::map<std::uint32_t, co::LeaseState> leases;
+    std::map<pid_t, co::ProcInfo> processes;
+    int lease_asks = 0, process_asks = 0;
+
+    co::LeaseState lease(std::uint32_t slot) override {
+        ++lease_asks;
+        auto it = leases.find(slot);
+        return it == leases.end() ? co::LeaseState::kUnknown : it->second;
+    }
+    const co::ProcInfo& process(pid_t pid) override {
+        ++process_asks;
+        return processes[pid];  // absent: a ProcInfo that does not exist
+    }
+};
+
+co::ProcInfo running(std::uint64_t start) {
+    co::ProcInfo p;
+    p.exists = true;
+    p.has_start_time = true;
+    p.start_time = start;
+    return p;
+}
+
+co::Entry entry(const std::string& line) { return co::parse_file(line)[0].entry; }
+
+const co::PidNamespace kOurs{true, 100};
+
+co::Verdict judged(const std::string& line, Given& given, const co::PidNamespace& ours = kOurs) {
+    return co::judge(entry(line), ours, given);
+}
+
+void test_judge() {
+    Given g;
+    g.processes[1] = running(50);
+    g.leases[0] = co::LeaseState::kHeld;
+    g.leases[1] = co::LeaseState::kFree;
+
+    // Our namespace, or none recorded: pid and start time, as before.
+    CHECK(judged("0 1\t50\tns=100", g) == co::Verdict::kAlive);
+    CHECK(judged("0 1\t51\tns=100", g) == co::Verdict::kPidReused);
+    CHECK(judged("0 2\t50\tns=100", g) == co::Verdict::kGone);
+    CHECK(judged("0 1", g) == co::Verdict::kAlive);  // the stock script's line: ps -p 1 in our namespace
+    CHECK(judged("0 1\t51", g) == co::Verdict::kPidReused);
+    CHECK(judged("0 2", g) == co::Verdict::kGone);
+
+    // Another namespace without a lease: never judged by pid or start time, whatever they say here.
+    g.process_asks = 0;
+    CHECK(judged("0 1\t51\tns=200", g) == co::Verdict::kOtherNamespace);
+    CHECK(judged("0 2\t50\tns=200", g) == co::Verdict::kOtherNamespace);
+    CHECK(judged("0 1\t50\tns=200", g) == co::Verdict::kOtherNamespace);
+    CHECK_EQ(g.process_asks, 0);
+    // Our namespace unknown (no /proc): every ns field is another namespace's.
+    CHECK(judged("0 1\t50\tns=100", g, co::PidNamespace{}) == co::Verdict::kOtherNamespace);
+
+    // A lease decides in every namespace: held = alive even where the pid says dead or reused, free = dead
+    // even where pid and start time say alive (a pid reused within the start time's clock tick).
+    g.process_asks = 0;
+    CHECK(judged("0 2\t50\tns=200\tlease=0", g) == co::Verdict::kLeaseHeld);
+    CHECK(judged("0 2\t50\tns=100\tlease=0", g) == co::Verdict::kLeaseHeld);
+    CHECK(judged("0 1\t51\tns=100\tlease=0", g) == co::Verdict::kLeaseHeld);
+    CHECK(judged("0 1\t50\tns=200\tlease=1", g) == co::Verdict::kLeaseReleased);
+    CHECK(judged("0 1\t50\tns=100\tlease=1", g) == co::Verdict::kLeaseReleased);
+    CHECK(judged("0 1\t50\tlease=1", g) == co::Verdict::kLeaseReleased);
+    CHECK_EQ(g.process_asks, 0);
+    // A lease that cannot be tested (no lease file): as if the line had none.
+    CHECK(judged("0 1\t50\tns=200\tlease=5", g) == co::Verdict::kOtherNamespace);
+    CHECK(judged("0 2\t50\tns=100\tlease=5", g) == co::Verdict::kGone);
+    CHECK(judged("0 1\t50\tns=100\tlease=5", g) == co::Verdict::kAlive);
+
+    CHECK(co::verdict_alive(co::Verdict::kAlive) && co::verdict_alive(co::Verdict::kLeaseHeld) &&
+          co::verdict_alive(co::Verdict::kOtherNamespace));
+    CHECK(!co::verdict_alive(co::Verdict::kGone) && !co::verdict_alive(co::Verdict::kPidReused) &&
+          !co::verdict_alive(co::Verdict::kLeaseReleased));
+}
+
+void test_records_owner() {
+    // Same pid of our namespace (or none recorded); another namespace's pid 7 is not our pid 7.
+    CHECK(co::records_owner(entry("0 7\t5\tns=100"), 7, true, kOurs));
+    CHECK(!co::records_owner(entry("0 7\t5\tns=200"), 7, true, kOurs));
+    CHECK(!co::records_owner(entry("0 7\t5\tns=100"), 8, true, kOurs));
+    CHECK(!co::records_owner(entry("0 7\t5\tns=100"), 7, true, co::PidNamespace{}));
+    CHECK(co::records_owner(entry("0 7\t5"), 7, true, kOurs));  // older versions of ours
+    // A bare stock line never records the calling process itself; for another owner (the executable's
+    // parent TaskManager, as the stock script records it) it does.
+    CHECK(!co::records_owner(entry("0 7"), 7, true, kOurs));
+    CHECK(co::records_owner(entry("0 7"), 7, false, kOurs));
+}
+
+void test_real_probes() {
+    const co::PidNamespace ns = co::own_pid_namespace();
+    struct stat st {};
+    CHECK(stat("/proc/self/ns/pid", &st) == 0);
+    CHECK(ns.known && ns.inode == static_cast<std::uint64_t>(st.st_ino));
+    CHECK(co::own_pid_namespace().inode == ns.inode);  // cached, the same
+
+    // Liveness without leases: a lease field cannot be tested, so the line is judged by its pid.
+    co::Liveness live(nullptr);
+    const co::ProcInfo me = live.process(getpid());
+    CHECK(me.exists && me.has_start_time);
+    co::LineFields f;
+    f.has_start_time = true;
+    f.start_time = me.start_time;
+    f.has_ns = true;
+    f.ns = ns.inode;
+    f.has_lease = true;
+    f.lease = 3;
+    co::Entry mine = co::new_line("0", getpid(), f).entry;
+    live.judge(&mine);
+    CHECK(mine.verdict == co::Verdict::kAlive && mine.alive);
+    CHECK(live.owns(mine, getpid(), me));
+    co::Entry foreign = mine;
+    foreign.ns = ns.inode + 1;
+    live.judge(&foreign);
+    CHECK(foreign.verdict == co::Verdict::kOtherNamespace && foreign.alive);
+    CHECK(!live.owns(foreign, getpid(), me));
+    co::Entry bare = co::parse_file("0 " + std::to_string(getpid()))[0].entry;
+    live.judge(&bare);
+    CHECK(bare.alive && !live.owns(bare, getpid(), me));
+}
+
+}  // namespace
+
+int main() {
+    test_judge();
+    test_records_owner();
+    test_real_probes();
+    return check::finish("test_process_liveness");
+}

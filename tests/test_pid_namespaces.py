@@ -1,0 +1,456 @@
+"""Coordination across PID namespaces (docs/design.md §9.4), with real namespaces (`unshare --pid --fork
+--mount-proc`, as root): workers in containers that share one coordination file never get the same GPU.
+
+Each test skips with the reason where the kernel or the sandbox refuses a new pid namespace."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flink_gpu import coordination
+from flink_gpu.errors import FlinkException
+
+from conftest import child_env
+from support.interop import fake_nvidia_smi, stock_env
+
+# A worker that obeys one JSON command per stdin line and answers one JSON line.
+WORKER = r"""
+import json, os, signal, sys, time
+from flink_gpu import coordination
+path = sys.argv[1]
+for line in sys.stdin:
+    cmd = json.loads(line)
+    op = cmd["op"]
+    try:
+        if op == "hello":
+            out = {"pid": os.getpid(), "ns": os.stat("/proc/self/ns/pid").st_ino}
+        elif op == "claim":
+            out = {"taken": coordination.claim(cmd["amount"], cmd["indices"], path=path).taken}
+        elif op == "release":
+            out = {"released": coordination.release(path=path)}
+        elif op == "fork":  # a child that outlives its parent, holding nothing of its own
+            child = os.fork()
+            if child == 0:
+                time.sleep(600)
+                os._exit(0)
+            out = {"child": child}
+        elif op == "die":
+            print(json.dumps({"dying": os.getpid()}), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+    except Exception as error:
+        out = {"error": f"{type(error).__name__}: {error}"}
+    print(json.dumps(out), flush=True)
+"""
+
+
+def _skip_unless_unshare():
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+
+
+class NsWorker:
+    """A WORKER in a new pid namespace: pid 1 there (`init=True`), or pid 2 under a shell (so that it can
+    SIGKILL itself: a namespace's init ignores signals from inside). Ends with the namespace."""
+
+    def __init__(self, path, init=True):
+        _skip_unless_unshare()
+        argv = [sys.executable, "-c", WORKER, str(path)]
+        if not init:
+            argv = ["sh", "-c", '"$@"; sleep 600', "sh", *argv]
+        self.proc = subprocess.Popen(["unshare", "--pid", "--mount-proc", "--kill-child", *argv], env=child_env(),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        hello = self.ask(op="hello", allow_eof=True)
+        if hello is None:
+            error = self.proc.stderr.read().strip()
+            self.close()
+            pytest.skip(f"cannot create a pid namespace here: {error}")
+        self.pid, self.ns = hello["pid"], hello["ns"]
+
+    def ask(self, allow_eof=False, **command):
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            assert allow_eof, f"the worker died: {self.proc.stderr.read()}"
+            return None
+        return json.loads(line)
+
+    def claim(self, amount, indices):
+        return self.ask(op="claim", amount=amount, indices=indices)
+
+    def die(self, path):
+        """SIGKILLs the worker itself (the namespace lives on while the shell above it does), and waits
+        until no entry of the file is held by a lease any more (at most 10 s)."""
+        assert self.ask(op="die") == {"dying": self.pid}
+        deadline = time.monotonic() + 10
+        while any(e.state == "lease held" for e in coordination.snapshot(path).entries):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()  # --kill-child: the namespace's init, and with it everything in it, dies
+        self.proc.wait(30)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            stream.close()
+
+
+@pytest.fixture
+def workers():
+    started = []
+
+    def start(path, init=True):
+        worker = NsWorker(path, init)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.close()
+
+
+@pytest.fixture
+def path(tmp_path):
+    return tmp_path / "coordination"
+
+
+def gpus(n):
+    return [str(i) for i in range(n)]
+
+
+def own_ns():
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
+# ---- the issue's scenario --------------------------------------------------------------------------
+
+def test_two_namespaces_with_pid_1_never_share_a_gpu(path, workers):
+    a = workers(path)
+    b = workers(path)
+    assert a.pid == b.pid == 1 and a.ns != b.ns
+    assert a.claim(2, gpus(2)) == {"taken": ["0", "1"]}
+    # B sees pid 1 (itself) with another start time, but the line says namespace A and A's lease is held
+    answer = b.claim(2, gpus(2))
+    assert answer["error"].startswith("FlinkException: Could not get enough GPU resources. Requested 2")
+    assert "pid 1 holds 0, 1" in answer["error"]
+    assert b.claim(2, gpus(4)) == {"taken": ["2", "3"]}  # more GPUs: disjoint ones
+    entries = coordination.snapshot(path).entries
+    assert [(e.index, e.pid, e.namespace, e.lease, e.state) for e in entries] == [
+        ("0", 1, a.ns, 0, "lease held"), ("1", 1, a.ns, 0, "lease held"),
+        ("2", 1, b.ns, 1, "lease held"), ("3", 1, b.ns, 1, "lease held")]
+    # the host (a third namespace) takes none of them either
+    with pytest.raises(FlinkException, match="Could not get enough GPU resources"):
+        coordination.claim(1, gpus(4), path=path)
+    assert b.ask(op="release") == {"released": ["2", "3"]}
+    assert coordination.claim(1, gpus(4), path=path).taken == ["2"]
+    coordination.release(path=path)
+
+
+def test_a_sigkilled_lease_holder_is_reclaimed_from_another_namespace(path, workers):
+    a = workers(path, init=False)
+    assert a.pid == 2
+    assert a.claim(2, gpus(3)) == {"taken": ["0", "1"]}
+    b = workers(path)
+    assert b.claim(2, gpus(3))["error"].startswith("FlinkException: Could not get enough GPU resources")
+    a.die(path)  # the kernel drops A's lease; pid 2 means nothing in B
+    assert b.claim(3, gpus(3)) == {"taken": ["0", "1", "2"]}  # 2 was free, 0 and 1 are reclaimed
+    assert {e.index: (e.namespace, e.state) for e in coordination.snapshot(path).entries} == {
+        "0": (b.ns, "lease held"), "1": (b.ns, "lease held"), "2": (b.ns, "lease held")}
+
+
+REUSE = r"""
+import json, os, signal, subprocess, sys, time
+from flink_gpu import coordination
+path = sys.argv[1]
+r, w = os.pipe()
+holder = os.fork()
+if holder == 0:
+    os.close(r)
+    coordination.claim(1, ["0", "1"], path=path)
+    os.write(w, b"x")
+    time.sleep(600)
+    os._exit(0)
+os.close(w)
+os.read(r, 1)
+os.kill(holder, signal.SIGKILL)
+os.waitpid(holder, 0)
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:  # the next process of this namespace gets its pid
+    f.write(str(holder - 1))
+impostor = subprocess.Popen(["sleep", "600"])
+print(json.dumps({"holder": holder, "impostor": impostor.pid}), flush=True)
+sys.stdin.readline()
+print(json.dumps({"taken": coordination.claim(2, ["0", "1"], path=path).taken}), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_lease_decides_over_a_reused_pid(path):
+    """A dead holder's pid given to a new process of its namespace: the released lease frees its GPU,
+    seen from outside and from inside."""
+    _skip_unless_unshare()
+    proc = subprocess.Popen(["unshare", "--pid", "--mount-proc", "--kill-child", sys.executable, "-c", REUSE,
+                             str(path)], env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        if not first:
+            pytest.skip(f"cannot create a pid namespace or set ns_last_pid here: {proc.stderr.read().strip()}")
+        pids = json.loads(first)
+        if pids["impostor"] != pids["holder"]:
+            pytest.skip(f"ns_last_pid did not give pid {pids['holder']} again (got {pids['impostor']})")
+        (entry,) = coordination.snapshot(path).entries
+        assert (entry.pid, entry.lease) == (pids["holder"], 0)
+        assert entry.state == "lease released" and not entry.alive  # from outside: the lease decides
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        # inside, where the pid is alive again: reclaimed all the same
+        assert json.loads(proc.stdout.readline()) == {"taken": ["0", "1"]}
+    finally:
+        proc.kill()
+        proc.wait(30)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()
+
+
+def test_a_forked_child_does_not_keep_its_parents_lease(path, workers):
+    a = workers(path, init=False)
+    assert a.claim(2, gpus(2)) == {"taken": ["0", "1"]}
+    assert "child" in a.ask(op="fork")  # shares the parent's open files, but closed the lease's at fork
+    a.die(path)  # the child lives on in A's namespace
+    (entry, _) = coordination.snapshot(path).entries
+    assert entry.state == "lease released"
+    assert coordination.claim(2, gpus(2), path=path).taken == ["0", "1"]
+    coordination.release(path=path)
+
+
+# ---- the stock script, without namespaces of its own ----------------------------------------------
+
+def test_the_stock_script_in_one_namespace_and_ours_in_another(path, workers, stock_script, tmp_path):
+    _skip_unless_unshare()
+    env = {**child_env(), **stock_env(fake_nvidia_smi(tmp_path / "smi", 4))}
+    stock_args = ["bash", str(stock_script), "2", "--enable-coordination-mode", "--coordination-file", str(path)]
+
+    def stock_in_new_namespace():
+        # the shell is the TaskManager stand-in, pid 1 of its namespace: the script records `<index> 1`
+        return subprocess.Popen(["unshare", "--pid", "--mount-proc", "--kill-child", "sh", "-c",
+                                 '"$@"; echo "rc=$?"; exec sleep 600', "sh", *stock_args],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    stock_a = stock_in_new_namespace()
+    stock_c = None
+    try:
+        got_a = [stock_a.stdout.readline().strip(), stock_a.stdout.readline().strip()]
+        if got_a[0] == "":
+            pytest.skip(f"cannot create a pid namespace here: {stock_a.stderr.read().strip()}")
+        assert got_a == ["0,1", "rc=0"]
+        assert path.read_text() == "0 1\n1 1\n"
+        # Ours, pid 1 of namespace B: the bare `0 1` is not its own line, and pid 1 is alive here
+        b = workers(path)
+        assert b.pid == 1
+        assert b.claim(2, gpus(4)) == {"taken": ["2", "3"]}
+        # the stock script in namespace C: `ps -p 1` is alive for every line, ours included
+        stock_c = stock_in_new_namespace()
+        assert stock_c.stdout.readline().strip() == "Could not get enough GPU resources."
+        assert stock_c.stdout.readline().strip() == "rc=1"
+        assert path.read_text().splitlines()[:2] == ["0 1", "1 1"]
+    finally:
+        for proc in (stock_a, stock_c):
+            if proc is not None:
+                proc.kill()
+                proc.wait(30)
+                proc.stdout.close()
+                proc.stderr.close()
+
+
+# ---- what cannot be proven stays taken, shown, and removable on request ----------------------------
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "flink_gpu.cli", *map(str, args)], env=child_env(),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_an_unleased_entry_of_another_namespace_is_shown_kept_and_cleaned_on_request(path, tmp_path):
+    """`flink-gpu claim` in a container claims for its parent, without a lease: nobody outside can tell
+    when that parent dies."""
+    _skip_unless_unshare()
+    inner = subprocess.Popen(["unshare", "--pid", "--mount-proc", "--kill-child", "sh", "-c",
+                              '"$@" >/dev/null; echo "rc=$?"; exec sleep 600', "sh", sys.executable, "-m",
+                              "flink_gpu.cli", "--simulate", "2", "claim", "1", "--file", str(path)],
+                             env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        rc = inner.stdout.readline().strip()
+        if rc == "":
+            pytest.skip(f"cannot create a pid namespace here: {inner.stderr.read().strip()}")
+        assert rc == "rc=0", inner.stderr.read()
+        (entry,) = coordination.snapshot(path).entries
+        assert (entry.index, entry.pid, entry.lease, entry.state) == ("0", 1, None, "other namespace")
+        assert entry.alive and not entry.liveness_known and entry.namespace != own_ns()
+        # taken for every claimer here, whatever pid 1 is in this namespace
+        with pytest.raises(FlinkException, match="pid 1 holds 0"):
+            coordination.claim(2, gpus(2), path=path)
+        assert coordination.claim(1, gpus(2), path=path).taken == ["1"]
+        assert coordination.release(path=path) == ["1"]
+
+        listed = json.loads(_cli("--simulate", "2", "list", "--json", "--file", path).stdout)
+        (holder,) = listed["gpus"][0]["holders"]
+        assert holder == {"pid": 1, "cmdline": None, "liveness_known": False, "namespace": entry.namespace}
+        human = _cli("--simulate", "2", "list", "--file", path).stdout
+        assert "pid 1: held in another PID namespace, liveness unknown" in human
+        assert "clean --foreign-namespaces" in human
+        shown = json.loads(_cli("coordination", "show", "--json", "--file", path).stdout)
+        assert [(e["state"], e["liveness_known"], e["lease"]) for e in shown["entries"]] == [
+            ("other namespace", False, None)]
+        show = _cli("coordination", "show", "--file", path).stdout
+        assert "1 entry (0 live, 0 stale, 1 of other PID namespaces with liveness unknown)" in show
+
+        plain = _cli("coordination", "clean", "--file", path)
+        assert plain.returncode == 0 and "No stale entry" in plain.stdout
+        assert len(coordination.snapshot(path).entries) == 1  # plain clean never removes it
+        forced = _cli("coordination", "clean", "--foreign-namespaces", "--file", path)
+        assert forced.returncode == 0
+        assert "Removed 1 entry held in another PID namespace, liveness unknown" in forced.stdout
+        assert "GPU 0 may be claimed again" in forced.stdout
+        assert coordination.snapshot(path).entries == ()
+    finally:
+        inner.kill()
+        inner.wait(30)
+        inner.stdout.close()
+        inner.stderr.close()
+
+
+def test_doctor_counts_entries_of_unknown_liveness(path, tmp_path):
+    from flink_gpu.cli.doctor.coordination import check_coordination_file
+    from flink_gpu.cli.doctor.findings import Checkup
+
+    other = own_ns() + 1  # a namespace that is not ours: what a container's worker writes
+    path.write_text(f"0 1\t5\tns={other}\n1 1\t5\tns={other}\n")
+    checkup = Checkup(None, str(tmp_path / "flink-conf.yaml"), str(tmp_path), None, None)
+    check_coordination_file(checkup, "gpu", str(path))
+    (finding,) = [f for f in checkup.findings if "PID namespace" in f.message]
+    assert finding.level == "note" and "2 entries" in finding.message and "GPU 0, 1" in finding.message
+    assert "clean --foreign-namespaces" in finding.fix
+
+
+# ---- stress: 3 namespaces, SIGKILLs, a ledger ------------------------------------------------------
+
+STRESS_WORKER = r"""
+import os, random, sys, time
+from flink_gpu import coordination
+path, ledger, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+out = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def note(*words):
+    os.write(out, (" ".join(map(str, words)) + "\n").encode())
+rng = random.Random()
+indices = [str(i) for i in range(count)]
+while True:
+    try:
+        taken = coordination.claim(rng.choice((1, 2)), indices, path=path, timeout=30).taken
+    except Exception as error:
+        if "Could not get enough" not in str(error):
+            note("error", repr(str(error)))
+        time.sleep(0.002)
+        continue
+    note("got", time.monotonic_ns(), *taken)
+    time.sleep(rng.uniform(0, 0.02))
+    note("drop", time.monotonic_ns())
+    coordination.release(path=path, timeout=30)
+"""
+
+SUPERVISOR = r"""
+import os, random, signal, subprocess, sys, time
+path, ledgers, count, name, seconds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+rng = random.Random()
+kills = open(os.path.join(ledgers, f"kills-{name}"), "w")
+n = 0
+def start():
+    global n
+    n += 1
+    ledger = os.path.join(ledgers, f"worker-{name}-{n}")
+    return ledger, subprocess.Popen([sys.executable, "-c", os.environ["STRESS_WORKER"], path, ledger, count])
+running = [start() for _ in range(3)]
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    time.sleep(rng.uniform(0.05, 0.25))
+    i = rng.randrange(len(running))
+    ledger, proc = running[i]
+    kills.write(f"{os.path.basename(ledger)} {time.monotonic_ns()}\n")  # alive until this instant
+    kills.flush()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    running[i] = start()
+for ledger, proc in running:
+    kills.write(f"{os.path.basename(ledger)} {time.monotonic_ns()}\n")
+    kills.flush()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+print("done", n, flush=True)
+"""
+
+
+def _holdings(ledgers):
+    """[(worker, gpu, from ns, until ns)]: intervals in which a worker surely held a GPU (from after its
+    claim returned to before it released it or was killed)."""
+    killed = {}
+    for kills in ledgers.glob("kills-*"):
+        for line in kills.read_text().splitlines():
+            worker, at = line.split()
+            killed[worker] = int(at)
+    out, errors = [], []
+    for ledger in ledgers.glob("worker-*"):
+        held = None
+        for line in ledger.read_text().splitlines():
+            words = line.split()
+            if words and words[0] == "error":
+                errors.append((ledger.name, line))
+            elif len(words) >= 3 and words[0] == "got":
+                held = (int(words[1]), words[2:])
+            elif len(words) == 2 and words[0] == "drop" and held is not None:
+                out += [(ledger.name, gpu, held[0], int(words[1])) for gpu in held[1]]
+                held = None
+        if held is not None:  # killed while holding
+            out += [(ledger.name, gpu, held[0], killed[ledger.name]) for gpu in held[1]]
+    return out, errors
+
+
+def test_workers_in_three_namespaces_with_sigkills_never_share_a_gpu(path, tmp_path):
+    _skip_unless_unshare()
+    ledgers = tmp_path / "ledgers"
+    ledgers.mkdir()
+    env = {**child_env(), "STRESS_WORKER": STRESS_WORKER}
+    supervisors = [subprocess.Popen(["unshare", "--pid", "--mount-proc", "--kill-child", sys.executable, "-c",
+                                     SUPERVISOR, str(path), str(ledgers), "4", f"ns{i}", "4"],
+                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for i in range(3)]
+    try:
+        outputs = [s.communicate(timeout=120) for s in supervisors]
+    finally:
+        for s in supervisors:
+            s.kill()
+            s.wait(30)
+    for (stdout, stderr), s in zip(outputs, supervisors):
+        if s.returncode != 0 and "unshare" in stderr:
+            pytest.skip(f"cannot create a pid namespace here: {stderr.strip()}")
+        assert s.returncode == 0 and stdout.startswith("done"), stderr
+    holdings, errors = _holdings(ledgers)
+    assert not errors
+    namespaces = {worker.split("-")[1] for worker, *_ in holdings}
+    assert len(namespaces) == 3 and len(holdings) > 20, (namespaces, len(holdings))
+    reclaims = 0
+    by_gpu = {}
+    for worker, gpu, start, end in holdings:
+        by_gpu.setdefault(gpu, []).append((start, end, worker))
+    for gpu, spans in by_gpu.items():
+        spans.sort()
+        for (s1, e1, w1), (s2, e2, w2) in zip(spans, spans[1:]):
+            assert s2 >= e1, f"GPU {gpu} given to {w2} at {s2} while {w1} held it until {e1}"
+            reclaims += w1.split("-")[1] != w2.split("-")[1]
+    assert reclaims > 0  # GPUs did pass between namespaces
