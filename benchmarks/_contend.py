@@ -1,7 +1,9 @@
 """One contending worker: ``python _contend.py IMPL PATH CYCLES AMOUNT``.
 
-IMPL is ``flink_gpu`` (new GPUDriver in coordination mode, retrieve, close) or ``pynvml``
-(baseline_pynvml.claim + release). The worker imports and initialises NVML first, prints
+IMPL is ``flink_gpu`` (new GPUDriver in coordination mode, retrieve, close),
+``coordination_api`` (flink_gpu.coordination.claim + release), ``pynvml``
+(baseline_pynvml.claim + release) or ``floor`` (only the syscalls, syscall_floor.py; its cycles run in
+C, the library compiled beforehand is named by ``FLINK_GPU_BENCH_FLOOR``). The worker imports and initialises NVML first, prints
 ``ready``, waits for a line on stdin (so that all workers start together), then runs CYCLES
 claim + release cycles on the coordination file PATH and prints one JSON line: the monotonic start
 and end (CLOCK_MONOTONIC is system-wide, so the parent can compute the wall time of all workers)
@@ -26,6 +28,15 @@ def main() -> None:
             got = driver.retrieve_resource_info(amount)
             driver.close()
             return got
+    elif impl == "coordination_api":
+        from flink_gpu import coordination
+
+        indices = [str(i) for i in range(4)]
+
+        def cycle():
+            got = coordination.claim(amount, indices, path=path).taken
+            coordination.release(path=path)
+            return got
     elif impl == "pynvml":
         import baseline_pynvml  # beside this script, so on sys.path
 
@@ -33,6 +44,21 @@ def main() -> None:
             got = baseline_pynvml.claim(amount, path)
             baseline_pynvml.release(path)
             return got
+    elif impl == "floor":
+        import os
+
+        import syscall_floor
+
+        floor = syscall_floor.Floor(os.environ["FLINK_GPU_BENCH_FLOOR"], path,
+                                    syscall_floor.real_lines(path, amount, [str(i) for i in range(amount)]))
+        floor.cycle()
+        print("ready", flush=True)
+        sys.stdin.readline()
+        start = time.monotonic()
+        latencies = floor.cycles(cycles)
+        end = time.monotonic()
+        print(json.dumps({"start": start, "end": end, "latencies_ns": latencies}), flush=True)
+        return
     else:
         raise SystemExit(f"unknown implementation {impl!r}")
 

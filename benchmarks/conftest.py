@@ -49,6 +49,14 @@ def smi_env(tmp_path_factory) -> dict[str, str]:
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
 
 
+@pytest.fixture(scope="session")
+def floor_library(tmp_path_factory) -> Path:
+    """floor/coordination_floor.c compiled for this session (syscall_floor.py)."""
+    import syscall_floor
+
+    return syscall_floor.build(tmp_path_factory.mktemp("floor"))
+
+
 @pytest.fixture
 def coordination_file(tmp_path) -> Path:
     """An empty coordination file of this benchmark's own."""

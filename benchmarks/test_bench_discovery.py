@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 import baseline_pynvml
+import syscall_floor
 import flink_gpu
 from flink_gpu import GPUDriver, coordination, simulator
 from support.interop import executable_stock_script
@@ -163,25 +164,14 @@ def test_claim_release_pynvml_flock(benchmark, coordination_file):
 
 
 @pytest.mark.benchmark(group="claim+release")
-def test_claim_release_syscall_floor(benchmark, coordination_file):
-    """For reference: only the file round trips any claim + release under flock(2) needs (open,
-    lock, read, write the two lines; open, lock, read, truncate), without NVML, parsing or checks."""
-    path = str(coordination_file)
-    lines = f"0 {os.getpid()}\n1 {os.getpid()}\n".encode()
-
-    def locked(action):
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            action(fd, os.pread(fd, 65536, 0))
-        finally:
-            os.close(fd)
-
-    def cycle():
-        locked(lambda fd, data: os.pwrite(fd, lines, len(data)))
-        locked(lambda fd, data: os.ftruncate(fd, 0))
-
-    benchmark(cycle)
+def test_claim_release_syscall_floor(benchmark, coordination_file, floor_library):
+    """For reference: only the syscalls a claim + release needs (floor/coordination_floor.c: open,
+    flock, read, take the lease, write; open, flock, read, truncate, drop the lease), writing the
+    bytes a real claim writes, without NVML, parsing or checks."""
+    lines = syscall_floor.real_lines(coordination_file, AMOUNT, INDICES)
+    assert lines.count(b"\n") == AMOUNT and b"lease=" in lines
+    floor = syscall_floor.Floor(floor_library, coordination_file, lines)
+    benchmark(floor.cycle)
     assert coordination_file.read_text() == ""
 
 
@@ -289,8 +279,9 @@ def test_import(benchmark, what):
 
 # ---- contention -----------------------------------------------------------------------------------
 
-def start_workers(impl: str, processes: int, cycles: int, path: Path):
-    env = child_env(**simulator.environment(devices=max(4, processes)))
+def start_workers(impl: str, processes: int, cycles: int, path: Path, floor_library: Path):
+    env = child_env(**simulator.environment(devices=max(4, processes)),
+                    FLINK_GPU_BENCH_FLOOR=str(floor_library))
     workers = [subprocess.Popen([sys.executable, str(BENCH_DIR / "_contend.py"), impl, str(path),
                                  str(cycles), "1"], env=env, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
@@ -315,8 +306,8 @@ def go(workers):
 
 @pytest.mark.benchmark(group="contention")
 @pytest.mark.parametrize("processes", [1, 2, 4, 8])
-@pytest.mark.parametrize("impl", ["flink_gpu", "pynvml"])
-def test_contention(benchmark, impl, processes, coordination_file):
+@pytest.mark.parametrize("impl", ["flink_gpu", "coordination_api", "pynvml", "floor"])
+def test_contention(benchmark, impl, processes, coordination_file, floor_library):
     """``processes`` workers, each claiming 1 GPU and releasing it, all at once on one file."""
     cycles = 20 if benchmark.disabled else 400
     rounds = []
@@ -324,7 +315,8 @@ def test_contention(benchmark, impl, processes, coordination_file):
     def timed(workers):
         rounds.append(go(workers))
 
-    benchmark.pedantic(timed, setup=lambda: start_workers(impl, processes, cycles, coordination_file),
+    benchmark.pedantic(timed, setup=lambda: start_workers(impl, processes, cycles, coordination_file,
+                                                              floor_library),
                        rounds=1 if benchmark.disabled else 3)
     latencies = sorted(ns for results in rounds for r in results for ns in r["latencies_ns"])
     walls = [max(r["end"] for r in results) - min(r["start"] for r in results) for results in rounds]
