@@ -1,9 +1,10 @@
-"""One contending worker: ``python _contend.py IMPL PATH CYCLES AMOUNT``.
+"""One contending worker: ``python _contend.py IMPL PATH CYCLES AMOUNT WORKER``.
 
 IMPL is ``flink_gpu`` (new GPUDriver in coordination mode, retrieve, close),
 ``coordination_api`` (flink_gpu.coordination.claim + release), ``pynvml``
 (baseline_pynvml.claim + release) or ``floor`` (only the syscalls, syscall_floor.py; its cycles run in
-C, the library compiled beforehand is named by ``FLINK_GPU_BENCH_FLOOR``). The worker imports and initialises NVML first, prints
+C, the library compiled beforehand is named by ``FLINK_GPU_BENCH_FLOOR``; WORKER, the worker's number,
+is its lease byte). The GPUs are those of the simulator (``FLINK_GPU_SIM_DEVICES``). The worker imports and initialises NVML first, prints
 ``ready``, waits for a line on stdin (so that all workers start together), then runs CYCLES
 claim + release cycles on the coordination file PATH and prints one JSON line: the monotonic start
 and end (CLOCK_MONOTONIC is system-wide, so the parent can compute the wall time of all workers)
@@ -11,12 +12,15 @@ and each cycle's latency in nanoseconds.
 """
 
 import json
+import os
 import sys
 import time
 
 
 def main() -> None:
     impl, path, cycles, amount = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    worker = int(sys.argv[5])
+    indices = [str(i) for i in range(int(os.environ["FLINK_GPU_SIM_DEVICES"]))]
     if impl == "flink_gpu":
         from flink_gpu import GPUDriver
 
@@ -31,8 +35,6 @@ def main() -> None:
     elif impl == "coordination_api":
         from flink_gpu import coordination
 
-        indices = [str(i) for i in range(4)]
-
         def cycle():
             got = coordination.claim(amount, indices, path=path).taken
             coordination.release(path=path)
@@ -45,12 +47,12 @@ def main() -> None:
             baseline_pynvml.release(path)
             return got
     elif impl == "floor":
-        import os
-
         import syscall_floor
 
+        # lines of GPUs nobody else claims, so the workers' claims never collide on the same bytes
+        mine = indices[worker * amount:(worker + 1) * amount]
         floor = syscall_floor.Floor(os.environ["FLINK_GPU_BENCH_FLOOR"], path,
-                                    syscall_floor.real_lines(path, amount, [str(i) for i in range(amount)]))
+                                    syscall_floor.real_lines(path, amount, mine), slot=worker)
         floor.cycle()
         print("ready", flush=True)
         sys.stdin.readline()

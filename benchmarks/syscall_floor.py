@@ -29,34 +29,38 @@ def build(directory: Path) -> Path:
 class Floor:
     """One claim + release of given lines on a coordination file and its lease file."""
 
-    def __init__(self, library: Path, path: Path | str, lines: bytes):
+    def __init__(self, library: Path, path: Path | str, lines: bytes, slot: int = 0):
         self._lib = ctypes.CDLL(str(library))
-        self._lib.floor_cycle.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        self._lib.floor_cycle.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
+                                          ctypes.c_uint]
         self._lib.floor_cycles.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
-                                           ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
+                                           ctypes.c_uint, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
         self._path = os.fsencode(str(path))
         self._lease = self._path + b".lease"
         self._lines = lines
+        self._slot = slot
         with open(self._lease, "ab"):  # the real claim creates it once; the floor only opens it
             pass
 
     def cycle(self) -> None:
-        if self._lib.floor_cycle(self._path, self._lease, self._lines, len(self._lines)) != 0:
+        if self._lib.floor_cycle(self._path, self._lease, self._lines, len(self._lines), self._slot) != 0:
             raise OSError(ctypes.get_errno(), f"floor cycle failed on {self._path!r}")
 
     def cycles(self, count: int) -> list[int]:
         """``count`` cycles run in C; each one's latency in nanoseconds."""
         latencies = (ctypes.c_int64 * count)()
-        if self._lib.floor_cycles(self._path, self._lease, self._lines, len(self._lines), count, latencies) != 0:
+        if self._lib.floor_cycles(self._path, self._lease, self._lines, len(self._lines), self._slot, count,
+                                   latencies) != 0:
             raise OSError(ctypes.get_errno(), f"floor cycles failed on {self._path!r}")
         return list(latencies)
 
 
 def real_lines(path: Path | str, amount: int, indices) -> bytes:
-    """The bytes a real claim of ``amount`` GPUs appends to an empty file (then released)."""
+    """The lines a real claim of ``amount`` of ``indices`` writes for this process (then released)."""
     from flink_gpu import coordination
 
     coordination.claim(amount, indices, path=path)
-    lines = Path(path).read_bytes()
+    ours = f" {os.getpid()}\t".encode()
+    lines = b"".join(line for line in Path(path).read_bytes().splitlines(keepends=True) if ours in line)
     coordination.release(path=path)
     return lines

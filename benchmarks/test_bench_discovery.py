@@ -283,9 +283,9 @@ def start_workers(impl: str, processes: int, cycles: int, path: Path, floor_libr
     env = child_env(**simulator.environment(devices=max(4, processes)),
                     FLINK_GPU_BENCH_FLOOR=str(floor_library))
     workers = [subprocess.Popen([sys.executable, str(BENCH_DIR / "_contend.py"), impl, str(path),
-                                 str(cycles), "1"], env=env, stdin=subprocess.PIPE,
+                                 str(cycles), "1", str(worker)], env=env, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
-               for _ in range(processes)]
+               for worker in range(processes)]
     for worker in workers:
         if worker.stdout.readline().strip() != "ready":
             raise AssertionError(f"{impl} worker {worker.pid} did not start")

@@ -4,8 +4,10 @@
  *
  * claim:   open the file, flock, read it, take the lease (open the lease file, F_OFD_SETLK one
  *          byte), append our lines, close (which unlocks);
- * release: open the file, flock, read it, truncate it (our lines were all it held), close; close the
- *          lease descriptor (which drops the lease). */
+ * release: open the file, flock, read it, cut our lines out (ftruncate alone when they are the last
+ *          bytes, else pwrite what follows them first), close; close the lease descriptor (which
+ *          drops the lease).
+ * Each process uses its own lease byte `slot`, so that no claim tries a second one. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdint.h>
@@ -27,7 +29,7 @@ static int locked_open(const char *path, ssize_t *size) {
 }
 
 /* One claim + release of `lines` (the bytes a real claim appends). 0 on success, -1 on failure. */
-int floor_cycle(const char *path, const char *lease_path, const char *lines, size_t length) {
+int floor_cycle(const char *path, const char *lease_path, const char *lines, size_t length, unsigned slot) {
     ssize_t size = 0;
     int fd = locked_open(path, &size);
     if (fd < 0) return -1;
@@ -36,6 +38,7 @@ int floor_cycle(const char *path, const char *lease_path, const char *lines, siz
     memset(&byte, 0, sizeof byte);
     byte.l_type = F_WRLCK;
     byte.l_whence = SEEK_SET;
+    byte.l_start = (off_t)slot;
     byte.l_len = 1;
     if (lease < 0 || fcntl(lease, F_OFD_SETLK, &byte) != 0 ||
         pwrite(fd, lines, length, size) != (ssize_t)length) {
@@ -45,7 +48,10 @@ int floor_cycle(const char *path, const char *lease_path, const char *lines, siz
     }
     close(fd);
     fd = locked_open(path, &size);
-    if (fd < 0 || ftruncate(fd, 0) != 0) {
+    char *ours = fd < 0 ? NULL : memmem(buffer, (size_t)size, lines, length);
+    size_t at = ours == NULL ? 0 : (size_t)(ours - buffer), rest = (size_t)size - at - length;
+    if (ours == NULL || (rest > 0 && pwrite(fd, ours + length, rest, (off_t)at) != (ssize_t)rest) ||
+        ftruncate(fd, (off_t)(at + rest)) != 0) {
         if (fd >= 0) close(fd);
         close(lease);
         return -1;
@@ -56,12 +62,12 @@ int floor_cycle(const char *path, const char *lease_path, const char *lines, siz
 }
 
 /* `cycles` cycles, each one's latency in nanoseconds into `latencies` (the contention benchmark). */
-int floor_cycles(const char *path, const char *lease_path, const char *lines, size_t length, int cycles,
-                 int64_t *latencies) {
+int floor_cycles(const char *path, const char *lease_path, const char *lines, size_t length, unsigned slot,
+                 int cycles, int64_t *latencies) {
     for (int i = 0; i < cycles; ++i) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        if (floor_cycle(path, lease_path, lines, length) != 0) return -1;
+        if (floor_cycle(path, lease_path, lines, length, slot) != 0) return -1;
         clock_gettime(CLOCK_MONOTONIC, &t1);
         latencies[i] = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
     }
