@@ -46,9 +46,10 @@ int statx_path(const std::string& path, struct statx* out) {
                  STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_INO, out);
 }
 
+// With the size: read_all stops at the size found under the lock instead of reading once more for EOF.
 int statx_fd(int fd, struct statx* out) {
     return statx(fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT,
-                 STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_INO, out);
+                 STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_INO | STATX_SIZE, out);
 }
 
 bool same_inode(const struct statx& a, const struct statx& b) {
@@ -194,7 +195,9 @@ std::string lock_holders(const struct statx& st) {
 // Opens `path` without following a symlink and without blocking on a FIFO, creating it (0644) when asked;
 // the descriptor stays O_NONBLOCK. *fd = -1 with an ok status: the file does not exist and was not to be
 // created.
-Status open_file(const std::string& path, Access access, int* fd, bool* created) {
+// `checked_later`: the caller checks the type and links of what it opened itself, under its lock
+// (LockedFile::open), so the check right after open() would only repeat it.
+Status open_file(const std::string& path, Access access, int* fd, bool* created, bool checked_later) {
     *fd = -1;
     if (created != nullptr) *created = false;
     const int base = (access == Access::kReadExisting ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY |
@@ -229,6 +232,10 @@ Status open_file(const std::string& path, Access access, int* fd, bool* created)
             if (err == EACCES || err == EPERM) return permission_error(err, "Cannot open the", path);
             return os_error(err, "Cannot open the", path);
         }
+        if (checked_later) {
+            *fd = f;
+            return {};
+        }
         struct statx post {};
         if (statx_fd(f, &post) != 0) {
             const int err = errno;
@@ -247,8 +254,11 @@ Status open_file(const std::string& path, Access access, int* fd, bool* created)
                                            ": it keeps appearing and disappearing.", EAGAIN);
 }
 
-Status read_all(int fd, const std::string& path, std::string* out) {
+// `size`: the size statx gave under the lock. A short read that reaches it is the end (a writer that
+// ignores the lock may still append: then the read goes on until pread says end of file).
+Status read_all(int fd, const std::string& path, std::uint64_t size, std::string* out) {
     out->clear();
+    if (size <= kMaxFileSize) out->reserve(static_cast<std::size_t>(size));
     char buf[8192];
     off_t offset = 0;
     for (;;) {
@@ -261,6 +271,7 @@ Status read_all(int fd, const std::string& path, std::string* out) {
         if (n == 0) return {};
         out->append(buf, static_cast<std::size_t>(n));
         offset += n;
+        if (static_cast<std::size_t>(n) < sizeof buf && static_cast<std::uint64_t>(offset) >= size) return {};
         if (out->size() > kMaxFileSize) {
             return make_status(StatusCode::kOsError,
                                "The coordination file " + path + " is larger than " +
@@ -292,10 +303,14 @@ Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset) {
 // line that could read as "<index> <pid>" of some live process.
 Status write_in_place(int fd, const std::string& path, const std::string& old_text, const std::string& new_text) {
     const bool append = new_text.size() >= old_text.size() && new_text.compare(0, old_text.size(), old_text) == 0;
+    // the removed lines were the last ones: the truncation alone, one step a crash cannot split
+    const bool cut_tail = new_text.size() < old_text.size() && old_text.compare(0, new_text.size(), new_text) == 0;
     Status st;
     if (append) {
         st = pwrite_all(fd, new_text.data() + old_text.size(), new_text.size() - old_text.size(),
                         static_cast<off_t>(old_text.size()));
+    } else if (cut_tail) {
+        // nothing to write: the ftruncate below removes the tail
     } else if (new_text.size() < old_text.size()) {
         std::string padded = new_text;
         padded.resize(old_text.size(), '\n');
@@ -345,13 +360,14 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
     int replaced = 0;
     for (;;) {
         int fd = -1;
-        Status st = open_file(path, access, &fd, nullptr);
+        Status st = open_file(path, access, &fd, nullptr, true);
         if (!st.ok()) return st;
         if (fd < 0) return {};  // absent and not to be created
         fd_ = fd;
         path_ = path;
-        const int flags = fcntl(fd, F_GETFL);  // O_NONBLOCK was for the open only: reads and writes block
-        if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        // O_NONBLOCK was for the open only: reads and writes block. No other flag F_SETFL changes was
+        // set by open_file, so clearing them all needs no F_GETFL first.
+        if (fcntl(fd, F_SETFL, 0) != 0) {
             const int err = errno;
             return os_error(err, "Cannot configure the", path);
         }
@@ -389,6 +405,7 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
             Status type = check_file_type(locked, path);  // links may have been added before we locked
             if (!type.ok()) return type;
             mode_ = static_cast<std::uint16_t>(locked.stx_mode & 07777);
+            size_ = locked.stx_size;
             *exists = true;
             return {};
         }
@@ -405,7 +422,7 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
 }
 
 Status open_checked(const std::string& path, Access access, int* fd, bool* created) {
-    return open_file(path, access, fd, created);
+    return open_file(path, access, fd, created, false);
 }
 
 bool names_inode(const std::string& path, int fd) noexcept {
@@ -413,7 +430,7 @@ bool names_inode(const std::string& path, int fd) noexcept {
     return statx_path(path, &named) == 0 && statx_fd(fd, &open_one) == 0 && same_inode(named, open_one);
 }
 
-Status LockedFile::read(std::string* text) const { return read_all(fd_, path_, text); }
+Status LockedFile::read(std::string* text) const { return read_all(fd_, path_, size_, text); }
 
 Status LockedFile::rewrite(const std::string& old_text, const std::string& new_text) const {
     return write_in_place(fd_, path_, old_text, new_text);

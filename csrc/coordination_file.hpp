@@ -60,6 +60,7 @@ private:
     int fd_ = -1;
     std::string path_;
     std::uint16_t mode_ = 0644;
+    std::uint64_t size_ = 0;  // as found when it was locked
 };
 
 // Opens `path` with the checks above (no lock; the descriptor is left O_NONBLOCK): *fd = -1 with an ok

@@ -43,7 +43,25 @@ class GPUDriverSettings:
         """The settings in ``params`` (the driver-relative keys, ``external-resource.<name>.param.``
         stripped). Raises ``IllegalConfigurationException`` for a bad mode, timeout or busy-gpus,
         naming the full key when ``resource_name`` is given. Nothing is logged: :meth:`warn_ignored_args`
-        WARNs about the arguments when a backend reads them."""
+        WARNs about the arguments when a backend reads them.
+
+        A plain ``dict`` of ``str`` keys and values (what Flink and PyFlink hand a driver) is read once per
+        process: the settings are immutable and depend on nothing else, so the same text gives the same
+        settings; a worker building a driver per task pays a dictionary lookup instead of the parsing."""
+        key = _cache_key(params, resource_name)
+        if key is not None:
+            settings = _settings_cache.get(key)
+            if settings is None:
+                settings = cls._read(params, resource_name)
+                if len(_settings_cache) >= _SETTINGS_CACHE_SIZE:
+                    _settings_cache.clear()
+                _settings_cache[key] = settings
+            return settings
+        return cls._read(params, resource_name)
+
+    @classmethod
+    def _read(cls, params: "Configuration | Mapping[str, object] | None",
+              resource_name: "str | None") -> GPUDriverSettings:
         config = Configuration.coerce(params)
         mode_option = GPUDriverOptions.DISCOVERY_MODE
         value = config.get(mode_option)
@@ -132,6 +150,23 @@ class GPUDriverSettings:
         """WARN about what the stock script's grammar ignores in ``discovery-script.args``."""
         warn_ignored(self.script_args, self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG),
                      self.script_args_text)
+
+
+# (resource name, the params' items) -> their settings; cleared when full (configurations are few)
+_settings_cache: "dict[tuple, GPUDriverSettings]" = {}
+_SETTINGS_CACHE_SIZE = 64
+
+
+def _cache_key(params: object, resource_name: "str | None") -> "tuple | None":
+    """The cache key of a ``dict`` whose keys and values are all exactly ``str`` (values of other
+    types may convert differently while comparing equal, ``1 == True``); None for anything else."""
+    if type(params) is not dict:
+        return None
+    items = tuple(params.items())
+    for k, v in items:
+        if type(k) is not str or type(v) is not str:
+            return None
+    return resource_name, items
 
 
 def _key(option: ConfigOption, resource_name: "str | None") -> str:
