@@ -191,7 +191,8 @@ class NvmlDiscovery:
         with _driver_holds_lock:
             if self._claimed_pid != pid:  # a forked child: the parent's counts are not its own
                 self._claimed, self._claimed_pid = set(), pid
-            result = coordination.claim(amount, ranking.order, path=path, ranks=ranking.ranks)
+            # owner=pid: this process, resolved above (os.getpid() is a syscall)
+            result = coordination.claim(amount, ranking.order, path=path, owner=pid, ranks=ranking.ranks)
             for index in result.taken:
                 key = (path, pid, index)
                 # GPUs the process held otherwise (coordination.claim()) are not the drivers' to
@@ -283,4 +284,4 @@ class NvmlDiscovery:
             if unused:
                 from flink_gpu import coordination
 
-                coordination.release(path=path, indices=sorted(unused))
+                coordination.release(pid, path=path, indices=sorted(unused))
