@@ -175,6 +175,33 @@ def test_claim_release_syscall_floor(benchmark, coordination_file, floor_library
     assert coordination_file.read_text() == ""
 
 
+# ---- PyFlink: an operator's open() in process mode ------------------------------------------------
+
+@pytest.mark.benchmark(group="pyflink")
+def test_pyflink_process_mode_open(benchmark, coordination_file, tmp_path, monkeypatch):
+    """``get_external_resource_infos(None, "gpu")`` as a process-mode operator's open() calls it:
+    reads the TaskManager's config.yaml, the coordination file, the process ancestry, NVML's
+    properties. Its TaskManager (here: this process) holds GPUs 0 and 1."""
+    from flink_gpu.pyflink import get_external_resource_infos
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "config.yaml").write_text(
+        "external-resources: gpu\n"
+        "external-resource.gpu.amount: 2\n"
+        "external-resource.gpu.driver-factory.class: org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
+        f"external-resource.gpu.param.discovery-script.args: --enable-coordination-mode "
+        f"--coordination-file {coordination_file}\n")
+    monkeypatch.setenv("FLINK_CONF_DIR", str(conf))
+    coordination.claim(AMOUNT, INDICES, path=coordination_file)
+    try:
+        got = benchmark(get_external_resource_infos, None, "gpu")
+    finally:
+        coordination.release(path=coordination_file)
+    assert indices(got) == EXPECTED
+    assert all(info.get_property("uuid") for info in got)
+
+
 # ---- discovery as a process -----------------------------------------------------------------------
 
 @pytest.mark.benchmark(group="process")

@@ -31,17 +31,26 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "benchmarks"
 
-# target: (description, slow benchmark, fast benchmark, required factor)
+# target: (description, slow benchmark, fast benchmark, bound, "≥" or "≤"): slow ÷ fast, by minimum
+# and by median, must be at least / at most the bound
 TARGETS = [
     ("in-process retrieve vs stock script", "test_process_stock_script",
-     "test_retrieve_flink_gpu_nvml", 1000),
-    ("in-process retrieve vs pynvml", "test_retrieve_pynvml", "test_retrieve_flink_gpu_nvml", 2),
-    ("coordinated claim+release (new driver, retrieve, close) vs pynvml + flock",
-     "test_claim_release_pynvml_flock", "test_claim_release_flink_gpu_driver", 10),
-    ("coordinated claim+release (coordination API) vs pynvml + flock",
-     "test_claim_release_pynvml_flock", "test_claim_release_flink_gpu_coordination_api", 10),
+     "test_retrieve_flink_gpu_nvml", 1000, "≥"),
+    ("in-process retrieve vs pynvml", "test_retrieve_pynvml", "test_retrieve_flink_gpu_nvml", 2, "≥"),
+    ("`coordination` claim + release ÷ the syscall floor",
+     "test_claim_release_flink_gpu_coordination_api", "test_claim_release_syscall_floor", 1.25, "≤"),
+    ("new coordinated driver + retrieve(2) + close ÷ the syscall floor",
+     "test_claim_release_flink_gpu_driver", "test_claim_release_syscall_floor", 1.5, "≤"),
     ("flink-gpu-discovery vs stock script, coordination mode",
-     "test_process_stock_script_coordinated", "test_process_flink_gpu_discovery_coordinated", 5),
+     "test_process_stock_script_coordinated", "test_process_flink_gpu_discovery_coordinated", 5, "≥"),
+]
+
+# (description, contention benchmark, the floor's, required factor): throughput ÷ the floor's
+THROUGHPUT_TARGETS = [
+    ("8 processes: new driver, retrieve, close ÷ the floor's throughput",
+     "test_contention[flink_gpu-8]", "test_contention[floor-8]", 0.7),
+    ("8 processes: `coordination` claim + release ÷ the floor's throughput",
+     "test_contention[coordination_api-8]", "test_contention[floor-8]", 0.7),
 ]
 
 
@@ -94,7 +103,11 @@ def ratios(files: list[Path]) -> str:
     runs = [load_run(f) for f in files]
     header = ["target", "needs"] + [f"run {i + 1}: min (median)" for i in range(len(runs))] + ["holds"]
     rows = []
-    for text, slow, fast, factor in TARGETS:
+    def verdict(held):
+        return ("yes" if held and all(held) else "no" if not any(held) else
+                f"{sum(held)} of {len(held)} runs")
+
+    for text, slow, fast, bound, sense in TARGETS:
         cells, held = [], []
         for run in runs:
             if slow not in run or fast not in run:
@@ -102,11 +115,21 @@ def ratios(files: list[Path]) -> str:
                 continue
             by_min = run[slow]["stats"]["min"] / run[fast]["stats"]["min"]
             by_median = run[slow]["stats"]["median"] / run[fast]["stats"]["median"]
-            cells.append(f"{by_min:,.1f}× ({by_median:,.1f}×)")
-            held.append(by_min >= factor and by_median >= factor)
-        verdict = ("yes" if held and all(held) else "no" if not any(held) else
-                   f"{sum(held)} of {len(held)} runs")
-        rows.append([text, f"≥ {factor}×"] + cells + [verdict])
+            digits = 1 if bound >= 10 else 2
+            cells.append(f"{by_min:,.{digits}f}× ({by_median:,.{digits}f}×)")
+            ok = (lambda r: r >= bound) if sense == "≥" else (lambda r: r <= bound)
+            held.append(ok(by_min) and ok(by_median))
+        rows.append([text, f"{sense} {bound}×"] + cells + [verdict(held)])
+    for text, ours, floor, factor in THROUGHPUT_TARGETS:
+        cells, held = [], []
+        for run in runs:
+            if ours not in run or floor not in run:
+                cells.append("n/a")
+                continue
+            ratio = run[ours]["extra_info"]["throughput_per_s"] / run[floor]["extra_info"]["throughput_per_s"]
+            cells.append(f"{ratio:.2f}× (mean of the rounds)")
+            held.append(ratio >= factor)
+        rows.append([text, f"≥ {factor}×"] + cells + [verdict(held)])
     out = [table(header, rows), ""]
 
     contention = sorted((n for n in {n for run in runs for n in run} if n.startswith("test_contention[")),
