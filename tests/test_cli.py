@@ -1212,3 +1212,31 @@ def test_a_simulated_gpu_count_beyond_the_simulator_is_a_usage_error(tmp_path, c
 def test_the_largest_simulated_gpu_count_works():
     doc = cli_json("--simulate", "4096", "list")
     assert len(doc["gpus"]) == 4096
+
+
+# --- deeply nested YAML: refused naming the file and the limit, never a RecursionError ----------
+
+def test_doctor_and_resources_refuse_a_configuration_nested_too_deep(tmp_path):
+    conf = tmp_path / "config.yaml"  # 995 levels: under libyaml's own limit of 1000
+    conf.write_text("a: " + "{a: " * 994 + "1" + "}" * 994 + "\n")
+    expected = (f"The Flink configuration file {conf} nests mappings or lists more than 100 "
+                "levels deep (at line 1, column 400)")
+    proc = cli("resources", conf)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"flink-gpu resources: error: {expected}" in proc.stderr
+    proc = cli("doctor", "--simulate", "2", conf)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    assert expected in proc.stdout
+
+
+def test_resources_refuses_a_pod_template_nested_too_deep(tmp_path):
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(RESOURCES_CONF)
+    template = tmp_path / "pod.yaml"
+    template.write_text("metadata:\n  " + "{a: " * 989 + "1" + "}" * 989 + "\n")
+    proc = cli("resources", conf, "--pod-template", template)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert (f"flink-gpu resources: error: The pod template file {template} nests mappings or "
+            "lists more than 100 levels deep (at line 2, column 399)") in proc.stderr
+    doc = cli_json("resources", conf, "--pod-template", template, expect=1)
+    assert doc["error"]["type"] == "IllegalConfigurationException"
