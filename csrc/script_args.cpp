@@ -25,9 +25,18 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }  // namespace
 
 std::string suggest_flag(std::string_view token) {
+    constexpr const char* kFlags[] = {kEnableCoordinationFlag, kCoordinationFileFlag, kBusyGpusFlag};
+    // A shortened flag (--enable-coord) or one with something appended (--coordination-file=/x):
+    // no similarity threshold would catch both a short prefix and a long tail.
+    for (const char* flag : kFlags) {
+        const std::string_view f(flag);
+        const bool abbreviation = token.substr(0, 2) == "--" && 2 * token.size() >= f.size() &&
+                                  f.substr(0, token.size()) == token;
+        if (abbreviation || token.substr(0, f.size()) == f) return flag;
+    }
     const char* best = nullptr;
     std::size_t best_distance = 0;
-    for (const char* flag : {kEnableCoordinationFlag, kCoordinationFileFlag, kBusyGpusFlag}) {
+    for (const char* flag : kFlags) {
         const std::string_view f(flag);
         // A token far longer than every flag resembles none; no quadratic work for it.
         if (token.size() > 2 * f.size()) continue;

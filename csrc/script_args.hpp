@@ -35,8 +35,11 @@ struct ScriptArgs {
 
 ScriptArgs parse_script_args(const std::vector<std::string>& tokens);
 
-// The flag `token` is closest to when at least 60% alike (1 - edit distance / longer length),
-// else "". Catches Flink's documented typo --enable-coordination and dropped or doubled letters.
+// The flag `token` probably meant, else "": the flag it abbreviates (a token starting with "--"
+// that begins a flag and keeps at least half of it: --enable-coord, --busy, not --enable), the
+// flag it begins with (--coordination-file=/x), or else the flag it is closest to when at least
+// 60% alike (1 - edit distance / longer length): Flink's documented typo --enable-coordination,
+// dropped or doubled letters.
 std::string suggest_flag(std::string_view token);
 
 }  // namespace flinkgpu

@@ -1240,3 +1240,15 @@ def test_resources_refuses_a_pod_template_nested_too_deep(tmp_path):
             "lists more than 100 levels deep (at line 2, column 399)") in proc.stderr
     doc = cli_json("resources", conf, "--pod-template", template, expect=1)
     assert doc["error"]["type"] == "IllegalConfigurationException"
+
+
+# --- doctor: an abbreviated flag is the error that coordination mode is off ------------------------
+
+def test_doctor_abbreviated_coordination_flag_is_an_error_saying_coordination_is_off(tmp_path):
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=find_discovery_executable(),
+                                        discovery_script_args="--enable-coord"),
+                     "--taskmanagers-per-host", "1", expect=1)
+    error = only(doc, "args", "error")
+    assert "'--enable-coord'" in error["message"] and "coordination mode is OFF" in error["message"]
+    assert error["fix"] == ("Write '--enable-coordination-mode' instead of '--enable-coord' in "
+                            "external-resource.gpu.param.discovery-script.args.")

@@ -47,6 +47,15 @@ def test_docs_typo_gets_a_warn_naming_the_right_flag(caplog):
     assert "Did you mean '--enable-coordination-mode'?" in record.getMessage()
 
 
+def test_an_abbreviated_or_extended_flag_is_suggested(caplog):
+    with caplog.at_level(logging.WARNING, LOGGER):
+        parsed = parse_script_args("--enable-coord --coordination-file=/f --busy --enable")
+    assert parsed.unknown == ("--enable-coord", "--coordination-file=/f", "--busy", "--enable")
+    assert parsed.suggestions == (ENABLE_COORDINATION_FLAG, COORDINATION_FILE_FLAG, BUSY_GPUS_FLAG,
+                                  None)  # --enable keeps under half the flag: too little to tell
+    assert "Did you mean '--enable-coordination-mode'?" in caplog.records[0].getMessage()
+
+
 def test_unrelated_token_gets_a_warn_listing_the_flags(caplog):
     with caplog.at_level(logging.WARNING, LOGGER):
         parsed = parse_script_args("--verbose")

@@ -75,6 +75,16 @@ int main() {
     CHECK_EQ(suggest_flag("--coordination_file"), std::string("--coordination-file"));
     CHECK_EQ(suggest_flag("--busy-gpu"), std::string("--busy-gpus"));
     CHECK_EQ(suggest_flag("--busygpus"), std::string("--busy-gpus"));
+    // abbreviations keeping half the flag, and a flag with something appended
+    CHECK_EQ(suggest_flag("--enable-coord"), std::string("--enable-coordination-mode"));
+    CHECK_EQ(suggest_flag("--enable-coor"), std::string("--enable-coordination-mode"));
+    CHECK_EQ(suggest_flag("--coordina"), std::string("--coordination-file"));
+    CHECK_EQ(suggest_flag("--busy"), std::string("--busy-gpus"));
+    CHECK_EQ(suggest_flag("--coordination-file=/tmp/x"), std::string("--coordination-file"));
+    CHECK_EQ(suggest_flag("--enable-coordination-mode-please"), std::string("--enable-coordination-mode"));
+    CHECK_EQ(suggest_flag("--busy-gpus=0,1"), std::string("--busy-gpus"));
+    CHECK_EQ(suggest_flag("--enable-coo"), std::string(""));  // under half: 11 of 26
+    CHECK_EQ(suggest_flag("enable-coordination"), std::string("--enable-coordination-mode"));  // similar
     CHECK_EQ(suggest_flag("--verbose"), std::string(""));
     CHECK_EQ(suggest_flag("--enable"), std::string(""));
     CHECK_EQ(suggest_flag(""), std::string(""));
