@@ -5,7 +5,7 @@ import logging
 
 from flink_gpu import coordination
 from flink_gpu.script_protocol import (BUSY_GPUS_FLAG, COORDINATION_FILE_FLAG, ENABLE_COORDINATION_FLAG, SCRIPT_FLAGS,
-                                       ScriptArgs, exec_tokens, parse_script_args)
+                                       ScriptArgs, exec_tokens, parse_script_args, with_coordination_file)
 
 DEFAULT = coordination.DEFAULT_PATH
 LOGGER = "flink_gpu.script_protocol"
@@ -82,3 +82,21 @@ def test_warn_false_parses_silently(caplog):
         parsed = parse_script_args("--verbose --coordination-file", warn=False)
     assert parsed == ScriptArgs(False, DEFAULT, ("--verbose",), (None,), True)
     assert caplog.records == []
+
+
+def test_with_coordination_file_replaces_the_file_as_the_grammar_reads_it():
+    assert with_coordination_file([], "/s") == ["--coordination-file", "/s"]
+    assert with_coordination_file(["null"], "/s") == ["null", "--coordination-file", "/s"]
+    assert with_coordination_file(
+        ["--enable-coordination-mode", "--coordination-file", "/x", "--foo"], "/s") == [
+        "--enable-coordination-mode", "--foo", "--coordination-file", "/s"]
+    # a trailing --coordination-file without a value
+    assert with_coordination_file(["--enable-coordination-mode", "--coordination-file"], "/s") == [
+        "--enable-coordination-mode", "--coordination-file", "/s"]
+    # the flag after --coordination-file is its path, as the stock script takes it: mode stays off
+    tokens = with_coordination_file(["--coordination-file", "--enable-coordination-mode"], "/s")
+    assert tokens == ["--coordination-file", "/s"]
+    assert parse_script_args(" ".join(tokens)) == ScriptArgs(False, "/s", ())
+    # --busy-gpus takes the next token, even --coordination-file, so that one is no flag
+    assert with_coordination_file(["--busy-gpus", "--coordination-file", "/x"], "/s") == [
+        "--busy-gpus", "--coordination-file", "/x", "--coordination-file", "/s"]

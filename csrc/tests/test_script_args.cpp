@@ -10,6 +10,7 @@
 
 using flinkgpu::parse_script_args;
 using flinkgpu::suggest_flag;
+using flinkgpu::with_coordination_file;
 using V = std::vector<std::string>;
 
 namespace {
@@ -76,6 +77,23 @@ int main() {
     CHECK_EQ(suggest_flag("--busy-gpu"), std::string("--busy-gpus"));
     CHECK_EQ(suggest_flag("--busygpus"), std::string("--busy-gpus"));
     // abbreviations keeping half the flag, and a flag with something appended
+    // The coordination file replaced, as parse_script_args reads the flag and its value.
+    CHECK(with_coordination_file({}, "/s") == (V{"--coordination-file", "/s"}));
+    CHECK(with_coordination_file({"--enable-coordination-mode", "--coordination-file", "/x", "--foo"}, "/s") ==
+          (V{"--enable-coordination-mode", "--foo", "--coordination-file", "/s"}));
+    CHECK(with_coordination_file({"--enable-coordination-mode", "--coordination-file"}, "/s") ==
+          (V{"--enable-coordination-mode", "--coordination-file", "/s"}));
+    // the flag after --coordination-file is its value: the script never saw it as a flag
+    CHECK(with_coordination_file({"--coordination-file", "--enable-coordination-mode"}, "/s") ==
+          (V{"--coordination-file", "/s"}));
+    CHECK(with_coordination_file({"--coordination-file", "", "--coordination-file", "/b", "null"}, "/s") ==
+          (V{"null", "--coordination-file", "/s"}));
+    // --busy-gpus takes the next token as its value, even --coordination-file
+    CHECK(with_coordination_file({"--busy-gpus", "--coordination-file", "/x"}, "/s") ==
+          (V{"--busy-gpus", "--coordination-file", "/x", "--coordination-file", "/s"}));
+    CHECK_EQ(parse_script_args(with_coordination_file({"--busy-gpus", "--coordination-file", "/x"}, "/s"))
+                 .coordination_file, std::string("/s"));
+
     CHECK_EQ(suggest_flag("--enable-coord"), std::string("--enable-coordination-mode"));
     CHECK_EQ(suggest_flag("--enable-coor"), std::string("--enable-coordination-mode"));
     CHECK_EQ(suggest_flag("--coordina"), std::string("--coordination-file"));
