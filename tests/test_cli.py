@@ -1252,3 +1252,31 @@ def test_doctor_abbreviated_coordination_flag_is_an_error_saying_coordination_is
     assert "'--enable-coord'" in error["message"] and "coordination mode is OFF" in error["message"]
     assert error["fix"] == ("Write '--enable-coordination-mode' instead of '--enable-coord' in "
                             "external-resource.gpu.param.discovery-script.args.")
+
+
+# --- doctor reads conf/workers as every user-named file: an odd one is a warning naming it --------
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "too large"])
+def test_doctor_says_when_the_workers_file_is_not_a_readable_regular_file(tmp_path, kind):
+    from flink_gpu.regular_files import MAX_FILE_SIZE
+
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "flink-conf.yaml").write_text(gpu_conf(discovery_script_path=find_discovery_executable()))
+    (conf_dir / "slaves").write_text("node-a\nnode-a\n")  # not read: Flink reads workers
+    workers = conf_dir / "workers"
+    if kind == "too large":
+        with open(workers, "wb") as handle:
+            handle.truncate(MAX_FILE_SIZE + 1)  # sparse
+        reason = (f"The workers file {workers} is larger than 16 MiB, the most flink-gpu reads "
+                  "from one file.")
+    else:
+        _, what = make_odd_path(workers, kind)
+        reason = f"The workers file {workers} is {what}, not a regular file; give the path of a file."
+    proc = cli("doctor", conf_dir, "--simulate", "4", "--json", timeout=30)  # a FIFO read blocks
+    doc = json.loads(proc.stdout)
+    warning = only(doc, "taskmanagers", "warning")
+    assert warning["message"] == f"{reason} So doctor cannot tell how many TaskManagers share a host."
+    assert warning["fix"] == (f"Make {workers} a regular file with one TaskManager host per line, "
+                              "or pass --taskmanagers-per-host N.")
+    assert "cannot tell how many TaskManagers" in only(doc, "coordination", "note")["message"]
