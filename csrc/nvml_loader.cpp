@@ -1,9 +1,12 @@
 #include "nvml_loader.hpp"
 
+#include "file_kind.hpp"
 #include "glibc_compat.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <map>
@@ -193,18 +196,28 @@ struct LibraryRegistry {
 
     static NvmlLibrary* load(const std::string& path, Status* status) {
         using S = NvmlSymbol;
-        dlerror();
-        void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (handle == nullptr) {
+        const auto not_found = [&](const std::string& why) {
             status->code = StatusCode::kNvml;
             status->nvml_code = NVML_ERROR_LIBRARY_NOT_FOUND;
             status->function = "dlopen";
-            status->message = "Could not load the NVIDIA Management Library '" + path + "': " +
-                              dl_error_text() +
+            status->message = "Could not load the NVIDIA Management Library '" + path + "': " + why +
                               ". Install the NVIDIA driver on this host, or set FLINK_GPU_NVML_LIBRARY "
                               "(driver option nvml.library-path) to the path of its libnvidia-ml.so.1.";
             return nullptr;
+        };
+        // dlopen of a FIFO blocks until a writer comes, forever; of a device it may read without
+        // end. A path (one with a '/'; a bare name is searched for by the loader) that exists and
+        // is not a regular file is refused saying what it is; a missing one is left to dlopen's
+        // message. statx, not stat: stat@GLIBC_2.33 is beyond the manylinux_2_28 wheel.
+        struct statx file {};
+        if (path.find('/') != std::string::npos &&
+            statx(AT_FDCWD, path.c_str(), AT_STATX_SYNC_AS_STAT, STATX_TYPE, &file) == 0 &&
+            !S_ISREG(file.stx_mode)) {
+            return not_found("it is " + std::string(file_kind(file.stx_mode)) + ", not a regular file");
         }
+        dlerror();
+        void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (handle == nullptr) return not_found(dl_error_text());
         auto* lib = new NvmlLibrary();
         lib->path_ = path;
         lib->handle_ = handle;

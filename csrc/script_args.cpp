@@ -25,9 +25,18 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }  // namespace
 
 std::string suggest_flag(std::string_view token) {
+    constexpr const char* kFlags[] = {kEnableCoordinationFlag, kCoordinationFileFlag, kBusyGpusFlag};
+    // A shortened flag (--enable-coord) or one with something appended (--coordination-file=/x):
+    // no similarity threshold would catch both a short prefix and a long tail.
+    for (const char* flag : kFlags) {
+        const std::string_view f(flag);
+        const bool abbreviation = token.substr(0, 2) == "--" && 2 * token.size() >= f.size() &&
+                                  f.substr(0, token.size()) == token;
+        if (abbreviation || token.substr(0, f.size()) == f) return flag;
+    }
     const char* best = nullptr;
     std::size_t best_distance = 0;
-    for (const char* flag : {kEnableCoordinationFlag, kCoordinationFileFlag, kBusyGpusFlag}) {
+    for (const char* flag : kFlags) {
         const std::string_view f(flag);
         // A token far longer than every flag resembles none; no quadratic work for it.
         if (token.size() > 2 * f.size()) continue;
@@ -42,30 +51,82 @@ std::string suggest_flag(std::string_view token) {
     return best != nullptr ? best : "";
 }
 
-ScriptArgs parse_script_args(const std::vector<std::string>& tokens) {
-    ScriptArgs args;
-    args.coordination_file = coordination::kDefaultPath;
+namespace {
+
+// What each token is to the grammar: the one reading behind parse_script_args and
+// with_coordination_file.
+enum class Role { kEnable, kFileFlag, kFileValue, kBusyFlag, kBusyValue, kNull, kUnknown };
+
+std::vector<Role> token_roles(const std::vector<std::string>& tokens) {
+    std::vector<Role> roles;
+    roles.reserve(tokens.size());
     for (std::size_t i = 0; i < tokens.size(); ++i) {
         const std::string& token = tokens[i];
         if (token == kEnableCoordinationFlag) {
-            args.coordination_mode = true;
-        } else if (token == kCoordinationFileFlag) {
-            if (i + 1 < tokens.size() && !tokens[i + 1].empty()) {
-                args.coordination_file = tokens[i + 1];
-            } else {
-                args.coordination_file = coordination::kDefaultPath;
-                args.file_value_missing = true;
-            }
-            ++i;  // the value, even an empty one
-        } else if (token == kBusyGpusFlag) {
-            args.has_busy_gpus = true;
-            args.busy_gpus = i + 1 < tokens.size() ? tokens[i + 1] : std::string();
+            roles.push_back(Role::kEnable);
+        } else if (token == kCoordinationFileFlag || token == kBusyGpusFlag) {
+            const bool file = token == kCoordinationFileFlag;
+            roles.push_back(file ? Role::kFileFlag : Role::kBusyFlag);
+            // the next token is the value, whatever it is (even empty, even a flag)
+            if (i + 1 < tokens.size()) roles.push_back(file ? Role::kFileValue : Role::kBusyValue);
             ++i;
-        } else if (token != "null") {
-            args.unknown.push_back({token, suggest_flag(token)});
+        } else {
+            roles.push_back(token == "null" ? Role::kNull : Role::kUnknown);
+        }
+    }
+    return roles;
+}
+
+}  // namespace
+
+ScriptArgs parse_script_args(const std::vector<std::string>& tokens) {
+    ScriptArgs args;
+    args.coordination_file = coordination::kDefaultPath;
+    const std::vector<Role> roles = token_roles(tokens);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        const std::string& token = tokens[i];
+        const bool has_value = i + 1 < tokens.size() &&
+                               (roles[i + 1] == Role::kFileValue || roles[i + 1] == Role::kBusyValue);
+        switch (roles[i]) {
+            case Role::kEnable:
+                args.coordination_mode = true;
+                break;
+            case Role::kFileFlag:
+                // the last one counts; without a value (or an empty one) the file is the default
+                if (has_value && !tokens[i + 1].empty()) {
+                    args.coordination_file = tokens[i + 1];
+                } else {
+                    args.coordination_file = coordination::kDefaultPath;
+                    args.file_value_missing = true;
+                }
+                break;
+            case Role::kBusyFlag:
+                args.has_busy_gpus = true;
+                args.busy_gpus = has_value ? tokens[i + 1] : std::string();
+                break;
+            case Role::kUnknown:
+                args.unknown.push_back({token, suggest_flag(token)});
+                break;
+            case Role::kFileValue:
+            case Role::kBusyValue:
+            case Role::kNull:
+                break;
         }
     }
     return args;
+}
+
+std::vector<std::string> with_coordination_file(const std::vector<std::string>& tokens,
+                                                const std::string& path) {
+    const std::vector<Role> roles = token_roles(tokens);
+    std::vector<std::string> out;
+    out.reserve(tokens.size() + 2);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        if (roles[i] != Role::kFileFlag && roles[i] != Role::kFileValue) out.push_back(tokens[i]);
+    }
+    out.push_back(kCoordinationFileFlag);
+    out.push_back(path);
+    return out;
 }
 
 }  // namespace flinkgpu

@@ -35,8 +35,17 @@ struct ScriptArgs {
 
 ScriptArgs parse_script_args(const std::vector<std::string>& tokens);
 
-// The flag `token` is closest to when at least 60% alike (1 - edit distance / longer length),
-// else "". Catches Flink's documented typo --enable-coordination and dropped or doubled letters.
+// `tokens` with every --coordination-file and its value (as parse_script_args reads them: the
+// next token, whatever it is) removed and `--coordination-file path` appended, so that the
+// script uses `path`; everything else is kept in order.
+std::vector<std::string> with_coordination_file(const std::vector<std::string>& tokens,
+                                                const std::string& path);
+
+// The flag `token` probably meant, else "": the flag it abbreviates (a token starting with "--"
+// that begins a flag and keeps at least half of it: --enable-coord, --busy, not --enable), the
+// flag it begins with (--coordination-file=/x), or else the flag it is closest to when at least
+// 60% alike (1 - edit distance / longer length): Flink's documented typo --enable-coordination,
+// dropped or doubled letters.
 std::string suggest_flag(std::string_view token);
 
 }  // namespace flinkgpu

@@ -1358,3 +1358,71 @@ def test_doctor_reports_a_bad_busy_gpus_and_still_checks_the_gpus(tmp_path):
     error = only(doc, "driver", "error")
     assert "'busy-gpus': expected one of avoid, exclude, ignore" in error["message"]
     assert "4 GPUs" in only(doc, "gpu-count", "ok")["message"]
+
+
+# --- deeply nested YAML: refused naming the file and the limit, never a RecursionError ----------
+
+def test_doctor_and_resources_refuse_a_configuration_nested_too_deep(tmp_path):
+    conf = tmp_path / "config.yaml"  # 995 levels: under libyaml's own limit of 1000
+    conf.write_text("a: " + "{a: " * 994 + "1" + "}" * 994 + "\n")
+    expected = (f"The Flink configuration file {conf} nests mappings or lists more than 100 "
+                "levels deep (at line 1, column 400)")
+    proc = cli("resources", conf)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"flink-gpu resources: error: {expected}" in proc.stderr
+    proc = cli("doctor", "--simulate", "2", conf)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    assert expected in proc.stdout
+
+
+def test_resources_refuses_a_pod_template_nested_too_deep(tmp_path):
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(RESOURCES_CONF)
+    template = tmp_path / "pod.yaml"
+    template.write_text("metadata:\n  " + "{a: " * 989 + "1" + "}" * 989 + "\n")
+    proc = cli("resources", conf, "--pod-template", template)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert (f"flink-gpu resources: error: The pod template file {template} nests mappings or "
+            "lists more than 100 levels deep (at line 2, column 399)") in proc.stderr
+    doc = cli_json("resources", conf, "--pod-template", template, expect=1)
+    assert doc["error"]["type"] == "IllegalConfigurationException"
+
+
+# --- doctor: an abbreviated flag is the error that coordination mode is off ------------------------
+
+def test_doctor_abbreviated_coordination_flag_is_an_error_saying_coordination_is_off(tmp_path):
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=find_discovery_executable(),
+                                        discovery_script_args="--enable-coord"),
+                     "--taskmanagers-per-host", "1", expect=1)
+    error = only(doc, "args", "error")
+    assert "'--enable-coord'" in error["message"] and "coordination mode is OFF" in error["message"]
+    assert error["fix"] == ("Write '--enable-coordination-mode' instead of '--enable-coord' in "
+                            "external-resource.gpu.param.discovery-script.args.")
+
+
+# --- doctor reads conf/workers as every user-named file: an odd one is a warning naming it --------
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "too large"])
+def test_doctor_says_when_the_workers_file_is_not_a_readable_regular_file(tmp_path, kind):
+    from flink_gpu.regular_files import MAX_FILE_SIZE
+
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "flink-conf.yaml").write_text(gpu_conf(discovery_script_path=find_discovery_executable()))
+    (conf_dir / "slaves").write_text("node-a\nnode-a\n")  # not read: Flink reads workers
+    workers = conf_dir / "workers"
+    if kind == "too large":
+        with open(workers, "wb") as handle:
+            handle.truncate(MAX_FILE_SIZE + 1)  # sparse
+        reason = (f"The workers file {workers} is larger than 16 MiB, the most flink-gpu reads "
+                  "from one file.")
+    else:
+        _, what = make_odd_path(workers, kind)
+        reason = f"The workers file {workers} is {what}, not a regular file; give the path of a file."
+    proc = cli("doctor", conf_dir, "--simulate", "4", "--json", timeout=30)  # a FIFO read blocks
+    doc = json.loads(proc.stdout)
+    warning = only(doc, "taskmanagers", "warning")
+    assert warning["message"] == f"{reason} So doctor cannot tell how many TaskManagers share a host."
+    assert warning["fix"] == (f"Make {workers} a regular file with one TaskManager host per line, "
+                              "or pass --taskmanagers-per-host N.")
+    assert "cannot tell how many TaskManagers" in only(doc, "coordination", "note")["message"]

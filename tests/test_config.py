@@ -577,10 +577,19 @@ def test_load_configuration_file_returns_the_skipped_lines(tmp_path):
 _scalar = st.sampled_from(["1", "x", "'q'", "true", "~", "2.5", "[]", "{}"])
 
 
+def nested(levels, innermost="1"):
+    """A flow value of ``levels`` mappings and lists around ``innermost``."""
+    return ("".join("{n: " if level % 2 == 0 else "[" for level in range(levels)) + innermost
+            + "".join("}" if level % 2 == 0 else "]" for level in reversed(range(levels))))
+
+
 @st.composite
 def yaml_with_aliases(draw):
     """A document of nested flow collections whose values include aliases of earlier, enclosing
-    or later anchors (so: recursion, undefined aliases, re-defined anchors, bombs)."""
+    or later anchors (so: recursion, undefined aliases, re-defined anchors, bombs), some of them
+    nested around the flink-gpu limit, or libyaml's own of 1000 levels.
+
+    Returns the text and the levels of its deepest key's nesting, aliases left out."""
     anchors = draw(st.lists(st.sampled_from("abcd"), max_size=4))
 
     def value(depth):
@@ -595,14 +604,21 @@ def yaml_with_aliases(draw):
             item = f"&{draw(st.sampled_from(anchors))} {item}"
         return st.just(item)
 
-    keys = draw(st.integers(1, 6))
-    return "".join(f"key{n}: {draw(value(0))}\n" for n in range(keys))
+    lines, deepest = [], 0
+    for n in range(draw(st.integers(1, 6))):
+        levels = draw(st.one_of(st.just(0), st.integers(95, 105), st.integers(990, 1010)))
+        deepest = max(deepest, levels)
+        lines.append(f"key{n}: {nested(levels, draw(value(0)))}\n")
+    return "".join(lines), deepest
 
 
 @given(yaml_with_aliases())
-def test_yaml_with_aliases_gives_a_configuration_or_a_clear_error(tmp_path_factory, text):
+def test_yaml_with_aliases_gives_a_configuration_or_a_clear_error(tmp_path_factory, document):
     import time
 
+    from flink_gpu.config_files import MAX_NESTING_DEPTH
+
+    text, levels = document
     conf = tmp_path_factory.mktemp("alias") / "config.yaml"
     write(conf, text)
     start = time.monotonic()
@@ -611,7 +627,57 @@ def test_yaml_with_aliases_gives_a_configuration_or_a_clear_error(tmp_path_facto
     except IllegalConfigurationException as error:
         assert str(conf) in str(error)
     else:
+        assert 1 + levels <= MAX_NESTING_DEPTH  # the top-level mapping is a level too
         assert isinstance(config, Configuration)
         for key in config:
-            config.get_string(key)  # every value renders
+            try:
+                config.get_string(key)  # every value renders, or is refused naming its key
+            except IllegalConfigurationException as error:
+                assert f"Could not read key '{key}'" in str(error)
     assert time.monotonic() - start < 2
+
+
+def test_a_configuration_nested_deeper_than_the_limit_is_refused_naming_it(tmp_path):
+    from flink_gpu.config_files import MAX_NESTING_DEPTH
+
+    assert MAX_NESTING_DEPTH == 100
+    mappings = "a: " + "{a: " * 99 + "1" + "}" * 99 + "\n"  # 100 levels with the top level
+    conf = write(tmp_path / "config.yaml", mappings)
+    assert Configuration.from_yaml(conf).get("a" + ".a" * 99) == 1
+    for text, where in ((f"a: {nested(100)}\n", "line 1, column 253"),
+                        ("a: " + "{a: " * 994 + "1" + "}" * 994 + "\n", "line 1, column 400"),
+                        # an alias nests as deep as the value it names
+                        (f"x: &x {nested(60)}\ny: {nested(40, '*x')}\n", "line 2, column 104")):
+        write(conf, text)
+        with pytest.raises(IllegalConfigurationException) as error:
+            Configuration.from_yaml(conf)
+        assert str(error.value) == (
+            f"The Flink configuration file {conf} nests mappings or lists more than 100 levels "
+            f"deep (at {where}), the most flink-gpu reads. Nest fewer levels.")
+
+
+def test_a_mapping_nested_any_depth_is_flattened():
+    data = value = {}
+    for _ in range(5000):  # far deeper than Python's recursion limit
+        value["a"] = value = {}
+    value["b"] = 1
+    assert Configuration(data).to_dict() == {"a." * 5000 + "b": 1}
+
+
+# --- a value whose rendering Flink's quoting would blow up -------------------------------------
+
+def test_a_value_that_renders_beyond_the_limit_is_refused_naming_its_key(tmp_path):
+    # each level of list nesting doubles the quotes: 60 levels would render to 2**60 characters
+    from flink_gpu.config_options import MAX_RENDERED_LENGTH
+
+    conf = tmp_path / "config.yaml"
+    write(conf, "external-resources: " + "[" * 60 + "\"'\"" + "]" * 60 + "\n")
+    config = Configuration.from_yaml(conf)
+    with pytest.raises(IllegalConfigurationException) as error:
+        config.get_string("external-resources")
+    assert str(error.value).startswith("Could not read key 'external-resources': The value renders "
+                                       f"to more than {MAX_RENDERED_LENGTH} characters")
+    from flink_gpu.framework import EXTERNAL_RESOURCE_LIST
+
+    with pytest.raises(IllegalConfigurationException, match="Could not read key 'external-resources'"):
+        config.get(EXTERNAL_RESOURCE_LIST)

@@ -51,6 +51,14 @@ def test_unknown_tokens_are_noted_on_stderr_only(runners):
     assert "--enable-coordination" in proc.stderr and "did you mean --enable-coordination-mode" in proc.stderr
 
 
+def test_an_abbreviated_flag_gets_the_flag_suggested_on_stderr(runners):
+    command, env = runners["ours"]
+    proc = subprocess.run([*command, "2", "--enable-coord"], env=env, capture_output=True, text=True)
+    assert proc.stdout == "0,1\n"
+    assert ("ignoring unknown argument '--enable-coord' (did you mean --enable-coordination-mode?)"
+            in proc.stderr)
+
+
 def test_an_unrelated_unknown_token_lists_the_known_flags_on_stderr(runners):
     command, env = runners["ours"]
     proc = subprocess.run([*command, "2", "--verbose"], env=env, capture_output=True, text=True)

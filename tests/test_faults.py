@@ -157,6 +157,18 @@ def test_drop_in_executable_with_a_missing_library(discovery_exe, tmp_path):
     assert str(tmp_path / "no" / "libnvidia-ml.so.1") in proc.stderr and "FLINK_GPU_NVML_LIBRARY" in proc.stderr
 
 
+def test_drop_in_executable_and_cli_refuse_a_library_path_naming_a_fifo(discovery_exe, tmp_path):
+    fifo, _ = make_odd_path(tmp_path / "libnvidia-ml.so.1", "fifo")  # dlopen of it would block
+    env = child_env()
+    env["FLINK_GPU_NVML_LIBRARY"] = str(fifo)
+    expected = (f"Could not load the NVIDIA Management Library '{fifo}': it is a FIFO (named "
+                "pipe), not a regular file.")
+    for argv in ([discovery_exe, "1"], [sys.executable, "-m", "flink_gpu.cli", "list"]):
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+        assert expected in proc.stderr and "Traceback" not in proc.stderr
+
+
 FAULTY = {"devices": [{}, {"fault": "NO_PERMISSION"}, {"fault": "GPU_IS_LOST"}, {}]}
 
 
@@ -848,23 +860,44 @@ def _load_configuration_file(path):
     return load_configuration_file(path, legacy=False)
 
 
+def _nvml_driver(path):
+    from flink_gpu import GPUDriver
+
+    return GPUDriver({"discovery-mode": "nvml", "nvml.library-path": str(path)})
+
+
+def _regular_file_refusal(what):
+    return OSError, (lambda path, description:
+                     f"The {what} {path} is {description}, not a regular file; give the path of a file.")
+
+
+# dlopen of a FIFO blocks until a writer comes: the NVML loader refuses it as library-not-found
+_NVML_REFUSAL = (flink_gpu.NvmlError, lambda path, description: (
+    f"Could not load the NVIDIA Management Library '{path}': it is {description}, not a regular "
+    "file. Install the NVIDIA driver on this host, or set FLINK_GPU_NVML_LIBRARY (driver option "
+    "nvml.library-path) to the path of its libnvidia-ml.so.1."))
+
 _READERS = {
     "Configuration.from_yaml": (lambda path: Configuration.from_yaml(path, legacy=False),
-                                "Flink configuration file"),
+                                _regular_file_refusal("Flink configuration file")),
     "Configuration.from_yaml legacy": (lambda path: Configuration.from_yaml(path, legacy=True),
-                                       "Flink configuration file"),
-    "load_configuration_file": (_load_configuration_file, "Flink configuration file"),
-    "load_external_resources": (load_external_resources, "Flink configuration file"),
-    "merge_into_pod_template": (_read_pod_template, "pod template file"),
-    "simulator.read_spec": (simulator.read_spec, "simulator spec file"),
-    "simulator.environment": (lambda path: simulator.environment(spec=path), "simulator spec file"),
+                                       _regular_file_refusal("Flink configuration file")),
+    "load_configuration_file": (_load_configuration_file,
+                                _regular_file_refusal("Flink configuration file")),
+    "load_external_resources": (load_external_resources,
+                                _regular_file_refusal("Flink configuration file")),
+    "merge_into_pod_template": (_read_pod_template, _regular_file_refusal("pod template file")),
+    "simulator.read_spec": (simulator.read_spec, _regular_file_refusal("simulator spec file")),
+    "simulator.environment": (lambda path: simulator.environment(spec=path),
+                              _regular_file_refusal("simulator spec file")),
+    "GPUDriver nvml.library-path": (_nvml_driver, _NVML_REFUSAL),
 }
 
 
 @pytest.mark.parametrize("kind", ["fifo", "directory", "socket", "device"])
 @pytest.mark.parametrize("reader", sorted(_READERS))
 def test_every_reader_refuses_a_path_that_is_not_a_regular_file_at_once(tmp_path, reader, kind):
-    read, what = _READERS[reader]
+    read, (error_type, expected) = _READERS[reader]
     path, description = _odd_path(tmp_path, kind)
     if kind == "directory" and reader.startswith(("Configuration", "load_")):
         (path / "config.yaml").mkdir()  # a directory is a conf directory: its file is the odd one
@@ -879,14 +912,14 @@ def test_every_reader_refuses_a_path_that_is_not_a_regular_file_at_once(tmp_path
     previous = signal.signal(signal.SIGALRM, blocked)
     signal.alarm(10)
     try:
-        with pytest.raises(OSError) as error:
+        with pytest.raises(error_type) as error:
             read(read_path)
     except _Blocked:
         pytest.fail(f"{reader} blocked on {description} {path}")
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-    assert str(error.value) == f"The {what} {path} is {description}, not a regular file; give the path of a file."
+    assert str(error.value) == expected(path, description)
 
 
 def test_flink_conf_dir_naming_a_fifo_does_not_block_pyflink(tmp_path):

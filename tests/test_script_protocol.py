@@ -5,7 +5,7 @@ import logging
 
 from flink_gpu import coordination
 from flink_gpu.script_protocol import (BUSY_GPUS_FLAG, COORDINATION_FILE_FLAG, ENABLE_COORDINATION_FLAG, SCRIPT_FLAGS,
-                                       ScriptArgs, exec_tokens, parse_script_args)
+                                       ScriptArgs, exec_tokens, parse_script_args, with_coordination_file)
 
 DEFAULT = coordination.DEFAULT_PATH
 LOGGER = "flink_gpu.script_protocol"
@@ -47,6 +47,15 @@ def test_docs_typo_gets_a_warn_naming_the_right_flag(caplog):
     assert "Did you mean '--enable-coordination-mode'?" in record.getMessage()
 
 
+def test_an_abbreviated_or_extended_flag_is_suggested(caplog):
+    with caplog.at_level(logging.WARNING, LOGGER):
+        parsed = parse_script_args("--enable-coord --coordination-file=/f --busy --enable")
+    assert parsed.unknown == ("--enable-coord", "--coordination-file=/f", "--busy", "--enable")
+    assert parsed.suggestions == (ENABLE_COORDINATION_FLAG, COORDINATION_FILE_FLAG, BUSY_GPUS_FLAG,
+                                  None)  # --enable keeps under half the flag: too little to tell
+    assert "Did you mean '--enable-coordination-mode'?" in caplog.records[0].getMessage()
+
+
 def test_unrelated_token_gets_a_warn_listing_the_flags(caplog):
     with caplog.at_level(logging.WARNING, LOGGER):
         parsed = parse_script_args("--verbose")
@@ -73,3 +82,21 @@ def test_warn_false_parses_silently(caplog):
         parsed = parse_script_args("--verbose --coordination-file", warn=False)
     assert parsed == ScriptArgs(False, DEFAULT, ("--verbose",), (None,), True)
     assert caplog.records == []
+
+
+def test_with_coordination_file_replaces_the_file_as_the_grammar_reads_it():
+    assert with_coordination_file([], "/s") == ["--coordination-file", "/s"]
+    assert with_coordination_file(["null"], "/s") == ["null", "--coordination-file", "/s"]
+    assert with_coordination_file(
+        ["--enable-coordination-mode", "--coordination-file", "/x", "--foo"], "/s") == [
+        "--enable-coordination-mode", "--foo", "--coordination-file", "/s"]
+    # a trailing --coordination-file without a value
+    assert with_coordination_file(["--enable-coordination-mode", "--coordination-file"], "/s") == [
+        "--enable-coordination-mode", "--coordination-file", "/s"]
+    # the flag after --coordination-file is its path, as the stock script takes it: mode stays off
+    tokens = with_coordination_file(["--coordination-file", "--enable-coordination-mode"], "/s")
+    assert tokens == ["--coordination-file", "/s"]
+    assert parse_script_args(" ".join(tokens)) == ScriptArgs(False, "/s", ())
+    # --busy-gpus takes the next token, even --coordination-file, so that one is no flag
+    assert with_coordination_file(["--busy-gpus", "--coordination-file", "/x"], "/s") == [
+        "--busy-gpus", "--coordination-file", "/x", "--coordination-file", "/s"]

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "../file_kind.hpp"
+
 namespace simjson {
 
 struct Value {
@@ -182,16 +184,6 @@ private:
 // The most bytes read from a spec file (as flink_gpu.regular_files.MAX_FILE_SIZE).
 constexpr size_t kMaxFileSize = 16u << 20;
 
-// What a path that is not a regular file is, for the message.
-inline const char* file_kind(mode_t mode) {
-    if (S_ISDIR(mode)) return "a directory";
-    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-    if (S_ISSOCK(mode)) return "a socket";
-    if (S_ISCHR(mode)) return "a character device";
-    if (S_ISBLK(mode)) return "a block device";
-    return "not a regular file";
-}
-
 // Reads a regular file of at most kMaxFileSize bytes. A FIFO or device is refused before it is
 // read (a FIFO without a writer would block, /dev/zero never ends): it is opened O_NONBLOCK and
 // checked on the open descriptor. statx, not stat/fstat: those are GLIBC_2.33 symbols, beyond
@@ -203,7 +195,7 @@ inline bool read_regular_file(const char* path, std::string* text, std::string* 
         return false;
     }
     if (!S_ISREG(status.stx_mode)) {
-        *error = std::string("it is ") + file_kind(status.stx_mode) + ", not a regular file";
+        *error = std::string("it is ") + flinkgpu::file_kind(status.stx_mode) + ", not a regular file";
         return false;
     }
     const int fd = ::open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
@@ -215,7 +207,7 @@ inline bool read_regular_file(const char* path, std::string* text, std::string* 
     if (!ok) {
         *error = std::string("cannot read the file: ") + std::strerror(errno);
     } else if (!S_ISREG(status.stx_mode)) {  // replaced between statx and open
-        *error = std::string("it is ") + file_kind(status.stx_mode) + ", not a regular file";
+        *error = std::string("it is ") + flinkgpu::file_kind(status.stx_mode) + ", not a regular file";
         ok = false;
     }
     char buf[4096];

@@ -4,13 +4,16 @@
 
 #include <dlfcn.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "check.hpp"
 
@@ -52,6 +55,31 @@ int main() {
     CHECK_EQ(status.nvml_code, static_cast<int>(NVML_ERROR_LIBRARY_NOT_FOUND));
     CHECK_EQ(status.function, std::string("dlopen"));
     CHECK(status.message.find("/nonexistent/libnvidia-ml.so.1") != std::string::npos);
+
+    // A path that is not a regular file is refused saying what it is, without dlopen: dlopen of a
+    // FIFO without a writer blocks forever. A bare name is left to the loader's search.
+    {
+        char dir_template[] = "/tmp/flinkgpu-loader-XXXXXX";
+        const char* dir = mkdtemp(dir_template);
+        CHECK(dir != nullptr);
+        const std::string fifo = std::string(dir) + "/libnvidia-ml.so.1";
+        CHECK_EQ(mkfifo(fifo.c_str(), 0600), 0);
+        alarm(10);  // a blocked dlopen ends the test (SIGALRM) instead of hanging it
+        for (const auto& [path, kind] : {std::pair<std::string, std::string>{fifo, "a FIFO (named pipe)"},
+                                         {dir, "a directory"}, {"/dev/null", "a character device"}}) {
+            CHECK(NvmlLibrary::acquire(path, &status) == nullptr);
+            CHECK(status.code == StatusCode::kNvml);
+            CHECK_EQ(status.nvml_code, static_cast<int>(NVML_ERROR_LIBRARY_NOT_FOUND));
+            CHECK_EQ(status.function, std::string("dlopen"));
+            CHECK(status.message.find("Could not load the NVIDIA Management Library '" + path + "': it is " +
+                                      kind + ", not a regular file.") == 0);
+            CHECK(NvmlLibrary::probe(path, &status) == nullptr);
+            CHECK_EQ(status.nvml_code, static_cast<int>(NVML_ERROR_LIBRARY_NOT_FOUND));
+        }
+        alarm(0);
+        CHECK_EQ(unlink(fifo.c_str()), 0);
+        CHECK_EQ(rmdir(dir), 0);
+    }
 
     // Not an NVML library at all: libc.
     CHECK(NvmlLibrary::acquire("libc.so.6", &status) == nullptr);

@@ -10,6 +10,7 @@
 
 using flinkgpu::parse_script_args;
 using flinkgpu::suggest_flag;
+using flinkgpu::with_coordination_file;
 using V = std::vector<std::string>;
 
 namespace {
@@ -75,6 +76,33 @@ int main() {
     CHECK_EQ(suggest_flag("--coordination_file"), std::string("--coordination-file"));
     CHECK_EQ(suggest_flag("--busy-gpu"), std::string("--busy-gpus"));
     CHECK_EQ(suggest_flag("--busygpus"), std::string("--busy-gpus"));
+    // abbreviations keeping half the flag, and a flag with something appended
+    // The coordination file replaced, as parse_script_args reads the flag and its value.
+    CHECK(with_coordination_file({}, "/s") == (V{"--coordination-file", "/s"}));
+    CHECK(with_coordination_file({"--enable-coordination-mode", "--coordination-file", "/x", "--foo"}, "/s") ==
+          (V{"--enable-coordination-mode", "--foo", "--coordination-file", "/s"}));
+    CHECK(with_coordination_file({"--enable-coordination-mode", "--coordination-file"}, "/s") ==
+          (V{"--enable-coordination-mode", "--coordination-file", "/s"}));
+    // the flag after --coordination-file is its value: the script never saw it as a flag
+    CHECK(with_coordination_file({"--coordination-file", "--enable-coordination-mode"}, "/s") ==
+          (V{"--coordination-file", "/s"}));
+    CHECK(with_coordination_file({"--coordination-file", "", "--coordination-file", "/b", "null"}, "/s") ==
+          (V{"null", "--coordination-file", "/s"}));
+    // --busy-gpus takes the next token as its value, even --coordination-file
+    CHECK(with_coordination_file({"--busy-gpus", "--coordination-file", "/x"}, "/s") ==
+          (V{"--busy-gpus", "--coordination-file", "/x", "--coordination-file", "/s"}));
+    CHECK_EQ(parse_script_args(with_coordination_file({"--busy-gpus", "--coordination-file", "/x"}, "/s"))
+                 .coordination_file, std::string("/s"));
+
+    CHECK_EQ(suggest_flag("--enable-coord"), std::string("--enable-coordination-mode"));
+    CHECK_EQ(suggest_flag("--enable-coor"), std::string("--enable-coordination-mode"));
+    CHECK_EQ(suggest_flag("--coordina"), std::string("--coordination-file"));
+    CHECK_EQ(suggest_flag("--busy"), std::string("--busy-gpus"));
+    CHECK_EQ(suggest_flag("--coordination-file=/tmp/x"), std::string("--coordination-file"));
+    CHECK_EQ(suggest_flag("--enable-coordination-mode-please"), std::string("--enable-coordination-mode"));
+    CHECK_EQ(suggest_flag("--busy-gpus=0,1"), std::string("--busy-gpus"));
+    CHECK_EQ(suggest_flag("--enable-coo"), std::string(""));  // under half: 11 of 26
+    CHECK_EQ(suggest_flag("enable-coordination"), std::string("--enable-coordination-mode"));  // similar
     CHECK_EQ(suggest_flag("--verbose"), std::string(""));
     CHECK_EQ(suggest_flag("--enable"), std::string(""));
     CHECK_EQ(suggest_flag(""), std::string(""));

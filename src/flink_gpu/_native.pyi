@@ -24,6 +24,9 @@ def parse_script_args(tokens: Iterable[str]) -> Tuple[bool, str, bool, List[Tupl
     """(coordination mode, coordination file, file value missing, [(unknown token, suggested flag)],
     --busy-gpus value or None)."""
 
+def with_coordination_file(tokens: Iterable[str], path: str) -> List[str]:
+    """The tokens with their --coordination-file and its value replaced by ``--coordination-file path``."""
+
 class NvmlDevice:
     @property
     def index(self) -> int: ...

@@ -185,6 +185,8 @@ cdef extern from "script_args.hpp" namespace "flinkgpu" nogil:
         vector[UnknownToken] unknown
 
     CScriptArgs parse_script_args_cpp "flinkgpu::parse_script_args"(const vector[string]& tokens) except +
+    vector[string] with_coordination_file_cpp "flinkgpu::with_coordination_file"(
+        const vector[string]& tokens, const string& path) except +
 
 
 # --- text helpers ------------------------------------------------------------------------------
@@ -269,19 +271,30 @@ SCRIPT_FLAGS = (kEnableCoordinationFlag.decode("ascii"), kCoordinationFileFlag.d
                 kBusyGpusFlag.decode("ascii"))
 
 
-def parse_script_args(tokens):
-    """The stock script's reading of the tokens after the amount (plus our --busy-gpus):
-    (coordination mode, coordination file, file value missing, [(unknown token, suggested flag or None)],
-    busy-gpus value or None when the flag is absent ("" when it has no value))."""
+cdef vector[string] _script_tokens(tokens) except *:
     cdef vector[string] encoded
     for token in tokens:
         if not isinstance(token, str):
             raise TypeError(f"a discovery script argument must be a str, got {type(token).__name__}: {token!r}")
         encoded.push_back(_utf8(token))
-    cdef CScriptArgs parsed = parse_script_args_cpp(encoded)
+    return encoded
+
+
+def parse_script_args(tokens):
+    """The stock script's reading of the tokens after the amount (plus our --busy-gpus):
+    (coordination mode, coordination file, file value missing, [(unknown token, suggested flag or None)],
+    busy-gpus value or None when the flag is absent ("" when it has no value))."""
+    cdef CScriptArgs parsed = parse_script_args_cpp(_script_tokens(tokens))
     return (parsed.coordination_mode, _text(parsed.coordination_file), parsed.file_value_missing,
             [(_text(u.token), _text(u.suggestion) if not u.suggestion.empty() else None) for u in parsed.unknown],
             _text(parsed.busy_gpus) if parsed.has_busy_gpus else None)
+
+
+def with_coordination_file(tokens, str path not None):
+    """The tokens with every --coordination-file and its value (the next token, whatever it is)
+    removed and ``--coordination-file path`` appended; the rest kept in order."""
+    cdef vector[string] replaced = with_coordination_file_cpp(_script_tokens(tokens), _utf8(path))
+    return [_text(token) for token in replaced]
 
 
 # --- errors ------------------------------------------------------------------------------------

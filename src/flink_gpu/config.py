@@ -15,8 +15,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from flink_gpu.config_files import flatten_nested_keys, load_configuration_file
-from flink_gpu.config_options import (ConfigOption, Duration, config_option, convert_value,
-                                      to_java_string)
+from flink_gpu.config_options import (ConfigOption, Duration, ValueTooLongError, config_option,
+                                      convert_value, to_java_string)
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.options_splitter import split_escaped
 
@@ -84,6 +84,9 @@ class Configuration:
             return list(value) if isinstance(value, list) else value  # never hand out a shared list
         try:
             return convert_value(raw, key_or_option.type)
+        except ValueTooLongError as cause:
+            raise IllegalConfigurationException(
+                f"Could not read key '{self._prefix + key}': {cause}") from None
         except ValueError as cause:
             raise IllegalConfigurationException(
                 f"Could not parse value '{to_java_string(raw)}' for key '{self._prefix + key}'. "
@@ -92,7 +95,13 @@ class Configuration:
     def get_string(self, key: str | ConfigOption, default: str | None = None) -> str | None:
         """The value rendered as Flink would (``2`` → ``"2"``, lists joined with ``;``)."""
         present, raw = self._raw(_key_of(key))
-        return to_java_string(raw) if present else default
+        if not present:
+            return default
+        try:
+            return to_java_string(raw)
+        except ValueTooLongError as cause:
+            raise IllegalConfigurationException(
+                f"Could not read key '{self._prefix + _key_of(key)}': {cause}") from None
 
     def contains(self, key_or_option: str | ConfigOption) -> bool:
         return self._raw(_key_of(key_or_option))[0]

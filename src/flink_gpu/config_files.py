@@ -5,7 +5,8 @@ Every file is read through :func:`flink_gpu.regular_files.read_regular_file` (a 
 bounded size, never blocking), and YAML aliases are bounded as Flink's YAML loader bounds them:
 an alias that makes a value contain itself, more than :data:`MAX_COLLECTION_ALIASES` aliases of
 mappings or lists, or aliases that expand to more than :data:`MAX_ALIAS_EXPANSION` values are
-refused before anything is built.
+refused before anything is built, as are collections nested more than :data:`MAX_NESTING_DEPTH`
+deep (aliases included).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.regular_files import read_regular_file
 
 __all__ = ["CONFIGURATION_FILE_NAMES", "MAX_ALIAS_EXPANSION", "MAX_COLLECTION_ALIASES",
-           "ConfigurationFile", "SkippedLine", "find_configuration_file", "flatten_nested_keys",
+           "MAX_NESTING_DEPTH", "ConfigurationFile", "SkippedLine", "find_configuration_file", "flatten_nested_keys",
            "load_configuration_file", "read_yaml_mapping"]
 
 LOG = logging.getLogger("flink_gpu.config")
@@ -36,6 +37,12 @@ MAX_COLLECTION_ALIASES = 50
 
 MAX_ALIAS_EXPANSION = 100_000
 """Values that aliases may add to a document once expanded: 50 aliases still nest to 2^25 values."""
+
+MAX_NESTING_DEPTH = 100
+"""Mappings and lists one document may nest (the top-level mapping is one level): Flink
+configurations and pod templates nest a dozen levels at most, while a document nested a thousand
+deep (libyaml's own limit) would exhaust the stack of whatever walks it recursively later
+(``json.dumps``, ``copy.deepcopy``)."""
 
 _WHAT = "Flink configuration file"
 
@@ -140,24 +147,30 @@ def _parse_legacy(file: str, content: bytes) -> tuple[dict, tuple[SkippedLine, .
 def flatten_nested_keys(data: Mapping) -> dict[str, object]:
     """Nested mappings become dotted keys (Flink 2.x ``config.yaml``); ``None`` means unset.
 
-    A mapping that contains itself raises ``IllegalConfigurationException`` naming the key.
+    A mapping that contains itself raises ``IllegalConfigurationException`` naming the key. Any
+    depth is flattened: the walk keeps its own stack instead of recursing.
     """
     out: dict[str, object] = {}
-    _flatten(data, "", out, (id(data),))
+    # one (items left, key prefix, id) per open mapping; `open_ids` are the mappings on that path
+    stack = [(iter(data.items()), "", id(data))]
+    open_ids = {id(data)}
+    while stack:
+        items, prefix, _ = stack[-1]
+        for key, value in items:
+            flat_key = prefix + to_java_string(key)
+            if isinstance(value, Mapping):
+                if id(value) in open_ids:
+                    raise IllegalConfigurationException(
+                        f"The configuration value at key '{flat_key}' contains itself; a "
+                        f"configuration must be a tree of mappings.")
+                stack.append((iter(value.items()), flat_key + ".", id(value)))
+                open_ids.add(id(value))
+                break  # depth first, in the mapping's order, as a recursive walk would
+            if value is not None:
+                out[flat_key] = value
+        else:
+            open_ids.discard(stack.pop()[2])
     return out
-
-
-def _flatten(data: Mapping, prefix: str, out: dict[str, object], ancestors: tuple) -> None:
-    for key, value in data.items():
-        flat_key = prefix + to_java_string(key)
-        if isinstance(value, Mapping):
-            if id(value) in ancestors:
-                raise IllegalConfigurationException(
-                    f"The configuration value at key '{flat_key}' contains itself; a "
-                    f"configuration must be a tree of mappings.")
-            _flatten(value, flat_key + ".", out, (*ancestors, id(value)))
-        elif value is not None:
-            out[flat_key] = value
 
 
 _CORE_LOADER = None
@@ -208,7 +221,9 @@ def read_yaml_mapping(path: str | os.PathLike, what: str, expected: str, loader=
 
     Errors name the file as ``what`` ("Flink configuration file", "pod template file"), the line and
     column of bad YAML or of a refused alias, and what was ``expected`` at the top level instead of
-    what was found. The file is read as :func:`~flink_gpu.regular_files.read_regular_file` reads.
+    what was found. The file is read as :func:`~flink_gpu.regular_files.read_regular_file` reads;
+    a document nested more than :data:`MAX_NESTING_DEPTH` levels deep or with aliases beyond the
+    limits of the module's description is refused.
     """
     import yaml
 
@@ -216,8 +231,7 @@ def read_yaml_mapping(path: str | os.PathLike, what: str, expected: str, loader=
     content = read_regular_file(path, what)
     loader = loader or getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        if b"*" in content:  # an alias needs a '*': without one there is nothing to expand
-            _check_aliases(yaml.parse(content, Loader=loader), path, what)
+        _check_events(yaml.parse(content, Loader=loader), path, what)
         document = yaml.load(content, Loader=loader)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
@@ -241,64 +255,80 @@ def read_yaml_mapping(path: str | os.PathLike, what: str, expected: str, loader=
 
 
 class _Anchor:
-    __slots__ = ("size", "collection", "open")
+    __slots__ = ("size", "depth", "collection", "open")
 
     def __init__(self, collection: bool) -> None:
         self.size = 1
+        self.depth = 0  # the levels of collections the anchored value nests, itself included
         self.collection = collection
         self.open = collection
 
 
-def _check_aliases(events, path: str, what: str) -> None:
-    """Refuse recursive aliases and alias bombs from the parser's events, before anything is
-    built: each anchor's expanded size is counted once, so a bomb costs its length, not 2^n."""
+def _check_events(events, path: str, what: str) -> None:
+    """Refuse deep nesting, recursive aliases and alias bombs from the parser's events, before
+    anything is built: each anchor's expanded size and depth are counted once, so a bomb costs its
+    length, not 2^n, and an alias nests as deep as the value it names."""
     import yaml
 
     anchors: dict[str, _Anchor] = {}
-    frames: list[list] = []  # [values so far, _Anchor | None] of each open mapping or list
+    frames: list[list] = []  # [values so far, _Anchor | None, levels nested] per open collection
     collection_aliases = expansion = 0
     for event in events:
-        where = f"line {event.start_mark.line + 1}, column {event.start_mark.column + 1}"
         if isinstance(event, yaml.AliasEvent):
             anchor = anchors.get(event.anchor)
             if anchor is None:
                 continue  # undefined: the loader reports it with its position
             if anchor.open:
                 raise IllegalConfigurationException(
-                    f"The {what} {path} has a recursive alias *{event.anchor} at {where}: the "
-                    f"value anchored &{event.anchor} would contain itself. Write the values out "
-                    f"instead of the alias.")
+                    f"The {what} {path} has a recursive alias *{event.anchor} at {_where(event)}: "
+                    f"the value anchored &{event.anchor} would contain itself. Write the values "
+                    f"out instead of the alias.")
             if anchor.collection:
                 collection_aliases += 1
                 if collection_aliases > MAX_COLLECTION_ALIASES:
                     raise IllegalConfigurationException(
                         f"The {what} {path} has more than {MAX_COLLECTION_ALIASES} aliases of "
-                        f"mappings or lists (at {where}), the limit of Flink's YAML loader. Write "
-                        f"the values out instead of the aliases.")
+                        f"mappings or lists (at {_where(event)}), the limit of Flink's YAML "
+                        f"loader. Write the values out instead of the aliases.")
+                _check_depth(len(frames) + anchor.depth, event, path, what)
             expansion += anchor.size
             if expansion > MAX_ALIAS_EXPANSION:
                 raise IllegalConfigurationException(
                     f"The aliases of the {what} {path} expand to more than "
-                    f"{MAX_ALIAS_EXPANSION} values (at {where}), the limit flink-gpu reads. Write "
-                    f"the values out instead of the aliases.")
+                    f"{MAX_ALIAS_EXPANSION} values (at {_where(event)}), the limit flink-gpu "
+                    f"reads. Write the values out instead of the aliases.")
             if frames:
                 frames[-1][0] += anchor.size
+                frames[-1][2] = max(frames[-1][2], 1 + anchor.depth)
         elif isinstance(event, yaml.ScalarEvent):
             if event.anchor is not None:
                 anchors[event.anchor] = _Anchor(collection=False)
             if frames:
                 frames[-1][0] += 1
         elif isinstance(event, yaml.CollectionStartEvent):
+            _check_depth(len(frames) + 1, event, path, what)
             anchor = None
             if event.anchor is not None:
                 anchor = anchors[event.anchor] = _Anchor(collection=True)
-            frames.append([1, anchor])
+            frames.append([1, anchor, 1])
         elif isinstance(event, yaml.CollectionEndEvent):
-            size, anchor = frames.pop()
+            size, anchor, depth = frames.pop()
             if anchor is not None:
-                anchor.size, anchor.open = size, False
+                anchor.size, anchor.depth, anchor.open = size, depth, False
             if frames:
                 frames[-1][0] += size
+                frames[-1][2] = max(frames[-1][2], 1 + depth)
+
+
+def _where(event) -> str:
+    return f"line {event.start_mark.line + 1}, column {event.start_mark.column + 1}"
+
+
+def _check_depth(depth: int, event, path: str, what: str) -> None:
+    if depth > MAX_NESTING_DEPTH:
+        raise IllegalConfigurationException(
+            f"The {what} {path} nests mappings or lists more than {MAX_NESTING_DEPTH} levels deep "
+            f"(at {_where(event)}), the most flink-gpu reads. Nest fewer levels.")
 
 
 def _yaml_kind(value: object) -> str:

@@ -15,7 +15,16 @@ from typing import Any, Generic, TypeVar
 from flink_gpu.java_text import java_trim
 from flink_gpu.options_splitter import split_escaped
 
-__all__ = ["ConfigOption", "Duration", "config_option", "convert_value", "to_java_string"]
+__all__ = ["MAX_RENDERED_LENGTH", "ConfigOption", "Duration", "ValueTooLongError", "config_option",
+           "convert_value", "to_java_string"]
+
+#: The most characters a value renders to. Flink doubles the quotes of a list nested in a list at
+#: each level, so a short hostile value could render to 2**depth characters; no option needs this.
+MAX_RENDERED_LENGTH = 1 << 20
+
+
+class ValueTooLongError(ValueError):
+    """A value that renders to more than :data:`MAX_RENDERED_LENGTH` characters."""
 
 T = TypeVar("T")
 
@@ -146,11 +155,24 @@ def to_java_string(value: object) -> str:
     if _is_timedelta(value):
         return _duration_string(value.total_seconds())
     if isinstance(value, (list, tuple)):
-        return ";".join(_escape_with_single_quote(to_java_string(v)) for v in value)
+        return _bounded_join(";", (_escape_with_single_quote(to_java_string(v)) for v in value))
     if isinstance(value, Mapping):
-        return ",".join(f"{_escape_kv(to_java_string(k))}:{_escape_kv(to_java_string(v))}"
-                        for k, v in value.items())
+        return _bounded_join(",", (f"{_escape_kv(to_java_string(k))}:{_escape_kv(to_java_string(v))}"
+                                   for k, v in value.items()))
     return str(value)
+
+
+def _bounded_join(separator: str, parts) -> str:
+    # checked per part, so that no level builds more than twice the limit before it is refused
+    out, length = [], 0
+    for part in parts:
+        length += len(part) + len(separator)
+        if length > MAX_RENDERED_LENGTH:
+            raise ValueTooLongError(
+                f"The value renders to more than {MAX_RENDERED_LENGTH} characters (lists nested in "
+                "lists double their quotes at each level); write it flat.")
+        out.append(part)
+    return separator.join(out)
 
 
 def _escape_kv(text: str) -> str:

@@ -4,7 +4,7 @@
   whitespace (:func:`exec_tokens`); unset args are the literal token ``null``.
 * The arguments after the amount, read with the stock script's grammar (:func:`parse_script_args`):
   ``--enable-coordination-mode`` and ``--coordination-file PATH``. The NVML backend honours them as
-  the stock script does.
+  the stock script does; :func:`with_coordination_file` points them at another file.
 * The output: the first non-blank line holds the comma-separated GPU indices
   (:func:`split_output_lines`, :func:`parse_gpu_indices`).
 * The order of GPU indices (:func:`sort_indices`, from :mod:`flink_gpu.gpu_index`): numeric ones
@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from flink_gpu._native import SCRIPT_FLAGS, parse_gpu_indices, split_output_lines
 from flink_gpu._native import parse_script_args as _parse_tokens
+from flink_gpu._native import with_coordination_file as _with_coordination_file
 from flink_gpu.gpu_index import compare_indices, index_sort_order, sort_indices
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "sort_indices",
     "split_output_lines",
     "warn_ignored",
+    "with_coordination_file",
 ]
 
 _log = logging.getLogger("flink_gpu.script_protocol")
@@ -96,3 +98,13 @@ def warn_ignored(parsed: ScriptArgs, key: str, args: "str | None") -> None:
                 f"The discovery script understands {ENABLE_COORDINATION_FLAG} and "
                 f"{COORDINATION_FILE_FLAG} PATH.")
         _log.warning("Ignoring unknown token %r in '%s' (%r). %s", token, key, args, hint)
+
+
+def with_coordination_file(tokens: "list[str]", path: str) -> "list[str]":
+    """``tokens`` (the arguments after the amount) made to use the coordination file ``path``.
+
+    Every ``--coordination-file`` and its value, read as :func:`parse_script_args` reads them (the
+    next token, whatever it is: ``--coordination-file --enable-coordination-mode`` names a file),
+    is removed and ``--coordination-file path`` appended; everything else is kept in order.
+    """
+    return _with_coordination_file(tokens, path)

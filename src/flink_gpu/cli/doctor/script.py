@@ -11,8 +11,8 @@ from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, GPUDriverOptions
 from flink_gpu.gpu.script import (DiscoveryScriptNotExecutable, DiscoveryScriptNotFound,
                                   check_script as usable_script, run_script as run_discovery_script)
 from flink_gpu.gpu.settings import GPUDriverSettings
-from flink_gpu.script_protocol import (COORDINATION_FILE_FLAG, ScriptArgs, exec_tokens,
-                                       parse_gpu_indices, split_output_lines)
+from flink_gpu.script_protocol import (ScriptArgs, exec_tokens, parse_gpu_indices,
+                                       split_output_lines, with_coordination_file)
 
 
 def check_script(checkup: Checkup, name: str, settings: GPUDriverSettings) -> "str | None":
@@ -76,7 +76,7 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
         if script_args is not None and script_args.coordination_mode:
             # claim nothing in the real file: the run's GPUs would stay listed under this
             # short-lived process until someone reclaims them
-            tokens = _with_coordination_file(tokens, os.path.join(scratch, "coordination"))
+            tokens = with_coordination_file(tokens, os.path.join(scratch, "coordination"))
         argv = [script, "1", *tokens]
         shown = " ".join(shlex.quote(a) for a in argv)
         try:
@@ -126,21 +126,6 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
                 if script_args is not None and script_args.coordination_mode else "")
     checkup.add("ok", "script-run", f"`{shown}` gave GPU {', '.join(indices)}{replaced}.",
                 resource=name)
-
-
-def _with_coordination_file(tokens: "list[str]", path: str) -> "list[str]":
-    """``tokens`` with their coordination file (if any) replaced by ``path``."""
-    out = []
-    skip = False
-    for token in tokens:
-        if skip:
-            skip = False
-            continue
-        if token == COORDINATION_FILE_FLAG:
-            skip = True
-            continue
-        out.append(token)
-    return [*out, COORDINATION_FILE_FLAG, path]
 
 
 def _quote_output(stdout: str, stderr: str) -> str:
