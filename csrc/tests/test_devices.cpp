@@ -69,7 +69,7 @@ int main() {
         Enumeration e;
         if (!enumerate_devices(*lib, &e).ok() || e.devices.size() != 4 || !e.skipped.empty()) return 3;
         const DeviceInfo& d = e.devices[3];
-        if (d.index != 3 || d.uuid != std::string("GPU-00000000-0000-4000-8000-000000000003")) return 4;
+        if (d.index != "3" || d.uuid != std::string("GPU-00000000-0000-4000-8000-000000000003")) return 4;
         if (d.name != std::string("NVIDIA Simulated GPU") || d.pci_bus_id != std::string("00000000:04:00.0")) return 5;
         if (d.memory_total != (80ULL << 30) || d.minor_number != 3u) return 6;
         return 0;
@@ -125,7 +125,7 @@ int main() {
         if (lib == nullptr) return 1;
         Enumeration e;
         if (!enumerate_devices(*lib, &e).ok()) return 2;
-        if (e.devices.size() != 2 || e.devices[0].index != 0 || e.devices[1].index != 3) return 3;
+        if (e.devices.size() != 2 || e.devices[0].index != "0" || e.devices[1].index != "3") return 3;
         if (e.devices[1].uuid != std::string("GPU-x") || e.devices[1].memory_total != 1024ULL) return 4;
         if (e.devices[1].name != std::string("\xC3\x89t\xC3\xA9")) return 5;
         if (e.skipped.size() != 2 || e.skipped[0].code != NVML_ERROR_NO_PERMISSION ||

@@ -75,7 +75,7 @@ def list_gpus(args) -> int:
     if snapshot is not None:
         for entry in snapshot.entries:
             (live if entry.alive else stale).setdefault(entry.index, []).append(entry)
-    present = {str(d.index) for d in devices} | {str(s.index) for s in skipped}
+    present = {d.gpu_index for d in devices} | {s.gpu_index for s in skipped}
     unknown = sort_indices({e.index for e in snapshot.entries if e.index not in present}
                            if snapshot is not None else ())
 
@@ -84,7 +84,7 @@ def list_gpus(args) -> int:
                                 for index, entries in live.items()})
     gpus = []
     for device in devices:
-        index = str(device.index)
+        index = device.gpu_index
         gpus.append({
             "index": index, "uuid": device.uuid, "name": device.name,
             "memory_total": device.memory_total, "pci_bus_id": device.pci_bus_id,
@@ -102,7 +102,7 @@ def list_gpus(args) -> int:
     if args.json:
         emit_json(document(
             "list", nvml={"library_path": nvml.library_path, "driver_version": nvml.driver_version},
-            gpus=gpus, skipped=[{"index": str(s.index), "code": s.code, "reason": s.reason}
+            gpus=gpus, skipped=[{"index": s.gpu_index, "code": s.code, "reason": s.reason}
                                 for s in skipped],
             coordination=coordination_doc))
         return 0
@@ -123,7 +123,7 @@ def list_gpus(args) -> int:
     if skipped:
         print("\nSkipped devices:")
         for device in skipped:
-            print(f"  {device.index}: {device.reason}")
+            print(f"  {device.gpu_index}: {device.reason}")
     print()
     if snapshot_error is not None:
         print(f"Holders unknown: {snapshot_error}")
@@ -157,10 +157,10 @@ def _gpu_states(nvml, live: "dict[str, list[int]]") -> "dict[str, dict]":
     from flink_gpu.gpu.nvml import process_holders
 
     belongs = process_holders(nvml, (pid for pids in live.values() for pid in pids))
-    static = {str(device.index): device for device in nvml.devices()}
+    static = {device.gpu_index: device for device in nvml.devices()}
     result = {}
     for state in nvml.states(os.getpid(), None):
-        index = str(state.index)
+        index = state.gpu_index
         device = static.get(index)
         result[index] = {
             "health": state.health, "findings": list(state.findings),
@@ -336,7 +336,7 @@ def claim(args) -> int:
     owner = _owner(args)
     path = coordination_path(args)
     _, devices, _ = _devices()
-    uuids = {str(d.index): d.uuid for d in devices}
+    uuids = {d.gpu_index: d.uuid for d in devices}
     got = coordination.claim(args.amount, list(uuids), path=path, owner=owner, timeout=args.timeout).taken
     if args.json:
         emit_json(document("claim", path=path, amount=args.amount,

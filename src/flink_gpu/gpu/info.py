@@ -31,6 +31,12 @@ PROPERTY_PROCESSES = "processes"
 #: Locality: the GPU's local CPUs as a Linux cpulist (``0-15,32-47``) and its NUMA node.
 PROPERTY_CPU_AFFINITY = "cpu.affinity"
 PROPERTY_NUMA_NODE = "numa.node"
+#: A MIG unit (docs/design.md §9.2), whose index is ``<parent index>:<slot>``: its GPU's index and
+#: UUID, and its GPU and compute instance ids.
+PROPERTY_PARENT_INDEX = "parent.index"
+PROPERTY_PARENT_UUID = "parent.uuid"
+PROPERTY_MIG_GI = "mig.gi"
+PROPERTY_MIG_CI = "mig.ci"
 
 class GPUInfo(ExternalResourceInfo):
     """One GPU as Flink's ``GPUInfo``: an index plus, from the NVML backend, static properties.
