@@ -698,5 +698,8 @@ def test_mig_units_are_gpu_infos_with_their_parent_and_instances_in_index_order(
         "health": "ok"}
     plain = dict(infos[3])
     assert "parent.index" not in plain and "mig.gi" not in plain
+    assert result["error"][0] == "ValueError" and "only one MIG instance" in result["error"][1]
+    result, _ = run_one(NVML, [1], spec=MIG_HOST)
+    assert result["cuda_visible_devices"] == "MIG-a"
     assert ["INFO", "flink_gpu.gpu.nvml",
             "Discover GPU resources: [GPU Device(0:0), GPU Device(0:2), GPU Device(0:5), GPU Device(1)]."] in logs
