@@ -61,6 +61,19 @@ def _unparsable_json(lines) -> list:
 
 # -- list -----------------------------------------------------------------------------------------
 
+def _device_rows(gpus, holders_known: bool):
+    """The rows of the device table: a GPU in MIG mode as a row of its own (no memory, no holder:
+    its units are handed out) with its MIG units indented under it (docs/design.md §9.2)."""
+    parent = None
+    for g in gpus:
+        if g["parent_index"] is not None and g["parent_index"] != parent:
+            parent = g["parent_index"]
+            yield [str(parent), g["parent_uuid"], f"{g['name']} (MIG)", "", g["pci_bus_id"], ""]
+        index = g["index"] if g["parent_index"] is None else f"  {g['index']}"
+        yield [index, g["uuid"], g["name"] if g["parent_index"] is None else f"MIG gi {g['mig_gi']} ci {g['mig_ci']}",
+               gib(g["memory_total"]), g["pci_bus_id"], _holder_text(g) if holders_known else "?"]
+
+
 def list_gpus(args) -> int:
     from flink_gpu import coordination
 
@@ -89,6 +102,8 @@ def list_gpus(args) -> int:
             "index": index, "uuid": device.uuid, "name": device.name,
             "memory_total": device.memory_total, "pci_bus_id": device.pci_bus_id,
             "minor_number": device.minor_number,
+            "parent_index": device.parent_index, "parent_uuid": device.parent_uuid,
+            "mig_slot": device.mig_slot, "mig_gi": device.mig_gi, "mig_ci": device.mig_ci,
             "holders": [{"pid": e.pid, "cmdline": _entry_cmdline(e), "liveness_known": e.liveness_known,
                          "namespace": e.namespace} for e in live.get(index, [])],
             "stale_holders": [e.pid for e in stale.get(index, [])],
@@ -104,6 +119,7 @@ def list_gpus(args) -> int:
             "list", nvml={"library_path": nvml.library_path, "driver_version": nvml.driver_version},
             gpus=gpus, skipped=[{"index": s.gpu_index, "code": s.code, "reason": s.reason}
                                 for s in skipped],
+            notices=list(nvml.notices()),
             coordination=coordination_doc))
         return 0
 
@@ -113,8 +129,7 @@ def list_gpus(args) -> int:
     if gpus:
         print()
         print(table(["INDEX", "UUID", "NAME", "MEMORY", "BUS ID", "HOLDER"],
-                    ([g["index"], g["uuid"], g["name"], gib(g["memory_total"]), g["pci_bus_id"],
-                      "?" if snapshot is None else _holder_text(g)] for g in gpus)))
+                    _device_rows(gpus, snapshot is not None)))
         print()
         print(table(["GPU", "HEALTH", "MEMORY USED", "NUMA", "CPUS", "PROCESSES"],
                     ([g["index"], g["health"], gib(g["memory_used"]), g["numa_node"],
@@ -124,6 +139,8 @@ def list_gpus(args) -> int:
         print("\nSkipped devices:")
         for device in skipped:
             print(f"  {device.gpu_index}: {device.reason}")
+    for notice in nvml.notices():
+        print(f"\nNote: {notice}")
     print()
     if snapshot_error is not None:
         print(f"Holders unknown: {snapshot_error}")
