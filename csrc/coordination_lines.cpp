@@ -133,7 +133,8 @@ Line parse_line(std::string raw, std::size_t number) {
     }
     line.kind = LineKind::kEntry;
     e.line_number = number;
-    e.gpu = words[0];
+    // a line `<gpu>:<slot> <pid>` (not how we write a unit) still holds that unit of that GPU
+    e.gpu = e.index.empty() ? gpu_of(words[0]) : words[0];
     if (e.index.empty()) e.index = words[0];
     e.pid = static_cast<pid_t>(pid);
     return line;

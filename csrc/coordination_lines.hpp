@@ -48,7 +48,7 @@ inline bool verdict_alive(Verdict v) {
 struct Entry {
     std::size_t line_number = 0;  // 1-based
     std::string index;  // what the line holds: its first word, or for a MIG unit's line its `mig` value
-    std::string gpu;    // the line's first word: the GPU, a unit's parent
+    std::string gpu;    // the GPU: the line's first word, a unit's parent
     pid_t pid = 0;
     bool has_start_time = false;
     std::uint64_t start_time = 0;  // clock ticks since boot, as in /proc/<pid>/stat

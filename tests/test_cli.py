@@ -1371,9 +1371,9 @@ def test_list_shows_mig_units_under_their_gpu_with_parent_and_instance_fields(tm
     assert [g["index"] for g in doc["gpus"]] == ["0:0", "0:2", "2"]
     assert {k: doc["gpus"][1][k] for k in ("uuid", "parent_index", "parent_uuid", "mig_slot", "mig_gi", "mig_ci")} == {
         "uuid": "MIG-b", "parent_index": 0, "parent_uuid": "GPU-mig", "mig_slot": 2, "mig_gi": 3, "mig_ci": 1}
-    assert doc["gpus"][2]["parent_index"] is None
+    assert "parent_index" not in doc["gpus"][2]
     assert [s["index"] for s in doc["skipped"]] == ["1"] and "no MIG instances" in doc["skipped"][0]["reason"]
-    assert doc["notices"] == ["GPU 1: MIG mode pending a reset (now enabled, disabled after the GPU is reset)."]
+    assert doc["nvml"]["notices"] == ["GPU 1: MIG mode pending a reset (now enabled, disabled after the GPU is reset)."]
     human = cli("list", "--simulate-spec", spec, "--file", tmp_path / "c").stdout.splitlines()
     start = next(n for n, line in enumerate(human) if line.startswith("INDEX"))
     assert [line.split()[:2] for line in human[start + 1:start + 5]] == [

@@ -3,8 +3,8 @@
 // every input is checked against the format's contract:
 //   * parse then serialize gives the input back byte for byte (plus a final '\n' where it lacked one);
 //   * lines are numbered 1, 2, ... and never contain '\n';
-//   * a blank line holds only spaces, tabs and '\r'; an entry's GPU starts its line followed by a space,
-//     its index is that GPU or (a MIG unit's line, `mig=`) "<GPU>:<slot>", and its pid is in
+//   * a blank line holds only spaces, tabs and '\r'; an entry's GPU (or its unit index) starts its line
+//     followed by a space, its index is that GPU or (a MIG unit's line) "<GPU>:<slot>", and its pid is in
 //     1..INT_MAX; a bad line's word is its first word;
 //   * an entry excludes its own index and its GPU; a unit's entry excludes no other unit of its GPU;
 //   * the lines of the entries, rebuilt with new_line(), parse back to the same entry (namespace and
@@ -60,8 +60,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 const co::Entry& e = l.entry;
                 if (e.line_number != l.number) fail("an entry's line number differs from its line's");
                 if (!co::valid_index(e.index) || !co::valid_index(e.gpu)) fail("an entry with an invalid index", l.raw);
-                if (l.raw.compare(0, e.gpu.size() + 1, e.gpu + " ") != 0) {
-                    fail("an entry's GPU does not start its line followed by a space", l.raw);
+                if (l.raw.compare(0, e.gpu.size() + 1, e.gpu + " ") != 0 &&
+                    l.raw.compare(0, e.index.size() + 1, e.index + " ") != 0) {
+                    fail("neither an entry's GPU nor its index starts its line followed by a space", l.raw);
                 }
                 std::string parent;
                 const bool unit = e.index != e.gpu;

@@ -66,12 +66,15 @@ def _device_rows(gpus, holders_known: bool):
     its units are handed out) with its MIG units indented under it (docs/design.md §9.2)."""
     parent = None
     for g in gpus:
-        if g["parent_index"] is not None and g["parent_index"] != parent:
+        holder = _holder_text(g) if holders_known else "?"
+        if "parent_index" not in g:
+            yield [g["index"], g["uuid"], g["name"], gib(g["memory_total"]), g["pci_bus_id"], holder]
+            continue
+        if g["parent_index"] != parent:
             parent = g["parent_index"]
             yield [str(parent), g["parent_uuid"], f"{g['name']} (MIG)", "", g["pci_bus_id"], ""]
-        index = g["index"] if g["parent_index"] is None else f"  {g['index']}"
-        yield [index, g["uuid"], g["name"] if g["parent_index"] is None else f"MIG gi {g['mig_gi']} ci {g['mig_ci']}",
-               gib(g["memory_total"]), g["pci_bus_id"], _holder_text(g) if holders_known else "?"]
+        yield [f"  {g['index']}", g["uuid"], f"MIG gi {g['mig_gi']} ci {g['mig_ci']}", gib(g["memory_total"]),
+               g["pci_bus_id"], holder]
 
 
 def list_gpus(args) -> int:
@@ -102,8 +105,9 @@ def list_gpus(args) -> int:
             "index": index, "uuid": device.uuid, "name": device.name,
             "memory_total": device.memory_total, "pci_bus_id": device.pci_bus_id,
             "minor_number": device.minor_number,
-            "parent_index": device.parent_index, "parent_uuid": device.parent_uuid,
-            "mig_slot": device.mig_slot, "mig_gi": device.mig_gi, "mig_ci": device.mig_ci,
+            **({} if device.mig_slot is None else {  # a MIG unit (docs/design.md §9.2)
+                "parent_index": device.parent_index, "parent_uuid": device.parent_uuid,
+                "mig_slot": device.mig_slot, "mig_gi": device.mig_gi, "mig_ci": device.mig_ci}),
             "holders": [{"pid": e.pid, "cmdline": _entry_cmdline(e), "liveness_known": e.liveness_known,
                          "namespace": e.namespace} for e in live.get(index, [])],
             "stale_holders": [e.pid for e in stale.get(index, [])],
@@ -116,10 +120,10 @@ def list_gpus(args) -> int:
     }
     if args.json:
         emit_json(document(
-            "list", nvml={"library_path": nvml.library_path, "driver_version": nvml.driver_version},
+            "list", nvml={"library_path": nvml.library_path, "driver_version": nvml.driver_version,
+                          "notices": list(nvml.notices())},
             gpus=gpus, skipped=[{"index": s.gpu_index, "code": s.code, "reason": s.reason}
                                 for s in skipped],
-            notices=list(nvml.notices()),
             coordination=coordination_doc))
         return 0
 
