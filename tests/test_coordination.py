@@ -918,3 +918,12 @@ def test_a_unit_claim_is_blocked_by_a_stock_script_holder(path, stock_script, tm
         assert coordination.claim(1, ["0:0", "0:1", "1:0"], path=path).taken == ["1:0"]
     finally:
         owner.kill()
+
+
+def test_a_line_naming_a_unit_first_holds_that_unit_of_its_gpu(path, owners):
+    holder = owners()
+    path.write_text(f"0:2 {holder.pid}\n")
+    assert [e.index for e in coordination.snapshot(path).entries] == ["0:2"]
+    with pytest.raises(FlinkException):
+        coordination.claim(1, ["0"], path=path)
+    assert coordination.claim(1, ["0:2", "0:3"], path=path).taken == ["0:3"]
