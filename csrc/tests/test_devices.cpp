@@ -135,6 +135,33 @@ int main() {
         return 0;
     }), 0);
 
+    // A GPU in MIG mode gives its units at their (sparse) slots, through MIG handles only; one without
+    // instances is skipped with a reason; a pending mode is a notice.
+    CHECK_EQ(in_child([] {
+        const char* spec = "/tmp/flink-gpu-test-devices-mig.json";
+        std::ofstream(spec) << R"({"unprivileged": true, "devices": [
+            {"uuid": "GPU-m", "mig": {"mode": "enabled", "instances": [{"slot": 5, "uuid": "MIG-5", "memory_total": 64,
+                                                                     "gi": 2, "ci": 1}, {"slot": 0}]}},
+            {"mig": {"mode": "enabled", "pending": "disabled"}}, {}]})";
+        setenv("FLINK_GPU_SIM_SPEC", spec, 1);
+        Status s;
+        const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
+        std::remove(spec);
+        if (lib == nullptr) return 1;
+        Enumeration e;
+        if (!enumerate_devices(*lib, &e).ok()) return 2;
+        if (e.devices.size() != 3 || e.devices[0].index != "0:0" || e.devices[1].index != "0:5" ||
+            e.devices[2].index != "2")
+            return 3;
+        const DeviceInfo& u = e.devices[1];
+        if (u.uuid != std::string("MIG-5") || u.memory_total != 64ULL || u.mig_slot != 5u || u.mig_gi != 2u ||
+            u.mig_ci != 1u || u.parent_uuid != std::string("GPU-m") || u.nvml_index != 0)
+            return 4;
+        if (e.skipped.size() != 1 || e.skipped[0].index != "1" || e.skipped[0].code != NVML_ERROR_NOT_FOUND) return 5;
+        if (e.notices.size() != 1 || e.notices[0].find("pending a reset") == std::string::npos) return 6;
+        return 0;
+    }), 0);
+
     // NVML is initialised once per process and once more in a forked child, which then works
     // (the fake library logs the pid of every nvmlInit_v2 call).
     CHECK_EQ(in_child([] {
