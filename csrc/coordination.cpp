@@ -155,15 +155,18 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     for (const std::string& idx : existing) {
         bool mine = false, bad = false, mentioned = false;
         pid_t live_other = 0;
+        std::string live_what;
+        const std::string gpu = gpu_of(idx);
         for (const Line& l : lines) {
-            if (l.kind == LineKind::kBad && l.word == idx) bad = true;
-            if (l.kind != LineKind::kEntry || l.entry.index != idx) continue;
+            if (l.kind == LineKind::kBad && (l.word == idx || l.word == gpu)) bad = true;
+            if (l.kind != LineKind::kEntry || !excludes(l.entry, idx)) continue;
             mentioned = true;
             if (!l.entry.alive) continue;
-            if (live.owns(l.entry, owner, owner_info)) {
+            if (l.entry.index == idx && live.owns(l.entry, owner, owner_info)) {
                 mine = true;
             } else if (live_other == 0) {
                 live_other = l.entry.pid;
+                live_what = l.entry.index;  // idx itself, or a unit or whole GPU that excludes it
             }
         }
         if (mine) {
@@ -171,7 +174,8 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
         } else if (bad) {
             blocked.push_back(idx);
         } else if (live_other != 0) {
-            others[live_other].push_back(idx);
+            if (std::find(others[live_other].begin(), others[live_other].end(), live_what) == others[live_other].end())
+                others[live_other].push_back(live_what);
         } else if (!mentioned) {
             free_idx.push_back(idx);
         } else {
@@ -227,7 +231,10 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
 
     const std::set<std::string> gone(r.reclaimed.begin(), r.reclaimed.end());
     for (Line& l : lines) {
-        if (l.kind == LineKind::kEntry && gone.count(l.entry.index) != 0) l.keep = false;
+        if (l.kind != LineKind::kEntry) continue;
+        for (const std::string& idx : gone) {
+            if (excludes(l.entry, idx)) l.keep = false;  // dead: a live one would have kept idx taken
+        }
     }
     LineFields fields;
     fields.has_start_time = owner_info.has_start_time;

@@ -15,6 +15,29 @@ bool valid_index(const std::string& s) {
     return true;
 }
 
+bool unit_gpu(const std::string& index, std::string* gpu) {
+    const std::size_t colon = index.find(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == index.size()) return false;
+    for (std::size_t i = 0; i < index.size(); ++i) {
+        if (i != colon && (index[i] < '0' || index[i] > '9')) return false;
+    }
+    if (gpu != nullptr) *gpu = index.substr(0, colon);
+    return true;
+}
+
+std::string gpu_of(const std::string& index) {
+    std::string gpu;
+    return unit_gpu(index, &gpu) ? gpu : index;
+}
+
+bool excludes(const Entry& e, const std::string& index) {
+    if (e.index == index) return true;
+    std::string gpu;
+    const bool unit = unit_gpu(index, &gpu);
+    if (!unit) gpu = index;
+    return e.gpu == gpu && (!unit || e.index == e.gpu);
+}
+
 namespace {
 
 bool is_blank_char(char c) { return c == ' ' || c == '\t' || c == '\r'; }
@@ -51,6 +74,10 @@ bool parse_field(const std::string& word, Entry* e, bool* seen_ns, bool* seen_le
         if (*seen_ns || !parse_decimal(value, UINT64_MAX, &v)) return false;
         *seen_ns = e->has_ns = true;
         e->ns = v;
+    } else if (key == "mig") {
+        // a unit of the line's GPU (checked by the caller): "<gpu>:<slot>", never "<digit><space>"
+        if (!e->index.empty() || !unit_gpu(value, nullptr)) return false;
+        e->index = value;
     } else if (key == "lease") {
         if (*seen_lease || !parse_decimal(value, kMaxLeaseSlot, &v)) return false;
         *seen_lease = e->has_lease = true;
@@ -100,9 +127,15 @@ Line parse_line(std::string raw, std::size_t number) {
             return line;
         }
     }
+    if (!e.index.empty() && gpu_of(e.index) != words[0]) {
+        e = Entry();
+        return line;  // a unit of another GPU than the line's: unreadable, it blocks its first word
+    }
     line.kind = LineKind::kEntry;
     e.line_number = number;
-    e.index = words[0];
+    // a line `<gpu>:<slot> <pid>` (not how we write a unit) still holds that unit of that GPU
+    e.gpu = e.index.empty() ? gpu_of(words[0]) : words[0];
+    if (e.index.empty()) e.index = words[0];
     e.pid = static_cast<pid_t>(pid);
     return line;
 }
@@ -143,11 +176,14 @@ std::vector<BadLine> bad_lines(const std::vector<Line>& lines) {
 Line new_line(const std::string& index, pid_t owner, const LineFields& fields) {
     Line l;
     l.kind = LineKind::kEntry;
-    l.raw = index + " " + std::to_string(owner);
+    const std::string gpu = gpu_of(index);
+    l.raw = gpu + " " + std::to_string(owner);
     if (fields.has_start_time) l.raw += "\t" + std::to_string(fields.start_time);
     if (fields.has_ns) l.raw += "\tns=" + std::to_string(fields.ns);
     if (fields.has_lease) l.raw += "\tlease=" + std::to_string(fields.lease);
+    if (gpu != index) l.raw += "\tmig=" + index;
     l.entry.index = index;
+    l.entry.gpu = gpu;
     l.entry.pid = owner;
     l.entry.has_start_time = fields.has_start_time;
     l.entry.start_time = fields.has_start_time ? fields.start_time : 0;

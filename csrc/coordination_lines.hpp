@@ -4,7 +4,11 @@
 // owner's start time (field 22 of /proc/<pid>/stat), which we add so that a recycled pid does not keep
 // a GPU owned forever, then by tab-separated `key=value` fields (docs/design.md §9.4):
 //
-//   <index> <pid>\t<start time>\tns=<pid namespace inode>[\tlease=<slot>]
+//   <index> <pid>\t<start time>\tns=<pid namespace inode>[\tlease=<slot>][\tmig=<gpu>:<slot>]
+//
+// A MIG unit's line (docs/design.md §5.2, §9.2) starts with its GPU's index and names the unit in `mig`:
+// the stock script, which knows only GPUs, sees that GPU recorded while a unit of it is held (one line:
+// its owner is the live holder; two or more: its `[ -n $owner ]` fails and it reclaims nothing).
 //
 // `ns` is the pid namespace in which <pid> means something (the writer's), `lease` the byte of the lease
 // file the owner keeps locked while it lives (coordination_lease.hpp). Unknown keys are kept and ignored,
@@ -43,7 +47,8 @@ inline bool verdict_alive(Verdict v) {
 // One parsed line `<index> <pid>[\t<start time>][\tkey=value]...`.
 struct Entry {
     std::size_t line_number = 0;  // 1-based
-    std::string index;
+    std::string index;  // what the line holds: its first word, or for a MIG unit's line its `mig` value
+    std::string gpu;    // the GPU: the line's first word, a unit's parent
     pid_t pid = 0;
     bool has_start_time = false;
     std::uint64_t start_time = 0;  // clock ticks since boot, as in /proc/<pid>/stat
@@ -75,6 +80,16 @@ struct Line {
 
 // An index as NVML/nvidia-smi prints it: a non-empty word of printable ASCII without spaces.
 bool valid_index(const std::string& s);
+
+// Whether `index` is a MIG unit's, "<gpu>:<slot>" (both all digits); its GPU's index into *gpu.
+bool unit_gpu(const std::string& index, std::string* gpu);
+
+// The GPU of an index: a unit's parent, else the index itself.
+std::string gpu_of(const std::string& index);
+
+// Whether a live line `e` keeps `index` from being claimed by another: the same index, or the same
+// GPU where one of the two is the whole GPU (two units of one GPU do not exclude each other).
+bool excludes(const Entry& e, const std::string& index);
 
 // The file's lines, split at '\n' (a last line without one included).
 std::vector<Line> parse_file(const std::string& text);

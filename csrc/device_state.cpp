@@ -4,6 +4,7 @@
 #include "gpu_choice.hpp"
 #include "process_tree.hpp"
 
+#include <algorithm>
 #include <new>
 
 namespace flinkgpu {
@@ -249,6 +250,26 @@ private:
     Status failure_;
 };
 
+// What NVML did not answer on a MIG handle comes from its parent GPU: health (a unit is as sick as its
+// GPU), memory and compute mode where the unit has none. Processes are the unit's own.
+void inherit(const DeviceState& parent, DeviceState* unit) {
+    HealthReadings& r = unit->readings;
+    const HealthReadings& p = parent.readings;
+    if (r.lost_code == NVML_SUCCESS && p.lost_code != NVML_SUCCESS) {
+        r.lost_code = p.lost_code;
+        r.lost_function = p.lost_function;
+    }
+    r.inforom_corrupted = r.inforom_corrupted || p.inforom_corrupted;
+    r.remap_failed = r.remap_failed || p.remap_failed;
+    r.remap_pending = r.remap_pending || p.remap_pending;
+    r.ecc_uncorrected_volatile = std::max(r.ecc_uncorrected_volatile, p.ecc_uncorrected_volatile);
+    if (r.recovery_action == NVML_GPU_RECOVERY_ACTION_NONE) r.recovery_action = p.recovery_action;
+    r.pages_pending = r.pages_pending || p.pages_pending;
+    if (!unit->memory_used) unit->memory_used = parent.memory_used;
+    if (!unit->memory_free) unit->memory_free = parent.memory_free;
+    if (!unit->compute_mode) unit->compute_mode = parent.compute_mode;
+}
+
 }  // namespace
 
 const char* process_kind_name(ProcessKind kind) noexcept {
@@ -277,13 +298,33 @@ Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, std:
                 if (is_library_wide_error(hrc)) return lib.error(hrc, "nvmlDeviceGetHandleByIndex_v2");
                 continue;  // a skipped device (enumerate_devices says why)
             }
-            out->emplace_back();
-            DeviceState& state = out->back();
-            state.index = i;
-            DeviceQuery query(lib, dev, &state, &ws);
-            const Status st = query.run(&tree);
-            if (!st.ok()) return st;
-            judge_health(&state);
+            MigLayout mig;
+            const char* function = nullptr;
+            if (const int mrc = read_mig_layout(api, dev, &mig, &function); mrc != NVML_SUCCESS) {
+                if (is_library_wide_error(mrc)) return lib.error(mrc, function);
+                continue;  // skipped, as enumerate_devices says
+            }
+            DeviceState gpu;
+            gpu.index = std::to_string(i);
+            gpu.nvml_index = i;
+            DeviceQuery query(lib, dev, &gpu, &ws);
+            if (const Status st = query.run(&tree); !st.ok()) return st;
+            if (!mig.enabled) {
+                judge_health(&gpu);
+                out->push_back(std::move(gpu));
+                continue;
+            }
+            for (const MigSlot& slot : mig.slots) {
+                out->emplace_back();
+                DeviceState& unit = out->back();
+                unit.index = gpu.index + ":" + std::to_string(slot.slot);
+                unit.nvml_index = i;
+                unit.mig_slot = slot.slot;
+                DeviceQuery unit_query(lib, slot.handle, &unit, &ws);
+                if (const Status st = unit_query.run(&tree); !st.ok()) return st;
+                inherit(gpu, &unit);
+                judge_health(&unit);
+            }
         }
         return Status();
     } catch (const std::bad_alloc&) {

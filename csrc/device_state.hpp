@@ -40,7 +40,9 @@ struct GpuProcess {
 };
 
 struct DeviceState {
-    unsigned index = 0;
+    std::string index;  // as DeviceInfo::index: "<i>" for a GPU, "<parent>:<slot>" for a MIG unit
+    unsigned nvml_index = 0;  // the GPU's; a unit's parent's
+    std::optional<unsigned> mig_slot;
     HealthReadings readings;
     Health health = Health::kOk;
     std::string health_text = "ok";     // "ok", "degraded: <reason>" or "unhealthy: <reason>"
@@ -52,7 +54,7 @@ struct DeviceState {
     std::optional<std::string> compute_mode;  // "default", "exclusive_process", "prohibited", ...
 };
 
-// The state of every device whose handle NVML gives, in index order (the others are the skipped
+// The state of every device whose handle NVML gives (a MIG GPU's units in its place), in index order (the others are the skipped
 // ones of enumerate_devices). `owner`: the claiming process; `taskmanager`: its TaskManager, 0 for
 // none. Errors that concern the whole library fail the call. Never throws.
 Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, std::vector<DeviceState>* out) noexcept;

@@ -101,7 +101,81 @@ std::optional<Failure> query_device(const NvmlApi& api, nvmlDevice_t dev, Device
     return std::nullopt;
 }
 
+// A MIG unit of `parent` in `slot`: the parent's name, bus id and locality, and from the MIG handle
+// its UUID, memory and instance ids.
+std::optional<Failure> query_unit(const NvmlApi& api, const DeviceInfo& parent, const MigSlot& slot,
+                                  DeviceInfo* unit) {
+    *unit = parent;
+    unit->index = parent.index + ":" + std::to_string(slot.slot);
+    unit->mig_slot = slot.slot;
+    unit->parent_uuid = parent.uuid;
+    unit->uuid.reset();
+    unit->memory_total.reset();
+    unit->minor_number.reset();
+    if (api.device_get_uuid != nullptr) {
+        char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+        auto f = property(api.device_get_uuid(slot.handle, buf, sizeof buf), "nvmlDeviceGetUUID", [&] {
+            buf[sizeof buf - 1] = '\0';
+            unit->uuid = std::string(buf);
+        });
+        if (f) return f;
+    }
+    if (api.device_get_memory_info != nullptr) {
+        nvmlMemory_t mem{};
+        auto f = property(api.device_get_memory_info(slot.handle, &mem), "nvmlDeviceGetMemoryInfo",
+                          [&] { unit->memory_total = mem.total; });
+        if (f) return f;
+    }
+    unsigned id = 0;
+    if (api.device_get_gpu_instance_id != nullptr) {
+        auto f = property(api.device_get_gpu_instance_id(slot.handle, &id), "nvmlDeviceGetGpuInstanceId",
+                          [&] { unit->mig_gi = id; });
+        if (f) return f;
+    }
+    if (api.device_get_compute_instance_id != nullptr) {
+        auto f = property(api.device_get_compute_instance_id(slot.handle, &id), "nvmlDeviceGetComputeInstanceId",
+                          [&] { unit->mig_ci = id; });
+        if (f) return f;
+    }
+    return std::nullopt;
+}
+
 }  // namespace
+
+int read_mig_layout(const NvmlApi& api, nvmlDevice_t dev, MigLayout* out, const char** function) {
+    *out = MigLayout();
+    if (api.device_get_mig_mode == nullptr) return NVML_SUCCESS;
+    unsigned current = NVML_DEVICE_MIG_DISABLE, pending = NVML_DEVICE_MIG_DISABLE;
+    int rc = api.device_get_mig_mode(dev, &current, &pending);
+    if (classify_property(rc) == Query::kAbsent) return NVML_SUCCESS;
+    if (rc != NVML_SUCCESS) {
+        *function = "nvmlDeviceGetMigMode";
+        return rc;
+    }
+    out->enabled = current == NVML_DEVICE_MIG_ENABLE;
+    out->pending_differs = pending != current;
+    if (!out->enabled || api.device_get_max_mig_device_count == nullptr ||
+        api.device_get_mig_device_handle_by_index == nullptr)
+        return NVML_SUCCESS;
+    unsigned max = 0;
+    rc = api.device_get_max_mig_device_count(dev, &max);
+    if (classify_property(rc) == Query::kAbsent) return NVML_SUCCESS;
+    if (rc != NVML_SUCCESS) {
+        *function = "nvmlDeviceGetMaxMigDeviceCount";
+        return rc;
+    }
+    for (unsigned slot = 0; slot < max; ++slot) {
+        nvmlDevice_t mig = nullptr;
+        rc = api.device_get_mig_device_handle_by_index(dev, slot, &mig);
+        if (rc == NVML_ERROR_NOT_FOUND) continue;  // an empty slot
+        if (rc != NVML_SUCCESS) {
+            *function = "nvmlDeviceGetMigDeviceHandleByIndex";
+            return rc;
+        }
+        out->slots.push_back(MigSlot{slot, mig});
+    }
+    return NVML_SUCCESS;
+}
 
 bool is_library_wide_error(int code) noexcept {
     return code == NVML_ERROR_UNINITIALIZED || code == NVML_ERROR_DRIVER_NOT_LOADED ||
@@ -113,30 +187,70 @@ Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept {
     try {
         out->devices.clear();
         out->skipped.clear();
+        out->notices.clear();
         const NvmlApi& api = lib.api();
         unsigned count = 0;
         const int rc = api.device_get_count(&count);
         if (rc != NVML_SUCCESS) return lib.error(rc, "nvmlDeviceGetCount_v2");
         out->devices.reserve(count);
+        auto skip = [&](unsigned gpu, std::optional<unsigned> slot, const Failure& failure) {
+            SkippedDevice skipped;
+            skipped.index = std::to_string(gpu) + (slot ? ":" + std::to_string(*slot) : std::string());
+            skipped.nvml_index = gpu;
+            skipped.mig_slot = slot;
+            const std::string& index = skipped.index;
+            skipped.code = failure.code;
+            skipped.reason = "GPU " + index + " skipped: " + failure.function + " returned " +
+                             lib.error_text(failure.code) + ".";
+            out->skipped.push_back(std::move(skipped));
+        };
         for (unsigned i = 0; i < count; ++i) {
             nvmlDevice_t dev = nullptr;
             std::optional<Failure> failure;
             const int hrc = api.device_get_handle_by_index(i, &dev);
             DeviceInfo info;
-            info.index = i;
+            info.index = std::to_string(i);
+            info.nvml_index = i;
             if (hrc != NVML_SUCCESS) failure = Failure{hrc, "nvmlDeviceGetHandleByIndex_v2"};
             else failure = query_device(api, dev, &info);
+            MigLayout mig;
             if (!failure) {
+                const char* function = nullptr;
+                const int mrc = read_mig_layout(api, dev, &mig, &function);
+                if (mrc != NVML_SUCCESS) failure = Failure{mrc, function};
+            }
+            if (failure) {
+                if (classify(failure->code) == Query::kFail) return lib.error(failure->code, failure->function);
+                skip(i, std::nullopt, *failure);
+                continue;
+            }
+            if (mig.pending_differs)
+                out->notices.push_back("GPU " + info.index + ": MIG mode pending a reset (now " +
+                                       (mig.enabled ? "enabled" : "disabled") + ", " +
+                                       (mig.enabled ? "disabled" : "enabled") + " after the GPU is reset).");
+            if (!mig.enabled) {
                 out->devices.push_back(std::move(info));
                 continue;
             }
-            if (classify(failure->code) == Query::kFail) return lib.error(failure->code, failure->function);
-            SkippedDevice skipped;
-            skipped.index = i;
-            skipped.code = failure->code;
-            skipped.reason = "GPU " + std::to_string(i) + " skipped: " + failure->function + " returned " +
-                             lib.error_text(failure->code) + ".";
-            out->skipped.push_back(std::move(skipped));
+            if (mig.slots.empty()) {
+                SkippedDevice skipped;
+                skipped.index = info.index;
+                skipped.nvml_index = i;
+                skipped.code = NVML_ERROR_NOT_FOUND;
+                skipped.reason = "GPU " + info.index + " skipped: MIG mode is enabled but it has no MIG instances "
+                                 "(create them with nvidia-smi mig, or disable MIG mode).";
+                out->skipped.push_back(std::move(skipped));
+                continue;
+            }
+            for (const MigSlot& slot : mig.slots) {
+                DeviceInfo unit;
+                if (auto f = query_unit(api, info, slot, &unit)) {
+                    if (classify(f->code) == Query::kFail) return lib.error(f->code, f->function);
+                    skip(i, slot.slot, *f);
+                    continue;
+                }
+                out->devices.push_back(std::move(unit));
+            }
         }
         return Status();
     } catch (const std::bad_alloc&) {

@@ -9,8 +9,15 @@
 
 namespace flinkgpu {
 
+// A GPU, or one MIG instance of a GPU in MIG mode (docs/design.md §9.2), which stands in its place.
 struct DeviceInfo {
-    unsigned index = 0;  // NVML's index, the same as nvidia-smi's
+    std::string index;    // NVML's index (nvidia-smi's) for a GPU; "<parent index>:<slot>" for a MIG unit
+    unsigned nvml_index = 0;  // the GPU's NVML index; a unit's parent's
+    // A MIG unit only: its slot (nvmlDeviceGetMigDeviceHandleByIndex), its parent's UUID, its GPU and
+    // compute instance ids. name, pci_bus_id, minor_number and locality are the parent's.
+    std::optional<unsigned> mig_slot;
+    std::optional<std::string> parent_uuid;
+    std::optional<unsigned> mig_gi, mig_ci;
     std::optional<std::string> uuid;
     std::optional<std::string> name;
     std::optional<std::string> pci_bus_id;
@@ -22,15 +29,34 @@ struct DeviceInfo {
 
 // A device that exists but cannot be handed out (no permission, lost, ...).
 struct SkippedDevice {
-    unsigned index = 0;
+    std::string index;  // as DeviceInfo::index
+    unsigned nvml_index = 0;
+    std::optional<unsigned> mig_slot;
     int code = NVML_SUCCESS;
     std::string reason;
 };
 
 struct Enumeration {
-    std::vector<DeviceInfo> devices;  // in index order
-    std::vector<SkippedDevice> skipped;
+    std::vector<DeviceInfo> devices;  // in index order, a MIG GPU's units in its place
+    std::vector<SkippedDevice> skipped;  // also a GPU in MIG mode without instances (code NOT_FOUND)
+    std::vector<std::string> notices;  // what an operator should know: a MIG mode pending a reset
 };
+
+// A GPU's MIG instances as NVML gives them to an unprivileged caller: the current mode, and while it
+// is enabled the occupied slots (empty ones answer NOT_FOUND: slots are sparse).
+struct MigSlot {
+    unsigned slot = 0;
+    nvmlDevice_t handle = nullptr;
+};
+struct MigLayout {
+    bool enabled = false;          // current mode
+    bool pending_differs = false;  // the pending mode (after a reset) is not the current one
+    std::vector<MigSlot> slots;
+};
+
+// `dev`'s MIG layout; a driver or GPU without MIG (absent symbol, NOT_SUPPORTED) is a disabled
+// layout. Returns NVML_SUCCESS or the failing code, with *function the call that failed.
+int read_mig_layout(const NvmlApi& api, nvmlDevice_t dev, MigLayout* out, const char** function);
 
 // Lists every device of `lib`. A device whose handle is refused (NO_PERMISSION, ...) or that answers
 // GPU_IS_LOST or another per-device error is put in `skipped`; a single property withheld with

@@ -78,7 +78,7 @@ Ranking rank_gpus(const std::vector<DeviceState>& states, BusyPolicy policy) {
     std::vector<Candidate> candidates;
     Ranking r;
     for (const DeviceState& s : states) {
-        const std::string index = std::to_string(s.index);
+        const std::string& index = s.index;
         if (s.health == Health::kUnhealthy) {
             r.left_out.emplace_back(index, s.health_text);
             continue;

@@ -145,6 +145,11 @@ const NvmlSymbolInfo kSymbols[kNvmlSymbolCount] = {
     {"nvmlDeviceGetMPSComputeRunningProcesses_v3", SymbolUse::kOptional},
     {"nvmlDeviceGetMPSComputeRunningProcesses_v2", SymbolUse::kFallback},
     {"nvmlDeviceGetMPSComputeRunningProcesses", SymbolUse::kFallback},
+    {"nvmlDeviceGetMigMode", SymbolUse::kOptional},
+    {"nvmlDeviceGetMaxMigDeviceCount", SymbolUse::kOptional},
+    {"nvmlDeviceGetMigDeviceHandleByIndex", SymbolUse::kOptional},
+    {"nvmlDeviceGetGpuInstanceId", SymbolUse::kOptional},
+    {"nvmlDeviceGetComputeInstanceId", SymbolUse::kOptional},
 };
 
 }  // namespace
@@ -278,6 +283,11 @@ struct LibraryRegistry {
         // The compute query decides the generation; the others of a driver are of the same one.
         const ProcessQueryFns& c = api.compute_processes;
         api.process_api = choose_process_api(detail, c.v3 != nullptr, r535_era, c.v2 != nullptr, c.v1 != nullptr);
+        resolve(lib, &api.device_get_mig_mode, S::kDeviceGetMigMode);
+        resolve(lib, &api.device_get_max_mig_device_count, S::kDeviceGetMaxMigDeviceCount);
+        resolve(lib, &api.device_get_mig_device_handle_by_index, S::kDeviceGetMigDeviceHandleByIndex);
+        resolve(lib, &api.device_get_gpu_instance_id, S::kDeviceGetGpuInstanceId);
+        resolve(lib, &api.device_get_compute_instance_id, S::kDeviceGetComputeInstanceId);
         return lib;
     }
 

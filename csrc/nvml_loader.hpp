@@ -28,6 +28,8 @@ enum class NvmlSymbol : int {
     kDeviceGetGraphicsRunningProcessesV3, kDeviceGetGraphicsRunningProcessesV2,
     kDeviceGetGraphicsRunningProcesses, kDeviceGetMpsComputeRunningProcessesV3,
     kDeviceGetMpsComputeRunningProcessesV2, kDeviceGetMpsComputeRunningProcesses,
+    kDeviceGetMigMode, kDeviceGetMaxMigDeviceCount, kDeviceGetMigDeviceHandleByIndex,
+    kDeviceGetGpuInstanceId, kDeviceGetComputeInstanceId,
     kCount
 };
 inline constexpr std::size_t kNvmlSymbolCount = static_cast<std::size_t>(NvmlSymbol::kCount);
@@ -101,6 +103,12 @@ struct NvmlApi {
     decltype(&nvmlDeviceGetRunningProcessDetailList) device_get_running_process_detail_list = nullptr;
     ProcessQueryFns compute_processes, graphics_processes, mps_processes;
     ProcessApi process_api = ProcessApi::kNone;
+    // MIG (devices.hpp), through MIG device handles only: none of them needs root.
+    decltype(&nvmlDeviceGetMigMode) device_get_mig_mode = nullptr;
+    decltype(&nvmlDeviceGetMaxMigDeviceCount) device_get_max_mig_device_count = nullptr;
+    decltype(&nvmlDeviceGetMigDeviceHandleByIndex) device_get_mig_device_handle_by_index = nullptr;
+    decltype(&nvmlDeviceGetGpuInstanceId) device_get_gpu_instance_id = nullptr;
+    decltype(&nvmlDeviceGetComputeInstanceId) device_get_compute_instance_id = nullptr;
 };
 
 class NvmlLibrary {

@@ -1426,3 +1426,36 @@ def test_doctor_says_when_the_workers_file_is_not_a_readable_regular_file(tmp_pa
     assert warning["fix"] == (f"Make {workers} a regular file with one TaskManager host per line, "
                               "or pass --taskmanagers-per-host N.")
     assert "cannot tell how many TaskManagers" in only(doc, "coordination", "note")["message"]
+
+
+def test_list_shows_mig_units_under_their_gpu_with_parent_and_instance_fields(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [
+        {"uuid": "GPU-mig", "mig": {"mode": "enabled", "instances": [
+            {"slot": 0, "uuid": "MIG-a", "gi": 7, "ci": 0}, {"slot": 2, "uuid": "MIG-b", "gi": 3, "ci": 1}]}},
+        {"mig": {"mode": "enabled", "pending": "disabled"}},
+        {"uuid": "GPU-plain"}]}))
+    doc = cli_json("list", "--simulate-spec", spec, "--file", tmp_path / "c")
+    assert [g["index"] for g in doc["gpus"]] == ["0:0", "0:2", "2"]
+    assert {k: doc["gpus"][1][k] for k in ("uuid", "parent_index", "parent_uuid", "mig_slot", "mig_gi", "mig_ci")} == {
+        "uuid": "MIG-b", "parent_index": 0, "parent_uuid": "GPU-mig", "mig_slot": 2, "mig_gi": 3, "mig_ci": 1}
+    assert "parent_index" not in doc["gpus"][2]
+    assert [s["index"] for s in doc["skipped"]] == ["1"] and "no MIG instances" in doc["skipped"][0]["reason"]
+    assert doc["nvml"]["notices"] == ["GPU 1: MIG mode pending a reset (now enabled, disabled after the GPU is reset)."]
+    human = cli("list", "--simulate-spec", spec, "--file", tmp_path / "c").stdout.splitlines()
+    start = next(n for n, line in enumerate(human) if line.startswith("INDEX"))
+    assert [line.split()[:2] for line in human[start + 1:start + 5]] == [
+        ["0", "GPU-mig"], ["0:0", "MIG-a"], ["0:2", "MIG-b"], ["2", "GPU-plain"]]
+    assert human[start + 2].startswith("  0:0")
+    assert any("MIG mode pending a reset" in line for line in human)
+
+
+def test_doctor_reports_a_mig_gpu_without_instances_and_a_pending_mode(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"mig": {"mode": "enabled", "pending": "disabled"}}, {}]}))
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(gpu_conf(factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml"))
+    doc = json.loads(cli("doctor", conf, "--simulate-spec", spec, "--json", env=child_env()).stdout)
+    messages = [f["message"] for f in doc["findings"] if f["check"] == "nvml"]
+    assert any("MIG mode is enabled but it has no MIG instances" in m for m in messages)
+    assert any("MIG mode pending a reset" in m for m in messages)

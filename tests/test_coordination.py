@@ -813,3 +813,117 @@ def test_every_bad_amount_gives_the_documented_error_naming_it(tmp_path, amount)
     else:
         assert isinstance(error, FlinkException) and f"Requested {amount}," in str(error)
     assert not path.exists()
+
+
+# ---- MIG units next to whole GPUs (docs/design.md §5.2, §9.2) ---------------------------------------------
+
+def test_a_unit_line_starts_with_its_gpu_and_names_the_unit_in_mig(path):
+    assert coordination.claim(1, ["0:2"], path=path).taken == ["0:2"]
+    line = path.read_text()
+    assert line.startswith(f"0 {os.getpid()}\t") and line.endswith("\tmig=0:2\n")
+    [entry] = coordination.snapshot(path).entries
+    assert entry.index == "0:2" and entry.alive
+    assert coordination.release(path=path, indices=["0:2"]) == ["0:2"]
+    assert path.read_text() == ""
+
+
+def test_whole_gpu_and_unit_holders_exclude_each_other_in_every_direction(path, owners):
+    whole, unit, other = owners(), owners(), owners()
+    candidates = ["0:1", "0:2", "1"]
+    assert coordination.claim(1, ["0"], path=path, owner=whole.pid).taken == ["0"]
+    assert coordination.claim(1, candidates, path=path, owner=unit.pid).taken == ["1"]  # no unit of a held GPU
+    coordination.release(whole.pid, path=path)
+    coordination.release(unit.pid, path=path)
+    assert coordination.claim(1, candidates, path=path, owner=unit.pid).taken == ["0:1"]
+    with pytest.raises(FlinkException, match=f"pid {unit.pid} holds 0:1"):
+        coordination.claim(1, ["0"], path=path, owner=whole.pid)  # no whole GPU with a unit held
+    # two units of one GPU do not exclude each other; one unit has one holder
+    assert coordination.claim(1, ["0:1", "0:2"], path=path, owner=other.pid).taken == ["0:2"]
+    with pytest.raises(FlinkException):
+        coordination.claim(1, ["0:1"], path=path, owner=whole.pid)
+    assert live_holders(path) == {"0:1": unit.pid, "0:2": other.pid}
+
+
+def test_a_stock_scripts_line_blocks_every_unit_of_its_gpu(path, owners):
+    stock_owner = owners()
+    path.write_text(f"0 {stock_owner.pid}\n")
+    with pytest.raises(FlinkException):
+        coordination.claim(1, ["0:0", "0:2"], path=path)
+    assert coordination.claim(1, ["0:0", "1:0"], path=path).taken == ["1:0"]
+
+
+def test_dead_lines_of_the_other_kind_are_reclaimed(path):
+    path.write_text(f"0 {dead_pid()}\n")
+    result = coordination.claim(1, ["0:2"], path=path)
+    assert result.taken == ["0:2"] and result.reclaimed == ["0:2"]
+    assert path.read_text().startswith(f"0 {os.getpid()}\t")  # the dead whole-GPU line is gone
+    coordination.release(path=path)
+    path.write_text(f"0 {dead_pid()}\t1\tmig=0:1\n0 {dead_pid()}\t1\tmig=0:3\n")
+    assert coordination.claim(1, ["0"], path=path).taken == ["0"]
+    assert [e.index for e in coordination.snapshot(path).entries] == ["0"]
+
+
+def test_a_mig_field_of_another_gpu_or_not_a_unit_makes_the_line_unparsable(path):
+    path.write_text(f"1 {os.getpid()}\t5\tmig=0:2\n2 {os.getpid()}\t5\tmig=x\n")
+    snap = coordination.snapshot(path)
+    assert snap.entries == () or list(snap.entries) == []
+    assert len(snap.unparsable) == 2
+    with pytest.raises(FlinkException, match="blocked by lines that cannot be parsed"):
+        coordination.claim(1, ["1:0"], path=path)
+
+
+# The real stock script on a file with unit lines: it knows only GPUs (`grep -c "^$i "`), takes the
+# owner with `awk '{print $2}'` and deletes with the unanchored `sed -i "/$i /d"`.
+
+def test_stock_script_never_gets_a_gpu_while_a_live_worker_holds_a_unit(path, owners, stock_script, tmp_path):
+    holder = owners()
+    assert coordination.claim(1, ["0:2"], path=path, owner=holder.pid).taken == ["0:2"]
+    ours = path.read_text()
+    stock = Stock(stock_script, tmp_path, path, 2)
+    out = stock.run(1)
+    assert out.stdout.strip() == "1"  # one line for GPU 0, its owner alive: not reclaimed
+    assert ours in path.read_text()
+    out = stock.run(1)  # this test process already holds 1 through the script; asks again
+    assert "Could not get enough GPU resources." in out.stdout
+    assert ours in path.read_text()
+
+
+def test_stock_script_reclaims_nothing_with_two_unit_lines_one_of_them_dead(path, owners, stock_script, tmp_path):
+    holder = owners()
+    path.write_text(f"0 {dead_pid()}\t1\tmig=0:1\n")
+    assert coordination.claim(1, ["0:2"], path=path, owner=holder.pid).taken == ["0:2"]
+    before = path.read_text()
+    assert before.count("\n") == 2
+    out = Stock(stock_script, tmp_path, path, 1).run(1)
+    # `[ -n $owner ]` on two pids fails: GPU 0 is not reclaimed, nothing is deleted
+    assert "Could not get enough GPU resources." in out.stdout
+    assert path.read_text() == before
+    assert live_holders(path) == {"0:2": holder.pid}
+
+
+def test_stock_script_reclaims_a_gpu_whose_only_unit_holder_is_dead(path, stock_script, tmp_path):
+    path.write_text(f"0 {dead_pid()}\t1\tmig=0:1\n")
+    out = Stock(stock_script, tmp_path, path, 1).run(1)
+    assert out.stdout.strip() == "0"
+    assert path.read_text() == f"0 {os.getpid()}\n"
+    with pytest.raises(FlinkException):  # the stock script's whole-GPU line blocks the units
+        coordination.claim(1, ["0:1", "0:2"], path=path, owner=os.getppid())
+
+
+def test_a_unit_claim_is_blocked_by_a_stock_script_holder(path, stock_script, tmp_path, owners):
+    stock = Stock(stock_script, tmp_path, path, 2)
+    owner = stock.start_owner(1)
+    try:
+        assert owner.result()[0] == ["0"]
+        assert coordination.claim(1, ["0:0", "0:1", "1:0"], path=path).taken == ["1:0"]
+    finally:
+        owner.kill()
+
+
+def test_a_line_naming_a_unit_first_holds_that_unit_of_its_gpu(path, owners):
+    holder = owners()
+    path.write_text(f"0:2 {holder.pid}\n")
+    assert [e.index for e in coordination.snapshot(path).entries] == ["0:2"]
+    with pytest.raises(FlinkException):
+        coordination.claim(1, ["0"], path=path)
+    assert coordination.claim(1, ["0:2", "0:3"], path=path).taken == ["0:3"]

@@ -270,3 +270,34 @@ def test_coordinated_claim_takes_idle_healthy_gpus_first(discovery_exe, tmp_path
                               ["4", *base])
     assert (out, code) == ("Could not get enough GPU resources.\n", 1)
     assert "GPU 0 left out (unhealthy: InfoROM corrupted)" in err
+
+
+# ---- MIG units (docs/design.md §9.2) ---------------------------------------------------------------
+
+@pytest.fixture
+def mig_env(discovery_exe):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_SIM_")}
+    spec = {"devices": [{"mig": {"mode": "enabled", "max_devices": 16,
+                                 "instances": [{"slot": 1}, {"slot": 2}, {"slot": 10}]}}, {}]}
+    env.update(simulator.environment(spec=spec))
+    return [discovery_exe], env
+
+
+def test_the_executable_prints_unit_indices_in_index_order(mig_env):
+    assert run(mig_env, ["2"]) == ("0:1,0:2\n", 0)
+    assert run(mig_env, ["4"]) == ("0:1,0:2,0:10,1\n", 0)
+
+
+def test_coordinated_executable_units_and_whole_gpus_exclude_each_other(mig_env, tmp_path, owners):
+    path = tmp_path / "coordination"
+    from flink_gpu import coordination
+
+    holder = owners()
+    assert coordination.claim(1, ["0:2"], path=path, owner=holder.pid).taken == ["0:2"]
+    # this test process is the executable's parent, the owner of what it claims
+    assert run(mig_env, ["2", "--enable-coordination-mode", "--coordination-file", str(path)]) == ("0:1,0:10\n", 0)
+    assert run(mig_env, ["3", "--enable-coordination-mode", "--coordination-file", str(path)]) == (
+        "0:1,0:10,1\n", 0)
+    coordination.release(path=path)
+    path.write_text(f"0 {holder.pid}\n")  # a stock-script holder of GPU 0
+    assert run(mig_env, ["1", "--enable-coordination-mode", "--coordination-file", str(path)]) == ("1\n", 0)

@@ -24,3 +24,8 @@ def test_compare_indices_agrees_with_sort_indices():
 
 def test_the_script_protocol_orders_by_the_same_rule():
     assert script_protocol.sort_indices is sort_indices
+
+
+def test_mig_unit_indices_are_numeric_on_both_parts_after_their_gpu():
+    assert sort_indices(["1", "0:10", "0:2", "0", "10", "2:0", "a"]) == ["0", "0:2", "0:10", "1", "2:0", "10", "a"]
+    assert compare_indices("0:2", "0:10") == -1 and compare_indices("0:99", "1") == -1

@@ -138,3 +138,15 @@ def test_importing_gpu_info_stays_cheap():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == ""
+
+
+def test_cuda_visible_devices_gives_one_mig_unit_its_mig_uuid():
+    unit = GPUInfo("0:2", {"uuid": "MIG-b", "parent.index": "0", "parent.uuid": "GPU-a"})
+    assert cuda_visible_devices([unit]) == "MIG-b"
+    assert cuda_visible_devices([unit, GPUInfo("1", {"uuid": "GPU-c"})]) == "MIG-b,GPU-c"
+
+
+def test_cuda_visible_devices_refuses_more_than_one_mig_unit_pointing_to_per_slot_binding():
+    units = [GPUInfo(f"0:{slot}", {"uuid": f"MIG-{slot}", "parent.index": "0"}) for slot in (2, 10)]
+    with pytest.raises(ValueError, match=r"only one MIG instance.*\(0:2, 0:10\).*one GPU per slot"):
+        cuda_visible_devices(units)

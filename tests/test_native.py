@@ -603,3 +603,118 @@ def test_the_loader_symbol_table_and_the_r535_detection():
     exported, resolved, api = _native.probe_nvml_library(simulator.library_path("r535"))
     assert api == "v3_r535"
     assert "nvmlDeviceGetRunningProcessDetailList" not in exported
+
+
+# --- MIG: a GPU in MIG mode contributes its MIG devices (docs/design.md §9.2) ------------------
+
+MIG_HOST = {"devices": [
+    {"uuid": "GPU-mig", "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:17:00.0", "memory_total": 80 << 30,
+     "mig": {"mode": "enabled", "max_devices": 7, "instances": [
+         {"slot": 0, "uuid": "MIG-a", "memory_total": 10 << 30, "gi": 7, "ci": 0},
+         {"slot": 2, "uuid": "MIG-b", "memory_total": 20 << 30, "gi": 3, "ci": 1},
+         {"slot": 5, "uuid": "MIG-c", "memory_total": 40 << 30, "gi": 1, "ci": 0}]}},
+    {"uuid": "GPU-plain"},
+]}
+
+LIST_UNITS = """
+import json
+from flink_gpu import _native
+nvml = _native.Nvml.open()
+devices = nvml.devices()
+print(json.dumps({
+    "devices": [[d.gpu_index, d.index, d.mig_slot, d.uuid, d.memory_total, d.parent_index, d.parent_uuid, d.mig_gi,
+                 d.mig_ci, d.name, d.pci_bus_id] for d in devices],
+    "skipped": [[s.gpu_index, s.code, s.reason] for s in nvml.skipped()],
+    "notices": list(nvml.notices()),
+    "states": [[s.gpu_index, s.health, s.memory_used, [p[0] for p in s.processes]] for s in nvml.states(1)],
+}))
+"""
+
+
+def list_units(spec):
+    return json.loads(run_python(LIST_UNITS, env=simulated_env(spec=spec)).stdout)
+
+
+def test_a_mig_gpu_gives_its_units_at_sparse_slots_next_to_a_plain_gpu():
+    found = list_units(MIG_HOST)
+    h100, bus = "NVIDIA H100 80GB HBM3", "00000000:17:00.0"
+    assert found["devices"] == [
+        ["0:0", 0, 0, "MIG-a", 10 << 30, 0, "GPU-mig", 7, 0, h100, bus],
+        ["0:2", 0, 2, "MIG-b", 20 << 30, 0, "GPU-mig", 3, 1, h100, bus],
+        ["0:5", 0, 5, "MIG-c", 40 << 30, 0, "GPU-mig", 1, 0, h100, bus],
+        ["1", 1, None, "GPU-plain", 80 << 30, None, None, None, None, "NVIDIA Simulated GPU", "00000000:02:00.0"],
+    ]
+    assert found["skipped"] == [] and found["notices"] == []
+    assert [s[0] for s in found["states"]] == ["0:0", "0:2", "0:5", "1"]
+
+
+def test_a_unit_state_is_its_own_memory_and_processes_and_its_gpus_health():
+    spec = json.loads(json.dumps(MIG_HOST))
+    spec["devices"][0]["health"] = {"row_remap_pending": True}
+    spec["devices"][0]["processes"] = [{"pid": 999}]
+    spec["devices"][0]["mig"]["instances"][1].update(memory_used=1 << 30, processes=[{"pid": 4242}])
+    states = {s[0]: s for s in list_units(spec)["states"]}
+    assert states["0:2"][2] == 1 << 30 and states["0:2"][3] == [4242]
+    assert states["0:0"][3] == []  # the GPU's processes are not the unit's
+    assert all(states[u][1].startswith("degraded") for u in ("0:0", "0:2", "0:5"))
+    assert states["1"][1] == "ok"
+
+
+def test_mig_enabled_without_instances_is_skipped_with_a_reason_and_a_pending_mode_is_noticed():
+    found = list_units({"devices": [{"mig": {"mode": "enabled", "pending": "disabled"}},
+                                    {"mig": {"mode": "disabled", "pending": "enabled"}}]})
+    assert [d[0] for d in found["devices"]] == ["1"]
+    [(index, code, reason)] = found["skipped"]
+    assert (index, code) == ("0", 6)  # NVML_ERROR_NOT_FOUND
+    assert "MIG mode is enabled but it has no MIG instances" in reason
+    assert found["notices"] == [
+        "GPU 0: MIG mode pending a reset (now enabled, disabled after the GPU is reset).",
+        "GPU 1: MIG mode pending a reset (now disabled, enabled after the GPU is reset).",
+    ]
+    assert [s[0] for s in found["states"]] == ["1"]
+
+
+def test_unprivileged_the_mig_gpus_memory_is_withheld_but_its_units_answer():
+    spec = {**MIG_HOST, "unprivileged": True}
+    found = list_units(spec)
+    assert [d[4] for d in found["devices"]] == [10 << 30, 20 << 30, 40 << 30, 80 << 30]
+    proc = run_python("import ctypes, os\n"
+                      "lib = ctypes.CDLL(os.environ['FLINK_GPU_NVML_LIBRARY'])\n"
+                      "assert lib.nvmlInit_v2() == 0\n"
+                      "h = ctypes.c_void_p(); assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) == 0\n"
+                      "mem = (ctypes.c_ulonglong * 3)()\n"
+                      "print(lib.nvmlDeviceGetMemoryInfo(h, mem))\n", env=simulated_env(spec=spec))
+    assert proc.stdout.strip() == "4"  # NVML_ERROR_NO_PERMISSION
+
+
+@pytest.mark.parametrize("mig, key", [
+    ({"mode": "on"}, "devices[0].mig.mode"),
+    ({"mode": "enabled", "pending": 1}, "devices[0].mig.pending"),
+    ({"mode": "enabled", "max_devices": 65}, "devices[0].mig.max_devices"),
+    ({"mode": "enabled", "instances": [{"uuid": "MIG-x"}]}, "devices[0].mig.instances[0].slot"),
+    ({"mode": "enabled", "max_devices": 2, "instances": [{"slot": 2}]}, "devices[0].mig.instances[0].slot"),
+    ({"mode": "enabled", "instances": [{"slot": 1}, {"slot": 1}]}, "devices[0].mig.instances[1].slot"),
+    ({"mode": "disabled", "instances": [{"slot": 0}]}, "devices[0].mig.instances"),
+    ({"mode": "enabled", "instances": [{"slot": 0, "gi": -1}]}, "devices[0].mig.instances[0].gi"),
+])
+def test_a_bad_mig_spec_is_rejected_naming_the_key_by_both_checkers(tmp_path, mig, key):
+    spec = {"devices": [{"mig": mig}]}
+    with pytest.raises((TypeError, ValueError), match=key.replace("[", r"\[").replace("]", r"\]")):
+        simulator._validate_spec(spec)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    proc = run_python("from flink_gpu import _native; _native.Nvml.open()", env=simulated_env(spec=str(path)),
+                      check=False)
+    assert proc.returncode != 0 and key in proc.stderr
+
+
+def test_the_unprivileged_key_must_be_a_boolean():
+    with pytest.raises(TypeError, match="'unprivileged'"):
+        simulator._validate_spec({"unprivileged": "yes"})
+
+
+def test_the_mig_entry_points_are_optional_in_the_loader_table():
+    table = dict(_native.nvml_symbols())
+    for name in ("nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
+                 "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId"):
+        assert table[name] == "optional"

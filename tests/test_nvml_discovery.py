@@ -33,10 +33,10 @@ root = logging.getLogger("flink_gpu")
 root.addHandler(Collect())
 root.setLevel(logging.DEBUG)
 from flink_gpu import GPUDriverFactory, cuda_visible_devices
+from flink_gpu.gpu_index import index_sort_order
 
 def describe(infos):
-    return sorted(([[k, i.get_property(k)] for k in i.get_keys()] for i in infos),
-                  key=lambda props: int(props[0][1]))
+    return [[[k, i.get_property(k)] for k in i.get_keys()] for i in index_sort_order(infos, lambda i: i.index)]
 
 def run(config, amounts):
     result = {"retrievals": []}
@@ -672,3 +672,34 @@ def test_the_claimers_own_child_is_not_foreign_and_state_is_read_per_choice(tmp_
     # while the child lives its GPU is the worker's own; once it is gone the pid NVML still
     # lists is not visible here, so it counts as foreign: read again at the second choice
     assert json.loads(done.stdout) == [["0"], ["1"]]
+
+
+# --- MIG units as GPUs (docs/design.md §9.2) ------------------------------------------------------
+
+MIG_HOST = {"devices": [
+    {"uuid": "GPU-mig", "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:17:00.0",
+     "mig": {"mode": "enabled", "instances": [
+         {"slot": 0, "uuid": "MIG-a", "memory_total": 10 << 30, "gi": 7, "ci": 0},
+         {"slot": 2, "uuid": "MIG-b", "memory_total": 20 << 30, "gi": 3, "ci": 1},
+         {"slot": 5, "uuid": "MIG-c", "memory_total": 40 << 30, "gi": 1, "ci": 0}]}},
+    {"uuid": "GPU-plain"},
+]}
+
+
+def test_mig_units_are_gpu_infos_with_their_parent_and_instances_in_index_order():
+    result, logs = run_one(NVML, [4], spec=MIG_HOST)
+    [infos] = result["retrievals"]
+    assert indices(infos) == ["0:0", "0:2", "0:5", "1"]
+    unit = dict(infos[1])
+    assert {k: unit.get(k) for k in ("uuid", "memory.total", "parent.index", "parent.uuid", "mig.gi", "mig.ci",
+                                     "name", "pci.bus-id", "health")} == {
+        "uuid": "MIG-b", "memory.total": str(20 << 30), "parent.index": "0", "parent.uuid": "GPU-mig",
+        "mig.gi": "3", "mig.ci": "1", "name": "NVIDIA H100 80GB HBM3", "pci.bus-id": "00000000:17:00.0",
+        "health": "ok"}
+    plain = dict(infos[3])
+    assert "parent.index" not in plain and "mig.gi" not in plain
+    assert result["error"][0] == "ValueError" and "only one MIG instance" in result["error"][1]
+    result, _ = run_one(NVML, [1], spec=MIG_HOST)
+    assert result["cuda_visible_devices"] == "MIG-a"
+    assert ["INFO", "flink_gpu.gpu.nvml",
+            "Discover GPU resources: [GPU Device(0:0), GPU Device(0:2), GPU Device(0:5), GPU Device(1)]."] in logs

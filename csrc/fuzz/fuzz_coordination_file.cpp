@@ -9,8 +9,8 @@
 // Checked for every input, besides "no crash, no hang, no sanitizer report":
 //   * every call succeeds (the file is small, regular and unlocked) or, for claim, reports kNotEnough
 //     and leaves the file byte for byte unchanged;
-//   * a successful claim returns `amount` distinct indices of the host, none of them held by another
-//     live owner (an entry of another pid namespace without a lease always is one) nor blocked by an
+//   * a successful claim returns `amount` distinct indices of the host (whole GPUs and MIG units), none
+//     of them held, or excluded by a whole-GPU or unit line (excludes()), by another live owner (an entry of another pid namespace without a lease always is one) nor blocked by an
 //     unparsable line; it removes only reclaimed lines of dead owners;
 //   * unparsable lines survive every rewrite byte for byte and in order;
 //   * after release no line of this process is left, and release touches nothing else.
@@ -44,7 +44,8 @@ std::string g_self_pid;
 std::string g_self_start;
 std::string g_self_ns;
 co::PidNamespace g_ns;
-const std::vector<std::string> kHost = {"0", "1", "2", "3", "4", "5", "6", "7", "10", "11"};
+// Whole GPUs and the MIG units of GPU 1 (a host may mix them; a claim never takes both kinds of one GPU).
+const std::vector<std::string> kHost = {"0", "1", "1:0", "1:2", "2", "3", "4", "5", "6", "7", "10", "11"};
 
 [[noreturn]] void fail(const char* what, const std::string& detail = "") {
     std::fprintf(stderr, "contract violated: %s %s\n", what, detail.c_str());
@@ -153,11 +154,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::size_t end = l.text.find_first_of(" \t", begin);
         blocked.insert(l.text.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
     }
-    std::multimap<std::string, co::Entry> held_by_others;
+    std::vector<co::Entry> held_by_others;
     for (const co::Entry& e : before.entries) {
         if (e.index.empty()) fail("an entry with an empty index");
         if (e.line_number == 0) fail("an entry without a line number");
-        if (e.alive && !mine(e)) held_by_others.emplace(e.index, e);
+        if (e.alive && !mine(e)) held_by_others.push_back(e);
     }
 
     const co::ClaimResult claim = co::claim(g_opts, getpid(), kHost, amount);
@@ -174,10 +175,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         // Only what this call added: an index the owner held already stays its own.
         for (const std::string& index : claim.added) {
-            if (blocked.count(index) != 0) fail("claimed a GPU blocked by an unparsable line:", index);
-            const auto range = held_by_others.equal_range(index);
-            for (auto it = range.first; it != range.second; ++it) {
-                if (still_alive(it->second)) fail("claimed a GPU of another live owner:", index);
+            if (blocked.count(index) != 0 || blocked.count(co::gpu_of(index)) != 0)
+                fail("claimed a GPU blocked by an unparsable line:", index);
+            for (const co::Entry& e : held_by_others) {  // the same index, or its GPU / a unit of it
+                if (co::excludes(e, index) && still_alive(e)) fail("claimed a GPU of another live owner:", index);
             }
         }
         if (amount == 0 && after_claim != content) fail("a claim of 0 GPUs changed the file");

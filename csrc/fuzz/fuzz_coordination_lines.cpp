@@ -3,8 +3,10 @@
 // every input is checked against the format's contract:
 //   * parse then serialize gives the input back byte for byte (plus a final '\n' where it lacked one);
 //   * lines are numbered 1, 2, ... and never contain '\n';
-//   * a blank line holds only spaces, tabs and '\r'; an entry has a valid index that starts its line
-//     followed by a space, and a pid in 1..INT_MAX; a bad line's word is its first word;
+//   * a blank line holds only spaces, tabs and '\r'; an entry's GPU (or its unit index) starts its line
+//     followed by a space, its index is that GPU or (a MIG unit's line) "<GPU>:<slot>", and its pid is in
+//     1..INT_MAX; a bad line's word is its first word;
+//   * an entry excludes its own index and its GPU; a unit's entry excludes no other unit of its GPU;
 //   * the lines of the entries, rebuilt with new_line(), parse back to the same entry (namespace and
 //     lease included), and hold no "<digit><space>" after the pid (the stock script's unanchored
 //     `sed "/$i /d"` never matches inside them); a lease names a slot up to kMaxLeaseSlot;
@@ -29,7 +31,7 @@ namespace {
 }
 
 bool same_entry(const co::Entry& a, const co::Entry& b) {
-    return a.index == b.index && a.pid == b.pid && a.has_start_time == b.has_start_time &&
+    return a.index == b.index && a.gpu == b.gpu && a.pid == b.pid && a.has_start_time == b.has_start_time &&
            a.start_time == b.start_time && a.has_ns == b.has_ns && a.ns == b.ns && a.has_lease == b.has_lease &&
            a.lease == b.lease;
 }
@@ -57,9 +59,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             case co::LineKind::kEntry: {
                 const co::Entry& e = l.entry;
                 if (e.line_number != l.number) fail("an entry's line number differs from its line's");
-                if (!co::valid_index(e.index)) fail("an entry with an invalid index", l.raw);
-                if (l.raw.compare(0, e.index.size() + 1, e.index + " ") != 0) {
-                    fail("an entry's index does not start its line followed by a space", l.raw);
+                if (!co::valid_index(e.index) || !co::valid_index(e.gpu)) fail("an entry with an invalid index", l.raw);
+                if (l.raw.compare(0, e.gpu.size() + 1, e.gpu + " ") != 0 &&
+                    l.raw.compare(0, e.index.size() + 1, e.index + " ") != 0) {
+                    fail("neither an entry's GPU nor its index starts its line followed by a space", l.raw);
+                }
+                std::string parent;
+                const bool unit = e.index != e.gpu;
+                if (unit && !(co::unit_gpu(e.index, &parent) && parent == e.gpu)) {
+                    fail("an entry's index is neither its GPU nor a unit of it", l.raw);
+                }
+                if (!co::excludes(e, e.index) || !co::excludes(e, e.gpu)) fail("an entry does not exclude itself", l.raw);
+                if (unit && co::excludes(e, e.gpu + ":" + e.index.substr(e.gpu.size() + 1) + "0")) {
+                    fail("a unit's entry excludes another unit of its GPU", l.raw);
                 }
                 if (e.pid <= 0) fail("an entry without a positive pid", l.raw);
                 if (e.alive) fail("parsing decided liveness");
@@ -72,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 fields.has_lease = e.has_lease;
                 fields.lease = e.lease;
                 const co::Line rebuilt = co::new_line(e.index, e.pid, fields);
-                if (rebuilt.raw.find(' ', e.index.size() + 1) != std::string::npos) {
+                if (rebuilt.raw.find(' ', e.gpu.size() + 1) != std::string::npos) {
                     fail("new_line() wrote a space after the pid", rebuilt.raw);
                 }
                 const std::vector<co::Line> again = co::parse_file(rebuilt.raw);

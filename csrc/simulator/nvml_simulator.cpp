@@ -12,8 +12,14 @@
 //                                      "recovery_action" (name), "state_error": "GPU_IS_LOST" |
 //                                      "RESET_REQUIRED" (what every state query answers)},
 //                                    "processes": [{"pid", "used_memory", "kind"}],
-//                                    "not_supported" / "no_permission": [query names]}],
-//                                 "process_struct": "v2" | "r535"}
+//                                    "not_supported" / "no_permission": [query names],
+//                                    "mig": {"mode": "enabled" | "disabled", "pending": (a mode; default
+//                                      the current one), "max_devices" (slots, default 7), "instances":
+//                                      [{"slot" (required), "uuid", "memory_total", "gi", "ci", and the
+//                                      state keys above: "memory_used", "processes", ...}]}}],
+//                                 "process_struct": "v2" | "r535",
+//                                 "unprivileged": true (not root: a MIG-enabled GPU's own memory queries
+//                                   answer NO_PERMISSION, as for a real unprivileged caller)}
 //   FLINK_GPU_SIM_INIT_ERROR=CODE nvmlInit returns this NVML error code
 // The configuration is read when NVML is initialised (reference count going from 0 to 1).
 //
@@ -82,6 +88,13 @@ struct SimDevice {
     nvmlReturn_t state_error = NVML_SUCCESS;
     std::vector<SimProcess> processes;
     unsigned not_supported = 0, no_permission = 0;  // bit per Query
+    // MIG: a GPU with a "mig" spec has a mode; slot_units[slot] is its unit in SimState::units or -1.
+    bool mig_capable = false;
+    unsigned mig_mode = NVML_DEVICE_MIG_DISABLE, mig_pending = NVML_DEVICE_MIG_DISABLE;
+    std::vector<int> slot_units;
+    // A MIG unit (a handle from nvmlDeviceGetMigDeviceHandleByIndex): its GPU, GPU and compute instance.
+    bool is_unit = false;
+    unsigned gi = 0, ci = 0;
 };
 
 struct SimState {
@@ -89,6 +102,8 @@ struct SimState {
     int refcount = 0;
     std::string driver_version = "999.99.99";
     std::vector<SimDevice> devices;
+    std::vector<SimDevice> units;  // the MIG units of every GPU
+    bool unprivileged = false;
 };
 
 SimState& state() {
@@ -337,9 +352,87 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
     return true;
 }
 
+const char* const kMigModes[] = {"disabled", "enabled"};  // NVML_DEVICE_MIG_DISABLE, _ENABLE
+
+// devices[i].mig: the GPU's mode and its instances, appended to `units`.
+bool read_mig(const simjson::Value& item, const char* spec_path, const std::string& where, SimDevice* d,
+              std::vector<SimDevice>* units) {
+    const simjson::Value* m = present(item, "mig");
+    if (m == nullptr) return true;
+    const std::string mw = where + "mig.";
+    if (!m->is_object()) {
+        complain(std::string(spec_path) + ": " + where + "mig must be an object");
+        return false;
+    }
+    d->mig_capable = true;
+    unsigned mode = NVML_DEVICE_MIG_DISABLE;
+    if (!read_choice(*m, "mode", kMigModes, 2, spec_path, mw, &mode)) return false;
+    unsigned pending = mode;
+    if (!read_choice(*m, "pending", kMigModes, 2, spec_path, mw, &pending)) return false;
+    d->mig_mode = mode;
+    d->mig_pending = pending;
+    unsigned long long max = 7;
+    if (!read_number(*m, "max_devices", 65.0, spec_path, mw, &max)) return false;
+    d->slot_units.assign(max, -1);
+    const simjson::Value* list = present(*m, "instances");
+    if (list == nullptr) return true;
+    if (!list->is_array()) {
+        complain(std::string(spec_path) + ": " + mw + "instances must be a list");
+        return false;
+    }
+    if (mode != NVML_DEVICE_MIG_ENABLE && !list->array.empty()) {
+        complain(std::string(spec_path) + ": " + mw + "instances need \"mode\": \"enabled\"");
+        return false;
+    }
+    for (size_t j = 0; j < list->array.size(); ++j) {
+        const simjson::Value& inst = list->array[j];
+        const std::string iw = mw + "instances[" + std::to_string(j) + "].";
+        if (!inst.is_object()) {
+            complain(std::string(spec_path) + ": " + iw.substr(0, iw.size() - 1) + " must be an object");
+            return false;
+        }
+        unsigned long long slot = 0, number = 0;
+        if (present(inst, "slot") == nullptr) {
+            complain(std::string(spec_path) + ": " + iw + "slot is required");
+            return false;
+        }
+        if (!read_number(inst, "slot", static_cast<double>(max), spec_path, iw, &slot)) return false;
+        if (d->slot_units[slot] != -1) {
+            complain(std::string(spec_path) + ": " + iw + "slot " + std::to_string(slot) + " is given twice");
+            return false;
+        }
+        SimDevice u;
+        u.is_unit = true;
+        u.index = d->index;
+        u.name = d->name;
+        u.pci_bus_id = d->pci_bus_id;
+        u.minor_number = d->minor_number;
+        u.cpu_affinity = d->cpu_affinity;
+        char buf[80];
+        std::snprintf(buf, sizeof buf, "MIG-00000000-0000-4000-8000-%06x%06llx", d->index, slot);
+        u.uuid = buf;
+        u.memory_total = d->memory_total / (max == 0 ? 1 : max);
+        u.gi = static_cast<unsigned>(slot);
+        if (!read_string(inst, "uuid", spec_path, iw, &u.uuid)) return false;
+        if (!read_number(inst, "memory_total", 18446744073709551616.0, spec_path, iw, &u.memory_total)) return false;
+        number = u.gi;
+        if (!read_number(inst, "gi", 4294967296.0, spec_path, iw, &number)) return false;
+        u.gi = static_cast<unsigned>(number);
+        number = 0;
+        if (!read_number(inst, "ci", 4294967296.0, spec_path, iw, &number)) return false;
+        u.ci = static_cast<unsigned>(number);
+        if (!read_state(inst, spec_path, iw, &u)) return false;
+        d->slot_units[slot] = static_cast<int>(units->size());
+        units->push_back(std::move(u));
+    }
+    return true;
+}
+
 // Loads the configuration; returns an NVML error code for nvmlInit.
 nvmlReturn_t configure(SimState& s) {
     s.devices.clear();
+    s.units.clear();
+    s.unprivileged = false;
     s.driver_version = "999.99.99";
     nvmlReturn_t init_error = NVML_SUCCESS;
     const char* spec_path = std::getenv("FLINK_GPU_SIM_SPEC");
@@ -362,7 +455,9 @@ nvmlReturn_t configure(SimState& s) {
             }
             init_error = static_cast<nvmlReturn_t>(code);
         }
-        if (!read_string(root, "driver_version", spec_path, "", &s.driver_version)) return NVML_ERROR_UNKNOWN;
+        if (!read_string(root, "driver_version", spec_path, "", &s.driver_version) ||
+            !read_bool(root, "unprivileged", spec_path, "", &s.unprivileged))
+            return NVML_ERROR_UNKNOWN;
         unsigned layout = 0;
         for (unsigned i = 0; i < 2; ++i)
             if (std::strcmp(kProcessStructs[i], kProcessStruct) == 0) layout = i;
@@ -408,7 +503,8 @@ nvmlReturn_t configure(SimState& s) {
                 }
                 d.minor_number = static_cast<unsigned>(number);
             }
-            if (!read_state(item, spec_path, where, &d)) return NVML_ERROR_UNKNOWN;
+            if (!read_state(item, spec_path, where, &d) || !read_mig(item, spec_path, where, &d, &s.units))
+                return NVML_ERROR_UNKNOWN;
             if (const auto* v = present(item, "fault")) {
                 if (v->is_string() && v->string == "NO_PERMISSION") d.fault = Fault::kNoPermission;
                 else if (v->is_string() && v->string == "GPU_IS_LOST") d.fault = Fault::kGpuIsLost;
@@ -457,8 +553,10 @@ nvmlReturn_t device_for(nvmlDevice_t handle, const SimDevice** out) {
     std::lock_guard<std::mutex> lock(s.mutex);
     if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
     const auto* d = reinterpret_cast<const SimDevice*>(handle);
-    if (d == nullptr || s.devices.empty() || d < s.devices.data() || d >= s.devices.data() + s.devices.size())
-        return NVML_ERROR_INVALID_ARGUMENT;
+    auto within = [d](const std::vector<SimDevice>& v) {
+        return !v.empty() && d >= v.data() && d < v.data() + v.size();
+    };
+    if (d == nullptr || !(within(s.devices) || within(s.units))) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->fault == Fault::kGpuIsLost) return NVML_ERROR_GPU_IS_LOST;
     *out = d;
     return NVML_SUCCESS;
@@ -467,6 +565,10 @@ nvmlReturn_t device_for(nvmlDevice_t handle, const SimDevice** out) {
 nvmlReturn_t query_allowed(const SimDevice& d, Query q) {
     if ((d.not_supported >> q) & 1u) return NVML_ERROR_NOT_SUPPORTED;
     if ((d.no_permission >> q) & 1u) return NVML_ERROR_NO_PERMISSION;
+    // nvml.h: a GPU in MIG mode tells its memory only to a privileged caller.
+    if ((q == kQueryMemory || q == kQueryMemoryV2) && !d.is_unit && d.mig_mode == NVML_DEVICE_MIG_ENABLE &&
+        state().unprivileged)
+        return NVML_ERROR_NO_PERMISSION;
     return NVML_SUCCESS;
 }
 
@@ -838,3 +940,76 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t devic
     });
 }
 #endif
+
+// ---- MIG: through MIG device handles only, as an unprivileged caller can -------------------------
+
+namespace {
+
+// A GPU (not a unit) that has a MIG mode.
+nvmlReturn_t mig_gpu(nvmlDevice_t handle, const SimDevice** out) {
+    if (nvmlReturn_t rc = device_for(handle, out); rc != NVML_SUCCESS) return rc;
+    return (*out)->is_unit || !(*out)->mig_capable ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
+}
+
+nvmlReturn_t mig_unit(nvmlDevice_t handle, const SimDevice** out) {
+    if (nvmlReturn_t rc = device_for(handle, out); rc != NVML_SUCCESS) return rc;
+    return (*out)->is_unit ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+
+}  // namespace
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* currentMode, unsigned int* pendingMode) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (currentMode == nullptr || pendingMode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = mig_gpu(device, &d); rc != NVML_SUCCESS) return rc;
+        *currentMode = d->mig_mode;
+        *pendingMode = d->mig_pending;
+        return NVML_SUCCESS;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int* count) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = mig_gpu(device, &d); rc != NVML_SUCCESS) return rc;
+        *count = static_cast<unsigned>(d->slot_units.size());
+        return NVML_SUCCESS;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                           nvmlDevice_t* migDevice) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (migDevice == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = mig_gpu(device, &d); rc != NVML_SUCCESS) return rc;
+        if (index >= d->slot_units.size()) return NVML_ERROR_INVALID_ARGUMENT;
+        if (d->mig_mode != NVML_DEVICE_MIG_ENABLE || d->slot_units[index] < 0) return NVML_ERROR_NOT_FOUND;
+        SimState& s = state();
+        std::lock_guard<std::mutex> lock(s.mutex);
+        *migDevice = reinterpret_cast<nvmlDevice_t>(&s.units[static_cast<size_t>(d->slot_units[index])]);
+        return NVML_SUCCESS;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int* id) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = mig_unit(device, &d); rc != NVML_SUCCESS) return rc;
+        *id = d->gi;
+        return NVML_SUCCESS;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int* id) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = mig_unit(device, &d); rc != NVML_SUCCESS) return rc;
+        *id = d->ci;
+        return NVML_SUCCESS;
+    });
+}

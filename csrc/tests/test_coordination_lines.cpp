@@ -91,6 +91,22 @@ int main() {
     }
     CHECK(co::parse_file("0 1\tlease=65535")[0].entry.lease == co::kMaxLeaseSlot);
 
+    // A MIG unit's line: its GPU first, the unit in `mig` last; it parses back to the unit.
+    const co::Line unit = co::new_line("0:12", 1234, all);
+    CHECK_EQ(unit.raw, std::string("0 1234\t987\tns=4026531836\tlease=7\tmig=0:12"));
+    const co::Entry u = co::parse_file(unit.raw)[0].entry;
+    CHECK(u.index == "0:12" && u.gpu == "0" && u.pid == 1234 && u.has_lease && u.lease == 7);
+    CHECK(co::parse_file("1 5\tmig=0:2")[0].kind == co::LineKind::kBad);     // a unit of another GPU
+    CHECK(co::parse_file("0 5\tmig=0:x")[0].kind == co::LineKind::kBad);     // not a unit index
+    CHECK(co::parse_file("0 5\tmig=0:1\tmig=0:1")[0].kind == co::LineKind::kBad);  // given twice
+    // The exclusion rule: whole GPU against its units, never two different units.
+    const co::Entry whole = co::parse_file("0 5")[0].entry;
+    CHECK(co::excludes(whole, "0") && co::excludes(whole, "0:12") && !co::excludes(whole, "1:0"));
+    CHECK(co::excludes(u, "0:12") && co::excludes(u, "0") && !co::excludes(u, "0:1") && !co::excludes(u, "10"));
+    CHECK(co::unit_gpu("10:3", nullptr) && !co::unit_gpu("a:3", nullptr) && !co::unit_gpu("3:", nullptr));
+    CHECK_EQ(co::gpu_of("10:3"), std::string("10"));
+    CHECK_EQ(co::gpu_of("GPU-a"), std::string("GPU-a"));
+
     CHECK(co::valid_index("0") && co::valid_index("GPU-a") && co::valid_index("~"));
     CHECK(!co::valid_index("") && !co::valid_index("0 1") && !co::valid_index("\x7f") && !co::valid_index("\xC3\xA9"));
     return check::finish("test_coordination_lines");

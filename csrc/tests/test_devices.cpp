@@ -97,7 +97,7 @@ int main() {
         Enumeration e;
         if (!enumerate_devices(*lib, &e).ok() || e.devices.size() != 4 || !e.skipped.empty()) return 3;
         const DeviceInfo& d = e.devices[3];
-        if (d.index != 3 || d.uuid != std::string("GPU-00000000-0000-4000-8000-000000000003")) return 4;
+        if (d.index != "3" || d.uuid != std::string("GPU-00000000-0000-4000-8000-000000000003")) return 4;
         if (d.name != std::string("NVIDIA Simulated GPU") || d.pci_bus_id != std::string("00000000:04:00.0")) return 5;
         if (d.memory_total != (80ULL << 30) || d.minor_number != 3u) return 6;
         return 0;
@@ -153,13 +153,40 @@ int main() {
         if (lib == nullptr) return 1;
         Enumeration e;
         if (!enumerate_devices(*lib, &e).ok()) return 2;
-        if (e.devices.size() != 2 || e.devices[0].index != 0 || e.devices[1].index != 3) return 3;
+        if (e.devices.size() != 2 || e.devices[0].index != "0" || e.devices[1].index != "3") return 3;
         if (e.devices[1].uuid != std::string("GPU-x") || e.devices[1].memory_total != 1024ULL) return 4;
         if (e.devices[1].name != std::string("\xC3\x89t\xC3\xA9")) return 5;
         if (e.skipped.size() != 2 || e.skipped[0].code != NVML_ERROR_NO_PERMISSION ||
             e.skipped[1].code != NVML_ERROR_GPU_IS_LOST)
             return 6;
         if (e.skipped[1].reason.find("GPU 2") == std::string::npos) return 7;
+        return 0;
+    }), 0);
+
+    // A GPU in MIG mode gives its units at their (sparse) slots, through MIG handles only; one without
+    // instances is skipped with a reason; a pending mode is a notice.
+    CHECK_EQ(in_child([] {
+        const char* spec = "/tmp/flink-gpu-test-devices-mig.json";
+        std::ofstream(spec) << R"({"unprivileged": true, "devices": [
+            {"uuid": "GPU-m", "mig": {"mode": "enabled", "instances": [{"slot": 5, "uuid": "MIG-5", "memory_total": 64,
+                                                                     "gi": 2, "ci": 1}, {"slot": 0}]}},
+            {"mig": {"mode": "enabled", "pending": "disabled"}}, {}]})";
+        setenv("FLINK_GPU_SIM_SPEC", spec, 1);
+        Status s;
+        const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
+        std::remove(spec);
+        if (lib == nullptr) return 1;
+        Enumeration e;
+        if (!enumerate_devices(*lib, &e).ok()) return 2;
+        if (e.devices.size() != 3 || e.devices[0].index != "0:0" || e.devices[1].index != "0:5" ||
+            e.devices[2].index != "2")
+            return 3;
+        const DeviceInfo& u = e.devices[1];
+        if (u.uuid != std::string("MIG-5") || u.memory_total != 64ULL || u.mig_slot != 5u || u.mig_gi != 2u ||
+            u.mig_ci != 1u || u.parent_uuid != std::string("GPU-m") || u.nvml_index != 0)
+            return 4;
+        if (e.skipped.size() != 1 || e.skipped[0].index != "1" || e.skipped[0].code != NVML_ERROR_NOT_FOUND) return 5;
+        if (e.notices.size() != 1 || e.notices[0].find("pending a reset") == std::string::npos) return 6;
         return 0;
     }), 0);
 

@@ -9,7 +9,7 @@ namespace {
 
 DeviceState gpu(unsigned index, Health health, bool busy) {
     DeviceState s;
-    s.index = index;
+    s.index = std::to_string(index);
     s.health = health;
     s.health_text = health == Health::kOk ? "ok" : health == Health::kDegraded ? "degraded: row remapping pending"
                                                                                 : "unhealthy: InfoROM corrupted";

@@ -1,4 +1,4 @@
-// The GPU index order: numeric by value, then the rest as text.
+// The GPU index order: numeric by value (MIG units by both parts), then the rest as text.
 #include "gpu_index.hpp"
 
 #include <string>
@@ -25,6 +25,19 @@ int main() {
     CHECK(compare_indices("99999999999999999999", "100000000000000000000") < 0);
     // Bytes compare unsigned: UTF-8 text sorts by code point.
     CHECK(compare_indices("z", "\xC3\xA9") < 0);
+
+    // MIG units "<gpu>:<slot>": numeric on both parts, each GPU's units after it and before the next GPU.
+    CHECK(compare_indices("0:2", "0:10") < 0);
+    CHECK(compare_indices("0", "0:0") < 0);
+    CHECK(compare_indices("0:99", "1") < 0);
+    CHECK(compare_indices("2:1", "10") < 0);
+    CHECK(compare_indices("0:02", "0:2") < 0);
+    CHECK(compare_indices("0:1", "a") < 0);
+    CHECK(compare_indices("0:", "1") > 0);  // not a unit index: text
+    CHECK(compare_indices("0:1:2", "1") > 0);
+    V units{"1", "0:10", "0:2", "10", "0", "2:0", "0:5"};
+    flinkgpu::sort_indices(&units);
+    CHECK_EQ(units, (V{"0", "0:2", "0:5", "0:10", "1", "2:0", "10"}));
 
     V v{"10", "b", "2", "02", "a", "1", "", "0"};
     flinkgpu::sort_indices(&v);

@@ -73,7 +73,12 @@ cdef extern from "nvml_loader.hpp" namespace "flinkgpu" nogil:
 
 cdef extern from "devices.hpp" namespace "flinkgpu" nogil:
     cdef cppclass DeviceInfo:
-        unsigned index
+        string index
+        unsigned nvml_index
+        optional[unsigned] mig_slot
+        optional[string] parent_uuid
+        optional[unsigned] mig_gi
+        optional[unsigned] mig_ci
         optional[string] uuid
         optional[string] name
         optional[string] pci_bus_id
@@ -83,13 +88,16 @@ cdef extern from "devices.hpp" namespace "flinkgpu" nogil:
         optional[int] numa_node
 
     cdef cppclass CSkippedDevice "flinkgpu::SkippedDevice":
-        unsigned index
+        string index
+        unsigned nvml_index
+        optional[unsigned] mig_slot
         int code
         string reason
 
     cdef cppclass Enumeration:
         vector[DeviceInfo] devices
         vector[CSkippedDevice] skipped
+        vector[string] notices
 
     Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out)
     Status query_driver_version(const NvmlLibrary& lib, optional[string]* out)
@@ -114,7 +122,9 @@ cdef extern from "device_state.hpp" namespace "flinkgpu" nogil:
         bint visible
 
     cdef cppclass CDeviceState "flinkgpu::DeviceState":
-        unsigned index
+        string index
+        unsigned nvml_index
+        optional[unsigned] mig_slot
         Health health
         string health_text
         vector[string] findings
@@ -320,10 +330,25 @@ cdef object _error(const Status& status, path):
 
 # --- NVML ----------------------------------------------------------------------------------------
 
+cdef inline str _gpu_index(unsigned index, slot):
+    return str(index) if slot is None else f"{index}:{slot}"
+
+
 cdef class NvmlDevice:
-    """One GPU as NVML reports it; an attribute is None where the driver cannot answer."""
+    """One GPU, or one MIG instance standing in for its GPU in MIG mode, as NVML reports it; an
+    attribute is None where the driver cannot answer.
+
+    ``index``: the GPU's NVML index (a MIG unit's: its parent's); ``gpu_index``: the index as
+    GPUInfo carries it, "<index>" or "<parent index>:<slot>" for a MIG unit; ``parent_index``,
+    ``parent_uuid``, ``mig_slot``, ``mig_gi``, ``mig_ci``: a MIG unit's GPU, its slot and its GPU and
+    compute instance ids (None for a whole GPU).
+    """
 
     cdef readonly unsigned index
+    cdef readonly object parent_uuid
+    cdef readonly object mig_slot
+    cdef readonly object mig_gi
+    cdef readonly object mig_ci
     cdef readonly object uuid
     cdef readonly object name
     cdef readonly object pci_bus_id
@@ -333,26 +358,46 @@ cdef class NvmlDevice:
     cdef readonly object numa_node
 
     def __repr__(self):
-        return (f"NvmlDevice(index={self.index}, uuid={self.uuid!r}, name={self.name!r}, "
+        mig = (f", mig_slot={self.mig_slot!r}, parent_uuid={self.parent_uuid!r}, "
+               f"mig_gi={self.mig_gi!r}, mig_ci={self.mig_ci!r}" if self.mig_slot is not None else "")
+        return (f"NvmlDevice(index={self.index}{mig}, uuid={self.uuid!r}, name={self.name!r}, "
                 f"pci_bus_id={self.pci_bus_id!r}, memory_total={self.memory_total!r}, "
                 f"minor_number={self.minor_number!r}, cpu_affinity={self.cpu_affinity!r}, "
                 f"numa_node={self.numa_node!r})")
 
+    @property
+    def gpu_index(self):
+        return _gpu_index(self.index, self.mig_slot)
+
+    @property
+    def parent_index(self):
+        return None if self.mig_slot is None else self.index
+
 
 cdef class SkippedDevice:
-    """A GPU that exists but cannot be used (NO_PERMISSION, GPU_IS_LOST, ...)."""
+    """A GPU (or MIG unit) that exists but cannot be used (NO_PERMISSION, GPU_IS_LOST, MIG mode
+    without instances, ...); ``index``, ``mig_slot`` and ``gpu_index`` as :class:`NvmlDevice` has them."""
 
     cdef readonly unsigned index
+    cdef readonly object mig_slot
     cdef readonly int code
     cdef readonly str reason
 
     def __repr__(self):
-        return f"SkippedDevice(index={self.index}, code={self.code}, reason={self.reason!r})"
+        return f"SkippedDevice(index={self.gpu_index}, code={self.code}, reason={self.reason!r})"
+
+    @property
+    def gpu_index(self):
+        return _gpu_index(self.index, self.mig_slot)
 
 
 cdef NvmlDevice _device(const DeviceInfo& info):
     cdef NvmlDevice d = NvmlDevice.__new__(NvmlDevice)
-    d.index = info.index
+    d.index = info.nvml_index
+    d.mig_slot = info.mig_slot.value() if info.mig_slot.has_value() else None
+    d.parent_uuid = _optional_text(info.parent_uuid)
+    d.mig_gi = info.mig_gi.value() if info.mig_gi.has_value() else None
+    d.mig_ci = info.mig_ci.value() if info.mig_ci.has_value() else None
     d.uuid = _optional_text(info.uuid)
     d.name = _optional_text(info.name)
     d.pci_bus_id = _optional_text(info.pci_bus_id)
@@ -374,6 +419,7 @@ cdef class DeviceState:
 
     cdef CDeviceState _c
     cdef readonly unsigned index
+    cdef readonly object mig_slot
     cdef readonly str health
     cdef readonly tuple findings
     cdef readonly object memory_used
@@ -386,8 +432,13 @@ cdef class DeviceState:
     def __init__(self):
         raise TypeError("DeviceState objects come from Nvml.states()")
 
+    @property
+    def gpu_index(self):
+        """The index as GPUInfo carries it ("<index>", or "<index>:<slot>" for a MIG unit)."""
+        return _gpu_index(self.index, self.mig_slot)
+
     def __repr__(self):
-        return (f"DeviceState(index={self.index}, health={self.health!r}, memory_used={self.memory_used!r}, "
+        return (f"DeviceState(index={self.gpu_index}, health={self.health!r}, memory_used={self.memory_used!r}, "
                 f"memory_free={self.memory_free!r}, processes={self.processes!r}, "
                 f"processes_known={self.processes_known!r}, busy={self.busy!r}, compute_mode={self.compute_mode!r})")
 
@@ -396,7 +447,8 @@ cdef DeviceState _state(const CDeviceState& c):
     cdef DeviceState s = DeviceState.__new__(DeviceState)
     cdef size_t i
     s._c = c
-    s.index = c.index
+    s.index = c.nvml_index
+    s.mig_slot = c.mig_slot.value() if c.mig_slot.has_value() else None
     s.health = _text(c.health_text)
     s.findings = tuple([_text(c.findings[i]) for i in range(c.findings.size())])
     s.memory_used = c.memory_used.value() if c.memory_used.has_value() else None
@@ -477,7 +529,8 @@ def probe_nvml_library(library_path):
 
 cdef SkippedDevice _skipped(const CSkippedDevice& info):
     cdef SkippedDevice s = SkippedDevice.__new__(SkippedDevice)
-    s.index = info.index
+    s.index = info.nvml_index
+    s.mig_slot = info.mig_slot.value() if info.mig_slot.has_value() else None
     s.code = info.code
     s.reason = info.reason.decode("utf-8", "replace")
     return s
@@ -505,6 +558,7 @@ cdef class Nvml:
     cdef readonly str library_path
     cdef string _path
     cdef tuple _skipped
+    cdef tuple _notices
 
     def __init__(self):
         raise TypeError("use Nvml.open(library_path)")
@@ -526,6 +580,7 @@ cdef class Nvml:
             nvml.library_path = key
             nvml._path = resolved
             nvml._skipped = ()
+            nvml._notices = ()
             nvml._library()  # load and initialise now, so that a broken library fails here
             _instances[key] = nvml
         return nvml
@@ -540,7 +595,8 @@ cdef class Nvml:
         return lib
 
     def devices(self):
-        """All usable GPUs, in NVML index order; unusable ones are listed by ``skipped()``."""
+        """All usable GPUs, in index order, a GPU in MIG mode replaced by its MIG units; unusable ones
+        are listed by ``skipped()``."""
         cdef const NvmlLibrary* lib = self._library()
         cdef Enumeration found
         cdef Status status
@@ -549,6 +605,7 @@ cdef class Nvml:
         if not status.ok():
             raise _error(status, self.library_path)
         self._skipped = tuple([_skipped(s) for s in found.skipped])
+        self._notices = tuple([_text(n) for n in found.notices])
         return tuple([_device(d) for d in found.devices])
 
     @property
@@ -579,6 +636,10 @@ cdef class Nvml:
     def skipped(self):
         """Devices the last ``devices()`` call had to leave out, with the reason."""
         return self._skipped
+
+    def notices(self):
+        """What the last ``devices()`` call found an operator should know (a MIG mode pending a reset)."""
+        return self._notices
 
     def __repr__(self):
         return f"Nvml(library_path={self.library_path!r})"

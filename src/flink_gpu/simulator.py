@@ -38,7 +38,16 @@ Spec keys (every one optional; null counts as absent):
     NO_PERMISSION: ``inforom``, ``remapped_rows``, ``ecc_mode``, ``ecc_errors``,
     ``field_values``, ``retired_pages``, ``memory``, ``memory_v2``, ``compute_mode``,
     ``cpu_affinity``, ``compute_processes``, ``graphics_processes``, ``mps_processes``,
-    ``process_detail_list`` and ``processes`` (the three kinds).
+    ``process_detail_list`` and ``processes`` (the three kinds);
+  * ``mig``: the GPU's Multi-Instance GPU layout, an object with ``mode`` (``enabled`` or
+    ``disabled``, default disabled), ``pending`` (the mode after a reset; default the current
+    one), ``max_devices`` (slots, 0..64, default 7) and ``instances``: a list of ``{"slot": N
+    (required, below max_devices, each once), "uuid", "memory_total" (default the GPU's memory
+    over max_devices), "gi", "ci"}`` plus the state keys above (``memory_used``, ``processes``,
+    ...) answered on that MIG device's handle. Instances need mode ``enabled``.
+
+* ``unprivileged``: true for a caller without root: a GPU in MIG mode answers its own memory
+  queries NO_PERMISSION (its MIG devices still answer theirs).
 """
 
 import os
@@ -51,7 +60,11 @@ __all__ = ["MAX_DEVICES", "library_path", "environment", "read_spec", "run", "po
 _FAULTS = ("NO_PERMISSION", "GPU_IS_LOST")
 _PROCESS_STRUCTS = ("v2", "r535")
 _DEVICE_KEYS = {"uuid", "name", "memory_total", "pci_bus_id", "minor_number", "fault", "memory_used",
-                "cpu_affinity", "compute_mode", "health", "processes", "not_supported", "no_permission"}
+                "cpu_affinity", "compute_mode", "health", "processes", "not_supported", "no_permission", "mig"}
+_MIG_KEYS = {"mode", "pending", "max_devices", "instances"}
+_MIG_MODES = ("disabled", "enabled")
+_INSTANCE_KEYS = {"slot", "uuid", "memory_total", "gi", "ci", "memory_used", "cpu_affinity", "compute_mode",
+                  "health", "processes", "not_supported", "no_permission"}
 # the value rules the simulator itself applies (csrc/simulator/nvml_simulator.cpp): text, or a
 # whole number in [0, limit)
 _STRING_KEYS = ("uuid", "name", "pci_bus_id")
@@ -177,13 +190,60 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
                              f"got {names!r}.")
 
 
+def _validate_mig(device: Mapping[str, Any], where: str) -> None:
+    """``devices[i].mig`` (the module docstring)."""
+    mig = device.get("mig")
+    if mig is None:
+        return
+    if not isinstance(mig, Mapping):
+        raise TypeError(f"Simulator spec {where}.mig must be an object, got {mig!r}.")
+    bad = set(mig) - _MIG_KEYS
+    if bad:
+        raise ValueError(f"Simulator spec {where}.mig has unknown keys {sorted(bad)}; known: {sorted(_MIG_KEYS)}.")
+    _check_choice(mig.get("mode"), _MIG_MODES, f"{where}.mig.mode")
+    _check_choice(mig.get("pending"), _MIG_MODES, f"{where}.mig.pending")
+    slots = 7 if mig.get("max_devices") is None else mig["max_devices"]
+    _check_whole_number(slots, 65, f"{where}.mig.max_devices must be a whole number")
+    instances = mig.get("instances")
+    if instances is None:
+        return
+    if not isinstance(instances, (list, tuple)):
+        raise TypeError(f"Simulator spec {where}.mig.instances must be a list, got {instances!r}.")
+    if instances and mig.get("mode") != "enabled":
+        raise ValueError(f"Simulator spec {where}.mig.instances need {where}.mig.mode 'enabled'.")
+    seen = set()
+    for j, instance in enumerate(instances):
+        what = f"{where}.mig.instances[{j}]"
+        if not isinstance(instance, Mapping):
+            raise TypeError(f"Simulator spec {what} must be an object, got {instance!r}.")
+        bad = set(instance) - _INSTANCE_KEYS
+        if bad:
+            raise ValueError(f"Simulator spec {what} has unknown keys {sorted(bad)}; known: {sorted(_INSTANCE_KEYS)}.")
+        if instance.get("slot") is None:
+            raise ValueError(f"Simulator spec {what}.slot is required.")
+        _check_whole_number(instance["slot"], slots, f"{what}.slot must be a whole number below max_devices")
+        if instance["slot"] in seen:
+            raise ValueError(f"Simulator spec {what}.slot {instance['slot']} is given twice.")
+        seen.add(instance["slot"])
+        _check_string(instance.get("uuid"), f"{what}.uuid")
+        for key, limit in (("memory_total", 2**64), ("gi", 2**32), ("ci", 2**32)):
+            if instance.get(key) is not None:
+                _check_whole_number(instance[key], limit, f"{what}.{key} must be a whole number")
+        total = instance.get("memory_total")
+        if total is None:
+            parent = device.get("memory_total")
+            total = (80 << 30 if parent is None else parent) // max(slots, 1)
+        _validate_state({**instance, "memory_total": total}, what)
+
+
 def _validate_spec(spec: Mapping[str, Any]) -> None:
     """The simulator's own rules: ``TypeError`` for a value of the wrong type, ``ValueError`` for
     an unknown key or a value out of range, each naming the key."""
-    unknown = set(spec) - {"init_error", "driver_version", "devices", "process_struct"}
+    unknown = set(spec) - {"init_error", "driver_version", "devices", "process_struct", "unprivileged"}
     if unknown:
         raise ValueError(f"Unknown simulator spec keys {sorted(unknown)}; use init_error, driver_version, "
-                         "devices, process_struct.")
+                         "devices, process_struct, unprivileged.")
+    _check_bool(spec.get("unprivileged"), "'unprivileged'")
     _check_choice(spec.get("process_struct"), _PROCESS_STRUCTS, "'process_struct'")
     if spec.get("init_error") is not None:
         _check_whole_number(spec["init_error"], 1000, "'init_error' must be an NVML error code")
@@ -206,6 +266,7 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
         if fault is not None and fault not in _FAULTS:
             raise ValueError(f"Simulator spec devices[{i}] fault {fault!r} is not one of {_FAULTS}.")
         _validate_state(device, f"devices[{i}]")
+        _validate_mig(device, f"devices[{i}]")
 
 
 def read_spec(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:

@@ -195,7 +195,7 @@ def run(args) -> int:
     ok = sorted(reclaimed) == sorted(victim.gpus) and cleaned_up and not left
     if args.json:
         emit_json(document("demo", ok=ok, simulated=simulated,
-                           devices=[{"index": str(d.index), "uuid": d.uuid} for d in devices],
+                           devices=[{"index": d.gpu_index, "uuid": d.uuid} for d in devices],
                            coordination_file=path, before=before, after=after, killed=killed,
                            reclaimed=reclaimed, cleaned_up=cleaned_up))
     else:

@@ -61,6 +61,22 @@ def _unparsable_json(lines) -> list:
 
 # -- list -----------------------------------------------------------------------------------------
 
+def _device_rows(gpus, holders_known: bool):
+    """The rows of the device table: a GPU in MIG mode as a row of its own (no memory, no holder:
+    its units are handed out) with its MIG units indented under it (docs/design.md §9.2)."""
+    parent = None
+    for g in gpus:
+        holder = _holder_text(g) if holders_known else "?"
+        if "parent_index" not in g:
+            yield [g["index"], g["uuid"], g["name"], gib(g["memory_total"]), g["pci_bus_id"], holder]
+            continue
+        if g["parent_index"] != parent:
+            parent = g["parent_index"]
+            yield [str(parent), g["parent_uuid"], f"{g['name']} (MIG)", "", g["pci_bus_id"], ""]
+        yield [f"  {g['index']}", g["uuid"], f"MIG gi {g['mig_gi']} ci {g['mig_ci']}", gib(g["memory_total"]),
+               g["pci_bus_id"], holder]
+
+
 def list_gpus(args) -> int:
     from flink_gpu import coordination
 
@@ -75,7 +91,7 @@ def list_gpus(args) -> int:
     if snapshot is not None:
         for entry in snapshot.entries:
             (live if entry.alive else stale).setdefault(entry.index, []).append(entry)
-    present = {str(d.index) for d in devices} | {str(s.index) for s in skipped}
+    present = {d.gpu_index for d in devices} | {s.gpu_index for s in skipped}
     unknown = sort_indices({e.index for e in snapshot.entries if e.index not in present}
                            if snapshot is not None else ())
 
@@ -84,11 +100,14 @@ def list_gpus(args) -> int:
                                 for index, entries in live.items()})
     gpus = []
     for device in devices:
-        index = str(device.index)
+        index = device.gpu_index
         gpus.append({
             "index": index, "uuid": device.uuid, "name": device.name,
             "memory_total": device.memory_total, "pci_bus_id": device.pci_bus_id,
             "minor_number": device.minor_number,
+            **({} if device.mig_slot is None else {  # a MIG unit (docs/design.md §9.2)
+                "parent_index": device.parent_index, "parent_uuid": device.parent_uuid,
+                "mig_slot": device.mig_slot, "mig_gi": device.mig_gi, "mig_ci": device.mig_ci}),
             "holders": [{"pid": e.pid, "cmdline": _entry_cmdline(e), "liveness_known": e.liveness_known,
                          "namespace": e.namespace} for e in live.get(index, [])],
             "stale_holders": [e.pid for e in stale.get(index, [])],
@@ -101,8 +120,9 @@ def list_gpus(args) -> int:
     }
     if args.json:
         emit_json(document(
-            "list", nvml={"library_path": nvml.library_path, "driver_version": nvml.driver_version},
-            gpus=gpus, skipped=[{"index": str(s.index), "code": s.code, "reason": s.reason}
+            "list", nvml={"library_path": nvml.library_path, "driver_version": nvml.driver_version,
+                          "notices": list(nvml.notices())},
+            gpus=gpus, skipped=[{"index": s.gpu_index, "code": s.code, "reason": s.reason}
                                 for s in skipped],
             coordination=coordination_doc))
         return 0
@@ -113,8 +133,7 @@ def list_gpus(args) -> int:
     if gpus:
         print()
         print(table(["INDEX", "UUID", "NAME", "MEMORY", "BUS ID", "HOLDER"],
-                    ([g["index"], g["uuid"], g["name"], gib(g["memory_total"]), g["pci_bus_id"],
-                      "?" if snapshot is None else _holder_text(g)] for g in gpus)))
+                    _device_rows(gpus, snapshot is not None)))
         print()
         print(table(["GPU", "HEALTH", "MEMORY USED", "NUMA", "CPUS", "PROCESSES"],
                     ([g["index"], g["health"], gib(g["memory_used"]), g["numa_node"],
@@ -123,7 +142,9 @@ def list_gpus(args) -> int:
     if skipped:
         print("\nSkipped devices:")
         for device in skipped:
-            print(f"  {device.index}: {device.reason}")
+            print(f"  {device.gpu_index}: {device.reason}")
+    for notice in nvml.notices():
+        print(f"\nNote: {notice}")
     print()
     if snapshot_error is not None:
         print(f"Holders unknown: {snapshot_error}")
@@ -157,10 +178,10 @@ def _gpu_states(nvml, live: "dict[str, list[int]]") -> "dict[str, dict]":
     from flink_gpu.gpu.nvml import process_holders
 
     belongs = process_holders(nvml, (pid for pids in live.values() for pid in pids))
-    static = {str(device.index): device for device in nvml.devices()}
+    static = {device.gpu_index: device for device in nvml.devices()}
     result = {}
     for state in nvml.states(os.getpid(), None):
-        index = str(state.index)
+        index = state.gpu_index
         device = static.get(index)
         result[index] = {
             "health": state.health, "findings": list(state.findings),
@@ -336,7 +357,7 @@ def claim(args) -> int:
     owner = _owner(args)
     path = coordination_path(args)
     _, devices, _ = _devices()
-    uuids = {str(d.index): d.uuid for d in devices}
+    uuids = {d.gpu_index: d.uuid for d in devices}
     got = coordination.claim(args.amount, list(uuids), path=path, owner=owner, timeout=args.timeout).taken
     if args.json:
         emit_json(document("claim", path=path, amount=args.amount,

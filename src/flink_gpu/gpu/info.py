@@ -31,6 +31,12 @@ PROPERTY_PROCESSES = "processes"
 #: Locality: the GPU's local CPUs as a Linux cpulist (``0-15,32-47``) and its NUMA node.
 PROPERTY_CPU_AFFINITY = "cpu.affinity"
 PROPERTY_NUMA_NODE = "numa.node"
+#: A MIG unit (docs/design.md §9.2), whose index is ``<parent index>:<slot>``: its GPU's index and
+#: UUID, and its GPU and compute instance ids.
+PROPERTY_PARENT_INDEX = "parent.index"
+PROPERTY_PARENT_UUID = "parent.uuid"
+PROPERTY_MIG_GI = "mig.gi"
+PROPERTY_MIG_CI = "mig.ci"
 
 class GPUInfo(ExternalResourceInfo):
     """One GPU as Flink's ``GPUInfo``: an index plus, from the NVML backend, static properties.
@@ -113,11 +119,19 @@ def cuda_visible_devices(infos: Iterable[ExternalResourceInfo]) -> str:
     indices) it lists the indices; those are nvidia-smi/NVML indices, which equal CUDA ordinals only
     when the process runs with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (CUDA's default order is
     fastest-first). Entries are sorted by index so the value is deterministic; no infos give ``""``
-    (no device visible).
+    (no device visible). A MIG unit is named by its ``MIG-...`` UUID; CUDA uses only one MIG
+    instance per process, so more than one unit raises ``ValueError`` (a TaskManager may hold
+    several, one per slot: expose one to each; docs/design.md §9.2).
     """
     from flink_gpu.gpu_index import index_sort_order
 
     ordered = index_sort_order(infos, lambda info: info.get_property(PROPERTY_INDEX) or "")
+    units = [info.get_property(PROPERTY_INDEX) for info in ordered
+             if info.get_property(PROPERTY_PARENT_INDEX) is not None]
+    if len(units) > 1:
+        raise ValueError(f"A CUDA process can use only one MIG instance, but the infos hold {len(units)} "
+                         f"({', '.join(units)}): give each slot its own unit (one GPU per slot, e.g. "
+                         "cuda_visible_devices([info]) in each subtask) instead of exposing them all.")
     uuids = [info.get_property(PROPERTY_UUID) for info in ordered]
     if ordered and all(uuids):
         return ",".join(uuids)

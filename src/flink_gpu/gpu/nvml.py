@@ -17,9 +17,10 @@ from typing import NamedTuple
 
 from flink_gpu.errors import FlinkException
 from flink_gpu.gpu.info import (PROPERTY_CPU_AFFINITY, PROPERTY_HEALTH, PROPERTY_MEMORY_FREE,
-                                PROPERTY_MEMORY_TOTAL, PROPERTY_MEMORY_USED, PROPERTY_MINOR_NUMBER,
-                                PROPERTY_NAME, PROPERTY_NUMA_NODE, PROPERTY_PCI_BUS_ID,
-                                PROPERTY_PROCESSES, PROPERTY_UUID, GPUInfo)
+                                PROPERTY_MEMORY_TOTAL, PROPERTY_MEMORY_USED, PROPERTY_MIG_CI,
+                                PROPERTY_MIG_GI, PROPERTY_MINOR_NUMBER, PROPERTY_NAME,
+                                PROPERTY_NUMA_NODE, PROPERTY_PARENT_INDEX, PROPERTY_PARENT_UUID,
+                                PROPERTY_PCI_BUS_ID, PROPERTY_PROCESSES, PROPERTY_UUID, GPUInfo)
 from flink_gpu.gpu.settings import GPUDriverSettings
 from flink_gpu.nvml import find_taskmanager, rank_gpus
 
@@ -28,7 +29,7 @@ _log = logging.getLogger("flink_gpu.gpu.nvml")
 
 def static_properties(device) -> dict[str, str]:
     """The properties of an NVML device (a :class:`flink_gpu.nvml.Device`) that do not change
-    while NVML is initialised: each one the driver answered."""
+    while NVML is initialised: each one the driver answered (a MIG unit's parent and instances too)."""
     properties = {}
     for key, value in ((PROPERTY_UUID, device.uuid),
                        (PROPERTY_NAME, device.name),
@@ -36,7 +37,11 @@ def static_properties(device) -> dict[str, str]:
                        (PROPERTY_MEMORY_TOTAL, device.memory_total),
                        (PROPERTY_MINOR_NUMBER, device.minor_number),
                        (PROPERTY_CPU_AFFINITY, device.cpu_affinity),
-                       (PROPERTY_NUMA_NODE, device.numa_node)):
+                       (PROPERTY_NUMA_NODE, device.numa_node),
+                       (PROPERTY_PARENT_INDEX, device.parent_index),
+                       (PROPERTY_PARENT_UUID, device.parent_uuid),
+                       (PROPERTY_MIG_GI, device.mig_gi),
+                       (PROPERTY_MIG_CI, device.mig_ci)):
         if value is not None:
             properties[key] = str(value)
     return properties
@@ -45,7 +50,7 @@ def static_properties(device) -> dict[str, str]:
 def gpu_info(device) -> GPUInfo:
     """The ``GPUInfo`` of an NVML device with its static properties (no state: that is read
     when the NVML backend makes a choice)."""
-    return GPUInfo(str(device.index), static_properties(device))
+    return GPUInfo(device.gpu_index, static_properties(device))
 
 
 def state_properties(state) -> dict[str, str]:
@@ -69,7 +74,7 @@ def process_holders(nvml, holders) -> "dict[tuple[str, int], int]":
         for state in nvml.states(holder, None):
             for pid, _, _, own, _ in state.processes:
                 if own:
-                    belongs.setdefault((str(state.index), pid), holder)
+                    belongs.setdefault((state.gpu_index, pid), holder)
     return belongs
 
 
@@ -87,7 +92,7 @@ class _Enumeration(NamedTuple):
     pid: int
     devices: tuple
     skipped: tuple
-    names: dict[int, str]  # NVML index -> the index as GPUInfo carries it
+    names: dict[str, str]  # the device's index -> the index as GPUInfo carries it
     static: dict[str, dict[str, str]]  # index -> static properties
     # index -> (its state properties, GPUInfo) as last made: unchanged properties reuse the info
     infos: dict[str, tuple[dict[str, str], GPUInfo]]
@@ -150,8 +155,8 @@ class NvmlDiscovery:
             for device in skipped:
                 _log.warning("%s", device.reason)
             enumeration = _Enumeration(pid, devices, skipped,
-                                       {d.index: str(d.index) for d in devices},
-                                       {str(d.index): static_properties(d) for d in devices}, {},
+                                       {d.gpu_index: d.gpu_index for d in devices},
+                                       {d.gpu_index: static_properties(d) for d in devices}, {},
                                        {}, set())
             _enumerations[nvml.library_path] = enumeration
         return enumeration
@@ -173,7 +178,7 @@ class NvmlDiscovery:
         states = self._nvml.states(pid, taskmanager)
         # everything the ranking and the infos depend on: while it is unchanged (an idle host),
         # the last ranking and its infos are reused instead of ranking and building them again
-        key = tuple([(s.index, s.health, s.busy, s.memory_used, s.memory_free, s.processes_known,
+        key = tuple([(s.gpu_index, s.health, s.busy, s.memory_used, s.memory_free, s.processes_known,
                       len(s.processes)) for s in states])
         ranking = enumeration.rankings.get(self.busy_gpus)
         if ranking is None or ranking.key != key:
@@ -208,10 +213,10 @@ class NvmlDiscovery:
         the infos: an info is reused while what its GPU's state says is unchanged."""
         names = enumeration.names
         # a device the enumeration skipped (and WARNed about) may still answer state queries
-        states = [state for state in states if state.index in names]
+        states = [state for state in states if state.gpu_index in names]
         by_index = {}
         for state in states:
-            index = names[state.index]
+            index = names[state.gpu_index]
             if state.health != "ok" or not state.processes_known:
                 self._warn(enumeration, index, state)
             properties = state_properties(state)

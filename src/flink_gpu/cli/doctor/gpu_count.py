@@ -35,6 +35,9 @@ def check_gpu_count(checkup: Checkup, name: str, settings: GPUDriverSettings,
     for device in skipped:
         checkup.add("warning", "nvml", device.reason, "Check the device with nvidia-smi; a "
                     "TaskManager skips it.", resource=name)
+    for notice in nvml.notices():
+        checkup.add("note", "nvml", notice, "Reset the GPU (nvidia-smi -r) to apply the MIG mode, or set "
+                    "it back.", resource=name)
     count = len(devices)
     if count == 0:
         checkup.add("error", "gpu-count", f"NVML ({nvml.library_path}) reports no usable GPU "

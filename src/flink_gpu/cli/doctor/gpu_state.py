@@ -53,7 +53,7 @@ def check_gpu_state(checkup: Checkup, name: str, settings: GPUDriverSettings,
     busy_key = settings.key(GPUDriverOptions.BUSY_GPUS)
     unhealthy = 0
     for state in states:
-        index = str(state.index)
+        index = state.gpu_index
         if state.health.startswith("unhealthy"):
             unhealthy += 1
             then = ("a TaskManager never gets it" if uses_state else
