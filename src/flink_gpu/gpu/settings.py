@@ -63,26 +63,14 @@ class GPUDriverSettings:
     def _read(cls, params: "Configuration | Mapping[str, object] | None",
               resource_name: "str | None") -> GPUDriverSettings:
         config = Configuration.coerce(params)
-        mode_option = GPUDriverOptions.DISCOVERY_MODE
-        value = config.get(mode_option)
-        mode = value.strip().lower()
-        if mode not in DISCOVERY_MODES:
-            raise IllegalConfigurationException(
-                f"Invalid value '{value}' for key '{_key(mode_option, resource_name)}': expected "
-                f"one of {', '.join(DISCOVERY_MODES)}.")
+        mode = _choice(config, GPUDriverOptions.DISCOVERY_MODE, DISCOVERY_MODES, resource_name)
         timeout_option = GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT
         timeout = config.get(timeout_option)
         if not timeout > 0:
             raise IllegalConfigurationException(
                 f"Invalid value for key '{_key(timeout_option, resource_name)}': the timeout must "
                 f"be positive, got {timeout} s.")
-        busy_option = GPUDriverOptions.BUSY_GPUS
-        value = config.get(busy_option)
-        busy_gpus = value.strip().lower()
-        if busy_gpus not in BUSY_GPUS_VALUES:
-            raise IllegalConfigurationException(
-                f"Invalid value '{value}' for key '{_key(busy_option, resource_name)}': expected "
-                f"one of {', '.join(BUSY_GPUS_VALUES)}.")
+        busy_gpus = _choice(config, GPUDriverOptions.BUSY_GPUS, BUSY_GPUS_VALUES, resource_name)
         args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
         library_path = config.get(GPUDriverOptions.NVML_LIBRARY_PATH)
         if library_path is not None and not library_path.strip():
@@ -92,7 +80,7 @@ class GPUDriverSettings:
                    script_path_set=config.contains(path_option), script_args_text=args,
                    script_args=parse_script_args(args, warn=False), timeout=timeout,
                    library_path=library_path, resource_name=resource_name, busy_gpus=busy_gpus,
-                   busy_gpus_set=config.contains(busy_option))
+                   busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS))
 
     @classmethod
     def from_config_lenient(cls, params: "Configuration | Mapping[str, object] | None",
@@ -167,6 +155,17 @@ def _cache_key(params: object, resource_name: "str | None") -> "tuple | None":
         if type(k) is not str or type(v) is not str:
             return None
     return resource_name, items
+
+
+def _choice(config: Configuration, option: ConfigOption, allowed, resource_name: "str | None") -> str:
+    """``option``'s value, case and surrounding blanks ignored, one of ``allowed``."""
+    value = config.get(option)
+    choice = value.strip().lower()
+    if choice not in allowed:
+        raise IllegalConfigurationException(
+            f"Invalid value '{value}' for key '{_key(option, resource_name)}': expected one of "
+            f"{', '.join(allowed)}.")
+    return choice
 
 
 def _key(option: ConfigOption, resource_name: "str | None") -> str:
