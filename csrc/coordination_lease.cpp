@@ -51,8 +51,10 @@ void after_fork_in_child() {
 }
 
 void install_fork_handlers() {
-    static std::once_flag once;
-    std::call_once(once, [] { pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child); });
+    // A function-local static, not std::call_once: that calls pthread_once, a GLIBC_2.34 symbol
+    // beyond what a manylinux_2_28 wheel may need; static initialisation is thread-safe as well.
+    static const int registered = pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+    (void)registered;
 }
 
 Record* find_record(const std::string& coordination_path) {
