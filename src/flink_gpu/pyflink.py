@@ -110,12 +110,15 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
         raise ValueError(f"bind_gpus() binds at least one GPU, got count={count}.")
     if subtasks_per_gpu < 1:
         raise ValueError(f"subtasks_per_gpu must be at least 1, got {subtasks_per_gpu}.")
-    lookup = lookup_external_resource_infos(runtime_context, name)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"The external resource name must be a non-empty string, got {name!r}.")
+    view = _taskmanager_view(name)
+    java_context = _java_context(runtime_context)
+    lookup = _from_java(java_context, name) if java_context is not None else _from_coordination_file(name, view)
     if not lookup.infos:
         raise BindingError(f"No GPUs of '{name}' to bind in {lookup.mode} mode: {lookup.reason}")
-    view = _taskmanager_view(name)
     if lookup.mode == "thread":
-        slot = _slot_id(_java_context(runtime_context))
+        slot = _slot_id(java_context)
         taskmanager, path = os.getpid(), view.path
     else:
         slot, taskmanager, path = None, lookup.holder_pid, lookup.coordination_file
@@ -347,11 +350,12 @@ def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo],
     return [devices.get(index) or GPUInfo(index) for index in indices], None
 
 
-def _from_coordination_file(name: str) -> ResourceLookup:
+def _from_coordination_file(name: str, view: "_TaskManagerView | None" = None) -> ResourceLookup:
     from flink_gpu import coordination
     from flink_gpu.script_protocol import sort_indices
 
-    path, notes, library, amount = _taskmanager_view(name)
+    path, notes, library, amount = view if view is not None else _taskmanager_view(name)
+    notes = list(notes)  # a view may be reused: the notes of this lookup are its own
     if path is None:
         return ResourceLookup(frozenset(), "process", "; ".join(notes) + ".")
     try:
