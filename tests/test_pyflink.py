@@ -692,3 +692,17 @@ def test_thread_mode_binds_per_slot_allocation_id(tm_conf):
         hold.set()
         for t in threads:
             t.join()
+
+
+def test_the_taskmanagers_configuration_is_read_again_only_when_it_changes(tm_conf, tmp_path):
+    from flink_gpu import pyflink
+
+    conf_dir, path = tm_conf
+    first = pyflink._taskmanager_view("gpu")
+    assert first.path == str(path)
+    assert pyflink._taskmanager_view("gpu") is first  # every operator's open() asks: parsed once
+    other = tmp_path / "other-coordination"
+    write_conf(conf_dir, f"--enable-coordination-mode --coordination-file {other}")
+    assert pyflink._taskmanager_view("gpu").path == str(other)
+    (conf_dir / "config.yaml").unlink()
+    assert pyflink._taskmanager_view("gpu").path == DEFAULT_COORDINATION_FILE  # gone: the default, as before

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from flink_gpu.gpu.info import GPUInfo
 
@@ -217,12 +217,46 @@ class _TaskManagerView(NamedTuple):
     """What the TaskManager's configuration says about resource ``name`` for a process-mode worker."""
 
     path: str | None  # the coordination file to read; None: the TaskManager discovered nothing
-    notes: list[str]  # how it was found, and why nothing is there when path is None
+    notes: list[str]  # how it was found, and why nothing is there when path is None (views are cached: never changed)
     library: str | None = None  # param.nvml.library-path of the resource
     amount: int | None = None  # external-resource.<name>.amount; None when the configuration is unknown
 
 
+_VIEWS: dict = {}  # (FLINK_CONF_DIR, name) -> (the configuration files' stat, the view they gave)
+
+
+def _configuration_signature(conf_dir: str) -> tuple:
+    """What tells that the configuration in ``conf_dir`` changed: each candidate file's identity,
+    size and times (a file that is absent counts as None)."""
+    from flink_gpu.config_files import CONFIGURATION_FILE_NAMES
+
+    signature = []
+    for file_name in CONFIGURATION_FILE_NAMES:
+        try:
+            st = os.stat(os.path.join(conf_dir, file_name))
+        except OSError:
+            signature.append(None)
+        else:
+            signature.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(signature)
+
+
 def _taskmanager_view(name: str) -> _TaskManagerView:
+    """:func:`_read_taskmanager_view`, read again only when the configuration files change: every
+    operator's open() asks, and parsing the YAML costs far more than two stat() calls."""
+    conf_dir = os.environ.get("FLINK_CONF_DIR")
+    if not conf_dir:
+        return _read_taskmanager_view(name, conf_dir)
+    signature = _configuration_signature(conf_dir)
+    cached = _VIEWS.get((conf_dir, name))
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    view = _read_taskmanager_view(name, conf_dir)
+    _VIEWS[(conf_dir, name)] = (signature, view)
+    return view
+
+
+def _read_taskmanager_view(name: str, conf_dir: "str | None") -> _TaskManagerView:
     """The coordination file the TaskManager's discovery of ``name`` records its GPUs in, with the
     rules Flink's TaskManager applies before it runs any driver: the resource must be enabled, with
     a positive amount and a loadable driver factory; its discovery must be in coordination mode."""
@@ -231,7 +265,6 @@ def _taskmanager_view(name: str) -> _TaskManagerView:
     from flink_gpu.gpu.options import GPUDriverOptions
 
     key = param_prefix(name) + GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key
-    conf_dir = os.environ.get("FLINK_CONF_DIR")
     if not conf_dir:
         return _TaskManagerView(DEFAULT_PATH, [
             f"FLINK_CONF_DIR is not set, so the TaskManager's configuration is unknown; used the "
@@ -324,16 +357,16 @@ def _parent(pid: int) -> tuple[int, str] | None:
     return int(fields[1]), head.partition("(")[2]
 
 
-def _ancestry(pid: int) -> list[tuple[int, str]]:
-    """``pid`` and its ancestors, nearest first, as (pid, command name)."""
-    chain = []
-    while pid > 0 and len(chain) < _MAX_ANCESTRY:
+def _ancestry(pid: int) -> Iterator[tuple[int, str]]:
+    """``pid`` and its ancestors, nearest first, as (pid, command name); read as far as asked."""
+    for _ in range(_MAX_ANCESTRY):
+        if pid <= 0:
+            return
         parent = _parent(pid)
         if parent is None:
-            break
-        chain.append((pid, parent[1]))
+            return
+        yield pid, parent[1]
         pid = parent[0]
-    return chain
 
 
 def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo], str | None]:
@@ -370,8 +403,9 @@ def _from_coordination_file(name: str, view: "_TaskManagerView | None" = None) -
     for entry in snapshot.entries:
         if entry.alive:
             held.setdefault(entry.pid, []).append(entry.index)
-    chain = _ancestry(os.getpid())
-    for pid, _command in chain:
+    chain = []  # the pids tried, for the message
+    for pid, command in _ancestry(os.getpid()):
+        chain.append((pid, command))
         indices = held.get(pid)
         if indices:
             indices = sort_indices(set(indices))
