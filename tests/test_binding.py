@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -87,6 +88,7 @@ def test_threads_of_distinct_slots_get_distinct_gpus(path):
     threads = [threading.Thread(target=subtask, args=(f"slot{i}",)) for i in range(4)]
     for t in threads:
         t.start()
+    tids = []
     try:
         while len(results) + len(errors) < 4 and all(t.is_alive() for t in threads):
             threading.Event().wait(0.01)
@@ -94,10 +96,15 @@ def test_threads_of_distinct_slots_get_distinct_gpus(path):
         assert sorted(i for indices in results.values() for i in indices) == ["0", "1", "2", "3"]
         with pytest.raises(BindingError, match="Could not bind 1 GPU to slot late"):
             bind(infos(4), slot="late", taskmanager_pid=os.getpid(), path=path)
+        tids = [t.native_id for t in threads]
     finally:
         hold.set()
         for t in threads:
             t.join()
+    # join() returns before the kernel has reaped a thread: wait until /proc no longer shows them
+    deadline = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/self/task/{tid}") for tid in tids) and time.monotonic() < deadline:
+        time.sleep(0.01)
     # their threads ended: the slots' bindings went with them
     assert bind(infos(4), 4, slot="late", taskmanager_pid=os.getpid(), path=path).indices == ("0", "1", "2", "3")
 
