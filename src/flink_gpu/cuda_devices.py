@@ -163,9 +163,7 @@ def _enumerate(gpus: "list[_Gpu]", value: "str | None") -> _Enumeration:
         for gpu in gpus:
             result.add(gpu, None, gpu.name())
         return result
-    if not value.strip():
-        return result
-    for position, raw in enumerate(value.split(","), 1):
+    for position, raw in enumerate(value.split(","), 1):  # "": one entry naming nothing, so none
         entry = raw.strip()
         target = _resolve(entry, gpus)
         if isinstance(target, tuple) and any(g is target[0] and u is target[1] for g, u in result.devices):
@@ -271,25 +269,24 @@ def _ordinals_without_nvml(ordered: "list[ExternalResourceInfo]", value: "str | 
                                   "NVML gives). Make libnvidia-ml loadable (nvml.library-path or "
                                   "FLINK_GPU_NVML_LIBRARY).")
     if value is None:
-        numbers = sorted({int(info.get_property("index")) for info in ordered})
-        if numbers and numbers[-1] > 0 and order != PCI_BUS_ID:
+        numbers = tuple(int(info.get_property("index")) for info in ordered)
+        if max(numbers) > 0 and order != PCI_BUS_ID:  # a GPU 1 means a host of several
             _warn_order(order)
-        return tuple(int(info.get_property("index")) for info in ordered)
+        return numbers
     listed: "list[int]" = []
     stop = None
     unknown = None  # an entry only NVML could judge
-    if value.strip():
-        for position, raw in enumerate(value.split(","), 1):
-            entry = raw.strip()
-            if _DIGITS.fullmatch(entry) and int(entry) not in listed:
-                listed.append(int(entry))
-            elif entry.startswith(("GPU-", "MIG-")):
-                unknown = raw
-                break
-            else:
-                stop = (position, raw, "it names a device an earlier entry names" if _DIGITS.fullmatch(entry)
-                        else "it is neither a GPU number nor a GPU-/MIG- uuid")
-                break
+    for position, raw in enumerate(value.split(","), 1):
+        entry = raw.strip()
+        if _DIGITS.fullmatch(entry) and int(entry) not in listed:
+            listed.append(int(entry))
+        elif entry.startswith(("GPU-", "MIG-")):
+            unknown = raw
+            break
+        else:
+            stop = (position, raw, "it names a device an earlier entry names" if _DIGITS.fullmatch(entry)
+                    else "it is neither a GPU number nor a GPU-/MIG- uuid")
+            break
     ordinals = []
     for info in ordered:
         number = int(info.get_property("index"))
