@@ -3,10 +3,8 @@
 // process_liveness.*; see coordination.hpp for the rules and the reasons behind them.
 #include "coordination.hpp"
 
-#include "coordination_file.hpp"
-#include "coordination_lease.hpp"
+#include "coordination_steps.hpp"
 #include "gpu_index.hpp"
-#include "process_liveness.hpp"
 
 #include <unistd.h>
 
@@ -22,95 +20,10 @@ namespace flinkgpu {
 namespace coordination {
 namespace {
 
-void mark_alive(std::vector<Line>* lines, Liveness* live) {
-    for (Line& l : *lines) {
-        if (l.kind == LineKind::kEntry) live->judge(&l.entry);
-    }
-}
-
-// Whether a kept line of `self` names this lease slot (a line of another pid naming it never keeps our
-// lease, and with it that line, alive).
-bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self) {
-    for (const Line& l : lines) {
-        if (l.keep && l.kind == LineKind::kEntry && l.entry.has_lease && l.entry.lease == slot && l.entry.pid == self) {
-            return true;
-        }
-    }
-    return false;
-}
-
-// Takes the calling process's lease for the lines it is about to write. A lease that cannot be had (a
-// lease file this user may not write) leaves the lines without one: judged by pid in our namespace,
-// alive with liveness unknown to other namespaces.
-void take_lease(Leases* leases, std::uint16_t mode, const std::vector<Line>& lines, LineFields* fields,
-                Status* problem) {
-    std::vector<std::uint32_t> named;
-    for (const Line& l : lines) {
-        if (l.kind == LineKind::kEntry && l.entry.has_lease) named.push_back(l.entry.lease);
-    }
-    std::sort(named.begin(), named.end());
-    std::uint32_t slot = 0;
-    *problem = leases->acquire(mode, named, &slot);
-    if (!problem->ok()) return;
-    fields->has_lease = true;
-    fields->lease = slot;
-}
-
-// ---- choosing ------------------------------------------------------------------------------------
-
-std::string join(const std::vector<std::string>& v) {
-    std::string out;
-    for (const std::string& s : v) {
-        if (!out.empty()) out += ", ";
-        out += s;
-    }
-    return out;
-}
-
-Status validate_indices(const std::vector<std::string>& indices, std::vector<std::string>* out) {
-    std::set<std::string> seen;
-    for (const std::string& s : indices) {
-        if (!valid_index(s)) {
-            std::string shown;
-            for (unsigned char c : s) {
-                if (c >= 0x20 && c < 0x7f) {
-                    shown += static_cast<char>(c);
-                } else {
-                    char hex[8];
-                    std::snprintf(hex, sizeof hex, "\\x%02x", c);
-                    shown += hex;
-                }
-            }
-            return make_status(StatusCode::kInvalidArgument,
-                               "Invalid GPU index '" + shown + "': an index is a non-empty word of printable "
-                               "ASCII without spaces, as nvidia-smi prints it (e.g. 0).");
-        }
-        if (seen.insert(s).second) out->push_back(s);
-    }
-    sort_indices(out);
-    return {};
-}
-
-Status validate_owner(pid_t owner) {
-    if (owner <= 0) {
-        return make_status(StatusCode::kInvalidArgument,
-                           "Invalid owner pid " + std::to_string(owner) + ": it must be a positive process id.");
-    }
-    return {};
-}
-
-// Opens and locks the file for `access`, then reads it. `*exists` is false (and nothing is read)
-// when an existing file was asked for and there is none.
-Status open_and_read(const Options& opts, Access access, LockedFile* file, bool* exists, std::string* text) {
-    Status st = file->open(opts.path, opts.timeout_ms, access, exists);
-    if (!st.ok() || !*exists) return st;
-    return file->read(text);
-}
-
 ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::string>& existing_in,
                        std::size_t amount, const std::vector<int>& ranks) {
     ClaimResult r;
-    if (!(r.status = validate_owner(owner)).ok()) return r;
+    if (!(r.status = validate_pid(owner, "owner pid")).ok()) return r;
     std::vector<std::string> existing;
     if (!(r.status = validate_indices(existing_in, &existing)).ok()) return r;
     if (!ranks.empty() && ranks.size() != existing_in.size()) {
@@ -260,7 +173,7 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
 
 ReleaseResult release_impl(const Options& opts, pid_t owner, const std::vector<std::string>* only) {
     ReleaseResult r;
-    if (!(r.status = validate_owner(owner)).ok()) return r;
+    if (!(r.status = validate_pid(owner, "owner pid")).ok()) return r;
     std::set<std::string> wanted;
     if (only != nullptr) {
         std::vector<std::string> v;
@@ -340,20 +253,6 @@ CleanResult clean_stale_impl(const Options& opts, bool other_namespaces) {
     if (removed.empty()) return r;
     if (!(r.status = file.rewrite(text, serialize(lines))).ok()) return r;
     r.removed = std::move(removed);
-    return r;
-}
-
-// Runs `body` so that nothing escapes: std::bad_alloc (or anything else) becomes a Status.
-template <typename Result, typename Body>
-Result guarded(Body body) noexcept {
-    Result r;
-    try {
-        return body();
-    } catch (const std::bad_alloc&) {
-        r.status = failure_noexcept(StatusCode::kOutOfMemory, ENOMEM, "out of memory");
-    } catch (...) {
-        r.status = failure_noexcept(StatusCode::kInternal, 0, "internal error");
-    }
     return r;
 }
 

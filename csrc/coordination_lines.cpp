@@ -15,6 +15,16 @@ bool valid_index(const std::string& s) {
     return true;
 }
 
+bool valid_slot(const std::string& s) {
+    if (s.empty() || s.size() > 128) return false;
+    for (char c : s) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                        c == '.' || c == ':' || c == '-';
+        if (!ok) return false;
+    }
+    return true;
+}
+
 bool unit_gpu(const std::string& index, std::string* gpu) {
     const std::size_t colon = index.find(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == index.size()) return false;
@@ -60,9 +70,14 @@ bool is_key_char(char c) {
            c == '.';
 }
 
+// Which known keys a line has named, so that none is given twice.
+struct SeenKeys {
+    bool ns = false, lease = false, tm = false, share = false, slot = false;
+};
+
 // A `key=value` field: the known keys parsed into `e` (false for a bad value or a repeated key), any
 // other key accepted and ignored. False when `word` is no key=value field at all.
-bool parse_field(const std::string& word, Entry* e, bool* seen_ns, bool* seen_lease) {
+bool parse_field(const std::string& word, Entry* e, SeenKeys* seen) {
     const std::size_t eq = word.find('=');
     if (eq == std::string::npos || eq == 0) return false;
     for (std::size_t i = 0; i < eq; ++i) {
@@ -71,17 +86,29 @@ bool parse_field(const std::string& word, Entry* e, bool* seen_ns, bool* seen_le
     const std::string key = word.substr(0, eq), value = word.substr(eq + 1);
     std::uint64_t v = 0;
     if (key == "ns") {
-        if (*seen_ns || !parse_decimal(value, UINT64_MAX, &v)) return false;
-        *seen_ns = e->has_ns = true;
+        if (seen->ns || !parse_decimal(value, UINT64_MAX, &v)) return false;
+        seen->ns = e->has_ns = true;
         e->ns = v;
     } else if (key == "mig") {
         // a unit of the line's GPU (checked by the caller): "<gpu>:<slot>", never "<digit><space>"
         if (!e->index.empty() || !unit_gpu(value, nullptr)) return false;
         e->index = value;
     } else if (key == "lease") {
-        if (*seen_lease || !parse_decimal(value, kMaxLeaseSlot, &v)) return false;
-        *seen_lease = e->has_lease = true;
+        if (seen->lease || !parse_decimal(value, kMaxLeaseSlot, &v)) return false;
+        seen->lease = e->has_lease = true;
         e->lease = static_cast<std::uint32_t>(v);
+    } else if (key == "tm") {
+        if (seen->tm || !parse_decimal(value, INT_MAX, &v) || v == 0) return false;
+        seen->tm = true;
+        e->tm = static_cast<pid_t>(v);
+    } else if (key == "share") {
+        if (seen->share || !parse_decimal(value, kMaxShare, &v) || v == 0) return false;
+        seen->share = true;
+        e->share = static_cast<std::uint32_t>(v);
+    } else if (key == "slot") {
+        if (seen->slot || !valid_slot(value)) return false;
+        seen->slot = true;
+        e->slot = value;
     }
     return true;
 }
@@ -120,9 +147,9 @@ Line parse_line(std::string raw, std::size_t number) {
         e.start_time = start;
         next = 3;
     }
-    bool seen_ns = false, seen_lease = false;
+    SeenKeys seen;
     for (; next < words.size(); ++next) {
-        if (!parse_field(words[next], &e, &seen_ns, &seen_lease)) {
+        if (!parse_field(words[next], &e, &seen)) {
             e = Entry();
             return line;
         }
@@ -182,6 +209,9 @@ Line new_line(const std::string& index, pid_t owner, const LineFields& fields) {
     if (fields.has_ns) l.raw += "\tns=" + std::to_string(fields.ns);
     if (fields.has_lease) l.raw += "\tlease=" + std::to_string(fields.lease);
     if (gpu != index) l.raw += "\tmig=" + index;
+    if (fields.tm > 0) l.raw += "\ttm=" + std::to_string(fields.tm);
+    if (fields.share > 0) l.raw += "\tshare=" + std::to_string(fields.share);
+    if (!fields.slot.empty()) l.raw += "\tslot=" + fields.slot;
     l.entry.index = index;
     l.entry.gpu = gpu;
     l.entry.pid = owner;
@@ -191,6 +221,9 @@ Line new_line(const std::string& index, pid_t owner, const LineFields& fields) {
     l.entry.ns = fields.has_ns ? fields.ns : 0;
     l.entry.has_lease = fields.has_lease;
     l.entry.lease = fields.has_lease ? fields.lease : 0;
+    l.entry.tm = fields.tm;
+    l.entry.share = fields.share;
+    l.entry.slot = fields.slot;
     return l;
 }
 

@@ -6,6 +6,11 @@
 //
 //   <index> <pid>\t<start time>\tns=<pid namespace inode>[\tlease=<slot>][\tmig=<gpu>:<slot>]
 //
+// The bindings file (binding.hpp, docs/design.md §9.3) uses the same lines with three more fields:
+// `tm=<pid>` (the process whose GPUs are bound, its TaskManager), `share=<k>` (how many holders the
+// binder lets share the GPU) and `slot=<id>` (a Flink slot bound from a thread: the line's pid is then
+// the binding thread's id, and its start time that thread's).
+//
 // A MIG unit's line (docs/design.md §5.2, §9.2) starts with its GPU's index and names the unit in `mig`:
 // the stock script, which knows only GPUs, sees that GPU recorded while a unit of it is held (one line:
 // its owner is the live holder; two or more: its `[ -n $owner ]` fails and it reclaims nothing).
@@ -56,6 +61,10 @@ struct Entry {
     std::uint64_t ns = 0;  // inode of /proc/<pid>/ns/pid of the writer
     bool has_lease = false;
     std::uint32_t lease = 0;  // byte offset in the lease file
+    // The bindings file's fields (binding.hpp); absent from coordination lines.
+    pid_t tm = 0;             // 0: not recorded
+    std::uint32_t share = 0;  // 0: not recorded
+    std::string slot;         // empty: the line's pid is the holder
     // Not part of the line: filled from the judge.
     Verdict verdict = Verdict::kGone;
     bool alive = false;
@@ -107,7 +116,17 @@ struct LineFields {
     std::uint64_t ns = 0;
     bool has_lease = false;
     std::uint32_t lease = 0;
+    pid_t tm = 0;             // 0: not written
+    std::uint32_t share = 0;  // 0: not written
+    std::string slot;         // empty: not written (valid_slot() otherwise)
 };
+
+// The most holders a binding lets share one GPU.
+inline constexpr std::uint32_t kMaxShare = 1024;
+
+// A slot id as a bindings line may name it: 1 to 128 of [A-Za-z0-9_.:-] (a Flink allocation id is 32
+// hex digits).
+bool valid_slot(const std::string& s);
 
 // The largest lease slot a line may name (a byte offset of the lease file).
 inline constexpr std::uint32_t kMaxLeaseSlot = 65535;

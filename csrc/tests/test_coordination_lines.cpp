@@ -107,6 +107,25 @@ int main() {
     CHECK_EQ(co::gpu_of("10:3"), std::string("10"));
     CHECK_EQ(co::gpu_of("GPU-a"), std::string("GPU-a"));
 
+    // The bindings file's fields: written after the others, parsed back; bad or repeated values unparsable.
+    co::LineFields bound = all;
+    bound.tm = 42;
+    bound.share = 2;
+    bound.slot = "3f2a:b_c.d-e";
+    const co::Line binding = co::new_line("0:3", 77, bound);
+    CHECK_EQ(binding.raw, std::string("0 77\t987\tns=4026531836\tlease=7\tmig=0:3\ttm=42\tshare=2\tslot=3f2a:b_c.d-e"));
+    const co::Entry b = co::parse_file(binding.raw)[0].entry;
+    CHECK(b.index == "0:3" && b.tm == 42 && b.share == 2 && b.slot == "3f2a:b_c.d-e");
+    CHECK(co::parse_file("0 1")[0].entry.tm == 0 && co::parse_file("0 1")[0].entry.slot.empty());
+    for (const char* bad : {"0 1\ttm=0", "0 1\ttm=x", "0 1\ttm=1\ttm=1", "0 1\tshare=0", "0 1\tshare=1025",
+                            "0 1\tshare=1\tshare=1", "0 1\tslot=", "0 1\tslot=a/b", "0 1\tslot=a\tslot=a",
+                            "0 1\ttm=2147483648"}) {
+        const auto l = co::parse_file(bad);
+        CHECK(l[0].kind == co::LineKind::kBad && l[0].word == "0");
+    }
+    CHECK(co::parse_file("0 1\tshare=1024")[0].entry.share == co::kMaxShare);
+    CHECK(co::valid_slot(std::string(128, 'a')) && !co::valid_slot(std::string(129, 'a')));
+
     CHECK(co::valid_index("0") && co::valid_index("GPU-a") && co::valid_index("~"));
     CHECK(!co::valid_index("") && !co::valid_index("0 1") && !co::valid_index("\x7f") && !co::valid_index("\xC3\xA9"));
     return check::finish("test_coordination_lines");

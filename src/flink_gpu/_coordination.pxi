@@ -35,6 +35,9 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
         uint64_t ns
         cpp_bool has_lease
         uint32_t lease
+        pid_t tm
+        uint32_t share
+        string slot
         CoordVerdict verdict
         cpp_bool alive
 

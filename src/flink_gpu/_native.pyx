@@ -646,3 +646,4 @@ cdef class Nvml:
 
 
 include "_coordination.pxi"
+include "_binding.pxi"

@@ -24,6 +24,20 @@ UDF cannot see the GPUs its TaskManager discovered. Call this from ``open()`` in
   in coordination mode) gives none here either, and the file is not read.
 
 Nothing found is an empty frozenset and a WARN saying what was tried; it never raises for that.
+
+Flink gives every slot of a TaskManager all of its GPUs. To give each slot its own, bind them in
+``open()`` (docs/design.md §9.3)::
+
+    from flink_gpu.pyflink import bind_gpus
+
+    class Infer(MapFunction):
+        def open(self, ctx):
+            self.gpus = bind_gpus(ctx, "gpu", count=1)
+            self.gpus.register_metrics(ctx.get_metrics_group())
+            device = torch.device(f"cuda:{self.gpus.devices[0]}")
+
+        def close(self):
+            self.gpus.release()
 """
 
 from __future__ import annotations
@@ -34,7 +48,7 @@ from typing import Any, NamedTuple
 
 from flink_gpu.gpu.info import GPUInfo
 
-__all__ = ["ResourceLookup", "get_external_resource_infos", "lookup_external_resource_infos"]
+__all__ = ["ResourceLookup", "bind_gpus", "get_external_resource_infos", "lookup_external_resource_infos"]
 
 _log = logging.getLogger("flink_gpu.pyflink")
 
@@ -73,6 +87,64 @@ def lookup_external_resource_infos(runtime_context: Any, name: str) -> ResourceL
     if java_context is not None:
         return _from_java(java_context, name)
     return _from_coordination_file(name)
+
+
+def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_per_gpu: int = 1):
+    """Binds ``count`` of the TaskManager's GPUs of resource ``name`` to this subtask's slot and returns
+    the :class:`flink_gpu.binding.GPUBinding` (``infos``, ``cuda_visible_devices``, ``devices``,
+    ``register_metrics(group)``; a context manager, ``release()`` in ``close()``).
+
+    Distinct slots of one TaskManager get distinct GPUs; with ``subtasks_per_gpu=k`` up to k slots share
+    one, least-shared first. Code of the same slot (a second call, chained operators) gets the same
+    binding, topped up when it asks for more. The holder is the slot: in process mode the Python worker
+    (PyFlink runs one per slot; its death frees the binding), in thread mode the slot's allocation id in
+    the JVM, held by the threads that bound it (a failed task's thread ends and frees it). A process
+    forked from the worker shares its binding. Raises :class:`flink_gpu.binding.BindingError` when the
+    TaskManager has no GPUs for ``name`` or too few are left, saying who binds them and what to change.
+    """
+    from flink_gpu.binding import BindingError, bind, bindings_path
+    from flink_gpu.coordination import whole_amount
+
+    count, subtasks_per_gpu = whole_amount(count), whole_amount(subtasks_per_gpu)
+    if count < 1:
+        raise ValueError(f"bind_gpus() binds at least one GPU, got count={count}.")
+    if subtasks_per_gpu < 1:
+        raise ValueError(f"subtasks_per_gpu must be at least 1, got {subtasks_per_gpu}.")
+    lookup = lookup_external_resource_infos(runtime_context, name)
+    if not lookup.infos:
+        raise BindingError(f"No GPUs of '{name}' to bind in {lookup.mode} mode: {lookup.reason}")
+    view = _taskmanager_view(name)
+    if lookup.mode == "thread":
+        slot = _slot_id(_java_context(runtime_context))
+        taskmanager, path = os.getpid(), view.path
+    else:
+        slot, taskmanager, path = None, lookup.holder_pid, lookup.coordination_file
+    try:
+        return bind(lookup.infos, count, subtasks_per_gpu, slot=slot, taskmanager_pid=taskmanager,
+                    path=bindings_path(path), library_path=view.library)
+    except BindingError as error:
+        gpus = sorted(info.get_property("index") for info in lookup.infos)
+        raise BindingError(
+            f"{error} The TaskManager (pid {taskmanager}) has {len(gpus)} GPU(s) of '{name}' "
+            f"({', '.join(gpus)}) for its slots, each shared by at most {subtasks_per_gpu} "
+            f"(subtasks_per_gpu), so at most {len(gpus) * subtasks_per_gpu // count} of its slots can bind "
+            f"{count} each. Raise 'external-resource.{name}.amount', raise subtasks_per_gpu, or lower the "
+            "parallelism (or taskmanager.numberOfTaskSlots) of the operators that bind GPUs.") from None
+
+
+def _slot_id(java_context: Any) -> str:
+    """The slot of a thread-mode subtask: its allocation id (all subtasks of one slot share it).
+
+    PyFlink 2.3's ``get_index_of_this_subtask()`` calls a Java method removed in Flink 2.0; the Java
+    context's ``getTaskInfo()`` is what Flink 2 has."""
+    try:
+        allocation = java_context.getTaskInfo().getAllocationIDAsString()
+    except Exception as error:
+        from flink_gpu.binding import BindingError
+
+        raise BindingError(f"Cannot tell this subtask's slot: the Java RuntimeContext has no "
+                           f"getTaskInfo().getAllocationIDAsString() ({error}).") from None
+    return str(allocation)
 
 
 # -- thread mode ---------------------------------------------------------------------------------

@@ -1,0 +1,299 @@
+// The binding policy (docs/design.md §9.3); see binding.hpp for the rules and the reasons behind them.
+#include "binding.hpp"
+
+#include "coordination_steps.hpp"
+#include "gpu_index.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+namespace flinkgpu {
+namespace binding {
+
+using coordination::Entry;
+using coordination::Line;
+using coordination::LineKind;
+
+namespace {
+
+// Who a line binds, as one key per holder (a slot's threads are one holder; so are a process's lines).
+std::string holder_key(const Entry& e) {
+    if (!e.slot.empty()) return "slot " + e.slot + " tm " + std::to_string(e.tm);
+    return "pid " + std::to_string(e.pid) + " ns " + std::to_string(e.ns);
+}
+
+// How a message names the holder of a line.
+std::string describe(const Entry& e) {
+    if (e.slot.empty()) return "pid " + std::to_string(e.pid);
+    std::string out = "slot " + e.slot;
+    if (e.tm > 0) out += " of pid " + std::to_string(e.tm);
+    return out;
+}
+
+std::string describe(const Holder& h) {
+    if (h.slot.empty()) return "pid " + std::to_string(h.pid);
+    std::string out = "slot " + h.slot;
+    if (h.taskmanager > 0) out += " of pid " + std::to_string(h.taskmanager);
+    return out + " (thread " + std::to_string(h.pid) + ")";
+}
+
+Status validate(const Holder& holder, std::uint32_t holders_per_gpu) {
+    Status st = coordination::validate_pid(holder.pid, holder.slot.empty() ? "holder pid" : "thread id");
+    if (!st.ok()) return st;
+    if (!holder.slot.empty() && !coordination::valid_slot(holder.slot)) {
+        return make_status(StatusCode::kInvalidArgument,
+                           "Invalid slot id '" + holder.slot + "': a slot id is 1 to 128 letters, digits, '_', '.', "
+                           "':' or '-' (e.g. a Flink allocation id).");
+    }
+    if (holder.taskmanager < 0) return coordination::validate_pid(holder.taskmanager, "TaskManager pid");
+    if (holders_per_gpu == 0 || holders_per_gpu > coordination::kMaxShare) {
+        return make_status(StatusCode::kInvalidArgument,
+                           "Invalid number of holders per GPU " + std::to_string(holders_per_gpu) + ": it must be 1 to " +
+                               std::to_string(coordination::kMaxShare) + ".");
+    }
+    return {};
+}
+
+// The lines of one call and what they say about the holder.
+class View {
+public:
+    View(const Holder& holder, coordination::Liveness* live, const coordination::ProcInfo& holder_info)
+        : holder_(holder), live_(live), holder_info_(holder_info) {}
+
+    // Whether the live entry `e` is one of the holder's lines (of any of a slot's threads).
+    bool holders(const Entry& e) const {
+        if (!e.alive) return false;
+        if (holder_.slot.empty()) return e.slot.empty() && live_->owns(e, holder_.pid, holder_info_);
+        return e.slot == holder_.slot && e.tm == holder_.taskmanager && our_namespace(e);
+    }
+
+    // Whether the live entry `e` was written by the calling thread of a slot holder (or is the process
+    // holder's line).
+    bool written_by_caller(const Entry& e) const {
+        if (!holders(e)) return false;
+        return holder_.slot.empty() || (e.pid == holder_.pid && coordination::same_process(e, holder_info_));
+    }
+
+private:
+    bool our_namespace(const Entry& e) const {
+        const coordination::PidNamespace& ns = live_->ns();
+        return !e.has_ns || (ns.known && e.ns == ns.inode);
+    }
+
+    const Holder& holder_;
+    coordination::Liveness* live_;
+    const coordination::ProcInfo& holder_info_;
+};
+
+// What a GPU offers a new holder.
+struct Offer {
+    std::string index;
+    std::set<std::string> holders;      // keys of its live holders (this one excluded)
+    std::vector<std::string> who;       // how the message names them
+    std::uint32_t limit = 0;            // the most holders it may have
+    std::string excluded_by;            // a holder of the other granularity (whole GPU / unit), if any
+    bool blocked = false;               // a line that cannot be parsed names it
+};
+
+BindResult bind_impl(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus_in,
+                     std::size_t count, std::uint32_t holders_per_gpu) {
+    BindResult r;
+    if (!(r.status = validate(holder, holders_per_gpu)).ok()) return r;
+    std::vector<std::string> gpus;
+    if (!(r.status = coordination::validate_indices(gpus_in, &gpus)).ok()) return r;
+    if (count == 0) return r;
+
+    coordination::Liveness live(nullptr);  // leases once the file is locked, as in coordination::claim
+    const coordination::ProcInfo holder_info = live.process(holder.pid);
+    if (!holder_info.exists) {
+        r.status = make_status(StatusCode::kInvalidArgument,
+                               "Cannot bind GPUs to " + describe(holder) + ": it does not exist.");
+        return r;
+    }
+    coordination::LockedFile file;
+    bool exists = false;
+    std::string text;
+    if (!(r.status = coordination::open_and_read(opts, coordination::Access::kCreate, &file, &exists, &text)).ok())
+        return r;
+    std::vector<Line> lines = coordination::parse_file(text);
+    coordination::Leases leases(opts.path);
+    live.use(&leases);
+    coordination::mark_alive(&lines, &live);
+    r.unparsable = coordination::bad_lines(lines);
+    const View view(holder, &live, holder_info);
+
+    const std::set<std::string> candidates(gpus.begin(), gpus.end());
+    std::set<std::string> mine_set, by_caller;
+    for (const Line& l : lines) {
+        if (l.kind != LineKind::kEntry || !view.holders(l.entry) || !candidates.count(l.entry.index)) continue;
+        mine_set.insert(l.entry.index);
+        if (view.written_by_caller(l.entry)) by_caller.insert(l.entry.index);
+    }
+    std::vector<std::string> mine(mine_set.begin(), mine_set.end());
+    sort_indices(&mine);
+
+    std::vector<std::string> result, take;
+    if (mine.size() >= count) {
+        result.assign(mine.begin(), mine.begin() + static_cast<std::ptrdiff_t>(count));
+    } else {
+        std::vector<Offer> offers;
+        for (const std::string& g : gpus) {
+            if (mine_set.count(g)) continue;
+            Offer o;
+            o.index = g;
+            o.limit = holders_per_gpu;
+            const std::string parent = coordination::gpu_of(g);
+            for (const Line& l : lines) {
+                if (l.kind == LineKind::kBad && (l.word == g || l.word == parent)) o.blocked = true;
+                if (l.kind != LineKind::kEntry || !l.entry.alive || !coordination::excludes(l.entry, g)) continue;
+                if (l.entry.index != g) {
+                    if (o.excluded_by.empty()) o.excluded_by = describe(l.entry) + " (binds " + l.entry.index + ")";
+                    continue;
+                }
+                if (view.holders(l.entry)) continue;
+                if (o.holders.insert(holder_key(l.entry)).second) o.who.push_back(describe(l.entry));
+                o.limit = std::min(o.limit, l.entry.share == 0 ? 1u : l.entry.share);
+            }
+            offers.push_back(std::move(o));
+        }
+        std::vector<const Offer*> open;
+        for (const Offer& o : offers) {
+            if (!o.blocked && o.excluded_by.empty() && o.holders.size() + 1 <= o.limit) open.push_back(&o);
+        }
+        // least-bound first; `gpus` is in index order, so a stable sort keeps the lowest index among equals
+        std::stable_sort(open.begin(), open.end(),
+                         [](const Offer* a, const Offer* b) { return a->holders.size() < b->holders.size(); });
+        bool has_unit = std::any_of(mine.begin(), mine.end(),
+                                    [](const std::string& i) { return coordination::unit_gpu(i, nullptr); });
+        std::size_t need = count - mine.size();
+        bool skipped_unit = false;
+        for (const Offer* o : open) {
+            if (need == 0) break;
+            const bool unit = coordination::unit_gpu(o->index, nullptr);
+            if (unit && has_unit) {
+                skipped_unit = true;
+                continue;
+            }
+            has_unit = has_unit || unit;
+            take.push_back(o->index);
+            --need;
+        }
+        if (need > 0) {
+            std::string msg = "Could not bind " + std::to_string(count) + " GPU" + (count == 1 ? "" : "s") + " to " +
+                              describe(holder) + " with at most " + std::to_string(holders_per_gpu) + " holder" +
+                              (holders_per_gpu == 1 ? "" : "s") + " per GPU: ";
+            if (gpus.empty()) msg += "it was given no GPUs";
+            bool first = true;
+            for (const Offer& o : offers) {
+                std::string part = std::string(first ? "" : "; ") + "GPU " + o.index;
+                first = false;
+                if (o.blocked) {
+                    part += " is blocked by a line that cannot be parsed";
+                } else if (!o.excluded_by.empty()) {
+                    part += " is taken by " + o.excluded_by;
+                } else if (o.holders.empty()) {
+                    part += " is free";
+                } else {
+                    part += " is bound by " + coordination::join(o.who) + " (" + std::to_string(o.holders.size()) +
+                            " of at most " + std::to_string(o.limit) + ")";
+                }
+                msg += part;
+            }
+            if (!mine.empty()) msg += "; it binds " + coordination::join(mine) + " already";
+            if (skipped_unit) msg += "; a holder binds at most one MIG unit (CUDA uses one MIG instance per process)";
+            msg += ". Bindings file: " + opts.path + ".";
+            r.status = make_status(StatusCode::kNotEnough, msg);
+            return r;
+        }
+        result = mine;
+        result.insert(result.end(), take.begin(), take.end());
+        sort_indices(&result);
+    }
+
+    // The lines to write: new GPUs, and for a slot's thread the GPUs of the slot it has no line for yet.
+    std::vector<std::string> write;
+    for (const std::string& idx : result) {
+        if (!by_caller.count(idx)) write.push_back(idx);
+    }
+    r.indices = result;
+    if (write.empty()) return r;
+    for (Line& l : lines) {
+        if (l.kind == LineKind::kEntry && !l.entry.alive) l.keep = false;  // dead holders' lines go
+    }
+    coordination::LineFields fields;
+    fields.has_start_time = holder_info.has_start_time;
+    fields.start_time = holder_info.start_time;
+    fields.has_ns = live.ns().known;
+    fields.ns = live.ns().inode;
+    fields.tm = holder.taskmanager;
+    fields.share = holders_per_gpu;
+    fields.slot = holder.slot;
+    const bool lease = holder.slot.empty() && holder.pid == live.self();
+    if (lease) coordination::take_lease(&leases, file.mode(), lines, &fields, &r.lease_problem);
+    for (const std::string& idx : write) lines.push_back(coordination::new_line(idx, holder.pid, fields));
+    if (!(r.status = file.rewrite(text, coordination::serialize(lines))).ok()) {
+        if (lease && fields.has_lease && !coordination::slot_in_use(lines, fields.lease, holder.pid)) leases.drop();
+        r.indices.clear();
+        return r;
+    }
+    r.added = take;
+    sort_indices(&r.added);
+    return r;
+}
+
+coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const Holder& holder) {
+    coordination::ReleaseResult r;
+    if (!(r.status = validate(holder, 1)).ok()) return r;
+    coordination::LockedFile file;
+    bool exists = false;
+    std::string text;
+    const pid_t self = getpid();
+    const bool process_self = holder.slot.empty() && holder.pid == self;
+    if (!(r.status = coordination::open_and_read(opts, coordination::Access::kWriteExisting, &file, &exists, &text))
+             .ok() ||
+        !exists) {
+        if (r.status.ok() && process_self) coordination::Leases(opts.path).drop();
+        return r;
+    }
+    std::vector<Line> lines = coordination::parse_file(text);
+    coordination::Leases leases(opts.path);
+    const coordination::PidNamespace ns = coordination::own_pid_namespace(self);
+    std::set<std::string> released;
+    for (Line& l : lines) {
+        if (l.kind != LineKind::kEntry) continue;
+        const Entry& e = l.entry;
+        if (e.slot != holder.slot || (!holder.slot.empty() && e.tm != holder.taskmanager)) continue;
+        if (!coordination::records_owner(e, holder.pid, holder.pid == self, ns)) continue;
+        l.keep = false;
+        released.insert(e.index);
+    }
+    std::uint32_t slot = 0;
+    const bool drop = process_self && leases.held(&slot) && !coordination::slot_in_use(lines, slot, self);
+    if (released.empty()) {
+        if (drop) leases.drop();
+        return r;
+    }
+    if (!(r.status = file.rewrite(text, coordination::serialize(lines))).ok()) return r;
+    if (drop) leases.drop();
+    r.released.assign(released.begin(), released.end());
+    sort_indices(&r.released);
+    return r;
+}
+
+}  // namespace
+
+BindResult bind(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus,
+                std::size_t count, std::uint32_t holders_per_gpu) noexcept {
+    return coordination::guarded<BindResult>([&] { return bind_impl(opts, holder, gpus, count, holders_per_gpu); });
+}
+
+coordination::ReleaseResult unbind(const coordination::Options& opts, const Holder& holder) noexcept {
+    return coordination::guarded<coordination::ReleaseResult>([&] { return unbind_impl(opts, holder); });
+}
+
+}  // namespace binding
+}  // namespace flinkgpu

@@ -1,0 +1,66 @@
+// Binding GPUs to the holders inside one TaskManager (docs/design.md §9.3): Flink gives every slot of a
+// TaskManager the same GPUs; a binding gives each slot (holder) its own, or shares one among at most k.
+//
+// Bindings live in their own file, `<coordination file>.bindings`, with the coordination file's rules (locked
+// file, line format, liveness judge, lease: coordination_*.hpp); Flink's stock script never reads it. A line
+//
+//   <index> <pid>\t<start time>\tns=<inode>[\tlease=<slot>][\tmig=<gpu>:<unit>]\ttm=<pid>\tshare=<k>[\tslot=<id>]
+//
+// binds GPU <index> to its holder:
+//   * a process holder (no `slot`): the process <pid> itself (a PyFlink worker, a service's worker process),
+//     which holds the lease while it holds bindings, so its death frees them in every pid namespace;
+//   * a slot holder (`slot=<id>`: a Flink slot whose subtasks run as threads of the TaskManager JVM): every
+//     thread that binds for the slot writes its own lines, <pid> being that thread's id and <start time> its
+//     start time, without a lease (a lease lives as long as the process, not the thread): the slot keeps its
+//     GPUs while any thread that bound them lives, and loses them when the last one ends (a failed task).
+// `tm` records the process whose GPUs are bound (the TaskManager), for tools; `share` the binder's k.
+//
+// Bindings are host-wide: a GPU bound by n live holders takes another only if n + 1 <= k of the new binder
+// and of every holder already on it; a whole GPU and a MIG unit of it exclude each other; a holder binds
+// at most one MIG unit (CUDA uses one MIG instance per process).
+//
+// Every function is noexcept and reports failures in its result's Status, like coordination.hpp.
+#pragma once
+
+#include "coordination.hpp"
+#include "coordination_lines.hpp"
+#include "status.hpp"
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flinkgpu {
+namespace binding {
+
+struct Holder {
+    pid_t pid = 0;          // the process holder, or the binding thread's id for a slot holder
+    std::string slot;       // empty: a process holder
+    pid_t taskmanager = 0;  // the process whose GPUs are bound (recorded as `tm`); 0: not recorded
+};
+
+struct BindResult {
+    Status status;
+    std::vector<std::string> indices;  // the holder's binding for this request, in index order
+    std::vector<std::string> added;    // indices newly bound to the holder by this call
+    std::vector<coordination::BadLine> unparsable;
+    Status lease_problem;  // not ok: a process holder bound without a lease (the binding itself succeeded)
+};
+
+// Binds `count` of `gpus` (the holder's TaskManager's GPUs; valid indices) to `holder`, letting at most
+// `holders_per_gpu` holders (1..kMaxShare) share each. A holder asking again gets what it has: topped up
+// when it asks for more, the lowest `count` of its GPUs when it asks for fewer (a slot holder's thread then
+// writes its own lines for them). New GPUs: least-bound first, lowest index among equals; dead holders'
+// lines are removed. All or nothing: kNotEnough says, per GPU, who binds it. count == 0 binds nothing.
+BindResult bind(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus,
+                std::size_t count, std::uint32_t holders_per_gpu) noexcept;
+
+// Removes the lines `holder` wrote: a process holder's, or the lines of one thread of a slot holder (the
+// slot keeps what its other threads bound). A missing file holds nothing.
+coordination::ReleaseResult unbind(const coordination::Options& opts, const Holder& holder) noexcept;
+
+}  // namespace binding
+}  // namespace flinkgpu

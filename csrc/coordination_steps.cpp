@@ -1,0 +1,90 @@
+// See coordination_steps.hpp.
+#include "coordination_steps.hpp"
+
+#include "gpu_index.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+namespace flinkgpu {
+namespace coordination {
+
+void mark_alive(std::vector<Line>* lines, Liveness* live) {
+    for (Line& l : *lines) {
+        if (l.kind == LineKind::kEntry) live->judge(&l.entry);
+    }
+}
+
+bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self) {
+    for (const Line& l : lines) {
+        if (l.keep && l.kind == LineKind::kEntry && l.entry.has_lease && l.entry.lease == slot && l.entry.pid == self) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void take_lease(Leases* leases, std::uint16_t mode, const std::vector<Line>& lines, LineFields* fields,
+                Status* problem) {
+    std::vector<std::uint32_t> named;
+    for (const Line& l : lines) {
+        if (l.kind == LineKind::kEntry && l.entry.has_lease) named.push_back(l.entry.lease);
+    }
+    std::sort(named.begin(), named.end());
+    std::uint32_t slot = 0;
+    *problem = leases->acquire(mode, named, &slot);
+    if (!problem->ok()) return;
+    fields->has_lease = true;
+    fields->lease = slot;
+}
+
+std::string join(const std::vector<std::string>& v) {
+    std::string out;
+    for (const std::string& s : v) {
+        if (!out.empty()) out += ", ";
+        out += s;
+    }
+    return out;
+}
+
+Status validate_indices(const std::vector<std::string>& indices, std::vector<std::string>* out) {
+    std::set<std::string> seen;
+    for (const std::string& s : indices) {
+        if (!valid_index(s)) {
+            std::string shown;
+            for (unsigned char c : s) {
+                if (c >= 0x20 && c < 0x7f) {
+                    shown += static_cast<char>(c);
+                } else {
+                    char hex[8];
+                    std::snprintf(hex, sizeof hex, "\\x%02x", c);
+                    shown += hex;
+                }
+            }
+            return make_status(StatusCode::kInvalidArgument,
+                               "Invalid GPU index '" + shown + "': an index is a non-empty word of printable "
+                               "ASCII without spaces, as nvidia-smi prints it (e.g. 0).");
+        }
+        if (seen.insert(s).second) out->push_back(s);
+    }
+    sort_indices(out);
+    return {};
+}
+
+Status validate_pid(pid_t pid, const char* what) {
+    if (pid <= 0) {
+        return make_status(StatusCode::kInvalidArgument, std::string("Invalid ") + what + " " + std::to_string(pid) +
+                                                             ": it must be a positive process id.");
+    }
+    return {};
+}
+
+Status open_and_read(const Options& opts, Access access, LockedFile* file, bool* exists, std::string* text) {
+    Status st = file->open(opts.path, opts.timeout_ms, access, exists);
+    if (!st.ok() || !*exists) return st;
+    return file->read(text);
+}
+
+}  // namespace coordination
+}  // namespace flinkgpu

@@ -1,0 +1,63 @@
+// The steps every policy over a file of coordination lines takes (the coordination file's, coordination.cpp;
+// the bindings file's, binding.cpp): check the caller's input, lock and read the file, judge its lines, lease
+// the calling process, and keep exceptions from crossing the API. One implementation of each, shared.
+#pragma once
+
+#include "coordination.hpp"
+#include "coordination_file.hpp"
+#include "coordination_lease.hpp"
+#include "coordination_lines.hpp"
+#include "process_liveness.hpp"
+#include "status.hpp"
+
+#include <cerrno>
+#include <cstdint>
+#include <new>
+#include <string>
+#include <vector>
+
+namespace flinkgpu {
+namespace coordination {
+
+// Judges every entry of `lines`.
+void mark_alive(std::vector<Line>* lines, Liveness* live);
+
+// Whether a kept line of `self` names this lease slot (a line of another pid naming it never keeps our
+// lease, and with it that line, alive).
+bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self);
+
+// Takes the calling process's lease for the lines it is about to write. A lease that cannot be had (a
+// lease file this user may not write) leaves the lines without one, with the reason in *problem: judged
+// by pid in our namespace, alive with liveness unknown to other namespaces.
+void take_lease(Leases* leases, std::uint16_t mode, const std::vector<Line>& lines, LineFields* fields,
+                Status* problem);
+
+// "a, b, c".
+std::string join(const std::vector<std::string>& v);
+
+// The valid, distinct `indices` into *out, in index order; kInvalidArgument naming a bad one.
+Status validate_indices(const std::vector<std::string>& indices, std::vector<std::string>* out);
+
+// kInvalidArgument unless `pid` is a positive process (or thread) id; `what` names it in the message.
+Status validate_pid(pid_t pid, const char* what);
+
+// Opens and locks the file for `access`, then reads it. `*exists` is false (and nothing is read) when an
+// existing file was asked for and there is none.
+Status open_and_read(const Options& opts, Access access, LockedFile* file, bool* exists, std::string* text);
+
+// Runs `body` so that nothing escapes: std::bad_alloc (or anything else) becomes a Status.
+template <typename Result, typename Body>
+Result guarded(Body body) noexcept {
+    Result r;
+    try {
+        return body();
+    } catch (const std::bad_alloc&) {
+        r.status = failure_noexcept(StatusCode::kOutOfMemory, ENOMEM, "out of memory");
+    } catch (...) {
+        r.status = failure_noexcept(StatusCode::kInternal, 0, "internal error");
+    }
+    return r;
+}
+
+}  // namespace coordination
+}  // namespace flinkgpu

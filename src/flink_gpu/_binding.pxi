@@ -1,0 +1,80 @@
+# Binding of csrc/binding.hpp (docs/design.md §9.3), included by _native.pyx after _coordination.pxi (whose
+# option, pid and index conversions it shares). Plain tuples out, _error for failures; flink_gpu.binding
+# makes the public API.
+
+cdef extern from "binding.hpp" namespace "flinkgpu::binding" nogil:
+    cdef cppclass BindHolder "flinkgpu::binding::Holder":
+        pid_t pid
+        string slot
+        pid_t taskmanager
+
+    cdef cppclass BindResult "flinkgpu::binding::BindResult":
+        Status status
+        vector[string] indices
+        vector[string] added
+        vector[CoordBadLine] unparsable
+        Status lease_problem
+
+    BindResult binding_bind_cpp "flinkgpu::binding::bind"(
+        const CoordOptions& opts, const BindHolder& holder, const vector[string]& gpus, size_t count,
+        uint32_t holders_per_gpu)
+    CoordReleaseResult binding_unbind_cpp "flinkgpu::binding::unbind"(const CoordOptions& opts,
+                                                                     const BindHolder& holder)
+
+
+cdef BindHolder _bi_holder(pid, slot, taskmanager) except *:
+    cdef BindHolder holder
+    holder.pid = _co_pid(pid)
+    if slot is not None:
+        if not isinstance(slot, str):
+            raise TypeError(f"a slot id must be a str, got {slot!r}")
+        holder.slot = (<str>slot).encode("utf-8", "surrogateescape")
+    if taskmanager is not None:
+        holder.taskmanager = _co_pid(taskmanager)
+    return holder
+
+
+def binding_bind(path, double timeout, pid, slot, taskmanager, gpus, size_t count, uint32_t holders_per_gpu):
+    """Binds ``count`` of ``gpus`` to the holder (process ``pid``, or thread ``pid`` of slot ``slot``):
+    (indices, added, [(line number, text)], why a process holder bound without a lease or None)."""
+    cdef CoordOptions opts = _co_options(path, timeout)
+    cdef BindHolder holder = _bi_holder(pid, slot, taskmanager)
+    cdef vector[string] candidates = _co_indices(gpus)
+    cdef BindResult r
+    with nogil:
+        r = binding_bind_cpp(opts, holder, candidates, count, holders_per_gpu)
+    if not r.status.ok():
+        raise _error(r.status, path)
+    lease_problem = None if r.lease_problem.ok() else _co_text(r.lease_problem.message)
+    return (_co_strings(r.indices), _co_strings(r.added), _co_bad_lines(r.unparsable), lease_problem)
+
+
+def binding_unbind(path, double timeout, pid, slot, taskmanager):
+    """Removes the lines the holder wrote; the indices they bound."""
+    cdef CoordOptions opts = _co_options(path, timeout)
+    cdef BindHolder holder = _bi_holder(pid, slot, taskmanager)
+    cdef CoordReleaseResult r
+    with nogil:
+        r = binding_unbind_cpp(opts, holder)
+    if not r.status.ok():
+        raise _error(r.status, path)
+    return _co_strings(r.released)
+
+
+def binding_snapshot(path, double timeout):
+    """(exists, [(line number, index, pid, start time or None, alive, state, pid namespace or None, lease slot
+    or None, TaskManager pid or None, holders per GPU or None, slot id or None)], [(line number, text)])."""
+    cdef CoordOptions opts = _co_options(path, timeout)
+    cdef CoordSnapshot r
+    with nogil:
+        r = coord_snapshot(opts)
+    if not r.status.ok():
+        raise _error(r.status, path)
+    cdef size_t i
+    rows = _co_entries(r.entries)
+    return (r.exists,
+            [rows[i] + (r.entries[i].tm if r.entries[i].tm > 0 else None,
+                        r.entries[i].share if r.entries[i].share > 0 else None,
+                        _co_text(r.entries[i].slot) if not r.entries[i].slot.empty() else None)
+             for i in range(r.entries.size())],
+            _co_bad_lines(r.unparsable))

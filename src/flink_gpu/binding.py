@@ -1,0 +1,365 @@
+"""Binding GPUs to the holders inside one TaskManager or service (docs/design.md §9.3).
+
+Flink gives every slot of a TaskManager the same GPUs. A binding gives one holder — a PyFlink worker
+process, a slot whose subtasks run as threads of the TaskManager JVM, a service's worker process — its
+own GPUs out of the set its TaskManager (or parent) claimed, or shares each GPU among at most
+``holders_per_gpu`` holders::
+
+    from flink_gpu.binding import bind
+
+    with bind(parent_gpus, count=1) as binding:      # in each worker process
+        os.environ["CUDA_VISIBLE_DEVICES"] = binding.cuda_visible_devices
+        ...
+
+PyFlink operators call :func:`flink_gpu.pyflink.bind_gpus` instead, which finds the TaskManager's GPUs and
+the holder for them.
+
+Bindings live in ``<coordination file>.bindings`` (:func:`bindings_path`), a file of the coordination
+file's format with the fields ``tm`` (the process whose GPUs are bound), ``share`` (the binder's
+``holders_per_gpu``) and ``slot`` (a slot holder's id); the C++ core (csrc/binding.cpp) decides under its
+lock. Holders:
+
+* a process (``slot`` None): the calling process, which holds a lease on ``<bindings file>.lease`` while it
+  holds bindings, so its death frees them, in any pid namespace;
+* a slot (``slot`` given): every thread that binds for it writes its own lines (its thread id and start
+  time): the slot keeps its GPUs while any of those threads lives.
+
+In one process, binding again for the same holder returns the same binding (topped up when more are
+asked); each :class:`GPUBinding` handle is released once, and the holder's lines go with its last handle.
+A child forked from a process holder (a DataLoader worker) shares its parent's binding and binds nothing
+new; releasing in the child does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from flink_gpu import _native
+from flink_gpu.coordination import DEFAULT_PATH, DEFAULT_TIMEOUT, whole_amount
+from flink_gpu.errors import FlinkException
+
+__all__ = [
+    "BINDINGS_SUFFIX",
+    "GAUGES",
+    "MAX_HOLDERS_PER_GPU",
+    "BindingEntry",
+    "BindingError",
+    "BindingSnapshot",
+    "GPUBinding",
+    "bind",
+    "bindings_path",
+    "snapshot",
+]
+
+_log = logging.getLogger("flink_gpu.binding")
+
+#: What a coordination file's path takes to name its bindings file.
+BINDINGS_SUFFIX = ".bindings"
+#: The most holders one GPU can be shared by (csrc/coordination_lines.hpp kMaxShare).
+MAX_HOLDERS_PER_GPU = 1024
+#: Gauge name -> the reading of flink_gpu.nvml behind it (units: %, MiB, °C, W).
+GAUGES = {"utilization": "utilization", "memoryUsed": "memory.used", "temperature": "temperature",
+          "power": "power"}
+
+
+class BindingError(FlinkException):
+    """Not enough GPUs to bind, or none to bind from: the message says who binds what and what to change."""
+
+
+def bindings_path(coordination_file: "str | os.PathLike[str] | None" = None) -> str:
+    """The bindings file of ``coordination_file`` (default: the default coordination file)."""
+    return os.fspath(DEFAULT_PATH if coordination_file is None else coordination_file) + BINDINGS_SUFFIX
+
+
+# -- the holders of this process ------------------------------------------------------------------
+
+class _Held:
+    """One holder's binding in this process: how many handles are out, and what it binds."""
+
+    __slots__ = ("refs", "indices")
+
+    def __init__(self) -> None:
+        self.refs = 0
+        self.indices: "set[str]" = set()
+
+
+_lock = threading.Lock()
+_held: "dict[tuple, _Held]" = {}  # (path, slot, taskmanager, pid or thread id) -> what it holds
+_inherited: "dict[str, tuple[str, ...]]" = {}  # path -> the process binding of the process we were forked from
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    pid = os.getppid()
+    for (path, slot, _tm, holder), held in _held.items():
+        if slot is None and holder == pid and held.refs > 0:
+            _inherited[path] = tuple(sorted(held.indices))
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class GPUBinding:
+    """GPUs bound to one holder: ``infos``, ``indices``, ``cuda_visible_devices``, ``devices``.
+
+    A context manager; :meth:`release` (idempotent) gives them back. Obtained from :func:`bind` or
+    :func:`flink_gpu.pyflink.bind_gpus`.
+    """
+
+    __slots__ = ("_infos", "_indices", "_path", "_key", "_holder", "_library_path", "_pid", "_inherited",
+                 "_released", "_devices", "_timeout")
+
+    def __init__(self, infos, indices, path, key, holder, library_path, inherited, timeout) -> None:
+        self._infos = frozenset(infos)
+        self._indices = tuple(indices)
+        self._path = path
+        self._key = key
+        self._holder = holder
+        self._library_path = library_path
+        self._pid = os.getpid()
+        self._inherited = inherited
+        self._released = False
+        self._devices: "tuple[int, ...] | None" = None
+        self._timeout = timeout
+
+    @property
+    def infos(self) -> frozenset:
+        """The bound GPUs (frozenset of GPUInfo): a subset of the infos they were bound from."""
+        return self._infos
+
+    @property
+    def indices(self) -> "tuple[str, ...]":
+        """The bound GPUs' indices, in index order."""
+        return self._indices
+
+    @property
+    def holder(self) -> str:
+        """Who holds them: ``"pid <n>"``, or ``"slot <id> (thread <tid>)"``."""
+        return self._holder
+
+    @property
+    def path(self) -> str:
+        """The bindings file."""
+        return self._path
+
+    @property
+    def cuda_visible_devices(self) -> str:
+        """The ``CUDA_VISIBLE_DEVICES`` value exposing exactly these GPUs (for a worker process)."""
+        from flink_gpu.gpu.info import cuda_visible_devices
+
+        return cuda_visible_devices(self._infos)
+
+    @property
+    def devices(self) -> "tuple[int, ...]":
+        """The CUDA ordinals of these GPUs in this process (its ``CUDA_VISIBLE_DEVICES`` and
+        ``CUDA_DEVICE_ORDER``), in index order: ``torch.device(f"cuda:{binding.devices[0]}")`` in a
+        thread-mode operator, where ``CUDA_VISIBLE_DEVICES`` is process-wide."""
+        if self._devices is None:
+            from flink_gpu.cuda_devices import cuda_ordinals
+
+            devices = None
+            if self._library_path:
+                from flink_gpu.nvml import open_library
+
+                devices = open_library(self._library_path).devices()
+            self._devices = cuda_ordinals(self._infos, devices)
+        return self._devices
+
+    def register_metrics(self, group: Any) -> None:
+        """Registers integer gauges per bound GPU under ``group.add_group("gpu", <index>)``:
+        ``utilization`` (%), ``memoryUsed`` (MiB), ``temperature`` (°C), ``power`` (W). A gauge never
+        raises: when NVML cannot answer it reports its last value, or -1 before it had one."""
+        for index in self._indices:
+            subgroup = group.add_group("gpu", index)
+            for name, metric in GAUGES.items():
+                subgroup.gauge(name, _Gauge(self._library_path, index, metric))
+
+    def release(self) -> None:
+        """Gives the GPUs back (the holder's lines go with its last handle in this process). Idempotent;
+        does nothing in a process forked from the binder."""
+        if self._released:
+            return
+        self._released = True
+        if self._inherited or os.getpid() != self._pid:
+            return
+        path, slot, taskmanager, pid = self._key
+        with _lock:
+            held = _held.get(self._key)
+            if held is None:
+                return
+            held.refs -= 1
+            if held.refs > 0:
+                return
+            del _held[self._key]
+            _native.binding_unbind(path, self._timeout, pid, slot, taskmanager)
+
+    def __enter__(self) -> "GPUBinding":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = " released" if self._released else ""
+        return f"GPUBinding(indices={list(self._indices)!r}, holder={self._holder!r}{state})"
+
+
+class _Gauge:
+    """One reading of one GPU for a metric gauge: never raises; the last good value, else -1."""
+
+    __slots__ = ("_library_path", "_index", "_metric", "_last")
+
+    def __init__(self, library_path: "str | None", index: str, metric: str) -> None:
+        self._library_path = library_path
+        self._index = index
+        self._metric = metric
+        self._last = -1
+
+    def __call__(self) -> int:
+        try:
+            from flink_gpu.nvml import open_library
+
+            value = open_library(self._library_path).read_metric(self._index, self._metric)
+        except Exception:  # a gauge must never fail the reporter: keep the last value
+            _log.debug("Reading %s of GPU %s failed", self._metric, self._index, exc_info=True)
+            return self._last
+        if value >= 0:
+            self._last = value
+        return self._last
+
+
+def _by_index(gpus: Iterable[Any]) -> "dict[str, Any]":
+    by_index: "dict[str, Any]" = {}
+    for info in gpus:
+        index = info.get_property("index") if hasattr(info, "get_property") else None
+        if not isinstance(index, str) or not index:
+            raise TypeError(f"bind() takes GPUInfo objects (with an 'index' property), got {info!r}")
+        by_index.setdefault(index, info)
+    return by_index
+
+
+def _check_counts(count: object, holders_per_gpu: object) -> "tuple[int, int]":
+    count = whole_amount(count)
+    if count < 1:
+        raise ValueError(f"The number of GPUs to bind must be at least 1, got {count}.")
+    holders = whole_amount(holders_per_gpu)
+    if not 1 <= holders <= MAX_HOLDERS_PER_GPU:
+        raise ValueError(f"The number of holders per GPU must be 1 to {MAX_HOLDERS_PER_GPU}, got {holders}.")
+    return count, holders
+
+
+def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot: "str | None" = None,
+         taskmanager_pid: "int | None" = None, path: "str | os.PathLike[str] | None" = None,
+         library_path: "str | None" = None, timeout: float = DEFAULT_TIMEOUT) -> GPUBinding:
+    """Binds ``count`` of ``gpus`` (GPUInfos: the set the TaskManager or parent claimed) to the calling
+    process, or with ``slot`` to that slot for the calling thread, sharing each GPU with at most
+    ``holders_per_gpu`` holders; least-bound GPUs first, lowest index among equals.
+
+    ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``); ``path``: the
+    bindings file (default :func:`bindings_path`); ``library_path``: the libnvidia-ml for ``devices`` and
+    the gauges. Raises :class:`BindingError` when not enough are free (the message says who binds each
+    GPU), :class:`TimeoutError` when the file's lock is not had within ``timeout`` seconds, OSError for a
+    file that cannot be used, ValueError/TypeError for bad arguments.
+    """
+    by_index = _by_index(gpus)
+    count, holders_per_gpu = _check_counts(count, holders_per_gpu)
+    path = bindings_path() if path is None else os.fspath(path)
+    me = os.getpid()
+    if slot is None:
+        inherited = _inherited.get(path)
+        if inherited is not None:
+            return _inherited_binding(by_index, inherited, count, path, library_path, timeout)
+        pid, holder = me, f"pid {me}"
+    else:
+        pid = threading.get_native_id()
+        holder = f"slot {slot} (thread {pid})"
+    key = (path, slot, taskmanager_pid, pid)
+    with _lock:
+        try:
+            indices, added, unparsable, lease_problem = _native.binding_bind(
+                path, timeout, pid, slot, taskmanager_pid, list(by_index), count, holders_per_gpu)
+        except FlinkException as error:
+            raise BindingError(str(error)) from None
+        held = _held.setdefault(key, _Held())
+        held.refs += 1
+        held.indices.update(indices)
+    for number, text in unparsable:
+        _log.warning("Line %d of the bindings file %s cannot be parsed and is left as it is (its GPU is never "
+                     "bound): %r", number, path, text)
+    if lease_problem is not None:
+        _log.warning("Bound GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file cannot "
+                     "tell when pid %d dies.", ", ".join(added), path, lease_problem, pid)
+    return GPUBinding([by_index[i] for i in indices], indices, path, key, holder, library_path, False, timeout)
+
+
+def _inherited_binding(by_index, inherited, count, path, library_path, timeout) -> GPUBinding:
+    """The binding of the process holder this process was forked from: nothing new is bound."""
+    indices = [index for index in inherited if index in by_index]
+    if count > len(indices):
+        raise BindingError(
+            f"This process (pid {os.getpid()}) was forked from pid {os.getppid()}, which binds GPU(s) "
+            f"{', '.join(indices) or 'none of these'}; a forked child shares its parent's binding and binds nothing "
+            f"new, so it cannot have {count}. Bind them in the parent (bindings file: {path}).")
+    chosen = indices[:count]
+    return GPUBinding([by_index[i] for i in chosen], chosen, path, (path, None, None, os.getppid()),
+                      f"pid {os.getppid()} (inherited)", library_path, True, timeout)
+
+
+# -- what the file says ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BindingEntry:
+    """One line of the bindings file."""
+
+    index: str
+    pid: int  # the process holder, or the binding thread of a slot holder
+    start_time: "int | None"
+    alive: bool
+    line_number: int
+    state: str  # one of flink_gpu.coordination.STATES
+    namespace: "int | None"
+    lease: "int | None"
+    taskmanager: "int | None"  # the process whose GPUs are bound
+    holders_per_gpu: "int | None"
+    slot: "str | None"  # a slot holder's id
+
+    @property
+    def holder(self) -> str:
+        """``"pid <n>"`` or ``"slot <id>"``: one key per holder (a slot's threads are one holder)."""
+        return f"pid {self.pid}" if self.slot is None else f"slot {self.slot}"
+
+
+@dataclass(frozen=True)
+class BindingSnapshot:
+    path: str
+    exists: bool
+    entries: "tuple[BindingEntry, ...]"
+    unparsable: "tuple[tuple[int, str], ...]"
+
+    def by_taskmanager(self) -> "dict[int | None, dict[str, tuple[str, ...]]]":
+        """TaskManager pid (None: not recorded) -> live holder -> its GPUs, in index order."""
+        from flink_gpu.gpu_index import sort_indices
+
+        out: "dict[int | None, dict[str, set[str]]]" = {}
+        for entry in self.entries:
+            if entry.alive:
+                out.setdefault(entry.taskmanager, {}).setdefault(entry.holder, set()).add(entry.index)
+        return {tm: {holder: tuple(sort_indices(indices)) for holder, indices in holders.items()}
+                for tm, holders in out.items()}
+
+
+def snapshot(path: "str | os.PathLike[str] | None" = None, *, timeout: float = DEFAULT_TIMEOUT) -> BindingSnapshot:
+    """Reads the bindings file (default :func:`bindings_path`) under a shared lock; a missing file is an
+    empty snapshot with ``exists=False``."""
+    path = bindings_path() if path is None else os.fspath(path)
+    exists, rows, unparsable = _native.binding_snapshot(path, timeout)
+    return BindingSnapshot(path, exists, tuple(BindingEntry(
+        index=index, pid=pid, start_time=start, alive=alive, line_number=number, state=state, namespace=ns,
+        lease=lease, taskmanager=tm, holders_per_gpu=share, slot=slot_id)
+        for number, index, pid, start, alive, state, ns, lease, tm, share, slot_id in rows), tuple(unparsable))
