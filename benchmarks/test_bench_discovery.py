@@ -8,6 +8,9 @@
 * ``process`` / ``process-coordinated``: Flink's stock ``nvidia-gpu-discovery.sh`` (fake
   ``nvidia-smi``) and ``flink-gpu-discovery`` as processes, run directly as Flink runs them, and the
   stock script through ``GPUDriver``'s script backend;
+* ``bind+release``: one subtask's binding of 1 GPU and its release (a process holder, a thread-mode
+  slot, PyFlink's ``bind_gpus`` in process mode with its TaskManager lookup), next to a plain
+  coordinated claim + release of 1 GPU and the syscall floor of that claim;
 * ``import``: fresh interpreters importing flink_gpu (and pynvml, and nothing);
 * ``contention``: N processes claiming and releasing concurrently on one file.
 
@@ -177,13 +180,7 @@ def test_claim_release_syscall_floor(benchmark, coordination_file, floor_library
 
 # ---- PyFlink: an operator's open() in process mode ------------------------------------------------
 
-@pytest.mark.benchmark(group="pyflink")
-def test_pyflink_process_mode_open(benchmark, coordination_file, tmp_path, monkeypatch):
-    """``get_external_resource_infos(None, "gpu")`` as a process-mode operator's open() calls it:
-    reads the TaskManager's config.yaml, the coordination file, the process ancestry, NVML's
-    properties. Its TaskManager (here: this process) holds GPUs 0 and 1."""
-    from flink_gpu.pyflink import get_external_resource_infos
-
+def taskmanager_conf(tmp_path, coordination_file) -> Path:
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "config.yaml").write_text(
@@ -192,7 +189,17 @@ def test_pyflink_process_mode_open(benchmark, coordination_file, tmp_path, monke
         "external-resource.gpu.driver-factory.class: org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
         f"external-resource.gpu.param.discovery-script.args: --enable-coordination-mode "
         f"--coordination-file {coordination_file}\n")
-    monkeypatch.setenv("FLINK_CONF_DIR", str(conf))
+    return conf
+
+
+@pytest.mark.benchmark(group="pyflink")
+def test_pyflink_process_mode_open(benchmark, coordination_file, tmp_path, monkeypatch):
+    """``get_external_resource_infos(None, "gpu")`` as a process-mode operator's open() calls it:
+    reads the TaskManager's config.yaml, the coordination file, the process ancestry, NVML's
+    properties. Its TaskManager (here: this process) holds GPUs 0 and 1."""
+    from flink_gpu.pyflink import get_external_resource_infos
+
+    monkeypatch.setenv("FLINK_CONF_DIR", str(taskmanager_conf(tmp_path, coordination_file)))
     coordination.claim(AMOUNT, INDICES, path=coordination_file)
     try:
         got = benchmark(get_external_resource_infos, None, "gpu")
@@ -200,6 +207,82 @@ def test_pyflink_process_mode_open(benchmark, coordination_file, tmp_path, monke
         coordination.release(path=coordination_file)
     assert indices(got) == EXPECTED
     assert all(info.get_property("uuid") for info in got)
+
+
+# ---- bind + release: one GPU for one subtask -----------------------------------------------------
+
+@pytest.mark.benchmark(group="bind+release")
+def test_bind_release_process_holder(benchmark, coordination_file):
+    from flink_gpu import GPUInfo
+    from flink_gpu.binding import bind, bindings_path
+
+    gpus = [GPUInfo(index) for index in INDICES[:AMOUNT]]
+    path = bindings_path(coordination_file)
+
+    def cycle():
+        binding = bind(gpus, 1, path=path)
+        binding.release()
+        return binding.indices
+
+    assert benchmark(cycle) == ("0",)
+    assert Path(path).read_text() == ""
+
+
+@pytest.mark.benchmark(group="bind+release")
+def test_bind_release_thread_mode_slot(benchmark, coordination_file):
+    from flink_gpu import GPUInfo
+    from flink_gpu.binding import bind, bindings_path
+
+    gpus = [GPUInfo(index) for index in INDICES[:AMOUNT]]
+    path = bindings_path(coordination_file)
+
+    def cycle():
+        binding = bind(gpus, 1, slot="0123456789abcdef0123456789abcdef", taskmanager_pid=os.getpid(), path=path)
+        binding.release()
+        return binding.indices
+
+    assert benchmark(cycle) == ("0",)
+    assert Path(path).read_text() == ""
+
+
+@pytest.mark.benchmark(group="bind+release")
+def test_bind_gpus_release_pyflink_process_mode(benchmark, coordination_file, tmp_path, monkeypatch):
+    """``bind_gpus(None, "gpu")`` + ``release()`` as a process-mode operator's open()/close() call them:
+    the TaskManager lookup (config.yaml, coordination file, ancestry, NVML properties), then the bind."""
+    from flink_gpu.binding import bindings_path
+    from flink_gpu.pyflink import bind_gpus
+
+    monkeypatch.setenv("FLINK_CONF_DIR", str(taskmanager_conf(tmp_path, coordination_file)))
+    coordination.claim(AMOUNT, INDICES, path=coordination_file)
+
+    def cycle():
+        binding = bind_gpus(None, "gpu")
+        binding.release()
+        return binding.indices
+
+    try:
+        assert benchmark(cycle) == ("0",)
+    finally:
+        coordination.release(path=coordination_file)
+    assert Path(bindings_path(coordination_file)).read_text() == ""
+
+
+@pytest.mark.benchmark(group="bind+release")
+def test_bind_reference_claim_release_one_gpu(benchmark, coordination_file):
+    def cycle():
+        got = coordination.claim(1, INDICES[:AMOUNT], path=coordination_file).taken
+        coordination.release(path=coordination_file)
+        return got
+
+    assert benchmark(cycle) == ["0"]
+
+
+@pytest.mark.benchmark(group="bind+release")
+def test_bind_reference_syscall_floor_one_gpu(benchmark, coordination_file, floor_library):
+    lines = syscall_floor.real_lines(coordination_file, 1, INDICES[:AMOUNT])
+    floor = syscall_floor.Floor(floor_library, coordination_file, lines)
+    benchmark(floor.cycle)
+    assert coordination_file.read_text() == ""
 
 
 # ---- discovery as a process -----------------------------------------------------------------------

@@ -552,3 +552,157 @@ def test_without_coordination_mode_the_file_is_not_read(tmp_path, monkeypatch):
     assert lookup.infos == frozenset() and lookup.coordination_file is None
     assert "does not contain --enable-coordination-mode" in lookup.reason
     assert "records nothing in the coordination file" in lookup.reason
+
+
+# -- bind_gpus: one GPU per slot ---------------------------------------------------------------------
+
+# The "TaskManager" claims `amount` GPUs as its discovery would, then starts `workers` Python workers
+# at once (a shell in between, as Flink does); each binds and prints, and all hold until every one printed.
+BINDING_TASKMANAGER = """
+import json, os, subprocess, sys
+from flink_gpu import coordination
+path, amount, workers, count, share = ARGS
+claimed = coordination.claim(amount, ["0", "1", "2", "3"], path=path).taken
+worker = '''
+import json, os, sys
+from flink_gpu.pyflink import bind_gpus
+from flink_gpu.binding import BindingError
+try:
+    b = bind_gpus(None, "gpu", count=COUNT, subtasks_per_gpu=SHARE)
+    print(json.dumps({"pid": os.getpid(), "indices": list(b.indices), "visible": b.cuda_visible_devices}), flush=True)
+except BindingError as error:
+    print(json.dumps({"pid": os.getpid(), "error": str(error)}), flush=True)
+sys.stdin.read()
+'''.replace("COUNT", str(count)).replace("SHARE", str(share))
+procs = [subprocess.Popen(["/bin/sh", "-c", '"$0" -c "$1"; exit $?', sys.executable, worker],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(workers)]
+reports = [json.loads(p.stdout.readline()) for p in procs]
+for p in procs:
+    p.stdin.close()
+    p.wait(30)
+print(json.dumps({"pid": os.getpid(), "claimed": claimed, "reports": reports}))
+"""
+
+
+def bind_in_workers(env, path, amount, workers, count=1, share=1):
+    proc = run_python(f"ARGS = ({str(path)!r}, {amount}, {workers}, {count}, {share})\n" + BINDING_TASKMANAGER,
+                      env=env)
+    return json.loads(proc.stdout)
+
+
+def test_process_mode_workers_of_one_taskmanager_bind_distinct_gpus(tm_conf):
+    _, path = tm_conf
+    result = bind_in_workers(simulated_env(devices=4), path, 2, 2)
+    assert result["claimed"] == ["0", "1"]
+    got = sorted(index for report in result["reports"] for index in report["indices"])
+    assert got == ["0", "1"]
+    for report in result["reports"]:  # completed from NVML: the UUID names the device for CUDA
+        assert report["visible"] == SIM_UUID.format(int(report["indices"][0]))
+    # each worker's binding went with it
+    from flink_gpu import binding
+
+    assert binding.snapshot(binding.bindings_path(path)).by_taskmanager() == {}
+
+
+def test_process_mode_shares_a_gpu_among_subtasks_per_gpu_workers(tm_conf):
+    _, path = tm_conf
+    result = bind_in_workers(simulated_env(devices=4), path, 2, 4, share=2)
+    assert sorted(index for report in result["reports"] for index in report["indices"]) == ["0", "0", "1", "1"]
+
+
+def test_not_enough_says_what_the_taskmanager_has_who_binds_it_and_what_to_change(tm_conf):
+    _, path = tm_conf
+    result = bind_in_workers(simulated_env(devices=4), path, 2, 3)
+    errors = [report["error"] for report in result["reports"] if "error" in report]
+    assert len(errors) == 1, result
+    [error] = errors
+    bound = [report for report in result["reports"] if "indices" in report]
+    for report in bound:
+        assert f"GPU {report['indices'][0]} is bound by pid {report['pid']} (1 of at most 1)" in error
+    assert f"The TaskManager (pid {result['pid']}) has 2 GPU(s) of 'gpu' (0, 1)" in error
+    assert "external-resource.gpu.amount" in error and "subtasks_per_gpu" in error and "parallelism" in error
+
+
+def test_bind_gpus_without_gpus_says_why(tmp_path, monkeypatch):
+    conf_dir = write_conf(tmp_path / "conf", "--coordination-file /nonexistent")  # coordination off
+    monkeypatch.setenv("FLINK_CONF_DIR", str(conf_dir))
+    from flink_gpu.binding import BindingError
+    from flink_gpu.pyflink import bind_gpus
+
+    with pytest.raises(BindingError, match="No GPUs of 'gpu' to bind in process mode: .*enable-coordination-mode"):
+        bind_gpus(None, "gpu")
+
+
+@pytest.mark.parametrize("count, share", [(0, 1), (1, 0)])
+def test_bind_gpus_refuses_bad_counts(count, share):
+    from flink_gpu.pyflink import bind_gpus
+
+    with pytest.raises(ValueError):
+        bind_gpus(None, "gpu", count=count, subtasks_per_gpu=share)
+
+
+class JavaTaskInfo:
+    def __init__(self, allocation):
+        self.allocation = allocation
+
+    def getAllocationIDAsString(self):
+        return self.allocation
+
+
+class JavaSubtaskContext(JavaRuntimeContext):
+    """A thread-mode subtask's Java context: the TaskManager's infos and its slot's allocation id."""
+
+    def __init__(self, infos, allocation):
+        super().__init__(infos)
+        self.allocation = allocation
+
+    def getTaskInfo(self):
+        return JavaTaskInfo(self.allocation)
+
+
+def test_thread_mode_binds_per_slot_allocation_id(tm_conf):
+    import threading
+
+    from flink_gpu.pyflink import bind_gpus
+
+    _, path = tm_conf
+    gpus = [JavaInfo({"index": "0"}), JavaInfo({"index": "1"})]
+    results, hold = {}, threading.Event()
+
+    def subtask(name, allocation):
+        results[name] = bind_gpus(PyFlinkContext(JavaSubtaskContext(gpus, allocation)), "gpu")
+        hold.wait(30)
+
+    # subtasks a and b share slot "1f" (chained or slot-sharing operators); c has its own slot
+    subtasks = (("a", "1f"), ("b", "1f"), ("c", "2e"))
+    threads = [threading.Thread(target=subtask, args=args) for args in subtasks]
+    try:
+        for t, (name, _) in zip(threads, subtasks):  # one after the other: a binds before b asks
+            t.start()
+            while name not in results and t.is_alive():
+                threading.Event().wait(0.01)
+        assert results["a"].indices == results["b"].indices
+        assert {results["a"].indices, results["c"].indices} == {("0",), ("1",)}
+        assert all(binding.infos <= {GPUInfo("0"), GPUInfo("1")} for binding in results.values())
+        from flink_gpu import binding as bindings
+
+        [holders] = bindings.snapshot(bindings.bindings_path(path)).by_taskmanager().items()
+        assert holders[0] == os.getpid() and set(holders[1]) == {"slot 1f", "slot 2e"}
+    finally:
+        hold.set()
+        for t in threads:
+            t.join()
+
+
+def test_the_taskmanagers_configuration_is_read_again_only_when_it_changes(tm_conf, tmp_path):
+    from flink_gpu import pyflink
+
+    conf_dir, path = tm_conf
+    first = pyflink._taskmanager_view("gpu")
+    assert first.path == str(path)
+    assert pyflink._taskmanager_view("gpu") is first  # every operator's open() asks: parsed once
+    other = tmp_path / "other-coordination"
+    write_conf(conf_dir, f"--enable-coordination-mode --coordination-file {other}")
+    assert pyflink._taskmanager_view("gpu").path == str(other)
+    (conf_dir / "config.yaml").unlink()
+    assert pyflink._taskmanager_view("gpu").path == DEFAULT_COORDINATION_FILE  # gone: the default, as before

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from flink_gpu.gpu.info import GPUInfo
 
@@ -110,12 +110,15 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
         raise ValueError(f"bind_gpus() binds at least one GPU, got count={count}.")
     if subtasks_per_gpu < 1:
         raise ValueError(f"subtasks_per_gpu must be at least 1, got {subtasks_per_gpu}.")
-    lookup = lookup_external_resource_infos(runtime_context, name)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"The external resource name must be a non-empty string, got {name!r}.")
+    view = _taskmanager_view(name)
+    java_context = _java_context(runtime_context)
+    lookup = _from_java(java_context, name) if java_context is not None else _from_coordination_file(name, view)
     if not lookup.infos:
         raise BindingError(f"No GPUs of '{name}' to bind in {lookup.mode} mode: {lookup.reason}")
-    view = _taskmanager_view(name)
     if lookup.mode == "thread":
-        slot = _slot_id(_java_context(runtime_context))
+        slot = _slot_id(java_context)
         taskmanager, path = os.getpid(), view.path
     else:
         slot, taskmanager, path = None, lookup.holder_pid, lookup.coordination_file
@@ -214,12 +217,46 @@ class _TaskManagerView(NamedTuple):
     """What the TaskManager's configuration says about resource ``name`` for a process-mode worker."""
 
     path: str | None  # the coordination file to read; None: the TaskManager discovered nothing
-    notes: list[str]  # how it was found, and why nothing is there when path is None
+    notes: list[str]  # how it was found, and why nothing is there when path is None (views are cached: never changed)
     library: str | None = None  # param.nvml.library-path of the resource
     amount: int | None = None  # external-resource.<name>.amount; None when the configuration is unknown
 
 
+_VIEWS: dict = {}  # (FLINK_CONF_DIR, name) -> (the configuration files' stat, the view they gave)
+
+
+def _configuration_signature(conf_dir: str) -> tuple:
+    """What tells that the configuration in ``conf_dir`` changed: each candidate file's identity,
+    size and times (a file that is absent counts as None)."""
+    from flink_gpu.config_files import CONFIGURATION_FILE_NAMES
+
+    signature = []
+    for file_name in CONFIGURATION_FILE_NAMES:
+        try:
+            st = os.stat(os.path.join(conf_dir, file_name))
+        except OSError:
+            signature.append(None)
+        else:
+            signature.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(signature)
+
+
 def _taskmanager_view(name: str) -> _TaskManagerView:
+    """:func:`_read_taskmanager_view`, read again only when the configuration files change: every
+    operator's open() asks, and parsing the YAML costs far more than two stat() calls."""
+    conf_dir = os.environ.get("FLINK_CONF_DIR")
+    if not conf_dir:
+        return _read_taskmanager_view(name, conf_dir)
+    signature = _configuration_signature(conf_dir)
+    cached = _VIEWS.get((conf_dir, name))
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    view = _read_taskmanager_view(name, conf_dir)
+    _VIEWS[(conf_dir, name)] = (signature, view)
+    return view
+
+
+def _read_taskmanager_view(name: str, conf_dir: "str | None") -> _TaskManagerView:
     """The coordination file the TaskManager's discovery of ``name`` records its GPUs in, with the
     rules Flink's TaskManager applies before it runs any driver: the resource must be enabled, with
     a positive amount and a loadable driver factory; its discovery must be in coordination mode."""
@@ -228,7 +265,6 @@ def _taskmanager_view(name: str) -> _TaskManagerView:
     from flink_gpu.gpu.options import GPUDriverOptions
 
     key = param_prefix(name) + GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key
-    conf_dir = os.environ.get("FLINK_CONF_DIR")
     if not conf_dir:
         return _TaskManagerView(DEFAULT_PATH, [
             f"FLINK_CONF_DIR is not set, so the TaskManager's configuration is unknown; used the "
@@ -321,16 +357,16 @@ def _parent(pid: int) -> tuple[int, str] | None:
     return int(fields[1]), head.partition("(")[2]
 
 
-def _ancestry(pid: int) -> list[tuple[int, str]]:
-    """``pid`` and its ancestors, nearest first, as (pid, command name)."""
-    chain = []
-    while pid > 0 and len(chain) < _MAX_ANCESTRY:
+def _ancestry(pid: int) -> Iterator[tuple[int, str]]:
+    """``pid`` and its ancestors, nearest first, as (pid, command name); read as far as asked."""
+    for _ in range(_MAX_ANCESTRY):
+        if pid <= 0:
+            return
         parent = _parent(pid)
         if parent is None:
-            break
-        chain.append((pid, parent[1]))
+            return
+        yield pid, parent[1]
         pid = parent[0]
-    return chain
 
 
 def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo], str | None]:
@@ -347,11 +383,12 @@ def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo],
     return [devices.get(index) or GPUInfo(index) for index in indices], None
 
 
-def _from_coordination_file(name: str) -> ResourceLookup:
+def _from_coordination_file(name: str, view: "_TaskManagerView | None" = None) -> ResourceLookup:
     from flink_gpu import coordination
     from flink_gpu.script_protocol import sort_indices
 
-    path, notes, library, amount = _taskmanager_view(name)
+    path, notes, library, amount = view if view is not None else _taskmanager_view(name)
+    notes = list(notes)  # a view may be reused: the notes of this lookup are its own
     if path is None:
         return ResourceLookup(frozenset(), "process", "; ".join(notes) + ".")
     try:
@@ -366,8 +403,9 @@ def _from_coordination_file(name: str) -> ResourceLookup:
     for entry in snapshot.entries:
         if entry.alive:
             held.setdefault(entry.pid, []).append(entry.index)
-    chain = _ancestry(os.getpid())
-    for pid, _command in chain:
+    chain = []  # the pids tried, for the message
+    for pid, command in _ancestry(os.getpid()):
+        chain.append((pid, command))
         indices = held.get(pid)
         if indices:
             indices = sort_indices(set(indices))

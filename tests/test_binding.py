@@ -1,0 +1,214 @@
+"""flink_gpu.binding: GPUs bound to the holders inside one TaskManager or service, with real processes,
+real threads, real signals and the real native core (csrc/binding.cpp)."""
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from flink_gpu import GPUInfo, binding
+from flink_gpu.binding import BindingError, bind, bindings_path
+
+
+@pytest.fixture
+def path(tmp_path):
+    return str(tmp_path / "coordination.bindings")
+
+
+def infos(n):
+    return [GPUInfo(str(i), {"uuid": f"GPU-{i:08d}-0000-0000-0000-000000000000"}) for i in range(n)]
+
+
+def child_env():
+    import flink_gpu
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+
+
+# A worker process: binds, prints what it got (or the error), holds the binding until stdin closes.
+WORKER = textwrap.dedent("""
+    import sys
+    from flink_gpu import GPUInfo
+    from flink_gpu.binding import bind, BindingError
+    path, n, count, share = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    try:
+        b = bind([GPUInfo(str(i)) for i in range(n)], count, share, path=path)
+        print(",".join(b.indices), flush=True)
+    except BindingError as error:
+        print("error:", error, flush=True)
+    sys.stdin.read()
+    """)
+
+
+def start_workers(path, count, n=4, per_worker=1, share=1):
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, path, str(n), str(per_worker), str(share)],
+                              env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for _ in range(count)]
+    return procs, [p.stdout.readline().strip() for p in procs]
+
+
+def stop(procs):
+    for p in procs:
+        p.stdin.close()
+        p.wait(30)
+
+
+@pytest.mark.parametrize("share", [1, 2])
+def test_concurrent_worker_processes_share_each_gpu_at_most_k_times(path, share):
+    procs, got = start_workers(path, 4 * share, share=share)
+    try:
+        assert collections.Counter(got) == {str(i): share for i in range(4)}, got
+        more, extra = start_workers(path, 1, share=share)
+        stop(more)
+        assert extra[0].startswith("error: Could not bind 1 GPU"), extra
+    finally:
+        stop(procs)
+
+
+def test_threads_of_distinct_slots_get_distinct_gpus(path):
+    results, errors = {}, []
+    barrier = threading.Barrier(4)
+    hold = threading.Event()
+
+    def subtask(slot):
+        try:
+            barrier.wait()
+            results[slot] = bind(infos(4), slot=slot, taskmanager_pid=os.getpid(), path=path).indices
+            hold.wait(30)  # the slot's binding lives as long as this thread
+        except Exception as error:  # reported to the test
+            errors.append(error)
+
+    threads = [threading.Thread(target=subtask, args=(f"slot{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        while len(results) + len(errors) < 4 and all(t.is_alive() for t in threads):
+            threading.Event().wait(0.01)
+        assert not errors
+        assert sorted(i for indices in results.values() for i in indices) == ["0", "1", "2", "3"]
+        with pytest.raises(BindingError, match="Could not bind 1 GPU to slot late"):
+            bind(infos(4), slot="late", taskmanager_pid=os.getpid(), path=path)
+    finally:
+        hold.set()
+        for t in threads:
+            t.join()
+    # their threads ended: the slots' bindings went with them
+    assert bind(infos(4), 4, slot="late", taskmanager_pid=os.getpid(), path=path).indices == ("0", "1", "2", "3")
+
+
+def test_a_sigkilled_holder_frees_its_binding(path):
+    procs, got = start_workers(path, 1, n=1)
+    assert got == ["0"]
+    procs[0].send_signal(signal.SIGKILL)
+    procs[0].wait(30)
+    with bind(infos(1), path=path) as b:
+        assert b.indices == ("0",)
+
+
+def test_the_same_process_gets_the_same_binding_topped_up_and_the_last_release_frees_it(path):
+    first = bind(infos(4), path=path)
+    second = bind(infos(4), 2, path=path)
+    assert first.indices == ("0",) and second.indices == ("0", "1")
+    first.release()
+    assert binding.snapshot(path).by_taskmanager() == {None: {f"pid {os.getpid()}": ("0", "1")}}
+    second.release()
+    second.release()  # idempotent
+    assert binding.snapshot(path).entries == ()
+
+
+def test_a_forked_child_binds_nothing_new(path):
+    parent = bind(infos(4), path=path)
+    before = open(path).read()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a DataLoader worker
+        code = 1
+        try:
+            shared = bind(infos(4), path=path)
+            try:
+                bind(infos(4), 2, path=path)
+                more = "bound more"
+            except BindingError as error:
+                more = "refused" if "binds nothing new" in str(error) else str(error)
+            shared.release()
+            parent.release()  # the parent's handle, inherited: does nothing here
+            os.write(write_end, f"{','.join(shared.indices)} {more}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    report = os.read(read_end, 1000).decode()
+    os.close(read_end)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert report == "0 refused"
+    assert open(path).read() == before  # the child wrote nothing and released nothing
+    parent.release()
+
+
+def test_infos_are_the_given_objects_and_cuda_visible_devices_names_them(path):
+    given = infos(3)
+    with bind(given, 2, path=path) as b:
+        assert b.infos == frozenset(given[:2])
+        assert all(any(info is g for g in given) for info in b.infos)
+        assert b.cuda_visible_devices == ",".join(info.get_property("uuid") for info in given[:2])
+        assert "pid" in repr(b)
+
+
+def test_the_error_names_each_gpus_holders(path):
+    procs, got = start_workers(path, 2, n=2)
+    try:
+        with pytest.raises(BindingError) as caught:
+            bind(infos(2), path=path)
+        message = str(caught.value)
+        assert f"GPU 0 is bound by pid {procs[0].pid}" in message or f"GPU 0 is bound by pid {procs[1].pid}" in message
+        assert "(1 of at most 1)" in message and f"Bindings file: {path}" in message
+    finally:
+        stop(procs)
+
+
+@pytest.mark.parametrize("count, share, error", [
+    (0, 1, ValueError), (-1, 1, ValueError), (1, 0, ValueError), (1, 1025, ValueError),
+    (True, 1, TypeError), (1.0, 1, TypeError), (1, "2", TypeError)])
+def test_bad_counts_are_refused_before_the_file_is_touched(path, count, share, error):
+    with pytest.raises(error):
+        bind(infos(2), count, share, path=path)
+    assert not os.path.exists(path)
+
+
+def test_only_gpu_infos_can_be_bound(path):
+    with pytest.raises(TypeError, match="GPUInfo"):
+        bind(["0"], path=path)
+
+
+def test_a_bad_slot_id_names_it(path):
+    with pytest.raises(ValueError, match="Invalid slot id 'a/b'"):
+        bind(infos(1), slot="a/b", path=path)
+
+
+def test_the_bindings_file_sits_beside_the_coordination_file(tmp_path):
+    from flink_gpu.coordination import DEFAULT_PATH
+
+    assert bindings_path() == DEFAULT_PATH + ".bindings"
+    assert bindings_path(tmp_path / "c") == str(tmp_path / "c") + ".bindings"
+
+
+def test_the_snapshot_groups_live_bindings_by_taskmanager(path):
+    procs, got = start_workers(path, 1, n=2)
+    try:
+        with bind(infos(2), slot="abc", taskmanager_pid=procs[0].pid, path=path):
+            snap = binding.snapshot(path)
+            assert snap.exists
+            assert snap.by_taskmanager() == {None: {f"pid {procs[0].pid}": ("0",)},
+                                             procs[0].pid: {"slot abc": ("1",)}}
+            slot_line = next(e for e in snap.entries if e.slot)
+            assert slot_line.pid == threading.get_native_id() and slot_line.holders_per_gpu == 1
+    finally:
+        stop(procs)
+    assert not binding.snapshot(path + ".missing").exists
