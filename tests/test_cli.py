@@ -230,6 +230,130 @@ def test_without_a_driver_list_fails_clearly(tmp_path):
     assert doc["error"]["type"] == "NvmlError" and str(missing) in doc["error"]["message"]
 
 
+
+# -- list: bindings (docs/design.md §9.3) -------------------------------------------------------
+
+# Binds in a thread of its own and waits on stdin; prints the bound indices and the thread's id.
+BINDER = """\
+import sys, threading
+from flink_gpu import GPUInfo
+from flink_gpu.binding import bind
+path, taskmanager, count, share, slot, gpus = sys.argv[1:7]
+def hold():
+    binding = bind([GPUInfo(i) for i in gpus.split(",")], int(count), int(share), path=path,
+                   slot=None if slot == "-" else slot, taskmanager_pid=None if taskmanager == "-" else int(taskmanager))
+    print(",".join(binding.indices), threading.get_native_id(), flush=True)
+    sys.stdin.read()
+thread = threading.Thread(target=hold)
+thread.start()
+thread.join()
+"""
+
+
+@pytest.fixture
+def binders(tmp_path):
+    """``bind(path, taskmanager, gpus, count=1, share=1, slot=None)``: a live process that binds (for
+    ``slot``, from a thread of its own) and holds until the test ends: (process, indices, thread id)."""
+    script = tmp_path / "binder.py"
+    script.write_text(BINDER)
+    processes = []
+
+    def bind(path, taskmanager, gpus, count=1, share=1, slot=None):
+        process = subprocess.Popen(binder_cmdline(script, path, taskmanager, gpus, count, share, slot),
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
+        processes.append(process)
+        indices, thread = process.stdout.readline().split()
+        return process, indices.split(","), int(thread)
+
+    bind.script = script
+    yield bind
+    for process in processes:
+        process.kill()
+        process.wait(10)
+
+
+def binder_cmdline(script, path, taskmanager, gpus, count=1, share=1, slot=None):
+    return [sys.executable, str(script), str(path), "-" if taskmanager is None else str(taskmanager), str(count),
+            str(share), slot or "-", ",".join(gpus)]
+
+
+def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
+    coord = tmp_path / "coord"
+    bindings = tmp_path / "coord.bindings"
+    taskmanager = holder.pid
+    cli_json("--simulate", "4", "claim", "3", "--owner", taskmanager, "--file", coord)
+    worker, got, _ = binders(bindings, taskmanager, ["0", "1", "2"])
+    slot, slot_got, thread = binders(bindings, taskmanager, ["0", "1", "2"], slot="alloc-1")
+    shared, shared_got, _ = binders(bindings, taskmanager, ["0", "1", "2"], share=2)
+    service, service_got, _ = binders(bindings, None, ["3"])
+    assert (got, slot_got, shared_got, service_got) == (["0"], ["1"], ["2"], ["3"])
+    dead, _, _ = binders(bindings, taskmanager, ["2"], share=2)  # shares GPU 2, then dies
+    dead.kill()
+    dead.wait(10)
+    content = bindings.read_text()
+    bad_line = len(content.splitlines()) + 1
+    bindings.write_text(content + ("" if content.endswith("\n") else "\n") + "not a line\n")
+
+    doc = cli_json("--simulate", "4", "list", "--file", coord)["bindings"]
+    assert doc["path"] == str(bindings) and doc["exists"] is True and doc["error"] is None
+    assert doc["taskmanagers"] == [
+        {"pid": taskmanager, "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
+         "claimed": ["0", "1", "2"], "holders": [
+             {"holder": f"pid {worker.pid}", "slot": None, "pid": worker.pid, "threads": [], "gpus": ["0"],
+              "holders_per_gpu": 1, "liveness_known": True,
+              "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"])},
+             {"holder": "slot alloc-1", "slot": "alloc-1", "pid": None, "threads": [thread], "gpus": ["1"],
+              "holders_per_gpu": 1, "liveness_known": True, "cmdline": None},
+             {"holder": f"pid {shared.pid}", "slot": None, "pid": shared.pid, "threads": [], "gpus": ["2"],
+              "holders_per_gpu": 2, "liveness_known": True,
+              "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"], share=2)}]},
+        {"pid": None, "cmdline": None, "claimed": [], "holders": [
+            {"holder": f"pid {service.pid}", "slot": None, "pid": service.pid, "threads": [], "gpus": ["3"],
+             "holders_per_gpu": 1, "liveness_known": True,
+             "cmdline": binder_cmdline(binders.script, bindings, None, ["3"])}]}]
+    assert thread != slot.pid  # a slot holder's lines are its binding threads', not its process's
+    assert [(s["index"], s["pid"], s["taskmanager"]) for s in doc["stale"]] == [("2", dead.pid, taskmanager)]
+    assert doc["unparsable"] == [{"line_number": bad_line, "text": "not a line"}] and doc["unknown_indices"] == []
+
+    human = cli("--simulate", "4", "list", "--file", coord).stdout
+    section = human.split(f"Bindings from {bindings} (GPUs bound to the holders inside a TaskManager):\n", 1)[1]
+    lines = section.splitlines()
+    assert lines[0].startswith(f"  TaskManager pid {taskmanager} (holds GPU 0, 1, 2 in the coordination file): "
+                               f"{sys.executable} -c ")
+    assert lines[1].split() == ["HOLDER", "GPU", "SHARED", "COMMAND"] and lines[1].startswith("    HOLDER")
+    assert lines[2].split()[:4] == ["pid", str(worker.pid), "0", "alone"]
+    assert lines[3].split() == ["slot", "alloc-1", "1", "alone", "binding", "thread", str(thread)]
+    assert lines[4].split()[:5] == ["pid", str(shared.pid), "2", "up", "to"] and " up to 2 " in lines[4]
+    assert lines[5] == "  Holders without a recorded TaskManager:"
+    assert lines[7].split()[:4] == ["pid", str(service.pid), "3", "alone"]
+    assert lines[8] == "  1 entry of dead holders: its GPU is free again, and the next bind removes it."
+    assert lines[9] == f"  line {bad_line} cannot be parsed (its GPU is never bound): 'not a line'"
+
+
+def test_list_names_bound_gpus_this_host_does_not_have(tmp_path, binders):
+    bindings = tmp_path / "coord.bindings"
+    binders(bindings, None, ["7"])
+    doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
+    assert doc["unknown_indices"] == ["7"]
+    human = cli("--simulate", "2", "list", "--file", tmp_path / "coord").stdout
+    assert human.rstrip().endswith("  entries name GPU(s) this host does not have: 7")
+
+
+def test_list_without_a_bindings_file_has_no_bindings_section(tmp_path):
+    doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
+    assert doc == {"path": str(tmp_path / "coord.bindings"), "exists": False, "error": None, "taskmanagers": [],
+                   "stale": [], "unparsable": [], "unknown_indices": []}
+    assert "Bindings" not in cli("--simulate", "2", "list", "--file", tmp_path / "coord").stdout
+
+
+def test_list_still_lists_gpus_when_the_bindings_file_is_unusable(tmp_path):
+    (tmp_path / "coord.bindings").mkdir()
+    proc = cli("--simulate", "2", "list", "--file", tmp_path / "coord")
+    assert proc.returncode == 0 and len(re.findall(r"^\d+ +GPU-", proc.stdout, re.M)) == 2
+    assert f"Bindings unknown: Refusing to use the coordination file {tmp_path / 'coord.bindings'}" in proc.stdout
+    doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
+    assert "it is a directory" in doc["error"] and doc["exists"] is False
+
 # -- claim / release ---------------------------------------------------------------------------
 
 def test_claim_and_release_default_to_the_parent_process(tmp_path):
@@ -339,7 +463,7 @@ def test_every_json_document_has_the_documented_top_level_fields(tmp_path):
     conf.write_text(RESOURCES_CONF)
     expected = [
         ("list", ["--simulate", "2", "list", "--file", coord],
-         {"nvml", "gpus", "skipped", "coordination"}),
+         {"nvml", "gpus", "skipped", "coordination", "bindings"}),
         ("claim", ["--simulate", "2", "claim", "1", "--file", coord],
          {"path", "owner", "amount", "gpus"}),
         ("coordination show", ["coordination", "show", "--file", coord],

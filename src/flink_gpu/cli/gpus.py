@@ -118,13 +118,14 @@ def list_gpus(args) -> int:
         "unparsable": _unparsable_json(snapshot.unparsable if snapshot else ()),
         "unknown_indices": unknown,
     }
+    bindings = _bindings_view(path, args.timeout, present, _claimed(live))
     if args.json:
         emit_json(document(
             "list", nvml={"library_path": nvml.library_path, "driver_version": nvml.driver_version,
                           "notices": list(nvml.notices())},
             gpus=gpus, skipped=[{"index": s.gpu_index, "code": s.code, "reason": s.reason}
                                 for s in skipped],
-            coordination=coordination_doc))
+            coordination=coordination_doc, bindings=bindings))
         return 0
 
     driver = f" (driver {nvml.driver_version})" if nvml.driver_version else ""
@@ -163,7 +164,111 @@ def list_gpus(args) -> int:
                   f"{line.text!r}")
         if unknown:
             print(f"  entries name GPU(s) this host does not have: {', '.join(unknown)}")
+    _print_bindings(bindings)
     return 0
+
+
+# -- list: the bindings under their TaskManager (docs/design.md §9.3) ------------------------------
+
+def _claimed(live: "dict[str, list]") -> "dict[int, list[str]]":
+    """Owner pid -> the GPUs its live coordination entries claim, in index order."""
+    out: "dict[int, list[str]]" = {}
+    for index in sort_indices(live):
+        for entry in live[index]:
+            out.setdefault(entry.pid, []).append(index)
+    return out
+
+
+def _ours(namespace: "int | None") -> bool:
+    return namespace is None or namespace == _own_namespace()
+
+
+def _binding_holder_json(name: str, entries: list) -> dict:
+    """One live holder of the bindings file: a process (``pid``) or a slot (its binding ``threads``)."""
+    first = entries[0]
+    slot = first.slot
+    return {"holder": name, "slot": slot, "pid": None if slot is not None else first.pid,
+            "threads": sorted({e.pid for e in entries}) if slot is not None else [],
+            "gpus": sort_indices({e.index for e in entries}), "holders_per_gpu": first.holders_per_gpu,
+            "liveness_known": all(e.state != "other namespace" for e in entries),
+            "cmdline": _entry_cmdline(first) if slot is None else None}
+
+
+def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dict[int, list[str]]") -> dict:
+    """The bindings file beside the coordination file ``path``: live holders grouped under the
+    TaskManager whose GPUs they bind (``claimed``: what each coordination owner holds)."""
+    from flink_gpu import binding
+    from flink_gpu.gpu_index import index_sort_order
+
+    view = {"path": binding.bindings_path(path), "exists": False, "error": None, "taskmanagers": [],
+            "stale": [], "unparsable": [], "unknown_indices": []}
+    try:
+        snapshot = binding.snapshot(view["path"], timeout=timeout)
+    except (OSError, TimeoutError) as error:  # the GPUs are still worth listing
+        view["error"] = error_message(error)
+        return view
+    holders: "dict[int | None, dict[str, list]]" = {}
+    for entry in snapshot.entries:
+        if entry.alive:
+            holders.setdefault(entry.taskmanager, {}).setdefault(entry.holder, []).append(entry)
+        else:
+            view["stale"].append({"line_number": entry.line_number, "index": entry.index, "pid": entry.pid,
+                                  "slot": entry.slot, "taskmanager": entry.taskmanager})
+    for taskmanager in sorted(holders, key=lambda pid: (pid is None, pid or 0)):
+        rows = [_binding_holder_json(name, entries) for name, entries in holders[taskmanager].items()]
+        namespace = next(iter(holders[taskmanager].values()))[0].namespace
+        view["taskmanagers"].append({
+            "pid": taskmanager,
+            "cmdline": process_cmdline(taskmanager) if taskmanager is not None and _ours(namespace) else None,
+            "claimed": claimed.get(taskmanager, []),
+            "holders": index_sort_order(rows, lambda row: row["gpus"][0])})
+    view.update(exists=snapshot.exists, unparsable=[{"line_number": n, "text": t} for n, t in snapshot.unparsable],
+                unknown_indices=sort_indices({e.index for e in snapshot.entries if e.index not in present}))
+    return view
+
+
+def _binding_rows(holders: list):
+    for holder in holders:
+        if not holder["liveness_known"]:
+            command = _OTHER_NAMESPACE
+        elif holder["slot"] is not None:
+            threads = holder["threads"]
+            command = f"binding thread{'s' if len(threads) > 1 else ''} {', '.join(map(str, threads))}"
+        else:
+            command = short_command(holder["cmdline"])
+        share = holder["holders_per_gpu"]
+        yield [holder["holder"], ", ".join(holder["gpus"]), "alone" if share in (None, 1) else f"up to {share}",
+               command]
+
+
+def _print_bindings(view: dict) -> None:
+    """The bindings section of ``list``: nothing when there is no bindings file."""
+    if view["error"] is not None:
+        print(f"\nBindings unknown: {view['error']}")
+        return
+    if not view["exists"]:
+        return
+    print(f"\nBindings from {view['path']} (GPUs bound to the holders inside a TaskManager):")
+    if not view["taskmanagers"]:
+        print("  no live holder.")
+    for taskmanager in view["taskmanagers"]:
+        if taskmanager["pid"] is None:
+            print("  Holders without a recorded TaskManager:")
+        else:
+            claimed = (f"holds GPU {', '.join(taskmanager['claimed'])}" if taskmanager["claimed"]
+                       else "holds no GPU")
+            command = "" if taskmanager["cmdline"] is None else f": {short_command(taskmanager['cmdline'])}"
+            print(f"  TaskManager pid {taskmanager['pid']} ({claimed} in the coordination file){command}")
+        print(table(["HOLDER", "GPU", "SHARED", "COMMAND"], _binding_rows(taskmanager["holders"]), indent="    "))
+    if view["stale"]:
+        count = len(view["stale"])
+        print(f"  {plural(count, 'entry', 'entries')} of dead holders: "
+              + ("its GPU is free again, and the next bind removes it." if count == 1
+                 else "their GPUs are free again, and the next bind removes them."))
+    for line in view["unparsable"]:
+        print(f"  line {line['line_number']} cannot be parsed (its GPU is never bound): {line['text']!r}")
+    if view["unknown_indices"]:
+        print(f"  entries name GPU(s) this host does not have: {', '.join(view['unknown_indices'])}")
 
 
 # a GPU that went missing between the enumeration and the state query: nothing known
