@@ -219,3 +219,23 @@ def test_the_snapshot_groups_live_bindings_by_taskmanager(path):
     finally:
         stop(procs)
     assert not binding.snapshot(path + ".missing").exists
+
+
+def test_devices_are_the_cuda_ordinals_of_the_bound_gpus_in_this_process(tmp_path):
+    from conftest import run_python, simulated_env
+
+    code = f"""
+        import logging, sys
+        logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="%(levelname)s %(message)s")
+        from flink_gpu import GPUInfo
+        from flink_gpu.binding import bind
+        # thread mode: Flink's Java infos carry the index only; NVML gives the rest
+        with bind([GPUInfo("1"), GPUInfo("3")], 2, path={str(tmp_path / "b")!r}) as b:
+            print("devices", b.devices)
+        """
+    env = simulated_env(devices=4)
+    pci = run_python(code, env={**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "3,2,1"})
+    assert "devices (2, 0)" in pci.stdout and "WARN" not in pci.stdout
+    default = run_python(code, env={k: v for k, v in env.items() if not k.startswith("CUDA_")})
+    assert "devices (1, 3)" in default.stdout
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in default.stdout  # the one WARN: fastest-first cannot be derived
