@@ -60,7 +60,7 @@ def test_the_process_api_follows_the_r535_rule_and_is_one_the_simulator_covers()
 def test_the_live_readings_resolve_with_the_temperature_query_the_driver_has():
     exported, resolved, _ = probe()
     assert {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage"} <= set(resolved)
-    # nvmlDeviceGetTemperatureV came with R550; an older driver is read through the original query
+    # nvmlDeviceGetTemperatureV came with R565; an older driver is read through the original query
     newer = "nvmlDeviceGetTemperatureV" in exported
     assert ("nvmlDeviceGetTemperatureV" in resolved, "nvmlDeviceGetTemperature" in resolved) == (newer, not newer)
 

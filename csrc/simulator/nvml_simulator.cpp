@@ -1037,7 +1037,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemper
 }
 
 #ifndef FLINK_GPU_SIM_R535
-// New in R550 (the R535 build, like the real driver of that era, has only the original query).
+// New in R565 (the R535 build, like the real drivers of that era, has only the original query).
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t* temperature_info) {
     return guarded([&]() -> nvmlReturn_t {
         if (temperature_info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
