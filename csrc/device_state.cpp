@@ -17,6 +17,10 @@ constexpr unsigned kInitialProcesses = 32;
 
 bool is_lost(int rc) { return rc == NVML_ERROR_GPU_IS_LOST || rc == NVML_ERROR_RESET_REQUIRED; }
 
+// A code that says only that this one reading is not to be had (NOT_SUPPORTED, FUNCTION_NOT_FOUND,
+// NO_PERMISSION, ...), not that the GPU is lost or the library as a whole failed.
+bool is_no_finding(int rc) { return rc != NVML_SUCCESS && !is_lost(rc) && !is_library_wide_error(rc); }
+
 // What one state query's return code means for the device.
 enum class Answer { kOk, kNoFinding, kLost, kFail };
 
@@ -49,16 +53,14 @@ private:
 
     Answer answer(int rc, const char* function) {
         if (rc == NVML_SUCCESS) return Answer::kOk;
+        if (is_no_finding(rc)) return Answer::kNoFinding;
         if (is_lost(rc)) {
             s_->readings.lost_code = rc;
             s_->readings.lost_function = function;
             return Answer::kLost;
         }
-        if (is_library_wide_error(rc)) {
-            failure_ = lib_.error(rc, function);
-            return Answer::kFail;
-        }
-        return Answer::kNoFinding;  // NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION, ...
+        failure_ = lib_.error(rc, function);
+        return Answer::kFail;
     }
 
     void health() {
@@ -122,22 +124,12 @@ private:
     }
 
     void memory() {
-        if (api_.device_get_memory_info_v2 != nullptr) {
-            nvmlMemory_v2_t m{};
-            m.version = nvmlMemory_v2;
-            const Answer a = answer(api_.device_get_memory_info_v2(dev_, &m), "nvmlDeviceGetMemoryInfo_v2");
-            if (a == Answer::kOk) {
-                s_->memory_used = m.used;
-                s_->memory_free = m.free;
-            }
-            if (a != Answer::kNoFinding) return;  // else a stub of the symbol: try v1
-        }
-        if (api_.device_get_memory_info != nullptr) {
-            nvmlMemory_t m{};
-            if (answer(api_.device_get_memory_info(dev_, &m), "nvmlDeviceGetMemoryInfo") == Answer::kOk) {
-                s_->memory_used = m.used;
-                s_->memory_free = m.free;
-            }
+        MemoryReading m;
+        const char* function = nullptr;
+        const int rc = read_memory(api_, dev_, &m, &function);
+        if (function != nullptr && answer(rc, function) == Answer::kOk) {
+            s_->memory_used = m.used;
+            s_->memory_free = m.free;
         }
     }
 
@@ -271,6 +263,32 @@ void inherit(const DeviceState& parent, DeviceState* unit) {
 }
 
 }  // namespace
+
+int read_memory(const NvmlApi& api, nvmlDevice_t dev, MemoryReading* out, const char** function) noexcept {
+    *function = nullptr;
+    int rc = NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (api.device_get_memory_info_v2 != nullptr) {
+        nvmlMemory_v2_t m{};
+        m.version = nvmlMemory_v2;
+        rc = api.device_get_memory_info_v2(dev, &m);
+        *function = "nvmlDeviceGetMemoryInfo_v2";
+        if (rc == NVML_SUCCESS) {
+            out->used = m.used;
+            out->free = m.free;
+        }
+        if (!is_no_finding(rc)) return rc;  // else a stub of the symbol: try v1
+    }
+    if (api.device_get_memory_info != nullptr) {
+        nvmlMemory_t m{};
+        rc = api.device_get_memory_info(dev, &m);
+        *function = "nvmlDeviceGetMemoryInfo";
+        if (rc == NVML_SUCCESS) {
+            out->used = m.used;
+            out->free = m.free;
+        }
+    }
+    return rc;
+}
 
 const char* process_kind_name(ProcessKind kind) noexcept {
     switch (kind) {

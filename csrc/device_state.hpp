@@ -54,6 +54,15 @@ struct DeviceState {
     std::optional<std::string> compute_mode;  // "default", "exclusive_process", "prohibited", ...
 };
 
+// A device's memory in use and free (bytes): nvmlDeviceGetMemoryInfo_v2, else (absent, or an answer
+// that is no finding, as a stub of the symbol gives) the original query. Returns the NVML code of
+// the query that answered, *function naming it (nullptr and NVML_ERROR_FUNCTION_NOT_FOUND when the
+// driver has neither). Never throws.
+struct MemoryReading {
+    unsigned long long used = 0, free = 0;
+};
+int read_memory(const NvmlApi& api, nvmlDevice_t dev, MemoryReading* out, const char** function) noexcept;
+
 // The state of every device whose handle NVML gives (a MIG GPU's units in its place), in index order (the others are the skipped
 // ones of enumerate_devices). `owner`: the claiming process; `taskmanager`: its TaskManager, 0 for
 // none. Errors that concern the whole library fail the call. Never throws.

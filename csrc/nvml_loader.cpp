@@ -150,6 +150,10 @@ const NvmlSymbolInfo kSymbols[kNvmlSymbolCount] = {
     {"nvmlDeviceGetMigDeviceHandleByIndex", SymbolUse::kOptional},
     {"nvmlDeviceGetGpuInstanceId", SymbolUse::kOptional},
     {"nvmlDeviceGetComputeInstanceId", SymbolUse::kOptional},
+    {"nvmlDeviceGetUtilizationRates", SymbolUse::kOptional},
+    {"nvmlDeviceGetTemperatureV", SymbolUse::kOptional},
+    {"nvmlDeviceGetTemperature", SymbolUse::kFallback},
+    {"nvmlDeviceGetPowerUsage", SymbolUse::kOptional},
 };
 
 }  // namespace
@@ -288,6 +292,10 @@ struct LibraryRegistry {
         resolve(lib, &api.device_get_mig_device_handle_by_index, S::kDeviceGetMigDeviceHandleByIndex);
         resolve(lib, &api.device_get_gpu_instance_id, S::kDeviceGetGpuInstanceId);
         resolve(lib, &api.device_get_compute_instance_id, S::kDeviceGetComputeInstanceId);
+        resolve(lib, &api.device_get_utilization_rates, S::kDeviceGetUtilizationRates);
+        if (!resolve(lib, &api.device_get_temperature_v, S::kDeviceGetTemperatureV))
+            resolve(lib, &api.device_get_temperature, S::kDeviceGetTemperature);
+        resolve(lib, &api.device_get_power_usage, S::kDeviceGetPowerUsage);
         return lib;
     }
 
@@ -320,6 +328,11 @@ std::string NvmlLibrary::resolve_path(const std::string& requested_path) {
     const char* env = std::getenv("FLINK_GPU_NVML_LIBRARY");
     if (env != nullptr && env[0] != '\0') return env;
     return kDefaultLibrary;
+}
+
+unsigned long NvmlLibrary::process_generation() noexcept {
+    MutexGuard guard(&g_mutex);
+    return g_generation;
 }
 
 const NvmlLibrary* NvmlLibrary::acquire(const std::string& requested_path, Status* status) noexcept {

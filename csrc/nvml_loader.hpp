@@ -29,7 +29,8 @@ enum class NvmlSymbol : int {
     kDeviceGetGraphicsRunningProcesses, kDeviceGetMpsComputeRunningProcessesV3,
     kDeviceGetMpsComputeRunningProcessesV2, kDeviceGetMpsComputeRunningProcesses,
     kDeviceGetMigMode, kDeviceGetMaxMigDeviceCount, kDeviceGetMigDeviceHandleByIndex,
-    kDeviceGetGpuInstanceId, kDeviceGetComputeInstanceId,
+    kDeviceGetGpuInstanceId, kDeviceGetComputeInstanceId, kDeviceGetUtilizationRates, kDeviceGetTemperatureV,
+    kDeviceGetTemperature, kDeviceGetPowerUsage,
     kCount
 };
 inline constexpr std::size_t kNvmlSymbolCount = static_cast<std::size_t>(NvmlSymbol::kCount);
@@ -109,6 +110,13 @@ struct NvmlApi {
     decltype(&nvmlDeviceGetMigDeviceHandleByIndex) device_get_mig_device_handle_by_index = nullptr;
     decltype(&nvmlDeviceGetGpuInstanceId) device_get_gpu_instance_id = nullptr;
     decltype(&nvmlDeviceGetComputeInstanceId) device_get_compute_instance_id = nullptr;
+    // Live readings (device_metrics.hpp); each one optional. nvmlDeviceGetTemperatureV (R565 and
+    // later) where the driver exports it, else the original query, which nvml.h now marks
+    // deprecated (hence its type spelled out here).
+    decltype(&nvmlDeviceGetUtilizationRates) device_get_utilization_rates = nullptr;
+    decltype(&nvmlDeviceGetTemperatureV) device_get_temperature_v = nullptr;
+    nvmlReturn_t (*device_get_temperature)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int*) = nullptr;
+    decltype(&nvmlDeviceGetPowerUsage) device_get_power_usage = nullptr;
 };
 
 class NvmlLibrary {
@@ -120,6 +128,10 @@ public:
 
     // The path acquire() would use for `requested_path`.
     static std::string resolve_path(const std::string& requested_path);
+
+    // This process's generation: another one in a forked child, where acquire() initialises NVML
+    // again, so that what was obtained from NVML before the fork (device handles) is not relied on.
+    static unsigned long process_generation() noexcept;
 
     // The library at `requested_path` loaded (as acquire() loads it) but not initialised, for
     // looking at its symbols on a host without the kernel driver. Never throws.

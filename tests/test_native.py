@@ -718,3 +718,14 @@ def test_the_mig_entry_points_are_optional_in_the_loader_table():
     for name in ("nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
                  "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId"):
         assert table[name] == "optional"
+
+
+def test_the_reading_entry_points_are_optional_and_the_original_temperature_query_a_fallback():
+    table = dict(_native.nvml_symbols())
+    assert [table[name] for name in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperatureV",
+                                     "nvmlDeviceGetPowerUsage")] == ["optional"] * 3
+    assert table["nvmlDeviceGetTemperature"] == "fallback"
+    _, resolved, _ = _native.probe_nvml_library(simulator.library_path())
+    assert "nvmlDeviceGetTemperatureV" in resolved and "nvmlDeviceGetTemperature" not in resolved
+    exported, resolved, _ = _native.probe_nvml_library(simulator.library_path("r535"))
+    assert "nvmlDeviceGetTemperatureV" not in exported and "nvmlDeviceGetTemperature" in resolved

@@ -57,6 +57,14 @@ def test_the_process_api_follows_the_r535_rule_and_is_one_the_simulator_covers()
     assert api in ("detail_list", "v3_r535", "v3")
 
 
+def test_the_live_readings_resolve_with_the_temperature_query_the_driver_has():
+    exported, resolved, _ = probe()
+    assert {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage"} <= set(resolved)
+    # nvmlDeviceGetTemperatureV came with R565; an older driver is read through the original query
+    newer = "nvmlDeviceGetTemperatureV" in exported
+    assert ("nvmlDeviceGetTemperatureV" in resolved, "nvmlDeviceGetTemperature" in resolved) == (newer, not newer)
+
+
 def test_the_api_says_the_driver_is_not_loaded():
     proc = run_python("""
 from flink_gpu import NvmlError, nvml

@@ -12,6 +12,8 @@
 //                                      "recovery_action" (name), "state_error": "GPU_IS_LOST" |
 //                                      "RESET_REQUIRED" (what every state query answers)},
 //                                    "processes": [{"pid", "used_memory", "kind"}],
+//                                    "utilization" (%), "temperature" (°C), "power" (W, to the
+//                                      milliwatt): readings pinned instead of following the clock,
 //                                    "not_supported" / "no_permission": [query names],
 //                                    "mig": {"mode": "enabled" | "disabled", "pending": (a mode; default
 //                                      the current one), "max_devices" (slots, default 7), "instances":
@@ -23,6 +25,11 @@
 //   FLINK_GPU_SIM_INIT_ERROR=CODE nvmlInit returns this NVML error code
 // The configuration is read when NVML is initialised (reference count going from 0 to 1).
 //
+// A GPU's utilization, temperature and power follow its load, a triangle wave (period 60 s, GPU i
+// 7 s * i ahead) on CLOCK_MONOTONIC, the same in every process: utilization 0..100 %, temperature
+// 30..80 °C, power 50..700 W. A MIG device's handle answers NOT_SUPPORTED for all three, and a GPU in
+// MIG mode for utilization, as NVML does.
+//
 // Two builds of this file exist. The default one is a current driver: it has the versioned
 // nvmlDeviceGetRunningProcessDetailList and *_v3 process queries that fill the four-field
 // nvmlProcessInfo_v2_t. Built with FLINK_GPU_SIM_R535 it is a driver of the R535 era: no
@@ -30,6 +37,8 @@
 // filling five-field entries (usedGpuCcProtectedMemory appended) through the same prototype.
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
+
+#include <time.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -58,12 +67,13 @@ const char* const kProcessStruct = "v2";
 enum Query : unsigned {
     kQueryInforom, kQueryRemappedRows, kQueryEccMode, kQueryEccErrors, kQueryFieldValues, kQueryRetiredPages,
     kQueryMemory, kQueryMemoryV2, kQueryComputeMode, kQueryCpuAffinity, kQueryComputeProcesses,
-    kQueryGraphicsProcesses, kQueryMpsProcesses, kQueryProcessDetailList, kQueryCount
+    kQueryGraphicsProcesses, kQueryMpsProcesses, kQueryProcessDetailList, kQueryUtilization, kQueryTemperature,
+    kQueryPower, kQueryCount
 };
 const char* const kQueryNames[kQueryCount] = {
     "inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
     "memory_v2", "compute_mode", "cpu_affinity", "compute_processes", "graphics_processes", "mps_processes",
-    "process_detail_list",
+    "process_detail_list", "utilization", "temperature", "power",
 };
 
 struct SimProcess {
@@ -87,6 +97,9 @@ struct SimDevice {
     unsigned recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;
     nvmlReturn_t state_error = NVML_SUCCESS;
     std::vector<SimProcess> processes;
+    // Readings pinned by the spec; -1: they follow the load curve.
+    int utilization = -1, temperature = -1;
+    long long power_mw = -1;
     unsigned not_supported = 0, no_permission = 0;  // bit per Query
     // MIG: a GPU with a "mig" spec has a mode; slot_units[slot] is its unit in SimState::units or -1.
     bool mig_capable = false;
@@ -352,6 +365,28 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
     return true;
 }
 
+// devices[i].utilization, temperature and power: readings pinned instead of following the clock.
+bool read_readings(const simjson::Value& item, const char* spec_path, const std::string& where, SimDevice* d) {
+    unsigned long long number = 0;
+    if (present(item, "utilization") != nullptr) {
+        if (!read_number(item, "utilization", 101.0, spec_path, where, &number)) return false;
+        d->utilization = static_cast<int>(number);
+    }
+    if (present(item, "temperature") != nullptr) {
+        if (!read_number(item, "temperature", 201.0, spec_path, where, &number)) return false;
+        d->temperature = static_cast<int>(number);
+    }
+    if (const simjson::Value* v = present(item, "power")) {
+        // NVML answers milliwatts in an unsigned int: watts to the milliwatt, rounded to nearest.
+        if (!v->is_number() || !(v->number >= 0.0) || !(v->number * 1000.0 + 0.5 < 4294967296.0)) {
+            complain(std::string(spec_path) + ": " + where + "power must be a number of watts (0..4294967.295)");
+            return false;
+        }
+        d->power_mw = static_cast<long long>(v->number * 1000.0 + 0.5);
+    }
+    return true;
+}
+
 const char* const kMigModes[] = {"disabled", "enabled"};  // NVML_DEVICE_MIG_DISABLE, _ENABLE
 
 // devices[i].mig: the GPU's mode and its instances, appended to `units`.
@@ -503,7 +538,8 @@ nvmlReturn_t configure(SimState& s) {
                 }
                 d.minor_number = static_cast<unsigned>(number);
             }
-            if (!read_state(item, spec_path, where, &d) || !read_mig(item, spec_path, where, &d, &s.units))
+            if (!read_state(item, spec_path, where, &d) || !read_readings(item, spec_path, where, &d) ||
+                !read_mig(item, spec_path, where, &d, &s.units))
                 return NVML_ERROR_UNKNOWN;
             if (const auto* v = present(item, "fault")) {
                 if (v->is_string() && v->string == "NO_PERMISSION") d.fault = Fault::kNoPermission;
@@ -940,6 +976,91 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t devic
     });
 }
 #endif
+
+// ---- live readings (the queries of csrc/device_metrics.cpp) -------------------------------------
+
+namespace {
+
+// The load of `d` now, 0..1000: a triangle wave of period 60 s on CLOCK_MONOTONIC, GPU i 7 s ahead.
+unsigned long long load_permille(const SimDevice& d) {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    constexpr unsigned long long kPeriodMs = 60000, kHalfMs = kPeriodMs / 2;
+    const unsigned long long ms = static_cast<unsigned long long>(now.tv_sec) * 1000ULL +
+                                  static_cast<unsigned long long>(now.tv_nsec) / 1000000ULL + 7000ULL * d.index;
+    const unsigned long long phase = ms % kPeriodMs;
+    return (phase < kHalfMs ? phase : kPeriodMs - phase) * 1000ULL / kHalfMs;
+}
+
+unsigned long long scaled(unsigned long long permille, unsigned long long low, unsigned long long high) {
+    return low + ((high - low) * permille + 500) / 1000;
+}
+
+// A GPU (not a MIG device: its handle has none of the readings) for the reading `q`.
+nvmlReturn_t reading_device(nvmlDevice_t handle, Query q, const SimDevice** out) {
+    if (nvmlReturn_t rc = state_device(handle, q, out); rc != NVML_SUCCESS) return rc;
+    return (*out)->is_unit ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
+}
+
+unsigned gpu_temperature(const SimDevice& d) {
+    return d.temperature >= 0 ? static_cast<unsigned>(d.temperature)
+                              : static_cast<unsigned>(scaled(load_permille(d), 30, 80));
+}
+
+nvmlReturn_t temperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor, unsigned* celsius) {
+    const SimDevice* d = nullptr;
+    if (celsius == nullptr || sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+    if (nvmlReturn_t rc = reading_device(device, kQueryTemperature, &d); rc != NVML_SUCCESS) return rc;
+    *celsius = gpu_temperature(*d);
+    return NVML_SUCCESS;
+}
+
+}  // namespace
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = reading_device(device, kQueryUtilization, &d); rc != NVML_SUCCESS) return rc;
+        if (d->mig_mode == NVML_DEVICE_MIG_ENABLE) return NVML_ERROR_NOT_SUPPORTED;  // nvml.h: not on MIG GPUs
+        const unsigned gpu = d->utilization >= 0 ? static_cast<unsigned>(d->utilization)
+                                                 : static_cast<unsigned>(scaled(load_permille(*d), 0, 100));
+        utilization->gpu = gpu;
+        utilization->memory = gpu / 2;
+        return NVML_SUCCESS;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
+                                                 unsigned int* temp) {
+    return guarded([&]() -> nvmlReturn_t { return temperature(device, sensorType, temp); });
+}
+
+#ifndef FLINK_GPU_SIM_R535
+// New in R565 (the R535 build, like the real drivers of that era, has only the original query).
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t* temperature_info) {
+    return guarded([&]() -> nvmlReturn_t {
+        if (temperature_info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (temperature_info->version != nvmlTemperature_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        unsigned celsius = 0;
+        if (nvmlReturn_t rc = temperature(device, temperature_info->sensorType, &celsius); rc != NVML_SUCCESS)
+            return rc;
+        temperature_info->temperature = static_cast<int>(celsius);
+        return NVML_SUCCESS;
+    });
+}
+#endif
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* power) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (power == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = reading_device(device, kQueryPower, &d); rc != NVML_SUCCESS) return rc;
+        *power = d->power_mw >= 0 ? static_cast<unsigned>(d->power_mw)
+                                  : static_cast<unsigned>(scaled(load_permille(*d), 50000, 700000));
+        return NVML_SUCCESS;
+    });
+}
 
 // ---- MIG: through MIG device handles only, as an unprivileged caller can -------------------------
 

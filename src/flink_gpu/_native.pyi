@@ -80,6 +80,11 @@ class Nvml:
     def skipped(self) -> Tuple[SkippedDevice, ...]: ...
     def notices(self) -> Tuple[str, ...]: ...
     def states(self, owner_pid: int, taskmanager_pid: Optional[int] = None) -> Tuple["DeviceState", ...]: ...
+    def read_metric(self, gpu_index: str, metric: str) -> int:
+        """One reading of ``metric`` (one of METRICS) on ``gpu_index``; -1 where NVML cannot say."""
+
+# --- live readings (csrc/device_metrics.*) ------------------------------------------------------
+METRICS: Tuple[str, str, str, str]
 
 # --- GPU state at assignment time (csrc/device_state.*, csrc/gpu_choice.*) ---------------------
 class DeviceState:

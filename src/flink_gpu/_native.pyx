@@ -50,6 +50,8 @@ cdef extern from "nvml_loader.hpp" namespace "flinkgpu" nogil:
         const NvmlLibrary* probe(const string& requested_path, Status* status)
         @staticmethod
         string resolve_path(const string& requested_path) except +
+        @staticmethod
+        unsigned long process_generation()
         const NvmlApi& api()
         const SymbolBits& resolved()
         bint exports(NvmlSymbol symbol)
@@ -137,6 +139,22 @@ cdef extern from "device_state.hpp" namespace "flinkgpu" nogil:
 
     Status query_states "flinkgpu::query_states"(const NvmlLibrary& lib, int owner, int taskmanager,
                                                   vector[CDeviceState]* out)
+
+
+cdef extern from "device_metrics.hpp" namespace "flinkgpu" nogil:
+    enum class Metric "flinkgpu::Metric":
+        pass
+
+    int kMetricCount "flinkgpu::kMetricCount"
+    const char* metric_name "flinkgpu::metric_name"(Metric metric)
+
+    cdef cppclass CMetricDevice "flinkgpu::MetricDevice":
+        pass
+
+    bint find_metric_device "flinkgpu::find_metric_device"(const NvmlLibrary& lib, string_view index,
+                                                           CMetricDevice* out)
+    long long read_metric_cpp "flinkgpu::read_metric"(const NvmlLibrary& lib, const CMetricDevice& device,
+                                                      Metric metric)
 
 
 cdef extern from "gpu_choice.hpp" namespace "flinkgpu" nogil:
@@ -539,6 +557,16 @@ cdef SkippedDevice _skipped(const CSkippedDevice& info):
 
 _instances = {}
 
+#: The metrics ``Nvml.read_metric`` reads (csrc/device_metrics.*): utilization %, memory used MiB,
+#: temperature °C, power W.
+METRICS = tuple([metric_name(<Metric>i).decode("ascii") for i in range(kMetricCount)])
+_METRIC_IDS = {name: i for i, name in enumerate(METRICS)}
+
+
+cdef class _MetricDevice:
+    """The NVML handles one GPU index's readings come from, resolved once per process generation."""
+    cdef CMetricDevice c
+
 
 cdef int _state_pid(pid, str what) except -1:
     if isinstance(pid, bool) or not isinstance(pid, int):
@@ -559,6 +587,11 @@ cdef class Nvml:
     cdef string _path
     cdef tuple _skipped
     cdef tuple _notices
+    # read_metric: the library and the handles of each GPU index, for the process generation they
+    # were obtained in (a forked child initialises NVML again and resolves them again)
+    cdef const NvmlLibrary* _metric_library
+    cdef unsigned long _metric_generation
+    cdef dict _metric_devices
 
     def __init__(self):
         raise TypeError("use Nvml.open(library_path)")
@@ -632,6 +665,46 @@ cdef class Nvml:
             raise _error(status, self.library_path)
         cdef size_t i
         return tuple([_state(found[i]) for i in range(found.size())])
+
+    def read_metric(self, gpu_index, metric):
+        """One reading of ``metric`` (one of METRICS) on the GPU ``gpu_index`` (as GPUInfo carries it:
+        "<index>" or "<index>:<slot>" for a MIG unit), as an int; -1 where NVML cannot say (the
+        driver lacks the query, NOT_SUPPORTED, any NVML error, an index the library does not have).
+        Never raises for NVML: cheap enough for a gauge, the device's handles are resolved on its
+        first reading in this process, never by enumerating. ValueError for a metric not in METRICS."""
+        if not isinstance(gpu_index, str):
+            raise TypeError(f"gpu_index must be a GPU index (str), got {gpu_index!r}")
+        metric_id = _METRIC_IDS.get(metric) if isinstance(metric, str) else None
+        if metric_id is None:
+            raise ValueError(f"Unknown GPU metric {metric!r}: use one of {', '.join(METRICS)}.")
+        cdef Status status
+        cdef const NvmlLibrary* lib
+        cdef unsigned long generation = NvmlLibrary.process_generation()
+        if generation != self._metric_generation:
+            with nogil:
+                lib = NvmlLibrary.acquire(self._path, &status)
+            if lib == NULL:
+                return -1
+            self._metric_library = lib
+            self._metric_generation = generation
+            self._metric_devices = {}
+        lib = self._metric_library
+        cdef _MetricDevice device = self._metric_devices.get(gpu_index)
+        cdef string encoded
+        cdef bint found
+        if device is None:
+            device = _MetricDevice.__new__(_MetricDevice)
+            encoded = _utf8(gpu_index)
+            with nogil:
+                found = find_metric_device(lib[0], string_view(encoded.data(), encoded.size()), &device.c)
+            if not found:
+                return -1  # not cached: a MIG instance may be created later
+            self._metric_devices[gpu_index] = device
+        cdef Metric which = <Metric><int>metric_id
+        cdef long long value
+        with nogil:
+            value = read_metric_cpp(lib[0], device.c, which)
+        return value
 
     def skipped(self):
         """Devices the last ``devices()`` call had to leave out, with the reason."""

@@ -1,5 +1,6 @@
 """The one door to NVML: open a libnvidia-ml, list its usable devices and those it had to skip,
-read their state at the moment of a choice and rank them (docs/design.md §4).
+read their state at the moment of a choice and rank them (docs/design.md §4), and read their live
+metrics for gauges (docs/design.md §9.3).
 
 The work is done by the C++ core (csrc/nvml*, through ``flink_gpu._native``); every other module
 goes through this one. A library is loaded and initialised once per path and process (once more in
@@ -8,15 +9,26 @@ a forked child), never per call.
 
 from __future__ import annotations
 
-from flink_gpu._native import (BUSY_GPUS_VALUES, DeviceState, Nvml, NvmlDevice, SkippedDevice,
+from flink_gpu._native import (BUSY_GPUS_VALUES, METRICS, DeviceState, Nvml, NvmlDevice, SkippedDevice,
                                find_taskmanager, rank_gpus)
 
-__all__ = ["BUSY_GPUS_VALUES", "Device", "DeviceState", "Library", "SkippedDevice", "find_taskmanager",
+__all__ = ["BUSY_GPUS_VALUES", "METRICS", "Device", "DeviceState", "Library", "SkippedDevice", "find_taskmanager",
            "open_library", "rank_gpus", "states"]
 
 #: A loaded, initialised libnvidia-ml: ``library_path``, ``driver_version`` (None when the driver
-#: cannot say), ``devices()`` (the usable GPUs in NVML index order) and ``skipped()`` (the GPUs
-#: the last ``devices()`` had to leave out, each with its NVML ``code`` and a ``reason``).
+#: cannot say), ``devices()`` (the usable GPUs in NVML index order), ``skipped()`` (the GPUs
+#: the last ``devices()`` had to leave out, each with its NVML ``code`` and a ``reason``) and
+#: ``read_metric(gpu_index, metric)``.
+#:
+#: ``read_metric(gpu_index, metric) -> int``: one reading of ``metric`` (one of :data:`METRICS`)
+#: on the GPU ``gpu_index`` as GPUInfo carries it ("<index>", or "<index>:<slot>" for a MIG unit):
+#: one NVML query. -1 where NVML cannot say: the driver lacks the query, it answers
+#: NOT_SUPPORTED or any other error (a lost GPU included), or the library has no such index; it
+#: never raises for those, so a gauge can call it as often as it likes (the GPU's handles are
+#: resolved on its first reading in the process, and again in a forked child; never an
+#: enumeration). A MIG unit's memory is its own, its temperature and power are its GPU's, and its
+#: utilization is -1 (NVML has no utilization on MIG-enabled GPUs). ``ValueError`` for a metric
+#: not in :data:`METRICS` (the message lists them), ``TypeError`` for an index that is not a str.
 Library = Nvml
 #: One usable GPU: ``index`` (NVML's, = nvidia-smi's), ``uuid``, ``name``, ``pci_bus_id``,
 #: ``memory_total`` (bytes), ``minor_number``, ``cpu_affinity`` (the GPU's NUMA-local CPUs as a
@@ -28,6 +40,10 @@ Device = NvmlDevice
 #: them for :func:`flink_gpu.coordination.claim`, [(index, why it was left out)]). Unhealthy GPUs
 #: are never offered; classes: healthy & not busy, healthy & busy (avoid only), degraded & not
 #: busy, degraded & busy; lowest index first within a class. A bad policy raises ValueError.
+#:
+#: ``METRICS``: the metrics ``Library.read_metric`` reads, as integers: ``"utilization"`` (% of the
+#: last sample period a kernel ran), ``"memory.used"`` (MiB, rounded down), ``"temperature"`` (°C,
+#: the GPU's core sensor) and ``"power"`` (W, rounded to nearest).
 #:
 #: ``find_taskmanager(pid)``: the nearest ancestor of ``pid`` (its parent first) running Flink's
 #: ``org.apache.flink.runtime.taskexecutor.TaskManagerRunner``, or None.

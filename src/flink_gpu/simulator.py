@@ -15,13 +15,15 @@ Spec keys (every one optional; null counts as absent):
 
 * ``init_error``: the NVML return code of ``nvmlInit``; ``driver_version``: its version string.
 * ``process_struct``: ``"v2"`` (default: a current driver, with the versioned
-  ``nvmlDeviceGetRunningProcessDetailList`` and four-field ``*_v3`` process queries) or ``"r535"``
-  (a driver of the R535 era: no detail list, ``*_v3`` filling five-field entries). Each is its own
+  ``nvmlDeviceGetRunningProcessDetailList``, four-field ``*_v3`` process queries and
+  ``nvmlDeviceGetTemperatureV``) or ``"r535"`` (a driver of the R535 era: no detail list,
+  ``*_v3`` filling five-field entries, only the original ``nvmlDeviceGetTemperature``). Each is its own
   build of the library (:func:`library_path`); :func:`environment` picks the one the spec names.
 * ``devices``: a list of objects, one per GPU, with
 
   * ``uuid``, ``name``, ``pci_bus_id`` (text), ``memory_total`` (bytes), ``minor_number``;
-  * ``fault``: ``NO_PERMISSION`` (the handle is refused) or ``GPU_IS_LOST`` (every query);
+  * ``fault``: ``NO_PERMISSION`` (the handle is refused) or ``GPU_IS_LOST`` (every query, the
+    live readings too);
   * ``memory_used`` (bytes, at most ``memory_total``; free is the rest);
   * ``cpu_affinity``: the GPU's local CPUs as a Linux cpulist such as ``"0-15,32-47"`` (CPUs
     below 4096; absent: the query answers NOT_SUPPORTED);
@@ -30,15 +32,22 @@ Spec keys (every one optional; null counts as absent):
     ``row_remap_pending``, ``retired_pages_pending``, ``ecc_enabled`` (default true; booleans),
     ``ecc_uncorrected`` (the volatile uncorrectable ECC error count), ``recovery_action``
     (``none``, ``gpu_reset``, ``node_reboot``, ``drain_p2p``, ``drain_and_reset``) and
-    ``state_error`` (``GPU_IS_LOST`` or ``RESET_REQUIRED``: what every state query answers while
-    the GPU's identity still reads);
+    ``state_error`` (``GPU_IS_LOST`` or ``RESET_REQUIRED``: what every state query and live
+    reading answers while the GPU's identity still reads);
   * ``processes``: a list of ``{"pid": N, "used_memory": bytes (absent: not available), "kind":
     "compute" | "graphics" | "mps"}`` (pids are reported as given, like the host pids NVML gives);
+  * ``utilization`` (%, 0..100), ``temperature`` (°C, 0..200) and ``power`` (W, to the milliwatt,
+    e.g. 250.5): the GPU's live readings pinned. Absent, they change over time: each follows the
+    GPU's load, a triangle wave of period 60 s on the host's monotonic clock (the same in every
+    process; GPU i runs 7·i s ahead), giving utilization 0..100 %, temperature 30..80 °C and power
+    50..700 W. A MIG device answers none of the three (NOT_SUPPORTED, as NVML does on a MIG
+    handle), and a GPU in MIG mode no utilization;
   * ``not_supported`` and ``no_permission``: lists of query names that answer NOT_SUPPORTED or
     NO_PERMISSION: ``inforom``, ``remapped_rows``, ``ecc_mode``, ``ecc_errors``,
     ``field_values``, ``retired_pages``, ``memory``, ``memory_v2``, ``compute_mode``,
     ``cpu_affinity``, ``compute_processes``, ``graphics_processes``, ``mps_processes``,
-    ``process_detail_list`` and ``processes`` (the three kinds);
+    ``process_detail_list``, ``processes`` (the three kinds), ``utilization``, ``temperature``
+    and ``power``;
   * ``mig``: the GPU's Multi-Instance GPU layout, an object with ``mode`` (``enabled`` or
     ``disabled``, default disabled), ``pending`` (the mode after a reset; default the current
     one), ``max_devices`` (slots, 0..64, default 7) and ``instances``: a list of ``{"slot": N
@@ -60,7 +69,8 @@ __all__ = ["MAX_DEVICES", "library_path", "environment", "read_spec", "run", "po
 _FAULTS = ("NO_PERMISSION", "GPU_IS_LOST")
 _PROCESS_STRUCTS = ("v2", "r535")
 _DEVICE_KEYS = {"uuid", "name", "memory_total", "pci_bus_id", "minor_number", "fault", "memory_used",
-                "cpu_affinity", "compute_mode", "health", "processes", "not_supported", "no_permission", "mig"}
+                "cpu_affinity", "compute_mode", "health", "processes", "not_supported", "no_permission", "mig",
+                "utilization", "temperature", "power"}
 _MIG_KEYS = {"mode", "pending", "max_devices", "instances"}
 _MIG_MODES = ("disabled", "enabled")
 _INSTANCE_KEYS = {"slot", "uuid", "memory_total", "gi", "ci", "memory_used", "cpu_affinity", "compute_mode",
@@ -68,7 +78,10 @@ _INSTANCE_KEYS = {"slot", "uuid", "memory_total", "gi", "ci", "memory_used", "cp
 # the value rules the simulator itself applies (csrc/simulator/nvml_simulator.cpp): text, or a
 # whole number in [0, limit)
 _STRING_KEYS = ("uuid", "name", "pci_bus_id")
-_NUMBER_LIMITS = {"memory_total": 2**64, "minor_number": 2**32, "memory_used": 2**64}
+_NUMBER_LIMITS = {"memory_total": 2**64, "minor_number": 2**32, "memory_used": 2**64, "utilization": 101,
+                  "temperature": 201}
+# power: watts to the milliwatt, which NVML answers in an unsigned int
+_MAX_POWER_WATTS = (2**32 - 1) / 1000
 _COMPUTE_MODES = ("default", "exclusive_thread", "prohibited", "exclusive_process")
 _HEALTH_FLAGS = ("inforom_corrupted", "row_remap_failure", "row_remap_pending", "retired_pages_pending",
                  "ecc_enabled")
@@ -77,7 +90,7 @@ _STATE_ERRORS = ("GPU_IS_LOST", "RESET_REQUIRED")
 _PROCESS_KINDS = ("compute", "graphics", "mps")
 _QUERIES = ("inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
             "memory_v2", "compute_mode", "cpu_affinity", "compute_processes", "graphics_processes",
-            "mps_processes", "process_detail_list", "processes")
+            "mps_processes", "process_detail_list", "processes", "utilization", "temperature", "power")
 _CPULIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
 #: The most GPUs ``devices`` may ask for: the limit csrc/simulator/nvml_simulator.cpp puts on
 #: FLINK_GPU_SIM_DEVICES.
@@ -110,6 +123,17 @@ def _check_whole_number(value: Any, limit: int, what: str) -> None:
         raise TypeError(f"Simulator spec {what} (0..{limit - 1}), got {value!r}.")
     if not (0 <= value < limit and float(value).is_integer()):
         raise ValueError(f"Simulator spec {what} (0..{limit - 1}), got {value!r}.")
+
+
+def _check_power(value: Any, what: str) -> None:
+    """A number of watts the simulator answers to the milliwatt (rounded to nearest)."""
+    if value is None:
+        return
+    message = f"Simulator spec {what} must be a number of watts (0..{_MAX_POWER_WATTS}), got {value!r}."
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(message)
+    if not (0 <= value and value * 1000 + 0.5 < 2**32):
+        raise ValueError(message)
 
 
 def _check_string(value: Any, what: str) -> None:
@@ -262,6 +286,7 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
         for key, limit in _NUMBER_LIMITS.items():
             if device.get(key) is not None:
                 _check_whole_number(device[key], limit, f"devices[{i}].{key} must be a whole number")
+        _check_power(device.get("power"), f"devices[{i}].power")
         fault = device.get("fault")
         if fault is not None and fault not in _FAULTS:
             raise ValueError(f"Simulator spec devices[{i}] fault {fault!r} is not one of {_FAULTS}.")
