@@ -2,6 +2,7 @@
 real threads, real signals and the real native core (csrc/binding.cpp)."""
 
 import collections
+import json
 import os
 import signal
 import subprocess
@@ -239,3 +240,71 @@ def test_devices_are_the_cuda_ordinals_of_the_bound_gpus_in_this_process(tmp_pat
     default = run_python(code, env={k: v for k, v in env.items() if not k.startswith("CUDA_")})
     assert "devices (1, 3)" in default.stdout
     assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in default.stdout  # the one WARN: fastest-first cannot be derived
+
+
+# A process-mode PyFlink worker's metric group (PyFlink's own class): gauges registered under
+# add_group("gpu", <index>), read the way the worker reads them when it reports a bundle.
+GAUGES = """
+import json, sys, time
+from pyflink.fn_execution.metrics.process.metric_impl import GenericMetricGroup
+from flink_gpu import GPUInfo
+from flink_gpu.binding import bind
+root = GenericMetricGroup(None, None)
+LIBRARY = sys.argv[1] if len(sys.argv) > 1 else None
+binding = bind([GPUInfo("0"), GPUInfo("1")], 2, path=PATH, library_path=LIBRARY)
+binding.register_metrics(root)
+def read():
+    out = {}
+    for key_group in root._sub_groups:
+        for value_group in key_group._sub_groups:
+            names, _ = value_group._get_metric_group_names_and_types()
+            out[".".join(names)] = {name: gauge() for name, gauge in value_group._flink_gauge.items()}
+    return out
+first = read()
+time.sleep(WAIT)
+print(json.dumps({"first": first, "later": read()}))
+"""
+
+
+def read_gauges(path, spec=None, wait=0.0, library=None):
+    """What the gauges of a binding of GPUs 0 and 1 read in a fresh process on the simulator (NVML
+    initialises once per process): {"first": {"gpu.<index>": {gauge: value}}, "later": ... after ``wait`` s}."""
+    from conftest import simulated_env
+
+    pytest.importorskip("pyflink", reason="the gauges are registered on PyFlink's metric group")
+    code = GAUGES.replace("PATH", repr(path)).replace("WAIT", repr(wait))
+    env = {**child_env(), **(simulated_env(spec=spec) if spec is not None else simulated_env(devices=2))}
+    proc = subprocess.run([sys.executable, "-c", code, *([library] if library else [])], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_register_metrics_adds_integer_gauges_per_bound_gpu(path):
+    got = read_gauges(path)
+    assert set(got["first"]) == {"gpu.0", "gpu.1"}
+    for gauges in got["first"].values():
+        assert set(gauges) == {"utilization", "memoryUsed", "temperature", "power"}
+        assert all(type(value) is int for value in gauges.values())
+        assert 0 <= gauges["utilization"] <= 100 and 30 <= gauges["temperature"] <= 80
+        assert 50 <= gauges["power"] <= 700 and gauges["memoryUsed"] >= 0
+
+
+def test_a_gauge_nvml_cannot_answer_is_minus_one(path):
+    spec = {"devices": [{"not_supported": ["utilization", "temperature", "power"]}, {"fault": "GPU_IS_LOST"}]}
+    got = read_gauges(path, spec)["first"]
+    assert got["gpu.0"] == {"utilization": -1, "memoryUsed": 0, "temperature": -1, "power": -1}
+    assert got["gpu.1"] == {"utilization": -1, "memoryUsed": -1, "temperature": -1, "power": -1}
+
+
+def test_a_gpu_lost_mid_run_keeps_its_last_values(path):
+    spec = {"devices": [{"utilization": 37, "temperature": 55, "power": 300, "memory_used": 5 * 1024 ** 2,
+                         "health": {"state_error": "GPU_IS_LOST", "state_error_after_s": 1}}, {}]}
+    got = read_gauges(path, spec, wait=1.3)
+    assert got["first"]["gpu.0"] == {"utilization": 37, "memoryUsed": 5, "temperature": 55, "power": 300}
+    assert got["later"]["gpu.0"] == got["first"]["gpu.0"]  # NVML answers GPU_IS_LOST now: never raises
+
+
+def test_gauges_without_a_loadable_nvml_are_minus_one(path, tmp_path):
+    got = read_gauges(path, library=str(tmp_path / "no-libnvidia-ml.so.1"))["first"]
+    assert all(value == -1 for gauges in got.values() for value in gauges.values())

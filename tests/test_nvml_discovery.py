@@ -481,6 +481,26 @@ def test_an_unhealthy_gpu_is_never_handed_out_and_warned_once_naming_the_check(h
     assert "GPU 0 is left out (unhealthy: " in message and reason in message
 
 
+def test_a_gpu_lost_after_start_is_not_handed_out_by_the_next_retrieval():
+    # the state is read when a choice is made, not once when NVML starts
+    code = """
+import json, time
+from flink_gpu import GPUDriver
+def take():
+    with GPUDriver({"discovery-mode": "nvml"}) as driver:
+        return sorted(info.index for info in driver.retrieve_resource_info(2))
+before = take()
+time.sleep(1.3)
+print(json.dumps([before, take()]))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(spec=unhealthy_first({"state_error": "GPU_IS_LOST", "state_error_after_s": 1})))
+    env["PYTHONPATH"] = SRC
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [["0", "1"], ["1", "2"]]
+
+
 def test_uncorrectable_ecc_errors_count_only_while_ecc_is_on():
     result, logs = run_one(NVML, [3], spec=unhealthy_first({"ecc_uncorrected": 3,
                                                             "ecc_enabled": False}))

@@ -10,7 +10,9 @@
 //                                      "row_remap_pending", "retired_pages_pending" (booleans),
 //                                      "ecc_enabled" (default true), "ecc_uncorrected" (count),
 //                                      "recovery_action" (name), "state_error": "GPU_IS_LOST" |
-//                                      "RESET_REQUIRED" (what every state query answers)},
+//                                      "RESET_REQUIRED" (what every state query answers),
+//                                      "state_error_after_s" (whole seconds after nvmlInit before it
+//                                      does: a GPU that falls off the bus mid-run; default 0)},
 //                                    "processes": [{"pid", "used_memory", "kind"}],
 //                                    "utilization" (%), "temperature" (°C), "power" (W, to the
 //                                      milliwatt): readings pinned instead of following the clock,
@@ -37,6 +39,8 @@
 // filling five-field entries (usedGpuCcProtectedMemory appended) through the same prototype.
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
+
+#include <atomic>
 
 #include <time.h>
 
@@ -96,6 +100,7 @@ struct SimDevice {
     unsigned long long ecc_uncorrected = 0;
     unsigned recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;
     nvmlReturn_t state_error = NVML_SUCCESS;
+    unsigned long long state_error_after_ms = 0;  // since nvmlInit
     std::vector<SimProcess> processes;
     // Readings pinned by the spec; -1: they follow the load curve.
     int utilization = -1, temperature = -1;
@@ -113,6 +118,7 @@ struct SimDevice {
 struct SimState {
     std::mutex mutex;
     int refcount = 0;
+    std::atomic<unsigned long long> init_ms{0};  // CLOCK_MONOTONIC at the first nvmlInit
     std::string driver_version = "999.99.99";
     std::vector<SimDevice> devices;
     std::vector<SimDevice> units;  // the MIG units of every GPU
@@ -334,6 +340,9 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
         if (!read_choice(*h, "state_error", kStateErrors, 2, spec_path, hw, &choice)) return false;
         if (choice == 0) d->state_error = NVML_ERROR_GPU_IS_LOST;
         if (choice == 1) d->state_error = NVML_ERROR_RESET_REQUIRED;
+        unsigned long long after_s = 0;
+        if (!read_number(*h, "state_error_after_s", 1e9, spec_path, hw, &after_s)) return false;
+        d->state_error_after_ms = after_s * 1000ULL;
     }
     if (const simjson::Value* list = present(item, "processes")) {
         if (!list->is_array()) {
@@ -572,12 +581,19 @@ nvmlReturn_t configure(SimState& s) {
     return init_error;
 }
 
+unsigned long long monotonic_ms() {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return static_cast<unsigned long long>(now.tv_sec) * 1000ULL + static_cast<unsigned long long>(now.tv_nsec) / 1000000ULL;
+}
+
 nvmlReturn_t init() {
     SimState& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
     if (s.refcount == 0) {
         const nvmlReturn_t rc = configure(s);
         if (rc != NVML_SUCCESS) return rc;
+        s.init_ms = monotonic_ms();
     }
     ++s.refcount;
     return NVML_SUCCESS;
@@ -776,10 +792,16 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned i
 
 namespace {
 
+// What every state query of `d` answers now: its state_error once its time has come.
+nvmlReturn_t state_error_now(const SimDevice& d) {
+    if (d.state_error == NVML_SUCCESS || monotonic_ms() < state().init_ms + d.state_error_after_ms) return NVML_SUCCESS;
+    return d.state_error;
+}
+
 // A device for the state query `q`: its state_error, or what "not_supported"/"no_permission" say.
 nvmlReturn_t state_device(nvmlDevice_t handle, Query q, const SimDevice** out) {
     if (nvmlReturn_t rc = device_for(handle, out); rc != NVML_SUCCESS) return rc;
-    if ((*out)->state_error != NVML_SUCCESS) return (*out)->state_error;
+    if (nvmlReturn_t rc = state_error_now(**out); rc != NVML_SUCCESS) return rc;
     return query_allowed(**out, q);
 }
 
@@ -969,7 +991,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t devic
         if (plist->version != nvmlProcessDetailList_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
         if (plist->mode > NVML_PROCESS_MODE_MPS) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
-        if (d->state_error != NVML_SUCCESS) return d->state_error;
+        if (nvmlReturn_t rc = state_error_now(*d); rc != NVML_SUCCESS) return rc;
         if (nvmlReturn_t rc = query_allowed(*d, kQueryProcessDetailList); rc != NVML_SUCCESS) return rc;
         if (nvmlReturn_t rc = query_allowed(*d, process_query(plist->mode)); rc != NVML_SUCCESS) return rc;
         return copy_processes(*d, plist->mode, &plist->numProcArrayEntries, plist->procArray);
@@ -983,11 +1005,8 @@ namespace {
 
 // The load of `d` now, 0..1000: a triangle wave of period 60 s on CLOCK_MONOTONIC, GPU i 7 s ahead.
 unsigned long long load_permille(const SimDevice& d) {
-    timespec now{};
-    clock_gettime(CLOCK_MONOTONIC, &now);
     constexpr unsigned long long kPeriodMs = 60000, kHalfMs = kPeriodMs / 2;
-    const unsigned long long ms = static_cast<unsigned long long>(now.tv_sec) * 1000ULL +
-                                  static_cast<unsigned long long>(now.tv_nsec) / 1000000ULL + 7000ULL * d.index;
+    const unsigned long long ms = monotonic_ms() + 7000ULL * d.index;
     const unsigned long long phase = ms % kPeriodMs;
     return (phase < kHalfMs ? phase : kPeriodMs - phase) * 1000ULL / kHalfMs;
 }

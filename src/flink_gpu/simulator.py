@@ -33,7 +33,8 @@ Spec keys (every one optional; null counts as absent):
     ``ecc_uncorrected`` (the volatile uncorrectable ECC error count), ``recovery_action``
     (``none``, ``gpu_reset``, ``node_reboot``, ``drain_p2p``, ``drain_and_reset``) and
     ``state_error`` (``GPU_IS_LOST`` or ``RESET_REQUIRED``: what every state query and live
-    reading answers while the GPU's identity still reads);
+    reading answers while the GPU's identity still reads), from ``state_error_after_s`` whole
+    seconds after ``nvmlInit`` on (default 0: from the start; a GPU falling off the bus mid-run);
   * ``processes``: a list of ``{"pid": N, "used_memory": bytes (absent: not available), "kind":
     "compute" | "graphics" | "mps"}`` (pids are reported as given, like the host pids NVML gives);
   * ``utilization`` (%, 0..100), ``temperature`` (°C, 0..200) and ``power`` (W, to the milliwatt,
@@ -178,7 +179,7 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
     if health is not None:
         if not isinstance(health, Mapping):
             raise TypeError(f"Simulator spec {where}.health must be an object, got {health!r}.")
-        known = set(_HEALTH_FLAGS) | {"ecc_uncorrected", "recovery_action", "state_error"}
+        known = set(_HEALTH_FLAGS) | {"ecc_uncorrected", "recovery_action", "state_error", "state_error_after_s"}
         bad = set(health) - known
         if bad:
             raise ValueError(f"Simulator spec {where}.health has unknown keys {sorted(bad)}; known: {sorted(known)}.")
@@ -188,6 +189,9 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
             _check_whole_number(health["ecc_uncorrected"], 2**64, f"{where}.health.ecc_uncorrected must be a whole number")
         _check_choice(health.get("recovery_action"), _RECOVERY_ACTIONS, f"{where}.health.recovery_action")
         _check_choice(health.get("state_error"), _STATE_ERRORS, f"{where}.health.state_error")
+        if health.get("state_error_after_s") is not None:
+            _check_whole_number(health["state_error_after_s"], 10**9,
+                                f"{where}.health.state_error_after_s must be a whole number of seconds")
     processes = device.get("processes")
     if processes is not None:
         if not isinstance(processes, (list, tuple)):
