@@ -330,6 +330,21 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
     assert lines[9] == f"  line {bad_line} cannot be parsed (its GPU is never bound): 'not a line'"
 
 
+def test_list_shows_a_command_line_with_control_characters_on_one_line_escaped(tmp_path, binders):
+    bindings = tmp_path / "coord.bindings"
+    argv = binder_cmdline(binders.script, bindings, None, ["0"])
+    argv[1:1] = ["-X", "a\nb\x1b[31m"]  # a free-form interpreter option, early in the shown command
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
+    try:
+        assert process.stdout.readline().split()[0] == "0"
+        human = cli("--simulate", "1", "list", "--file", tmp_path / "coord").stdout
+    finally:
+        process.kill()
+        process.wait(10)
+    [row] = [line for line in human.splitlines() if line.lstrip().startswith(f"pid {process.pid} ")]
+    assert "\x1b" not in human and "a\\nb\\x1b[31m" in row
+
+
 def test_list_names_bound_gpus_this_host_does_not_have(tmp_path, binders):
     bindings = tmp_path / "coord.bindings"
     binders(bindings, None, ["7"])

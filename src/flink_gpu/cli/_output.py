@@ -131,6 +131,8 @@ def short_command(argv: "list[str] | None", width: int = _COMMAND_WIDTH) -> str:
 
     text = " ".join(part if part.startswith("[") and len(argv) == 1 else shlex.quote(part)
                     for part in argv)
+    # a command line is anybody's bytes: newlines would break the table, escapes drive the terminal
+    text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
