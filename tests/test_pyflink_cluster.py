@@ -1,21 +1,32 @@
-"""End to end: a real standalone Flink 2.3 cluster (JobManager + two TaskManagers on this host) from
+"""End to end: real standalone Flink 2.3 clusters (a JobManager and TaskManagers on this host) from
 the apache-flink wheel, Flink's own Java GPU plugin running our native flink-gpu-discovery (in
-coordination mode, on the NVML simulator with 4 GPUs), and a PyFlink job whose map function asks
-flink_gpu.pyflink for its GPUs in thread and in process mode.
+coordination mode, on the NVML simulator), and a PyFlink job (flink_e2e/gpu_job.py) whose operator asks
+flink_gpu.pyflink for its GPUs, binds one with ``bind_gpus`` and registers the binding's gauges, in
+thread and in process mode.
 
-Needs ``pip install apache-flink==2.3.0`` and Java >= 11; takes about a minute and a half. Deselect
-with ``-m 'not flink_cluster'``. (A local MiniCluster never calls external resource drivers, so
-nothing short of a standalone cluster tests this.)
+* Two TaskManagers of two slots, each given 2 of 4 simulated GPUs, parallelism 4: each subtask sees
+  its TaskManager's two GPUs; the four bound GPUs are distinct, each of its TaskManager's set; the
+  gauges are read back from Flink's REST API while the job runs.
+* One TaskManager of four slots with 2 GPUs: ``subtasks_per_gpu=2`` binds each GPU exactly twice; and
+  ``gpus[getIndexOfThisSubtask() % n]`` collides where ``bind_gpus`` does not.
+
+Needs ``pip install apache-flink==2.3.0`` and Java >= 11; takes about two minutes. Deselect with
+``-m 'not flink_cluster'``. (A local MiniCluster never calls external resource drivers, so nothing
+short of a standalone cluster tests this.) The clusters run one after the other (class-scoped).
 """
 
 import json
+import re
 import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from support.interop import find_discovery_executable
-from flink_gpu import coordination, simulator
+from flink_gpu import binding, coordination, simulator
 
 pytestmark = pytest.mark.flink_cluster
 
@@ -26,9 +37,13 @@ if shutil.which("java") is None:
 from flink_e2e.cluster import StandaloneCluster  # noqa: E402  (imports yaml, needs pyflink)
 
 JOB = Path(__file__).resolve().parent / "flink_e2e" / "gpu_job.py"
-PARALLELISM = 4  # two slots on each of the two TaskManagers: both get subtasks
-TASKMANAGERS = ("tm1", "tm2")
+OPERATOR = "bind-gpus"  # gpu_job.OPERATOR; its second operator is "bind-gpus-2"
+MODES = ["process", "thread"]
 SIM_UUID = "GPU-00000000-0000-4000-8000-{:012x}"
+#: the gauges of a bound GPU as the REST API names them: "<operator>.gpu.<index>.<gauge>"
+GAUGE_RANGES = {"utilization": range(0, 101), "memoryUsed": range(0, 1 << 24), "temperature": range(1, 120),
+                "power": range(0, 5000)}
+assert set(GAUGE_RANGES) == set(binding.GAUGES)
 
 
 def package_root() -> str:
@@ -37,12 +52,12 @@ def package_root() -> str:
     return str(Path(flink_gpu.__file__).resolve().parent.parent)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    work = tmp_path_factory.mktemp("flink-cluster")
+def start_cluster(work: Path, slots: int, taskmanagers: dict[str, int]) -> StandaloneCluster:
+    """JobManager + one TaskManager per ``taskmanagers`` entry (name -> simulated GPUs on its host),
+    each with ``slots`` slots and amount 2 of ``gpu``, discovered in coordination mode."""
     coordination_file = work / "gpu-coordination"
     conf = {
-        "taskmanager.numberOfTaskSlots": 2,
+        "taskmanager.numberOfTaskSlots": slots,
         "external-resources": "gpu",
         "external-resource.gpu.amount": 2,
         "external-resource.gpu.driver-factory.class": "org.apache.flink.externalresource.gpu.GPUDriverFactory",
@@ -50,78 +65,325 @@ def cluster(tmp_path_factory):
         "external-resource.gpu.param.discovery-script.args":
             f"--enable-coordination-mode --coordination-file {coordination_file}",
     }
-    taskmanagers = [{"env": {**simulator.environment(devices=4), "FLINK_GPU_E2E_TASKMANAGER": name,
-                             "PYTHONPATH": package_root()}}
-                    for name in TASKMANAGERS]
-    flink = StandaloneCluster(work, conf, taskmanagers)
+    # CUDA_DEVICE_ORDER as docs/design.md §9.3 says to set it: thread mode's CUDA ordinals follow from NVML
+    specs = [{"env": {**simulator.environment(devices=devices), "FLINK_GPU_E2E_TASKMANAGER": name,
+                      "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTHONPATH": package_root()}}
+             for name, devices in taskmanagers.items()]
+    flink = StandaloneCluster(work, conf, specs)
     flink.coordination_file = coordination_file
+    flink.bindings_file = binding.bindings_path(coordination_file)
+    flink.names = list(taskmanagers)
+    flink.runs = {}  # (mode, what) -> JobRun: each job runs once for the tests that look at it
     try:
         flink.start(timeout=240)
-        yield flink
-    finally:
+    except BaseException:
         flink.stop()
+        raise
+    return flink
 
 
 def fail(cluster, message):
     pytest.fail(f"{message}\n\nCluster logs (tails):\n{cluster.logs(80)}", pytrace=False)
 
 
-def run_job(cluster, mode):
-    results = cluster.work_dir / f"results-{mode}"
+@dataclass
+class JobRun:
+    """What one run of gpu_job.py left: the subtasks' reports, and what the test saw while it ran."""
+
+    mode: str
+    opened: list = field(default_factory=list)  # open() reports
+    closed: list = field(default_factory=list)  # close() reports
+    gauges: dict = field(default_factory=dict)  # (operator, subtask) -> {REST metric id: value}
+    gauge_ids: dict = field(default_factory=dict)  # (operator, subtask) -> every "<op>.gpu.*" id it has
+    bound_while_running: dict = field(default_factory=dict)  # BindingSnapshot.by_taskmanager()
+    bound_after: dict = field(default_factory=dict)
+    problem: str | None = None  # why the run is unusable: each test that needs it fails with this
+
+    def subtask(self, report):
+        return report["operator"], report["subtask"]
+
+
+def run_job(cluster, mode, parallelism, subtasks_per_gpu=1, operators=1, gauges=False) -> JobRun:
+    """Runs gpu_job.py: waits for every open() report, reads the gauges from REST (``gauges``) and the
+    bindings file while the subtasks wait, then lets them finish and collects the close() reports."""
+    key = (mode, parallelism, subtasks_per_gpu, operators)
+    if key in cluster.runs:
+        return cluster.runs[key]
+    results = cluster.work_dir / f"results-{mode}-p{parallelism}-s{subtasks_per_gpu}-o{operators}"
     results.mkdir()
-    proc = cluster.run_python_job(JOB, [mode, str(results), str(PARALLELISM)],
-                                  env={"PYTHONPATH": package_root()}, timeout=400)
-    if proc.returncode != 0:
-        fail(cluster, f"flink run -py ({mode} mode) exited with {proc.returncode}.\n"
-                      f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
-    reports = [json.loads(path.read_text()) for path in sorted(results.glob("*.json"))]
-    errors = [r["error"] for r in reports if "error" in r]
-    if errors:
-        fail(cluster, f"The map function failed in {mode} mode:\n" + "\n".join(errors))
-    if len(reports) != PARALLELISM:
-        fail(cluster, f"Expected {PARALLELISM} subtask reports in {mode} mode, got {len(reports)}: {reports}")
-    return reports
-
-
-@pytest.mark.parametrize("mode", ["process", "thread"])
-def test_each_taskmanagers_subtasks_see_its_own_two_gpus(cluster, mode):
-    reports = run_job(cluster, mode)
+    release = results / "release"
+    spec = {"mode": mode, "results": str(results), "parallelism": parallelism,
+            "subtasks_per_gpu": subtasks_per_gpu, "release": str(release), "operators": operators}
+    run = cluster.runs[key] = JobRun(mode)
+    job_id = None
     try:
-        check_reports(cluster, mode, reports)
+        job_id = cluster.submit_python_job(JOB, [json.dumps(spec)], env={"PYTHONPATH": package_root()})
+        expected = parallelism * operators
+        run.opened = wait_for_reports(cluster, job_id, results, "open", expected, timeout=180)
+        if gauges and not any("error" in r or "bind_error" in r for r in run.opened):  # else nothing to read
+            read_gauges(cluster, job_id, run, timeout=60)
+        run.bound_while_running = binding.snapshot(cluster.bindings_file).by_taskmanager()
+        release.touch()
+        state = cluster.wait_for_job_end(job_id, timeout=180)
+        if state != "FINISHED":
+            raise RuntimeError(f"The job ended {state}:\n{cluster.job_failure(job_id)}")
+        run.closed = wait_for_reports(cluster, job_id, results, "close", expected, timeout=30)
+        run.bound_after = binding.snapshot(cluster.bindings_file).by_taskmanager()
+    except (RuntimeError, TimeoutError, OSError, ValueError, LookupError) as error:
+        run.problem = f"{mode} mode, job {job_id}: {error}"
+    finally:
+        release.touch()
+        if job_id is not None:
+            cluster.cancel_job(job_id)
+    return run
+
+
+def wait_for_reports(cluster, job_id, results, kind, expected, timeout) -> list:
+    deadline = time.monotonic() + timeout
+    while True:
+        reports = [json.loads(path.read_text()) for path in sorted(results.glob(f"{kind}-*.json"))]
+        if len(reports) >= expected:
+            if len(reports) > expected:
+                raise RuntimeError(f"{len(reports)} {kind}() reports, expected {expected}: {reports}")
+            return reports
+        state = cluster.job_state(job_id)
+        if state in ("FAILED", "CANCELED"):
+            raise RuntimeError(f"The job ended {state} with {len(reports)} of {expected} {kind}() reports:\n"
+                               f"{cluster.job_failure(job_id)}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(reports)} of {expected} {kind}() reports after {timeout} s "
+                               f"(job {state}): {reports}")
+        time.sleep(0.2)
+
+
+def read_gauges(cluster, job_id, run, timeout):
+    """Polls each subtask's REST metrics until the gauges of the GPU it bound are all there."""
+    deadline = time.monotonic() + timeout
+    vertices = {}
+    for report in run.opened:
+        operator, subtask = run.subtask(report)
+        if operator not in vertices:
+            vertices[operator] = cluster.vertex(job_id, operator)["id"]
+        wanted = [f"{operator}.gpu.{index}.{gauge}" for index in report["bound"] for gauge in GAUGE_RANGES]
+        while True:
+            values = cluster.subtask_metrics(job_id, vertices[operator], subtask, wanted)
+            if len(values) == len(wanted):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Subtask {subtask} of {operator} shows {values} of the gauges {wanted} "
+                                   f"after {timeout} s")
+            time.sleep(0.5)
+        run.gauges[operator, subtask] = values
+        listed = cluster.rest(f"/jobs/{job_id}/vertices/{vertices[operator]}/subtasks/{subtask}/metrics")
+        run.gauge_ids[operator, subtask] = sorted(entry["id"] for entry in listed
+                                                  if entry["id"].startswith(f"{operator}.gpu."))
+
+
+def usable(cluster, run, *, binds=True):
+    """Fails the test with the run's problem, or the subtasks' errors (``binds``: binding errors too)."""
+    if run.problem is not None:
+        fail(cluster, run.problem)
+    keys = ("error", "bind_error") if binds else ("error",)
+    errors = [r[key] for r in run.opened + run.closed for key in keys if key in r]
+    if errors:
+        fail(cluster, f"The operator failed in {run.mode} mode:\n" + "\n".join(errors))
+    return run
+
+
+def check(cluster, run, assertions):
+    try:
+        assertions()
     except AssertionError as error:
-        fail(cluster, f"{mode} mode: {error}\nreports: {json.dumps(reports, indent=1)}")
+        fail(cluster, f"{run.mode} mode: {error}\nreports: {json.dumps(run.opened + run.closed, indent=1)}")
 
 
-def check_reports(cluster, mode, reports):
-    jvm_pid = {name: tm.pid for name, tm in zip(TASKMANAGERS, cluster.taskmanagers)}
-
-    # what the TaskManagers' discovery recorded: two GPUs for each JVM, none shared
+def coordination_sets(cluster) -> dict:
+    """TaskManager JVM pid -> the GPU indices its discovery claimed in the coordination file."""
     held = coordination.snapshot(cluster.coordination_file).holders()
     by_jvm = {}
     for index, pids in held.items():
         assert len(pids) == 1, f"GPU {index} is held by several TaskManagers: {pids}"
         by_jvm.setdefault(pids[0], set()).add(index)
+    return by_jvm
 
-    seen = {}
-    for report in reports:
-        name = report["taskmanager"]
-        assert report["mode"] == mode, report
-        assert report["reason"] is None, report["reason"]
-        indices = {info["index"] for info in report["infos"]}
-        assert len(indices) == 2, f"{name} subtask saw {report['infos']}"
-        assert seen.setdefault(name, indices) == indices, f"the subtasks of {name} disagree: {reports}"
-        assert indices == by_jvm.get(jvm_pid[name]), (
-            f"{name} (JVM pid {jvm_pid[name]}) saw {sorted(indices)}; the coordination file says {held}")
-        if mode == "thread":
-            # the function runs inside the TaskManager JVM, and Flink's Java GPUInfo has only the index
-            assert report["pid"] == jvm_pid[name]
-            assert all(info.keys() == {"index"} for info in report["infos"])
-        else:
-            # a Python worker below the JVM; the GPUs are the JVM's, completed from NVML
-            assert report["pid"] != jvm_pid[name] and report["holder_pid"] == jvm_pid[name]
-            for info in report["infos"]:
-                assert info["uuid"] == SIM_UUID.format(int(info["index"]))
-                assert info["name"] == "NVIDIA Simulated GPU"
-    assert set(seen) == set(TASKMANAGERS), f"subtasks ran only on {sorted(seen)}: {reports}"
-    assert seen["tm1"].isdisjoint(seen["tm2"]), seen
-    assert seen["tm1"] | seen["tm2"] <= {"0", "1", "2", "3"}
+
+def check_binding_report(cluster, run, report, jvm_pid):
+    """One subtask's binding: one GPU of its TaskManager, named the way its mode names it."""
+    (index,) = report["bound"]
+    assert index in {info["index"] for info in report["infos"]}, report
+    assert [info["index"] for info in report["bound_infos"]] == [index]
+    if run.mode == "thread":
+        # Flink's Java infos have only the index; CUDA numbers the JVM's GPUs in PCI order (the simulator's
+        # bus ids follow the indices)
+        assert report["cuda_visible_devices"] == index
+        assert report["devices"] == [int(index)]
+        assert report["holder"] == f"slot {report['slot']} (thread {report['thread']})"
+        assert report["pid"] == jvm_pid
+    else:
+        # the worker set CUDA_VISIBLE_DEVICES to its binding: its one GPU is CUDA device 0
+        assert report["cuda_visible_devices"] == SIM_UUID.format(int(index))
+        assert report["devices"] == [0]
+        assert report["holder"] == f"pid {report['pid']}"
+        assert report["holder_pid"] == jvm_pid and report["pid"] != jvm_pid
+
+
+def holder_of(run, report):
+    """The subtask's holder as the bindings file names it: its worker process, or its slot."""
+    return f"pid {report['pid']}" if run.mode == "process" else f"slot {report['slot']}"
+
+
+def holders_of(run, reports):
+    """Holder -> the GPUs it bound, for the subtasks ``reports``."""
+    return {holder_of(run, r): tuple(r["bound"]) for r in reports}
+
+
+@pytest.fixture(scope="class")
+def cluster(request, tmp_path_factory):
+    """The cluster of the test's class (``CLUSTER``: slots, TaskManager name -> simulated GPUs), up for
+    that class only: the next class's cluster starts after it stopped."""
+    slots, taskmanagers = request.cls.CLUSTER
+    flink = start_cluster(tmp_path_factory.mktemp(request.cls.__name__), slots, taskmanagers)
+    try:
+        yield flink
+    finally:
+        flink.stop()
+
+
+class TestTwoTaskManagers:
+    """2 TaskManagers x 2 slots, each given 2 of the host's 4 GPUs (coordination on); parallelism 4."""
+
+    CLUSTER = (2, {"tm1": 4, "tm2": 4})
+    PARALLELISM = 4
+
+    def job(self, cluster, mode):
+        return run_job(cluster, mode, self.PARALLELISM, gauges=True)
+
+    @pytest.mark.parametrize("mode", MODES)
+    def test_each_taskmanagers_subtasks_see_its_own_two_gpus(self, cluster, mode):
+        run = usable(cluster, self.job(cluster, mode), binds=False)
+        check(cluster, run, lambda: self.check_infos(cluster, run))
+
+    def check_infos(self, cluster, run):
+        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers)}
+        by_jvm = coordination_sets(cluster)  # what discovery recorded: two GPUs per JVM, none shared
+        assert len(run.opened) == self.PARALLELISM
+        seen = {}
+        for report in run.opened:
+            name = report["taskmanager"]
+            assert report["mode"] == run.mode, report
+            assert report["reason"] is None, report["reason"]
+            indices = {info["index"] for info in report["infos"]}
+            assert len(indices) == 2, f"{name} subtask saw {report['infos']}"
+            assert seen.setdefault(name, indices) == indices, f"the subtasks of {name} disagree"
+            assert indices == by_jvm.get(jvm_pid[name]), (
+                f"{name} (JVM pid {jvm_pid[name]}) saw {sorted(indices)}; the coordination file says {by_jvm}")
+            if run.mode == "thread":
+                # the function runs inside the TaskManager JVM, and Flink's Java GPUInfo has only the index
+                assert report["pid"] == jvm_pid[name]
+                assert all(info.keys() == {"index"} for info in report["infos"])
+            else:
+                # a Python worker below the JVM; the GPUs are the JVM's, completed from NVML
+                assert report["pid"] != jvm_pid[name] and report["holder_pid"] == jvm_pid[name]
+                for info in report["infos"]:
+                    assert info["uuid"] == SIM_UUID.format(int(info["index"]))
+                    assert info["name"] == "NVIDIA Simulated GPU"
+        assert set(seen) == set(cluster.names), f"subtasks ran only on {sorted(seen)}"
+        assert seen["tm1"].isdisjoint(seen["tm2"]), seen
+        assert seen["tm1"] | seen["tm2"] <= {"0", "1", "2", "3"}
+
+    @pytest.mark.parametrize("mode", MODES)
+    def test_each_subtask_binds_its_own_gpu_of_its_taskmanagers_set(self, cluster, mode):
+        run = usable(cluster, self.job(cluster, mode))
+        check(cluster, run, lambda: self.check_bindings(cluster, run))
+
+    def check_bindings(self, cluster, run):
+        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers)}
+        by_jvm = coordination_sets(cluster)
+        bound = [report["bound"][0] for report in run.opened]
+        assert len(set(bound)) == self.PARALLELISM, f"the four subtasks bound {bound}: not distinct"
+        assert sorted(r["subtask"] for r in run.opened) == list(range(self.PARALLELISM))
+        for report in run.opened:
+            check_binding_report(cluster, run, report, jvm_pid[report["taskmanager"]])
+            assert report["bound"][0] in by_jvm[jvm_pid[report["taskmanager"]]], report
+        # one holder per slot: distinct workers (process mode) or allocation ids (thread mode)
+        holders = holders_of(run, run.opened)
+        assert len(holders) == self.PARALLELISM, holders
+        # the bindings file while the subtasks waited: each TaskManager's two holders, one GPU each
+        expected = {}
+        for report in run.opened:
+            expected.setdefault(jvm_pid[report["taskmanager"]], {})[holder_of(run, report)] = tuple(report["bound"])
+        assert run.bound_while_running == expected, run.bound_while_running
+        # every release() in close(), and the workers are gone: nothing left bound
+        assert all(r.get("released", "").endswith("released)") for r in run.closed), run.closed
+        assert all(r["held_until_release"] for r in run.closed), "a subtask stopped waiting before the test looked"
+        assert run.bound_after == {}, run.bound_after
+        if run.mode == "thread":
+            # the task's thread binds in open() and lives until close(): the slot holds while the task runs
+            opened = {(r["operator"], r["subtask"]): r["thread"] for r in run.opened}
+            assert all(opened[r["operator"], r["subtask"]] == r["thread"] for r in run.closed), run.closed
+        # gpus[subtask % 2] collides on a TaskManager exactly when Flink placed two subtasks of one parity there
+        # (subtasks {0, 2} and {1, 3}); where it placed them is Flink's choice, so judge what it chose
+        by_tm = {}
+        for report in run.opened:
+            by_tm.setdefault(report["taskmanager"], []).append(report)
+        for name, reports in by_tm.items():
+            parities = Counter(r["subtask"] % 2 for r in reports)
+            picks = Counter(r["modulo_pick"] for r in reports)
+            assert (max(picks.values()) > 1) == (max(parities.values()) > 1), (name, reports)
+            assert len({r["bound"][0] for r in reports}) == len(reports)
+
+    @pytest.mark.parametrize("mode", MODES)
+    def test_gpu_gauges_are_read_back_from_the_rest_api_while_the_job_runs(self, cluster, mode):
+        run = usable(cluster, self.job(cluster, mode))
+        check(cluster, run, lambda: check_gauges(run, self.PARALLELISM))
+
+
+def check_gauges(run, parallelism):
+    assert len(run.gauges) == parallelism, run.gauges
+    for report in run.opened:
+        operator, subtask = run.subtask(report)
+        (index,) = report["bound"]
+        prefix = f"{operator}.gpu.{index}."
+        # only the bound GPU's gauges, under the key-value group gpu=<index>
+        assert run.gauge_ids[operator, subtask] == sorted(prefix + g for g in GAUGE_RANGES), run.gauge_ids
+        for gauge, allowed in GAUGE_RANGES.items():
+            value = run.gauges[operator, subtask][prefix + gauge]
+            assert re.fullmatch(r"-?[0-9]+", value), f"{prefix}{gauge} of subtask {subtask} is {value!r}, not an integer"
+            assert int(value) in allowed, f"{prefix}{gauge} of subtask {subtask} is {value}, outside {allowed}"
+
+
+class TestOneTaskManagerSharingTwoGpus:
+    """1 TaskManager x 4 slots with 2 GPUs (coordination on)."""
+
+    CLUSTER = (4, {"tm1": 2})
+    @pytest.mark.parametrize("mode", MODES)
+    def test_subtasks_per_gpu_2_binds_each_gpu_exactly_twice(self, cluster, mode):
+        run = usable(cluster, run_job(cluster, mode, parallelism=4, subtasks_per_gpu=2))
+        check(cluster, run, lambda: self.check_shared(cluster, run))
+
+    def check_shared(self, cluster, run):
+        jvm_pid = cluster.taskmanagers[0].pid
+        assert Counter(r["bound"][0] for r in run.opened) == {"0": 2, "1": 2}
+        for report in run.opened:
+            check_binding_report(cluster, run, report, jvm_pid)
+        holders = holders_of(run, run.opened)
+        assert len(holders) == 4, f"four slots, four holders: {holders}"
+        assert run.bound_while_running == {jvm_pid: holders}, run.bound_while_running
+        assert run.bound_after == {}, run.bound_after
+
+    @pytest.mark.parametrize("mode", MODES)
+    def test_subtask_index_modulo_collides_where_bind_gpus_does_not(self, cluster, mode):
+        """Two operators of parallelism 1 in their own slot sharing groups: both subtasks have index 0, run
+        in two slots of the one TaskManager, and ``gpus[0 % 2]`` gives both GPU 0 — whatever Flink's
+        placement (unlike subtasks 0..3 on two TaskManagers, which Flink places differently from run to
+        run). ``bind_gpus`` gives the two slots the two GPUs."""
+        run = usable(cluster, run_job(cluster, mode, parallelism=1, operators=2))
+        check(cluster, run, lambda: self.check_modulo_collides(cluster, run))
+
+    def check_modulo_collides(self, cluster, run):
+        assert sorted(run.subtask(r) for r in run.opened) == [(OPERATOR, 0), (f"{OPERATOR}-2", 0)]
+        assert [r["modulo_pick"] for r in run.opened] == ["0", "0"], "gpus[subtask % n] should collide"
+        assert sorted(r["bound"][0] for r in run.opened) == ["0", "1"], "bind_gpus should not"
+        for report in run.opened:
+            check_binding_report(cluster, run, report, cluster.taskmanagers[0].pid)
+        assert len(holders_of(run, run.opened)) == 2

@@ -4,12 +4,28 @@ Each process gets its own conf dir (its own FLINK_CONF_DIR), log dir and pid dir
 directory; the JVMs run in the foreground (``start-foreground`` execs the JVM, so the pid we spawn
 is the JVM's) in their own process groups, and :meth:`StandaloneCluster.stop` ends them by pid
 whatever state they are in.
+
+Every process (and the ``flink run`` client) takes its jars from one lib directory of the work
+directory: the distribution's ``lib/`` plus ``opt/flink-python``. PyFlink ships flink-python with
+each job, so without it in ``lib/`` each job loads pemja (thread mode's embedded CPython) in its own
+user-code class loader; the JVM then refuses pemja's native library to every later job's class loader
+("already loaded in another classloader"), and pemja's fallback fails on Java 17
+(``NoSuchFieldException: loadedLibraryNames``): a TaskManager could run one thread-mode job only.
+From ``lib/`` (parent-first, as everything under ``org.apache.flink``) it is loaded once per JVM.
+
+REST metrics (docs: Flink's REST API): ``/jobs/<jid>/vertices/<vid>/subtasks/<i>/metrics`` lists the
+subtask's metric ids, ``?get=<id>,<id>`` gives their values (strings; ids it does not know are left
+out, so a test polls until all are there). A user metric's id is ``<operator name>.<groups>.<name>``;
+a key-value group ``add_group("gpu", "0")`` contributes both parts (``gpu.0``), and the query service
+replaces ``.``, ``,``, `` `` and ``:`` inside each part with ``_``. The JobManager fetches metrics from
+the TaskManagers at most every ``metrics.fetcher.update-interval`` (10 s by default; 1 s here).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,6 +46,21 @@ def flink_home() -> Path:
     if not (home / "bin" / "jobmanager.sh").is_file():
         raise RuntimeError(f"{home} has no bin/jobmanager.sh: is apache-flink-libraries installed?")
     return home
+
+
+def lib_dir(home: Path, work_dir: Path) -> Path:
+    """``work_dir/lib``: links to the distribution's ``lib/*.jar`` and ``opt/flink-python*.jar``
+    (why: the module docstring)."""
+    lib = work_dir / "lib"
+    lib.mkdir(parents=True, exist_ok=True)
+    jars = sorted((home / "lib").glob("*.jar")) + sorted((home / "opt").glob("flink-python*.jar"))
+    if not any(jar.name.startswith("flink-python") for jar in jars):
+        raise RuntimeError(f"{home / 'opt'} has no flink-python*.jar: is apache-flink-libraries installed?")
+    for jar in jars:
+        link = lib / jar.name
+        if not link.is_symlink():
+            link.symlink_to(jar)
+    return lib
 
 
 def free_port() -> int:
@@ -90,11 +121,14 @@ class StandaloneCluster:
             "env.java.opts.all": self.java_opts,
             # small: 2 cores and 24 GiB shared with other work
             "jobmanager.memory.process.size": "1024m",
+            # a test that reads metrics from REST waits about this long for each update
+            "metrics.fetcher.update-interval": 1000,
             "taskmanager.memory.process.size": "1536m",
             "parallelism.default": 1,
             **base_conf,
         }
         self.taskmanager_specs = taskmanagers
+        self.lib_dir: Path | None = None
         self.jobmanager: FlinkProcess | None = None
         self.taskmanagers: list[FlinkProcess] = []
 
@@ -122,6 +156,8 @@ class StandaloneCluster:
             "FLINK_PID_DIR": str(self.work_dir / name),
             "FLINK_IDENT_STRING": name,
         })
+        if self.lib_dir is not None:
+            env["FLINK_LIB_DIR"] = str(self.lib_dir)
         env.update(extra or {})
         return env, log_dir
 
@@ -139,6 +175,7 @@ class StandaloneCluster:
 
     def start(self, timeout: float = 180.0) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.lib_dir = lib_dir(self.home, self.work_dir)
         self.jobmanager = self._start("jobmanager", "jobmanager", "jobmanager.sh")
         for number, spec in enumerate(self.taskmanager_specs, start=1):
             name = f"taskmanager-{number}"
@@ -187,10 +224,12 @@ class StandaloneCluster:
 
     # -- REST ------------------------------------------------------------------------------------
 
-    def rest(self, path: str, timeout: float = 10.0):
+    def rest(self, path: str, timeout: float = 10.0, method: str = "GET"):
         url = f"http://localhost:{self.rest_port}{path}"
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return json.loads(response.read().decode("utf-8"))
+        request = urllib.request.Request(url, method=method)
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = response.read().decode("utf-8")
+        return json.loads(body) if body else None
 
     def _check_alive(self) -> None:
         for process in self.processes():
@@ -233,3 +272,62 @@ class StandaloneCluster:
                    "-py", str(script), *args]
         return subprocess.run(command, env=run_env, stdin=subprocess.DEVNULL, capture_output=True,
                               text=True, timeout=timeout, cwd=self.work_dir / "client")
+
+    def submit_python_job(self, script: Path, args: list[str], env: dict | None = None,
+                          timeout: float = 300.0) -> str:
+        """``flink run -d -py script args``: submits the job detached and returns its job id."""
+        conf_dir = self.client_conf_dir()
+        run_env, _ = self._env("client", conf_dir, env)
+        command = [str(self.home / "bin" / "flink"), "run", "-d",
+                   "-pyclientexec", sys.executable, "-pyexec", sys.executable,
+                   "-py", str(script), *args]
+        proc = subprocess.run(command, env=run_env, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=timeout, cwd=self.work_dir / "client")
+        found = re.search(r"Job has been submitted with JobID ([0-9a-f]{32})", proc.stdout)
+        if proc.returncode != 0 or found is None:
+            raise RuntimeError(f"flink run -d -py {script.name} exited with {proc.returncode} without a job id."
+                               f"\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
+        return found.group(1)
+
+    def job_state(self, job_id: str) -> str:
+        return self.rest(f"/jobs/{job_id}")["state"]
+
+    def job_failure(self, job_id: str) -> str:
+        """The root exception of a failed job (what the web UI's Exceptions tab shows first)."""
+        exceptions = self.rest(f"/jobs/{job_id}/exceptions")
+        history = exceptions.get("exceptionHistory", {}).get("entries", [])
+        root = history[0].get("stacktrace") if history else None
+        return root or json.dumps(exceptions)[:4000]
+
+    def wait_for_job_end(self, job_id: str, timeout: float) -> str:
+        """Polls until the job is FINISHED, FAILED or CANCELED and returns that state."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.job_state(job_id)
+            if state in ("FINISHED", "FAILED", "CANCELED"):
+                return state
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Job {job_id} is still {state} after {timeout:.0f} s.\n{self.logs(80)}")
+            time.sleep(0.5)
+
+    def cancel_job(self, job_id: str) -> None:
+        """Cancels the job if it still runs (a failed test must not leave its slots taken)."""
+        try:
+            if self.job_state(job_id) not in ("FINISHED", "FAILED", "CANCELED"):
+                self.rest(f"/jobs/{job_id}?mode=cancel", method="PATCH")
+                self.wait_for_job_end(job_id, 60)
+        except (urllib.error.URLError, OSError, ValueError, TimeoutError):
+            pass  # the cluster is torn down after the tests anyway
+
+    def vertex(self, job_id: str, operator_name: str) -> dict:
+        """The job vertex running operator ``operator_name`` (a chain's name joins its operators' with " -> ")."""
+        for vertex in self.rest(f"/jobs/{job_id}")["vertices"]:
+            if operator_name in vertex["name"].split(" -> "):
+                return vertex
+        raise LookupError(f"Job {job_id} has no vertex named {operator_name!r}.")
+
+    def subtask_metrics(self, job_id: str, vertex_id: str, subtask: int, ids: list[str]) -> dict[str, str]:
+        """The values (strings) of those metric ids that subtask ``subtask`` of the vertex has now."""
+        query = ",".join(ids)
+        values = self.rest(f"/jobs/{job_id}/vertices/{vertex_id}/subtasks/{subtask}/metrics?get={query}")
+        return {entry["id"]: entry["value"] for entry in values}
