@@ -7,8 +7,12 @@ thread and in process mode.
 * Two TaskManagers of two slots, each given 2 of 4 simulated GPUs, parallelism 4: each subtask sees
   its TaskManager's two GPUs; the four bound GPUs are distinct, each of its TaskManager's set; the
   gauges are read back from Flink's REST API while the job runs.
-* One TaskManager of four slots with 2 GPUs: ``subtasks_per_gpu=2`` binds each GPU exactly twice; and
-  ``gpus[getIndexOfThisSubtask() % n]`` collides where ``bind_gpus`` does not.
+* One TaskManager of four slots with 2 GPUs: ``subtasks_per_gpu=2`` binds each GPU exactly twice;
+  ``gpus[getIndexOfThisSubtask() % n]`` collides where ``bind_gpus`` does not; a second operator in a
+  slot gets that slot's binding.
+
+What PyFlink 2.3 does underneath (threads, workers, slots, gauges) is written down in
+flink_e2e/gpu_job.py; how the REST API names metrics, in flink_e2e/cluster.py.
 
 Needs ``pip install apache-flink==2.3.0`` and Java >= 11; takes about two minutes. Deselect with
 ``-m 'not flink_cluster'``. (A local MiniCluster never calls external resource drivers, so nothing
@@ -99,26 +103,29 @@ class JobRun:
     bound_after: dict = field(default_factory=dict)
     problem: str | None = None  # why the run is unusable: each test that needs it fails with this
 
-    def subtask(self, report):
-        return report["operator"], report["subtask"]
+
+def subtask_of(report):
+    """(operator, subtask index): a subtask's key in the REST API and in :class:`JobRun`."""
+    return report["operator"], report["subtask"]
 
 
-def run_job(cluster, mode, parallelism, subtasks_per_gpu=1, operators=1, gauges=False) -> JobRun:
-    """Runs gpu_job.py: waits for every open() report, reads the gauges from REST (``gauges``) and the
-    bindings file while the subtasks wait, then lets them finish and collects the close() reports."""
-    key = (mode, parallelism, subtasks_per_gpu, operators)
+def run_job(cluster, mode, parallelism, subtasks_per_gpu=1, groups=(None,), gauges=False) -> JobRun:
+    """Runs gpu_job.py (``groups``: an operator per entry, in that slot sharing group; None: the default):
+    waits for every open() report, reads the gauges from REST (``gauges``) and the bindings file while
+    the subtasks wait, then lets them finish and collects the close() reports. Once per cluster."""
+    key = (mode, parallelism, subtasks_per_gpu, tuple(groups))
     if key in cluster.runs:
         return cluster.runs[key]
-    results = cluster.work_dir / f"results-{mode}-p{parallelism}-s{subtasks_per_gpu}-o{operators}"
+    results = cluster.work_dir / f"results-{len(cluster.runs)}-{mode}"
     results.mkdir()
     release = results / "release"
     spec = {"mode": mode, "results": str(results), "parallelism": parallelism,
-            "subtasks_per_gpu": subtasks_per_gpu, "release": str(release), "operators": operators}
+            "subtasks_per_gpu": subtasks_per_gpu, "release": str(release), "groups": list(groups)}
     run = cluster.runs[key] = JobRun(mode)
     job_id = None
     try:
         job_id = cluster.submit_python_job(JOB, [json.dumps(spec)], env={"PYTHONPATH": package_root()})
-        expected = parallelism * operators
+        expected = parallelism * len(groups)
         run.opened = wait_for_reports(cluster, job_id, results, "open", expected, timeout=180)
         if gauges and not any("error" in r or "bind_error" in r for r in run.opened):  # else nothing to read
             read_gauges(cluster, job_id, run, timeout=60)
@@ -161,7 +168,7 @@ def read_gauges(cluster, job_id, run, timeout):
     deadline = time.monotonic() + timeout
     vertices = {}
     for report in run.opened:
-        operator, subtask = run.subtask(report)
+        operator, subtask = subtask_of(report)
         if operator not in vertices:
             vertices[operator] = cluster.vertex(job_id, operator)["id"]
         wanted = [f"{operator}.gpu.{index}.{gauge}" for index in report["bound"] for gauge in GAUGE_RANGES]
@@ -207,7 +214,7 @@ def coordination_sets(cluster) -> dict:
     return by_jvm
 
 
-def check_binding_report(cluster, run, report, jvm_pid):
+def check_binding_report(run, report, jvm_pid):
     """One subtask's binding: one GPU of its TaskManager, named the way its mode names it."""
     (index,) = report["bound"]
     assert index in {info["index"] for info in report["infos"]}, report
@@ -303,7 +310,7 @@ class TestTwoTaskManagers:
         assert len(set(bound)) == self.PARALLELISM, f"the four subtasks bound {bound}: not distinct"
         assert sorted(r["subtask"] for r in run.opened) == list(range(self.PARALLELISM))
         for report in run.opened:
-            check_binding_report(cluster, run, report, jvm_pid[report["taskmanager"]])
+            check_binding_report(run, report, jvm_pid[report["taskmanager"]])
             assert report["bound"][0] in by_jvm[jvm_pid[report["taskmanager"]]], report
         # one holder per slot: distinct workers (process mode) or allocation ids (thread mode)
         holders = holders_of(run, run.opened)
@@ -341,15 +348,16 @@ class TestTwoTaskManagers:
 def check_gauges(run, parallelism):
     assert len(run.gauges) == parallelism, run.gauges
     for report in run.opened:
-        operator, subtask = run.subtask(report)
+        operator, subtask = subtask_of(report)
         (index,) = report["bound"]
         prefix = f"{operator}.gpu.{index}."
         # only the bound GPU's gauges, under the key-value group gpu=<index>
         assert run.gauge_ids[operator, subtask] == sorted(prefix + g for g in GAUGE_RANGES), run.gauge_ids
         for gauge, allowed in GAUGE_RANGES.items():
             value = run.gauges[operator, subtask][prefix + gauge]
-            assert re.fullmatch(r"-?[0-9]+", value), f"{prefix}{gauge} of subtask {subtask} is {value!r}, not an integer"
-            assert int(value) in allowed, f"{prefix}{gauge} of subtask {subtask} is {value}, outside {allowed}"
+            where = f"{prefix}{gauge} of subtask {subtask}"
+            assert re.fullmatch(r"-?[0-9]+", value), f"{where} is {value!r}, not an integer"
+            assert int(value) in allowed, f"{where} is {value}, outside {allowed}"
 
 
 class TestOneTaskManagerSharingTwoGpus:
@@ -365,25 +373,54 @@ class TestOneTaskManagerSharingTwoGpus:
         jvm_pid = cluster.taskmanagers[0].pid
         assert Counter(r["bound"][0] for r in run.opened) == {"0": 2, "1": 2}
         for report in run.opened:
-            check_binding_report(cluster, run, report, jvm_pid)
+            check_binding_report(run, report, jvm_pid)
         holders = holders_of(run, run.opened)
         assert len(holders) == 4, f"four slots, four holders: {holders}"
         assert run.bound_while_running == {jvm_pid: holders}, run.bound_while_running
         assert run.bound_after == {}, run.bound_after
 
+    # bind-gpus and bind-gpus-3 in the default slot sharing group (one slot, two tasks), bind-gpus-2 in a
+    # group of its own (a second slot): parallelism 1, so every subtask has index 0
+    GROUPS = (None, "own-slot", None)
+
+    def operators_job(self, cluster, mode):
+        return run_job(cluster, mode, parallelism=1, groups=self.GROUPS)
+
     @pytest.mark.parametrize("mode", MODES)
     def test_subtask_index_modulo_collides_where_bind_gpus_does_not(self, cluster, mode):
-        """Two operators of parallelism 1 in their own slot sharing groups: both subtasks have index 0, run
-        in two slots of the one TaskManager, and ``gpus[0 % 2]`` gives both GPU 0 — whatever Flink's
-        placement (unlike subtasks 0..3 on two TaskManagers, which Flink places differently from run to
-        run). ``bind_gpus`` gives the two slots the two GPUs."""
-        run = usable(cluster, run_job(cluster, mode, parallelism=1, operators=2))
+        """Two operators' subtask 0 in two slots of the one TaskManager: ``gpus[0 % 2]`` gives both GPU 0,
+        whatever Flink's placement (subtasks 0..3 on two TaskManagers collide only when Flink puts 0 and 2
+        on one of them, which it does in some runs and not others). ``bind_gpus`` gives the two slots the
+        two GPUs."""
+        run = usable(cluster, self.operators_job(cluster, mode))
         check(cluster, run, lambda: self.check_modulo_collides(cluster, run))
 
     def check_modulo_collides(self, cluster, run):
-        assert sorted(run.subtask(r) for r in run.opened) == [(OPERATOR, 0), (f"{OPERATOR}-2", 0)]
-        assert [r["modulo_pick"] for r in run.opened] == ["0", "0"], "gpus[subtask % n] should collide"
-        assert sorted(r["bound"][0] for r in run.opened) == ["0", "1"], "bind_gpus should not"
+        by_operator = {r["operator"]: r for r in run.opened}
+        operators = [OPERATOR, f"{OPERATOR}-2", f"{OPERATOR}-3"]
+        assert sorted(subtask_of(r) for r in run.opened) == [(name, 0) for name in operators]
+        first, other = by_operator[OPERATOR], by_operator[f"{OPERATOR}-2"]
+        assert [first["modulo_pick"], other["modulo_pick"]] == ["0", "0"], "gpus[subtask % n] should collide"
+        assert sorted(first["bound"] + other["bound"]) == ["0", "1"], "bind_gpus should not"
+        assert holder_of(run, first) != holder_of(run, other)
         for report in run.opened:
-            check_binding_report(cluster, run, report, cluster.taskmanagers[0].pid)
+            check_binding_report(run, report, cluster.taskmanagers[0].pid)
+
+    @pytest.mark.parametrize("mode", MODES)
+    def test_operators_of_one_slot_share_its_binding(self, cluster, mode):
+        """bind-gpus-3 runs in bind-gpus's slot as a task of its own: in process mode in the same Python
+        worker (PyFlink's one per slot), in thread mode on another thread with the same allocation id.
+        It gets the slot's GPU, and the slot keeps it until both have released."""
+        run = usable(cluster, self.operators_job(cluster, mode))
+        check(cluster, run, lambda: self.check_slot_shared(cluster, run))
+
+    def check_slot_shared(self, cluster, run):
+        by_operator = {r["operator"]: r for r in run.opened}
+        first, same_slot = by_operator[OPERATOR], by_operator[f"{OPERATOR}-3"]
+        assert holder_of(run, same_slot) == holder_of(run, first)
+        assert same_slot["bound"] == first["bound"]
+        if run.mode == "thread":
+            assert same_slot["thread"] != first["thread"]
+        assert run.bound_while_running == {cluster.taskmanagers[0].pid: holders_of(run, run.opened)}
         assert len(holders_of(run, run.opened)) == 2
+        assert run.bound_after == {}, run.bound_after

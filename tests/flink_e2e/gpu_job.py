@@ -8,8 +8,11 @@ Usage (through ``flink run -py``): gpu_job.py <spec JSON>, the spec holding
 * ``subtasks_per_gpu``: passed to ``bind_gpus``;
 * ``release``: a file; the second record of each subtask waits until it exists (at most ``hold_s``
   seconds), so the job runs, its GPUs bound and its gauges registered, until the test has looked;
-* ``operators`` (default 1): with 2, a second operator ``bind-gpus-2`` (same parallelism) in its own
-  slot sharing group, so the subtask with index i of each operator runs in a slot of its own.
+* ``groups`` (default ``[null]``): one operator per entry, all of that parallelism, named ``bind-gpus``,
+  ``bind-gpus-2``, ...; an entry names the operator's slot sharing group (null: the default group).
+  Operators after the first are not chained: each runs as a task of its own, in the slot of its group
+  that holds the subtasks of its index (a second operator of the default group shares the first's
+  slots; one of another group takes slots of its own).
 
 ``open()`` writes ``open-*.json``: which TaskManager it runs in (the environment variable the test gives
 each TaskManager), its operator, subtask index, pid and thread, the infos of
@@ -138,7 +141,7 @@ class BindGpus(MapFunction):
 
 
 def main():
-    spec = {"operators": 1, "hold_s": 120, **json.loads(sys.argv[1])}
+    spec = {"groups": [None], "hold_s": 120, **json.loads(sys.argv[1])}
     config = Configuration()
     config.set_string("python.execution-mode", spec["mode"])
     config.set_string("python.executable", sys.executable)
@@ -147,15 +150,16 @@ def main():
     parallelism = spec["parallelism"]
     # rebalanced round robin: every subtask gets 4 records, so each reaches the one that waits
     records = env.from_collection(list(range(parallelism * 4)), type_info=Types.INT())
-    for number in range(1, spec["operators"] + 1):
+    for number, group in enumerate(spec["groups"], start=1):
         name = OPERATOR if number == 1 else f"{OPERATOR}-{number}"
         mapped = records.map(BindGpus(spec, name), output_type=Types.INT()).name(name) \
             .set_parallelism(parallelism)
         if number > 1:
-            mapped.slot_sharing_group(name)
+            mapped.disable_chaining()
+        if group is not None:
+            mapped.slot_sharing_group(group)
         mapped.print()
-    env.execute(f"flink-gpu e2e ({spec['mode']} mode, {spec['operators']} operator(s), p={parallelism})")
-
+    env.execute(f"flink-gpu e2e ({spec['mode']} mode, groups {spec['groups']}, p={parallelism})")
 
 if __name__ == "__main__":
     main()
