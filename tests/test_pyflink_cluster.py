@@ -20,8 +20,10 @@ short of a standalone cluster tests this.) The clusters run one after the other 
 """
 
 import json
+import os
 import re
 import shutil
+import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -101,6 +103,8 @@ class JobRun:
     gauge_ids: dict = field(default_factory=dict)  # (operator, subtask) -> every "<op>.gpu.*" id it has
     bound_while_running: dict = field(default_factory=dict)  # BindingSnapshot.by_taskmanager()
     bound_after: dict = field(default_factory=dict)
+    first_attempt: list = field(default_factory=list)  # a restarted job's first open() reports
+    bound_before_restart: dict = field(default_factory=dict)
     problem: str | None = None  # why the run is unusable: each test that needs it fails with this
 
 
@@ -109,11 +113,15 @@ def subtask_of(report):
     return report["operator"], report["subtask"]
 
 
-def run_job(cluster, mode, parallelism, subtasks_per_gpu=1, groups=(None,), gauges=False) -> JobRun:
+def run_job(cluster, mode, parallelism, subtasks_per_gpu=1, groups=(None,), gauges=False, restart=None) -> JobRun:
     """Runs gpu_job.py (``groups``: an operator per entry, in that slot sharing group; None: the default):
     waits for every open() report, reads the gauges from REST (``gauges``) and the bindings file while
-    the subtasks wait, then lets them finish and collects the close() reports. Once per cluster."""
-    key = (mode, parallelism, subtasks_per_gpu, tuple(groups))
+    the subtasks wait, then lets them finish and collects the close() reports. Once per cluster.
+
+    ``restart``: ``"kill-worker"`` SIGKILLs the Python worker of subtask 0, ``"fail-task"`` makes subtask 0
+    fail, once every subtask has bound; Flink restarts the job once, and ``opened``/``closed`` are the
+    restarted attempt's reports (``first_attempt``: the first attempt's open() reports)."""
+    key = (mode, parallelism, subtasks_per_gpu, tuple(groups), restart)
     if key in cluster.runs:
         return cluster.runs[key]
     results = cluster.work_dir / f"results-{len(cluster.runs)}-{mode}"
@@ -121,21 +129,34 @@ def run_job(cluster, mode, parallelism, subtasks_per_gpu=1, groups=(None,), gaug
     release = results / "release"
     spec = {"mode": mode, "results": str(results), "parallelism": parallelism,
             "subtasks_per_gpu": subtasks_per_gpu, "release": str(release), "groups": list(groups)}
+    if restart is not None:
+        spec.update(restarts=1, fail=str(results / "fail"))
     run = cluster.runs[key] = JobRun(mode)
     job_id = None
     try:
         job_id = cluster.submit_python_job(JOB, [json.dumps(spec)], env={"PYTHONPATH": package_root()})
         expected = parallelism * len(groups)
-        run.opened = wait_for_reports(cluster, job_id, results, "open", expected, timeout=180)
+        attempt = 0
+        run.opened = wait_for_reports(cluster, job_id, results, "open", expected, attempt, timeout=180)
+        if restart is not None:
+            run.first_attempt, run.bound_before_restart = run.opened, bound_now(cluster)
+            if restart == "kill-worker":
+                (victim,) = [r["pid"] for r in run.opened if subtask_of(r) == (OPERATOR, 0)]
+                os.kill(victim, signal.SIGKILL)
+            else:
+                Path(spec["fail"]).touch()
+            attempt = 1
+            run.opened = wait_for_reports(cluster, job_id, results, "open", expected, attempt, timeout=180)
         if gauges and not any("error" in r or "bind_error" in r for r in run.opened):  # else nothing to read
             read_gauges(cluster, job_id, run, timeout=60)
-        run.bound_while_running = binding.snapshot(cluster.bindings_file).by_taskmanager()
+        run.bound_while_running = bound_now(cluster)
         release.touch()
         state = cluster.wait_for_job_end(job_id, timeout=180)
+        cluster.check_taskmanagers_alive()
         if state != "FINISHED":
             raise RuntimeError(f"The job ended {state}:\n{cluster.job_failure(job_id)}")
-        run.closed = wait_for_reports(cluster, job_id, results, "close", expected, timeout=30)
-        run.bound_after = binding.snapshot(cluster.bindings_file).by_taskmanager()
+        run.closed = wait_for_reports(cluster, job_id, results, "close", expected, attempt, timeout=30)
+        run.bound_after = bound_now(cluster)
     except (RuntimeError, TimeoutError, OSError, ValueError, LookupError) as error:
         run.problem = f"{mode} mode, job {job_id}: {error}"
     finally:
@@ -145,21 +166,29 @@ def run_job(cluster, mode, parallelism, subtasks_per_gpu=1, groups=(None,), gaug
     return run
 
 
-def wait_for_reports(cluster, job_id, results, kind, expected, timeout) -> list:
+def bound_now(cluster) -> dict:
+    """The bindings file now: TaskManager pid -> live holder -> its GPUs."""
+    return binding.snapshot(cluster.bindings_file).by_taskmanager()
+
+
+def wait_for_reports(cluster, job_id, results, kind, expected, attempt, timeout) -> list:
+    """The ``kind`` (open, close) reports of the subtasks' attempt ``attempt``, once all ``expected`` are there."""
     deadline = time.monotonic() + timeout
     while True:
         reports = [json.loads(path.read_text()) for path in sorted(results.glob(f"{kind}-*.json"))]
+        reports = [r for r in reports if r.get("attempt", 0) == attempt]
         if len(reports) >= expected:
             if len(reports) > expected:
-                raise RuntimeError(f"{len(reports)} {kind}() reports, expected {expected}: {reports}")
+                raise RuntimeError(f"{len(reports)} {kind}() reports of attempt {attempt}, expected {expected}: "
+                                   f"{reports}")
             return reports
         state = cluster.job_state(job_id)
-        if state in ("FAILED", "CANCELED"):
-            raise RuntimeError(f"The job ended {state} with {len(reports)} of {expected} {kind}() reports:\n"
-                               f"{cluster.job_failure(job_id)}")
+        if state in ("FAILED", "CANCELED", "FINISHED"):
+            raise RuntimeError(f"The job ended {state} with {len(reports)} of {expected} {kind}() reports of "
+                               f"attempt {attempt}:\n{cluster.job_failure(job_id)}")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(reports)} of {expected} {kind}() reports after {timeout} s "
-                               f"(job {state}): {reports}")
+            raise TimeoutError(f"{len(reports)} of {expected} {kind}() reports of attempt {attempt} after "
+                               f"{timeout} s (job {state}): {reports}")
         time.sleep(0.2)
 
 
@@ -423,4 +452,27 @@ class TestOneTaskManagerSharingTwoGpus:
             assert same_slot["thread"] != first["thread"]
         assert run.bound_while_running == {cluster.taskmanagers[0].pid: holders_of(run, run.opened)}
         assert len(holders_of(run, run.opened)) == 2
+        assert run.bound_after == {}, run.bound_after
+
+    @pytest.mark.parametrize("mode, restart", [("process", "kill-worker"), ("thread", "fail-task")])
+    def test_a_restarted_job_binds_again_after_a_holder_died(self, cluster, mode, restart):
+        """Parallelism 2 binds both GPUs; then subtask 0's Python worker is SIGKILLed (process mode: nobody
+        calls release) or subtask 0 fails (thread mode: its task thread ends). Flink restarts the job, and
+        the new attempt binds both GPUs again: nothing of the first attempt is left bound."""
+        run = usable(cluster, run_job(cluster, mode, parallelism=2, restart=restart))
+        check(cluster, run, lambda: self.check_restarted(cluster, run))
+
+    def check_restarted(self, cluster, run):
+        jvm_pid = cluster.taskmanagers[0].pid
+        for attempt, reports in enumerate((run.first_attempt, run.opened)):
+            assert sorted(r["bound"][0] for r in reports) == ["0", "1"], f"attempt {attempt}: {reports}"
+            assert all(r["attempt"] == attempt for r in reports)
+        assert run.bound_before_restart == {jvm_pid: holders_of(run, run.first_attempt)}
+        assert run.bound_while_running == {jvm_pid: holders_of(run, run.opened)}
+        if run.mode == "process":
+            # new workers: the killed one and its peer (torn down for the restart) are gone
+            assert not {r["pid"] for r in run.first_attempt} & {r["pid"] for r in run.opened}
+            assert not any(os.path.exists(f"/proc/{r['pid']}") for r in run.first_attempt)
+        for report in run.opened:
+            check_binding_report(run, report, jvm_pid)
         assert run.bound_after == {}, run.bound_after

@@ -80,6 +80,7 @@ class FlinkProcess:
     def __init__(self, role: str, popen: subprocess.Popen, conf_dir: Path, log_dir: Path, console: Path):
         self.role = role
         self.popen = popen
+        self.work_dir = console.parent  # its working directory: where a JVM crash report lands
         self.conf_dir = conf_dir
         self.log_dir = log_dir
         self.console = console
@@ -254,6 +255,14 @@ class StandaloneCluster:
         raise TimeoutError(f"The Flink cluster did not come up within {timeout:.0f} s ({last_error}).\n"
                            f"{self.logs()}")
 
+    def check_taskmanagers_alive(self) -> None:
+        """Raises RuntimeError naming each TaskManager JVM that exited (and its crash report, if any)."""
+        dead = [f"{tm.role} pid {tm.pid} exited with {tm.popen.returncode}"
+                + "".join(f"; crash report {report}" for report in sorted(tm.work_dir.glob("hs_err_pid*.log")))
+                for tm in self.taskmanagers if tm.popen.poll() is not None]
+        if dead:
+            raise RuntimeError("; ".join(dead))
+
     def logs(self, lines: int = 60) -> str:
         return "\n".join(p.log_tail(lines) for p in self.processes())
 
@@ -290,7 +299,13 @@ class StandaloneCluster:
         return found.group(1)
 
     def job_state(self, job_id: str) -> str:
-        return self.rest(f"/jobs/{job_id}")["state"]
+        """The job's state, from ``/jobs/<jid>/status``: unlike ``/jobs/<jid>`` it does not make the
+        JobManager fetch metrics from the TaskManagers. Fetching calls every gauge, and PyFlink 2.3's
+        thread-mode gauges call into the task's Python interpreter through pemja, which the task frees
+        when it ends while its gauges are still registered: a fetch at that moment crashes the JVM
+        (SIGSEGV in take_gil / _PyEvalFramePushAndInit on a flink-metrics thread). So a test polls the
+        state while tasks end, and reads metrics only while they run."""
+        return self.rest(f"/jobs/{job_id}/status")["status"]
 
     def job_failure(self, job_id: str) -> str:
         """The root exception of a failed job (what the web UI's Exceptions tab shows first)."""

@@ -8,6 +8,10 @@ Usage (through ``flink run -py``): gpu_job.py <spec JSON>, the spec holding
 * ``subtasks_per_gpu``: passed to ``bind_gpus``;
 * ``release``: a file; the second record of each subtask waits until it exists (at most ``hold_s``
   seconds), so the job runs, its GPUs bound and its gauges registered, until the test has looked;
+* ``fail`` (optional): a file; once it exists, subtask 0 of ``bind-gpus`` fails its first attempt
+  while it waits (the others stop waiting); ``restarts`` (optional): restart attempts (fixed delay,
+  1 s) after a failure;
+* ``gauges`` (default true): whether ``open()`` registers the binding's gauges;
 * ``groups`` (default ``[null]``): one operator per entry, all of that parallelism, named ``bind-gpus``,
   ``bind-gpus-2``, ...; an entry names the operator's slot sharing group (null: the default group).
   Operators after the first are not chained: each runs as a task of its own, in the slot of its group
@@ -95,9 +99,11 @@ class BindGpus(MapFunction):
         java_context = getattr(runtime_context, "_runtime_context", None)
         if java_context is not None:
             task = java_context.getTaskInfo()
-            report.update(subtask=int(task.getIndexOfThisSubtask()), slot=str(task.getAllocationIDAsString()))
+            report.update(subtask=int(task.getIndexOfThisSubtask()), attempt=int(task.getAttemptNumber()),
+                          slot=str(task.getAllocationIDAsString()))
         else:
-            report.update(subtask=runtime_context.get_index_of_this_subtask(), slot=None)
+            report.update(subtask=runtime_context.get_index_of_this_subtask(),
+                          attempt=runtime_context.get_attempt_number(), slot=None)
         lookup = lookup_external_resource_infos(runtime_context, "gpu")
         report.update(mode=lookup.mode, reason=lookup.reason, holder_pid=lookup.holder_pid,
                       infos=info_properties(lookup.infos))
@@ -116,19 +122,29 @@ class BindGpus(MapFunction):
             # what a process-mode worker does before CUDA starts: see only its own GPU
             os.environ["CUDA_VISIBLE_DEVICES"] = self.binding.cuda_visible_devices
         report["devices"] = list(self.binding.devices)
-        self.binding.register_metrics(runtime_context.get_metrics_group())
+        if self.spec["gauges"]:
+            self.binding.register_metrics(runtime_context.get_metrics_group())
 
     def map(self, value):
         self.records += 1
         if self.records == 2:
             deadline = time.monotonic() + self.spec["hold_s"]
             while not os.path.exists(self.spec["release"]) and time.monotonic() < deadline:
+                if self.failing():
+                    if self.operator == OPERATOR and self.report.get("subtask") == 0:
+                        raise RuntimeError(f"gpu_job: subtask 0 of {self.operator} fails on purpose (attempt 0)")
+                    break  # thread mode: a Python loop does not see Flink cancel the task; stop waiting
                 time.sleep(0.05)
             self.report["held_until_release"] = os.path.exists(self.spec["release"])
         return value
 
+    def failing(self) -> bool:
+        """The first attempt, once the ``fail`` file exists."""
+        return (self.spec.get("fail") is not None and self.report.get("attempt") == 0
+                and os.path.exists(self.spec["fail"]))
+
     def close(self):
-        report = {key: self.report.get(key) for key in ("taskmanager", "operator", "subtask", "pid")}
+        report = {key: self.report.get(key) for key in ("taskmanager", "operator", "subtask", "attempt", "pid")}
         report.update(thread=threading.get_native_id(), records=self.records,
                       held_until_release=self.report.get("held_until_release"))
         try:
@@ -141,11 +157,15 @@ class BindGpus(MapFunction):
 
 
 def main():
-    spec = {"groups": [None], "hold_s": 120, **json.loads(sys.argv[1])}
+    spec = {"groups": [None], "hold_s": 120, "gauges": True, **json.loads(sys.argv[1])}
     config = Configuration()
     config.set_string("python.execution-mode", spec["mode"])
     config.set_string("python.executable", sys.executable)
     config.set_string("python.fn-execution.bundle.size", "1")  # process mode: gauges reach Flink per record
+    if spec.get("restarts"):
+        config.set_string("restart-strategy.type", "fixed-delay")
+        config.set_string("restart-strategy.fixed-delay.attempts", str(spec["restarts"]))
+        config.set_string("restart-strategy.fixed-delay.delay", "1 s")
     env = StreamExecutionEnvironment.get_execution_environment(config)
     parallelism = spec["parallelism"]
     # rebalanced round robin: every subtask gets 4 records, so each reaches the one that waits
