@@ -42,9 +42,14 @@ How PyFlink 2.3 runs these (what the cluster test found):
   the Java ``StreamingRuntimeContext`` behind ``ctx._runtime_context``: its ``getTaskInfo()`` gives the
   subtask index and ``getAllocationIDAsString()`` (one allocation id per slot, shared by the subtasks
   of one slot), while PyFlink's own ``get_index_of_this_subtask()`` and the other ``get_*`` calls fail
-  (``getIndexOfThisSubtask`` was removed from the Java context in Flink 2.0). Gauges are Java gauges
-  around the Python callable: Flink calls them when it reports, on its ``flink-metrics-*`` thread,
-  not the task's.
+  (``getIndexOfThisSubtask`` was removed from the Java context in Flink 2.0). The function's
+  ``close()`` runs only when the input ends: a failed or cancelled task closes its interpreter
+  without calling it (its thread ends all the same). Gauges are Java gauges around the Python
+  callable: Flink calls them when it reports or answers a metric query, on its ``flink-metrics-*``
+  thread, through pemja with the task thread's interpreter state. A call after the task closed its
+  interpreter, before its metric group is closed, crashes the JVM (see cluster.py's ``job_state``).
+  Cancelling interrupts the task thread, which Python code does not notice: a peer of a failed
+  subtask stays CANCELING until its Python returns, so the waits here also end once ``fail`` exists.
 """
 
 import json
