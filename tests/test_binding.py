@@ -308,3 +308,43 @@ def test_a_gpu_lost_mid_run_keeps_its_last_values(path):
 def test_gauges_without_a_loadable_nvml_are_minus_one(path, tmp_path):
     got = read_gauges(path, library=str(tmp_path / "no-libnvidia-ml.so.1"))["first"]
     assert all(value == -1 for gauges in got.values() for value in gauges.values())
+
+
+# -- review (issue 14): handles, holders and bad input ---------------------------------------------
+
+@pytest.mark.parametrize("second_call", ["another taskmanager_pid", "another spelling of the path"])
+def test_releasing_one_handle_keeps_what_another_handle_of_the_same_process_holds(path, second_call):
+    """The native core knows one process holder per pid and file: a handle of it that is still out keeps
+    the GPUs bound, whatever taskmanager_pid or path spelling each call gave."""
+    first = bind(infos(1), path=path)
+    if second_call == "another taskmanager_pid":
+        second = bind(infos(1), taskmanager_pid=os.getppid(), path=path)
+    else:
+        second = bind(infos(1), path=os.path.join(os.path.dirname(path), ".", os.path.basename(path)))
+    assert second.indices == first.indices == ("0",)
+    first.release()
+    try:
+        procs, got = start_workers(path, 1, n=1)  # another worker process of the TaskManager
+        stop(procs)
+        assert got[0].startswith("error: Could not bind 1 GPU"), f"GPU 0 bound twice: {got}"
+    finally:
+        second.release()
+
+
+def test_an_empty_slot_id_is_refused_naming_it(path):
+    with pytest.raises(ValueError, match="Invalid slot id ''"):
+        bind(infos(1), slot="", path=path)
+    assert not os.path.exists(path)
+
+
+def test_a_count_too_large_for_the_core_is_a_clear_error_naming_it(path):
+    with pytest.raises((ValueError, BindingError), match=str(2 ** 64)):
+        bind(infos(2), 2 ** 64, path=path)
+
+
+def test_asking_for_more_gpus_than_given_says_how_many_were_given(path):
+    with pytest.raises(BindingError) as caught:
+        bind(infos(2), 3, path=path)
+    message = str(caught.value)
+    # not just "GPU 0 is free; GPU 1 is free": the reason is that 3 is more than the 2 given
+    assert "2 GPUs" in message or "only 2" in message, message
