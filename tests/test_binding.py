@@ -348,3 +348,54 @@ def test_asking_for_more_gpus_than_given_says_how_many_were_given(path):
     message = str(caught.value)
     # not just "GPU 0 is free; GPU 1 is free": the reason is that 3 is more than the 2 given
     assert "2 GPUs" in message or "only 2" in message, message
+
+
+# A slot's thread binds and ends without release() (its end frees the slot), then a new thread gets the
+# same thread id (ns_last_pid: the kernel's tid reuse, made to happen at once) and binds and releases.
+TID_REUSE = textwrap.dedent("""
+    import json, os, sys, threading, time
+    from flink_gpu import GPUInfo, binding
+    from flink_gpu.binding import bind
+    path = sys.argv[1]
+    gpus = [GPUInfo("0"), GPUInfo("1")]
+    first = threading.Thread(target=lambda: bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path))
+    first.start()
+    first.join()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/self/task/{first.native_id}") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(first.native_id - 1))
+    except OSError as error:
+        print(json.dumps({"skip": f"cannot set ns_last_pid: {error}"}))
+        sys.exit(0)
+    out, done = {}, threading.Event()
+    def second():
+        out["reused"] = threading.get_native_id() == first.native_id
+        bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path).release()
+        out["bound_after_release"] = sorted(e.index for e in binding.snapshot(path).entries if e.alive)
+        done.wait(30)
+    t = threading.Thread(target=second)
+    t.start()
+    while "bound_after_release" not in out and t.is_alive():
+        time.sleep(0.01)
+    done.set()
+    t.join()
+    print(json.dumps(out))
+    """)
+
+
+def test_a_thread_reusing_an_ended_binders_id_frees_its_binding_on_release(path):
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+    proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", TID_REUSE, path],
+                          env=child_env(), capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0 and not proc.stdout:
+        pytest.skip(f"cannot create a pid namespace here: {proc.stderr.strip()}")
+    out = json.loads(proc.stdout)
+    if "skip" in out or not out["reused"]:
+        pytest.skip(out.get("skip", "the kernel did not give the thread id again"))
+    assert out["bound_after_release"] == [], "release() left the slot's GPU bound while its thread lives"
