@@ -399,3 +399,12 @@ def test_a_thread_reusing_an_ended_binders_id_frees_its_binding_on_release(path)
     if "skip" in out or not out["reused"]:
         pytest.skip(out.get("skip", "the kernel did not give the thread id again"))
     assert out["bound_after_release"] == [], "release() left the slot's GPU bound while its thread lives"
+
+
+def test_a_slot_id_with_control_characters_is_shown_escaped(path):
+    """As a bad GPU index is: the message must not carry a newline or a terminal escape sequence."""
+    with pytest.raises(ValueError) as caught:
+        bind(infos(1), slot="a\x1b[2J\nb", path=path)
+    message = str(caught.value)
+    assert "\x1b" not in message and "\n" not in message, repr(message)
+    assert "a\\x1b[2J\\x0ab" in message
