@@ -408,3 +408,9 @@ def test_a_slot_id_with_control_characters_is_shown_escaped(path):
     message = str(caught.value)
     assert "\x1b" not in message and "\n" not in message, repr(message)
     assert "a\\x1b[2J\\x0ab" in message
+
+
+@pytest.mark.parametrize("taskmanager", [0, -3, True, "12"])
+def test_a_bad_taskmanager_pid_is_refused_naming_the_parameter(path, taskmanager):
+    with pytest.raises(ValueError, match=f"taskmanager_pid must be a positive process id, got {taskmanager!r}"):
+        bind(infos(1), taskmanager_pid=taskmanager, path=path)

@@ -633,11 +633,13 @@ def test_bind_gpus_without_gpus_says_why(tmp_path, monkeypatch):
         bind_gpus(None, "gpu")
 
 
-@pytest.mark.parametrize("count, share", [(0, 1), (1, 0)])
-def test_bind_gpus_refuses_bad_counts(count, share):
+@pytest.mark.parametrize("count, share, message", [
+    (0, 1, "count must be 1 to"), (1, 0, "subtasks_per_gpu must be 1 to 1024, got 0"),
+    (1, 2000, "subtasks_per_gpu must be 1 to 1024, got 2000")])
+def test_bind_gpus_refuses_bad_counts_naming_the_parameter(count, share, message):
     from flink_gpu.pyflink import bind_gpus
 
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message):
         bind_gpus(None, "gpu", count=count, subtasks_per_gpu=share)
 
 
