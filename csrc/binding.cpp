@@ -41,14 +41,21 @@ std::string describe(const Holder& h) {
     return out + " (thread " + std::to_string(h.pid) + ")";
 }
 
+}  // namespace
+
+Status check_slot(const std::string& slot) {
+    if (coordination::valid_slot(slot)) return {};
+    return make_status(StatusCode::kInvalidArgument,
+                       "Invalid slot id '" + coordination::printable(slot) + "': a slot id is 1 to 128 letters, "
+                       "digits, '_', '.', ':' or '-' (e.g. a Flink allocation id).");
+}
+
+namespace {
+
 Status validate(const Holder& holder, std::uint32_t holders_per_gpu) {
     Status st = coordination::validate_pid(holder.pid, holder.slot.empty() ? "holder pid" : "thread id");
     if (!st.ok()) return st;
-    if (!holder.slot.empty() && !coordination::valid_slot(holder.slot)) {
-        return make_status(StatusCode::kInvalidArgument,
-                           "Invalid slot id '" + holder.slot + "': a slot id is 1 to 128 letters, digits, '_', '.', "
-                           "':' or '-' (e.g. a Flink allocation id).");
-    }
+    if (!holder.slot.empty() && !(st = check_slot(holder.slot)).ok()) return st;
     if (holder.taskmanager < 0) return coordination::validate_pid(holder.taskmanager, "TaskManager pid");
     if (holders_per_gpu == 0 || holders_per_gpu > coordination::kMaxShare) {
         return make_status(StatusCode::kInvalidArgument,
@@ -76,6 +83,14 @@ public:
     bool written_by_caller(const Entry& e) const {
         if (!holders(e)) return false;
         return holder_.slot.empty() || (e.pid == holder_.pid && coordination::same_process(e, holder_info_));
+    }
+
+    // Whether `e` binds for the process the holder's CUDA runs in: a process holder's own line, or a line of
+    // any slot of the holder's TaskManager (its threads share the process).
+    bool same_cuda_process(const Entry& e) const {
+        if (!e.alive) return false;
+        if (holder_.slot.empty()) return holders(e);
+        return !e.slot.empty() && e.tm == holder_.taskmanager && our_namespace(e);
     }
 
 private:
@@ -167,18 +182,26 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
         // least-bound first; `gpus` is in index order, so a stable sort keeps the lowest index among equals
         std::stable_sort(open.begin(), open.end(),
                          [](const Offer* a, const Offer* b) { return a->holders.size() < b->holders.size(); });
-        bool has_unit = std::any_of(mine.begin(), mine.end(),
-                                    [](const std::string& i) { return coordination::unit_gpu(i, nullptr); });
+        // the one MIG unit the holder's process binds already, if any (CUDA uses one per process)
+        std::vector<std::string> process_units;
+        for (const Line& l : lines) {
+            if (l.kind == LineKind::kEntry && coordination::unit_gpu(l.entry.index, nullptr) &&
+                view.same_cuda_process(l.entry))
+                process_units.push_back(l.entry.index);
+        }
+        sort_indices(&process_units);
+        std::string process_unit = process_units.empty() ? std::string() : process_units.front();
         std::size_t need = count - mine.size();
         bool skipped_unit = false;
         for (const Offer* o : open) {
             if (need == 0) break;
-            const bool unit = coordination::unit_gpu(o->index, nullptr);
-            if (unit && has_unit) {
-                skipped_unit = true;
-                continue;
+            if (coordination::unit_gpu(o->index, nullptr)) {
+                if (!process_unit.empty() && o->index != process_unit) {
+                    skipped_unit = true;
+                    continue;
+                }
+                process_unit = o->index;
             }
-            has_unit = has_unit || unit;
             take.push_back(o->index);
             --need;
         }
@@ -186,7 +209,11 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
             std::string msg = "Could not bind " + std::to_string(count) + " GPU" + (count == 1 ? "" : "s") + " to " +
                               describe(holder) + " with at most " + std::to_string(holders_per_gpu) + " holder" +
                               (holders_per_gpu == 1 ? "" : "s") + " per GPU: ";
-            if (gpus.empty()) msg += "it was given no GPUs";
+            if (count > gpus.size()) {
+                msg += "it was given " + std::string(gpus.empty() ? "no GPUs" : "only " + std::to_string(gpus.size()) +
+                                                                                   " (" + coordination::join(gpus) + ")");
+                if (!gpus.empty()) msg += ": ";
+            }
             bool first = true;
             for (const Offer& o : offers) {
                 std::string part = std::string(first ? "" : "; ") + "GPU " + o.index;
@@ -204,7 +231,13 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                 msg += part;
             }
             if (!mine.empty()) msg += "; it binds " + coordination::join(mine) + " already";
-            if (skipped_unit) msg += "; a holder binds at most one MIG unit (CUDA uses one MIG instance per process)";
+            if (skipped_unit) {
+                msg += holder.slot.empty()
+                           ? "; a process binds at most one MIG unit (CUDA uses one MIG instance per process)"
+                           : "; the slots of one TaskManager process share at most one MIG unit, " + process_unit +
+                                 " (CUDA uses one MIG instance per process: bind MIG units from separate processes, "
+                                 "e.g. PyFlink's process mode, to give each slot its own)";
+            }
             msg += ". Bindings file: " + opts.path + ".";
             r.status = make_status(StatusCode::kNotEnough, msg);
             return r;

@@ -16,8 +16,9 @@
 // `tm` records the process whose GPUs are bound (the TaskManager), for tools; `share` the binder's k.
 //
 // Bindings are host-wide: a GPU bound by n live holders takes another only if n + 1 <= k of the new binder
-// and of every holder already on it; a whole GPU and a MIG unit of it exclude each other; a holder binds
-// at most one MIG unit (CUDA uses one MIG instance per process).
+// and of every holder already on it; a whole GPU and a MIG unit of it exclude each other. CUDA uses one MIG
+// instance per process, so the holders of one process bind at most one MIG unit between them: a process
+// holder one of its own, the slots of one TaskManager (threads of one process) one they share.
 //
 // Every function is noexcept and reports failures in its result's Status, like coordination.hpp.
 #pragma once
@@ -49,6 +50,9 @@ struct BindResult {
     std::vector<coordination::BadLine> unparsable;
     Status lease_problem;  // not ok: a process holder bound without a lease (the binding itself succeeded)
 };
+
+// kInvalidArgument, naming it, unless `slot` is a valid slot id (coordination_lines.hpp's valid_slot).
+Status check_slot(const std::string& slot);
 
 // Binds `count` of `gpus` (the holder's TaskManager's GPUs; valid indices) to `holder`, letting at most
 // `holders_per_gpu` holders (1..kMaxShare) share each. A holder asking again gets what it has: topped up

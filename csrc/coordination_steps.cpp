@@ -48,22 +48,26 @@ std::string join(const std::vector<std::string>& v) {
     return out;
 }
 
+std::string printable(const std::string& text) {
+    std::string shown;
+    for (unsigned char c : text) {
+        if (c >= 0x20 && c < 0x7f) {
+            shown += static_cast<char>(c);
+        } else {
+            char hex[8];
+            std::snprintf(hex, sizeof hex, "\\x%02x", c);
+            shown += hex;
+        }
+    }
+    return shown;
+}
+
 Status validate_indices(const std::vector<std::string>& indices, std::vector<std::string>* out) {
     std::set<std::string> seen;
     for (const std::string& s : indices) {
         if (!valid_index(s)) {
-            std::string shown;
-            for (unsigned char c : s) {
-                if (c >= 0x20 && c < 0x7f) {
-                    shown += static_cast<char>(c);
-                } else {
-                    char hex[8];
-                    std::snprintf(hex, sizeof hex, "\\x%02x", c);
-                    shown += hex;
-                }
-            }
             return make_status(StatusCode::kInvalidArgument,
-                               "Invalid GPU index '" + shown + "': an index is a non-empty word of printable "
+                               "Invalid GPU index '" + printable(s) + "': an index is a non-empty word of printable "
                                "ASCII without spaces, as nvidia-smi prints it (e.g. 0).");
         }
         if (seen.insert(s).second) out->push_back(s);

@@ -35,6 +35,10 @@ void take_lease(Leases* leases, std::uint16_t mode, const std::vector<Line>& lin
 // "a, b, c".
 std::string join(const std::vector<std::string>& v);
 
+// `text` for a message: printable ASCII as is, every other byte as \xNN (a caller's bytes must not
+// break lines or drive a terminal).
+std::string printable(const std::string& text);
+
 // The valid, distinct `indices` into *out, in index order; kInvalidArgument naming a bad one.
 Status validate_indices(const std::vector<std::string>& indices, std::vector<std::string>* out);
 

@@ -308,3 +308,109 @@ def test_a_gpu_lost_mid_run_keeps_its_last_values(path):
 def test_gauges_without_a_loadable_nvml_are_minus_one(path, tmp_path):
     got = read_gauges(path, library=str(tmp_path / "no-libnvidia-ml.so.1"))["first"]
     assert all(value == -1 for gauges in got.values() for value in gauges.values())
+
+
+# -- review (issue 14): handles, holders and bad input ---------------------------------------------
+
+@pytest.mark.parametrize("second_call", ["another taskmanager_pid", "another spelling of the path"])
+def test_releasing_one_handle_keeps_what_another_handle_of_the_same_process_holds(path, second_call):
+    """The native core knows one process holder per pid and file: a handle of it that is still out keeps
+    the GPUs bound, whatever taskmanager_pid or path spelling each call gave."""
+    first = bind(infos(1), path=path)
+    if second_call == "another taskmanager_pid":
+        second = bind(infos(1), taskmanager_pid=os.getppid(), path=path)
+    else:
+        second = bind(infos(1), path=os.path.join(os.path.dirname(path), ".", os.path.basename(path)))
+    assert second.indices == first.indices == ("0",)
+    first.release()
+    try:
+        procs, got = start_workers(path, 1, n=1)  # another worker process of the TaskManager
+        stop(procs)
+        assert got[0].startswith("error: Could not bind 1 GPU"), f"GPU 0 bound twice: {got}"
+    finally:
+        second.release()
+
+
+def test_an_empty_slot_id_is_refused_naming_it(path):
+    with pytest.raises(ValueError, match="Invalid slot id ''"):
+        bind(infos(1), slot="", path=path)
+    assert not os.path.exists(path)
+
+
+def test_a_count_too_large_for_the_core_is_a_clear_error_naming_it(path):
+    with pytest.raises((ValueError, BindingError), match=str(2 ** 64)):
+        bind(infos(2), 2 ** 64, path=path)
+
+
+def test_asking_for_more_gpus_than_given_says_how_many_were_given(path):
+    with pytest.raises(BindingError) as caught:
+        bind(infos(2), 3, path=path)
+    message = str(caught.value)
+    # not just "GPU 0 is free; GPU 1 is free": the reason is that 3 is more than the 2 given
+    assert "2 GPUs" in message or "only 2" in message, message
+
+
+# A slot's thread binds and ends without release() (its end frees the slot), then a new thread gets the
+# same thread id (ns_last_pid: the kernel's tid reuse, made to happen at once) and binds and releases.
+TID_REUSE = textwrap.dedent("""
+    import json, os, sys, threading, time
+    from flink_gpu import GPUInfo, binding
+    from flink_gpu.binding import bind
+    path = sys.argv[1]
+    gpus = [GPUInfo("0"), GPUInfo("1")]
+    first = threading.Thread(target=lambda: bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path))
+    first.start()
+    first.join()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/self/task/{first.native_id}") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(first.native_id - 1))
+    except OSError as error:
+        print(json.dumps({"skip": f"cannot set ns_last_pid: {error}"}))
+        sys.exit(0)
+    out, done = {}, threading.Event()
+    def second():
+        out["reused"] = threading.get_native_id() == first.native_id
+        bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path).release()
+        out["bound_after_release"] = sorted(e.index for e in binding.snapshot(path).entries if e.alive)
+        done.wait(30)
+    t = threading.Thread(target=second)
+    t.start()
+    while "bound_after_release" not in out and t.is_alive():
+        time.sleep(0.01)
+    done.set()
+    t.join()
+    print(json.dumps(out))
+    """)
+
+
+def test_a_thread_reusing_an_ended_binders_id_frees_its_binding_on_release(path):
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+    proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", TID_REUSE, path],
+                          env=child_env(), capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0 and not proc.stdout:
+        pytest.skip(f"cannot create a pid namespace here: {proc.stderr.strip()}")
+    out = json.loads(proc.stdout)
+    if "skip" in out or not out["reused"]:
+        pytest.skip(out.get("skip", "the kernel did not give the thread id again"))
+    assert out["bound_after_release"] == [], "release() left the slot's GPU bound while its thread lives"
+
+
+def test_a_slot_id_with_control_characters_is_shown_escaped(path):
+    """As a bad GPU index is: the message must not carry a newline or a terminal escape sequence."""
+    with pytest.raises(ValueError) as caught:
+        bind(infos(1), slot="a\x1b[2J\nb", path=path)
+    message = str(caught.value)
+    assert "\x1b" not in message and "\n" not in message, repr(message)
+    assert "a\\x1b[2J\\x0ab" in message
+
+
+@pytest.mark.parametrize("taskmanager", [0, -3, True, "12"])
+def test_a_bad_taskmanager_pid_is_refused_naming_the_parameter(path, taskmanager):
+    with pytest.raises(ValueError, match=f"taskmanager_pid must be a positive process id, got {taskmanager!r}"):
+        bind(infos(1), taskmanager_pid=taskmanager, path=path)

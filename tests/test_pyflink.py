@@ -633,11 +633,13 @@ def test_bind_gpus_without_gpus_says_why(tmp_path, monkeypatch):
         bind_gpus(None, "gpu")
 
 
-@pytest.mark.parametrize("count, share", [(0, 1), (1, 0)])
-def test_bind_gpus_refuses_bad_counts(count, share):
+@pytest.mark.parametrize("count, share, message", [
+    (0, 1, "count must be 1 to"), (1, 0, "subtasks_per_gpu must be 1 to 1024, got 0"),
+    (1, 2000, "subtasks_per_gpu must be 1 to 1024, got 2000")])
+def test_bind_gpus_refuses_bad_counts_naming_the_parameter(count, share, message):
     from flink_gpu.pyflink import bind_gpus
 
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message):
         bind_gpus(None, "gpu", count=count, subtasks_per_gpu=share)
 
 
@@ -706,3 +708,49 @@ def test_the_taskmanagers_configuration_is_read_again_only_when_it_changes(tm_co
     assert pyflink._taskmanager_view("gpu").path == str(other)
     (conf_dir / "config.yaml").unlink()
     assert pyflink._taskmanager_view("gpu").path == DEFAULT_COORDINATION_FILE  # gone: the default, as before
+
+
+# -- review (issue 14) -------------------------------------------------------------------------------
+
+def test_not_enough_never_promises_slots_that_cannot_bind_that_many(tm_conf):
+    """3 GPUs per slot of a TaskManager that has 2: no slot can have them, whatever subtasks_per_gpu."""
+    import re
+
+    _, path = tm_conf
+    result = bind_in_workers(simulated_env(devices=4), path, 2, 1, count=3, share=2)
+    [report] = result["reports"]
+    error = report["error"]
+    promised = re.search(r"so at most (\d+) of its slots can bind 3 each", error)
+    assert promised is None or promised.group(1) == "0", error
+
+
+def test_thread_mode_slots_of_one_taskmanager_never_hold_two_mig_units(tm_conf):
+    """In thread mode every slot is a thread of the one TaskManager process, and CUDA uses one MIG
+    instance per process: a second slot must not be handed a second unit it can never reach."""
+    import threading
+
+    from flink_gpu.binding import BindingError
+    from flink_gpu.pyflink import bind_gpus
+
+    gpus = [JavaInfo({"index": "0:1"}), JavaInfo({"index": "0:2"})]
+    results, hold = {}, threading.Event()
+
+    def subtask(allocation):
+        try:
+            results[allocation] = bind_gpus(PyFlinkContext(JavaSubtaskContext(gpus, allocation)), "gpu").indices
+        except BindingError as error:
+            results[allocation] = error
+        hold.wait(30)
+
+    threads = [threading.Thread(target=subtask, args=(allocation,)) for allocation in ("1f", "2e")]
+    try:
+        for t, allocation in zip(threads, ("1f", "2e")):
+            t.start()
+            while allocation not in results and t.is_alive():
+                threading.Event().wait(0.01)
+        units = {index for got in results.values() if isinstance(got, tuple) for index in got}
+        assert len(units) <= 1, f"one TaskManager process holds MIG units {sorted(units)}: {results}"
+    finally:
+        hold.set()
+        for t in threads:
+            t.join()

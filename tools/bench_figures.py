@@ -41,6 +41,12 @@ TARGETS = [
      "test_claim_release_flink_gpu_coordination_api", "test_claim_release_syscall_floor", 1.25, "≤"),
     ("new coordinated driver + retrieve(2) + close ÷ the syscall floor",
      "test_claim_release_flink_gpu_driver", "test_claim_release_syscall_floor", 1.5, "≤"),
+    ("`binding.bind` (process holder) + release ÷ the syscall floor of a 1-GPU claim",
+     "test_bind_release_process_holder", "test_bind_reference_syscall_floor_one_gpu", 1.5, "≤"),
+    ("`binding.bind` (thread-mode slot) + release ÷ the syscall floor of a 1-GPU claim",
+     "test_bind_release_thread_mode_slot", "test_bind_reference_syscall_floor_one_gpu", 1.5, "≤"),
+    ("`pyflink.bind_gpus` (process mode, with its TaskManager lookup) + release ÷ that floor",
+     "test_bind_gpus_release_pyflink_process_mode", "test_bind_reference_syscall_floor_one_gpu", 1.5, "≤"),
     ("flink-gpu-discovery vs stock script, coordination mode",
      "test_process_stock_script_coordinated", "test_process_flink_gpu_discovery_coordinated", 5, "≥"),
 ]

@@ -208,6 +208,32 @@ static void test_a_holder_binds_one_mig_unit() {
     kill_and_reap(a);
 }
 
+static void test_the_slots_of_one_taskmanager_share_one_mig_unit() {
+    const std::string path = fresh_path("slot-unit");
+    LiveThread t1, t2, t3;
+    const std::vector<std::string> units = {"0:1", "0:2"};
+    CHECK_EQ(bound(path, slot(t1.tid(), "a"), units, 1, 2), std::string("0:1"));
+    // another slot of the same TaskManager process: only the unit the process has, while it can be shared
+    CHECK_EQ(bound(path, slot(t2.tid(), "b"), units, 1, 2), std::string("0:1"));
+    const bi::BindResult third = bi::bind(opts_for(path), slot(t3.tid(), "c"), units, 1, 2);
+    CHECK(third.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK(third.status.message.find("share at most one MIG unit, 0:1") != std::string::npos);
+    // a slot of another TaskManager process may take the other unit
+    bi::Holder elsewhere = slot(t3.tid(), "c");
+    elsewhere.taskmanager = 1;
+    CHECK_EQ(bound(path, elsewhere, units, 1, 2), std::string("0:2"));
+}
+
+static void test_more_gpus_asked_than_given() {
+    const pid_t a = spawn_sleeper();
+    const bi::BindResult r = bi::bind(opts_for(fresh_path("more")), process(a), gpus(2), 3, 1);
+    CHECK(r.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK(r.status.message.find("it was given only 2 (0, 1)") != std::string::npos);
+    CHECK(bi::bind(opts_for(fresh_path("none")), process(a), {}, 1, 1).status.message.find("it was given no GPUs") !=
+          std::string::npos);
+    kill_and_reap(a);
+}
+
 static void test_a_slot_lives_while_any_of_its_threads_does() {
     const std::string path = fresh_path("slot");
     LiveThread t1, t2, t3;
@@ -268,6 +294,7 @@ static void test_invalid_arguments() {
     CHECK(code(process(0), gpus(1), 1, 1) == invalid);
     CHECK(code(slot(me, "a/b"), gpus(1), 1, 1) == invalid);
     CHECK(code(slot(me, std::string(129, 'a')), gpus(1), 1, 1) == invalid);
+    CHECK(bi::check_slot("").code == invalid && bi::check_slot("a\nb").message.find("'a\\x0ab'") != std::string::npos);
     CHECK(code(process(me), gpus(1), 1, 0) == invalid);
     CHECK(code(process(me), gpus(1), 1, co::kMaxShare + 1) == invalid);
     CHECK(code(process(me), {"0 1"}, 1, 1) == invalid);
@@ -338,6 +365,8 @@ int main() {
         {"whole_gpu_and_its_units_exclude_each_other", test_whole_gpu_and_its_units_exclude_each_other},
         {"a_holder_binds_one_mig_unit", test_a_holder_binds_one_mig_unit},
         {"a_slot_lives_while_any_of_its_threads_does", test_a_slot_lives_while_any_of_its_threads_does},
+        {"the_slots_of_one_taskmanager_share_one_mig_unit", test_the_slots_of_one_taskmanager_share_one_mig_unit},
+        {"more_gpus_asked_than_given", test_more_gpus_asked_than_given},
         {"unbind_removes_what_the_holder_wrote", test_unbind_removes_what_the_holder_wrote},
         {"an_unparsable_line_blocks_its_gpu", test_an_unparsable_line_blocks_its_gpu},
         {"invalid_arguments", test_invalid_arguments},

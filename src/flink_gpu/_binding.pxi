@@ -15,6 +15,7 @@ cdef extern from "binding.hpp" namespace "flinkgpu::binding" nogil:
         vector[CoordBadLine] unparsable
         Status lease_problem
 
+    Status binding_check_slot "flinkgpu::binding::check_slot"(const string& slot)
     BindResult binding_bind_cpp "flinkgpu::binding::bind"(
         const CoordOptions& opts, const BindHolder& holder, const vector[string]& gpus, size_t count,
         uint32_t holders_per_gpu)
@@ -24,11 +25,15 @@ cdef extern from "binding.hpp" namespace "flinkgpu::binding" nogil:
 
 cdef BindHolder _bi_holder(pid, slot, taskmanager) except *:
     cdef BindHolder holder
+    cdef Status status
     holder.pid = _co_pid(pid)
     if slot is not None:
         if not isinstance(slot, str):
             raise TypeError(f"a slot id must be a str, got {slot!r}")
         holder.slot = (<str>slot).encode("utf-8", "surrogateescape")
+        status = binding_check_slot(holder.slot)  # "" too: the core reads an empty slot as a process holder
+        if not status.ok():
+            raise _error(status, "")
     if taskmanager is not None:
         holder.taskmanager = _co_pid(taskmanager)
     return holder

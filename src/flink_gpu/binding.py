@@ -52,6 +52,7 @@ __all__ = [
     "GPUBinding",
     "bind",
     "bindings_path",
+    "checked_counts",
     "snapshot",
 ]
 
@@ -78,28 +79,37 @@ def bindings_path(coordination_file: "str | os.PathLike[str] | None" = None) -> 
 # -- the holders of this process ------------------------------------------------------------------
 
 class _Held:
-    """One holder's binding in this process: how many handles are out, and what it binds."""
+    """One holder's binding in this process: how many handles are out, what it binds, and where it is
+    registered (a handle releases through it from any thread)."""
 
-    __slots__ = ("refs", "indices")
+    __slots__ = ("refs", "indices", "registry", "key")
 
-    def __init__(self) -> None:
+    def __init__(self, registry: dict, key: tuple) -> None:
         self.refs = 0
         self.indices: "set[str]" = set()
+        self.registry = registry
+        self.key = key
 
 
 _lock = threading.Lock()
-_held: "dict[tuple, _Held]" = {}  # (path, slot, taskmanager, pid or thread id) -> what it holds
-_inherited: "dict[str, tuple[str, ...]]" = {}  # path -> the process binding of the process we were forked from
+# The holders of this process as the core tells them apart. A process holder: (its file's real path,
+# however it was spelled; pid); its TaskManager is not part of it. A slot's thread: (file, slot,
+# taskmanager) in that thread's own registry, so that a thread which later gets an ended thread's id
+# inherits nothing from it.
+_held: "dict[tuple, _Held]" = {}
+_thread_held = threading.local()
+_inherited: "dict[str, tuple[str, ...]]" = {}  # file -> the process binding of the process we were forked from
 
 
 def _after_fork_in_child() -> None:
     global _lock
     _lock = threading.Lock()  # another thread may have held it at the fork
     pid = os.getppid()
-    for (path, slot, _tm, holder), held in _held.items():
-        if slot is None and holder == pid and held.refs > 0:
-            _inherited[path] = tuple(sorted(held.indices))
+    for (file, holder), held in _held.items():
+        if holder == pid and held.refs > 0:
+            _inherited[file] = tuple(sorted(held.indices))
     _held.clear()
+    _thread_held.__dict__.clear()  # the forking thread's slots are its parent's thread's
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -112,21 +122,21 @@ class GPUBinding:
     :func:`flink_gpu.pyflink.bind_gpus`.
     """
 
-    __slots__ = ("_infos", "_indices", "_path", "_key", "_holder", "_library_path", "_pid", "_inherited",
-                 "_released", "_devices", "_timeout")
+    __slots__ = ("_infos", "_indices", "_path", "_held", "_holder", "_library_path", "_pid", "_released",
+                 "_devices", "_timeout", "_native_holder")
 
-    def __init__(self, infos, indices, path, key, holder, library_path, inherited, timeout) -> None:
+    def __init__(self, infos, indices, path, held, native_holder, holder, library_path, timeout) -> None:
         self._infos = frozenset(infos)
         self._indices = tuple(indices)
         self._path = path
-        self._key = key
+        self._held = held  # None: inherited through fork, nothing to release
         self._holder = holder
         self._library_path = library_path
         self._pid = os.getpid()
-        self._inherited = inherited
         self._released = False
         self._devices: "tuple[int, ...] | None" = None
         self._timeout = timeout
+        self._native_holder = native_holder  # (pid or thread id, slot, taskmanager) as the core takes them
 
     @property
     def infos(self) -> frozenset:
@@ -186,18 +196,17 @@ class GPUBinding:
         if self._released:
             return
         self._released = True
-        if self._inherited or os.getpid() != self._pid:
+        held = self._held
+        if held is None or os.getpid() != self._pid:
             return
-        path, slot, taskmanager, pid = self._key
+        pid, slot, taskmanager = self._native_holder
         with _lock:
-            held = _held.get(self._key)
-            if held is None:
-                return
             held.refs -= 1
             if held.refs > 0:
                 return
-            del _held[self._key]
-            _native.binding_unbind(path, self._timeout, pid, slot, taskmanager)
+            if held.registry.get(held.key) is held:
+                del held.registry[held.key]
+            _native.binding_unbind(self._path, self._timeout, pid, slot, taskmanager)
 
     def __enter__(self) -> "GPUBinding":
         return self
@@ -244,13 +253,20 @@ def _by_index(gpus: Iterable[Any]) -> "dict[str, Any]":
     return by_index
 
 
-def _check_counts(count: object, holders_per_gpu: object) -> "tuple[int, int]":
+#: The most GPUs the core counts (its size_t): more than any host has.
+_MAX_COUNT = 2 ** 64 - 1
+
+
+def checked_counts(count: object, holders_per_gpu: object, *,
+                   holders_name: str = "holders_per_gpu") -> "tuple[int, int]":
+    """``count`` and ``holders_per_gpu`` as ints, or the error naming the bad one (``holders_name``: what
+    the caller calls the second: :func:`flink_gpu.pyflink.bind_gpus` says ``subtasks_per_gpu``)."""
     count = whole_amount(count)
-    if count < 1:
-        raise ValueError(f"The number of GPUs to bind must be at least 1, got {count}.")
+    if not 1 <= count <= _MAX_COUNT:
+        raise ValueError(f"count must be 1 to {_MAX_COUNT} GPUs, got {count}.")
     holders = whole_amount(holders_per_gpu)
     if not 1 <= holders <= MAX_HOLDERS_PER_GPU:
-        raise ValueError(f"The number of holders per GPU must be 1 to {MAX_HOLDERS_PER_GPU}, got {holders}.")
+        raise ValueError(f"{holders_name} must be 1 to {MAX_HOLDERS_PER_GPU}, got {holders}.")
     return count, holders
 
 
@@ -268,25 +284,33 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
     file that cannot be used, ValueError/TypeError for bad arguments.
     """
     by_index = _by_index(gpus)
-    count, holders_per_gpu = _check_counts(count, holders_per_gpu)
+    count, holders_per_gpu = checked_counts(count, holders_per_gpu)
+    if taskmanager_pid is not None and (isinstance(taskmanager_pid, bool) or not isinstance(taskmanager_pid, int)
+                                        or not 0 < taskmanager_pid <= 0x7fffffff):
+        raise ValueError(f"taskmanager_pid must be a positive process id, got {taskmanager_pid!r}.")
     path = bindings_path() if path is None else os.fspath(path)
+    file = os.path.realpath(path)
     me = os.getpid()
     if slot is None:
-        inherited = _inherited.get(path)
+        inherited = _inherited.get(file)
         if inherited is not None:
             return _inherited_binding(by_index, inherited, count, path, library_path, timeout)
         pid, holder = me, f"pid {me}"
+        registry, key = _held, (file, me)
     else:
         pid = threading.get_native_id()
         holder = f"slot {slot} (thread {pid})"
-    key = (path, slot, taskmanager_pid, pid)
+        registry = _thread_held.__dict__.setdefault("held", {})
+        key = (file, slot, taskmanager_pid)
     with _lock:
         try:
             indices, added, unparsable, lease_problem = _native.binding_bind(
                 path, timeout, pid, slot, taskmanager_pid, list(by_index), count, holders_per_gpu)
         except FlinkException as error:
             raise BindingError(str(error)) from None
-        held = _held.setdefault(key, _Held())
+        held = registry.get(key)
+        if held is None:
+            held = registry[key] = _Held(registry, key)
         held.refs += 1
         held.indices.update(indices)
     for number, text in unparsable:
@@ -295,7 +319,8 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
     if lease_problem is not None:
         _log.warning("Bound GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file cannot "
                      "tell when pid %d dies.", ", ".join(added), path, lease_problem, pid)
-    return GPUBinding([by_index[i] for i in indices], indices, path, key, holder, library_path, False, timeout)
+    return GPUBinding([by_index[i] for i in indices], indices, path, held, (pid, slot, taskmanager_pid), holder,
+                      library_path, timeout)
 
 
 def _inherited_binding(by_index, inherited, count, path, library_path, timeout) -> GPUBinding:
@@ -307,8 +332,9 @@ def _inherited_binding(by_index, inherited, count, path, library_path, timeout) 
             f"{', '.join(indices) or 'none of these'}; a forked child shares its parent's binding and binds nothing "
             f"new, so it cannot have {count}. Bind them in the parent (bindings file: {path}).")
     chosen = indices[:count]
-    return GPUBinding([by_index[i] for i in chosen], chosen, path, (path, None, None, os.getppid()),
-                      f"pid {os.getppid()} (inherited)", library_path, True, timeout)
+    parent = os.getppid()
+    return GPUBinding([by_index[i] for i in chosen], chosen, path, None, (parent, None, None),
+                      f"pid {parent} (inherited)", library_path, timeout)
 
 
 # -- what the file says ---------------------------------------------------------------------------

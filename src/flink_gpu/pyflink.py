@@ -102,14 +102,9 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
     forked from the worker shares its binding. Raises :class:`flink_gpu.binding.BindingError` when the
     TaskManager has no GPUs for ``name`` or too few are left, saying who binds them and what to change.
     """
-    from flink_gpu.binding import BindingError, bind, bindings_path
-    from flink_gpu.coordination import whole_amount
+    from flink_gpu.binding import BindingError, bind, bindings_path, checked_counts
 
-    count, subtasks_per_gpu = whole_amount(count), whole_amount(subtasks_per_gpu)
-    if count < 1:
-        raise ValueError(f"bind_gpus() binds at least one GPU, got count={count}.")
-    if subtasks_per_gpu < 1:
-        raise ValueError(f"subtasks_per_gpu must be at least 1, got {subtasks_per_gpu}.")
+    count, subtasks_per_gpu = checked_counts(count, subtasks_per_gpu, holders_name="subtasks_per_gpu")
     if not isinstance(name, str) or not name:
         raise ValueError(f"The external resource name must be a non-empty string, got {name!r}.")
     view = _taskmanager_view(name)
@@ -126,13 +121,23 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
         return bind(lookup.infos, count, subtasks_per_gpu, slot=slot, taskmanager_pid=taskmanager,
                     path=bindings_path(path), library_path=view.library)
     except BindingError as error:
-        gpus = sorted(info.get_property("index") for info in lookup.infos)
-        raise BindingError(
-            f"{error} The TaskManager (pid {taskmanager}) has {len(gpus)} GPU(s) of '{name}' "
-            f"({', '.join(gpus)}) for its slots, each shared by at most {subtasks_per_gpu} "
-            f"(subtasks_per_gpu), so at most {len(gpus) * subtasks_per_gpu // count} of its slots can bind "
-            f"{count} each. Raise 'external-resource.{name}.amount', raise subtasks_per_gpu, or lower the "
-            "parallelism (or taskmanager.numberOfTaskSlots) of the operators that bind GPUs.") from None
+        raise BindingError(f"{error} {_binding_advice(name, lookup.infos, taskmanager, count, subtasks_per_gpu)}") from None
+
+
+def _binding_advice(name: str, infos: frozenset, taskmanager: "int | None", count: int, subtasks_per_gpu: int) -> str:
+    """What the TaskManager can serve and what to change, for a BindingError of bind_gpus."""
+    from flink_gpu.gpu_index import sort_indices
+
+    gpus = sort_indices(info.get_property("index") for info in infos)
+    has = (f"The TaskManager (pid {taskmanager}) has {len(gpus)} GPU(s) of '{name}' ({', '.join(gpus)}) for "
+           f"its slots")
+    amount = f"'external-resource.{name}.amount'"
+    if count > len(gpus):  # no sharing gives one holder the same GPU twice
+        return f"{has}, fewer than the {count} one slot asks for: raise {amount} to at least {count}, or bind fewer."
+    slots = len(gpus) * subtasks_per_gpu // count
+    return (f"{has}, each shared by at most {subtasks_per_gpu} (subtasks_per_gpu), so at most {slots} of its "
+            f"slots can bind {count} each. Raise {amount}, raise subtasks_per_gpu, or lower the parallelism (or "
+            "taskmanager.numberOfTaskSlots) of the operators that bind GPUs.")
 
 
 def _slot_id(java_context: Any) -> str:
