@@ -9,12 +9,13 @@ thread and in process mode.
   gauges are read back from Flink's REST API while the job runs.
 * One TaskManager of four slots with 2 GPUs: ``subtasks_per_gpu=2`` binds each GPU exactly twice;
   ``gpus[getIndexOfThisSubtask() % n]`` collides where ``bind_gpus`` does not; a second operator in a
-  slot gets that slot's binding.
+  slot gets that slot's binding; after a SIGKILLed Python worker (process mode) or a failed task
+  (thread mode) the restarted job binds both GPUs again.
 
 What PyFlink 2.3 does underneath (threads, workers, slots, gauges) is written down in
 flink_e2e/gpu_job.py; how the REST API names metrics, in flink_e2e/cluster.py.
 
-Needs ``pip install apache-flink==2.3.0`` and Java >= 11; takes about two minutes. Deselect with
+Needs ``pip install apache-flink==2.3.0`` and Java >= 11; takes two to three minutes. Deselect with
 ``-m 'not flink_cluster'``. (A local MiniCluster never calls external resource drivers, so nothing
 short of a standalone cluster tests this.) The clusters run one after the other (class-scoped).
 """
@@ -43,7 +44,7 @@ if shutil.which("java") is None:
 from flink_e2e.cluster import StandaloneCluster  # noqa: E402  (imports yaml, needs pyflink)
 
 JOB = Path(__file__).resolve().parent / "flink_e2e" / "gpu_job.py"
-OPERATOR = "bind-gpus"  # gpu_job.OPERATOR; its second operator is "bind-gpus-2"
+OPERATOR = "bind-gpus"  # gpu_job.OPERATOR; its further operators are "bind-gpus-2", "bind-gpus-3"
 MODES = ["process", "thread"]
 SIM_UUID = "GPU-00000000-0000-4000-8000-{:012x}"
 #: the gauges of a bound GPU as the REST API names them: "<operator>.gpu.<index>.<gauge>"
