@@ -271,17 +271,6 @@ class StandaloneCluster:
     def client_conf_dir(self) -> Path:
         return self.write_conf("client")
 
-    def run_python_job(self, script: Path, args: list[str], env: dict | None = None,
-                       timeout: float = 300.0) -> subprocess.CompletedProcess:
-        """``flink run -py script args`` against this cluster (attached: waits for the job's end)."""
-        conf_dir = self.client_conf_dir()
-        run_env, _ = self._env("client", conf_dir, env)
-        command = [str(self.home / "bin" / "flink"), "run",
-                   "-pyclientexec", sys.executable, "-pyexec", sys.executable,
-                   "-py", str(script), *args]
-        return subprocess.run(command, env=run_env, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=timeout, cwd=self.work_dir / "client")
-
     def submit_python_job(self, script: Path, args: list[str], env: dict | None = None,
                           timeout: float = 300.0) -> str:
         """``flink run -d -py script args``: submits the job detached and returns its job id."""
