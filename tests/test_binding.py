@@ -414,3 +414,55 @@ def test_a_slot_id_with_control_characters_is_shown_escaped(path):
 def test_a_bad_taskmanager_pid_is_refused_naming_the_parameter(path, taskmanager):
     with pytest.raises(ValueError, match=f"taskmanager_pid must be a positive process id, got {taskmanager!r}"):
         bind(infos(1), taskmanager_pid=taskmanager, path=path)
+
+
+class EmbeddedMetricGroup:
+    """PyFlink's thread-mode metric group as the binding sees it (the real one wraps Java through pemja,
+    which loads only inside the TaskManager JVM; the cluster test uses it): Java-held values only."""
+
+    __module__ = "pyflink.fn_execution.metrics.embedded.metric_impl"
+
+    def __init__(self, scope=()):
+        self.scope, self.values, self.groups = scope, {}, []
+
+    def add_group(self, name, extra=None):
+        group = EmbeddedMetricGroup(self.scope + (name, extra))
+        self.groups.append(group)
+        return group
+
+    def gauge(self, name, obj):
+        raise AssertionError("a Python gauge on a thread-mode group can crash the TaskManager JVM")
+
+    def distribution(self, name):
+        group = self
+
+        class Value:
+            def update(self, value):
+                group.values.setdefault(name, []).append(value)
+
+        return Value()
+
+
+def test_thread_mode_gauges_are_java_held_values_pushed_by_update_metrics(path, tmp_path):
+    from flink_gpu import binding as bindings
+
+    group = EmbeddedMetricGroup()
+    # no loadable NVML here: every reading is -1, what matters is when values are pushed
+    with bind(infos(2), 1, path=path, library_path=str(tmp_path / "no-libnvidia-ml.so.1")) as b:
+        b.register_metrics(group)
+        [gpu] = group.groups
+        assert gpu.scope == ("gpu", "0") and set(gpu.values) == set(bindings.GAUGES)
+        assert all(values == [-1] for values in gpu.values.values())  # pushed once when registered
+        b.update_metrics()  # within a second of the last push: nothing read, nothing pushed
+        assert all(len(values) == 1 for values in gpu.values.values())
+        b.update_metrics(force=True)
+        assert all(values == [-1, -1] for values in gpu.values.values())
+
+
+def test_register_metrics_without_a_metric_group_registers_nothing(path, caplog):
+    import logging
+
+    with bind(infos(1), path=path) as b, caplog.at_level(logging.INFO, logger="flink_gpu.binding"):
+        b.register_metrics(None)  # PyFlink with python.metric.enabled: false
+        b.update_metrics()
+    assert "python.metric.enabled is false" in caplog.text

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -62,6 +63,10 @@ _log = logging.getLogger("flink_gpu.binding")
 BINDINGS_SUFFIX = ".bindings"
 #: The most holders one GPU can be shared by (csrc/coordination_lines.hpp kMaxShare).
 MAX_HOLDERS_PER_GPU = 1024
+#: PyFlink's thread-mode (embedded) metric classes live here: their gauges are called from Java.
+_EMBEDDED_METRICS = "pyflink.fn_execution.metrics.embedded"
+#: How often update_metrics() reads NVML, at most (s).
+_PUSH_INTERVAL = 1.0
 #: Gauge name -> the reading of flink_gpu.nvml behind it (units: %, MiB, °C, W).
 GAUGES = {"utilization": "utilization", "memoryUsed": "memory.used", "temperature": "temperature",
           "power": "power"}
@@ -123,7 +128,7 @@ class GPUBinding:
     """
 
     __slots__ = ("_infos", "_indices", "_path", "_held", "_holder", "_library_path", "_pid", "_released",
-                 "_devices", "_timeout", "_native_holder")
+                 "_devices", "_timeout", "_native_holder", "_pushed", "_pushed_at")
 
     def __init__(self, infos, indices, path, held, native_holder, holder, library_path, timeout) -> None:
         self._infos = frozenset(infos)
@@ -137,6 +142,8 @@ class GPUBinding:
         self._devices: "tuple[int, ...] | None" = None
         self._timeout = timeout
         self._native_holder = native_holder  # (pid or thread id, slot, taskmanager) as the core takes them
+        self._pushed: "list[tuple[Any, _Gauge]]" = []  # thread mode: (Java-held value, its reading)
+        self._pushed_at = 0.0
 
     @property
     def infos(self) -> frozenset:
@@ -184,11 +191,43 @@ class GPUBinding:
     def register_metrics(self, group: Any) -> None:
         """Registers integer gauges per bound GPU under ``group.add_group("gpu", <index>)``:
         ``utilization`` (%), ``memoryUsed`` (MiB), ``temperature`` (°C), ``power`` (W). A gauge never
-        raises: when NVML cannot answer it reports its last value, or -1 before it had one."""
+        raises: when NVML cannot answer it reports its last value, or -1 before it had one.
+
+        ``group`` is the operator's ``ctx.get_metrics_group()`` (None, when PyFlink's metrics are off:
+        nothing is registered) or any object with ``add_group(name, extra)`` and ``gauge(name, fn)``. On
+        a process-mode worker's group the gauges are read when PyFlink reports a bundle. On a
+        thread-mode group they are values held by Java, refreshed by :meth:`update_metrics` from the
+        task's thread: PyFlink 2.3 would call a Python gauge from Flink's metric threads on the task's
+        interpreter state, which the task frees before its metrics close, and that crashes the JVM.
+        """
+        if group is None:
+            _log.info("No GPU gauges for %s: the operator has no metric group (python.metric.enabled is "
+                      "false).", ", ".join(self._indices))
+            return
+        embedded = type(group).__module__.startswith(_EMBEDDED_METRICS)
         for index in self._indices:
             subgroup = group.add_group("gpu", index)
             for name, metric in GAUGES.items():
-                subgroup.gauge(name, _Gauge(self._library_path, index, metric))
+                reading = _Gauge(self._library_path, index, metric)
+                if embedded:
+                    self._pushed.append((subgroup.distribution(name), reading))
+                else:
+                    subgroup.gauge(name, reading)
+        if embedded:
+            self.update_metrics(force=True)
+
+    def update_metrics(self, force: bool = False) -> None:
+        """Refreshes thread-mode gauges (see :meth:`register_metrics`): call it from the task's thread,
+        e.g. in ``map()``; it reads NVML at most once a second unless ``force``d, so calling it per record
+        costs a clock read. Does nothing for gauges Flink or PyFlink read themselves."""
+        if not self._pushed:
+            return
+        now = time.monotonic()
+        if not force and now - self._pushed_at < _PUSH_INTERVAL:
+            return
+        self._pushed_at = now
+        for value, reading in self._pushed:
+            value.update(reading())
 
     def release(self) -> None:
         """Gives the GPUs back (the holder's lines go with its last handle in this process). Idempotent;

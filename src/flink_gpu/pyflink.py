@@ -36,6 +36,10 @@ Flink gives every slot of a TaskManager all of its GPUs. To give each slot its o
             self.gpus.register_metrics(ctx.get_metrics_group())
             device = torch.device(f"cuda:{self.gpus.devices[0]}")
 
+        def map(self, value):
+            self.gpus.update_metrics()  # thread mode: refreshes the gauges, at most once a second
+            ...
+
         def close(self):
             self.gpus.release()
 """

@@ -289,11 +289,12 @@ class StandaloneCluster:
 
     def job_state(self, job_id: str) -> str:
         """The job's state, from ``/jobs/<jid>/status``: unlike ``/jobs/<jid>`` it does not make the
-        JobManager fetch metrics from the TaskManagers. Fetching calls every gauge, and PyFlink 2.3's
+        JobManager fetch metrics from the TaskManagers. Fetching calls every gauge; PyFlink 2.3's own
         thread-mode gauges call into the task's Python interpreter through pemja, which the task frees
-        when it ends while its gauges are still registered: a fetch at that moment crashes the JVM
-        (SIGSEGV in take_gil / _PyEvalFramePushAndInit on a flink-metrics thread). So a test polls the
-        state while tasks end, and reads metrics only while they run."""
+        when it ends while its gauges are still registered, and a fetch at that moment crashes the JVM
+        (SIGSEGV in take_gil / _PyEvalFramePushAndInit on a flink-metrics thread). The binding's gauges
+        are Java-held values in thread mode, so they cannot; polling the state keeps the tests from
+        depending on that."""
         return self.rest(f"/jobs/{job_id}/status")["status"]
 
     def job_failure(self, job_id: str) -> str:

@@ -44,10 +44,12 @@ How PyFlink 2.3 runs these (what the cluster test found):
   of one slot), while PyFlink's own ``get_index_of_this_subtask()`` and the other ``get_*`` calls fail
   (``getIndexOfThisSubtask`` was removed from the Java context in Flink 2.0). The function's
   ``close()`` runs only when the input ends: a failed or cancelled task closes its interpreter
-  without calling it (its thread ends all the same). Gauges are Java gauges around the Python
-  callable: Flink calls them when it reports or answers a metric query, on its ``flink-metrics-*``
-  thread, through pemja with the task thread's interpreter state. A call after the task closed its
-  interpreter, before its metric group is closed, crashes the JVM (see cluster.py's ``job_state``).
+  without calling it (its thread ends all the same). PyFlink's own gauges are Java gauges around the
+  Python callable: Flink calls them when it reports or answers a metric query, on its
+  ``flink-metrics-*`` thread, through pemja with the task thread's interpreter state. A call after the
+  task closed its interpreter, before its metric group is closed, crashes the JVM (seen twice). So the
+  binding's thread-mode gauges are Java-held values (PyFlink's ``distribution``) that ``map()``
+  refreshes with ``update_metrics()``; Flink's threads never call Python for them.
   Cancelling interrupts the task thread, which Python code does not notice: a peer of a failed
   subtask stays CANCELING until its Python returns, so the waits here also end once ``fail`` exists.
 """
@@ -132,9 +134,13 @@ class BindGpus(MapFunction):
 
     def map(self, value):
         self.records += 1
+        if self.binding is not None:
+            self.binding.update_metrics()  # thread mode: the gauges are Java-held values, pushed from here
         if self.records == 2:
             deadline = time.monotonic() + self.spec["hold_s"]
             while not os.path.exists(self.spec["release"]) and time.monotonic() < deadline:
+                if self.binding is not None:
+                    self.binding.update_metrics()
                 if self.failing():
                     if self.operator == OPERATOR and self.report.get("subtask") == 0:
                         raise RuntimeError(f"gpu_job: subtask 0 of {self.operator} fails on purpose (attempt 0)")
