@@ -23,9 +23,15 @@
 #include <vector>
 
 #include "check.hpp"
+#include "fixtures.hpp"
 
 namespace bi = flinkgpu::binding;
 namespace co = flinkgpu::coordination;
+using fixtures::gpus;
+using fixtures::joined;
+using fixtures::kill_and_reap;
+using fixtures::read_text;
+using fixtures::spawn_sleeper;
 
 static std::string g_dir;
 
@@ -34,42 +40,10 @@ static std::string fresh_path(const char* name) {
     return g_dir + "/" + name + "-" + std::to_string(++counter) + ".bindings";
 }
 
-static std::string read_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 static co::Options opts_for(const std::string& path) {
     co::Options o;
     o.path = path;
     return o;
-}
-
-static std::string joined(const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-    return s;
-}
-
-static std::vector<std::string> gpus(int n) {
-    std::vector<std::string> v;
-    for (int i = 0; i < n; ++i) v.push_back(std::to_string(i));
-    return v;
-}
-
-static pid_t spawn_sleeper() {
-    pid_t pid = fork();
-    if (pid == 0) {
-        for (;;) pause();
-    }
-    return pid;
-}
-
-static void kill_and_reap(pid_t pid) {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
 }
 
 static bi::Holder process(pid_t pid) {

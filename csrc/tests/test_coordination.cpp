@@ -2,6 +2,7 @@
 // A plain executable: exits non-zero when a check fails.
 #include "../coordination.hpp"
 #include "../process_liveness.hpp"
+#include "fixtures.hpp"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -27,6 +28,11 @@
 #include <vector>
 
 namespace co = flinkgpu::coordination;
+using fixtures::gpus;
+using fixtures::joined;
+using fixtures::kill_and_reap;
+using fixtures::read_text;
+using fixtures::spawn_sleeper;
 
 static int g_failures = 0;
 static const char* g_test = "";
@@ -68,13 +74,6 @@ static std::string fresh_path(const char* name) {
     return g_dir + "/" + name + "-" + std::to_string(++counter);
 }
 
-static std::string read_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 static void write_text(const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << text;
@@ -89,32 +88,6 @@ static unsigned long long inode_of(const std::string& path) {
     struct statx st {};
     if (statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, STATX_INO, &st) != 0) return 0;
     return st.stx_ino;
-}
-
-static std::vector<std::string> gpus(int n) {
-    std::vector<std::string> v;
-    for (int i = 0; i < n; ++i) v.push_back(std::to_string(i));
-    return v;
-}
-
-static std::string joined(const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-    return s;
-}
-
-// A live process to own GPUs: a child that sleeps until killed.
-static pid_t spawn_sleeper() {
-    pid_t pid = fork();
-    if (pid == 0) {
-        for (;;) pause();
-    }
-    return pid;
-}
-
-static void kill_and_reap(pid_t pid) {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
 }
 
 // The pid of a process that has exited and been reaped.

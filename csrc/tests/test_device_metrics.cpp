@@ -3,52 +3,22 @@
 #include "device_metrics.hpp"
 #include "nvml_loader.hpp"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <climits>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <string>
 
 #include "check.hpp"
+#include "simulated.hpp"
 
 using namespace flinkgpu;
 
 namespace {
 
-std::string env(const char* name) {
-    const char* p = std::getenv(name);
-    return p ? p : "";
-}
-
-// Runs `body` against `library` with the simulator spec `json`, in a forked child (NVML reads its
-// configuration once per process); the child's failed checks come back as its exit status.
-int with_spec(const std::string& library, const std::string& json, const std::function<void(const NvmlLibrary&)>& body) {
-    char path[] = "/tmp/flink-gpu-metrics-test-XXXXXX";
-    const int fd = mkstemp(path);
-    if (fd < 0) return 99;
-    close(fd);
-    std::ofstream(path) << json;
-    std::fflush(nullptr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        setenv("FLINK_GPU_SIM_SPEC", path, 1);
-        Status st;
-        const NvmlLibrary* lib = NvmlLibrary::acquire(library, &st);
-        if (lib == nullptr) {
-            std::fprintf(stderr, "acquire: %s\n", st.message.c_str());
-            _exit(98);
-        }
-        body(*lib);
-        _exit(check::failures());
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    unlink(path);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
-}
+using simulated::env;
+using simulated::with_spec;
 
 // The reading of `metric` on the device `index`; -2 when the index is not found.
 long long reading(const NvmlLibrary& lib, const char* index, Metric metric) {

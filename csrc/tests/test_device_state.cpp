@@ -5,56 +5,32 @@
 #include "gpu_choice.hpp"
 #include "nvml_loader.hpp"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 
 #include "check.hpp"
+#include "simulated.hpp"
 
 using namespace flinkgpu;
 
 namespace {
 
-std::string env(const char* name) {
-    const char* p = std::getenv(name);
-    return p ? p : "";
-}
+using simulated::env;
 
-// Runs `body` against `library` with the simulator spec `json`, in a forked child (NVML reads its
-// configuration once per process); the child's failed checks come back as its exit status.
+// Runs `body` against `library` with the simulator spec `json` and the states it reads now.
 int with_spec(const std::string& library, const std::string& json,
               const std::function<void(const NvmlLibrary&, std::vector<DeviceState>&)>& body) {
-    char path[] = "/tmp/flink-gpu-state-test-XXXXXX";
-    const int fd = mkstemp(path);
-    if (fd < 0) return 99;
-    close(fd);
-    std::ofstream(path) << json;
-    std::fflush(nullptr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        setenv("FLINK_GPU_SIM_SPEC", path, 1);
-        Status st;
-        const NvmlLibrary* lib = NvmlLibrary::acquire(library, &st);
-        if (lib == nullptr) {
-            std::fprintf(stderr, "acquire: %s\n", st.message.c_str());
-            _exit(98);
-        }
+    return simulated::with_spec(library, json, [&](const NvmlLibrary& lib) {
         std::vector<DeviceState> states;
-        st = query_states(*lib, getpid(), 0, &states);
+        const Status st = query_states(lib, getpid(), 0, &states);
         if (!st.ok()) {
             std::fprintf(stderr, "query_states: %s\n", st.message.c_str());
             _exit(97);
         }
-        body(*lib, states);
-        _exit(check::failures());
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    unlink(path);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+        body(lib, states);
+    });
 }
 
 bool has(const std::vector<std::string>& v, const std::string& x) {

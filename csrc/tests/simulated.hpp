@@ -1,0 +1,53 @@
+// Test helper: runs checks against the NVML simulator configured by a JSON spec. NVML reads its
+// configuration once per process, so each spec gets a forked child.
+#pragma once
+
+#include "../nvml_loader.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "check.hpp"
+
+namespace simulated {
+
+inline std::string env(const char* name) {
+    const char* p = std::getenv(name);
+    return p ? p : "";
+}
+
+// Runs `body` against `library` with the simulator spec `json` in a forked child; the child's failed
+// checks come back as its exit status (98: the library could not be acquired; 99/100: the harness).
+inline int with_spec(const std::string& library, const std::string& json,
+                     const std::function<void(const flinkgpu::NvmlLibrary&)>& body) {
+    char path[] = "/tmp/flink-gpu-sim-test-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return 99;
+    close(fd);
+    std::ofstream(path) << json;
+    std::fflush(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        setenv("FLINK_GPU_SIM_SPEC", path, 1);
+        flinkgpu::Status st;
+        const flinkgpu::NvmlLibrary* lib = flinkgpu::NvmlLibrary::acquire(library, &st);
+        if (lib == nullptr) {
+            std::fprintf(stderr, "acquire: %s\n", st.message.c_str());
+            _exit(98);
+        }
+        body(*lib);
+        _exit(check::failures());
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    unlink(path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+}
+
+}  // namespace simulated
