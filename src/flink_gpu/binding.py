@@ -103,6 +103,7 @@ _lock = threading.Lock()
 # inherits nothing from it.
 _held: "dict[tuple, _Held]" = {}
 _thread_held = threading.local()
+_files: "dict[str, str]" = {}  # a bindings path as given -> its real path (an lstat per component: once)
 _inherited: "dict[str, tuple[str, ...]]" = {}  # file -> the process binding of the process we were forked from
 
 
@@ -328,7 +329,9 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
                                         or not 0 < taskmanager_pid <= 0x7fffffff):
         raise ValueError(f"taskmanager_pid must be a positive process id, got {taskmanager_pid!r}.")
     path = bindings_path() if path is None else os.fspath(path)
-    file = os.path.realpath(path)
+    file = _files.get(path)
+    if file is None:
+        file = _files[path] = os.path.realpath(path)
     me = os.getpid()
     if slot is None:
         inherited = _inherited.get(file)
