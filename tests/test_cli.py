@@ -345,6 +345,17 @@ def test_list_shows_a_command_line_with_control_characters_on_one_line_escaped(t
     assert "\x1b" not in human and "a\\nb\\x1b[31m" in row
 
 
+def test_coordination_clean_cleans_a_bindings_file_too(tmp_path, binders):
+    bindings = tmp_path / "coord.bindings"
+    live, _, _ = binders(bindings, None, ["0", "1"])
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    with open(bindings, "a") as f:  # a slot thread of another pid namespace, and a dead holder of ours
+        f.write(f"1 12345\t99\tns={ns + 1}\ttm=1\tshare=1\tslot=abc\n2 {2 ** 22 + 7}\t5\tns={ns}\tshare=1\n")
+    doc = cli_json("coordination", "clean", "--file", bindings, "--foreign-namespaces")
+    assert doc["ok"] is True
+    assert [line.split()[:2] for line in bindings.read_text().splitlines()] == [["0", str(live.pid)]]
+
+
 def test_list_names_bound_gpus_this_host_does_not_have(tmp_path, binders):
     bindings = tmp_path / "coord.bindings"
     binders(bindings, None, ["7"])
