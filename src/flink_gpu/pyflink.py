@@ -386,10 +386,11 @@ def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo],
         from flink_gpu.gpu.nvml import gpu_info
         from flink_gpu.nvml import open_library
 
-        devices = {device.gpu_index: gpu_info(device) for device in open_library(library).devices()}
+        devices = {device.gpu_index: device for device in open_library(library).devices()}
     except NvmlError as error:
         return [GPUInfo(index) for index in indices], f"NVML is not available ({error}); infos carry the index only"
-    return [devices.get(index) or GPUInfo(index) for index in indices], None
+    # an info only for the GPUs asked for: building one reads every property
+    return [gpu_info(devices[index]) if index in devices else GPUInfo(index) for index in indices], None
 
 
 def _from_coordination_file(name: str, view: "_TaskManagerView | None" = None) -> ResourceLookup:
