@@ -466,3 +466,65 @@ def test_register_metrics_without_a_metric_group_registers_nothing(path, caplog)
         b.register_metrics(None)  # PyFlink with python.metric.enabled: false
         b.update_metrics()
     assert "python.metric.enabled is false" in caplog.text
+
+
+def test_a_forked_child_does_not_share_a_binding_its_parent_released(path):
+    """The child's view of its parent's binding is taken at fork: after the parent's release() another
+    worker binds that GPU alone, and the child must not be handed it as well."""
+    parent = bind(infos(1), path=path)
+    parent_done, parent_done_w = os.pipe()
+    report_r, report_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a DataLoader worker that binds after its parent closed and another slot took the GPU
+        code = 1
+        try:
+            os.close(parent_done_w)
+            os.read(parent_done, 1)
+            try:
+                got = ",".join(bind(infos(1), path=path).indices)
+            except BindingError as error:
+                got = f"error: {error}"
+            os.write(report_w, got.encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(parent_done)
+    parent.release()
+    procs, got = start_workers(path, 1, n=1)  # another worker process now binds GPU 0 alone
+    try:
+        assert got == ["0"]
+        os.write(parent_done_w, b"x")
+        os.close(parent_done_w)
+        _, status = os.waitpid(pid, 0)
+        report = os.read(report_r, 1000).decode()
+    finally:
+        stop(procs)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert report.startswith("error:"), f"the forked child was handed GPU {report}, bound alone by another worker"
+
+
+
+def test_a_bindings_path_whose_real_path_changed_binds_alive_in_the_new_file(tmp_path):
+    """A directory symlink retargeted between two binds of one process (a relative path after chdir() is the
+    same): the second bind writes into the file the path names now, and its lines must be judged alive
+    there, else another worker binds the same GPU alone."""
+    old, new, link = tmp_path / "old", tmp_path / "new", tmp_path / "current"
+    old.mkdir()
+    new.mkdir()
+    new_file = str(new / "coordination.bindings")
+    bind(infos(1), path=new_file).release()  # a holder came and went there: its lease file stays
+    link.symlink_to(old)
+    spelled = str(link / "coordination.bindings")
+    first = bind(infos(1), path=spelled)
+    link.unlink()
+    link.symlink_to(new)
+    second = bind(infos(1), path=spelled)
+    try:
+        assert second.indices == ("0",)
+        procs, got = start_workers(new_file, 1, n=1)
+        stop(procs)
+        assert got != ["0"], ("another worker was given GPU 0 alone while this process binds it in "
+                              f"{new_file}: {open(new_file).read()!r}")
+    finally:
+        first.release()
+        second.release()
