@@ -528,3 +528,58 @@ def test_a_bindings_path_whose_real_path_changed_binds_alive_in_the_new_file(tmp
     finally:
         first.release()
         second.release()
+
+
+# A slot's thread binds and ends without release(); a new thread of the same slot gets its thread id and
+# binds; then the ended thread's handle is released (close() on another thread, as handles allow).
+TID_REUSE_LATE_RELEASE = textwrap.dedent("""
+    import json, os, sys, threading, time
+    from flink_gpu import GPUInfo, binding
+    from flink_gpu.binding import bind
+    path = sys.argv[1]
+    gpus = [GPUInfo("0"), GPUInfo("1")]
+    handles = []
+    first = threading.Thread(target=lambda: handles.append(
+        bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path)))
+    first.start()
+    first.join()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/self/task/{first.native_id}") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(first.native_id - 1))
+    except OSError as error:
+        print(json.dumps({"skip": f"cannot set ns_last_pid: {error}"}))
+        sys.exit(0)
+    out, bound, done = {}, threading.Event(), threading.Event()
+    def second():
+        out["reused"] = threading.get_native_id() == first.native_id
+        with bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path):
+            bound.set()
+            done.wait(30)
+    t = threading.Thread(target=second)
+    t.start()
+    bound.wait(30)
+    handles[0].release()  # the ended thread's handle
+    out["bound_while_second_lives"] = sorted(e.index for e in binding.snapshot(path).entries if e.alive)
+    done.set()
+    t.join()
+    print(json.dumps(out))
+    """)
+
+
+def test_releasing_an_ended_threads_handle_keeps_what_a_thread_reusing_its_id_binds(path):
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+    proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                           TID_REUSE_LATE_RELEASE, path], env=child_env(), capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0 and not proc.stdout:
+        pytest.skip(f"cannot create a pid namespace here: {proc.stderr.strip()}")
+    out = json.loads(proc.stdout)
+    if "skip" in out or not out["reused"]:
+        pytest.skip(out.get("skip", "the kernel did not give the thread id again"))
+    assert out["bound_while_second_lives"] == ["0"], \
+        "the ended thread's release() removed the line of the live thread that reuses its id"
