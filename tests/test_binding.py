@@ -466,3 +466,126 @@ def test_register_metrics_without_a_metric_group_registers_nothing(path, caplog)
         b.register_metrics(None)  # PyFlink with python.metric.enabled: false
         b.update_metrics()
     assert "python.metric.enabled is false" in caplog.text
+
+
+def test_a_forked_child_does_not_share_a_binding_its_parent_released(path):
+    """The child's view of its parent's binding is taken at fork: after the parent's release() another
+    worker binds that GPU alone, and the child must not be handed it as well."""
+    parent = bind(infos(1), path=path)
+    parent_done, parent_done_w = os.pipe()
+    report_r, report_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a DataLoader worker that binds after its parent closed and another slot took the GPU
+        code = 1
+        try:
+            os.close(parent_done_w)
+            os.read(parent_done, 1)
+            try:
+                got = ",".join(bind(infos(1), path=path).indices)
+            except BindingError as error:
+                got = f"error: {error}"
+            os.write(report_w, got.encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(parent_done)
+    parent.release()
+    procs, got = start_workers(path, 1, n=1)  # another worker process now binds GPU 0 alone
+    try:
+        assert got == ["0"]
+        os.write(parent_done_w, b"x")
+        os.close(parent_done_w)
+        _, status = os.waitpid(pid, 0)
+        report = os.read(report_r, 1000).decode()
+    finally:
+        stop(procs)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert report.startswith("error:"), f"the forked child was handed GPU {report}, bound alone by another worker"
+
+
+
+def test_a_bindings_path_whose_real_path_changed_binds_alive_in_the_new_file(tmp_path):
+    """A directory symlink retargeted between two binds of one process (a relative path after chdir() is the
+    same): the second bind writes into the file the path names now, and its lines must be judged alive
+    there, else another worker binds the same GPU alone."""
+    old, new, link = tmp_path / "old", tmp_path / "new", tmp_path / "current"
+    old.mkdir()
+    new.mkdir()
+    new_file = str(new / "coordination.bindings")
+    bind(infos(1), path=new_file).release()  # a holder came and went there: its lease file stays
+    link.symlink_to(old)
+    spelled = str(link / "coordination.bindings")
+    first = bind(infos(1), path=spelled)
+    link.unlink()
+    link.symlink_to(new)
+    second = bind(infos(1), path=spelled)
+    try:
+        assert second.indices == ("0",)
+        procs, got = start_workers(new_file, 1, n=1)
+        stop(procs)
+        assert got != ["0"], ("another worker was given GPU 0 alone while this process binds it in "
+                              f"{new_file}: {open(new_file).read()!r}")
+    finally:
+        first.release()
+        second.release()
+
+
+# A slot's thread binds and ends without release(); a new thread of the same slot gets its thread id and
+# binds; then the ended thread's handle is released (close() on another thread, as handles allow).
+TID_REUSE_LATE_RELEASE = textwrap.dedent("""
+    import json, os, sys, threading, time
+    from flink_gpu import GPUInfo, binding
+    from flink_gpu.binding import bind
+    path = sys.argv[1]
+    gpus = [GPUInfo("0"), GPUInfo("1")]
+    handles = []
+    first = threading.Thread(target=lambda: handles.append(
+        bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path)))
+    first.start()
+    first.join()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/self/task/{first.native_id}") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(first.native_id - 1))
+    except OSError as error:
+        print(json.dumps({"skip": f"cannot set ns_last_pid: {error}"}))
+        sys.exit(0)
+    out, bound, done = {}, threading.Event(), threading.Event()
+    def second():
+        out["reused"] = threading.get_native_id() == first.native_id
+        with bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path):
+            bound.set()
+            done.wait(30)
+    t = threading.Thread(target=second)
+    t.start()
+    bound.wait(30)
+    handles[0].release()  # the ended thread's handle
+    out["bound_while_second_lives"] = sorted(e.index for e in binding.snapshot(path).entries if e.alive)
+    done.set()
+    t.join()
+    print(json.dumps(out))
+    """)
+
+
+def test_releasing_an_ended_threads_handle_keeps_what_a_thread_reusing_its_id_binds(path):
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+    for _ in range(20):  # the kernel sometimes hands out another id: try again in a fresh namespace
+        if os.path.exists(path):
+            os.unlink(path)
+        proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                               TID_REUSE_LATE_RELEASE, path], env=child_env(), capture_output=True, text=True,
+                              timeout=60)
+        if proc.returncode != 0 and not proc.stdout:
+            pytest.skip(f"cannot create a pid namespace here: {proc.stderr.strip()}")
+        out = json.loads(proc.stdout)
+        if "skip" in out or out["reused"]:
+            break
+    if "skip" in out or not out["reused"]:
+        pytest.skip(out.get("skip", "the kernel did not give the thread id again"))
+    assert out["bound_while_second_lives"] == ["0"], \
+        "the ended thread's release() removed the line of the live thread that reuses its id"

@@ -754,3 +754,38 @@ def test_thread_mode_slots_of_one_taskmanager_never_hold_two_mig_units(tm_conf):
         hold.set()
         for t in threads:
             t.join()
+
+
+def test_thread_mode_not_enough_for_mig_units_never_promises_a_slot_per_unit(tm_conf):
+    """The slots of one thread-mode TaskManager share one MIG unit (CUDA uses one per process): with two
+    units and subtasks_per_gpu=1 one slot can bind, so the advice must not say two can."""
+    import re
+    import threading
+
+    from flink_gpu.binding import BindingError
+    from flink_gpu.pyflink import bind_gpus
+
+    gpus = [JavaInfo({"index": "0:1"}), JavaInfo({"index": "0:2"})]
+    results, hold = {}, threading.Event()
+
+    def subtask(allocation):
+        try:
+            results[allocation] = bind_gpus(PyFlinkContext(JavaSubtaskContext(gpus, allocation)), "gpu").indices
+        except BindingError as error:
+            results[allocation] = error
+        hold.wait(30)
+
+    threads = [threading.Thread(target=subtask, args=(allocation,)) for allocation in ("1f", "2e")]
+    try:
+        for t, allocation in zip(threads, ("1f", "2e")):
+            t.start()
+            while allocation not in results and t.is_alive():
+                threading.Event().wait(0.01)
+    finally:
+        hold.set()
+        for t in threads:
+            t.join()
+    error = str(results["2e"])
+    promised = re.search(r"so at most (\d+) of its slots can bind 1 each", error)
+    assert promised is None or promised.group(1) == "1", error
+
