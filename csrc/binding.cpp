@@ -134,6 +134,8 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     std::string text;
     if (!(r.status = coordination::open_and_read(opts, coordination::Access::kCreate, &file, &exists, &text)).ok())
         return r;
+    r.file_identity = file.identity();
+    r.start_time = holder_info.has_start_time ? holder_info.start_time : 0;
     std::vector<Line> lines = coordination::parse_file(text);
     coordination::Leases leases(opts.path);
     live.use(&leases);
@@ -266,7 +268,7 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     fields.share = holders_per_gpu;
     fields.slot = holder.slot;
     const bool lease = holder.slot.empty() && holder.pid == live.self();
-    if (lease) coordination::take_lease(&leases, file.mode(), lines, &fields, &r.lease_problem);
+    if (lease) coordination::take_lease(&leases, file, lines, &fields, &r.lease_problem);
     for (const std::string& idx : write) lines.push_back(coordination::new_line(idx, holder.pid, fields));
     if (!(r.status = file.rewrite(text, coordination::serialize(lines))).ok()) {
         if (lease && fields.has_lease && !coordination::slot_in_use(lines, fields.lease, holder.pid)) leases.drop();
@@ -301,6 +303,7 @@ coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const
         const Entry& e = l.entry;
         if (e.slot != holder.slot || (!holder.slot.empty() && e.tm != holder.taskmanager)) continue;
         if (!coordination::records_owner(e, holder.pid, holder.pid == self, ns)) continue;
+        if (holder.start_time != 0 && e.has_start_time && e.start_time != holder.start_time) continue;
         l.keep = false;
         released.insert(e.index);
     }

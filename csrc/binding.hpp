@@ -41,6 +41,9 @@ struct Holder {
     pid_t pid = 0;          // the process holder, or the binding thread's id for a slot holder
     std::string slot;       // empty: a process holder
     pid_t taskmanager = 0;  // the process whose GPUs are bound (recorded as `tm`); 0: not recorded
+    // unbind(): only lines written for the process (thread) started then (BindResult::start_time), so
+    // that a thread id reused by another thread of the slot keeps what that thread bound. 0: any.
+    std::uint64_t start_time = 0;
 };
 
 struct BindResult {
@@ -49,6 +52,8 @@ struct BindResult {
     std::vector<std::string> added;    // indices newly bound to the holder by this call
     std::vector<coordination::BadLine> unparsable;
     Status lease_problem;  // not ok: a process holder bound without a lease (the binding itself succeeded)
+    std::uint64_t start_time = 0;  // the holder's (thread's) start time, as its lines record it; 0: unknown
+    std::string file_identity;     // LockedFile::identity() of the bindings file
 };
 
 // kInvalidArgument, naming it, unless `slot` is a valid slot id (coordination_lines.hpp's valid_slot).

@@ -155,7 +155,7 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     fields.has_ns = live.ns().known;
     fields.ns = live.ns().inode;
     const bool for_self = owner == live.self();
-    if (for_self) take_lease(&leases, file.mode(), lines, &fields, &r.lease_problem);
+    if (for_self) take_lease(&leases, file, lines, &fields, &r.lease_problem);
     for (const std::string& idx : take) lines.push_back(new_line(idx, owner, fields));
     if (!(r.status = file.rewrite(text, serialize(lines))).ok()) {
         if (for_self && fields.has_lease && !slot_in_use(lines, fields.lease, owner)) leases.drop();

@@ -406,6 +406,8 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
             if (!type.ok()) return type;
             mode_ = static_cast<std::uint16_t>(locked.stx_mode & 07777);
             size_ = locked.stx_size;
+            identity_ = std::to_string(locked.stx_dev_major) + ":" + std::to_string(locked.stx_dev_minor) + ":" +
+                        std::to_string(locked.stx_ino);
             *exists = true;
             return {};
         }

@@ -56,11 +56,16 @@ public:
     // The file's permission bits, as found when it was locked.
     std::uint16_t mode() const { return mode_; }
 
+    // Which file this is, "<major>:<minor>:<inode>" of the locked inode: the same for every spelling
+    // of its path, different once the path names another file.
+    const std::string& identity() const { return identity_; }
+
 private:
     int fd_ = -1;
     std::string path_;
     std::uint16_t mode_ = 0644;
     std::uint64_t size_ = 0;  // as found when it was locked
+    std::string identity_;
 };
 
 // Opens `path` with the checks above (no lock; the descriptor is left O_NONBLOCK): *fd = -1 with an ok

@@ -22,6 +22,7 @@ struct Record {
     int fd = -1;  // the lease file, read-write, open while the lease is held
     bool held = false;
     std::uint32_t slot = 0;
+    std::string file_identity;  // the coordination file's (LockedFile::identity) when the lease was taken
 };
 
 namespace {
@@ -57,11 +58,26 @@ void install_fork_handlers() {
     (void)registered;
 }
 
+// The record of `coordination_path`. There is more than one only once the path came to name another
+// file (a symlinked directory retargeted, a relative path after chdir): then the one whose lease is on
+// the lease file the path names now, if any, else one without a lease; the others keep their old files'
+// leases for the lines written there.
 Record* find_record(const std::string& coordination_path) {
+    Record* first = nullptr;
+    int matching = 0;
     for (Record* r : registry()) {
-        if (r->coordination_path == coordination_path) return r;
+        if (r->coordination_path != coordination_path) continue;
+        if (first == nullptr) first = r;
+        ++matching;
     }
-    return nullptr;
+    if (matching <= 1) return first;  // validity is checked when it matters
+    Record* unused = nullptr;
+    for (Record* r : registry()) {
+        if (r->coordination_path != coordination_path) continue;
+        if (r->fd >= 0 && names_inode(lease_path(coordination_path), r->fd)) return r;
+        if (r->fd < 0 && unused == nullptr) unused = r;
+    }
+    return unused;
 }
 
 struct flock one_byte(short type, std::uint32_t slot) {
@@ -134,10 +150,17 @@ LeaseState Leases::test(std::uint32_t slot) {
     return state;
 }
 
-Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& named, std::uint32_t* slot) {
-    if (held(slot)) return {};
+Status Leases::acquire(std::uint16_t mode, const std::string& file_identity, const std::vector<std::uint32_t>& named,
+                       std::uint32_t* slot) {
+    if (held(slot)) {
+        if (record_->file_identity == file_identity) return {};
+        // the path names another file now (no syscall to tell: the locked file's identity is at hand):
+        // lines written there need a lease on its lease file; the old lease stays for the old file's lines
+        record_ = nullptr;
+        checked_ = record_valid_ = false;
+    }
     if (record_ == nullptr) {
-        registry().push_back(new Record{coordination_path_, -1, false, 0});
+        registry().push_back(new Record{coordination_path_, -1, false, 0, {}});
         record_ = registry().back();
     }
     const std::string path = lease_path(coordination_path_);
@@ -159,6 +182,7 @@ Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& nam
             record_->fd = fd;
             record_->held = true;
             record_->slot = s;
+            record_->file_identity = file_identity;
             checked_ = record_valid_ = true;
             *slot = s;
             return {};

@@ -25,7 +25,7 @@ bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self)
     return false;
 }
 
-void take_lease(Leases* leases, std::uint16_t mode, const std::vector<Line>& lines, LineFields* fields,
+void take_lease(Leases* leases, const LockedFile& file, const std::vector<Line>& lines, LineFields* fields,
                 Status* problem) {
     std::vector<std::uint32_t> named;
     for (const Line& l : lines) {
@@ -33,7 +33,7 @@ void take_lease(Leases* leases, std::uint16_t mode, const std::vector<Line>& lin
     }
     std::sort(named.begin(), named.end());
     std::uint32_t slot = 0;
-    *problem = leases->acquire(mode, named, &slot);
+    *problem = leases->acquire(file.mode(), file.identity(), named, &slot);
     if (!problem->ok()) return;
     fields->has_lease = true;
     fields->lease = slot;

@@ -29,7 +29,7 @@ bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self)
 // Takes the calling process's lease for the lines it is about to write. A lease that cannot be had (a
 // lease file this user may not write) leaves the lines without one, with the reason in *problem: judged
 // by pid in our namespace, alive with liveness unknown to other namespaces.
-void take_lease(Leases* leases, std::uint16_t mode, const std::vector<Line>& lines, LineFields* fields,
+void take_lease(Leases* leases, const LockedFile& file, const std::vector<Line>& lines, LineFields* fields,
                 Status* problem);
 
 // "a, b, c".

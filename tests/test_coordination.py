@@ -23,7 +23,7 @@ import flink_gpu
 from flink_gpu import coordination
 from flink_gpu.errors import FlinkException
 
-from conftest import dead_pid, proc_start_time
+from conftest import dead_pid, proc_start_time, run_python
 from support.interop import fake_nvidia_smi, stock_env
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
@@ -927,3 +927,34 @@ def test_a_line_naming_a_unit_first_holds_that_unit_of_its_gpu(path, owners):
     with pytest.raises(FlinkException):
         coordination.claim(1, ["0"], path=path)
     assert coordination.claim(1, ["0:2", "0:3"], path=path).taken == ["0:3"]
+
+
+def test_a_path_that_comes_to_name_another_file_gets_a_lease_there_too(tmp_path):
+    """A directory symlink retargeted between two claims of one process (a relative path after chdir()
+    is the same): the second claim's line in the file the path names now must carry a lease held on
+    that file's lease file, else another claimer judges it released and takes the GPU."""
+    old, new, link = tmp_path / "old", tmp_path / "new", tmp_path / "current"
+    old.mkdir()
+    new.mkdir()
+    new_file = new / "coordination"
+    coordination.claim(1, ["0"], path=new_file)
+    coordination.release(path=new_file)  # a holder came and went there: its lease file stays
+    link.symlink_to(old)
+    spelled = link / "coordination"
+    coordination.claim(1, ["0"], path=spelled)
+    link.unlink()
+    link.symlink_to(new)
+    try:
+        assert coordination.claim(1, ["0"], path=spelled).taken == ["0"]
+        other = run_python(f"""
+            from flink_gpu import coordination, FlinkException
+            try:
+                print(coordination.claim(1, ["0"], path={str(new_file)!r}).taken)
+            except FlinkException:
+                print("refused")
+            """)
+        assert other.stdout.strip() == "refused", new_file.read_text()
+        assert coordination.snapshot(old / "coordination").entries[0].state == "lease held"  # the old one stays
+    finally:
+        coordination.release(path=spelled)
+        coordination.release(path=old / "coordination")

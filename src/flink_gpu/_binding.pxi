@@ -7,6 +7,7 @@ cdef extern from "binding.hpp" namespace "flinkgpu::binding" nogil:
         pid_t pid
         string slot
         pid_t taskmanager
+        uint64_t start_time
 
     cdef cppclass BindResult "flinkgpu::binding::BindResult":
         Status status
@@ -14,6 +15,8 @@ cdef extern from "binding.hpp" namespace "flinkgpu::binding" nogil:
         vector[string] added
         vector[CoordBadLine] unparsable
         Status lease_problem
+        uint64_t start_time
+        string file_identity
 
     Status binding_check_slot "flinkgpu::binding::check_slot"(const string& slot)
     BindResult binding_bind_cpp "flinkgpu::binding::bind"(
@@ -41,7 +44,8 @@ cdef BindHolder _bi_holder(pid, slot, taskmanager) except *:
 
 def binding_bind(path, double timeout, pid, slot, taskmanager, gpus, size_t count, uint32_t holders_per_gpu):
     """Binds ``count`` of ``gpus`` to the holder (process ``pid``, or thread ``pid`` of slot ``slot``):
-    (indices, added, [(line number, text)], why a process holder bound without a lease or None)."""
+    (indices, added, [(line number, text)], why a process holder bound without a lease or None, the
+    holder's start time (0: unknown), the bindings file's identity "<major>:<minor>:<inode>")."""
     cdef CoordOptions opts = _co_options(path, timeout)
     cdef BindHolder holder = _bi_holder(pid, slot, taskmanager)
     cdef vector[string] candidates = _co_indices(gpus)
@@ -51,13 +55,16 @@ def binding_bind(path, double timeout, pid, slot, taskmanager, gpus, size_t coun
     if not r.status.ok():
         raise _error(r.status, path)
     lease_problem = None if r.lease_problem.ok() else _co_text(r.lease_problem.message)
-    return (_co_strings(r.indices), _co_strings(r.added), _co_bad_lines(r.unparsable), lease_problem)
+    return (_co_strings(r.indices), _co_strings(r.added), _co_bad_lines(r.unparsable), lease_problem,
+            r.start_time, _co_text(r.file_identity))
 
 
-def binding_unbind(path, double timeout, pid, slot, taskmanager):
-    """Removes the lines the holder wrote; the indices they bound."""
+def binding_unbind(path, double timeout, pid, slot, taskmanager, uint64_t start_time=0):
+    """Removes the lines the holder wrote (only those of the process or thread started at ``start_time``,
+    when given); the indices they bound."""
     cdef CoordOptions opts = _co_options(path, timeout)
     cdef BindHolder holder = _bi_holder(pid, slot, taskmanager)
+    holder.start_time = start_time
     cdef CoordReleaseResult r
     with nogil:
         r = binding_unbind_cpp(opts, holder)

@@ -143,9 +143,11 @@ def coordination_process_start_time(pid: int) -> Optional[int]: ...
 # --- bindings file (csrc/binding.*) ------------------------------------------------------------
 def binding_bind(path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int],
                  gpus: Iterable[Union[str, int]], count: int, holders_per_gpu: int
-                 ) -> Tuple[List[str], List[str], List[Tuple[int, str]], Optional[str]]:
-    """(the holder's binding, newly bound, unparsable lines, why a process holder bound without a lease)."""
-def binding_unbind(path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int]) -> List[str]: ...
+                 ) -> Tuple[List[str], List[str], List[Tuple[int, str]], Optional[str], int, str]:
+    """(the holder's binding, newly bound, unparsable lines, why a process holder bound without a lease,
+    the holder's start time or 0, the bindings file's identity)."""
+def binding_unbind(path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int],
+                   start_time: int = 0) -> List[str]: ...
 _BindingRow = Tuple[int, str, int, Optional[int], bool, str, Optional[int], Optional[int], Optional[int],
                     Optional[int], Optional[str]]
 def binding_snapshot(path: _Path, timeout: float) -> Tuple[bool, List[_BindingRow], List[Tuple[int, str]]]: ...

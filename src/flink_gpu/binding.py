@@ -97,23 +97,21 @@ class _Held:
 
 
 _lock = threading.Lock()
-# The holders of this process as the core tells them apart. A process holder: (its file's real path,
-# however it was spelled; pid); its TaskManager is not part of it. A slot's thread: (file, slot,
-# taskmanager) in that thread's own registry, so that a thread which later gets an ended thread's id
-# inherits nothing from it.
+# The holders of this process as the core tells them apart. A process holder: (the bindings file's
+# identity, however its path was spelled; pid); its TaskManager is not part of it. A slot's thread: (file,
+# slot, taskmanager) in that thread's own registry, so that a thread which later gets an ended thread's
+# id inherits nothing from it.
 _held: "dict[tuple, _Held]" = {}
 _thread_held = threading.local()
-_files: "dict[str, str]" = {}  # a bindings path as given -> its real path (an lstat per component: once)
-_inherited: "dict[str, tuple[str, ...]]" = {}  # file -> the process binding of the process we were forked from
+_forked_from: "int | None" = None  # the process holder this process was forked from
 
 
 def _after_fork_in_child() -> None:
-    global _lock
+    global _lock, _forked_from
     _lock = threading.Lock()  # another thread may have held it at the fork
-    pid = os.getppid()
-    for (file, holder), held in _held.items():
-        if holder == pid and held.refs > 0:
-            _inherited[file] = tuple(sorted(held.indices))
+    parent = os.getppid()
+    if any(holder == parent and held.refs > 0 for (_file, holder), held in _held.items()):
+        _forked_from = parent
     _held.clear()
     _thread_held.__dict__.clear()  # the forking thread's slots are its parent's thread's
 
@@ -142,7 +140,7 @@ class GPUBinding:
         self._released = False
         self._devices: "tuple[int, ...] | None" = None
         self._timeout = timeout
-        self._native_holder = native_holder  # (pid or thread id, slot, taskmanager) as the core takes them
+        self._native_holder = native_holder  # (pid or thread id, slot, taskmanager, start time) for the core
         self._pushed: "list[tuple[Any, _Gauge]]" = []  # thread mode: (Java-held value, its reading)
         self._pushed_at = 0.0
 
@@ -239,14 +237,15 @@ class GPUBinding:
         held = self._held
         if held is None or os.getpid() != self._pid:
             return
-        pid, slot, taskmanager = self._native_holder
+        pid, slot, taskmanager, start_time = self._native_holder
         with _lock:
             held.refs -= 1
             if held.refs > 0:
                 return
             if held.registry.get(held.key) is held:
                 del held.registry[held.key]
-            _native.binding_unbind(self._path, self._timeout, pid, slot, taskmanager)
+            # the start time: a thread that got an ended binder's id keeps what it bound itself
+            _native.binding_unbind(self._path, self._timeout, pid, slot, taskmanager, start_time)
 
     def __enter__(self) -> "GPUBinding":
         return self
@@ -329,27 +328,22 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
                                         or not 0 < taskmanager_pid <= 0x7fffffff):
         raise ValueError(f"taskmanager_pid must be a positive process id, got {taskmanager_pid!r}.")
     path = bindings_path() if path is None else os.fspath(path)
-    file = _files.get(path)
-    if file is None:
-        file = _files[path] = os.path.realpath(path)
     me = os.getpid()
     if slot is None:
-        inherited = _inherited.get(file)
-        if inherited is not None:
-            return _inherited_binding(by_index, inherited, count, path, library_path, timeout)
-        pid, holder = me, f"pid {me}"
-        registry, key = _held, (file, me)
+        if _forked_from is not None:
+            return _inherited_binding(by_index, count, path, library_path, timeout)
+        pid, holder, registry = me, f"pid {me}", _held
     else:
         pid = threading.get_native_id()
         holder = f"slot {slot} (thread {pid})"
         registry = _thread_held.__dict__.setdefault("held", {})
-        key = (file, slot, taskmanager_pid)
     with _lock:
         try:
-            indices, added, unparsable, lease_problem = _native.binding_bind(
+            indices, added, unparsable, lease_problem, start_time, file = _native.binding_bind(
                 path, timeout, pid, slot, taskmanager_pid, list(by_index), count, holders_per_gpu)
         except FlinkException as error:
             raise BindingError(str(error)) from None
+        key = (file, me) if slot is None else (file, slot, taskmanager_pid)
         held = registry.get(key)
         if held is None:
             held = registry[key] = _Held(registry, key)
@@ -361,21 +355,27 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
     if lease_problem is not None:
         _log.warning("Bound GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file cannot "
                      "tell when pid %d dies.", ", ".join(added), path, lease_problem, pid)
-    return GPUBinding([by_index[i] for i in indices], indices, path, held, (pid, slot, taskmanager_pid), holder,
-                      library_path, timeout)
+    return GPUBinding([by_index[i] for i in indices], indices, path, held,
+                      (pid, slot, taskmanager_pid, start_time), holder, library_path, timeout)
 
 
-def _inherited_binding(by_index, inherited, count, path, library_path, timeout) -> GPUBinding:
-    """The binding of the process holder this process was forked from: nothing new is bound."""
-    indices = [index for index in inherited if index in by_index]
+def _inherited_binding(by_index, count, path, library_path, timeout) -> GPUBinding:
+    """The binding the process holder this process was forked from has in ``path`` now (read from the
+    file: it may have released it or ended since the fork); nothing new is bound."""
+    parent = _forked_from
+    live = {entry.index for entry in snapshot(path, timeout=timeout).entries
+            if entry.alive and entry.slot is None and entry.pid == parent and entry.index in by_index}
+    from flink_gpu.gpu_index import sort_indices
+
+    indices = sort_indices(live)
     if count > len(indices):
+        now = (f"binds GPU(s) {', '.join(indices)} of these in {path}" if indices else
+               f"binds none of these in {path} now (it released them, or it ended)")
         raise BindingError(
-            f"This process (pid {os.getpid()}) was forked from pid {os.getppid()}, which binds GPU(s) "
-            f"{', '.join(indices) or 'none of these'}; a forked child shares its parent's binding and binds nothing "
-            f"new, so it cannot have {count}. Bind them in the parent (bindings file: {path}).")
+            f"This process (pid {os.getpid()}) was forked from pid {parent}, which {now}; a forked child shares "
+            f"its parent's binding and binds nothing new, so it cannot have {count}. Bind them in the parent.")
     chosen = indices[:count]
-    parent = os.getppid()
-    return GPUBinding([by_index[i] for i in chosen], chosen, path, None, (parent, None, None),
+    return GPUBinding([by_index[i] for i in chosen], chosen, path, None, (parent, None, None, 0),
                       f"pid {parent} (inherited)", library_path, timeout)
 
 

@@ -125,23 +125,34 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
         return bind(lookup.infos, count, subtasks_per_gpu, slot=slot, taskmanager_pid=taskmanager,
                     path=bindings_path(path), library_path=view.library)
     except BindingError as error:
-        raise BindingError(f"{error} {_binding_advice(name, lookup.infos, taskmanager, count, subtasks_per_gpu)}") from None
+        advice = _binding_advice(name, lookup.infos, taskmanager, count, subtasks_per_gpu, lookup.mode == "thread")
+        raise BindingError(f"{error} {advice}") from None
 
 
-def _binding_advice(name: str, infos: frozenset, taskmanager: "int | None", count: int, subtasks_per_gpu: int) -> str:
+def _binding_advice(name: str, infos: frozenset, taskmanager: "int | None", count: int, subtasks_per_gpu: int,
+                    thread_mode: bool) -> str:
     """What the TaskManager can serve and what to change, for a BindingError of bind_gpus."""
     from flink_gpu.gpu_index import sort_indices
 
     gpus = sort_indices(info.get_property("index") for info in infos)
+    units = [index for index in gpus if ":" in index]
+    whole = len(gpus) - len(units)
     has = (f"The TaskManager (pid {taskmanager}) has {len(gpus)} GPU(s) of '{name}' ({', '.join(gpus)}) for "
            f"its slots")
     amount = f"'external-resource.{name}.amount'"
-    if count > len(gpus):  # no sharing gives one holder the same GPU twice
-        return f"{has}, fewer than the {count} one slot asks for: raise {amount} to at least {count}, or bind fewer."
-    slots = len(gpus) * subtasks_per_gpu // count
-    return (f"{has}, each shared by at most {subtasks_per_gpu} (subtasks_per_gpu), so at most {slots} of its "
-            f"slots can bind {count} each. Raise {amount}, raise subtasks_per_gpu, or lower the parallelism (or "
-            "taskmanager.numberOfTaskSlots) of the operators that bind GPUs.")
+    # what one slot can hold: each GPU once, and one MIG unit at most (CUDA uses one per process)
+    per_slot = whole + (1 if units else 0)
+    if count > per_slot:
+        why = " (a process binds at most one MIG unit)" if units else ""
+        return (f"{has}; one slot can bind at most {per_slot} of them{why}, fewer than the {count} it asks for: "
+                f"raise {amount}, or bind fewer.")
+    # thread mode: every slot is a thread of the JVM, and all of them share one MIG unit
+    places = (whole + (1 if units else 0) if thread_mode else len(gpus)) * subtasks_per_gpu
+    mig = (" (in thread mode all slots share one MIG unit: use process mode to give each slot its own)"
+           if units and thread_mode else "")
+    return (f"{has}, each shared by at most {subtasks_per_gpu} (subtasks_per_gpu), so at most {places // count} of "
+            f"its slots can bind {count} each{mig}. Raise {amount}, raise subtasks_per_gpu, or lower the parallelism "
+            "(or taskmanager.numberOfTaskSlots) of the operators that bind GPUs.")
 
 
 def _slot_id(java_context: Any) -> str:
