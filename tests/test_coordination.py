@@ -958,3 +958,31 @@ def test_a_path_that_comes_to_name_another_file_gets_a_lease_there_too(tmp_path)
     finally:
         coordination.release(path=spelled)
         coordination.release(path=old / "coordination")
+
+
+def test_releasing_at_a_path_that_names_another_file_keeps_the_old_files_lease(tmp_path):
+    """A claim at a symlinked path, the link retargeted, then release() at that path: nothing of ours is
+    in the file the path names now, so nothing is released, and the line still in the old file must
+    keep its lease (the process lives and still holds that GPU), else another claimer takes it."""
+    old, new, link = tmp_path / "old", tmp_path / "new", tmp_path / "current"
+    old.mkdir()
+    new.mkdir()
+    link.symlink_to(old)
+    spelled = link / "coordination"
+    old_file = old / "coordination"
+    coordination.claim(1, ["0"], path=spelled)
+    link.unlink()
+    link.symlink_to(new)
+    try:
+        assert coordination.release(path=spelled) == []
+        assert coordination.snapshot(old_file).entries[0].state == "lease held", old_file.read_text()
+        other = run_python(f"""
+            from flink_gpu import coordination, FlinkException
+            try:
+                print(coordination.claim(1, ["0"], path={str(old_file)!r}).taken)
+            except FlinkException:
+                print("refused")
+            """)
+        assert other.stdout.strip() == "refused", old_file.read_text()
+    finally:
+        coordination.release(path=old_file)
