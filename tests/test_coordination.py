@@ -986,3 +986,30 @@ def test_releasing_at_a_path_that_names_another_file_keeps_the_old_files_lease(t
         assert other.stdout.strip() == "refused", old_file.read_text()
     finally:
         coordination.release(path=old_file)
+
+
+def test_claims_after_a_stock_sed_replaced_the_file_keep_one_lease(path):
+    """The stock script's ``sed -i`` replaces the file (a new inode at the same path, the lease file
+    unchanged). The process's next claims take a lease for the new file once, then keep it: every later
+    claim and release must not open another lease descriptor and lock another byte each time."""
+    coordination.claim(1, ["0"], path=path)
+    path = str(path)
+    replaced = path + ".sed"
+    shutil.copyfile(path, replaced)
+    os.replace(replaced, path)  # what `sed -i` does
+    lease_file = os.path.realpath(path + ".lease")
+
+    def lease_fds():
+        return sum(1 for fd in os.listdir("/proc/self/fd")
+                   if os.path.realpath(f"/proc/self/fd/{fd}") == lease_file)
+
+    try:
+        leases = set()
+        for _ in range(4):
+            coordination.claim(1, ["1"], path=path)
+            leases.add(next(e.lease for e in coordination.snapshot(path).entries if e.index == "1"))
+            coordination.release(path=path, indices=["1"])
+        assert lease_fds() <= 2, f"{lease_fds()} descriptors of {lease_file} open; leases used: {sorted(leases)}"
+        assert len(leases) == 1, f"each claim locked another byte of the lease file: {sorted(leases)}"
+    finally:
+        coordination.release(path=path)
