@@ -22,7 +22,6 @@ struct Record {
     int fd = -1;  // the lease file, read-write, open while the lease is held
     bool held = false;
     std::uint32_t slot = 0;
-    std::string file_identity;  // the coordination file's (LockedFile::identity) when the lease was taken
 };
 
 namespace {
@@ -59,9 +58,10 @@ void install_fork_handlers() {
 }
 
 // The record of `coordination_path`. There is more than one only once the path came to name another
-// file (a symlinked directory retargeted, a relative path after chdir): then the one whose lease is on
-// the lease file the path names now, if any, else one without a lease; the others keep their old files'
-// leases for the lines written there.
+// lease file (a symlinked directory retargeted, a relative path after chdir; not the stock script's
+// `sed -i`, which replaces the coordination file only): then the one whose lease is on the lease file the
+// path names now, if any, else one without a lease. The others keep their old files' leases for the lines
+// written there, until the process ends.
 Record* find_record(const std::string& coordination_path) {
     Record* first = nullptr;
     int matching = 0;
@@ -70,7 +70,7 @@ Record* find_record(const std::string& coordination_path) {
         if (first == nullptr) first = r;
         ++matching;
     }
-    if (matching <= 1) return first;  // validity is checked when it matters
+    if (matching <= 1) return first;  // which lease file it is on is checked when that matters
     Record* unused = nullptr;
     for (Record* r : registry()) {
         if (r->coordination_path != coordination_path) continue;
@@ -150,17 +150,16 @@ LeaseState Leases::test(std::uint32_t slot) {
     return state;
 }
 
-Status Leases::acquire(std::uint16_t mode, const std::string& file_identity, const std::vector<std::uint32_t>& named,
-                       std::uint32_t* slot) {
+Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& named, std::uint32_t* slot) {
     if (held(slot)) {
-        if (record_->file_identity == file_identity) return {};
-        // the path names another file now (no syscall to tell: the locked file's identity is at hand):
-        // lines written there need a lease on its lease file; the old lease stays for the old file's lines
+        if (record_fd_valid()) return {};
+        // the path names another lease file now: lines written there need a lease on it; the old lease
+        // stays for the old file's lines
         record_ = nullptr;
         checked_ = record_valid_ = false;
     }
     if (record_ == nullptr) {
-        registry().push_back(new Record{coordination_path_, -1, false, 0, {}});
+        registry().push_back(new Record{coordination_path_, -1, false, 0});
         record_ = registry().back();
     }
     const std::string path = lease_path(coordination_path_);
@@ -182,7 +181,6 @@ Status Leases::acquire(std::uint16_t mode, const std::string& file_identity, con
             record_->fd = fd;
             record_->held = true;
             record_->slot = s;
-            record_->file_identity = file_identity;
             checked_ = record_valid_ = true;
             *slot = s;
             return {};
@@ -198,9 +196,15 @@ Status Leases::acquire(std::uint16_t mode, const std::string& file_identity, con
     return make_status(StatusCode::kOsError, "Every slot of the lease file " + path + " is taken.", EAGAIN);
 }
 
-// Closing the only descriptor of the open file description drops its lock.
+// Closing the only descriptor of the open file description drops its lock. A lease on a lease file the
+// path no longer names is kept: it proves the lines written in the old file, which this call cannot see.
 void Leases::drop() noexcept {
     if (record_ == nullptr || !record_->held) return;
+    try {
+        if (!record_fd_valid()) return;
+    } catch (...) {  // out of memory for the path: keep the lease (a late release, never a false one)
+        return;
+    }
     close(record_->fd);
     record_->fd = -1;
     record_->held = false;

@@ -55,13 +55,13 @@ public:
     // cannot be opened or tested. Each slot is tested once per call.
     LeaseState test(std::uint32_t slot);
 
-    // Takes this process's lease on this file (keeps the one it holds while `file_identity`, the locked
-    // coordination file's LockedFile::identity, is the file it was taken for), creating the lease file with
-    // the permission bits `mode`; never a slot in `named` (sorted: the slots the file's lines name).
-    Status acquire(std::uint16_t mode, const std::string& file_identity, const std::vector<std::uint32_t>& named,
-                   std::uint32_t* slot);
+    // Takes this process's lease on this file (keeps the one it holds while it is on the lease file the
+    // path names), creating the lease file with the permission bits `mode`; never a slot in `named`
+    // (sorted: the slots the file's lines name).
+    Status acquire(std::uint16_t mode, const std::vector<std::uint32_t>& named, std::uint32_t* slot);
 
-    // Drops this process's lease (nothing when none is held).
+    // Drops this process's lease (nothing when none is held, or when it is on a lease file the path no
+    // longer names: the old file's lines still need it).
     void drop() noexcept;
 
 private:

@@ -33,7 +33,7 @@ void take_lease(Leases* leases, const LockedFile& file, const std::vector<Line>&
     }
     std::sort(named.begin(), named.end());
     std::uint32_t slot = 0;
-    *problem = leases->acquire(file.mode(), file.identity(), named, &slot);
+    *problem = leases->acquire(file.mode(), named, &slot);
     if (!problem->ok()) return;
     fields->has_lease = true;
     fields->lease = slot;

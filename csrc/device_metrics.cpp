@@ -41,8 +41,10 @@ long long temperature(const NvmlApi& api, const MetricDevice& device) {
         nvmlTemperature_t t{};
         t.version = nvmlTemperature_v1;
         t.sensorType = NVML_TEMPERATURE_GPU;
-        if (api.device_get_temperature_v(device.gpu, &t) != NVML_SUCCESS) return -1;
-        return t.temperature;
+        const nvmlReturn_t rc = api.device_get_temperature_v(device.gpu, &t);
+        if (rc == NVML_SUCCESS) return t.temperature;
+        // a driver that exports the call but not for this struct version or device: the original query
+        if (rc != NVML_ERROR_NOT_SUPPORTED && rc != NVML_ERROR_ARGUMENT_VERSION_MISMATCH) return -1;
     }
     if (api.device_get_temperature == nullptr) return -1;
     unsigned celsius = 0;

@@ -293,8 +293,8 @@ struct LibraryRegistry {
         resolve(lib, &api.device_get_gpu_instance_id, S::kDeviceGetGpuInstanceId);
         resolve(lib, &api.device_get_compute_instance_id, S::kDeviceGetComputeInstanceId);
         resolve(lib, &api.device_get_utilization_rates, S::kDeviceGetUtilizationRates);
-        if (!resolve(lib, &api.device_get_temperature_v, S::kDeviceGetTemperatureV))
-            resolve(lib, &api.device_get_temperature, S::kDeviceGetTemperature);
+        resolve(lib, &api.device_get_temperature_v, S::kDeviceGetTemperatureV);
+        resolve(lib, &api.device_get_temperature, S::kDeviceGetTemperature);  // also for a refused V
         resolve(lib, &api.device_get_power_usage, S::kDeviceGetPowerUsage);
         return lib;
     }

@@ -111,7 +111,7 @@ struct NvmlApi {
     decltype(&nvmlDeviceGetGpuInstanceId) device_get_gpu_instance_id = nullptr;
     decltype(&nvmlDeviceGetComputeInstanceId) device_get_compute_instance_id = nullptr;
     // Live readings (device_metrics.hpp); each one optional. nvmlDeviceGetTemperatureV (R565 and
-    // later) where the driver exports it, else the original query, which nvml.h now marks
+    // later) where the driver exports and answers it, else the original query, which nvml.h now marks
     // deprecated (hence its type spelled out here).
     decltype(&nvmlDeviceGetUtilizationRates) device_get_utilization_rates = nullptr;
     decltype(&nvmlDeviceGetTemperatureV) device_get_temperature_v = nullptr;

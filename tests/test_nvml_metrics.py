@@ -89,6 +89,11 @@ def test_every_fault_is_minus_one_without_raising():
     assert sample["6"] == [5, 1, 40, -1]  # one query withheld, the others read
 
 
+def test_a_driver_refusing_the_versioned_temperature_query_is_read_through_the_original():
+    sample = read_once(["0"], spec={"devices": [{"temperature": 61, "not_supported": ["temperature_v"]}]})
+    assert sample["0"][2] == 61
+
+
 def test_an_index_the_library_does_not_have_is_minus_one():
     sample = read_once(["4", "0:0", "00", "01", "-1", "", "GPU-0", "0:", "1 "], devices=2)
     assert set(map(tuple, sample.values())) == {(-1, -1, -1, -1)}

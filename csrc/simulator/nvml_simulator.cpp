@@ -72,12 +72,13 @@ enum Query : unsigned {
     kQueryInforom, kQueryRemappedRows, kQueryEccMode, kQueryEccErrors, kQueryFieldValues, kQueryRetiredPages,
     kQueryMemory, kQueryMemoryV2, kQueryComputeMode, kQueryCpuAffinity, kQueryComputeProcesses,
     kQueryGraphicsProcesses, kQueryMpsProcesses, kQueryProcessDetailList, kQueryUtilization, kQueryTemperature,
-    kQueryPower, kQueryCount
+    kQueryPower, kQueryTemperatureV, kQueryCount
 };
 const char* const kQueryNames[kQueryCount] = {
     "inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
     "memory_v2", "compute_mode", "cpu_affinity", "compute_processes", "graphics_processes", "mps_processes",
     "process_detail_list", "utilization", "temperature", "power",
+    "temperature_v",  // nvmlDeviceGetTemperatureV alone (a driver exporting it but refusing it)
 };
 
 struct SimProcess {
@@ -1061,6 +1062,9 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTempe
     return guarded([&]() -> nvmlReturn_t {
         if (temperature_info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (temperature_info->version != nvmlTemperature_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        const SimDevice* d = nullptr;
+        if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
+        if (nvmlReturn_t rc = query_allowed(*d, kQueryTemperatureV); rc != NVML_SUCCESS) return rc;
         unsigned celsius = 0;
         if (nvmlReturn_t rc = temperature(device, temperature_info->sensorType, &celsius); rc != NVML_SUCCESS)
             return rc;

@@ -47,8 +47,9 @@ Spec keys (every one optional; null counts as absent):
     NO_PERMISSION: ``inforom``, ``remapped_rows``, ``ecc_mode``, ``ecc_errors``,
     ``field_values``, ``retired_pages``, ``memory``, ``memory_v2``, ``compute_mode``,
     ``cpu_affinity``, ``compute_processes``, ``graphics_processes``, ``mps_processes``,
-    ``process_detail_list``, ``processes`` (the three kinds), ``utilization``, ``temperature``
-    and ``power``;
+    ``process_detail_list``, ``processes`` (the three kinds), ``utilization``, ``temperature``,
+    ``power`` and ``temperature_v`` (``nvmlDeviceGetTemperatureV`` alone: a driver that exports it
+    but refuses it);
   * ``mig``: the GPU's Multi-Instance GPU layout, an object with ``mode`` (``enabled`` or
     ``disabled``, default disabled), ``pending`` (the mode after a reset; default the current
     one), ``max_devices`` (slots, 0..64, default 7) and ``instances``: a list of ``{"slot": N
@@ -91,7 +92,8 @@ _STATE_ERRORS = ("GPU_IS_LOST", "RESET_REQUIRED")
 _PROCESS_KINDS = ("compute", "graphics", "mps")
 _QUERIES = ("inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
             "memory_v2", "compute_mode", "cpu_affinity", "compute_processes", "graphics_processes",
-            "mps_processes", "process_detail_list", "processes", "utilization", "temperature", "power")
+            "mps_processes", "process_detail_list", "processes", "utilization", "temperature", "power",
+            "temperature_v")
 _CPULIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
 #: The most GPUs ``devices`` may ask for: the limit csrc/simulator/nvml_simulator.cpp puts on
 #: FLINK_GPU_SIM_DEVICES.
