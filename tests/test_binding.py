@@ -310,7 +310,7 @@ def test_gauges_without_a_loadable_nvml_are_minus_one(path, tmp_path):
     assert all(value == -1 for gauges in got.values() for value in gauges.values())
 
 
-# -- review (issue 14): handles, holders and bad input ---------------------------------------------
+# -- handles, holders and bad input ---------------------------------------------------------------
 
 @pytest.mark.parametrize("second_call", ["another taskmanager_pid", "another spelling of the path"])
 def test_releasing_one_handle_keeps_what_another_handle_of_the_same_process_holds(path, second_call):
@@ -348,62 +348,6 @@ def test_asking_for_more_gpus_than_given_says_how_many_were_given(path):
     message = str(caught.value)
     # not just "GPU 0 is free; GPU 1 is free": the reason is that 3 is more than the 2 given
     assert "2 GPUs" in message or "only 2" in message, message
-
-
-# A slot's thread binds and ends without release() (its end frees the slot), then a new thread gets the
-# same thread id (ns_last_pid: the kernel's tid reuse, made to happen at once) and binds and releases.
-TID_REUSE = textwrap.dedent("""
-    import json, os, sys, threading, time
-    from flink_gpu import GPUInfo, binding
-    from flink_gpu.binding import bind
-    path = sys.argv[1]
-    gpus = [GPUInfo("0"), GPUInfo("1")]
-    first = threading.Thread(target=lambda: bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path))
-    first.start()
-    first.join()
-    deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/self/task/{first.native_id}") and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-            f.write(str(first.native_id - 1))
-    except OSError as error:
-        print(json.dumps({"skip": f"cannot set ns_last_pid: {error}"}))
-        sys.exit(0)
-    out, done = {}, threading.Event()
-    def second():
-        out["reused"] = threading.get_native_id() == first.native_id
-        bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path).release()
-        out["bound_after_release"] = sorted(e.index for e in binding.snapshot(path).entries if e.alive)
-        done.wait(30)
-    t = threading.Thread(target=second)
-    t.start()
-    while "bound_after_release" not in out and t.is_alive():
-        time.sleep(0.01)
-    done.set()
-    t.join()
-    print(json.dumps(out))
-    """)
-
-
-def test_a_thread_reusing_an_ended_binders_id_frees_its_binding_on_release(path):
-    import shutil
-
-    if shutil.which("unshare") is None:
-        pytest.skip("needs unshare(1)")
-    for _ in range(20):  # the kernel sometimes hands out another id: try again in a fresh namespace
-        if os.path.exists(path):
-            os.unlink(path)
-        proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", TID_REUSE, path],
-                              env=child_env(), capture_output=True, text=True, timeout=60)
-        if proc.returncode != 0 and not proc.stdout:
-            pytest.skip(f"cannot create a pid namespace here: {proc.stderr.strip()}")
-        out = json.loads(proc.stdout)
-        if "skip" in out or out["reused"]:
-            break
-    if "skip" in out or not out["reused"]:
-        pytest.skip(out.get("skip", "the kernel did not give the thread id again"))
-    assert out["bound_after_release"] == [], "release() left the slot's GPU bound while its thread lives"
 
 
 def test_a_slot_id_with_control_characters_is_shown_escaped(path):
@@ -535,59 +479,47 @@ def test_a_bindings_path_whose_real_path_changed_binds_alive_in_the_new_file(tmp
         second.release()
 
 
-# A slot's thread binds and ends without release(); a new thread of the same slot gets its thread id and
-# binds; then the ended thread's handle is released (close() on another thread, as handles allow).
-TID_REUSE_LATE_RELEASE = textwrap.dedent("""
-    import json, os, sys, threading, time
-    from flink_gpu import GPUInfo, binding
-    from flink_gpu.binding import bind
-    path = sys.argv[1]
-    gpus = [GPUInfo("0"), GPUInfo("1")]
-    handles = []
-    first = threading.Thread(target=lambda: handles.append(
-        bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path)))
-    first.start()
-    first.join()
-    deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/self/task/{first.native_id}") and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-            f.write(str(first.native_id - 1))
-    except OSError as error:
-        print(json.dumps({"skip": f"cannot set ns_last_pid: {error}"}))
-        sys.exit(0)
-    # start times count clock ticks (10 ms): a thread id reused within one tick cannot be told apart (the
-    # kernel reuses ids only after going round the pid space; the test forces it at once)
-    time.sleep(0.05)
-    out, bound, done = {}, threading.Event(), threading.Event()
-    def second():
-        out["reused"] = threading.get_native_id() == first.native_id
-        with bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path):
-            bound.set()
-            done.wait(30)
-    t = threading.Thread(target=second)
-    t.start()
-    bound.wait(30)
-    handles[0].release()  # the ended thread's handle
-    out["bound_while_second_lives"] = sorted(e.index for e in binding.snapshot(path).entries if e.alive)
-    done.set()
-    t.join()
-    print(json.dumps(out))
-    """)
+# A slot's thread binds and ends without release() (its end frees the slot); then the kernel gives a new
+# thread the same id (ns_last_pid: its tid reuse, made to happen at once). Each test adds what happens then.
+TID_REUSE_SETUP = """
+import json, os, sys, threading, time
+from flink_gpu import GPUInfo, binding
+from flink_gpu.binding import bind
+path = sys.argv[1]
+gpus = [GPUInfo("0"), GPUInfo("1")]
+handles = []
+first = threading.Thread(target=lambda: handles.append(bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path)))
+first.start()
+first.join()
+deadline = time.monotonic() + 10
+while os.path.exists(f"/proc/self/task/{first.native_id}") and time.monotonic() < deadline:
+    time.sleep(0.01)
+try:
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(first.native_id - 1))
+except OSError as error:
+    print(json.dumps({"skip": f"cannot set ns_last_pid: {error}"}))
+    sys.exit(0)
+# start times count clock ticks (10 ms): a thread id reused within one tick cannot be told apart (the
+# kernel reuses ids only after going round the pid space; the test forces it at once)
+time.sleep(0.05)
+out, bound, done = {}, threading.Event(), threading.Event()
+"""
 
 
-def test_releasing_an_ended_threads_handle_keeps_what_a_thread_reusing_its_id_binds(path):
+def with_reused_thread_id(then, path):
+    """What ``TID_REUSE_SETUP`` + ``then`` prints, run in a fresh pid namespace until the kernel gives the
+    second thread the first one's id (it sometimes hands out another); skips where that cannot be done."""
     import shutil
 
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare(1)")
-    for _ in range(20):  # the kernel sometimes hands out another id: try again in a fresh namespace
+    for _ in range(20):
         if os.path.exists(path):
             os.unlink(path)
         proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
-                               TID_REUSE_LATE_RELEASE, path], env=child_env(), capture_output=True, text=True,
-                              timeout=60)
+                               TID_REUSE_SETUP + textwrap.dedent(then), path], env=child_env(), capture_output=True,
+                              text=True, timeout=60)
         if proc.returncode != 0 and not proc.stdout:
             pytest.skip(f"cannot create a pid namespace here: {proc.stderr.strip()}")
         out = json.loads(proc.stdout)
@@ -595,5 +527,44 @@ def test_releasing_an_ended_threads_handle_keeps_what_a_thread_reusing_its_id_bi
             break
     if "skip" in out or not out["reused"]:
         pytest.skip(out.get("skip", "the kernel did not give the thread id again"))
+    return out
+
+
+def test_a_thread_reusing_an_ended_binders_id_frees_its_binding_on_release(path):
+    out = with_reused_thread_id("""
+        def second():
+            out["reused"] = threading.get_native_id() == first.native_id
+            bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path).release()
+            out["bound_after_release"] = sorted(e.index for e in binding.snapshot(path).entries if e.alive)
+            done.wait(30)
+        t = threading.Thread(target=second)
+        t.start()
+        while "bound_after_release" not in out and t.is_alive():
+            time.sleep(0.01)
+        done.set()
+        t.join()
+        print(json.dumps(out))
+        """, path)
+    assert out["bound_after_release"] == [], "release() left the slot's GPU bound while its thread lives"
+
+
+def test_releasing_an_ended_threads_handle_keeps_what_a_thread_reusing_its_id_binds(path):
+    # the ended thread's handle is released while the new thread binds (close() on another thread, as
+    # handles allow)
+    out = with_reused_thread_id("""
+        def second():
+            out["reused"] = threading.get_native_id() == first.native_id
+            with bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path):
+                bound.set()
+                done.wait(30)
+        t = threading.Thread(target=second)
+        t.start()
+        bound.wait(30)
+        handles[0].release()
+        out["bound_while_second_lives"] = sorted(e.index for e in binding.snapshot(path).entries if e.alive)
+        done.set()
+        t.join()
+        print(json.dumps(out))
+        """, path)
     assert out["bound_while_second_lives"] == ["0"], \
         "the ended thread's release() removed the line of the live thread that reuses its id"

@@ -2,12 +2,15 @@
 the real native coordination and NVML code on the simulator; the thread-mode conversion on a
 stand-in for the Java context (the real one runs in test_pyflink_cluster.py)."""
 
+import contextlib
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -662,27 +665,41 @@ class JavaSubtaskContext(JavaRuntimeContext):
         return JavaTaskInfo(self.allocation)
 
 
-def test_thread_mode_binds_per_slot_allocation_id(tm_conf):
-    import threading
-
+@contextlib.contextmanager
+def thread_mode_subtasks(gpus, subtasks):
+    """Runs thread-mode subtasks ``(name, allocation id)``, one after the other, each binding one GPU of
+    ``gpus`` in a thread of its own that lives until the block ends (a slot's binding lives with its
+    threads): yields name -> GPUBinding, or the BindingError it got."""
+    from flink_gpu.binding import BindingError
     from flink_gpu.pyflink import bind_gpus
 
-    _, path = tm_conf
-    gpus = [JavaInfo({"index": "0"}), JavaInfo({"index": "1"})]
     results, hold = {}, threading.Event()
 
     def subtask(name, allocation):
-        results[name] = bind_gpus(PyFlinkContext(JavaSubtaskContext(gpus, allocation)), "gpu")
+        try:
+            results[name] = bind_gpus(PyFlinkContext(JavaSubtaskContext(gpus, allocation)), "gpu")
+        except BindingError as error:
+            results[name] = error
         hold.wait(30)
 
-    # subtasks a and b share slot "1f" (chained or slot-sharing operators); c has its own slot
-    subtasks = (("a", "1f"), ("b", "1f"), ("c", "2e"))
     threads = [threading.Thread(target=subtask, args=args) for args in subtasks]
     try:
-        for t, (name, _) in zip(threads, subtasks):  # one after the other: a binds before b asks
+        for t, (name, _) in zip(threads, subtasks):  # one after the other: each binds before the next asks
             t.start()
             while name not in results and t.is_alive():
                 threading.Event().wait(0.01)
+        yield results
+    finally:
+        hold.set()
+        for t in threads:
+            t.join()
+
+
+def test_thread_mode_binds_per_slot_allocation_id(tm_conf):
+    _, path = tm_conf
+    gpus = [JavaInfo({"index": "0"}), JavaInfo({"index": "1"})]
+    # subtasks a and b share slot "1f" (chained or slot-sharing operators); c has its own slot
+    with thread_mode_subtasks(gpus, (("a", "1f"), ("b", "1f"), ("c", "2e"))) as results:
         assert results["a"].indices == results["b"].indices
         assert {results["a"].indices, results["c"].indices} == {("0",), ("1",)}
         assert all(binding.infos <= {GPUInfo("0"), GPUInfo("1")} for binding in results.values())
@@ -690,10 +707,6 @@ def test_thread_mode_binds_per_slot_allocation_id(tm_conf):
 
         [holders] = bindings.snapshot(bindings.bindings_path(path)).by_taskmanager().items()
         assert holders[0] == os.getpid() and set(holders[1]) == {"slot 1f", "slot 2e"}
-    finally:
-        hold.set()
-        for t in threads:
-            t.join()
 
 
 def test_the_taskmanagers_configuration_is_read_again_only_when_it_changes(tm_conf, tmp_path):
@@ -710,12 +723,10 @@ def test_the_taskmanagers_configuration_is_read_again_only_when_it_changes(tm_co
     assert pyflink._taskmanager_view("gpu").path == DEFAULT_COORDINATION_FILE  # gone: the default, as before
 
 
-# -- review (issue 14) -------------------------------------------------------------------------------
+# -- bind_gpus: what the not-enough advice promises ------------------------------------------------
 
 def test_not_enough_never_promises_slots_that_cannot_bind_that_many(tm_conf):
     """3 GPUs per slot of a TaskManager that has 2: no slot can have them, whatever subtasks_per_gpu."""
-    import re
-
     _, path = tm_conf
     result = bind_in_workers(simulated_env(devices=4), path, 2, 1, count=3, share=2)
     [report] = result["reports"]
@@ -727,65 +738,18 @@ def test_not_enough_never_promises_slots_that_cannot_bind_that_many(tm_conf):
 def test_thread_mode_slots_of_one_taskmanager_never_hold_two_mig_units(tm_conf):
     """In thread mode every slot is a thread of the one TaskManager process, and CUDA uses one MIG
     instance per process: a second slot must not be handed a second unit it can never reach."""
-    import threading
-
-    from flink_gpu.binding import BindingError
-    from flink_gpu.pyflink import bind_gpus
-
     gpus = [JavaInfo({"index": "0:1"}), JavaInfo({"index": "0:2"})]
-    results, hold = {}, threading.Event()
-
-    def subtask(allocation):
-        try:
-            results[allocation] = bind_gpus(PyFlinkContext(JavaSubtaskContext(gpus, allocation)), "gpu").indices
-        except BindingError as error:
-            results[allocation] = error
-        hold.wait(30)
-
-    threads = [threading.Thread(target=subtask, args=(allocation,)) for allocation in ("1f", "2e")]
-    try:
-        for t, allocation in zip(threads, ("1f", "2e")):
-            t.start()
-            while allocation not in results and t.is_alive():
-                threading.Event().wait(0.01)
-        units = {index for got in results.values() if isinstance(got, tuple) for index in got}
+    with thread_mode_subtasks(gpus, (("1f", "1f"), ("2e", "2e"))) as results:
+        units = {index for got in results.values() if not isinstance(got, Exception) for index in got.indices}
         assert len(units) <= 1, f"one TaskManager process holds MIG units {sorted(units)}: {results}"
-    finally:
-        hold.set()
-        for t in threads:
-            t.join()
 
 
 def test_thread_mode_not_enough_for_mig_units_never_promises_a_slot_per_unit(tm_conf):
     """The slots of one thread-mode TaskManager share one MIG unit (CUDA uses one per process): with two
     units and subtasks_per_gpu=1 one slot can bind, so the advice must not say two can."""
-    import re
-    import threading
-
-    from flink_gpu.binding import BindingError
-    from flink_gpu.pyflink import bind_gpus
-
     gpus = [JavaInfo({"index": "0:1"}), JavaInfo({"index": "0:2"})]
-    results, hold = {}, threading.Event()
-
-    def subtask(allocation):
-        try:
-            results[allocation] = bind_gpus(PyFlinkContext(JavaSubtaskContext(gpus, allocation)), "gpu").indices
-        except BindingError as error:
-            results[allocation] = error
-        hold.wait(30)
-
-    threads = [threading.Thread(target=subtask, args=(allocation,)) for allocation in ("1f", "2e")]
-    try:
-        for t, allocation in zip(threads, ("1f", "2e")):
-            t.start()
-            while allocation not in results and t.is_alive():
-                threading.Event().wait(0.01)
-    finally:
-        hold.set()
-        for t in threads:
-            t.join()
-    error = str(results["2e"])
+    with thread_mode_subtasks(gpus, (("1f", "1f"), ("2e", "2e"))) as results:
+        error = str(results["2e"])
     promised = re.search(r"so at most (\d+) of its slots can bind 1 each", error)
     assert promised is None or promised.group(1) == "1", error
 
