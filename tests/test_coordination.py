@@ -929,6 +929,17 @@ def test_a_line_naming_a_unit_first_holds_that_unit_of_its_gpu(path, owners):
     assert coordination.claim(1, ["0:2", "0:3"], path=path).taken == ["0:3"]
 
 
+def another_process_claims_gpu_0(path) -> str:
+    """What another process gets claiming GPU 0 of ``path`` for itself: "['0']", or "refused"."""
+    return run_python(f"""
+        from flink_gpu import coordination, FlinkException
+        try:
+            print(coordination.claim(1, ["0"], path={str(path)!r}).taken)
+        except FlinkException:
+            print("refused")
+        """).stdout.strip()
+
+
 def test_a_path_that_comes_to_name_another_file_gets_a_lease_there_too(tmp_path):
     """A directory symlink retargeted between two claims of one process (a relative path after chdir()
     is the same): the second claim's line in the file the path names now must carry a lease held on
@@ -946,14 +957,7 @@ def test_a_path_that_comes_to_name_another_file_gets_a_lease_there_too(tmp_path)
     link.symlink_to(new)
     try:
         assert coordination.claim(1, ["0"], path=spelled).taken == ["0"]
-        other = run_python(f"""
-            from flink_gpu import coordination, FlinkException
-            try:
-                print(coordination.claim(1, ["0"], path={str(new_file)!r}).taken)
-            except FlinkException:
-                print("refused")
-            """)
-        assert other.stdout.strip() == "refused", new_file.read_text()
+        assert another_process_claims_gpu_0(new_file) == "refused", new_file.read_text()
         assert coordination.snapshot(old / "coordination").entries[0].state == "lease held"  # the old one stays
     finally:
         coordination.release(path=spelled)
@@ -976,14 +980,7 @@ def test_releasing_at_a_path_that_names_another_file_keeps_the_old_files_lease(t
     try:
         assert coordination.release(path=spelled) == []
         assert coordination.snapshot(old_file).entries[0].state == "lease held", old_file.read_text()
-        other = run_python(f"""
-            from flink_gpu import coordination, FlinkException
-            try:
-                print(coordination.claim(1, ["0"], path={str(old_file)!r}).taken)
-            except FlinkException:
-                print("refused")
-            """)
-        assert other.stdout.strip() == "refused", old_file.read_text()
+        assert another_process_claims_gpu_0(old_file) == "refused", old_file.read_text()
     finally:
         coordination.release(path=old_file)
 
