@@ -26,7 +26,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO / "tools"))
 import bench_figures  # noqa: E402  (tools/ is not a package)
-from bench_figures import fmt_pair, machine, per_call, per_round, run_ok, table, write_section  # noqa: E402
+from bench_figures import driver_costs, fmt_pair, machine, per_call, per_round, run_ok, table, write_section  # noqa: E402
 
 ROWS = [
     ("retrieve", "`retrieve_resource_info(n)`, in-process"),
@@ -42,23 +42,10 @@ STATE_ROWS = [
 
 def child(n: int, with_checks: bool) -> dict:
     from support.interop import find_discovery_executable
-    from flink_gpu import GPUDriver
 
-    out = {}
-    driver = GPUDriver({"discovery-mode": "nvml"})
-    assert len(driver.retrieve_resource_info(n)) == n
-    out["retrieve"] = per_call(lambda: driver.retrieve_resource_info(n))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "flink-gpu-coordination"
-        config = {"discovery-mode": "nvml",
-                  "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}"}
-
-        def driver_cycle():
-            d = GPUDriver(config)
-            assert len(d.retrieve_resource_info(n)) == n
-            d.close()
-
-        out["driver_cycle"] = per_call(driver_cycle)
+        out = driver_costs(n, path)
         expect = ",".join(map(str, range(n)))
         argv = [find_discovery_executable(), str(n), "--enable-coordination-mode",
                 "--coordination-file", str(path)]

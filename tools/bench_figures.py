@@ -248,10 +248,30 @@ GPU_ROWS = [
 ]
 
 
+def driver_costs(n: int, path: Path) -> dict:
+    """Per call, on a simulated host with ``n`` GPUs: ``retrieve``, an in-process
+    ``retrieve_resource_info(n)``; ``driver_cycle``, a new driver in coordination mode on ``path``,
+    retrieve n, close (benchmarks/state_cost.py measures the same rows)."""
+    from flink_gpu import GPUDriver
+
+    driver = GPUDriver({"discovery-mode": "nvml"})
+    assert len(driver.retrieve_resource_info(n)) == n
+    out = {"retrieve": per_call(lambda: driver.retrieve_resource_info(n))}
+    config = {"discovery-mode": "nvml",
+              "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}"}
+
+    def driver_cycle():
+        d = GPUDriver(config)
+        assert len(d.retrieve_resource_info(n)) == n
+        d.close()
+
+    out["driver_cycle"] = per_call(driver_cycle)
+    return out
+
+
 def child_gpus(n: int) -> dict:
     import baseline_pynvml
     from support.interop import executable_stock_script, fake_nvidia_smi, find_discovery_executable
-    from flink_gpu import GPUDriver
 
     out = {}
     samples = []
@@ -265,22 +285,11 @@ def child_gpus(n: int) -> dict:
         samples.append(float(proc.stdout))
     out["first_retrieve"] = (min(samples), statistics.median(samples))
 
-    driver = GPUDriver({"discovery-mode": "nvml"})
-    assert len(driver.retrieve_resource_info(n)) == n
-    out["retrieve"] = per_call(lambda: driver.retrieve_resource_info(n))
     out["pynvml_retrieve"] = per_call(lambda: baseline_pynvml.retrieve(n))
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "flink-gpu-coordination"
-        config = {"discovery-mode": "nvml",
-                  "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}"}
-
-        def driver_cycle():
-            d = GPUDriver(config)
-            assert len(d.retrieve_resource_info(n)) == n
-            d.close()
-
-        out["driver_cycle"] = per_call(driver_cycle)
+        out.update(driver_costs(n, path))
         out["pynvml_cycle"] = per_call(lambda: (baseline_pynvml.claim(n, str(path)),
                                                 baseline_pynvml.release(str(path))))
         expect = ",".join(map(str, range(n)))
