@@ -46,6 +46,14 @@ def holder():
     process.wait(10)
 
 
+HOLDER_COMMAND = f"{sys.executable} -c 'import sys; sys.stdin.read()'"
+
+
+def cut_to_table(command):
+    """A command line as the tables show it: cut to 60 columns, whatever the interpreter's path."""
+    return command if len(command) <= 60 else command[:57] + "..."
+
+
 def dead_pid():
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
@@ -169,9 +177,7 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
     assert human.returncode == 0
     row0 = next(line for line in human.stdout.splitlines() if line.startswith("0 "))
     holder_text = row0.split(f"pid {holder.pid}: ", 1)[1]
-    # the command line, cut to fit the table
-    full = f"{sys.executable} -c 'import sys; sys.stdin.read()'"
-    assert holder_text == (full if len(full) <= 60 else full[:57] + "...")
+    assert holder_text == cut_to_table(HOLDER_COMMAND)
     row3 = next(line for line in human.stdout.splitlines() if line.startswith("3 "))
     assert row3.endswith(f"free (stale: dead pid {gone})")
     assert "line 4 cannot be parsed" in human.stdout
@@ -318,8 +324,8 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
     human = cli("--simulate", "4", "list", "--file", coord).stdout
     section = human.split(f"Bindings from {bindings} (GPUs bound to the holders inside a TaskManager):\n", 1)[1]
     lines = section.splitlines()
-    assert lines[0].startswith(f"  TaskManager pid {taskmanager} (holds GPU 0, 1, 2 in the coordination file): "
-                               f"{sys.executable} -c ")
+    assert lines[0] == (f"  TaskManager pid {taskmanager} (holds GPU 0, 1, 2 in the coordination file): "
+                        + cut_to_table(HOLDER_COMMAND))
     assert lines[1].split() == ["HOLDER", "GPU", "SHARED", "COMMAND"] and lines[1].startswith("    HOLDER")
     assert lines[2].split()[:4] == ["pid", str(worker.pid), "0", "alone"]
     assert lines[3].split() == ["slot", "alloc-1", "1", "alone", "binding", "thread", str(thread)]
