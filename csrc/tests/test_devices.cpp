@@ -16,8 +16,10 @@
 #include <utility>
 
 #include "check.hpp"
+#include "simulated.hpp"
 
 using namespace flinkgpu;
+using simulated::with_spec;
 
 namespace {
 
@@ -142,52 +144,51 @@ int main() {
 #endif
 
     // Per-device faults are skipped, not fatal.
-    CHECK_EQ(in_child([] {
-        const char* spec = "/tmp/flink-gpu-test-devices.json";
-        std::ofstream(spec) << R"({"devices": [{}, {"fault": "NO_PERMISSION"}, {"fault": "GPU_IS_LOST"},
-                                  {"uuid": "GPU-x", "name": "\u00c9t\u00e9", "memory_total": 1024}]})";
-        setenv("FLINK_GPU_SIM_SPEC", spec, 1);
-        Status s;
-        const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
-        std::remove(spec);
-        if (lib == nullptr) return 1;
+    CHECK_EQ(with_spec(simulator(), R"({"devices": [{}, {"fault": "NO_PERMISSION"}, {"fault": "GPU_IS_LOST"},
+                                  {"uuid": "GPU-x", "name": "\u00c9t\u00e9", "memory_total": 1024}]})",
+                       [](const NvmlLibrary& lib) {
         Enumeration e;
-        if (!enumerate_devices(*lib, &e).ok()) return 2;
-        if (e.devices.size() != 2 || e.devices[0].index != "0" || e.devices[1].index != "3") return 3;
-        if (e.devices[1].uuid != std::string("GPU-x") || e.devices[1].memory_total != 1024ULL) return 4;
-        if (e.devices[1].name != std::string("\xC3\x89t\xC3\xA9")) return 5;
-        if (e.skipped.size() != 2 || e.skipped[0].code != NVML_ERROR_NO_PERMISSION ||
-            e.skipped[1].code != NVML_ERROR_GPU_IS_LOST)
-            return 6;
-        if (e.skipped[1].reason.find("GPU 2") == std::string::npos) return 7;
-        return 0;
+        CHECK(enumerate_devices(lib, &e).ok());
+        CHECK_EQ(e.devices.size(), 2u);
+        CHECK_EQ(e.skipped.size(), 2u);
+        if (e.devices.size() != 2 || e.skipped.size() != 2) return;
+        CHECK_EQ(e.devices[0].index, std::string("0"));
+        CHECK_EQ(e.devices[1].index, std::string("3"));
+        CHECK_EQ(e.devices[1].uuid, std::string("GPU-x"));
+        CHECK_EQ(e.devices[1].memory_total, 1024ULL);
+        CHECK_EQ(e.devices[1].name, std::string("\xC3\x89t\xC3\xA9"));
+        CHECK_EQ(e.skipped[0].code, NVML_ERROR_NO_PERMISSION);
+        CHECK_EQ(e.skipped[1].code, NVML_ERROR_GPU_IS_LOST);
+        CHECK(e.skipped[1].reason.find("GPU 2") != std::string::npos);
     }), 0);
 
     // A GPU in MIG mode gives its units at their (sparse) slots, through MIG handles only; one without
     // instances is skipped with a reason; a pending mode is a notice.
-    CHECK_EQ(in_child([] {
-        const char* spec = "/tmp/flink-gpu-test-devices-mig.json";
-        std::ofstream(spec) << R"({"unprivileged": true, "devices": [
+    CHECK_EQ(with_spec(simulator(), R"({"unprivileged": true, "devices": [
             {"uuid": "GPU-m", "mig": {"mode": "enabled", "instances": [{"slot": 5, "uuid": "MIG-5", "memory_total": 64,
                                                                      "gi": 2, "ci": 1}, {"slot": 0}]}},
-            {"mig": {"mode": "enabled", "pending": "disabled"}}, {}]})";
-        setenv("FLINK_GPU_SIM_SPEC", spec, 1);
-        Status s;
-        const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
-        std::remove(spec);
-        if (lib == nullptr) return 1;
+            {"mig": {"mode": "enabled", "pending": "disabled"}}, {}]})",
+                       [](const NvmlLibrary& lib) {
         Enumeration e;
-        if (!enumerate_devices(*lib, &e).ok()) return 2;
-        if (e.devices.size() != 3 || e.devices[0].index != "0:0" || e.devices[1].index != "0:5" ||
-            e.devices[2].index != "2")
-            return 3;
+        CHECK(enumerate_devices(lib, &e).ok());
+        CHECK_EQ(e.devices.size(), 3u);
+        CHECK_EQ(e.skipped.size(), 1u);
+        CHECK_EQ(e.notices.size(), 1u);
+        if (e.devices.size() != 3 || e.skipped.size() != 1 || e.notices.size() != 1) return;
+        CHECK_EQ(e.devices[0].index, std::string("0:0"));
+        CHECK_EQ(e.devices[1].index, std::string("0:5"));
+        CHECK_EQ(e.devices[2].index, std::string("2"));
         const DeviceInfo& u = e.devices[1];
-        if (u.uuid != std::string("MIG-5") || u.memory_total != 64ULL || u.mig_slot != 5u || u.mig_gi != 2u ||
-            u.mig_ci != 1u || u.parent_uuid != std::string("GPU-m") || u.nvml_index != 0)
-            return 4;
-        if (e.skipped.size() != 1 || e.skipped[0].index != "1" || e.skipped[0].code != NVML_ERROR_NOT_FOUND) return 5;
-        if (e.notices.size() != 1 || e.notices[0].find("pending a reset") == std::string::npos) return 6;
-        return 0;
+        CHECK_EQ(u.uuid, std::string("MIG-5"));
+        CHECK_EQ(u.memory_total, 64ULL);
+        CHECK_EQ(u.mig_slot, 5u);
+        CHECK_EQ(u.mig_gi, 2u);
+        CHECK_EQ(u.mig_ci, 1u);
+        CHECK_EQ(u.parent_uuid, std::string("GPU-m"));
+        CHECK_EQ(u.nvml_index, 0u);
+        CHECK_EQ(e.skipped[0].index, std::string("1"));
+        CHECK_EQ(e.skipped[0].code, NVML_ERROR_NOT_FOUND);
+        CHECK(e.notices[0].find("pending a reset") != std::string::npos);
     }), 0);
 
     // NVML is initialised once per process and once more in a forked child, which then works
