@@ -4,6 +4,7 @@
 #include "coordination_steps.hpp"
 #include "gpu_index.hpp"
 
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +40,13 @@ std::string describe(const Holder& h) {
     std::string out = "slot " + h.slot;
     if (h.taskmanager > 0) out += " of pid " + std::to_string(h.taskmanager);
     return out + " (thread " + std::to_string(h.pid) + ")";
+}
+
+// Whether the holder's lines get this process's lease: a process holder that is this process, or a slot
+// thread of it (the lease then proves the process to other pid namespaces, which cannot probe the thread).
+bool leases_for(const Holder& holder, pid_t self) {
+    if (holder.slot.empty()) return holder.pid == self;
+    return syscall(SYS_tgkill, self, holder.pid, 0) == 0;
 }
 
 }  // namespace
@@ -267,7 +275,7 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     fields.tm = holder.taskmanager;
     fields.share = holders_per_gpu;
     fields.slot = holder.slot;
-    const bool lease = holder.slot.empty() && holder.pid == live.self();
+    const bool lease = leases_for(holder, live.self());
     if (lease) coordination::take_lease(&leases, file, lines, &fields, &r.lease_problem);
     for (const std::string& idx : write) lines.push_back(coordination::new_line(idx, holder.pid, fields));
     if (!(r.status = file.rewrite(text, coordination::serialize(lines))).ok()) {
@@ -287,11 +295,11 @@ coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const
     bool exists = false;
     std::string text;
     const pid_t self = getpid();
-    const bool process_self = holder.slot.empty() && holder.pid == self;
+    const bool leased = leases_for(holder, self);
     if (!(r.status = coordination::open_and_read(opts, coordination::Access::kWriteExisting, &file, &exists, &text))
              .ok() ||
         !exists) {
-        if (r.status.ok() && process_self) coordination::Leases(opts.path).drop();
+        if (r.status.ok() && leased) coordination::Leases(opts.path).drop();  // no line needs the lease
         return r;
     }
     std::vector<Line> lines = coordination::parse_file(text);
@@ -308,7 +316,7 @@ coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const
         released.insert(e.index);
     }
     std::uint32_t slot = 0;
-    const bool drop = process_self && leases.held(&slot) && !coordination::slot_in_use(lines, slot, self);
+    const bool drop = leased && leases.held(&slot) && !coordination::slot_in_use(lines, slot, self);
     if (released.empty()) {
         if (drop) leases.drop();
         return r;

@@ -11,8 +11,10 @@
 //     which holds the lease while it holds bindings, so its death frees them in every pid namespace;
 //   * a slot holder (`slot=<id>`: a Flink slot whose subtasks run as threads of the TaskManager JVM): every
 //     thread that binds for the slot writes its own lines, <pid> being that thread's id and <start time> its
-//     start time, without a lease (a lease lives as long as the process, not the thread): the slot keeps its
-//     GPUs while any thread that bound them lives, and loses them when the last one ends (a failed task).
+//     start time: the slot keeps its GPUs while any thread that bound them lives, and loses them when the
+//     last one ends (a failed task). A thread of the calling process writes its process's lease too, which
+//     proves the process, not the thread: another pid namespace, which cannot probe the thread, sees the
+//     lines die with the process (a TaskManager container that ends).
 // `tm` records the process whose GPUs are bound (the TaskManager), for tools; `share` the binder's k.
 //
 // Bindings are host-wide: a GPU bound by n live holders takes another only if n + 1 <= k of the new binder
@@ -51,7 +53,7 @@ struct BindResult {
     std::vector<std::string> indices;  // the holder's binding for this request, in index order
     std::vector<std::string> added;    // indices newly bound to the holder by this call
     std::vector<coordination::BadLine> unparsable;
-    Status lease_problem;  // not ok: a process holder bound without a lease (the binding itself succeeded)
+    Status lease_problem;  // not ok: a holder of this process bound without a lease (the binding itself succeeded)
     std::uint64_t start_time = 0;  // the holder's (thread's) start time, as its lines record it; 0: unknown
     std::string file_identity;     // LockedFile::identity() of the bindings file
 };

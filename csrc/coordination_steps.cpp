@@ -18,7 +18,8 @@ void mark_alive(std::vector<Line>* lines, Liveness* live) {
 
 bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self) {
     for (const Line& l : lines) {
-        if (l.keep && l.kind == LineKind::kEntry && l.entry.has_lease && l.entry.lease == slot && l.entry.pid == self) {
+        if (l.keep && l.kind == LineKind::kEntry && l.entry.has_lease && l.entry.lease == slot &&
+            (l.entry.pid == self || !l.entry.slot.empty())) {
             return true;
         }
     }

@@ -23,7 +23,9 @@ namespace coordination {
 void mark_alive(std::vector<Line>* lines, Liveness* live);
 
 // Whether a kept line of `self` names this lease slot (a line of another pid naming it never keeps our
-// lease, and with it that line, alive).
+// lease, and with it that line, alive). A slot thread's line (binding.hpp) names its thread, not `self`:
+// it counts by the slot alone, which only the lease's holder writes (a slot is taken only when no line
+// names it).
 bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self);
 
 // Takes the calling process's lease for the lines it is about to write. A lease that cannot be had (a

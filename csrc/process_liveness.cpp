@@ -114,12 +114,12 @@ bool same_process(const Entry& e, const ProcInfo& p) noexcept {
 }
 
 Verdict judge(const Entry& e, const PidNamespace& ours, Evidence& evidence) {
-    if (e.has_lease) {
-        const LeaseState lease = evidence.lease(e.lease);
-        if (lease == LeaseState::kHeld) return Verdict::kLeaseHeld;
-        if (lease == LeaseState::kFree) return Verdict::kLeaseReleased;
-    }
-    if (e.has_ns && !(ours.known && e.ns == ours.inode)) return Verdict::kOtherNamespace;
+    const LeaseState lease = e.has_lease ? evidence.lease(e.lease) : LeaseState::kUnknown;
+    if (lease == LeaseState::kFree) return Verdict::kLeaseReleased;
+    const bool other_namespace = e.has_ns && !(ours.known && e.ns == ours.inode);
+    // a thread's line: its process's lease says nothing of the thread, which only our namespace can probe
+    if (lease == LeaseState::kHeld && (e.slot.empty() || other_namespace)) return Verdict::kLeaseHeld;
+    if (other_namespace) return Verdict::kOtherNamespace;
     const ProcInfo& p = evidence.process(e.pid);
     if (!p.exists) return Verdict::kGone;
     return same_process(e, p) ? Verdict::kAlive : Verdict::kPidReused;

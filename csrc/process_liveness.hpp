@@ -51,6 +51,9 @@ protected:
 // The one rule for a line's owner (docs/design.md §9.4):
 //   * a lease that can be tested decides: held = alive, not held = dead, in every namespace, immune to pid
 //     reuse (even within one clock tick of the start time);
+//   * except a slot thread's line (`slot` set, its pid a thread id): the lease is its process's, so a free
+//     one proves the thread dead, a held one only that its process lives: in our namespace the thread is
+//     judged by its id and start time, in another it counts as alive (a lease held);
 //   * else a line of another namespace is alive with liveness unknown, never judged by its pid;
 //   * else (our namespace, or no ns field: the stock script, older versions) by pid and start time.
 // Our namespace unknown (no /proc): every line with an ns field counts as another namespace's.

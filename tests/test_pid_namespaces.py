@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flink_gpu import coordination
+from flink_gpu import GPUInfo, binding, coordination
 from flink_gpu.errors import FlinkException
 
 from conftest import child_env
@@ -22,8 +22,28 @@ from support.interop import fake_nvidia_smi, stock_env
 
 # A worker that obeys one JSON command per stdin line and answers one JSON line.
 WORKER = r"""
-import json, os, signal, sys, time
-from flink_gpu import coordination
+import json, os, queue, signal, sys, threading, time
+from flink_gpu import GPUInfo, coordination
+from flink_gpu.binding import bind
+
+
+def bind_slot(gpus, slot, bindings):
+    # a thread-mode subtask: a thread of this process binds for its slot and lives on, as a task thread
+    answer = queue.Queue()
+
+    def subtask():
+        try:
+            answer.put({"bound": list(bind([GPUInfo(i) for i in gpus], slot=slot, taskmanager_pid=os.getpid(),
+                                           path=bindings).indices)})
+        except Exception as error:
+            answer.put({"error": f"{type(error).__name__}: {error}"})
+            return
+        threading.Event().wait()
+
+    threading.Thread(target=subtask, daemon=True).start()
+    return answer.get(timeout=30)
+
+
 path = sys.argv[1]
 for line in sys.stdin:
     cmd = json.loads(line)
@@ -41,6 +61,8 @@ for line in sys.stdin:
                 time.sleep(600)
                 os._exit(0)
             out = {"child": child}
+        elif op == "bind_slot":
+            out = bind_slot(cmd["gpus"], cmd["slot"], cmd["bindings"])
         elif op == "die":
             print(json.dumps({"dying": os.getpid()}), flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -230,6 +252,25 @@ def test_a_forked_child_does_not_keep_its_parents_lease(path, workers):
     assert entry.state == "lease released"
     assert coordination.claim(2, gpus(2), path=path).taken == ["0", "1"]
     coordination.release(path=path)
+
+
+# ---- bindings (docs/design.md §9.3): a TaskManager container's slots ---------------------------------
+
+def test_a_thread_mode_slot_of_a_taskmanager_that_died_in_another_namespace_frees_its_gpu(path, workers):
+    """A thread's id means nothing outside its namespace: the TaskManager process's lease, written on its
+    slot threads' lines, is what tells another container that the slot is gone (no clean needed)."""
+    bindings = binding.bindings_path(path)
+    taskmanager = workers(path, init=False)
+    assert taskmanager.ask(op="bind_slot", gpus=["0"], slot="alloc-a", bindings=bindings) == {"bound": ["0"]}
+    [line] = binding.snapshot(bindings).entries
+    assert (line.slot, line.namespace, line.state, line.alive) == ("alloc-a", taskmanager.ns, "lease held", True)
+    with pytest.raises(binding.BindingError, match=r"GPU 0 is bound by slot alloc-a of pid 2 \(1 of at most 1\)"):
+        binding.bind([GPUInfo("0")], slot="alloc-b", taskmanager_pid=os.getpid(), path=bindings)
+    taskmanager.die(bindings)
+    with binding.bind([GPUInfo("0")], slot="alloc-b", taskmanager_pid=os.getpid(), path=bindings) as ours:
+        assert ours.indices == ("0",)
+        [line] = binding.snapshot(bindings).entries  # the dead slot's line went with this bind
+        assert (line.slot, line.namespace, line.state) == ("alloc-b", own_ns(), "live")
 
 
 # ---- the stock script, without namespaces of its own ----------------------------------------------

@@ -243,6 +243,35 @@ static void test_unbind_removes_what_the_holder_wrote() {
     CHECK(bi::unbind(opts_for(fresh_path("none")), me).status.ok());  // no file: nothing held
 }
 
+// A slot thread of this process writes the process's lease (other pid namespaces cannot probe the thread);
+// the lease goes with the process's last line, thread or not. A thread of another process gets none.
+static void test_slot_threads_of_this_process_carry_its_lease() {
+    const std::string path = fresh_path("thread-lease");
+    LiveThread t1;
+    std::uint32_t lease = 99;
+    CHECK_EQ(bound(path, slot(t1.tid(), "s"), gpus(3), 1, 1), std::string("0"));
+    CHECK(read_text(path).find("0 " + std::to_string(t1.tid()) + "\t") != std::string::npos);
+    CHECK(read_text(path).find("\tlease=0\t") != std::string::npos);
+    CHECK(co::Leases(path).held(&lease) && lease == 0);
+    const bi::Holder me = process(getpid());
+    CHECK_EQ(bound(path, me, gpus(3), 1, 1), std::string("1"));
+    CHECK(joined(bi::unbind(opts_for(path), me).released) == "1");
+    CHECK(co::Leases(path).held(&lease));  // the thread's line still names it
+    CHECK(joined(bi::unbind(opts_for(path), slot(t1.tid(), "s")).released) == "0");
+    CHECK(!co::Leases(path).held(&lease));
+
+    const pid_t other = fork();
+    if (other == 0) {
+        pause();
+        _exit(0);
+    }
+    CHECK_EQ(bound(path, slot(other, "t"), gpus(3), 1, 1), std::string("0"));
+    CHECK(read_text(path).find("lease=") == std::string::npos);
+    CHECK(!co::Leases(path).held(&lease));
+    kill(other, SIGKILL);
+    waitpid(other, nullptr, 0);
+}
+
 static void test_an_unparsable_line_blocks_its_gpu() {
     const std::string path = fresh_path("bad");
     {
@@ -342,6 +371,7 @@ int main() {
         {"the_slots_of_one_taskmanager_share_one_mig_unit", test_the_slots_of_one_taskmanager_share_one_mig_unit},
         {"more_gpus_asked_than_given", test_more_gpus_asked_than_given},
         {"unbind_removes_what_the_holder_wrote", test_unbind_removes_what_the_holder_wrote},
+        {"slot_threads_of_this_process_carry_its_lease", test_slot_threads_of_this_process_carry_its_lease},
         {"an_unparsable_line_blocks_its_gpu", test_an_unparsable_line_blocks_its_gpu},
         {"invalid_arguments", test_invalid_arguments},
         {"concurrent_processes", test_concurrent_processes},

@@ -22,7 +22,8 @@ lock. Holders:
 * a process (``slot`` None): the calling process, which holds a lease on ``<bindings file>.lease`` while it
   holds bindings, so its death frees them, in any pid namespace;
 * a slot (``slot`` given): every thread that binds for it writes its own lines (its thread id and start
-  time): the slot keeps its GPUs while any of those threads lives.
+  time): the slot keeps its GPUs while any of those threads lives. The lines carry the process's lease
+  too, so other pid namespaces, which cannot see the threads, see them end with the process.
 
 In one process, binding again for the same holder returns the same binding (topped up when more are
 asked); each :class:`GPUBinding` handle is released once, and the holder's lines go with its last handle.
@@ -354,7 +355,7 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
                      "bound): %r", number, path, text)
     if lease_problem is not None:
         _log.warning("Bound GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file cannot "
-                     "tell when pid %d dies.", ", ".join(added), path, lease_problem, pid)
+                     "tell when pid %d dies.", ", ".join(added), path, lease_problem, me)
     return GPUBinding([by_index[i] for i in indices], indices, path, held,
                       (pid, slot, taskmanager_pid, start_time), holder, library_path, timeout)
 
