@@ -14,7 +14,8 @@
 //     start time: the slot keeps its GPUs while any thread that bound them lives, and loses them when the
 //     last one ends (a failed task). A thread of the calling process writes its process's lease too, which
 //     proves the process, not the thread: another pid namespace, which cannot probe the thread, sees the
-//     lines die with the process (a TaskManager container that ends).
+//     lines die with the process (a TaskManager container that ends), and as lines of unknown liveness
+//     while it lives.
 // `tm` records the process whose GPUs are bound (the TaskManager), for tools; `share` the binder's k.
 //
 // Bindings are host-wide: a GPU bound by n live holders takes another only if n + 1 <= k of the new binder

@@ -41,7 +41,8 @@ enum class Verdict {
     kPidReused,       // its pid exists with another start time
     kLeaseHeld,       // its lease byte is locked: alive, in whatever namespace
     kLeaseReleased,   // its lease byte is not locked: dead, in whatever namespace
-    kOtherNamespace,  // written in another pid namespace without a lease we can test: taken, liveness unknown
+    kOtherNamespace,  // written in another pid namespace without a lease we can test, or a slot thread's
+                      // whose process's lease is held: taken, liveness unknown
 };
 
 // Whether the owner counts as alive: anything not proven dead.

@@ -118,7 +118,7 @@ Verdict judge(const Entry& e, const PidNamespace& ours, Evidence& evidence) {
     if (lease == LeaseState::kFree) return Verdict::kLeaseReleased;
     const bool other_namespace = e.has_ns && !(ours.known && e.ns == ours.inode);
     // a thread's line: its process's lease says nothing of the thread, which only our namespace can probe
-    if (lease == LeaseState::kHeld && (e.slot.empty() || other_namespace)) return Verdict::kLeaseHeld;
+    if (lease == LeaseState::kHeld && e.slot.empty()) return Verdict::kLeaseHeld;
     if (other_namespace) return Verdict::kOtherNamespace;
     const ProcInfo& p = evidence.process(e.pid);
     if (!p.exists) return Verdict::kGone;

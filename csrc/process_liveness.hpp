@@ -53,7 +53,8 @@ protected:
 //     reuse (even within one clock tick of the start time);
 //   * except a slot thread's line (`slot` set, its pid a thread id): the lease is its process's, so a free
 //     one proves the thread dead, a held one only that its process lives: in our namespace the thread is
-//     judged by its id and start time, in another it counts as alive (a lease held);
+//     judged by its id and start time, in another its liveness is unknown (kOtherNamespace: the thread
+//     may have ended while its process lives, and `clean --foreign-namespaces` must be able to remove it);
 //   * else a line of another namespace is alive with liveness unknown, never judged by its pid;
 //   * else (our namespace, or no ns field: the stock script, older versions) by pid and start time.
 // Our namespace unknown (no /proc): every line with an ns field counts as another namespace's.

@@ -27,8 +27,9 @@ from flink_gpu import GPUInfo, coordination
 from flink_gpu.binding import bind
 
 
-def bind_slot(gpus, slot, bindings):
-    # a thread-mode subtask: a thread of this process binds for its slot and lives on, as a task thread
+def bind_slot(gpus, slot, bindings, ends=False):
+    # a thread-mode subtask: a thread of this process binds for its slot and lives on, as a task thread;
+    # `ends`: it ends without releasing, as a failed task's thread does
     answer = queue.Queue()
 
     def subtask():
@@ -38,10 +39,15 @@ def bind_slot(gpus, slot, bindings):
         except Exception as error:
             answer.put({"error": f"{type(error).__name__}: {error}"})
             return
-        threading.Event().wait()
+        if not ends:
+            threading.Event().wait()
 
-    threading.Thread(target=subtask, daemon=True).start()
-    return answer.get(timeout=30)
+    thread = threading.Thread(target=subtask, daemon=True)
+    thread.start()
+    out = answer.get(timeout=30)
+    if ends:
+        thread.join(30)
+    return out
 
 
 path = sys.argv[1]
@@ -62,7 +68,7 @@ for line in sys.stdin:
                 os._exit(0)
             out = {"child": child}
         elif op == "bind_slot":
-            out = bind_slot(cmd["gpus"], cmd["slot"], cmd["bindings"])
+            out = bind_slot(cmd["gpus"], cmd["slot"], cmd["bindings"], cmd.get("ends", False))
         elif op == "die":
             print(json.dumps({"dying": os.getpid()}), flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -110,10 +116,10 @@ class NsWorker:
 
     def die(self, path):
         """SIGKILLs the worker itself (the namespace lives on while the shell above it does), and waits
-        until no entry of the file is held by a lease any more (at most 10 s)."""
+        until every entry of the file with a lease has it released (at most 10 s)."""
         assert self.ask(op="die") == {"dying": self.pid}
         deadline = time.monotonic() + 10
-        while any(e.state == "lease held" for e in coordination.snapshot(path).entries):
+        while any(e.lease is not None and e.state != "lease released" for e in coordination.snapshot(path).entries):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.01)
@@ -263,7 +269,9 @@ def test_a_thread_mode_slot_of_a_taskmanager_that_died_in_another_namespace_free
     taskmanager = workers(path, init=False)
     assert taskmanager.ask(op="bind_slot", gpus=["0"], slot="alloc-a", bindings=bindings) == {"bound": ["0"]}
     [line] = binding.snapshot(bindings).entries
-    assert (line.slot, line.namespace, line.state, line.alive) == ("alloc-a", taskmanager.ns, "lease held", True)
+    # the lease proves the TaskManager process, not the thread, whose liveness only its namespace knows
+    assert (line.slot, line.namespace, line.lease, line.state, line.alive) == (
+        "alloc-a", taskmanager.ns, 0, "other namespace", True)
     with pytest.raises(binding.BindingError, match=r"GPU 0 is bound by slot alloc-a of pid 2 \(1 of at most 1\)"):
         binding.bind([GPUInfo("0")], slot="alloc-b", taskmanager_pid=os.getpid(), path=bindings)
     taskmanager.die(bindings)
@@ -271,6 +279,26 @@ def test_a_thread_mode_slot_of_a_taskmanager_that_died_in_another_namespace_free
         assert ours.indices == ("0",)
         [line] = binding.snapshot(bindings).entries  # the dead slot's line went with this bind
         assert (line.slot, line.namespace, line.state) == ("alloc-b", own_ns(), "live")
+
+
+def test_a_slot_thread_that_ended_in_a_live_taskmanager_of_another_namespace_is_cleaned_on_request(path, workers):
+    """A failed thread-mode task's thread ends without releasing while its TaskManager lives on: the lease
+    proves the process only, so from another namespace the line is one of unknown liveness, shown as such
+    and removed by `clean --foreign-namespaces`, the remedy for every such line (docs/design.md §9.4)."""
+    bindings = binding.bindings_path(path)
+    taskmanager = workers(path, init=False)
+    assert taskmanager.ask(op="bind_slot", gpus=["0"], slot="alloc-a", bindings=bindings, ends=True) == {
+        "bound": ["0"]}
+    [line] = binding.snapshot(bindings).entries
+    assert (line.slot, line.namespace, line.lease, line.state, line.alive) == (
+        "alloc-a", taskmanager.ns, 0, "other namespace", True)
+    shown = json.loads(_cli("coordination", "show", "--json", "--file", bindings).stdout)
+    assert [(e["state"], e["liveness_known"]) for e in shown["entries"]] == [("other namespace", False)]
+    forced = _cli("coordination", "clean", "--foreign-namespaces", "--file", bindings)
+    assert forced.returncode == 0, forced.stderr
+    assert "Removed 1 entry held in another PID namespace, liveness unknown" in forced.stdout
+    with binding.bind([GPUInfo("0")], slot="alloc-b", taskmanager_pid=os.getpid(), path=bindings) as ours:
+        assert ours.indices == ("0",)
 
 
 # ---- the stock script, without namespaces of its own ----------------------------------------------

@@ -88,11 +88,11 @@ void test_judge() {
 
     // A slot thread's line (binding.hpp): its lease is its process's. Free: dead everywhere. Held: in our
     // namespace the thread is judged by its id and start time (it may have ended while its process lives),
-    // in another it counts as alive.
+    // in another it is alive with liveness unknown (what `clean --foreign-namespaces` removes).
     CHECK(judged("0 2\t50\tns=100\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kGone);
     CHECK(judged("0 1\t51\tns=100\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kPidReused);
     CHECK(judged("0 1\t50\tns=100\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kAlive);
-    CHECK(judged("0 2\t50\tns=200\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kLeaseHeld);
+    CHECK(judged("0 2\t50\tns=200\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kOtherNamespace);
     CHECK(judged("0 1\t50\tns=100\tlease=1\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kLeaseReleased);
     CHECK(judged("0 1\t50\tns=200\tlease=1\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kLeaseReleased);
     CHECK(judged("0 1\t50\tns=200\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kOtherNamespace);

@@ -66,7 +66,8 @@ _NATIVE_AMOUNT_MAX = sys.maxsize * 2 + 1
 
 #: How an entry's owner was judged: by its pid in our namespace ("live", "gone", "pid reused"), by its
 #: lease in any namespace ("lease held", "lease released"), or not at all ("other namespace": written in
-#: another pid namespace without a lease we can test, so taken with liveness unknown).
+#: another pid namespace without a lease we can test, or a bindings file's slot thread line there, whose
+#: held lease proves only its process, so taken with liveness unknown).
 STATES = ("live", "gone", "pid reused", "lease held", "lease released", "other namespace")
 
 
