@@ -277,9 +277,11 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     fields.slot = holder.slot;
     const bool lease = leases_for(holder, live.self());
     if (lease) coordination::take_lease(&leases, file, lines, &fields, &r.lease_problem);
+    // asked before our lines join them: a failed write keeps the lease only for lines already written
+    const bool lease_in_use = fields.has_lease && coordination::slot_in_use(lines, fields.lease, live.self());
     for (const std::string& idx : write) lines.push_back(coordination::new_line(idx, holder.pid, fields));
     if (!(r.status = file.rewrite(text, coordination::serialize(lines))).ok()) {
-        if (lease && fields.has_lease && !coordination::slot_in_use(lines, fields.lease, holder.pid)) leases.drop();
+        if (fields.has_lease && !lease_in_use) leases.drop();
         r.indices.clear();
         return r;
     }

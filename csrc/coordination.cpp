@@ -156,9 +156,11 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     fields.ns = live.ns().inode;
     const bool for_self = owner == live.self();
     if (for_self) take_lease(&leases, file, lines, &fields, &r.lease_problem);
+    // asked before our lines join them: a failed write keeps the lease only for lines already written
+    const bool lease_in_use = fields.has_lease && slot_in_use(lines, fields.lease, owner);
     for (const std::string& idx : take) lines.push_back(new_line(idx, owner, fields));
     if (!(r.status = file.rewrite(text, serialize(lines))).ok()) {
-        if (for_self && fields.has_lease && !slot_in_use(lines, fields.lease, owner)) leases.drop();
+        if (fields.has_lease && !lease_in_use) leases.drop();
         r.reclaimed.clear();
         return r;
     }

@@ -4,6 +4,8 @@
 #include "../process_liveness.hpp"
 
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -272,6 +274,49 @@ static void test_slot_threads_of_this_process_carry_its_lease() {
     waitpid(other, nullptr, 0);
 }
 
+// Lets the file at `path` grow no further (RLIMIT_FSIZE, SIGXFSZ ignored: a write beyond it fails, EFBIG).
+static void limit_growth_to(const std::string& path) {
+    struct stat st {};
+    CHECK(stat(path.c_str(), &st) == 0);
+    struct rlimit limit {};
+    CHECK(getrlimit(RLIMIT_FSIZE, &limit) == 0);
+    limit.rlim_cur = static_cast<rlim_t>(st.st_size);
+    CHECK(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+}
+
+// A bind whose write fails gives back a lease it took for the lines it could not write, and keeps one
+// that lines already written need (here the process holder's, which a slot thread of it shares).
+static void test_a_failed_write_keeps_only_a_lease_that_written_lines_need() {
+    const std::string path = fresh_path("efbig");
+    const pid_t child = fork();  // the file size limit and the lease are the child's
+    if (child == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        LiveThread t;
+        std::uint32_t lease = 0;
+        { std::ofstream(path) << "\n"; }
+        limit_growth_to(path);
+        CHECK(!bi::bind(opts_for(path), slot(t.tid(), "s"), gpus(2), 1, 1).status.ok());
+        CHECK(!co::Leases(path).held(&lease));
+        CHECK(!bi::bind(opts_for(path), process(getpid()), gpus(2), 1, 1).status.ok());
+        CHECK(!co::Leases(path).held(&lease));
+
+        struct rlimit limit {};
+        CHECK(getrlimit(RLIMIT_FSIZE, &limit) == 0);
+        limit.rlim_cur = limit.rlim_max;
+        CHECK(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+        CHECK_EQ(bound(path, process(getpid()), gpus(2), 1, 1), std::string("0"));
+        limit_growth_to(path);
+        CHECK(!bi::bind(opts_for(path), slot(t.tid(), "s"), gpus(2), 1, 1).status.ok());
+        CHECK(co::Leases(path).held(&lease) && lease == 0);  // the process's line names it
+        t.end();
+        std::fflush(stderr);
+        _exit(check::failures() == 0 ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 static void test_an_unparsable_line_blocks_its_gpu() {
     const std::string path = fresh_path("bad");
     {
@@ -372,6 +417,8 @@ int main() {
         {"more_gpus_asked_than_given", test_more_gpus_asked_than_given},
         {"unbind_removes_what_the_holder_wrote", test_unbind_removes_what_the_holder_wrote},
         {"slot_threads_of_this_process_carry_its_lease", test_slot_threads_of_this_process_carry_its_lease},
+        {"a_failed_write_keeps_only_a_lease_that_written_lines_need",
+         test_a_failed_write_keeps_only_a_lease_that_written_lines_need},
         {"an_unparsable_line_blocks_its_gpu", test_an_unparsable_line_blocks_its_gpu},
         {"invalid_arguments", test_invalid_arguments},
         {"concurrent_processes", test_concurrent_processes},

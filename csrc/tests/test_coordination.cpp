@@ -1,6 +1,7 @@
 // Unit tests of the coordination core (docs/design.md §5.2), with real files, real processes and real locks.
 // A plain executable: exits non-zero when a check fails.
 #include "../coordination.hpp"
+#include "../coordination_lease.hpp"
 #include "../process_liveness.hpp"
 #include "fixtures.hpp"
 
@@ -9,6 +10,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -403,6 +405,40 @@ static void test_duplicate_lines_live_one_wins() {
     CHECK(read_text(path) == line_for("0", getpid()) + "\n");  // both dead lines of 0 are gone
 }
 
+// A claim for itself whose write fails (here beyond RLIMIT_FSIZE, SIGXFSZ ignored: EFBIG) gives back the
+// lease it took for the lines it could not write, and keeps one that lines already written need.
+static void test_a_failed_write_keeps_only_a_lease_that_written_lines_need() {
+    const std::string path = fresh_path("efbig");
+    const pid_t child = fork();  // the file size limit and the lease are the child's
+    if (child == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        std::uint32_t lease = 0;
+        struct rlimit limit {};
+        CHECK(getrlimit(RLIMIT_FSIZE, &limit) == 0);
+        const rlim_t unlimited = limit.rlim_cur;
+        write_text(path, "\n");
+        limit.rlim_cur = 1;  // the file's size: no byte beyond it
+        CHECK(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+        CHECK(!co::claim(opts_for(path), getpid(), {"0", "1"}, 1).status.ok());
+        CHECK(!co::Leases(path).held(&lease));
+
+        limit.rlim_cur = unlimited;
+        CHECK(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+        CHECK(joined(co::claim(opts_for(path), getpid(), {"0", "1"}, 1).indices) == "0");
+        struct stat st {};
+        CHECK(stat(path.c_str(), &st) == 0);
+        limit.rlim_cur = static_cast<rlim_t>(st.st_size);
+        CHECK(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+        CHECK(!co::claim(opts_for(path), getpid(), {"0", "1"}, 2).status.ok());
+        CHECK(co::Leases(path).held(&lease) && lease == 0);  // GPU 0's line names it
+        std::fflush(stderr);
+        _exit(g_failures == 0 ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 static void test_release_and_clean() {
     const std::string path = fresh_path("release");
     const co::Options o = opts_for(path);
@@ -715,6 +751,8 @@ int main() {
         {"not_enough_message", test_not_enough_message},
         {"zombie_holds_nothing", test_zombie_holds_nothing},
         {"duplicate_lines_live_one_wins", test_duplicate_lines_live_one_wins},
+        {"a_failed_write_keeps_only_a_lease_that_written_lines_need",
+         test_a_failed_write_keeps_only_a_lease_that_written_lines_need},
         {"release_and_clean", test_release_and_clean},
         {"killed_before_truncate_leaves_no_fragment", test_killed_before_truncate_leaves_no_fragment},
         {"missing_file_not_created", test_missing_file_not_created},
