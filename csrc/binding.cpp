@@ -297,11 +297,10 @@ coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const
     bool exists = false;
     std::string text;
     const pid_t self = getpid();
-    const bool leased = leases_for(holder, self);
     if (!(r.status = coordination::open_and_read(opts, coordination::Access::kWriteExisting, &file, &exists, &text))
              .ok() ||
         !exists) {
-        if (r.status.ok() && leased) coordination::Leases(opts.path).drop();  // no line needs the lease
+        if (r.status.ok()) coordination::Leases(opts.path).drop();  // no line needs the lease
         return r;
     }
     std::vector<Line> lines = coordination::parse_file(text);
@@ -317,8 +316,9 @@ coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const
         l.keep = false;
         released.insert(e.index);
     }
+    // whoever the holder is (a slot's thread may have ended before its release): a lease no line names goes
     std::uint32_t slot = 0;
-    const bool drop = leased && leases.held(&slot) && !coordination::slot_in_use(lines, slot, self);
+    const bool drop = leases.held(&slot) && !coordination::slot_in_use(lines, slot, self);
     if (released.empty()) {
         if (drop) leases.drop();
         return r;

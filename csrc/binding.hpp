@@ -71,7 +71,8 @@ BindResult bind(const coordination::Options& opts, const Holder& holder, const s
                 std::size_t count, std::uint32_t holders_per_gpu) noexcept;
 
 // Removes the lines `holder` wrote: a process holder's, or the lines of one thread of a slot holder (the
-// slot keeps what its other threads bound). A missing file holds nothing.
+// slot keeps what its other threads bound). A missing file holds nothing. This process's lease goes once
+// no line names it, whichever holder's lines went (a slot's thread may have ended before its release).
 coordination::ReleaseResult unbind(const coordination::Options& opts, const Holder& holder) noexcept;
 
 }  // namespace binding

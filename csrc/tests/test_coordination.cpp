@@ -409,6 +409,7 @@ static void test_duplicate_lines_live_one_wins() {
 // lease it took for the lines it could not write, and keeps one that lines already written need.
 static void test_a_failed_write_keeps_only_a_lease_that_written_lines_need() {
     const std::string path = fresh_path("efbig");
+    const int failed_before = g_failures;
     const pid_t child = fork();  // the file size limit and the lease are the child's
     if (child == 0) {
         signal(SIGXFSZ, SIG_IGN);
@@ -432,7 +433,7 @@ static void test_a_failed_write_keeps_only_a_lease_that_written_lines_need() {
         CHECK(!co::claim(opts_for(path), getpid(), {"0", "1"}, 2).status.ok());
         CHECK(co::Leases(path).held(&lease) && lease == 0);  // GPU 0's line names it
         std::fflush(stderr);
-        _exit(g_failures == 0 ? 0 : 1);
+        _exit(g_failures == failed_before ? 0 : 1);
     }
     int status = 0;
     CHECK(waitpid(child, &status, 0) == child);
