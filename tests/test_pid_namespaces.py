@@ -294,6 +294,8 @@ def test_a_slot_thread_that_ended_in_a_live_taskmanager_of_another_namespace_is_
         "alloc-a", taskmanager.ns, 0, "other namespace", True)
     shown = json.loads(_cli("coordination", "show", "--json", "--file", bindings).stdout)
     assert [(e["state"], e["liveness_known"]) for e in shown["entries"]] == [("other namespace", False)]
+    [listed] = json.loads(_cli("--simulate", "1", "list", "--json", "--file", path).stdout)["bindings"]["taskmanagers"]
+    assert [(h["holder"], h["liveness_known"]) for h in listed["holders"]] == [("slot alloc-a", False)]
     forced = _cli("coordination", "clean", "--foreign-namespaces", "--file", bindings)
     assert forced.returncode == 0, forced.stderr
     assert "Removed 1 entry held in another PID namespace, liveness unknown" in forced.stdout
