@@ -303,7 +303,8 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
     doc = cli_json("--simulate", "4", "list", "--file", coord)["bindings"]
     assert doc["path"] == str(bindings) and doc["exists"] is True and doc["error"] is None
     assert doc["taskmanagers"] == [
-        {"pid": taskmanager, "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        {"pid": taskmanager, "namespace": os.stat("/proc/self/ns/pid").st_ino,
+         "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
          "claimed": ["0", "1", "2"], "holders": [
              {"holder": f"pid {worker.pid}", "slot": None, "pid": worker.pid, "threads": [], "gpus": ["0"],
               "holders_per_gpu": 1, "liveness_known": True,
@@ -313,7 +314,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
              {"holder": f"pid {shared.pid}", "slot": None, "pid": shared.pid, "threads": [], "gpus": ["2"],
               "holders_per_gpu": 2, "liveness_known": True,
               "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"], share=2)}]},
-        {"pid": None, "cmdline": None, "claimed": [], "holders": [
+        {"pid": None, "namespace": None, "cmdline": None, "claimed": [], "holders": [
             {"holder": f"pid {service.pid}", "slot": None, "pid": service.pid, "threads": [], "gpus": ["3"],
              "holders_per_gpu": 1, "liveness_known": True,
              "cmdline": binder_cmdline(binders.script, bindings, None, ["3"])}]}]
@@ -358,6 +359,21 @@ def test_coordination_clean_cleans_a_bindings_file_too(tmp_path, binders):
     doc = cli_json("coordination", "clean", "--file", bindings, "--foreign-namespaces")
     assert doc["ok"] is True
     assert [line.split()[:2] for line in bindings.read_text().splitlines()] == [["0", str(live.pid)]]
+
+
+def test_list_keeps_apart_the_taskmanagers_of_two_pid_namespaces_with_the_same_pid(tmp_path):
+    # two containers' TaskManagers, both pid 1 in their own namespace; only the first claimed GPU 0
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    a, b = ns + 1, ns + 2
+    (tmp_path / "coord").write_text(f"0 1\t5\tns={a}\n")
+    (tmp_path / "coord.bindings").write_text(f"0 7\t5\tns={a}\ttm=1\tshare=1\tslot=alloc-a\n"
+                                             f"1 7\t5\tns={b}\ttm=1\tshare=1\tslot=alloc-b\n")
+    doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
+    assert [(t["pid"], t["namespace"], t["claimed"], [h["holder"] for h in t["holders"]])
+            for t in doc["taskmanagers"]] == [(1, a, ["0"], ["slot alloc-a"]), (1, b, [], ["slot alloc-b"])]
+    human = cli("--simulate", "2", "list", "--file", tmp_path / "coord").stdout
+    assert f"  TaskManager pid 1 of PID namespace {a} (holds GPU 0 in the coordination file)" in human
+    assert f"  TaskManager pid 1 of PID namespace {b} (holds no GPU in the coordination file)" in human
 
 
 def test_list_names_bound_gpus_this_host_does_not_have(tmp_path, binders):

@@ -170,12 +170,18 @@ def list_gpus(args) -> int:
 
 # -- list: the bindings under their TaskManager (docs/design.md §9.3) ------------------------------
 
-def _claimed(live: "dict[str, list]") -> "dict[int, list[str]]":
-    """Owner pid -> the GPUs its live coordination entries claim, in index order."""
-    out: "dict[int, list[str]]" = {}
+def _process_key(pid: int, namespace: "int | None") -> "tuple[int, int | None]":
+    """A process as a file names it: its pid is a number of the writer's pid namespace (none recorded:
+    ours), so two containers' pid 1 are two processes."""
+    return pid, _own_namespace() if namespace is None else namespace
+
+
+def _claimed(live: "dict[str, list]") -> "dict[tuple[int, int | None], list[str]]":
+    """Owner (pid, namespace) -> the GPUs its live coordination entries claim, in index order."""
+    out: "dict[tuple[int, int | None], list[str]]" = {}
     for index in sort_indices(live):
         for entry in live[index]:
-            out.setdefault(entry.pid, []).append(index)
+            out.setdefault(_process_key(entry.pid, entry.namespace), []).append(index)
     return out
 
 
@@ -194,9 +200,19 @@ def _binding_holder_json(name: str, entries: list) -> dict:
             "cmdline": _entry_cmdline(first) if slot is None else None}
 
 
-def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dict[int, list[str]]") -> dict:
+def _taskmanager_order(key: "tuple[int, int | None] | None") -> tuple:
+    """Ours by pid, then other namespaces' by namespace and pid, then holders that recorded none."""
+    if key is None:
+        return 2, 0, 0
+    pid, namespace = key
+    return (0, 0, pid) if _ours(namespace) else (1, namespace, pid)
+
+
+def _bindings_view(path: str, timeout: float, present: "set[str]",
+                   claimed: "dict[tuple[int, int | None], list[str]]") -> dict:
     """The bindings file beside the coordination file ``path``: live holders grouped under the
-    TaskManager whose GPUs they bind (``claimed``: what each coordination owner holds)."""
+    TaskManager whose GPUs they bind, a pid of the namespace that wrote the line (``claimed``: what each
+    coordination owner holds)."""
     from flink_gpu import binding
     from flink_gpu.gpu_index import index_sort_order
 
@@ -207,19 +223,20 @@ def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dic
     except (OSError, TimeoutError) as error:  # the GPUs are still worth listing
         view["error"] = error_message(error)
         return view
-    holders: "dict[int | None, dict[str, list]]" = {}
+    holders: "dict[tuple[int, int | None] | None, dict[str, list]]" = {}
     for entry in snapshot.entries:
         if entry.alive:
-            holders.setdefault(entry.taskmanager, {}).setdefault(entry.holder, []).append(entry)
+            taskmanager = None if entry.taskmanager is None else _process_key(entry.taskmanager, entry.namespace)
+            holders.setdefault(taskmanager, {}).setdefault(entry.holder, []).append(entry)
         else:
             view["stale"].append({"line_number": entry.line_number, "index": entry.index, "pid": entry.pid,
                                   "slot": entry.slot, "taskmanager": entry.taskmanager})
-    for taskmanager in sorted(holders, key=lambda pid: (pid is None, pid or 0)):
+    for taskmanager in sorted(holders, key=_taskmanager_order):
         rows = [_binding_holder_json(name, entries) for name, entries in holders[taskmanager].items()]
-        namespace = next(iter(holders[taskmanager].values()))[0].namespace
+        pid, namespace = (None, None) if taskmanager is None else taskmanager
         view["taskmanagers"].append({
-            "pid": taskmanager,
-            "cmdline": process_cmdline(taskmanager) if taskmanager is not None and _ours(namespace) else None,
+            "pid": pid, "namespace": namespace,
+            "cmdline": process_cmdline(pid) if pid is not None and _ours(namespace) else None,
             "claimed": claimed.get(taskmanager, []),
             "holders": index_sort_order(rows, lambda row: row["gpus"][0])})
     view.update(exists=snapshot.exists, unparsable=[{"line_number": n, "text": t} for n, t in snapshot.unparsable],
@@ -258,7 +275,8 @@ def _print_bindings(view: dict) -> None:
             claimed = (f"holds GPU {', '.join(taskmanager['claimed'])}" if taskmanager["claimed"]
                        else "holds no GPU")
             command = "" if taskmanager["cmdline"] is None else f": {short_command(taskmanager['cmdline'])}"
-            print(f"  TaskManager pid {taskmanager['pid']} ({claimed} in the coordination file){command}")
+            where = "" if _ours(taskmanager["namespace"]) else f" of PID namespace {taskmanager['namespace']}"
+            print(f"  TaskManager pid {taskmanager['pid']}{where} ({claimed} in the coordination file){command}")
         print(table(["HOLDER", "GPU", "SHARED", "COMMAND"], _binding_rows(taskmanager["holders"]), indent="    "))
     if view["stale"]:
         count = len(view["stale"])
