@@ -4,8 +4,6 @@
 #include "../process_liveness.hpp"
 
 #include <signal.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,6 +30,8 @@ namespace co = flinkgpu::coordination;
 using fixtures::gpus;
 using fixtures::joined;
 using fixtures::kill_and_reap;
+using fixtures::lift_growth_limit;
+using fixtures::limit_growth_to;
 using fixtures::read_text;
 using fixtures::spawn_sleeper;
 
@@ -271,26 +271,11 @@ static void test_slot_threads_of_this_process_carry_its_lease() {
     CHECK(joined(bi::unbind(opts_for(path), slot(ended, "s")).released) == "0");
     CHECK(!co::Leases(path).held(&lease));
 
-    const pid_t other = fork();
-    if (other == 0) {
-        pause();
-        _exit(0);
-    }
+    const pid_t other = spawn_sleeper();
     CHECK_EQ(bound(path, slot(other, "t"), gpus(3), 1, 1), std::string("0"));
     CHECK(read_text(path).find("lease=") == std::string::npos);
     CHECK(!co::Leases(path).held(&lease));
-    kill(other, SIGKILL);
-    waitpid(other, nullptr, 0);
-}
-
-// Lets the file at `path` grow no further (RLIMIT_FSIZE, SIGXFSZ ignored: a write beyond it fails, EFBIG).
-static void limit_growth_to(const std::string& path) {
-    struct stat st {};
-    CHECK(stat(path.c_str(), &st) == 0);
-    struct rlimit limit {};
-    CHECK(getrlimit(RLIMIT_FSIZE, &limit) == 0);
-    limit.rlim_cur = static_cast<rlim_t>(st.st_size);
-    CHECK(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+    kill_and_reap(other);
 }
 
 // A bind whose write fails gives back a lease it took for the lines it could not write, and keeps one
@@ -304,18 +289,15 @@ static void test_a_failed_write_keeps_only_a_lease_that_written_lines_need() {
         LiveThread t;
         std::uint32_t lease = 0;
         { std::ofstream(path) << "\n"; }
-        limit_growth_to(path);
+        CHECK(limit_growth_to(path));
         CHECK(!bi::bind(opts_for(path), slot(t.tid(), "s"), gpus(2), 1, 1).status.ok());
         CHECK(!co::Leases(path).held(&lease));
         CHECK(!bi::bind(opts_for(path), process(getpid()), gpus(2), 1, 1).status.ok());
         CHECK(!co::Leases(path).held(&lease));
 
-        struct rlimit limit {};
-        CHECK(getrlimit(RLIMIT_FSIZE, &limit) == 0);
-        limit.rlim_cur = limit.rlim_max;
-        CHECK(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+        CHECK(lift_growth_limit());
         CHECK_EQ(bound(path, process(getpid()), gpus(2), 1, 1), std::string("0"));
-        limit_growth_to(path);
+        CHECK(limit_growth_to(path));
         CHECK(!bi::bind(opts_for(path), slot(t.tid(), "s"), gpus(2), 1, 1).status.ok());
         CHECK(co::Leases(path).held(&lease) && lease == 0);  // the process's line names it
         t.end();

@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -33,6 +32,8 @@ namespace co = flinkgpu::coordination;
 using fixtures::gpus;
 using fixtures::joined;
 using fixtures::kill_and_reap;
+using fixtures::lift_growth_limit;
+using fixtures::limit_growth_to;
 using fixtures::read_text;
 using fixtures::spawn_sleeper;
 
@@ -414,22 +415,14 @@ static void test_a_failed_write_keeps_only_a_lease_that_written_lines_need() {
     if (child == 0) {
         signal(SIGXFSZ, SIG_IGN);
         std::uint32_t lease = 0;
-        struct rlimit limit {};
-        CHECK(getrlimit(RLIMIT_FSIZE, &limit) == 0);
-        const rlim_t unlimited = limit.rlim_cur;
         write_text(path, "\n");
-        limit.rlim_cur = 1;  // the file's size: no byte beyond it
-        CHECK(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+        CHECK(limit_growth_to(path));
         CHECK(!co::claim(opts_for(path), getpid(), {"0", "1"}, 1).status.ok());
         CHECK(!co::Leases(path).held(&lease));
 
-        limit.rlim_cur = unlimited;
-        CHECK(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+        CHECK(lift_growth_limit());
         CHECK(joined(co::claim(opts_for(path), getpid(), {"0", "1"}, 1).indices) == "0");
-        struct stat st {};
-        CHECK(stat(path.c_str(), &st) == 0);
-        limit.rlim_cur = static_cast<rlim_t>(st.st_size);
-        CHECK(setrlimit(RLIMIT_FSIZE, &limit) == 0);
+        CHECK(limit_growth_to(path));
         CHECK(!co::claim(opts_for(path), getpid(), {"0", "1"}, 2).status.ok());
         CHECK(co::Leases(path).held(&lease) && lease == 0);  // GPU 0's line names it
         std::fflush(stderr);
