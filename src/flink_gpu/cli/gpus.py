@@ -32,8 +32,7 @@ _OTHER_NAMESPACE = "held in another PID namespace, liveness unknown"
 
 def _entry_cmdline(entry):
     """The live owner's argv where its pid is one of our namespace (None otherwise)."""
-    ours = entry.namespace is None or entry.namespace == _own_namespace()
-    return process_cmdline(entry.pid) if entry.alive and ours else None
+    return process_cmdline(entry.pid) if entry.alive and _ours(entry.namespace) else None
 
 
 _own_ns: "list[int | None]" = []
