@@ -373,7 +373,8 @@ def test_an_unleased_entry_of_another_namespace_is_shown_kept_and_cleaned_on_req
 
         listed = json.loads(_cli("--simulate", "2", "list", "--json", "--file", path).stdout)
         (holder,) = listed["gpus"][0]["holders"]
-        assert holder == {"pid": 1, "cmdline": None, "liveness_known": False, "namespace": entry.namespace}
+        assert holder == {"pid": 1, "cmdline": None, "liveness_known": False, "ours": False,
+                          "namespace": entry.namespace}
         human = _cli("--simulate", "2", "list", "--file", path).stdout
         assert "pid 1: held in another PID namespace, liveness unknown" in human
         assert "clean --foreign-namespaces" in human
