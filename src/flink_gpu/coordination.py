@@ -165,8 +165,13 @@ class CleanResult:
     unparsable: "tuple[UnparsableLine, ...]"
 
 
+# This process's pid, asked once per process (a forked child asks again): every claim and release needs it.
+_this_pid = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _this_pid.__setitem__(0, os.getpid()))
+
+
 def _owner(owner: "int | None") -> int:
-    return os.getpid() if owner is None else owner
+    return _this_pid[0] if owner is None else owner
 
 
 def whole_amount(amount: object) -> int:
