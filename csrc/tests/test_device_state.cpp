@@ -24,7 +24,7 @@ int with_spec(const std::string& library, const std::string& json,
               const std::function<void(const NvmlLibrary&, std::vector<DeviceState>&)>& body) {
     return simulated::with_spec(library, json, [&](const NvmlLibrary& lib) {
         std::vector<DeviceState> states;
-        const Status st = query_states(lib, getpid(), 0, &states);
+        const Status st = query_states(lib, getpid(), 0, all_checks(), &states);
         if (!st.ok()) {
             std::fprintf(stderr, "query_states: %s\n", st.message.c_str());
             _exit(97);
@@ -114,7 +114,7 @@ int main() {
     CHECK_EQ(with_spec(sim, mine, [](const NvmlLibrary& lib, std::vector<DeviceState>& s) {
                  // the child runs the queries: the test process is its parent, owner = the child
                  std::vector<DeviceState> again;
-                 CHECK(query_states(lib, getpid(), getppid(), &again).ok());
+                 CHECK(query_states(lib, getpid(), getppid(), all_checks(), &again).ok());
                  CHECK(again[0].processes[0].own && again[0].processes[0].visible && !again[0].busy);
                  // without the TaskManager (the parent) the parent's process is foreign
                  CHECK(!s[0].processes[0].own && s[0].processes[0].visible && s[0].busy);
