@@ -407,8 +407,9 @@ def test_claim_and_release_default_to_the_parent_process(tmp_path):
     doc = cli_json("--simulate", "4", "claim", "2", "--file", coord)
     # this test process is the command's parent
     assert doc["owner"]["pid"] == os.getpid()
-    assert doc["gpus"] == [{"index": "0", "uuid": UUID0},
-                           {"index": "1", "uuid": "GPU-00000000-0000-4000-8000-000000000001"}]
+    assert doc["gpus"] == [{"index": "0", "uuid": UUID0, "health": "ok"},
+                           {"index": "1", "uuid": "GPU-00000000-0000-4000-8000-000000000001", "health": "ok"}]
+    assert doc["left_out"] == []
     assert [line.split()[:2] for line in coord.read_text().splitlines()] == [
         ["0", str(os.getpid())], ["1", str(os.getpid())]]
     human = cli("--simulate", "4", "claim", "1", "--file", coord)
@@ -448,6 +449,38 @@ def test_claim_for_a_dead_owner_is_refused(tmp_path):
     assert proc.returncode == 2
     assert "no such (live) process" in proc.stderr
     assert not (tmp_path / "c").exists()
+
+
+def test_claim_ranks_as_the_driver_and_warns_what_it_leaves_out(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [
+        {"health": {"inforom_corrupted": True}},
+        {"processes": [{"pid": 4000000001, "used_memory": 2 ** 20}]},  # no one's here: foreign
+        {"health": {"row_remap_pending": True}}, {}]}))
+    proc = cli("--simulate-spec", spec, "claim", "2", "--file", tmp_path / "c", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    # healthy idle first, then healthy busy; never the corrupted one, the degraded one last
+    assert [g["index"] for g in doc["gpus"]] == ["1", "3"]
+    assert doc["left_out"] == [{"index": "0", "reason": "unhealthy: InfoROM corrupted"}]
+    assert "GPU 0 left out: unhealthy: InfoROM corrupted" in proc.stderr
+    assert "GPU 1 is busy: foreign process 4000000001 (compute, not visible" in proc.stderr
+    proc = cli("--simulate-spec", spec, "claim", "4", "--file", tmp_path / "d")
+    assert proc.returncode == 1 and "Could not get enough GPU resources" in proc.stderr
+
+
+def test_claim_of_several_mig_units_gives_one_cuda_visible_devices_per_process(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"mig": {"mode": "enabled", "instances": [
+        {"slot": 0, "uuid": "MIG-a"}, {"slot": 1, "uuid": "MIG-b"}, {"slot": 2, "uuid": "MIG-c"}]}}]}))
+    proc = cli("--simulate-spec", spec, "claim", "3", "--file", tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr
+    assert "CUDA_VISIBLE_DEVICES=MIG-a,MIG-b" not in proc.stdout
+    assert "CUDA uses one MIG instance per process" in proc.stdout
+    lines = [line.strip() for line in proc.stdout.splitlines() if "CUDA_VISIBLE_DEVICES=" in line]
+    assert lines == ["CUDA_VISIBLE_DEVICES=MIG-a", "CUDA_VISIBLE_DEVICES=MIG-b", "CUDA_VISIBLE_DEVICES=MIG-c"]
+    proc = cli("--simulate-spec", spec, "claim", "1", "--file", tmp_path / "d")
+    assert "CUDA_VISIBLE_DEVICES=MIG-a" in proc.stdout and "one MIG instance" not in proc.stdout
 
 
 # -- coordination show / clean --------------------------------------------------------------

@@ -228,6 +228,43 @@ def test_an_unhealthy_gpu_is_never_printed_and_its_reason_is_on_stderr(discovery
     assert "GPU 0 left out (unhealthy: row remapping failed)" in err
 
 
+@pytest.mark.parametrize("action, two, note", [
+    ("none", "0,1\n", None),
+    ("gpu_reset", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reset the GPU"),
+    ("node_reboot", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reboot the node"),
+    ("drain_p2p", "1,2\n", None),  # degraded: printed only after every healthy GPU
+    ("drain_and_reset", "1,2\n", "left out: unhealthy: GPU recovery action: drain peer-to-peer traffic and reset"),
+    ("recover_imex_domain", "0,1\n", "GPU 0: GPU recovery action: recover the IMEX domain (not a fault of this GPU)"),
+    ("bus_reset", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reset the GPU's PCIe bus"),
+    ("system_reboot", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reboot the system"),
+    (42, "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action 42 (unknown to this build"),
+])
+def test_the_recovery_action_is_judged_by_its_class(discovery_exe, action, two, note):
+    spec = {"devices": [{"health": {"recovery_action": action}}, {}, {}]}
+    out, code, err = run_spec(discovery_exe, spec, ["2"])
+    assert (out, code) == (two, 0)
+    assert note is None or note in err
+    if action == "drain_p2p":
+        assert run_spec(discovery_exe, spec, ["3"])[:2] == ("0,1,2\n", 0)
+
+
+@pytest.mark.parametrize("fabric, two, note", [
+    ({"state": "not_started"}, "1,2\n", "GPU 0 left out: unhealthy: NVLink fabric registration not started: CUDA "
+     "would fail with error 802; is the Fabric Manager running?"),
+    ({"state": "not_started", "struct": "v1"}, "1,2\n", "registration not started"),
+    ({"state": "in_progress", "struct": "v2"}, "1,2\n", "GPU 0 left out: unhealthy: NVLink fabric registration in "
+     "progress: transient"),
+    ({"state": "completed", "status": 999}, "1,2\n", None),  # degraded: after every healthy GPU
+    ({"health_summary": "unhealthy"}, "1,2\n", None),
+    ({}, "0,1\n", None),  # completed, no health summary, all-zero cluster UUID: a healthy HGX H100
+])
+def test_the_nvlink_fabric_registration_is_judged(discovery_exe, fabric, two, note):
+    spec = {"devices": [{"fabric": fabric}, {"fabric": {}}, {"fabric": {}}]}
+    out, code, err = run_spec(discovery_exe, spec, ["2"])
+    assert (out, code) == (two, 0)
+    assert note is None or note in err
+
+
 @pytest.mark.parametrize("policy, expected", [
     (None, ("1,2\n", 0)), ("avoid", ("1,2\n", 0)), ("ignore", ("0,1\n", 0)),
     ("exclude", ("1,2\n", 0)),

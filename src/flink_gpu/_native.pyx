@@ -194,6 +194,7 @@ cdef extern from "gpu_choice.hpp" namespace "flinkgpu" nogil:
         vector[pair[string, string]] left_out
 
     CRanking rank_gpus_cpp "flinkgpu::rank_gpus"(const vector[CDeviceState]& states, BusyPolicy policy) except +
+    string busy_reason_cpp "flinkgpu::busy_reason"(const CDeviceState& state) except +
 
     cdef cppclass CChoice "flinkgpu::Choice":
         vector[CDeviceState] states
@@ -507,6 +508,11 @@ cdef class DeviceState:
     def gpu_index(self):
         """The index as GPUInfo carries it ("<index>", or "<index>:<slot>" for a MIG unit)."""
         return _gpu_index(self.index, self.mig_slot)
+
+    @property
+    def busy_reason(self):
+        """Why it is busy ("busy: foreign process 123 (compute)"), "" when it is not."""
+        return _text(busy_reason_cpp(self._c))
 
     def __repr__(self):
         return (f"DeviceState(index={self.gpu_index}, health={self.health!r}, memory_used={self.memory_used!r}, "
