@@ -160,7 +160,7 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
     assert doc["nvml"]["driver_version"] == "999.99.99"
     gpus = {g["index"]: g for g in doc["gpus"]}
     assert set(gpus["0"]) == {"index", "uuid", "name", "memory_total", "pci_bus_id",
-                              "minor_number", "holders", "stale_holders", "health", "findings",
+                              "minor_number", "holders", "stale_holders", "health", "findings", "checks",
                               "memory_used", "memory_free", "numa_node", "cpu_affinity",
                               "compute_mode", "processes_known", "processes"}
     assert gpus["0"]["uuid"] == UUID0 and gpus["0"]["memory_total"] == 80 * 2 ** 30
@@ -544,7 +544,7 @@ def test_every_json_document_has_the_documented_top_level_fields(tmp_path):
         ("list", ["--simulate", "2", "list", "--file", coord],
          {"nvml", "gpus", "skipped", "coordination", "bindings"}),
         ("claim", ["--simulate", "2", "claim", "1", "--file", coord],
-         {"path", "owner", "amount", "gpus"}),
+         {"path", "owner", "amount", "gpus", "left_out"}),
         ("coordination show", ["coordination", "show", "--file", coord],
          {"path", "exists", "entries", "unparsable"}),
         ("coordination clean", ["coordination", "clean", "--file", coord],
@@ -1525,6 +1525,78 @@ def test_doctor_reports_unhealthy_degraded_and_busy_gpus(tmp_path, state_host):
     assert "external-resource.gpu.param.busy-gpus: exclude" in busy["fix"]
     [hidden] = [f for f in state if f"NVML lists pid {state_host['gone']} on GPU 3" in f["message"]]
     assert "hostPID" in hidden["fix"]
+
+
+def test_list_json_shows_what_each_check_found_and_what_it_did_not_look_at(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [
+        {"health": {"inforom_corrupted": True, "ecc_enabled": False}, "no_permission": ["remapped_rows"],
+         "fabric": {}},
+        {"not_supported": ["retired_pages", "field_values"]}]}))
+    doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "c")
+    first, second = doc["gpus"]
+    assert first["checks"] == {
+        "inforom": {"outcome": "finding", "finding": "InfoROM corrupted"},
+        "remapped-rows": {"outcome": "no permission", "finding": None},
+        "ecc": {"outcome": "not applicable", "finding": None},
+        "recovery-action": {"outcome": "ok", "finding": None},
+        "fabric": {"outcome": "ok", "finding": None},
+        "retired-pages": {"outcome": "ok", "finding": None}}
+    assert {name: c["outcome"] for name, c in second["checks"].items()} == {
+        "inforom": "ok", "remapped-rows": "ok", "ecc": "ok", "recovery-action": "not supported",
+        "fabric": "not supported", "retired-pages": "not supported"}
+    assert second["health"] == "ok"  # not checked is not a finding, but it shows
+    human = cli("--simulate-spec", spec, "list", "--file", tmp_path / "c").stdout
+    assert "GPU 1: not checked: recovery-action (not supported), fabric (not supported), retired-pages " \
+           "(not supported)" in human
+
+
+@pytest.mark.parametrize("states, waiting", [(["not_started", "not_started"], False),
+                                             (["not_started", "in_progress"], True)])
+def test_doctor_says_once_when_no_gpu_has_registered_with_the_nvlink_fabric(tmp_path, states, waiting):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"fabric": {"state": state}} for state in states]}))
+    doc = doctor_on(tmp_path, spec, gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory",
+                                             discovery_mode="nvml"), expect=1)
+    fabric = [f for f in findings(doc, "gpu-state") if "fabric" in f["message"].lower()]
+    assert len(fabric) == 1, fabric  # a host finding, not one per GPU
+    assert fabric[0]["level"] == "error" and "error 802" in fabric[0]["message"]
+    assert ("(some are in progress)" in fabric[0]["message"]) == waiting
+    assert "nvidia-fabricmanager" in fabric[0]["fix"]
+
+
+def test_doctor_notes_one_gpu_without_fabric_registration_as_that_gpu(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"fabric": {"state": "not_started"}}, {"fabric": {}}]}))
+    doc = doctor_on(tmp_path, spec, gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory",
+                                             discovery_mode="nvml"), expect=0)
+    [gpu0] = [f for f in findings(doc, "gpu-state") if f["message"].startswith("GPU 0 is unhealthy")]
+    assert "NVLink fabric registration not started" in gpu0["message"]
+    assert not [f for f in findings(doc, "gpu-state") if f["message"].startswith("No GPU of this host")]
+
+
+def test_doctor_shows_what_was_not_checked_and_a_finding_of_a_check_left_out(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"health": {"inforom_corrupted": True}}, {}]}))
+    conf = gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml") + \
+        "external-resource.gpu.param.health-checks: all,-inforom\n"
+    doc = doctor_on(tmp_path, spec, conf, expect=0)
+    state = findings(doc, "gpu-state")
+    [left_out] = [f for f in state if f["level"] == "warning"]
+    assert left_out["message"] == ("GPU 0: InfoROM corrupted, but external-resource.gpu.param.health-checks "
+                                   "leaves inforom out: a TaskManager may still get it.")
+    assert [f["message"] for f in state if f["message"].startswith("Not checked")] == [
+        "Not checked on GPU 0, 1: fabric (not supported)."]
+    assert not [f for f in state if "is unhealthy" in f["message"]]
+
+
+def test_doctor_reports_an_unknown_health_check_naming_the_key_and_the_names(tmp_path):
+    conf = gpu_conf(factory="flink_gpu.GPUDriverFactory") + \
+        "external-resource.gpu.param.health-checks: all,-inform\n"
+    doc = run_doctor(tmp_path, conf, expect=1)
+    error = only(doc, "driver", "error")
+    assert "for key 'health-checks'" in error["message"]
+    assert "'-inform' is not a health check" in error["message"] and "retired-pages" in error["message"]
 
 
 def test_doctor_fails_when_the_amount_exceeds_the_healthy_gpus(tmp_path, state_host):

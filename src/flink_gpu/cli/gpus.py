@@ -290,7 +290,7 @@ def _print_bindings(view: dict) -> None:
 
 
 # a GPU that went missing between the enumeration and the state query: nothing known
-_NO_STATE = {"health": None, "findings": [], "memory_used": None, "memory_free": None,
+_NO_STATE = {"health": None, "findings": [], "checks": {}, "memory_used": None, "memory_free": None,
              "numa_node": None, "cpu_affinity": None, "compute_mode": None,
              "processes_known": False, "processes": []}
 
@@ -308,6 +308,8 @@ def _gpu_states(nvml, live: "dict[str, list[int]]") -> "dict[str, dict]":
         device = static.get(index)
         result[index] = {
             "health": state.health, "findings": list(state.findings),
+            "checks": {name: {"outcome": outcome, "finding": finding}
+                       for name, outcome, _, finding, _ in state.checks},
             "memory_used": state.memory_used, "memory_free": state.memory_free,
             "numa_node": device.numa_node if device else None,
             "cpu_affinity": device.cpu_affinity if device else None,
@@ -340,6 +342,10 @@ def _print_state_notes(gpus: "list[dict]") -> None:
         for finding in gpu["findings"]:
             if finding != gpu["health"]:
                 print(f"  GPU {gpu['index']}: {finding}")
+        unchecked = [f"{name} ({check['outcome']})" for name, check in gpu["checks"].items()
+                     if check["outcome"] not in ("ok", "finding")]
+        if unchecked:
+            print(f"  GPU {gpu['index']}: not checked: {', '.join(unchecked)}")
     hidden = sorted({p["pid"] for g in gpus for p in g["processes"] if not p["visible"]})
     if hidden:
         print(f"  NVML lists pid {', '.join(map(str, hidden))}, which this PID namespace cannot "
