@@ -838,3 +838,36 @@ def test_mig_units_are_gpu_infos_with_their_parent_and_instances_in_index_order(
     assert result["cuda_visible_devices"] == "MIG-a"
     assert ["INFO", "flink_gpu.gpu.nvml",
             "Discover GPU resources: [GPU Device(0:0), GPU Device(0:2), GPU Device(0:5), GPU Device(1)]."] in logs
+
+
+def mig_host_with(gpu=None, unit=None):
+    """MIG_HOST with keys added to its MIG GPU (``gpu``) and to the instance in slot 2 (``unit``)."""
+    spec = json.loads(json.dumps(MIG_HOST))
+    spec["devices"][0].update(gpu or {})
+    spec["devices"][0]["mig"]["instances"][1].update(unit or {})
+    return spec
+
+
+@pytest.mark.parametrize("gpu, reason", [
+    ({"health": {"recovery_action": "gpu_reset"}}, "GPU recovery action: reset the GPU"),
+    ({"fabric": {"state": "not_started"}}, "NVLink fabric registration not started"),
+    ({"health": {"row_remap_failure": True}}, "row remapping failed"),
+    ({"health": {"state_error": "GPU_IS_LOST"}}, "GPU is lost"),
+])
+def test_a_verdict_on_a_mig_gpu_applies_to_every_unit(gpu, reason):
+    [one, two], logs = run_scenarios([(NVML, [1]), (NVML, [2])], spec=mig_host_with(gpu=gpu))
+    assert indices(one["retrievals"][0]) == ["1"]
+    message = two["error"][1]
+    for unit in ("0:0", "0:2", "0:5"):
+        assert f"GPU {unit} is left out (unhealthy: " in message
+    warnings = [m for level, _, m in logs if level == "WARNING"]
+    assert len(warnings) == 3 and all(reason in w for w in warnings)
+
+
+def test_a_mig_units_own_finding_is_the_units_only():
+    result, _ = run_one(NVML, [3], spec=mig_host_with(unit={"health": {"inforom_corrupted": True}}))
+    assert indices(result["retrievals"][0]) == ["0:0", "0:5", "1"]
+    result, _ = run_one(NVML, [4], spec=mig_host_with(unit={"health": {"inforom_corrupted": True}}))
+    assert result["error"][0] == "FlinkException"
+    assert "GPU 0:2 is left out (unhealthy: InfoROM corrupted)" in result["error"][1]
+    assert "GPU 0:0 is left out" not in result["error"][1]
