@@ -1590,15 +1590,6 @@ def test_doctor_shows_what_was_not_checked_and_a_finding_of_a_check_left_out(tmp
     assert not [f for f in state if "is unhealthy" in f["message"]]
 
 
-def test_doctor_reports_an_unknown_health_check_naming_the_key_and_the_names(tmp_path):
-    conf = gpu_conf(factory="flink_gpu.GPUDriverFactory") + \
-        "external-resource.gpu.param.health-checks: all,-inform\n"
-    doc = run_doctor(tmp_path, conf, expect=1)
-    error = only(doc, "driver", "error")
-    assert "for key 'health-checks'" in error["message"]
-    assert "'-inform' is not a health check" in error["message"] and "retired-pages" in error["message"]
-
-
 def test_doctor_fails_when_the_amount_exceeds_the_healthy_gpus(tmp_path, state_host):
     doc = doctor_on(tmp_path, state_host["spec"],
                     gpu_conf(amount=4, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml"),
@@ -1626,12 +1617,16 @@ def test_doctor_with_ignore_warns_that_a_busy_gpu_may_be_shared(tmp_path, state_
     assert not findings(doc, "params", "warning")  # busy-gpus is an option of ours
 
 
-def test_doctor_reports_a_bad_busy_gpus_and_still_checks_the_gpus(tmp_path):
-    conf = gpu_conf(factory="flink_gpu.GPUDriverFactory") + \
-        "external-resource.gpu.param.busy-gpus: sometimes\n"
+@pytest.mark.parametrize("line, expected", [
+    ("busy-gpus: sometimes", "'busy-gpus': expected one of avoid, exclude, ignore"),
+    ("health-checks: all,-inform", "for key 'health-checks': '-inform' is not a health check; use all, inforom, "
+                                   "remapped-rows, ecc, recovery-action, fabric, retired-pages"),
+])
+def test_doctor_reports_a_bad_option_of_ours_and_still_checks_the_gpus(tmp_path, line, expected):
+    conf = gpu_conf(factory="flink_gpu.GPUDriverFactory") + f"external-resource.gpu.param.{line}\n"
     doc = run_doctor(tmp_path, conf, expect=1)
     error = only(doc, "driver", "error")
-    assert "'busy-gpus': expected one of avoid, exclude, ignore" in error["message"]
+    assert expected in error["message"]
     assert "4 GPUs" in only(doc, "gpu-count", "ok")["message"]
 
 
