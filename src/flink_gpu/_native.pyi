@@ -1,6 +1,5 @@
 """Type stubs of the Cython binding over the C++ core (csrc/)."""
 
-import enum
 from os import PathLike
 from typing import Iterable, List, Optional, Tuple, Union
 
@@ -129,10 +128,12 @@ class DeviceState:
 BUSY_GPUS_VALUES: Tuple[str, str, str]
 HEALTH_CHECKS: Tuple[str, ...]
 
-class Verdict(enum.Enum):
-    OK: int
-    DEGRADED: int
-    UNHEALTHY: int
+class Verdict:
+    name: str
+    value: int
+    OK: "Verdict"
+    DEGRADED: "Verdict"
+    UNHEALTHY: "Verdict"
 
 def rank_gpus(states: Iterable[DeviceState], busy_policy: str) -> Tuple[List[str], List[int], List[Tuple[str, str]]]:
     """(indices best first, ranks parallel to them, [(index, why left out)])."""

@@ -8,7 +8,6 @@ from libcpp.string_view cimport string_view
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
-import enum
 import os
 
 from flink_gpu.errors import FlinkException, NvmlError
@@ -459,15 +458,27 @@ cdef NvmlDevice _device(const DeviceInfo& info):
     return d
 
 
-class Verdict(enum.Enum):
+class Verdict:
     """A device's health as the core judged it (``DeviceState.verdict``): decide on this, not on
-    the text of ``DeviceState.health``."""
-    OK = <int>Health.kOk
-    DEGRADED = <int>Health.kDegraded
-    UNHEALTHY = <int>Health.kUnhealthy
+    the text of ``DeviceState.health``. Three instances, compared by identity: ``Verdict.OK``,
+    ``Verdict.DEGRADED``, ``Verdict.UNHEALTHY`` (a plain class: importing flink_gpu loads no enum)."""
+    __slots__ = ("name", "value")
+
+    def __init__(self, name, value):
+        self.name = name
+        self.value = value
+
+    def __repr__(self):
+        return f"Verdict.{self.name}"
+
+    def __reduce__(self):
+        return (getattr, (Verdict, self.name))
 
 
-_VERDICTS = {v.value: v for v in Verdict}
+Verdict.OK = Verdict("OK", <int>Health.kOk)
+Verdict.DEGRADED = Verdict("DEGRADED", <int>Health.kDegraded)
+Verdict.UNHEALTHY = Verdict("UNHEALTHY", <int>Health.kUnhealthy)
+_VERDICTS = {v.value: v for v in (Verdict.OK, Verdict.DEGRADED, Verdict.UNHEALTHY)}
 
 #: The health checks by name (csrc/device_state.hpp), as ``health-checks`` names them.
 HEALTH_CHECKS = tuple([check_name(<Check>i).decode("ascii") for i in range(kCheckCount)])
