@@ -325,6 +325,24 @@ def test_the_executable_prints_unit_indices_in_index_order(mig_env):
     assert run(mig_env, ["4"]) == ("0:1,0:2,0:10,1\n", 0)
 
 
+@pytest.mark.parametrize("gpu, reason", [
+    ({"health": {"recovery_action": "node_reboot"}}, "GPU recovery action: reboot the node"),
+    ({"fabric": {"state": "in_progress"}}, "NVLink fabric registration in progress"),
+    ({"health": {"row_remap_failure": True}}, "row remapping failed"),
+    ({"health": {"state_error": "GPU_IS_LOST"}}, "GPU is lost"),
+])
+def test_a_verdict_on_a_mig_gpu_leaves_out_every_unit_and_a_units_own_only_it(discovery_exe, gpu, reason):
+    spec = {"devices": [{**gpu, "mig": {"mode": "enabled", "instances": [{"slot": 1}, {"slot": 2}]}}, {}]}
+    out, code, err = run_spec(discovery_exe, spec, ["1"])
+    assert (out, code) == ("1\n", 0)
+    assert f"GPU 0:1 left out: unhealthy: {reason}" in err and f"GPU 0:2 left out: unhealthy: {reason}" in err
+    spec = {"devices": [{"mig": {"mode": "enabled", "instances": [
+        {"slot": 1}, {"slot": 2, "health": {"inforom_corrupted": True}}]}}, {}]}
+    out, code, err = run_spec(discovery_exe, spec, ["2"])
+    assert (out, code) == ("0:1,1\n", 0)
+    assert "GPU 0:2 left out: unhealthy: InfoROM corrupted" in err and "GPU 0:1 left out" not in err
+
+
 def test_coordinated_executable_units_and_whole_gpus_exclude_each_other(mig_env, tmp_path, owners):
     path = tmp_path / "coordination"
     from flink_gpu import coordination
