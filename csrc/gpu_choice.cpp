@@ -162,16 +162,19 @@ Ranking rank_gpus(const std::vector<DeviceState>& states, BusyPolicy policy) {
         }
         candidates.push_back({index, (s.health == Health::kDegraded ? 2 : 0) + (busy ? 1 : 0)});
     }
-    std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-        if (a.rank != b.rank) return a.rank < b.rank;
-        return compare_indices(a.index, b.index) < 0;
-    });
+    // States come in index order (a choice's do): then only the ranks need sorting, stably.
+    auto by_index = [](const Candidate& a, const Candidate& b) { return compare_indices(a.index, b.index) < 0; };
+    if (!std::is_sorted(candidates.begin(), candidates.end(), by_index))
+        std::stable_sort(candidates.begin(), candidates.end(), by_index);
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.rank < b.rank; });
     for (const Candidate& c : candidates) {
         r.indices.push_back(c.index);
         r.ranks.push_back(c.rank);
     }
-    std::stable_sort(r.left_out.begin(), r.left_out.end(),
-                     [](const auto& a, const auto& b) { return compare_indices(a.first, b.first) < 0; });
+    auto out_by_index = [](const auto& a, const auto& b) { return compare_indices(a.first, b.first) < 0; };
+    if (!std::is_sorted(r.left_out.begin(), r.left_out.end(), out_by_index))
+        std::stable_sort(r.left_out.begin(), r.left_out.end(), out_by_index);
     return r;
 }
 
@@ -185,10 +188,16 @@ Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enume
         out->states.clear();
         std::vector<DeviceState> now;
         if (const Status st = query_states(lib, owner, taskmanager, enforced, &now); !st.ok()) return st;
+        out->states.reserve(enumerated.size());
+        std::size_t next = 0;  // both are in index order: a walk, searching only where they differ
         for (const std::string& index : enumerated) {
-            auto same = [&](const DeviceState& s) { return s.index == index; };
-            auto found = std::find_if(now.begin(), now.end(), same);
+            if (next < now.size() && now[next].index == index) {
+                out->states.push_back(std::move(now[next++]));
+                continue;
+            }
+            auto found = std::find_if(now.begin(), now.end(), [&](const DeviceState& s) { return s.index == index; });
             if (found != now.end()) {
+                next = static_cast<std::size_t>(found - now.begin()) + 1;
                 out->states.push_back(std::move(*found));
                 continue;
             }

@@ -123,8 +123,8 @@ cdef extern from "device_state.hpp" namespace "flinkgpu" nogil:
     const char* outcome_name "flinkgpu::outcome_name"(Outcome outcome)
 
     cdef cppclass CheckSet "flinkgpu::CheckSet":
-        CheckSet& set(size_t pos) except +
-        bint test(size_t pos) except +
+        CheckSet()
+        CheckSet(unsigned long long mask)
 
     cdef cppclass CCheckResult "flinkgpu::CheckResult":
         Outcome outcome
@@ -152,7 +152,7 @@ cdef extern from "device_state.hpp" namespace "flinkgpu" nogil:
         string health_text
         vector[string] findings
         vector[string] warnings
-        CCheckResult checks[6]
+        CCheckResult checks[6]  # std::array of kCheckCount: Cython checks no size, the loops use kCheckCount
         optional[unsigned long long] memory_used
         optional[unsigned long long] memory_free
         vector[CGpuProcess] processes
@@ -504,7 +504,6 @@ cdef class DeviceState:
     cdef readonly object verdict
     cdef readonly tuple findings
     cdef readonly tuple warnings
-    cdef readonly tuple checks
     cdef readonly object memory_used
     cdef readonly object memory_free
     cdef readonly tuple processes
@@ -519,6 +518,15 @@ cdef class DeviceState:
     def gpu_index(self):
         """The index as GPUInfo carries it ("<index>", or "<index>:<slot>" for a MIG unit)."""
         return _gpu_index(self.index, self.mig_slot)
+
+    @property
+    def checks(self):
+        """Per check of HEALTH_CHECKS: (name, outcome, the finding's Verdict, finding or None, enforced)."""
+        cdef size_t i
+        return tuple([(HEALTH_CHECKS[i], outcome_name(self._c.checks[i].outcome).decode("ascii"),
+                       _VERDICTS[<int>self._c.checks[i].verdict],
+                       _text(self._c.checks[i].finding) if self._c.checks[i].outcome == Outcome.kFinding else None,
+                       bool(self._c.checks[i].enforced)) for i in range(kCheckCount)])
 
     @property
     def busy_reason(self):
@@ -540,11 +548,7 @@ cdef DeviceState _state(const CDeviceState& c):
     s.health = _text(c.health_text)
     s.verdict = _VERDICTS[<int>c.health]
     s.findings = tuple([_text(c.findings[i]) for i in range(c.findings.size())])
-    s.warnings = tuple([_text(c.warnings[i]) for i in range(c.warnings.size())])
-    s.checks = tuple([(HEALTH_CHECKS[i], outcome_name(c.checks[i].outcome).decode("ascii"),
-                       _VERDICTS[<int>c.checks[i].verdict],
-                       _text(c.checks[i].finding) if c.checks[i].outcome == Outcome.kFinding else None,
-                       bool(c.checks[i].enforced)) for i in range(kCheckCount)])
+    s.warnings = tuple([_text(c.warnings[i]) for i in range(c.warnings.size())]) if c.warnings.size() else ()
     s.memory_used = c.memory_used.value() if c.memory_used.has_value() else None
     s.memory_free = c.memory_free.value() if c.memory_free.has_value() else None
     s.processes = tuple([(c.processes[i].pid,
@@ -558,25 +562,36 @@ cdef DeviceState _state(const CDeviceState& c):
     return s
 
 
+_check_masks = {}  # health_checks -> its bit mask over HEALTH_CHECKS, made once per value
+
+
 cdef CheckSet _check_set(health_checks) except *:
     """The CheckSet of ``health_checks`` (names of HEALTH_CHECKS; None: all of them)."""
-    cdef CheckSet enforced
-    cdef size_t i
-    for i in range(kCheckCount):
-        if health_checks is None or HEALTH_CHECKS[i] in health_checks:
-            enforced.set(i)
-    if health_checks is not None:
-        unknown = sorted(set(health_checks) - set(HEALTH_CHECKS))
+    mask = _check_masks.get(health_checks)
+    if mask is None:
+        names = HEALTH_CHECKS if health_checks is None else tuple(health_checks)
+        unknown = sorted(set(names) - set(HEALTH_CHECKS))
         if unknown:
             raise ValueError(f"Unknown health checks {unknown}: use names of {', '.join(HEALTH_CHECKS)}.")
-    return enforced
+        mask = sum(1 << i for i, name in enumerate(HEALTH_CHECKS) if name in names)
+        if isinstance(health_checks, (tuple, type(None))):
+            _check_masks[health_checks] = mask
+    return CheckSet(<unsigned long long>mask)
+
+
+_busy_policies = {}  # busy-gpus text -> its BusyPolicy value
 
 
 cdef BusyPolicy _busy_policy(str busy_policy) except *:
     cdef BusyPolicy policy
-    cdef string encoded = _utf8(busy_policy)
+    cdef string encoded
+    found = _busy_policies.get(busy_policy)
+    if found is not None:
+        return <BusyPolicy><int>found
+    encoded = _utf8(busy_policy)
     if not parse_busy_policy(string_view(encoded.data(), encoded.size()), &policy):
         raise ValueError(f"Unknown busy-gpus value {busy_policy!r}: use one of {', '.join(BUSY_GPUS_VALUES)}.")
+    _busy_policies[busy_policy] = <int>policy
     return policy
 
 

@@ -1,4 +1,6 @@
-"""The state of the host's GPUs now (docs/design.md §9.1): unhealthy, degraded and busy ones.
+"""The state of the host's GPUs now (docs/design.md §9.1): unhealthy, degraded and busy ones, the
+checks that could not be made, findings of checks ``health-checks`` leaves out, and a host whose
+GPUs have not registered with the NVLink fabric.
 
 Doctor is not a worker, so "busy" here means running a process that belongs to no flink-gpu
 holder (no live owner in the coordination file, nor a descendant of one).
@@ -58,7 +60,7 @@ def check_gpu_state(checkup: Checkup, name: str, settings: GPUDriverSettings,
     unhealthy = 0
     for state in states:
         index = state.gpu_index
-        _check_outcomes(checkup, name, state, checks_key, uses_state)
+        _check_left_out(checkup, name, state, checks_key, uses_state)
         if state.verdict is Verdict.UNHEALTHY:
             unhealthy += 1
             if unregistered:
@@ -151,7 +153,7 @@ def _check_unchecked(checkup: Checkup, name: str, states) -> None:
                     resource=name)
 
 
-def _check_outcomes(checkup: Checkup, name: str, state, checks_key: str, uses_state: bool) -> None:
+def _check_left_out(checkup: Checkup, name: str, state, checks_key: str, uses_state: bool) -> None:
     """A finding of a check that health-checks leaves out."""
     index = state.gpu_index
     for check, outcome, verdict, finding, enforced in state.checks:
