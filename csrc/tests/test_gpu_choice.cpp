@@ -58,6 +58,10 @@ int main() {
     r = rank_gpus(states, BusyPolicy::kIgnore);  // Flink's order, degraded still last
     CHECK(r.indices == (Indices{"1", "4", "10", "0", "3"}));
     CHECK(r.ranks == (std::vector<int>{0, 0, 0, 2, 2}));
+    // states in any order rank the same: lowest index first within a class
+    std::vector<DeviceState> reversed(states.rbegin(), states.rend());
+    CHECK(rank_gpus(reversed, BusyPolicy::kIgnore).indices == r.indices);
+    CHECK(rank_gpus(reversed, BusyPolicy::kIgnore).left_out == r.left_out);
 
     // Health verdict: unhealthy findings before degraded ones, the first one is the health.
     DeviceState s;
