@@ -286,8 +286,8 @@ def bind_on_state(path, spec, n, count, wait=0.0):
 def test_bind_never_binds_a_gpu_lost_since_discovery_while_a_healthy_one_is_free(path):
     got = bind_on_state(path, {"devices": [{"health": {"lost_handle_after_s": 1}}, {}]}, 2, 1, wait=1.2)
     assert got["bound"] == ["1"]
-    assert got["warnings"] == ["GPU 0 is unhealthy: GPU is lost (nvmlDeviceGetHandleByIndex_v2 returned "
-                               "NVML_ERROR_GPU_IS_LOST): it is not bound; binding among GPU(s) 1."]
+    assert got["warnings"] == ["Left out: GPU 0 is unhealthy: GPU is lost (nvmlDeviceGetHandleByIndex_v2 "
+                               "returned NVML_ERROR_GPU_IS_LOST); binding among GPU(s) 1."]
     # what CUDA is told of a binding made before the GPU was lost: that it is lost
     assert got["earlier_devices"].startswith("CudaDeviceError: GPU 0")
     assert "cannot be used now" in got["earlier_devices"] and "GPU_IS_LOST" in got["earlier_devices"]

@@ -388,7 +388,7 @@ def _usable(by_index: "dict[str, Any]", count: int, library_path: "str | None",
         raise BindingError(f"Could not bind {count} GPU{'' if count == 1 else 's'}: of the "
                            f"{len(by_index)} given, {len(usable)} {'is' if len(usable) == 1 else 'are'} usable "
                            f"({why}). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.")
-    _log.warning("%s: it is not bound; binding among GPU(s) %s.", why, ", ".join(usable))
+    _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(usable))
     return usable
 
 
