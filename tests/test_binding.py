@@ -568,3 +568,53 @@ def test_releasing_an_ended_threads_handle_keeps_what_a_thread_reusing_its_id_bi
         """, path)
     assert out["bound_while_second_lives"] == ["0"], \
         "the ended thread's release() removed the line of the live thread that reuses its id"
+
+
+def hold_lock(path):
+    """flock(1) holding LOCK_EX on ``path`` until killed (-o: the sleep does not inherit the lock)."""
+    holder = subprocess.Popen(["flock", "-o", str(path), "-c", "echo locked; exec sleep 600"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def test_a_release_that_timed_out_can_be_retried(path):
+    handle = bind(infos(2), path=path, timeout=0.2)
+    holder = hold_lock(path)
+    try:
+        with pytest.raises(TimeoutError):
+            handle.release()
+    finally:
+        holder.kill()
+        holder.wait(10)
+    handle.release()
+    assert binding.snapshot(path).entries == (), "the GPU stays bound after a retried release()"
+    assert "released" in repr(handle)
+
+
+def test_a_forked_child_of_a_holder_binds_in_another_file_as_a_holder_of_its_own(tmp_path):
+    """Inheritance is of the file the parent bound in: elsewhere the child is a holder like any other."""
+    parents, elsewhere = str(tmp_path / "a.bindings"), str(tmp_path / "b.bindings")
+    parent = bind(infos(2), path=parents)
+    report_r, report_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            try:
+                own = bind(infos(2), path=elsewhere)
+                got = f"{','.join(own.indices)} {own.holder}"
+                own.release()
+            except BindingError as error:
+                got = f"error: {error}"
+            os.write(report_w, got.encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(report_w)
+    _, status = os.waitpid(pid, 0)
+    report = os.read(report_r, 10000).decode()
+    os.close(report_r)
+    parent.release()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert report == f"0 pid {pid}"

@@ -105,14 +105,16 @@ _lock = threading.Lock()
 _held: "dict[tuple, _Held]" = {}
 _thread_held = threading.local()
 _forked_from: "int | None" = None  # the process holder this process was forked from
+_forked_files: "frozenset[str]" = frozenset()  # the identities of the files it bound in at the fork
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _forked_from
+    global _lock, _forked_from, _forked_files
     _lock = threading.Lock()  # another thread may have held it at the fork
     parent = os.getppid()
-    if any(holder == parent and held.refs > 0 for (_file, holder), held in _held.items()):
-        _forked_from = parent
+    files = frozenset(file for (file, holder), held in _held.items() if holder == parent and held.refs > 0)
+    if files:
+        _forked_from, _forked_files = parent, files
     _held.clear()
     _thread_held.__dict__.clear()  # the forking thread's slots are its parent's thread's
 
@@ -231,22 +233,24 @@ class GPUBinding:
 
     def release(self) -> None:
         """Gives the GPUs back (the holder's lines go with its last handle in this process). Idempotent;
-        does nothing in a process forked from the binder."""
-        if self._released:
-            return
-        self._released = True
+        does nothing in a process forked from the binder. When it raises (the bindings file's lock was not
+        had in time), nothing is released and it can be called again."""
         held = self._held
         if held is None or os.getpid() != self._pid:
+            self._released = True
             return
         pid, slot, taskmanager, start_time = self._native_holder
         with _lock:
-            held.refs -= 1
-            if held.refs > 0:
+            if self._released:
                 return
-            if held.registry.get(held.key) is held:
-                del held.registry[held.key]
-            # the start time: a thread that got an ended binder's id keeps what it bound itself
-            _native.binding_unbind(self._path, self._timeout, pid, slot, taskmanager, start_time)
+            if held.refs == 1:
+                # the start time: a thread that got an ended binder's id keeps what it bound itself. A
+                # failure (a lock timeout) changes nothing here, so release() can be called again.
+                _native.binding_unbind(self._path, self._timeout, pid, slot, taskmanager, start_time)
+                if held.registry.get(held.key) is held:
+                    del held.registry[held.key]
+            held.refs -= 1
+            self._released = True
 
     def __enter__(self) -> "GPUBinding":
         return self
@@ -331,7 +335,7 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
     path = bindings_path() if path is None else os.fspath(path)
     me = os.getpid()
     if slot is None:
-        if _forked_from is not None:
+        if _forked_from is not None and _file_identity(path) in _forked_files:
             return _inherited_binding(by_index, count, path, library_path, timeout)
         pid, holder, registry = me, f"pid {me}", _held
     else:
@@ -358,6 +362,16 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
                      "tell when pid %d dies.", ", ".join(added), path, lease_problem, me)
     return GPUBinding([by_index[i] for i in indices], indices, path, held,
                       (pid, slot, taskmanager_pid, start_time), holder, library_path, timeout)
+
+
+def _file_identity(path: str) -> "str | None":
+    """``path``'s file as the core names it (LockedFile::identity(): "<major>:<minor>:<inode>"); None when
+    there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}:{st.st_ino}"
 
 
 def _inherited_binding(by_index, count, path, library_path, timeout) -> GPUBinding:
