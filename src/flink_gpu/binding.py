@@ -27,8 +27,9 @@ lock. Holders:
 
 In one process, binding again for the same holder returns the same binding (topped up when more are
 asked); each :class:`GPUBinding` handle is released once, and the holder's lines go with its last handle.
-A child forked from a process holder (a DataLoader worker) shares its parent's binding and binds nothing
-new; releasing in the child does nothing.
+A child forked from a process holder (a DataLoader worker) shares its parent's binding in the files the
+parent bound in and binds nothing new there; releasing in the child does nothing. In another file it is a
+holder of its own.
 """
 
 from __future__ import annotations
