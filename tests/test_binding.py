@@ -618,3 +618,11 @@ def test_a_forked_child_of_a_holder_binds_in_another_file_as_a_holder_of_its_own
     parent.release()
     assert os.waitstatus_to_exitcode(status) == 0
     assert report == f"0 pid {pid}"
+
+
+@pytest.mark.parametrize("spelling", ["00:01", "0:", ":1", "0:1:2"])
+def test_another_spelling_of_a_gpu_or_unit_is_refused_naming_it(path, spelling):
+    """'00:01' would be bound alone beside a holder of GPU 0."""
+    with bind(infos(1), path=path):
+        with pytest.raises(ValueError, match=f"Invalid GPU index '{spelling}'"):
+            bind([GPUInfo(spelling)], slot="s", path=path)

@@ -228,6 +228,16 @@ def test_not_enough_says_requested_existing_and_holders(path, owners):
     assert path.read_text() == before
 
 
+@pytest.mark.parametrize("spelling", ["00:01", "0:01", "00", "0:", ":1", "0:1:2"])
+def test_another_spelling_of_a_gpu_or_unit_is_refused_naming_it(path, owners, spelling):
+    """'00:01' would be claimed beside another pid's GPU 0 (and '0:' beside it, '00' beside '0')."""
+    coordination.claim(1, ["0"], path=path, owner=owners().pid)
+    before = path.read_text()
+    with pytest.raises(ValueError, match=f"Invalid GPU index '{spelling}'.*<gpu>:<slot>"):
+        coordination.claim(1, [spelling], path=path)
+    assert path.read_text() == before
+
+
 def test_bad_arguments(path):
     with pytest.raises(ValueError, match="Invalid GPU index '0 1'"):
         coordination.claim(1, ["0 1"], path=path)
