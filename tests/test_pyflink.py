@@ -709,6 +709,19 @@ def test_thread_mode_binds_per_slot_allocation_id(tm_conf):
         assert holders[0] == os.getpid() and set(holders[1]) == {"slot 1f", "slot 2e"}
 
 
+def test_a_thread_mode_subtask_without_an_allocation_id_is_refused_as_of_an_unknown_slot(tm_conf):
+    """A null allocation id would make every such subtask the one slot "None", sharing its GPU."""
+    from flink_gpu.binding import BindingError
+
+    _, path = tm_conf
+    gpus = [JavaInfo({"index": "0"}), JavaInfo({"index": "1"})]
+    with thread_mode_subtasks(gpus, (("a", None), ("b", None))) as results:
+        for name in "ab":
+            assert isinstance(results[name], BindingError), results[name]
+            assert "slot" in str(results[name]) and "allocation id is unknown" in str(results[name])
+    assert not os.path.exists(f"{path}.bindings")
+
+
 def test_the_taskmanagers_configuration_is_read_again_only_when_it_changes(tm_conf, tmp_path):
     from flink_gpu import pyflink
 

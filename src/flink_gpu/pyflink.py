@@ -167,6 +167,13 @@ def _slot_id(java_context: Any) -> str:
 
         raise BindingError(f"Cannot tell this subtask's slot: the Java RuntimeContext has no "
                            f"getTaskInfo().getAllocationIDAsString() ({error}).") from None
+    if allocation is None:  # str() would make every such subtask the one slot "None"
+        from flink_gpu.binding import BindingError
+
+        raise BindingError("Cannot tell this subtask's slot: its allocation id is unknown "
+                           "(getTaskInfo().getAllocationIDAsString() returned null), so it cannot be given GPUs "
+                           "of its own. Bind in process mode (python.execution-mode: process), where the slot's "
+                           "Python worker is the holder.")
     return str(allocation)
 
 
