@@ -195,6 +195,10 @@ cdef extern from "gpu_index.hpp" namespace "flinkgpu" nogil:
     void sort_indices_cpp "flinkgpu::sort_indices"(vector[string]* indices) noexcept
 
 
+cdef extern from "coordination_lines.hpp" namespace "flinkgpu::coordination" nogil:
+    bint unit_gpu_cpp "flinkgpu::coordination::unit_gpu"(const string& index, string* gpu)
+
+
 cdef extern from "script_args.hpp" namespace "flinkgpu" nogil:
     const char* kEnableCoordinationFlag "flinkgpu::kEnableCoordinationFlag"
     const char* kCoordinationFileFlag "flinkgpu::kCoordinationFileFlag"
@@ -291,6 +295,14 @@ def sort_indices(indices):
         encoded.push_back(_utf8(index))
     sort_indices_cpp(&encoded)
     return [_text(index) for index in encoded]
+
+
+def unit_parent(str index not None):
+    """The GPU of a MIG unit's index "<gpu>:<slot>" (csrc/coordination_lines.hpp unit_gpu); None for any
+    other index."""
+    if not unit_gpu_cpp(_utf8(index), NULL):  # no output: nothing allocated, nothing thrown
+        return None
+    return index.partition(":")[0]
 
 
 # --- the stock discovery script's arguments (csrc/script_args.*) -------------------------------

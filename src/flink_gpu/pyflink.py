@@ -132,10 +132,10 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
 def _binding_advice(name: str, infos: frozenset, taskmanager: "int | None", count: int, subtasks_per_gpu: int,
                     thread_mode: bool) -> str:
     """What the TaskManager can serve and what to change, for a BindingError of bind_gpus."""
-    from flink_gpu.gpu_index import sort_indices
+    from flink_gpu.gpu_index import sort_indices, unit_parent
 
     gpus = sort_indices(info.get_property("index") for info in infos)
-    units = [index for index in gpus if ":" in index]
+    units = [index for index in gpus if unit_parent(index) is not None]
     whole = len(gpus) - len(units)
     has = (f"The TaskManager (pid {taskmanager}) has {len(gpus)} GPU(s) of '{name}' ({', '.join(gpus)}) for "
            f"its slots")
