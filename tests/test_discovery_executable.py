@@ -231,6 +231,7 @@ def test_an_unhealthy_gpu_is_never_printed_and_its_reason_is_on_stderr(discovery
 @pytest.mark.parametrize("policy, expected", [
     (None, ("1,2\n", 0)), ("avoid", ("1,2\n", 0)), ("ignore", ("0,1\n", 0)),
     ("exclude", ("1,2\n", 0)),
+    ("EXCLUDE", ("1,2\n", 0)), ("Ignore", ("0,1\n", 0)),  # case ignored, as in the busy-gpus parameter
 ])
 def test_busy_gpus_policies_choose_around_foreign_processes(discovery_exe, policy, expected):
     spec = {"devices": [{"processes": FOREIGN}, {}, {}]}
@@ -239,7 +240,7 @@ def test_busy_gpus_policies_choose_around_foreign_processes(discovery_exe, polic
     # short of idle GPUs: avoid takes the busy one, exclude refuses
     args3 = ["3"] + (["--busy-gpus", policy] if policy else [])
     out, code, err = run_spec(discovery_exe, spec, args3)
-    if policy == "exclude":
+    if policy in ("exclude", "EXCLUDE"):
         assert (out, code) == ("Could not get enough GPU resources.\n", 1)
         assert "GPU 0 left out (busy: foreign process 4000000001 (compute, not visible" in err
     else:

@@ -117,6 +117,7 @@ BUSY_GPUS_VALUES: Tuple[str, str, str]
 
 def rank_gpus(states: Iterable[DeviceState], busy_policy: str) -> Tuple[List[str], List[int], List[Tuple[str, str]]]:
     """(indices best first, ranks parallel to them, [(index, why left out)])."""
+def busy_policy(text: str) -> Optional[str]: ...
 def find_taskmanager(pid: int) -> Optional[int]: ...
 def nvml_symbols() -> Tuple[Tuple[str, str], ...]:
     """((name, "required" | "fallback" | "optional"), ...)."""

@@ -160,6 +160,8 @@ cdef extern from "device_metrics.hpp" namespace "flinkgpu" nogil:
 cdef extern from "gpu_choice.hpp" namespace "flinkgpu" nogil:
     enum class BusyPolicy "flinkgpu::BusyPolicy":
         kAvoid
+        kExclude
+        kIgnore
 
     const char* kBusyPolicyValues "flinkgpu::kBusyPolicyValues"
     bint parse_busy_policy "flinkgpu::parse_busy_policy"(string_view text, BusyPolicy* out)
@@ -495,6 +497,17 @@ cdef DeviceState _state(const CDeviceState& c):
 
 
 BUSY_GPUS_VALUES = tuple(kBusyPolicyValues.decode("ascii").split(", "))
+
+
+def busy_policy(str text not None):
+    """The busy-gpus policy ``text`` names (one of BUSY_GPUS_VALUES; csrc/gpu_choice.hpp's rule: case and
+    surrounding blanks ignored), or None when it names none."""
+    cdef BusyPolicy policy
+    cdef string encoded = _utf8(text)
+    if not parse_busy_policy(string_view(encoded.data(), encoded.size()), &policy):
+        return None
+    return ("avoid" if policy == BusyPolicy.kAvoid else "exclude" if policy == BusyPolicy.kExclude else
+            "ignore")
 
 
 def rank_gpus(states, str busy_policy not None):
