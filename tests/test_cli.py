@@ -528,6 +528,50 @@ def test_every_json_document_has_the_documented_top_level_fields(tmp_path):
         assert set(doc) == common | fields, command
 
 
+MIG_SPEC = {"devices": [{}, {"mig": {"mode": "enabled", "instances": [
+    {"slot": 1, "uuid": "MIG-aaaa", "gi": 1, "ci": 0}, {"slot": 2, "uuid": "MIG-bbbb", "gi": 2, "ci": 0}]}}]}
+
+
+def test_every_json_document_follows_the_schema(tmp_path, holder):
+    """src/flink_gpu/cli/schema.json, the schema of docs/cli.md, against what each command prints: successes
+    and failures, MIG units, holders and bindings, and lines that are not UTF-8."""
+    from flink_gpu import binding, coordination
+    from support.json_schema import errors
+
+    schema = json.loads((Path(flink_gpu.__file__).parent / "cli" / "schema.json").read_text())
+    coord = tmp_path / "coord"
+    coordination.claim(1, ["0"], path=coord, owner=holder.pid)
+    with open(coord, "ab") as f:
+        f.write(b"unparsable \xff line\n")
+    bindings = binding.bindings_path(coord)
+    Path(bindings).write_bytes(b"9 \xfe\n")
+    spec = tmp_path / "mig.json"
+    spec.write_text(json.dumps(MIG_SPEC))
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(RESOURCES_CONF)
+    runs = [
+        ["--simulate-spec", spec, "list", "--file", coord],
+        ["--simulate", "3", "list", "--file", coord],
+        ["coordination", "show", "--file", coord],
+        ["coordination", "clean", "--file", coord, "--foreign-namespaces"],
+        ["--simulate", "3", "claim", "1", "--file", coord],
+        ["--simulate", "3", "claim", "9", "--file", coord],  # not enough: ok false, an error
+        ["release", "--file", coord],
+        ["doctor", conf, "--simulate", "2"],
+        ["doctor", tmp_path / "missing.yaml"],
+        ["resources", conf],
+        ["resources", conf, "--yarn"],
+        ["demo"],
+        ["no-such-command"],
+    ]
+    with binding.bind([flink_gpu.GPUInfo("1")], slot="s", taskmanager_pid=os.getpid(), path=bindings):
+        for args in runs:
+            proc = cli(*args, "--json")
+            doc = json.loads(proc.stdout)
+            assert errors(doc, schema) == [], (args, proc.stdout)
+    assert errors({"schema": 1, "command": "list", "ok": True}, schema), "the schema requires nothing"
+
+
 # -- doctor ------------------------------------------------------------------------------------
 
 def write_script(path, body, executable=True):

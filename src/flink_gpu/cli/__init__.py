@@ -32,7 +32,7 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     default = (lambda value: argparse.SUPPRESS) if suppress else (lambda value: value)
     group = parser.add_argument_group("common options")
     group.add_argument("--json", action="store_true", default=default(False),
-                       help="print one JSON document (schema in `pydoc flink_gpu.cli`)")
+                       help="print one JSON document (its schema: flink_gpu/cli/schema.json, docs/cli.md)")
     sim = group.add_mutually_exclusive_group()
     sim.add_argument("--simulate", type=_count, metavar="N", default=default(None),
                      help="use the bundled NVML simulator with N GPUs instead of the driver")

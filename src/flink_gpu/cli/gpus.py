@@ -105,7 +105,7 @@ def list_gpus(args) -> int:
             "memory_total": device.memory_total, "pci_bus_id": device.pci_bus_id,
             "minor_number": device.minor_number,
             **({} if device.mig_slot is None else {  # a MIG unit (docs/design.md §9.2)
-                "parent_index": device.parent_index, "parent_uuid": device.parent_uuid,
+                "parent_index": str(device.parent_index), "parent_uuid": device.parent_uuid,
                 "mig_slot": device.mig_slot, "mig_gi": device.mig_gi, "mig_ci": device.mig_ci}),
             "holders": [{"pid": e.pid, "cmdline": _entry_cmdline(e), "liveness_known": e.liveness_known,
                          "namespace": e.namespace} for e in live.get(index, [])],
