@@ -4,6 +4,7 @@ real threads, real signals and the real native core (csrc/binding.cpp)."""
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -188,6 +189,15 @@ def test_bad_counts_are_refused_before_the_file_is_touched(path, count, share, e
     with pytest.raises(error):
         bind(infos(2), count, share, path=path)
     assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize("count, share, named", [
+    (1, True, "holders_per_gpu (how many holders may share one GPU) must be a whole number (an int), got True"),
+    (1, 1.5, "holders_per_gpu (how many holders may share one GPU) must be a whole number (an int), got 1.5"),
+    (1.0, 1, "count (the GPUs to bind) must be a whole number (an int), got 1.0")])
+def test_a_count_that_is_not_a_whole_number_names_the_parameter(path, count, share, named):
+    with pytest.raises(TypeError, match=re.escape(named)):
+        bind(infos(2), count, share, path=path)
 
 
 def test_only_gpu_infos_can_be_bound(path):

@@ -105,6 +105,7 @@ def test_claim_help_says_the_owner_is_the_parent_process():
     ["list", "--simulate", "-1"],
     ["--simulate", "2", "--simulate-spec", "x.json", "list"],
     ["release", "--owner", "0"],
+    ["release", "--owner", "4294967297"],  # too large: said so, not "must be positive"
     ["doctor", "--taskmanagers-per-host", "0"],
     ["coordination"],                     # action missing
     ["resources", "conf.yaml", "--kubernetes", "--yarn"],
@@ -114,6 +115,8 @@ def test_usage_errors_exit_2(args):
     proc = cli(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "usage:" in proc.stderr
+    if "4294967297" in args:
+        assert "a process id is at most 2147483647, got 4294967297" in proc.stderr
 
 
 def test_main_returns_exit_codes_in_process(capsys):
@@ -1652,7 +1655,7 @@ def test_list_shows_mig_units_under_their_gpu_with_parent_and_instance_fields(tm
     doc = cli_json("list", "--simulate-spec", spec, "--file", tmp_path / "c")
     assert [g["index"] for g in doc["gpus"]] == ["0:0", "0:2", "2"]
     assert {k: doc["gpus"][1][k] for k in ("uuid", "parent_index", "parent_uuid", "mig_slot", "mig_gi", "mig_ci")} == {
-        "uuid": "MIG-b", "parent_index": 0, "parent_uuid": "GPU-mig", "mig_slot": 2, "mig_gi": 3, "mig_ci": 1}
+        "uuid": "MIG-b", "parent_index": "0", "parent_uuid": "GPU-mig", "mig_slot": 2, "mig_gi": 3, "mig_ci": 1}
     assert "parent_index" not in doc["gpus"][2]
     assert [s["index"] for s in doc["skipped"]] == ["1"] and "no MIG instances" in doc["skipped"][0]["reason"]
     assert doc["nvml"]["notices"] == ["GPU 1: MIG mode pending a reset (now enabled, disabled after the GPU is reset)."]

@@ -646,6 +646,13 @@ def test_bind_gpus_refuses_bad_counts_naming_the_parameter(count, share, message
         bind_gpus(None, "gpu", count=count, subtasks_per_gpu=share)
 
 
+def test_bind_gpus_names_subtasks_per_gpu_when_it_is_not_a_whole_number():
+    from flink_gpu.pyflink import bind_gpus
+
+    with pytest.raises(TypeError, match=r"^subtasks_per_gpu \(how many holders may share one GPU\) must be a whole "):
+        bind_gpus(None, "gpu", count=1, subtasks_per_gpu=1.5)
+
+
 class JavaTaskInfo:
     def __init__(self, allocation):
         self.allocation = allocation

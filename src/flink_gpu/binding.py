@@ -306,10 +306,10 @@ def checked_counts(count: object, holders_per_gpu: object, *,
                    holders_name: str = "holders_per_gpu") -> "tuple[int, int]":
     """``count`` and ``holders_per_gpu`` as ints, or the error naming the bad one (``holders_name``: what
     the caller calls the second: :func:`flink_gpu.pyflink.bind_gpus` says ``subtasks_per_gpu``)."""
-    count = whole_amount(count)
+    count = whole_amount(count, "count (the GPUs to bind)")
     if not 1 <= count <= _MAX_COUNT:
         raise ValueError(f"count must be 1 to {_MAX_COUNT} GPUs, got {count}.")
-    holders = whole_amount(holders_per_gpu)
+    holders = whole_amount(holders_per_gpu, f"{holders_name} (how many holders may share one GPU)")
     if not 1 <= holders <= MAX_HOLDERS_PER_GPU:
         raise ValueError(f"{holders_name} must be 1 to {MAX_HOLDERS_PER_GPU}, got {holders}.")
     return count, holders

@@ -147,15 +147,14 @@ def _owner(owner: "int | None") -> int:
     return os.getpid() if owner is None else owner
 
 
-def whole_amount(amount: object) -> int:
-    """``amount`` (of GPUs) as an int; a bool, float, str… is a :class:`TypeError` naming it."""
+def whole_amount(amount: object, what: str = "The amount of GPUs") -> int:
+    """``amount`` as an int; a bool, float, str… is a :class:`TypeError` naming it and ``what`` it is."""
     if not isinstance(amount, bool):
         try:
             return operator.index(amount)
         except TypeError:
             pass
-    raise TypeError(f"The amount of GPUs must be a whole number (an int), got {amount!r} "
-                    f"({type(amount).__name__}).")
+    raise TypeError(f"{what} must be a whole number (an int), got {amount!r} ({type(amount).__name__}).")
 
 
 def _amount(amount: int, indices: list, path: PathType) -> int:
