@@ -240,7 +240,10 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                 }
                 msg += part;
             }
-            if (!mine.empty()) msg += "; it binds " + coordination::join(mine) + " already";
+            if (!mine.empty()) {
+                msg += std::string("; it binds GPU") + (mine.size() == 1 ? " " : "s ") + coordination::join(mine) +
+                       " already";
+            }
             if (skipped_unit) {
                 msg += holder.slot.empty()
                            ? "; a process binds at most one MIG unit (CUDA uses one MIG instance per process)"

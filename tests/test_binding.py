@@ -636,3 +636,21 @@ def test_another_spelling_of_a_gpu_or_unit_is_refused_naming_it(path, spelling):
     with bind(infos(1), path=path):
         with pytest.raises(ValueError, match=f"Invalid GPU index '{spelling}'"):
             bind([GPUInfo(spelling)], slot="s", path=path)
+
+
+def test_errors_about_the_bindings_file_and_its_lease_file_call_them_so(path, caplog):
+    os.mkdir(path + ".lease")  # the lease cannot be taken: the binding says why, naming that file
+    with caplog.at_level("WARNING", logger="flink_gpu.binding"):
+        bind(infos(1), path=path).release()
+    assert f"Refusing to use the lease file {path}.lease: it is a directory" in caplog.text
+    os.unlink(path)
+    os.mkdir(path)
+    with pytest.raises(OSError, match=f"Refusing to use the bindings file {re.escape(path)}: it is a directory"):
+        bind(infos(1), path=path)
+
+
+def test_asking_for_more_names_what_the_holder_binds_already_as_gpus(path):
+    with bind(infos(2), path=path):
+        with pytest.raises(BindingError) as caught:
+            bind(infos(2), 3, path=path)
+    assert "; it binds GPU 0 already" in str(caught.value), str(caught.value)

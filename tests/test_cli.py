@@ -399,7 +399,7 @@ def test_list_still_lists_gpus_when_the_bindings_file_is_unusable(tmp_path):
     (tmp_path / "coord.bindings").mkdir()
     proc = cli("--simulate", "2", "list", "--file", tmp_path / "coord")
     assert proc.returncode == 0 and len(re.findall(r"^\d+ +GPU-", proc.stdout, re.M)) == 2
-    assert f"Bindings unknown: Refusing to use the coordination file {tmp_path / 'coord.bindings'}" in proc.stdout
+    assert f"Bindings unknown: Refusing to use the bindings file {tmp_path / 'coord.bindings'}" in proc.stdout
     doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
     assert "it is a directory" in doc["error"] and doc["exists"] is False
 
