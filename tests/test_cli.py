@@ -485,6 +485,14 @@ def test_coordination_show_and_clean(tmp_path, holder):
     assert "Kept unparsable line" in again.stdout
 
 
+def test_clean_foreign_namespaces_names_each_freed_gpu_once(tmp_path):
+    coord = tmp_path / "coord"
+    coord.write_text("0 100\tns=1\n0 200\tns=1\n1 300\tns=1\tmig=1:2\n")  # GPU 0 twice: two holders' lines
+    proc = cli("coordination", "clean", "--foreign-namespaces", "--file", coord)
+    assert proc.returncode == 0, proc.stderr
+    assert "(--foreign-namespaces; GPUs 0, 1:2 may be claimed again):" in proc.stdout, proc.stdout
+
+
 def test_coordination_commands_on_a_missing_file_create_nothing(tmp_path):
     coord = tmp_path / "coord"
     show = cli("coordination", "show", "--file", coord)

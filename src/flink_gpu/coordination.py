@@ -22,6 +22,7 @@ between file descriptions even inside one process. The GIL is released while wai
 
 from __future__ import annotations
 
+import errno
 import logging
 import operator
 import os
@@ -262,7 +263,16 @@ def clean_stale(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEO
     ``other_namespaces``: also the lines of other pid namespaces whose liveness is unknown (their owners
     may still run: only for GPUs a person knows to be free).
     """
-    removed, bad = _native.coordination_clean_stale(path, timeout, bool(other_namespaces))
+    try:
+        removed, bad = _native.coordination_clean_stale(path, timeout, bool(other_namespaces))
+    except OSError as error:
+        if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        # a file this process may only read: cleaning it fails only when there is something to remove
+        seen = snapshot(path, timeout=timeout)
+        if any(not e.alive or (other_namespaces and not e.liveness_known) for e in seen.entries):
+            raise
+        return CleanResult(removed=(), unparsable=seen.unparsable)
     result = CleanResult(removed=_entries(removed), unparsable=_bad_lines(bad, path))
     if result.removed:
         _log.info("Removed %d stale line(s) from %s: %s", len(result.removed), os.fspath(path),

@@ -448,8 +448,10 @@ def clean(args) -> int:
         print(f"Removed {plural(len(dead), 'stale entry', 'stale entries')} from {path}:")
         print(table(_ENTRY_HEADERS, _entry_rows(dead), indent="  "))
     if unknown:
+        freed = sort_indices({e.index for e in unknown})  # one GPU may have had several holders' lines
         print(f"Removed {plural(len(unknown), 'entry', 'entries')} {_OTHER_NAMESPACE}, from {path} "
-              f"(--foreign-namespaces; GPU {', '.join(e.index for e in unknown)} may be claimed again):")
+              f"(--foreign-namespaces; GPU{'' if len(freed) == 1 else 's'} {', '.join(freed)} may be claimed "
+              "again):")
         print(table(_ENTRY_HEADERS, _entry_rows(unknown), indent="  "))
     if not removed:
         print(f"No stale entry in {path}"
