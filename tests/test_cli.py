@@ -1415,6 +1415,23 @@ def test_doctor_on_a_conf_directory_whose_config_file_is_a_fifo_says_so(tmp_path
     assert f"{tmp_path / 'config.yaml'} is a FIFO (named pipe), not a regular file" in proc.stdout
 
 
+@pytest.mark.parametrize("kind", ["directory", "symlink loop"])
+def test_doctor_on_a_conf_directory_whose_config_file_is_no_file_says_what_it_is(tmp_path, kind):
+    """Not "the directory has no config.yaml": it has one, which no TaskManager can read."""
+    (tmp_path / "flink-conf.yaml").write_text("external-resources: gpu\n")
+    config = tmp_path / "config.yaml"
+    if kind == "directory":
+        config.mkdir()
+        what = "is a directory, not a regular file"
+    else:
+        config.symlink_to(config)
+        what = "is a loop of symbolic links"
+    proc = cli("doctor", "--simulate", "2", tmp_path, timeout=30)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{config} {what}" in proc.stdout + proc.stderr
+    assert "no config.yaml" not in proc.stdout + proc.stderr
+
+
 # -- counts beyond 64 bits --------------------------------------------------------------------------
 
 def test_a_claim_amount_beyond_64_bits_is_not_enough_gpus_not_a_traceback(tmp_path):
