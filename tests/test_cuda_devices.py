@@ -355,3 +355,10 @@ def test_without_nvml_fastest_first_still_warns(no_nvml, caplog):
     with caplog.at_level(logging.WARNING, logger="flink_gpu.cuda_devices"):
         cuda_ordinals([GPUInfo("1")], environ={})
     assert len(order_warnings(caplog)) == 1
+
+
+def test_a_number_beyond_the_usable_gpus_is_counted_as_nvml_lists_them_skipped_ones_apart(host):
+    """`flink-gpu list` shows 4 GPUs, 1 skipped: the ordinals count the 3 usable ones, and the message says so."""
+    _, devices = host({"devices": [{}, {"fault": "NO_PERMISSION"}, {}, {}]})
+    message = error(devices, "0", CUDA_VISIBLE_DEVICES="3,0", **PCI)
+    assert "('3': NVML lists 3 usable GPUs on this host, which CUDA numbers from 0)" in message
