@@ -654,3 +654,18 @@ def test_asking_for_more_names_what_the_holder_binds_already_as_gpus(path):
         with pytest.raises(BindingError) as caught:
             bind(infos(2), 3, path=path)
     assert "; it binds GPU 0 already" in str(caught.value), str(caught.value)
+
+
+def test_a_huge_slot_id_is_shown_by_its_start_and_length(path):
+    with pytest.raises(ValueError) as caught:
+        bind(infos(1), slot="x" * 1_000_000, path=path)
+    message = str(caught.value)
+    assert len(message) < 300 and f"'{'x' * 64}...' (1000000 bytes)" in message, message[:300]
+
+
+def test_a_taskmanager_pid_that_is_no_process_is_refused(path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with pytest.raises(ValueError, match=f"taskmanager_pid {gone.pid} is not a running process"):
+        bind(infos(1), taskmanager_pid=gone.pid, path=path)
+    assert not os.path.exists(path)

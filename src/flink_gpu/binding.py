@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from flink_gpu import _native
-from flink_gpu.coordination import DEFAULT_PATH, DEFAULT_TIMEOUT, whole_amount
+from flink_gpu.coordination import DEFAULT_PATH, DEFAULT_TIMEOUT, process_start_time, whole_amount
 from flink_gpu.errors import FlinkException
 
 __all__ = [
@@ -333,6 +333,9 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
     if taskmanager_pid is not None and (isinstance(taskmanager_pid, bool) or not isinstance(taskmanager_pid, int)
                                         or not 0 < taskmanager_pid <= 0x7fffffff):
         raise ValueError(f"taskmanager_pid must be a positive process id, got {taskmanager_pid!r}.")
+    if taskmanager_pid is not None and process_start_time(taskmanager_pid) is None:
+        raise ValueError(f"taskmanager_pid {taskmanager_pid} is not a running process: give the pid of the "
+                         "TaskManager (or parent) whose GPUs these are, or None.")
     path = bindings_path() if path is None else os.fspath(path)
     me = os.getpid()
     if slot is None:
