@@ -427,26 +427,47 @@ def test_register_metrics_without_a_metric_group_registers_nothing(path, caplog)
     assert "python.metric.enabled is false" in caplog.text
 
 
+class ForkedChild:
+    """``body()`` run in a forked child of this process (a DataLoader worker); :meth:`report` waits for it and
+    gives what it returned, or ``"error: <the BindingError>"``."""
+
+    def __init__(self, body):
+        self._read, write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 1
+            try:
+                os.close(self._read)
+                try:
+                    got = body()
+                except BindingError as error:
+                    got = f"error: {error}"
+                os.write(write, got.encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+
+    def report(self) -> str:
+        _, status = os.waitpid(self.pid, 0)
+        with os.fdopen(self._read, "rb") as reader:
+            got = reader.read().decode()
+        assert os.waitstatus_to_exitcode(status) == 0, got
+        return got
+
+
 def test_a_forked_child_does_not_share_a_binding_its_parent_released(path):
     """The child's view of its parent's binding is taken at fork: after the parent's release() another
     worker binds that GPU alone, and the child must not be handed it as well."""
     parent = bind(infos(1), path=path)
     parent_done, parent_done_w = os.pipe()
-    report_r, report_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # a DataLoader worker that binds after its parent closed and another slot took the GPU
-        code = 1
-        try:
-            os.close(parent_done_w)
-            os.read(parent_done, 1)
-            try:
-                got = ",".join(bind(infos(1), path=path).indices)
-            except BindingError as error:
-                got = f"error: {error}"
-            os.write(report_w, got.encode())
-            code = 0
-        finally:
-            os._exit(code)
+
+    def dataloader_worker():  # binds after its parent closed and another slot took the GPU
+        os.close(parent_done_w)
+        os.read(parent_done, 1)
+        return ",".join(bind(infos(1), path=path).indices)
+
+    child = ForkedChild(dataloader_worker)
     os.close(parent_done)
     parent.release()
     procs, got = start_workers(path, 1, n=1)  # another worker process now binds GPU 0 alone
@@ -454,11 +475,9 @@ def test_a_forked_child_does_not_share_a_binding_its_parent_released(path):
         assert got == ["0"]
         os.write(parent_done_w, b"x")
         os.close(parent_done_w)
-        _, status = os.waitpid(pid, 0)
-        report = os.read(report_r, 1000).decode()
+        report = child.report()
     finally:
         stop(procs)
-    assert os.waitstatus_to_exitcode(status) == 0
     assert report.startswith("error:"), f"the forked child was handed GPU {report}, bound alone by another worker"
 
 
@@ -606,28 +625,15 @@ def test_a_forked_child_of_a_holder_binds_in_another_file_as_a_holder_of_its_own
     """Inheritance is of the file the parent bound in: elsewhere the child is a holder like any other."""
     parents, elsewhere = str(tmp_path / "a.bindings"), str(tmp_path / "b.bindings")
     parent = bind(infos(2), path=parents)
-    report_r, report_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            try:
-                own = bind(infos(2), path=elsewhere)
-                got = f"{','.join(own.indices)} {own.holder}"
-                own.release()
-            except BindingError as error:
-                got = f"error: {error}"
-            os.write(report_w, got.encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(report_w)
-    _, status = os.waitpid(pid, 0)
-    report = os.read(report_r, 10000).decode()
-    os.close(report_r)
+
+    def bind_elsewhere():
+        with bind(infos(2), path=elsewhere) as own:
+            return f"{','.join(own.indices)} {own.holder}"
+
+    child = ForkedChild(bind_elsewhere)
+    report = child.report()
     parent.release()
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert report == f"0 pid {pid}"
+    assert report == f"0 pid {child.pid}"
 
 
 @pytest.mark.parametrize("spelling", ["00:01", "0:", ":1", "0:1:2"])
