@@ -3,6 +3,8 @@
 
 #include "gpu_index.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <set>
@@ -10,9 +12,9 @@
 namespace flinkgpu {
 namespace coordination {
 
-void mark_alive(std::vector<Line>* lines, Liveness* live) {
+void mark_alive(std::vector<Line>* lines, LineJudge* judge) {
     for (Line& l : *lines) {
-        if (l.kind == LineKind::kEntry) live->judge(&l.entry);
+        if (l.kind == LineKind::kEntry) judge->judge(&l.entry);
     }
 }
 
@@ -26,18 +28,56 @@ bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self)
     return false;
 }
 
-void take_lease(Leases* leases, const LockedFile& file, const std::vector<Line>& lines, LineFields* fields,
-                Status* problem) {
-    std::vector<std::uint32_t> named;
-    for (const Line& l : lines) {
-        if (l.kind == LineKind::kEntry && l.entry.has_lease) named.push_back(l.entry.lease);
+HolderIdentity new_holder(pid_t pid, const ProcInfo& info, const PidNamespace& ours, pid_t tm,
+                          const std::string& slot) {
+    HolderIdentity h;
+    h.pid = pid;
+    h.has_start_time = info.has_start_time;
+    h.start_time = info.has_start_time ? info.start_time : 0;
+    h.has_ns = ours.known;
+    h.ns = ours.inode;
+    h.tm = tm;
+    h.slot = slot;
+    return h;
+}
+
+Status write_lines(LockedFile* file, const std::string& old_text, std::vector<Line>* lines, Leases* leases,
+                   HolderIdentity holder, bool lease, std::uint32_t share, const std::vector<std::string>& write,
+                   Status* lease_problem) {
+    const pid_t self = getpid();
+    if (lease) {
+        std::vector<std::uint32_t> named;
+        for (const Line& l : *lines) {
+            if (l.kind == LineKind::kEntry && l.entry.has_lease) named.push_back(l.entry.lease);
+        }
+        std::sort(named.begin(), named.end());
+        std::uint32_t slot = 0;
+        std::string token;
+        *lease_problem = leases->acquire(file->mode(), named, &slot, &token);
+        if (lease_problem->ok()) {
+            holder.has_lease = true;
+            holder.lease = slot;
+            holder.lease_file = token;
+        }
     }
-    std::sort(named.begin(), named.end());
+    // asked before our lines join them: a failed write keeps the lease only for lines already written
+    const bool lease_in_use = holder.has_lease && slot_in_use(*lines, holder.lease, self);
+    for (const std::string& idx : write) lines->push_back(new_line(idx, holder, share));
+    Status st = file->rewrite(old_text, serialize(*lines));
+    if (!st.ok() && holder.has_lease && !lease_in_use) leases->drop();
+    return st;
+}
+
+Status remove_lines(LockedFile* file, const std::string& old_text, const std::vector<Line>& lines, Leases* leases,
+                    pid_t self, bool changed) {
     std::uint32_t slot = 0;
-    *problem = leases->acquire(file.mode(), named, &slot);
-    if (!problem->ok()) return;
-    fields->has_lease = true;
-    fields->lease = slot;
+    const bool drop = leases->held(&slot) && !slot_in_use(lines, slot, self);
+    if (changed) {
+        Status st = file->rewrite(old_text, serialize(lines));
+        if (!st.ok()) return st;
+    }
+    if (drop) leases->drop();
+    return {};
 }
 
 std::string join(const std::vector<std::string>& v) {

@@ -29,6 +29,7 @@ from flink_gpu import (Configuration, FlinkException, GPUDriverFactory, IllegalC
 from flink_gpu.framework import load_external_resources
 from conftest import dead_pid, proc_start_time
 from support.files import make_odd_path
+from support.leases import our_lease
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
 JAVA_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
@@ -98,9 +99,10 @@ def no_leaks():
     assert not leaked_children, f"children left behind: {leaked_children}"
 
 
-def line_of(index, pid):
-    """The line our core writes for ``pid`` (start time, pid namespace and, for this process, its lease)."""
-    lease = "\tlease=0" if pid == os.getpid() else ""
+def line_of(index, pid, path=None):
+    """The line our core writes for ``pid`` (start time, pid namespace and, for this process, its lease on
+    the lease file of ``path``)."""
+    lease = our_lease(path) if pid == os.getpid() else ""
     return f"{index} {pid}\t{proc_start_time(pid)}\tns={os.stat('/proc/self/ns/pid').st_ino}{lease}\n"
 
 
@@ -316,7 +318,7 @@ def test_file_deleted_while_a_claim_waits_uses_the_new_file(tmp_path):
         # recorded in the file at the path, not in the deleted inode nobody will read again
         assert path.stat().st_ino != old_inode
         assert deleted.read() == b""
-    assert path.read_text() == line_of("0", os.getpid())
+    assert path.read_text() == line_of("0", os.getpid(), path)
     assert coordination.release(path=path) == ["0"]
 
 
