@@ -338,7 +338,8 @@ def _ordinals_without_nvml(ordered: "list[ExternalResourceInfo]", value: "str | 
             _warn_order(order)
         return numbers
     listed = _Listed(value)
-    numbers = [key for _, _, key in listed.entries] if listed.repeated is None else []
+    numbers = ([key for _, _, key in listed.entries]
+               if listed.kind == "number" and listed.repeated is None else [])
     hidden = None if listed.repeated is None else _repeated(listed.repeated)
     ordinals = []
     for info in ordered:
