@@ -38,7 +38,10 @@ def _valid_unicode(value: Any) -> Any:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            try:
+                return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            except UnicodeEncodeError:  # a surrogate no byte stands for: its code point, escaped
+                return value.encode("utf-8", "backslashreplace").decode("utf-8")
         return value
     if isinstance(value, dict):
         return {_valid_unicode(key): _valid_unicode(item) for key, item in value.items()}
