@@ -229,6 +229,13 @@ def test_not_enough_says_requested_existing_and_holders(path, owners):
     assert path.read_text() == before
 
 
+@pytest.mark.parametrize("owner, says", [(0, "it must be a positive process id"),
+                                         (2 ** 32 + 1, "a process id is at most 2147483647")])
+def test_an_owner_that_is_no_pid_says_why(path, owner, says):
+    with pytest.raises(ValueError, match=f"Invalid owner pid {owner}: {says}"):
+        coordination.claim(1, gpus(2), path=path, owner=owner)
+
+
 @pytest.mark.parametrize("spelling", ["00:01", "0:01", "00", "0:", ":1", "0:1:2"])
 def test_another_spelling_of_a_gpu_or_unit_is_refused_naming_it(path, owners, spelling):
     """'00:01' would be claimed beside another pid's GPU 0 (and '0:' beside it, '00' beside '0')."""
