@@ -290,11 +290,10 @@ coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const
     coordination::LockedFile file;
     bool exists = false;
     std::string text;
-    const pid_t self = getpid();
+    const pid_t self = coordination::own_pid();
     if (!(r.status = coordination::open_and_read(opts, coordination::Access::kWriteExisting, &file, &exists, &text))
              .ok() ||
         !exists) {
-        if (r.status.ok()) coordination::Leases(opts.path).drop();  // no line needs the lease
         return r;
     }
     std::vector<Line> lines = coordination::parse_file(text);
@@ -310,8 +309,7 @@ coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const
         l.keep = false;
         released.insert(e.index);
     }
-    // whoever the holder is (a slot's thread may have ended before its release): a lease no line names goes
-    if (!(r.status = coordination::remove_lines(&file, text, lines, &leases, self, !released.empty())).ok()) return r;
+    if (!(r.status = coordination::remove_lines(&file, text, lines, &leases, self)).ok()) return r;
     r.released.assign(released.begin(), released.end());
     sort_indices(&r.released);
     return r;

@@ -178,12 +178,9 @@ ReleaseResult release_impl(const Options& opts, pid_t owner, const std::vector<s
     LockedFile file;
     bool exists = false;
     std::string text;
-    const pid_t self = getpid();
+    const pid_t self = own_pid();
     const bool for_self = owner == self;
-    if (!(r.status = open_and_read(opts, Access::kWriteExisting, &file, &exists, &text)).ok() || !exists) {
-        if (r.status.ok() && for_self) Leases(opts.path).drop();  // no file: nothing of ours to prove
-        return r;
-    }
+    if (!(r.status = open_and_read(opts, Access::kWriteExisting, &file, &exists, &text)).ok() || !exists) return r;
     std::vector<Line> lines = parse_file(text);
     Leases leases(opts.path);
     const PidNamespace ns = own_pid_namespace(self);
@@ -195,7 +192,7 @@ ReleaseResult release_impl(const Options& opts, pid_t owner, const std::vector<s
             released.insert(l.entry.index);
         }
     }
-    if (!(r.status = remove_lines(&file, text, lines, &leases, self, !released.empty())).ok()) return r;
+    if (!(r.status = remove_lines(&file, text, lines, &leases, self)).ok()) return r;
     r.released.assign(released.begin(), released.end());
     sort_indices(&r.released);
     return r;

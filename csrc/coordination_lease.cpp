@@ -28,6 +28,8 @@ struct Record {
     std::uint32_t slot = 0;
     std::string token;          // the lease file's token (empty: it has none)
     std::int64_t touched_s = 0;  // CLOCK_MONOTONIC seconds when this process last refreshed its times
+    bool idle = false;           // no line names it (Leases::set_idle)
+    FileId file;                 // the lease file `fd` is open on
 };
 
 namespace {
@@ -181,7 +183,7 @@ bool Leases::record_fd_valid() {
     if (record_ == nullptr || record_->fd < 0) return false;
     if (!checked_) {
         checked_ = true;
-        record_valid_ = names_inode(lease_path(coordination_path_), record_->fd);
+        record_valid_ = names_file(lease_path(coordination_path_), record_->file);
     }
     return record_valid_;
 }
@@ -235,6 +237,7 @@ Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& nam
     if (held(slot)) {
         if (record_fd_valid()) {
             touch(record_);
+            record_->idle = false;
             *token = record_->token;
             return {};
         }
@@ -244,7 +247,7 @@ Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& nam
         checked_ = record_valid_ = false;
     }
     if (record_ == nullptr) {
-        registry().push_back(new Record{coordination_path_, -1, false, 0, std::string(), 0});
+        registry().push_back(new Record{coordination_path_, -1, false, 0, std::string(), 0, false, FileId{}});
         record_ = registry().back();
     }
     const std::string path = lease_path(coordination_path_);
@@ -267,7 +270,9 @@ Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& nam
             record_->held = true;
             record_->slot = s;
             record_->token = ensure_token(fd);
+            if (!file_id(fd, &record_->file)) record_->file = FileId{};  // then never taken for the path's
             record_->touched_s = 0;
+            record_->idle = false;
             touch(record_);
             checked_ = record_valid_ = true;
             *slot = s;
@@ -285,19 +290,19 @@ Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& nam
     return make_status(StatusCode::kOsError, "Every slot of the lease file " + path + " is taken.", EAGAIN);
 }
 
-// Closing the only descriptor of the open file description drops its lock. A lease on a lease file the
-// path no longer names is kept: it proves the lines written in the old file, which this call cannot see.
-void Leases::drop() noexcept {
+
+// Closing the only descriptor of the open file description drops its lock.
+void Leases::set_idle() noexcept {
     if (record_ == nullptr || !record_->held) return;
-    try {
-        if (!record_fd_valid()) return;
-    } catch (...) {  // out of memory for the path: keep the lease (a late release, never a false one)
-        return;
+    record_->idle = true;
+    for (Record* r : registry()) {
+        if (r == record_ || !r->held || !r->idle) continue;
+        close(r->fd);
+        r->fd = -1;
+        r->held = false;
+        r->idle = false;
+        r->token.clear();
     }
-    close(record_->fd);
-    record_->fd = -1;
-    record_->held = false;
-    record_->token.clear();
 }
 
 }  // namespace coordination

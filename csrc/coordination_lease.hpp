@@ -11,8 +11,12 @@
 // nobody holds is a dead holder's and must stay dead).
 //
 // One lease per process and coordination path, in a registry guarded by a mutex that each call holds
-// for its whole critical section (held under the flock, never while waiting for it). Releasing the last
-// GPU closes the descriptor, which drops the lock. Fork: a child shares its parent's open file descriptions, so a pthread_atfork child
+// for its whole critical section (held under the flock, never while waiting for it). A lease that no line
+// names any more (its holder released everything) is kept, idle: a byte no line names proves nothing to
+// anyone, and keeping it spares the next claim the lease file's open, lock and token read, and the release
+// its close. One idle lease per process at most (the one it released last): so a worker that claims and
+// releases in a loop pays for its lease once, and a process that touches many files keeps no descriptor
+// per file. The kernel drops every lease when the process dies. Fork: a child shares its parent's open file descriptions, so a pthread_atfork child
 // handler closes the inherited lease descriptors: the parent's GPUs are freed when the parent dies even
 // while a child lives, and a child's own claims take their own lease. Exec never inherits them
 // (O_CLOEXEC). Only the calling process leases: claims for another pid (flink-gpu-discovery for its
@@ -71,9 +75,9 @@ public:
     Status acquire(std::uint16_t mode, const std::vector<std::uint32_t>& named, std::uint32_t* slot,
                    std::string* token);
 
-    // Drops this process's lease (nothing when none is held, or when it is on a lease file the path no
-    // longer names: the old file's lines still need it).
-    void drop() noexcept;
+    // This process's lease here is named by no line any more: it becomes the one idle lease, and the
+    // idle lease of another file, if any, is dropped.
+    void set_idle() noexcept;
 
 private:
     int test_fd();

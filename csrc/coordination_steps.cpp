@@ -3,8 +3,6 @@
 
 #include "gpu_index.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <set>
@@ -28,6 +26,16 @@ bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self)
     return false;
 }
 
+namespace {
+
+// Marks this process's lease idle when no kept line of `lines` names it.
+void idle_unless_named(const std::vector<Line>& lines, Leases* leases, pid_t self) {
+    std::uint32_t slot = 0;
+    if (leases->held(&slot) && !slot_in_use(lines, slot, self)) leases->set_idle();
+}
+
+}  // namespace
+
 HolderIdentity new_holder(pid_t pid, const ProcInfo& info, const PidNamespace& ours, pid_t tm,
                           const std::string& slot) {
     HolderIdentity h;
@@ -44,7 +52,6 @@ HolderIdentity new_holder(pid_t pid, const ProcInfo& info, const PidNamespace& o
 Status write_lines(LockedFile* file, const std::string& old_text, std::vector<Line>* lines, Leases* leases,
                    HolderIdentity holder, bool lease, std::uint32_t share, const std::vector<std::string>& write,
                    Status* lease_problem) {
-    const pid_t self = getpid();
     if (lease) {
         std::vector<std::uint32_t> named;
         for (const Line& l : *lines) {
@@ -60,23 +67,23 @@ Status write_lines(LockedFile* file, const std::string& old_text, std::vector<Li
             holder.lease_file = token;
         }
     }
-    // asked before our lines join them: a failed write keeps the lease only for lines already written
-    const bool lease_in_use = holder.has_lease && slot_in_use(*lines, holder.lease, self);
+    const std::size_t before = lines->size();
     for (const std::string& idx : write) lines->push_back(new_line(idx, holder, share));
     Status st = file->rewrite(old_text, serialize(*lines));
-    if (!st.ok() && holder.has_lease && !lease_in_use) leases->drop();
+    if (!st.ok() && holder.has_lease) {
+        lines->resize(before);  // what the file holds: the lines were not written
+        idle_unless_named(*lines, leases, own_pid());
+    }
     return st;
 }
 
 Status remove_lines(LockedFile* file, const std::string& old_text, const std::vector<Line>& lines, Leases* leases,
-                    pid_t self, bool changed) {
-    std::uint32_t slot = 0;
-    const bool drop = leases->held(&slot) && !slot_in_use(lines, slot, self);
-    if (changed) {
+                    pid_t self) {
+    if (std::any_of(lines.begin(), lines.end(), [](const Line& l) { return !l.keep; })) {
         Status st = file->rewrite(old_text, serialize(lines));
         if (!st.ok()) return st;
     }
-    if (drop) leases->drop();
+    idle_unless_named(lines, leases, self);
     return {};
 }
 

@@ -36,15 +36,16 @@ HolderIdentity new_holder(pid_t pid, const ProcInfo& info, const PidNamespace& o
 // The one tail of a claim and a bind: appends a line per index of `write` for `holder` to the kept `lines`
 // and rewrites the file. With `lease`, the calling process's lease goes into the lines first (one that
 // cannot be had leaves them without, the reason in *lease_problem: judged by pid in our namespace, of
-// unknown liveness to other namespaces); a write that fails gives back a lease no written line needs.
+// unknown liveness to other namespaces). A write that fails leaves the file as it was, and a lease no line
+// names idle.
 Status write_lines(LockedFile* file, const std::string& old_text, std::vector<Line>* lines, Leases* leases,
                    HolderIdentity holder, bool lease, std::uint32_t share, const std::vector<std::string>& write,
                    Status* lease_problem);
 
-// The one tail of a release and an unbind: rewrites the file without the lines marked not kept (when
-// `changed`), then drops this process's lease (`self`) once no kept line names it.
+// The one tail of a release and an unbind: rewrites the file without the lines marked not kept, when any
+// is; then this process's lease (`self`), when no kept line names it, is idle (coordination_lease.hpp).
 Status remove_lines(LockedFile* file, const std::string& old_text, const std::vector<Line>& lines, Leases* leases,
-                    pid_t self, bool changed);
+                    pid_t self);
 
 // "a, b, c".
 std::string join(const std::vector<std::string>& v);

@@ -1,10 +1,12 @@
 #include "process_liveness.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -41,7 +43,27 @@ PidNamespace read_own_pid_namespace() {
 
 }  // namespace
 
-PidNamespace own_pid_namespace() noexcept { return own_pid_namespace(getpid()); }
+namespace {
+
+std::atomic<pid_t> g_own_pid{0};
+
+void forget_own_pid() { g_own_pid.store(0, std::memory_order_relaxed); }
+
+}  // namespace
+
+pid_t own_pid() noexcept {
+    pid_t pid = g_own_pid.load(std::memory_order_relaxed);
+    if (pid == 0) {
+        // a function-local static, not std::call_once (GLIBC_2.34's pthread_once, beyond manylinux_2_28)
+        static const int registered = pthread_atfork(nullptr, nullptr, forget_own_pid);
+        (void)registered;
+        pid = getpid();
+        g_own_pid.store(pid, std::memory_order_relaxed);
+    }
+    return pid;
+}
+
+PidNamespace own_pid_namespace() noexcept { return own_pid_namespace(own_pid()); }
 
 PidNamespace own_pid_namespace(pid_t self) noexcept {
     thread_local pid_t cached_pid = 0;
@@ -130,7 +152,7 @@ Verdict judge(const Entry& e, const PidNamespace& ours, Evidence& evidence) {
     return same_process(e, p) ? Verdict::kAlive : Verdict::kPidReused;
 }
 
-LineJudge::LineJudge(Leases* leases) : leases_(leases), self_(getpid()) { ns_ = own_pid_namespace(self_); }
+LineJudge::LineJudge(Leases* leases) : leases_(leases), self_(own_pid()) { ns_ = own_pid_namespace(self_); }
 
 const ProcInfo& LineJudge::process(pid_t pid) {
     auto it = cache_.find(pid);

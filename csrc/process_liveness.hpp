@@ -33,7 +33,10 @@ bool same_process(const Entry& e, const ProcInfo& p) noexcept;
 // The pid namespace of the calling process: the inode of /proc/self/ns/pid, read once per process.
 // The pids we write and probe are numbers of this namespace.
 PidNamespace own_pid_namespace() noexcept;
-PidNamespace own_pid_namespace(pid_t self) noexcept;  // `self`: getpid(), already at hand
+// The calling process's pid: getpid() once per process (a fork()ed child asks again; its pthread_atfork
+// handler forgets the parent's). Every claim needs it several times, and it only changes across fork.
+pid_t own_pid() noexcept;
+PidNamespace own_pid_namespace(pid_t self) noexcept;  // `self`: own_pid(), already at hand
 
 // What the judge may ask about a line, each asked only when the rule needs it.
 class Evidence {

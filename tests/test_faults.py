@@ -82,15 +82,24 @@ def wait_gone(pid, seconds=5.0):
     return not running(pid)
 
 
+def idle_lease(fds: dict) -> dict:
+    """The one lease descriptor a process keeps after releasing everything (csrc/coordination_lease.hpp),
+    if the new descriptors ``fds`` hold one: a cache of one, not a leak."""
+    leases = {fd: target for fd, target in fds.items() if target.removesuffix(" (deleted)").endswith(".lease")}
+    return leases if len(leases) == 1 else {}
+
+
 @pytest.fixture(autouse=True)
 def no_leaks():
-    """Every test here leaves the descriptors and children as it found them."""
+    """Every test here leaves the descriptors and children as it found them (but for the one idle lease)."""
     fds_before = open_fds()
     children_before = children()
     yield
     deadline = time.monotonic() + 5  # threads of a test may still be closing what they opened
     while True:
         leaked_fds = {fd: target for fd, target in open_fds().items() if fds_before.get(fd) != target}
+        for fd in idle_lease(leaked_fds):
+            del leaked_fds[fd]
         leaked_children = children() - children_before
         if not (leaked_fds or leaked_children) or time.monotonic() > deadline:
             break

@@ -678,3 +678,33 @@ def test_holders_keep_the_lease_files_times_fresh_for_age_based_cleaners(path):
         assert st.st_mtime > time.time() - 3600 and st.st_atime > time.time() - 3600
     finally:
         coordination.release(path=path)
+
+
+def test_list_and_doctor_never_take_pid_1_of_another_namespace_for_the_ancestor_of_our_processes(path, workers,
+                                                                                                  tmp_path):
+    """A container's pid 1 holds GPU 0 (its lease proves it alive everywhere) while a process of ours runs
+    on it: that process belongs to no holder here — our pid 1, the ancestor of every process of ours, is
+    not the container's."""
+    holder = workers(path)
+    assert holder.pid == 1 and holder.claim(1, gpus(1)) == {"taken": ["0"]}
+    stranger = subprocess.Popen(["sleep", "600"])
+    try:
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({"devices": [{"processes": [{"pid": stranger.pid, "kind": "compute"}]}]}))
+        listed = json.loads(_cli("--simulate-spec", spec, "list", "--json", "--file", path).stdout)
+        (gpu,) = listed["gpus"]
+        assert [(p["pid"], p["holder"]) for p in gpu["processes"]] == [(stranger.pid, None)]
+        assert [h["ours"] for h in gpu["holders"]] == [False]
+        conf = tmp_path / "flink-conf.yaml"
+        conf.write_text("external-resources: gpu\nexternal-resource.gpu.amount: 1\n"
+                        "external-resource.gpu.driver-factory.class: flink_gpu.GPUDriverFactory\n"
+                        "external-resource.gpu.param.discovery-mode: nvml\n"
+                        "external-resource.gpu.param.discovery-script.args: --enable-coordination-mode "
+                        f"--coordination-file {path}\n")
+        doctor = json.loads(_cli("doctor", conf, "--simulate-spec", spec, "--json",
+                                 "--taskmanagers-per-host", "1").stdout)
+        busy = [f["message"] for f in doctor["findings"] if f["check"] == "gpu-state"]
+        assert any(m.startswith("GPU 0 runs 1 process of no flink-gpu holder") for m in busy), busy
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -408,9 +408,9 @@ static void test_duplicate_lines_live_one_wins() {
     CHECK(read_text(path) == line_for("0", getpid(), path) + "\n");  // both dead lines of 0 are gone
 }
 
-// A claim for itself whose write fails (here beyond RLIMIT_FSIZE, SIGXFSZ ignored: EFBIG) gives back the
-// lease it took for the lines it could not write, and keeps one that lines already written need.
-static void test_a_failed_write_keeps_only_a_lease_that_written_lines_need() {
+// A claim for itself whose write fails (here beyond RLIMIT_FSIZE, SIGXFSZ ignored: EFBIG) leaves the file as
+// it was; the process keeps one lease for the file for its life, whatever fails or is released.
+static void test_a_failed_write_leaves_the_file_and_the_process_keeps_its_one_lease() {
     const std::string path = fresh_path("efbig");
     const int failed_before = g_failures;
     const pid_t child = fork();  // the file size limit and the lease are the child's
@@ -420,13 +420,20 @@ static void test_a_failed_write_keeps_only_a_lease_that_written_lines_need() {
         write_text(path, "\n");
         CHECK(limit_growth_to(path));
         CHECK(!co::claim(opts_for(path), getpid(), {"0", "1"}, 1).status.ok());
-        CHECK(!co::Leases(path).held(&lease));
+        CHECK(read_text(path) == "\n");
 
         CHECK(lift_growth_limit());
         CHECK(joined(co::claim(opts_for(path), getpid(), {"0", "1"}, 1).indices) == "0");
+        const std::string one = read_text(path);
         CHECK(limit_growth_to(path));
         CHECK(!co::claim(opts_for(path), getpid(), {"0", "1"}, 2).status.ok());
-        CHECK(co::Leases(path).held(&lease) && lease == 0);  // GPU 0's line names it
+        CHECK(read_text(path) == one);
+        CHECK(co::Leases(path).held(&lease) && lease == 0);
+        CHECK(lift_growth_limit());
+        CHECK(joined(co::release(opts_for(path), getpid()).released) == "0");
+        CHECK(co::Leases(path).held(&lease) && lease == 0);  // kept for the next claim, which reuses it
+        CHECK(joined(co::claim(opts_for(path), getpid(), {"0", "1"}, 2).indices) == "0,1");
+        CHECK(read_text(path).find("lease=1") == std::string::npos);
         std::fflush(stderr);
         _exit(g_failures == failed_before ? 0 : 1);
     }
@@ -747,8 +754,8 @@ int main() {
         {"not_enough_message", test_not_enough_message},
         {"zombie_holds_nothing", test_zombie_holds_nothing},
         {"duplicate_lines_live_one_wins", test_duplicate_lines_live_one_wins},
-        {"a_failed_write_keeps_only_a_lease_that_written_lines_need",
-         test_a_failed_write_keeps_only_a_lease_that_written_lines_need},
+        {"a_failed_write_leaves_the_file_and_the_process_keeps_its_one_lease",
+         test_a_failed_write_leaves_the_file_and_the_process_keeps_its_one_lease},
         {"release_and_clean", test_release_and_clean},
         {"killed_before_truncate_leaves_no_fragment", test_killed_before_truncate_leaves_no_fragment},
         {"missing_file_not_created", test_missing_file_not_created},

@@ -1,20 +1,11 @@
-"""GPU coordination between the workers of one host (docs/design.md §5.2).
+"""GPU coordination between the workers of one host.
 
-Several workers (Flink TaskManagers running the stock ``nvidia-gpu-discovery.sh`` in coordination mode,
-``flink-gpu-discovery``, Python processes using this module) share one file, by default
-``/var/tmp/flink-gpu-coordination``, with one ``<index> <pid>[\t<start time>][\tns=…][\tlease=…]`` line
-per claimed GPU, locked with ``flock(2)``. The work is done by the C++ core (csrc/coordination.cpp); this
-module resolves the owner, converts the results and logs what the core reports.
-
-The owner is the calling process unless given, resolved per call from :func:`os.getpid`, so a forked
-child never takes its parent's claims for its own. GPUs stay claimed until released or until their
-owner dies; a dead owner's GPUs are reclaimed by the next claim that needs them.
-
-Workers in different pid namespaces (containers) may share the file (docs/design.md §9.4): each line
-records its pid namespace, and a process claiming for itself holds a lease (a lock on one byte of
-``<file>.lease``) while it holds GPUs, which proves its liveness to every namespace. A line of another
-namespace without a lease is never reclaimed by pid; it is reported (state ``"other namespace"``) and
-removed only by ``clean_stale(other_namespaces=True)``. A forked child does not hold its parent's lease.
+The protocol (the file, its line format, who owns a line and when it is dead, the lease) is described
+once, in docs/design.md §5.2 and §9.4; this module is its Python face. The work is done by the C++ core
+(csrc/coordination.cpp and csrc/holder_identity.hpp); this module resolves the owner (the calling
+process unless given, so that a forked child never takes its parent's claims), converts the results into
+:class:`CoordinationEntry` records, whose ``ours``, ``holder_key`` and ``liveness`` are the core's
+answers about a line's holder, and logs what the core reports.
 
 Every function is thread-safe: each call opens its own file description, and ``flock(2)`` excludes
 between file descriptions even inside one process. The GIL is released while waiting for the lock.
@@ -166,8 +157,13 @@ class CleanResult:
     unparsable: "tuple[UnparsableLine, ...]"
 
 
+# This process's pid, asked once per process (a forked child asks again): every claim and release needs it.
+_this_pid = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _this_pid.__setitem__(0, os.getpid()))
+
+
 def _owner(owner: "int | None") -> int:
-    return os.getpid() if owner is None else owner
+    return _this_pid[0] if owner is None else owner
 
 
 def whole_amount(amount: object, what: str = "The amount of GPUs") -> int:
