@@ -47,9 +47,14 @@ bool leases_for(const Holder& holder, pid_t self) {
 
 Status check_slot(const std::string& slot) {
     if (coordination::valid_slot(slot)) return {};
+    // a message, not a dump: a huge id is shown by its start and its length
+    constexpr std::size_t kShown = 64;
+    const std::string shown = slot.size() <= kShown ? coordination::printable(slot)
+                                                    : coordination::printable(slot.substr(0, kShown)) + "...";
+    const std::string length = slot.size() <= kShown ? "" : " (" + std::to_string(slot.size()) + " bytes)";
     return make_status(StatusCode::kInvalidArgument,
-                       "Invalid slot id '" + coordination::printable(slot) + "': a slot id is 1 to 128 letters, "
-                       "digits, '_', '.', ':' or '-' (e.g. a Flink allocation id).");
+                       "Invalid slot id '" + shown + "'" + length + ": a slot id is 1 to 128 letters, digits, '_', "
+                       "'.', ':' or '-' (e.g. a Flink allocation id).");
 }
 
 namespace {
@@ -238,7 +243,10 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                 }
                 msg += part;
             }
-            if (!mine.empty()) msg += "; it binds " + coordination::join(mine) + " already";
+            if (!mine.empty()) {
+                msg += std::string("; it binds GPU") + (mine.size() == 1 ? " " : "s ") + coordination::join(mine) +
+                       " already";
+            }
             if (skipped_unit) {
                 msg += holder.slot.empty()
                            ? "; a process binds at most one MIG unit (CUDA uses one MIG instance per process)"

@@ -24,8 +24,22 @@ namespace {
 // A coordination file holds one short line per GPU; anything this large is not one.
 constexpr std::size_t kMaxFileSize = 16u << 20;
 
+bool ends_with(const std::string& text, const char* suffix) {
+    const std::size_t n = std::strlen(suffix);
+    return text.size() >= n && text.compare(text.size() - n, n, suffix) == 0;
+}
+
+// What the file at `path` is to its readers, for messages: the files beside a coordination file are
+// named by their suffix (docs/design.md §9.3, §9.4), so an error about them never calls them the
+// coordination file.
+std::string role(const std::string& path) {
+    if (ends_with(path, ".lease")) return "lease file";
+    if (ends_with(path, ".bindings")) return "bindings file";
+    return "coordination file";
+}
+
 Status os_error(int err, const std::string& what, const std::string& path) {
-    return make_status(StatusCode::kOsError, what + " coordination file " + path + ": " + errno_text(err), err);
+    return make_status(StatusCode::kOsError, what + " " + role(path) + " " + path + ": " + errno_text(err), err);
 }
 
 std::int64_t monotonic_ms() {
@@ -74,16 +88,16 @@ Status check_file_type(const struct statx& st, const std::string& path) {
     if (!S_ISREG(mode)) {
         const int err = S_ISLNK(mode) ? ELOOP : S_ISDIR(mode) ? EISDIR : EINVAL;
         return make_status(StatusCode::kOsError,
-                           "Refusing to use the coordination file " + path + ": it is " + file_kind(mode) +
+                           "Refusing to use the " + role(path) + " " + path + ": it is " + file_kind(mode) +
                                ", not a regular file (" + errno_text(err) + "). Choose a regular file "
-                               "as the coordination file.",
+                               "as the " + role(path) + ".",
                            err);
     }
     // A coordination file is never hard-linked (the stock script and we only create it or replace it
     // by rename). A second link may be a trap pointing at another user's file, which we would rewrite.
     if (st.stx_nlink > 1) {
         return make_status(StatusCode::kOsError,
-                           "Refusing to use the coordination file " + path + ": it has " +
+                           "Refusing to use the " + role(path) + " " + path + ": it has " +
                                std::to_string(st.stx_nlink) + " hard links, so it may be another file in "
                                "disguise (" + errno_text(EMLINK) + "). Remove it; it is recreated on the "
                                "next claim.",
@@ -230,7 +244,7 @@ Status open_file(const std::string& path, Access access, int* fd, bool* created,
             if (err == ENOENT && access != Access::kCreate) return {};
             if (err == ELOOP) {
                 return make_status(StatusCode::kOsError,
-                                   "Refusing to use the coordination file " + path + ": it is a symbolic link (" +
+                                   "Refusing to use the " + role(path) + " " + path + ": it is a symbolic link (" +
                                        errno_text(err) + "). Links are not followed; use the real file's path.",
                                    err);
             }
@@ -255,7 +269,7 @@ Status open_file(const std::string& path, Access access, int* fd, bool* created,
         *fd = f;
         return {};
     }
-    return make_status(StatusCode::kOsError, "Cannot open the coordination file " + path +
+    return make_status(StatusCode::kOsError, "Cannot open the " + role(path) + " " + path +
                                            ": it keeps appearing and disappearing.", EAGAIN);
 }
 
@@ -279,9 +293,9 @@ Status read_all(int fd, const std::string& path, std::uint64_t size, std::string
         if (static_cast<std::size_t>(n) < sizeof buf && static_cast<std::uint64_t>(offset) >= size) return {};
         if (out->size() > kMaxFileSize) {
             return make_status(StatusCode::kOsError,
-                               "The coordination file " + path + " is larger than " +
-                                   std::to_string(kMaxFileSize >> 20) + " MiB, so it is not a coordination "
-                                   "file (" + errno_text(EFBIG) + ").",
+                               "The " + role(path) + " " + path + " is larger than " +
+                                   std::to_string(kMaxFileSize >> 20) + " MiB, so it is not a " + role(path) +
+                                   " (" + errno_text(EFBIG) + ").",
                                EFBIG);
         }
     }
@@ -390,8 +404,8 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
                 char secs[32];
                 std::snprintf(secs, sizeof secs, "%.10g", static_cast<double>(timeout_ms) / 1000.0);
                 return make_status(StatusCode::kTimeout,
-                                   "Timed out after " + std::string(secs) + " s waiting for the lock on the "
-                                   "coordination file " + path +
+                                   "Timed out after " + std::string(secs) + " s waiting for the lock on the " +
+                                   role(path) + " " + path +
                                        (holders.empty() ? std::string(" (held by another process)")
                                                         : " (held by pid " + holders + ")") +
                                        ". Another worker may hang while claiming GPUs.",
@@ -420,7 +434,7 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
         ++replaced;
         if (replaced >= 3 && monotonic_ms() >= deadline) {
             return make_status(StatusCode::kTimeout,
-                               "Timed out waiting for the coordination file " + path +
+                               "Timed out waiting for the " + role(path) + " " + path +
                                    ": it was replaced by another file " + std::to_string(replaced) +
                                    " times while we waited for its lock.",
                                ETIMEDOUT);

@@ -7,12 +7,32 @@
 namespace flinkgpu {
 namespace coordination {
 
-bool valid_index(const std::string& s) {
-    if (s.empty()) return false;
-    for (unsigned char c : s) {
-        if (c <= 0x20 || c >= 0x7f) return false;
+namespace {
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// A GPU or slot number as NVML prints it: decimal digits without a leading zero ("0" itself excepted), so
+// that one number has one spelling and "00" or "01" never escapes the exclusion of "0" or "1".
+bool canonical_number(const std::string& s, std::size_t begin, std::size_t end) {
+    if (begin >= end || (s[begin] == '0' && end - begin > 1)) return false;
+    for (std::size_t i = begin; i < end; ++i) {
+        if (!is_digit(s[i])) return false;
     }
     return true;
+}
+
+}  // namespace
+
+bool valid_index(const std::string& s) {
+    if (s.empty()) return false;
+    bool numeric = true, colon = false;  // only digits and colons: a GPU's or a unit's number
+    for (unsigned char c : s) {
+        if (c <= 0x20 || c >= 0x7f) return false;
+        numeric = numeric && (is_digit(static_cast<char>(c)) || c == ':');
+        colon = colon || c == ':';
+    }
+    if (!numeric) return true;  // another discovery's name ("GPU-a", "card:0"): opaque
+    return colon ? unit_gpu(s, nullptr) : canonical_number(s, 0, s.size());
 }
 
 bool valid_slot(const std::string& s) {
@@ -27,9 +47,9 @@ bool valid_slot(const std::string& s) {
 
 bool unit_gpu(const std::string& index, std::string* gpu) {
     const std::size_t colon = index.find(':');
-    if (colon == std::string::npos || colon == 0 || colon + 1 == index.size()) return false;
-    for (std::size_t i = 0; i < index.size(); ++i) {
-        if (i != colon && (index[i] < '0' || index[i] > '9')) return false;
+    if (colon == std::string::npos || !canonical_number(index, 0, colon) ||
+        !canonical_number(index, colon + 1, index.size())) {
+        return false;
     }
     if (gpu != nullptr) *gpu = index.substr(0, colon);
     return true;

@@ -66,10 +66,14 @@ struct Line {
     bool keep = true;        // serialize() writes only the lines kept
 };
 
-// An index as NVML/nvidia-smi prints it: a non-empty word of printable ASCII without spaces.
+// An index as NVML/nvidia-smi prints it: a non-empty word of printable ASCII without spaces. One of
+// digits and colons only must be a GPU's number without a leading zero ("0", "12"; never "00") or a MIG
+// unit's (unit_gpu): one spelling per GPU and unit, so that no spelling of GPU 0 escapes the exclusion of
+// another (docs/design.md §5.2). Other words ("GPU-a", "card:0") are another discovery's opaque names.
 bool valid_index(const std::string& s);
 
-// Whether `index` is a MIG unit's, "<gpu>:<slot>" (both all digits); its GPU's index into *gpu.
+// Whether `index` is a MIG unit's, "<gpu>:<slot>" (both numbers without a leading zero: "0:1", never
+// "00:01", "0:" or "0:1:2"); its GPU's index into *gpu.
 bool unit_gpu(const std::string& index, std::string* gpu);
 
 // The GPU of an index: a unit's parent, else the index itself.

@@ -116,7 +116,8 @@ Status validate_indices(const std::vector<std::string>& indices, std::vector<std
         if (!valid_index(s)) {
             return make_status(StatusCode::kInvalidArgument,
                                "Invalid GPU index '" + printable(s) + "': an index is a non-empty word of printable "
-                               "ASCII without spaces, as nvidia-smi prints it (e.g. 0).");
+                               "ASCII without spaces, as nvidia-smi prints it; in numbers, a GPU's without a "
+                               "leading zero (e.g. 0) or a MIG unit's <gpu>:<slot> (e.g. 0:1).");
         }
         if (seen.insert(s).second) out->push_back(s);
     }

@@ -100,11 +100,13 @@ bool contains(const std::vector<std::string>& v, const std::string& x) {
     return false;
 }
 
-// Names the GPUs the ranking left out, for a "not enough" message.
+// Names the GPUs the ranking left out, a sentence of its own after a "not enough" message ("" for none).
 std::string left_out_text(const flinkgpu::Ranking& ranking) {
     std::string out;
-    for (const auto& [index, why] : ranking.left_out) out += "; GPU " + index + " left out (" + why + ")";
-    return out;
+    for (const auto& [index, why] : ranking.left_out) {
+        out += (out.empty() ? " GPU " : "; GPU ") + index + " left out (" + why + ")";
+    }
+    return out.empty() ? out : out + ".";
 }
 
 // Claims for our parent (the TaskManager, as the stock script records $PPID). Printed in the
@@ -189,13 +191,17 @@ int main(int argc, char** argv) {
     for (const auto& [index, why] : ranking.left_out)
         std::fprintf(stderr, "flink-gpu-discovery: GPU %s left out: %s\n", index.c_str(), why.c_str());
 
-    if (args.script.coordination_mode) return claim_coordinated(args, ranking);
+    // Too few usable GPUs, coordinated or not: said before any claim, which would count only the usable ones
+    // as the host's GPUs.
     if (static_cast<unsigned long long>(args.amount) > ranking.indices.size()) {
         std::puts(kNotEnough);
-        std::fprintf(stderr, "flink-gpu-discovery: %lld GPUs requested, %zu usable on this host%s\n", args.amount,
-                     ranking.indices.size(), left_out_text(ranking).c_str());
+        const std::size_t host = found.devices.size() + found.skipped.size();
+        std::fprintf(stderr, "flink-gpu-discovery: %lld GPU%s requested, but %zu of the %zu device%s NVML lists %s "
+                     "usable.%s\n", args.amount, args.amount == 1 ? "" : "s", ranking.indices.size(), host,
+                     host == 1 ? "" : "s", ranking.indices.size() == 1 ? "is" : "are", left_out_text(ranking).c_str());
         return 1;
     }
+    if (args.script.coordination_mode) return claim_coordinated(args, ranking);
     // the best `amount`, printed in index order as the stock script prints its first ones
     std::vector<std::string> chosen(ranking.indices.begin(), ranking.indices.begin() + args.amount);
     flinkgpu::sort_indices(&chosen);

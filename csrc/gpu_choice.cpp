@@ -120,10 +120,26 @@ void judge_health(const CheckSet& enforced, DeviceState* state) {
     state->health_text = state->findings.empty() ? "ok" : state->findings.front();
 }
 
+namespace {
+
+// Whether `text` is `word` (lower case), ASCII case ignored.
+bool is_word(std::string_view text, std::string_view word) noexcept {
+    if (text.size() != word.size()) return false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i] >= 'A' && text[i] <= 'Z' ? static_cast<char>(text[i] - 'A' + 'a') : text[i];
+        if (c != word[i]) return false;
+    }
+    return true;
+}
+
+}  // namespace
+
 bool parse_busy_policy(std::string_view text, BusyPolicy* out) noexcept {
-    if (text == "avoid") *out = BusyPolicy::kAvoid;
-    else if (text == "exclude") *out = BusyPolicy::kExclude;
-    else if (text == "ignore") *out = BusyPolicy::kIgnore;
+    while (!text.empty() && static_cast<unsigned char>(text.front()) <= 0x20) text.remove_prefix(1);
+    while (!text.empty() && static_cast<unsigned char>(text.back()) <= 0x20) text.remove_suffix(1);
+    if (is_word(text, "avoid")) *out = BusyPolicy::kAvoid;
+    else if (is_word(text, "exclude")) *out = BusyPolicy::kExclude;
+    else if (is_word(text, "ignore")) *out = BusyPolicy::kIgnore;
     else return false;
     return true;
 }

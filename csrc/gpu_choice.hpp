@@ -24,6 +24,8 @@ void judge_health(const CheckSet& enforced, DeviceState* state);
 // busy-gpus: avoid (busy GPUs only when short), exclude (never a busy GPU), ignore (Flink's order).
 enum class BusyPolicy { kAvoid, kExclude, kIgnore };
 inline constexpr const char* kBusyPolicyValues = "avoid, exclude, ignore";
+// One of kBusyPolicyValues, ASCII case and surrounding blanks (chars <= U+0020, Java's trim) ignored:
+// the driver parameter and --busy-gpus in the args read alike (docs/design.md §9.1).
 bool parse_busy_policy(std::string_view text, BusyPolicy* out) noexcept;
 
 // Why a GPU is busy: its foreign processes, e.g. "busy: foreign processes 123 (compute), 456

@@ -4,6 +4,7 @@ real threads, real signals and the real native core (csrc/binding.cpp)."""
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -188,6 +189,15 @@ def test_bad_counts_are_refused_before_the_file_is_touched(path, count, share, e
     with pytest.raises(error):
         bind(infos(2), count, share, path=path)
     assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize("count, share, named", [
+    (1, True, "holders_per_gpu (how many holders may share one GPU) must be a whole number (an int), got True"),
+    (1, 1.5, "holders_per_gpu (how many holders may share one GPU) must be a whole number (an int), got 1.5"),
+    (1.0, 1, "count (the GPUs to bind) must be a whole number (an int), got 1.0")])
+def test_a_count_that_is_not_a_whole_number_names_the_parameter(path, count, share, named):
+    with pytest.raises(TypeError, match=re.escape(named)):
+        bind(infos(2), count, share, path=path)
 
 
 def test_only_gpu_infos_can_be_bound(path):
@@ -482,26 +492,47 @@ def test_register_metrics_without_a_metric_group_registers_nothing(path, caplog)
     assert "python.metric.enabled is false" in caplog.text
 
 
+class ForkedChild:
+    """``body()`` run in a forked child of this process (a DataLoader worker); :meth:`report` waits for it and
+    gives what it returned, or ``"error: <the BindingError>"``."""
+
+    def __init__(self, body):
+        self._read, write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 1
+            try:
+                os.close(self._read)
+                try:
+                    got = body()
+                except BindingError as error:
+                    got = f"error: {error}"
+                os.write(write, got.encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+
+    def report(self) -> str:
+        _, status = os.waitpid(self.pid, 0)
+        with os.fdopen(self._read, "rb") as reader:
+            got = reader.read().decode()
+        assert os.waitstatus_to_exitcode(status) == 0, got
+        return got
+
+
 def test_a_forked_child_does_not_share_a_binding_its_parent_released(path):
     """The child's view of its parent's binding is taken at fork: after the parent's release() another
     worker binds that GPU alone, and the child must not be handed it as well."""
     parent = bind(infos(1), path=path)
     parent_done, parent_done_w = os.pipe()
-    report_r, report_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # a DataLoader worker that binds after its parent closed and another slot took the GPU
-        code = 1
-        try:
-            os.close(parent_done_w)
-            os.read(parent_done, 1)
-            try:
-                got = ",".join(bind(infos(1), path=path).indices)
-            except BindingError as error:
-                got = f"error: {error}"
-            os.write(report_w, got.encode())
-            code = 0
-        finally:
-            os._exit(code)
+
+    def dataloader_worker():  # binds after its parent closed and another slot took the GPU
+        os.close(parent_done_w)
+        os.read(parent_done, 1)
+        return ",".join(bind(infos(1), path=path).indices)
+
+    child = ForkedChild(dataloader_worker)
     os.close(parent_done)
     parent.release()
     procs, got = start_workers(path, 1, n=1)  # another worker process now binds GPU 0 alone
@@ -509,11 +540,9 @@ def test_a_forked_child_does_not_share_a_binding_its_parent_released(path):
         assert got == ["0"]
         os.write(parent_done_w, b"x")
         os.close(parent_done_w)
-        _, status = os.waitpid(pid, 0)
-        report = os.read(report_r, 1000).decode()
+        report = child.report()
     finally:
         stop(procs)
-    assert os.waitstatus_to_exitcode(status) == 0
     assert report.startswith("error:"), f"the forked child was handed GPU {report}, bound alone by another worker"
 
 
@@ -633,3 +662,82 @@ def test_releasing_an_ended_threads_handle_keeps_what_a_thread_reusing_its_id_bi
         """, path)
     assert out["bound_while_second_lives"] == ["0"], \
         "the ended thread's release() removed the line of the live thread that reuses its id"
+
+
+def hold_lock(path):
+    """flock(1) holding LOCK_EX on ``path`` until killed (-o: the sleep does not inherit the lock)."""
+    holder = subprocess.Popen(["flock", "-o", str(path), "-c", "echo locked; exec sleep 600"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def test_a_release_that_timed_out_can_be_retried(path):
+    handle = bind(infos(2), path=path, timeout=0.2)
+    holder = hold_lock(path)
+    try:
+        with pytest.raises(TimeoutError):
+            handle.release()
+    finally:
+        holder.kill()
+        holder.wait(10)
+    handle.release()
+    assert binding.snapshot(path).entries == (), "the GPU stays bound after a retried release()"
+    assert "released" in repr(handle)
+
+
+def test_a_forked_child_of_a_holder_binds_in_another_file_as_a_holder_of_its_own(tmp_path):
+    """Inheritance is of the file the parent bound in: elsewhere the child is a holder like any other."""
+    parents, elsewhere = str(tmp_path / "a.bindings"), str(tmp_path / "b.bindings")
+    parent = bind(infos(2), path=parents)
+
+    def bind_elsewhere():
+        with bind(infos(2), path=elsewhere) as own:
+            return f"{','.join(own.indices)} {own.holder}"
+
+    child = ForkedChild(bind_elsewhere)
+    report = child.report()
+    parent.release()
+    assert report == f"0 pid {child.pid}"
+
+
+@pytest.mark.parametrize("spelling", ["00:01", "0:", ":1", "0:1:2"])
+def test_another_spelling_of_a_gpu_or_unit_is_refused_naming_it(path, spelling):
+    """'00:01' would be bound alone beside a holder of GPU 0."""
+    with bind(infos(1), path=path):
+        with pytest.raises(ValueError, match=f"Invalid GPU index '{spelling}'"):
+            bind([GPUInfo(spelling)], slot="s", path=path)
+
+
+def test_errors_about_the_bindings_file_and_its_lease_file_call_them_so(path, caplog):
+    os.mkdir(path + ".lease")  # the lease cannot be taken: the binding says why, naming that file
+    with caplog.at_level("WARNING", logger="flink_gpu.binding"):
+        bind(infos(1), path=path).release()
+    assert f"the lease file {path}.lease: " in caplog.text and "coordination file" not in caplog.text
+    os.unlink(path)
+    os.mkdir(path)
+    with pytest.raises(OSError) as caught:
+        bind(infos(1), path=path)
+    assert f"the bindings file {path}: " in str(caught.value) and "coordination file" not in str(caught.value)
+
+
+def test_asking_for_more_names_what_the_holder_binds_already_as_gpus(path):
+    with bind(infos(2), path=path):
+        with pytest.raises(BindingError) as caught:
+            bind(infos(2), 3, path=path)
+    assert "; it binds GPU 0 already" in str(caught.value), str(caught.value)
+
+
+def test_a_huge_slot_id_is_shown_by_its_start_and_length(path):
+    with pytest.raises(ValueError) as caught:
+        bind(infos(1), slot="x" * 1_000_000, path=path)
+    message = str(caught.value)
+    assert len(message) < 300 and f"'{'x' * 64}...' (1000000 bytes)" in message, message[:300]
+
+
+def test_a_taskmanager_pid_that_is_no_process_is_refused(path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with pytest.raises(ValueError, match=f"taskmanager_pid {gone.pid} is not a running process"):
+        bind(infos(1), taskmanager_pid=gone.pid, path=path)
+    assert not os.path.exists(path)

@@ -105,6 +105,7 @@ def test_claim_help_says_the_owner_is_the_parent_process():
     ["list", "--simulate", "-1"],
     ["--simulate", "2", "--simulate-spec", "x.json", "list"],
     ["release", "--owner", "0"],
+    ["release", "--owner", "4294967297"],  # too large: said so, not "must be positive"
     ["doctor", "--taskmanagers-per-host", "0"],
     ["coordination"],                     # action missing
     ["resources", "conf.yaml", "--kubernetes", "--yarn"],
@@ -114,6 +115,8 @@ def test_usage_errors_exit_2(args):
     proc = cli(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "usage:" in proc.stderr
+    if "4294967297" in args:
+        assert "a process id is at most 2147483647, got 4294967297" in proc.stderr
 
 
 def test_main_returns_exit_codes_in_process(capsys):
@@ -397,7 +400,7 @@ def test_list_still_lists_gpus_when_the_bindings_file_is_unusable(tmp_path):
     (tmp_path / "coord.bindings").mkdir()
     proc = cli("--simulate", "2", "list", "--file", tmp_path / "coord")
     assert proc.returncode == 0 and len(re.findall(r"^\d+ +GPU-", proc.stdout, re.M)) == 2
-    assert f"Bindings unknown: Refusing to use the coordination file {tmp_path / 'coord.bindings'}" in proc.stdout
+    assert f"Bindings unknown: Refusing to use the bindings file {tmp_path / 'coord.bindings'}" in proc.stdout
     doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
     assert "it is a directory" in doc["error"] and doc["exists"] is False
 
@@ -516,6 +519,14 @@ def test_coordination_show_and_clean(tmp_path, holder):
     assert "Kept unparsable line" in again.stdout
 
 
+def test_clean_foreign_namespaces_names_each_freed_gpu_once(tmp_path):
+    coord = tmp_path / "coord"
+    coord.write_text("0 100\tns=1\n0 200\tns=1\n1 300\tns=1\tmig=1:2\n")  # GPU 0 twice: two holders' lines
+    proc = cli("coordination", "clean", "--foreign-namespaces", "--file", coord)
+    assert proc.returncode == 0, proc.stderr
+    assert "(--foreign-namespaces; GPUs 0, 1:2 may be claimed again):" in proc.stdout, proc.stdout
+
+
 def test_coordination_commands_on_a_missing_file_create_nothing(tmp_path):
     coord = tmp_path / "coord"
     show = cli("coordination", "show", "--file", coord)
@@ -560,6 +571,50 @@ def test_every_json_document_has_the_documented_top_level_fields(tmp_path):
         doc = json.loads(cli(*args, "--json").stdout)
         assert doc["command"] == command and doc["schema"] == 1
         assert set(doc) == common | fields, command
+
+
+MIG_SPEC = {"devices": [{}, {"mig": {"mode": "enabled", "instances": [
+    {"slot": 1, "uuid": "MIG-aaaa", "gi": 1, "ci": 0}, {"slot": 2, "uuid": "MIG-bbbb", "gi": 2, "ci": 0}]}}]}
+
+
+def test_every_json_document_follows_the_schema(tmp_path, holder):
+    """src/flink_gpu/cli/schema.json, the schema of docs/cli.md, against what each command prints: successes
+    and failures, MIG units, holders and bindings, and lines that are not UTF-8."""
+    from flink_gpu import binding, coordination
+    from support.json_schema import errors
+
+    schema = json.loads((Path(flink_gpu.__file__).parent / "cli" / "schema.json").read_text())
+    coord = tmp_path / "coord"
+    coordination.claim(1, ["0"], path=coord, owner=holder.pid)
+    with open(coord, "ab") as f:
+        f.write(b"unparsable \xff line\n")
+    bindings = binding.bindings_path(coord)
+    Path(bindings).write_bytes(b"9 \xfe\n")
+    spec = tmp_path / "mig.json"
+    spec.write_text(json.dumps(MIG_SPEC))
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(RESOURCES_CONF)
+    runs = [
+        ["--simulate-spec", spec, "list", "--file", coord],
+        ["--simulate", "3", "list", "--file", coord],
+        ["coordination", "show", "--file", coord],
+        ["coordination", "clean", "--file", coord, "--foreign-namespaces"],
+        ["--simulate", "3", "claim", "1", "--file", coord],
+        ["--simulate", "3", "claim", "9", "--file", coord],  # not enough: ok false, an error
+        ["release", "--file", coord],
+        ["doctor", conf, "--simulate", "2"],
+        ["doctor", tmp_path / "missing.yaml"],
+        ["resources", conf],
+        ["resources", conf, "--yarn"],
+        ["demo"],
+        ["no-such-command"],
+    ]
+    with binding.bind([flink_gpu.GPUInfo("1")], slot="s", taskmanager_pid=os.getpid(), path=bindings):
+        for args in runs:
+            proc = cli(*args, "--json")
+            doc = json.loads(proc.stdout)
+            assert errors(doc, schema) == [], (args, proc.stdout)
+    assert errors({"schema": 1, "command": "list", "ok": True}, schema), "the schema requires nothing"
 
 
 # -- doctor ------------------------------------------------------------------------------------
@@ -1394,6 +1449,23 @@ def test_doctor_on_a_conf_directory_whose_config_file_is_a_fifo_says_so(tmp_path
     assert f"{tmp_path / 'config.yaml'} is a FIFO (named pipe), not a regular file" in proc.stdout
 
 
+@pytest.mark.parametrize("kind", ["directory", "symlink loop"])
+def test_doctor_on_a_conf_directory_whose_config_file_is_no_file_says_what_it_is(tmp_path, kind):
+    """Not "the directory has no config.yaml": it has one, which no TaskManager can read."""
+    (tmp_path / "flink-conf.yaml").write_text("external-resources: gpu\n")
+    config = tmp_path / "config.yaml"
+    if kind == "directory":
+        config.mkdir()
+        what = "is a directory, not a regular file"
+    else:
+        config.symlink_to(config)
+        what = "is a loop of symbolic links"
+    proc = cli("doctor", "--simulate", "2", tmp_path, timeout=30)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{config} {what}" in proc.stdout + proc.stderr
+    assert "no config.yaml" not in proc.stdout + proc.stderr
+
+
 # -- counts beyond 64 bits --------------------------------------------------------------------------
 
 def test_a_claim_amount_beyond_64_bits_is_not_enough_gpus_not_a_traceback(tmp_path):
@@ -1709,7 +1781,7 @@ def test_list_shows_mig_units_under_their_gpu_with_parent_and_instance_fields(tm
     doc = cli_json("list", "--simulate-spec", spec, "--file", tmp_path / "c")
     assert [g["index"] for g in doc["gpus"]] == ["0:0", "0:2", "2"]
     assert {k: doc["gpus"][1][k] for k in ("uuid", "parent_index", "parent_uuid", "mig_slot", "mig_gi", "mig_ci")} == {
-        "uuid": "MIG-b", "parent_index": 0, "parent_uuid": "GPU-mig", "mig_slot": 2, "mig_gi": 3, "mig_ci": 1}
+        "uuid": "MIG-b", "parent_index": "0", "parent_uuid": "GPU-mig", "mig_slot": 2, "mig_gi": 3, "mig_ci": 1}
     assert "parent_index" not in doc["gpus"][2]
     assert [s["index"] for s in doc["skipped"]] == ["1"] and "no MIG instances" in doc["skipped"][0]["reason"]
     assert doc["nvml"]["notices"] == ["GPU 1: MIG mode pending a reset (now enabled, disabled after the GPU is reset)."]

@@ -229,6 +229,23 @@ def test_not_enough_says_requested_existing_and_holders(path, owners):
     assert path.read_text() == before
 
 
+@pytest.mark.parametrize("owner, says", [(0, "it must be a positive process id"),
+                                         (2 ** 32 + 1, "a process id is at most 2147483647")])
+def test_an_owner_that_is_no_pid_says_why(path, owner, says):
+    with pytest.raises(ValueError, match=f"Invalid owner pid {owner}: {says}"):
+        coordination.claim(1, gpus(2), path=path, owner=owner)
+
+
+@pytest.mark.parametrize("spelling", ["00:01", "0:01", "00", "0:", ":1", "0:1:2"])
+def test_another_spelling_of_a_gpu_or_unit_is_refused_naming_it(path, owners, spelling):
+    """'00:01' would be claimed beside another pid's GPU 0 (and '0:' beside it, '00' beside '0')."""
+    coordination.claim(1, ["0"], path=path, owner=owners().pid)
+    before = path.read_text()
+    with pytest.raises(ValueError, match=f"Invalid GPU index '{spelling}'.*<gpu>:<slot>"):
+        coordination.claim(1, [spelling], path=path)
+    assert path.read_text() == before
+
+
 def test_bad_arguments(path):
     with pytest.raises(ValueError, match="Invalid GPU index '0 1'"):
         coordination.claim(1, ["0 1"], path=path)
@@ -1011,3 +1028,44 @@ def test_claims_after_a_stock_sed_replaced_the_file_keep_one_lease(path):
         assert len(leases) == 1, f"each claim locked another byte of the lease file: {sorted(leases)}"
     finally:
         coordination.release(path=path)
+
+
+READ_ONLY_CLEAN = textwrap.dedent("""\
+    import json, sys
+    from flink_gpu import coordination
+    path, foreign = sys.argv[1], sys.argv[2] == "1"
+    try:
+        result = coordination.clean_stale(path, other_namespaces=foreign)
+        print(json.dumps({"removed": len(result.removed), "unparsable": [u.text for u in result.unparsable]}))
+    except OSError as error:
+        print(json.dumps({"error": str(error)}))
+    """)
+
+
+@pytest.mark.parametrize("lines, foreign, expected", [
+    ("0 1\nbad\n", False, {"removed": 0, "unparsable": ["bad"]}),  # pid 1 lives: nothing to remove
+    (f"0 {dead_pid()}\n", False, "error"),  # a dead owner's line, which cannot be removed: said so
+    ("0 1\tns=1\n", True, "error"),  # another namespace's, to be removed with --foreign-namespaces
+])
+def test_cleaning_a_read_only_file_fails_only_when_there_is_something_to_remove(tmp_path, lines, foreign,
+                                                                                  expected):
+    """A file on a read-only mount (its own mount namespace, so the host sees nothing of it)."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs unshare(1) and root, for a read-only mount")
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    script = tmp_path / "clean.py"
+    script.write_text(READ_ONLY_CLEAN)
+    shell = (f'mount -t tmpfs tmpfs {mount} && printf "$0" > {mount}/c && mount -o remount,ro {mount} && '
+             f'exec "$1" {script} {mount}/c "$2"')
+    env = {**os.environ, "PYTHONPATH": str(Path(flink_gpu.__file__).resolve().parent.parent)}
+    proc = subprocess.run(["unshare", "--mount", "sh", "-c", shell, lines, sys.executable, "1" if foreign else "0"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0 and "unshare" in proc.stderr:
+        pytest.skip(f"no mount namespace here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    if expected == "error":
+        assert "Read-only file system" in got["error"], got
+    else:
+        assert got == expected

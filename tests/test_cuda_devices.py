@@ -128,27 +128,61 @@ def test_uuids_and_unique_uuid_prefixes_name_gpus(host):
     assert ordinals(devices, "1", "3", CUDA_VISIBLE_DEVICES=value) == (1, 0)
 
 
-def test_spaces_around_entries_are_ignored(host):
+@pytest.mark.parametrize("value, visible", [
+    ("1x,0", (1, 0)),     # numbers are read like strtoul: what follows the digits is ignored
+    ("+1, 0", (1, 0)),    # a sign and blanks before the digits are skipped
+    ("-0,1", (0, 1)),     # strtoul's -0 is 0
+])
+def test_numbers_are_read_as_cuda_reads_them(host, value, visible):
     _, devices = host(SCRAMBLED)
-    assert ordinals(devices, "0", "1", CUDA_VISIBLE_DEVICES=f" {uuid(1)} , {uuid(0)}") == (1, 0)
+    assert ordinals(devices, "1", "3", CUDA_VISIBLE_DEVICES=value, **PCI) == visible
+
+
+def test_uuids_are_taken_as_written(host):
+    _, devices = host(SCRAMBLED)
+    assert ordinals(devices, "0", "1", CUDA_VISIBLE_DEVICES=f"{uuid(1)},{uuid(0)}") == (1, 0)
+    message = error(devices, "0", CUDA_VISIBLE_DEVICES=f"{uuid(1)}, {uuid(0)}")
+    assert f"CUDA stops at entry 2 (' {uuid(0)}': a list that starts with a GPU- uuid ends" in message
+
+
+@pytest.mark.parametrize("value", ["1,1", "2,1,2", "0,9,0", f"{uuid(0)},{uuid(0)}",
+                                   f"{uuid(0)},{uuid(0)[:8]}", "MIG-x,MIG-x"])
+def test_a_device_named_twice_makes_cuda_see_none(host, value):
+    """CUDA's documentation is silent; PyTorch's reading, which this follows, is that the set is empty."""
+    _, devices = host(SCRAMBLED)
+    for index in ("0", "1", "3"):
+        message = error(devices, index, CUDA_VISIBLE_DEVICES=value, **PCI)
+        assert "names the device entry 1 names, and a device named twice makes CUDA see no device at all" in message
 
 
 @pytest.mark.parametrize("bad, reason", [
-    ("-1", "it is neither a GPU number nor a GPU-/MIG- uuid"),
-    ("4", "this host has 4 GPUs, numbered from 0"),
+    ("-1", "a negative number ends the list"),
+    ("4", "NVML lists 4 usable GPUs on this host, which CUDA numbers from 0"),
+    ("x1", "it is not a number, and a list that starts with a number takes numbers only"),
+    (uuid(0), "it is not a number, and a list that starts with a number takes numbers only"),
+])
+def test_a_list_of_numbers_ends_at_the_first_entry_that_names_no_device(host, bad, reason):
+    _, devices = host(SCRAMBLED)
+    value = f"1,{bad},0"  # "1" is NVML's 3 in PCI order
+    assert ordinals(devices, "3", CUDA_VISIBLE_DEVICES=value, **PCI) == (0,)
+    message = error(devices, "1", CUDA_VISIBLE_DEVICES=value, **PCI)
+    assert f"CUDA_VISIBLE_DEVICES does not name it; CUDA stops at entry 2 ({bad!r}: {reason}" in message
+    assert ") and ignores it and every entry after it." in message
+
+
+@pytest.mark.parametrize("bad, reason", [
     ("GPU-ffff", "no GPU's uuid starts with it"),
     ("GPU-", f"it is the start of several GPUs' uuids ({uuid(1)}, {uuid(3)}, "),  # CUDA's order
-    ("gpu-1111", "it is neither a GPU number nor a GPU-/MIG- uuid"),  # not as nvidia-smi prints it
-    ("MIG-nope", "no MIG instance of this host has that uuid"),
-    (uuid(3), "it names a device an earlier entry names"),
+    ("gpu-1111", "a list that starts with a GPU- uuid ends at the first entry that is not one"),
+    ("1", "a list that starts with a GPU- uuid ends at the first entry that is not one"),
+    ("MIG-aaaa", "a list that starts with a GPU- uuid ends at the first entry that is not one"),
 ])
-def test_cuda_stops_at_the_first_entry_that_names_no_device(host, bad, reason):
+def test_a_list_of_uuids_ends_at_the_first_entry_that_names_no_device(host, bad, reason):
     _, devices = host(SCRAMBLED)
     value = f"{uuid(3)},{bad},{uuid(0)}"
     assert ordinals(devices, "3", CUDA_VISIBLE_DEVICES=value) == (0,)
     message = error(devices, "0", CUDA_VISIBLE_DEVICES=value)
     assert f"CUDA_VISIBLE_DEVICES does not name it; CUDA stops at entry 2 ({bad!r}: {reason}" in message
-    assert ") and ignores it and every entry after it." in message
 
 
 def test_the_error_names_the_gpu_the_variable_its_value_and_what_to_do(host):
@@ -196,12 +230,12 @@ def test_no_infos_give_no_ordinals_without_opening_nvml(tmp_path, monkeypatch):
 def test_a_mig_unit_is_visible_by_its_mig_uuid(host):
     _, devices = host(MIG_HOST)
     assert ordinals(devices, "1:3", CUDA_VISIBLE_DEVICES="MIG-bbbb") == (0,)
-    assert ordinals(devices, "0", "1:1", CUDA_VISIBLE_DEVICES=f"{uuid(0)},MIG-aaaa") == (0, 1)
+    assert "starts with a MIG- uuid ends" in error(devices, "0", CUDA_VISIBLE_DEVICES=f"MIG-aaaa,{uuid(0)}")
 
 
 def test_a_mig_unit_is_visible_by_the_legacy_gpu_instance_form(host):
     _, devices = host(MIG_HOST)
-    assert ordinals(devices, "1:3", CUDA_VISIBLE_DEVICES=f"{uuid(2)},MIG-GPU-migparent/3/0") == (1,)
+    assert ordinals(devices, "1:3", CUDA_VISIBLE_DEVICES="MIG-GPU-migparent/3/0") == (0,)
 
 
 def test_a_mig_unit_is_not_visible_without_its_mig_uuid(host):
@@ -217,8 +251,8 @@ def test_a_mig_unit_is_not_visible_without_its_mig_uuid(host):
 
 def test_cuda_enumerates_one_mig_device_per_process(host):
     _, devices = host(MIG_HOST)
-    value = f"MIG-aaaa,MIG-bbbb,{uuid(2)}"
-    assert ordinals(devices, "1:1", "2", CUDA_VISIBLE_DEVICES=value) == (0, 1)
+    value = "MIG-aaaa,MIG-bbbb"
+    assert ordinals(devices, "1:1", CUDA_VISIBLE_DEVICES=value) == (0,)
     message = error(devices, "1:3", CUDA_VISIBLE_DEVICES=value)
     assert "CUDA uses one MIG device per process and takes 'MIG-aaaa' before it" in message
 
@@ -297,11 +331,19 @@ def test_without_nvml_numbers_give_positions_until_an_invalid_entry(no_nvml):
         cuda_ordinals([GPUInfo("0")], environ={"CUDA_VISIBLE_DEVICES": "3,1,-1,0", **PCI})
 
 
-def test_without_nvml_a_uuid_in_the_list_raises_saying_why(no_nvml):
-    with pytest.raises(CudaDeviceError, match=r"names GPUs by uuid \('GPU-1111'\), which only NVML can match, "
+def test_without_nvml_a_uuid_list_raises_saying_why(no_nvml):
+    with pytest.raises(CudaDeviceError, match=r"names GPUs by uuid, which only NVML can match, "
                                               r"but NVML is unavailable \("):
+        cuda_ordinals([GPUInfo("1")], environ={"CUDA_VISIBLE_DEVICES": "GPU-1111,GPU-2222"})
+    with pytest.raises(CudaDeviceError, match=r"CUDA stops at entry 2 \('GPU-1111': it is not a number"):
         cuda_ordinals([GPUInfo("1")], environ={"CUDA_VISIBLE_DEVICES": "0,GPU-1111"})
     assert cuda_ordinals([GPUInfo("0")], environ={"CUDA_VISIBLE_DEVICES": "0,GPU-1111"}) == (0,)
+
+
+def test_without_nvml_numbers_are_read_as_cuda_reads_them(no_nvml):
+    assert cuda_ordinals([GPUInfo("1"), GPUInfo("2")], environ={"CUDA_VISIBLE_DEVICES": "2x,+1", **PCI}) == (1, 0)
+    with pytest.raises(CudaDeviceError, match="a device named twice makes CUDA see no device at all"):
+        cuda_ordinals([GPUInfo("0")], environ={"CUDA_VISIBLE_DEVICES": "0,0", **PCI})
 
 
 def test_without_nvml_a_mig_unit_raises_saying_why(no_nvml):
@@ -313,3 +355,10 @@ def test_without_nvml_fastest_first_still_warns(no_nvml, caplog):
     with caplog.at_level(logging.WARNING, logger="flink_gpu.cuda_devices"):
         cuda_ordinals([GPUInfo("1")], environ={})
     assert len(order_warnings(caplog)) == 1
+
+
+def test_a_number_beyond_the_usable_gpus_is_counted_as_nvml_lists_them_skipped_ones_apart(host):
+    """`flink-gpu list` shows 4 GPUs, 1 skipped: the ordinals count the 3 usable ones, and the message says so."""
+    _, devices = host({"devices": [{}, {"fault": "NO_PERMISSION"}, {}, {}]})
+    message = error(devices, "0", CUDA_VISIBLE_DEVICES="3,0", **PCI)
+    assert "('3': NVML lists 3 usable GPUs on this host, which CUDA numbers from 0)" in message

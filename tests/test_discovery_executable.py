@@ -80,7 +80,7 @@ def test_too_few_gpus_explains_on_stderr(runners):
     command, env = runners["ours"]
     proc = subprocess.run([*command, "5"], env=env, capture_output=True, text=True)
     assert proc.stdout == "Could not get enough GPU resources.\n"
-    assert "5 GPUs requested, 4 usable" in proc.stderr
+    assert "5 GPUs requested, but 4 of the 4 devices NVML lists are usable." in proc.stderr
 
 
 def test_a_bad_amount_is_an_error_not_an_empty_answer(runners):
@@ -265,9 +265,23 @@ def test_the_nvlink_fabric_registration_is_judged(discovery_exe, fabric, two, no
     assert note is None or note in err
 
 
+def test_too_few_usable_gpus_in_coordination_mode_count_the_hosts_gpus_and_name_those_left_out(discovery_exe, tmp_path):
+    unhealthy = {"health": {"row_remap_failure": True}}
+    coord = tmp_path / "c"
+    out, code, err = run_spec(discovery_exe, {"devices": [unhealthy, unhealthy, unhealthy, {}]},
+                              ["2", "--enable-coordination-mode", "--coordination-file", str(coord)])
+    assert (out, code) == ("Could not get enough GPU resources.\n", 1)
+    assert ("2 GPUs requested, but 1 of the 4 devices NVML lists is usable. GPU 0 left out (unhealthy: row remapping "
+            "failed); GPU 1 left out (unhealthy: row remapping failed); GPU 2 left out (unhealthy: row remapping "
+            "failed).\n") in err
+    assert "the host has 1 GPU" not in err and ".;" not in err
+    assert not coord.exists() or coord.read_text() == ""
+
+
 @pytest.mark.parametrize("policy, expected", [
     (None, ("1,2\n", 0)), ("avoid", ("1,2\n", 0)), ("ignore", ("0,1\n", 0)),
     ("exclude", ("1,2\n", 0)),
+    ("EXCLUDE", ("1,2\n", 0)), ("Ignore", ("0,1\n", 0)),  # case ignored, as in the busy-gpus parameter
 ])
 def test_busy_gpus_policies_choose_around_foreign_processes(discovery_exe, policy, expected):
     spec = {"devices": [{"processes": FOREIGN}, {}, {}]}
@@ -276,7 +290,7 @@ def test_busy_gpus_policies_choose_around_foreign_processes(discovery_exe, polic
     # short of idle GPUs: avoid takes the busy one, exclude refuses
     args3 = ["3"] + (["--busy-gpus", policy] if policy else [])
     out, code, err = run_spec(discovery_exe, spec, args3)
-    if policy == "exclude":
+    if policy in ("exclude", "EXCLUDE"):
         assert (out, code) == ("Could not get enough GPU resources.\n", 1)
         assert "GPU 0 left out (busy: foreign process 4000000001 (compute, not visible" in err
     else:

@@ -129,3 +129,13 @@ def test_cuda_visible_devices_refuses_more_than_one_mig_unit_pointing_to_per_slo
     units = [GPUInfo(f"0:{slot}", {"uuid": f"MIG-{slot}", "parent.index": "0"}) for slot in (2, 10)]
     with pytest.raises(ValueError, match=r"only one MIG instance.*\(0:2, 0:10\).*one GPU per slot"):
         cuda_visible_devices(units)
+
+
+def test_mig_units_known_by_their_index_alone_are_refused_saying_the_uuid_is_needed():
+    """A Java GPUInfo or flink-gpu-discovery's "0:1" has no uuid: "0:1" would name GPU 0 to CUDA, which then
+    picks an instance of its own, perhaps another slot's; two such units would pass as two GPUs."""
+    with pytest.raises(ValueError, match=r"only one MIG instance.*\(0:0, 0:2\)"):
+        cuda_visible_devices([GPUInfo("0:0"), GPUInfo("0:2")])
+    with pytest.raises(ValueError, match=r"MIG instance 0:1 has no uuid.*MIG- uuid.*whole GPU 0"):
+        cuda_visible_devices([GPUInfo("0:1")])
+    assert cuda_visible_devices([GPUInfo("0:1", {"uuid": "MIG-a"})]) == "MIG-a"

@@ -756,9 +756,10 @@ def test_a_pid_this_namespace_cannot_see_counts_as_foreign():
     assert "not visible" in result["error"][1]
 
 
-def test_busy_gpus_in_the_script_args_is_honoured_and_the_parameter_wins():
+@pytest.mark.parametrize("spelling", ["exclude", "EXCLUDE"])  # case ignored, as in the parameter
+def test_busy_gpus_in_the_script_args_is_honoured_and_the_parameter_wins(spelling):
     spec = processes_on([(1, "compute")], [])  # pid 1: init, never the worker's
-    args = {**NVML, "discovery-script.args": "--busy-gpus exclude"}
+    args = {**NVML, "discovery-script.args": f"--busy-gpus {spelling}"}
     [from_args, both], logs = run_scenarios([(args, [2]), ({**args, "busy-gpus": "ignore"}, [2])],
                                             spec=spec)
     assert "GPU 0 is left out (busy: " in from_args["error"][1]

@@ -646,6 +646,13 @@ def test_bind_gpus_refuses_bad_counts_naming_the_parameter(count, share, message
         bind_gpus(None, "gpu", count=count, subtasks_per_gpu=share)
 
 
+def test_bind_gpus_names_subtasks_per_gpu_when_it_is_not_a_whole_number():
+    from flink_gpu.pyflink import bind_gpus
+
+    with pytest.raises(TypeError, match=r"^subtasks_per_gpu \(how many holders may share one GPU\) must be a whole "):
+        bind_gpus(None, "gpu", count=1, subtasks_per_gpu=1.5)
+
+
 class JavaTaskInfo:
     def __init__(self, allocation):
         self.allocation = allocation
@@ -707,6 +714,19 @@ def test_thread_mode_binds_per_slot_allocation_id(tm_conf):
 
         [holders] = bindings.snapshot(bindings.bindings_path(path)).by_taskmanager().items()
         assert holders[0] == (os.getpid(), None) and set(holders[1]) == {"slot 1f", "slot 2e"}
+
+
+def test_a_thread_mode_subtask_without_an_allocation_id_is_refused_as_of_an_unknown_slot(tm_conf):
+    """A null allocation id would make every such subtask the one slot "None", sharing its GPU."""
+    from flink_gpu.binding import BindingError
+
+    _, path = tm_conf
+    gpus = [JavaInfo({"index": "0"}), JavaInfo({"index": "1"})]
+    with thread_mode_subtasks(gpus, (("a", None), ("b", None))) as results:
+        for name in "ab":
+            assert isinstance(results[name], BindingError), results[name]
+            assert "slot" in str(results[name]) and "allocation id is unknown" in str(results[name])
+    assert not os.path.exists(f"{path}.bindings")
 
 
 def test_the_taskmanagers_configuration_is_read_again_only_when_it_changes(tm_conf, tmp_path):

@@ -148,5 +148,12 @@ int main() {
 
     CHECK(co::valid_index("0") && co::valid_index("GPU-a") && co::valid_index("~"));
     CHECK(!co::valid_index("") && !co::valid_index("0 1") && !co::valid_index("\x7f") && !co::valid_index("\xC3\xA9"));
+    // One spelling per GPU and unit: another would escape the exclusion of the canonical one.
+    CHECK(co::valid_index("10") && co::valid_index("0:1") && co::valid_index("10:0") && co::valid_index("card:0"));
+    for (const char* bad : {"00", "01", "00:01", "0:01", "01:1", "0:", ":1", ":", "0:1:2", "::"}) {
+        CHECK(!co::valid_index(bad));
+    }
+    CHECK(!co::unit_gpu("00:01", nullptr) && !co::unit_gpu("0:1:2", nullptr) && !co::unit_gpu(":1", nullptr));
+    CHECK(co::parse_file("0 5\tmig=0:01")[0].kind == co::LineKind::kBad);
     return check::finish("test_coordination_lines");
 }

@@ -34,7 +34,10 @@ int main() {
     CHECK(parse_busy_policy("avoid", &p) && p == BusyPolicy::kAvoid);
     CHECK(parse_busy_policy("exclude", &p) && p == BusyPolicy::kExclude);
     CHECK(parse_busy_policy("ignore", &p) && p == BusyPolicy::kIgnore);
-    CHECK(!parse_busy_policy("Avoid", &p) && !parse_busy_policy("", &p));
+    // case and surrounding blanks ignored, as for the busy-gpus parameter: one rule for both
+    CHECK(parse_busy_policy("EXCLUDE", &p) && p == BusyPolicy::kExclude);
+    CHECK(parse_busy_policy(" Ignore\t", &p) && p == BusyPolicy::kIgnore);
+    CHECK(!parse_busy_policy("", &p) && !parse_busy_policy("avoids", &p) && !parse_busy_policy("ex clude", &p));
 
     // 0 degraded+busy, 1 healthy+busy, 2 unhealthy, 3 degraded, 4 healthy, ..., 10 healthy
     std::vector<DeviceState> states = {gpu(0, Health::kDegraded, true), gpu(1, Health::kOk, true),

@@ -121,8 +121,10 @@ cdef CoordOptions _co_options(path, double timeout) except *:
 cdef pid_t _co_pid(owner) except? -1:
     if isinstance(owner, bool) or not isinstance(owner, int):
         raise TypeError(f"owner must be a process id (int), got {owner!r}")
-    if owner <= 0 or owner > 0x7fffffff:
+    if owner <= 0:
         raise ValueError(f"Invalid owner pid {owner}: it must be a positive process id.")
+    if owner > 0x7fffffff:
+        raise ValueError(f"Invalid owner pid {owner}: a process id is at most {0x7fffffff}.")
     return <pid_t>owner
 
 

@@ -183,6 +183,8 @@ cdef extern from "device_metrics.hpp" namespace "flinkgpu" nogil:
 cdef extern from "gpu_choice.hpp" namespace "flinkgpu" nogil:
     enum class BusyPolicy "flinkgpu::BusyPolicy":
         kAvoid
+        kExclude
+        kIgnore
 
     const char* kBusyPolicyValues "flinkgpu::kBusyPolicyValues"
     bint parse_busy_policy "flinkgpu::parse_busy_policy"(string_view text, BusyPolicy* out)
@@ -225,6 +227,10 @@ cdef extern from "java_text.hpp" namespace "flinkgpu" nogil:
 cdef extern from "gpu_index.hpp" namespace "flinkgpu" nogil:
     int compare_indices_cpp "flinkgpu::compare_indices"(string_view a, string_view b) noexcept
     void sort_indices_cpp "flinkgpu::sort_indices"(vector[string]* indices) noexcept
+
+
+cdef extern from "coordination_lines.hpp" namespace "flinkgpu::coordination" nogil:
+    bint unit_gpu_cpp "flinkgpu::coordination::unit_gpu"(const string& index, string* gpu)
 
 
 cdef extern from "script_args.hpp" namespace "flinkgpu" nogil:
@@ -323,6 +329,14 @@ def sort_indices(indices):
         encoded.push_back(_utf8(index))
     sort_indices_cpp(&encoded)
     return [_text(index) for index in encoded]
+
+
+def unit_parent(str index not None):
+    """The GPU of a MIG unit's index "<gpu>:<slot>" (csrc/coordination_lines.hpp unit_gpu); None for any
+    other index."""
+    if not unit_gpu_cpp(_utf8(index), NULL):  # no output: nothing allocated, nothing thrown
+        return None
+    return index.partition(":")[0]
 
 
 # --- the stock discovery script's arguments (csrc/script_args.*) -------------------------------
@@ -602,6 +616,17 @@ cdef tuple _ranking(const CRanking& r):
 
 
 BUSY_GPUS_VALUES = tuple(kBusyPolicyValues.decode("ascii").split(", "))
+
+
+def busy_policy(str text not None):
+    """The busy-gpus policy ``text`` names (one of BUSY_GPUS_VALUES; csrc/gpu_choice.hpp's rule: case and
+    surrounding blanks ignored), or None when it names none."""
+    cdef BusyPolicy policy
+    cdef string encoded = _utf8(text)
+    if not parse_busy_policy(string_view(encoded.data(), encoded.size()), &policy):
+        return None
+    return ("avoid" if policy == BusyPolicy.kAvoid else "exclude" if policy == BusyPolicy.kExclude else
+            "ignore")
 
 
 def rank_gpus(states, str busy_policy not None):

@@ -27,8 +27,9 @@ lock. Holders:
 
 In one process, binding again for the same holder returns the same binding (topped up when more are
 asked); each :class:`GPUBinding` handle is released once, and the holder's lines go with its last handle.
-A child forked from a process holder (a DataLoader worker) shares its parent's binding and binds nothing
-new; releasing in the child does nothing.
+A child forked from a process holder (a DataLoader worker) shares its parent's binding in the files the
+parent bound in and binds nothing new there; releasing in the child does nothing. In another file it is a
+holder of its own.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from flink_gpu import _native
-from flink_gpu.coordination import DEFAULT_PATH, DEFAULT_TIMEOUT, CoordinationEntry, entries_of, whole_amount
+from flink_gpu.coordination import (DEFAULT_PATH, DEFAULT_TIMEOUT, CoordinationEntry, entries_of, process_start_time,
+                                    whole_amount)
 from flink_gpu.errors import FlinkException
 
 __all__ = [
@@ -105,14 +107,16 @@ _lock = threading.Lock()
 _held: "dict[tuple, _Held]" = {}
 _thread_held = threading.local()
 _forked_from: "int | None" = None  # the process holder this process was forked from
+_forked_files: "frozenset[str]" = frozenset()  # the identities of the files it bound in at the fork
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _forked_from
+    global _lock, _forked_from, _forked_files
     _lock = threading.Lock()  # another thread may have held it at the fork
     parent = os.getppid()
-    if any(holder == parent and held.refs > 0 for (_file, holder), held in _held.items()):
-        _forked_from = parent
+    files = frozenset(file for (file, holder), held in _held.items() if holder == parent and held.refs > 0)
+    if files:
+        _forked_from, _forked_files = parent, files
     _held.clear()
     _thread_held.__dict__.clear()  # the forking thread's slots are its parent's thread's
 
@@ -233,22 +237,24 @@ class GPUBinding:
 
     def release(self) -> None:
         """Gives the GPUs back (the holder's lines go with its last handle in this process). Idempotent;
-        does nothing in a process forked from the binder."""
-        if self._released:
-            return
-        self._released = True
+        does nothing in a process forked from the binder. When it raises (the bindings file's lock was not
+        had in time), nothing is released and it can be called again."""
         held = self._held
         if held is None or os.getpid() != self._pid:
+            self._released = True
             return
         pid, slot, taskmanager, start_time = self._native_holder
         with _lock:
-            held.refs -= 1
-            if held.refs > 0:
+            if self._released:
                 return
-            if held.registry.get(held.key) is held:
-                del held.registry[held.key]
-            # the start time: a thread that got an ended binder's id keeps what it bound itself
-            _native.binding_unbind(self._path, self._timeout, pid, slot, taskmanager, start_time)
+            if held.refs == 1:
+                # the start time: a thread that got an ended binder's id keeps what it bound itself. A
+                # failure (a lock timeout) changes nothing here, so release() can be called again.
+                _native.binding_unbind(self._path, self._timeout, pid, slot, taskmanager, start_time)
+                if held.registry.get(held.key) is held:
+                    del held.registry[held.key]
+            held.refs -= 1
+            self._released = True
 
     def __enter__(self) -> "GPUBinding":
         return self
@@ -303,10 +309,10 @@ def checked_counts(count: object, holders_per_gpu: object, *,
                    holders_name: str = "holders_per_gpu") -> "tuple[int, int]":
     """``count`` and ``holders_per_gpu`` as ints, or the error naming the bad one (``holders_name``: what
     the caller calls the second: :func:`flink_gpu.pyflink.bind_gpus` says ``subtasks_per_gpu``)."""
-    count = whole_amount(count)
+    count = whole_amount(count, "count (the GPUs to bind)")
     if not 1 <= count <= _MAX_COUNT:
         raise ValueError(f"count must be 1 to {_MAX_COUNT} GPUs, got {count}.")
-    holders = whole_amount(holders_per_gpu)
+    holders = whole_amount(holders_per_gpu, f"{holders_name} (how many holders may share one GPU)")
     if not 1 <= holders <= MAX_HOLDERS_PER_GPU:
         raise ValueError(f"{holders_name} must be 1 to {MAX_HOLDERS_PER_GPU}, got {holders}.")
     return count, holders
@@ -332,10 +338,13 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
     if taskmanager_pid is not None and (isinstance(taskmanager_pid, bool) or not isinstance(taskmanager_pid, int)
                                         or not 0 < taskmanager_pid <= 0x7fffffff):
         raise ValueError(f"taskmanager_pid must be a positive process id, got {taskmanager_pid!r}.")
+    if taskmanager_pid is not None and process_start_time(taskmanager_pid) is None:
+        raise ValueError(f"taskmanager_pid {taskmanager_pid} is not a running process: give the pid of the "
+                         "TaskManager (or parent) whose GPUs these are, or None.")
     path = bindings_path() if path is None else os.fspath(path)
     me = os.getpid()
     if slot is None:
-        if _forked_from is not None:
+        if _forked_from is not None and _file_identity(path) in _forked_files:
             return _inherited_binding(by_index, count, path, library_path, timeout)
         pid, holder, registry = me, f"pid {me}", _held
     else:
@@ -390,6 +399,16 @@ def _usable(by_index: "dict[str, Any]", count: int, library_path: "str | None",
                            f"({why}). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.")
     _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(usable))
     return usable
+
+
+def _file_identity(path: str) -> "str | None":
+    """``path``'s file as the core names it (LockedFile::identity(): "<major>:<minor>:<inode>"); None when
+    there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}:{st.st_ino}"
 
 
 def _inherited_binding(by_index, count, path, library_path, timeout) -> GPUBinding:

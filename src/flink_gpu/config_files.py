@@ -20,7 +20,7 @@ from typing import NamedTuple
 from flink_gpu.java_text import java_trim
 from flink_gpu.config_options import to_java_string
 from flink_gpu.errors import IllegalConfigurationException
-from flink_gpu.regular_files import read_regular_file
+from flink_gpu.regular_files import check_regular_file, read_regular_file
 
 __all__ = ["CONFIGURATION_FILE_NAMES", "MAX_ALIAS_EXPANSION", "MAX_COLLECTION_ALIASES",
            "MAX_NESTING_DEPTH", "ConfigurationFile", "SkippedLine", "find_configuration_file", "flatten_nested_keys",
@@ -85,8 +85,9 @@ def find_configuration_file(path: str | os.PathLike) -> str:
     """
     file = os.fspath(path)
     if os.path.isdir(file):
+        # lexists: a dangling link or a link loop is there too, and reading it says what it is
         found = [os.path.join(file, name) for name in CONFIGURATION_FILE_NAMES
-                 if os.path.exists(os.path.join(file, name))]
+                 if os.path.lexists(os.path.join(file, name))]
         if not found:
             raise FileNotFoundError(
                 f"No Flink configuration file in directory {file}: expected config.yaml "
@@ -94,8 +95,10 @@ def find_configuration_file(path: str | os.PathLike) -> str:
         if len(found) == 2:
             LOG.info("Both %s and %s exist; using %s and ignoring the legacy file.",
                      found[0], found[1], found[0])
+        if os.path.isdir(found[0]):  # never searched as a conf directory in its turn: say what it is
+            check_regular_file(found[0], _WHAT)
         return found[0]
-    if not os.path.exists(file):
+    if not os.path.lexists(file):
         raise FileNotFoundError(f"The {_WHAT} {file} does not exist.")
     return file
 

@@ -13,6 +13,7 @@ between file descriptions even inside one process. The GIL is released while wai
 
 from __future__ import annotations
 
+import errno
 import logging
 import operator
 import os
@@ -165,15 +166,14 @@ def _owner(owner: "int | None") -> int:
     return _this_pid[0] if owner is None else owner
 
 
-def whole_amount(amount: object) -> int:
-    """``amount`` (of GPUs) as an int; a bool, float, str… is a :class:`TypeError` naming it."""
+def whole_amount(amount: object, what: str = "The amount of GPUs") -> int:
+    """``amount`` as an int; a bool, float, str… is a :class:`TypeError` naming it and ``what`` it is."""
     if not isinstance(amount, bool):
         try:
             return operator.index(amount)
         except TypeError:
             pass
-    raise TypeError(f"The amount of GPUs must be a whole number (an int), got {amount!r} "
-                    f"({type(amount).__name__}).")
+    raise TypeError(f"{what} must be a whole number (an int), got {amount!r} ({type(amount).__name__}).")
 
 
 def _amount(amount: int, indices: list, path: PathType) -> int:
@@ -280,7 +280,16 @@ def clean_stale(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEO
     ``other_namespaces``: also the lines of other pid namespaces whose liveness is unknown (their owners
     may still run: only for GPUs a person knows to be free).
     """
-    removed, bad = _native.coordination_clean_stale(path, timeout, bool(other_namespaces))
+    try:
+        removed, bad = _native.coordination_clean_stale(path, timeout, bool(other_namespaces))
+    except OSError as error:
+        if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        # a file this process may only read: cleaning it fails only when there is something to remove
+        seen = snapshot(path, timeout=timeout)
+        if any(not e.alive or (other_namespaces and not e.liveness_known) for e in seen.entries):
+            raise
+        return CleanResult(removed=(), unparsable=seen.unparsable)
     result = CleanResult(removed=entries_of(removed), unparsable=_bad_lines(bad, path))
     if result.removed:
         _log.info("Removed %d stale line(s) from %s: %s", len(result.removed), os.fspath(path),

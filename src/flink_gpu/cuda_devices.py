@@ -12,11 +12,14 @@ NVIDIA documents CUDA's two environment variables:
   ``flink_gpu.cuda_devices``) says to set ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; a GPU's ``uuid``
   property stays the unambiguous handle. The WARN comes only where the order decides the answer:
   more than one GPU on the host, and ``CUDA_VISIBLE_DEVICES`` unset or naming GPUs by number.
-* ``CUDA_VISIBLE_DEVICES``: unset, every GPU; empty, none; else a comma-separated list of GPU
-  numbers (in the order above), ``GPU-<uuid>`` (or a prefix of it that names one GPU only) and
-  ``MIG-<uuid>`` (or ``MIG-GPU-<uuid>/<gi>/<ci>``). CUDA stops at the first entry that names no
-  device (the ones before it stay visible); an entry naming a device a second time is taken as such
-  a stop too. A GPU's ordinal is its position in that list.
+* ``CUDA_VISIBLE_DEVICES`` (docs/design.md §9.3 cites CUDA's documentation and says where PyTorch's
+  ``_parse_visible_devices`` fills its gaps): unset, every GPU; empty, none; else a comma-separated
+  list of one kind, set by its first entry: GPU numbers (in the order above), ``GPU-<uuid>`` (or a
+  prefix of it that names one GPU only) or ``MIG-<uuid>`` (or ``MIG-GPU-<uuid>/<gi>/<ci>``). A number
+  is read like C's ``strtoul`` (leading blanks and a ``+`` skipped, anything after the digits
+  ignored: ``1x`` is 1); uuids are taken as written. The list ends at the first entry that names no
+  device, a negative number, or an entry of another kind (the ones before it stay visible); a device
+  named twice before that makes CUDA see none at all. A GPU's ordinal is its position in the list.
 
 MIG: CUDA reaches a MIG instance only through its ``MIG-`` entry in ``CUDA_VISIBLE_DEVICES`` and
 enumerates one MIG device per process, the first the list gives (a GPU in MIG mode that the list
@@ -58,6 +61,8 @@ _PCI_BUS_ID = re.compile(r"([0-9a-f]{1,8}):([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-
 # the MIG naming of CUDA 11 / R450 drivers: MIG-GPU-<GPU uuid>/<GPU instance>/<compute instance>
 _LEGACY_MIG = re.compile(r"MIG-(GPU-[^/]+)/([0-9]+)/([0-9]+)")
 _DIGITS = re.compile(r"[0-9]+")
+# a number entry as C's strtoul reads it: C's blanks, an optional sign, digits (anything after is ignored)
+_STRTOUL = re.compile(r"[ \t\n\v\f\r]*([+-]?)([0-9]+)")
 
 _warned_order = False  # the fastest-first WARN comes once per process
 
@@ -111,6 +116,7 @@ class _Enumeration:
     def __init__(self) -> None:
         self.devices: "list[tuple[_Gpu, Device | None]]" = []
         self.stop: "tuple[int, str, str] | None" = None  # (position, entry, why CUDA stops there)
+        self.hidden: "str | None" = None  # why CUDA sees no device at all (a device named twice)
         self.passed_over: "dict[str, str]" = {}  # unit gpu_index -> why CUDA leaves it out
         self.order_used = False  # whether an ordinal depends on CUDA_DEVICE_ORDER
         self._mig: "str | None" = None  # the MIG device CUDA took, as named
@@ -126,33 +132,71 @@ class _Enumeration:
         self.devices.append((gpu, unit))
 
 
-def _resolve(entry: str, gpus: "list[_Gpu]") -> "tuple[_Gpu, Device | None] | str":
+class _Listed:
+    """CUDA_VISIBLE_DEVICES read as CUDA reads it, before it is matched to the host's GPUs (the module
+    docstring has the rules): ``kind`` (``"number"``, ``"GPU-"`` or ``"MIG-"``), ``entries``
+    [(position, entry as written, the number or the uuid)], ``stop`` (position, entry, why the list
+    ends there) and ``repeated`` (position, entry, the earlier position: CUDA then sees no device)."""
+
+    __slots__ = ("kind", "entries", "stop", "repeated")
+
+    def __init__(self, value: str) -> None:
+        self.kind = "GPU-" if value.startswith("GPU-") else "MIG-" if value.startswith("MIG-") else "number"
+        self.entries: "list[tuple[int, str, int | str]]" = []
+        self.stop: "tuple[int, str, str] | None" = None
+        self.repeated: "tuple[int, str, int] | None" = None
+        seen: "dict[int | str, int]" = {}
+        for position, raw in enumerate(value.split(","), 1):  # "": one entry naming nothing, so none
+            key = self._key(raw)
+            if isinstance(key, tuple):
+                self.stop = (position, raw, key[0])
+                return
+            if key in seen:
+                self.repeated = (position, raw, seen[key])
+                return
+            seen[key] = position
+            self.entries.append((position, raw, key))
+
+    def _key(self, raw: str) -> "int | str | tuple[str]":
+        """What one entry names: a number, a uuid (as written), or (why the list ends at it,)."""
+        if self.kind != "number":
+            if raw.startswith(self.kind):
+                return raw
+            return (f"a list that starts with a {self.kind} uuid ends at the first entry that is not one",)
+        match = _STRTOUL.match(raw)  # like C's strtoul: blanks, a sign, digits; what follows is ignored
+        if match is None:
+            return ("it is not a number, and a list that starts with a number takes numbers only",)
+        number = int(match.group(2))
+        if match.group(1) == "-" and number:
+            return ("a negative number ends the list",)
+        return number
+
+
+def _resolve(key: "int | str", gpus: "list[_Gpu]") -> "tuple[_Gpu, Device | None] | str":
     """The device one entry of CUDA_VISIBLE_DEVICES names, or why it names none."""
-    if _DIGITS.fullmatch(entry):
-        number = int(entry)
-        if number < len(gpus):
-            return gpus[number], None
-        return f"this host has {len(gpus)} GPU{'' if len(gpus) == 1 else 's'}, numbered from 0"
+    if isinstance(key, int):
+        if key < len(gpus):
+            return gpus[key], None
+        return (f"NVML lists {len(gpus)} usable GPU{'' if len(gpus) == 1 else 's'} on this host, which CUDA "
+                f"numbers from 0")
     # uuids as nvidia-smi -L prints them, case included: an entry CUDA might refuse is no match
-    if entry.startswith("GPU-"):
-        matches = [gpu for gpu in gpus if gpu.uuid and gpu.uuid.startswith(entry)]
+    if key.startswith("GPU-"):
+        matches = [gpu for gpu in gpus if gpu.uuid and gpu.uuid.startswith(key)]
         if len(matches) == 1:
             return matches[0], None
         if not matches:
             return "no GPU's uuid starts with it"
         return f"it is the start of several GPUs' uuids ({', '.join(gpu.uuid for gpu in matches)})"
-    if entry.startswith("MIG-"):
-        legacy = _LEGACY_MIG.fullmatch(entry)
-        for gpu in gpus:
-            for unit in gpu.units:
-                if legacy is not None:
-                    if (unit.parent_uuid == legacy.group(1) and unit.mig_gi == int(legacy.group(2))
-                            and unit.mig_ci == int(legacy.group(3))):
-                        return gpu, unit
-                elif unit.uuid == entry:
+    legacy = _LEGACY_MIG.fullmatch(key)
+    for gpu in gpus:
+        for unit in gpu.units:
+            if legacy is not None:
+                if (unit.parent_uuid == legacy.group(1) and unit.mig_gi == int(legacy.group(2))
+                        and unit.mig_ci == int(legacy.group(3))):
                     return gpu, unit
-        return "no MIG instance of this host has that uuid"
-    return "it is neither a GPU number nor a GPU-/MIG- uuid"
+            elif unit.uuid == key:
+                return gpu, unit
+    return "no MIG instance of this host has that uuid"
 
 
 def _enumerate(gpus: "list[_Gpu]", value: "str | None") -> _Enumeration:
@@ -163,18 +207,32 @@ def _enumerate(gpus: "list[_Gpu]", value: "str | None") -> _Enumeration:
         for gpu in gpus:
             result.add(gpu, None, gpu.name())
         return result
-    for position, raw in enumerate(value.split(","), 1):  # "": one entry naming nothing, so none
-        entry = raw.strip()
-        target = _resolve(entry, gpus)
-        if isinstance(target, tuple) and any(g is target[0] and u is target[1] for g, u in result.devices):
-            target = "it names a device an earlier entry names"
+    listed = _Listed(value)
+    if listed.repeated is not None:
+        result.hidden = _repeated(listed.repeated)
+        return result
+    result.order_used = listed.kind == "number" and len(gpus) > 1 and bool(listed.entries)
+    named: "dict[int, int]" = {}  # id of the device -> the position naming it
+    for position, raw, key in listed.entries:
+        target = _resolve(key, gpus)
         if isinstance(target, str):
             result.stop = (position, raw, target)
-            break
-        if _DIGITS.fullmatch(entry) and len(gpus) > 1:
-            result.order_used = True
+            return result
+        device = id(target[1] if target[1] is not None else target[0])
+        if device in named:  # two spellings of one device (a uuid and a prefix of it)
+            result.devices.clear()
+            result.hidden = _repeated((position, raw, named[device]))
+            return result
+        named[device] = position
         result.add(*target, repr(raw))
+    result.stop = listed.stop
     return result
+
+
+def _repeated(repeated: "tuple[int, str, int]") -> str:
+    position, raw, earlier = repeated
+    return (f"entry {position} ({raw!r}) names the device entry {earlier} names, and a device named twice makes "
+            "CUDA see no device at all")
 
 
 def _describe(info: "ExternalResourceInfo") -> str:
@@ -197,10 +255,14 @@ def _not_visible(info: "ExternalResourceInfo", value: "str | None", why: str, mi
                            f"(CUDA_VISIBLE_DEVICES is {setting}): {why}. To use it, {todo}.")
 
 
-def _why_absent(value: "str | None", stop: "tuple[int, str, str] | None", name: str = "it") -> str:
-    """Why an explicit CUDA_VISIBLE_DEVICES leaves a device out; ``name``: how the list would name it."""
-    if value is not None and not value.strip():
+def _why_absent(value: "str | None", stop: "tuple[int, str, str] | None", name: str = "it",
+                hidden: "str | None" = None) -> str:
+    """Why an explicit CUDA_VISIBLE_DEVICES leaves a device out; ``name``: how the list would name it;
+    ``hidden``: why it shows no device at all."""
+    if value is not None and not value:
         return "an empty CUDA_VISIBLE_DEVICES hides every GPU"
+    if hidden is not None:
+        return hidden
     why = f"CUDA_VISIBLE_DEVICES does not name {name}"
     if stop is not None:
         position, entry, reason = stop
@@ -246,7 +308,9 @@ def _ordinals(ordered: "list[ExternalResourceInfo]", devices: "Sequence[Device]"
                 ordinals.append(ordinal)
                 break
         else:
-            if unit is None:
+            if cuda.hidden is not None:
+                why = cuda.hidden
+            elif unit is None:
                 why = _why_absent(value, cuda.stop)
             elif unit.gpu_index in cuda.passed_over:
                 why = cuda.passed_over[unit.gpu_index]
@@ -277,33 +341,23 @@ def _ordinals_without_nvml(ordered: "list[ExternalResourceInfo]", value: "str | 
         if max(numbers) > 0 and order != PCI_BUS_ID:  # a GPU 1 means a host of several
             _warn_order(order)
         return numbers
-    listed: "list[int]" = []
-    stop = None
-    unknown = None  # an entry only NVML could judge
-    for position, raw in enumerate(value.split(","), 1):
-        entry = raw.strip()
-        if _DIGITS.fullmatch(entry) and int(entry) not in listed:
-            listed.append(int(entry))
-        elif entry.startswith(("GPU-", "MIG-")):
-            unknown = raw
-            break
-        else:
-            stop = (position, raw, "it names a device an earlier entry names" if _DIGITS.fullmatch(entry)
-                    else "it is neither a GPU number nor a GPU-/MIG- uuid")
-            break
+    listed = _Listed(value)
+    numbers = ([key for _, _, key in listed.entries]
+               if listed.kind == "number" and listed.repeated is None else [])
+    hidden = None if listed.repeated is None else _repeated(listed.repeated)
     ordinals = []
     for info in ordered:
         number = int(info.get_property("index"))
-        if number in listed:
-            ordinals.append(listed.index(number))
-        elif unknown is not None:
+        if number in numbers:
+            ordinals.append(numbers.index(number))
+        elif listed.kind != "number" and hidden is None:
             raise CudaDeviceError(f"{_describe(info)} cannot be given a CUDA ordinal: CUDA_VISIBLE_DEVICES is "
-                                  f"{value!r} and names GPUs by uuid ({unknown!r}), which only NVML can match, but "
+                                  f"{value!r} and names GPUs by uuid, which only NVML can match, but "
                                   f"{nvml}. Make libnvidia-ml loadable (nvml.library-path or FLINK_GPU_NVML_LIBRARY) "
                                   "or name the GPUs by number.")
         else:
-            raise _not_visible(info, value, _why_absent(value, stop), False)
-    if listed and max(listed) > 0 and order != PCI_BUS_ID:
+            raise _not_visible(info, value, _why_absent(value, listed.stop, hidden=hidden), False)
+    if numbers and max(numbers) > 0 and order != PCI_BUS_ID:
         _warn_order(order)
     return tuple(ordinals)
 

@@ -5,9 +5,9 @@ flink-gpu-discovery use too. Its own module, importing nothing else, because
 ``cuda_visible_devices`` (an operator's hot path) orders by it.
 """
 
-from flink_gpu._native import compare_indices, sort_indices
+from flink_gpu._native import compare_indices, sort_indices, unit_parent
 
-__all__ = ["compare_indices", "index_sort_order", "sort_indices"]
+__all__ = ["compare_indices", "index_sort_order", "sort_indices", "unit_parent"]
 
 
 def index_sort_order(items, index_of) -> list:

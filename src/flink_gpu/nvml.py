@@ -10,10 +10,10 @@ a forked child), never per call.
 from __future__ import annotations
 
 from flink_gpu._native import (BUSY_GPUS_VALUES, HEALTH_CHECKS, METRICS, DeviceState, Nvml, NvmlDevice,
-                               SkippedDevice, Verdict, find_taskmanager, rank_gpus)
+                               SkippedDevice, Verdict, busy_policy, find_taskmanager, rank_gpus)
 
 __all__ = ["BUSY_GPUS_VALUES", "HEALTH_CHECKS", "METRICS", "Device", "DeviceState", "Library", "SkippedDevice",
-           "Verdict", "find_taskmanager", "open_library", "rank_gpus", "states"]
+           "Verdict", "busy_policy", "find_taskmanager", "open_library", "rank_gpus", "states"]
 
 #: A loaded, initialised libnvidia-ml: ``library_path``, ``driver_version`` (None when the driver
 #: cannot say), ``devices()`` (the usable GPUs in NVML index order), ``skipped()`` (the GPUs
@@ -47,6 +47,9 @@ Device = NvmlDevice
 #: ``METRICS``: the metrics ``Library.read_metric`` reads, as integers: ``"utilization"`` (% of the
 #: last sample period a kernel ran), ``"memory.used"`` (MiB, rounded down), ``"temperature"`` (°C,
 #: the GPU's core sensor) and ``"power"`` (W, rounded to nearest).
+#:
+#: ``busy_policy(text)``: the policy of BUSY_GPUS_VALUES that ``text`` names, case and surrounding
+#: blanks ignored (the one rule for the driver parameter and ``--busy-gpus``), or None.
 #:
 #: ``find_taskmanager(pid)``: the nearest ancestor of ``pid`` (its parent first) running Flink's
 #: ``org.apache.flink.runtime.taskexecutor.TaskManagerRunner``, or None.

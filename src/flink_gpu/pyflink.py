@@ -132,10 +132,10 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
 def _binding_advice(name: str, infos: frozenset, taskmanager: "int | None", count: int, subtasks_per_gpu: int,
                     thread_mode: bool) -> str:
     """What the TaskManager can serve and what to change, for a BindingError of bind_gpus."""
-    from flink_gpu.gpu_index import sort_indices
+    from flink_gpu.gpu_index import sort_indices, unit_parent
 
     gpus = sort_indices(info.get_property("index") for info in infos)
-    units = [index for index in gpus if ":" in index]
+    units = [index for index in gpus if unit_parent(index) is not None]
     whole = len(gpus) - len(units)
     has = (f"The TaskManager (pid {taskmanager}) has {len(gpus)} GPU(s) of '{name}' ({', '.join(gpus)}) for "
            f"its slots")
@@ -167,6 +167,13 @@ def _slot_id(java_context: Any) -> str:
 
         raise BindingError(f"Cannot tell this subtask's slot: the Java RuntimeContext has no "
                            f"getTaskInfo().getAllocationIDAsString() ({error}).") from None
+    if allocation is None:  # str() would make every such subtask the one slot "None"
+        from flink_gpu.binding import BindingError
+
+        raise BindingError("Cannot tell this subtask's slot: its allocation id is unknown "
+                           "(getTaskInfo().getAllocationIDAsString() returned null), so it cannot be given GPUs "
+                           "of its own. Bind in process mode (python.execution-mode: process), where the slot's "
+                           "Python worker is the holder.")
     return str(allocation)
 
 

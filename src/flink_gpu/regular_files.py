@@ -9,6 +9,7 @@ make a read block either. Reads stop at :data:`MAX_FILE_SIZE`.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -64,6 +65,11 @@ def check_regular_file(path: str | os.PathLike, what: str) -> None:
         status = os.stat(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"The {what} {path} does not exist.") from None
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise OSError(errno.ELOOP, f"The {what} {path} is a loop of symbolic links; give the path of a file.",
+                      path) from None
     _require_regular(status, path, what)
 
 

@@ -32,7 +32,7 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     default = (lambda value: argparse.SUPPRESS) if suppress else (lambda value: value)
     group = parser.add_argument_group("common options")
     group.add_argument("--json", action="store_true", default=default(False),
-                       help="print one JSON document (schema in `pydoc flink_gpu.cli`)")
+                       help="print one JSON document (its schema: flink_gpu/cli/schema.json, docs/cli.md)")
     sim = group.add_mutually_exclusive_group()
     sim.add_argument("--simulate", type=_count, metavar="N", default=default(None),
                      help="use the bundled NVML simulator with N GPUs instead of the driver")
@@ -59,6 +59,10 @@ def _positive(text: str) -> int:
     return value
 
 
+#: The largest process id (pid_t; Linux's own limit, PID_MAX_LIMIT, is lower).
+_PID_MAX = 2 ** 31 - 1
+
+
 def _pid(text: str) -> int:
     try:
         value = int(text, 10)
@@ -66,6 +70,8 @@ def _pid(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a process id, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"a process id is positive, got {value}")
+    if value > _PID_MAX:
+        raise argparse.ArgumentTypeError(f"a process id is at most {_PID_MAX}, got {value}")
     return value
 
 

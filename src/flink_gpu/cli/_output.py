@@ -25,9 +25,29 @@ def document(command: str, ok: bool = True, **fields: Any) -> dict:
 
 
 def emit_json(doc: dict) -> None:
-    json.dump(doc, sys.stdout, indent=2)
+    json.dump(_valid_unicode(doc), sys.stdout, indent=2)
     sys.stdout.write("\n")
     sys.stdout.flush()
+
+
+def _valid_unicode(value: Any) -> Any:
+    """``value`` with every string made valid Unicode: a byte that is not UTF-8 (a lone surrogate of
+    ``surrogateescape``, as file lines and command lines are decoded) becomes the text ``\\xff``, since
+    strict JSON parsers reject a lone surrogate."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            try:
+                return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            except UnicodeEncodeError:  # a surrogate no byte stands for: its code point, escaped
+                return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_valid_unicode(key): _valid_unicode(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_valid_unicode(item) for item in value]
+    return value
 
 
 def fail(args, command: str, error: BaseException, code: int) -> int:

@@ -94,7 +94,7 @@ def list_gpus(args) -> int:
             "memory_total": device.memory_total, "pci_bus_id": device.pci_bus_id,
             "minor_number": device.minor_number,
             **({} if device.mig_slot is None else {  # a MIG unit (docs/design.md §9.2)
-                "parent_index": device.parent_index, "parent_uuid": device.parent_uuid,
+                "parent_index": str(device.parent_index), "parent_uuid": device.parent_uuid,
                 "mig_slot": device.mig_slot, "mig_gi": device.mig_gi, "mig_ci": device.mig_ci}),
             "holders": [{"pid": e.pid, "cmdline": _entry_cmdline(e), "liveness_known": e.liveness_known,
                          "ours": e.ours, "namespace": e.namespace} for e in live.get(index, [])],
@@ -434,8 +434,10 @@ def clean(args) -> int:
         print(f"Removed {plural(len(dead), 'stale entry', 'stale entries')} from {path}:")
         print(table(_ENTRY_HEADERS, _entry_rows(dead), indent="  "))
     if unknown:
+        freed = sort_indices({e.index for e in unknown})  # one GPU may have had several holders' lines
         print(f"Removed {plural(len(unknown), 'entry', 'entries')} {_OTHER_NAMESPACE}, from {path} "
-              f"(--foreign-namespaces; GPU {', '.join(e.index for e in unknown)} may be claimed again):")
+              f"(--foreign-namespaces; GPU{'' if len(freed) == 1 else 's'} {', '.join(freed)} may be claimed "
+              "again):")
         print(table(_ENTRY_HEADERS, _entry_rows(unknown), indent="  "))
     if not removed:
         print(f"No stale entry in {path}"

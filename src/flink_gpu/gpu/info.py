@@ -121,17 +121,30 @@ def cuda_visible_devices(infos: Iterable[ExternalResourceInfo]) -> str:
     fastest-first). Entries are sorted by index so the value is deterministic; no infos give ``""``
     (no device visible). A MIG unit is named by its ``MIG-...`` UUID; CUDA uses only one MIG
     instance per process, so more than one unit raises ``ValueError`` (a TaskManager may hold
-    several, one per slot: expose one to each; docs/design.md §9.2).
+    several, one per slot: expose one to each; docs/design.md §9.2), and so does a unit without a
+    uuid (index ``<gpu>:<slot>`` alone, as a Java ``GPUInfo`` gives it): its GPU's number would
+    expose the whole GPU.
     """
-    from flink_gpu.gpu_index import index_sort_order
+    from flink_gpu.gpu_index import index_sort_order, unit_parent
 
     ordered = index_sort_order(infos, lambda info: info.get_property(PROPERTY_INDEX) or "")
-    units = [info.get_property(PROPERTY_INDEX) for info in ordered
-             if info.get_property(PROPERTY_PARENT_INDEX) is not None]
+    # a unit as the NVML backend describes it, or by its index alone (a Java GPUInfo, flink-gpu-discovery)
+    units = [info for info in ordered if info.get_property(PROPERTY_PARENT_INDEX) is not None
+             or unit_parent(info.get_property(PROPERTY_INDEX) or "") is not None]
     if len(units) > 1:
+        named = ", ".join(info.get_property(PROPERTY_INDEX) for info in units)
         raise ValueError(f"A CUDA process can use only one MIG instance, but the infos hold {len(units)} "
-                         f"({', '.join(units)}): give each slot its own unit (one GPU per slot, e.g. "
+                         f"({named}): give each slot its own unit (one GPU per slot, e.g. "
                          "cuda_visible_devices([info]) in each subtask) instead of exposing them all.")
+    for unit in units:
+        if not unit.get_property(PROPERTY_UUID):
+            index = unit.get_property(PROPERTY_INDEX)
+            gpu = unit.get_property(PROPERTY_PARENT_INDEX) or unit_parent(index)
+            raise ValueError(
+                f"MIG instance {index} has no uuid: CUDA reaches a MIG instance only by its MIG- uuid, and "
+                f"'{gpu}' in CUDA_VISIBLE_DEVICES would mean the whole GPU {gpu}, on which CUDA picks an instance "
+                "of its own, possibly another slot's. Use infos from the NVML backend (discovery-mode nvml, "
+                "which gives the uuid), or set CUDA_VISIBLE_DEVICES to the unit's MIG- uuid (nvidia-smi -L).")
     uuids = [info.get_property(PROPERTY_UUID) for info in ordered]
     if ordered and all(uuids):
         return ",".join(uuids)

@@ -16,7 +16,7 @@ from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
-from flink_gpu.nvml import BUSY_GPUS_VALUES, HEALTH_CHECKS
+from flink_gpu.nvml import BUSY_GPUS_VALUES, HEALTH_CHECKS, busy_policy
 from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args, warn_ignored
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
@@ -71,7 +71,7 @@ class GPUDriverSettings:
             raise IllegalConfigurationException(
                 f"Invalid value for key '{_key(timeout_option, resource_name)}': the timeout must "
                 f"be positive, got {timeout} s.")
-        busy_gpus = _choice(config, GPUDriverOptions.BUSY_GPUS, BUSY_GPUS_VALUES, resource_name)
+        busy_gpus = _choice(config, GPUDriverOptions.BUSY_GPUS, BUSY_GPUS_VALUES, resource_name, busy_policy)
         health_checks = _health_checks(config, resource_name)
         args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
         library_path = config.get(GPUDriverOptions.NVML_LIBRARY_PATH)
@@ -121,10 +121,11 @@ class GPUDriverSettings:
         value raises ``IllegalConfigurationException`` naming the args key and the allowed values
         (the stock script would ignore the flag; only the NVML backend reads it).
         """
-        in_args = self.script_args.busy_gpus
-        if in_args is not None and in_args not in BUSY_GPUS_VALUES:
+        given = self.script_args.busy_gpus
+        in_args = None if given is None else busy_policy(given)
+        if given is not None and in_args is None:
             raise IllegalConfigurationException(
-                f"Invalid value '{in_args}' for {BUSY_GPUS_FLAG} in "
+                f"Invalid value '{given}' for {BUSY_GPUS_FLAG} in "
                 f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': expected one of "
                 f"{', '.join(BUSY_GPUS_VALUES)}.")
         if not self.busy_gpus_set:
@@ -159,10 +160,12 @@ def _cache_key(params: object, resource_name: "str | None") -> "tuple | None":
     return resource_name, items
 
 
-def _choice(config: Configuration, option: ConfigOption, allowed, resource_name: "str | None") -> str:
-    """``option``'s value, case and surrounding blanks ignored, one of ``allowed``."""
+def _choice(config: Configuration, option: ConfigOption, allowed, resource_name: "str | None",
+            named=None) -> str:
+    """``option``'s value, case and surrounding blanks ignored, one of ``allowed``; ``named``: the rule that
+    reads it instead, when the core has one (the choice, or None)."""
     value = config.get(option)
-    choice = value.strip().lower()
+    choice = value.strip().lower() if named is None else named(value)
     if choice not in allowed:
         raise IllegalConfigurationException(
             f"Invalid value '{value}' for key '{_key(option, resource_name)}': expected one of "
