@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import flink_gpu
+from flink_gpu import simulator
 from conftest import child_env, run_python
 from support.interop import find_discovery_executable
 from support.files import make_odd_path
@@ -556,7 +557,8 @@ def gpu_conf(amount=1, factory=JAVA_FACTORY, **params):
 def run_doctor(tmp_path, conf_text, *args, env=None, expect=None, file_name="flink-conf.yaml"):
     conf = tmp_path / file_name
     conf.write_text(conf_text)
-    env = child_env() if env is None else env
+    # the shell of a TaskManager on the simulator (else doctor --simulate says it gets no GPU)
+    env = child_env(**simulator.environment(devices=4)) if env is None else env
     proc = cli("doctor", conf, "--simulate", "4", *args, "--json", env=env)
     doc = json.loads(proc.stdout)
     assert doc["schema"] == 1 and doc["command"] == "doctor"
@@ -882,10 +884,87 @@ def test_doctor_builds_other_drivers_without_running_them(tmp_path, factory, lev
     assert not findings(doc, "script-run") and not findings(doc, "coordination")
 
 
-def test_doctor_task_slots_note(tmp_path, good_script):
+def flink_gpu_on_path(tmp_path, env):
+    """``env`` with a ``flink-gpu`` command on PATH (this checkout's), so that printed fixes run as printed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    write_script(bin_dir / "flink-gpu", f'exec {sys.executable} -m flink_gpu.cli "$@"\n')
+    return {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}"}
+
+
+def test_doctor_simulate_fails_unless_the_taskmanagers_shell_has_that_simulator_and_says_how(tmp_path):
+    conf = tmp_path / "conf" / "config.yaml"
+    conf.parent.mkdir()
+    conf.write_text(gpu_conf(amount=2, discovery_script_path=find_discovery_executable(),
+                             discovery_script_args="--enable-coordination-mode"))
+    shell = flink_gpu_on_path(tmp_path, child_env())  # no simulator: a TaskManager started here gets no GPU
+    proc = cli("doctor", conf, "--simulate", "4", "--json", env=shell)
+    assert proc.returncode == 1, proc.stdout
+    error = only(json.loads(proc.stdout), "taskmanager-env", "error")
+    assert "--simulate 4 simulates GPUs for doctor only" in error["message"]
+    assert "no FLINK_GPU_NVML_LIBRARY" in error["message"]
+    assert 'eval "$(flink-gpu --simulate 4 taskmanager-env)"' in error["fix"]
+    # the fix as printed, then doctor as a TaskManager's shell would run it: nothing left to fix
+    script = f'{error["fix"].split(": ", 1)[1].split(";")[0]}; flink-gpu doctor {conf}'
+    proc = subprocess.run(["bash", "-c", script], env=shell, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No problem found" in proc.stdout
+    assert "runs the discovery script with FLINK_GPU_NVML_LIBRARY=" in proc.stdout
+    assert "(the simulator: 4 GPUs)" in proc.stdout
+
+
+def test_doctor_says_what_a_thread_mode_taskmanager_lacks(tmp_path):
+    home = tmp_path / "flink"
+    (home / "lib").mkdir(parents=True)
+    (home / "opt").mkdir()
+    (home / "opt" / "flink-python-2.3.0.jar").write_bytes(b"")
+    (home / "conf").mkdir()
+    (home / "conf" / "config.yaml").write_text(gpu_conf(discovery_script_path=find_discovery_executable()))
+    env = child_env(**simulator.environment(devices=4))
+    env.pop("CUDA_DEVICE_ORDER", None)
+    doc = json.loads(cli("doctor", home / "conf", "--json", env=env).stdout)
+    notes = {f["message"].split(":")[0]: f for f in findings(doc, "taskmanager-env", "note")}
+    jar = notes[f"{home / 'lib'} has no flink-python jar"]
+    assert jar["fix"] == f"cp {home / 'opt' / 'flink-python-2.3.0.jar'} {home / 'lib'}/"
+    assert "CUDA_DEVICE_ORDER is not PCI_BUS_ID in this shell" in notes
+    if sys.prefix != sys.base_prefix:  # a virtualenv's packages reach the JVM's Python only through PYTHONPATH
+        assert any("No module named 'pemja'" in f["message"] for f in notes.values())
+
+
+def test_doctor_task_slots_note_points_to_bind_gpus_not_the_subtask_index(tmp_path, good_script):
     doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good_script)
-                     + "taskmanager.numberOfTaskSlots: 4\n", expect=0)
-    assert "numberOfTaskSlots is 4" in only(doc, "task-slots", "note")["message"]
+                     + "taskmanager.numberOfTaskSlots: 2\n", expect=0)
+    note = only(doc, "task-slots", "note")
+    assert "collides" in note["message"] and "bind_gpus" in note["fix"]
+
+
+def test_doctor_run_it_by_hand_command_runs_as_printed(tmp_path):
+    # named as the stock script, so doctor gives it a scratch coordination file; it fails on its own
+    # unless the file it is given can be created
+    script = write_script(tmp_path / "nvidia-gpu-discovery.sh", 'touch "$4" || exit 9\necho broken; exit 3\n')
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=script,
+                                        discovery_script_args="--enable-coordination-mode"), expect=1)
+    fix = only(doc, "script-run", "error")["fix"]
+    assert fix.startswith("Run it by hand: ")
+    proc = subprocess.run(["bash", "-c", fix.removeprefix("Run it by hand: ")], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 3 and proc.stdout == "broken\n", (fix, proc.stderr)
+
+
+def test_taskmanager_env_gives_a_process_started_after_eval_the_simulated_gpus(tmp_path):
+    shell = flink_gpu_on_path(tmp_path, child_env())
+    discovery = find_discovery_executable()
+    script = f'eval "$(flink-gpu --simulate 2 taskmanager-env)" && {discovery} 2 && {discovery} 3; echo "$PYTHONPATH"'
+    proc = subprocess.run(["bash", "-c", script], env=shell, capture_output=True, text=True, timeout=60)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "0,1", proc.stdout + proc.stderr   # the two simulated GPUs
+    assert "Could not get enough GPU resources" in proc.stdout + proc.stderr  # and no third
+    import sysconfig
+
+    assert sysconfig.get_path("purelib") in lines[-1].split(os.pathsep)  # thread mode's Python finds pemja
+    doc = cli_json("taskmanager-env", env=shell)
+    assert doc["environment"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert "FLINK_GPU_NVML_LIBRARY" not in doc["environment"]  # the host's driver
 
 
 def test_doctor_configuration_resolution(tmp_path):
@@ -1466,7 +1545,8 @@ def test_list_table_shows_the_state_of_each_gpu(state_host):
 def doctor_on(tmp_path, spec, conf_text, expect):
     conf = tmp_path / "flink-conf.yaml"
     conf.write_text(conf_text)
-    proc = cli("doctor", conf, "--simulate-spec", spec, "--json", "--taskmanagers-per-host", "1")
+    proc = cli("doctor", conf, "--simulate-spec", spec, "--json", "--taskmanagers-per-host", "1",
+               env=child_env(**simulator.environment(spec=spec)))  # a TaskManager's shell on that simulator
     doc = json.loads(proc.stdout)
     assert proc.returncode == expect, json.dumps(doc["findings"], indent=1)
     return doc

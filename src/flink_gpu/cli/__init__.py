@@ -191,11 +191,20 @@ def build_parser() -> argparse.ArgumentParser:
               "that reclaims the dead worker's GPUs. Everything is cleaned up at the end.")
     sub.add_argument("--real", action="store_true",
                      help="use this host's NVIDIA driver instead of the simulator (needs 3 GPUs or more)")
+
+    add("taskmanager-env", "print the environment to start a TaskManager with (eval it first)",
+        "Print `export` lines for the shell that runs start-cluster.sh or taskmanager.sh: with "
+        "--simulate N (or --simulate-spec FILE) the simulator's variables, which give the "
+        "TaskManager's discovery script and Python workers N simulated GPUs; "
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID; PYTHONPATH naming this Python's site-packages (thread mode "
+        "runs Python inside the JVM). Use: eval \"$(flink-gpu --simulate 4 taskmanager-env)\".")
     return parser
 
 
 def _use_simulator(args: argparse.Namespace) -> None:
     """Point NVML at the simulator before its first use in this process (see module docstring)."""
+    # what a TaskManager started from this shell sees (doctor compares it with the simulation)
+    args.environment_before_simulate = dict(os.environ)
     if args.simulate is None and args.simulate_spec is None:
         return
     from flink_gpu import simulator
@@ -260,6 +269,10 @@ def _run(args: argparse.Namespace) -> int:
         from flink_gpu.cli import resources
 
         return resources.run(args)
+    if command == "taskmanager-env":
+        from flink_gpu.cli import taskmanager_env
+
+        return taskmanager_env.run(args)
     from flink_gpu.cli import demo
 
     return demo.run(args)

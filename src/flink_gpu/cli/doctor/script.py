@@ -79,13 +79,14 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
             tokens = with_coordination_file(tokens, os.path.join(scratch, "coordination"))
         argv = [script, "1", *tokens]
         shown = " ".join(shlex.quote(a) for a in argv)
+        by_hand = _by_hand(script, settings, script_args)
         try:
             # Flink's Java plugin waits a fixed 10 s, the default: a valid timeout only shortens
             # doctor's own run
             result = run_discovery_script(argv, settings.timeout)
         except TimeoutError as error:
             checkup.add("error", "script-run", f"`{shown}`: {error}", "Run it by hand to see "
-                        "where it hangs (a hung nvidia-smi is the usual cause).", resource=name)
+                        f"where it hangs (a hung nvidia-smi is the usual cause): {by_hand}", resource=name)
             return
         except FlinkException as error:
             checkup.add("error", "script-run", str(error), "Check the script's interpreter "
@@ -106,7 +107,7 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
             fix = ("Install the NVIDIA driver (the stock script runs nvidia-smi)"
                    + (f", or use the NVML drop-in: `{key}: {ours}`." if ours else "."))
         else:
-            fix = f"Run it by hand: {shown}"
+            fix = f"Run it by hand: {by_hand}"
         checkup.add("error", "script-run", f"The discovery script failed with {status} when run "
                     f"as `{shown}`{detail}: a TaskManager gets no GPU.", fix, resource=name)
         return
@@ -126,6 +127,17 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
                 if script_args is not None and script_args.coordination_mode else "")
     checkup.add("ok", "script-run", f"`{shown}` gave GPU {', '.join(indices)}{replaced}.",
                 resource=name)
+
+
+def _by_hand(script: str, settings: GPUDriverSettings, script_args: "ScriptArgs | None") -> str:
+    """The run as a shell command that works when pasted: doctor's scratch file is gone by then, so a
+    coordinated run gets a fresh one of its own (claiming nothing in the real file)."""
+    tokens = exec_tokens(settings.script_args_text)
+    if script_args is None or not script_args.coordination_mode:
+        return " ".join(shlex.quote(a) for a in [script, "1", *tokens])
+    marker = "FLINK_GPU_DOCTOR_SCRATCH"
+    command = " ".join(shlex.quote(a) for a in [script, "1", *with_coordination_file(tokens, marker)])
+    return command.replace(marker, '"$(mktemp -d)/coordination"')
 
 
 def _quote_output(stdout: str, stderr: str) -> str:
