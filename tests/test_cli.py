@@ -967,6 +967,21 @@ def test_taskmanager_env_gives_a_process_started_after_eval_the_simulated_gpus(t
     assert "FLINK_GPU_NVML_LIBRARY" not in doc["environment"]  # the host's driver
 
 
+def test_schema_prints_the_json_schema_shipped_in_the_package_for_every_command():
+    proc = cli("schema")
+    assert proc.returncode == 0
+    from importlib.resources import files
+
+    shipped = files("flink_gpu.cli").joinpath("json_schema.md").read_text(encoding="utf-8")
+    assert proc.stdout == shipped
+    from flink_gpu.cli import build_parser
+
+    commands = [action for action in build_parser()._actions if action.dest == "command"][0].choices
+    for command in set(commands) - {"schema", "coordination"}:
+        assert f"\n`{command}`\n: " in shipped, command
+    assert "`flink-gpu schema`" in " ".join(cli("--help").stdout.split())
+
+
 def test_doctor_configuration_resolution(tmp_path):
     env = child_env()
     proc = cli("doctor", env=env)
@@ -1210,10 +1225,7 @@ def test_cli_schema_lists_every_doctor_check():
                for module in pkgutil.iter_modules(doctor.__path__)]
     emitted = set(re.findall(r'\.add\(\s*"(?:error|warning|note|ok)",\s*"([a-z-]+)"',
                              "\n".join(sources)))
-    cli_md = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
-    if not cli_md.exists():
-        pytest.skip("no docs/cli.md beside the tests")
-    schema = cli_md.read_text(encoding="utf-8").split("`check` is one of", 1)[1].split("`resources`", 1)[0]
+    schema = cli("schema").stdout.split("`check` is one of", 1)[1].split("`resources`", 1)[0]
     assert "resource-keys" in emitted  # the regex still finds the checks
     assert emitted <= set(re.findall(r"`([a-z-]+)`", schema))
 

@@ -1,7 +1,7 @@
 """``flink-gpu``: the human-facing command line (docs/design.md §6.2).
 
-The commands, exit codes and the ``--json`` schema are documented in docs/cli.md; keep that file
-in step with what the subcommands print.
+The commands and exit codes are documented in docs/cli.md, the ``--json`` schema in json_schema.md
+beside this file (shipped in the package: ``flink-gpu schema`` prints it); keep them in step with what the subcommands print.
 
 This module imports only argparse; each subcommand imports what it needs when it runs.
 """
@@ -32,7 +32,7 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     default = (lambda value: argparse.SUPPRESS) if suppress else (lambda value: value)
     group = parser.add_argument_group("common options")
     group.add_argument("--json", action="store_true", default=default(False),
-                       help="print one JSON document (schema in `pydoc flink_gpu.cli`)")
+                       help="print one JSON document (its schema: `flink-gpu schema`)")
     sim = group.add_mutually_exclusive_group()
     sim.add_argument("--simulate", type=_count, metavar="N", default=default(None),
                      help="use the bundled NVML simulator with N GPUs instead of the driver")
@@ -192,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--real", action="store_true",
                      help="use this host's NVIDIA driver instead of the simulator (needs 3 GPUs or more)")
 
+    add("schema", "print the schema of the --json documents (shipped with the package)")
+
     add("taskmanager-env", "print the environment to start a TaskManager with (eval it first)",
         "Print `export` lines for the shell that runs start-cluster.sh or taskmanager.sh: with "
         "--simulate N (or --simulate-spec FILE) the simulator's variables, which give the "
@@ -269,6 +271,11 @@ def _run(args: argparse.Namespace) -> int:
         from flink_gpu.cli import resources
 
         return resources.run(args)
+    if command == "schema":
+        from importlib.resources import files
+
+        sys.stdout.write(files("flink_gpu.cli").joinpath("json_schema.md").read_text(encoding="utf-8"))
+        return 0
     if command == "taskmanager-env":
         from flink_gpu.cli import taskmanager_env
 
