@@ -521,7 +521,7 @@ def test_every_json_document_has_the_documented_top_level_fields(tmp_path):
         ("doctor", ["doctor", conf], {"configuration", "flink_home", "findings", "summary"}),
         ("resources", ["resources", conf], {"configuration", "kubernetes", "yarn"}),
         ("demo", ["demo"], {"simulated", "devices", "coordination_file", "before", "after",
-                            "killed", "reclaimed", "cleaned_up"}),
+                            "killed", "reclaimed", "binding", "cleaned_up"}),
     ]
     for command, args, fields in expected:
         doc = json.loads(cli(*args, "--json").stdout)
@@ -1094,6 +1094,23 @@ def test_demo_reclaims_a_killed_workers_gpus_and_leaves_nothing_behind():
     assert len(set(pids)) == 4 and os.getpid() not in pids
     assert not any(pid_exists(pid) for pid in pids)
     assert not os.path.exists(os.path.dirname(doc["coordination_file"]))
+
+
+def test_demo_shows_the_slots_of_a_taskmanager_binding_its_gpus_alone_then_shared():
+    doc = cli_json("demo")
+    binding = doc["binding"]
+    taskmanager = binding["taskmanager"]
+    assert taskmanager["worker"] == "worker-4" and taskmanager["gpus"] == ["0", "1"]
+    first, second, third = binding["exclusive"]
+    assert {tuple(first["gpus"]), tuple(second["gpus"])} == {("0",), ("1",)}  # a GPU each, none shared
+    assert third["gpus"] == [] and f"is bound by pid {first['pid']} (1 of at most 1)" in third["error"]
+    shared = sorted(index for slot in binding["shared"] for index in slot["gpus"])
+    assert shared == ["0", "0", "1", "1"] and not any(slot["error"] for slot in binding["shared"])
+    slots = binding["exclusive"] + binding["shared"]
+    assert not any(pid_exists(slot["pid"]) for slot in slots)
+    human = cli("demo").stdout
+    assert re.search(r"^  slot-3 +\d+ +- +refused: Could not bind 1 GPU", human, re.M), human
+    assert len(re.findall(r"^  slot-\d +\d+ +[01] +bound$", human, re.M)) == 6, human
 
 
 def test_demo_human_output():
