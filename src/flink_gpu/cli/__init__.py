@@ -120,10 +120,18 @@ def build_parser() -> argparse.ArgumentParser:
         _common(sub, suppress=True)
         return sub
 
-    sub = add("list", "list the GPUs of this host with the processes holding them",
+    sub = add("list", "list the GPUs of this host with their holders, slots, health and readings",
               "List the GPUs NVML reports (index, UUID, name, memory, PCI bus id), the process "
-              "holding each according to the coordination file, and the devices NVML skipped.")
+              "holding each according to the coordination file (that of the Flink configuration "
+              "in --conf or $FLINK_CONF_DIR, unless --file names one), each GPU's health, "
+              "utilization, memory, temperature and power, the TaskManagers' slots bound to them, "
+              "and the devices NVML skipped.")
     _file_option(sub)
+    sub.add_argument("--conf", metavar="CONF_FILE_OR_DIR", default=None,
+                     help="the Flink configuration whose coordination file to read (default: "
+                          "$FLINK_CONF_DIR when set)")
+    sub.add_argument("--watch", type=_seconds, nargs="?", const=2.0, default=None, metavar="SECONDS",
+                     help="redraw every SECONDS (default 2) until Ctrl-C")
 
     coordination = add("coordination", "show or clean the coordination file")
     actions = coordination.add_subparsers(dest="action", metavar="ACTION")
