@@ -187,8 +187,9 @@ class Cluster:
         gauges = self.wait_for_gauges(job_id, parallelism, timeout=seconds + 60)
         for subtask, values in sorted(gauges.items()):
             print(f"   subtask {subtask}: " + ", ".join(f"{name} {value}" for name, value in sorted(values.items())))
+        # `flink-gpu list` finds the coordination file through FLINK_CONF_DIR, as in a shell set up for the cluster
         print("   flink-gpu list (the bindings section):")
-        listing = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "list", "--file", str(self.coordination_file)],
+        listing = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "list"],
                                  env=self.env, capture_output=True, text=True, timeout=60)
         bindings = listing.stdout.split("Bindings", 1)
         print("     Bindings" + bindings[1].rstrip().replace("\n", "\n     ") if len(bindings) > 1 else listing.stdout)

@@ -1797,8 +1797,8 @@ TASKMANAGER_MAIN = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
 
 
 @pytest.mark.parametrize("how, name", [
-    ("dynamic", "TaskManager tm-7"), ("config", "TaskManager from-conf"), ("host", "TaskManager worker-3:6122"),
-    ("nothing", "TaskManager pid {pid}")])
+    ("dynamic", "TaskManager tm-7"), ("config", "TaskManager from-conf"), ("log", "TaskManager localhost:41627-44e15c"),
+    ("host", "TaskManager worker-3:6122"), ("nothing", "TaskManager pid {pid}")])
 def test_list_names_a_taskmanager_by_its_resource_id_or_host_and_port(tmp_path, how, name):
     conf_dir = tmp_path / "tm-conf"
     conf_dir.mkdir()
@@ -1806,8 +1806,11 @@ def test_list_names_a_taskmanager_by_its_resource_id_or_host_and_port(tmp_path, 
             "host": "taskmanager.host: worker-3\ntaskmanager.rpc.port: 6122\n"}.get(how, "")
     (conf_dir / "config.yaml").write_text(conf)
     extra = ["-D", "taskmanager.resource-id=tm-7"] if how == "dynamic" else []
+    log = tmp_path / "flink-taskexecutor-0.log"  # what Flink's bin/taskmanager.sh names with -Dlog.file
+    log.write_text("2026-12-01 20:52:38,528 INFO  org.apache.flink.runtime.taskexecutor.TaskManagerRunner "
+                   "[] - Starting TaskManager with ResourceID: localhost:41627-44e15c\n" if how == "log" else "")
     # a process whose command line is a TaskManager's (its main class, --configDir, -D properties)
-    fake = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-Xmx1g", TASKMANAGER_MAIN,
+    fake = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", f"-Dlog.file={log}", TASKMANAGER_MAIN,
                              "--configDir", str(conf_dir), *extra], stdin=subprocess.PIPE)
     try:
         coord = tmp_path / "coord"
@@ -1826,8 +1829,11 @@ def test_list_names_a_taskmanager_by_its_resource_id_or_host_and_port(tmp_path, 
         binder.stdin.close()
         binder.wait(10)
         expected = name.format(pid=fake.pid)
-        assert re.search(rf"^0 .*  pid {fake.pid}: {re.escape(expected)}$", human, re.M), human
-        assert f"  {expected} (pid {fake.pid}, holds GPU 0, 1 in the coordination file)" in human, human
+        holder = "TaskManager" if how == "nothing" else expected  # the pid is beside it
+        assert re.search(rf"^0 .*  pid {fake.pid}: {re.escape(holder)}$", human, re.M), human
+        line = (f"  TaskManager pid {fake.pid} (holds GPU 0, 1 in the coordination file)" if how in ("nothing",)
+                else f"  {expected} (pid {fake.pid}, holds GPU 0, 1 in the coordination file)")
+        assert line + "\n" in human, human
         assert TASKMANAGER_MAIN not in human
     finally:
         fake.stdin.close()

@@ -34,7 +34,8 @@ def test_the_cluster_example_binds_a_gpu_per_subtask_in_both_modes_shows_gauges_
                           env=child_env(), capture_output=True, text=True, timeout=400)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
-    assert re.search(r"TaskManager \S+ registered, 2 slots", out), out
+    registered = re.search(r"TaskManager (\S+) registered, 2 slots", out)
+    assert registered, out
     for mode, holder in (("process", r"pid \d+"), ("thread", r"slot [0-9a-f]{32}")):
         part = section(out, mode)
         assert re.search(r"job [0-9a-f]{32}: FINISHED", part), part
@@ -43,7 +44,8 @@ def test_the_cluster_example_binds_a_gpu_per_subtask_in_both_modes_shows_gauges_
         assert sorted(gauges) == ["0", "1"] and len(set(gauges.values())) == 2, part
         for name in ("utilization", "memoryUsed", "temperature", "power"):
             assert len(re.findall(rf"infer\.gpu\.\d\.{name} -?\d+", part)) == 2, part
-        # flink-gpu list shows the two holders, one GPU each
+        # flink-gpu list (the file of $FLINK_CONF_DIR) shows the TaskManager by its resource id, its two holders
+        assert f"TaskManager {registered.group(1)} (pid " in part, part
         rows = re.findall(rf"^\s+({holder})\s+(\d)\s+alone", part, re.M)
         assert sorted(gpu for _, gpu in rows) == sorted(gauges.values()), part
     # the TaskManager's log: one line per binding, naming operator, subtask, GPU index and uuid

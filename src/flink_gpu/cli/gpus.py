@@ -302,10 +302,12 @@ def _print_bindings(view: dict, width: "int | None" = None, style=None) -> None:
             from flink_gpu.cli.list_view import taskmanager_name
 
             name = taskmanager_name(taskmanager["pid"], taskmanager["cmdline"])
-            if name is not None:  # Flink's TaskManager: by its name rather than its java command line
+            if name is not None and name != f"TaskManager pid {taskmanager['pid']}":
+                # Flink's TaskManager: by its name rather than its java command line
                 print(f"  {name} (pid {taskmanager['pid']}{where}, {claimed} in the coordination file)")
             else:
-                command = "" if taskmanager["cmdline"] is None else f": {short_command(taskmanager['cmdline'])}"
+                command = ("" if taskmanager["cmdline"] is None or name is not None
+                           else f": {short_command(taskmanager['cmdline'])}")
                 print(f"  TaskManager pid {taskmanager['pid']}{where} ({claimed} in the coordination file){command}")
         print(table(["HOLDER", "GPU", "SHARED", "COMMAND"], _binding_rows(taskmanager["holders"]), indent="    ",
                     width=width, shrink=3, style=style))

@@ -88,7 +88,8 @@ def taskmanager_name(pid: int, argv: "list[str] | None") -> "str | None":
         return None
     dynamic = _dynamic_properties(argv)
     config = _config_of(argv)
-    resource_id = dynamic.get("taskmanager.resource-id") or config.get("taskmanager.resource-id")
+    resource_id = (dynamic.get("taskmanager.resource-id") or config.get("taskmanager.resource-id")
+                   or _resource_id_from_log(argv))
     if resource_id:
         return f"TaskManager {resource_id}"
     host = dynamic.get("taskmanager.host") or config.get("taskmanager.host")
@@ -108,6 +109,28 @@ def _dynamic_properties(argv: "list[str]") -> "dict[str, str]":
             key, _, value = text.partition("=")
             found[key.strip()] = value.strip()
     return found
+
+
+_STARTING = "Starting TaskManager with ResourceID: "
+_LOG_HEAD = 1 << 18  # the line comes within the first few hundred lines of the log
+
+
+def _resource_id_from_log(argv: "list[str]") -> "str | None":
+    """The resource id a TaskManager generated for itself, from its log (``-Dlog.file=``, set by
+    Flink's bin/ scripts): "Starting TaskManager with ResourceID: <id>"."""
+    paths = [arg[len("-Dlog.file="):] for arg in argv if arg.startswith("-Dlog.file=")]
+    if not paths:
+        return None
+    try:
+        with open(paths[-1], "rb") as log:
+            head = log.read(_LOG_HEAD).decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = head.find(_STARTING)
+    if found < 0:
+        return None
+    resource_id = head[found + len(_STARTING):].split("\n", 1)[0].strip()
+    return resource_id if resource_id and resource_id.isprintable() else None
 
 
 def _config_of(argv: "list[str]") -> dict:
@@ -130,8 +153,8 @@ def process_text(pid: int, argv: "list[str] | None", width: "int | None" = None)
     from flink_gpu.cli._output import short_command
 
     name = taskmanager_name(pid, argv)
-    if name is not None:
-        return name
+    if name is not None:  # the pid is shown beside it already
+        return "TaskManager" if name == f"TaskManager pid {pid}" else name
     return short_command(argv) if width is None else short_command(argv, width)
 
 
