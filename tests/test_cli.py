@@ -914,6 +914,17 @@ def test_doctor_simulate_fails_unless_the_taskmanagers_shell_has_that_simulator_
     assert "(the simulator: 4 GPUs)" in proc.stdout
 
 
+def test_doctor_on_a_host_without_nvml_says_how_a_java_taskmanager_gets_a_library_or_the_simulator(tmp_path):
+    conf = tmp_path / "config.yaml"
+    conf.write_text(gpu_conf(discovery_script_path=find_discovery_executable()))
+    doc = json.loads(cli("doctor", conf, "--json",
+                         env=child_env(FLINK_GPU_NVML_LIBRARY=str(tmp_path / "no-libnvidia-ml.so.1"))).stdout)
+    error = only(doc, "script-run", "error")
+    assert "Could not load the NVIDIA Management Library" in error["message"]
+    assert "FLINK_GPU_NVML_LIBRARY" in error["fix"] and "does not read nvml.library-path" in error["fix"]
+    assert 'eval "$(flink-gpu --simulate 4 taskmanager-env)"' in error["fix"]
+
+
 def test_doctor_says_what_a_thread_mode_taskmanager_lacks(tmp_path):
     home = tmp_path / "flink"
     (home / "lib").mkdir(parents=True)

@@ -98,7 +98,13 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
         status = (f"exit status {result.returncode}" if result.returncode >= 0
                   else f"signal {-result.returncode}")
         detail = _quote_output(stdout, stderr)
-        if "Could not get enough GPU resources" in stdout:
+        if "Could not load the NVIDIA Management Library" in stdout + stderr:
+            # NVML's own hint names nvml.library-path, an option Flink's Java plugin never reads
+            fix = ("Install the NVIDIA driver, or set FLINK_GPU_NVML_LIBRARY to its libnvidia-ml.so.1 in the "
+                   "environment of the shell that starts the TaskManager (Flink's Java plugin does not read "
+                   "nvml.library-path). No GPU on this host: eval \"$(flink-gpu --simulate 4 taskmanager-env)\" "
+                   "before start-cluster.sh.")
+        elif "Could not get enough GPU resources" in stdout:
             fix = ("No GPU is free: see `flink-gpu list`; entries of dead TaskManagers are "
                    "removed by `flink-gpu coordination clean`.")
         elif "nvidia-smi" in stdout + stderr:
