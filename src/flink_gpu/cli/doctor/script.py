@@ -37,7 +37,7 @@ def script_fix(checkup: Checkup, settings: GPUDriverSettings, error: Exception) 
     drop_in = (f" Or use flink-gpu's NVML drop-in: `{key}: {ours}`." if ours else "")
     if isinstance(error, DiscoveryScriptNotFound):
         if not settings.script_path_set or settings.script_path == DEFAULT_DISCOVERY_SCRIPT:
-            home = checkup.flink_home or "$FLINK_HOME"
+            home = shlex.quote(checkup.flink_home) if checkup.flink_home else '"$FLINK_HOME"'
             return (f"The stock script ships with Flink's GPU plugin: `cp -r {home}/opt/"
                     f"external-resource-gpu {home}/plugins/`." + drop_in)
         return (f"Correct {key} (a relative path is resolved against $FLINK_HOME"
@@ -105,8 +105,12 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
                    "nvml.library-path). No GPU on this host: eval \"$(flink-gpu --simulate 4 taskmanager-env)\" "
                    "before start-cluster.sh.")
         elif "Could not get enough GPU resources" in stdout:
-            fix = ("No GPU is free: see `flink-gpu list`; entries of dead TaskManagers are "
-                   "removed by `flink-gpu coordination clean`.")
+            from flink_gpu.coordination import DEFAULT_PATH
+
+            coordinated = script_args is not None and script_args.coordination_mode
+            real_file = shlex.quote(script_args.coordination_file if coordinated else DEFAULT_PATH)
+            fix = (f"No GPU is free: see `flink-gpu list --file {real_file}`; entries of dead TaskManagers "
+                   f"are removed by `flink-gpu coordination clean --file {real_file}`.")
         elif "nvidia-smi" in stdout + stderr:
             ours = which_discovery()
             key = settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_PATH)
