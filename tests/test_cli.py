@@ -925,6 +925,19 @@ def test_doctor_on_a_host_without_nvml_says_how_a_java_taskmanager_gets_a_librar
     assert 'eval "$(flink-gpu --simulate 4 taskmanager-env)"' in error["fix"]
 
 
+def test_doctor_no_free_gpu_fix_names_the_configurations_coordination_file(tmp_path):
+    coord = tmp_path / "my-coordination"  # Flink splits the args on whitespace: no path with a space
+    conf = tmp_path / "config.yaml"
+    conf.write_text(gpu_conf(discovery_script_path=find_discovery_executable(),
+                             discovery_script_args=f"--enable-coordination-mode --coordination-file {coord}"))
+    shell = flink_gpu_on_path(tmp_path, child_env(**simulator.environment(devices=0)))  # a host without GPUs
+    doc = json.loads(cli("doctor", conf, "--json", env=shell).stdout)
+    fix = only(doc, "script-run", "error")["fix"]
+    assert f"`flink-gpu coordination clean --file {coord}`" in fix, fix
+    listed = subprocess.run(["bash", "-c", fix.split("`")[1] + " --json"], env=shell, capture_output=True, text=True)
+    assert json.loads(listed.stdout)["coordination"]["path"] == str(coord)  # the command runs as printed
+
+
 def test_doctor_says_what_a_thread_mode_taskmanager_lacks(tmp_path):
     home = tmp_path / "flink"
     (home / "lib").mkdir(parents=True)
