@@ -65,9 +65,9 @@ def free_port() -> int:
 def write_configuration(home: Path, work: Path, gpus_per_taskmanager: int, slots: int, rest_port: int) -> Path:
     """conf/: the distribution's config.yaml flattened, with the GPU resource; log4j files; masters, workers."""
     from flink_gpu import Configuration
-    from flink_gpu.cli.doctor.script import which_discovery
+    from flink_gpu.taskmanager_env import discovery_executable
 
-    discovery = which_discovery()
+    discovery = discovery_executable()
     if discovery is None:
         sys.exit("flink-gpu-discovery is not installed beside this Python (pip install flink-gpu).")
     conf = Configuration.from_yaml(home / "conf" / "config.yaml").to_dict()

@@ -28,8 +28,8 @@ def cli(*args, env=None, timeout=60, cwd=None):
                           timeout=timeout, cwd=cwd)
 
 
-def cli_json(*args, env=None, expect=0):
-    proc = cli(*args, "--json", env=env)
+def cli_json(*args, env=None, expect=0, cwd=None):
+    proc = cli(*args, "--json", env=env, cwd=cwd)
     assert proc.returncode == expect, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["schema"] == 1
@@ -990,6 +990,15 @@ def test_taskmanager_env_gives_a_process_started_after_eval_the_simulated_gpus(t
     doc = cli_json("taskmanager-env", env=shell)
     assert doc["environment"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert "FLINK_GPU_NVML_LIBRARY" not in doc["environment"]  # the host's driver
+    # a shell on the simulator already: not twice on the library path; a relative PYTHONPATH made absolute
+    spec = tmp_path / "spec.json"
+    spec.write_text('{"devices": [{}]}')
+    env = {**shell, **simulator.environment(devices=2), "PYTHONPATH": shell["PYTHONPATH"] + os.pathsep + "rel"}
+    doc = cli_json("--simulate-spec", "spec.json", "taskmanager-env", env=env, cwd=tmp_path)
+    library_dir = os.path.dirname(simulator.library_path())
+    assert doc["environment"]["LD_LIBRARY_PATH"].split(os.pathsep).count(library_dir) == 1
+    assert str(tmp_path / "rel") in doc["environment"]["PYTHONPATH"].split(os.pathsep)
+    assert doc["environment"]["FLINK_GPU_SIM_SPEC"] == str(spec) and doc["environment"]["FLINK_GPU_SIM_DEVICES"] == ""
 
 
 def test_schema_prints_the_json_schema_shipped_in_the_package_for_every_command():

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional
 
-__all__ = ["taskmanager_environment", "shell_exports", "SIMULATOR_KEYS"]
+__all__ = ["SIMULATOR_KEYS", "discovery_executable", "shell_exports", "taskmanager_environment"]
 
 #: The variables that select the simulator; a TaskManager's must match what doctor simulates.
 SIMULATOR_KEYS = ("FLINK_GPU_NVML_LIBRARY", "FLINK_GPU_SIM_DEVICES", "FLINK_GPU_SIM_SPEC", "FLINK_GPU_SIM_INIT_ERROR")
@@ -47,21 +47,33 @@ def taskmanager_environment(devices: Optional[int] = None, spec=None,
     """The variables to add to a TaskManager's environment.
 
     ``devices`` or ``spec`` (as :func:`flink_gpu.simulator.environment` takes them): simulated GPUs;
-    neither: the host's driver, and any ``FLINK_GPU_SIM_*`` of ``base`` is cleared to "" so that an
-    ``eval`` in a shell that had them leaves the TaskManager on the real NVML. ``base`` (default
+    neither: the host's driver. A simulator variable of ``base`` this choice does not set is cleared
+    to "" (``unset`` by :func:`shell_exports`), so that an ``eval`` in a shell that had it leaves no
+    mix of two simulations, or of the simulator and the real NVML. ``base`` (default
     ``os.environ``): the environment the values extend (its ``PYTHONPATH``).
     """
     base = os.environ if base is None else base
     env: Dict[str, str] = {}
     if devices is not None or spec is not None:
+        from collections.abc import Mapping
+
         from flink_gpu import simulator
 
+        if spec is not None and not isinstance(spec, Mapping):
+            spec = os.path.abspath(os.fspath(spec))  # the TaskManager does not start in this directory
+
         env.update(simulator.environment(devices=devices, spec=spec))
-    else:
-        env.update({key: "" for key in SIMULATOR_KEYS if base.get(key)})
+        # the simulator's directory in front of the base's path (not of this process's, which may have it)
+        library_dir = os.path.dirname(env["FLINK_GPU_NVML_LIBRARY"])
+        rest = [p for p in base.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != library_dir]
+        env["LD_LIBRARY_PATH"] = os.pathsep.join([library_dir, *rest])
+    # what the base has and this choice does not set is cleared (a count beside a spec, a simulator left on)
+    env.update({key: "" for key in SIMULATOR_KEYS if base.get(key) and key not in env})
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     paths = _site_packages()
-    paths += [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p and p not in paths]
+    # absolute: the TaskManager and its workers do not run in this directory
+    paths += [os.path.abspath(p) for p in base.get("PYTHONPATH", "").split(os.pathsep)
+              if p and os.path.abspath(p) not in paths]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
 
@@ -74,3 +86,21 @@ def shell_exports(env: Dict[str, str]) -> str:
     for key, value in env.items():
         lines.append(f"export {key}={shlex.quote(value)}" if value else f"unset {key}")
     return "\n".join(lines) + "\n"
+
+
+def discovery_executable() -> "str | None":
+    """The flink-gpu-discovery installed with this package (what ``discovery-script.path`` names), if any."""
+    import shutil
+    import sys
+    import sysconfig
+
+    import flink_gpu
+
+    candidates = [os.path.join(sysconfig.get_path("scripts"), "flink-gpu-discovery"),
+                  os.path.join(os.path.dirname(sys.executable), "flink-gpu-discovery"),
+                  os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__))),
+                               "bin", "flink-gpu-discovery")]
+    for candidate in candidates:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("flink-gpu-discovery")

@@ -11,6 +11,7 @@ from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, GPUDriverOptions
 from flink_gpu.gpu.script import (DiscoveryScriptNotExecutable, DiscoveryScriptNotFound,
                                   check_script as usable_script, run_script as run_discovery_script)
 from flink_gpu.gpu.settings import GPUDriverSettings
+from flink_gpu.taskmanager_env import discovery_executable
 from flink_gpu.script_protocol import (ScriptArgs, exec_tokens, parse_gpu_indices,
                                        split_output_lines, with_coordination_file)
 
@@ -33,7 +34,7 @@ def check_script(checkup: Checkup, name: str, settings: GPUDriverSettings) -> "s
 def script_fix(checkup: Checkup, settings: GPUDriverSettings, error: Exception) -> str:
     """The fix for a discovery script that cannot be used (``error`` says why)."""
     key = settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_PATH)
-    ours = which_discovery()
+    ours = discovery_executable()
     drop_in = (f" Or use flink-gpu's NVML drop-in: `{key}: {ours}`." if ours else "")
     if isinstance(error, DiscoveryScriptNotFound):
         if not settings.script_path_set or settings.script_path == DEFAULT_DISCOVERY_SCRIPT:
@@ -45,24 +46,6 @@ def script_fix(checkup: Checkup, settings: GPUDriverSettings, error: Exception) 
     if isinstance(error, DiscoveryScriptNotExecutable) and not os.path.isdir(error.path):
         return f"chmod +x {shlex.quote(error.path)}"
     return f"Set {key} to the path of an executable discovery script." + drop_in
-
-
-def which_discovery() -> "str | None":
-    """The flink-gpu-discovery executable installed with this package, if any."""
-    import shutil
-    import sys
-    import sysconfig
-
-    import flink_gpu
-
-    candidates = [os.path.join(sysconfig.get_path("scripts"), "flink-gpu-discovery"),
-                  os.path.join(os.path.dirname(sys.executable), "flink-gpu-discovery"),
-                  os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__))),
-                               "bin", "flink-gpu-discovery")]
-    for candidate in candidates:
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return shutil.which("flink-gpu-discovery")
 
 
 def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script: str,
@@ -112,7 +95,7 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
             fix = (f"No GPU is free: see `flink-gpu list --file {real_file}`; entries of dead TaskManagers "
                    f"are removed by `flink-gpu coordination clean --file {real_file}`.")
         elif "nvidia-smi" in stdout + stderr:
-            ours = which_discovery()
+            ours = discovery_executable()
             key = settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_PATH)
             fix = ("Install the NVIDIA driver (the stock script runs nvidia-smi)"
                    + (f", or use the NVML drop-in: `{key}: {ours}`." if ours else "."))

@@ -14,20 +14,8 @@ import shlex
 import sys
 
 from flink_gpu.cli.doctor.findings import Checkup
+from flink_gpu.cli.taskmanager_env import eval_command, simulate_option
 from flink_gpu.taskmanager_env import SIMULATOR_KEYS, taskmanager_environment
-
-
-def _simulate_option(args) -> str:
-    if args.simulate_spec is not None:
-        return f"--simulate-spec {shlex.quote(os.path.abspath(args.simulate_spec))}"
-    if args.simulate is not None:
-        return f"--simulate {args.simulate}"
-    return ""
-
-
-def _eval_command(args) -> str:
-    option = _simulate_option(args)
-    return f'eval "$(flink-gpu {option + " " if option else ""}taskmanager-env)"'
 
 
 def check_taskmanager_environment(checkup: Checkup) -> None:
@@ -41,11 +29,11 @@ def check_taskmanager_environment(checkup: Checkup) -> None:
         differ = [key for key in SIMULATOR_KEYS if not _same(shell.get(key, ""), expected.get(key, ""))]
         if differ:
             checkup.add("error", "taskmanager-env",
-                        f"{_simulate_option(args)} simulates GPUs for doctor only: a TaskManager started "
+                        f"{simulate_option(args)} simulates GPUs for doctor only: a TaskManager started "
                         f"from this shell has {_describe(shell, differ)}, so the NVML its discovery of "
                         f"{', '.join(repr(n) for n in checkup.nvml_resources)} loads is not this simulator "
                         "(without a driver: no GPU).",
-                        f"In the shell that runs start-cluster.sh: {_eval_command(args)}; then "
+                        f"In the shell that runs start-cluster.sh: {eval_command(args)}; then "
                         "start the cluster and run doctor there without --simulate.")
             return
     library = shell.get("FLINK_GPU_NVML_LIBRARY")
@@ -62,7 +50,7 @@ def check_taskmanager_environment(checkup: Checkup) -> None:
     if shell.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
         checkup.add("note", "taskmanager-env", "CUDA_DEVICE_ORDER is not PCI_BUS_ID in this shell: in "
                     "thread mode a binding's CUDA ordinals (binding.devices) are exact only with it.",
-                    f"Before start-cluster.sh: {_eval_command(args)} (or export CUDA_DEVICE_ORDER=PCI_BUS_ID).")
+                    f"Before start-cluster.sh: {eval_command(args)} (or export CUDA_DEVICE_ORDER=PCI_BUS_ID).")
 
 
 def _same(value: str, expected: str) -> bool:
@@ -86,7 +74,7 @@ def _check_thread_mode(checkup: Checkup, shell: dict) -> None:
         if site not in shell.get("PYTHONPATH", "").split(os.pathsep):
             checkup.add("note", "taskmanager-env", f"PYTHONPATH of this shell does not name {site}: a "
                         "thread-mode job (python.execution-mode: thread) fails with \"No module named "
-                        "'pemja'\".", f"Before start-cluster.sh: {_eval_command(checkup.args)}.")
+                        "'pemja'\".", f"Before start-cluster.sh: {eval_command(checkup.args)}.")
     home = checkup.flink_home
     if home is None:
         return
