@@ -974,6 +974,14 @@ def test_doctor_run_it_by_hand_command_runs_as_printed(tmp_path):
     proc = subprocess.run(["bash", "-c", fix.removeprefix("Run it by hand: ")], capture_output=True, text=True,
                           timeout=30)
     assert proc.returncode == 3 and proc.stdout == "broken\n", (fix, proc.stderr)
+    # and the command a passing run shows
+    (tmp_path / "ok").mkdir()
+    good = write_script(tmp_path / "ok" / "nvidia-gpu-discovery.sh", 'touch "$4" || exit 9\necho 0\n')
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good,
+                                        discovery_script_args="--enable-coordination-mode"))
+    command = only(doc, "script-run", "ok")["message"].split("`")[1]
+    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and proc.stdout == "0\n", (command, proc.stderr)
 
 
 def test_taskmanager_env_gives_a_process_started_after_eval_the_simulated_gpus(tmp_path):

@@ -61,15 +61,15 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
             # short-lived process until someone reclaims them
             tokens = with_coordination_file(tokens, os.path.join(scratch, "coordination"))
         argv = [script, "1", *tokens]
-        shown = " ".join(shlex.quote(a) for a in argv)
-        by_hand = _by_hand(script, settings, script_args)
+        # the run as a command that works when pasted (the scratch file is gone by then)
+        shown = _by_hand(script, settings, script_args)
         try:
             # Flink's Java plugin waits a fixed 10 s, the default: a valid timeout only shortens
             # doctor's own run
             result = run_discovery_script(argv, settings.timeout)
         except TimeoutError as error:
             checkup.add("error", "script-run", f"`{shown}`: {error}", "Run it by hand to see "
-                        f"where it hangs (a hung nvidia-smi is the usual cause): {by_hand}", resource=name)
+                        f"where it hangs (a hung nvidia-smi is the usual cause): {shown}", resource=name)
             return
         except FlinkException as error:
             checkup.add("error", "script-run", str(error), "Check the script's interpreter "
@@ -100,7 +100,7 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
             fix = ("Install the NVIDIA driver (the stock script runs nvidia-smi)"
                    + (f", or use the NVML drop-in: `{key}: {ours}`." if ours else "."))
         else:
-            fix = f"Run it by hand: {by_hand}"
+            fix = f"Run it by hand: {shown}"
         checkup.add("error", "script-run", f"The discovery script failed with {status} when run "
                     f"as `{shown}`{detail}: a TaskManager gets no GPU.", fix, resource=name)
         return
@@ -116,7 +116,7 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
         checkup.add("warning", "script-run", f"`{shown}` printed {len(lines)} lines; Flink reads "
                     "only the first.", "Print the indices on one line; send the rest to stderr.",
                     resource=name)
-    replaced = (" (with a temporary coordination file: nothing was claimed)"
+    replaced = (" (with a coordination file of its own: nothing was claimed)"
                 if script_args is not None and script_args.coordination_mode else "")
     checkup.add("ok", "script-run", f"`{shown}` gave GPU {', '.join(indices)}{replaced}.",
                 resource=name)
