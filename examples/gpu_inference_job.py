@@ -3,7 +3,7 @@
 Submit it to a cluster whose TaskManagers discover GPUs (docs/flink-cluster.md; run_local_cluster.py
 starts one on simulated GPUs)::
 
-    flink run -py examples/gpu_inference_job.py -pyexec "$(which python)" -- --mode process
+    flink run -pyclientexec "$(which python)" -pyexec "$(which python)" -py examples/gpu_inference_job.py --mode process
 
 ``--mode process`` (PyFlink's default: a Python worker process per slot) or ``thread`` (Python runs
 inside the TaskManager JVM). ``--parallelism`` subtasks (at most the cluster's slots), each
