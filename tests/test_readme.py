@@ -2,7 +2,6 @@
 they end in one message naming the simulator (no traceback), and they write nothing outside a temporary
 directory (not the host's shared /var/tmp/flink-gpu-coordination)."""
 
-import os
 import re
 import subprocess
 import sys
@@ -66,9 +65,7 @@ def test_a_readme_example_runs_on_the_simulator_its_shell_selects(run_example, n
 
 @pytest.mark.parametrize("number", range(2))
 def test_a_readme_example_without_a_gpu_or_the_simulator_says_so_in_one_message(run_example, number, tmp_path):
-    if os.path.exists("/dev/nvidiactl"):
-        pytest.skip("this host has an NVIDIA driver")
-    # no NVML on this host (a library path that does not exist), no Flink installation
+    # no NVML (a library path that does not exist, whatever driver the host has), no Flink installation
     env = child_env(FLINK_GPU_NVML_LIBRARY=str(tmp_path / "no-libnvidia-ml.so.1"), FLINK_HOME=str(tmp_path))
     proc = run_example(python_examples()[number], env)
     output = proc.stdout + proc.stderr
