@@ -124,7 +124,7 @@ def test_the_same_process_gets_the_same_binding_topped_up_and_the_last_release_f
     second = bind(infos(4), 2, path=path)
     assert first.indices == ("0",) and second.indices == ("0", "1")
     first.release()
-    assert binding.snapshot(path).by_taskmanager() == {None: {f"pid {os.getpid()}": ("0", "1")}}
+    assert binding.snapshot(path).by_taskmanager() == {(None, None): {f"pid {os.getpid()}": ("0", "1")}}
     second.release()
     second.release()  # idempotent
     assert binding.snapshot(path).entries == ()
@@ -213,8 +213,8 @@ def test_the_snapshot_groups_live_bindings_by_taskmanager(path):
         with bind(infos(2), slot="abc", taskmanager_pid=procs[0].pid, path=path):
             snap = binding.snapshot(path)
             assert snap.exists
-            assert snap.by_taskmanager() == {None: {f"pid {procs[0].pid}": ("0",)},
-                                             procs[0].pid: {"slot abc": ("1",)}}
+            assert snap.by_taskmanager() == {(None, None): {f"pid {procs[0].pid}": ("0",)},
+                                             (procs[0].pid, None): {"slot abc": ("1",)}}
             slot_line = next(e for e in snap.entries if e.slot)
             assert slot_line.pid == threading.get_native_id() and slot_line.holders_per_gpu == 1
     finally:

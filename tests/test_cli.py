@@ -168,7 +168,8 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
     assert gpus["0"]["uuid"] == UUID0 and gpus["0"]["memory_total"] == 80 * 2 ** 30
     assert gpus["0"]["holders"] == [{"pid": holder.pid,
                                     "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
-                                    "liveness_known": True, "namespace": os.stat("/proc/self/ns/pid").st_ino}]
+                                    "liveness_known": True, "ours": True,
+                                    "namespace": os.stat("/proc/self/ns/pid").st_ino}]
     assert gpus["1"]["holders"][0]["pid"] == holder.pid
     assert gpus["2"]["holders"] == [] and gpus["2"]["stale_holders"] == []
     assert gpus["3"]["holders"] == [] and gpus["3"]["stale_holders"] == [gone]
@@ -305,7 +306,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
     doc = cli_json("--simulate", "4", "list", "--file", coord)["bindings"]
     assert doc["path"] == str(bindings) and doc["exists"] is True and doc["error"] is None
     assert doc["taskmanagers"] == [
-        {"pid": taskmanager, "namespace": os.stat("/proc/self/ns/pid").st_ino,
+        {"pid": taskmanager, "namespace": os.stat("/proc/self/ns/pid").st_ino, "ours": True,
          "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
          "claimed": ["0", "1", "2"], "holders": [
              {"holder": f"pid {worker.pid}", "slot": None, "pid": worker.pid, "threads": [], "gpus": ["0"],
@@ -316,7 +317,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
              {"holder": f"pid {shared.pid}", "slot": None, "pid": shared.pid, "threads": [], "gpus": ["2"],
               "holders_per_gpu": 2, "liveness_known": True,
               "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"], share=2)}]},
-        {"pid": None, "namespace": None, "cmdline": None, "claimed": [], "holders": [
+        {"pid": None, "namespace": None, "ours": True, "cmdline": None, "claimed": [], "holders": [
             {"holder": f"pid {service.pid}", "slot": None, "pid": service.pid, "threads": [], "gpus": ["3"],
              "holders_per_gpu": 1, "liveness_known": True,
              "cmdline": binder_cmdline(binders.script, bindings, None, ["3"])}]}]

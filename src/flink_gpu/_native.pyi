@@ -1,7 +1,7 @@
 """Type stubs of the Cython binding over the C++ core (csrc/)."""
 
 from os import PathLike
-from typing import Iterable, List, Optional, Tuple, Union
+from typing import Iterable, List, Optional, Tuple, TypedDict, Union
 
 _Path = Union[str, "PathLike[str]"]
 
@@ -132,12 +132,30 @@ def coordination_claim(path: _Path, timeout: float, owner: int, indices: Iterabl
     process claimed for itself without a lease or None)."""
 def coordination_release(path: _Path, timeout: float, owner: int,
                          indices: Optional[Iterable[Union[str, int]]] = None) -> List[str]: ...
-_CoordEntryRow = Tuple[int, str, int, Optional[int], bool, str, Optional[int], Optional[int]]
+class _EntryRecord(TypedDict):
+    """A line and its holder's identity (csrc/holder_identity.hpp): CoordinationEntry's fields."""
+    line_number: int
+    index: str
+    gpu: str
+    pid: int
+    start_time: Optional[int]
+    alive: bool
+    state: str
+    liveness: str
+    namespace: Optional[int]
+    lease: Optional[int]
+    lease_file: Optional[str]
+    taskmanager: Optional[int]
+    holders_per_gpu: Optional[int]
+    slot: Optional[str]
+    ours: bool
+    holder_key: str
+    taskmanager_key: Optional[str]
 def coordination_snapshot(path: _Path, timeout: float) -> Tuple[
-    bool, List[_CoordEntryRow], List[Tuple[int, str]]]:
-    """(exists, [(line, index, pid, start time, alive, state, pid namespace, lease slot)], unparsable)."""
+    bool, List[_EntryRecord], List[Tuple[int, str]]]:
+    """(exists, entry records, unparsable lines) of a coordination or bindings file."""
 def coordination_clean_stale(path: _Path, timeout: float, other_namespaces: bool = False) -> Tuple[
-    List[_CoordEntryRow], List[Tuple[int, str]]]: ...
+    List[_EntryRecord], List[Tuple[int, str]]]: ...
 def coordination_process_start_time(pid: int) -> Optional[int]: ...
 
 # --- bindings file (csrc/binding.*) ------------------------------------------------------------
@@ -148,6 +166,4 @@ def binding_bind(path: _Path, timeout: float, pid: int, slot: Optional[str], tas
     the holder's start time or 0, the bindings file's identity)."""
 def binding_unbind(path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int],
                    start_time: int = 0) -> List[str]: ...
-_BindingRow = Tuple[int, str, int, Optional[int], bool, str, Optional[int], Optional[int], Optional[int],
-                    Optional[int], Optional[str]]
-def binding_snapshot(path: _Path, timeout: float) -> Tuple[bool, List[_BindingRow], List[Tuple[int, str]]]: ...
+

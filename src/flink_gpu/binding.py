@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from flink_gpu import _native
-from flink_gpu.coordination import DEFAULT_PATH, DEFAULT_TIMEOUT, whole_amount
+from flink_gpu.coordination import DEFAULT_PATH, DEFAULT_TIMEOUT, CoordinationEntry, entries_of, whole_amount
 from flink_gpu.errors import FlinkException
 
 __all__ = [
@@ -365,7 +365,7 @@ def _inherited_binding(by_index, count, path, library_path, timeout) -> GPUBindi
     file: it may have released it or ended since the fork); nothing new is bound."""
     parent = _forked_from
     live = {entry.index for entry in snapshot(path, timeout=timeout).entries
-            if entry.alive and entry.slot is None and entry.pid == parent and entry.index in by_index}
+            if entry.alive and entry.slot is None and entry.ours and entry.pid == parent and entry.index in by_index}
     from flink_gpu.gpu_index import sort_indices
 
     indices = sort_indices(live)
@@ -382,26 +382,9 @@ def _inherited_binding(by_index, count, path, library_path, timeout) -> GPUBindi
 
 # -- what the file says ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class BindingEntry:
-    """One line of the bindings file."""
-
-    index: str
-    pid: int  # the process holder, or the binding thread of a slot holder
-    start_time: "int | None"
-    alive: bool
-    line_number: int
-    state: str  # one of flink_gpu.coordination.STATES
-    namespace: "int | None"
-    lease: "int | None"
-    taskmanager: "int | None"  # the process whose GPUs are bound
-    holders_per_gpu: "int | None"
-    slot: "str | None"  # a slot holder's id
-
-    @property
-    def holder(self) -> str:
-        """``"pid <n>"`` or ``"slot <id>"``: one key per holder (a slot's threads are one holder)."""
-        return f"pid {self.pid}" if self.slot is None else f"slot {self.slot}"
+#: One line of the bindings file: the coordination file's entry record, with its ``taskmanager``,
+#: ``holders_per_gpu`` and ``slot`` (docs/design.md §9.3).
+BindingEntry = CoordinationEntry
 
 
 @dataclass(frozen=True)
@@ -411,14 +394,17 @@ class BindingSnapshot:
     entries: "tuple[BindingEntry, ...]"
     unparsable: "tuple[tuple[int, str], ...]"
 
-    def by_taskmanager(self) -> "dict[int | None, dict[str, tuple[str, ...]]]":
-        """TaskManager pid (None: not recorded) -> live holder -> its GPUs, in index order."""
+    def by_taskmanager(self) -> "dict[tuple[int | None, int | None], dict[str, tuple[str, ...]]]":
+        """(TaskManager pid or None when not recorded, its pid namespace or None for ours) -> live holder
+        (``"pid <n>"``, ``"slot <id>"``) -> its GPUs, in index order. Two containers' pid 1 are two
+        TaskManagers; the holders of one are of its namespace."""
         from flink_gpu.gpu_index import sort_indices
 
-        out: "dict[int | None, dict[str, set[str]]]" = {}
+        out: "dict[tuple[int | None, int | None], dict[str, set[str]]]" = {}
         for entry in self.entries:
             if entry.alive:
-                out.setdefault(entry.taskmanager, {}).setdefault(entry.holder, set()).add(entry.index)
+                where = (entry.taskmanager, None if entry.ours else entry.namespace)
+                out.setdefault(where, {}).setdefault(entry.holder, set()).add(entry.index)
         return {tm: {holder: tuple(sort_indices(indices)) for holder, indices in holders.items()}
                 for tm, holders in out.items()}
 
@@ -427,8 +413,5 @@ def snapshot(path: "str | os.PathLike[str] | None" = None, *, timeout: float = D
     """Reads the bindings file (default :func:`bindings_path`) under a shared lock; a missing file is an
     empty snapshot with ``exists=False``."""
     path = bindings_path() if path is None else os.fspath(path)
-    exists, rows, unparsable = _native.binding_snapshot(path, timeout)
-    return BindingSnapshot(path, exists, tuple(BindingEntry(
-        index=index, pid=pid, start_time=start, alive=alive, line_number=number, state=state, namespace=ns,
-        lease=lease, taskmanager=tm, holders_per_gpu=share, slot=slot_id)
-        for number, index, pid, start, alive, state, ns, lease, tm, share, slot_id in rows), tuple(unparsable))
+    exists, records, unparsable = _native.coordination_snapshot(path, timeout)
+    return BindingSnapshot(path, exists, entries_of(records), tuple(unparsable))

@@ -39,25 +39,14 @@ _OTHER_NAMESPACE = "held in another PID namespace, liveness unknown"
 
 def _entry_cmdline(entry):
     """The live owner's argv where its pid is one of our namespace (None otherwise)."""
-    return process_cmdline(entry.pid) if entry.alive and _ours(entry.namespace) else None
-
-
-_own_ns: "list[int | None]" = []
-
-
-def _own_namespace() -> "int | None":
-    if not _own_ns:
-        try:
-            _own_ns.append(os.stat("/proc/self/ns/pid").st_ino)
-        except OSError:
-            _own_ns.append(None)
-    return _own_ns[0]
+    return process_cmdline(entry.pid) if entry.alive and entry.ours else None
 
 
 def _entry_json(entry) -> dict:
     return {"line_number": entry.line_number, "index": entry.index, "pid": entry.pid,
             "start_time": entry.start_time, "alive": entry.alive, "state": entry.state,
-            "liveness_known": entry.liveness_known, "namespace": entry.namespace, "lease": entry.lease,
+            "liveness": entry.liveness, "liveness_known": entry.liveness_known, "ours": entry.ours,
+            "namespace": entry.namespace, "lease": entry.lease, "lease_file": entry.lease_file,
             "cmdline": _entry_cmdline(entry)}
 
 
@@ -103,9 +92,8 @@ def list_gpus(args) -> int:
     unknown = sort_indices({e.index for e in snapshot.entries if e.index not in present}
                            if snapshot is not None else ())
 
-    # only holders whose pid is ours to see can own a process NVML lists
-    states = _gpu_states(nvml, {index: [e.pid for e in entries if e.liveness_known]
-                                for index, entries in live.items()})
+    # only holders whose pid is a pid of ours can be matched with the processes NVML lists
+    states = _gpu_states(nvml, {index: [e.pid for e in entries if e.ours] for index, entries in live.items()})
     gpus = []
     for device in devices:
         index = device.gpu_index
@@ -117,7 +105,7 @@ def list_gpus(args) -> int:
                 "parent_index": device.parent_index, "parent_uuid": device.parent_uuid,
                 "mig_slot": device.mig_slot, "mig_gi": device.mig_gi, "mig_ci": device.mig_ci}),
             "holders": [{"pid": e.pid, "cmdline": _entry_cmdline(e), "liveness_known": e.liveness_known,
-                         "namespace": e.namespace} for e in live.get(index, [])],
+                         "ours": e.ours, "namespace": e.namespace} for e in live.get(index, [])],
             "stale_holders": [e.pid for e in stale.get(index, [])],
             **states.get(index, _NO_STATE),
             **list_view.readings(nvml, index),
@@ -194,23 +182,14 @@ def _style():
 
 # -- list: the bindings under their TaskManager (docs/design.md §9.3) ------------------------------
 
-def _process_key(pid: int, namespace: "int | None") -> "tuple[int, int | None]":
-    """A process as a file names it: its pid is a number of the writer's pid namespace (none recorded:
-    ours), so two containers' pid 1 are two processes."""
-    return pid, _own_namespace() if namespace is None else namespace
-
-
-def _claimed(live: "dict[str, list]") -> "dict[tuple[int, int | None], list[str]]":
-    """Owner (pid, namespace) -> the GPUs its live coordination entries claim, in index order."""
-    out: "dict[tuple[int, int | None], list[str]]" = {}
+def _claimed(live: "dict[str, list]") -> "dict[str, list[str]]":
+    """Owner (its holder_key: two containers' pid 1 are two owners) -> the GPUs its live coordination
+    entries claim, in index order."""
+    out: "dict[str, list[str]]" = {}
     for index in sort_indices(live):
         for entry in live[index]:
-            out.setdefault(_process_key(entry.pid, entry.namespace), []).append(index)
+            out.setdefault(entry.holder_key, []).append(index)
     return out
-
-
-def _ours(namespace: "int | None") -> bool:
-    return namespace is None or namespace == _own_namespace()
 
 
 def _binding_holder_json(name: str, entries: list) -> dict:
@@ -220,20 +199,19 @@ def _binding_holder_json(name: str, entries: list) -> dict:
     return {"holder": name, "slot": slot, "pid": None if slot is not None else first.pid,
             "threads": sorted({e.pid for e in entries}) if slot is not None else [],
             "gpus": sort_indices({e.index for e in entries}), "holders_per_gpu": first.holders_per_gpu,
-            "liveness_known": all(e.state != "other namespace" for e in entries),
+            "liveness_known": all(e.liveness_known for e in entries),
             "cmdline": _entry_cmdline(first) if slot is None else None}
 
 
-def _taskmanager_order(key: "tuple[int, int | None] | None") -> tuple:
-    """Ours by pid, then other namespaces' by namespace and pid, then holders that recorded none."""
-    if key is None:
+def _taskmanager_order(first) -> tuple:
+    """Ours by pid, then other namespaces' by namespace and pid, then holders that recorded none (``first``:
+    a live entry of the TaskManager's holders)."""
+    if first.taskmanager is None:
         return 2, 0, 0
-    pid, namespace = key
-    return (0, 0, pid) if _ours(namespace) else (1, namespace, pid)
+    return (0, 0, first.taskmanager) if first.ours else (1, first.namespace or 0, first.taskmanager)
 
 
-def _bindings_view(path: str, timeout: float, present: "set[str]",
-                   claimed: "dict[tuple[int, int | None], list[str]]") -> dict:
+def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dict[str, list[str]]") -> dict:
     """The bindings file beside the coordination file ``path``: live holders grouped under the
     TaskManager whose GPUs they bind, a pid of the namespace that wrote the line (``claimed``: what each
     coordination owner holds)."""
@@ -247,21 +225,22 @@ def _bindings_view(path: str, timeout: float, present: "set[str]",
     except (OSError, TimeoutError) as error:  # the GPUs are still worth listing
         view["error"] = error_message(error)
         return view
-    holders: "dict[tuple[int, int | None] | None, dict[str, list]]" = {}
+    # per TaskManager (its taskmanager_key; None: not recorded), per holder (its holder_key), the live lines
+    holders: "dict[str | None, dict[str, list]]" = {}
     for entry in snapshot.entries:
         if entry.alive:
-            taskmanager = None if entry.taskmanager is None else _process_key(entry.taskmanager, entry.namespace)
-            holders.setdefault(taskmanager, {}).setdefault(entry.holder, []).append(entry)
+            holders.setdefault(entry.taskmanager_key, {}).setdefault(entry.holder_key, []).append(entry)
         else:
             view["stale"].append({"line_number": entry.line_number, "index": entry.index, "pid": entry.pid,
                                   "slot": entry.slot, "taskmanager": entry.taskmanager})
-    for taskmanager in sorted(holders, key=_taskmanager_order):
-        rows = [_binding_holder_json(name, entries) for name, entries in holders[taskmanager].items()]
-        pid, namespace = (None, None) if taskmanager is None else taskmanager
+    for taskmanager in sorted(holders, key=lambda key: _taskmanager_order(next(iter(holders[key].values()))[0])):
+        rows = [_binding_holder_json(entries[0].holder, entries) for entries in holders[taskmanager].values()]
+        first = next(iter(holders[taskmanager].values()))[0]
+        pid = first.taskmanager
         view["taskmanagers"].append({
-            "pid": pid, "namespace": namespace,
-            "cmdline": process_cmdline(pid) if pid is not None and _ours(namespace) else None,
-            "claimed": claimed.get(taskmanager, []),
+            "pid": pid, "namespace": None if pid is None else first.namespace, "ours": first.ours,
+            "cmdline": process_cmdline(pid) if pid is not None and first.ours else None,
+            "claimed": [] if taskmanager is None else claimed.get(taskmanager, []),
             "holders": index_sort_order(rows, lambda row: row["gpus"][0])})
     view.update(exists=snapshot.exists, unparsable=[{"line_number": n, "text": t} for n, t in snapshot.unparsable],
                 unknown_indices=sort_indices({e.index for e in snapshot.entries if e.index not in present}))
@@ -298,7 +277,7 @@ def _print_bindings(view: dict, width: "int | None" = None, style=None) -> None:
         else:
             claimed = (f"holds GPU {', '.join(taskmanager['claimed'])}" if taskmanager["claimed"]
                        else "holds no GPU")
-            where = "" if _ours(taskmanager["namespace"]) else f" of PID namespace {taskmanager['namespace']}"
+            where = "" if taskmanager["ours"] else f" of PID namespace {taskmanager['namespace']}"
             from flink_gpu.cli.list_view import taskmanager_name
 
             name = taskmanager_name(taskmanager["pid"], taskmanager["cmdline"])

@@ -28,7 +28,7 @@ def _holders(script_args: "ScriptArgs | None") -> "list[int]":
         found = snapshot(script_args.coordination_file)
     except (OSError, TimeoutError):  # the coordination check reports it
         return []
-    return [entry.pid for entry in found.entries if entry.alive]
+    return [entry.pid for entry in found.entries if entry.alive and entry.ours]  # pids of our namespace
 
 
 def check_gpu_state(checkup: Checkup, name: str, settings: GPUDriverSettings,
