@@ -15,7 +15,9 @@ import sys
 __all__ = ["main"]
 
 _EPILOG = ("Exit codes: 0 ok, 1 a check failed or the operation could not be done, 2 usage error. "
-           "--simulate N (before or after the subcommand) runs against the bundled NVML simulator.")
+           "--simulate N (before or after the subcommand) runs this command against the bundled NVML "
+           "simulator; a TaskManager gets it with eval \"$(flink-gpu --simulate N taskmanager-env)\" "
+           "before start-cluster.sh.")
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -202,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("schema", "print the schema of the --json documents (shipped with the package)")
 
-    add("taskmanager-env", "print the environment to start a TaskManager with (eval it first)",
+    add("taskmanager-env", "print the environment a TaskManager needs, to eval before start-cluster.sh",
         "Print `export` lines for the shell that runs start-cluster.sh or taskmanager.sh: with "
         "--simulate N (or --simulate-spec FILE) the simulator's variables, which give the "
         "TaskManager's discovery script and Python workers N simulated GPUs; "
