@@ -1810,7 +1810,7 @@ def test_list_reads_the_coordination_file_of_the_flink_configuration(tmp_path, h
                     env=child_env(FLINK_CONF_DIR=str(conf_dir)))["coordination"]["path"] == str(tmp_path / "other")
 
 
-def test_list_refuses_a_flink_configuration_without_a_coordination_file_naming_the_key(tmp_path):
+def test_list_refuses_a_conf_without_a_coordination_file_naming_the_key_and_notes_it_for_flink_conf_dir(tmp_path):
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
     (conf_dir / "config.yaml").write_text(gpu_conf(amount=1, discovery_script_args="''"))
@@ -1820,6 +1820,12 @@ def test_list_refuses_a_flink_configuration_without_a_coordination_file_naming_t
     assert "--file" in proc.stderr and "Traceback" not in proc.stderr
     proc = cli("--simulate", "4", "list", "--conf", tmp_path / "missing")
     assert proc.returncode == 2 and str(tmp_path / "missing") in proc.stderr
+    # FLINK_CONF_DIR is set for any cluster: the default file, and a note saying why
+    env = child_env(FLINK_CONF_DIR=str(conf_dir))
+    doc = cli_json("--simulate", "4", "list", env=env)
+    assert doc["coordination"]["path"] == "/var/tmp/flink-gpu-coordination" and doc["coordination"]["from"] is None
+    assert "has no --enable-coordination-mode" in doc["coordination"]["note"]
+    assert "Note: $FLINK_CONF_DIR: the Flink configuration" in cli("--simulate", "4", "list", env=env).stdout
 
 
 def test_list_shows_utilization_temperature_and_power_next_to_the_holders(tmp_path):

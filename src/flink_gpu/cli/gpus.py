@@ -77,7 +77,7 @@ def list_gpus(args) -> int:
     from flink_gpu.cli import list_view
 
     # before NVML: a configuration that cannot be read is a usage error, whatever the GPUs
-    path, path_source = list_view.coordination_file(args)
+    path, path_source, path_note = list_view.coordination_file(args)
     nvml, devices, skipped = _devices()
     snapshot, snapshot_error = None, None
     try:
@@ -111,7 +111,7 @@ def list_gpus(args) -> int:
             **list_view.readings(nvml, index),
         })
     coordination_doc = {
-        "path": path, "from": path_source, "exists": bool(snapshot and snapshot.exists), "error": snapshot_error,
+        "path": path, "from": path_source, "note": path_note, "exists": bool(snapshot and snapshot.exists), "error": snapshot_error,
         "unparsable": _unparsable_json(snapshot.unparsable if snapshot else ()),
         "unknown_indices": unknown,
     }
@@ -149,6 +149,8 @@ def list_gpus(args) -> int:
     for notice in nvml.notices():
         print(f"\nNote: {notice}")
     print()
+    if path_note is not None:
+        print(f"Note: {path_note}")
     if snapshot_error is not None:
         print(f"Holders unknown: {snapshot_error}")
     elif not snapshot.exists:

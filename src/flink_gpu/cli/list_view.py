@@ -19,20 +19,26 @@ _TASKMANAGER_MAIN = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
 
 # -- the coordination file of a Flink configuration ----------------------------------------------
 
-def coordination_file(args) -> "tuple[str, str | None]":
-    """The file ``list`` reads and where that came from: ``--file``; else the coordination file of
-    the configuration in ``--conf`` or ``$FLINK_CONF_DIR`` (its GPU resource's
-    ``discovery-script.args``); else the stock default. UsageError for a configuration that cannot
-    be read or names no coordinated GPU resource."""
+def coordination_file(args) -> "tuple[str, str | None, str | None]":
+    """The file ``list`` reads, where that came from, and a note when ``$FLINK_CONF_DIR`` could not
+    say: ``--file``; else the coordination file of the configuration in ``--conf`` or
+    ``$FLINK_CONF_DIR`` (its GPU resource's ``discovery-script.args``); else the stock default.
+    UsageError when ``--conf`` cannot be read or names no coordinated GPU resource; the same for
+    ``$FLINK_CONF_DIR`` (set for any cluster, not only a GPU one) falls back to the default with
+    the note saying why."""
     from flink_gpu.coordination import DEFAULT_PATH
 
     if args.file is not None:
-        return os.path.abspath(args.file), None
-    conf = args.conf if args.conf is not None else os.environ.get("FLINK_CONF_DIR") or None
-    if conf is None:
-        return DEFAULT_PATH, None
-    source = "--conf" if args.conf is not None else "$FLINK_CONF_DIR"
-    return _from_configuration(conf, source), f"{source} {conf}"
+        return os.path.abspath(args.file), None, None
+    if args.conf is not None:
+        return _from_configuration(args.conf, "--conf"), f"--conf {args.conf}", None
+    conf = os.environ.get("FLINK_CONF_DIR")
+    if not conf:
+        return DEFAULT_PATH, None, None
+    try:
+        return _from_configuration(conf, "$FLINK_CONF_DIR"), f"$FLINK_CONF_DIR {conf}", None
+    except UsageError as why:
+        return DEFAULT_PATH, None, f"{why} Read the stock default file instead."
 
 
 def _from_configuration(conf: str, source: str) -> str:
