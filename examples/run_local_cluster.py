@@ -183,7 +183,10 @@ class Cluster:
         proc = self.bin("flink", "run", "-d", "-pyclientexec", sys.executable, "-pyexec", sys.executable,
                         "-py", str(JOB), "--mode", mode, "--parallelism", str(parallelism),
                         "--seconds", str(seconds), timeout=300)
-        job_id = re.search(r"JobID ([0-9a-f]{32})", proc.stdout).group(1)
+        found = re.search(r"JobID ([0-9a-f]{32})", proc.stdout)
+        if found is None:
+            raise RuntimeError(f"flink run printed no job id:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        job_id = found.group(1)
         gauges = self.wait_for_gauges(job_id, parallelism, timeout=seconds + 60)
         for subtask, values in sorted(gauges.items()):
             print(f"   subtask {subtask}: " + ", ".join(f"{name} {value}" for name, value in sorted(values.items())))

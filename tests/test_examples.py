@@ -5,7 +5,6 @@ Flink's own bin/start-cluster.sh, runs examples/gpu_inference_job.py in process 
 stops everything. Needs apache-flink and Java, like tests/test_pyflink_cluster.py; takes about a minute.
 """
 
-import os
 import re
 import shutil
 import subprocess

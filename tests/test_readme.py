@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from conftest import child_env
-from flink_gpu import simulator
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SHARED_FILE = Path("/var/tmp/flink-gpu-coordination")
