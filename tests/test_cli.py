@@ -1883,6 +1883,8 @@ def test_list_names_a_taskmanager_by_its_resource_id_or_host_and_port(tmp_path, 
                 else f"  {expected} (pid {fake.pid}, holds GPU 0, 1 in the coordination file)")
         assert line + "\n" in human, human
         assert TASKMANAGER_MAIN not in human
+        shown = cli("--simulate", "4", "coordination", "show", "--file", coord).stdout
+        assert re.search(rf"^\d+ +0 +{fake.pid} .*live +{re.escape(holder)}$", shown, re.M), shown
     finally:
         fake.stdin.close()
         fake.wait(10)

@@ -388,11 +388,13 @@ def _holder_text(gpu: dict) -> str:
 # -- coordination show / clean -----------------------------------------------------------------
 
 def _entry_rows(entries):
+    from flink_gpu.cli.list_view import process_text
+
     for entry in entries:
         state = entry.state if entry.liveness_known else _OTHER_NAMESPACE
         cmdline = _entry_cmdline(entry)
         yield [entry.line_number, entry.index, entry.pid, entry.start_time, state,
-               None if cmdline is None else short_command(cmdline)]
+               None if cmdline is None else process_text(entry.pid, cmdline)]
 
 
 _ENTRY_HEADERS = ["LINE", "GPU", "PID", "START TIME", "STATE", "COMMAND"]
