@@ -469,7 +469,7 @@ class TestOneTaskManagerSharingTwoGpus:
         for attempt, reports in enumerate((run.first_attempt, run.opened)):
             assert sorted(r["bound"][0] for r in reports) == ["0", "1"], f"attempt {attempt}: {reports}"
             assert all(r["attempt"] == attempt for r in reports)
-        assert run.bound_before_restart == {jvm_pid: holders_of(run, run.first_attempt)}
+        assert run.bound_before_restart == {(jvm_pid, None): holders_of(run, run.first_attempt)}
         assert run.bound_while_running == {(jvm_pid, None): holders_of(run, run.opened)}
         if run.mode == "process":
             # new workers: the killed one and its peer (torn down for the restart) are gone

@@ -79,7 +79,11 @@ class Nvml:
     def devices(self) -> Tuple[NvmlDevice, ...]: ...
     def skipped(self) -> Tuple[SkippedDevice, ...]: ...
     def notices(self) -> Tuple[str, ...]: ...
-    def states(self, owner_pid: int, taskmanager_pid: Optional[int] = None) -> Tuple["DeviceState", ...]: ...
+    def states(self, owner_pid: int, taskmanager_pid: Optional[int] = None,
+               health_checks: Optional[Iterable[str]] = None) -> Tuple["DeviceState", ...]: ...
+    def choose(self, indices: Iterable[str], owner_pid: int, taskmanager_pid: Optional[int], busy_policy: str,
+               health_checks: Optional[Iterable[str]] = None
+               ) -> Tuple[Tuple["DeviceState", ...], List[str], List[int], List[Tuple[str, str]]]: ...
     def read_metric(self, gpu_index: str, metric: str) -> int:
         """One reading of ``metric`` (one of METRICS) on ``gpu_index``; -1 where NVML cannot say."""
 
@@ -97,7 +101,16 @@ class DeviceState:
     @property
     def health(self) -> str: ...
     @property
+    def verdict(self) -> "Verdict": ...
+    @property
     def findings(self) -> Tuple[str, ...]: ...
+    @property
+    def warnings(self) -> Tuple[str, ...]: ...
+    @property
+    def checks(self) -> Tuple[Tuple[str, str, "Verdict", Optional[str], bool], ...]:
+        """Per check of HEALTH_CHECKS: (name, outcome, the finding's verdict, finding or None, enforced)."""
+    @property
+    def busy_reason(self) -> str: ...
     @property
     def memory_used(self) -> Optional[int]: ...
     @property
@@ -113,6 +126,14 @@ class DeviceState:
     def compute_mode(self) -> Optional[str]: ...
 
 BUSY_GPUS_VALUES: Tuple[str, str, str]
+HEALTH_CHECKS: Tuple[str, ...]
+
+class Verdict:
+    name: str
+    value: int
+    OK: "Verdict"
+    DEGRADED: "Verdict"
+    UNHEALTHY: "Verdict"
 
 def rank_gpus(states: Iterable[DeviceState], busy_policy: str) -> Tuple[List[str], List[int], List[Tuple[str, str]]]:
     """(indices best first, ranks parallel to them, [(index, why left out)])."""

@@ -180,12 +180,14 @@ class GPUBinding:
         if self._devices is None:
             from flink_gpu.cuda_devices import cuda_ordinals
 
-            devices = None
+            devices = skipped = None
             if self._library_path:
                 from flink_gpu.nvml import open_library
 
-                devices = open_library(self._library_path).devices()
-            self._devices = cuda_ordinals(self._infos, devices)
+                nvml = open_library(self._library_path)
+                devices = nvml.devices()
+                skipped = nvml.skipped()
+            self._devices = cuda_ordinals(self._infos, devices, skipped=skipped)
         return self._devices
 
     def register_metrics(self, group: Any) -> None:
@@ -320,7 +322,9 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
          library_path: "str | None" = None, timeout: float = DEFAULT_TIMEOUT) -> GPUBinding:
     """Binds ``count`` of ``gpus`` (GPUInfos: the set the TaskManager or parent claimed) to the calling
     process, or with ``slot`` to that slot for the calling thread, sharing each GPU with at most
-    ``holders_per_gpu`` holders; least-bound GPUs first, lowest index among equals.
+    ``holders_per_gpu`` holders; least-bound GPUs first, lowest index among equals. Each GPU's state
+    is read first (with ``library_path``): an unhealthy one is never bound while the others are
+    enough (a WARN names it), and too few usable ones raise :class:`BindingError` saying why.
 
     ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``); ``path``: the
     bindings file (default :func:`bindings_path`); ``library_path``: the libnvidia-ml for ``devices`` and
@@ -343,10 +347,11 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
         pid = threading.get_native_id()
         holder = f"slot {slot} (thread {pid})"
         registry = _thread_held.__dict__.setdefault("held", {})
+    candidates = _usable(by_index, count, library_path, taskmanager_pid)
     with _lock:
         try:
             indices, added, unparsable, lease_problem, start_time, file = _native.binding_bind(
-                path, timeout, pid, slot, taskmanager_pid, list(by_index), count, holders_per_gpu)
+                path, timeout, pid, slot, taskmanager_pid, candidates, count, holders_per_gpu)
         except FlinkException as error:
             raise BindingError(str(error)) from None
         key = (file, me) if slot is None else (file, slot, taskmanager_pid)
@@ -363,6 +368,33 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
                      "tell when pid %d dies.", ", ".join(added), path, lease_problem, me)
     return GPUBinding([by_index[i] for i in indices], indices, path, held,
                       (pid, slot, taskmanager_pid, start_time), holder, library_path, timeout)
+
+
+def _usable(by_index: "dict[str, Any]", count: int, library_path: "str | None",
+            taskmanager_pid: "int | None") -> "list[str]":
+    """The GPUs of ``by_index`` bind may choose from: each one's state is read now (docs/design.md
+    §9.1) and an unhealthy one (lost since discovery, a reset required, ...) is left out with a WARN
+    while the others are enough; too few raises BindingError saying which are unhealthy and why. A
+    GPU NVML does not list, or a host where NVML cannot be opened, is taken as it is."""
+    from flink_gpu.errors import NvmlError
+    from flink_gpu.nvml import Verdict, open_library
+
+    try:
+        states = open_library(library_path).states(os.getpid(), taskmanager_pid)
+    except NvmlError:
+        return list(by_index)
+    unhealthy = {state.gpu_index: state.health for state in states
+                 if state.gpu_index in by_index and state.verdict is Verdict.UNHEALTHY}
+    if not unhealthy:
+        return list(by_index)
+    usable = [index for index in by_index if index not in unhealthy]
+    why = "; ".join(f"GPU {index} is {health}" for index, health in unhealthy.items())
+    if len(usable) < count:
+        raise BindingError(f"Could not bind {count} GPU{'' if count == 1 else 's'}: of the "
+                           f"{len(by_index)} given, {len(usable)} {'is' if len(usable) == 1 else 'are'} usable "
+                           f"({why}). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.")
+    _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(usable))
+    return usable
 
 
 def _inherited_binding(by_index, count, path, library_path, timeout) -> GPUBinding:

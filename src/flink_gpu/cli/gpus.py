@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import (coordination_path, document, emit_json, error_message, gib,
@@ -304,7 +305,7 @@ def _print_bindings(view: dict, width: "int | None" = None, style=None) -> None:
 
 
 # a GPU that went missing between the enumeration and the state query: nothing known
-_NO_STATE = {"health": None, "findings": [], "memory_used": None, "memory_free": None,
+_NO_STATE = {"health": None, "findings": [], "checks": {}, "memory_used": None, "memory_free": None,
              "numa_node": None, "cpu_affinity": None, "compute_mode": None,
              "processes_known": False, "processes": []}
 
@@ -322,6 +323,8 @@ def _gpu_states(nvml, live: "dict[str, list[int]]") -> "dict[str, dict]":
         device = static.get(index)
         result[index] = {
             "health": state.health, "findings": list(state.findings),
+            "checks": {name: {"outcome": outcome, "finding": finding}
+                       for name, outcome, _, finding, _ in state.checks},
             "memory_used": state.memory_used, "memory_free": state.memory_free,
             "numa_node": device.numa_node if device else None,
             "cpu_affinity": device.cpu_affinity if device else None,
@@ -354,6 +357,10 @@ def _print_state_notes(gpus: "list[dict]") -> None:
         for finding in gpu["findings"]:
             if finding != gpu["health"]:
                 print(f"  GPU {gpu['index']}: {finding}")
+        unchecked = [f"{name} ({check['outcome']})" for name, check in gpu["checks"].items()
+                     if check["outcome"] not in ("ok", "finding")]
+        if unchecked:
+            print(f"  GPU {gpu['index']}: not checked: {', '.join(unchecked)}")
     hidden = sorted({p["pid"] for g in gpus for p in g["processes"] if not p["visible"]})
     if hidden:
         print(f"  NVML lists pid {', '.join(map(str, hidden))}, which this PID namespace cannot "
@@ -497,22 +504,41 @@ def claim(args) -> int:
 
     owner = _owner(args)
     path = coordination_path(args)
-    _, devices, _ = _devices()
+    nvml, devices, _ = _devices()
     uuids = {d.gpu_index: d.uuid for d in devices}
-    got = coordination.claim(args.amount, list(uuids), path=path, owner=owner, timeout=args.timeout).taken
+    units = {d.gpu_index for d in devices if d.mig_slot is not None}
+    # the driver's choice (design.md §9.1): never an unhealthy GPU, degraded and busy ones last
+    states, order, ranks, left_out = nvml.choose(list(uuids), owner, None, "avoid")
+    health = {state.gpu_index: state.health for state in states}
+    for index, why in left_out:
+        print(f"flink-gpu claim: WARNING: GPU {index} left out: {why}", file=sys.stderr)
+    got = coordination.claim(args.amount, order, path=path, owner=owner, timeout=args.timeout,
+                             ranks=ranks).taken
+    busy = {state.gpu_index: state.busy_reason for state in states if state.busy}
+    for index in got:
+        if index in busy:
+            print(f"flink-gpu claim: WARNING: GPU {index} is {busy[index]} (too few idle GPUs)",
+                  file=sys.stderr)
     if args.json:
         emit_json(document("claim", path=path, amount=args.amount,
                            owner={"pid": owner, "cmdline": process_cmdline(owner)},
-                           gpus=[{"index": i, "uuid": uuids.get(i)} for i in got]))
+                           gpus=[{"index": i, "uuid": uuids.get(i), "health": health.get(i)} for i in got],
+                           left_out=[{"index": i, "reason": why} for i, why in left_out]))
         return 0
     if not got:
         print("Claimed no GPU (N is 0).")
         return 0
     print(f"Claimed GPU {', '.join(got)} for {owner_description(owner)} in {path}.")
-    print(table(["GPU", "UUID"], ([i, uuids.get(i)] for i in got), indent="  "))
+    print(table(["GPU", "UUID", "HEALTH"], ([i, uuids.get(i), health.get(i)] for i in got), indent="  "))
     print(f"They stay claimed until `flink-gpu release{_owner_flag(args)}{_file_flag(args)}` or "
           f"until pid {owner} exits.")
-    print(f"CUDA_VISIBLE_DEVICES={','.join(uuids.get(i) or i for i in got)}")
+    if len(got) > 1 and units & set(got):
+        # CUDA uses one MIG instance per process (design.md §9.2): one line per process to start
+        print("CUDA uses one MIG instance per process: give each process one of")
+        for i in got:
+            print(f"  CUDA_VISIBLE_DEVICES={uuids.get(i) or i}")
+    else:
+        print(f"CUDA_VISIBLE_DEVICES={','.join(uuids.get(i) or i for i in got)}")
     return 0
 
 
