@@ -483,6 +483,18 @@ def test_thread_mode_gauges_are_java_held_values_pushed_by_update_metrics(path, 
         assert all(values == [-1, -1] for values in gpu.values.values())
 
 
+@pytest.mark.filterwarnings("ignore")  # importing PyFlink warns about its own deprecations
+def test_process_mode_gauges_say_they_travel_with_bundles_and_name_the_setting(path, caplog):
+    import logging
+
+    pytest.importorskip("pyflink", reason="the gauges are registered on PyFlink's metric group")
+    from pyflink.fn_execution.metrics.process.metric_impl import GenericMetricGroup
+
+    with bind(infos(1), path=path) as b, caplog.at_level(logging.INFO, logger="flink_gpu.binding"):
+        b.register_metrics(GenericMetricGroup(None, None))  # a process-mode worker's group
+    assert "python.fn-execution.bundle.size" in caplog.text and "when a bundle ends" in caplog.text
+
+
 def test_register_metrics_without_a_metric_group_registers_nothing(path, caplog):
     import logging
 

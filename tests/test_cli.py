@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import flink_gpu
+from flink_gpu import simulator
 from conftest import child_env, run_python
 from support.interop import find_discovery_executable
 from support.files import make_odd_path
@@ -27,8 +28,8 @@ def cli(*args, env=None, timeout=60, cwd=None):
                           timeout=timeout, cwd=cwd)
 
 
-def cli_json(*args, env=None, expect=0):
-    proc = cli(*args, "--json", env=env)
+def cli_json(*args, env=None, expect=0, cwd=None):
+    proc = cli(*args, "--json", env=env, cwd=cwd)
     assert proc.returncode == expect, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["schema"] == 1
@@ -165,7 +166,8 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
     assert set(gpus["0"]) == {"index", "uuid", "name", "memory_total", "pci_bus_id",
                               "minor_number", "holders", "stale_holders", "health", "findings", "checks",
                               "memory_used", "memory_free", "numa_node", "cpu_affinity",
-                              "compute_mode", "processes_known", "processes"}
+                              "compute_mode", "processes_known", "processes",
+                              "utilization", "temperature", "power"}
     assert gpus["0"]["uuid"] == UUID0 and gpus["0"]["memory_total"] == 80 * 2 ** 30
     assert gpus["0"]["holders"] == [{"pid": holder.pid,
                                     "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
@@ -565,7 +567,7 @@ def test_every_json_document_has_the_documented_top_level_fields(tmp_path):
         ("doctor", ["doctor", conf], {"configuration", "flink_home", "findings", "summary"}),
         ("resources", ["resources", conf], {"configuration", "kubernetes", "yarn"}),
         ("demo", ["demo"], {"simulated", "devices", "coordination_file", "before", "after",
-                            "killed", "reclaimed", "cleaned_up"}),
+                            "killed", "reclaimed", "binding", "cleaned_up"}),
     ]
     for command, args, fields in expected:
         doc = json.loads(cli(*args, "--json").stdout)
@@ -578,7 +580,7 @@ MIG_SPEC = {"devices": [{}, {"mig": {"mode": "enabled", "instances": [
 
 
 def test_every_json_document_follows_the_schema(tmp_path, holder):
-    """src/flink_gpu/cli/schema.json, the schema of docs/cli.md, against what each command prints: successes
+    """src/flink_gpu/cli/schema.json, the JSON Schema of cli/json_schema.md, against what each command prints: successes
     and failures, MIG units, holders and bindings, and lines that are not UTF-8."""
     from flink_gpu import binding, coordination
     from support.json_schema import errors
@@ -607,6 +609,8 @@ def test_every_json_document_follows_the_schema(tmp_path, holder):
         ["resources", conf],
         ["resources", conf, "--yarn"],
         ["demo"],
+        ["--simulate", "2", "taskmanager-env"],
+        ["taskmanager-env"],  # no simulator chosen, no driver: ok false
         ["no-such-command"],
     ]
     with binding.bind([flink_gpu.GPUInfo("1")], slot="s", taskmanager_pid=os.getpid(), path=bindings):
@@ -645,7 +649,8 @@ def gpu_conf(amount=1, factory=JAVA_FACTORY, **params):
 def run_doctor(tmp_path, conf_text, *args, env=None, expect=None, file_name="flink-conf.yaml"):
     conf = tmp_path / file_name
     conf.write_text(conf_text)
-    env = child_env() if env is None else env
+    # the shell of a TaskManager on the simulator (else doctor --simulate says it gets no GPU)
+    env = child_env(**simulator.environment(devices=4)) if env is None else env
     proc = cli("doctor", conf, "--simulate", "4", *args, "--json", env=env)
     doc = json.loads(proc.stdout)
     assert doc["schema"] == 1 and doc["command"] == "doctor"
@@ -971,10 +976,143 @@ def test_doctor_builds_other_drivers_without_running_them(tmp_path, factory, lev
     assert not findings(doc, "script-run") and not findings(doc, "coordination")
 
 
-def test_doctor_task_slots_note(tmp_path, good_script):
+def flink_gpu_on_path(tmp_path, env):
+    """``env`` with a ``flink-gpu`` command on PATH (this checkout's), so that printed fixes run as printed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    write_script(bin_dir / "flink-gpu", f'exec {sys.executable} -m flink_gpu.cli "$@"\n')
+    return {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}"}
+
+
+def test_doctor_simulate_fails_unless_the_taskmanagers_shell_has_that_simulator_and_says_how(tmp_path):
+    conf = tmp_path / "conf" / "config.yaml"
+    conf.parent.mkdir()
+    conf.write_text(gpu_conf(amount=2, discovery_script_path=find_discovery_executable(),
+                             discovery_script_args="--enable-coordination-mode"))
+    shell = flink_gpu_on_path(tmp_path, child_env())  # no simulator: a TaskManager started here gets no GPU
+    proc = cli("doctor", conf, "--simulate", "4", "--json", env=shell)
+    assert proc.returncode == 1, proc.stdout
+    error = only(json.loads(proc.stdout), "taskmanager-env", "error")
+    assert "--simulate 4 simulates GPUs for doctor only" in error["message"]
+    assert "no FLINK_GPU_NVML_LIBRARY" in error["message"]
+    assert 'eval "$(flink-gpu --simulate 4 taskmanager-env)"' in error["fix"]
+    # the fix as printed, then doctor as a TaskManager's shell would run it: nothing left to fix
+    script = f'{error["fix"].split(": ", 1)[1].split(";")[0]}; flink-gpu doctor {conf}'
+    proc = subprocess.run(["bash", "-c", script], env=shell, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No problem found" in proc.stdout
+    assert "runs the discovery script with FLINK_GPU_NVML_LIBRARY=" in proc.stdout
+    assert "(the simulator: 4 GPUs)" in proc.stdout
+
+
+def test_doctor_on_a_host_without_nvml_says_how_a_java_taskmanager_gets_a_library_or_the_simulator(tmp_path):
+    conf = tmp_path / "config.yaml"
+    conf.write_text(gpu_conf(discovery_script_path=find_discovery_executable()))
+    doc = json.loads(cli("doctor", conf, "--json",
+                         env=child_env(FLINK_GPU_NVML_LIBRARY=str(tmp_path / "no-libnvidia-ml.so.1"))).stdout)
+    error = only(doc, "script-run", "error")
+    assert "Could not load the NVIDIA Management Library" in error["message"]
+    assert "FLINK_GPU_NVML_LIBRARY" in error["fix"] and "does not read nvml.library-path" in error["fix"]
+    assert 'eval "$(flink-gpu --simulate 4 taskmanager-env)"' in error["fix"]
+
+
+def test_doctor_no_free_gpu_fix_names_the_configurations_coordination_file(tmp_path):
+    coord = tmp_path / "my-coordination"  # Flink splits the args on whitespace: no path with a space
+    conf = tmp_path / "config.yaml"
+    conf.write_text(gpu_conf(discovery_script_path=find_discovery_executable(),
+                             discovery_script_args=f"--enable-coordination-mode --coordination-file {coord}"))
+    shell = flink_gpu_on_path(tmp_path, child_env(**simulator.environment(devices=0)))  # a host without GPUs
+    doc = json.loads(cli("doctor", conf, "--json", env=shell).stdout)
+    fix = only(doc, "script-run", "error")["fix"]
+    assert f"`flink-gpu coordination clean --file {coord}`" in fix, fix
+    listed = subprocess.run(["bash", "-c", fix.split("`")[1] + " --json"], env=shell, capture_output=True, text=True)
+    assert json.loads(listed.stdout)["coordination"]["path"] == str(coord)  # the command runs as printed
+
+
+def test_doctor_says_what_a_thread_mode_taskmanager_lacks(tmp_path):
+    home = tmp_path / "flink"
+    (home / "lib").mkdir(parents=True)
+    (home / "opt").mkdir()
+    (home / "opt" / "flink-python-2.3.0.jar").write_bytes(b"")
+    (home / "conf").mkdir()
+    (home / "conf" / "config.yaml").write_text(gpu_conf(discovery_script_path=find_discovery_executable()))
+    env = child_env(**simulator.environment(devices=4))
+    env.pop("CUDA_DEVICE_ORDER", None)
+    doc = json.loads(cli("doctor", home / "conf", "--json", env=env).stdout)
+    notes = {f["message"].split(":")[0]: f for f in findings(doc, "taskmanager-env", "note")}
+    jar = notes[f"{home / 'lib'} has no flink-python jar"]
+    assert jar["fix"] == f"cp {home / 'opt' / 'flink-python-2.3.0.jar'} {home / 'lib'}/"
+    assert "CUDA_DEVICE_ORDER is not PCI_BUS_ID in this shell" in notes
+    if sys.prefix != sys.base_prefix:  # a virtualenv's packages reach the JVM's Python only through PYTHONPATH
+        assert any("No module named 'pemja'" in f["message"] for f in notes.values())
+
+
+def test_doctor_task_slots_note_points_to_bind_gpus_not_the_subtask_index(tmp_path, good_script):
     doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good_script)
-                     + "taskmanager.numberOfTaskSlots: 4\n", expect=0)
-    assert "numberOfTaskSlots is 4" in only(doc, "task-slots", "note")["message"]
+                     + "taskmanager.numberOfTaskSlots: 2\n", expect=0)
+    note = only(doc, "task-slots", "note")
+    assert "collides" in note["message"] and "bind_gpus" in note["fix"]
+
+
+def test_doctor_run_it_by_hand_command_runs_as_printed(tmp_path):
+    # named as the stock script, so doctor gives it a scratch coordination file; it fails on its own
+    # unless the file it is given can be created
+    script = write_script(tmp_path / "nvidia-gpu-discovery.sh", 'touch "$4" || exit 9\necho broken; exit 3\n')
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=script,
+                                        discovery_script_args="--enable-coordination-mode"), expect=1)
+    fix = only(doc, "script-run", "error")["fix"]
+    assert fix.startswith("Run it by hand: ")
+    proc = subprocess.run(["bash", "-c", fix.removeprefix("Run it by hand: ")], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 3 and proc.stdout == "broken\n", (fix, proc.stderr)
+    # and the command a passing run shows
+    (tmp_path / "ok").mkdir()
+    good = write_script(tmp_path / "ok" / "nvidia-gpu-discovery.sh", 'touch "$4" || exit 9\necho 0\n')
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good,
+                                        discovery_script_args="--enable-coordination-mode"))
+    command = only(doc, "script-run", "ok")["message"].split("`")[1]
+    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and proc.stdout == "0\n", (command, proc.stderr)
+
+
+def test_taskmanager_env_gives_a_process_started_after_eval_the_simulated_gpus(tmp_path):
+    shell = flink_gpu_on_path(tmp_path, child_env())
+    discovery = find_discovery_executable()
+    script = f'eval "$(flink-gpu --simulate 2 taskmanager-env)" && {discovery} 2 && {discovery} 3; echo "$PYTHONPATH"'
+    proc = subprocess.run(["bash", "-c", script], env=shell, capture_output=True, text=True, timeout=60)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "0,1", proc.stdout + proc.stderr   # the two simulated GPUs
+    assert "Could not get enough GPU resources" in proc.stdout + proc.stderr  # and no third
+    import sysconfig
+
+    assert sysconfig.get_path("purelib") in lines[-1].split(os.pathsep)  # thread mode's Python finds pemja
+    doc = cli_json("taskmanager-env", env=shell)
+    assert doc["environment"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert "FLINK_GPU_NVML_LIBRARY" not in doc["environment"]  # the host's driver
+    # a shell on the simulator already: not twice on the library path; a relative PYTHONPATH made absolute
+    spec = tmp_path / "spec.json"
+    spec.write_text('{"devices": [{}]}')
+    env = {**shell, **simulator.environment(devices=2), "PYTHONPATH": shell["PYTHONPATH"] + os.pathsep + "rel"}
+    doc = cli_json("--simulate-spec", "spec.json", "taskmanager-env", env=env, cwd=tmp_path)
+    library_dir = os.path.dirname(simulator.library_path())
+    assert doc["environment"]["LD_LIBRARY_PATH"].split(os.pathsep).count(library_dir) == 1
+    assert str(tmp_path / "rel") in doc["environment"]["PYTHONPATH"].split(os.pathsep)
+    assert doc["environment"]["FLINK_GPU_SIM_SPEC"] == str(spec) and doc["environment"]["FLINK_GPU_SIM_DEVICES"] == ""
+
+
+def test_schema_prints_the_json_schema_shipped_in_the_package_for_every_command():
+    proc = cli("schema")
+    assert proc.returncode == 0
+    from importlib.resources import files
+
+    shipped = files("flink_gpu.cli").joinpath("json_schema.md").read_text(encoding="utf-8")
+    assert proc.stdout == shipped
+    from flink_gpu.cli import build_parser
+
+    commands = [action for action in build_parser()._actions if action.dest == "command"][0].choices
+    for command in set(commands) - {"schema", "coordination"}:
+        assert f"\n`{command}`\n: " in shipped, command
+    assert "`flink-gpu schema`" in " ".join(cli("--help").stdout.split())
 
 
 def test_doctor_configuration_resolution(tmp_path):
@@ -1089,6 +1227,23 @@ def test_demo_reclaims_a_killed_workers_gpus_and_leaves_nothing_behind():
     assert len(set(pids)) == 4 and os.getpid() not in pids
     assert not any(pid_exists(pid) for pid in pids)
     assert not os.path.exists(os.path.dirname(doc["coordination_file"]))
+
+
+def test_demo_shows_the_slots_of_a_taskmanager_binding_its_gpus_alone_then_shared():
+    doc = cli_json("demo")
+    binding = doc["binding"]
+    taskmanager = binding["taskmanager"]
+    assert taskmanager["worker"] == "worker-4" and taskmanager["gpus"] == ["0", "1"]
+    first, second, third = binding["exclusive"]
+    assert {tuple(first["gpus"]), tuple(second["gpus"])} == {("0",), ("1",)}  # a GPU each, none shared
+    assert third["gpus"] == [] and f"is bound by pid {first['pid']} (1 of at most 1)" in third["error"]
+    shared = sorted(index for slot in binding["shared"] for index in slot["gpus"])
+    assert shared == ["0", "0", "1", "1"] and not any(slot["error"] for slot in binding["shared"])
+    slots = binding["exclusive"] + binding["shared"]
+    assert not any(pid_exists(slot["pid"]) for slot in slots)
+    human = cli("demo").stdout
+    assert re.search(r"^  slot-3 +\d+ +- +refused: Could not bind 1 GPU", human, re.M), human
+    assert len(re.findall(r"^  slot-\d +\d+ +[01] +bound$", human, re.M)) == 6, human
 
 
 def test_demo_human_output():
@@ -1220,10 +1375,7 @@ def test_cli_schema_lists_every_doctor_check():
                for module in pkgutil.iter_modules(doctor.__path__)]
     emitted = set(re.findall(r'\.add\(\s*"(?:error|warning|note|ok)",\s*"([a-z-]+)"',
                              "\n".join(sources)))
-    cli_md = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
-    if not cli_md.exists():
-        pytest.skip("no docs/cli.md beside the tests")
-    schema = cli_md.read_text(encoding="utf-8").split("`check` is one of", 1)[1].split("`resources`", 1)[0]
+    schema = cli("schema").stdout.split("`check` is one of", 1)[1].split("`resources`", 1)[0]
     assert "resource-keys" in emitted  # the regex still finds the checks
     assert emitted <= set(re.findall(r"`([a-z-]+)`", schema))
 
@@ -1559,7 +1711,7 @@ def test_list_table_shows_the_state_of_each_gpu(state_host):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     header = next(line for line in lines if line.startswith("GPU "))
-    assert header.split() == ["GPU", "HEALTH", "MEMORY", "USED", "NUMA", "CPUS", "PROCESSES"]
+    assert header.split() == ["GPU", "HEALTH", "UTIL", "MEMORY", "USED", "TEMP", "POWER", "NUMA", "CPUS", "PROCESSES"]
     rows = {line.split()[0]: line for line in lines[lines.index(header) + 1:][:4]}
     assert "degraded: " in rows["0"] and "3.0 GiB" in rows["0"] and rows["0"].endswith("none")
     assert "unhealthy: " in rows["1"]
@@ -1572,7 +1724,8 @@ def test_list_table_shows_the_state_of_each_gpu(state_host):
 def doctor_on(tmp_path, spec, conf_text, expect):
     conf = tmp_path / "flink-conf.yaml"
     conf.write_text(conf_text)
-    proc = cli("doctor", conf, "--simulate-spec", spec, "--json", "--taskmanagers-per-host", "1")
+    proc = cli("doctor", conf, "--simulate-spec", spec, "--json", "--taskmanagers-per-host", "1",
+               env=child_env(**simulator.environment(spec=spec)))  # a TaskManager's shell on that simulator
     doc = json.loads(proc.stdout)
     assert proc.returncode == expect, json.dumps(doc["findings"], indent=1)
     return doc
@@ -1802,3 +1955,162 @@ def test_doctor_reports_a_mig_gpu_without_instances_and_a_pending_mode(tmp_path)
     messages = [f["message"] for f in doc["findings"] if f["check"] == "nvml"]
     assert any("MIG mode is enabled but it has no MIG instances" in m for m in messages)
     assert any("MIG mode pending a reset" in m for m in messages)
+
+
+# --- list as a monitor: the Flink configuration's file, readings, TaskManager names, watch, terminal ---
+
+def coordinated_conf(conf_dir, coord):
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    (conf_dir / "config.yaml").write_text(gpu_conf(amount=2, discovery_script_path=find_discovery_executable(),
+                                                   discovery_script_args=f"--enable-coordination-mode "
+                                                                         f"--coordination-file {coord}"))
+    return conf_dir
+
+
+def test_list_reads_the_coordination_file_of_the_flink_configuration(tmp_path, holder):
+    coord = tmp_path / "coordination"
+    conf_dir = coordinated_conf(tmp_path / "conf", coord)
+    cli_json("--simulate", "4", "claim", "1", "--owner", holder.pid, "--file", coord)
+    by_env = cli_json("--simulate", "4", "list", env=child_env(FLINK_CONF_DIR=str(conf_dir)))
+    by_option = cli_json("--simulate", "4", "list", "--conf", conf_dir / "config.yaml")
+    for doc in (by_env, by_option):
+        assert doc["coordination"]["path"] == str(coord)
+        assert [h["pid"] for h in doc["gpus"][0]["holders"]] == [holder.pid]
+    assert by_env["coordination"]["from"] == f"$FLINK_CONF_DIR {conf_dir}"
+    human = cli("--simulate", "4", "list", env=child_env(FLINK_CONF_DIR=str(conf_dir))).stdout
+    assert f"Holders from the coordination file {coord} (of the Flink configuration in $FLINK_CONF_DIR" in human
+    # --file still wins
+    assert cli_json("--simulate", "4", "list", "--file", tmp_path / "other",
+                    env=child_env(FLINK_CONF_DIR=str(conf_dir)))["coordination"]["path"] == str(tmp_path / "other")
+
+
+def test_list_refuses_a_conf_without_a_coordination_file_naming_the_key_and_notes_it_for_flink_conf_dir(tmp_path):
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "config.yaml").write_text(gpu_conf(amount=1, discovery_script_args="''"))
+    proc = cli("--simulate", "4", "list", "--conf", conf_dir)
+    assert proc.returncode == 2
+    assert "external-resource.gpu.param.discovery-script.args has no --enable-coordination-mode" in proc.stderr
+    assert "--file" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cli("--simulate", "4", "list", "--conf", tmp_path / "missing")
+    assert proc.returncode == 2 and str(tmp_path / "missing") in proc.stderr
+    # FLINK_CONF_DIR is set for any cluster: the default file, and a note saying why
+    env = child_env(FLINK_CONF_DIR=str(conf_dir))
+    doc = cli_json("--simulate", "4", "list", env=env)
+    assert doc["coordination"]["path"] == "/var/tmp/flink-gpu-coordination" and doc["coordination"]["from"] is None
+    assert "has no --enable-coordination-mode" in doc["coordination"]["note"]
+    assert "Note: $FLINK_CONF_DIR: the Flink configuration" in cli("--simulate", "4", "list", env=env).stdout
+
+
+def test_list_shows_utilization_temperature_and_power_next_to_the_holders(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"utilization": 37, "temperature": 55, "power": 250.4}, {}]}))
+    doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "coord")
+    first, second = doc["gpus"]
+    assert (first["utilization"], first["temperature"], first["power"]) == (37, 55, 250)
+    assert 0 <= second["utilization"] <= 100 and 30 <= second["temperature"] <= 80  # the simulator's load curve
+    lines = cli("--simulate-spec", spec, "list", "--file", tmp_path / "coord").stdout.splitlines()
+    header = next(line for line in lines if line.startswith("GPU "))
+    row = lines[lines.index(header) + 1].split()
+    assert row[:3] == ["0", "ok", "37%"] and row[5:9] == ["55", "C", "250", "W"], row
+
+
+TASKMANAGER_MAIN = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
+
+
+@pytest.mark.parametrize("how, name", [
+    ("dynamic", "TaskManager tm-7"), ("config", "TaskManager from-conf"), ("log", "TaskManager localhost:41627-44e15c"),
+    ("host", "TaskManager worker-3:6122"), ("nothing", "TaskManager pid {pid}")])
+def test_list_names_a_taskmanager_by_its_resource_id_or_host_and_port(tmp_path, how, name):
+    conf_dir = tmp_path / "tm-conf"
+    conf_dir.mkdir()
+    conf = {"config": "taskmanager.resource-id: from-conf\n",
+            "host": "taskmanager.host: worker-3\ntaskmanager.rpc.port: 6122\n"}.get(how, "")
+    (conf_dir / "config.yaml").write_text(conf)
+    extra = ["-D", "taskmanager.resource-id=tm-7"] if how == "dynamic" else []
+    log = tmp_path / "flink-taskexecutor-0.log"  # what Flink's bin/taskmanager.sh names with -Dlog.file
+    log.write_text("2026-12-01 20:52:38,528 INFO  org.apache.flink.runtime.taskexecutor.TaskManagerRunner "
+                   "[] - Starting TaskManager with ResourceID: localhost:41627-44e15c\n" if how == "log" else "")
+    # a process whose command line is a TaskManager's (its main class, --configDir, -D properties)
+    fake = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", f"-Dlog.file={log}", TASKMANAGER_MAIN,
+                             "--configDir", str(conf_dir), *extra], stdin=subprocess.PIPE)
+    try:
+        coord = tmp_path / "coord"
+        cli_json("--simulate", "4", "claim", "2", "--owner", fake.pid, "--file", coord)
+        # one of its slots' workers, bound and holding until its stdin closes
+        binder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+            import sys
+            from flink_gpu import GPUInfo
+            from flink_gpu.binding import bind
+            bind([GPUInfo("0"), GPUInfo("1")], 1, taskmanager_pid={fake.pid}, path={str(coord) + '.bindings'!r})
+            print("bound", flush=True)
+            sys.stdin.read()
+            """)], env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert binder.stdout.readline() == "bound\n"
+        human = cli("--simulate", "4", "list", "--file", coord).stdout
+        binder.stdin.close()
+        binder.wait(10)
+        expected = name.format(pid=fake.pid)
+        holder = "TaskManager" if how == "nothing" else expected  # the pid is beside it
+        assert re.search(rf"^0 .*  pid {fake.pid}: {re.escape(holder)}$", human, re.M), human
+        line = (f"  TaskManager pid {fake.pid} (holds GPU 0, 1 in the coordination file)" if how in ("nothing",)
+                else f"  {expected} (pid {fake.pid}, holds GPU 0, 1 in the coordination file)")
+        assert line + "\n" in human, human
+        assert TASKMANAGER_MAIN not in human
+        shown = cli("--simulate", "4", "coordination", "show", "--file", coord).stdout
+        assert re.search(rf"^\d+ +0 +{fake.pid} .*live +{re.escape(holder)}$", shown, re.M), shown
+    finally:
+        fake.stdin.close()
+        fake.wait(10)
+
+
+def test_list_watch_redraws_until_ctrl_c_and_refuses_json(tmp_path):
+    process = subprocess.Popen([sys.executable, "-m", "flink_gpu.cli", "--simulate", "2", "list", "--watch", "0.2",
+                                "--file", tmp_path / "coord"], env=child_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    assert out.count("Every 0.2 s") >= 2 and out.count("GPU  HEALTH") >= 2
+    assert "Traceback" not in err
+    proc = cli("--simulate", "2", "list", "--watch", "--json")
+    assert proc.returncode == 2 and "--watch" in proc.stderr
+
+
+def run_on_terminal(args, columns, **env):
+    """``flink-gpu args`` with its stdout on a pseudo-terminal of ``columns`` columns: what it prints."""
+    import pty
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "flink_gpu.cli", *map(str, args)], stdout=follower,
+                               stderr=subprocess.PIPE, env=child_env(COLUMNS=str(columns), **env))
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the terminal's other end closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert process.wait(30) == 0, process.stderr.read()
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_list_fits_the_terminal_and_colours_verdicts_unless_no_color(tmp_path, holder):
+    coord = tmp_path / "coord"
+    cli_json("--simulate", "4", "claim", "2", "--owner", holder.pid, "--file", coord)
+    shown = run_on_terminal(["--simulate", "4", "list", "--file", coord], 103)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", shown)
+    tables = [line for line in plain.splitlines() if re.match(r"(INDEX|GPU) |\d+ ", line)]
+    assert len(tables) == 10 and max(len(line) for line in tables) <= 103, plain
+    assert re.search(rf"^0 .*pid {holder.pid}: {re.escape(sys.executable[:10])}.*\.\.\.$", plain, re.M), plain
+    assert "BUS ID" not in plain  # gave way to the holder's command
+    assert "\x1b[32mok\x1b[0m" in shown and "\x1b[32mfree\x1b[0m" in shown
+    assert "\x1b[" not in run_on_terminal(["--simulate", "4", "list", "--file", coord], 103, NO_COLOR="1")
+    # a pipe gets whole lines, without colour
+    piped = cli("--simulate", "4", "list", "--file", coord).stdout
+    assert "\x1b[" not in piped and cut_to_table(HOLDER_COMMAND) in piped

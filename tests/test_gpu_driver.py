@@ -238,6 +238,9 @@ def test_auto_fallback_to_a_missing_default_script_says_nvml_was_not_usable(tmp_
                               f"{tmp_path}/plugins/external-resource-gpu/nvidia-gpu-discovery.sh.")
     assert "discovery-mode is 'auto'" in message and "NVML is not usable" in message
     assert missing_library in message
+    # a host without a GPU: how to get simulated ones, and one exception rather than a chain of three
+    assert 'eval "$(flink-gpu --simulate 4 taskmanager-env)"' in message and "simulator" in message
+    assert error.value.__cause__ is None and error.value.__suppress_context__
 
 
 def test_a_bad_timeout_is_an_error_whichever_backend_is_chosen():

@@ -632,8 +632,22 @@ def test_bind_gpus_without_gpus_says_why(tmp_path, monkeypatch):
     from flink_gpu.binding import BindingError
     from flink_gpu.pyflink import bind_gpus
 
-    with pytest.raises(BindingError, match="No GPUs of 'gpu' to bind in process mode: .*enable-coordination-mode"):
+    with pytest.raises(BindingError, match="No GPUs of 'gpu' to bind in process mode: .*enable-coordination-mode") as raised:
         bind_gpus(None, "gpu")
+    # where a TaskManager that found no GPU says why, and the command that checks it
+    assert "Failed to retrieve information of external resource gpu" in str(raised.value)
+    assert "flink-gpu doctor" in str(raised.value)
+
+
+def test_thread_mode_bind_gpus_without_gpus_points_to_the_taskmanager_log_and_doctor(tm_conf):
+    from flink_gpu.binding import BindingError
+    from flink_gpu.pyflink import bind_gpus
+
+    with pytest.raises(BindingError) as raised:
+        bind_gpus(PyFlinkContext(JavaRuntimeContext([])), "gpu")
+    message = str(raised.value)
+    assert "getExternalResourceInfos('gpu') returned no infos" in message
+    assert "log/flink-*-taskexecutor-*.log" in message and "flink-gpu doctor" in message
 
 
 @pytest.mark.parametrize("count, share, message", [
@@ -700,6 +714,40 @@ def thread_mode_subtasks(gpus, subtasks):
         hold.set()
         for t in threads:
             t.join()
+
+
+class NamedTaskInfo(JavaTaskInfo):
+    """Flink 2's TaskInfo: the operator chain's name and the subtask index too."""
+
+    def getTaskName(self):
+        return "infer -> Sink: print"
+
+    def getIndexOfThisSubtask(self):
+        return 3
+
+
+class NamedSubtaskContext(JavaSubtaskContext):
+    def getTaskInfo(self):
+        return NamedTaskInfo(self.allocation)
+
+
+def test_each_binding_logs_operator_subtask_gpu_index_and_uuid(tm_conf):
+    env = simulated_env(devices=2)
+    code = textwrap.dedent("""
+        import logging, sys
+        sys.path.insert(0, TESTS)
+        logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
+        from test_pyflink import JavaInfo, NamedSubtaskContext, PyFlinkContext
+        from flink_gpu.pyflink import bind_gpus
+        context = PyFlinkContext(NamedSubtaskContext([JavaInfo({"index": "0"}), JavaInfo({"index": "1"})], "1f"))
+        bind_gpus(context, "gpu").release()
+        """).replace("TESTS", repr(os.path.dirname(os.path.abspath(__file__))))
+    proc = run_python(code, env=env)
+    lines = [line for line in proc.stderr.splitlines() if "Bound" in line]
+    assert len(lines) == 1, proc.stderr
+    # thread mode's Java infos carry the index only: the uuid is NVML's
+    assert re.fullmatch(r"flink_gpu\.pyflink INFO Bound infer -> Sink: print subtask 3 to slot 1f \(thread \d+\) of "
+                        r"the TaskManager \(pid \d+\), thread mode: GPU 0 \(" + SIM_UUID.format(0) + r"\)", lines[0]), lines
 
 
 def test_thread_mode_binds_per_slot_allocation_id(tm_conf):

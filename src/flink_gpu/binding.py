@@ -221,6 +221,11 @@ class GPUBinding:
                     subgroup.gauge(name, reading)
         if embedded:
             self.update_metrics(force=True)
+        else:  # said once per binding: a short job's gauges otherwise seem never to come
+            _log.info("GPU gauges for %s registered on a process-mode metric group: PyFlink ships their values "
+                      "when a bundle ends (python.fn-execution.bundle.size / python.fn-execution.bundle.time), so "
+                      "with a bundle that holds all of a job's records they show only at its end; make the bundle "
+                      "smaller to see them while it runs.", ", ".join(self._indices))
 
     def update_metrics(self, force: bool = False) -> None:
         """Refreshes thread-mode gauges (see :meth:`register_metrics`): call it from the task's thread,

@@ -115,18 +115,59 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
     java_context = _java_context(runtime_context)
     lookup = _from_java(java_context, name) if java_context is not None else _from_coordination_file(name, view)
     if not lookup.infos:
-        raise BindingError(f"No GPUs of '{name}' to bind in {lookup.mode} mode: {lookup.reason}")
+        raise BindingError(f"No GPUs of '{name}' to bind in {lookup.mode} mode: {lookup.reason} "
+                           f"{_NO_GPUS_HINT.format(name=name)}")
     if lookup.mode == "thread":
         slot = _slot_id(java_context)
         taskmanager, path = os.getpid(), view.path
     else:
         slot, taskmanager, path = None, lookup.holder_pid, lookup.coordination_file
     try:
-        return bind(lookup.infos, count, subtasks_per_gpu, slot=slot, taskmanager_pid=taskmanager,
-                    path=bindings_path(path), library_path=view.library)
+        binding = bind(lookup.infos, count, subtasks_per_gpu, slot=slot, taskmanager_pid=taskmanager,
+                       path=bindings_path(path), library_path=view.library)
     except BindingError as error:
         advice = _binding_advice(name, lookup.infos, taskmanager, count, subtasks_per_gpu, lookup.mode == "thread")
         raise BindingError(f"{error} {advice}") from None
+    if _log.isEnabledFor(logging.INFO):
+        _log.info("Bound %s to %s of the TaskManager (pid %s), %s mode: %s",
+                  _subtask_name(runtime_context, java_context), binding.holder, taskmanager, lookup.mode,
+                  _described_gpus(binding.infos, view.library))
+    return binding
+
+
+def _described_gpus(infos: frozenset, library: "str | None") -> str:
+    """"GPU 0 (GPU-…), GPU 1 (…)" for a log line: thread mode's Java infos carry the index only, so the
+    uuid is NVML's."""
+    from flink_gpu.gpu_index import index_sort_order
+
+    ordered = index_sort_order(infos, lambda info: info.get_property("index"))
+    missing = [info.get_property("index") for info in ordered if not info.get_property("uuid")]
+    uuids = {info.get_property("index"): info.get_property("uuid") for info in ordered}
+    if missing:
+        completed, _ = _nvml_infos(missing, library)
+        uuids.update({info.get_property("index"): info.get_property("uuid") for info in completed})
+    return ", ".join(f"GPU {index} ({uuids[index] or 'uuid unknown'})"
+                     for index in (info.get_property("index") for info in ordered))
+
+
+# Where a TaskManager that found no GPU says why (Flink's StaticExternalResourceInfoProvider logs it).
+_NO_GPUS_HINT = ("If the TaskManager found no GPU, its log (log/flink-*-taskexecutor-*.log) has \"Failed to retrieve "
+                 "information of external resource {name}\" with the cause; `flink-gpu doctor $FLINK_CONF_DIR` in "
+                 "the shell that starts the TaskManager checks its configuration and environment "
+                 "(docs/flink-cluster.md).")
+
+
+def _subtask_name(runtime_context: Any, java_context: Any) -> str:
+    """"<operator> subtask <i>" for the log line of a binding; what cannot be read is left out."""
+    try:
+        if java_context is not None:
+            task = java_context.getTaskInfo()
+            return f"{task.getTaskName()} subtask {int(task.getIndexOfThisSubtask())}"
+        if runtime_context is not None:
+            return f"{runtime_context.get_task_name()} subtask {runtime_context.get_index_of_this_subtask()}"
+    except Exception:  # a context without the calls (a test's stand-in, an older PyFlink): name what is known
+        pass
+    return "a subtask"
 
 
 def _binding_advice(name: str, infos: frozenset, taskmanager: "int | None", count: int, subtasks_per_gpu: int,

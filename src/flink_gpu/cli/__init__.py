@@ -1,7 +1,7 @@
 """``flink-gpu``: the human-facing command line (docs/design.md §6.2).
 
-The commands, exit codes and the ``--json`` schema are documented in docs/cli.md; keep that file
-in step with what the subcommands print.
+The commands and exit codes are documented in docs/cli.md, the ``--json`` schema in json_schema.md
+beside this file (shipped in the package: ``flink-gpu schema`` prints it); keep them in step with what the subcommands print.
 
 This module imports only argparse; each subcommand imports what it needs when it runs.
 """
@@ -15,7 +15,9 @@ import sys
 __all__ = ["main"]
 
 _EPILOG = ("Exit codes: 0 ok, 1 a check failed or the operation could not be done, 2 usage error. "
-           "--simulate N (before or after the subcommand) runs against the bundled NVML simulator.")
+           "--simulate N (before or after the subcommand) runs this command against the bundled NVML "
+           "simulator; a TaskManager gets it with eval \"$(flink-gpu --simulate N taskmanager-env)\" "
+           "before start-cluster.sh.")
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -32,7 +34,7 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     default = (lambda value: argparse.SUPPRESS) if suppress else (lambda value: value)
     group = parser.add_argument_group("common options")
     group.add_argument("--json", action="store_true", default=default(False),
-                       help="print one JSON document (its schema: flink_gpu/cli/schema.json, docs/cli.md)")
+                       help="print one JSON document (its schema: `flink-gpu schema`)")
     sim = group.add_mutually_exclusive_group()
     sim.add_argument("--simulate", type=_count, metavar="N", default=default(None),
                      help="use the bundled NVML simulator with N GPUs instead of the driver")
@@ -126,10 +128,18 @@ def build_parser() -> argparse.ArgumentParser:
         _common(sub, suppress=True)
         return sub
 
-    sub = add("list", "list the GPUs of this host with the processes holding them",
+    sub = add("list", "list the GPUs of this host with their holders, slots, health and readings",
               "List the GPUs NVML reports (index, UUID, name, memory, PCI bus id), the process "
-              "holding each according to the coordination file, and the devices NVML skipped.")
+              "holding each according to the coordination file (that of the Flink configuration "
+              "in --conf or $FLINK_CONF_DIR, unless --file names one), each GPU's health, "
+              "utilization, memory, temperature and power, the TaskManagers' slots bound to them, "
+              "and the devices NVML skipped.")
     _file_option(sub)
+    sub.add_argument("--conf", metavar="CONF_FILE_OR_DIR", default=None,
+                     help="the Flink configuration whose coordination file to read (default: "
+                          "$FLINK_CONF_DIR when set)")
+    sub.add_argument("--watch", type=_seconds, nargs="?", const=2.0, default=None, metavar="SECONDS",
+                     help="redraw every SECONDS (default 2) until Ctrl-C")
 
     coordination = add("coordination", "show or clean the coordination file")
     actions = coordination.add_subparsers(dest="action", metavar="ACTION")
@@ -199,11 +209,22 @@ def build_parser() -> argparse.ArgumentParser:
               "that reclaims the dead worker's GPUs. Everything is cleaned up at the end.")
     sub.add_argument("--real", action="store_true",
                      help="use this host's NVIDIA driver instead of the simulator (needs 3 GPUs or more)")
+
+    add("schema", "print the schema of the --json documents (shipped with the package)")
+
+    add("taskmanager-env", "print the environment a TaskManager needs, to eval before start-cluster.sh",
+        "Print `export` lines for the shell that runs start-cluster.sh or taskmanager.sh: with "
+        "--simulate N (or --simulate-spec FILE) the simulator's variables, which give the "
+        "TaskManager's discovery script and Python workers N simulated GPUs; "
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID; PYTHONPATH naming this Python's site-packages (thread mode "
+        "runs Python inside the JVM). Use: eval \"$(flink-gpu --simulate 4 taskmanager-env)\".")
     return parser
 
 
 def _use_simulator(args: argparse.Namespace) -> None:
     """Point NVML at the simulator before its first use in this process (see module docstring)."""
+    # what a TaskManager started from this shell sees (doctor compares it with the simulation)
+    args.environment_before_simulate = dict(os.environ)
     if args.simulate is None and args.simulate_spec is None:
         return
     from flink_gpu import simulator
@@ -268,6 +289,15 @@ def _run(args: argparse.Namespace) -> int:
         from flink_gpu.cli import resources
 
         return resources.run(args)
+    if command == "schema":
+        from importlib.resources import files
+
+        sys.stdout.write(files("flink_gpu.cli").joinpath("json_schema.md").read_text(encoding="utf-8"))
+        return 0
+    if command == "taskmanager-env":
+        from flink_gpu.cli import taskmanager_env
+
+        return taskmanager_env.run(args)
     from flink_gpu.cli import demo
 
     return demo.run(args)

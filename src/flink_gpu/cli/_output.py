@@ -106,15 +106,47 @@ def _hint(error: BaseException) -> "str | None":
     return None
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "") -> str:
-    """Left-aligned columns separated by two spaces; ``None`` shows as ``-``."""
+# A column cut to fit a terminal keeps at least this many characters, other columns giving way first.
+_MIN_SHRUNK = 30
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "",
+          width: "int | None" = None, shrink: "int | None" = None, style=None,
+          optional: Sequence[int] = ()) -> str:
+    """Left-aligned columns separated by two spaces; ``None`` shows as ``-``.
+
+    ``width`` (a terminal's columns) with ``shrink`` (a column's position): the ``optional`` columns
+    are left out, in that order, while the ``shrink`` column would have fewer than 30 characters,
+    then its cells are cut so that the lines fit. ``style(value)``: a function giving a cell's text
+    its colour (``value`` painted; the padding stays outside, so the columns stay aligned)."""
     cells = [[str(h) for h in headers]]
     cells += [["-" if value is None else str(value) for value in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    if width is not None and shrink is not None:
+        keep = list(range(len(headers)))
+        for column in optional:
+            others = len(indent) + sum(widths[i] for i in keep if i != shrink) + 2 * (len(keep) - 1)
+            if widths[shrink] <= width - others or width - others >= _MIN_SHRUNK:
+                break
+            keep.remove(column)
+        cells = [[row[i] for i in keep] for row in cells]
+        widths = [widths[i] for i in keep]
+        shrink = keep.index(shrink)
+        headers = [headers[i] for i in keep]
+        others = len(indent) + sum(widths) - widths[shrink] + 2 * (len(headers) - 1)
+        room = max(len(cells[0][shrink]), 8, width - others)
+        if widths[shrink] > room:
+            for row in cells[1:]:
+                if len(row[shrink]) > room:
+                    row[shrink] = row[shrink][:room - 3] + "..."
+            widths[shrink] = room
     lines = []
-    for row in cells:
-        text = "  ".join(value.ljust(width) for value, width in zip(row, widths))
-        lines.append(indent + text.rstrip())
+    for number, row in enumerate(cells):
+        parts = []
+        for value, column_width in zip(row, widths):
+            padding = " " * (column_width - len(value))
+            parts.append((style(value) if style is not None and number > 0 else value) + padding)
+        lines.append(indent + "  ".join(parts).rstrip())
     return "\n".join(lines)
 
 

@@ -1,4 +1,5 @@
-"""``flink-gpu demo``: several workers share one (simulated) GPU host through the coordination file.
+"""``flink-gpu demo``: several workers share one (simulated) GPU host through the coordination file,
+then the slots of one of them bind its GPUs, alone and shared (what ``bind_gpus`` does for PyFlink).
 
 Each worker is a real Python process that gets its GPUs as a coordinated TaskManager does (Flink's
 GPU plugin with ``--enable-coordination-mode``), reports them, and holds them until its stdin is
@@ -35,17 +36,34 @@ print(json.dumps({"pid": os.getpid(), "gpus": [gpu.index for gpu in gpus],
 sys.stdin.read()
 driver.close()
 """
+# What a slot's worker runs: bind GPUs of its TaskManager's set to itself, as bind_gpus does for a
+# process-mode Python worker (one per slot), then one JSON line (the binding or its BindingError), then hold.
+_SLOT = """\
+import json, os, sys
+from flink_gpu import GPUInfo, binding
+gpus, share, taskmanager, path = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+try:
+    bound = binding.bind([GPUInfo(index) for index in gpus], 1, share, taskmanager_pid=taskmanager, path=path)
+except binding.BindingError as error:
+    print(json.dumps({"pid": os.getpid(), "error": str(error)}), flush=True)
+else:
+    print(json.dumps({"pid": os.getpid(), "gpus": list(bound.indices), "uuids": [None] * len(bound.indices)}),
+          flush=True)
+sys.stdin.read()
+"""
 _START_TIMEOUT = 30.0
 _STOP_TIMEOUT = 10.0
 
 
 class Worker:
-    def __init__(self, name: str, amount: int, path: str, env: dict) -> None:
+    def __init__(self, name: str, amount: int, path: str, env: dict, script: str = _WORKER,
+                 argv: "tuple[str, ...] | None" = None) -> None:
         self.name = name
         self.amount = amount
         self.state = "running"
+        self.error: "str | None" = None  # a slot that could not bind: its BindingError
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _WORKER, str(amount), path], env=env,
+            [sys.executable, "-c", script, *(argv if argv is not None else (str(amount), path))], env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             # Ctrl-C reaches this process only; it stops the workers in order
             start_new_session=True)
@@ -71,7 +89,8 @@ class Worker:
             raise FlinkException(f"{self.name} (pid {self.pid}) could not claim {self.amount} "
                                  f"GPU(s): {last}")
         report = json.loads(line)
-        self.gpus, self.uuids = report["gpus"], report["uuids"]
+        self.error = report.get("error")
+        self.gpus, self.uuids = report.get("gpus", []), report.get("uuids", [])
 
     def kill(self) -> None:
         os.kill(self.pid, signal.SIGKILL)
@@ -99,6 +118,51 @@ class Worker:
     def row(self) -> dict:
         return {"worker": self.name, "pid": self.pid, "state": self.state, "gpus": self.gpus,
                 "uuids": self.uuids}
+
+
+def _bind_slots(taskmanager: Worker, shares: "list[int]", path: str, env: dict) -> "list[Worker]":
+    """One worker per slot of ``taskmanager``, started one after the other, each binding 1 GPU of its
+    set shared by at most ``shares[i]``."""
+    slots = []
+    for number, share in enumerate(shares, start=1):
+        slot = Worker(f"slot-{number}", 1, path, env, script=_SLOT,
+                      argv=(",".join(taskmanager.gpus), str(share), str(taskmanager.pid), path))
+        slots.append(slot)
+        slot.wait_report()
+    return slots
+
+
+def _print_slots(slots: "list[Worker]") -> None:
+    rows = [[slot.name, slot.pid, ", ".join(slot.gpus) if slot.gpus else "-",
+             "refused: " + slot.error.split(". ")[0] + "." if slot.error else "bound"] for slot in slots]
+    print(table(["SLOT", "PID", "GPU", ""], rows, indent="  "))
+
+
+def _binding_act(taskmanager: Worker, path: str, env: dict, human: bool) -> dict:
+    """The slots of one TaskManager bind its GPUs: alone (a third slot is refused), then two per GPU."""
+    bindings_file = path + ".bindings"
+    gpus = ", ".join(taskmanager.gpus)
+    if human:
+        print(f"\n{taskmanager.name} is a TaskManager: Flink gives each of its slots all its GPUs "
+              f"({gpus}). bind_gpus gives\neach slot its own; here three slots' workers bind 1 GPU each "
+              f"through\n{bindings_file} (`flink-gpu list` shows them under their TaskManager):\n")
+    exclusive = _bind_slots(taskmanager, [1, 1, 1], bindings_file, env)
+    if human:
+        _print_slots(exclusive)
+    for slot in exclusive:
+        slot.stop()
+    if human:
+        print("\nThe slots stop (a slot's worker that dies frees its GPU too). With subtasks_per_gpu=2 "
+              "four slots\nshare the two GPUs, two each:\n")
+    shared = _bind_slots(taskmanager, [2, 2, 2, 2], bindings_file, env)
+    if human:
+        _print_slots(shared)
+    for slot in shared:
+        slot.stop()
+    return {"taskmanager": {"worker": taskmanager.name, "pid": taskmanager.pid, "gpus": taskmanager.gpus},
+            "bindings_file": bindings_file,
+            "exclusive": [{**s.row(), "error": s.error} for s in exclusive],
+            "shared": [{**s.row(), "error": s.error} for s in shared]}
 
 
 def _child_env() -> dict:
@@ -186,18 +250,23 @@ def run(args) -> int:
             if human:
                 _print_table(workers)
             reclaimed = [i for i in newcomer.gpus if i in victim.gpus]
+            binding = _binding_act(newcomer, path, env, human)
         finally:
             for worker in workers:
                 worker.stop()
         left = [e for e in coordination.snapshot(path).entries if e.alive]
     gone = all(w.process.poll() is not None for w in workers)
     cleaned_up = gone and not os.path.exists(scratch)
-    ok = sorted(reclaimed) == sorted(victim.gpus) and cleaned_up and not left
+    bound_alone = [slot["gpus"] for slot in binding["exclusive"]]
+    bound_shared = sorted(index for slot in binding["shared"] for index in slot["gpus"])
+    binding_ok = (len({tuple(g) for g in bound_alone[:2]}) == 2 and bound_alone[2] == []
+                  and bound_shared == sorted(newcomer.gpus * 2))
+    ok = sorted(reclaimed) == sorted(victim.gpus) and cleaned_up and not left and binding_ok
     if args.json:
         emit_json(document("demo", ok=ok, simulated=simulated,
                            devices=[{"index": d.gpu_index, "uuid": d.uuid} for d in devices],
                            coordination_file=path, before=before, after=after, killed=killed,
-                           reclaimed=reclaimed, cleaned_up=cleaned_up))
+                           reclaimed=reclaimed, binding=binding, cleaned_up=cleaned_up))
     else:
         stopped = len([w for w in workers if w.state == "exited"])
         print(f"\nStopped the {stopped} running workers (each released its GPUs"
@@ -205,5 +274,6 @@ def run(args) -> int:
               f"{scratch}.")
         if ok:
             print("Next: `flink-gpu --simulate 4 list`, `flink-gpu doctor` on your Flink "
-                  "configuration.")
+                  "configuration,\n`python examples/run_local_cluster.py` for a real Flink cluster "
+                  "(docs/flink-cluster.md).")
     return 0 if ok else 1

@@ -13,6 +13,13 @@ from flink_gpu.script_protocol import sort_indices
 
 def run(args) -> int:
     if args.command == "list":
+        if args.watch is not None:
+            if args.json:
+                raise UsageError("--watch redraws tables for a person; for JSON, run `flink-gpu list --json` "
+                                 "as often as needed.")
+            from flink_gpu.cli.list_view import watch
+
+            return watch(lambda: list_gpus(args), args.watch)
         return list_gpus(args)
     if args.command == "coordination":
         return show(args) if args.action == "show" else clean(args)
@@ -68,9 +75,11 @@ def _device_rows(gpus, holders_known: bool):
 
 def list_gpus(args) -> int:
     from flink_gpu import coordination
+    from flink_gpu.cli import list_view
 
+    # before NVML: a configuration that cannot be read is a usage error, whatever the GPUs
+    path, path_source, path_note = list_view.coordination_file(args)
     nvml, devices, skipped = _devices()
-    path = coordination_path(args)
     snapshot, snapshot_error = None, None
     try:
         snapshot = coordination.snapshot(path, timeout=args.timeout)
@@ -100,9 +109,10 @@ def list_gpus(args) -> int:
                          "ours": e.ours, "namespace": e.namespace} for e in live.get(index, [])],
             "stale_holders": [e.pid for e in stale.get(index, [])],
             **states.get(index, _NO_STATE),
+            **list_view.readings(nvml, index),
         })
     coordination_doc = {
-        "path": path, "exists": bool(snapshot and snapshot.exists), "error": snapshot_error,
+        "path": path, "from": path_source, "note": path_note, "exists": bool(snapshot and snapshot.exists), "error": snapshot_error,
         "unparsable": _unparsable_json(snapshot.unparsable if snapshot else ()),
         "unknown_indices": unknown,
     }
@@ -119,14 +129,19 @@ def list_gpus(args) -> int:
     driver = f" (driver {nvml.driver_version})" if nvml.driver_version else ""
     print(f"NVML {nvml.library_path}{driver}: {plural(len(devices), 'GPU')}"
           + (f", {len(skipped)} skipped" if skipped else ""))
+    width = list_view.terminal_width()
+    style = _style()
     if gpus:
         print()
         print(table(["INDEX", "UUID", "NAME", "MEMORY", "BUS ID", "HOLDER"],
-                    _device_rows(gpus, snapshot is not None)))
+                    _device_rows(gpus, snapshot is not None), width=width, shrink=5, style=style,
+                    optional=(4, 1)))  # narrow: the bus id, then the uuid give way (--json has them)
         print()
-        print(table(["GPU", "HEALTH", "MEMORY USED", "NUMA", "CPUS", "PROCESSES"],
-                    ([g["index"], g["health"], gib(g["memory_used"]), g["numa_node"],
-                      g["cpu_affinity"], _processes_text(g)] for g in gpus)))
+        print(table(["GPU", "HEALTH", "UTIL", "MEMORY USED", "TEMP", "POWER", "NUMA", "CPUS", "PROCESSES"],
+                    ([g["index"], g["health"], list_view.reading_text(g, "utilization", "%"), gib(g["memory_used"]),
+                      list_view.reading_text(g, "temperature", "C"), list_view.reading_text(g, "power", "W"),
+                      g["numa_node"], g["cpu_affinity"], _processes_text(g)] for g in gpus),
+                    width=width, shrink=8, style=style, optional=(7, 6)))
         _print_state_notes(gpus)
     if skipped:
         print("\nSkipped devices:")
@@ -135,12 +150,15 @@ def list_gpus(args) -> int:
     for notice in nvml.notices():
         print(f"\nNote: {notice}")
     print()
+    if path_note is not None:
+        print(f"Note: {path_note}")
     if snapshot_error is not None:
         print(f"Holders unknown: {snapshot_error}")
     elif not snapshot.exists:
         print(f"Coordination file {path} does not exist: no GPU is claimed through it.")
     else:
-        print(f"Holders from the coordination file {path}.")
+        print(f"Holders from the coordination file {path}"
+              + (f" (of the Flink configuration in {path_source})." if path_source else "."))
         stale_count = sum(len(pids) for pids in stale.values())
         if stale_count:
             print(f"  {plural(stale_count, 'entry', 'entries')} of dead processes (reclaimable); "
@@ -152,8 +170,17 @@ def list_gpus(args) -> int:
                   f"{line.text!r}")
         if unknown:
             print(f"  entries name GPU(s) this host does not have: {', '.join(unknown)}")
-    _print_bindings(bindings)
+    _print_bindings(bindings, width, style)
     return 0
+
+
+def _style():
+    """Colours for the tables' verdicts on a terminal (none for a pipe, or with NO_COLOR)."""
+    from flink_gpu.cli import list_view
+
+    if not list_view.colour_enabled():
+        return None
+    return lambda value: list_view.paint(value, list_view.verdict_colour(value))
 
 
 # -- list: the bindings under their TaskManager (docs/design.md §9.3) ------------------------------
@@ -237,7 +264,7 @@ def _binding_rows(holders: list):
                command]
 
 
-def _print_bindings(view: dict) -> None:
+def _print_bindings(view: dict, width: "int | None" = None, style=None) -> None:
     """The bindings section of ``list``: nothing when there is no bindings file."""
     if view["error"] is not None:
         print(f"\nBindings unknown: {view['error']}")
@@ -253,10 +280,19 @@ def _print_bindings(view: dict) -> None:
         else:
             claimed = (f"holds GPU {', '.join(taskmanager['claimed'])}" if taskmanager["claimed"]
                        else "holds no GPU")
-            command = "" if taskmanager["cmdline"] is None else f": {short_command(taskmanager['cmdline'])}"
             where = "" if taskmanager["ours"] else f" of PID namespace {taskmanager['namespace']}"
-            print(f"  TaskManager pid {taskmanager['pid']}{where} ({claimed} in the coordination file){command}")
-        print(table(["HOLDER", "GPU", "SHARED", "COMMAND"], _binding_rows(taskmanager["holders"]), indent="    "))
+            from flink_gpu.cli.list_view import taskmanager_name
+
+            name = taskmanager_name(taskmanager["pid"], taskmanager["cmdline"])
+            if name is not None and name != f"TaskManager pid {taskmanager['pid']}":
+                # Flink's TaskManager: by its name rather than its java command line
+                print(f"  {name} (pid {taskmanager['pid']}{where}, {claimed} in the coordination file)")
+            else:
+                command = ("" if taskmanager["cmdline"] is None or name is not None
+                           else f": {short_command(taskmanager['cmdline'])}")
+                print(f"  TaskManager pid {taskmanager['pid']}{where} ({claimed} in the coordination file){command}")
+        print(table(["HOLDER", "GPU", "SHARED", "COMMAND"], _binding_rows(taskmanager["holders"]), indent="    ",
+                    width=width, shrink=3, style=style))
     if view["stale"]:
         count = len(view["stale"])
         print(f"  {plural(count, 'entry', 'entries')} of dead holders: "
@@ -340,9 +376,11 @@ def _print_unknown_liveness(snapshot, args) -> None:
 
 
 def _holder_text(gpu: dict) -> str:
+    from flink_gpu.cli.list_view import process_text
+
     holders = gpu["holders"]
     if holders:
-        text = ", ".join(f"pid {h['pid']}: {short_command(h['cmdline'])}" if h["liveness_known"]
+        text = ", ".join(f"pid {h['pid']}: {process_text(h['pid'], h['cmdline'])}" if h["liveness_known"]
                          else f"pid {h['pid']}: {_OTHER_NAMESPACE}" for h in holders)
         if len(holders) > 1:
             text = "CONFLICT " + text
@@ -357,11 +395,13 @@ def _holder_text(gpu: dict) -> str:
 # -- coordination show / clean -----------------------------------------------------------------
 
 def _entry_rows(entries):
+    from flink_gpu.cli.list_view import process_text
+
     for entry in entries:
         state = entry.state if entry.liveness_known else _OTHER_NAMESPACE
         cmdline = _entry_cmdline(entry)
         yield [entry.line_number, entry.index, entry.pid, entry.start_time, state,
-               None if cmdline is None else short_command(cmdline)]
+               None if cmdline is None else process_text(entry.pid, cmdline)]
 
 
 _ENTRY_HEADERS = ["LINE", "GPU", "PID", "START TIME", "STATE", "COMMAND"]

@@ -109,6 +109,12 @@ def _nvml_backend(nvml, settings: GPUDriverSettings):
     return NvmlDiscovery(nvml, settings)
 
 
+# A host without a GPU (a laptop, CI) has no NVML: say how to get simulated GPUs instead.
+_NO_GPU_HINT = ("No GPU on this host? Use the bundled NVML simulator: run under "
+                "`eval \"$(flink-gpu --simulate 4 taskmanager-env)\"` (or flink_gpu.simulator.run), "
+                "which sets FLINK_GPU_NVML_LIBRARY and FLINK_GPU_SIM_DEVICES before NVML starts.")
+
+
 def _auto(settings: GPUDriverSettings):
     """docs/design.md §4.1: an explicit script path wins; else NVML if it loads; else the default script."""
     path_key = GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key
@@ -124,10 +130,11 @@ def _auto(settings: GPUDriverSettings):
             backend = _script_backend(settings, DEFAULT_DISCOVERY_SCRIPT)
         except DiscoveryScriptNotFound as missing:
             # Flink's text first; then why a script nobody configured was looked for at all
+            # one exception: both causes are in its message (a chained traceback of three says no more)
             raise DiscoveryScriptNotFound(
                 missing.path,
                 f"{missing} discovery-mode is 'auto', {path_key} is not set and NVML is "
-                f"not usable ({error}), so the default script was tried.") from missing
+                f"not usable ({error}), so the default script was tried. {_NO_GPU_HINT}") from None
         return (backend, "script",
                 f"{path_key} is not set and NVML is not usable ({error}); running "
                 f"{DEFAULT_DISCOVERY_SCRIPT}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from flink_gpu.cli._output import document, emit_json
 from flink_gpu.cli.doctor import configuration, factory, gpu_plugin, resources, taskmanagers
+from flink_gpu.cli.doctor.taskmanager_env import check_taskmanager_environment
 from flink_gpu.cli.doctor.findings import Checkup, print_report
 from flink_gpu.framework import JAVA_FACTORY_ALIASES, param_prefix
 
@@ -44,6 +45,7 @@ def check(checkup: Checkup) -> None:
     gpu_resources = [name for name in names if _check_resource(checkup, name)]
     if gpu_resources:
         taskmanagers.check_slots(checkup)
+        check_taskmanager_environment(checkup)
 
 
 def run(args) -> int:

@@ -35,6 +35,8 @@ class Checkup:
         self.findings: "list[Finding]" = []
         # NVML opened once per library path for the whole run (several GPU resources may share it)
         self.nvml: "dict[str | None, object]" = {}
+        # the GPU resources whose discovery loads NVML (the TaskManager's environment selects which)
+        self.nvml_resources: "list[str]" = []
 
     def add(self, level: str, check: str, message: str, fix: "str | None" = None,
             resource: "str | None" = None) -> None:

@@ -121,6 +121,8 @@ def _check_gpus(checkup: Checkup, name: str, settings: GPUDriverSettings, amount
     # the NVML backend and flink-gpu-discovery choose by the GPUs' state; other scripts do not
     uses_state = mode == "nvml" or (script is not None
                                     and os.path.basename(script) == "flink-gpu-discovery")
+    if uses_state:
+        checkup.nvml_resources.append(name)
     check_gpu_state(checkup, name, settings, script_args, amount, mode, uses_state)
     check_coordination(checkup, name, settings, script_args, amount, count)
     if script is not None:

@@ -11,6 +11,7 @@ from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, GPUDriverOptions
 from flink_gpu.gpu.script import (DiscoveryScriptNotExecutable, DiscoveryScriptNotFound,
                                   check_script as usable_script, run_script as run_discovery_script)
 from flink_gpu.gpu.settings import GPUDriverSettings
+from flink_gpu.taskmanager_env import discovery_executable
 from flink_gpu.script_protocol import (ScriptArgs, exec_tokens, parse_gpu_indices,
                                        split_output_lines, with_coordination_file)
 
@@ -33,11 +34,11 @@ def check_script(checkup: Checkup, name: str, settings: GPUDriverSettings) -> "s
 def script_fix(checkup: Checkup, settings: GPUDriverSettings, error: Exception) -> str:
     """The fix for a discovery script that cannot be used (``error`` says why)."""
     key = settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_PATH)
-    ours = which_discovery()
+    ours = discovery_executable()
     drop_in = (f" Or use flink-gpu's NVML drop-in: `{key}: {ours}`." if ours else "")
     if isinstance(error, DiscoveryScriptNotFound):
         if not settings.script_path_set or settings.script_path == DEFAULT_DISCOVERY_SCRIPT:
-            home = checkup.flink_home or "$FLINK_HOME"
+            home = shlex.quote(checkup.flink_home) if checkup.flink_home else '"$FLINK_HOME"'
             return (f"The stock script ships with Flink's GPU plugin: `cp -r {home}/opt/"
                     f"external-resource-gpu {home}/plugins/`." + drop_in)
         return (f"Correct {key} (a relative path is resolved against $FLINK_HOME"
@@ -45,24 +46,6 @@ def script_fix(checkup: Checkup, settings: GPUDriverSettings, error: Exception) 
     if isinstance(error, DiscoveryScriptNotExecutable) and not os.path.isdir(error.path):
         return f"chmod +x {shlex.quote(error.path)}"
     return f"Set {key} to the path of an executable discovery script." + drop_in
-
-
-def which_discovery() -> "str | None":
-    """The flink-gpu-discovery executable installed with this package, if any."""
-    import shutil
-    import sys
-    import sysconfig
-
-    import flink_gpu
-
-    candidates = [os.path.join(sysconfig.get_path("scripts"), "flink-gpu-discovery"),
-                  os.path.join(os.path.dirname(sys.executable), "flink-gpu-discovery"),
-                  os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__))),
-                               "bin", "flink-gpu-discovery")]
-    for candidate in candidates:
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return shutil.which("flink-gpu-discovery")
 
 
 def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script: str,
@@ -78,14 +61,15 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
             # short-lived process until someone reclaims them
             tokens = with_coordination_file(tokens, os.path.join(scratch, "coordination"))
         argv = [script, "1", *tokens]
-        shown = " ".join(shlex.quote(a) for a in argv)
+        # the run as a command that works when pasted (the scratch file is gone by then)
+        shown = _by_hand(script, settings, script_args)
         try:
             # Flink's Java plugin waits a fixed 10 s, the default: a valid timeout only shortens
             # doctor's own run
             result = run_discovery_script(argv, settings.timeout)
         except TimeoutError as error:
             checkup.add("error", "script-run", f"`{shown}`: {error}", "Run it by hand to see "
-                        "where it hangs (a hung nvidia-smi is the usual cause).", resource=name)
+                        f"where it hangs (a hung nvidia-smi is the usual cause): {shown}", resource=name)
             return
         except FlinkException as error:
             checkup.add("error", "script-run", str(error), "Check the script's interpreter "
@@ -97,11 +81,21 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
         status = (f"exit status {result.returncode}" if result.returncode >= 0
                   else f"signal {-result.returncode}")
         detail = _quote_output(stdout, stderr)
-        if "Could not get enough GPU resources" in stdout:
-            fix = ("No GPU is free: see `flink-gpu list`; entries of dead TaskManagers are "
-                   "removed by `flink-gpu coordination clean`.")
+        if "Could not load the NVIDIA Management Library" in stdout + stderr:
+            # NVML's own hint names nvml.library-path, an option Flink's Java plugin never reads
+            fix = ("Install the NVIDIA driver, or set FLINK_GPU_NVML_LIBRARY to its libnvidia-ml.so.1 in the "
+                   "environment of the shell that starts the TaskManager (Flink's Java plugin does not read "
+                   "nvml.library-path). No GPU on this host: eval \"$(flink-gpu --simulate 4 taskmanager-env)\" "
+                   "before start-cluster.sh.")
+        elif "Could not get enough GPU resources" in stdout:
+            from flink_gpu.coordination import DEFAULT_PATH
+
+            coordinated = script_args is not None and script_args.coordination_mode
+            real_file = shlex.quote(script_args.coordination_file if coordinated else DEFAULT_PATH)
+            fix = (f"No GPU is free: see `flink-gpu list --file {real_file}`; entries of dead TaskManagers "
+                   f"are removed by `flink-gpu coordination clean --file {real_file}`.")
         elif "nvidia-smi" in stdout + stderr:
-            ours = which_discovery()
+            ours = discovery_executable()
             key = settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_PATH)
             fix = ("Install the NVIDIA driver (the stock script runs nvidia-smi)"
                    + (f", or use the NVML drop-in: `{key}: {ours}`." if ours else "."))
@@ -122,10 +116,21 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
         checkup.add("warning", "script-run", f"`{shown}` printed {len(lines)} lines; Flink reads "
                     "only the first.", "Print the indices on one line; send the rest to stderr.",
                     resource=name)
-    replaced = (" (with a temporary coordination file: nothing was claimed)"
+    replaced = (" (with a coordination file of its own: nothing was claimed)"
                 if script_args is not None and script_args.coordination_mode else "")
     checkup.add("ok", "script-run", f"`{shown}` gave GPU {', '.join(indices)}{replaced}.",
                 resource=name)
+
+
+def _by_hand(script: str, settings: GPUDriverSettings, script_args: "ScriptArgs | None") -> str:
+    """The run as a shell command that works when pasted: doctor's scratch file is gone by then, so a
+    coordinated run gets a fresh one of its own (claiming nothing in the real file)."""
+    tokens = exec_tokens(settings.script_args_text)
+    if script_args is None or not script_args.coordination_mode:
+        return " ".join(shlex.quote(a) for a in [script, "1", *tokens])
+    marker = "FLINK_GPU_DOCTOR_SCRATCH"
+    command = " ".join(shlex.quote(a) for a in [script, "1", *with_coordination_file(tokens, marker)])
+    return command.replace(marker, '"$(mktemp -d)/coordination"')
 
 
 def _quote_output(stdout: str, stderr: str) -> str:

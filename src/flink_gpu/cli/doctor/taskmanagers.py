@@ -58,5 +58,7 @@ def check_slots(checkup: Checkup) -> None:
         return
     if slots is not None and slots > 1:
         checkup.add("note", "task-slots", f"taskmanager.numberOfTaskSlots is {slots}: the slots "
-                    "of a TaskManager share its GPUs (every slot sees the same GPU infos); give "
-                    "each slot its own GPU in your operator, e.g. by subtask index.")
+                    "of a TaskManager share its GPUs (every slot sees the same GPU infos), and "
+                    "picking one by subtask index collides (subtask indices are job-wide).",
+                    "Give each slot its own GPU with flink_gpu.pyflink.bind_gpus(ctx, \"gpu\") in "
+                    "open() (subtasks_per_gpu=k lets k slots share one): docs/flink-cluster.md.")

@@ -1,0 +1,155 @@
+"""A PyFlink DataStream inference job that gives every subtask its own GPU.
+
+Submit it to a cluster whose TaskManagers discover GPUs (docs/flink-cluster.md; run_local_cluster.py
+starts one on simulated GPUs)::
+
+    flink run -pyclientexec "$(which python)" -pyexec "$(which python)" -py examples/gpu_inference_job.py --mode process
+
+``--mode process`` (PyFlink's default: a Python worker process per slot) or ``thread`` (Python runs
+inside the TaskManager JVM). ``--parallelism`` subtasks (at most the cluster's slots), each
+``--records`` records, spread over about ``--seconds`` seconds so that there is time to watch the
+gauges (``flink-gpu list``, Flink's web UI or REST API).
+
+What each subtask does in ``open()``, in this order:
+
+1. ``bind_gpus(ctx, "gpu")``: one of its TaskManager's GPUs for its slot, none shared with another
+   slot (``subtasks_per_gpu=k`` lets k slots share one). Flink itself gives every slot all of the
+   TaskManager's GPUs; picking ``gpus[subtask_index % n]`` collides across TaskManagers.
+2. Process mode: ``CUDA_VISIBLE_DEVICES`` set to the bound GPU before anything starts CUDA (so
+   ``cuda:0`` is that GPU), and ``pin_to_gpus`` pins the worker process to the GPU's local CPUs.
+   Thread mode: the process is the TaskManager JVM, shared by every slot, so neither can be set per
+   subtask; the model uses ``torch.device(f"cuda:{binding.devices[0]}")`` instead.
+3. ``register_metrics``: gauges ``utilization``, ``memoryUsed``, ``temperature``, ``power`` per bound
+   GPU, named ``<operator>.gpu.<index>.<gauge>`` in Flink's REST API. Process mode ships them when a
+   bundle ends, hence the small ``python.fn-execution.bundle.size`` / ``bundle.time`` below; thread
+   mode pushes them from ``map()`` with ``update_metrics()``.
+4. The model: PyTorch when it is installed (a small linear layer on the GPU), else numpy (on the CPU,
+   a stand-in for a model so that the job runs anywhere), else pure Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from pyflink.common import Configuration, Types
+from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.datastream.functions import MapFunction, RuntimeContext
+
+OPERATOR = "infer"
+FEATURES = 16
+
+
+class Model:
+    """y = tanh(W x), W fixed: on the bound GPU with PyTorch, else on the CPU."""
+
+    def __init__(self, device_ordinal: "int | None"):
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        self.kind = "pure-python"
+        if torch is not None and torch.cuda.is_available():
+            # process mode: CUDA_VISIBLE_DEVICES shows the bound GPU only, so it is cuda:0;
+            # thread mode: binding.devices[0] is its ordinal in the TaskManager JVM
+            self.torch = torch
+            self.device = torch.device(f"cuda:{device_ordinal or 0}")
+            generator = torch.Generator().manual_seed(7)
+            self.weights = torch.rand((FEATURES, FEATURES), generator=generator).to(self.device)
+            self.kind = f"torch on {self.device}"
+            return
+        try:
+            import numpy
+        except ImportError:
+            numpy = None
+        self.numpy = numpy
+        if numpy is not None:
+            self.weights = numpy.random.default_rng(7).random((FEATURES, FEATURES))
+            self.kind = "numpy (CPU stand-in)"
+        else:
+            import random
+
+            rng = random.Random(7)
+            self.weights = [[rng.random() for _ in range(FEATURES)] for _ in range(FEATURES)]
+
+    def predict(self, features: "list[float]") -> float:
+        if self.kind.startswith("torch"):
+            x = self.torch.tensor(features, device=self.device)
+            return float(self.torch.tanh(self.weights @ x).sum())
+        if self.numpy is not None:
+            return float(self.numpy.tanh(self.weights @ self.numpy.asarray(features)).sum())
+        import math
+
+        return sum(math.tanh(sum(w * x for w, x in zip(row, features))) for row in self.weights)
+
+
+class Infer(MapFunction):
+    def __init__(self, delay_s: float):
+        self.delay_s = delay_s
+        self.gpus = None
+        self.model = None
+        self.subtask = None
+
+    def open(self, runtime_context: RuntimeContext):
+        from flink_gpu import pin_to_gpus
+        from flink_gpu.pyflink import bind_gpus
+
+        self.gpus = bind_gpus(runtime_context, "gpu", count=1)   # logs "Bound <operator> subtask <i> to ..."
+        thread_mode = self.gpus.holder.startswith("slot ")          # process mode's holder is "pid <n>"
+        if thread_mode:
+            ordinal = self.gpus.devices[0]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.gpus.cuda_visible_devices  # before CUDA starts
+            pin_to_gpus(self.gpus.infos)  # this worker process only (in thread mode: the whole JVM)
+            ordinal = 0
+        self.gpus.register_metrics(runtime_context.get_metrics_group())
+        self.model = Model(ordinal)
+        self.subtask = _subtask_index(runtime_context)
+
+    def map(self, value: int) -> str:
+        self.gpus.update_metrics()  # thread mode: pushes the gauges (at most once a second)
+        time.sleep(self.delay_s)    # a real model takes its time; here it leaves time to look
+        features = [((value * 31 + i) % 97) / 97 for i in range(FEATURES)]
+        return json.dumps({"subtask": self.subtask, "gpus": list(self.gpus.indices), "model": self.model.kind,
+                           "record": value, "score": round(self.model.predict(features), 4)})
+
+    def close(self):
+        if self.gpus is not None:
+            self.gpus.release()
+
+
+def _subtask_index(runtime_context) -> "int | None":
+    """The subtask index: thread mode asks the Java context (PyFlink 2.3's own call is broken there)."""
+    java = getattr(runtime_context, "_runtime_context", None)
+    if java is not None:
+        return int(java.getTaskInfo().getIndexOfThisSubtask())
+    return runtime_context.get_index_of_this_subtask()
+
+
+def main(argv: "list[str] | None" = None) -> None:
+    parser = argparse.ArgumentParser(description="A PyFlink inference job with one GPU per subtask.")
+    parser.add_argument("--mode", choices=("process", "thread"), default="process",
+                        help="python.execution-mode (default: process)")
+    parser.add_argument("--parallelism", type=int, default=2, help="subtasks of the operator (default: 2)")
+    parser.add_argument("--records", type=int, default=40, help="records per subtask (default: 40)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="about how long the job runs (default: 10)")
+    args = parser.parse_args(argv)
+
+    config = Configuration()
+    config.set_string("python.execution-mode", args.mode)
+    # process mode: gauges reach Flink when a bundle ends; the default bundle (100000 records, 1 s)
+    # would hold all of a short job's records, and the gauges would show only at its end
+    config.set_string("python.fn-execution.bundle.size", "5")
+    config.set_string("python.fn-execution.bundle.time", "500")
+    env = StreamExecutionEnvironment.get_execution_environment(config)
+    records = env.from_collection(list(range(args.parallelism * args.records)), type_info=Types.INT())
+    delay = args.seconds / max(args.records, 1)
+    records.rebalance().map(Infer(delay), output_type=Types.STRING()).name(OPERATOR) \
+        .set_parallelism(args.parallelism).print()
+    env.execute(f"flink-gpu example: inference, {args.mode} mode")
+
+
+if __name__ == "__main__":
+    main()

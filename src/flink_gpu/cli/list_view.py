@@ -1,0 +1,221 @@
+"""``flink-gpu list`` as a monitor: which coordination file (the Flink configuration's), live readings,
+TaskManagers by name, the terminal's width and colour, ``--watch``.
+
+The data is gpus.py's (holders, bindings, state); this module decides how a person sees it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from flink_gpu.cli import UsageError
+
+#: The readings ``list`` shows next to each GPU's holders: (JSON field, NVML metric, unit).
+READINGS = (("utilization", "utilization", "%"), ("temperature", "temperature", "C"), ("power", "power", "W"))
+
+_TASKMANAGER_MAIN = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
+
+
+# -- the coordination file of a Flink configuration ----------------------------------------------
+
+def coordination_file(args) -> "tuple[str, str | None, str | None]":
+    """The file ``list`` reads, where that came from, and a note when ``$FLINK_CONF_DIR`` could not
+    say: ``--file``; else the coordination file of the configuration in ``--conf`` or
+    ``$FLINK_CONF_DIR`` (its GPU resource's ``discovery-script.args``); else the stock default.
+    UsageError when ``--conf`` cannot be read or names no coordinated GPU resource; the same for
+    ``$FLINK_CONF_DIR`` (set for any cluster, not only a GPU one) falls back to the default with
+    the note saying why."""
+    from flink_gpu.coordination import DEFAULT_PATH
+
+    if args.file is not None:
+        return os.path.abspath(args.file), None, None
+    if args.conf is not None:
+        return _from_configuration(args.conf, "--conf"), f"--conf {args.conf}", None
+    conf = os.environ.get("FLINK_CONF_DIR")
+    if not conf:
+        return DEFAULT_PATH, None, None
+    try:
+        return _from_configuration(conf, "$FLINK_CONF_DIR"), f"$FLINK_CONF_DIR {conf}", None
+    except UsageError as why:
+        return DEFAULT_PATH, None, f"{why} Read the stock default file instead."
+
+
+def _from_configuration(conf: str, source: str) -> str:
+    from flink_gpu.config import Configuration
+    from flink_gpu.errors import IllegalConfigurationException
+    from flink_gpu.framework import external_resource_names, param_prefix
+    from flink_gpu.gpu.options import GPUDriverOptions
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    try:
+        config = Configuration.from_yaml(conf)
+        names = external_resource_names(config)
+    except (OSError, IllegalConfigurationException) as error:
+        from flink_gpu.cli._output import error_message
+
+        raise UsageError(f"{source}: cannot read the Flink configuration {conf}: {error_message(error)} "
+                         "(give the coordination file with --file instead).") from None
+    tried = []
+    for name in sorted(names):
+        settings = GPUDriverSettings.from_config_lenient(config.prefixed(param_prefix(name)), name)
+        if settings.script_args.coordination_mode:
+            return os.path.abspath(settings.script_args.coordination_file)
+        tried.append(f"{param_prefix(name)}{GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key}")
+    why = (f"{', '.join(tried)} {'has' if len(tried) == 1 else 'have'} no --enable-coordination-mode"
+           if tried else "it enables no external resource ('external-resources')")
+    raise UsageError(f"{source}: the Flink configuration {conf} gives no coordination file: {why}. "
+                     "Its TaskManagers record no GPU holders; give a file with --file.")
+
+
+# -- live readings --------------------------------------------------------------------------------
+
+def readings(nvml, index: str) -> dict:
+    """Utilization (%), temperature (°C) and power (W) of GPU ``index`` now; None where NVML cannot say."""
+    values = {}
+    for field, metric, _ in READINGS:
+        value = nvml.read_metric(index, metric)
+        values[field] = None if value < 0 else value
+    return values
+
+
+def reading_text(gpu: dict, field: str, unit: str) -> "str | None":
+    value = gpu.get(field)
+    return None if value is None else f"{value}{unit}" if unit == "%" else f"{value} {unit}"
+
+
+# -- TaskManagers by name -------------------------------------------------------------------------
+
+def taskmanager_name(pid: int, argv: "list[str] | None") -> "str | None":
+    """"TaskManager <resource id>" (Flink's, from ``-Dtaskmanager.resource-id`` or the
+    ``config.yaml`` of its ``--configDir``), "TaskManager <host>:<port>" when those are configured,
+    else "TaskManager pid <pid>"; None when ``argv`` is not a Flink TaskManager's."""
+    if not argv or _TASKMANAGER_MAIN not in argv:
+        return None
+    dynamic = _dynamic_properties(argv)
+    config = _config_of(argv)
+    resource_id = (dynamic.get("taskmanager.resource-id") or config.get("taskmanager.resource-id")
+                   or _resource_id_from_log(argv))
+    if resource_id:
+        return f"TaskManager {resource_id}"
+    host = dynamic.get("taskmanager.host") or config.get("taskmanager.host")
+    port = dynamic.get("taskmanager.rpc.port") or config.get("taskmanager.rpc.port")
+    if host and port and str(port).isdigit():
+        return f"TaskManager {host}:{port}"
+    return f"TaskManager pid {pid}"
+
+
+def _dynamic_properties(argv: "list[str]") -> "dict[str, str]":
+    """Flink's ``-D key=value`` / ``-Dkey=value`` arguments after the main class."""
+    found = {}
+    after = argv[argv.index(_TASKMANAGER_MAIN) + 1:]
+    for i, arg in enumerate(after):
+        text = after[i + 1] if arg == "-D" and i + 1 < len(after) else arg[2:] if arg.startswith("-D") else None
+        if text and "=" in text:
+            key, _, value = text.partition("=")
+            found[key.strip()] = value.strip()
+    return found
+
+
+_STARTING = "Starting TaskManager with ResourceID: "
+_LOG_HEAD = 1 << 18  # the line comes within the first few hundred lines of the log
+
+
+def _resource_id_from_log(argv: "list[str]") -> "str | None":
+    """The resource id a TaskManager generated for itself, from its log (``-Dlog.file=``, set by
+    Flink's bin/ scripts): "Starting TaskManager with ResourceID: <id>"."""
+    paths = [arg[len("-Dlog.file="):] for arg in argv if arg.startswith("-Dlog.file=")]
+    if not paths:
+        return None
+    try:
+        with open(paths[-1], "rb") as log:
+            head = log.read(_LOG_HEAD).decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = head.find(_STARTING)
+    if found < 0:
+        return None
+    resource_id = head[found + len(_STARTING):].split("\n", 1)[0].strip()
+    return resource_id if resource_id and resource_id.isprintable() else None
+
+
+def _config_of(argv: "list[str]") -> dict:
+    """The TaskManager's configuration (``--configDir``), as far as it can be read; {} otherwise."""
+    if "--configDir" not in argv:
+        return {}
+    position = argv.index("--configDir")
+    if position + 1 >= len(argv):
+        return {}
+    try:
+        from flink_gpu.config import Configuration
+
+        return Configuration.from_yaml(argv[position + 1]).to_dict()
+    except Exception:  # another user's, unreadable or broken: the name falls back to the pid
+        return {}
+
+
+def process_text(pid: int, argv: "list[str] | None", width: "int | None" = None) -> str:
+    """A holder as a person wants to see it: a TaskManager by name, anything else by its command."""
+    from flink_gpu.cli._output import short_command
+
+    name = taskmanager_name(pid, argv)
+    if name is not None:  # the pid is shown beside it already
+        return "TaskManager" if name == f"TaskManager pid {pid}" else name
+    return short_command(argv) if width is None else short_command(argv, width)
+
+
+# -- the terminal ---------------------------------------------------------------------------------
+
+def terminal_width() -> "int | None":
+    """The terminal's columns when stdout is one (``$COLUMNS`` wins there); None for a pipe or a
+    file, which get whole lines."""
+    if not sys.stdout.isatty():
+        return None
+    import shutil
+
+    return shutil.get_terminal_size().columns
+
+
+def colour_enabled() -> bool:
+    """ANSI colour on a terminal, unless ``NO_COLOR`` is set (https://no-color.org)."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+_COLOURS = {"green": "32", "yellow": "33", "red": "31", "bold": "1"}
+
+
+def verdict_colour(text: str) -> "str | None":
+    """The colour of a health verdict, a holder cell or a reading."""
+    if text.startswith(("unhealthy", "CONFLICT")):
+        return "red"
+    if text.startswith("degraded") or "(stale: dead pid" in text or text.endswith("liveness unknown"):
+        return "yellow"
+    if text in ("ok", "free"):
+        return "green"
+    return None
+
+
+def paint(text: str, colour: "str | None") -> str:
+    return text if colour is None else f"\x1b[{_COLOURS[colour]}m{text}\x1b[0m"
+
+
+# -- --watch --------------------------------------------------------------------------------------
+
+def watch(show, interval: float) -> int:
+    """Calls ``show()`` every ``interval`` seconds, the screen cleared before each on a terminal,
+    until Ctrl-C (exit 0: stopping a watch is its normal end)."""
+    import time
+
+    clear = sys.stdout.isatty()
+    try:
+        while True:
+            if clear:
+                sys.stdout.write("\x1b[H\x1b[2J")
+            started = time.monotonic()
+            status = show()
+            print(f"\nEvery {interval:g} s ({time.strftime('%H:%M:%S')}); Ctrl-C stops.", flush=True)
+            if status != 0:
+                return status
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        return 0
