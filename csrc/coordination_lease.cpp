@@ -12,9 +12,12 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include <sys/file.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 namespace flinkgpu {
@@ -30,6 +33,7 @@ struct Record {
     std::int64_t touched_s = 0;  // CLOCK_MONOTONIC seconds when this process last refreshed its times
     bool idle = false;           // no line names it (Leases::set_idle)
     FileId file;                 // the lease file `fd` is open on
+    std::string locked_file;     // LockedFile::identity() of the coordination file the lease was taken for
 };
 
 namespace {
@@ -109,28 +113,44 @@ std::int64_t monotonic_s() {
     return static_cast<std::int64_t>(ts.tv_sec);
 }
 
-// The token at the start of the lease file (16 hex digits and a newline); empty when it has none.
-std::string read_token(int fd) {
-    char buf[kLeaseFileTokenSize + 1];
+// The token of the lease file open as `fd`, whose inode is `inode`: its first line is "<16 hex digits>
+// <inode>\n". A token written for another inode (a copy of the lease file put in its place: it has none of
+// the locks) is none; so is a missing or malformed line.
+std::string read_token(int fd, std::uint64_t inode) {
+    char buf[64];
     ssize_t n;
     do {
-        n = pread(fd, buf, sizeof buf, 0);
+        n = pread(fd, buf, sizeof buf - 1, 0);
     } while (n < 0 && errno == EINTR);
-    if (n != static_cast<ssize_t>(sizeof buf) || buf[kLeaseFileTokenSize] != '\n') return std::string();
+    if (n < static_cast<ssize_t>(kLeaseFileTokenSize + 3)) return std::string();
+    buf[n] = '\0';
+    const char* newline = static_cast<const char*>(std::memchr(buf, '\n', static_cast<std::size_t>(n)));
+    if (newline == nullptr || buf[kLeaseFileTokenSize] != ' ') return std::string();
     std::string token(buf, kLeaseFileTokenSize);
-    return valid_lease_file_token(token) ? token : std::string();
+    const char* number = buf + kLeaseFileTokenSize + 1;
+    const std::string written(number, static_cast<std::size_t>(newline - number));
+    if (!valid_lease_file_token(token) || written != std::to_string(inode)) return std::string();
+    return token;
 }
 
-// Gives an empty lease file its token (called under the coordination file's lock, so one writer at a
-// time): a line records the token with its lease, and a lease file deleted and created again gets
-// another one, so that its free bytes never read as the death of the old file's holders.
-std::string ensure_token(int fd) {
-    std::string token = read_token(fd);
-    if (!token.empty()) return token;
-    struct statx st {};
-    if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT, STATX_SIZE, &st) != 0 || st.stx_size != 0) {
-        return std::string();  // not ours to write (an older version never writes it): no token
+std::string write_token(int fd, std::uint64_t inode);
+
+// Gives the lease file its token when it has none for its inode (new, created empty by an older version,
+// or a copy put in its place): a line records the token with its lease, and a lease file deleted and
+// created again, or replaced, gets another one, so that its free bytes never read as the death of the old
+// file's holders. Under flock(2) on the lease file itself, so that two claimers never both write one (the
+// coordination file's lock excludes them only while its path names one inode); the token is read back.
+std::string ensure_token(int fd, std::uint64_t inode) {
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno != EINTR) return read_token(fd, inode);
     }
+    std::string token = read_token(fd, inode);
+    if (token.empty()) token = write_token(fd, inode);
+    flock(fd, LOCK_UN);
+    return token;
+}
+
+std::string write_token(int fd, std::uint64_t inode) {
     unsigned char random[kLeaseFileTokenSize / 2];
     std::size_t got = 0;
     while (got < sizeof random) {
@@ -141,16 +161,16 @@ std::string ensure_token(int fd) {
     }
     char text[kLeaseFileTokenSize + 2];
     for (std::size_t i = 0; i < sizeof random; ++i) std::snprintf(text + 2 * i, 3, "%02x", random[i]);
-    text[kLeaseFileTokenSize] = '\n';
+    const std::string line = std::string(text, kLeaseFileTokenSize) + " " + std::to_string(inode) + "\n";
     ssize_t n;
     do {
-        n = pwrite(fd, text, kLeaseFileTokenSize + 1, 0);
+        n = pwrite(fd, line.data(), line.size(), 0);
     } while (n < 0 && errno == EINTR);
-    if (n != static_cast<ssize_t>(kLeaseFileTokenSize + 1)) {
+    if (n != static_cast<ssize_t>(line.size())) {
         if (n > 0 && ftruncate(fd, 0) != 0) return std::string();  // a torn token is no token
         return std::string();
     }
-    return std::string(text, kLeaseFileTokenSize);
+    return read_token(fd, inode);
 }
 
 // Keeps the lease file's times fresh, so that age-based cleaners (systemd-tmpfiles) leave it alone.
@@ -206,7 +226,8 @@ const std::string& Leases::test_token() {
     if (!token_read_) {
         token_read_ = true;
         const int fd = test_fd();
-        if (fd >= 0) private_token_ = read_token(fd);
+        FileId id;
+        if (fd >= 0 && file_id(fd, &id)) private_token_ = read_token(fd, id.ino);
     }
     return private_token_;
 }
@@ -232,8 +253,8 @@ LeaseState Leases::test(std::uint32_t slot, const std::string& lease_file) {
     return state;
 }
 
-Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& named, std::uint32_t* slot,
-                       std::string* token) {
+Status Leases::acquire(std::uint16_t mode, const std::string& locked_file, const std::vector<std::uint32_t>& named,
+                       std::uint32_t* slot, std::string* token, Replaced* replaced) {
     if (held(slot)) {
         if (record_fd_valid()) {
             touch(record_);
@@ -241,13 +262,20 @@ Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& nam
             *token = record_->token;
             return {};
         }
-        // the path names another lease file now: lines written there need a lease on it; the old lease
-        // stays for the old file's lines
+        if (record_->locked_file == locked_file) {
+            // the same coordination file, another lease file (deleted and created again, or replaced): the
+            // caller moves this process's lines to the new lease, and the old one goes
+            replaced->held = true;
+            replaced->slot = record_->slot;
+            replaced->token = record_->token;
+            abandoned_ = record_;
+        }
+        // else the path names another coordination file now: the old lease stays for the old file's lines
         record_ = nullptr;
         checked_ = record_valid_ = false;
     }
     if (record_ == nullptr) {
-        registry().push_back(new Record{coordination_path_, -1, false, 0, std::string(), 0, false, FileId{}});
+        registry().push_back(new Record{coordination_path_, -1, false, 0, std::string(), 0, false, FileId{}, std::string()});
         record_ = registry().back();
     }
     const std::string path = lease_path(coordination_path_);
@@ -269,9 +297,9 @@ Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& nam
             record_->fd = fd;
             record_->held = true;
             record_->slot = s;
-            record_->token = ensure_token(fd);
             if (!file_id(fd, &record_->file)) record_->file = FileId{};  // then never taken for the path's
-            record_->touched_s = 0;
+            record_->token = record_->file.ino == 0 ? std::string() : ensure_token(fd, record_->file.ino);
+            record_->locked_file = locked_file;
             record_->idle = false;
             touch(record_);
             checked_ = record_valid_ = true;
@@ -290,6 +318,16 @@ Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& nam
     return make_status(StatusCode::kOsError, "Every slot of the lease file " + path + " is taken.", EAGAIN);
 }
 
+
+// The record goes from the registry too: find_record() must find the path's current one, not it.
+void Leases::close_replaced() noexcept {
+    if (abandoned_ == nullptr) return;
+    if (abandoned_->fd >= 0) close(abandoned_->fd);
+    std::vector<Record*>& records = registry();
+    records.erase(std::remove(records.begin(), records.end(), abandoned_), records.end());
+    delete abandoned_;
+    abandoned_ = nullptr;
+}
 
 // Closing the only descriptor of the open file description drops its lock.
 void Leases::set_idle() noexcept {

@@ -22,8 +22,9 @@
 // (O_CLOEXEC). Only the calling process leases: claims for another pid (flink-gpu-discovery for its
 // parent, `flink-gpu claim`) write no lease field.
 //
-// The lease file carries a token (16 random hex digits, written once by the claimer that finds it empty,
-// under the coordination file's lock), and each line records it with its lease (`lf=`). A lease proves
+// The lease file carries a token (16 random hex digits and the lease file's inode, written by the claimer
+// that finds none for that inode, under flock(2) on the lease file), and each line records it with its
+// lease (`lf=`): a copy put in the lease file's place has another inode, so its token is none. A lease proves
 // something only on the lease file it was taken on: when the lease file is deleted (an age-based cleaner
 // such as systemd-tmpfiles) or replaced while its holders live, the next claimer creates one with another
 // token, and the old lines' free bytes there prove nothing — they are judged by pid and start time in our
@@ -72,8 +73,19 @@ public:
     // (sorted: the slots the file's lines name). *token: the lease file's token, for the lines (empty:
     // it has none, as when an older version created it and a holder of that version wrote nothing).
     // Refreshes the lease file's times at most once an hour, so that age-based cleaners spare it.
-    Status acquire(std::uint16_t mode, const std::vector<std::uint32_t>& named, std::uint32_t* slot,
-                   std::string* token);
+    // *replaced: the lease this process held for the same coordination file (`locked_file`, its
+    // LockedFile::identity()) on a lease file the path no longer names; the caller moves the lines that
+    // name it to the new lease, then calls close_replaced().
+    struct Replaced {
+        bool held = false;
+        std::uint32_t slot = 0;
+        std::string token;
+    };
+    Status acquire(std::uint16_t mode, const std::string& locked_file, const std::vector<std::uint32_t>& named,
+                   std::uint32_t* slot, std::string* token, Replaced* replaced);
+
+    // Drops the lease acquire() reported as replaced, once no line names it.
+    void close_replaced() noexcept;
 
     // This process's lease here is named by no line any more: it becomes the one idle lease, and the
     // idle lease of another file, if any, is dropped.
@@ -87,6 +99,7 @@ private:
 
     std::unique_lock<std::mutex> lock_;
     Record* record_ = nullptr;  // this path's registry record, created on first acquire
+    Record* abandoned_ = nullptr;  // the record acquire() replaced (Replaced)
     std::string coordination_path_;
     int private_fd_ = -1;  // a read-only descriptor for tests when this process has no valid one
     bool checked_ = false;

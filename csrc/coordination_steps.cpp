@@ -34,6 +34,27 @@ void idle_unless_named(const std::vector<Line>& lines, Leases* leases, pid_t sel
     if (leases->held(&slot) && !slot_in_use(lines, slot, self)) leases->set_idle();
 }
 
+// The lines of this process's lease on a lease file since deleted or replaced (exactly its slot and token:
+// nobody else held both) get the new lease, so that they die with this process in every namespace.
+void move_to_lease(std::vector<Line>* lines, const Leases::Replaced& old, std::uint32_t slot,
+                   const std::string& token) {
+    for (Line& l : *lines) {
+        const Entry& e = l.entry;
+        if (!l.keep || l.kind != LineKind::kEntry || !e.has_lease || e.lease != old.slot || e.lease_file.empty() ||
+            e.lease_file != old.token)
+            continue;
+        HolderIdentity moved = e;
+        moved.lease = slot;
+        moved.lease_file = token;
+        Line again = new_line(e.index, moved, e.share);
+        again.number = l.number;
+        again.entry.line_number = e.line_number;
+        again.entry.verdict = e.verdict;
+        again.entry.alive = e.alive;
+        l = std::move(again);
+    }
+}
+
 }  // namespace
 
 HolderIdentity new_holder(pid_t pid, const ProcInfo& info, const PidNamespace& ours, pid_t tm,
@@ -60,11 +81,13 @@ Status write_lines(LockedFile* file, const std::string& old_text, std::vector<Li
         std::sort(named.begin(), named.end());
         std::uint32_t slot = 0;
         std::string token;
-        *lease_problem = leases->acquire(file->mode(), named, &slot, &token);
+        Leases::Replaced replaced;
+        *lease_problem = leases->acquire(file->mode(), file->identity(), named, &slot, &token, &replaced);
         if (lease_problem->ok()) {
             holder.has_lease = true;
             holder.lease = slot;
             holder.lease_file = token;
+            if (replaced.held) move_to_lease(lines, replaced, slot, token);
         }
     }
     const std::size_t before = lines->size();
@@ -74,6 +97,7 @@ Status write_lines(LockedFile* file, const std::string& old_text, std::vector<Li
         lines->resize(before);  // what the file holds: the lines were not written
         idle_unless_named(*lines, leases, own_pid());
     }
+    if (st.ok()) leases->close_replaced();  // no line names it any more
     return st;
 }
 

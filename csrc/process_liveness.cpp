@@ -16,14 +16,21 @@ namespace flinkgpu {
 namespace coordination {
 namespace {
 
+// Bumped in every fork()ed child (own_pid's atfork handler): the per-process caches below are keyed by it
+// too, since a child can have its parent's pid (a pid 1 that unshared CLONE_NEWPID forks a pid 1).
+std::atomic<unsigned> g_generation{0};
+
 // The calling process is alive and its start time never changes, so /proc/self/stat is read once
 // per process (keyed by pid: a forked child reads its own). Saves a file read on every claim.
 ProcInfo probe_self(pid_t self) {
     thread_local pid_t cached_pid = 0;
+    thread_local unsigned cached_generation = 0;
     thread_local ProcInfo cached;
-    if (cached_pid != self) {
+    const unsigned generation = g_generation.load(std::memory_order_relaxed);
+    if (cached_pid != self || cached_generation != generation) {
         cached = probe_process(self);
         cached_pid = self;
+        cached_generation = generation;
     }
     return cached;
 }
@@ -47,7 +54,10 @@ namespace {
 
 std::atomic<pid_t> g_own_pid{0};
 
-void forget_own_pid() { g_own_pid.store(0, std::memory_order_relaxed); }
+void forget_own_pid() {
+    g_own_pid.store(0, std::memory_order_relaxed);
+    g_generation.fetch_add(1, std::memory_order_relaxed);
+}
 
 }  // namespace
 
@@ -67,10 +77,13 @@ PidNamespace own_pid_namespace() noexcept { return own_pid_namespace(own_pid());
 
 PidNamespace own_pid_namespace(pid_t self) noexcept {
     thread_local pid_t cached_pid = 0;
+    thread_local unsigned cached_generation = 0;
     thread_local PidNamespace cached;
-    if (cached_pid != self) {
+    const unsigned generation = g_generation.load(std::memory_order_relaxed);
+    if (cached_pid != self || cached_generation != generation) {
         cached = read_own_pid_namespace();
         cached_pid = self;
+        cached_generation = generation;
     }
     return cached;
 }

@@ -708,3 +708,86 @@ def test_list_and_doctor_never_take_pid_1_of_another_namespace_for_the_ancestor_
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_copy_of_the_lease_file_put_in_its_place_never_turns_a_live_holder_into_a_dead_one(path):
+    """cp + mv (a sed -i over the files, an editor, a restore): the copy has the token but none of the locks;
+    its token was written for another inode, so it proves nothing, and our namespace judges the pid."""
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from flink_gpu import coordination; "
+                               f"coordination.claim(1, ['0', '1'], path={str(path)!r}); print('ok', flush=True); "
+                               "sys.stdin.read()"], env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline() == "ok\n"
+        lease = Path(f"{path}.lease")
+        copy = lease.with_name("copy")
+        shutil.copyfile(lease, copy)
+        os.replace(copy, lease)
+        assert coordination.claim(1, gpus(2), path=path).taken == ["1"]
+        (first, _) = coordination.snapshot(path).entries
+        assert (first.pid, first.alive, first.state) == (holder.pid, True, "live")
+    finally:
+        holder.kill()
+        holder.wait(30)
+        holder.stdin.close()
+        holder.stdout.close()
+    coordination.release(path=path)
+
+
+def test_a_holder_that_claims_again_after_its_lease_file_was_deleted_moves_all_its_lines_to_the_new_lease(
+        path, workers):
+    """Its older lines get the new lease too: when it dies, every GPU it held comes back in other namespaces,
+    not only those it claimed last."""
+    holder = workers(path, init=False)
+    assert holder.claim(1, gpus(3)) == {"taken": ["0"]}
+    os.unlink(f"{path}.lease")
+    assert holder.claim(2, gpus(3)) == {"taken": ["0", "1"]}
+    tokens = {e.lease_file for e in coordination.snapshot(path).entries}
+    assert len(tokens) == 1, tokens
+    holder.die(path)
+    other = workers(path)
+    assert other.claim(3, gpus(3)) == {"taken": ["0", "1", "2"]}
+
+
+FORK_FROM_C = r"""
+import ctypes, json, os, sys
+from flink_gpu import coordination
+path = sys.argv[1]
+coordination.claim(1, ["0", "1"], path=path)
+child = ctypes.CDLL(None, use_errno=True).fork()  # fork() from C: no os.register_at_fork hook runs
+if child == 0:
+    got = coordination.claim(1, ["0", "1"], path=path)
+    released = coordination.release(path=path)
+    os.write(1, json.dumps({"pid": os.getpid(), "owner": got.owner, "taken": got.taken,
+                            "released": released}).encode() + b"\n")
+    os._exit(0)
+os.waitpid(child, 0)
+print(json.dumps({"parent": os.getpid(), "file": open(path).read()}), flush=True)
+"""
+
+
+def test_a_child_forked_from_c_claims_for_itself_and_never_releases_its_parents_gpus(path):
+    done = subprocess.run([sys.executable, "-c", FORK_FROM_C, str(path)], env=child_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    child, parent = map(json.loads, done.stdout.splitlines())
+    assert child["owner"] == child["pid"] != parent["parent"]
+    assert child["taken"] == ["1"] and child["released"] == ["1"]
+    assert parent["file"].startswith(f"0 {parent['parent']}\t")
+
+
+def test_deleting_the_lease_file_while_holding_leaks_no_descriptor(path):
+    for held in range(1, 6):  # each claim tops up, so it writes, and so takes a lease on the new file
+        coordination.claim(held, gpus(6), path=path)
+        os.unlink(f"{path}.lease")
+    coordination.claim(6, gpus(6), path=path)
+    assert len({e.lease_file for e in coordination.snapshot(path).entries}) == 1
+    coordination.release(path=path)
+    def target(fd):
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            return ""
+
+    leases = [t for t in map(target, os.listdir("/proc/self/fd")) if t.startswith(f"{path}.lease")]
+    assert len(leases) <= 1, leases  # the one idle lease, of the file the path names now

@@ -99,6 +99,7 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
 
 cdef extern from "process_liveness.hpp" namespace "flinkgpu::coordination" nogil:
     CoordPidNamespace coord_own_pid_namespace "flinkgpu::coordination::own_pid_namespace"()
+    pid_t coord_own_pid "flinkgpu::coordination::own_pid"()
 
 
 COORDINATION_DEFAULT_PATH = kDefaultCoordinationPath.decode("ascii")
@@ -116,6 +117,12 @@ cdef CoordOptions _co_options(path, double timeout) except *:
     opts.path = os.fsencode(path)
     opts.timeout_ms = <int64_t>min(timeout * 1000.0 + 0.5, 1e15)
     return opts
+
+
+def coordination_own_pid():
+    """This process's pid as the core knows it (getpid() once per process, again in any fork()ed child:
+    pthread_atfork, which os.register_at_fork is not for a fork() made from C)."""
+    return coord_own_pid()
 
 
 cdef pid_t _co_pid(owner) except? -1:

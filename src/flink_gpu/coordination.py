@@ -157,13 +157,9 @@ class CleanResult:
     unparsable: "tuple[UnparsableLine, ...]"
 
 
-# This process's pid, asked once per process (a forked child asks again): every claim and release needs it.
-_this_pid = [os.getpid()]
-os.register_at_fork(after_in_child=lambda: _this_pid.__setitem__(0, os.getpid()))
-
-
 def _owner(owner: "int | None") -> int:
-    return _this_pid[0] if owner is None else owner
+    # the core's own pid: asked once per process and again in every fork()ed child, os.fork or not
+    return _native.coordination_own_pid() if owner is None else owner
 
 
 def whole_amount(amount: object, what: str = "The amount of GPUs") -> int:

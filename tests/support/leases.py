@@ -5,10 +5,11 @@ import os
 
 def lease_token(path: "str | os.PathLike[str]") -> str:
     """The token the lease file of ``path`` carries, which a holder's lines record as ``lf=``."""
-    with open(f"{os.fspath(path)}.lease", "rb") as f:
-        head = f.read(17)
-    assert len(head) == 17 and head.endswith(b"\n"), f"no token in {os.fspath(path)}.lease: {head!r}"
-    return head[:16].decode("ascii")
+    lease = f"{os.fspath(path)}.lease"
+    with open(lease, "rb") as f:
+        token, inode = f.readline().decode("ascii").split()  # "<token> <inode>\n"
+    assert len(token) == 16 and int(inode) == os.stat(lease).st_ino, f"no token for {lease}'s inode"
+    return token
 
 
 def our_lease(path: "str | os.PathLike[str]", slot: int = 0) -> str:

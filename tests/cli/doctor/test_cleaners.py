@@ -4,6 +4,7 @@ out the coordination file's directory, read from tmpfiles.d directories the test
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from flink_gpu.cli.doctor.cleaners import cleaning, read_rules
 
@@ -39,6 +40,13 @@ def test_an_x_rule_excludes_them_and_etc_overrides_a_file_of_the_same_name(tmp_p
     dirs = tmpfiles(tmp_path / "other", lib_tmp="q /var/tmp 1777 root root 30d\n",
                     etc_tmp="#q /var/tmp 1777 root root 30d\n")
     assert cleaning("/var/tmp/flink-gpu-coordination", read_rules(dirs)) == (None, [])
+
+
+def test_an_x_rule_for_a_directory_excludes_what_is_below_it_and_X_only_the_path(tmp_path):
+    rules = read_rules(tmpfiles(tmp_path, lib_tmp="q /var/tmp 1777 root root 30d\n",
+                                etc_flinkgpu="x /var/tmp/flink\nX /var/tmp/other\n"))
+    assert cleaning("/var/tmp/flink/coord", rules)[1] == []
+    assert len(cleaning("/var/tmp/other/coord", rules)[1]) == 4
 
 
 def test_a_tilde_age_spares_the_files_directly_in_the_directory(tmp_path):
@@ -80,7 +88,9 @@ def test_the_warning_names_the_rule_and_its_fix_writes_the_x_rule_that_silences_
     assert "tmp.conf:1" in finding.message and "/var/tmp/flink-gpu-coordination.lease" in finding.message
     # the fix as printed, run with /etc/tmpfiles.d pointed at the test's directory, silences the warning
     command = finding.fix.split(": ", 1)[1].replace("/etc/tmpfiles.d", dirs[0])
+    (Path(dirs[0]) / "flink-gpu.conf").write_text("x /srv/another-coordination*\n")  # a second resource's
     subprocess.run(["sh", "-c", command], check=True)
+    assert "x /srv/another-coordination*" in (Path(dirs[0]) / "flink-gpu.conf").read_text()  # appended
     again = Checkup(None, "conf", str(tmp_path), None, None)
     check_age_cleaners(again, "gpu", "/var/tmp/flink-gpu-coordination", dirs)
     assert [f.level for f in again.findings] == ["ok"]

@@ -90,10 +90,18 @@ def cleaning(path: str, rules: "list[TmpfilesRule]") -> "tuple[TmpfilesRule | No
                 cleaner = rule
     if cleaner is None:
         return None, []
-    excludes = [rule.path for rule in rules if rule.kind in ("x", "X")]
-    companions = [path + suffix for suffix in ("", ".lease", ".bindings", ".bindings.lease")]
-    exposed = [c for c in companions if not any(fnmatch.fnmatchcase(os.path.abspath(c), glob) for glob in excludes)]
-    return cleaner, exposed
+    # x excludes a path and, for a directory, what is below it; X the path only
+    excludes = [(rule.path, rule.kind == "x") for rule in rules if rule.kind in ("x", "X")]
+
+    def excluded(file: str) -> bool:
+        ancestors = [os.path.dirname(file)]
+        while ancestors[-1] not in ("/", ""):
+            ancestors.append(os.path.dirname(ancestors[-1]))
+        return any(fnmatch.fnmatchcase(file, glob) or (below and any(fnmatch.fnmatchcase(a, glob) for a in ancestors))
+                   for glob, below in excludes)
+
+    companions = [os.path.abspath(path) + suffix for suffix in ("", ".lease", ".bindings", ".bindings.lease")]
+    return cleaner, [c for c in companions if not excluded(c)]
 
 
 def check_age_cleaners(checkup: Checkup, name: str, path: str,
@@ -112,5 +120,5 @@ def check_age_cleaners(checkup: Checkup, name: str, path: str,
                 f"locked or not: {', '.join(exposed)}. Where no TaskManager claims GPUs for that long, the "
                 "claims of running TaskManagers are deleted with the file, and the next TaskManager is given "
                 "GPUs already in use.",
-                f"Exclude them from cleaning (as root): echo {shlex.quote('x ' + glob)} > "
+                f"Exclude them from cleaning (as root): echo {shlex.quote('x ' + glob)} >> "
                 "/etc/tmpfiles.d/flink-gpu.conf", resource=name)
