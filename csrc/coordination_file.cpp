@@ -3,6 +3,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -296,15 +298,60 @@ Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset) {
     return {};
 }
 
+// Keeps SIGXFSZ from killing the calling thread while it writes, where its action is the default (a
+// process started by a JVM, a C program): under RLIMIT_FSIZE the write that crosses the limit is short
+// and the next one raises SIGXFSZ, which would end the process with half a line in the file. Blocked,
+// the write fails with EFBIG instead, the old bytes are put back, and the signal the write raised
+// (directed at this thread) is taken back. A process that ignores it (Python does) or handles it is
+// left alone, and so is one that blocks it already.
+class FileSizeSignalGuard {
+public:
+    FileSizeSignalGuard() noexcept {
+        struct sigaction action {};
+        if (sigaction(SIGXFSZ, nullptr, &action) != 0 || (action.sa_flags & SA_SIGINFO) != 0 ||
+            action.sa_handler != SIG_DFL)
+            return;
+        sigset_t xfsz;
+        sigemptyset(&xfsz);
+        sigaddset(&xfsz, SIGXFSZ);
+        if (pthread_sigmask(SIG_BLOCK, &xfsz, &old_) != 0) return;
+        active_ = !sigismember(&old_, SIGXFSZ);
+    }
+    ~FileSizeSignalGuard() {
+        if (!active_) return;
+        sigset_t pending, xfsz;
+        sigemptyset(&xfsz);
+        sigaddset(&xfsz, SIGXFSZ);
+        if (sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ)) {
+            const timespec now{0, 0};
+            while (sigtimedwait(&xfsz, nullptr, &now) < 0 && errno == EINTR) {
+            }
+        }
+        pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    }
+    FileSizeSignalGuard(const FileSizeSignalGuard&) = delete;
+    FileSizeSignalGuard& operator=(const FileSizeSignalGuard&) = delete;
+
+private:
+    sigset_t old_{};
+    bool active_ = false;
+};
+
 // Rewrites the locked file in place (same inode). The data concerns processes of this boot only, so
 // it is not fsync()ed. Appends when only lines were added; restores the old bytes if a write fails.
 // A shrinking rewrite is written padded with newlines to the old size, in one write, before the
 // truncate: a process killed between the two leaves blank lines behind, never a fragment of an old
 // line that could read as "<index> <pid>" of some live process.
+//
+// Whole lines or nothing: a write may be short (RLIMIT_FSIZE crossed, the filesystem full) and the
+// next one fail (EFBIG, ENOSPC). Then the file is cut back to its old length, and where old bytes were
+// overwritten they are written back first; an append overwrote none, so its undo is the truncation
+// alone, which needs no space.
 Status write_in_place(int fd, const std::string& path, const std::string& old_text, const std::string& new_text) {
     const bool append = new_text.size() >= old_text.size() && new_text.compare(0, old_text.size(), old_text) == 0;
     // the removed lines were the last ones: the truncation alone, one step a crash cannot split
     const bool cut_tail = new_text.size() < old_text.size() && old_text.compare(0, new_text.size(), new_text) == 0;
+    const FileSizeSignalGuard guard;
     Status st;
     if (append) {
         st = pwrite_all(fd, new_text.data() + old_text.size(), new_text.size() - old_text.size(),
@@ -323,10 +370,13 @@ Status write_in_place(int fd, const std::string& path, const std::string& old_te
     }
     if (st.ok()) return {};
     const int err = st.sys_errno;
-    if (pwrite_all(fd, old_text.data(), old_text.size(), 0).ok()) {
-        (void)ftruncate(fd, static_cast<off_t>(old_text.size()));
-    }
-    return os_error(err, "Cannot write the", path);
+    const bool restored = (append || pwrite_all(fd, old_text.data(), old_text.size(), 0).ok()) &&
+                          ftruncate(fd, static_cast<off_t>(old_text.size())) == 0;
+    Status failed = os_error(err, "Cannot write the", path);
+    failed.message += restored ? "; its old content was restored."
+                               : "; restoring its old content failed too, so it may hold a partial line: check it "
+                                 "with `flink-gpu coordination show`.";
+    return failed;
 }
 
 }  // namespace

@@ -2,9 +2,12 @@
 arguments on the same (simulated) host, the same stdout and exit code. The stock script sees the
 host through a fake nvidia-smi, ours through the NVML simulator; both report the same 4 GPUs."""
 
+import errno
+import json
 import os
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -301,3 +304,51 @@ def test_coordinated_executable_units_and_whole_gpus_exclude_each_other(mig_env,
     coordination.release(path=path)
     path.write_text(f"0 {holder.pid}\n")  # a stock-script holder of GPU 0
     assert run(mig_env, ["1", "--enable-coordination-mode", "--coordination-file", str(path)]) == ("1\n", 0)
+
+
+# ---- whole lines or nothing, and the parent that asked ------------------------------------------
+
+def test_a_file_size_limit_leaves_no_half_line_for_the_stock_script_to_join(runners, tmp_path, owners):
+    """Under `ulimit -f` just above the file's size, with SIGXFSZ at its default action (a JVM's child
+    starts so), the write that crosses the limit is short and the next one would kill the executable
+    (exit 153) with half a line in the file. The stock script's `echo "<i> <pid>" >>` then joins onto
+    that fragment, its record vanishes, and a later claim hands its GPU to a second owner. Instead the
+    claim fails with EFBIG, the old bytes are back, and every GPU has one owner."""
+    path = tmp_path / "coordination"
+    old = "\n" * 1015  # 9 bytes below 1 KiB (`ulimit -f 1`): our first line crosses the limit
+    path.write_text(old)
+    flags = ["--enable-coordination-mode", "--coordination-file", str(path)]
+    command, env = runners["ours"]
+    limited = (["bash", "-c", 'trap - XFSZ; ulimit -f 1; exec "$@"', "bash", *command], env)
+    taskmanagers = [TaskManager(limited, ["2", *flags])]
+    try:
+        limited_result, after_limited = taskmanagers[0].result, path.read_text()
+        taskmanagers.append(TaskManager(runners["stock"], ["1", *flags]))
+        stock_out, stock_code = taskmanagers[1].result
+        assert stock_code == 0
+        claimer = owners()
+        proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "claim", "1", "--owner", str(claimer.pid),
+                               "--file", str(path), "--json"], env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        ours = [gpu["index"] for gpu in json.loads(proc.stdout)["gpus"]]
+        assert set(ours).isdisjoint(stock_out.strip().split(",")), (stock_out, ours, path.read_text())
+        assert limited_result == ("", 1)  # not 153: not killed by SIGXFSZ
+        assert after_limited == old  # no fragment left behind
+        lines = path.read_text().split("\n")
+        assert lines[-1] == "" and all(line == "" or len(line.split()) >= 2 for line in lines)
+    finally:
+        for taskmanager in taskmanagers:
+            taskmanager.kill()
+
+
+def test_the_executable_under_a_file_size_limit_reports_the_restored_file(runners, tmp_path):
+    path = tmp_path / "coordination"
+    path.write_text("\n" * 1015)
+    command, env = runners["ours"]
+    proc = subprocess.run(["bash", "-c", 'ulimit -f 1; exec "$@"', "bash", *command, "2",
+                           "--enable-coordination-mode", "--coordination-file", str(path)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert (proc.stdout, proc.returncode) == ("", 1)
+    assert f"Cannot write the coordination file {path}: {os.strerror(errno.EFBIG)}" in proc.stderr
+    assert "its old content was restored" in proc.stderr
+    assert path.read_text() == "\n" * 1015
