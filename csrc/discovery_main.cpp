@@ -18,6 +18,8 @@
 
 #include <cerrno>
 #include <climits>
+#include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -107,14 +109,61 @@ std::string left_out_text(const flinkgpu::Ranking& ranking) {
     return out;
 }
 
+// The TaskManager that ran us: our parent when we started, read once. If it dies, we are handed to a
+// reaper (pid 1, or a subreaper) that getppid() would then name: recording that one would keep the
+// GPUs taken for as long as the reaper lives, so it is never asked again.
+struct Parent {
+    pid_t pid = 0;
+    bool has_start_time = false;
+    std::uint64_t start_time = 0;  // tells the parent from a process that got its pid after it died
+};
+
+Parent read_parent() {
+    Parent p;
+    p.pid = getppid();
+    p.has_start_time = flinkgpu::coordination::process_start_time(p.pid, &p.start_time);
+    return p;
+}
+
+// Whether the parent we started with is still our parent and still the same process. While it is our
+// parent its pid cannot be reused; once getppid() names another, it died.
+bool parent_unchanged(const Parent& parent) {
+    if (getppid() != parent.pid) return false;
+    std::uint64_t now = 0;
+    return !parent.has_start_time ||
+           (flinkgpu::coordination::process_start_time(parent.pid, &now) && now == parent.start_time);
+}
+
+int parent_gone(const Parent& parent, const char* what) {
+    std::fprintf(stderr,
+                 "flink-gpu-discovery: the TaskManager that ran this discovery (pid %ld) has exited; %s. "
+                 "Nothing is left claimed for it.\n",
+                 static_cast<long>(parent.pid), what);
+    return 1;
+}
+
 // Claims for our parent (the TaskManager, as the stock script records $PPID). Printed in the
 // stock script's order: what the owner already held, free GPUs, then those taken from dead owners.
-int claim_coordinated(const Arguments& args, const flinkgpu::Ranking& ranking) {
+int claim_coordinated(const Arguments& args, const flinkgpu::Ranking& ranking, const Parent& parent) {
     namespace coord = flinkgpu::coordination;
     coord::Options opts;
     opts.path = args.script.coordination_file;
+    // NVML may have taken long: a parent that died meanwhile asks for nothing any more
+    if (!parent_unchanged(parent)) return parent_gone(parent, "no GPU was claimed");
     const coord::ClaimResult r =
-        coord::claim(opts, getppid(), ranking.indices, static_cast<std::size_t>(args.amount), ranking.ranks);
+        coord::claim(opts, parent.pid, ranking.indices, static_cast<std::size_t>(args.amount), ranking.ranks);
+    // It may have died during the claim (waiting for the lock): what was written for its pid is
+    // taken back, since a process that got that pid since would own it.
+    if (r.status.ok() && !parent_unchanged(parent)) {
+        if (!r.added.empty()) {
+            const coord::ReleaseResult undo = coord::release_indices(opts, parent.pid, r.added);
+            if (!undo.status.ok()) {
+                std::fprintf(stderr, "flink-gpu-discovery: %s\n", undo.status.message.c_str());
+                return parent_gone(parent, "the GPUs claimed for it could not be released");
+            }
+        }
+        return parent_gone(parent, "the GPUs claimed for it were released");
+    }
     for (const auto& bad : r.unparsable)
         std::fprintf(stderr, "flink-gpu-discovery: %s:%zu: kept a line that is not '<index> <pid>': %s\n",
                      args.script.coordination_file.c_str(), bad.line_number, bad.text.c_str());
@@ -146,6 +195,12 @@ const struct ConstructorProbe {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // Before anything else: the process that ran us, and writes that fail rather than kill. A JVM's
+    // child starts with SIGXFSZ at its default action, which under `ulimit -f` ends the process at the
+    // write that crosses the limit, with half a line in the coordination file; ignored, the write fails
+    // with EFBIG and the file's old bytes are put back (coordination_file.hpp).
+    const Parent parent = read_parent();
+    std::signal(SIGXFSZ, SIG_IGN);
     if (!g_constructors_ran) {
         std::fprintf(stderr, "flink-gpu-discovery: internal error: static constructors did not run\n");
         return 70;
@@ -175,7 +230,7 @@ int main(int argc, char** argv) {
 
     // The state now, judged for our parent: it is the owner and the TaskManager.
     std::vector<flinkgpu::DeviceState> states, usable;
-    status = flinkgpu::query_states(*lib, getppid(), getppid(), &states);
+    status = flinkgpu::query_states(*lib, parent.pid, parent.pid, &states);
     if (!status.ok()) {
         std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
         return 1;
@@ -192,7 +247,7 @@ int main(int argc, char** argv) {
     for (const auto& [index, why] : ranking.left_out)
         std::fprintf(stderr, "flink-gpu-discovery: GPU %s left out: %s\n", index.c_str(), why.c_str());
 
-    if (args.script.coordination_mode) return claim_coordinated(args, ranking);
+    if (args.script.coordination_mode) return claim_coordinated(args, ranking, parent);
     if (static_cast<unsigned long long>(args.amount) > ranking.indices.size()) {
         std::puts(kNotEnough);
         std::fprintf(stderr, "flink-gpu-discovery: %lld GPUs requested, %zu usable on this host%s\n", args.amount,
