@@ -17,7 +17,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <set>
+#include <utility>
+#include <vector>
 
 namespace flinkgpu {
 namespace coordination {
@@ -51,7 +54,7 @@ int statx_path(const std::string& path, struct statx* out) {
 // With the size: read_all stops at the size found under the lock instead of reading once more for EOF.
 int statx_fd(int fd, struct statx* out) {
     return statx(fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT,
-                 STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_INO | STATX_SIZE, out);
+                 STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_INO | STATX_SIZE | STATX_BTIME, out);
 }
 
 bool same_inode(const struct statx& a, const struct statx& b) {
@@ -192,6 +195,193 @@ std::string lock_holders(const struct statx& st) {
         pids += std::to_string(pid);
     }
     return pids;
+}
+
+// ---- a stock script's transaction on the file it replaced (docs/SECURITY.md, B2) --------------------
+//
+// A stock script that reclaims runs `sed -i`, which renames a new file over the path, while it keeps the
+// flock of the old inode, and then appends its lines to the new one. Between the two the new inode is
+// unlocked: a claim that locks it reads a file its owner is still writing. Such a transaction shows in
+// /proc/locks as a FLOCK WRITE lock (or a waiter for one) on an inode of our device other than ours,
+// held by a process that has "<our path> (deleted)" open. /proc/locks is read once per exclusive open
+// (one read of a small file); the processes are looked at only for a lock of another inode of our
+// device, and a lock found to be some other file's is not looked at again.
+
+// A write flock (held or waited for) on another inode of the device: "1: FLOCK  ADVISORY  WRITE 1234
+// 08:01:5678 0 EOF", "1: -> FLOCK ...".
+struct ForeignLock {
+    long pid = 0;
+    unsigned long long inode = 0;
+};
+
+// Lines of `text` that lock an inode of device "<major>:<minor>:" (`dev`) other than `inode`.
+std::vector<ForeignLock> foreign_write_flocks(const std::string& text, const char* dev, unsigned long long inode) {
+    std::vector<ForeignLock> found;
+    const std::size_t dev_len = std::strlen(dev);
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        std::size_t end = text.find('\n', pos);
+        if (end == std::string::npos) end = text.size();
+        const char* line = text.c_str() + pos;
+        const std::size_t len = end - pos;
+        pos = end + 1;
+        // cheap filters first: most hosts hold POSIX locks and flocks of other devices
+        const char* flock_at = static_cast<const char*>(memmem(line, len, "FLOCK", 5));
+        if (flock_at == nullptr) continue;
+        const char* dev_at = static_cast<const char*>(memmem(line, len, dev, dev_len));
+        if (dev_at == nullptr || dev_at == line || dev_at[-1] != ' ') continue;
+        char rw[16];
+        long pid = 0;
+        unsigned long long ino = 0;
+        if (std::sscanf(flock_at, "FLOCK %*15s %15s %ld", rw, &pid) != 2 || std::strcmp(rw, "WRITE") != 0) continue;
+        if (std::sscanf(dev_at + dev_len, "%llu", &ino) != 1 || ino == inode || pid <= 0) continue;
+        found.push_back({pid, ino});
+    }
+    return found;
+}
+
+enum class OpenAs {
+    kNotOpen,      // the process does not have the locked inode open (or we may not look)
+    kOtherFile,    // it has the inode open under another name: another file's lock
+    kDeletedCopy,  // it has it open as "<our path> (deleted)": a copy of our file replaced meanwhile
+};
+
+// How process `pid` has inode `inode` open. `all_fds`: statx every descriptor (the locker: one process,
+// and it tells another file's lock apart at once); else only those whose link names the deleted copy.
+OpenAs opened_as(long pid, const std::string& deleted_link, unsigned long long inode, bool all_fds) {
+    const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+    DIR* fds = opendir(dir.c_str());
+    if (fds == nullptr) return OpenAs::kNotOpen;
+    OpenAs found = OpenAs::kNotOpen;
+    char target[PATH_MAX];
+    while (found == OpenAs::kNotOpen) {
+        const dirent* f = readdir(fds);
+        if (f == nullptr) break;
+        if (f->d_name[0] == '.') continue;
+        const ssize_t n = readlinkat(dirfd(fds), f->d_name, target, sizeof target);
+        if (n < 0) continue;
+        const bool named_as_copy = static_cast<std::size_t>(n) == deleted_link.size() &&
+                                   deleted_link.compare(0, deleted_link.size(), target, static_cast<std::size_t>(n)) == 0;
+        if (!named_as_copy && !all_fds) continue;
+        struct statx st {};
+        if (statx(dirfd(fds), f->d_name, AT_STATX_SYNC_AS_STAT, STATX_INO, &st) == 0 && st.stx_ino == inode)
+            found = named_as_copy ? OpenAs::kDeletedCopy : OpenAs::kOtherFile;
+    }
+    closedir(fds);
+    return found;
+}
+
+// Who holds the lock `lock` on a deleted copy of our file: its locker when it has the copy open, else
+// (the stock script's `flock -x 200` exits at once, its shell keeps the descriptor) a process of /proc
+// that has it open, nearest below the locker's pid first, since the shell started just before the
+// flock it ran. 0: another file's lock, or nobody we may see (another user's descriptors are hidden).
+long deleted_copy_holder(const ForeignLock& lock, const std::string& deleted_link) {
+    switch (opened_as(lock.pid, deleted_link, lock.inode, true)) {
+        case OpenAs::kDeletedCopy: return lock.pid;
+        case OpenAs::kOtherFile: return 0;
+        case OpenAs::kNotOpen: break;
+    }
+    std::vector<long> pids;
+    if (DIR* proc = opendir("/proc")) {
+        while (const dirent* e = readdir(proc)) {
+            char* end = nullptr;
+            const long pid = std::strtol(e->d_name, &end, 10);
+            if (end != e->d_name && *end == '\0' && pid != lock.pid) pids.push_back(pid);
+        }
+        closedir(proc);
+    }
+    std::sort(pids.begin(), pids.end(), [&](long a, long b) {
+        const bool a_below = a < lock.pid, b_below = b < lock.pid;
+        if (a_below != b_below) return a_below;
+        return a_below ? a > b : a < b;
+    });
+    for (long pid : pids) {
+        if (opened_as(pid, deleted_link, lock.inode, false) == OpenAs::kDeletedCopy) return pid;
+    }
+    return 0;
+}
+
+// Locks already found to be some other file's: (locker pid, inode). Bounded; forgotten when full.
+std::mutex g_unrelated_mutex;
+std::set<std::pair<long, unsigned long long>> g_unrelated_locks;
+
+// The inode this process last found free of such writers, and when. A writer on a replaced copy opened
+// that copy before the path named this inode, so it was in /proc/locks then, holding its lock or
+// waiting for it, unless it was between its open and its flock (the stock script's `flock -x 200` is
+// a fork and exec after the open: milliseconds). So claims in a burst on one file look once a second,
+// and only such a writer, in that gap at that moment, could go unseen until the next look.
+constexpr std::int64_t kRecheckMs = 1000;
+
+long find_replaced_copy_writer(int fd, const struct statx& locked);
+
+struct CheckedInode {
+    std::uint32_t dev_major = 0, dev_minor = 0;
+    std::uint64_t ino = 0;
+    std::int64_t btime_sec = 0;  // a new file that got a freed inode number is another file
+    std::uint32_t btime_nsec = 0;
+    std::int64_t at_ms = 0;
+    bool valid = false;
+
+    bool same_file(const CheckedInode& o) const {
+        return dev_major == o.dev_major && dev_minor == o.dev_minor && ino == o.ino && btime_sec == o.btime_sec &&
+               btime_nsec == o.btime_nsec;
+    }
+};
+
+std::mutex g_checked_mutex;
+CheckedInode g_checked;
+
+// The pid of a process in a transaction on a copy of `path` replaced by another file (the stock
+// script's `sed -i`), found from the locked descriptor `fd` of the inode the path names now; 0 when
+// there is none.
+long replaced_copy_writer(int fd, const struct statx& locked) {
+    CheckedInode now;
+    now.dev_major = locked.stx_dev_major;
+    now.dev_minor = locked.stx_dev_minor;
+    now.ino = locked.stx_ino;
+    if ((locked.stx_mask & STATX_BTIME) != 0) {
+        now.btime_sec = locked.stx_btime.tv_sec;
+        now.btime_nsec = locked.stx_btime.tv_nsec;
+    }
+    now.at_ms = monotonic_ms();
+    now.valid = true;
+    {
+        std::lock_guard<std::mutex> hold(g_checked_mutex);
+        if (g_checked.valid && g_checked.same_file(now) && now.at_ms - g_checked.at_ms < kRecheckMs) return 0;
+    }
+    const long writer = find_replaced_copy_writer(fd, locked);
+    std::lock_guard<std::mutex> hold(g_checked_mutex);
+    if (writer == 0) {
+        g_checked = now;
+    } else {
+        g_checked.valid = false;
+    }
+    return writer;
+}
+
+long find_replaced_copy_writer(int fd, const struct statx& locked) {
+    char dev[32];
+    std::snprintf(dev, sizeof dev, "%02x:%02x:", locked.stx_dev_major, locked.stx_dev_minor);
+    const std::vector<ForeignLock> locks =
+        foreign_write_flocks(read_small_file("/proc/locks"), dev, static_cast<unsigned long long>(locked.stx_ino));
+    if (locks.empty()) return 0;
+    // the copy that `sed -i` replaced had our file's name: its descriptors read "<name> (deleted)"
+    char link[PATH_MAX];
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    const ssize_t n = readlink(self.c_str(), link, sizeof link);
+    if (n <= 0 || static_cast<std::size_t>(n) >= sizeof link) return 0;
+    const std::string deleted_link = std::string(link, static_cast<std::size_t>(n)) + " (deleted)";
+    for (const ForeignLock& lock : locks) {
+        {
+            std::lock_guard<std::mutex> hold(g_unrelated_mutex);
+            if (g_unrelated_locks.count({lock.pid, lock.inode}) != 0) continue;
+        }
+        if (const long holder = deleted_copy_holder(lock, deleted_link)) return holder;
+        std::lock_guard<std::mutex> hold(g_unrelated_mutex);
+        if (g_unrelated_locks.size() >= 256) g_unrelated_locks.clear();
+        g_unrelated_locks.insert({lock.pid, lock.inode});
+    }
+    return 0;
 }
 
 // Opens `path` without following a symlink and without blocking on a FIFO, creating it (0644) when asked;
@@ -408,6 +598,7 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
     const std::int64_t deadline =
         timeout_ms > INT64_MAX - start ? INT64_MAX : start + timeout_ms;
     int replaced = 0;
+    std::int64_t writer_backoff = 1;
     for (;;) {
         int fd = -1;
         Status st = open_file(path, access, &fd, nullptr, true);
@@ -454,6 +645,27 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
         if (path_ok) {
             Status type = check_file_type(locked, path);  // links may have been added before we locked
             if (!type.ok()) return type;
+            // A writer still busy with a copy it replaced: its lines are not in this inode yet.
+            if (access != Access::kReadExisting) {
+                if (const long writer = replaced_copy_writer(fd, locked)) {
+                    unlock();
+                    const std::int64_t now = monotonic_ms();
+                    if (now >= deadline) {
+                        char secs[32];
+                        std::snprintf(secs, sizeof secs, "%.10g", static_cast<double>(timeout_ms) / 1000.0);
+                        return make_status(StatusCode::kTimeout,
+                                           "Timed out after " + std::string(secs) + " s waiting for the coordination "
+                                           "file " + path + ": pid " + std::to_string(writer) + " still holds "
+                                           "the lock of the copy it replaced (as Flink's stock discovery script "
+                                           "does when it reclaims, with sed -i) and has not finished writing the "
+                                           "new one. Another worker may hang while claiming GPUs.",
+                                           ETIMEDOUT);
+                    }
+                    sleep_ms(std::min(writer_backoff, deadline - now));
+                    writer_backoff = std::min<std::int64_t>(writer_backoff * 2, 25);
+                    continue;
+                }
+            }
             mode_ = static_cast<std::uint16_t>(locked.stx_mode & 07777);
             size_ = locked.stx_size;
             identity_ = std::to_string(locked.stx_dev_major) + ":" + std::to_string(locked.stx_dev_minor) + ":" +

@@ -29,6 +29,7 @@ from flink_gpu import (Configuration, FlinkException, GPUDriverFactory, IllegalC
 from flink_gpu.framework import load_external_resources
 from conftest import dead_pid, proc_start_time
 from support.files import make_odd_path
+from support.interop import fake_nvidia_smi, stock_env
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
 JAVA_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
@@ -474,6 +475,76 @@ def test_file_size_limit_write_fails_cleanly(tmp_path, owners):
     assert run_child(FSIZE_CHILD, path).split() == ["True", "True", "True"]
     assert path.read_text() == content  # nothing half-written
     assert holders(path) == {"0": (live.pid,)}
+
+
+# ---- the stock script's replacement (B2) ----------------------------------------------------------
+
+# sed, but a `sed -i` lingers once it has replaced the file, before the stock script appends its line
+# to the new one: B2's window, widened. It says when it is in it.
+LINGERING_SED = """#!/bin/sh
+"{real}" "$@" || exit $?
+case " $* " in *" -i "*) : > "{mark}"; sleep {seconds} ;; esac
+"""
+
+
+def stock_reclaimer(stock_script, tmp_path, path, seconds):
+    """Flink's stock script reclaiming in coordination mode on a 3-GPU host, its `sed -i` lingering
+    `seconds` once the file is replaced; returns (its process, the mark that says it is in the window)."""
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", 3)
+    mark = tmp_path / "in-the-window"
+    sed = bin_dir / "sed"
+    sed.write_text(LINGERING_SED.format(real=shutil.which("sed"), mark=mark, seconds=seconds))
+    sed.chmod(0o755)
+    proc = subprocess.Popen(["bash", str(stock_script), "1", "--enable-coordination-mode", "--coordination-file",
+                             str(path)], env=stock_env(bin_dir), stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not mark.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the stock script never replaced the file"
+        time.sleep(0.005)
+    return proc, mark
+
+
+def test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced(stock_script, tmp_path, owners):
+    """The stock script reclaims GPU 0 with `sed -i` (a new inode, unlocked) and appends `0 <its
+    TaskManager>` to it only afterwards. A claim in between waits for it instead of taking GPU 0 too
+    (free in the new file), and then reclaims GPU 1."""
+    path = tmp_path / "coordination"
+    holder, claimer = owners(), owners()
+    path.write_text(f"0 {dead_pid()}\n1 {dead_pid()}\n2 {holder.pid}\n")
+    stock, _ = stock_reclaimer(stock_script, tmp_path, path, seconds=1.0)
+    try:
+        started = time.monotonic()
+        got = coordination.claim(1, ["0", "1", "2"], path=path, owner=claimer.pid).taken
+        waited = time.monotonic() - started
+        stock_out = stock.communicate(timeout=30)[0]
+    finally:
+        stock.kill()
+        stock.wait()
+    assert (stock_out, stock.returncode) == ("0\n", 0)
+    assert got == ["1"], path.read_text()  # not 0, which the stock script was writing for its TaskManager
+    assert waited > 0.5
+    assert holders(path) == {"0": (os.getpid(),), "1": (claimer.pid,), "2": (holder.pid,)}
+
+
+def test_a_stock_script_that_never_finishes_its_replaced_file_bounds_the_wait_and_is_named(
+        stock_script, tmp_path, owners):
+    path = tmp_path / "coordination"
+    holder, claimer = owners(), owners()
+    path.write_text(f"0 {dead_pid()}\n1 {holder.pid}\n2 {holder.pid}\n")
+    stock, _ = stock_reclaimer(stock_script, tmp_path, path, seconds=600)
+    try:
+        with pytest.raises(TimeoutError) as info:
+            coordination.claim(1, ["0", "1", "2"], path=path, owner=claimer.pid, timeout=0.3)
+        message = str(info.value)
+        writer = int(re.search(r": pid (\d+) still holds the lock of the copy it replaced", message).group(1))
+        assert os.readlink(f"/proc/{writer}/fd/200") == f"{path} (deleted)"  # the stock script's shell
+        assert str(path) in message and "Timed out after 0.3 s" in message
+    finally:
+        os.killpg(stock.pid, signal.SIGKILL)
+        stock.communicate()
+    # the stock script died mid-transaction: nothing waits any more, GPU 0 is free again
+    assert coordination.claim(1, ["0", "1", "2"], path=path, owner=claimer.pid, timeout=5).taken == ["0"]
 
 
 # ---- lock holders that hang or die ----------------------------------------------------------------
