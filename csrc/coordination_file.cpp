@@ -54,7 +54,8 @@ int statx_path(const std::string& path, struct statx* out) {
 // With the size: read_all stops at the size found under the lock instead of reading once more for EOF.
 int statx_fd(int fd, struct statx* out) {
     return statx(fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT,
-                 STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_INO | STATX_SIZE | STATX_BTIME, out);
+                 STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_INO | STATX_SIZE | STATX_CTIME | STATX_BTIME,
+                 out);
 }
 
 bool same_inode(const struct statx& a, const struct statx& b) {
@@ -240,63 +241,36 @@ std::vector<ForeignLock> foreign_write_flocks(const std::string& text, const cha
     return found;
 }
 
-enum class OpenAs {
-    kNotOpen,      // the process does not have the locked inode open (or we may not look)
-    kOtherFile,    // it has the inode open under another name: another file's lock
-    kDeletedCopy,  // it has it open as "<our path> (deleted)": a copy of our file replaced meanwhile
-};
+// How far below the locker's pid the processes are looked at.
+constexpr long kHolderPidWindow = 8;
 
-// How process `pid` has inode `inode` open. `all_fds`: statx every descriptor (the locker: one process,
-// and it tells another file's lock apart at once); else only those whose link names the deleted copy.
-OpenAs opened_as(long pid, const std::string& deleted_link, unsigned long long inode, bool all_fds) {
-    const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-    DIR* fds = opendir(dir.c_str());
-    if (fds == nullptr) return OpenAs::kNotOpen;
-    OpenAs found = OpenAs::kNotOpen;
+// The descriptor the stock script locks: `( flock -x 200; ... ) 200<> $coordination_file`. The stock
+// script is the one writer that replaces the file (ours never do), so it is the one looked for.
+constexpr const char* kStockScriptFd = "200";
+
+// Whether descriptor `fd` of process `pid` is the deleted copy, inode `inode`.
+bool fd_is_copy(long pid, const char* fd, const std::string& deleted_link, unsigned long long inode) {
+    const std::string entry = "/proc/" + std::to_string(pid) + "/fd/" + fd;
     char target[PATH_MAX];
-    while (found == OpenAs::kNotOpen) {
-        const dirent* f = readdir(fds);
-        if (f == nullptr) break;
-        if (f->d_name[0] == '.') continue;
-        const ssize_t n = readlinkat(dirfd(fds), f->d_name, target, sizeof target);
-        if (n < 0) continue;
-        const bool named_as_copy = static_cast<std::size_t>(n) == deleted_link.size() &&
-                                   deleted_link.compare(0, deleted_link.size(), target, static_cast<std::size_t>(n)) == 0;
-        if (!named_as_copy && !all_fds) continue;
-        struct statx st {};
-        if (statx(dirfd(fds), f->d_name, AT_STATX_SYNC_AS_STAT, STATX_INO, &st) == 0 && st.stx_ino == inode)
-            found = named_as_copy ? OpenAs::kDeletedCopy : OpenAs::kOtherFile;
-    }
-    closedir(fds);
-    return found;
+    const ssize_t n = readlink(entry.c_str(), target, sizeof target);
+    if (n != static_cast<ssize_t>(deleted_link.size()) ||
+        deleted_link.compare(0, deleted_link.size(), target, static_cast<std::size_t>(n)) != 0)
+        return false;
+    struct statx st {};
+    return statx(AT_FDCWD, entry.c_str(), AT_STATX_SYNC_AS_STAT, STATX_INO, &st) == 0 && st.stx_ino == inode;
 }
 
-// Who holds the lock `lock` on a deleted copy of our file: its locker when it has the copy open, else
-// (the stock script's `flock -x 200` exits at once, its shell keeps the descriptor) a process of /proc
-// that has it open, nearest below the locker's pid first, since the shell started just before the
-// flock it ran. 0: another file's lock, or nobody we may see (another user's descriptors are hidden).
+// Who holds the lock `lock` on a deleted copy of our file, as the stock script holds it: on descriptor
+// 200 of the locker (`flock -x 200`, while it runs) or, once the locker has exited, which it does at
+// once, of the shell that forked it (and of the commands that shell runs next, for a moment each).
+// So the locker and the processes with the pids just below its, where that shell is, are asked for
+// their descriptor 200, nearest first: one readlink each, paid by a fresh process once for each lock
+// of another file on the device. 0: another file's lock, or a holder we cannot see (another user's
+// descriptors are hidden; a shell forked more than kHolderPidWindow pids before its flock).
 long deleted_copy_holder(const ForeignLock& lock, const std::string& deleted_link) {
-    switch (opened_as(lock.pid, deleted_link, lock.inode, true)) {
-        case OpenAs::kDeletedCopy: return lock.pid;
-        case OpenAs::kOtherFile: return 0;
-        case OpenAs::kNotOpen: break;
-    }
-    std::vector<long> pids;
-    if (DIR* proc = opendir("/proc")) {
-        while (const dirent* e = readdir(proc)) {
-            char* end = nullptr;
-            const long pid = std::strtol(e->d_name, &end, 10);
-            if (end != e->d_name && *end == '\0' && pid != lock.pid) pids.push_back(pid);
-        }
-        closedir(proc);
-    }
-    std::sort(pids.begin(), pids.end(), [&](long a, long b) {
-        const bool a_below = a < lock.pid, b_below = b < lock.pid;
-        if (a_below != b_below) return a_below;
-        return a_below ? a > b : a < b;
-    });
-    for (long pid : pids) {
-        if (opened_as(pid, deleted_link, lock.inode, false) == OpenAs::kDeletedCopy) return pid;
+    if (fd_is_copy(lock.pid, kStockScriptFd, deleted_link, lock.inode)) return lock.pid;
+    for (long pid = lock.pid - 1; pid > 0 && pid >= lock.pid - kHolderPidWindow; --pid) {
+        if (fd_is_copy(pid, kStockScriptFd, deleted_link, lock.inode)) return pid;
     }
     return 0;
 }
@@ -305,11 +279,21 @@ long deleted_copy_holder(const ForeignLock& lock, const std::string& deleted_lin
 std::mutex g_unrelated_mutex;
 std::set<std::pair<long, unsigned long long>> g_unrelated_locks;
 
-// The inode this process last found free of such writers, and when. A writer on a replaced copy opened
-// that copy before the path named this inode, so it was in /proc/locks then, holding its lock or
-// waiting for it, unless it was between its open and its flock (the stock script's `flock -x 200` is
-// a fork and exec after the open: milliseconds). So claims in a burst on one file look once a second,
-// and only such a writer, in that gap at that moment, could go unseen until the next look.
+// When to look. Reading /proc/locks is not free: the kernel takes its file-lock lock for writing
+// (percpu_down_write, an RCU grace period: milliseconds, and every flock(2) of the host waits
+// meanwhile). So it is read only where such a writer can exist:
+//
+//   * the inode the path names must be young. A copy of the file was replaced by it (the stock
+//     script's `sed -i` creates the new file and renames it at once) or removed before it was
+//     created, and the writer still busy with that copy began before: a stock transaction, which ends
+//     in milliseconds to seconds. An inode born (statx btime; where unknown, changed: ctime) more
+//     than kYoungFileS ago is not looked at; a stock script hung that long is not waited for.
+//   * and this process must not have found that inode free of such writers within kRecheckMs. Such a
+//     writer opened its copy before the path named this inode, so it was in /proc/locks then, holding
+//     the lock or waiting for it, unless it was between its open and its flock (the stock script's
+//     `flock -x 200` is a fork and exec after the open: milliseconds); only such a writer, in that gap
+//     at that moment, goes unseen until the next look.
+constexpr std::int64_t kYoungFileS = 60;
 constexpr std::int64_t kRecheckMs = 1000;
 
 long find_replaced_copy_writer(int fd, const struct statx& locked);
@@ -331,10 +315,18 @@ struct CheckedInode {
 std::mutex g_checked_mutex;
 CheckedInode g_checked;
 
+bool young(const struct statx& st) {
+    timespec wall{};
+    clock_gettime(CLOCK_REALTIME, &wall);
+    const std::int64_t born = (st.stx_mask & STATX_BTIME) != 0 ? st.stx_btime.tv_sec : st.stx_ctime.tv_sec;
+    return static_cast<std::int64_t>(wall.tv_sec) - born <= kYoungFileS;
+}
+
 // The pid of a process in a transaction on a copy of `path` replaced by another file (the stock
 // script's `sed -i`), found from the locked descriptor `fd` of the inode the path names now; 0 when
-// there is none.
+// there is none (or when there cannot be one, above).
 long replaced_copy_writer(int fd, const struct statx& locked) {
+    if (!young(locked)) return 0;
     CheckedInode now;
     now.dev_major = locked.stx_dev_major;
     now.dev_minor = locked.stx_dev_minor;
@@ -359,11 +351,32 @@ long replaced_copy_writer(int fd, const struct statx& locked) {
     return writer;
 }
 
+// /proc/locks in one read() where it fits: each read() of it takes the kernel's lock again.
+std::string read_proc_locks() {
+    std::string text;
+    int fd = open("/proc/locks", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return text;
+    std::size_t size = 0;
+    text.resize(64u << 10);
+    for (;;) {
+        const ssize_t n = read(fd, &text[size], text.size() - size);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        size += static_cast<std::size_t>(n);
+        if (size < text.size()) break;  // a seq_file read fills the buffer unless it reached the end
+        if (text.size() >= (4u << 20)) break;
+        text.resize(text.size() * 2);
+    }
+    close(fd);
+    text.resize(size);
+    return text;
+}
+
 long find_replaced_copy_writer(int fd, const struct statx& locked) {
     char dev[32];
     std::snprintf(dev, sizeof dev, "%02x:%02x:", locked.stx_dev_major, locked.stx_dev_minor);
     const std::vector<ForeignLock> locks =
-        foreign_write_flocks(read_small_file("/proc/locks"), dev, static_cast<unsigned long long>(locked.stx_ino));
+        foreign_write_flocks(read_proc_locks(), dev, static_cast<unsigned long long>(locked.stx_ino));
     if (locks.empty()) return 0;
     // the copy that `sed -i` replaced had our file's name: its descriptors read "<name> (deleted)"
     char link[PATH_MAX];
@@ -474,29 +487,23 @@ Status read_all(int fd, const std::string& path, std::uint64_t size, std::string
     }
 }
 
-Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset) {
-    while (size > 0) {
-        ssize_t n = pwrite(fd, data, size, offset);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return make_status(StatusCode::kOsError, "", errno);
-        }
-        data += n;
-        size -= static_cast<std::size_t>(n);
-        offset += n;
-    }
-    return {};
-}
-
-// Keeps SIGXFSZ from killing the calling thread while it writes, where its action is the default (a
-// process started by a JVM, a C program): under RLIMIT_FSIZE the write that crosses the limit is short
-// and the next one raises SIGXFSZ, which would end the process with half a line in the file. Blocked,
-// the write fails with EFBIG instead, the old bytes are put back, and the signal the write raised
-// (directed at this thread) is taken back. A process that ignores it (Python does) or handles it is
-// left alone, and so is one that blocks it already.
+// Keeps SIGXFSZ from killing the calling thread in the middle of a rewrite, where its action is the
+// default (a process started by a JVM, a C program): under RLIMIT_FSIZE the write that crosses the
+// limit is short and the next one raises SIGXFSZ, which would end the process with half a line in the
+// file. Armed at the first short write (a write that is not short costs nothing more), it blocks the
+// signal, so that the next write fails with EFBIG instead and the old bytes are put back; the signal
+// that write raised (directed at this thread) is then taken back. A process that ignores SIGXFSZ
+// (Python does) or handles it is left alone, and so is one that blocks it already. A first write that
+// starts beyond the limit still raises it before writing anything: nothing is torn.
 class FileSizeSignalGuard {
 public:
-    FileSizeSignalGuard() noexcept {
+    FileSizeSignalGuard() = default;
+    FileSizeSignalGuard(const FileSizeSignalGuard&) = delete;
+    FileSizeSignalGuard& operator=(const FileSizeSignalGuard&) = delete;
+
+    void arm() noexcept {
+        if (armed_) return;
+        armed_ = true;
         struct sigaction action {};
         if (sigaction(SIGXFSZ, nullptr, &action) != 0 || (action.sa_flags & SA_SIGINFO) != 0 ||
             action.sa_handler != SIG_DFL)
@@ -505,10 +512,12 @@ public:
         sigemptyset(&xfsz);
         sigaddset(&xfsz, SIGXFSZ);
         if (pthread_sigmask(SIG_BLOCK, &xfsz, &old_) != 0) return;
-        active_ = !sigismember(&old_, SIGXFSZ);
+        blocked_ = !sigismember(&old_, SIGXFSZ);
+        if (!blocked_) pthread_sigmask(SIG_SETMASK, &old_, nullptr);
     }
+
     ~FileSizeSignalGuard() {
-        if (!active_) return;
+        if (!blocked_) return;
         sigset_t pending, xfsz;
         sigemptyset(&xfsz);
         sigaddset(&xfsz, SIGXFSZ);
@@ -519,13 +528,27 @@ public:
         }
         pthread_sigmask(SIG_SETMASK, &old_, nullptr);
     }
-    FileSizeSignalGuard(const FileSizeSignalGuard&) = delete;
-    FileSizeSignalGuard& operator=(const FileSizeSignalGuard&) = delete;
 
 private:
     sigset_t old_{};
-    bool active_ = false;
+    bool armed_ = false;
+    bool blocked_ = false;
 };
+
+Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset, FileSizeSignalGuard* guard) {
+    while (size > 0) {
+        ssize_t n = pwrite(fd, data, size, offset);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return make_status(StatusCode::kOsError, "", errno);
+        }
+        if (static_cast<std::size_t>(n) < size) guard->arm();  // the next write may cross RLIMIT_FSIZE
+        data += n;
+        size -= static_cast<std::size_t>(n);
+        offset += n;
+    }
+    return {};
+}
 
 // Rewrites the locked file in place (same inode). The data concerns processes of this boot only, so
 // it is not fsync()ed. Appends when only lines were added; restores the old bytes if a write fails.
@@ -541,26 +564,26 @@ Status write_in_place(int fd, const std::string& path, const std::string& old_te
     const bool append = new_text.size() >= old_text.size() && new_text.compare(0, old_text.size(), old_text) == 0;
     // the removed lines were the last ones: the truncation alone, one step a crash cannot split
     const bool cut_tail = new_text.size() < old_text.size() && old_text.compare(0, new_text.size(), new_text) == 0;
-    const FileSizeSignalGuard guard;
+    FileSizeSignalGuard guard;
     Status st;
     if (append) {
         st = pwrite_all(fd, new_text.data() + old_text.size(), new_text.size() - old_text.size(),
-                        static_cast<off_t>(old_text.size()));
+                        static_cast<off_t>(old_text.size()), &guard);
     } else if (cut_tail) {
         // nothing to write: the ftruncate below removes the tail
     } else if (new_text.size() < old_text.size()) {
         std::string padded = new_text;
         padded.resize(old_text.size(), '\n');
-        st = pwrite_all(fd, padded.data(), padded.size(), 0);
+        st = pwrite_all(fd, padded.data(), padded.size(), 0, &guard);
     } else {
-        st = pwrite_all(fd, new_text.data(), new_text.size(), 0);
+        st = pwrite_all(fd, new_text.data(), new_text.size(), 0, &guard);
     }
     if (st.ok() && new_text.size() < old_text.size() && ftruncate(fd, static_cast<off_t>(new_text.size())) != 0) {
         st = make_status(StatusCode::kOsError, "", errno);
     }
     if (st.ok()) return {};
     const int err = st.sys_errno;
-    const bool restored = (append || pwrite_all(fd, old_text.data(), old_text.size(), 0).ok()) &&
+    const bool restored = (append || pwrite_all(fd, old_text.data(), old_text.size(), 0, &guard).ok()) &&
                           ftruncate(fd, static_cast<off_t>(old_text.size())) == 0;
     Status failed = os_error(err, "Cannot write the", path);
     failed.message += restored ? "; its old content was restored."
