@@ -54,8 +54,7 @@ int statx_path(const std::string& path, struct statx* out) {
 // With the size: read_all stops at the size found under the lock instead of reading once more for EOF.
 int statx_fd(int fd, struct statx* out) {
     return statx(fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT,
-                 STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_INO | STATX_SIZE | STATX_CTIME | STATX_BTIME,
-                 out);
+                 STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_INO | STATX_SIZE | STATX_BTIME, out);
 }
 
 bool same_inode(const struct statx& a, const struct statx& b) {
@@ -286,8 +285,8 @@ std::set<std::pair<long, unsigned long long>> g_unrelated_locks;
 //   * the inode the path names must be young. A copy of the file was replaced by it (the stock
 //     script's `sed -i` creates the new file and renames it at once) or removed before it was
 //     created, and the writer still busy with that copy began before: a stock transaction, which ends
-//     in milliseconds to seconds. An inode born (statx btime; where unknown, changed: ctime) more
-//     than kYoungFileS ago is not looked at; a stock script hung that long is not waited for.
+//     in milliseconds to seconds. An inode born (statx btime) more than kYoungFileS ago is not looked
+//     at; a stock script hung that long is not waited for.
 //   * and this process must not have found that inode free of such writers within kRecheckMs. Such a
 //     writer opened its copy before the path named this inode, so it was in /proc/locks then, holding
 //     the lock or waiting for it, unless it was between its open and its flock (the stock script's
@@ -315,11 +314,14 @@ struct CheckedInode {
 std::mutex g_checked_mutex;
 CheckedInode g_checked;
 
+// Without a birth time (a filesystem that keeps none) every inode counts as young. Not the change time
+// instead: asking for it makes the kernel (multigrain timestamps) stamp the next write finely, which
+// costs every claim.
 bool young(const struct statx& st) {
+    if ((st.stx_mask & STATX_BTIME) == 0) return true;
     timespec wall{};
     clock_gettime(CLOCK_REALTIME, &wall);
-    const std::int64_t born = (st.stx_mask & STATX_BTIME) != 0 ? st.stx_btime.tv_sec : st.stx_ctime.tv_sec;
-    return static_cast<std::int64_t>(wall.tv_sec) - born <= kYoungFileS;
+    return static_cast<std::int64_t>(wall.tv_sec) - st.stx_btime.tv_sec <= kYoungFileS;
 }
 
 // The pid of a process in a transaction on a copy of `path` replaced by another file (the stock

@@ -210,8 +210,8 @@ std::vector<Line> parse_file(const std::string& text) {
     const char* const data = text.data();
     std::size_t pos = 0, number = 0;
     while (pos < text.size()) {
-        const void* nl = std::memchr(data + pos, '\n', text.size() - pos);
-        const std::size_t end = nl == nullptr ? text.size() : static_cast<std::size_t>(static_cast<const char*>(nl) - data);
+        const char* nl = static_cast<const char*>(std::memchr(data + pos, '\n', text.size() - pos));
+        const std::size_t end = nl == nullptr ? text.size() : static_cast<std::size_t>(nl - data);
         lines.emplace_back();
         parse_line(data + pos, end - pos, ++number, &lines.back());
         pos = end + 1;
