@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <set>
 #include <utility>
 #include <vector>
@@ -274,9 +273,9 @@ long deleted_copy_holder(const ForeignLock& lock, const std::string& deleted_lin
     return 0;
 }
 
-// Locks already found to be some other file's: (locker pid, inode). Bounded; forgotten when full.
-std::mutex g_unrelated_mutex;
-std::set<std::pair<long, unsigned long long>> g_unrelated_locks;
+// Locks already found to be some other file's: (locker pid, inode). Bounded; forgotten when full. Per
+// thread, like the memo below: no lock that a fork() in another thread could leave held in the child.
+thread_local std::set<std::pair<long, unsigned long long>> t_unrelated_locks;
 
 // When to look. Reading /proc/locks is not free: the kernel takes its file-lock lock for writing
 // (percpu_down_write, an RCU grace period: milliseconds, and every flock(2) of the host waits
@@ -287,7 +286,7 @@ std::set<std::pair<long, unsigned long long>> g_unrelated_locks;
 //     created, and the writer still busy with that copy began before: a stock transaction, which ends
 //     in milliseconds to seconds. An inode born (statx btime) more than kYoungFileS ago is not looked
 //     at; a stock script hung that long is not waited for.
-//   * and this process must not have found that inode free of such writers within kRecheckMs. Such a
+//   * and this thread must not have found that inode free of such writers within kRecheckMs. Such a
 //     writer opened its copy before the path named this inode, so it was in /proc/locks then, holding
 //     the lock or waiting for it, unless it was between its open and its flock (the stock script's
 //     `flock -x 200` is a fork and exec after the open: milliseconds); only such a writer, in that gap
@@ -311,8 +310,7 @@ struct CheckedInode {
     }
 };
 
-std::mutex g_checked_mutex;
-CheckedInode g_checked;
+thread_local CheckedInode t_checked;
 
 // Without a birth time (a filesystem that keeps none) every inode counts as young. Not the change time
 // instead: asking for it makes the kernel (multigrain timestamps) stamp the next write finely, which
@@ -339,16 +337,12 @@ long replaced_copy_writer(int fd, const struct statx& locked) {
     }
     now.at_ms = monotonic_ms();
     now.valid = true;
-    {
-        std::lock_guard<std::mutex> hold(g_checked_mutex);
-        if (g_checked.valid && g_checked.same_file(now) && now.at_ms - g_checked.at_ms < kRecheckMs) return 0;
-    }
+    if (t_checked.valid && t_checked.same_file(now) && now.at_ms - t_checked.at_ms < kRecheckMs) return 0;
     const long writer = find_replaced_copy_writer(fd, locked);
-    std::lock_guard<std::mutex> hold(g_checked_mutex);
     if (writer == 0) {
-        g_checked = now;
+        t_checked = now;
     } else {
-        g_checked.valid = false;
+        t_checked.valid = false;
     }
     return writer;
 }
@@ -387,14 +381,10 @@ long find_replaced_copy_writer(int fd, const struct statx& locked) {
     if (n <= 0 || static_cast<std::size_t>(n) >= sizeof link) return 0;
     const std::string deleted_link = std::string(link, static_cast<std::size_t>(n)) + " (deleted)";
     for (const ForeignLock& lock : locks) {
-        {
-            std::lock_guard<std::mutex> hold(g_unrelated_mutex);
-            if (g_unrelated_locks.count({lock.pid, lock.inode}) != 0) continue;
-        }
+        if (t_unrelated_locks.count({lock.pid, lock.inode}) != 0) continue;
         if (const long holder = deleted_copy_holder(lock, deleted_link)) return holder;
-        std::lock_guard<std::mutex> hold(g_unrelated_mutex);
-        if (g_unrelated_locks.size() >= 256) g_unrelated_locks.clear();
-        g_unrelated_locks.insert({lock.pid, lock.inode});
+        if (t_unrelated_locks.size() >= 256) t_unrelated_locks.clear();
+        t_unrelated_locks.insert({lock.pid, lock.inode});
     }
     return 0;
 }
