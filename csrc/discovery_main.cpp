@@ -134,11 +134,10 @@ bool parent_unchanged(const Parent& parent) {
            (flinkgpu::coordination::process_start_time(parent.pid, &now) && now == parent.start_time);
 }
 
-int parent_gone(const Parent& parent, const char* what) {
-    std::fprintf(stderr,
-                 "flink-gpu-discovery: the TaskManager that ran this discovery (pid %ld) has exited; %s. "
-                 "Nothing is left claimed for it.\n",
-                 static_cast<long>(parent.pid), what);
+int parent_gone(const Parent& parent, const std::string& what) {
+    const char* end = !what.empty() && what.back() == '.' ? "" : ".";
+    std::fprintf(stderr, "flink-gpu-discovery: the TaskManager that ran this discovery (pid %ld) has exited; %s%s\n",
+                 static_cast<long>(parent.pid), what.c_str(), end);
     return 1;
 }
 
@@ -155,13 +154,10 @@ int claim_coordinated(const Arguments& args, const flinkgpu::Ranking& ranking, c
     // It may have died during the claim (waiting for the lock): what was written for its pid is
     // taken back, since a process that got that pid since would own it.
     if (r.status.ok() && !parent_unchanged(parent)) {
-        if (!r.added.empty()) {
-            const coord::ReleaseResult undo = coord::release_indices(opts, parent.pid, r.added);
-            if (!undo.status.ok()) {
-                std::fprintf(stderr, "flink-gpu-discovery: %s\n", undo.status.message.c_str());
-                return parent_gone(parent, "the GPUs claimed for it could not be released");
-            }
-        }
+        if (r.added.empty()) return parent_gone(parent, "no GPU was claimed");
+        const coord::ReleaseResult undo = coord::release_indices(opts, parent.pid, r.added);
+        if (!undo.status.ok())
+            return parent_gone(parent, "the GPUs claimed for it could not be released: " + undo.status.message);
         return parent_gone(parent, "the GPUs claimed for it were released");
     }
     for (const auto& bad : r.unparsable)
