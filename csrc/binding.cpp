@@ -21,12 +21,6 @@ using coordination::LineKind;
 
 namespace {
 
-// Who a line binds, as one key per holder (a slot's threads are one holder; so are a process's lines).
-std::string holder_key(const Entry& e) {
-    if (!e.slot.empty()) return "slot " + e.slot + " tm " + std::to_string(e.tm);
-    return "pid " + std::to_string(e.pid) + " ns " + std::to_string(e.ns);
-}
-
 // How a message names the holder of a line.
 std::string describe(const Entry& e) {
     if (e.slot.empty()) return "pid " + std::to_string(e.pid);
@@ -76,15 +70,21 @@ Status validate(const Holder& holder, std::uint32_t holders_per_gpu) {
 // The lines of one call and what they say about the holder.
 class View {
 public:
-    View(const Holder& holder, coordination::Liveness* live, const coordination::ProcInfo& holder_info)
-        : holder_(holder), live_(live), holder_info_(holder_info) {}
+    View(const Holder& holder, coordination::LineJudge* live, const coordination::ProcInfo& holder_info)
+        : holder_(holder),
+          live_(live),
+          holder_info_(holder_info),
+          identity_(coordination::new_holder(holder.pid, holder_info, live->ns(), holder.taskmanager, holder.slot)) {}
 
     // Whether the live entry `e` is one of the holder's lines (of any of a slot's threads).
     bool holders(const Entry& e) const {
         if (!e.alive) return false;
         if (holder_.slot.empty()) return e.slot.empty() && live_->owns(e, holder_.pid, holder_info_);
-        return e.slot == holder_.slot && e.tm == holder_.taskmanager && our_namespace(e);
+        return e.same_holder(identity_, live_->ns());
     }
+
+    // The key of the live entry's holder, for counting a GPU's holders (every namespace's apart).
+    std::string key(const Entry& e) const { return e.key(live_->ns()); }
 
     // Whether the live entry `e` was written by the calling thread of a slot holder (or is the process
     // holder's line).
@@ -98,18 +98,16 @@ public:
     bool same_cuda_process(const Entry& e) const {
         if (!e.alive) return false;
         if (holder_.slot.empty()) return holders(e);
-        return !e.slot.empty() && e.tm == holder_.taskmanager && our_namespace(e);
+        return !e.slot.empty() && e.taskmanager_key(live_->ns()) == identity_.taskmanager_key(live_->ns());
     }
+
+    const coordination::HolderIdentity& identity() const { return identity_; }
 
 private:
-    bool our_namespace(const Entry& e) const {
-        const coordination::PidNamespace& ns = live_->ns();
-        return !e.has_ns || (ns.known && e.ns == ns.inode);
-    }
-
     const Holder& holder_;
-    coordination::Liveness* live_;
+    coordination::LineJudge* live_;
     const coordination::ProcInfo& holder_info_;
+    coordination::HolderIdentity identity_;  // what the holder's new lines record
 };
 
 // What a GPU offers a new holder.
@@ -130,7 +128,7 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     if (!(r.status = coordination::validate_indices(gpus_in, &gpus)).ok()) return r;
     if (count == 0) return r;
 
-    coordination::Liveness live(nullptr);  // leases once the file is locked, as in coordination::claim
+    coordination::LineJudge live(nullptr);  // leases once the file is locked, as in coordination::claim
     const coordination::ProcInfo holder_info = live.process(holder.pid);
     if (!holder_info.exists) {
         r.status = make_status(StatusCode::kInvalidArgument,
@@ -180,7 +178,7 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                     continue;
                 }
                 if (view.holders(l.entry)) continue;
-                if (o.holders.insert(holder_key(l.entry)).second) o.who.push_back(describe(l.entry));
+                if (o.holders.insert(view.key(l.entry)).second) o.who.push_back(describe(l.entry));
                 o.limit = std::min(o.limit, l.entry.share == 0 ? 1u : l.entry.share);
             }
             offers.push_back(std::move(o));
@@ -267,21 +265,9 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     for (Line& l : lines) {
         if (l.kind == LineKind::kEntry && !l.entry.alive) l.keep = false;  // dead holders' lines go
     }
-    coordination::LineFields fields;
-    fields.has_start_time = holder_info.has_start_time;
-    fields.start_time = holder_info.start_time;
-    fields.has_ns = live.ns().known;
-    fields.ns = live.ns().inode;
-    fields.tm = holder.taskmanager;
-    fields.share = holders_per_gpu;
-    fields.slot = holder.slot;
-    const bool lease = leases_for(holder, live.self());
-    if (lease) coordination::take_lease(&leases, file, lines, &fields, &r.lease_problem);
-    // asked before our lines join them: a failed write keeps the lease only for lines already written
-    const bool lease_in_use = fields.has_lease && coordination::slot_in_use(lines, fields.lease, live.self());
-    for (const std::string& idx : write) lines.push_back(coordination::new_line(idx, holder.pid, fields));
-    if (!(r.status = file.rewrite(text, coordination::serialize(lines))).ok()) {
-        if (fields.has_lease && !lease_in_use) leases.drop();
+    r.status = coordination::write_lines(&file, text, &lines, &leases, view.identity(), leases_for(holder, live.self()),
+                                         holders_per_gpu, write, &r.lease_problem);
+    if (!r.status.ok()) {
         r.indices.clear();
         return r;
     }
@@ -296,11 +282,10 @@ coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const
     coordination::LockedFile file;
     bool exists = false;
     std::string text;
-    const pid_t self = getpid();
+    const pid_t self = coordination::own_pid();
     if (!(r.status = coordination::open_and_read(opts, coordination::Access::kWriteExisting, &file, &exists, &text))
              .ok() ||
         !exists) {
-        if (r.status.ok()) coordination::Leases(opts.path).drop();  // no line needs the lease
         return r;
     }
     std::vector<Line> lines = coordination::parse_file(text);
@@ -311,20 +296,12 @@ coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const
         if (l.kind != LineKind::kEntry) continue;
         const Entry& e = l.entry;
         if (e.slot != holder.slot || (!holder.slot.empty() && e.tm != holder.taskmanager)) continue;
-        if (!coordination::records_owner(e, holder.pid, holder.pid == self, ns)) continue;
+        if (!e.records(holder.pid, holder.pid == self, ns)) continue;
         if (holder.start_time != 0 && e.has_start_time && e.start_time != holder.start_time) continue;
         l.keep = false;
         released.insert(e.index);
     }
-    // whoever the holder is (a slot's thread may have ended before its release): a lease no line names goes
-    std::uint32_t slot = 0;
-    const bool drop = leases.held(&slot) && !coordination::slot_in_use(lines, slot, self);
-    if (released.empty()) {
-        if (drop) leases.drop();
-        return r;
-    }
-    if (!(r.status = file.rewrite(text, coordination::serialize(lines))).ok()) return r;
-    if (drop) leases.drop();
+    if (!(r.status = coordination::remove_lines(&file, text, lines, &leases, self)).ok()) return r;
     r.released.assign(released.begin(), released.end());
     sort_indices(&r.released);
     return r;

@@ -43,7 +43,7 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     };
     if (amount == 0) return r;
 
-    Liveness live(nullptr);  // the leases once the file is locked: their registry is not held while waiting
+    LineJudge live(nullptr);  // the leases once the file is locked: their registry is not held while waiting
     const ProcInfo owner_info = live.process(owner);
     if (!owner_info.exists) {
         r.status = make_status(StatusCode::kInvalidArgument, "Cannot claim GPUs for process " + std::to_string(owner) +
@@ -149,18 +149,10 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
             if (excludes(l.entry, idx)) l.keep = false;  // dead: a live one would have kept idx taken
         }
     }
-    LineFields fields;
-    fields.has_start_time = owner_info.has_start_time;
-    fields.start_time = owner_info.start_time;
-    fields.has_ns = live.ns().known;
-    fields.ns = live.ns().inode;
     const bool for_self = owner == live.self();
-    if (for_self) take_lease(&leases, file, lines, &fields, &r.lease_problem);
-    // asked before our lines join them: a failed write keeps the lease only for lines already written
-    const bool lease_in_use = fields.has_lease && slot_in_use(lines, fields.lease, owner);
-    for (const std::string& idx : take) lines.push_back(new_line(idx, owner, fields));
-    if (!(r.status = file.rewrite(text, serialize(lines))).ok()) {
-        if (fields.has_lease && !lease_in_use) leases.drop();
+    r.status = write_lines(&file, text, &lines, &leases, new_holder(owner, owner_info, live.ns()), for_self, 0, take,
+                           &r.lease_problem);
+    if (!r.status.ok()) {
         r.reclaimed.clear();
         return r;
     }
@@ -186,31 +178,21 @@ ReleaseResult release_impl(const Options& opts, pid_t owner, const std::vector<s
     LockedFile file;
     bool exists = false;
     std::string text;
-    const pid_t self = getpid();
+    const pid_t self = own_pid();
     const bool for_self = owner == self;
-    if (!(r.status = open_and_read(opts, Access::kWriteExisting, &file, &exists, &text)).ok() || !exists) {
-        if (r.status.ok() && for_self) Leases(opts.path).drop();  // no file: nothing of ours to prove
-        return r;
-    }
+    if (!(r.status = open_and_read(opts, Access::kWriteExisting, &file, &exists, &text)).ok() || !exists) return r;
     std::vector<Line> lines = parse_file(text);
     Leases leases(opts.path);
     const PidNamespace ns = own_pid_namespace(self);
     std::set<std::string> released;
     for (Line& l : lines) {
-        if (l.kind == LineKind::kEntry && records_owner(l.entry, owner, for_self, ns) &&
+        if (l.kind == LineKind::kEntry && l.entry.records(owner, for_self, ns) &&
             (only == nullptr || wanted.count(l.entry.index))) {
             l.keep = false;
             released.insert(l.entry.index);
         }
     }
-    std::uint32_t slot = 0;
-    const bool drop = for_self && leases.held(&slot) && !slot_in_use(lines, slot, self);
-    if (released.empty()) {
-        if (drop) leases.drop();
-        return r;
-    }
-    if (!(r.status = file.rewrite(text, serialize(lines))).ok()) return r;
-    if (drop) leases.drop();
+    if (!(r.status = remove_lines(&file, text, lines, &leases, self)).ok()) return r;
     r.released.assign(released.begin(), released.end());
     sort_indices(&r.released);
     return r;
@@ -224,7 +206,7 @@ Snapshot snapshot_impl(const Options& opts) {
     file.unlock();  // liveness is probed after unlocking: the lock only guards the file's bytes
     std::vector<Line> lines = parse_file(text);
     Leases leases(opts.path);
-    Liveness live(&leases);
+    LineJudge live(&leases);
     mark_alive(&lines, &live);
     for (const Line& l : lines) {
         if (l.kind == LineKind::kEntry) r.entries.push_back(l.entry);
@@ -241,7 +223,7 @@ CleanResult clean_stale_impl(const Options& opts, bool other_namespaces) {
     if (!(r.status = open_and_read(opts, Access::kWriteExisting, &file, &exists, &text)).ok() || !exists) return r;
     std::vector<Line> lines = parse_file(text);
     Leases leases(opts.path);
-    Liveness live(&leases);
+    LineJudge live(&leases);
     mark_alive(&lines, &live);
     r.unparsable = bad_lines(lines);
     std::vector<Entry> removed;

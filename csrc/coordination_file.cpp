@@ -400,9 +400,14 @@ Status open_file(const std::string& path, Access access, int* fd, bool* created,
     const int base = (access == Access::kReadExisting ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY |
                      O_NONBLOCK;
     for (int attempt = 0; attempt < 100; ++attempt) {
-        // Looked at before opening, so that a device or FIFO is never opened at all.
+        // Looked at before opening, so that a device or FIFO is never opened at all. Not for a file the
+        // caller checks once locked: O_NOFOLLOW refuses a link, O_NONBLOCK keeps a FIFO from blocking the
+        // open, and a device node can only be put there by root (a hard link to one from another file
+        // system is impossible, and fs.protected_hardlinks forbids linking another user's).
         struct statx pre {};
-        if (statx_path(path, &pre) == 0) {
+        if (checked_later) {
+            // nothing before the open
+        } else if (statx_path(path, &pre) == 0) {
             Status st = check_file_type(pre, path);
             if (!st.ok()) return st;
         } else if (errno != ENOENT) {
@@ -707,6 +712,19 @@ Status open_checked(const std::string& path, Access access, int* fd, bool* creat
 bool names_inode(const std::string& path, int fd) noexcept {
     struct statx named {}, open_one {};
     return statx_path(path, &named) == 0 && statx_fd(fd, &open_one) == 0 && same_inode(named, open_one);
+}
+
+bool file_id(int fd, FileId* id) noexcept {
+    struct statx st {};
+    if (statx_fd(fd, &st) != 0) return false;
+    *id = FileId{st.stx_dev_major, st.stx_dev_minor, st.stx_ino};
+    return true;
+}
+
+bool names_file(const std::string& path, const FileId& id) noexcept {
+    struct statx named {};
+    return statx_path(path, &named) == 0 && named.stx_ino == id.ino && named.stx_dev_major == id.dev_major &&
+           named.stx_dev_minor == id.dev_minor;
 }
 
 Status LockedFile::read(std::string* text) const { return read_all(fd_, path_, size_, text); }

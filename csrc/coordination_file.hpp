@@ -3,7 +3,7 @@
 //
 //   * open with O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK; symlinks, non-regular files and files
 //     with more than one hard link are refused without reading or writing them (checked before and
-//     after opening, and again once locked);
+//     after opening; a locked file once locked, instead);
 //   * an existing file is opened without O_CREAT first, so that fs.protected_regular (which forbids
 //     O_CREAT on another user's file in a sticky directory such as /var/tmp) does not lock out a user
 //     the file's permissions allow; a new file gets mode 0644 (less the umask);
@@ -75,6 +75,14 @@ Status open_checked(const std::string& path, Access access, int* fd, bool* creat
 
 // Whether `path` names the inode open as `fd` (false when either cannot be inspected).
 bool names_inode(const std::string& path, int fd) noexcept;
+
+// Which inode a descriptor is open on, kept to ask names_file() later with one statx instead of two.
+struct FileId {
+    std::uint32_t dev_major = 0, dev_minor = 0;
+    std::uint64_t ino = 0;
+};
+bool file_id(int fd, FileId* id) noexcept;
+bool names_file(const std::string& path, const FileId& id) noexcept;
 
 }  // namespace coordination
 }  // namespace flinkgpu

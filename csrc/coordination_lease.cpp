@@ -9,8 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/random.h>
+#include <time.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <vector>
 
 namespace flinkgpu {
@@ -22,6 +26,10 @@ struct Record {
     int fd = -1;  // the lease file, read-write, open while the lease is held
     bool held = false;
     std::uint32_t slot = 0;
+    std::string token;          // the lease file's token (empty: it has none)
+    std::int64_t touched_s = 0;  // CLOCK_MONOTONIC seconds when this process last refreshed its times
+    bool idle = false;           // no line names it (Leases::set_idle)
+    FileId file;                 // the lease file `fd` is open on
 };
 
 namespace {
@@ -46,6 +54,7 @@ void after_fork_in_child() {
         if (r->fd >= 0) close(r->fd);
         r->fd = -1;
         r->held = false;
+        r->token.clear();
     }
     registry_mutex().unlock();
 }
@@ -90,6 +99,67 @@ struct flock one_byte(short type, std::uint32_t slot) {
     return fl;
 }
 
+// How often a holder refreshes the lease file's times: far inside the ages at which tmpfiles cleaners
+// delete files (systemd: 10 days in /tmp, 30 in /var/tmp), and rare enough to cost nothing.
+constexpr std::int64_t kTouchIntervalS = 3600;
+
+std::int64_t monotonic_s() {
+    struct timespec ts {};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec);
+}
+
+// The token at the start of the lease file (16 hex digits and a newline); empty when it has none.
+std::string read_token(int fd) {
+    char buf[kLeaseFileTokenSize + 1];
+    ssize_t n;
+    do {
+        n = pread(fd, buf, sizeof buf, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(sizeof buf) || buf[kLeaseFileTokenSize] != '\n') return std::string();
+    std::string token(buf, kLeaseFileTokenSize);
+    return valid_lease_file_token(token) ? token : std::string();
+}
+
+// Gives an empty lease file its token (called under the coordination file's lock, so one writer at a
+// time): a line records the token with its lease, and a lease file deleted and created again gets
+// another one, so that its free bytes never read as the death of the old file's holders.
+std::string ensure_token(int fd) {
+    std::string token = read_token(fd);
+    if (!token.empty()) return token;
+    struct statx st {};
+    if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT, STATX_SIZE, &st) != 0 || st.stx_size != 0) {
+        return std::string();  // not ours to write (an older version never writes it): no token
+    }
+    unsigned char random[kLeaseFileTokenSize / 2];
+    std::size_t got = 0;
+    while (got < sizeof random) {
+        const ssize_t n = getrandom(random + got, sizeof random - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return std::string();
+        got += static_cast<std::size_t>(n);
+    }
+    char text[kLeaseFileTokenSize + 2];
+    for (std::size_t i = 0; i < sizeof random; ++i) std::snprintf(text + 2 * i, 3, "%02x", random[i]);
+    text[kLeaseFileTokenSize] = '\n';
+    ssize_t n;
+    do {
+        n = pwrite(fd, text, kLeaseFileTokenSize + 1, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(kLeaseFileTokenSize + 1)) {
+        if (n > 0 && ftruncate(fd, 0) != 0) return std::string();  // a torn token is no token
+        return std::string();
+    }
+    return std::string(text, kLeaseFileTokenSize);
+}
+
+// Keeps the lease file's times fresh, so that age-based cleaners (systemd-tmpfiles) leave it alone.
+void touch(Record* r) {
+    const std::int64_t now = monotonic_s();
+    if (r->touched_s != 0 && now - r->touched_s < kTouchIntervalS) return;
+    if (futimens(r->fd, nullptr) == 0) r->touched_s = now;
+}
+
 }  // namespace
 
 std::string lease_path(const std::string& coordination_path) { return coordination_path + ".lease"; }
@@ -113,7 +183,7 @@ bool Leases::record_fd_valid() {
     if (record_ == nullptr || record_->fd < 0) return false;
     if (!checked_) {
         checked_ = true;
-        record_valid_ = names_inode(lease_path(coordination_path_), record_->fd);
+        record_valid_ = names_file(lease_path(coordination_path_), record_->file);
     }
     return record_valid_;
 }
@@ -131,35 +201,53 @@ int Leases::test_fd() {
     return private_fd_;
 }
 
-LeaseState Leases::test(std::uint32_t slot) {
+const std::string& Leases::test_token() {
+    if (record_fd_valid()) return record_->token;
+    if (!token_read_) {
+        token_read_ = true;
+        const int fd = test_fd();
+        if (fd >= 0) private_token_ = read_token(fd);
+    }
+    return private_token_;
+}
+
+LeaseState Leases::test(std::uint32_t slot, const std::string& lease_file) {
     std::uint32_t mine = 0;
-    if (held(&mine) && mine == slot) return LeaseState::kHeld;
+    if (held(&mine) && mine == slot && (lease_file.empty() || lease_file == record_->token)) return LeaseState::kHeld;
     for (int i = 0; i < tested_; ++i) {
-        if (tested_slot_[i] == slot) return tested_state_[i];
+        if (tested_slot_[i] == slot && tested_file_[i] == lease_file) return tested_state_[i];
     }
     const int fd = test_fd();
     LeaseState state = LeaseState::kUnknown;
-    if (fd >= 0) {
+    // a lease proves something only on the lease file it was taken on
+    if (fd >= 0 && (lease_file.empty() || lease_file == test_token())) {
         struct flock fl = one_byte(F_WRLCK, slot);
         if (fcntl(fd, F_OFD_GETLK, &fl) == 0) state = fl.l_type == F_UNLCK ? LeaseState::kFree : LeaseState::kHeld;
     }
-    if (tested_ < 8) {
+    if (tested_ < kTestedSlots) {
         tested_slot_[tested_] = slot;
+        tested_file_[tested_] = lease_file;
         tested_state_[tested_++] = state;
     }
     return state;
 }
 
-Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& named, std::uint32_t* slot) {
+Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& named, std::uint32_t* slot,
+                       std::string* token) {
     if (held(slot)) {
-        if (record_fd_valid()) return {};
+        if (record_fd_valid()) {
+            touch(record_);
+            record_->idle = false;
+            *token = record_->token;
+            return {};
+        }
         // the path names another lease file now: lines written there need a lease on it; the old lease
         // stays for the old file's lines
         record_ = nullptr;
         checked_ = record_valid_ = false;
     }
     if (record_ == nullptr) {
-        registry().push_back(new Record{coordination_path_, -1, false, 0});
+        registry().push_back(new Record{coordination_path_, -1, false, 0, std::string(), 0, false, FileId{}});
         record_ = registry().back();
     }
     const std::string path = lease_path(coordination_path_);
@@ -181,8 +269,14 @@ Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& nam
             record_->fd = fd;
             record_->held = true;
             record_->slot = s;
+            record_->token = ensure_token(fd);
+            if (!file_id(fd, &record_->file)) record_->file = FileId{};  // then never taken for the path's
+            record_->touched_s = 0;
+            record_->idle = false;
+            touch(record_);
             checked_ = record_valid_ = true;
             *slot = s;
+            *token = record_->token;
             return {};
         }
         if (errno != EAGAIN && errno != EACCES) {
@@ -196,18 +290,19 @@ Status Leases::acquire(std::uint16_t mode, const std::vector<std::uint32_t>& nam
     return make_status(StatusCode::kOsError, "Every slot of the lease file " + path + " is taken.", EAGAIN);
 }
 
-// Closing the only descriptor of the open file description drops its lock. A lease on a lease file the
-// path no longer names is kept: it proves the lines written in the old file, which this call cannot see.
-void Leases::drop() noexcept {
+
+// Closing the only descriptor of the open file description drops its lock.
+void Leases::set_idle() noexcept {
     if (record_ == nullptr || !record_->held) return;
-    try {
-        if (!record_fd_valid()) return;
-    } catch (...) {  // out of memory for the path: keep the lease (a late release, never a false one)
-        return;
+    record_->idle = true;
+    for (Record* r : registry()) {
+        if (r == record_ || !r->held || !r->idle) continue;
+        close(r->fd);
+        r->fd = -1;
+        r->held = false;
+        r->idle = false;
+        r->token.clear();
     }
-    close(record_->fd);
-    record_->fd = -1;
-    record_->held = false;
 }
 
 }  // namespace coordination

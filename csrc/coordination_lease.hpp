@@ -11,17 +11,27 @@
 // nobody holds is a dead holder's and must stay dead).
 //
 // One lease per process and coordination path, in a registry guarded by a mutex that each call holds
-// for its whole critical section (held under the flock, never while waiting for it). Releasing the last
-// GPU closes the descriptor, which drops the lock. Fork: a child shares its parent's open file descriptions, so a pthread_atfork child
+// for its whole critical section (held under the flock, never while waiting for it). A lease that no line
+// names any more (its holder released everything) is kept, idle: a byte no line names proves nothing to
+// anyone, and keeping it spares the next claim the lease file's open, lock and token read, and the release
+// its close. One idle lease per process at most (the one it released last): so a worker that claims and
+// releases in a loop pays for its lease once, and a process that touches many files keeps no descriptor
+// per file. The kernel drops every lease when the process dies. Fork: a child shares its parent's open file descriptions, so a pthread_atfork child
 // handler closes the inherited lease descriptors: the parent's GPUs are freed when the parent dies even
 // while a child lives, and a child's own claims take their own lease. Exec never inherits them
 // (O_CLOEXEC). Only the calling process leases: claims for another pid (flink-gpu-discovery for its
 // parent, `flink-gpu claim`) write no lease field.
 //
-// Not defended: removing or replacing the lease file while its holders live (like removing the
-// coordination file): their lines then look released to other namespaces (ours still sees their pids).
+// The lease file carries a token (16 random hex digits, written once by the claimer that finds it empty,
+// under the coordination file's lock), and each line records it with its lease (`lf=`). A lease proves
+// something only on the lease file it was taken on: when the lease file is deleted (an age-based cleaner
+// such as systemd-tmpfiles) or replaced while its holders live, the next claimer creates one with another
+// token, and the old lines' free bytes there prove nothing — they are judged by pid and start time in our
+// namespace, and are of unknown liveness in another. Holders refresh the file's times (at most once an
+// hour) so that cleaners spare it; docs/SECURITY.md says how to exclude the files from cleaning.
 #pragma once
 
+#include "holder_identity.hpp"
 #include "status.hpp"
 
 #include <sys/types.h>
@@ -51,21 +61,27 @@ public:
     // This process's slot in this file, when it holds one.
     bool held(std::uint32_t* slot) const;
 
-    // Whether someone holds `slot`: kHeld for our own slot without a syscall; kUnknown when the lease file
-    // cannot be opened or tested. Each slot is tested once per call.
-    LeaseState test(std::uint32_t slot);
+    // Whether someone holds `slot` on the lease file whose token is `lease_file` (empty: not recorded, the
+    // lease file the path names): kHeld for our own slot without a syscall; kUnknown when the lease file
+    // cannot be opened or tested, or is not that one (deleted and created again, or replaced). Each slot
+    // is tested once per call.
+    LeaseState test(std::uint32_t slot, const std::string& lease_file);
 
     // Takes this process's lease on this file (keeps the one it holds while it is on the lease file the
     // path names), creating the lease file with the permission bits `mode`; never a slot in `named`
-    // (sorted: the slots the file's lines name).
-    Status acquire(std::uint16_t mode, const std::vector<std::uint32_t>& named, std::uint32_t* slot);
+    // (sorted: the slots the file's lines name). *token: the lease file's token, for the lines (empty:
+    // it has none, as when an older version created it and a holder of that version wrote nothing).
+    // Refreshes the lease file's times at most once an hour, so that age-based cleaners spare it.
+    Status acquire(std::uint16_t mode, const std::vector<std::uint32_t>& named, std::uint32_t* slot,
+                   std::string* token);
 
-    // Drops this process's lease (nothing when none is held, or when it is on a lease file the path no
-    // longer names: the old file's lines still need it).
-    void drop() noexcept;
+    // This process's lease here is named by no line any more: it becomes the one idle lease, and the
+    // idle lease of another file, if any, is dropped.
+    void set_idle() noexcept;
 
 private:
     int test_fd();
+    const std::string& test_token();  // the token of the lease file test_fd() tests
     // The record's descriptor, when it still is the file the path names (checked once per call).
     bool record_fd_valid();
 
@@ -76,8 +92,12 @@ private:
     bool checked_ = false;
     bool record_valid_ = false;
     bool test_failed_ = false;
-    std::uint32_t tested_slot_[8] = {};
-    LeaseState tested_state_[8] = {};
+    bool token_read_ = false;
+    std::string private_token_;
+    static constexpr int kTestedSlots = 8;
+    std::uint32_t tested_slot_[kTestedSlots] = {};
+    std::string tested_file_[kTestedSlots];
+    LeaseState tested_state_[kTestedSlots] = {};
     int tested_ = 0;
 };
 

@@ -81,7 +81,7 @@ bool key_is(const char* key, std::size_t n, const char* name) {
 
 // Which known keys a line has named, so that none is given twice.
 struct SeenKeys {
-    bool ns = false, lease = false, tm = false, share = false, slot = false;
+    bool ns = false, lease = false, lease_file = false, tm = false, share = false, slot = false;
 };
 
 // A `key=value` field: the known keys parsed into `e` (false for a bad value or a repeated key), any
@@ -109,6 +109,11 @@ bool parse_field(const char* word, std::size_t n, Entry* e, SeenKeys* seen) {
         if (seen->lease || !parse_decimal(value, value_len, kMaxLeaseSlot, &v)) return false;
         seen->lease = e->has_lease = true;
         e->lease = static_cast<std::uint32_t>(v);
+    } else if (key_is(word, eq, "lf")) {
+        std::string token(value, value_len);
+        if (seen->lease_file || !valid_lease_file_token(token)) return false;
+        seen->lease_file = true;
+        e->lease_file = std::move(token);
     } else if (key_is(word, eq, "tm")) {
         if (seen->tm || !parse_decimal(value, value_len, INT_MAX, &v) || v == 0) return false;
         seen->tm = true;
@@ -243,30 +248,26 @@ std::vector<BadLine> bad_lines(const std::vector<Line>& lines) {
 }
 
 // A tab, not a space, before each field: see the header.
-Line new_line(const std::string& index, pid_t owner, const LineFields& fields) {
+Line new_line(const std::string& index, const HolderIdentity& holder, std::uint32_t share) {
     Line l;
     l.kind = LineKind::kEntry;
     const std::string gpu = gpu_of(index);
-    l.raw = gpu + " " + std::to_string(owner);
-    if (fields.has_start_time) l.raw += "\t" + std::to_string(fields.start_time);
-    if (fields.has_ns) l.raw += "\tns=" + std::to_string(fields.ns);
-    if (fields.has_lease) l.raw += "\tlease=" + std::to_string(fields.lease);
+    l.raw = gpu + " " + std::to_string(holder.pid);
+    if (holder.has_start_time) l.raw += "\t" + std::to_string(holder.start_time);
+    if (holder.has_ns) l.raw += "\tns=" + std::to_string(holder.ns);
+    if (holder.has_lease) {
+        l.raw += "\tlease=" + std::to_string(holder.lease);
+        if (!holder.lease_file.empty()) l.raw += "\tlf=" + holder.lease_file;
+    }
     if (gpu != index) l.raw += "\tmig=" + index;
-    if (fields.tm > 0) l.raw += "\ttm=" + std::to_string(fields.tm);
-    if (fields.share > 0) l.raw += "\tshare=" + std::to_string(fields.share);
-    if (!fields.slot.empty()) l.raw += "\tslot=" + fields.slot;
+    if (holder.tm > 0) l.raw += "\ttm=" + std::to_string(holder.tm);
+    if (share > 0) l.raw += "\tshare=" + std::to_string(share);
+    if (!holder.slot.empty()) l.raw += "\tslot=" + holder.slot;
+    static_cast<HolderIdentity&>(l.entry) = holder;
+    if (!holder.has_lease) l.entry.lease_file.clear();
     l.entry.index = index;
     l.entry.gpu = gpu;
-    l.entry.pid = owner;
-    l.entry.has_start_time = fields.has_start_time;
-    l.entry.start_time = fields.has_start_time ? fields.start_time : 0;
-    l.entry.has_ns = fields.has_ns;
-    l.entry.ns = fields.has_ns ? fields.ns : 0;
-    l.entry.has_lease = fields.has_lease;
-    l.entry.lease = fields.has_lease ? fields.lease : 0;
-    l.entry.tm = fields.tm;
-    l.entry.share = fields.share;
-    l.entry.slot = fields.slot;
+    l.entry.share = share;
     return l;
 }
 

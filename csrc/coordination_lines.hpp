@@ -4,7 +4,7 @@
 // owner's start time (field 22 of /proc/<pid>/stat), which we add so that a recycled pid does not keep
 // a GPU owned forever, then by tab-separated `key=value` fields (docs/design.md §9.4):
 //
-//   <index> <pid>\t<start time>\tns=<pid namespace inode>[\tlease=<slot>][\tmig=<gpu>:<slot>]
+//   <index> <pid>\t<start time>\tns=<pid namespace inode>[\tlease=<slot>\tlf=<token>][\tmig=<gpu>:<slot>]
 //
 // The bindings file (binding.hpp, docs/design.md §9.3) uses the same lines with three more fields:
 // `tm=<pid>` (the process whose GPUs are bound, its TaskManager), `share=<k>` (how many holders the
@@ -16,13 +16,16 @@
 // its owner is the live holder; two or more: its `[ -n $owner ]` fails and it reclaims nothing).
 //
 // `ns` is the pid namespace in which <pid> means something (the writer's), `lease` the byte of the lease
-// file the owner keeps locked while it lives (coordination_lease.hpp). Unknown keys are kept and ignored,
+// file the owner keeps locked while it lives and `lf` the token of that lease file (coordination_lease.hpp:
+// a lease proves nothing on another lease file). Unknown keys are kept and ignored,
 // so later versions can add fields; a known key with a bad value, or given twice, makes the line
 // unparsable (kept, its index never reclaimed). The stock script reads only two fields (`awk '{print
 // $2}'` splits on tabs too), and the tabs keep its unanchored `sed "/<index> /d"` from matching inside
 // our lines: no field we write holds "<digit><space>". Blank lines are kept; a line that is neither an
 // entry nor blank is kept byte for byte and its first word blocks that index.
 #pragma once
+
+#include "holder_identity.hpp"
 
 #include <sys/types.h>
 
@@ -34,38 +37,13 @@
 namespace flinkgpu {
 namespace coordination {
 
-// How the owner of an entry was judged (process_liveness.hpp's judge()).
-enum class Verdict {
-    kAlive,           // its pid exists in our namespace and is the process the line was written for
-    kGone,            // its pid does not exist (or is a zombie)
-    kPidReused,       // its pid exists with another start time
-    kLeaseHeld,       // its lease byte is locked: alive, in whatever namespace
-    kLeaseReleased,   // its lease byte is not locked: dead, in whatever namespace
-    kOtherNamespace,  // written in another pid namespace without a lease we can test, or a slot thread's
-                      // whose process's lease is held: taken, liveness unknown
-};
-
-// Whether the owner counts as alive: anything not proven dead.
-inline bool verdict_alive(Verdict v) {
-    return v == Verdict::kAlive || v == Verdict::kLeaseHeld || v == Verdict::kOtherNamespace;
-}
-
-// One parsed line `<index> <pid>[\t<start time>][\tkey=value]...`.
-struct Entry {
+// One parsed line `<index> <pid>[\t<start time>][\tkey=value]...`: its holder (holder_identity.hpp) and
+// what it holds.
+struct Entry : HolderIdentity {
     std::size_t line_number = 0;  // 1-based
     std::string index;  // what the line holds: its first word, or for a MIG unit's line its `mig` value
     std::string gpu;    // the GPU: the line's first word, a unit's parent
-    pid_t pid = 0;
-    bool has_start_time = false;
-    std::uint64_t start_time = 0;  // clock ticks since boot, as in /proc/<pid>/stat
-    bool has_ns = false;
-    std::uint64_t ns = 0;  // inode of /proc/<pid>/ns/pid of the writer
-    bool has_lease = false;
-    std::uint32_t lease = 0;  // byte offset in the lease file
-    // The bindings file's fields (binding.hpp); absent from coordination lines.
-    pid_t tm = 0;             // 0: not recorded
-    std::uint32_t share = 0;  // 0: not recorded
-    std::string slot;         // empty: the line's pid is the holder
+    std::uint32_t share = 0;  // the bindings file's `share`; 0: not recorded
     // Not part of the line: filled from the judge.
     Verdict verdict = Verdict::kGone;
     bool alive = false;
@@ -109,19 +87,6 @@ std::string serialize(const std::vector<Line>& lines);
 
 std::vector<BadLine> bad_lines(const std::vector<Line>& lines);
 
-// What a new line records besides its index and owner; each field is written when known.
-struct LineFields {
-    bool has_start_time = false;
-    std::uint64_t start_time = 0;
-    bool has_ns = false;
-    std::uint64_t ns = 0;
-    bool has_lease = false;
-    std::uint32_t lease = 0;
-    pid_t tm = 0;             // 0: not written
-    std::uint32_t share = 0;  // 0: not written
-    std::string slot;         // empty: not written (valid_slot() otherwise)
-};
-
 // The most holders a binding lets share one GPU.
 inline constexpr std::uint32_t kMaxShare = 1024;
 
@@ -132,8 +97,9 @@ bool valid_slot(const std::string& s);
 // The largest lease slot a line may name (a byte offset of the lease file).
 inline constexpr std::uint32_t kMaxLeaseSlot = 65535;
 
-// The line recording `owner` for `index`: `<index> <pid>`, then a tab before each known field.
-Line new_line(const std::string& index, pid_t owner, const LineFields& fields);
+// The line recording `holder` for `index`: `<index> <pid>`, then a tab before each field it knows
+// (`share`: the bindings file's, 0 for none).
+Line new_line(const std::string& index, const HolderIdentity& holder, std::uint32_t share = 0);
 
 }  // namespace coordination
 }  // namespace flinkgpu

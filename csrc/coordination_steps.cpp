@@ -10,9 +10,9 @@
 namespace flinkgpu {
 namespace coordination {
 
-void mark_alive(std::vector<Line>* lines, Liveness* live) {
+void mark_alive(std::vector<Line>* lines, LineJudge* judge) {
     for (Line& l : *lines) {
-        if (l.kind == LineKind::kEntry) live->judge(&l.entry);
+        if (l.kind == LineKind::kEntry) judge->judge(&l.entry);
     }
 }
 
@@ -26,18 +26,65 @@ bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self)
     return false;
 }
 
-void take_lease(Leases* leases, const LockedFile& file, const std::vector<Line>& lines, LineFields* fields,
-                Status* problem) {
-    std::vector<std::uint32_t> named;
-    for (const Line& l : lines) {
-        if (l.kind == LineKind::kEntry && l.entry.has_lease) named.push_back(l.entry.lease);
-    }
-    std::sort(named.begin(), named.end());
+namespace {
+
+// Marks this process's lease idle when no kept line of `lines` names it.
+void idle_unless_named(const std::vector<Line>& lines, Leases* leases, pid_t self) {
     std::uint32_t slot = 0;
-    *problem = leases->acquire(file.mode(), named, &slot);
-    if (!problem->ok()) return;
-    fields->has_lease = true;
-    fields->lease = slot;
+    if (leases->held(&slot) && !slot_in_use(lines, slot, self)) leases->set_idle();
+}
+
+}  // namespace
+
+HolderIdentity new_holder(pid_t pid, const ProcInfo& info, const PidNamespace& ours, pid_t tm,
+                          const std::string& slot) {
+    HolderIdentity h;
+    h.pid = pid;
+    h.has_start_time = info.has_start_time;
+    h.start_time = info.has_start_time ? info.start_time : 0;
+    h.has_ns = ours.known;
+    h.ns = ours.inode;
+    h.tm = tm;
+    h.slot = slot;
+    return h;
+}
+
+Status write_lines(LockedFile* file, const std::string& old_text, std::vector<Line>* lines, Leases* leases,
+                   HolderIdentity holder, bool lease, std::uint32_t share, const std::vector<std::string>& write,
+                   Status* lease_problem) {
+    if (lease) {
+        std::vector<std::uint32_t> named;
+        for (const Line& l : *lines) {
+            if (l.kind == LineKind::kEntry && l.entry.has_lease) named.push_back(l.entry.lease);
+        }
+        std::sort(named.begin(), named.end());
+        std::uint32_t slot = 0;
+        std::string token;
+        *lease_problem = leases->acquire(file->mode(), named, &slot, &token);
+        if (lease_problem->ok()) {
+            holder.has_lease = true;
+            holder.lease = slot;
+            holder.lease_file = token;
+        }
+    }
+    const std::size_t before = lines->size();
+    for (const std::string& idx : write) lines->push_back(new_line(idx, holder, share));
+    Status st = file->rewrite(old_text, serialize(*lines));
+    if (!st.ok() && holder.has_lease) {
+        lines->resize(before);  // what the file holds: the lines were not written
+        idle_unless_named(*lines, leases, own_pid());
+    }
+    return st;
+}
+
+Status remove_lines(LockedFile* file, const std::string& old_text, const std::vector<Line>& lines, Leases* leases,
+                    pid_t self) {
+    if (std::any_of(lines.begin(), lines.end(), [](const Line& l) { return !l.keep; })) {
+        Status st = file->rewrite(old_text, serialize(lines));
+        if (!st.ok()) return st;
+    }
+    idle_unless_named(lines, leases, self);
+    return {};
 }
 
 std::string join(const std::vector<std::string>& v) {

@@ -20,7 +20,7 @@ namespace flinkgpu {
 namespace coordination {
 
 // Judges every entry of `lines`.
-void mark_alive(std::vector<Line>* lines, Liveness* live);
+void mark_alive(std::vector<Line>* lines, LineJudge* judge);
 
 // Whether a kept line of `self` names this lease slot (a line of another pid naming it never keeps our
 // lease, and with it that line, alive). A slot thread's line (binding.hpp) names its thread, not `self`:
@@ -28,11 +28,24 @@ void mark_alive(std::vector<Line>* lines, Liveness* live);
 // names it).
 bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self);
 
-// Takes the calling process's lease for the lines it is about to write. A lease that cannot be had (a
-// lease file this user may not write) leaves the lines without one, with the reason in *problem: judged
-// by pid in our namespace, alive with liveness unknown to other namespaces.
-void take_lease(Leases* leases, const LockedFile& file, const std::vector<Line>& lines, LineFields* fields,
-                Status* problem);
+// The identity new lines record for the process (or thread) `pid` probed as `info`: its start time and
+// our namespace; `tm` and `slot` for a binding.
+HolderIdentity new_holder(pid_t pid, const ProcInfo& info, const PidNamespace& ours, pid_t tm = 0,
+                          const std::string& slot = std::string());
+
+// The one tail of a claim and a bind: appends a line per index of `write` for `holder` to the kept `lines`
+// and rewrites the file. With `lease`, the calling process's lease goes into the lines first (one that
+// cannot be had leaves them without, the reason in *lease_problem: judged by pid in our namespace, of
+// unknown liveness to other namespaces). A write that fails leaves the file as it was, and a lease no line
+// names idle.
+Status write_lines(LockedFile* file, const std::string& old_text, std::vector<Line>* lines, Leases* leases,
+                   HolderIdentity holder, bool lease, std::uint32_t share, const std::vector<std::string>& write,
+                   Status* lease_problem);
+
+// The one tail of a release and an unbind: rewrites the file without the lines marked not kept, when any
+// is; then this process's lease (`self`), when no kept line names it, is idle (coordination_lease.hpp).
+Status remove_lines(LockedFile* file, const std::string& old_text, const std::vector<Line>& lines, Leases* leases,
+                    pid_t self);
 
 // "a, b, c".
 std::string join(const std::vector<std::string>& v);

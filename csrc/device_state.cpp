@@ -63,18 +63,31 @@ private:
         return Answer::kFail;
     }
 
+    // How a check's query answered: ok, or why nothing was read.
+    static Outcome outcome_of(int rc) {
+        if (rc == NVML_SUCCESS) return Outcome::kOk;
+        return rc == NVML_ERROR_NO_PERMISSION ? Outcome::kNoPermission : Outcome::kNotSupported;
+    }
+    void answered(Check check, int rc) { s_->readings.answered[static_cast<std::size_t>(check)] = outcome_of(rc); }
+
     void health() {
         HealthReadings& r = s_->readings;
         if (api_.device_validate_inforom != nullptr) {
             const int rc = api_.device_validate_inforom(dev_);
-            if (rc == NVML_ERROR_CORRUPTED_INFOROM) r.inforom_corrupted = true;
-            else if (answer(rc, "nvmlDeviceValidateInforom") >= Answer::kLost) return;
+            if (rc == NVML_ERROR_CORRUPTED_INFOROM) {
+                r.inforom_corrupted = true;
+                answered(Check::kInforom, NVML_SUCCESS);
+            } else {
+                if (answer(rc, "nvmlDeviceValidateInforom") >= Answer::kLost) return;
+                answered(Check::kInforom, rc);
+            }
         }
         if (api_.device_get_remapped_rows != nullptr) {
             unsigned corrected = 0, uncorrected = 0, pending = 0, failed = 0;
             const int rc = api_.device_get_remapped_rows(dev_, &corrected, &uncorrected, &pending, &failed);
             const Answer a = answer(rc, "nvmlDeviceGetRemappedRows");
             if (a >= Answer::kLost) return;
+            answered(Check::kRemappedRows, rc);
             if (a == Answer::kOk) {
                 r.remap_failed = failed != 0;
                 r.remap_pending = pending != 0;
@@ -82,14 +95,19 @@ private:
         }
         if (api_.device_get_ecc_mode != nullptr && api_.device_get_total_ecc_errors != nullptr) {
             nvmlEnableState_t current = NVML_FEATURE_DISABLED, pending = NVML_FEATURE_DISABLED;
-            Answer a = answer(api_.device_get_ecc_mode(dev_, &current, &pending), "nvmlDeviceGetEccMode");
+            const int mrc = api_.device_get_ecc_mode(dev_, &current, &pending);
+            Answer a = answer(mrc, "nvmlDeviceGetEccMode");
             if (a >= Answer::kLost) return;
-            if (a == Answer::kOk && current == NVML_FEATURE_ENABLED) {
+            answered(Check::kEcc, mrc);
+            if (a == Answer::kOk && current != NVML_FEATURE_ENABLED) {
+                r.answered[static_cast<std::size_t>(Check::kEcc)] = Outcome::kNotApplicable;  // counters need ECC on
+            } else if (a == Answer::kOk) {
                 unsigned long long count = 0;
-                a = answer(api_.device_get_total_ecc_errors(dev_, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC,
-                                                            &count),
-                           "nvmlDeviceGetTotalEccErrors");
+                const int crc = api_.device_get_total_ecc_errors(dev_, NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                                                 NVML_VOLATILE_ECC, &count);
+                a = answer(crc, "nvmlDeviceGetTotalEccErrors");
                 if (a >= Answer::kLost) return;
+                answered(Check::kEcc, crc);
                 if (a == Answer::kOk) r.ecc_uncorrected_volatile = count;
             }
         }
@@ -98,7 +116,7 @@ private:
             field.fieldId = NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
             const Answer a = answer(api_.device_get_field_values(dev_, 1, &field), "nvmlDeviceGetFieldValues");
             if (a >= Answer::kLost) return;
-            // A driver without the field answers per value (NOT_SUPPORTED, INVALID_ARGUMENT).
+            // A driver without the field (before R565) answers per value (NOT_SUPPORTED, INVALID_ARGUMENT).
             if (a == Answer::kOk && field.nvmlReturn == NVML_SUCCESS) {
                 unsigned action = NVML_GPU_RECOVERY_ACTION_NONE;
                 switch (field.valueType) {
@@ -109,18 +127,68 @@ private:
                     default: break;
                 }
                 r.recovery_action = action;
+                answered(Check::kRecoveryAction, NVML_SUCCESS);
             } else if (a == Answer::kOk && is_lost(field.nvmlReturn)) {
                 answer(field.nvmlReturn, "nvmlDeviceGetFieldValues");
                 return;
+            } else if (a == Answer::kOk) {
+                answered(Check::kRecoveryAction, field.nvmlReturn);
+            } else {
+                answered(Check::kRecoveryAction, NVML_ERROR_NOT_SUPPORTED);
             }
         }
+        if (!fabric()) return;
         if (api_.device_get_retired_pages_pending_status != nullptr) {
             nvmlEnableState_t pending = NVML_FEATURE_DISABLED;
-            const Answer a = answer(api_.device_get_retired_pages_pending_status(dev_, &pending),
-                                    "nvmlDeviceGetRetiredPagesPendingStatus");
+            const int rc = api_.device_get_retired_pages_pending_status(dev_, &pending);
+            const Answer a = answer(rc, "nvmlDeviceGetRetiredPagesPendingStatus");
             if (a >= Answer::kLost) return;
+            answered(Check::kRetiredPages, rc);
             if (a == Answer::kOk) r.pages_pending = pending == NVML_FEATURE_ENABLED;
         }
+    }
+
+    // The NVLink fabric registration: the v3 struct, v2 for a driver that refuses v3 (R550), the
+    // original query where the versioned one is absent (R535). False when the device is lost or
+    // the library fails.
+    bool fabric() {
+        FabricReading& f = s_->readings.fabric;
+        int rc = NVML_ERROR_FUNCTION_NOT_FOUND;
+        const char* function = "nvmlDeviceGetGpuFabricInfoV";
+        if (api_.device_get_gpu_fabric_info_v != nullptr) {
+            nvmlGpuFabricInfo_v3_t v3{};
+            v3.version = nvmlGpuFabricInfo_v3;
+            rc = api_.device_get_gpu_fabric_info_v(dev_, &v3);
+            if (rc == NVML_SUCCESS) {
+                f.state = v3.state;
+                f.status = v3.status;
+                f.health_summary = v3.healthSummary;
+            } else if (rc == NVML_ERROR_ARGUMENT_VERSION_MISMATCH) {
+                nvmlGpuFabricInfo_v2_t v2{};
+                v2.version = nvmlGpuFabricInfo_v2;
+                // the driver reads the version first and fills only the v2 layout
+                rc = api_.device_get_gpu_fabric_info_v(dev_, reinterpret_cast<nvmlGpuFabricInfoV_t*>(&v2));
+                if (rc == NVML_SUCCESS) {
+                    f.state = v2.state;
+                    f.status = v2.status;
+                }
+            }
+        }
+        if ((rc == NVML_ERROR_FUNCTION_NOT_FOUND) && api_.device_get_gpu_fabric_info != nullptr) {
+            nvmlGpuFabricInfo_t v1{};
+            function = "nvmlDeviceGetGpuFabricInfo";
+            rc = api_.device_get_gpu_fabric_info(dev_, &v1);
+            if (rc == NVML_SUCCESS) {
+                f.state = v1.state;
+                f.status = v1.status;
+            }
+        }
+        if (rc == NVML_ERROR_FUNCTION_NOT_FOUND) return true;  // a driver before R535
+        if (answer(rc, function) >= Answer::kLost) return false;
+        // state NOT_SUPPORTED: a GPU without NVSwitch fabric (PCIe parts)
+        answered(Check::kFabric, rc == NVML_SUCCESS && f.state == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+                                     ? NVML_ERROR_NOT_SUPPORTED : rc);
+        return true;
     }
 
     void memory() {
@@ -243,7 +311,8 @@ private:
 };
 
 // What NVML did not answer on a MIG handle comes from its parent GPU: health (a unit is as sick as its
-// GPU), memory and compute mode where the unit has none. Processes are the unit's own.
+// GPU: the parent's findings apply to every unit, a unit's own only to it), memory and compute mode
+// where the unit has none. Processes are the unit's own.
 void inherit(const DeviceState& parent, DeviceState* unit) {
     HealthReadings& r = unit->readings;
     const HealthReadings& p = parent.readings;
@@ -256,10 +325,24 @@ void inherit(const DeviceState& parent, DeviceState* unit) {
     r.remap_pending = r.remap_pending || p.remap_pending;
     r.ecc_uncorrected_volatile = std::max(r.ecc_uncorrected_volatile, p.ecc_uncorrected_volatile);
     if (r.recovery_action == NVML_GPU_RECOVERY_ACTION_NONE) r.recovery_action = p.recovery_action;
+    if (r.fabric.state == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED) r.fabric = p.fabric;
     r.pages_pending = r.pages_pending || p.pages_pending;
+    // a check the unit's handle did not answer is as its GPU answered it
+    for (std::size_t c = 0; c < kCheckCount; ++c)
+        if (r.answered[c] != Outcome::kOk) r.answered[c] = p.answered[c];
     if (!unit->memory_used) unit->memory_used = parent.memory_used;
     if (!unit->memory_free) unit->memory_free = parent.memory_free;
     if (!unit->compute_mode) unit->compute_mode = parent.compute_mode;
+}
+
+// The one state of a GPU NVML no longer gives a handle or MIG layout for.
+DeviceState refused(unsigned i, int code, const char* function) {
+    DeviceState gpu;
+    gpu.index = std::to_string(i);
+    gpu.nvml_index = i;
+    gpu.readings.lost_code = code;
+    gpu.readings.lost_function = function;
+    return gpu;
 }
 
 }  // namespace
@@ -290,6 +373,30 @@ int read_memory(const NvmlApi& api, nvmlDevice_t dev, MemoryReading* out, const 
     return rc;
 }
 
+const char* check_name(Check check) noexcept {
+    switch (check) {
+        case Check::kInforom: return "inforom";
+        case Check::kRemappedRows: return "remapped-rows";
+        case Check::kEcc: return "ecc";
+        case Check::kRecoveryAction: return "recovery-action";
+        case Check::kFabric: return "fabric";
+        case Check::kRetiredPages: return "retired-pages";
+        case Check::kCount: break;
+    }
+    return "?";
+}
+
+const char* outcome_name(Outcome outcome) noexcept {
+    switch (outcome) {
+        case Outcome::kOk: return "ok";
+        case Outcome::kFinding: return "finding";
+        case Outcome::kNotSupported: return "not supported";
+        case Outcome::kNoPermission: return "no permission";
+        case Outcome::kNotApplicable: return "not applicable";
+    }
+    return "?";
+}
+
 const char* process_kind_name(ProcessKind kind) noexcept {
     switch (kind) {
         case ProcessKind::kGraphics: return "graphics";
@@ -299,7 +406,8 @@ const char* process_kind_name(ProcessKind kind) noexcept {
     return "compute";
 }
 
-Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, std::vector<DeviceState>* out) noexcept {
+Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,
+                    std::vector<DeviceState>* out) noexcept {
     try {
         out->clear();
         const NvmlApi& api = lib.api();
@@ -314,13 +422,17 @@ Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, std:
             const int hrc = api.device_get_handle_by_index(i, &dev);
             if (hrc != NVML_SUCCESS) {
                 if (is_library_wide_error(hrc)) return lib.error(hrc, "nvmlDeviceGetHandleByIndex_v2");
-                continue;  // a skipped device (enumerate_devices says why)
+                out->push_back(refused(i, hrc, "nvmlDeviceGetHandleByIndex_v2"));
+                judge_health(enforced, &out->back());
+                continue;
             }
             MigLayout mig;
             const char* function = nullptr;
             if (const int mrc = read_mig_layout(api, dev, &mig, &function); mrc != NVML_SUCCESS) {
                 if (is_library_wide_error(mrc)) return lib.error(mrc, function);
-                continue;  // skipped, as enumerate_devices says
+                out->push_back(refused(i, mrc, function));
+                judge_health(enforced, &out->back());
+                continue;
             }
             DeviceState gpu;
             gpu.index = std::to_string(i);
@@ -328,7 +440,7 @@ Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, std:
             DeviceQuery query(lib, dev, &gpu, &ws);
             if (const Status st = query.run(&tree); !st.ok()) return st;
             if (!mig.enabled) {
-                judge_health(&gpu);
+                judge_health(enforced, &gpu);
                 out->push_back(std::move(gpu));
                 continue;
             }
@@ -341,7 +453,7 @@ Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, std:
                 DeviceQuery unit_query(lib, slot.handle, &unit, &ws);
                 if (const Status st = unit_query.run(&tree); !st.ok()) return st;
                 inherit(gpu, &unit);
-                judge_health(&unit);
+                judge_health(enforced, &unit);
             }
         }
         return Status();

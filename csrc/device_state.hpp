@@ -9,6 +9,9 @@
 
 #include <sys/types.h>
 
+#include <array>
+#include <bitset>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,15 +20,53 @@ namespace flinkgpu {
 
 enum class Health { kOk, kDegraded, kUnhealthy };
 
+// The health checks, each one NVML reading (docs/design.md §9.1 has the table). `health-checks`
+// names them; a GPU that is lost or needs a reset is unhealthy whatever is enforced.
+enum class Check { kInforom, kRemappedRows, kEcc, kRecoveryAction, kFabric, kRetiredPages, kCount };
+inline constexpr std::size_t kCheckCount = static_cast<std::size_t>(Check::kCount);
+const char* check_name(Check check) noexcept;  // "inforom", "remapped-rows", ...
+using CheckSet = std::bitset<kCheckCount>;     // the checks whose findings decide health
+inline CheckSet all_checks() noexcept { return CheckSet().set(); }
+
+// What one check said about a device: not looked at is not healthy.
+enum class Outcome {
+    kOk,             // read, nothing found
+    kFinding,        // read, something found (CheckResult::finding)
+    kNotSupported,   // the driver lacks the query or the GPU answers NOT_SUPPORTED
+    kNoPermission,   // NVML refused it (NO_PERMISSION)
+    kNotApplicable,  // nothing to read in this configuration (ECC counters while ECC is off)
+};
+const char* outcome_name(Outcome outcome) noexcept;  // "ok", "finding", "not supported", ...
+
+// NVML_GPU_FABRIC_STATE_* with the probe status (valid once COMPLETED) and, from a v3 struct, the
+// health summary (NVML_GPU_FABRIC_HEALTH_SUMMARY_*; NOT_SUPPORTED where the struct has none).
+struct FabricReading {
+    unsigned state = NVML_GPU_FABRIC_STATE_NOT_SUPPORTED;
+    int status = NVML_SUCCESS;
+    unsigned health_summary = NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED;
+};
+
 // What the health queries found; gpu_choice.hpp turns it into a verdict.
 struct HealthReadings {
-    int lost_code = NVML_SUCCESS;  // GPU_IS_LOST or RESET_REQUIRED from a state query
+    int lost_code = NVML_SUCCESS;  // GPU_IS_LOST or RESET_REQUIRED from a state query; any code from the handle query
     const char* lost_function = nullptr;
     bool inforom_corrupted = false;                   // nvmlDeviceValidateInforom
     bool remap_failed = false, remap_pending = false;  // nvmlDeviceGetRemappedRows
     unsigned long long ecc_uncorrected_volatile = 0;  // only read while ECC is on
     unsigned recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;  // NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+    FabricReading fabric;                             // nvmlDeviceGetGpuFabricInfoV, else nvmlDeviceGetGpuFabricInfo
     bool pages_pending = false;                       // nvmlDeviceGetRetiredPagesPendingStatus
+    // per Check: how its query answered (kFinding is set by judge_health)
+    std::array<Outcome, kCheckCount> answered{Outcome::kNotSupported, Outcome::kNotSupported, Outcome::kNotSupported,
+                                              Outcome::kNotSupported, Outcome::kNotSupported, Outcome::kNotSupported};
+};
+
+// One check's result on one device.
+struct CheckResult {
+    Outcome outcome = Outcome::kNotSupported;
+    Health verdict = Health::kOk;  // of the finding; counts for the device only when enforced
+    std::string finding;           // "" unless kFinding
+    bool enforced = true;
 };
 
 enum class ProcessKind { kCompute, kGraphics, kMps };
@@ -44,9 +85,11 @@ struct DeviceState {
     unsigned nvml_index = 0;  // the GPU's; a unit's parent's
     std::optional<unsigned> mig_slot;
     HealthReadings readings;
-    Health health = Health::kOk;
+    Health health = Health::kOk;        // from the lost state and the enforced checks' findings
     std::string health_text = "ok";     // "ok", "degraded: <reason>" or "unhealthy: <reason>"
-    std::vector<std::string> findings;  // every finding, unhealthy ones first
+    std::vector<std::string> findings;  // every enforced finding, unhealthy ones first
+    std::vector<std::string> warnings;  // enforced findings that leave health ok (RECOVER_IMEX_DOMAIN)
+    std::array<CheckResult, kCheckCount> checks;  // per Check, enforced or not
     std::optional<unsigned long long> memory_used, memory_free;
     std::vector<GpuProcess> processes;
     bool processes_known = true;  // false: a process query answered NO_PERMISSION
@@ -63,9 +106,12 @@ struct MemoryReading {
 };
 int read_memory(const NvmlApi& api, nvmlDevice_t dev, MemoryReading* out, const char** function) noexcept;
 
-// The state of every device whose handle NVML gives (a MIG GPU's units in its place), in index order (the others are the skipped
-// ones of enumerate_devices). `owner`: the claiming process; `taskmanager`: its TaskManager, 0 for
-// none. Errors that concern the whole library fail the call. Never throws.
-Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, std::vector<DeviceState>* out) noexcept;
+// The state of every device (a MIG GPU's units in its place), in index order, judged with the
+// checks `enforced`. A GPU whose handle or MIG layout NVML refuses now is one state, lost, with
+// the refusing call (enumerate_devices skips it, or it went after the enumeration). `owner`: the
+// claiming process; `taskmanager`: its TaskManager, 0 for none. Errors that concern the whole
+// library fail the call. Never throws.
+Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,
+                    std::vector<DeviceState>* out) noexcept;
 
 }  // namespace flinkgpu

@@ -225,21 +225,19 @@ int main(int argc, char** argv) {
     for (const auto& skipped : found.skipped) std::fprintf(stderr, "flink-gpu-discovery: %s\n", skipped.reason.c_str());
 
     // The state now, judged for our parent: it is the owner and the TaskManager.
-    std::vector<flinkgpu::DeviceState> states, usable;
-    status = flinkgpu::query_states(*lib, parent.pid, parent.pid, &states);
+    std::vector<std::string> enumerated;
+    for (const auto& d : found.devices) enumerated.push_back(d.index);
+    flinkgpu::Choice choice;
+    status = flinkgpu::choose_gpus(*lib, enumerated, parent.pid, parent.pid, args.busy, flinkgpu::all_checks(),
+                                   &choice);
     if (!status.ok()) {
         std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
         return 1;
     }
-    for (auto& state : states) {
-        for (const auto& d : found.devices) {
-            if (d.index == state.index) {
-                usable.push_back(std::move(state));
-                break;
-            }
-        }
-    }
-    const flinkgpu::Ranking ranking = flinkgpu::rank_gpus(usable, args.busy);
+    const flinkgpu::Ranking& ranking = choice.ranking;
+    for (const auto& state : choice.states)
+        for (const auto& warning : state.warnings)
+            std::fprintf(stderr, "flink-gpu-discovery: GPU %s: %s\n", state.index.c_str(), warning.c_str());
     for (const auto& [index, why] : ranking.left_out)
         std::fprintf(stderr, "flink-gpu-discovery: GPU %s left out: %s\n", index.c_str(), why.c_str());
 

@@ -3,44 +3,116 @@
 #include "gpu_index.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 
 namespace flinkgpu {
 namespace {
 
-const char* recovery_action_text(unsigned action) {
+// What a recovery action asks for, and how bad it is for handing the GPU out (the DRA driver's and
+// DCGM's classes): nullptr for NONE.
+struct RecoveryClass {
+    const char* text;
+    Health verdict;
+};
+RecoveryClass recovery_class(unsigned action) {
     switch (action) {
-        case NVML_GPU_RECOVERY_ACTION_GPU_RESET: return "reset the GPU";
-        case NVML_GPU_RECOVERY_ACTION_NODE_REBOOT: return "reboot the node";
-        case NVML_GPU_RECOVERY_ACTION_DRAIN_P2P: return "drain peer-to-peer traffic";
-        case NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET: return "drain peer-to-peer traffic and reset the GPU";
-        default: return nullptr;
+        case NVML_GPU_RECOVERY_ACTION_NONE: return {nullptr, Health::kOk};
+        case NVML_GPU_RECOVERY_ACTION_GPU_RESET: return {"reset the GPU", Health::kUnhealthy};
+        case NVML_GPU_RECOVERY_ACTION_NODE_REBOOT: return {"reboot the node", Health::kUnhealthy};
+        case NVML_GPU_RECOVERY_ACTION_DRAIN_P2P: return {"drain peer-to-peer traffic", Health::kDegraded};
+        case NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET:
+            return {"drain peer-to-peer traffic and reset the GPU", Health::kUnhealthy};
+        case NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN:
+            return {"recover the IMEX domain (not a fault of this GPU)", Health::kOk};
+        case NVML_GPU_RECOVERY_ACTION_BUS_RESET: return {"reset the GPU's PCIe bus", Health::kUnhealthy};
+        case NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT: return {"reboot the system", Health::kUnhealthy};
+        default: return {"", Health::kUnhealthy};  // unknown to this build: assume the worst
     }
+}
+
+// The finding of one check on `r`, "" for none.
+std::pair<std::string, Health> finding(Check check, const HealthReadings& r) {
+    using F = std::pair<std::string, Health>;
+    switch (check) {
+        case Check::kInforom: return r.inforom_corrupted ? F{"InfoROM corrupted", Health::kUnhealthy} : F{};
+        case Check::kRemappedRows:
+            if (r.remap_failed) return {"row remapping failed", Health::kUnhealthy};
+            if (r.remap_pending) return {"row remapping pending", Health::kDegraded};
+            return {};
+        case Check::kEcc:
+            if (r.ecc_uncorrected_volatile == 0) return {};
+            return {std::to_string(r.ecc_uncorrected_volatile) + " uncorrectable volatile ECC error" +
+                        (r.ecc_uncorrected_volatile == 1 ? "" : "s"),
+                    Health::kUnhealthy};
+        case Check::kRecoveryAction: {
+            const RecoveryClass c = recovery_class(r.recovery_action);
+            if (c.text == nullptr) return {};
+            if (c.text[0] == '\0')
+                return {"GPU recovery action " + std::to_string(r.recovery_action) +
+                            " (unknown to this build: treated as needing a reset)",
+                        c.verdict};
+            return {std::string("GPU recovery action: ") + c.text, c.verdict};
+        }
+        case Check::kFabric:
+            switch (r.fabric.state) {
+                case NVML_GPU_FABRIC_STATE_NOT_STARTED:
+                    return {"NVLink fabric registration not started: CUDA would fail with error 802; is the "
+                            "Fabric Manager running?",
+                            Health::kUnhealthy};
+                case NVML_GPU_FABRIC_STATE_IN_PROGRESS:
+                    return {"NVLink fabric registration in progress: transient, the GPU is handed out once it "
+                            "completes",
+                            Health::kUnhealthy};
+                case NVML_GPU_FABRIC_STATE_COMPLETED:
+                    if (r.fabric.status != NVML_SUCCESS)
+                        return {std::string("no NVLink peer-to-peer (fabric registration completed with ") +
+                                    nvml_code_name(r.fabric.status) + ")",
+                                Health::kDegraded};
+                    // never required: a healthy HGX H100 on R580 reads N/A here and an all-zero cluster UUID
+                    if (r.fabric.health_summary == NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY)
+                        return {"no NVLink peer-to-peer (fabric health summary: unhealthy)", Health::kDegraded};
+                    return {};
+                default: return {};
+            }
+        case Check::kRetiredPages:
+            return r.pages_pending ? F{"page retirement pending", Health::kDegraded} : F{};
+        case Check::kCount: break;
+    }
+    return {};
 }
 
 }  // namespace
 
-void judge_health(DeviceState* state) {
+void judge_health(const CheckSet& enforced, DeviceState* state) {
     const HealthReadings& r = state->readings;
     std::vector<std::string> bad, degraded;
+    const char* function = r.lost_function ? r.lost_function : "a state query";
     if (r.lost_code == NVML_ERROR_GPU_IS_LOST) {
-        bad.push_back(std::string("GPU is lost (") + (r.lost_function ? r.lost_function : "a state query") +
-                      " returned NVML_ERROR_GPU_IS_LOST)");
+        bad.push_back(std::string("GPU is lost (") + function + " returned NVML_ERROR_GPU_IS_LOST)");
     } else if (r.lost_code == NVML_ERROR_RESET_REQUIRED) {
-        bad.push_back(std::string("GPU reset required (") + (r.lost_function ? r.lost_function : "a state query") +
-                      " returned NVML_ERROR_RESET_REQUIRED)");
+        bad.push_back(std::string("GPU reset required (") + function + " returned NVML_ERROR_RESET_REQUIRED)");
+    } else if (r.lost_code != NVML_SUCCESS) {
+        bad.push_back(std::string("GPU no longer answers (") + function + " returned " + nvml_code_name(r.lost_code) +
+                      ")");
     }
-    if (r.inforom_corrupted) bad.push_back("InfoROM corrupted");
-    if (r.remap_failed) bad.push_back("row remapping failed");
-    if (r.ecc_uncorrected_volatile > 0)
-        bad.push_back(std::to_string(r.ecc_uncorrected_volatile) + " uncorrectable volatile ECC error" +
-                      (r.ecc_uncorrected_volatile == 1 ? "" : "s"));
-    if (r.recovery_action != NVML_GPU_RECOVERY_ACTION_NONE) {
-        const char* what = recovery_action_text(r.recovery_action);
-        bad.push_back(std::string("GPU recovery action: ") +
-                      (what ? what : "action " + std::to_string(r.recovery_action)));
+    state->warnings.clear();
+    for (std::size_t c = 0; c < kCheckCount; ++c) {
+        CheckResult& result = state->checks[c];
+        result = CheckResult();
+        result.enforced = enforced.test(c);
+        result.outcome = r.answered[c];
+        if (result.outcome != Outcome::kOk) continue;
+        auto [text, verdict] = finding(static_cast<Check>(c), r);
+        if (text.empty()) continue;
+        result.outcome = Outcome::kFinding;
+        result.verdict = verdict;
+        result.finding = text;
+        if (!result.enforced) continue;
+        if (verdict == Health::kUnhealthy) bad.push_back(text);
+        else if (verdict == Health::kDegraded) degraded.push_back(text);
+        else state->warnings.push_back(text);
     }
-    if (r.remap_pending) degraded.push_back("row remapping pending");
-    if (r.pages_pending) degraded.push_back("page retirement pending");
     state->findings.clear();
     for (const auto& f : bad) state->findings.push_back("unhealthy: " + f);
     for (const auto& f : degraded) state->findings.push_back("degraded: " + f);
@@ -90,17 +162,71 @@ Ranking rank_gpus(const std::vector<DeviceState>& states, BusyPolicy policy) {
         }
         candidates.push_back({index, (s.health == Health::kDegraded ? 2 : 0) + (busy ? 1 : 0)});
     }
-    std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-        if (a.rank != b.rank) return a.rank < b.rank;
-        return compare_indices(a.index, b.index) < 0;
-    });
+    // States come in index order (a choice's do): then only the ranks need sorting, stably.
+    auto by_index = [](const Candidate& a, const Candidate& b) { return compare_indices(a.index, b.index) < 0; };
+    if (!std::is_sorted(candidates.begin(), candidates.end(), by_index))
+        std::stable_sort(candidates.begin(), candidates.end(), by_index);
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.rank < b.rank; });
     for (const Candidate& c : candidates) {
         r.indices.push_back(c.index);
         r.ranks.push_back(c.rank);
     }
-    std::stable_sort(r.left_out.begin(), r.left_out.end(),
-                     [](const auto& a, const auto& b) { return compare_indices(a.first, b.first) < 0; });
+    auto out_by_index = [](const auto& a, const auto& b) { return compare_indices(a.first, b.first) < 0; };
+    if (!std::is_sorted(r.left_out.begin(), r.left_out.end(), out_by_index))
+        std::stable_sort(r.left_out.begin(), r.left_out.end(), out_by_index);
     return r;
+}
+
+}  // namespace flinkgpu
+
+namespace flinkgpu {
+
+Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner,
+                   pid_t taskmanager, BusyPolicy policy, const CheckSet& enforced, Choice* out) noexcept {
+    try {
+        out->states.clear();
+        std::vector<DeviceState> now;
+        if (const Status st = query_states(lib, owner, taskmanager, enforced, &now); !st.ok()) return st;
+        out->states.reserve(enumerated.size());
+        std::size_t next = 0;  // both are in index order: a walk, searching only where they differ
+        for (const std::string& index : enumerated) {
+            if (next < now.size() && now[next].index == index) {
+                out->states.push_back(std::move(now[next++]));
+                continue;
+            }
+            auto found = std::find_if(now.begin(), now.end(), [&](const DeviceState& s) { return s.index == index; });
+            if (found != now.end()) {
+                next = static_cast<std::size_t>(found - now.begin()) + 1;
+                out->states.push_back(std::move(*found));
+                continue;
+            }
+            // Gone since the enumeration: its GPU refused its handle or MIG layout (one state for
+            // the GPU), or the MIG unit is no longer there.
+            const std::size_t colon = index.find(':');
+            const std::string gpu = index.substr(0, colon);
+            auto parent = std::find_if(now.begin(), now.end(), [&](const DeviceState& s) { return s.index == gpu; });
+            DeviceState gone;
+            if (parent != now.end() && parent->readings.lost_code != NVML_SUCCESS) {
+                gone = *parent;
+            } else {
+                gone.readings.lost_code = NVML_ERROR_NOT_FOUND;
+                gone.readings.lost_function =
+                    colon == std::string::npos ? "nvmlDeviceGetCount_v2" : "nvmlDeviceGetMigDeviceHandleByIndex";
+                judge_health(enforced, &gone);
+            }
+            gone.index = index;
+            gone.nvml_index = static_cast<unsigned>(std::strtoul(gpu.c_str(), nullptr, 10));
+            gone.mig_slot.reset();
+            if (colon != std::string::npos)
+                gone.mig_slot = static_cast<unsigned>(std::strtoul(index.c_str() + colon + 1, nullptr, 10));
+            out->states.push_back(std::move(gone));
+        }
+        out->ranking = rank_gpus(out->states, policy);
+        return Status();
+    } catch (const std::bad_alloc&) {
+        return nvml_failure_noexcept(NVML_ERROR_MEMORY, "choose_gpus", "Out of memory while choosing GPUs.");
+    }
 }
 
 }  // namespace flinkgpu

@@ -12,10 +12,14 @@
 
 namespace flinkgpu {
 
-// Sets health, health_text and findings from state->readings. Unhealthy: lost or reset required,
-// InfoROM corrupted, row remapping failed, uncorrectable volatile ECC errors, a GPU recovery action
-// other than none. Degraded: row remapping pending, page retirement pending.
-void judge_health(DeviceState* state);
+// Sets checks, health, health_text, findings and warnings from state->readings (docs/design.md
+// §9.1 has the table); only the findings of `enforced` checks decide health. Unhealthy: lost or
+// reset required (always), InfoROM corrupted, row remapping failed, uncorrectable volatile ECC
+// errors, a recovery action that needs a reset or reboot (or one this build does not know), NVLink
+// fabric registration not started or still in progress. Degraded: row remapping pending, page
+// retirement pending, recovery action DRAIN_P2P, fabric registration completed with an error or a
+// v3 health summary UNHEALTHY. RECOVER_IMEX_DOMAIN is no fault of the GPU: a warning only.
+void judge_health(const CheckSet& enforced, DeviceState* state);
 
 // busy-gpus: avoid (busy GPUs only when short), exclude (never a busy GPU), ignore (Flink's order).
 enum class BusyPolicy { kAvoid, kExclude, kIgnore };
@@ -36,5 +40,17 @@ struct Ranking {
 // only; exclude leaves busy GPUs out; ignore treats every GPU as not busy), degraded & not busy,
 // degraded & busy; within a class the lowest index first.
 Ranking rank_gpus(const std::vector<DeviceState>& states, BusyPolicy policy);
+
+struct Choice {
+    std::vector<DeviceState> states;  // one per enumerated device, in its order
+    Ranking ranking;
+};
+
+// The one choice of GPUs, for flink-gpu-discovery and the Python API alike: the state now of each of
+// `enumerated` (the indices of enumerate_devices' devices), judged with `enforced`, ranked under
+// `policy`. A device enumerated earlier that NVML no longer answers for is an unhealthy state naming
+// the refusing call, never dropped. `owner`, `taskmanager`: as query_states. Never throws.
+Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner,
+                   pid_t taskmanager, BusyPolicy policy, const CheckSet& enforced, Choice* out) noexcept;
 
 }  // namespace flinkgpu

@@ -154,6 +154,8 @@ const NvmlSymbolInfo kSymbols[kNvmlSymbolCount] = {
     {"nvmlDeviceGetTemperatureV", SymbolUse::kOptional},
     {"nvmlDeviceGetTemperature", SymbolUse::kFallback},
     {"nvmlDeviceGetPowerUsage", SymbolUse::kOptional},
+    {"nvmlDeviceGetGpuFabricInfoV", SymbolUse::kOptional},
+    {"nvmlDeviceGetGpuFabricInfo", SymbolUse::kFallback},
 };
 
 }  // namespace
@@ -273,6 +275,8 @@ struct LibraryRegistry {
         resolve(lib, &api.device_get_total_ecc_errors, S::kDeviceGetTotalEccErrors);
         resolve(lib, &api.device_get_retired_pages_pending_status, S::kDeviceGetRetiredPagesPendingStatus);
         resolve(lib, &api.device_get_field_values, S::kDeviceGetFieldValues);
+        resolve(lib, &api.device_get_gpu_fabric_info_v, S::kDeviceGetGpuFabricInfoV);
+        resolve(lib, &api.device_get_gpu_fabric_info, S::kDeviceGetGpuFabricInfo);  // also for a refused V
         const bool detail = resolve(lib, &api.device_get_running_process_detail_list,
                                     S::kDeviceGetRunningProcessDetailList);
         void* conf_compute = nullptr;
@@ -376,6 +380,8 @@ const NvmlLibrary* NvmlLibrary::probe(const std::string& requested_path, Status*
 bool NvmlLibrary::exports(NvmlSymbol symbol) const noexcept {
     return dlsym(handle_, nvml_symbol(symbol).name) != nullptr;
 }
+
+const char* nvml_code_name(int code) noexcept { return code_name(code); }
 
 std::string NvmlLibrary::error_text(int code) const noexcept {
     try {

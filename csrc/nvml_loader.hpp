@@ -30,7 +30,7 @@ enum class NvmlSymbol : int {
     kDeviceGetMpsComputeRunningProcessesV2, kDeviceGetMpsComputeRunningProcesses,
     kDeviceGetMigMode, kDeviceGetMaxMigDeviceCount, kDeviceGetMigDeviceHandleByIndex,
     kDeviceGetGpuInstanceId, kDeviceGetComputeInstanceId, kDeviceGetUtilizationRates, kDeviceGetTemperatureV,
-    kDeviceGetTemperature, kDeviceGetPowerUsage,
+    kDeviceGetTemperature, kDeviceGetPowerUsage, kDeviceGetGpuFabricInfoV, kDeviceGetGpuFabricInfo,
     kCount
 };
 inline constexpr std::size_t kNvmlSymbolCount = static_cast<std::size_t>(NvmlSymbol::kCount);
@@ -102,6 +102,10 @@ struct NvmlApi {
     decltype(&nvmlDeviceGetRetiredPagesPendingStatus) device_get_retired_pages_pending_status = nullptr;
     decltype(&nvmlDeviceGetFieldValues) device_get_field_values = nullptr;
     decltype(&nvmlDeviceGetRunningProcessDetailList) device_get_running_process_detail_list = nullptr;
+    // NVLink fabric registration: the versioned query (R550 and later), else the original one (R535),
+    // which nvml.h now marks deprecated (hence its type spelled out).
+    decltype(&nvmlDeviceGetGpuFabricInfoV) device_get_gpu_fabric_info_v = nullptr;
+    nvmlReturn_t (*device_get_gpu_fabric_info)(nvmlDevice_t, nvmlGpuFabricInfo_t*) = nullptr;
     ProcessQueryFns compute_processes, graphics_processes, mps_processes;
     ProcessApi process_api = ProcessApi::kNone;
     // MIG (devices.hpp), through MIG device handles only: none of them needs root.
@@ -118,6 +122,9 @@ struct NvmlApi {
     nvmlReturn_t (*device_get_temperature)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int*) = nullptr;
     decltype(&nvmlDeviceGetPowerUsage) device_get_power_usage = nullptr;
 };
+
+// NVML's name of a return code ("NVML_ERROR_GPU_IS_LOST"; "NVML_ERROR_UNKNOWN" for one it lacks).
+const char* nvml_code_name(int code) noexcept;
 
 class NvmlLibrary {
 public:

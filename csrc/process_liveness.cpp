@@ -1,10 +1,12 @@
 #include "process_liveness.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -41,7 +43,27 @@ PidNamespace read_own_pid_namespace() {
 
 }  // namespace
 
-PidNamespace own_pid_namespace() noexcept { return own_pid_namespace(getpid()); }
+namespace {
+
+std::atomic<pid_t> g_own_pid{0};
+
+void forget_own_pid() { g_own_pid.store(0, std::memory_order_relaxed); }
+
+}  // namespace
+
+pid_t own_pid() noexcept {
+    pid_t pid = g_own_pid.load(std::memory_order_relaxed);
+    if (pid == 0) {
+        // a function-local static, not std::call_once (GLIBC_2.34's pthread_once, beyond manylinux_2_28)
+        static const int registered = pthread_atfork(nullptr, nullptr, forget_own_pid);
+        (void)registered;
+        pid = getpid();
+        g_own_pid.store(pid, std::memory_order_relaxed);
+    }
+    return pid;
+}
+
+PidNamespace own_pid_namespace() noexcept { return own_pid_namespace(own_pid()); }
 
 PidNamespace own_pid_namespace(pid_t self) noexcept {
     thread_local pid_t cached_pid = 0;
@@ -114,9 +136,14 @@ bool same_process(const Entry& e, const ProcInfo& p) noexcept {
 }
 
 Verdict judge(const Entry& e, const PidNamespace& ours, Evidence& evidence) {
-    const LeaseState lease = e.has_lease ? evidence.lease(e.lease) : LeaseState::kUnknown;
+    const bool other_namespace = !e.pid_is_in(ours);
+    LeaseState lease = e.has_lease ? evidence.lease(e.lease, e.lease_file) : LeaseState::kUnknown;
+    if (lease == LeaseState::kFree && e.lease_file.empty() && !other_namespace && e.has_start_time) {
+        // no token says which lease file it was taken on: a live pid of ours with its start time wins
+        const ProcInfo& p = evidence.process(e.pid);
+        if (p.exists && p.has_start_time && p.start_time == e.start_time) lease = LeaseState::kUnknown;
+    }
     if (lease == LeaseState::kFree) return Verdict::kLeaseReleased;
-    const bool other_namespace = e.has_ns && !(ours.known && e.ns == ours.inode);
     // a thread's line: its process's lease says nothing of the thread, which only our namespace can probe
     if (lease == LeaseState::kHeld && e.slot.empty()) return Verdict::kLeaseHeld;
     if (other_namespace) return Verdict::kOtherNamespace;
@@ -125,32 +152,26 @@ Verdict judge(const Entry& e, const PidNamespace& ours, Evidence& evidence) {
     return same_process(e, p) ? Verdict::kAlive : Verdict::kPidReused;
 }
 
-bool records_owner(const Entry& e, pid_t owner, bool owner_is_self, const PidNamespace& ours) noexcept {
-    if (e.pid != owner) return false;
-    if (e.has_ns) return ours.known && e.ns == ours.inode;
-    return e.has_start_time || !owner_is_self;
-}
+LineJudge::LineJudge(Leases* leases) : leases_(leases), self_(own_pid()) { ns_ = own_pid_namespace(self_); }
 
-Liveness::Liveness(Leases* leases) : leases_(leases), self_(getpid()) { ns_ = own_pid_namespace(self_); }
-
-const ProcInfo& Liveness::process(pid_t pid) {
+const ProcInfo& LineJudge::process(pid_t pid) {
     auto it = cache_.find(pid);
     if (it == cache_.end()) it = cache_.emplace(pid, pid == self_ ? probe_self(self_) : probe_process(pid)).first;
     return it->second;
 }
 
-LeaseState Liveness::lease(std::uint32_t slot) {
-    return leases_ == nullptr ? LeaseState::kUnknown : leases_->test(slot);
+LeaseState LineJudge::lease(std::uint32_t slot, const std::string& lease_file) {
+    return leases_ == nullptr ? LeaseState::kUnknown : leases_->test(slot, lease_file);
 }
 
-void Liveness::judge(Entry* e) {
+void LineJudge::judge(Entry* e) {
     e->verdict = coordination::judge(*e, ns_, *this);
     e->alive = verdict_alive(e->verdict);
 }
 
-bool Liveness::owns(const Entry& e, pid_t owner, const ProcInfo& owner_info) {
+bool LineJudge::owns(const Entry& e, pid_t owner, const ProcInfo& owner_info) {
     std::uint32_t slot = 0;
-    if (!records_owner(e, owner, owner == self_, ns_)) return false;
+    if (!e.records(owner, owner == self_, ns_)) return false;
     if (owner == self_ && e.has_lease && leases_ != nullptr && leases_->held(&slot) && slot == e.lease) return true;
     return same_process(e, owner_info);
 }

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 
 namespace flinkgpu {
 namespace coordination {
@@ -31,26 +32,31 @@ bool same_process(const Entry& e, const ProcInfo& p) noexcept;
 
 // The pid namespace of the calling process: the inode of /proc/self/ns/pid, read once per process.
 // The pids we write and probe are numbers of this namespace.
-struct PidNamespace {
-    bool known = false;
-    std::uint64_t inode = 0;
-};
 PidNamespace own_pid_namespace() noexcept;
-PidNamespace own_pid_namespace(pid_t self) noexcept;  // `self`: getpid(), already at hand
+// The calling process's pid: getpid() once per process (a fork()ed child asks again; its pthread_atfork
+// handler forgets the parent's). Every claim needs it several times, and it only changes across fork.
+pid_t own_pid() noexcept;
+PidNamespace own_pid_namespace(pid_t self) noexcept;  // `self`: own_pid(), already at hand
 
 // What the judge may ask about a line, each asked only when the rule needs it.
 class Evidence {
 public:
-    virtual LeaseState lease(std::uint32_t slot) = 0;
+    // The state of lease byte `slot` on the lease file whose token is `lease_file` (empty: a line of a version
+    // that did not record it); kUnknown when the lease file the path names now is another one.
+    virtual LeaseState lease(std::uint32_t slot, const std::string& lease_file) = 0;
     virtual const ProcInfo& process(pid_t pid) = 0;
 
 protected:
     ~Evidence() = default;
 };
 
-// The one rule for a line's owner (docs/design.md §9.4):
-//   * a lease that can be tested decides: held = alive, not held = dead, in every namespace, immune to pid
-//     reuse (even within one clock tick of the start time);
+// The one rule for a line's holder (docs/design.md §9.4):
+//   * a lease that can be tested on the lease file it was taken on decides: held = alive, not held = dead, in
+//     every namespace, immune to pid reuse (even within one clock tick of the start time);
+//   * a lease on a lease file since deleted or replaced (its token differs, or the file is gone) proves
+//     nothing: the line is judged as if it had none. So is a lease of a line without a token (older
+//     versions) that reads free while its pid lives in our namespace with the recorded start time: the
+//     lease file may have been recreated under it;
 //   * except a slot thread's line (`slot` set, its pid a thread id): the lease is its process's, so a free
 //     one proves the thread dead, a held one only that its process lives: in our namespace the thread is
 //     judged by its id and start time, in another its liveness is unknown (kOtherNamespace: the thread
@@ -60,21 +66,16 @@ protected:
 // Our namespace unknown (no /proc): every line with an ns field counts as another namespace's.
 Verdict judge(const Entry& e, const PidNamespace& ours, Evidence& evidence);
 
-// Whether `e` records `owner`, a pid of our namespace: same pid, our namespace or none recorded; a bare
-// `<index> <pid>` line never records the calling process itself (in a container, a stock line `0 1`
-// belongs to whichever pid 1 wrote it). Start times are not compared here.
-bool records_owner(const Entry& e, pid_t owner, bool owner_is_self, const PidNamespace& ours) noexcept;
-
 // The probes and lease tests of one call, each pid probed and each slot tested once; the calling
 // process's own probe is cached per process.
-class Liveness final : public Evidence {
+class LineJudge final : public Evidence {
 public:
     // `leases` null: lines with a lease field are judged as if they had none.
-    explicit Liveness(Leases* leases);
+    explicit LineJudge(Leases* leases);
     void use(Leases* leases) { leases_ = leases; }
 
     const ProcInfo& process(pid_t pid) override;
-    LeaseState lease(std::uint32_t slot) override;
+    LeaseState lease(std::uint32_t slot, const std::string& lease_file) override;
     const PidNamespace& ns() const { return ns_; }
     pid_t self() const { return self_; }
 

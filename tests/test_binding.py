@@ -124,7 +124,7 @@ def test_the_same_process_gets_the_same_binding_topped_up_and_the_last_release_f
     second = bind(infos(4), 2, path=path)
     assert first.indices == ("0",) and second.indices == ("0", "1")
     first.release()
-    assert binding.snapshot(path).by_taskmanager() == {None: {f"pid {os.getpid()}": ("0", "1")}}
+    assert binding.snapshot(path).by_taskmanager() == {(None, None): {f"pid {os.getpid()}": ("0", "1")}}
     second.release()
     second.release()  # idempotent
     assert binding.snapshot(path).entries == ()
@@ -213,8 +213,8 @@ def test_the_snapshot_groups_live_bindings_by_taskmanager(path):
         with bind(infos(2), slot="abc", taskmanager_pid=procs[0].pid, path=path):
             snap = binding.snapshot(path)
             assert snap.exists
-            assert snap.by_taskmanager() == {None: {f"pid {procs[0].pid}": ("0",)},
-                                             procs[0].pid: {"slot abc": ("1",)}}
+            assert snap.by_taskmanager() == {(None, None): {f"pid {procs[0].pid}": ("0",)},
+                                             (procs[0].pid, None): {"slot abc": ("1",)}}
             slot_line = next(e for e in snap.entries if e.slot)
             assert slot_line.pid == threading.get_native_id() and slot_line.holders_per_gpu == 1
     finally:
@@ -240,6 +240,69 @@ def test_devices_are_the_cuda_ordinals_of_the_bound_gpus_in_this_process(tmp_pat
     default = run_python(code, env={k: v for k, v in env.items() if not k.startswith("CUDA_")})
     assert "devices (1, 3)" in default.stdout
     assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in default.stdout  # the one WARN: fastest-first cannot be derived
+
+
+# Binds `count` of the TaskManager's GPUs 0..n-1 on a simulated host, after `wait` s; prints what it got and
+# the WARNs, or the error (and what `devices` says of a binding made before).
+BIND_ON_STATE = """
+import json, logging, sys, time
+from flink_gpu import GPUInfo
+from flink_gpu.binding import BindingError, bind
+from flink_gpu.nvml import open_library
+warnings = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        warnings.append(record.getMessage())
+logging.getLogger("flink_gpu").addHandler(Keep())
+path, n, count, wait = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+library = open_library().library_path
+# a binding made before the wait (wait > 0), as a slot bound at the TaskManager's start
+earlier = bind([GPUInfo("0")], 1, path=path + ".earlier", library_path=library) if wait else None
+time.sleep(wait)
+out = {}
+try:
+    out["bound"] = list(bind([GPUInfo(str(i)) for i in range(n)], count, path=path, library_path=library).indices)
+except BindingError as error:
+    out["error"] = str(error)
+try:
+    out["earlier_devices"] = list(earlier.devices) if earlier else None
+except Exception as error:
+    out["earlier_devices"] = f"{type(error).__name__}: {error}"
+out["warnings"] = warnings
+print(json.dumps(out))
+"""
+
+
+def bind_on_state(path, spec, n, count, wait=0.0):
+    from conftest import simulated_env
+
+    env = {**child_env(), **simulated_env(spec=spec)}
+    proc = subprocess.run([sys.executable, "-c", BIND_ON_STATE, path, str(n), str(count), str(wait)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_bind_never_binds_a_gpu_lost_since_discovery_while_a_healthy_one_is_free(path):
+    got = bind_on_state(path, {"devices": [{"health": {"lost_handle_after_s": 1}}, {}]}, 2, 1, wait=1.2)
+    assert got["bound"] == ["1"]
+    assert got["warnings"] == ["Left out: GPU 0 is unhealthy: GPU is lost (nvmlDeviceGetHandleByIndex_v2 "
+                               "returned NVML_ERROR_GPU_IS_LOST); binding among GPU(s) 1."]
+    # what CUDA is told of a binding made before the GPU was lost: that it is lost
+    assert got["earlier_devices"].startswith("CudaDeviceError: GPU 0")
+    assert "cannot be used now" in got["earlier_devices"] and "GPU_IS_LOST" in got["earlier_devices"]
+
+
+@pytest.mark.parametrize("health", [{"inforom_corrupted": True}, {"state_error": "RESET_REQUIRED"}])
+def test_bind_says_so_when_the_taskmanager_has_no_usable_gpu(path, health):
+    got = bind_on_state(path, {"devices": [{"health": health}, {}]}, 1, 1)
+    assert "bound" not in got
+    assert got["error"].startswith("Could not bind 1 GPU: of the 1 given, 0 are usable (GPU 0 is unhealthy: ")
+
+
+def test_bind_prefers_no_gpu_by_state_on_a_healthy_host(path):
+    got = bind_on_state(path, {"devices": [{}, {}]}, 2, 1)
+    assert got["bound"] == ["0"] and got["warnings"] == []
 
 
 # A process-mode PyFlink worker's metric group (PyFlink's own class): gauges registered under
@@ -291,7 +354,9 @@ def test_register_metrics_adds_integer_gauges_per_bound_gpu(path):
 
 
 def test_a_gauge_nvml_cannot_answer_is_minus_one(path):
-    spec = {"devices": [{"not_supported": ["utilization", "temperature", "power"]}, {"fault": "GPU_IS_LOST"}]}
+    # (a GPU lost before the binding is never bound: test_bind_never_binds_a_gpu_lost_since_discovery...)
+    spec = {"devices": [{"not_supported": ["utilization", "temperature", "power"]},
+                        {"not_supported": ["utilization", "temperature", "power", "memory", "memory_v2"]}]}
     got = read_gauges(path, spec)["first"]
     assert got["gpu.0"] == {"utilization": -1, "memoryUsed": 0, "temperature": -1, "power": -1}
     assert got["gpu.1"] == {"utilization": -1, "memoryUsed": -1, "temperature": -1, "power": -1}

@@ -160,13 +160,14 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
     assert doc["nvml"]["driver_version"] == "999.99.99"
     gpus = {g["index"]: g for g in doc["gpus"]}
     assert set(gpus["0"]) == {"index", "uuid", "name", "memory_total", "pci_bus_id",
-                              "minor_number", "holders", "stale_holders", "health", "findings",
+                              "minor_number", "holders", "stale_holders", "health", "findings", "checks",
                               "memory_used", "memory_free", "numa_node", "cpu_affinity",
                               "compute_mode", "processes_known", "processes"}
     assert gpus["0"]["uuid"] == UUID0 and gpus["0"]["memory_total"] == 80 * 2 ** 30
     assert gpus["0"]["holders"] == [{"pid": holder.pid,
                                     "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
-                                    "liveness_known": True, "namespace": os.stat("/proc/self/ns/pid").st_ino}]
+                                    "liveness_known": True, "ours": True,
+                                    "namespace": os.stat("/proc/self/ns/pid").st_ino}]
     assert gpus["1"]["holders"][0]["pid"] == holder.pid
     assert gpus["2"]["holders"] == [] and gpus["2"]["stale_holders"] == []
     assert gpus["3"]["holders"] == [] and gpus["3"]["stale_holders"] == [gone]
@@ -303,7 +304,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
     doc = cli_json("--simulate", "4", "list", "--file", coord)["bindings"]
     assert doc["path"] == str(bindings) and doc["exists"] is True and doc["error"] is None
     assert doc["taskmanagers"] == [
-        {"pid": taskmanager, "namespace": os.stat("/proc/self/ns/pid").st_ino,
+        {"pid": taskmanager, "namespace": os.stat("/proc/self/ns/pid").st_ino, "ours": True,
          "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
          "claimed": ["0", "1", "2"], "holders": [
              {"holder": f"pid {worker.pid}", "slot": None, "pid": worker.pid, "threads": [], "gpus": ["0"],
@@ -314,7 +315,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
              {"holder": f"pid {shared.pid}", "slot": None, "pid": shared.pid, "threads": [], "gpus": ["2"],
               "holders_per_gpu": 2, "liveness_known": True,
               "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"], share=2)}]},
-        {"pid": None, "namespace": None, "cmdline": None, "claimed": [], "holders": [
+        {"pid": None, "namespace": None, "ours": True, "cmdline": None, "claimed": [], "holders": [
             {"holder": f"pid {service.pid}", "slot": None, "pid": service.pid, "threads": [], "gpus": ["3"],
              "holders_per_gpu": 1, "liveness_known": True,
              "cmdline": binder_cmdline(binders.script, bindings, None, ["3"])}]}]
@@ -407,8 +408,9 @@ def test_claim_and_release_default_to_the_parent_process(tmp_path):
     doc = cli_json("--simulate", "4", "claim", "2", "--file", coord)
     # this test process is the command's parent
     assert doc["owner"]["pid"] == os.getpid()
-    assert doc["gpus"] == [{"index": "0", "uuid": UUID0},
-                           {"index": "1", "uuid": "GPU-00000000-0000-4000-8000-000000000001"}]
+    assert doc["gpus"] == [{"index": "0", "uuid": UUID0, "health": "ok"},
+                           {"index": "1", "uuid": "GPU-00000000-0000-4000-8000-000000000001", "health": "ok"}]
+    assert doc["left_out"] == []
     assert [line.split()[:2] for line in coord.read_text().splitlines()] == [
         ["0", str(os.getpid())], ["1", str(os.getpid())]]
     human = cli("--simulate", "4", "claim", "1", "--file", coord)
@@ -448,6 +450,38 @@ def test_claim_for_a_dead_owner_is_refused(tmp_path):
     assert proc.returncode == 2
     assert "no such (live) process" in proc.stderr
     assert not (tmp_path / "c").exists()
+
+
+def test_claim_ranks_as_the_driver_and_warns_what_it_leaves_out(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [
+        {"health": {"inforom_corrupted": True}},
+        {"processes": [{"pid": 4000000001, "used_memory": 2 ** 20}]},  # no one's here: foreign
+        {"health": {"row_remap_pending": True}}, {}]}))
+    proc = cli("--simulate-spec", spec, "claim", "2", "--file", tmp_path / "c", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    # healthy idle first, then healthy busy; never the corrupted one, the degraded one last
+    assert [g["index"] for g in doc["gpus"]] == ["1", "3"]
+    assert doc["left_out"] == [{"index": "0", "reason": "unhealthy: InfoROM corrupted"}]
+    assert "GPU 0 left out: unhealthy: InfoROM corrupted" in proc.stderr
+    assert "GPU 1 is busy: foreign process 4000000001 (compute, not visible" in proc.stderr
+    proc = cli("--simulate-spec", spec, "claim", "4", "--file", tmp_path / "d")
+    assert proc.returncode == 1 and "Could not get enough GPU resources" in proc.stderr
+
+
+def test_claim_of_several_mig_units_gives_one_cuda_visible_devices_per_process(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"mig": {"mode": "enabled", "instances": [
+        {"slot": 0, "uuid": "MIG-a"}, {"slot": 1, "uuid": "MIG-b"}, {"slot": 2, "uuid": "MIG-c"}]}}]}))
+    proc = cli("--simulate-spec", spec, "claim", "3", "--file", tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr
+    assert "CUDA_VISIBLE_DEVICES=MIG-a,MIG-b" not in proc.stdout
+    assert "CUDA uses one MIG instance per process" in proc.stdout
+    lines = [line.strip() for line in proc.stdout.splitlines() if "CUDA_VISIBLE_DEVICES=" in line]
+    assert lines == ["CUDA_VISIBLE_DEVICES=MIG-a", "CUDA_VISIBLE_DEVICES=MIG-b", "CUDA_VISIBLE_DEVICES=MIG-c"]
+    proc = cli("--simulate-spec", spec, "claim", "1", "--file", tmp_path / "d")
+    assert "CUDA_VISIBLE_DEVICES=MIG-a" in proc.stdout and "one MIG instance" not in proc.stdout
 
 
 # -- coordination show / clean --------------------------------------------------------------
@@ -511,7 +545,7 @@ def test_every_json_document_has_the_documented_top_level_fields(tmp_path):
         ("list", ["--simulate", "2", "list", "--file", coord],
          {"nvml", "gpus", "skipped", "coordination", "bindings"}),
         ("claim", ["--simulate", "2", "claim", "1", "--file", coord],
-         {"path", "owner", "amount", "gpus"}),
+         {"path", "owner", "amount", "gpus", "left_out"}),
         ("coordination show", ["coordination", "show", "--file", coord],
          {"path", "exists", "entries", "unparsable"}),
         ("coordination clean", ["coordination", "clean", "--file", coord],
@@ -1494,6 +1528,69 @@ def test_doctor_reports_unhealthy_degraded_and_busy_gpus(tmp_path, state_host):
     assert "hostPID" in hidden["fix"]
 
 
+def test_list_json_shows_what_each_check_found_and_what_it_did_not_look_at(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [
+        {"health": {"inforom_corrupted": True, "ecc_enabled": False}, "no_permission": ["remapped_rows"],
+         "fabric": {}},
+        {"not_supported": ["retired_pages", "field_values"]}]}))
+    doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "c")
+    first, second = doc["gpus"]
+    assert first["checks"] == {
+        "inforom": {"outcome": "finding", "finding": "InfoROM corrupted"},
+        "remapped-rows": {"outcome": "no permission", "finding": None},
+        "ecc": {"outcome": "not applicable", "finding": None},
+        "recovery-action": {"outcome": "ok", "finding": None},
+        "fabric": {"outcome": "ok", "finding": None},
+        "retired-pages": {"outcome": "ok", "finding": None}}
+    assert {name: c["outcome"] for name, c in second["checks"].items()} == {
+        "inforom": "ok", "remapped-rows": "ok", "ecc": "ok", "recovery-action": "not supported",
+        "fabric": "not supported", "retired-pages": "not supported"}
+    assert second["health"] == "ok"  # not checked is not a finding, but it shows
+    human = cli("--simulate-spec", spec, "list", "--file", tmp_path / "c").stdout
+    assert "GPU 1: not checked: recovery-action (not supported), fabric (not supported), retired-pages " \
+           "(not supported)" in human
+
+
+@pytest.mark.parametrize("states, waiting", [(["not_started", "not_started"], False),
+                                             (["not_started", "in_progress"], True)])
+def test_doctor_says_once_when_no_gpu_has_registered_with_the_nvlink_fabric(tmp_path, states, waiting):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"fabric": {"state": state}} for state in states]}))
+    doc = doctor_on(tmp_path, spec, gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory",
+                                             discovery_mode="nvml"), expect=1)
+    fabric = [f for f in findings(doc, "gpu-state") if "fabric" in f["message"].lower()]
+    assert len(fabric) == 1, fabric  # a host finding, not one per GPU
+    assert fabric[0]["level"] == "error" and "error 802" in fabric[0]["message"]
+    assert ("(some are in progress)" in fabric[0]["message"]) == waiting
+    assert "nvidia-fabricmanager" in fabric[0]["fix"]
+
+
+def test_doctor_notes_one_gpu_without_fabric_registration_as_that_gpu(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"fabric": {"state": "not_started"}}, {"fabric": {}}]}))
+    doc = doctor_on(tmp_path, spec, gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory",
+                                             discovery_mode="nvml"), expect=0)
+    [gpu0] = [f for f in findings(doc, "gpu-state") if f["message"].startswith("GPU 0 is unhealthy")]
+    assert "NVLink fabric registration not started" in gpu0["message"]
+    assert not [f for f in findings(doc, "gpu-state") if f["message"].startswith("No GPU of this host")]
+
+
+def test_doctor_shows_what_was_not_checked_and_a_finding_of_a_check_left_out(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"health": {"inforom_corrupted": True}}, {}]}))
+    conf = gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml") + \
+        "external-resource.gpu.param.health-checks: all,-inforom\n"
+    doc = doctor_on(tmp_path, spec, conf, expect=0)
+    state = findings(doc, "gpu-state")
+    [left_out] = [f for f in state if f["level"] == "warning"]
+    assert left_out["message"] == ("GPU 0: InfoROM corrupted, but external-resource.gpu.param.health-checks "
+                                   "leaves inforom out: a TaskManager may still get it.")
+    assert [f["message"] for f in state if f["message"].startswith("Not checked")] == [
+        "Not checked on GPU 0, 1: fabric (not supported)."]
+    assert not [f for f in state if "is unhealthy" in f["message"]]
+
+
 def test_doctor_fails_when_the_amount_exceeds_the_healthy_gpus(tmp_path, state_host):
     doc = doctor_on(tmp_path, state_host["spec"],
                     gpu_conf(amount=4, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml"),
@@ -1521,12 +1618,16 @@ def test_doctor_with_ignore_warns_that_a_busy_gpu_may_be_shared(tmp_path, state_
     assert not findings(doc, "params", "warning")  # busy-gpus is an option of ours
 
 
-def test_doctor_reports_a_bad_busy_gpus_and_still_checks_the_gpus(tmp_path):
-    conf = gpu_conf(factory="flink_gpu.GPUDriverFactory") + \
-        "external-resource.gpu.param.busy-gpus: sometimes\n"
+@pytest.mark.parametrize("line, expected", [
+    ("busy-gpus: sometimes", "'busy-gpus': expected one of avoid, exclude, ignore"),
+    ("health-checks: all,-inform", "for key 'health-checks': '-inform' is not a health check; use all, inforom, "
+                                   "remapped-rows, ecc, recovery-action, fabric, retired-pages"),
+])
+def test_doctor_reports_a_bad_option_of_ours_and_still_checks_the_gpus(tmp_path, line, expected):
+    conf = gpu_conf(factory="flink_gpu.GPUDriverFactory") + f"external-resource.gpu.param.{line}\n"
     doc = run_doctor(tmp_path, conf, expect=1)
     error = only(doc, "driver", "error")
-    assert "'busy-gpus': expected one of avoid, exclude, ignore" in error["message"]
+    assert expected in error["message"]
     assert "4 GPUs" in only(doc, "gpu-count", "ok")["message"]
 
 

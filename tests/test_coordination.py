@@ -25,6 +25,7 @@ from flink_gpu.errors import FlinkException
 
 from conftest import dead_pid, proc_start_time, run_python
 from support.interop import fake_nvidia_smi, stock_env
+from support.leases import our_lease
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
 
@@ -143,7 +144,7 @@ def test_claim_writes_flink_format_with_start_time(path):
     me, start = os.getpid(), proc_start_time(os.getpid())
     # the stock script's `<index> <pid>`, then tab-separated: the owner's start time, its pid namespace and,
     # as it claims for itself, the byte of the lease file it keeps locked
-    tail = f"\t{start}\tns={own_ns()}\tlease=0"
+    tail = f"\t{start}\tns={own_ns()}{our_lease(path)}"
     assert path.read_text() == f"0 {me}{tail}\n1 {me}{tail}\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~_umask()
     lease = Path(f"{path}.lease")
@@ -393,7 +394,7 @@ def test_b2_replacement_by_someone_else_is_detected(path, owners):
     claimer.join()
     assert result["got"] == ["1"]  # it read the replacement, where 0 is held
     assert path.read_text() == (f"0 {holder.pid}\n1 {os.getpid()}\t{proc_start_time(os.getpid())}"
-                                f"\tns={own_ns()}\tlease=0\n")
+                                f"\tns={own_ns()}{our_lease(path)}\n")
 
 
 def _has_open_fd_to_inode(inode):

@@ -231,6 +231,43 @@ def test_an_unhealthy_gpu_is_never_printed_and_its_reason_is_on_stderr(discovery
     assert "GPU 0 left out (unhealthy: row remapping failed)" in err
 
 
+@pytest.mark.parametrize("action, two, note", [
+    ("none", "0,1\n", None),
+    ("gpu_reset", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reset the GPU"),
+    ("node_reboot", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reboot the node"),
+    ("drain_p2p", "1,2\n", None),  # degraded: printed only after every healthy GPU
+    ("drain_and_reset", "1,2\n", "left out: unhealthy: GPU recovery action: drain peer-to-peer traffic and reset"),
+    ("recover_imex_domain", "0,1\n", "GPU 0: GPU recovery action: recover the IMEX domain (not a fault of this GPU)"),
+    ("bus_reset", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reset the GPU's PCIe bus"),
+    ("system_reboot", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reboot the system"),
+    (42, "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action 42 (unknown to this build"),
+])
+def test_the_recovery_action_is_judged_by_its_class(discovery_exe, action, two, note):
+    spec = {"devices": [{"health": {"recovery_action": action}}, {}, {}]}
+    out, code, err = run_spec(discovery_exe, spec, ["2"])
+    assert (out, code) == (two, 0)
+    assert note is None or note in err
+    if action == "drain_p2p":
+        assert run_spec(discovery_exe, spec, ["3"])[:2] == ("0,1,2\n", 0)
+
+
+@pytest.mark.parametrize("fabric, two, note", [
+    ({"state": "not_started"}, "1,2\n", "GPU 0 left out: unhealthy: NVLink fabric registration not started: CUDA "
+     "would fail with error 802; is the Fabric Manager running?"),
+    ({"state": "not_started", "struct": "v1"}, "1,2\n", "registration not started"),
+    ({"state": "in_progress", "struct": "v2"}, "1,2\n", "GPU 0 left out: unhealthy: NVLink fabric registration in "
+     "progress: transient"),
+    ({"state": "completed", "status": 999}, "1,2\n", None),  # degraded: after every healthy GPU
+    ({"health_summary": "unhealthy"}, "1,2\n", None),
+    ({}, "0,1\n", None),  # completed, no health summary, all-zero cluster UUID: a healthy HGX H100
+])
+def test_the_nvlink_fabric_registration_is_judged(discovery_exe, fabric, two, note):
+    spec = {"devices": [{"fabric": fabric}, {"fabric": {}}, {"fabric": {}}]}
+    out, code, err = run_spec(discovery_exe, spec, ["2"])
+    assert (out, code) == (two, 0)
+    assert note is None or note in err
+
+
 @pytest.mark.parametrize("policy, expected", [
     (None, ("1,2\n", 0)), ("avoid", ("1,2\n", 0)), ("ignore", ("0,1\n", 0)),
     ("exclude", ("1,2\n", 0)),
@@ -289,6 +326,24 @@ def mig_env(discovery_exe):
 def test_the_executable_prints_unit_indices_in_index_order(mig_env):
     assert run(mig_env, ["2"]) == ("0:1,0:2\n", 0)
     assert run(mig_env, ["4"]) == ("0:1,0:2,0:10,1\n", 0)
+
+
+@pytest.mark.parametrize("gpu, reason", [
+    ({"health": {"recovery_action": "node_reboot"}}, "GPU recovery action: reboot the node"),
+    ({"fabric": {"state": "in_progress"}}, "NVLink fabric registration in progress"),
+    ({"health": {"row_remap_failure": True}}, "row remapping failed"),
+    ({"health": {"state_error": "GPU_IS_LOST"}}, "GPU is lost"),
+])
+def test_a_verdict_on_a_mig_gpu_leaves_out_every_unit_and_a_units_own_only_it(discovery_exe, gpu, reason):
+    spec = {"devices": [{**gpu, "mig": {"mode": "enabled", "instances": [{"slot": 1}, {"slot": 2}]}}, {}]}
+    out, code, err = run_spec(discovery_exe, spec, ["1"])
+    assert (out, code) == ("1\n", 0)
+    assert f"GPU 0:1 left out: unhealthy: {reason}" in err and f"GPU 0:2 left out: unhealthy: {reason}" in err
+    spec = {"devices": [{"mig": {"mode": "enabled", "instances": [
+        {"slot": 1}, {"slot": 2, "health": {"inforom_corrupted": True}}]}}, {}]}
+    out, code, err = run_spec(discovery_exe, spec, ["2"])
+    assert (out, code) == ("0:1,1\n", 0)
+    assert "GPU 0:2 left out: unhealthy: InfoROM corrupted" in err and "GPU 0:1 left out" not in err
 
 
 def test_coordinated_executable_units_and_whole_gpus_exclude_each_other(mig_env, tmp_path, owners):

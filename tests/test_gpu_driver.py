@@ -351,6 +351,39 @@ def test_every_bad_amount_gives_the_documented_error_naming_it(tmp_path):
     assert not ran.exists()  # no bad amount reached the script
 
 
+# --- health-checks: which checks decide health (docs/design.md §9.1) -------------------------------
+
+ALL_CHECKS = ("inforom", "remapped-rows", "ecc", "recovery-action", "fabric", "retired-pages")
+
+
+@pytest.mark.parametrize("value, enforced", [
+    (None, ALL_CHECKS),
+    ("all", ALL_CHECKS),
+    ("all,-inforom", tuple(c for c in ALL_CHECKS if c != "inforom")),
+    (" ALL , -Fabric, -ecc ", ("inforom", "remapped-rows", "recovery-action", "retired-pages")),
+    ("ecc,fabric", ("ecc", "fabric")),
+    ("-all", ()),
+    ("-all,recovery-action", ("recovery-action",)),
+])
+def test_health_checks_are_read_left_to_right(value, enforced):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    settings = GPUDriverSettings.from_config({} if value is None else {"health-checks": value})
+    assert settings.health_checks == enforced
+
+
+@pytest.mark.parametrize("value, bad", [("all,-inform", "'-inform'"), ("", "''"), ("ecc,,fabric", "''")])
+def test_an_unknown_health_check_names_the_full_key_and_the_names(value, bad):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    with pytest.raises(IllegalConfigurationException) as error:
+        GPUDriverSettings.from_config({"health-checks": value}, "gpu")
+    assert str(error.value) == (
+        f"Invalid value '{value}' for key 'external-resource.gpu.param.health-checks': {bad} is not a health "
+        "check; use all, inforom, remapped-rows, ecc, recovery-action, fabric, retired-pages, each optionally "
+        "prefixed with '-' to leave it out (e.g. 'all,-inforom').")
+
+
 # --- busy-gpus: what the NVML backend does with GPUs that run other processes ---------------------
 
 def test_busy_gpus_option():

@@ -3,10 +3,12 @@ and only the faces of the native core import ``flink_gpu._native``.
 
 A private name is private to where it is defined: ``_claim`` in ``flink_gpu.coordination`` to that
 module; a private module such as ``flink_gpu.cli._output`` (or ``flink_gpu._lazy``) to its package,
-whose own modules may use it. ``flink_gpu._native`` is the exception: only FACES import it.
+whose own modules may use it. ``flink_gpu._native`` is the exception: only FACES import it. And
+README.md's architecture table names every module of csrc/ and src/flink_gpu/.
 """
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -167,3 +169,51 @@ def test_the_check_finds_each_kind_of_crossing(module, source):
 ])
 def test_the_check_allows_what_is_within_a_boundary(module, source):
     assert violations(module, source, KINDS) == []
+
+
+# ---- README's architecture table names every module --------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def architecture_table(readme: str) -> str:
+    start = readme.index("## Architecture")
+    return readme[start:readme.index("\n## ", start + 1)]
+
+
+def unlisted_modules(table: str, repo: Path) -> "list[str]":
+    """The modules of csrc/ and src/flink_gpu/ the table does not name: a C++ module as `name.*`,
+    `name.cpp` or `name.hpp` (csrc/simulator/ and the fuzz and test folders as folders), a Python module
+    by its file name, with its subpackage where it has one (`gpu/driver.py`; `doctor/` for cli/doctor/)."""
+    names = {word for cell in re.findall(r"`([^`]+)`", table) for word in cell.split()}
+    missing = []
+    for source in sorted((repo / "csrc").glob("*.[ch]pp")):
+        if not {f"{source.stem}.*", source.name} & names:
+            missing.append(f"csrc/{source.name}")
+    package = repo / "src" / "flink_gpu"
+    for module in sorted(package.rglob("*.py")):
+        relative = module.relative_to(package)
+        if module.name in ("__init__.py", "__main__.py"):
+            continue
+        parts = relative.parts
+        spelled = "/".join(parts[-2:]) if len(parts) > 1 else module.name
+        if spelled not in names:
+            missing.append(f"src/flink_gpu/{relative}")
+    return missing
+
+
+def test_the_architecture_table_names_every_module():
+    missing = unlisted_modules(architecture_table((REPO / "README.md").read_text()), REPO)
+    assert not missing, f"README.md's architecture table does not name {', '.join(missing)}: add a row"
+
+
+def test_the_architecture_check_finds_a_missing_module(tmp_path):
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "listed.cpp").write_text("")
+    (tmp_path / "csrc" / "forgotten.hpp").write_text("")
+    (tmp_path / "src" / "flink_gpu" / "gpu").mkdir(parents=True)
+    (tmp_path / "src" / "flink_gpu" / "gpu" / "driver.py").write_text("")
+    (tmp_path / "src" / "flink_gpu" / "gpu" / "lost.py").write_text("")
+    table = "## Architecture\n| `listed.*` | `gpu/driver.py` |\n## Next\n"
+    assert unlisted_modules(architecture_table(table), tmp_path) == ["csrc/forgotten.hpp",
+                                                                     "src/flink_gpu/gpu/lost.py"]

@@ -501,6 +501,121 @@ print(json.dumps([before, take()]))
     assert json.loads(done.stdout) == [["0", "1"], ["1", "2"]]
 
 
+def test_a_gpu_whose_handle_is_lost_after_the_enumeration_is_warned_and_named_in_the_shortage():
+    # NVML refuses a GPU gone from the bus its handle: it is an unhealthy state, never dropped silently
+    code = """
+import json, logging, time
+from flink_gpu import GPUDriver
+records = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append((record.levelname, record.getMessage()))
+logging.getLogger("flink_gpu").addHandler(Keep())
+logging.getLogger("flink_gpu").setLevel(logging.INFO)
+def take(amount):
+    with GPUDriver({"discovery-mode": "nvml"}) as driver:
+        try:
+            return sorted(info.index for info in driver.retrieve_resource_info(amount))
+        except Exception as error:
+            return str(error)
+before = take(2)
+time.sleep(1.3)
+print(json.dumps([before, take(2), take(3), [m for level, m in records if level == "WARNING"]]))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(spec=unhealthy_first({"lost_handle_after_s": 1})))
+    env["PYTHONPATH"] = SRC
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    before, after, shortage, warnings = json.loads(done.stdout)
+    assert before == ["0", "1"] and after == ["1", "2"]
+    assert warnings == [f"GPU 0 ({sim_uuid(0)}) is unhealthy: GPU is lost (nvmlDeviceGetHandleByIndex_v2 returned "
+                        "NVML_ERROR_GPU_IS_LOST); it is not handed out."]
+    assert "3 requested" in shortage and "GPU 0 is left out (unhealthy: GPU is lost" in shortage
+
+
+@pytest.mark.parametrize("action, verdict, reason", [
+    ("none", "ok", None),
+    ("gpu_reset", "unhealthy", "reset the GPU"),
+    ("node_reboot", "unhealthy", "reboot the node"),
+    ("drain_p2p", "degraded", "drain peer-to-peer traffic"),
+    ("drain_and_reset", "unhealthy", "drain peer-to-peer traffic and reset the GPU"),
+    ("recover_imex_domain", "ok", "recover the IMEX domain (not a fault of this GPU)"),
+    ("bus_reset", "unhealthy", "reset the GPU's PCIe bus"),
+    ("system_reboot", "unhealthy", "reboot the system"),
+    (42, "unhealthy", "GPU recovery action 42 (unknown to this build: treated as needing a reset)"),
+])
+def test_the_recovery_action_is_judged_by_its_class(action, verdict, reason):
+    [three, two], logs = run_scenarios([(NVML, [3]), (NVML, [2])],
+                                       spec=unhealthy_first({"recovery_action": action}))
+    warnings = [m for level, _, m in logs if level == "WARNING"]
+    if verdict == "unhealthy":
+        assert three["error"][0] == "FlinkException" and reason in three["error"][1]
+        assert indices(two["retrievals"][0]) == ["1", "2"]
+        assert len(warnings) == 1 and reason in warnings[0] and "not handed out" in warnings[0]
+        return
+    health = props(three["retrievals"][0], "0")["health"]
+    if verdict == "degraded":
+        assert health == f"degraded: GPU recovery action: {reason}"
+        assert indices(two["retrievals"][0]) == ["1", "2"]  # handed out last
+        assert not warnings
+    else:
+        assert health == "ok" and indices(two["retrievals"][0]) == ["0", "1"]
+        expected = [] if reason is None else [f"GPU 0 ({sim_uuid(0)}): GPU recovery action: {reason}; it is "
+                                              "handed out."]
+        assert warnings == expected  # once per process, not per retrieval
+
+
+def test_a_driver_without_the_recovery_action_field_is_no_finding():
+    spec = unhealthy_first({"recovery_action": "gpu_reset"})
+    spec["devices"][0]["not_supported"] = ["field_values"]
+    result, logs = run_one(NVML, [3], spec=spec)
+    assert props(result["retrievals"][0], "0")["health"] == "ok"
+    assert not [m for level, _, m in logs if level == "WARNING"]
+
+
+def fabric_first(fabric, devices=3):
+    """An NVSwitch host whose GPU 0 has the fabric registration ``fabric``; the others completed."""
+    return {"devices": [{"fabric": fabric}] + [{"fabric": {}} for _ in range(devices - 1)]}
+
+
+@pytest.mark.parametrize("fabric, verdict, reason", [
+    ({"state": "not_started"}, "unhealthy",
+     "NVLink fabric registration not started: CUDA would fail with error 802; is the Fabric Manager running?"),
+    ({"state": "not_started", "struct": "v2"}, "unhealthy", "registration not started"),
+    ({"state": "not_started", "struct": "v1"}, "unhealthy", "registration not started"),
+    ({"state": "in_progress"}, "unhealthy", "NVLink fabric registration in progress: transient"),
+    ({"state": "completed", "status": 999}, "degraded",
+     "no NVLink peer-to-peer (fabric registration completed with NVML_ERROR_UNKNOWN)"),
+    ({"state": "completed", "status": 999, "struct": "v1"}, "degraded", "no NVLink peer-to-peer"),
+    ({"health_summary": "unhealthy"}, "degraded", "no NVLink peer-to-peer (fabric health summary: unhealthy)"),
+    # a healthy HGX H100 on R580: all-zero cluster UUID and no health summary
+    ({}, "ok", None),
+    ({"health_summary": "healthy"}, "ok", None),
+    ({"state": "not_supported"}, "ok", None),
+])
+def test_the_nvlink_fabric_registration_is_judged(fabric, verdict, reason):
+    [three, two], _ = run_scenarios([(NVML, [3]), (NVML, [2])], spec=fabric_first(fabric))
+    if verdict == "unhealthy":
+        assert three["error"][0] == "FlinkException" and reason in three["error"][1]
+        assert indices(two["retrievals"][0]) == ["1", "2"]
+    elif verdict == "degraded":
+        assert props(three["retrievals"][0], "0")["health"].startswith("degraded: ")
+        assert reason in props(three["retrievals"][0], "0")["health"]
+        assert indices(two["retrievals"][0]) == ["1", "2"]
+    else:
+        assert props(three["retrievals"][0], "0")["health"] == "ok"
+        assert indices(two["retrievals"][0]) == ["0", "1"]
+
+
+def test_a_check_left_out_of_health_checks_does_not_keep_a_gpu_from_being_handed_out():
+    spec = unhealthy_first({"inforom_corrupted": True, "row_remap_pending": True})
+    [enforced, without], logs = run_scenarios([(NVML, [3]), ({**NVML, "health-checks": "all,-inforom"}, [3])],
+                                              spec=spec)
+    assert enforced["error"][0] == "FlinkException"
+    assert props(without["retrievals"][0], "0")["health"] == "degraded: row remapping pending"
+
+
 def test_uncorrectable_ecc_errors_count_only_while_ecc_is_on():
     result, logs = run_one(NVML, [3], spec=unhealthy_first({"ecc_uncorrected": 3,
                                                             "ecc_enabled": False}))
@@ -522,7 +637,7 @@ def test_a_degraded_gpu_comes_after_every_healthy_one(health, reason):
 # every state query the core makes, answering NOT_SUPPORTED (older GPUs, consumer cards)
 STATE_QUERIES = ["inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values",
                  "retired_pages", "memory", "memory_v2", "compute_mode", "cpu_affinity",
-                 "compute_processes", "graphics_processes", "mps_processes", "process_detail_list"]
+                 "compute_processes", "graphics_processes", "mps_processes", "process_detail_list", "fabric"]
 
 
 def test_not_supported_everywhere_is_no_finding_and_no_property():
@@ -723,3 +838,36 @@ def test_mig_units_are_gpu_infos_with_their_parent_and_instances_in_index_order(
     assert result["cuda_visible_devices"] == "MIG-a"
     assert ["INFO", "flink_gpu.gpu.nvml",
             "Discover GPU resources: [GPU Device(0:0), GPU Device(0:2), GPU Device(0:5), GPU Device(1)]."] in logs
+
+
+def mig_host_with(gpu=None, unit=None):
+    """MIG_HOST with keys added to its MIG GPU (``gpu``) and to the instance in slot 2 (``unit``)."""
+    spec = json.loads(json.dumps(MIG_HOST))
+    spec["devices"][0].update(gpu or {})
+    spec["devices"][0]["mig"]["instances"][1].update(unit or {})
+    return spec
+
+
+@pytest.mark.parametrize("gpu, reason", [
+    ({"health": {"recovery_action": "gpu_reset"}}, "GPU recovery action: reset the GPU"),
+    ({"fabric": {"state": "not_started"}}, "NVLink fabric registration not started"),
+    ({"health": {"row_remap_failure": True}}, "row remapping failed"),
+    ({"health": {"state_error": "GPU_IS_LOST"}}, "GPU is lost"),
+])
+def test_a_verdict_on_a_mig_gpu_applies_to_every_unit(gpu, reason):
+    [one, two], logs = run_scenarios([(NVML, [1]), (NVML, [2])], spec=mig_host_with(gpu=gpu))
+    assert indices(one["retrievals"][0]) == ["1"]
+    message = two["error"][1]
+    for unit in ("0:0", "0:2", "0:5"):
+        assert f"GPU {unit} is left out (unhealthy: " in message
+    warnings = [m for level, _, m in logs if level == "WARNING"]
+    assert len(warnings) == 3 and all(reason in w for w in warnings)
+
+
+def test_a_mig_units_own_finding_is_the_units_only():
+    result, _ = run_one(NVML, [3], spec=mig_host_with(unit={"health": {"inforom_corrupted": True}}))
+    assert indices(result["retrievals"][0]) == ["0:0", "0:5", "1"]
+    result, _ = run_one(NVML, [4], spec=mig_host_with(unit={"health": {"inforom_corrupted": True}}))
+    assert result["error"][0] == "FlinkException"
+    assert "GPU 0:2 is left out (unhealthy: InfoROM corrupted)" in result["error"][1]
+    assert "GPU 0:0 is left out" not in result["error"][1]

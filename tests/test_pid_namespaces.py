@@ -27,15 +27,15 @@ from flink_gpu import GPUInfo, coordination
 from flink_gpu.binding import bind
 
 
-def bind_slot(gpus, slot, bindings, ends=False):
+def bind_slot(gpus, slot, bindings, ends=False, share=1):
     # a thread-mode subtask: a thread of this process binds for its slot and lives on, as a task thread;
     # `ends`: it ends without releasing, as a failed task's thread does
     answer = queue.Queue()
 
     def subtask():
         try:
-            answer.put({"bound": list(bind([GPUInfo(i) for i in gpus], slot=slot, taskmanager_pid=os.getpid(),
-                                           path=bindings).indices)})
+            answer.put({"bound": list(bind([GPUInfo(i) for i in gpus], 1, share, slot=slot,
+                                           taskmanager_pid=os.getpid(), path=bindings).indices)})
         except Exception as error:
             answer.put({"error": f"{type(error).__name__}: {error}"})
             return
@@ -68,7 +68,29 @@ for line in sys.stdin:
                 os._exit(0)
             out = {"child": child}
         elif op == "bind_slot":
-            out = bind_slot(cmd["gpus"], cmd["slot"], cmd["bindings"], cmd.get("ends", False))
+            out = bind_slot(cmd["gpus"], cmd["slot"], cmd["bindings"], cmd.get("ends", False), cmd.get("share", 1))
+        elif op == "bind":  # a process holder: this process
+            out = {"bound": list(bind([GPUInfo(i) for i in cmd["gpus"]], cmd["count"], path=cmd["bindings"]).indices)}
+        elif op == "fork_bind":  # a forked child binds (it shares its parent's binding) and reports
+            r, w = os.pipe()
+            child = os.fork()
+            if child == 0:
+                try:
+                    got = {"bound": list(bind([GPUInfo(i) for i in cmd["gpus"]], cmd["count"],
+                                              path=cmd["bindings"]).indices)}
+                except Exception as error:
+                    got = {"error": f"{type(error).__name__}: {error}"}
+                os.write(w, json.dumps(got).encode())
+                os._exit(0)
+            os.close(w)
+            with os.fdopen(r) as answer:
+                out = json.loads(answer.read())
+            os.waitpid(child, 0)
+        elif op == "run":  # a child process of this one (a TaskManager's discovery or Python worker)
+            import subprocess
+            done = subprocess.run(cmd["argv"], env={**os.environ, **cmd.get("env", {})}, capture_output=True,
+                                  text=True, timeout=60)
+            out = {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
         elif op == "die":
             print(json.dumps({"dying": os.getpid()}), flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -373,7 +395,8 @@ def test_an_unleased_entry_of_another_namespace_is_shown_kept_and_cleaned_on_req
 
         listed = json.loads(_cli("--simulate", "2", "list", "--json", "--file", path).stdout)
         (holder,) = listed["gpus"][0]["holders"]
-        assert holder == {"pid": 1, "cmdline": None, "liveness_known": False, "namespace": entry.namespace}
+        assert holder == {"pid": 1, "cmdline": None, "liveness_known": False, "ours": False,
+                          "namespace": entry.namespace}
         human = _cli("--simulate", "2", "list", "--file", path).stdout
         assert "pid 1: held in another PID namespace, liveness unknown" in human
         assert "clean --foreign-namespaces" in human
@@ -525,3 +548,163 @@ def test_workers_in_three_namespaces_with_sigkills_never_share_a_gpu(path, tmp_p
             assert s2 >= e1, f"GPU {gpu} given to {w2} at {s2} while {w1} held it until {e1}"
             reclaims += w1.split("-")[1] != w2.split("-")[1]
     assert reclaims > 0  # GPUs did pass between namespaces
+
+
+# ---- one holder identity: equal pids of two namespaces are two holders, for every consumer ----------
+
+LOOKUP = r"""
+import json
+from flink_gpu.pyflink import lookup_external_resource_infos
+lookup = lookup_external_resource_infos(None, "gpu")
+print(json.dumps({"indices": sorted(i.get_property("index") for i in lookup.infos), "reason": lookup.reason}))
+"""
+
+
+def test_process_mode_workers_of_two_taskmanagers_with_pid_1_get_their_own_gpus(path, workers, discovery_exe,
+                                                                                  tmp_path):
+    """Two containers share the coordination file; each TaskManager is pid 1 of its own and runs the
+    discovery: each container's Python worker gets its TaskManager's GPU, not both."""
+    from flink_gpu import simulator
+
+    from test_pyflink import write_conf
+
+    conf_dir = write_conf(tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}")
+    taskmanagers = [workers(path), workers(path)]
+    discovered = []
+    for tm in taskmanagers:
+        done = tm.ask(op="run", argv=[str(discovery_exe), "1", "--enable-coordination-mode", "--coordination-file",
+                                      str(path)], env=simulator.environment(devices=2))
+        assert done["rc"] == 0, done
+        discovered.append(done["stdout"].strip())
+    assert sorted(discovered) == ["0", "1"] and all(tm.pid == 1 for tm in taskmanagers)
+    for tm, gpu in zip(taskmanagers, discovered):
+        done = tm.ask(op="run", argv=[sys.executable, "-c", LOOKUP],
+                      env={"FLINK_CONF_DIR": str(conf_dir), **simulator.environment(devices=2)})
+        assert done["rc"] == 0, done
+        assert json.loads(done["stdout"])["indices"] == [gpu], done
+
+
+def test_the_sharing_limit_counts_equal_slots_of_equal_pids_in_two_namespaces_apart(path, workers):
+    """Slot 'worker-0' of TaskManager pid 1 in five containers, at most two holders per GPU: five holders,
+    never three on one GPU."""
+    bindings = binding.bindings_path(path)
+    bound = [workers(path).ask(op="bind_slot", gpus=["0", "1"], slot="worker-0", bindings=bindings, share=2)
+             for _ in range(5)]
+    assert [b.get("bound") for b in bound[:4]] == [["0"], ["1"], ["0"], ["1"]], bound
+    assert bound[4]["error"].startswith("BindingError: Could not bind 1 GPU"), bound[4]
+    assert "(2 of at most 2)" in bound[4]["error"]
+
+
+def test_a_forked_child_inherits_its_parents_binding_not_that_of_pid_1_of_another_namespace(path, workers):
+    bindings = binding.bindings_path(path)
+    a, b = workers(path), workers(path)
+    assert a.ask(op="bind", gpus=["0", "1"], count=1, bindings=bindings) == {"bound": ["0"]}
+    assert b.ask(op="bind", gpus=["0", "1"], count=1, bindings=bindings) == {"bound": ["1"]}
+    assert b.ask(op="fork_bind", gpus=["0", "1"], count=1, bindings=bindings) == {"bound": ["1"]}
+    assert a.ask(op="fork_bind", gpus=["0", "1"], count=1, bindings=bindings) == {"bound": ["0"]}
+
+
+# ---- the lease file deleted while its holders live (an age-based cleaner, docs/SECURITY.md) -----------
+
+@pytest.mark.parametrize("kind", ["claim", "bind"])
+def test_a_deleted_lease_file_never_turns_live_holders_into_dead_ones(path, workers, kind):
+    """Holders A, B, C (each pid 1 of a container) take GPUs 0, 1, 2; a cleaner deletes the lease file; C
+    dies and its successor creates a new one: A's and B's GPUs stay theirs, for another namespace and for
+    ours (the old leases prove nothing on the new file, and our namespace judges the pids)."""
+    target = binding.bindings_path(path) if kind == "bind" else str(path)
+
+    def take(worker, count=1):
+        if kind == "bind":
+            return worker.ask(op="bind", gpus=gpus(4), count=count, bindings=target)
+        answer = worker.claim(count, gpus(4))
+        return {"bound": answer["taken"]} if "taken" in answer else answer
+
+    a, b, c = workers(path), workers(path), workers(path, init=False)
+    assert [take(w) for w in (a, b, c)] == [{"bound": ["0"]}, {"bound": ["1"]}, {"bound": ["2"]}]
+    old_token = Path(f"{target}.lease").read_bytes()
+    os.unlink(f"{target}.lease")
+    c.die(target)
+    successor = workers(path)
+    assert take(successor) == {"bound": ["3"]}  # C's GPU 2 is of unknown liveness now: never handed out
+    late = workers(path)
+    answer = take(late)
+    assert "error" in answer and "Could not" in answer["error"], answer
+    assert Path(f"{target}.lease").read_bytes() != old_token  # a new lease file, with a token of its own
+    entries = {e.index: e for e in (binding.snapshot(target) if kind == "bind" else
+                                    coordination.snapshot(target)).entries}
+    assert all(entries[i].alive for i in "013"), entries
+    assert entries["0"].liveness == "unknown" and entries["0"].lease_file is not None  # not "lease released"
+    if kind == "claim":  # ours too: the host's own claim takes nothing of theirs
+        with pytest.raises(FlinkException, match="Could not get enough GPU resources"):
+            coordination.claim(1, gpus(4), path=path)
+
+
+def test_our_namespace_judges_a_holder_whose_lease_file_was_recreated_by_its_pid(path):
+    """A holder of our namespace keeps its GPU when the lease file is deleted and created again: its free
+    byte on the new file proves nothing, its pid and start time do."""
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from flink_gpu import coordination; "
+                               f"coordination.claim(1, ['0', '1'], path={str(path)!r}); print('ok', flush=True); "
+                               "sys.stdin.read()"], env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline() == "ok\n"
+        os.unlink(f"{path}.lease")
+        assert coordination.claim(1, gpus(2), path=path).taken == ["1"]  # creates a new lease file
+        (first, _) = coordination.snapshot(path).entries
+        assert (first.pid, first.alive, first.state) == (holder.pid, True, "live")
+        with pytest.raises(FlinkException, match="Could not get enough GPU resources"):
+            coordination.claim(2, gpus(2), path=path)
+    finally:
+        holder.kill()
+        holder.wait(30)
+        holder.stdin.close()
+        holder.stdout.close()
+    # once it is gone, its GPU comes back
+    assert coordination.claim(2, gpus(2), path=path).taken == ["0", "1"]
+    coordination.release(path=path)
+
+
+def test_holders_keep_the_lease_files_times_fresh_for_age_based_cleaners(path):
+    """systemd-tmpfiles deletes what has not been touched for its age (30 days in /var/tmp): a claimer
+    refreshes the lease file's times, which nothing else writes."""
+    coordination.claim(1, gpus(2), path=path)
+    try:
+        month_ago = time.time() - 31 * 86400
+        os.utime(f"{path}.lease", (month_ago, month_ago))
+        done = subprocess.run([sys.executable, "-c", "from flink_gpu import coordination; "
+                               f"coordination.claim(1, ['0', '1'], path={str(path)!r})"], env=child_env())
+        assert done.returncode == 0
+        st = os.stat(f"{path}.lease")
+        assert st.st_mtime > time.time() - 3600 and st.st_atime > time.time() - 3600
+    finally:
+        coordination.release(path=path)
+
+
+def test_list_and_doctor_never_take_pid_1_of_another_namespace_for_the_ancestor_of_our_processes(path, workers,
+                                                                                                  tmp_path):
+    """A container's pid 1 holds GPU 0 (its lease proves it alive everywhere) while a process of ours runs
+    on it: that process belongs to no holder here — our pid 1, the ancestor of every process of ours, is
+    not the container's."""
+    holder = workers(path)
+    assert holder.pid == 1 and holder.claim(1, gpus(1)) == {"taken": ["0"]}
+    stranger = subprocess.Popen(["sleep", "600"])
+    try:
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({"devices": [{"processes": [{"pid": stranger.pid, "kind": "compute"}]}]}))
+        listed = json.loads(_cli("--simulate-spec", spec, "list", "--json", "--file", path).stdout)
+        (gpu,) = listed["gpus"]
+        assert [(p["pid"], p["holder"]) for p in gpu["processes"]] == [(stranger.pid, None)]
+        assert [h["ours"] for h in gpu["holders"]] == [False]
+        conf = tmp_path / "flink-conf.yaml"
+        conf.write_text("external-resources: gpu\nexternal-resource.gpu.amount: 1\n"
+                        "external-resource.gpu.driver-factory.class: flink_gpu.GPUDriverFactory\n"
+                        "external-resource.gpu.param.discovery-mode: nvml\n"
+                        "external-resource.gpu.param.discovery-script.args: --enable-coordination-mode "
+                        f"--coordination-file {path}\n")
+        doctor = json.loads(_cli("doctor", conf, "--simulate-spec", spec, "--json",
+                                 "--taskmanagers-per-host", "1").stdout)
+        busy = [f["message"] for f in doctor["findings"] if f["check"] == "gpu-state"]
+        assert any(m.startswith("GPU 0 runs 1 process of no flink-gpu holder") for m in busy), busy
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -706,7 +706,7 @@ def test_thread_mode_binds_per_slot_allocation_id(tm_conf):
         from flink_gpu import binding as bindings
 
         [holders] = bindings.snapshot(bindings.bindings_path(path)).by_taskmanager().items()
-        assert holders[0] == os.getpid() and set(holders[1]) == {"slot 1f", "slot 2e"}
+        assert holders[0] == (os.getpid(), None) and set(holders[1]) == {"slot 1f", "slot 2e"}
 
 
 def test_the_taskmanagers_configuration_is_read_again_only_when_it_changes(tm_conf, tmp_path):

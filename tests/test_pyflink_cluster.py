@@ -348,7 +348,8 @@ class TestTwoTaskManagers:
         # the bindings file while the subtasks waited: each TaskManager's two holders, one GPU each
         expected = {}
         for report in run.opened:
-            expected.setdefault(jvm_pid[report["taskmanager"]], {})[holder_of(run, report)] = tuple(report["bound"])
+            expected.setdefault((jvm_pid[report["taskmanager"]], None), {})[holder_of(run, report)] = \
+                tuple(report["bound"])
         assert run.bound_while_running == expected, run.bound_while_running
         # every release() in close(), and the workers are gone: nothing left bound
         assert all(r.get("released", "").endswith("released)") for r in run.closed), run.closed
@@ -406,7 +407,7 @@ class TestOneTaskManagerSharingTwoGpus:
             check_binding_report(run, report, jvm_pid)
         holders = holders_of(run, run.opened)
         assert len(holders) == 4, f"four slots, four holders: {holders}"
-        assert run.bound_while_running == {jvm_pid: holders}, run.bound_while_running
+        assert run.bound_while_running == {(jvm_pid, None): holders}, run.bound_while_running
         assert run.bound_after == {}, run.bound_after
 
     # bind-gpus and bind-gpus-3 in the default slot sharing group (one slot, two tasks), bind-gpus-2 in a
@@ -451,7 +452,7 @@ class TestOneTaskManagerSharingTwoGpus:
         assert same_slot["bound"] == first["bound"]
         if run.mode == "thread":
             assert same_slot["thread"] != first["thread"]
-        assert run.bound_while_running == {cluster.taskmanagers[0].pid: holders_of(run, run.opened)}
+        assert run.bound_while_running == {(cluster.taskmanagers[0].pid, None): holders_of(run, run.opened)}
         assert len(holders_of(run, run.opened)) == 2
         assert run.bound_after == {}, run.bound_after
 
@@ -468,8 +469,8 @@ class TestOneTaskManagerSharingTwoGpus:
         for attempt, reports in enumerate((run.first_attempt, run.opened)):
             assert sorted(r["bound"][0] for r in reports) == ["0", "1"], f"attempt {attempt}: {reports}"
             assert all(r["attempt"] == attempt for r in reports)
-        assert run.bound_before_restart == {jvm_pid: holders_of(run, run.first_attempt)}
-        assert run.bound_while_running == {jvm_pid: holders_of(run, run.opened)}
+        assert run.bound_before_restart == {(jvm_pid, None): holders_of(run, run.first_attempt)}
+        assert run.bound_while_running == {(jvm_pid, None): holders_of(run, run.opened)}
         if run.mode == "process":
             # new workers: the killed one and its peer (torn down for the restart) are gone
             assert not {r["pid"] for r in run.first_attempt} & {r["pid"] for r in run.opened}

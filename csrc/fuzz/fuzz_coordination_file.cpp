@@ -108,7 +108,7 @@ bool still_alive(const co::Entry& e) {
     return co::process_start_time(e.pid, &start) && (!e.has_start_time || start == e.start_time);
 }
 
-bool mine(const co::Entry& e) { return co::records_owner(e, getpid(), true, g_ns); }
+bool mine(const co::Entry& e) { return e.records(getpid(), true, g_ns); }
 
 void expect_ok(const flinkgpu::Status& s, const char* what) {
     if (!s.ok()) fail(what, s.message);

@@ -33,7 +33,7 @@ namespace {
 bool same_entry(const co::Entry& a, const co::Entry& b) {
     return a.index == b.index && a.gpu == b.gpu && a.pid == b.pid && a.has_start_time == b.has_start_time &&
            a.start_time == b.start_time && a.has_ns == b.has_ns && a.ns == b.ns && a.has_lease == b.has_lease &&
-           a.lease == b.lease;
+           a.lease == b.lease && (a.has_lease ? a.lease_file : "") == (b.has_lease ? b.lease_file : "");
 }
 
 }  // namespace
@@ -76,14 +76,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 if (e.pid <= 0) fail("an entry without a positive pid", l.raw);
                 if (e.alive) fail("parsing decided liveness");
                 if (e.has_lease && e.lease > co::kMaxLeaseSlot) fail("a lease beyond the last slot", l.raw);
-                co::LineFields fields;
-                fields.has_start_time = e.has_start_time;
-                fields.start_time = e.start_time;
-                fields.has_ns = e.has_ns;
-                fields.ns = e.ns;
-                fields.has_lease = e.has_lease;
-                fields.lease = e.lease;
-                const co::Line rebuilt = co::new_line(e.index, e.pid, fields);
+                co::HolderIdentity holder;
+                holder.pid = e.pid;
+                holder.has_start_time = e.has_start_time;
+                holder.start_time = e.start_time;
+                holder.has_ns = e.has_ns;
+                holder.ns = e.ns;
+                holder.has_lease = e.has_lease;
+                holder.lease = e.lease;
+                holder.lease_file = e.lease_file;
+                const co::Line rebuilt = co::new_line(e.index, holder);
                 if (rebuilt.raw.find(' ', e.gpu.size() + 1) != std::string::npos) {
                     fail("new_line() wrote a space after the pid", rebuilt.raw);
                 }

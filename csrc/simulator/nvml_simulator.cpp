@@ -9,10 +9,20 @@
 //                                    "health": {"inforom_corrupted", "row_remap_failure",
 //                                      "row_remap_pending", "retired_pages_pending" (booleans),
 //                                      "ecc_enabled" (default true), "ecc_uncorrected" (count),
-//                                      "recovery_action" (name), "state_error": "GPU_IS_LOST" |
+//                                      "recovery_action" (name: none, gpu_reset, node_reboot,
+//                                        drain_p2p, drain_and_reset, recover_imex_domain, bus_reset,
+//                                        system_reboot; or a whole number), "state_error": "GPU_IS_LOST" |
 //                                      "RESET_REQUIRED" (what every state query answers),
 //                                      "state_error_after_s" (whole seconds after nvmlInit before it
-//                                      does: a GPU that falls off the bus mid-run; default 0)},
+//                                      does: a GPU that falls off the bus mid-run; default 0),
+//                                      "lost_handle_after_s" (from then on nvmlDeviceGetHandleByIndex
+//                                        answers GPU_IS_LOST: a GPU gone from the bus)},
+//                                    "fabric": {"state": "not_supported" | "not_started" | "in_progress" |
+//                                      "completed" (default), "status" (an nvmlReturn_t, default 0),
+//                                      "health_summary": "not_supported" (default) | "healthy" |
+//                                      "unhealthy" | "limited_capacity", "struct": "v3" (default) | "v2"
+//                                      (R550: v3 refused) | "v1" (R535: only nvmlDeviceGetGpuFabricInfo)};
+//                                      without it every fabric query answers NOT_SUPPORTED (a PCIe part),
 //                                    "processes": [{"pid", "used_memory", "kind"}],
 //                                    "utilization" (%), "temperature" (°C), "power" (W, to the
 //                                      milliwatt): readings pinned instead of following the clock,
@@ -72,13 +82,14 @@ enum Query : unsigned {
     kQueryInforom, kQueryRemappedRows, kQueryEccMode, kQueryEccErrors, kQueryFieldValues, kQueryRetiredPages,
     kQueryMemory, kQueryMemoryV2, kQueryComputeMode, kQueryCpuAffinity, kQueryComputeProcesses,
     kQueryGraphicsProcesses, kQueryMpsProcesses, kQueryProcessDetailList, kQueryUtilization, kQueryTemperature,
-    kQueryPower, kQueryTemperatureV, kQueryCount
+    kQueryPower, kQueryTemperatureV, kQueryFabric, kQueryCount
 };
 const char* const kQueryNames[kQueryCount] = {
     "inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
     "memory_v2", "compute_mode", "cpu_affinity", "compute_processes", "graphics_processes", "mps_processes",
     "process_detail_list", "utilization", "temperature", "power",
     "temperature_v",  // nvmlDeviceGetTemperatureV alone (a driver exporting it but refusing it)
+    "fabric",         // nvmlDeviceGetGpuFabricInfoV and nvmlDeviceGetGpuFabricInfo
 };
 
 struct SimProcess {
@@ -102,6 +113,16 @@ struct SimDevice {
     unsigned recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;
     nvmlReturn_t state_error = NVML_SUCCESS;
     unsigned long long state_error_after_ms = 0;  // since nvmlInit
+    // From then on its handle is refused with GPU_IS_LOST (a GPU gone from the bus); 0: never.
+    unsigned long long lost_handle_after_ms = 0;
+    // NVLink fabric (NVSwitch systems): nvmlGpuFabricInfo_v3 fields, and which struct the driver has:
+    // 3 (v3 and v2), 2 (v2 only: R550), 1 (nvmlDeviceGetGpuFabricInfo only: R535). No "fabric": a PCIe
+    // part, every fabric query NOT_SUPPORTED.
+    bool has_fabric = false;
+    unsigned char fabric_state = NVML_GPU_FABRIC_STATE_NOT_SUPPORTED;
+    nvmlReturn_t fabric_status = NVML_SUCCESS;
+    unsigned char fabric_health_summary = NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED;
+    unsigned fabric_struct = 3;
     std::vector<SimProcess> processes;
     // Readings pinned by the spec; -1: they follow the load curve.
     int utilization = -1, temperature = -1;
@@ -292,7 +313,12 @@ bool read_queries(const simjson::Value& object, const char* key, const char* spe
     return ok;
 }
 
-const char* const kRecoveryActions[] = {"none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset"};
+// NVML_GPU_RECOVERY_ACTION_* by value; a whole number stands for any other (one a newer driver may have)
+const char* const kRecoveryActions[] = {"none",    "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset",
+                                        "recover_imex_domain", "bus_reset", "system_reboot"};
+const char* const kFabricStates[] = {"not_supported", "not_started", "in_progress", "completed"};
+const char* const kFabricSummaries[] = {"not_supported", "healthy", "unhealthy", "limited_capacity"};
+const char* const kFabricStructs[] = {nullptr, "v1", "v2", "v3"};
 const char* const kComputeModes[] = {"default", "exclusive_thread", "prohibited", "exclusive_process"};
 const char* const kProcessKinds[] = {"compute", "graphics", "mps"};
 const char* const kStateErrors[] = {"GPU_IS_LOST", "RESET_REQUIRED"};
@@ -335,7 +361,13 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
             !read_number(*h, "ecc_uncorrected", 18446744073709551616.0, spec_path, hw, &d->ecc_uncorrected))
             return false;
         choice = d->recovery_action;
-        if (!read_choice(*h, "recovery_action", kRecoveryActions, 5, spec_path, hw, &choice)) return false;
+        if (const simjson::Value* v = present(*h, "recovery_action"); v != nullptr && v->is_number()) {
+            unsigned long long action = 0;
+            if (!read_number(*h, "recovery_action", 4294967296.0, spec_path, hw, &action)) return false;
+            choice = static_cast<unsigned>(action);
+        } else if (!read_choice(*h, "recovery_action", kRecoveryActions, 8, spec_path, hw, &choice)) {
+            return false;
+        }
         d->recovery_action = choice;
         choice = 2;
         if (!read_choice(*h, "state_error", kStateErrors, 2, spec_path, hw, &choice)) return false;
@@ -344,6 +376,29 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
         unsigned long long after_s = 0;
         if (!read_number(*h, "state_error_after_s", 1e9, spec_path, hw, &after_s)) return false;
         d->state_error_after_ms = after_s * 1000ULL;
+        after_s = 0;
+        if (!read_number(*h, "lost_handle_after_s", 1e9, spec_path, hw, &after_s)) return false;
+        d->lost_handle_after_ms = after_s * 1000ULL;
+    }
+    if (const simjson::Value* f = present(item, "fabric")) {
+        if (!f->is_object()) {
+            complain(std::string(spec_path) + ": " + where + "fabric must be an object");
+            return false;
+        }
+        const std::string fw = where + "fabric.";
+        d->has_fabric = true;
+        unsigned value = NVML_GPU_FABRIC_STATE_COMPLETED;
+        if (!read_choice(*f, "state", kFabricStates, 4, spec_path, fw, &value)) return false;
+        d->fabric_state = static_cast<unsigned char>(value);
+        unsigned long long status = 0;
+        if (!read_number(*f, "status", 1000.0, spec_path, fw, &status)) return false;  // an nvmlReturn_t
+        d->fabric_status = static_cast<nvmlReturn_t>(status);
+        value = NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED;
+        if (!read_choice(*f, "health_summary", kFabricSummaries, 4, spec_path, fw, &value)) return false;
+        d->fabric_health_summary = static_cast<unsigned char>(value);
+        value = 3;
+        if (!read_choice(*f, "struct", kFabricStructs, 4, spec_path, fw, &value)) return false;
+        d->fabric_struct = value;
     }
     if (const simjson::Value* list = present(item, "processes")) {
         if (!list->is_array()) {
@@ -727,6 +782,9 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDe
         if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
         if (device == nullptr || index >= s.devices.size()) return NVML_ERROR_INVALID_ARGUMENT;
         if (s.devices[index].fault == Fault::kNoPermission) return NVML_ERROR_NO_PERMISSION;
+        const SimDevice& d = s.devices[index];
+        if (d.lost_handle_after_ms > 0 && monotonic_ms() >= s.init_ms + d.lost_handle_after_ms)
+            return NVML_ERROR_GPU_IS_LOST;
         *device = reinterpret_cast<nvmlDevice_t>(&s.devices[index]);
         return NVML_SUCCESS;
     });
@@ -951,6 +1009,49 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int values
                 v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             }
         }
+        return NVML_SUCCESS;
+    });
+}
+
+// The fabric fields into any of the three structs (they share the names).
+template <typename Info>
+void fill_fabric(const SimDevice& d, Info* info) {
+    std::memset(info->clusterUuid, 0, sizeof info->clusterUuid);  // as on a healthy HGX H100 with R580
+    info->status = d.fabric_status;
+    info->cliqueId = 0;
+    info->state = d.fabric_state;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t* info) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = state_device(device, kQueryFabric, &d); rc != NVML_SUCCESS) return rc;
+        if (!d->has_fabric) return NVML_ERROR_NOT_SUPPORTED;
+        if (d->fabric_struct == 1) return NVML_ERROR_FUNCTION_NOT_FOUND;  // an R535 driver: no V
+        if (info->version == nvmlGpuFabricInfo_v3 && d->fabric_struct == 3) {
+            fill_fabric(*d, info);
+            info->healthMask = 0;
+            info->healthSummary = d->fabric_health_summary;
+            return NVML_SUCCESS;
+        }
+        if (info->version == nvmlGpuFabricInfo_v2) {
+            auto* v2 = reinterpret_cast<nvmlGpuFabricInfo_v2_t*>(info);
+            fill_fabric(*d, v2);
+            v2->healthMask = 0;
+            return NVML_SUCCESS;
+        }
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t* info) {
+    return guarded([&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = state_device(device, kQueryFabric, &d); rc != NVML_SUCCESS) return rc;
+        if (!d->has_fabric) return NVML_ERROR_NOT_SUPPORTED;
+        fill_fabric(*d, info);
         return NVML_SUCCESS;
     });
 }

@@ -36,6 +36,12 @@ inline std::string read_text(const std::string& path) {
     return ss.str();
 }
 
+// The token of the lease file beside the coordination file `path` (empty when it has none).
+inline std::string lease_token(const std::string& path) {
+    const std::string text = read_text(path + ".lease");
+    return text.size() > 16 && text[16] == '\n' ? text.substr(0, 16) : std::string();
+}
+
 // A live process to hold GPUs: a child that sleeps until killed.
 inline pid_t spawn_sleeper() {
     const pid_t pid = fork();

@@ -245,8 +245,8 @@ static void test_unbind_removes_what_the_holder_wrote() {
     CHECK(bi::unbind(opts_for(fresh_path("none")), me).status.ok());  // no file: nothing held
 }
 
-// A slot thread of this process writes the process's lease (other pid namespaces cannot probe the thread);
-// the lease goes with the process's last line, thread or not. A thread of another process gets none.
+// A slot thread of this process writes the process's lease (other pid namespaces cannot probe the thread),
+// the one lease the process keeps for the file for its life. A thread of another process gets none.
 static void test_slot_threads_of_this_process_carry_its_lease() {
     const std::string path = fresh_path("thread-lease");
     LiveThread t1;
@@ -257,30 +257,29 @@ static void test_slot_threads_of_this_process_carry_its_lease() {
     CHECK(co::Leases(path).held(&lease) && lease == 0);
     const bi::Holder me = process(getpid());
     CHECK_EQ(bound(path, me, gpus(3), 1, 1), std::string("1"));
+    CHECK(read_text(path).find("\tlease=0\t") != std::string::npos);  // the process holder's line: the same lease
     CHECK(joined(bi::unbind(opts_for(path), me).released) == "1");
-    CHECK(co::Leases(path).held(&lease));  // the thread's line still names it
     CHECK(joined(bi::unbind(opts_for(path), slot(t1.tid(), "s")).released) == "0");
-    CHECK(!co::Leases(path).held(&lease));
+    CHECK(co::Leases(path).held(&lease) && lease == 0);  // no line names it: it proves nothing, and is reused
 
-    // released after its thread ended (from another thread): the lease goes with the last line all the same
+    // released after its thread ended (from another thread)
     LiveThread t2;
     const pid_t ended = t2.tid();
     CHECK_EQ(bound(path, slot(ended, "s"), gpus(3), 1, 1), std::string("0"));
-    CHECK(co::Leases(path).held(&lease));
+    CHECK(read_text(path).find("\tlease=0\t") != std::string::npos);
     t2.end();
     CHECK(joined(bi::unbind(opts_for(path), slot(ended, "s")).released) == "0");
-    CHECK(!co::Leases(path).held(&lease));
+    CHECK(read_text(path).empty());
 
     const pid_t other = spawn_sleeper();
     CHECK_EQ(bound(path, slot(other, "t"), gpus(3), 1, 1), std::string("0"));
     CHECK(read_text(path).find("lease=") == std::string::npos);
-    CHECK(!co::Leases(path).held(&lease));
     kill_and_reap(other);
 }
 
-// A bind whose write fails gives back a lease it took for the lines it could not write, and keeps one
-// that lines already written need (here the process holder's, which a slot thread of it shares).
-static void test_a_failed_write_keeps_only_a_lease_that_written_lines_need() {
+// A bind whose write fails leaves the file as it was, for a process holder and a slot thread alike; the
+// process keeps its one lease (which no line names then, and so proves nothing) for the next bind.
+static void test_a_failed_write_leaves_the_file_as_it_was() {
     const std::string path = fresh_path("efbig");
     const int failed_before = check::failures();
     const pid_t child = fork();  // the file size limit and the lease are the child's
@@ -291,15 +290,16 @@ static void test_a_failed_write_keeps_only_a_lease_that_written_lines_need() {
         { std::ofstream(path) << "\n"; }
         CHECK(limit_growth_to(path));
         CHECK(!bi::bind(opts_for(path), slot(t.tid(), "s"), gpus(2), 1, 1).status.ok());
-        CHECK(!co::Leases(path).held(&lease));
         CHECK(!bi::bind(opts_for(path), process(getpid()), gpus(2), 1, 1).status.ok());
-        CHECK(!co::Leases(path).held(&lease));
+        CHECK(read_text(path) == "\n");
 
         CHECK(lift_growth_limit());
         CHECK_EQ(bound(path, process(getpid()), gpus(2), 1, 1), std::string("0"));
+        const std::string one = read_text(path);
         CHECK(limit_growth_to(path));
         CHECK(!bi::bind(opts_for(path), slot(t.tid(), "s"), gpus(2), 1, 1).status.ok());
-        CHECK(co::Leases(path).held(&lease) && lease == 0);  // the process's line names it
+        CHECK(read_text(path) == one);
+        CHECK(co::Leases(path).held(&lease) && lease == 0);  // the one lease, which the process's line names
         t.end();
         std::fflush(stderr);
         _exit(check::failures() == failed_before ? 0 : 1);
@@ -409,8 +409,7 @@ int main() {
         {"more_gpus_asked_than_given", test_more_gpus_asked_than_given},
         {"unbind_removes_what_the_holder_wrote", test_unbind_removes_what_the_holder_wrote},
         {"slot_threads_of_this_process_carry_its_lease", test_slot_threads_of_this_process_carry_its_lease},
-        {"a_failed_write_keeps_only_a_lease_that_written_lines_need",
-         test_a_failed_write_keeps_only_a_lease_that_written_lines_need},
+        {"a_failed_write_leaves_the_file_as_it_was", test_a_failed_write_leaves_the_file_as_it_was},
         {"an_unparsable_line_blocks_its_gpu", test_an_unparsable_line_blocks_its_gpu},
         {"invalid_arguments", test_invalid_arguments},
         {"concurrent_processes", test_concurrent_processes},

@@ -117,9 +117,11 @@ static co::Options opts_for(const std::string& path, std::int64_t timeout_ms = 5
 
 // The line a claim writes: the start time, our pid namespace and, for this process's own claims, its lease
 // (slot 0: every test uses a fresh file).
-static std::string line_for(const std::string& index, pid_t pid) {
+// The line a claim at `path` writes for `pid` (this process's with its lease on byte 0 of the lease file).
+static std::string line_for(const std::string& index, pid_t pid, const std::string& path) {
     return index + " " + std::to_string(pid) + "\t" + std::to_string(start_time_of(pid)) + "\tns=" +
-           std::to_string(co::own_pid_namespace().inode) + (pid == getpid() ? "\tlease=0" : "");
+           std::to_string(co::own_pid_namespace().inode) +
+           (pid == getpid() ? "\tlease=0\tlf=" + fixtures::lease_token(path) : "");
 }
 
 // A child process that takes flock(LOCK_EX) on `path` and holds it until killed.
@@ -150,7 +152,7 @@ static void test_claim_creates_file_in_flink_format() {
     CHECK(joined(r.indices) == "0,1");
     CHECK(joined(r.added) == "0,1");
     CHECK(r.reclaimed.empty());
-    CHECK(read_text(path) == line_for("0", me) + "\n" + line_for("1", me) + "\n");
+    CHECK(read_text(path) == line_for("0", me, path) + "\n" + line_for("1", me, path) + "\n");
     struct statx st {};
     CHECK(statx(AT_FDCWD, path.c_str(), 0, STATX_MODE, &st) == 0);
     const mode_t mask = umask(0);
@@ -195,8 +197,8 @@ static void test_free_first_then_dead_lowest_first() {
     CHECK_MSG(r.status.ok(), r.status.message);
     CHECK(joined(r.indices) == "0,1,3");
     CHECK(joined(r.reclaimed) == "0");
-    CHECK(read_text(path) == "2 " + std::to_string(dead) + "\n" + line_for("1", getpid()) + "\n" +
-                                 line_for("3", getpid()) + "\n" + line_for("0", getpid()) + "\n");
+    CHECK(read_text(path) == "2 " + std::to_string(dead) + "\n" + line_for("1", getpid(), path) + "\n" +
+                                 line_for("3", getpid(), path) + "\n" + line_for("0", getpid(), path) + "\n");
 }
 
 static void test_natural_index_order() {
@@ -211,13 +213,13 @@ static void test_b1_exact_index_match() {
     const std::string path = fresh_path("b1");
     const pid_t dead = dead_pid();
     const pid_t owner11 = spawn_sleeper();
-    const std::string line11 = line_for("11", owner11);
+    const std::string line11 = line_for("11", owner11, path);
     write_text(path, "1 " + std::to_string(dead) + "\n" + line11 + "\n");
     std::vector<std::string> idx = {"1", "11"};
     co::ClaimResult r = co::claim(opts_for(path), getpid(), idx, 1);
     CHECK_MSG(r.status.ok(), r.status.message);
     CHECK(joined(r.indices) == "1");
-    CHECK(read_text(path) == line11 + "\n" + line_for("1", getpid()) + "\n");
+    CHECK(read_text(path) == line11 + "\n" + line_for("1", getpid(), path) + "\n");
     // And 11 stays held: nobody else gets it.
     const pid_t other = spawn_sleeper();
     co::ClaimResult r2 = co::claim(opts_for(path), other, idx, 1);
@@ -287,7 +289,7 @@ static void test_b2_replaced_file_detected() {
     waitpid(locker, nullptr, 0);
     CHECK_MSG(r.status.ok(), r.status.message);
     CHECK(joined(r.indices) == "1");  // the replacement says 0 is held: we read the new file
-    CHECK(read_text(path) == "0 " + std::to_string(holder_of_0) + "\n" + line_for("1", getpid()) + "\n");
+    CHECK(read_text(path) == "0 " + std::to_string(holder_of_0) + "\n" + line_for("1", getpid(), path) + "\n");
     for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
     kill_and_reap(holder_of_0);
 }
@@ -322,7 +324,7 @@ static void test_b5_unparsable_line_kept() {
     CHECK(r.unparsable.size() == 3);
     co::ClaimResult ok = co::claim(opts_for(path), getpid(), gpus(3), 1);
     CHECK(joined(ok.indices) == "1");
-    CHECK(read_text(path) == text + line_for("1", getpid()) + "\n");
+    CHECK(read_text(path) == text + line_for("1", getpid(), path) + "\n");
     co::Snapshot s = co::snapshot(opts_for(path));
     CHECK(s.unparsable.size() == 3);
     CHECK(s.unparsable[0].line_number == 1 && s.unparsable[0].text == "2 not-a-pid");
@@ -330,7 +332,7 @@ static void test_b5_unparsable_line_kept() {
     CHECK(s.unparsable[2].line_number == 4 && s.unparsable[2].text == "garbage");
     CHECK(s.entries.size() == 1 && s.entries[0].line_number == 5);
     CHECK(co::clean_stale(opts_for(path)).unparsable.size() == 3);
-    CHECK(read_text(path) == text + line_for("1", getpid()) + "\n");
+    CHECK(read_text(path) == text + line_for("1", getpid(), path) + "\n");
 }
 
 static void test_line_grammar() {
@@ -354,7 +356,7 @@ static void test_no_trailing_newline_is_repaired() {
     write_text(path, "0 " + std::to_string(dead));
     co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(2), 1);
     CHECK(joined(r.indices) == "1");
-    CHECK(read_text(path) == "0 " + std::to_string(dead) + "\n" + line_for("1", getpid()) + "\n");
+    CHECK(read_text(path) == "0 " + std::to_string(dead) + "\n" + line_for("1", getpid(), path) + "\n");
 }
 
 static void test_not_enough_message() {
@@ -381,7 +383,7 @@ static void test_zombie_holds_nothing() {
     if (z == 0) {
         for (;;) pause();
     }
-    const std::string line = line_for("0", z);
+    const std::string line = line_for("0", z, path);
     kill(z, SIGKILL);
     // Not reaped yet: a zombie. Wait until /proc shows it as one.
     for (int i = 0; i < 500; ++i) {
@@ -399,17 +401,17 @@ static void test_zombie_holds_nothing() {
 static void test_duplicate_lines_live_one_wins() {
     const std::string path = fresh_path("dup");
     const pid_t live = spawn_sleeper();
-    write_text(path, "0 " + std::to_string(dead_pid()) + "\n" + line_for("0", live) + "\n");
+    write_text(path, "0 " + std::to_string(dead_pid()) + "\n" + line_for("0", live, path) + "\n");
     CHECK(co::claim(opts_for(path), getpid(), gpus(1), 1).status.code == flinkgpu::StatusCode::kNotEnough);
     kill_and_reap(live);
     co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(1), 1);
     CHECK(joined(r.reclaimed) == "0");
-    CHECK(read_text(path) == line_for("0", getpid()) + "\n");  // both dead lines of 0 are gone
+    CHECK(read_text(path) == line_for("0", getpid(), path) + "\n");  // both dead lines of 0 are gone
 }
 
-// A claim for itself whose write fails (here beyond RLIMIT_FSIZE, SIGXFSZ ignored: EFBIG) gives back the
-// lease it took for the lines it could not write, and keeps one that lines already written need.
-static void test_a_failed_write_keeps_only_a_lease_that_written_lines_need() {
+// A claim for itself whose write fails (here beyond RLIMIT_FSIZE, SIGXFSZ ignored: EFBIG) leaves the file as
+// it was; the process keeps one lease for the file for its life, whatever fails or is released.
+static void test_a_failed_write_leaves_the_file_and_the_process_keeps_its_one_lease() {
     const std::string path = fresh_path("efbig");
     const int failed_before = g_failures;
     const pid_t child = fork();  // the file size limit and the lease are the child's
@@ -419,13 +421,20 @@ static void test_a_failed_write_keeps_only_a_lease_that_written_lines_need() {
         write_text(path, "\n");
         CHECK(limit_growth_to(path));
         CHECK(!co::claim(opts_for(path), getpid(), {"0", "1"}, 1).status.ok());
-        CHECK(!co::Leases(path).held(&lease));
+        CHECK(read_text(path) == "\n");
 
         CHECK(lift_growth_limit());
         CHECK(joined(co::claim(opts_for(path), getpid(), {"0", "1"}, 1).indices) == "0");
+        const std::string one = read_text(path);
         CHECK(limit_growth_to(path));
         CHECK(!co::claim(opts_for(path), getpid(), {"0", "1"}, 2).status.ok());
-        CHECK(co::Leases(path).held(&lease) && lease == 0);  // GPU 0's line names it
+        CHECK(read_text(path) == one);
+        CHECK(co::Leases(path).held(&lease) && lease == 0);
+        CHECK(lift_growth_limit());
+        CHECK(joined(co::release(opts_for(path), getpid()).released) == "0");
+        CHECK(co::Leases(path).held(&lease) && lease == 0);  // kept for the next claim, which reuses it
+        CHECK(joined(co::claim(opts_for(path), getpid(), {"0", "1"}, 2).indices) == "0,1");
+        CHECK(read_text(path).find("lease=1") == std::string::npos);
         std::fflush(stderr);
         _exit(g_failures == failed_before ? 0 : 1);
     }
@@ -444,7 +453,7 @@ static void test_a_short_write_under_a_file_size_limit_restores_the_old_bytes() 
         const std::string path = fresh_path("short-write");
         // a dead owner's line first when reclaiming: the rewrite starts at byte 0
         std::string old_text = reclaim ? "0 " + std::to_string(dead_pid()) + "\n" : std::string();
-        old_text += line_for("1", live) + "\n";
+        old_text += line_for("1", live, path) + "\n";
         old_text.resize(1015, '\n');  // 9 bytes below 1 KiB: the first new line crosses it
         write_text(path, old_text);
         const pid_t child = fork();
@@ -783,8 +792,8 @@ int main() {
         {"not_enough_message", test_not_enough_message},
         {"zombie_holds_nothing", test_zombie_holds_nothing},
         {"duplicate_lines_live_one_wins", test_duplicate_lines_live_one_wins},
-        {"a_failed_write_keeps_only_a_lease_that_written_lines_need",
-         test_a_failed_write_keeps_only_a_lease_that_written_lines_need},
+        {"a_failed_write_leaves_the_file_and_the_process_keeps_its_one_lease",
+         test_a_failed_write_leaves_the_file_and_the_process_keeps_its_one_lease},
         {"a_short_write_under_a_file_size_limit_restores_the_old_bytes",
          test_a_short_write_under_a_file_size_limit_restores_the_old_bytes},
         {"release_and_clean", test_release_and_clean},

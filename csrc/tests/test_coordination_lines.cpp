@@ -42,23 +42,27 @@ int main() {
     CHECK_EQ(co::serialize(co::parse_file("")), std::string(""));
 
     // new_line: the tab before the start time, and it parses back to the same entry.
-    co::LineFields started;
+    co::HolderIdentity started;
+    started.pid = 1234;
     started.has_start_time = true;
     started.start_time = 987;
-    const co::Line nl = co::new_line("3", 1234, started);
+    const co::Line nl = co::new_line("3", started);
     CHECK_EQ(nl.raw, std::string("3 1234\t987"));
     const co::Entry back = co::parse_file(nl.raw)[0].entry;
     CHECK(back.index == "3" && back.pid == 1234 && back.has_start_time && back.start_time == 987);
     CHECK(!back.has_ns && !back.has_lease);
-    CHECK_EQ(co::new_line("10", 5, co::LineFields()).raw, std::string("10 5"));
+    co::HolderIdentity bare;
+    bare.pid = 5;
+    CHECK_EQ(co::new_line("10", bare).raw, std::string("10 5"));
 
     // The namespace and lease fields: each after a tab, in this order; they parse back.
-    co::LineFields all = started;
+    co::HolderIdentity all = started;
+    all.pid = 42;
     all.has_ns = true;
     all.ns = 4026531836u;
     all.has_lease = true;
     all.lease = 7;
-    const co::Line full = co::new_line("11", 42, all);
+    const co::Line full = co::new_line("11", all);
     CHECK_EQ(full.raw, std::string("11 42\t987\tns=4026531836\tlease=7"));
     const co::Entry fe = co::parse_file(full.raw)[0].entry;
     CHECK(fe.has_start_time && fe.start_time == 987 && fe.has_ns && fe.ns == 4026531836u && fe.has_lease &&
@@ -67,10 +71,11 @@ int main() {
     // than this line's own never matches inside it.
     CHECK(full.raw.find(' ', 3) == std::string::npos);
     // The namespace without a start time (unreadable), and without a lease.
-    co::LineFields ns_only;
+    co::HolderIdentity ns_only;
+    ns_only.pid = 9;
     ns_only.has_ns = true;
     ns_only.ns = 5;
-    CHECK_EQ(co::new_line("0", 9, ns_only).raw, std::string("0 9\tns=5"));
+    CHECK_EQ(co::new_line("0", ns_only).raw, std::string("0 9\tns=5"));
     const co::Entry ne = co::parse_file("0 9\tns=5")[0].entry;
     CHECK(!ne.has_start_time && ne.has_ns && ne.ns == 5 && !ne.has_lease);
 
@@ -92,7 +97,8 @@ int main() {
     CHECK(co::parse_file("0 1\tlease=65535")[0].entry.lease == co::kMaxLeaseSlot);
 
     // A MIG unit's line: its GPU first, the unit in `mig` last; it parses back to the unit.
-    const co::Line unit = co::new_line("0:12", 1234, all);
+    all.pid = 1234;
+    const co::Line unit = co::new_line("0:12", all);
     CHECK_EQ(unit.raw, std::string("0 1234\t987\tns=4026531836\tlease=7\tmig=0:12"));
     const co::Entry u = co::parse_file(unit.raw)[0].entry;
     CHECK(u.index == "0:12" && u.gpu == "0" && u.pid == 1234 && u.has_lease && u.lease == 7);
@@ -108,11 +114,11 @@ int main() {
     CHECK_EQ(co::gpu_of("GPU-a"), std::string("GPU-a"));
 
     // The bindings file's fields: written after the others, parsed back; bad or repeated values unparsable.
-    co::LineFields bound = all;
+    co::HolderIdentity bound = all;
+    bound.pid = 77;
     bound.tm = 42;
-    bound.share = 2;
     bound.slot = "3f2a:b_c.d-e";
-    const co::Line binding = co::new_line("0:3", 77, bound);
+    const co::Line binding = co::new_line("0:3", bound, 2);
     CHECK_EQ(binding.raw, std::string("0 77\t987\tns=4026531836\tlease=7\tmig=0:3\ttm=42\tshare=2\tslot=3f2a:b_c.d-e"));
     const co::Entry b = co::parse_file(binding.raw)[0].entry;
     CHECK(b.index == "0:3" && b.tm == 42 && b.share == 2 && b.slot == "3f2a:b_c.d-e");
@@ -125,6 +131,20 @@ int main() {
     }
     CHECK(co::parse_file("0 1\tshare=1024")[0].entry.share == co::kMaxShare);
     CHECK(co::valid_slot(std::string(128, 'a')) && !co::valid_slot(std::string(129, 'a')));
+
+    // The lease file's token follows the lease (a lease proves something only on its lease file); it parses
+    // back, and a token that is not 16 lowercase hex digits, or one given twice, makes the line unparsable.
+    co::HolderIdentity leased = all;
+    leased.lease_file = "0123456789abcdef";
+    const co::Line with_token = co::new_line("5", leased);
+    CHECK_EQ(with_token.raw, std::string("5 1234\t987\tns=4026531836\tlease=7\tlf=0123456789abcdef"));
+    CHECK_EQ(co::parse_file(with_token.raw)[0].entry.lease_file, std::string("0123456789abcdef"));
+    leased.has_lease = false;  // no lease, no token
+    CHECK_EQ(co::new_line("5", leased).raw, std::string("5 1234\t987\tns=4026531836"));
+    for (const char* bad : {"0 1\tlease=0\tlf=0123", "0 1\tlease=0\tlf=0123456789ABCDEF",
+                            "0 1\tlease=0\tlf=0123456789abcdef\tlf=0123456789abcdef"}) {
+        CHECK(co::parse_file(bad)[0].kind == co::LineKind::kBad);
+    }
 
     CHECK(co::valid_index("0") && co::valid_index("GPU-a") && co::valid_index("~"));
     CHECK(!co::valid_index("") && !co::valid_index("0 1") && !co::valid_index("\x7f") && !co::valid_index("\xC3\xA9"));

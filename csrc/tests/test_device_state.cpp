@@ -9,6 +9,8 @@
 
 #include <cstdlib>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "check.hpp"
 #include "simulated.hpp"
@@ -24,7 +26,7 @@ int with_spec(const std::string& library, const std::string& json,
               const std::function<void(const NvmlLibrary&, std::vector<DeviceState>&)>& body) {
     return simulated::with_spec(library, json, [&](const NvmlLibrary& lib) {
         std::vector<DeviceState> states;
-        const Status st = query_states(lib, getpid(), 0, &states);
+        const Status st = query_states(lib, getpid(), 0, all_checks(), &states);
         if (!st.ok()) {
             std::fprintf(stderr, "query_states: %s\n", st.message.c_str());
             _exit(97);
@@ -114,7 +116,7 @@ int main() {
     CHECK_EQ(with_spec(sim, mine, [](const NvmlLibrary& lib, std::vector<DeviceState>& s) {
                  // the child runs the queries: the test process is its parent, owner = the child
                  std::vector<DeviceState> again;
-                 CHECK(query_states(lib, getpid(), getppid(), &again).ok());
+                 CHECK(query_states(lib, getpid(), getppid(), all_checks(), &again).ok());
                  CHECK(again[0].processes[0].own && again[0].processes[0].visible && !again[0].busy);
                  // without the TaskManager (the parent) the parent's process is foreign
                  CHECK(!s[0].processes[0].own && s[0].processes[0].visible && s[0].busy);
@@ -174,6 +176,83 @@ int main() {
                            CHECK(!s[0].memory_used.has_value() && !s[0].compute_mode.has_value());
                            CHECK(s[0].processes.empty() && !s[0].busy && s[0].processes_known);
                        }),
+             0);
+
+    // NVLink fabric through each struct the driver may have; a PCIe part is not supported.
+    CHECK_EQ(with_spec(sim,
+                       R"({"devices": [{"fabric": {"state": "not_started"}},)"
+                       R"({"fabric": {"state": "in_progress", "struct": "v2"}},)"
+                       R"({"fabric": {"status": 999, "struct": "v1"}},)"
+                       R"({"fabric": {"health_summary": "unhealthy"}},)"
+                       R"({"fabric": {"health_summary": "unhealthy", "struct": "v2"}}, {}]})",
+                       [](const NvmlLibrary&, std::vector<DeviceState>& s) {
+                           CHECK_EQ(s.size(), static_cast<std::size_t>(6));
+                           if (s.size() != 6) return;
+                           const auto fabric = static_cast<std::size_t>(Check::kFabric);
+                           CHECK(s[0].health == Health::kUnhealthy);
+                           CHECK(s[0].health_text.find("registration not started") != std::string::npos);
+                           CHECK(s[1].health == Health::kUnhealthy);
+                           CHECK(s[1].health_text.find("in progress: transient") != std::string::npos);
+                           CHECK(s[2].health == Health::kDegraded);
+                           CHECK(s[3].health == Health::kDegraded);  // the v3 summary
+                           CHECK(s[4].health == Health::kOk);        // v2 has no summary
+                           CHECK(s[4].checks[fabric].outcome == Outcome::kOk);
+                           CHECK(s[5].health == Health::kOk);
+                           CHECK(s[5].checks[fabric].outcome == Outcome::kNotSupported);
+                       }),
+             0);
+
+    // Each check says how it was answered: no permission, not applicable (ECC off), ok.
+    CHECK_EQ(with_spec(sim, R"({"devices": [{"no_permission": ["remapped_rows"], "not_supported": ["retired_pages"],)"
+                            R"("health": {"ecc_enabled": false}}]})",
+                       [](const NvmlLibrary&, std::vector<DeviceState>& s) {
+                           const auto& c = s[0].checks;
+                           CHECK(c[static_cast<std::size_t>(Check::kRemappedRows)].outcome == Outcome::kNoPermission);
+                           CHECK(c[static_cast<std::size_t>(Check::kEcc)].outcome == Outcome::kNotApplicable);
+                           CHECK(c[static_cast<std::size_t>(Check::kRetiredPages)].outcome == Outcome::kNotSupported);
+                           CHECK(c[static_cast<std::size_t>(Check::kInforom)].outcome == Outcome::kOk);
+                           CHECK(c[static_cast<std::size_t>(Check::kRecoveryAction)].outcome == Outcome::kOk);
+                       }),
+             0);
+
+    // A MIG unit: a check its handle does not answer is as its GPU answered it, NOT_SUPPORTED included.
+    CHECK_EQ(with_spec(sim, R"({"devices": [{"not_supported": ["remapped_rows"], "fabric": {"state": "not_started"},)"
+                            R"("mig": {"mode": "enabled", "instances": [{"slot": 1}, {"slot": 3,)"
+                            R"("health": {"inforom_corrupted": true}}]}}]})",
+                       [](const NvmlLibrary&, std::vector<DeviceState>& s) {
+                           CHECK_EQ(s.size(), static_cast<std::size_t>(2));
+                           if (s.size() != 2) return;
+                           for (const DeviceState& unit : s) {
+                               CHECK(unit.checks[static_cast<std::size_t>(Check::kFabric)].outcome == Outcome::kFinding);
+                               CHECK(unit.health == Health::kUnhealthy);
+                           }
+                           CHECK(s[0].checks[static_cast<std::size_t>(Check::kInforom)].outcome == Outcome::kOk);
+                           CHECK(s[1].checks[static_cast<std::size_t>(Check::kInforom)].outcome == Outcome::kFinding);
+                       }),
+             0);
+
+    // A GPU whose handle NVML refuses after the enumeration is one lost state, never dropped, and the
+    // choice names it; an enumerated unit that is gone is unhealthy too.
+    CHECK_EQ(simulated::with_spec(sim, R"({"devices": [{"health": {"lost_handle_after_s": 1}}, {}]})",
+                                  [](const NvmlLibrary& lib) {
+                                      Choice before;
+                                      CHECK(choose_gpus(lib, {"0", "1"}, getpid(), 0, BusyPolicy::kAvoid, all_checks(),
+                                                        &before).ok());
+                                      CHECK(before.ranking.indices == (std::vector<std::string>{"0", "1"}));
+                                      usleep(1100 * 1000);
+                                      Choice after;
+                                      CHECK(choose_gpus(lib, {"0", "1", "1:2"}, getpid(), 0, BusyPolicy::kAvoid,
+                                                        all_checks(), &after).ok());
+                                      CHECK_EQ(after.states.size(), static_cast<std::size_t>(3));
+                                      if (after.states.size() != 3) return;
+                                      CHECK_EQ(after.states[0].health_text,
+                                               std::string("unhealthy: GPU is lost (nvmlDeviceGetHandleByIndex_v2 "
+                                                           "returned NVML_ERROR_GPU_IS_LOST)"));
+                                      CHECK(after.states[2].health == Health::kUnhealthy);
+                                      CHECK(after.states[2].mig_slot == 2u);
+                                      CHECK(after.ranking.indices == (std::vector<std::string>{"1"}));
+                                      CHECK_EQ(after.ranking.left_out.size(), static_cast<std::size_t>(2));
+                                  }),
              0);
 
     // An old driver without any state query: every device ok, nothing known.

@@ -19,10 +19,12 @@ class Given final : public co::Evidence {
 public:
     std::map<std::uint32_t, co::LeaseState> leases;
     std::map<pid_t, co::ProcInfo> processes;
+    std::string lease_file = "00000000000000aa";  // the token of the lease file the path names
     int lease_asks = 0, process_asks = 0;
 
-    co::LeaseState lease(std::uint32_t slot) override {
+    co::LeaseState lease(std::uint32_t slot, const std::string& token) override {
         ++lease_asks;
+        if (!token.empty() && token != lease_file) return co::LeaseState::kUnknown;  // another lease file's
         auto it = leases.find(slot);
         return it == leases.end() ? co::LeaseState::kUnknown : it->second;
     }
@@ -78,9 +80,22 @@ void test_judge() {
     CHECK(judged("0 2\t50\tns=100\tlease=0", g) == co::Verdict::kLeaseHeld);
     CHECK(judged("0 1\t51\tns=100\tlease=0", g) == co::Verdict::kLeaseHeld);
     CHECK(judged("0 1\t50\tns=200\tlease=1", g) == co::Verdict::kLeaseReleased);
-    CHECK(judged("0 1\t50\tns=100\tlease=1", g) == co::Verdict::kLeaseReleased);
-    CHECK(judged("0 1\t50\tlease=1", g) == co::Verdict::kLeaseReleased);
+    CHECK(judged("0 1\t50\tns=100\tlease=1\tlf=00000000000000aa", g) == co::Verdict::kLeaseReleased);
+    CHECK(judged("0 1\t50\tlease=1\tlf=00000000000000aa", g) == co::Verdict::kLeaseReleased);
     CHECK_EQ(g.process_asks, 0);
+    CHECK(judged("0 2\t50\tns=100\tlease=1", g) == co::Verdict::kLeaseReleased);
+    // A line without the lease file's token (an older version's) whose lease reads free while its pid lives
+    // in our namespace with its start time: the lease file may have been recreated under it, so the pid wins.
+    CHECK(judged("0 1\t50\tns=100\tlease=1", g) == co::Verdict::kAlive);
+    CHECK(judged("0 1\t50\tlease=1", g) == co::Verdict::kAlive);
+    CHECK(judged("0 1\t51\tns=100\tlease=1", g) == co::Verdict::kLeaseReleased);
+    // A lease taken on another lease file (deleted and created again, or replaced) proves nothing: judged by
+    // pid and start time in our namespace, of unknown liveness in another; never dead for a free byte.
+    CHECK(judged("0 1\t50\tns=100\tlease=1\tlf=00000000000000bb", g) == co::Verdict::kAlive);
+    CHECK(judged("0 1\t51\tns=100\tlease=0\tlf=00000000000000bb", g) == co::Verdict::kPidReused);
+    CHECK(judged("0 2\t50\tns=100\tlease=1\tlf=00000000000000bb", g) == co::Verdict::kGone);
+    CHECK(judged("0 2\t50\tns=200\tlease=1\tlf=00000000000000bb", g) == co::Verdict::kOtherNamespace);
+    CHECK(judged("0 1\t50\tns=200\tlease=0\tlf=00000000000000bb", g) == co::Verdict::kOtherNamespace);
     // A lease that cannot be tested (no lease file): as if the line had none.
     CHECK(judged("0 1\t50\tns=200\tlease=5", g) == co::Verdict::kOtherNamespace);
     CHECK(judged("0 2\t50\tns=100\tlease=5", g) == co::Verdict::kGone);
@@ -93,7 +108,8 @@ void test_judge() {
     CHECK(judged("0 1\t51\tns=100\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kPidReused);
     CHECK(judged("0 1\t50\tns=100\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kAlive);
     CHECK(judged("0 2\t50\tns=200\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kOtherNamespace);
-    CHECK(judged("0 1\t50\tns=100\tlease=1\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kLeaseReleased);
+    CHECK(judged("0 1\t50\tns=100\tlease=1\tlf=00000000000000aa\ttm=9\tshare=1\tslot=s", g) ==
+          co::Verdict::kLeaseReleased);
     CHECK(judged("0 1\t50\tns=200\tlease=1\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kLeaseReleased);
     CHECK(judged("0 1\t50\tns=200\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kOtherNamespace);
 
@@ -103,17 +119,41 @@ void test_judge() {
           !co::verdict_alive(co::Verdict::kLeaseReleased));
 }
 
-void test_records_owner() {
-    // Same pid of our namespace (or none recorded); another namespace's pid 7 is not our pid 7.
-    CHECK(co::records_owner(entry("0 7\t5\tns=100"), 7, true, kOurs));
-    CHECK(!co::records_owner(entry("0 7\t5\tns=200"), 7, true, kOurs));
-    CHECK(!co::records_owner(entry("0 7\t5\tns=100"), 8, true, kOurs));
-    CHECK(!co::records_owner(entry("0 7\t5\tns=100"), 7, true, co::PidNamespace{}));
-    CHECK(co::records_owner(entry("0 7\t5"), 7, true, kOurs));  // older versions of ours
+void test_holder_identity() {
+    // records(): same pid of our namespace (or none recorded); another namespace's pid 7 is not our pid 7.
+    CHECK(entry("0 7\t5\tns=100").records(7, true, kOurs));
+    CHECK(!entry("0 7\t5\tns=200").records(7, true, kOurs));
+    CHECK(!entry("0 7\t5\tns=100").records(8, true, kOurs));
+    CHECK(!entry("0 7\t5\tns=100").records(7, true, co::PidNamespace{}));
+    CHECK(entry("0 7\t5").records(7, true, kOurs));  // older versions of ours
     // A bare stock line never records the calling process itself; for another owner (the executable's
     // parent TaskManager, as the stock script records it) it does.
-    CHECK(!co::records_owner(entry("0 7"), 7, true, kOurs));
-    CHECK(co::records_owner(entry("0 7"), 7, false, kOurs));
+    CHECK(!entry("0 7").records(7, true, kOurs));
+    CHECK(entry("0 7").records(7, false, kOurs));
+
+    // pid_is_in(): whether the pid is a number of our namespace; a line that records none is ours.
+    CHECK(entry("0 1\t5\tns=100").pid_is_in(kOurs) && entry("0 1").pid_is_in(kOurs));
+    CHECK(!entry("0 1\t5\tns=200").pid_is_in(kOurs) && !entry("0 1\t5\tns=100").pid_is_in(co::PidNamespace{}));
+
+    // key(): equal pids (and equal slots of equal TaskManager pids) of two namespaces are two holders; the
+    // threads of one slot are one holder; a line without a namespace is ours.
+    const co::Entry a = entry("0 1\t5\tns=100"), b = entry("1 1\t5\tns=200");
+    CHECK(a.key(kOurs) != b.key(kOurs) && !a.same_holder(b, kOurs));
+    CHECK(a.same_holder(entry("3 1\t9\tns=100"), kOurs) && a.same_holder(entry("3 1"), kOurs));
+    const co::Entry t1 = entry("0 11\t5\tns=100\ttm=1\tshare=2\tslot=s"),
+                    t2 = entry("1 12\t6\tns=100\ttm=1\tshare=2\tslot=s"),
+                    other = entry("0 11\t5\tns=200\ttm=1\tshare=2\tslot=s");
+    CHECK(t1.same_holder(t2, kOurs) && !t1.same_holder(other, kOurs) && !t1.same_holder(a, kOurs));
+    CHECK(t1.taskmanager_key(kOurs) == a.key(kOurs) && other.taskmanager_key(kOurs) != a.key(kOurs));
+    CHECK(a.taskmanager_key(kOurs).empty());
+
+    // liveness_of(): alive, dead, or unknown (taken all the same).
+    CHECK(co::liveness_of(co::Verdict::kAlive) == co::Liveness::kAlive &&
+          co::liveness_of(co::Verdict::kLeaseHeld) == co::Liveness::kAlive);
+    CHECK(co::liveness_of(co::Verdict::kOtherNamespace) == co::Liveness::kUnknown);
+    CHECK(co::liveness_of(co::Verdict::kGone) == co::Liveness::kDead &&
+          co::liveness_of(co::Verdict::kPidReused) == co::Liveness::kDead &&
+          co::liveness_of(co::Verdict::kLeaseReleased) == co::Liveness::kDead);
 }
 
 void test_real_probes() {
@@ -124,17 +164,18 @@ void test_real_probes() {
     CHECK(co::own_pid_namespace().inode == ns.inode);  // cached, the same
 
     // Liveness without leases: a lease field cannot be tested, so the line is judged by its pid.
-    co::Liveness live(nullptr);
+    co::LineJudge live(nullptr);
     const co::ProcInfo me = live.process(getpid());
     CHECK(me.exists && me.has_start_time);
-    co::LineFields f;
+    co::HolderIdentity f;
+    f.pid = getpid();
     f.has_start_time = true;
     f.start_time = me.start_time;
     f.has_ns = true;
     f.ns = ns.inode;
     f.has_lease = true;
     f.lease = 3;
-    co::Entry mine = co::new_line("0", getpid(), f).entry;
+    co::Entry mine = co::new_line("0", f).entry;
     live.judge(&mine);
     CHECK(mine.verdict == co::Verdict::kAlive && mine.alive);
     CHECK(live.owns(mine, getpid(), me));
@@ -152,7 +193,7 @@ void test_real_probes() {
 
 int main() {
     test_judge();
-    test_records_owner();
+    test_holder_identity();
     test_real_probes();
     return check::finish("test_process_liveness");
 }

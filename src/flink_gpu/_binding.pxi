@@ -1,6 +1,6 @@
 # Binding of csrc/binding.hpp (docs/design.md §9.3), included by _native.pyx after _coordination.pxi (whose
-# option, pid and index conversions it shares). Plain tuples out, _error for failures; flink_gpu.binding
-# makes the public API.
+# option, pid and index conversions it shares, and whose coordination_snapshot reads a bindings file too).
+# Plain values out, _error for failures; flink_gpu.binding makes the public API.
 
 cdef extern from "binding.hpp" namespace "flinkgpu::binding" nogil:
     cdef cppclass BindHolder "flinkgpu::binding::Holder":
@@ -71,22 +71,3 @@ def binding_unbind(path, double timeout, pid, slot, taskmanager, uint64_t start_
     if not r.status.ok():
         raise _error(r.status, path)
     return _co_strings(r.released)
-
-
-def binding_snapshot(path, double timeout):
-    """(exists, [(line number, index, pid, start time or None, alive, state, pid namespace or None, lease slot
-    or None, TaskManager pid or None, holders per GPU or None, slot id or None)], [(line number, text)])."""
-    cdef CoordOptions opts = _co_options(path, timeout)
-    cdef CoordSnapshot r
-    with nogil:
-        r = coord_snapshot(opts)
-    if not r.status.ok():
-        raise _error(r.status, path)
-    cdef size_t i
-    rows = _co_entries(r.entries)
-    return (r.exists,
-            [rows[i] + (r.entries[i].tm if r.entries[i].tm > 0 else None,
-                        r.entries[i].share if r.entries[i].share > 0 else None,
-                        _co_text(r.entries[i].slot) if not r.entries[i].slot.empty() else None)
-             for i in range(r.entries.size())],
-            _co_bad_lines(r.unparsable))

@@ -1,4 +1,5 @@
-# Binding of csrc/coordination.hpp (docs/design.md §5.2), included by _native.pyx. Plain tuples out,
+# Binding of csrc/coordination.hpp (docs/design.md §5.2), included by _native.pyx. Plain values and one
+# record type out (a line's fields and its holder's identity, as the core answers it: holder_identity.hpp),
 # Python exceptions (_native.pyx's _error) for failures; flink_gpu.coordination makes the public API.
 
 from libc.stdint cimport int64_t, uint32_t, uint64_t
@@ -25,9 +26,19 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
         kVerdictLeaseReleased "flinkgpu::coordination::Verdict::kLeaseReleased"
         kVerdictOtherNamespace "flinkgpu::coordination::Verdict::kOtherNamespace"
 
+    cdef cppclass CoordPidNamespace "flinkgpu::coordination::PidNamespace":
+        cpp_bool known
+        uint64_t inode
+
+    cdef enum CoordLiveness "flinkgpu::coordination::Liveness":
+        kLivenessAlive "flinkgpu::coordination::Liveness::kAlive"
+        kLivenessDead "flinkgpu::coordination::Liveness::kDead"
+        kLivenessUnknown "flinkgpu::coordination::Liveness::kUnknown"
+
     cdef cppclass CoordEntry "flinkgpu::coordination::Entry":
         size_t line_number
         string index
+        string gpu
         pid_t pid
         cpp_bool has_start_time
         uint64_t start_time
@@ -35,11 +46,17 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
         uint64_t ns
         cpp_bool has_lease
         uint32_t lease
+        string lease_file
         pid_t tm
         uint32_t share
         string slot
         CoordVerdict verdict
         cpp_bool alive
+        cpp_bool pid_is_in(const CoordPidNamespace& ours)
+        string key(const CoordPidNamespace& ours)
+        string taskmanager_key(const CoordPidNamespace& ours)
+
+    CoordLiveness coord_liveness_of "flinkgpu::coordination::liveness_of"(CoordVerdict verdict)
 
     cdef cppclass CoordBadLine "flinkgpu::coordination::BadLine":
         size_t line_number
@@ -78,6 +95,10 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
     CoordCleanResult coord_clean_stale "flinkgpu::coordination::clean_stale"(const CoordOptions& opts,
                                                                              cpp_bool other_namespaces)
     cpp_bool coord_process_start_time "flinkgpu::coordination::process_start_time"(pid_t pid, uint64_t* start_time)
+
+
+cdef extern from "process_liveness.hpp" namespace "flinkgpu::coordination" nogil:
+    CoordPidNamespace coord_own_pid_namespace "flinkgpu::coordination::own_pid_namespace"()
 
 
 COORDINATION_DEFAULT_PATH = kDefaultCoordinationPath.decode("ascii")
@@ -138,12 +159,34 @@ cdef str _co_state(CoordVerdict verdict):
     return "other namespace"
 
 
+cdef str _co_liveness(CoordVerdict verdict):
+    cdef CoordLiveness liveness = coord_liveness_of(verdict)
+    if liveness == kLivenessAlive:
+        return "alive"
+    if liveness == kLivenessDead:
+        return "dead"
+    return "unknown"
+
+
+cdef dict _co_entry(const CoordEntry& e, const CoordPidNamespace& ours):
+    # the fields of flink_gpu.coordination.CoordinationEntry, by name; the identity answers are the core's
+    cdef string taskmanager_key = e.taskmanager_key(ours)
+    return {
+        "line_number": e.line_number, "index": _co_text(e.index), "gpu": _co_text(e.gpu), "pid": e.pid,
+        "start_time": e.start_time if e.has_start_time else None, "alive": e.alive, "state": _co_state(e.verdict),
+        "liveness": _co_liveness(e.verdict), "namespace": e.ns if e.has_ns else None,
+        "lease": e.lease if e.has_lease else None,
+        "lease_file": _co_text(e.lease_file) if e.has_lease and not e.lease_file.empty() else None,
+        "taskmanager": e.tm if e.tm > 0 else None, "holders_per_gpu": e.share if e.share > 0 else None,
+        "slot": _co_text(e.slot) if not e.slot.empty() else None,
+        "ours": e.pid_is_in(ours), "holder_key": _co_text(e.key(ours)),
+        "taskmanager_key": _co_text(taskmanager_key) if not taskmanager_key.empty() else None,
+    }
+
+
 cdef list _co_entries(const vector[CoordEntry]& entries):
-    return [(entries[i].line_number, _co_text(entries[i].index), entries[i].pid,
-             entries[i].start_time if entries[i].has_start_time else None, entries[i].alive,
-             _co_state(entries[i].verdict), entries[i].ns if entries[i].has_ns else None,
-             entries[i].lease if entries[i].has_lease else None)
-            for i in range(entries.size())]
+    cdef CoordPidNamespace ours = coord_own_pid_namespace()
+    return [_co_entry(entries[i], ours) for i in range(entries.size())]
 
 
 def coordination_claim(path, double timeout, owner, indices, size_t amount, ranks=None):
@@ -191,8 +234,8 @@ def coordination_release(path, double timeout, owner, indices=None):
 
 
 def coordination_snapshot(path, double timeout):
-    """(exists, [(line number, index, pid, start time or None, alive, state, pid namespace or None, lease
-    slot or None)], [(line number, text)])."""
+    """(exists, [entry records: dicts of CoordinationEntry's fields], [(line number, text)]) of a coordination
+    or bindings file (the same lines: a bindings line has its taskmanager, holders_per_gpu and slot)."""
     cdef CoordOptions opts = _co_options(path, timeout)
     cdef CoordSnapshot r
     with nogil:

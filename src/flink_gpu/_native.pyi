@@ -1,7 +1,7 @@
 """Type stubs of the Cython binding over the C++ core (csrc/)."""
 
 from os import PathLike
-from typing import Iterable, List, Optional, Tuple, Union
+from typing import Iterable, List, Optional, Tuple, TypedDict, Union
 
 _Path = Union[str, "PathLike[str]"]
 
@@ -79,7 +79,11 @@ class Nvml:
     def devices(self) -> Tuple[NvmlDevice, ...]: ...
     def skipped(self) -> Tuple[SkippedDevice, ...]: ...
     def notices(self) -> Tuple[str, ...]: ...
-    def states(self, owner_pid: int, taskmanager_pid: Optional[int] = None) -> Tuple["DeviceState", ...]: ...
+    def states(self, owner_pid: int, taskmanager_pid: Optional[int] = None,
+               health_checks: Optional[Iterable[str]] = None) -> Tuple["DeviceState", ...]: ...
+    def choose(self, indices: Iterable[str], owner_pid: int, taskmanager_pid: Optional[int], busy_policy: str,
+               health_checks: Optional[Iterable[str]] = None
+               ) -> Tuple[Tuple["DeviceState", ...], List[str], List[int], List[Tuple[str, str]]]: ...
     def read_metric(self, gpu_index: str, metric: str) -> int:
         """One reading of ``metric`` (one of METRICS) on ``gpu_index``; -1 where NVML cannot say."""
 
@@ -97,7 +101,16 @@ class DeviceState:
     @property
     def health(self) -> str: ...
     @property
+    def verdict(self) -> "Verdict": ...
+    @property
     def findings(self) -> Tuple[str, ...]: ...
+    @property
+    def warnings(self) -> Tuple[str, ...]: ...
+    @property
+    def checks(self) -> Tuple[Tuple[str, str, "Verdict", Optional[str], bool], ...]:
+        """Per check of HEALTH_CHECKS: (name, outcome, the finding's verdict, finding or None, enforced)."""
+    @property
+    def busy_reason(self) -> str: ...
     @property
     def memory_used(self) -> Optional[int]: ...
     @property
@@ -113,6 +126,14 @@ class DeviceState:
     def compute_mode(self) -> Optional[str]: ...
 
 BUSY_GPUS_VALUES: Tuple[str, str, str]
+HEALTH_CHECKS: Tuple[str, ...]
+
+class Verdict:
+    name: str
+    value: int
+    OK: "Verdict"
+    DEGRADED: "Verdict"
+    UNHEALTHY: "Verdict"
 
 def rank_gpus(states: Iterable[DeviceState], busy_policy: str) -> Tuple[List[str], List[int], List[Tuple[str, str]]]:
     """(indices best first, ranks parallel to them, [(index, why left out)])."""
@@ -132,12 +153,30 @@ def coordination_claim(path: _Path, timeout: float, owner: int, indices: Iterabl
     process claimed for itself without a lease or None)."""
 def coordination_release(path: _Path, timeout: float, owner: int,
                          indices: Optional[Iterable[Union[str, int]]] = None) -> List[str]: ...
-_CoordEntryRow = Tuple[int, str, int, Optional[int], bool, str, Optional[int], Optional[int]]
+class _EntryRecord(TypedDict):
+    """A line and its holder's identity (csrc/holder_identity.hpp): CoordinationEntry's fields."""
+    line_number: int
+    index: str
+    gpu: str
+    pid: int
+    start_time: Optional[int]
+    alive: bool
+    state: str
+    liveness: str
+    namespace: Optional[int]
+    lease: Optional[int]
+    lease_file: Optional[str]
+    taskmanager: Optional[int]
+    holders_per_gpu: Optional[int]
+    slot: Optional[str]
+    ours: bool
+    holder_key: str
+    taskmanager_key: Optional[str]
 def coordination_snapshot(path: _Path, timeout: float) -> Tuple[
-    bool, List[_CoordEntryRow], List[Tuple[int, str]]]:
-    """(exists, [(line, index, pid, start time, alive, state, pid namespace, lease slot)], unparsable)."""
+    bool, List[_EntryRecord], List[Tuple[int, str]]]:
+    """(exists, entry records, unparsable lines) of a coordination or bindings file."""
 def coordination_clean_stale(path: _Path, timeout: float, other_namespaces: bool = False) -> Tuple[
-    List[_CoordEntryRow], List[Tuple[int, str]]]: ...
+    List[_EntryRecord], List[Tuple[int, str]]]: ...
 def coordination_process_start_time(pid: int) -> Optional[int]: ...
 
 # --- bindings file (csrc/binding.*) ------------------------------------------------------------
@@ -148,6 +187,4 @@ def binding_bind(path: _Path, timeout: float, pid: int, slot: Optional[str], tas
     the holder's start time or 0, the bindings file's identity)."""
 def binding_unbind(path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int],
                    start_time: int = 0) -> List[str]: ...
-_BindingRow = Tuple[int, str, int, Optional[int], bool, str, Optional[int], Optional[int], Optional[int],
-                    Optional[int], Optional[str]]
-def binding_snapshot(path: _Path, timeout: float) -> Tuple[bool, List[_BindingRow], List[Tuple[int, str]]]: ...
+

@@ -111,6 +111,27 @@ cdef extern from "device_state.hpp" namespace "flinkgpu" nogil:
         kDegraded
         kUnhealthy
 
+    enum class Outcome "flinkgpu::Outcome":
+        kOk
+        kFinding
+
+    enum class Check "flinkgpu::Check":
+        pass
+
+    size_t kCheckCount "flinkgpu::kCheckCount"
+    const char* check_name "flinkgpu::check_name"(Check check)
+    const char* outcome_name "flinkgpu::outcome_name"(Outcome outcome)
+
+    cdef cppclass CheckSet "flinkgpu::CheckSet":
+        CheckSet()
+        CheckSet(unsigned long long mask)
+
+    cdef cppclass CCheckResult "flinkgpu::CheckResult":
+        Outcome outcome
+        Health verdict
+        string finding
+        bint enforced
+
     enum class ProcessKind "flinkgpu::ProcessKind":
         pass
 
@@ -130,6 +151,8 @@ cdef extern from "device_state.hpp" namespace "flinkgpu" nogil:
         Health health
         string health_text
         vector[string] findings
+        vector[string] warnings
+        CCheckResult checks[6]  # std::array of kCheckCount: Cython checks no size, the loops use kCheckCount
         optional[unsigned long long] memory_used
         optional[unsigned long long] memory_free
         vector[CGpuProcess] processes
@@ -138,7 +161,7 @@ cdef extern from "device_state.hpp" namespace "flinkgpu" nogil:
         optional[string] compute_mode
 
     Status query_states "flinkgpu::query_states"(const NvmlLibrary& lib, int owner, int taskmanager,
-                                                  vector[CDeviceState]* out)
+                                                  const CheckSet& enforced, vector[CDeviceState]* out)
 
 
 cdef extern from "device_metrics.hpp" namespace "flinkgpu" nogil:
@@ -170,6 +193,15 @@ cdef extern from "gpu_choice.hpp" namespace "flinkgpu" nogil:
         vector[pair[string, string]] left_out
 
     CRanking rank_gpus_cpp "flinkgpu::rank_gpus"(const vector[CDeviceState]& states, BusyPolicy policy) except +
+    string busy_reason_cpp "flinkgpu::busy_reason"(const CDeviceState& state) except +
+
+    cdef cppclass CChoice "flinkgpu::Choice":
+        vector[CDeviceState] states
+        CRanking ranking
+
+    Status choose_gpus_cpp "flinkgpu::choose_gpus"(const NvmlLibrary& lib, const vector[string]& enumerated,
+                                                   int owner, int taskmanager, BusyPolicy policy,
+                                                   const CheckSet& enforced, CChoice* out)
 
 
 cdef extern from "process_tree.hpp" namespace "flinkgpu" nogil:
@@ -426,20 +458,52 @@ cdef NvmlDevice _device(const DeviceInfo& info):
     return d
 
 
+class Verdict:
+    """A device's health as the core judged it (``DeviceState.verdict``): decide on this, not on
+    the text of ``DeviceState.health``. Three instances, compared by identity: ``Verdict.OK``,
+    ``Verdict.DEGRADED``, ``Verdict.UNHEALTHY`` (a plain class: importing flink_gpu loads no enum)."""
+    __slots__ = ("name", "value")
+
+    def __init__(self, name, value):
+        self.name = name
+        self.value = value
+
+    def __repr__(self):
+        return f"Verdict.{self.name}"
+
+    def __reduce__(self):
+        return (getattr, (Verdict, self.name))
+
+
+Verdict.OK = Verdict("OK", <int>Health.kOk)
+Verdict.DEGRADED = Verdict("DEGRADED", <int>Health.kDegraded)
+Verdict.UNHEALTHY = Verdict("UNHEALTHY", <int>Health.kUnhealthy)
+_VERDICTS = {v.value: v for v in (Verdict.OK, Verdict.DEGRADED, Verdict.UNHEALTHY)}
+
+#: The health checks by name (csrc/device_state.hpp), as ``health-checks`` names them.
+HEALTH_CHECKS = tuple([check_name(<Check>i).decode("ascii") for i in range(kCheckCount)])
+
+
 cdef class DeviceState:
     """One GPU's state when it was read: health, memory, the processes NVML lists on it.
 
-    ``health``: "ok", "degraded: <reason>" or "unhealthy: <reason>"; ``findings``: every finding;
-    ``processes``: (pid, used memory in bytes or None, kind "compute" | "graphics" | "mps", own,
-    visible); ``processes_known``: False when NVML refused the process list (NO_PERMISSION);
-    ``busy``: a process that is not the owner's, its TaskManager's or a descendant's.
+    ``health``: "ok", "degraded: <reason>" or "unhealthy: <reason>" (text for people); ``verdict``:
+    the same as a :class:`Verdict`; ``findings``: every enforced finding; ``warnings``: enforced
+    findings that leave it ok; ``checks``: per check of HEALTH_CHECKS (name, outcome "ok" |
+    "finding" | "not supported" | "no permission" | "not applicable", the finding's Verdict, the
+    finding or None, enforced); ``processes``: (pid, used memory in bytes or None, kind "compute" |
+    "graphics" | "mps", own, visible); ``processes_known``: False when NVML refused the process
+    list (NO_PERMISSION); ``busy``: a process that is not the owner's, its TaskManager's or a
+    descendant's.
     """
 
     cdef CDeviceState _c
     cdef readonly unsigned index
     cdef readonly object mig_slot
     cdef readonly str health
+    cdef readonly object verdict
     cdef readonly tuple findings
+    cdef readonly tuple warnings
     cdef readonly object memory_used
     cdef readonly object memory_free
     cdef readonly tuple processes
@@ -455,6 +519,20 @@ cdef class DeviceState:
         """The index as GPUInfo carries it ("<index>", or "<index>:<slot>" for a MIG unit)."""
         return _gpu_index(self.index, self.mig_slot)
 
+    @property
+    def checks(self):
+        """Per check of HEALTH_CHECKS: (name, outcome, the finding's Verdict, finding or None, enforced)."""
+        cdef size_t i
+        return tuple([(HEALTH_CHECKS[i], outcome_name(self._c.checks[i].outcome).decode("ascii"),
+                       _VERDICTS[<int>self._c.checks[i].verdict],
+                       _text(self._c.checks[i].finding) if self._c.checks[i].outcome == Outcome.kFinding else None,
+                       bool(self._c.checks[i].enforced)) for i in range(kCheckCount)])
+
+    @property
+    def busy_reason(self):
+        """Why it is busy ("busy: foreign process 123 (compute)"), "" when it is not."""
+        return _text(busy_reason_cpp(self._c))
+
     def __repr__(self):
         return (f"DeviceState(index={self.gpu_index}, health={self.health!r}, memory_used={self.memory_used!r}, "
                 f"memory_free={self.memory_free!r}, processes={self.processes!r}, "
@@ -468,7 +546,9 @@ cdef DeviceState _state(const CDeviceState& c):
     s.index = c.nvml_index
     s.mig_slot = c.mig_slot.value() if c.mig_slot.has_value() else None
     s.health = _text(c.health_text)
+    s.verdict = _VERDICTS[<int>c.health]
     s.findings = tuple([_text(c.findings[i]) for i in range(c.findings.size())])
+    s.warnings = tuple([_text(c.warnings[i]) for i in range(c.warnings.size())]) if c.warnings.size() else ()
     s.memory_used = c.memory_used.value() if c.memory_used.has_value() else None
     s.memory_free = c.memory_free.value() if c.memory_free.has_value() else None
     s.processes = tuple([(c.processes[i].pid,
@@ -482,6 +562,45 @@ cdef DeviceState _state(const CDeviceState& c):
     return s
 
 
+_check_masks = {}  # health_checks -> its bit mask over HEALTH_CHECKS, made once per value
+
+
+cdef CheckSet _check_set(health_checks) except *:
+    """The CheckSet of ``health_checks`` (names of HEALTH_CHECKS; None: all of them)."""
+    mask = _check_masks.get(health_checks)
+    if mask is None:
+        names = HEALTH_CHECKS if health_checks is None else tuple(health_checks)
+        unknown = sorted(set(names) - set(HEALTH_CHECKS))
+        if unknown:
+            raise ValueError(f"Unknown health checks {unknown}: use names of {', '.join(HEALTH_CHECKS)}.")
+        mask = sum(1 << i for i, name in enumerate(HEALTH_CHECKS) if name in names)
+        if isinstance(health_checks, (tuple, type(None))):
+            _check_masks[health_checks] = mask
+    return CheckSet(<unsigned long long>mask)
+
+
+_busy_policies = {}  # busy-gpus text -> its BusyPolicy value
+
+
+cdef BusyPolicy _busy_policy(str busy_policy) except *:
+    cdef BusyPolicy policy
+    cdef string encoded
+    found = _busy_policies.get(busy_policy)
+    if found is not None:
+        return <BusyPolicy><int>found
+    encoded = _utf8(busy_policy)
+    if not parse_busy_policy(string_view(encoded.data(), encoded.size()), &policy):
+        raise ValueError(f"Unknown busy-gpus value {busy_policy!r}: use one of {', '.join(BUSY_GPUS_VALUES)}.")
+    _busy_policies[busy_policy] = <int>policy
+    return policy
+
+
+cdef tuple _ranking(const CRanking& r):
+    cdef size_t i
+    return ([_text(r.indices[i]) for i in range(r.indices.size())], [r.ranks[i] for i in range(r.ranks.size())],
+            [(_text(r.left_out[i].first), _text(r.left_out[i].second)) for i in range(r.left_out.size())])
+
+
 BUSY_GPUS_VALUES = tuple(kBusyPolicyValues.decode("ascii").split(", "))
 
 
@@ -489,18 +608,13 @@ def rank_gpus(states, str busy_policy not None):
     """The candidates among ``states`` (from ``Nvml.states()``), best first, under ``busy_policy``
     (avoid | exclude | ignore): (indices, ranks parallel to them, [(index, why left out)])."""
     cdef vector[CDeviceState] cstates
-    cdef BusyPolicy policy
-    cdef string encoded = _utf8(busy_policy)
-    if not parse_busy_policy(string_view(encoded.data(), encoded.size()), &policy):
-        raise ValueError(f"Unknown busy-gpus value {busy_policy!r}: use one of {', '.join(BUSY_GPUS_VALUES)}.")
+    cdef BusyPolicy policy = _busy_policy(busy_policy)
     for state in states:
         if not isinstance(state, DeviceState):
             raise TypeError(f"rank_gpus() expects DeviceState objects from Nvml.states(), got {state!r}")
         cstates.push_back((<DeviceState>state)._c)
     cdef CRanking r = rank_gpus_cpp(cstates, policy)
-    cdef size_t i
-    return ([_text(r.indices[i]) for i in range(r.indices.size())], [r.ranks[i] for i in range(r.ranks.size())],
-            [(_text(r.left_out[i].first), _text(r.left_out[i].second)) for i in range(r.left_out.size())])
+    return _ranking(r)
 
 
 def find_taskmanager(pid):
@@ -651,20 +765,43 @@ cdef class Nvml:
             raise _error(status, self.library_path)
         return _optional_text(version)
 
-    def states(self, owner_pid, taskmanager_pid=None):
-        """The state of every device now, in index order, in one native call: health, memory, the
-        processes on it judged against ``owner_pid`` and ``taskmanager_pid`` (None: none)."""
+    def states(self, owner_pid, taskmanager_pid=None, health_checks=None):
+        """The state of every device now, in index order, in one native call: health (judged with
+        ``health_checks``, names of HEALTH_CHECKS; None: all), memory, the processes on it judged
+        against ``owner_pid`` and ``taskmanager_pid`` (None: none). A GPU NVML refuses a handle
+        for is one unhealthy state."""
         cdef int owner = _state_pid(owner_pid, "owner_pid")
         cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
+        cdef CheckSet enforced = _check_set(health_checks)
         cdef const NvmlLibrary* lib = self._library()
         cdef vector[CDeviceState] found
         cdef Status status
         with nogil:
-            status = query_states(lib[0], owner, taskmanager, &found)
+            status = query_states(lib[0], owner, taskmanager, enforced, &found)
         if not status.ok():
             raise _error(status, self.library_path)
         cdef size_t i
         return tuple([_state(found[i]) for i in range(found.size())])
+
+    def choose(self, indices, owner_pid, taskmanager_pid, str busy_policy not None, health_checks=None):
+        """The one choice of GPUs (csrc/gpu_choice.*): the states now of the devices ``indices``
+        (as ``devices()`` gave them, in its order), judged with ``health_checks``, and their
+        ranking under ``busy_policy``: (states, indices best first, ranks, [(index, why left
+        out)]). A device of ``indices`` that NVML no longer answers for is an unhealthy state."""
+        cdef int owner = _state_pid(owner_pid, "owner_pid")
+        cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
+        cdef CheckSet enforced = _check_set(health_checks)
+        cdef BusyPolicy policy = _busy_policy(busy_policy)
+        cdef vector[string] enumerated = [_utf8(index) for index in indices]
+        cdef const NvmlLibrary* lib = self._library()
+        cdef CChoice found
+        cdef Status status
+        with nogil:
+            status = choose_gpus_cpp(lib[0], enumerated, owner, taskmanager, policy, enforced, &found)
+        if not status.ok():
+            raise _error(status, self.library_path)
+        cdef size_t i
+        return (tuple([_state(found.states[i]) for i in range(found.states.size())]),) + _ranking(found.ranking)
 
     def read_metric(self, gpu_index, metric):
         """One reading of ``metric`` (one of METRICS) on the GPU ``gpu_index`` (as GPUInfo carries it:

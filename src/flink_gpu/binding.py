@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from flink_gpu import _native
-from flink_gpu.coordination import DEFAULT_PATH, DEFAULT_TIMEOUT, whole_amount
+from flink_gpu.coordination import DEFAULT_PATH, DEFAULT_TIMEOUT, CoordinationEntry, entries_of, whole_amount
 from flink_gpu.errors import FlinkException
 
 __all__ = [
@@ -180,12 +180,14 @@ class GPUBinding:
         if self._devices is None:
             from flink_gpu.cuda_devices import cuda_ordinals
 
-            devices = None
+            devices = skipped = None
             if self._library_path:
                 from flink_gpu.nvml import open_library
 
-                devices = open_library(self._library_path).devices()
-            self._devices = cuda_ordinals(self._infos, devices)
+                nvml = open_library(self._library_path)
+                devices = nvml.devices()
+                skipped = nvml.skipped()
+            self._devices = cuda_ordinals(self._infos, devices, skipped=skipped)
         return self._devices
 
     def register_metrics(self, group: Any) -> None:
@@ -315,7 +317,9 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
          library_path: "str | None" = None, timeout: float = DEFAULT_TIMEOUT) -> GPUBinding:
     """Binds ``count`` of ``gpus`` (GPUInfos: the set the TaskManager or parent claimed) to the calling
     process, or with ``slot`` to that slot for the calling thread, sharing each GPU with at most
-    ``holders_per_gpu`` holders; least-bound GPUs first, lowest index among equals.
+    ``holders_per_gpu`` holders; least-bound GPUs first, lowest index among equals. Each GPU's state
+    is read first (with ``library_path``): an unhealthy one is never bound while the others are
+    enough (a WARN names it), and too few usable ones raise :class:`BindingError` saying why.
 
     ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``); ``path``: the
     bindings file (default :func:`bindings_path`); ``library_path``: the libnvidia-ml for ``devices`` and
@@ -338,10 +342,11 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
         pid = threading.get_native_id()
         holder = f"slot {slot} (thread {pid})"
         registry = _thread_held.__dict__.setdefault("held", {})
+    candidates = _usable(by_index, count, library_path, taskmanager_pid)
     with _lock:
         try:
             indices, added, unparsable, lease_problem, start_time, file = _native.binding_bind(
-                path, timeout, pid, slot, taskmanager_pid, list(by_index), count, holders_per_gpu)
+                path, timeout, pid, slot, taskmanager_pid, candidates, count, holders_per_gpu)
         except FlinkException as error:
             raise BindingError(str(error)) from None
         key = (file, me) if slot is None else (file, slot, taskmanager_pid)
@@ -360,12 +365,39 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
                       (pid, slot, taskmanager_pid, start_time), holder, library_path, timeout)
 
 
+def _usable(by_index: "dict[str, Any]", count: int, library_path: "str | None",
+            taskmanager_pid: "int | None") -> "list[str]":
+    """The GPUs of ``by_index`` bind may choose from: each one's state is read now (docs/design.md
+    §9.1) and an unhealthy one (lost since discovery, a reset required, ...) is left out with a WARN
+    while the others are enough; too few raises BindingError saying which are unhealthy and why. A
+    GPU NVML does not list, or a host where NVML cannot be opened, is taken as it is."""
+    from flink_gpu.errors import NvmlError
+    from flink_gpu.nvml import Verdict, open_library
+
+    try:
+        states = open_library(library_path).states(os.getpid(), taskmanager_pid)
+    except NvmlError:
+        return list(by_index)
+    unhealthy = {state.gpu_index: state.health for state in states
+                 if state.gpu_index in by_index and state.verdict is Verdict.UNHEALTHY}
+    if not unhealthy:
+        return list(by_index)
+    usable = [index for index in by_index if index not in unhealthy]
+    why = "; ".join(f"GPU {index} is {health}" for index, health in unhealthy.items())
+    if len(usable) < count:
+        raise BindingError(f"Could not bind {count} GPU{'' if count == 1 else 's'}: of the "
+                           f"{len(by_index)} given, {len(usable)} {'is' if len(usable) == 1 else 'are'} usable "
+                           f"({why}). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.")
+    _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(usable))
+    return usable
+
+
 def _inherited_binding(by_index, count, path, library_path, timeout) -> GPUBinding:
     """The binding the process holder this process was forked from has in ``path`` now (read from the
     file: it may have released it or ended since the fork); nothing new is bound."""
     parent = _forked_from
     live = {entry.index for entry in snapshot(path, timeout=timeout).entries
-            if entry.alive and entry.slot is None and entry.pid == parent and entry.index in by_index}
+            if entry.alive and entry.slot is None and entry.ours and entry.pid == parent and entry.index in by_index}
     from flink_gpu.gpu_index import sort_indices
 
     indices = sort_indices(live)
@@ -382,26 +414,9 @@ def _inherited_binding(by_index, count, path, library_path, timeout) -> GPUBindi
 
 # -- what the file says ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class BindingEntry:
-    """One line of the bindings file."""
-
-    index: str
-    pid: int  # the process holder, or the binding thread of a slot holder
-    start_time: "int | None"
-    alive: bool
-    line_number: int
-    state: str  # one of flink_gpu.coordination.STATES
-    namespace: "int | None"
-    lease: "int | None"
-    taskmanager: "int | None"  # the process whose GPUs are bound
-    holders_per_gpu: "int | None"
-    slot: "str | None"  # a slot holder's id
-
-    @property
-    def holder(self) -> str:
-        """``"pid <n>"`` or ``"slot <id>"``: one key per holder (a slot's threads are one holder)."""
-        return f"pid {self.pid}" if self.slot is None else f"slot {self.slot}"
+#: One line of the bindings file: the coordination file's entry record, with its ``taskmanager``,
+#: ``holders_per_gpu`` and ``slot`` (docs/design.md §9.3).
+BindingEntry = CoordinationEntry
 
 
 @dataclass(frozen=True)
@@ -411,14 +426,17 @@ class BindingSnapshot:
     entries: "tuple[BindingEntry, ...]"
     unparsable: "tuple[tuple[int, str], ...]"
 
-    def by_taskmanager(self) -> "dict[int | None, dict[str, tuple[str, ...]]]":
-        """TaskManager pid (None: not recorded) -> live holder -> its GPUs, in index order."""
+    def by_taskmanager(self) -> "dict[tuple[int | None, int | None], dict[str, tuple[str, ...]]]":
+        """(TaskManager pid or None when not recorded, its pid namespace or None for ours) -> live holder
+        (``"pid <n>"``, ``"slot <id>"``) -> its GPUs, in index order. Two containers' pid 1 are two
+        TaskManagers; the holders of one are of its namespace."""
         from flink_gpu.gpu_index import sort_indices
 
-        out: "dict[int | None, dict[str, set[str]]]" = {}
+        out: "dict[tuple[int | None, int | None], dict[str, set[str]]]" = {}
         for entry in self.entries:
             if entry.alive:
-                out.setdefault(entry.taskmanager, {}).setdefault(entry.holder, set()).add(entry.index)
+                where = (entry.taskmanager, None if entry.ours else entry.namespace)
+                out.setdefault(where, {}).setdefault(entry.holder, set()).add(entry.index)
         return {tm: {holder: tuple(sort_indices(indices)) for holder, indices in holders.items()}
                 for tm, holders in out.items()}
 
@@ -427,8 +445,5 @@ def snapshot(path: "str | os.PathLike[str] | None" = None, *, timeout: float = D
     """Reads the bindings file (default :func:`bindings_path`) under a shared lock; a missing file is an
     empty snapshot with ``exists=False``."""
     path = bindings_path() if path is None else os.fspath(path)
-    exists, rows, unparsable = _native.binding_snapshot(path, timeout)
-    return BindingSnapshot(path, exists, tuple(BindingEntry(
-        index=index, pid=pid, start_time=start, alive=alive, line_number=number, state=state, namespace=ns,
-        lease=lease, taskmanager=tm, holders_per_gpu=share, slot=slot_id)
-        for number, index, pid, start, alive, state, ns, lease, tm, share, slot_id in rows), tuple(unparsable))
+    exists, records, unparsable = _native.coordination_snapshot(path, timeout)
+    return BindingSnapshot(path, exists, entries_of(records), tuple(unparsable))

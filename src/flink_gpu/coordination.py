@@ -1,20 +1,11 @@
-"""GPU coordination between the workers of one host (docs/design.md §5.2).
+"""GPU coordination between the workers of one host.
 
-Several workers (Flink TaskManagers running the stock ``nvidia-gpu-discovery.sh`` in coordination mode,
-``flink-gpu-discovery``, Python processes using this module) share one file, by default
-``/var/tmp/flink-gpu-coordination``, with one ``<index> <pid>[\t<start time>][\tns=…][\tlease=…]`` line
-per claimed GPU, locked with ``flock(2)``. The work is done by the C++ core (csrc/coordination.cpp); this
-module resolves the owner, converts the results and logs what the core reports.
-
-The owner is the calling process unless given, resolved per call from :func:`os.getpid`, so a forked
-child never takes its parent's claims for its own. GPUs stay claimed until released or until their
-owner dies; a dead owner's GPUs are reclaimed by the next claim that needs them.
-
-Workers in different pid namespaces (containers) may share the file (docs/design.md §9.4): each line
-records its pid namespace, and a process claiming for itself holds a lease (a lock on one byte of
-``<file>.lease``) while it holds GPUs, which proves its liveness to every namespace. A line of another
-namespace without a lease is never reclaimed by pid; it is reported (state ``"other namespace"``) and
-removed only by ``clean_stale(other_namespaces=True)``. A forked child does not hold its parent's lease.
+The protocol (the file, its line format, who owns a line and when it is dead, the lease) is described
+once, in docs/design.md §5.2 and §9.4; this module is its Python face. The work is done by the C++ core
+(csrc/coordination.cpp and csrc/holder_identity.hpp); this module resolves the owner (the calling
+process unless given, so that a forked child never takes its parent's claims), converts the results into
+:class:`CoordinationEntry` records, whose ``ours``, ``holder_key`` and ``liveness`` are the core's
+answers about a line's holder, and logs what the core reports.
 
 Every function is thread-safe: each call opens its own file description, and ``flock(2)`` excludes
 between file descriptions even inside one process. The GIL is released while waiting for the lock.
@@ -45,6 +36,7 @@ __all__ = [
     "claim",
     "claimed",
     "clean_stale",
+    "entries_of",
     "process_start_time",
     "release",
     "snapshot",
@@ -73,7 +65,10 @@ STATES = ("live", "gone", "pid reused", "lease held", "lease released", "other n
 
 @dataclass(frozen=True)
 class CoordinationEntry:
-    """One line ``<index> <pid>[\t<start time>][\tns=<namespace>][\tlease=<slot>]`` of the file."""
+    """One line of the coordination file or of the bindings file (docs/design.md §5.2, §9.3), with its
+    holder's identity as the core judges it (csrc/holder_identity.hpp): decide on ``ours``, ``holder_key``,
+    ``taskmanager_key`` and ``liveness``, never on a bare ``pid``, which means another process in another
+    pid namespace."""
 
     index: str
     pid: int  # a pid of the namespace ``namespace`` (ours when None: the stock script's lines)
@@ -83,11 +78,28 @@ class CoordinationEntry:
     state: str = "live"  # one of STATES
     namespace: "int | None" = None  # inode of the writer's /proc/self/ns/pid; None in stock lines
     lease: "int | None" = None  # the byte of ``<file>.lease`` its owner keeps locked
+    lease_file: "str | None" = None  # the token of the lease file that lease is on
+    gpu: str = ""  # the GPU: the index itself, or a MIG unit's parent
+    liveness: str = "alive"  # "alive", "dead" or "unknown" (taken, but nothing proves it alive)
+    ours: bool = True  # whether ``pid`` (and ``taskmanager``) are pids of this process's pid namespace
+    holder_key: str = ""  # one key per holder, with its pid namespace: equal keys, one holder
+    taskmanager_key: "str | None" = None  # the TaskManager's key, as holder_key names a process
+    # the bindings file's fields (None in coordination lines)
+    taskmanager: "int | None" = None  # the process whose GPUs are bound
+    holders_per_gpu: "int | None" = None
+    slot: "str | None" = None  # a slot holder's id: ``pid`` is then one of its threads
 
     @property
     def liveness_known(self) -> bool:
-        """False for an entry of another pid namespace without a lease: it counts as alive."""
-        return self.state != "other namespace"
+        """False for an entry whose holder nothing proves alive (of another pid namespace): it counts as
+        alive."""
+        return self.liveness != "unknown"
+
+    @property
+    def holder(self) -> str:
+        """How a person reads the holder: ``"pid <n>"`` or ``"slot <id>"`` (see ``holder_key`` to tell holders
+        apart)."""
+        return f"pid {self.pid}" if self.slot is None else f"slot {self.slot}"
 
 
 @dataclass(frozen=True)
@@ -119,12 +131,13 @@ class CoordinationSnapshot:
         return tuple(e for e in self.entries if not e.liveness_known)
 
     def holders(self) -> "dict[str, tuple[int, ...]]":
-        """Index -> pids of its live owners (more than one only after a stock script's race)."""
-        out: "dict[str, dict[int, None]]" = {}
+        """Index -> the pid of each of its live holders (more than one only after a stock script's race;
+        the pids of two namespaces' holders may be equal)."""
+        out: "dict[str, dict[str, int]]" = {}
         for e in self.entries:
             if e.alive:
-                out.setdefault(e.index, {})[e.pid] = None  # a pid listed twice is still one owner
-        return {index: tuple(pids) for index, pids in out.items()}
+                out.setdefault(e.index, {}).setdefault(e.holder_key, e.pid)  # a holder listed twice is one
+        return {index: tuple(pids.values()) for index, pids in out.items()}
 
 
 @dataclass(frozen=True)
@@ -143,8 +156,13 @@ class CleanResult:
     unparsable: "tuple[UnparsableLine, ...]"
 
 
+# This process's pid, asked once per process (a forked child asks again): every claim and release needs it.
+_this_pid = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _this_pid.__setitem__(0, os.getpid()))
+
+
 def _owner(owner: "int | None") -> int:
-    return os.getpid() if owner is None else owner
+    return _this_pid[0] if owner is None else owner
 
 
 def whole_amount(amount: object) -> int:
@@ -171,10 +189,9 @@ def _amount(amount: int, indices: list, path: PathType) -> int:
     return amount
 
 
-def _entries(rows) -> "tuple[CoordinationEntry, ...]":
-    return tuple(CoordinationEntry(index=index, pid=pid, start_time=start, alive=alive, line_number=number,
-                                   state=state, namespace=namespace, lease=lease)
-                 for number, index, pid, start, alive, state, namespace, lease in rows)
+def entries_of(records) -> "tuple[CoordinationEntry, ...]":
+    """The core's entry records (coordination and bindings files alike) as entries."""
+    return tuple(CoordinationEntry(**record) for record in records)
 
 
 def _bad_lines(rows, path: PathType) -> "tuple[UnparsableLine, ...]":
@@ -252,7 +269,7 @@ def snapshot(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEOUT)
     A missing file gives an empty snapshot with ``exists=False``; nothing is created.
     """
     exists, rows, bad = _native.coordination_snapshot(path, timeout)
-    return CoordinationSnapshot(path=os.fspath(path), exists=exists, entries=_entries(rows),
+    return CoordinationSnapshot(path=os.fspath(path), exists=exists, entries=entries_of(rows),
                                 unparsable=tuple(UnparsableLine(n, t) for n, t in bad))
 
 
@@ -264,7 +281,7 @@ def clean_stale(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEO
     may still run: only for GPUs a person knows to be free).
     """
     removed, bad = _native.coordination_clean_stale(path, timeout, bool(other_namespaces))
-    result = CleanResult(removed=_entries(removed), unparsable=_bad_lines(bad, path))
+    result = CleanResult(removed=entries_of(removed), unparsable=_bad_lines(bad, path))
     if result.removed:
         _log.info("Removed %d stale line(s) from %s: %s", len(result.removed), os.fspath(path),
                   ", ".join(f"GPU {e.index} of pid {e.pid}" for e in result.removed))

@@ -40,7 +40,7 @@ TYPE_CHECKING = False  # annotations only
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from flink_gpu.nvml import Device
+    from flink_gpu.nvml import Device, SkippedDevice
     from flink_gpu.resource_info import ExternalResourceInfo
 
 __all__ = ["CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "CudaDeviceError", "PCI_BUS_ID", "cuda_ordinals"]
@@ -223,7 +223,7 @@ def _warn_order(order: "str | None") -> None:
 
 
 def _ordinals(ordered: "list[ExternalResourceInfo]", devices: "Sequence[Device]", value: "str | None",
-              order: "str | None") -> "tuple[int, ...]":
+              order: "str | None", skipped: "Sequence[SkippedDevice]" = ()) -> "tuple[int, ...]":
     by_index = {device.gpu_index: device for device in devices}
     by_uuid = {device.uuid: device for device in devices if device.uuid}
     gpus = _host_gpus(devices)
@@ -232,6 +232,10 @@ def _ordinals(ordered: "list[ExternalResourceInfo]", devices: "Sequence[Device]"
     for info in ordered:
         uuid = info.get_property("uuid")
         device = by_uuid.get(uuid) if uuid else by_index.get(info.get_property("index"))
+        gone = next((s for s in skipped if s.gpu_index == info.get_property("index")), None)
+        if device is None and gone is not None:
+            raise CudaDeviceError(f"{_describe(info)} cannot be used now: {gone.reason} Repair it (nvidia-smi -q -i "
+                                  f"{gone.gpu_index} says more) or bind another GPU.")
         if device is None:
             known = ", ".join(f"{d.gpu_index} ({d.uuid})" for d in devices) or "none"
             raise CudaDeviceError(f"{_describe(info)} is not a GPU NVML lists on this host (it lists: {known}), "
@@ -305,11 +309,13 @@ def _ordinals_without_nvml(ordered: "list[ExternalResourceInfo]", value: "str | 
 
 
 def cuda_ordinals(infos: "Iterable[ExternalResourceInfo]", devices: "Sequence[Device] | None" = None,
-                  environ: "Mapping[str, str] | None" = None) -> "tuple[int, ...]":
+                  environ: "Mapping[str, str] | None" = None, *,
+                  skipped: "Sequence[SkippedDevice] | None" = None) -> "tuple[int, ...]":
     """The CUDA device ordinals, in this process, of the GPUs ``infos``, in GPU index order.
 
     ``devices``: every NVML device of the host (:class:`flink_gpu.nvml.Device`, as
-    ``Library.devices()`` lists them, MIG units included); None opens the library
+    ``Library.devices()`` lists them, MIG units included) and ``skipped`` those it left out
+    (``Library.skipped()``: a GPU lost since discovery is named as such); None opens the library
     (:func:`flink_gpu.nvml.open_library`). ``environ``: the environment CUDA starts with in this
     process (default ``os.environ``): ``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER``, read as
     the module docstring says. An info is matched to its device by ``uuid`` when it has one, else
@@ -333,7 +339,8 @@ def cuda_ordinals(infos: "Iterable[ExternalResourceInfo]", devices: "Sequence[De
         from flink_gpu.nvml import open_library
 
         try:
-            devices = open_library().devices()
+            nvml = open_library()
+            devices, skipped = nvml.devices(), nvml.skipped()
         except NvmlError as error:
             return _ordinals_without_nvml(ordered, value, order, error)
-    return _ordinals(ordered, tuple(devices), value, order)
+    return _ordinals(ordered, tuple(devices), value, order, tuple(skipped or ()))

@@ -9,16 +9,19 @@ a forked child), never per call.
 
 from __future__ import annotations
 
-from flink_gpu._native import (BUSY_GPUS_VALUES, METRICS, DeviceState, Nvml, NvmlDevice, SkippedDevice,
-                               find_taskmanager, rank_gpus)
+from flink_gpu._native import (BUSY_GPUS_VALUES, HEALTH_CHECKS, METRICS, DeviceState, Nvml, NvmlDevice,
+                               SkippedDevice, Verdict, find_taskmanager, rank_gpus)
 
-__all__ = ["BUSY_GPUS_VALUES", "METRICS", "Device", "DeviceState", "Library", "SkippedDevice", "find_taskmanager",
-           "open_library", "rank_gpus", "states"]
+__all__ = ["BUSY_GPUS_VALUES", "HEALTH_CHECKS", "METRICS", "Device", "DeviceState", "Library", "SkippedDevice",
+           "Verdict", "find_taskmanager", "open_library", "rank_gpus", "states"]
 
 #: A loaded, initialised libnvidia-ml: ``library_path``, ``driver_version`` (None when the driver
 #: cannot say), ``devices()`` (the usable GPUs in NVML index order), ``skipped()`` (the GPUs
 #: the last ``devices()`` had to leave out, each with its NVML ``code`` and a ``reason``) and
-#: ``read_metric(gpu_index, metric)``.
+#: ``read_metric(gpu_index, metric)``, ``states(owner, taskmanager, health_checks)`` (every device's
+#: :class:`DeviceState` now) and ``choose(indices, owner, taskmanager, busy_policy, health_checks)``:
+#: the one choice of GPUs of the C++ core, (states of ``indices``, indices best first, ranks,
+#: [(index, why left out)]); a device of ``indices`` NVML no longer answers for is unhealthy.
 #:
 #: ``read_metric(gpu_index, metric) -> int``: one reading of ``metric`` (one of :data:`METRICS`)
 #: on the GPU ``gpu_index`` as GPUInfo carries it ("<index>", or "<index>:<slot>" for a MIG unit):
@@ -56,7 +59,9 @@ def open_library(library_path: "str | None" = None) -> Library:
     return Nvml.open(library_path)
 
 
-def states(library: Library, owner_pid: int, taskmanager_pid: "int | None" = None) -> "tuple[DeviceState, ...]":
-    """Every device's state now (health, memory, processes judged against ``owner_pid`` and its
+def states(library: Library, owner_pid: int, taskmanager_pid: "int | None" = None,
+           health_checks: "tuple[str, ...] | None" = None) -> "tuple[DeviceState, ...]":
+    """Every device's state now (health judged with ``health_checks``, names of
+    :data:`HEALTH_CHECKS`, None: all; memory; processes judged against ``owner_pid`` and its
     TaskManager ``taskmanager_pid``), in index order, read in one native call."""
-    return library.states(owner_pid, taskmanager_pid)
+    return library.states(owner_pid, taskmanager_pid, health_checks)

@@ -422,7 +422,8 @@ def _from_coordination_file(name: str, view: "_TaskManagerView | None" = None) -
         return ResourceLookup(frozenset(), "process", "; ".join(notes) + ".", path)
     held: dict[int, list[str]] = {}
     for entry in snapshot.entries:
-        if entry.alive:
+        # our ancestors are pids of our namespace: another container's pid 1 is not our TaskManager
+        if entry.alive and entry.ours:
             held.setdefault(entry.pid, []).append(entry.index)
     chain = []  # the pids tried, for the message
     for pid, command in _ancestry(os.getpid()):

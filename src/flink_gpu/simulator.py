@@ -31,10 +31,19 @@ Spec keys (every one optional; null counts as absent):
   * ``health``: an object with ``inforom_corrupted``, ``row_remap_failure``,
     ``row_remap_pending``, ``retired_pages_pending``, ``ecc_enabled`` (default true; booleans),
     ``ecc_uncorrected`` (the volatile uncorrectable ECC error count), ``recovery_action``
-    (``none``, ``gpu_reset``, ``node_reboot``, ``drain_p2p``, ``drain_and_reset``) and
-    ``state_error`` (``GPU_IS_LOST`` or ``RESET_REQUIRED``: what every state query and live
-    reading answers while the GPU's identity still reads), from ``state_error_after_s`` whole
-    seconds after ``nvmlInit`` on (default 0: from the start; a GPU falling off the bus mid-run);
+    (``none``, ``gpu_reset``, ``node_reboot``, ``drain_p2p``, ``drain_and_reset``,
+    ``recover_imex_domain``, ``bus_reset``, ``system_reboot``, or a whole number: a value a newer
+    driver may have), ``state_error`` (``GPU_IS_LOST`` or ``RESET_REQUIRED``: what every state
+    query and live reading answers while the GPU's identity still reads), from
+    ``state_error_after_s`` whole seconds after ``nvmlInit`` on (default 0: from the start; a GPU
+    falling off the bus mid-run), and ``lost_handle_after_s`` (whole seconds after ``nvmlInit``
+    from which ``nvmlDeviceGetHandleByIndex`` answers ``GPU_IS_LOST``: a GPU gone from the bus);
+  * ``fabric``: the GPU's NVLink fabric registration (an NVSwitch system), an object with
+    ``state`` (``not_supported``, ``not_started``, ``in_progress``, ``completed``: the default),
+    ``status`` (the NVML return code of a completed registration, default 0), ``health_summary``
+    (``not_supported``: the default, ``healthy``, ``unhealthy``, ``limited_capacity``) and
+    ``struct`` (``v3``: the default, ``v2``: a driver refusing v3, ``v1``: one with only
+    ``nvmlDeviceGetGpuFabricInfo``); without it every fabric query answers NOT_SUPPORTED (PCIe);
   * ``processes``: a list of ``{"pid": N, "used_memory": bytes (absent: not available), "kind":
     "compute" | "graphics" | "mps"}`` (pids are reported as given, like the host pids NVML gives);
   * ``utilization`` (%, 0..100), ``temperature`` (°C, 0..200) and ``power`` (W, to the milliwatt,
@@ -48,8 +57,8 @@ Spec keys (every one optional; null counts as absent):
     ``field_values``, ``retired_pages``, ``memory``, ``memory_v2``, ``compute_mode``,
     ``cpu_affinity``, ``compute_processes``, ``graphics_processes``, ``mps_processes``,
     ``process_detail_list``, ``processes`` (the three kinds), ``utilization``, ``temperature``,
-    ``power`` and ``temperature_v`` (``nvmlDeviceGetTemperatureV`` alone: a driver that exports it
-    but refuses it);
+    ``power``, ``temperature_v`` (``nvmlDeviceGetTemperatureV`` alone: a driver that exports it
+    but refuses it) and ``fabric``;
   * ``mig``: the GPU's Multi-Instance GPU layout, an object with ``mode`` (``enabled`` or
     ``disabled``, default disabled), ``pending`` (the mode after a reset; default the current
     one), ``max_devices`` (slots, 0..64, default 7) and ``instances``: a list of ``{"slot": N
@@ -72,11 +81,11 @@ _FAULTS = ("NO_PERMISSION", "GPU_IS_LOST")
 _PROCESS_STRUCTS = ("v2", "r535")
 _DEVICE_KEYS = {"uuid", "name", "memory_total", "pci_bus_id", "minor_number", "fault", "memory_used",
                 "cpu_affinity", "compute_mode", "health", "processes", "not_supported", "no_permission", "mig",
-                "utilization", "temperature", "power"}
+                "utilization", "temperature", "power", "fabric"}
 _MIG_KEYS = {"mode", "pending", "max_devices", "instances"}
 _MIG_MODES = ("disabled", "enabled")
 _INSTANCE_KEYS = {"slot", "uuid", "memory_total", "gi", "ci", "memory_used", "cpu_affinity", "compute_mode",
-                  "health", "processes", "not_supported", "no_permission"}
+                  "health", "processes", "not_supported", "no_permission", "fabric"}
 # the value rules the simulator itself applies (csrc/simulator/nvml_simulator.cpp): text, or a
 # whole number in [0, limit)
 _STRING_KEYS = ("uuid", "name", "pci_bus_id")
@@ -87,13 +96,18 @@ _MAX_POWER_WATTS = (2**32 - 1) / 1000
 _COMPUTE_MODES = ("default", "exclusive_thread", "prohibited", "exclusive_process")
 _HEALTH_FLAGS = ("inforom_corrupted", "row_remap_failure", "row_remap_pending", "retired_pages_pending",
                  "ecc_enabled")
-_RECOVERY_ACTIONS = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")
+_RECOVERY_ACTIONS = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset", "recover_imex_domain",
+                     "bus_reset", "system_reboot")
+_FABRIC_KEYS = {"state", "status", "health_summary", "struct"}
+_FABRIC_STATES = ("not_supported", "not_started", "in_progress", "completed")
+_FABRIC_SUMMARIES = ("not_supported", "healthy", "unhealthy", "limited_capacity")
+_FABRIC_STRUCTS = ("v1", "v2", "v3")
 _STATE_ERRORS = ("GPU_IS_LOST", "RESET_REQUIRED")
 _PROCESS_KINDS = ("compute", "graphics", "mps")
 _QUERIES = ("inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
             "memory_v2", "compute_mode", "cpu_affinity", "compute_processes", "graphics_processes",
             "mps_processes", "process_detail_list", "processes", "utilization", "temperature", "power",
-            "temperature_v")
+            "temperature_v", "fabric")
 _CPULIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
 #: The most GPUs ``devices`` may ask for: the limit csrc/simulator/nvml_simulator.cpp puts on
 #: FLINK_GPU_SIM_DEVICES.
@@ -181,7 +195,8 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
     if health is not None:
         if not isinstance(health, Mapping):
             raise TypeError(f"Simulator spec {where}.health must be an object, got {health!r}.")
-        known = set(_HEALTH_FLAGS) | {"ecc_uncorrected", "recovery_action", "state_error", "state_error_after_s"}
+        known = set(_HEALTH_FLAGS) | {"ecc_uncorrected", "recovery_action", "state_error", "state_error_after_s",
+                                      "lost_handle_after_s"}
         bad = set(health) - known
         if bad:
             raise ValueError(f"Simulator spec {where}.health has unknown keys {sorted(bad)}; known: {sorted(known)}.")
@@ -189,11 +204,28 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
             _check_bool(health.get(key), f"{where}.health.{key}")
         if health.get("ecc_uncorrected") is not None:
             _check_whole_number(health["ecc_uncorrected"], 2**64, f"{where}.health.ecc_uncorrected must be a whole number")
-        _check_choice(health.get("recovery_action"), _RECOVERY_ACTIONS, f"{where}.health.recovery_action")
+        action = health.get("recovery_action")
+        if isinstance(action, int) and not isinstance(action, bool):  # a value this build may not know
+            _check_whole_number(action, 2**32, f"{where}.health.recovery_action must be a name or a whole number")
+        else:
+            _check_choice(action, _RECOVERY_ACTIONS, f"{where}.health.recovery_action")
         _check_choice(health.get("state_error"), _STATE_ERRORS, f"{where}.health.state_error")
-        if health.get("state_error_after_s") is not None:
-            _check_whole_number(health["state_error_after_s"], 10**9,
-                                f"{where}.health.state_error_after_s must be a whole number of seconds")
+        for key in ("state_error_after_s", "lost_handle_after_s"):
+            if health.get(key) is not None:
+                _check_whole_number(health[key], 10**9, f"{where}.health.{key} must be a whole number of seconds")
+    fabric = device.get("fabric")
+    if fabric is not None:
+        if not isinstance(fabric, Mapping):
+            raise TypeError(f"Simulator spec {where}.fabric must be an object, got {fabric!r}.")
+        bad = set(fabric) - _FABRIC_KEYS
+        if bad:
+            raise ValueError(f"Simulator spec {where}.fabric has unknown keys {sorted(bad)}; known: "
+                             f"{sorted(_FABRIC_KEYS)}.")
+        _check_choice(fabric.get("state"), _FABRIC_STATES, f"{where}.fabric.state")
+        if fabric.get("status") is not None:
+            _check_whole_number(fabric["status"], 1000, f"{where}.fabric.status must be an NVML return code")
+        _check_choice(fabric.get("health_summary"), _FABRIC_SUMMARIES, f"{where}.fabric.health_summary")
+        _check_choice(fabric.get("struct"), _FABRIC_STRUCTS, f"{where}.fabric.struct")
     processes = device.get("processes")
     if processes is not None:
         if not isinstance(processes, (list, tuple)):

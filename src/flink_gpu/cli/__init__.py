@@ -140,7 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = add("claim", "claim N GPUs of this host for a process",
               "Claim N GPUs in the coordination file for a process, as a coordinated Flink "
-              "TaskManager would: free GPUs first, then those of dead owners. The owner defaults "
+              "TaskManager in NVML mode would: never an unhealthy GPU, healthy idle ones first, busy "
+              "and degraded ones last (each left out or busy one is WARNed), free GPUs before those "
+              "of dead owners. The owner defaults "
               "to the parent of this command (normally your shell), because this command exits "
               "at once and GPUs owned by it would be reclaimable right away. The GPUs stay "
               "claimed until `flink-gpu release` or until the owner exits.")

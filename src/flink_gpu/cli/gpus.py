@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import (coordination_path, document, emit_json, error_message, gib,
@@ -32,25 +33,14 @@ _OTHER_NAMESPACE = "held in another PID namespace, liveness unknown"
 
 def _entry_cmdline(entry):
     """The live owner's argv where its pid is one of our namespace (None otherwise)."""
-    return process_cmdline(entry.pid) if entry.alive and _ours(entry.namespace) else None
-
-
-_own_ns: "list[int | None]" = []
-
-
-def _own_namespace() -> "int | None":
-    if not _own_ns:
-        try:
-            _own_ns.append(os.stat("/proc/self/ns/pid").st_ino)
-        except OSError:
-            _own_ns.append(None)
-    return _own_ns[0]
+    return process_cmdline(entry.pid) if entry.alive and entry.ours else None
 
 
 def _entry_json(entry) -> dict:
     return {"line_number": entry.line_number, "index": entry.index, "pid": entry.pid,
             "start_time": entry.start_time, "alive": entry.alive, "state": entry.state,
-            "liveness_known": entry.liveness_known, "namespace": entry.namespace, "lease": entry.lease,
+            "liveness": entry.liveness, "liveness_known": entry.liveness_known, "ours": entry.ours,
+            "namespace": entry.namespace, "lease": entry.lease, "lease_file": entry.lease_file,
             "cmdline": _entry_cmdline(entry)}
 
 
@@ -94,9 +84,8 @@ def list_gpus(args) -> int:
     unknown = sort_indices({e.index for e in snapshot.entries if e.index not in present}
                            if snapshot is not None else ())
 
-    # only holders whose pid is ours to see can own a process NVML lists
-    states = _gpu_states(nvml, {index: [e.pid for e in entries if e.liveness_known]
-                                for index, entries in live.items()})
+    # only holders whose pid is a pid of ours can be matched with the processes NVML lists
+    states = _gpu_states(nvml, {index: [e.pid for e in entries if e.ours] for index, entries in live.items()})
     gpus = []
     for device in devices:
         index = device.gpu_index
@@ -108,7 +97,7 @@ def list_gpus(args) -> int:
                 "parent_index": device.parent_index, "parent_uuid": device.parent_uuid,
                 "mig_slot": device.mig_slot, "mig_gi": device.mig_gi, "mig_ci": device.mig_ci}),
             "holders": [{"pid": e.pid, "cmdline": _entry_cmdline(e), "liveness_known": e.liveness_known,
-                         "namespace": e.namespace} for e in live.get(index, [])],
+                         "ours": e.ours, "namespace": e.namespace} for e in live.get(index, [])],
             "stale_holders": [e.pid for e in stale.get(index, [])],
             **states.get(index, _NO_STATE),
         })
@@ -169,23 +158,14 @@ def list_gpus(args) -> int:
 
 # -- list: the bindings under their TaskManager (docs/design.md §9.3) ------------------------------
 
-def _process_key(pid: int, namespace: "int | None") -> "tuple[int, int | None]":
-    """A process as a file names it: its pid is a number of the writer's pid namespace (none recorded:
-    ours), so two containers' pid 1 are two processes."""
-    return pid, _own_namespace() if namespace is None else namespace
-
-
-def _claimed(live: "dict[str, list]") -> "dict[tuple[int, int | None], list[str]]":
-    """Owner (pid, namespace) -> the GPUs its live coordination entries claim, in index order."""
-    out: "dict[tuple[int, int | None], list[str]]" = {}
+def _claimed(live: "dict[str, list]") -> "dict[str, list[str]]":
+    """Owner (its holder_key: two containers' pid 1 are two owners) -> the GPUs its live coordination
+    entries claim, in index order."""
+    out: "dict[str, list[str]]" = {}
     for index in sort_indices(live):
         for entry in live[index]:
-            out.setdefault(_process_key(entry.pid, entry.namespace), []).append(index)
+            out.setdefault(entry.holder_key, []).append(index)
     return out
-
-
-def _ours(namespace: "int | None") -> bool:
-    return namespace is None or namespace == _own_namespace()
 
 
 def _binding_holder_json(name: str, entries: list) -> dict:
@@ -195,20 +175,19 @@ def _binding_holder_json(name: str, entries: list) -> dict:
     return {"holder": name, "slot": slot, "pid": None if slot is not None else first.pid,
             "threads": sorted({e.pid for e in entries}) if slot is not None else [],
             "gpus": sort_indices({e.index for e in entries}), "holders_per_gpu": first.holders_per_gpu,
-            "liveness_known": all(e.state != "other namespace" for e in entries),
+            "liveness_known": all(e.liveness_known for e in entries),
             "cmdline": _entry_cmdline(first) if slot is None else None}
 
 
-def _taskmanager_order(key: "tuple[int, int | None] | None") -> tuple:
-    """Ours by pid, then other namespaces' by namespace and pid, then holders that recorded none."""
-    if key is None:
+def _taskmanager_order(first) -> tuple:
+    """Ours by pid, then other namespaces' by namespace and pid, then holders that recorded none (``first``:
+    a live entry of the TaskManager's holders)."""
+    if first.taskmanager is None:
         return 2, 0, 0
-    pid, namespace = key
-    return (0, 0, pid) if _ours(namespace) else (1, namespace, pid)
+    return (0, 0, first.taskmanager) if first.ours else (1, first.namespace or 0, first.taskmanager)
 
 
-def _bindings_view(path: str, timeout: float, present: "set[str]",
-                   claimed: "dict[tuple[int, int | None], list[str]]") -> dict:
+def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dict[str, list[str]]") -> dict:
     """The bindings file beside the coordination file ``path``: live holders grouped under the
     TaskManager whose GPUs they bind, a pid of the namespace that wrote the line (``claimed``: what each
     coordination owner holds)."""
@@ -222,21 +201,22 @@ def _bindings_view(path: str, timeout: float, present: "set[str]",
     except (OSError, TimeoutError) as error:  # the GPUs are still worth listing
         view["error"] = error_message(error)
         return view
-    holders: "dict[tuple[int, int | None] | None, dict[str, list]]" = {}
+    # per TaskManager (its taskmanager_key; None: not recorded), per holder (its holder_key), the live lines
+    holders: "dict[str | None, dict[str, list]]" = {}
     for entry in snapshot.entries:
         if entry.alive:
-            taskmanager = None if entry.taskmanager is None else _process_key(entry.taskmanager, entry.namespace)
-            holders.setdefault(taskmanager, {}).setdefault(entry.holder, []).append(entry)
+            holders.setdefault(entry.taskmanager_key, {}).setdefault(entry.holder_key, []).append(entry)
         else:
             view["stale"].append({"line_number": entry.line_number, "index": entry.index, "pid": entry.pid,
                                   "slot": entry.slot, "taskmanager": entry.taskmanager})
-    for taskmanager in sorted(holders, key=_taskmanager_order):
-        rows = [_binding_holder_json(name, entries) for name, entries in holders[taskmanager].items()]
-        pid, namespace = (None, None) if taskmanager is None else taskmanager
+    for taskmanager in sorted(holders, key=lambda key: _taskmanager_order(next(iter(holders[key].values()))[0])):
+        rows = [_binding_holder_json(entries[0].holder, entries) for entries in holders[taskmanager].values()]
+        first = next(iter(holders[taskmanager].values()))[0]
+        pid = first.taskmanager
         view["taskmanagers"].append({
-            "pid": pid, "namespace": namespace,
-            "cmdline": process_cmdline(pid) if pid is not None and _ours(namespace) else None,
-            "claimed": claimed.get(taskmanager, []),
+            "pid": pid, "namespace": None if pid is None else first.namespace, "ours": first.ours,
+            "cmdline": process_cmdline(pid) if pid is not None and first.ours else None,
+            "claimed": [] if taskmanager is None else claimed.get(taskmanager, []),
             "holders": index_sort_order(rows, lambda row: row["gpus"][0])})
     view.update(exists=snapshot.exists, unparsable=[{"line_number": n, "text": t} for n, t in snapshot.unparsable],
                 unknown_indices=sort_indices({e.index for e in snapshot.entries if e.index not in present}))
@@ -274,7 +254,7 @@ def _print_bindings(view: dict) -> None:
             claimed = (f"holds GPU {', '.join(taskmanager['claimed'])}" if taskmanager["claimed"]
                        else "holds no GPU")
             command = "" if taskmanager["cmdline"] is None else f": {short_command(taskmanager['cmdline'])}"
-            where = "" if _ours(taskmanager["namespace"]) else f" of PID namespace {taskmanager['namespace']}"
+            where = "" if taskmanager["ours"] else f" of PID namespace {taskmanager['namespace']}"
             print(f"  TaskManager pid {taskmanager['pid']}{where} ({claimed} in the coordination file){command}")
         print(table(["HOLDER", "GPU", "SHARED", "COMMAND"], _binding_rows(taskmanager["holders"]), indent="    "))
     if view["stale"]:
@@ -289,7 +269,7 @@ def _print_bindings(view: dict) -> None:
 
 
 # a GPU that went missing between the enumeration and the state query: nothing known
-_NO_STATE = {"health": None, "findings": [], "memory_used": None, "memory_free": None,
+_NO_STATE = {"health": None, "findings": [], "checks": {}, "memory_used": None, "memory_free": None,
              "numa_node": None, "cpu_affinity": None, "compute_mode": None,
              "processes_known": False, "processes": []}
 
@@ -307,6 +287,8 @@ def _gpu_states(nvml, live: "dict[str, list[int]]") -> "dict[str, dict]":
         device = static.get(index)
         result[index] = {
             "health": state.health, "findings": list(state.findings),
+            "checks": {name: {"outcome": outcome, "finding": finding}
+                       for name, outcome, _, finding, _ in state.checks},
             "memory_used": state.memory_used, "memory_free": state.memory_free,
             "numa_node": device.numa_node if device else None,
             "cpu_affinity": device.cpu_affinity if device else None,
@@ -339,6 +321,10 @@ def _print_state_notes(gpus: "list[dict]") -> None:
         for finding in gpu["findings"]:
             if finding != gpu["health"]:
                 print(f"  GPU {gpu['index']}: {finding}")
+        unchecked = [f"{name} ({check['outcome']})" for name, check in gpu["checks"].items()
+                     if check["outcome"] not in ("ok", "finding")]
+        if unchecked:
+            print(f"  GPU {gpu['index']}: not checked: {', '.join(unchecked)}")
     hidden = sorted({p["pid"] for g in gpus for p in g["processes"] if not p["visible"]})
     if hidden:
         print(f"  NVML lists pid {', '.join(map(str, hidden))}, which this PID namespace cannot "
@@ -478,22 +464,41 @@ def claim(args) -> int:
 
     owner = _owner(args)
     path = coordination_path(args)
-    _, devices, _ = _devices()
+    nvml, devices, _ = _devices()
     uuids = {d.gpu_index: d.uuid for d in devices}
-    got = coordination.claim(args.amount, list(uuids), path=path, owner=owner, timeout=args.timeout).taken
+    units = {d.gpu_index for d in devices if d.mig_slot is not None}
+    # the driver's choice (design.md §9.1): never an unhealthy GPU, degraded and busy ones last
+    states, order, ranks, left_out = nvml.choose(list(uuids), owner, None, "avoid")
+    health = {state.gpu_index: state.health for state in states}
+    for index, why in left_out:
+        print(f"flink-gpu claim: WARNING: GPU {index} left out: {why}", file=sys.stderr)
+    got = coordination.claim(args.amount, order, path=path, owner=owner, timeout=args.timeout,
+                             ranks=ranks).taken
+    busy = {state.gpu_index: state.busy_reason for state in states if state.busy}
+    for index in got:
+        if index in busy:
+            print(f"flink-gpu claim: WARNING: GPU {index} is {busy[index]} (too few idle GPUs)",
+                  file=sys.stderr)
     if args.json:
         emit_json(document("claim", path=path, amount=args.amount,
                            owner={"pid": owner, "cmdline": process_cmdline(owner)},
-                           gpus=[{"index": i, "uuid": uuids.get(i)} for i in got]))
+                           gpus=[{"index": i, "uuid": uuids.get(i), "health": health.get(i)} for i in got],
+                           left_out=[{"index": i, "reason": why} for i, why in left_out]))
         return 0
     if not got:
         print("Claimed no GPU (N is 0).")
         return 0
     print(f"Claimed GPU {', '.join(got)} for {owner_description(owner)} in {path}.")
-    print(table(["GPU", "UUID"], ([i, uuids.get(i)] for i in got), indent="  "))
+    print(table(["GPU", "UUID", "HEALTH"], ([i, uuids.get(i), health.get(i)] for i in got), indent="  "))
     print(f"They stay claimed until `flink-gpu release{_owner_flag(args)}{_file_flag(args)}` or "
           f"until pid {owner} exits.")
-    print(f"CUDA_VISIBLE_DEVICES={','.join(uuids.get(i) or i for i in got)}")
+    if len(got) > 1 and units & set(got):
+        # CUDA uses one MIG instance per process (design.md §9.2): one line per process to start
+        print("CUDA uses one MIG instance per process: give each process one of")
+        for i in got:
+            print(f"  CUDA_VISIBLE_DEVICES={uuids.get(i) or i}")
+    else:
+        print(f"CUDA_VISIBLE_DEVICES={','.join(uuids.get(i) or i for i in got)}")
     return 0
 
 

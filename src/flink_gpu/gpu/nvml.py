@@ -22,7 +22,7 @@ from flink_gpu.gpu.info import (PROPERTY_CPU_AFFINITY, PROPERTY_HEALTH, PROPERTY
                                 PROPERTY_NUMA_NODE, PROPERTY_PARENT_INDEX, PROPERTY_PARENT_UUID,
                                 PROPERTY_PCI_BUS_ID, PROPERTY_PROCESSES, PROPERTY_UUID, GPUInfo)
 from flink_gpu.gpu.settings import GPUDriverSettings
-from flink_gpu.nvml import find_taskmanager, rank_gpus
+from flink_gpu.nvml import Verdict, find_taskmanager
 
 _log = logging.getLogger("flink_gpu.gpu.nvml")
 
@@ -80,7 +80,7 @@ def process_holders(nvml, holders) -> "dict[tuple[str, int], int]":
 
 class _Ranking(NamedTuple):
     key: tuple  # what the states it was made from said
-    order: list  # the candidates' indices, best first (rank_gpus)
+    order: list  # the candidates' indices, best first (the core's choice)
     ranks: list  # parallel to order
     left_out: list  # (index, why)
     by_index: dict  # index -> GPUInfo, every usable GPU
@@ -92,12 +92,13 @@ class _Enumeration(NamedTuple):
     pid: int
     devices: tuple
     skipped: tuple
+    indices: tuple  # the devices' indices, in their order
     names: dict[str, str]  # the device's index -> the index as GPUInfo carries it
     static: dict[str, dict[str, str]]  # index -> static properties
     # index -> (its state properties, GPUInfo) as last made: unchanged properties reuse the info
     infos: dict[str, tuple[dict[str, str], GPUInfo]]
-    rankings: dict[str, _Ranking]  # busy-gpus policy -> the last ranking under it
-    warned: set  # (index, health) and (index, "processes unknown") WARNed once per process
+    rankings: dict[tuple, _Ranking]  # (busy-gpus policy, health checks) -> the last ranking under them
+    warned: set  # (index, health), (index, warning) and (index, "processes unknown") WARNed once per process
 
 
 # library path -> the process's enumeration, shared by all its drivers (see NvmlDiscovery)
@@ -135,6 +136,7 @@ class NvmlDiscovery:
         ``settings.busy_policy()`` what to do with busy GPUs."""
         self.args = settings.script_args
         self.busy_gpus = settings.busy_policy()
+        self.health_checks = settings.health_checks
         self._nvml = nvml
         self._claimed: set[str] = set()  # indices this driver counts in _driver_holds
         self._claimed_pid = os.getpid()
@@ -154,7 +156,7 @@ class NvmlDiscovery:
             skipped = tuple(nvml.skipped())
             for device in skipped:
                 _log.warning("%s", device.reason)
-            enumeration = _Enumeration(pid, devices, skipped,
+            enumeration = _Enumeration(pid, devices, skipped, tuple(d.gpu_index for d in devices),
                                        {d.gpu_index: d.gpu_index for d in devices},
                                        {d.gpu_index: static_properties(d) for d in devices}, {},
                                        {}, set())
@@ -175,14 +177,15 @@ class NvmlDiscovery:
         taskmanager = _taskmanagers.get(pid, _UNKNOWN)
         if taskmanager is _UNKNOWN:
             taskmanager = _taskmanagers[pid] = find_taskmanager(pid)
-        states = self._nvml.states(pid, taskmanager)
+        states, order, ranks, left_out = self._nvml.choose(enumeration.indices, pid, taskmanager, self.busy_gpus,
+                                                           self.health_checks)
         # everything the ranking and the infos depend on: while it is unchanged (an idle host),
-        # the last ranking and its infos are reused instead of ranking and building them again
+        # the last ranking and its infos are reused instead of building them again
         key = tuple([(s.gpu_index, s.health, s.busy, s.memory_used, s.memory_free, s.processes_known,
                       len(s.processes)) for s in states])
-        ranking = enumeration.rankings.get(self.busy_gpus)
+        ranking = enumeration.rankings.get((self.busy_gpus, self.health_checks))
         if ranking is None or ranking.key != key:
-            ranking = self._rank(enumeration, states, key)
+            ranking = self._rank(enumeration, states, key, order, ranks, left_out)
         if len(ranking.order) < amount:
             raise FlinkException(self._shortage(enumeration, amount, ranking.left_out))
         if not self.args.coordination_mode:
@@ -208,38 +211,40 @@ class NvmlDiscovery:
         by_index = ranking.by_index
         return frozenset([by_index[index] for index in result.taken])
 
-    def _rank(self, enumeration: _Enumeration, states, key: tuple) -> _Ranking:
-        """Rank ``states`` by this driver's policy (in the C++ core), WARN what is wrong, and make
-        the infos: an info is reused while what its GPU's state says is unchanged."""
+    def _rank(self, enumeration: _Enumeration, states, key: tuple, order, ranks, left_out) -> _Ranking:
+        """WARN what is wrong with ``states`` (the core's choice ranked them as ``order``,
+        ``ranks``, ``left_out``) and make the infos: an info is reused while what its GPU's state
+        says is unchanged."""
         names = enumeration.names
-        # a device the enumeration skipped (and WARNed about) may still answer state queries
-        states = [state for state in states if state.gpu_index in names]
         by_index = {}
         for state in states:
             index = names[state.gpu_index]
-            if state.health != "ok" or not state.processes_known:
-                self._warn(enumeration, index, state)
+            self._warn(enumeration, index, state)
             properties = state_properties(state)
             last = enumeration.infos.get(index)
             if last is None or last[0] != properties:
                 last = enumeration.infos[index] = (
                     properties, GPUInfo(index, {**enumeration.static[index], **properties}))
             by_index[index] = last[1]
-        order, ranks, left_out = rank_gpus(states, self.busy_gpus)
         ranking = _Ranking(key, order, ranks, left_out, by_index,
                            tuple(by_index[index] for index in order), {})
-        enumeration.rankings[self.busy_gpus] = ranking
+        enumeration.rankings[(self.busy_gpus, self.health_checks)] = ranking
         return ranking
 
     @staticmethod
     def _warn(enumeration: _Enumeration, index: str, state) -> None:
-        """WARN, once per process and GPU, an unhealthy GPU and one whose processes NVML would
-        not list."""
+        """WARN, once per process and GPU, an unhealthy GPU, a finding that leaves it ok, and a GPU
+        whose processes NVML would not list."""
         warned = enumeration.warned
-        if state.health.startswith("unhealthy") and (index, state.health) not in warned:
+        if state.verdict is Verdict.UNHEALTHY and (index, state.health) not in warned:
             warned.add((index, state.health))
             _log.warning("GPU %s (%s) is %s; it is not handed out.", index,
                          enumeration.static[index].get(PROPERTY_UUID, "no uuid"), state.health)
+        for warning in state.warnings:
+            if (index, warning) not in warned:
+                warned.add((index, warning))
+                _log.warning("GPU %s (%s): %s; it is handed out.", index,
+                             enumeration.static[index].get(PROPERTY_UUID, "no uuid"), warning)
         if not state.processes_known and (index, "processes unknown") not in warned:
             warned.add((index, "processes unknown"))
             _log.warning("NVML gives no permission to list the processes on GPU %s; it counts "

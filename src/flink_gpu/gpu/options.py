@@ -50,3 +50,11 @@ class GPUDriverOptions:
         "TaskManager or their descendants). 'avoid' takes them only when the idle GPUs are too "
         "few, 'exclude' never takes them, 'ignore' takes GPUs in index order as Flink does. Case "
         "and surrounding blanks are ignored; overrides --busy-gpus in discovery-script.args.")
+
+    HEALTH_CHECKS: ConfigOption[str] = config_option(
+        "health-checks", str, "all",
+        "NVML mode: which health checks decide whether a GPU is handed out (docs/design.md §9.1): "
+        "a comma-separated list of check names (inforom, remapped-rows, ecc, recovery-action, "
+        "fabric, retired-pages), 'all', and '-name' to leave one out, read left to right, e.g. "
+        "'all,-inforom'. A check left out is still read and shown by flink-gpu list and doctor; "
+        "a lost GPU is never handed out.")

@@ -16,7 +16,7 @@ from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
-from flink_gpu.nvml import BUSY_GPUS_VALUES
+from flink_gpu.nvml import BUSY_GPUS_VALUES, HEALTH_CHECKS
 from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args, warn_ignored
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
@@ -36,12 +36,13 @@ class GPUDriverSettings:
     resource_name: "str | None" = None  # the resource whose params these are, when known
     busy_gpus: str = "avoid"  # busy-gpus, lower case: "avoid", "exclude" or "ignore"
     busy_gpus_set: bool = False  # busy-gpus is configured (it then overrides --busy-gpus in the args)
+    health_checks: "tuple[str, ...]" = HEALTH_CHECKS  # health-checks: the enforced checks, in HEALTH_CHECKS order
 
     @classmethod
     def from_config(cls, params: "Configuration | Mapping[str, object] | None",
                     resource_name: "str | None" = None) -> GPUDriverSettings:
         """The settings in ``params`` (the driver-relative keys, ``external-resource.<name>.param.``
-        stripped). Raises ``IllegalConfigurationException`` for a bad mode, timeout or busy-gpus,
+        stripped). Raises ``IllegalConfigurationException`` for a bad mode, timeout, busy-gpus or health-checks,
         naming the full key when ``resource_name`` is given. Nothing is logged: :meth:`warn_ignored_args`
         WARNs about the arguments when a backend reads them.
 
@@ -71,6 +72,7 @@ class GPUDriverSettings:
                 f"Invalid value for key '{_key(timeout_option, resource_name)}': the timeout must "
                 f"be positive, got {timeout} s.")
         busy_gpus = _choice(config, GPUDriverOptions.BUSY_GPUS, BUSY_GPUS_VALUES, resource_name)
+        health_checks = _health_checks(config, resource_name)
         args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
         library_path = config.get(GPUDriverOptions.NVML_LIBRARY_PATH)
         if library_path is not None and not library_path.strip():
@@ -80,13 +82,13 @@ class GPUDriverSettings:
                    script_path_set=config.contains(path_option), script_args_text=args,
                    script_args=parse_script_args(args, warn=False), timeout=timeout,
                    library_path=library_path, resource_name=resource_name, busy_gpus=busy_gpus,
-                   busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS))
+                   busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS), health_checks=health_checks)
 
     @classmethod
     def from_config_lenient(cls, params: "Configuration | Mapping[str, object] | None",
                             resource_name: "str | None" = None) -> GPUDriverSettings:
         """As :meth:`from_config`, but an invalid option of ours (``discovery-mode``,
-        ``discovery-script.timeout``, ``busy-gpus``) takes its default instead of failing; valid
+        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``) takes its default instead of failing; valid
         ones are kept.
 
         That is what Flink's Java GPU plugin, which reads only ``discovery-script.path`` and
@@ -95,7 +97,7 @@ class GPUDriverSettings:
         the invalid option."""
         given = Configuration.coerce(params).to_dict()
         ours = (GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key,
-                GPUDriverOptions.BUSY_GPUS.key)
+                GPUDriverOptions.BUSY_GPUS.key, GPUDriverOptions.HEALTH_CHECKS.key)
         # the fewest options left out that make the rest valid
         for count in range(len(ours) + 1):
             for left_out in itertools.combinations(ours, count):
@@ -166,6 +168,27 @@ def _choice(config: Configuration, option: ConfigOption, allowed, resource_name:
             f"Invalid value '{value}' for key '{_key(option, resource_name)}': expected one of "
             f"{', '.join(allowed)}.")
     return choice
+
+
+def _health_checks(config: Configuration, resource_name: "str | None") -> "tuple[str, ...]":
+    """``health-checks``: names, ``all`` and ``-name``, left to right, case and blanks ignored."""
+    option = GPUDriverOptions.HEALTH_CHECKS
+    value = config.get(option)
+    enforced: "set[str]" = set()
+    for item in value.split(","):
+        name = item.strip().lower()
+        drop = name.startswith("-")
+        name = name[1:].strip() if drop else name
+        if name == "all":
+            enforced = set() if drop else set(HEALTH_CHECKS)
+        elif name in HEALTH_CHECKS:
+            (enforced.discard if drop else enforced.add)(name)
+        else:
+            raise IllegalConfigurationException(
+                f"Invalid value '{value}' for key '{_key(option, resource_name)}': "
+                f"{item.strip()!r} is not a health check; use all, {', '.join(HEALTH_CHECKS)}, "
+                "each optionally prefixed with '-' to leave it out (e.g. 'all,-inforom').")
+    return tuple(name for name in HEALTH_CHECKS if name in enforced)
 
 
 def _key(option: ConfigOption, resource_name: "str | None") -> str:

@@ -6,6 +6,7 @@ import os
 import shlex
 
 from flink_gpu.cli._output import plural
+from flink_gpu.cli.doctor.cleaners import check_age_cleaners
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.cli.doctor.taskmanagers import taskmanagers_per_host
 from flink_gpu.coordination import DEFAULT_PATH, snapshot
@@ -63,6 +64,7 @@ def check_coordination(checkup: Checkup, name: str, settings: GPUDriverSettings,
                     "get none.", f"Lower {amount_key(name)} or the number of TaskManagers per "
                     "host.", resource=name)
     check_coordination_file(checkup, name, path)
+    check_age_cleaners(checkup, name, path)
 
 
 def _deployment_isolates(checkup: Checkup, name: str) -> bool:

@@ -1,4 +1,6 @@
-"""The state of the host's GPUs now (docs/design.md §9.1): unhealthy, degraded and busy ones.
+"""The state of the host's GPUs now (docs/design.md §9.1): unhealthy, degraded and busy ones, the
+checks that could not be made, findings of checks ``health-checks`` leaves out, and a host whose
+GPUs have not registered with the NVLink fabric.
 
 Doctor is not a worker, so "busy" here means running a process that belongs to no flink-gpu
 holder (no live owner in the coordination file, nor a descendant of one).
@@ -15,6 +17,7 @@ from flink_gpu.errors import IllegalConfigurationException, NvmlError
 from flink_gpu.framework import amount_key
 from flink_gpu.gpu.options import GPUDriverOptions
 from flink_gpu.gpu.settings import GPUDriverSettings
+from flink_gpu.nvml import Verdict
 from flink_gpu.script_protocol import ScriptArgs
 
 
@@ -28,7 +31,7 @@ def _holders(script_args: "ScriptArgs | None") -> "list[int]":
         found = snapshot(script_args.coordination_file)
     except (OSError, TimeoutError):  # the coordination check reports it
         return []
-    return [entry.pid for entry in found.entries if entry.alive]
+    return [entry.pid for entry in found.entries if entry.alive and entry.ours]  # pids of our namespace
 
 
 def check_gpu_state(checkup: Checkup, name: str, settings: GPUDriverSettings,
@@ -44,18 +47,24 @@ def check_gpu_state(checkup: Checkup, name: str, settings: GPUDriverSettings,
     nvml, devices, _ = found
     if not devices:
         return
-    states = nvml.states(os.getpid(), None)
+    states = nvml.states(os.getpid(), None, settings.health_checks)
     belongs = process_holders(nvml, _holders(script_args))
     try:
         policy = settings.busy_policy(warn=False)
     except IllegalConfigurationException:  # a bad --busy-gpus: the driver check reports it
         policy = settings.busy_gpus
     busy_key = settings.key(GPUDriverOptions.BUSY_GPUS)
+    checks_key = settings.key(GPUDriverOptions.HEALTH_CHECKS)
+    unregistered = _check_fabric(checkup, name, states)
+    _check_unchecked(checkup, name, states)
     unhealthy = 0
     for state in states:
         index = state.gpu_index
-        if state.health.startswith("unhealthy"):
+        _check_left_out(checkup, name, state, checks_key, uses_state)
+        if state.verdict is Verdict.UNHEALTHY:
             unhealthy += 1
+            if unregistered:
+                continue  # the host finding says it once
             then = ("a TaskManager never gets it" if uses_state else
                     "the discovery script still hands it out (it checks nothing but the index); "
                     "flink-gpu-discovery or discovery-mode nvml would leave it out")
@@ -64,7 +73,7 @@ def check_gpu_state(checkup: Checkup, name: str, settings: GPUDriverSettings,
                         f"Check it with `nvidia-smi -q -i {index}`; a lost GPU or one that needs "
                         "a reset needs `nvidia-smi -r` or a reboot, a failed row remapping or a "
                         "corrupted InfoROM needs service.", resource=name)
-        elif state.health.startswith("degraded"):
+        elif state.verdict is Verdict.DEGRADED:
             checkup.add("note", "gpu-state", f"GPU {index} is {state.health}: "
                         + ("it is handed out only after every healthy GPU." if uses_state else
                            "the discovery script hands it out like any other."),
@@ -108,3 +117,48 @@ def check_gpu_state(checkup: Checkup, name: str, settings: GPUDriverSettings,
                     f"{plural(len(states) - unhealthy, 'GPU')} of this host "
                     f"{'is' if len(states) - unhealthy == 1 else 'are'} healthy: discovery fails.",
                     "Repair or replace the unhealthy GPUs, or lower the amount.", resource=name)
+
+
+def _fabric_unregistered(state) -> bool:
+    """The GPU's NVLink fabric registration has not completed (not started or in progress)."""
+    return any(name == "fabric" and verdict is Verdict.UNHEALTHY for name, _, verdict, _, _ in state.checks)
+
+
+def _check_fabric(checkup: Checkup, name: str, states) -> bool:
+    """One host finding when no GPU of the host has registered with the NVLink fabric: the
+    Fabric Manager is not running or not done (docs/design.md §9.1). True when it was made."""
+    if not states or not all(_fabric_unregistered(state) for state in states):
+        return False
+    waiting = any("in progress" in (finding or "") for state in states
+                  for check, _, _, finding, _ in state.checks if check == "fabric")
+    checkup.add("error", "gpu-state", f"No GPU of this host has completed its NVLink fabric registration"
+                f"{' (some are in progress)' if waiting else ''}: CUDA fails with error 802 "
+                "(cudaErrorSystemNotReady) until it has, and no GPU is handed out.",
+                "Start the Fabric Manager (`systemctl status nvidia-fabricmanager`; its version must be "
+                "the driver's) and wait for the registration to complete (`nvidia-smi -q | grep -A3 Fabric`).",
+                resource=name)
+    return True
+
+
+def _check_unchecked(checkup: Checkup, name: str, states) -> None:
+    """What was not looked at, one note per set of checks not made: "not checked" is not "healthy"."""
+    gpus: "dict[str, list[str]]" = {}
+    for state in states:
+        unchecked = ", ".join(f"{check} ({outcome})" for check, outcome, _, _, _ in state.checks
+                              if outcome not in ("ok", "finding"))
+        if unchecked:
+            gpus.setdefault(unchecked, []).append(state.gpu_index)
+    for unchecked, indices in gpus.items():
+        checkup.add("note", "gpu-state", f"Not checked on GPU {', '.join(indices)}: {unchecked}.", None,
+                    resource=name)
+
+
+def _check_left_out(checkup: Checkup, name: str, state, checks_key: str, uses_state: bool) -> None:
+    """A finding of a check that health-checks leaves out."""
+    index = state.gpu_index
+    for check, outcome, verdict, finding, enforced in state.checks:
+        if outcome == "finding" and not enforced and verdict is not Verdict.OK:
+            then = "a TaskManager may still get it" if uses_state else "the discovery script hands it out"
+            checkup.add("warning", "gpu-state", f"GPU {index}: {finding}, but {checks_key} leaves {check} out: "
+                        f"{then}.", f"Put {check} back into {checks_key} unless you know this GPU is fine.",
+                        resource=name)

@@ -1,0 +1,71 @@
+"""Checks that need a real NVIDIA GPU and driver (marker ``real_gpu``; tools/real_gpu_check.sh runs them on a
+machine with one). Elsewhere they skip, saying so: the simulator-backed tests cover the same paths."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import child_env
+
+pytestmark = pytest.mark.real_gpu
+
+
+def _real_gpu_count() -> int:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60)
+    return done.stdout.count("\nGPU ") + done.stdout.startswith("GPU ") if done.returncode == 0 else 0
+
+
+GPUS = _real_gpu_count()
+needs_gpu = pytest.mark.skipif(GPUS == 0, reason="no NVIDIA GPU here (nvidia-smi -L lists none): "
+                                                  "run tools/real_gpu_check.sh on a machine with one")
+
+
+def _env():
+    return child_env()  # no simulator variables: the driver's own libnvidia-ml.so.1
+
+
+@needs_gpu
+def test_the_native_enumeration_matches_pynvml():
+    code = ("import json, pynvml\n"
+            "from flink_gpu.nvml import open_library\n"
+            "ours = [(d.gpu_index, d.uuid, d.name) for d in open_library().devices() if d.mig_slot is None]\n"
+            "pynvml.nvmlInit()\n"
+            "theirs = [(str(i), pynvml.nvmlDeviceGetUUID(h), pynvml.nvmlDeviceGetName(h))\n"
+            "          for i in range(pynvml.nvmlDeviceGetCount()) for h in [pynvml.nvmlDeviceGetHandleByIndex(i)]]\n"
+            "print(json.dumps([ours, theirs]))\n")
+    done = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    ours, theirs = json.loads(done.stdout)
+    migless = {u for _, u, _ in ours}
+    assert [tuple(t) for t in theirs if t[1] in migless] == [tuple(o) for o in ours]
+
+
+@needs_gpu
+def test_a_retrieval_on_the_real_driver_reads_each_gpus_state():
+    code = ("import json\n"
+            "from flink_gpu import GPUDriver\n"
+            "with GPUDriver({'discovery-mode': 'nvml'}) as d:\n"
+            "    infos = d.retrieve_resource_info(1)\n"
+            "print(json.dumps([{k: i.get_property(k) for k in i.get_keys()} for i in infos]))\n")
+    done = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    (info,) = json.loads(done.stdout)
+    assert info["health"] == "ok" or info["health"].startswith(("degraded: ", "unhealthy: ")), info
+    assert int(info["memory.used"]) >= 0 and int(info["memory.free"]) > 0
+
+
+@needs_gpu
+def test_flink_gpu_discovery_answers_on_the_real_driver(discovery_exe):
+    done = subprocess.run([str(discovery_exe), "1"], env=_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().split(",")[0].replace(":", "").isdigit()
