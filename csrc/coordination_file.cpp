@@ -3,6 +3,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -16,6 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <utility>
+#include <vector>
 
 namespace flinkgpu {
 namespace coordination {
@@ -63,7 +67,7 @@ int statx_path(const std::string& path, struct statx* out) {
 // With the size: read_all stops at the size found under the lock instead of reading once more for EOF.
 int statx_fd(int fd, struct statx* out) {
     return statx(fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT,
-                 STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_INO | STATX_SIZE, out);
+                 STATX_TYPE | STATX_MODE | STATX_NLINK | STATX_UID | STATX_INO | STATX_SIZE | STATX_BTIME, out);
 }
 
 bool same_inode(const struct statx& a, const struct statx& b) {
@@ -206,6 +210,199 @@ std::string lock_holders(const struct statx& st) {
     return pids;
 }
 
+// ---- a stock script's transaction on the file it replaced (docs/SECURITY.md, B2) --------------------
+//
+// A stock script that reclaims runs `sed -i`, which renames a new file over the path, while it keeps the
+// flock of the old inode, and then appends its lines to the new one. Between the two the new inode is
+// unlocked: a claim that locks it reads a file its owner is still writing. Such a transaction shows in
+// /proc/locks as a FLOCK WRITE lock (or a waiter for one) on an inode of our device other than ours,
+// held by a process that has "<our path> (deleted)" open. /proc/locks is read once per exclusive open
+// (one read of a small file); the processes are looked at only for a lock of another inode of our
+// device, and a lock found to be some other file's is not looked at again.
+
+// A write flock (held or waited for) on another inode of the device: "1: FLOCK  ADVISORY  WRITE 1234
+// 08:01:5678 0 EOF", "1: -> FLOCK ...".
+struct ForeignLock {
+    long pid = 0;
+    unsigned long long inode = 0;
+};
+
+// Lines of `text` that lock an inode of device "<major>:<minor>:" (`dev`) other than `inode`.
+std::vector<ForeignLock> foreign_write_flocks(const std::string& text, const char* dev, unsigned long long inode) {
+    std::vector<ForeignLock> found;
+    const std::size_t dev_len = std::strlen(dev);
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        std::size_t end = text.find('\n', pos);
+        if (end == std::string::npos) end = text.size();
+        const char* line = text.c_str() + pos;
+        const std::size_t len = end - pos;
+        pos = end + 1;
+        // cheap filters first: most hosts hold POSIX locks and flocks of other devices
+        const char* flock_at = static_cast<const char*>(memmem(line, len, "FLOCK", 5));
+        if (flock_at == nullptr) continue;
+        const char* dev_at = static_cast<const char*>(memmem(line, len, dev, dev_len));
+        if (dev_at == nullptr || dev_at == line || dev_at[-1] != ' ') continue;
+        char rw[16];
+        long pid = 0;
+        unsigned long long ino = 0;
+        if (std::sscanf(flock_at, "FLOCK %*15s %15s %ld", rw, &pid) != 2 || std::strcmp(rw, "WRITE") != 0) continue;
+        if (std::sscanf(dev_at + dev_len, "%llu", &ino) != 1 || ino == inode || pid <= 0) continue;
+        found.push_back({pid, ino});
+    }
+    return found;
+}
+
+// How far below the locker's pid the processes are looked at.
+constexpr long kHolderPidWindow = 8;
+
+// The descriptor the stock script locks: `( flock -x 200; ... ) 200<> $coordination_file`. The stock
+// script is the one writer that replaces the file (ours never do), so it is the one looked for.
+constexpr const char* kStockScriptFd = "200";
+
+// Whether descriptor `fd` of process `pid` is the deleted copy, inode `inode`.
+bool fd_is_copy(long pid, const char* fd, const std::string& deleted_link, unsigned long long inode) {
+    const std::string entry = "/proc/" + std::to_string(pid) + "/fd/" + fd;
+    char target[PATH_MAX];
+    const ssize_t n = readlink(entry.c_str(), target, sizeof target);
+    if (n != static_cast<ssize_t>(deleted_link.size()) ||
+        deleted_link.compare(0, deleted_link.size(), target, static_cast<std::size_t>(n)) != 0)
+        return false;
+    struct statx st {};
+    return statx(AT_FDCWD, entry.c_str(), AT_STATX_SYNC_AS_STAT, STATX_INO, &st) == 0 && st.stx_ino == inode;
+}
+
+// Who holds the lock `lock` on a deleted copy of our file, as the stock script holds it: on descriptor
+// 200 of the locker (`flock -x 200`, while it runs) or, once the locker has exited, which it does at
+// once, of the shell that forked it (and of the commands that shell runs next, for a moment each).
+// So the locker and the processes with the pids just below its, where that shell is, are asked for
+// their descriptor 200, nearest first: one readlink each, paid by a fresh process once for each lock
+// of another file on the device. 0: another file's lock, or a holder we cannot see (another user's
+// descriptors are hidden; a shell forked more than kHolderPidWindow pids before its flock).
+long deleted_copy_holder(const ForeignLock& lock, const std::string& deleted_link) {
+    if (fd_is_copy(lock.pid, kStockScriptFd, deleted_link, lock.inode)) return lock.pid;
+    for (long pid = lock.pid - 1; pid > 0 && pid >= lock.pid - kHolderPidWindow; --pid) {
+        if (fd_is_copy(pid, kStockScriptFd, deleted_link, lock.inode)) return pid;
+    }
+    return 0;
+}
+
+// Locks already found to be some other file's: (locker pid, inode). Bounded; forgotten when full. Per
+// thread, like the memo below: no lock that a fork() in another thread could leave held in the child.
+thread_local std::set<std::pair<long, unsigned long long>> t_unrelated_locks;
+
+// When to look. Reading /proc/locks is not free: the kernel takes its file-lock lock for writing
+// (percpu_down_write, an RCU grace period: milliseconds, and every flock(2) of the host waits
+// meanwhile). So it is read only where such a writer can exist:
+//
+//   * the inode the path names must be young. A copy of the file was replaced by it (the stock
+//     script's `sed -i` creates the new file and renames it at once) or removed before it was
+//     created, and the writer still busy with that copy began before: a stock transaction, which ends
+//     in milliseconds to seconds. An inode born (statx btime) more than kYoungFileS ago is not looked
+//     at; a stock script hung that long is not waited for.
+//   * and this thread must not have found that inode free of such writers within kRecheckMs. Such a
+//     writer opened its copy before the path named this inode, so it was in /proc/locks then, holding
+//     the lock or waiting for it, unless it was between its open and its flock (the stock script's
+//     `flock -x 200` is a fork and exec after the open: milliseconds); only such a writer, in that gap
+//     at that moment, goes unseen until the next look.
+constexpr std::int64_t kYoungFileS = 60;
+constexpr std::int64_t kRecheckMs = 1000;
+
+long find_replaced_copy_writer(int fd, const struct statx& locked);
+
+struct CheckedInode {
+    std::uint32_t dev_major = 0, dev_minor = 0;
+    std::uint64_t ino = 0;
+    std::int64_t btime_sec = 0;  // a new file that got a freed inode number is another file
+    std::uint32_t btime_nsec = 0;
+    std::int64_t at_ms = 0;
+    bool valid = false;
+
+    bool same_file(const CheckedInode& o) const {
+        return dev_major == o.dev_major && dev_minor == o.dev_minor && ino == o.ino && btime_sec == o.btime_sec &&
+               btime_nsec == o.btime_nsec;
+    }
+};
+
+thread_local CheckedInode t_checked;
+
+// Without a birth time (a filesystem that keeps none) every inode counts as young. Not the change time
+// instead: asking for it makes the kernel (multigrain timestamps) stamp the next write finely, which
+// costs every claim.
+bool young(const struct statx& st) {
+    if ((st.stx_mask & STATX_BTIME) == 0) return true;
+    timespec wall{};
+    clock_gettime(CLOCK_REALTIME, &wall);
+    return static_cast<std::int64_t>(wall.tv_sec) - st.stx_btime.tv_sec <= kYoungFileS;
+}
+
+// The pid of a process in a transaction on a copy of `path` replaced by another file (the stock
+// script's `sed -i`), found from the locked descriptor `fd` of the inode the path names now; 0 when
+// there is none (or when there cannot be one, above).
+long replaced_copy_writer(int fd, const struct statx& locked) {
+    if (!young(locked)) return 0;
+    CheckedInode now;
+    now.dev_major = locked.stx_dev_major;
+    now.dev_minor = locked.stx_dev_minor;
+    now.ino = locked.stx_ino;
+    if ((locked.stx_mask & STATX_BTIME) != 0) {
+        now.btime_sec = locked.stx_btime.tv_sec;
+        now.btime_nsec = locked.stx_btime.tv_nsec;
+    }
+    now.at_ms = monotonic_ms();
+    now.valid = true;
+    if (t_checked.valid && t_checked.same_file(now) && now.at_ms - t_checked.at_ms < kRecheckMs) return 0;
+    const long writer = find_replaced_copy_writer(fd, locked);
+    if (writer == 0) {
+        t_checked = now;
+    } else {
+        t_checked.valid = false;
+    }
+    return writer;
+}
+
+// /proc/locks in one read() where it fits: each read() of it takes the kernel's lock again.
+std::string read_proc_locks() {
+    std::string text;
+    int fd = open("/proc/locks", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return text;
+    std::size_t size = 0;
+    text.resize(64u << 10);
+    for (;;) {
+        const ssize_t n = read(fd, &text[size], text.size() - size);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        size += static_cast<std::size_t>(n);
+        if (size < text.size()) break;  // a seq_file read fills the buffer unless it reached the end
+        if (text.size() >= (4u << 20)) break;
+        text.resize(text.size() * 2);
+    }
+    close(fd);
+    text.resize(size);
+    return text;
+}
+
+long find_replaced_copy_writer(int fd, const struct statx& locked) {
+    char dev[32];
+    std::snprintf(dev, sizeof dev, "%02x:%02x:", locked.stx_dev_major, locked.stx_dev_minor);
+    const std::vector<ForeignLock> locks =
+        foreign_write_flocks(read_proc_locks(), dev, static_cast<unsigned long long>(locked.stx_ino));
+    if (locks.empty()) return 0;
+    // the copy that `sed -i` replaced had our file's name: its descriptors read "<name> (deleted)"
+    char link[PATH_MAX];
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    const ssize_t n = readlink(self.c_str(), link, sizeof link);
+    if (n <= 0 || static_cast<std::size_t>(n) >= sizeof link) return 0;
+    const std::string deleted_link = std::string(link, static_cast<std::size_t>(n)) + " (deleted)";
+    for (const ForeignLock& lock : locks) {
+        if (t_unrelated_locks.count({lock.pid, lock.inode}) != 0) continue;
+        if (const long holder = deleted_copy_holder(lock, deleted_link)) return holder;
+        if (t_unrelated_locks.size() >= 256) t_unrelated_locks.clear();
+        t_unrelated_locks.insert({lock.pid, lock.inode});
+    }
+    return 0;
+}
+
 // Opens `path` without following a symlink and without blocking on a FIFO, creating it (0644) when asked;
 // the descriptor stays O_NONBLOCK. *fd = -1 with an ok status: the file does not exist and was not to be
 // created.
@@ -301,13 +498,62 @@ Status read_all(int fd, const std::string& path, std::uint64_t size, std::string
     }
 }
 
-Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset) {
+// Keeps SIGXFSZ from killing the calling thread in the middle of a rewrite, where its action is the
+// default (a process started by a JVM, a C program): under RLIMIT_FSIZE the write that crosses the
+// limit is short and the next one raises SIGXFSZ, which would end the process with half a line in the
+// file. Armed at the first short write (a write that is not short costs nothing more), it blocks the
+// signal, so that the next write fails with EFBIG instead and the old bytes are put back; the signal
+// that write raised (directed at this thread) is then taken back. A process that ignores SIGXFSZ
+// (Python does) or handles it is left alone, and so is one that blocks it already. A first write that
+// starts beyond the limit still raises it before writing anything: nothing is torn.
+class FileSizeSignalGuard {
+public:
+    FileSizeSignalGuard() = default;
+    FileSizeSignalGuard(const FileSizeSignalGuard&) = delete;
+    FileSizeSignalGuard& operator=(const FileSizeSignalGuard&) = delete;
+
+    void arm() noexcept {
+        if (armed_) return;
+        armed_ = true;
+        struct sigaction action {};
+        if (sigaction(SIGXFSZ, nullptr, &action) != 0 || (action.sa_flags & SA_SIGINFO) != 0 ||
+            action.sa_handler != SIG_DFL)
+            return;
+        sigset_t xfsz;
+        sigemptyset(&xfsz);
+        sigaddset(&xfsz, SIGXFSZ);
+        if (pthread_sigmask(SIG_BLOCK, &xfsz, &old_) != 0) return;
+        blocked_ = !sigismember(&old_, SIGXFSZ);
+        if (!blocked_) pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    }
+
+    ~FileSizeSignalGuard() {
+        if (!blocked_) return;
+        sigset_t pending, xfsz;
+        sigemptyset(&xfsz);
+        sigaddset(&xfsz, SIGXFSZ);
+        if (sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ)) {
+            const timespec now{0, 0};
+            while (sigtimedwait(&xfsz, nullptr, &now) < 0 && errno == EINTR) {
+            }
+        }
+        pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    }
+
+private:
+    sigset_t old_{};
+    bool armed_ = false;
+    bool blocked_ = false;
+};
+
+Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset, FileSizeSignalGuard* guard) {
     while (size > 0) {
         ssize_t n = pwrite(fd, data, size, offset);
         if (n < 0) {
             if (errno == EINTR) continue;
             return make_status(StatusCode::kOsError, "", errno);
         }
+        if (static_cast<std::size_t>(n) < size) guard->arm();  // the next write may cross RLIMIT_FSIZE
         data += n;
         size -= static_cast<std::size_t>(n);
         offset += n;
@@ -320,32 +566,41 @@ Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset) {
 // A shrinking rewrite is written padded with newlines to the old size, in one write, before the
 // truncate: a process killed between the two leaves blank lines behind, never a fragment of an old
 // line that could read as "<index> <pid>" of some live process.
+//
+// Whole lines or nothing: a write may be short (RLIMIT_FSIZE crossed, the filesystem full) and the
+// next one fail (EFBIG, ENOSPC). Then the file is cut back to its old length, and where old bytes were
+// overwritten they are written back first; an append overwrote none, so its undo is the truncation
+// alone, which needs no space.
 Status write_in_place(int fd, const std::string& path, const std::string& old_text, const std::string& new_text) {
     const bool append = new_text.size() >= old_text.size() && new_text.compare(0, old_text.size(), old_text) == 0;
     // the removed lines were the last ones: the truncation alone, one step a crash cannot split
     const bool cut_tail = new_text.size() < old_text.size() && old_text.compare(0, new_text.size(), new_text) == 0;
+    FileSizeSignalGuard guard;
     Status st;
     if (append) {
         st = pwrite_all(fd, new_text.data() + old_text.size(), new_text.size() - old_text.size(),
-                        static_cast<off_t>(old_text.size()));
+                        static_cast<off_t>(old_text.size()), &guard);
     } else if (cut_tail) {
         // nothing to write: the ftruncate below removes the tail
     } else if (new_text.size() < old_text.size()) {
         std::string padded = new_text;
         padded.resize(old_text.size(), '\n');
-        st = pwrite_all(fd, padded.data(), padded.size(), 0);
+        st = pwrite_all(fd, padded.data(), padded.size(), 0, &guard);
     } else {
-        st = pwrite_all(fd, new_text.data(), new_text.size(), 0);
+        st = pwrite_all(fd, new_text.data(), new_text.size(), 0, &guard);
     }
     if (st.ok() && new_text.size() < old_text.size() && ftruncate(fd, static_cast<off_t>(new_text.size())) != 0) {
         st = make_status(StatusCode::kOsError, "", errno);
     }
     if (st.ok()) return {};
     const int err = st.sys_errno;
-    if (pwrite_all(fd, old_text.data(), old_text.size(), 0).ok()) {
-        (void)ftruncate(fd, static_cast<off_t>(old_text.size()));
-    }
-    return os_error(err, "Cannot write the", path);
+    const bool restored = (append || pwrite_all(fd, old_text.data(), old_text.size(), 0, &guard).ok()) &&
+                          ftruncate(fd, static_cast<off_t>(old_text.size())) == 0;
+    Status failed = os_error(err, "Cannot write the", path);
+    failed.message += restored ? "; its old content was restored."
+                               : "; restoring its old content failed too, so it may hold a partial line: check it "
+                                 "with `flink-gpu coordination show`.";
+    return failed;
 }
 
 }  // namespace
@@ -377,6 +632,7 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
     const std::int64_t deadline =
         timeout_ms > INT64_MAX - start ? INT64_MAX : start + timeout_ms;
     int replaced = 0;
+    std::int64_t writer_backoff = 1;
     for (;;) {
         int fd = -1;
         Status st = open_file(path, access, &fd, nullptr, true);
@@ -423,6 +679,27 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
         if (path_ok) {
             Status type = check_file_type(locked, path);  // links may have been added before we locked
             if (!type.ok()) return type;
+            // A writer still busy with a copy it replaced: its lines are not in this inode yet.
+            if (access != Access::kReadExisting) {
+                if (const long writer = replaced_copy_writer(fd, locked)) {
+                    unlock();
+                    const std::int64_t now = monotonic_ms();
+                    if (now >= deadline) {
+                        char secs[32];
+                        std::snprintf(secs, sizeof secs, "%.10g", static_cast<double>(timeout_ms) / 1000.0);
+                        return make_status(StatusCode::kTimeout,
+                                           "Timed out after " + std::string(secs) + " s waiting for the coordination "
+                                           "file " + path + ": pid " + std::to_string(writer) + " still holds "
+                                           "the lock of the copy it replaced (as Flink's stock discovery script "
+                                           "does when it reclaims, with sed -i) and has not finished writing the "
+                                           "new one. Another worker may hang while claiming GPUs.",
+                                           ETIMEDOUT);
+                    }
+                    sleep_ms(std::min(writer_backoff, deadline - now));
+                    writer_backoff = std::min<std::int64_t>(writer_backoff * 2, 25);
+                    continue;
+                }
+            }
             mode_ = static_cast<std::uint16_t>(locked.stx_mode & 07777);
             size_ = locked.stx_size;
             identity_ = std::to_string(locked.stx_dev_major) + ":" + std::to_string(locked.stx_dev_minor) + ":" +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <utility>
 
 namespace flinkgpu {
@@ -72,10 +73,14 @@ namespace {
 
 bool is_blank_char(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
-bool parse_decimal(const std::string& s, std::uint64_t max, std::uint64_t* out) {
-    if (s.empty() || s.size() > 20) return false;
+// The parsers below read the line in place (pointer and length): a coordination file of 1000 lines is
+// parsed on every claim and release, and the only allocation a line costs is its `raw` copy.
+
+bool parse_decimal(const char* s, std::size_t n, std::uint64_t max, std::uint64_t* out) {
+    if (n == 0 || n > 20) return false;
     std::uint64_t v = 0;
-    for (char c : s) {
+    for (std::size_t i = 0; i < n; ++i) {
+        const char c = s[i];
         if (c < '0' || c > '9') return false;
         const std::uint64_t d = static_cast<std::uint64_t>(c - '0');
         if (v > (max - d) / 10) return false;
@@ -90,123 +95,162 @@ bool is_key_char(char c) {
            c == '.';
 }
 
+bool key_is(const char* key, std::size_t n, const char* name) {
+    return std::strlen(name) == n && std::memcmp(key, name, n) == 0;
+}
+
 // Which known keys a line has named, so that none is given twice.
 struct SeenKeys {
     bool ns = false, lease = false, lease_file = false, tm = false, share = false, slot = false;
 };
 
 // A `key=value` field: the known keys parsed into `e` (false for a bad value or a repeated key), any
-// other key accepted and ignored. False when `word` is no key=value field at all.
-bool parse_field(const std::string& word, Entry* e, SeenKeys* seen) {
-    const std::size_t eq = word.find('=');
-    if (eq == std::string::npos || eq == 0) return false;
+// other key accepted and ignored. False when the word is no key=value field at all.
+bool parse_field(const char* word, std::size_t n, Entry* e, SeenKeys* seen) {
+    const char* eq_at = static_cast<const char*>(std::memchr(word, '=', n));
+    if (eq_at == nullptr || eq_at == word) return false;
+    const std::size_t eq = static_cast<std::size_t>(eq_at - word);
     for (std::size_t i = 0; i < eq; ++i) {
         if (!is_key_char(word[i])) return false;
     }
-    const std::string key = word.substr(0, eq), value = word.substr(eq + 1);
+    const char* value = word + eq + 1;
+    const std::size_t value_len = n - eq - 1;
     std::uint64_t v = 0;
-    if (key == "ns") {
-        if (seen->ns || !parse_decimal(value, UINT64_MAX, &v)) return false;
+    if (key_is(word, eq, "ns")) {
+        if (seen->ns || !parse_decimal(value, value_len, UINT64_MAX, &v)) return false;
         seen->ns = e->has_ns = true;
         e->ns = v;
-    } else if (key == "mig") {
+    } else if (key_is(word, eq, "mig")) {
         // a unit of the line's GPU (checked by the caller): "<gpu>:<slot>", never "<digit><space>"
-        if (!e->index.empty() || !unit_gpu(value, nullptr)) return false;
-        e->index = value;
-    } else if (key == "lease") {
-        if (seen->lease || !parse_decimal(value, kMaxLeaseSlot, &v)) return false;
+        std::string unit(value, value_len);
+        if (!e->index.empty() || !unit_gpu(unit, nullptr)) return false;
+        e->index = std::move(unit);
+    } else if (key_is(word, eq, "lease")) {
+        if (seen->lease || !parse_decimal(value, value_len, kMaxLeaseSlot, &v)) return false;
         seen->lease = e->has_lease = true;
         e->lease = static_cast<std::uint32_t>(v);
-    } else if (key == "lf") {
-        if (seen->lease_file || !valid_lease_file_token(value)) return false;
+    } else if (key_is(word, eq, "lf")) {
+        std::string token(value, value_len);
+        if (seen->lease_file || !valid_lease_file_token(token)) return false;
         seen->lease_file = true;
-        e->lease_file = value;
-    } else if (key == "tm") {
-        if (seen->tm || !parse_decimal(value, INT_MAX, &v) || v == 0) return false;
+        e->lease_file = std::move(token);
+    } else if (key_is(word, eq, "tm")) {
+        if (seen->tm || !parse_decimal(value, value_len, INT_MAX, &v) || v == 0) return false;
         seen->tm = true;
         e->tm = static_cast<pid_t>(v);
-    } else if (key == "share") {
-        if (seen->share || !parse_decimal(value, kMaxShare, &v) || v == 0) return false;
+    } else if (key_is(word, eq, "share")) {
+        if (seen->share || !parse_decimal(value, value_len, kMaxShare, &v) || v == 0) return false;
         seen->share = true;
         e->share = static_cast<std::uint32_t>(v);
-    } else if (key == "slot") {
-        if (seen->slot || !valid_slot(value)) return false;
+    } else if (key_is(word, eq, "slot")) {
+        std::string slot(value, value_len);
+        if (seen->slot || !valid_slot(slot)) return false;
         seen->slot = true;
-        e->slot = value;
+        e->slot = std::move(slot);
+    }
+    return true;
+}
+
+bool is_separator(char c) { return c == ' ' || c == '\t'; }
+
+// The next word of s[*i, n) (split on spaces and tabs) into [*begin, *begin + *len); false at the end.
+bool next_word(const char* s, std::size_t n, std::size_t* i, std::size_t* begin, std::size_t* len) {
+    std::size_t k = *i;
+    while (k < n && is_separator(s[k])) ++k;
+    if (k == n) {
+        *i = k;
+        return false;
+    }
+    std::size_t j = k;
+    while (j < n && !is_separator(s[j])) ++j;
+    *begin = k;
+    *len = j - k;
+    *i = j;
+    return true;
+}
+
+bool valid_index(const char* s, std::size_t n) {
+    if (n == 0) return false;
+    for (std::size_t i = 0; i < n; ++i) {
+        const unsigned char c = static_cast<unsigned char>(s[i]);
+        if (c <= 0x20 || c >= 0x7f) return false;
     }
     return true;
 }
 
 // `<index> <pid>[ <start time>][ key=value]...`: the index starts the line and is followed by a space
 // (what the stock script's `grep "^$i "` finds); the rest is split on blanks (its `awk '{print $2}'`).
-Line parse_line(std::string raw, std::size_t number) {
-    Line line;
+// Fills `line`, a default Line.
+void parse_line(const char* s, std::size_t n, std::size_t number, Line* out) {
+    Line& line = *out;
     line.number = number;
-    line.raw = std::move(raw);
-    const std::string& s = line.raw;
-    if (std::all_of(s.begin(), s.end(), is_blank_char)) {
+    line.raw.assign(s, n);
+    if (std::all_of(s, s + n, is_blank_char)) {
         line.kind = LineKind::kBlank;
-        return line;
-    }
-    std::vector<std::string> words;
-    std::size_t i = 0;
-    while (i < s.size()) {
-        while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-        std::size_t j = i;
-        while (j < s.size() && s[j] != ' ' && s[j] != '\t') ++j;
-        if (j > i) words.push_back(s.substr(i, j - i));
-        i = j;
+        return;
     }
     line.kind = LineKind::kBad;
-    line.word = words.empty() ? std::string() : words[0];
-    const std::size_t space = s.find(' ');
-    if (space == std::string::npos || space == 0 || words.size() < 2) return line;
-    if (s.compare(0, space, words[0]) != 0 || !valid_index(words[0])) return line;
+    std::size_t i = 0, w0 = 0, w0_len = 0;
+    next_word(s, n, &i, &w0, &w0_len);  // there is one: the line is not blank
+    line.word.assign(s + w0, w0_len);
+    // the first word starts the line and ends at its first space (a tab before it: no entry)
+    if (w0 != 0 || w0_len == n || s[w0_len] != ' ' || !valid_index(s, w0_len)) return;
+    std::size_t w1 = 0, w1_len = 0;
+    if (!next_word(s, n, &i, &w1, &w1_len)) return;
     std::uint64_t pid = 0, start = 0;
-    if (!parse_decimal(words[1], INT_MAX, &pid) || pid == 0) return line;
+    if (!parse_decimal(s + w1, w1_len, INT_MAX, &pid) || pid == 0) return;
     Entry& e = line.entry;
-    std::size_t next = 2;
-    if (words.size() > 2 && parse_decimal(words[2], UINT64_MAX, &start)) {
+    std::size_t w = 0, w_len = 0;
+    bool more = next_word(s, n, &i, &w, &w_len);
+    if (more && parse_decimal(s + w, w_len, UINT64_MAX, &start)) {
         e.has_start_time = true;
         e.start_time = start;
-        next = 3;
+        more = next_word(s, n, &i, &w, &w_len);
     }
     SeenKeys seen;
-    for (; next < words.size(); ++next) {
-        if (!parse_field(words[next], &e, &seen)) {
+    for (; more; more = next_word(s, n, &i, &w, &w_len)) {
+        if (!parse_field(s + w, w_len, &e, &seen)) {
             e = Entry();
-            return line;
+            return;
         }
     }
-    if (!e.index.empty() && gpu_of(e.index) != words[0]) {
+    if (!e.index.empty() && gpu_of(e.index) != line.word) {
         e = Entry();
-        return line;  // a unit of another GPU than the line's: unreadable, it blocks its first word
+        return;  // a unit of another GPU than the line's: unreadable, it blocks its first word
     }
     line.kind = LineKind::kEntry;
     e.line_number = number;
     // a line `<gpu>:<slot> <pid>` (not how we write a unit) still holds that unit of that GPU
-    e.gpu = e.index.empty() ? gpu_of(words[0]) : words[0];
-    if (e.index.empty()) e.index = words[0];
+    e.gpu = e.index.empty() ? gpu_of(line.word) : line.word;
+    if (e.index.empty()) e.index = line.word;
     e.pid = static_cast<pid_t>(pid);
-    return line;
 }
 
 }  // namespace
 
 std::vector<Line> parse_file(const std::string& text) {
     std::vector<Line> lines;
+    // one allocation for the vector: its Lines are never moved
+    lines.reserve(static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) + 1);
+    const char* const data = text.data();
     std::size_t pos = 0, number = 0;
     while (pos < text.size()) {
-        std::size_t end = text.find('\n', pos);
-        if (end == std::string::npos) end = text.size();
-        lines.push_back(parse_line(text.substr(pos, end - pos), ++number));
+        const char* nl = static_cast<const char*>(std::memchr(data + pos, '\n', text.size() - pos));
+        const std::size_t end = nl == nullptr ? text.size() : static_cast<std::size_t>(nl - data);
+        lines.emplace_back();
+        parse_line(data + pos, end - pos, ++number, &lines.back());
         pos = end + 1;
     }
     return lines;
 }
 
 std::string serialize(const std::vector<Line>& lines) {
+    std::size_t size = 0;
+    for (const Line& l : lines) {
+        if (l.keep) size += l.raw.size() + 1;
+    }
     std::string out;
+    out.reserve(size);
     for (const Line& l : lines) {
         if (!l.keep) continue;
         out += l.raw;

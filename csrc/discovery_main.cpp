@@ -18,6 +18,8 @@
 
 #include <cerrno>
 #include <climits>
+#include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -109,14 +111,57 @@ std::string left_out_text(const flinkgpu::Ranking& ranking) {
     return out.empty() ? out : out + ".";
 }
 
+// The TaskManager that ran us: our parent when we started, read once. If it dies, we are handed to a
+// reaper (pid 1, or a subreaper) that getppid() would then name: recording that one would keep the
+// GPUs taken for as long as the reaper lives, so it is never asked again.
+struct Parent {
+    pid_t pid = 0;
+    bool has_start_time = false;
+    std::uint64_t start_time = 0;  // tells the parent from a process that got its pid after it died
+};
+
+Parent read_parent() {
+    Parent p;
+    p.pid = getppid();
+    p.has_start_time = flinkgpu::coordination::process_start_time(p.pid, &p.start_time);
+    return p;
+}
+
+// Whether the parent we started with is still our parent and still the same process. While it is our
+// parent its pid cannot be reused; once getppid() names another, it died.
+bool parent_unchanged(const Parent& parent) {
+    if (getppid() != parent.pid) return false;
+    std::uint64_t now = 0;
+    return !parent.has_start_time ||
+           (flinkgpu::coordination::process_start_time(parent.pid, &now) && now == parent.start_time);
+}
+
+int parent_gone(const Parent& parent, const std::string& what) {
+    const char* end = !what.empty() && what.back() == '.' ? "" : ".";
+    std::fprintf(stderr, "flink-gpu-discovery: the TaskManager that ran this discovery (pid %ld) has exited; %s%s\n",
+                 static_cast<long>(parent.pid), what.c_str(), end);
+    return 1;
+}
+
 // Claims for our parent (the TaskManager, as the stock script records $PPID). Printed in the
 // stock script's order: what the owner already held, free GPUs, then those taken from dead owners.
-int claim_coordinated(const Arguments& args, const flinkgpu::Ranking& ranking) {
+int claim_coordinated(const Arguments& args, const flinkgpu::Ranking& ranking, const Parent& parent) {
     namespace coord = flinkgpu::coordination;
     coord::Options opts;
     opts.path = args.script.coordination_file;
+    // NVML may have taken long: a parent that died meanwhile asks for nothing any more
+    if (!parent_unchanged(parent)) return parent_gone(parent, "no GPU was claimed");
     const coord::ClaimResult r =
-        coord::claim(opts, getppid(), ranking.indices, static_cast<std::size_t>(args.amount), ranking.ranks);
+        coord::claim(opts, parent.pid, ranking.indices, static_cast<std::size_t>(args.amount), ranking.ranks);
+    // It may have died during the claim (waiting for the lock): what was written for its pid is
+    // taken back, since a process that got that pid since would own it.
+    if (r.status.ok() && !parent_unchanged(parent)) {
+        if (r.added.empty()) return parent_gone(parent, "no GPU was claimed");
+        const coord::ReleaseResult undo = coord::release_indices(opts, parent.pid, r.added);
+        if (!undo.status.ok())
+            return parent_gone(parent, "the GPUs claimed for it could not be released: " + undo.status.message);
+        return parent_gone(parent, "the GPUs claimed for it were released");
+    }
     for (const auto& bad : r.unparsable)
         std::fprintf(stderr, "flink-gpu-discovery: %s:%zu: kept a line that is not '<index> <pid>': %s\n",
                      args.script.coordination_file.c_str(), bad.line_number, bad.text.c_str());
@@ -148,6 +193,12 @@ const struct ConstructorProbe {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // Before anything else: the process that ran us, and writes that fail rather than kill. A JVM's
+    // child starts with SIGXFSZ at its default action, which under `ulimit -f` ends the process at the
+    // write that crosses the limit, with half a line in the coordination file; ignored, the write fails
+    // with EFBIG and the file's old bytes are put back (coordination_file.hpp).
+    const Parent parent = read_parent();
+    std::signal(SIGXFSZ, SIG_IGN);
     if (!g_constructors_ran) {
         std::fprintf(stderr, "flink-gpu-discovery: internal error: static constructors did not run\n");
         return 70;
@@ -179,7 +230,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> enumerated;
     for (const auto& d : found.devices) enumerated.push_back(d.index);
     flinkgpu::Choice choice;
-    status = flinkgpu::choose_gpus(*lib, enumerated, getppid(), getppid(), args.busy, flinkgpu::all_checks(), &choice);
+    status = flinkgpu::choose_gpus(*lib, enumerated, parent.pid, parent.pid, args.busy, flinkgpu::all_checks(),
+                                   &choice);
     if (!status.ok()) {
         std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
         return 1;
@@ -201,7 +253,7 @@ int main(int argc, char** argv) {
                      host == 1 ? "" : "s", ranking.indices.size() == 1 ? "is" : "are", left_out_text(ranking).c_str());
         return 1;
     }
-    if (args.script.coordination_mode) return claim_coordinated(args, ranking);
+    if (args.script.coordination_mode) return claim_coordinated(args, ranking, parent);
     // the best `amount`, printed in index order as the stock script prints its first ones
     std::vector<std::string> chosen(ranking.indices.begin(), ranking.indices.begin() + args.amount);
     flinkgpu::sort_indices(&chosen);

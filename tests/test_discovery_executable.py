@@ -2,9 +2,12 @@
 arguments on the same (simulated) host, the same stdout and exit code. The stock script sees the
 host through a fake nvidia-smi, ours through the NVML simulator; both report the same 4 GPUs."""
 
+import errno
+import json
 import os
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -370,3 +373,148 @@ def test_coordinated_executable_units_and_whole_gpus_exclude_each_other(mig_env,
     coordination.release(path=path)
     path.write_text(f"0 {holder.pid}\n")  # a stock-script holder of GPU 0
     assert run(mig_env, ["1", "--enable-coordination-mode", "--coordination-file", str(path)]) == ("1\n", 0)
+
+
+# ---- whole lines or nothing, and the parent that asked ------------------------------------------
+
+def test_a_file_size_limit_leaves_no_half_line_for_the_stock_script_to_join(runners, tmp_path, owners):
+    """Under `ulimit -f` just above the file's size, with SIGXFSZ at its default action (a JVM's child
+    starts so), the write that crosses the limit is short and the next one would kill the executable
+    (exit 153) with half a line in the file. The stock script's `echo "<i> <pid>" >>` then joins onto
+    that fragment, its record vanishes, and a later claim hands its GPU to a second owner. Instead the
+    claim fails with EFBIG, the old bytes are back, and every GPU has one owner."""
+    path = tmp_path / "coordination"
+    old = "\n" * 1015  # 9 bytes below 1 KiB (`ulimit -f 1`): our first line crosses the limit
+    path.write_text(old)
+    flags = ["--enable-coordination-mode", "--coordination-file", str(path)]
+    command, env = runners["ours"]
+    limited = (["bash", "-c", 'trap - XFSZ; ulimit -f 1; exec "$@"', "bash", *command], env)
+    taskmanagers = [TaskManager(limited, ["2", *flags])]
+    try:
+        limited_result, after_limited = taskmanagers[0].result, path.read_text()
+        taskmanagers.append(TaskManager(runners["stock"], ["1", *flags]))
+        stock_out, stock_code = taskmanagers[1].result
+        assert stock_code == 0
+        claimer = owners()
+        proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "claim", "1", "--owner", str(claimer.pid),
+                               "--file", str(path), "--json"], env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        ours = [gpu["index"] for gpu in json.loads(proc.stdout)["gpus"]]
+        assert set(ours).isdisjoint(stock_out.strip().split(",")), (stock_out, ours, path.read_text())
+        assert limited_result == ("", 1)  # not 153: not killed by SIGXFSZ
+        assert after_limited == old  # no fragment left behind
+        lines = path.read_text().split("\n")
+        assert lines[-1] == "" and all(line == "" or len(line.split()) >= 2 for line in lines)
+    finally:
+        for taskmanager in taskmanagers:
+            taskmanager.kill()
+
+
+def test_the_executable_under_a_file_size_limit_reports_the_restored_file(runners, tmp_path):
+    path = tmp_path / "coordination"
+    path.write_text("\n" * 1015)
+    command, env = runners["ours"]
+    proc = subprocess.run(["bash", "-c", 'ulimit -f 1; exec "$@"', "bash", *command, "2",
+                           "--enable-coordination-mode", "--coordination-file", str(path)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert (proc.stdout, proc.returncode) == ("", 1)
+    assert f"Cannot write the coordination file {path}: {os.strerror(errno.EFBIG)}" in proc.stderr
+    assert "its old content was restored" in proc.stderr
+    assert path.read_text() == "\n" * 1015
+
+
+# The TaskManager runs the executable and dies before the executable claims ("before") or while the
+# claim waits for the file's lock ("during"); the launcher is a child subreaper, so the executable is
+# handed to it (as to pid 1 or systemd on a host). The moments are made certain: the executable's stderr
+# is a full pipe, so that its first message, the busy GPU it leaves out after asking NVML and before
+# claiming, blocks; the lock is held by the launcher.
+ORPHANED_DISCOVERY = r"""
+import ctypes, fcntl, json, os, signal, sys, threading, time
+PR_SET_CHILD_SUBREAPER = 36
+assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+exe, path, when = sys.argv[1:4]
+deadline = time.monotonic() + 30
+
+def wait_until(condition):
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+def in_syscall(pid, *calls):  # the syscall a blocked process is in, by number (x86-64, aarch64)
+    return open(f"/proc/{pid}/syscall").read().split()[0] in calls
+
+err_r, err_w = os.pipe()
+os.set_blocking(err_w, False)
+for size in (4096, 1):
+    try:
+        while True:
+            os.write(err_w, b"x" * size)
+    except BlockingIOError:
+        pass
+os.set_blocking(err_w, True)
+out_r, out_w = os.pipe()
+pid_r, pid_w = os.pipe()
+lock = os.open(path, os.O_RDWR | os.O_CREAT)
+if when == "during":
+    fcntl.flock(lock, fcntl.LOCK_EX)
+taskmanager = os.fork()
+if taskmanager == 0:
+    child = os.fork()
+    if child == 0:
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.execv(exe, [exe, "1", "--enable-coordination-mode", "--coordination-file", path,
+                       "--busy-gpus", "exclude"])
+    os.write(pid_w, str(child).encode())
+    # "before": once the executable is blocked writing to its stderr (it has started, read its parent
+    # and asked NVML), the TaskManager dies; "during": the launcher kills it
+    wait_until(lambda: in_syscall(child, "1", "64"))  # write
+    if when == "before":
+        os._exit(0)
+    time.sleep(600)
+for fd in (out_w, err_w, pid_w):
+    os.close(fd)
+discovery = int(os.read(pid_r, 64))
+if when == "before":
+    os.waitpid(taskmanager, 0)
+err = []
+drain = threading.Thread(target=lambda: err.append(b"".join(iter(lambda: os.read(err_r, 65536), b""))))
+if when == "during":
+    drain.start()
+    wait_until(lambda: in_syscall(discovery, "230", "35", "73", "115", "101", "32"))  # polling the lock
+    os.kill(taskmanager, signal.SIGKILL)
+    os.waitpid(taskmanager, 0)
+wait_until(lambda: int(open(f"/proc/{discovery}/stat").read().rsplit(")", 1)[1].split()[1]) == os.getpid())
+nothing_yet = os.path.getsize(path) == 0
+if when == "during":
+    fcntl.flock(lock, fcntl.LOCK_UN)
+else:
+    drain.start()
+out = b"".join(iter(lambda: os.read(out_r, 65536), b""))
+_, status = os.waitpid(discovery, 0)
+drain.join()
+print(json.dumps({"rc": os.waitstatus_to_exitcode(status), "stdout": out.decode(),
+                  "stderr": err[0].lstrip(b"x").decode(), "taskmanager": taskmanager,
+                  "nothing_yet": nothing_yet, "file": open(path).read()}))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/syscall"), reason="needs /proc/<pid>/syscall")
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_a_discovery_whose_taskmanager_died_leaves_nothing_claimed_for_the_reaper(discovery_exe, tmp_path, when):
+    """getppid() at claim time would name the reaper once the TaskManager is gone, and the GPU would
+    stay taken for as long as the reaper lives (for ever, for pid 1). Dead before the claim: nothing is
+    claimed. Dead while the claim waits for the lock: the line written for its pid is taken back (a
+    process that got the pid since would own it)."""
+    path = tmp_path / "coordination"
+    spec = {"devices": [{"processes": FOREIGN}, {}, {}]}
+    proc = simulator.run([sys.executable, "-c", ORPHANED_DISCOVERY, discovery_exe, str(path), when], spec=spec,
+                         capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["nothing_yet"]
+    assert "GPU 0 left out: busy" in result["stderr"]
+    assert (result["stdout"], result["rc"], result["file"]) == ("", 1, ""), result
+    what = "no GPU was claimed" if when == "before" else "the GPUs claimed for it were released"
+    assert (f"the TaskManager that ran this discovery (pid {result['taskmanager']}) has exited; {what}"
+            in result["stderr"])

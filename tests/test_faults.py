@@ -29,6 +29,7 @@ from flink_gpu import (Configuration, FlinkException, GPUDriverFactory, IllegalC
 from flink_gpu.framework import load_external_resources
 from conftest import dead_pid, proc_start_time
 from support.files import make_odd_path
+from support.interop import fake_nvidia_smi, stock_env
 from support.leases import our_lease
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
@@ -485,6 +486,178 @@ def test_file_size_limit_write_fails_cleanly(tmp_path, owners):
     assert run_child(FSIZE_CHILD, path).split() == ["True", "True", "True"]
     assert path.read_text() == content  # nothing half-written
     assert holders(path) == {"0": (live.pid,)}
+
+
+# ---- the stock script's replacement (B2) ----------------------------------------------------------
+
+# sed, but a `sed -i` lingers once it has replaced the file, before the stock script appends its line
+# to the new one: B2's window, widened. It says when it is in it.
+LINGERING_SED = """#!/bin/sh
+"{real}" "$@" || exit $?
+case " $* " in *" -i "*) : > "{mark}"; sleep {seconds} ;; esac
+"""
+
+
+def stock_reclaimer(stock_script, tmp_path, path, seconds):
+    """Flink's stock script reclaiming in coordination mode on a 3-GPU host, its `sed -i` lingering
+    `seconds` once the file is replaced; returns (its process, the mark that says it is in the window)."""
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", 3)
+    mark = tmp_path / "in-the-window"
+    sed = bin_dir / "sed"
+    sed.write_text(LINGERING_SED.format(real=shutil.which("sed"), mark=mark, seconds=seconds))
+    sed.chmod(0o755)
+    proc = subprocess.Popen(["bash", str(stock_script), "1", "--enable-coordination-mode", "--coordination-file",
+                             str(path)], env=stock_env(bin_dir), stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not mark.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the stock script never replaced the file"
+        time.sleep(0.005)
+    return proc, mark
+
+
+def test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced(stock_script, tmp_path, owners):
+    """The stock script reclaims GPU 0 with `sed -i` (a new inode, unlocked) and appends `0 <its
+    TaskManager>` to it only afterwards. A claim in between waits for it instead of taking GPU 0 too
+    (free in the new file), and then reclaims GPU 1."""
+    path = tmp_path / "coordination"
+    holder, claimer = owners(), owners()
+    path.write_text(f"0 {dead_pid()}\n1 {dead_pid()}\n2 {holder.pid}\n")
+    stock, _ = stock_reclaimer(stock_script, tmp_path, path, seconds=1.0)
+    try:
+        started = time.monotonic()
+        got = coordination.claim(1, ["0", "1", "2"], path=path, owner=claimer.pid).taken
+        waited = time.monotonic() - started
+        stock_out = stock.communicate(timeout=30)[0]
+    finally:
+        stock.kill()
+        stock.wait()
+    assert (stock_out, stock.returncode) == ("0\n", 0)
+    assert got == ["1"], path.read_text()  # not 0, which the stock script was writing for its TaskManager
+    assert waited > 0.5
+    assert holders(path) == {"0": (os.getpid(),), "1": (claimer.pid,), "2": (holder.pid,)}
+
+
+def test_a_stock_script_that_never_finishes_its_replaced_file_bounds_the_wait_and_is_named(
+        stock_script, tmp_path, owners):
+    path = tmp_path / "coordination"
+    holder, claimer = owners(), owners()
+    path.write_text(f"0 {dead_pid()}\n1 {holder.pid}\n2 {holder.pid}\n")
+    stock, _ = stock_reclaimer(stock_script, tmp_path, path, seconds=600)
+    try:
+        with pytest.raises(TimeoutError) as info:
+            coordination.claim(1, ["0", "1", "2"], path=path, owner=claimer.pid, timeout=0.3)
+        message = str(info.value)
+        writer = int(re.search(r": pid (\d+) still holds the lock of the copy it replaced", message).group(1))
+        assert os.readlink(f"/proc/{writer}/fd/200") == f"{path} (deleted)"  # the stock script's shell
+        assert str(path) in message and "Timed out after 0.3 s" in message
+    finally:
+        os.killpg(stock.pid, signal.SIGKILL)
+        stock.communicate()
+    # the stock script died mid-transaction: nothing waits any more, GPU 0 is free again
+    assert coordination.claim(1, ["0", "1", "2"], path=path, owner=claimer.pid, timeout=5).taken == ["0"]
+
+
+# A TaskManager stand-in for the mixed stress below: runs one discovery (the stock script or
+# flink-gpu-discovery) as its child, so that it owns what it prints, takes the GPUs' markers and lives a
+# moment. A stock TaskManager takes `stock-<i>` first: two stock scripts racing each other may give one
+# GPU twice (what is left of B2), so `all-<i>` failing after it is a GPU given to a stock TaskManager
+# and one of ours.
+MIXED_TASKMANAGER = """
+import fcntl, os, random, subprocess, sys, time
+kind, marks, log, *command = sys.argv[1:]
+proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+if proc.returncode == 0:
+    held = []
+    with open(log, "a") as out:
+        for index in proc.stdout.strip().split(","):
+            for marker in (["stock-" + index] if kind == "stock" else []) + ["all-" + index]:
+                fd = os.open(os.path.join(marks, marker), os.O_RDWR | os.O_CREAT, 0o644)
+                held.append(fd)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    out.write(("STOCK RACE " if marker.startswith("stock") else "DOUBLE ") + f"{kind} {index}\\n")
+                    break
+    time.sleep(random.uniform(0, 0.05))
+"""
+
+OUR_WORKER = """
+import fcntl, os, random, sys, time
+from flink_gpu import coordination
+from flink_gpu.errors import FlinkException
+path, marks, log, gpus, until = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+with open(log, "a") as out:
+    while time.time() < until:
+        try:
+            got = coordination.claim(random.randint(1, 2), [str(i) for i in range(gpus)], path=path, timeout=30).taken
+        except FlinkException:
+            time.sleep(0.002)
+            continue
+        held = []
+        for index in got:
+            fd = os.open(os.path.join(marks, "all-" + index), os.O_RDWR | os.O_CREAT, 0o644)
+            held.append(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                out.write(f"DOUBLE ours {index}\\n")
+                out.flush()
+        time.sleep(random.uniform(0, 0.01))
+        for fd in held:
+            os.close(fd)
+        coordination.release(path=path, timeout=30)
+"""
+
+
+def test_mixed_stock_script_executable_and_api_with_sigkills_never_give_a_gpu_to_ours_twice(
+        stock_script, discovery_exe, tmp_path):
+    """Our API (SIGKILLed at random), flink-gpu-discovery and Flink's stock script, one after another
+    (its `sed -i` lingering 50 ms, B2's window widened), on one file of 4 GPUs for 8 s: no GPU is held by
+    one of ours and another process at once."""
+    path = tmp_path / "coordination"
+    marks, logs = tmp_path / "marks", tmp_path / "logs"
+    marks.mkdir()
+    logs.mkdir()
+    gpus = 4
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", gpus)
+    (bin_dir / "sed").write_text(LINGERING_SED.format(real=shutil.which("sed"), mark=tmp_path / "mark", seconds=0.05))
+    (bin_dir / "sed").chmod(0o755)
+    stock_environment = stock_env(bin_dir)
+    exe_environment = child_env(devices=gpus)
+    coordinated = ["--enable-coordination-mode", "--coordination-file", str(path)]
+    until = time.time() + 8
+    workers = [subprocess.Popen([sys.executable, "-c", OUR_WORKER, str(path), str(marks), str(logs / f"ours{n}"),
+                                 str(gpus), str(until)], env=child_env()) for n in range(4)]
+    taskmanagers = []
+    counts = {"stock": 0, "exe": 0}
+    try:
+        kills = 0
+        while time.time() < until:
+            for kind, command, env in (("stock", ["bash", str(stock_script)], stock_environment),
+                                       ("exe", [discovery_exe], exe_environment)):
+                if not any(k == kind and t.poll() is None for k, t in taskmanagers):
+                    taskmanagers.append((kind, subprocess.Popen(
+                        [sys.executable, "-c", MIXED_TASKMANAGER, kind, str(marks), str(logs / kind), *command, "1",
+                         *coordinated], env=env)))
+                    counts[kind] += 1
+            if kills < 3 and time.time() > until - 6 + 2 * kills:
+                victim = workers[kills]
+                victim.kill()
+                victim.wait()
+                workers[kills] = subprocess.Popen([sys.executable, "-c", OUR_WORKER, str(path), str(marks),
+                                                   str(logs / f"ours-again{kills}"), str(gpus), str(until)],
+                                                  env=child_env())
+                kills += 1
+            time.sleep(0.005)
+    finally:
+        for w in workers:
+            w.wait(timeout=60)
+        for _, t in taskmanagers:
+            t.wait(timeout=60)
+    doubles = [line for log in logs.iterdir() for line in log.read_text().splitlines() if line.startswith("DOUBLE")]
+    assert doubles == [], (doubles, counts)
+    assert counts["stock"] > 10 and counts["exe"] > 10, counts
 
 
 # ---- lock holders that hang or die ----------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -442,6 +443,43 @@ static void test_a_failed_write_leaves_the_file_and_the_process_keeps_its_one_le
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+// Whole lines or nothing under RLIMIT_FSIZE with SIGXFSZ at its default action (a JVM's child, a C
+// program): the write that crosses the limit is short and the next one raises SIGXFSZ. The process is
+// not killed with half a line in the file: the claim fails with EFBIG and the file is back to its old
+// bytes, for an append and for a rewrite that reclaims (old bytes overwritten) alike.
+static void test_a_short_write_under_a_file_size_limit_restores_the_old_bytes() {
+    const pid_t live = spawn_sleeper();
+    for (const bool reclaim : {false, true}) {
+        const std::string path = fresh_path("short-write");
+        // a dead owner's line first when reclaiming: the rewrite starts at byte 0
+        std::string old_text = reclaim ? "0 " + std::to_string(dead_pid()) + "\n" : std::string();
+        old_text += line_for("1", live, path) + "\n";
+        old_text.resize(1015, '\n');  // 9 bytes below 1 KiB: the first new line crosses it
+        write_text(path, old_text);
+        const pid_t child = fork();
+        if (child == 0) {
+            signal(SIGXFSZ, SIG_DFL);
+            struct rlimit limit {};
+            getrlimit(RLIMIT_FSIZE, &limit);
+            limit.rlim_cur = 1024;
+            setrlimit(RLIMIT_FSIZE, &limit);
+            const co::ClaimResult r = co::claim(opts_for(path), live, {"0", "1", "2", "3"}, reclaim ? 4 : 3);
+            const bool efbig = r.status.sys_errno == EFBIG && r.status.message.find("old content was restored") !=
+                                                                   std::string::npos;
+            sigset_t pending;
+            sigpending(&pending);
+            _exit(efbig && !sigismember(&pending, SIGXFSZ) ? 0 : 3);
+        }
+        int status = 0;
+        CHECK(waitpid(child, &status, 0) == child);
+        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                      : "exit " + std::to_string(WEXITSTATUS(status)));
+        CHECK(read_text(path) == old_text);
+    }
+    kill_and_reap(live);
+}
+
 static void test_release_and_clean() {
     const std::string path = fresh_path("release");
     const co::Options o = opts_for(path);
@@ -756,6 +794,8 @@ int main() {
         {"duplicate_lines_live_one_wins", test_duplicate_lines_live_one_wins},
         {"a_failed_write_leaves_the_file_and_the_process_keeps_its_one_lease",
          test_a_failed_write_leaves_the_file_and_the_process_keeps_its_one_lease},
+        {"a_short_write_under_a_file_size_limit_restores_the_old_bytes",
+         test_a_short_write_under_a_file_size_limit_restores_the_old_bytes},
         {"release_and_clean", test_release_and_clean},
         {"killed_before_truncate_leaves_no_fragment", test_killed_before_truncate_leaves_no_fragment},
         {"missing_file_not_created", test_missing_file_not_created},
