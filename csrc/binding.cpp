@@ -126,11 +126,22 @@ struct Offer {
 };
 
 BindResult bind_impl(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus_in,
-                     std::size_t count, std::uint32_t holders_per_gpu) {
+                     std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks) {
     BindResult r;
     if (!(r.status = validate(holder, holders_per_gpu)).ok()) return r;
     std::vector<std::string> gpus;
     if (!(r.status = coordination::validate_indices(gpus_in, &gpus)).ok()) return r;
+    if (!ranks.empty() && ranks.size() != gpus_in.size()) {
+        r.status = make_status(StatusCode::kInvalidArgument,
+                               "Got " + std::to_string(ranks.size()) + " ranks for " + std::to_string(gpus_in.size()) +
+                                   " GPU indices: give one rank per index.");
+        return r;
+    }
+    std::map<std::string, int> rank_of;  // the best rank given for an index; 0 when none is
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+        auto it = rank_of.emplace(gpus_in[i], ranks[i]).first;
+        it->second = std::min(it->second, ranks[i]);
+    }
     if (count == 0) return r;
 
     coordination::LineJudge live(nullptr);  // leases once the file is locked, as in coordination::claim
@@ -192,9 +203,16 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
         for (const Offer& o : offers) {
             if (!o.blocked && o.excluded_by.empty() && o.holders.size() + 1 <= o.limit) open.push_back(&o);
         }
-        // least-bound first; `gpus` is in index order, so a stable sort keeps the lowest index among equals
-        std::stable_sort(open.begin(), open.end(),
-                         [](const Offer* a, const Offer* b) { return a->holders.size() < b->holders.size(); });
+        // the best rank first, then least-bound; `gpus` is in index order, so a stable sort keeps the lowest
+        // index among equals
+        auto rank = [&rank_of](const Offer* o) {
+            auto it = rank_of.find(o->index);
+            return it == rank_of.end() ? 0 : it->second;
+        };
+        std::stable_sort(open.begin(), open.end(), [&rank](const Offer* a, const Offer* b) {
+            if (rank(a) != rank(b)) return rank(a) < rank(b);
+            return a->holders.size() < b->holders.size();
+        });
         // the one MIG unit the holder's process binds already, if any (CUDA uses one per process)
         std::vector<std::string> process_units;
         for (const Line& l : lines) {
@@ -318,8 +336,9 @@ coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const
 }  // namespace
 
 BindResult bind(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus,
-                std::size_t count, std::uint32_t holders_per_gpu) noexcept {
-    return coordination::guarded<BindResult>([&] { return bind_impl(opts, holder, gpus, count, holders_per_gpu); });
+                std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks) noexcept {
+    return coordination::guarded<BindResult>(
+        [&] { return bind_impl(opts, holder, gpus, count, holders_per_gpu, ranks); });
 }
 
 coordination::ReleaseResult unbind(const coordination::Options& opts, const Holder& holder) noexcept {

@@ -67,8 +67,10 @@ Status check_slot(const std::string& slot);
 // when it asks for more, the lowest `count` of its GPUs when it asks for fewer (a slot holder's thread then
 // writes its own lines for them). New GPUs: least-bound first, lowest index among equals; dead holders'
 // lines are removed. All or nothing: kNotEnough says, per GPU, who binds it. count == 0 binds nothing.
+// `ranks`, when not empty, is parallel to `gpus` (gpu_choice.hpp's ranks: healthy and idle 0, then busy,
+// degraded): new GPUs come by rank first, then least-bound, then lowest index.
 BindResult bind(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus,
-                std::size_t count, std::uint32_t holders_per_gpu) noexcept;
+                std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks = {}) noexcept;
 
 // Removes the lines `holder` wrote: a process holder's, or the lines of one thread of a slot holder (the
 // slot keeps what its other threads bound). A missing file holds nothing. This process's lease goes once

@@ -310,6 +310,21 @@ def test_bind_says_so_when_the_taskmanager_has_no_usable_gpu(path, health):
     assert got["error"].startswith("Could not bind 1 GPU: of the 1 given, 0 are usable (GPU 0 is unhealthy: ")
 
 
+@pytest.mark.parametrize("first", [{"health": {"row_remap_pending": True}}, "busy"])
+def test_bind_binds_a_degraded_or_busy_gpu_last(path, first):
+    """As the driver ranks them (busy-gpus: avoid): a GPU with a pending row remap, or running a process
+    that is not the TaskManager's, comes after the healthy idle ones."""
+    stranger = subprocess.Popen(["sleep", "600"])
+    try:
+        device = {"processes": [{"pid": stranger.pid, "kind": "compute"}]} if first == "busy" else first
+        got = bind_on_state(path, {"devices": [device, {}]}, 2, 1)
+        assert got["bound"] == ["1"] and got["warnings"] == []
+        assert bind_on_state(path + "2", {"devices": [device, {}]}, 2, 2)["bound"] == ["0", "1"]  # when needed
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
 def test_bind_prefers_no_gpu_by_state_on_a_healthy_host(path):
     got = bind_on_state(path, {"devices": [{}, {}]}, 2, 1)
     assert got["bound"] == ["0"] and got["warnings"] == []

@@ -184,7 +184,8 @@ def coordination_own_pid() -> int: ...
 
 # --- bindings file (csrc/binding.*) ------------------------------------------------------------
 def binding_bind(path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int],
-                 gpus: Iterable[Union[str, int]], count: int, holders_per_gpu: int
+                 gpus: Iterable[Union[str, int]], count: int, holders_per_gpu: int,
+                 ranks: Optional[Iterable[int]] = None
                  ) -> Tuple[List[str], List[str], List[Tuple[int, str]], Optional[str], int, str]:
     """(the holder's binding, newly bound, unparsable lines, why a process holder bound without a lease,
     the holder's start time or 0, the bindings file's identity)."""

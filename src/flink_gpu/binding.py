@@ -356,11 +356,11 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
         pid = threading.get_native_id()
         holder = f"slot {slot} (thread {pid})"
         registry = _thread_held.__dict__.setdefault("held", {})
-    candidates = _usable(by_index, count, library_path, taskmanager_pid)
+    candidates, ranks = _usable(by_index, count, library_path, taskmanager_pid)
     with _lock:
         try:
             indices, added, unparsable, lease_problem, start_time, file = _native.binding_bind(
-                path, timeout, pid, slot, taskmanager_pid, candidates, count, holders_per_gpu)
+                path, timeout, pid, slot, taskmanager_pid, candidates, count, holders_per_gpu, ranks)
         except FlinkException as error:
             raise BindingError(str(error)) from None
         key = (file, me) if slot is None else (file, slot, taskmanager_pid)
@@ -380,30 +380,36 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
 
 
 def _usable(by_index: "dict[str, Any]", count: int, library_path: "str | None",
-            taskmanager_pid: "int | None") -> "list[str]":
-    """The GPUs of ``by_index`` bind may choose from: each one's state is read now (docs/design.md
-    §9.1) and an unhealthy one (lost since discovery, a reset required, ...) is left out with a WARN
-    while the others are enough; too few raises BindingError saying which are unhealthy and why. A
-    GPU NVML does not list, or a host where NVML cannot be opened, is taken as it is."""
+            taskmanager_pid: "int | None") -> "tuple[list[str], list[int] | None]":
+    """The GPUs of ``by_index`` bind may choose from, with their ranks: each one's state is read now
+    (docs/design.md §9.1), ranked as the driver's ``busy-gpus: avoid`` ranks them (healthy and idle
+    first, then busy with processes that are not the TaskManager's, then degraded), and an unhealthy
+    one (lost since discovery, a reset required, ...) is left out with a WARN while the others are
+    enough; too few raises BindingError saying which are unhealthy and why. A GPU NVML does not list,
+    or a host where NVML cannot be opened, is taken as it is, with no rank."""
     from flink_gpu.errors import NvmlError
-    from flink_gpu.nvml import Verdict, open_library
+    from flink_gpu.nvml import Verdict, open_library, rank_gpus
 
     try:
-        states = open_library(library_path).states(os.getpid(), taskmanager_pid)
+        states = [state for state in open_library(library_path).states(os.getpid(), taskmanager_pid)
+                  if state.gpu_index in by_index]
     except NvmlError:
-        return list(by_index)
-    unhealthy = {state.gpu_index: state.health for state in states
-                 if state.gpu_index in by_index and state.verdict is Verdict.UNHEALTHY}
-    if not unhealthy:
-        return list(by_index)
+        return list(by_index), None
+    best, ranks, _ = rank_gpus(states, "avoid")
+    rank_of = dict(zip(best, ranks))
+    worst = max(ranks, default=0)
+    unhealthy = {state.gpu_index: state.health for state in states if state.verdict is Verdict.UNHEALTHY}
     usable = [index for index in by_index if index not in unhealthy]
+    ranked = [rank_of.get(index, worst) for index in usable]  # not listed by NVML: last, as it is
+    if not unhealthy:
+        return usable, ranked
     why = "; ".join(f"GPU {index} is {health}" for index, health in unhealthy.items())
     if len(usable) < count:
         raise BindingError(f"Could not bind {count} GPU{'' if count == 1 else 's'}: of the "
                            f"{len(by_index)} given, {len(usable)} {'is' if len(usable) == 1 else 'are'} usable "
                            f"({why}). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.")
     _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(usable))
-    return usable
+    return usable, ranked
 
 
 def _file_identity(path: str) -> "str | None":
