@@ -169,15 +169,6 @@ bool next_word(const char* s, std::size_t n, std::size_t* i, std::size_t* begin,
     return true;
 }
 
-bool valid_index(const char* s, std::size_t n) {
-    if (n == 0) return false;
-    for (std::size_t i = 0; i < n; ++i) {
-        const unsigned char c = static_cast<unsigned char>(s[i]);
-        if (c <= 0x20 || c >= 0x7f) return false;
-    }
-    return true;
-}
-
 // `<index> <pid>[ <start time>][ key=value]...`: the index starts the line and is followed by a space
 // (what the stock script's `grep "^$i "` finds); the rest is split on blanks (its `awk '{print $2}'`).
 // Fills `line`, a default Line.
@@ -194,7 +185,7 @@ void parse_line(const char* s, std::size_t n, std::size_t number, Line* out) {
     next_word(s, n, &i, &w0, &w0_len);  // there is one: the line is not blank
     line.word.assign(s + w0, w0_len);
     // the first word starts the line and ends at its first space (a tab before it: no entry)
-    if (w0 != 0 || w0_len == n || s[w0_len] != ' ' || !valid_index(s, w0_len)) return;
+    if (w0 != 0 || w0_len == n || s[w0_len] != ' ' || !valid_index(line.word)) return;  // the one rule
     std::size_t w1 = 0, w1_len = 0;
     if (!next_word(s, n, &i, &w1, &w1_len)) return;
     std::uint64_t pid = 0, start = 0;

@@ -155,5 +155,11 @@ int main() {
     }
     CHECK(!co::unit_gpu("00:01", nullptr) && !co::unit_gpu("0:1:2", nullptr) && !co::unit_gpu(":1", nullptr));
     CHECK(co::parse_file("0 5\tmig=0:01")[0].kind == co::LineKind::kBad);
+    // a line's first word follows the same rule (the fuzzer's find: a line "053183 12" was an entry)
+    for (const char* bad : {"053183 12\t345", "00 123", "0:01 5", "0:1:2 5"}) {
+        const auto l = co::parse_file(bad);
+        CHECK(l[0].kind == co::LineKind::kBad && !l[0].word.empty());
+    }
+    CHECK(co::parse_file("card:0 5")[0].kind == co::LineKind::kEntry);
     return check::finish("test_coordination_lines");
 }
