@@ -596,6 +596,10 @@ def test_every_json_document_follows_the_schema(tmp_path, holder):
     spec.write_text(json.dumps(MIG_SPEC))
     conf = tmp_path / "flink-conf.yaml"
     conf.write_text(RESOURCES_CONF)
+    gpu_conf_file = tmp_path / "gpu" / "flink-conf.yaml"
+    gpu_conf_file.parent.mkdir()
+    gpu_conf_file.write_text(gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml",
+                                      discovery_script_args=f"--enable-coordination-mode --coordination-file {coord}"))
     runs = [
         ["--simulate-spec", spec, "list", "--file", coord],
         ["--simulate", "3", "list", "--file", coord],
@@ -605,6 +609,7 @@ def test_every_json_document_follows_the_schema(tmp_path, holder):
         ["--simulate", "3", "claim", "9", "--file", coord],  # not enough: ok false, an error
         ["release", "--file", coord],
         ["doctor", conf, "--simulate", "2"],
+        ["doctor", gpu_conf_file, "--simulate", "2"],  # every GPU check, taskmanager-env's among them
         ["doctor", tmp_path / "missing.yaml"],
         ["resources", conf],
         ["resources", conf, "--yarn"],
@@ -2062,6 +2067,30 @@ def test_list_names_a_taskmanager_by_its_resource_id_or_host_and_port(tmp_path, 
     finally:
         fake.stdin.close()
         fake.wait(10)
+
+
+def test_list_never_opens_a_fifo_or_another_users_file_that_a_holders_command_line_names(tmp_path):
+    """A holder can name anything in its argv: a FIFO there must not hang `list` or `coordination show`, and
+    a file its user does not own is not read on its behalf."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    other = tmp_path / "others.log"
+    other.write_text("Starting TaskManager with ResourceID: someone-elses\n")
+    os.chown(other, 12345, 12345)
+    for log in (fifo, other):
+        fake = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", f"-Dlog.file={log}",
+                                 TASKMANAGER_MAIN], stdin=subprocess.PIPE)
+        try:
+            coord = tmp_path / f"coord-{log.name}"
+            cli_json("--simulate", "2", "claim", "1", "--owner", fake.pid, "--file", coord)
+            for args in (["--simulate", "2", "list"], ["coordination", "show"]):
+                done = subprocess.run([sys.executable, "-m", "flink_gpu.cli", *args, "--file", str(coord)],
+                                      env=child_env(), capture_output=True, text=True, timeout=30)
+                assert done.returncode == 0 and "someone-elses" not in done.stdout, done
+                assert f"TaskManager pid {fake.pid}" in done.stdout or "TaskManager" in done.stdout
+        finally:
+            fake.stdin.close()
+            fake.wait(10)
 
 
 def test_list_watch_redraws_until_ctrl_c_and_refuses_json(tmp_path):

@@ -110,10 +110,18 @@ _forked_from: "int | None" = None  # the process holder this process was forked 
 _forked_files: "frozenset[str]" = frozenset()  # the identities of the files it bound in at the fork
 
 
+_forking_pid = [0]  # the pid of the process that forks, read before the fork: in the child getppid() may
+# already name a reaper (the parent died) or be 0 (a child that is pid 1 of a new pid namespace)
+
+
+def _before_fork() -> None:
+    _forking_pid[0] = os.getpid()
+
+
 def _after_fork_in_child() -> None:
     global _lock, _forked_from, _forked_files
     _lock = threading.Lock()  # another thread may have held it at the fork
-    parent = os.getppid()
+    parent = _forking_pid[0]
     files = frozenset(file for (file, holder), held in _held.items() if holder == parent and held.refs > 0)
     if files:
         _forked_from, _forked_files = parent, files
@@ -121,7 +129,7 @@ def _after_fork_in_child() -> None:
     _thread_held.__dict__.clear()  # the forking thread's slots are its parent's thread's
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 class GPUBinding:

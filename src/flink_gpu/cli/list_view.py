@@ -7,6 +7,7 @@ The data is gpus.py's (holders, bindings, state); this module decides how a pers
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 from flink_gpu.cli import UsageError
@@ -93,9 +94,9 @@ def taskmanager_name(pid: int, argv: "list[str] | None") -> "str | None":
     if not argv or _TASKMANAGER_MAIN not in argv:
         return None
     dynamic = _dynamic_properties(argv)
-    config = _config_of(argv)
+    config = _config_of(pid, argv)
     resource_id = (dynamic.get("taskmanager.resource-id") or config.get("taskmanager.resource-id")
-                   or _resource_id_from_log(argv))
+                   or _resource_id_from_log(pid, argv))
     if resource_id:
         return f"TaskManager {resource_id}"
     host = dynamic.get("taskmanager.host") or config.get("taskmanager.host")
@@ -121,17 +122,43 @@ _STARTING = "Starting TaskManager with ResourceID: "
 _LOG_HEAD = 1 << 18  # the line comes within the first few hundred lines of the log
 
 
-def _resource_id_from_log(argv: "list[str]") -> "str | None":
+def _holder_uid(pid: int) -> "int | None":
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def _read_holders_file_head(pid: int, path: str, limit: int) -> "bytes | None":
+    """The first ``limit`` bytes of ``path``, a file the holder ``pid`` names in its argv: only a regular
+    file owned by the holder's user (or root), opened without blocking or following a link — a process
+    that names a FIFO, a device or another user's file must neither hang `list` nor have it read for it."""
+    uid = _holder_uid(pid)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or uid is None or status.st_uid not in (uid, 0):
+            return None
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _resource_id_from_log(pid: int, argv: "list[str]") -> "str | None":
     """The resource id a TaskManager generated for itself, from its log (``-Dlog.file=``, set by
     Flink's bin/ scripts): "Starting TaskManager with ResourceID: <id>"."""
     paths = [arg[len("-Dlog.file="):] for arg in argv if arg.startswith("-Dlog.file=")]
     if not paths:
         return None
-    try:
-        with open(paths[-1], "rb") as log:
-            head = log.read(_LOG_HEAD).decode("utf-8", "replace")
-    except OSError:
+    data = _read_holders_file_head(pid, paths[-1], _LOG_HEAD)
+    if data is None:
         return None
+    head = data.decode("utf-8", "replace")
     found = head.find(_STARTING)
     if found < 0:
         return None
@@ -139,14 +166,17 @@ def _resource_id_from_log(argv: "list[str]") -> "str | None":
     return resource_id if resource_id and resource_id.isprintable() else None
 
 
-def _config_of(argv: "list[str]") -> dict:
-    """The TaskManager's configuration (``--configDir``), as far as it can be read; {} otherwise."""
+def _config_of(pid: int, argv: "list[str]") -> dict:
+    """The TaskManager's configuration (``--configDir``), as far as it can be read; {} otherwise (also for
+    a directory another user than the holder's, or root, owns: it is the holder's word, not ours to read)."""
     if "--configDir" not in argv:
         return {}
     position = argv.index("--configDir")
     if position + 1 >= len(argv):
         return {}
     try:
+        if os.stat(argv[position + 1]).st_uid not in (_holder_uid(pid), 0):
+            return {}
         from flink_gpu.config import Configuration
 
         return Configuration.from_yaml(argv[position + 1]).to_dict()

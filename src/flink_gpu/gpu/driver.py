@@ -10,8 +10,10 @@ from flink_gpu.coordination import whole_amount
 from flink_gpu.errors import FlinkException, NvmlError
 from flink_gpu.framework import ExternalResourceDriver, ExternalResourceDriverFactory, param_prefix
 from flink_gpu.gpu.info import GPUInfo
+from flink_gpu.gpu.nvml import NvmlDiscovery
 from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, GPUDriverOptions
 from flink_gpu.gpu.settings import GPUDriverSettings
+from flink_gpu.nvml import open_library
 
 _log = logging.getLogger("flink_gpu.gpu.driver")
 
@@ -97,14 +99,10 @@ def _script_backend(settings: GPUDriverSettings, path: str):
 
 
 def _open_nvml(library_path: str | None):
-    from flink_gpu.nvml import open_library
-
     return open_library(library_path)
 
 
 def _nvml_backend(nvml, settings: GPUDriverSettings):
-    from flink_gpu.gpu.nvml import NvmlDiscovery
-
     settings.warn_ignored_args()
     return NvmlDiscovery(nvml, settings)
 

@@ -15,6 +15,7 @@ import os
 import threading
 from typing import NamedTuple
 
+from flink_gpu import coordination
 from flink_gpu.errors import FlinkException
 from flink_gpu.gpu.info import (PROPERTY_CPU_AFFINITY, PROPERTY_HEALTH, PROPERTY_MEMORY_FREE,
                                 PROPERTY_MEMORY_TOTAL, PROPERTY_MEMORY_USED, PROPERTY_MIG_CI,
@@ -193,8 +194,6 @@ class NvmlDiscovery:
             if chosen is None:
                 chosen = ranking.sets[amount] = frozenset(ranking.infos[:amount])
             return chosen
-        from flink_gpu import coordination
-
         path = self.args.coordination_file
         with _driver_holds_lock:
             if self._claimed_pid != pid:  # a forked child: the parent's counts are not its own
@@ -292,6 +291,4 @@ class NvmlDiscovery:
                     _driver_holds.pop(key, None)
                     unused.append(index)
             if unused:
-                from flink_gpu import coordination
-
                 coordination.release(pid, path=path, indices=sorted(unused))
