@@ -522,9 +522,11 @@ public:
         sigset_t xfsz;
         sigemptyset(&xfsz);
         sigaddset(&xfsz, SIGXFSZ);
-        if (pthread_sigmask(SIG_BLOCK, &xfsz, &old_) != 0) return;
+        // sigprocmask, not pthread_sigmask: the same per-thread call in glibc (rt_sigprocmask), but
+        // pthread_sigmask moved to libc as GLIBC_2.32, beyond what a manylinux_2_28 wheel may require
+        if (sigprocmask(SIG_BLOCK, &xfsz, &old_) != 0) return;
         blocked_ = !sigismember(&old_, SIGXFSZ);
-        if (!blocked_) pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+        if (!blocked_) sigprocmask(SIG_SETMASK, &old_, nullptr);
     }
 
     ~FileSizeSignalGuard() {
@@ -537,7 +539,7 @@ public:
             while (sigtimedwait(&xfsz, nullptr, &now) < 0 && errno == EINTR) {
             }
         }
-        pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+        sigprocmask(SIG_SETMASK, &old_, nullptr);
     }
 
 private:
