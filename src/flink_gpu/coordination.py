@@ -38,6 +38,7 @@ __all__ = [
     "claimed",
     "clean_stale",
     "entries_of",
+    "own_pid",
     "process_start_time",
     "release",
     "snapshot",
@@ -157,9 +158,14 @@ class CleanResult:
     unparsable: "tuple[UnparsableLine, ...]"
 
 
+def own_pid() -> int:
+    """This process's pid without a system call: the core asks it once per process, and again in every
+    fork()ed child (pthread_atfork, which also runs for a fork() made from C, unlike os.register_at_fork)."""
+    return _native.coordination_own_pid()
+
+
 def _owner(owner: "int | None") -> int:
-    # the core's own pid: asked once per process and again in every fork()ed child, os.fork or not
-    return _native.coordination_own_pid() if owner is None else owner
+    return own_pid() if owner is None else owner
 
 
 def whole_amount(amount: object, what: str = "The amount of GPUs") -> int:

@@ -140,7 +140,7 @@ class NvmlDiscovery:
         self.health_checks = settings.health_checks
         self._nvml = nvml
         self._claimed: set[str] = set()  # indices this driver counts in _driver_holds
-        self._claimed_pid = os.getpid()
+        self._claimed_pid = coordination.own_pid()
 
     def enumerate(self) -> _Enumeration:
         """All usable devices with their static properties, in NVML index order.
@@ -148,7 +148,7 @@ class NvmlDiscovery:
         Cached per process: a forked child (whose NVML state is its own) enumerates again.
         """
         nvml = self._nvml
-        pid = os.getpid()
+        pid = coordination.own_pid()
         # shared with the process's other drivers, so that a new driver per task costs no
         # enumeration (and a skipped device is WARNed once per process)
         enumeration = _enumerations.get(nvml.library_path)
@@ -174,7 +174,7 @@ class NvmlDiscovery:
         other workers of the host, honouring the ranks (docs/design.md §5.2); asking again returns
         what this process already holds.
         """
-        pid = os.getpid()
+        pid = coordination.own_pid()
         taskmanager = _taskmanagers.get(pid, _UNKNOWN)
         if taskmanager is _UNKNOWN:
             taskmanager = _taskmanagers[pid] = find_taskmanager(pid)
@@ -198,7 +198,7 @@ class NvmlDiscovery:
         with _driver_holds_lock:
             if self._claimed_pid != pid:  # a forked child: the parent's counts are not its own
                 self._claimed, self._claimed_pid = set(), pid
-            # owner=pid: this process, resolved above (os.getpid() is a syscall)
+            # owner=pid: this process, resolved above
             result = coordination.claim(amount, ranking.order, path=path, owner=pid, ranks=ranking.ranks)
             for index in result.taken:
                 key = (path, pid, index)
@@ -275,7 +275,7 @@ class NvmlDiscovery:
         """Releases what this driver claimed for the calling process (a forked child releases
         only its own claims, never its parent's)."""
         path = self.args.coordination_file
-        pid = os.getpid()
+        pid = coordination.own_pid()
         with _driver_holds_lock:
             claimed, self._claimed = self._claimed, set()
             self._nvml = None
