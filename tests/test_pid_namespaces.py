@@ -639,17 +639,30 @@ def test_a_deleted_lease_file_never_turns_live_holders_into_dead_ones(path, work
             coordination.claim(1, gpus(4), path=path)
 
 
-def test_our_namespace_judges_a_holder_whose_lease_file_was_recreated_by_its_pid(path):
-    """A holder of our namespace keeps its GPU when the lease file is deleted and created again: its free
-    byte on the new file proves nothing, its pid and start time do."""
+def _delete_the_lease_file(path):
+    os.unlink(f"{path}.lease")  # the next claim creates another
+
+
+def _put_a_copy_in_its_place(path):  # cp + mv: a sed -i over the files, an editor, a restore
+    lease = Path(f"{path}.lease")
+    copy = lease.with_name("copy")
+    shutil.copyfile(lease, copy)
+    os.replace(copy, lease)
+
+
+@pytest.mark.parametrize("replace", [_delete_the_lease_file, _put_a_copy_in_its_place])
+def test_our_namespace_judges_a_holder_whose_lease_file_was_replaced_by_its_pid(path, replace):
+    """A holder of our namespace keeps its GPU when the lease file is deleted and created again, or a copy is
+    put in its place (the token, written for another inode, but none of the locks): its free byte there
+    proves nothing, its pid and start time do."""
     holder = subprocess.Popen([sys.executable, "-c", "import sys; from flink_gpu import coordination; "
                                f"coordination.claim(1, ['0', '1'], path={str(path)!r}); print('ok', flush=True); "
                                "sys.stdin.read()"], env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
     try:
         assert holder.stdout.readline() == "ok\n"
-        os.unlink(f"{path}.lease")
-        assert coordination.claim(1, gpus(2), path=path).taken == ["1"]  # creates a new lease file
+        replace(path)
+        assert coordination.claim(1, gpus(2), path=path).taken == ["1"]
         (first, _) = coordination.snapshot(path).entries
         assert (first.pid, first.alive, first.state) == (holder.pid, True, "live")
         with pytest.raises(FlinkException, match="Could not get enough GPU resources"):
@@ -708,30 +721,6 @@ def test_list_and_doctor_never_take_pid_1_of_another_namespace_for_the_ancestor_
     finally:
         stranger.kill()
         stranger.wait()
-
-
-def test_a_copy_of_the_lease_file_put_in_its_place_never_turns_a_live_holder_into_a_dead_one(path):
-    """cp + mv (a sed -i over the files, an editor, a restore): the copy has the token but none of the locks;
-    its token was written for another inode, so it proves nothing, and our namespace judges the pid."""
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from flink_gpu import coordination; "
-                               f"coordination.claim(1, ['0', '1'], path={str(path)!r}); print('ok', flush=True); "
-                               "sys.stdin.read()"], env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
-    try:
-        assert holder.stdout.readline() == "ok\n"
-        lease = Path(f"{path}.lease")
-        copy = lease.with_name("copy")
-        shutil.copyfile(lease, copy)
-        os.replace(copy, lease)
-        assert coordination.claim(1, gpus(2), path=path).taken == ["1"]
-        (first, _) = coordination.snapshot(path).entries
-        assert (first.pid, first.alive, first.state) == (holder.pid, True, "live")
-    finally:
-        holder.kill()
-        holder.wait(30)
-        holder.stdin.close()
-        holder.stdout.close()
-    coordination.release(path=path)
 
 
 def test_a_holder_that_claims_again_after_its_lease_file_was_deleted_moves_all_its_lines_to_the_new_lease(

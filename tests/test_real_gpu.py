@@ -1,7 +1,6 @@
 """Checks that need a real NVIDIA GPU and driver (marker ``real_gpu``; tools/real_gpu_check.sh runs them on a
 machine with one). Elsewhere they skip, saying so: the simulator-backed tests cover the same paths."""
 
-import os
 import shutil
 import subprocess
 import sys
@@ -26,8 +25,14 @@ needs_gpu = pytest.mark.skipif(GPUS == 0, reason="no NVIDIA GPU here (nvidia-smi
                                                   "run tools/real_gpu_check.sh on a machine with one")
 
 
-def _env():
-    return child_env()  # no simulator variables: the driver's own libnvidia-ml.so.1
+def _run(code: str):
+    """``code`` in a child interpreter on the driver's own libnvidia-ml.so.1 (no simulator variables): what
+    it prints as JSON."""
+    import json
+
+    done = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 @needs_gpu
@@ -39,11 +44,7 @@ def test_the_native_enumeration_matches_pynvml():
             "theirs = [(str(i), pynvml.nvmlDeviceGetUUID(h), pynvml.nvmlDeviceGetName(h))\n"
             "          for i in range(pynvml.nvmlDeviceGetCount()) for h in [pynvml.nvmlDeviceGetHandleByIndex(i)]]\n"
             "print(json.dumps([ours, theirs]))\n")
-    done = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    import json
-
-    ours, theirs = json.loads(done.stdout)
+    ours, theirs = _run(code)
     migless = {u for _, u, _ in ours}
     assert [tuple(t) for t in theirs if t[1] in migless] == [tuple(o) for o in ours]
 
@@ -55,17 +56,13 @@ def test_a_retrieval_on_the_real_driver_reads_each_gpus_state():
             "with GPUDriver({'discovery-mode': 'nvml'}) as d:\n"
             "    infos = d.retrieve_resource_info(1)\n"
             "print(json.dumps([{k: i.get_property(k) for k in i.get_keys()} for i in infos]))\n")
-    done = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    import json
-
-    (info,) = json.loads(done.stdout)
+    (info,) = _run(code)
     assert info["health"] == "ok" or info["health"].startswith(("degraded: ", "unhealthy: ")), info
     assert int(info["memory.used"]) >= 0 and int(info["memory.free"]) > 0
 
 
 @needs_gpu
 def test_flink_gpu_discovery_answers_on_the_real_driver(discovery_exe):
-    done = subprocess.run([str(discovery_exe), "1"], env=_env(), capture_output=True, text=True, timeout=60)
+    done = subprocess.run([str(discovery_exe), "1"], env=child_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().split(",")[0].replace(":", "").isdigit()
