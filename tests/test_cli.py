@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import time
 from pathlib import Path
@@ -1043,6 +1044,11 @@ def test_doctor_says_what_a_thread_mode_taskmanager_lacks(tmp_path):
     (home / "conf" / "config.yaml").write_text(gpu_conf(discovery_script_path=find_discovery_executable()))
     env = child_env(**simulator.environment(devices=4))
     env.pop("CUDA_DEVICE_ORDER", None)
+    # a shell whose PYTHONPATH does not name the virtualenv (child_env names it where flink_gpu is installed
+    # there, as in CI; a dev tree's src/ stays, the interpreter finds the rest itself)
+    site = os.path.realpath(sysconfig.get_path("purelib"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                        if p and os.path.realpath(p) != site)
     doc = json.loads(cli("doctor", home / "conf", "--json", env=env).stdout)
     notes = {f["message"].split(":")[0]: f for f in findings(doc, "taskmanager-env", "note")}
     jar = notes[f"{home / 'lib'} has no flink-python jar"]
