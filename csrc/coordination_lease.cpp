@@ -141,8 +141,15 @@ std::string write_token(int fd, std::uint64_t inode);
 // file's holders. Under flock(2) on the lease file itself, so that two claimers never both write one (the
 // coordination file's lock excludes them only while its path names one inode); the token is read back.
 std::string ensure_token(int fd, std::uint64_t inode) {
-    while (flock(fd, LOCK_EX) != 0) {
-        if (errno != EINTR) return read_token(fd, inode);
+    // bounded: only claimers take this lock, for microseconds; one held longer (another user's process
+    // holding it for ever) leaves the token as it is rather than stalling the claim under the file's lock
+    int tries = 0;
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if ((errno != EINTR && errno != EWOULDBLOCK) || ++tries > 200) return read_token(fd, inode);
+        if (errno == EWOULDBLOCK) {
+            const struct timespec pause {0, 1000000};  // 1 ms: at most 0.2 s in all
+            nanosleep(&pause, nullptr);
+        }
     }
     std::string token = read_token(fd, inode);
     if (token.empty()) token = write_token(fd, inode);

@@ -1164,3 +1164,26 @@ def test_the_simulator_rejects_spec_values_of_the_wrong_type_naming_the_key(disc
     assert f"flink-gpu NVML simulator: {path}: {message}" in proc.stderr
     with pytest.raises(ValueError, match=re.escape(str(path))):  # the Python check agrees
         simulator.read_spec(path)
+
+
+def test_a_lease_file_locked_for_ever_by_another_process_never_stalls_a_claim(tmp_path):
+    """Only claimers flock the lease file, to write its token; anyone who can read it can hold that lock for
+    ever. The claim then goes on without a token (its lines are judged by pid) instead of hanging under the
+    coordination file's lock, where every other claimer would wait behind it."""
+    path = tmp_path / "coordination"
+    Path(f"{path}.lease").write_bytes(b"")  # created empty, as an older version leaves it
+    holder = subprocess.Popen(["flock", "-x", f"{path}.lease", "sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while subprocess.run(["flock", "-n", f"{path}.lease", "true"]).returncode == 0:  # until it holds it
+            assert time.monotonic() < deadline, "flock(1) never took the lock"
+            time.sleep(0.01)
+        done = subprocess.run([sys.executable, "-c", "from flink_gpu import coordination; "
+                               f"print(coordination.claim(1, ['0'], path={str(path)!r}).taken)"],
+                              env=child_env(), capture_output=True, text=True, timeout=20)
+        assert done.returncode == 0 and done.stdout.strip() == "['0']", done.stderr
+        (entry,) = coordination.snapshot(path).entries
+        assert entry.lease is not None and entry.lease_file is None  # a lease, no token for it
+    finally:
+        holder.kill()
+        holder.wait()
