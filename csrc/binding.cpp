@@ -131,17 +131,8 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     if (!(r.status = validate(holder, holders_per_gpu)).ok()) return r;
     std::vector<std::string> gpus;
     if (!(r.status = coordination::validate_indices(gpus_in, &gpus)).ok()) return r;
-    if (!ranks.empty() && ranks.size() != gpus_in.size()) {
-        r.status = make_status(StatusCode::kInvalidArgument,
-                               "Got " + std::to_string(ranks.size()) + " ranks for " + std::to_string(gpus_in.size()) +
-                                   " GPU indices: give one rank per index.");
-        return r;
-    }
-    std::map<std::string, int> rank_of;  // the best rank given for an index; 0 when none is
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
-        auto it = rank_of.emplace(gpus_in[i], ranks[i]).first;
-        it->second = std::min(it->second, ranks[i]);
-    }
+    coordination::IndexRanks rank_of;
+    if (!(r.status = rank_of.assign(gpus_in, ranks)).ok()) return r;
     if (count == 0) return r;
 
     coordination::LineJudge live(nullptr);  // leases once the file is locked, as in coordination::claim
@@ -205,10 +196,7 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
         }
         // the best rank first, then least-bound; `gpus` is in index order, so a stable sort keeps the lowest
         // index among equals
-        auto rank = [&rank_of](const Offer* o) {
-            auto it = rank_of.find(o->index);
-            return it == rank_of.end() ? 0 : it->second;
-        };
+        auto rank = [&rank_of](const Offer* o) { return rank_of.of(o->index); };
         std::stable_sort(open.begin(), open.end(), [&rank](const Offer* a, const Offer* b) {
             if (rank(a) != rank(b)) return rank(a) < rank(b);
             return a->holders.size() < b->holders.size();

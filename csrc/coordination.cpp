@@ -26,21 +26,9 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     if (!(r.status = validate_pid(owner, "owner pid")).ok()) return r;
     std::vector<std::string> existing;
     if (!(r.status = validate_indices(existing_in, &existing)).ok()) return r;
-    if (!ranks.empty() && ranks.size() != existing_in.size()) {
-        r.status = make_status(StatusCode::kInvalidArgument,
-                               "Got " + std::to_string(ranks.size()) + " ranks for " +
-                                   std::to_string(existing_in.size()) + " GPU indices: give one rank per index.");
-        return r;
-    }
-    std::map<std::string, int> rank_of;  // the best rank given for an index
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
-        auto it = rank_of.emplace(existing_in[i], ranks[i]).first;
-        if (ranks[i] < it->second) it->second = ranks[i];
-    }
-    auto rank = [&](const std::string& idx) {
-        auto it = rank_of.find(idx);
-        return it == rank_of.end() ? 0 : it->second;
-    };
+    IndexRanks rank_of;
+    if (!(r.status = rank_of.assign(existing_in, ranks)).ok()) return r;
+    auto rank = [&rank_of](const std::string& idx) { return rank_of.of(idx); };
     if (amount == 0) return r;
 
     LineJudge live(nullptr);  // the leases once the file is locked: their registry is not held while waiting

@@ -149,6 +149,25 @@ Status validate_indices(const std::vector<std::string>& indices, std::vector<std
     return {};
 }
 
+Status IndexRanks::assign(const std::vector<std::string>& indices, const std::vector<int>& ranks) {
+    best_.clear();
+    if (!ranks.empty() && ranks.size() != indices.size()) {
+        return make_status(StatusCode::kInvalidArgument, "Got " + std::to_string(ranks.size()) + " ranks for " +
+                                                             std::to_string(indices.size()) +
+                                                             " GPU indices: give one rank per index.");
+    }
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+        auto it = best_.emplace(indices[i], ranks[i]).first;
+        it->second = std::min(it->second, ranks[i]);
+    }
+    return {};
+}
+
+int IndexRanks::of(const std::string& index) const {
+    auto it = best_.find(index);
+    return it == best_.end() ? 0 : it->second;
+}
+
 Status validate_pid(pid_t pid, const char* what) {
     if (pid <= 0) {
         return make_status(StatusCode::kInvalidArgument, std::string("Invalid ") + what + " " + std::to_string(pid) +

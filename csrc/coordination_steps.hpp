@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <map>
 #include <new>
 #include <string>
 #include <vector>
@@ -56,6 +57,18 @@ std::string printable(const std::string& text);
 
 // The valid, distinct `indices` into *out, in index order; kInvalidArgument naming a bad one.
 Status validate_indices(const std::vector<std::string>& indices, std::vector<std::string>* out);
+
+// The ranks a caller gives for its GPU indices (gpu_choice.hpp's ranks, parallel to the indices; none: all
+// 0): the best one given for each index.
+class IndexRanks {
+public:
+    // kInvalidArgument unless `ranks` is empty or one per index.
+    Status assign(const std::vector<std::string>& indices, const std::vector<int>& ranks);
+    int of(const std::string& index) const;
+
+private:
+    std::map<std::string, int> best_;
+};
 
 // kInvalidArgument unless `pid` is a positive process (or thread) id; `what` names it in the message.
 Status validate_pid(pid_t pid, const char* what);
