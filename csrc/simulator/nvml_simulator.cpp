@@ -5,7 +5,9 @@
 //   FLINK_GPU_SIM_SPEC=FILE       JSON: {"init_error": 0, "driver_version": "...", "devices": [
 //                                   {"uuid", "name", "memory_total", "pci_bus_id", "minor_number",
 //                                    "fault": null | "NO_PERMISSION" | "GPU_IS_LOST"}]}
-//                                    "memory_used", "cpu_affinity" (cpulist), "compute_mode",
+//                                    "memory_used", "memory_reserved" (the driver's: nvmlMemory_v2_t's
+//                                      reserved, counted as used by the v1 query), "cpu_affinity"
+//                                      (cpulist), "compute_mode",
 //                                    "health": {"inforom_corrupted", "row_remap_failure",
 //                                      "row_remap_pending", "retired_pages_pending" (booleans),
 //                                      "ecc_enabled" (default true), "ecc_uncorrected" (count),
@@ -40,6 +42,8 @@
 //                                 "driver_lock": true (default) | false,
 //                                 "hang": [{"query": family, "device": GPU index (absent: every call),
 //                                   "while_exists": path}]: such a call blocks while the file exists}
+//   FLINK_GPU_SIM_PROFILE=NAME    the spec of a machine profile: profiles/NAME.json next to this library
+//                                 (csrc/simulator/profiles; not together with FLINK_GPU_SIM_SPEC)
 //   FLINK_GPU_SIM_INIT_ERROR=CODE nvmlInit returns this NVML error code
 //   FLINK_GPU_SIM_COUNTERS_FILE=FILE  the counters (flinkgpuSimCounters) are written there at
 //                                 nvmlShutdown and at process exit
@@ -71,8 +75,12 @@
 
 #include <atomic>
 
+#include <dirent.h>
+#include <dlfcn.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <cstdio>
@@ -125,6 +133,7 @@ struct SimDevice {
     std::string uuid, name, pci_bus_id;
     unsigned long long memory_total = 80ULL << 30;
     unsigned long long memory_used = 0;
+    unsigned long long memory_reserved = 0;  // the driver's own: v1 counts it as used, v2 apart
     unsigned minor_number = 0;
     Fault fault = Fault::kNone;
     std::vector<unsigned long> cpu_affinity;  // bitmask; empty: NOT_SUPPORTED
@@ -355,6 +364,12 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
     d->memory_used = number;
     if (d->memory_used > d->memory_total) {
         complain(std::string(spec_path) + ": " + where + "memory_used must not exceed memory_total");
+        return false;
+    }
+    if (!read_number(item, "memory_reserved", 18446744073709551616.0, spec_path, where, &d->memory_reserved))
+        return false;
+    if (d->memory_reserved > d->memory_total - d->memory_used) {
+        complain(std::string(spec_path) + ": " + where + "memory_used + memory_reserved must not exceed memory_total");
         return false;
     }
     std::string cpus;
@@ -778,6 +793,52 @@ void start_counting() {
     if (!m.exit_hook) m.exit_hook = std::atexit(write_counters_file_at_exit) == 0;
 }
 
+// ---- machine profiles: spec files installed next to this library -----------------------------
+
+#ifdef FLINK_GPU_SIM_R535
+const char* const kProfilesBelowLibrary = "/../profiles";  // this build lives in r535/ under the default one
+#else
+const char* const kProfilesBelowLibrary = "/profiles";
+#endif
+
+std::string profiles_directory() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&profiles_directory), &info) == 0 || info.dli_fname == nullptr) return "profiles";
+    const std::string library = info.dli_fname;
+    const size_t slash = library.rfind('/');
+    return (slash == std::string::npos ? std::string(".") : library.substr(0, slash)) + kProfilesBelowLibrary;
+}
+
+std::string profile_names(const std::string& directory) {
+    std::vector<std::string> names;
+    if (DIR* dir = opendir(directory.c_str())) {
+        while (const dirent* entry = readdir(dir)) {
+            const std::string file = entry->d_name;
+            if (file.size() > 5 && file.compare(file.size() - 5, 5, ".json") == 0) names.push_back(file.substr(0, file.size() - 5));
+        }
+        closedir(dir);
+    }
+    std::sort(names.begin(), names.end());
+    std::string list;
+    for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
+    return list.empty() ? "none" : list;
+}
+
+// FLINK_GPU_SIM_PROFILE=name: the spec file of that profile.
+bool profile_file(const char* name, std::string* out) {
+    const std::string directory = profiles_directory();
+    bool plain = *name != '\0' && *name != '.';
+    for (const char* c = name; *c != '\0'; ++c)
+        plain = plain && ((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_' || *c == '.');
+    *out = directory + "/" + name + ".json";
+    if (!plain || access(out->c_str(), R_OK) != 0) {
+        complain(std::string("FLINK_GPU_SIM_PROFILE=") + name + " is not a profile of this simulator; use one of " +
+                 profile_names(directory) + " (in " + directory + ")");
+        return false;
+    }
+    return true;
+}
+
 // Loads the configuration; returns an NVML error code for nvmlInit.
 nvmlReturn_t configure(SimState& s) {
     s.devices.clear();
@@ -787,6 +848,17 @@ nvmlReturn_t configure(SimState& s) {
     nvmlReturn_t init_error = NVML_SUCCESS;
     DriverConfig driver;
     const char* spec_path = std::getenv("FLINK_GPU_SIM_SPEC");
+    std::string profile_path;
+    if (const char* profile = std::getenv("FLINK_GPU_SIM_PROFILE"); profile != nullptr && *profile != '\0') {
+        if (spec_path != nullptr && *spec_path != '\0') {
+            complain(std::string("FLINK_GPU_SIM_PROFILE=") + profile + " and FLINK_GPU_SIM_SPEC=" + spec_path +
+                     " are both set: use one (to change a profile, copy " + profiles_directory() + "/" + profile +
+                     ".json and give the copy as FLINK_GPU_SIM_SPEC)");
+            return NVML_ERROR_UNKNOWN;
+        }
+        if (!profile_file(profile, &profile_path)) return NVML_ERROR_UNKNOWN;
+        spec_path = profile_path.c_str();
+    }
     if (spec_path != nullptr && *spec_path != '\0') {
         std::string error;
         simjson::Value root;
@@ -1209,8 +1281,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_
         if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
         if (nvmlReturn_t rc = query_allowed(*d, kQueryMemory); rc != NVML_SUCCESS) return rc;
         memory->total = d->memory_total;
-        memory->free = d->memory_total - d->memory_used;
-        memory->used = d->memory_used;
+        memory->free = d->memory_total - d->memory_used - d->memory_reserved;
+        memory->used = d->memory_used + d->memory_reserved;
         return NVML_SUCCESS;
     });
 }
@@ -1296,9 +1368,9 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemo
         if (nvmlReturn_t rc = state_device(device, kQueryMemoryV2, &d); rc != NVML_SUCCESS) return rc;
         if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
         memory->total = d->memory_total;
-        memory->reserved = 0;
+        memory->reserved = d->memory_reserved;
         memory->used = d->memory_used;
-        memory->free = d->memory_total - d->memory_used;
+        memory->free = d->memory_total - d->memory_used - d->memory_reserved;
         return NVML_SUCCESS;
     });
 }

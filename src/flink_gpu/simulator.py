@@ -8,8 +8,13 @@ it through its environment (NVML is initialised once per process, so choose befo
 
     simulator.run(["python", "my_job.py"], spec={"devices": [{"name": "NVIDIA H100"}, {"fault": "GPU_IS_LOST"}]})
 
-The simulator reads ``FLINK_GPU_SIM_DEVICES`` (a count, default 4) or ``FLINK_GPU_SIM_SPEC`` (a JSON
-file, below), and ``FLINK_GPU_SIM_INIT_ERROR`` (an NVML return code for ``nvmlInit``).
+The simulator reads ``FLINK_GPU_SIM_DEVICES`` (a count, default 4), ``FLINK_GPU_SIM_SPEC`` (a JSON
+file, below) or ``FLINK_GPU_SIM_PROFILE`` (the name of a machine profile shipped with it, a spec file
+from real machines' captures: :func:`profiles`; not together with ``FLINK_GPU_SIM_SPEC``, and either
+one takes precedence over ``FLINK_GPU_SIM_DEVICES``), and ``FLINK_GPU_SIM_INIT_ERROR`` (an NVML
+return code for ``nvmlInit``)::
+
+    simulator.run(["flink-gpu-discovery", "2"], profile="h100-hgx-8")
 
 Spec keys (every one optional; null counts as absent):
 
@@ -24,7 +29,9 @@ Spec keys (every one optional; null counts as absent):
   * ``uuid``, ``name``, ``pci_bus_id`` (text), ``memory_total`` (bytes), ``minor_number``;
   * ``fault``: ``NO_PERMISSION`` (the handle is refused) or ``GPU_IS_LOST`` (every query, the
     live readings too);
-  * ``memory_used`` (bytes, at most ``memory_total``; free is the rest);
+  * ``memory_used`` (bytes, at most ``memory_total``; free is the rest) and ``memory_reserved``
+    (bytes the driver keeps: ``nvmlDeviceGetMemoryInfo_v2`` answers them as reserved, the v1
+    query counts them as used, as drivers since R510 do; default 0);
   * ``cpu_affinity``: the GPU's local CPUs as a Linux cpulist such as ``"0-15,32-47"`` (CPUs
     below 4096; absent: the query answers NOT_SUPPORTED);
   * ``compute_mode``: ``default``, ``exclusive_thread``, ``prohibited`` or ``exclusive_process``;
@@ -103,13 +110,13 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 __all__ = ["MAX_DEVICES", "QUERY_FAMILIES", "library_path", "environment", "read_spec", "run", "popen", "counters",
-           "reset_counters", "hanging"]
+           "reset_counters", "hanging", "profiles", "profile_path"]
 
 _FAULTS = ("NO_PERMISSION", "GPU_IS_LOST")
 _PROCESS_STRUCTS = ("v2", "r535")
 _DEVICE_KEYS = {"uuid", "name", "memory_total", "pci_bus_id", "minor_number", "fault", "memory_used",
                 "cpu_affinity", "compute_mode", "health", "processes", "not_supported", "no_permission", "mig",
-                "utilization", "temperature", "power", "fabric", "persistence_mode"}
+                "utilization", "temperature", "power", "fabric", "persistence_mode", "memory_reserved"}
 _TOP_KEYS = ("init_error", "driver_version", "devices", "process_struct", "unprivileged", "driver_lock", "latency_ms",
              "hang")
 #: The query families of ``latency_ms`` and ``hang`` (csrc/simulator: each NVML export belongs to one).
@@ -123,8 +130,8 @@ _HANG_KEYS = {"query", "device", "while_exists"}
 _PERSISTENCE_MODES = ("disabled", "enabled")
 _MIG_KEYS = {"mode", "pending", "max_devices", "instances"}
 _MIG_MODES = ("disabled", "enabled")
-_INSTANCE_KEYS = {"slot", "uuid", "memory_total", "gi", "ci", "memory_used", "cpu_affinity", "compute_mode",
-                  "health", "processes", "not_supported", "no_permission", "fabric"}
+_INSTANCE_KEYS = {"slot", "uuid", "memory_total", "gi", "ci", "memory_used", "memory_reserved", "cpu_affinity",
+                  "compute_mode", "health", "processes", "not_supported", "no_permission", "fabric"}
 # the value rules the simulator itself applies (csrc/simulator/nvml_simulator.cpp): text, or a
 # whole number in [0, limit)
 _STRING_KEYS = ("uuid", "name", "pci_bus_id")
@@ -170,6 +177,28 @@ def library_path(process_struct: str = "v2") -> str:
             "tools/dev_build.sh."
         )
     return str(path)
+
+
+def _profiles_directory() -> Path:
+    # where CMake installs csrc/simulator/profiles, and where the simulator looks for them (beside itself)
+    return Path(__file__).resolve().parent / "_simulator" / "profiles"
+
+
+def profiles() -> "list[str]":
+    """The names of the machine profiles shipped with the simulator (``FLINK_GPU_SIM_PROFILE``),
+    e.g. ``h100-hgx-8``, ``b200-8``, ``a100-mig``; the README beside them says where each fact
+    and figure comes from."""
+    return sorted(path.stem for path in _profiles_directory().glob("*.json"))
+
+
+def profile_path(name: str) -> str:
+    """The spec file of the machine profile ``name`` (a copy of it, changed, makes a spec of one's
+    own); ``ValueError`` naming the profiles for a name that is none."""
+    names = profiles()
+    if name not in names:
+        raise ValueError(f"Simulator profile {name!r} does not exist; use one of {', '.join(names) or 'none'} "
+                         f"(in {_profiles_directory()}).")
+    return str(_profiles_directory() / f"{name}.json")
 
 
 def _check_whole_number(value: Any, limit: int, what: str) -> None:
@@ -224,6 +253,13 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
     total = 80 << 30 if total is None else total  # the simulator's default
     if isinstance(used, int) and not isinstance(used, bool) and isinstance(total, int) and used > total:
         raise ValueError(f"Simulator spec {where}.memory_used must not exceed memory_total ({total}), got {used!r}.")
+    reserved = device.get("memory_reserved")
+    if reserved is not None:
+        _check_whole_number(reserved, 2**64, f"{where}.memory_reserved must be a whole number")
+        used = 0 if used is None else used
+        if isinstance(used, int) and not isinstance(used, bool) and isinstance(total, int) and used + reserved > total:
+            raise ValueError(f"Simulator spec {where}.memory_used + memory_reserved must not exceed memory_total "
+                             f"({total}), got {used!r} + {reserved!r}.")
     cpus = device.get("cpu_affinity")
     _check_string(cpus, f"{where}.cpu_affinity")
     if cpus is not None and not _is_cpulist(cpus):
@@ -470,8 +506,8 @@ def _remove_quietly(path: str) -> None:
 
 
 def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
-                init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None
-                ) -> Dict[str, str]:
+                init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+                profile: Optional[str] = None) -> Dict[str, str]:
     """Environment variables that make a new process use the simulator.
 
     ``devices``: that many identical GPUs (default 4; ``ValueError`` unless a whole number from 0
@@ -479,14 +515,17 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
     JSON file that lives as long as this process) or the path of a JSON file (which must be a
     regular file; its content is checked by the simulator when NVML starts, or before with
     :func:`read_spec`). ``init_error``: the NVML error code ``nvmlInit`` returns (e.g. 9,
-    NVML_ERROR_DRIVER_NOT_LOADED). ``counters_file``: where the process's simulator writes its
+    NVML_ERROR_DRIVER_NOT_LOADED). ``profile``: a machine profile by name (:func:`profiles`;
+    ``ValueError`` for another name, or together with ``devices`` or ``spec``). ``counters_file``: where the process's simulator writes its
     :func:`counters` at ``nvmlShutdown`` and at exit (read them with ``counters(path)``). A dict spec is checked first: ``TypeError`` for a value of the
     wrong type, ``ValueError`` for an unknown key or a value out of range, both naming the key.
     """
-    if devices is not None and spec is not None:
-        raise ValueError("Give either devices or spec, not both.")
+    if sum(given is not None for given in (devices, spec, profile)) > 1:
+        raise ValueError("Give one of devices, spec and profile.")
     process_struct = "v2"
-    if isinstance(spec, Mapping):
+    if profile is not None:
+        process_struct = _process_struct_of_file(profile_path(profile))
+    elif isinstance(spec, Mapping):
         _validate_spec(spec)
         process_struct = spec.get("process_struct") or "v2"
     elif spec is not None:
@@ -497,7 +536,9 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
         # For code that opens libnvidia-ml.so.1 by name (pynvml, nvidia-smi-free tools).
         "LD_LIBRARY_PATH": os.pathsep.join(p for p in (os.path.dirname(lib), os.environ.get("LD_LIBRARY_PATH")) if p),
     }
-    if spec is not None:
+    if profile is not None:
+        env["FLINK_GPU_SIM_PROFILE"] = profile  # the simulator finds it beside itself
+    elif spec is not None:
         if isinstance(spec, Mapping):
             env["FLINK_GPU_SIM_SPEC"] = _spec_file(spec)
         else:
@@ -518,31 +559,32 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
     return env
 
 
-def _child_env(kwargs: Dict[str, Any], devices, spec, init_error, counters_file) -> Dict[str, str]:
+def _child_env(kwargs: Dict[str, Any], devices, spec, init_error, counters_file, profile) -> Dict[str, str]:
     base = kwargs.pop("env", None)
     env = dict(os.environ if base is None else base)
-    for key in ("FLINK_GPU_SIM_DEVICES", "FLINK_GPU_SIM_SPEC", "FLINK_GPU_SIM_INIT_ERROR", "FLINK_GPU_SIM_COUNTERS_FILE"):
+    for key in ("FLINK_GPU_SIM_DEVICES", "FLINK_GPU_SIM_SPEC", "FLINK_GPU_SIM_PROFILE", "FLINK_GPU_SIM_INIT_ERROR",
+                "FLINK_GPU_SIM_COUNTERS_FILE"):
         env.pop(key, None)
-    env.update(environment(devices, spec, init_error, counters_file))
+    env.update(environment(devices, spec, init_error, counters_file, profile))
     return env
 
 
 def run(args: Sequence[str], *, devices: Optional[int] = None, spec: Optional[SpecLike] = None,
         init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
-        **kwargs: Any):
+        profile: Optional[str] = None, **kwargs: Any):
     """``subprocess.run(args, **kwargs)`` with the process pointed at the simulator."""
     import subprocess
 
-    return subprocess.run(args, env=_child_env(kwargs, devices, spec, init_error, counters_file), **kwargs)
+    return subprocess.run(args, env=_child_env(kwargs, devices, spec, init_error, counters_file, profile), **kwargs)
 
 
 def popen(args: Sequence[str], *, devices: Optional[int] = None, spec: Optional[SpecLike] = None,
           init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
-          **kwargs: Any):
+          profile: Optional[str] = None, **kwargs: Any):
     """``subprocess.Popen(args, **kwargs)`` with the process pointed at the simulator."""
     import subprocess
 
-    return subprocess.Popen(args, env=_child_env(kwargs, devices, spec, init_error, counters_file), **kwargs)
+    return subprocess.Popen(args, env=_child_env(kwargs, devices, spec, init_error, counters_file, profile), **kwargs)
 
 
 def _loaded_library():
