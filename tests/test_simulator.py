@@ -56,10 +56,9 @@ def test_the_spec_size_limit_is_the_one_for_every_file(discovery_exe, tmp_path):
     ({"power": "250W"}, "power", "must be a number of watts (0..4294967.295)"),
     ({"power": True}, "power", "must be a number of watts (0..4294967.295)"),
     ({"not_supported": ["fan"]}, "not_supported", "utilization, temperature, power"),
-    ({"health": {"state_error": "GPU_IS_LOST", "state_error_after_s": -1}}, "health.state_error_after_s",
-     "must be a whole number"),
-    ({"health": {"state_error": "GPU_IS_LOST", "state_error_after_s": 1.5}}, "health.state_error_after_s",
-     "must be a whole number"),
+    ({"health": {"state_error": "GPU_IS_LOST", "state_error_when_exists": 1}}, "health.state_error_when_exists",
+     "must be a string"),
+    ({"health": {"lost_handle_when_exists": ["/tmp/x"]}}, "health.lost_handle_when_exists", "must be a string"),
 ])
 def test_a_bad_live_reading_is_rejected_naming_the_key_by_both_checkers(discovery_exe, tmp_path, device, key, words):
     with pytest.raises((TypeError, ValueError), match=re.escape(f"devices[0].{key}")) as raised:
@@ -446,3 +445,37 @@ def test_reserved_and_used_memory_beyond_the_total_are_refused_by_both(discovery
     path.write_text(json.dumps({"devices": [device]}))
     proc = discover(discovery_exe, FLINK_GPU_SIM_SPEC=str(path))
     assert proc.returncode == 1 and key in proc.stderr
+
+
+def test_a_state_error_and_a_lost_handle_hold_while_their_files_exist(tmp_path):
+    state_error, lost_handle = tmp_path / "state-error", tmp_path / "lost-handle"
+    spec = {"devices": [{"health": {"state_error": "GPU_IS_LOST", "state_error_when_exists": str(state_error),
+                                    "lost_handle_when_exists": str(lost_handle)}}]}
+    got = run_nvml_child(f"""
+        h = handle(0)
+        def handle_rc():
+            return nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(ctypes.c_void_p()))
+        answers = [[power(h), handle_rc()]]
+        for path in ({str(state_error)!r}, {str(lost_handle)!r}):
+            open(path, "x").close()
+            answers.append([power(h), handle_rc()])
+        os.unlink({str(state_error)!r})
+        os.unlink({str(lost_handle)!r})
+        answers.append([power(h), handle_rc()])
+        print(json.dumps(answers))
+    """, spec)
+    # NVML_ERROR_GPU_IS_LOST 15
+    assert got == [[0, 0], [15, 0], [15, 15], [0, 0]]
+
+
+@pytest.mark.parametrize("old, new", [("state_error_after_s", "state_error_when_exists"),
+                                      ("lost_handle_after_s", "lost_handle_when_exists")])
+def test_the_clock_triggers_are_gone_for_file_triggers(discovery_exe, tmp_path, old, new):
+    spec = {"devices": [{"health": {"state_error": "GPU_IS_LOST", old: 1}}]}
+    with pytest.raises(ValueError, match=re.escape(f"devices[0].health has unknown keys ['{old}']")):
+        simulator.environment(spec=spec)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    proc = discover(discovery_exe, FLINK_GPU_SIM_SPEC=str(path))
+    assert proc.returncode == 1
+    assert f"devices[0].health.{old} is no longer a key: create a file named by {new} instead" in proc.stderr

@@ -15,10 +15,11 @@
 //                                        drain_p2p, drain_and_reset, recover_imex_domain, bus_reset,
 //                                        system_reboot; or a whole number), "state_error": "GPU_IS_LOST" |
 //                                      "RESET_REQUIRED" (what every state query answers),
-//                                      "state_error_after_s" (whole seconds after nvmlInit before it
-//                                      does: a GPU that falls off the bus mid-run; default 0),
-//                                      "lost_handle_after_s" (from then on nvmlDeviceGetHandleByIndex
-//                                        answers GPU_IS_LOST: a GPU gone from the bus)},
+//                                      "state_error_when_exists" (a path: it does so only while that
+//                                      file exists, a GPU that falls off the bus mid-run; absent: always),
+//                                      "lost_handle_when_exists" (a path: while that file exists
+//                                        nvmlDeviceGetHandleByIndex answers GPU_IS_LOST: a GPU gone from
+//                                        the bus)},
 //                                    "fabric": {"state": "not_supported" | "not_started" | "in_progress" |
 //                                      "completed" (default), "status" (an nvmlReturn_t, default 0),
 //                                      "health_summary": "not_supported" (default) | "healthy" |
@@ -143,9 +144,9 @@ struct SimDevice {
     unsigned long long ecc_uncorrected = 0;
     unsigned recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;
     nvmlReturn_t state_error = NVML_SUCCESS;
-    unsigned long long state_error_after_ms = 0;  // since nvmlInit
-    // From then on its handle is refused with GPU_IS_LOST (a GPU gone from the bus); 0: never.
-    unsigned long long lost_handle_after_ms = 0;
+    // Explicit triggers a test creates: state_error only while this file exists (empty: always), and
+    // the handle refused with GPU_IS_LOST while that one does (a GPU gone from the bus; empty: never).
+    std::string state_error_when_exists, lost_handle_when_exists;
     // NVLink fabric (NVSwitch systems): nvmlGpuFabricInfo_v3 fields, and which struct the driver has:
     // 3 (v3 and v2), 2 (v2 only: R550), 1 (nvmlDeviceGetGpuFabricInfo only: R535). No "fabric": a PCIe
     // part, every fabric query NOT_SUPPORTED.
@@ -172,7 +173,6 @@ struct SimDevice {
 struct SimState {
     std::mutex mutex;
     int refcount = 0;
-    std::atomic<unsigned long long> init_ms{0};  // CLOCK_MONOTONIC at the first nvmlInit
     std::string driver_version = "999.99.99";
     std::vector<SimDevice> devices;
     std::vector<SimDevice> units;  // the MIG units of every GPU
@@ -411,12 +411,16 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
         if (!read_choice(*h, "state_error", kStateErrors, 2, spec_path, hw, &choice)) return false;
         if (choice == 0) d->state_error = NVML_ERROR_GPU_IS_LOST;
         if (choice == 1) d->state_error = NVML_ERROR_RESET_REQUIRED;
-        unsigned long long after_s = 0;
-        if (!read_number(*h, "state_error_after_s", 1e9, spec_path, hw, &after_s)) return false;
-        d->state_error_after_ms = after_s * 1000ULL;
-        after_s = 0;
-        if (!read_number(*h, "lost_handle_after_s", 1e9, spec_path, hw, &after_s)) return false;
-        d->lost_handle_after_ms = after_s * 1000ULL;
+        for (const char* removed : {"state_error_after_s", "lost_handle_after_s"}) {
+            if (present(*h, removed) != nullptr) {
+                complain(std::string(spec_path) + ": " + hw + removed + " is no longer a key: create a file named by " +
+                         (removed[0] == 's' ? "state_error_when_exists" : "lost_handle_when_exists") + " instead");
+                return false;
+            }
+        }
+        if (!read_string(*h, "state_error_when_exists", spec_path, hw, &d->state_error_when_exists) ||
+            !read_string(*h, "lost_handle_when_exists", spec_path, hw, &d->lost_handle_when_exists))
+            return false;
     }
     if (const simjson::Value* f = present(item, "fabric")) {
         if (!f->is_object()) {
@@ -981,7 +985,6 @@ nvmlReturn_t init() {
     if (s.refcount == 0) {
         const nvmlReturn_t rc = configure(s);
         if (rc != NVML_SUCCESS) return rc;
-        s.init_ms = monotonic_ms();
         start_counting();
     }
     ++s.refcount;
@@ -1223,7 +1226,7 @@ nvmlReturn_t handle_by_index(unsigned index, nvmlDevice_t* device) {
     if (device == nullptr || index >= s.devices.size()) return NVML_ERROR_INVALID_ARGUMENT;
     if (s.devices[index].fault == Fault::kNoPermission) return NVML_ERROR_NO_PERMISSION;
     const SimDevice& d = s.devices[index];
-    if (d.lost_handle_after_ms > 0 && monotonic_ms() >= s.init_ms + d.lost_handle_after_ms)
+    if (!d.lost_handle_when_exists.empty() && access(d.lost_handle_when_exists.c_str(), F_OK) == 0)
         return NVML_ERROR_GPU_IS_LOST;
     *device = reinterpret_cast<nvmlDevice_t>(&s.devices[index]);
     return NVML_SUCCESS;
@@ -1303,7 +1306,8 @@ namespace {
 
 // What every state query of `d` answers now: its state_error once its time has come.
 nvmlReturn_t state_error_now(const SimDevice& d) {
-    if (d.state_error == NVML_SUCCESS || monotonic_ms() < state().init_ms + d.state_error_after_ms) return NVML_SUCCESS;
+    if (d.state_error == NVML_SUCCESS) return NVML_SUCCESS;
+    if (!d.state_error_when_exists.empty() && access(d.state_error_when_exists.c_str(), F_OK) != 0) return NVML_SUCCESS;
     return d.state_error;
 }
 

@@ -41,10 +41,10 @@ Spec keys (every one optional; null counts as absent):
     (``none``, ``gpu_reset``, ``node_reboot``, ``drain_p2p``, ``drain_and_reset``,
     ``recover_imex_domain``, ``bus_reset``, ``system_reboot``, or a whole number: a value a newer
     driver may have), ``state_error`` (``GPU_IS_LOST`` or ``RESET_REQUIRED``: what every state
-    query and live reading answers while the GPU's identity still reads), from
-    ``state_error_after_s`` whole seconds after ``nvmlInit`` on (default 0: from the start; a GPU
-    falling off the bus mid-run), and ``lost_handle_after_s`` (whole seconds after ``nvmlInit``
-    from which ``nvmlDeviceGetHandleByIndex`` answers ``GPU_IS_LOST``: a GPU gone from the bus);
+    query and live reading answers while the GPU's identity still reads), only while the file
+    ``state_error_when_exists`` names exists when it is given (a test creates it: a GPU falling
+    off the bus mid-run), and ``lost_handle_when_exists`` (a path: while that file exists
+    ``nvmlDeviceGetHandleByIndex`` answers ``GPU_IS_LOST``: a GPU gone from the bus);
   * ``fabric``: the GPU's NVLink fabric registration (an NVSwitch system), an object with
     ``state`` (``not_supported``, ``not_started``, ``in_progress``, ``completed``: the default),
     ``status`` (the NVML return code of a completed registration, default 0), ``health_summary``
@@ -270,8 +270,8 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
     if health is not None:
         if not isinstance(health, Mapping):
             raise TypeError(f"Simulator spec {where}.health must be an object, got {health!r}.")
-        known = set(_HEALTH_FLAGS) | {"ecc_uncorrected", "recovery_action", "state_error", "state_error_after_s",
-                                      "lost_handle_after_s"}
+        known = set(_HEALTH_FLAGS) | {"ecc_uncorrected", "recovery_action", "state_error", "state_error_when_exists",
+                                      "lost_handle_when_exists"}
         bad = set(health) - known
         if bad:
             raise ValueError(f"Simulator spec {where}.health has unknown keys {sorted(bad)}; known: {sorted(known)}.")
@@ -285,9 +285,8 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
         else:
             _check_choice(action, _RECOVERY_ACTIONS, f"{where}.health.recovery_action")
         _check_choice(health.get("state_error"), _STATE_ERRORS, f"{where}.health.state_error")
-        for key in ("state_error_after_s", "lost_handle_after_s"):
-            if health.get(key) is not None:
-                _check_whole_number(health[key], 10**9, f"{where}.health.{key} must be a whole number of seconds")
+        for key in ("state_error_when_exists", "lost_handle_when_exists"):
+            _check_string(health.get(key), f"{where}.health.{key}")
     fabric = device.get("fabric")
     if fabric is not None:
         if not isinstance(fabric, Mapping):
