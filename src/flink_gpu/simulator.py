@@ -132,7 +132,7 @@ _MIG_KEYS = {"mode", "pending", "max_devices", "instances"}
 _MIG_MODES = ("disabled", "enabled")
 _INSTANCE_KEYS = {"slot", "uuid", "memory_total", "gi", "ci", "memory_used", "memory_reserved", "cpu_affinity",
                   "compute_mode", "health", "processes", "not_supported", "no_permission", "fabric"}
-# the value rules the simulator itself applies (csrc/simulator/nvml_simulator.cpp): text, or a
+# the value rules the simulator itself applies (csrc/simulator/spec.cpp): text, or a
 # whole number in [0, limit)
 _STRING_KEYS = ("uuid", "name", "pci_bus_id")
 _NUMBER_LIMITS = {"memory_total": 2**64, "minor_number": 2**32, "memory_used": 2**64, "utilization": 101,
@@ -155,7 +155,7 @@ _QUERIES = ("inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values"
             "mps_processes", "process_detail_list", "processes", "utilization", "temperature", "power",
             "temperature_v", "fabric", "persistence_mode")
 _CPULIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
-#: The most GPUs ``devices`` may ask for: the limit csrc/simulator/nvml_simulator.cpp puts on
+#: The most GPUs ``devices`` may ask for: the limit csrc/simulator/spec.cpp puts on
 #: FLINK_GPU_SIM_DEVICES.
 MAX_DEVICES = 4096
 _SPEC_WHAT = "simulator spec file"
@@ -231,6 +231,15 @@ def _check_choice(value: Any, allowed: "tuple[str, ...]", what: str) -> None:
         raise ValueError(f"Simulator spec {what} must be one of {', '.join(allowed)}, got {value!r}.")
 
 
+def _check_object(value: Any, known: "set[str]", what: str) -> None:
+    """An object of the spec: ``TypeError`` for another value, ``ValueError`` naming its unknown keys."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"Simulator spec {what} must be an object, got {value!r}.")
+    bad = set(value) - known
+    if bad:
+        raise ValueError(f"Simulator spec {what} has unknown keys {sorted(bad)}; known: {sorted(known)}.")
+
+
 def _check_bool(value: Any, what: str) -> None:
     if value is not None and not isinstance(value, bool):
         raise TypeError(f"Simulator spec {what} must be true or false, got {value!r}.")
@@ -289,12 +298,7 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
             _check_string(health.get(key), f"{where}.health.{key}")
     fabric = device.get("fabric")
     if fabric is not None:
-        if not isinstance(fabric, Mapping):
-            raise TypeError(f"Simulator spec {where}.fabric must be an object, got {fabric!r}.")
-        bad = set(fabric) - _FABRIC_KEYS
-        if bad:
-            raise ValueError(f"Simulator spec {where}.fabric has unknown keys {sorted(bad)}; known: "
-                             f"{sorted(_FABRIC_KEYS)}.")
+        _check_object(fabric, _FABRIC_KEYS, f"{where}.fabric")
         _check_choice(fabric.get("state"), _FABRIC_STATES, f"{where}.fabric.state")
         if fabric.get("status") is not None:
             _check_whole_number(fabric["status"], 1000, f"{where}.fabric.status must be an NVML return code")
@@ -331,11 +335,7 @@ def _validate_mig(device: Mapping[str, Any], where: str) -> None:
     mig = device.get("mig")
     if mig is None:
         return
-    if not isinstance(mig, Mapping):
-        raise TypeError(f"Simulator spec {where}.mig must be an object, got {mig!r}.")
-    bad = set(mig) - _MIG_KEYS
-    if bad:
-        raise ValueError(f"Simulator spec {where}.mig has unknown keys {sorted(bad)}; known: {sorted(_MIG_KEYS)}.")
+    _check_object(mig, _MIG_KEYS, f"{where}.mig")
     _check_choice(mig.get("mode"), _MIG_MODES, f"{where}.mig.mode")
     _check_choice(mig.get("pending"), _MIG_MODES, f"{where}.mig.pending")
     slots = 7 if mig.get("max_devices") is None else mig["max_devices"]
@@ -350,11 +350,7 @@ def _validate_mig(device: Mapping[str, Any], where: str) -> None:
     seen = set()
     for j, instance in enumerate(instances):
         what = f"{where}.mig.instances[{j}]"
-        if not isinstance(instance, Mapping):
-            raise TypeError(f"Simulator spec {what} must be an object, got {instance!r}.")
-        bad = set(instance) - _INSTANCE_KEYS
-        if bad:
-            raise ValueError(f"Simulator spec {what} has unknown keys {sorted(bad)}; known: {sorted(_INSTANCE_KEYS)}.")
+        _check_object(instance, _INSTANCE_KEYS, what)
         if instance.get("slot") is None:
             raise ValueError(f"Simulator spec {what}.slot is required.")
         _check_whole_number(instance["slot"], slots, f"{what}.slot must be a whole number below max_devices")
@@ -394,11 +390,7 @@ def _validate_driver(spec: Mapping[str, Any]) -> None:
         raise TypeError(f"Simulator spec hang must be a list of {{query, device, while_exists}}, got {hangs!r}.")
     for i, hang in enumerate(hangs):
         what = f"hang[{i}]"
-        if not isinstance(hang, Mapping):
-            raise TypeError(f"Simulator spec {what} must be an object, got {hang!r}.")
-        bad = set(hang) - _HANG_KEYS
-        if bad:
-            raise ValueError(f"Simulator spec {what} has unknown keys {sorted(bad)}; known: {sorted(_HANG_KEYS)}.")
+        _check_object(hang, _HANG_KEYS, what)
         if hang.get("query") not in QUERY_FAMILIES:
             raise ValueError(f"Simulator spec {what}.query must be one of {', '.join(QUERY_FAMILIES)}, "
                              f"got {hang.get('query')!r}.")
