@@ -236,8 +236,10 @@ def test_not_enough_says_requested_existing_and_holders(path, owners):
     coordination.claim(2, gpus(3), path=path, owner=a.pid)
     coordination.claim(1, gpus(3), path=path, owner=b.pid)
     before = path.read_text()
-    with pytest.raises(FlinkException) as info:
+    with pytest.raises(FlinkException) as info:  # as Flink-style code catches it
         coordination.claim(1, gpus(3), path=path)
+    # the failure by name, from the core's not-enough status: what the caller can act on
+    assert type(info.value) is flink_gpu.NotEnoughGpusError
     message = str(info.value)
     assert message.startswith("Could not get enough GPU resources.")
     assert "Requested 1, the host has 3 GPUs (0, 1, 2)" in message

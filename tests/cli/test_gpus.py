@@ -296,7 +296,7 @@ def test_claim_fails_with_exit_1_when_too_few_gpus_are_free(tmp_path, holder):
     assert proc.returncode == 1
     assert "Could not get enough GPU resources" in proc.stderr
     doc = cli_json("--simulate", "4", "claim", "2", "--file", coord, expect=1)
-    assert doc["error"]["type"] == "FlinkException"
+    assert doc["error"]["type"] == "NotEnoughGpusError"  # the failure by name (a FlinkException)
     assert f"{holder.pid}" in coord.read_text() and str(os.getpid()) not in coord.read_text()
 
 
