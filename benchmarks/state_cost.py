@@ -22,11 +22,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+import bench_figures  # beside this script, and on pytest's pythonpath
+from bench_figures import driver_costs, fmt_pair, machine, per_call, per_round, run_ok, table, write_section
+
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-sys.path.insert(0, str(REPO / "tools"))
-import bench_figures  # noqa: E402  (tools/ is not a package)
-from bench_figures import driver_costs, fmt_pair, machine, per_call, per_round, run_ok, table, write_section  # noqa: E402
 
 ROWS = [
     ("retrieve", "`retrieve_resource_info(n)`, in-process"),

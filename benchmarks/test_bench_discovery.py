@@ -14,7 +14,7 @@
 * ``import``: fresh interpreters importing flink_gpu (and pynvml, and nothing);
 * ``contention``: N processes claiming and releasing concurrently on one file.
 
-Each benchmark checks its result, so a fast wrong answer fails. ``tools/bench_figures.py ratios``
+Each benchmark checks its result, so a fast wrong answer fails. ``benchmarks/bench_figures.py ratios``
 turns a ``--benchmark-json`` file into the target ratios. No timing is asserted.
 """
 

@@ -52,7 +52,7 @@ Status check_slot(const std::string& slot) {
     const std::string shown = slot.size() <= kShown ? coordination::printable(slot)
                                                     : coordination::printable(slot.substr(0, kShown)) + "...";
     const std::string length = slot.size() <= kShown ? "" : " (" + std::to_string(slot.size()) + " bytes)";
-    return make_status(StatusCode::kInvalidArgument,
+    return failure(StatusCode::kInvalidArgument,
                        "Invalid slot id '" + shown + "'" + length + ": a slot id is 1 to 128 letters, digits, '_', "
                        "'.', ':' or '-' (e.g. a Flink allocation id).");
 }
@@ -65,7 +65,7 @@ Status validate(const Holder& holder, std::uint32_t holders_per_gpu) {
     if (!holder.slot.empty() && !(st = check_slot(holder.slot)).ok()) return st;
     if (holder.taskmanager < 0) return coordination::validate_pid(holder.taskmanager, "TaskManager pid");
     if (holders_per_gpu == 0 || holders_per_gpu > coordination::kMaxShare) {
-        return make_status(StatusCode::kInvalidArgument,
+        return failure(StatusCode::kInvalidArgument,
                            "Invalid number of holders per GPU " + std::to_string(holders_per_gpu) + ": it must be 1 to " +
                                std::to_string(coordination::kMaxShare) + ".");
     }
@@ -138,7 +138,7 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     coordination::LineJudge live(nullptr);  // leases once the file is locked, as in coordination::claim
     const coordination::ProcInfo holder_info = live.process(holder.pid);
     if (!holder_info.exists) {
-        r.status = make_status(StatusCode::kInvalidArgument,
+        r.status = failure(StatusCode::kInvalidArgument,
                                "Cannot bind GPUs to " + describe(holder) + ": it does not exist.");
         return r;
     }
@@ -261,7 +261,7 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                                  "e.g. PyFlink's process mode, to give each slot its own)";
             }
             msg += ". Bindings file: " + opts.path + ".";
-            r.status = make_status(StatusCode::kNotEnough, msg);
+            r.status = failure(StatusCode::kNotEnough, msg);
             return r;
         }
         result = mine;

@@ -1,7 +1,7 @@
 // The coordination file shared by the GPU workers of one host (docs/design.md §5).
 //
 // Interoperates with Flink's stock `nvidia-gpu-discovery.sh --enable-coordination-mode`: same file
-// (default /var/tmp/flink-gpu-coordination), same `<index> <pid>` lines (coordination_lines.hpp), same
+// (default /var/tmp/flink-gpu-coordination), same lines (docs/design.md §5.2, File format; coordination_lines.hpp), same
 // BSD flock(2) on the file itself (coordination_file.hpp).
 //
 // Rules (each one fixes a bug of the stock script, docs/design.md §5.1):

@@ -43,7 +43,7 @@ std::string role(const std::string& path) {
 }
 
 Status os_error(int err, const std::string& what, const std::string& path) {
-    return make_status(StatusCode::kOsError, what + " " + role(path) + " " + path + ": " + errno_text(err), err);
+    return failure(StatusCode::kOsError, what + " " + role(path) + " " + path + ": " + errno_text(err), err);
 }
 
 std::int64_t monotonic_ms() {
@@ -91,7 +91,7 @@ Status check_file_type(const struct statx& st, const std::string& path) {
     const std::uint16_t mode = st.stx_mode;
     if (!S_ISREG(mode)) {
         const int err = S_ISLNK(mode) ? ELOOP : S_ISDIR(mode) ? EISDIR : EINVAL;
-        return make_status(StatusCode::kOsError,
+        return failure(StatusCode::kOsError,
                            "Refusing to use the " + role(path) + " " + path + ": it is " + file_kind(mode) +
                                ", not a regular file (" + errno_text(err) + "). Choose a regular file "
                                "as the " + role(path) + ".",
@@ -100,7 +100,7 @@ Status check_file_type(const struct statx& st, const std::string& path) {
     // A coordination file is never hard-linked (the stock script and we only create it or replace it
     // by rename). A second link may be a trap pointing at another user's file, which we would rewrite.
     if (st.stx_nlink > 1) {
-        return make_status(StatusCode::kOsError,
+        return failure(StatusCode::kOsError,
                            "Refusing to use the " + role(path) + " " + path + ": it has " +
                                std::to_string(st.stx_nlink) + " hard links, so it may be another file in "
                                "disguise (" + errno_text(EMLINK) + "). Remove it; it is recreated on the "
@@ -440,7 +440,7 @@ Status open_file(const std::string& path, Access access, int* fd, bool* created,
             if (err == EINTR) continue;
             if (err == ENOENT && access != Access::kCreate) return {};
             if (err == ELOOP) {
-                return make_status(StatusCode::kOsError,
+                return failure(StatusCode::kOsError,
                                    "Refusing to use the " + role(path) + " " + path + ": it is a symbolic link (" +
                                        errno_text(err) + "). Links are not followed; use the real file's path.",
                                    err);
@@ -466,7 +466,7 @@ Status open_file(const std::string& path, Access access, int* fd, bool* created,
         *fd = f;
         return {};
     }
-    return make_status(StatusCode::kOsError, "Cannot open the " + role(path) + " " + path +
+    return failure(StatusCode::kOsError, "Cannot open the " + role(path) + " " + path +
                                            ": it keeps appearing and disappearing.", EAGAIN);
 }
 
@@ -489,7 +489,7 @@ Status read_all(int fd, const std::string& path, std::uint64_t size, std::string
         offset += n;
         if (static_cast<std::size_t>(n) < sizeof buf && static_cast<std::uint64_t>(offset) >= size) return {};
         if (out->size() > kMaxFileSize) {
-            return make_status(StatusCode::kOsError,
+            return failure(StatusCode::kOsError,
                                "The " + role(path) + " " + path + " is larger than " +
                                    std::to_string(kMaxFileSize >> 20) + " MiB, so it is not a " + role(path) +
                                    " (" + errno_text(EFBIG) + ").",
@@ -553,7 +553,7 @@ Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset, File
         ssize_t n = pwrite(fd, data, size, offset);
         if (n < 0) {
             if (errno == EINTR) continue;
-            return make_status(StatusCode::kOsError, "", errno);
+            return failure(StatusCode::kOsError, "", errno);
         }
         if (static_cast<std::size_t>(n) < size) guard->arm();  // the next write may cross RLIMIT_FSIZE
         data += n;
@@ -592,7 +592,7 @@ Status write_in_place(int fd, const std::string& path, const std::string& old_te
         st = pwrite_all(fd, new_text.data(), new_text.size(), 0, &guard);
     }
     if (st.ok() && new_text.size() < old_text.size() && ftruncate(fd, static_cast<off_t>(new_text.size())) != 0) {
-        st = make_status(StatusCode::kOsError, "", errno);
+        st = failure(StatusCode::kOsError, "", errno);
     }
     if (st.ok()) return {};
     const int err = st.sys_errno;
@@ -620,12 +620,12 @@ void LockedFile::unlock() noexcept {
 Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access access, bool* exists) {
     unlock();
     *exists = false;
-    if (path.empty()) return make_status(StatusCode::kInvalidArgument, "The coordination file path is empty.");
+    if (path.empty()) return failure(StatusCode::kInvalidArgument, "The coordination file path is empty.");
     if (path.find('\0') != std::string::npos) {
-        return make_status(StatusCode::kInvalidArgument, "The coordination file path contains a NUL byte.");
+        return failure(StatusCode::kInvalidArgument, "The coordination file path contains a NUL byte.");
     }
     if (timeout_ms < 0) {
-        return make_status(StatusCode::kInvalidArgument, "The lock timeout must not be negative, got " +
+        return failure(StatusCode::kInvalidArgument, "The lock timeout must not be negative, got " +
                                                        std::to_string(timeout_ms) + " ms.");
     }
     const int op = (access == Access::kReadExisting ? LOCK_SH : LOCK_EX) | LOCK_NB;
@@ -661,7 +661,7 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
                 if (statx_fd(fd, &locked) == 0) holders = lock_holders(locked);
                 char secs[32];
                 std::snprintf(secs, sizeof secs, "%.10g", static_cast<double>(timeout_ms) / 1000.0);
-                return make_status(StatusCode::kTimeout,
+                return failure(StatusCode::kTimeout,
                                    "Timed out after " + std::string(secs) + " s waiting for the lock on the " +
                                    role(path) + " " + path +
                                        (holders.empty() ? std::string(" (held by another process)")
@@ -689,7 +689,7 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
                     if (now >= deadline) {
                         char secs[32];
                         std::snprintf(secs, sizeof secs, "%.10g", static_cast<double>(timeout_ms) / 1000.0);
-                        return make_status(StatusCode::kTimeout,
+                        return failure(StatusCode::kTimeout,
                                            "Timed out after " + std::string(secs) + " s waiting for the coordination "
                                            "file " + path + ": pid " + std::to_string(writer) + " still holds "
                                            "the lock of the copy it replaced (as Flink's stock discovery script "
@@ -712,7 +712,7 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
         unlock();
         ++replaced;
         if (replaced >= 3 && monotonic_ms() >= deadline) {
-            return make_status(StatusCode::kTimeout,
+            return failure(StatusCode::kTimeout,
                                "Timed out waiting for the " + role(path) + " " + path +
                                    ": it was replaced by another file " + std::to_string(replaced) +
                                    " times while we waited for its lock.",

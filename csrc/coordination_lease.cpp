@@ -294,7 +294,7 @@ Status Leases::acquire(std::uint16_t mode, const std::string& locked_file, const
     if (created && fchmod(fd, mode & 0666) != 0) {
         const int err = errno;
         close(fd);
-        return make_status(StatusCode::kOsError, "Cannot set the mode of the lease file " + path + ": " +
+        return failure(StatusCode::kOsError, "Cannot set the mode of the lease file " + path + ": " +
                                                    errno_text(err), err);
     }
     for (std::uint32_t s = 0; s <= kMaxLeaseSlot; ++s) {
@@ -317,12 +317,12 @@ Status Leases::acquire(std::uint16_t mode, const std::string& locked_file, const
         if (errno != EAGAIN && errno != EACCES) {
             const int err = errno;
             close(fd);
-            return make_status(StatusCode::kOsError, "Cannot lock a byte of the lease file " + path + ": " +
+            return failure(StatusCode::kOsError, "Cannot lock a byte of the lease file " + path + ": " +
                                                        errno_text(err), err);
         }
     }
     close(fd);
-    return make_status(StatusCode::kOsError, "Every slot of the lease file " + path + " is taken.", EAGAIN);
+    return failure(StatusCode::kOsError, "Every slot of the lease file " + path + " is taken.", EAGAIN);
 }
 
 

@@ -358,7 +358,7 @@ const NvmlLibrary* NvmlLibrary::acquire(const std::string& requested_path, Statu
         }
         return lib;
     } catch (const std::bad_alloc&) {
-        *status = nvml_failure_noexcept(NVML_ERROR_MEMORY, "acquire",
+        *status = nvml_failure(NVML_ERROR_MEMORY, "acquire",
                                         "Out of memory while loading the NVIDIA Management Library.");
         return nullptr;
     }
@@ -371,7 +371,7 @@ const NvmlLibrary* NvmlLibrary::probe(const std::string& requested_path, Status*
         unsigned long generation = 0;
         return LibraryRegistry::find_or_load(resolve_path(requested_path), status, &generation);
     } catch (const std::bad_alloc&) {
-        *status = nvml_failure_noexcept(NVML_ERROR_MEMORY, "probe",
+        *status = nvml_failure(NVML_ERROR_MEMORY, "probe",
                                         "Out of memory while loading the NVIDIA Management Library.");
         return nullptr;
     }
@@ -395,41 +395,35 @@ std::string NvmlLibrary::error_text(int code) const noexcept {
 }
 
 Status NvmlLibrary::error(int code, const char* function) const noexcept {
-    Status s;
-    s.code = StatusCode::kNvml;
-    s.nvml_code = code;
     try {
-        s.function = function;
         const std::string what = std::string(function) + " returned " + error_text(code);
         const std::string lib = "'" + path_ + "'";
         switch (code) {
             case NVML_ERROR_DRIVER_NOT_LOADED:
-                s.message = "The NVIDIA kernel driver is not loaded (" + what + ", library " + lib +
-                            "). Load it (modprobe nvidia) or, in a container, run with the GPU devices "
-                            "and driver mounted (e.g. the NVIDIA container toolkit).";
-                break;
+                return nvml_failure(code, function,
+                                    "The NVIDIA kernel driver is not loaded (" + what + ", library " + lib +
+                                        "). Load it (modprobe nvidia) or, in a container, run with the GPU devices "
+                                        "and driver mounted (e.g. the NVIDIA container toolkit).");
             case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
-                s.message = "The NVIDIA kernel driver and the NVML library " + lib +
-                            " have different versions (" + what +
-                            "), usually after a driver upgrade without a reboot. Reboot the host or "
-                            "reload the nvidia kernel modules.";
-                break;
+                return nvml_failure(code, function,
+                                    "The NVIDIA kernel driver and the NVML library " + lib +
+                                        " have different versions (" + what +
+                                        "), usually after a driver upgrade without a reboot. Reboot the host or "
+                                        "reload the nvidia kernel modules.");
             case NVML_ERROR_NO_PERMISSION:
-                s.message = "No permission to use the GPUs through " + lib + " (" + what +
-                            "). Check the permissions of /dev/nvidia* for this user.";
-                break;
+                return nvml_failure(code, function,
+                                    "No permission to use the GPUs through " + lib + " (" + what +
+                                        "). Check the permissions of /dev/nvidia* for this user.");
             case NVML_ERROR_GPU_IS_LOST:
-                s.message = "A GPU has fallen off the bus or is otherwise inaccessible (" + what +
-                            ", library " + lib + "). The GPU needs a reset or the host a reboot.";
-                break;
+                return nvml_failure(code, function,
+                                    "A GPU has fallen off the bus or is otherwise inaccessible (" + what +
+                                        ", library " + lib + "). The GPU needs a reset or the host a reboot.");
             default:
-                s.message = "NVML call failed: " + what + ", library " + lib + ".";
-                break;
+                return nvml_failure(code, function, "NVML call failed: " + what + ", library " + lib + ".");
         }
     } catch (...) {
-        s.message.clear();
+        return nvml_failure(code, function, "");
     }
-    return s;
 }
 
 }  // namespace flinkgpu

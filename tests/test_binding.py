@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from flink_gpu import GPUInfo, binding
+from flink_gpu import GPUInfo, NotEnoughGpusError, binding
 from flink_gpu.binding import BindingError, bind, bindings_path
 
 
@@ -173,8 +173,9 @@ def test_infos_are_the_given_objects_and_cuda_visible_devices_names_them(path):
 def test_the_error_names_each_gpus_holders(path):
     procs, got = start_workers(path, 2, n=2)
     try:
-        with pytest.raises(BindingError) as caught:
+        with pytest.raises(BindingError) as caught:  # the name bind's failures had, still catching them
             bind(infos(2), path=path)
+        assert type(caught.value) is NotEnoughGpusError
         message = str(caught.value)
         assert f"GPU 0 is bound by pid {procs[0].pid}" in message or f"GPU 0 is bound by pid {procs[1].pid}" in message
         assert "(1 of at most 1)" in message and f"Bindings file: {path}" in message

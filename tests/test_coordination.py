@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import stat
@@ -152,6 +153,22 @@ def test_claim_writes_flink_format_with_start_time(path):
     assert coordination.process_start_time(me) == start
 
 
+def test_the_protocols_one_description_names_every_field_the_core_writes_and_reads():
+    """docs/design.md §5.2 (File format) is the protocol's one description: its table of fields names each
+    key csrc/coordination_lines.cpp writes or parses, in the order the core writes them."""
+    root = Path(__file__).resolve().parent.parent
+    core = (root / "csrc" / "coordination_lines.cpp").read_text()
+    written = re.findall(r'"\\t([a-z]+)="', core)
+    parsed = re.findall(r'key_is\(word, eq, "([a-z]+)"\)', core)
+    assert len(written) >= 7 and sorted(written) == sorted(parsed), (written, parsed)  # the regexes still find them
+    design = (root / "docs" / "design.md").read_text()
+    section = design.split("**File format.**", 1)[1].split("**MIG units", 1)[0]
+    described = re.findall(r"^\| `([a-z]+)` \|", section, re.M)
+    assert described == written
+    order = re.search(r"^    <gpu> <pid>\\t<start time>(.*)$", section, re.M).group(1)
+    assert re.findall(r"\\t([a-z]+)=", order) == written
+
+
 def _umask():
     mask = os.umask(0)
     os.umask(mask)
@@ -219,8 +236,10 @@ def test_not_enough_says_requested_existing_and_holders(path, owners):
     coordination.claim(2, gpus(3), path=path, owner=a.pid)
     coordination.claim(1, gpus(3), path=path, owner=b.pid)
     before = path.read_text()
-    with pytest.raises(FlinkException) as info:
+    with pytest.raises(FlinkException) as info:  # as Flink-style code catches it
         coordination.claim(1, gpus(3), path=path)
+    # the failure by name, from the core's not-enough status: what the caller can act on
+    assert type(info.value) is flink_gpu.NotEnoughGpusError
     message = str(info.value)
     assert message.startswith("Could not get enough GPU resources.")
     assert "Requested 1, the host has 3 GPUs (0, 1, 2)" in message

@@ -190,7 +190,7 @@ def test_two_namespaces_with_pid_1_never_share_a_gpu(path, workers):
     assert a.claim(2, gpus(2)) == {"taken": ["0", "1"]}
     # B sees pid 1 (itself) with another start time, but the line says namespace A and A's lease is held
     answer = b.claim(2, gpus(2))
-    assert answer["error"].startswith("FlinkException: Could not get enough GPU resources. Requested 2")
+    assert answer["error"].startswith("NotEnoughGpusError: Could not get enough GPU resources. Requested 2")
     assert "pid 1 holds 0, 1" in answer["error"]
     assert b.claim(2, gpus(4)) == {"taken": ["2", "3"]}  # more GPUs: disjoint ones
     entries = coordination.snapshot(path).entries
@@ -210,7 +210,7 @@ def test_a_sigkilled_lease_holder_is_reclaimed_from_another_namespace(path, work
     assert a.pid == 2
     assert a.claim(2, gpus(3)) == {"taken": ["0", "1"]}
     b = workers(path)
-    assert b.claim(2, gpus(3))["error"].startswith("FlinkException: Could not get enough GPU resources")
+    assert b.claim(2, gpus(3))["error"].startswith("NotEnoughGpusError: Could not get enough GPU resources")
     a.die(path)  # the kernel drops A's lease; pid 2 means nothing in B
     assert b.claim(3, gpus(3)) == {"taken": ["0", "1", "2"]}  # 2 was free, 0 and 1 are reclaimed
     assert {e.index: (e.namespace, e.state) for e in coordination.snapshot(path).entries} == {
@@ -591,7 +591,7 @@ def test_the_sharing_limit_counts_equal_slots_of_equal_pids_in_two_namespaces_ap
     bound = [workers(path).ask(op="bind_slot", gpus=["0", "1"], slot="worker-0", bindings=bindings, share=2)
              for _ in range(5)]
     assert [b.get("bound") for b in bound[:4]] == [["0"], ["1"], ["0"], ["1"]], bound
-    assert bound[4]["error"].startswith("BindingError: Could not bind 1 GPU"), bound[4]
+    assert bound[4]["error"].startswith("NotEnoughGpusError: Could not bind 1 GPU"), bound[4]
     assert "(2 of at most 2)" in bound[4]["error"]
 
 

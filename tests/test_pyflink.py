@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from conftest import run_python, simulated_env
-from flink_gpu import GPUInfo, coordination
+from flink_gpu import GPUInfo, NotEnoughGpusError, SlotUnknownError, coordination
 from flink_gpu.coordination import DEFAULT_PATH as DEFAULT_COORDINATION_FILE
 from flink_gpu.pyflink import get_external_resource_infos, lookup_external_resource_infos
 
@@ -574,7 +574,7 @@ try:
     b = bind_gpus(None, "gpu", count=COUNT, subtasks_per_gpu=SHARE)
     print(json.dumps({"pid": os.getpid(), "indices": list(b.indices), "visible": b.cuda_visible_devices}), flush=True)
 except BindingError as error:
-    print(json.dumps({"pid": os.getpid(), "error": str(error)}), flush=True)
+    print(json.dumps({"pid": os.getpid(), "error": f"{type(error).__name__}: {error}"}), flush=True)
 sys.stdin.read()
 '''.replace("COUNT", str(count)).replace("SHARE", str(share))
 procs = [subprocess.Popen(["/bin/sh", "-c", '"$0" -c "$1"; exit $?', sys.executable, worker],
@@ -619,6 +619,8 @@ def test_not_enough_says_what_the_taskmanager_has_who_binds_it_and_what_to_chang
     errors = [report["error"] for report in result["reports"] if "error" in report]
     assert len(errors) == 1, result
     [error] = errors
+    # one error, the core's not-enough status told what this TaskManager can serve: no second message
+    assert error.startswith("NotEnoughGpusError: Could not bind 1 GPU") and error.count("Could not bind") == 1, error
     bound = [report for report in result["reports"] if "indices" in report]
     for report in bound:
         assert f"GPU {report['indices'][0]} is bound by pid {report['pid']} (1 of at most 1)" in error
@@ -634,6 +636,7 @@ def test_bind_gpus_without_gpus_says_why(tmp_path, monkeypatch):
 
     with pytest.raises(BindingError, match="No GPUs of 'gpu' to bind in process mode: .*enable-coordination-mode") as raised:
         bind_gpus(None, "gpu")
+    assert type(raised.value) is NotEnoughGpusError
     # where a TaskManager that found no GPU says why, and the command that checks it
     assert "Failed to retrieve information of external resource gpu" in str(raised.value)
     assert "flink-gpu doctor" in str(raised.value)
@@ -772,7 +775,8 @@ def test_a_thread_mode_subtask_without_an_allocation_id_is_refused_as_of_an_unkn
     gpus = [JavaInfo({"index": "0"}), JavaInfo({"index": "1"})]
     with thread_mode_subtasks(gpus, (("a", None), ("b", None))) as results:
         for name in "ab":
-            assert isinstance(results[name], BindingError), results[name]
+            # its own type (what to do differs: bind in process mode), still a BindingError as before
+            assert type(results[name]) is SlotUnknownError and isinstance(results[name], BindingError)
             assert "slot" in str(results[name]) and "allocation id is unknown" in str(results[name])
     assert not os.path.exists(f"{path}.bindings")
 

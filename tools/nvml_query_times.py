@@ -4,7 +4,10 @@ bundled simulator's with --simulate. Then flink-gpu's own paths on the same libr
 retrieve_resource_info of every GPU, and a coordinated claim + release. Writes one JSON document.
 
   python tools/nvml_query_times.py --calls 1000 --out report.json            # the real driver
-  PYTHONPATH=src python tools/nvml_query_times.py --simulate 2 --calls 20    # what CI runs
+  PYTHONPATH=src:tests python tools/nvml_query_times.py --simulate 2 --calls 20    # what CI runs
+
+--simulate points this process at the simulator with tests/support/simulated.py, so ``tests`` must be on
+PYTHONPATH, as pytest's pythonpath has it (tools/real_gpu_check.sh sets both).
 
 Read-only: it never changes a GPU's settings (no MIG, persistence, clocks or reset).
 """
@@ -21,7 +24,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _time(call: Callable[[], object], calls: int) -> dict:
@@ -110,8 +112,7 @@ def main(argv: "list[str] | None" = None) -> int:
     parser.add_argument("--out", default="-", help="the JSON file (default: stdout)")
     args = parser.parse_args(argv)
     if args.simulate is not None:
-        sys.path.insert(0, str(REPO / "tests"))
-        from support.simulated import use_simulator
+        from support.simulated import use_simulator  # tests/ on PYTHONPATH: see the module docstring
 
         use_simulator(args.simulate)
     import pynvml

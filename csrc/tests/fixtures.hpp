@@ -8,9 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fixtures {
@@ -35,6 +38,27 @@ inline std::string read_text(const std::string& path) {
     ss << in.rdbuf();
     return ss.str();
 }
+
+// A directory of its own for one test executable (mkdtemp), removed with what is in it at the end:
+// `const ScratchDir dir("/tmp/name-XXXXXX");` in main, around check::run. path() is empty when it could
+// not be made.
+class ScratchDir {
+public:
+    explicit ScratchDir(std::string pattern) : path_(std::move(pattern)) {
+        if (mkdtemp(path_.data()) == nullptr) path_.clear();
+    }
+    ScratchDir(const ScratchDir&) = delete;
+    ScratchDir& operator=(const ScratchDir&) = delete;
+    ~ScratchDir() {
+        if (!path_.empty() && std::system(("rm -rf '" + path_ + "'").c_str()) != 0) {
+            std::fprintf(stderr, "could not remove %s\n", path_.c_str());
+        }
+    }
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
 
 // The token of the lease file beside the coordination file `path` (empty when it has none).
 inline std::string lease_token(const std::string& path) {

@@ -10,7 +10,7 @@ from libcpp.vector cimport vector
 
 import os
 
-from flink_gpu.errors import FlinkException, NvmlError
+from flink_gpu.errors import NotEnoughGpusError, NvmlError
 
 
 cdef extern from "status.hpp" namespace "flinkgpu" nogil:
@@ -382,7 +382,7 @@ cdef object _error(const Status& status, path):
     if status.code == StatusCode.kInvalidArgument:
         return ValueError(message)
     if status.code == StatusCode.kNotEnough:
-        return FlinkException(message)
+        return NotEnoughGpusError(message)
     if status.code == StatusCode.kTimeout:
         return TimeoutError(message)
     if status.code == StatusCode.kOsError:

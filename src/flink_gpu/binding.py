@@ -44,14 +44,14 @@ from typing import Any, Iterable
 from flink_gpu import _native
 from flink_gpu.coordination import (DEFAULT_PATH, DEFAULT_TIMEOUT, CoordinationEntry, entries_of, process_start_time,
                                     whole_amount)
-from flink_gpu.errors import FlinkException
+from flink_gpu.errors import BindingError, NotEnoughGpusError
 
 __all__ = [
     "BINDINGS_SUFFIX",
     "GAUGES",
     "MAX_HOLDERS_PER_GPU",
     "BindingEntry",
-    "BindingError",
+    "BindingError",  # flink_gpu.errors', named here as before
     "BindingSnapshot",
     "GPUBinding",
     "bind",
@@ -73,10 +73,6 @@ _PUSH_INTERVAL = 1.0
 #: Gauge name -> the reading of flink_gpu.nvml behind it (units: %, MiB, °C, W).
 GAUGES = {"utilization": "utilization", "memoryUsed": "memory.used", "temperature": "temperature",
           "power": "power"}
-
-
-class BindingError(FlinkException):
-    """Not enough GPUs to bind, or none to bind from: the message says who binds what and what to change."""
 
 
 def bindings_path(coordination_file: "str | os.PathLike[str] | None" = None) -> str:
@@ -338,12 +334,13 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
     process, or with ``slot`` to that slot for the calling thread, sharing each GPU with at most
     ``holders_per_gpu`` holders; least-bound GPUs first, lowest index among equals. Each GPU's state
     is read first (with ``library_path``): an unhealthy one is never bound while the others are
-    enough (a WARN names it), and too few usable ones raise :class:`BindingError` saying why.
+    enough (a WARN names it), and too few usable ones raise :class:`~flink_gpu.NotEnoughGpusError` saying
+    why.
 
     ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``); ``path``: the
     bindings file (default :func:`bindings_path`); ``library_path``: the libnvidia-ml for ``devices`` and
-    the gauges. Raises :class:`BindingError` when not enough are free (the message says who binds each
-    GPU), :class:`TimeoutError` when the file's lock is not had within ``timeout`` seconds, OSError for a
+    the gauges. Raises :class:`~flink_gpu.NotEnoughGpusError` when not enough are free (the message says who
+    binds each GPU), :class:`TimeoutError` when the file's lock is not had within ``timeout`` seconds, OSError for a
     file that cannot be used, ValueError/TypeError for bad arguments.
     """
     by_index = _by_index(gpus)
@@ -366,11 +363,8 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
         registry = _thread_held.__dict__.setdefault("held", {})
     candidates, ranks = _usable(by_index, count, library_path, taskmanager_pid)
     with _lock:
-        try:
-            indices, added, unparsable, lease_problem, start_time, file = _native.binding_bind(
-                path, timeout, pid, slot, taskmanager_pid, candidates, count, holders_per_gpu, ranks)
-        except FlinkException as error:
-            raise BindingError(str(error)) from None
+        indices, added, unparsable, lease_problem, start_time, file = _native.binding_bind(
+            path, timeout, pid, slot, taskmanager_pid, candidates, count, holders_per_gpu, ranks)
         key = (file, me) if slot is None else (file, slot, taskmanager_pid)
         held = registry.get(key)
         if held is None:
@@ -393,7 +387,7 @@ def _usable(by_index: "dict[str, Any]", count: int, library_path: "str | None",
     (docs/design.md §9.1), ranked as the driver's ``busy-gpus: avoid`` ranks them (healthy and idle
     first, then busy with processes that are not the TaskManager's, then degraded), and an unhealthy
     one (lost since discovery, a reset required, ...) is left out with a WARN while the others are
-    enough; too few raises BindingError saying which are unhealthy and why. A GPU NVML does not list,
+    enough; too few raises NotEnoughGpusError saying which are unhealthy and why. A GPU NVML does not list,
     or a host where NVML cannot be opened, is taken as it is, with no rank."""
     from flink_gpu.errors import NvmlError
     from flink_gpu.nvml import Verdict, open_library, rank_gpus
@@ -413,7 +407,7 @@ def _usable(by_index: "dict[str, Any]", count: int, library_path: "str | None",
         return usable, ranked
     why = "; ".join(f"GPU {index} is {health}" for index, health in unhealthy.items())
     if len(usable) < count:
-        raise BindingError(f"Could not bind {count} GPU{'' if count == 1 else 's'}: of the "
+        raise NotEnoughGpusError(f"Could not bind {count} GPU{'' if count == 1 else 's'}: of the "
                            f"{len(by_index)} given, {len(usable)} {'is' if len(usable) == 1 else 'are'} usable "
                            f"({why}). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.")
     _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(usable))
@@ -442,7 +436,7 @@ def _inherited_binding(by_index, count, path, library_path, timeout) -> GPUBindi
     if count > len(indices):
         now = (f"binds GPU(s) {', '.join(indices)} of these in {path}" if indices else
                f"binds none of these in {path} now (it released them, or it ended)")
-        raise BindingError(
+        raise NotEnoughGpusError(
             f"This process (pid {os.getpid()}) was forked from pid {parent}, which {now}; a forked child shares "
             f"its parent's binding and binds nothing new, so it cannot have {count}. Bind them in the parent.")
     chosen = indices[:count]

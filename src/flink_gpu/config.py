@@ -15,9 +15,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from flink_gpu.config_files import flatten_nested_keys, load_configuration_file
-from flink_gpu.config_options import (ConfigOption, Duration, ValueTooLongError, config_option,
-                                      convert_value, to_java_string)
-from flink_gpu.errors import IllegalConfigurationException
+from flink_gpu.config_options import ConfigOption, Duration, config_option, convert_value, to_java_string
+from flink_gpu.errors import IllegalConfigurationException, ValueTooLongError
 from flink_gpu.options_splitter import split_escaped
 
 __all__ = ["ConfigOption", "Configuration", "Duration", "config_option", "convert_value",

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
+from flink_gpu.errors import ValueTooLongError
 from flink_gpu.java_text import java_trim
 from flink_gpu.options_splitter import split_escaped
 
@@ -22,9 +23,6 @@ __all__ = ["MAX_RENDERED_LENGTH", "ConfigOption", "Duration", "ValueTooLongError
 #: each level, so a short hostile value could render to 2**depth characters; no option needs this.
 MAX_RENDERED_LENGTH = 1 << 20
 
-
-class ValueTooLongError(ValueError):
-    """A value that renders to more than :data:`MAX_RENDERED_LENGTH` characters."""
 
 T = TypeVar("T")
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Union
 
 from flink_gpu import _native
-from flink_gpu.errors import FlinkException
+from flink_gpu.errors import NotEnoughGpusError
 
 __all__ = [
     "DEFAULT_PATH",
@@ -183,7 +183,7 @@ def _amount(amount: int, indices: list, path: PathType) -> int:
     if amount < 0:
         raise ValueError(f"The amount of GPUs to claim must not be negative, got {amount}.")
     if amount > _NATIVE_AMOUNT_MAX:  # more than the core can count is more than any host has
-        raise FlinkException(
+        raise NotEnoughGpusError(
             f"Could not get enough GPU resources. Requested {amount}, the host has {len(indices)} "
             f"GPU{'' if len(indices) == 1 else 's'}"
             + (f" ({', '.join(map(str, indices))})" if indices else "")
@@ -216,8 +216,9 @@ def claim(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAU
     owner gets. ``ranks`` (one int per index, e.g. :func:`flink_gpu.nvml.rank_gpus`' ranks): after
     what the owner holds, lower ranks first, and within a rank free GPUs before reclaimable ones.
 
-    Raises :class:`~flink_gpu.FlinkException` when too few GPUs are free (the message says how many
-    were requested, how many exist and which pids hold the rest), :class:`TimeoutError` (naming the
+    Raises :class:`~flink_gpu.NotEnoughGpusError` (a :class:`~flink_gpu.FlinkException`) when too few
+    GPUs are free (the message says how many were requested, how many exist and which pids hold the
+    rest), :class:`TimeoutError` (naming the
     file and the lock holder) when the lock is not obtained within ``timeout`` seconds, an
     :class:`OSError` naming the path when the file cannot be used (a symlink, not a regular file, no
     permission), :class:`ValueError` for a bad index, a negative amount or a bad owner, and

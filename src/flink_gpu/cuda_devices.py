@@ -37,7 +37,7 @@ import logging
 import os
 import re
 
-from flink_gpu.errors import FlinkException, NvmlError
+from flink_gpu.errors import CudaDeviceError, NvmlError
 
 TYPE_CHECKING = False  # annotations only
 if TYPE_CHECKING:
@@ -65,11 +65,6 @@ _DIGITS = re.compile(r"[0-9]+")
 _STRTOUL = re.compile(r"[ \t\n\v\f\r]*([+-]?)([0-9]+)")
 
 _warned_order = False  # the fastest-first WARN comes once per process
-
-
-class CudaDeviceError(FlinkException):
-    """A GPU that CUDA does not see in this process (or whose ordinal cannot be told): the message
-    names the GPU, the environment variable and its value, and what to change."""
 
 
 class _Gpu:

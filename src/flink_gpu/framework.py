@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from flink_gpu.config import ConfigOption, Configuration
-from flink_gpu.errors import FlinkException
+from flink_gpu.errors import FactoryLoadError, FactoryNotFoundError
 from flink_gpu.resource_info import ExternalResourceInfo
 
 __all__ = [
@@ -171,23 +171,6 @@ def external_resource_amounts(config: Configuration | Mapping | None) -> dict[st
 
 # ---------------------------------------------------------------------------------------------
 # Loading factories
-
-class FactoryNotFoundError(FlinkException):
-    """The factory name resolves to nothing; ``detail`` says what was tried."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-
-class FactoryLoadError(FlinkException):
-    """The factory's module exists but could not be imported, or the object is no factory;
-    ``detail`` says why."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
 
 def _import_attribute(module_name: str, attributes: list[str]) -> Any:
     from importlib import import_module

@@ -50,6 +50,7 @@ import logging
 import os
 from typing import Any, Iterator, NamedTuple
 
+from flink_gpu.errors import NotEnoughGpusError, SlotUnknownError
 from flink_gpu.gpu.info import GPUInfo
 
 __all__ = ["ResourceLookup", "bind_gpus", "get_external_resource_infos", "lookup_external_resource_infos"]
@@ -103,10 +104,11 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
     binding, topped up when it asks for more. The holder is the slot: in process mode the Python worker
     (PyFlink runs one per slot; its death frees the binding), in thread mode the slot's allocation id in
     the JVM, held by the threads that bound it (a failed task's thread ends and frees it). A process
-    forked from the worker shares its binding. Raises :class:`flink_gpu.binding.BindingError` when the
-    TaskManager has no GPUs for ``name`` or too few are left, saying who binds them and what to change.
+    forked from the worker shares its binding. Raises :class:`flink_gpu.NotEnoughGpusError` when the
+    TaskManager has no GPUs for ``name`` or too few are left, saying who binds them and what to change, and
+    :class:`flink_gpu.SlotUnknownError` when a thread-mode subtask's slot cannot be told.
     """
-    from flink_gpu.binding import BindingError, bind, bindings_path, checked_counts
+    from flink_gpu.binding import bind, bindings_path, checked_counts
 
     count, subtasks_per_gpu = checked_counts(count, subtasks_per_gpu, holders_name="subtasks_per_gpu")
     if not isinstance(name, str) or not name:
@@ -115,8 +117,8 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
     java_context = _java_context(runtime_context)
     lookup = _from_java(java_context, name) if java_context is not None else _from_coordination_file(name, view)
     if not lookup.infos:
-        raise BindingError(f"No GPUs of '{name}' to bind in {lookup.mode} mode: {lookup.reason} "
-                           f"{_NO_GPUS_HINT.format(name=name)}")
+        raise NotEnoughGpusError(f"No GPUs of '{name}' to bind in {lookup.mode} mode: {lookup.reason} "
+                                 f"{_NO_GPUS_HINT.format(name=name)}")
     if lookup.mode == "thread":
         slot = _slot_id(java_context)
         taskmanager, path = os.getpid(), view.path
@@ -125,9 +127,10 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
     try:
         binding = bind(lookup.infos, count, subtasks_per_gpu, slot=slot, taskmanager_pid=taskmanager,
                        path=bindings_path(path), library_path=view.library)
-    except BindingError as error:
+    except NotEnoughGpusError as error:  # the same error, told what this TaskManager can serve
         advice = _binding_advice(name, lookup.infos, taskmanager, count, subtasks_per_gpu, lookup.mode == "thread")
-        raise BindingError(f"{error} {advice}") from None
+        error.args = (f"{error} {advice}",)
+        raise
     if _log.isEnabledFor(logging.INFO):
         _log.info("Bound %s to %s of the TaskManager (pid %s), %s mode: %s",
                   _subtask_name(runtime_context, java_context), binding.holder, taskmanager, lookup.mode,
@@ -172,7 +175,7 @@ def _subtask_name(runtime_context: Any, java_context: Any) -> str:
 
 def _binding_advice(name: str, infos: frozenset, taskmanager: "int | None", count: int, subtasks_per_gpu: int,
                     thread_mode: bool) -> str:
-    """What the TaskManager can serve and what to change, for a BindingError of bind_gpus."""
+    """What the TaskManager can serve and what to change, for a NotEnoughGpusError of bind_gpus."""
     from flink_gpu.gpu_index import sort_indices, unit_parent
 
     gpus = sort_indices(info.get_property("index") for info in infos)
@@ -204,17 +207,13 @@ def _slot_id(java_context: Any) -> str:
     try:
         allocation = java_context.getTaskInfo().getAllocationIDAsString()
     except Exception as error:
-        from flink_gpu.binding import BindingError
-
-        raise BindingError(f"Cannot tell this subtask's slot: the Java RuntimeContext has no "
-                           f"getTaskInfo().getAllocationIDAsString() ({error}).") from None
+        raise SlotUnknownError(f"Cannot tell this subtask's slot: the Java RuntimeContext has no "
+                               f"getTaskInfo().getAllocationIDAsString() ({error}).") from None
     if allocation is None:  # str() would make every such subtask the one slot "None"
-        from flink_gpu.binding import BindingError
-
-        raise BindingError("Cannot tell this subtask's slot: its allocation id is unknown "
-                           "(getTaskInfo().getAllocationIDAsString() returned null), so it cannot be given GPUs "
-                           "of its own. Bind in process mode (python.execution-mode: process), where the slot's "
-                           "Python worker is the holder.")
+        raise SlotUnknownError("Cannot tell this subtask's slot: its allocation id is unknown "
+                               "(getTaskInfo().getAllocationIDAsString() returned null), so it cannot be given "
+                               "GPUs of its own. Bind in process mode (python.execution-mode: process), where the "
+                               "slot's Python worker is the holder.")
     return str(allocation)
 
 

@@ -13,20 +13,13 @@ import errno
 import os
 import stat
 
+from flink_gpu.errors import FileTooLargeError, NotARegularFileError
+
 __all__ = ["MAX_FILE_SIZE", "FileTooLargeError", "NotARegularFileError", "check_regular_file",
            "read_regular_file"]
 
 MAX_FILE_SIZE = 16 * 1024 * 1024
 """The most bytes read from one file (16 MiB): far above any configuration, spec or template."""
-
-
-class NotARegularFileError(OSError):
-    """The path names a directory, FIFO, socket or device instead of a regular file."""
-
-
-class FileTooLargeError(OSError):
-    """The file holds more than the limit of bytes read from one file."""
-
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),

@@ -1,5 +1,5 @@
 """What the tests and benchmarks run beside flink-gpu: our native executable, Flink's stock
-discovery script, and a fake nvidia-smi for it. No pytest here: tools/bench_figures.py uses it too."""
+discovery script, and a fake nvidia-smi for it. No pytest here: benchmarks/bench_figures.py uses it too."""
 
 import os
 import shutil

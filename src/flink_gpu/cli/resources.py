@@ -6,7 +6,8 @@ import os
 
 from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import document, emit_json
-from flink_gpu.regular_files import NotARegularFileError, check_regular_file
+from flink_gpu.errors import NotARegularFileError
+from flink_gpu.regular_files import check_regular_file
 
 
 def _yarn_max(values) -> "dict[str, int] | None":

@@ -14,7 +14,8 @@ import logging
 import os
 from typing import NamedTuple
 
-from flink_gpu.errors import FlinkException, IllegalConfigurationException
+from flink_gpu.errors import (DiscoveryScriptNotExecutable, DiscoveryScriptNotFound, FlinkException,
+                              IllegalConfigurationException)
 from flink_gpu.gpu.info import GPUInfo
 from flink_gpu.java_text import is_java_blank
 from flink_gpu.script_protocol import exec_tokens
@@ -37,23 +38,6 @@ _WARN_LINES = 20
 _WARN_CHARS = 4096
 # ... and this many characters of each stream in the WARN for a failed script.
 _FAILURE_CHARS = 16384
-
-
-class DiscoveryScriptNotFound(FileNotFoundError):
-    """The discovery script does not exist; ``path`` is the absolute path that was tried."""
-
-    def __init__(self, path: str, message: str | None = None) -> None:
-        super().__init__(message or f"The gpu discovery script does not exist in path {path}.")
-        self.path = path
-
-
-class DiscoveryScriptNotExecutable(FlinkException):
-    """The discovery script exists but cannot be run (not executable, or a directory);
-    ``path`` is its absolute path."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(message)
-        self.path = path
 
 
 def resolve_script_path(path: str) -> str:

@@ -6,8 +6,8 @@ import difflib
 
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.config import Configuration
-from flink_gpu.framework import (ENTRY_POINT_GROUP, JAVA_GPU_FACTORY, FactoryLoadError,
-                                 FactoryNotFoundError, configured_factory_name, driver_factory_key,
+from flink_gpu.errors import FactoryLoadError, FactoryNotFoundError
+from flink_gpu.framework import (ENTRY_POINT_GROUP, JAVA_GPU_FACTORY, configured_factory_name, driver_factory_key,
                                  load_factory, param_prefix)
 
 

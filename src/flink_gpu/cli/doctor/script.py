@@ -6,10 +6,10 @@ import os
 import shlex
 
 from flink_gpu.cli.doctor.findings import Checkup
-from flink_gpu.errors import FlinkException, IllegalConfigurationException
+from flink_gpu.errors import (DiscoveryScriptNotExecutable, DiscoveryScriptNotFound, FlinkException,
+                              IllegalConfigurationException)
 from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, GPUDriverOptions
-from flink_gpu.gpu.script import (DiscoveryScriptNotExecutable, DiscoveryScriptNotFound,
-                                  check_script as usable_script, run_script as run_discovery_script)
+from flink_gpu.gpu.script import check_script as usable_script, run_script as run_discovery_script
 from flink_gpu.gpu.settings import GPUDriverSettings
 from flink_gpu.taskmanager_env import discovery_executable
 from flink_gpu.script_protocol import (ScriptArgs, exec_tokens, parse_gpu_indices,

@@ -7,8 +7,8 @@ import os
 
 from flink_gpu.cli.doctor.findings import Checkup, Finding
 from flink_gpu.config import ConfigOption
-from flink_gpu.errors import IllegalConfigurationException
-from flink_gpu.regular_files import FileTooLargeError, NotARegularFileError, read_regular_file
+from flink_gpu.errors import FileTooLargeError, IllegalConfigurationException, NotARegularFileError
+from flink_gpu.regular_files import read_regular_file
 
 
 def taskmanagers_per_host(checkup: Checkup):

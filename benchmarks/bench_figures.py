@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Regenerates the figures of benchmarks/README.md.
 
-    PYTHONPATH=src python tools/bench_figures.py suite --runs 3   # the benchmark suite, 3 runs: ratios
-    PYTHONPATH=src python tools/bench_figures.py ratios RUN.json... # ratios of saved --benchmark-json runs
-    PYTHONPATH=src python tools/bench_figures.py gpus               # cost against the number of GPUs
-    PYTHONPATH=src python tools/bench_figures.py entries            # ... against coordination-file lines
-    PYTHONPATH=src python tools/bench_figures.py all --write benchmarks/README.md
+    PYTHONPATH=src python benchmarks/bench_figures.py suite --runs 3   # the benchmark suite, 3 runs: ratios
+    PYTHONPATH=src python benchmarks/bench_figures.py ratios RUN.json... # ratios of saved --benchmark-json runs
+    PYTHONPATH=src python benchmarks/bench_figures.py gpus               # cost against the number of GPUs
+    PYTHONPATH=src python benchmarks/bench_figures.py entries            # ... against coordination-file lines
+    PYTHONPATH=src python benchmarks/bench_figures.py all --write benchmarks/README.md
 
 Each prints Markdown; ``--write FILE`` replaces the section between ``<!-- figures:NAME -->`` and
 ``<!-- /figures:NAME -->`` in FILE instead. Scaling measurements run in a child process per point
