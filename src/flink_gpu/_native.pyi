@@ -3,6 +3,8 @@
 from os import PathLike
 from typing import Iterable, List, Optional, Tuple, TypedDict, Union
 
+from typing_extensions import disjoint_base
+
 _Path = Union[str, "PathLike[str]"]
 
 def split_output_lines(text: str) -> List[str]: ...
@@ -28,6 +30,7 @@ def parse_script_args(tokens: Iterable[str]) -> Tuple[bool, str, bool, List[Tupl
 def with_coordination_file(tokens: Iterable[str], path: str) -> List[str]:
     """The tokens with their --coordination-file and its value replaced by ``--coordination-file path``."""
 
+@disjoint_base  # a cdef class: its own instance layout
 class NvmlDevice:
     @property
     def index(self) -> int: ...
@@ -58,6 +61,7 @@ class NvmlDevice:
     @property
     def numa_node(self) -> Optional[int]: ...
 
+@disjoint_base  # a cdef class: its own instance layout
 class SkippedDevice:
     @property
     def index(self) -> int: ...
@@ -70,6 +74,7 @@ class SkippedDevice:
     @property
     def reason(self) -> str: ...
 
+@disjoint_base  # a cdef class: its own instance layout
 class Nvml:
     @staticmethod
     def open(library_path: Optional[_Path] = None) -> "Nvml": ...
@@ -92,6 +97,7 @@ class Nvml:
 METRICS: Tuple[str, str, str, str]
 
 # --- GPU state at assignment time (csrc/device_state.*, csrc/gpu_choice.*) ---------------------
+@disjoint_base  # a cdef class: its own instance layout
 class DeviceState:
     @property
     def index(self) -> int: ...
@@ -132,6 +138,7 @@ HEALTH_CHECKS: Tuple[str, ...]
 class Verdict:
     name: str
     value: int
+    def __init__(self, name: str, value: int) -> None: ...
     OK: "Verdict"
     DEGRADED: "Verdict"
     UNHEALTHY: "Verdict"
