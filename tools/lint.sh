@@ -6,10 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . tools/lint_files.sh
 
-# A dev build (tools/dev_build.sh) puts the extension in src/: check that one, not an installed copy.
-if compgen -G "src/flink_gpu/_native*.so" >/dev/null; then
-    export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-fi
+use_dev_build
 
 failed=()
 step() {
