@@ -15,7 +15,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import FlinkException
@@ -47,10 +47,13 @@ __all__ = [
 
 LOG = logging.getLogger("flink_gpu.framework")
 
+_Driver = TypeVar("_Driver", bound="ExternalResourceDriver")
+_Provider = TypeVar("_Provider", bound="ExternalResourceInfoProvider")
+
 ENTRY_POINT_GROUP = "flink_gpu.external_resource_drivers"
 """Entry-point group where distributions register driver factories (Flink: META-INF/services)."""
 
-EXTERNAL_RESOURCE_LIST: ConfigOption[list] = ConfigOption(
+EXTERNAL_RESOURCE_LIST: ConfigOption[list[str]] = ConfigOption(
     "external-resources", list, [],
     "List of the external resources, separated by ';'; 'none' disables them all.")
 NONE = "none"
@@ -107,7 +110,7 @@ class ExternalResourceDriver(ABC):
     def close(self) -> None:
         """Release what the driver holds. The default does nothing."""
 
-    def __enter__(self) -> ExternalResourceDriver:
+    def __enter__(self: _Driver) -> _Driver:  # a GPUDriver's block gets a GPUDriver (and GPUInfo)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -378,7 +381,7 @@ class ExternalResourceInfoProvider:
         for name, driver in self._drivers.items():
             _close_driver(name, driver)
 
-    def __enter__(self) -> ExternalResourceInfoProvider:
+    def __enter__(self: _Provider) -> _Provider:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
