@@ -10,8 +10,12 @@ from flink_gpu.cli._output import (coordination_path, document, emit_json, error
                                    owner_description, plural, process_cmdline, short_command, table)
 from flink_gpu.script_protocol import sort_indices
 
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from argparse import Namespace
 
-def run(args) -> int:
+
+def run(args: Namespace) -> int:
     if args.command == "list":
         if args.watch is not None:
             if args.json:
@@ -73,7 +77,7 @@ def _device_rows(gpus, holders_known: bool):
                g["pci_bus_id"], holder]
 
 
-def list_gpus(args) -> int:
+def list_gpus(args: Namespace) -> int:
     from flink_gpu import coordination
     from flink_gpu.cli import list_view
 
@@ -407,7 +411,7 @@ def _entry_rows(entries):
 _ENTRY_HEADERS = ["LINE", "GPU", "PID", "START TIME", "STATE", "COMMAND"]
 
 
-def show(args) -> int:
+def show(args: Namespace) -> int:
     from flink_gpu import coordination
 
     path = coordination_path(args)
@@ -445,13 +449,13 @@ def show(args) -> int:
     return 0
 
 
-def _file_flag(args) -> str:
+def _file_flag(args: Namespace) -> str:
     import shlex
 
     return "" if args.file is None else f" --file {shlex.quote(args.file)}"
 
 
-def clean(args) -> int:
+def clean(args: Namespace) -> int:
     from flink_gpu import coordination
 
     path = coordination_path(args)
@@ -490,7 +494,7 @@ def clean(args) -> int:
 
 # -- claim / release ---------------------------------------------------------------------------
 
-def _owner(args) -> int:
+def _owner(args: Namespace) -> int:
     """The owner: --owner, else the parent of this command (this process exits right away)."""
     from flink_gpu.coordination import process_start_time
 
@@ -501,7 +505,7 @@ def _owner(args) -> int:
     return owner
 
 
-def claim(args) -> int:
+def claim(args: Namespace) -> int:
     from flink_gpu import coordination
 
     owner = _owner(args)
@@ -544,11 +548,11 @@ def claim(args) -> int:
     return 0
 
 
-def _owner_flag(args) -> str:
+def _owner_flag(args: Namespace) -> str:
     return "" if args.owner is None else f" --owner {args.owner}"
 
 
-def release(args) -> int:
+def release(args: Namespace) -> int:
     from flink_gpu import coordination
 
     owner = _owner(args)
