@@ -20,7 +20,6 @@ turns a ``--benchmark-json`` file into the target ratios. No timing is asserted.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re

@@ -530,7 +530,6 @@ def test_a_badly_tagged_yaml_value_names_the_file(tmp_path):
 @pytest.mark.parametrize("legacy", [False, True])
 def test_a_configuration_path_that_is_not_a_regular_file_is_refused_without_blocking(
         tmp_path, kind, legacy):
-    import os
 
     name = "flink-conf.yaml" if legacy else "config.yaml"
     conf_dir = tmp_path / "conf"

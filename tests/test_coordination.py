@@ -779,7 +779,7 @@ def test_claim_changes_only_what_it_may(tmp_path, module_owners, lines, count, a
     assert not set(got) & live_taken and not set(got) & blocked
     # every original line is still there, in order, except the dead owners' lines of reclaimed GPUs
     kept = iter(after)
-    for line, (kind, index) in zip(original, lines):
+    for line, (kind, index) in zip(original, lines, strict=True):
         if str(index) in got and kind in ("dead", "reused"):
             continue
         assert any(line == candidate for candidate in kept), (line, after)

@@ -169,7 +169,7 @@ class CoordinationMachine(RuleBasedStateMachine):
             except FlinkException:
                 results[pid] = None
 
-        threads = [threading.Thread(target=worker, args=(p, a)) for p, a in zip(pids, amounts)]
+        threads = [threading.Thread(target=worker, args=(p, a)) for p, a in zip(pids, amounts, strict=True)]
         for t in threads:
             t.start()
         for t in threads:

@@ -301,7 +301,7 @@ class TestTwoTaskManagers:
         check(cluster, run, lambda: self.check_infos(cluster, run))
 
     def check_infos(self, cluster, run):
-        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers)}
+        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers, strict=True)}
         by_jvm = coordination_sets(cluster)  # what discovery recorded: two GPUs per JVM, none shared
         assert len(run.opened) == self.PARALLELISM
         seen = {}
@@ -334,7 +334,7 @@ class TestTwoTaskManagers:
         check(cluster, run, lambda: self.check_bindings(cluster, run))
 
     def check_bindings(self, cluster, run):
-        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers)}
+        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers, strict=True)}
         by_jvm = coordination_sets(cluster)
         bound = [report["bound"][0] for report in run.opened]
         assert len(set(bound)) == self.PARALLELISM, f"the four subtasks bound {bound}: not distinct"

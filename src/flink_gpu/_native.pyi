@@ -1,11 +1,11 @@
 """Type stubs of the Cython binding over the C++ core (csrc/)."""
 
 from os import PathLike
-from typing import Iterable, List, Optional, Tuple, TypedDict, Union
+from typing import Iterable, List, Optional, Tuple, TypeAlias, TypedDict, Union
 
 from typing_extensions import disjoint_base
 
-_Path = Union[str, "PathLike[str]"]
+_Path: TypeAlias = Union[str, PathLike[str]]
 
 def split_output_lines(text: str) -> List[str]: ...
 def parse_gpu_indices(line: str) -> List[str]: ...
@@ -77,7 +77,7 @@ class SkippedDevice:
 @disjoint_base  # a cdef class: its own instance layout
 class Nvml:
     @staticmethod
-    def open(library_path: Optional[_Path] = None) -> "Nvml": ...
+    def open(library_path: Optional[_Path] = None) -> Nvml: ...
     @property
     def library_path(self) -> str: ...
     @property
@@ -86,10 +86,10 @@ class Nvml:
     def skipped(self) -> Tuple[SkippedDevice, ...]: ...
     def notices(self) -> Tuple[str, ...]: ...
     def states(self, owner_pid: int, taskmanager_pid: Optional[int] = None,
-               health_checks: Optional[Iterable[str]] = None) -> Tuple["DeviceState", ...]: ...
+               health_checks: Optional[Iterable[str]] = None) -> Tuple[DeviceState, ...]: ...
     def choose(self, indices: Iterable[str], owner_pid: int, taskmanager_pid: Optional[int], busy_policy: str,
                health_checks: Optional[Iterable[str]] = None
-               ) -> Tuple[Tuple["DeviceState", ...], List[str], List[int], List[Tuple[str, str]]]: ...
+               ) -> Tuple[Tuple[DeviceState, ...], List[str], List[int], List[Tuple[str, str]]]: ...
     def read_metric(self, gpu_index: str, metric: str) -> int:
         """One reading of ``metric`` (one of METRICS) on ``gpu_index``; -1 where NVML cannot say."""
 
@@ -108,13 +108,13 @@ class DeviceState:
     @property
     def health(self) -> str: ...
     @property
-    def verdict(self) -> "Verdict": ...
+    def verdict(self) -> Verdict: ...
     @property
     def findings(self) -> Tuple[str, ...]: ...
     @property
     def warnings(self) -> Tuple[str, ...]: ...
     @property
-    def checks(self) -> Tuple[Tuple[str, str, "Verdict", Optional[str], bool], ...]:
+    def checks(self) -> Tuple[Tuple[str, str, Verdict, Optional[str], bool], ...]:
         """Per check of HEALTH_CHECKS: (name, outcome, the finding's verdict, finding or None, enforced)."""
     @property
     def busy_reason(self) -> str: ...
@@ -139,9 +139,9 @@ class Verdict:
     name: str
     value: int
     def __init__(self, name: str, value: int) -> None: ...
-    OK: "Verdict"
-    DEGRADED: "Verdict"
-    UNHEALTHY: "Verdict"
+    OK: Verdict
+    DEGRADED: Verdict
+    UNHEALTHY: Verdict
 
 def rank_gpus(states: Iterable[DeviceState], busy_policy: str) -> Tuple[List[str], List[int], List[Tuple[str, str]]]:
     """(indices best first, ranks parallel to them, [(index, why left out)])."""

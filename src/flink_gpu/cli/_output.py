@@ -147,7 +147,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "
     lines = []
     for number, row in enumerate(cells):
         parts = []
-        for value, column_width in zip(row, widths):
+        for value, column_width in zip(row, widths, strict=True):
             padding = " " * (column_width - len(value))
             parts.append((style(value) if style is not None and number > 0 else value) + padding)
         lines.append(indent + "  ".join(parts).rstrip())

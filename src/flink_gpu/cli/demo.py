@@ -194,7 +194,7 @@ def _print_table(workers: "list[Worker]") -> None:
             rows.append([w.name, w.pid, w.state, "-", f"(held GPU {', '.join(w.gpus)} until it died)"])
             continue
         # one line per GPU, so that the UUIDs stay whole and the table narrow
-        for n, (gpu, uuid) in enumerate(zip(w.gpus, w.uuids)):
+        for n, (gpu, uuid) in enumerate(zip(w.gpus, w.uuids, strict=True)):
             rows.append([w.name, w.pid, w.state, gpu, uuid] if n == 0 else ["", "", "", gpu, uuid])
     print(table(["WORKER", "PID", "STATE", "GPU", "UUID"], rows, indent="  "))
 
