@@ -1,5 +1,6 @@
 """Configuration, ConfigOption, Flink's list splitter and the YAML loaders (docs/design.md §2.1, 2.2)."""
 
+import functools
 import logging
 from datetime import timedelta
 
@@ -536,9 +537,9 @@ def test_a_configuration_path_that_is_not_a_regular_file_is_refused_without_bloc
     conf_dir.mkdir()
     path, what = make_odd_path(conf_dir / name, kind)
     # the file itself (a directory given is a conf directory), or the conf directory it is in
-    for given in ([path] if kind != "directory" else []) + [conf_dir]:
+    for named in ([path] if kind != "directory" else []) + [conf_dir]:
         with pytest.raises(OSError) as error:
-            returns_within(10, lambda: Configuration.from_yaml(given), fifo=path)
+            returns_within(10, functools.partial(Configuration.from_yaml, named), fifo=path)
         assert str(error.value) == (f"The Flink configuration file {path} is {what}, not a "
                                     "regular file; give the path of a file.")
 

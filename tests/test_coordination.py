@@ -596,7 +596,7 @@ def test_another_users_file_is_readable_not_claimable():
 
 def test_stock_and_ours_concurrently_never_share_a_gpu(path, stock_script, tmp_path):
     stock = Stock(stock_script, tmp_path, path, 8)
-    for round_ in range(3):
+    for _ in range(3):
         path.write_text("")
         started = [stock.start_owner(2) for _ in range(3)] + [OurOwner(path, 8, 1) for _ in range(2)]
         extra = [stock.start_owner(1), OurOwner(path, 8, 1)]  # demand 10 for 8 GPUs

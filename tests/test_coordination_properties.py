@@ -221,7 +221,7 @@ class CoordinationMachine(RuleBasedStateMachine):
 
     @invariant()
     def live_owners_keep_their_gpus(self):
-        for index, pid, start in self.lines:
+        for _index, pid, start in self.lines:
             if self.alive(pid, start):
                 assert start_time(pid) == start
 

@@ -69,8 +69,8 @@ def start_cluster(work: Path, slots: int, taskmanagers: dict[str, int]) -> Stand
         "external-resource.gpu.amount": 2,
         "external-resource.gpu.driver-factory.class": "org.apache.flink.externalresource.gpu.GPUDriverFactory",
         "external-resource.gpu.param.discovery-script.path": find_discovery_executable(),
-        "external-resource.gpu.param.discovery-script.args":
-            f"--enable-coordination-mode --coordination-file {coordination_file}",
+        "external-resource.gpu.param.discovery-script.args": (
+            f"--enable-coordination-mode --coordination-file {coordination_file}"),
     }
     # CUDA_DEVICE_ORDER as docs/design.md §9.3 says to set it: thread mode's CUDA ordinals follow from NVML
     specs = [{"env": {**simulator.environment(devices=devices), "FLINK_GPU_E2E_TASKMANAGER": name,

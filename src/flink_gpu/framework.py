@@ -15,7 +15,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import FlinkException
@@ -50,8 +50,7 @@ LOG = logging.getLogger("flink_gpu.framework")
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
-_Driver = TypeVar("_Driver", bound="ExternalResourceDriver")
-_Provider = TypeVar("_Provider", bound="ExternalResourceInfoProvider")
+    from typing_extensions import Self  # typing's from Python 3.11
 
 ENTRY_POINT_GROUP = "flink_gpu.external_resource_drivers"
 """Entry-point group where distributions register driver factories (Flink: META-INF/services)."""
@@ -110,10 +109,10 @@ class ExternalResourceDriver(ABC):
     def retrieve_resource_info(self, amount: int) -> frozenset[ExternalResourceInfo]:
         """The infos for a worker that was granted ``amount`` of the resource."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: a driver that holds nothing need not override it)
         """Release what the driver holds. The default does nothing."""
 
-    def __enter__(self: _Driver) -> _Driver:  # a GPUDriver's block gets a GPUDriver (and GPUInfo)
+    def __enter__(self) -> Self:  # a GPUDriver's block gets a GPUDriver (and its GPUInfo)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -384,7 +383,7 @@ class ExternalResourceInfoProvider:
         for name, driver in self._drivers.items():
             _close_driver(name, driver)
 
-    def __enter__(self: _Provider) -> _Provider:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -1,7 +1,8 @@
 """``flink-gpu``: the human-facing command line (docs/design.md §6.2).
 
 The commands and exit codes are documented in docs/cli.md, the ``--json`` schema in json_schema.md
-beside this file (shipped in the package: ``flink-gpu schema`` prints it); keep them in step with what the subcommands print.
+beside this file (shipped in the package: ``flink-gpu schema`` prints it); keep them in step with what
+the subcommands print.
 
 This module imports only argparse; each subcommand imports what it needs when it runs.
 """
