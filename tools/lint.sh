@@ -16,10 +16,10 @@ step() {
     "$@" || failed+=("$name")
 }
 
-step "ruff check" ruff check --no-cache .
-step "ruff format --check" ruff format --no-cache --check .
+step "ruff check" ruff check --no-cache --output-format concise .
+step "ruff format --check" ruff format --no-cache --check --output-format concise .
 mapfile -t cxx < <(cxx_files)
-step "clang-format --dry-run" clang-format --dry-run -Werror "${cxx[@]}"
+step "clang-format --dry-run" clang-format --dry-run -Werror --ferror-limit=1 "${cxx[@]}"
 step "mypy --strict (src/flink_gpu)" mypy
 step "pre-commit config" pre-commit validate-config .pre-commit-config.yaml
 step "stub _native.pyi against the extension" \
