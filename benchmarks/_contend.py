@@ -4,11 +4,11 @@ IMPL is ``flink_gpu`` (new GPUDriver in coordination mode, retrieve, close),
 ``coordination_api`` (flink_gpu.coordination.claim + release), ``pynvml``
 (baseline_pynvml.claim + release) or ``floor`` (only the syscalls, syscall_floor.py; its cycles run in
 C, the library compiled beforehand is named by ``FLINK_GPU_BENCH_FLOOR``; WORKER, the worker's number,
-is its lease byte). The GPUs are those of the simulator (``FLINK_GPU_SIM_DEVICES``). The worker imports and initialises NVML first, prints
-``ready``, waits for a line on stdin (so that all workers start together), then runs CYCLES
-claim + release cycles on the coordination file PATH and prints one JSON line: the monotonic start
-and end (CLOCK_MONOTONIC is system-wide, so the parent can compute the wall time of all workers)
-and each cycle's latency in nanoseconds.
+is its lease byte). The GPUs are those of the simulator (``FLINK_GPU_SIM_DEVICES``). The worker imports
+and initialises NVML first, prints ``ready``, waits for a line on stdin (so that all workers start
+together), then runs CYCLES claim + release cycles on the coordination file PATH and prints one JSON
+line: the monotonic start and end (CLOCK_MONOTONIC is system-wide, so the parent can compute the wall
+time of all workers) and each cycle's latency in nanoseconds.
 """
 
 import json

@@ -114,7 +114,7 @@ def claim(amount: int, path: str) -> list[dict[str, str]]:
                                    f"{count} present, held: {owners}.")
             new = [f"{index} {me}\n" for index in chosen if index not in mine]
             if reclaimed:
-                kept = [line + "\n" for line, (index, _) in zip(lines, entries) if index not in reclaimed]
+                kept = [line + "\n" for line, (index, _) in zip(lines, entries, strict=True) if index not in reclaimed]
                 f.seek(0)
                 f.write("".join(kept + new))
                 f.truncate()
@@ -140,7 +140,7 @@ def release(path: str) -> None:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             lines = f.read().splitlines()
-            kept = [line + "\n" for line, (_, pid) in zip(lines, _parse(lines)) if pid != me]
+            kept = [line + "\n" for line, (_, pid) in zip(lines, _parse(lines), strict=True) if pid != me]
             if len(kept) != len(lines):
                 f.seek(0)
                 f.write("".join(kept))

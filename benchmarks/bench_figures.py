@@ -123,8 +123,7 @@ def ratios(files: list[Path]) -> str:
             by_median = run[slow]["stats"]["median"] / run[fast]["stats"]["median"]
             digits = 1 if bound >= 10 else 2
             cells.append(f"{by_min:,.{digits}f}× ({by_median:,.{digits}f}×)")
-            ok = (lambda r: r >= bound) if sense == "≥" else (lambda r: r <= bound)
-            held.append(ok(by_min) and ok(by_median))
+            held.append(all(r >= bound if sense == "≥" else r <= bound for r in (by_min, by_median)))
         rows.append([text, f"{sense} {bound}×"] + cells + [verdict(held)])
     for text, ours, floor, factor in THROUGHPUT_TARGETS:
         cells, held = [], []

@@ -20,7 +20,6 @@ turns a ``--benchmark-json`` file into the target ratios. No timing is asserted.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -62,8 +61,7 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def run(argv, env) -> bytes:
-    proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE)
+    proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True)
     if proc.returncode != 0:
         raise AssertionError(f"{argv} failed ({proc.returncode}): {proc.stdout!r} {proc.stderr!r}")
     return proc.stdout

@@ -82,7 +82,7 @@ class Model:
             return float(self.numpy.tanh(self.weights @ self.numpy.asarray(features)).sum())
         import math
 
-        return sum(math.tanh(sum(w * x for w, x in zip(row, features))) for row in self.weights)
+        return sum(math.tanh(sum(w * x for w, x in zip(row, features, strict=True))) for row in self.weights)
 
 
 class Infer(MapFunction):

@@ -81,8 +81,8 @@ def write_configuration(home: Path, work: Path, gpus_per_taskmanager: int, slots
         "external-resource.gpu.amount": gpus_per_taskmanager,
         "external-resource.gpu.driver-factory.class": "org.apache.flink.externalresource.gpu.GPUDriverFactory",
         "external-resource.gpu.param.discovery-script.path": discovery,
-        "external-resource.gpu.param.discovery-script.args":
-            f"--enable-coordination-mode --coordination-file {work / 'gpu-coordination'}",
+        "external-resource.gpu.param.discovery-script.args": (
+            f"--enable-coordination-mode --coordination-file {work / 'gpu-coordination'}"),
     })
     conf_dir = work / "conf"
     conf_dir.mkdir(parents=True)

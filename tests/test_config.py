@@ -1,5 +1,6 @@
 """Configuration, ConfigOption, Flink's list splitter and the YAML loaders (docs/design.md §2.1, 2.2)."""
 
+import functools
 import logging
 from datetime import timedelta
 
@@ -530,16 +531,15 @@ def test_a_badly_tagged_yaml_value_names_the_file(tmp_path):
 @pytest.mark.parametrize("legacy", [False, True])
 def test_a_configuration_path_that_is_not_a_regular_file_is_refused_without_blocking(
         tmp_path, kind, legacy):
-    import os
 
     name = "flink-conf.yaml" if legacy else "config.yaml"
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
     path, what = make_odd_path(conf_dir / name, kind)
     # the file itself (a directory given is a conf directory), or the conf directory it is in
-    for given in ([path] if kind != "directory" else []) + [conf_dir]:
+    for named in ([path] if kind != "directory" else []) + [conf_dir]:
         with pytest.raises(OSError) as error:
-            returns_within(10, lambda: Configuration.from_yaml(given), fifo=path)
+            returns_within(10, functools.partial(Configuration.from_yaml, named), fifo=path)
         assert str(error.value) == (f"The Flink configuration file {path} is {what}, not a "
                                     "regular file; give the path of a file.")
 

@@ -615,7 +615,7 @@ def test_another_users_file_is_readable_not_claimable():
 
 def test_stock_and_ours_concurrently_never_share_a_gpu(path, stock_script, tmp_path):
     stock = Stock(stock_script, tmp_path, path, 8)
-    for round_ in range(3):
+    for _ in range(3):
         path.write_text("")
         started = [stock.start_owner(2) for _ in range(3)] + [OurOwner(path, 8, 1) for _ in range(2)]
         extra = [stock.start_owner(1), OurOwner(path, 8, 1)]  # demand 10 for 8 GPUs
@@ -806,7 +806,7 @@ def test_claim_changes_only_what_it_may(tmp_path, module_owners, lines, count, a
     assert not set(got) & live_taken and not set(got) & blocked
     # every original line is still there, in order, except the dead owners' lines of reclaimed GPUs
     kept = iter(after)
-    for line, (kind, index) in zip(original, lines):
+    for line, (kind, index) in zip(original, lines, strict=True):
         if str(index) in got and kind in ("dead", "reused"):
             continue
         assert any(line == candidate for candidate in kept), (line, after)

@@ -169,7 +169,7 @@ class CoordinationMachine(RuleBasedStateMachine):
             except FlinkException:
                 results[pid] = None
 
-        threads = [threading.Thread(target=worker, args=(p, a)) for p, a in zip(pids, amounts)]
+        threads = [threading.Thread(target=worker, args=(p, a)) for p, a in zip(pids, amounts, strict=True)]
         for t in threads:
             t.start()
         for t in threads:
@@ -221,7 +221,7 @@ class CoordinationMachine(RuleBasedStateMachine):
 
     @invariant()
     def live_owners_keep_their_gpus(self):
-        for index, pid, start in self.lines:
+        for _index, pid, start in self.lines:
             if self.alive(pid, start):
                 assert start_time(pid) == start
 

@@ -22,7 +22,8 @@ GPUS = 4
 def runners(stock_script, discovery_exe, tmp_path):
     our_env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_SIM_")}
     our_env.update(simulator.environment(devices=GPUS))
-    return {"stock": (["bash", str(stock_script)], stock_env(fake_nvidia_smi(tmp_path / "bin", GPUS))), "ours": ([discovery_exe], our_env)}
+    return {"stock": (["bash", str(stock_script)], stock_env(fake_nvidia_smi(tmp_path / "bin", GPUS))),
+            "ours": ([discovery_exe], our_env)}
 
 
 def run(runner, args):
@@ -120,7 +121,7 @@ def test_coordinated_claim_sequences_match(runners, tmp_path):
     for name, runner in runners.items():
         path = str(tmp_path / f"coordination-{name}")
 
-        def claim(amount):
+        def claim(amount, runner=runner, path=path):  # this round's (called within it)
             return TaskManager(runner, [str(amount), "--enable-coordination-mode", "--coordination-file", path])
 
         owners = []

@@ -224,7 +224,7 @@ for _ in range(20):
         }
 result["fd_leak"] = sorted(set(os.listdir("/proc/self/fd")) - set(before))
 print(json.dumps(result))
-""" % (JAVA_FACTORY, JAVA_FACTORY)
+""" % (JAVA_FACTORY, JAVA_FACTORY)  # noqa: UP031 (the template's own braces are Python dicts)
 
 
 def test_nvml_init_failure_never_stops_a_worker_and_leaks_nothing(tmp_path):

@@ -299,7 +299,7 @@ def test_a_huge_amount_is_not_enough_gpus_in_nvml_mode(tmp_path, coordinated):
     args = f"--enable-coordination-mode --coordination-file {tmp_path / 'c'}" if coordinated else ""
     proc = run_python(NVML_DRIVER.replace("sys.argv[1]", repr(args)), env=simulated_env(devices=4))
     messages = json.loads(proc.stdout)
-    for amount, message in zip((2**64, 10**30, 2**63, 5), messages):
+    for amount, message in zip((2**64, 10**30, 2**63, 5), messages, strict=True):
         assert message.startswith("Could not get enough GPU resources"), message
         assert str(amount) in message
 

@@ -473,7 +473,8 @@ def test_states_read_processes_memory_and_locality_in_both_struct_layouts(proces
     assert found["ranked"]["avoid"] == [["1", "0"], [0, 1], []]
     assert found["ranked"]["exclude"] == [["1"], [0], [
         ["0", "busy: foreign processes 4000000001 (compute, not visible in this pid namespace), 4000000002 "
-              "(compute, not visible in this pid namespace), 4000000003 (graphics, not visible in this pid namespace)"]]]
+              "(compute, not visible in this pid namespace), 4000000003 (graphics, not visible in this pid "
+              "namespace)"]]]
     assert found["ranked"]["ignore"] == [["0", "1"], [0, 0], []]
 
 

@@ -5,7 +5,6 @@ environment points at the simulator (``flink_gpu.simulator.environment``).
 """
 
 import json
-import logging
 import os
 import subprocess
 import sys

@@ -3,10 +3,10 @@
 
 Each test skips with the reason where the kernel or the sandbox refuses a new pid namespace."""
 
+import itertools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -530,7 +530,7 @@ def test_workers_in_three_namespaces_with_sigkills_never_share_a_gpu(path, tmp_p
         for s in supervisors:
             s.kill()
             s.wait(30)
-    for (stdout, stderr), s in zip(outputs, supervisors):
+    for (stdout, stderr), s in zip(outputs, supervisors, strict=True):
         if s.returncode != 0 and "unshare" in stderr:
             pytest.skip(f"cannot create a pid namespace here: {stderr.strip()}")
         assert s.returncode == 0 and stdout.startswith("done"), stderr
@@ -544,7 +544,7 @@ def test_workers_in_three_namespaces_with_sigkills_never_share_a_gpu(path, tmp_p
         by_gpu.setdefault(gpu, []).append((start, end, worker))
     for gpu, spans in by_gpu.items():
         spans.sort()
-        for (s1, e1, w1), (s2, e2, w2) in zip(spans, spans[1:]):
+        for (_, e1, w1), (s2, _, w2) in itertools.pairwise(spans):
             assert s2 >= e1, f"GPU {gpu} given to {w2} at {s2} while {w1} held it until {e1}"
             reclaims += w1.split("-")[1] != w2.split("-")[1]
     assert reclaims > 0  # GPUs did pass between namespaces
@@ -577,7 +577,7 @@ def test_process_mode_workers_of_two_taskmanagers_with_pid_1_get_their_own_gpus(
         assert done["rc"] == 0, done
         discovered.append(done["stdout"].strip())
     assert sorted(discovered) == ["0", "1"] and all(tm.pid == 1 for tm in taskmanagers)
-    for tm, gpu in zip(taskmanagers, discovered):
+    for tm, gpu in zip(taskmanagers, discovered, strict=True):
         done = tm.ask(op="run", argv=[sys.executable, "-c", LOOKUP],
                       env={"FLINK_CONF_DIR": str(conf_dir), **simulator.environment(devices=2)})
         assert done["rc"] == 0, done

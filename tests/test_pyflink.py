@@ -708,7 +708,7 @@ def thread_mode_subtasks(gpus, subtasks):
 
     threads = [threading.Thread(target=subtask, args=args) for args in subtasks]
     try:
-        for t, (name, _) in zip(threads, subtasks):  # one after the other: each binds before the next asks
+        for t, (name, _) in zip(threads, subtasks, strict=True):  # one after the other: each binds before the next asks
             t.start()
             while name not in results and t.is_alive():
                 threading.Event().wait(0.01)

@@ -69,8 +69,8 @@ def start_cluster(work: Path, slots: int, taskmanagers: dict[str, int]) -> Stand
         "external-resource.gpu.amount": 2,
         "external-resource.gpu.driver-factory.class": "org.apache.flink.externalresource.gpu.GPUDriverFactory",
         "external-resource.gpu.param.discovery-script.path": find_discovery_executable(),
-        "external-resource.gpu.param.discovery-script.args":
-            f"--enable-coordination-mode --coordination-file {coordination_file}",
+        "external-resource.gpu.param.discovery-script.args": (
+            f"--enable-coordination-mode --coordination-file {coordination_file}"),
     }
     # CUDA_DEVICE_ORDER as docs/design.md §9.3 says to set it: thread mode's CUDA ordinals follow from NVML
     specs = [{"env": {**simulator.environment(devices=devices), "FLINK_GPU_E2E_TASKMANAGER": name,
@@ -301,7 +301,7 @@ class TestTwoTaskManagers:
         check(cluster, run, lambda: self.check_infos(cluster, run))
 
     def check_infos(self, cluster, run):
-        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers)}
+        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers, strict=True)}
         by_jvm = coordination_sets(cluster)  # what discovery recorded: two GPUs per JVM, none shared
         assert len(run.opened) == self.PARALLELISM
         seen = {}
@@ -334,7 +334,7 @@ class TestTwoTaskManagers:
         check(cluster, run, lambda: self.check_bindings(cluster, run))
 
     def check_bindings(self, cluster, run):
-        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers)}
+        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers, strict=True)}
         by_jvm = coordination_sets(cluster)
         bound = [report["bound"][0] for report in run.opened]
         assert len(set(bound)) == self.PARALLELISM, f"the four subtasks bound {bound}: not distinct"

@@ -1,9 +1,11 @@
 """Type stubs of the Cython binding over the C++ core (csrc/)."""
 
 from os import PathLike
-from typing import Iterable, List, Optional, Tuple, TypedDict, Union
+from typing import Iterable, List, Optional, Tuple, TypeAlias, TypedDict, Union
 
-_Path = Union[str, "PathLike[str]"]
+from typing_extensions import disjoint_base
+
+_Path: TypeAlias = Union[str, PathLike[str]]
 
 def split_output_lines(text: str) -> List[str]: ...
 def parse_gpu_indices(line: str) -> List[str]: ...
@@ -28,6 +30,7 @@ def parse_script_args(tokens: Iterable[str]) -> Tuple[bool, str, bool, List[Tupl
 def with_coordination_file(tokens: Iterable[str], path: str) -> List[str]:
     """The tokens with their --coordination-file and its value replaced by ``--coordination-file path``."""
 
+@disjoint_base  # a cdef class: its own instance layout
 class NvmlDevice:
     @property
     def index(self) -> int: ...
@@ -58,6 +61,7 @@ class NvmlDevice:
     @property
     def numa_node(self) -> Optional[int]: ...
 
+@disjoint_base  # a cdef class: its own instance layout
 class SkippedDevice:
     @property
     def index(self) -> int: ...
@@ -70,9 +74,10 @@ class SkippedDevice:
     @property
     def reason(self) -> str: ...
 
+@disjoint_base  # a cdef class: its own instance layout
 class Nvml:
     @staticmethod
-    def open(library_path: Optional[_Path] = None) -> "Nvml": ...
+    def open(library_path: Optional[_Path] = None) -> Nvml: ...
     @property
     def library_path(self) -> str: ...
     @property
@@ -81,10 +86,10 @@ class Nvml:
     def skipped(self) -> Tuple[SkippedDevice, ...]: ...
     def notices(self) -> Tuple[str, ...]: ...
     def states(self, owner_pid: int, taskmanager_pid: Optional[int] = None,
-               health_checks: Optional[Iterable[str]] = None) -> Tuple["DeviceState", ...]: ...
+               health_checks: Optional[Iterable[str]] = None) -> Tuple[DeviceState, ...]: ...
     def choose(self, indices: Iterable[str], owner_pid: int, taskmanager_pid: Optional[int], busy_policy: str,
                health_checks: Optional[Iterable[str]] = None
-               ) -> Tuple[Tuple["DeviceState", ...], List[str], List[int], List[Tuple[str, str]]]: ...
+               ) -> Tuple[Tuple[DeviceState, ...], List[str], List[int], List[Tuple[str, str]]]: ...
     def read_metric(self, gpu_index: str, metric: str) -> int:
         """One reading of ``metric`` (one of METRICS) on ``gpu_index``; -1 where NVML cannot say."""
 
@@ -92,6 +97,7 @@ class Nvml:
 METRICS: Tuple[str, str, str, str]
 
 # --- GPU state at assignment time (csrc/device_state.*, csrc/gpu_choice.*) ---------------------
+@disjoint_base  # a cdef class: its own instance layout
 class DeviceState:
     @property
     def index(self) -> int: ...
@@ -102,13 +108,13 @@ class DeviceState:
     @property
     def health(self) -> str: ...
     @property
-    def verdict(self) -> "Verdict": ...
+    def verdict(self) -> Verdict: ...
     @property
     def findings(self) -> Tuple[str, ...]: ...
     @property
     def warnings(self) -> Tuple[str, ...]: ...
     @property
-    def checks(self) -> Tuple[Tuple[str, str, "Verdict", Optional[str], bool], ...]:
+    def checks(self) -> Tuple[Tuple[str, str, Verdict, Optional[str], bool], ...]:
         """Per check of HEALTH_CHECKS: (name, outcome, the finding's verdict, finding or None, enforced)."""
     @property
     def busy_reason(self) -> str: ...
@@ -132,9 +138,10 @@ HEALTH_CHECKS: Tuple[str, ...]
 class Verdict:
     name: str
     value: int
-    OK: "Verdict"
-    DEGRADED: "Verdict"
-    UNHEALTHY: "Verdict"
+    def __init__(self, name: str, value: int) -> None: ...
+    OK: Verdict
+    DEGRADED: Verdict
+    UNHEALTHY: Verdict
 
 def rank_gpus(states: Iterable[DeviceState], busy_policy: str) -> Tuple[List[str], List[int], List[Tuple[str, str]]]:
     """(indices best first, ranks parallel to them, [(index, why left out)])."""

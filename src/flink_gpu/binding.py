@@ -398,7 +398,7 @@ def _usable(by_index: "dict[str, Any]", count: int, library_path: "str | None",
     except NvmlError:
         return list(by_index), None
     best, ranks, _ = rank_gpus(states, "avoid")
-    rank_of = dict(zip(best, ranks))
+    rank_of = dict(zip(best, ranks, strict=True))
     worst = max(ranks, default=0)
     unhealthy = {state.gpu_index: state.health for state in states if state.verdict is Verdict.UNHEALTHY}
     usable = [index for index in by_index if index not in unhealthy]

@@ -25,7 +25,7 @@ __all__ = ["ConfigOption", "Configuration", "Duration", "config_option", "conver
 LOG = logging.getLogger("flink_gpu.config")
 
 
-def _key_of(key_or_option: str | ConfigOption) -> str:
+def _key_of(key_or_option: str | ConfigOption[Any]) -> str:
     if isinstance(key_or_option, ConfigOption):
         return key_or_option.key
     if isinstance(key_or_option, str):
@@ -43,7 +43,7 @@ class Configuration:
 
     __slots__ = ("_data", "_prefix")
 
-    def __init__(self, data: Mapping[str, object] | None = None) -> None:
+    def __init__(self, data: Configuration | Mapping[str, object] | None = None) -> None:
         self._data: dict[str, object] = {}
         self._prefix = ""
         if data is None:
@@ -57,7 +57,7 @@ class Configuration:
                 f"Configuration expects a mapping of Flink keys, got {type(data).__name__}")
 
     @classmethod
-    def coerce(cls, value: Configuration | Mapping | None) -> Configuration:
+    def coerce(cls, value: Configuration | Mapping[str, object] | None) -> Configuration:
         """``None``: empty; a mapping: a new ``Configuration``; a ``Configuration``: itself."""
         if isinstance(value, Configuration):
             return value
@@ -71,7 +71,7 @@ class Configuration:
             return True, self._data[full]
         return False, None
 
-    def get(self, key_or_option: str | ConfigOption, default: Any = None) -> Any:
+    def get(self, key_or_option: str | ConfigOption[Any], default: Any = None) -> Any:
         """A ``ConfigOption`` is converted to its type (its default, or ``default`` when given,
         if absent); a plain key gives the raw value or ``default``."""
         key = _key_of(key_or_option)
@@ -91,7 +91,7 @@ class Configuration:
                 f"Could not parse value '{to_java_string(raw)}' for key '{self._prefix + key}'. "
                 f"{cause}") from cause
 
-    def get_string(self, key: str | ConfigOption, default: str | None = None) -> str | None:
+    def get_string(self, key: str | ConfigOption[Any], default: str | None = None) -> str | None:
         """The value rendered as Flink would (``2`` → ``"2"``, lists joined with ``;``)."""
         present, raw = self._raw(_key_of(key))
         if not present:
@@ -102,7 +102,7 @@ class Configuration:
             raise IllegalConfigurationException(
                 f"Could not read key '{self._prefix + _key_of(key)}': {cause}") from None
 
-    def contains(self, key_or_option: str | ConfigOption) -> bool:
+    def contains(self, key_or_option: str | ConfigOption[Any]) -> bool:
         return self._raw(_key_of(key_or_option))[0]
 
     def __contains__(self, key_or_option: object) -> bool:
@@ -130,7 +130,7 @@ class Configuration:
             return NotImplemented
         return self.to_dict() == other.to_dict()
 
-    __hash__ = None  # mutable
+    __hash__ = None  # type: ignore[assignment]  # mutable: unhashable, like a dict
 
     def __repr__(self) -> str:
         if self._prefix:
@@ -139,7 +139,7 @@ class Configuration:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def set(self, key_or_option: str | ConfigOption, value: object) -> Configuration:
+    def set(self, key_or_option: str | ConfigOption[Any], value: object) -> Configuration:
         """Set a raw value (``None`` removes the key); returns ``self`` for chaining."""
         full = self._prefix + _key_of(key_or_option)
         if value is None:
@@ -148,7 +148,7 @@ class Configuration:
             self._data[full] = value
         return self
 
-    def remove(self, key_or_option: str | ConfigOption) -> bool:
+    def remove(self, key_or_option: str | ConfigOption[Any]) -> bool:
         full = self._prefix + _key_of(key_or_option)
         return self._data.pop(full, None) is not None
 
@@ -162,7 +162,7 @@ class Configuration:
     # -- loading ---------------------------------------------------------------------------
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike, *, legacy: bool | None = None) -> Configuration:
+    def from_yaml(cls, path: str | os.PathLike[str], *, legacy: bool | None = None) -> Configuration:
         """Load a Flink configuration file, or the one in a Flink ``conf`` directory.
 
         A directory is searched for ``config.yaml`` (Flink 2.x), then ``flink-conf.yaml``.

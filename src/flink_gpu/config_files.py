@@ -14,13 +14,16 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from flink_gpu.java_text import java_trim
 from flink_gpu.config_options import to_java_string
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.regular_files import check_regular_file, read_regular_file
+
+if TYPE_CHECKING:
+    import yaml  # loaded on first use, by the functions that parse
 
 __all__ = ["CONFIGURATION_FILE_NAMES", "MAX_ALIAS_EXPANSION", "MAX_COLLECTION_ALIASES",
            "MAX_NESTING_DEPTH", "ConfigurationFile", "SkippedLine", "find_configuration_file", "flatten_nested_keys",
@@ -71,11 +74,11 @@ class ConfigurationFile(NamedTuple):
     """What :func:`load_configuration_file` read: the file, its flat keys and the skipped lines."""
 
     path: str
-    data: dict
+    data: dict[str, object]
     skipped: tuple[SkippedLine, ...]
 
 
-def find_configuration_file(path: str | os.PathLike) -> str:
+def find_configuration_file(path: str | os.PathLike[str]) -> str:
     """``path`` itself, or for a directory the configuration file Flink reads there.
 
     A directory is searched for ``config.yaml``, then ``flink-conf.yaml`` (an INFO when both
@@ -103,7 +106,7 @@ def find_configuration_file(path: str | os.PathLike) -> str:
     return file
 
 
-def load_configuration_file(path: str | os.PathLike, *, legacy: bool | None = None
+def load_configuration_file(path: str | os.PathLike[str], *, legacy: bool | None = None
                             ) -> ConfigurationFile:
     """Read a Flink configuration file, or the one in a Flink ``conf`` directory.
 
@@ -125,7 +128,7 @@ def load_configuration_file(path: str | os.PathLike, *, legacy: bool | None = No
     return ConfigurationFile(file, flatten_nested_keys(document), ())
 
 
-def _parse_legacy(file: str, content: bytes) -> tuple[dict, tuple[SkippedLine, ...]]:
+def _parse_legacy(file: str, content: bytes) -> tuple[dict[str, object], tuple[SkippedLine, ...]]:
     """Flink's pre-2.0 ``GlobalConfiguration.loadYAMLResource``: one ``key: value`` per line."""
     text = content.decode("utf-8", errors="replace")  # Java's reader substitutes too
     data: dict[str, object] = {}
@@ -147,7 +150,7 @@ def _parse_legacy(file: str, content: bytes) -> tuple[dict, tuple[SkippedLine, .
     return data, tuple(skipped)
 
 
-def flatten_nested_keys(data: Mapping) -> dict[str, object]:
+def flatten_nested_keys(data: Mapping[str, object]) -> dict[str, object]:
     """Nested mappings become dotted keys (Flink 2.x ``config.yaml``); ``None`` means unset.
 
     A mapping that contains itself raises ``IllegalConfigurationException`` naming the key. Any
@@ -176,10 +179,10 @@ def flatten_nested_keys(data: Mapping) -> dict[str, object]:
     return out
 
 
-_CORE_LOADER = None
+_CORE_LOADER: type[yaml.SafeLoader] | None = None
 
 
-def _core_schema_loader():
+def _core_schema_loader() -> type[yaml.SafeLoader]:
     """A PyYAML loader with YAML 1.2 core-schema scalars, as Flink's snakeyaml-engine uses:
     ``010`` is 10, ``yes``/``on`` and dates stay strings, ``1_000`` is a string."""
     global _CORE_LOADER
@@ -190,7 +193,7 @@ def _core_schema_loader():
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     class CoreSchemaLoader(base):  # type: ignore[misc, valid-type]
-        yaml_implicit_resolvers: dict = {}
+        yaml_implicit_resolvers: dict[Any, Any] = {}
 
     CoreSchemaLoader.add_implicit_resolver(
         "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
@@ -206,7 +209,7 @@ def _core_schema_loader():
                    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
         list("-+0123456789."))
 
-    def construct_int(loader, node):
+    def construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
         text = loader.construct_scalar(node)
         if text.startswith("0o"):
             return int(text[2:], 8)
@@ -219,7 +222,8 @@ def _core_schema_loader():
     return CoreSchemaLoader
 
 
-def read_yaml_mapping(path: str | os.PathLike, what: str, expected: str, loader=None) -> dict:
+def read_yaml_mapping(path: str | os.PathLike[str], what: str, expected: str,
+                      loader: type[yaml.SafeLoader] | None = None) -> dict[str, Any]:
     """The mapping at the top of the YAML file ``path`` (``{}`` for an empty file).
 
     Errors name the file as ``what`` ("Flink configuration file", "pod template file"), the line and
@@ -232,7 +236,8 @@ def read_yaml_mapping(path: str | os.PathLike, what: str, expected: str, loader=
 
     path = os.fspath(path)
     content = read_regular_file(path, what)
-    loader = loader or getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    if loader is None:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         _check_events(yaml.parse(content, Loader=loader), path, what)
         document = yaml.load(content, Loader=loader)
@@ -251,7 +256,7 @@ def read_yaml_mapping(path: str | os.PathLike, what: str, expected: str, loader=
             f"Invalid YAML in {what} {path}: a value cannot be read ({error}).") from error
     if document is None:
         return {}
-    if not isinstance(document, Mapping):
+    if not isinstance(document, dict):  # PyYAML builds every mapping as a dict
         raise IllegalConfigurationException(
             f"The {what} {path} must hold {expected}, not a {_yaml_kind(document)}.")
     return document
@@ -267,14 +272,14 @@ class _Anchor:
         self.open = collection
 
 
-def _check_events(events, path: str, what: str) -> None:
+def _check_events(events: Iterable[yaml.Event], path: str, what: str) -> None:
     """Refuse deep nesting, recursive aliases and alias bombs from the parser's events, before
     anything is built: each anchor's expanded size and depth are counted once, so a bomb costs its
     length, not 2^n, and an alias nests as deep as the value it names."""
     import yaml
 
-    anchors: dict[str, _Anchor] = {}
-    frames: list[list] = []  # [values so far, _Anchor | None, levels nested] per open collection
+    anchors: dict[str | None, _Anchor] = {}
+    frames: list[list[Any]] = []  # [values so far, _Anchor | None, levels nested] per open collection
     collection_aliases = expansion = 0
     for event in events:
         if isinstance(event, yaml.AliasEvent):
@@ -323,11 +328,12 @@ def _check_events(events, path: str, what: str) -> None:
                 frames[-1][2] = max(frames[-1][2], 1 + depth)
 
 
-def _where(event) -> str:
-    return f"line {event.start_mark.line + 1}, column {event.start_mark.column + 1}"
+def _where(event: yaml.Event) -> str:
+    mark = event.start_mark  # the parser marks every event it makes
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark else "an unknown place"
 
 
-def _check_depth(depth: int, event, path: str, what: str) -> None:
+def _check_depth(depth: int, event: yaml.Event, path: str, what: str) -> None:
     if depth > MAX_NESTING_DEPTH:
         raise IllegalConfigurationException(
             f"The {what} {path} nests mappings or lists more than {MAX_NESTING_DEPTH} levels deep "

@@ -7,10 +7,14 @@ where it helps a user); ``Configuration.get`` wraps it into "Could not parse val
 
 from __future__ import annotations
 
+import builtins
 import re
 import sys
-from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeGuard, TypeVar
+
+if TYPE_CHECKING:
+    from datetime import timedelta
 
 from flink_gpu.errors import ValueTooLongError
 from flink_gpu.java_text import java_trim
@@ -26,7 +30,7 @@ MAX_RENDERED_LENGTH = 1 << 20
 
 T = TypeVar("T")
 
-def _is_timedelta(value: object) -> bool:
+def _is_timedelta(value: object) -> TypeGuard[timedelta]:
     # datetime is only imported by callers that have timedeltas; keep `import flink_gpu` light
     datetime = sys.modules.get("datetime")
     return datetime is not None and isinstance(value, datetime.timedelta)
@@ -54,11 +58,11 @@ class ConfigOption(Generic[T]):
     __slots__ = ("key", "type", "default_value", "description")
 
     key: str
-    type: type
+    type: builtins.type  # the attribute's name shadows the builtin in the class body
     default_value: T | None
     description: str
 
-    def __init__(self, key: str, type: type, default_value: T | None = None,
+    def __init__(self, key: str, type: builtins.type, default_value: T | None = None,
                  description: str = "") -> None:
         if not isinstance(key, str) or not key:
             raise ValueError(f"A ConfigOption key must be a non-empty string, got {key!r}")
@@ -96,7 +100,7 @@ class ConfigOption(Generic[T]):
                 f"default_value={self.default_value!r})")
 
 
-def config_option(key: str, type: type, default: Any = None, description: str = "") -> ConfigOption:
+def config_option(key: str, type: type, default: Any = None, description: str = "") -> ConfigOption[Any]:
     """Shorthand for ``ConfigOption(key, type, default, description)``."""
     return ConfigOption(key, type, default, description)
 
@@ -118,6 +122,7 @@ def _java_double_string(value: float) -> str:
 
     # repr gives the shortest round-tripping digits, as Java's Double.toString (JDK 19+)
     _sign, digits, exponent = Decimal(repr(magnitude)).normalize().as_tuple()
+    assert isinstance(exponent, int)  # a finite value's ('n', 'N', 'F': NaN and infinity, returned above)
     text = "".join(map(str, digits))
     return (f"{'-' if value < 0 else ''}{text[0]}.{text[1:] or '0'}"
             f"E{len(digits) - 1 + exponent}")
@@ -160,9 +165,10 @@ def to_java_string(value: object) -> str:
     return str(value)
 
 
-def _bounded_join(separator: str, parts) -> str:
+def _bounded_join(separator: str, parts: Iterable[str]) -> str:
     # checked per part, so that no level builds more than twice the limit before it is refused
-    out, length = [], 0
+    out: list[str] = []
+    length = 0
     for part in parts:
         length += len(part) + len(separator)
         if length > MAX_RENDERED_LENGTH:

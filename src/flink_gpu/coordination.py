@@ -20,7 +20,7 @@ import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Union
+from typing import Any, Iterable, Iterator, Mapping, Union
 
 from flink_gpu import _native
 from flink_gpu.errors import NotEnoughGpusError
@@ -172,13 +172,13 @@ def whole_amount(amount: object, what: str = "The amount of GPUs") -> int:
     """``amount`` as an int; a bool, float, str… is a :class:`TypeError` naming it and ``what`` it is."""
     if not isinstance(amount, bool):
         try:
-            return operator.index(amount)
+            return operator.index(amount)  # type: ignore[arg-type]  # any object: TypeError below
         except TypeError:
             pass
     raise TypeError(f"{what} must be a whole number (an int), got {amount!r} ({type(amount).__name__}).")
 
 
-def _amount(amount: int, indices: list, path: PathType) -> int:
+def _amount(amount: int, indices: "list[str | int]", path: PathType) -> int:
     amount = whole_amount(amount)
     if amount < 0:
         raise ValueError(f"The amount of GPUs to claim must not be negative, got {amount}.")
@@ -191,12 +191,12 @@ def _amount(amount: int, indices: list, path: PathType) -> int:
     return amount
 
 
-def entries_of(records) -> "tuple[CoordinationEntry, ...]":
+def entries_of(records: "Iterable[Mapping[str, Any]]") -> "tuple[CoordinationEntry, ...]":
     """The core's entry records (coordination and bindings files alike) as entries."""
     return tuple(CoordinationEntry(**record) for record in records)
 
 
-def _bad_lines(rows, path: PathType) -> "tuple[UnparsableLine, ...]":
+def _bad_lines(rows: "Iterable[tuple[int, str]]", path: PathType) -> "tuple[UnparsableLine, ...]":
     lines = tuple(UnparsableLine(number, text) for number, text in rows)
     for line in lines:
         _log.warning("Line %d of the coordination file %s cannot be parsed and is left as it is "

@@ -100,7 +100,7 @@ def _host_gpus(devices: "Sequence[Device]") -> "list[_Gpu]":
         by_index.setdefault(device.index, []).append(device)
     gpus = [_Gpu(index, by_index[index]) for index in sorted(by_index)]
     if all(gpu.pci is not None for gpu in gpus):
-        gpus.sort(key=lambda gpu: gpu.pci)
+        gpus.sort(key=lambda gpu: gpu.pci or ())  # (every pci is known here)
     return gpus
 
 
@@ -181,7 +181,7 @@ def _resolve(key: "int | str", gpus: "list[_Gpu]") -> "tuple[_Gpu, Device | None
             return matches[0], None
         if not matches:
             return "no GPU's uuid starts with it"
-        return f"it is the start of several GPUs' uuids ({', '.join(gpu.uuid for gpu in matches)})"
+        return f"it is the start of several GPUs' uuids ({', '.join(str(gpu.uuid) for gpu in matches)})"
     legacy = _LEGACY_MIG.fullmatch(key)
     for gpu in gpus:
         for unit in gpu.units:
@@ -288,7 +288,7 @@ def _ordinals(ordered: "list[ExternalResourceInfo]", devices: "Sequence[Device]"
     ordinals = []
     for info in ordered:
         uuid = info.get_property("uuid")
-        device = by_uuid.get(uuid) if uuid else by_index.get(info.get_property("index"))
+        device = by_uuid.get(uuid) if uuid else by_index.get(info.get_property("index") or "")
         gone = next((s for s in skipped if s.gpu_index == info.get_property("index")), None)
         if device is None and gone is not None:
             raise CudaDeviceError(f"{_describe(info)} cannot be used now: {gone.reason} Repair it (nvidia-smi -q -i "
@@ -332,17 +332,17 @@ def _ordinals_without_nvml(ordered: "list[ExternalResourceInfo]", value: "str | 
                                   "NVML gives). Make libnvidia-ml loadable (nvml.library-path or "
                                   "FLINK_GPU_NVML_LIBRARY).")
     if value is None:
-        numbers = tuple(int(info.get_property("index")) for info in ordered)
-        if max(numbers) > 0 and order != PCI_BUS_ID:  # a GPU 1 means a host of several
+        whole = tuple(int(info.get_property("index") or "") for info in ordered)  # all digits (checked above)
+        if max(whole) > 0 and order != PCI_BUS_ID:  # a GPU 1 means a host of several
             _warn_order(order)
-        return numbers
+        return whole
     listed = _Listed(value)
-    numbers = ([key for _, _, key in listed.entries]
+    numbers = ([key for _, _, key in listed.entries if isinstance(key, int)]  # a "number" list's keys are
                if listed.kind == "number" and listed.repeated is None else [])
     hidden = None if listed.repeated is None else _repeated(listed.repeated)
     ordinals = []
     for info in ordered:
-        number = int(info.get_property("index"))
+        number = int(info.get_property("index") or "")
         if number in numbers:
             ordinals.append(numbers.index(number))
         elif listed.kind != "number" and hidden is None:

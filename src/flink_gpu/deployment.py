@@ -59,7 +59,7 @@ def _config_keys(config: Configuration, names: list[str], suffix: str) -> dict[s
     return result
 
 
-def _requested(config: Configuration | Mapping | None, suffix: str) -> dict[str, int]:
+def _requested(config: Configuration | Mapping[str, object] | None, suffix: str) -> dict[str, int]:
     """System key → amount for every resource with a positive amount and a key."""
     config = Configuration.coerce(config)
     names = external_resource_names(config)
@@ -74,7 +74,7 @@ def _requested(config: Configuration | Mapping | None, suffix: str) -> dict[str,
     return requested
 
 
-def kubernetes_resource_requirements(config: Configuration | Mapping | None
+def kubernetes_resource_requirements(config: Configuration | Mapping[str, object] | None
                                      ) -> dict[str, dict[str, str]]:
     """The TaskManager container's extended resources: ``{"requests": {"nvidia.com/gpu": "2"},
     "limits": {"nvidia.com/gpu": "2"}}`` (quantities are decimal strings, as Flink writes them)."""
@@ -83,11 +83,11 @@ def kubernetes_resource_requirements(config: Configuration | Mapping | None
     return {"requests": dict(quantities), "limits": dict(quantities)}
 
 
-def _load_pod_template(path: str) -> dict:
+def _load_pod_template(path: str) -> dict[str, Any]:
     return read_yaml_mapping(path, "pod template file", "a Pod (a mapping)")
 
 
-def _mapping_at(parent: dict, key: str, where: str) -> dict:
+def _mapping_at(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     """``parent[key]`` as a dict, created when absent or null."""
     value = parent.get(key)
     if value is None:
@@ -98,8 +98,8 @@ def _mapping_at(parent: dict, key: str, where: str) -> dict:
     return value
 
 
-def merge_into_pod_template(template: Mapping | str | os.PathLike | None,
-                            config: Configuration | Mapping | None) -> dict:
+def merge_into_pod_template(template: Mapping[str, Any] | str | os.PathLike[str] | None,
+                            config: Configuration | Mapping[str, object] | None) -> dict[str, Any]:
     """The pod template with the external resources set on the TaskManager main container.
 
     ``template`` is a Pod as a mapping or the path of a pod template YAML file (``None``: an empty
@@ -109,7 +109,7 @@ def merge_into_pod_template(template: Mapping | str | os.PathLike | None,
     input is not modified.
     """
     if template is None:
-        pod: dict = {}
+        pod: dict[str, Any] = {}
     elif isinstance(template, (str, os.PathLike)):
         pod = _load_pod_template(os.fspath(template))
     elif isinstance(template, Mapping):
@@ -145,7 +145,7 @@ def merge_into_pod_template(template: Mapping | str | os.PathLike | None,
     return pod
 
 
-def yarn_resources(config: Configuration | Mapping | None,
+def yarn_resources(config: Configuration | Mapping[str, object] | None,
                    cluster_max: Mapping[str, int] | None = None) -> dict[str, int]:
     """The YARN container resources: resource type → amount (e.g. ``{"yarn.io/gpu": 2}``).
 

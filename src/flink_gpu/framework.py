@@ -15,7 +15,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import FactoryLoadError, FactoryNotFoundError
@@ -47,10 +47,15 @@ __all__ = [
 
 LOG = logging.getLogger("flink_gpu.framework")
 
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+    from typing_extensions import Self  # typing's from Python 3.11
+
 ENTRY_POINT_GROUP = "flink_gpu.external_resource_drivers"
 """Entry-point group where distributions register driver factories (Flink: META-INF/services)."""
 
-EXTERNAL_RESOURCE_LIST: ConfigOption[list] = ConfigOption(
+EXTERNAL_RESOURCE_LIST: ConfigOption[list[str]] = ConfigOption(
     "external-resources", list, [],
     "List of the external resources, separated by ';'; 'none' disables them all.")
 NONE = "none"
@@ -104,10 +109,10 @@ class ExternalResourceDriver(ABC):
     def retrieve_resource_info(self, amount: int) -> frozenset[ExternalResourceInfo]:
         """The infos for a worker that was granted ``amount`` of the resource."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: a driver that holds nothing need not override it)
         """Release what the driver holds. The default does nothing."""
 
-    def __enter__(self) -> ExternalResourceDriver:
+    def __enter__(self) -> Self:  # a GPUDriver's block gets a GPUDriver (and its GPUInfo)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -128,7 +133,7 @@ class ExternalResourceDriverFactory(ABC):
 # ---------------------------------------------------------------------------------------------
 # The resource list and amounts (Flink's ExternalResourceUtils)
 
-def external_resource_names(config: Configuration | Mapping | None) -> list[str]:
+def external_resource_names(config: Configuration | Mapping[str, object] | None) -> list[str]:
     """The enabled resource names, first appearance first, duplicates dropped.
 
     ``external-resources`` is read as Flink reads it: a string is split on ``;`` with Flink's
@@ -145,7 +150,7 @@ def _amounts(config: Configuration, names: list[str], reasons: dict[str, list[st
              ) -> dict[str, int]:
     found: dict[str, int] = {}
     for name in names:
-        option = ConfigOption(amount_key(name), int)
+        option: ConfigOption[int] = ConfigOption(amount_key(name), int)
         amount = config.get(option)  # not a whole number: IllegalConfigurationException, as Flink
         if amount is None:
             LOG.warning("The amount of the %s should be configured. Will ignore that resource.",
@@ -162,7 +167,7 @@ def _amounts(config: Configuration, names: list[str], reasons: dict[str, list[st
     return found
 
 
-def external_resource_amounts(config: Configuration | Mapping | None) -> dict[str, int]:
+def external_resource_amounts(config: Configuration | Mapping[str, object] | None) -> dict[str, int]:
     """Resource name → amount for every enabled resource with a positive amount (Flink's
     ``getExternalResourceAmountMap``); the others are skipped with a WARN."""
     config = Configuration.coerce(config)
@@ -223,14 +228,14 @@ class _EntryPoints:
     """The factories registered in :data:`ENTRY_POINT_GROUP`, scanned on first use only."""
 
     def __init__(self) -> None:
-        self._by_name: dict[str, list] | None = None
+        self._by_name: dict[str, list[EntryPoint]] | None = None
 
-    def get(self, name: str):
+    def get(self, name: str) -> EntryPoint | None:
         """The entry point registered as ``name``, or None."""
         if self._by_name is None:
             from importlib.metadata import entry_points
 
-            found: dict[str, list] = {}
+            found: dict[str, list[EntryPoint]] = {}
             for entry_point in entry_points(group=ENTRY_POINT_GROUP):
                 found.setdefault(entry_point.name, []).append(entry_point)
             self._by_name = found
@@ -289,7 +294,7 @@ def _load_factory(name: str, registered: _EntryPoints) -> ExternalResourceDriver
         raise FactoryLoadError(
             f"{target} is not an ExternalResourceDriverFactory (it has no "
             f"create_external_resource_driver method)")
-    return factory
+    return factory  # type: ignore[no-any-return]  # duck-typed, as Flink's ServiceLoader is not
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,8 +355,8 @@ class ExternalResourceInfoProvider:
     @property
     def missing_reasons(self) -> Mapping[str, str]:
         """Reason per enabled resource that has no infos."""
-        return MappingProxyType({name: self.missing_reason(name) for name in self._enabled
-                                 if not self._infos.get(name)})
+        return MappingProxyType({name: reason for name in self._enabled
+                                 if not self._infos.get(name) and (reason := self.missing_reason(name))})
 
     def close(self) -> None:
         """Close every driver (once); a driver that fails to close gets a WARN."""
@@ -361,7 +366,7 @@ class ExternalResourceInfoProvider:
         for name, driver in self._drivers.items():
             _close_driver(name, driver)
 
-    def __enter__(self) -> ExternalResourceInfoProvider:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -387,7 +392,7 @@ def _describe(error: BaseException) -> str:
 
 
 def load_external_resources(
-        config: Configuration | Mapping | str | os.PathLike | None) -> ExternalResourceInfoProvider:
+        config: Configuration | Mapping[str, object] | str | os.PathLike[str] | None) -> ExternalResourceInfoProvider:
     """Build the drivers of the enabled resources and retrieve their infos, as a Flink
     TaskManager does at start-up (``ExternalResourceUtils.createStaticExternalResourceInfoProvider
     FromConfig``).
@@ -451,7 +456,7 @@ def load_external_resources(
         LOG.info("Add external resources driver for %s.", name)
         drivers[name] = driver
 
-    infos: dict[str, frozenset] = {}
+    infos: dict[str, frozenset[ExternalResourceInfo]] = {}
     kept: dict[str, Any] = {}
     for name, driver in drivers.items():
         if name not in amounts:

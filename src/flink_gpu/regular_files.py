@@ -46,7 +46,7 @@ def _too_large(path: str, what: str, limit: int) -> FileTooLargeError:
                              f"flink-gpu reads from one file.")
 
 
-def check_regular_file(path: str | os.PathLike, what: str) -> None:
+def check_regular_file(path: str | os.PathLike[str], what: str) -> None:
     """Raise unless ``path`` names an existing regular file (symbolic links followed).
 
     ``what`` names the file in the messages ("Flink configuration file", "pod template file"):
@@ -66,7 +66,7 @@ def check_regular_file(path: str | os.PathLike, what: str) -> None:
     _require_regular(status, path, what)
 
 
-def read_regular_file(path: str | os.PathLike, what: str, limit: int = MAX_FILE_SIZE) -> bytes:
+def read_regular_file(path: str | os.PathLike[str], what: str, limit: int = MAX_FILE_SIZE) -> bytes:
     """The content of the regular file ``path``; never blocks and never reads more than ``limit``.
 
     Raises as :func:`check_regular_file`, ``FileTooLargeError`` naming the file and the limit, or
@@ -83,7 +83,8 @@ def read_regular_file(path: str | os.PathLike, what: str, limit: int = MAX_FILE_
         _require_regular(status, path, what)  # the path may have changed since the check
         if status.st_size > limit:
             raise _too_large(path, what, limit)
-        chunks, total = [], 0
+        chunks: list[bytes] = []
+        total = 0
         while True:  # the file may grow while it is read: stop one byte past the limit
             chunk = os.read(fd, min(1 << 20, limit + 1 - total))
             if not chunk:

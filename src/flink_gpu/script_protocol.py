@@ -93,7 +93,7 @@ def warn_ignored(parsed: ScriptArgs, key: str, args: "str | None") -> None:
         _log.warning("'%s' in '%s' (%r) has no file path after it; using the default coordination "
                      "file %s, as the stock script does.", COORDINATION_FILE_FLAG, key, args,
                      parsed.coordination_file)
-    for token, suggestion in zip(parsed.unknown, parsed.suggestions):
+    for token, suggestion in zip(parsed.unknown, parsed.suggestions, strict=True):
         hint = (f"Did you mean '{suggestion}'?" if suggestion else
                 f"The discovery script understands {ENABLE_COORDINATION_FLAG} and "
                 f"{COORDINATION_FILE_FLAG} PATH.")

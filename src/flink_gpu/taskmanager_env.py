@@ -18,7 +18,10 @@ they must see is set there, before the TaskManager starts:
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, Mapping, Optional
+
+if TYPE_CHECKING:
+    from flink_gpu.simulator import SpecLike
 
 __all__ = ["SIMULATOR_KEYS", "discovery_executable", "shell_exports", "taskmanager_environment"]
 
@@ -42,8 +45,8 @@ def _site_packages() -> "list[str]":
     return unique
 
 
-def taskmanager_environment(devices: Optional[int] = None, spec=None,
-                            base: "Optional[Dict[str, str]]" = None) -> Dict[str, str]:
+def taskmanager_environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
+                            base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """The variables to add to a TaskManager's environment.
 
     ``devices`` or ``spec`` (as :func:`flink_gpu.simulator.environment` takes them): simulated GPUs;

@@ -34,8 +34,12 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 def flink_home() -> Path:
@@ -212,7 +216,7 @@ class StandaloneCluster:
             except subprocess.TimeoutExpired:
                 pass
 
-    def __enter__(self) -> "StandaloneCluster":
+    def __enter__(self) -> Self:
         try:
             self.start()
         except BaseException:

@@ -1,7 +1,8 @@
 """``flink-gpu``: the human-facing command line (docs/design.md §6.2).
 
 The commands and exit codes are documented in docs/cli.md, the ``--json`` schema in json_schema.md
-beside this file (shipped in the package: ``flink-gpu schema`` prints it); keep them in step with what the subcommands print.
+beside this file (shipped in the package: ``flink-gpu schema`` prints it); keep them in step with what
+the subcommands print.
 
 This module imports only argparse; each subcommand imports what it needs when it runs.
 """
@@ -11,6 +12,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from typing import Callable, NoReturn
 
 __all__ = ["main"]
 
@@ -106,7 +111,7 @@ class _UsageExit(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's own text and usage line, without its sys.exit
+    def error(self, message: str) -> NoReturn:  # argparse's own text and usage line, without its sys.exit
         self.print_usage(sys.stderr)
         raise _UsageExit(f"{self.prog}: error: {message}")
 
@@ -122,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def add(name, help_text, description=None, parent=commands):
+    def add(name: str, help_text: str, description: "str | None" = None,
+            parent: "argparse._SubParsersAction[_Parser]" = commands) -> _Parser:
         sub = parent.add_parser(name, help=help_text, description=description or help_text,
                                 formatter_class=_Formatter, epilog=_EPILOG)
         _common(sub, suppress=True)
@@ -250,7 +256,7 @@ class UsageError(Exception):
     """A bad command line: exit status 2."""
 
 
-def _configure_logging(verbose: bool, command: str):
+def _configure_logging(verbose: bool, command: str) -> "Callable[[], None]":
     """Send the library's log lines to stderr; returns the function that undoes it, so that
     ``main()`` called in a process (tests, a notebook, a tool embedding it) leaves the
     ``flink_gpu`` logger as it found it instead of adding one more handler per call."""
@@ -306,7 +312,7 @@ def _run(args: argparse.Namespace) -> int:
 def _command_name(args: argparse.Namespace) -> str:
     if args.command == "coordination":
         return f"coordination {args.action}"
-    return args.command
+    return str(args.command)
 
 
 def main(argv: "list[str] | None" = None) -> int:

@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from argparse import Namespace
 
 SCHEMA = 1
 # A holder's command line is cut to this many characters in tables (JSON has it whole).
 _COMMAND_WIDTH = 60
 
 
-def known_errors() -> tuple:
+def known_errors() -> tuple[type[BaseException], ...]:
     """The exceptions that are a failed operation (exit 1), reported as one clear line."""
     from flink_gpu.errors import FlinkException
 
@@ -20,11 +23,11 @@ def known_errors() -> tuple:
     return (FlinkException, OSError, TimeoutError, ValueError)
 
 
-def document(command: str, ok: bool = True, **fields: Any) -> dict:
+def document(command: str | None, ok: bool = True, **fields: Any) -> dict[str, Any]:
     return {"schema": SCHEMA, "command": command, "ok": ok, **fields}
 
 
-def emit_json(doc: dict) -> None:
+def emit_json(doc: dict[str, Any]) -> None:
     json.dump(_valid_unicode(doc), sys.stdout, indent=2)
     sys.stdout.write("\n")
     sys.stdout.flush()
@@ -50,7 +53,7 @@ def _valid_unicode(value: Any) -> Any:
     return value
 
 
-def fail(args, command: str, error: BaseException, code: int) -> int:
+def fail(args: Namespace, command: str, error: BaseException, code: int) -> int:
     """Report ``error`` (JSON on stdout with --json, always a line on stderr); return ``code``."""
     message = error_message(error)
     if getattr(args, "verbose", False):
@@ -111,7 +114,8 @@ _MIN_SHRUNK = 30
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "",
-          width: "int | None" = None, shrink: "int | None" = None, style=None,
+          width: "int | None" = None, shrink: "int | None" = None,
+          style: Callable[[str], str] | None = None,
           optional: Sequence[int] = ()) -> str:
     """Left-aligned columns separated by two spaces; ``None`` shows as ``-``.
 
@@ -143,7 +147,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "
     lines = []
     for number, row in enumerate(cells):
         parts = []
-        for value, column_width in zip(row, widths):
+        for value, column_width in zip(row, widths, strict=True):
             padding = " " * (column_width - len(value))
             parts.append((style(value) if style is not None and number > 0 else value) + padding)
         lines.append(indent + "  ".join(parts).rstrip())
@@ -193,9 +197,9 @@ def owner_description(pid: int) -> str:
     return f"pid {pid}" if argv is None else f"pid {pid} ({short_command(argv, 40)})"
 
 
-def coordination_path(args) -> str:
+def coordination_path(args: Namespace) -> str:
     if args.file is not None:
-        return os.path.abspath(args.file)
+        return os.path.abspath(str(args.file))
     from flink_gpu.coordination import DEFAULT_PATH
 
     return DEFAULT_PATH

@@ -20,6 +20,11 @@ import tempfile
 from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import document, emit_json, table
 
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from argparse import Namespace
+    from typing import IO, Any
+
 # What a worker runs: what a coordinated TaskManager runs (Flink's GPU plugin, here on the NVML
 # backend, with the stock script's coordination flags), then one JSON line, then hold until stdin
 # closes and release.
@@ -55,8 +60,13 @@ _START_TIMEOUT = 30.0
 _STOP_TIMEOUT = 10.0
 
 
+def _pipe(stream: "IO[bytes] | None") -> "IO[bytes]":
+    assert stream is not None  # Popen(..., stdin=PIPE, stdout=PIPE, stderr=PIPE) opens all three
+    return stream
+
+
 class Worker:
-    def __init__(self, name: str, amount: int, path: str, env: dict, script: str = _WORKER,
+    def __init__(self, name: str, amount: int, path: str, env: "dict[str, str]", script: str = _WORKER,
                  argv: "tuple[str, ...] | None" = None) -> None:
         self.name = name
         self.amount = amount
@@ -67,6 +77,8 @@ class Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             # Ctrl-C reaches this process only; it stops the workers in order
             start_new_session=True)
+        self.stdin, self.stdout, self.stderr = (_pipe(self.process.stdin), _pipe(self.process.stdout),
+                                                _pipe(self.process.stderr))
         self.pid = self.process.pid
         self.gpus: "list[str]" = []
         self.uuids: "list[str]" = []
@@ -78,12 +90,12 @@ class Worker:
         from flink_gpu.errors import FlinkException
 
         with selectors.DefaultSelector() as selector:
-            selector.register(self.process.stdout, selectors.EVENT_READ)
+            selector.register(self.stdout, selectors.EVENT_READ)
             ready = selector.select(_START_TIMEOUT)
-        line = self.process.stdout.readline() if ready else b""
+        line = self.stdout.readline() if ready else b""
         if not line:
             self.stop(close_streams=False)  # its stderr is still to be read
-            error = self.process.stderr.read().decode("utf-8", "replace").strip()
+            error = self.stderr.read().decode("utf-8", "replace").strip()
             self.stop()
             last = error.splitlines()[-1] if error else "no output"
             raise FlinkException(f"{self.name} (pid {self.pid}) could not claim {self.amount} "
@@ -101,7 +113,7 @@ class Worker:
         """Closes stdin (the worker releases and exits); kills it if it does not."""
         if self.process.poll() is None:
             try:
-                self.process.stdin.close()
+                self.stdin.close()
             except OSError:
                 pass
             try:
@@ -110,17 +122,17 @@ class Worker:
                 self.process.kill()
                 self.process.wait()
         if close_streams:
-            for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            for stream in (self.stdin, self.stdout, self.stderr):
                 stream.close()
         if self.state == "running":
             self.state = "exited"
 
-    def row(self) -> dict:
+    def row(self) -> "dict[str, object]":
         return {"worker": self.name, "pid": self.pid, "state": self.state, "gpus": self.gpus,
                 "uuids": self.uuids}
 
 
-def _bind_slots(taskmanager: Worker, shares: "list[int]", path: str, env: dict) -> "list[Worker]":
+def _bind_slots(taskmanager: Worker, shares: "list[int]", path: str, env: "dict[str, str]") -> "list[Worker]":
     """One worker per slot of ``taskmanager``, started one after the other, each binding 1 GPU of its
     set shared by at most ``shares[i]``."""
     slots = []
@@ -138,7 +150,7 @@ def _print_slots(slots: "list[Worker]") -> None:
     print(table(["SLOT", "PID", "GPU", ""], rows, indent="  "))
 
 
-def _binding_act(taskmanager: Worker, path: str, env: dict, human: bool) -> dict:
+def _binding_act(taskmanager: Worker, path: str, env: "dict[str, str]", human: bool) -> "dict[str, Any]":
     """The slots of one TaskManager bind its GPUs: alone (a third slot is refused), then two per GPU."""
     bindings_file = path + ".bindings"
     gpus = ", ".join(taskmanager.gpus)
@@ -165,7 +177,7 @@ def _binding_act(taskmanager: Worker, path: str, env: dict, human: bool) -> dict
             "shared": [{**s.row(), "error": s.error} for s in shared]}
 
 
-def _child_env() -> dict:
+def _child_env() -> "dict[str, str]":
     import flink_gpu
 
     env = dict(os.environ)
@@ -175,19 +187,19 @@ def _child_env() -> dict:
     return env
 
 
-def _print_table(workers) -> None:
+def _print_table(workers: "list[Worker]") -> None:
     rows = []
     for w in workers:
         if w.state == "killed":  # its GPUs are no longer its own: don't list them as if they were
             rows.append([w.name, w.pid, w.state, "-", f"(held GPU {', '.join(w.gpus)} until it died)"])
             continue
         # one line per GPU, so that the UUIDs stay whole and the table narrow
-        for n, (gpu, uuid) in enumerate(zip(w.gpus, w.uuids)):
+        for n, (gpu, uuid) in enumerate(zip(w.gpus, w.uuids, strict=True)):
             rows.append([w.name, w.pid, w.state, gpu, uuid] if n == 0 else ["", "", "", gpu, uuid])
     print(table(["WORKER", "PID", "STATE", "GPU", "UUID"], rows, indent="  "))
 
 
-def run(args) -> int:
+def run(args: Namespace) -> int:
     from flink_gpu import coordination
 
     simulated = not args.real

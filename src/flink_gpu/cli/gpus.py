@@ -10,8 +10,16 @@ from flink_gpu.cli._output import (coordination_path, document, emit_json, error
                                    owner_description, plural, process_cmdline, short_command, table)
 from flink_gpu.script_protocol import sort_indices
 
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from argparse import Namespace
+    from typing import Any, Callable, Iterable, Iterator
 
-def run(args) -> int:
+    from flink_gpu.coordination import CoordinationEntry, CoordinationSnapshot, UnparsableLine
+    from flink_gpu.nvml import Device, Library, SkippedDevice
+
+
+def run(args: Namespace) -> int:
     if args.command == "list":
         if args.watch is not None:
             if args.json:
@@ -28,7 +36,7 @@ def run(args) -> int:
     return release(args)
 
 
-def _devices():
+def _devices() -> "tuple[Library, tuple[Device, ...], tuple[SkippedDevice, ...]]":
     from flink_gpu.nvml import open_library
 
     nvml = open_library()
@@ -38,12 +46,12 @@ def _devices():
 _OTHER_NAMESPACE = "held in another PID namespace, liveness unknown"
 
 
-def _entry_cmdline(entry):
+def _entry_cmdline(entry: CoordinationEntry) -> "list[str] | None":
     """The live owner's argv where its pid is one of our namespace (None otherwise)."""
     return process_cmdline(entry.pid) if entry.alive and entry.ours else None
 
 
-def _entry_json(entry) -> dict:
+def _entry_json(entry: CoordinationEntry) -> "dict[str, Any]":
     return {"line_number": entry.line_number, "index": entry.index, "pid": entry.pid,
             "start_time": entry.start_time, "alive": entry.alive, "state": entry.state,
             "liveness": entry.liveness, "liveness_known": entry.liveness_known, "ours": entry.ours,
@@ -51,13 +59,13 @@ def _entry_json(entry) -> dict:
             "cmdline": _entry_cmdline(entry)}
 
 
-def _unparsable_json(lines) -> list:
+def _unparsable_json(lines: "Iterable[UnparsableLine]") -> "list[dict[str, Any]]":
     return [{"line_number": line.line_number, "text": line.text} for line in lines]
 
 
 # -- list -----------------------------------------------------------------------------------------
 
-def _device_rows(gpus, holders_known: bool):
+def _device_rows(gpus: "list[dict[str, Any]]", holders_known: bool) -> "Iterator[list[Any]]":
     """The rows of the device table: a GPU in MIG mode as a row of its own (no memory, no holder:
     its units are handed out) with its MIG units indented under it (docs/design.md §9.2)."""
     parent = None
@@ -73,19 +81,21 @@ def _device_rows(gpus, holders_known: bool):
                g["pci_bus_id"], holder]
 
 
-def list_gpus(args) -> int:
+def list_gpus(args: Namespace) -> int:
     from flink_gpu import coordination
     from flink_gpu.cli import list_view
 
     # before NVML: a configuration that cannot be read is a usage error, whatever the GPUs
     path, path_source, path_note = list_view.coordination_file(args)
     nvml, devices, skipped = _devices()
-    snapshot, snapshot_error = None, None
+    snapshot: "CoordinationSnapshot | None" = None
+    snapshot_error = None
     try:
         snapshot = coordination.snapshot(path, timeout=args.timeout)
     except (OSError, TimeoutError) as error:  # the GPUs are still worth listing
         snapshot_error = error_message(error)
-    live, stale = {}, {}
+    live: "dict[str, list[CoordinationEntry]]" = {}
+    stale: "dict[str, list[CoordinationEntry]]" = {}
     if snapshot is not None:
         for entry in snapshot.entries:
             (live if entry.alive else stale).setdefault(entry.index, []).append(entry)
@@ -95,7 +105,7 @@ def list_gpus(args) -> int:
 
     # only holders whose pid is a pid of ours can be matched with the processes NVML lists
     states = _gpu_states(nvml, {index: [e.pid for e in entries if e.ours] for index, entries in live.items()})
-    gpus = []
+    gpus: "list[dict[str, Any]]" = []
     for device in devices:
         index = device.gpu_index
         gpus.append({
@@ -145,14 +155,14 @@ def list_gpus(args) -> int:
         _print_state_notes(gpus)
     if skipped:
         print("\nSkipped devices:")
-        for device in skipped:
-            print(f"  {device.gpu_index}: {device.reason}")
+        for skip in skipped:
+            print(f"  {skip.gpu_index}: {skip.reason}")
     for notice in nvml.notices():
         print(f"\nNote: {notice}")
     print()
     if path_note is not None:
         print(f"Note: {path_note}")
-    if snapshot_error is not None:
+    if snapshot is None:
         print(f"Holders unknown: {snapshot_error}")
     elif not snapshot.exists:
         print(f"Coordination file {path} does not exist: no GPU is claimed through it.")
@@ -174,7 +184,7 @@ def list_gpus(args) -> int:
     return 0
 
 
-def _style():
+def _style() -> "Callable[[str], str] | None":
     """Colours for the tables' verdicts on a terminal (none for a pipe, or with NO_COLOR)."""
     from flink_gpu.cli import list_view
 
@@ -185,7 +195,7 @@ def _style():
 
 # -- list: the bindings under their TaskManager (docs/design.md §9.3) ------------------------------
 
-def _claimed(live: "dict[str, list]") -> "dict[str, list[str]]":
+def _claimed(live: "dict[str, list[CoordinationEntry]]") -> "dict[str, list[str]]":
     """Owner (its holder_key: two containers' pid 1 are two owners) -> the GPUs its live coordination
     entries claim, in index order."""
     out: "dict[str, list[str]]" = {}
@@ -195,7 +205,7 @@ def _claimed(live: "dict[str, list]") -> "dict[str, list[str]]":
     return out
 
 
-def _binding_holder_json(name: str, entries: list) -> dict:
+def _binding_holder_json(name: str, entries: "list[CoordinationEntry]") -> "dict[str, Any]":
     """One live holder of the bindings file: a process (``pid``) or a slot (its binding ``threads``)."""
     first = entries[0]
     slot = first.slot
@@ -206,7 +216,7 @@ def _binding_holder_json(name: str, entries: list) -> dict:
             "cmdline": _entry_cmdline(first) if slot is None else None}
 
 
-def _taskmanager_order(first) -> tuple:
+def _taskmanager_order(first: CoordinationEntry) -> "tuple[int, int, int]":
     """Ours by pid, then other namespaces' by namespace and pid, then holders that recorded none (``first``:
     a live entry of the TaskManager's holders)."""
     if first.taskmanager is None:
@@ -214,14 +224,15 @@ def _taskmanager_order(first) -> tuple:
     return (0, 0, first.taskmanager) if first.ours else (1, first.namespace or 0, first.taskmanager)
 
 
-def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dict[str, list[str]]") -> dict:
+def _bindings_view(path: str, timeout: float, present: "set[str]",
+                   claimed: "dict[str, list[str]]") -> "dict[str, Any]":
     """The bindings file beside the coordination file ``path``: live holders grouped under the
     TaskManager whose GPUs they bind, a pid of the namespace that wrote the line (``claimed``: what each
     coordination owner holds)."""
     from flink_gpu import binding
     from flink_gpu.gpu_index import index_sort_order
 
-    view = {"path": binding.bindings_path(path), "exists": False, "error": None, "taskmanagers": [],
+    view: "dict[str, Any]" = {"path": binding.bindings_path(path), "exists": False, "error": None, "taskmanagers": [],
             "stale": [], "unparsable": [], "unknown_indices": []}
     try:
         snapshot = binding.snapshot(view["path"], timeout=timeout)
@@ -229,7 +240,7 @@ def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dic
         view["error"] = error_message(error)
         return view
     # per TaskManager (its taskmanager_key; None: not recorded), per holder (its holder_key), the live lines
-    holders: "dict[str | None, dict[str, list]]" = {}
+    holders: "dict[str | None, dict[str, list[CoordinationEntry]]]" = {}
     for entry in snapshot.entries:
         if entry.alive:
             holders.setdefault(entry.taskmanager_key, {}).setdefault(entry.holder_key, []).append(entry)
@@ -250,7 +261,7 @@ def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dic
     return view
 
 
-def _binding_rows(holders: list):
+def _binding_rows(holders: "list[dict[str, Any]]") -> "Iterator[list[Any]]":
     for holder in holders:
         if not holder["liveness_known"]:
             command = _OTHER_NAMESPACE
@@ -264,7 +275,8 @@ def _binding_rows(holders: list):
                command]
 
 
-def _print_bindings(view: dict, width: "int | None" = None, style=None) -> None:
+def _print_bindings(view: "dict[str, Any]", width: "int | None" = None,
+                    style: "Callable[[str], str] | None" = None) -> None:
     """The bindings section of ``list``: nothing when there is no bindings file."""
     if view["error"] is not None:
         print(f"\nBindings unknown: {view['error']}")
@@ -305,12 +317,12 @@ def _print_bindings(view: dict, width: "int | None" = None, style=None) -> None:
 
 
 # a GPU that went missing between the enumeration and the state query: nothing known
-_NO_STATE = {"health": None, "findings": [], "checks": {}, "memory_used": None, "memory_free": None,
+_NO_STATE: "dict[str, Any]" = {"health": None, "findings": [], "checks": {}, "memory_used": None, "memory_free": None,
              "numa_node": None, "cpu_affinity": None, "compute_mode": None,
              "processes_known": False, "processes": []}
 
 
-def _gpu_states(nvml, live: "dict[str, list[int]]") -> "dict[str, dict]":
+def _gpu_states(nvml: Library, live: "dict[str, list[int]]") -> "dict[str, dict[str, Any]]":
     """Per GPU index: its state now (docs/design.md §9.1), each process on it marked with the
     flink-gpu holder (a live owner in the coordination file) it belongs to, if any."""
     from flink_gpu.gpu.nvml import process_holders
@@ -337,7 +349,7 @@ def _gpu_states(nvml, live: "dict[str, list[int]]") -> "dict[str, dict]":
     return result
 
 
-def _processes_text(gpu: dict) -> str:
+def _processes_text(gpu: "dict[str, Any]") -> str:
     if not gpu["processes_known"]:
         return "? (no permission to list them)"
     parts = []
@@ -351,7 +363,7 @@ def _processes_text(gpu: dict) -> str:
     return "; ".join(parts) or "none"
 
 
-def _print_state_notes(gpus: "list[dict]") -> None:
+def _print_state_notes(gpus: "list[dict[str, Any]]") -> None:
     """What the state table cannot say in a cell: why a GPU is unhealthy, invisible pids."""
     for gpu in gpus:
         for finding in gpu["findings"]:
@@ -366,7 +378,7 @@ def _print_state_notes(gpus: "list[dict]") -> None:
         print(f"  NVML lists pid {', '.join(map(str, hidden))}, which this PID namespace cannot "
               "see (a container sees host pids): busy-gpus counts them as foreign.")
 
-def _print_unknown_liveness(snapshot, args) -> None:
+def _print_unknown_liveness(snapshot: CoordinationSnapshot, args: Namespace) -> None:
     unknown = snapshot.liveness_unknown
     if unknown:
         them = "it" if len(unknown) == 1 else "them"
@@ -375,7 +387,7 @@ def _print_unknown_liveness(snapshot, args) -> None:
               f"`flink-gpu coordination clean --foreign-namespaces{_file_flag(args)}` removes {them}.")
 
 
-def _holder_text(gpu: dict) -> str:
+def _holder_text(gpu: "dict[str, Any]") -> str:
     from flink_gpu.cli.list_view import process_text
 
     holders = gpu["holders"]
@@ -394,7 +406,7 @@ def _holder_text(gpu: dict) -> str:
 
 # -- coordination show / clean -----------------------------------------------------------------
 
-def _entry_rows(entries):
+def _entry_rows(entries: "Iterable[CoordinationEntry]") -> "Iterator[list[Any]]":
     from flink_gpu.cli.list_view import process_text
 
     for entry in entries:
@@ -407,7 +419,7 @@ def _entry_rows(entries):
 _ENTRY_HEADERS = ["LINE", "GPU", "PID", "START TIME", "STATE", "COMMAND"]
 
 
-def show(args) -> int:
+def show(args: Namespace) -> int:
     from flink_gpu import coordination
 
     path = coordination_path(args)
@@ -445,13 +457,13 @@ def show(args) -> int:
     return 0
 
 
-def _file_flag(args) -> str:
+def _file_flag(args: Namespace) -> str:
     import shlex
 
     return "" if args.file is None else f" --file {shlex.quote(args.file)}"
 
 
-def clean(args) -> int:
+def clean(args: Namespace) -> int:
     from flink_gpu import coordination
 
     path = coordination_path(args)
@@ -490,7 +502,7 @@ def clean(args) -> int:
 
 # -- claim / release ---------------------------------------------------------------------------
 
-def _owner(args) -> int:
+def _owner(args: Namespace) -> int:
     """The owner: --owner, else the parent of this command (this process exits right away)."""
     from flink_gpu.coordination import process_start_time
 
@@ -501,7 +513,7 @@ def _owner(args) -> int:
     return owner
 
 
-def claim(args) -> int:
+def claim(args: Namespace) -> int:
     from flink_gpu import coordination
 
     owner = _owner(args)
@@ -544,11 +556,11 @@ def claim(args) -> int:
     return 0
 
 
-def _owner_flag(args) -> str:
+def _owner_flag(args: Namespace) -> str:
     return "" if args.owner is None else f" --owner {args.owner}"
 
 
-def release(args) -> int:
+def release(args: Namespace) -> int:
     from flink_gpu import coordination
 
     owner = _owner(args)

@@ -9,11 +9,15 @@ from flink_gpu.cli._output import document, emit_json
 from flink_gpu.errors import NotARegularFileError
 from flink_gpu.regular_files import check_regular_file
 
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from argparse import Namespace
 
-def _yarn_max(values) -> "dict[str, int] | None":
+
+def _yarn_max(values: "list[str] | None") -> "dict[str, int] | None":
     if not values:
         return None
-    maximum = {}
+    maximum: "dict[str, int]" = {}
     for value in values:
         key, sep, number = value.partition("=")  # a resource type has no '=': `a=3=4` is no TYPE=N
         if not sep or not key.strip() or not number.strip().isdigit():
@@ -22,13 +26,13 @@ def _yarn_max(values) -> "dict[str, int] | None":
     return maximum
 
 
-def _dump(data) -> str:
+def _dump(data: object) -> str:
     import yaml
 
     return yaml.safe_dump(data, default_flow_style=False, sort_keys=False).rstrip("\n")
 
 
-def run(args) -> int:
+def run(args: Namespace) -> int:
     from flink_gpu.config import Configuration
     from flink_gpu.deployment import (TASK_MANAGER_MAIN_CONTAINER_NAME,
                                       kubernetes_resource_requirements, merge_into_pod_template,

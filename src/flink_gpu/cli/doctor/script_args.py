@@ -27,7 +27,7 @@ def check_args(checkup: Checkup, name: str, settings: GPUDriverSettings, stock: 
                     f"{parsed.coordination_file}.", f"Write `{COORDINATION_FILE_FLAG} "
                     f"/path/of/file` in {key}, or drop {COORDINATION_FILE_FLAG} to use the "
                     "default file.", resource=name)
-    for token, suggestion in zip(parsed.unknown, parsed.suggestions):
+    for token, suggestion in zip(parsed.unknown, parsed.suggestions, strict=True):
         if suggestion:
             consequence = (", so coordination mode is OFF" if suggestion == ENABLE_COORDINATION_FLAG
                            and not parsed.coordination_mode else "")
