@@ -124,7 +124,7 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
         slot, taskmanager, path = None, lookup.holder_pid, lookup.coordination_file
     try:
         binding = bind(lookup.infos, count, subtasks_per_gpu, slot=slot, taskmanager_pid=taskmanager,
-                       path=bindings_path(path), library_path=view.library)
+                       path=bindings_path(path), library_path=view.library, metrics_interval=view.metrics_interval)
     except BindingError as error:
         advice = _binding_advice(name, lookup.infos, taskmanager, count, subtasks_per_gpu, lookup.mode == "thread")
         raise BindingError(f"{error} {advice}") from None
@@ -288,6 +288,7 @@ class _TaskManagerView(NamedTuple):
     notes: list[str]  # how it was found, and why nothing is there when path is None (views are cached: never changed)
     library: str | None = None  # param.nvml.library-path of the resource
     amount: int | None = None  # external-resource.<name>.amount; None when the configuration is unknown
+    metrics_interval: float | None = None  # param.metrics.interval (None: unknown, the default)
 
 
 _VIEWS: dict = {}  # (FLINK_CONF_DIR, name) -> (the configuration files' stat, the view they gave)
@@ -370,9 +371,10 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> _TaskManagerVie
         return _TaskManagerView(None, [
             f"'{key}' in {where} does not contain --enable-coordination-mode, so the TaskManager's "
             "discovery records nothing in the coordination file for process-mode Python workers to "
-            "read; enable it to make its GPUs visible to them"], settings.library_path, amount)
+            "read; enable it to make its GPUs visible to them"], settings.library_path, amount,
+            settings.metrics_interval)
     return _TaskManagerView(settings.script_args.coordination_file, [f"read '{key}' from {where}"],
-                            settings.library_path, amount)
+                            settings.library_path, amount, settings.metrics_interval)
 
 
 def _configured_amount(conf: Any, name: str) -> tuple[int | None, str | None]:
