@@ -2,6 +2,7 @@
 # distutils: language = c++
 """Binding of the C++ core (csrc/). Thin: conversions, exceptions, nothing Flink-specific."""
 
+from libcpp cimport bool as cpp_bool
 from libcpp.optional cimport optional
 from libcpp.string cimport string
 from libcpp.string_view cimport string_view
@@ -88,6 +89,7 @@ cdef extern from "devices.hpp" namespace "flinkgpu" nogil:
         optional[unsigned] minor_number
         optional[string] cpu_affinity
         optional[int] numa_node
+        optional[cpp_bool] persistence_mode
 
     cdef cppclass CSkippedDevice "flinkgpu::SkippedDevice":
         string index
@@ -462,6 +464,7 @@ cdef class NvmlDevice:
     cdef readonly object minor_number
     cdef readonly object cpu_affinity
     cdef readonly object numa_node
+    cdef readonly object persistence_mode
 
     def __repr__(self):
         mig = (f", mig_slot={self.mig_slot!r}, parent_uuid={self.parent_uuid!r}, "
@@ -469,7 +472,7 @@ cdef class NvmlDevice:
         return (f"NvmlDevice(index={self.index}{mig}, uuid={self.uuid!r}, name={self.name!r}, "
                 f"pci_bus_id={self.pci_bus_id!r}, memory_total={self.memory_total!r}, "
                 f"minor_number={self.minor_number!r}, cpu_affinity={self.cpu_affinity!r}, "
-                f"numa_node={self.numa_node!r})")
+                f"numa_node={self.numa_node!r}, persistence_mode={self.persistence_mode!r})")
 
     @property
     def gpu_index(self):
@@ -511,6 +514,7 @@ cdef NvmlDevice _device(const DeviceInfo& info):
     d.minor_number = info.minor_number.value() if info.minor_number.has_value() else None
     d.cpu_affinity = _optional_text(info.cpu_affinity)
     d.numa_node = info.numa_node.value() if info.numa_node.has_value() else None
+    d.persistence_mode = bool(info.persistence_mode.value()) if info.persistence_mode.has_value() else None
     return d
 
 

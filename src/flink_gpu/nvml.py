@@ -39,7 +39,9 @@ __all__ = ["BUSY_GPUS_VALUES", "DEFAULT_METRICS_INTERVAL", "GAUGE_HEALTH", "HEAL
 Library = Nvml
 #: One usable GPU: ``index`` (NVML's, = nvidia-smi's), ``uuid``, ``name``, ``pci_bus_id``,
 #: ``memory_total`` (bytes), ``minor_number``, ``cpu_affinity`` (the GPU's NUMA-local CPUs as a
-#: Linux cpulist, e.g. "0-15,32-47") and ``numa_node``; an attribute is None where unknown.
+#: Linux cpulist, e.g. "0-15,32-47"), ``numa_node`` and ``persistence_mode`` (True, False: the driver
+#: initialises the GPU when a process first asks for its handle, which may take seconds); an attribute
+#: is None where unknown.
 Device = NvmlDevice
 
 #: ``rank_gpus(states, busy_policy)``: the candidates among ``states`` best first, under
