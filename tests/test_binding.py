@@ -491,21 +491,69 @@ class EmbeddedMetricGroup:
         return Value()
 
 
+def _class_source(name: str) -> str:
+    """The source of this file's class ``name`` (inspect cannot find one whose __module__ is PyFlink's)."""
+    import ast
+
+    text = open(__file__, encoding="utf-8").read()
+    [node] = [n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == name]
+    return ast.get_source_segment(text, node)
+
+
+#: EmbeddedMetricGroup's source, for a child interpreter
+EMBEDDED_GROUP = _class_source("EmbeddedMetricGroup")
+
+
 def test_thread_mode_gauges_are_java_held_values_pushed_by_update_metrics(path, tmp_path):
     from flink_gpu import binding as bindings
+    from flink_gpu.nvml import sample_metrics_now
 
     group = EmbeddedMetricGroup()
-    # no loadable NVML here: every reading is -1, what matters is when values are pushed
+    # no loadable NVML here: every reading is -1 and health 3, what matters is when values are pushed
     with bind(infos(2), 1, path=path, library_path=str(tmp_path / "no-libnvidia-ml.so.1")) as b:
         b.register_metrics(group)
         [gpu] = group.groups
         assert gpu.scope == ("gpu", "0") and set(gpu.values) == set(bindings.GAUGES)
         unknown = {name: [-1] for name in bindings.GAUGES} | {"health": [3]}
         assert gpu.values == unknown  # pushed once when registered
+        assert sample_metrics_now()  # the process has sampled: pushes are paced from the next one on
+        b.update_metrics()  # pushes when the registration's push predates the first sample
+        pushed = {name: list(values) for name, values in gpu.values.items()}
         b.update_metrics()  # within a second of the last push: nothing pushed
-        assert gpu.values == unknown
+        assert gpu.values == pushed
         b.update_metrics(force=True)
-        assert gpu.values == {name: values * 2 for name, values in unknown.items()}
+        assert gpu.values == {name: values + values[:1] for name, values in pushed.items()}
+        assert all(set(values) == set(unknown[name]) for name, values in gpu.values.items())
+
+
+def test_thread_mode_pushes_the_first_sample_when_it_comes(path, tmp_path):
+    """Before the process's first sample update_metrics pushes on every call (a short job's gauges would
+    otherwise keep the registration's unknown values for a second); in a fresh process, as a
+    TaskManager's first slot, whose first sample is held in the simulated driver until the test lets go."""
+    from conftest import run_python, simulated_env
+
+    stuck = str(tmp_path / "stuck")
+    spec = {"devices": [{"utilization": 7, "power": 100}], "hang": [{"query": "power", "while_exists": stuck}]}
+    got = run_python(f"""
+import json
+from flink_gpu import GPUInfo, simulator
+from flink_gpu.binding import bind
+from flink_gpu.nvml import sample_metrics_now
+{EMBEDDED_GROUP}
+group = EmbeddedMetricGroup()
+b = bind([GPUInfo("0")], 1, path={path!r})
+with simulator.hanging({stuck!r}):
+    b.register_metrics(group)  # its first sample is stuck in the power query
+    b.update_metrics()  # no sample yet: pushed again
+    before = {{name: list(values) for name, values in group.groups[0].values.items()}}
+assert sample_metrics_now()
+b.update_metrics()  # within a second of the last push, but the first sample has come
+print(json.dumps({{"before": before, "after": group.groups[0].values}}))
+""", env={**child_env(), **simulated_env(spec=spec)})
+    got = json.loads(got.stdout.splitlines()[-1])
+    assert got["before"]["health"] == [3, 3] and got["before"]["power"] == [-1, -1]
+    assert got["after"]["health"] == [3, 3, 0] and got["after"]["power"] == [-1, -1, 100]
+    assert got["after"]["utilization"][-1] == 7
 
 
 @pytest.mark.filterwarnings("ignore")  # importing PyFlink warns about its own deprecations

@@ -141,7 +141,8 @@ class GPUBinding:
     """
 
     __slots__ = ("_infos", "_indices", "_path", "_held", "_holder", "_library_path", "_pid", "_released",
-                 "_devices", "_timeout", "_native_holder", "_pushed", "_pushed_at", "_metrics_interval")
+                 "_devices", "_timeout", "_native_holder", "_pushed", "_pushed_at", "_pushed_sampled",
+                 "_metrics_interval")
 
     def __init__(self, infos, indices, path, held, native_holder, holder, library_path, timeout,
                  metrics_interval) -> None:
@@ -158,6 +159,7 @@ class GPUBinding:
         self._native_holder = native_holder  # (pid or thread id, slot, taskmanager, start time) for the core
         self._pushed: "list[tuple[Any, _Gauge]]" = []  # thread mode: (Java-held value, its reading)
         self._pushed_at = 0.0
+        self._pushed_sampled = False  # the last push came after the process's first sample
         self._metrics_interval = metrics_interval
 
     @property
@@ -251,14 +253,19 @@ class GPUBinding:
     def update_metrics(self, force: bool = False) -> None:
         """Refreshes thread-mode gauges (see :meth:`register_metrics`): call it from the task's thread,
         e.g. in ``map()``; it pushes the sampler's snapshot at most once a second unless ``force``d, so
-        calling it per record costs a clock read. It never reads NVML itself. Does nothing for gauges
-        Flink or PyFlink read themselves."""
+        calling it per record costs a clock read (and, until the process's first sample has completed,
+        milliseconds after the first registration, a snapshot read: the first values are pushed when
+        they come, not a second later). It never reads NVML itself. Does nothing for gauges Flink or
+        PyFlink read themselves."""
         if not self._pushed:
             return
         now = time.monotonic()
-        if not force and now - self._pushed_at < _PUSH_INTERVAL:
+        from flink_gpu.nvml import metrics_samples
+
+        if not force and now - self._pushed_at < _PUSH_INTERVAL and self._pushed_sampled:
             return
         self._pushed_at = now
+        self._pushed_sampled = metrics_samples() > 0  # else what it pushes now predates the first sample
         for value, reading in self._pushed:
             value.update(reading())
 
