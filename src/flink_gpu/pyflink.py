@@ -458,7 +458,8 @@ def _from_coordination_file(name: str, view: "_TaskManagerView | None" = None) -
     from flink_gpu import coordination
     from flink_gpu.script_protocol import sort_indices
 
-    path, notes, library, amount = view if view is not None else _taskmanager_view(name)
+    view = view if view is not None else _taskmanager_view(name)
+    path, notes, library, amount = view.path, view.notes, view.library, view.amount
     notes = list(notes)  # a view may be reused: the notes of this lookup are its own
     if path is None:
         return ResourceLookup(frozenset(), "process", "; ".join(notes) + ".")
