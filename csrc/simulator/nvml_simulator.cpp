@@ -15,8 +15,6 @@
 //                                      "RESET_REQUIRED" (what every state query answers),
 //                                      "state_error_after_s" (whole seconds after nvmlInit before it
 //                                      does: a GPU that falls off the bus mid-run; default 0),
-//                                      "state_error_once_exists" (a path: it does only while that file
-//                                        exists, so that a test loses the GPU when it chooses),
 //                                      "lost_handle_after_s" (from then on nvmlDeviceGetHandleByIndex
 //                                        answers GPU_IS_LOST: a GPU gone from the bus)},
 //                                    "fabric": {"state": "not_supported" | "not_started" | "in_progress" |
@@ -137,7 +135,6 @@ struct SimDevice {
     unsigned recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;
     nvmlReturn_t state_error = NVML_SUCCESS;
     unsigned long long state_error_after_ms = 0;  // since nvmlInit
-    std::string state_error_once_exists;           // non-empty: only while this file exists
     // From then on its handle is refused with GPU_IS_LOST (a GPU gone from the bus); 0: never.
     unsigned long long lost_handle_after_ms = 0;
     // NVLink fabric (NVSwitch systems): nvmlGpuFabricInfo_v3 fields, and which struct the driver has:
@@ -402,7 +399,6 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
         unsigned long long after_s = 0;
         if (!read_number(*h, "state_error_after_s", 1e9, spec_path, hw, &after_s)) return false;
         d->state_error_after_ms = after_s * 1000ULL;
-        if (!read_string(*h, "state_error_once_exists", spec_path, hw, &d->state_error_once_exists)) return false;
         after_s = 0;
         if (!read_number(*h, "lost_handle_after_s", 1e9, spec_path, hw, &after_s)) return false;
         d->lost_handle_after_ms = after_s * 1000ULL;
@@ -1236,7 +1232,6 @@ namespace {
 // What every state query of `d` answers now: its state_error once its time has come.
 nvmlReturn_t state_error_now(const SimDevice& d) {
     if (d.state_error == NVML_SUCCESS || monotonic_ms() < state().init_ms + d.state_error_after_ms) return NVML_SUCCESS;
-    if (!d.state_error_once_exists.empty() && access(d.state_error_once_exists.c_str(), F_OK) != 0) return NVML_SUCCESS;
     return d.state_error;
 }
 

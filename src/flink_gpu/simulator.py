@@ -36,8 +36,7 @@ Spec keys (every one optional; null counts as absent):
     driver may have), ``state_error`` (``GPU_IS_LOST`` or ``RESET_REQUIRED``: what every state
     query and live reading answers while the GPU's identity still reads), from
     ``state_error_after_s`` whole seconds after ``nvmlInit`` on (default 0: from the start; a GPU
-    falling off the bus mid-run) and only while the file ``state_error_once_exists`` names exists (a
-    GPU a test loses when it chooses), and ``lost_handle_after_s`` (whole seconds after ``nvmlInit``
+    falling off the bus mid-run), and ``lost_handle_after_s`` (whole seconds after ``nvmlInit``
     from which ``nvmlDeviceGetHandleByIndex`` answers ``GPU_IS_LOST``: a GPU gone from the bus);
   * ``fabric``: the GPU's NVLink fabric registration (an NVSwitch system), an object with
     ``state`` (``not_supported``, ``not_started``, ``in_progress``, ``completed``: the default),
@@ -236,7 +235,7 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
         if not isinstance(health, Mapping):
             raise TypeError(f"Simulator spec {where}.health must be an object, got {health!r}.")
         known = set(_HEALTH_FLAGS) | {"ecc_uncorrected", "recovery_action", "state_error", "state_error_after_s",
-                                      "state_error_once_exists", "lost_handle_after_s"}
+                                      "lost_handle_after_s"}
         bad = set(health) - known
         if bad:
             raise ValueError(f"Simulator spec {where}.health has unknown keys {sorted(bad)}; known: {sorted(known)}.")
@@ -250,7 +249,6 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
         else:
             _check_choice(action, _RECOVERY_ACTIONS, f"{where}.health.recovery_action")
         _check_choice(health.get("state_error"), _STATE_ERRORS, f"{where}.health.state_error")
-        _check_string(health.get("state_error_once_exists"), f"{where}.health.state_error_once_exists")
         for key in ("state_error_after_s", "lost_handle_after_s"):
             if health.get(key) is not None:
                 _check_whole_number(health[key], 10**9, f"{where}.health.{key} must be a whole number of seconds")
