@@ -60,8 +60,6 @@ def test_the_spec_size_limit_is_the_one_for_every_file(discovery_exe, tmp_path):
      "must be a whole number"),
     ({"health": {"state_error": "GPU_IS_LOST", "state_error_after_s": 1.5}}, "health.state_error_after_s",
      "must be a whole number"),
-    ({"health": {"state_error": "GPU_IS_LOST", "state_error_once_exists": 1}}, "health.state_error_once_exists",
-     "must be a string"),
 ])
 def test_a_bad_live_reading_is_rejected_naming_the_key_by_both_checkers(discovery_exe, tmp_path, device, key, words):
     with pytest.raises((TypeError, ValueError), match=re.escape(f"devices[0].{key}")) as raised:
