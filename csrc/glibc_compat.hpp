@@ -16,5 +16,6 @@ __asm__(".symver dlopen,dlopen@" FLINK_GPU_GLIBC_BASE);
 __asm__(".symver dlsym,dlsym@" FLINK_GPU_GLIBC_BASE);
 __asm__(".symver dlerror,dlerror@" FLINK_GPU_GLIBC_BASE);
 __asm__(".symver dlclose,dlclose@" FLINK_GPU_GLIBC_BASE);
+__asm__(".symver dladdr,dladdr@" FLINK_GPU_GLIBC_BASE);
 #endif
 #endif

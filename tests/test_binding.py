@@ -252,10 +252,11 @@ def test_devices_are_the_cuda_ordinals_of_the_bound_gpus_in_this_process(tmp_pat
     assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in default.stdout  # the one WARN: fastest-first cannot be derived
 
 
-# Binds `count` of the TaskManager's GPUs 0..n-1 on a simulated host, after `wait` s; prints what it got and
-# the WARNs, or the error (and what `devices` says of a binding made before).
+# Binds `count` of the TaskManager's GPUs 0..n-1 on a simulated host, after creating the file `lose` (a
+# spec's trigger) when one is given; prints what it got and the WARNs, or the error (and what `devices`
+# says of a binding made before).
 BIND_ON_STATE = """
-import json, logging, sys, time
+import json, logging, sys
 from flink_gpu import GPUInfo
 from flink_gpu.binding import BindingError, bind
 from flink_gpu.nvml import open_library
@@ -264,11 +265,12 @@ class Keep(logging.Handler):
     def emit(self, record):
         warnings.append(record.getMessage())
 logging.getLogger("flink_gpu").addHandler(Keep())
-path, n, count, wait = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+path, n, count, lose = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 library = open_library().library_path
-# a binding made before the wait (wait > 0), as a slot bound at the TaskManager's start
-earlier = bind([GPUInfo("0")], 1, path=path + ".earlier", library_path=library) if wait else None
-time.sleep(wait)
+# a binding made before the GPU is lost (lose given), as a slot bound at the TaskManager's start
+earlier = bind([GPUInfo("0")], 1, path=path + ".earlier", library_path=library) if lose else None
+if lose:
+    open(lose, "x").close()
 out = {}
 try:
     out["bound"] = list(bind([GPUInfo(str(i)) for i in range(n)], count, path=path, library_path=library).indices)
@@ -283,18 +285,19 @@ print(json.dumps(out))
 """
 
 
-def bind_on_state(path, spec, n, count, wait=0.0):
+def bind_on_state(path, spec, n, count, lose=""):
     from conftest import simulated_env
 
     env = {**child_env(), **simulated_env(spec=spec)}
-    proc = subprocess.run([sys.executable, "-c", BIND_ON_STATE, path, str(n), str(count), str(wait)], env=env,
+    proc = subprocess.run([sys.executable, "-c", BIND_ON_STATE, path, str(n), str(count), lose], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
-def test_bind_never_binds_a_gpu_lost_since_discovery_while_a_healthy_one_is_free(path):
-    got = bind_on_state(path, {"devices": [{"health": {"lost_handle_after_s": 1}}, {}]}, 2, 1, wait=1.2)
+def test_bind_never_binds_a_gpu_lost_since_discovery_while_a_healthy_one_is_free(path, tmp_path):
+    lost = str(tmp_path / "gpu0-lost")
+    got = bind_on_state(path, {"devices": [{"health": {"lost_handle_when_exists": lost}}, {}]}, 2, 1, lose=lost)
     assert got["bound"] == ["1"]
     assert got["warnings"] == ["Left out: GPU 0 is unhealthy: GPU is lost (nvmlDeviceGetHandleByIndex_v2 "
                                "returned NVML_ERROR_GPU_IS_LOST); binding among GPU(s) 1."]
@@ -333,7 +336,7 @@ def test_bind_prefers_no_gpu_by_state_on_a_healthy_host(path):
 # A process-mode PyFlink worker's metric group (PyFlink's own class): gauges registered under
 # add_group("gpu", <index>), read the way the worker reads them when it reports a bundle: after the
 # sampler's next sample ("first"), and after the file argv's "lose" names is created (the simulator's
-# state_error_once_exists) and the sampler's next sample ("later").
+# state_error_when_exists) and the sampler's next sample ("later").
 GAUGES = """
 import json, sys
 from pyflink.fn_execution.metrics.process.metric_impl import GenericMetricGroup
@@ -354,7 +357,7 @@ def read():
 assert sample_metrics_now()
 first = read()
 if args["lose"]:
-    open(args["lose"], "x").close()
+    open(args["lose"], "x").close()  # the spec's trigger: the GPU is lost from now on
     assert sample_metrics_now()
 print(json.dumps({"first": first, "later": read()}))
 """
@@ -396,7 +399,7 @@ def test_a_gauge_nvml_cannot_answer_is_minus_one(path):
 def test_a_gpu_lost_mid_run_reads_minus_one_with_health_unhealthy(path, tmp_path):
     lose = str(tmp_path / "lost")
     spec = {"devices": [{"utilization": 37, "temperature": 55, "power": 300, "memory_used": 5 * 1024 ** 2,
-                         "health": {"state_error": "GPU_IS_LOST", "state_error_once_exists": lose}}, {}]}
+                         "health": {"state_error": "GPU_IS_LOST", "state_error_when_exists": lose}}, {}]}
     got = read_gauges(path, spec, lose=lose)
     assert got["first"]["gpu.0"] == {"utilization": 37, "memoryUsed": 5, "temperature": 55, "power": 300, "health": 0}
     assert got["later"]["gpu.0"] == {"utilization": -1, "memoryUsed": -1, "temperature": -1, "power": -1, "health": 2}

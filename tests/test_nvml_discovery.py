@@ -481,30 +481,34 @@ def test_an_unhealthy_gpu_is_never_handed_out_and_warned_once_naming_the_check(h
     assert "GPU 0 is left out (unhealthy: " in message and reason in message
 
 
-def test_a_gpu_lost_after_start_is_not_handed_out_by_the_next_retrieval():
+def test_a_gpu_lost_after_start_is_not_handed_out_by_the_next_retrieval(tmp_path):
     # the state is read when a choice is made, not once when NVML starts
+    lost = tmp_path / "gpu0-lost"
     code = """
-import json, time
+import json, sys
 from flink_gpu import GPUDriver
 def take():
     with GPUDriver({"discovery-mode": "nvml"}) as driver:
         return sorted(info.index for info in driver.retrieve_resource_info(2))
 before = take()
-time.sleep(1.3)
+open(sys.argv[1], "x").close()  # the spec's trigger: GPU 0 falls off the bus
 print(json.dumps([before, take()]))
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    env.update(simulator.environment(spec=unhealthy_first({"state_error": "GPU_IS_LOST", "state_error_after_s": 1})))
+    env.update(simulator.environment(spec=unhealthy_first({"state_error": "GPU_IS_LOST",
+                                                            "state_error_when_exists": str(lost)})))
     env["PYTHONPATH"] = SRC
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code, str(lost)], env=env, capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [["0", "1"], ["1", "2"]]
 
 
-def test_a_gpu_whose_handle_is_lost_after_the_enumeration_is_warned_and_named_in_the_shortage():
+def test_a_gpu_whose_handle_is_lost_after_the_enumeration_is_warned_and_named_in_the_shortage(tmp_path):
     # NVML refuses a GPU gone from the bus its handle: it is an unhealthy state, never dropped silently
+    lost = tmp_path / "gpu0-gone"
     code = """
-import json, logging, time
+import json, logging, sys
 from flink_gpu import GPUDriver
 records = []
 class Keep(logging.Handler):
@@ -519,13 +523,14 @@ def take(amount):
         except Exception as error:
             return str(error)
 before = take(2)
-time.sleep(1.3)
+open(sys.argv[1], "x").close()  # the spec's trigger: GPU 0 is gone from the bus
 print(json.dumps([before, take(2), take(3), [m for level, m in records if level == "WARNING"]]))
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    env.update(simulator.environment(spec=unhealthy_first({"lost_handle_after_s": 1})))
+    env.update(simulator.environment(spec=unhealthy_first({"lost_handle_when_exists": str(lost)})))
     env["PYTHONPATH"] = SRC
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code, str(lost)], env=env, capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 0, done.stderr
     before, after, shortage, warnings = json.loads(done.stdout)
     assert before == ["0", "1"] and after == ["1", "2"]

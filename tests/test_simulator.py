@@ -56,10 +56,9 @@ def test_the_spec_size_limit_is_the_one_for_every_file(discovery_exe, tmp_path):
     ({"power": "250W"}, "power", "must be a number of watts (0..4294967.295)"),
     ({"power": True}, "power", "must be a number of watts (0..4294967.295)"),
     ({"not_supported": ["fan"]}, "not_supported", "utilization, temperature, power"),
-    ({"health": {"state_error": "GPU_IS_LOST", "state_error_after_s": -1}}, "health.state_error_after_s",
-     "must be a whole number"),
-    ({"health": {"state_error": "GPU_IS_LOST", "state_error_after_s": 1.5}}, "health.state_error_after_s",
-     "must be a whole number"),
+    ({"health": {"state_error": "GPU_IS_LOST", "state_error_when_exists": 1}}, "health.state_error_when_exists",
+     "must be a string"),
+    ({"health": {"lost_handle_when_exists": ["/tmp/x"]}}, "health.lost_handle_when_exists", "must be a string"),
 ])
 def test_a_bad_live_reading_is_rejected_naming_the_key_by_both_checkers(discovery_exe, tmp_path, device, key, words):
     with pytest.raises((TypeError, ValueError), match=re.escape(f"devices[0].{key}")) as raised:
@@ -299,3 +298,184 @@ def test_every_query_family_is_one_the_simulator_takes(discovery_exe, tmp_path):
     path.write_text(json.dumps(spec))
     proc = discover(discovery_exe, FLINK_GPU_SIM_SPEC=str(path))
     assert (proc.returncode, proc.stdout) == (0, "0\n"), proc.stderr
+
+
+# --- machine profiles (csrc/simulator/profiles: facts of real machines' nvidia-smi -q -x captures) -
+
+ENUMERATE = """
+class Pci(ctypes.Structure):
+    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
+                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("busId", ctypes.c_char * 32)]
+class Memory2(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong), ("reserved", ctypes.c_ulonglong),
+                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+class Fabric(ctypes.Structure):
+    _fields_ = [("clusterUuid", ctypes.c_char * 16), ("status", ctypes.c_int), ("cliqueId", ctypes.c_uint),
+                ("state", ctypes.c_ubyte)]
+MIB = 1 << 20
+text = ctypes.create_string_buffer(96)
+assert nvml.nvmlSystemGetDriverVersion(text, 96) == 0
+machine = {"driver": text.value.decode(), "gpus": []}
+count = ctypes.c_uint()
+assert nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+for i in range(count.value):
+    h = handle(i)
+    gpu = {}
+    assert nvml.nvmlDeviceGetName(h, text, 96) == 0
+    gpu["name"] = text.value.decode()
+    assert nvml.nvmlDeviceGetUUID(h, text, 96) == 0
+    gpu["uuid"] = text.value.decode()
+    pci = Pci()
+    assert nvml.nvmlDeviceGetPciInfo_v3(h, ctypes.byref(pci)) == 0
+    gpu["pci_bus_id"] = pci.busId.decode()
+    memory = Memory2(version=ctypes.sizeof(Memory2) | 2 << 24)
+    assert nvml.nvmlDeviceGetMemoryInfo_v2(h, ctypes.byref(memory)) == 0
+    gpu["memory_mib"] = [memory.total // MIB, memory.reserved // MIB, memory.used // MIB]
+    mode = ctypes.c_int()
+    assert nvml.nvmlDeviceGetPersistenceMode(h, ctypes.byref(mode)) == 0
+    gpu["persistence"] = mode.value
+    fabric = Fabric()
+    rc = nvml.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(fabric))
+    gpu["fabric"] = [fabric.state, fabric.status] if rc == 0 else rc
+    pending = ctypes.c_int()
+    gpu["retired_pages"] = nvml.nvmlDeviceGetRetiredPagesPendingStatus(h, ctypes.byref(pending))
+    current, pending_mig, slots = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
+    if nvml.nvmlDeviceGetMigMode(h, ctypes.byref(current), ctypes.byref(pending_mig)) == 0 and current.value == 1:
+        assert nvml.nvmlDeviceGetMaxMigDeviceCount(h, ctypes.byref(slots)) == 0
+        gpu["mig_mib"] = []
+        for slot in range(slots.value):
+            unit = ctypes.c_void_p()
+            if nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, slot, ctypes.byref(unit)) == 0:
+                total = (ctypes.c_ulonglong * 3)()
+                assert nvml.nvmlDeviceGetMemoryInfo(unit, total) == 0
+                gpu["mig_mib"].append(total[0] // MIB)
+    machine["gpus"].append(gpu)
+print(json.dumps(machine))
+"""
+
+# What the captures say (NVIDIA/k8s-test-infra tests/e2e/go/assertions/nvidiasmi/testdata/hardware/):
+# NVML_GPU_FABRIC_STATE_COMPLETED 3, NVML_ERROR_NOT_SUPPORTED 3.
+CAPTURES = {
+    "h100-hgx-8": ("580.105.08", "NVIDIA H100 80GB HBM3", [81559, 480, 0], 1, [3, 0],
+                   ["53", "64", "75", "86", "97", "A8", "B9", "CA"], None),
+    "b200-8": ("580.105.08", "NVIDIA B200", [183359, 728, 0], 0, [3, 0],
+               ["8F", "90", "96", "97", "C4", "C5", "CB", "CC"], None),
+    "a100-mig": ("570.148.08", "NVIDIA A100-SXM4-40GB", [40960, 518, 0], 1, 3, ["06"], [19968, 9856, 4864, 4864]),
+}
+
+
+def test_the_profiles_are_the_ones_shipped():
+    assert simulator.profiles() == sorted(CAPTURES)
+
+
+@pytest.mark.parametrize("profile", sorted(CAPTURES))
+def test_a_profile_enumerates_as_its_capture_says(profile):
+    driver, name, memory_mib, persistence, fabric, buses, mig_mib = CAPTURES[profile]
+    proc = run_python(NVML_CHILD + ENUMERATE, env=simulated_env(profile=profile))
+    machine = json.loads(proc.stdout)
+    assert machine["driver"] == driver
+    assert [gpu["pci_bus_id"] for gpu in machine["gpus"]] == [f"00000000:{bus}:00.0" for bus in buses]
+    for i, gpu in enumerate(machine["gpus"]):
+        assert gpu["name"] == name and gpu["memory_mib"] == memory_mib
+        assert gpu["uuid"] == f"GPU-{i:08d}-0000-0000-0000-{i:012d}"  # the captures' scrubbed placeholders
+        assert gpu["persistence"] == persistence and gpu["fabric"] == fabric
+        assert gpu["retired_pages"] == 3  # N/A in every capture: these boards remap rows instead
+        assert gpu.get("mig_mib") == mig_mib
+
+
+def test_a_profile_carries_the_latencies_of_real_drivers(tmp_path):
+    counters_file = tmp_path / "counters.json"
+    proc = simulator.run([sys.executable, "-c", NVML_CHILD + "handle(0); handle(1)"], profile="b200-8",
+                         counters_file=counters_file, env=child_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    # B200 was captured with persistence mode disabled: each first handle initialises its GPU
+    assert simulator.counters(counters_file)["driver_lock_held_ns"] >= 2 * 1000e6
+
+
+@pytest.mark.parametrize("process_struct", ["v2", "r535"])
+def test_both_builds_find_the_profiles_beside_themselves(discovery_exe, process_struct):
+    proc = subprocess.run([discovery_exe, "1"], capture_output=True, text=True, timeout=60,
+                          env=child_env(FLINK_GPU_NVML_LIBRARY=simulator.library_path(process_struct),
+                                        FLINK_GPU_SIM_PROFILE="a100-mig"))
+    assert (proc.returncode, proc.stdout) == (0, "0:0\n"), proc.stderr  # the A100's first MIG device
+
+
+@pytest.mark.parametrize("name", ["h100", "../profiles/h100-hgx-8", "H100-HGX-8"])
+def test_an_unknown_profile_is_refused_naming_the_profiles(discovery_exe, name):
+    names = ", ".join(sorted(CAPTURES))
+    with pytest.raises(ValueError, match=re.escape(f"Simulator profile {name!r} does not exist; use one of {names}")):
+        simulator.environment(profile=name)
+    proc = discover(discovery_exe, FLINK_GPU_SIM_PROFILE=name)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert f"FLINK_GPU_SIM_PROFILE={name} is not a profile of this simulator; use one of {names}" in proc.stderr
+
+
+def test_a_profile_and_a_spec_together_are_refused(discovery_exe, tmp_path):
+    with pytest.raises(ValueError, match="Give one of devices, spec and profile"):
+        simulator.environment(profile="h100-hgx-8", spec={"devices": [{}]})
+    spec = tmp_path / "spec.json"
+    spec.write_text("{}")
+    proc = discover(discovery_exe, FLINK_GPU_SIM_PROFILE="h100-hgx-8", FLINK_GPU_SIM_SPEC=str(spec))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert f"FLINK_GPU_SIM_PROFILE=h100-hgx-8 and FLINK_GPU_SIM_SPEC={spec} are both set: use one" in proc.stderr
+
+
+def test_reserved_memory_is_apart_in_the_v2_query_and_used_in_v1():
+    mib = 1 << 20
+    got = run_nvml_child("""
+        h = handle(0)
+        v1 = (ctypes.c_ulonglong * 3)()  # total, free, used
+        assert nvml.nvmlDeviceGetMemoryInfo(h, v1) == 0
+        v2 = (ctypes.c_ulonglong * 5)()  # version (padded), total, reserved, free, used
+        v2[0] = 40 | 2 << 24
+        assert nvml.nvmlDeviceGetMemoryInfo_v2(h, v2) == 0
+        print(json.dumps({"v1": list(v1), "v2": list(v2)[1:]}))
+    """, {"devices": [{"memory_total": 100 * mib, "memory_reserved": 10 * mib, "memory_used": 20 * mib}]})
+    assert got["v1"] == [100 * mib, 70 * mib, 30 * mib]
+    assert got["v2"] == [100 * mib, 10 * mib, 70 * mib, 20 * mib]
+
+
+def test_reserved_and_used_memory_beyond_the_total_are_refused_by_both(discovery_exe, tmp_path):
+    device = {"memory_total": 100, "memory_reserved": 10, "memory_used": 91}
+    key = "devices[0].memory_used + memory_reserved must not exceed memory_total"
+    with pytest.raises(ValueError, match=re.escape(key)):
+        simulator.environment(spec={"devices": [device]})
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"devices": [device]}))
+    proc = discover(discovery_exe, FLINK_GPU_SIM_SPEC=str(path))
+    assert proc.returncode == 1 and key in proc.stderr
+
+
+def test_a_state_error_and_a_lost_handle_hold_while_their_files_exist(tmp_path):
+    state_error, lost_handle = tmp_path / "state-error", tmp_path / "lost-handle"
+    spec = {"devices": [{"health": {"state_error": "GPU_IS_LOST", "state_error_when_exists": str(state_error),
+                                    "lost_handle_when_exists": str(lost_handle)}}]}
+    got = run_nvml_child(f"""
+        h = handle(0)
+        def handle_rc():
+            return nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(ctypes.c_void_p()))
+        answers = [[power(h), handle_rc()]]
+        for path in ({str(state_error)!r}, {str(lost_handle)!r}):
+            open(path, "x").close()
+            answers.append([power(h), handle_rc()])
+        os.unlink({str(state_error)!r})
+        os.unlink({str(lost_handle)!r})
+        answers.append([power(h), handle_rc()])
+        print(json.dumps(answers))
+    """, spec)
+    # NVML_ERROR_GPU_IS_LOST 15
+    assert got == [[0, 0], [15, 0], [15, 15], [0, 0]]
+
+
+@pytest.mark.parametrize("old, new", [("state_error_after_s", "state_error_when_exists"),
+                                      ("lost_handle_after_s", "lost_handle_when_exists")])
+def test_the_clock_triggers_are_gone_for_file_triggers(discovery_exe, tmp_path, old, new):
+    spec = {"devices": [{"health": {"state_error": "GPU_IS_LOST", old: 1}}]}
+    with pytest.raises(ValueError, match=re.escape(f"devices[0].health has unknown keys ['{old}']")):
+        simulator.environment(spec=spec)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    proc = discover(discovery_exe, FLINK_GPU_SIM_SPEC=str(path))
+    assert proc.returncode == 1
+    assert f"devices[0].health.{old} is no longer a key: create a file named by {new} instead" in proc.stderr

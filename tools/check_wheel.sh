@@ -34,6 +34,9 @@ env -u FLINK_GPU_NVML_LIBRARY "$work/venv/bin/python" -c "import flink_gpu, flin
 lib=$("$work/venv/bin/python" -c "from flink_gpu import simulator; print(simulator.library_path())")
 out=$(FLINK_GPU_NVML_LIBRARY="$lib" FLINK_GPU_SIM_DEVICES=4 "$work/venv/bin/flink-gpu-discovery" 4)
 [ "$out" = "0,1,2,3" ] || { echo "FAIL: flink-gpu-discovery from the repaired wheel printed '$out'"; exit 1; }
+# the simulator's machine profiles ship beside it, where it finds them
+out=$(FLINK_GPU_NVML_LIBRARY="$lib" FLINK_GPU_SIM_PROFILE=h100-hgx-8 "$work/venv/bin/flink-gpu-discovery" 2)
+[ "$out" = "0,1" ] || { echo "FAIL: flink-gpu-discovery on the wheel's h100-hgx-8 profile printed '$out'"; exit 1; }
 # the --json schema ships in the wheel (docs/ does not): `flink-gpu schema` prints it
 "$work/venv/bin/flink-gpu" schema | grep -q '{"schema": 1' || { echo "FAIL: flink-gpu schema from the wheel printed no schema"; exit 1; }
 echo "wheel check passed: $plat, $elf_count ELF files, none linking libnvidia-ml; discovery prints $out; schema shipped"

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -233,13 +234,15 @@ int main() {
 
     // A GPU whose handle NVML refuses after the enumeration is one lost state, never dropped, and the
     // choice names it; an enumerated unit that is gone is unhealthy too.
-    CHECK_EQ(simulated::with_spec(sim, R"({"devices": [{"health": {"lost_handle_after_s": 1}}, {}]})",
-                                  [](const NvmlLibrary& lib) {
+    // (the spec's trigger: GPU 0's handle is refused once this file exists)
+    const std::string lost = "/tmp/flink-gpu-test-lost-" + std::to_string(getpid());
+    CHECK_EQ(simulated::with_spec(sim, R"({"devices": [{"health": {"lost_handle_when_exists": ")" + lost + R"("}}, {}]})",
+                                  [&lost](const NvmlLibrary& lib) {
                                       Choice before;
                                       CHECK(choose_gpus(lib, {"0", "1"}, getpid(), 0, BusyPolicy::kAvoid, all_checks(),
                                                         &before).ok());
                                       CHECK(before.ranking.indices == (std::vector<std::string>{"0", "1"}));
-                                      usleep(1100 * 1000);
+                                      std::fclose(std::fopen(lost.c_str(), "w"));
                                       Choice after;
                                       CHECK(choose_gpus(lib, {"0", "1", "1:2"}, getpid(), 0, BusyPolicy::kAvoid,
                                                         all_checks(), &after).ok());
@@ -254,6 +257,7 @@ int main() {
                                       CHECK_EQ(after.ranking.left_out.size(), static_cast<std::size_t>(2));
                                   }),
              0);
+    unlink(lost.c_str());
 
     // An old driver without any state query: every device ok, nothing known.
     if (!env("FLINK_GPU_TEST_FAKE_NVML").empty()) {

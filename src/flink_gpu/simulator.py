@@ -8,8 +8,13 @@ it through its environment (NVML is initialised once per process, so choose befo
 
     simulator.run(["python", "my_job.py"], spec={"devices": [{"name": "NVIDIA H100"}, {"fault": "GPU_IS_LOST"}]})
 
-The simulator reads ``FLINK_GPU_SIM_DEVICES`` (a count, default 4) or ``FLINK_GPU_SIM_SPEC`` (a JSON
-file, below), and ``FLINK_GPU_SIM_INIT_ERROR`` (an NVML return code for ``nvmlInit``).
+The simulator reads ``FLINK_GPU_SIM_DEVICES`` (a count, default 4), ``FLINK_GPU_SIM_SPEC`` (a JSON
+file, below) or ``FLINK_GPU_SIM_PROFILE`` (the name of a machine profile shipped with it, a spec file
+from real machines' captures: :func:`profiles`; not together with ``FLINK_GPU_SIM_SPEC``, and either
+one takes precedence over ``FLINK_GPU_SIM_DEVICES``), and ``FLINK_GPU_SIM_INIT_ERROR`` (an NVML
+return code for ``nvmlInit``)::
+
+    simulator.run(["flink-gpu-discovery", "2"], profile="h100-hgx-8")
 
 Spec keys (every one optional; null counts as absent):
 
@@ -24,7 +29,9 @@ Spec keys (every one optional; null counts as absent):
   * ``uuid``, ``name``, ``pci_bus_id`` (text), ``memory_total`` (bytes), ``minor_number``;
   * ``fault``: ``NO_PERMISSION`` (the handle is refused) or ``GPU_IS_LOST`` (every query, the
     live readings too);
-  * ``memory_used`` (bytes, at most ``memory_total``; free is the rest);
+  * ``memory_used`` (bytes, at most ``memory_total``; free is the rest) and ``memory_reserved``
+    (bytes the driver keeps: ``nvmlDeviceGetMemoryInfo_v2`` answers them as reserved, the v1
+    query counts them as used, as drivers since R510 do; default 0);
   * ``cpu_affinity``: the GPU's local CPUs as a Linux cpulist such as ``"0-15,32-47"`` (CPUs
     below 4096; absent: the query answers NOT_SUPPORTED);
   * ``compute_mode``: ``default``, ``exclusive_thread``, ``prohibited`` or ``exclusive_process``;
@@ -34,10 +41,10 @@ Spec keys (every one optional; null counts as absent):
     (``none``, ``gpu_reset``, ``node_reboot``, ``drain_p2p``, ``drain_and_reset``,
     ``recover_imex_domain``, ``bus_reset``, ``system_reboot``, or a whole number: a value a newer
     driver may have), ``state_error`` (``GPU_IS_LOST`` or ``RESET_REQUIRED``: what every state
-    query and live reading answers while the GPU's identity still reads), from
-    ``state_error_after_s`` whole seconds after ``nvmlInit`` on (default 0: from the start; a GPU
-    falling off the bus mid-run), and ``lost_handle_after_s`` (whole seconds after ``nvmlInit``
-    from which ``nvmlDeviceGetHandleByIndex`` answers ``GPU_IS_LOST``: a GPU gone from the bus);
+    query and live reading answers while the GPU's identity still reads), only while the file
+    ``state_error_when_exists`` names exists when it is given (a test creates it: a GPU falling
+    off the bus mid-run), and ``lost_handle_when_exists`` (a path: while that file exists
+    ``nvmlDeviceGetHandleByIndex`` answers ``GPU_IS_LOST``: a GPU gone from the bus);
   * ``fabric``: the GPU's NVLink fabric registration (an NVSwitch system), an object with
     ``state`` (``not_supported``, ``not_started``, ``in_progress``, ``completed``: the default),
     ``status`` (the NVML return code of a completed registration, default 0), ``health_summary``
@@ -103,13 +110,13 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 __all__ = ["MAX_DEVICES", "QUERY_FAMILIES", "library_path", "environment", "read_spec", "run", "popen", "counters",
-           "reset_counters", "hanging"]
+           "reset_counters", "hanging", "profiles", "profile_path"]
 
 _FAULTS = ("NO_PERMISSION", "GPU_IS_LOST")
 _PROCESS_STRUCTS = ("v2", "r535")
 _DEVICE_KEYS = {"uuid", "name", "memory_total", "pci_bus_id", "minor_number", "fault", "memory_used",
                 "cpu_affinity", "compute_mode", "health", "processes", "not_supported", "no_permission", "mig",
-                "utilization", "temperature", "power", "fabric", "persistence_mode"}
+                "utilization", "temperature", "power", "fabric", "persistence_mode", "memory_reserved"}
 _TOP_KEYS = ("init_error", "driver_version", "devices", "process_struct", "unprivileged", "driver_lock", "latency_ms",
              "hang")
 #: The query families of ``latency_ms`` and ``hang`` (csrc/simulator: each NVML export belongs to one).
@@ -123,9 +130,9 @@ _HANG_KEYS = {"query", "device", "while_exists"}
 _PERSISTENCE_MODES = ("disabled", "enabled")
 _MIG_KEYS = {"mode", "pending", "max_devices", "instances"}
 _MIG_MODES = ("disabled", "enabled")
-_INSTANCE_KEYS = {"slot", "uuid", "memory_total", "gi", "ci", "memory_used", "cpu_affinity", "compute_mode",
-                  "health", "processes", "not_supported", "no_permission", "fabric"}
-# the value rules the simulator itself applies (csrc/simulator/nvml_simulator.cpp): text, or a
+_INSTANCE_KEYS = {"slot", "uuid", "memory_total", "gi", "ci", "memory_used", "memory_reserved", "cpu_affinity",
+                  "compute_mode", "health", "processes", "not_supported", "no_permission", "fabric"}
+# the value rules the simulator itself applies (csrc/simulator/spec.cpp): text, or a
 # whole number in [0, limit)
 _STRING_KEYS = ("uuid", "name", "pci_bus_id")
 _NUMBER_LIMITS = {"memory_total": 2**64, "minor_number": 2**32, "memory_used": 2**64, "utilization": 101,
@@ -148,7 +155,7 @@ _QUERIES = ("inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values"
             "mps_processes", "process_detail_list", "processes", "utilization", "temperature", "power",
             "temperature_v", "fabric", "persistence_mode")
 _CPULIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
-#: The most GPUs ``devices`` may ask for: the limit csrc/simulator/nvml_simulator.cpp puts on
+#: The most GPUs ``devices`` may ask for: the limit csrc/simulator/spec.cpp puts on
 #: FLINK_GPU_SIM_DEVICES.
 MAX_DEVICES = 4096
 _SPEC_WHAT = "simulator spec file"
@@ -170,6 +177,28 @@ def library_path(process_struct: str = "v2") -> str:
             "tools/dev_build.sh."
         )
     return str(path)
+
+
+def _profiles_directory() -> Path:
+    # where CMake installs csrc/simulator/profiles, and where the simulator looks for them (beside itself)
+    return Path(__file__).resolve().parent / "_simulator" / "profiles"
+
+
+def profiles() -> "list[str]":
+    """The names of the machine profiles shipped with the simulator (``FLINK_GPU_SIM_PROFILE``),
+    e.g. ``h100-hgx-8``, ``b200-8``, ``a100-mig``; the README beside them says where each fact
+    and figure comes from."""
+    return sorted(path.stem for path in _profiles_directory().glob("*.json"))
+
+
+def profile_path(name: str) -> str:
+    """The spec file of the machine profile ``name`` (a copy of it, changed, makes a spec of one's
+    own); ``ValueError`` naming the profiles for a name that is none."""
+    names = profiles()
+    if name not in names:
+        raise ValueError(f"Simulator profile {name!r} does not exist; use one of {', '.join(names) or 'none'} "
+                         f"(in {_profiles_directory()}).")
+    return str(_profiles_directory() / f"{name}.json")
 
 
 def _check_whole_number(value: Any, limit: int, what: str) -> None:
@@ -202,6 +231,15 @@ def _check_choice(value: Any, allowed: "tuple[str, ...]", what: str) -> None:
         raise ValueError(f"Simulator spec {what} must be one of {', '.join(allowed)}, got {value!r}.")
 
 
+def _check_object(value: Any, known: "set[str]", what: str) -> None:
+    """An object of the spec: ``TypeError`` for another value, ``ValueError`` naming its unknown keys."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"Simulator spec {what} must be an object, got {value!r}.")
+    bad = set(value) - known
+    if bad:
+        raise ValueError(f"Simulator spec {what} has unknown keys {sorted(bad)}; known: {sorted(known)}.")
+
+
 def _check_bool(value: Any, what: str) -> None:
     if value is not None and not isinstance(value, bool):
         raise TypeError(f"Simulator spec {what} must be true or false, got {value!r}.")
@@ -224,6 +262,13 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
     total = 80 << 30 if total is None else total  # the simulator's default
     if isinstance(used, int) and not isinstance(used, bool) and isinstance(total, int) and used > total:
         raise ValueError(f"Simulator spec {where}.memory_used must not exceed memory_total ({total}), got {used!r}.")
+    reserved = device.get("memory_reserved")
+    if reserved is not None:
+        _check_whole_number(reserved, 2**64, f"{where}.memory_reserved must be a whole number")
+        used = 0 if used is None else used
+        if isinstance(used, int) and not isinstance(used, bool) and isinstance(total, int) and used + reserved > total:
+            raise ValueError(f"Simulator spec {where}.memory_used + memory_reserved must not exceed memory_total "
+                             f"({total}), got {used!r} + {reserved!r}.")
     cpus = device.get("cpu_affinity")
     _check_string(cpus, f"{where}.cpu_affinity")
     if cpus is not None and not _is_cpulist(cpus):
@@ -234,8 +279,8 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
     if health is not None:
         if not isinstance(health, Mapping):
             raise TypeError(f"Simulator spec {where}.health must be an object, got {health!r}.")
-        known = set(_HEALTH_FLAGS) | {"ecc_uncorrected", "recovery_action", "state_error", "state_error_after_s",
-                                      "lost_handle_after_s"}
+        known = set(_HEALTH_FLAGS) | {"ecc_uncorrected", "recovery_action", "state_error", "state_error_when_exists",
+                                      "lost_handle_when_exists"}
         bad = set(health) - known
         if bad:
             raise ValueError(f"Simulator spec {where}.health has unknown keys {sorted(bad)}; known: {sorted(known)}.")
@@ -249,17 +294,11 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
         else:
             _check_choice(action, _RECOVERY_ACTIONS, f"{where}.health.recovery_action")
         _check_choice(health.get("state_error"), _STATE_ERRORS, f"{where}.health.state_error")
-        for key in ("state_error_after_s", "lost_handle_after_s"):
-            if health.get(key) is not None:
-                _check_whole_number(health[key], 10**9, f"{where}.health.{key} must be a whole number of seconds")
+        for key in ("state_error_when_exists", "lost_handle_when_exists"):
+            _check_string(health.get(key), f"{where}.health.{key}")
     fabric = device.get("fabric")
     if fabric is not None:
-        if not isinstance(fabric, Mapping):
-            raise TypeError(f"Simulator spec {where}.fabric must be an object, got {fabric!r}.")
-        bad = set(fabric) - _FABRIC_KEYS
-        if bad:
-            raise ValueError(f"Simulator spec {where}.fabric has unknown keys {sorted(bad)}; known: "
-                             f"{sorted(_FABRIC_KEYS)}.")
+        _check_object(fabric, _FABRIC_KEYS, f"{where}.fabric")
         _check_choice(fabric.get("state"), _FABRIC_STATES, f"{where}.fabric.state")
         if fabric.get("status") is not None:
             _check_whole_number(fabric["status"], 1000, f"{where}.fabric.status must be an NVML return code")
@@ -296,11 +335,7 @@ def _validate_mig(device: Mapping[str, Any], where: str) -> None:
     mig = device.get("mig")
     if mig is None:
         return
-    if not isinstance(mig, Mapping):
-        raise TypeError(f"Simulator spec {where}.mig must be an object, got {mig!r}.")
-    bad = set(mig) - _MIG_KEYS
-    if bad:
-        raise ValueError(f"Simulator spec {where}.mig has unknown keys {sorted(bad)}; known: {sorted(_MIG_KEYS)}.")
+    _check_object(mig, _MIG_KEYS, f"{where}.mig")
     _check_choice(mig.get("mode"), _MIG_MODES, f"{where}.mig.mode")
     _check_choice(mig.get("pending"), _MIG_MODES, f"{where}.mig.pending")
     slots = 7 if mig.get("max_devices") is None else mig["max_devices"]
@@ -315,11 +350,7 @@ def _validate_mig(device: Mapping[str, Any], where: str) -> None:
     seen = set()
     for j, instance in enumerate(instances):
         what = f"{where}.mig.instances[{j}]"
-        if not isinstance(instance, Mapping):
-            raise TypeError(f"Simulator spec {what} must be an object, got {instance!r}.")
-        bad = set(instance) - _INSTANCE_KEYS
-        if bad:
-            raise ValueError(f"Simulator spec {what} has unknown keys {sorted(bad)}; known: {sorted(_INSTANCE_KEYS)}.")
+        _check_object(instance, _INSTANCE_KEYS, what)
         if instance.get("slot") is None:
             raise ValueError(f"Simulator spec {what}.slot is required.")
         _check_whole_number(instance["slot"], slots, f"{what}.slot must be a whole number below max_devices")
@@ -359,11 +390,7 @@ def _validate_driver(spec: Mapping[str, Any]) -> None:
         raise TypeError(f"Simulator spec hang must be a list of {{query, device, while_exists}}, got {hangs!r}.")
     for i, hang in enumerate(hangs):
         what = f"hang[{i}]"
-        if not isinstance(hang, Mapping):
-            raise TypeError(f"Simulator spec {what} must be an object, got {hang!r}.")
-        bad = set(hang) - _HANG_KEYS
-        if bad:
-            raise ValueError(f"Simulator spec {what} has unknown keys {sorted(bad)}; known: {sorted(_HANG_KEYS)}.")
+        _check_object(hang, _HANG_KEYS, what)
         if hang.get("query") not in QUERY_FAMILIES:
             raise ValueError(f"Simulator spec {what}.query must be one of {', '.join(QUERY_FAMILIES)}, "
                              f"got {hang.get('query')!r}.")
@@ -470,8 +497,8 @@ def _remove_quietly(path: str) -> None:
 
 
 def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
-                init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None
-                ) -> Dict[str, str]:
+                init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+                profile: Optional[str] = None) -> Dict[str, str]:
     """Environment variables that make a new process use the simulator.
 
     ``devices``: that many identical GPUs (default 4; ``ValueError`` unless a whole number from 0
@@ -479,14 +506,17 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
     JSON file that lives as long as this process) or the path of a JSON file (which must be a
     regular file; its content is checked by the simulator when NVML starts, or before with
     :func:`read_spec`). ``init_error``: the NVML error code ``nvmlInit`` returns (e.g. 9,
-    NVML_ERROR_DRIVER_NOT_LOADED). ``counters_file``: where the process's simulator writes its
+    NVML_ERROR_DRIVER_NOT_LOADED). ``profile``: a machine profile by name (:func:`profiles`;
+    ``ValueError`` for another name, or together with ``devices`` or ``spec``). ``counters_file``: where the process's simulator writes its
     :func:`counters` at ``nvmlShutdown`` and at exit (read them with ``counters(path)``). A dict spec is checked first: ``TypeError`` for a value of the
     wrong type, ``ValueError`` for an unknown key or a value out of range, both naming the key.
     """
-    if devices is not None and spec is not None:
-        raise ValueError("Give either devices or spec, not both.")
+    if sum(given is not None for given in (devices, spec, profile)) > 1:
+        raise ValueError("Give one of devices, spec and profile.")
     process_struct = "v2"
-    if isinstance(spec, Mapping):
+    if profile is not None:
+        process_struct = _process_struct_of_file(profile_path(profile))
+    elif isinstance(spec, Mapping):
         _validate_spec(spec)
         process_struct = spec.get("process_struct") or "v2"
     elif spec is not None:
@@ -497,7 +527,9 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
         # For code that opens libnvidia-ml.so.1 by name (pynvml, nvidia-smi-free tools).
         "LD_LIBRARY_PATH": os.pathsep.join(p for p in (os.path.dirname(lib), os.environ.get("LD_LIBRARY_PATH")) if p),
     }
-    if spec is not None:
+    if profile is not None:
+        env["FLINK_GPU_SIM_PROFILE"] = profile  # the simulator finds it beside itself
+    elif spec is not None:
         if isinstance(spec, Mapping):
             env["FLINK_GPU_SIM_SPEC"] = _spec_file(spec)
         else:
@@ -518,31 +550,32 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
     return env
 
 
-def _child_env(kwargs: Dict[str, Any], devices, spec, init_error, counters_file) -> Dict[str, str]:
+def _child_env(kwargs: Dict[str, Any], devices, spec, init_error, counters_file, profile) -> Dict[str, str]:
     base = kwargs.pop("env", None)
     env = dict(os.environ if base is None else base)
-    for key in ("FLINK_GPU_SIM_DEVICES", "FLINK_GPU_SIM_SPEC", "FLINK_GPU_SIM_INIT_ERROR", "FLINK_GPU_SIM_COUNTERS_FILE"):
+    for key in ("FLINK_GPU_SIM_DEVICES", "FLINK_GPU_SIM_SPEC", "FLINK_GPU_SIM_PROFILE", "FLINK_GPU_SIM_INIT_ERROR",
+                "FLINK_GPU_SIM_COUNTERS_FILE"):
         env.pop(key, None)
-    env.update(environment(devices, spec, init_error, counters_file))
+    env.update(environment(devices, spec, init_error, counters_file, profile))
     return env
 
 
 def run(args: Sequence[str], *, devices: Optional[int] = None, spec: Optional[SpecLike] = None,
         init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
-        **kwargs: Any):
+        profile: Optional[str] = None, **kwargs: Any):
     """``subprocess.run(args, **kwargs)`` with the process pointed at the simulator."""
     import subprocess
 
-    return subprocess.run(args, env=_child_env(kwargs, devices, spec, init_error, counters_file), **kwargs)
+    return subprocess.run(args, env=_child_env(kwargs, devices, spec, init_error, counters_file, profile), **kwargs)
 
 
 def popen(args: Sequence[str], *, devices: Optional[int] = None, spec: Optional[SpecLike] = None,
           init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
-          **kwargs: Any):
+          profile: Optional[str] = None, **kwargs: Any):
     """``subprocess.Popen(args, **kwargs)`` with the process pointed at the simulator."""
     import subprocess
 
-    return subprocess.Popen(args, env=_child_env(kwargs, devices, spec, init_error, counters_file), **kwargs)
+    return subprocess.Popen(args, env=_child_env(kwargs, devices, spec, init_error, counters_file, profile), **kwargs)
 
 
 def _loaded_library():

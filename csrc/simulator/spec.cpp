@@ -1,0 +1,657 @@
+#include "spec.hpp"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../glibc_compat.hpp"  // dladdr at its manylinux_2_28 version
+#include "driver_model.hpp"
+#include "json.hpp"
+
+namespace flinkgpu_sim {
+
+namespace {
+
+#ifdef FLINK_GPU_SIM_R535
+const char* const kProcessStruct = "r535";
+#else
+const char* const kProcessStruct = "v2";
+#endif
+
+bool parse_unsigned(const char* text, unsigned long long max, unsigned long long* out) {
+    if (text == nullptr || *text == '\0') return false;
+    errno = 0;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(text, &end, 10);
+    if (errno != 0 || *end != '\0' || v > max || text[0] == '-') return false;
+    *out = v;
+    return true;
+}
+
+// A JSON number that is a whole number in [0, limit). Converting anything else (negative, fractional,
+// huge, infinite) to an unsigned integer type is undefined behaviour, so it is a configuration error.
+bool whole_number(const simjson::Value& v, double limit, unsigned long long* out) {
+    if (!(v.number >= 0.0) || !(v.number < limit) || v.number != static_cast<double>(static_cast<unsigned long long>(v.number)))
+        return false;
+    *out = static_cast<unsigned long long>(v.number);
+    return true;
+}
+
+// A key of a spec object that is given (null counts as absent, as in flink_gpu.simulator).
+const simjson::Value* present(const simjson::Value& object, const char* key) {
+    const simjson::Value* v = object.get(key);
+    return v != nullptr && v->type != simjson::Value::Type::kNull ? v : nullptr;
+}
+
+// A string value of a spec object into *out; a value of another type is a configuration error
+// naming the key (`where` is the object's path, e.g. "devices[0].").
+bool read_string(const simjson::Value& object, const char* key, const char* spec_path,
+                 const std::string& where, std::string* out) {
+    const simjson::Value* v = present(object, key);
+    if (v == nullptr) return true;
+    if (!v->is_string()) {
+        complain(std::string(spec_path) + ": " + where + key + " must be a string");
+        return false;
+    }
+    *out = v->string;
+    return true;
+}
+
+
+bool read_bool(const simjson::Value& object, const char* key, const char* spec_path, const std::string& where,
+               bool* out) {
+    const simjson::Value* v = present(object, key);
+    if (v == nullptr) return true;
+    if (v->type != simjson::Value::Type::kBool) {
+        complain(std::string(spec_path) + ": " + where + key + " must be true or false");
+        return false;
+    }
+    *out = v->boolean;
+    return true;
+}
+
+bool read_number(const simjson::Value& object, const char* key, double limit, const char* spec_path,
+                 const std::string& where, unsigned long long* out) {
+    const simjson::Value* v = present(object, key);
+    if (v == nullptr) return true;
+    if (!v->is_number() || !whole_number(*v, limit, out)) {
+        complain(std::string(spec_path) + ": " + where + key + " must be a whole number (0.." +
+                 (limit > 1e19 ? std::string("2^64-1") : std::to_string(static_cast<unsigned long long>(limit) - 1)) + ")");
+        return false;
+    }
+    return true;
+}
+
+// One of `names` (index into it), for the spec key `key`.
+bool read_choice(const simjson::Value& object, const char* key, const char* const* names, unsigned count,
+                 const char* spec_path, const std::string& where, unsigned* out) {
+    const simjson::Value* v = present(object, key);
+    if (v == nullptr) return true;
+    for (unsigned i = 0; v->is_string() && i < count; ++i) {
+        if (names[i] != nullptr && v->string == names[i]) {
+            *out = i;
+            return true;
+        }
+    }
+    std::string allowed;
+    for (unsigned i = 0; i < count; ++i) {
+        if (names[i] == nullptr) continue;
+        if (!allowed.empty()) allowed += ", ";
+        allowed += names[i];
+    }
+    complain(std::string(spec_path) + ": " + where + key + " must be one of " + allowed);
+    return false;
+}
+
+// A Linux cpulist ("0-3,8") into a bitmask; false when it is not one.
+bool parse_cpulist(const std::string& text, std::vector<unsigned long>* mask) {
+    constexpr unsigned kBits = sizeof(unsigned long) * 8;
+    mask->clear();
+    const char* p = text.c_str();
+    if (*p == '\0') return false;
+    while (*p != '\0') {
+        char* end = nullptr;
+        if (*p < '0' || *p > '9') return false;
+        unsigned long first = std::strtoul(p, &end, 10), last = first;
+        p = end;
+        if (*p == '-') {
+            ++p;
+            if (*p < '0' || *p > '9') return false;
+            last = std::strtoul(p, &end, 10);
+            p = end;
+        }
+        if (last < first || last >= 4096) return false;
+        if (mask->size() <= last / kBits) mask->resize(last / kBits + 1, 0);
+        for (unsigned long c = first; c <= last; ++c) (*mask)[c / kBits] |= 1UL << (c % kBits);
+        if (*p == ',') {
+            ++p;
+            if (*p == '\0') return false;
+        } else if (*p != '\0') {
+            return false;
+        }
+    }
+    return true;
+}
+
+// A list of query names into a bitmask.
+bool read_queries(const simjson::Value& object, const char* key, const char* spec_path, const std::string& where,
+                  unsigned* out) {
+    const simjson::Value* v = present(object, key);
+    if (v == nullptr) return true;
+    bool ok = v->is_array();
+    for (size_t i = 0; ok && i < v->array.size(); ++i) {
+        const simjson::Value& item = v->array[i];
+        bool known = false;
+        for (unsigned q = 0; item.is_string() && q < kQueryCount; ++q) {
+            if (item.string == kQueryNames[q]) {
+                *out |= 1u << q;
+                known = true;
+            }
+        }
+        if (item.is_string() && item.string == "processes") {
+            *out |= (1u << kQueryComputeProcesses) | (1u << kQueryGraphicsProcesses) | (1u << kQueryMpsProcesses);
+            known = true;
+        }
+        ok = known;
+    }
+    if (!ok) {
+        std::string names;
+        for (unsigned q = 0; q < kQueryCount; ++q) names += std::string(kQueryNames[q]) + ", ";
+        complain(std::string(spec_path) + ": " + where + key + " must be a list of query names: " + names + "processes");
+    }
+    return ok;
+}
+
+// NVML_GPU_RECOVERY_ACTION_* by value; a whole number stands for any other (one a newer driver may have)
+const char* const kRecoveryActions[] = {"none",    "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset",
+                                        "recover_imex_domain", "bus_reset", "system_reboot"};
+const char* const kFabricStates[] = {"not_supported", "not_started", "in_progress", "completed"};
+const char* const kFabricSummaries[] = {"not_supported", "healthy", "unhealthy", "limited_capacity"};
+const char* const kFabricStructs[] = {nullptr, "v1", "v2", "v3"};
+const char* const kComputeModes[] = {"default", "exclusive_thread", "prohibited", "exclusive_process"};
+const char* const kProcessKinds[] = {"compute", "graphics", "mps"};
+const char* const kStateErrors[] = {"GPU_IS_LOST", "RESET_REQUIRED"};
+const char* const kProcessStructs[] = {"v2", "r535"};
+
+// The state keys of devices[i] (see the header comment).
+bool read_state(const simjson::Value& item, const char* spec_path, const std::string& where, SimDevice* d) {
+    unsigned long long number = 0;
+    number = d->memory_used;
+    if (!read_number(item, "memory_used", 18446744073709551616.0, spec_path, where, &number)) return false;
+    d->memory_used = number;
+    if (d->memory_used > d->memory_total) {
+        complain(std::string(spec_path) + ": " + where + "memory_used must not exceed memory_total");
+        return false;
+    }
+    if (!read_number(item, "memory_reserved", 18446744073709551616.0, spec_path, where, &d->memory_reserved))
+        return false;
+    if (d->memory_reserved > d->memory_total - d->memory_used) {
+        complain(std::string(spec_path) + ": " + where + "memory_used + memory_reserved must not exceed memory_total");
+        return false;
+    }
+    std::string cpus;
+    if (!read_string(item, "cpu_affinity", spec_path, where, &cpus)) return false;
+    if (!cpus.empty() && !parse_cpulist(cpus, &d->cpu_affinity)) {
+        complain(std::string(spec_path) + ": " + where + "cpu_affinity must be a Linux cpulist of CPUs 0..4095 "
+                 "such as \"0-15,32-47\", not \"" + cpus + "\"");
+        return false;
+    }
+    unsigned choice = d->compute_mode;
+    if (!read_choice(item, "compute_mode", kComputeModes, 4, spec_path, where, &choice)) return false;
+    d->compute_mode = static_cast<nvmlComputeMode_t>(choice);
+    if (!read_queries(item, "not_supported", spec_path, where, &d->not_supported) ||
+        !read_queries(item, "no_permission", spec_path, where, &d->no_permission))
+        return false;
+    if (const simjson::Value* h = present(item, "health")) {
+        if (!h->is_object()) {
+            complain(std::string(spec_path) + ": " + where + "health must be an object");
+            return false;
+        }
+        const std::string hw = where + "health.";
+        if (!read_bool(*h, "inforom_corrupted", spec_path, hw, &d->inforom_corrupted) ||
+            !read_bool(*h, "row_remap_failure", spec_path, hw, &d->remap_failure) ||
+            !read_bool(*h, "row_remap_pending", spec_path, hw, &d->remap_pending) ||
+            !read_bool(*h, "retired_pages_pending", spec_path, hw, &d->pages_pending) ||
+            !read_bool(*h, "ecc_enabled", spec_path, hw, &d->ecc_enabled) ||
+            !read_number(*h, "ecc_uncorrected", 18446744073709551616.0, spec_path, hw, &d->ecc_uncorrected))
+            return false;
+        choice = d->recovery_action;
+        if (const simjson::Value* v = present(*h, "recovery_action"); v != nullptr && v->is_number()) {
+            unsigned long long action = 0;
+            if (!read_number(*h, "recovery_action", 4294967296.0, spec_path, hw, &action)) return false;
+            choice = static_cast<unsigned>(action);
+        } else if (!read_choice(*h, "recovery_action", kRecoveryActions, 8, spec_path, hw, &choice)) {
+            return false;
+        }
+        d->recovery_action = choice;
+        choice = 2;
+        if (!read_choice(*h, "state_error", kStateErrors, 2, spec_path, hw, &choice)) return false;
+        if (choice == 0) d->state_error = NVML_ERROR_GPU_IS_LOST;
+        if (choice == 1) d->state_error = NVML_ERROR_RESET_REQUIRED;
+        for (const char* removed : {"state_error_after_s", "lost_handle_after_s"}) {
+            if (present(*h, removed) != nullptr) {
+                complain(std::string(spec_path) + ": " + hw + removed + " is no longer a key: create a file named by " +
+                         (removed[0] == 's' ? "state_error_when_exists" : "lost_handle_when_exists") + " instead");
+                return false;
+            }
+        }
+        if (!read_string(*h, "state_error_when_exists", spec_path, hw, &d->state_error_when_exists) ||
+            !read_string(*h, "lost_handle_when_exists", spec_path, hw, &d->lost_handle_when_exists))
+            return false;
+    }
+    if (const simjson::Value* f = present(item, "fabric")) {
+        if (!f->is_object()) {
+            complain(std::string(spec_path) + ": " + where + "fabric must be an object");
+            return false;
+        }
+        const std::string fw = where + "fabric.";
+        d->has_fabric = true;
+        unsigned value = NVML_GPU_FABRIC_STATE_COMPLETED;
+        if (!read_choice(*f, "state", kFabricStates, 4, spec_path, fw, &value)) return false;
+        d->fabric_state = static_cast<unsigned char>(value);
+        unsigned long long status = 0;
+        if (!read_number(*f, "status", 1000.0, spec_path, fw, &status)) return false;  // an nvmlReturn_t
+        d->fabric_status = static_cast<nvmlReturn_t>(status);
+        value = NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED;
+        if (!read_choice(*f, "health_summary", kFabricSummaries, 4, spec_path, fw, &value)) return false;
+        d->fabric_health_summary = static_cast<unsigned char>(value);
+        value = 3;
+        if (!read_choice(*f, "struct", kFabricStructs, 4, spec_path, fw, &value)) return false;
+        d->fabric_struct = value;
+    }
+    if (const simjson::Value* list = present(item, "processes")) {
+        if (!list->is_array()) {
+            complain(std::string(spec_path) + ": " + where + "processes must be a list");
+            return false;
+        }
+        for (size_t i = 0; i < list->array.size(); ++i) {
+            const simjson::Value& p = list->array[i];
+            const std::string pw = where + "processes[" + std::to_string(i) + "].";
+            if (!p.is_object()) {
+                complain(std::string(spec_path) + ": " + pw.substr(0, pw.size() - 1) + " must be an object");
+                return false;
+            }
+            SimProcess sp;
+            unsigned long long pid = 0;
+            if (present(p, "pid") == nullptr) {
+                complain(std::string(spec_path) + ": " + pw + "pid is required");
+                return false;
+            }
+            if (!read_number(p, "pid", 4294967296.0, spec_path, pw, &pid)) return false;
+            sp.pid = static_cast<unsigned>(pid);
+            if (!read_number(p, "used_memory", 18446744073709551615.0, spec_path, pw, &sp.used_memory)) return false;
+            unsigned kind = 0;
+            if (!read_choice(p, "kind", kProcessKinds, 3, spec_path, pw, &kind)) return false;
+            sp.mode = kind;
+            d->processes.push_back(sp);
+        }
+    }
+    return true;
+}
+
+// devices[i].utilization, temperature and power: readings pinned instead of following the clock.
+bool read_readings(const simjson::Value& item, const char* spec_path, const std::string& where, SimDevice* d) {
+    unsigned long long number = 0;
+    if (present(item, "utilization") != nullptr) {
+        if (!read_number(item, "utilization", 101.0, spec_path, where, &number)) return false;
+        d->utilization = static_cast<int>(number);
+    }
+    if (present(item, "temperature") != nullptr) {
+        if (!read_number(item, "temperature", 201.0, spec_path, where, &number)) return false;
+        d->temperature = static_cast<int>(number);
+    }
+    if (const simjson::Value* v = present(item, "power")) {
+        // NVML answers milliwatts in an unsigned int: watts to the milliwatt, rounded to nearest.
+        if (!v->is_number() || !(v->number >= 0.0) || !(v->number * 1000.0 + 0.5 < 4294967296.0)) {
+            complain(std::string(spec_path) + ": " + where + "power must be a number of watts (0..4294967.295)");
+            return false;
+        }
+        d->power_mw = static_cast<long long>(v->number * 1000.0 + 0.5);
+    }
+    return true;
+}
+
+const char* const kMigModes[] = {"disabled", "enabled"};  // NVML_DEVICE_MIG_DISABLE, _ENABLE
+const char* const kPersistenceModes[] = {"disabled", "enabled"};
+
+// devices[i].mig: the GPU's mode and its instances, appended to `units`.
+bool read_mig(const simjson::Value& item, const char* spec_path, const std::string& where, SimDevice* d,
+              std::vector<SimDevice>* units) {
+    const simjson::Value* m = present(item, "mig");
+    if (m == nullptr) return true;
+    const std::string mw = where + "mig.";
+    if (!m->is_object()) {
+        complain(std::string(spec_path) + ": " + where + "mig must be an object");
+        return false;
+    }
+    d->mig_capable = true;
+    unsigned mode = NVML_DEVICE_MIG_DISABLE;
+    if (!read_choice(*m, "mode", kMigModes, 2, spec_path, mw, &mode)) return false;
+    unsigned pending = mode;
+    if (!read_choice(*m, "pending", kMigModes, 2, spec_path, mw, &pending)) return false;
+    d->mig_mode = mode;
+    d->mig_pending = pending;
+    unsigned long long max = 7;
+    if (!read_number(*m, "max_devices", 65.0, spec_path, mw, &max)) return false;
+    d->slot_units.assign(max, -1);
+    const simjson::Value* list = present(*m, "instances");
+    if (list == nullptr) return true;
+    if (!list->is_array()) {
+        complain(std::string(spec_path) + ": " + mw + "instances must be a list");
+        return false;
+    }
+    if (mode != NVML_DEVICE_MIG_ENABLE && !list->array.empty()) {
+        complain(std::string(spec_path) + ": " + mw + "instances need \"mode\": \"enabled\"");
+        return false;
+    }
+    for (size_t j = 0; j < list->array.size(); ++j) {
+        const simjson::Value& inst = list->array[j];
+        const std::string iw = mw + "instances[" + std::to_string(j) + "].";
+        if (!inst.is_object()) {
+            complain(std::string(spec_path) + ": " + iw.substr(0, iw.size() - 1) + " must be an object");
+            return false;
+        }
+        unsigned long long slot = 0, number = 0;
+        if (present(inst, "slot") == nullptr) {
+            complain(std::string(spec_path) + ": " + iw + "slot is required");
+            return false;
+        }
+        if (!read_number(inst, "slot", static_cast<double>(max), spec_path, iw, &slot)) return false;
+        if (d->slot_units[slot] != -1) {
+            complain(std::string(spec_path) + ": " + iw + "slot " + std::to_string(slot) + " is given twice");
+            return false;
+        }
+        SimDevice u;
+        u.is_unit = true;
+        u.index = d->index;
+        u.name = d->name;
+        u.pci_bus_id = d->pci_bus_id;
+        u.minor_number = d->minor_number;
+        u.cpu_affinity = d->cpu_affinity;
+        char buf[80];
+        std::snprintf(buf, sizeof buf, "MIG-00000000-0000-4000-8000-%06x%06llx", d->index, slot);
+        u.uuid = buf;
+        u.memory_total = d->memory_total / (max == 0 ? 1 : max);
+        u.gi = u.slot = static_cast<unsigned>(slot);
+        u.persistence_mode = d->persistence_mode;
+        if (!read_string(inst, "uuid", spec_path, iw, &u.uuid)) return false;
+        if (!read_number(inst, "memory_total", 18446744073709551616.0, spec_path, iw, &u.memory_total)) return false;
+        number = u.gi;
+        if (!read_number(inst, "gi", 4294967296.0, spec_path, iw, &number)) return false;
+        u.gi = static_cast<unsigned>(number);
+        number = 0;
+        if (!read_number(inst, "ci", 4294967296.0, spec_path, iw, &number)) return false;
+        u.ci = static_cast<unsigned>(number);
+        if (!read_state(inst, spec_path, iw, &u)) return false;
+        d->slot_units[slot] = static_cast<int>(units->size());
+        units->push_back(std::move(u));
+    }
+    return true;
+}
+
+// "driver_lock", "latency_ms" and "hang" of the spec's top level; `persistent[i]`: GPU i's persistence mode.
+bool read_driver(const simjson::Value& root, const char* spec_path, const std::vector<bool>& persistent,
+                 DriverConfig* out) {
+    if (!read_bool(root, "driver_lock", spec_path, "", &out->lock)) return false;
+    double latency_ms[kFamilyCount] = {};
+    bool given[kFamilyCount] = {};
+    if (const simjson::Value* l = present(root, "latency_ms")) {
+        if (!l->is_object()) {
+            complain(std::string(spec_path) + ": latency_ms must be an object of query family: milliseconds");
+            return false;
+        }
+        for (const auto& kv : l->object) {
+            unsigned f = 0;
+            if (!family_named(kv.first, kFamilyCount, &f)) {
+                complain(std::string(spec_path) + ": latency_ms." + kv.first + " is not a query family; use " +
+                         family_list(kFamilyCount));
+                return false;
+            }
+            // at most an hour, so that nanoseconds fit and a typo does not hang a test for ever
+            if (!kv.second.is_number() || !(kv.second.number >= 0.0) || !(kv.second.number <= 3600000.0)) {
+                complain(std::string(spec_path) + ": latency_ms." + kv.first +
+                         " must be a number of milliseconds (0..3600000)");
+                return false;
+            }
+            latency_ms[f] = kv.second.number;
+            given[f] = true;
+        }
+    }
+    // first_handle defaults to handle, and first_handle_without_persistence to first_handle.
+    if (!given[kFamilyFirstHandle]) latency_ms[kFamilyFirstHandle] = latency_ms[kFamilyHandle];
+    if (!given[kFamilyFirstHandleWithoutPersistence])
+        latency_ms[kFamilyFirstHandleWithoutPersistence] = latency_ms[kFamilyFirstHandle];
+    for (unsigned f = 0; f < kCallFamilyCount; ++f)
+        out->latency_ns[f] = static_cast<unsigned long long>(latency_ms[f] * 1e6 + 0.5);
+    out->first_handle_ns.clear();
+    for (bool p : persistent)
+        out->first_handle_ns.push_back(static_cast<unsigned long long>(
+            latency_ms[p ? kFamilyFirstHandle : kFamilyFirstHandleWithoutPersistence] * 1e6 + 0.5));
+    const simjson::Value* list = present(root, "hang");
+    if (list == nullptr) return true;
+    if (!list->is_array()) {
+        complain(std::string(spec_path) + ": hang must be a list of {\"query\", \"device\", \"while_exists\"}");
+        return false;
+    }
+    for (size_t i = 0; i < list->array.size(); ++i) {
+        const simjson::Value& item = list->array[i];
+        const std::string where = "hang[" + std::to_string(i) + "].";
+        if (!item.is_object()) {
+            complain(std::string(spec_path) + ": " + where.substr(0, where.size() - 1) + " must be an object");
+            return false;
+        }
+        for (const auto& kv : item.object) {
+            if (kv.first != "query" && kv.first != "device" && kv.first != "while_exists") {
+                complain(std::string(spec_path) + ": " + where + kv.first + " is not a key of a hang; use query, "
+                         "device, while_exists");
+                return false;
+            }
+        }
+        HangRule rule;
+        const simjson::Value* q = present(item, "query");
+        if (q == nullptr || !q->is_string() || !family_named(q->string, kCallFamilyCount, &rule.family)) {
+            complain(std::string(spec_path) + ": " + where + "query must be one of " + family_list(kCallFamilyCount));
+            return false;
+        }
+        if (present(item, "device") != nullptr) {
+            unsigned long long device = 0;
+            if (!read_number(item, "device", 4096.0, spec_path, where, &device)) return false;
+            rule.device = static_cast<long long>(device);
+        }
+        if (!read_string(item, "while_exists", spec_path, where, &rule.path)) return false;
+        if (rule.path.empty()) {
+            complain(std::string(spec_path) + ": " + where + "while_exists must name a file (the call blocks "
+                     "while it exists)");
+            return false;
+        }
+        out->hangs.push_back(std::move(rule));
+    }
+    return true;
+}
+
+// ---- machine profiles: spec files installed next to this library -----------------------------
+
+#ifdef FLINK_GPU_SIM_R535
+const char* const kProfilesBelowLibrary = "/../profiles";  // this build lives in r535/ under the default one
+#else
+const char* const kProfilesBelowLibrary = "/profiles";
+#endif
+
+std::string profiles_directory() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&profiles_directory), &info) == 0 || info.dli_fname == nullptr) return "profiles";
+    const std::string library = info.dli_fname;
+    const size_t slash = library.rfind('/');
+    return (slash == std::string::npos ? std::string(".") : library.substr(0, slash)) + kProfilesBelowLibrary;
+}
+
+std::string profile_names(const std::string& directory) {
+    std::vector<std::string> names;
+    if (DIR* dir = opendir(directory.c_str())) {
+        while (const dirent* entry = readdir(dir)) {
+            const std::string file = entry->d_name;
+            if (file.size() > 5 && file.compare(file.size() - 5, 5, ".json") == 0) names.push_back(file.substr(0, file.size() - 5));
+        }
+        closedir(dir);
+    }
+    std::sort(names.begin(), names.end());
+    std::string list;
+    for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
+    return list.empty() ? "none" : list;
+}
+
+// FLINK_GPU_SIM_PROFILE=name: the spec file of that profile.
+bool profile_file(const char* name, std::string* out) {
+    const std::string directory = profiles_directory();
+    bool plain = *name != '\0' && *name != '.';
+    for (const char* c = name; *c != '\0'; ++c)
+        plain = plain && ((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_' || *c == '.');
+    *out = directory + "/" + name + ".json";
+    if (!plain || access(out->c_str(), R_OK) != 0) {
+        complain(std::string("FLINK_GPU_SIM_PROFILE=") + name + " is not a profile of this simulator; use one of " +
+                 profile_names(directory) + " (in " + directory + ")");
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+nvmlReturn_t configure(SimState& s) {
+    s.devices.clear();
+    s.units.clear();
+    s.unprivileged = false;
+    s.driver_version = "999.99.99";
+    nvmlReturn_t init_error = NVML_SUCCESS;
+    DriverConfig driver;
+    const char* spec_path = std::getenv("FLINK_GPU_SIM_SPEC");
+    std::string profile_path;
+    if (const char* profile = std::getenv("FLINK_GPU_SIM_PROFILE"); profile != nullptr && *profile != '\0') {
+        if (spec_path != nullptr && *spec_path != '\0') {
+            complain(std::string("FLINK_GPU_SIM_PROFILE=") + profile + " and FLINK_GPU_SIM_SPEC=" + spec_path +
+                     " are both set: use one (to change a profile, copy " + profiles_directory() + "/" + profile +
+                     ".json and give the copy as FLINK_GPU_SIM_SPEC)");
+            return NVML_ERROR_UNKNOWN;
+        }
+        if (!profile_file(profile, &profile_path)) return NVML_ERROR_UNKNOWN;
+        spec_path = profile_path.c_str();
+    }
+    if (spec_path != nullptr && *spec_path != '\0') {
+        std::string error;
+        simjson::Value root;
+        if (!simjson::parse_file(spec_path, &root, &error)) {
+            complain(std::string("cannot use FLINK_GPU_SIM_SPEC=") + spec_path + ": " + error);
+            return NVML_ERROR_UNKNOWN;
+        }
+        if (!root.is_object()) {
+            complain(std::string(spec_path) + ": the top level must be a JSON object");
+            return NVML_ERROR_UNKNOWN;
+        }
+        if (const auto* v = present(root, "init_error")) {
+            unsigned long long code = 0;
+            if (!v->is_number() || !whole_number(*v, 1000.0, &code)) {
+                complain(std::string(spec_path) + ": \"init_error\" must be an NVML error code (0..999)");
+                return NVML_ERROR_UNKNOWN;
+            }
+            init_error = static_cast<nvmlReturn_t>(code);
+        }
+        if (!read_string(root, "driver_version", spec_path, "", &s.driver_version) ||
+            !read_bool(root, "unprivileged", spec_path, "", &s.unprivileged))
+            return NVML_ERROR_UNKNOWN;
+        unsigned layout = 0;
+        for (unsigned i = 0; i < 2; ++i)
+            if (std::strcmp(kProcessStructs[i], kProcessStruct) == 0) layout = i;
+        const unsigned built = layout;
+        if (!read_choice(root, "process_struct", kProcessStructs, 2, spec_path, "", &layout)) return NVML_ERROR_UNKNOWN;
+        if (layout != built) {
+            complain(std::string(spec_path) + ": \"process_struct\" is \"" + kProcessStructs[layout] +
+                     "\" but this build of the simulator models \"" + kProcessStruct +
+                     "\" (flink_gpu.simulator.library_path(process_struct) names the matching one)");
+            return NVML_ERROR_UNKNOWN;
+        }
+        const auto* list = root.get("devices");
+        if (list != nullptr && !list->is_array()) {
+            complain(std::string(spec_path) + ": \"devices\" must be a list");
+            return NVML_ERROR_UNKNOWN;
+        }
+        for (size_t i = 0; list != nullptr && i < list->array.size(); ++i) {
+            const auto& item = list->array[i];
+            SimDevice d = default_device(static_cast<unsigned>(i));
+            if (!item.is_object()) {
+                complain(std::string(spec_path) + ": devices[" + std::to_string(i) + "] must be an object");
+                return NVML_ERROR_UNKNOWN;
+            }
+            const std::string where = "devices[" + std::to_string(i) + "].";
+            if (!read_string(item, "uuid", spec_path, where, &d.uuid) ||
+                !read_string(item, "name", spec_path, where, &d.name) ||
+                !read_string(item, "pci_bus_id", spec_path, where, &d.pci_bus_id))
+                return NVML_ERROR_UNKNOWN;
+            unsigned long long number = 0;
+            if (const auto* v = present(item, "memory_total")) {
+                if (!v->is_number() || !whole_number(*v, 18446744073709551616.0, &number)) {
+                    complain(std::string(spec_path) + ": " + where +
+                             "memory_total must be a whole number of bytes (0..2^64-1)");
+                    return NVML_ERROR_UNKNOWN;
+                }
+                d.memory_total = number;
+            }
+            if (const auto* v = present(item, "minor_number")) {
+                if (!v->is_number() || !whole_number(*v, 4294967296.0, &number)) {
+                    complain(std::string(spec_path) + ": " + where +
+                             "minor_number must be a whole number (0..2^32-1)");
+                    return NVML_ERROR_UNKNOWN;
+                }
+                d.minor_number = static_cast<unsigned>(number);
+            }
+            unsigned persistence = 1;
+            if (!read_choice(item, "persistence_mode", kPersistenceModes, 2, spec_path, where, &persistence))
+                return NVML_ERROR_UNKNOWN;
+            d.persistence_mode = persistence == 1;
+            if (!read_state(item, spec_path, where, &d) || !read_readings(item, spec_path, where, &d) ||
+                !read_mig(item, spec_path, where, &d, &s.units))
+                return NVML_ERROR_UNKNOWN;
+            if (const auto* v = present(item, "fault")) {
+                if (v->is_string() && v->string == "NO_PERMISSION") d.fault = Fault::kNoPermission;
+                else if (v->is_string() && v->string == "GPU_IS_LOST") d.fault = Fault::kGpuIsLost;
+                else {
+                    complain(std::string(spec_path) + ": " + where + "fault must be \"NO_PERMISSION\" or "
+                             "\"GPU_IS_LOST\" (or null), not " + (v->is_string() ? "\"" + v->string + "\"" : "that value"));
+                    return NVML_ERROR_UNKNOWN;
+                }
+            }
+            s.devices.push_back(std::move(d));
+        }
+        std::vector<bool> persistent;
+        for (const SimDevice& d : s.devices) persistent.push_back(d.persistence_mode);
+        if (!read_driver(root, spec_path, persistent, &driver)) return NVML_ERROR_UNKNOWN;
+    } else {
+        unsigned long long count = 4;
+        const char* text = std::getenv("FLINK_GPU_SIM_DEVICES");
+        if (text != nullptr && *text != '\0' && !parse_unsigned(text, 4096, &count)) {
+            complain(std::string("FLINK_GPU_SIM_DEVICES=") + text + " is not a device count (0..4096)");
+            return NVML_ERROR_UNKNOWN;
+        }
+        for (unsigned i = 0; i < count; ++i) s.devices.push_back(default_device(i));
+        driver.first_handle_ns.assign(count, 0);
+    }
+    if (const char* text = std::getenv("FLINK_GPU_SIM_INIT_ERROR"); text != nullptr && *text != '\0') {
+        unsigned long long code = 0;
+        if (!parse_unsigned(text, 999, &code)) {
+            complain(std::string("FLINK_GPU_SIM_INIT_ERROR=") + text + " is not an NVML error code");
+            return NVML_ERROR_UNKNOWN;
+        }
+        init_error = static_cast<nvmlReturn_t>(code);
+    }
+    use_driver_config(std::move(driver));
+    return init_error;
+}
+
+}  // namespace flinkgpu_sim

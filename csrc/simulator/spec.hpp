@@ -1,0 +1,14 @@
+// The configuration: FLINK_GPU_SIM_DEVICES, FLINK_GPU_SIM_SPEC (a JSON file; the keys are documented in
+// nvml_simulator.cpp's header and mirrored by flink_gpu.simulator), FLINK_GPU_SIM_PROFILE (a spec file of
+// profiles/ beside this library) and FLINK_GPU_SIM_INIT_ERROR, read into the simulated host.
+#pragma once
+
+#include "device_model.hpp"
+
+namespace flinkgpu_sim {
+
+// Loads the configuration into `s` and the driver model; returns the NVML error code nvmlInit answers
+// (a configuration error is said on stderr, naming the key, and answers NVML_ERROR_UNKNOWN).
+nvmlReturn_t configure(SimState& s);
+
+}  // namespace flinkgpu_sim
