@@ -2,28 +2,20 @@
 lock held per sample of the process's sampler, and per round of a poller that reads the same GPUs'
 readings itself every 25 ms (the pattern MangoHud uses, flightlessmango/MangoHud#2104).
 
-Run as a script in a fresh process pointed at the simulator (NVML reads its spec once per process);
-prints one JSON object. The spec is :data:`H100_HGX_8`: 8 GPUs with the latencies of the issue's
-public figures, and the driver's global lock on.
+Run as a script in a fresh process pointed at the simulator's :data:`PROFILE` (NVML reads its spec once
+per process); prints one JSON object.
 """
 
 from __future__ import annotations
 
 import json
 
-#: An 8-GPU H100 host's per-call latencies (ms) as far as public figures give them: process lists
-#: 4.5 ms and memory 11.6 µs and utilization 2.5 µs (RTX 4090, driver 610, MangoHud#2104), power
-#: 0.365 ms (K40m, wookayin/gpustat#76), a first handle 200 ms (167-292 ms on an 8-GPU node,
-#: NVIDIA/k8s-device-plugin#774). Assumed where nothing is published: temperature as memory, the
-#: InfoROM check 1 ms (it reads the flash), the other health queries 0.1 ms, a later handle and the
-#: static properties 10 µs.
-LATENCY_MS = {"processes": 4.5, "memory": 0.0116, "utilization": 0.0025, "power": 0.365, "first_handle": 200,
-              "temperature": 0.0116, "inforom": 1.0, "remapped_rows": 0.1, "ecc": 0.1, "field_values": 0.1,
-              "fabric": 0.1, "retired_pages": 0.1, "compute_mode": 0.1, "mig": 0.1, "handle": 0.01,
-              "static": 0.01, "cpu_affinity": 0.01, "persistence_mode": 0.01}
+#: The simulator's machine profile (csrc/simulator/profiles/README.md): 8x H100 80GB HBM3 from a real
+#: capture, with issue 22's public latencies (process lists 4.5 ms, power 0.4 ms, memory 11.6 µs,
+#: utilization 2.5 µs, a first handle 200 ms; no latency where no figure is published) and the
+#: driver's global lock on.
+PROFILE = "h100-hgx-8"
 GPUS = 8
-H100_HGX_8 = {"driver_lock": True, "latency_ms": LATENCY_MS,
-              "devices": [{"name": "NVIDIA H100 80GB HBM3", "memory_total": 81559 << 20} for _ in range(GPUS)]}
 #: The poller's period (MangoHud's 25 ms): each round it reads the readings the gauges show on every
 #: GPU, and MangoHud also a process list per GPU.
 POLL_PERIOD_S = 0.025
@@ -81,6 +73,14 @@ def main() -> None:
     }))
 
 
+def process_list_ms() -> float:
+    """What one process list costs on the profile (its ``latency_ms.processes``)."""
+    from flink_gpu import simulator
+
+    with open(simulator.profile_path(PROFILE), encoding="utf-8") as f:
+        return json.load(f)["latency_ms"]["processes"]
+
+
 def lock_fractions(measured: dict) -> "dict[str, float]":
     """Driver-lock time per second of wall time: the sampler at its default interval (a sample every
     interval, a health read every health interval), and the 25 ms poller (readings only; readings and
@@ -89,7 +89,7 @@ def lock_fractions(measured: dict) -> "dict[str, float]":
     sample = measured["sample"]["lock_ns"] / 1e9
     health = measured["sample_with_health"]["lock_ns"] / 1e9 - sample
     poll = measured["poll_readings"]["lock_ns"] / 1e9
-    poll_processes = poll + measured["gpus"] * LATENCY_MS["processes"] / 1e3
+    poll_processes = poll + measured["gpus"] * process_list_ms() / 1e3
     period = measured["poll_period_s"]
     return {"sampler": sample / interval + health / health_interval,
             "poller_readings": poll / period,

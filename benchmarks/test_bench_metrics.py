@@ -1,5 +1,5 @@
-"""What GPU metrics cost the driver (issue 22: one sampler for metrics), on the simulator's latency model
-of an 8-GPU H100 host (metrics_cost.py) with the driver's global lock: the lock held per second by the
+"""What GPU metrics cost the driver (issue 22: one sampler for metrics), on the simulator's h100-hgx-8
+profile (8 GPUs, its latency model and the driver's global lock; metrics_cost.py): the lock held per second by the
 process's sampler at the default ``metrics.interval`` vs by a 25 ms poller (MangoHud's pattern), from the
 simulator's counters, so the figures and the target are deterministic; and the wall time of a gauge read
 and of one sample.
@@ -30,7 +30,7 @@ PACKAGE_ROOT = str(Path(flink_gpu.__file__).resolve().parent.parent)
 def measured() -> dict:
     """metrics_cost.py's counters, from a fresh process on the H100 latency model."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_SIM_")}
-    env.update(simulator.environment(spec=metrics_cost.H100_HGX_8))
+    env.update(simulator.environment(profile=metrics_cost.PROFILE))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, str(BENCH_DIR), os.environ.get("PYTHONPATH")) if p)
     proc = subprocess.run([sys.executable, str(BENCH_DIR / "metrics_cost.py")], env=env, capture_output=True,
                           text=True, timeout=300)
