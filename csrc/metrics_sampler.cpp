@@ -30,6 +30,17 @@ using Clock = std::chrono::steady_clock;
 
 bool is_lost(int code) { return code == NVML_ERROR_GPU_IS_LOST || code == NVML_ERROR_RESET_REQUIRED; }
 
+// The gauge's number for the state path's verdict; a verdict it does not know (a state read that
+// did not come back in time, say) is unknown.
+GaugeHealth gauge_health(Health health) {
+    switch (health) {
+        case Health::kOk: return GaugeHealth::kOk;
+        case Health::kDegraded: return GaugeHealth::kDegraded;
+        case Health::kUnhealthy: return GaugeHealth::kUnhealthy;
+        default: return GaugeHealth::kUnknown;
+    }
+}
+
 // One watched GPU. `path` and `index` never change; the snapshot fields are guarded by the
 // sampler's mutex; the reader's fields are touched by the reader thread alone.
 struct Entry {
@@ -251,10 +262,7 @@ private:
             out.health = GaugeHealth::kUnhealthy;
             return;
         }
-        if (!e->health_known) out.health = GaugeHealth::kUnknown;
-        else if (e->health == Health::kUnhealthy) out.health = GaugeHealth::kUnhealthy;
-        else if (e->health == Health::kDegraded) out.health = GaugeHealth::kDegraded;
-        else out.health = GaugeHealth::kOk;
+        out.health = e->health_known ? gauge_health(e->health) : GaugeHealth::kUnknown;
     }
 
     std::mutex mutex_;
