@@ -97,6 +97,13 @@ std::optional<Failure> query_device(const NvmlApi& api, nvmlDevice_t dev, Device
                           });
         if (f) return f;
     }
+    if (api.device_get_persistence_mode != nullptr) {
+        // Informational: whatever it answers other than a mode (absent, NOT_SUPPORTED, an error)
+        // leaves it unknown and never skips the GPU.
+        nvmlEnableState_t mode = NVML_FEATURE_DISABLED;
+        if (api.device_get_persistence_mode(dev, &mode) == NVML_SUCCESS)
+            info->persistence_mode = mode == NVML_FEATURE_ENABLED;
+    }
     if (info->pci_bus_id) info->numa_node = pci_numa_node("/sys", *info->pci_bus_id);
     return std::nullopt;
 }

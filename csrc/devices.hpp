@@ -25,6 +25,9 @@ struct DeviceInfo {
     std::optional<unsigned> minor_number;            // /dev/nvidia<minor>
     std::optional<std::string> cpu_affinity;         // the GPU's NUMA-local CPUs as a cpulist
     std::optional<int> numa_node;                    // from sysfs; absent when unknown
+    // nvmlDeviceGetPersistenceMode (a unit's: its GPU's); absent when the driver cannot say. Off, the
+    // driver initialises the GPU when a process first asks for its handle: seconds on some GPUs.
+    std::optional<bool> persistence_mode;
 };
 
 // A device that exists but cannot be handed out (no permission, lost, ...).

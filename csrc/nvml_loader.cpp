@@ -156,6 +156,7 @@ const NvmlSymbolInfo kSymbols[kNvmlSymbolCount] = {
     {"nvmlDeviceGetPowerUsage", SymbolUse::kOptional},
     {"nvmlDeviceGetGpuFabricInfoV", SymbolUse::kOptional},
     {"nvmlDeviceGetGpuFabricInfo", SymbolUse::kFallback},
+    {"nvmlDeviceGetPersistenceMode", SymbolUse::kOptional},
 };
 
 }  // namespace
@@ -300,6 +301,7 @@ struct LibraryRegistry {
         resolve(lib, &api.device_get_temperature_v, S::kDeviceGetTemperatureV);
         resolve(lib, &api.device_get_temperature, S::kDeviceGetTemperature);  // also for a refused V
         resolve(lib, &api.device_get_power_usage, S::kDeviceGetPowerUsage);
+        resolve(lib, &api.device_get_persistence_mode, S::kDeviceGetPersistenceMode);
         return lib;
     }
 

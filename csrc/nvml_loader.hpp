@@ -31,7 +31,7 @@ enum class NvmlSymbol : int {
     kDeviceGetMigMode, kDeviceGetMaxMigDeviceCount, kDeviceGetMigDeviceHandleByIndex,
     kDeviceGetGpuInstanceId, kDeviceGetComputeInstanceId, kDeviceGetUtilizationRates, kDeviceGetTemperatureV,
     kDeviceGetTemperature, kDeviceGetPowerUsage, kDeviceGetGpuFabricInfoV, kDeviceGetGpuFabricInfo,
-    kCount
+    kDeviceGetPersistenceMode, kCount
 };
 inline constexpr std::size_t kNvmlSymbolCount = static_cast<std::size_t>(NvmlSymbol::kCount);
 
@@ -121,6 +121,9 @@ struct NvmlApi {
     decltype(&nvmlDeviceGetTemperatureV) device_get_temperature_v = nullptr;
     nvmlReturn_t (*device_get_temperature)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int*) = nullptr;
     decltype(&nvmlDeviceGetPowerUsage) device_get_power_usage = nullptr;
+    // A static property (devices.hpp): without persistence mode the driver initialises the GPU on
+    // the first handle a process asks for, which may take seconds.
+    decltype(&nvmlDeviceGetPersistenceMode) device_get_persistence_mode = nullptr;
 };
 
 // NVML's name of a return code ("NVML_ERROR_GPU_IS_LOST"; "NVML_ERROR_UNKNOWN" for one it lacks).

@@ -335,15 +335,18 @@ def test_bind_prefers_no_gpu_by_state_on_a_healthy_host(path):
 
 
 # A process-mode PyFlink worker's metric group (PyFlink's own class): gauges registered under
-# add_group("gpu", <index>), read the way the worker reads them when it reports a bundle.
+# add_group("gpu", <index>), read the way the worker reads them when it reports a bundle: after the
+# sampler's next sample ("first"), and after the file argv's "lose" names is created (the simulator's
+# state_error_when_exists) and the sampler's next sample ("later").
 GAUGES = """
 import json, sys
 from pyflink.fn_execution.metrics.process.metric_impl import GenericMetricGroup
 from flink_gpu import GPUInfo
 from flink_gpu.binding import bind
+from flink_gpu.nvml import sample_metrics_now
 root = GenericMetricGroup(None, None)
-LIBRARY = sys.argv[1] if len(sys.argv) > 1 else None
-binding = bind([GPUInfo("0"), GPUInfo("1")], 2, path=PATH, library_path=LIBRARY)
+args = json.loads(sys.argv[1])
+binding = bind([GPUInfo("0"), GPUInfo("1")], 2, path=args["path"], library_path=args["library"])
 binding.register_metrics(root)
 def read():
     out = {}
@@ -352,24 +355,25 @@ def read():
             names, _ = value_group._get_metric_group_names_and_types()
             out[".".join(names)] = {name: gauge() for name, gauge in value_group._flink_gauge.items()}
     return out
+assert sample_metrics_now()
 first = read()
-if LOSE:
-    open(LOSE, "x").close()  # the spec's trigger: the GPU is lost from now on
+if args["lose"]:
+    open(args["lose"], "x").close()  # the spec's trigger: the GPU is lost from now on
+    assert sample_metrics_now()
 print(json.dumps({"first": first, "later": read()}))
 """
 
 
-def read_gauges(path, spec=None, lose="", library=None):
+def read_gauges(path, spec=None, lose=None, library=None):
     """What the gauges of a binding of GPUs 0 and 1 read in a fresh process on the simulator (NVML
-    initialises once per process): {"first": {"gpu.<index>": {gauge: value}}, "later": ... after the file
-    ``lose`` (a spec's trigger) was created, when it is given}."""
+    initialises once per process): {"first": {"gpu.<index>": {gauge: value}}, "later": ... after the
+    file ``lose`` was created}."""
     from conftest import simulated_env
 
     pytest.importorskip("pyflink", reason="the gauges are registered on PyFlink's metric group")
-    code = GAUGES.replace("PATH", repr(path)).replace("LOSE", repr(lose))
     env = {**child_env(), **(simulated_env(spec=spec) if spec is not None else simulated_env(devices=2))}
-    proc = subprocess.run([sys.executable, "-c", code, *([library] if library else [])], env=env,
-                          capture_output=True, text=True, timeout=60)
+    args = json.dumps({"path": path, "library": library, "lose": lose})
+    proc = subprocess.run([sys.executable, "-c", GAUGES, args], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -378,10 +382,10 @@ def test_register_metrics_adds_integer_gauges_per_bound_gpu(path):
     got = read_gauges(path)
     assert set(got["first"]) == {"gpu.0", "gpu.1"}
     for gauges in got["first"].values():
-        assert set(gauges) == {"utilization", "memoryUsed", "temperature", "power"}
+        assert set(gauges) == {"utilization", "memoryUsed", "temperature", "power", "health"}
         assert all(type(value) is int for value in gauges.values())
         assert 0 <= gauges["utilization"] <= 100 and 30 <= gauges["temperature"] <= 80
-        assert 50 <= gauges["power"] <= 700 and gauges["memoryUsed"] >= 0
+        assert 50 <= gauges["power"] <= 700 and gauges["memoryUsed"] >= 0 and gauges["health"] == 0
 
 
 def test_a_gauge_nvml_cannot_answer_is_minus_one(path):
@@ -389,22 +393,24 @@ def test_a_gauge_nvml_cannot_answer_is_minus_one(path):
     spec = {"devices": [{"not_supported": ["utilization", "temperature", "power"]},
                         {"not_supported": ["utilization", "temperature", "power", "memory", "memory_v2"]}]}
     got = read_gauges(path, spec)["first"]
-    assert got["gpu.0"] == {"utilization": -1, "memoryUsed": 0, "temperature": -1, "power": -1}
-    assert got["gpu.1"] == {"utilization": -1, "memoryUsed": -1, "temperature": -1, "power": -1}
+    assert got["gpu.0"] == {"utilization": -1, "memoryUsed": 0, "temperature": -1, "power": -1, "health": 0}
+    assert got["gpu.1"] == {"utilization": -1, "memoryUsed": -1, "temperature": -1, "power": -1, "health": 0}
 
 
-def test_a_gpu_lost_mid_run_keeps_its_last_values(path, tmp_path):
-    lost = str(tmp_path / "gpu0-lost")
+def test_a_gpu_lost_mid_run_reads_minus_one_with_health_unhealthy(path, tmp_path):
+    lose = str(tmp_path / "lost")
     spec = {"devices": [{"utilization": 37, "temperature": 55, "power": 300, "memory_used": 5 * 1024 ** 2,
-                         "health": {"state_error": "GPU_IS_LOST", "state_error_when_exists": lost}}, {}]}
-    got = read_gauges(path, spec, lose=lost)
-    assert got["first"]["gpu.0"] == {"utilization": 37, "memoryUsed": 5, "temperature": 55, "power": 300}
-    assert got["later"]["gpu.0"] == got["first"]["gpu.0"]  # NVML answers GPU_IS_LOST now: never raises
+                         "health": {"state_error": "GPU_IS_LOST", "state_error_when_exists": lose}}, {}]}
+    got = read_gauges(path, spec, lose=lose)
+    assert got["first"]["gpu.0"] == {"utilization": 37, "memoryUsed": 5, "temperature": 55, "power": 300, "health": 0}
+    assert got["later"]["gpu.0"] == {"utilization": -1, "memoryUsed": -1, "temperature": -1, "power": -1, "health": 2}
+    assert got["later"]["gpu.1"]["health"] == 0  # the other GPU goes on
 
 
-def test_gauges_without_a_loadable_nvml_are_minus_one(path, tmp_path):
+def test_gauges_without_a_loadable_nvml_are_minus_one_with_health_unknown(path, tmp_path):
     got = read_gauges(path, library=str(tmp_path / "no-libnvidia-ml.so.1"))["first"]
-    assert all(value == -1 for gauges in got.values() for value in gauges.values())
+    assert all(gauges == {"utilization": -1, "memoryUsed": -1, "temperature": -1, "power": -1, "health": 3}
+               for gauges in got.values())
 
 
 # -- handles, holders and bad input ---------------------------------------------------------------
@@ -489,20 +495,69 @@ class EmbeddedMetricGroup:
         return Value()
 
 
+def _class_source(name: str) -> str:
+    """The source of this file's class ``name`` (inspect cannot find one whose __module__ is PyFlink's)."""
+    import ast
+
+    text = open(__file__, encoding="utf-8").read()
+    [node] = [n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == name]
+    return ast.get_source_segment(text, node)
+
+
+#: EmbeddedMetricGroup's source, for a child interpreter
+EMBEDDED_GROUP = _class_source("EmbeddedMetricGroup")
+
+
 def test_thread_mode_gauges_are_java_held_values_pushed_by_update_metrics(path, tmp_path):
     from flink_gpu import binding as bindings
+    from flink_gpu.nvml import sample_metrics_now
 
     group = EmbeddedMetricGroup()
-    # no loadable NVML here: every reading is -1, what matters is when values are pushed
+    # no loadable NVML here: every reading is -1 and health 3, what matters is when values are pushed
     with bind(infos(2), 1, path=path, library_path=str(tmp_path / "no-libnvidia-ml.so.1")) as b:
         b.register_metrics(group)
         [gpu] = group.groups
         assert gpu.scope == ("gpu", "0") and set(gpu.values) == set(bindings.GAUGES)
-        assert all(values == [-1] for values in gpu.values.values())  # pushed once when registered
-        b.update_metrics()  # within a second of the last push: nothing read, nothing pushed
-        assert all(len(values) == 1 for values in gpu.values.values())
+        unknown = {name: [-1] for name in bindings.GAUGES} | {"health": [3]}
+        assert gpu.values == unknown  # pushed once when registered
+        assert sample_metrics_now()  # the process has sampled: pushes are paced from the next one on
+        b.update_metrics()  # pushes when the registration's push predates the first sample
+        pushed = {name: list(values) for name, values in gpu.values.items()}
+        b.update_metrics()  # within a second of the last push: nothing pushed
+        assert gpu.values == pushed
         b.update_metrics(force=True)
-        assert all(values == [-1, -1] for values in gpu.values.values())
+        assert gpu.values == {name: values + values[:1] for name, values in pushed.items()}
+        assert all(set(values) == set(unknown[name]) for name, values in gpu.values.items())
+
+
+def test_thread_mode_pushes_the_first_sample_when_it_comes(path, tmp_path):
+    """Before the process's first sample update_metrics pushes on every call (a short job's gauges would
+    otherwise keep the registration's unknown values for a second); in a fresh process, as a
+    TaskManager's first slot, whose first sample is held in the simulated driver until the test lets go."""
+    from conftest import run_python, simulated_env
+
+    stuck = str(tmp_path / "stuck")
+    spec = {"devices": [{"utilization": 7, "power": 100}], "hang": [{"query": "power", "while_exists": stuck}]}
+    got = run_python(f"""
+import json
+from flink_gpu import GPUInfo, simulator
+from flink_gpu.binding import bind
+from flink_gpu.nvml import sample_metrics_now
+{EMBEDDED_GROUP}
+group = EmbeddedMetricGroup()
+b = bind([GPUInfo("0")], 1, path={path!r})
+with simulator.hanging({stuck!r}):
+    b.register_metrics(group)  # its first sample is stuck in the power query
+    b.update_metrics()  # no sample yet: pushed again
+    before = {{name: list(values) for name, values in group.groups[0].values.items()}}
+assert sample_metrics_now()
+b.update_metrics()  # within a second of the last push, but the first sample has come
+print(json.dumps({{"before": before, "after": group.groups[0].values}}))
+""", env={**child_env(), **simulated_env(spec=spec)})
+    got = json.loads(got.stdout.splitlines()[-1])
+    assert got["before"]["health"] == [3, 3] and got["before"]["power"] == [-1, -1]
+    assert got["after"]["health"] == [3, 3, 0] and got["after"]["power"] == [-1, -1, 100]
+    assert got["after"]["utilization"][-1] == 7
 
 
 @pytest.mark.filterwarnings("ignore")  # importing PyFlink warns about its own deprecations

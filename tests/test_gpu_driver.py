@@ -201,6 +201,28 @@ def test_unparsable_timeout_names_the_key(script):
         GPUDriver({"discovery-script.path": script, "discovery-script.timeout": "soon"})
 
 
+@pytest.mark.parametrize("interval", ["999 ms", "0 s", "500"])
+def test_a_metrics_interval_below_one_second_names_the_key_and_the_minimum(script, interval):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    with pytest.raises(IllegalConfigurationException) as caught:
+        GPUDriverSettings.from_config({"metrics.interval": interval}, "gpu")
+    message = str(caught.value)
+    assert "'external-resource.gpu.param.metrics.interval'" in message and "at least 1 s" in message
+    with pytest.raises(IllegalConfigurationException, match="metrics.interval"):
+        GPUDriver({"discovery-script.path": script, "metrics.interval": interval})
+
+
+def test_the_metrics_interval_is_a_flink_duration_of_five_seconds_by_default():
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    assert GPUDriverSettings.from_config({}).metrics_interval == 5.0
+    assert GPUDriverSettings.from_config({"metrics.interval": "1 min"}).metrics_interval == 60.0
+    assert GPUDriverSettings.from_config({"metrics.interval": "1 s"}).metrics_interval == 1.0
+    # as Flink's Java plugin, which never reads it, a lenient reading keeps the default
+    assert GPUDriverSettings.from_config_lenient({"metrics.interval": "10 ms"}).metrics_interval == 5.0
+
+
 def test_amount_must_be_a_whole_number(script):
     gpu_driver = GPUDriver({"discovery-script.path": script})
     with pytest.raises(TypeError):

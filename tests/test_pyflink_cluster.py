@@ -49,7 +49,7 @@ MODES = ["process", "thread"]
 SIM_UUID = "GPU-00000000-0000-4000-8000-{:012x}"
 #: the gauges of a bound GPU as the REST API names them: "<operator>.gpu.<index>.<gauge>"
 GAUGE_RANGES = {"utilization": range(0, 101), "memoryUsed": range(0, 1 << 24), "temperature": range(1, 120),
-                "power": range(0, 5000)}
+                "power": range(0, 5000), "health": range(0, 1)}  # the simulated GPUs are healthy
 assert set(GAUGE_RANGES) == set(binding.GAUGES)
 
 

@@ -60,6 +60,8 @@ class NvmlDevice:
     def cpu_affinity(self) -> Optional[str]: ...
     @property
     def numa_node(self) -> Optional[int]: ...
+    @property
+    def persistence_mode(self) -> Optional[bool]: ...
 
 @disjoint_base  # a cdef class: its own instance layout
 class SkippedDevice:
@@ -95,6 +97,18 @@ class Nvml:
 
 # --- live readings (csrc/device_metrics.*) ------------------------------------------------------
 METRICS: Tuple[str, str, str, str]
+
+# --- the process's metrics sampler (csrc/metrics_sampler.*) -------------------------------------
+GAUGE_HEALTH: Tuple[str, str, str, str]
+MIN_METRICS_INTERVAL: float
+DEFAULT_METRICS_INTERVAL: float
+SAMPLE_MARGIN: float
+HEALTH_READ_INTERVAL: float
+def watch_metrics(gpu_index: str, library_path: Optional[str] = None, interval: float = ...) -> bool: ...
+def sampled_metrics(gpu_index: str, library_path: Optional[str] = None,
+                    at: Optional[int] = None) -> Tuple[int, int, int, int, int]: ...
+def sample_metrics_now(timeout: float = 10.0) -> bool: ...
+def metrics_samples() -> int: ...
 
 # --- GPU state at assignment time (csrc/device_state.*, csrc/gpu_choice.*) ---------------------
 @disjoint_base  # a cdef class: its own instance layout

@@ -2,6 +2,7 @@
 # distutils: language = c++
 """Binding of the C++ core (csrc/). Thin: conversions, exceptions, nothing Flink-specific."""
 
+from libcpp cimport bool as cpp_bool
 from libcpp.optional cimport optional
 from libcpp.string cimport string
 from libcpp.string_view cimport string_view
@@ -88,6 +89,7 @@ cdef extern from "devices.hpp" namespace "flinkgpu" nogil:
         optional[unsigned] minor_number
         optional[string] cpu_affinity
         optional[int] numa_node
+        optional[cpp_bool] persistence_mode
 
     cdef cppclass CSkippedDevice "flinkgpu::SkippedDevice":
         string index
@@ -178,6 +180,48 @@ cdef extern from "device_metrics.hpp" namespace "flinkgpu" nogil:
                                                            CMetricDevice* out)
     long long read_metric_cpp "flinkgpu::read_metric"(const NvmlLibrary& lib, const CMetricDevice& device,
                                                       Metric metric)
+
+
+cdef extern from *:
+    """
+    #include "metrics_sampler.hpp"
+    // The sampler with the binding's units: milliseconds, and CLOCK_MONOTONIC nanoseconds (Python's
+    // time.monotonic_ns(), libstdc++'s steady_clock), a negative time meaning now.
+    static bool fg_watch_metrics(const std::string& path, std::string_view index, long long interval_ms) noexcept {
+        return flinkgpu::watch_gpu_metrics(path, index, std::chrono::milliseconds(interval_ms));
+    }
+    static flinkgpu::SampledGpu fg_sampled_metrics(const std::string& path, std::string_view index,
+                                                   long long at_ns) noexcept {
+        const auto at = at_ns < 0 ? std::chrono::steady_clock::now()
+                                  : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(at_ns));
+        return flinkgpu::sampled_gpu(path, index, at);
+    }
+    static bool fg_sample_metrics_now(long long timeout_ms) noexcept {
+        return flinkgpu::sample_gpu_metrics_now(std::chrono::milliseconds(timeout_ms));
+    }
+    static long long fg_min_metrics_interval_ms() noexcept { return flinkgpu::kMinMetricsInterval.count(); }
+    static long long fg_default_metrics_interval_ms() noexcept { return flinkgpu::kDefaultMetricsInterval.count(); }
+    static long long fg_sample_margin_ms() noexcept { return flinkgpu::kSampleMargin.count(); }
+    static long long fg_health_read_interval_ms() noexcept { return flinkgpu::kHealthReadInterval.count(); }
+    """
+    enum class GaugeHealth "flinkgpu::GaugeHealth":
+        kOk
+        kDegraded
+        kUnhealthy
+        kUnknown
+
+    cdef cppclass SampledGpu "flinkgpu::SampledGpu":
+        long long values[4]  # kMetricCount
+        GaugeHealth health
+
+    bint fg_watch_metrics(const string& path, string_view index, long long interval_ms) nogil
+    SampledGpu fg_sampled_metrics(const string& path, string_view index, long long at_ns) nogil
+    bint fg_sample_metrics_now(long long timeout_ms) nogil
+    unsigned long long completed_samples "flinkgpu::completed_samples"() nogil
+    long long fg_min_metrics_interval_ms()
+    long long fg_default_metrics_interval_ms()
+    long long fg_sample_margin_ms()
+    long long fg_health_read_interval_ms()
 
 
 cdef extern from "gpu_choice.hpp" namespace "flinkgpu" nogil:
@@ -420,6 +464,7 @@ cdef class NvmlDevice:
     cdef readonly object minor_number
     cdef readonly object cpu_affinity
     cdef readonly object numa_node
+    cdef readonly object persistence_mode
 
     def __repr__(self):
         mig = (f", mig_slot={self.mig_slot!r}, parent_uuid={self.parent_uuid!r}, "
@@ -427,7 +472,7 @@ cdef class NvmlDevice:
         return (f"NvmlDevice(index={self.index}{mig}, uuid={self.uuid!r}, name={self.name!r}, "
                 f"pci_bus_id={self.pci_bus_id!r}, memory_total={self.memory_total!r}, "
                 f"minor_number={self.minor_number!r}, cpu_affinity={self.cpu_affinity!r}, "
-                f"numa_node={self.numa_node!r})")
+                f"numa_node={self.numa_node!r}, persistence_mode={self.persistence_mode!r})")
 
     @property
     def gpu_index(self):
@@ -469,6 +514,7 @@ cdef NvmlDevice _device(const DeviceInfo& info):
     d.minor_number = info.minor_number.value() if info.minor_number.has_value() else None
     d.cpu_affinity = _optional_text(info.cpu_affinity)
     d.numa_node = info.numa_node.value() if info.numa_node.has_value() else None
+    d.persistence_mode = bool(info.persistence_mode.value()) if info.persistence_mode.has_value() else None
     return d
 
 
@@ -702,6 +748,77 @@ METRICS = tuple([metric_name(<Metric>i).decode("ascii") for i in range(kMetricCo
 _METRIC_IDS = {name: i for i, name in enumerate(METRICS)}
 
 
+# --- the process's metrics sampler (csrc/metrics_sampler.*) ---------------------------------------
+
+#: The ``health`` gauge's values by number: 0 ok, 1 degraded, 2 unhealthy (or lost), 3 unknown.
+GAUGE_HEALTH = ("ok", "degraded", "unhealthy", "unknown")
+#: The sampler's pace (s): the default ``metrics.interval``, the least it takes, the margin after
+#: which a sample not renewed is unknown, and how often health findings are read again.
+MIN_METRICS_INTERVAL = fg_min_metrics_interval_ms() / 1000
+DEFAULT_METRICS_INTERVAL = fg_default_metrics_interval_ms() / 1000
+SAMPLE_MARGIN = fg_sample_margin_ms() / 1000
+HEALTH_READ_INTERVAL = fg_health_read_interval_ms() / 1000
+
+
+cdef string _resolved_library(library_path) except *:
+    """The path NvmlLibrary::acquire loads for ``library_path`` (None or empty: its default)."""
+    # A file name: the bytes os.fsencode gives (a non-UTF-8 name round-trips through
+    # surrogateescape); a NUL would silently cut the name dlopen sees, naming another file.
+    cdef bytes encoded = os.fsencode(library_path) if library_path else b""
+    if b"\0" in encoded:
+        raise ValueError(f"The NVML library path contains a NUL byte: {library_path!r}")
+    return NvmlLibrary.resolve_path(encoded)
+
+
+cdef string _sampler_index(gpu_index) except *:
+    if not isinstance(gpu_index, str):
+        raise TypeError(f"gpu_index must be a GPU index (str), got {gpu_index!r}")
+    return _utf8(gpu_index)
+
+
+def watch_metrics(gpu_index, library_path=None, interval=DEFAULT_METRICS_INTERVAL):
+    """Adds the GPU ``gpu_index`` of the library at ``library_path`` to what this process's sampler
+    reads, at most once per ``interval`` seconds (the last call's applies to the process; at least
+    MIN_METRICS_INTERVAL, else ValueError). Starts the reader; calls no NVML. False when the reader
+    cannot be started (its gauges then show unknown)."""
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval >= MIN_METRICS_INTERVAL:
+        raise ValueError(f"The metrics interval must be at least {MIN_METRICS_INTERVAL:g} s, got {interval!r}.")
+    cdef string index = _sampler_index(gpu_index)
+    cdef string path = _resolved_library(library_path)
+    cdef long long interval_ms = <long long>min(float(interval) * 1000, 2.0 ** 62)
+    cdef bint watched
+    with nogil:
+        watched = fg_watch_metrics(path, string_view(index.data(), index.size()), interval_ms)
+    return watched
+
+
+def sampled_metrics(gpu_index, library_path=None, at=None):
+    """What the gauges of ``gpu_index`` show: (utilization, memory.used, temperature, power, health),
+    ints, the last sample's; -1 for each value and health 3 (unknown) when that sample is older than
+    the interval plus SAMPLE_MARGIN at ``at`` (time.monotonic_ns(); None: now), or there is none (not
+    watched, not sampled yet). Reads the snapshot only: never NVML, never waits for the reader."""
+    cdef string index = _sampler_index(gpu_index)
+    cdef string path = _resolved_library(library_path)
+    cdef long long at_ns = -1 if at is None else max(0, int(at))
+    cdef SampledGpu s = fg_sampled_metrics(path, string_view(index.data(), index.size()), at_ns)
+    return (s.values[0], s.values[1], s.values[2], s.values[3], <int>s.health)
+
+
+def sample_metrics_now(timeout=10.0):
+    """Makes the sampler take a sample now and waits at most ``timeout`` seconds for it to complete:
+    True when it did (for tests and benchmarks; gauges never wait)."""
+    cdef long long timeout_ms = <long long>max(0.0, min(float(timeout) * 1000, 2.0 ** 62))
+    cdef bint done
+    with nogil:
+        done = fg_sample_metrics_now(timeout_ms)
+    return done
+
+
+def metrics_samples():
+    """How many samples this process's sampler has completed."""
+    return completed_samples()
+
+
 cdef class _MetricDevice:
     """The NVML handles one GPU index's readings come from, resolved once per process generation."""
     cdef CMetricDevice c
@@ -738,13 +855,7 @@ cdef class Nvml:
     @staticmethod
     def open(library_path=None):
         """The library at ``library_path`` (None: $FLINK_GPU_NVML_LIBRARY, else libnvidia-ml.so.1)."""
-        # A file name: the bytes os.fsencode gives (a non-UTF-8 name round-trips through
-        # surrogateescape); a NUL would silently cut the name dlopen sees, naming another file.
-        cdef bytes encoded = os.fsencode(library_path) if library_path else b""
-        if b"\0" in encoded:
-            raise ValueError(f"The NVML library path contains a NUL byte: {library_path!r}")
-        cdef string requested = encoded
-        cdef string resolved = NvmlLibrary.resolve_path(requested)
+        cdef string resolved = _resolved_library(library_path)
         key = os.fsdecode(<bytes>resolved)
         cdef Nvml nvml = _instances.get(key)
         if nvml is None:

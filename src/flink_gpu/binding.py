@@ -68,11 +68,12 @@ BINDINGS_SUFFIX = ".bindings"
 MAX_HOLDERS_PER_GPU = 1024
 #: PyFlink's thread-mode (embedded) metric classes live here: their gauges are called from Java.
 _EMBEDDED_METRICS = "pyflink.fn_execution.metrics.embedded"
-#: How often update_metrics() reads NVML, at most (s).
+#: How often update_metrics() pushes the sampler's values to Java, at most (s).
 _PUSH_INTERVAL = 1.0
-#: Gauge name -> the reading of flink_gpu.nvml behind it (units: %, MiB, °C, W).
+#: Gauge name -> what of flink_gpu.nvml's sampled_metrics it shows: a reading of METRICS (units: %, MiB,
+#: °C, W) or "health" (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown: GAUGE_HEALTH).
 GAUGES = {"utilization": "utilization", "memoryUsed": "memory.used", "temperature": "temperature",
-          "power": "power"}
+          "power": "power", "health": "health"}
 
 
 def bindings_path(coordination_file: "str | os.PathLike[str] | None" = None) -> str:
@@ -136,9 +137,11 @@ class GPUBinding:
     """
 
     __slots__ = ("_infos", "_indices", "_path", "_held", "_holder", "_library_path", "_pid", "_released",
-                 "_devices", "_timeout", "_native_holder", "_pushed", "_pushed_at")
+                 "_devices", "_timeout", "_native_holder", "_pushed", "_pushed_at", "_pushed_sampled",
+                 "_metrics_interval")
 
-    def __init__(self, infos, indices, path, held, native_holder, holder, library_path, timeout) -> None:
+    def __init__(self, infos, indices, path, held, native_holder, holder, library_path, timeout,
+                 metrics_interval) -> None:
         self._infos = frozenset(infos)
         self._indices = tuple(indices)
         self._path = path
@@ -152,6 +155,8 @@ class GPUBinding:
         self._native_holder = native_holder  # (pid or thread id, slot, taskmanager, start time) for the core
         self._pushed: "list[tuple[Any, _Gauge]]" = []  # thread mode: (Java-held value, its reading)
         self._pushed_at = 0.0
+        self._pushed_sampled = False  # the last push came after the process's first sample
+        self._metrics_interval = metrics_interval
 
     @property
     def infos(self) -> frozenset:
@@ -200,8 +205,12 @@ class GPUBinding:
 
     def register_metrics(self, group: Any) -> None:
         """Registers integer gauges per bound GPU under ``group.add_group("gpu", <index>)``:
-        ``utilization`` (%), ``memoryUsed`` (MiB), ``temperature`` (°C), ``power`` (W). A gauge never
-        raises: when NVML cannot answer it reports its last value, or -1 before it had one.
+        ``utilization`` (%), ``memoryUsed`` (MiB), ``temperature`` (°C), ``power`` (W) and ``health``
+        (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown). Every gauge of the process shows one shared
+        snapshot, which one reader thread refreshes at most every ``metrics_interval`` (the resource's
+        ``metrics.interval``): a gauge never calls NVML and never raises. A GPU that is lost reads -1
+        with health 2; one whose sample is late (its read hangs in the driver) -1 with health 3, as
+        before the first sample.
 
         ``group`` is the operator's ``ctx.get_metrics_group()`` (None, when PyFlink's metrics are off:
         nothing is registered) or any object with ``add_group(name, extra)`` and ``gauge(name, fn)``. On
@@ -214,11 +223,17 @@ class GPUBinding:
             _log.info("No GPU gauges for %s: the operator has no metric group (python.metric.enabled is "
                       "false).", ", ".join(self._indices))
             return
+        from flink_gpu.nvml import watch_metrics
+
+        for index in self._indices:
+            if not watch_metrics(index, self._library_path, self._metrics_interval):
+                _log.warning("The GPU metrics sampler could not be started: the gauges of GPU %s show health 3 "
+                             "(unknown).", index)
         embedded = type(group).__module__.startswith(_EMBEDDED_METRICS)
         for index in self._indices:
             subgroup = group.add_group("gpu", index)
-            for name, metric in GAUGES.items():
-                reading = _Gauge(self._library_path, index, metric)
+            for name, shown in GAUGES.items():
+                reading = _Gauge(self._library_path, index, shown)
                 if embedded:
                     self._pushed.append((subgroup.distribution(name), reading))
                 else:
@@ -233,14 +248,20 @@ class GPUBinding:
 
     def update_metrics(self, force: bool = False) -> None:
         """Refreshes thread-mode gauges (see :meth:`register_metrics`): call it from the task's thread,
-        e.g. in ``map()``; it reads NVML at most once a second unless ``force``d, so calling it per record
-        costs a clock read. Does nothing for gauges Flink or PyFlink read themselves."""
+        e.g. in ``map()``; it pushes the sampler's snapshot at most once a second unless ``force``d, so
+        calling it per record costs a clock read (and, until the process's first sample has completed,
+        milliseconds after the first registration, a snapshot read: the first values are pushed when
+        they come, not a second later). It never reads NVML itself. Does nothing for gauges Flink or
+        PyFlink read themselves."""
         if not self._pushed:
             return
         now = time.monotonic()
-        if not force and now - self._pushed_at < _PUSH_INTERVAL:
+        from flink_gpu.nvml import metrics_samples
+
+        if not force and now - self._pushed_at < _PUSH_INTERVAL and self._pushed_sampled:
             return
         self._pushed_at = now
+        self._pushed_sampled = metrics_samples() > 0  # else what it pushes now predates the first sample
         for value, reading in self._pushed:
             value.update(reading())
 
@@ -277,27 +298,24 @@ class GPUBinding:
 
 
 class _Gauge:
-    """One reading of one GPU for a metric gauge: never raises; the last good value, else -1."""
+    """One gauge of one GPU: its value in the process's sampled snapshot (flink_gpu.nvml's
+    sampled_metrics); never raises, never calls NVML."""
 
-    __slots__ = ("_library_path", "_index", "_metric", "_last")
+    __slots__ = ("_library_path", "_index", "_position")
 
-    def __init__(self, library_path: "str | None", index: str, metric: str) -> None:
+    def __init__(self, library_path: "str | None", index: str, shown: str) -> None:
         self._library_path = library_path
         self._index = index
-        self._metric = metric
-        self._last = -1
+        self._position = _SAMPLED.index(shown)
 
     def __call__(self) -> int:
-        try:
-            from flink_gpu.nvml import open_library
+        from flink_gpu.nvml import sampled_metrics
 
-            value = open_library(self._library_path).read_metric(self._index, self._metric)
-        except Exception:  # a gauge must never fail the reporter: keep the last value
-            _log.debug("Reading %s of GPU %s failed", self._metric, self._index, exc_info=True)
-            return self._last
-        if value >= 0:
-            self._last = value
-        return self._last
+        return sampled_metrics(self._index, self._library_path)[self._position]
+
+
+#: What flink_gpu.nvml's sampled_metrics gives, in its order.
+_SAMPLED = ("utilization", "memory.used", "temperature", "power", "health")
 
 
 def _by_index(gpus: Iterable[Any]) -> "dict[str, Any]":
@@ -329,7 +347,8 @@ def checked_counts(count: object, holders_per_gpu: object, *,
 
 def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot: "str | None" = None,
          taskmanager_pid: "int | None" = None, path: "str | os.PathLike[str] | None" = None,
-         library_path: "str | None" = None, timeout: float = DEFAULT_TIMEOUT) -> GPUBinding:
+         library_path: "str | None" = None, timeout: float = DEFAULT_TIMEOUT,
+         metrics_interval: "float | None" = None) -> GPUBinding:
     """Binds ``count`` of ``gpus`` (GPUInfos: the set the TaskManager or parent claimed) to the calling
     process, or with ``slot`` to that slot for the calling thread, sharing each GPU with at most
     ``holders_per_gpu`` holders; least-bound GPUs first, lowest index among equals. Each GPU's state
@@ -339,12 +358,15 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
 
     ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``); ``path``: the
     bindings file (default :func:`bindings_path`); ``library_path``: the libnvidia-ml for ``devices`` and
-    the gauges. Raises :class:`~flink_gpu.NotEnoughGpusError` when not enough are free (the message says who
-    binds each GPU), :class:`TimeoutError` when the file's lock is not had within ``timeout`` seconds, OSError for a
+    the gauges; ``metrics_interval``: how often the gauges' sampler reads NVML, at most (seconds, at least
+    flink_gpu.nvml's MIN_METRICS_INTERVAL; None: DEFAULT_METRICS_INTERVAL). Raises
+    :class:`~flink_gpu.NotEnoughGpusError` when not enough are free (the message says who binds each GPU),
+    :class:`TimeoutError` when the file's lock is not had within ``timeout`` seconds, OSError for a
     file that cannot be used, ValueError/TypeError for bad arguments.
     """
     by_index = _by_index(gpus)
     count, holders_per_gpu = checked_counts(count, holders_per_gpu)
+    metrics_interval = _checked_interval(metrics_interval)
     if taskmanager_pid is not None and (isinstance(taskmanager_pid, bool) or not isinstance(taskmanager_pid, int)
                                         or not 0 < taskmanager_pid <= 0x7fffffff):
         raise ValueError(f"taskmanager_pid must be a positive process id, got {taskmanager_pid!r}.")
@@ -355,7 +377,7 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
     me = os.getpid()
     if slot is None:
         if _forked_from is not None and _file_identity(path) in _forked_files:
-            return _inherited_binding(by_index, count, path, library_path, timeout)
+            return _inherited_binding(by_index, count, path, library_path, timeout, metrics_interval)
         pid, holder, registry = me, f"pid {me}", _held
     else:
         pid = threading.get_native_id()
@@ -378,7 +400,7 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
         _log.warning("Bound GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file cannot "
                      "tell when pid %d dies.", ", ".join(added), path, lease_problem, me)
     return GPUBinding([by_index[i] for i in indices], indices, path, held,
-                      (pid, slot, taskmanager_pid, start_time), holder, library_path, timeout)
+                      (pid, slot, taskmanager_pid, start_time), holder, library_path, timeout, metrics_interval)
 
 
 def _usable(by_index: "dict[str, Any]", count: int, library_path: "str | None",
@@ -424,7 +446,19 @@ def _file_identity(path: str) -> "str | None":
     return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}:{st.st_ino}"
 
 
-def _inherited_binding(by_index, count, path, library_path, timeout) -> GPUBinding:
+def _checked_interval(metrics_interval: object) -> float:
+    from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, MIN_METRICS_INTERVAL
+
+    if metrics_interval is None:
+        return DEFAULT_METRICS_INTERVAL
+    if (isinstance(metrics_interval, bool) or not isinstance(metrics_interval, (int, float))
+            or not metrics_interval >= MIN_METRICS_INTERVAL):
+        raise ValueError(f"metrics_interval must be at least {MIN_METRICS_INTERVAL:g} s (how often the GPU "
+                         f"gauges read NVML, at most), got {metrics_interval!r}.")
+    return float(metrics_interval)
+
+
+def _inherited_binding(by_index, count, path, library_path, timeout, metrics_interval) -> GPUBinding:
     """The binding the process holder this process was forked from has in ``path`` now (read from the
     file: it may have released it or ended since the fork); nothing new is bound."""
     parent = _forked_from
@@ -441,7 +475,7 @@ def _inherited_binding(by_index, count, path, library_path, timeout) -> GPUBindi
             f"its parent's binding and binds nothing new, so it cannot have {count}. Bind them in the parent.")
     chosen = indices[:count]
     return GPUBinding([by_index[i] for i in chosen], chosen, path, None, (parent, None, None, 0),
-                      f"pid {parent} (inherited)", library_path, timeout)
+                      f"pid {parent} (inherited)", library_path, timeout, metrics_interval)
 
 
 # -- what the file says ---------------------------------------------------------------------------

@@ -126,7 +126,7 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
         slot, taskmanager, path = None, lookup.holder_pid, lookup.coordination_file
     try:
         binding = bind(lookup.infos, count, subtasks_per_gpu, slot=slot, taskmanager_pid=taskmanager,
-                       path=bindings_path(path), library_path=view.library)
+                       path=bindings_path(path), library_path=view.library, metrics_interval=view.metrics_interval)
     except NotEnoughGpusError as error:  # the same error, told what this TaskManager can serve
         advice = _binding_advice(name, lookup.infos, taskmanager, count, subtasks_per_gpu, lookup.mode == "thread")
         error.args = (f"{error} {advice}",)
@@ -287,6 +287,7 @@ class _TaskManagerView(NamedTuple):
     notes: list[str]  # how it was found, and why nothing is there when path is None (views are cached: never changed)
     library: str | None = None  # param.nvml.library-path of the resource
     amount: int | None = None  # external-resource.<name>.amount; None when the configuration is unknown
+    metrics_interval: float | None = None  # param.metrics.interval (None: unknown, the default)
 
 
 _VIEWS: dict = {}  # (FLINK_CONF_DIR, name) -> (the configuration files' stat, the view they gave)
@@ -369,9 +370,10 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> _TaskManagerVie
         return _TaskManagerView(None, [
             f"'{key}' in {where} does not contain --enable-coordination-mode, so the TaskManager's "
             "discovery records nothing in the coordination file for process-mode Python workers to "
-            "read; enable it to make its GPUs visible to them"], settings.library_path, amount)
+            "read; enable it to make its GPUs visible to them"], settings.library_path, amount,
+            settings.metrics_interval)
     return _TaskManagerView(settings.script_args.coordination_file, [f"read '{key}' from {where}"],
-                            settings.library_path, amount)
+                            settings.library_path, amount, settings.metrics_interval)
 
 
 def _configured_amount(conf: Any, name: str) -> tuple[int | None, str | None]:
@@ -455,7 +457,8 @@ def _from_coordination_file(name: str, view: "_TaskManagerView | None" = None) -
     from flink_gpu import coordination
     from flink_gpu.script_protocol import sort_indices
 
-    path, notes, library, amount = view if view is not None else _taskmanager_view(name)
+    view = view if view is not None else _taskmanager_view(name)
+    path, notes, library, amount = view.path, view.notes, view.library, view.amount
     notes = list(notes)  # a view may be reused: the notes of this lookup are its own
     if path is None:
         return ResourceLookup(frozenset(), "process", "; ".join(notes) + ".")

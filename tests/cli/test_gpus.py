@@ -40,8 +40,8 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
     assert doc["command"] == "list"
     assert doc["nvml"]["driver_version"] == "999.99.99"
     gpus = {g["index"]: g for g in doc["gpus"]}
-    assert set(gpus["0"]) == {"index", "uuid", "name", "memory_total", "pci_bus_id",
-                              "minor_number", "holders", "stale_holders", "health", "findings", "checks",
+    assert set(gpus["0"]) == {"index", "uuid", "name", "memory_total", "pci_bus_id", "minor_number",
+                              "persistence_mode", "holders", "stale_holders", "health", "findings", "checks",
                               "memory_used", "memory_free", "numa_node", "cpu_affinity",
                               "compute_mode", "processes_known", "processes",
                               "utilization", "temperature", "power"}

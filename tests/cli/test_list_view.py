@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from flink_gpu import simulator
+
 from conftest import child_env
 from support.cli import cli, cli_json, HOLDER_COMMAND, cut_to_table, gpu_conf
 from support.interop import find_discovery_executable
@@ -197,3 +199,39 @@ def test_list_fits_the_terminal_and_colours_verdicts_unless_no_color(tmp_path, h
     piped = cli("--simulate", "4", "list", "--file", coord).stdout
     assert "\x1b[" not in piped and cut_to_table(HOLDER_COMMAND) in piped
 
+
+# ---- persistence mode -----------------------------------------------------------------------------
+
+PERSISTENCE_SPEC = {"devices": [{}, {"persistence_mode": "disabled"}, {"not_supported": ["persistence_mode"]},
+                    {"persistence_mode": "disabled"}]}
+
+
+def flink_gpu_list(tmp_path, *args):
+    """``flink-gpu list`` on PERSISTENCE_SPEC's simulated host, with a coordination file of its own."""
+    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "list", "--file", str(tmp_path / "coordination"),
+                           *args], env=child_env(**simulator.environment(spec=PERSISTENCE_SPEC)), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_list_json_gives_each_gpus_persistence_mode_and_null_where_the_driver_cannot_say(tmp_path):
+    doc = json.loads(flink_gpu_list(tmp_path, "--json"))
+    assert [g["persistence_mode"] for g in doc["gpus"]] == ["enabled", "disabled", None, "disabled"]
+
+
+def test_list_says_the_first_claim_on_a_gpu_without_persistence_mode_may_take_seconds(tmp_path):
+    out = flink_gpu_list(tmp_path)
+    [off] = [line.strip() for line in out.splitlines() if "persistence mode is off" in line]
+    assert off.startswith("GPU 1, 3: persistence mode is off: the first claim on each GPU may take seconds")
+    assert "the driver initialises a GPU when a process first asks for its handle" in off
+    assert "nvidia-persistenced" in off
+    assert "GPU 2: persistence mode unknown (the driver cannot say)." in out
+
+
+def test_list_says_nothing_of_persistence_when_every_gpu_has_it(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "list", "--file", str(tmp_path / "coordination")],
+                          env=child_env(**simulator.environment(devices=2)), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "persistence mode" not in proc.stdout

@@ -111,7 +111,7 @@ def list_gpus(args: Namespace) -> int:
         gpus.append({
             "index": index, "uuid": device.uuid, "name": device.name,
             "memory_total": device.memory_total, "pci_bus_id": device.pci_bus_id,
-            "minor_number": device.minor_number,
+            "minor_number": device.minor_number, "persistence_mode": list_view.persistence_mode(device),
             **({} if device.mig_slot is None else {  # a MIG unit (docs/design.md §9.2)
                 "parent_index": str(device.parent_index), "parent_uuid": device.parent_uuid,
                 "mig_slot": device.mig_slot, "mig_gi": device.mig_gi, "mig_ci": device.mig_ci}),
@@ -153,6 +153,8 @@ def list_gpus(args: Namespace) -> int:
                       g["numa_node"], g["cpu_affinity"], _processes_text(g)] for g in gpus),
                     width=width, shrink=8, style=style, optional=(7, 6)))
         _print_state_notes(gpus)
+        for note in list_view.persistence_notes(gpus):
+            print(f"  {note}")
     if skipped:
         print("\nSkipped devices:")
         for skip in skipped:

@@ -80,6 +80,35 @@ def readings(nvml, index: str) -> dict:
     return values
 
 
+# -- persistence mode ------------------------------------------------------------------------------
+
+#: Why a GPU without persistence mode is worth a line: what ``list`` and ``doctor`` say of it.
+PERSISTENCE_OFF = ("persistence mode is off: the first claim on each GPU may take seconds (without it the "
+                   "driver initialises a GPU when a process first asks for its handle, and tears it down "
+                   "when the last process lets go)")
+#: How to turn it on (root; it is a setting of the GPU, which flink-gpu never changes).
+PERSISTENCE_FIX = "Enable it with `nvidia-persistenced` (or `nvidia-smi -pm 1`, as root)."
+
+
+def persistence_mode(device) -> "str | None":
+    """A device's persistence mode as ``list --json`` gives it: "enabled", "disabled", None (unknown)."""
+    mode = device.persistence_mode if device is not None else None
+    return None if mode is None else "enabled" if mode else "disabled"
+
+
+def persistence_notes(gpus: "list[dict]") -> "list[str]":
+    """The lines under ``list``'s state table: the GPUs whose persistence mode is off, and those whose
+    mode the driver cannot say."""
+    notes = []
+    off = [g["index"] for g in gpus if g["persistence_mode"] == "disabled"]
+    unknown = [g["index"] for g in gpus if g["persistence_mode"] is None]
+    if off:
+        notes.append(f"GPU {', '.join(off)}: {PERSISTENCE_OFF}. {PERSISTENCE_FIX}")
+    if unknown:
+        notes.append(f"GPU {', '.join(unknown)}: persistence mode unknown (the driver cannot say).")
+    return notes
+
+
 def reading_text(gpu: dict, field: str, unit: str) -> "str | None":
     value = gpu.get(field)
     return None if value is None else f"{value}{unit}" if unit == "%" else f"{value} {unit}"

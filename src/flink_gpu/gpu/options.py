@@ -7,6 +7,7 @@ already stripped.
 from __future__ import annotations
 
 from flink_gpu.config import ConfigOption, Duration, config_option
+from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, MIN_METRICS_INTERVAL
 
 #: Where Flink ships the stock script, relative to ``$FLINK_HOME``.
 DEFAULT_DISCOVERY_SCRIPT = "plugins/external-resource-gpu/nvidia-gpu-discovery.sh"
@@ -58,3 +59,9 @@ class GPUDriverOptions:
         "fabric, retired-pages), 'all', and '-name' to leave one out, read left to right, e.g. "
         "'all,-inforom'. A check left out is still read and shown by flink-gpu list and doctor; "
         "a lost GPU is never handed out.")
+
+    METRICS_INTERVAL: ConfigOption[float] = config_option(
+        "metrics.interval", Duration, DEFAULT_METRICS_INTERVAL,
+        f"How often the GPU gauges of a process (flink_gpu.binding's register_metrics) read NVML, at most: "
+        f"one reader per process refreshes the values every gauge shows, whatever Flink's reporters or "
+        f"PyFlink's bundles ask. At least {MIN_METRICS_INTERVAL:g} s. Read as seconds.")

@@ -16,7 +16,7 @@ from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
-from flink_gpu.nvml import BUSY_GPUS_VALUES, HEALTH_CHECKS, busy_policy
+from flink_gpu.nvml import BUSY_GPUS_VALUES, DEFAULT_METRICS_INTERVAL, HEALTH_CHECKS, MIN_METRICS_INTERVAL, busy_policy
 from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args, warn_ignored
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
@@ -37,12 +37,14 @@ class GPUDriverSettings:
     busy_gpus: str = "avoid"  # busy-gpus, lower case: "avoid", "exclude" or "ignore"
     busy_gpus_set: bool = False  # busy-gpus is configured (it then overrides --busy-gpus in the args)
     health_checks: "tuple[str, ...]" = HEALTH_CHECKS  # health-checks: the enforced checks, in HEALTH_CHECKS order
+    metrics_interval: float = DEFAULT_METRICS_INTERVAL  # metrics.interval, seconds, at least MIN_METRICS_INTERVAL
 
     @classmethod
     def from_config(cls, params: "Configuration | Mapping[str, object] | None",
                     resource_name: "str | None" = None) -> GPUDriverSettings:
         """The settings in ``params`` (the driver-relative keys, ``external-resource.<name>.param.``
-        stripped). Raises ``IllegalConfigurationException`` for a bad mode, timeout, busy-gpus or health-checks,
+        stripped). Raises ``IllegalConfigurationException`` for a bad mode, timeout, busy-gpus, health-checks or
+        metrics.interval,
         naming the full key when ``resource_name`` is given. Nothing is logged: :meth:`warn_ignored_args`
         WARNs about the arguments when a backend reads them.
 
@@ -73,6 +75,13 @@ class GPUDriverSettings:
                 f"be positive, got {timeout} s.")
         busy_gpus = _choice(config, GPUDriverOptions.BUSY_GPUS, BUSY_GPUS_VALUES, resource_name, busy_policy)
         health_checks = _health_checks(config, resource_name)
+        interval_option = GPUDriverOptions.METRICS_INTERVAL
+        metrics_interval = config.get(interval_option)
+        if not metrics_interval >= MIN_METRICS_INTERVAL:
+            raise IllegalConfigurationException(
+                f"Invalid value for key '{_key(interval_option, resource_name)}': the GPU gauges read NVML at "
+                f"most every {MIN_METRICS_INTERVAL:g} s, got {metrics_interval:g} s; set at least "
+                f"{MIN_METRICS_INTERVAL:g} s (default {DEFAULT_METRICS_INTERVAL:g} s).")
         args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
         library_path = config.get(GPUDriverOptions.NVML_LIBRARY_PATH)
         if library_path is not None and not library_path.strip():
@@ -82,13 +91,14 @@ class GPUDriverSettings:
                    script_path_set=config.contains(path_option), script_args_text=args,
                    script_args=parse_script_args(args, warn=False), timeout=timeout,
                    library_path=library_path, resource_name=resource_name, busy_gpus=busy_gpus,
-                   busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS), health_checks=health_checks)
+                   busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS), health_checks=health_checks,
+                   metrics_interval=metrics_interval)
 
     @classmethod
     def from_config_lenient(cls, params: "Configuration | Mapping[str, object] | None",
                             resource_name: "str | None" = None) -> GPUDriverSettings:
         """As :meth:`from_config`, but an invalid option of ours (``discovery-mode``,
-        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``) takes its default instead of failing; valid
+        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``, ``metrics.interval``) takes its default instead of failing; valid
         ones are kept.
 
         That is what Flink's Java GPU plugin, which reads only ``discovery-script.path`` and
@@ -97,7 +107,8 @@ class GPUDriverSettings:
         the invalid option."""
         given = Configuration.coerce(params).to_dict()
         ours = (GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key,
-                GPUDriverOptions.BUSY_GPUS.key, GPUDriverOptions.HEALTH_CHECKS.key)
+                GPUDriverOptions.BUSY_GPUS.key, GPUDriverOptions.HEALTH_CHECKS.key,
+                GPUDriverOptions.METRICS_INTERVAL.key)
         # the fewest options left out that make the rest valid
         for count in range(len(ours) + 1):
             for left_out in itertools.combinations(ours, count):

@@ -57,6 +57,7 @@ def check_gpu_state(checkup: Checkup, name: str, settings: GPUDriverSettings,
     checks_key = settings.key(GPUDriverOptions.HEALTH_CHECKS)
     unregistered = _check_fabric(checkup, name, states)
     _check_unchecked(checkup, name, states)
+    _check_persistence(checkup, name, devices)
     unhealthy = 0
     for state in states:
         index = state.gpu_index
@@ -150,6 +151,17 @@ def _check_unchecked(checkup: Checkup, name: str, states) -> None:
             gpus.setdefault(unchecked, []).append(state.gpu_index)
     for unchecked, indices in gpus.items():
         checkup.add("note", "gpu-state", f"Not checked on GPU {', '.join(indices)}: {unchecked}.", None,
+                    resource=name)
+
+
+def _check_persistence(checkup: Checkup, name: str, devices) -> None:
+    """One note for the GPUs whose persistence mode is off (a MIG GPU once, by its units' parent); none
+    where the driver cannot say (an optional query: no finding)."""
+    from flink_gpu.cli.list_view import PERSISTENCE_FIX, PERSISTENCE_OFF
+
+    off = sorted({str(d.index) for d in devices if d.persistence_mode is False}, key=int)
+    if off:
+        checkup.add("note", "gpu-state", f"GPU {', '.join(off)}: {PERSISTENCE_OFF}.", PERSISTENCE_FIX,
                     resource=name)
 
 
