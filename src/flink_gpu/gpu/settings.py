@@ -16,7 +16,7 @@ from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
-from flink_gpu.nvml import BUSY_GPUS_VALUES, HEALTH_CHECKS, busy_policy
+from flink_gpu.nvml import BUSY_GPUS_VALUES, DEFAULT_NVML_TIMEOUT, HEALTH_CHECKS, busy_policy
 from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args, warn_ignored
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
@@ -37,6 +37,7 @@ class GPUDriverSettings:
     busy_gpus: str = "avoid"  # busy-gpus, lower case: "avoid", "exclude" or "ignore"
     busy_gpus_set: bool = False  # busy-gpus is configured (it then overrides --busy-gpus in the args)
     health_checks: "tuple[str, ...]" = HEALTH_CHECKS  # health-checks: the enforced checks, in HEALTH_CHECKS order
+    nvml_timeout: float = DEFAULT_NVML_TIMEOUT  # nvml-timeout, seconds, positive: the deadline of a claim's state read
 
     @classmethod
     def from_config(cls, params: "Configuration | Mapping[str, object] | None",
@@ -65,12 +66,8 @@ class GPUDriverSettings:
               resource_name: "str | None") -> GPUDriverSettings:
         config = Configuration.coerce(params)
         mode = _choice(config, GPUDriverOptions.DISCOVERY_MODE, DISCOVERY_MODES, resource_name)
-        timeout_option = GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT
-        timeout = config.get(timeout_option)
-        if not timeout > 0:
-            raise IllegalConfigurationException(
-                f"Invalid value for key '{_key(timeout_option, resource_name)}': the timeout must "
-                f"be positive, got {timeout} s.")
+        timeout = _positive_duration(config, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT, resource_name)
+        nvml_timeout = _positive_duration(config, GPUDriverOptions.NVML_TIMEOUT, resource_name)
         busy_gpus = _choice(config, GPUDriverOptions.BUSY_GPUS, BUSY_GPUS_VALUES, resource_name, busy_policy)
         health_checks = _health_checks(config, resource_name)
         args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
@@ -82,13 +79,14 @@ class GPUDriverSettings:
                    script_path_set=config.contains(path_option), script_args_text=args,
                    script_args=parse_script_args(args, warn=False), timeout=timeout,
                    library_path=library_path, resource_name=resource_name, busy_gpus=busy_gpus,
-                   busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS), health_checks=health_checks)
+                   busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS), health_checks=health_checks,
+                   nvml_timeout=nvml_timeout)
 
     @classmethod
     def from_config_lenient(cls, params: "Configuration | Mapping[str, object] | None",
                             resource_name: "str | None" = None) -> GPUDriverSettings:
         """As :meth:`from_config`, but an invalid option of ours (``discovery-mode``,
-        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``) takes its default instead of failing; valid
+        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``, ``nvml-timeout``) takes its default instead of failing; valid
         ones are kept.
 
         That is what Flink's Java GPU plugin, which reads only ``discovery-script.path`` and
@@ -97,7 +95,7 @@ class GPUDriverSettings:
         the invalid option."""
         given = Configuration.coerce(params).to_dict()
         ours = (GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key,
-                GPUDriverOptions.BUSY_GPUS.key, GPUDriverOptions.HEALTH_CHECKS.key)
+                GPUDriverOptions.BUSY_GPUS.key, GPUDriverOptions.HEALTH_CHECKS.key, GPUDriverOptions.NVML_TIMEOUT.key)
         # the fewest options left out that make the rest valid
         for count in range(len(ours) + 1):
             for left_out in itertools.combinations(ours, count):
@@ -171,6 +169,16 @@ def _choice(config: Configuration, option: ConfigOption, allowed, resource_name:
             f"Invalid value '{value}' for key '{_key(option, resource_name)}': expected one of "
             f"{', '.join(allowed)}.")
     return choice
+
+
+def _positive_duration(config: Configuration, option: ConfigOption, resource_name: "str | None") -> float:
+    """``option``'s duration in seconds; not positive is an error naming the full key."""
+    value = config.get(option)
+    if not value > 0:
+        raise IllegalConfigurationException(
+            f"Invalid value for key '{_key(option, resource_name)}': the timeout must "
+            f"be positive, got {value} s.")
+    return value
 
 
 def _health_checks(config: Configuration, resource_name: "str | None") -> "tuple[str, ...]":
