@@ -4,12 +4,15 @@ them before the simulator runs, so each pair is held together by what the simula
 import json
 import re
 import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
 from flink_gpu import simulator
 from flink_gpu.regular_files import MAX_FILE_SIZE
-from conftest import child_env
+from conftest import child_env, run_python, simulated_env
 
 
 def discover(discovery_exe, **env):
@@ -83,3 +86,216 @@ def test_the_live_readings_at_their_limits_are_accepted_by_both(discovery_exe, t
 def test_a_mig_instance_has_no_live_readings_to_pin():
     with pytest.raises(ValueError, match=re.escape("devices[0].mig.instances[0] has unknown keys ['power']")):
         simulator.environment(spec={"devices": [{"mig": {"mode": "enabled", "instances": [{"slot": 0, "power": 1}]}}]})
+
+
+# --- the driver model: latency, the driver lock, hanging queries, persistence mode, counters -----
+
+NVML_CHILD = """
+import ctypes, json, os, sys, threading
+from flink_gpu import simulator
+nvml = ctypes.CDLL(os.environ["FLINK_GPU_NVML_LIBRARY"])
+assert nvml.nvmlInit_v2() == 0
+
+def handle(index):
+    h = ctypes.c_void_p()
+    assert nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(h)) == 0
+    return h
+
+def power(h):
+    milliwatts = ctypes.c_uint()
+    return nvml.nvmlDeviceGetPowerUsage(h, ctypes.byref(milliwatts))
+
+def memory(h):
+    info = (ctypes.c_ulonglong * 3)()
+    return nvml.nvmlDeviceGetMemoryInfo(h, info)
+
+def held():
+    return simulator.counters()["driver_lock_held_ns"]
+
+def wait_for_call(function, device):
+    # the call has entered the driver once the simulator counted it
+    entered = threading.Event()
+    while simulator.counters()["calls"].get(function, {}).get(device, 0) == 0:
+        entered.wait(0.001)
+"""
+
+
+def run_nvml_child(code, spec, **kwargs):
+    """``code`` after NVML_CHILD in a process pointed at the simulator with ``spec``; its stdout as JSON."""
+    proc = run_python(NVML_CHILD + textwrap.dedent(code), env=simulated_env(spec=spec, **kwargs))
+    return json.loads(proc.stdout)
+
+
+def test_each_query_spends_its_family_latency_holding_the_driver_lock():
+    spec = {"devices": [{}, {"persistence_mode": "disabled"}],
+            "latency_ms": {"power": 50, "handle": 5, "first_handle": 30, "first_handle_without_persistence": 200}}
+    got = run_nvml_child("""
+        before = held(); h0 = handle(0); first0 = held() - before
+        before = held(); handle(0); again0 = held() - before
+        before = held(); h1 = handle(1); first1 = held() - before
+        before = held(); assert power(h0) == 0 and power(h1) == 0; powers = held() - before
+        print(json.dumps({"first0": first0, "again0": again0, "first1": first1, "powers": powers,
+                          "calls": simulator.counters()["calls"]}))
+    """, spec)
+    assert got["first0"] >= 30e6  # a GPU's first handle in the process
+    assert 5e6 <= got["again0"] < got["first0"]
+    assert got["first1"] >= 200e6  # the first handle of a GPU without persistence mode
+    assert got["powers"] >= 2 * 50e6
+    assert got["calls"]["nvmlDeviceGetHandleByIndex_v2"] == {"0": 2, "1": 1}
+    assert got["calls"]["nvmlDeviceGetPowerUsage"] == {"0": 1, "1": 1}
+    assert got["calls"]["nvmlInit_v2"] == {"host": 1}
+
+
+def test_reset_counters_starts_the_counts_and_the_clock_again():
+    got = run_nvml_child("""
+        h = handle(0)
+        power(h)
+        simulator.reset_counters()
+        after_reset = simulator.counters()
+        power(h); power(h)
+        print(json.dumps({"after_reset": after_reset, "now": simulator.counters()}))
+    """, {"devices": [{}], "latency_ms": {"power": 10}})
+    assert got["after_reset"]["calls"] == {} and got["after_reset"]["driver_lock_held_ns"] == 0
+    assert got["after_reset"]["elapsed_ns"] < got["now"]["elapsed_ns"]
+    assert got["now"]["calls"] == {"nvmlDeviceGetPowerUsage": {"0": 2}}
+    assert got["now"]["driver_lock_held_ns"] >= 2 * 10e6
+    assert got["now"]["elapsed_ns"] >= got["now"]["driver_lock_held_ns"]
+
+
+def test_counters_need_the_simulator_loaded_in_the_process():
+    proc = run_python("""
+        from flink_gpu import simulator
+        try:
+            simulator.counters()
+        except RuntimeError as error:
+            print(error)
+    """, env=child_env())
+    assert "The NVML simulator is not loaded in this process" in proc.stdout
+
+
+@pytest.mark.parametrize("driver_lock", [True, False])
+def test_a_hung_query_holds_the_driver_lock_until_its_file_is_removed(tmp_path, driver_lock):
+    release = tmp_path / "hang"
+    release.touch()
+    spec = {"devices": [{}, {}], "driver_lock": driver_lock,
+            "hang": [{"query": "power", "device": 0, "while_exists": str(release)}]}
+    got = run_nvml_child(f"""
+        release = {str(release)!r}
+        h0, h1 = handle(0), handle(1)
+        power(h1)  # the rule names GPU 0 only
+        hung_done, other_done, seen = threading.Event(), threading.Event(), {{}}
+        def hung():
+            seen["rc"] = power(h0)
+            seen["file_at_answer"] = os.path.exists(release)
+            hung_done.set()
+        def other():
+            seen["other_rc"] = memory(h1)
+            seen["hung_at_other_answer"] = not hung_done.is_set()
+            other_done.set()
+        threading.Thread(target=hung).start()
+        wait_for_call("nvmlDeviceGetPowerUsage", "0")
+        threading.Thread(target=other).start()
+        # with the driver lock the other call waits for the hung one; without, it answers
+        seen["other_answered_while_hung"] = other_done.wait(0.5 if {driver_lock} else 30)
+        os.unlink(release)
+        assert hung_done.wait(30) and other_done.wait(30)
+        print(json.dumps(seen))
+    """, spec)
+    assert got["rc"] == 0 and got["other_rc"] == 0
+    assert got["file_at_answer"] is False  # it answered only once released
+    assert got["other_answered_while_hung"] is not driver_lock
+    assert got["hung_at_other_answer"] is not driver_lock
+
+
+def test_a_hang_is_released_by_another_process(tmp_path):
+    release = tmp_path / "hang"
+    spec = {"devices": [{}], "hang": [{"query": "handle", "while_exists": str(release)}]}
+    code = NVML_CHILD + textwrap.dedent(f"""
+        done = threading.Event()
+        result = {{}}
+        def call():
+            result["rc"] = nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(ctypes.c_void_p()))
+            result["file_at_answer"] = os.path.exists({str(release)!r})
+            done.set()
+        threading.Thread(target=call).start()
+        wait_for_call("nvmlDeviceGetHandleByIndex_v2", "0")
+        print("entered", flush=True)
+        done.wait()
+        print(json.dumps(result), flush=True)
+    """)
+    env = simulated_env(spec=spec)
+    import flink_gpu
+    env["PYTHONPATH"] = str(Path(flink_gpu.__file__).resolve().parent.parent)
+    with simulator.hanging(release) as path:
+        assert Path(path).exists()
+        proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline() == "entered\n"
+        except BaseException:
+            proc.kill()
+            raise
+    assert not release.exists()
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert json.loads(out) == {"rc": 0, "file_at_answer": False}
+
+
+def test_persistence_mode_answers_as_the_spec_says():
+    spec = {"devices": [{}, {"persistence_mode": "disabled"}, {"not_supported": ["persistence_mode"]},
+                        {"no_permission": ["persistence_mode"]}]}
+    got = run_nvml_child("""
+        answers = []
+        for i in range(4):
+            mode = ctypes.c_int(-1)
+            rc = nvml.nvmlDeviceGetPersistenceMode(handle(i), ctypes.byref(mode))
+            answers.append([rc, mode.value])
+        print(json.dumps(answers))
+    """, spec)
+    # NVML_FEATURE_ENABLED 1, _DISABLED 0; NVML_ERROR_NOT_SUPPORTED 3, _NO_PERMISSION 4
+    assert got == [[0, 1], [0, 0], [3, -1], [4, -1]]
+
+
+def test_another_process_writes_its_counters_to_the_counters_file(discovery_exe, tmp_path):
+    counters_file = tmp_path / "counters.json"
+    proc = simulator.run([discovery_exe, "1"], devices=2, counters_file=counters_file, capture_output=True,
+                         text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = simulator.counters(counters_file)
+    assert got["calls"]["nvmlInit_v2"] == {"host": 1}
+    assert set(got["calls"]["nvmlDeviceGetHandleByIndex_v2"]) == {"0", "1"}
+    assert got["driver_lock_held_ns"] <= got["elapsed_ns"]
+
+
+@pytest.mark.parametrize("spec, key, words", [
+    ({"latency_ms": {"procesess": 4.5}}, "latency_ms.procesess", "is not a query family; use init, static"),
+    ({"latency_ms": {"power": -0.5}}, "latency_ms.power", "must be a number of milliseconds (0..3600000)"),
+    ({"latency_ms": {"power": "0.4"}}, "latency_ms.power", "must be a number of milliseconds (0..3600000)"),
+    ({"latency_ms": [1]}, "latency_ms", "must be an object of query family: milliseconds"),
+    ({"driver_lock": "yes"}, "driver_lock", "must be true or false"),
+    ({"hang": [{"query": "fan", "while_exists": "/tmp/x"}]}, "hang[0].query", "must be one of init, static"),
+    ({"hang": [{"query": "first_handle", "while_exists": "/tmp/x"}]}, "hang[0].query", "must be one of"),
+    ({"hang": [{"query": "power"}]}, "hang[0].while_exists", "must name a file"),
+    ({"hang": [{"query": "power", "device": -1, "while_exists": "/tmp/x"}]}, "hang[0].device", "must be"),
+    ({"hang": [{"query": "power", "while": "/tmp/x"}]}, "hang[0]", "while"),
+    ({"devices": [{"persistence_mode": "on"}]}, "devices[0].persistence_mode", "must be one of disabled, enabled"),
+])
+def test_a_bad_driver_model_key_is_rejected_naming_the_key_by_both_checkers(discovery_exe, tmp_path, spec, key, words):
+    with pytest.raises((TypeError, ValueError), match=re.escape(key)) as raised:
+        simulator.environment(spec=spec)
+    assert words in str(raised.value)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    proc = discover(discovery_exe, FLINK_GPU_SIM_SPEC=str(path))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert key in proc.stderr and words in proc.stderr
+
+
+def test_every_query_family_is_one_the_simulator_takes(discovery_exe, tmp_path):
+    spec = {"devices": [{}], "latency_ms": {family: 0.001 for family in simulator.QUERY_FAMILIES
+                                             + ("first_handle", "first_handle_without_persistence")},
+            "hang": [{"query": family, "while_exists": str(tmp_path / "absent")} for family in simulator.QUERY_FAMILIES]}
+    simulator.environment(spec=spec)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    proc = discover(discovery_exe, FLINK_GPU_SIM_SPEC=str(path))
+    assert (proc.returncode, proc.stdout) == (0, "0\n"), proc.stderr

@@ -23,6 +23,7 @@
 //                                      "unhealthy" | "limited_capacity", "struct": "v3" (default) | "v2"
 //                                      (R550: v3 refused) | "v1" (R535: only nvmlDeviceGetGpuFabricInfo)};
 //                                      without it every fabric query answers NOT_SUPPORTED (a PCIe part),
+//                                    "persistence_mode": "enabled" (default) | "disabled",
 //                                    "processes": [{"pid", "used_memory", "kind"}],
 //                                    "utilization" (%), "temperature" (°C), "power" (W, to the
 //                                      milliwatt): readings pinned instead of following the clock,
@@ -33,9 +34,27 @@
 //                                      state keys above: "memory_used", "processes", ...}]}}],
 //                                 "process_struct": "v2" | "r535",
 //                                 "unprivileged": true (not root: a MIG-enabled GPU's own memory queries
-//                                   answer NO_PERMISSION, as for a real unprivileged caller)}
+//                                   answer NO_PERMISSION, as for a real unprivileged caller),
+//                                 "latency_ms": {family: milliseconds (fractional; 0..3600000)}: the time
+//                                   each call of the family spends in the driver (below),
+//                                 "driver_lock": true (default) | false,
+//                                 "hang": [{"query": family, "device": GPU index (absent: every call),
+//                                   "while_exists": path}]: such a call blocks while the file exists}
 //   FLINK_GPU_SIM_INIT_ERROR=CODE nvmlInit returns this NVML error code
+//   FLINK_GPU_SIM_COUNTERS_FILE=FILE  the counters (flinkgpuSimCounters) are written there at
+//                                 nvmlShutdown and at process exit
 // The configuration is read when NVML is initialised (reference count going from 0 to 1).
+//
+// The driver model: like a real driver, every export holds one process-wide lock for its whole call
+// ("driver_lock"), and spends the latency of its query family in it (nanosleep): init (nvmlInit*,
+// nvmlShutdown), static (count, uuid, name, pci, minor number, index, versions), handle
+// (nvmlDeviceGetHandleByIndex*; a GPU's first one in a process costs first_handle, default handle, or
+// with persistence mode disabled first_handle_without_persistence, default first_handle), processes
+// (every process list), power, memory, utilization, temperature, inforom, remapped_rows, ecc,
+// field_values, fabric, retired_pages, compute_mode, cpu_affinity, mig, persistence_mode. A "hang"
+// call blocks after its work, polling its file every 1 ms, still holding the lock, as a call stuck in
+// the driver does. flinkgpuSimCounters / flinkgpuSimResetCounters (not NVML) give tests and
+// benchmarks the calls per function per device and the time the lock was held.
 //
 // A GPU's utilization, temperature and power follow its load, a triangle wave (period 60 s, GPU i
 // 7 s * i ahead) on CLOCK_MONOTONIC, the same in every process: utilization 0..100 %, temperature
@@ -53,11 +72,13 @@
 #include <atomic>
 
 #include <time.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <new>
 #include <string>
@@ -82,7 +103,7 @@ enum Query : unsigned {
     kQueryInforom, kQueryRemappedRows, kQueryEccMode, kQueryEccErrors, kQueryFieldValues, kQueryRetiredPages,
     kQueryMemory, kQueryMemoryV2, kQueryComputeMode, kQueryCpuAffinity, kQueryComputeProcesses,
     kQueryGraphicsProcesses, kQueryMpsProcesses, kQueryProcessDetailList, kQueryUtilization, kQueryTemperature,
-    kQueryPower, kQueryTemperatureV, kQueryFabric, kQueryCount
+    kQueryPower, kQueryTemperatureV, kQueryFabric, kQueryPersistenceMode, kQueryCount
 };
 const char* const kQueryNames[kQueryCount] = {
     "inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
@@ -90,6 +111,7 @@ const char* const kQueryNames[kQueryCount] = {
     "process_detail_list", "utilization", "temperature", "power",
     "temperature_v",  // nvmlDeviceGetTemperatureV alone (a driver exporting it but refusing it)
     "fabric",         // nvmlDeviceGetGpuFabricInfoV and nvmlDeviceGetGpuFabricInfo
+    "persistence_mode",
 };
 
 struct SimProcess {
@@ -134,7 +156,8 @@ struct SimDevice {
     std::vector<int> slot_units;
     // A MIG unit (a handle from nvmlDeviceGetMigDeviceHandleByIndex): its GPU, GPU and compute instance.
     bool is_unit = false;
-    unsigned gi = 0, ci = 0;
+    unsigned gi = 0, ci = 0, slot = 0;
+    bool persistence_mode = true;  // NVML_FEATURE_ENABLED
 };
 
 struct SimState {
@@ -453,6 +476,7 @@ bool read_readings(const simjson::Value& item, const char* spec_path, const std:
 }
 
 const char* const kMigModes[] = {"disabled", "enabled"};  // NVML_DEVICE_MIG_DISABLE, _ENABLE
+const char* const kPersistenceModes[] = {"disabled", "enabled"};
 
 // devices[i].mig: the GPU's mode and its instances, appended to `units`.
 bool read_mig(const simjson::Value& item, const char* spec_path, const std::string& where, SimDevice* d,
@@ -512,7 +536,8 @@ bool read_mig(const simjson::Value& item, const char* spec_path, const std::stri
         std::snprintf(buf, sizeof buf, "MIG-00000000-0000-4000-8000-%06x%06llx", d->index, slot);
         u.uuid = buf;
         u.memory_total = d->memory_total / (max == 0 ? 1 : max);
-        u.gi = static_cast<unsigned>(slot);
+        u.gi = u.slot = static_cast<unsigned>(slot);
+        u.persistence_mode = d->persistence_mode;
         if (!read_string(inst, "uuid", spec_path, iw, &u.uuid)) return false;
         if (!read_number(inst, "memory_total", 18446744073709551616.0, spec_path, iw, &u.memory_total)) return false;
         number = u.gi;
@@ -528,6 +553,231 @@ bool read_mig(const simjson::Value& item, const char* spec_path, const std::stri
     return true;
 }
 
+// ---- the driver model: per-query latency, the driver lock, hanging queries, counters -------------
+
+// The query families of "latency_ms" and "hang": every export belongs to one.
+enum Family : unsigned {
+    kFamilyInit, kFamilyStatic, kFamilyHandle, kFamilyProcesses, kFamilyPower, kFamilyMemory, kFamilyUtilization,
+    kFamilyTemperature, kFamilyInforom, kFamilyRemappedRows, kFamilyEcc, kFamilyFieldValues, kFamilyFabric,
+    kFamilyRetiredPages, kFamilyComputeMode, kFamilyCpuAffinity, kFamilyMig, kFamilyPersistenceMode,
+    kCallFamilyCount,
+    // latencies of the handle family's first call per GPU in a process (a driver initialising the GPU)
+    kFamilyFirstHandle = kCallFamilyCount, kFamilyFirstHandleWithoutPersistence, kFamilyCount
+};
+const char* const kFamilyNames[kFamilyCount] = {
+    "init", "static", "handle", "processes", "power", "memory", "utilization", "temperature", "inforom",
+    "remapped_rows", "ecc", "field_values", "fabric", "retired_pages", "compute_mode", "cpu_affinity", "mig",
+    "persistence_mode", "first_handle", "first_handle_without_persistence",
+};
+
+// A call of `family` that blocks while `path` exists (on GPU `device`, or on every call when -1).
+struct HangRule {
+    unsigned family = 0;
+    long long device = -1;
+    std::string path;
+};
+
+struct DriverConfig {
+    bool lock = true;  // "driver_lock"
+    unsigned long long latency_ns[kCallFamilyCount] = {};
+    std::vector<unsigned long long> first_handle_ns;  // per GPU: by its persistence mode
+    std::vector<HangRule> hangs;
+};
+
+std::string family_list(unsigned count) {
+    std::string names;
+    for (unsigned f = 0; f < count; ++f) names += std::string(f == 0 ? "" : ", ") + kFamilyNames[f];
+    return names;
+}
+
+bool family_named(const std::string& name, unsigned count, unsigned* out) {
+    for (unsigned f = 0; f < count; ++f) {
+        if (name == kFamilyNames[f]) {
+            *out = f;
+            return true;
+        }
+    }
+    return false;
+}
+
+// "driver_lock", "latency_ms" and "hang" of the spec's top level; `persistent[i]`: GPU i's persistence mode.
+bool read_driver(const simjson::Value& root, const char* spec_path, const std::vector<bool>& persistent,
+                 DriverConfig* out) {
+    if (!read_bool(root, "driver_lock", spec_path, "", &out->lock)) return false;
+    double latency_ms[kFamilyCount] = {};
+    bool given[kFamilyCount] = {};
+    if (const simjson::Value* l = present(root, "latency_ms")) {
+        if (!l->is_object()) {
+            complain(std::string(spec_path) + ": latency_ms must be an object of query family: milliseconds");
+            return false;
+        }
+        for (const auto& kv : l->object) {
+            unsigned f = 0;
+            if (!family_named(kv.first, kFamilyCount, &f)) {
+                complain(std::string(spec_path) + ": latency_ms." + kv.first + " is not a query family; use " +
+                         family_list(kFamilyCount));
+                return false;
+            }
+            // at most an hour, so that nanoseconds fit and a typo does not hang a test for ever
+            if (!kv.second.is_number() || !(kv.second.number >= 0.0) || !(kv.second.number <= 3600000.0)) {
+                complain(std::string(spec_path) + ": latency_ms." + kv.first +
+                         " must be a number of milliseconds (0..3600000)");
+                return false;
+            }
+            latency_ms[f] = kv.second.number;
+            given[f] = true;
+        }
+    }
+    // first_handle defaults to handle, and first_handle_without_persistence to first_handle.
+    if (!given[kFamilyFirstHandle]) latency_ms[kFamilyFirstHandle] = latency_ms[kFamilyHandle];
+    if (!given[kFamilyFirstHandleWithoutPersistence])
+        latency_ms[kFamilyFirstHandleWithoutPersistence] = latency_ms[kFamilyFirstHandle];
+    for (unsigned f = 0; f < kCallFamilyCount; ++f)
+        out->latency_ns[f] = static_cast<unsigned long long>(latency_ms[f] * 1e6 + 0.5);
+    out->first_handle_ns.clear();
+    for (bool p : persistent)
+        out->first_handle_ns.push_back(static_cast<unsigned long long>(
+            latency_ms[p ? kFamilyFirstHandle : kFamilyFirstHandleWithoutPersistence] * 1e6 + 0.5));
+    const simjson::Value* list = present(root, "hang");
+    if (list == nullptr) return true;
+    if (!list->is_array()) {
+        complain(std::string(spec_path) + ": hang must be a list of {\"query\", \"device\", \"while_exists\"}");
+        return false;
+    }
+    for (size_t i = 0; i < list->array.size(); ++i) {
+        const simjson::Value& item = list->array[i];
+        const std::string where = "hang[" + std::to_string(i) + "].";
+        if (!item.is_object()) {
+            complain(std::string(spec_path) + ": " + where.substr(0, where.size() - 1) + " must be an object");
+            return false;
+        }
+        for (const auto& kv : item.object) {
+            if (kv.first != "query" && kv.first != "device" && kv.first != "while_exists") {
+                complain(std::string(spec_path) + ": " + where + kv.first + " is not a key of a hang; use query, "
+                         "device, while_exists");
+                return false;
+            }
+        }
+        HangRule rule;
+        const simjson::Value* q = present(item, "query");
+        if (q == nullptr || !q->is_string() || !family_named(q->string, kCallFamilyCount, &rule.family)) {
+            complain(std::string(spec_path) + ": " + where + "query must be one of " + family_list(kCallFamilyCount));
+            return false;
+        }
+        if (present(item, "device") != nullptr) {
+            unsigned long long device = 0;
+            if (!read_number(item, "device", 4096.0, spec_path, where, &device)) return false;
+            rule.device = static_cast<long long>(device);
+        }
+        if (!read_string(item, "while_exists", spec_path, where, &rule.path)) return false;
+        if (rule.path.empty()) {
+            complain(std::string(spec_path) + ": " + where + "while_exists must name a file (the call blocks "
+                     "while it exists)");
+            return false;
+        }
+        out->hangs.push_back(std::move(rule));
+    }
+    return true;
+}
+
+unsigned long long monotonic_ns() {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return static_cast<unsigned long long>(now.tv_sec) * 1000000000ULL + static_cast<unsigned long long>(now.tv_nsec);
+}
+
+void sleep_ns(unsigned long long ns) {
+    timespec left{static_cast<time_t>(ns / 1000000000ULL), static_cast<long>(ns % 1000000000ULL)};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+}
+
+// What the driver model keeps for the process's life.
+struct DriverModel {
+    std::mutex driver_lock;                // the driver's own: held by every call when lock_enabled
+    std::atomic<bool> lock_enabled{true};  // "driver_lock" of the last configuration
+    std::atomic<unsigned long long> held_ns{0}, epoch_ns{0};
+    std::mutex mutex;  // guards what follows
+    DriverConfig config;
+    std::vector<bool> handle_opened;  // per GPU: its first handle was given out in this process
+    std::map<std::string, std::map<std::string, unsigned long long>> calls;  // function -> device -> count
+    bool exit_hook = false;
+};
+
+DriverModel& driver_model() {
+    static DriverModel m;
+    return m;
+}
+
+void use_driver_config(DriverConfig config) {
+    DriverModel& m = driver_model();
+    std::lock_guard<std::mutex> lock(m.mutex);
+    if (m.handle_opened.size() < config.first_handle_ns.size()) m.handle_opened.resize(config.first_handle_ns.size());
+    m.lock_enabled = config.lock;
+    m.config = std::move(config);
+}
+
+// The counters as JSON: {"elapsed_ns", "driver_lock_held_ns", "calls": {function: {device: count}}}.
+std::string counters_json() {
+    DriverModel& m = driver_model();
+    const unsigned long long epoch = m.epoch_ns;
+    std::string out = "{\"elapsed_ns\": " + std::to_string(epoch == 0 ? 0 : monotonic_ns() - epoch) +
+                      ", \"driver_lock_held_ns\": " + std::to_string(m.held_ns.load()) + ", \"calls\": {";
+    std::lock_guard<std::mutex> lock(m.mutex);
+    const char* comma = "";
+    for (const auto& function : m.calls) {
+        out += comma + ("\"" + function.first) + "\": {";
+        comma = ", ";
+        const char* inner = "";
+        for (const auto& device : function.second) {
+            out += inner + ("\"" + device.first) + "\": " + std::to_string(device.second);
+            inner = ", ";
+        }
+        out += "}";
+    }
+    return out + "}}";
+}
+
+void reset_counters() {
+    DriverModel& m = driver_model();
+    std::lock_guard<std::mutex> lock(m.mutex);
+    m.calls.clear();
+    m.held_ns = 0;
+    m.epoch_ns = monotonic_ns();
+}
+
+// FLINK_GPU_SIM_COUNTERS_FILE: the counters for a test or benchmark that ran another process.
+void write_counters_file() noexcept {
+    try {
+        const char* path = std::getenv("FLINK_GPU_SIM_COUNTERS_FILE");
+        if (path == nullptr || *path == '\0') return;
+        const std::string text = counters_json() + "\n";
+        const std::string partial = std::string(path) + ".partial." + std::to_string(getpid());
+        FILE* f = std::fopen(partial.c_str(), "w");
+        if (f == nullptr) {
+            complain(std::string("cannot write FLINK_GPU_SIM_COUNTERS_FILE=") + path + ": " + std::strerror(errno));
+            return;
+        }
+        const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+        if (std::fclose(f) != 0 || !written || std::rename(partial.c_str(), path) != 0) {
+            complain(std::string("cannot write FLINK_GPU_SIM_COUNTERS_FILE=") + path + ": " + std::strerror(errno));
+            std::remove(partial.c_str());
+        }
+    } catch (...) {
+    }
+}
+
+void write_counters_file_at_exit() { write_counters_file(); }
+
+// The counters begin at the first nvmlInit; the file is written at exit too.
+void start_counting() {
+    DriverModel& m = driver_model();
+    unsigned long long unset = 0;
+    m.epoch_ns.compare_exchange_strong(unset, monotonic_ns());
+    std::lock_guard<std::mutex> lock(m.mutex);
+    if (!m.exit_hook) m.exit_hook = std::atexit(write_counters_file_at_exit) == 0;
+}
+
 // Loads the configuration; returns an NVML error code for nvmlInit.
 nvmlReturn_t configure(SimState& s) {
     s.devices.clear();
@@ -535,6 +785,7 @@ nvmlReturn_t configure(SimState& s) {
     s.unprivileged = false;
     s.driver_version = "999.99.99";
     nvmlReturn_t init_error = NVML_SUCCESS;
+    DriverConfig driver;
     const char* spec_path = std::getenv("FLINK_GPU_SIM_SPEC");
     if (spec_path != nullptr && *spec_path != '\0') {
         std::string error;
@@ -603,6 +854,10 @@ nvmlReturn_t configure(SimState& s) {
                 }
                 d.minor_number = static_cast<unsigned>(number);
             }
+            unsigned persistence = 1;
+            if (!read_choice(item, "persistence_mode", kPersistenceModes, 2, spec_path, where, &persistence))
+                return NVML_ERROR_UNKNOWN;
+            d.persistence_mode = persistence == 1;
             if (!read_state(item, spec_path, where, &d) || !read_readings(item, spec_path, where, &d) ||
                 !read_mig(item, spec_path, where, &d, &s.units))
                 return NVML_ERROR_UNKNOWN;
@@ -617,6 +872,9 @@ nvmlReturn_t configure(SimState& s) {
             }
             s.devices.push_back(std::move(d));
         }
+        std::vector<bool> persistent;
+        for (const SimDevice& d : s.devices) persistent.push_back(d.persistence_mode);
+        if (!read_driver(root, spec_path, persistent, &driver)) return NVML_ERROR_UNKNOWN;
     } else {
         unsigned long long count = 4;
         const char* text = std::getenv("FLINK_GPU_SIM_DEVICES");
@@ -625,6 +883,7 @@ nvmlReturn_t configure(SimState& s) {
             return NVML_ERROR_UNKNOWN;
         }
         for (unsigned i = 0; i < count; ++i) s.devices.push_back(default_device(i));
+        driver.first_handle_ns.assign(count, 0);
     }
     if (const char* text = std::getenv("FLINK_GPU_SIM_INIT_ERROR"); text != nullptr && *text != '\0') {
         unsigned long long code = 0;
@@ -634,6 +893,7 @@ nvmlReturn_t configure(SimState& s) {
         }
         init_error = static_cast<nvmlReturn_t>(code);
     }
+    use_driver_config(std::move(driver));
     return init_error;
 }
 
@@ -650,6 +910,7 @@ nvmlReturn_t init() {
         const nvmlReturn_t rc = configure(s);
         if (rc != NVML_SUCCESS) return rc;
         s.init_ms = monotonic_ms();
+        start_counting();
     }
     ++s.refcount;
     return NVML_SUCCESS;
@@ -704,30 +965,139 @@ nvmlReturn_t fill_pci(nvmlDevice_t device, nvmlPciInfo_t* pci) {
     return NVML_SUCCESS;
 }
 
-// No C++ exception may cross the C ABI of a libnvidia-ml: every export runs through this.
+// One export's call: its name, family and the GPU it is about (a handle, or an index it was given).
+struct Call {
+    const char* function;
+    Family family;
+    nvmlDevice_t handle = nullptr;
+    long long index = -1;
+};
+
+// The counters' name for the call's device ("host", "<gpu>", "<gpu>:<slot>") and its GPU (-1: none).
+void locate(const Call& call, std::string* key, long long* gpu) {
+    SimState& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    *gpu = call.index;
+    *key = call.index >= 0 ? std::to_string(call.index) : "host";
+    if (call.handle == nullptr) return;
+    const auto* d = reinterpret_cast<const SimDevice*>(call.handle);
+    auto within = [d](const std::vector<SimDevice>& v) { return !v.empty() && d >= v.data() && d < v.data() + v.size(); };
+    if (within(s.devices)) {
+        *gpu = d->index;
+        *key = std::to_string(d->index);
+    } else if (within(s.units)) {
+        *gpu = d->index;
+        *key = std::to_string(d->index) + ":" + std::to_string(d->slot);
+    } else {
+        *key = "invalid";
+    }
+}
+
+// A call inside the simulated driver: counted on entry, holding the driver lock (when it is on) until
+// it is destroyed; delay() models its time in the driver.
+class DriverCall {
+public:
+    explicit DriverCall(const Call& call) : call_(call) {
+        DriverModel& m = driver_model();
+        if (m.lock_enabled) {
+            lock_ = std::unique_lock<std::mutex>(m.driver_lock);
+            locked_at_ns_ = monotonic_ns();
+        }
+        locate(call, &key_, &gpu_);
+        std::lock_guard<std::mutex> guard(m.mutex);
+        ++m.calls[call.function][key_];
+    }
+    DriverCall(const DriverCall&) = delete;
+    DriverCall& operator=(const DriverCall&) = delete;
+    ~DriverCall() {
+        if (lock_.owns_lock()) driver_model().held_ns += monotonic_ns() - locked_at_ns_;
+    }
+
+    // After the call's work (so that nvmlInit applies the configuration it just read): blocks while a
+    // hang rule's file exists, then sleeps the family's latency.
+    void delay() {
+        DriverModel& m = driver_model();
+        unsigned long long ns = 0;
+        std::vector<std::string> hang_paths;
+        {
+            std::lock_guard<std::mutex> guard(m.mutex);
+            ns = m.config.latency_ns[call_.family];
+            const auto gpu = static_cast<size_t>(gpu_);
+            if (call_.family == kFamilyHandle && gpu_ >= 0 && gpu < m.config.first_handle_ns.size() &&
+                !m.handle_opened[gpu]) {
+                m.handle_opened[gpu] = true;
+                ns = m.config.first_handle_ns[gpu];
+            }
+            for (const HangRule& rule : m.config.hangs)
+                if (rule.family == call_.family && (rule.device < 0 || rule.device == gpu_)) hang_paths.push_back(rule.path);
+        }
+        for (const std::string& path : hang_paths)
+            while (access(path.c_str(), F_OK) == 0) sleep_ns(1000000);
+        if (ns > 0) sleep_ns(ns);
+    }
+
+private:
+    const Call call_;
+    std::unique_lock<std::mutex> lock_;
+    unsigned long long locked_at_ns_ = 0;
+    std::string key_;
+    long long gpu_ = -1;
+};
+
+// No C++ exception may cross the C ABI of a libnvidia-ml.
 template <typename Fn>
-nvmlReturn_t guarded(Fn&& fn) noexcept {
+auto no_exceptions(Fn&& fn, decltype(fn()) on_memory, decltype(fn()) on_other) noexcept -> decltype(fn()) {
     try {
         return fn();
     } catch (const std::bad_alloc&) {
-        return NVML_ERROR_MEMORY;
+        return on_memory;
     } catch (...) {
-        return NVML_ERROR_UNKNOWN;
+        return on_other;
     }
+}
+
+// Every NVML export runs through this: the driver model around the call, and no exception out.
+template <typename Fn>
+nvmlReturn_t guarded(const Call& call, Fn&& fn) noexcept {
+    return no_exceptions(
+        [&]() -> nvmlReturn_t {
+            DriverCall driver(call);
+            const nvmlReturn_t rc = fn();
+            driver.delay();
+            return rc;
+        },
+        NVML_ERROR_MEMORY, NVML_ERROR_UNKNOWN);
 }
 
 }  // namespace
 
-SIM_EXPORT nvmlReturn_t nvmlInit_v2(void) { return guarded([&]() -> nvmlReturn_t { return init(); }); }
-SIM_EXPORT nvmlReturn_t nvmlInit(void) { return guarded([&]() -> nvmlReturn_t { return init(); }); }
-SIM_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int) { return guarded([&]() -> nvmlReturn_t { return init(); }); }
+// The counters for tests and benchmarks (flink_gpu.simulator.counters): the JSON text into `json` when
+// `length` holds it; returns the length it needs, its NUL included (0: none could be made).
+SIM_EXPORT unsigned flinkgpuSimCounters(char* json, unsigned length) {
+    return no_exceptions(
+        [&]() -> unsigned {
+            const std::string text = counters_json();
+            if (json != nullptr && text.size() < length) std::memcpy(json, text.c_str(), text.size() + 1);
+            return static_cast<unsigned>(text.size() + 1);
+        },
+        0u, 0u);
+}
+
+SIM_EXPORT void flinkgpuSimResetCounters(void) {
+    no_exceptions([]() -> int { reset_counters(); return 0; }, 0, 0);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlInit_v2(void) { return guarded({__func__, kFamilyInit}, [&]() -> nvmlReturn_t { return init(); }); }
+SIM_EXPORT nvmlReturn_t nvmlInit(void) { return guarded({__func__, kFamilyInit}, [&]() -> nvmlReturn_t { return init(); }); }
+SIM_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int) { return guarded({__func__, kFamilyInit}, [&]() -> nvmlReturn_t { return init(); }); }
 
 SIM_EXPORT nvmlReturn_t nvmlShutdown(void) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyInit}, [&]() -> nvmlReturn_t {
         SimState& s = state();
         std::lock_guard<std::mutex> lock(s.mutex);
         if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
         --s.refcount;
+        write_counters_file();
         return NVML_SUCCESS;
     });
 }
@@ -749,7 +1119,7 @@ SIM_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
 }
 
 SIM_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyStatic}, [&]() -> nvmlReturn_t {
         SimState& s = state();
         std::lock_guard<std::mutex> lock(s.mutex);
         if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
@@ -758,45 +1128,53 @@ SIM_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int l
 }
 
 SIM_EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int length) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyStatic}, [&]() -> nvmlReturn_t {
         return copy_string("13.0.0-simulated", version, length);
     });
 }
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
-    return guarded([&]() -> nvmlReturn_t {
-        SimState& s = state();
-        std::lock_guard<std::mutex> lock(s.mutex);
-        if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
-        if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-        *count = static_cast<unsigned>(s.devices.size());
-        return NVML_SUCCESS;
-    });
+namespace {
+
+nvmlReturn_t device_count(unsigned* count) {
+    SimState& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
+    if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = static_cast<unsigned>(s.devices.size());
+    return NVML_SUCCESS;
 }
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { return guarded([&]() -> nvmlReturn_t { return nvmlDeviceGetCount_v2(count); }); }
+
+nvmlReturn_t handle_by_index(unsigned index, nvmlDevice_t* device) {
+    SimState& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
+    if (device == nullptr || index >= s.devices.size()) return NVML_ERROR_INVALID_ARGUMENT;
+    if (s.devices[index].fault == Fault::kNoPermission) return NVML_ERROR_NO_PERMISSION;
+    const SimDevice& d = s.devices[index];
+    if (d.lost_handle_after_ms > 0 && monotonic_ms() >= s.init_ms + d.lost_handle_after_ms)
+        return NVML_ERROR_GPU_IS_LOST;
+    *device = reinterpret_cast<nvmlDevice_t>(&s.devices[index]);
+    return NVML_SUCCESS;
+}
+
+}  // namespace
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
+    return guarded({__func__, kFamilyStatic}, [&]() -> nvmlReturn_t { return device_count(count); });
+}
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) {
+    return guarded({__func__, kFamilyStatic}, [&]() -> nvmlReturn_t { return device_count(count); });
+}
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
-    return guarded([&]() -> nvmlReturn_t {
-        SimState& s = state();
-        std::lock_guard<std::mutex> lock(s.mutex);
-        if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
-        if (device == nullptr || index >= s.devices.size()) return NVML_ERROR_INVALID_ARGUMENT;
-        if (s.devices[index].fault == Fault::kNoPermission) return NVML_ERROR_NO_PERMISSION;
-        const SimDevice& d = s.devices[index];
-        if (d.lost_handle_after_ms > 0 && monotonic_ms() >= s.init_ms + d.lost_handle_after_ms)
-            return NVML_ERROR_GPU_IS_LOST;
-        *device = reinterpret_cast<nvmlDevice_t>(&s.devices[index]);
-        return NVML_SUCCESS;
-    });
+    return guarded({__func__, kFamilyHandle, nullptr, index}, [&]() -> nvmlReturn_t { return handle_by_index(index, device); });
 }
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
-    return guarded([&]() -> nvmlReturn_t {
-        return nvmlDeviceGetHandleByIndex_v2(index, device);
-    });
+    return guarded({__func__, kFamilyHandle, nullptr, index}, [&]() -> nvmlReturn_t { return handle_by_index(index, device); });
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyStatic, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
@@ -806,7 +1184,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* in
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyStatic, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
         return copy_string(d->uuid, uuid, length);
@@ -814,18 +1192,18 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsig
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyStatic, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
         return copy_string(d->name, name, length);
     });
 }
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) { return guarded([&]() -> nvmlReturn_t { return fill_pci(device, pci); }); }
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t* pci) { return guarded([&]() -> nvmlReturn_t { return fill_pci(device, pci); }); }
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) { return guarded({__func__, kFamilyStatic, device}, [&]() -> nvmlReturn_t { return fill_pci(device, pci); }); }
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t* pci) { return guarded({__func__, kFamilyStatic, device}, [&]() -> nvmlReturn_t { return fill_pci(device, pci); }); }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyMemory, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
@@ -838,7 +1216,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minor) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyStatic, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
@@ -912,7 +1290,7 @@ nvmlReturn_t running_processes_v3(nvmlDevice_t device, unsigned mode, unsigned* 
 }  // namespace
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyMemory, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = state_device(device, kQueryMemoryV2, &d); rc != NVML_SUCCESS) return rc;
@@ -927,7 +1305,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemo
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, unsigned int cpuSetSize,
                                                             unsigned long* cpuSet, nvmlAffinityScope_t scope) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyCpuAffinity, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (cpuSet == nullptr || cpuSetSize == 0 || (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET))
             return NVML_ERROR_INVALID_ARGUMENT;
@@ -940,7 +1318,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device,
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mode) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyComputeMode, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = state_device(device, kQueryComputeMode, &d); rc != NVML_SUCCESS) return rc;
@@ -950,7 +1328,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComput
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyInforom, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (nvmlReturn_t rc = state_device(device, kQueryInforom, &d); rc != NVML_SUCCESS) return rc;
         return d->inforom_corrupted ? NVML_ERROR_CORRUPTED_INFOROM : NVML_SUCCESS;
@@ -959,7 +1337,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device) {
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int* corrRows, unsigned int* uncRows,
                                                   unsigned int* isPending, unsigned int* failureOccurred) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyRemappedRows, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (!corrRows || !uncRows || !isPending || !failureOccurred) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = state_device(device, kQueryRemappedRows, &d); rc != NVML_SUCCESS) return rc;
@@ -972,7 +1350,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned 
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* current, nvmlEnableState_t* pending) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyEcc, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = state_device(device, kQueryEccMode, &d); rc != NVML_SUCCESS) return rc;
@@ -984,7 +1362,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableStat
 // Answers whatever ECC mode says, so that a test sees the count ignored while ECC is off.
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
                                                     nvmlEccCounterType_t counterType, unsigned long long* eccCounts) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyEcc, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (eccCounts == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = state_device(device, kQueryEccErrors, &d); rc != NVML_SUCCESS) return rc;
@@ -995,7 +1373,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMem
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t* values) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyFieldValues, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (values == nullptr || valuesCount <= 0) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = state_device(device, kQueryFieldValues, &d); rc != NVML_SUCCESS) return rc;
@@ -1023,7 +1401,7 @@ void fill_fabric(const SimDevice& d, Info* info) {
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t* info) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyFabric, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = state_device(device, kQueryFabric, &d); rc != NVML_SUCCESS) return rc;
@@ -1046,7 +1424,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpu
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t* info) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyFabric, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = state_device(device, kQueryFabric, &d); rc != NVML_SUCCESS) return rc;
@@ -1057,7 +1435,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuF
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t* isPending) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyRetiredPages, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (isPending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = state_device(device, kQueryRetiredPages, &d); rc != NVML_SUCCESS) return rc;
@@ -1066,19 +1444,30 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t devi
     });
 }
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t, nvmlConfComputeMemSizeInfo_t*) {
-    return NVML_ERROR_NOT_SUPPORTED;  // exported for its presence: it marks drivers since R535
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device, nvmlConfComputeMemSizeInfo_t*) {
+    // exported for its presence: it marks drivers since R535
+    return guarded({__func__, kFamilyStatic, device}, [&]() -> nvmlReturn_t { return NVML_ERROR_NOT_SUPPORTED; });
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t* mode) {
+    return guarded({__func__, kFamilyPersistenceMode, device}, [&]() -> nvmlReturn_t {
+        const SimDevice* d = nullptr;
+        if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+        if (nvmlReturn_t rc = state_device(device, kQueryPersistenceMode, &d); rc != NVML_SUCCESS) return rc;
+        *mode = d->persistence_mode ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+        return NVML_SUCCESS;
+    });
 }
 
 #define SIM_PROCESS_QUERIES(NAME, MODE)                                                                          \
     SIM_EXPORT nvmlReturn_t NAME(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v1_t* infos) {        \
-        return guarded([&]() -> nvmlReturn_t { return running_processes(device, MODE, count, infos); });        \
+        return guarded({__func__, kFamilyProcesses, device}, [&]() -> nvmlReturn_t { return running_processes(device, MODE, count, infos); });        \
     }                                                                                                            \
     SIM_EXPORT nvmlReturn_t NAME##_v2(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v2_t* infos) {   \
-        return guarded([&]() -> nvmlReturn_t { return running_processes(device, MODE, count, infos); });        \
+        return guarded({__func__, kFamilyProcesses, device}, [&]() -> nvmlReturn_t { return running_processes(device, MODE, count, infos); });        \
     }                                                                                                            \
     SIM_EXPORT nvmlReturn_t NAME##_v3(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos) {      \
-        return guarded([&]() -> nvmlReturn_t { return running_processes_v3(device, MODE, count, infos); });     \
+        return guarded({__func__, kFamilyProcesses, device}, [&]() -> nvmlReturn_t { return running_processes_v3(device, MODE, count, infos); });     \
     }
 SIM_PROCESS_QUERIES(nvmlDeviceGetComputeRunningProcesses, NVML_PROCESS_MODE_COMPUTE)
 SIM_PROCESS_QUERIES(nvmlDeviceGetGraphicsRunningProcesses, NVML_PROCESS_MODE_GRAPHICS)
@@ -1087,7 +1476,7 @@ SIM_PROCESS_QUERIES(nvmlDeviceGetMPSComputeRunningProcesses, NVML_PROCESS_MODE_M
 
 #ifndef FLINK_GPU_SIM_R535
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, nvmlProcessDetailList_t* plist) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyProcesses, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (plist == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (plist->version != nvmlProcessDetailList_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
@@ -1139,7 +1528,7 @@ nvmlReturn_t temperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor, u
 }  // namespace
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyUtilization, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = reading_device(device, kQueryUtilization, &d); rc != NVML_SUCCESS) return rc;
@@ -1154,13 +1543,13 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlU
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
                                                  unsigned int* temp) {
-    return guarded([&]() -> nvmlReturn_t { return temperature(device, sensorType, temp); });
+    return guarded({__func__, kFamilyTemperature, device}, [&]() -> nvmlReturn_t { return temperature(device, sensorType, temp); });
 }
 
 #ifndef FLINK_GPU_SIM_R535
 // New in R565 (the R535 build, like the real drivers of that era, has only the original query).
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t* temperature_info) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyTemperature, device}, [&]() -> nvmlReturn_t {
         if (temperature_info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (temperature_info->version != nvmlTemperature_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
         const SimDevice* d = nullptr;
@@ -1176,7 +1565,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTempe
 #endif
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* power) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyPower, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (power == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = reading_device(device, kQueryPower, &d); rc != NVML_SUCCESS) return rc;
@@ -1204,7 +1593,7 @@ nvmlReturn_t mig_unit(nvmlDevice_t handle, const SimDevice** out) {
 }  // namespace
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* currentMode, unsigned int* pendingMode) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyMig, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (currentMode == nullptr || pendingMode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = mig_gpu(device, &d); rc != NVML_SUCCESS) return rc;
@@ -1215,7 +1604,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* 
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int* count) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyMig, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = mig_gpu(device, &d); rc != NVML_SUCCESS) return rc;
@@ -1226,7 +1615,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsi
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
                                                            nvmlDevice_t* migDevice) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyMig, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (migDevice == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = mig_gpu(device, &d); rc != NVML_SUCCESS) return rc;
@@ -1240,7 +1629,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int* id) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyMig, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = mig_unit(device, &d); rc != NVML_SUCCESS) return rc;
@@ -1250,7 +1639,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int* id) {
-    return guarded([&]() -> nvmlReturn_t {
+    return guarded({__func__, kFamilyMig, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = mig_unit(device, &d); rc != NVML_SUCCESS) return rc;

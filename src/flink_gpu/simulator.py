@@ -58,7 +58,10 @@ Spec keys (every one optional; null counts as absent):
     ``cpu_affinity``, ``compute_processes``, ``graphics_processes``, ``mps_processes``,
     ``process_detail_list``, ``processes`` (the three kinds), ``utilization``, ``temperature``,
     ``power``, ``temperature_v`` (``nvmlDeviceGetTemperatureV`` alone: a driver that exports it
-    but refuses it) and ``fabric``;
+    but refuses it), ``fabric`` and ``persistence_mode``;
+  * ``persistence_mode``: ``enabled`` (default) or ``disabled``, what
+    ``nvmlDeviceGetPersistenceMode`` answers; disabled, the GPU's first handle in a process costs
+    ``latency_ms.first_handle_without_persistence`` (the driver initialises the GPU);
   * ``mig``: the GPU's Multi-Instance GPU layout, an object with ``mode`` (``enabled`` or
     ``disabled``, default disabled), ``pending`` (the mode after a reset; default the current
     one), ``max_devices`` (slots, 0..64, default 7) and ``instances``: a list of ``{"slot": N
@@ -68,6 +71,30 @@ Spec keys (every one optional; null counts as absent):
 
 * ``unprivileged``: true for a caller without root: a GPU in MIG mode answers its own memory
   queries NO_PERMISSION (its MIG devices still answer theirs).
+
+The driver model (a simulator that behaves like a driver, not one that answers in a microsecond):
+
+* ``latency_ms``: ``{family: milliseconds}`` (fractional, 0..3600000; default 0), the time each
+  call of a query family spends in the driver. The families (:data:`QUERY_FAMILIES`): ``init``
+  (``nvmlInit*``, ``nvmlShutdown``), ``static`` (count, uuid, name, PCI, minor number, index,
+  versions), ``handle`` (``nvmlDeviceGetHandleByIndex*``), ``processes`` (every process list),
+  ``power``, ``memory``, ``utilization``, ``temperature``, ``inforom``, ``remapped_rows``,
+  ``ecc``, ``field_values``, ``fabric``, ``retired_pages``, ``compute_mode``, ``cpu_affinity``,
+  ``mig``, ``persistence_mode``; and ``first_handle`` (a GPU's first handle in a process; default
+  ``handle``) and ``first_handle_without_persistence`` (the same on a GPU whose persistence mode is
+  disabled; default ``first_handle``).
+* ``driver_lock``: true (default): every call holds one process-wide lock for its whole duration,
+  latency included, so that concurrent callers in a process wait for each other as on a real driver;
+  false: they do not.
+* ``hang``: a list of ``{"query": family, "device": GPU index (absent: any call of the family),
+  "while_exists": path}``: such a call blocks while the file exists (polled every millisecond,
+  holding the driver lock, as a call stuck in the driver does), then answers normally; another
+  process (the test) releases it by removing the file: :class:`hanging` creates and removes it.
+
+:func:`counters` tells what the simulator loaded in this process counted (calls per NVML function
+per device, the time the driver lock was held, the wall time since the first ``nvmlInit``);
+``environment(counters_file=path)`` makes another process's simulator write the same at
+``nvmlShutdown`` and at exit (``FLINK_GPU_SIM_COUNTERS_FILE``), read back with ``counters(path)``.
 """
 
 import os
@@ -75,13 +102,25 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
-__all__ = ["MAX_DEVICES", "library_path", "environment", "read_spec", "run", "popen"]
+__all__ = ["MAX_DEVICES", "QUERY_FAMILIES", "library_path", "environment", "read_spec", "run", "popen", "counters",
+           "reset_counters", "hanging"]
 
 _FAULTS = ("NO_PERMISSION", "GPU_IS_LOST")
 _PROCESS_STRUCTS = ("v2", "r535")
 _DEVICE_KEYS = {"uuid", "name", "memory_total", "pci_bus_id", "minor_number", "fault", "memory_used",
                 "cpu_affinity", "compute_mode", "health", "processes", "not_supported", "no_permission", "mig",
-                "utilization", "temperature", "power", "fabric"}
+                "utilization", "temperature", "power", "fabric", "persistence_mode"}
+_TOP_KEYS = ("init_error", "driver_version", "devices", "process_struct", "unprivileged", "driver_lock", "latency_ms",
+             "hang")
+#: The query families of ``latency_ms`` and ``hang`` (csrc/simulator: each NVML export belongs to one).
+QUERY_FAMILIES = ("init", "static", "handle", "processes", "power", "memory", "utilization", "temperature",
+                  "inforom", "remapped_rows", "ecc", "field_values", "fabric", "retired_pages", "compute_mode",
+                  "cpu_affinity", "mig", "persistence_mode")
+# latencies of the handle family's first call per GPU in a process, with and without persistence mode
+_LATENCY_KEYS = QUERY_FAMILIES + ("first_handle", "first_handle_without_persistence")
+_MAX_LATENCY_MS = 3600000
+_HANG_KEYS = {"query", "device", "while_exists"}
+_PERSISTENCE_MODES = ("disabled", "enabled")
 _MIG_KEYS = {"mode", "pending", "max_devices", "instances"}
 _MIG_MODES = ("disabled", "enabled")
 _INSTANCE_KEYS = {"slot", "uuid", "memory_total", "gi", "ci", "memory_used", "cpu_affinity", "compute_mode",
@@ -107,7 +146,7 @@ _PROCESS_KINDS = ("compute", "graphics", "mps")
 _QUERIES = ("inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
             "memory_v2", "compute_mode", "cpu_affinity", "compute_processes", "graphics_processes",
             "mps_processes", "process_detail_list", "processes", "utilization", "temperature", "power",
-            "temperature_v", "fabric")
+            "temperature_v", "fabric", "persistence_mode")
 _CPULIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
 #: The most GPUs ``devices`` may ask for: the limit csrc/simulator/nvml_simulator.cpp puts on
 #: FLINK_GPU_SIM_DEVICES.
@@ -298,13 +337,51 @@ def _validate_mig(device: Mapping[str, Any], where: str) -> None:
         _validate_state({**instance, "memory_total": total}, what)
 
 
+def _validate_driver(spec: Mapping[str, Any]) -> None:
+    """``driver_lock``, ``latency_ms`` and ``hang`` (the module docstring)."""
+    _check_bool(spec.get("driver_lock"), "'driver_lock'")
+    latency = spec.get("latency_ms")
+    if latency is not None:
+        if not isinstance(latency, Mapping):
+            raise TypeError(f"Simulator spec latency_ms must be an object of query family: milliseconds, got {latency!r}.")
+        for family, ms in latency.items():
+            if family not in _LATENCY_KEYS:
+                raise ValueError(f"Simulator spec latency_ms.{family} is not a query family; use {', '.join(_LATENCY_KEYS)}.")
+            message = f"Simulator spec latency_ms.{family} must be a number of milliseconds (0..{_MAX_LATENCY_MS}), got {ms!r}."
+            if isinstance(ms, bool) or not isinstance(ms, (int, float)):
+                raise TypeError(message)
+            if not 0 <= ms <= _MAX_LATENCY_MS:
+                raise ValueError(message)
+    hangs = spec.get("hang")
+    if hangs is None:
+        return
+    if not isinstance(hangs, (list, tuple)):
+        raise TypeError(f"Simulator spec hang must be a list of {{query, device, while_exists}}, got {hangs!r}.")
+    for i, hang in enumerate(hangs):
+        what = f"hang[{i}]"
+        if not isinstance(hang, Mapping):
+            raise TypeError(f"Simulator spec {what} must be an object, got {hang!r}.")
+        bad = set(hang) - _HANG_KEYS
+        if bad:
+            raise ValueError(f"Simulator spec {what} has unknown keys {sorted(bad)}; known: {sorted(_HANG_KEYS)}.")
+        if hang.get("query") not in QUERY_FAMILIES:
+            raise ValueError(f"Simulator spec {what}.query must be one of {', '.join(QUERY_FAMILIES)}, "
+                             f"got {hang.get('query')!r}.")
+        if hang.get("device") is not None:
+            _check_whole_number(hang["device"], MAX_DEVICES, f"{what}.device must be a GPU index")
+        path = hang.get("while_exists")
+        _check_string(path, f"{what}.while_exists")
+        if not path:
+            raise ValueError(f"Simulator spec {what}.while_exists must name a file (the call blocks while it exists).")
+
+
 def _validate_spec(spec: Mapping[str, Any]) -> None:
     """The simulator's own rules: ``TypeError`` for a value of the wrong type, ``ValueError`` for
     an unknown key or a value out of range, each naming the key."""
-    unknown = set(spec) - {"init_error", "driver_version", "devices", "process_struct", "unprivileged"}
+    unknown = set(spec) - set(_TOP_KEYS)
     if unknown:
-        raise ValueError(f"Unknown simulator spec keys {sorted(unknown)}; use init_error, driver_version, "
-                         "devices, process_struct, unprivileged.")
+        raise ValueError(f"Unknown simulator spec keys {sorted(unknown)}; use {', '.join(_TOP_KEYS)}.")
+    _validate_driver(spec)
     _check_bool(spec.get("unprivileged"), "'unprivileged'")
     _check_choice(spec.get("process_struct"), _PROCESS_STRUCTS, "'process_struct'")
     if spec.get("init_error") is not None:
@@ -325,6 +402,7 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
             if device.get(key) is not None:
                 _check_whole_number(device[key], limit, f"devices[{i}].{key} must be a whole number")
         _check_power(device.get("power"), f"devices[{i}].power")
+        _check_choice(device.get("persistence_mode"), _PERSISTENCE_MODES, f"devices[{i}].persistence_mode")
         fault = device.get("fault")
         if fault is not None and fault not in _FAULTS:
             raise ValueError(f"Simulator spec devices[{i}] fault {fault!r} is not one of {_FAULTS}.")
@@ -392,7 +470,8 @@ def _remove_quietly(path: str) -> None:
 
 
 def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
-                init_error: Optional[int] = None) -> Dict[str, str]:
+                init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None
+                ) -> Dict[str, str]:
     """Environment variables that make a new process use the simulator.
 
     ``devices``: that many identical GPUs (default 4; ``ValueError`` unless a whole number from 0
@@ -400,7 +479,8 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
     JSON file that lives as long as this process) or the path of a JSON file (which must be a
     regular file; its content is checked by the simulator when NVML starts, or before with
     :func:`read_spec`). ``init_error``: the NVML error code ``nvmlInit`` returns (e.g. 9,
-    NVML_ERROR_DRIVER_NOT_LOADED). A dict spec is checked first: ``TypeError`` for a value of the
+    NVML_ERROR_DRIVER_NOT_LOADED). ``counters_file``: where the process's simulator writes its
+    :func:`counters` at ``nvmlShutdown`` and at exit (read them with ``counters(path)``). A dict spec is checked first: ``TypeError`` for a value of the
     wrong type, ``ValueError`` for an unknown key or a value out of range, both naming the key.
     """
     if devices is not None and spec is not None:
@@ -433,29 +513,110 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
         env["FLINK_GPU_SIM_DEVICES"] = str(count)
     if init_error is not None:
         env["FLINK_GPU_SIM_INIT_ERROR"] = str(int(init_error))
+    if counters_file is not None:
+        env["FLINK_GPU_SIM_COUNTERS_FILE"] = os.fspath(counters_file)
     return env
 
 
-def _child_env(kwargs: Dict[str, Any], devices, spec, init_error) -> Dict[str, str]:
+def _child_env(kwargs: Dict[str, Any], devices, spec, init_error, counters_file) -> Dict[str, str]:
     base = kwargs.pop("env", None)
     env = dict(os.environ if base is None else base)
-    for key in ("FLINK_GPU_SIM_DEVICES", "FLINK_GPU_SIM_SPEC", "FLINK_GPU_SIM_INIT_ERROR"):
+    for key in ("FLINK_GPU_SIM_DEVICES", "FLINK_GPU_SIM_SPEC", "FLINK_GPU_SIM_INIT_ERROR", "FLINK_GPU_SIM_COUNTERS_FILE"):
         env.pop(key, None)
-    env.update(environment(devices, spec, init_error))
+    env.update(environment(devices, spec, init_error, counters_file))
     return env
 
 
 def run(args: Sequence[str], *, devices: Optional[int] = None, spec: Optional[SpecLike] = None,
-        init_error: Optional[int] = None, **kwargs: Any):
+        init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+        **kwargs: Any):
     """``subprocess.run(args, **kwargs)`` with the process pointed at the simulator."""
     import subprocess
 
-    return subprocess.run(args, env=_child_env(kwargs, devices, spec, init_error), **kwargs)
+    return subprocess.run(args, env=_child_env(kwargs, devices, spec, init_error, counters_file), **kwargs)
 
 
 def popen(args: Sequence[str], *, devices: Optional[int] = None, spec: Optional[SpecLike] = None,
-          init_error: Optional[int] = None, **kwargs: Any):
+          init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+          **kwargs: Any):
     """``subprocess.Popen(args, **kwargs)`` with the process pointed at the simulator."""
     import subprocess
 
-    return subprocess.Popen(args, env=_child_env(kwargs, devices, spec, init_error), **kwargs)
+    return subprocess.Popen(args, env=_child_env(kwargs, devices, spec, init_error, counters_file), **kwargs)
+
+
+def _loaded_library():
+    """The simulator this process has loaded (either build), by ctypes: the same handle, so the
+    same counters."""
+    import ctypes
+
+    for process_struct in _PROCESS_STRUCTS:
+        try:
+            path = library_path(process_struct)
+        except FileNotFoundError:
+            continue
+        try:
+            return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        except OSError:  # this build is not loaded here
+            continue
+    raise RuntimeError("The NVML simulator is not loaded in this process: point it at the simulator "
+                       "(flink_gpu.simulator.environment) and use NVML first, or read another process's "
+                       "counters from its counters_file.")
+
+
+def counters(path: Optional[Union[str, "os.PathLike[str]"]] = None) -> Dict[str, Any]:
+    """What the simulator counted since the first ``nvmlInit`` (or :func:`reset_counters`)::
+
+        {"elapsed_ns": wall time, "driver_lock_held_ns": time the driver lock was held,
+         "calls": {"nvmlDeviceGetPowerUsage": {"0": 3, "1": 3}, "nvmlInit_v2": {"host": 1}, ...}}
+
+    ``calls`` counts each NVML function per device it was called on: a GPU index, ``"<gpu>:<slot>"``
+    for a MIG device, ``"host"`` for a call about no device and ``"invalid"`` for a handle that is
+    none. Without ``path``: the simulator loaded in this process (``RuntimeError`` when none is);
+    with it: the file a process given ``counters_file`` wrote.
+    """
+    import ctypes
+    import json
+
+    if path is not None:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    library = _loaded_library()
+    read = library.flinkgpuSimCounters
+    read.argtypes = (ctypes.c_char_p, ctypes.c_uint)
+    read.restype = ctypes.c_uint
+    needed = read(None, 0)
+    while True:
+        if needed == 0:
+            raise MemoryError("The NVML simulator could not build its counters.")
+        buffer = ctypes.create_string_buffer(needed)
+        got = read(buffer, needed)
+        if got <= needed:
+            return json.loads(buffer.value.decode())
+        needed = got  # more calls were counted in between
+
+
+def reset_counters() -> None:
+    """Sets the counters of the simulator loaded in this process to zero and their clock to now."""
+    _loaded_library().flinkgpuSimResetCounters()
+
+
+class hanging:
+    """``with simulator.hanging(path):`` creates ``path`` and removes it on exit, so that the
+    queries a spec's ``hang`` rule names with ``"while_exists": path`` block inside the simulated
+    driver (holding its lock) for the duration of the block, in every process using that spec."""
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        self.path = os.fspath(path)
+
+    def __enter__(self) -> str:
+        with open(self.path, "x"):
+            pass
+        return self.path
+
+    def release(self) -> None:
+        """Lets the blocked queries answer (also at the end of the ``with`` block)."""
+        _remove_quietly(self.path)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
