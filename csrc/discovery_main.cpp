@@ -290,9 +290,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> enumerated;
     for (const auto& d : found.devices) enumerated.push_back(d.index);
     flinkgpu::Choice choice;
-    const double left = args.nvml_timeout - seconds_since(start);
     status = flinkgpu::choose_gpus(*lib, enumerated, parent.pid, parent.pid, args.busy, flinkgpu::all_checks(),
-                                   left > 0.001 ? left : 0.001, &choice);
+                                   args.nvml_timeout, &choice, seconds_since(start));
     if (!status.ok()) {
         std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
         return leave(1);

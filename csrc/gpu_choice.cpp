@@ -217,13 +217,14 @@ ReadPlan read_plan(BusyPolicy policy) noexcept {
 
 Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner,
                    pid_t taskmanager, BusyPolicy policy, const CheckSet& enforced, double timeout_seconds,
-                   Choice* out) noexcept {
+                   Choice* out, double spent_seconds) noexcept {
     try {
         out->states.clear();
         std::vector<DeviceState> now;
         bool count_known = false;
         if (const Status st = query_states_within(lib, owner, taskmanager, enforced, read_plan(policy),
-                                                  timeout_seconds, &now, &out->stalls, &count_known);
+                                                  timeout_seconds, &now, &out->stalls, &count_known,
+                                                  spent_seconds);
             !st.ok())
             return st;
         // Not even the count was read: every device is unknown for the library-wide call that stalled.

@@ -58,7 +58,7 @@ struct Choice {
 // process lists are read only where `policy` looks at them (not for ignore). Never throws.
 Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner,
                    pid_t taskmanager, BusyPolicy policy, const CheckSet& enforced, double timeout_seconds,
-                   Choice* out) noexcept;
+                   Choice* out, double spent_seconds = 0) noexcept;
 
 // What a choice under `policy` reads (docs/design.md §9.1, "Query plan").
 ReadPlan read_plan(BusyPolicy policy) noexcept;

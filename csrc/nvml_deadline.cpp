@@ -25,7 +25,7 @@ long long now_ns() {
 
 std::string duration_text(double seconds) {
     char buf[48];
-    if (seconds < 1.0) {
+    if (seconds < 0.9995) {
         std::snprintf(buf, sizeof buf, "%.0f ms", std::max(0.0, seconds * 1000.0));
     } else {
         const double tenths = std::round(seconds * 10.0) / 10.0;
@@ -273,12 +273,12 @@ std::string stall_text(const Stall& stall, double timeout_seconds) {
 
 Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,
                            const ReadPlan& plan, double timeout_seconds, std::vector<DeviceState>* out,
-                           std::vector<Stall>* stalls, bool* count_known) noexcept {
+                           std::vector<Stall>* stalls, bool* count_known, double spent_seconds) noexcept {
     try {
         out->clear();
         stalls->clear();
         *count_known = false;
-        const long long deadline = deadline_after(timeout_seconds);
+        const long long deadline = deadline_after(std::max(timeout_seconds - spent_seconds, 0.001));
         *stalls = stuck_calls();
         for (const Stall& s : *stalls)
             if (s.gpu == ReadMonitor::kLibrary) return Status();  // a library-wide call is stuck: start nothing

@@ -36,10 +36,12 @@ std::string stall_text(const Stall& stall, double timeout_seconds);
 // other on one worker thread (a real driver serialises them on its own lock anyway). A GPU not read in
 // time, or one an earlier read is still stuck on, is a state of health unknown saying why; `stalls`
 // names the calls. `*count_known` false: not even the GPU count was read (then `out` is empty). An
-// NVML failure of the whole library within the deadline is the status, as query_states's. Never throws.
+// NVML failure of the whole library within the deadline is the status, as query_states's.
+// `spent_seconds`: the part of the timeout already used by earlier NVML work of the same deadline
+// (flink-gpu-discovery's init); the texts name the whole timeout. Never throws.
 Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,
                            const ReadPlan& plan, double timeout_seconds, std::vector<DeviceState>* out,
-                           std::vector<Stall>* stalls, bool* count_known) noexcept;
+                           std::vector<Stall>* stalls, bool* count_known, double spent_seconds = 0) noexcept;
 
 // Runs `job`, a library-wide NVML step named `function` (nvmlInit_v2, the enumeration), on a worker
 // thread and waits for it at most `timeout_seconds`. True when it returned; false with `*stall` when it

@@ -328,7 +328,8 @@ def _gpu_states(nvml, live: "dict[str, list[int]]") -> "dict[str, dict]":
             "memory_used": state.memory_used, "memory_free": state.memory_free,
             "numa_node": device.numa_node if device else None,
             "cpu_affinity": device.cpu_affinity if device else None,
-            "compute_mode": state.compute_mode, "processes_known": state.processes_known,
+            # a GPU not read in time (health "unknown: ...") has no process list either
+            "compute_mode": state.compute_mode, "processes_known": state.processes_known and state.processes_read,
             "processes": [{"pid": pid, "kind": kind, "used_memory": used, "visible": visible,
                            "cmdline": process_cmdline(pid) if visible else None,
                            "holder": belongs.get((index, pid))}
@@ -339,6 +340,8 @@ def _gpu_states(nvml, live: "dict[str, list[int]]") -> "dict[str, dict]":
 
 def _processes_text(gpu: dict) -> str:
     if not gpu["processes_known"]:
+        if (gpu["health"] or "").startswith("unknown:"):
+            return "? (not read in time)"
         return "? (no permission to list them)"
     parts = []
     for process in gpu["processes"]:
