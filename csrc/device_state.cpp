@@ -4,8 +4,13 @@
 #include "gpu_choice.hpp"
 #include "process_tree.hpp"
 
+#include <pthread.h>
+#include <time.h>
+
 #include <algorithm>
+#include <map>
 #include <new>
+#include <tuple>
 
 namespace flinkgpu {
 namespace {
@@ -30,6 +35,51 @@ struct Workspace {
     std::vector<nvmlProcessInfo_v2_t> v2;         // *_v3 and *_v2
     std::vector<nvmlProcessInfo_v1_t> v1;
 };
+
+// InfoROM validity per GPU (and MIG unit) of a library, for this process generation: nvmlDeviceValidateInforom
+// reads the flash (DCGM polls it at most hourly), and a corrupted InfoROM stays so until the GPU is reset. The
+// mutex is never held across an NVML call.
+struct InforomKey {
+    const NvmlLibrary* lib;
+    unsigned long generation;
+    unsigned gpu;
+    int slot;
+    bool operator<(const InforomKey& o) const {
+        return std::tie(lib, generation, gpu, slot) < std::tie(o.lib, o.generation, o.gpu, o.slot);
+    }
+};
+struct InforomReading {
+    int rc;
+    long long read_ns;
+};
+pthread_mutex_t g_inforom_mutex = PTHREAD_MUTEX_INITIALIZER;
+std::map<InforomKey, InforomReading>* g_inforom = new std::map<InforomKey, InforomReading>();
+
+long long monotonic_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+bool inforom_cached(const InforomKey& key, int* rc) {
+    pthread_mutex_lock(&g_inforom_mutex);
+    const auto it = g_inforom->find(key);
+    const bool fresh = it != g_inforom->end() &&
+                       monotonic_ns() - it->second.read_ns < static_cast<long long>(kInforomRecheckSeconds) * 1000000000LL;
+    if (fresh) *rc = it->second.rc;
+    pthread_mutex_unlock(&g_inforom_mutex);
+    return fresh;
+}
+
+void inforom_store(const InforomKey& key, int rc) {
+    pthread_mutex_lock(&g_inforom_mutex);
+    try {
+        (*g_inforom)[key] = InforomReading{rc, monotonic_ns()};
+    } catch (...) {
+        // not cached: read again next time
+    }
+    pthread_mutex_unlock(&g_inforom_mutex);
+}
 
 class DeviceQuery {
 public:
@@ -77,20 +127,83 @@ private:
     }
     void answered(Check check, int rc) { s_->readings.answered[static_cast<std::size_t>(check)] = outcome_of(rc); }
 
-    void health() {
-        HealthReadings& r = s_->readings;
-        if (api_.device_validate_inforom != nullptr) {
-            calling("nvmlDeviceValidateInforom");
-            const int rc = api_.device_validate_inforom(dev_);
-            if (rc == NVML_ERROR_CORRUPTED_INFOROM) {
-                r.inforom_corrupted = true;
-                answered(Check::kInforom, NVML_SUCCESS);
-            } else {
-                if (answer(rc, "nvmlDeviceValidateInforom") >= Answer::kLost) return;
-                answered(Check::kInforom, rc);
+    // The health fields of one nvmlDeviceGetFieldValues call (docs/design.md §9.1, query plan), in
+    // this order; a field that does not answer falls back to its own query.
+    enum Field { kRecoveryField, kEccCurrentField, kEccDbeField, kRemapPendingField, kRemapFailureField,
+                 kRetiredPendingField, kFieldCount };
+
+    static unsigned long long field_value(const nvmlFieldValue_t& f) {
+        switch (f.valueType) {
+            case NVML_VALUE_TYPE_UNSIGNED_INT: return f.value.uiVal;
+            case NVML_VALUE_TYPE_UNSIGNED_LONG: return f.value.ulVal;
+            case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: return f.value.ullVal;
+            case NVML_VALUE_TYPE_SIGNED_INT: return static_cast<unsigned long long>(f.value.siVal);
+            case NVML_VALUE_TYPE_SIGNED_LONG_LONG: return static_cast<unsigned long long>(f.value.sllVal);
+            default: return 0;
+        }
+    }
+
+    // Reads the health fields; false when the device is lost or the library fails. fields[i].nvmlReturn
+    // is NOT_SUPPORTED for each field not answered (no nvmlDeviceGetFieldValues: every one).
+    bool read_fields(nvmlFieldValue_t (&fields)[kFieldCount]) {
+        static constexpr unsigned kIds[kFieldCount] = {NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_FI_DEV_ECC_CURRENT,
+                                                       NVML_FI_DEV_ECC_DBE_VOL_TOTAL, NVML_FI_DEV_REMAPPED_PENDING,
+                                                       NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_RETIRED_PENDING};
+        for (int i = 0; i < kFieldCount; ++i) {
+            fields[i] = nvmlFieldValue_t{};
+            fields[i].fieldId = kIds[i];
+            fields[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+        if (api_.device_get_field_values == nullptr) return true;
+        calling("nvmlDeviceGetFieldValues");
+        const Answer a = answer(api_.device_get_field_values(dev_, kFieldCount, fields), "nvmlDeviceGetFieldValues");
+        if (a >= Answer::kLost) return false;
+        for (nvmlFieldValue_t& f : fields) {
+            if (a != Answer::kOk) {
+                f.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            } else if (is_lost(f.nvmlReturn)) {
+                answer(f.nvmlReturn, "nvmlDeviceGetFieldValues");
+                return false;
             }
         }
-        if (api_.device_get_remapped_rows != nullptr) {
+        return true;
+    }
+
+    // InfoROM validity, which reads the flash: once per GPU and kInforomRecheckSeconds (inforom_cache).
+    void inforom(bool fresh) {
+        HealthReadings& r = s_->readings;
+        if (api_.device_validate_inforom == nullptr) return;
+        const InforomKey key{&lib_, NvmlLibrary::process_generation(), s_->nvml_index,
+                             s_->mig_slot ? static_cast<int>(*s_->mig_slot) : -1};
+        int rc = NVML_SUCCESS;
+        if (fresh || !inforom_cached(key, &rc)) {
+            calling("nvmlDeviceValidateInforom");
+            rc = api_.device_validate_inforom(dev_);
+            if (rc != NVML_ERROR_CORRUPTED_INFOROM && answer(rc, "nvmlDeviceValidateInforom") >= Answer::kLost) return;
+            inforom_store(key, rc);
+        } else {
+            r.inforom_cached = true;
+        }
+        if (rc == NVML_ERROR_CORRUPTED_INFOROM) {
+            r.inforom_corrupted = true;
+            answered(Check::kInforom, NVML_SUCCESS);
+        } else {
+            answered(Check::kInforom, rc);
+        }
+    }
+
+    void health() {
+        HealthReadings& r = s_->readings;
+        inforom(plan_.fresh_inforom);
+        if (lost() || !failure_.ok()) return;
+        nvmlFieldValue_t fields[kFieldCount];
+        if (!read_fields(fields)) return;
+        const auto got = [&](Field f) { return fields[f].nvmlReturn == NVML_SUCCESS; };
+        if (got(kRemapPendingField) && got(kRemapFailureField)) {
+            r.remap_pending = field_value(fields[kRemapPendingField]) != 0;
+            r.remap_failed = field_value(fields[kRemapFailureField]) != 0;
+            answered(Check::kRemappedRows, NVML_SUCCESS);
+        } else if (api_.device_get_remapped_rows != nullptr) {
             unsigned corrected = 0, uncorrected = 0, pending = 0, failed = 0;
             calling("nvmlDeviceGetRemappedRows");
             const int rc = api_.device_get_remapped_rows(dev_, &corrected, &uncorrected, &pending, &failed);
@@ -102,7 +215,14 @@ private:
                 r.remap_pending = pending != 0;
             }
         }
-        if (api_.device_get_ecc_mode != nullptr && api_.device_get_total_ecc_errors != nullptr) {
+        if (got(kEccCurrentField) && (field_value(fields[kEccCurrentField]) == 0 || got(kEccDbeField))) {
+            if (field_value(fields[kEccCurrentField]) == 0) {
+                r.answered[static_cast<std::size_t>(Check::kEcc)] = Outcome::kNotApplicable;  // counters need ECC on
+            } else {
+                r.ecc_uncorrected_volatile = field_value(fields[kEccDbeField]);
+                answered(Check::kEcc, NVML_SUCCESS);
+            }
+        } else if (api_.device_get_ecc_mode != nullptr && api_.device_get_total_ecc_errors != nullptr) {
             nvmlEnableState_t current = NVML_FEATURE_DISABLED, pending = NVML_FEATURE_DISABLED;
             calling("nvmlDeviceGetEccMode");
             const int mrc = api_.device_get_ecc_mode(dev_, &current, &pending);
@@ -122,35 +242,19 @@ private:
                 if (a == Answer::kOk) r.ecc_uncorrected_volatile = count;
             }
         }
-        if (api_.device_get_field_values != nullptr) {
-            nvmlFieldValue_t field{};
-            field.fieldId = NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
-            calling("nvmlDeviceGetFieldValues");
-            const Answer a = answer(api_.device_get_field_values(dev_, 1, &field), "nvmlDeviceGetFieldValues");
-            if (a >= Answer::kLost) return;
-            // A driver without the field (before R565) answers per value (NOT_SUPPORTED, INVALID_ARGUMENT).
-            if (a == Answer::kOk && field.nvmlReturn == NVML_SUCCESS) {
-                unsigned action = NVML_GPU_RECOVERY_ACTION_NONE;
-                switch (field.valueType) {
-                    case NVML_VALUE_TYPE_UNSIGNED_INT: action = field.value.uiVal; break;
-                    case NVML_VALUE_TYPE_UNSIGNED_LONG: action = static_cast<unsigned>(field.value.ulVal); break;
-                    case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: action = static_cast<unsigned>(field.value.ullVal); break;
-                    case NVML_VALUE_TYPE_SIGNED_INT: action = static_cast<unsigned>(field.value.siVal); break;
-                    default: break;
-                }
-                r.recovery_action = action;
-                answered(Check::kRecoveryAction, NVML_SUCCESS);
-            } else if (a == Answer::kOk && is_lost(field.nvmlReturn)) {
-                answer(field.nvmlReturn, "nvmlDeviceGetFieldValues");
-                return;
-            } else if (a == Answer::kOk) {
-                answered(Check::kRecoveryAction, field.nvmlReturn);
-            } else {
-                answered(Check::kRecoveryAction, NVML_ERROR_NOT_SUPPORTED);
-            }
+        // A driver without the field (before R565) answers per value (NOT_SUPPORTED, INVALID_ARGUMENT).
+        if (got(kRecoveryField)) {
+            r.recovery_action = static_cast<unsigned>(field_value(fields[kRecoveryField]));
+            answered(Check::kRecoveryAction, NVML_SUCCESS);
+        } else if (api_.device_get_field_values != nullptr) {
+            answered(Check::kRecoveryAction, fields[kRecoveryField].nvmlReturn == NVML_ERROR_NO_PERMISSION
+                                                 ? NVML_ERROR_NO_PERMISSION : NVML_ERROR_NOT_SUPPORTED);
         }
         if (!fabric()) return;
-        if (api_.device_get_retired_pages_pending_status != nullptr) {
+        if (got(kRetiredPendingField)) {
+            r.pages_pending = field_value(fields[kRetiredPendingField]) != 0;
+            answered(Check::kRetiredPages, NVML_SUCCESS);
+        } else if (api_.device_get_retired_pages_pending_status != nullptr) {
             nvmlEnableState_t pending = NVML_FEATURE_DISABLED;
             calling("nvmlDeviceGetRetiredPagesPendingStatus");
             const int rc = api_.device_get_retired_pages_pending_status(dev_, &pending);

@@ -53,6 +53,7 @@ struct HealthReadings {
     int lost_code = NVML_SUCCESS;  // GPU_IS_LOST or RESET_REQUIRED from a state query; any code from the handle query
     const char* lost_function = nullptr;
     bool inforom_corrupted = false;                   // nvmlDeviceValidateInforom
+    bool inforom_cached = false;                      // that answer is the process's cached one (kInforomRecheckSeconds)
     bool remap_failed = false, remap_pending = false;  // nvmlDeviceGetRemappedRows
     unsigned long long ecc_uncorrected_volatile = 0;  // only read while ECC is on
     unsigned recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;  // NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
@@ -128,7 +129,12 @@ public:
 // What a state read asks NVML (docs/design.md §9.1, "Query plan").
 struct ReadPlan {
     bool processes = true;  // false (busy-gpus: ignore): no process list is read, processes stay unknown
+    bool fresh_inforom = false;  // true: InfoROM validity read now, not taken from the process's cache
 };
+
+// How long a GPU's InfoROM validity (nvmlDeviceValidateInforom, which reads the flash) is reused within a
+// process before it is read again; a choice that finds nothing usable reads it again at once.
+inline constexpr unsigned kInforomRecheckSeconds = 600;
 
 // The state of every device (a MIG GPU's units in its place), in index order, judged with the
 // checks `enforced`. A GPU whose handle or MIG layout NVML refuses now is one state, lost, with

@@ -217,12 +217,14 @@ ReadPlan read_plan(BusyPolicy policy) noexcept {
 
 Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner,
                    pid_t taskmanager, BusyPolicy policy, const CheckSet& enforced, double timeout_seconds,
-                   Choice* out, double spent_seconds) noexcept {
+                   Choice* out, double spent_seconds, bool fresh_inforom) noexcept {
     try {
         out->states.clear();
         std::vector<DeviceState> now;
         bool count_known = false;
-        if (const Status st = query_states_within(lib, owner, taskmanager, enforced, read_plan(policy),
+        ReadPlan plan = read_plan(policy);
+        plan.fresh_inforom = fresh_inforom;
+        if (const Status st = query_states_within(lib, owner, taskmanager, enforced, plan,
                                                   timeout_seconds, &now, &out->stalls, &count_known,
                                                   spent_seconds);
             !st.ok())
@@ -271,6 +273,14 @@ Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enume
             out->states.push_back(std::move(gone));
         }
         out->ranking = rank_gpus(out->states, policy);
+        // Nothing usable while a cached InfoROM answer keeps a GPU out: it may be stale (the GPU was
+        // reset since), so the choice is made again with InfoROM read now.
+        bool cached_inforom_finding = false;
+        for (const DeviceState& s : out->states)
+            cached_inforom_finding = cached_inforom_finding || (s.readings.inforom_cached && s.readings.inforom_corrupted);
+        if (out->ranking.indices.empty() && cached_inforom_finding && !fresh_inforom)
+            return choose_gpus(lib, enumerated, owner, taskmanager, policy, enforced, timeout_seconds, out,
+                               spent_seconds, true);
         return Status();
     } catch (const std::bad_alloc&) {
         return nvml_failure_noexcept(NVML_ERROR_MEMORY, "choose_gpus", "Out of memory while choosing GPUs.");

@@ -55,10 +55,12 @@ struct Choice {
 // `policy`. A device enumerated earlier that NVML no longer answers for is an unhealthy state naming
 // the refusing call, never dropped. `owner`, `taskmanager`: as query_states. The states are read
 // within `timeout_seconds` (nvml_deadline.hpp): a device not read in time is unknown, left out. The
-// process lists are read only where `policy` looks at them (not for ignore). Never throws.
+// process lists are read only where `policy` looks at them (not for ignore). InfoROM validity comes from
+// the process's cache (kInforomRecheckSeconds) unless `fresh_inforom`, and is read again when a cached
+// finding leaves nothing usable. Never throws.
 Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner,
                    pid_t taskmanager, BusyPolicy policy, const CheckSet& enforced, double timeout_seconds,
-                   Choice* out, double spent_seconds = 0) noexcept;
+                   Choice* out, double spent_seconds = 0, bool fresh_inforom = false) noexcept;
 
 // What a choice under `policy` reads (docs/design.md §9.1, "Query plan").
 ReadPlan read_plan(BusyPolicy policy) noexcept;
