@@ -5,6 +5,7 @@
 #include "gpu_choice.hpp"
 #include "nvml_loader.hpp"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -42,6 +43,22 @@ const std::string& sim() {
 const std::string& r535() {
     static const std::string path = env("FLINK_GPU_TEST_SIMULATOR_R535");
     return path;
+}
+
+// How often the simulator loaded in this process saw `function` called on GPU `gpu` (its counters).
+int sim_calls(const std::string& function, const std::string& gpu) {
+    void* handle = dlopen(sim().c_str(), RTLD_NOW | RTLD_NOLOAD);
+    if (handle == nullptr) return -1;
+    auto read = reinterpret_cast<unsigned (*)(char*, unsigned)>(dlsym(handle, "flinkgpuSimCounters"));
+    std::string text(read != nullptr ? read(nullptr, 0) : 0, '\0');
+    if (read != nullptr) read(&text[0], static_cast<unsigned>(text.size()));
+    dlclose(handle);
+    const std::size_t at = text.find("\"" + function + "\"");
+    if (at == std::string::npos) return 0;
+    const std::size_t end = text.find('}', at);
+    const std::size_t key = text.find("\"" + gpu + "\":", at);
+    if (key == std::string::npos || key > end) return 0;
+    return std::atoi(text.c_str() + key + gpu.size() + 3);
 }
 
 bool has(const std::vector<std::string>& v, const std::string& x) {
@@ -316,6 +333,60 @@ TEST_CASE(busy_gpus_ignore_reads_no_process_list) {
                  CHECK_EQ(avoid.states[0].processes.size(), static_cast<std::size_t>(4));
                  CHECK(avoid.states[0].busy);
              }),
+             0);
+}
+
+TEST_CASE(the_health_fields_come_in_one_field_values_call_per_gpu) {
+    CHECK_EQ(simulated::with_spec(sim(), R"({"devices": [{"health": {"row_remap_pending": true, "ecc_uncorrected": 2}}]})",
+                                  [](const NvmlLibrary& lib) {
+                                      std::vector<DeviceState> s;
+                                      CHECK(query_states(lib, getpid(), 0, all_checks(), &s).ok());
+                                      CHECK_EQ(s[0].health_text, std::string("unhealthy: 2 uncorrectable volatile ECC errors"));
+                                      CHECK(has(s[0].findings, "degraded: row remapping pending"));
+                                      CHECK_EQ(sim_calls("nvmlDeviceGetFieldValues", "0"), 1);
+                                      CHECK_EQ(sim_calls("nvmlDeviceGetRemappedRows", "0"), 0);
+                                      CHECK_EQ(sim_calls("nvmlDeviceGetEccMode", "0"), 0);
+                                      CHECK_EQ(sim_calls("nvmlDeviceGetTotalEccErrors", "0"), 0);
+                                      CHECK_EQ(sim_calls("nvmlDeviceGetRetiredPagesPendingStatus", "0"), 0);
+                                  }),
+             0);
+}
+
+TEST_CASE(a_field_that_does_not_answer_falls_back_to_its_own_query) {
+    CHECK_EQ(simulated::with_spec(sim(), R"({"devices": [{"not_supported": ["field_values"],)"
+                                         R"("health": {"row_remap_failure": true, "retired_pages_pending": true,)"
+                                         R"("ecc_uncorrected": 1}}]})",
+                                  [](const NvmlLibrary& lib) {
+                                      std::vector<DeviceState> s;
+                                      CHECK(query_states(lib, getpid(), 0, all_checks(), &s).ok());
+                                      CHECK(has(s[0].findings, "unhealthy: row remapping failed"));
+                                      CHECK(has(s[0].findings, "unhealthy: 1 uncorrectable volatile ECC error"));
+                                      CHECK(has(s[0].findings, "degraded: page retirement pending"));
+                                      CHECK_EQ(sim_calls("nvmlDeviceGetRemappedRows", "0"), 1);
+                                      CHECK_EQ(sim_calls("nvmlDeviceGetTotalEccErrors", "0"), 1);
+                                  }),
+             0);
+}
+
+TEST_CASE(inforom_validity_is_read_once_per_interval_and_again_when_nothing_is_usable) {
+    CHECK_EQ(simulated::with_spec(sim(), R"({"devices": [{}, {"health": {"inforom_corrupted": true}}]})",
+                                  [](const NvmlLibrary& lib) {
+                                      for (int i = 0; i < 3; ++i) {
+                                          Choice c;
+                                          CHECK(choose_gpus(lib, {"0", "1"}, getpid(), 0, BusyPolicy::kAvoid,
+                                                            all_checks(), 30.0, &c).ok());
+                                          CHECK(c.ranking.indices == (std::vector<std::string>{"0"}));
+                                          if (c.states.size() == 2) CHECK(c.states[1].readings.inforom_corrupted);
+                                      }
+                                      CHECK_EQ(sim_calls("nvmlDeviceValidateInforom", "0"), 1);
+                                      CHECK_EQ(sim_calls("nvmlDeviceValidateInforom", "1"), 1);
+                                      // only the corrupted GPU: nothing usable, so its cached answer is checked again
+                                      Choice alone;
+                                      CHECK(choose_gpus(lib, {"1"}, getpid(), 0, BusyPolicy::kAvoid, all_checks(), 30.0,
+                                                        &alone).ok());
+                                      CHECK(alone.ranking.indices.empty());
+                                      CHECK_EQ(sim_calls("nvmlDeviceValidateInforom", "1"), 2);
+                                  }),
              0);
 }
 
