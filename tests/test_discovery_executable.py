@@ -551,20 +551,20 @@ def test_a_hung_state_read_leaves_its_gpus_unknown_and_names_the_query(discovery
     # the simulated driver's lock is held by the hung call, as a real driver's: no GPU after it answers
     with simulator.hanging(tmp_path / "hang") as hang_file:
         proc = subprocess.run([discovery_exe, "2", "--nvml-timeout", "500ms"],
-                              env=ours_env(hang_spec(hang_file, "remapped_rows", device=1)),
+                              env=ours_env(hang_spec(hang_file, "field_values", device=1)),
                               capture_output=True, text=True, timeout=8)
     assert proc.returncode == 1
     assert proc.stdout == "Could not get enough GPU resources.\n"
-    assert "GPU 1: nvmlDeviceGetRemappedRows did not return within 500 ms" in proc.stderr
-    assert "GPU 1 left out: unknown: nvmlDeviceGetRemappedRows did not return within 500 ms" in proc.stderr
-    assert ("GPU 2 left out: unknown: not read: GPU 1's nvmlDeviceGetRemappedRows did not return within 500 ms"
+    assert "GPU 1: nvmlDeviceGetFieldValues did not return within 500 ms" in proc.stderr
+    assert "GPU 1 left out: unknown: nvmlDeviceGetFieldValues did not return within 500 ms" in proc.stderr
+    assert ("GPU 2 left out: unknown: not read: GPU 1's nvmlDeviceGetFieldValues did not return within 500 ms"
             in proc.stderr)
 
 
 def test_a_gpu_read_in_time_is_handed_out_when_a_later_one_hangs(discovery_exe, tmp_path):
     with simulator.hanging(tmp_path / "hang") as hang_file:
         proc = subprocess.run([discovery_exe, "1", "--nvml-timeout", "500ms"],
-                              env=ours_env(hang_spec(hang_file, "remapped_rows", device=1)),
+                              env=ours_env(hang_spec(hang_file, "field_values", device=1)),
                               capture_output=True, text=True, timeout=8)
     assert (proc.stdout, proc.returncode) == ("0\n", 0)
 
@@ -589,7 +589,7 @@ def test_the_coordination_file_is_not_locked_while_a_state_read_hangs(discovery_
     with simulator.hanging(tmp_path / "hang") as hang_file:
         proc = subprocess.Popen([discovery_exe, "1", "--enable-coordination-mode", "--coordination-file", str(coord),
                                  "--nvml-timeout", "60 s"],
-                                env=ours_env(hang_spec(hang_file, "remapped_rows", device=0)),
+                                env=ours_env(hang_spec(hang_file, "field_values", device=0)),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             # the state read runs on a worker thread of its own: once there are two, NVML is being read

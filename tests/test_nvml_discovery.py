@@ -874,3 +874,87 @@ def test_a_mig_units_own_finding_is_the_units_only():
     assert result["error"][0] == "FlinkException"
     assert "GPU 0:2 is left out (unhealthy: InfoROM corrupted)" in result["error"][1]
     assert "GPU 0:0 is left out" not in result["error"][1]
+
+
+# --- NVML with a deadline (docs/design.md §9.5) and the query plan (§9.1) --------------------------
+
+# Runs retrievals of one driver, then lets the hung query go and leaves with os._exit: a thread is
+# still inside the (simulated) driver, which the interpreter's exit must not tear down under it.
+HANG_RUNNER = RUNNER.replace("print(json.dumps({\"results\": output, \"logs\": records}))", """
+print(json.dumps({"results": output, "logs": records}), flush=True)
+os.unlink(os.environ["HANG_FILE"])
+os._exit(0)
+""")
+
+
+def test_a_gpu_whose_state_read_does_not_return_in_time_is_unknown_warned_and_never_handed_out(tmp_path):
+    hang_file = tmp_path / "hang"
+    spec = {"devices": [{} for _ in range(4)], "driver_lock": False,
+            "hang": [{"query": "field_values", "device": 1, "while_exists": str(hang_file)}]}
+    config = {**NVML, "nvml-timeout": "300 ms"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(spec=spec))
+    env.update(PYTHONPATH=SRC, HANG_FILE=str(hang_file))
+    hang_file.write_text("")
+    done = subprocess.run([sys.executable, "-c", HANG_RUNNER, json.dumps([(config, [1, 3, 4])])], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    output = json.loads(done.stdout)
+    [result], logs = output["results"], output["logs"]
+    first, second = result["retrievals"]
+    assert indices(first) == ["0"]  # GPUs 2 and 3 were not reached before the deadline
+    # GPU 1 is still stuck: unknown at once, the others read again
+    assert indices(second) == ["0", "2", "3"]
+    assert result["error"][0] == "FlinkException"
+    assert "GPU 1 is left out (unknown: nvmlDeviceGetFieldValues has not returned for " in result["error"][1]
+    warnings = [message for level, _, message in logs if level == "WARNING"]
+    assert (f"GPU 1 ({sim_uuid(1)}) is unknown: nvmlDeviceGetFieldValues did not return within 300 ms; "
+            "it is not handed out.") in warnings
+    assert any(m.startswith(f"GPU 1 ({sim_uuid(1)}) is unknown: nvmlDeviceGetFieldValues has not returned for ")
+               for m in warnings)
+
+
+def test_busy_gpus_ignore_gives_infos_without_processes():
+    result, _ = run_one({**NVML, "busy-gpus": "ignore"}, [2], spec=processes_on([(4000000001, "compute")], []))
+    for info in result["retrievals"][0]:
+        assert "processes" not in dict(info)
+        assert dict(info)["health"] == "ok"
+
+
+# What one claim asks NVML, per GPU (docs/design.md §9.1, query plan): counted by the simulator.
+COUNT_RUNNER = r"""
+import json, sys
+from flink_gpu import GPUDriverFactory, simulator
+config, amount = json.loads(sys.argv[1])
+with GPUDriverFactory().create_external_resource_driver(config) as driver:
+    driver.retrieve_resource_info(amount)  # the first claim also enumerates and reads InfoROM
+    simulator.reset_counters()
+    driver.retrieve_resource_info(amount)
+    print(json.dumps(simulator.counters()["calls"]))
+"""
+
+PER_GPU_STATE = {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetMigMode", "nvmlDeviceGetFieldValues",
+                 "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetComputeMode"}
+
+
+@pytest.mark.parametrize("busy_gpus", ["avoid", "exclude", "ignore"])
+def test_a_claim_asks_each_needed_query_once_per_gpu_and_no_more(tmp_path, busy_gpus):
+    config = {**NVML, "busy-gpus": busy_gpus,
+              "discovery-script.args": f"--enable-coordination-mode --coordination-file {tmp_path / 'coord'}"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(devices=8), PYTHONPATH=SRC)
+    done = subprocess.run([sys.executable, "-c", COUNT_RUNNER, json.dumps([config, 2])], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    calls = json.loads(done.stdout)
+    gpus = [str(i) for i in range(8)]
+    expected = dict.fromkeys(PER_GPU_STATE, 1)
+    if busy_gpus != "ignore":  # one list per process kind: compute, graphics, MPS
+        expected["nvmlDeviceGetRunningProcessDetailList"] = 3
+    got = {function: {gpu: per_device.get(gpu, 0) for gpu in gpus} for function, per_device in calls.items()}
+    assert got == {function: dict.fromkeys(gpus, n) for function, n in expected.items()} | {
+        "nvmlDeviceGetCount_v2": dict.fromkeys(gpus, 0)} or got == {
+        function: dict.fromkeys(gpus, n) for function, n in expected.items()}
+    # nothing about the whole library but the one count
+    assert {function: per.get("host") for function, per in calls.items() if "host" in per} == {
+        "nvmlDeviceGetCount_v2": 1}
