@@ -1111,6 +1111,26 @@ def test_taskmanager_env_gives_a_process_started_after_eval_the_simulated_gpus(t
     assert doc["environment"]["FLINK_GPU_SIM_SPEC"] == str(spec) and doc["environment"]["FLINK_GPU_SIM_DEVICES"] == ""
 
 
+def test_list_shows_a_gpu_whose_state_read_does_not_return_as_unknown(tmp_path):
+    """docs/design.md §9.5: list reads with the 5 s deadline too; the GPU it could not read says why, in the
+    table and in --json (whose health follows the schema)."""
+    from flink_gpu import simulator
+    from support.json_schema import errors
+
+    hang_file = tmp_path / "hang"
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{}, {}], "driver_lock": False, "hang": [
+        {"query": "field_values", "device": 1, "while_exists": str(hang_file)}]}))
+    schema = json.loads((Path(flink_gpu.__file__).parent / "cli" / "schema.json").read_text())
+    with simulator.hanging(hang_file):
+        doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "coord")
+    assert errors(doc, schema) == []
+    gpus = {gpu["index"]: gpu for gpu in doc["gpus"]}
+    assert gpus["0"]["health"] == "ok"
+    assert gpus["1"]["health"] == "unknown: nvmlDeviceGetFieldValues did not return within 5 s"
+    assert gpus["1"]["processes_known"] is False
+
+
 def test_schema_prints_the_json_schema_shipped_in_the_package_for_every_command():
     proc = cli("schema")
     assert proc.returncode == 0

@@ -362,7 +362,7 @@ def _print_state_notes(gpus: "list[dict]") -> None:
                 print(f"  GPU {gpu['index']}: {finding}")
         unchecked = [f"{name} ({check['outcome']})" for name, check in gpu["checks"].items()
                      if check["outcome"] not in ("ok", "finding")]
-        if unchecked:
+        if unchecked and not (gpu["health"] or "").startswith("unknown:"):  # unknown: nothing was read
             print(f"  GPU {gpu['index']}: not checked: {', '.join(unchecked)}")
     hidden = sorted({p["pid"] for g in gpus for p in g["processes"] if not p["visible"]})
     if hidden:
