@@ -96,6 +96,13 @@ public:
         pthread_mutex_unlock(&mutex_);
     }
 
+    bool abandoned() noexcept {
+        pthread_mutex_lock(&mutex_);
+        const bool a = abandoned_;
+        pthread_mutex_unlock(&mutex_);
+        return a;
+    }
+
     // Waits until the worker finishes or `deadline_ns`; false when it did not finish, and then it is
     // abandoned (its later reads go nowhere).
     bool wait(long long deadline_ns) noexcept {
@@ -154,16 +161,28 @@ private:
     std::atomic<long long> since_ns_{0};
 };
 
-// The abandoned workers of this process, still inside NVML or about to leave it. A forked child has
-// none of their threads: its handler forgets them (leaking the blocks, whose mutexes a vanished thread
-// may hold). The mutex is never held across an NVML call.
+// A worker thread, kept for the next read while idle (starting a thread per read would cost more than
+// the read itself). It runs one job at a time; after a job it missed the deadline of, it ends.
+struct Worker {
+    pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    std::shared_ptr<Block> job;  // the next job, under `mutex`
+};
+constexpr std::size_t kMaxIdleWorkers = 2;  // more only while reads run concurrently
+
+// The abandoned workers' blocks of this process (still inside NVML or about to leave it) and the idle
+// workers. A forked child has none of their threads: its handler forgets them (leaking what a vanished
+// thread may hold locked). The mutex is never held across an NVML call.
 pthread_mutex_t g_stuck_mutex = PTHREAD_MUTEX_INITIALIZER;
 std::vector<std::shared_ptr<Block>>* g_stuck = new std::vector<std::shared_ptr<Block>>();
+std::vector<Worker*>* g_idle = new std::vector<Worker*>();
 
 void stuck_prepare() { pthread_mutex_lock(&g_stuck_mutex); }
 void stuck_parent() { pthread_mutex_unlock(&g_stuck_mutex); }
 void stuck_child() {
-    g_stuck = new (std::nothrow) std::vector<std::shared_ptr<Block>>();  // the old one leaks on purpose
+    // the old ones leak on purpose
+    g_stuck = new (std::nothrow) std::vector<std::shared_ptr<Block>>();
+    g_idle = new (std::nothrow) std::vector<Worker*>();
     pthread_mutex_unlock(&g_stuck_mutex);
 }
 struct StuckAtfork {
@@ -207,13 +226,8 @@ void remember_stuck(std::shared_ptr<Block> block) {
     pthread_mutex_unlock(&g_stuck_mutex);
 }
 
-void* worker_main(void* arg) {
-    std::shared_ptr<Block> block;
-    {
-        auto* holder = static_cast<std::shared_ptr<Block>*>(arg);
-        block = std::move(*holder);
-        delete holder;
-    }
+// Runs one job to its end; the job's block tells its caller.
+void run_job(const std::shared_ptr<Block>& block) noexcept {
     Status status;
     try {
         block->job(*block);
@@ -223,12 +237,43 @@ void* worker_main(void* arg) {
         status = failure_noexcept(StatusCode::kInternal, 0, "Unexpected error while reading NVML.");
     }
     block->finish(std::move(status));
+}
+
+// Back to the idle list, or false when it is full (or gone in a forked child: not ours then).
+bool park(Worker* w) noexcept {
+    bool parked = false;
+    pthread_mutex_lock(&g_stuck_mutex);
+    try {
+        if (g_idle != nullptr && g_idle->size() < kMaxIdleWorkers) {
+            g_idle->push_back(w);
+            parked = true;
+        }
+    } catch (...) {
+    }
+    pthread_mutex_unlock(&g_stuck_mutex);
+    return parked;
+}
+
+void* worker_main(void* arg) {
+    auto* w = static_cast<Worker*>(arg);
+    for (;;) {
+        std::shared_ptr<Block> block;
+        pthread_mutex_lock(&w->mutex);
+        while (!w->job) pthread_cond_wait(&w->cond, &w->mutex);
+        block.swap(w->job);
+        pthread_mutex_unlock(&w->mutex);
+        run_job(block);
+        // a job past its deadline: its caller has moved on to another worker; this one ends
+        if (block->abandoned() || !park(w)) break;
+    }
+    pthread_cond_destroy(&w->cond);
+    pthread_mutex_destroy(&w->mutex);
+    delete w;
     return nullptr;
 }
 
-// Starts `block`'s job on a detached thread with every signal blocked (they are the caller's to take).
-Status start_worker(const std::shared_ptr<Block>& block) {
-    auto* holder = new std::shared_ptr<Block>(block);
+// Starts a worker thread with every signal blocked (they are the caller's to take), detached.
+Status start_worker(Worker* w) {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -236,13 +281,39 @@ Status start_worker(const std::shared_ptr<Block>& block) {
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_t thread;
-    const int rc = pthread_create(&thread, &attr, worker_main, holder);
+    const int rc = pthread_create(&thread, &attr, worker_main, w);
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (rc != 0) {
-        delete holder;
         return make_status(StatusCode::kOsError,
                            "Could not start a thread to read NVML with a deadline: " + errno_text(rc) + ".", rc);
+    }
+    return Status();
+}
+
+// Hands `block`'s job to an idle worker, or to a new one.
+Status dispatch(const std::shared_ptr<Block>& block) {
+    Worker* w = nullptr;
+    pthread_mutex_lock(&g_stuck_mutex);
+    if (g_idle != nullptr && !g_idle->empty()) {
+        w = g_idle->back();
+        g_idle->pop_back();
+    }
+    pthread_mutex_unlock(&g_stuck_mutex);
+    bool fresh = false;
+    if (w == nullptr) {
+        w = new Worker();
+        fresh = true;
+    }
+    pthread_mutex_lock(&w->mutex);
+    w->job = block;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->mutex);
+    if (fresh) {
+        if (Status st = start_worker(w); !st.ok()) {
+            delete w;
+            return st;
+        }
     }
     return Status();
 }
@@ -294,7 +365,7 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
                 if (b.job_status_.ok()) b.job_status_ = st;
             });
         };
-        if (Status st = start_worker(block); !st.ok()) return st;
+        if (Status st = dispatch(block); !st.ok()) return st;
         const bool done = block->wait(deadline);
         Stall now;
         const bool stalled = !done && block->in_flight(&now);
@@ -362,7 +433,7 @@ bool run_within(double timeout_seconds, const char* function, std::function<void
             b.calling(ReadMonitor::kLibrary, function);
             job();
         };
-        if (Status st = start_worker(block); !st.ok()) {
+        if (Status st = dispatch(block); !st.ok()) {
             *status = std::move(st);
             return false;
         }

@@ -592,9 +592,21 @@ def test_the_coordination_file_is_not_locked_while_a_state_read_hangs(discovery_
                                 env=ours_env(hang_spec(hang_file, "field_values", device=0)),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            # the state read runs on a worker thread of its own: once there are two, NVML is being read
+            # the hung call polls its file in nanosleep (nothing else here sleeps so): once a thread
+            # of the process waits there, the state read is inside NVML
             tasks = f"/proc/{proc.pid}/task"
-            while proc.poll() is None and len(os.listdir(tasks)) < 2:
+
+            def in_the_hang():
+                for tid in os.listdir(tasks):
+                    try:
+                        with open(f"{tasks}/{tid}/wchan") as wchan:
+                            if "nanosleep" in wchan.read():
+                                return True
+                    except OSError:
+                        pass
+                return False
+
+            while proc.poll() is None and not in_the_hang():
                 pass
             assert proc.poll() is None
             with open(coord, "r+") as f:
