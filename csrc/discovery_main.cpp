@@ -259,7 +259,9 @@ int main(int argc, char** argv) {
     // One deadline for all NVML work: nvmlInit can hang (NVIDIA/go-nvml#152), any query can.
     timespec start{};
     clock_gettime(CLOCK_MONOTONIC, &start);
-    auto loaded = std::make_shared<Loaded>();
+    // static: the worker may outlive a missed deadline (we then leave with _exit, never destroying it)
+    static Loaded loaded_storage;
+    Loaded* loaded = &loaded_storage;
     flinkgpu::Stall stall;
     flinkgpu::Status status;
     const bool returned = flinkgpu::run_within(args.nvml_timeout, "nvmlInit_v2 or the device enumeration", [loaded] {

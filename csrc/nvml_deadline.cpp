@@ -11,7 +11,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <memory>
+#include <utility>
 #include <new>
 
 namespace flinkgpu {
@@ -159,6 +159,35 @@ private:
     std::atomic<int> gpu_{kLibrary};
     std::atomic<const char*> function_{nullptr};
     std::atomic<long long> since_ns_{0};
+
+public:
+    std::atomic<int> refs{1};  // BlockRef's count: the caller, the worker, the stuck list
+};
+
+// A counted reference to a Block (std::shared_ptr would make the binaries need glibc 2.32's
+// __libc_single_threaded, beyond manylinux_2_28: glibc_compat.hpp).
+class BlockRef {
+public:
+    BlockRef() = default;
+    explicit BlockRef(Block* b) : p_(b) {}
+    BlockRef(const BlockRef& o) : p_(o.p_) {
+        if (p_ != nullptr) p_->refs.fetch_add(1, std::memory_order_relaxed);
+    }
+    BlockRef(BlockRef&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+    BlockRef& operator=(BlockRef o) noexcept {
+        std::swap(p_, o.p_);
+        return *this;
+    }
+    ~BlockRef() {
+        if (p_ != nullptr && p_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p_;
+    }
+    void swap(BlockRef& o) noexcept { std::swap(p_, o.p_); }
+    Block* operator->() const noexcept { return p_; }
+    Block& operator*() const noexcept { return *p_; }
+    explicit operator bool() const noexcept { return p_ != nullptr; }
+
+private:
+    Block* p_ = nullptr;
 };
 
 // A worker thread, kept for the next read while idle (starting a thread per read would cost more than
@@ -166,7 +195,7 @@ private:
 struct Worker {
     pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
     pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-    std::shared_ptr<Block> job;  // the next job, under `mutex`
+    BlockRef job;  // the next job, under `mutex`
 };
 constexpr std::size_t kMaxIdleWorkers = 2;  // more only while reads run concurrently
 
@@ -174,14 +203,14 @@ constexpr std::size_t kMaxIdleWorkers = 2;  // more only while reads run concurr
 // workers. A forked child has none of their threads: its handler forgets them (leaking what a vanished
 // thread may hold locked). The mutex is never held across an NVML call.
 pthread_mutex_t g_stuck_mutex = PTHREAD_MUTEX_INITIALIZER;
-std::vector<std::shared_ptr<Block>>* g_stuck = new std::vector<std::shared_ptr<Block>>();
+std::vector<BlockRef>* g_stuck = new std::vector<BlockRef>();
 std::vector<Worker*>* g_idle = new std::vector<Worker*>();
 
 void stuck_prepare() { pthread_mutex_lock(&g_stuck_mutex); }
 void stuck_parent() { pthread_mutex_unlock(&g_stuck_mutex); }
 void stuck_child() {
     // the old ones leak on purpose
-    g_stuck = new (std::nothrow) std::vector<std::shared_ptr<Block>>();
+    g_stuck = new (std::nothrow) std::vector<BlockRef>();
     g_idle = new (std::nothrow) std::vector<Worker*>();
     pthread_mutex_unlock(&g_stuck_mutex);
 }
@@ -196,7 +225,7 @@ std::vector<Stall> stuck_calls() {
     pthread_mutex_lock(&g_stuck_mutex);
     try {
         if (g_stuck != nullptr) {
-            std::vector<std::shared_ptr<Block>>& stuck = *g_stuck;
+            std::vector<BlockRef>& stuck = *g_stuck;
             for (std::size_t i = 0; i < stuck.size();) {
                 Stall s;
                 if (!stuck[i]->in_flight(&s)) {
@@ -216,7 +245,7 @@ std::vector<Stall> stuck_calls() {
     return calls;
 }
 
-void remember_stuck(std::shared_ptr<Block> block) {
+void remember_stuck(BlockRef block) {
     pthread_mutex_lock(&g_stuck_mutex);
     try {
         if (g_stuck != nullptr) g_stuck->push_back(std::move(block));
@@ -227,7 +256,7 @@ void remember_stuck(std::shared_ptr<Block> block) {
 }
 
 // Runs one job to its end; the job's block tells its caller.
-void run_job(const std::shared_ptr<Block>& block) noexcept {
+void run_job(const BlockRef& block) noexcept {
     Status status;
     try {
         block->job(*block);
@@ -257,7 +286,7 @@ bool park(Worker* w) noexcept {
 void* worker_main(void* arg) {
     auto* w = static_cast<Worker*>(arg);
     for (;;) {
-        std::shared_ptr<Block> block;
+        BlockRef block;
         pthread_mutex_lock(&w->mutex);
         while (!w->job) pthread_cond_wait(&w->cond, &w->mutex);
         block.swap(w->job);
@@ -292,7 +321,7 @@ Status start_worker(Worker* w) {
 }
 
 // Hands `block`'s job to an idle worker, or to a new one.
-Status dispatch(const std::shared_ptr<Block>& block) {
+Status dispatch(const BlockRef& block) {
     Worker* w = nullptr;
     pthread_mutex_lock(&g_stuck_mutex);
     if (g_idle != nullptr && !g_idle->empty()) {
@@ -353,7 +382,7 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
         *stalls = stuck_calls();
         for (const Stall& s : *stalls)
             if (s.gpu == ReadMonitor::kLibrary) return Status();  // a library-wide call is stuck: start nothing
-        auto block = std::make_shared<Block>();
+        BlockRef block(new Block());
         for (const Stall& s : *stalls) block->skipped_.push_back(static_cast<unsigned>(s.gpu));
         const ReadPlan read_plan = plan;
         const CheckSet checks = enforced;
@@ -428,7 +457,7 @@ bool run_within(double timeout_seconds, const char* function, std::function<void
             *stall = std::move(s);  // the same step is still stuck from before: start no other
             return false;
         }
-        auto block = std::make_shared<Block>();
+        BlockRef block(new Block());
         block->job = [job = std::move(job), function](Block& b) {
             b.calling(ReadMonitor::kLibrary, function);
             job();

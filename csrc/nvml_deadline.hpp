@@ -46,7 +46,7 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
 // Runs `job`, a library-wide NVML step named `function` (nvmlInit_v2, the enumeration), on a worker
 // thread and waits for it at most `timeout_seconds`. True when it returned; false with `*stall` when it
 // did not (or, with stall->function empty and *status set, when no thread could be started). The job
-// may outlive the call: everything it touches must be its own (capture shared_ptrs). Never throws.
+// may outlive the call: everything it touches must outlive it (static storage, or its own). Never throws.
 bool run_within(double timeout_seconds, const char* function, std::function<void()> job, Stall* stall,
                 Status* status) noexcept;
 
