@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "check.hpp"
+#include "simulated.hpp"
 
 using namespace flinkgpu;
 
@@ -59,23 +60,7 @@ void release(const std::string& file) {
 }
 
 // Runs `body` in a forked child (the fake's counters and the stuck reads are per process).
-int in_child(void (*body)(const NvmlLibrary&)) {
-    std::fflush(nullptr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        Status st;
-        const NvmlLibrary* lib = NvmlLibrary::acquire(library(), &st);
-        if (lib == nullptr) {
-            std::fprintf(stderr, "acquire: %s\n", st.message.c_str());
-            _exit(98);
-        }
-        body(*lib);
-        _exit(check::failures());
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
-}
+int in_child(void (*body)(const NvmlLibrary&)) { return simulated::in_child(library(), body); }
 
 struct Read {
     Status status;
