@@ -1784,6 +1784,21 @@ def test_doctor_reports_unhealthy_degraded_and_busy_gpus(tmp_path, state_host):
     assert "hostPID" in hidden["fix"]
 
 
+def test_doctor_warns_of_a_gpu_whose_state_read_does_not_return(tmp_path):
+    hang_file = tmp_path / "hang"
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{}, {}], "driver_lock": False, "hang": [
+        {"query": "field_values", "device": 1, "while_exists": str(hang_file)}]}))
+    conf = gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml")
+    with simulator.hanging(hang_file):
+        doc = doctor_on(tmp_path, spec, conf, expect=0)
+    [unknown] = [f for f in findings(doc, "gpu-state") if f["message"].startswith("GPU 1 is unknown: ")]
+    assert unknown["level"] == "warning"
+    assert "nvmlDeviceGetFieldValues did not return within 5 s" in unknown["message"]
+    assert "a TaskManager does not get it" in unknown["message"]
+    assert "dmesg" in unknown["fix"]
+
+
 def test_list_json_shows_what_each_check_found_and_what_it_did_not_look_at(tmp_path):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"devices": [

@@ -14,6 +14,7 @@ import pytest
 from flink_gpu import simulator
 
 from support.interop import fake_nvidia_smi, stock_env
+from support.simulated import wait_until_inside_a_hang
 
 GPUS = 4
 
@@ -592,22 +593,7 @@ def test_the_coordination_file_is_not_locked_while_a_state_read_hangs(discovery_
                                 env=ours_env(hang_spec(hang_file, "field_values", device=0)),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            # the hung call polls its file in nanosleep (nothing else here sleeps so): once a thread
-            # of the process waits there, the state read is inside NVML
-            tasks = f"/proc/{proc.pid}/task"
-
-            def in_the_hang():
-                for tid in os.listdir(tasks):
-                    try:
-                        with open(f"{tasks}/{tid}/wchan") as wchan:
-                            if "nanosleep" in wchan.read():
-                                return True
-                    except OSError:
-                        pass
-                return False
-
-            while proc.poll() is None and not in_the_hang():
-                pass
+            assert wait_until_inside_a_hang(proc)  # the state read is inside NVML
             assert proc.poll() is None
             with open(coord, "r+") as f:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if it were held

@@ -954,3 +954,34 @@ def test_a_claim_asks_each_needed_query_once_per_gpu_and_no_more(tmp_path, busy_
     # nothing about the whole library but the one count; per GPU each needed query once, nothing else
     assert calls.pop("nvmlDeviceGetCount_v2") == {"host": 1}
     assert calls == {function: dict.fromkeys(gpus, n) for function, n in expected.items()}
+
+
+def test_a_coordinated_driver_does_not_lock_the_coordination_file_while_a_state_read_hangs(tmp_path):
+    """docs/design.md §9.5: state read, then lock, claim, unlock. While the driver's read hangs in NVML,
+    another process takes the coordination file's flock at once."""
+    import fcntl
+    from support.simulated import wait_until_inside_a_hang
+
+    coord = tmp_path / "coord"
+    coord.write_text("")
+    hang_file = tmp_path / "hang"
+    spec = {"devices": [{}, {}], "hang": [{"query": "field_values", "device": 0, "while_exists": str(hang_file)}]}
+    config = {**NVML, "nvml-timeout": "60 s",
+              "discovery-script.args": f"--enable-coordination-mode --coordination-file {coord}"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(spec=spec), PYTHONPATH=SRC)
+    with simulator.hanging(hang_file):
+        proc = subprocess.Popen([sys.executable, "-c", RUNNER, json.dumps([(config, [1])])], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert wait_until_inside_a_hang(proc)
+            with open(coord, "r+") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if the driver held it
+                fcntl.flock(f, fcntl.LOCK_UN)
+            assert proc.poll() is None
+        finally:
+            simulator.hanging(hang_file).release()
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    [result] = json.loads(out)["results"]
+    assert indices(result["retrievals"][0]) == ["0"]
