@@ -138,7 +138,7 @@ class NvmlDiscovery:
         self.args = settings.script_args
         self.busy_gpus = settings.busy_policy()
         self.health_checks = settings.health_checks
-        self.nvml_timeout = settings.nvml_timeout
+        self.nvml_timeout = settings.nvml_timeout_seconds()
         self._nvml = nvml
         self._claimed: set[str] = set()  # indices this driver counts in _driver_holds
         self._claimed_pid = coordination.own_pid()

@@ -55,7 +55,8 @@ class GPUDriverOptions:
         "nvml-timeout", Duration, 5.0,
         "NVML mode: how long the GPUs' state may take to read on a claim (docs/design.md §9.5). A GPU "
         "whose NVML query does not return in time is 'unknown' and not handed out, with a WARN naming "
-        "it and the query; the claim goes on with the others. Must be positive. Read as seconds.")
+        "it and the query; the claim goes on with the others. Must be positive; overrides "
+        "--nvml-timeout in discovery-script.args. Read as seconds.")
 
     HEALTH_CHECKS: ConfigOption[str] = config_option(
         "health-checks", str, "all",

@@ -17,7 +17,7 @@ from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
 from flink_gpu.nvml import BUSY_GPUS_VALUES, DEFAULT_NVML_TIMEOUT, HEALTH_CHECKS, busy_policy
-from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args, warn_ignored
+from flink_gpu.script_protocol import BUSY_GPUS_FLAG, NVML_TIMEOUT_FLAG, ScriptArgs, parse_script_args, warn_ignored
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
 
@@ -38,6 +38,7 @@ class GPUDriverSettings:
     busy_gpus_set: bool = False  # busy-gpus is configured (it then overrides --busy-gpus in the args)
     health_checks: "tuple[str, ...]" = HEALTH_CHECKS  # health-checks: the enforced checks, in HEALTH_CHECKS order
     nvml_timeout: float = DEFAULT_NVML_TIMEOUT  # nvml-timeout, seconds, positive: the deadline of a claim's state read
+    nvml_timeout_set: bool = False  # nvml-timeout is configured (it then overrides --nvml-timeout in the args)
 
     @classmethod
     def from_config(cls, params: "Configuration | Mapping[str, object] | None",
@@ -80,7 +81,7 @@ class GPUDriverSettings:
                    script_args=parse_script_args(args, warn=False), timeout=timeout,
                    library_path=library_path, resource_name=resource_name, busy_gpus=busy_gpus,
                    busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS), health_checks=health_checks,
-                   nvml_timeout=nvml_timeout)
+                   nvml_timeout=nvml_timeout, nvml_timeout_set=config.contains(GPUDriverOptions.NVML_TIMEOUT))
 
     @classmethod
     def from_config_lenient(cls, params: "Configuration | Mapping[str, object] | None",
@@ -134,6 +135,28 @@ class GPUDriverSettings:
                          self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG), BUSY_GPUS_FLAG, in_args,
                          self.busy_gpus)
         return self.busy_gpus
+
+    def nvml_timeout_seconds(self) -> float:
+        """The deadline of the NVML backend's state reads (docs/design.md §9.5): the ``nvml-timeout``
+        parameter when it is set, else ``--nvml-timeout`` in ``discovery-script.args`` (what
+        flink-gpu-discovery reads there), else 5 s. An invalid ``--nvml-timeout`` raises
+        ``IllegalConfigurationException`` naming the args key."""
+        given = self.script_args.nvml_timeout
+        if self.nvml_timeout_set or given is None:
+            return self.nvml_timeout
+        from flink_gpu.flink_duration import parse_duration
+
+        try:
+            seconds = parse_duration(given)
+        except ValueError as error:
+            seconds, why = None, str(error)
+        else:
+            why = "the timeout must be positive"
+        if seconds is None or not seconds > 0:
+            raise IllegalConfigurationException(
+                f"Invalid value '{given}' for {NVML_TIMEOUT_FLAG} in "
+                f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': {why}.")
+        return seconds
 
     def warn_ignored_args(self) -> None:
         """WARN about what the stock script's grammar ignores in ``discovery-script.args``."""
