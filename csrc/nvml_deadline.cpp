@@ -417,11 +417,20 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
                 if (s.earlier && s.gpu == static_cast<int>(gpu)) return &s;
             return nullptr;
         };
-        std::string not_reached;
+        std::string not_reached, in_flight;
         if (stalled) {
+            in_flight = stall_text(now, timeout_seconds);
+            // a driver serialises calls on its lock: a call stuck since before may be what this one waits for
+            for (const Stall& s : *stalls) {
+                if (!s.earlier) continue;
+                in_flight += " (behind " + (s.gpu == ReadMonitor::kLibrary ? std::string() :
+                                            "GPU " + std::to_string(s.gpu) + "'s ") +
+                             s.function + ", which has not returned for " + duration_text(s.seconds) + ")";
+                break;
+            }
             not_reached = "not read: " +
                           (now.gpu == ReadMonitor::kLibrary ? std::string() : "GPU " + std::to_string(now.gpu) + "'s ") +
-                          stall_text(now, timeout_seconds);
+                          in_flight;
         }
         out->reserve(read.size() + count);
         std::size_t next = 0;
@@ -435,7 +444,7 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
             if (const Stall* s = earlier(gpu)) {
                 out->push_back(unknown_state(gpu, stall_text(*s, timeout_seconds), enforced));
             } else if (stalled && now.gpu == static_cast<int>(gpu)) {
-                out->push_back(unknown_state(gpu, stall_text(now, timeout_seconds), enforced));
+                out->push_back(unknown_state(gpu, in_flight, enforced));
             } else if (!done) {
                 out->push_back(unknown_state(gpu, not_reached.empty() ? "not read in time" : not_reached, enforced));
             }

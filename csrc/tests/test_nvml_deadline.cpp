@@ -224,4 +224,20 @@ TEST_CASE(a_library_wide_step_past_its_deadline_is_named_and_not_started_twice) 
     CHECK(run_within(30.0, "nvmlInit_v2", [] {}, &stall, &st));
 }
 
+TEST_CASE(a_read_stalled_behind_a_stuck_call_names_that_call_too) {
+    CHECK_EQ(in_child([](const NvmlLibrary& lib) {
+        const std::string file = hang("remapped-rows", -1);  // every GPU's: as behind a driver's lock
+        read(lib, 0.2);
+        const Read again = read(lib, 0.2);  // GPU 0 is stuck; GPU 1 stalls now
+        CHECK_EQ(again.states.size(), static_cast<std::size_t>(4));
+        if (again.states.size() != 4) return;
+        CHECK(starts_with(again.states[1].health_text,
+                          "unknown: nvmlDeviceGetRemappedRows did not return within 200 ms (behind GPU 0's "
+                          "nvmlDeviceGetRemappedRows, which has not returned for "));
+        CHECK(starts_with(again.states[2].health_text, "unknown: not read: GPU 1's nvmlDeviceGetRemappedRows did "
+                                                       "not return within 200 ms (behind GPU 0's"));
+        release(file);
+    }), 0);
+}
+
 int main(int argc, char** argv) { return check::run(argc, argv); }
