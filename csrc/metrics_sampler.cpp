@@ -15,14 +15,6 @@
 #include <utility>
 #include <vector>
 
-// pthread_create and pthread_detach moved into libc as GLIBC_2.34 symbols; the original versions,
-// which manylinux_2_28 has, are still exported (csrc/glibc_compat.hpp does the same for libdl).
-// Not under a sanitizer: its runtime intercepts the default version.
-#if defined(FLINK_GPU_GLIBC_BASE) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-__asm__(".symver pthread_create,pthread_create@" FLINK_GPU_GLIBC_BASE);
-__asm__(".symver pthread_detach,pthread_detach@" FLINK_GPU_GLIBC_BASE);
-#endif
-
 namespace flinkgpu {
 namespace {
 

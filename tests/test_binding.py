@@ -314,6 +314,31 @@ def test_bind_says_so_when_the_taskmanager_has_no_usable_gpu(path, health):
     assert got["error"].startswith("Could not bind 1 GPU: of the 1 given, 0 are usable (GPU 0 is unhealthy: ")
 
 
+def test_bind_never_binds_a_gpu_whose_state_read_does_not_return(path, tmp_path):
+    """docs/design.md §9.5: bind reads the TaskManager's GPUs with the 5 s deadline; one whose NVML query
+    does not return is unknown and left out like an unhealthy one, and so are those after it (the GPUs
+    are read one after the other)."""
+    from flink_gpu import simulator
+
+    hang_file = tmp_path / "hang"
+
+    def spec(device):
+        return {"devices": [{}, {}], "hang": [{"query": "field_values", "device": device,
+                                                "while_exists": str(hang_file)}]}
+
+    with simulator.hanging(hang_file):
+        later = bind_on_state(path, spec(1), 2, 1)
+    assert later.get("bound") == ["0"], later
+    assert later["warnings"] == ["Left out: GPU 1 is unknown: nvmlDeviceGetFieldValues did not return within 5 s; "
+                                 "binding among GPU(s) 0."]
+    with simulator.hanging(hang_file):
+        first = bind_on_state(path + "2", spec(0), 2, 1)
+    assert first["error"] == (
+        "Could not bind 1 GPU: of the 2 given, 0 are usable (GPU 0 is unknown: nvmlDeviceGetFieldValues did not "
+        "return within 5 s; GPU 1 is unknown: not read: GPU 0's nvmlDeviceGetFieldValues did not return within "
+        "5 s). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.")
+
+
 @pytest.mark.parametrize("first", [{"health": {"row_remap_pending": True}}, "busy"])
 def test_bind_binds_a_degraded_or_busy_gpu_last(path, first):
     """As the driver ranks them (busy-gpus: avoid): a GPU with a pending row remap, or running a process

@@ -14,6 +14,7 @@ import pytest
 from flink_gpu import simulator
 
 from support.interop import fake_nvidia_smi, stock_env
+from support.simulated import wait_until_inside_a_hang
 
 GPUS = 4
 
@@ -519,3 +520,88 @@ def test_a_discovery_whose_taskmanager_died_leaves_nothing_claimed_for_the_reape
     what = "no GPU was claimed" if when == "before" else "the GPUs claimed for it were released"
     assert (f"the TaskManager that ran this discovery (pid {result['taskmanager']}) has exited; {what}"
             in result["stderr"])
+
+
+# --- NVML with a deadline (docs/design.md §9.5) --------------------------------------------------
+
+def hang_spec(hang_file, query, device=None, devices=4, driver_lock=True):
+    rule = {"query": query, "while_exists": str(hang_file)}
+    if device is not None:
+        rule["device"] = device
+    return {"devices": [{} for _ in range(devices)], "driver_lock": driver_lock, "hang": [rule]}
+
+
+def ours_env(spec):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_SIM_")}
+    env.update(simulator.environment(spec=spec))
+    return env
+
+
+def test_a_hung_nvml_init_ends_the_executable_with_a_clear_message_well_inside_flinks_timeout(
+        discovery_exe, tmp_path):
+    with simulator.hanging(tmp_path / "hang") as hang_file:
+        # the subprocess timeout only guards the test: the executable must answer by itself
+        proc = subprocess.run([discovery_exe, "2", "--nvml-timeout", "1 s"],
+                              env=ours_env(hang_spec(hang_file, "init")), capture_output=True, text=True, timeout=8)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert ("NVML did not answer: nvmlInit_v2 or the device enumeration did not return within 1 s" in proc.stderr)
+    assert "no GPU was claimed" in proc.stderr
+
+
+def test_a_hung_state_read_leaves_its_gpus_unknown_and_names_the_query(discovery_exe, tmp_path):
+    # the simulated driver's lock is held by the hung call, as a real driver's: no GPU after it answers
+    with simulator.hanging(tmp_path / "hang") as hang_file:
+        proc = subprocess.run([discovery_exe, "2", "--nvml-timeout", "500ms"],
+                              env=ours_env(hang_spec(hang_file, "field_values", device=1)),
+                              capture_output=True, text=True, timeout=8)
+    assert proc.returncode == 1
+    assert proc.stdout == "Could not get enough GPU resources.\n"
+    assert "GPU 1: nvmlDeviceGetFieldValues did not return within 500 ms" in proc.stderr
+    assert "GPU 1 left out: unknown: nvmlDeviceGetFieldValues did not return within 500 ms" in proc.stderr
+    assert ("GPU 2 left out: unknown: not read: GPU 1's nvmlDeviceGetFieldValues did not return within 500 ms"
+            in proc.stderr)
+
+
+def test_a_gpu_read_in_time_is_handed_out_when_a_later_one_hangs(discovery_exe, tmp_path):
+    with simulator.hanging(tmp_path / "hang") as hang_file:
+        proc = subprocess.run([discovery_exe, "1", "--nvml-timeout", "500ms"],
+                              env=ours_env(hang_spec(hang_file, "field_values", device=1)),
+                              capture_output=True, text=True, timeout=8)
+    assert (proc.stdout, proc.returncode) == ("0\n", 0)
+
+
+@pytest.mark.parametrize("value, why", [("soon", "text does not start with a number"),
+                                        ("0 s", "it must be positive"),
+                                        ("5 weeks", "Time interval unit label 'weeks'")])
+def test_a_bad_nvml_timeout_is_refused_naming_the_value(discovery_exe, value, why):
+    proc = subprocess.run([discovery_exe, "2", "--nvml-timeout", value], env=ours_env({"devices": [{}]}),
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert f"--nvml-timeout must be a positive duration such as '5 s' or '500 ms', got '{value}': {why}" in proc.stderr
+
+
+def test_the_coordination_file_is_not_locked_while_a_state_read_hangs(discovery_exe, tmp_path):
+    """The order is state read, then lock, claim, unlock: while NVML hangs, any other worker takes the
+    coordination file's flock at once."""
+    import fcntl
+
+    coord = tmp_path / "coord"
+    coord.write_text("")
+    with simulator.hanging(tmp_path / "hang") as hang_file:
+        proc = subprocess.Popen([discovery_exe, "1", "--enable-coordination-mode", "--coordination-file", str(coord),
+                                 "--nvml-timeout", "60 s"],
+                                env=ours_env(hang_spec(hang_file, "field_values", device=0)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert wait_until_inside_a_hang(proc)  # the state read is inside NVML
+            assert proc.poll() is None
+            with open(coord, "r+") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if it were held
+                fcntl.flock(f, fcntl.LOCK_UN)
+            assert proc.poll() is None  # still inside NVML
+        finally:
+            simulator.hanging(hang_file).release()
+        out, err = proc.communicate(timeout=60)
+    assert (out, proc.returncode) == ("0\n", 0), err
+    assert coord.read_text().startswith("0 ")

@@ -272,6 +272,37 @@ def test_a_bad_timeout_is_an_error_whichever_backend_is_chosen():
         GPUDriver({"discovery-mode": "nvml", "discovery-script.timeout": "soon"})
 
 
+@pytest.mark.parametrize("value, match", [
+    ("soon", "Could not parse value 'soon' for key 'nvml-timeout'. text does not start with a number"),
+    ("0 s", "Invalid value for key 'external-resource.gpu.param.nvml-timeout': the timeout must be positive"),
+])
+def test_a_bad_nvml_timeout_names_the_key(value, match):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    with pytest.raises(IllegalConfigurationException, match=match):
+        GPUDriverSettings.from_config({"discovery-mode": "nvml", "nvml-timeout": value}, "gpu")
+
+
+def test_nvml_timeout_is_a_flink_duration_defaulting_to_5_s():
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    assert GPUDriverSettings.from_config({}).nvml_timeout == 5.0
+    assert GPUDriverSettings.from_config({"nvml-timeout": "250 ms"}).nvml_timeout == 0.25
+    assert GPUDriverSettings.from_config({"nvml-timeout": "2 min"}).nvml_timeout == 120.0
+
+
+def test_nvml_timeout_in_the_script_args_is_read_as_flink_gpu_discovery_reads_it_and_the_parameter_wins():
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    args = {"discovery-script.args": "--enable-coordination-mode --nvml-timeout 2s"}
+    assert GPUDriverSettings.from_config(args).nvml_timeout_seconds() == 2.0
+    assert GPUDriverSettings.from_config({**args, "nvml-timeout": "1 s"}).nvml_timeout_seconds() == 1.0
+    with pytest.raises(IllegalConfigurationException,
+                       match="Invalid value 'later' for --nvml-timeout in "
+                             "'external-resource.gpu.param.discovery-script.args': text does not start"):
+        GPUDriverSettings.from_config({"discovery-script.args": "--nvml-timeout later"}, "gpu").nvml_timeout_seconds()
+
+
 # -- the amount: the coordination's check, one rule for both ----------------------------------------
 
 @pytest.mark.parametrize("amount", [True, False, 2.0, "2", None])

@@ -20,6 +20,7 @@ SRC = PACKAGE_DIR.parent
 
 #: The one door to each native concept: the only modules that may import flink_gpu._native.
 FACES = {"flink_gpu.nvml", "flink_gpu.coordination", "flink_gpu.script_protocol", "flink_gpu.java_text",
+         "flink_gpu.flink_duration",
          "flink_gpu.gpu_index", "flink_gpu.binding"}
 NATIVE = "flink_gpu._native"
 

@@ -369,7 +369,8 @@ DEFAULT_FILE = _native.COORDINATION_DEFAULT_PATH
 
 
 def test_script_flags():
-    assert _native.SCRIPT_FLAGS == ("--enable-coordination-mode", "--coordination-file", "--busy-gpus")
+    assert _native.SCRIPT_FLAGS == ("--enable-coordination-mode", "--coordination-file", "--busy-gpus",
+                                    "--nvml-timeout")
 
 
 @pytest.mark.parametrize("tokens, expected", [
@@ -388,7 +389,7 @@ def test_script_flags():
     (["--coordination-file", "/tmp/\udcff\u00e9"], (False, "/tmp/\udcff\u00e9", False, [])),
 ])
 def test_parse_script_args(tokens, expected):
-    assert _native.parse_script_args(tokens) == expected + (None,)  # no --busy-gpus among them
+    assert _native.parse_script_args(tokens) == expected + (None, None)  # no --busy-gpus, --nvml-timeout
 
 
 @pytest.mark.parametrize("tokens, busy", [

@@ -748,7 +748,9 @@ def test_a_foreign_process_makes_a_gpu_busy_the_taskmanagers_own_child_does_not(
         assert "graphics" in got_three["error"][1]
     else:
         assert indices(got_three["retrievals"][0]) == three
-        assert props(got_three["retrievals"][0], "1")["processes"] == "1"
+        # ignore reads no process list (docs/design.md §9.1, query plan): its infos have no processes
+        expected = None if busy_gpus == "ignore" else "1"
+        assert props(got_three["retrievals"][0], "1").get("processes") == expected
 
 
 def test_a_pid_this_namespace_cannot_see_counts_as_foreign():
@@ -876,3 +878,114 @@ def test_a_mig_units_own_finding_is_the_units_only():
     assert result["error"][0] == "FlinkException"
     assert "GPU 0:2 is left out (unhealthy: InfoROM corrupted)" in result["error"][1]
     assert "GPU 0:0 is left out" not in result["error"][1]
+
+
+# --- NVML with a deadline (docs/design.md §9.5) and the query plan (§9.1) --------------------------
+
+# Runs retrievals of one driver, then lets the hung query go and leaves with os._exit: a thread is
+# still inside the (simulated) driver, which the interpreter's exit must not tear down under it.
+HANG_RUNNER = RUNNER.replace("print(json.dumps({\"results\": output, \"logs\": records}))", """
+print(json.dumps({"results": output, "logs": records}), flush=True)
+os.unlink(os.environ["HANG_FILE"])
+os._exit(0)
+""")
+
+
+def test_a_gpu_whose_state_read_does_not_return_in_time_is_unknown_warned_and_never_handed_out(tmp_path):
+    hang_file = tmp_path / "hang"
+    spec = {"devices": [{} for _ in range(4)], "driver_lock": False,
+            "hang": [{"query": "field_values", "device": 1, "while_exists": str(hang_file)}]}
+    config = {**NVML, "nvml-timeout": "300 ms"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(spec=spec))
+    env.update(PYTHONPATH=SRC, HANG_FILE=str(hang_file))
+    hang_file.write_text("")
+    done = subprocess.run([sys.executable, "-c", HANG_RUNNER, json.dumps([(config, [1, 3, 4])])], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    output = json.loads(done.stdout)
+    [result], logs = output["results"], output["logs"]
+    first, second = result["retrievals"]
+    assert indices(first) == ["0"]  # GPUs 2 and 3 were not reached before the deadline
+    # GPU 1 is still stuck: unknown at once, the others read again
+    assert indices(second) == ["0", "2", "3"]
+    assert result["error"][0] == "FlinkException"
+    assert "GPU 1 is left out (unknown: nvmlDeviceGetFieldValues has not returned for " in result["error"][1]
+    warnings = [message for level, _, message in logs if level == "WARNING"]
+    assert (f"GPU 1 ({sim_uuid(1)}) is unknown: nvmlDeviceGetFieldValues did not return within 300 ms; "
+            "it is not handed out.") in warnings
+    assert any(m.startswith(f"GPU 1 ({sim_uuid(1)}) is unknown: nvmlDeviceGetFieldValues has not returned for ")
+               for m in warnings)
+
+
+def test_busy_gpus_ignore_gives_infos_without_processes():
+    result, _ = run_one({**NVML, "busy-gpus": "ignore"}, [2], spec=processes_on([(4000000001, "compute")], []))
+    for info in result["retrievals"][0]:
+        assert "processes" not in dict(info)
+        assert dict(info)["health"] == "ok"
+
+
+# What one claim asks NVML, per GPU (docs/design.md §9.1, query plan): counted by the simulator.
+COUNT_RUNNER = r"""
+import json, sys
+from flink_gpu import GPUDriverFactory, simulator
+config, amount = json.loads(sys.argv[1])
+with GPUDriverFactory().create_external_resource_driver(config) as driver:
+    driver.retrieve_resource_info(amount)  # the first claim also enumerates and reads InfoROM
+    simulator.reset_counters()
+    driver.retrieve_resource_info(amount)
+    print(json.dumps(simulator.counters()["calls"]))
+"""
+
+PER_GPU_STATE = {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetMigMode", "nvmlDeviceGetFieldValues",
+                 "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetComputeMode"}
+
+
+@pytest.mark.parametrize("busy_gpus", ["avoid", "exclude", "ignore"])
+def test_a_claim_asks_each_needed_query_once_per_gpu_and_no_more(tmp_path, busy_gpus):
+    config = {**NVML, "busy-gpus": busy_gpus,
+              "discovery-script.args": f"--enable-coordination-mode --coordination-file {tmp_path / 'coord'}"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(devices=8), PYTHONPATH=SRC)
+    done = subprocess.run([sys.executable, "-c", COUNT_RUNNER, json.dumps([config, 2])], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    calls = json.loads(done.stdout)
+    gpus = [str(i) for i in range(8)]
+    expected = dict.fromkeys(PER_GPU_STATE, 1)
+    if busy_gpus != "ignore":  # one list per process kind: compute, graphics, MPS
+        expected["nvmlDeviceGetRunningProcessDetailList"] = 3
+    # nothing about the whole library but the one count; per GPU each needed query once, nothing else
+    assert calls.pop("nvmlDeviceGetCount_v2") == {"host": 1}
+    assert calls == {function: dict.fromkeys(gpus, n) for function, n in expected.items()}
+
+
+def test_a_coordinated_driver_does_not_lock_the_coordination_file_while_a_state_read_hangs(tmp_path):
+    """docs/design.md §9.5: state read, then lock, claim, unlock. While the driver's read hangs in NVML,
+    another process takes the coordination file's flock at once."""
+    import fcntl
+    from support.simulated import wait_until_inside_a_hang
+
+    coord = tmp_path / "coord"
+    coord.write_text("")
+    hang_file = tmp_path / "hang"
+    spec = {"devices": [{}, {}], "hang": [{"query": "field_values", "device": 0, "while_exists": str(hang_file)}]}
+    config = {**NVML, "nvml-timeout": "60 s",
+              "discovery-script.args": f"--enable-coordination-mode --coordination-file {coord}"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(spec=spec), PYTHONPATH=SRC)
+    with simulator.hanging(hang_file):
+        proc = subprocess.Popen([sys.executable, "-c", RUNNER, json.dumps([(config, [1])])], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert wait_until_inside_a_hang(proc)
+            with open(coord, "r+") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if the driver held it
+                fcntl.flock(f, fcntl.LOCK_UN)
+            assert proc.poll() is None
+        finally:
+            simulator.hanging(hang_file).release()
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    [result] = json.loads(out)["results"]
+    assert indices(result["retrievals"][0]) == ["0"]

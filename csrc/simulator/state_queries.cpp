@@ -109,10 +109,26 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int values
         if (nvmlReturn_t rc = state_device(device, kQueryFieldValues, &d); rc != NVML_SUCCESS) return rc;
         for (int i = 0; i < valuesCount; ++i) {
             nvmlFieldValue_t& v = values[i];
+            // the health fields answer as the query they stand for would (not supported, no permission)
+            auto field = [&](Query q, unsigned long long value) {
+                v.nvmlReturn = query_allowed(*d, q);
+                v.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+                v.value.ullVal = v.nvmlReturn == NVML_SUCCESS ? value : 0;
+            };
             if (v.fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
                 v.nvmlReturn = NVML_SUCCESS;
                 v.valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
                 v.value.uiVal = d->recovery_action;
+            } else if (v.fieldId == NVML_FI_DEV_ECC_CURRENT) {
+                field(kQueryEccMode, d->ecc_enabled ? 1 : 0);
+            } else if (v.fieldId == NVML_FI_DEV_ECC_DBE_VOL_TOTAL) {
+                field(kQueryEccErrors, d->ecc_enabled ? d->ecc_uncorrected : 0);
+            } else if (v.fieldId == NVML_FI_DEV_REMAPPED_PENDING) {
+                field(kQueryRemappedRows, d->remap_pending ? 1 : 0);
+            } else if (v.fieldId == NVML_FI_DEV_REMAPPED_FAILURE) {
+                field(kQueryRemappedRows, d->remap_failure ? 1 : 0);
+            } else if (v.fieldId == NVML_FI_DEV_RETIRED_PENDING) {
+                field(kQueryRetiredPages, d->pages_pending ? 1 : 0);
             } else {
                 v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             }

@@ -21,11 +21,16 @@ def sort_indices(indices: Iterable[str]) -> List[str]: ...
 def unit_parent(index: str) -> Optional[str]: ...
 
 # --- the stock discovery script's arguments (csrc/script_args.*) -------------------------------
-SCRIPT_FLAGS: Tuple[str, str, str]
+SCRIPT_FLAGS: Tuple[str, str, str, str]
 
-def parse_script_args(tokens: Iterable[str]) -> Tuple[bool, str, bool, List[Tuple[str, Optional[str]]], Optional[str]]:
+def parse_script_args(tokens: Iterable[str]) -> Tuple[bool, str, bool, List[Tuple[str, Optional[str]]], Optional[str],
+                                                      Optional[str]]:
     """(coordination mode, coordination file, file value missing, [(unknown token, suggested flag)],
-    --busy-gpus value or None)."""
+    --busy-gpus value or None, --nvml-timeout value or None)."""
+
+# --- Flink's duration grammar (csrc/flink_duration.*) -------------------------------------------
+def parse_duration(text: str) -> float:
+    """Seconds; ValueError with Flink's reason."""
 
 def with_coordination_file(tokens: Iterable[str], path: str) -> List[str]:
     """The tokens with their --coordination-file and its value replaced by ``--coordination-file path``."""
@@ -88,9 +93,10 @@ class Nvml:
     def skipped(self) -> Tuple[SkippedDevice, ...]: ...
     def notices(self) -> Tuple[str, ...]: ...
     def states(self, owner_pid: int, taskmanager_pid: Optional[int] = None,
-               health_checks: Optional[Iterable[str]] = None) -> Tuple[DeviceState, ...]: ...
+               health_checks: Optional[Iterable[str]] = None,
+               timeout: float = ...) -> Tuple[DeviceState, ...]: ...
     def choose(self, indices: Iterable[str], owner_pid: int, taskmanager_pid: Optional[int], busy_policy: str,
-               health_checks: Optional[Iterable[str]] = None
+               health_checks: Optional[Iterable[str]] = None, timeout: float = ...
                ) -> Tuple[Tuple[DeviceState, ...], List[str], List[int], List[Tuple[str, str]]]: ...
     def read_metric(self, gpu_index: str, metric: str) -> int:
         """One reading of ``metric`` (one of METRICS) on ``gpu_index``; -1 where NVML cannot say."""
@@ -142,6 +148,8 @@ class DeviceState:
     @property
     def processes_known(self) -> bool: ...
     @property
+    def processes_read(self) -> bool: ...
+    @property
     def busy(self) -> bool: ...
     @property
     def compute_mode(self) -> Optional[str]: ...
@@ -156,6 +164,9 @@ class Verdict:
     OK: Verdict
     DEGRADED: Verdict
     UNHEALTHY: Verdict
+    UNKNOWN: Verdict
+
+DEFAULT_NVML_TIMEOUT: float
 
 def rank_gpus(states: Iterable[DeviceState], busy_policy: str) -> Tuple[List[str], List[int], List[Tuple[str, str]]]:
     """(indices best first, ranks parallel to them, [(index, why left out)])."""

@@ -112,6 +112,7 @@ cdef extern from "device_state.hpp" namespace "flinkgpu" nogil:
         kOk
         kDegraded
         kUnhealthy
+        kUnknown
 
     enum class Outcome "flinkgpu::Outcome":
         kOk
@@ -159,11 +160,32 @@ cdef extern from "device_state.hpp" namespace "flinkgpu" nogil:
         optional[unsigned long long] memory_free
         vector[CGpuProcess] processes
         bint processes_known
+        bint processes_read
         bint busy
         optional[string] compute_mode
 
-    Status query_states "flinkgpu::query_states"(const NvmlLibrary& lib, int owner, int taskmanager,
-                                                  const CheckSet& enforced, vector[CDeviceState]* out)
+    cdef cppclass ReadPlan "flinkgpu::ReadPlan":
+        bint processes
+
+
+cdef extern from "nvml_deadline.hpp" namespace "flinkgpu" nogil:
+    double kDefaultNvmlTimeoutSeconds "flinkgpu::kDefaultNvmlTimeoutSeconds"
+
+    cdef cppclass Stall "flinkgpu::Stall":
+        int gpu
+        string function
+        double seconds
+        bint earlier
+
+    string stall_text "flinkgpu::stall_text"(const Stall& stall, double timeout_seconds) except +
+    Status query_states_within "flinkgpu::query_states_within"(
+        const NvmlLibrary& lib, int owner, int taskmanager, const CheckSet& enforced, const ReadPlan& plan,
+        double timeout_seconds, vector[CDeviceState]* out, vector[Stall]* stalls, cpp_bool* count_known)
+
+
+cdef extern from "flink_duration.hpp" namespace "flinkgpu" nogil:
+    bint parse_flink_duration "flinkgpu::parse_flink_duration"(string_view text, double* seconds,
+                                                                 string* error) except +
 
 
 cdef extern from "device_metrics.hpp" namespace "flinkgpu" nogil:
@@ -247,7 +269,8 @@ cdef extern from "gpu_choice.hpp" namespace "flinkgpu" nogil:
 
     Status choose_gpus_cpp "flinkgpu::choose_gpus"(const NvmlLibrary& lib, const vector[string]& enumerated,
                                                    int owner, int taskmanager, BusyPolicy policy,
-                                                   const CheckSet& enforced, CChoice* out)
+                                                   const CheckSet& enforced, double timeout_seconds,
+                                                   CChoice* out)
 
 
 cdef extern from "process_tree.hpp" namespace "flinkgpu" nogil:
@@ -281,6 +304,7 @@ cdef extern from "script_args.hpp" namespace "flinkgpu" nogil:
     const char* kEnableCoordinationFlag "flinkgpu::kEnableCoordinationFlag"
     const char* kCoordinationFileFlag "flinkgpu::kCoordinationFileFlag"
     const char* kBusyGpusFlag "flinkgpu::kBusyGpusFlag"
+    const char* kNvmlTimeoutFlag "flinkgpu::kNvmlTimeoutFlag"
 
     cdef cppclass UnknownToken "flinkgpu::UnknownToken":
         string token
@@ -292,6 +316,8 @@ cdef extern from "script_args.hpp" namespace "flinkgpu" nogil:
         bint file_value_missing
         bint has_busy_gpus
         string busy_gpus
+        bint has_nvml_timeout
+        string nvml_timeout
         vector[UnknownToken] unknown
 
     CScriptArgs parse_script_args_cpp "flinkgpu::parse_script_args"(const vector[string]& tokens) except +
@@ -386,7 +412,7 @@ def unit_parent(str index not None):
 # --- the stock discovery script's arguments (csrc/script_args.*) -------------------------------
 
 SCRIPT_FLAGS = (kEnableCoordinationFlag.decode("ascii"), kCoordinationFileFlag.decode("ascii"),
-                kBusyGpusFlag.decode("ascii"))
+                kBusyGpusFlag.decode("ascii"), kNvmlTimeoutFlag.decode("ascii"))
 
 
 cdef vector[string] _script_tokens(tokens) except *:
@@ -399,13 +425,25 @@ cdef vector[string] _script_tokens(tokens) except *:
 
 
 def parse_script_args(tokens):
-    """The stock script's reading of the tokens after the amount (plus our --busy-gpus):
+    """The stock script's reading of the tokens after the amount (plus our --busy-gpus and --nvml-timeout):
     (coordination mode, coordination file, file value missing, [(unknown token, suggested flag or None)],
-    busy-gpus value or None when the flag is absent ("" when it has no value))."""
+    busy-gpus value or None when the flag is absent ("" when it has no value), nvml-timeout value likewise)."""
     cdef CScriptArgs parsed = parse_script_args_cpp(_script_tokens(tokens))
     return (parsed.coordination_mode, _text(parsed.coordination_file), parsed.file_value_missing,
             [(_text(u.token), _text(u.suggestion) if not u.suggestion.empty() else None) for u in parsed.unknown],
-            _text(parsed.busy_gpus) if parsed.has_busy_gpus else None)
+            _text(parsed.busy_gpus) if parsed.has_busy_gpus else None,
+            _text(parsed.nvml_timeout) if parsed.has_nvml_timeout else None)
+
+
+def parse_duration(str text not None):
+    """Seconds of ``text`` in Flink's duration grammar (csrc/flink_duration.*: "5 s", "500ms", a bare number
+    is milliseconds); ValueError with Flink's reason when it is none."""
+    cdef string encoded = _utf8(text)
+    cdef double seconds = 0
+    cdef string error
+    if not parse_flink_duration(string_view(encoded.data(), encoded.size()), &seconds, &error):
+        raise ValueError(_text(error))
+    return seconds
 
 
 def with_coordination_file(tokens, str path not None):
@@ -521,7 +559,8 @@ cdef NvmlDevice _device(const DeviceInfo& info):
 class Verdict:
     """A device's health as the core judged it (``DeviceState.verdict``): decide on this, not on
     the text of ``DeviceState.health``. Three instances, compared by identity: ``Verdict.OK``,
-    ``Verdict.DEGRADED``, ``Verdict.UNHEALTHY`` (a plain class: importing flink_gpu loads no enum)."""
+    ``Verdict.DEGRADED``, ``Verdict.UNHEALTHY``, ``Verdict.UNKNOWN`` (not read in time: an NVML call past
+    its deadline; never handed out) (a plain class: importing flink_gpu loads no enum)."""
     __slots__ = ("name", "value")
 
     def __init__(self, name, value):
@@ -538,7 +577,11 @@ class Verdict:
 Verdict.OK = Verdict("OK", <int>Health.kOk)
 Verdict.DEGRADED = Verdict("DEGRADED", <int>Health.kDegraded)
 Verdict.UNHEALTHY = Verdict("UNHEALTHY", <int>Health.kUnhealthy)
-_VERDICTS = {v.value: v for v in (Verdict.OK, Verdict.DEGRADED, Verdict.UNHEALTHY)}
+Verdict.UNKNOWN = Verdict("UNKNOWN", <int>Health.kUnknown)
+_VERDICTS = {v.value: v for v in (Verdict.OK, Verdict.DEGRADED, Verdict.UNHEALTHY, Verdict.UNKNOWN)}
+
+#: The deadline of a state read when none is given (csrc/nvml_deadline.hpp), seconds.
+DEFAULT_NVML_TIMEOUT = kDefaultNvmlTimeoutSeconds
 
 #: The health checks by name (csrc/device_state.hpp), as ``health-checks`` names them.
 HEALTH_CHECKS = tuple([check_name(<Check>i).decode("ascii") for i in range(kCheckCount)])
@@ -547,13 +590,14 @@ HEALTH_CHECKS = tuple([check_name(<Check>i).decode("ascii") for i in range(kChec
 cdef class DeviceState:
     """One GPU's state when it was read: health, memory, the processes NVML lists on it.
 
-    ``health``: "ok", "degraded: <reason>" or "unhealthy: <reason>" (text for people); ``verdict``:
+    ``health``: "ok", "degraded: <reason>", "unhealthy: <reason>" or "unknown: <why>" (text for people); ``verdict``:
     the same as a :class:`Verdict`; ``findings``: every enforced finding; ``warnings``: enforced
     findings that leave it ok; ``checks``: per check of HEALTH_CHECKS (name, outcome "ok" |
     "finding" | "not supported" | "no permission" | "not applicable", the finding's Verdict, the
     finding or None, enforced); ``processes``: (pid, used memory in bytes or None, kind "compute" |
     "graphics" | "mps", own, visible); ``processes_known``: False when NVML refused the process
-    list (NO_PERMISSION); ``busy``: a process that is not the owner's, its TaskManager's or a
+    list (NO_PERMISSION); ``processes_read``: False when the read did not ask for them (busy-gpus
+    ignore) or the GPU was not read in time; ``busy``: a process that is not the owner's, its TaskManager's or a
     descendant's.
     """
 
@@ -568,6 +612,7 @@ cdef class DeviceState:
     cdef readonly object memory_free
     cdef readonly tuple processes
     cdef readonly bint processes_known
+    cdef readonly bint processes_read
     cdef readonly bint busy
     cdef readonly object compute_mode
 
@@ -617,6 +662,7 @@ cdef DeviceState _state(const CDeviceState& c):
                           bool(c.processes[i].own), bool(c.processes[i].visible))
                          for i in range(c.processes.size())])
     s.processes_known = c.processes_known
+    s.processes_read = c.processes_read
     s.busy = c.busy
     s.compute_mode = _optional_text(c.compute_mode)
     return s
@@ -832,6 +878,14 @@ cdef int _state_pid(pid, str what) except -1:
     return <int>pid
 
 
+cdef double _timeout(timeout) except -1:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
+    if not timeout > 0:
+        raise ValueError(f"Invalid NVML timeout {timeout!r}: it must be a positive number of seconds.")
+    return <double>timeout
+
+
 cdef class Nvml:
     """A loaded, initialised libnvidia-ml; one per library path and process.
 
@@ -901,39 +955,55 @@ cdef class Nvml:
             raise _error(status, self.library_path)
         return _optional_text(version)
 
-    def states(self, owner_pid, taskmanager_pid=None, health_checks=None):
+    def states(self, owner_pid, taskmanager_pid=None, health_checks=None, timeout=DEFAULT_NVML_TIMEOUT):
         """The state of every device now, in index order, in one native call: health (judged with
         ``health_checks``, names of HEALTH_CHECKS; None: all), memory, the processes on it judged
         against ``owner_pid`` and ``taskmanager_pid`` (None: none). A GPU NVML refuses a handle
-        for is one unhealthy state."""
+        for is one unhealthy state. Read within ``timeout`` seconds (csrc/nvml_deadline.hpp): a GPU
+        not read in time is unknown; NvmlError (code NVML_ERROR_TIMEOUT) when not even the GPU count
+        was read."""
         cdef int owner = _state_pid(owner_pid, "owner_pid")
         cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
         cdef CheckSet enforced = _check_set(health_checks)
+        cdef double seconds = _timeout(timeout)
         cdef const NvmlLibrary* lib = self._library()
         cdef vector[CDeviceState] found
+        cdef vector[Stall] stalls
+        cdef ReadPlan plan
+        cdef cpp_bool count_known = False
         cdef Status status
         with nogil:
-            status = query_states(lib[0], owner, taskmanager, enforced, &found)
+            status = query_states_within(lib[0], owner, taskmanager, enforced, plan, seconds, &found, &stalls,
+                                         &count_known)
         if not status.ok():
             raise _error(status, self.library_path)
+        if not count_known:
+            what = _text(stall_text(stalls[0], seconds)) if stalls.size() else "NVML did not answer in time"
+            raise NvmlError(f"NVML did not answer: {what} (library '{self.library_path}'). The NVIDIA driver may "
+                            "hang: check dmesg for Xid errors and nvidia-smi.", 10, self.library_path,
+                            _text(stalls[0].function) if stalls.size() else "nvmlDeviceGetCount_v2")
         cdef size_t i
         return tuple([_state(found[i]) for i in range(found.size())])
 
-    def choose(self, indices, owner_pid, taskmanager_pid, str busy_policy not None, health_checks=None):
+    def choose(self, indices, owner_pid, taskmanager_pid, str busy_policy not None, health_checks=None,
+               timeout=DEFAULT_NVML_TIMEOUT):
         """The one choice of GPUs (csrc/gpu_choice.*): the states now of the devices ``indices``
         (as ``devices()`` gave them, in its order), judged with ``health_checks``, and their
         ranking under ``busy_policy``: (states, indices best first, ranks, [(index, why left
-        out)]). A device of ``indices`` that NVML no longer answers for is an unhealthy state."""
+        out)]). A device of ``indices`` that NVML no longer answers for is an unhealthy state; one
+        not read within ``timeout`` seconds is unknown (csrc/nvml_deadline.hpp). Processes are read
+        only where ``busy_policy`` looks at them (not for ignore)."""
         cdef int owner = _state_pid(owner_pid, "owner_pid")
         cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
         cdef CheckSet enforced = _check_set(health_checks)
         cdef BusyPolicy policy = _busy_policy(busy_policy)
+        cdef double seconds = _timeout(timeout)
         cdef vector[string] enumerated = [_utf8(index) for index in indices]
         cdef const NvmlLibrary* lib = self._library()
         cdef CChoice found
         cdef Status status
         with nogil:
-            status = choose_gpus_cpp(lib[0], enumerated, owner, taskmanager, policy, enforced, &found)
+            status = choose_gpus_cpp(lib[0], enumerated, owner, taskmanager, policy, enforced, seconds, &found)
         if not status.ok():
             raise _error(status, self.library_path)
         cdef size_t i

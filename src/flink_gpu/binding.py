@@ -422,7 +422,9 @@ def _usable(by_index: "dict[str, Any]", count: int, library_path: "str | None",
     best, ranks, _ = rank_gpus(states, "avoid")
     rank_of = dict(zip(best, ranks, strict=True))
     worst = max(ranks, default=0)
-    unhealthy = {state.gpu_index: state.health for state in states if state.verdict is Verdict.UNHEALTHY}
+    # unknown: not read within the deadline (docs/design.md §9.5), never bound either
+    unhealthy = {state.gpu_index: state.health for state in states
+                 if state.verdict is Verdict.UNHEALTHY or state.verdict is Verdict.UNKNOWN}
     usable = [index for index in by_index if index not in unhealthy]
     ranked = [rank_of.get(index, worst) for index in usable]  # not listed by NVML: last, as it is
     if not unhealthy:

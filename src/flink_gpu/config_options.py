@@ -245,40 +245,12 @@ def _to_list(value: object) -> list[str]:
     return split_escaped(to_java_string(value), ";")
 
 
-_DURATION_UNITS = {}
-for _seconds, _labels in ((86_400.0, ("d", "day", "days")),
-                          (3_600.0, ("h", "hour", "hours")),
-                          (60.0, ("min", "m", "minute", "minutes")),
-                          (1.0, ("s", "sec", "secs", "second", "seconds")),
-                          (1e-3, ("ms", "milli", "millis", "millisecond", "milliseconds")),
-                          (1e-6, ("µs", "micro", "micros", "microsecond", "microseconds")),
-                          (1e-9, ("ns", "nano", "nanos", "nanosecond", "nanoseconds"))):
-    for _label in _labels:
-        _DURATION_UNITS[_label] = _seconds
-
-
 def _to_duration(value: object) -> float:
     if _is_timedelta(value):
         return value.total_seconds()
-    text = java_trim(to_java_string(value))
-    if not text:
-        raise ValueError("argument is an empty- or whitespace-only string")
-    match = re.match(r"[0-9]*", text)
-    number = match.group(0) if match else ""
-    unit = text[len(number):].strip().lower()
-    if not number:
-        raise ValueError("text does not start with a number")
-    if not unit:
-        return int(number) / 1000.0  # Flink: a bare number is milliseconds
-    if unit not in _DURATION_UNITS:
-        raise ValueError(f"Time interval unit label '{unit}' does not match any of the "
-                         f"recognized units: DAYS: (d | day | days), HOURS: (h | hour | hours), "
-                         f"MINUTES: (min | m | minute | minutes), SECONDS: (s | sec | secs | "
-                         f"second | seconds), MILLISECONDS: (ms | milli | millis | millisecond "
-                         f"| milliseconds), MICROSECONDS: (µs | micro | micros | microsecond | "
-                         f"microseconds), NANOSECONDS: (ns | nano | nanos | nanosecond | "
-                         f"nanoseconds)")
-    return int(number) * _DURATION_UNITS[unit]
+    from flink_gpu.flink_duration import parse_duration
+
+    return parse_duration(to_java_string(value))
 
 
 _CONVERTERS = {str: _to_str, int: _to_int, float: _to_float, bool: _to_bool, list: _to_list,

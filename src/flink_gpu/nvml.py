@@ -9,15 +9,15 @@ a forked child), never per call.
 
 from __future__ import annotations
 
-from flink_gpu._native import (BUSY_GPUS_VALUES, DEFAULT_METRICS_INTERVAL, GAUGE_HEALTH, HEALTH_CHECKS,
-                               HEALTH_READ_INTERVAL, METRICS, MIN_METRICS_INTERVAL, SAMPLE_MARGIN, DeviceState, Nvml,
-                               NvmlDevice, SkippedDevice, Verdict, busy_policy, find_taskmanager, metrics_samples,
-                               rank_gpus, sample_metrics_now, sampled_metrics, watch_metrics)
+from flink_gpu._native import (BUSY_GPUS_VALUES, DEFAULT_METRICS_INTERVAL, DEFAULT_NVML_TIMEOUT, GAUGE_HEALTH,
+                               HEALTH_CHECKS, HEALTH_READ_INTERVAL, METRICS, MIN_METRICS_INTERVAL, SAMPLE_MARGIN,
+                               DeviceState, Nvml, NvmlDevice, SkippedDevice, Verdict, busy_policy, find_taskmanager,
+                               metrics_samples, rank_gpus, sample_metrics_now, sampled_metrics, watch_metrics)
 
-__all__ = ["BUSY_GPUS_VALUES", "DEFAULT_METRICS_INTERVAL", "GAUGE_HEALTH", "HEALTH_CHECKS", "HEALTH_READ_INTERVAL",
-           "METRICS", "MIN_METRICS_INTERVAL", "SAMPLE_MARGIN", "Device", "DeviceState", "Library", "SkippedDevice",
-           "Verdict", "busy_policy", "find_taskmanager", "metrics_samples", "open_library", "rank_gpus",
-           "sample_metrics_now", "sampled_metrics", "states", "watch_metrics"]
+__all__ = ["BUSY_GPUS_VALUES", "DEFAULT_METRICS_INTERVAL", "DEFAULT_NVML_TIMEOUT", "GAUGE_HEALTH", "HEALTH_CHECKS",
+           "HEALTH_READ_INTERVAL", "METRICS", "MIN_METRICS_INTERVAL", "SAMPLE_MARGIN", "Device", "DeviceState",
+           "Library", "SkippedDevice", "Verdict", "busy_policy", "find_taskmanager", "metrics_samples",
+           "open_library", "rank_gpus", "sample_metrics_now", "sampled_metrics", "states", "watch_metrics"]
 
 #: A loaded, initialised libnvidia-ml: ``library_path``, ``driver_version`` (None when the driver
 #: cannot say), ``devices()`` (the usable GPUs in NVML index order), ``skipped()`` (the GPUs
@@ -26,6 +26,9 @@ __all__ = ["BUSY_GPUS_VALUES", "DEFAULT_METRICS_INTERVAL", "GAUGE_HEALTH", "HEAL
 #: :class:`DeviceState` now) and ``choose(indices, owner, taskmanager, busy_policy, health_checks)``:
 #: the one choice of GPUs of the C++ core, (states of ``indices``, indices best first, ranks,
 #: [(index, why left out)]); a device of ``indices`` NVML no longer answers for is unhealthy.
+#: Both take ``timeout`` (seconds, default :data:`DEFAULT_NVML_TIMEOUT`): every read has that
+#: deadline (docs/design.md §9.5); a GPU not read in time is :attr:`Verdict.UNKNOWN`
+#: (``health`` "unknown: <query> did not return within 5 s") and never handed out.
 #:
 #: ``read_metric(gpu_index, metric) -> int``: one reading of ``metric`` (one of :data:`METRICS`)
 #: on the GPU ``gpu_index`` as GPUInfo carries it ("<index>", or "<index>:<slot>" for a MIG unit):
@@ -88,8 +91,10 @@ def open_library(library_path: "str | None" = None) -> Library:
 
 
 def states(library: Library, owner_pid: int, taskmanager_pid: "int | None" = None,
-           health_checks: "tuple[str, ...] | None" = None) -> "tuple[DeviceState, ...]":
+           health_checks: "tuple[str, ...] | None" = None,
+           timeout: float = DEFAULT_NVML_TIMEOUT) -> "tuple[DeviceState, ...]":
     """Every device's state now (health judged with ``health_checks``, names of
     :data:`HEALTH_CHECKS`, None: all; memory; processes judged against ``owner_pid`` and its
-    TaskManager ``taskmanager_pid``), in index order, read in one native call."""
-    return library.states(owner_pid, taskmanager_pid, health_checks)
+    TaskManager ``taskmanager_pid``), in index order, read in one native call within ``timeout``
+    seconds (a GPU not read in time is unknown)."""
+    return library.states(owner_pid, taskmanager_pid, health_checks, timeout)

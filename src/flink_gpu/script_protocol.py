@@ -42,7 +42,7 @@ __all__ = [
 
 _log = logging.getLogger("flink_gpu.script_protocol")
 
-ENABLE_COORDINATION_FLAG, COORDINATION_FILE_FLAG, BUSY_GPUS_FLAG = SCRIPT_FLAGS
+ENABLE_COORDINATION_FLAG, COORDINATION_FILE_FLAG, BUSY_GPUS_FLAG, NVML_TIMEOUT_FLAG = SCRIPT_FLAGS
 
 # Java's Runtime.exec(String) tokenises with StringTokenizer's default delimiters.
 _EXEC_DELIMITERS = str.maketrans("\t\n\r\f", "    ")
@@ -67,6 +67,7 @@ class ScriptArgs(NamedTuple):
     suggestions: "tuple[str | None, ...]" = ()  # per unknown token, the flag it probably meant
     file_value_missing: bool = False  # --coordination-file without a value: the default file is used
     busy_gpus: "str | None" = None  # the value of --busy-gpus ("" without one); None: not given
+    nvml_timeout: "str | None" = None  # the value of --nvml-timeout (flink-gpu-discovery's), likewise
 
 
 def parse_script_args(args: "str | None", key: str = "discovery-script.args", *,
@@ -79,9 +80,9 @@ def parse_script_args(args: "str | None", key: str = "discovery-script.args", *,
     the stock script would silently skip, naming ``key``.
     """
     tokens = exec_tokens(args) if args is not None else []
-    mode, path, missing, unknown, busy_gpus = _parse_tokens(tokens)
+    mode, path, missing, unknown, busy_gpus, nvml_timeout = _parse_tokens(tokens)
     parsed = ScriptArgs(mode, path, tuple(token for token, _ in unknown),
-                        tuple(suggestion for _, suggestion in unknown), missing, busy_gpus)
+                        tuple(suggestion for _, suggestion in unknown), missing, busy_gpus, nvml_timeout)
     if warn:
         warn_ignored(parsed, key, args)
     return parsed

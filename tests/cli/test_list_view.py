@@ -9,14 +9,17 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
+import flink_gpu
 from flink_gpu import simulator
 
 from conftest import child_env
 from support.cli import cli, cli_json, HOLDER_COMMAND, cut_to_table, gpu_conf
 from support.interop import find_discovery_executable
+from support.json_schema import errors
 
 
 def coordinated_conf(conf_dir, coord):
@@ -199,6 +202,22 @@ def test_list_fits_the_terminal_and_colours_verdicts_unless_no_color(tmp_path, h
     piped = cli("--simulate", "4", "list", "--file", coord).stdout
     assert "\x1b[" not in piped and cut_to_table(HOLDER_COMMAND) in piped
 
+
+def test_list_shows_a_gpu_whose_state_read_does_not_return_as_unknown(tmp_path):
+    """docs/design.md §9.5: list reads with the 5 s deadline too; the GPU it could not read says why, in the
+    table and in --json (whose health follows the schema)."""
+    hang_file = tmp_path / "hang"
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{}, {}], "driver_lock": False, "hang": [
+        {"query": "field_values", "device": 1, "while_exists": str(hang_file)}]}))
+    schema = json.loads((Path(flink_gpu.__file__).parent / "cli" / "schema.json").read_text())
+    with simulator.hanging(hang_file):
+        doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "coord")
+    assert errors(doc, schema) == []
+    gpus = {gpu["index"]: gpu for gpu in doc["gpus"]}
+    assert gpus["0"]["health"] == "ok"
+    assert gpus["1"]["health"] == "unknown: nvmlDeviceGetFieldValues did not return within 5 s"
+    assert gpus["1"]["processes_known"] is False
 
 # ---- persistence mode -----------------------------------------------------------------------------
 

@@ -342,7 +342,8 @@ def _gpu_states(nvml: Library, live: "dict[str, list[int]]") -> "dict[str, dict[
             "memory_used": state.memory_used, "memory_free": state.memory_free,
             "numa_node": device.numa_node if device else None,
             "cpu_affinity": device.cpu_affinity if device else None,
-            "compute_mode": state.compute_mode, "processes_known": state.processes_known,
+            # a GPU not read in time (health "unknown: ...") has no process list either
+            "compute_mode": state.compute_mode, "processes_known": state.processes_known and state.processes_read,
             "processes": [{"pid": pid, "kind": kind, "used_memory": used, "visible": visible,
                            "cmdline": process_cmdline(pid) if visible else None,
                            "holder": belongs.get((index, pid))}
@@ -353,6 +354,8 @@ def _gpu_states(nvml: Library, live: "dict[str, list[int]]") -> "dict[str, dict[
 
 def _processes_text(gpu: "dict[str, Any]") -> str:
     if not gpu["processes_known"]:
+        if (gpu["health"] or "").startswith("unknown:"):
+            return "? (not read in time)"
         return "? (no permission to list them)"
     parts = []
     for process in gpu["processes"]:
@@ -373,7 +376,7 @@ def _print_state_notes(gpus: "list[dict[str, Any]]") -> None:
                 print(f"  GPU {gpu['index']}: {finding}")
         unchecked = [f"{name} ({check['outcome']})" for name, check in gpu["checks"].items()
                      if check["outcome"] not in ("ok", "finding")]
-        if unchecked:
+        if unchecked and not (gpu["health"] or "").startswith("unknown:"):  # unknown: nothing was read
             print(f"  GPU {gpu['index']}: not checked: {', '.join(unchecked)}")
     hidden = sorted({p["pid"] for g in gpus for p in g["processes"] if not p["visible"]})
     if hidden:

@@ -61,7 +61,7 @@ def state_properties(state) -> dict[str, str]:
         properties[PROPERTY_MEMORY_USED] = str(state.memory_used)
     if state.memory_free is not None:
         properties[PROPERTY_MEMORY_FREE] = str(state.memory_free)
-    if state.processes_known:
+    if state.processes_known and state.processes_read:  # busy-gpus ignore reads none: no property
         properties[PROPERTY_PROCESSES] = str(len(state.processes))
     return properties
 
@@ -138,6 +138,7 @@ class NvmlDiscovery:
         self.args = settings.script_args
         self.busy_gpus = settings.busy_policy()
         self.health_checks = settings.health_checks
+        self.nvml_timeout = settings.nvml_timeout_seconds()
         self._nvml = nvml
         self._claimed: set[str] = set()  # indices this driver counts in _driver_holds
         self._claimed_pid = coordination.own_pid()
@@ -178,8 +179,10 @@ class NvmlDiscovery:
         taskmanager = _taskmanagers.get(pid, _UNKNOWN)
         if taskmanager is _UNKNOWN:
             taskmanager = _taskmanagers[pid] = find_taskmanager(pid)
+        # within nvml-timeout (a GPU not read in time is unknown, left out), and before the
+        # coordination file is locked: no NVML call is outstanding while it is held
         states, order, ranks, left_out = self._nvml.choose(enumeration.indices, pid, taskmanager, self.busy_gpus,
-                                                           self.health_checks)
+                                                           self.health_checks, self.nvml_timeout)
         # everything the ranking and the infos depend on: while it is unchanged (an idle host),
         # the last ranking and its infos are reused instead of building them again
         key = tuple([(s.gpu_index, s.health, s.busy, s.memory_used, s.memory_free, s.processes_known,
@@ -233,8 +236,11 @@ class NvmlDiscovery:
     @staticmethod
     def _warn(enumeration: _Enumeration, index: str, state) -> None:
         """WARN, once per process and GPU, an unhealthy GPU, a finding that leaves it ok, and a GPU
-        whose processes NVML would not list."""
+        whose processes NVML would not list; at every choice, a GPU whose state was not read in time."""
         warned = enumeration.warned
+        if state.verdict is Verdict.UNKNOWN:  # every time: it says how long the query has been stuck
+            _log.warning("GPU %s (%s) is %s; it is not handed out.", index,
+                         enumeration.static[index].get(PROPERTY_UUID, "no uuid"), state.health)
         if state.verdict is Verdict.UNHEALTHY and (index, state.health) not in warned:
             warned.add((index, state.health))
             _log.warning("GPU %s (%s) is %s; it is not handed out.", index,

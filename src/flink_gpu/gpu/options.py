@@ -52,6 +52,13 @@ class GPUDriverOptions:
         "few, 'exclude' never takes them, 'ignore' takes GPUs in index order as Flink does. Case "
         "and surrounding blanks are ignored; overrides --busy-gpus in discovery-script.args.")
 
+    NVML_TIMEOUT: ConfigOption[float] = config_option(
+        "nvml-timeout", Duration, 5.0,
+        "NVML mode: how long the GPUs' state may take to read on a claim (docs/design.md §9.5). A GPU "
+        "whose NVML query does not return in time is 'unknown' and not handed out, with a WARN naming "
+        "it and the query; the claim goes on with the others. Must be positive; overrides "
+        "--nvml-timeout in discovery-script.args. Read as seconds.")
+
     HEALTH_CHECKS: ConfigOption[str] = config_option(
         "health-checks", str, "all",
         "NVML mode: which health checks decide whether a GPU is handed out (docs/design.md §9.1): "

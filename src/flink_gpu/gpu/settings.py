@@ -16,8 +16,9 @@ from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
-from flink_gpu.nvml import BUSY_GPUS_VALUES, DEFAULT_METRICS_INTERVAL, HEALTH_CHECKS, MIN_METRICS_INTERVAL, busy_policy
-from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args, warn_ignored
+from flink_gpu.nvml import BUSY_GPUS_VALUES, DEFAULT_METRICS_INTERVAL, DEFAULT_NVML_TIMEOUT, HEALTH_CHECKS,
+                           MIN_METRICS_INTERVAL, busy_policy
+from flink_gpu.script_protocol import BUSY_GPUS_FLAG, NVML_TIMEOUT_FLAG, ScriptArgs, parse_script_args, warn_ignored
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
 
@@ -38,6 +39,8 @@ class GPUDriverSettings:
     busy_gpus_set: bool = False  # busy-gpus is configured (it then overrides --busy-gpus in the args)
     health_checks: "tuple[str, ...]" = HEALTH_CHECKS  # health-checks: the enforced checks, in HEALTH_CHECKS order
     metrics_interval: float = DEFAULT_METRICS_INTERVAL  # metrics.interval, seconds, at least MIN_METRICS_INTERVAL
+    nvml_timeout: float = DEFAULT_NVML_TIMEOUT  # nvml-timeout, seconds, positive: the deadline of a claim's state read
+    nvml_timeout_set: bool = False  # nvml-timeout is configured (it then overrides --nvml-timeout in the args)
 
     @classmethod
     def from_config(cls, params: "Configuration | Mapping[str, object] | None",
@@ -67,12 +70,8 @@ class GPUDriverSettings:
               resource_name: "str | None") -> GPUDriverSettings:
         config = Configuration.coerce(params)
         mode = _choice(config, GPUDriverOptions.DISCOVERY_MODE, DISCOVERY_MODES, resource_name)
-        timeout_option = GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT
-        timeout = config.get(timeout_option)
-        if not timeout > 0:
-            raise IllegalConfigurationException(
-                f"Invalid value for key '{_key(timeout_option, resource_name)}': the timeout must "
-                f"be positive, got {timeout} s.")
+        timeout = _positive_duration(config, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT, resource_name)
+        nvml_timeout = _positive_duration(config, GPUDriverOptions.NVML_TIMEOUT, resource_name)
         busy_gpus = _choice(config, GPUDriverOptions.BUSY_GPUS, BUSY_GPUS_VALUES, resource_name, busy_policy)
         health_checks = _health_checks(config, resource_name)
         interval_option = GPUDriverOptions.METRICS_INTERVAL
@@ -92,13 +91,15 @@ class GPUDriverSettings:
                    script_args=parse_script_args(args, warn=False), timeout=timeout,
                    library_path=library_path, resource_name=resource_name, busy_gpus=busy_gpus,
                    busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS), health_checks=health_checks,
-                   metrics_interval=metrics_interval)
+                   metrics_interval=metrics_interval, nvml_timeout=nvml_timeout,
+                   nvml_timeout_set=config.contains(GPUDriverOptions.NVML_TIMEOUT))
 
     @classmethod
     def from_config_lenient(cls, params: "Configuration | Mapping[str, object] | None",
                             resource_name: "str | None" = None) -> GPUDriverSettings:
         """As :meth:`from_config`, but an invalid option of ours (``discovery-mode``,
-        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``, ``metrics.interval``) takes its default instead of failing; valid
+        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``, ``metrics.interval``, ``nvml-timeout``) takes
+        its default instead of failing; valid
         ones are kept.
 
         That is what Flink's Java GPU plugin, which reads only ``discovery-script.path`` and
@@ -108,7 +109,7 @@ class GPUDriverSettings:
         given = Configuration.coerce(params).to_dict()
         ours = (GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key,
                 GPUDriverOptions.BUSY_GPUS.key, GPUDriverOptions.HEALTH_CHECKS.key,
-                GPUDriverOptions.METRICS_INTERVAL.key)
+                GPUDriverOptions.METRICS_INTERVAL.key, GPUDriverOptions.NVML_TIMEOUT.key)
         # the fewest options left out that make the rest valid
         for count in range(len(ours) + 1):
             for left_out in itertools.combinations(ours, count):
@@ -148,6 +149,28 @@ class GPUDriverSettings:
                          self.busy_gpus)
         return self.busy_gpus
 
+    def nvml_timeout_seconds(self) -> float:
+        """The deadline of the NVML backend's state reads (docs/design.md §9.5): the ``nvml-timeout``
+        parameter when it is set, else ``--nvml-timeout`` in ``discovery-script.args`` (what
+        flink-gpu-discovery reads there), else 5 s. An invalid ``--nvml-timeout`` raises
+        ``IllegalConfigurationException`` naming the args key."""
+        given = self.script_args.nvml_timeout
+        if self.nvml_timeout_set or given is None:
+            return self.nvml_timeout
+        from flink_gpu.flink_duration import parse_duration
+
+        try:
+            seconds = parse_duration(given)
+        except ValueError as error:
+            seconds, why = None, str(error)
+        else:
+            why = "the timeout must be positive"
+        if seconds is None or not seconds > 0:
+            raise IllegalConfigurationException(
+                f"Invalid value '{given}' for {NVML_TIMEOUT_FLAG} in "
+                f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': {why}.")
+        return seconds
+
     def warn_ignored_args(self) -> None:
         """WARN about what the stock script's grammar ignores in ``discovery-script.args``."""
         warn_ignored(self.script_args, self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG),
@@ -182,6 +205,16 @@ def _choice(config: Configuration, option: ConfigOption, allowed, resource_name:
             f"Invalid value '{value}' for key '{_key(option, resource_name)}': expected one of "
             f"{', '.join(allowed)}.")
     return choice
+
+
+def _positive_duration(config: Configuration, option: ConfigOption, resource_name: "str | None") -> float:
+    """``option``'s duration in seconds; not positive is an error naming the full key."""
+    value = config.get(option)
+    if not value > 0:
+        raise IllegalConfigurationException(
+            f"Invalid value for key '{_key(option, resource_name)}': the timeout must "
+            f"be positive, got {value} s.")
+    return value
 
 
 def _health_checks(config: Configuration, resource_name: "str | None") -> "tuple[str, ...]":

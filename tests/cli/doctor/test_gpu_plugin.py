@@ -78,14 +78,18 @@ def test_doctor_nvml_backend_and_gpu_count(tmp_path):
 def test_doctor_flags_gpu_params_the_plugin_does_not_read(tmp_path, good_script):
     text = gpu_conf(discovery_script_path=good_script) + (
         "external-resource.gpu.param.discovery-script-args: --enable-coordination-mode\n"
-        "external-resource.gpu.param.discovery-mode: nvml\n")
+        "external-resource.gpu.param.discovery-mode: nvml\n"
+        "external-resource.gpu.param.nvml-timeout: 2 s\n"
+        "external-resource.gpu.param.health-checks: all\n")
     doc = run_doctor(tmp_path, text, "--taskmanagers-per-host", "1", expect=0)
-    warning = only(doc, "params", "warning")
+    warning = only(doc, "params", "warning")  # every option of ours is known: only the typo is warned
     assert "param.discovery-script-args is not an option" in warning["message"]
     assert warning["fix"] == "Did you mean external-resource.gpu.param.discovery-script.args?"
     # with Flink's Java factory, flink_gpu's own options do nothing
-    note = only(doc, "params", "note")
-    assert "discovery-mode is a flink_gpu option" in note["message"]
+    notes = [f["message"] for f in findings(doc, "params") if f["level"] == "note"]
+    assert any("discovery-mode is a flink_gpu option" in note for note in notes)
+    assert any("nvml-timeout is a flink_gpu option" in note for note in notes)
+    assert any("health-checks is a flink_gpu option" in note for note in notes)
 
 
 # doctor on a Java-plugin configuration ignores discovery-script.timeout, as Flink does

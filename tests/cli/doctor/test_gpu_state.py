@@ -111,6 +111,20 @@ def test_doctor_with_ignore_warns_that_a_busy_gpu_may_be_shared(tmp_path, state_
     assert not findings(doc, "params", "warning")  # busy-gpus is an option of ours
 
 
+def test_doctor_warns_of_a_gpu_whose_state_read_does_not_return(tmp_path):
+    hang_file = tmp_path / "hang"
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{}, {}], "driver_lock": False, "hang": [
+        {"query": "field_values", "device": 1, "while_exists": str(hang_file)}]}))
+    conf = gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml")
+    with simulator.hanging(hang_file):
+        doc = doctor_on(tmp_path, spec, conf, expect=0)
+    [unknown] = [f for f in findings(doc, "gpu-state") if f["message"].startswith("GPU 1 is unknown: ")]
+    assert unknown["level"] == "warning"
+    assert "nvmlDeviceGetFieldValues did not return within 5 s" in unknown["message"]
+    assert "a TaskManager does not get it" in unknown["message"]
+    assert "dmesg" in unknown["fix"]
+
 # ---- persistence mode -----------------------------------------------------------------------------
 
 NVML_CONF = ("external-resources: gpu\n"

@@ -18,7 +18,7 @@ from flink_gpu.cli.doctor.gpu_count import check_gpu_count
 from flink_gpu.cli.doctor.gpu_state import check_gpu_state
 from flink_gpu.cli.doctor.script import check_script, run_script, script_fix
 from flink_gpu.cli.doctor.script_args import check_args
-from flink_gpu.config import Configuration
+from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import FlinkException, IllegalConfigurationException, NvmlError
 from flink_gpu.framework import JAVA_GPU_FACTORY, param_prefix
 from flink_gpu.gpu.options import GPUDriverOptions
@@ -31,8 +31,9 @@ _STOCK_SCRIPTS = ("nvidia-gpu-discovery.sh", "flink-gpu-discovery")
 def check_params(checkup: Checkup, name: str, params: Configuration, java: bool) -> None:
     """Keys under ``param.`` the GPU plugin does not read: a typo is silently ignored."""
     flink_keys = [GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key, GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key]
-    ours = [GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.NVML_LIBRARY_PATH.key,
-            GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key, GPUDriverOptions.BUSY_GPUS.key]
+    # every option of ours, from the options class itself, so that a new one is never called a typo
+    ours = [option.key for option in vars(GPUDriverOptions).values()
+            if isinstance(option, ConfigOption) and option.key not in flink_keys]
     for key in params.keys():
         if key in flink_keys:
             continue

@@ -74,6 +74,14 @@ def check_gpu_state(checkup: Checkup, name: str, settings: GPUDriverSettings,
                         f"Check it with `nvidia-smi -q -i {index}`; a lost GPU or one that needs "
                         "a reset needs `nvidia-smi -r` or a reboot, a failed row remapping or a "
                         "corrupted InfoROM needs service.", resource=name)
+        elif state.verdict is Verdict.UNKNOWN:
+            checkup.add("warning", "gpu-state", f"GPU {index} is {state.health}: "
+                        + ("a TaskManager does not get it while its NVML query does not return."
+                           if uses_state else "the discovery script hands it out without asking NVML."),
+                        "The NVIDIA driver may hang on it: check `dmesg` for Xid errors and whether "
+                        f"`nvidia-smi -q -i {index}` answers; a GPU that stays so needs a reset or a reboot.",
+                        resource=name)
+            continue
         elif state.verdict is Verdict.DEGRADED:
             checkup.add("note", "gpu-state", f"GPU {index} is {state.health}: "
                         + ("it is handed out only after every healthy GPU." if uses_state else
