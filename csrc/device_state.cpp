@@ -612,7 +612,7 @@ Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, cons
         }
         return Status();
     } catch (const std::bad_alloc&) {
-        return nvml_failure_noexcept(NVML_ERROR_MEMORY, "query_states", "Out of memory while reading the GPUs' state.");
+        return nvml_failure(NVML_ERROR_MEMORY, "query_states", "Out of memory while reading the GPUs' state.");
     }
 }
 

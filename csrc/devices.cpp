@@ -261,7 +261,7 @@ Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept {
         }
         return Status();
     } catch (const std::bad_alloc&) {
-        return nvml_failure_noexcept(NVML_ERROR_MEMORY, "enumerate_devices", "Out of memory while enumerating GPUs.");
+        return nvml_failure(NVML_ERROR_MEMORY, "enumerate_devices", "Out of memory while enumerating GPUs.");
     }
 }
 
@@ -280,7 +280,7 @@ Status query_driver_version(const NvmlLibrary& lib, std::optional<std::string>* 
         }
         return Status();
     } catch (const std::bad_alloc&) {
-        return nvml_failure_noexcept(NVML_ERROR_MEMORY, "query_driver_version",
+        return nvml_failure(NVML_ERROR_MEMORY, "query_driver_version",
                                      "Out of memory while reading the driver version.");
     }
 }

@@ -31,4 +31,3 @@ __asm__(".symver pthread_condattr_setclock,pthread_condattr_setclock@" FLINK_GPU
 #endif
 #endif
 #endif
-#endif

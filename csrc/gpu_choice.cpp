@@ -283,7 +283,7 @@ Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enume
                                spent_seconds, true);
         return Status();
     } catch (const std::bad_alloc&) {
-        return nvml_failure_noexcept(NVML_ERROR_MEMORY, "choose_gpus", "Out of memory while choosing GPUs.");
+        return nvml_failure(NVML_ERROR_MEMORY, "choose_gpus", "Out of memory while choosing GPUs.");
     }
 }
 

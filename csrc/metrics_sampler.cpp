@@ -2,6 +2,7 @@
 
 #include "glibc_compat.hpp"
 #include "gpu_choice.hpp"
+#include "nvml_deadline.hpp"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@ GaugeHealth gauge_health(Health health) {
         case Health::kOk: return GaugeHealth::kOk;
         case Health::kDegraded: return GaugeHealth::kDegraded;
         case Health::kUnhealthy: return GaugeHealth::kUnhealthy;
+        case Health::kUnknown: return GaugeHealth::kUnknown;  // its state read did not return in time
         default: return GaugeHealth::kUnknown;
     }
 }
@@ -221,7 +223,10 @@ private:
         indices.reserve(group.size());
         for (const Entry* e : group) indices.push_back(e->index);
         Choice choice;
-        const Status status = choose_gpus(lib, indices, getpid(), 0, BusyPolicy::kIgnore, all_checks(), &choice);
+        // busy-gpus ignore: no process list (the costliest query) for a health gauge; a GPU stuck in its
+        // state read is unknown after the deadline, and the next samples do not start another read on it
+        const Status status = choose_gpus(lib, indices, getpid(), 0, BusyPolicy::kIgnore, all_checks(),
+                                          kDefaultNvmlTimeoutSeconds, &choice);
         for (std::size_t i = 0; i < group.size(); ++i) {
             group[i]->health_known = status.ok() && i < choice.states.size();
             if (group[i]->health_known) group[i]->health = choice.states[i].health;

@@ -78,7 +78,7 @@ public:
                 for (DeviceState& s : *states) read_.push_back(std::move(s));
             } catch (...) {
                 go_on = false;
-                job_status_ = nvml_failure_noexcept(NVML_ERROR_MEMORY, "query_states",
+                job_status_ = nvml_failure(NVML_ERROR_MEMORY, "query_states",
                                                     "Out of memory while reading the GPUs' state.");
             }
         }
@@ -261,9 +261,9 @@ void run_job(const BlockRef& block) noexcept {
     try {
         block->job(*block);
     } catch (const std::bad_alloc&) {
-        status = nvml_failure_noexcept(NVML_ERROR_MEMORY, "query_states", "Out of memory while reading NVML.");
+        status = nvml_failure(NVML_ERROR_MEMORY, "query_states", "Out of memory while reading NVML.");
     } catch (...) {
-        status = failure_noexcept(StatusCode::kInternal, 0, "Unexpected error while reading NVML.");
+        status = failure(StatusCode::kInternal, "Unexpected error while reading NVML.");
     }
     block->finish(std::move(status));
 }
@@ -314,8 +314,8 @@ Status start_worker(Worker* w) {
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (rc != 0) {
-        return make_status(StatusCode::kOsError,
-                           "Could not start a thread to read NVML with a deadline: " + errno_text(rc) + ".", rc);
+        return failure(StatusCode::kOsError,
+                       "Could not start a thread to read NVML with a deadline: " + errno_text(rc) + ".", rc);
     }
     return Status();
 }
@@ -451,7 +451,7 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
         }
         return Status();
     } catch (const std::bad_alloc&) {
-        return nvml_failure_noexcept(NVML_ERROR_MEMORY, "query_states", "Out of memory while reading the GPUs' state.");
+        return nvml_failure(NVML_ERROR_MEMORY, "query_states", "Out of memory while reading the GPUs' state.");
     }
 }
 
@@ -480,7 +480,7 @@ bool run_within(double timeout_seconds, const char* function, std::function<void
         remember_stuck(block);
         return false;
     } catch (const std::bad_alloc&) {
-        *status = nvml_failure_noexcept(NVML_ERROR_MEMORY, function, "Out of memory while reading NVML.");
+        *status = nvml_failure(NVML_ERROR_MEMORY, function, "Out of memory while reading NVML.");
         return false;
     }
 }

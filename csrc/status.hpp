@@ -40,11 +40,6 @@ Status failure(StatusCode code, const char* message, int sys_errno = 0) noexcept
 Status nvml_failure(int nvml_code, const char* function, std::string message);
 Status nvml_failure(int nvml_code, const char* function, const char* message) noexcept;
 
-// The old name of nvml_failure's noexcept overload, until device_state.cpp, devices.cpp and gpu_choice.cpp
-// call nvml_failure (then delete it).
-inline Status nvml_failure_noexcept(int nvml_code, const char* function, const char* message) noexcept {
-    return nvml_failure(nvml_code, function, message);
-}
 
 // strerror_r's text for an errno value.
 std::string errno_text(int err);

@@ -16,8 +16,8 @@ from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
-from flink_gpu.nvml import BUSY_GPUS_VALUES, DEFAULT_METRICS_INTERVAL, DEFAULT_NVML_TIMEOUT, HEALTH_CHECKS,
-                           MIN_METRICS_INTERVAL, busy_policy
+from flink_gpu.nvml import (BUSY_GPUS_VALUES, DEFAULT_METRICS_INTERVAL, DEFAULT_NVML_TIMEOUT, HEALTH_CHECKS,
+                            MIN_METRICS_INTERVAL, busy_policy)
 from flink_gpu.script_protocol import BUSY_GPUS_FLAG, NVML_TIMEOUT_FLAG, ScriptArgs, parse_script_args, warn_ignored
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
