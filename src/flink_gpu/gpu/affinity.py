@@ -96,7 +96,7 @@ def pin_to_gpus(infos: Iterable[ExternalResourceInfo]) -> frozenset[int]:
 
 def format_cpulist(cpus: Iterable[int]) -> str:
     """``{0, 1, 2, 5}`` as the cpulist ``0-2,5``."""
-    ranges = []
+    ranges: list[list[int]] = []  # [first, last] of each run
     for cpu in sorted(cpus):
         if ranges and ranges[-1][1] == cpu - 1:
             ranges[-1][1] = cpu

@@ -22,6 +22,8 @@ from flink_gpu.script_protocol import exec_tokens
 
 TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
 if TYPE_CHECKING:
+    import subprocess
+
     from flink_gpu.gpu.settings import GPUDriverSettings
 
 __all__ = ["DiscoveryScriptNotExecutable", "DiscoveryScriptNotFound", "ScriptDiscovery", "ScriptOutput",
@@ -84,13 +86,16 @@ class ScriptOutput(NamedTuple):
     truncated: bool
 
 
-def _spawn(argv: list[str]):
+def _popen(argv: list[str]) -> subprocess.Popen[bytes]:
     import subprocess
 
-    options = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                   close_fds=True, start_new_session=True)
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            close_fds=True, start_new_session=True)
+
+
+def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
     try:
-        return subprocess.Popen(argv, **options)
+        return _popen(argv)
     except OSError as error:
         if error.errno != errno.ENOEXEC:
             raise FlinkException(
@@ -98,7 +103,7 @@ def _spawn(argv: list[str]):
     # No interpreter line: run it with /bin/sh as the JVM's process launcher (and execvp) do,
     # so scripts that work under Flink keep working. The arguments are still passed verbatim.
     try:
-        return subprocess.Popen(["/bin/sh", *argv], **options)
+        return _popen(["/bin/sh", *argv])
     except OSError as error:
         raise FlinkException(
             f"Could not start the discovery script {argv[0]} with /bin/sh: {error.strerror}."
@@ -160,7 +165,9 @@ def run_script(argv: list[str], timeout: float) -> ScriptOutput:
 
     deadline = time.monotonic() + timeout
     process = _spawn(argv)
-    stdout_fd, stderr_fd = process.stdout.fileno(), process.stderr.fileno()
+    stdout, stderr = process.stdout, process.stderr
+    assert stdout is not None and stderr is not None  # _popen pipes both
+    stdout_fd, stderr_fd = stdout.fileno(), stderr.fileno()
     pipes = {os.fstat(stdout_fd).st_ino, os.fstat(stderr_fd).st_ino}
     buffers = {stdout_fd: bytearray(), stderr_fd: bytearray()}
     truncated = False
@@ -197,8 +204,8 @@ def run_script(argv: list[str], timeout: float) -> ScriptOutput:
             _kill_group(process.pid)
             process.kill()
             _kill_pipe_writers(pipes)
-        process.stdout.close()
-        process.stderr.close()
+        stdout.close()
+        stderr.close()
         process.wait()  # always reap: no zombie
     return ScriptOutput(process.returncode, bytes(buffers[stdout_fd]), bytes(buffers[stderr_fd]),
                         truncated)

@@ -12,7 +12,7 @@ from flink_gpu.config_files import find_configuration_file, load_configuration_f
 from flink_gpu.errors import IllegalConfigurationException
 
 
-def configuration_file(conf: "str | None"):
+def configuration_file(conf: "str | None") -> "tuple[str, str]":
     """The file doctor reads and its directory; UsageError when there is none."""
     if conf is not None:
         source, path = "CONF_FILE_OR_DIR", conf
@@ -34,7 +34,7 @@ def configuration_file(conf: "str | None"):
     return file, path if file != path else os.path.dirname(path)
 
 
-def flink_home(conf_dir: str):
+def flink_home(conf_dir: str) -> "tuple[str, str] | tuple[None, None]":
     """$FLINK_HOME, else the installation the conf directory belongs to, else None.
 
     A derived home is put into this process's environment, as Flink's bin/ scripts export it, so

@@ -22,8 +22,7 @@ def check_coordination(checkup: Checkup, name: str, settings: GPUDriverSettings,
                        count: "int | None") -> None:
     """``script_args`` is None for a custom script, whose coordination doctor cannot see."""
     per_host, source, host = taskmanagers_per_host(checkup)
-    coordination = script_args.coordination_mode if script_args is not None else None
-    if coordination is None:  # a custom script: whether it coordinates is its own business
+    if script_args is None:  # a custom script: whether it coordinates is its own business
         if per_host == 1:
             checkup.add("ok", "coordination", f"One TaskManager per host (from {source}): "
                         "coordination is not needed.", resource=name)
@@ -33,7 +32,7 @@ def check_coordination(checkup: Checkup, name: str, settings: GPUDriverSettings,
                         "tell whether the custom discovery script gives them different GPUs.",
                         resource=name)
         return
-    if not coordination:
+    if not script_args.coordination_mode:
         fix = (f"Add {ENABLE_COORDINATION_FLAG} to "
                f"{settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)} (every TaskManager of a "
                f"host then shares {DEFAULT_PATH} and gets different GPUs).")

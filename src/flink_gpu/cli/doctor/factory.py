@@ -7,34 +7,34 @@ import difflib
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.config import Configuration
 from flink_gpu.errors import FactoryLoadError, FactoryNotFoundError
-from flink_gpu.framework import (ENTRY_POINT_GROUP, JAVA_GPU_FACTORY, configured_factory_name, driver_factory_key,
-                                 load_factory, param_prefix)
+from flink_gpu.framework import (ENTRY_POINT_GROUP, JAVA_GPU_FACTORY, ExternalResourceDriverFactory,
+                                 configured_factory_name, driver_factory_key, load_factory, param_prefix)
 
 
-def check_factory(checkup: Checkup, name: str):
-    """(the factory, its configured name); the factory is None when none can be loaded."""
+def check_factory(checkup: Checkup, name: str) -> "tuple[ExternalResourceDriverFactory, str] | None":
+    """(the factory, its configured name), or None when none can be loaded."""
     key = driver_factory_key(name)
     value = configured_factory_name(checkup.config, name)
     if value is None:
         checkup.add("error", "factory", f"{key} is not set: a TaskManager loads no driver for "
                     f"{name!r}.", f"For GPUs set `{key}: {JAVA_GPU_FACTORY}`.", resource=name)
-        return None, checkup.config.get_string(key)
+        return None
     # The framework's own loader, so that doctor resolves names exactly as a worker does.
     try:
         factory = load_factory(value)  # not stripped: a worker (and Flink) does not strip it
     except FactoryNotFoundError as error:
         checkup.add("error", "factory", f"Factory class {value} of {name!r} was not found "
                     f"({error.detail}).", _factory_fix(key, value), resource=name)
-        return None, value
+        return None
     except FactoryLoadError as error:
         checkup.add("error", "factory", f"Factory class {value} of {name!r} cannot be loaded: "
                     f"{error}", "Fix or reinstall the package that provides it.", resource=name)
-        return None, value
+        return None
     except Exception as error:
         checkup.add("error", "factory", f"Factory {value} of {name!r} raised "
                     f"{type(error).__name__}: {error}", "Fix the factory's constructor.",
                     resource=name)
-        return None, value
+        return None
     checkup.add("ok", "factory", f"{key} is {value}.", resource=name)
     return factory, value
 
@@ -48,7 +48,7 @@ def _factory_fix(key: str, value: str) -> str:
             f"that provides it (an import path, or an entry point in group {ENTRY_POINT_GROUP}).")
 
 
-def check_other_driver(checkup: Checkup, name: str, factory, factory_name: str,
+def check_other_driver(checkup: Checkup, name: str, factory: ExternalResourceDriverFactory, factory_name: str,
                        params: Configuration) -> None:
     """Builds (and closes) a driver that is not the GPU plugin's; doctor does not run it."""
     try:

@@ -8,8 +8,12 @@ from flink_gpu.errors import NvmlError
 from flink_gpu.framework import amount_key
 from flink_gpu.gpu.settings import GPUDriverSettings
 
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from flink_gpu.cli.doctor.findings import OpenedNvml
 
-def open_nvml(checkup: Checkup, library: "str | None"):
+
+def open_nvml(checkup: Checkup, library: "str | None") -> "OpenedNvml":
     """(library, devices, skipped devices) of ``library``, or the NvmlError opening it."""
     if library not in checkup.nvml:
         from flink_gpu.nvml import open_library

@@ -25,6 +25,10 @@ from flink_gpu.gpu.options import GPUDriverOptions
 from flink_gpu.gpu.script import check_script as usable_script
 from flink_gpu.gpu.settings import GPUDriverSettings
 
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from flink_gpu.gpu.driver import GPUDriverFactory
+
 _STOCK_SCRIPTS = ("nvidia-gpu-discovery.sh", "flink-gpu-discovery")
 
 
@@ -58,7 +62,7 @@ def check_java_gpu(checkup: Checkup, name: str, params: Configuration,
     _check_gpus(checkup, name, settings, amount, "script", script)
 
 
-def check_python_gpu(checkup: Checkup, name: str, factory, params: Configuration,
+def check_python_gpu(checkup: Checkup, name: str, factory: "GPUDriverFactory", params: Configuration,
                      amount: "int | None") -> None:
     # a bad mode or timeout is reported by the driver check below; the checks after it still see
     # the script, its arguments and the NVML library

@@ -64,7 +64,7 @@ def check_amount(checkup: Checkup, name: str) -> "int | None":
     """The amount of ``name`` when it is usable (a positive whole number), else None."""
     key = amount_key(name)
     try:
-        amount = checkup.config.get(ConfigOption(key, int))
+        amount: int | None = checkup.config.get(ConfigOption(key, int))
     except IllegalConfigurationException as error:
         checkup.add("error", "amount", f"{error} A TaskManager fails to start.",
                     f"Set `{key}` to a whole number of GPUs per TaskManager, e.g. `{key}: 1`.",
@@ -105,7 +105,7 @@ def check_resource_keys(checkup: Checkup, name: str) -> None:
                     f"{prefix}{PARAM_SUFFIX}.*.", resource=name)
 
 
-def _listed(names) -> str:
+def _listed(names: "list[str]") -> str:
     return f"listed: {', '.join(names)}" if names else "it lists nothing"
 
 

@@ -90,8 +90,8 @@ def run_script(checkup: Checkup, name: str, settings: GPUDriverSettings, script:
         elif "Could not get enough GPU resources" in stdout:
             from flink_gpu.coordination import DEFAULT_PATH
 
-            coordinated = script_args is not None and script_args.coordination_mode
-            real_file = shlex.quote(script_args.coordination_file if coordinated else DEFAULT_PATH)
+            real_file = shlex.quote(script_args.coordination_file
+                                    if script_args is not None and script_args.coordination_mode else DEFAULT_PATH)
             fix = (f"No GPU is free: see `flink-gpu list --file {real_file}`; entries of dead TaskManagers "
                    f"are removed by `flink-gpu coordination clean --file {real_file}`.")
         elif "nvidia-smi" in stdout + stderr:

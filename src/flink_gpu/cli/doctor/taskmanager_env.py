@@ -12,6 +12,7 @@ import glob
 import os
 import shlex
 import sys
+from typing import Mapping
 
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.cli.taskmanager_env import eval_command, simulate_option
@@ -59,12 +60,12 @@ def _same(value: str, expected: str) -> bool:
     return bool(value and expected) and os.path.realpath(value) == os.path.realpath(expected)
 
 
-def _describe(shell: dict, keys: "list[str]") -> str:
+def _describe(shell: Mapping[str, str], keys: "list[str]") -> str:
     parts = [f"{key}={shell[key]}" if shell.get(key) else f"no {key}" for key in keys]
     return ", ".join(parts)
 
 
-def _check_thread_mode(checkup: Checkup, shell: dict) -> None:
+def _check_thread_mode(checkup: Checkup, shell: Mapping[str, str]) -> None:
     """Thread mode (python.execution-mode: thread) runs Python in the JVM: it needs pemja & co. on
     PYTHONPATH, and flink-python in lib/ for a second job."""
     if sys.prefix != sys.base_prefix:  # a virtualenv: the JVM's embedded Python does not know it

@@ -11,7 +11,7 @@ from flink_gpu.errors import FileTooLargeError, IllegalConfigurationException, N
 from flink_gpu.regular_files import read_regular_file
 
 
-def taskmanagers_per_host(checkup: Checkup):
+def taskmanagers_per_host(checkup: Checkup) -> "tuple[int | None, str | None, str | None]":
     """(number, where it comes from, the busiest host) or (None, None, None) when unknown.
 
     The conf directory's ``workers`` (or legacy ``slaves``) file is read as every user-named file
