@@ -24,8 +24,10 @@ def main() -> None:
     if impl == "flink_gpu":
         from flink_gpu import GPUDriver
 
-        config = {"discovery-mode": "nvml",
-                  "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}"}
+        config = {
+            "discovery-mode": "nvml",
+            "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}",
+        }
 
         def cycle():
             driver = GPUDriver(config)
@@ -50,9 +52,10 @@ def main() -> None:
         import syscall_floor
 
         # lines of GPUs nobody else claims, so the workers' claims never collide on the same bytes
-        mine = indices[worker * amount:(worker + 1) * amount]
-        floor = syscall_floor.Floor(os.environ["FLINK_GPU_BENCH_FLOOR"], path,
-                                    syscall_floor.real_lines(path, amount, mine), slot=32768 + worker)
+        mine = indices[worker * amount : (worker + 1) * amount]
+        floor = syscall_floor.Floor(
+            os.environ["FLINK_GPU_BENCH_FLOOR"], path, syscall_floor.real_lines(path, amount, mine), slot=32768 + worker
+        )
         # no warm-up cycle here: another worker's real claim (in its real_lines) would judge this
         # worker's floor lines dead (their lease byte is free between cycles) and remove them; the
         # measured cycles start only once every worker is ready, with no real claim left

@@ -63,14 +63,20 @@ def main() -> None:
             library.read_metric(index, metric)
     poll_readings = simulator.counters()
 
-    print(json.dumps({
-        "gpus": GPUS, "interval_s": nvml.DEFAULT_METRICS_INTERVAL, "health_interval_s": nvml.HEALTH_READ_INTERVAL,
-        "poll_period_s": POLL_PERIOD_S,
-        "sample_with_health": {"lock_ns": lock_ns(with_health), "calls": calls(with_health)},
-        "sample": {"lock_ns": lock_ns(readings_only), "calls": calls(readings_only)},
-        "gauge_reads": {"lock_ns": lock_ns(gauges), "calls": calls(gauges)},
-        "poll_readings": {"lock_ns": lock_ns(poll_readings), "calls": calls(poll_readings)},
-    }))
+    print(
+        json.dumps(
+            {
+                "gpus": GPUS,
+                "interval_s": nvml.DEFAULT_METRICS_INTERVAL,
+                "health_interval_s": nvml.HEALTH_READ_INTERVAL,
+                "poll_period_s": POLL_PERIOD_S,
+                "sample_with_health": {"lock_ns": lock_ns(with_health), "calls": calls(with_health)},
+                "sample": {"lock_ns": lock_ns(readings_only), "calls": calls(readings_only)},
+                "gauge_reads": {"lock_ns": lock_ns(gauges), "calls": calls(gauges)},
+                "poll_readings": {"lock_ns": lock_ns(poll_readings), "calls": calls(poll_readings)},
+            }
+        )
+    )
 
 
 def process_list_ms() -> float:
@@ -91,9 +97,11 @@ def lock_fractions(measured: dict) -> "dict[str, float]":
     poll = measured["poll_readings"]["lock_ns"] / 1e9
     poll_processes = poll + measured["gpus"] * process_list_ms() / 1e3
     period = measured["poll_period_s"]
-    return {"sampler": sample / interval + health / health_interval,
-            "poller_readings": poll / period,
-            "poller_with_processes": poll_processes / period}
+    return {
+        "sampler": sample / interval + health / health_interval,
+        "poller_readings": poll / period,
+        "poller_with_processes": poll_processes / period,
+    }
 
 
 if __name__ == "__main__":

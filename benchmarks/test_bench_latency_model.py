@@ -62,8 +62,13 @@ for line in sys.stdin:
 
 class ClaimWorker:
     def __init__(self, env: dict[str, str], busy_gpus: str, path: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, busy_gpus, str(path)], env=env, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER, busy_gpus, str(path)],
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         assert self.proc.stdout.readline() == "ready\n"
 
     def claim(self) -> str:
@@ -90,8 +95,15 @@ def test_latency_claim_release_2_of_8(benchmark, latency_env, tmp_path, busy_gpu
 @pytest.mark.benchmark(group="latency-discovery")
 def test_latency_flink_gpu_discovery_2_of_8(benchmark, latency_env, discovery_exe, tmp_path, busy_gpus):
     coord = tmp_path / "coord"
-    command = [discovery_exe, "2", "--enable-coordination-mode", "--coordination-file", str(coord),
-               "--busy-gpus", busy_gpus]
+    command = [
+        discovery_exe,
+        "2",
+        "--enable-coordination-mode",
+        "--coordination-file",
+        str(coord),
+        "--busy-gpus",
+        busy_gpus,
+    ]
 
     def run() -> str:
         coord.write_text("")  # a claim from an empty file each time

@@ -16,10 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import metrics_cost
 import pytest
 
 import flink_gpu
-import metrics_cost
 from flink_gpu import simulator
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -32,8 +32,9 @@ def measured() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_SIM_")}
     env.update(simulator.environment(profile=metrics_cost.PROFILE))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, str(BENCH_DIR), os.environ.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, str(BENCH_DIR / "metrics_cost.py")], env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH_DIR / "metrics_cost.py")], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -48,11 +49,19 @@ def test_gauges_hold_the_driver_lock_at_most_one_percent_of_the_time_at_the_defa
 def test_a_sample_reads_each_reading_once_per_gpu_and_gauge_reads_none(measured):
     gpus = {str(i): 1 for i in range(measured["gpus"])}
     sample = measured["sample"]["calls"]
-    for function in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetTemperatureV",
-                     "nvmlDeviceGetPowerUsage"):
+    for function in (
+        "nvmlDeviceGetUtilizationRates",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetTemperatureV",
+        "nvmlDeviceGetPowerUsage",
+    ):
         assert sample[function] == gpus, (function, sample)
-    assert set(sample) == {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo_v2",
-                           "nvmlDeviceGetTemperatureV", "nvmlDeviceGetPowerUsage"}, sample
+    assert set(sample) == {
+        "nvmlDeviceGetUtilizationRates",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetTemperatureV",
+        "nvmlDeviceGetPowerUsage",
+    }, sample
     assert measured["gauge_reads"]["calls"] == {} and measured["gauge_reads"]["lock_ns"] == 0
     # the health read of the first sample: each GPU's checks once
     assert measured["sample_with_health"]["calls"]["nvmlDeviceValidateInforom"] == gpus

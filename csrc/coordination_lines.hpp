@@ -19,9 +19,9 @@ namespace coordination {
 // what it holds.
 struct Entry : HolderIdentity {
     std::size_t line_number = 0;  // 1-based
-    std::string index;  // what the line holds: its first word, or for a MIG unit's line its `mig` value
-    std::string gpu;    // the GPU: the line's first word, a unit's parent
-    std::uint32_t share = 0;  // the bindings file's `share`; 0: not recorded
+    std::string index;            // what the line holds: its first word, or for a MIG unit's line its `mig` value
+    std::string gpu;              // the GPU: the line's first word, a unit's parent
+    std::uint32_t share = 0;      // the bindings file's `share`; 0: not recorded
     // Not part of the line: filled from the judge.
     Verdict verdict = Verdict::kGone;
     bool alive = false;

@@ -139,7 +139,8 @@ Status validate_indices(const std::vector<std::string>& indices, std::vector<std
     for (const std::string& s : indices) {
         if (!valid_index(s)) {
             return failure(StatusCode::kInvalidArgument,
-                               "Invalid GPU index '" + printable(s) + "': an index is a non-empty word of printable "
+                           "Invalid GPU index '" + printable(s) +
+                               "': an index is a non-empty word of printable "
                                "ASCII without spaces, as nvidia-smi prints it; in numbers, a GPU's without a "
                                "leading zero (e.g. 0) or a MIG unit's <gpu>:<slot> (e.g. 0:1).");
         }
@@ -153,8 +154,8 @@ Status IndexRanks::assign(const std::vector<std::string>& indices, const std::ve
     best_.clear();
     if (!ranks.empty() && ranks.size() != indices.size()) {
         return failure(StatusCode::kInvalidArgument, "Got " + std::to_string(ranks.size()) + " ranks for " +
-                                                             std::to_string(indices.size()) +
-                                                             " GPU indices: give one rank per index.");
+                                                         std::to_string(indices.size()) +
+                                                         " GPU indices: give one rank per index.");
     }
     for (std::size_t i = 0; i < ranks.size(); ++i) {
         auto it = best_.emplace(indices[i], ranks[i]).first;
@@ -171,7 +172,7 @@ int IndexRanks::of(const std::string& index) const {
 Status validate_pid(pid_t pid, const char* what) {
     if (pid <= 0) {
         return failure(StatusCode::kInvalidArgument, std::string("Invalid ") + what + " " + std::to_string(pid) +
-                                                             ": it must be a positive process id.");
+                                                         ": it must be a positive process id.");
     }
     return {};
 }

@@ -32,7 +32,7 @@ enum class Answer { kOk, kNoFinding, kLost, kFail };
 // The buffers of one query_states call, reused for every device and process kind.
 struct Workspace {
     std::vector<nvmlProcessDetail_v1_t> detail;  // detail list and the R535 *_v3 layout
-    std::vector<nvmlProcessInfo_v2_t> v2;         // *_v3 and *_v2
+    std::vector<nvmlProcessInfo_v2_t> v2;        // *_v3 and *_v2
     std::vector<nvmlProcessInfo_v1_t> v1;
 };
 
@@ -64,8 +64,8 @@ long long monotonic_ns() {
 bool inforom_cached(const InforomKey& key, int* rc) {
     pthread_mutex_lock(&g_inforom_mutex);
     const auto it = g_inforom->find(key);
-    const bool fresh = it != g_inforom->end() &&
-                       monotonic_ns() - it->second.read_ns < static_cast<long long>(kInforomRecheckSeconds) * 1000000000LL;
+    const bool fresh = it != g_inforom->end() && monotonic_ns() - it->second.read_ns <
+                                                     static_cast<long long>(kInforomRecheckSeconds) * 1000000000LL;
     if (fresh) *rc = it->second.rc;
     pthread_mutex_unlock(&g_inforom_mutex);
     return fresh;
@@ -129,8 +129,15 @@ private:
 
     // The health fields of one nvmlDeviceGetFieldValues call (docs/design.md §9.1, query plan), in
     // this order; a field that does not answer falls back to its own query.
-    enum Field { kRecoveryField, kEccCurrentField, kEccDbeField, kRemapPendingField, kRemapFailureField,
-                 kRetiredPendingField, kFieldCount };
+    enum Field {
+        kRecoveryField,
+        kEccCurrentField,
+        kEccDbeField,
+        kRemapPendingField,
+        kRemapFailureField,
+        kRetiredPendingField,
+        kFieldCount
+    };
 
     static unsigned long long field_value(const nvmlFieldValue_t& f) {
         switch (f.valueType) {
@@ -146,9 +153,9 @@ private:
     // Reads the health fields; false when the device is lost or the library fails. fields[i].nvmlReturn
     // is NOT_SUPPORTED for each field not answered (no nvmlDeviceGetFieldValues: every one).
     bool read_fields(nvmlFieldValue_t (&fields)[kFieldCount]) {
-        static constexpr unsigned kIds[kFieldCount] = {NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_FI_DEV_ECC_CURRENT,
-                                                       NVML_FI_DEV_ECC_DBE_VOL_TOTAL, NVML_FI_DEV_REMAPPED_PENDING,
-                                                       NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_RETIRED_PENDING};
+        static constexpr unsigned kIds[kFieldCount] = {
+            NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_FI_DEV_ECC_CURRENT,      NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+            NVML_FI_DEV_REMAPPED_PENDING,        NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_RETIRED_PENDING};
         for (int i = 0; i < kFieldCount; ++i) {
             fields[i] = nvmlFieldValue_t{};
             fields[i].fieldId = kIds[i];
@@ -248,7 +255,8 @@ private:
             answered(Check::kRecoveryAction, NVML_SUCCESS);
         } else if (api_.device_get_field_values != nullptr) {
             answered(Check::kRecoveryAction, fields[kRecoveryField].nvmlReturn == NVML_ERROR_NO_PERMISSION
-                                                 ? NVML_ERROR_NO_PERMISSION : NVML_ERROR_NOT_SUPPORTED);
+                                                 ? NVML_ERROR_NO_PERMISSION
+                                                 : NVML_ERROR_NOT_SUPPORTED);
         }
         if (!fabric()) return;
         if (got(kRetiredPendingField)) {
@@ -305,8 +313,8 @@ private:
         if (rc == NVML_ERROR_FUNCTION_NOT_FOUND) return true;  // a driver before R535
         if (answer(rc, function) >= Answer::kLost) return false;
         // state NOT_SUPPORTED: a GPU without NVSwitch fabric (PCIe parts)
-        answered(Check::kFabric, rc == NVML_SUCCESS && f.state == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
-                                     ? NVML_ERROR_NOT_SUPPORTED : rc);
+        answered(Check::kFabric,
+                 rc == NVML_SUCCESS && f.state == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED ? NVML_ERROR_NOT_SUPPORTED : rc);
         return true;
     }
 

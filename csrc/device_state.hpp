@@ -52,13 +52,13 @@ struct FabricReading {
 struct HealthReadings {
     int lost_code = NVML_SUCCESS;  // GPU_IS_LOST or RESET_REQUIRED from a state query; any code from the handle query
     const char* lost_function = nullptr;
-    bool inforom_corrupted = false;                   // nvmlDeviceValidateInforom
-    bool inforom_cached = false;                      // that answer is the process's cached one (kInforomRecheckSeconds)
-    bool remap_failed = false, remap_pending = false;  // nvmlDeviceGetRemappedRows
-    unsigned long long ecc_uncorrected_volatile = 0;  // only read while ECC is on
+    bool inforom_corrupted = false;  // nvmlDeviceValidateInforom
+    bool inforom_cached = false;     // that answer is the process's cached one (kInforomRecheckSeconds)
+    bool remap_failed = false, remap_pending = false;          // nvmlDeviceGetRemappedRows
+    unsigned long long ecc_uncorrected_volatile = 0;           // only read while ECC is on
     unsigned recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;  // NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
-    FabricReading fabric;                             // nvmlDeviceGetGpuFabricInfoV, else nvmlDeviceGetGpuFabricInfo
-    bool pages_pending = false;                       // nvmlDeviceGetRetiredPagesPendingStatus
+    FabricReading fabric;        // nvmlDeviceGetGpuFabricInfoV, else nvmlDeviceGetGpuFabricInfo
+    bool pages_pending = false;  // nvmlDeviceGetRetiredPagesPendingStatus
     // Why nothing is known: "<query> did not return within 5 s" and the like (nvml_deadline.hpp);
     // empty when the GPU was read.
     std::string unknown;
@@ -87,7 +87,7 @@ struct GpuProcess {
 };
 
 struct DeviceState {
-    std::string index;  // as DeviceInfo::index: "<i>" for a GPU, "<parent>:<slot>" for a MIG unit
+    std::string index;        // as DeviceInfo::index: "<i>" for a GPU, "<parent>:<slot>" for a MIG unit
     unsigned nvml_index = 0;  // the GPU's; a unit's parent's
     std::optional<unsigned> mig_slot;
     HealthReadings readings;
@@ -98,9 +98,9 @@ struct DeviceState {
     std::array<CheckResult, kCheckCount> checks;  // per Check, enforced or not
     std::optional<unsigned long long> memory_used, memory_free;
     std::vector<GpuProcess> processes;
-    bool processes_known = true;  // false: a process query answered NO_PERMISSION
-    bool processes_read = true;   // false: the plan read no process list (ReadPlan::processes)
-    bool busy = false;            // a process that is not own
+    bool processes_known = true;              // false: a process query answered NO_PERMISSION
+    bool processes_read = true;               // false: the plan read no process list (ReadPlan::processes)
+    bool busy = false;                        // a process that is not own
     std::optional<std::string> compute_mode;  // "default", "exclusive_process", "prohibited", ...
 };
 
@@ -128,7 +128,7 @@ public:
 
 // What a state read asks NVML (docs/design.md §9.1, "Query plan").
 struct ReadPlan {
-    bool processes = true;  // false (busy-gpus: ignore): no process list is read, processes stay unknown
+    bool processes = true;       // false (busy-gpus: ignore): no process list is read, processes stay unknown
     bool fresh_inforom = false;  // true: InfoROM validity read now, not taken from the process's cache
 };
 

@@ -14,12 +14,13 @@
 #include "device_state.hpp"
 #include "devices.hpp"
 #include "flink_duration.hpp"
-#include "gpu_index.hpp"
 #include "gpu_choice.hpp"
+#include "gpu_index.hpp"
 #include "nvml_deadline.hpp"
 #include "nvml_loader.hpp"
 #include "script_args.hpp"
 
+#include <unistd.h>
 #include <cerrno>
 #include <climits>
 #include <csignal>
@@ -30,7 +31,6 @@
 #include <ctime>
 #include <memory>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -81,8 +81,10 @@ bool parse_arguments(int argc, char** argv, Arguments* args) {
         if (!flinkgpu::parse_flink_duration(args->script.nvml_timeout, &args->nvml_timeout, &why) ||
             !(args->nvml_timeout > 0)) {
             if (why.empty()) why = "it must be positive";
-            std::fprintf(stderr, "flink-gpu-discovery: %s must be a positive duration such as '5 s' or '500 ms', got "
-                         "'%s': %s\n", flinkgpu::kNvmlTimeoutFlag, args->script.nvml_timeout.c_str(), why.c_str());
+            std::fprintf(stderr,
+                         "flink-gpu-discovery: %s must be a positive duration such as '5 s' or '500 ms', got "
+                         "'%s': %s\n",
+                         flinkgpu::kNvmlTimeoutFlag, args->script.nvml_timeout.c_str(), why.c_str());
             return false;
         }
     }
@@ -200,7 +202,6 @@ int claim_coordinated(const Arguments& args, const flinkgpu::Ranking& ranking, c
     return print_indices(ordered);
 }
 
-
 // Leaves with `code`. While a thread is still inside an NVML call that missed its deadline, exit()
 // would run static destructors and atexit handlers under it (the library's own among them): flush
 // what was written and _exit instead.
@@ -273,7 +274,8 @@ int main(int argc, char** argv) {
         return 1;
     }
     if (!returned) {
-        std::fprintf(stderr, "flink-gpu-discovery: NVML did not answer: %s (%s %s); no GPU was claimed. The NVIDIA "
+        std::fprintf(stderr,
+                     "flink-gpu-discovery: NVML did not answer: %s (%s %s); no GPU was claimed. The NVIDIA "
                      "driver may hang: check dmesg for Xid errors and nvidia-smi.\n",
                      flinkgpu::stall_text(stall, args.nvml_timeout).c_str(), flinkgpu::kNvmlTimeoutFlag,
                      args.script.has_nvml_timeout ? args.script.nvml_timeout.c_str() : "5 s");
@@ -314,9 +316,11 @@ int main(int argc, char** argv) {
     if (static_cast<unsigned long long>(args.amount) > ranking.indices.size()) {
         std::puts(kNotEnough);
         const std::size_t host = found.devices.size() + found.skipped.size();
-        std::fprintf(stderr, "flink-gpu-discovery: %lld GPU%s requested, but %zu of the %zu device%s NVML lists %s "
-                     "usable.%s\n", args.amount, args.amount == 1 ? "" : "s", ranking.indices.size(), host,
-                     host == 1 ? "" : "s", ranking.indices.size() == 1 ? "is" : "are", left_out_text(ranking).c_str());
+        std::fprintf(stderr,
+                     "flink-gpu-discovery: %lld GPU%s requested, but %zu of the %zu device%s NVML lists %s "
+                     "usable.%s\n",
+                     args.amount, args.amount == 1 ? "" : "s", ranking.indices.size(), host, host == 1 ? "" : "s",
+                     ranking.indices.size() == 1 ? "is" : "are", left_out_text(ranking).c_str());
         return leave(1);
     }
     // The coordination file is locked only now, with no NVML call of ours waited for (a stuck one is

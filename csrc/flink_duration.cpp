@@ -11,13 +11,12 @@ struct Unit {
 };
 
 const Unit kUnits[] = {
-    {"d", 86400.0}, {"day", 86400.0}, {"days", 86400.0},
-    {"h", 3600.0}, {"hour", 3600.0}, {"hours", 3600.0},
-    {"min", 60.0}, {"m", 60.0}, {"minute", 60.0}, {"minutes", 60.0},
-    {"s", 1.0}, {"sec", 1.0}, {"secs", 1.0}, {"second", 1.0}, {"seconds", 1.0},
-    {"ms", 1e-3}, {"milli", 1e-3}, {"millis", 1e-3}, {"millisecond", 1e-3}, {"milliseconds", 1e-3},
-    {"\xC2\xB5s", 1e-6}, {"micro", 1e-6}, {"micros", 1e-6}, {"microsecond", 1e-6}, {"microseconds", 1e-6},
-    {"ns", 1e-9}, {"nano", 1e-9}, {"nanos", 1e-9}, {"nanosecond", 1e-9}, {"nanoseconds", 1e-9},
+    {"d", 86400.0},      {"day", 86400.0}, {"days", 86400.0}, {"h", 3600.0},         {"hour", 3600.0},
+    {"hours", 3600.0},   {"min", 60.0},    {"m", 60.0},       {"minute", 60.0},      {"minutes", 60.0},
+    {"s", 1.0},          {"sec", 1.0},     {"secs", 1.0},     {"second", 1.0},       {"seconds", 1.0},
+    {"ms", 1e-3},        {"milli", 1e-3},  {"millis", 1e-3},  {"millisecond", 1e-3}, {"milliseconds", 1e-3},
+    {"\xC2\xB5s", 1e-6}, {"micro", 1e-6},  {"micros", 1e-6},  {"microsecond", 1e-6}, {"microseconds", 1e-6},
+    {"ns", 1e-9},        {"nano", 1e-9},   {"nanos", 1e-9},   {"nanosecond", 1e-9},  {"nanoseconds", 1e-9},
 };
 
 // Java's String.trim: chars <= U+0020 off both ends.
@@ -47,7 +46,8 @@ bool parse_flink_duration(std::string_view text, double* seconds, std::string* e
     for (char c : number) {
         const unsigned digit = static_cast<unsigned>(c - '0');
         if (value > (9223372036854775807ULL - digit) / 10) {
-            *error = "The value '" + std::string(number) + "' cannot be re represented as 64bit number (numeric overflow).";
+            *error =
+                "The value '" + std::string(number) + "' cannot be re represented as 64bit number (numeric overflow).";
             return false;
         }
         value = value * 10 + digit;

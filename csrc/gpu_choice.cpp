@@ -57,13 +57,15 @@ std::pair<std::string, Health> finding(Check check, const HealthReadings& r) {
         case Check::kFabric:
             switch (r.fabric.state) {
                 case NVML_GPU_FABRIC_STATE_NOT_STARTED:
-                    return {"NVLink fabric registration not started: CUDA would fail with error 802; is the "
-                            "Fabric Manager running?",
-                            Health::kUnhealthy};
+                    return {
+                        "NVLink fabric registration not started: CUDA would fail with error 802; is the "
+                        "Fabric Manager running?",
+                        Health::kUnhealthy};
                 case NVML_GPU_FABRIC_STATE_IN_PROGRESS:
-                    return {"NVLink fabric registration in progress: transient, the GPU is handed out once it "
-                            "completes",
-                            Health::kUnhealthy};
+                    return {
+                        "NVLink fabric registration in progress: transient, the GPU is handed out once it "
+                        "completes",
+                        Health::kUnhealthy};
                 case NVML_GPU_FABRIC_STATE_COMPLETED:
                     if (r.fabric.status != NVML_SUCCESS)
                         return {std::string("no NVLink peer-to-peer (fabric registration completed with ") +
@@ -75,8 +77,7 @@ std::pair<std::string, Health> finding(Check check, const HealthReadings& r) {
                     return {};
                 default: return {};
             }
-        case Check::kRetiredPages:
-            return r.pages_pending ? F{"page retirement pending", Health::kDegraded} : F{};
+        case Check::kRetiredPages: return r.pages_pending ? F{"page retirement pending", Health::kDegraded} : F{};
         case Check::kCount: break;
     }
     return {};
@@ -215,24 +216,24 @@ ReadPlan read_plan(BusyPolicy policy) noexcept {
     return plan;
 }
 
-Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner,
-                   pid_t taskmanager, BusyPolicy policy, const CheckSet& enforced, double timeout_seconds,
-                   Choice* out, double spent_seconds, bool fresh_inforom) noexcept {
+Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner, pid_t taskmanager,
+                   BusyPolicy policy, const CheckSet& enforced, double timeout_seconds, Choice* out,
+                   double spent_seconds, bool fresh_inforom) noexcept {
     try {
         out->states.clear();
         std::vector<DeviceState> now;
         bool count_known = false;
         ReadPlan plan = read_plan(policy);
         plan.fresh_inforom = fresh_inforom;
-        if (const Status st = query_states_within(lib, owner, taskmanager, enforced, plan,
-                                                  timeout_seconds, &now, &out->stalls, &count_known,
-                                                  spent_seconds);
+        if (const Status st = query_states_within(lib, owner, taskmanager, enforced, plan, timeout_seconds, &now,
+                                                  &out->stalls, &count_known, spent_seconds);
             !st.ok())
             return st;
         // Not even the count was read: every device is unknown for the library-wide call that stalled.
         std::string uncounted;
         for (const Stall& s : out->stalls)
-            if (!count_known && s.gpu == ReadMonitor::kLibrary) uncounted = "not read: " + stall_text(s, timeout_seconds);
+            if (!count_known && s.gpu == ReadMonitor::kLibrary)
+                uncounted = "not read: " + stall_text(s, timeout_seconds);
         out->states.reserve(enumerated.size());
         std::size_t next = 0;  // both are in index order: a walk, searching only where they differ
         for (const std::string& index : enumerated) {
@@ -277,7 +278,8 @@ Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enume
         // reset since), so the choice is made again with InfoROM read now.
         bool cached_inforom_finding = false;
         for (const DeviceState& s : out->states)
-            cached_inforom_finding = cached_inforom_finding || (s.readings.inforom_cached && s.readings.inforom_corrupted);
+            cached_inforom_finding =
+                cached_inforom_finding || (s.readings.inforom_cached && s.readings.inforom_corrupted);
         if (out->ranking.indices.empty() && cached_inforom_finding && !fresh_inforom)
             return choose_gpus(lib, enumerated, owner, taskmanager, policy, enforced, timeout_seconds, out,
                                spent_seconds, true);

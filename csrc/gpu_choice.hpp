@@ -34,8 +34,8 @@ bool parse_busy_policy(std::string_view text, BusyPolicy* out) noexcept;
 std::string busy_reason(const DeviceState& state);
 
 struct Ranking {
-    std::vector<std::string> indices;  // the candidates, best first
-    std::vector<int> ranks;            // parallel to indices: 0 best; lower ranks go first
+    std::vector<std::string> indices;                           // the candidates, best first
+    std::vector<int> ranks;                                     // parallel to indices: 0 best; lower ranks go first
     std::vector<std::pair<std::string, std::string>> left_out;  // (index, why), in index order
 };
 
@@ -58,9 +58,9 @@ struct Choice {
 // process lists are read only where `policy` looks at them (not for ignore). InfoROM validity comes from
 // the process's cache (kInforomRecheckSeconds) unless `fresh_inforom`, and is read again when a cached
 // finding leaves nothing usable. Never throws.
-Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner,
-                   pid_t taskmanager, BusyPolicy policy, const CheckSet& enforced, double timeout_seconds,
-                   Choice* out, double spent_seconds = 0, bool fresh_inforom = false) noexcept;
+Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner, pid_t taskmanager,
+                   BusyPolicy policy, const CheckSet& enforced, double timeout_seconds, Choice* out,
+                   double spent_seconds = 0, bool fresh_inforom = false) noexcept;
 
 // What a choice under `policy` reads (docs/design.md §9.1, "Query plan").
 ReadPlan read_plan(BusyPolicy policy) noexcept;

@@ -1,7 +1,7 @@
 #include "nvml_deadline.hpp"
 
-#include "gpu_choice.hpp"
 #include "glibc_compat.hpp"
+#include "gpu_choice.hpp"
 
 #include <pthread.h>
 #include <signal.h>
@@ -11,8 +11,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <utility>
 #include <new>
+#include <utility>
 
 namespace flinkgpu {
 namespace {
@@ -78,8 +78,8 @@ public:
                 for (DeviceState& s : *states) read_.push_back(std::move(s));
             } catch (...) {
                 go_on = false;
-                job_status_ = nvml_failure(NVML_ERROR_MEMORY, "query_states",
-                                                    "Out of memory while reading the GPUs' state.");
+                job_status_ =
+                    nvml_failure(NVML_ERROR_MEMORY, "query_states", "Out of memory while reading the GPUs' state.");
             }
         }
         pthread_mutex_unlock(&mutex_);
@@ -423,14 +423,15 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
             // a driver serialises calls on its lock: a call stuck since before may be what this one waits for
             for (const Stall& s : *stalls) {
                 if (!s.earlier) continue;
-                in_flight += " (behind " + (s.gpu == ReadMonitor::kLibrary ? std::string() :
-                                            "GPU " + std::to_string(s.gpu) + "'s ") +
+                in_flight += " (behind " +
+                             (s.gpu == ReadMonitor::kLibrary ? std::string() : "GPU " + std::to_string(s.gpu) + "'s ") +
                              s.function + ", which has not returned for " + duration_text(s.seconds) + ")";
                 break;
             }
-            not_reached = "not read: " +
-                          (now.gpu == ReadMonitor::kLibrary ? std::string() : "GPU " + std::to_string(now.gpu) + "'s ") +
-                          in_flight;
+            not_reached =
+                "not read: " +
+                (now.gpu == ReadMonitor::kLibrary ? std::string() : "GPU " + std::to_string(now.gpu) + "'s ") +
+                in_flight;
         }
         out->reserve(read.size() + count);
         std::size_t next = 0;

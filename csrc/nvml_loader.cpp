@@ -163,8 +163,8 @@ const NvmlSymbolInfo kSymbols[kNvmlSymbolCount] = {
 
 const NvmlSymbolInfo& nvml_symbol(NvmlSymbol symbol) noexcept { return kSymbols[static_cast<std::size_t>(symbol)]; }
 
-ProcessApi choose_process_api(bool has_detail_list, bool has_v3, bool has_conf_compute_mem_size_info,
-                              bool has_v2, bool has_v1) noexcept {
+ProcessApi choose_process_api(bool has_detail_list, bool has_v3, bool has_conf_compute_mem_size_info, bool has_v2,
+                              bool has_v1) noexcept {
     if (has_detail_list) return ProcessApi::kDetailList;
     if (has_v3) return has_conf_compute_mem_size_info ? ProcessApi::kV3R535 : ProcessApi::kV3;
     if (has_v2) return ProcessApi::kV2;
@@ -199,8 +199,7 @@ struct LibraryRegistry {
         return *out != nullptr;
     }
 
-    static void resolve_processes(NvmlLibrary* lib, ProcessQueryFns* fns, NvmlSymbol v3, NvmlSymbol v2,
-                                  NvmlSymbol v1) {
+    static void resolve_processes(NvmlLibrary* lib, ProcessQueryFns* fns, NvmlSymbol v3, NvmlSymbol v2, NvmlSymbol v1) {
         if (resolve(lib, &fns->v3, v3)) return;
         if (resolve(lib, &fns->v2, v2)) return;
         resolve(lib, &fns->v1, v1);
@@ -221,10 +220,9 @@ struct LibraryRegistry {
         // end. A path (one with a '/'; a bare name is searched for by the loader) that exists and
         // is not a regular file is refused saying what it is; a missing one is left to dlopen's
         // message. statx, not stat: stat@GLIBC_2.33 is beyond the manylinux_2_28 wheel.
-        struct statx file {};
+        struct statx file{};
         if (path.find('/') != std::string::npos &&
-            statx(AT_FDCWD, path.c_str(), AT_STATX_SYNC_AS_STAT, STATX_TYPE, &file) == 0 &&
-            !S_ISREG(file.stx_mode)) {
+            statx(AT_FDCWD, path.c_str(), AT_STATX_SYNC_AS_STAT, STATX_TYPE, &file) == 0 && !S_ISREG(file.stx_mode)) {
             return not_found("it is " + std::string(file_kind(file.stx_mode)) + ", not a regular file");
         }
         dlerror();
@@ -236,8 +234,7 @@ struct LibraryRegistry {
         NvmlApi& api = lib->api_;
         const char* missing = nullptr;
         // Newer entry points first, the original ones of old drivers as fallback.
-        if (!resolve(lib, &lib->init_, S::kInitV2) && !resolve(lib, &lib->init_, S::kInit))
-            missing = "nvmlInit_v2";
+        if (!resolve(lib, &lib->init_, S::kInitV2) && !resolve(lib, &lib->init_, S::kInit)) missing = "nvmlInit_v2";
         if (!resolve(lib, &api.error_string, S::kErrorString)) missing = "nvmlErrorString";
         if (!resolve(lib, &api.device_get_count, S::kDeviceGetCountV2) &&
             !resolve(lib, &api.device_get_count, S::kDeviceGetCount))
@@ -278,8 +275,8 @@ struct LibraryRegistry {
         resolve(lib, &api.device_get_field_values, S::kDeviceGetFieldValues);
         resolve(lib, &api.device_get_gpu_fabric_info_v, S::kDeviceGetGpuFabricInfoV);
         resolve(lib, &api.device_get_gpu_fabric_info, S::kDeviceGetGpuFabricInfo);  // also for a refused V
-        const bool detail = resolve(lib, &api.device_get_running_process_detail_list,
-                                    S::kDeviceGetRunningProcessDetailList);
+        const bool detail =
+            resolve(lib, &api.device_get_running_process_detail_list, S::kDeviceGetRunningProcessDetailList);
         void* conf_compute = nullptr;
         const bool r535_era = resolve(lib, &conf_compute, S::kDeviceGetConfComputeMemSizeInfo);
         // Also beside the detail list: a driver that answers it NOT_SUPPORTED has four-field *_v3.
@@ -316,7 +313,7 @@ struct LibraryRegistry {
             *generation = g_generation;
         }
         if (lib != nullptr) return lib;
-        lib = load(path, status);  // outside g_mutex: dlopen runs the library's code
+        lib = load(path, status);            // outside g_mutex: dlopen runs the library's code
         if (lib == nullptr) return nullptr;  // not cached: the driver may be installed later
         try {
             MutexGuard guard(&g_mutex);
@@ -360,8 +357,8 @@ const NvmlLibrary* NvmlLibrary::acquire(const std::string& requested_path, Statu
         }
         return lib;
     } catch (const std::bad_alloc&) {
-        *status = nvml_failure(NVML_ERROR_MEMORY, "acquire",
-                                        "Out of memory while loading the NVIDIA Management Library.");
+        *status =
+            nvml_failure(NVML_ERROR_MEMORY, "acquire", "Out of memory while loading the NVIDIA Management Library.");
         return nullptr;
     }
 }
@@ -373,8 +370,8 @@ const NvmlLibrary* NvmlLibrary::probe(const std::string& requested_path, Status*
         unsigned long generation = 0;
         return LibraryRegistry::find_or_load(resolve_path(requested_path), status, &generation);
     } catch (const std::bad_alloc&) {
-        *status = nvml_failure(NVML_ERROR_MEMORY, "probe",
-                                        "Out of memory while loading the NVIDIA Management Library.");
+        *status =
+            nvml_failure(NVML_ERROR_MEMORY, "probe", "Out of memory while loading the NVIDIA Management Library.");
         return nullptr;
     }
 }
@@ -420,8 +417,7 @@ Status NvmlLibrary::error(int code, const char* function) const noexcept {
                 return nvml_failure(code, function,
                                     "A GPU has fallen off the bus or is otherwise inaccessible (" + what +
                                         ", library " + lib + "). The GPU needs a reset or the host a reboot.");
-            default:
-                return nvml_failure(code, function, "NVML call failed: " + what + ", library " + lib + ".");
+            default: return nvml_failure(code, function, "NVML call failed: " + what + ", library " + lib + ".");
         }
     } catch (...) {
         return nvml_failure(code, function, "");

@@ -30,8 +30,8 @@ std::string suggest_flag(std::string_view token) {
     // no similarity threshold would catch both a short prefix and a long tail.
     for (const char* flag : kFlags) {
         const std::string_view f(flag);
-        const bool abbreviation = token.substr(0, 2) == "--" && 2 * token.size() >= f.size() &&
-                                  f.substr(0, token.size()) == token;
+        const bool abbreviation =
+            token.substr(0, 2) == "--" && 2 * token.size() >= f.size() && f.substr(0, token.size()) == token;
         if (abbreviation || token.substr(0, f.size()) == f) return flag;
     }
     const char* best = nullptr;
@@ -96,13 +96,11 @@ ScriptArgs parse_script_args(const std::vector<std::string>& tokens) {
     const std::vector<Role> roles = token_roles(tokens);
     for (std::size_t i = 0; i < tokens.size(); ++i) {
         const std::string& token = tokens[i];
-        const bool has_value = i + 1 < tokens.size() && (roles[i + 1] == Role::kFileValue ||
-                                                         roles[i + 1] == Role::kBusyValue ||
-                                                         roles[i + 1] == Role::kTimeoutValue);
+        const bool has_value =
+            i + 1 < tokens.size() && (roles[i + 1] == Role::kFileValue || roles[i + 1] == Role::kBusyValue ||
+                                      roles[i + 1] == Role::kTimeoutValue);
         switch (roles[i]) {
-            case Role::kEnable:
-                args.coordination_mode = true;
-                break;
+            case Role::kEnable: args.coordination_mode = true; break;
             case Role::kFileFlag:
                 // the last one counts; without a value (or an empty one) the file is the default
                 if (has_value && !tokens[i + 1].empty()) {
@@ -120,21 +118,17 @@ ScriptArgs parse_script_args(const std::vector<std::string>& tokens) {
                 args.has_nvml_timeout = true;
                 args.nvml_timeout = has_value ? tokens[i + 1] : std::string();
                 break;
-            case Role::kUnknown:
-                args.unknown.push_back({token, suggest_flag(token)});
-                break;
+            case Role::kUnknown: args.unknown.push_back({token, suggest_flag(token)}); break;
             case Role::kFileValue:
             case Role::kBusyValue:
             case Role::kTimeoutValue:
-            case Role::kNull:
-                break;
+            case Role::kNull: break;
         }
     }
     return args;
 }
 
-std::vector<std::string> with_coordination_file(const std::vector<std::string>& tokens,
-                                                const std::string& path) {
+std::vector<std::string> with_coordination_file(const std::vector<std::string>& tokens, const std::string& path) {
     const std::vector<Role> roles = token_roles(tokens);
     std::vector<std::string> out;
     out.reserve(tokens.size() + 2);

@@ -43,8 +43,7 @@ ScriptArgs parse_script_args(const std::vector<std::string>& tokens);
 // `tokens` with every --coordination-file and its value (as parse_script_args reads them: the
 // next token, whatever it is) removed and `--coordination-file path` appended, so that the
 // script uses `path`; everything else is kept in order.
-std::vector<std::string> with_coordination_file(const std::vector<std::string>& tokens,
-                                                const std::string& path);
+std::vector<std::string> with_coordination_file(const std::vector<std::string>& tokens, const std::string& path);
 
 // The flag `token` probably meant, else "": the flag it abbreviates (a token starting with "--"
 // that begins a flag and keeps at least half of it: --enable-coord, --busy, not --enable), the

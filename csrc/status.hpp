@@ -40,7 +40,6 @@ Status failure(StatusCode code, const char* message, int sys_errno = 0) noexcept
 Status nvml_failure(int nvml_code, const char* function, std::string message);
 Status nvml_failure(int nvml_code, const char* function, const char* message) noexcept;
 
-
 // strerror_r's text for an errno value.
 std::string errno_text(int err);
 

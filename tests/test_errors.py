@@ -22,7 +22,8 @@ def exception_classes_outside_errors():
             continue
         for node in ast.walk(ast.parse(path.read_text(), where)):
             if isinstance(node, ast.ClassDef) and any(
-                    ast.unparse(base).split(".")[-1].endswith(("Error", "Exception")) for base in node.bases):
+                ast.unparse(base).split(".")[-1].endswith(("Error", "Exception")) for base in node.bases
+            ):
                 found.append((where, node.name))
     return found
 
@@ -47,12 +48,20 @@ def test_the_failures_of_a_claim_or_a_bind_are_flink_exceptions_and_keep_their_o
     from flink_gpu.regular_files import FileTooLargeError, NotARegularFileError
 
     # Flink-style `except FlinkException` catches each; `except BindingError` what bind raised before
-    for cls in (flink_gpu.NotEnoughGpusError, flink_gpu.SlotUnknownError, flink_gpu.NvmlError, CudaDeviceError,
-                FactoryLoadError, FactoryNotFoundError, DiscoveryScriptNotExecutable):
+    for cls in (
+        flink_gpu.NotEnoughGpusError,
+        flink_gpu.SlotUnknownError,
+        flink_gpu.NvmlError,
+        CudaDeviceError,
+        FactoryLoadError,
+        FactoryNotFoundError,
+        DiscoveryScriptNotExecutable,
+    ):
         assert issubclass(cls, flink_gpu.FlinkException), cls
     assert BindingError is flink_gpu.BindingError
-    assert issubclass(flink_gpu.NotEnoughGpusError, BindingError) and issubclass(flink_gpu.SlotUnknownError,
-                                                                                  BindingError)
+    assert issubclass(flink_gpu.NotEnoughGpusError, BindingError) and issubclass(
+        flink_gpu.SlotUnknownError, BindingError
+    )
     # Python's own types where Python has one
     assert issubclass(DiscoveryScriptNotFound, FileNotFoundError)
     assert issubclass(NotARegularFileError, OSError) and issubclass(FileTooLargeError, OSError)

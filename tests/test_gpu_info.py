@@ -101,8 +101,7 @@ def test_pickle_round_trip_keeps_properties():
 
 
 def test_cuda_visible_devices_prefers_uuids_in_index_order():
-    infos = [GPUInfo("10", {"uuid": "GPU-c"}), GPUInfo("2", {"uuid": "GPU-b"}),
-             GPUInfo("1", {"uuid": "GPU-a"})]
+    infos = [GPUInfo("10", {"uuid": "GPU-c"}), GPUInfo("2", {"uuid": "GPU-b"}), GPUInfo("1", {"uuid": "GPU-a"})]
     assert cuda_visible_devices(infos) == "GPU-a,GPU-b,GPU-c"
     assert cuda_visible_devices(frozenset(infos)) == "GPU-a,GPU-b,GPU-c"
 
@@ -151,8 +150,11 @@ def test_cuda_visible_devices_refuses_an_info_without_index_naming_it():
     """An info of another resource (no ``index``) cannot be named to CUDA: a ValueError saying which
     info and to pass a GPU resource's infos, not a TypeError from inside str.join."""
     fpga = _OtherResourceInfo({"serial": "F-1"})
-    with pytest.raises(ValueError, match=r"_OtherResourceInfo\(\{'serial': 'F-1'\}\) has no 'index' property.*"
-                                         r"infos of a GPU resource"):
+    with pytest.raises(
+        ValueError,
+        match=r"_OtherResourceInfo\(\{'serial': 'F-1'\}\) has no 'index' property.*"
+        r"infos of a GPU resource",
+    ):
         cuda_visible_devices([GPUInfo("0"), fpga])
     unit = _OtherResourceInfo({"parent.index": "0"})  # a MIG unit's property, but no index
     with pytest.raises(ValueError, match=r"has no 'index' property"):

@@ -41,15 +41,19 @@ def test_stub_names_and_signatures_match_the_built_extension(tmp_path):
     # the package's other modules are mypy's (tools/lint.sh) to judge, not this test's
     config = tmp_path / "mypy.ini"
     config.write_text("[mypy]\nfollow_imports = silent\n")
-    result = run_mypy_tool(["mypy.stubtest", "flink_gpu._native", "--allowlist", str(allowlist),
-                            "--mypy-config-file", str(config)], tmp_path)
+    result = run_mypy_tool(
+        ["mypy.stubtest", "flink_gpu._native", "--allowlist", str(allowlist), "--mypy-config-file", str(config)],
+        tmp_path,
+    )
     assert result.returncode == 0, (
         f"src/flink_gpu/_native.pyi is out of step with {PACKAGE_DIR}/_native (update the stub):\n"
-        + result.stdout + result.stderr)
+        + result.stdout
+        + result.stderr
+    )
 
 
 # A program written against the README's examples; assert_type pins what each call gives.
-USER_PROGRAM = '''
+USER_PROGRAM = """
 import os
 import tempfile
 from typing import Optional
@@ -93,13 +97,15 @@ def coordinate(indices: list[str]) -> list[str]:
 
 def option_key() -> str:
     return GPUDriverOptions.DISCOVERY_MODE.key
-'''
+"""
 
 
 def test_a_user_program_type_checks_strictly_against_the_package(tmp_path):
     program = tmp_path / "user_program.py"
     program.write_text(textwrap.dedent(USER_PROGRAM))
     # errors in flink_gpu's own modules are tools/lint.sh's; here only what the user's program sees counts
-    result = run_mypy_tool(["mypy", "--strict", "--no-incremental", "--follow-imports=silent", "--python-version",
-                            "3.10", str(program)], tmp_path)
+    result = run_mypy_tool(
+        ["mypy", "--strict", "--no-incremental", "--follow-imports=silent", "--python-version", "3.10", str(program)],
+        tmp_path,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -37,7 +37,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device,
                                                             unsigned long* cpuSet, nvmlAffinityScope_t scope) {
     return guarded({__func__, kFamilyCpuAffinity, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
-        if (cpuSet == nullptr || cpuSetSize == 0 || (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET))
+        if (cpuSet == nullptr || cpuSetSize == 0 ||
+            (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET))
             return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
         if (nvmlReturn_t rc = query_allowed(*d, kQueryCpuAffinity); rc != NVML_SUCCESS) return rc;
@@ -79,7 +80,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned 
     });
 }
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* current, nvmlEnableState_t* pending) {
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* current,
+                                             nvmlEnableState_t* pending) {
     return guarded({__func__, kFamilyEcc, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
@@ -96,7 +98,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMem
         const SimDevice* d = nullptr;
         if (eccCounts == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = state_device(device, kQueryEccErrors, &d); rc != NVML_SUCCESS) return rc;
-        const bool uncorrected_volatile = errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED && counterType == NVML_VOLATILE_ECC;
+        const bool uncorrected_volatile =
+            errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED && counterType == NVML_VOLATILE_ECC;
         *eccCounts = uncorrected_volatile ? d->ecc_uncorrected : 0;
         return NVML_SUCCESS;
     });

@@ -83,15 +83,15 @@ inline void kill_and_reap(pid_t pid) {
 // Lets the file at `path` grow no further in this process (RLIMIT_FSIZE; with SIGXFSZ ignored a write
 // beyond it fails with EFBIG): a failing write, for the paths that must undo what they took for it.
 inline bool limit_growth_to(const std::string& path) {
-    struct stat st {};
-    struct rlimit limit {};
+    struct stat st{};
+    struct rlimit limit{};
     if (stat(path.c_str(), &st) != 0 || getrlimit(RLIMIT_FSIZE, &limit) != 0) return false;
     limit.rlim_cur = static_cast<rlim_t>(st.st_size);
     return setrlimit(RLIMIT_FSIZE, &limit) == 0;
 }
 
 inline bool lift_growth_limit() {
-    struct rlimit limit {};
+    struct rlimit limit{};
     if (getrlimit(RLIMIT_FSIZE, &limit) != 0) return false;
     limit.rlim_cur = limit.rlim_max;
     return setrlimit(RLIMIT_FSIZE, &limit) == 0;

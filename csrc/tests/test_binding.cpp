@@ -286,7 +286,9 @@ TEST_CASE(a_failed_write_leaves_the_file_as_it_was) {
         signal(SIGXFSZ, SIG_IGN);
         LiveThread t;
         std::uint32_t lease = 0;
-        { std::ofstream(path) << "\n"; }
+        {
+            std::ofstream(path) << "\n";
+        }
         CHECK(limit_growth_to(path));
         CHECK(!bi::bind(opts_for(path), slot(t.tid(), "s"), gpus(2), 1, 1).status.ok());
         CHECK(!bi::bind(opts_for(path), process(getpid()), gpus(2), 1, 1).status.ok());

@@ -39,8 +39,8 @@ using fixtures::read_text;
 using fixtures::spawn_sleeper;
 
 // CHECK with what the failing check saw.
-#define CHECK_MSG(cond, msg)                                                                   \
-    do {                                                                                       \
+#define CHECK_MSG(cond, msg)                                                                       \
+    do {                                                                                           \
         if (!(cond)) check::report(__FILE__, __LINE__, "CHECK(" #cond ") -- " + std::string(msg)); \
     } while (0)
 
@@ -70,12 +70,12 @@ static void write_text(const std::string& path, const std::string& text) {
 }
 
 static bool file_exists(const std::string& path) {
-    struct statx st {};
+    struct statx st{};
     return statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, STATX_INO, &st) == 0;
 }
 
 static unsigned long long inode_of(const std::string& path) {
-    struct statx st {};
+    struct statx st{};
     if (statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, STATX_INO, &st) != 0) return 0;
     return st.stx_ino;
 }
@@ -105,8 +105,8 @@ static co::Options opts_for(const std::string& path, std::int64_t timeout_ms = 5
 // (slot 0: every test uses a fresh file).
 // The line a claim at `path` writes for `pid` (this process's with its lease on byte 0 of the lease file).
 static std::string line_for(const std::string& index, pid_t pid, const std::string& path) {
-    return index + " " + std::to_string(pid) + "\t" + std::to_string(start_time_of(pid)) + "\tns=" +
-           std::to_string(co::own_pid_namespace().inode) +
+    return index + " " + std::to_string(pid) + "\t" + std::to_string(start_time_of(pid)) +
+           "\tns=" + std::to_string(co::own_pid_namespace().inode) +
            (pid == getpid() ? "\tlease=0\tlf=" + fixtures::lease_token(path) : "");
 }
 
@@ -139,7 +139,7 @@ TEST_CASE(claim_creates_file_in_flink_format) {
     CHECK(joined(r.added) == "0,1");
     CHECK(r.reclaimed.empty());
     CHECK(read_text(path) == line_for("0", me, path) + "\n" + line_for("1", me, path) + "\n");
-    struct statx st {};
+    struct statx st{};
     CHECK(statx(AT_FDCWD, path.c_str(), 0, STATX_MODE, &st) == 0);
     const mode_t mask = umask(0);
     umask(mask);
@@ -260,7 +260,7 @@ TEST_CASE(a_file_replaced_while_the_claim_waits_for_its_lock_is_read_anew) {
     for (int i = 0; i < 500 && !opened; ++i) {
         DIR* d = opendir("/proc/self/fd");
         while (dirent* e = d ? readdir(d) : nullptr) {
-            struct statx st {};
+            struct statx st{};
             if (statx(dirfd(d), e->d_name, 0, STATX_INO, &st) == 0 && st.stx_ino == old_ino &&
                 std::atoi(e->d_name) > 2) {
                 opened = true;
@@ -445,13 +445,13 @@ TEST_CASE(a_short_write_under_a_file_size_limit_restores_the_old_bytes) {
         const pid_t child = fork();
         if (child == 0) {
             signal(SIGXFSZ, SIG_DFL);
-            struct rlimit limit {};
+            struct rlimit limit{};
             getrlimit(RLIMIT_FSIZE, &limit);
             limit.rlim_cur = 1024;
             setrlimit(RLIMIT_FSIZE, &limit);
             const co::ClaimResult r = co::claim(opts_for(path), live, {"0", "1", "2", "3"}, reclaim ? 4 : 3);
-            const bool efbig = r.status.sys_errno == EFBIG && r.status.message.find("old content was restored") !=
-                                                                   std::string::npos;
+            const bool efbig =
+                r.status.sys_errno == EFBIG && r.status.message.find("old content was restored") != std::string::npos;
             sigset_t pending;
             sigpending(&pending);
             _exit(efbig && !sigismember(&pending, SIGXFSZ) ? 0 : 3);
@@ -578,9 +578,9 @@ TEST_CASE(symlink_refused_target_untouched) {
     CHECK(symlink(target.c_str(), link.c_str()) == 0);
     for (int op = 0; op < 4; ++op) {
         flinkgpu::Status s = op == 0   ? co::claim(opts_for(link), getpid(), gpus(1), 1).status
-                       : op == 1 ? co::release(opts_for(link), getpid()).status
-                       : op == 2 ? co::snapshot(opts_for(link)).status
-                                 : co::clean_stale(opts_for(link)).status;
+                             : op == 1 ? co::release(opts_for(link), getpid()).status
+                             : op == 2 ? co::snapshot(opts_for(link)).status
+                                       : co::clean_stale(opts_for(link)).status;
         CHECK(s.code == flinkgpu::StatusCode::kOsError && s.sys_errno == ELOOP);
         CHECK_MSG(s.message.find(link) != std::string::npos && s.message.find("symbolic link") != std::string::npos,
                   s.message);
@@ -604,13 +604,16 @@ TEST_CASE(non_regular_files_refused) {
     const std::string fifo = fresh_path("fifo");
     CHECK(mkfifo(fifo.c_str(), 0644) == 0);
     for (int op = 0; op < 2; ++op) {
-        flinkgpu::Status s = op == 0 ? co::claim(opts_for(fifo), getpid(), gpus(1), 1).status : co::snapshot(opts_for(fifo)).status;
+        flinkgpu::Status s =
+            op == 0 ? co::claim(opts_for(fifo), getpid(), gpus(1), 1).status : co::snapshot(opts_for(fifo)).status;
         CHECK(s.code == flinkgpu::StatusCode::kOsError && s.sys_errno == EINVAL);
-        CHECK_MSG(s.message.find("a FIFO") != std::string::npos && s.message.find(fifo) != std::string::npos, s.message);
+        CHECK_MSG(s.message.find("a FIFO") != std::string::npos && s.message.find(fifo) != std::string::npos,
+                  s.message);
     }
     // A device is refused before it is opened.
     flinkgpu::Status dev = co::claim(opts_for("/dev/null"), getpid(), gpus(1), 1).status;
-    CHECK_MSG(dev.code == flinkgpu::StatusCode::kOsError && dev.message.find("character device") != std::string::npos, dev.message);
+    CHECK_MSG(dev.code == flinkgpu::StatusCode::kOsError && dev.message.find("character device") != std::string::npos,
+              dev.message);
 }
 
 TEST_CASE(hard_link_refused) {

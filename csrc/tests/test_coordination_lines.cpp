@@ -37,9 +37,9 @@ TEST_CASE(lines_parse_into_entries_blanks_and_bad_lines_with_their_numbers) {
     CHECK(lines[2].kind == co::LineKind::kBlank && lines[3].kind == co::LineKind::kBlank);
     CHECK(lines[4].kind == co::LineKind::kEntry && lines[4].entry.pid == 300);  // blanks split like awk
     CHECK(lines[5].kind == co::LineKind::kBad && lines[5].word == "garbage");
-    CHECK(lines[6].kind == co::LineKind::kBad && lines[6].word == "4");  // pid 0 is nobody
-    CHECK(lines[7].kind == co::LineKind::kBad && lines[7].word == "5");  // too many fields
-    CHECK(lines[8].kind == co::LineKind::kBad && lines[8].word == "6");  // the index must start the line
+    CHECK(lines[6].kind == co::LineKind::kBad && lines[6].word == "4");     // pid 0 is nobody
+    CHECK(lines[7].kind == co::LineKind::kBad && lines[7].word == "5");     // too many fields
+    CHECK(lines[8].kind == co::LineKind::kBad && lines[8].word == "6");     // the index must start the line
     CHECK(lines[9].kind == co::LineKind::kEntry && lines[9].raw == "7 9");  // no final '\n'
     const auto bad = co::bad_lines(lines);
     CHECK_EQ(bad.size(), std::size_t{4});
@@ -108,9 +108,9 @@ TEST_CASE(old_forms_parse_unknown_fields_are_kept_and_bad_known_fields_make_a_li
     CHECK_EQ(co::serialize(future), std::string("2 8\t99\tns=3\tgpu-uuid=GPU-1\tlease=0\tx.y=\n"));
     // A bad value of a known key, a key given twice, a field that is no key=value, a start time after a
     // field, a lease beyond the largest slot: unparsable (kept, the index blocked), never half-read.
-    for (const char* bad : {"0 1\t2\tns=", "0 1\t2\tns=x", "0 1\tns=1\tns=1", "0 1\tlease=1\tlease=2",
-                            "0 1\t2\tnsx", "0 1\tns=1\t2", "0 1\tlease=65536", "0 1\tlease=-1",
-                            "0 1\t=3", "0 1\tn s=3", "0 1\tk\xc3\xa9=1"}) {
+    for (const char* bad :
+         {"0 1\t2\tns=", "0 1\t2\tns=x", "0 1\tns=1\tns=1", "0 1\tlease=1\tlease=2", "0 1\t2\tnsx", "0 1\tns=1\t2",
+          "0 1\tlease=65536", "0 1\tlease=-1", "0 1\t=3", "0 1\tn s=3", "0 1\tk\xc3\xa9=1"}) {
         const auto l = co::parse_file(bad);
         CHECK(l[0].kind == co::LineKind::kBad && l[0].word == "0");
     }
@@ -123,8 +123,8 @@ TEST_CASE(a_mig_units_line_names_its_gpu_first_and_the_unit_in_mig) {
     CHECK_EQ(unit.raw, std::string("0 1234\t987\tns=4026531836\tlease=7\tmig=0:12"));
     const co::Entry u = co::parse_file(unit.raw)[0].entry;
     CHECK(u.index == "0:12" && u.gpu == "0" && u.pid == 1234 && u.has_lease && u.lease == 7);
-    CHECK(co::parse_file("1 5\tmig=0:2")[0].kind == co::LineKind::kBad);     // a unit of another GPU
-    CHECK(co::parse_file("0 5\tmig=0:x")[0].kind == co::LineKind::kBad);     // not a unit index
+    CHECK(co::parse_file("1 5\tmig=0:2")[0].kind == co::LineKind::kBad);           // a unit of another GPU
+    CHECK(co::parse_file("0 5\tmig=0:x")[0].kind == co::LineKind::kBad);           // not a unit index
     CHECK(co::parse_file("0 5\tmig=0:1\tmig=0:1")[0].kind == co::LineKind::kBad);  // given twice
 }
 
@@ -150,9 +150,9 @@ TEST_CASE(the_bindings_fields_tm_share_and_slot_are_written_last_and_validated) 
     const co::Entry b = co::parse_file(binding.raw)[0].entry;
     CHECK(b.index == "0:3" && b.tm == 42 && b.share == 2 && b.slot == "3f2a:b_c.d-e");
     CHECK(co::parse_file("0 1")[0].entry.tm == 0 && co::parse_file("0 1")[0].entry.slot.empty());
-    for (const char* bad : {"0 1\ttm=0", "0 1\ttm=x", "0 1\ttm=1\ttm=1", "0 1\tshare=0", "0 1\tshare=1025",
-                            "0 1\tshare=1\tshare=1", "0 1\tslot=", "0 1\tslot=a/b", "0 1\tslot=a\tslot=a",
-                            "0 1\ttm=2147483648"}) {
+    for (const char* bad :
+         {"0 1\ttm=0", "0 1\ttm=x", "0 1\ttm=1\ttm=1", "0 1\tshare=0", "0 1\tshare=1025", "0 1\tshare=1\tshare=1",
+          "0 1\tslot=", "0 1\tslot=a/b", "0 1\tslot=a\tslot=a", "0 1\ttm=2147483648"}) {
         const auto l = co::parse_file(bad);
         CHECK(l[0].kind == co::LineKind::kBad && l[0].word == "0");
     }

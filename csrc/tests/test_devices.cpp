@@ -70,13 +70,14 @@ TEST_CASE(a_path_that_is_not_a_regular_file_is_refused_without_dlopen) {
         CHECK_EQ(mkfifo(fifo.c_str(), 0600), 0);
         alarm(10);  // a blocked dlopen ends the test (SIGALRM) instead of hanging it
         for (const auto& [path, kind] : {std::pair<std::string, std::string>{fifo, "a FIFO (named pipe)"},
-                                         {dir, "a directory"}, {"/dev/null", "a character device"}}) {
+                                         {dir, "a directory"},
+                                         {"/dev/null", "a character device"}}) {
             CHECK(NvmlLibrary::acquire(path, &status) == nullptr);
             CHECK(status.code == StatusCode::kNvml);
             CHECK_EQ(status.nvml_code, static_cast<int>(NVML_ERROR_LIBRARY_NOT_FOUND));
             CHECK_EQ(status.function, std::string("dlopen"));
-            CHECK(status.message.find("Could not load the NVIDIA Management Library '" + path + "': it is " +
-                                      kind + ", not a regular file.") == 0);
+            CHECK(status.message.find("Could not load the NVIDIA Management Library '" + path + "': it is " + kind +
+                                      ", not a regular file.") == 0);
             CHECK(NvmlLibrary::probe(path, &status) == nullptr);
             CHECK_EQ(status.nvml_code, static_cast<int>(NVML_ERROR_LIBRARY_NOT_FOUND));
         }
@@ -110,7 +111,8 @@ TEST_CASE(four_default_devices_are_enumerated) {
         if (d.name != std::string("NVIDIA Simulated GPU") || d.pci_bus_id != std::string("00000000:04:00.0")) return 5;
         if (d.memory_total != (80ULL << 30) || d.minor_number != 3u) return 6;
         return 0;
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(an_init_failure_names_the_error_and_the_library) {
@@ -123,7 +125,8 @@ TEST_CASE(an_init_failure_names_the_error_and_the_library) {
         if (s.message.find("NVML_ERROR_DRIVER_NOT_LOADED") == std::string::npos) return 3;
         if (s.message.find(simulator()) == std::string::npos) return 4;
         return 0;
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(out_of_memory_in_the_simulator_is_an_nvml_error) {
@@ -151,7 +154,8 @@ TEST_CASE(out_of_memory_in_the_simulator_is_an_nvml_error) {
         std::remove(spec);
         if (lib != nullptr) return 3;
         return s.code == StatusCode::kNvml && s.nvml_code == NVML_ERROR_MEMORY ? 0 : 4;
-    }), 0);
+    }),
+             0);
 #endif
 }
 
@@ -173,7 +177,8 @@ TEST_CASE(per_device_faults_are_skipped_not_fatal) {
         CHECK_EQ(e.skipped[0].code, NVML_ERROR_NO_PERMISSION);
         CHECK_EQ(e.skipped[1].code, NVML_ERROR_GPU_IS_LOST);
         CHECK(e.skipped[1].reason.find("GPU 2") != std::string::npos);
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(a_mig_gpu_gives_its_units_at_their_slots) {
@@ -204,7 +209,8 @@ TEST_CASE(a_mig_gpu_gives_its_units_at_their_slots) {
         CHECK_EQ(e.skipped[0].index, std::string("1"));
         CHECK_EQ(e.skipped[0].code, NVML_ERROR_NOT_FOUND);
         CHECK(e.notices[0].find("pending a reset") != std::string::npos);
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(nvml_is_initialised_once_per_process_and_again_in_a_forked_child) {
@@ -237,7 +243,8 @@ TEST_CASE(nvml_is_initialised_once_per_process_and_again_in_a_forked_child) {
         if (eol == std::string::npos || eol == 0) return 5;
         const std::string child_pid = rest.substr(0, eol);
         return rest == child_pid + "\nchild " + child_pid + "\n" && child_pid + "\n" != self ? 0 : 6;
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(simulator_numbers_no_integer_can_hold_are_refused) {
@@ -252,7 +259,8 @@ TEST_CASE(simulator_numbers_no_integer_can_hold_are_refused) {
             const NvmlLibrary* lib = NvmlLibrary::acquire(simulator(), &s);
             std::remove(spec.c_str());
             return lib == nullptr && s.nvml_code == NVML_ERROR_UNKNOWN ? 0 : 1;
-        }), 0);
+        }),
+                 0);
     }
 }
 
@@ -268,7 +276,8 @@ TEST_CASE(a_v1_pci_query_reads_the_legacy_bus_id) {
         if (!enumerate_devices(*lib, &e).ok() || e.devices.size() != 1) return 2;
         if (e.devices[0].pci_bus_id != std::string("0000:3B:00.0")) return 3;
         return 0;
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(a_library_forking_inside_nvml_init_does_not_deadlock) {
@@ -288,7 +297,8 @@ TEST_CASE(a_library_forking_inside_nvml_init_does_not_deadlock) {
             Enumeration e;
             return again != nullptr && enumerate_devices(*again, &e).ok() && e.devices.size() == 1 ? 0 : 3;
         });
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(a_fork_during_another_threads_nvml_init_waits_for_it) {
@@ -310,7 +320,8 @@ TEST_CASE(a_fork_during_another_threads_nvml_init_waits_for_it) {
         });
         init.join();
         return child;
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(memory_info_refused_leaves_only_memory_total_absent) {
@@ -327,7 +338,8 @@ TEST_CASE(memory_info_refused_leaves_only_memory_total_absent) {
         if (e.devices[0].memory_total.has_value()) return 4;
         if (e.devices[0].pci_bus_id != std::string("0000:3B:00.0")) return 5;
         return 0;
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(persistence_mode_is_read_per_gpu_and_unknown_where_the_driver_cannot_say) {
@@ -335,25 +347,26 @@ TEST_CASE(persistence_mode_is_read_per_gpu_and_unknown_where_the_driver_cannot_s
                  {"not_supported": ["persistence_mode"]}, {"no_permission": ["persistence_mode"]},
                  {"persistence_mode": "disabled", "mig": {"mode": "enabled", "instances": [{"slot": 1}]}}]})",
                        [](const NvmlLibrary& lib) {
-                           Enumeration e;
-                           CHECK(enumerate_devices(lib, &e).ok());
-                           CHECK_EQ(e.devices.size(), std::size_t{5});
-                           CHECK(e.skipped.empty());  // an unanswered persistence mode never skips a GPU
-                           CHECK(e.devices[0].persistence_mode == std::optional<bool>(true));
-                           CHECK(e.devices[1].persistence_mode == std::optional<bool>(false));
-                           CHECK(!e.devices[2].persistence_mode.has_value());
-                           CHECK(!e.devices[3].persistence_mode.has_value());
-                           CHECK_EQ(e.devices[4].index, std::string("4:1"));  // a unit: its GPU's mode
-                           CHECK(e.devices[4].persistence_mode == std::optional<bool>(false));
-                       }),
+        Enumeration e;
+        CHECK(enumerate_devices(lib, &e).ok());
+        CHECK_EQ(e.devices.size(), std::size_t{5});
+        CHECK(e.skipped.empty());  // an unanswered persistence mode never skips a GPU
+        CHECK(e.devices[0].persistence_mode == std::optional<bool>(true));
+        CHECK(e.devices[1].persistence_mode == std::optional<bool>(false));
+        CHECK(!e.devices[2].persistence_mode.has_value());
+        CHECK(!e.devices[3].persistence_mode.has_value());
+        CHECK_EQ(e.devices[4].index, std::string("4:1"));  // a unit: its GPU's mode
+        CHECK(e.devices[4].persistence_mode == std::optional<bool>(false));
+    }),
              0);
     // A driver without nvmlDeviceGetPersistenceMode: unknown.
-    CHECK_EQ(with_spec(fake_nvml(), "{}", [](const NvmlLibrary& lib) {
-                 CHECK(lib.api().device_get_persistence_mode == nullptr);
-                 Enumeration e;
-                 CHECK(enumerate_devices(lib, &e).ok());
-                 CHECK(!e.devices.empty() && !e.devices[0].persistence_mode.has_value());
-             }),
+    CHECK_EQ(with_spec(fake_nvml(), "{}",
+                       [](const NvmlLibrary& lib) {
+        CHECK(lib.api().device_get_persistence_mode == nullptr);
+        Enumeration e;
+        CHECK(enumerate_devices(lib, &e).ok());
+        CHECK(!e.devices.empty() && !e.devices[0].persistence_mode.has_value());
+    }),
              0);
 }
 

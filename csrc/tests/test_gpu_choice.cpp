@@ -18,8 +18,9 @@ DeviceState gpu(unsigned index, Health health, bool busy) {
     DeviceState s;
     s.index = std::to_string(index);
     s.health = health;
-    s.health_text = health == Health::kOk ? "ok" : health == Health::kDegraded ? "degraded: row remapping pending"
-                                                                                : "unhealthy: InfoROM corrupted";
+    s.health_text = health == Health::kOk         ? "ok"
+                    : health == Health::kDegraded ? "degraded: row remapping pending"
+                                                  : "unhealthy: InfoROM corrupted";
     s.busy = busy;
     if (busy) s.processes.push_back({77, 1, ProcessKind::kCompute, false, false});
     return s;
@@ -42,9 +43,9 @@ TEST_CASE(busy_gpus_values_read_with_case_and_blanks_ignored) {
 
 TEST_CASE(candidates_rank_by_health_then_busy_under_each_policy) {
     // 0 degraded+busy, 1 healthy+busy, 2 unhealthy, 3 degraded, 4 healthy, ..., 10 healthy
-    std::vector<DeviceState> states = {gpu(0, Health::kDegraded, true), gpu(1, Health::kOk, true),
+    std::vector<DeviceState> states = {gpu(0, Health::kDegraded, true),   gpu(1, Health::kOk, true),
                                        gpu(2, Health::kUnhealthy, false), gpu(3, Health::kDegraded, false),
-                                       gpu(4, Health::kOk, false), gpu(10, Health::kOk, false)};
+                                       gpu(4, Health::kOk, false),        gpu(10, Health::kOk, false)};
     Ranking r = rank_gpus(states, BusyPolicy::kAvoid);
     CHECK(r.indices == (Indices{"4", "10", "1", "3", "0"}));
     CHECK(r.ranks == (std::vector<int>{0, 0, 1, 2, 3}));
@@ -56,7 +57,8 @@ TEST_CASE(candidates_rank_by_health_then_busy_under_each_policy) {
     CHECK(r.indices == (Indices{"4", "10", "3"}));
     CHECK_EQ(r.left_out.size(), static_cast<std::size_t>(3));
     CHECK_EQ(r.left_out[0].first, std::string("0"));
-    CHECK_EQ(r.left_out[0].second, std::string("busy: foreign process 77 (compute, not visible in this pid namespace)"));
+    CHECK_EQ(r.left_out[0].second,
+             std::string("busy: foreign process 77 (compute, not visible in this pid namespace)"));
     CHECK_EQ(r.left_out[1].first, std::string("1"));
     CHECK_EQ(r.left_out[2].first, std::string("2"));
 
@@ -110,13 +112,17 @@ TEST_CASE(recovery_actions_rank_by_their_class) {
         {NVML_GPU_RECOVERY_ACTION_NONE, Health::kOk, "ok"},
         {NVML_GPU_RECOVERY_ACTION_GPU_RESET, Health::kUnhealthy, "unhealthy: GPU recovery action: reset the GPU"},
         {NVML_GPU_RECOVERY_ACTION_NODE_REBOOT, Health::kUnhealthy, "unhealthy: GPU recovery action: reboot the node"},
-        {NVML_GPU_RECOVERY_ACTION_DRAIN_P2P, Health::kDegraded, "degraded: GPU recovery action: drain peer-to-peer traffic"},
+        {NVML_GPU_RECOVERY_ACTION_DRAIN_P2P, Health::kDegraded,
+         "degraded: GPU recovery action: drain peer-to-peer traffic"},
         {NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET, Health::kUnhealthy,
          "unhealthy: GPU recovery action: drain peer-to-peer traffic and reset the GPU"},
         {NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN, Health::kOk, "ok"},
-        {NVML_GPU_RECOVERY_ACTION_BUS_RESET, Health::kUnhealthy, "unhealthy: GPU recovery action: reset the GPU's PCIe bus"},
-        {NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT, Health::kUnhealthy, "unhealthy: GPU recovery action: reboot the system"},
-        {42, Health::kUnhealthy, "unhealthy: GPU recovery action 42 (unknown to this build: treated as needing a reset)"},
+        {NVML_GPU_RECOVERY_ACTION_BUS_RESET, Health::kUnhealthy,
+         "unhealthy: GPU recovery action: reset the GPU's PCIe bus"},
+        {NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT, Health::kUnhealthy,
+         "unhealthy: GPU recovery action: reboot the system"},
+        {42, Health::kUnhealthy,
+         "unhealthy: GPU recovery action 42 (unknown to this build: treated as needing a reset)"},
     };
     for (const ActionCase& c : actions) {
         s.readings = answered_all();
@@ -144,7 +150,8 @@ TEST_CASE(the_nvlink_fabric_never_requires_a_health_summary) {
          "unhealthy: NVLink fabric registration not started: CUDA would fail with error 802"},
         {NVML_GPU_FABRIC_STATE_IN_PROGRESS, NVML_SUCCESS, 0, Health::kUnhealthy,
          "unhealthy: NVLink fabric registration in progress: transient"},
-        {NVML_GPU_FABRIC_STATE_COMPLETED, NVML_SUCCESS, NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED, Health::kOk, "ok"},
+        {NVML_GPU_FABRIC_STATE_COMPLETED, NVML_SUCCESS, NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED, Health::kOk,
+         "ok"},
         {NVML_GPU_FABRIC_STATE_COMPLETED, NVML_SUCCESS, NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY, Health::kOk, "ok"},
         {NVML_GPU_FABRIC_STATE_COMPLETED, NVML_ERROR_UNKNOWN, 0, Health::kDegraded, "degraded: no NVLink peer-to-peer"},
         {NVML_GPU_FABRIC_STATE_COMPLETED, NVML_SUCCESS, NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY, Health::kDegraded,

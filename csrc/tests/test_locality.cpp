@@ -37,7 +37,8 @@ TEST_CASE(numa_node_is_read_from_sysfs_and_minus_one_garbage_or_absent_is_none) 
     char root[] = "/tmp/flink-gpu-sysfs-XXXXXX";
     CHECK(mkdtemp(root) != nullptr);
     const std::string base = std::string(root) + "/bus/pci/devices/";
-    CHECK(std::system(("mkdir -p " + base + "0000:3b:00.0 " + base + "0000:3c:00.0 " + base + "0000:3d:00.0").c_str()) == 0);
+    CHECK(std::system(
+              ("mkdir -p " + base + "0000:3b:00.0 " + base + "0000:3c:00.0 " + base + "0000:3d:00.0").c_str()) == 0);
     std::ofstream(base + "0000:3b:00.0/numa_node") << "1\n";
     std::ofstream(base + "0000:3c:00.0/numa_node") << "-1\n";
     std::ofstream(base + "0000:3d:00.0/numa_node") << "x\n";

@@ -48,104 +48,109 @@ const char* const kPinned =
 }  // namespace
 
 TEST_CASE(gauges_show_the_last_sample_with_each_gpus_health) {
-    CHECK_EQ(run_spec(kPinned, [](const std::string& lib) {
-                 for (const char* index : {"0", "1", "2", "3", "4", "5"}) CHECK(watch_gpu_metrics(lib, index, 1h));
-                 CHECK(sample_gpu_metrics_now(kWait));
-                 const SampledGpu ok = shown(lib, "0");
-                 CHECK(values_are(ok, 37, 3, 55, 251));
-                 CHECK(ok.health == GaugeHealth::kOk);
-                 const SampledGpu degraded = shown(lib, "1");  // read as usual, health says why to look
-                 CHECK(values_are(degraded, 5, 0, 40, 100));
-                 CHECK(degraded.health == GaugeHealth::kDegraded);
-                 const SampledGpu unhealthy = shown(lib, "2");  // still answering: its values are shown
-                 CHECK(values_are(unhealthy, 6, 0, 41, 101));
-                 CHECK(unhealthy.health == GaugeHealth::kUnhealthy);
-                 for (const char* lost : {"3", "4", "5"}) {  // GPU_IS_LOST, RESET_REQUIRED, no such GPU
-                     const SampledGpu s = shown(lib, lost);
-                     CHECK(values_are(s, -1, -1, -1, -1));
-                     CHECK(s.health == GaugeHealth::kUnhealthy);
-                 }
-             }),
+    CHECK_EQ(run_spec(kPinned,
+                      [](const std::string& lib) {
+        for (const char* index : {"0", "1", "2", "3", "4", "5"}) CHECK(watch_gpu_metrics(lib, index, 1h));
+        CHECK(sample_gpu_metrics_now(kWait));
+        const SampledGpu ok = shown(lib, "0");
+        CHECK(values_are(ok, 37, 3, 55, 251));
+        CHECK(ok.health == GaugeHealth::kOk);
+        const SampledGpu degraded = shown(lib, "1");  // read as usual, health says why to look
+        CHECK(values_are(degraded, 5, 0, 40, 100));
+        CHECK(degraded.health == GaugeHealth::kDegraded);
+        const SampledGpu unhealthy = shown(lib, "2");  // still answering: its values are shown
+        CHECK(values_are(unhealthy, 6, 0, 41, 101));
+        CHECK(unhealthy.health == GaugeHealth::kUnhealthy);
+        for (const char* lost : {"3", "4", "5"}) {  // GPU_IS_LOST, RESET_REQUIRED, no such GPU
+            const SampledGpu s = shown(lib, lost);
+            CHECK(values_are(s, -1, -1, -1, -1));
+            CHECK(s.health == GaugeHealth::kUnhealthy);
+        }
+    }),
              0);
 }
 
 TEST_CASE(a_gpu_not_watched_is_unknown) {
-    CHECK_EQ(run_spec(kPinned, [](const std::string& lib) {
-                 CHECK(unknown(shown(lib, "0")));  // no sampler yet
-                 CHECK(watch_gpu_metrics(lib, "0", 1h));
-                 CHECK(sample_gpu_metrics_now(kWait));
-                 CHECK(unknown(shown(lib, "1")));
-                 CHECK(unknown(shown(lib + ".other", "0")));  // another library's GPU 0
-             }),
+    CHECK_EQ(run_spec(kPinned,
+                      [](const std::string& lib) {
+        CHECK(unknown(shown(lib, "0")));  // no sampler yet
+        CHECK(watch_gpu_metrics(lib, "0", 1h));
+        CHECK(sample_gpu_metrics_now(kWait));
+        CHECK(unknown(shown(lib, "1")));
+        CHECK(unknown(shown(lib + ".other", "0")));  // another library's GPU 0
+    }),
              0);
 }
 
 TEST_CASE(a_sample_older_than_the_interval_and_the_margin_is_unknown) {
-    CHECK_EQ(run_spec(kPinned, [](const std::string& lib) {
-                 CHECK(watch_gpu_metrics(lib, "0", 3s));
-                 CHECK(sample_gpu_metrics_now(kWait));
-                 const auto now = std::chrono::steady_clock::now();
-                 CHECK(sampled_gpu(lib, "0", now + 3s + kSampleMargin - 100ms).health == GaugeHealth::kOk);
-                 CHECK(unknown(sampled_gpu(lib, "0", now + 3s + kSampleMargin + 1ms)));
-             }),
+    CHECK_EQ(run_spec(kPinned,
+                      [](const std::string& lib) {
+        CHECK(watch_gpu_metrics(lib, "0", 3s));
+        CHECK(sample_gpu_metrics_now(kWait));
+        const auto now = std::chrono::steady_clock::now();
+        CHECK(sampled_gpu(lib, "0", now + 3s + kSampleMargin - 100ms).health == GaugeHealth::kOk);
+        CHECK(unknown(sampled_gpu(lib, "0", now + 3s + kSampleMargin + 1ms)));
+    }),
              0);
 }
 
 TEST_CASE(the_interval_is_never_below_the_minimum) {
-    CHECK_EQ(run_spec(kPinned, [](const std::string& lib) {
-                 CHECK(watch_gpu_metrics(lib, "0", 10ms));
-                 CHECK(sample_gpu_metrics_now(kWait));
-                 // 10 ms would make it stale after 1.01 s; the minimum of 1 s after 2 s
-                 const auto now = std::chrono::steady_clock::now();
-                 CHECK(sampled_gpu(lib, "0", now + kMinMetricsInterval + kSampleMargin - 100ms).health ==
-                       GaugeHealth::kOk);
-             }),
+    CHECK_EQ(run_spec(kPinned,
+                      [](const std::string& lib) {
+        CHECK(watch_gpu_metrics(lib, "0", 10ms));
+        CHECK(sample_gpu_metrics_now(kWait));
+        // 10 ms would make it stale after 1.01 s; the minimum of 1 s after 2 s
+        const auto now = std::chrono::steady_clock::now();
+        CHECK(sampled_gpu(lib, "0", now + kMinMetricsInterval + kSampleMargin - 100ms).health == GaugeHealth::kOk);
+    }),
              0);
 }
 
 TEST_CASE(gauge_reads_take_no_sample) {
-    CHECK_EQ(run_spec(kPinned, [](const std::string& lib) {
-                 CHECK(watch_gpu_metrics(lib, "0", 1h));
-                 CHECK(sample_gpu_metrics_now(kWait));
-                 const unsigned long long before = completed_samples();
-                 for (int i = 0; i < 10000; ++i) CHECK(shown(lib, "0").health == GaugeHealth::kOk);
-                 CHECK_EQ(completed_samples(), before);
-                 CHECK(sample_gpu_metrics_now(kWait));  // only the trigger (or the pace) takes one
-                 CHECK_EQ(completed_samples(), before + 1);
-             }),
+    CHECK_EQ(run_spec(kPinned,
+                      [](const std::string& lib) {
+        CHECK(watch_gpu_metrics(lib, "0", 1h));
+        CHECK(sample_gpu_metrics_now(kWait));
+        const unsigned long long before = completed_samples();
+        for (int i = 0; i < 10000; ++i) CHECK(shown(lib, "0").health == GaugeHealth::kOk);
+        CHECK_EQ(completed_samples(), before);
+        CHECK(sample_gpu_metrics_now(kWait));  // only the trigger (or the pace) takes one
+        CHECK_EQ(completed_samples(), before + 1);
+    }),
              0);
 }
 
 TEST_CASE(an_nvml_that_cannot_be_loaded_is_unknown) {
-    CHECK_EQ(run_spec(kPinned, [](const std::string&) {
-                 const std::string missing = "/nonexistent/libnvidia-ml.so.1";
-                 CHECK(watch_gpu_metrics(missing, "0", 1h));
-                 CHECK(sample_gpu_metrics_now(kWait));
-                 CHECK(unknown(shown(missing, "0")));
-             }),
+    CHECK_EQ(run_spec(kPinned,
+                      [](const std::string&) {
+        const std::string missing = "/nonexistent/libnvidia-ml.so.1";
+        CHECK(watch_gpu_metrics(missing, "0", 1h));
+        CHECK(sample_gpu_metrics_now(kWait));
+        CHECK(unknown(shown(missing, "0")));
+    }),
              0);
 }
 
 TEST_CASE(a_forked_child_samples_with_a_reader_of_its_own) {
-    CHECK_EQ(run_spec(kPinned, [](const std::string& lib) {
-                 CHECK(watch_gpu_metrics(lib, "0", 1h));
-                 CHECK(sample_gpu_metrics_now(kWait));
-                 const pid_t child = fork();
-                 if (child == 0) {
-                     // the parent's reader does not exist here: the child's first call starts one,
-                     // which resolves the GPU's handles again for this process
-                     const bool sampled = sample_gpu_metrics_now(kWait);
-                     const SampledGpu s = shown(lib, "0");
-                     _exit(sampled && completed_samples() == 1 && values_are(s, 37, 3, 55, 251) &&
-                                   s.health == GaugeHealth::kOk
-                               ? 0
-                               : 1);
-                 }
-                 int status = -1;
-                 CHECK(child > 0 && waitpid(child, &status, 0) == child);
-                 CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-                 CHECK(sample_gpu_metrics_now(kWait));  // the parent's reader goes on
-             }),
+    CHECK_EQ(run_spec(kPinned,
+                      [](const std::string& lib) {
+        CHECK(watch_gpu_metrics(lib, "0", 1h));
+        CHECK(sample_gpu_metrics_now(kWait));
+        const pid_t child = fork();
+        if (child == 0) {
+            // the parent's reader does not exist here: the child's first call starts one,
+            // which resolves the GPU's handles again for this process
+            const bool sampled = sample_gpu_metrics_now(kWait);
+            const SampledGpu s = shown(lib, "0");
+            _exit(sampled && completed_samples() == 1 && values_are(s, 37, 3, 55, 251) && s.health == GaugeHealth::kOk
+                      ? 0
+                      : 1);
+        }
+        int status = -1;
+        CHECK(child > 0 && waitpid(child, &status, 0) == child);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        CHECK(sample_gpu_metrics_now(kWait));  // the parent's reader goes on
+    }),
              0);
 }
 

@@ -71,12 +71,14 @@ struct Read {
 
 Read read(const NvmlLibrary& lib, double timeout) {
     Read r;
-    r.status = query_states_within(lib, getpid(), 0, all_checks(), ReadPlan(), timeout, &r.states, &r.stalls,
-                                   &r.count_known);
+    r.status =
+        query_states_within(lib, getpid(), 0, all_checks(), ReadPlan(), timeout, &r.states, &r.stalls, &r.count_known);
     return r;
 }
 
-bool starts_with(const std::string& text, const std::string& prefix) { return text.compare(0, prefix.size(), prefix) == 0; }
+bool starts_with(const std::string& text, const std::string& prefix) {
+    return text.compare(0, prefix.size(), prefix) == 0;
+}
 
 }  // namespace
 
@@ -90,7 +92,8 @@ TEST_CASE(a_read_past_its_deadline_makes_its_gpu_unknown_naming_the_query) {
         if (r.states.size() != 4) return;
         CHECK(r.states[0].health == Health::kOk);
         CHECK(r.states[1].health == Health::kUnknown);
-        CHECK_EQ(r.states[1].health_text, std::string("unknown: nvmlDeviceGetRemappedRows did not return within 200 ms"));
+        CHECK_EQ(r.states[1].health_text,
+                 std::string("unknown: nvmlDeviceGetRemappedRows did not return within 200 ms"));
         // read one after the other: the GPUs after it were not reached
         CHECK(r.states[2].health == Health::kUnknown);
         CHECK_EQ(r.states[2].health_text,
@@ -107,7 +110,8 @@ TEST_CASE(a_read_past_its_deadline_makes_its_gpu_unknown_naming_the_query) {
         CHECK_EQ(ranking.indices.size(), static_cast<std::size_t>(1));
         CHECK_EQ(ranking.left_out.size(), static_cast<std::size_t>(3));
         release(file);
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(a_gpu_still_stuck_is_unknown_at_once_and_its_call_is_not_repeated) {
@@ -128,7 +132,8 @@ TEST_CASE(a_gpu_still_stuck_is_unknown_at_once_and_its_call_is_not_repeated) {
         CHECK_EQ(calls("remapped-rows", 1), 1);  // no second thread went into it
         CHECK_EQ(calls("remapped-rows", 2), 1);  // not reached by the first read
         release(file);
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(once_the_stuck_call_returns_its_gpu_is_read_again) {
@@ -142,7 +147,8 @@ TEST_CASE(once_the_stuck_call_returns_its_gpu_is_read_again) {
         CHECK_EQ(after.states.size(), static_cast<std::size_t>(4));
         for (const DeviceState& s : after.states) CHECK(s.health == Health::kOk);
         CHECK_EQ(calls("remapped-rows", 1), 2);
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(a_stalled_count_leaves_every_gpu_unknown_and_starts_nothing_more) {
@@ -153,17 +159,20 @@ TEST_CASE(a_stalled_count_leaves_every_gpu_unknown_and_starts_nothing_more) {
         CHECK_EQ(choice.states.size(), static_cast<std::size_t>(4));
         for (const DeviceState& s : choice.states) {
             CHECK(s.health == Health::kUnknown);
-            CHECK_EQ(s.health_text, std::string("unknown: not read: nvmlDeviceGetCount_v2 did not return within 200 ms"));
+            CHECK_EQ(s.health_text,
+                     std::string("unknown: not read: nvmlDeviceGetCount_v2 did not return within 200 ms"));
         }
         CHECK(choice.ranking.indices.empty());
         Choice again;
         CHECK(choose_gpus(lib, {"0", "1", "2", "3"}, getpid(), 0, BusyPolicy::kAvoid, all_checks(), 30.0, &again).ok());
         CHECK_EQ(again.states.size(), static_cast<std::size_t>(4));
         if (!again.states.empty())
-            CHECK(starts_with(again.states[0].health_text, "unknown: not read: nvmlDeviceGetCount_v2 has not returned for "));
+            CHECK(starts_with(again.states[0].health_text,
+                              "unknown: not read: nvmlDeviceGetCount_v2 has not returned for "));
         CHECK_EQ(calls("count", -1), 1);
         release(file);
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(a_forked_child_has_no_stuck_reads_and_reads_every_gpu) {
@@ -188,7 +197,8 @@ TEST_CASE(a_forked_child_has_no_stuck_reads_and_reads_every_gpu) {
         waitpid(child, &status, 0);
         CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         release(file);
-    }), 0);
+    }),
+             0);
 }
 
 TEST_CASE(a_library_wide_step_past_its_deadline_is_named_and_not_started_twice) {
@@ -234,10 +244,12 @@ TEST_CASE(a_read_stalled_behind_a_stuck_call_names_that_call_too) {
         CHECK(starts_with(again.states[1].health_text,
                           "unknown: nvmlDeviceGetRemappedRows did not return within 200 ms (behind GPU 0's "
                           "nvmlDeviceGetRemappedRows, which has not returned for "));
-        CHECK(starts_with(again.states[2].health_text, "unknown: not read: GPU 1's nvmlDeviceGetRemappedRows did "
-                                                       "not return within 200 ms (behind GPU 0's"));
+        CHECK(starts_with(again.states[2].health_text,
+                          "unknown: not read: GPU 1's nvmlDeviceGetRemappedRows did "
+                          "not return within 200 ms (behind GPU 0's"));
         release(file);
-    }), 0);
+    }),
+             0);
 }
 
 int main(int argc, char** argv) { return check::run(argc, argv); }

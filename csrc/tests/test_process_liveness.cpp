@@ -184,7 +184,7 @@ TEST_CASE(verdicts_map_to_alive_dead_or_unknown_liveness) {
 
 TEST_CASE(our_pid_namespace_is_read_from_proc_and_cached) {
     const co::PidNamespace ns = co::own_pid_namespace();
-    struct stat st {};
+    struct stat st{};
     CHECK(stat("/proc/self/ns/pid", &st) == 0);
     CHECK(ns.known && ns.inode == static_cast<std::uint64_t>(st.st_ino));
     CHECK(co::own_pid_namespace().inode == ns.inode);  // cached, the same

@@ -108,8 +108,9 @@ TEST_CASE(typos_and_the_replaced_coordination_file) {
     // --busy-gpus takes the next token as its value, even --coordination-file
     CHECK(with_coordination_file({"--busy-gpus", "--coordination-file", "/x"}, "/s") ==
           (V{"--busy-gpus", "--coordination-file", "/x", "--coordination-file", "/s"}));
-    CHECK_EQ(parse_script_args(with_coordination_file({"--busy-gpus", "--coordination-file", "/x"}, "/s"))
-                 .coordination_file, std::string("/s"));
+    CHECK_EQ(
+        parse_script_args(with_coordination_file({"--busy-gpus", "--coordination-file", "/x"}, "/s")).coordination_file,
+        std::string("/s"));
 }
 
 TEST_CASE(abbreviations_suggest_the_flag_they_begin) {
@@ -120,7 +121,7 @@ TEST_CASE(abbreviations_suggest_the_flag_they_begin) {
     CHECK_EQ(suggest_flag("--coordination-file=/tmp/x"), std::string("--coordination-file"));
     CHECK_EQ(suggest_flag("--enable-coordination-mode-please"), std::string("--enable-coordination-mode"));
     CHECK_EQ(suggest_flag("--busy-gpus=0,1"), std::string("--busy-gpus"));
-    CHECK_EQ(suggest_flag("--enable-coo"), std::string(""));  // under half: 11 of 26
+    CHECK_EQ(suggest_flag("--enable-coo"), std::string(""));                                   // under half: 11 of 26
     CHECK_EQ(suggest_flag("enable-coordination"), std::string("--enable-coordination-mode"));  // similar
     CHECK_EQ(suggest_flag("--verbose"), std::string(""));
     CHECK_EQ(suggest_flag("--enable"), std::string(""));

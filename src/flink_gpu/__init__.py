@@ -5,10 +5,22 @@ an inference operator that only needs ``GPUInfo`` never pays for YAML, subproces
 """
 
 from flink_gpu import _lazy
-from flink_gpu.errors import (BindingError, CudaDeviceError, DiscoveryScriptNotExecutable, DiscoveryScriptNotFound,
-                              FactoryLoadError, FactoryNotFoundError, FileTooLargeError, FlinkException,
-                              IllegalConfigurationException, NotARegularFileError, NotEnoughGpusError, NvmlError,
-                              SlotUnknownError, ValueTooLongError)
+from flink_gpu.errors import (
+    BindingError,
+    CudaDeviceError,
+    DiscoveryScriptNotExecutable,
+    DiscoveryScriptNotFound,
+    FactoryLoadError,
+    FactoryNotFoundError,
+    FileTooLargeError,
+    FlinkException,
+    IllegalConfigurationException,
+    NotARegularFileError,
+    NotEnoughGpusError,
+    NvmlError,
+    SlotUnknownError,
+    ValueTooLongError,
+)
 
 # not typing.TYPE_CHECKING: importing typing (and re, enum, functools with it) would cost an operator
 # several ms; mypy and pyright treat any constant named TYPE_CHECKING as true
@@ -57,9 +69,22 @@ _LAZY = {
 }
 
 # the exceptions: flink_gpu.errors' __all__, every failure a caller can act on
-__all__ = ["BindingError", "CudaDeviceError", "DiscoveryScriptNotExecutable", "DiscoveryScriptNotFound",
-           "FactoryLoadError", "FactoryNotFoundError", "FileTooLargeError", "FlinkException",
-           "IllegalConfigurationException", "NotARegularFileError", "NotEnoughGpusError", "NvmlError",
-           "SlotUnknownError", "ValueTooLongError", *_LAZY]
+__all__ = [
+    "BindingError",
+    "CudaDeviceError",
+    "DiscoveryScriptNotExecutable",
+    "DiscoveryScriptNotFound",
+    "FactoryLoadError",
+    "FactoryNotFoundError",
+    "FileTooLargeError",
+    "FlinkException",
+    "IllegalConfigurationException",
+    "NotARegularFileError",
+    "NotEnoughGpusError",
+    "NvmlError",
+    "SlotUnknownError",
+    "ValueTooLongError",
+    *_LAZY,
+]
 
 __getattr__, __dir__ = _lazy.attach(__name__, _LAZY, __all__)

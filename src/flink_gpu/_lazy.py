@@ -8,8 +8,9 @@ if TYPE_CHECKING:
     from typing import Callable
 
 
-def attach(package: str, names: "dict[str, str]",
-           public: "list[str]") -> "tuple[Callable[[str], object], Callable[[], list[str]]]":
+def attach(
+    package: str, names: "dict[str, str]", public: "list[str]"
+) -> "tuple[Callable[[str], object], Callable[[], list[str]]]":
     """``__getattr__`` and ``__dir__`` for ``package``; ``names`` maps a name to its module."""
 
     def __getattr__(name: str) -> object:

@@ -23,8 +23,9 @@ def unit_parent(index: str) -> Optional[str]: ...
 # --- the stock discovery script's arguments (csrc/script_args.*) -------------------------------
 SCRIPT_FLAGS: Tuple[str, str, str, str]
 
-def parse_script_args(tokens: Iterable[str]) -> Tuple[bool, str, bool, List[Tuple[str, Optional[str]]], Optional[str],
-                                                      Optional[str]]:
+def parse_script_args(
+    tokens: Iterable[str],
+) -> Tuple[bool, str, bool, List[Tuple[str, Optional[str]]], Optional[str], Optional[str]]:
     """(coordination mode, coordination file, file value missing, [(unknown token, suggested flag)],
     --busy-gpus value or None, --nvml-timeout value or None)."""
 
@@ -92,12 +93,22 @@ class Nvml:
     def devices(self) -> Tuple[NvmlDevice, ...]: ...
     def skipped(self) -> Tuple[SkippedDevice, ...]: ...
     def notices(self) -> Tuple[str, ...]: ...
-    def states(self, owner_pid: int, taskmanager_pid: Optional[int] = None,
-               health_checks: Optional[Iterable[str]] = None,
-               timeout: float = ...) -> Tuple[DeviceState, ...]: ...
-    def choose(self, indices: Iterable[str], owner_pid: int, taskmanager_pid: Optional[int], busy_policy: str,
-               health_checks: Optional[Iterable[str]] = None, timeout: float = ...
-               ) -> Tuple[Tuple[DeviceState, ...], List[str], List[int], List[Tuple[str, str]]]: ...
+    def states(
+        self,
+        owner_pid: int,
+        taskmanager_pid: Optional[int] = None,
+        health_checks: Optional[Iterable[str]] = None,
+        timeout: float = ...,
+    ) -> Tuple[DeviceState, ...]: ...
+    def choose(
+        self,
+        indices: Iterable[str],
+        owner_pid: int,
+        taskmanager_pid: Optional[int],
+        busy_policy: str,
+        health_checks: Optional[Iterable[str]] = None,
+        timeout: float = ...,
+    ) -> Tuple[Tuple[DeviceState, ...], List[str], List[int], List[Tuple[str, str]]]: ...
     def read_metric(self, gpu_index: str, metric: str) -> int:
         """One reading of ``metric`` (one of METRICS) on ``gpu_index``; -1 where NVML cannot say."""
 
@@ -110,9 +121,11 @@ MIN_METRICS_INTERVAL: float
 DEFAULT_METRICS_INTERVAL: float
 SAMPLE_MARGIN: float
 HEALTH_READ_INTERVAL: float
+
 def watch_metrics(gpu_index: str, library_path: Optional[str] = None, interval: float = ...) -> bool: ...
-def sampled_metrics(gpu_index: str, library_path: Optional[str] = None,
-                    at: Optional[int] = None) -> Tuple[int, int, int, int, int]: ...
+def sampled_metrics(
+    gpu_index: str, library_path: Optional[str] = None, at: Optional[int] = None
+) -> Tuple[int, int, int, int, int]: ...
 def sample_metrics_now(timeout: float = 10.0) -> bool: ...
 def metrics_samples() -> int: ...
 
@@ -170,25 +183,36 @@ DEFAULT_NVML_TIMEOUT: float
 
 def rank_gpus(states: Iterable[DeviceState], busy_policy: str) -> Tuple[List[str], List[int], List[Tuple[str, str]]]:
     """(indices best first, ranks parallel to them, [(index, why left out)])."""
+
 def busy_policy(text: str) -> Optional[str]: ...
 def find_taskmanager(pid: int) -> Optional[int]: ...
 def nvml_symbols() -> Tuple[Tuple[str, str], ...]:
     """((name, "required" | "fallback" | "optional"), ...)."""
+
 def probe_nvml_library(library_path: _Path) -> Tuple[Tuple[str, ...], Tuple[str, ...], str]:
     """(exported names of nvml_symbols(), resolved ones, process API)."""
 
 # --- coordination file (csrc/coordination.*) ---------------------------------------------------
 COORDINATION_DEFAULT_PATH: str
 
-def coordination_claim(path: _Path, timeout: float, owner: int, indices: Iterable[Union[str, int]],
-                       amount: int, ranks: Optional[Iterable[int]] = None
-                       ) -> Tuple[List[str], List[str], List[str], List[Tuple[int, str]], Optional[str]]:
+def coordination_claim(
+    path: _Path,
+    timeout: float,
+    owner: int,
+    indices: Iterable[Union[str, int]],
+    amount: int,
+    ranks: Optional[Iterable[int]] = None,
+) -> Tuple[List[str], List[str], List[str], List[Tuple[int, str]], Optional[str]]:
     """(what the owner now has, newly added, reclaimed from dead owners, unparsable lines, why the calling
     process claimed for itself without a lease or None)."""
-def coordination_release(path: _Path, timeout: float, owner: int,
-                         indices: Optional[Iterable[Union[str, int]]] = None) -> List[str]: ...
+
+def coordination_release(
+    path: _Path, timeout: float, owner: int, indices: Optional[Iterable[Union[str, int]]] = None
+) -> List[str]: ...
+
 class _EntryRecord(TypedDict):
     """A line and its holder's identity (csrc/holder_identity.hpp): CoordinationEntry's fields."""
+
     line_number: int
     index: str
     gpu: str
@@ -206,21 +230,31 @@ class _EntryRecord(TypedDict):
     ours: bool
     holder_key: str
     taskmanager_key: Optional[str]
-def coordination_snapshot(path: _Path, timeout: float) -> Tuple[
-    bool, List[_EntryRecord], List[Tuple[int, str]]]:
+
+def coordination_snapshot(path: _Path, timeout: float) -> Tuple[bool, List[_EntryRecord], List[Tuple[int, str]]]:
     """(exists, entry records, unparsable lines) of a coordination or bindings file."""
-def coordination_clean_stale(path: _Path, timeout: float, other_namespaces: bool = False) -> Tuple[
-    List[_EntryRecord], List[Tuple[int, str]]]: ...
+
+def coordination_clean_stale(
+    path: _Path, timeout: float, other_namespaces: bool = False
+) -> Tuple[List[_EntryRecord], List[Tuple[int, str]]]: ...
 def coordination_process_start_time(pid: int) -> Optional[int]: ...
 def coordination_own_pid() -> int: ...
 
 # --- bindings file (csrc/binding.*) ------------------------------------------------------------
-def binding_bind(path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int],
-                 gpus: Iterable[Union[str, int]], count: int, holders_per_gpu: int,
-                 ranks: Optional[Iterable[int]] = None
-                 ) -> Tuple[List[str], List[str], List[Tuple[int, str]], Optional[str], int, str]:
+def binding_bind(
+    path: _Path,
+    timeout: float,
+    pid: int,
+    slot: Optional[str],
+    taskmanager: Optional[int],
+    gpus: Iterable[Union[str, int]],
+    count: int,
+    holders_per_gpu: int,
+    ranks: Optional[Iterable[int]] = None,
+) -> Tuple[List[str], List[str], List[Tuple[int, str]], Optional[str], int, str]:
     """(the holder's binding, newly bound, unparsable lines, why a process holder bound without a lease,
     the holder's start time or 0, the bindings file's identity)."""
-def binding_unbind(path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int],
-                   start_time: int = 0) -> List[str]: ...
 
+def binding_unbind(
+    path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int], start_time: int = 0
+) -> List[str]: ...

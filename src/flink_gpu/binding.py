@@ -42,8 +42,14 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from flink_gpu import _native
-from flink_gpu.coordination import (DEFAULT_PATH, DEFAULT_TIMEOUT, CoordinationEntry, entries_of, process_start_time,
-                                    whole_amount)
+from flink_gpu.coordination import (
+    DEFAULT_PATH,
+    DEFAULT_TIMEOUT,
+    CoordinationEntry,
+    entries_of,
+    process_start_time,
+    whole_amount,
+)
 from flink_gpu.errors import BindingError, NotEnoughGpusError
 
 __all__ = [
@@ -72,8 +78,13 @@ _EMBEDDED_METRICS = "pyflink.fn_execution.metrics.embedded"
 _PUSH_INTERVAL = 1.0
 #: Gauge name -> what of flink_gpu.nvml's sampled_metrics it shows: a reading of METRICS (units: %, MiB,
 #: °C, W) or "health" (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown: GAUGE_HEALTH).
-GAUGES = {"utilization": "utilization", "memoryUsed": "memory.used", "temperature": "temperature",
-          "power": "power", "health": "health"}
+GAUGES = {
+    "utilization": "utilization",
+    "memoryUsed": "memory.used",
+    "temperature": "temperature",
+    "power": "power",
+    "health": "health",
+}
 
 
 def bindings_path(coordination_file: "str | os.PathLike[str] | None" = None) -> str:
@@ -82,6 +93,7 @@ def bindings_path(coordination_file: "str | os.PathLike[str] | None" = None) -> 
 
 
 # -- the holders of this process ------------------------------------------------------------------
+
 
 class _Held:
     """One holder's binding in this process: how many handles are out, what it binds, and where it is
@@ -136,12 +148,27 @@ class GPUBinding:
     :func:`flink_gpu.pyflink.bind_gpus`.
     """
 
-    __slots__ = ("_infos", "_indices", "_path", "_held", "_holder", "_library_path", "_pid", "_released",
-                 "_devices", "_timeout", "_native_holder", "_pushed", "_pushed_at", "_pushed_sampled",
-                 "_metrics_interval")
+    __slots__ = (
+        "_infos",
+        "_indices",
+        "_path",
+        "_held",
+        "_holder",
+        "_library_path",
+        "_pid",
+        "_released",
+        "_devices",
+        "_timeout",
+        "_native_holder",
+        "_pushed",
+        "_pushed_at",
+        "_pushed_sampled",
+        "_metrics_interval",
+    )
 
-    def __init__(self, infos, indices, path, held, native_holder, holder, library_path, timeout,
-                 metrics_interval) -> None:
+    def __init__(
+        self, infos, indices, path, held, native_holder, holder, library_path, timeout, metrics_interval
+    ) -> None:
         self._infos = frozenset(infos)
         self._indices = tuple(indices)
         self._path = path
@@ -220,15 +247,18 @@ class GPUBinding:
         interpreter state, which the task frees before its metrics close, and that crashes the JVM.
         """
         if group is None:
-            _log.info("No GPU gauges for %s: the operator has no metric group (python.metric.enabled is "
-                      "false).", ", ".join(self._indices))
+            _log.info(
+                "No GPU gauges for %s: the operator has no metric group (python.metric.enabled is false).",
+                ", ".join(self._indices),
+            )
             return
         from flink_gpu.nvml import watch_metrics
 
         for index in self._indices:
             if not watch_metrics(index, self._library_path, self._metrics_interval):
-                _log.warning("The GPU metrics sampler could not be started: the gauges of GPU %s show health 3 "
-                             "(unknown).", index)
+                _log.warning(
+                    "The GPU metrics sampler could not be started: the gauges of GPU %s show health 3 (unknown).", index
+                )
         embedded = type(group).__module__.startswith(_EMBEDDED_METRICS)
         for index in self._indices:
             subgroup = group.add_group("gpu", index)
@@ -241,10 +271,13 @@ class GPUBinding:
         if embedded:
             self.update_metrics(force=True)
         else:  # said once per binding: a short job's gauges otherwise seem never to come
-            _log.info("GPU gauges for %s registered on a process-mode metric group: PyFlink ships their values "
-                      "when a bundle ends (python.fn-execution.bundle.size / python.fn-execution.bundle.time), so "
-                      "with a bundle that holds all of a job's records they show only at its end; make the bundle "
-                      "smaller to see them while it runs.", ", ".join(self._indices))
+            _log.info(
+                "GPU gauges for %s registered on a process-mode metric group: PyFlink ships their values "
+                "when a bundle ends (python.fn-execution.bundle.size / python.fn-execution.bundle.time), so "
+                "with a bundle that holds all of a job's records they show only at its end; make the bundle "
+                "smaller to see them while it runs.",
+                ", ".join(self._indices),
+            )
 
     def update_metrics(self, force: bool = False) -> None:
         """Refreshes thread-mode gauges (see :meth:`register_metrics`): call it from the task's thread,
@@ -329,11 +362,12 @@ def _by_index(gpus: Iterable[Any]) -> "dict[str, Any]":
 
 
 #: The most GPUs the core counts (its size_t): more than any host has.
-_MAX_COUNT = 2 ** 64 - 1
+_MAX_COUNT = 2**64 - 1
 
 
-def checked_counts(count: object, holders_per_gpu: object, *,
-                   holders_name: str = "holders_per_gpu") -> "tuple[int, int]":
+def checked_counts(
+    count: object, holders_per_gpu: object, *, holders_name: str = "holders_per_gpu"
+) -> "tuple[int, int]":
     """``count`` and ``holders_per_gpu`` as ints, or the error naming the bad one (``holders_name``: what
     the caller calls the second: :func:`flink_gpu.pyflink.bind_gpus` says ``subtasks_per_gpu``)."""
     count = whole_amount(count, "count (the GPUs to bind)")
@@ -345,10 +379,18 @@ def checked_counts(count: object, holders_per_gpu: object, *,
     return count, holders
 
 
-def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot: "str | None" = None,
-         taskmanager_pid: "int | None" = None, path: "str | os.PathLike[str] | None" = None,
-         library_path: "str | None" = None, timeout: float = DEFAULT_TIMEOUT,
-         metrics_interval: "float | None" = None) -> GPUBinding:
+def bind(
+    gpus: Iterable[Any],
+    count: int = 1,
+    holders_per_gpu: int = 1,
+    *,
+    slot: "str | None" = None,
+    taskmanager_pid: "int | None" = None,
+    path: "str | os.PathLike[str] | None" = None,
+    library_path: "str | None" = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    metrics_interval: "float | None" = None,
+) -> GPUBinding:
     """Binds ``count`` of ``gpus`` (GPUInfos: the set the TaskManager or parent claimed) to the calling
     process, or with ``slot`` to that slot for the calling thread, sharing each GPU with at most
     ``holders_per_gpu`` holders; least-bound GPUs first, lowest index among equals. Each GPU's state
@@ -367,12 +409,17 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
     by_index = _by_index(gpus)
     count, holders_per_gpu = checked_counts(count, holders_per_gpu)
     metrics_interval = _checked_interval(metrics_interval)
-    if taskmanager_pid is not None and (isinstance(taskmanager_pid, bool) or not isinstance(taskmanager_pid, int)
-                                        or not 0 < taskmanager_pid <= 0x7fffffff):
+    if taskmanager_pid is not None and (
+        isinstance(taskmanager_pid, bool)
+        or not isinstance(taskmanager_pid, int)
+        or not 0 < taskmanager_pid <= 0x7FFFFFFF
+    ):
         raise ValueError(f"taskmanager_pid must be a positive process id, got {taskmanager_pid!r}.")
     if taskmanager_pid is not None and process_start_time(taskmanager_pid) is None:
-        raise ValueError(f"taskmanager_pid {taskmanager_pid} is not a running process: give the pid of the "
-                         "TaskManager (or parent) whose GPUs these are, or None.")
+        raise ValueError(
+            f"taskmanager_pid {taskmanager_pid} is not a running process: give the pid of the "
+            "TaskManager (or parent) whose GPUs these are, or None."
+        )
     path = bindings_path() if path is None else os.fspath(path)
     me = os.getpid()
     if slot is None:
@@ -386,7 +433,8 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
     candidates, ranks = _usable(by_index, count, library_path, taskmanager_pid)
     with _lock:
         indices, added, unparsable, lease_problem, start_time, file = _native.binding_bind(
-            path, timeout, pid, slot, taskmanager_pid, candidates, count, holders_per_gpu, ranks)
+            path, timeout, pid, slot, taskmanager_pid, candidates, count, holders_per_gpu, ranks
+        )
         key = (file, me) if slot is None else (file, slot, taskmanager_pid)
         held = registry.get(key)
         if held is None:
@@ -394,17 +442,37 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
         held.refs += 1
         held.indices.update(indices)
     for number, text in unparsable:
-        _log.warning("Line %d of the bindings file %s cannot be parsed and is left as it is (its GPU is never "
-                     "bound): %r", number, path, text)
+        _log.warning(
+            "Line %d of the bindings file %s cannot be parsed and is left as it is (its GPU is never bound): %r",
+            number,
+            path,
+            text,
+        )
     if lease_problem is not None:
-        _log.warning("Bound GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file cannot "
-                     "tell when pid %d dies.", ", ".join(added), path, lease_problem, me)
-    return GPUBinding([by_index[i] for i in indices], indices, path, held,
-                      (pid, slot, taskmanager_pid, start_time), holder, library_path, timeout, metrics_interval)
+        _log.warning(
+            "Bound GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file cannot "
+            "tell when pid %d dies.",
+            ", ".join(added),
+            path,
+            lease_problem,
+            me,
+        )
+    return GPUBinding(
+        [by_index[i] for i in indices],
+        indices,
+        path,
+        held,
+        (pid, slot, taskmanager_pid, start_time),
+        holder,
+        library_path,
+        timeout,
+        metrics_interval,
+    )
 
 
-def _usable(by_index: "dict[str, Any]", count: int, library_path: "str | None",
-            taskmanager_pid: "int | None") -> "tuple[list[str], list[int] | None]":
+def _usable(
+    by_index: "dict[str, Any]", count: int, library_path: "str | None", taskmanager_pid: "int | None"
+) -> "tuple[list[str], list[int] | None]":
     """The GPUs of ``by_index`` bind may choose from, with their ranks: each one's state is read now
     (docs/design.md §9.1), ranked as the driver's ``busy-gpus: avoid`` ranks them (healthy and idle
     first, then busy with processes that are not the TaskManager's, then degraded), and an unhealthy
@@ -415,25 +483,33 @@ def _usable(by_index: "dict[str, Any]", count: int, library_path: "str | None",
     from flink_gpu.nvml import Verdict, open_library, rank_gpus
 
     try:
-        states = [state for state in open_library(library_path).states(os.getpid(), taskmanager_pid)
-                  if state.gpu_index in by_index]
+        states = [
+            state
+            for state in open_library(library_path).states(os.getpid(), taskmanager_pid)
+            if state.gpu_index in by_index
+        ]
     except NvmlError:
         return list(by_index), None
     best, ranks, _ = rank_gpus(states, "avoid")
     rank_of = dict(zip(best, ranks, strict=True))
     worst = max(ranks, default=0)
     # unknown: not read within the deadline (docs/design.md §9.5), never bound either
-    unhealthy = {state.gpu_index: state.health for state in states
-                 if state.verdict is Verdict.UNHEALTHY or state.verdict is Verdict.UNKNOWN}
+    unhealthy = {
+        state.gpu_index: state.health
+        for state in states
+        if state.verdict is Verdict.UNHEALTHY or state.verdict is Verdict.UNKNOWN
+    }
     usable = [index for index in by_index if index not in unhealthy]
     ranked = [rank_of.get(index, worst) for index in usable]  # not listed by NVML: last, as it is
     if not unhealthy:
         return usable, ranked
     why = "; ".join(f"GPU {index} is {health}" for index, health in unhealthy.items())
     if len(usable) < count:
-        raise NotEnoughGpusError(f"Could not bind {count} GPU{'' if count == 1 else 's'}: of the "
-                           f"{len(by_index)} given, {len(usable)} {'is' if len(usable) == 1 else 'are'} usable "
-                           f"({why}). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.")
+        raise NotEnoughGpusError(
+            f"Could not bind {count} GPU{'' if count == 1 else 's'}: of the "
+            f"{len(by_index)} given, {len(usable)} {'is' if len(usable) == 1 else 'are'} usable "
+            f"({why}). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer."
+        )
     _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(usable))
     return usable, ranked
 
@@ -453,10 +529,15 @@ def _checked_interval(metrics_interval: object) -> float:
 
     if metrics_interval is None:
         return DEFAULT_METRICS_INTERVAL
-    if (isinstance(metrics_interval, bool) or not isinstance(metrics_interval, (int, float))
-            or not metrics_interval >= MIN_METRICS_INTERVAL):
-        raise ValueError(f"metrics_interval must be at least {MIN_METRICS_INTERVAL:g} s (how often the GPU "
-                         f"gauges read NVML, at most), got {metrics_interval!r}.")
+    if (
+        isinstance(metrics_interval, bool)
+        or not isinstance(metrics_interval, (int, float))
+        or not metrics_interval >= MIN_METRICS_INTERVAL
+    ):
+        raise ValueError(
+            f"metrics_interval must be at least {MIN_METRICS_INTERVAL:g} s (how often the GPU "
+            f"gauges read NVML, at most), got {metrics_interval!r}."
+        )
     return float(metrics_interval)
 
 
@@ -464,20 +545,36 @@ def _inherited_binding(by_index, count, path, library_path, timeout, metrics_int
     """The binding the process holder this process was forked from has in ``path`` now (read from the
     file: it may have released it or ended since the fork); nothing new is bound."""
     parent = _forked_from
-    live = {entry.index for entry in snapshot(path, timeout=timeout).entries
-            if entry.alive and entry.slot is None and entry.ours and entry.pid == parent and entry.index in by_index}
+    live = {
+        entry.index
+        for entry in snapshot(path, timeout=timeout).entries
+        if entry.alive and entry.slot is None and entry.ours and entry.pid == parent and entry.index in by_index
+    }
     from flink_gpu.gpu_index import sort_indices
 
     indices = sort_indices(live)
     if count > len(indices):
-        now = (f"binds GPU(s) {', '.join(indices)} of these in {path}" if indices else
-               f"binds none of these in {path} now (it released them, or it ended)")
+        now = (
+            f"binds GPU(s) {', '.join(indices)} of these in {path}"
+            if indices
+            else f"binds none of these in {path} now (it released them, or it ended)"
+        )
         raise NotEnoughGpusError(
             f"This process (pid {os.getpid()}) was forked from pid {parent}, which {now}; a forked child shares "
-            f"its parent's binding and binds nothing new, so it cannot have {count}. Bind them in the parent.")
+            f"its parent's binding and binds nothing new, so it cannot have {count}. Bind them in the parent."
+        )
     chosen = indices[:count]
-    return GPUBinding([by_index[i] for i in chosen], chosen, path, None, (parent, None, None, 0),
-                      f"pid {parent} (inherited)", library_path, timeout, metrics_interval)
+    return GPUBinding(
+        [by_index[i] for i in chosen],
+        chosen,
+        path,
+        None,
+        (parent, None, None, 0),
+        f"pid {parent} (inherited)",
+        library_path,
+        timeout,
+        metrics_interval,
+    )
 
 
 # -- what the file says ---------------------------------------------------------------------------
@@ -505,8 +602,10 @@ class BindingSnapshot:
             if entry.alive:
                 where = (entry.taskmanager, None if entry.ours else entry.namespace)
                 out.setdefault(where, {}).setdefault(entry.holder, set()).add(entry.index)
-        return {tm: {holder: tuple(sort_indices(indices)) for holder, indices in holders.items()}
-                for tm, holders in out.items()}
+        return {
+            tm: {holder: tuple(sort_indices(indices)) for holder, indices in holders.items()}
+            for tm, holders in out.items()
+        }
 
 
 def snapshot(path: "str | os.PathLike[str] | None" = None, *, timeout: float = DEFAULT_TIMEOUT) -> BindingSnapshot:

@@ -19,8 +19,15 @@ from flink_gpu.config_options import ConfigOption, Duration, config_option, conv
 from flink_gpu.errors import IllegalConfigurationException, ValueTooLongError
 from flink_gpu.options_splitter import split_escaped
 
-__all__ = ["ConfigOption", "Configuration", "Duration", "config_option", "convert_value",
-           "split_escaped", "to_java_string"]
+__all__ = [
+    "ConfigOption",
+    "Configuration",
+    "Duration",
+    "config_option",
+    "convert_value",
+    "split_escaped",
+    "to_java_string",
+]
 
 LOG = logging.getLogger("flink_gpu.config")
 
@@ -31,7 +38,6 @@ def _key_of(key_or_option: str | ConfigOption[Any]) -> str:
     if isinstance(key_or_option, str):
         return key_or_option
     raise TypeError(f"A configuration key must be a str or ConfigOption, got {key_or_option!r}")
-
 
 
 class Configuration:
@@ -53,8 +59,7 @@ class Configuration:
         elif isinstance(data, Mapping):
             self._data = flatten_nested_keys(data)
         else:
-            raise TypeError(
-                f"Configuration expects a mapping of Flink keys, got {type(data).__name__}")
+            raise TypeError(f"Configuration expects a mapping of Flink keys, got {type(data).__name__}")
 
     @classmethod
     def coerce(cls, value: Configuration | Mapping[str, object] | None) -> Configuration:
@@ -84,12 +89,11 @@ class Configuration:
         try:
             return convert_value(raw, key_or_option.type)
         except ValueTooLongError as cause:
-            raise IllegalConfigurationException(
-                f"Could not read key '{self._prefix + key}': {cause}") from None
+            raise IllegalConfigurationException(f"Could not read key '{self._prefix + key}': {cause}") from None
         except ValueError as cause:
             raise IllegalConfigurationException(
-                f"Could not parse value '{to_java_string(raw)}' for key '{self._prefix + key}'. "
-                f"{cause}") from cause
+                f"Could not parse value '{to_java_string(raw)}' for key '{self._prefix + key}'. {cause}"
+            ) from cause
 
     def get_string(self, key: str | ConfigOption[Any], default: str | None = None) -> str | None:
         """The value rendered as Flink would (``2`` → ``"2"``, lists joined with ``;``)."""
@@ -100,7 +104,8 @@ class Configuration:
             return to_java_string(raw)
         except ValueTooLongError as cause:
             raise IllegalConfigurationException(
-                f"Could not read key '{self._prefix + _key_of(key)}': {cause}") from None
+                f"Could not read key '{self._prefix + _key_of(key)}': {cause}"
+            ) from None
 
     def contains(self, key_or_option: str | ConfigOption[Any]) -> bool:
         return self._raw(_key_of(key_or_option))[0]
@@ -113,11 +118,11 @@ class Configuration:
     def keys(self) -> list[str]:
         """The keys of this view (prefix stripped), in insertion order."""
         p = self._prefix
-        return [k[len(p):] for k in self._data if k.startswith(p)]
+        return [k[len(p) :] for k in self._data if k.startswith(p)]
 
     def to_dict(self) -> dict[str, object]:
         p = self._prefix
-        return {k[len(p):]: v for k, v in self._data.items() if k.startswith(p)}
+        return {k[len(p) :]: v for k, v in self._data.items() if k.startswith(p)}
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())

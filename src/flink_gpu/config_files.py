@@ -17,17 +17,26 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from flink_gpu.java_text import java_trim
 from flink_gpu.config_options import to_java_string
 from flink_gpu.errors import IllegalConfigurationException
+from flink_gpu.java_text import java_trim
 from flink_gpu.regular_files import check_regular_file, read_regular_file
 
 if TYPE_CHECKING:
     import yaml  # loaded on first use, by the functions that parse
 
-__all__ = ["CONFIGURATION_FILE_NAMES", "MAX_ALIAS_EXPANSION", "MAX_COLLECTION_ALIASES",
-           "MAX_NESTING_DEPTH", "ConfigurationFile", "SkippedLine", "find_configuration_file", "flatten_nested_keys",
-           "load_configuration_file", "read_yaml_mapping"]
+__all__ = [
+    "CONFIGURATION_FILE_NAMES",
+    "MAX_ALIAS_EXPANSION",
+    "MAX_COLLECTION_ALIASES",
+    "MAX_NESTING_DEPTH",
+    "ConfigurationFile",
+    "SkippedLine",
+    "find_configuration_file",
+    "flatten_nested_keys",
+    "load_configuration_file",
+    "read_yaml_mapping",
+]
 
 LOG = logging.getLogger("flink_gpu.config")
 
@@ -61,8 +70,11 @@ class SkippedLine(NamedTuple):
     @property
     def message(self) -> str:
         """Flink's WARN for the line (``GlobalConfiguration.loadYAMLResource``)."""
-        stage = ("Error while trying to split key and value" if self.reason.startswith("Line is not")
-                 else "Error after splitting key and value")
+        stage = (
+            "Error while trying to split key and value"
+            if self.reason.startswith("Line is not")
+            else "Error after splitting key and value"
+        )
         return f"{stage} in configuration file {self.file}:{self.line_number}: {self.reason}"
 
 
@@ -89,15 +101,15 @@ def find_configuration_file(path: str | os.PathLike[str]) -> str:
     file = os.fspath(path)
     if os.path.isdir(file):
         # lexists: a dangling link or a link loop is there too, and reading it says what it is
-        found = [os.path.join(file, name) for name in CONFIGURATION_FILE_NAMES
-                 if os.path.lexists(os.path.join(file, name))]
+        found = [
+            os.path.join(file, name) for name in CONFIGURATION_FILE_NAMES if os.path.lexists(os.path.join(file, name))
+        ]
         if not found:
             raise FileNotFoundError(
-                f"No Flink configuration file in directory {file}: expected config.yaml "
-                f"or flink-conf.yaml.")
+                f"No Flink configuration file in directory {file}: expected config.yaml or flink-conf.yaml."
+            )
         if len(found) == 2:
-            LOG.info("Both %s and %s exist; using %s and ignoring the legacy file.",
-                     found[0], found[1], found[0])
+            LOG.info("Both %s and %s exist; using %s and ignoring the legacy file.", found[0], found[1], found[0])
         if os.path.isdir(found[0]):  # never searched as a conf directory in its turn: say what it is
             check_regular_file(found[0], _WHAT)
         return found[0]
@@ -106,8 +118,7 @@ def find_configuration_file(path: str | os.PathLike[str]) -> str:
     return file
 
 
-def load_configuration_file(path: str | os.PathLike[str], *, legacy: bool | None = None
-                            ) -> ConfigurationFile:
+def load_configuration_file(path: str | os.PathLike[str], *, legacy: bool | None = None) -> ConfigurationFile:
     """Read a Flink configuration file, or the one in a Flink ``conf`` directory.
 
     ``flink-conf.yaml`` is read with Flink's legacy line parser (``key: value`` lines, ``#``
@@ -123,8 +134,7 @@ def load_configuration_file(path: str | os.PathLike[str], *, legacy: bool | None
     if legacy:
         data, skipped = _parse_legacy(file, read_regular_file(file, _WHAT))
         return ConfigurationFile(file, data, skipped)
-    document = read_yaml_mapping(file, _WHAT, "a mapping of configuration keys at the top level",
-                                 _core_schema_loader())
+    document = read_yaml_mapping(file, _WHAT, "a mapping of configuration keys at the top level", _core_schema_loader())
     return ConfigurationFile(file, flatten_nested_keys(document), ())
 
 
@@ -168,7 +178,8 @@ def flatten_nested_keys(data: Mapping[str, object]) -> dict[str, object]:
                 if id(value) in open_ids:
                     raise IllegalConfigurationException(
                         f"The configuration value at key '{flat_key}' contains itself; a "
-                        f"configuration must be a tree of mappings.")
+                        f"configuration must be a tree of mappings."
+                    )
                 stack.append((iter(value.items()), flat_key + ".", id(value)))
                 open_ids.add(id(value))
                 break  # depth first, in the mapping's order, as a recursive walk would
@@ -196,18 +207,22 @@ def _core_schema_loader() -> type[yaml.SafeLoader]:
         yaml_implicit_resolvers: dict[Any, Any] = {}
 
     CoreSchemaLoader.add_implicit_resolver(
-        "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
+        "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]
+    )
     CoreSchemaLoader.add_implicit_resolver(
-        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-        list("tTfF"))
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    )
     CoreSchemaLoader.add_implicit_resolver(
-        "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
-        list("-+0123456789"))
+        "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
+    )
     CoreSchemaLoader.add_implicit_resolver(
         "tag:yaml.org,2002:float",
-        re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-                   r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-        list("-+0123456789."))
+        re.compile(
+            r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
+        list("-+0123456789."),
+    )
 
     def construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
         text = loader.construct_scalar(node)
@@ -222,8 +237,9 @@ def _core_schema_loader() -> type[yaml.SafeLoader]:
     return CoreSchemaLoader
 
 
-def read_yaml_mapping(path: str | os.PathLike[str], what: str, expected: str,
-                      loader: type[yaml.SafeLoader] | None = None) -> dict[str, Any]:
+def read_yaml_mapping(
+    path: str | os.PathLike[str], what: str, expected: str, loader: type[yaml.SafeLoader] | None = None
+) -> dict[str, Any]:
     """The mapping at the top of the YAML file ``path`` (``{}`` for an empty file).
 
     Errors name the file as ``what`` ("Flink configuration file", "pod template file"), the line and
@@ -253,12 +269,12 @@ def read_yaml_mapping(path: str | os.PathLike[str], what: str, expected: str,
         if isinstance(error, IllegalConfigurationException):
             raise
         raise IllegalConfigurationException(
-            f"Invalid YAML in {what} {path}: a value cannot be read ({error}).") from error
+            f"Invalid YAML in {what} {path}: a value cannot be read ({error})."
+        ) from error
     if document is None:
         return {}
     if not isinstance(document, dict):  # PyYAML builds every mapping as a dict
-        raise IllegalConfigurationException(
-            f"The {what} {path} must hold {expected}, not a {_yaml_kind(document)}.")
+        raise IllegalConfigurationException(f"The {what} {path} must hold {expected}, not a {_yaml_kind(document)}.")
     return document
 
 
@@ -290,21 +306,24 @@ def _check_events(events: Iterable[yaml.Event], path: str, what: str) -> None:
                 raise IllegalConfigurationException(
                     f"The {what} {path} has a recursive alias *{event.anchor} at {_where(event)}: "
                     f"the value anchored &{event.anchor} would contain itself. Write the values "
-                    f"out instead of the alias.")
+                    f"out instead of the alias."
+                )
             if anchor.collection:
                 collection_aliases += 1
                 if collection_aliases > MAX_COLLECTION_ALIASES:
                     raise IllegalConfigurationException(
                         f"The {what} {path} has more than {MAX_COLLECTION_ALIASES} aliases of "
                         f"mappings or lists (at {_where(event)}), the limit of Flink's YAML "
-                        f"loader. Write the values out instead of the aliases.")
+                        f"loader. Write the values out instead of the aliases."
+                    )
                 _check_depth(len(frames) + anchor.depth, event, path, what)
             expansion += anchor.size
             if expansion > MAX_ALIAS_EXPANSION:
                 raise IllegalConfigurationException(
                     f"The aliases of the {what} {path} expand to more than "
                     f"{MAX_ALIAS_EXPANSION} values (at {_where(event)}), the limit flink-gpu "
-                    f"reads. Write the values out instead of the aliases.")
+                    f"reads. Write the values out instead of the aliases."
+                )
             if frames:
                 frames[-1][0] += anchor.size
                 frames[-1][2] = max(frames[-1][2], 1 + anchor.depth)
@@ -337,7 +356,8 @@ def _check_depth(depth: int, event: yaml.Event, path: str, what: str) -> None:
     if depth > MAX_NESTING_DEPTH:
         raise IllegalConfigurationException(
             f"The {what} {path} nests mappings or lists more than {MAX_NESTING_DEPTH} levels deep "
-            f"(at {_where(event)}), the most flink-gpu reads. Nest fewer levels.")
+            f"(at {_where(event)}), the most flink-gpu reads. Nest fewer levels."
+        )
 
 
 def _yaml_kind(value: object) -> str:

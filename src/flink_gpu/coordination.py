@@ -187,7 +187,8 @@ def _amount(amount: int, indices: "list[str | int]", path: PathType) -> int:
             f"Could not get enough GPU resources. Requested {amount}, the host has {len(indices)} "
             f"GPU{'' if len(indices) == 1 else 's'}"
             + (f" ({', '.join(map(str, indices))})" if indices else "")
-            + f". Coordination file: {os.fspath(path)}.")
+            + f". Coordination file: {os.fspath(path)}."
+        )
     return amount
 
 
@@ -199,14 +200,25 @@ def entries_of(records: "Iterable[Mapping[str, Any]]") -> "tuple[CoordinationEnt
 def _bad_lines(rows: "Iterable[tuple[int, str]]", path: PathType) -> "tuple[UnparsableLine, ...]":
     lines = tuple(UnparsableLine(number, text) for number, text in rows)
     for line in lines:
-        _log.warning("Line %d of the coordination file %s cannot be parsed and is left as it is "
-                     "(its GPU is never reclaimed): %r", line.line_number, os.fspath(path), line.text)
+        _log.warning(
+            "Line %d of the coordination file %s cannot be parsed and is left as it is "
+            "(its GPU is never reclaimed): %r",
+            line.line_number,
+            os.fspath(path),
+            line.text,
+        )
     return lines
 
 
-def claim(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAULT_PATH,
-          owner: "int | None" = None, timeout: float = DEFAULT_TIMEOUT,
-          ranks: "Iterable[int] | None" = None) -> ClaimResult:
+def claim(
+    amount: int,
+    indices: "Iterable[str | int]",
+    *,
+    path: PathType = DEFAULT_PATH,
+    owner: "int | None" = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    ranks: "Iterable[int] | None" = None,
+) -> ClaimResult:
     """Claims ``amount`` of the GPUs ``indices`` (the host's, e.g. from NVML) for ``owner``.
 
     ``owner`` defaults to the calling process (``os.getpid()`` at call time). An owner asking again
@@ -227,20 +239,30 @@ def claim(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAU
     owner = _owner(owner)
     indices = list(indices)
     taken, added, reclaimed, bad, lease_problem = _native.coordination_claim(
-        path, timeout, owner, indices, _amount(amount, indices, path),
-        None if ranks is None else list(ranks))
+        path, timeout, owner, indices, _amount(amount, indices, path), None if ranks is None else list(ranks)
+    )
     _bad_lines(bad, path)
     if lease_problem is not None:
-        _log.warning("Claimed GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file "
-                     "cannot tell when pid %d dies.", ", ".join(added), os.fspath(path), lease_problem, owner)
+        _log.warning(
+            "Claimed GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file "
+            "cannot tell when pid %d dies.",
+            ", ".join(added),
+            os.fspath(path),
+            lease_problem,
+            owner,
+        )
     if reclaimed:
-        _log.info("Reclaimed GPU(s) %s of dead owners in %s for pid %d.", ", ".join(reclaimed),
-                  os.fspath(path), owner)
+        _log.info("Reclaimed GPU(s) %s of dead owners in %s for pid %d.", ", ".join(reclaimed), os.fspath(path), owner)
     return ClaimResult(taken=taken, added=added, reclaimed=reclaimed, owner=owner)
 
 
-def release(owner: "int | None" = None, *, path: PathType = DEFAULT_PATH,
-            indices: "Iterable[str | int] | None" = None, timeout: float = DEFAULT_TIMEOUT) -> "list[str]":
+def release(
+    owner: "int | None" = None,
+    *,
+    path: PathType = DEFAULT_PATH,
+    indices: "Iterable[str | int] | None" = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> "list[str]":
     """Releases the GPUs of ``owner`` (default: the calling process), all or only ``indices``.
 
     Returns the released indices. A missing file holds nothing and is not created.
@@ -249,8 +271,14 @@ def release(owner: "int | None" = None, *, path: PathType = DEFAULT_PATH,
 
 
 @contextmanager
-def claimed(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAULT_PATH,
-            owner: "int | None" = None, timeout: float = DEFAULT_TIMEOUT) -> "Iterator[ClaimResult]":
+def claimed(
+    amount: int,
+    indices: "Iterable[str | int]",
+    *,
+    path: PathType = DEFAULT_PATH,
+    owner: "int | None" = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> "Iterator[ClaimResult]":
     """``with claimed(2, indices) as result:`` claims (``result.taken`` are the GPUs), and releases
     on exit what this block added.
 
@@ -272,12 +300,17 @@ def snapshot(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEOUT)
     A missing file gives an empty snapshot with ``exists=False``; nothing is created.
     """
     exists, rows, bad = _native.coordination_snapshot(path, timeout)
-    return CoordinationSnapshot(path=os.fspath(path), exists=exists, entries=entries_of(rows),
-                                unparsable=tuple(UnparsableLine(n, t) for n, t in bad))
+    return CoordinationSnapshot(
+        path=os.fspath(path),
+        exists=exists,
+        entries=entries_of(rows),
+        unparsable=tuple(UnparsableLine(n, t) for n, t in bad),
+    )
 
 
-def clean_stale(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEOUT,
-                other_namespaces: bool = False) -> CleanResult:
+def clean_stale(
+    path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEOUT, other_namespaces: bool = False
+) -> CleanResult:
     """Removes the lines of dead owners; unparsable lines stay. Never creates the file.
 
     ``other_namespaces``: also the lines of other pid namespaces whose liveness is unknown (their owners
@@ -295,8 +328,12 @@ def clean_stale(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEO
         return CleanResult(removed=(), unparsable=seen.unparsable)
     result = CleanResult(removed=entries_of(removed), unparsable=_bad_lines(bad, path))
     if result.removed:
-        _log.info("Removed %d stale line(s) from %s: %s", len(result.removed), os.fspath(path),
-                  ", ".join(f"GPU {e.index} of pid {e.pid}" for e in result.removed))
+        _log.info(
+            "Removed %d stale line(s) from %s: %s",
+            len(result.removed),
+            os.fspath(path),
+            ", ".join(f"GPU {e.index} of pid {e.pid}" for e in result.removed),
+        )
     return result
 
 

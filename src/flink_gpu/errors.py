@@ -50,8 +50,7 @@ class NvmlError(FlinkException):
     for a host without a GPU.
     """
 
-    def __init__(self, message: str, code: "int | None" = None, library_path: str = "",
-                 function: str = "") -> None:
+    def __init__(self, message: str, code: "int | None" = None, library_path: str = "", function: str = "") -> None:
         super().__init__(message)
         self.code = code
         self.library_path = library_path

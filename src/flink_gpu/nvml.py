@@ -9,15 +9,55 @@ a forked child), never per call.
 
 from __future__ import annotations
 
-from flink_gpu._native import (BUSY_GPUS_VALUES, DEFAULT_METRICS_INTERVAL, DEFAULT_NVML_TIMEOUT, GAUGE_HEALTH,
-                               HEALTH_CHECKS, HEALTH_READ_INTERVAL, METRICS, MIN_METRICS_INTERVAL, SAMPLE_MARGIN,
-                               DeviceState, Nvml, NvmlDevice, SkippedDevice, Verdict, busy_policy, find_taskmanager,
-                               metrics_samples, rank_gpus, sample_metrics_now, sampled_metrics, watch_metrics)
+from flink_gpu._native import (
+    BUSY_GPUS_VALUES,
+    DEFAULT_METRICS_INTERVAL,
+    DEFAULT_NVML_TIMEOUT,
+    GAUGE_HEALTH,
+    HEALTH_CHECKS,
+    HEALTH_READ_INTERVAL,
+    METRICS,
+    MIN_METRICS_INTERVAL,
+    SAMPLE_MARGIN,
+    DeviceState,
+    Nvml,
+    NvmlDevice,
+    SkippedDevice,
+    Verdict,
+    busy_policy,
+    find_taskmanager,
+    metrics_samples,
+    rank_gpus,
+    sample_metrics_now,
+    sampled_metrics,
+    watch_metrics,
+)
 
-__all__ = ["BUSY_GPUS_VALUES", "DEFAULT_METRICS_INTERVAL", "DEFAULT_NVML_TIMEOUT", "GAUGE_HEALTH", "HEALTH_CHECKS",
-           "HEALTH_READ_INTERVAL", "METRICS", "MIN_METRICS_INTERVAL", "SAMPLE_MARGIN", "Device", "DeviceState",
-           "Library", "SkippedDevice", "Verdict", "busy_policy", "find_taskmanager", "metrics_samples",
-           "open_library", "rank_gpus", "sample_metrics_now", "sampled_metrics", "states", "watch_metrics"]
+__all__ = [
+    "BUSY_GPUS_VALUES",
+    "DEFAULT_METRICS_INTERVAL",
+    "DEFAULT_NVML_TIMEOUT",
+    "GAUGE_HEALTH",
+    "HEALTH_CHECKS",
+    "HEALTH_READ_INTERVAL",
+    "METRICS",
+    "MIN_METRICS_INTERVAL",
+    "SAMPLE_MARGIN",
+    "Device",
+    "DeviceState",
+    "Library",
+    "SkippedDevice",
+    "Verdict",
+    "busy_policy",
+    "find_taskmanager",
+    "metrics_samples",
+    "open_library",
+    "rank_gpus",
+    "sample_metrics_now",
+    "sampled_metrics",
+    "states",
+    "watch_metrics",
+]
 
 #: A loaded, initialised libnvidia-ml: ``library_path``, ``driver_version`` (None when the driver
 #: cannot say), ``devices()`` (the usable GPUs in NVML index order), ``skipped()`` (the GPUs
@@ -90,9 +130,13 @@ def open_library(library_path: "str | None" = None) -> Library:
     return Nvml.open(library_path)
 
 
-def states(library: Library, owner_pid: int, taskmanager_pid: "int | None" = None,
-           health_checks: "tuple[str, ...] | None" = None,
-           timeout: float = DEFAULT_NVML_TIMEOUT) -> "tuple[DeviceState, ...]":
+def states(
+    library: Library,
+    owner_pid: int,
+    taskmanager_pid: "int | None" = None,
+    health_checks: "tuple[str, ...] | None" = None,
+    timeout: float = DEFAULT_NVML_TIMEOUT,
+) -> "tuple[DeviceState, ...]":
     """Every device's state now (health judged with ``health_checks``, names of
     :data:`HEALTH_CHECKS`, None: all; memory; processes judged against ``owner_pid`` and its
     TaskManager ``taskmanager_pid``), in index order, read in one native call within ``timeout``

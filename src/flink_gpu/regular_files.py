@@ -15,15 +15,18 @@ import stat
 
 from flink_gpu.errors import FileTooLargeError, NotARegularFileError
 
-__all__ = ["MAX_FILE_SIZE", "FileTooLargeError", "NotARegularFileError", "check_regular_file",
-           "read_regular_file"]
+__all__ = ["MAX_FILE_SIZE", "FileTooLargeError", "NotARegularFileError", "check_regular_file", "read_regular_file"]
 
 MAX_FILE_SIZE = 16 * 1024 * 1024
 """The most bytes read from one file (16 MiB): far above any configuration, spec or template."""
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 def _kind(mode: int) -> str:
@@ -33,8 +36,8 @@ def _kind(mode: int) -> str:
 def _require_regular(status: os.stat_result, path: str, what: str) -> None:
     if not stat.S_ISREG(status.st_mode):
         raise NotARegularFileError(
-            f"The {what} {path} is {_kind(status.st_mode)}, not a regular file; give the path of "
-            f"a file.")
+            f"The {what} {path} is {_kind(status.st_mode)}, not a regular file; give the path of a file."
+        )
 
 
 def _size_text(limit: int) -> str:
@@ -42,8 +45,9 @@ def _size_text(limit: int) -> str:
 
 
 def _too_large(path: str, what: str, limit: int) -> FileTooLargeError:
-    return FileTooLargeError(f"The {what} {path} is larger than {_size_text(limit)}, the most "
-                             f"flink-gpu reads from one file.")
+    return FileTooLargeError(
+        f"The {what} {path} is larger than {_size_text(limit)}, the most flink-gpu reads from one file."
+    )
 
 
 def check_regular_file(path: str | os.PathLike[str], what: str) -> None:
@@ -61,8 +65,9 @@ def check_regular_file(path: str | os.PathLike[str], what: str) -> None:
     except OSError as error:
         if error.errno != errno.ELOOP:
             raise
-        raise OSError(errno.ELOOP, f"The {what} {path} is a loop of symbolic links; give the path of a file.",
-                      path) from None
+        raise OSError(
+            errno.ELOOP, f"The {what} {path} is a loop of symbolic links; give the path of a file.", path
+        ) from None
     _require_regular(status, path, what)
 
 

@@ -88,8 +88,13 @@ def test_demo_needs_three_gpus():
 def test_demo_workers_exit_when_the_demo_is_killed(tmp_path):
     # the workers hold the read end of a pipe from the demo: its death is their EOF
     env = child_env(PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))
-    process = subprocess.Popen([sys.executable, "-m", "flink_gpu.cli", "demo"], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "flink_gpu.cli", "demo"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     pids = []
     try:
         for line in process.stdout:
@@ -118,6 +123,7 @@ def test_demo_workers_exit_when_the_demo_is_killed(tmp_path):
 
 # demo: a worker that cannot claim is reported with its own error, not "read of closed file"
 
+
 def test_demo_worker_failure_reports_the_workers_error(tmp_path, monkeypatch):
     from flink_gpu import FlinkException, simulator
     from flink_gpu.cli.demo import Worker, _child_env
@@ -129,4 +135,3 @@ def test_demo_worker_failure_reports_the_workers_error(tmp_path, monkeypatch):
         worker.wait_report()  # 5 of 2 GPUs: the worker exits with an error on stderr
     assert "worker-x" in str(error.value) and "Could not get enough GPU resources" in str(error.value)
     assert worker.process.poll() is not None and worker.process.stderr.closed
-

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import child_env, dead_pid
-from support.cli import UUID0, cli, cli_json, HOLDER_COMMAND, cut_to_table
+from support.cli import HOLDER_COMMAND, UUID0, cli, cli_json, cut_to_table
 
 
 def test_list_on_the_simulator(tmp_path):
@@ -40,16 +40,40 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
     assert doc["command"] == "list"
     assert doc["nvml"]["driver_version"] == "999.99.99"
     gpus = {g["index"]: g for g in doc["gpus"]}
-    assert set(gpus["0"]) == {"index", "uuid", "name", "memory_total", "pci_bus_id", "minor_number",
-                              "persistence_mode", "holders", "stale_holders", "health", "findings", "checks",
-                              "memory_used", "memory_free", "numa_node", "cpu_affinity",
-                              "compute_mode", "processes_known", "processes",
-                              "utilization", "temperature", "power"}
-    assert gpus["0"]["uuid"] == UUID0 and gpus["0"]["memory_total"] == 80 * 2 ** 30
-    assert gpus["0"]["holders"] == [{"pid": holder.pid,
-                                    "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
-                                    "liveness_known": True, "ours": True,
-                                    "namespace": os.stat("/proc/self/ns/pid").st_ino}]
+    assert set(gpus["0"]) == {
+        "index",
+        "uuid",
+        "name",
+        "memory_total",
+        "pci_bus_id",
+        "minor_number",
+        "persistence_mode",
+        "holders",
+        "stale_holders",
+        "health",
+        "findings",
+        "checks",
+        "memory_used",
+        "memory_free",
+        "numa_node",
+        "cpu_affinity",
+        "compute_mode",
+        "processes_known",
+        "processes",
+        "utilization",
+        "temperature",
+        "power",
+    }
+    assert gpus["0"]["uuid"] == UUID0 and gpus["0"]["memory_total"] == 80 * 2**30
+    assert gpus["0"]["holders"] == [
+        {
+            "pid": holder.pid,
+            "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
+            "liveness_known": True,
+            "ours": True,
+            "namespace": os.stat("/proc/self/ns/pid").st_ino,
+        }
+    ]
     assert gpus["1"]["holders"][0]["pid"] == holder.pid
     assert gpus["2"]["holders"] == [] and gpus["2"]["stale_holders"] == []
     assert gpus["3"]["holders"] == [] and gpus["3"]["stale_holders"] == [gone]
@@ -81,8 +105,9 @@ def test_list_still_lists_gpus_when_the_coordination_file_is_unusable(tmp_path):
 
 def test_list_reports_skipped_devices(tmp_path):
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"devices": [{"name": "NVIDIA H100"}, {"fault": "GPU_IS_LOST"},
-                                            {"fault": "NO_PERMISSION"}]}))
+    spec.write_text(
+        json.dumps({"devices": [{"name": "NVIDIA H100"}, {"fault": "GPU_IS_LOST"}, {"fault": "NO_PERMISSION"}]})
+    )
     doc = cli_json("list", "--simulate-spec", spec, "--file", tmp_path / "c")
     assert [g["name"] for g in doc["gpus"]] == ["NVIDIA H100"]
     assert [s["index"] for s in doc["skipped"]] == ["1", "2"]
@@ -122,8 +147,13 @@ def binders(tmp_path):
     processes = []
 
     def bind(path, taskmanager, gpus, count=1, share=1, slot=None):
-        process = subprocess.Popen(binder_cmdline(script, path, taskmanager, gpus, count, share, slot),
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
+        process = subprocess.Popen(
+            binder_cmdline(script, path, taskmanager, gpus, count, share, slot),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
         processes.append(process)
         indices, thread = process.stdout.readline().split()
         return process, indices.split(","), int(thread)
@@ -136,8 +166,16 @@ def binders(tmp_path):
 
 
 def binder_cmdline(script, path, taskmanager, gpus, count=1, share=1, slot=None):
-    return [sys.executable, str(script), str(path), "-" if taskmanager is None else str(taskmanager), str(count),
-            str(share), slot or "-", ",".join(gpus)]
+    return [
+        sys.executable,
+        str(script),
+        str(path),
+        "-" if taskmanager is None else str(taskmanager),
+        str(count),
+        str(share),
+        slot or "-",
+        ",".join(gpus),
+    ]
 
 
 def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
@@ -160,21 +198,65 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
     doc = cli_json("--simulate", "4", "list", "--file", coord)["bindings"]
     assert doc["path"] == str(bindings) and doc["exists"] is True and doc["error"] is None
     assert doc["taskmanagers"] == [
-        {"pid": taskmanager, "namespace": os.stat("/proc/self/ns/pid").st_ino, "ours": True,
-         "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
-         "claimed": ["0", "1", "2"], "holders": [
-             {"holder": f"pid {worker.pid}", "slot": None, "pid": worker.pid, "threads": [], "gpus": ["0"],
-              "holders_per_gpu": 1, "liveness_known": True,
-              "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"])},
-             {"holder": "slot alloc-1", "slot": "alloc-1", "pid": None, "threads": [thread], "gpus": ["1"],
-              "holders_per_gpu": 1, "liveness_known": True, "cmdline": None},
-             {"holder": f"pid {shared.pid}", "slot": None, "pid": shared.pid, "threads": [], "gpus": ["2"],
-              "holders_per_gpu": 2, "liveness_known": True,
-              "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"], share=2)}]},
-        {"pid": None, "namespace": None, "ours": True, "cmdline": None, "claimed": [], "holders": [
-            {"holder": f"pid {service.pid}", "slot": None, "pid": service.pid, "threads": [], "gpus": ["3"],
-             "holders_per_gpu": 1, "liveness_known": True,
-             "cmdline": binder_cmdline(binders.script, bindings, None, ["3"])}]}]
+        {
+            "pid": taskmanager,
+            "namespace": os.stat("/proc/self/ns/pid").st_ino,
+            "ours": True,
+            "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
+            "claimed": ["0", "1", "2"],
+            "holders": [
+                {
+                    "holder": f"pid {worker.pid}",
+                    "slot": None,
+                    "pid": worker.pid,
+                    "threads": [],
+                    "gpus": ["0"],
+                    "holders_per_gpu": 1,
+                    "liveness_known": True,
+                    "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"]),
+                },
+                {
+                    "holder": "slot alloc-1",
+                    "slot": "alloc-1",
+                    "pid": None,
+                    "threads": [thread],
+                    "gpus": ["1"],
+                    "holders_per_gpu": 1,
+                    "liveness_known": True,
+                    "cmdline": None,
+                },
+                {
+                    "holder": f"pid {shared.pid}",
+                    "slot": None,
+                    "pid": shared.pid,
+                    "threads": [],
+                    "gpus": ["2"],
+                    "holders_per_gpu": 2,
+                    "liveness_known": True,
+                    "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"], share=2),
+                },
+            ],
+        },
+        {
+            "pid": None,
+            "namespace": None,
+            "ours": True,
+            "cmdline": None,
+            "claimed": [],
+            "holders": [
+                {
+                    "holder": f"pid {service.pid}",
+                    "slot": None,
+                    "pid": service.pid,
+                    "threads": [],
+                    "gpus": ["3"],
+                    "holders_per_gpu": 1,
+                    "liveness_known": True,
+                    "cmdline": binder_cmdline(binders.script, bindings, None, ["3"]),
+                }
+            ],
+        },
+    ]
     assert thread != slot.pid  # a slot holder's lines are its binding threads', not its process's
     assert [(s["index"], s["pid"], s["taskmanager"]) for s in doc["stale"]] == [("2", dead.pid, taskmanager)]
     assert doc["unparsable"] == [{"line_number": bad_line, "text": "not a line"}] and doc["unknown_indices"] == []
@@ -182,8 +264,9 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
     human = cli("--simulate", "4", "list", "--file", coord).stdout
     section = human.split(f"Bindings from {bindings} (GPUs bound to the holders inside a TaskManager):\n", 1)[1]
     lines = section.splitlines()
-    assert lines[0] == (f"  TaskManager pid {taskmanager} (holds GPU 0, 1, 2 in the coordination file): "
-                        + cut_to_table(HOLDER_COMMAND))
+    assert lines[0] == (
+        f"  TaskManager pid {taskmanager} (holds GPU 0, 1, 2 in the coordination file): " + cut_to_table(HOLDER_COMMAND)
+    )
     assert lines[1].split() == ["HOLDER", "GPU", "SHARED", "COMMAND"] and lines[1].startswith("    HOLDER")
     assert lines[2].split()[:4] == ["pid", str(worker.pid), "0", "alone"]
     assert lines[3].split() == ["slot", "alloc-1", "1", "alone", "binding", "thread", str(thread)]
@@ -212,7 +295,7 @@ def test_coordination_clean_cleans_a_bindings_file_too(tmp_path, binders):
     live, _, _ = binders(bindings, None, ["0", "1"])
     ns = os.stat("/proc/self/ns/pid").st_ino
     with open(bindings, "a") as f:  # a slot thread of another pid namespace, and a dead holder of ours
-        f.write(f"1 12345\t99\tns={ns + 1}\ttm=1\tshare=1\tslot=abc\n2 {2 ** 22 + 7}\t5\tns={ns}\tshare=1\n")
+        f.write(f"1 12345\t99\tns={ns + 1}\ttm=1\tshare=1\tslot=abc\n2 {2**22 + 7}\t5\tns={ns}\tshare=1\n")
     doc = cli_json("coordination", "clean", "--file", bindings, "--foreign-namespaces")
     assert doc["ok"] is True
     assert [line.split()[:2] for line in bindings.read_text().splitlines()] == [["0", str(live.pid)]]
@@ -223,11 +306,13 @@ def test_list_keeps_apart_the_taskmanagers_of_two_pid_namespaces_with_the_same_p
     ns = os.stat("/proc/self/ns/pid").st_ino
     a, b = ns + 1, ns + 2
     (tmp_path / "coord").write_text(f"0 1\t5\tns={a}\n")
-    (tmp_path / "coord.bindings").write_text(f"0 7\t5\tns={a}\ttm=1\tshare=1\tslot=alloc-a\n"
-                                             f"1 7\t5\tns={b}\ttm=1\tshare=1\tslot=alloc-b\n")
+    (tmp_path / "coord.bindings").write_text(
+        f"0 7\t5\tns={a}\ttm=1\tshare=1\tslot=alloc-a\n1 7\t5\tns={b}\ttm=1\tshare=1\tslot=alloc-b\n"
+    )
     doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
-    assert [(t["pid"], t["namespace"], t["claimed"], [h["holder"] for h in t["holders"]])
-            for t in doc["taskmanagers"]] == [(1, a, ["0"], ["slot alloc-a"]), (1, b, [], ["slot alloc-b"])]
+    assert [
+        (t["pid"], t["namespace"], t["claimed"], [h["holder"] for h in t["holders"]]) for t in doc["taskmanagers"]
+    ] == [(1, a, ["0"], ["slot alloc-a"]), (1, b, [], ["slot alloc-b"])]
     human = cli("--simulate", "2", "list", "--file", tmp_path / "coord").stdout
     assert f"  TaskManager pid 1 of PID namespace {a} (holds GPU 0 in the coordination file)" in human
     assert f"  TaskManager pid 1 of PID namespace {b} (holds no GPU in the coordination file)" in human
@@ -244,8 +329,15 @@ def test_list_names_bound_gpus_this_host_does_not_have(tmp_path, binders):
 
 def test_list_without_a_bindings_file_has_no_bindings_section(tmp_path):
     doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
-    assert doc == {"path": str(tmp_path / "coord.bindings"), "exists": False, "error": None, "taskmanagers": [],
-                   "stale": [], "unparsable": [], "unknown_indices": []}
+    assert doc == {
+        "path": str(tmp_path / "coord.bindings"),
+        "exists": False,
+        "error": None,
+        "taskmanagers": [],
+        "stale": [],
+        "unparsable": [],
+        "unknown_indices": [],
+    }
     assert "Bindings" not in cli("--simulate", "2", "list", "--file", tmp_path / "coord").stdout
 
 
@@ -263,11 +355,15 @@ def test_claim_and_release_default_to_the_parent_process(tmp_path):
     doc = cli_json("--simulate", "4", "claim", "2", "--file", coord)
     # this test process is the command's parent
     assert doc["owner"]["pid"] == os.getpid()
-    assert doc["gpus"] == [{"index": "0", "uuid": UUID0, "health": "ok"},
-                           {"index": "1", "uuid": "GPU-00000000-0000-4000-8000-000000000001", "health": "ok"}]
+    assert doc["gpus"] == [
+        {"index": "0", "uuid": UUID0, "health": "ok"},
+        {"index": "1", "uuid": "GPU-00000000-0000-4000-8000-000000000001", "health": "ok"},
+    ]
     assert doc["left_out"] == []
     assert [line.split()[:2] for line in coord.read_text().splitlines()] == [
-        ["0", str(os.getpid())], ["1", str(os.getpid())]]
+        ["0", str(os.getpid())],
+        ["1", str(os.getpid())],
+    ]
     human = cli("--simulate", "4", "claim", "1", "--file", coord)
     assert human.returncode == 0
     # asking again tops nothing up: the owner already holds 2 >= 1
@@ -309,10 +405,18 @@ def test_claim_for_a_dead_owner_is_refused(tmp_path):
 
 def test_claim_ranks_as_the_driver_and_warns_what_it_leaves_out(tmp_path):
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"devices": [
-        {"health": {"inforom_corrupted": True}},
-        {"processes": [{"pid": 4000000001, "used_memory": 2 ** 20}]},  # no one's here: foreign
-        {"health": {"row_remap_pending": True}}, {}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {"health": {"inforom_corrupted": True}},
+                    {"processes": [{"pid": 4000000001, "used_memory": 2**20}]},  # no one's here: foreign
+                    {"health": {"row_remap_pending": True}},
+                    {},
+                ]
+            }
+        )
+    )
     proc = cli("--simulate-spec", spec, "claim", "2", "--file", tmp_path / "c", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
@@ -327,8 +431,24 @@ def test_claim_ranks_as_the_driver_and_warns_what_it_leaves_out(tmp_path):
 
 def test_claim_of_several_mig_units_gives_one_cuda_visible_devices_per_process(tmp_path):
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"devices": [{"mig": {"mode": "enabled", "instances": [
-        {"slot": 0, "uuid": "MIG-a"}, {"slot": 1, "uuid": "MIG-b"}, {"slot": 2, "uuid": "MIG-c"}]}}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {
+                        "mig": {
+                            "mode": "enabled",
+                            "instances": [
+                                {"slot": 0, "uuid": "MIG-a"},
+                                {"slot": 1, "uuid": "MIG-b"},
+                                {"slot": 2, "uuid": "MIG-c"},
+                            ],
+                        }
+                    }
+                ]
+            }
+        )
+    )
     proc = cli("--simulate-spec", spec, "claim", "3", "--file", tmp_path / "c")
     assert proc.returncode == 0, proc.stderr
     assert "CUDA_VISIBLE_DEVICES=MIG-a,MIG-b" not in proc.stdout
@@ -343,13 +463,15 @@ def test_coordination_show_and_clean(tmp_path, holder):
     coord = tmp_path / "coord"
     gone = dead_pid()
     start = int(Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    coord.write_text(f"0 {holder.pid} {start}\n1 {gone}\ngarbage here\n"
-                     f"2 {holder.pid} {start + 12345}\n")
+    coord.write_text(f"0 {holder.pid} {start}\n1 {gone}\ngarbage here\n2 {holder.pid} {start + 12345}\n")
     doc = cli_json("coordination", "show", "--file", coord)
     assert doc["command"] == "coordination show" and doc["exists"] is True
     states = {e["index"]: (e["pid"], e["state"], e["alive"]) for e in doc["entries"]}
-    assert states == {"0": (holder.pid, "live", True), "1": (gone, "gone", False),
-                      "2": (holder.pid, "pid reused", False)}
+    assert states == {
+        "0": (holder.pid, "live", True),
+        "1": (gone, "gone", False),
+        "2": (holder.pid, "pid reused", False),
+    }
     assert doc["entries"][0]["cmdline"][0] == sys.executable
     assert doc["unparsable"] == [{"line_number": 3, "text": "garbage here"}]
 
@@ -399,12 +521,14 @@ def test_coordination_refuses_a_symlink(tmp_path):
 
 # counts beyond 64 bits
 
+
 def test_a_claim_amount_beyond_64_bits_is_not_enough_gpus_not_a_traceback(tmp_path):
     path = tmp_path / "coordination"
     proc = cli("--simulate", "4", "claim", "--file", path, "99999999999999999999")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert ("error: Could not get enough GPU resources. Requested 99999999999999999999, the host has 4 GPUs "
-            "(0, 1, 2, 3)") in proc.stderr
+    assert (
+        "error: Could not get enough GPU resources. Requested 99999999999999999999, the host has 4 GPUs (0, 1, 2, 3)"
+    ) in proc.stderr
     assert not path.exists()
     doc = cli_json("--simulate", "4", "claim", "--file", path, "99999999999999999999", expect=1)
     assert "Requested 99999999999999999999" in json.dumps(doc)
@@ -414,21 +538,42 @@ def test_list_json_shows_health_memory_processes_and_numa(state_host):
     doc = cli_json("--simulate-spec", state_host["spec"], "list", "--file", state_host["coord"])
     gpus = {g["index"]: g for g in doc["gpus"]}
     assert gpus["0"]["health"].startswith("degraded: ") and "row remapping pending" in gpus["0"]["health"]
-    assert gpus["0"]["memory_used"] == 3 * 2 ** 30
+    assert gpus["0"]["memory_used"] == 3 * 2**30
     assert gpus["1"]["health"].startswith("unhealthy: ") and "row remapping failed" in gpus["1"]["health"]
     assert gpus["1"]["findings"] and gpus["0"]["processes"] == []
     [own] = gpus["2"]["processes"]
-    assert own == {"pid": state_host["child"], "kind": "compute", "used_memory": 2 ** 30,
-                   "visible": True, "cmdline": ["sleep", "600"], "holder": state_host["holder"]}
+    assert own == {
+        "pid": state_host["child"],
+        "kind": "compute",
+        "used_memory": 2**30,
+        "visible": True,
+        "cmdline": ["sleep", "600"],
+        "holder": state_host["holder"],
+    }
     by_pid = {p["pid"]: p for p in gpus["3"]["processes"]}
     stranger, gone = by_pid[state_host["stranger"]], by_pid[state_host["gone"]]
     assert stranger["pid"] == state_host["stranger"] and stranger["holder"] is None
     assert stranger["kind"] == "graphics" and stranger["visible"] is True
-    assert gone == {"pid": state_host["gone"], "kind": "compute", "used_memory": None,
-                    "visible": False, "cmdline": None, "holder": None}
+    assert gone == {
+        "pid": state_host["gone"],
+        "kind": "compute",
+        "used_memory": None,
+        "visible": False,
+        "cmdline": None,
+        "holder": None,
+    }
     for gpu in doc["gpus"]:
-        assert {"health", "findings", "memory_used", "memory_free", "numa_node", "cpu_affinity",
-                "compute_mode", "processes_known", "processes"} <= set(gpu)
+        assert {
+            "health",
+            "findings",
+            "memory_used",
+            "memory_free",
+            "numa_node",
+            "cpu_affinity",
+            "compute_mode",
+            "processes_known",
+            "processes",
+        } <= set(gpu)
         assert gpu["processes_known"] is True
 
 
@@ -438,7 +583,7 @@ def test_list_table_shows_the_state_of_each_gpu(state_host):
     lines = proc.stdout.splitlines()
     header = next(line for line in lines if line.startswith("GPU "))
     assert header.split() == ["GPU", "HEALTH", "UTIL", "MEMORY", "USED", "TEMP", "POWER", "NUMA", "CPUS", "PROCESSES"]
-    rows = {line.split()[0]: line for line in lines[lines.index(header) + 1:][:4]}
+    rows = {line.split()[0]: line for line in lines[lines.index(header) + 1 :][:4]}
     assert "degraded: " in rows["0"] and "3.0 GiB" in rows["0"] and rows["0"].endswith("none")
     assert "unhealthy: " in rows["1"]
     assert rows["2"].endswith(f"pid {state_host['child']} sleep 600 (holder pid {state_host['holder']})")
@@ -449,10 +594,20 @@ def test_list_table_shows_the_state_of_each_gpu(state_host):
 
 def test_list_json_shows_what_each_check_found_and_what_it_did_not_look_at(tmp_path):
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"devices": [
-        {"health": {"inforom_corrupted": True, "ecc_enabled": False}, "no_permission": ["remapped_rows"],
-         "fabric": {}},
-        {"not_supported": ["retired_pages", "field_values"]}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {
+                        "health": {"inforom_corrupted": True, "ecc_enabled": False},
+                        "no_permission": ["remapped_rows"],
+                        "fabric": {},
+                    },
+                    {"not_supported": ["retired_pages", "field_values"]},
+                ]
+            }
+        )
+    )
     doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "c")
     first, second = doc["gpus"]
     assert first["checks"] == {
@@ -461,34 +616,66 @@ def test_list_json_shows_what_each_check_found_and_what_it_did_not_look_at(tmp_p
         "ecc": {"outcome": "not applicable", "finding": None},
         "recovery-action": {"outcome": "ok", "finding": None},
         "fabric": {"outcome": "ok", "finding": None},
-        "retired-pages": {"outcome": "ok", "finding": None}}
+        "retired-pages": {"outcome": "ok", "finding": None},
+    }
     assert {name: c["outcome"] for name, c in second["checks"].items()} == {
-        "inforom": "ok", "remapped-rows": "ok", "ecc": "ok", "recovery-action": "not supported",
-        "fabric": "not supported", "retired-pages": "not supported"}
+        "inforom": "ok",
+        "remapped-rows": "ok",
+        "ecc": "ok",
+        "recovery-action": "not supported",
+        "fabric": "not supported",
+        "retired-pages": "not supported",
+    }
     assert second["health"] == "ok"  # not checked is not a finding, but it shows
     human = cli("--simulate-spec", spec, "list", "--file", tmp_path / "c").stdout
-    assert "GPU 1: not checked: recovery-action (not supported), fabric (not supported), retired-pages " \
-           "(not supported)" in human
+    assert (
+        "GPU 1: not checked: recovery-action (not supported), fabric (not supported), retired-pages "
+        "(not supported)" in human
+    )
 
 
 def test_list_shows_mig_units_under_their_gpu_with_parent_and_instance_fields(tmp_path):
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"devices": [
-        {"uuid": "GPU-mig", "mig": {"mode": "enabled", "instances": [
-            {"slot": 0, "uuid": "MIG-a", "gi": 7, "ci": 0}, {"slot": 2, "uuid": "MIG-b", "gi": 3, "ci": 1}]}},
-        {"mig": {"mode": "enabled", "pending": "disabled"}},
-        {"uuid": "GPU-plain"}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {
+                        "uuid": "GPU-mig",
+                        "mig": {
+                            "mode": "enabled",
+                            "instances": [
+                                {"slot": 0, "uuid": "MIG-a", "gi": 7, "ci": 0},
+                                {"slot": 2, "uuid": "MIG-b", "gi": 3, "ci": 1},
+                            ],
+                        },
+                    },
+                    {"mig": {"mode": "enabled", "pending": "disabled"}},
+                    {"uuid": "GPU-plain"},
+                ]
+            }
+        )
+    )
     doc = cli_json("list", "--simulate-spec", spec, "--file", tmp_path / "c")
     assert [g["index"] for g in doc["gpus"]] == ["0:0", "0:2", "2"]
     assert {k: doc["gpus"][1][k] for k in ("uuid", "parent_index", "parent_uuid", "mig_slot", "mig_gi", "mig_ci")} == {
-        "uuid": "MIG-b", "parent_index": "0", "parent_uuid": "GPU-mig", "mig_slot": 2, "mig_gi": 3, "mig_ci": 1}
+        "uuid": "MIG-b",
+        "parent_index": "0",
+        "parent_uuid": "GPU-mig",
+        "mig_slot": 2,
+        "mig_gi": 3,
+        "mig_ci": 1,
+    }
     assert "parent_index" not in doc["gpus"][2]
     assert [s["index"] for s in doc["skipped"]] == ["1"] and "no MIG instances" in doc["skipped"][0]["reason"]
     assert doc["nvml"]["notices"] == ["GPU 1: MIG mode pending a reset (now enabled, disabled after the GPU is reset)."]
     human = cli("list", "--simulate-spec", spec, "--file", tmp_path / "c").stdout.splitlines()
     start = next(n for n, line in enumerate(human) if line.startswith("INDEX"))
-    assert [line.split()[:2] for line in human[start + 1:start + 5]] == [
-        ["0", "GPU-mig"], ["0:0", "MIG-a"], ["0:2", "MIG-b"], ["2", "GPU-plain"]]
+    assert [line.split()[:2] for line in human[start + 1 : start + 5]] == [
+        ["0", "GPU-mig"],
+        ["0:0", "MIG-a"],
+        ["0:2", "MIG-b"],
+        ["2", "GPU-plain"],
+    ]
     assert human[start + 2].startswith("  0:0")
     assert any("MIG mode pending a reset" in line for line in human)
-

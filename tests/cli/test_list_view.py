@@ -14,19 +14,22 @@ from pathlib import Path
 import pytest
 
 import flink_gpu
-from flink_gpu import simulator
-
 from conftest import child_env
-from support.cli import cli, cli_json, HOLDER_COMMAND, cut_to_table, gpu_conf
+from flink_gpu import simulator
+from support.cli import HOLDER_COMMAND, cli, cli_json, cut_to_table, gpu_conf
 from support.interop import find_discovery_executable
 from support.json_schema import errors
 
 
 def coordinated_conf(conf_dir, coord):
     conf_dir.mkdir(parents=True, exist_ok=True)
-    (conf_dir / "config.yaml").write_text(gpu_conf(amount=2, discovery_script_path=find_discovery_executable(),
-                                                   discovery_script_args=f"--enable-coordination-mode "
-                                                                         f"--coordination-file {coord}"))
+    (conf_dir / "config.yaml").write_text(
+        gpu_conf(
+            amount=2,
+            discovery_script_path=find_discovery_executable(),
+            discovery_script_args=f"--enable-coordination-mode --coordination-file {coord}",
+        )
+    )
     return conf_dir
 
 
@@ -43,8 +46,9 @@ def test_list_reads_the_coordination_file_of_the_flink_configuration(tmp_path, h
     human = cli("--simulate", "4", "list", env=child_env(FLINK_CONF_DIR=str(conf_dir))).stdout
     assert f"Holders from the coordination file {coord} (of the Flink configuration in $FLINK_CONF_DIR" in human
     # --file still wins
-    assert cli_json("--simulate", "4", "list", "--file", tmp_path / "other",
-                    env=child_env(FLINK_CONF_DIR=str(conf_dir)))["coordination"]["path"] == str(tmp_path / "other")
+    assert cli_json(
+        "--simulate", "4", "list", "--file", tmp_path / "other", env=child_env(FLINK_CONF_DIR=str(conf_dir))
+    )["coordination"]["path"] == str(tmp_path / "other")
 
 
 def test_list_refuses_a_conf_without_a_coordination_file_naming_the_key_and_notes_it_for_flink_conf_dir(tmp_path):
@@ -81,34 +85,68 @@ def test_list_shows_utilization_temperature_and_power_next_to_the_holders(tmp_pa
 TASKMANAGER_MAIN = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
 
 
-@pytest.mark.parametrize("how, name", [
-    ("dynamic", "TaskManager tm-7"), ("config", "TaskManager from-conf"), ("log", "TaskManager localhost:41627-44e15c"),
-    ("host", "TaskManager worker-3:6122"), ("nothing", "TaskManager pid {pid}")])
+@pytest.mark.parametrize(
+    "how, name",
+    [
+        ("dynamic", "TaskManager tm-7"),
+        ("config", "TaskManager from-conf"),
+        ("log", "TaskManager localhost:41627-44e15c"),
+        ("host", "TaskManager worker-3:6122"),
+        ("nothing", "TaskManager pid {pid}"),
+    ],
+)
 def test_list_names_a_taskmanager_by_its_resource_id_or_host_and_port(tmp_path, how, name):
     conf_dir = tmp_path / "tm-conf"
     conf_dir.mkdir()
-    conf = {"config": "taskmanager.resource-id: from-conf\n",
-            "host": "taskmanager.host: worker-3\ntaskmanager.rpc.port: 6122\n"}.get(how, "")
+    conf = {
+        "config": "taskmanager.resource-id: from-conf\n",
+        "host": "taskmanager.host: worker-3\ntaskmanager.rpc.port: 6122\n",
+    }.get(how, "")
     (conf_dir / "config.yaml").write_text(conf)
     extra = ["-D", "taskmanager.resource-id=tm-7"] if how == "dynamic" else []
     log = tmp_path / "flink-taskexecutor-0.log"  # what Flink's bin/taskmanager.sh names with -Dlog.file
-    log.write_text("2026-12-01 20:52:38,528 INFO  org.apache.flink.runtime.taskexecutor.TaskManagerRunner "
-                   "[] - Starting TaskManager with ResourceID: localhost:41627-44e15c\n" if how == "log" else "")
+    log.write_text(
+        "2026-12-01 20:52:38,528 INFO  org.apache.flink.runtime.taskexecutor.TaskManagerRunner "
+        "[] - Starting TaskManager with ResourceID: localhost:41627-44e15c\n"
+        if how == "log"
+        else ""
+    )
     # a process whose command line is a TaskManager's (its main class, --configDir, -D properties)
-    fake = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", f"-Dlog.file={log}", TASKMANAGER_MAIN,
-                             "--configDir", str(conf_dir), *extra], stdin=subprocess.PIPE)
+    fake = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.stdin.read()",
+            f"-Dlog.file={log}",
+            TASKMANAGER_MAIN,
+            "--configDir",
+            str(conf_dir),
+            *extra,
+        ],
+        stdin=subprocess.PIPE,
+    )
     try:
         coord = tmp_path / "coord"
         cli_json("--simulate", "4", "claim", "2", "--owner", fake.pid, "--file", coord)
         # one of its slots' workers, bound and holding until its stdin closes
-        binder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        binder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                textwrap.dedent(f"""
             import sys
             from flink_gpu import GPUInfo
             from flink_gpu.binding import bind
-            bind([GPUInfo("0"), GPUInfo("1")], 1, taskmanager_pid={fake.pid}, path={str(coord) + '.bindings'!r})
+            bind([GPUInfo("0"), GPUInfo("1")], 1, taskmanager_pid={fake.pid}, path={str(coord) + ".bindings"!r})
             print("bound", flush=True)
             sys.stdin.read()
-            """)], env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            """),
+            ],
+            env=child_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert binder.stdout.readline() == "bound\n"
         human = cli("--simulate", "4", "list", "--file", coord).stdout
         binder.stdin.close()
@@ -116,8 +154,11 @@ def test_list_names_a_taskmanager_by_its_resource_id_or_host_and_port(tmp_path, 
         expected = name.format(pid=fake.pid)
         holder = "TaskManager" if how == "nothing" else expected  # the pid is beside it
         assert re.search(rf"^0 .*  pid {fake.pid}: {re.escape(holder)}$", human, re.M), human
-        line = (f"  TaskManager pid {fake.pid} (holds GPU 0, 1 in the coordination file)" if how in ("nothing",)
-                else f"  {expected} (pid {fake.pid}, holds GPU 0, 1 in the coordination file)")
+        line = (
+            f"  TaskManager pid {fake.pid} (holds GPU 0, 1 in the coordination file)"
+            if how in ("nothing",)
+            else f"  {expected} (pid {fake.pid}, holds GPU 0, 1 in the coordination file)"
+        )
         assert line + "\n" in human, human
         assert TASKMANAGER_MAIN not in human
         shown = cli("--simulate", "4", "coordination", "show", "--file", coord).stdout
@@ -136,14 +177,21 @@ def test_list_never_opens_a_fifo_or_another_users_file_that_a_holders_command_li
     other.write_text("Starting TaskManager with ResourceID: someone-elses\n")
     os.chown(other, 12345, 12345)
     for log in (fifo, other):
-        fake = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", f"-Dlog.file={log}",
-                                 TASKMANAGER_MAIN], stdin=subprocess.PIPE)
+        fake = subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.stdin.read()", f"-Dlog.file={log}", TASKMANAGER_MAIN],
+            stdin=subprocess.PIPE,
+        )
         try:
             coord = tmp_path / f"coord-{log.name}"
             cli_json("--simulate", "2", "claim", "1", "--owner", fake.pid, "--file", coord)
             for args in (["--simulate", "2", "list"], ["coordination", "show"]):
-                done = subprocess.run([sys.executable, "-m", "flink_gpu.cli", *args, "--file", str(coord)],
-                                      env=child_env(), capture_output=True, text=True, timeout=30)
+                done = subprocess.run(
+                    [sys.executable, "-m", "flink_gpu.cli", *args, "--file", str(coord)],
+                    env=child_env(),
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
                 assert done.returncode == 0 and "someone-elses" not in done.stdout, done
                 assert f"TaskManager pid {fake.pid}" in done.stdout or "TaskManager" in done.stdout
         finally:
@@ -152,9 +200,24 @@ def test_list_never_opens_a_fifo_or_another_users_file_that_a_holders_command_li
 
 
 def test_list_watch_redraws_until_ctrl_c_and_refuses_json(tmp_path):
-    process = subprocess.Popen([sys.executable, "-m", "flink_gpu.cli", "--simulate", "2", "list", "--watch", "0.2",
-                                "--file", tmp_path / "coord"], env=child_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flink_gpu.cli",
+            "--simulate",
+            "2",
+            "list",
+            "--watch",
+            "0.2",
+            "--file",
+            tmp_path / "coord",
+        ],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(3)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=20)
@@ -170,8 +233,12 @@ def run_on_terminal(args, columns, **env):
     import pty
 
     leader, follower = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "flink_gpu.cli", *map(str, args)], stdout=follower,
-                               stderr=subprocess.PIPE, env=child_env(COLUMNS=str(columns), **env))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "flink_gpu.cli", *map(str, args)],
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env=child_env(COLUMNS=str(columns), **env),
+    )
     os.close(follower)
     chunks = []
     while True:
@@ -208,8 +275,15 @@ def test_list_shows_a_gpu_whose_state_read_does_not_return_as_unknown(tmp_path):
     table and in --json (whose health follows the schema)."""
     hang_file = tmp_path / "hang"
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"devices": [{}, {}], "driver_lock": False, "hang": [
-        {"query": "field_values", "device": 1, "while_exists": str(hang_file)}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "devices": [{}, {}],
+                "driver_lock": False,
+                "hang": [{"query": "field_values", "device": 1, "while_exists": str(hang_file)}],
+            }
+        )
+    )
     schema = json.loads((Path(flink_gpu.__file__).parent / "cli" / "schema.json").read_text())
     with simulator.hanging(hang_file):
         doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "coord")
@@ -219,17 +293,28 @@ def test_list_shows_a_gpu_whose_state_read_does_not_return_as_unknown(tmp_path):
     assert gpus["1"]["health"] == "unknown: nvmlDeviceGetFieldValues did not return within 5 s"
     assert gpus["1"]["processes_known"] is False
 
+
 # ---- persistence mode -----------------------------------------------------------------------------
 
-PERSISTENCE_SPEC = {"devices": [{}, {"persistence_mode": "disabled"}, {"not_supported": ["persistence_mode"]},
-                    {"persistence_mode": "disabled"}]}
+PERSISTENCE_SPEC = {
+    "devices": [
+        {},
+        {"persistence_mode": "disabled"},
+        {"not_supported": ["persistence_mode"]},
+        {"persistence_mode": "disabled"},
+    ]
+}
 
 
 def flink_gpu_list(tmp_path, *args):
     """``flink-gpu list`` on PERSISTENCE_SPEC's simulated host, with a coordination file of its own."""
-    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "list", "--file", str(tmp_path / "coordination"),
-                           *args], env=child_env(**simulator.environment(spec=PERSISTENCE_SPEC)), capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flink_gpu.cli", "list", "--file", str(tmp_path / "coordination"), *args],
+        env=child_env(**simulator.environment(spec=PERSISTENCE_SPEC)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -249,8 +334,12 @@ def test_list_says_the_first_claim_on_a_gpu_without_persistence_mode_may_take_se
 
 
 def test_list_says_nothing_of_persistence_when_every_gpu_has_it(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "list", "--file", str(tmp_path / "coordination")],
-                          env=child_env(**simulator.environment(devices=2)), capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flink_gpu.cli", "list", "--file", str(tmp_path / "coordination")],
+        env=child_env(**simulator.environment(devices=2)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "persistence mode" not in proc.stdout

@@ -11,20 +11,22 @@ import sys
 import pytest
 
 import flink_gpu
-
 from conftest import child_env, run_python
-from support.cli import cli, cli_json, RESOURCES_CONF
+from support.cli import RESOURCES_CONF, cli, cli_json
 from support.files import make_odd_path
 
 
 def test_import_is_light():
-    proc = run_python("""
+    proc = run_python(
+        """
         import sys
         import flink_gpu.cli
         heavy = ("yaml", "json", "subprocess", "flink_gpu._native", "flink_gpu.config",
                  "flink_gpu.coordination", "flink_gpu.gpu.driver")
         print(sorted(m for m in heavy if m in sys.modules))
-    """, env=child_env())
+    """,
+        env=child_env(),
+    )
     assert proc.stdout.strip() == "[]"
 
 
@@ -44,20 +46,23 @@ def test_claim_help_says_the_owner_is_the_parent_process():
     assert "reclaimable right away" in text
 
 
-@pytest.mark.parametrize("args", [
-    [],                                   # no subcommand
-    ["claim"],                            # N missing
-    ["claim", "two"],
-    ["claim", "-1"],
-    ["list", "--simulate", "-1"],
-    ["--simulate", "2", "--simulate-spec", "x.json", "list"],
-    ["release", "--owner", "0"],
-    ["release", "--owner", "4294967297"],  # too large: said so, not "must be positive"
-    ["doctor", "--taskmanagers-per-host", "0"],
-    ["coordination"],                     # action missing
-    ["resources", "conf.yaml", "--kubernetes", "--yarn"],
-    ["bogus"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],  # no subcommand
+        ["claim"],  # N missing
+        ["claim", "two"],
+        ["claim", "-1"],
+        ["list", "--simulate", "-1"],
+        ["--simulate", "2", "--simulate-spec", "x.json", "list"],
+        ["release", "--owner", "0"],
+        ["release", "--owner", "4294967297"],  # too large: said so, not "must be positive"
+        ["doctor", "--taskmanagers-per-host", "0"],
+        ["coordination"],  # action missing
+        ["resources", "conf.yaml", "--kubernetes", "--yarn"],
+        ["bogus"],
+    ],
+)
 def test_usage_errors_exit_2(args):
     proc = cli(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -81,11 +86,14 @@ def test_simulate_goes_before_or_after_the_subcommand(tmp_path):
     assert len(after["gpus"]) == 5
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "does not exist"),
-    ("{not json", "cannot read"),
-    ('{"devices": [{"colour": "red"}]}', "unknown keys ['colour']"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "does not exist"),
+        ("{not json", "cannot read"),
+        ('{"devices": [{"colour": "red"}]}', "unknown keys ['colour']"),
+    ],
+)
 def test_simulate_spec_errors_are_usage_errors(tmp_path, content, message):
     spec = tmp_path / "spec.json"
     if content is not None:
@@ -112,6 +120,7 @@ def test_schema_prints_the_json_schema_shipped_in_the_package_for_every_command(
 
 # cli.main() called in a process leaves the library's logger as it found it
 
+
 def test_cli_main_in_process_does_not_pile_up_log_handlers(tmp_path, capsys):
     import logging
 
@@ -131,9 +140,15 @@ def test_cli_main_in_process_does_not_pile_up_log_handlers(tmp_path, capsys):
 
 # a usage error under --json still answers in JSON
 
+
 def test_cli_usage_error_with_json_still_answers_in_json():
-    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "--json", "claim", "two"],
-                          env=child_env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flink_gpu.cli", "--json", "claim", "two"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     import json
 
@@ -148,12 +163,15 @@ def test_every_file_argument_that_is_not_a_regular_file_is_refused_saying_what_i
     conf = tmp_path / "flink-conf.yaml"
     conf.write_text(RESOURCES_CONF)
     path, what = make_odd_path(tmp_path / "odd", kind)
-    cases = [(("--simulate-spec", path, "list"), 2, f"--simulate-spec: The simulator spec file {path}"),
-             (("resources", conf, "--pod-template", path), 2,
-              f"--pod-template: The pod template file {path}")]
+    cases = [
+        (("--simulate-spec", path, "list"), 2, f"--simulate-spec: The simulator spec file {path}"),
+        (("resources", conf, "--pod-template", path), 2, f"--pod-template: The pod template file {path}"),
+    ]
     if kind != "directory":  # a directory is a conf directory
-        cases += [(("resources", path), 2, f"The Flink configuration file {path}"),
-                  (("doctor", "--simulate", "2", path), 1, f"The Flink configuration file {path}")]
+        cases += [
+            (("resources", path), 2, f"The Flink configuration file {path}"),
+            (("doctor", "--simulate", "2", path), 1, f"The Flink configuration file {path}"),
+        ]
     for args, code, start in cases:
         proc = cli(*args, timeout=30)  # a FIFO read would never return
         assert proc.returncode == code, (args, proc.stdout + proc.stderr)
@@ -164,15 +182,20 @@ def test_every_file_argument_that_is_not_a_regular_file_is_refused_saying_what_i
     assert f"The Flink configuration file {tmp_path / 'config.yaml'} is {what}" in proc.stderr
 
 
-@pytest.mark.parametrize("spec, message", [
-    ({"devices": [{"name": 5}]}, "devices[0].name must be a string, got 5."),
-    ({"devices": [{"memory_total": "abc"}]},
-     "devices[0].memory_total must be a whole number (0..18446744073709551615), got 'abc'."),
-    ({"devices": [{"minor_number": -1}]}, "devices[0].minor_number must be a whole number"),
-    ({"driver_version": 5}, "'driver_version' must be a string, got 5."),
-    ({"init_error": "x"}, "'init_error' must be an NVML error code (0..999), got 'x'."),
-    ({"init_error": 1.5}, "'init_error' must be an NVML error code (0..999), got 1.5."),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"devices": [{"name": 5}]}, "devices[0].name must be a string, got 5."),
+        (
+            {"devices": [{"memory_total": "abc"}]},
+            "devices[0].memory_total must be a whole number (0..18446744073709551615), got 'abc'.",
+        ),
+        ({"devices": [{"minor_number": -1}]}, "devices[0].minor_number must be a whole number"),
+        ({"driver_version": 5}, "'driver_version' must be a string, got 5."),
+        ({"init_error": "x"}, "'init_error' must be an NVML error code (0..999), got 'x'."),
+        ({"init_error": 1.5}, "'init_error' must be an NVML error code (0..999), got 1.5."),
+    ],
+)
 def test_simulate_spec_values_of_the_wrong_type_are_usage_errors_naming_the_key(tmp_path, spec, message):
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
@@ -195,11 +218,12 @@ def test_an_empty_file_option_is_a_usage_error_naming_it(tmp_path):
 def test_a_simulated_gpu_count_beyond_the_simulator_is_a_usage_error(tmp_path, count, command):
     proc = cli("--simulate", count, *command, cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert (f"error: --simulate: devices must be a whole number from 0 to 4096 (the simulated host's GPU "
-            f"count), got {count}.") in proc.stderr
+    assert (
+        f"error: --simulate: devices must be a whole number from 0 to 4096 (the simulated host's GPU "
+        f"count), got {count}."
+    ) in proc.stderr
 
 
 def test_the_largest_simulated_gpu_count_works():
     doc = cli_json("--simulate", "4096", "list")
     assert len(doc["gpus"]) == 4096
-

@@ -6,9 +6,8 @@ import os
 from pathlib import Path
 
 import flink_gpu
-
 from conftest import child_env
-from support.cli import cli, cli_json, gpu_conf, RESOURCES_CONF, write_file
+from support.cli import RESOURCES_CONF, cli, cli_json, gpu_conf, write_file
 
 
 def test_without_a_driver_list_fails_clearly(tmp_path):
@@ -28,19 +27,32 @@ def test_every_json_document_has_the_documented_top_level_fields(tmp_path):
     conf = tmp_path / "flink-conf.yaml"
     conf.write_text(RESOURCES_CONF)
     expected = [
-        ("list", ["--simulate", "2", "list", "--file", coord],
-         {"nvml", "gpus", "skipped", "coordination", "bindings"}),
-        ("claim", ["--simulate", "2", "claim", "1", "--file", coord],
-         {"path", "owner", "amount", "gpus", "left_out"}),
-        ("coordination show", ["coordination", "show", "--file", coord],
-         {"path", "exists", "entries", "unparsable"}),
-        ("coordination clean", ["coordination", "clean", "--file", coord],
-         {"path", "exists", "foreign_namespaces", "removed", "unparsable"}),
+        ("list", ["--simulate", "2", "list", "--file", coord], {"nvml", "gpus", "skipped", "coordination", "bindings"}),
+        ("claim", ["--simulate", "2", "claim", "1", "--file", coord], {"path", "owner", "amount", "gpus", "left_out"}),
+        ("coordination show", ["coordination", "show", "--file", coord], {"path", "exists", "entries", "unparsable"}),
+        (
+            "coordination clean",
+            ["coordination", "clean", "--file", coord],
+            {"path", "exists", "foreign_namespaces", "removed", "unparsable"},
+        ),
         ("release", ["release", "--file", coord], {"path", "owner", "released"}),
         ("doctor", ["doctor", conf], {"configuration", "flink_home", "findings", "summary"}),
         ("resources", ["resources", conf], {"configuration", "kubernetes", "yarn"}),
-        ("demo", ["demo"], {"simulated", "devices", "coordination_file", "before", "after",
-                            "killed", "reclaimed", "binding", "cleaned_up"}),
+        (
+            "demo",
+            ["demo"],
+            {
+                "simulated",
+                "devices",
+                "coordination_file",
+                "before",
+                "after",
+                "killed",
+                "reclaimed",
+                "binding",
+                "cleaned_up",
+            },
+        ),
     ]
     for command, args, fields in expected:
         doc = json.loads(cli(*args, "--json").stdout)
@@ -48,8 +60,20 @@ def test_every_json_document_has_the_documented_top_level_fields(tmp_path):
         assert set(doc) == common | fields, command
 
 
-MIG_SPEC = {"devices": [{}, {"mig": {"mode": "enabled", "instances": [
-    {"slot": 1, "uuid": "MIG-aaaa", "gi": 1, "ci": 0}, {"slot": 2, "uuid": "MIG-bbbb", "gi": 2, "ci": 0}]}}]}
+MIG_SPEC = {
+    "devices": [
+        {},
+        {
+            "mig": {
+                "mode": "enabled",
+                "instances": [
+                    {"slot": 1, "uuid": "MIG-aaaa", "gi": 1, "ci": 0},
+                    {"slot": 2, "uuid": "MIG-bbbb", "gi": 2, "ci": 0},
+                ],
+            }
+        },
+    ]
+}
 
 
 def test_every_json_document_follows_the_schema(tmp_path, holder):
@@ -71,8 +95,14 @@ def test_every_json_document_follows_the_schema(tmp_path, holder):
     conf.write_text(RESOURCES_CONF)
     gpu_conf_file = tmp_path / "gpu" / "flink-conf.yaml"
     gpu_conf_file.parent.mkdir()
-    gpu_conf_file.write_text(gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml",
-                                      discovery_script_args=f"--enable-coordination-mode --coordination-file {coord}"))
+    gpu_conf_file.write_text(
+        gpu_conf(
+            amount=1,
+            factory="flink_gpu.GPUDriverFactory",
+            discovery_mode="nvml",
+            discovery_script_args=f"--enable-coordination-mode --coordination-file {coord}",
+        )
+    )
     runs = [
         ["--simulate-spec", spec, "list", "--file", coord],
         ["--simulate", "3", "list", "--file", coord],
@@ -101,11 +131,14 @@ def test_every_json_document_follows_the_schema(tmp_path, holder):
 
 # bad input: hostile YAML, paths that are not regular files, odd option values
 
+
 def test_doctor_and_resources_report_a_recursive_alias_without_a_traceback(tmp_path):
     conf = tmp_path / "rec.yaml"
     conf.write_text("a: &x {b: 1, c: *x}\n")
-    expected = (f"The Flink configuration file {conf} has a recursive alias *x at line 1, "
-                "column 17: the value anchored &x would contain itself.")
+    expected = (
+        f"The Flink configuration file {conf} has a recursive alias *x at line 1, "
+        "column 17: the value anchored &x would contain itself."
+    )
     proc = cli("resources", conf)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert f"flink-gpu resources: error: {expected}" in proc.stderr
@@ -121,8 +154,10 @@ def test_doctor_and_resources_refuse_an_alias_bomb_at_once(tmp_path):
     for args in (("resources", conf), ("doctor", "--simulate", "2", conf)):
         proc = cli(*args, timeout=30)
         assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert f"The aliases of the Flink configuration file {conf} expand to more than 100000 " \
-               "values" in proc.stdout + proc.stderr
+        assert (
+            f"The aliases of the Flink configuration file {conf} expand to more than 100000 "
+            "values" in proc.stdout + proc.stderr
+        )
 
 
 def test_a_failure_of_the_simulator_does_not_hint_at_the_simulator(tmp_path):
@@ -142,15 +177,16 @@ def test_a_failure_of_the_simulator_does_not_hint_at_the_simulator(tmp_path):
 
 # deeply nested YAML: refused naming the file and the limit, never a RecursionError
 
+
 def test_doctor_and_resources_refuse_a_configuration_nested_too_deep(tmp_path):
     conf = tmp_path / "config.yaml"  # 995 levels: under libyaml's own limit of 1000
     conf.write_text("a: " + "{a: " * 994 + "1" + "}" * 994 + "\n")
-    expected = (f"The Flink configuration file {conf} nests mappings or lists more than 100 "
-                "levels deep (at line 1, column 400)")
+    expected = (
+        f"The Flink configuration file {conf} nests mappings or lists more than 100 levels deep (at line 1, column 400)"
+    )
     proc = cli("resources", conf)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert f"flink-gpu resources: error: {expected}" in proc.stderr
     proc = cli("doctor", "--simulate", "2", conf)
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
     assert expected in proc.stdout
-

@@ -3,9 +3,8 @@
 import os
 import subprocess
 
-from flink_gpu import simulator
-
 from conftest import child_env
+from flink_gpu import simulator
 from support.cli import cli_json, flink_gpu_on_path
 from support.interop import find_discovery_executable
 
@@ -16,7 +15,7 @@ def test_taskmanager_env_gives_a_process_started_after_eval_the_simulated_gpus(t
     script = f'eval "$(flink-gpu --simulate 2 taskmanager-env)" && {discovery} 2 && {discovery} 3; echo "$PYTHONPATH"'
     proc = subprocess.run(["bash", "-c", script], env=shell, capture_output=True, text=True, timeout=60)
     lines = proc.stdout.splitlines()
-    assert lines[0] == "0,1", proc.stdout + proc.stderr   # the two simulated GPUs
+    assert lines[0] == "0,1", proc.stdout + proc.stderr  # the two simulated GPUs
     assert "Could not get enough GPU resources" in proc.stdout + proc.stderr  # and no third
     import sysconfig
 
@@ -33,4 +32,3 @@ def test_taskmanager_env_gives_a_process_started_after_eval_the_simulated_gpus(t
     assert doc["environment"]["LD_LIBRARY_PATH"].split(os.pathsep).count(library_dir) == 1
     assert str(tmp_path / "rel") in doc["environment"]["PYTHONPATH"].split(os.pathsep)
     assert doc["environment"]["FLINK_GPU_SIM_SPEC"] == str(spec) and doc["environment"]["FLINK_GPU_SIM_DEVICES"] == ""
-

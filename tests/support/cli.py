@@ -7,10 +7,8 @@ import subprocess
 import sys
 import textwrap
 
-from flink_gpu import simulator
-
 from conftest import child_env
-
+from flink_gpu import simulator
 
 JAVA_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
 
@@ -19,9 +17,14 @@ UUID0 = "GPU-00000000-0000-4000-8000-000000000000"
 
 
 def cli(*args, env=None, timeout=60, cwd=None):
-    return subprocess.run([sys.executable, "-m", "flink_gpu.cli", *map(str, args)],
-                          env=child_env() if env is None else env, capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "flink_gpu.cli", *map(str, args)],
+        env=child_env() if env is None else env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
 
 
 def cli_json(*args, env=None, expect=0, cwd=None):
@@ -47,10 +50,12 @@ def write_script(path, body, executable=True):
     return path
 
 
-PARAM_KEYS = {"discovery_script_path": "discovery-script.path",
-              "discovery_script_args": "discovery-script.args",
-              "discovery_script_timeout": "discovery-script.timeout",
-              "discovery_mode": "discovery-mode"}
+PARAM_KEYS = {
+    "discovery_script_path": "discovery-script.path",
+    "discovery_script_args": "discovery-script.args",
+    "discovery_script_timeout": "discovery-script.timeout",
+    "discovery_mode": "discovery-mode",
+}
 
 
 def gpu_conf(amount=1, factory=JAVA_FACTORY, **params):
@@ -116,4 +121,3 @@ external-resource.gpu.yarn.config-key: yarn.io/gpu
 def write_file(path, text):
     path.write_text(text)
     return path
-

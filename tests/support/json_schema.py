@@ -14,13 +14,33 @@ from __future__ import annotations
 import re
 
 _ANNOTATIONS = {"$schema", "$defs", "title", "description"}
-_KEYWORDS = {"type", "const", "enum", "minLength", "pattern", "properties", "required", "additionalProperties", "items",
-             "anyOf", "allOf", "not", "if", "then", "else", "$ref"} | _ANNOTATIONS
-_TYPES = {"null": lambda v: v is None, "boolean": lambda v: isinstance(v, bool),
-          "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-          "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-          "string": lambda v: isinstance(v, str), "array": lambda v: isinstance(v, list),
-          "object": lambda v: isinstance(v, dict)}
+_KEYWORDS = {
+    "type",
+    "const",
+    "enum",
+    "minLength",
+    "pattern",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "anyOf",
+    "allOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "$ref",
+} | _ANNOTATIONS
+_TYPES = {
+    "null": lambda v: v is None,
+    "boolean": lambda v: isinstance(v, bool),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
 
 
 def errors(document: object, schema: dict) -> "list[str]":

@@ -61,8 +61,7 @@ def fail(args: Namespace, command: str, error: BaseException, code: int) -> int:
 
         traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
     if getattr(args, "json", False):
-        emit_json(document(command, ok=False,
-                           error={"type": type(error).__name__, "message": message}))
+        emit_json(document(command, ok=False, error={"type": type(error).__name__, "message": message}))
     print(f"flink-gpu {command}: error: {message}", file=sys.stderr)
     hint = _hint(error)
     if hint:
@@ -82,8 +81,7 @@ def error_message(error: BaseException) -> str:
 
 def _bare_os_error(error: BaseException) -> bool:
     """An OSError with only the C library's text (no sentence of ours saying what to do)."""
-    return (isinstance(error, OSError) and error.errno is not None
-            and error.strerror == os.strerror(error.errno))
+    return isinstance(error, OSError) and error.errno is not None and error.strerror == os.strerror(error.errno)
 
 
 def _is_simulator(library_path: str) -> bool:
@@ -99,11 +97,15 @@ def _hint(error: BaseException) -> "str | None":
     from flink_gpu.errors import NvmlError
 
     if isinstance(error, NvmlError) and _is_simulator(error.library_path):
-        return ("this NVML is the bundled simulator: it failed as its FLINK_GPU_SIM_* settings say "
-                "(a spec it rejects is named on the line above).")
+        return (
+            "this NVML is the bundled simulator: it failed as its FLINK_GPU_SIM_* settings say "
+            "(a spec it rejects is named on the line above)."
+        )
     if isinstance(error, NvmlError):
-        return ("no usable NVIDIA driver here? Try the bundled simulator: flink-gpu --simulate 4 "
-                "<command>; or point FLINK_GPU_NVML_LIBRARY at libnvidia-ml.so.1.")
+        return (
+            "no usable NVIDIA driver here? Try the bundled simulator: flink-gpu --simulate 4 "
+            "<command>; or point FLINK_GPU_NVML_LIBRARY at libnvidia-ml.so.1."
+        )
     if isinstance(error, PermissionError) and _bare_os_error(error):
         return "run as a user that may read and write the file, or choose another one with --file."
     return None
@@ -113,10 +115,15 @@ def _hint(error: BaseException) -> "str | None":
 _MIN_SHRUNK = 30
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "",
-          width: "int | None" = None, shrink: "int | None" = None,
-          style: Callable[[str], str] | None = None,
-          optional: Sequence[int] = ()) -> str:
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    indent: str = "",
+    width: "int | None" = None,
+    shrink: "int | None" = None,
+    style: Callable[[str], str] | None = None,
+    optional: Sequence[int] = (),
+) -> str:
     """Left-aligned columns separated by two spaces; ``None`` shows as ``-``.
 
     ``width`` (a terminal's columns) with ``shrink`` (a column's position): the ``optional`` columns
@@ -142,7 +149,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "
         if widths[shrink] > room:
             for row in cells[1:]:
                 if len(row[shrink]) > room:
-                    row[shrink] = row[shrink][:room - 3] + "..."
+                    row[shrink] = row[shrink][: room - 3] + "..."
             widths[shrink] = room
     lines = []
     for number, row in enumerate(cells):
@@ -161,7 +168,7 @@ def plural(count: int, word: str, many: "str | None" = None) -> str:
 def gib(size: "int | None") -> "str | None":
     if size is None:
         return None
-    return f"{size / 2 ** 30:.1f} GiB"
+    return f"{size / 2**30:.1f} GiB"
 
 
 def process_cmdline(pid: int) -> "list[str] | None":
@@ -185,11 +192,10 @@ def short_command(argv: "list[str] | None", width: int = _COMMAND_WIDTH) -> str:
         return "?"
     import shlex
 
-    text = " ".join(part if part.startswith("[") and len(argv) == 1 else shlex.quote(part)
-                    for part in argv)
+    text = " ".join(part if part.startswith("[") and len(argv) == 1 else shlex.quote(part) for part in argv)
     # a command line is anybody's bytes: newlines would break the table, escapes drive the terminal
     text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def owner_description(pid: int) -> str:

@@ -34,9 +34,12 @@ def _dump(data: object) -> str:
 
 def run(args: Namespace) -> int:
     from flink_gpu.config import Configuration
-    from flink_gpu.deployment import (TASK_MANAGER_MAIN_CONTAINER_NAME,
-                                      kubernetes_resource_requirements, merge_into_pod_template,
-                                      yarn_resources)
+    from flink_gpu.deployment import (
+        TASK_MANAGER_MAIN_CONTAINER_NAME,
+        kubernetes_resource_requirements,
+        merge_into_pod_template,
+        yarn_resources,
+    )
 
     if not os.path.exists(args.conf):
         raise UsageError(f"The configuration {args.conf} does not exist.")
@@ -53,15 +56,14 @@ def run(args: Namespace) -> int:
     try:
         config = Configuration.from_yaml(args.conf)
     except (FileNotFoundError, NotARegularFileError) as error:  # e.g. a conf directory without a
-        raise UsageError(str(error)) from None                   # configuration file: exit 2
+        raise UsageError(str(error)) from None  # configuration file: exit 2
     show_kubernetes = not args.yarn
     show_yarn = not args.kubernetes and args.pod_template is None
 
     fields = {"configuration": os.path.abspath(args.conf)}
     if show_kubernetes:
         requirements = kubernetes_resource_requirements(config)
-        pod = (merge_into_pod_template(args.pod_template, config)
-               if args.pod_template is not None else None)
+        pod = merge_into_pod_template(args.pod_template, config) if args.pod_template is not None else None
         fields["kubernetes"] = {**requirements, "pod": pod}
     if show_yarn:
         fields["yarn"] = yarn_resources(config, yarn_max)
@@ -76,12 +78,13 @@ def run(args: Namespace) -> int:
             print(_dump(kubernetes["pod"]))
         elif kubernetes["requests"]:
             print(f"Kubernetes: the TaskManager container ({TASK_MANAGER_MAIN_CONTAINER_NAME}) gets")
-            print(_indent(_dump({"resources": {"requests": kubernetes["requests"],
-                                               "limits": kubernetes["limits"]}})))
+            print(_indent(_dump({"resources": {"requests": kubernetes["requests"], "limits": kubernetes["limits"]}})))
         else:
-            print("Kubernetes: no external resource has a positive amount and a "
-                  "kubernetes.config-key (e.g. external-resource.gpu.kubernetes.config-key: "
-                  "nvidia.com/gpu); the TaskManager requests none.")
+            print(
+                "Kubernetes: no external resource has a positive amount and a "
+                "kubernetes.config-key (e.g. external-resource.gpu.kubernetes.config-key: "
+                "nvidia.com/gpu); the TaskManager requests none."
+            )
     if show_yarn:
         if show_kubernetes:
             print()
@@ -89,9 +92,11 @@ def run(args: Namespace) -> int:
             print("YARN: the TaskManager container gets")
             print(_indent(_dump(fields["yarn"])))
         else:
-            print("YARN: no external resource has a positive amount and a yarn.config-key "
-                  "(e.g. external-resource.gpu.yarn.config-key: yarn.io/gpu); the TaskManager "
-                  "requests none.")
+            print(
+                "YARN: no external resource has a positive amount and a yarn.config-key "
+                "(e.g. external-resource.gpu.yarn.config-key: yarn.io/gpu); the TaskManager "
+                "requests none."
+            )
     return 0
 
 

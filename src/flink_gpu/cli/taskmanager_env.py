@@ -34,8 +34,7 @@ def eval_command(args: Namespace) -> str:
 
 
 def run(args: Namespace) -> int:
-    env = taskmanager_environment(devices=args.simulate, spec=args.simulate_spec,
-                                  base=args.environment_before_simulate)
+    env = taskmanager_environment(devices=args.simulate, spec=args.simulate_spec, base=args.environment_before_simulate)
     if args.json:
         emit_json(document("taskmanager-env", environment=env))
         return 0

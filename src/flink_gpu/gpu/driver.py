@@ -39,8 +39,7 @@ class GPUDriver(ExternalResourceDriver):
     :meth:`retrieve_resource_info`. Use it as a context manager or call :meth:`close`.
     """
 
-    def __init__(self, config: Configuration | Mapping[str, object] | GPUDriverSettings | None = None
-                 ) -> None:
+    def __init__(self, config: Configuration | Mapping[str, object] | GPUDriverSettings | None = None) -> None:
         settings = config if isinstance(config, GPUDriverSettings) else GPUDriverSettings.from_config(config)
         self.settings = settings
         self._closed = False
@@ -67,11 +66,12 @@ class GPUDriver(ExternalResourceDriver):
         """
         amount = whole_amount(amount)
         if amount <= 0:
-            raise ValueError(
-                "The gpuAmount should be positive when retrieving the GPU resource information.")
+            raise ValueError("The gpuAmount should be positive when retrieving the GPU resource information.")
         if amount > _FLINK_AMOUNT_MAX:  # the stock script's bash would wrap it around to a small count
-            raise FlinkException(f"Could not get enough GPU resources: {amount} requested, more than "
-                                 f"any host has (Flink's amounts are at most {_FLINK_AMOUNT_MAX}).")
+            raise FlinkException(
+                f"Could not get enough GPU resources: {amount} requested, more than "
+                f"any host has (Flink's amounts are at most {_FLINK_AMOUNT_MAX})."
+            )
         if self._closed:
             raise FlinkException("This GPUDriver has been closed.")
         return self._backend.retrieve(amount)
@@ -92,16 +92,14 @@ class GPUDriver(ExternalResourceDriver):
 class GPUDriverFactory(ExternalResourceDriverFactory):
     """Flink's ``org.apache.flink.externalresource.gpu.GPUDriverFactory``."""
 
-    def create_external_resource_driver(
-            self, config: Configuration | Mapping[str, object] | None) -> GPUDriver:
+    def create_external_resource_driver(self, config: Configuration | Mapping[str, object] | None) -> GPUDriver:
         return GPUDriver(config)
 
 
 def _script_backend(settings: GPUDriverSettings, path: str) -> ScriptDiscovery:
     from flink_gpu.gpu.script import ScriptDiscovery, check_script
 
-    key = param_prefix(settings.resource_name or _UNKNOWN_RESOURCE) + \
-        GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key
+    key = param_prefix(settings.resource_name or _UNKNOWN_RESOURCE) + GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key
     return ScriptDiscovery(check_script(path, key), settings)
 
 
@@ -115,9 +113,11 @@ def _nvml_backend(nvml: Library, settings: GPUDriverSettings) -> NvmlDiscovery:
 
 
 # A host without a GPU (a laptop, CI) has no NVML: say how to get simulated GPUs instead.
-_NO_GPU_HINT = ("No GPU on this host? Use the bundled NVML simulator: run under "
-                "`eval \"$(flink-gpu --simulate 4 taskmanager-env)\"` (or flink_gpu.simulator.run), "
-                "which sets FLINK_GPU_NVML_LIBRARY and FLINK_GPU_SIM_DEVICES before NVML starts.")
+_NO_GPU_HINT = (
+    "No GPU on this host? Use the bundled NVML simulator: run under "
+    '`eval "$(flink-gpu --simulate 4 taskmanager-env)"` (or flink_gpu.simulator.run), '
+    "which sets FLINK_GPU_NVML_LIBRARY and FLINK_GPU_SIM_DEVICES before NVML starts."
+)
 
 
 def _auto(settings: GPUDriverSettings) -> tuple[Backend, str, str]:
@@ -139,12 +139,17 @@ def _auto(settings: GPUDriverSettings) -> tuple[Backend, str, str]:
             raise DiscoveryScriptNotFound(
                 missing.path,
                 f"{missing} discovery-mode is 'auto', {path_key} is not set and NVML is "
-                f"not usable ({error}), so the default script was tried. {_NO_GPU_HINT}") from None
-        return (backend, "script",
-                f"{path_key} is not set and NVML is not usable ({error}); running "
-                f"{DEFAULT_DISCOVERY_SCRIPT}")
+                f"not usable ({error}), so the default script was tried. {_NO_GPU_HINT}",
+            ) from None
+        return (
+            backend,
+            "script",
+            f"{path_key} is not set and NVML is not usable ({error}); running {DEFAULT_DISCOVERY_SCRIPT}",
+        )
     backend = NvmlDiscovery(nvml, settings)
     version = nvml.driver_version
-    return (backend, "nvml",
-            f"{path_key} is not set and NVML loaded from {nvml.library_path}"
-            + (f" (driver {version})" if version else ""))
+    return (
+        backend,
+        "nvml",
+        f"{path_key} is not set and NVML loaded from {nvml.library_path}" + (f" (driver {version})" if version else ""),
+    )

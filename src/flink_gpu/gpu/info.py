@@ -38,6 +38,7 @@ PROPERTY_PARENT_UUID = "parent.uuid"
 PROPERTY_MIG_GI = "mig.gi"
 PROPERTY_MIG_CI = "mig.ci"
 
+
 class GPUInfo(ExternalResourceInfo):
     """One GPU as Flink's ``GPUInfo``: an index plus, from the NVML backend, static properties.
 
@@ -59,12 +60,10 @@ class GPUInfo(ExternalResourceInfo):
         if properties:
             properties = dict(properties)
             if PROPERTY_INDEX in properties:
-                raise ValueError(
-                    "GPUInfo properties must not contain 'index'; pass it as the index.")
+                raise ValueError("GPUInfo properties must not contain 'index'; pass it as the index.")
             for key, value in properties.items():
                 if type(key) is not str or type(value) is not str:
-                    raise TypeError(
-                        f"GPUInfo properties must map str to str, got {key!r}: {value!r}")
+                    raise TypeError(f"GPUInfo properties must map str to str, got {key!r}: {value!r}")
         else:
             properties = None
         object.__setattr__(self, "_properties", properties)
@@ -132,13 +131,19 @@ def cuda_visible_devices(infos: Iterable[ExternalResourceInfo]) -> str:
 
     ordered = index_sort_order(infos, lambda info: info.get_property(PROPERTY_INDEX) or "")
     # a unit as the NVML backend describes it, or by its index alone (a Java GPUInfo, flink-gpu-discovery)
-    units = [info for info in ordered if info.get_property(PROPERTY_PARENT_INDEX) is not None
-             or unit_parent(info.get_property(PROPERTY_INDEX) or "") is not None]
+    units = [
+        info
+        for info in ordered
+        if info.get_property(PROPERTY_PARENT_INDEX) is not None
+        or unit_parent(info.get_property(PROPERTY_INDEX) or "") is not None
+    ]
     if len(units) > 1:
         named = ", ".join(_index_of(info) for info in units)
-        raise ValueError(f"A CUDA process can use only one MIG instance, but the infos hold {len(units)} "
-                         f"({named}): give each slot its own unit (one GPU per slot, e.g. "
-                         "cuda_visible_devices([info]) in each subtask) instead of exposing them all.")
+        raise ValueError(
+            f"A CUDA process can use only one MIG instance, but the infos hold {len(units)} "
+            f"({named}): give each slot its own unit (one GPU per slot, e.g. "
+            "cuda_visible_devices([info]) in each subtask) instead of exposing them all."
+        )
     for unit in units:
         if not unit.get_property(PROPERTY_UUID):
             index = _index_of(unit)
@@ -147,7 +152,8 @@ def cuda_visible_devices(infos: Iterable[ExternalResourceInfo]) -> str:
                 f"MIG instance {index} has no uuid: CUDA reaches a MIG instance only by its MIG- uuid, and "
                 f"'{gpu}' in CUDA_VISIBLE_DEVICES would mean the whole GPU {gpu}, on which CUDA picks an instance "
                 "of its own, possibly another slot's. Use infos from the NVML backend (discovery-mode nvml, "
-                "which gives the uuid), or set CUDA_VISIBLE_DEVICES to the unit's MIG- uuid (nvidia-smi -L).")
+                "which gives the uuid), or set CUDA_VISIBLE_DEVICES to the unit's MIG- uuid (nvidia-smi -L)."
+            )
     uuids = [uuid for info in ordered if (uuid := info.get_property(PROPERTY_UUID))]
     if ordered and len(uuids) == len(ordered):
         return ",".join(uuids)
@@ -158,7 +164,9 @@ def _index_of(info: ExternalResourceInfo) -> str:
     """The ``index`` of ``info``; an info without one (another resource's) cannot be named to CUDA."""
     index = info.get_property(PROPERTY_INDEX)
     if index is None:
-        raise ValueError(f"{info!r} has no 'index' property, so CUDA_VISIBLE_DEVICES cannot name it: "
-                         "pass cuda_visible_devices the infos of a GPU resource (GPUInfo), not another "
-                         "resource's.")
+        raise ValueError(
+            f"{info!r} has no 'index' property, so CUDA_VISIBLE_DEVICES cannot name it: "
+            "pass cuda_visible_devices the infos of a GPU resource (GPUInfo), not another "
+            "resource's."
+        )
     return index

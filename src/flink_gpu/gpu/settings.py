@@ -16,8 +16,14 @@ from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
-from flink_gpu.nvml import (BUSY_GPUS_VALUES, DEFAULT_METRICS_INTERVAL, DEFAULT_NVML_TIMEOUT, HEALTH_CHECKS,
-                            MIN_METRICS_INTERVAL, busy_policy)
+from flink_gpu.nvml import (
+    BUSY_GPUS_VALUES,
+    DEFAULT_METRICS_INTERVAL,
+    DEFAULT_NVML_TIMEOUT,
+    HEALTH_CHECKS,
+    MIN_METRICS_INTERVAL,
+    busy_policy,
+)
 from flink_gpu.script_protocol import BUSY_GPUS_FLAG, NVML_TIMEOUT_FLAG, ScriptArgs, parse_script_args, warn_ignored
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
@@ -43,8 +49,9 @@ class GPUDriverSettings:
     nvml_timeout_set: bool = False  # nvml-timeout is configured (it then overrides --nvml-timeout in the args)
 
     @classmethod
-    def from_config(cls, params: "Configuration | Mapping[str, object] | None",
-                    resource_name: "str | None" = None) -> GPUDriverSettings:
+    def from_config(
+        cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None" = None
+    ) -> GPUDriverSettings:
         """The settings in ``params`` (the driver-relative keys, ``external-resource.<name>.param.``
         stripped). Raises ``IllegalConfigurationException`` for a bad mode, timeout, busy-gpus, health-checks or
         metrics.interval,
@@ -66,8 +73,9 @@ class GPUDriverSettings:
         return cls._read(params, resource_name)
 
     @classmethod
-    def _read(cls, params: "Configuration | Mapping[str, object] | None",
-              resource_name: "str | None") -> GPUDriverSettings:
+    def _read(
+        cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None"
+    ) -> GPUDriverSettings:
         config = Configuration.coerce(params)
         mode = _choice(config, GPUDriverOptions.DISCOVERY_MODE, DISCOVERY_MODES, resource_name)
         timeout = _positive_duration(config, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT, resource_name)
@@ -80,23 +88,34 @@ class GPUDriverSettings:
             raise IllegalConfigurationException(
                 f"Invalid value for key '{_key(interval_option, resource_name)}': the GPU gauges read NVML at "
                 f"most every {MIN_METRICS_INTERVAL:g} s, got {metrics_interval:g} s; set at least "
-                f"{MIN_METRICS_INTERVAL:g} s (default {DEFAULT_METRICS_INTERVAL:g} s).")
+                f"{MIN_METRICS_INTERVAL:g} s (default {DEFAULT_METRICS_INTERVAL:g} s)."
+            )
         args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
         library_path = config.get(GPUDriverOptions.NVML_LIBRARY_PATH)
         if library_path is not None and not library_path.strip():
             library_path = None
         path_option = GPUDriverOptions.DISCOVERY_SCRIPT_PATH
-        return cls(mode=mode, script_path=config.get(path_option),
-                   script_path_set=config.contains(path_option), script_args_text=args,
-                   script_args=parse_script_args(args, warn=False), timeout=timeout,
-                   library_path=library_path, resource_name=resource_name, busy_gpus=busy_gpus,
-                   busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS), health_checks=health_checks,
-                   metrics_interval=metrics_interval, nvml_timeout=nvml_timeout,
-                   nvml_timeout_set=config.contains(GPUDriverOptions.NVML_TIMEOUT))
+        return cls(
+            mode=mode,
+            script_path=config.get(path_option),
+            script_path_set=config.contains(path_option),
+            script_args_text=args,
+            script_args=parse_script_args(args, warn=False),
+            timeout=timeout,
+            library_path=library_path,
+            resource_name=resource_name,
+            busy_gpus=busy_gpus,
+            busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS),
+            health_checks=health_checks,
+            metrics_interval=metrics_interval,
+            nvml_timeout=nvml_timeout,
+            nvml_timeout_set=config.contains(GPUDriverOptions.NVML_TIMEOUT),
+        )
 
     @classmethod
-    def from_config_lenient(cls, params: "Configuration | Mapping[str, object] | None",
-                            resource_name: "str | None" = None) -> GPUDriverSettings:
+    def from_config_lenient(
+        cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None" = None
+    ) -> GPUDriverSettings:
         """As :meth:`from_config`, but an invalid option of ours (``discovery-mode``,
         ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``, ``metrics.interval``, ``nvml-timeout``) takes
         its default instead of failing; valid
@@ -107,15 +126,19 @@ class GPUDriverSettings:
         see what its TaskManager does; doctor also uses it to go on checking after it reported
         the invalid option."""
         given = Configuration.coerce(params).to_dict()
-        ours = (GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key,
-                GPUDriverOptions.BUSY_GPUS.key, GPUDriverOptions.HEALTH_CHECKS.key,
-                GPUDriverOptions.METRICS_INTERVAL.key, GPUDriverOptions.NVML_TIMEOUT.key)
+        ours = (
+            GPUDriverOptions.DISCOVERY_MODE.key,
+            GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key,
+            GPUDriverOptions.BUSY_GPUS.key,
+            GPUDriverOptions.HEALTH_CHECKS.key,
+            GPUDriverOptions.METRICS_INTERVAL.key,
+            GPUDriverOptions.NVML_TIMEOUT.key,
+        )
         # the fewest options left out that make the rest valid
         for count in range(len(ours) + 1):
             for left_out in itertools.combinations(ours, count):
                 try:
-                    return cls.from_config(
-                        {k: v for k, v in given.items() if k not in left_out}, resource_name)
+                    return cls.from_config({k: v for k, v in given.items() if k not in left_out}, resource_name)
                 except IllegalConfigurationException:
                     if count == len(ours):
                         raise
@@ -139,14 +162,20 @@ class GPUDriverSettings:
             raise IllegalConfigurationException(
                 f"Invalid value '{given}' for {BUSY_GPUS_FLAG} in "
                 f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': expected one of "
-                f"{', '.join(BUSY_GPUS_VALUES)}.")
+                f"{', '.join(BUSY_GPUS_VALUES)}."
+            )
         if not self.busy_gpus_set:
             return in_args or self.busy_gpus
         if warn and in_args is not None and in_args != self.busy_gpus:
-            _log.warning("'%s' is '%s' but '%s' has %s %s; using '%s'.",
-                         self.key(GPUDriverOptions.BUSY_GPUS), self.busy_gpus,
-                         self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG), BUSY_GPUS_FLAG, in_args,
-                         self.busy_gpus)
+            _log.warning(
+                "'%s' is '%s' but '%s' has %s %s; using '%s'.",
+                self.key(GPUDriverOptions.BUSY_GPUS),
+                self.busy_gpus,
+                self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG),
+                BUSY_GPUS_FLAG,
+                in_args,
+                self.busy_gpus,
+            )
         return self.busy_gpus
 
     def nvml_timeout_seconds(self) -> float:
@@ -168,13 +197,13 @@ class GPUDriverSettings:
         if seconds is None or not seconds > 0:
             raise IllegalConfigurationException(
                 f"Invalid value '{given}' for {NVML_TIMEOUT_FLAG} in "
-                f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': {why}.")
+                f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': {why}."
+            )
         return seconds
 
     def warn_ignored_args(self) -> None:
         """WARN about what the stock script's grammar ignores in ``discovery-script.args``."""
-        warn_ignored(self.script_args, self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG),
-                     self.script_args_text)
+        warn_ignored(self.script_args, self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG), self.script_args_text)
 
 
 # (resource name, the params' items) -> their settings; cleared when full (configurations are few)
@@ -194,16 +223,15 @@ def _cache_key(params: object, resource_name: "str | None") -> "tuple | None":
     return resource_name, items
 
 
-def _choice(config: Configuration, option: ConfigOption, allowed, resource_name: "str | None",
-            named=None) -> str:
+def _choice(config: Configuration, option: ConfigOption, allowed, resource_name: "str | None", named=None) -> str:
     """``option``'s value, case and surrounding blanks ignored, one of ``allowed``; ``named``: the rule that
     reads it instead, when the core has one (the choice, or None)."""
     value = config.get(option)
     choice = value.strip().lower() if named is None else named(value)
     if choice not in allowed:
         raise IllegalConfigurationException(
-            f"Invalid value '{value}' for key '{_key(option, resource_name)}': expected one of "
-            f"{', '.join(allowed)}.")
+            f"Invalid value '{value}' for key '{_key(option, resource_name)}': expected one of {', '.join(allowed)}."
+        )
     return choice
 
 
@@ -212,8 +240,8 @@ def _positive_duration(config: Configuration, option: ConfigOption, resource_nam
     value = config.get(option)
     if not value > 0:
         raise IllegalConfigurationException(
-            f"Invalid value for key '{_key(option, resource_name)}': the timeout must "
-            f"be positive, got {value} s.")
+            f"Invalid value for key '{_key(option, resource_name)}': the timeout must be positive, got {value} s."
+        )
     return value
 
 
@@ -234,7 +262,8 @@ def _health_checks(config: Configuration, resource_name: "str | None") -> "tuple
             raise IllegalConfigurationException(
                 f"Invalid value '{value}' for key '{_key(option, resource_name)}': "
                 f"{item.strip()!r} is not a health check; use all, {', '.join(HEALTH_CHECKS)}, "
-                "each optionally prefixed with '-' to leave it out (e.g. 'all,-inforom').")
+                "each optionally prefixed with '-' to leave it out (e.g. 'all,-inforom')."
+            )
     return tuple(name for name in HEALTH_CHECKS if name in enforced)
 
 

@@ -6,12 +6,13 @@ import os
 import pytest
 
 from conftest import child_env
-from support.cli import cli, gpu_conf, run_doctor, only
+from support.cli import cli, gpu_conf, only, run_doctor
 
 
 def test_doctor_reports_lines_the_legacy_parser_skips(tmp_path, good_script):
     text = gpu_conf(discovery_script_path=good_script).replace(
-        "external-resource.gpu.amount: 1", "external-resource.gpu.amount:1")
+        "external-resource.gpu.amount: 1", "external-resource.gpu.amount:1"
+    )
     doc = run_doctor(tmp_path, text, expect=1)
     warning = only(doc, "configuration", "warning")
     assert f"{tmp_path / 'flink-conf.yaml'}:2" in warning["message"]
@@ -28,14 +29,14 @@ def test_doctor_configuration_resolution(tmp_path):
     proc = cli("doctor", tmp_path, env=env)  # a directory without a configuration file
     assert proc.returncode == 2 and "no config.yaml or flink-conf.yaml" in proc.stderr
     (tmp_path / "config.yaml").write_text("external-resources: [gpu\n")
-    proc = cli("doctor", "--json", env=child_env(FLINK_HOME=str(tmp_path / "nothome"),
-                                                 FLINK_CONF_DIR=str(tmp_path)))
+    proc = cli("doctor", "--json", env=child_env(FLINK_HOME=str(tmp_path / "nothome"), FLINK_CONF_DIR=str(tmp_path)))
     assert proc.returncode == 1
     error = only(json.loads(proc.stdout), "configuration", "error")
     assert "Invalid YAML" in error["message"] and str(tmp_path / "config.yaml") in error["message"]
 
 
 # doctor picks a conf directory's file as Flink does, and says what an odd one is
+
 
 def test_doctor_on_a_conf_directory_whose_config_file_is_a_fifo_says_so(tmp_path):
     # doctor used to skip a config.yaml that is not a regular file and check flink-conf.yaml, a
@@ -62,4 +63,3 @@ def test_doctor_on_a_conf_directory_whose_config_file_is_no_file_says_what_it_is
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"{config} {what}" in proc.stdout + proc.stderr
     assert "no config.yaml" not in proc.stdout + proc.stderr
-

@@ -3,7 +3,7 @@
 import json
 
 from conftest import child_env, dead_pid
-from support.cli import cli, cli_json, write_script, gpu_conf, run_doctor, findings, only
+from support.cli import cli, cli_json, findings, gpu_conf, only, run_doctor, write_script
 from support.interop import find_discovery_executable
 
 
@@ -19,21 +19,18 @@ def test_doctor_coordination_off_with_several_taskmanagers(tmp_path):
     assert "2 TaskManagers share host node-a" in error["message"]
     assert "--enable-coordination-mode" in error["fix"]
 
-    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good_script), "--taskmanagers-per-host", "3",
-                     expect=1)
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good_script), "--taskmanagers-per-host", "3", expect=1)
     assert "3 TaskManagers share a host" in only(doc, "coordination", "error")["message"]
     # unknown: a note, not a failure
     doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good_script), expect=0)
     assert "cannot tell how many TaskManagers" in only(doc, "coordination", "note")["message"]
     # Kubernetes isolates the GPUs of each TaskManager pod
-    text = gpu_conf(discovery_script_path=good_script) + \
-        "external-resource.gpu.kubernetes.config-key: nvidia.com/gpu\n"
+    text = gpu_conf(discovery_script_path=good_script) + "external-resource.gpu.kubernetes.config-key: nvidia.com/gpu\n"
     doc = run_doctor(tmp_path, text, expect=0)
     assert "Kubernetes/YARN" in only(doc, "coordination", "note")["message"]
     # a custom script may coordinate by itself: doctor says it cannot tell
     custom = write_script(tmp_path / "custom.sh", 'echo "0"\n')
-    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=custom), "--taskmanagers-per-host",
-                     "2", expect=0)
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=custom), "--taskmanagers-per-host", "2", expect=0)
     assert "cannot tell whether the custom discovery script" in only(doc, "coordination", "note")["message"]
 
 
@@ -44,10 +41,17 @@ def test_doctor_coordination_on_runs_the_script_without_claiming(tmp_path, holde
     with open(coord, "a") as handle:
         handle.write(f"3 {dead_pid()}\nbroken line\n")
     before = coord.read_text()
-    doc = run_doctor(tmp_path, gpu_conf(amount=2, discovery_script_path=exe,
-                                        discovery_script_args=f"--enable-coordination-mode "
-                                                              f"--coordination-file {coord}"),
-                     "--taskmanagers-per-host", "2", expect=0)
+    doc = run_doctor(
+        tmp_path,
+        gpu_conf(
+            amount=2,
+            discovery_script_path=exe,
+            discovery_script_args=f"--enable-coordination-mode --coordination-file {coord}",
+        ),
+        "--taskmanagers-per-host",
+        "2",
+        expect=0,
+    )
     assert coord.read_text() == before  # nothing claimed, nothing cleaned
     ok = only(doc, "script-run", "ok")["message"]
     assert "gave GPU 0" in ok and "nothing was claimed" in ok
@@ -56,9 +60,15 @@ def test_doctor_coordination_on_runs_the_script_without_claiming(tmp_path, holde
     assert any(w["fix"] == f"flink-gpu coordination clean --file {coord}" for w in warnings)
     assert any("'broken line'" in w["message"] for w in warnings)
     # 3 TaskManagers of 2 GPUs each do not fit 4 GPUs
-    doc = run_doctor(tmp_path, gpu_conf(amount=2, discovery_script_path=exe,
-                                        discovery_script_args="--enable-coordination-mode "
-                                                              f"--coordination-file {coord}"),
-                     "--taskmanagers-per-host", "3", expect=1)
+    doc = run_doctor(
+        tmp_path,
+        gpu_conf(
+            amount=2,
+            discovery_script_path=exe,
+            discovery_script_args=f"--enable-coordination-mode --coordination-file {coord}",
+        ),
+        "--taskmanagers-per-host",
+        "3",
+        expect=1,
+    )
     assert "3 TaskManagers per host" in only(doc, "gpu-count", "error")["message"]
-

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import child_env
-from support.cli import JAVA_FACTORY, gpu_conf, run_doctor, findings, only
+from support.cli import JAVA_FACTORY, findings, gpu_conf, only, run_doctor
 
 
 def test_doctor_factory_missing_or_unknown(tmp_path):
@@ -28,28 +28,39 @@ def test_doctor_factory_missing_or_unknown(tmp_path):
     assert "no_such_pkg" in only(doc, "factory", "error")["message"]
 
 
-@pytest.mark.parametrize("factory, level, message", [
-    ("flink_gpu_test_drivers:RecordingFactory", "ok", "The driver of 'fpga' was created"),
-    ("flink_gpu_test_drivers:RaisingFactory", "error",
-     "cannot create the driver of 'fpga': FlinkException: the device is not there"),
-    ("flink_gpu_test_drivers:ConstructorRaisingFactory", "error",
-     "raised RuntimeError: cannot construct"),
-    ("flink_gpu_test_broken_driver:Factory", "error", "cannot be loaded"),
-])
+@pytest.mark.parametrize(
+    "factory, level, message",
+    [
+        ("flink_gpu_test_drivers:RecordingFactory", "ok", "The driver of 'fpga' was created"),
+        (
+            "flink_gpu_test_drivers:RaisingFactory",
+            "error",
+            "cannot create the driver of 'fpga': FlinkException: the device is not there",
+        ),
+        ("flink_gpu_test_drivers:ConstructorRaisingFactory", "error", "raised RuntimeError: cannot construct"),
+        ("flink_gpu_test_broken_driver:Factory", "error", "cannot be loaded"),
+    ],
+)
 def test_doctor_builds_other_drivers_without_running_them(tmp_path, factory, level, message):
-    text = ("external-resources: fpga\nexternal-resource.fpga.amount: 1\n"
-            f"external-resource.fpga.driver-factory.class: {factory}\n")
+    text = (
+        "external-resources: fpga\nexternal-resource.fpga.amount: 1\n"
+        f"external-resource.fpga.driver-factory.class: {factory}\n"
+    )
     env = child_env()
     fixtures = str(Path(__file__).resolve().parents[2] / "fixtures")  # tests/fixtures
     env["PYTHONPATH"] = os.pathsep.join([fixtures, env["PYTHONPATH"]])
     doc = run_doctor(tmp_path, text, env=env)
-    found = [f for f in doc["findings"] if f["check"] in ("factory", "driver")
-             and f["level"] == level and message in f["message"]]
+    found = [
+        f
+        for f in doc["findings"]
+        if f["check"] in ("factory", "driver") and f["level"] == level and message in f["message"]
+    ]
     assert found, json.dumps(doc["findings"], indent=1)
     assert not findings(doc, "script-run") and not findings(doc, "coordination")
 
 
 # doctor resolves the factory name exactly as a worker does (no stripping)
+
 
 def test_doctor_does_not_pass_a_factory_name_a_worker_cannot_load(tmp_path):
     import json
@@ -57,15 +68,31 @@ def test_doctor_does_not_pass_a_factory_name_a_worker_cannot_load(tmp_path):
     from flink_gpu import load_external_resources
 
     conf = tmp_path / "config.yaml"
-    conf.write_text('external-resources: gpu\nexternal-resource:\n  gpu:\n    amount: 1\n'
-                    '    driver-factory:\n      class: "flink_gpu.GPUDriverFactory "\n')
+    conf.write_text(
+        "external-resources: gpu\nexternal-resource:\n  gpu:\n    amount: 1\n"
+        '    driver-factory:\n      class: "flink_gpu.GPUDriverFactory "\n'
+    )
     provider = load_external_resources(str(conf))
     assert "was not found" in provider.missing_reason("gpu")  # what a worker does with it
-    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "doctor", str(conf), "--json",
-                           "--simulate", "2", "--taskmanagers-per-host", "1"],
-                          env=child_env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flink_gpu.cli",
+            "doctor",
+            str(conf),
+            "--json",
+            "--simulate",
+            "2",
+            "--taskmanagers-per-host",
+            "1",
+        ],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     doc = json.loads(proc.stdout)
     factory = [f for f in doc["findings"] if f["check"] == "factory"]
     assert [f["level"] for f in factory] == ["error"], factory
     assert proc.returncode == 1
-

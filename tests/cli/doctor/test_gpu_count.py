@@ -15,4 +15,3 @@ def test_doctor_reports_a_mig_gpu_without_instances_and_a_pending_mode(tmp_path)
     messages = [f["message"] for f in doc["findings"] if f["check"] == "nvml"]
     assert any("MIG mode is enabled but it has no MIG instances" in m for m in messages)
     assert any("MIG mode pending a reset" in m for m in messages)
-

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from conftest import child_env
-from support.cli import JAVA_FACTORY, cli, gpu_conf, run_doctor, only
+from support.cli import JAVA_FACTORY, cli, gpu_conf, only, run_doctor
 
 
 def test_doctor_no_resource_listed(tmp_path):
@@ -17,8 +17,12 @@ def test_doctor_no_resource_listed(tmp_path):
     assert "'none'" in only(doc, "resource-list", "error")["message"]
     # the human output prints a multi-line fix indented under its finding
     proc = cli("doctor", tmp_path / "flink-conf.yaml", env=child_env())
-    assert re.search(r"^\[FAIL\] No external resource is enabled.*\n       fix: Add to the "
-                     r"configuration:\n            external-resources: gpu\n", proc.stdout, re.M)
+    assert re.search(
+        r"^\[FAIL\] No external resource is enabled.*\n       fix: Add to the "
+        r"configuration:\n            external-resources: gpu\n",
+        proc.stdout,
+        re.M,
+    )
     assert "1 check failed" in proc.stdout
 
 
@@ -33,19 +37,21 @@ def test_doctor_resource_configured_but_not_listed(tmp_path, good_script):
 
 
 def test_doctor_bad_resource_list_quoting(tmp_path):
-    doc = run_doctor(tmp_path, "external-resources: \"gpu;fpga\n", expect=1)
+    doc = run_doctor(tmp_path, 'external-resources: "gpu;fpga\n', expect=1)
     assert "Quoting was not closed properly" in only(doc, "resource-list", "error")["message"]
 
 
-@pytest.mark.parametrize("amount, message", [
-    (None, "external-resource.gpu.amount is not set"),
-    (0, "external-resource.gpu.amount is 0: it must be positive"),
-    (-2, "external-resource.gpu.amount is -2"),
-    ("two", "Could not parse value 'two' for key 'external-resource.gpu.amount'."),
-])
+@pytest.mark.parametrize(
+    "amount, message",
+    [
+        (None, "external-resource.gpu.amount is not set"),
+        (0, "external-resource.gpu.amount is 0: it must be positive"),
+        (-2, "external-resource.gpu.amount is -2"),
+        ("two", "Could not parse value 'two' for key 'external-resource.gpu.amount'."),
+    ],
+)
 def test_doctor_amount(tmp_path, good_script, amount, message):
     doc = run_doctor(tmp_path, gpu_conf(amount=amount, discovery_script_path=good_script), expect=1)
     error = only(doc, "amount", "error")
     assert message in error["message"]
     assert "external-resource.gpu.amount: 1" in error["fix"]
-

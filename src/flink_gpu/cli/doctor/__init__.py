@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from flink_gpu.cli._output import document, emit_json
 from flink_gpu.cli.doctor import configuration, factory, gpu_plugin, resources, taskmanagers
-from flink_gpu.cli.doctor.taskmanager_env import check_taskmanager_environment
 from flink_gpu.cli.doctor.findings import Checkup, print_report
+from flink_gpu.cli.doctor.taskmanager_env import check_taskmanager_environment
 from flink_gpu.framework import JAVA_FACTORY_ALIASES, param_prefix
 
 TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
@@ -62,9 +62,16 @@ def run(args: argparse.Namespace) -> int:
     summary = checkup.summary()
     ok = summary["errors"] == 0
     if args.json:
-        emit_json(document("doctor", ok=ok, configuration=checkup.file,
-                           flink_home=checkup.flink_home,
-                           findings=[f._asdict() for f in checkup.findings], summary=summary))
+        emit_json(
+            document(
+                "doctor",
+                ok=ok,
+                configuration=checkup.file,
+                flink_home=checkup.flink_home,
+                findings=[f._asdict() for f in checkup.findings],
+                summary=summary,
+            )
+        )
     else:
         print_report(checkup)
     return 0 if ok else 1

@@ -34,8 +34,14 @@ class Checkup:
     Every check module reads the run's facts from here and reports with :meth:`add`.
     """
 
-    def __init__(self, args: argparse.Namespace, file: str, conf_dir: str, flink_home: "str | None",
-                 flink_home_source: "str | None") -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        file: str,
+        conf_dir: str,
+        flink_home: "str | None",
+        flink_home_source: "str | None",
+    ) -> None:
         self.args = args
         self.file = file
         self.conf_dir = conf_dir
@@ -59,13 +65,13 @@ class Checkup:
     def config(self, config: Configuration) -> None:
         self._config = config
 
-    def add(self, level: str, check: str, message: str, fix: "str | None" = None,
-            resource: "str | None" = None) -> None:
+    def add(
+        self, level: str, check: str, message: str, fix: "str | None" = None, resource: "str | None" = None
+    ) -> None:
         self.findings.append(Finding(resource, check, level, message, fix))
 
     def summary(self) -> dict[str, int]:
-        count = {level: sum(1 for f in self.findings if f.level == level)
-                 for level in ("error", "warning", "note")}
+        count = {level: sum(1 for f in self.findings if f.level == level) for level in ("error", "warning", "note")}
         return {"errors": count["error"], "warnings": count["warning"], "notes": count["note"]}
 
 
@@ -73,8 +79,10 @@ def print_report(checkup: Checkup) -> None:
     """The text report: where the configuration is, each finding with its fix, a summary line."""
     print(f"Configuration: {checkup.file}")
     if checkup.flink_home:
-        print(f"FLINK_HOME: {checkup.flink_home}"
-              + (f" ({checkup.flink_home_source})" if checkup.flink_home_source else ""))
+        print(
+            f"FLINK_HOME: {checkup.flink_home}"
+            + (f" ({checkup.flink_home_source})" if checkup.flink_home_source else "")
+        )
     print()
     for finding in checkup.findings:
         prefix = _LEVELS[finding.level]
@@ -88,8 +96,6 @@ def print_report(checkup: Checkup) -> None:
     summary = checkup.summary()
     print()
     if summary["errors"]:
-        print(f"{plural(summary['errors'], 'check')} failed, "
-              f"{plural(summary['warnings'], 'warning')}.")
+        print(f"{plural(summary['errors'], 'check')} failed, {plural(summary['warnings'], 'warning')}.")
     else:
-        print(f"No problem found ({plural(summary['warnings'], 'warning')}, "
-              f"{plural(summary['notes'], 'note')}).")
+        print(f"No problem found ({plural(summary['warnings'], 'warning')}, {plural(summary['notes'], 'note')}).")
