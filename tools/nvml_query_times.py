@@ -47,7 +47,10 @@ def _time(call: Callable[[], object], calls: int) -> dict:
 def queries(pynvml, handle) -> "dict[str, Callable[[], object]]":
     """The per-device queries flink-gpu makes, by NVML's name (one call each)."""
     n = pynvml
-    fields = [n.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION] if hasattr(n, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION") else []
+    # the one batch a claim reads per GPU (csrc/device_state.cpp; docs/design.md §9.1, "Query plan")
+    names = ["NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_ECC_CURRENT", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL",
+             "NVML_FI_DEV_REMAPPED_PENDING", "NVML_FI_DEV_REMAPPED_FAILURE", "NVML_FI_DEV_RETIRED_PENDING"]
+    fields = [getattr(n, name) for name in names if hasattr(n, name)]
     out = {
         "nvmlDeviceGetUUID": lambda: n.nvmlDeviceGetUUID(handle),
         "nvmlDeviceGetName": lambda: n.nvmlDeviceGetName(handle),
@@ -75,7 +78,7 @@ def queries(pynvml, handle) -> "dict[str, Callable[[], object]]":
         ),
     }
     if fields:
-        out["nvmlDeviceGetFieldValues(recovery action)"] = lambda: n.nvmlDeviceGetFieldValues(handle, fields)
+        out[f"nvmlDeviceGetFieldValues({len(fields)} health fields)"] = lambda: n.nvmlDeviceGetFieldValues(handle, fields)
     if hasattr(n, "nvmlDeviceGetGpuFabricInfo"):
         info = n.c_nvmlGpuFabricInfo_t()  # v1: what the oldest driver with the call answers
         out["nvmlDeviceGetGpuFabricInfo"] = lambda: n.nvmlDeviceGetGpuFabricInfo(handle, n.byref(info))
