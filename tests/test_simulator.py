@@ -239,6 +239,55 @@ def test_a_hang_is_released_by_another_process(tmp_path):
     assert json.loads(out) == {"rc": 0, "file_at_answer": False}
 
 
+def test_a_child_forked_while_another_thread_holds_the_driver_lock_can_call_nvml(tmp_path):
+    # the real loader forks (a DataLoader worker) and initialises NVML again in the child, while a
+    # thread of the parent may be inside a call: the child has no such thread to release the lock
+    release = tmp_path / "hang"
+    release.touch()
+    spec = {"devices": [{}, {}], "hang": [{"query": "power", "while_exists": str(release)}]}
+    got = run_nvml_child(f"""
+        import select
+        hung = threading.Thread(target=power, args=(handle(0),))
+        hung.start()
+        wait_for_call("nvmlDeviceGetPowerUsage", "0")
+        answer, answer_out = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            count = ctypes.c_uint()
+            rc = nvml.nvmlInit_v2(), nvml.nvmlDeviceGetCount_v2(ctypes.byref(count))
+            os.write(answer_out, json.dumps([*rc, count.value]).encode())
+            os._exit(0)
+        os.close(answer_out)
+        answered = select.select([answer], [], [], 30)[0]  # bounds a child stuck on the lock
+        child = json.loads(os.read(answer, 100)) if answered else "no answer"
+        if not answered:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.unlink({str(release)!r})
+        hung.join()
+        print(json.dumps(child))
+    """, spec)
+    assert got == [0, 0, 2]
+
+
+def test_the_driver_lock_time_is_counted_from_the_reset_on(tmp_path):
+    release = tmp_path / "hang"
+    release.touch()
+    spec = {"devices": [{}], "hang": [{"query": "power", "while_exists": str(release)}]}
+    got = run_nvml_child(f"""
+        import time
+        hung = threading.Thread(target=power, args=(handle(0),))
+        hung.start()
+        wait_for_call("nvmlDeviceGetPowerUsage", "0")
+        time.sleep(0.3)  # lock time before the reset: the interval the counters must leave out
+        simulator.reset_counters()
+        os.unlink({str(release)!r})
+        hung.join()
+        print(json.dumps(simulator.counters()))
+    """, spec)
+    assert 0 < got["driver_lock_held_ns"] <= got["elapsed_ns"]
+
+
 def test_persistence_mode_answers_as_the_spec_says():
     spec = {"devices": [{}, {"persistence_mode": "disabled"}, {"not_supported": ["persistence_mode"]},
                         {"no_permission": ["persistence_mode"]}]}
