@@ -325,6 +325,8 @@ def test_another_process_writes_its_counters_to_the_counters_file(discovery_exe,
     ({"hang": [{"query": "power"}]}, "hang[0].while_exists", "must name a file"),
     ({"hang": [{"query": "power", "device": -1, "while_exists": "/tmp/x"}]}, "hang[0].device", "must be"),
     ({"hang": [{"query": "power", "while": "/tmp/x"}]}, "hang[0]", "while"),
+    ({"devices": [{}, {}], "hang": [{"query": "power", "device": 2, "while_exists": "/tmp/x"}]}, "hang[0].device",
+     "is not a GPU of this spec (it has 2)"),
     ({"devices": [{"persistence_mode": "on"}]}, "devices[0].persistence_mode", "must be one of disabled, enabled"),
 ])
 def test_a_bad_driver_model_key_is_rejected_naming_the_key_by_both_checkers(discovery_exe, tmp_path, spec, key, words):

@@ -464,6 +464,11 @@ bool read_driver(const simjson::Value& root, const char* spec_path, const std::v
         if (present(item, "device") != nullptr) {
             unsigned long long device = 0;
             if (!read_number(item, "device", 4096.0, spec_path, where, &device)) return false;
+            if (device >= persistent.size()) {  // a rule on no GPU would never block: a test's typo
+                complain(std::string(spec_path) + ": " + where + "device " + std::to_string(device) +
+                         " is not a GPU of this spec (it has " + std::to_string(persistent.size()) + ")");
+                return false;
+            }
             rule.device = static_cast<long long>(device);
         }
         if (!read_string(item, "while_exists", spec_path, where, &rule.path)) return false;
