@@ -452,6 +452,15 @@ def test_both_builds_find_the_profiles_beside_themselves(discovery_exe, process_
     assert (proc.returncode, proc.stdout) == (0, "0:0\n"), proc.stderr  # the A100's first MIG device
 
 
+def test_the_profiles_are_found_through_a_link_to_the_simulator(discovery_exe, tmp_path):
+    # an image that links libnvidia-ml.so.1 into a library directory of its own
+    link = tmp_path / "libnvidia-ml.so.1"
+    link.symlink_to(simulator.library_path())
+    proc = subprocess.run([discovery_exe, "1"], capture_output=True, text=True, timeout=60,
+                          env=child_env(FLINK_GPU_NVML_LIBRARY=str(link), FLINK_GPU_SIM_PROFILE="a100-mig"))
+    assert (proc.returncode, proc.stdout) == (0, "0:0\n"), proc.stderr
+
+
 @pytest.mark.parametrize("name", ["h100", "../profiles/h100-hgx-8", "H100-HGX-8"])
 def test_an_unknown_profile_is_refused_naming_the_profiles(discovery_exe, name):
     names = ", ".join(sorted(CAPTURES))

@@ -493,7 +493,10 @@ const char* const kProfilesBelowLibrary = "/profiles";
 std::string profiles_directory() {
     Dl_info info{};
     if (dladdr(reinterpret_cast<void*>(&profiles_directory), &info) == 0 || info.dli_fname == nullptr) return "profiles";
-    const std::string library = info.dli_fname;
+    // the installed file's directory, not a link's (an image linking libnvidia-ml.so.1 elsewhere)
+    char* real = realpath(info.dli_fname, nullptr);
+    const std::string library = real != nullptr ? real : info.dli_fname;
+    std::free(real);
     const size_t slash = library.rfind('/');
     return (slash == std::string::npos ? std::string(".") : library.substr(0, slash)) + kProfilesBelowLibrary;
 }
