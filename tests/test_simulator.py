@@ -288,6 +288,21 @@ def test_the_driver_lock_time_is_counted_from_the_reset_on(tmp_path):
     assert 0 < got["driver_lock_held_ns"] <= got["elapsed_ns"]
 
 
+def test_a_call_late_in_the_process_exit_does_not_crash_it():
+    # a thread of the process (the metrics sampler, a sample of many slow calls) may still call NVML
+    # while exit() runs; here a handler that exit() runs after the simulator's own exit work calls it
+    proc = run_python("""
+        import ctypes, os
+        nvml = ctypes.CDLL(os.environ["FLINK_GPU_NVML_LIBRARY"])
+        late = ctypes.cast(nvml.flinkgpuSimResetCounters, ctypes.c_void_p)
+        # registered before the simulator's first call, so exit() runs it after the simulator's exit work
+        assert ctypes.CDLL(None).__cxa_atexit(late, None, None) == 0
+        assert nvml.nvmlInit_v2() == 0
+        assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(ctypes.c_void_p())) == 0
+    """, env=simulated_env(devices=1), check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_persistence_mode_answers_as_the_spec_says():
     spec = {"devices": [{}, {"persistence_mode": "disabled"}, {"not_supported": ["persistence_mode"]},
                         {"no_permission": ["persistence_mode"]}]}

@@ -43,7 +43,8 @@ struct DriverModel {
 void after_fork_in_child();
 
 DriverModel& driver_model() {
-    static DriverModel m;
+    // never destroyed: a thread of the process (a metrics sampler) may still call during exit()
+    static DriverModel& m = *new DriverModel;
     static const int fork_handler = pthread_atfork(nullptr, nullptr, after_fork_in_child);
     (void)fork_handler;
     return m;
