@@ -4,11 +4,11 @@ IMPL is ``flink_gpu`` (new GPUDriver in coordination mode, retrieve, close),
 ``coordination_api`` (flink_gpu.coordination.claim + release), ``pynvml``
 (baseline_pynvml.claim + release) or ``floor`` (only the syscalls, syscall_floor.py; its cycles run in
 C, the library compiled beforehand is named by ``FLINK_GPU_BENCH_FLOOR``; WORKER, the worker's number,
-is its lease byte). The GPUs are those of the simulator (``FLINK_GPU_SIM_DEVICES``). The worker imports and initialises NVML first, prints
-``ready``, waits for a line on stdin (so that all workers start together), then runs CYCLES
-claim + release cycles on the coordination file PATH and prints one JSON line: the monotonic start
-and end (CLOCK_MONOTONIC is system-wide, so the parent can compute the wall time of all workers)
-and each cycle's latency in nanoseconds.
+is its lease byte). The GPUs are those of the simulator (``FLINK_GPU_SIM_DEVICES``). The worker imports
+and initialises NVML first, prints ``ready``, waits for a line on stdin (so that all workers start
+together), then runs CYCLES claim + release cycles on the coordination file PATH and prints one JSON
+line: the monotonic start and end (CLOCK_MONOTONIC is system-wide, so the parent can compute the wall
+time of all workers) and each cycle's latency in nanoseconds.
 """
 
 import json
@@ -24,8 +24,10 @@ def main() -> None:
     if impl == "flink_gpu":
         from flink_gpu import GPUDriver
 
-        config = {"discovery-mode": "nvml",
-                  "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}"}
+        config = {
+            "discovery-mode": "nvml",
+            "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}",
+        }
 
         def cycle():
             driver = GPUDriver(config)
@@ -50,9 +52,10 @@ def main() -> None:
         import syscall_floor
 
         # lines of GPUs nobody else claims, so the workers' claims never collide on the same bytes
-        mine = indices[worker * amount:(worker + 1) * amount]
-        floor = syscall_floor.Floor(os.environ["FLINK_GPU_BENCH_FLOOR"], path,
-                                    syscall_floor.real_lines(path, amount, mine), slot=32768 + worker)
+        mine = indices[worker * amount : (worker + 1) * amount]
+        floor = syscall_floor.Floor(
+            os.environ["FLINK_GPU_BENCH_FLOOR"], path, syscall_floor.real_lines(path, amount, mine), slot=32768 + worker
+        )
         # no warm-up cycle here: another worker's real claim (in its real_lines) would judge this
         # worker's floor lines dead (their lease byte is free between cycles) and remove them; the
         # measured cycles start only once every worker is ready, with no real claim left

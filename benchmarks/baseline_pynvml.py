@@ -98,7 +98,7 @@ def claim(amount: int, path: str) -> list[dict[str, str]]:
                 return [device_info(int(i)) for i in mine[:amount]]
             chosen = list(mine)
             free = [str(i) for i in range(count) if str(i) not in owners]
-            chosen += free[:amount - len(chosen)]
+            chosen += free[: amount - len(chosen)]
             reclaimed = []
             if len(chosen) < amount:
                 for i in range(count):
@@ -110,11 +110,12 @@ def claim(amount: int, path: str) -> list[dict[str, str]]:
                         chosen.append(index)
                         reclaimed.append(index)
             if len(chosen) < amount:
-                raise RuntimeError(f"Could not get enough GPU resources: {amount} requested, "
-                                   f"{count} present, held: {owners}.")
+                raise RuntimeError(
+                    f"Could not get enough GPU resources: {amount} requested, {count} present, held: {owners}."
+                )
             new = [f"{index} {me}\n" for index in chosen if index not in mine]
             if reclaimed:
-                kept = [line + "\n" for line, (index, _) in zip(lines, entries) if index not in reclaimed]
+                kept = [line + "\n" for line, (index, _) in zip(lines, entries, strict=True) if index not in reclaimed]
                 f.seek(0)
                 f.write("".join(kept + new))
                 f.truncate()
@@ -140,7 +141,7 @@ def release(path: str) -> None:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             lines = f.read().splitlines()
-            kept = [line + "\n" for line, (_, pid) in zip(lines, _parse(lines)) if pid != me]
+            kept = [line + "\n" for line, (_, pid) in zip(lines, _parse(lines), strict=True) if pid != me]
             if len(kept) != len(lines):
                 f.seek(0)
                 f.write("".join(kept))

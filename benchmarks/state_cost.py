@@ -22,11 +22,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+import bench_figures  # beside this script, and on pytest's pythonpath
+from bench_figures import driver_costs, fmt_pair, machine, per_call, per_round, run_ok, table, write_section
+
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-sys.path.insert(0, str(REPO / "tools"))
-import bench_figures  # noqa: E402  (tools/ is not a package)
-from bench_figures import driver_costs, fmt_pair, machine, per_call, per_round, run_ok, table, write_section  # noqa: E402
 
 ROWS = [
     ("retrieve", "`retrieve_resource_info(n)`, in-process"),
@@ -35,7 +35,7 @@ ROWS = [
 ]
 STATE_ROWS = [
     ("states", "of which `states()`: every GPU's health, memory and processes (one native call)"),
-    ("rank", "of which `rank_gpus(states, \"avoid\")`"),
+    ("rank", 'of which `rank_gpus(states, "avoid")`'),
     ("states_busy", "`states()` with an unrelated process on every GPU (the /proc ancestry walk)"),
 ]
 
@@ -47,8 +47,7 @@ def child(n: int, with_checks: bool) -> dict:
         path = Path(tmp) / "flink-gpu-coordination"
         out = driver_costs(n, path)
         expect = ",".join(map(str, range(n)))
-        argv = [find_discovery_executable(), str(n), "--enable-coordination-mode",
-                "--coordination-file", str(path)]
+        argv = [find_discovery_executable(), str(n), "--enable-coordination-mode", "--coordination-file", str(path)]
         out["exe_coord"] = per_round(run_ok(argv, os.environ, expect), lambda: path.write_text(""))
     if with_checks:
         from flink_gpu import nvml as faces
@@ -82,8 +81,7 @@ def _measure(kind: str, n: int, src: str, spec: "dict | None" = None) -> dict:
     # the tree measured first; then baseline_pynvml and support (tests/), as pytest's pythonpath has
     paths = (src, str(BENCH), str(REPO / "tests"), os.environ.get("PYTHONPATH"))
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    proc = subprocess.run([sys.executable, __file__, "_child", kind, str(n)], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, __file__, "_child", kind, str(n)], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"measuring {kind} {n} with {src} failed:\n{proc.stderr}")
     print(f"  {kind} {n} ({src}): done", file=sys.stderr)
@@ -103,8 +101,11 @@ def figures(counts: "list[int]", base_src: "str | None") -> str:
             ours[n] = _measure("checks", n, src)
             if base_src:
                 base[n] = _measure("base", n, base_src)
-            spec = {"devices": [{"processes": [{"pid": sleeper.pid, "used_memory": 2 ** 30,
-                                                "kind": "compute"}]} for _ in range(n)]}
+            spec = {
+                "devices": [
+                    {"processes": [{"pid": sleeper.pid, "used_memory": 2**30, "kind": "compute"}]} for _ in range(n)
+                ]
+            }
             busy[n] = _measure("busy", n, src, spec)
     finally:
         sleeper.kill()

@@ -19,8 +19,9 @@ def build(directory: Path) -> Path:
     if shutil.which(compiler) is None:
         compiler = "cc"
     out = Path(directory) / "libcoordination_floor.so"
-    proc = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(out), str(SOURCE)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [compiler, "-O2", "-shared", "-fPIC", "-o", str(out), str(SOURCE)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"Cannot compile {SOURCE} with {compiler}: {proc.stderr.strip()}")
     return out
@@ -33,10 +34,22 @@ class Floor:
     # (csrc/coordination_lease.hpp), and OFD locks of two descriptions of one process exclude each other
     def __init__(self, library: Path, path: Path | str, lines: bytes, slot: int = 1):
         self._lib = ctypes.CDLL(str(library))
-        self._lib.floor_cycle.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
-                                          ctypes.c_uint]
-        self._lib.floor_cycles.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
-                                           ctypes.c_uint, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
+        self._lib.floor_cycle.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+            ctypes.c_uint,
+        ]
+        self._lib.floor_cycles.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+            ctypes.c_uint,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_int64),
+        ]
         self._path = os.fsencode(str(path))
         self._lease = self._path + b".lease"
         self._lines = lines
@@ -51,8 +64,10 @@ class Floor:
     def cycles(self, count: int) -> list[int]:
         """``count`` cycles run in C; each one's latency in nanoseconds."""
         latencies = (ctypes.c_int64 * count)()
-        if self._lib.floor_cycles(self._path, self._lease, self._lines, len(self._lines), self._slot, count,
-                                   latencies) != 0:
+        if (
+            self._lib.floor_cycles(self._path, self._lease, self._lines, len(self._lines), self._slot, count, latencies)
+            != 0
+        ):
             raise OSError(ctypes.get_errno(), f"floor cycles failed on {self._path!r}")
         return list(latencies)
 

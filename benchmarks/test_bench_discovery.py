@@ -14,13 +14,12 @@
 * ``import``: fresh interpreters importing flink_gpu (and pynvml, and nothing);
 * ``contention``: N processes claiming and releasing concurrently on one file.
 
-Each benchmark checks its result, so a fast wrong answer fails. ``tools/bench_figures.py ratios``
+Each benchmark checks its result, so a fast wrong answer fails. ``benchmarks/bench_figures.py ratios``
 turns a ``--benchmark-json`` file into the target ratios. No timing is asserted.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -31,8 +30,8 @@ from pathlib import Path
 import pytest
 
 import baseline_pynvml
-import syscall_floor
 import flink_gpu
+import syscall_floor
 from flink_gpu import GPUDriver, coordination, simulator
 from support.interop import executable_stock_script
 
@@ -46,8 +45,7 @@ PACKAGE_ROOT = str(Path(flink_gpu.__file__).resolve().parent.parent)
 
 
 def coordinated(path: Path) -> dict[str, str]:
-    return {"discovery-mode": "nvml",
-            "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}"}
+    return {"discovery-mode": "nvml", "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}"}
 
 
 def indices(infos) -> str:
@@ -62,8 +60,7 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def run(argv, env) -> bytes:
-    proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE)
+    proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True)
     if proc.returncode != 0:
         raise AssertionError(f"{argv} failed ({proc.returncode}): {proc.stdout!r} {proc.stderr!r}")
     return proc.stdout
@@ -76,12 +73,15 @@ def executable_stock(stock_script, tmp_path_factory) -> Path:
 
 def truncate(path: Path):
     """pedantic() set-up: an empty coordination file, so every round claims from scratch."""
+
     def setup():
         os.truncate(path, 0)
+
     return setup
 
 
 # ---- retrieve: not coordinated, in-process --------------------------------------------------------
+
 
 @pytest.mark.benchmark(group="retrieve")
 def test_retrieve_flink_gpu_nvml(benchmark):
@@ -110,6 +110,7 @@ def test_retrieve_pynvml_user_cached(benchmark):
 
 # ---- state: what the checks of every choice cost (docs/design.md §9.1) ---------------------------
 
+
 @pytest.mark.benchmark(group="state")
 def test_state_read_and_rank(benchmark):
     from flink_gpu import nvml
@@ -125,6 +126,7 @@ def test_state_read_and_rank(benchmark):
 
 
 # ---- claim + release: coordinated, in-process -----------------------------------------------------
+
 
 @pytest.mark.benchmark(group="claim+release")
 def test_claim_release_flink_gpu_driver(benchmark, coordination_file):
@@ -180,6 +182,7 @@ def test_claim_release_syscall_floor(benchmark, coordination_file, floor_library
 
 # ---- PyFlink: an operator's open() in process mode ------------------------------------------------
 
+
 def taskmanager_conf(tmp_path, coordination_file) -> Path:
     conf = tmp_path / "conf"
     conf.mkdir()
@@ -188,7 +191,8 @@ def taskmanager_conf(tmp_path, coordination_file) -> Path:
         "external-resource.gpu.amount: 2\n"
         "external-resource.gpu.driver-factory.class: org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
         f"external-resource.gpu.param.discovery-script.args: --enable-coordination-mode "
-        f"--coordination-file {coordination_file}\n")
+        f"--coordination-file {coordination_file}\n"
+    )
     return conf
 
 
@@ -210,6 +214,7 @@ def test_pyflink_process_mode_open(benchmark, coordination_file, tmp_path, monke
 
 
 # ---- bind + release: one GPU for one subtask -----------------------------------------------------
+
 
 @pytest.mark.benchmark(group="bind+release")
 def test_bind_release_process_holder(benchmark, coordination_file):
@@ -287,17 +292,18 @@ def test_bind_reference_syscall_floor_one_gpu(benchmark, coordination_file, floo
 
 # ---- discovery as a process -----------------------------------------------------------------------
 
+
 @pytest.mark.benchmark(group="process")
 def test_process_stock_script(benchmark, executable_stock, smi_env):
-    out = benchmark.pedantic(run, ([str(executable_stock), str(AMOUNT)], smi_env),
-                             rounds=PROCESS_ROUNDS, warmup_rounds=1)
+    out = benchmark.pedantic(
+        run, ([str(executable_stock), str(AMOUNT)], smi_env), rounds=PROCESS_ROUNDS, warmup_rounds=1
+    )
     assert out.decode().strip() == EXPECTED
 
 
 @pytest.mark.benchmark(group="process")
 def test_process_flink_gpu_discovery(benchmark, discovery_exe):
-    out = benchmark.pedantic(run, ([discovery_exe, str(AMOUNT)], os.environ),
-                             rounds=PROCESS_ROUNDS, warmup_rounds=1)
+    out = benchmark.pedantic(run, ([discovery_exe, str(AMOUNT)], os.environ), rounds=PROCESS_ROUNDS, warmup_rounds=1)
     assert out.decode().strip() == EXPECTED
 
 
@@ -306,42 +312,56 @@ def test_process_stock_script_through_gpudriver(benchmark, executable_stock, smi
     """Our script backend running the stock script (what discovery-mode: script costs)."""
     monkeypatch.setenv("PATH", smi_env["PATH"])
     driver = GPUDriver({"discovery-mode": "script", "discovery-script.path": str(executable_stock)})
-    got = benchmark.pedantic(driver.retrieve_resource_info, (AMOUNT,), rounds=PROCESS_ROUNDS,
-                             warmup_rounds=1)
+    got = benchmark.pedantic(driver.retrieve_resource_info, (AMOUNT,), rounds=PROCESS_ROUNDS, warmup_rounds=1)
     assert indices(got) == EXPECTED
 
 
 @pytest.mark.benchmark(group="process-coordinated")
 def test_process_stock_script_coordinated(benchmark, executable_stock, smi_env, coordination_file):
-    argv = [str(executable_stock), str(AMOUNT), "--enable-coordination-mode", "--coordination-file",
-            str(coordination_file)]
-    out = benchmark.pedantic(run, (argv, smi_env), setup=truncate(coordination_file),
-                             rounds=PROCESS_ROUNDS, warmup_rounds=1)
+    argv = [
+        str(executable_stock),
+        str(AMOUNT),
+        "--enable-coordination-mode",
+        "--coordination-file",
+        str(coordination_file),
+    ]
+    out = benchmark.pedantic(
+        run, (argv, smi_env), setup=truncate(coordination_file), rounds=PROCESS_ROUNDS, warmup_rounds=1
+    )
     assert out.decode().strip() == EXPECTED
     assert coordination_file.read_text() == f"0 {os.getpid()}\n1 {os.getpid()}\n"
 
 
 @pytest.mark.benchmark(group="process-coordinated")
 def test_process_flink_gpu_discovery_coordinated(benchmark, discovery_exe, coordination_file):
-    argv = [discovery_exe, str(AMOUNT), "--enable-coordination-mode", "--coordination-file",
-            str(coordination_file)]
-    out = benchmark.pedantic(run, (argv, os.environ), setup=truncate(coordination_file),
-                             rounds=PROCESS_ROUNDS, warmup_rounds=1)
+    argv = [discovery_exe, str(AMOUNT), "--enable-coordination-mode", "--coordination-file", str(coordination_file)]
+    out = benchmark.pedantic(
+        run, (argv, os.environ), setup=truncate(coordination_file), rounds=PROCESS_ROUNDS, warmup_rounds=1
+    )
     assert out.decode().strip() == EXPECTED
     owners = {line.split()[1] for line in coordination_file.read_text().splitlines()}
     assert owners == {str(os.getpid())}  # the parent owns them, as with the stock script
 
 
 @pytest.mark.benchmark(group="process-coordinated")
-def test_process_stock_script_coordinated_through_gpudriver(benchmark, executable_stock, smi_env,
-                                                             coordination_file, monkeypatch):
+def test_process_stock_script_coordinated_through_gpudriver(
+    benchmark, executable_stock, smi_env, coordination_file, monkeypatch
+):
     monkeypatch.setenv("PATH", smi_env["PATH"])
-    driver = GPUDriver({"discovery-mode": "script", "discovery-script.path": str(executable_stock),
-                        "discovery-script.args":
-                            f"--enable-coordination-mode --coordination-file {coordination_file}"})
-    got = benchmark.pedantic(driver.retrieve_resource_info, (AMOUNT,),
-                             setup=truncate(coordination_file), rounds=PROCESS_ROUNDS,
-                             warmup_rounds=1)
+    driver = GPUDriver(
+        {
+            "discovery-mode": "script",
+            "discovery-script.path": str(executable_stock),
+            "discovery-script.args": f"--enable-coordination-mode --coordination-file {coordination_file}",
+        }
+    )
+    got = benchmark.pedantic(
+        driver.retrieve_resource_info,
+        (AMOUNT,),
+        setup=truncate(coordination_file),
+        rounds=PROCESS_ROUNDS,
+        warmup_rounds=1,
+    )
     assert indices(got) == EXPECTED
 
 
@@ -351,8 +371,10 @@ IMPORTS = {
     "nothing": "pass",
     "flink_gpu": "import flink_gpu",
     "GPUInfo": "from flink_gpu import GPUInfo",
-    "first_retrieve": ("from flink_gpu import GPUDriver\n"
-                       "assert len(GPUDriver({'discovery-mode': 'nvml'}).retrieve_resource_info(2)) == 2"),
+    "first_retrieve": (
+        "from flink_gpu import GPUDriver\n"
+        "assert len(GPUDriver({'discovery-mode': 'nvml'}).retrieve_resource_info(2)) == 2"
+    ),
     "pynvml": "import pynvml",
     "pynvml_first_retrieve": "import baseline_pynvml\nassert len(baseline_pynvml.retrieve(2)) == 2",
 }
@@ -360,8 +382,9 @@ IMPORTS = {
 
 def top_level_imports(code: str, env) -> dict[str, int]:
     """Top-level module -> its cumulative import time in µs, from ``python -X importtime``."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=env,
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     found = {}
     for line in proc.stderr.splitlines():
         match = re.match(r"import time:\s+\d+ \|\s+(\d+) \| (\S+)$", line)  # one space: top level
@@ -383,19 +406,24 @@ def test_import(benchmark, what):
     env["PYTHONPATH"] += os.pathsep + str(BENCH_DIR)
     code = IMPORTS[what]
     benchmark.extra_info["import_time_us"] = import_time_us(code, env)
-    benchmark.pedantic(run, ([sys.executable, "-c", code], env), rounds=PYTHON_ROUNDS,
-                       warmup_rounds=1)
+    benchmark.pedantic(run, ([sys.executable, "-c", code], env), rounds=PYTHON_ROUNDS, warmup_rounds=1)
 
 
 # ---- contention -----------------------------------------------------------------------------------
 
+
 def start_workers(impl: str, processes: int, cycles: int, path: Path, floor_library: Path):
-    env = child_env(**simulator.environment(devices=max(4, processes)),
-                    FLINK_GPU_BENCH_FLOOR=str(floor_library))
-    workers = [subprocess.Popen([sys.executable, str(BENCH_DIR / "_contend.py"), impl, str(path),
-                                 str(cycles), "1", str(worker)], env=env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
-               for worker in range(processes)]
+    env = child_env(**simulator.environment(devices=max(4, processes)), FLINK_GPU_BENCH_FLOOR=str(floor_library))
+    workers = [
+        subprocess.Popen(
+            [sys.executable, str(BENCH_DIR / "_contend.py"), impl, str(path), str(cycles), "1", str(worker)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for worker in range(processes)
+    ]
     for worker in workers:
         if worker.stdout.readline().strip() != "ready":
             raise AssertionError(f"{impl} worker {worker.pid} did not start")
@@ -425,9 +453,11 @@ def test_contention(benchmark, impl, processes, coordination_file, floor_library
     def timed(workers):
         rounds.append(go(workers))
 
-    benchmark.pedantic(timed, setup=lambda: start_workers(impl, processes, cycles, coordination_file,
-                                                              floor_library),
-                       rounds=1 if benchmark.disabled else 3)
+    benchmark.pedantic(
+        timed,
+        setup=lambda: start_workers(impl, processes, cycles, coordination_file, floor_library),
+        rounds=1 if benchmark.disabled else 3,
+    )
     latencies = sorted(ns for results in rounds for r in results for ns in r["latencies_ns"])
     walls = [max(r["end"] for r in results) - min(r["start"] for r in results) for results in rounds]
     assert len(latencies) == len(rounds) * processes * cycles

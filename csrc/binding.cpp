@@ -49,12 +49,12 @@ Status check_slot(const std::string& slot) {
     if (coordination::valid_slot(slot)) return {};
     // a message, not a dump: a huge id is shown by its start and its length
     constexpr std::size_t kShown = 64;
-    const std::string shown = slot.size() <= kShown ? coordination::printable(slot)
-                                                    : coordination::printable(slot.substr(0, kShown)) + "...";
+    const std::string shown =
+        slot.size() <= kShown ? coordination::printable(slot) : coordination::printable(slot.substr(0, kShown)) + "...";
     const std::string length = slot.size() <= kShown ? "" : " (" + std::to_string(slot.size()) + " bytes)";
-    return make_status(StatusCode::kInvalidArgument,
-                       "Invalid slot id '" + shown + "'" + length + ": a slot id is 1 to 128 letters, digits, '_', "
-                       "'.', ':' or '-' (e.g. a Flink allocation id).");
+    return failure(StatusCode::kInvalidArgument, "Invalid slot id '" + shown + "'" + length +
+                                                     ": a slot id is 1 to 128 letters, digits, '_', "
+                                                     "'.', ':' or '-' (e.g. a Flink allocation id).");
 }
 
 namespace {
@@ -65,9 +65,9 @@ Status validate(const Holder& holder, std::uint32_t holders_per_gpu) {
     if (!holder.slot.empty() && !(st = check_slot(holder.slot)).ok()) return st;
     if (holder.taskmanager < 0) return coordination::validate_pid(holder.taskmanager, "TaskManager pid");
     if (holders_per_gpu == 0 || holders_per_gpu > coordination::kMaxShare) {
-        return make_status(StatusCode::kInvalidArgument,
-                           "Invalid number of holders per GPU " + std::to_string(holders_per_gpu) + ": it must be 1 to " +
-                               std::to_string(coordination::kMaxShare) + ".");
+        return failure(StatusCode::kInvalidArgument, "Invalid number of holders per GPU " +
+                                                         std::to_string(holders_per_gpu) + ": it must be 1 to " +
+                                                         std::to_string(coordination::kMaxShare) + ".");
     }
     return {};
 }
@@ -118,11 +118,11 @@ private:
 // What a GPU offers a new holder.
 struct Offer {
     std::string index;
-    std::set<std::string> holders;      // keys of its live holders (this one excluded)
-    std::vector<std::string> who;       // how the message names them
-    std::uint32_t limit = 0;            // the most holders it may have
-    std::string excluded_by;            // a holder of the other granularity (whole GPU / unit), if any
-    bool blocked = false;               // a line that cannot be parsed names it
+    std::set<std::string> holders;  // keys of its live holders (this one excluded)
+    std::vector<std::string> who;   // how the message names them
+    std::uint32_t limit = 0;        // the most holders it may have
+    std::string excluded_by;        // a holder of the other granularity (whole GPU / unit), if any
+    bool blocked = false;           // a line that cannot be parsed names it
 };
 
 BindResult bind_impl(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus_in,
@@ -138,8 +138,8 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     coordination::LineJudge live(nullptr);  // leases once the file is locked, as in coordination::claim
     const coordination::ProcInfo holder_info = live.process(holder.pid);
     if (!holder_info.exists) {
-        r.status = make_status(StatusCode::kInvalidArgument,
-                               "Cannot bind GPUs to " + describe(holder) + ": it does not exist.");
+        r.status =
+            failure(StatusCode::kInvalidArgument, "Cannot bind GPUs to " + describe(holder) + ": it does not exist.");
         return r;
     }
     coordination::LockedFile file;
@@ -229,8 +229,9 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                               describe(holder) + " with at most " + std::to_string(holders_per_gpu) + " holder" +
                               (holders_per_gpu == 1 ? "" : "s") + " per GPU: ";
             if (count > gpus.size()) {
-                msg += "it was given " + std::string(gpus.empty() ? "no GPUs" : "only " + std::to_string(gpus.size()) +
-                                                                                   " (" + coordination::join(gpus) + ")");
+                msg += "it was given " + std::string(gpus.empty() ? "no GPUs"
+                                                                  : "only " + std::to_string(gpus.size()) + " (" +
+                                                                        coordination::join(gpus) + ")");
                 if (!gpus.empty()) msg += ": ";
             }
             bool first = true;
@@ -261,7 +262,7 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                                  "e.g. PyFlink's process mode, to give each slot its own)";
             }
             msg += ". Bindings file: " + opts.path + ".";
-            r.status = make_status(StatusCode::kNotEnough, msg);
+            r.status = failure(StatusCode::kNotEnough, msg);
             return r;
         }
         result = mine;

@@ -2,11 +2,9 @@
 // TaskManager the same GPUs; a binding gives each slot (holder) its own, or shares one among at most k.
 //
 // Bindings live in their own file, `<coordination file>.bindings`, with the coordination file's rules (locked
-// file, line format, liveness judge, lease: coordination_*.hpp); Flink's stock script never reads it. A line
-//
-//   <index> <pid>\t<start time>\tns=<inode>[\tlease=<slot>][\tmig=<gpu>:<unit>]\ttm=<pid>\tshare=<k>[\tslot=<id>]
-//
-// binds GPU <index> to its holder:
+// file, line format, liveness judge, lease: coordination_*.hpp); Flink's stock script never reads it. Its
+// lines are the coordination file's with the fields `tm`, `share` and `slot` (docs/design.md §5.2, File
+// format). A line binds its GPU to its holder:
 //   * a process holder (no `slot`): the process <pid> itself (a PyFlink worker, a service's worker process),
 //     which holds the lease while it holds bindings, so its death frees them in every pid namespace;
 //   * a slot holder (`slot=<id>`: a Flink slot whose subtasks run as threads of the TaskManager JVM): every
@@ -16,7 +14,6 @@
 //     proves the process, not the thread: another pid namespace, which cannot probe the thread, sees the
 //     lines die with the process (a TaskManager container that ends), and as lines of unknown liveness
 //     while it lives.
-// `tm` records the process whose GPUs are bound (the TaskManager), for tools; `share` the binder's k.
 //
 // Bindings are host-wide: a GPU bound by n live holders takes another only if n + 1 <= k of the new binder
 // and of every holder already on it; a whole GPU and a MIG unit of it exclude each other. CUDA uses one MIG

@@ -34,8 +34,8 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     LineJudge live(nullptr);  // the leases once the file is locked: their registry is not held while waiting
     const ProcInfo owner_info = live.process(owner);
     if (!owner_info.exists) {
-        r.status = make_status(StatusCode::kInvalidArgument, "Cannot claim GPUs for process " + std::to_string(owner) +
-                                                           ": it does not exist.");
+        r.status = failure(StatusCode::kInvalidArgument,
+                           "Cannot claim GPUs for process " + std::to_string(owner) + ": it does not exist.");
         return r;
     }
     LockedFile file;
@@ -125,7 +125,7 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
                    " blocked by lines that cannot be parsed";
         }
         msg += ". Coordination file: " + opts.path + ".";
-        r.status = make_status(StatusCode::kNotEnough, msg);
+        r.status = failure(StatusCode::kNotEnough, msg);
         r.reclaimed.clear();
         return r;
     }

@@ -1,8 +1,8 @@
 // The coordination file shared by the GPU workers of one host (docs/design.md §5).
 //
 // Interoperates with Flink's stock `nvidia-gpu-discovery.sh --enable-coordination-mode`: same file
-// (default /var/tmp/flink-gpu-coordination), same `<index> <pid>` lines (coordination_lines.hpp), same
-// BSD flock(2) on the file itself (coordination_file.hpp).
+// (default /var/tmp/flink-gpu-coordination), same lines (docs/design.md §5.2, File format; coordination_lines.hpp),
+// same BSD flock(2) on the file itself (coordination_file.hpp).
 //
 // Rules (each one fixes a bug of the stock script, docs/design.md §5.1):
 //   * liveness by kill(pid, 0) and /proc, never by spawning `ps`; a zombie holds nothing; a recorded
@@ -107,8 +107,7 @@ ClaimResult claim(const Options& opts, pid_t owner, const std::vector<std::strin
 ReleaseResult release(const Options& opts, pid_t owner) noexcept;
 
 // Removes the lines of `owner` for the given indices only.
-ReleaseResult release_indices(const Options& opts, pid_t owner,
-                              const std::vector<std::string>& indices) noexcept;
+ReleaseResult release_indices(const Options& opts, pid_t owner, const std::vector<std::string>& indices) noexcept;
 
 // Reads the file under a shared lock. Never creates it.
 Snapshot snapshot(const Options& opts) noexcept;

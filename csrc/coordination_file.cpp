@@ -43,7 +43,7 @@ std::string role(const std::string& path) {
 }
 
 Status os_error(int err, const std::string& what, const std::string& path) {
-    return make_status(StatusCode::kOsError, what + " " + role(path) + " " + path + ": " + errno_text(err), err);
+    return failure(StatusCode::kOsError, what + " " + role(path) + " " + path + ": " + errno_text(err), err);
 }
 
 std::int64_t monotonic_ms() {
@@ -91,21 +91,25 @@ Status check_file_type(const struct statx& st, const std::string& path) {
     const std::uint16_t mode = st.stx_mode;
     if (!S_ISREG(mode)) {
         const int err = S_ISLNK(mode) ? ELOOP : S_ISDIR(mode) ? EISDIR : EINVAL;
-        return make_status(StatusCode::kOsError,
-                           "Refusing to use the " + role(path) + " " + path + ": it is " + file_kind(mode) +
-                               ", not a regular file (" + errno_text(err) + "). Choose a regular file "
-                               "as the " + role(path) + ".",
-                           err);
+        return failure(StatusCode::kOsError,
+                       "Refusing to use the " + role(path) + " " + path + ": it is " + file_kind(mode) +
+                           ", not a regular file (" + errno_text(err) +
+                           "). Choose a regular file "
+                           "as the " +
+                           role(path) + ".",
+                       err);
     }
     // A coordination file is never hard-linked (the stock script and we only create it or replace it
     // by rename). A second link may be a trap pointing at another user's file, which we would rewrite.
     if (st.stx_nlink > 1) {
-        return make_status(StatusCode::kOsError,
-                           "Refusing to use the " + role(path) + " " + path + ": it has " +
-                               std::to_string(st.stx_nlink) + " hard links, so it may be another file in "
-                               "disguise (" + errno_text(EMLINK) + "). Remove it; it is recreated on the "
-                               "next claim.",
-                           EMLINK);
+        return failure(StatusCode::kOsError,
+                       "Refusing to use the " + role(path) + " " + path + ": it has " + std::to_string(st.stx_nlink) +
+                           " hard links, so it may be another file in "
+                           "disguise (" +
+                           errno_text(EMLINK) +
+                           "). Remove it; it is recreated on the "
+                           "next claim.",
+                       EMLINK);
     }
     return {};
 }
@@ -113,7 +117,7 @@ Status check_file_type(const struct statx& st, const std::string& path) {
 // Adds who owns the file and its mode to a permission error, since that is what the operator must fix.
 Status permission_error(int err, const std::string& what, const std::string& path) {
     Status s = os_error(err, what, path);
-    struct statx st {};
+    struct statx st{};
     if (statx_path(path, &st) == 0) {
         char mode[8];
         std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.stx_mode & 07777));
@@ -268,7 +272,7 @@ bool fd_is_copy(long pid, const char* fd, const std::string& deleted_link, unsig
     if (n != static_cast<ssize_t>(deleted_link.size()) ||
         deleted_link.compare(0, deleted_link.size(), target, static_cast<std::size_t>(n)) != 0)
         return false;
-    struct statx st {};
+    struct statx st{};
     return statx(AT_FDCWD, entry.c_str(), AT_STATX_SYNC_AS_STAT, STATX_INO, &st) == 0 && st.stx_ino == inode;
 }
 
@@ -411,14 +415,14 @@ long find_replaced_copy_writer(int fd, const struct statx& locked) {
 Status open_file(const std::string& path, Access access, int* fd, bool* created, bool checked_later) {
     *fd = -1;
     if (created != nullptr) *created = false;
-    const int base = (access == Access::kReadExisting ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY |
-                     O_NONBLOCK;
+    const int base =
+        (access == Access::kReadExisting ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
     for (int attempt = 0; attempt < 100; ++attempt) {
         // Looked at before opening, so that a device or FIFO is never opened at all. Not for a file the
         // caller checks once locked: O_NOFOLLOW refuses a link, O_NONBLOCK keeps a FIFO from blocking the
         // open, and a device node can only be put there by root (a hard link to one from another file
         // system is impossible, and fs.protected_hardlinks forbids linking another user's).
-        struct statx pre {};
+        struct statx pre{};
         if (checked_later) {
             // nothing before the open
         } else if (statx_path(path, &pre) == 0) {
@@ -426,7 +430,8 @@ Status open_file(const std::string& path, Access access, int* fd, bool* created,
             if (!st.ok()) return st;
         } else if (errno != ENOENT) {
             const int err = errno;
-            return err == EACCES ? permission_error(err, "Cannot access the", path) : os_error(err, "Cannot access the", path);
+            return err == EACCES ? permission_error(err, "Cannot access the", path)
+                                 : os_error(err, "Cannot access the", path);
         }
         // Without O_CREAT first: fs.protected_regular refuses O_CREAT on another user's file in /var/tmp.
         int f = open(path.c_str(), base);
@@ -440,10 +445,10 @@ Status open_file(const std::string& path, Access access, int* fd, bool* created,
             if (err == EINTR) continue;
             if (err == ENOENT && access != Access::kCreate) return {};
             if (err == ELOOP) {
-                return make_status(StatusCode::kOsError,
-                                   "Refusing to use the " + role(path) + " " + path + ": it is a symbolic link (" +
-                                       errno_text(err) + "). Links are not followed; use the real file's path.",
-                                   err);
+                return failure(StatusCode::kOsError,
+                               "Refusing to use the " + role(path) + " " + path + ": it is a symbolic link (" +
+                                   errno_text(err) + "). Links are not followed; use the real file's path.",
+                               err);
             }
             if (err == EACCES || err == EPERM) return permission_error(err, "Cannot open the", path);
             return os_error(err, "Cannot open the", path);
@@ -452,7 +457,7 @@ Status open_file(const std::string& path, Access access, int* fd, bool* created,
             *fd = f;
             return {};
         }
-        struct statx post {};
+        struct statx post{};
         if (statx_fd(f, &post) != 0) {
             const int err = errno;
             close(f);
@@ -466,8 +471,8 @@ Status open_file(const std::string& path, Access access, int* fd, bool* created,
         *fd = f;
         return {};
     }
-    return make_status(StatusCode::kOsError, "Cannot open the " + role(path) + " " + path +
-                                           ": it keeps appearing and disappearing.", EAGAIN);
+    return failure(StatusCode::kOsError,
+                   "Cannot open the " + role(path) + " " + path + ": it keeps appearing and disappearing.", EAGAIN);
 }
 
 // `size`: the size statx gave under the lock. A short read that reaches it is the end (a writer that
@@ -489,11 +494,10 @@ Status read_all(int fd, const std::string& path, std::uint64_t size, std::string
         offset += n;
         if (static_cast<std::size_t>(n) < sizeof buf && static_cast<std::uint64_t>(offset) >= size) return {};
         if (out->size() > kMaxFileSize) {
-            return make_status(StatusCode::kOsError,
-                               "The " + role(path) + " " + path + " is larger than " +
-                                   std::to_string(kMaxFileSize >> 20) + " MiB, so it is not a " + role(path) +
-                                   " (" + errno_text(EFBIG) + ").",
-                               EFBIG);
+            return failure(StatusCode::kOsError,
+                           "The " + role(path) + " " + path + " is larger than " + std::to_string(kMaxFileSize >> 20) +
+                               " MiB, so it is not a " + role(path) + " (" + errno_text(EFBIG) + ").",
+                           EFBIG);
         }
     }
 }
@@ -515,7 +519,7 @@ public:
     void arm() noexcept {
         if (armed_) return;
         armed_ = true;
-        struct sigaction action {};
+        struct sigaction action{};
         if (sigaction(SIGXFSZ, nullptr, &action) != 0 || (action.sa_flags & SA_SIGINFO) != 0 ||
             action.sa_handler != SIG_DFL)
             return;
@@ -553,7 +557,7 @@ Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset, File
         ssize_t n = pwrite(fd, data, size, offset);
         if (n < 0) {
             if (errno == EINTR) continue;
-            return make_status(StatusCode::kOsError, "", errno);
+            return failure(StatusCode::kOsError, "", errno);
         }
         if (static_cast<std::size_t>(n) < size) guard->arm();  // the next write may cross RLIMIT_FSIZE
         data += n;
@@ -592,7 +596,7 @@ Status write_in_place(int fd, const std::string& path, const std::string& old_te
         st = pwrite_all(fd, new_text.data(), new_text.size(), 0, &guard);
     }
     if (st.ok() && new_text.size() < old_text.size() && ftruncate(fd, static_cast<off_t>(new_text.size())) != 0) {
-        st = make_status(StatusCode::kOsError, "", errno);
+        st = failure(StatusCode::kOsError, "", errno);
     }
     if (st.ok()) return {};
     const int err = st.sys_errno;
@@ -620,19 +624,18 @@ void LockedFile::unlock() noexcept {
 Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access access, bool* exists) {
     unlock();
     *exists = false;
-    if (path.empty()) return make_status(StatusCode::kInvalidArgument, "The coordination file path is empty.");
+    if (path.empty()) return failure(StatusCode::kInvalidArgument, "The coordination file path is empty.");
     if (path.find('\0') != std::string::npos) {
-        return make_status(StatusCode::kInvalidArgument, "The coordination file path contains a NUL byte.");
+        return failure(StatusCode::kInvalidArgument, "The coordination file path contains a NUL byte.");
     }
     if (timeout_ms < 0) {
-        return make_status(StatusCode::kInvalidArgument, "The lock timeout must not be negative, got " +
-                                                       std::to_string(timeout_ms) + " ms.");
+        return failure(StatusCode::kInvalidArgument,
+                       "The lock timeout must not be negative, got " + std::to_string(timeout_ms) + " ms.");
     }
     const int op = (access == Access::kReadExisting ? LOCK_SH : LOCK_EX) | LOCK_NB;
     const std::int64_t start = monotonic_ms();
     // Saturated: a huge timeout ("for ever") must not overflow into a deadline already passed.
-    const std::int64_t deadline =
-        timeout_ms > INT64_MAX - start ? INT64_MAX : start + timeout_ms;
+    const std::int64_t deadline = timeout_ms > INT64_MAX - start ? INT64_MAX : start + timeout_ms;
     int replaced = 0;
     std::int64_t writer_backoff = 1;
     for (;;) {
@@ -656,23 +659,23 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
             if (err != EWOULDBLOCK) return os_error(err, "Cannot lock the", path);
             const std::int64_t now = monotonic_ms();
             if (now >= deadline) {
-                struct statx locked {};
+                struct statx locked{};
                 std::string holders;
                 if (statx_fd(fd, &locked) == 0) holders = lock_holders(locked);
                 char secs[32];
                 std::snprintf(secs, sizeof secs, "%.10g", static_cast<double>(timeout_ms) / 1000.0);
-                return make_status(StatusCode::kTimeout,
-                                   "Timed out after " + std::string(secs) + " s waiting for the lock on the " +
-                                   role(path) + " " + path +
-                                       (holders.empty() ? std::string(" (held by another process)")
-                                                        : " (held by pid " + holders + ")") +
-                                       ". Another worker may hang while claiming GPUs.",
-                                   ETIMEDOUT);
+                return failure(StatusCode::kTimeout,
+                               "Timed out after " + std::string(secs) + " s waiting for the lock on the " + role(path) +
+                                   " " + path +
+                                   (holders.empty() ? std::string(" (held by another process)")
+                                                    : " (held by pid " + holders + ")") +
+                                   ". Another worker may hang while claiming GPUs.",
+                               ETIMEDOUT);
             }
             sleep_ms(std::min(backoff, deadline - now));
             backoff = std::min<std::int64_t>(backoff * 2, 25);
         }
-        struct statx locked {}, named {};
+        struct statx locked{}, named{};
         if (statx_fd(fd, &locked) != 0) {
             const int err = errno;
             return os_error(err, "Cannot inspect the", path);
@@ -689,13 +692,16 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
                     if (now >= deadline) {
                         char secs[32];
                         std::snprintf(secs, sizeof secs, "%.10g", static_cast<double>(timeout_ms) / 1000.0);
-                        return make_status(StatusCode::kTimeout,
-                                           "Timed out after " + std::string(secs) + " s waiting for the coordination "
-                                           "file " + path + ": pid " + std::to_string(writer) + " still holds "
+                        return failure(StatusCode::kTimeout,
+                                       "Timed out after " + std::string(secs) +
+                                           " s waiting for the coordination "
+                                           "file " +
+                                           path + ": pid " + std::to_string(writer) +
+                                           " still holds "
                                            "the lock of the copy it replaced (as Flink's stock discovery script "
                                            "does when it reclaims, with sed -i) and has not finished writing the "
                                            "new one. Another worker may hang while claiming GPUs.",
-                                           ETIMEDOUT);
+                                       ETIMEDOUT);
                     }
                     sleep_ms(std::min(writer_backoff, deadline - now));
                     writer_backoff = std::min<std::int64_t>(writer_backoff * 2, 25);
@@ -712,11 +718,11 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
         unlock();
         ++replaced;
         if (replaced >= 3 && monotonic_ms() >= deadline) {
-            return make_status(StatusCode::kTimeout,
-                               "Timed out waiting for the " + role(path) + " " + path +
-                                   ": it was replaced by another file " + std::to_string(replaced) +
-                                   " times while we waited for its lock.",
-                               ETIMEDOUT);
+            return failure(StatusCode::kTimeout,
+                           "Timed out waiting for the " + role(path) + " " + path +
+                               ": it was replaced by another file " + std::to_string(replaced) +
+                               " times while we waited for its lock.",
+                           ETIMEDOUT);
         }
     }
 }
@@ -726,19 +732,19 @@ Status open_checked(const std::string& path, Access access, int* fd, bool* creat
 }
 
 bool names_inode(const std::string& path, int fd) noexcept {
-    struct statx named {}, open_one {};
+    struct statx named{}, open_one{};
     return statx_path(path, &named) == 0 && statx_fd(fd, &open_one) == 0 && same_inode(named, open_one);
 }
 
 bool file_id(int fd, FileId* id) noexcept {
-    struct statx st {};
+    struct statx st{};
     if (statx_fd(fd, &st) != 0) return false;
     *id = FileId{st.stx_dev_major, st.stx_dev_minor, st.stx_ino};
     return true;
 }
 
 bool names_file(const std::string& path, const FileId& id) noexcept {
-    struct statx named {};
+    struct statx named{};
     return statx_path(path, &named) == 0 && named.stx_ino == id.ino && named.stx_dev_major == id.dev_major &&
            named.stx_dev_minor == id.dev_minor;
 }

@@ -29,7 +29,7 @@ struct Record {
     int fd = -1;  // the lease file, read-write, open while the lease is held
     bool held = false;
     std::uint32_t slot = 0;
-    std::string token;          // the lease file's token (empty: it has none)
+    std::string token;           // the lease file's token (empty: it has none)
     std::int64_t touched_s = 0;  // CLOCK_MONOTONIC seconds when this process last refreshed its times
     bool idle = false;           // no line names it (Leases::set_idle)
     FileId file;                 // the lease file `fd` is open on
@@ -94,7 +94,7 @@ Record* find_record(const std::string& coordination_path) {
 }
 
 struct flock one_byte(short type, std::uint32_t slot) {
-    struct flock fl {};
+    struct flock fl{};
     fl.l_type = type;
     fl.l_whence = SEEK_SET;
     fl.l_start = static_cast<off_t>(slot);
@@ -108,7 +108,7 @@ struct flock one_byte(short type, std::uint32_t slot) {
 constexpr std::int64_t kTouchIntervalS = 3600;
 
 std::int64_t monotonic_s() {
-    struct timespec ts {};
+    struct timespec ts{};
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return static_cast<std::int64_t>(ts.tv_sec);
 }
@@ -147,7 +147,7 @@ std::string ensure_token(int fd, std::uint64_t inode) {
     while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         if ((errno != EINTR && errno != EWOULDBLOCK) || ++tries > 200) return read_token(fd, inode);
         if (errno == EWOULDBLOCK) {
-            const struct timespec pause {0, 1000000};  // 1 ms: at most 0.2 s in all
+            const struct timespec pause{0, 1000000};  // 1 ms: at most 0.2 s in all
             nanosleep(&pause, nullptr);
         }
     }
@@ -282,7 +282,8 @@ Status Leases::acquire(std::uint16_t mode, const std::string& locked_file, const
         checked_ = record_valid_ = false;
     }
     if (record_ == nullptr) {
-        registry().push_back(new Record{coordination_path_, -1, false, 0, std::string(), 0, false, FileId{}, std::string()});
+        registry().push_back(
+            new Record{coordination_path_, -1, false, 0, std::string(), 0, false, FileId{}, std::string()});
         record_ = registry().back();
     }
     const std::string path = lease_path(coordination_path_);
@@ -294,8 +295,8 @@ Status Leases::acquire(std::uint16_t mode, const std::string& locked_file, const
     if (created && fchmod(fd, mode & 0666) != 0) {
         const int err = errno;
         close(fd);
-        return make_status(StatusCode::kOsError, "Cannot set the mode of the lease file " + path + ": " +
-                                                   errno_text(err), err);
+        return failure(StatusCode::kOsError, "Cannot set the mode of the lease file " + path + ": " + errno_text(err),
+                       err);
     }
     for (std::uint32_t s = 0; s <= kMaxLeaseSlot; ++s) {
         if (std::binary_search(named.begin(), named.end(), s)) continue;  // a dead holder's lines name it
@@ -317,14 +318,13 @@ Status Leases::acquire(std::uint16_t mode, const std::string& locked_file, const
         if (errno != EAGAIN && errno != EACCES) {
             const int err = errno;
             close(fd);
-            return make_status(StatusCode::kOsError, "Cannot lock a byte of the lease file " + path + ": " +
-                                                       errno_text(err), err);
+            return failure(StatusCode::kOsError,
+                           "Cannot lock a byte of the lease file " + path + ": " + errno_text(err), err);
         }
     }
     close(fd);
-    return make_status(StatusCode::kOsError, "Every slot of the lease file " + path + " is taken.", EAGAIN);
+    return failure(StatusCode::kOsError, "Every slot of the lease file " + path + " is taken.", EAGAIN);
 }
-
 
 // The record goes from the registry too: find_record() must find the path's current one, not it.
 void Leases::close_replaced() noexcept {

@@ -16,11 +16,11 @@
 // anyone, and keeping it spares the next claim the lease file's open, lock and token read, and the release
 // its close. One idle lease per process at most (the one it released last): so a worker that claims and
 // releases in a loop pays for its lease once, and a process that touches many files keeps no descriptor
-// per file. The kernel drops every lease when the process dies. Fork: a child shares its parent's open file descriptions, so a pthread_atfork child
-// handler closes the inherited lease descriptors: the parent's GPUs are freed when the parent dies even
-// while a child lives, and a child's own claims take their own lease. Exec never inherits them
-// (O_CLOEXEC). Only the calling process leases: claims for another pid (flink-gpu-discovery for its
-// parent, `flink-gpu claim`) write no lease field.
+// per file. The kernel drops every lease when the process dies. Fork: a child shares its parent's open file
+// descriptions, so a pthread_atfork child handler closes the inherited lease descriptors: the parent's GPUs are freed
+// when the parent dies even while a child lives, and a child's own claims take their own lease. Exec never inherits
+// them (O_CLOEXEC). Only the calling process leases: claims for another pid (flink-gpu-discovery for its parent,
+// `flink-gpu claim`) write no lease field.
 //
 // The lease file carries a token (16 random hex digits and the lease file's inode, written by the claimer
 // that finds none for that inode, under flock(2) on the lease file), and each line records it with its
@@ -38,8 +38,8 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <string>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace flinkgpu {
@@ -98,7 +98,7 @@ private:
     bool record_fd_valid();
 
     std::unique_lock<std::mutex> lock_;
-    Record* record_ = nullptr;  // this path's registry record, created on first acquire
+    Record* record_ = nullptr;     // this path's registry record, created on first acquire
     Record* abandoned_ = nullptr;  // the record acquire() replaced (Replaced)
     std::string coordination_path_;
     int private_fd_ = -1;  // a read-only descriptor for tests when this process has no valid one

@@ -1,28 +1,6 @@
-// The line format of the coordination file (docs/design.md §5.2), pure: no I/O.
-//
-// A line is `<index> <pid>`, as Flink's stock script writes it, optionally followed by a tab and the
-// owner's start time (field 22 of /proc/<pid>/stat), which we add so that a recycled pid does not keep
-// a GPU owned forever, then by tab-separated `key=value` fields (docs/design.md §9.4):
-//
-//   <index> <pid>\t<start time>\tns=<pid namespace inode>[\tlease=<slot>\tlf=<token>][\tmig=<gpu>:<slot>]
-//
-// The bindings file (binding.hpp, docs/design.md §9.3) uses the same lines with three more fields:
-// `tm=<pid>` (the process whose GPUs are bound, its TaskManager), `share=<k>` (how many holders the
-// binder lets share the GPU) and `slot=<id>` (a Flink slot bound from a thread: the line's pid is then
-// the binding thread's id, and its start time that thread's).
-//
-// A MIG unit's line (docs/design.md §5.2, §9.2) starts with its GPU's index and names the unit in `mig`:
-// the stock script, which knows only GPUs, sees that GPU recorded while a unit of it is held (one line:
-// its owner is the live holder; two or more: its `[ -n $owner ]` fails and it reclaims nothing).
-//
-// `ns` is the pid namespace in which <pid> means something (the writer's), `lease` the byte of the lease
-// file the owner keeps locked while it lives and `lf` the token of that lease file (coordination_lease.hpp:
-// a lease proves nothing on another lease file). Unknown keys are kept and ignored,
-// so later versions can add fields; a known key with a bad value, or given twice, makes the line
-// unparsable (kept, its index never reclaimed). The stock script reads only two fields (`awk '{print
-// $2}'` splits on tabs too), and the tabs keep its unanchored `sed "/<index> /d"` from matching inside
-// our lines: no field we write holds "<digit><space>". Blank lines are kept; a line that is neither an
-// entry nor blank is kept byte for byte and its first word blocks that index.
+// The line format of the coordination file and the bindings file, pure: no I/O. docs/design.md §5.2
+// (File format) is its one description: the fields, their order and values, and what makes a line
+// unparsable; the MIG unit lines and the exclusion rule are there too.
 #pragma once
 
 #include "holder_identity.hpp"
@@ -41,9 +19,9 @@ namespace coordination {
 // what it holds.
 struct Entry : HolderIdentity {
     std::size_t line_number = 0;  // 1-based
-    std::string index;  // what the line holds: its first word, or for a MIG unit's line its `mig` value
-    std::string gpu;    // the GPU: the line's first word, a unit's parent
-    std::uint32_t share = 0;  // the bindings file's `share`; 0: not recorded
+    std::string index;            // what the line holds: its first word, or for a MIG unit's line its `mig` value
+    std::string gpu;              // the GPU: the line's first word, a unit's parent
+    std::uint32_t share = 0;      // the bindings file's `share`; 0: not recorded
     // Not part of the line: filled from the judge.
     Verdict verdict = Verdict::kGone;
     bool alive = false;

@@ -138,8 +138,9 @@ Status validate_indices(const std::vector<std::string>& indices, std::vector<std
     std::set<std::string> seen;
     for (const std::string& s : indices) {
         if (!valid_index(s)) {
-            return make_status(StatusCode::kInvalidArgument,
-                               "Invalid GPU index '" + printable(s) + "': an index is a non-empty word of printable "
+            return failure(StatusCode::kInvalidArgument,
+                           "Invalid GPU index '" + printable(s) +
+                               "': an index is a non-empty word of printable "
                                "ASCII without spaces, as nvidia-smi prints it; in numbers, a GPU's without a "
                                "leading zero (e.g. 0) or a MIG unit's <gpu>:<slot> (e.g. 0:1).");
         }
@@ -152,9 +153,9 @@ Status validate_indices(const std::vector<std::string>& indices, std::vector<std
 Status IndexRanks::assign(const std::vector<std::string>& indices, const std::vector<int>& ranks) {
     best_.clear();
     if (!ranks.empty() && ranks.size() != indices.size()) {
-        return make_status(StatusCode::kInvalidArgument, "Got " + std::to_string(ranks.size()) + " ranks for " +
-                                                             std::to_string(indices.size()) +
-                                                             " GPU indices: give one rank per index.");
+        return failure(StatusCode::kInvalidArgument, "Got " + std::to_string(ranks.size()) + " ranks for " +
+                                                         std::to_string(indices.size()) +
+                                                         " GPU indices: give one rank per index.");
     }
     for (std::size_t i = 0; i < ranks.size(); ++i) {
         auto it = best_.emplace(indices[i], ranks[i]).first;
@@ -170,8 +171,8 @@ int IndexRanks::of(const std::string& index) const {
 
 Status validate_pid(pid_t pid, const char* what) {
     if (pid <= 0) {
-        return make_status(StatusCode::kInvalidArgument, std::string("Invalid ") + what + " " + std::to_string(pid) +
-                                                             ": it must be a positive process id.");
+        return failure(StatusCode::kInvalidArgument, std::string("Invalid ") + what + " " + std::to_string(pid) +
+                                                         ": it must be a positive process id.");
     }
     return {};
 }

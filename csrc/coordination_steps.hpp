@@ -84,9 +84,9 @@ Result guarded(Body body) noexcept {
     try {
         return body();
     } catch (const std::bad_alloc&) {
-        r.status = failure_noexcept(StatusCode::kOutOfMemory, ENOMEM, "out of memory");
+        r.status = failure(StatusCode::kOutOfMemory, "out of memory", ENOMEM);
     } catch (...) {
-        r.status = failure_noexcept(StatusCode::kInternal, 0, "internal error");
+        r.status = failure(StatusCode::kInternal, "internal error");
     }
     return r;
 }

@@ -22,41 +22,48 @@ bool parse_number(std::string_view text, unsigned* out) noexcept {
     return true;
 }
 
-long long utilization(const NvmlApi& api, const MetricDevice& device) {
-    if (device.mig_unit || api.device_get_utilization_rates == nullptr) return -1;
+// Each reading stores its value in *out and returns the NVML code of the query that answered
+// (FUNCTION_NOT_FOUND where the driver lacks every query for it).
+int utilization(const NvmlApi& api, const MetricDevice& device, long long* out) {
+    if (device.mig_unit) return NVML_ERROR_NOT_SUPPORTED;
+    if (api.device_get_utilization_rates == nullptr) return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlUtilization_t u{};
-    if (api.device_get_utilization_rates(device.handle, &u) != NVML_SUCCESS) return -1;
-    return u.gpu;
+    const int rc = api.device_get_utilization_rates(device.handle, &u);
+    if (rc == NVML_SUCCESS) *out = u.gpu;
+    return rc;
 }
 
-long long memory_used(const NvmlApi& api, const MetricDevice& device) {
+int memory_used(const NvmlApi& api, const MetricDevice& device, long long* out) {
     MemoryReading m;
     const char* function = nullptr;
-    if (read_memory(api, device.handle, &m, &function) != NVML_SUCCESS) return -1;
-    return mib_from_bytes(m.used);
+    const int rc = read_memory(api, device.handle, &m, &function);
+    if (rc == NVML_SUCCESS) *out = mib_from_bytes(m.used);
+    return rc;
 }
 
-long long temperature(const NvmlApi& api, const MetricDevice& device) {
+int temperature(const NvmlApi& api, const MetricDevice& device, long long* out) {
     if (api.device_get_temperature_v != nullptr) {
         nvmlTemperature_t t{};
         t.version = nvmlTemperature_v1;
         t.sensorType = NVML_TEMPERATURE_GPU;
-        const nvmlReturn_t rc = api.device_get_temperature_v(device.gpu, &t);
-        if (rc == NVML_SUCCESS) return t.temperature;
+        const int rc = api.device_get_temperature_v(device.gpu, &t);
+        if (rc == NVML_SUCCESS) *out = t.temperature;
         // a driver that exports the call but not for this struct version or device: the original query
-        if (rc != NVML_ERROR_NOT_SUPPORTED && rc != NVML_ERROR_ARGUMENT_VERSION_MISMATCH) return -1;
+        if (rc != NVML_ERROR_NOT_SUPPORTED && rc != NVML_ERROR_ARGUMENT_VERSION_MISMATCH) return rc;
     }
-    if (api.device_get_temperature == nullptr) return -1;
+    if (api.device_get_temperature == nullptr) return NVML_ERROR_FUNCTION_NOT_FOUND;
     unsigned celsius = 0;
-    if (api.device_get_temperature(device.gpu, NVML_TEMPERATURE_GPU, &celsius) != NVML_SUCCESS) return -1;
-    return celsius;
+    const int rc = api.device_get_temperature(device.gpu, NVML_TEMPERATURE_GPU, &celsius);
+    if (rc == NVML_SUCCESS) *out = celsius;
+    return rc;
 }
 
-long long power(const NvmlApi& api, const MetricDevice& device) {
-    if (api.device_get_power_usage == nullptr) return -1;
+int power(const NvmlApi& api, const MetricDevice& device, long long* out) {
+    if (api.device_get_power_usage == nullptr) return NVML_ERROR_FUNCTION_NOT_FOUND;
     unsigned milliwatts = 0;
-    if (api.device_get_power_usage(device.gpu, &milliwatts) != NVML_SUCCESS) return -1;
-    return watts_from_milliwatts(milliwatts);
+    const int rc = api.device_get_power_usage(device.gpu, &milliwatts);
+    if (rc == NVML_SUCCESS) *out = watts_from_milliwatts(milliwatts);
+    return rc;
 }
 
 }  // namespace
@@ -99,16 +106,22 @@ bool find_metric_device(const NvmlLibrary& lib, std::string_view index, MetricDe
     return true;
 }
 
-long long read_metric(const NvmlLibrary& lib, const MetricDevice& device, Metric metric) noexcept {
+int read_metric_code(const NvmlLibrary& lib, const MetricDevice& device, Metric metric, long long* out) noexcept {
     const NvmlApi& api = lib.api();
+    *out = -1;
     switch (metric) {
-        case Metric::kUtilization: return utilization(api, device);
-        case Metric::kMemoryUsed: return memory_used(api, device);
-        case Metric::kTemperature: return temperature(api, device);
-        case Metric::kPower: return power(api, device);
+        case Metric::kUtilization: return utilization(api, device, out);
+        case Metric::kMemoryUsed: return memory_used(api, device, out);
+        case Metric::kTemperature: return temperature(api, device, out);
+        case Metric::kPower: return power(api, device, out);
         case Metric::kCount: break;
     }
-    return -1;
+    return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+long long read_metric(const NvmlLibrary& lib, const MetricDevice& device, Metric metric) noexcept {
+    long long value = -1;
+    return read_metric_code(lib, device, metric, &value) == NVML_SUCCESS ? value : -1;
 }
 
 long long mib_from_bytes(unsigned long long bytes) noexcept { return static_cast<long long>(bytes >> 20); }

@@ -33,6 +33,10 @@ bool find_metric_device(const NvmlLibrary& lib, std::string_view index, MetricDe
 // its GPU's (they belong to the physical GPU: a MIG handle answers NOT_SUPPORTED); its utilization
 // is -1 (nvml.h: utilization rates are not supported on MIG-enabled GPUs). Never throws.
 long long read_metric(const NvmlLibrary& lib, const MetricDevice& device, Metric metric) noexcept;
+// The same reading with the NVML code of the query that answered it (NVML_SUCCESS: *out is the
+// value; otherwise *out is -1 and the code says why: NOT_SUPPORTED, GPU_IS_LOST, ...;
+// FUNCTION_NOT_FOUND where the driver lacks every query for it). Never throws.
+int read_metric_code(const NvmlLibrary& lib, const MetricDevice& device, Metric metric, long long* out) noexcept;
 
 // The units of the readings: whole MiB (rounded down), whole watts (rounded to nearest).
 long long mib_from_bytes(unsigned long long bytes) noexcept;

@@ -4,8 +4,13 @@
 #include "gpu_choice.hpp"
 #include "process_tree.hpp"
 
+#include <pthread.h>
+#include <time.h>
+
 #include <algorithm>
+#include <map>
 #include <new>
+#include <tuple>
 
 namespace flinkgpu {
 namespace {
@@ -27,14 +32,60 @@ enum class Answer { kOk, kNoFinding, kLost, kFail };
 // The buffers of one query_states call, reused for every device and process kind.
 struct Workspace {
     std::vector<nvmlProcessDetail_v1_t> detail;  // detail list and the R535 *_v3 layout
-    std::vector<nvmlProcessInfo_v2_t> v2;         // *_v3 and *_v2
+    std::vector<nvmlProcessInfo_v2_t> v2;        // *_v3 and *_v2
     std::vector<nvmlProcessInfo_v1_t> v1;
 };
 
+// InfoROM validity per GPU (and MIG unit) of a library, for this process generation: nvmlDeviceValidateInforom
+// reads the flash (DCGM polls it at most hourly), and a corrupted InfoROM stays so until the GPU is reset. The
+// mutex is never held across an NVML call.
+struct InforomKey {
+    const NvmlLibrary* lib;
+    unsigned long generation;
+    unsigned gpu;
+    int slot;
+    bool operator<(const InforomKey& o) const {
+        return std::tie(lib, generation, gpu, slot) < std::tie(o.lib, o.generation, o.gpu, o.slot);
+    }
+};
+struct InforomReading {
+    int rc;
+    long long read_ns;
+};
+pthread_mutex_t g_inforom_mutex = PTHREAD_MUTEX_INITIALIZER;
+std::map<InforomKey, InforomReading>* g_inforom = new std::map<InforomKey, InforomReading>();
+
+long long monotonic_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+bool inforom_cached(const InforomKey& key, int* rc) {
+    pthread_mutex_lock(&g_inforom_mutex);
+    const auto it = g_inforom->find(key);
+    const bool fresh = it != g_inforom->end() && monotonic_ns() - it->second.read_ns <
+                                                     static_cast<long long>(kInforomRecheckSeconds) * 1000000000LL;
+    if (fresh) *rc = it->second.rc;
+    pthread_mutex_unlock(&g_inforom_mutex);
+    return fresh;
+}
+
+void inforom_store(const InforomKey& key, int rc) {
+    pthread_mutex_lock(&g_inforom_mutex);
+    try {
+        (*g_inforom)[key] = InforomReading{rc, monotonic_ns()};
+    } catch (...) {
+        // not cached: read again next time
+    }
+    pthread_mutex_unlock(&g_inforom_mutex);
+}
+
 class DeviceQuery {
 public:
-    DeviceQuery(const NvmlLibrary& lib, nvmlDevice_t dev, DeviceState* state, Workspace* ws)
-        : lib_(lib), api_(lib.api()), dev_(dev), s_(state), ws_(ws) {}
+    DeviceQuery(const NvmlLibrary& lib, nvmlDevice_t dev, DeviceState* state, Workspace* ws, const ReadPlan& plan,
+                ReadMonitor* monitor)
+        : lib_(lib), api_(lib.api()), dev_(dev), s_(state), ws_(ws), plan_(plan), monitor_(monitor) {}
 
     // Fills the state; a kNvml failure when the library as a whole fails.
     Status run(ProcessTree* tree) {
@@ -44,11 +95,17 @@ public:
         if (!failure_.ok() || lost()) return failure_;
         compute_mode();
         if (!failure_.ok() || lost()) return failure_;
-        processes(tree);
+        if (plan_.processes) processes(tree);
+        else s_->processes_read = false;
         return failure_;
     }
 
 private:
+    // Names the NVML call about to be made, for a deadline's WARN (nvml_deadline.hpp).
+    void calling(const char* function) {
+        if (monitor_ != nullptr) monitor_->calling(static_cast<int>(s_->nvml_index), function);
+    }
+
     bool lost() const { return s_->readings.lost_code != NVML_SUCCESS; }
 
     Answer answer(int rc, const char* function) {
@@ -70,20 +127,92 @@ private:
     }
     void answered(Check check, int rc) { s_->readings.answered[static_cast<std::size_t>(check)] = outcome_of(rc); }
 
-    void health() {
-        HealthReadings& r = s_->readings;
-        if (api_.device_validate_inforom != nullptr) {
-            const int rc = api_.device_validate_inforom(dev_);
-            if (rc == NVML_ERROR_CORRUPTED_INFOROM) {
-                r.inforom_corrupted = true;
-                answered(Check::kInforom, NVML_SUCCESS);
-            } else {
-                if (answer(rc, "nvmlDeviceValidateInforom") >= Answer::kLost) return;
-                answered(Check::kInforom, rc);
+    // The health fields of one nvmlDeviceGetFieldValues call (docs/design.md §9.1, query plan), in
+    // this order; a field that does not answer falls back to its own query.
+    enum Field {
+        kRecoveryField,
+        kEccCurrentField,
+        kEccDbeField,
+        kRemapPendingField,
+        kRemapFailureField,
+        kRetiredPendingField,
+        kFieldCount
+    };
+
+    static unsigned long long field_value(const nvmlFieldValue_t& f) {
+        switch (f.valueType) {
+            case NVML_VALUE_TYPE_UNSIGNED_INT: return f.value.uiVal;
+            case NVML_VALUE_TYPE_UNSIGNED_LONG: return f.value.ulVal;
+            case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: return f.value.ullVal;
+            case NVML_VALUE_TYPE_SIGNED_INT: return static_cast<unsigned long long>(f.value.siVal);
+            case NVML_VALUE_TYPE_SIGNED_LONG_LONG: return static_cast<unsigned long long>(f.value.sllVal);
+            default: return 0;
+        }
+    }
+
+    // Reads the health fields; false when the device is lost or the library fails. fields[i].nvmlReturn
+    // is NOT_SUPPORTED for each field not answered (no nvmlDeviceGetFieldValues: every one).
+    bool read_fields(nvmlFieldValue_t (&fields)[kFieldCount]) {
+        static constexpr unsigned kIds[kFieldCount] = {
+            NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_FI_DEV_ECC_CURRENT,      NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+            NVML_FI_DEV_REMAPPED_PENDING,        NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_RETIRED_PENDING};
+        for (int i = 0; i < kFieldCount; ++i) {
+            fields[i] = nvmlFieldValue_t{};
+            fields[i].fieldId = kIds[i];
+            fields[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+        if (api_.device_get_field_values == nullptr) return true;
+        calling("nvmlDeviceGetFieldValues");
+        const Answer a = answer(api_.device_get_field_values(dev_, kFieldCount, fields), "nvmlDeviceGetFieldValues");
+        if (a >= Answer::kLost) return false;
+        for (nvmlFieldValue_t& f : fields) {
+            if (a != Answer::kOk) {
+                f.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            } else if (is_lost(f.nvmlReturn)) {
+                answer(f.nvmlReturn, "nvmlDeviceGetFieldValues");
+                return false;
             }
         }
-        if (api_.device_get_remapped_rows != nullptr) {
+        return true;
+    }
+
+    // InfoROM validity, which reads the flash: once per GPU and kInforomRecheckSeconds (inforom_cache).
+    void inforom(bool fresh) {
+        HealthReadings& r = s_->readings;
+        if (api_.device_validate_inforom == nullptr) return;
+        const InforomKey key{&lib_, NvmlLibrary::process_generation(), s_->nvml_index,
+                             s_->mig_slot ? static_cast<int>(*s_->mig_slot) : -1};
+        int rc = NVML_SUCCESS;
+        if (fresh || !inforom_cached(key, &rc)) {
+            calling("nvmlDeviceValidateInforom");
+            rc = api_.device_validate_inforom(dev_);
+            if (rc != NVML_ERROR_CORRUPTED_INFOROM && answer(rc, "nvmlDeviceValidateInforom") >= Answer::kLost) return;
+            inforom_store(key, rc);
+        } else {
+            r.inforom_cached = true;
+        }
+        if (rc == NVML_ERROR_CORRUPTED_INFOROM) {
+            r.inforom_corrupted = true;
+            answered(Check::kInforom, NVML_SUCCESS);
+        } else {
+            answered(Check::kInforom, rc);
+        }
+    }
+
+    void health() {
+        HealthReadings& r = s_->readings;
+        inforom(plan_.fresh_inforom);
+        if (lost() || !failure_.ok()) return;
+        nvmlFieldValue_t fields[kFieldCount];
+        if (!read_fields(fields)) return;
+        const auto got = [&](Field f) { return fields[f].nvmlReturn == NVML_SUCCESS; };
+        if (got(kRemapPendingField) && got(kRemapFailureField)) {
+            r.remap_pending = field_value(fields[kRemapPendingField]) != 0;
+            r.remap_failed = field_value(fields[kRemapFailureField]) != 0;
+            answered(Check::kRemappedRows, NVML_SUCCESS);
+        } else if (api_.device_get_remapped_rows != nullptr) {
             unsigned corrected = 0, uncorrected = 0, pending = 0, failed = 0;
+            calling("nvmlDeviceGetRemappedRows");
             const int rc = api_.device_get_remapped_rows(dev_, &corrected, &uncorrected, &pending, &failed);
             const Answer a = answer(rc, "nvmlDeviceGetRemappedRows");
             if (a >= Answer::kLost) return;
@@ -93,8 +222,16 @@ private:
                 r.remap_pending = pending != 0;
             }
         }
-        if (api_.device_get_ecc_mode != nullptr && api_.device_get_total_ecc_errors != nullptr) {
+        if (got(kEccCurrentField) && (field_value(fields[kEccCurrentField]) == 0 || got(kEccDbeField))) {
+            if (field_value(fields[kEccCurrentField]) == 0) {
+                r.answered[static_cast<std::size_t>(Check::kEcc)] = Outcome::kNotApplicable;  // counters need ECC on
+            } else {
+                r.ecc_uncorrected_volatile = field_value(fields[kEccDbeField]);
+                answered(Check::kEcc, NVML_SUCCESS);
+            }
+        } else if (api_.device_get_ecc_mode != nullptr && api_.device_get_total_ecc_errors != nullptr) {
             nvmlEnableState_t current = NVML_FEATURE_DISABLED, pending = NVML_FEATURE_DISABLED;
+            calling("nvmlDeviceGetEccMode");
             const int mrc = api_.device_get_ecc_mode(dev_, &current, &pending);
             Answer a = answer(mrc, "nvmlDeviceGetEccMode");
             if (a >= Answer::kLost) return;
@@ -103,6 +240,7 @@ private:
                 r.answered[static_cast<std::size_t>(Check::kEcc)] = Outcome::kNotApplicable;  // counters need ECC on
             } else if (a == Answer::kOk) {
                 unsigned long long count = 0;
+                calling("nvmlDeviceGetTotalEccErrors");
                 const int crc = api_.device_get_total_ecc_errors(dev_, NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                                                                  NVML_VOLATILE_ECC, &count);
                 a = answer(crc, "nvmlDeviceGetTotalEccErrors");
@@ -111,35 +249,22 @@ private:
                 if (a == Answer::kOk) r.ecc_uncorrected_volatile = count;
             }
         }
-        if (api_.device_get_field_values != nullptr) {
-            nvmlFieldValue_t field{};
-            field.fieldId = NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
-            const Answer a = answer(api_.device_get_field_values(dev_, 1, &field), "nvmlDeviceGetFieldValues");
-            if (a >= Answer::kLost) return;
-            // A driver without the field (before R565) answers per value (NOT_SUPPORTED, INVALID_ARGUMENT).
-            if (a == Answer::kOk && field.nvmlReturn == NVML_SUCCESS) {
-                unsigned action = NVML_GPU_RECOVERY_ACTION_NONE;
-                switch (field.valueType) {
-                    case NVML_VALUE_TYPE_UNSIGNED_INT: action = field.value.uiVal; break;
-                    case NVML_VALUE_TYPE_UNSIGNED_LONG: action = static_cast<unsigned>(field.value.ulVal); break;
-                    case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: action = static_cast<unsigned>(field.value.ullVal); break;
-                    case NVML_VALUE_TYPE_SIGNED_INT: action = static_cast<unsigned>(field.value.siVal); break;
-                    default: break;
-                }
-                r.recovery_action = action;
-                answered(Check::kRecoveryAction, NVML_SUCCESS);
-            } else if (a == Answer::kOk && is_lost(field.nvmlReturn)) {
-                answer(field.nvmlReturn, "nvmlDeviceGetFieldValues");
-                return;
-            } else if (a == Answer::kOk) {
-                answered(Check::kRecoveryAction, field.nvmlReturn);
-            } else {
-                answered(Check::kRecoveryAction, NVML_ERROR_NOT_SUPPORTED);
-            }
+        // A driver without the field (before R565) answers per value (NOT_SUPPORTED, INVALID_ARGUMENT).
+        if (got(kRecoveryField)) {
+            r.recovery_action = static_cast<unsigned>(field_value(fields[kRecoveryField]));
+            answered(Check::kRecoveryAction, NVML_SUCCESS);
+        } else if (api_.device_get_field_values != nullptr) {
+            answered(Check::kRecoveryAction, fields[kRecoveryField].nvmlReturn == NVML_ERROR_NO_PERMISSION
+                                                 ? NVML_ERROR_NO_PERMISSION
+                                                 : NVML_ERROR_NOT_SUPPORTED);
         }
         if (!fabric()) return;
-        if (api_.device_get_retired_pages_pending_status != nullptr) {
+        if (got(kRetiredPendingField)) {
+            r.pages_pending = field_value(fields[kRetiredPendingField]) != 0;
+            answered(Check::kRetiredPages, NVML_SUCCESS);
+        } else if (api_.device_get_retired_pages_pending_status != nullptr) {
             nvmlEnableState_t pending = NVML_FEATURE_DISABLED;
+            calling("nvmlDeviceGetRetiredPagesPendingStatus");
             const int rc = api_.device_get_retired_pages_pending_status(dev_, &pending);
             const Answer a = answer(rc, "nvmlDeviceGetRetiredPagesPendingStatus");
             if (a >= Answer::kLost) return;
@@ -158,6 +283,7 @@ private:
         if (api_.device_get_gpu_fabric_info_v != nullptr) {
             nvmlGpuFabricInfo_v3_t v3{};
             v3.version = nvmlGpuFabricInfo_v3;
+            calling(function);
             rc = api_.device_get_gpu_fabric_info_v(dev_, &v3);
             if (rc == NVML_SUCCESS) {
                 f.state = v3.state;
@@ -177,6 +303,7 @@ private:
         if ((rc == NVML_ERROR_FUNCTION_NOT_FOUND) && api_.device_get_gpu_fabric_info != nullptr) {
             nvmlGpuFabricInfo_t v1{};
             function = "nvmlDeviceGetGpuFabricInfo";
+            calling(function);
             rc = api_.device_get_gpu_fabric_info(dev_, &v1);
             if (rc == NVML_SUCCESS) {
                 f.state = v1.state;
@@ -186,14 +313,15 @@ private:
         if (rc == NVML_ERROR_FUNCTION_NOT_FOUND) return true;  // a driver before R535
         if (answer(rc, function) >= Answer::kLost) return false;
         // state NOT_SUPPORTED: a GPU without NVSwitch fabric (PCIe parts)
-        answered(Check::kFabric, rc == NVML_SUCCESS && f.state == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
-                                     ? NVML_ERROR_NOT_SUPPORTED : rc);
+        answered(Check::kFabric,
+                 rc == NVML_SUCCESS && f.state == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED ? NVML_ERROR_NOT_SUPPORTED : rc);
         return true;
     }
 
     void memory() {
         MemoryReading m;
         const char* function = nullptr;
+        calling(api_.device_get_memory_info_v2 != nullptr ? "nvmlDeviceGetMemoryInfo_v2" : "nvmlDeviceGetMemoryInfo");
         const int rc = read_memory(api_, dev_, &m, &function);
         if (function != nullptr && answer(rc, function) == Answer::kOk) {
             s_->memory_used = m.used;
@@ -204,6 +332,7 @@ private:
     void compute_mode() {
         if (api_.device_get_compute_mode == nullptr) return;
         nvmlComputeMode_t mode = NVML_COMPUTEMODE_DEFAULT;
+        calling("nvmlDeviceGetComputeMode");
         if (answer(api_.device_get_compute_mode(dev_, &mode), "nvmlDeviceGetComputeMode") != Answer::kOk) return;
         switch (mode) {
             case NVML_COMPUTEMODE_DEFAULT: s_->compute_mode = "default"; break;
@@ -220,6 +349,7 @@ private:
         if (buffer->size() < kInitialProcesses) buffer->resize(kInitialProcesses);
         for (int attempt = 0; attempt < 4; ++attempt) {
             unsigned count = static_cast<unsigned>(buffer->size());
+            calling(function);
             const int rc = call(&count, buffer->data());
             if (rc == NVML_ERROR_INSUFFICIENT_SIZE && count > buffer->size() && count <= kMaxProcesses) {
                 buffer->resize(std::min<std::size_t>(count * 2u + 8u, kMaxProcesses));
@@ -248,7 +378,28 @@ private:
         }
     }
 
+    // The entry points of one process kind, newest first (what a WARN names).
+    struct ProcessNames {
+        const char* v3;
+        const char* v2;
+        const char* v1;
+    };
+    static ProcessNames process_names(ProcessKind kind) {
+        switch (kind) {
+            case ProcessKind::kGraphics:
+                return {"nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+                        "nvmlDeviceGetGraphicsRunningProcesses"};
+            case ProcessKind::kMps:
+                return {"nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+                        "nvmlDeviceGetMPSComputeRunningProcesses"};
+            case ProcessKind::kCompute: break;
+        }
+        return {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+                "nvmlDeviceGetComputeRunningProcesses"};
+    }
+
     void list_kind(const ProcessQueryFns& fns, ProcessKind kind, unsigned mode) {
+        const ProcessNames names = process_names(kind);
         std::size_t n = 0;
         ProcessApi how = api_.process_api;
         if (how == ProcessApi::kDetailList) {
@@ -273,16 +424,16 @@ private:
             // The driver writes five-field entries through its four-field prototype.
             n = fetch(&ws_->detail, [&](unsigned* count, nvmlProcessDetail_v1_t* data) {
                 return fns.v3(dev_, count, reinterpret_cast<nvmlProcessInfo_t*>(data));
-            }, "nvmlDeviceGetComputeRunningProcesses_v3");
+            }, names.v3);
             add(ws_->detail, n, kind);
         } else if ((how == ProcessApi::kV3 || how == ProcessApi::kV2) && (fns.v3 != nullptr || fns.v2 != nullptr)) {
             const auto fn = fns.v3 != nullptr ? fns.v3 : fns.v2;
             n = fetch(&ws_->v2, [&](unsigned* count, nvmlProcessInfo_v2_t* data) { return fn(dev_, count, data); },
-                      "nvmlDeviceGetComputeRunningProcesses_v3");
+                      fns.v3 != nullptr ? names.v3 : names.v2);
             add(ws_->v2, n, kind);
         } else if (how == ProcessApi::kV1 && fns.v1 != nullptr) {
             n = fetch(&ws_->v1, [&](unsigned* count, nvmlProcessInfo_v1_t* data) { return fns.v1(dev_, count, data); },
-                      "nvmlDeviceGetComputeRunningProcesses");
+                      names.v1);
             add(ws_->v1, n, kind);
         }
     }
@@ -307,6 +458,8 @@ private:
     nvmlDevice_t dev_;
     DeviceState* s_;
     Workspace* ws_;
+    const ReadPlan& plan_;
+    ReadMonitor* monitor_;
     Status failure_;
 };
 
@@ -407,58 +560,67 @@ const char* process_kind_name(ProcessKind kind) noexcept {
 }
 
 Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,
-                    std::vector<DeviceState>* out) noexcept {
+                    std::vector<DeviceState>* out, const ReadPlan& plan, ReadMonitor* monitor) noexcept {
     try {
         out->clear();
         const NvmlApi& api = lib.api();
         unsigned count = 0;
+        if (monitor != nullptr) monitor->calling(ReadMonitor::kLibrary, "nvmlDeviceGetCount_v2");
         const int rc = api.device_get_count(&count);
         if (rc != NVML_SUCCESS) return lib.error(rc, "nvmlDeviceGetCount_v2");
-        out->reserve(count);
+        if (monitor != nullptr) monitor->counted(count);
+        out->reserve(monitor != nullptr ? 0 : count);
         Workspace ws;
         ProcessTree tree(owner, taskmanager);
+        std::vector<DeviceState> one;  // one GPU's states (its units for a MIG GPU)
         for (unsigned i = 0; i < count; ++i) {
+            if (monitor != nullptr && monitor->skip(i)) continue;
+            std::vector<DeviceState>* to = monitor != nullptr ? &one : out;
+            one.clear();
+            if (monitor != nullptr) monitor->calling(static_cast<int>(i), "nvmlDeviceGetHandleByIndex_v2");
             nvmlDevice_t dev = nullptr;
             const int hrc = api.device_get_handle_by_index(i, &dev);
-            if (hrc != NVML_SUCCESS) {
-                if (is_library_wide_error(hrc)) return lib.error(hrc, "nvmlDeviceGetHandleByIndex_v2");
-                out->push_back(refused(i, hrc, "nvmlDeviceGetHandleByIndex_v2"));
-                judge_health(enforced, &out->back());
-                continue;
-            }
             MigLayout mig;
             const char* function = nullptr;
-            if (const int mrc = read_mig_layout(api, dev, &mig, &function); mrc != NVML_SUCCESS) {
-                if (is_library_wide_error(mrc)) return lib.error(mrc, function);
-                out->push_back(refused(i, mrc, function));
-                judge_health(enforced, &out->back());
-                continue;
+            int mrc = NVML_SUCCESS;
+            if (hrc == NVML_SUCCESS) {
+                if (monitor != nullptr) monitor->calling(static_cast<int>(i), "nvmlDeviceGetMigMode");
+                mrc = read_mig_layout(api, dev, &mig, &function);
             }
-            DeviceState gpu;
-            gpu.index = std::to_string(i);
-            gpu.nvml_index = i;
-            DeviceQuery query(lib, dev, &gpu, &ws);
-            if (const Status st = query.run(&tree); !st.ok()) return st;
-            if (!mig.enabled) {
-                judge_health(enforced, &gpu);
-                out->push_back(std::move(gpu));
-                continue;
+            if (hrc != NVML_SUCCESS || mrc != NVML_SUCCESS) {
+                const int code = hrc != NVML_SUCCESS ? hrc : mrc;
+                if (hrc != NVML_SUCCESS) function = "nvmlDeviceGetHandleByIndex_v2";
+                if (is_library_wide_error(code)) return lib.error(code, function);
+                to->push_back(refused(i, code, function));
+                judge_health(enforced, &to->back());
+            } else {
+                DeviceState gpu;
+                gpu.index = std::to_string(i);
+                gpu.nvml_index = i;
+                DeviceQuery query(lib, dev, &gpu, &ws, plan, monitor);
+                if (const Status st = query.run(&tree); !st.ok()) return st;
+                if (!mig.enabled) {
+                    judge_health(enforced, &gpu);
+                    to->push_back(std::move(gpu));
+                } else {
+                    for (const MigSlot& slot : mig.slots) {
+                        to->emplace_back();
+                        DeviceState& unit = to->back();
+                        unit.index = gpu.index + ":" + std::to_string(slot.slot);
+                        unit.nvml_index = i;
+                        unit.mig_slot = slot.slot;
+                        DeviceQuery unit_query(lib, slot.handle, &unit, &ws, plan, monitor);
+                        if (const Status st = unit_query.run(&tree); !st.ok()) return st;
+                        inherit(gpu, &unit);
+                        judge_health(enforced, &unit);
+                    }
+                }
             }
-            for (const MigSlot& slot : mig.slots) {
-                out->emplace_back();
-                DeviceState& unit = out->back();
-                unit.index = gpu.index + ":" + std::to_string(slot.slot);
-                unit.nvml_index = i;
-                unit.mig_slot = slot.slot;
-                DeviceQuery unit_query(lib, slot.handle, &unit, &ws);
-                if (const Status st = unit_query.run(&tree); !st.ok()) return st;
-                inherit(gpu, &unit);
-                judge_health(enforced, &unit);
-            }
+            if (monitor != nullptr && !monitor->gpu_read(&one)) break;
         }
         return Status();
     } catch (const std::bad_alloc&) {
-        return nvml_failure_noexcept(NVML_ERROR_MEMORY, "query_states", "Out of memory while reading the GPUs' state.");
+        return nvml_failure(NVML_ERROR_MEMORY, "query_states", "Out of memory while reading the GPUs' state.");
     }
 }
 

@@ -18,7 +18,9 @@
 
 namespace flinkgpu {
 
-enum class Health { kOk, kDegraded, kUnhealthy };
+// kUnknown: the state could not be read in time (an NVML call past its deadline, nvml_deadline.hpp);
+// such a GPU is never handed out.
+enum class Health { kOk, kDegraded, kUnhealthy, kUnknown };
 
 // The health checks, each one NVML reading (docs/design.md §9.1 has the table). `health-checks`
 // names them; a GPU that is lost or needs a reset is unhealthy whatever is enforced.
@@ -50,12 +52,16 @@ struct FabricReading {
 struct HealthReadings {
     int lost_code = NVML_SUCCESS;  // GPU_IS_LOST or RESET_REQUIRED from a state query; any code from the handle query
     const char* lost_function = nullptr;
-    bool inforom_corrupted = false;                   // nvmlDeviceValidateInforom
-    bool remap_failed = false, remap_pending = false;  // nvmlDeviceGetRemappedRows
-    unsigned long long ecc_uncorrected_volatile = 0;  // only read while ECC is on
+    bool inforom_corrupted = false;  // nvmlDeviceValidateInforom
+    bool inforom_cached = false;     // that answer is the process's cached one (kInforomRecheckSeconds)
+    bool remap_failed = false, remap_pending = false;          // nvmlDeviceGetRemappedRows
+    unsigned long long ecc_uncorrected_volatile = 0;           // only read while ECC is on
     unsigned recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;  // NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
-    FabricReading fabric;                             // nvmlDeviceGetGpuFabricInfoV, else nvmlDeviceGetGpuFabricInfo
-    bool pages_pending = false;                       // nvmlDeviceGetRetiredPagesPendingStatus
+    FabricReading fabric;        // nvmlDeviceGetGpuFabricInfoV, else nvmlDeviceGetGpuFabricInfo
+    bool pages_pending = false;  // nvmlDeviceGetRetiredPagesPendingStatus
+    // Why nothing is known: "<query> did not return within 5 s" and the like (nvml_deadline.hpp);
+    // empty when the GPU was read.
+    std::string unknown;
     // per Check: how its query answered (kFinding is set by judge_health)
     std::array<Outcome, kCheckCount> answered{Outcome::kNotSupported, Outcome::kNotSupported, Outcome::kNotSupported,
                                               Outcome::kNotSupported, Outcome::kNotSupported, Outcome::kNotSupported};
@@ -81,19 +87,20 @@ struct GpuProcess {
 };
 
 struct DeviceState {
-    std::string index;  // as DeviceInfo::index: "<i>" for a GPU, "<parent>:<slot>" for a MIG unit
+    std::string index;        // as DeviceInfo::index: "<i>" for a GPU, "<parent>:<slot>" for a MIG unit
     unsigned nvml_index = 0;  // the GPU's; a unit's parent's
     std::optional<unsigned> mig_slot;
     HealthReadings readings;
     Health health = Health::kOk;        // from the lost state and the enforced checks' findings
-    std::string health_text = "ok";     // "ok", "degraded: <reason>" or "unhealthy: <reason>"
+    std::string health_text = "ok";     // "ok", "degraded: <reason>", "unhealthy: <reason>" or "unknown: <why>"
     std::vector<std::string> findings;  // every enforced finding, unhealthy ones first
     std::vector<std::string> warnings;  // enforced findings that leave health ok (RECOVER_IMEX_DOMAIN)
     std::array<CheckResult, kCheckCount> checks;  // per Check, enforced or not
     std::optional<unsigned long long> memory_used, memory_free;
     std::vector<GpuProcess> processes;
-    bool processes_known = true;  // false: a process query answered NO_PERMISSION
-    bool busy = false;            // a process that is not own
+    bool processes_known = true;              // false: a process query answered NO_PERMISSION
+    bool processes_read = true;               // false: the plan read no process list (ReadPlan::processes)
+    bool busy = false;                        // a process that is not own
     std::optional<std::string> compute_mode;  // "default", "exclusive_process", "prohibited", ...
 };
 
@@ -106,12 +113,38 @@ struct MemoryReading {
 };
 int read_memory(const NvmlApi& api, nvmlDevice_t dev, MemoryReading* out, const char** function) noexcept;
 
+// Watches a state read from another thread (nvml_deadline.hpp). The reading thread tells it each
+// NVML call before making it, asks whether to skip a GPU (an earlier read is still stuck on it) and
+// hands it each GPU's states as soon as they are read; `gpu_read` false: stop reading.
+class ReadMonitor {
+public:
+    static constexpr int kLibrary = -1;  // a call about the whole library, not one GPU
+    virtual ~ReadMonitor() = default;
+    virtual void calling(int gpu, const char* function) noexcept = 0;
+    virtual void counted(unsigned count) noexcept = 0;
+    virtual bool skip(unsigned gpu) noexcept = 0;
+    virtual bool gpu_read(std::vector<DeviceState>* states) noexcept = 0;
+};
+
+// What a state read asks NVML (docs/design.md §9.1, "Query plan").
+struct ReadPlan {
+    bool processes = true;       // false (busy-gpus: ignore): no process list is read, processes stay unknown
+    bool fresh_inforom = false;  // true: InfoROM validity read now, not taken from the process's cache
+};
+
+// How long a GPU's InfoROM validity (nvmlDeviceValidateInforom, which reads the flash) is reused within a
+// process before it is read again; a choice that finds nothing usable reads it again at once.
+inline constexpr unsigned kInforomRecheckSeconds = 600;
+
 // The state of every device (a MIG GPU's units in its place), in index order, judged with the
 // checks `enforced`. A GPU whose handle or MIG layout NVML refuses now is one state, lost, with
 // the refusing call (enumerate_devices skips it, or it went after the enumeration). `owner`: the
 // claiming process; `taskmanager`: its TaskManager, 0 for none. Errors that concern the whole
 // library fail the call. Never throws.
+// With a `monitor`, each GPU's states go to it instead of `out` (which stays empty), and GPUs it
+// says to skip are not read.
 Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,
-                    std::vector<DeviceState>* out) noexcept;
+                    std::vector<DeviceState>* out, const ReadPlan& plan = ReadPlan(),
+                    ReadMonitor* monitor = nullptr) noexcept;
 
 }  // namespace flinkgpu

@@ -10,8 +10,7 @@ namespace {
 
 // "Not there" answers: the property is simply absent for this device or driver.
 bool is_absent(int code) {
-    return code == NVML_ERROR_NOT_SUPPORTED || code == NVML_ERROR_FUNCTION_NOT_FOUND ||
-           code == NVML_ERROR_NOT_FOUND;
+    return code == NVML_ERROR_NOT_SUPPORTED || code == NVML_ERROR_FUNCTION_NOT_FOUND || code == NVML_ERROR_NOT_FOUND;
 }
 
 enum class Query { kOk, kAbsent, kSkip, kFail };
@@ -53,9 +52,8 @@ std::optional<Failure> property(int rc, const char* function, Store store) {
 // Fills one device; returns the failing call when the device must be skipped or the whole
 // enumeration fail, nullopt when every property was read or is absent.
 std::optional<Failure> query_device(const NvmlApi& api, nvmlDevice_t dev, DeviceInfo* info) {
-    char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE > NVML_DEVICE_NAME_V2_BUFFER_SIZE
-                 ? NVML_DEVICE_UUID_V2_BUFFER_SIZE
-                 : NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE > NVML_DEVICE_NAME_V2_BUFFER_SIZE ? NVML_DEVICE_UUID_V2_BUFFER_SIZE
+                                                                               : NVML_DEVICE_NAME_V2_BUFFER_SIZE];
     auto read_string = [&](auto fn, const char* name, std::optional<std::string>* out) -> std::optional<Failure> {
         if (fn == nullptr) return std::nullopt;
         buf[0] = '\0';
@@ -92,10 +90,17 @@ std::optional<Failure> query_device(const NvmlApi& api, nvmlDevice_t dev, Device
         unsigned long mask[kAffinityWords] = {};
         auto f = property(api.device_get_cpu_affinity_within_scope(dev, kAffinityWords, mask, NVML_AFFINITY_SCOPE_NODE),
                           "nvmlDeviceGetCpuAffinityWithinScope", [&] {
-                              std::string cpus = cpulist(mask, kAffinityWords);
-                              if (!cpus.empty()) info->cpu_affinity = std::move(cpus);
-                          });
+            std::string cpus = cpulist(mask, kAffinityWords);
+            if (!cpus.empty()) info->cpu_affinity = std::move(cpus);
+        });
         if (f) return f;
+    }
+    if (api.device_get_persistence_mode != nullptr) {
+        // Informational: whatever it answers other than a mode (absent, NOT_SUPPORTED, an error)
+        // leaves it unknown and never skips the GPU.
+        nvmlEnableState_t mode = NVML_FEATURE_DISABLED;
+        if (api.device_get_persistence_mode(dev, &mode) == NVML_SUCCESS)
+            info->persistence_mode = mode == NVML_FEATURE_ENABLED;
     }
     if (info->pci_bus_id) info->numa_node = pci_numa_node("/sys", *info->pci_bus_id);
     return std::nullopt;
@@ -103,8 +108,7 @@ std::optional<Failure> query_device(const NvmlApi& api, nvmlDevice_t dev, Device
 
 // A MIG unit of `parent` in `slot`: the parent's name, bus id and locality, and from the MIG handle
 // its UUID, memory and instance ids.
-std::optional<Failure> query_unit(const NvmlApi& api, const DeviceInfo& parent, const MigSlot& slot,
-                                  DeviceInfo* unit) {
+std::optional<Failure> query_unit(const NvmlApi& api, const DeviceInfo& parent, const MigSlot& slot, DeviceInfo* unit) {
     *unit = parent;
     unit->index = parent.index + ":" + std::to_string(slot.slot);
     unit->mig_slot = slot.slot;
@@ -200,8 +204,8 @@ Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept {
             skipped.mig_slot = slot;
             const std::string& index = skipped.index;
             skipped.code = failure.code;
-            skipped.reason = "GPU " + index + " skipped: " + failure.function + " returned " +
-                             lib.error_text(failure.code) + ".";
+            skipped.reason =
+                "GPU " + index + " skipped: " + failure.function + " returned " + lib.error_text(failure.code) + ".";
             out->skipped.push_back(std::move(skipped));
         };
         for (unsigned i = 0; i < count; ++i) {
@@ -237,7 +241,8 @@ Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept {
                 skipped.index = info.index;
                 skipped.nvml_index = i;
                 skipped.code = NVML_ERROR_NOT_FOUND;
-                skipped.reason = "GPU " + info.index + " skipped: MIG mode is enabled but it has no MIG instances "
+                skipped.reason = "GPU " + info.index +
+                                 " skipped: MIG mode is enabled but it has no MIG instances "
                                  "(create them with nvidia-smi mig, or disable MIG mode).";
                 out->skipped.push_back(std::move(skipped));
                 continue;
@@ -254,7 +259,7 @@ Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept {
         }
         return Status();
     } catch (const std::bad_alloc&) {
-        return nvml_failure_noexcept(NVML_ERROR_MEMORY, "enumerate_devices", "Out of memory while enumerating GPUs.");
+        return nvml_failure(NVML_ERROR_MEMORY, "enumerate_devices", "Out of memory while enumerating GPUs.");
     }
 }
 
@@ -273,8 +278,8 @@ Status query_driver_version(const NvmlLibrary& lib, std::optional<std::string>* 
         }
         return Status();
     } catch (const std::bad_alloc&) {
-        return nvml_failure_noexcept(NVML_ERROR_MEMORY, "query_driver_version",
-                                     "Out of memory while reading the driver version.");
+        return nvml_failure(NVML_ERROR_MEMORY, "query_driver_version",
+                            "Out of memory while reading the driver version.");
     }
 }
 

@@ -11,7 +11,7 @@ namespace flinkgpu {
 
 // A GPU, or one MIG instance of a GPU in MIG mode (docs/design.md §9.2), which stands in its place.
 struct DeviceInfo {
-    std::string index;    // NVML's index (nvidia-smi's) for a GPU; "<parent index>:<slot>" for a MIG unit
+    std::string index;        // NVML's index (nvidia-smi's) for a GPU; "<parent index>:<slot>" for a MIG unit
     unsigned nvml_index = 0;  // the GPU's NVML index; a unit's parent's
     // A MIG unit only: its slot (nvmlDeviceGetMigDeviceHandleByIndex), its parent's UUID, its GPU and
     // compute instance ids. name, pci_bus_id, minor_number and locality are the parent's.
@@ -25,6 +25,9 @@ struct DeviceInfo {
     std::optional<unsigned> minor_number;            // /dev/nvidia<minor>
     std::optional<std::string> cpu_affinity;         // the GPU's NUMA-local CPUs as a cpulist
     std::optional<int> numa_node;                    // from sysfs; absent when unknown
+    // nvmlDeviceGetPersistenceMode (a unit's: its GPU's); absent when the driver cannot say. Off, the
+    // driver initialises the GPU when a process first asks for its handle: seconds on some GPUs.
+    std::optional<bool> persistence_mode;
 };
 
 // A device that exists but cannot be handed out (no permission, lost, ...).
@@ -37,9 +40,9 @@ struct SkippedDevice {
 };
 
 struct Enumeration {
-    std::vector<DeviceInfo> devices;  // in index order, a MIG GPU's units in its place
+    std::vector<DeviceInfo> devices;     // in index order, a MIG GPU's units in its place
     std::vector<SkippedDevice> skipped;  // also a GPU in MIG mode without instances (code NOT_FOUND)
-    std::vector<std::string> notices;  // what an operator should know: a MIG mode pending a reset
+    std::vector<std::string> notices;    // what an operator should know: a MIG mode pending a reset
 };
 
 // A GPU's MIG instances as NVML gives them to an unprivileged caller: the current mode, and while it

@@ -1,21 +1,26 @@
 // flink-gpu-discovery: a native drop-in for Flink's nvidia-gpu-discovery.sh (docs/design.md §6.1).
 //
 //   flink-gpu-discovery <amount> [--enable-coordination-mode] [--coordination-file PATH]
-//                       [--busy-gpus avoid|exclude|ignore]
+//                       [--busy-gpus avoid|exclude|ignore] [--nvml-timeout DURATION]
 //
 // Same arguments, stdout and exit codes as the stock script, so that a Java TaskManager can use it
 // as its discovery script; it asks NVML in-process instead of spawning nvidia-smi. Anything meant
 // for people goes to stderr: Flink parses stdout. Beyond the stock script it chooses by the GPUs'
 // state (gpu_choice.hpp): unhealthy GPUs are never printed, and GPUs with processes that are not
-// the TaskManager's (our parent's) are avoided, excluded or ignored as --busy-gpus says.
+// the TaskManager's (our parent's) are avoided, excluded or ignored as --busy-gpus says. All of its
+// NVML work (nvmlInit, the enumeration, the state reads) has one deadline, --nvml-timeout (default
+// 5 s, inside Flink's 10 s discovery-script.timeout): past it, it says which call stalled and exits 1.
 #include "coordination.hpp"
 #include "device_state.hpp"
 #include "devices.hpp"
-#include "gpu_index.hpp"
+#include "flink_duration.hpp"
 #include "gpu_choice.hpp"
+#include "gpu_index.hpp"
+#include "nvml_deadline.hpp"
 #include "nvml_loader.hpp"
 #include "script_args.hpp"
 
+#include <unistd.h>
 #include <cerrno>
 #include <climits>
 #include <csignal>
@@ -23,8 +28,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <memory>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -38,6 +44,7 @@ struct Arguments {
     bool beyond_range = false;  // a whole number above LLONG_MAX: more GPUs than any host has
     flinkgpu::ScriptArgs script;
     flinkgpu::BusyPolicy busy = flinkgpu::BusyPolicy::kAvoid;
+    double nvml_timeout = flinkgpu::kDefaultNvmlTimeoutSeconds;  // seconds
 };
 
 // Parses like the stock script: the first argument is the amount, then its flags (script_args.hpp).
@@ -68,6 +75,18 @@ bool parse_arguments(int argc, char** argv, Arguments* args) {
         std::fprintf(stderr, "flink-gpu-discovery: %s must be one of %s, got '%s'\n", flinkgpu::kBusyGpusFlag,
                      flinkgpu::kBusyPolicyValues, args->script.busy_gpus.c_str());
         return false;
+    }
+    if (args->script.has_nvml_timeout) {
+        std::string why;
+        if (!flinkgpu::parse_flink_duration(args->script.nvml_timeout, &args->nvml_timeout, &why) ||
+            !(args->nvml_timeout > 0)) {
+            if (why.empty()) why = "it must be positive";
+            std::fprintf(stderr,
+                         "flink-gpu-discovery: %s must be a positive duration such as '5 s' or '500 ms', got "
+                         "'%s': %s\n",
+                         flinkgpu::kNvmlTimeoutFlag, args->script.nvml_timeout.c_str(), why.c_str());
+            return false;
+        }
     }
     if (args->script.file_value_missing) {
         std::fprintf(stderr, "flink-gpu-discovery: %s has no value; using the default coordination file %s\n",
@@ -183,6 +202,28 @@ int claim_coordinated(const Arguments& args, const flinkgpu::Ranking& ranking, c
     return print_indices(ordered);
 }
 
+// Leaves with `code`. While a thread is still inside an NVML call that missed its deadline, exit()
+// would run static destructors and atexit handlers under it (the library's own among them): flush
+// what was written and _exit instead.
+int leave(int code) {
+    if (!flinkgpu::nvml_call_outstanding()) return code;
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(code);
+}
+
+double seconds_since(const timespec& start) {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return static_cast<double>(now.tv_sec - start.tv_sec) + static_cast<double>(now.tv_nsec - start.tv_nsec) / 1e9;
+}
+
+// What loading NVML gave: shared with the worker that runs it, which may outlive a missed deadline.
+struct Loaded {
+    flinkgpu::Status status;
+    const flinkgpu::NvmlLibrary* lib = nullptr;
+    flinkgpu::Enumeration found;
+};
 
 // Proof that constructors ran (glibc_start_compat.cpp runs them on old and new glibc alike).
 bool g_constructors_ran = false;
@@ -216,10 +257,33 @@ int main(int argc, char** argv) {
         return 1;
     }
 
+    // One deadline for all NVML work: nvmlInit can hang (NVIDIA/go-nvml#152), any query can.
+    timespec start{};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    // static: the worker may outlive a missed deadline (we then leave with _exit, never destroying it)
+    static Loaded loaded_storage;
+    Loaded* loaded = &loaded_storage;
+    flinkgpu::Stall stall;
     flinkgpu::Status status;
-    const flinkgpu::NvmlLibrary* lib = flinkgpu::NvmlLibrary::acquire("", &status);
-    flinkgpu::Enumeration found;
-    if (lib != nullptr) status = flinkgpu::enumerate_devices(*lib, &found);
+    const bool returned = flinkgpu::run_within(args.nvml_timeout, "nvmlInit_v2 or the device enumeration", [loaded] {
+        loaded->lib = flinkgpu::NvmlLibrary::acquire("", &loaded->status);
+        if (loaded->lib != nullptr) loaded->status = flinkgpu::enumerate_devices(*loaded->lib, &loaded->found);
+    }, &stall, &status);
+    if (!returned && !status.ok()) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
+        return 1;
+    }
+    if (!returned) {
+        std::fprintf(stderr,
+                     "flink-gpu-discovery: NVML did not answer: %s (%s %s); no GPU was claimed. The NVIDIA "
+                     "driver may hang: check dmesg for Xid errors and nvidia-smi.\n",
+                     flinkgpu::stall_text(stall, args.nvml_timeout).c_str(), flinkgpu::kNvmlTimeoutFlag,
+                     args.script.has_nvml_timeout ? args.script.nvml_timeout.c_str() : "5 s");
+        return leave(1);
+    }
+    status = loaded->status;
+    const flinkgpu::NvmlLibrary* lib = loaded->lib;
+    const flinkgpu::Enumeration& found = loaded->found;
     if (!status.ok()) {
         std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
         return 1;
@@ -231,11 +295,15 @@ int main(int argc, char** argv) {
     for (const auto& d : found.devices) enumerated.push_back(d.index);
     flinkgpu::Choice choice;
     status = flinkgpu::choose_gpus(*lib, enumerated, parent.pid, parent.pid, args.busy, flinkgpu::all_checks(),
-                                   &choice);
+                                   args.nvml_timeout, &choice, seconds_since(start));
     if (!status.ok()) {
         std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
-        return 1;
+        return leave(1);
     }
+    for (const auto& s : choice.stalls)
+        std::fprintf(stderr, "flink-gpu-discovery: %s%s: its GPUs are unknown and not handed out\n",
+                     s.gpu == flinkgpu::ReadMonitor::kLibrary ? "" : ("GPU " + std::to_string(s.gpu) + ": ").c_str(),
+                     flinkgpu::stall_text(s, args.nvml_timeout).c_str());
     const flinkgpu::Ranking& ranking = choice.ranking;
     for (const auto& state : choice.states)
         for (const auto& warning : state.warnings)
@@ -248,14 +316,18 @@ int main(int argc, char** argv) {
     if (static_cast<unsigned long long>(args.amount) > ranking.indices.size()) {
         std::puts(kNotEnough);
         const std::size_t host = found.devices.size() + found.skipped.size();
-        std::fprintf(stderr, "flink-gpu-discovery: %lld GPU%s requested, but %zu of the %zu device%s NVML lists %s "
-                     "usable.%s\n", args.amount, args.amount == 1 ? "" : "s", ranking.indices.size(), host,
-                     host == 1 ? "" : "s", ranking.indices.size() == 1 ? "is" : "are", left_out_text(ranking).c_str());
-        return 1;
+        std::fprintf(stderr,
+                     "flink-gpu-discovery: %lld GPU%s requested, but %zu of the %zu device%s NVML lists %s "
+                     "usable.%s\n",
+                     args.amount, args.amount == 1 ? "" : "s", ranking.indices.size(), host, host == 1 ? "" : "s",
+                     ranking.indices.size() == 1 ? "is" : "are", left_out_text(ranking).c_str());
+        return leave(1);
     }
-    if (args.script.coordination_mode) return claim_coordinated(args, ranking, parent);
+    // The coordination file is locked only now, with no NVML call of ours waited for (a stuck one is
+    // abandoned on its own thread, holding no lock of ours).
+    if (args.script.coordination_mode) return leave(claim_coordinated(args, ranking, parent));
     // the best `amount`, printed in index order as the stock script prints its first ones
     std::vector<std::string> chosen(ranking.indices.begin(), ranking.indices.begin() + args.amount);
     flinkgpu::sort_indices(&chosen);
-    return print_indices(chosen);
+    return leave(print_indices(chosen));
 }

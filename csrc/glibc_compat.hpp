@@ -17,5 +17,17 @@ __asm__(".symver dlsym,dlsym@" FLINK_GPU_GLIBC_BASE);
 __asm__(".symver dlerror,dlerror@" FLINK_GPU_GLIBC_BASE);
 __asm__(".symver dlclose,dlclose@" FLINK_GPU_GLIBC_BASE);
 __asm__(".symver dladdr,dladdr@" FLINK_GPU_GLIBC_BASE);
+// libpthread's, moved into libc (and re-versioned) by glibc 2.32 and 2.34 (the metrics sampler's and
+// nvml_deadline's threads). Not under a sanitizer: its runtime intercepts only the default versions.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+__asm__(".symver pthread_create,pthread_create@" FLINK_GPU_GLIBC_BASE);
+__asm__(".symver pthread_detach,pthread_detach@" FLINK_GPU_GLIBC_BASE);
+__asm__(".symver pthread_sigmask,pthread_sigmask@" FLINK_GPU_GLIBC_BASE);
+#if defined(__x86_64__)
+__asm__(".symver pthread_condattr_setclock,pthread_condattr_setclock@GLIBC_2.3.3");
+#else
+__asm__(".symver pthread_condattr_setclock,pthread_condattr_setclock@" FLINK_GPU_GLIBC_BASE);
+#endif
+#endif
 #endif
 #endif

@@ -32,8 +32,8 @@ static void run_constructors(int argc, char** argv, char** envp) {
 }
 
 extern "C" __attribute__((visibility("default"))) int __wrap___libc_start_main(
-    MainFn main, int argc, char** argv, InitFn /*init: NULL from new startup code*/, void (*)(),
-    void (*rtld_fini)(), void* stack_end) {
+    MainFn main, int argc, char** argv, InitFn /*init: NULL from new startup code*/, void (*)(), void (*rtld_fini)(),
+    void* stack_end) {
     return flink_gpu_libc_start_main(main, argc, argv, run_constructors, nullptr, rtld_fini, stack_end);
 }
 

@@ -57,13 +57,15 @@ std::pair<std::string, Health> finding(Check check, const HealthReadings& r) {
         case Check::kFabric:
             switch (r.fabric.state) {
                 case NVML_GPU_FABRIC_STATE_NOT_STARTED:
-                    return {"NVLink fabric registration not started: CUDA would fail with error 802; is the "
-                            "Fabric Manager running?",
-                            Health::kUnhealthy};
+                    return {
+                        "NVLink fabric registration not started: CUDA would fail with error 802; is the "
+                        "Fabric Manager running?",
+                        Health::kUnhealthy};
                 case NVML_GPU_FABRIC_STATE_IN_PROGRESS:
-                    return {"NVLink fabric registration in progress: transient, the GPU is handed out once it "
-                            "completes",
-                            Health::kUnhealthy};
+                    return {
+                        "NVLink fabric registration in progress: transient, the GPU is handed out once it "
+                        "completes",
+                        Health::kUnhealthy};
                 case NVML_GPU_FABRIC_STATE_COMPLETED:
                     if (r.fabric.status != NVML_SUCCESS)
                         return {std::string("no NVLink peer-to-peer (fabric registration completed with ") +
@@ -75,8 +77,7 @@ std::pair<std::string, Health> finding(Check check, const HealthReadings& r) {
                     return {};
                 default: return {};
             }
-        case Check::kRetiredPages:
-            return r.pages_pending ? F{"page retirement pending", Health::kDegraded} : F{};
+        case Check::kRetiredPages: return r.pages_pending ? F{"page retirement pending", Health::kDegraded} : F{};
         case Check::kCount: break;
     }
     return {};
@@ -86,6 +87,17 @@ std::pair<std::string, Health> finding(Check check, const HealthReadings& r) {
 
 void judge_health(const CheckSet& enforced, DeviceState* state) {
     const HealthReadings& r = state->readings;
+    if (!r.unknown.empty()) {  // nothing was read: no check has an outcome
+        state->warnings.clear();
+        for (std::size_t c = 0; c < kCheckCount; ++c) {
+            state->checks[c] = CheckResult();
+            state->checks[c].enforced = enforced.test(c);
+        }
+        state->health = Health::kUnknown;
+        state->health_text = "unknown: " + r.unknown;
+        state->findings.assign(1, state->health_text);
+        return;
+    }
     std::vector<std::string> bad, degraded;
     const char* function = r.lost_function ? r.lost_function : "a state query";
     if (r.lost_code == NVML_ERROR_GPU_IS_LOST) {
@@ -167,7 +179,7 @@ Ranking rank_gpus(const std::vector<DeviceState>& states, BusyPolicy policy) {
     Ranking r;
     for (const DeviceState& s : states) {
         const std::string& index = s.index;
-        if (s.health == Health::kUnhealthy) {
+        if (s.health == Health::kUnhealthy || s.health == Health::kUnknown) {
             r.left_out.emplace_back(index, s.health_text);
             continue;
         }
@@ -198,12 +210,30 @@ Ranking rank_gpus(const std::vector<DeviceState>& states, BusyPolicy policy) {
 
 namespace flinkgpu {
 
-Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner,
-                   pid_t taskmanager, BusyPolicy policy, const CheckSet& enforced, Choice* out) noexcept {
+ReadPlan read_plan(BusyPolicy policy) noexcept {
+    ReadPlan plan;
+    plan.processes = policy != BusyPolicy::kIgnore;  // ignore never looks at them
+    return plan;
+}
+
+Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner, pid_t taskmanager,
+                   BusyPolicy policy, const CheckSet& enforced, double timeout_seconds, Choice* out,
+                   double spent_seconds, bool fresh_inforom) noexcept {
     try {
         out->states.clear();
         std::vector<DeviceState> now;
-        if (const Status st = query_states(lib, owner, taskmanager, enforced, &now); !st.ok()) return st;
+        bool count_known = false;
+        ReadPlan plan = read_plan(policy);
+        plan.fresh_inforom = fresh_inforom;
+        if (const Status st = query_states_within(lib, owner, taskmanager, enforced, plan, timeout_seconds, &now,
+                                                  &out->stalls, &count_known, spent_seconds);
+            !st.ok())
+            return st;
+        // Not even the count was read: every device is unknown for the library-wide call that stalled.
+        std::string uncounted;
+        for (const Stall& s : out->stalls)
+            if (!count_known && s.gpu == ReadMonitor::kLibrary)
+                uncounted = "not read: " + stall_text(s, timeout_seconds);
         out->states.reserve(enumerated.size());
         std::size_t next = 0;  // both are in index order: a walk, searching only where they differ
         for (const std::string& index : enumerated) {
@@ -223,7 +253,12 @@ Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enume
             const std::string gpu = index.substr(0, colon);
             auto parent = std::find_if(now.begin(), now.end(), [&](const DeviceState& s) { return s.index == gpu; });
             DeviceState gone;
-            if (parent != now.end() && parent->readings.lost_code != NVML_SUCCESS) {
+            if (!count_known) {
+                gone.readings.unknown = uncounted.empty() ? "not read in time" : uncounted;
+                gone.processes_read = false;
+                judge_health(enforced, &gone);
+            } else if (parent != now.end() &&
+                       (parent->readings.lost_code != NVML_SUCCESS || parent->health == Health::kUnknown)) {
                 gone = *parent;
             } else {
                 gone.readings.lost_code = NVML_ERROR_NOT_FOUND;
@@ -239,9 +274,18 @@ Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enume
             out->states.push_back(std::move(gone));
         }
         out->ranking = rank_gpus(out->states, policy);
+        // Nothing usable while a cached InfoROM answer keeps a GPU out: it may be stale (the GPU was
+        // reset since), so the choice is made again with InfoROM read now.
+        bool cached_inforom_finding = false;
+        for (const DeviceState& s : out->states)
+            cached_inforom_finding =
+                cached_inforom_finding || (s.readings.inforom_cached && s.readings.inforom_corrupted);
+        if (out->ranking.indices.empty() && cached_inforom_finding && !fresh_inforom)
+            return choose_gpus(lib, enumerated, owner, taskmanager, policy, enforced, timeout_seconds, out,
+                               spent_seconds, true);
         return Status();
     } catch (const std::bad_alloc&) {
-        return nvml_failure_noexcept(NVML_ERROR_MEMORY, "choose_gpus", "Out of memory while choosing GPUs.");
+        return nvml_failure(NVML_ERROR_MEMORY, "choose_gpus", "Out of memory while choosing GPUs.");
     }
 }
 

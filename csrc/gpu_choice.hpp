@@ -4,6 +4,7 @@
 #pragma once
 
 #include "device_state.hpp"
+#include "nvml_deadline.hpp"
 
 #include <string>
 #include <string_view>
@@ -33,12 +34,12 @@ bool parse_busy_policy(std::string_view text, BusyPolicy* out) noexcept;
 std::string busy_reason(const DeviceState& state);
 
 struct Ranking {
-    std::vector<std::string> indices;  // the candidates, best first
-    std::vector<int> ranks;            // parallel to indices: 0 best; lower ranks go first
+    std::vector<std::string> indices;                           // the candidates, best first
+    std::vector<int> ranks;                                     // parallel to indices: 0 best; lower ranks go first
     std::vector<std::pair<std::string, std::string>> left_out;  // (index, why), in index order
 };
 
-// Unhealthy GPUs are never offered. Classes, in order: healthy & not busy, healthy & busy (avoid
+// Unhealthy and unknown GPUs are never offered. Classes, in order: healthy & not busy, healthy & busy (avoid
 // only; exclude leaves busy GPUs out; ignore treats every GPU as not busy), degraded & not busy,
 // degraded & busy; within a class the lowest index first.
 Ranking rank_gpus(const std::vector<DeviceState>& states, BusyPolicy policy);
@@ -46,13 +47,22 @@ Ranking rank_gpus(const std::vector<DeviceState>& states, BusyPolicy policy);
 struct Choice {
     std::vector<DeviceState> states;  // one per enumerated device, in its order
     Ranking ranking;
+    std::vector<Stall> stalls;  // the NVML calls that did not return in time (their GPUs are unknown)
 };
 
 // The one choice of GPUs, for flink-gpu-discovery and the Python API alike: the state now of each of
 // `enumerated` (the indices of enumerate_devices' devices), judged with `enforced`, ranked under
 // `policy`. A device enumerated earlier that NVML no longer answers for is an unhealthy state naming
-// the refusing call, never dropped. `owner`, `taskmanager`: as query_states. Never throws.
-Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner,
-                   pid_t taskmanager, BusyPolicy policy, const CheckSet& enforced, Choice* out) noexcept;
+// the refusing call, never dropped. `owner`, `taskmanager`: as query_states. The states are read
+// within `timeout_seconds` (nvml_deadline.hpp): a device not read in time is unknown, left out. The
+// process lists are read only where `policy` looks at them (not for ignore). InfoROM validity comes from
+// the process's cache (kInforomRecheckSeconds) unless `fresh_inforom`, and is read again when a cached
+// finding leaves nothing usable. Never throws.
+Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner, pid_t taskmanager,
+                   BusyPolicy policy, const CheckSet& enforced, double timeout_seconds, Choice* out,
+                   double spent_seconds = 0, bool fresh_inforom = false) noexcept;
+
+// What a choice under `policy` reads (docs/design.md §9.1, "Query plan").
+ReadPlan read_plan(BusyPolicy policy) noexcept;
 
 }  // namespace flinkgpu

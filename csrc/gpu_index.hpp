@@ -1,7 +1,8 @@
 // The order of GPU indices everywhere (coordination results, messages, the binding's sort_indices):
 // numeric indices first: a GPU's "<n>" and its MIG units' "<n>:<slot>" (all ASCII digits), by the
 // GPU's value (2 before 10, any length, no overflow), the GPU before its units, the units by slot value
-// ("0:2" before "0:10"; docs/design.md §9.2); then the others as text (byte order, which for UTF-8 is code point order); equal values fall back to text
+// ("0:2" before "0:10"; docs/design.md §9.2); then the others as text (byte order, which for UTF-8 is code point
+// order); equal values fall back to text
 // ("02" before "2") so that the order is total.
 #pragma once
 

@@ -75,7 +75,9 @@ struct HolderIdentity {
     // holder; empty when no TaskManager is recorded.
     std::string taskmanager_key(const PidNamespace& ours) const;
 
-    bool same_holder(const HolderIdentity& other, const PidNamespace& ours) const { return key(ours) == other.key(ours); }
+    bool same_holder(const HolderIdentity& other, const PidNamespace& ours) const {
+        return key(ours) == other.key(ours);
+    }
 
     // Whether it records the process `pid` of our namespace: same pid, and the line's namespace is ours.
     // A bare `<index> <pid>` line never records the calling process itself (`pid_is_self`): in a

@@ -7,10 +7,12 @@ namespace flinkgpu {
 bool is_java_whitespace(char32_t c) noexcept {
     if (c <= 0x20) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
     switch (c) {
-        case 0x1680: case 0x2028: case 0x2029: case 0x205F: case 0x3000:
-            return true;
-        default:
-            return (c >= 0x2000 && c <= 0x2006) || (c >= 0x2008 && c <= 0x200A);
+        case 0x1680:
+        case 0x2028:
+        case 0x2029:
+        case 0x205F:
+        case 0x3000: return true;
+        default: return (c >= 0x2000 && c <= 0x2006) || (c >= 0x2008 && c <= 0x200A);
     }
 }
 

@@ -62,8 +62,7 @@ std::optional<int> pci_numa_node(const std::string& sysfs_root, const std::strin
     char* end = nullptr;
     errno = 0;
     const long node = std::strtol(buf, &end, 10);
-    if (errno != 0 || end == buf || (*end != '\0' && *end != '\n') || node < 0 || node > INT_MAX)
-        return std::nullopt;
+    if (errno != 0 || end == buf || (*end != '\0' && *end != '\n') || node < 0 || node > INT_MAX) return std::nullopt;
     return static_cast<int>(node);
 }
 

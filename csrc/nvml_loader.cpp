@@ -156,14 +156,15 @@ const NvmlSymbolInfo kSymbols[kNvmlSymbolCount] = {
     {"nvmlDeviceGetPowerUsage", SymbolUse::kOptional},
     {"nvmlDeviceGetGpuFabricInfoV", SymbolUse::kOptional},
     {"nvmlDeviceGetGpuFabricInfo", SymbolUse::kFallback},
+    {"nvmlDeviceGetPersistenceMode", SymbolUse::kOptional},
 };
 
 }  // namespace
 
 const NvmlSymbolInfo& nvml_symbol(NvmlSymbol symbol) noexcept { return kSymbols[static_cast<std::size_t>(symbol)]; }
 
-ProcessApi choose_process_api(bool has_detail_list, bool has_v3, bool has_conf_compute_mem_size_info,
-                              bool has_v2, bool has_v1) noexcept {
+ProcessApi choose_process_api(bool has_detail_list, bool has_v3, bool has_conf_compute_mem_size_info, bool has_v2,
+                              bool has_v1) noexcept {
     if (has_detail_list) return ProcessApi::kDetailList;
     if (has_v3) return has_conf_compute_mem_size_info ? ProcessApi::kV3R535 : ProcessApi::kV3;
     if (has_v2) return ProcessApi::kV2;
@@ -198,8 +199,7 @@ struct LibraryRegistry {
         return *out != nullptr;
     }
 
-    static void resolve_processes(NvmlLibrary* lib, ProcessQueryFns* fns, NvmlSymbol v3, NvmlSymbol v2,
-                                  NvmlSymbol v1) {
+    static void resolve_processes(NvmlLibrary* lib, ProcessQueryFns* fns, NvmlSymbol v3, NvmlSymbol v2, NvmlSymbol v1) {
         if (resolve(lib, &fns->v3, v3)) return;
         if (resolve(lib, &fns->v2, v2)) return;
         resolve(lib, &fns->v1, v1);
@@ -220,10 +220,9 @@ struct LibraryRegistry {
         // end. A path (one with a '/'; a bare name is searched for by the loader) that exists and
         // is not a regular file is refused saying what it is; a missing one is left to dlopen's
         // message. statx, not stat: stat@GLIBC_2.33 is beyond the manylinux_2_28 wheel.
-        struct statx file {};
+        struct statx file{};
         if (path.find('/') != std::string::npos &&
-            statx(AT_FDCWD, path.c_str(), AT_STATX_SYNC_AS_STAT, STATX_TYPE, &file) == 0 &&
-            !S_ISREG(file.stx_mode)) {
+            statx(AT_FDCWD, path.c_str(), AT_STATX_SYNC_AS_STAT, STATX_TYPE, &file) == 0 && !S_ISREG(file.stx_mode)) {
             return not_found("it is " + std::string(file_kind(file.stx_mode)) + ", not a regular file");
         }
         dlerror();
@@ -235,8 +234,7 @@ struct LibraryRegistry {
         NvmlApi& api = lib->api_;
         const char* missing = nullptr;
         // Newer entry points first, the original ones of old drivers as fallback.
-        if (!resolve(lib, &lib->init_, S::kInitV2) && !resolve(lib, &lib->init_, S::kInit))
-            missing = "nvmlInit_v2";
+        if (!resolve(lib, &lib->init_, S::kInitV2) && !resolve(lib, &lib->init_, S::kInit)) missing = "nvmlInit_v2";
         if (!resolve(lib, &api.error_string, S::kErrorString)) missing = "nvmlErrorString";
         if (!resolve(lib, &api.device_get_count, S::kDeviceGetCountV2) &&
             !resolve(lib, &api.device_get_count, S::kDeviceGetCount))
@@ -277,8 +275,8 @@ struct LibraryRegistry {
         resolve(lib, &api.device_get_field_values, S::kDeviceGetFieldValues);
         resolve(lib, &api.device_get_gpu_fabric_info_v, S::kDeviceGetGpuFabricInfoV);
         resolve(lib, &api.device_get_gpu_fabric_info, S::kDeviceGetGpuFabricInfo);  // also for a refused V
-        const bool detail = resolve(lib, &api.device_get_running_process_detail_list,
-                                    S::kDeviceGetRunningProcessDetailList);
+        const bool detail =
+            resolve(lib, &api.device_get_running_process_detail_list, S::kDeviceGetRunningProcessDetailList);
         void* conf_compute = nullptr;
         const bool r535_era = resolve(lib, &conf_compute, S::kDeviceGetConfComputeMemSizeInfo);
         // Also beside the detail list: a driver that answers it NOT_SUPPORTED has four-field *_v3.
@@ -300,6 +298,7 @@ struct LibraryRegistry {
         resolve(lib, &api.device_get_temperature_v, S::kDeviceGetTemperatureV);
         resolve(lib, &api.device_get_temperature, S::kDeviceGetTemperature);  // also for a refused V
         resolve(lib, &api.device_get_power_usage, S::kDeviceGetPowerUsage);
+        resolve(lib, &api.device_get_persistence_mode, S::kDeviceGetPersistenceMode);
         return lib;
     }
 
@@ -314,7 +313,7 @@ struct LibraryRegistry {
             *generation = g_generation;
         }
         if (lib != nullptr) return lib;
-        lib = load(path, status);  // outside g_mutex: dlopen runs the library's code
+        lib = load(path, status);            // outside g_mutex: dlopen runs the library's code
         if (lib == nullptr) return nullptr;  // not cached: the driver may be installed later
         try {
             MutexGuard guard(&g_mutex);
@@ -358,8 +357,8 @@ const NvmlLibrary* NvmlLibrary::acquire(const std::string& requested_path, Statu
         }
         return lib;
     } catch (const std::bad_alloc&) {
-        *status = nvml_failure_noexcept(NVML_ERROR_MEMORY, "acquire",
-                                        "Out of memory while loading the NVIDIA Management Library.");
+        *status =
+            nvml_failure(NVML_ERROR_MEMORY, "acquire", "Out of memory while loading the NVIDIA Management Library.");
         return nullptr;
     }
 }
@@ -371,8 +370,8 @@ const NvmlLibrary* NvmlLibrary::probe(const std::string& requested_path, Status*
         unsigned long generation = 0;
         return LibraryRegistry::find_or_load(resolve_path(requested_path), status, &generation);
     } catch (const std::bad_alloc&) {
-        *status = nvml_failure_noexcept(NVML_ERROR_MEMORY, "probe",
-                                        "Out of memory while loading the NVIDIA Management Library.");
+        *status =
+            nvml_failure(NVML_ERROR_MEMORY, "probe", "Out of memory while loading the NVIDIA Management Library.");
         return nullptr;
     }
 }
@@ -395,41 +394,34 @@ std::string NvmlLibrary::error_text(int code) const noexcept {
 }
 
 Status NvmlLibrary::error(int code, const char* function) const noexcept {
-    Status s;
-    s.code = StatusCode::kNvml;
-    s.nvml_code = code;
     try {
-        s.function = function;
         const std::string what = std::string(function) + " returned " + error_text(code);
         const std::string lib = "'" + path_ + "'";
         switch (code) {
             case NVML_ERROR_DRIVER_NOT_LOADED:
-                s.message = "The NVIDIA kernel driver is not loaded (" + what + ", library " + lib +
-                            "). Load it (modprobe nvidia) or, in a container, run with the GPU devices "
-                            "and driver mounted (e.g. the NVIDIA container toolkit).";
-                break;
+                return nvml_failure(code, function,
+                                    "The NVIDIA kernel driver is not loaded (" + what + ", library " + lib +
+                                        "). Load it (modprobe nvidia) or, in a container, run with the GPU devices "
+                                        "and driver mounted (e.g. the NVIDIA container toolkit).");
             case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
-                s.message = "The NVIDIA kernel driver and the NVML library " + lib +
-                            " have different versions (" + what +
-                            "), usually after a driver upgrade without a reboot. Reboot the host or "
-                            "reload the nvidia kernel modules.";
-                break;
+                return nvml_failure(code, function,
+                                    "The NVIDIA kernel driver and the NVML library " + lib +
+                                        " have different versions (" + what +
+                                        "), usually after a driver upgrade without a reboot. Reboot the host or "
+                                        "reload the nvidia kernel modules.");
             case NVML_ERROR_NO_PERMISSION:
-                s.message = "No permission to use the GPUs through " + lib + " (" + what +
-                            "). Check the permissions of /dev/nvidia* for this user.";
-                break;
+                return nvml_failure(code, function,
+                                    "No permission to use the GPUs through " + lib + " (" + what +
+                                        "). Check the permissions of /dev/nvidia* for this user.");
             case NVML_ERROR_GPU_IS_LOST:
-                s.message = "A GPU has fallen off the bus or is otherwise inaccessible (" + what +
-                            ", library " + lib + "). The GPU needs a reset or the host a reboot.";
-                break;
-            default:
-                s.message = "NVML call failed: " + what + ", library " + lib + ".";
-                break;
+                return nvml_failure(code, function,
+                                    "A GPU has fallen off the bus or is otherwise inaccessible (" + what +
+                                        ", library " + lib + "). The GPU needs a reset or the host a reboot.");
+            default: return nvml_failure(code, function, "NVML call failed: " + what + ", library " + lib + ".");
         }
     } catch (...) {
-        s.message.clear();
+        return nvml_failure(code, function, "");
     }
-    return s;
 }
 
 }  // namespace flinkgpu

@@ -17,20 +17,53 @@ namespace flinkgpu {
 // Every entry point the loader looks up (nvml_symbols() names them), so that a test can hold the
 // table against a real libnvidia-ml.
 enum class NvmlSymbol : int {
-    kInitV2, kInit, kErrorString, kDeviceGetCountV2, kDeviceGetCount, kDeviceGetHandleByIndexV2,
-    kDeviceGetHandleByIndex, kDeviceGetUuid, kDeviceGetName, kDeviceGetPciInfoV3, kDeviceGetPciInfoV2,
-    kDeviceGetPciInfo, kDeviceGetMemoryInfo, kDeviceGetMinorNumber, kSystemGetDriverVersion,
-    kDeviceGetMemoryInfoV2, kDeviceGetCpuAffinityWithinScope, kDeviceGetComputeMode,
-    kDeviceValidateInforom, kDeviceGetRemappedRows, kDeviceGetEccMode, kDeviceGetTotalEccErrors,
-    kDeviceGetRetiredPagesPendingStatus, kDeviceGetFieldValues, kDeviceGetRunningProcessDetailList,
-    kDeviceGetConfComputeMemSizeInfo, kDeviceGetComputeRunningProcessesV3,
-    kDeviceGetComputeRunningProcessesV2, kDeviceGetComputeRunningProcesses,
-    kDeviceGetGraphicsRunningProcessesV3, kDeviceGetGraphicsRunningProcessesV2,
-    kDeviceGetGraphicsRunningProcesses, kDeviceGetMpsComputeRunningProcessesV3,
-    kDeviceGetMpsComputeRunningProcessesV2, kDeviceGetMpsComputeRunningProcesses,
-    kDeviceGetMigMode, kDeviceGetMaxMigDeviceCount, kDeviceGetMigDeviceHandleByIndex,
-    kDeviceGetGpuInstanceId, kDeviceGetComputeInstanceId, kDeviceGetUtilizationRates, kDeviceGetTemperatureV,
-    kDeviceGetTemperature, kDeviceGetPowerUsage, kDeviceGetGpuFabricInfoV, kDeviceGetGpuFabricInfo,
+    kInitV2,
+    kInit,
+    kErrorString,
+    kDeviceGetCountV2,
+    kDeviceGetCount,
+    kDeviceGetHandleByIndexV2,
+    kDeviceGetHandleByIndex,
+    kDeviceGetUuid,
+    kDeviceGetName,
+    kDeviceGetPciInfoV3,
+    kDeviceGetPciInfoV2,
+    kDeviceGetPciInfo,
+    kDeviceGetMemoryInfo,
+    kDeviceGetMinorNumber,
+    kSystemGetDriverVersion,
+    kDeviceGetMemoryInfoV2,
+    kDeviceGetCpuAffinityWithinScope,
+    kDeviceGetComputeMode,
+    kDeviceValidateInforom,
+    kDeviceGetRemappedRows,
+    kDeviceGetEccMode,
+    kDeviceGetTotalEccErrors,
+    kDeviceGetRetiredPagesPendingStatus,
+    kDeviceGetFieldValues,
+    kDeviceGetRunningProcessDetailList,
+    kDeviceGetConfComputeMemSizeInfo,
+    kDeviceGetComputeRunningProcessesV3,
+    kDeviceGetComputeRunningProcessesV2,
+    kDeviceGetComputeRunningProcesses,
+    kDeviceGetGraphicsRunningProcessesV3,
+    kDeviceGetGraphicsRunningProcessesV2,
+    kDeviceGetGraphicsRunningProcesses,
+    kDeviceGetMpsComputeRunningProcessesV3,
+    kDeviceGetMpsComputeRunningProcessesV2,
+    kDeviceGetMpsComputeRunningProcesses,
+    kDeviceGetMigMode,
+    kDeviceGetMaxMigDeviceCount,
+    kDeviceGetMigDeviceHandleByIndex,
+    kDeviceGetGpuInstanceId,
+    kDeviceGetComputeInstanceId,
+    kDeviceGetUtilizationRates,
+    kDeviceGetTemperatureV,
+    kDeviceGetTemperature,
+    kDeviceGetPowerUsage,
+    kDeviceGetGpuFabricInfoV,
+    kDeviceGetGpuFabricInfo,
+    kDeviceGetPersistenceMode,
     kCount
 };
 inline constexpr std::size_t kNvmlSymbolCount = static_cast<std::size_t>(NvmlSymbol::kCount);
@@ -65,8 +98,8 @@ enum class ProcessApi {
 // apart by its exports: it has the confidential-computing query nvmlDeviceGetConfComputeMemSizeInfo
 // (new in R535) but not nvmlDeviceGetRunningProcessDetailList (the rule nvitop uses since its
 // pull request #79).
-ProcessApi choose_process_api(bool has_detail_list, bool has_v3, bool has_conf_compute_mem_size_info,
-                              bool has_v2, bool has_v1) noexcept;
+ProcessApi choose_process_api(bool has_detail_list, bool has_v3, bool has_conf_compute_mem_size_info, bool has_v2,
+                              bool has_v1) noexcept;
 const char* process_api_name(ProcessApi api) noexcept;
 
 // One process query (compute, graphics or MPS), by generation.
@@ -121,6 +154,9 @@ struct NvmlApi {
     decltype(&nvmlDeviceGetTemperatureV) device_get_temperature_v = nullptr;
     nvmlReturn_t (*device_get_temperature)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int*) = nullptr;
     decltype(&nvmlDeviceGetPowerUsage) device_get_power_usage = nullptr;
+    // A static property (devices.hpp): without persistence mode the driver initialises the GPU on
+    // the first handle a process asks for, which may take seconds.
+    decltype(&nvmlDeviceGetPersistenceMode) device_get_persistence_mode = nullptr;
 };
 
 // NVML's name of a return code ("NVML_ERROR_GPU_IS_LOST"; "NVML_ERROR_UNKNOWN" for one it lacks).

@@ -39,7 +39,7 @@ ProcInfo probe_self(pid_t self) {
 // once per process (keyed by pid: a forked child may be in a new one).
 PidNamespace read_own_pid_namespace() {
     PidNamespace ns;
-    struct statx st {};
+    struct statx st{};
     if (statx(AT_FDCWD, "/proc/self/ns/pid", AT_STATX_SYNC_AS_STAT, STATX_INO, &st) == 0 &&
         (st.stx_mask & STATX_INO) != 0) {
         ns.known = true;

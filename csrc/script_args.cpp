@@ -25,13 +25,13 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }  // namespace
 
 std::string suggest_flag(std::string_view token) {
-    constexpr const char* kFlags[] = {kEnableCoordinationFlag, kCoordinationFileFlag, kBusyGpusFlag};
+    constexpr const char* kFlags[] = {kEnableCoordinationFlag, kCoordinationFileFlag, kBusyGpusFlag, kNvmlTimeoutFlag};
     // A shortened flag (--enable-coord) or one with something appended (--coordination-file=/x):
     // no similarity threshold would catch both a short prefix and a long tail.
     for (const char* flag : kFlags) {
         const std::string_view f(flag);
-        const bool abbreviation = token.substr(0, 2) == "--" && 2 * token.size() >= f.size() &&
-                                  f.substr(0, token.size()) == token;
+        const bool abbreviation =
+            token.substr(0, 2) == "--" && 2 * token.size() >= f.size() && f.substr(0, token.size()) == token;
         if (abbreviation || token.substr(0, f.size()) == f) return flag;
     }
     const char* best = nullptr;
@@ -55,20 +55,31 @@ namespace {
 
 // What each token is to the grammar: the one reading behind parse_script_args and
 // with_coordination_file.
-enum class Role { kEnable, kFileFlag, kFileValue, kBusyFlag, kBusyValue, kNull, kUnknown };
+enum class Role { kEnable, kFileFlag, kFileValue, kBusyFlag, kBusyValue, kTimeoutFlag, kTimeoutValue, kNull, kUnknown };
+
+// The flags that take the next token as their value, and the roles of both.
+struct ValueFlag {
+    const char* flag;
+    Role role, value;
+};
+constexpr ValueFlag kValueFlags[] = {{kCoordinationFileFlag, Role::kFileFlag, Role::kFileValue},
+                                     {kBusyGpusFlag, Role::kBusyFlag, Role::kBusyValue},
+                                     {kNvmlTimeoutFlag, Role::kTimeoutFlag, Role::kTimeoutValue}};
 
 std::vector<Role> token_roles(const std::vector<std::string>& tokens) {
     std::vector<Role> roles;
     roles.reserve(tokens.size());
     for (std::size_t i = 0; i < tokens.size(); ++i) {
         const std::string& token = tokens[i];
+        const ValueFlag* valued = nullptr;
+        for (const ValueFlag& f : kValueFlags)
+            if (token == f.flag) valued = &f;
         if (token == kEnableCoordinationFlag) {
             roles.push_back(Role::kEnable);
-        } else if (token == kCoordinationFileFlag || token == kBusyGpusFlag) {
-            const bool file = token == kCoordinationFileFlag;
-            roles.push_back(file ? Role::kFileFlag : Role::kBusyFlag);
+        } else if (valued != nullptr) {
+            roles.push_back(valued->role);
             // the next token is the value, whatever it is (even empty, even a flag)
-            if (i + 1 < tokens.size()) roles.push_back(file ? Role::kFileValue : Role::kBusyValue);
+            if (i + 1 < tokens.size()) roles.push_back(valued->value);
             ++i;
         } else {
             roles.push_back(token == "null" ? Role::kNull : Role::kUnknown);
@@ -85,12 +96,11 @@ ScriptArgs parse_script_args(const std::vector<std::string>& tokens) {
     const std::vector<Role> roles = token_roles(tokens);
     for (std::size_t i = 0; i < tokens.size(); ++i) {
         const std::string& token = tokens[i];
-        const bool has_value = i + 1 < tokens.size() &&
-                               (roles[i + 1] == Role::kFileValue || roles[i + 1] == Role::kBusyValue);
+        const bool has_value =
+            i + 1 < tokens.size() && (roles[i + 1] == Role::kFileValue || roles[i + 1] == Role::kBusyValue ||
+                                      roles[i + 1] == Role::kTimeoutValue);
         switch (roles[i]) {
-            case Role::kEnable:
-                args.coordination_mode = true;
-                break;
+            case Role::kEnable: args.coordination_mode = true; break;
             case Role::kFileFlag:
                 // the last one counts; without a value (or an empty one) the file is the default
                 if (has_value && !tokens[i + 1].empty()) {
@@ -104,20 +114,21 @@ ScriptArgs parse_script_args(const std::vector<std::string>& tokens) {
                 args.has_busy_gpus = true;
                 args.busy_gpus = has_value ? tokens[i + 1] : std::string();
                 break;
-            case Role::kUnknown:
-                args.unknown.push_back({token, suggest_flag(token)});
+            case Role::kTimeoutFlag:
+                args.has_nvml_timeout = true;
+                args.nvml_timeout = has_value ? tokens[i + 1] : std::string();
                 break;
+            case Role::kUnknown: args.unknown.push_back({token, suggest_flag(token)}); break;
             case Role::kFileValue:
             case Role::kBusyValue:
-            case Role::kNull:
-                break;
+            case Role::kTimeoutValue:
+            case Role::kNull: break;
         }
     }
     return args;
 }
 
-std::vector<std::string> with_coordination_file(const std::vector<std::string>& tokens,
-                                                const std::string& path) {
+std::vector<std::string> with_coordination_file(const std::vector<std::string>& tokens, const std::string& path) {
     const std::vector<Role> roles = token_roles(tokens);
     std::vector<std::string> out;
     out.reserve(tokens.size() + 2);

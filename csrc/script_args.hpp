@@ -6,6 +6,8 @@
 //   * "null" (what Flink passes when discovery-script.args is unset) is ignored silently;
 //   * --busy-gpus (ours: the stock script ignores it as an unknown token) takes the next token as
 //     its value, as --coordination-file does; the value is checked by gpu_choice.hpp;
+//   * --nvml-timeout (ours, flink-gpu-discovery's deadline for NVML, nvml_deadline.hpp) takes the
+//     next token likewise; the value is a Flink duration (flink_duration.hpp), checked by the caller;
 //   * any other token is ignored by the script; it is reported with the flag it probably meant.
 #pragma once
 
@@ -18,6 +20,7 @@ namespace flinkgpu {
 inline constexpr const char* kEnableCoordinationFlag = "--enable-coordination-mode";
 inline constexpr const char* kCoordinationFileFlag = "--coordination-file";
 inline constexpr const char* kBusyGpusFlag = "--busy-gpus";
+inline constexpr const char* kNvmlTimeoutFlag = "--nvml-timeout";
 
 struct UnknownToken {
     std::string token;
@@ -30,6 +33,8 @@ struct ScriptArgs {
     bool file_value_missing = false;
     bool has_busy_gpus = false;  // --busy-gpus was given; busy_gpus is its value ("" when missing)
     std::string busy_gpus;
+    bool has_nvml_timeout = false;  // --nvml-timeout was given; nvml_timeout is its value ("" when missing)
+    std::string nvml_timeout;
     std::vector<UnknownToken> unknown;
 };
 
@@ -38,8 +43,7 @@ ScriptArgs parse_script_args(const std::vector<std::string>& tokens);
 // `tokens` with every --coordination-file and its value (as parse_script_args reads them: the
 // next token, whatever it is) removed and `--coordination-file path` appended, so that the
 // script uses `path`; everything else is kept in order.
-std::vector<std::string> with_coordination_file(const std::vector<std::string>& tokens,
-                                                const std::string& path);
+std::vector<std::string> with_coordination_file(const std::vector<std::string>& tokens, const std::string& path);
 
 // The flag `token` probably meant, else "": the flag it abbreviates (a token starting with "--"
 // that begins a flag and keeps at least half of it: --enable-coord, --busy, not --enable), the

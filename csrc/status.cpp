@@ -12,7 +12,7 @@ namespace {
 
 }  // namespace
 
-Status make_status(StatusCode code, std::string message, int sys_errno) {
+Status failure(StatusCode code, std::string message, int sys_errno) {
     Status s;
     s.code = code;
     s.sys_errno = sys_errno;
@@ -20,7 +20,7 @@ Status make_status(StatusCode code, std::string message, int sys_errno) {
     return s;
 }
 
-Status failure_noexcept(StatusCode code, int sys_errno, const char* message) noexcept {
+Status failure(StatusCode code, const char* message, int sys_errno) noexcept {
     Status s;
     s.code = code;
     s.sys_errno = sys_errno;
@@ -31,7 +31,16 @@ Status failure_noexcept(StatusCode code, int sys_errno, const char* message) noe
     return s;
 }
 
-Status nvml_failure_noexcept(int nvml_code, const char* function, const char* message) noexcept {
+Status nvml_failure(int nvml_code, const char* function, std::string message) {
+    Status s;
+    s.code = StatusCode::kNvml;
+    s.nvml_code = nvml_code;
+    s.function = function;
+    s.message = std::move(message);
+    return s;
+}
+
+Status nvml_failure(int nvml_code, const char* function, const char* message) noexcept {
     Status s;
     s.code = StatusCode::kNvml;
     s.nvml_code = nvml_code;

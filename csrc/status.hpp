@@ -30,12 +30,15 @@ struct Status {
     bool ok() const noexcept { return code == StatusCode::kOk; }
 };
 
-Status make_status(StatusCode code, std::string message, int sys_errno = 0);
-
-// For a catch (std::bad_alloc) or catch (...) handler: the message is filled only if memory allows,
-// so that a second bad_alloc cannot escape a noexcept function.
-Status failure_noexcept(StatusCode code, int sys_errno, const char* message) noexcept;
-Status nvml_failure_noexcept(int nvml_code, const char* function, const char* message) noexcept;
+// The one way to build a failed Status (a default Status is ok): `failure` for every code but kNvml,
+// `nvml_failure` for kNvml. A message built as a std::string (which may throw std::bad_alloc while it is
+// built) takes the std::string overload; a literal takes the const char* one, which is noexcept and fills
+// the text only if memory allows, for a catch (std::bad_alloc) or catch (...) handler of a noexcept
+// function, so that a second bad_alloc cannot escape it.
+Status failure(StatusCode code, std::string message, int sys_errno = 0);
+Status failure(StatusCode code, const char* message, int sys_errno = 0) noexcept;
+Status nvml_failure(int nvml_code, const char* function, std::string message);
+Status nvml_failure(int nvml_code, const char* function, const char* message) noexcept;
 
 // strerror_r's text for an errno value.
 std::string errno_text(int err);

@@ -82,7 +82,7 @@ class Model:
             return float(self.numpy.tanh(self.weights @ self.numpy.asarray(features)).sum())
         import math
 
-        return sum(math.tanh(sum(w * x for w, x in zip(row, features))) for row in self.weights)
+        return sum(math.tanh(sum(w * x for w, x in zip(row, features, strict=True))) for row in self.weights)
 
 
 class Infer(MapFunction):
@@ -96,8 +96,8 @@ class Infer(MapFunction):
         from flink_gpu import pin_to_gpus
         from flink_gpu.pyflink import bind_gpus
 
-        self.gpus = bind_gpus(runtime_context, "gpu", count=1)   # logs "Bound <operator> subtask <i> to ..."
-        thread_mode = self.gpus.holder.startswith("slot ")          # process mode's holder is "pid <n>"
+        self.gpus = bind_gpus(runtime_context, "gpu", count=1)  # logs "Bound <operator> subtask <i> to ..."
+        thread_mode = self.gpus.holder.startswith("slot ")  # process mode's holder is "pid <n>"
         if thread_mode:
             ordinal = self.gpus.devices[0]
         else:
@@ -110,10 +110,17 @@ class Infer(MapFunction):
 
     def map(self, value: int) -> str:
         self.gpus.update_metrics()  # thread mode: pushes the gauges (at most once a second)
-        time.sleep(self.delay_s)    # a real model takes its time; here it leaves time to look
+        time.sleep(self.delay_s)  # a real model takes its time; here it leaves time to look
         features = [((value * 31 + i) % 97) / 97 for i in range(FEATURES)]
-        return json.dumps({"subtask": self.subtask, "gpus": list(self.gpus.indices), "model": self.model.kind,
-                           "record": value, "score": round(self.model.predict(features), 4)})
+        return json.dumps(
+            {
+                "subtask": self.subtask,
+                "gpus": list(self.gpus.indices),
+                "model": self.model.kind,
+                "record": value,
+                "score": round(self.model.predict(features), 4),
+            }
+        )
 
     def close(self):
         if self.gpus is not None:
@@ -130,8 +137,9 @@ def _subtask_index(runtime_context) -> "int | None":
 
 def main(argv: "list[str] | None" = None) -> None:
     parser = argparse.ArgumentParser(description="A PyFlink inference job with one GPU per subtask.")
-    parser.add_argument("--mode", choices=("process", "thread"), default="process",
-                        help="python.execution-mode (default: process)")
+    parser.add_argument(
+        "--mode", choices=("process", "thread"), default="process", help="python.execution-mode (default: process)"
+    )
     parser.add_argument("--parallelism", type=int, default=2, help="subtasks of the operator (default: 2)")
     parser.add_argument("--records", type=int, default=40, help="records per subtask (default: 40)")
     parser.add_argument("--seconds", type=float, default=10.0, help="about how long the job runs (default: 10)")
@@ -146,8 +154,9 @@ def main(argv: "list[str] | None" = None) -> None:
     env = StreamExecutionEnvironment.get_execution_environment(config)
     records = env.from_collection(list(range(args.parallelism * args.records)), type_info=Types.INT())
     delay = args.seconds / max(args.records, 1)
-    records.rebalance().map(Infer(delay), output_type=Types.STRING()).name(OPERATOR) \
-        .set_parallelism(args.parallelism).print()
+    records.rebalance().map(Infer(delay), output_type=Types.STRING()).name(OPERATOR).set_parallelism(
+        args.parallelism
+    ).print()
     env.execute(f"flink-gpu example: inference, {args.mode} mode")
 
 

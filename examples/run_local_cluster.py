@@ -71,19 +71,22 @@ def write_configuration(home: Path, work: Path, gpus_per_taskmanager: int, slots
     if discovery is None:
         sys.exit("flink-gpu-discovery is not installed beside this Python (pip install flink-gpu).")
     conf = Configuration.from_yaml(home / "conf" / "config.yaml").to_dict()
-    conf.update({
-        "rest.port": rest_port,
-        "taskmanager.numberOfTaskSlots": slots,
-        "taskmanager.memory.process.size": "1536m",
-        "jobmanager.memory.process.size": "1024m",
-        "metrics.fetcher.update-interval": 1000,  # REST shows new metric values after at most 1 s
-        "external-resources": "gpu",
-        "external-resource.gpu.amount": gpus_per_taskmanager,
-        "external-resource.gpu.driver-factory.class": "org.apache.flink.externalresource.gpu.GPUDriverFactory",
-        "external-resource.gpu.param.discovery-script.path": discovery,
-        "external-resource.gpu.param.discovery-script.args":
-            f"--enable-coordination-mode --coordination-file {work / 'gpu-coordination'}",
-    })
+    conf.update(
+        {
+            "rest.port": rest_port,
+            "taskmanager.numberOfTaskSlots": slots,
+            "taskmanager.memory.process.size": "1536m",
+            "jobmanager.memory.process.size": "1024m",
+            "metrics.fetcher.update-interval": 1000,  # REST shows new metric values after at most 1 s
+            "external-resources": "gpu",
+            "external-resource.gpu.amount": gpus_per_taskmanager,
+            "external-resource.gpu.driver-factory.class": "org.apache.flink.externalresource.gpu.GPUDriverFactory",
+            "external-resource.gpu.param.discovery-script.path": discovery,
+            "external-resource.gpu.param.discovery-script.args": (
+                f"--enable-coordination-mode --coordination-file {work / 'gpu-coordination'}"
+            ),
+        }
+    )
     conf_dir = work / "conf"
     conf_dir.mkdir(parents=True)
     with open(conf_dir / "config.yaml", "w") as f:
@@ -116,16 +119,31 @@ class Cluster:
         self.log_dir = work / "log"
         self.log_dir.mkdir(exist_ok=True)  # flink-daemon.sh writes into it but does not create it
         # what `eval "$(flink-gpu --simulate N taskmanager-env)"` would export in a shell
-        self.env = {**os.environ, **taskmanager_environment(devices=gpus),
-                    "FLINK_HOME": str(home), "FLINK_CONF_DIR": str(self.conf_dir), "FLINK_LOG_DIR": str(self.log_dir),
-                    "FLINK_PID_DIR": str(work), "FLINK_LIB_DIR": str(lib_dir(home, work))}
+        self.env = {
+            **os.environ,
+            **taskmanager_environment(devices=gpus),
+            "FLINK_HOME": str(home),
+            "FLINK_CONF_DIR": str(self.conf_dir),
+            "FLINK_LOG_DIR": str(self.log_dir),
+            "FLINK_PID_DIR": str(work),
+            "FLINK_LIB_DIR": str(lib_dir(home, work)),
+        }
 
     def bin(self, script: str, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([str(self.home / "bin" / script), *args], env=self.env, cwd=self.work,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [str(self.home / "bin" / script), *args],
+            env=self.env,
+            cwd=self.work,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check and proc.returncode != 0:
-            raise RuntimeError(f"bin/{script} {' '.join(args)} exited with {proc.returncode}:\n"
-                               f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            raise RuntimeError(
+                f"bin/{script} {' '.join(args)} exited with {proc.returncode}:\n"
+                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
         return proc
 
     def rest(self, path: str, method: str = "GET"):
@@ -142,13 +160,18 @@ class Cluster:
             try:
                 taskmanagers = self.rest("/taskmanagers")["taskmanagers"]
                 if taskmanagers:
-                    print(f"   TaskManager {taskmanagers[0]['id']} registered, {taskmanagers[0]['slotsNumber']} slots, "
-                          f"web UI http://localhost:{self.rest_port}", flush=True)
+                    print(
+                        f"   TaskManager {taskmanagers[0]['id']} registered, {taskmanagers[0]['slotsNumber']} slots, "
+                        f"web UI http://localhost:{self.rest_port}",
+                        flush=True,
+                    )
                     return
             except (urllib.error.URLError, OSError, ValueError):
                 pass  # not up yet
             time.sleep(1)
-        raise TimeoutError(f"The cluster did not come up within {timeout:.0f} s; logs: {self.log_dir}\n{self.log_tail()}")
+        raise TimeoutError(
+            f"The cluster did not come up within {timeout:.0f} s; logs: {self.log_dir}\n{self.log_tail()}"
+        )
 
     def pids(self) -> "list[int]":
         """The JVMs of the cluster, from Flink's pid files."""
@@ -180,9 +203,24 @@ class Cluster:
 
     def run_job(self, mode: str, parallelism: int, seconds: float) -> None:
         print(f"\n== flink run -d -py {JOB.name} --mode {mode} --parallelism {parallelism}", flush=True)
-        proc = self.bin("flink", "run", "-d", "-pyclientexec", sys.executable, "-pyexec", sys.executable,
-                        "-py", str(JOB), "--mode", mode, "--parallelism", str(parallelism),
-                        "--seconds", str(seconds), timeout=300)
+        proc = self.bin(
+            "flink",
+            "run",
+            "-d",
+            "-pyclientexec",
+            sys.executable,
+            "-pyexec",
+            sys.executable,
+            "-py",
+            str(JOB),
+            "--mode",
+            mode,
+            "--parallelism",
+            str(parallelism),
+            "--seconds",
+            str(seconds),
+            timeout=300,
+        )
         found = re.search(r"JobID ([0-9a-f]{32})", proc.stdout)
         if found is None:
             raise RuntimeError(f"flink run printed no job id:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -192,8 +230,9 @@ class Cluster:
             print(f"   subtask {subtask}: " + ", ".join(f"{name} {value}" for name, value in sorted(values.items())))
         # `flink-gpu list` finds the coordination file through FLINK_CONF_DIR, as in a shell set up for the cluster
         print("   flink-gpu list (the bindings section):")
-        listing = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "list"],
-                                 env=self.env, capture_output=True, text=True, timeout=60)
+        listing = subprocess.run(
+            [sys.executable, "-m", "flink_gpu.cli", "list"], env=self.env, capture_output=True, text=True, timeout=60
+        )
         bindings = listing.stdout.split("Bindings", 1)
         print("     Bindings" + bindings[1].rstrip().replace("\n", "\n     ") if len(bindings) > 1 else listing.stdout)
         state = self.wait_for_end(job_id, timeout=seconds + 120)
@@ -208,7 +247,9 @@ class Cluster:
         while time.monotonic() < deadline:
             state = self.rest(f"/jobs/{job_id}/status")["status"]
             if state in ("FAILED", "CANCELED", "FINISHED"):
-                raise RuntimeError(f"The job ended {state} before its gauges showed in REST:\n{self.job_failure(job_id)}")
+                raise RuntimeError(
+                    f"The job ended {state} before its gauges showed in REST:\n{self.job_failure(job_id)}"
+                )
             vertices = [v for v in self.rest(f"/jobs/{job_id}")["vertices"] if OPERATOR in v["name"].split(" -> ")]
             for vertex in vertices:
                 for subtask in range(parallelism):
@@ -220,8 +261,9 @@ class Cluster:
             if len(found) == parallelism and all(len(values) == len(GAUGES) for values in found.values()):
                 return found
             time.sleep(1)
-        raise TimeoutError(f"The gauges of {parallelism} subtasks did not show in REST within {timeout:.0f} s "
-                           f"(got {found}).")
+        raise TimeoutError(
+            f"The gauges of {parallelism} subtasks did not show in REST within {timeout:.0f} s (got {found})."
+        )
 
     def wait_for_end(self, job_id: str, timeout: float) -> str:
         deadline = time.monotonic() + timeout
@@ -240,8 +282,11 @@ class Cluster:
         """The "Bound ..." INFO lines of flink_gpu.pyflink in the TaskManager's log files."""
         lines = []
         for path in sorted(self.log_dir.glob("*taskexecutor*")):
-            lines += [line.strip() for line in path.read_text(errors="replace").splitlines() if "Bound " in line
-                      and "to " in line and "of the TaskManager" in line]
+            lines += [
+                line.strip()
+                for line in path.read_text(errors="replace").splitlines()
+                if "Bound " in line and "to " in line and "of the TaskManager" in line
+            ]
         return lines
 
 
@@ -265,9 +310,12 @@ def main(argv: "list[str] | None" = None) -> int:
     parser.add_argument("--gpus", type=int, default=4, help="simulated GPUs of the host (default: 4)")
     parser.add_argument("--slots", type=int, default=2, help="slots of the TaskManager, one GPU each (default: 2)")
     parser.add_argument("--seconds", type=float, default=12.0, help="how long each job runs (default: 12)")
-    parser.add_argument("--modes", default="process,thread", help="the execution modes to run (default: process,thread)")
-    parser.add_argument("--keep", metavar="DIR", default=None,
-                        help="work in DIR and keep it (configuration, logs, coordination file)")
+    parser.add_argument(
+        "--modes", default="process,thread", help="the execution modes to run (default: process,thread)"
+    )
+    parser.add_argument(
+        "--keep", metavar="DIR", default=None, help="work in DIR and keep it (configuration, logs, coordination file)"
+    )
     args = parser.parse_args(argv)
     home = flink_home()
     work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="flink-gpu-example-"))

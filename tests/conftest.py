@@ -12,7 +12,6 @@ from flink_gpu import simulator
 from support.interop import find_discovery_executable, stock_script_path
 
 
-
 @pytest.fixture(scope="session")
 def discovery_exe():
     return find_discovery_executable()
@@ -26,8 +25,9 @@ def run_python(code, env=None, timeout=60, check=True):
     # the child imports the same flink_gpu as the test (installed or the dev tree)
     package_root = str(Path(flink_gpu.__file__).resolve().parent.parent)
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, child_env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=child_env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=child_env, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"child failed ({proc.returncode}):\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc
@@ -51,10 +51,11 @@ def stock_script():
 
 # --- processes that own GPUs in coordination tests ---------------------------------------------
 
+
 def proc_start_time(pid):
     """Field 22 of /proc/<pid>/stat, read independently of the code under test."""
     data = Path(f"/proc/{pid}/stat").read_text()
-    return int(data[data.rindex(")") + 2:].split()[19])
+    return int(data[data.rindex(")") + 2 :].split()[19])
 
 
 def dead_pid():
@@ -85,8 +86,11 @@ def child_env(**extra):
     import flink_gpu
 
     package_root = str(Path(flink_gpu.__file__).resolve().parent.parent)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("FLINK_GPU_") and k not in ("FLINK_CONF_DIR", "FLINK_HOME")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("FLINK_GPU_") and k not in ("FLINK_CONF_DIR", "FLINK_HOME")
+    }
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env.update(extra)
     return env

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from flink_gpu import GPUInfo, binding
+from flink_gpu import GPUInfo, NotEnoughGpusError, binding
 from flink_gpu.binding import BindingError, bind, bindings_path
 
 
@@ -50,9 +50,16 @@ WORKER = textwrap.dedent("""
 
 
 def start_workers(path, count, n=4, per_worker=1, share=1):
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, path, str(n), str(per_worker), str(share)],
-                              env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for _ in range(count)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, path, str(n), str(per_worker), str(share)],
+            env=child_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(count)
+    ]
     return procs, [p.stdout.readline().strip() for p in procs]
 
 
@@ -173,8 +180,9 @@ def test_infos_are_the_given_objects_and_cuda_visible_devices_names_them(path):
 def test_the_error_names_each_gpus_holders(path):
     procs, got = start_workers(path, 2, n=2)
     try:
-        with pytest.raises(BindingError) as caught:
+        with pytest.raises(BindingError) as caught:  # the name bind's failures had, still catching them
             bind(infos(2), path=path)
+        assert type(caught.value) is NotEnoughGpusError
         message = str(caught.value)
         assert f"GPU 0 is bound by pid {procs[0].pid}" in message or f"GPU 0 is bound by pid {procs[1].pid}" in message
         assert "(1 of at most 1)" in message and f"Bindings file: {path}" in message
@@ -182,19 +190,32 @@ def test_the_error_names_each_gpus_holders(path):
         stop(procs)
 
 
-@pytest.mark.parametrize("count, share, error", [
-    (0, 1, ValueError), (-1, 1, ValueError), (1, 0, ValueError), (1, 1025, ValueError),
-    (True, 1, TypeError), (1.0, 1, TypeError), (1, "2", TypeError)])
+@pytest.mark.parametrize(
+    "count, share, error",
+    [
+        (0, 1, ValueError),
+        (-1, 1, ValueError),
+        (1, 0, ValueError),
+        (1, 1025, ValueError),
+        (True, 1, TypeError),
+        (1.0, 1, TypeError),
+        (1, "2", TypeError),
+    ],
+)
 def test_bad_counts_are_refused_before_the_file_is_touched(path, count, share, error):
     with pytest.raises(error):
         bind(infos(2), count, share, path=path)
     assert not os.path.exists(path)
 
 
-@pytest.mark.parametrize("count, share, named", [
-    (1, True, "holders_per_gpu (how many holders may share one GPU) must be a whole number (an int), got True"),
-    (1, 1.5, "holders_per_gpu (how many holders may share one GPU) must be a whole number (an int), got 1.5"),
-    (1.0, 1, "count (the GPUs to bind) must be a whole number (an int), got 1.0")])
+@pytest.mark.parametrize(
+    "count, share, named",
+    [
+        (1, True, "holders_per_gpu (how many holders may share one GPU) must be a whole number (an int), got True"),
+        (1, 1.5, "holders_per_gpu (how many holders may share one GPU) must be a whole number (an int), got 1.5"),
+        (1.0, 1, "count (the GPUs to bind) must be a whole number (an int), got 1.0"),
+    ],
+)
 def test_a_count_that_is_not_a_whole_number_names_the_parameter(path, count, share, named):
     with pytest.raises(TypeError, match=re.escape(named)):
         bind(infos(2), count, share, path=path)
@@ -223,8 +244,10 @@ def test_the_snapshot_groups_live_bindings_by_taskmanager(path):
         with bind(infos(2), slot="abc", taskmanager_pid=procs[0].pid, path=path):
             snap = binding.snapshot(path)
             assert snap.exists
-            assert snap.by_taskmanager() == {(None, None): {f"pid {procs[0].pid}": ("0",)},
-                                             (procs[0].pid, None): {"slot abc": ("1",)}}
+            assert snap.by_taskmanager() == {
+                (None, None): {f"pid {procs[0].pid}": ("0",)},
+                (procs[0].pid, None): {"slot abc": ("1",)},
+            }
             slot_line = next(e for e in snap.entries if e.slot)
             assert slot_line.pid == threading.get_native_id() and slot_line.holders_per_gpu == 1
     finally:
@@ -289,8 +312,13 @@ def bind_on_state(path, spec, n, count, lose=""):
     from conftest import simulated_env
 
     env = {**child_env(), **simulated_env(spec=spec)}
-    proc = subprocess.run([sys.executable, "-c", BIND_ON_STATE, path, str(n), str(count), lose], env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", BIND_ON_STATE, path, str(n), str(count), lose],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -299,8 +327,10 @@ def test_bind_never_binds_a_gpu_lost_since_discovery_while_a_healthy_one_is_free
     lost = str(tmp_path / "gpu0-lost")
     got = bind_on_state(path, {"devices": [{"health": {"lost_handle_when_exists": lost}}, {}]}, 2, 1, lose=lost)
     assert got["bound"] == ["1"]
-    assert got["warnings"] == ["Left out: GPU 0 is unhealthy: GPU is lost (nvmlDeviceGetHandleByIndex_v2 "
-                               "returned NVML_ERROR_GPU_IS_LOST); binding among GPU(s) 1."]
+    assert got["warnings"] == [
+        "Left out: GPU 0 is unhealthy: GPU is lost (nvmlDeviceGetHandleByIndex_v2 "
+        "returned NVML_ERROR_GPU_IS_LOST); binding among GPU(s) 1."
+    ]
     # what CUDA is told of a binding made before the GPU was lost: that it is lost
     assert got["earlier_devices"].startswith("CudaDeviceError: GPU 0")
     assert "cannot be used now" in got["earlier_devices"] and "GPU_IS_LOST" in got["earlier_devices"]
@@ -311,6 +341,35 @@ def test_bind_says_so_when_the_taskmanager_has_no_usable_gpu(path, health):
     got = bind_on_state(path, {"devices": [{"health": health}, {}]}, 1, 1)
     assert "bound" not in got
     assert got["error"].startswith("Could not bind 1 GPU: of the 1 given, 0 are usable (GPU 0 is unhealthy: ")
+
+
+def test_bind_never_binds_a_gpu_whose_state_read_does_not_return(path, tmp_path):
+    """docs/design.md §9.5: bind reads the TaskManager's GPUs with the 5 s deadline; one whose NVML query
+    does not return is unknown and left out like an unhealthy one, and so are those after it (the GPUs
+    are read one after the other)."""
+    from flink_gpu import simulator
+
+    hang_file = tmp_path / "hang"
+
+    def spec(device):
+        return {
+            "devices": [{}, {}],
+            "hang": [{"query": "field_values", "device": device, "while_exists": str(hang_file)}],
+        }
+
+    with simulator.hanging(hang_file):
+        later = bind_on_state(path, spec(1), 2, 1)
+    assert later.get("bound") == ["0"], later
+    assert later["warnings"] == [
+        "Left out: GPU 1 is unknown: nvmlDeviceGetFieldValues did not return within 5 s; binding among GPU(s) 0."
+    ]
+    with simulator.hanging(hang_file):
+        first = bind_on_state(path + "2", spec(0), 2, 1)
+    assert first["error"] == (
+        "Could not bind 1 GPU: of the 2 given, 0 are usable (GPU 0 is unknown: nvmlDeviceGetFieldValues did not "
+        "return within 5 s; GPU 1 is unknown: not read: GPU 0's nvmlDeviceGetFieldValues did not return within "
+        "5 s). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer."
+    )
 
 
 @pytest.mark.parametrize("first", [{"health": {"row_remap_pending": True}}, "busy"])
@@ -334,15 +393,18 @@ def test_bind_prefers_no_gpu_by_state_on_a_healthy_host(path):
 
 
 # A process-mode PyFlink worker's metric group (PyFlink's own class): gauges registered under
-# add_group("gpu", <index>), read the way the worker reads them when it reports a bundle.
+# add_group("gpu", <index>), read the way the worker reads them when it reports a bundle: after the
+# sampler's next sample ("first"), and after the file argv's "lose" names is created (the simulator's
+# state_error_when_exists) and the sampler's next sample ("later").
 GAUGES = """
 import json, sys
 from pyflink.fn_execution.metrics.process.metric_impl import GenericMetricGroup
 from flink_gpu import GPUInfo
 from flink_gpu.binding import bind
+from flink_gpu.nvml import sample_metrics_now
 root = GenericMetricGroup(None, None)
-LIBRARY = sys.argv[1] if len(sys.argv) > 1 else None
-binding = bind([GPUInfo("0"), GPUInfo("1")], 2, path=PATH, library_path=LIBRARY)
+args = json.loads(sys.argv[1])
+binding = bind([GPUInfo("0"), GPUInfo("1")], 2, path=args["path"], library_path=args["library"])
 binding.register_metrics(root)
 def read():
     out = {}
@@ -351,24 +413,25 @@ def read():
             names, _ = value_group._get_metric_group_names_and_types()
             out[".".join(names)] = {name: gauge() for name, gauge in value_group._flink_gauge.items()}
     return out
+assert sample_metrics_now()
 first = read()
-if LOSE:
-    open(LOSE, "x").close()  # the spec's trigger: the GPU is lost from now on
+if args["lose"]:
+    open(args["lose"], "x").close()  # the spec's trigger: the GPU is lost from now on
+    assert sample_metrics_now()
 print(json.dumps({"first": first, "later": read()}))
 """
 
 
-def read_gauges(path, spec=None, lose="", library=None):
+def read_gauges(path, spec=None, lose=None, library=None):
     """What the gauges of a binding of GPUs 0 and 1 read in a fresh process on the simulator (NVML
-    initialises once per process): {"first": {"gpu.<index>": {gauge: value}}, "later": ... after the file
-    ``lose`` (a spec's trigger) was created, when it is given}."""
+    initialises once per process): {"first": {"gpu.<index>": {gauge: value}}, "later": ... after the
+    file ``lose`` was created}."""
     from conftest import simulated_env
 
     pytest.importorskip("pyflink", reason="the gauges are registered on PyFlink's metric group")
-    code = GAUGES.replace("PATH", repr(path)).replace("LOSE", repr(lose))
     env = {**child_env(), **(simulated_env(spec=spec) if spec is not None else simulated_env(devices=2))}
-    proc = subprocess.run([sys.executable, "-c", code, *([library] if library else [])], env=env,
-                          capture_output=True, text=True, timeout=60)
+    args = json.dumps({"path": path, "library": library, "lose": lose})
+    proc = subprocess.run([sys.executable, "-c", GAUGES, args], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -377,36 +440,55 @@ def test_register_metrics_adds_integer_gauges_per_bound_gpu(path):
     got = read_gauges(path)
     assert set(got["first"]) == {"gpu.0", "gpu.1"}
     for gauges in got["first"].values():
-        assert set(gauges) == {"utilization", "memoryUsed", "temperature", "power"}
+        assert set(gauges) == {"utilization", "memoryUsed", "temperature", "power", "health"}
         assert all(type(value) is int for value in gauges.values())
         assert 0 <= gauges["utilization"] <= 100 and 30 <= gauges["temperature"] <= 80
-        assert 50 <= gauges["power"] <= 700 and gauges["memoryUsed"] >= 0
+        assert 50 <= gauges["power"] <= 700 and gauges["memoryUsed"] >= 0 and gauges["health"] == 0
 
 
 def test_a_gauge_nvml_cannot_answer_is_minus_one(path):
     # (a GPU lost before the binding is never bound: test_bind_never_binds_a_gpu_lost_since_discovery...)
-    spec = {"devices": [{"not_supported": ["utilization", "temperature", "power"]},
-                        {"not_supported": ["utilization", "temperature", "power", "memory", "memory_v2"]}]}
+    spec = {
+        "devices": [
+            {"not_supported": ["utilization", "temperature", "power"]},
+            {"not_supported": ["utilization", "temperature", "power", "memory", "memory_v2"]},
+        ]
+    }
     got = read_gauges(path, spec)["first"]
-    assert got["gpu.0"] == {"utilization": -1, "memoryUsed": 0, "temperature": -1, "power": -1}
-    assert got["gpu.1"] == {"utilization": -1, "memoryUsed": -1, "temperature": -1, "power": -1}
+    assert got["gpu.0"] == {"utilization": -1, "memoryUsed": 0, "temperature": -1, "power": -1, "health": 0}
+    assert got["gpu.1"] == {"utilization": -1, "memoryUsed": -1, "temperature": -1, "power": -1, "health": 0}
 
 
-def test_a_gpu_lost_mid_run_keeps_its_last_values(path, tmp_path):
-    lost = str(tmp_path / "gpu0-lost")
-    spec = {"devices": [{"utilization": 37, "temperature": 55, "power": 300, "memory_used": 5 * 1024 ** 2,
-                         "health": {"state_error": "GPU_IS_LOST", "state_error_when_exists": lost}}, {}]}
-    got = read_gauges(path, spec, lose=lost)
-    assert got["first"]["gpu.0"] == {"utilization": 37, "memoryUsed": 5, "temperature": 55, "power": 300}
-    assert got["later"]["gpu.0"] == got["first"]["gpu.0"]  # NVML answers GPU_IS_LOST now: never raises
+def test_a_gpu_lost_mid_run_reads_minus_one_with_health_unhealthy(path, tmp_path):
+    lose = str(tmp_path / "lost")
+    spec = {
+        "devices": [
+            {
+                "utilization": 37,
+                "temperature": 55,
+                "power": 300,
+                "memory_used": 5 * 1024**2,
+                "health": {"state_error": "GPU_IS_LOST", "state_error_when_exists": lose},
+            },
+            {},
+        ]
+    }
+    got = read_gauges(path, spec, lose=lose)
+    assert got["first"]["gpu.0"] == {"utilization": 37, "memoryUsed": 5, "temperature": 55, "power": 300, "health": 0}
+    assert got["later"]["gpu.0"] == {"utilization": -1, "memoryUsed": -1, "temperature": -1, "power": -1, "health": 2}
+    assert got["later"]["gpu.1"]["health"] == 0  # the other GPU goes on
 
 
-def test_gauges_without_a_loadable_nvml_are_minus_one(path, tmp_path):
+def test_gauges_without_a_loadable_nvml_are_minus_one_with_health_unknown(path, tmp_path):
     got = read_gauges(path, library=str(tmp_path / "no-libnvidia-ml.so.1"))["first"]
-    assert all(value == -1 for gauges in got.values() for value in gauges.values())
+    assert all(
+        gauges == {"utilization": -1, "memoryUsed": -1, "temperature": -1, "power": -1, "health": 3}
+        for gauges in got.values()
+    )
 
 
 # -- handles, holders and bad input ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("second_call", ["another taskmanager_pid", "another spelling of the path"])
 def test_releasing_one_handle_keeps_what_another_handle_of_the_same_process_holds(path, second_call):
@@ -434,8 +516,8 @@ def test_an_empty_slot_id_is_refused_naming_it(path):
 
 
 def test_a_count_too_large_for_the_core_is_a_clear_error_naming_it(path):
-    with pytest.raises((ValueError, BindingError), match=str(2 ** 64)):
-        bind(infos(2), 2 ** 64, path=path)
+    with pytest.raises((ValueError, BindingError), match=str(2**64)):
+        bind(infos(2), 2**64, path=path)
 
 
 def test_asking_for_more_gpus_than_given_says_how_many_were_given(path):
@@ -488,20 +570,72 @@ class EmbeddedMetricGroup:
         return Value()
 
 
+def _class_source(name: str) -> str:
+    """The source of this file's class ``name`` (inspect cannot find one whose __module__ is PyFlink's)."""
+    import ast
+
+    text = open(__file__, encoding="utf-8").read()
+    [node] = [n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == name]
+    return ast.get_source_segment(text, node)
+
+
+#: EmbeddedMetricGroup's source, for a child interpreter
+EMBEDDED_GROUP = _class_source("EmbeddedMetricGroup")
+
+
 def test_thread_mode_gauges_are_java_held_values_pushed_by_update_metrics(path, tmp_path):
     from flink_gpu import binding as bindings
+    from flink_gpu.nvml import sample_metrics_now
 
     group = EmbeddedMetricGroup()
-    # no loadable NVML here: every reading is -1, what matters is when values are pushed
+    # no loadable NVML here: every reading is -1 and health 3, what matters is when values are pushed
     with bind(infos(2), 1, path=path, library_path=str(tmp_path / "no-libnvidia-ml.so.1")) as b:
         b.register_metrics(group)
         [gpu] = group.groups
         assert gpu.scope == ("gpu", "0") and set(gpu.values) == set(bindings.GAUGES)
-        assert all(values == [-1] for values in gpu.values.values())  # pushed once when registered
-        b.update_metrics()  # within a second of the last push: nothing read, nothing pushed
-        assert all(len(values) == 1 for values in gpu.values.values())
+        unknown = {name: [-1] for name in bindings.GAUGES} | {"health": [3]}
+        assert gpu.values == unknown  # pushed once when registered
+        assert sample_metrics_now()  # the process has sampled: pushes are paced from the next one on
+        b.update_metrics()  # pushes when the registration's push predates the first sample
+        pushed = {name: list(values) for name, values in gpu.values.items()}
+        b.update_metrics()  # within a second of the last push: nothing pushed
+        assert gpu.values == pushed
         b.update_metrics(force=True)
-        assert all(values == [-1, -1] for values in gpu.values.values())
+        assert gpu.values == {name: values + values[:1] for name, values in pushed.items()}
+        assert all(set(values) == set(unknown[name]) for name, values in gpu.values.items())
+
+
+def test_thread_mode_pushes_the_first_sample_when_it_comes(path, tmp_path):
+    """Before the process's first sample update_metrics pushes on every call (a short job's gauges would
+    otherwise keep the registration's unknown values for a second); in a fresh process, as a
+    TaskManager's first slot, whose first sample is held in the simulated driver until the test lets go."""
+    from conftest import run_python, simulated_env
+
+    stuck = str(tmp_path / "stuck")
+    spec = {"devices": [{"utilization": 7, "power": 100}], "hang": [{"query": "power", "while_exists": stuck}]}
+    got = run_python(
+        f"""
+import json
+from flink_gpu import GPUInfo, simulator
+from flink_gpu.binding import bind
+from flink_gpu.nvml import sample_metrics_now
+{EMBEDDED_GROUP}
+group = EmbeddedMetricGroup()
+b = bind([GPUInfo("0")], 1, path={path!r})
+with simulator.hanging({stuck!r}):
+    b.register_metrics(group)  # its first sample is stuck in the power query
+    b.update_metrics()  # no sample yet: pushed again
+    before = {{name: list(values) for name, values in group.groups[0].values.items()}}
+assert sample_metrics_now()
+b.update_metrics()  # within a second of the last push, but the first sample has come
+print(json.dumps({{"before": before, "after": group.groups[0].values}}))
+""",
+        env={**child_env(), **simulated_env(spec=spec)},
+    )
+    got = json.loads(got.stdout.splitlines()[-1])
+    assert got["before"]["health"] == [3, 3] and got["before"]["power"] == [-1, -1]
+    assert got["after"]["health"] == [3, 3, 0] and got["after"]["power"] == [-1, -1, 100]
+    assert got["after"]["utilization"][-1] == 7
 
 
 @pytest.mark.filterwarnings("ignore")  # importing PyFlink warns about its own deprecations
@@ -579,7 +713,6 @@ def test_a_forked_child_does_not_share_a_binding_its_parent_released(path):
     assert report.startswith("error:"), f"the forked child was handed GPU {report}, bound alone by another worker"
 
 
-
 def test_a_bindings_path_whose_real_path_changed_binds_alive_in_the_new_file(tmp_path):
     """A directory symlink retargeted between two binds of one process (a relative path after chdir() is the
     same): the second bind writes into the file the path names now, and its lines must be judged alive
@@ -599,8 +732,9 @@ def test_a_bindings_path_whose_real_path_changed_binds_alive_in_the_new_file(tmp
         assert second.indices == ("0",)
         procs, got = start_workers(new_file, 1, n=1)
         stop(procs)
-        assert got != ["0"], ("another worker was given GPU 0 alone while this process binds it in "
-                              f"{new_file}: {open(new_file).read()!r}")
+        assert got != ["0"], (
+            f"another worker was given GPU 0 alone while this process binds it in {new_file}: {open(new_file).read()!r}"
+        )
     finally:
         first.release()
         second.release()
@@ -644,9 +778,22 @@ def with_reused_thread_id(then, path):
     for _ in range(20):
         if os.path.exists(path):
             os.unlink(path)
-        proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
-                               TID_REUSE_SETUP + textwrap.dedent(then), path], env=child_env(), capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run(
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                sys.executable,
+                "-c",
+                TID_REUSE_SETUP + textwrap.dedent(then),
+                path,
+            ],
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if proc.returncode != 0 and not proc.stdout:
             pytest.skip(f"cannot create a pid namespace here: {proc.stderr.strip()}")
         out = json.loads(proc.stdout)
@@ -658,7 +805,8 @@ def with_reused_thread_id(then, path):
 
 
 def test_a_thread_reusing_an_ended_binders_id_frees_its_binding_on_release(path):
-    out = with_reused_thread_id("""
+    out = with_reused_thread_id(
+        """
         def second():
             out["reused"] = threading.get_native_id() == first.native_id
             bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path).release()
@@ -671,14 +819,17 @@ def test_a_thread_reusing_an_ended_binders_id_frees_its_binding_on_release(path)
         done.set()
         t.join()
         print(json.dumps(out))
-        """, path)
+        """,
+        path,
+    )
     assert out["bound_after_release"] == [], "release() left the slot's GPU bound while its thread lives"
 
 
 def test_releasing_an_ended_threads_handle_keeps_what_a_thread_reusing_its_id_binds(path):
     # the ended thread's handle is released while the new thread binds (close() on another thread, as
     # handles allow)
-    out = with_reused_thread_id("""
+    out = with_reused_thread_id(
+        """
         def second():
             out["reused"] = threading.get_native_id() == first.native_id
             with bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path):
@@ -692,15 +843,19 @@ def test_releasing_an_ended_threads_handle_keeps_what_a_thread_reusing_its_id_bi
         done.set()
         t.join()
         print(json.dumps(out))
-        """, path)
-    assert out["bound_while_second_lives"] == ["0"], \
+        """,
+        path,
+    )
+    assert out["bound_while_second_lives"] == ["0"], (
         "the ended thread's release() removed the line of the live thread that reuses its id"
+    )
 
 
 def hold_lock(path):
     """flock(1) holding LOCK_EX on ``path`` until killed (-o: the sleep does not inherit the lock)."""
-    holder = subprocess.Popen(["flock", "-o", str(path), "-c", "echo locked; exec sleep 600"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        ["flock", "-o", str(path), "-c", "echo locked; exec sleep 600"], stdout=subprocess.PIPE, text=True
+    )
     assert holder.stdout.readline() == "locked\n"
     return holder
 

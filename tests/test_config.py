@@ -1,5 +1,6 @@
 """Configuration, ConfigOption, Flink's list splitter and the YAML loaders (docs/design.md §2.1, 2.2)."""
 
+import functools
 import logging
 from datetime import timedelta
 
@@ -7,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flink_gpu import Configuration, ConfigOption, IllegalConfigurationException, config_option
+from flink_gpu import ConfigOption, Configuration, IllegalConfigurationException, config_option
 from flink_gpu.config import Duration, split_escaped, to_java_string
 from support.files import make_odd_path
 
@@ -16,6 +17,7 @@ LIST = config_option("external-resources", list, [])
 
 
 # --- ConfigOption ------------------------------------------------------------------------------
+
 
 def test_config_option_is_immutable_and_describes_a_key():
     option = config_option("a.b", int, 3, "doc")
@@ -43,6 +45,7 @@ def test_duration_is_a_marker_without_instances():
 
 
 # --- Configuration basics ----------------------------------------------------------------------
+
 
 def test_flat_and_nested_mappings_give_the_same_keys():
     flat = Configuration({"external-resource.gpu.amount": 2, "external-resources": "gpu"})
@@ -105,8 +108,8 @@ def test_list_default_is_never_shared():
 
 # --- conversions (Flink's ConfigurationUtils) --------------------------------------------------
 
-@pytest.mark.parametrize("raw, expected", [("2", 2), (2, 2), ("+2", 2), ("-3", -3),
-                                           ("9223372036854775807", 2**63 - 1)])
+
+@pytest.mark.parametrize("raw, expected", [("2", 2), (2, 2), ("+2", 2), ("-3", -3), ("9223372036854775807", 2**63 - 1)])
 def test_long_values(raw, expected):
     assert Configuration({AMOUNT.key: raw}).get(AMOUNT) == expected
 
@@ -118,14 +121,14 @@ def test_non_long_values_raise_flinks_message(raw):
         config.get(AMOUNT)
     assert str(error.value) == (
         f"Could not parse value '{to_java_string(raw)}' for key 'external-resource.gpu.amount'. "
-        "Expected a whole number such as 2 (Flink reads it as a Java long).")
+        "Expected a whole number such as 2 (Flink reads it as a Java long)."
+    )
 
 
 def test_spec_example_amount_two():
     with pytest.raises(IllegalConfigurationException) as error:
         Configuration({"external-resource.gpu.amount": "two"}).get(AMOUNT)
-    assert str(error.value).startswith(
-        "Could not parse value 'two' for key 'external-resource.gpu.amount'.")
+    assert str(error.value).startswith("Could not parse value 'two' for key 'external-resource.gpu.amount'.")
     assert isinstance(error.value, ValueError)
 
 
@@ -134,8 +137,7 @@ def test_long_out_of_range():
         Configuration({AMOUNT.key: str(2**63)}).get(AMOUNT)
 
 
-@pytest.mark.parametrize("raw, expected", [("true", True), ("FALSE", False), (True, True),
-                                           ("True", True)])
+@pytest.mark.parametrize("raw, expected", [("true", True), ("FALSE", False), (True, True), ("True", True)])
 def test_booleans(raw, expected):
     assert Configuration({"b": raw}).get(config_option("b", bool)) is expected
 
@@ -143,27 +145,40 @@ def test_booleans(raw, expected):
 def test_bad_boolean():
     with pytest.raises(IllegalConfigurationException) as error:
         Configuration({"b": "yes"}).get(config_option("b", bool))
-    assert str(error.value) == ("Could not parse value 'yes' for key 'b'. "
-                                "Unrecognized option for boolean: yes. Expected either true or "
-                                "false(case insensitive)")
+    assert str(error.value) == (
+        "Could not parse value 'yes' for key 'b'. "
+        "Unrecognized option for boolean: yes. Expected either true or "
+        "false(case insensitive)"
+    )
 
 
-@pytest.mark.parametrize("raw, expected", [("1.5", 1.5), (" 2 ", 2.0), ("1e3", 1000.0), (3, 3.0),
-                                           ("2.5f", 2.5)])
+@pytest.mark.parametrize("raw, expected", [("1.5", 1.5), (" 2 ", 2.0), ("1e3", 1000.0), (3, 3.0), ("2.5f", 2.5)])
 def test_floats(raw, expected):
     assert Configuration({"f": raw}).get(config_option("f", float)) == expected
 
 
 def test_bad_float():
-    with pytest.raises(IllegalConfigurationException,
-                       match=r"^Could not parse value '1,5' for key 'f'\. Expected a number"):
+    with pytest.raises(
+        IllegalConfigurationException, match=r"^Could not parse value '1,5' for key 'f'\. Expected a number"
+    ):
         Configuration({"f": "1,5"}).get(config_option("f", float))
 
 
-@pytest.mark.parametrize("raw, seconds", [("10 s", 10.0), ("500ms", 0.5), ("1 min", 60.0),
-                                          ("2 h", 7200.0), ("3 secs", 3.0), ("10", 0.01),
-                                          (10, 0.01), (timedelta(seconds=4), 4.0),
-                                          ("1 d", 86400.0), ("7 ns", 7e-9)])
+@pytest.mark.parametrize(
+    "raw, seconds",
+    [
+        ("10 s", 10.0),
+        ("500ms", 0.5),
+        ("1 min", 60.0),
+        ("2 h", 7200.0),
+        ("3 secs", 3.0),
+        ("10", 0.01),
+        (10, 0.01),
+        (timedelta(seconds=4), 4.0),
+        ("1 d", 86400.0),
+        ("7 ns", 7e-9),
+    ],
+)
 def test_durations_follow_flinks_time_utils(raw, seconds):
     assert Configuration({"t": raw}).get(config_option("t", Duration)) == pytest.approx(seconds)
 
@@ -172,22 +187,27 @@ def test_duration_default_is_seconds():
     assert Configuration().get(config_option("t", Duration, 10.0)) == 10.0
 
 
-@pytest.mark.parametrize("raw, cause", [("1.5 s", "Time interval unit label '.5 s'"),
-                                        ("10 parsecs", "Time interval unit label 'parsecs'"),
-                                        ("s", "text does not start with a number"),
-                                        (1.5, "Time interval unit label '.5'"),
-                                        (True, "text does not start with a number"),
-                                        (" ", "argument is an empty- or whitespace-only string")])
+@pytest.mark.parametrize(
+    "raw, cause",
+    [
+        ("1.5 s", "Time interval unit label '.5 s'"),
+        ("10 parsecs", "Time interval unit label 'parsecs'"),
+        ("s", "text does not start with a number"),
+        (1.5, "Time interval unit label '.5'"),
+        (True, "text does not start with a number"),
+        (" ", "argument is an empty- or whitespace-only string"),
+    ],
+)
 def test_bad_durations(raw, cause):
     with pytest.raises(IllegalConfigurationException) as error:
         Configuration({"t": raw}).get(config_option("t", Duration))
-    assert str(error.value).startswith(
-        f"Could not parse value '{to_java_string(raw)}' for key 't'. {cause}")
+    assert str(error.value).startswith(f"Could not parse value '{to_java_string(raw)}' for key 't'. {cause}")
 
 
 def test_string_option_renders_values_as_flink():
-    config = Configuration({"i": 2, "b": False, "f": 2.0, "big": 1e20,
-                            "l": ["gpu", "a;b", "it's"], "d": timedelta(seconds=90)})
+    config = Configuration(
+        {"i": 2, "b": False, "f": 2.0, "big": 1e20, "l": ["gpu", "a;b", "it's"], "d": timedelta(seconds=90)}
+    )
     assert config.get_string("i") == "2"
     assert config.get(config_option("i", str)) == "2"
     assert config.get_string("b") == "false"
@@ -206,17 +226,24 @@ def test_list_option_from_string_and_from_list():
 def test_list_option_quoting_error_names_value_and_key():
     with pytest.raises(IllegalConfigurationException) as error:
         Configuration({"external-resources": "'a'b"}).get(LIST)
-    assert str(error.value) == ("Could not parse value ''a'b' for key 'external-resources'. "
-                                "Could not split string. Illegal quoting at position: 2")
+    assert str(error.value) == (
+        "Could not parse value ''a'b' for key 'external-resources'. "
+        "Could not split string. Illegal quoting at position: 2"
+    )
 
 
 # --- prefixed views (DelegatingConfiguration) --------------------------------------------------
 
+
 def test_prefixed_view_strips_the_prefix_and_writes_through():
-    config = Configuration({"external-resource.gpu.param.discovery-script.path": "/x.sh",
-                            "external-resource.gpu.param.discovery-script.args": "--a",
-                            "external-resource.gpu.amount": 2,
-                            "external-resource.fpga.param.vendor": "y"})
+    config = Configuration(
+        {
+            "external-resource.gpu.param.discovery-script.path": "/x.sh",
+            "external-resource.gpu.param.discovery-script.args": "--a",
+            "external-resource.gpu.amount": 2,
+            "external-resource.fpga.param.vendor": "y",
+        }
+    )
     view = config.prefixed("external-resource.gpu.param.")
     assert view.keys() == ["discovery-script.path", "discovery-script.args"]
     assert view.get("discovery-script.path") == "/x.sh"
@@ -231,45 +258,47 @@ def test_prefixed_view_strips_the_prefix_and_writes_through():
 
 def test_prefixed_view_errors_name_the_full_key():
     view = Configuration({"external-resource.gpu.param.n": "x"}).prefixed("external-resource.gpu.param.")
-    with pytest.raises(IllegalConfigurationException,
-                       match="for key 'external-resource.gpu.param.n'"):
+    with pytest.raises(IllegalConfigurationException, match="for key 'external-resource.gpu.param.n'"):
         view.get(config_option("n", int))
 
 
 # --- StructuredOptionsSplitter -----------------------------------------------------------------
 
-@pytest.mark.parametrize("text, expected", [
-    ("'a;b';c", ["a;b", "c"]),                       # docs/design.md §2.2
-    ("\"AB'D\";B;C", ["AB'D", "B", "C"]),           # Flink's javadoc examples
-    ("\"AB'\"\"D;B\";C", ["AB'\"D;B", "C"]),
-    ("'it''s';x", ["it's", "x"]),                     # doubled quote escapes
-    (" gpu ; fpga ", ["gpu", "fpga"]),                # unquoted tokens trimmed
-    ("gpu;;fpga", ["gpu", "", "fpga"]),               # consecutive delimiters: empty name
-    ("gpu; ;fpga", ["gpu", "", "fpga"]),
-    (";gpu;", ["gpu"]),                               # leading/trailing delimiters dropped
-    ("gpu;;", ["gpu", ""]),
-    (";;gpu", ["", "gpu"]),
-    ("", []),
-    ("   ", []),
-    ("''", [""]),
-    ("' a ' ;b", [" a ", "b"]),                       # quoted text kept verbatim
-    ("a b;c", ["a b", "c"]),
-    ("\u00a0gpu", ["\u00a0gpu"]),                     # no-break space is not Java whitespace
-    ("\u2003gpu\u2003", ["gpu\u2003"]),               # an em space is skipped, not trimmed
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("'a;b';c", ["a;b", "c"]),  # docs/design.md §2.2
+        ('"AB\'D";B;C', ["AB'D", "B", "C"]),  # Flink's javadoc examples
+        ('"AB\'""D;B";C', ["AB'\"D;B", "C"]),
+        ("'it''s';x", ["it's", "x"]),  # doubled quote escapes
+        (" gpu ; fpga ", ["gpu", "fpga"]),  # unquoted tokens trimmed
+        ("gpu;;fpga", ["gpu", "", "fpga"]),  # consecutive delimiters: empty name
+        ("gpu; ;fpga", ["gpu", "", "fpga"]),
+        (";gpu;", ["gpu"]),  # leading/trailing delimiters dropped
+        ("gpu;;", ["gpu", ""]),
+        (";;gpu", ["", "gpu"]),
+        ("", []),
+        ("   ", []),
+        ("''", [""]),
+        ("' a ' ;b", [" a ", "b"]),  # quoted text kept verbatim
+        ("a b;c", ["a b", "c"]),
+        ("\u00a0gpu", ["\u00a0gpu"]),  # no-break space is not Java whitespace
+        ("\u2003gpu\u2003", ["gpu\u2003"]),  # an em space is skipped, not trimmed
+    ],
+)
 def test_split_escaped(text, expected):
     assert split_escaped(text, ";") == expected
 
 
-@pytest.mark.parametrize("text, position", [("'a'b", 2), ("a'b", 1), ("'a' b;c", 3),
-                                            ("gpu;fp\"ga", 6), ("\"x\"'y'", 2)])
+@pytest.mark.parametrize("text, position", [("'a'b", 2), ("a'b", 1), ("'a' b;c", 3), ('gpu;fp"ga', 6), ("\"x\"'y'", 2)])
 def test_split_illegal_quoting(text, position):
     with pytest.raises(IllegalConfigurationException) as error:
         split_escaped(text, ";")
     assert str(error.value) == f"Could not split string. Illegal quoting at position: {position}"
 
 
-@pytest.mark.parametrize("text", ["'abc", "a;\"b", "'it''"])
+@pytest.mark.parametrize("text", ["'abc", 'a;"b', "'it''"])
 def test_split_unclosed_quote(text):
     with pytest.raises(IllegalConfigurationException) as error:
         split_escaped(text, ";")
@@ -277,8 +306,13 @@ def test_split_unclosed_quote(text):
 
 
 _element = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1).filter(
-    lambda s: s[0] > " " and s[-1] > " " and s[0] not in "\u1680\u2028\u2029\u205f\u3000"
-    and not ("\u2000" <= s[0] <= "\u200a"))
+    lambda s: (
+        s[0] > " "
+        and s[-1] > " "
+        and s[0] not in "\u1680\u2028\u2029\u205f\u3000"
+        and not ("\u2000" <= s[0] <= "\u200a")
+    )
+)
 
 
 @given(st.lists(_element, min_size=1))
@@ -288,29 +322,33 @@ def test_rendering_a_list_and_splitting_it_gives_it_back(elements):
 
 # --- YAML files --------------------------------------------------------------------------------
 
+
 def write(path, text):
     path.write_text(text, encoding="utf-8")
     return path
 
 
 def test_legacy_flink_conf_yaml(tmp_path, caplog):
-    conf = write(tmp_path / "flink-conf.yaml", (
-        "# Flink's legacy format\n"
-        "external-resources: 'a;b';gpu\n"
-        "external-resource.gpu.amount: 2   # trailing comment\n"
-        "external-resource.gpu.driver-factory.class: org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
-        "external-resource.gpu.param.discovery-script.args: --coordination-file /tmp/a: b\n"
-        "no-space-after-colon:2\n"
-        "empty-value: \n"
-        "   \n"
-        "url: http://host/#anchor\n"))
+    conf = write(
+        tmp_path / "flink-conf.yaml",
+        (
+            "# Flink's legacy format\n"
+            "external-resources: 'a;b';gpu\n"
+            "external-resource.gpu.amount: 2   # trailing comment\n"
+            "external-resource.gpu.driver-factory.class: org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
+            "external-resource.gpu.param.discovery-script.args: --coordination-file /tmp/a: b\n"
+            "no-space-after-colon:2\n"
+            "empty-value: \n"
+            "   \n"
+            "url: http://host/#anchor\n"
+        ),
+    )
     caplog.set_level(logging.WARNING, logger="flink_gpu.config")
     config = Configuration.from_yaml(conf)
     assert config.to_dict() == {
         "external-resources": "'a;b';gpu",
         "external-resource.gpu.amount": "2",
-        "external-resource.gpu.driver-factory.class":
-            "org.apache.flink.externalresource.gpu.GPUDriverFactory",
+        "external-resource.gpu.driver-factory.class": "org.apache.flink.externalresource.gpu.GPUDriverFactory",
         "external-resource.gpu.param.discovery-script.args": "--coordination-file /tmp/a: b",
         "url": "http://host/",  # Flink's legacy parser cuts at any '#'
     }
@@ -330,51 +368,74 @@ def test_legacy_parser_handles_crlf_and_empty_key(tmp_path, caplog):
     config = Configuration.from_yaml(conf)
     assert config.to_dict() == {"a": "1", "b": "3", "c": "4"}
     assert [r.getMessage() for r in caplog.records] == [
-        f"Error after splitting key and value in configuration file {conf}:2: Key or value was empty"]
+        f"Error after splitting key and value in configuration file {conf}:2: Key or value was empty"
+    ]
 
 
 def test_standard_config_yaml_nested_equals_flat(tmp_path):
-    nested = write(tmp_path / "config.yaml", (
-        "external-resources: [gpu, fpga]\n"
-        "external-resource:\n"
-        "  gpu:\n"
-        "    amount: 2\n"
-        "    driver-factory.class: org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
-        "    param:\n"
-        "      discovery-script:\n"
-        "        args: --enable-coordination-mode\n"
-        "  fpga.amount: 1\n"))
-    flat = write(tmp_path / "flat.yaml", (
-        "external-resources: [gpu, fpga]\n"
-        "external-resource.gpu.amount: 2\n"
-        "external-resource.gpu.driver-factory.class: org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
-        "external-resource.gpu.param.discovery-script.args: --enable-coordination-mode\n"
-        "external-resource.fpga.amount: 1\n"))
+    nested = write(
+        tmp_path / "config.yaml",
+        (
+            "external-resources: [gpu, fpga]\n"
+            "external-resource:\n"
+            "  gpu:\n"
+            "    amount: 2\n"
+            "    driver-factory.class: org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
+            "    param:\n"
+            "      discovery-script:\n"
+            "        args: --enable-coordination-mode\n"
+            "  fpga.amount: 1\n"
+        ),
+    )
+    flat = write(
+        tmp_path / "flat.yaml",
+        (
+            "external-resources: [gpu, fpga]\n"
+            "external-resource.gpu.amount: 2\n"
+            "external-resource.gpu.driver-factory.class: org.apache.flink.externalresource.gpu.GPUDriverFactory\n"
+            "external-resource.gpu.param.discovery-script.args: --enable-coordination-mode\n"
+            "external-resource.fpga.amount: 1\n"
+        ),
+    )
     config = Configuration.from_yaml(nested)
     assert config == Configuration.from_yaml(flat)
     assert config.get(LIST) == ["gpu", "fpga"]  # a YAML list is the list itself
     assert config.get("external-resource.gpu.amount") == 2
     assert config.prefixed("external-resource.gpu.param.").to_dict() == {
-        "discovery-script.args": "--enable-coordination-mode"}
+        "discovery-script.args": "--enable-coordination-mode"
+    }
 
 
 def test_standard_yaml_uses_yaml_1_2_core_scalars_like_flink(tmp_path):
-    conf = write(tmp_path / "config.yaml", (
-        "octal-looking: 010\n"
-        "octal: 0o17\n"
-        "hex: 0x1F\n"
-        "yes-word: yes\n"
-        "on-word: on\n"
-        "date: 2024-01-02\n"
-        "underscored: 1_000\n"
-        "float: 1e3\n"
-        "flag: TRUE\n"
-        "nothing: ~\n"
-        "quoted: 'a;b'\n"))
+    conf = write(
+        tmp_path / "config.yaml",
+        (
+            "octal-looking: 010\n"
+            "octal: 0o17\n"
+            "hex: 0x1F\n"
+            "yes-word: yes\n"
+            "on-word: on\n"
+            "date: 2024-01-02\n"
+            "underscored: 1_000\n"
+            "float: 1e3\n"
+            "flag: TRUE\n"
+            "nothing: ~\n"
+            "quoted: 'a;b'\n"
+        ),
+    )
     config = Configuration.from_yaml(conf)
-    assert config.to_dict() == {"octal-looking": 10, "octal": 15, "hex": 31, "yes-word": "yes",
-                                "on-word": "on", "date": "2024-01-02", "underscored": "1_000",
-                                "float": 1000.0, "flag": True, "quoted": "a;b"}
+    assert config.to_dict() == {
+        "octal-looking": 10,
+        "octal": 15,
+        "hex": 31,
+        "yes-word": "yes",
+        "on-word": "on",
+        "date": "2024-01-02",
+        "underscored": "1_000",
+        "float": 1000.0,
+        "flag": True,
+        "quoted": "a;b",
+    }
     # a quoted YAML string is just a string: Flink's list syntax then applies to its content
     assert config.get(config_option("quoted", list)) == ["a", "b"]
 
@@ -390,8 +451,9 @@ def test_conf_directory_prefers_config_yaml(tmp_path):
 def test_conf_directory_without_a_file(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
         Configuration.from_yaml(tmp_path)
-    assert str(error.value) == (f"No Flink configuration file in directory {tmp_path}: "
-                                "expected config.yaml or flink-conf.yaml.")
+    assert str(error.value) == (
+        f"No Flink configuration file in directory {tmp_path}: expected config.yaml or flink-conf.yaml."
+    )
 
 
 def test_missing_file(tmp_path):
@@ -411,8 +473,9 @@ def test_top_level_must_be_a_mapping(tmp_path):
     conf = write(tmp_path / "config.yaml", "- gpu\n- fpga\n")
     with pytest.raises(IllegalConfigurationException) as error:
         Configuration.from_yaml(conf)
-    assert str(error.value) == (f"The Flink configuration file {conf} must hold a mapping of "
-                                "configuration keys at the top level, not a list.")
+    assert str(error.value) == (
+        f"The Flink configuration file {conf} must hold a mapping of configuration keys at the top level, not a list."
+    )
     write(conf, "just text\n")
     with pytest.raises(IllegalConfigurationException, match="not a string"):
         Configuration.from_yaml(conf)
@@ -433,6 +496,7 @@ def test_parser_choice_can_be_forced(tmp_path):
 
 
 # --- hostile YAML and paths that are not regular files -------------------------------------------
+
 
 def returns_within(seconds, function, fifo=None):
     """``function()``'s result or exception, failing the test if it takes longer than ``seconds``
@@ -467,7 +531,8 @@ def test_recursive_yaml_alias_is_refused_naming_the_file_and_the_alias(tmp_path)
         Configuration.from_yaml(conf)
     assert str(error.value) == (
         f"The Flink configuration file {conf} has a recursive alias *x at line 2, column 17: the "
-        "value anchored &x would contain itself. Write the values out instead of the alias.")
+        "value anchored &x would contain itself. Write the values out instead of the alias."
+    )
     write(conf, "a: &l [1, [*l]]\n")  # a list too
     with pytest.raises(IllegalConfigurationException, match=r"recursive alias \*l"):
         Configuration.from_yaml(conf)
@@ -478,8 +543,9 @@ def test_a_mapping_that_contains_itself_is_refused_naming_the_key():
     data["c"] = data
     with pytest.raises(IllegalConfigurationException) as error:
         Configuration({"a": data})
-    assert str(error.value) == ("The configuration value at key 'a.c' contains itself; a "
-                                "configuration must be a tree of mappings.")
+    assert str(error.value) == (
+        "The configuration value at key 'a.c' contains itself; a configuration must be a tree of mappings."
+    )
 
 
 def alias_bomb(levels):
@@ -497,7 +563,8 @@ def test_yaml_alias_bomb_is_refused_at_once_naming_the_limit(tmp_path):
         returns_within(10, lambda: Configuration.from_yaml(conf))
     assert time.monotonic() - start < 0.5
     assert str(error.value).startswith(
-        f"The aliases of the Flink configuration file {conf} expand to more than 100000 values")
+        f"The aliases of the Flink configuration file {conf} expand to more than 100000 values"
+    )
 
 
 def test_more_aliases_of_collections_than_flink_allows_are_refused(tmp_path):
@@ -513,7 +580,8 @@ def test_more_aliases_of_collections_than_flink_allows_are_refused(tmp_path):
     assert str(error.value) == (
         f"The Flink configuration file {conf} has more than 50 aliases of mappings or lists (at "
         "line 52, column 6), the limit of Flink's YAML loader. Write the values out instead of the "
-        "aliases.")
+        "aliases."
+    )
     scalars = "\n".join(f"s{n}: *one" for n in range(200))  # aliases of scalars are not limited
     write(conf, f"one: &one 1\n{scalars}\n")
     assert Configuration.from_yaml(conf).get("s199") == 1
@@ -528,20 +596,19 @@ def test_a_badly_tagged_yaml_value_names_the_file(tmp_path):
 
 @pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
 @pytest.mark.parametrize("legacy", [False, True])
-def test_a_configuration_path_that_is_not_a_regular_file_is_refused_without_blocking(
-        tmp_path, kind, legacy):
-    import os
+def test_a_configuration_path_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path, kind, legacy):
 
     name = "flink-conf.yaml" if legacy else "config.yaml"
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
     path, what = make_odd_path(conf_dir / name, kind)
     # the file itself (a directory given is a conf directory), or the conf directory it is in
-    for given in ([path] if kind != "directory" else []) + [conf_dir]:
+    for named in ([path] if kind != "directory" else []) + [conf_dir]:
         with pytest.raises(OSError) as error:
-            returns_within(10, lambda: Configuration.from_yaml(given), fifo=path)
-        assert str(error.value) == (f"The Flink configuration file {path} is {what}, not a "
-                                    "regular file; give the path of a file.")
+            returns_within(10, functools.partial(Configuration.from_yaml, named), fifo=path)
+        assert str(error.value) == (
+            f"The Flink configuration file {path} is {what}, not a regular file; give the path of a file."
+        )
 
 
 def test_a_configuration_larger_than_the_read_limit_is_refused(tmp_path):
@@ -553,8 +620,9 @@ def test_a_configuration_larger_than_the_read_limit_is_refused(tmp_path):
             handle.truncate(MAX_FILE_SIZE + 1)  # sparse: nothing is written
         with pytest.raises(FileTooLargeError) as error:
             Configuration.from_yaml(conf)
-        assert str(error.value) == (f"The Flink configuration file {conf} is larger than 16 MiB, "
-                                    "the most flink-gpu reads from one file.")
+        assert str(error.value) == (
+            f"The Flink configuration file {conf} is larger than 16 MiB, the most flink-gpu reads from one file."
+        )
 
 
 def test_load_configuration_file_returns_the_skipped_lines(tmp_path):
@@ -565,12 +633,13 @@ def test_load_configuration_file_returns_the_skipped_lines(tmp_path):
     assert loaded.path == str(conf) and loaded.data == {"a": "1"}
     assert loaded.skipped == (
         SkippedLine(str(conf), 2, "b:2", "Line is not a key-value pair (missing space after ':'?)"),
-        SkippedLine(str(conf), 3, ": 3", "Key or value was empty"))
+        SkippedLine(str(conf), 3, ": 3", "Key or value was empty"),
+    )
     assert [line.message for line in loaded.skipped] == [
         f"Error while trying to split key and value in configuration file {conf}:2: Line is not a "
         "key-value pair (missing space after ':'?)",
-        f"Error after splitting key and value in configuration file {conf}:3: Key or value was "
-        "empty"]
+        f"Error after splitting key and value in configuration file {conf}:3: Key or value was empty",
+    ]
     assert load_configuration_file(write(tmp_path / "config.yaml", "a: {b: 1}\n")).skipped == ()
 
 
@@ -579,8 +648,11 @@ _scalar = st.sampled_from(["1", "x", "'q'", "true", "~", "2.5", "[]", "{}"])
 
 def nested(levels, innermost="1"):
     """A flow value of ``levels`` mappings and lists around ``innermost``."""
-    return ("".join("{n: " if level % 2 == 0 else "[" for level in range(levels)) + innermost
-            + "".join("}" if level % 2 == 0 else "]" for level in reversed(range(levels))))
+    return (
+        "".join("{n: " if level % 2 == 0 else "[" for level in range(levels))
+        + innermost
+        + "".join("}" if level % 2 == 0 else "]" for level in reversed(range(levels)))
+    )
 
 
 @st.composite
@@ -595,10 +667,16 @@ def yaml_with_aliases(draw):
     def value(depth):
         options = [_scalar, st.sampled_from(["*a", "*b", "*c", "*d"])]
         if depth < 3:
-            options.append(st.lists(st.deferred(lambda: value(depth + 1)), max_size=3).map(
-                lambda items: "[" + ", ".join(items) + "]"))
-            options.append(st.lists(st.deferred(lambda: value(depth + 1)), max_size=3).map(
-                lambda items: "{" + ", ".join(f"k{i}: {v}" for i, v in enumerate(items)) + "}"))
+            options.append(
+                st.lists(st.deferred(lambda: value(depth + 1)), max_size=3).map(
+                    lambda items: "[" + ", ".join(items) + "]"
+                )
+            )
+            options.append(
+                st.lists(st.deferred(lambda: value(depth + 1)), max_size=3).map(
+                    lambda items: "{" + ", ".join(f"k{i}: {v}" for i, v in enumerate(items)) + "}"
+                )
+            )
         item = draw(st.one_of(options))
         if anchors and draw(st.booleans()):
             item = f"&{draw(st.sampled_from(anchors))} {item}"
@@ -644,16 +722,19 @@ def test_a_configuration_nested_deeper_than_the_limit_is_refused_naming_it(tmp_p
     mappings = "a: " + "{a: " * 99 + "1" + "}" * 99 + "\n"  # 100 levels with the top level
     conf = write(tmp_path / "config.yaml", mappings)
     assert Configuration.from_yaml(conf).get("a" + ".a" * 99) == 1
-    for text, where in ((f"a: {nested(100)}\n", "line 1, column 253"),
-                        ("a: " + "{a: " * 994 + "1" + "}" * 994 + "\n", "line 1, column 400"),
-                        # an alias nests as deep as the value it names
-                        (f"x: &x {nested(60)}\ny: {nested(40, '*x')}\n", "line 2, column 104")):
+    for text, where in (
+        (f"a: {nested(100)}\n", "line 1, column 253"),
+        ("a: " + "{a: " * 994 + "1" + "}" * 994 + "\n", "line 1, column 400"),
+        # an alias nests as deep as the value it names
+        (f"x: &x {nested(60)}\ny: {nested(40, '*x')}\n", "line 2, column 104"),
+    ):
         write(conf, text)
         with pytest.raises(IllegalConfigurationException) as error:
             Configuration.from_yaml(conf)
         assert str(error.value) == (
             f"The Flink configuration file {conf} nests mappings or lists more than 100 levels "
-            f"deep (at {where}), the most flink-gpu reads. Nest fewer levels.")
+            f"deep (at {where}), the most flink-gpu reads. Nest fewer levels."
+        )
 
 
 def test_a_mapping_nested_any_depth_is_flattened():
@@ -666,17 +747,19 @@ def test_a_mapping_nested_any_depth_is_flattened():
 
 # --- a value whose rendering Flink's quoting would blow up -------------------------------------
 
+
 def test_a_value_that_renders_beyond_the_limit_is_refused_naming_its_key(tmp_path):
     # each level of list nesting doubles the quotes: 60 levels would render to 2**60 characters
     from flink_gpu.config_options import MAX_RENDERED_LENGTH
 
     conf = tmp_path / "config.yaml"
-    write(conf, "external-resources: " + "[" * 60 + "\"'\"" + "]" * 60 + "\n")
+    write(conf, "external-resources: " + "[" * 60 + '"\'"' + "]" * 60 + "\n")
     config = Configuration.from_yaml(conf)
     with pytest.raises(IllegalConfigurationException) as error:
         config.get_string("external-resources")
-    assert str(error.value).startswith("Could not read key 'external-resources': The value renders "
-                                       f"to more than {MAX_RENDERED_LENGTH} characters")
+    assert str(error.value).startswith(
+        f"Could not read key 'external-resources': The value renders to more than {MAX_RENDERED_LENGTH} characters"
+    )
     from flink_gpu.framework import EXTERNAL_RESOURCE_LIST
 
     with pytest.raises(IllegalConfigurationException, match="Could not read key 'external-resources'"):

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import stat
@@ -17,13 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import flink_gpu
+from conftest import dead_pid, proc_start_time, run_python
 from flink_gpu import coordination
 from flink_gpu.errors import FlinkException
-
-from conftest import dead_pid, proc_start_time, run_python
 from support.interop import fake_nvidia_smi, stock_env
 from support.leases import our_lease
 
@@ -31,6 +32,7 @@ SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
 
 
 # ---- helpers ------------------------------------------------------------------------------------------
+
 
 def gpus(n):
     return [str(i) for i in range(n)]
@@ -52,6 +54,7 @@ def live_holders(path):
 
 # ---- Flink's stock script ---------------------------------------------------------------------------
 
+
 class Stock:
     """Runs the stock script on one coordination file with `count` simulated GPUs."""
 
@@ -68,14 +71,19 @@ class Stock:
 
     def run(self, amount):
         """The script with this test process as its parent, i.e. as the owner (the TaskManager)."""
-        return subprocess.run(["bash", *self.args(amount)], env=self.env, capture_output=True, text=True,
-                              timeout=60)
+        return subprocess.run(["bash", *self.args(amount)], env=self.env, capture_output=True, text=True, timeout=60)
 
     def start_owner(self, amount):
         """A TaskManager stand-in: a shell that runs the script (so owns its GPUs) and stays alive."""
-        return StockOwner(subprocess.Popen(
-            ["sh", "-c", 'bash "$0" "$@"; echo "rc=$?"; exec sleep 600', *self.args(amount)],
-            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        return StockOwner(
+            subprocess.Popen(
+                ["sh", "-c", 'bash "$0" "$@"; echo "rc=$?"; exec sleep 600', *self.args(amount)],
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
 
 
 class Owner:
@@ -123,8 +131,13 @@ class OurOwner(Owner):
     def __init__(self, path, count, amount, env=None):
         env = dict(os.environ if env is None else env)
         env["PYTHONPATH"] = SRC
-        self.proc = subprocess.Popen([sys.executable, "-c", OUR_OWNER, str(amount), str(path), str(count)],
-                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", OUR_OWNER, str(amount), str(path), str(count)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
 
     def result(self):
         line = self.proc.stdout.readline()
@@ -134,6 +147,7 @@ class OurOwner(Owner):
 
 
 # ---- the API ----------------------------------------------------------------------------------------
+
 
 def own_ns():
     return os.stat("/proc/self/ns/pid").st_ino
@@ -150,6 +164,22 @@ def test_claim_writes_flink_format_with_start_time(path):
     lease = Path(f"{path}.lease")
     assert lease.is_file() and stat.S_IMODE(lease.stat().st_mode) == stat.S_IMODE(path.stat().st_mode)
     assert coordination.process_start_time(me) == start
+
+
+def test_the_protocols_one_description_names_every_field_the_core_writes_and_reads():
+    """docs/design.md §5.2 (File format) is the protocol's one description: its table of fields names each
+    key csrc/coordination_lines.cpp writes or parses, in the order the core writes them."""
+    root = Path(__file__).resolve().parent.parent
+    core = (root / "csrc" / "coordination_lines.cpp").read_text()
+    written = re.findall(r'"\\t([a-z]+)="', core)
+    parsed = re.findall(r'key_is\(word, eq, "([a-z]+)"\)', core)
+    assert len(written) >= 7 and sorted(written) == sorted(parsed), (written, parsed)  # the regexes still find them
+    design = (root / "docs" / "design.md").read_text()
+    section = design.split("**File format.**", 1)[1].split("**MIG units", 1)[0]
+    described = re.findall(r"^\| `([a-z]+)` \|", section, re.M)
+    assert described == written
+    order = re.search(r"^    <gpu> <pid>\\t<start time>(.*)$", section, re.M).group(1)
+    assert re.findall(r"\\t([a-z]+)=", order) == written
 
 
 def _umask():
@@ -197,11 +227,11 @@ def test_claim_result_says_what_was_taken_added_and_reclaimed(path, owners):
     dead = dead_pid()
     path.write_text(f"0 {os.getpid()}\t{proc_start_time(os.getpid())}\n1 {dead}\n")
     result = coordination.claim(3, gpus(5), path=path)  # free GPUs before those of dead owners
-    assert result == coordination.ClaimResult(taken=["0", "2", "3"], added=["2", "3"], reclaimed=[],
-                                              owner=os.getpid())
+    assert result == coordination.ClaimResult(taken=["0", "2", "3"], added=["2", "3"], reclaimed=[], owner=os.getpid())
     other = owners()
     assert coordination.claim(2, gpus(5), path=path, owner=other.pid) == coordination.ClaimResult(
-        taken=["1", "4"], added=["1", "4"], reclaimed=["1"], owner=other.pid)
+        taken=["1", "4"], added=["1", "4"], reclaimed=["1"], owner=other.pid
+    )
     with pytest.raises(AttributeError):
         result.taken = []  # frozen
 
@@ -219,8 +249,10 @@ def test_not_enough_says_requested_existing_and_holders(path, owners):
     coordination.claim(2, gpus(3), path=path, owner=a.pid)
     coordination.claim(1, gpus(3), path=path, owner=b.pid)
     before = path.read_text()
-    with pytest.raises(FlinkException) as info:
+    with pytest.raises(FlinkException) as info:  # as Flink-style code catches it
         coordination.claim(1, gpus(3), path=path)
+    # the failure by name, from the core's not-enough status: what the caller can act on
+    assert type(info.value) is flink_gpu.NotEnoughGpusError
     message = str(info.value)
     assert message.startswith("Could not get enough GPU resources.")
     assert "Requested 1, the host has 3 GPUs (0, 1, 2)" in message
@@ -229,8 +261,9 @@ def test_not_enough_says_requested_existing_and_holders(path, owners):
     assert path.read_text() == before
 
 
-@pytest.mark.parametrize("owner, says", [(0, "it must be a positive process id"),
-                                         (2 ** 32 + 1, "a process id is at most 2147483647")])
+@pytest.mark.parametrize(
+    "owner, says", [(0, "it must be a positive process id"), (2**32 + 1, "a process id is at most 2147483647")]
+)
 def test_an_owner_that_is_no_pid_says_why(path, owner, says):
     with pytest.raises(ValueError, match=f"Invalid owner pid {owner}: {says}"):
         coordination.claim(1, gpus(2), path=path, owner=owner)
@@ -329,6 +362,7 @@ def test_threads_of_one_process_exclude_each_other(path, owners):
 
 # ---- the stock script's bugs, one regression test each (docs/design.md §5.1) ----------------------------------
 
+
 def test_b1_reclaiming_1_leaves_11_alone(path, owners, stock_script, tmp_path):
     holder_of_11, holder_of_rest = owners(), owners()
 
@@ -395,8 +429,12 @@ def test_b2_replacement_by_someone_else_is_detected(path, owners):
     holder = owners()
     path.write_text("")
     old_inode = path.stat().st_ino
-    replacer = subprocess.Popen([sys.executable, "-c", LOCK_AND_REPLACE, str(path), f"0 {holder.pid}\n"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    replacer = subprocess.Popen(
+        [sys.executable, "-c", LOCK_AND_REPLACE, str(path), f"0 {holder.pid}\n"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert replacer.stdout.readline() == "locked\n"
     result = {}
     claimer = threading.Thread(target=lambda: result.update(got=coordination.claim(1, gpus(2), path=path).taken))
@@ -410,8 +448,9 @@ def test_b2_replacement_by_someone_else_is_detected(path, owners):
     replacer.wait()
     claimer.join()
     assert result["got"] == ["1"]  # it read the replacement, where 0 is held
-    assert path.read_text() == (f"0 {holder.pid}\n1 {os.getpid()}\t{proc_start_time(os.getpid())}"
-                                f"\tns={own_ns()}{our_lease(path)}\n")
+    assert path.read_text() == (
+        f"0 {holder.pid}\n1 {os.getpid()}\t{proc_start_time(os.getpid())}\tns={own_ns()}{our_lease(path)}\n"
+    )
 
 
 def _has_open_fd_to_inode(inode):
@@ -434,7 +473,7 @@ def test_b3_no_ps_needed(path, owners, stock_script, tmp_path):
     for tool in RESTRICTED_TOOLS:
         os.symlink(shutil.which(tool), bin_dir / tool)
     ps_log = tmp_path / "ps-was-called"
-    (bin_dir / "ps").write_text(f"#!/bin/sh\necho \"$@\" >> {ps_log}\nexit 1\n")  # a broken ps, logging
+    (bin_dir / "ps").write_text(f'#!/bin/sh\necho "$@" >> {ps_log}\nexit 1\n')  # a broken ps, logging
     (bin_dir / "ps").chmod(0o755)
     content = f"0 {live.pid}\n1 {dead_pid()}\n"
 
@@ -446,8 +485,13 @@ def test_b3_no_ps_needed(path, owners, stock_script, tmp_path):
 
     path.write_text(content)
     code = f"from flink_gpu import coordination; print(coordination.claim(1, ['0', '1'], path={str(path)!r}).taken)"
-    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PATH": str(bin_dir), "PYTHONPATH": SRC},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PATH": str(bin_dir), "PYTHONPATH": SRC},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "['1']"
     assert not ps_log.exists()
@@ -489,8 +533,12 @@ def test_b5_unparsable_lines_kept_reported_never_reclaimed(path, caplog):
 def test_b10_lock_wait_is_bounded(path):
     path.write_text("")
     # -o: the command does not inherit the lock, so killing flock(1) releases it
-    holder = subprocess.Popen(["flock", "-o", str(path), "-c", "echo locked; exec sleep 600"],
-                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    holder = subprocess.Popen(
+        ["flock", "-o", str(path), "-c", "echo locked; exec sleep 600"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert holder.stdout.readline() == "locked\n"
         t0 = time.monotonic()
@@ -511,13 +559,18 @@ def test_b10_lock_wait_is_bounded(path):
 
 # ---- unusable files -----------------------------------------------------------------------------------
 
+
 def test_symlink_refused_and_target_untouched(tmp_path):
     target = tmp_path / "precious"
     target.write_text("precious\n")
     link = tmp_path / "link"
     link.symlink_to(target)
-    for call in (lambda: coordination.claim(1, ["0"], path=link), lambda: coordination.release(path=link),
-                 lambda: coordination.snapshot(link), lambda: coordination.clean_stale(link)):
+    for call in (
+        lambda: coordination.claim(1, ["0"], path=link),
+        lambda: coordination.release(path=link),
+        lambda: coordination.snapshot(link),
+        lambda: coordination.clean_stale(link),
+    ):
         with pytest.raises(OSError) as info:
             call()
         assert info.value.errno == errno.ELOOP and info.value.filename == str(link)
@@ -582,8 +635,13 @@ def test_another_users_file_is_readable_not_claimable():
             print(e)
         """)
     try:
-        proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": SRC},
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONPATH": SRC},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         shutil.rmtree(shared)
     assert proc.returncode == 0, proc.stderr
@@ -594,9 +652,10 @@ def test_another_users_file_is_readable_not_claimable():
 
 # ---- with Flink's stock script, real processes -------------------------------------------------------
 
+
 def test_stock_and_ours_concurrently_never_share_a_gpu(path, stock_script, tmp_path):
     stock = Stock(stock_script, tmp_path, path, 8)
-    for round_ in range(3):
+    for _ in range(3):
         path.write_text("")
         started = [stock.start_owner(2) for _ in range(3)] + [OurOwner(path, 8, 1) for _ in range(2)]
         extra = [stock.start_owner(1), OurOwner(path, 8, 1)]  # demand 10 for 8 GPUs
@@ -707,8 +766,22 @@ def test_stress_32_processes_8_gpus_with_sigkill(path, tmp_path):
     rounds = 12
     env = {**os.environ, "PYTHONPATH": SRC}
     victim_numbers = set(random.sample(range(32), 8))
-    workers = [subprocess.Popen([sys.executable, "-c", STRESS_WORKER, str(path), str(marks), str(logs / f"{n}.log"),
-                                 "8", str(-1 if n in victim_numbers else rounds)], env=env) for n in range(32)]
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                STRESS_WORKER,
+                str(path),
+                str(marks),
+                str(logs / f"{n}.log"),
+                "8",
+                str(-1 if n in victim_numbers else rounds),
+            ],
+            env=env,
+        )
+        for n in range(32)
+    ]
     victims = [workers[n] for n in sorted(victim_numbers)]
     started = time.monotonic()
     while not all((logs / f"{n}.log").exists() and (logs / f"{n}.log").read_text() for n in victim_numbers):
@@ -765,9 +838,14 @@ def _line(kind, index, owner_pids):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=st.lists(st.tuples(st.sampled_from(["live", "live2", "dead", "reused", "bad", "blank"]),
-                                st.integers(0, 7)), max_size=12),
-       count=st.integers(0, 8), amount=st.integers(1, 9), final_newline=st.booleans())
+@given(
+    lines=st.lists(
+        st.tuples(st.sampled_from(["live", "live2", "dead", "reused", "bad", "blank"]), st.integers(0, 7)), max_size=12
+    ),
+    count=st.integers(0, 8),
+    amount=st.integers(1, 9),
+    final_newline=st.booleans(),
+)
 def test_claim_changes_only_what_it_may(tmp_path, module_owners, lines, count, amount, final_newline):
     path = tmp_path / "prop"
     original = [_line(kind, index, module_owners) for kind, index in lines]
@@ -787,7 +865,7 @@ def test_claim_changes_only_what_it_may(tmp_path, module_owners, lines, count, a
     assert not set(got) & live_taken and not set(got) & blocked
     # every original line is still there, in order, except the dead owners' lines of reclaimed GPUs
     kept = iter(after)
-    for line, (kind, index) in zip(original, lines):
+    for line, (kind, index) in zip(original, lines, strict=True):
         if str(index) in got and kind in ("dead", "reused"):
             continue
         assert any(line == candidate for candidate in kept), (line, after)
@@ -797,26 +875,42 @@ def test_claim_changes_only_what_it_may(tmp_path, module_owners, lines, count, a
 
 # -- amounts the core cannot count, and amounts that are no int -------------------------------------
 
+
 @pytest.mark.parametrize("amount", [2**64, 2**64 + 3, 10**20, 2**200])
 def test_an_amount_beyond_what_the_core_counts_is_not_enough_gpus(path, amount):
     """Decided before the native call, whose size_t cannot hold it (was a raw OverflowError)."""
-    for attempt in (lambda: coordination.claim(amount, gpus(3), path=path),
-                    lambda: coordination.claimed(amount, gpus(3), path=path).__enter__()):
+    for attempt in (
+        lambda: coordination.claim(amount, gpus(3), path=path),
+        lambda: coordination.claimed(amount, gpus(3), path=path).__enter__(),
+    ):
         with pytest.raises(FlinkException) as info:
             attempt()
-        assert str(info.value) == (f"Could not get enough GPU resources. Requested {amount}, the host "
-                                   f"has 3 GPUs (0, 1, 2). Coordination file: {path}.")
+        assert str(info.value) == (
+            f"Could not get enough GPU resources. Requested {amount}, the host "
+            f"has 3 GPUs (0, 1, 2). Coordination file: {path}."
+        )
     assert not path.exists()  # nothing to claim, nothing created
 
 
 def test_the_largest_amount_the_core_counts_is_its_own_not_enough_error(path):
-    with pytest.raises(FlinkException, match=rf"^Could not get enough GPU resources. Requested {2**64 - 1}, "
-                                             r"the host has 1 GPU \(0\)\. Coordination file: "):
+    with pytest.raises(
+        FlinkException,
+        match=rf"^Could not get enough GPU resources. Requested {2**64 - 1}, "
+        r"the host has 1 GPU \(0\)\. Coordination file: ",
+    ):
         coordination.claim(2**64 - 1, ["0"], path=path)
 
 
-@pytest.mark.parametrize("amount, shown", [(True, "True (bool)"), (False, "False (bool)"), (2.0, "2.0 (float)"),
-                                           ("2", "'2' (str)"), (None, "None (NoneType)")])
+@pytest.mark.parametrize(
+    "amount, shown",
+    [
+        (True, "True (bool)"),
+        (False, "False (bool)"),
+        (2.0, "2.0 (float)"),
+        ("2", "'2' (str)"),
+        (None, "None (NoneType)"),
+    ],
+)
 def test_an_amount_that_is_no_int_names_the_amount_and_the_value(path, amount, shown):
     with pytest.raises(TypeError) as info:
         coordination.claim(amount, gpus(2), path=path)
@@ -825,8 +919,15 @@ def test_an_amount_that_is_no_int_names_the_amount_and_the_value(path, amount, s
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(amount=st.one_of(st.integers(min_value=2**64), st.integers(max_value=-1), st.booleans(),
-                        st.floats(allow_nan=True), st.text(max_size=30)))
+@given(
+    amount=st.one_of(
+        st.integers(min_value=2**64),
+        st.integers(max_value=-1),
+        st.booleans(),
+        st.floats(allow_nan=True),
+        st.text(max_size=30),
+    )
+)
 def test_every_bad_amount_gives_the_documented_error_naming_it(tmp_path, amount):
     path = tmp_path / "bad-amounts"
     with pytest.raises((FlinkException, ValueError, TypeError)) as info:
@@ -842,6 +943,7 @@ def test_every_bad_amount_gives_the_documented_error_naming_it(tmp_path, amount)
 
 
 # ---- MIG units next to whole GPUs (docs/design.md §5.2, §9.2) ---------------------------------------------
+
 
 def test_a_unit_line_starts_with_its_gpu_and_names_the_unit_in_mig(path):
     assert coordination.claim(1, ["0:2"], path=path).taken == ["0:2"]
@@ -900,6 +1002,7 @@ def test_a_mig_field_of_another_gpu_or_not_a_unit_makes_the_line_unparsable(path
 
 # The real stock script on a file with unit lines: it knows only GPUs (`grep -c "^$i "`), takes the
 # owner with `awk '{print $2}'` and deletes with the unanchored `sed -i "/$i /d"`.
+
 
 def test_stock_script_never_gets_a_gpu_while_a_live_worker_holds_a_unit(path, owners, stock_script, tmp_path):
     holder = owners()
@@ -1023,8 +1126,7 @@ def test_claims_after_a_stock_sed_replaced_the_file_keep_one_lease(path):
     lease_file = os.path.realpath(path + ".lease")
 
     def lease_fds():
-        return sum(1 for fd in os.listdir("/proc/self/fd")
-                   if os.path.realpath(f"/proc/self/fd/{fd}") == lease_file)
+        return sum(1 for fd in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{fd}") == lease_file)
 
     try:
         leases = set()
@@ -1050,13 +1152,15 @@ READ_ONLY_CLEAN = textwrap.dedent("""\
     """)
 
 
-@pytest.mark.parametrize("lines, foreign, expected", [
-    ("0 1\nbad\n", False, {"removed": 0, "unparsable": ["bad"]}),  # pid 1 lives: nothing to remove
-    (f"0 {dead_pid()}\n", False, "error"),  # a dead owner's line, which cannot be removed: said so
-    ("0 1\tns=1\n", True, "error"),  # another namespace's, to be removed with --foreign-namespaces
-])
-def test_cleaning_a_read_only_file_fails_only_when_there_is_something_to_remove(tmp_path, lines, foreign,
-                                                                                  expected):
+@pytest.mark.parametrize(
+    "lines, foreign, expected",
+    [
+        ("0 1\nbad\n", False, {"removed": 0, "unparsable": ["bad"]}),  # pid 1 lives: nothing to remove
+        (f"0 {dead_pid()}\n", False, "error"),  # a dead owner's line, which cannot be removed: said so
+        ("0 1\tns=1\n", True, "error"),  # another namespace's, to be removed with --foreign-namespaces
+    ],
+)
+def test_cleaning_a_read_only_file_fails_only_when_there_is_something_to_remove(tmp_path, lines, foreign, expected):
     """A file on a read-only mount (its own mount namespace, so the host sees nothing of it)."""
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("needs unshare(1) and root, for a read-only mount")
@@ -1064,11 +1168,18 @@ def test_cleaning_a_read_only_file_fails_only_when_there_is_something_to_remove(
     mount.mkdir()
     script = tmp_path / "clean.py"
     script.write_text(READ_ONLY_CLEAN)
-    shell = (f'mount -t tmpfs tmpfs {mount} && printf "$0" > {mount}/c && mount -o remount,ro {mount} && '
-             f'exec "$1" {script} {mount}/c "$2"')
+    shell = (
+        f'mount -t tmpfs tmpfs {mount} && printf "$0" > {mount}/c && mount -o remount,ro {mount} && '
+        f'exec "$1" {script} {mount}/c "$2"'
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(flink_gpu.__file__).resolve().parent.parent)}
-    proc = subprocess.run(["unshare", "--mount", "sh", "-c", shell, lines, sys.executable, "1" if foreign else "0"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", shell, lines, sys.executable, "1" if foreign else "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if proc.returncode != 0 and "unshare" in proc.stderr:
         pytest.skip(f"no mount namespace here: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr

@@ -20,8 +20,16 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initialize, invariant, multiple,
-                                 precondition, rule)
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
 
 from flink_gpu import coordination, simulator
 from flink_gpu.errors import FlinkException
@@ -39,7 +47,7 @@ def start_time(pid):
         data = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    fields = data[data.rindex(")") + 2:].split()
+    fields = data[data.rindex(")") + 2 :].split()
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
@@ -66,8 +74,8 @@ class CoordinationMachine(RuleBasedStateMachine):
         self.dir = tempfile.mkdtemp(prefix="flink-gpu-props-")
         self.path = os.path.join(self.dir, "coordination")
         self.procs = []
-        self.live = {}      # pid -> start time of our live owners
-        self.lines = []     # the model of the file: [(index, pid, start time)] in file order
+        self.live = {}  # pid -> start time of our live owners
+        self.lines = []  # the model of the file: [(index, pid, start time)] in file order
         self.discovery = None
 
     def teardown(self):
@@ -169,7 +177,7 @@ class CoordinationMachine(RuleBasedStateMachine):
             except FlinkException:
                 results[pid] = None
 
-        threads = [threading.Thread(target=worker, args=(p, a)) for p, a in zip(pids, amounts)]
+        threads = [threading.Thread(target=worker, args=(p, a)) for p, a in zip(pids, amounts, strict=True)]
         for t in threads:
             t.start()
         for t in threads:
@@ -189,9 +197,16 @@ class CoordinationMachine(RuleBasedStateMachine):
             self.discovery = find_discovery_executable()
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
         env.update(simulator.environment(spec={"devices": [{} for _ in range(12)]}))
-        proc = subprocess.Popen(["sh", "-c", f'"{self.discovery}" 2 --enable-coordination-mode '
-                                 f'--coordination-file "{self.path}" >/dev/null 2>&1; exec sleep 600'],
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                "sh",
+                "-c",
+                f'"{self.discovery}" 2 --enable-coordination-mode '
+                f'--coordination-file "{self.path}" >/dev/null 2>&1; exec sleep 600',
+            ],
+            env=env,
+            start_new_session=True,
+        )
         self.procs.append(proc)
         time.sleep(delay)
         os.killpg(proc.pid, signal.SIGKILL)
@@ -221,12 +236,15 @@ class CoordinationMachine(RuleBasedStateMachine):
 
     @invariant()
     def live_owners_keep_their_gpus(self):
-        for index, pid, start in self.lines:
+        for _index, pid, start in self.lines:
             if self.alive(pid, start):
                 assert start_time(pid) == start
 
 
 CoordinationMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("FLINK_GPU_PROPERTY_EXAMPLES", "30")), stateful_step_count=40,
-    deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    max_examples=int(os.environ.get("FLINK_GPU_PROPERTY_EXAMPLES", "30")),
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 test_coordination_state_machine = CoordinationMachine.TestCase

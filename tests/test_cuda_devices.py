@@ -49,22 +49,34 @@ def uuid(i):
 
 # NVML index order is not PCI order here: CUDA's PCI_BUS_ID order is NVML 1, 3, 0, 2 (bus 0a, 0B,
 # 81 in domain 0, then domain 1); compared as text the ids would sort 3, 0, 2, 1
-SCRAMBLED = {"devices": [
-    {"uuid": uuid(0), "pci_bus_id": "00000000:81:00.0"},
-    {"uuid": uuid(1), "pci_bus_id": "0000:0a:00.0"},
-    {"uuid": uuid(2), "pci_bus_id": "00000001:01:00.0"},
-    {"uuid": uuid(3), "pci_bus_id": "00000000:0B:00.0"},
-]}
+SCRAMBLED = {
+    "devices": [
+        {"uuid": uuid(0), "pci_bus_id": "00000000:81:00.0"},
+        {"uuid": uuid(1), "pci_bus_id": "0000:0a:00.0"},
+        {"uuid": uuid(2), "pci_bus_id": "00000001:01:00.0"},
+        {"uuid": uuid(3), "pci_bus_id": "00000000:0B:00.0"},
+    ]
+}
 PCI = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 # GPU 0 whole (bus 01), GPU 1 in MIG mode with units 1:1 and 1:3 (bus 02), GPU 2 whole (bus 03)
-MIG_HOST = {"devices": [
-    {"uuid": uuid(0), "pci_bus_id": "00000000:01:00.0"},
-    {"uuid": "GPU-migparent", "pci_bus_id": "00000000:02:00.0",
-     "mig": {"mode": "enabled", "instances": [{"slot": 1, "uuid": "MIG-aaaa", "gi": 1, "ci": 0},
-                                               {"slot": 3, "uuid": "MIG-bbbb", "gi": 3, "ci": 0}]}},
-    {"uuid": uuid(2), "pci_bus_id": "00000000:03:00.0"},
-]}
+MIG_HOST = {
+    "devices": [
+        {"uuid": uuid(0), "pci_bus_id": "00000000:01:00.0"},
+        {
+            "uuid": "GPU-migparent",
+            "pci_bus_id": "00000000:02:00.0",
+            "mig": {
+                "mode": "enabled",
+                "instances": [
+                    {"slot": 1, "uuid": "MIG-aaaa", "gi": 1, "ci": 0},
+                    {"slot": 3, "uuid": "MIG-bbbb", "gi": 3, "ci": 0},
+                ],
+            },
+        },
+        {"uuid": uuid(2), "pci_bus_id": "00000000:03:00.0"},
+    ]
+}
 
 
 def infos_of(devices, *indices, with_uuid=True):
@@ -86,6 +98,7 @@ def error(devices, *indices, **environ):
 
 # --- the order -----------------------------------------------------------------------------------
 
+
 def test_pci_bus_id_order_numbers_gpus_by_bus_id_compared_as_numbers(host):
     _, devices = host(SCRAMBLED)
     assert [d.gpu_index for d in devices] == ["0", "1", "2", "3"]
@@ -98,12 +111,20 @@ def test_the_result_follows_the_gpu_index_order_not_the_order_given(host):
 
 
 def test_unknown_bus_ids_fall_back_to_nvml_index_order(host):
-    _, devices = host({"devices": [{"pci_bus_id": "00000000:81:00.0"}, {"pci_bus_id": "00000000:02:00.0"},
-                                   {"pci_bus_id": "not a bus id"}]})
+    _, devices = host(
+        {
+            "devices": [
+                {"pci_bus_id": "00000000:81:00.0"},
+                {"pci_bus_id": "00000000:02:00.0"},
+                {"pci_bus_id": "not a bus id"},
+            ]
+        }
+    )
     assert ordinals(devices, "0", "1", "2", **PCI) == (0, 1, 2)
 
 
 # --- CUDA_VISIBLE_DEVICES ------------------------------------------------------------------------
+
 
 def test_unset_makes_every_gpu_visible(host):
     _, devices = host(SCRAMBLED)
@@ -128,11 +149,14 @@ def test_uuids_and_unique_uuid_prefixes_name_gpus(host):
     assert ordinals(devices, "1", "3", CUDA_VISIBLE_DEVICES=value) == (1, 0)
 
 
-@pytest.mark.parametrize("value, visible", [
-    ("1x,0", (1, 0)),     # numbers are read like strtoul: what follows the digits is ignored
-    ("+1, 0", (1, 0)),    # a sign and blanks before the digits are skipped
-    ("-0,1", (0, 1)),     # strtoul's -0 is 0
-])
+@pytest.mark.parametrize(
+    "value, visible",
+    [
+        ("1x,0", (1, 0)),  # numbers are read like strtoul: what follows the digits is ignored
+        ("+1, 0", (1, 0)),  # a sign and blanks before the digits are skipped
+        ("-0,1", (0, 1)),  # strtoul's -0 is 0
+    ],
+)
 def test_numbers_are_read_as_cuda_reads_them(host, value, visible):
     _, devices = host(SCRAMBLED)
     assert ordinals(devices, "1", "3", CUDA_VISIBLE_DEVICES=value, **PCI) == visible
@@ -145,8 +169,9 @@ def test_uuids_are_taken_as_written(host):
     assert f"CUDA stops at entry 2 (' {uuid(0)}': a list that starts with a GPU- uuid ends" in message
 
 
-@pytest.mark.parametrize("value", ["1,1", "2,1,2", "0,9,0", f"{uuid(0)},{uuid(0)}",
-                                   f"{uuid(0)},{uuid(0)[:8]}", "MIG-x,MIG-x"])
+@pytest.mark.parametrize(
+    "value", ["1,1", "2,1,2", "0,9,0", f"{uuid(0)},{uuid(0)}", f"{uuid(0)},{uuid(0)[:8]}", "MIG-x,MIG-x"]
+)
 def test_a_device_named_twice_makes_cuda_see_none(host, value):
     """CUDA's documentation is silent; PyTorch's reading, which this follows, is that the set is empty."""
     _, devices = host(SCRAMBLED)
@@ -155,12 +180,15 @@ def test_a_device_named_twice_makes_cuda_see_none(host, value):
         assert "names the device entry 1 names, and a device named twice makes CUDA see no device at all" in message
 
 
-@pytest.mark.parametrize("bad, reason", [
-    ("-1", "a negative number ends the list"),
-    ("4", "NVML lists 4 usable GPUs on this host, which CUDA numbers from 0"),
-    ("x1", "it is not a number, and a list that starts with a number takes numbers only"),
-    (uuid(0), "it is not a number, and a list that starts with a number takes numbers only"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        ("-1", "a negative number ends the list"),
+        ("4", "NVML lists 4 usable GPUs on this host, which CUDA numbers from 0"),
+        ("x1", "it is not a number, and a list that starts with a number takes numbers only"),
+        (uuid(0), "it is not a number, and a list that starts with a number takes numbers only"),
+    ],
+)
 def test_a_list_of_numbers_ends_at_the_first_entry_that_names_no_device(host, bad, reason):
     _, devices = host(SCRAMBLED)
     value = f"1,{bad},0"  # "1" is NVML's 3 in PCI order
@@ -170,13 +198,16 @@ def test_a_list_of_numbers_ends_at_the_first_entry_that_names_no_device(host, ba
     assert ") and ignores it and every entry after it." in message
 
 
-@pytest.mark.parametrize("bad, reason", [
-    ("GPU-ffff", "no GPU's uuid starts with it"),
-    ("GPU-", f"it is the start of several GPUs' uuids ({uuid(1)}, {uuid(3)}, "),  # CUDA's order
-    ("gpu-1111", "a list that starts with a GPU- uuid ends at the first entry that is not one"),
-    ("1", "a list that starts with a GPU- uuid ends at the first entry that is not one"),
-    ("MIG-aaaa", "a list that starts with a GPU- uuid ends at the first entry that is not one"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        ("GPU-ffff", "no GPU's uuid starts with it"),
+        ("GPU-", f"it is the start of several GPUs' uuids ({uuid(1)}, {uuid(3)}, "),  # CUDA's order
+        ("gpu-1111", "a list that starts with a GPU- uuid ends at the first entry that is not one"),
+        ("1", "a list that starts with a GPU- uuid ends at the first entry that is not one"),
+        ("MIG-aaaa", "a list that starts with a GPU- uuid ends at the first entry that is not one"),
+    ],
+)
 def test_a_list_of_uuids_ends_at_the_first_entry_that_names_no_device(host, bad, reason):
     _, devices = host(SCRAMBLED)
     value = f"{uuid(3)},{bad},{uuid(0)}"
@@ -188,8 +219,10 @@ def test_a_list_of_uuids_ends_at_the_first_entry_that_names_no_device(host, bad,
 def test_the_error_names_the_gpu_the_variable_its_value_and_what_to_do(host):
     _, devices = host(SCRAMBLED)
     message = error(devices, "2", CUDA_VISIBLE_DEVICES="0,1", **PCI)
-    assert message.startswith(f"GPU 2 ({uuid(2)}) is not visible to CUDA in this process "
-                              "(CUDA_VISIBLE_DEVICES is '0,1'): CUDA_VISIBLE_DEVICES does not name it.")
+    assert message.startswith(
+        f"GPU 2 ({uuid(2)}) is not visible to CUDA in this process "
+        "(CUDA_VISIBLE_DEVICES is '0,1'): CUDA_VISIBLE_DEVICES does not name it."
+    )
     assert "start the process with CUDA_VISIBLE_DEVICES naming it" in message
     assert "cuda_visible_devices" in message
 
@@ -201,6 +234,7 @@ def test_environ_defaults_to_the_process_environment(host, monkeypatch):
 
 
 # --- matching infos to devices -------------------------------------------------------------------
+
 
 def test_an_info_with_only_an_index_is_matched_by_its_index(host):
     _, devices = host(SCRAMBLED)
@@ -227,6 +261,7 @@ def test_no_infos_give_no_ordinals_without_opening_nvml(tmp_path, monkeypatch):
 
 # --- MIG -----------------------------------------------------------------------------------------
 
+
 def test_a_mig_unit_is_visible_by_its_mig_uuid(host):
     _, devices = host(MIG_HOST)
     assert ordinals(devices, "1:3", CUDA_VISIBLE_DEVICES="MIG-bbbb") == (0,)
@@ -241,8 +276,10 @@ def test_a_mig_unit_is_visible_by_the_legacy_gpu_instance_form(host):
 def test_a_mig_unit_is_not_visible_without_its_mig_uuid(host):
     _, devices = host(MIG_HOST)
     message = error(devices, "1:1", **PCI)
-    assert message.startswith("GPU 1:1 (MIG-aaaa) is not visible to CUDA in this process (CUDA_VISIBLE_DEVICES "
-                              "is unset): CUDA sees a MIG instance only when CUDA_VISIBLE_DEVICES names it.")
+    assert message.startswith(
+        "GPU 1:1 (MIG-aaaa) is not visible to CUDA in this process (CUDA_VISIBLE_DEVICES "
+        "is unset): CUDA sees a MIG instance only when CUDA_VISIBLE_DEVICES names it."
+    )
     assert "one per process" in message
     assert "CUDA_VISIBLE_DEVICES set to the binding's cuda_visible_devices" in message
     listed = error(devices, "1:1", CUDA_VISIBLE_DEVICES="1", **PCI)
@@ -263,6 +300,7 @@ def test_a_gpu_in_mig_mode_takes_one_ordinal_when_unset(host):
 
 
 # --- the fastest-first WARN ----------------------------------------------------------------------
+
 
 def order_warnings(caplog):
     return [r for r in caplog.records if r.name == "flink_gpu.cuda_devices" and r.levelno == logging.WARNING]
@@ -287,11 +325,14 @@ def test_an_order_value_other_than_pci_bus_id_is_fastest_first(host, caplog):
     assert "CUDA_DEVICE_ORDER is 'pci_bus_id', not PCI_BUS_ID" in record.getMessage()
 
 
-@pytest.mark.parametrize("spec, environ", [
-    (SCRAMBLED, PCI),  # the order is known
-    ({"devices": [{}]}, {}),  # one GPU: nothing to order
-    (SCRAMBLED, {"CUDA_VISIBLE_DEVICES": f"{uuid(1)},{uuid(0)}"}),  # uuids: the order decides nothing
-])
+@pytest.mark.parametrize(
+    "spec, environ",
+    [
+        (SCRAMBLED, PCI),  # the order is known
+        ({"devices": [{}]}, {}),  # one GPU: nothing to order
+        (SCRAMBLED, {"CUDA_VISIBLE_DEVICES": f"{uuid(1)},{uuid(0)}"}),  # uuids: the order decides nothing
+    ],
+)
 def test_no_warning_where_the_order_decides_nothing(host, caplog, spec, environ):
     _, devices = host(spec)
     with caplog.at_level(logging.WARNING, logger="flink_gpu.cuda_devices"):
@@ -307,6 +348,7 @@ def test_a_number_in_the_list_is_ordered_even_when_it_is_the_only_one(host, capl
 
 
 # --- the library ---------------------------------------------------------------------------------
+
 
 def test_devices_default_to_the_library_of_this_process(host, monkeypatch):
     library, devices = host(SCRAMBLED)
@@ -332,8 +374,11 @@ def test_without_nvml_numbers_give_positions_until_an_invalid_entry(no_nvml):
 
 
 def test_without_nvml_a_uuid_list_raises_saying_why(no_nvml):
-    with pytest.raises(CudaDeviceError, match=r"names GPUs by uuid, which only NVML can match, "
-                                              r"but NVML is unavailable \("):
+    with pytest.raises(
+        CudaDeviceError,
+        match=r"names GPUs by uuid, which only NVML can match, "
+        r"but NVML is unavailable \(",
+    ):
         cuda_ordinals([GPUInfo("1")], environ={"CUDA_VISIBLE_DEVICES": "GPU-1111,GPU-2222"})
     with pytest.raises(CudaDeviceError, match=r"CUDA stops at entry 2 \('GPU-1111': it is not a number"):
         cuda_ordinals([GPUInfo("1")], environ={"CUDA_VISIBLE_DEVICES": "0,GPU-1111"})

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from flink_gpu import simulator
-
 from support.interop import fake_nvidia_smi, stock_env
+from support.simulated import wait_until_inside_a_hang
 
 GPUS = 4
 
@@ -22,7 +22,10 @@ GPUS = 4
 def runners(stock_script, discovery_exe, tmp_path):
     our_env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_SIM_")}
     our_env.update(simulator.environment(devices=GPUS))
-    return {"stock": (["bash", str(stock_script)], stock_env(fake_nvidia_smi(tmp_path / "bin", GPUS))), "ours": ([discovery_exe], our_env)}
+    return {
+        "stock": (["bash", str(stock_script)], stock_env(fake_nvidia_smi(tmp_path / "bin", GPUS))),
+        "ours": ([discovery_exe], our_env),
+    }
 
 
 def run(runner, args):
@@ -31,18 +34,21 @@ def run(runner, args):
     return proc.stdout, proc.returncode
 
 
-@pytest.mark.parametrize("args", [
-    [],                                   # usage line, exit 1
-    ["2"],
-    ["0"],                                # nothing printed, exit 0
-    ["4"],
-    ["5"],                                # more than present
-    ["2", "null"],                        # what Flink passes when discovery-script.args is unset
-    ["1", "--foo", "bar", "null"],        # unknown tokens are ignored
-    ["2", "--enable-coordination"],       # the typo in Flink's docs: not coordination mode
-    ["2", "--coordination-file"],         # no value: the stock script keeps going
-    ["2", "--coordination-file", ""],     # an empty value: the same
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],  # usage line, exit 1
+        ["2"],
+        ["0"],  # nothing printed, exit 0
+        ["4"],
+        ["5"],  # more than present
+        ["2", "null"],  # what Flink passes when discovery-script.args is unset
+        ["1", "--foo", "bar", "null"],  # unknown tokens are ignored
+        ["2", "--enable-coordination"],  # the typo in Flink's docs: not coordination mode
+        ["2", "--coordination-file"],  # no value: the stock script keeps going
+        ["2", "--coordination-file", ""],  # an empty value: the same
+    ],
+)
 def test_same_output_and_exit_code_as_the_stock_script(runners, args):
     assert run(runners["ours"], args) == run(runners["stock"], args)
 
@@ -58,8 +64,7 @@ def test_an_abbreviated_flag_gets_the_flag_suggested_on_stderr(runners):
     command, env = runners["ours"]
     proc = subprocess.run([*command, "2", "--enable-coord"], env=env, capture_output=True, text=True)
     assert proc.stdout == "0,1\n"
-    assert ("ignoring unknown argument '--enable-coord' (did you mean --enable-coordination-mode?)"
-            in proc.stderr)
+    assert "ignoring unknown argument '--enable-coord' (did you mean --enable-coordination-mode?)" in proc.stderr
 
 
 def test_an_unrelated_unknown_token_lists_the_known_flags_on_stderr(runners):
@@ -100,7 +105,11 @@ class TaskManager:
         command, env = runner
         self.proc = subprocess.Popen(
             ["sh", "-c", '"$@"; echo "rc=$?"; exec sleep 600', "sh", *command, *args],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         lines = []
         for line in self.proc.stdout:
             if line.startswith("rc="):
@@ -120,17 +129,17 @@ def test_coordinated_claim_sequences_match(runners, tmp_path):
     for name, runner in runners.items():
         path = str(tmp_path / f"coordination-{name}")
 
-        def claim(amount):
+        def claim(amount, runner=runner, path=path):  # this round's (called within it)
             return TaskManager(runner, [str(amount), "--enable-coordination-mode", "--coordination-file", path])
 
         owners = []
         try:
-            owners.append(claim(2))                 # 0,1
-            owners.append(claim(1))                 # 2
-            owners.append(claim(2))                 # only 3 is free: fails, writes nothing
-            owners[0].kill()                        # 0,1 become reclaimable
-            owners.append(claim(2))                 # free 3 first, then the dead owner's 0
-            owners.append(claim(1))                 # 1 is left
+            owners.append(claim(2))  # 0,1
+            owners.append(claim(1))  # 2
+            owners.append(claim(2))  # only 3 is free: fails, writes nothing
+            owners[0].kill()  # 0,1 become reclaimable
+            owners.append(claim(2))  # free 3 first, then the dead owner's 0
+            owners.append(claim(1))  # 1 is left
             outcomes[name] = [owner.result for owner in owners]
             with open(path) as f:
                 holders = sorted((line.split()[0], int(line.split()[1])) for line in f)
@@ -139,8 +148,11 @@ def test_coordinated_claim_sequences_match(runners, tmp_path):
         finally:
             for owner in owners:
                 owner.kill()
-    assert outcomes["ours"] == outcomes["stock"] == [
-        ("0,1\n", 0), ("2\n", 0), ("Could not get enough GPU resources.\n", 1), ("3,0\n", 0), ("1\n", 0)]
+    assert (
+        outcomes["ours"]
+        == outcomes["stock"]
+        == [("0,1\n", 0), ("2\n", 0), ("Could not get enough GPU resources.\n", 1), ("3,0\n", 0), ("1\n", 0)]
+    )
     # the file says the same: who holds what after the sequence
     assert outcomes["ours holders"] == outcomes["stock holders"] == [("0", 3), ("1", 4), ("2", 1), ("3", 3)]
 
@@ -151,8 +163,13 @@ def test_the_parent_asking_again_keeps_its_gpus(runners, tmp_path):
     command, env = runners["ours"]
     path = str(tmp_path / "coordination")
     script = '"$@"; "$@"; echo "rc=$?"'
-    proc = subprocess.run(["sh", "-c", script, "sh", *command, "2", "--enable-coordination-mode",
-                           "--coordination-file", path], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["sh", "-c", script, "sh", *command, "2", "--enable-coordination-mode", "--coordination-file", path],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.stdout == "0,1\n0,1\nrc=0\n"
 
 
@@ -166,8 +183,9 @@ def test_an_answer_that_cannot_be_written_is_a_failure(runners):
     assert "cannot write the GPU indices" in proc.stderr
 
 
-@pytest.mark.parametrize("amount", ["9223372036854775808", "18446744073709551617", "99999999999999999999",
-                                    "1" + "0" * 40])
+@pytest.mark.parametrize(
+    "amount", ["9223372036854775808", "18446744073709551617", "99999999999999999999", "1" + "0" * 40]
+)
 @pytest.mark.parametrize("coordinated", [False, True])
 def test_an_amount_beyond_64_bits_is_too_many_gpus(runners, tmp_path, amount, coordinated):
     """Like the largest amount both read (below): not enough GPUs. Where we depart from the stock script
@@ -184,8 +202,11 @@ def test_an_amount_beyond_64_bits_is_too_many_gpus(runners, tmp_path, amount, co
 
 def test_the_largest_64_bit_amount_is_too_many_gpus_as_in_the_stock_script(runners):
     largest = str(2**63 - 1)
-    assert run(runners["ours"], [largest]) == run(runners["stock"], [largest]) == (
-        "Could not get enough GPU resources.\n", 1)
+    assert (
+        run(runners["ours"], [largest])
+        == run(runners["stock"], [largest])
+        == ("Could not get enough GPU resources.\n", 1)
+    )
 
 
 @pytest.mark.parametrize("amount", ["-9223372036854775809", "-99999999999999999999"])
@@ -199,6 +220,7 @@ def test_a_negative_amount_beyond_64_bits_is_a_bad_amount(runners, amount):
 
 
 # --- the choice by GPU state (csrc/gpu_choice.*): beyond the stock script ----------------------
+
 
 def run_spec(discovery_exe, spec, args):
     proc = simulator.run([discovery_exe, *args], spec=spec, capture_output=True, text=True, timeout=60)
@@ -231,17 +253,24 @@ def test_an_unhealthy_gpu_is_never_printed_and_its_reason_is_on_stderr(discovery
     assert "GPU 0 left out (unhealthy: row remapping failed)" in err
 
 
-@pytest.mark.parametrize("action, two, note", [
-    ("none", "0,1\n", None),
-    ("gpu_reset", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reset the GPU"),
-    ("node_reboot", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reboot the node"),
-    ("drain_p2p", "1,2\n", None),  # degraded: printed only after every healthy GPU
-    ("drain_and_reset", "1,2\n", "left out: unhealthy: GPU recovery action: drain peer-to-peer traffic and reset"),
-    ("recover_imex_domain", "0,1\n", "GPU 0: GPU recovery action: recover the IMEX domain (not a fault of this GPU)"),
-    ("bus_reset", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reset the GPU's PCIe bus"),
-    ("system_reboot", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reboot the system"),
-    (42, "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action 42 (unknown to this build"),
-])
+@pytest.mark.parametrize(
+    "action, two, note",
+    [
+        ("none", "0,1\n", None),
+        ("gpu_reset", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reset the GPU"),
+        ("node_reboot", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reboot the node"),
+        ("drain_p2p", "1,2\n", None),  # degraded: printed only after every healthy GPU
+        ("drain_and_reset", "1,2\n", "left out: unhealthy: GPU recovery action: drain peer-to-peer traffic and reset"),
+        (
+            "recover_imex_domain",
+            "0,1\n",
+            "GPU 0: GPU recovery action: recover the IMEX domain (not a fault of this GPU)",
+        ),
+        ("bus_reset", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reset the GPU's PCIe bus"),
+        ("system_reboot", "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action: reboot the system"),
+        (42, "1,2\n", "GPU 0 left out: unhealthy: GPU recovery action 42 (unknown to this build"),
+    ],
+)
 def test_the_recovery_action_is_judged_by_its_class(discovery_exe, action, two, note):
     spec = {"devices": [{"health": {"recovery_action": action}}, {}, {}]}
     out, code, err = run_spec(discovery_exe, spec, ["2"])
@@ -251,16 +280,26 @@ def test_the_recovery_action_is_judged_by_its_class(discovery_exe, action, two, 
         assert run_spec(discovery_exe, spec, ["3"])[:2] == ("0,1,2\n", 0)
 
 
-@pytest.mark.parametrize("fabric, two, note", [
-    ({"state": "not_started"}, "1,2\n", "GPU 0 left out: unhealthy: NVLink fabric registration not started: CUDA "
-     "would fail with error 802; is the Fabric Manager running?"),
-    ({"state": "not_started", "struct": "v1"}, "1,2\n", "registration not started"),
-    ({"state": "in_progress", "struct": "v2"}, "1,2\n", "GPU 0 left out: unhealthy: NVLink fabric registration in "
-     "progress: transient"),
-    ({"state": "completed", "status": 999}, "1,2\n", None),  # degraded: after every healthy GPU
-    ({"health_summary": "unhealthy"}, "1,2\n", None),
-    ({}, "0,1\n", None),  # completed, no health summary, all-zero cluster UUID: a healthy HGX H100
-])
+@pytest.mark.parametrize(
+    "fabric, two, note",
+    [
+        (
+            {"state": "not_started"},
+            "1,2\n",
+            "GPU 0 left out: unhealthy: NVLink fabric registration not started: CUDA "
+            "would fail with error 802; is the Fabric Manager running?",
+        ),
+        ({"state": "not_started", "struct": "v1"}, "1,2\n", "registration not started"),
+        (
+            {"state": "in_progress", "struct": "v2"},
+            "1,2\n",
+            "GPU 0 left out: unhealthy: NVLink fabric registration in progress: transient",
+        ),
+        ({"state": "completed", "status": 999}, "1,2\n", None),  # degraded: after every healthy GPU
+        ({"health_summary": "unhealthy"}, "1,2\n", None),
+        ({}, "0,1\n", None),  # completed, no health summary, all-zero cluster UUID: a healthy HGX H100
+    ],
+)
 def test_the_nvlink_fabric_registration_is_judged(discovery_exe, fabric, two, note):
     spec = {"devices": [{"fabric": fabric}, {"fabric": {}}, {"fabric": {}}]}
     out, code, err = run_spec(discovery_exe, spec, ["2"])
@@ -271,21 +310,32 @@ def test_the_nvlink_fabric_registration_is_judged(discovery_exe, fabric, two, no
 def test_too_few_usable_gpus_in_coordination_mode_count_the_hosts_gpus_and_name_those_left_out(discovery_exe, tmp_path):
     unhealthy = {"health": {"row_remap_failure": True}}
     coord = tmp_path / "c"
-    out, code, err = run_spec(discovery_exe, {"devices": [unhealthy, unhealthy, unhealthy, {}]},
-                              ["2", "--enable-coordination-mode", "--coordination-file", str(coord)])
+    out, code, err = run_spec(
+        discovery_exe,
+        {"devices": [unhealthy, unhealthy, unhealthy, {}]},
+        ["2", "--enable-coordination-mode", "--coordination-file", str(coord)],
+    )
     assert (out, code) == ("Could not get enough GPU resources.\n", 1)
-    assert ("2 GPUs requested, but 1 of the 4 devices NVML lists is usable. GPU 0 left out (unhealthy: row remapping "
-            "failed); GPU 1 left out (unhealthy: row remapping failed); GPU 2 left out (unhealthy: row remapping "
-            "failed).\n") in err
+    assert (
+        "2 GPUs requested, but 1 of the 4 devices NVML lists is usable. GPU 0 left out (unhealthy: row remapping "
+        "failed); GPU 1 left out (unhealthy: row remapping failed); GPU 2 left out (unhealthy: row remapping "
+        "failed).\n"
+    ) in err
     assert "the host has 1 GPU" not in err and ".;" not in err
     assert not coord.exists() or coord.read_text() == ""
 
 
-@pytest.mark.parametrize("policy, expected", [
-    (None, ("1,2\n", 0)), ("avoid", ("1,2\n", 0)), ("ignore", ("0,1\n", 0)),
-    ("exclude", ("1,2\n", 0)),
-    ("EXCLUDE", ("1,2\n", 0)), ("Ignore", ("0,1\n", 0)),  # case ignored, as in the busy-gpus parameter
-])
+@pytest.mark.parametrize(
+    "policy, expected",
+    [
+        (None, ("1,2\n", 0)),
+        ("avoid", ("1,2\n", 0)),
+        ("ignore", ("0,1\n", 0)),
+        ("exclude", ("1,2\n", 0)),
+        ("EXCLUDE", ("1,2\n", 0)),
+        ("Ignore", ("0,1\n", 0)),  # case ignored, as in the busy-gpus parameter
+    ],
+)
 def test_busy_gpus_policies_choose_around_foreign_processes(discovery_exe, policy, expected):
     spec = {"devices": [{"processes": FOREIGN}, {}, {}]}
     args = ["2"] + (["--busy-gpus", policy] if policy else [])
@@ -320,19 +370,25 @@ def test_coordinated_claim_takes_idle_healthy_gpus_first(discovery_exe, tmp_path
     base = ["--enable-coordination-mode", "--coordination-file", str(path)]
     assert run_spec(discovery_exe, spec, ["2", *base])[:2] == ("2,3\n", 0)
     assert run_spec(discovery_exe, spec, ["4", *base])[:2] == ("2,3,0,1\n", 0)
-    out, code, err = run_spec(discovery_exe, {**spec, "devices": [{"health": {"inforom_corrupted": True}}, {}, {}, {}]},
-                              ["4", *base])
+    out, code, err = run_spec(
+        discovery_exe, {**spec, "devices": [{"health": {"inforom_corrupted": True}}, {}, {}, {}]}, ["4", *base]
+    )
     assert (out, code) == ("Could not get enough GPU resources.\n", 1)
     assert "GPU 0 left out (unhealthy: InfoROM corrupted)" in err
 
 
 # ---- MIG units (docs/design.md §9.2) ---------------------------------------------------------------
 
+
 @pytest.fixture
 def mig_env(discovery_exe):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_SIM_")}
-    spec = {"devices": [{"mig": {"mode": "enabled", "max_devices": 16,
-                                 "instances": [{"slot": 1}, {"slot": 2}, {"slot": 10}]}}, {}]}
+    spec = {
+        "devices": [
+            {"mig": {"mode": "enabled", "max_devices": 16, "instances": [{"slot": 1}, {"slot": 2}, {"slot": 10}]}},
+            {},
+        ]
+    }
     env.update(simulator.environment(spec=spec))
     return [discovery_exe], env
 
@@ -342,19 +398,31 @@ def test_the_executable_prints_unit_indices_in_index_order(mig_env):
     assert run(mig_env, ["4"]) == ("0:1,0:2,0:10,1\n", 0)
 
 
-@pytest.mark.parametrize("gpu, reason", [
-    ({"health": {"recovery_action": "node_reboot"}}, "GPU recovery action: reboot the node"),
-    ({"fabric": {"state": "in_progress"}}, "NVLink fabric registration in progress"),
-    ({"health": {"row_remap_failure": True}}, "row remapping failed"),
-    ({"health": {"state_error": "GPU_IS_LOST"}}, "GPU is lost"),
-])
+@pytest.mark.parametrize(
+    "gpu, reason",
+    [
+        ({"health": {"recovery_action": "node_reboot"}}, "GPU recovery action: reboot the node"),
+        ({"fabric": {"state": "in_progress"}}, "NVLink fabric registration in progress"),
+        ({"health": {"row_remap_failure": True}}, "row remapping failed"),
+        ({"health": {"state_error": "GPU_IS_LOST"}}, "GPU is lost"),
+    ],
+)
 def test_a_verdict_on_a_mig_gpu_leaves_out_every_unit_and_a_units_own_only_it(discovery_exe, gpu, reason):
     spec = {"devices": [{**gpu, "mig": {"mode": "enabled", "instances": [{"slot": 1}, {"slot": 2}]}}, {}]}
     out, code, err = run_spec(discovery_exe, spec, ["1"])
     assert (out, code) == ("1\n", 0)
     assert f"GPU 0:1 left out: unhealthy: {reason}" in err and f"GPU 0:2 left out: unhealthy: {reason}" in err
-    spec = {"devices": [{"mig": {"mode": "enabled", "instances": [
-        {"slot": 1}, {"slot": 2, "health": {"inforom_corrupted": True}}]}}, {}]}
+    spec = {
+        "devices": [
+            {
+                "mig": {
+                    "mode": "enabled",
+                    "instances": [{"slot": 1}, {"slot": 2, "health": {"inforom_corrupted": True}}],
+                }
+            },
+            {},
+        ]
+    }
     out, code, err = run_spec(discovery_exe, spec, ["2"])
     assert (out, code) == ("0:1,1\n", 0)
     assert "GPU 0:2 left out: unhealthy: InfoROM corrupted" in err and "GPU 0:1 left out" not in err
@@ -368,14 +436,14 @@ def test_coordinated_executable_units_and_whole_gpus_exclude_each_other(mig_env,
     assert coordination.claim(1, ["0:2"], path=path, owner=holder.pid).taken == ["0:2"]
     # this test process is the executable's parent, the owner of what it claims
     assert run(mig_env, ["2", "--enable-coordination-mode", "--coordination-file", str(path)]) == ("0:1,0:10\n", 0)
-    assert run(mig_env, ["3", "--enable-coordination-mode", "--coordination-file", str(path)]) == (
-        "0:1,0:10,1\n", 0)
+    assert run(mig_env, ["3", "--enable-coordination-mode", "--coordination-file", str(path)]) == ("0:1,0:10,1\n", 0)
     coordination.release(path=path)
     path.write_text(f"0 {holder.pid}\n")  # a stock-script holder of GPU 0
     assert run(mig_env, ["1", "--enable-coordination-mode", "--coordination-file", str(path)]) == ("1\n", 0)
 
 
 # ---- whole lines or nothing, and the parent that asked ------------------------------------------
+
 
 def test_a_file_size_limit_leaves_no_half_line_for_the_stock_script_to_join(runners, tmp_path, owners):
     """Under `ulimit -f` just above the file's size, with SIGXFSZ at its default action (a JVM's child
@@ -396,8 +464,24 @@ def test_a_file_size_limit_leaves_no_half_line_for_the_stock_script_to_join(runn
         stock_out, stock_code = taskmanagers[1].result
         assert stock_code == 0
         claimer = owners()
-        proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "claim", "1", "--owner", str(claimer.pid),
-                               "--file", str(path), "--json"], env=env, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "flink_gpu.cli",
+                "claim",
+                "1",
+                "--owner",
+                str(claimer.pid),
+                "--file",
+                str(path),
+                "--json",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         ours = [gpu["index"] for gpu in json.loads(proc.stdout)["gpus"]]
         assert set(ours).isdisjoint(stock_out.strip().split(",")), (stock_out, ours, path.read_text())
@@ -414,9 +498,23 @@ def test_the_executable_under_a_file_size_limit_reports_the_restored_file(runner
     path = tmp_path / "coordination"
     path.write_text("\n" * 1015)
     command, env = runners["ours"]
-    proc = subprocess.run(["bash", "-c", 'ulimit -f 1; exec "$@"', "bash", *command, "2",
-                           "--enable-coordination-mode", "--coordination-file", str(path)],
-                          env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'ulimit -f 1; exec "$@"',
+            "bash",
+            *command,
+            "2",
+            "--enable-coordination-mode",
+            "--coordination-file",
+            str(path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (proc.stdout, proc.returncode) == ("", 1)
     assert f"Cannot write the coordination file {path}: {os.strerror(errno.EFBIG)}" in proc.stderr
     assert "its old content was restored" in proc.stderr
@@ -508,13 +606,140 @@ def test_a_discovery_whose_taskmanager_died_leaves_nothing_claimed_for_the_reape
     process that got the pid since would own it)."""
     path = tmp_path / "coordination"
     spec = {"devices": [{"processes": FOREIGN}, {}, {}]}
-    proc = simulator.run([sys.executable, "-c", ORPHANED_DISCOVERY, discovery_exe, str(path), when], spec=spec,
-                         capture_output=True, text=True, timeout=60)
+    proc = simulator.run(
+        [sys.executable, "-c", ORPHANED_DISCOVERY, discovery_exe, str(path), when],
+        spec=spec,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["nothing_yet"]
     assert "GPU 0 left out: busy" in result["stderr"]
     assert (result["stdout"], result["rc"], result["file"]) == ("", 1, ""), result
     what = "no GPU was claimed" if when == "before" else "the GPUs claimed for it were released"
-    assert (f"the TaskManager that ran this discovery (pid {result['taskmanager']}) has exited; {what}"
-            in result["stderr"])
+    assert (
+        f"the TaskManager that ran this discovery (pid {result['taskmanager']}) has exited; {what}" in result["stderr"]
+    )
+
+
+# --- NVML with a deadline (docs/design.md §9.5) --------------------------------------------------
+
+
+def hang_spec(hang_file, query, device=None, devices=4, driver_lock=True):
+    rule = {"query": query, "while_exists": str(hang_file)}
+    if device is not None:
+        rule["device"] = device
+    return {"devices": [{} for _ in range(devices)], "driver_lock": driver_lock, "hang": [rule]}
+
+
+def ours_env(spec):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_SIM_")}
+    env.update(simulator.environment(spec=spec))
+    return env
+
+
+def test_a_hung_nvml_init_ends_the_executable_with_a_clear_message_well_inside_flinks_timeout(discovery_exe, tmp_path):
+    with simulator.hanging(tmp_path / "hang") as hang_file:
+        # the subprocess timeout only guards the test: the executable must answer by itself
+        proc = subprocess.run(
+            [discovery_exe, "2", "--nvml-timeout", "1 s"],
+            env=ours_env(hang_spec(hang_file, "init")),
+            capture_output=True,
+            text=True,
+            timeout=8,
+        )
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert "NVML did not answer: nvmlInit_v2 or the device enumeration did not return within 1 s" in proc.stderr
+    assert "no GPU was claimed" in proc.stderr
+
+
+def test_a_hung_state_read_leaves_its_gpus_unknown_and_names_the_query(discovery_exe, tmp_path):
+    # the simulated driver's lock is held by the hung call, as a real driver's: no GPU after it answers
+    with simulator.hanging(tmp_path / "hang") as hang_file:
+        proc = subprocess.run(
+            [discovery_exe, "2", "--nvml-timeout", "500ms"],
+            env=ours_env(hang_spec(hang_file, "field_values", device=1)),
+            capture_output=True,
+            text=True,
+            timeout=8,
+        )
+    assert proc.returncode == 1
+    assert proc.stdout == "Could not get enough GPU resources.\n"
+    assert "GPU 1: nvmlDeviceGetFieldValues did not return within 500 ms" in proc.stderr
+    assert "GPU 1 left out: unknown: nvmlDeviceGetFieldValues did not return within 500 ms" in proc.stderr
+    assert (
+        "GPU 2 left out: unknown: not read: GPU 1's nvmlDeviceGetFieldValues did not return within 500 ms"
+        in proc.stderr
+    )
+
+
+def test_a_gpu_read_in_time_is_handed_out_when_a_later_one_hangs(discovery_exe, tmp_path):
+    with simulator.hanging(tmp_path / "hang") as hang_file:
+        proc = subprocess.run(
+            [discovery_exe, "1", "--nvml-timeout", "500ms"],
+            env=ours_env(hang_spec(hang_file, "field_values", device=1)),
+            capture_output=True,
+            text=True,
+            timeout=8,
+        )
+    assert (proc.stdout, proc.returncode) == ("0\n", 0)
+
+
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        ("soon", "text does not start with a number"),
+        ("0 s", "it must be positive"),
+        ("5 weeks", "Time interval unit label 'weeks'"),
+    ],
+)
+def test_a_bad_nvml_timeout_is_refused_naming_the_value(discovery_exe, value, why):
+    proc = subprocess.run(
+        [discovery_exe, "2", "--nvml-timeout", value],
+        env=ours_env({"devices": [{}]}),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert f"--nvml-timeout must be a positive duration such as '5 s' or '500 ms', got '{value}': {why}" in proc.stderr
+
+
+def test_the_coordination_file_is_not_locked_while_a_state_read_hangs(discovery_exe, tmp_path):
+    """The order is state read, then lock, claim, unlock: while NVML hangs, any other worker takes the
+    coordination file's flock at once."""
+    import fcntl
+
+    coord = tmp_path / "coord"
+    coord.write_text("")
+    with simulator.hanging(tmp_path / "hang") as hang_file:
+        proc = subprocess.Popen(
+            [
+                discovery_exe,
+                "1",
+                "--enable-coordination-mode",
+                "--coordination-file",
+                str(coord),
+                "--nvml-timeout",
+                "60 s",
+            ],
+            env=ours_env(hang_spec(hang_file, "field_values", device=0)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert wait_until_inside_a_hang(proc)  # the state read is inside NVML
+            assert proc.poll() is None
+            with open(coord, "r+") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if it were held
+                fcntl.flock(f, fcntl.LOCK_UN)
+            assert proc.poll() is None  # still inside NVML
+        finally:
+            simulator.hanging(hang_file).release()
+        out, err = proc.communicate(timeout=60)
+    assert (out, proc.returncode) == ("0\n", 0), err
+    assert coord.read_text().startswith("0 ")

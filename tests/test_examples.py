@@ -29,8 +29,13 @@ def section(output, mode):
 
 
 def test_the_cluster_example_binds_a_gpu_per_subtask_in_both_modes_shows_gauges_and_stops_everything():
-    proc = subprocess.run([sys.executable, str(EXAMPLES / "run_local_cluster.py"), "--seconds", "6"],
-                          env=child_env(), capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "run_local_cluster.py"), "--seconds", "6"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     registered = re.search(r"TaskManager (\S+) registered, 2 slots", out)
@@ -50,7 +55,11 @@ def test_the_cluster_example_binds_a_gpu_per_subtask_in_both_modes_shows_gauges_
     # the TaskManager's log: one line per binding, naming operator, subtask, GPU index and uuid
     lines = re.findall(r"Bound infer subtask (\d) to .* (process|thread) mode: GPU (\d) \(GPU-[0-9a-f-]{36}\)", out)
     assert sorted((mode, subtask) for subtask, mode, _ in lines) == [
-        ("process", "0"), ("process", "1"), ("thread", "0"), ("thread", "1")], out
+        ("process", "0"),
+        ("process", "1"),
+        ("thread", "0"),
+        ("thread", "1"),
+    ], out
     # everything it started is gone: the JVMs, and the temporary directory with conf, logs and files
     pids = [int(pid) for pid in re.findall(r"pid (\d+)", out.split("stopped:", 1)[1].splitlines()[0])]
     assert len(pids) == 2

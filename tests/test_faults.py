@@ -24,10 +24,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flink_gpu
-from flink_gpu import (Configuration, FlinkException, GPUDriverFactory, IllegalConfigurationException,
-                       coordination, simulator)
-from flink_gpu.framework import load_external_resources
 from conftest import dead_pid, proc_start_time
+from flink_gpu import (
+    Configuration,
+    FlinkException,
+    GPUDriverFactory,
+    IllegalConfigurationException,
+    coordination,
+    simulator,
+)
+from flink_gpu.framework import load_external_resources
 from support.files import make_odd_path
 from support.interop import fake_nvidia_smi, stock_env
 from support.leases import our_lease
@@ -37,6 +43,7 @@ JAVA_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
 
 
 # ---- leak checks ----------------------------------------------------------------------------------
+
 
 def open_fds():
     """This process's descriptors, with what they point at."""
@@ -130,13 +137,19 @@ def child_env(**sim):
 
 
 def run_child(code, *args, env=None, timeout=60):
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], env=env or child_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+        env=env or child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
 
 # ---- NVML faults from the simulator -------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def discovery_exe():
@@ -145,16 +158,24 @@ def discovery_exe():
     return find_discovery_executable()
 
 
-@pytest.mark.parametrize("code, words", [
-    (9, "kernel driver is not loaded"),        # NVML_ERROR_DRIVER_NOT_LOADED
-    (18, "different versions"),                # NVML_ERROR_LIB_RM_VERSION_MISMATCH
-    (4, "NVML_ERROR_NO_PERMISSION"),
-    (999, "NVML_ERROR_UNKNOWN"),
-])
+@pytest.mark.parametrize(
+    "code, words",
+    [
+        (9, "kernel driver is not loaded"),  # NVML_ERROR_DRIVER_NOT_LOADED
+        (18, "different versions"),  # NVML_ERROR_LIB_RM_VERSION_MISMATCH
+        (4, "NVML_ERROR_NO_PERMISSION"),
+        (999, "NVML_ERROR_UNKNOWN"),
+    ],
+)
 def test_drop_in_executable_reports_nvml_init_errors_and_claims_nothing(discovery_exe, tmp_path, code, words):
     path = tmp_path / "coordination"
-    proc = subprocess.run([discovery_exe, "2", "--enable-coordination-mode", "--coordination-file", str(path)],
-                          env=child_env(init_error=code), capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [discovery_exe, "2", "--enable-coordination-mode", "--coordination-file", str(path)],
+        env=child_env(init_error=code),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 1
     assert proc.stdout == ""  # Flink parses stdout: nothing there may look like GPU indices
     assert words in proc.stderr and simulator.library_path() in proc.stderr
@@ -173,8 +194,7 @@ def test_drop_in_executable_and_cli_refuse_a_library_path_naming_a_fifo(discover
     fifo, _ = make_odd_path(tmp_path / "libnvidia-ml.so.1", "fifo")  # dlopen of it would block
     env = child_env()
     env["FLINK_GPU_NVML_LIBRARY"] = str(fifo)
-    expected = (f"Could not load the NVIDIA Management Library '{fifo}': it is a FIFO (named "
-                "pipe), not a regular file.")
+    expected = f"Could not load the NVIDIA Management Library '{fifo}': it is a FIFO (named pipe), not a regular file."
     for argv in ([discovery_exe, "1"], [sys.executable, "-m", "flink_gpu.cli", "list"]):
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
         assert proc.returncode == 1 and proc.stdout == "", proc.stderr
@@ -224,7 +244,7 @@ for _ in range(20):
         }
 result["fd_leak"] = sorted(set(os.listdir("/proc/self/fd")) - set(before))
 print(json.dumps(result))
-""" % (JAVA_FACTORY, JAVA_FACTORY)
+""" % (JAVA_FACTORY, JAVA_FACTORY)  # noqa: UP031 (the template's own braces are Python dicts)
 
 
 def test_nvml_init_failure_never_stops_a_worker_and_leaks_nothing(tmp_path):
@@ -242,6 +262,7 @@ def test_nvml_init_failure_never_stops_a_worker_and_leaks_nothing(tmp_path):
 
 
 # ---- the coordination file ----------------------------------------------------------------------------
+
 
 def test_missing_directory_is_clear_and_nothing_is_created(tmp_path):
     path = tmp_path / "missing" / "coordination"
@@ -283,8 +304,9 @@ class LockHolder:
     """A process holding flock(LOCK_EX) on a file until told to go (or killed)."""
 
     def __init__(self, path):
-        self.proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(path)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", LOCK_HOLDER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         assert self.proc.stdout.readline() == "locked\n"
 
     def go(self):
@@ -402,8 +424,12 @@ def test_a_file_over_16_mib_is_refused_untouched(tmp_path, owners):
     content = line_of("0", live.pid).encode() + b"#" * (17 << 20)
     path.write_bytes(content)
     before = path.stat()
-    for call in (lambda: coordination.claim(1, ["0", "1"], path=path), lambda: coordination.snapshot(path),
-                 lambda: coordination.clean_stale(path), lambda: coordination.release(live.pid, path=path)):
+    for call in (
+        lambda: coordination.claim(1, ["0", "1"], path=path),
+        lambda: coordination.snapshot(path),
+        lambda: coordination.clean_stale(path),
+        lambda: coordination.release(live.pid, path=path),
+    ):
         with pytest.raises(OSError) as info:
             call()
         assert info.value.errno == errno.EFBIG
@@ -419,8 +445,9 @@ def small_tmpfs(tmp_path):
     mount_point.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(mount_point)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     try:
@@ -506,9 +533,13 @@ def stock_reclaimer(stock_script, tmp_path, path, seconds):
     sed = bin_dir / "sed"
     sed.write_text(LINGERING_SED.format(real=shutil.which("sed"), mark=mark, seconds=seconds))
     sed.chmod(0o755)
-    proc = subprocess.Popen(["bash", str(stock_script), "1", "--enable-coordination-mode", "--coordination-file",
-                             str(path)], env=stock_env(bin_dir), stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", str(stock_script), "1", "--enable-coordination-mode", "--coordination-file", str(path)],
+        env=stock_env(bin_dir),
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 30
     while not mark.exists():
         assert proc.poll() is None and time.monotonic() < deadline, "the stock script never replaced the file"
@@ -539,7 +570,8 @@ def test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced(sto
 
 
 def test_a_stock_script_that_never_finishes_its_replaced_file_bounds_the_wait_and_is_named(
-        stock_script, tmp_path, owners):
+    stock_script, tmp_path, owners
+):
     path = tmp_path / "coordination"
     holder, claimer = owners(), owners()
     path.write_text(f"0 {dead_pid()}\n1 {holder.pid}\n2 {holder.pid}\n")
@@ -611,7 +643,8 @@ with open(log, "a") as out:
 
 
 def test_mixed_stock_script_executable_and_api_with_sigkills_never_give_a_gpu_to_ours_twice(
-        stock_script, discovery_exe, tmp_path):
+    stock_script, discovery_exe, tmp_path
+):
     """Our API (SIGKILLed at random), flink-gpu-discovery and Flink's stock script, one after another
     (its `sed -i` lingering 50 ms, B2's window widened), on one file of 4 GPUs for 8 s: no GPU is held by
     one of ours and another process at once."""
@@ -627,27 +660,60 @@ def test_mixed_stock_script_executable_and_api_with_sigkills_never_give_a_gpu_to
     exe_environment = child_env(devices=gpus)
     coordinated = ["--enable-coordination-mode", "--coordination-file", str(path)]
     until = time.time() + 8
-    workers = [subprocess.Popen([sys.executable, "-c", OUR_WORKER, str(path), str(marks), str(logs / f"ours{n}"),
-                                 str(gpus), str(until)], env=child_env()) for n in range(4)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", OUR_WORKER, str(path), str(marks), str(logs / f"ours{n}"), str(gpus), str(until)],
+            env=child_env(),
+        )
+        for n in range(4)
+    ]
     taskmanagers = []
     counts = {"stock": 0, "exe": 0}
     try:
         kills = 0
         while time.time() < until:
-            for kind, command, env in (("stock", ["bash", str(stock_script)], stock_environment),
-                                       ("exe", [discovery_exe], exe_environment)):
+            for kind, command, env in (
+                ("stock", ["bash", str(stock_script)], stock_environment),
+                ("exe", [discovery_exe], exe_environment),
+            ):
                 if not any(k == kind and t.poll() is None for k, t in taskmanagers):
-                    taskmanagers.append((kind, subprocess.Popen(
-                        [sys.executable, "-c", MIXED_TASKMANAGER, kind, str(marks), str(logs / kind), *command, "1",
-                         *coordinated], env=env)))
+                    taskmanagers.append(
+                        (
+                            kind,
+                            subprocess.Popen(
+                                [
+                                    sys.executable,
+                                    "-c",
+                                    MIXED_TASKMANAGER,
+                                    kind,
+                                    str(marks),
+                                    str(logs / kind),
+                                    *command,
+                                    "1",
+                                    *coordinated,
+                                ],
+                                env=env,
+                            ),
+                        )
+                    )
                     counts[kind] += 1
             if kills < 3 and time.time() > until - 6 + 2 * kills:
                 victim = workers[kills]
                 victim.kill()
                 victim.wait()
-                workers[kills] = subprocess.Popen([sys.executable, "-c", OUR_WORKER, str(path), str(marks),
-                                                   str(logs / f"ours-again{kills}"), str(gpus), str(until)],
-                                                  env=child_env())
+                workers[kills] = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-c",
+                        OUR_WORKER,
+                        str(path),
+                        str(marks),
+                        str(logs / f"ours-again{kills}"),
+                        str(gpus),
+                        str(until),
+                    ],
+                    env=child_env(),
+                )
                 kills += 1
             time.sleep(0.005)
     finally:
@@ -662,6 +728,7 @@ def test_mixed_stock_script_executable_and_api_with_sigkills_never_give_a_gpu_to
 
 # ---- lock holders that hang or die ----------------------------------------------------------------
 
+
 def test_a_stopped_lock_holder_bounds_the_wait_and_sigkill_frees_the_lock(tmp_path, owners):
     path = tmp_path / "coordination"
     live = owners()
@@ -672,9 +739,11 @@ def test_a_stopped_lock_holder_bounds_the_wait_and_sigkill_frees_the_lock(tmp_pa
     content = path.read_text()
     os.kill(holder.proc.pid, signal.SIGSTOP)
     try:
-        for call in (lambda: coordination.claim(1, ["0", "1", "2"], path=path, timeout=0.3),
-                     lambda: coordination.snapshot(path, timeout=0.3),
-                     lambda: coordination.release(live.pid, path=path, timeout=0.3)):
+        for call in (
+            lambda: coordination.claim(1, ["0", "1", "2"], path=path, timeout=0.3),
+            lambda: coordination.snapshot(path, timeout=0.3),
+            lambda: coordination.release(live.pid, path=path, timeout=0.3),
+        ):
             started = time.monotonic()
             with pytest.raises(TimeoutError) as info:
                 call()
@@ -693,8 +762,12 @@ def test_timeout_names_a_live_holder_when_the_locker_has_exited(tmp_path):
     path = tmp_path / "coordination"
     path.write_text("")
     # flock(1) takes the lock and exits; the background sleep inherited the locked descriptor
-    locker = subprocess.run(["flock", str(path), "sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $$ $!"],
-                            capture_output=True, text=True, timeout=10)
+    locker = subprocess.run(
+        ["flock", str(path), "sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $$ $!"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     shell, sleeper = map(int, locker.stdout.split())
     try:
         with pytest.raises(TimeoutError) as info:
@@ -714,9 +787,16 @@ def test_a_worker_killed_while_claiming_never_blocks_the_others(tmp_path, discov
     env = child_env(devices=4)
     for attempt in range(20):
         # the owner is the shell (the discovery executable's parent), killed with its whole group
-        proc = subprocess.Popen(["sh", "-c", f'"{discovery_exe}" 4 --enable-coordination-mode '
-                                 f'--coordination-file "{path}" >/dev/null; exec sleep 600'],
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                "sh",
+                "-c",
+                f'"{discovery_exe}" 4 --enable-coordination-mode '
+                f'--coordination-file "{path}" >/dev/null; exec sleep 600',
+            ],
+            env=env,
+            start_new_session=True,
+        )
         time.sleep(attempt * 0.0015)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -733,12 +813,16 @@ def test_a_worker_killed_while_claiming_never_blocks_the_others(tmp_path, discov
 
 # ---- discovery scripts that misbehave --------------------------------------------------------------
 
+
 def script_driver(tmp_path, body, timeout="5 s", name="discovery.sh"):
     script = tmp_path / name
     script.write_bytes(body.encode() if isinstance(body, str) else body)
     script.chmod(0o755)
-    return GPUDriverFactory().create_external_resource_driver(Configuration({
-        "discovery-mode": "script", "discovery-script.path": str(script), "discovery-script.timeout": timeout}))
+    return GPUDriverFactory().create_external_resource_driver(
+        Configuration(
+            {"discovery-mode": "script", "discovery-script.path": str(script), "discovery-script.timeout": timeout}
+        )
+    )
 
 
 def indices(infos):
@@ -765,8 +849,9 @@ def test_script_closing_its_output_then_hanging_times_out(tmp_path):
 def test_grandchild_that_left_the_process_group_is_killed_on_timeout(tmp_path):
     # setsid escapes the process-group kill; holding the script's output pipe, it is still the script's
     pids = tmp_path / "pids"
-    gpu_driver = script_driver(tmp_path, f"#!/bin/sh\nsetsid sleep 600 &\necho $! > '{pids}'\necho 0,1\n",
-                               timeout="300 ms")
+    gpu_driver = script_driver(
+        tmp_path, f"#!/bin/sh\nsetsid sleep 600 &\necho $! > '{pids}'\necho 0,1\n", timeout="300 ms"
+    )
     try:
         with pytest.raises(TimeoutError):
             gpu_driver.retrieve_resource_info(2)
@@ -802,7 +887,8 @@ def test_script_dying_by_a_signal_while_its_child_still_runs(tmp_path):
     # the child keeps no pipe open: the death is reported at once and the child is not waited for
     pids = tmp_path / "pids"
     gpu_driver = script_driver(
-        tmp_path, f"#!/bin/sh\nsleep 600 >/dev/null 2>&1 &\necho $! > '{pids}'\necho 0\nkill -SEGV $$\n")
+        tmp_path, f"#!/bin/sh\nsleep 600 >/dev/null 2>&1 &\necho $! > '{pids}'\necho 0\nkill -SEGV $$\n"
+    )
     started = time.monotonic()
     with pytest.raises(FlinkException, match=r"return code: 139\. It was killed by signal 11 \(SIGSEGV\)"):
         gpu_driver.retrieve_resource_info(1)
@@ -818,6 +904,7 @@ def test_script_dying_by_a_signal_while_its_child_still_runs(tmp_path):
 
 
 # ---- configuration files ---------------------------------------------------------------------------
+
 
 def write_conf(tmp_path, text, name="config.yaml"):
     path = tmp_path / name
@@ -835,7 +922,9 @@ def test_wrong_amount_types_name_the_key_and_value(tmp_path, value):
 
 
 def test_wrong_types_of_gpu_options_are_reasons_not_crashes(tmp_path):
-    conf = write_conf(tmp_path, f"""\
+    conf = write_conf(
+        tmp_path,
+        f"""\
 external-resources: gpu;tpu
 external-resource:
   gpu:
@@ -850,7 +939,8 @@ external-resource:
       discovery-mode: script
       discovery-script.path: /bin/true
       discovery-script.timeout: soon
-""")
+""",
+    )
     provider = load_external_resources(conf)
     assert provider.get_external_resource_infos("gpu") == frozenset()
     reason = provider.missing_reason("gpu")
@@ -859,12 +949,17 @@ external-resource:
     assert "soon" in provider.missing_reason("tpu") and "discovery-script.timeout" in provider.missing_reason("tpu")
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("external-resources: gpu\n", "external-resource.gpu.amount is not set"),
-    ("external-resources: gpu\nexternal-resource:\n  gpu:\n    amount: 1\n",
-     "external-resource.gpu.driver-factory.class is not set"),
-    (f"external-resource:\n  gpu:\n    amount: 1\n    driver-factory.class: {JAVA_FACTORY}\n", None),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("external-resources: gpu\n", "external-resource.gpu.amount is not set"),
+        (
+            "external-resources: gpu\nexternal-resource:\n  gpu:\n    amount: 1\n",
+            "external-resource.gpu.driver-factory.class is not set",
+        ),
+        (f"external-resource:\n  gpu:\n    amount: 1\n    driver-factory.class: {JAVA_FACTORY}\n", None),
+    ],
+)
 def test_missing_sections_leave_an_empty_set_and_a_reason(tmp_path, text, reason):
     provider = load_external_resources(write_conf(tmp_path, text))
     assert provider.get_external_resource_infos("gpu") == frozenset()
@@ -874,8 +969,14 @@ def test_missing_sections_leave_an_empty_set_and_a_reason(tmp_path, text, reason
         assert reason in provider.missing_reason("gpu")
 
 
-@pytest.mark.parametrize("content", [b"external-resources: gpu\n\xff\xfe: 1\n", b"external-resources: \x00gpu\n",
-                                     b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"external-resources: gpu\n\xff\xfe: 1\n",
+        b"external-resources: \x00gpu\n",
+        b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+    ],
+)
 def test_binary_config_files_are_clear_errors(tmp_path, content):
     conf = write_conf(tmp_path, content)
     with pytest.raises(IllegalConfigurationException) as info:
@@ -884,29 +985,40 @@ def test_binary_config_files_are_clear_errors(tmp_path, content):
 
 
 def doctor(conf):
-    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "doctor", "--simulate", "2", str(conf)],
-                          env=child_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flink_gpu.cli", "doctor", "--simulate", "2", str(conf)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
 def test_doctor_suggests_the_nearest_gpu_option_for_a_typo(tmp_path):
-    conf = write_conf(tmp_path, f"""\
+    conf = write_conf(
+        tmp_path,
+        f"""\
 external-resources: gpu
 external-resource.gpu.amount: 1
 external-resource.gpu.driver-factory.class: {JAVA_FACTORY}
 external-resource.gpu.param.discovery-script.pth: /opt/discovery.sh
-""")
+""",
+    )
     _, output = doctor(conf)
     assert "discovery-script.pth" in output
     assert "Did you mean external-resource.gpu.param.discovery-script.path?" in output
 
 
 def test_doctor_suggests_the_nearest_resource_key_for_a_typo(tmp_path):
-    conf = write_conf(tmp_path, f"""\
+    conf = write_conf(
+        tmp_path,
+        f"""\
 external-resources: gpu
 external-resource.gpu.ammount: 1
 external-resource.gpu.driver-factory.class: {JAVA_FACTORY}
-""")
+""",
+    )
     code, output = doctor(conf)
     assert code == 1  # the amount is missing: an error
     assert "external-resource.gpu.ammount is not an option of external resources" in output
@@ -917,7 +1029,8 @@ external-resource.gpu.driver-factory.class: {JAVA_FACTORY}
 
 # java.lang.Character.isWhitespace
 JAVA_WHITESPACE = set("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \u1680\u2028\u2029\u205f\u3000") | {
-    chr(c) for c in range(0x2000, 0x200B) if c != 0x2007}
+    chr(c) for c in range(0x2000, 0x200B) if c != 0x2007
+}
 
 
 def java_lines(text):
@@ -938,8 +1051,10 @@ def java_indices(line):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(output=st.binary(max_size=64) | st.text(alphabet="0123, \t\r\n\x00\x01\x1c\u2003\u00a0\u2028é",
-                                               max_size=40).map(lambda t: t.encode()))
+@given(
+    output=st.binary(max_size=64)
+    | st.text(alphabet="0123, \t\r\n\x00\x01\x1c\u2003\u00a0\u2028é", max_size=40).map(lambda t: t.encode())
+)
 def test_any_script_output_gives_flinks_result(tmp_path, output):
     """A real script prints arbitrary bytes; the driver's answer is Java's: UTF-8 with replacement,
     BufferedReader lines, the first line only, Flink's split/filter/trim, GPUInfo rejecting an index that is
@@ -957,6 +1072,7 @@ def test_any_script_output_gives_flinks_result(tmp_path, output):
 
 
 # ---- the limits docs/SECURITY.md states, shown ------------------------------------------------------------
+
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
 def test_a_file_planted_by_another_user_is_used_as_it_is(owners):
@@ -993,10 +1109,13 @@ def test_any_user_who_can_read_the_file_can_lock_it():
         path = directory / "coordination"
         assert coordination.claim(1, ["0", "1"], path=path).taken == ["0"]
         assert path.stat().st_mode & 0o777 == 0o644
-        hold = ("import fcntl, os, sys; os.setgid(65534); os.setuid(65534); fd = os.open(sys.argv[1], os.O_RDONLY); "
-                "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); sys.stdin.readline()")
-        reader = subprocess.Popen([sys.executable, "-c", hold, str(path)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)
+        hold = (
+            "import fcntl, os, sys; os.setgid(65534); os.setuid(65534); fd = os.open(sys.argv[1], os.O_RDONLY); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); sys.stdin.readline()"
+        )
+        reader = subprocess.Popen(
+            [sys.executable, "-c", hold, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         try:
             assert reader.stdout.readline() == "locked\n"
             with pytest.raises(TimeoutError, match=f"held by pid {reader.pid}"):
@@ -1011,18 +1130,22 @@ def test_any_user_who_can_read_the_file_can_lock_it():
 
 
 def test_doctor_does_not_flag_the_keys_of_a_resource_whose_name_extends_another(tmp_path):
-    conf = write_conf(tmp_path, f"""\
+    conf = write_conf(
+        tmp_path,
+        f"""\
 external-resources: gpu;gpu.a100
 external-resource.gpu.amount: 1
 external-resource.gpu.driver-factory.class: {JAVA_FACTORY}
 external-resource.gpu.a100.amount: 1
 external-resource.gpu.a100.driver-factory.class: {JAVA_FACTORY}
-""")
+""",
+    )
     _, output = doctor(conf)
     assert "is not an option of external resources" not in output
 
 
 # ---- paths that are not regular files, at every reader of the package ----------------------------------
+
 
 class _Blocked(BaseException):
     """Raised by the alarm: the reader blocked (a BaseException, so no reader's handler takes it)."""
@@ -1051,29 +1174,38 @@ def _nvml_driver(path):
 
 
 def _regular_file_refusal(what):
-    return OSError, (lambda path, description:
-                     f"The {what} {path} is {description}, not a regular file; give the path of a file.")
+    return OSError, (
+        lambda path, description: f"The {what} {path} is {description}, not a regular file; give the path of a file."
+    )
 
 
 # dlopen of a FIFO blocks until a writer comes: the NVML loader refuses it as library-not-found
-_NVML_REFUSAL = (flink_gpu.NvmlError, lambda path, description: (
-    f"Could not load the NVIDIA Management Library '{path}': it is {description}, not a regular "
-    "file. Install the NVIDIA driver on this host, or set FLINK_GPU_NVML_LIBRARY (driver option "
-    "nvml.library-path) to the path of its libnvidia-ml.so.1."))
+_NVML_REFUSAL = (
+    flink_gpu.NvmlError,
+    lambda path, description: (
+        f"Could not load the NVIDIA Management Library '{path}': it is {description}, not a regular "
+        "file. Install the NVIDIA driver on this host, or set FLINK_GPU_NVML_LIBRARY (driver option "
+        "nvml.library-path) to the path of its libnvidia-ml.so.1."
+    ),
+)
 
 _READERS = {
-    "Configuration.from_yaml": (lambda path: Configuration.from_yaml(path, legacy=False),
-                                _regular_file_refusal("Flink configuration file")),
-    "Configuration.from_yaml legacy": (lambda path: Configuration.from_yaml(path, legacy=True),
-                                       _regular_file_refusal("Flink configuration file")),
-    "load_configuration_file": (_load_configuration_file,
-                                _regular_file_refusal("Flink configuration file")),
-    "load_external_resources": (load_external_resources,
-                                _regular_file_refusal("Flink configuration file")),
+    "Configuration.from_yaml": (
+        lambda path: Configuration.from_yaml(path, legacy=False),
+        _regular_file_refusal("Flink configuration file"),
+    ),
+    "Configuration.from_yaml legacy": (
+        lambda path: Configuration.from_yaml(path, legacy=True),
+        _regular_file_refusal("Flink configuration file"),
+    ),
+    "load_configuration_file": (_load_configuration_file, _regular_file_refusal("Flink configuration file")),
+    "load_external_resources": (load_external_resources, _regular_file_refusal("Flink configuration file")),
     "merge_into_pod_template": (_read_pod_template, _regular_file_refusal("pod template file")),
     "simulator.read_spec": (simulator.read_spec, _regular_file_refusal("simulator spec file")),
-    "simulator.environment": (lambda path: simulator.environment(spec=path),
-                              _regular_file_refusal("simulator spec file")),
+    "simulator.environment": (
+        lambda path: simulator.environment(spec=path),
+        _regular_file_refusal("simulator spec file"),
+    ),
     "GPUDriver nvml.library-path": (_nvml_driver, _NVML_REFUSAL),
 }
 
@@ -1111,11 +1243,15 @@ def test_flink_conf_dir_naming_a_fifo_does_not_block_pyflink(tmp_path):
     os.mkfifo(fifo)
     env = child_env(devices=2)
     env["FLINK_CONF_DIR"] = str(fifo)
-    out = run_child("""
+    out = run_child(
+        """
         from flink_gpu.pyflink import get_external_resource_infos, lookup_external_resource_infos
         print(sorted(get_external_resource_infos(None, "gpu")))
         print(lookup_external_resource_infos(None, "gpu").reason)
-    """, env=env, timeout=30)
+    """,
+        env=env,
+        timeout=30,
+    )
     infos, reason = out.splitlines()
     assert infos == "[]"
     assert f"The Flink configuration file {fifo} is a FIFO (named pipe), not a regular file" in reason
@@ -1128,8 +1264,9 @@ def test_the_simulator_refuses_a_spec_path_that_is_not_a_regular_file(discovery_
     env.update(FLINK_GPU_NVML_LIBRARY=simulator.library_path(), FLINK_GPU_SIM_SPEC=str(path))
     proc = subprocess.run([discovery_exe, "1"], env=env, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1 and proc.stdout == ""
-    assert (f"flink-gpu NVML simulator: cannot use FLINK_GPU_SIM_SPEC={path}: it is {description}, "
-            "not a regular file") in proc.stderr
+    assert (
+        f"flink-gpu NVML simulator: cannot use FLINK_GPU_SIM_SPEC={path}: it is {description}, not a regular file"
+    ) in proc.stderr
 
 
 def test_the_simulator_refuses_a_spec_larger_than_16_mib(discovery_exe, tmp_path):
@@ -1143,18 +1280,20 @@ def test_the_simulator_refuses_a_spec_larger_than_16_mib(discovery_exe, tmp_path
     assert "it is larger than 16 MiB, the most the simulator reads" in proc.stderr
 
 
-@pytest.mark.parametrize("spec, message", [
-    ({"devices": [{"name": 5}]}, "devices[0].name must be a string"),
-    ({"devices": [{"uuid": ["x"]}]}, "devices[0].uuid must be a string"),
-    ({"devices": [{"pci_bus_id": True}]}, "devices[0].pci_bus_id must be a string"),
-    ({"devices": [{"memory_total": "abc"}]}, "devices[0].memory_total must be a whole number of bytes"),
-    ({"devices": [{"minor_number": "1"}]}, "devices[0].minor_number must be a whole number"),
-    ({"devices": [{"fault": 5}]}, 'devices[0].fault must be "NO_PERMISSION" or "GPU_IS_LOST"'),
-    ({"driver_version": 5}, "driver_version must be a string"),
-    ({"init_error": "x"}, '"init_error" must be an NVML error code (0..999)'),
-])
-def test_the_simulator_rejects_spec_values_of_the_wrong_type_naming_the_key(discovery_exe, tmp_path,
-                                                                            spec, message):
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"devices": [{"name": 5}]}, "devices[0].name must be a string"),
+        ({"devices": [{"uuid": ["x"]}]}, "devices[0].uuid must be a string"),
+        ({"devices": [{"pci_bus_id": True}]}, "devices[0].pci_bus_id must be a string"),
+        ({"devices": [{"memory_total": "abc"}]}, "devices[0].memory_total must be a whole number of bytes"),
+        ({"devices": [{"minor_number": "1"}]}, "devices[0].minor_number must be a whole number"),
+        ({"devices": [{"fault": 5}]}, 'devices[0].fault must be "NO_PERMISSION" or "GPU_IS_LOST"'),
+        ({"driver_version": 5}, "driver_version must be a string"),
+        ({"init_error": "x"}, '"init_error" must be an NVML error code (0..999)'),
+    ],
+)
+def test_the_simulator_rejects_spec_values_of_the_wrong_type_naming_the_key(discovery_exe, tmp_path, spec, message):
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
     env = child_env()
@@ -1178,9 +1317,17 @@ def test_a_lease_file_locked_for_ever_by_another_process_never_stalls_a_claim(tm
         while subprocess.run(["flock", "-n", f"{path}.lease", "true"]).returncode == 0:  # until it holds it
             assert time.monotonic() < deadline, "flock(1) never took the lock"
             time.sleep(0.01)
-        done = subprocess.run([sys.executable, "-c", "from flink_gpu import coordination; "
-                               f"print(coordination.claim(1, ['0'], path={str(path)!r}).taken)"],
-                              env=child_env(), capture_output=True, text=True, timeout=20)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"from flink_gpu import coordination; print(coordination.claim(1, ['0'], path={str(path)!r}).taken)",
+            ],
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         assert done.returncode == 0 and done.stdout.strip() == "['0']", done.stderr
         (entry,) = coordination.snapshot(path).entries
         assert entry.lease is not None and entry.lease_file is None  # a lease, no token for it

@@ -59,9 +59,14 @@ def pin_in_child(mask, affinities):
     """Run CHILD under ``taskset -c mask``, pinning to GPUs with ``affinities`` (None: unknown)."""
     taskset = shutil.which("taskset")
     assert taskset, "taskset (util-linux) is needed to restrict the child's CPUs"
-    result = subprocess.run([taskset, "-c", mask, sys.executable, "-c", CHILD, json.dumps(affinities)],
-                            env=dict(os.environ, PYTHONPATH=SRC), capture_output=True, text=True,
-                            check=True, timeout=60)
+    result = subprocess.run(
+        [taskset, "-c", mask, sys.executable, "-c", CHILD, json.dumps(affinities)],
+        env=dict(os.environ, PYTHONPATH=SRC),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return json.loads(result.stdout), result.stderr
 
 
@@ -95,9 +100,11 @@ def test_an_empty_intersection_changes_nothing_and_warns(two_cpus):
     doc, stderr = pin_in_child(str(first), [str(second)])
     assert doc["applied"] == [first]  # the current set
     assert set(doc["masks"].values()) == {str(first)}
-    assert "WARNING Not pinning to the GPUs' CPUs: none of them (GPU Device(0): " \
-           f"{second}) is among the CPUs this process may use ({first}); the affinity is " \
-           "unchanged." in stderr
+    assert (
+        "WARNING Not pinning to the GPUs' CPUs: none of them (GPU Device(0): "
+        f"{second}) is among the CPUs this process may use ({first}); the affinity is "
+        "unchanged." in stderr
+    )
 
 
 def test_infos_without_cpu_affinity_change_nothing_and_warn(two_cpus):
@@ -111,12 +118,14 @@ def test_infos_without_cpu_affinity_change_nothing_and_warn(two_cpus):
 def test_a_malformed_cpu_affinity_names_the_gpu_and_the_value():
     with pytest.raises(ValueError) as error:
         flink_gpu.pin_to_gpus([GPUInfo("3", {"cpu.affinity": "0-x"})])
-    assert str(error.value) == ("The cpu.affinity of GPU Device(3) is not usable: '0-x' is not a "
-                                "CPU list such as '0-15,32-47'.")
+    assert str(error.value) == (
+        "The cpu.affinity of GPU Device(3) is not usable: '0-x' is not a CPU list such as '0-15,32-47'."
+    )
 
 
-@pytest.mark.parametrize("text, cpus", [("0", {0}), ("0-3,8,10-11", {0, 1, 2, 3, 8, 10, 11}),
-                                        ("5-5", {5}), (" 2 , 4-5", {2, 4, 5})])
+@pytest.mark.parametrize(
+    "text, cpus", [("0", {0}), ("0-3,8,10-11", {0, 1, 2, 3, 8, 10, 11}), ("5-5", {5}), (" 2 , 4-5", {2, 4, 5})]
+)
 def test_cpulists_are_read_as_linux_writes_them(text, cpus):
     assert parse_cpulist(text) == cpus
 
@@ -133,10 +142,12 @@ def test_cpulists_are_written_as_linux_writes_them():
 
 
 def test_pin_to_gpus_is_public_and_loaded_on_first_use():
-    code = ("import sys, flink_gpu\n"
-            "assert 'flink_gpu.gpu.affinity' not in sys.modules\n"
-            "from flink_gpu.gpu.affinity import pin_to_gpus\n"
-            "assert flink_gpu.pin_to_gpus is pin_to_gpus and 'pin_to_gpus' in flink_gpu.__all__\n"
-            "import flink_gpu.gpu\n"
-            "assert flink_gpu.gpu.pin_to_gpus is pin_to_gpus\n")
+    code = (
+        "import sys, flink_gpu\n"
+        "assert 'flink_gpu.gpu.affinity' not in sys.modules\n"
+        "from flink_gpu.gpu.affinity import pin_to_gpus\n"
+        "assert flink_gpu.pin_to_gpus is pin_to_gpus and 'pin_to_gpus' in flink_gpu.__all__\n"
+        "import flink_gpu.gpu\n"
+        "assert flink_gpu.gpu.pin_to_gpus is pin_to_gpus\n"
+    )
     subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=SRC), check=True)

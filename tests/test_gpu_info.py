@@ -101,8 +101,7 @@ def test_pickle_round_trip_keeps_properties():
 
 
 def test_cuda_visible_devices_prefers_uuids_in_index_order():
-    infos = [GPUInfo("10", {"uuid": "GPU-c"}), GPUInfo("2", {"uuid": "GPU-b"}),
-             GPUInfo("1", {"uuid": "GPU-a"})]
+    infos = [GPUInfo("10", {"uuid": "GPU-c"}), GPUInfo("2", {"uuid": "GPU-b"}), GPUInfo("1", {"uuid": "GPU-a"})]
     assert cuda_visible_devices(infos) == "GPU-a,GPU-b,GPU-c"
     assert cuda_visible_devices(frozenset(infos)) == "GPU-a,GPU-b,GPU-c"
 
@@ -129,6 +128,39 @@ def test_cuda_visible_devices_refuses_more_than_one_mig_unit_pointing_to_per_slo
     units = [GPUInfo(f"0:{slot}", {"uuid": f"MIG-{slot}", "parent.index": "0"}) for slot in (2, 10)]
     with pytest.raises(ValueError, match=r"only one MIG instance.*\(0:2, 0:10\).*one GPU per slot"):
         cuda_visible_devices(units)
+
+
+class _OtherResourceInfo(ExternalResourceInfo):
+    """Another resource's info, as a user's own driver gives it: properties, but no ``index``."""
+
+    def __init__(self, properties):
+        self.properties = properties
+
+    def get_property(self, key):
+        return self.properties.get(key)
+
+    def get_keys(self):
+        return tuple(self.properties)
+
+    def __repr__(self):
+        return f"_OtherResourceInfo({self.properties!r})"
+
+
+def test_cuda_visible_devices_refuses_an_info_without_index_naming_it():
+    """An info of another resource (no ``index``) cannot be named to CUDA: a ValueError saying which
+    info and to pass a GPU resource's infos, not a TypeError from inside str.join."""
+    fpga = _OtherResourceInfo({"serial": "F-1"})
+    with pytest.raises(
+        ValueError,
+        match=r"_OtherResourceInfo\(\{'serial': 'F-1'\}\) has no 'index' property.*"
+        r"infos of a GPU resource",
+    ):
+        cuda_visible_devices([GPUInfo("0"), fpga])
+    unit = _OtherResourceInfo({"parent.index": "0"})  # a MIG unit's property, but no index
+    with pytest.raises(ValueError, match=r"has no 'index' property"):
+        cuda_visible_devices([GPUInfo("0:1", {"uuid": "MIG-a"}), unit])
+    with pytest.raises(ValueError, match=r"has no 'index' property"):
+        cuda_visible_devices([unit])
 
 
 def test_mig_units_known_by_their_index_alone_are_refused_saying_the_uuid_is_needed():

@@ -19,9 +19,17 @@ PACKAGE_DIR = Path(flink_gpu.__file__).resolve().parent
 SRC = PACKAGE_DIR.parent
 
 #: The one door to each native concept: the only modules that may import flink_gpu._native.
-FACES = {"flink_gpu.nvml", "flink_gpu.coordination", "flink_gpu.script_protocol", "flink_gpu.java_text",
-         "flink_gpu.gpu_index", "flink_gpu.binding"}
+FACES = {
+    "flink_gpu.nvml",
+    "flink_gpu.coordination",
+    "flink_gpu.script_protocol",
+    "flink_gpu.java_text",
+    "flink_gpu.flink_duration",
+    "flink_gpu.gpu_index",
+    "flink_gpu.binding",
+}
 NATIVE = "flink_gpu._native"
+
 
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
@@ -53,7 +61,7 @@ def violations(module: str, source: str, modules: "dict[str, bool]") -> "list[st
         parts = dotted.split(".")
         for depth, part in enumerate(parts):
             if _private(part):
-                private = ".".join(parts[:depth + 1])
+                private = ".".join(parts[: depth + 1])
                 if private == NATIVE:
                     if module not in FACES:
                         found.append(f"{module}:{line} imports {NATIVE}; use a face ({', '.join(sorted(FACES))})")
@@ -84,7 +92,7 @@ def violations(module: str, source: str, modules: "dict[str, bool]") -> "list[st
         elif isinstance(node, ast.ImportFrom):
             source_module = node.module or ""
             if node.level:
-                base = here.split(".")[:len(here.split(".")) - (node.level - 1)]
+                base = here.split(".")[: len(here.split(".")) - (node.level - 1)]
                 source_module = ".".join(base + ([node.module] if node.module else []))
             if not (source_module == "flink_gpu" or source_module.startswith("flink_gpu.")):
                 continue
@@ -136,37 +144,53 @@ def test_no_module_crosses_a_boundary():
     assert found == []
 
 
-KINDS = {"flink_gpu": True, "flink_gpu.coordination": False, "flink_gpu.gpu": True,
-         "flink_gpu.gpu.nvml": False, "flink_gpu.cli": True, "flink_gpu.cli._output": False,
-         "flink_gpu.cli.gpus": False, "flink_gpu._native": False, "flink_gpu._lazy": False,
-         "flink_gpu.nvml": False, "flink_gpu.pyflink": False, "flink_gpu.framework": False}
+KINDS = {
+    "flink_gpu": True,
+    "flink_gpu.coordination": False,
+    "flink_gpu.gpu": True,
+    "flink_gpu.gpu.nvml": False,
+    "flink_gpu.cli": True,
+    "flink_gpu.cli._output": False,
+    "flink_gpu.cli.gpus": False,
+    "flink_gpu._native": False,
+    "flink_gpu._lazy": False,
+    "flink_gpu.nvml": False,
+    "flink_gpu.pyflink": False,
+    "flink_gpu.framework": False,
+}
 
 
-@pytest.mark.parametrize("module, source", [
-    ("flink_gpu.gpu.nvml", "from flink_gpu.coordination import _claim"),
-    ("flink_gpu.gpu.nvml", "from flink_gpu import coordination\ncoordination._claim(1)"),
-    ("flink_gpu.gpu.nvml", "import flink_gpu.coordination\nflink_gpu.coordination._claim(1)"),
-    ("flink_gpu.gpu.nvml", "import flink_gpu.coordination as c\nc._claim(1)"),
-    ("flink_gpu.pyflink", "def f():\n    from flink_gpu.gpu.nvml import _gpu_info"),
-    ("flink_gpu.pyflink", "import flink_gpu._native"),
-    ("flink_gpu.pyflink", "from flink_gpu import _native"),
-    ("flink_gpu.pyflink", "from flink_gpu._native import Nvml"),
-    ("flink_gpu.cli.gpus", "from .. import _native"),
-    ("flink_gpu.pyflink", "from flink_gpu.cli._output import table"),  # private to flink_gpu.cli
-    ("flink_gpu.pyflink", "from flink_gpu.cli import _output"),
-])
+@pytest.mark.parametrize(
+    "module, source",
+    [
+        ("flink_gpu.gpu.nvml", "from flink_gpu.coordination import _claim"),
+        ("flink_gpu.gpu.nvml", "from flink_gpu import coordination\ncoordination._claim(1)"),
+        ("flink_gpu.gpu.nvml", "import flink_gpu.coordination\nflink_gpu.coordination._claim(1)"),
+        ("flink_gpu.gpu.nvml", "import flink_gpu.coordination as c\nc._claim(1)"),
+        ("flink_gpu.pyflink", "def f():\n    from flink_gpu.gpu.nvml import _gpu_info"),
+        ("flink_gpu.pyflink", "import flink_gpu._native"),
+        ("flink_gpu.pyflink", "from flink_gpu import _native"),
+        ("flink_gpu.pyflink", "from flink_gpu._native import Nvml"),
+        ("flink_gpu.cli.gpus", "from .. import _native"),
+        ("flink_gpu.pyflink", "from flink_gpu.cli._output import table"),  # private to flink_gpu.cli
+        ("flink_gpu.pyflink", "from flink_gpu.cli import _output"),
+    ],
+)
 def test_the_check_finds_each_kind_of_crossing(module, source):
     assert len(violations(module, source, KINDS)) == 1
 
 
-@pytest.mark.parametrize("module, source", [
-    ("flink_gpu.nvml", "from flink_gpu._native import Nvml"),  # a face
-    ("flink_gpu.coordination", "from flink_gpu import _native\n_native.coordination_claim"),
-    ("flink_gpu.cli.gpus", "from flink_gpu.cli._output import table"),  # its own package's
-    ("flink_gpu.gpu", "from flink_gpu import _lazy"),  # flink_gpu.gpu is inside flink_gpu
-    ("flink_gpu.pyflink", "from flink_gpu.coordination import claim\nx = y._private"),  # not a module
-    ("flink_gpu.coordination", "def _own(): pass\n_own()"),
-])
+@pytest.mark.parametrize(
+    "module, source",
+    [
+        ("flink_gpu.nvml", "from flink_gpu._native import Nvml"),  # a face
+        ("flink_gpu.coordination", "from flink_gpu import _native\n_native.coordination_claim"),
+        ("flink_gpu.cli.gpus", "from flink_gpu.cli._output import table"),  # its own package's
+        ("flink_gpu.gpu", "from flink_gpu import _lazy"),  # flink_gpu.gpu is inside flink_gpu
+        ("flink_gpu.pyflink", "from flink_gpu.coordination import claim\nx = y._private"),  # not a module
+        ("flink_gpu.coordination", "def _own(): pass\n_own()"),
+    ],
+)
 def test_the_check_allows_what_is_within_a_boundary(module, source):
     assert violations(module, source, KINDS) == []
 
@@ -178,7 +202,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def architecture_table(readme: str) -> str:
     start = readme.index("## Architecture")
-    return readme[start:readme.index("\n## ", start + 1)]
+    return readme[start : readme.index("\n## ", start + 1)]
 
 
 def unlisted_modules(table: str, repo: Path) -> "list[str]":
@@ -215,5 +239,4 @@ def test_the_architecture_check_finds_a_missing_module(tmp_path):
     (tmp_path / "src" / "flink_gpu" / "gpu" / "driver.py").write_text("")
     (tmp_path / "src" / "flink_gpu" / "gpu" / "lost.py").write_text("")
     table = "## Architecture\n| `listed.*` | `gpu/driver.py` |\n## Next\n"
-    assert unlisted_modules(architecture_table(table), tmp_path) == ["csrc/forgotten.hpp",
-                                                                     "src/flink_gpu/gpu/lost.py"]
+    assert unlisted_modules(architecture_table(table), tmp_path) == ["csrc/forgotten.hpp", "src/flink_gpu/gpu/lost.py"]

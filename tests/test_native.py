@@ -4,11 +4,11 @@ import json
 import os
 
 import pytest
-from hypothesis import given, strategies as st
-
-from flink_gpu import NvmlError, _native, simulator
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import run_python, simulated_env
+from flink_gpu import NvmlError, _native, simulator
 
 LIST_DEVICES = """
 import json
@@ -33,20 +33,28 @@ def test_four_devices_with_every_property():
     assert found["driver"] == "999.99.99"
     assert found["skipped"] == []
     assert found["devices"] == [
-        [i, f"GPU-00000000-0000-4000-8000-{i:012x}", "NVIDIA Simulated GPU", f"00000000:{i + 1:02X}:00.0",
-         80 << 30, i]
+        [i, f"GPU-00000000-0000-4000-8000-{i:012x}", "NVIDIA Simulated GPU", f"00000000:{i + 1:02X}:00.0", 80 << 30, i]
         for i in range(4)
     ]
 
 
 def test_spec_file_devices_and_faults_are_skipped_with_reason():
-    found = list_devices(spec={"devices": [
-        {"uuid": "GPU-a", "name": "NVIDIA H100 80GB HBM3", "memory_total": 85520809984, "pci_bus_id": "00000000:17:00.0",
-         "minor_number": 7},
-        {"fault": "NO_PERMISSION"},
-        {"fault": "GPU_IS_LOST"},
-        {"uuid": "GPU-d"},
-    ]})
+    found = list_devices(
+        spec={
+            "devices": [
+                {
+                    "uuid": "GPU-a",
+                    "name": "NVIDIA H100 80GB HBM3",
+                    "memory_total": 85520809984,
+                    "pci_bus_id": "00000000:17:00.0",
+                    "minor_number": 7,
+                },
+                {"fault": "NO_PERMISSION"},
+                {"fault": "GPU_IS_LOST"},
+                {"uuid": "GPU-d"},
+            ]
+        }
+    )
     assert [d[:6] for d in found["devices"]] == [
         [0, "GPU-a", "NVIDIA H100 80GB HBM3", "00000000:17:00.0", 85520809984, 7],
         [3, "GPU-d", "NVIDIA Simulated GPU", "00000000:04:00.0", 80 << 30, 3],
@@ -58,20 +66,26 @@ def test_spec_file_devices_and_faults_are_skipped_with_reason():
     assert "GPU 2" in reason2 and "NVML_ERROR_GPU_IS_LOST" in reason2
 
 
-@pytest.mark.parametrize("code, words", [
-    (9, ["NVML_ERROR_DRIVER_NOT_LOADED", "kernel driver is not loaded"]),
-    (18, ["NVML_ERROR_LIB_RM_VERSION_MISMATCH", "Reboot"]),
-    (4, ["NVML_ERROR_NO_PERMISSION", "/dev/nvidia"]),
-])
+@pytest.mark.parametrize(
+    "code, words",
+    [
+        (9, ["NVML_ERROR_DRIVER_NOT_LOADED", "kernel driver is not loaded"]),
+        (18, ["NVML_ERROR_LIB_RM_VERSION_MISMATCH", "Reboot"]),
+        (4, ["NVML_ERROR_NO_PERMISSION", "/dev/nvidia"]),
+    ],
+)
 def test_init_failure_names_the_error_and_the_library(code, words):
-    proc = run_python("""
+    proc = run_python(
+        """
         from flink_gpu import _native, NvmlError
         try:
             _native.Nvml.open()
         except NvmlError as e:
             print(e.code, e.function, e.library_path, sep="|")
             print(e)
-        """, env=simulated_env(init_error=code))
+        """,
+        env=simulated_env(init_error=code),
+    )
     first, message = proc.stdout.strip().split("\n", 1)
     assert first == f"{code}|nvmlInit_v2|{simulator.library_path()}"
     assert simulator.library_path() in message
@@ -95,15 +109,19 @@ def test_library_without_nvml_symbols_is_rejected():
 
 
 def test_environment_variable_selects_the_library():
-    proc = run_python("""
+    proc = run_python(
+        """
         from flink_gpu import _native
         print(len(_native.Nvml.open().devices()), _native.Nvml.open() is _native.Nvml.open())
-        """, env=simulated_env(devices=3))
+        """,
+        env=simulated_env(devices=3),
+    )
     assert proc.stdout.split() == ["3", "True"]
 
 
 def test_nvml_is_initialised_once_and_again_after_fork():
-    proc = run_python("""
+    proc = run_python(
+        """
         import os
         from flink_gpu import _native
         nvml = _native.Nvml.open()
@@ -114,20 +132,25 @@ def test_nvml_is_initialised_once_and_again_after_fork():
             os._exit(0 if [d.uuid for d in _native.Nvml.open().devices()] == [d.uuid for d in nvml.devices()] else 1)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status))
-        """, env=simulated_env(devices=2))
+        """,
+        env=simulated_env(devices=2),
+    )
     assert proc.stdout.strip() == "0"
 
 
 def test_broken_spec_file_fails_init_with_a_message_naming_it(tmp_path):
     spec = tmp_path / "spec.json"
     spec.write_text('{"devices": [}')
-    proc = run_python("""
+    proc = run_python(
+        """
         from flink_gpu import _native, NvmlError
         try:
             _native.Nvml.open()
         except NvmlError as e:
             print(e.code)
-        """, env=simulated_env(spec=str(spec)))
+        """,
+        env=simulated_env(spec=str(spec)),
+    )
     assert proc.stdout.strip() == "999"  # NVML_ERROR_UNKNOWN
     assert str(spec) in proc.stderr and "byte" in proc.stderr
 
@@ -151,7 +174,8 @@ def test_simulator_run_helper_starts_a_process_against_it(discovery_exe):
 # --- the discovery-output parser: Java semantics (docs/design.md §3.3) ---------------------------------
 
 JAVA_WHITESPACE = set("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \u1680\u2028\u2029\u205f\u3000") | {
-    chr(c) for c in range(0x2000, 0x200B) if c != 0x2007}
+    chr(c) for c in range(0x2000, 0x200B) if c != 0x2007
+}
 
 
 def java_lines(text):
@@ -162,7 +186,7 @@ def java_lines(text):
         if c in "\r\n":
             lines.append("".join(current))
             current = []
-            i += 2 if c == "\r" and text[i + 1:i + 2] == "\n" else 1
+            i += 2 if c == "\r" and text[i + 1 : i + 2] == "\n" else 1
         else:
             current.append(c)
             i += 1
@@ -187,16 +211,19 @@ def java_indices(line):
     return out
 
 
-@pytest.mark.parametrize("line, expected", [
-    (" 0 , 1,,  ,2 ", ["0", "1", "2"]),
-    (",0,1,", ["0", "1"]),
-    ("0\t1", ["0\t1"]),
-    ("\u00a0", ["\u00a0"]),
-    ("\x1c", []),
-    ("\u2003,3", ["3"]),
-    ("\u2003 0", ["\u2003 0"]),
-    ("1,1,0", ["1", "0"]),
-])
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        (" 0 , 1,,  ,2 ", ["0", "1", "2"]),
+        (",0,1,", ["0", "1"]),
+        ("0\t1", ["0\t1"]),
+        ("\u00a0", ["\u00a0"]),
+        ("\x1c", []),
+        ("\u2003,3", ["3"]),
+        ("\u2003 0", ["\u2003 0"]),
+        ("1,1,0", ["1", "0"]),
+    ],
+)
 def test_parse_examples(line, expected):
     assert _native.parse_gpu_indices(line) == expected
 
@@ -208,8 +235,10 @@ def test_lines_split_only_on_cr_and_lf():
     assert _native.split_output_lines("") == []
 
 
-text_alphabet = st.sampled_from(list("01,; \t\r\n\x00\x01\x1c\x1f\x85\xa0") +
-                                ["\u1680", "\u2003", "\u2007", "\u2028", "\u202f", "\u3000", "\ud800", "é", "💥"])
+text_alphabet = st.sampled_from(
+    list("01,; \t\r\n\x00\x01\x1c\x1f\x85\xa0")
+    + ["\u1680", "\u2003", "\u2007", "\u2028", "\u202f", "\u3000", "\ud800", "é", "💥"]
+)
 
 
 @given(st.text(alphabet=text_alphabet, max_size=40) | st.text(max_size=40))
@@ -219,6 +248,7 @@ def test_parser_agrees_with_java_reference(text):
 
 
 # --- simulator.environment(spec=...) leaves no temporary file behind when the spec is not JSON ---
+
 
 def test_simulator_spec_that_is_not_json_leaves_no_file(tmp_path, monkeypatch):
     import tempfile
@@ -282,6 +312,7 @@ def test_missing_non_utf8_library_is_an_nvml_error(tmp_path):
 
 # --- Java's string rules (csrc/java_text.*) --------------------------------------------------
 
+
 def java_trim_reference(text):
     """Reference: String#trim()."""
     start, end = 0, len(text)
@@ -304,17 +335,20 @@ def test_is_java_whitespace_takes_exactly_one_character():
             _native.is_java_whitespace(bad)
 
 
-@pytest.mark.parametrize("text, trimmed, blank", [
-    ("", "", True),
-    ("  0 ", "0", False),
-    ("\x01a b\x02", "a b", False),
-    ("\x00x\x00", "x", False),
-    ("\u2003 0", "\u2003 0", False),    # trim() stops at U+0020; U+2003 is above it
-    ("\u2003\u3000\u1680 \t", "\u2003\u3000\u1680", True),
-    ("\xa0", "\xa0", False),            # no-break space: not Java whitespace
-    ("\x01", "", False),                # a control that trim() strips but is not whitespace
-    ("\ud800", "\ud800", False),        # a lone surrogate is a character like any other
-])
+@pytest.mark.parametrize(
+    "text, trimmed, blank",
+    [
+        ("", "", True),
+        ("  0 ", "0", False),
+        ("\x01a b\x02", "a b", False),
+        ("\x00x\x00", "x", False),
+        ("\u2003 0", "\u2003 0", False),  # trim() stops at U+0020; U+2003 is above it
+        ("\u2003\u3000\u1680 \t", "\u2003\u3000\u1680", True),
+        ("\xa0", "\xa0", False),  # no-break space: not Java whitespace
+        ("\x01", "", False),  # a control that trim() strips but is not whitespace
+        ("\ud800", "\ud800", False),  # a lone surrogate is a character like any other
+    ],
+)
 def test_java_trim_and_blank_examples(text, trimmed, blank):
     assert _native.java_trim(text) == trimmed
     assert _native.is_java_blank(text) is blank
@@ -332,12 +366,24 @@ def test_java_trim_and_blank_agree_with_java_reference(text):
 
 # --- the GPU index order (csrc/gpu_index.*) --------------------------------------------------
 
+
 def test_indices_sort_numerically_first_then_as_text():
     assert _native.sort_indices(["10", "b", "2", "02", "a", "1", "", "0", "é"]) == [
-        "0", "1", "02", "2", "10", "", "a", "b", "é"]
+        "0",
+        "1",
+        "02",
+        "2",
+        "10",
+        "",
+        "a",
+        "b",
+        "é",
+    ]
     assert _native.sort_indices(iter(())) == []
     assert _native.sort_indices(("99999999999999999999", "100000000000000000000")) == [
-        "99999999999999999999", "100000000000000000000"]
+        "99999999999999999999",
+        "100000000000000000000",
+    ]
 
 
 def test_compare_indices_is_a_three_way_comparison():
@@ -369,33 +415,54 @@ DEFAULT_FILE = _native.COORDINATION_DEFAULT_PATH
 
 
 def test_script_flags():
-    assert _native.SCRIPT_FLAGS == ("--enable-coordination-mode", "--coordination-file", "--busy-gpus")
+    assert _native.SCRIPT_FLAGS == (
+        "--enable-coordination-mode",
+        "--coordination-file",
+        "--busy-gpus",
+        "--nvml-timeout",
+    )
 
 
-@pytest.mark.parametrize("tokens, expected", [
-    ([], (False, DEFAULT_FILE, False, [])),
-    (["null"], (False, DEFAULT_FILE, False, [])),
-    (["--enable-coordination-mode", "--coordination-file", "/x/f"], (True, "/x/f", False, [])),
-    # the token after --coordination-file is the file, whatever it looks like
-    (["--coordination-file", "--enable-coordination-mode"], (False, "--enable-coordination-mode", False, [])),
-    # no value, or an empty one: the stock script keeps its default file
-    (["--enable-coordination-mode", "--coordination-file"], (True, DEFAULT_FILE, True, [])),
-    (["--coordination-file", "", "--enable-coordination-mode"], (True, DEFAULT_FILE, True, [])),
-    (["--coordination-file", "/a", "--coordination-file"], (False, DEFAULT_FILE, True, [])),
-    (["--enable-coordination", "--verbose", "--coordination"], (False, DEFAULT_FILE, False, [
-        ("--enable-coordination", "--enable-coordination-mode"), ("--verbose", None),
-        ("--coordination", "--coordination-file")])),
-    (["--coordination-file", "/tmp/\udcff\u00e9"], (False, "/tmp/\udcff\u00e9", False, [])),
-])
+@pytest.mark.parametrize(
+    "tokens, expected",
+    [
+        ([], (False, DEFAULT_FILE, False, [])),
+        (["null"], (False, DEFAULT_FILE, False, [])),
+        (["--enable-coordination-mode", "--coordination-file", "/x/f"], (True, "/x/f", False, [])),
+        # the token after --coordination-file is the file, whatever it looks like
+        (["--coordination-file", "--enable-coordination-mode"], (False, "--enable-coordination-mode", False, [])),
+        # no value, or an empty one: the stock script keeps its default file
+        (["--enable-coordination-mode", "--coordination-file"], (True, DEFAULT_FILE, True, [])),
+        (["--coordination-file", "", "--enable-coordination-mode"], (True, DEFAULT_FILE, True, [])),
+        (["--coordination-file", "/a", "--coordination-file"], (False, DEFAULT_FILE, True, [])),
+        (
+            ["--enable-coordination", "--verbose", "--coordination"],
+            (
+                False,
+                DEFAULT_FILE,
+                False,
+                [
+                    ("--enable-coordination", "--enable-coordination-mode"),
+                    ("--verbose", None),
+                    ("--coordination", "--coordination-file"),
+                ],
+            ),
+        ),
+        (["--coordination-file", "/tmp/\udcff\u00e9"], (False, "/tmp/\udcff\u00e9", False, [])),
+    ],
+)
 def test_parse_script_args(tokens, expected):
-    assert _native.parse_script_args(tokens) == expected + (None,)  # no --busy-gpus among them
+    assert _native.parse_script_args(tokens) == expected + (None, None)  # no --busy-gpus, --nvml-timeout
 
 
-@pytest.mark.parametrize("tokens, busy", [
-    (["--busy-gpus", "exclude"], "exclude"),
-    (["--busy-gpus", "bogus"], "bogus"),  # checked where it is used (rank_gpus)
-    (["--enable-coordination-mode", "--busy-gpus"], ""),
-])
+@pytest.mark.parametrize(
+    "tokens, busy",
+    [
+        (["--busy-gpus", "exclude"], "exclude"),
+        (["--busy-gpus", "bogus"], "bogus"),  # checked where it is used (rank_gpus)
+        (["--enable-coordination-mode", "--busy-gpus"], ""),
+    ],
+)
 def test_parse_script_args_busy_gpus_takes_the_next_token(tokens, busy):
     assert _native.parse_script_args(tokens)[4] == busy
     assert _native.parse_script_args(tokens)[3] == []
@@ -410,24 +477,35 @@ def test_parse_script_args_rejects_what_is_not_a_str():
 def test_simulator_environment_names_a_device_count_it_cannot_simulate(devices):
     with pytest.raises(ValueError) as info:
         simulator.environment(devices=devices)
-    assert str(info.value) == (f"devices must be a whole number from 0 to {simulator.MAX_DEVICES} (the "
-                               f"simulated host's GPU count), got {devices!r}.")
+    assert str(info.value) == (
+        f"devices must be a whole number from 0 to {simulator.MAX_DEVICES} (the "
+        f"simulated host's GPU count), got {devices!r}."
+    )
 
 
 def test_simulator_max_devices_is_the_simulators_own_limit():
     """The constant mirrors the simulator's FLINK_GPU_SIM_DEVICES rule: both ends of it, on the real library."""
-    script = ("from flink_gpu.nvml import open_library\n"
-              "print(len(open_library().devices()))\n")
+    script = "from flink_gpu.nvml import open_library\nprint(len(open_library().devices()))\n"
     env = simulated_env(devices=simulator.MAX_DEVICES)
     assert run_python(script, env=env).stdout.strip() == str(simulator.MAX_DEVICES)
     env["FLINK_GPU_SIM_DEVICES"] = str(simulator.MAX_DEVICES + 1)
-    proc = run_python("from flink_gpu.nvml import open_library\ntry:\n    open_library()\nexcept Exception as e:\n"
-                      "    print(type(e).__name__)\n", env=env)
+    proc = run_python(
+        "from flink_gpu.nvml import open_library\ntry:\n    open_library()\nexcept Exception as e:\n"
+        "    print(type(e).__name__)\n",
+        env=env,
+    )
     assert proc.stdout.strip() == "NvmlError" and "is not a device count (0..4096)" in proc.stderr
 
 
-@given(st.one_of(st.integers(min_value=simulator.MAX_DEVICES + 1), st.integers(max_value=-1), st.booleans(),
-                 st.floats(allow_nan=True), st.text(max_size=20)))
+@given(
+    st.one_of(
+        st.integers(min_value=simulator.MAX_DEVICES + 1),
+        st.integers(max_value=-1),
+        st.booleans(),
+        st.floats(allow_nan=True),
+        st.text(max_size=20),
+    )
+)
 def test_simulator_environment_names_every_device_count_it_cannot_simulate(devices):
     with pytest.raises(ValueError) as info:
         simulator.environment(devices=devices)
@@ -450,9 +528,11 @@ print(json.dumps({
 }))
 """
 
-FOREIGN = [{"pid": 4000000001, "used_memory": 1 << 20, "kind": "compute"},
-           {"pid": 4000000002, "used_memory": 2 << 20, "kind": "compute"},
-           {"pid": 4000000003, "kind": "graphics"}]
+FOREIGN = [
+    {"pid": 4000000001, "used_memory": 1 << 20, "kind": "compute"},
+    {"pid": 4000000002, "used_memory": 2 << 20, "kind": "compute"},
+    {"pid": 4000000003, "kind": "graphics"},
+]
 
 
 def read_states(spec):
@@ -461,31 +541,75 @@ def read_states(spec):
 
 @pytest.mark.parametrize("process_struct", ["v2", "r535"])
 def test_states_read_processes_memory_and_locality_in_both_struct_layouts(process_struct):
-    found = read_states({"process_struct": process_struct, "devices": [
-        {"memory_total": 1000, "memory_used": 250, "cpu_affinity": "0-3,8", "compute_mode": "exclusive_process",
-         "processes": FOREIGN}, {}]})
+    found = read_states(
+        {
+            "process_struct": process_struct,
+            "devices": [
+                {
+                    "memory_total": 1000,
+                    "memory_used": 250,
+                    "cpu_affinity": "0-3,8",
+                    "compute_mode": "exclusive_process",
+                    "processes": FOREIGN,
+                },
+                {},
+            ],
+        }
+    )
     assert found["devices"] == [[0, "0-3,8", None], [1, None, None]]
     first, second = found["states"]
-    assert first == [0, "ok", [], 250, 750,
-                     [[4000000001, 1 << 20, "compute", False, False], [4000000002, 2 << 20, "compute", False, False],
-                      [4000000003, None, "graphics", False, False]], True, True, "exclusive_process"]
+    assert first == [
+        0,
+        "ok",
+        [],
+        250,
+        750,
+        [
+            [4000000001, 1 << 20, "compute", False, False],
+            [4000000002, 2 << 20, "compute", False, False],
+            [4000000003, None, "graphics", False, False],
+        ],
+        True,
+        True,
+        "exclusive_process",
+    ]
     assert second[1:] == ["ok", [], 0, 80 << 30, [], True, False, "default"]
     assert found["ranked"]["avoid"] == [["1", "0"], [0, 1], []]
-    assert found["ranked"]["exclude"] == [["1"], [0], [
-        ["0", "busy: foreign processes 4000000001 (compute, not visible in this pid namespace), 4000000002 "
-              "(compute, not visible in this pid namespace), 4000000003 (graphics, not visible in this pid namespace)"]]]
+    assert found["ranked"]["exclude"] == [
+        ["1"],
+        [0],
+        [
+            [
+                "0",
+                "busy: foreign processes 4000000001 (compute, not visible in this pid namespace), 4000000002 "
+                "(compute, not visible in this pid namespace), 4000000003 (graphics, not visible in this pid "
+                "namespace)",
+            ]
+        ],
+    ]
     assert found["ranked"]["ignore"] == [["0", "1"], [0, 0], []]
 
 
 def test_states_judge_health_and_never_offer_an_unhealthy_gpu():
-    found = read_states({"devices": [
-        {"health": {"row_remap_pending": True}}, {"health": {"inforom_corrupted": True}},
-        {"health": {"ecc_uncorrected": 2}}, {"health": {"recovery_action": "drain_and_reset"}},
-        {"health": {"state_error": "RESET_REQUIRED"}}, {}]})
+    found = read_states(
+        {
+            "devices": [
+                {"health": {"row_remap_pending": True}},
+                {"health": {"inforom_corrupted": True}},
+                {"health": {"ecc_uncorrected": 2}},
+                {"health": {"recovery_action": "drain_and_reset"}},
+                {"health": {"state_error": "RESET_REQUIRED"}},
+                {},
+            ]
+        }
+    )
     health = [s[1] for s in found["states"]]
-    assert health[:4] == ["degraded: row remapping pending", "unhealthy: InfoROM corrupted",
-                          "unhealthy: 2 uncorrectable volatile ECC errors",
-                          "unhealthy: GPU recovery action: drain peer-to-peer traffic and reset the GPU"]
+    assert health[:4] == [
+        "degraded: row remapping pending",
+        "unhealthy: InfoROM corrupted",
+        "unhealthy: 2 uncorrectable volatile ECC errors",
+        "unhealthy: GPU recovery action: drain peer-to-peer traffic and reset the GPU",
+    ]
     assert health[4].startswith("unhealthy: GPU reset required")
     indices, ranks, left_out = found["ranked"]["avoid"]
     assert (indices, ranks) == (["5", "0"], [0, 2])
@@ -493,10 +617,31 @@ def test_states_judge_health_and_never_offer_an_unhealthy_gpu():
 
 
 def test_not_supported_everywhere_is_no_finding():
-    everything = ["inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
-                  "memory_v2", "compute_mode", "cpu_affinity", "processes"]
-    found = read_states({"devices": [{"not_supported": everything, "processes": FOREIGN, "cpu_affinity": "0",
-                                      "health": {"inforom_corrupted": True, "row_remap_failure": True}}]})
+    everything = [
+        "inforom",
+        "remapped_rows",
+        "ecc_mode",
+        "ecc_errors",
+        "field_values",
+        "retired_pages",
+        "memory",
+        "memory_v2",
+        "compute_mode",
+        "cpu_affinity",
+        "processes",
+    ]
+    found = read_states(
+        {
+            "devices": [
+                {
+                    "not_supported": everything,
+                    "processes": FOREIGN,
+                    "cpu_affinity": "0",
+                    "health": {"inforom_corrupted": True, "row_remap_failure": True},
+                }
+            ]
+        }
+    )
     assert found["devices"] == [[0, None, None]]
     assert found["states"] == [[0, "ok", [], None, None, [], True, False, None]]
 
@@ -526,7 +671,12 @@ finally:
     # the listed pid is this test process: the child interpreter's parent
     spec_code = code.replace("os.getpid())[0]\n    as_worker", "os.getppid())[0]\n    as_worker")
     spec_code = spec_code.replace("nvml.states(child.pid, os.getpid())", "nvml.states(child.pid, os.getppid())")
-    assert json.loads(run_python(spec_code, env=simulated_env(spec=spec)).stdout) == [False, False, True, [[False, True]]]
+    assert json.loads(run_python(spec_code, env=simulated_env(spec=spec)).stdout) == [
+        False,
+        False,
+        True,
+        [[False, True]],
+    ]
 
 
 def test_rank_gpus_and_states_reject_bad_input():
@@ -548,12 +698,18 @@ def test_find_taskmanager_walks_up_to_the_taskmanager_runner(tmp_path):
 
     # a parent whose command line carries the TaskManager's main class, and its grandchild
     script = tmp_path / "tm.py"
-    script.write_text("import subprocess, sys\n"
-                      "p = subprocess.run([sys.executable, '-c', 'import subprocess, sys; subprocess.run([sys.executable, \"-c\", "
-                      "\"import os; from flink_gpu import _native; print(_native.find_taskmanager(os.getpid()), os.getppid())\"])'])\n")
+    script.write_text(
+        "import subprocess, sys\n"
+        "p = subprocess.run([sys.executable, '-c', 'import subprocess, sys; subprocess.run([sys.executable, \"-c\", "
+        '"import os; from flink_gpu import _native; print(_native.find_taskmanager(os.getpid()), os.getppid())"])\'])\n'
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen([sys.executable, str(script), "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"],
-                            env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     out, _ = proc.communicate(timeout=60)
     found, _ = out.split()
     assert int(found) == proc.pid
@@ -561,8 +717,7 @@ def test_find_taskmanager_walks_up_to_the_taskmanager_runner(tmp_path):
 
 def test_coordination_claim_honours_ranks(tmp_path):
     path = tmp_path / "coordination"
-    taken, added, _, _, _ = _native.coordination_claim(path, 1.0, os.getpid(), ["0", "1", "2", "3"], 2,
-                                                       [2, 0, 1, 0])
+    taken, added, _, _, _ = _native.coordination_claim(path, 1.0, os.getpid(), ["0", "1", "2", "3"], 2, [2, 0, 1, 0])
     assert sorted(taken) == ["1", "3"]
     with pytest.raises(ValueError, match="one rank per index"):
         _native.coordination_claim(path, 1.0, os.getpid(), ["0", "1"], 1, [0])
@@ -587,8 +742,9 @@ def test_simulator_spec_state_keys_are_checked_naming_the_key():
 def test_the_simulator_itself_rejects_a_bad_state_value_naming_the_key(tmp_path):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"devices": [{"health": {"ecc_uncorrected": -1}}]}))
-    proc = run_python("from flink_gpu import _native; _native.Nvml.open()", env=simulated_env(spec=str(spec)),
-                      check=False)
+    proc = run_python(
+        "from flink_gpu import _native; _native.Nvml.open()", env=simulated_env(spec=str(spec)), check=False
+    )
     assert proc.returncode != 0
     assert "devices[0].health.ecc_uncorrected" in proc.stderr
 
@@ -607,14 +763,26 @@ def test_the_loader_symbol_table_and_the_r535_detection():
 
 # --- MIG: a GPU in MIG mode contributes its MIG devices (docs/design.md §9.2) ------------------
 
-MIG_HOST = {"devices": [
-    {"uuid": "GPU-mig", "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:17:00.0", "memory_total": 80 << 30,
-     "mig": {"mode": "enabled", "max_devices": 7, "instances": [
-         {"slot": 0, "uuid": "MIG-a", "memory_total": 10 << 30, "gi": 7, "ci": 0},
-         {"slot": 2, "uuid": "MIG-b", "memory_total": 20 << 30, "gi": 3, "ci": 1},
-         {"slot": 5, "uuid": "MIG-c", "memory_total": 40 << 30, "gi": 1, "ci": 0}]}},
-    {"uuid": "GPU-plain"},
-]}
+MIG_HOST = {
+    "devices": [
+        {
+            "uuid": "GPU-mig",
+            "name": "NVIDIA H100 80GB HBM3",
+            "pci_bus_id": "00000000:17:00.0",
+            "memory_total": 80 << 30,
+            "mig": {
+                "mode": "enabled",
+                "max_devices": 7,
+                "instances": [
+                    {"slot": 0, "uuid": "MIG-a", "memory_total": 10 << 30, "gi": 7, "ci": 0},
+                    {"slot": 2, "uuid": "MIG-b", "memory_total": 20 << 30, "gi": 3, "ci": 1},
+                    {"slot": 5, "uuid": "MIG-c", "memory_total": 40 << 30, "gi": 1, "ci": 0},
+                ],
+            },
+        },
+        {"uuid": "GPU-plain"},
+    ]
+}
 
 LIST_UNITS = """
 import json
@@ -661,8 +829,14 @@ def test_a_unit_state_is_its_own_memory_and_processes_and_its_gpus_health():
 
 
 def test_mig_enabled_without_instances_is_skipped_with_a_reason_and_a_pending_mode_is_noticed():
-    found = list_units({"devices": [{"mig": {"mode": "enabled", "pending": "disabled"}},
-                                    {"mig": {"mode": "disabled", "pending": "enabled"}}]})
+    found = list_units(
+        {
+            "devices": [
+                {"mig": {"mode": "enabled", "pending": "disabled"}},
+                {"mig": {"mode": "disabled", "pending": "enabled"}},
+            ]
+        }
+    )
     assert [d[0] for d in found["devices"]] == ["1"]
     [(index, code, reason)] = found["skipped"]
     assert (index, code) == ("0", 6)  # NVML_ERROR_NOT_FOUND
@@ -678,33 +852,40 @@ def test_unprivileged_the_mig_gpus_memory_is_withheld_but_its_units_answer():
     spec = {**MIG_HOST, "unprivileged": True}
     found = list_units(spec)
     assert [d[4] for d in found["devices"]] == [10 << 30, 20 << 30, 40 << 30, 80 << 30]
-    proc = run_python("import ctypes, os\n"
-                      "lib = ctypes.CDLL(os.environ['FLINK_GPU_NVML_LIBRARY'])\n"
-                      "assert lib.nvmlInit_v2() == 0\n"
-                      "h = ctypes.c_void_p(); assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) == 0\n"
-                      "mem = (ctypes.c_ulonglong * 3)()\n"
-                      "print(lib.nvmlDeviceGetMemoryInfo(h, mem))\n", env=simulated_env(spec=spec))
+    proc = run_python(
+        "import ctypes, os\n"
+        "lib = ctypes.CDLL(os.environ['FLINK_GPU_NVML_LIBRARY'])\n"
+        "assert lib.nvmlInit_v2() == 0\n"
+        "h = ctypes.c_void_p(); assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) == 0\n"
+        "mem = (ctypes.c_ulonglong * 3)()\n"
+        "print(lib.nvmlDeviceGetMemoryInfo(h, mem))\n",
+        env=simulated_env(spec=spec),
+    )
     assert proc.stdout.strip() == "4"  # NVML_ERROR_NO_PERMISSION
 
 
-@pytest.mark.parametrize("mig, key", [
-    ({"mode": "on"}, "devices[0].mig.mode"),
-    ({"mode": "enabled", "pending": 1}, "devices[0].mig.pending"),
-    ({"mode": "enabled", "max_devices": 65}, "devices[0].mig.max_devices"),
-    ({"mode": "enabled", "instances": [{"uuid": "MIG-x"}]}, "devices[0].mig.instances[0].slot"),
-    ({"mode": "enabled", "max_devices": 2, "instances": [{"slot": 2}]}, "devices[0].mig.instances[0].slot"),
-    ({"mode": "enabled", "instances": [{"slot": 1}, {"slot": 1}]}, "devices[0].mig.instances[1].slot"),
-    ({"mode": "disabled", "instances": [{"slot": 0}]}, "devices[0].mig.instances"),
-    ({"mode": "enabled", "instances": [{"slot": 0, "gi": -1}]}, "devices[0].mig.instances[0].gi"),
-])
+@pytest.mark.parametrize(
+    "mig, key",
+    [
+        ({"mode": "on"}, "devices[0].mig.mode"),
+        ({"mode": "enabled", "pending": 1}, "devices[0].mig.pending"),
+        ({"mode": "enabled", "max_devices": 65}, "devices[0].mig.max_devices"),
+        ({"mode": "enabled", "instances": [{"uuid": "MIG-x"}]}, "devices[0].mig.instances[0].slot"),
+        ({"mode": "enabled", "max_devices": 2, "instances": [{"slot": 2}]}, "devices[0].mig.instances[0].slot"),
+        ({"mode": "enabled", "instances": [{"slot": 1}, {"slot": 1}]}, "devices[0].mig.instances[1].slot"),
+        ({"mode": "disabled", "instances": [{"slot": 0}]}, "devices[0].mig.instances"),
+        ({"mode": "enabled", "instances": [{"slot": 0, "gi": -1}]}, "devices[0].mig.instances[0].gi"),
+    ],
+)
 def test_a_bad_mig_spec_is_rejected_naming_the_key_by_both_checkers(tmp_path, mig, key):
     spec = {"devices": [{"mig": mig}]}
     with pytest.raises((TypeError, ValueError), match=key.replace("[", r"\[").replace("]", r"\]")):
         simulator._validate_spec(spec)
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
-    proc = run_python("from flink_gpu import _native; _native.Nvml.open()", env=simulated_env(spec=str(path)),
-                      check=False)
+    proc = run_python(
+        "from flink_gpu import _native; _native.Nvml.open()", env=simulated_env(spec=str(path)), check=False
+    )
     assert proc.returncode != 0 and key in proc.stderr
 
 
@@ -715,15 +896,22 @@ def test_the_unprivileged_key_must_be_a_boolean():
 
 def test_the_mig_entry_points_are_optional_in_the_loader_table():
     table = dict(_native.nvml_symbols())
-    for name in ("nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
-                 "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId"):
+    for name in (
+        "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetMaxMigDeviceCount",
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        "nvmlDeviceGetGpuInstanceId",
+        "nvmlDeviceGetComputeInstanceId",
+    ):
         assert table[name] == "optional"
 
 
 def test_the_reading_entry_points_are_optional_and_the_original_temperature_query_a_fallback():
     table = dict(_native.nvml_symbols())
-    assert [table[name] for name in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperatureV",
-                                     "nvmlDeviceGetPowerUsage")] == ["optional"] * 3
+    assert [
+        table[name]
+        for name in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperatureV", "nvmlDeviceGetPowerUsage")
+    ] == ["optional"] * 3
     assert table["nvmlDeviceGetTemperature"] == "fallback"
     _, resolved, _ = _native.probe_nvml_library(simulator.library_path())
     # both where the driver has both: a driver that refuses the versioned query is read through the original

@@ -5,17 +5,15 @@ environment points at the simulator (``flink_gpu.simulator.environment``).
 """
 
 import json
-import logging
 import os
 import subprocess
 import sys
 
 import pytest
 
-from flink_gpu import coordination, simulator
-
 import flink_gpu
 from conftest import child_env
+from flink_gpu import coordination, simulator
 from support.interop import find_discovery_executable
 
 # the directory holding the flink_gpu under test (installed, or src/ after tools/dev_build.sh)
@@ -67,8 +65,13 @@ def run_scenarios(scenarios, *, devices=None, spec=None, init_error=None, env=No
     if devices is not None or spec is not None or init_error is not None or env is None:
         child_env.update(simulator.environment(devices=devices, spec=spec, init_error=init_error))
     child_env["PYTHONPATH"] = SRC
-    done = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(scenarios)], env=child_env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, json.dumps(scenarios)],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     output = json.loads(done.stdout)
     return output["results"], output["logs"]
@@ -95,10 +98,19 @@ def host_numa_node(bus):
 
 
 def sim_properties(i, **overrides):
-    props = {"index": str(i), "uuid": sim_uuid(i), "name": "NVIDIA Simulated GPU",
-             "pci.bus-id": f"00000000:{i + 1:02X}:00.0", "memory.total": str(80 * 2**30),
-             "minor-number": str(i), **host_numa_node(f"{i + 1:02X}"), "health": "ok",
-             "memory.used": "0", "memory.free": str(80 * 2**30), "processes": "0"}
+    props = {
+        "index": str(i),
+        "uuid": sim_uuid(i),
+        "name": "NVIDIA Simulated GPU",
+        "pci.bus-id": f"00000000:{i + 1:02X}:00.0",
+        "memory.total": str(80 * 2**30),
+        "minor-number": str(i),
+        **host_numa_node(f"{i + 1:02X}"),
+        "health": "ok",
+        "memory.used": "0",
+        "memory.free": str(80 * 2**30),
+        "processes": "0",
+    }
     props.update(overrides)
     return [[k, v] for k, v in props.items()]
 
@@ -115,22 +127,39 @@ def test_first_devices_with_all_properties():
     assert result["mode"] == "nvml"
     assert result["retrievals"] == [[sim_properties(0), sim_properties(1)]]
     assert result["cuda_visible_devices"] == f"{sim_uuid(0)},{sim_uuid(1)}"
-    assert ["INFO", "flink_gpu.gpu.nvml",
-            "Discover GPU resources: [GPU Device(0), GPU Device(1)]."] in logs
+    assert ["INFO", "flink_gpu.gpu.nvml", "Discover GPU resources: [GPU Device(0), GPU Device(1)]."] in logs
 
 
 def test_properties_follow_the_spec():
-    spec = {"devices": [{"uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3",
-                         "memory_total": 85520809984, "pci_bus_id": "00000000:17:00.0",
-                         "minor_number": 7}]}
+    spec = {
+        "devices": [
+            {
+                "uuid": "GPU-aaaa",
+                "name": "NVIDIA H100 80GB HBM3",
+                "memory_total": 85520809984,
+                "pci_bus_id": "00000000:17:00.0",
+                "minor_number": 7,
+            }
+        ]
+    }
     result, _ = run_one(NVML, [1], spec=spec)
-    assert result["retrievals"] == [[[["index", "0"], ["uuid", "GPU-aaaa"],
-                                      ["name", "NVIDIA H100 80GB HBM3"],
-                                      ["pci.bus-id", "00000000:17:00.0"],
-                                      ["memory.total", "85520809984"], ["minor-number", "7"],
-                                      *([k, v] for k, v in host_numa_node("17").items()),
-                                      ["health", "ok"], ["memory.used", "0"],
-                                      ["memory.free", "85520809984"], ["processes", "0"]]]]
+    assert result["retrievals"] == [
+        [
+            [
+                ["index", "0"],
+                ["uuid", "GPU-aaaa"],
+                ["name", "NVIDIA H100 80GB HBM3"],
+                ["pci.bus-id", "00000000:17:00.0"],
+                ["memory.total", "85520809984"],
+                ["minor-number", "7"],
+                *([k, v] for k, v in host_numa_node("17").items()),
+                ["health", "ok"],
+                ["memory.used", "0"],
+                ["memory.free", "85520809984"],
+                ["processes", "0"],
+            ]
+        ]
+    ]
 
 
 def test_all_devices_and_too_many():
@@ -189,8 +218,9 @@ def test_library_path_option_is_used(tmp_path):
 def test_auto_prefers_nvml_when_it_loads():
     result, logs = run_one({}, [1], devices=2)
     assert result["mode"] == "nvml"
-    assert result["reason"] == ("discovery-script.path is not set and NVML loaded from "
-                                f"{simulator.library_path()} (driver 999.99.99)")
+    assert result["reason"] == (
+        f"discovery-script.path is not set and NVML loaded from {simulator.library_path()} (driver 999.99.99)"
+    )
     [line] = [m for level, name, m in logs if name == "flink_gpu.gpu.driver"]
     assert line.startswith("GPU discovery uses the nvml backend:")
 
@@ -246,9 +276,14 @@ def _coordinated_worker(path, amount, hold):
     import json
     import sys
 
-    proc = simulator.popen([sys.executable, "-c", COORDINATED_WORKER, str(path), str(amount),
-                            "wait" if hold else "go"], devices=4, stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True, env=child_env())
+    proc = simulator.popen(
+        [sys.executable, "-c", COORDINATED_WORKER, str(path), str(amount), "wait" if hold else "go"],
+        devices=4,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
     return proc, json.loads(proc.stdout.readline())
 
 
@@ -260,19 +295,24 @@ def test_coordinated_nvml_workers_never_share_a_gpu_and_release_on_close(tmp_pat
         assert a == {"got": ["0", "1"], "again": ["0", "1"]}  # asking again returns what it holds
         assert b == {"got": ["2", "3"], "again": ["2", "3"]}
         lines = sorted(line.split()[:2] for line in path.read_text().splitlines())
-        assert lines == [["0", str(first.pid)], ["1", str(first.pid)],
-                         ["2", str(second.pid)], ["3", str(second.pid)]]
+        assert lines == [["0", str(first.pid)], ["1", str(first.pid)], ["2", str(second.pid)], ["3", str(second.pid)]]
         # a third worker finds nothing free and is told who holds what
         third, c = _coordinated_worker(path, 1, hold=False)
         third.wait(30)
-        assert "Requested 1, the host has 4 GPUs" in c["error"] and str(first.pid) in c["error"] and str(second.pid) in c["error"]
+        assert (
+            "Requested 1, the host has 4 GPUs" in c["error"]
+            and str(first.pid) in c["error"]
+            and str(second.pid) in c["error"]
+        )
         # close() releases: the first worker's GPUs go back to the pool, the second keeps its own
         first.stdin.write("\n")
         first.stdin.flush()
         assert first.stdout.readline().strip() == '{"closed": true}'
         first.wait(30)
         assert sorted(line.split()[:2] for line in path.read_text().splitlines()) == [
-            ["2", str(second.pid)], ["3", str(second.pid)]]
+            ["2", str(second.pid)],
+            ["3", str(second.pid)],
+        ]
         fourth, d = _coordinated_worker(path, 2, hold=False)
         fourth.wait(30)
         assert d == {"got": ["0", "1"], "again": ["0", "1"]}
@@ -314,8 +354,7 @@ print(json.dumps({"cached": cached, "fresh_in_child": fresh}))
 
 def test_enumeration_is_cached_but_not_across_fork():
     env = dict(os.environ, PYTHONPATH=SRC, **simulator.environment(devices=3))
-    done = subprocess.run([sys.executable, "-c", CACHE_AND_FORK], env=env, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", CACHE_AND_FORK], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"cached": True, "fresh_in_child": True}
 
@@ -332,13 +371,16 @@ def test_a_property_nvml_does_not_answer_is_absent():
 
 # --- both backends see the same host ------------------------------------------------------------
 
+
 def discovery_command(tmp_path):
     """The native drop-in flink-gpu-discovery installed with the flink_gpu under test."""
     return find_discovery_executable()
 
 
-@pytest.mark.parametrize("host", [{"devices": 4}, {"devices": 1}, {"spec": FAULTY},
-                                  {"spec": {"devices": [{"fault": "GPU_IS_LOST"}, {}, {}]}}])
+@pytest.mark.parametrize(
+    "host",
+    [{"devices": 4}, {"devices": 1}, {"spec": FAULTY}, {"spec": {"devices": [{"fault": "GPU_IS_LOST"}, {}, {}]}}],
+)
 def test_script_and_nvml_backends_agree(tmp_path, host):
     script = {"discovery-mode": "script", "discovery-script.path": discovery_command(tmp_path)}
     scenarios = [(config, [amount]) for amount in (1, 2, 3) for config in (NVML, script)]
@@ -356,10 +398,13 @@ def test_coordination_file_without_a_path_means_the_default_file_with_a_warn():
     # the stock script's reading, and flink-gpu-discovery's: no error, the default file, a WARN
     result, logs = run_one({**NVML, "discovery-script.args": "--coordination-file"}, [1])
     assert "error" not in result and indices(result["retrievals"][0]) == ["0"]
-    assert ["WARNING", "flink_gpu.script_protocol",
-            "'--coordination-file' in 'discovery-script.args' ('--coordination-file') has no file path "
-            f"after it; using the default coordination file {coordination.DEFAULT_PATH}, as the stock "
-            "script does."] in logs
+    assert [
+        "WARNING",
+        "flink_gpu.script_protocol",
+        "'--coordination-file' in 'discovery-script.args' ('--coordination-file') has no file path "
+        f"after it; using the default coordination file {coordination.DEFAULT_PATH}, as the stock "
+        "script does.",
+    ] in logs
 
 
 # --- a coordinated NVML driver releases on close only what it claimed itself ---------------------
@@ -390,12 +435,21 @@ def test_coordinated_driver_close_keeps_gpus_the_process_held_before(tmp_path):
     from flink_gpu import simulator
 
     env = child_env(**simulator.environment(devices=4))
-    done = subprocess.run([sys.executable, "-c", KEEPS_EARLIER_CLAIMS, str(tmp_path / "coord")],
-                          env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", KEEPS_EARLIER_CLAIMS, str(tmp_path / "coord")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"held": ["0", "1"], "got": ["0", "1"],
-                                       "after_close": ["0", "1"], "topped_up": ["0", "1"],
-                                       "left": []}
+    assert json.loads(done.stdout) == {
+        "held": ["0", "1"],
+        "got": ["0", "1"],
+        "after_close": ["0", "1"],
+        "topped_up": ["0", "1"],
+        "left": [],
+    }
 
 
 # --- two coordinated drivers of one process: the first close() does not free the other's GPUs ----
@@ -441,14 +495,25 @@ def test_coordinated_drivers_of_one_process_release_when_the_last_closes(tmp_pat
     from flink_gpu import simulator
 
     env = child_env(**simulator.environment(devices=4))
-    done = subprocess.run([sys.executable, "-c", SHARED_IN_ONE_PROCESS, str(tmp_path / "coord")],
-                          env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", SHARED_IN_ONE_PROCESS, str(tmp_path / "coord")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"a": ["0", "1"], "b": ["0", "1"], "after_a": ["0", "1"],
-                                       "after_b": [], "child": 0}
+    assert json.loads(done.stdout) == {
+        "a": ["0", "1"],
+        "b": ["0", "1"],
+        "after_a": ["0", "1"],
+        "after_b": [],
+        "child": 0,
+    }
 
 
 # --- the GPU's state at assignment time (docs/design.md §9.1) ------------------------------------
+
 
 def unhealthy_first(health, devices=3):
     """A host whose GPU 0 has the health readings ``health``; the others are fine."""
@@ -459,15 +524,18 @@ def props(retrieval, index):
     return dict(next(p for p in retrieval if dict(p)["index"] == index))
 
 
-@pytest.mark.parametrize("health, reason", [
-    ({"inforom_corrupted": True}, "InfoROM"),
-    ({"row_remap_failure": True}, "row remapping failed"),
-    ({"ecc_uncorrected": 3}, "ECC"),
-    ({"recovery_action": "gpu_reset"}, "recovery"),
-    ({"recovery_action": "node_reboot"}, "recovery"),
-    ({"state_error": "GPU_IS_LOST"}, "GPU_IS_LOST"),
-    ({"state_error": "RESET_REQUIRED"}, "RESET_REQUIRED"),
-])
+@pytest.mark.parametrize(
+    "health, reason",
+    [
+        ({"inforom_corrupted": True}, "InfoROM"),
+        ({"row_remap_failure": True}, "row remapping failed"),
+        ({"ecc_uncorrected": 3}, "ECC"),
+        ({"recovery_action": "gpu_reset"}, "recovery"),
+        ({"recovery_action": "node_reboot"}, "recovery"),
+        ({"state_error": "GPU_IS_LOST"}, "GPU_IS_LOST"),
+        ({"state_error": "RESET_REQUIRED"}, "RESET_REQUIRED"),
+    ],
+)
 def test_an_unhealthy_gpu_is_never_handed_out_and_warned_once_naming_the_check(health, reason):
     [two, three], logs = run_scenarios([(NVML, [2, 2]), (NVML, [3])], spec=unhealthy_first(health))
     assert [indices(r) for r in two["retrievals"]] == [["1", "2"], ["1", "2"]]
@@ -495,11 +563,13 @@ open(sys.argv[1], "x").close()  # the spec's trigger: GPU 0 falls off the bus
 print(json.dumps([before, take()]))
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    env.update(simulator.environment(spec=unhealthy_first({"state_error": "GPU_IS_LOST",
-                                                            "state_error_when_exists": str(lost)})))
+    env.update(
+        simulator.environment(
+            spec=unhealthy_first({"state_error": "GPU_IS_LOST", "state_error_when_exists": str(lost)})
+        )
+    )
     env["PYTHONPATH"] = SRC
-    done = subprocess.run([sys.executable, "-c", code, str(lost)], env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([sys.executable, "-c", code, str(lost)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [["0", "1"], ["1", "2"]]
 
@@ -529,30 +599,33 @@ print(json.dumps([before, take(2), take(3), [m for level, m in records if level 
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
     env.update(simulator.environment(spec=unhealthy_first({"lost_handle_when_exists": str(lost)})))
     env["PYTHONPATH"] = SRC
-    done = subprocess.run([sys.executable, "-c", code, str(lost)], env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([sys.executable, "-c", code, str(lost)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     before, after, shortage, warnings = json.loads(done.stdout)
     assert before == ["0", "1"] and after == ["1", "2"]
-    assert warnings == [f"GPU 0 ({sim_uuid(0)}) is unhealthy: GPU is lost (nvmlDeviceGetHandleByIndex_v2 returned "
-                        "NVML_ERROR_GPU_IS_LOST); it is not handed out."]
+    assert warnings == [
+        f"GPU 0 ({sim_uuid(0)}) is unhealthy: GPU is lost (nvmlDeviceGetHandleByIndex_v2 returned "
+        "NVML_ERROR_GPU_IS_LOST); it is not handed out."
+    ]
     assert "3 requested" in shortage and "GPU 0 is left out (unhealthy: GPU is lost" in shortage
 
 
-@pytest.mark.parametrize("action, verdict, reason", [
-    ("none", "ok", None),
-    ("gpu_reset", "unhealthy", "reset the GPU"),
-    ("node_reboot", "unhealthy", "reboot the node"),
-    ("drain_p2p", "degraded", "drain peer-to-peer traffic"),
-    ("drain_and_reset", "unhealthy", "drain peer-to-peer traffic and reset the GPU"),
-    ("recover_imex_domain", "ok", "recover the IMEX domain (not a fault of this GPU)"),
-    ("bus_reset", "unhealthy", "reset the GPU's PCIe bus"),
-    ("system_reboot", "unhealthy", "reboot the system"),
-    (42, "unhealthy", "GPU recovery action 42 (unknown to this build: treated as needing a reset)"),
-])
+@pytest.mark.parametrize(
+    "action, verdict, reason",
+    [
+        ("none", "ok", None),
+        ("gpu_reset", "unhealthy", "reset the GPU"),
+        ("node_reboot", "unhealthy", "reboot the node"),
+        ("drain_p2p", "degraded", "drain peer-to-peer traffic"),
+        ("drain_and_reset", "unhealthy", "drain peer-to-peer traffic and reset the GPU"),
+        ("recover_imex_domain", "ok", "recover the IMEX domain (not a fault of this GPU)"),
+        ("bus_reset", "unhealthy", "reset the GPU's PCIe bus"),
+        ("system_reboot", "unhealthy", "reboot the system"),
+        (42, "unhealthy", "GPU recovery action 42 (unknown to this build: treated as needing a reset)"),
+    ],
+)
 def test_the_recovery_action_is_judged_by_its_class(action, verdict, reason):
-    [three, two], logs = run_scenarios([(NVML, [3]), (NVML, [2])],
-                                       spec=unhealthy_first({"recovery_action": action}))
+    [three, two], logs = run_scenarios([(NVML, [3]), (NVML, [2])], spec=unhealthy_first({"recovery_action": action}))
     warnings = [m for level, _, m in logs if level == "WARNING"]
     if verdict == "unhealthy":
         assert three["error"][0] == "FlinkException" and reason in three["error"][1]
@@ -566,8 +639,9 @@ def test_the_recovery_action_is_judged_by_its_class(action, verdict, reason):
         assert not warnings
     else:
         assert health == "ok" and indices(two["retrievals"][0]) == ["0", "1"]
-        expected = [] if reason is None else [f"GPU 0 ({sim_uuid(0)}): GPU recovery action: {reason}; it is "
-                                              "handed out."]
+        expected = (
+            [] if reason is None else [f"GPU 0 ({sim_uuid(0)}): GPU recovery action: {reason}; it is handed out."]
+        )
         assert warnings == expected  # once per process, not per retrieval
 
 
@@ -584,21 +658,30 @@ def fabric_first(fabric, devices=3):
     return {"devices": [{"fabric": fabric}] + [{"fabric": {}} for _ in range(devices - 1)]}
 
 
-@pytest.mark.parametrize("fabric, verdict, reason", [
-    ({"state": "not_started"}, "unhealthy",
-     "NVLink fabric registration not started: CUDA would fail with error 802; is the Fabric Manager running?"),
-    ({"state": "not_started", "struct": "v2"}, "unhealthy", "registration not started"),
-    ({"state": "not_started", "struct": "v1"}, "unhealthy", "registration not started"),
-    ({"state": "in_progress"}, "unhealthy", "NVLink fabric registration in progress: transient"),
-    ({"state": "completed", "status": 999}, "degraded",
-     "no NVLink peer-to-peer (fabric registration completed with NVML_ERROR_UNKNOWN)"),
-    ({"state": "completed", "status": 999, "struct": "v1"}, "degraded", "no NVLink peer-to-peer"),
-    ({"health_summary": "unhealthy"}, "degraded", "no NVLink peer-to-peer (fabric health summary: unhealthy)"),
-    # a healthy HGX H100 on R580: all-zero cluster UUID and no health summary
-    ({}, "ok", None),
-    ({"health_summary": "healthy"}, "ok", None),
-    ({"state": "not_supported"}, "ok", None),
-])
+@pytest.mark.parametrize(
+    "fabric, verdict, reason",
+    [
+        (
+            {"state": "not_started"},
+            "unhealthy",
+            "NVLink fabric registration not started: CUDA would fail with error 802; is the Fabric Manager running?",
+        ),
+        ({"state": "not_started", "struct": "v2"}, "unhealthy", "registration not started"),
+        ({"state": "not_started", "struct": "v1"}, "unhealthy", "registration not started"),
+        ({"state": "in_progress"}, "unhealthy", "NVLink fabric registration in progress: transient"),
+        (
+            {"state": "completed", "status": 999},
+            "degraded",
+            "no NVLink peer-to-peer (fabric registration completed with NVML_ERROR_UNKNOWN)",
+        ),
+        ({"state": "completed", "status": 999, "struct": "v1"}, "degraded", "no NVLink peer-to-peer"),
+        ({"health_summary": "unhealthy"}, "degraded", "no NVLink peer-to-peer (fabric health summary: unhealthy)"),
+        # a healthy HGX H100 on R580: all-zero cluster UUID and no health summary
+        ({}, "ok", None),
+        ({"health_summary": "healthy"}, "ok", None),
+        ({"state": "not_supported"}, "ok", None),
+    ],
+)
 def test_the_nvlink_fabric_registration_is_judged(fabric, verdict, reason):
     [three, two], _ = run_scenarios([(NVML, [3]), (NVML, [2])], spec=fabric_first(fabric))
     if verdict == "unhealthy":
@@ -615,22 +698,24 @@ def test_the_nvlink_fabric_registration_is_judged(fabric, verdict, reason):
 
 def test_a_check_left_out_of_health_checks_does_not_keep_a_gpu_from_being_handed_out():
     spec = unhealthy_first({"inforom_corrupted": True, "row_remap_pending": True})
-    [enforced, without], logs = run_scenarios([(NVML, [3]), ({**NVML, "health-checks": "all,-inforom"}, [3])],
-                                              spec=spec)
+    [enforced, without], logs = run_scenarios(
+        [(NVML, [3]), ({**NVML, "health-checks": "all,-inforom"}, [3])], spec=spec
+    )
     assert enforced["error"][0] == "FlinkException"
     assert props(without["retrievals"][0], "0")["health"] == "degraded: row remapping pending"
 
 
 def test_uncorrectable_ecc_errors_count_only_while_ecc_is_on():
-    result, logs = run_one(NVML, [3], spec=unhealthy_first({"ecc_uncorrected": 3,
-                                                            "ecc_enabled": False}))
+    result, logs = run_one(NVML, [3], spec=unhealthy_first({"ecc_uncorrected": 3, "ecc_enabled": False}))
     assert indices(result["retrievals"][0]) == ["0", "1", "2"]
     assert props(result["retrievals"][0], "0")["health"] == "ok"
     assert not [m for level, _, m in logs if level == "WARNING"]
 
 
-@pytest.mark.parametrize("health, reason", [({"row_remap_pending": True}, "row remapping pending"),
-                                            ({"retired_pages_pending": True}, "page retirement")])
+@pytest.mark.parametrize(
+    "health, reason",
+    [({"row_remap_pending": True}, "row remapping pending"), ({"retired_pages_pending": True}, "page retirement")],
+)
 def test_a_degraded_gpu_comes_after_every_healthy_one(health, reason):
     result, _ = run_one(NVML, [2, 3], spec=unhealthy_first(health))
     two, three = result["retrievals"]
@@ -640,17 +725,43 @@ def test_a_degraded_gpu_comes_after_every_healthy_one(health, reason):
 
 
 # every state query the core makes, answering NOT_SUPPORTED (older GPUs, consumer cards)
-STATE_QUERIES = ["inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values",
-                 "retired_pages", "memory", "memory_v2", "compute_mode", "cpu_affinity",
-                 "compute_processes", "graphics_processes", "mps_processes", "process_detail_list", "fabric"]
+STATE_QUERIES = [
+    "inforom",
+    "remapped_rows",
+    "ecc_mode",
+    "ecc_errors",
+    "field_values",
+    "retired_pages",
+    "memory",
+    "memory_v2",
+    "compute_mode",
+    "cpu_affinity",
+    "compute_processes",
+    "graphics_processes",
+    "mps_processes",
+    "process_detail_list",
+    "fabric",
+]
 
 
 def test_not_supported_everywhere_is_no_finding_and_no_property():
-    bad = {"inforom_corrupted": True, "row_remap_failure": True, "ecc_uncorrected": 1,
-           "recovery_action": "gpu_reset", "retired_pages_pending": True}
-    spec = {"devices": [{"health": bad, "not_supported": STATE_QUERIES,
-                         "processes": [{"pid": 1, "used_memory": 1, "kind": "compute"}]}
-                        for _ in range(2)]}
+    bad = {
+        "inforom_corrupted": True,
+        "row_remap_failure": True,
+        "ecc_uncorrected": 1,
+        "recovery_action": "gpu_reset",
+        "retired_pages_pending": True,
+    }
+    spec = {
+        "devices": [
+            {
+                "health": bad,
+                "not_supported": STATE_QUERIES,
+                "processes": [{"pid": 1, "used_memory": 1, "kind": "compute"}],
+            }
+            for _ in range(2)
+        ]
+    }
     result, logs = run_one({**NVML, "busy-gpus": "exclude"}, [2], spec=spec)
     assert indices(result["retrievals"][0]) == ["0", "1"]
     info = props(result["retrievals"][0], "0")
@@ -660,26 +771,31 @@ def test_not_supported_everywhere_is_no_finding_and_no_property():
 
 
 def test_every_info_carries_state_and_locality():
-    spec = {"devices": [{"memory_used": 2 ** 30, "cpu_affinity": "0-15,32-47"}, {}]}
+    spec = {"devices": [{"memory_used": 2**30, "cpu_affinity": "0-15,32-47"}, {}]}
     result, _ = run_one(NVML, [2], spec=spec)
     info = props(result["retrievals"][0], "0")
     assert info["health"] == "ok"
-    assert info["memory.used"] == str(2 ** 30)
-    assert int(info["memory.free"]) == 80 * 2 ** 30 - 2 ** 30
+    assert info["memory.used"] == str(2**30)
+    assert int(info["memory.free"]) == 80 * 2**30 - 2**30
     assert info["processes"] == "0"
     assert info["cpu.affinity"] == "0-15,32-47"
 
 
 def test_no_permission_on_the_process_lists_is_not_busy_and_warns():
-    spec = {"devices": [{"no_permission": ["compute_processes", "graphics_processes",
-                                           "mps_processes", "process_detail_list"],
-                         "processes": [{"pid": 1, "kind": "compute"}]}, {}]}
+    spec = {
+        "devices": [
+            {
+                "no_permission": ["compute_processes", "graphics_processes", "mps_processes", "process_detail_list"],
+                "processes": [{"pid": 1, "kind": "compute"}],
+            },
+            {},
+        ]
+    }
     result, logs = run_one({**NVML, "busy-gpus": "exclude"}, [2, 2], spec=spec)
     assert [indices(r) for r in result["retrievals"]] == [["0", "1"], ["0", "1"]]
     assert "processes" not in props(result["retrievals"][0], "0")  # unknown, not 0
     warnings = [m for level, _, m in logs if level == "WARNING"]
-    assert warnings == ["NVML gives no permission to list the processes on GPU 0; it counts as "
-                        "not busy."]
+    assert warnings == ["NVML gives no permission to list the processes on GPU 0; it counts as not busy."]
 
 
 # A worker under a fake TaskManager: the TaskManager (its cmdline names TaskManagerRunner) starts
@@ -706,13 +822,24 @@ def run_under_taskmanager(tmp_path, configs_and_amounts, on_gpus, process_struct
     env.update(simulator.environment(spec=str(spec_path)))
     try:
         taskmanager = subprocess.Popen(
-            [sys.executable, "-c", TASKMANAGER, "org.apache.flink.runtime.taskexecutor.TaskManagerRunner",
-             sys.executable, "-c", "import sys; sys.stdin.readline(); exec(sys.argv.pop(1))", RUNNER,
-             json.dumps(configs_and_amounts)],
-            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-c",
+                TASKMANAGER,
+                "org.apache.flink.runtime.taskexecutor.TaskManagerRunner",
+                sys.executable,
+                "-c",
+                "import sys; sys.stdin.readline(); exec(sys.argv.pop(1))",
+                RUNNER,
+                json.dumps(configs_and_amounts),
+            ],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         sibling = int(taskmanager.stdout.readline())
-        spec_path.write_text(json.dumps({**on_gpus(sibling, stranger.pid),
-                                         "process_struct": process_struct}))
+        spec_path.write_text(json.dumps({**on_gpus(sibling, stranger.pid), "process_struct": process_struct}))
         out, _ = taskmanager.communicate("go\n", timeout=120)
         assert taskmanager.returncode == 0
         output = json.loads(out)
@@ -723,25 +850,34 @@ def run_under_taskmanager(tmp_path, configs_and_amounts, on_gpus, process_struct
 
 
 def processes_on(*per_gpu):
-    return {"devices": [{"processes": [{"pid": pid, "used_memory": 2 ** 20, "kind": kind}
-                                       for pid, kind in gpu]} for gpu in per_gpu]}
+    return {
+        "devices": [
+            {"processes": [{"pid": pid, "used_memory": 2**20, "kind": kind} for pid, kind in gpu]} for gpu in per_gpu
+        ]
+    }
 
 
 # R535-era drivers' *_v3 process calls fill a five-field struct: pids scramble unless detected
 @pytest.mark.parametrize("process_struct", ["v2", "r535"])
-@pytest.mark.parametrize("busy_gpus, two, three", [
-    ("avoid", ["0", "2"], ["0", "1", "2"]),      # the busy GPU only when short
-    ("exclude", ["0", "2"], "too few"),           # never the busy GPU
-    ("ignore", ["0", "1"], ["0", "1", "2"]),      # Flink's order
-])
+@pytest.mark.parametrize(
+    "busy_gpus, two, three",
+    [
+        ("avoid", ["0", "2"], ["0", "1", "2"]),  # the busy GPU only when short
+        ("exclude", ["0", "2"], "too few"),  # never the busy GPU
+        ("ignore", ["0", "1"], ["0", "1", "2"]),  # Flink's order
+    ],
+)
 def test_a_foreign_process_makes_a_gpu_busy_the_taskmanagers_own_child_does_not(
-        tmp_path, busy_gpus, two, three, process_struct):
+    tmp_path, busy_gpus, two, three, process_struct
+):
     config = {**NVML, "busy-gpus": busy_gpus}
     # GPU 0: the TaskManager's other child (own); GPU 1: an unrelated process; GPU 2: idle
     results, _ = run_under_taskmanager(
-        tmp_path, [(config, [2]), (config, [3])],
+        tmp_path,
+        [(config, [2]), (config, [3])],
         lambda sibling, stranger: processes_on([(sibling, "compute")], [(stranger, "graphics")], []),
-        process_struct)
+        process_struct,
+    )
     got_two, got_three = results
     assert indices(got_two["retrievals"][0]) == two
     if three == "too few":
@@ -749,14 +885,15 @@ def test_a_foreign_process_makes_a_gpu_busy_the_taskmanagers_own_child_does_not(
         assert "graphics" in got_three["error"][1]
     else:
         assert indices(got_three["retrievals"][0]) == three
-        assert props(got_three["retrievals"][0], "1")["processes"] == "1"
+        # ignore reads no process list (docs/design.md §9.1, query plan): its infos have no processes
+        expected = None if busy_gpus == "ignore" else "1"
+        assert props(got_three["retrievals"][0], "1").get("processes") == expected
 
 
 def test_a_pid_this_namespace_cannot_see_counts_as_foreign():
     gone = subprocess.Popen(["true"])
     gone.wait()
-    result, _ = run_one({**NVML, "busy-gpus": "exclude"}, [1, 2],
-                        spec=processes_on([(gone.pid, "mps")], []))
+    result, _ = run_one({**NVML, "busy-gpus": "exclude"}, [1, 2], spec=processes_on([(gone.pid, "mps")], []))
     assert indices(result["retrievals"][0]) == ["1"]
     assert "not visible" in result["error"][1]
 
@@ -765,20 +902,22 @@ def test_a_pid_this_namespace_cannot_see_counts_as_foreign():
 def test_busy_gpus_in_the_script_args_is_honoured_and_the_parameter_wins(spelling):
     spec = processes_on([(1, "compute")], [])  # pid 1: init, never the worker's
     args = {**NVML, "discovery-script.args": f"--busy-gpus {spelling}"}
-    [from_args, both], logs = run_scenarios([(args, [2]), ({**args, "busy-gpus": "ignore"}, [2])],
-                                            spec=spec)
+    [from_args, both], logs = run_scenarios([(args, [2]), ({**args, "busy-gpus": "ignore"}, [2])], spec=spec)
     assert "GPU 0 is left out (busy: " in from_args["error"][1]
     assert indices(both["retrievals"][0]) == ["0", "1"]
-    assert ["WARNING", "flink_gpu.gpu.settings",
-            "'busy-gpus' is 'ignore' but 'discovery-script.args' has --busy-gpus exclude; "
-            "using 'ignore'."] in logs
+    assert [
+        "WARNING",
+        "flink_gpu.gpu.settings",
+        "'busy-gpus' is 'ignore' but 'discovery-script.args' has --busy-gpus exclude; using 'ignore'.",
+    ] in logs
 
 
 def test_an_unknown_busy_gpus_in_the_script_args_names_the_key_and_the_values():
     result, _ = run_one({**NVML, "discovery-script.args": "--busy-gpus never"}, [1])
-    assert result["error"] == ["IllegalConfigurationException",
-                               "Invalid value 'never' for --busy-gpus in 'discovery-script.args': "
-                               "expected one of avoid, exclude, ignore."]
+    assert result["error"] == [
+        "IllegalConfigurationException",
+        "Invalid value 'never' for --busy-gpus in 'discovery-script.args': expected one of avoid, exclude, ignore.",
+    ]
 
 
 def test_a_coordinated_claim_takes_idle_gpus_before_busy_ones(tmp_path):
@@ -807,8 +946,13 @@ print(json.dumps([own, gone]))
 
 def test_the_claimers_own_child_is_not_foreign_and_state_is_read_per_choice(tmp_path):
     env = child_env(**simulator.environment(devices=0))
-    done = subprocess.run([sys.executable, "-c", OWN_CHILD_THEN_GONE, str(tmp_path / "spec.json")],
-                          env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", OWN_CHILD_THEN_GONE, str(tmp_path / "spec.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     # while the child lives its GPU is the worker's own; once it is gone the pid NVML still
     # lists is not visible here, so it counts as foreign: read again at the second choice
@@ -817,14 +961,24 @@ def test_the_claimers_own_child_is_not_foreign_and_state_is_read_per_choice(tmp_
 
 # --- MIG units as GPUs (docs/design.md §9.2) ------------------------------------------------------
 
-MIG_HOST = {"devices": [
-    {"uuid": "GPU-mig", "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:17:00.0",
-     "mig": {"mode": "enabled", "instances": [
-         {"slot": 0, "uuid": "MIG-a", "memory_total": 10 << 30, "gi": 7, "ci": 0},
-         {"slot": 2, "uuid": "MIG-b", "memory_total": 20 << 30, "gi": 3, "ci": 1},
-         {"slot": 5, "uuid": "MIG-c", "memory_total": 40 << 30, "gi": 1, "ci": 0}]}},
-    {"uuid": "GPU-plain"},
-]}
+MIG_HOST = {
+    "devices": [
+        {
+            "uuid": "GPU-mig",
+            "name": "NVIDIA H100 80GB HBM3",
+            "pci_bus_id": "00000000:17:00.0",
+            "mig": {
+                "mode": "enabled",
+                "instances": [
+                    {"slot": 0, "uuid": "MIG-a", "memory_total": 10 << 30, "gi": 7, "ci": 0},
+                    {"slot": 2, "uuid": "MIG-b", "memory_total": 20 << 30, "gi": 3, "ci": 1},
+                    {"slot": 5, "uuid": "MIG-c", "memory_total": 40 << 30, "gi": 1, "ci": 0},
+                ],
+            },
+        },
+        {"uuid": "GPU-plain"},
+    ]
+}
 
 
 def test_mig_units_are_gpu_infos_with_their_parent_and_instances_in_index_order():
@@ -832,18 +986,40 @@ def test_mig_units_are_gpu_infos_with_their_parent_and_instances_in_index_order(
     [infos] = result["retrievals"]
     assert indices(infos) == ["0:0", "0:2", "0:5", "1"]
     unit = dict(infos[1])
-    assert {k: unit.get(k) for k in ("uuid", "memory.total", "parent.index", "parent.uuid", "mig.gi", "mig.ci",
-                                     "name", "pci.bus-id", "health")} == {
-        "uuid": "MIG-b", "memory.total": str(20 << 30), "parent.index": "0", "parent.uuid": "GPU-mig",
-        "mig.gi": "3", "mig.ci": "1", "name": "NVIDIA H100 80GB HBM3", "pci.bus-id": "00000000:17:00.0",
-        "health": "ok"}
+    assert {
+        k: unit.get(k)
+        for k in (
+            "uuid",
+            "memory.total",
+            "parent.index",
+            "parent.uuid",
+            "mig.gi",
+            "mig.ci",
+            "name",
+            "pci.bus-id",
+            "health",
+        )
+    } == {
+        "uuid": "MIG-b",
+        "memory.total": str(20 << 30),
+        "parent.index": "0",
+        "parent.uuid": "GPU-mig",
+        "mig.gi": "3",
+        "mig.ci": "1",
+        "name": "NVIDIA H100 80GB HBM3",
+        "pci.bus-id": "00000000:17:00.0",
+        "health": "ok",
+    }
     plain = dict(infos[3])
     assert "parent.index" not in plain and "mig.gi" not in plain
     assert result["error"][0] == "ValueError" and "only one MIG instance" in result["error"][1]
     result, _ = run_one(NVML, [1], spec=MIG_HOST)
     assert result["cuda_visible_devices"] == "MIG-a"
-    assert ["INFO", "flink_gpu.gpu.nvml",
-            "Discover GPU resources: [GPU Device(0:0), GPU Device(0:2), GPU Device(0:5), GPU Device(1)]."] in logs
+    assert [
+        "INFO",
+        "flink_gpu.gpu.nvml",
+        "Discover GPU resources: [GPU Device(0:0), GPU Device(0:2), GPU Device(0:5), GPU Device(1)].",
+    ] in logs
 
 
 def mig_host_with(gpu=None, unit=None):
@@ -854,12 +1030,15 @@ def mig_host_with(gpu=None, unit=None):
     return spec
 
 
-@pytest.mark.parametrize("gpu, reason", [
-    ({"health": {"recovery_action": "gpu_reset"}}, "GPU recovery action: reset the GPU"),
-    ({"fabric": {"state": "not_started"}}, "NVLink fabric registration not started"),
-    ({"health": {"row_remap_failure": True}}, "row remapping failed"),
-    ({"health": {"state_error": "GPU_IS_LOST"}}, "GPU is lost"),
-])
+@pytest.mark.parametrize(
+    "gpu, reason",
+    [
+        ({"health": {"recovery_action": "gpu_reset"}}, "GPU recovery action: reset the GPU"),
+        ({"fabric": {"state": "not_started"}}, "NVLink fabric registration not started"),
+        ({"health": {"row_remap_failure": True}}, "row remapping failed"),
+        ({"health": {"state_error": "GPU_IS_LOST"}}, "GPU is lost"),
+    ],
+)
 def test_a_verdict_on_a_mig_gpu_applies_to_every_unit(gpu, reason):
     [one, two], logs = run_scenarios([(NVML, [1]), (NVML, [2])], spec=mig_host_with(gpu=gpu))
     assert indices(one["retrievals"][0]) == ["1"]
@@ -877,3 +1056,152 @@ def test_a_mig_units_own_finding_is_the_units_only():
     assert result["error"][0] == "FlinkException"
     assert "GPU 0:2 is left out (unhealthy: InfoROM corrupted)" in result["error"][1]
     assert "GPU 0:0 is left out" not in result["error"][1]
+
+
+# --- NVML with a deadline (docs/design.md §9.5) and the query plan (§9.1) --------------------------
+
+# Runs retrievals of one driver, then lets the hung query go and leaves with os._exit: a thread is
+# still inside the (simulated) driver, which the interpreter's exit must not tear down under it.
+HANG_RUNNER = RUNNER.replace(
+    'print(json.dumps({"results": output, "logs": records}))',
+    """
+print(json.dumps({"results": output, "logs": records}), flush=True)
+os.unlink(os.environ["HANG_FILE"])
+os._exit(0)
+""",
+)
+
+
+def test_a_gpu_whose_state_read_does_not_return_in_time_is_unknown_warned_and_never_handed_out(tmp_path):
+    hang_file = tmp_path / "hang"
+    spec = {
+        "devices": [{} for _ in range(4)],
+        "driver_lock": False,
+        "hang": [{"query": "field_values", "device": 1, "while_exists": str(hang_file)}],
+    }
+    config = {**NVML, "nvml-timeout": "300 ms"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(spec=spec))
+    env.update(PYTHONPATH=SRC, HANG_FILE=str(hang_file))
+    hang_file.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-c", HANG_RUNNER, json.dumps([(config, [1, 3, 4])])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    output = json.loads(done.stdout)
+    [result], logs = output["results"], output["logs"]
+    first, second = result["retrievals"]
+    assert indices(first) == ["0"]  # GPUs 2 and 3 were not reached before the deadline
+    # GPU 1 is still stuck: unknown at once, the others read again
+    assert indices(second) == ["0", "2", "3"]
+    assert result["error"][0] == "FlinkException"
+    assert "GPU 1 is left out (unknown: nvmlDeviceGetFieldValues has not returned for " in result["error"][1]
+    warnings = [message for level, _, message in logs if level == "WARNING"]
+    assert (
+        f"GPU 1 ({sim_uuid(1)}) is unknown: nvmlDeviceGetFieldValues did not return within 300 ms; "
+        "it is not handed out."
+    ) in warnings
+    assert any(
+        m.startswith(f"GPU 1 ({sim_uuid(1)}) is unknown: nvmlDeviceGetFieldValues has not returned for ")
+        for m in warnings
+    )
+
+
+def test_busy_gpus_ignore_gives_infos_without_processes():
+    result, _ = run_one({**NVML, "busy-gpus": "ignore"}, [2], spec=processes_on([(4000000001, "compute")], []))
+    for info in result["retrievals"][0]:
+        assert "processes" not in dict(info)
+        assert dict(info)["health"] == "ok"
+
+
+# What one claim asks NVML, per GPU (docs/design.md §9.1, query plan): counted by the simulator.
+COUNT_RUNNER = r"""
+import json, sys
+from flink_gpu import GPUDriverFactory, simulator
+config, amount = json.loads(sys.argv[1])
+with GPUDriverFactory().create_external_resource_driver(config) as driver:
+    driver.retrieve_resource_info(amount)  # the first claim also enumerates and reads InfoROM
+    simulator.reset_counters()
+    driver.retrieve_resource_info(amount)
+    print(json.dumps(simulator.counters()["calls"]))
+"""
+
+PER_GPU_STATE = {
+    "nvmlDeviceGetHandleByIndex_v2",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetGpuFabricInfoV",
+    "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetComputeMode",
+}
+
+
+@pytest.mark.parametrize("busy_gpus", ["avoid", "exclude", "ignore"])
+def test_a_claim_asks_each_needed_query_once_per_gpu_and_no_more(tmp_path, busy_gpus):
+    config = {
+        **NVML,
+        "busy-gpus": busy_gpus,
+        "discovery-script.args": f"--enable-coordination-mode --coordination-file {tmp_path / 'coord'}",
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(devices=8), PYTHONPATH=SRC)
+    done = subprocess.run(
+        [sys.executable, "-c", COUNT_RUNNER, json.dumps([config, 2])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    calls = json.loads(done.stdout)
+    gpus = [str(i) for i in range(8)]
+    expected = dict.fromkeys(PER_GPU_STATE, 1)
+    if busy_gpus != "ignore":  # one list per process kind: compute, graphics, MPS
+        expected["nvmlDeviceGetRunningProcessDetailList"] = 3
+    # nothing about the whole library but the one count; per GPU each needed query once, nothing else
+    assert calls.pop("nvmlDeviceGetCount_v2") == {"host": 1}
+    assert calls == {function: dict.fromkeys(gpus, n) for function, n in expected.items()}
+
+
+def test_a_coordinated_driver_does_not_lock_the_coordination_file_while_a_state_read_hangs(tmp_path):
+    """docs/design.md §9.5: state read, then lock, claim, unlock. While the driver's read hangs in NVML,
+    another process takes the coordination file's flock at once."""
+    import fcntl
+
+    from support.simulated import wait_until_inside_a_hang
+
+    coord = tmp_path / "coord"
+    coord.write_text("")
+    hang_file = tmp_path / "hang"
+    spec = {"devices": [{}, {}], "hang": [{"query": "field_values", "device": 0, "while_exists": str(hang_file)}]}
+    config = {
+        **NVML,
+        "nvml-timeout": "60 s",
+        "discovery-script.args": f"--enable-coordination-mode --coordination-file {coord}",
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(spec=spec), PYTHONPATH=SRC)
+    with simulator.hanging(hang_file):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RUNNER, json.dumps([(config, [1])])],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert wait_until_inside_a_hang(proc)
+            with open(coord, "r+") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if the driver held it
+                fcntl.flock(f, fcntl.LOCK_UN)
+            assert proc.poll() is None
+        finally:
+            simulator.hanging(hang_file).release()
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    [result] = json.loads(out)["results"]
+    assert indices(result["retrievals"][0]) == ["0"]

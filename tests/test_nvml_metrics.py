@@ -5,9 +5,8 @@ import json
 
 import pytest
 
-from flink_gpu import nvml
-
 from conftest import run_python, simulated_env
+from flink_gpu import nvml
 
 # Reads every metric of INDICES SAMPLES times, INTERVAL seconds apart (set before it); prints JSON
 # {"readings": [{index: [utilization, memory.used, temperature, power]}, ...], "types": [...]}.
@@ -63,9 +62,13 @@ def test_utilization_temperature_and_power_change_over_time():
 
 @pytest.mark.parametrize("process_struct", ["v2", "r535"])
 def test_pinned_readings_in_their_units(process_struct):
-    spec = {"process_struct": process_struct, "devices": [
-        {"utilization": 37, "temperature": 55, "power": 250.5, "memory_used": (3 << 20) + 5},
-        {"utilization": 100, "temperature": 0, "power": 0.499, "memory_total": 1 << 20, "memory_used": 1 << 20}]}
+    spec = {
+        "process_struct": process_struct,
+        "devices": [
+            {"utilization": 37, "temperature": 55, "power": 250.5, "memory_used": (3 << 20) + 5},
+            {"utilization": 100, "temperature": 0, "power": 0.499, "memory_total": 1 << 20, "memory_used": 1 << 20},
+        ],
+    }
     samples = read(["0", "1"], samples=2, interval=0.3, spec=spec)
     for sample in samples:  # pinned: the same at every reading
         assert sample == {"0": [37, 3, 55, 251], "1": [100, 1, 0, 0]}
@@ -75,15 +78,17 @@ NOT_SUPPORTED = ["utilization", "temperature", "power", "memory", "memory_v2"]
 
 
 def test_every_fault_is_minus_one_without_raising():
-    spec = {"devices": [
-        {"not_supported": NOT_SUPPORTED},
-        {"no_permission": NOT_SUPPORTED},
-        {"fault": "GPU_IS_LOST"},
-        {"health": {"state_error": "GPU_IS_LOST"}},
-        {"health": {"state_error": "RESET_REQUIRED"}},
-        {"fault": "NO_PERMISSION"},
-        {"not_supported": ["power"], "utilization": 5, "temperature": 40, "memory_used": 1 << 20},
-    ]}
+    spec = {
+        "devices": [
+            {"not_supported": NOT_SUPPORTED},
+            {"no_permission": NOT_SUPPORTED},
+            {"fault": "GPU_IS_LOST"},
+            {"health": {"state_error": "GPU_IS_LOST"}},
+            {"health": {"state_error": "RESET_REQUIRED"}},
+            {"fault": "NO_PERMISSION"},
+            {"not_supported": ["power"], "utilization": 5, "temperature": 40, "memory_used": 1 << 20},
+        ]
+    }
     sample = read_once([str(i) for i in range(7)], spec=spec)
     assert [sample[str(i)] for i in range(6)] == [[-1, -1, -1, -1]] * 6
     assert sample["6"] == [5, 1, 40, -1]  # one query withheld, the others read
@@ -99,10 +104,18 @@ def test_an_index_the_library_does_not_have_is_minus_one():
     assert set(map(tuple, sample.values())) == {(-1, -1, -1, -1)}
 
 
-MIG_HOST = {"devices": [
-    {"utilization": 50, "temperature": 61, "power": 300, "memory_used": 1 << 20,
-     "mig": {"mode": "enabled", "instances": [{"slot": 2, "memory_used": 5 << 20}, {"slot": 5}]}},
-    {"utilization": 20}]}
+MIG_HOST = {
+    "devices": [
+        {
+            "utilization": 50,
+            "temperature": 61,
+            "power": 300,
+            "memory_used": 1 << 20,
+            "mig": {"mode": "enabled", "instances": [{"slot": 2, "memory_used": 5 << 20}, {"slot": 5}]},
+        },
+        {"utilization": 20},
+    ]
+}
 
 
 def test_a_mig_unit_reads_its_own_memory_and_its_gpus_temperature_and_power():
@@ -120,7 +133,8 @@ def test_unprivileged_a_mig_gpus_memory_is_withheld_but_its_units_answer():
 
 
 def test_a_forked_child_reads_through_the_library_it_inherited():
-    proc = run_python("""
+    proc = run_python(
+        """
         import os
         from flink_gpu import nvml
         library = nvml.open_library()
@@ -130,12 +144,15 @@ def test_a_forked_child_reads_through_the_library_it_inherited():
             os._exit(0 if library.read_metric("1", "temperature") == before == 42 else 1)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status))
-        """, env=simulated_env(spec={"devices": [{}, {"temperature": 42}]}))
+        """,
+        env=simulated_env(spec={"devices": [{}, {"temperature": 42}]}),
+    )
     assert proc.stdout.strip() == "0"
 
 
 def test_a_metric_name_not_in_metrics_is_a_value_error_listing_them():
-    proc = run_python("""
+    proc = run_python(
+        """
         from flink_gpu import nvml
         library = nvml.open_library()
         for metric in ("memory", "Power", "", None, 3):
@@ -147,8 +164,125 @@ def test_a_metric_name_not_in_metrics_is_a_value_error_listing_them():
             library.read_metric(0, "power")
         except TypeError as error:
             print(error)
-        """, env=simulated_env(devices=1))
+        """,
+        env=simulated_env(devices=1),
+    )
     lines = proc.stdout.splitlines()
-    assert lines[:5] == [f"Unknown GPU metric {name}: use one of utilization, memory.used, temperature, power."
-                         for name in ("'memory'", "'Power'", "''", "None", "3")]
+    assert lines[:5] == [
+        f"Unknown GPU metric {name}: use one of utilization, memory.used, temperature, power."
+        for name in ("'memory'", "'Power'", "''", "None", "3")
+    ]
     assert lines[5] == "gpu_index must be a GPU index (str), got 0"
+
+
+# -- the process's sampler (watch_metrics, sampled_metrics, sample_metrics_now) --------------------
+
+
+def sampler(code, **sim):
+    """Runs ``code`` (its last line prints JSON) in a fresh process on the simulator; the parsed JSON."""
+    proc = run_python(
+        "import json, threading, time\nfrom flink_gpu import nvml, simulator\n" + code, env=simulated_env(**sim)
+    )
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_every_gauge_reads_one_shared_snapshot_that_one_nvml_read_per_sample_refreshes():
+    got = sampler(
+        """
+for index in ("0", "1"):
+    assert nvml.watch_metrics(index, interval=3600)  # the pace never fires here: samples come from the trigger
+assert nvml.sample_metrics_now()
+simulator.reset_counters()
+def reporter():  # many reporters and bundles, in threads, asking as often as they can
+    for _ in range(2000):
+        for index in ("0", "1"):
+            assert nvml.sampled_metrics(index)[4] == 0
+threads = [threading.Thread(target=reporter) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+asked = simulator.counters()["calls"]
+assert nvml.sample_metrics_now()
+print(json.dumps({"asked": asked, "sampled": simulator.counters()["calls"]}))
+""",
+        devices=2,
+    )
+    assert got["asked"] == {}  # 16000 gauge reads: not one NVML call
+    sampled = got["sampled"]
+    for function in (
+        "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetUtilizationRates",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetTemperatureV",
+    ):
+        assert sampled[function] == {"0": 1, "1": 1}, (function, sampled)
+    # health findings were read on the first sample; the next one reads only the readings
+    assert "nvmlDeviceValidateInforom" not in sampled and "nvmlDeviceGetCount_v2" not in sampled
+
+
+def test_health_gauges_ok_degraded_unhealthy_and_lost():
+    got = sampler(
+        """
+for index in ("0", "1", "2", "3", "4"):
+    nvml.watch_metrics(index)
+assert nvml.sample_metrics_now()
+print(json.dumps([nvml.sampled_metrics(index) for index in ("0", "1", "2", "3", "4")]))
+""",
+        spec={
+            "devices": [
+                {"utilization": 1, "temperature": 40, "power": 100},
+                {"utilization": 2, "temperature": 41, "power": 101, "health": {"retired_pages_pending": True}},
+                {"utilization": 3, "temperature": 42, "power": 102, "health": {"ecc_uncorrected": 2}},
+                {"fault": "GPU_IS_LOST"},
+                {"health": {"state_error": "RESET_REQUIRED"}},
+            ]
+        },
+    )
+    assert got == [[1, 0, 40, 100, 0], [2, 0, 41, 101, 1], [3, 0, 42, 102, 2], [-1, -1, -1, -1, 2], [-1, -1, -1, -1, 2]]
+    assert nvml.GAUGE_HEALTH == ("ok", "degraded", "unhealthy", "unknown")
+
+
+def test_a_gpu_whose_read_hangs_is_minus_one_and_unknown_and_never_blocks_a_gauge(tmp_path):
+    stuck = str(tmp_path / "stuck")
+    got = sampler(
+        f"""
+for index in ("0", "1"):
+    nvml.watch_metrics(index, interval=1)
+assert nvml.sample_metrics_now()
+before = [nvml.sampled_metrics(index) for index in ("0", "1")]
+with simulator.hanging({stuck!r}):
+    late = nvml.sample_metrics_now(timeout=0.3)  # the reader is stuck in GPU 1's power query
+    answered = []
+    def gauges():  # with the driver lock held by the stuck call
+        for _ in range(1000):
+            answered.append(nvml.sampled_metrics("1"))
+    reader = threading.Thread(target=gauges, daemon=True)
+    reader.start()
+    reader.join(timeout=20)
+    in_time = [nvml.sampled_metrics(index) for index in ("0", "1")]
+    later = time.monotonic_ns() + int((1 + nvml.SAMPLE_MARGIN + 0.1) * 1e9)  # past the interval and margin
+    overdue = [nvml.sampled_metrics(index, at=later) for index in ("0", "1")]
+assert nvml.sample_metrics_now()  # released: the reader goes on
+print(json.dumps({{"before": before, "late": late, "gauge_calls": len(answered), "in_time": in_time,
+                  "overdue": overdue, "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
+""",
+        spec={
+            "devices": [
+                {"power": 100, "temperature": 40, "utilization": 5},
+                {"power": 200, "temperature": 50, "utilization": 6},
+            ],
+            "hang": [{"query": "power", "device": 1, "while_exists": stuck}],
+        },
+    )
+    assert got["before"] == [[5, 0, 40, 100, 0], [6, 0, 50, 200, 0]]
+    assert got["late"] is False
+    assert got["gauge_calls"] == 1000  # every gauge call answered while the reader was stuck
+    assert got["in_time"] == got["before"]  # the last sample, while it is not overdue
+    assert got["overdue"] == [[-1, -1, -1, -1, 3]] * 2  # the stuck reader renews neither
+    assert got["after"] == got["before"]
+
+
+def test_a_metrics_interval_below_the_minimum_is_refused():
+    assert nvml.MIN_METRICS_INTERVAL == 1.0 and nvml.DEFAULT_METRICS_INTERVAL == 5.0
+    for interval in (0.999, 0, -1, float("nan"), True, "5"):
+        with pytest.raises(ValueError, match="at least 1 s"):
+            nvml.watch_metrics("0", interval=interval)

@@ -3,10 +3,10 @@
 
 Each test skips with the reason where the kernel or the sandbox refuses a new pid namespace."""
 
+import itertools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import child_env
 from flink_gpu import GPUInfo, binding, coordination
 from flink_gpu.errors import FlinkException
-
-from conftest import child_env
 from support.interop import fake_nvidia_smi, stock_env
 
 # A worker that obeys one JSON command per stdin line and answers one JSON line.
@@ -114,9 +113,14 @@ class NsWorker:
         argv = [sys.executable, "-c", WORKER, str(path)]
         if not init:
             argv = ["sh", "-c", '"$@"; sleep 600', "sh", *argv]
-        self.proc = subprocess.Popen(["unshare", "--pid", "--mount-proc", "--kill-child", *argv], env=child_env(),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+        self.proc = subprocess.Popen(
+            ["unshare", "--pid", "--mount-proc", "--kill-child", *argv],
+            env=child_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         hello = self.ask(op="hello", allow_eof=True)
         if hello is None:
             error = self.proc.stderr.read().strip()
@@ -183,6 +187,7 @@ def own_ns():
 
 # ---- the issue's scenario --------------------------------------------------------------------------
 
+
 def test_two_namespaces_with_pid_1_never_share_a_gpu(path, workers):
     a = workers(path)
     b = workers(path)
@@ -190,13 +195,16 @@ def test_two_namespaces_with_pid_1_never_share_a_gpu(path, workers):
     assert a.claim(2, gpus(2)) == {"taken": ["0", "1"]}
     # B sees pid 1 (itself) with another start time, but the line says namespace A and A's lease is held
     answer = b.claim(2, gpus(2))
-    assert answer["error"].startswith("FlinkException: Could not get enough GPU resources. Requested 2")
+    assert answer["error"].startswith("NotEnoughGpusError: Could not get enough GPU resources. Requested 2")
     assert "pid 1 holds 0, 1" in answer["error"]
     assert b.claim(2, gpus(4)) == {"taken": ["2", "3"]}  # more GPUs: disjoint ones
     entries = coordination.snapshot(path).entries
     assert [(e.index, e.pid, e.namespace, e.lease, e.state) for e in entries] == [
-        ("0", 1, a.ns, 0, "lease held"), ("1", 1, a.ns, 0, "lease held"),
-        ("2", 1, b.ns, 1, "lease held"), ("3", 1, b.ns, 1, "lease held")]
+        ("0", 1, a.ns, 0, "lease held"),
+        ("1", 1, a.ns, 0, "lease held"),
+        ("2", 1, b.ns, 1, "lease held"),
+        ("3", 1, b.ns, 1, "lease held"),
+    ]
     # the host (a third namespace) takes none of them either
     with pytest.raises(FlinkException, match="Could not get enough GPU resources"):
         coordination.claim(1, gpus(4), path=path)
@@ -210,11 +218,14 @@ def test_a_sigkilled_lease_holder_is_reclaimed_from_another_namespace(path, work
     assert a.pid == 2
     assert a.claim(2, gpus(3)) == {"taken": ["0", "1"]}
     b = workers(path)
-    assert b.claim(2, gpus(3))["error"].startswith("FlinkException: Could not get enough GPU resources")
+    assert b.claim(2, gpus(3))["error"].startswith("NotEnoughGpusError: Could not get enough GPU resources")
     a.die(path)  # the kernel drops A's lease; pid 2 means nothing in B
     assert b.claim(3, gpus(3)) == {"taken": ["0", "1", "2"]}  # 2 was free, 0 and 1 are reclaimed
     assert {e.index: (e.namespace, e.state) for e in coordination.snapshot(path).entries} == {
-        "0": (b.ns, "lease held"), "1": (b.ns, "lease held"), "2": (b.ns, "lease held")}
+        "0": (b.ns, "lease held"),
+        "1": (b.ns, "lease held"),
+        "2": (b.ns, "lease held"),
+    }
 
 
 REUSE = r"""
@@ -247,9 +258,14 @@ def test_a_lease_decides_over_a_reused_pid(path):
     """A dead holder's pid given to a new process of its namespace: the released lease frees its GPU,
     seen from outside and from inside."""
     _skip_unless_unshare()
-    proc = subprocess.Popen(["unshare", "--pid", "--mount-proc", "--kill-child", sys.executable, "-c", REUSE,
-                             str(path)], env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["unshare", "--pid", "--mount-proc", "--kill-child", sys.executable, "-c", REUSE, str(path)],
+        env=child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         first = proc.stdout.readline()
         if not first:
@@ -284,6 +300,7 @@ def test_a_forked_child_does_not_keep_its_parents_lease(path, workers):
 
 # ---- bindings (docs/design.md §9.3): a TaskManager container's slots ---------------------------------
 
+
 def test_a_thread_mode_slot_of_a_taskmanager_that_died_in_another_namespace_frees_its_gpu(path, workers):
     """A thread's id means nothing outside its namespace: the TaskManager process's lease, written on its
     slot threads' lines, is what tells another container that the slot is gone (no clean needed)."""
@@ -293,7 +310,12 @@ def test_a_thread_mode_slot_of_a_taskmanager_that_died_in_another_namespace_free
     [line] = binding.snapshot(bindings).entries
     # the lease proves the TaskManager process, not the thread, whose liveness only its namespace knows
     assert (line.slot, line.namespace, line.lease, line.state, line.alive) == (
-        "alloc-a", taskmanager.ns, 0, "other namespace", True)
+        "alloc-a",
+        taskmanager.ns,
+        0,
+        "other namespace",
+        True,
+    )
     with pytest.raises(binding.BindingError, match=r"GPU 0 is bound by slot alloc-a of pid 2 \(1 of at most 1\)"):
         binding.bind([GPUInfo("0")], slot="alloc-b", taskmanager_pid=os.getpid(), path=bindings)
     taskmanager.die(bindings)
@@ -309,11 +331,15 @@ def test_a_slot_thread_that_ended_in_a_live_taskmanager_of_another_namespace_is_
     and removed by `clean --foreign-namespaces`, the remedy for every such line (docs/design.md §9.4)."""
     bindings = binding.bindings_path(path)
     taskmanager = workers(path, init=False)
-    assert taskmanager.ask(op="bind_slot", gpus=["0"], slot="alloc-a", bindings=bindings, ends=True) == {
-        "bound": ["0"]}
+    assert taskmanager.ask(op="bind_slot", gpus=["0"], slot="alloc-a", bindings=bindings, ends=True) == {"bound": ["0"]}
     [line] = binding.snapshot(bindings).entries
     assert (line.slot, line.namespace, line.lease, line.state, line.alive) == (
-        "alloc-a", taskmanager.ns, 0, "other namespace", True)
+        "alloc-a",
+        taskmanager.ns,
+        0,
+        "other namespace",
+        True,
+    )
     shown = json.loads(_cli("coordination", "show", "--json", "--file", bindings).stdout)
     assert [(e["state"], e["liveness_known"]) for e in shown["entries"]] == [("other namespace", False)]
     [listed] = json.loads(_cli("--simulate", "1", "list", "--json", "--file", path).stdout)["bindings"]["taskmanagers"]
@@ -327,6 +353,7 @@ def test_a_slot_thread_that_ended_in_a_live_taskmanager_of_another_namespace_is_
 
 # ---- the stock script, without namespaces of its own ----------------------------------------------
 
+
 def test_the_stock_script_in_one_namespace_and_ours_in_another(path, workers, stock_script, tmp_path):
     _skip_unless_unshare()
     env = {**child_env(), **stock_env(fake_nvidia_smi(tmp_path / "smi", 4))}
@@ -334,9 +361,23 @@ def test_the_stock_script_in_one_namespace_and_ours_in_another(path, workers, st
 
     def stock_in_new_namespace():
         # the shell is the TaskManager stand-in, pid 1 of its namespace: the script records `<index> 1`
-        return subprocess.Popen(["unshare", "--pid", "--mount-proc", "--kill-child", "sh", "-c",
-                                 '"$@"; echo "rc=$?"; exec sleep 600', "sh", *stock_args],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [
+                "unshare",
+                "--pid",
+                "--mount-proc",
+                "--kill-child",
+                "sh",
+                "-c",
+                '"$@"; echo "rc=$?"; exec sleep 600',
+                "sh",
+                *stock_args,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     stock_a = stock_in_new_namespace()
     stock_c = None
@@ -366,19 +407,46 @@ def test_the_stock_script_in_one_namespace_and_ours_in_another(path, workers, st
 
 # ---- what cannot be proven stays taken, shown, and removable on request ----------------------------
 
+
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "flink_gpu.cli", *map(str, args)], env=child_env(),
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "flink_gpu.cli", *map(str, args)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_an_unleased_entry_of_another_namespace_is_shown_kept_and_cleaned_on_request(path, tmp_path):
     """`flink-gpu claim` in a container claims for its parent, without a lease: nobody outside can tell
     when that parent dies."""
     _skip_unless_unshare()
-    inner = subprocess.Popen(["unshare", "--pid", "--mount-proc", "--kill-child", "sh", "-c",
-                              '"$@" >/dev/null; echo "rc=$?"; exec sleep 600', "sh", sys.executable, "-m",
-                              "flink_gpu.cli", "--simulate", "2", "claim", "1", "--file", str(path)],
-                             env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    inner = subprocess.Popen(
+        [
+            "unshare",
+            "--pid",
+            "--mount-proc",
+            "--kill-child",
+            "sh",
+            "-c",
+            '"$@" >/dev/null; echo "rc=$?"; exec sleep 600',
+            "sh",
+            sys.executable,
+            "-m",
+            "flink_gpu.cli",
+            "--simulate",
+            "2",
+            "claim",
+            "1",
+            "--file",
+            str(path),
+        ],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         rc = inner.stdout.readline().strip()
         if rc == "":
@@ -395,14 +463,20 @@ def test_an_unleased_entry_of_another_namespace_is_shown_kept_and_cleaned_on_req
 
         listed = json.loads(_cli("--simulate", "2", "list", "--json", "--file", path).stdout)
         (holder,) = listed["gpus"][0]["holders"]
-        assert holder == {"pid": 1, "cmdline": None, "liveness_known": False, "ours": False,
-                          "namespace": entry.namespace}
+        assert holder == {
+            "pid": 1,
+            "cmdline": None,
+            "liveness_known": False,
+            "ours": False,
+            "namespace": entry.namespace,
+        }
         human = _cli("--simulate", "2", "list", "--file", path).stdout
         assert "pid 1: held in another PID namespace, liveness unknown" in human
         assert "clean --foreign-namespaces" in human
         shown = json.loads(_cli("coordination", "show", "--json", "--file", path).stdout)
         assert [(e["state"], e["liveness_known"], e["lease"]) for e in shown["entries"]] == [
-            ("other namespace", False, None)]
+            ("other namespace", False, None)
+        ]
         show = _cli("coordination", "show", "--file", path).stdout
         assert "1 entry (0 live, 0 stale, 1 of other PID namespaces with liveness unknown)" in show
 
@@ -520,17 +594,36 @@ def test_workers_in_three_namespaces_with_sigkills_never_share_a_gpu(path, tmp_p
     ledgers = tmp_path / "ledgers"
     ledgers.mkdir()
     env = {**child_env(), "STRESS_WORKER": STRESS_WORKER}
-    supervisors = [subprocess.Popen(["unshare", "--pid", "--mount-proc", "--kill-child", sys.executable, "-c",
-                                     SUPERVISOR, str(path), str(ledgers), "4", f"ns{i}", "4"],
-                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                   for i in range(3)]
+    supervisors = [
+        subprocess.Popen(
+            [
+                "unshare",
+                "--pid",
+                "--mount-proc",
+                "--kill-child",
+                sys.executable,
+                "-c",
+                SUPERVISOR,
+                str(path),
+                str(ledgers),
+                "4",
+                f"ns{i}",
+                "4",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
     try:
         outputs = [s.communicate(timeout=120) for s in supervisors]
     finally:
         for s in supervisors:
             s.kill()
             s.wait(30)
-    for (stdout, stderr), s in zip(outputs, supervisors):
+    for (stdout, stderr), s in zip(outputs, supervisors, strict=True):
         if s.returncode != 0 and "unshare" in stderr:
             pytest.skip(f"cannot create a pid namespace here: {stderr.strip()}")
         assert s.returncode == 0 and stdout.startswith("done"), stderr
@@ -544,7 +637,7 @@ def test_workers_in_three_namespaces_with_sigkills_never_share_a_gpu(path, tmp_p
         by_gpu.setdefault(gpu, []).append((start, end, worker))
     for gpu, spans in by_gpu.items():
         spans.sort()
-        for (s1, e1, w1), (s2, e2, w2) in zip(spans, spans[1:]):
+        for (_, e1, w1), (s2, _, w2) in itertools.pairwise(spans):
             assert s2 >= e1, f"GPU {gpu} given to {w2} at {s2} while {w1} held it until {e1}"
             reclaims += w1.split("-")[1] != w2.split("-")[1]
     assert reclaims > 0  # GPUs did pass between namespaces
@@ -560,26 +653,31 @@ print(json.dumps({"indices": sorted(i.get_property("index") for i in lookup.info
 """
 
 
-def test_process_mode_workers_of_two_taskmanagers_with_pid_1_get_their_own_gpus(path, workers, discovery_exe,
-                                                                                  tmp_path):
+def test_process_mode_workers_of_two_taskmanagers_with_pid_1_get_their_own_gpus(path, workers, discovery_exe, tmp_path):
     """Two containers share the coordination file; each TaskManager is pid 1 of its own and runs the
     discovery: each container's Python worker gets its TaskManager's GPU, not both."""
-    from flink_gpu import simulator
-
     from test_pyflink import write_conf
+
+    from flink_gpu import simulator
 
     conf_dir = write_conf(tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}")
     taskmanagers = [workers(path), workers(path)]
     discovered = []
     for tm in taskmanagers:
-        done = tm.ask(op="run", argv=[str(discovery_exe), "1", "--enable-coordination-mode", "--coordination-file",
-                                      str(path)], env=simulator.environment(devices=2))
+        done = tm.ask(
+            op="run",
+            argv=[str(discovery_exe), "1", "--enable-coordination-mode", "--coordination-file", str(path)],
+            env=simulator.environment(devices=2),
+        )
         assert done["rc"] == 0, done
         discovered.append(done["stdout"].strip())
     assert sorted(discovered) == ["0", "1"] and all(tm.pid == 1 for tm in taskmanagers)
-    for tm, gpu in zip(taskmanagers, discovered):
-        done = tm.ask(op="run", argv=[sys.executable, "-c", LOOKUP],
-                      env={"FLINK_CONF_DIR": str(conf_dir), **simulator.environment(devices=2)})
+    for tm, gpu in zip(taskmanagers, discovered, strict=True):
+        done = tm.ask(
+            op="run",
+            argv=[sys.executable, "-c", LOOKUP],
+            env={"FLINK_CONF_DIR": str(conf_dir), **simulator.environment(devices=2)},
+        )
         assert done["rc"] == 0, done
         assert json.loads(done["stdout"])["indices"] == [gpu], done
 
@@ -588,10 +686,12 @@ def test_the_sharing_limit_counts_equal_slots_of_equal_pids_in_two_namespaces_ap
     """Slot 'worker-0' of TaskManager pid 1 in five containers, at most two holders per GPU: five holders,
     never three on one GPU."""
     bindings = binding.bindings_path(path)
-    bound = [workers(path).ask(op="bind_slot", gpus=["0", "1"], slot="worker-0", bindings=bindings, share=2)
-             for _ in range(5)]
+    bound = [
+        workers(path).ask(op="bind_slot", gpus=["0", "1"], slot="worker-0", bindings=bindings, share=2)
+        for _ in range(5)
+    ]
     assert [b.get("bound") for b in bound[:4]] == [["0"], ["1"], ["0"], ["1"]], bound
-    assert bound[4]["error"].startswith("BindingError: Could not bind 1 GPU"), bound[4]
+    assert bound[4]["error"].startswith("NotEnoughGpusError: Could not bind 1 GPU"), bound[4]
     assert "(2 of at most 2)" in bound[4]["error"]
 
 
@@ -605,6 +705,7 @@ def test_a_forked_child_inherits_its_parents_binding_not_that_of_pid_1_of_anothe
 
 
 # ---- the lease file deleted while its holders live (an age-based cleaner, docs/SECURITY.md) -----------
+
 
 @pytest.mark.parametrize("kind", ["claim", "bind"])
 def test_a_deleted_lease_file_never_turns_live_holders_into_dead_ones(path, workers, kind):
@@ -630,8 +731,9 @@ def test_a_deleted_lease_file_never_turns_live_holders_into_dead_ones(path, work
     answer = take(late)
     assert "error" in answer and "Could not" in answer["error"], answer
     assert Path(f"{target}.lease").read_bytes() != old_token  # a new lease file, with a token of its own
-    entries = {e.index: e for e in (binding.snapshot(target) if kind == "bind" else
-                                    coordination.snapshot(target)).entries}
+    entries = {
+        e.index: e for e in (binding.snapshot(target) if kind == "bind" else coordination.snapshot(target)).entries
+    }
     assert all(entries[i].alive for i in "013"), entries
     assert entries["0"].liveness == "unknown" and entries["0"].lease_file is not None  # not "lease released"
     if kind == "claim":  # ours too: the host's own claim takes nothing of theirs
@@ -655,10 +757,19 @@ def test_our_namespace_judges_a_holder_whose_lease_file_was_replaced_by_its_pid(
     """A holder of our namespace keeps its GPU when the lease file is deleted and created again, or a copy is
     put in its place (the token, written for another inode, but none of the locks): its free byte there
     proves nothing, its pid and start time do."""
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from flink_gpu import coordination; "
-                               f"coordination.claim(1, ['0', '1'], path={str(path)!r}); print('ok', flush=True); "
-                               "sys.stdin.read()"], env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from flink_gpu import coordination; "
+            f"coordination.claim(1, ['0', '1'], path={str(path)!r}); print('ok', flush=True); "
+            "sys.stdin.read()",
+        ],
+        env=child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline() == "ok\n"
         replace(path)
@@ -684,8 +795,14 @@ def test_holders_keep_the_lease_files_times_fresh_for_age_based_cleaners(path):
     try:
         month_ago = time.time() - 31 * 86400
         os.utime(f"{path}.lease", (month_ago, month_ago))
-        done = subprocess.run([sys.executable, "-c", "from flink_gpu import coordination; "
-                               f"coordination.claim(1, ['0', '1'], path={str(path)!r})"], env=child_env())
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"from flink_gpu import coordination; coordination.claim(1, ['0', '1'], path={str(path)!r})",
+            ],
+            env=child_env(),
+        )
         assert done.returncode == 0
         st = os.stat(f"{path}.lease")
         assert st.st_mtime > time.time() - 3600 and st.st_atime > time.time() - 3600
@@ -693,8 +810,9 @@ def test_holders_keep_the_lease_files_times_fresh_for_age_based_cleaners(path):
         coordination.release(path=path)
 
 
-def test_list_and_doctor_never_take_pid_1_of_another_namespace_for_the_ancestor_of_our_processes(path, workers,
-                                                                                                  tmp_path):
+def test_list_and_doctor_never_take_pid_1_of_another_namespace_for_the_ancestor_of_our_processes(
+    path, workers, tmp_path
+):
     """A container's pid 1 holds GPU 0 (its lease proves it alive everywhere) while a process of ours runs
     on it: that process belongs to no holder here — our pid 1, the ancestor of every process of ours, is
     not the container's."""
@@ -709,13 +827,16 @@ def test_list_and_doctor_never_take_pid_1_of_another_namespace_for_the_ancestor_
         assert [(p["pid"], p["holder"]) for p in gpu["processes"]] == [(stranger.pid, None)]
         assert [h["ours"] for h in gpu["holders"]] == [False]
         conf = tmp_path / "flink-conf.yaml"
-        conf.write_text("external-resources: gpu\nexternal-resource.gpu.amount: 1\n"
-                        "external-resource.gpu.driver-factory.class: flink_gpu.GPUDriverFactory\n"
-                        "external-resource.gpu.param.discovery-mode: nvml\n"
-                        "external-resource.gpu.param.discovery-script.args: --enable-coordination-mode "
-                        f"--coordination-file {path}\n")
-        doctor = json.loads(_cli("doctor", conf, "--simulate-spec", spec, "--json",
-                                 "--taskmanagers-per-host", "1").stdout)
+        conf.write_text(
+            "external-resources: gpu\nexternal-resource.gpu.amount: 1\n"
+            "external-resource.gpu.driver-factory.class: flink_gpu.GPUDriverFactory\n"
+            "external-resource.gpu.param.discovery-mode: nvml\n"
+            "external-resource.gpu.param.discovery-script.args: --enable-coordination-mode "
+            f"--coordination-file {path}\n"
+        )
+        doctor = json.loads(
+            _cli("doctor", conf, "--simulate-spec", spec, "--json", "--taskmanagers-per-host", "1").stdout
+        )
         busy = [f["message"] for f in doctor["findings"] if f["check"] == "gpu-state"]
         assert any(m.startswith("GPU 0 runs 1 process of no flink-gpu holder") for m in busy), busy
     finally:
@@ -724,7 +845,8 @@ def test_list_and_doctor_never_take_pid_1_of_another_namespace_for_the_ancestor_
 
 
 def test_a_holder_that_claims_again_after_its_lease_file_was_deleted_moves_all_its_lines_to_the_new_lease(
-        path, workers):
+    path, workers
+):
     """Its older lines get the new lease too: when it dies, every GPU it held comes back in other namespaces,
     not only those it claimed last."""
     holder = workers(path, init=False)
@@ -756,8 +878,9 @@ print(json.dumps({"parent": os.getpid(), "file": open(path).read()}), flush=True
 
 
 def test_a_child_forked_from_c_claims_for_itself_and_never_releases_its_parents_gpus(path):
-    done = subprocess.run([sys.executable, "-c", FORK_FROM_C, str(path)], env=child_env(), capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_FROM_C, str(path)], env=child_env(), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     child, parent = map(json.loads, done.stdout.splitlines())
     assert child["owner"] == child["pid"] != parent["parent"]
@@ -772,6 +895,7 @@ def test_deleting_the_lease_file_while_holding_leaks_no_descriptor(path):
     coordination.claim(6, gpus(6), path=path)
     assert len({e.lease_file for e in coordination.snapshot(path).entries}) == 1
     coordination.release(path=path)
+
     def target(fd):
         try:
             return os.readlink(f"/proc/self/fd/{fd}")

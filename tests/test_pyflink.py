@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from conftest import run_python, simulated_env
-from flink_gpu import GPUInfo, coordination
+from flink_gpu import GPUInfo, NotEnoughGpusError, SlotUnknownError, coordination
 from flink_gpu.coordination import DEFAULT_PATH as DEFAULT_COORDINATION_FILE
 from flink_gpu.pyflink import get_external_resource_infos, lookup_external_resource_infos
 
@@ -30,9 +30,11 @@ def write_conf(conf_dir, args, resources="gpu", legacy=False, extra=""):
             f"external-resources: {resources}\n"
             "external-resource.gpu.amount: 2\n"
             f"external-resource.gpu.driver-factory.class: {GPU_FACTORY}\n"
-            f"external-resource.gpu.param.discovery-script.args: {args}\n{extra}")
+            f"external-resource.gpu.param.discovery-script.args: {args}\n{extra}"
+        )
     else:
-        (conf_dir / "config.yaml").write_text(textwrap.dedent(f"""\
+        (conf_dir / "config.yaml").write_text(
+            textwrap.dedent(f"""\
             external-resources: {resources}
             external-resource:
               gpu:
@@ -42,7 +44,9 @@ def write_conf(conf_dir, args, resources="gpu", legacy=False, extra=""):
                 param:
                   discovery-script:
                     args: {args}
-            """) + extra)
+            """)
+            + extra
+        )
     return conf_dir
 
 
@@ -104,7 +108,7 @@ def test_grandchild_of_the_holder_gets_its_gpus_with_nvml_properties(tm_conf):
         assert info["uuid"] == SIM_UUID.format(i)
         assert info["name"] == "NVIDIA Simulated GPU"
         assert info["pci.bus-id"] == f"00000000:{i + 1:02x}:00.0"
-        assert info["memory.total"] == str(80 * 1024 ** 3)
+        assert info["memory.total"] == str(80 * 1024**3)
         assert info["minor-number"] == str(i)
 
 
@@ -112,12 +116,22 @@ def test_two_taskmanagers_on_one_file_see_disjoint_gpus(tm_conf):
     _, path = tm_conf
     env = simulated_env(devices=4)
     # the first one stays alive (holding 0,1) while the second one claims and looks up
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys
         from flink_gpu import coordination
         print(",".join(coordination.claim(2, ["0", "1", "2", "3"], path={str(path)!r}).taken), flush=True)
         sys.stdin.read()
-        """)], env=run_env(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        """),
+        ],
+        env=run_env(env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "0,1"
         outer, worker = worker_result(start_taskmanager(env, path, 2))
@@ -195,8 +209,11 @@ def test_nvml_library_path_from_the_resource_configuration(tmp_path, monkeypatch
     from flink_gpu import simulator
 
     path = tmp_path / "coordination"
-    conf_dir = write_conf(tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}",
-                          extra=f"external-resource.gpu.param.nvml.library-path: {simulator.library_path()}\n")
+    conf_dir = write_conf(
+        tmp_path / "conf",
+        f"--enable-coordination-mode --coordination-file {path}",
+        extra=f"external-resource.gpu.param.nvml.library-path: {simulator.library_path()}\n",
+    )
     env = simulated_env(devices=4)
     env.pop("FLINK_GPU_NVML_LIBRARY")
     env["FLINK_CONF_DIR"] = str(conf_dir)
@@ -206,10 +223,10 @@ def test_nvml_library_path_from_the_resource_configuration(tmp_path, monkeypatch
 
 # -- FLINK_CONF_DIR parsing -----------------------------------------------------------------------
 
+
 def test_legacy_flink_conf_yaml_names_the_file(tmp_path, monkeypatch):
     path = tmp_path / "coord-legacy"
-    conf_dir = write_conf(tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}",
-                          legacy=True)
+    conf_dir = write_conf(tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}", legacy=True)
     monkeypatch.setenv("FLINK_CONF_DIR", str(conf_dir))
     coordination.claim(2, ["0", "1"], path=path)
     try:
@@ -231,11 +248,14 @@ def test_the_resource_name_selects_the_keys(tmp_path, monkeypatch):
     conf_dir.mkdir()
     (conf_dir / "config.yaml").write_text(
         "external-resources: [gpu, fpga]\n"
-        + "".join(f"external-resource.{name}.amount: 1\n"
-                  f"external-resource.{name}.driver-factory.class: {GPU_FACTORY}\n" for name in ("gpu", "fpga"))
+        + "".join(
+            f"external-resource.{name}.amount: 1\nexternal-resource.{name}.driver-factory.class: {GPU_FACTORY}\n"
+            for name in ("gpu", "fpga")
+        )
         + "external-resource.gpu.param.discovery-script.args: --enable-coordination-mode\n"
         "external-resource.fpga.param.discovery-script.args: "
-        f"--enable-coordination-mode --coordination-file {path}\n")
+        f"--enable-coordination-mode --coordination-file {path}\n"
+    )
     monkeypatch.setenv("FLINK_CONF_DIR", str(conf_dir))
     coordination.claim(1, ["7"], path=path)
     try:
@@ -246,6 +266,7 @@ def test_the_resource_name_selects_the_keys(tmp_path, monkeypatch):
 
 
 # -- empty set with a reason ----------------------------------------------------------------------
+
 
 def reason_of(name="gpu"):
     lookup = lookup_external_resource_infos(None, name)
@@ -266,27 +287,37 @@ def test_conf_dir_without_a_configuration_file(tmp_path, monkeypatch):
     assert DEFAULT_COORDINATION_FILE in reason
 
 
-def test_a_coordination_file_flag_without_a_value_means_the_default_file_with_a_warn(
-        tmp_path, monkeypatch, caplog):
+def test_a_coordination_file_flag_without_a_value_means_the_default_file_with_a_warn(tmp_path, monkeypatch, caplog):
     # the stock script's reading (and flink-gpu-discovery's): the default file
-    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(
-        tmp_path / "conf", "--enable-coordination-mode --coordination-file")))
+    monkeypatch.setenv(
+        "FLINK_CONF_DIR", str(write_conf(tmp_path / "conf", "--enable-coordination-mode --coordination-file"))
+    )
     with caplog.at_level(logging.WARNING, "flink_gpu.script_protocol"):
         lookup = lookup_external_resource_infos(None, "gpu")
     assert lookup.coordination_file == DEFAULT_COORDINATION_FILE
     assert DEFAULT_COORDINATION_FILE in lookup.reason
-    assert any("'--coordination-file' in 'external-resource.gpu.param.discovery-script.args'" in r.getMessage()
-               and "has no file path after it" in r.getMessage() and r.levelno == logging.WARNING
-               for r in caplog.records)
+    assert any(
+        "'--coordination-file' in 'external-resource.gpu.param.discovery-script.args'" in r.getMessage()
+        and "has no file path after it" in r.getMessage()
+        and r.levelno == logging.WARNING
+        for r in caplog.records
+    )
 
 
 def test_our_invalid_options_do_not_change_what_the_java_plugin_records(tmp_path, monkeypatch):
     # Flink's Java plugin never reads discovery-mode: its TaskManager records its GPUs in the
     # --coordination-file of its args, and that is the file the worker must read
     path = tmp_path / "coordination"
-    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(
-        tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}",
-        extra="external-resource.gpu.param.discovery-mode: gpu\n")))
+    monkeypatch.setenv(
+        "FLINK_CONF_DIR",
+        str(
+            write_conf(
+                tmp_path / "conf",
+                f"--enable-coordination-mode --coordination-file {path}",
+                extra="external-resource.gpu.param.discovery-mode: gpu\n",
+            )
+        ),
+    )
     coordination.claim(2, ["0", "1"], path=path)
     try:
         lookup = lookup_external_resource_infos(None, "gpu")
@@ -299,8 +330,9 @@ def test_our_invalid_options_do_not_change_what_the_java_plugin_records(tmp_path
 def test_a_python_gpu_driver_that_cannot_be_built_gives_nothing(tmp_path, monkeypatch):
     # our own factory validates discovery-mode: the TaskManager's driver is never built, so
     # Flink gives the operator nothing, and no coordination file is read
-    conf_dir = write_conf(tmp_path / "conf", "--enable-coordination-mode",
-                          extra="external-resource.gpu.param.discovery-mode: gpu\n")
+    conf_dir = write_conf(
+        tmp_path / "conf", "--enable-coordination-mode", extra="external-resource.gpu.param.discovery-mode: gpu\n"
+    )
     config = conf_dir / "config.yaml"
     config.write_text(config.read_text().replace(GPU_FACTORY, "flink_gpu.GPUDriverFactory"))
     monkeypatch.setenv("FLINK_CONF_DIR", str(conf_dir))
@@ -317,8 +349,10 @@ def test_coordination_mode_off(tmp_path, monkeypatch):
 
 def test_resource_not_listed(tmp_path, monkeypatch):
     path = tmp_path / "coordination"
-    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(
-        tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}", resources="fpga")))
+    monkeypatch.setenv(
+        "FLINK_CONF_DIR",
+        str(write_conf(tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}", resources="fpga")),
+    )
     reason = reason_of()
     assert "'gpu' is not listed in 'external-resources' ('fpga')" in reason
 
@@ -354,8 +388,14 @@ def test_get_logs_the_reason_as_a_warning(tm_conf, caplog):
 def test_a_typo_in_the_args_is_warned_once_per_process_not_per_operator(tmp_path, monkeypatch):
     # every UDF's open() looks its GPUs up; the configuration's typo is news only the first time
     path = tmp_path / "coordination"
-    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(
-        tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path} --enable-coordination")))
+    monkeypatch.setenv(
+        "FLINK_CONF_DIR",
+        str(
+            write_conf(
+                tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path} --enable-coordination"
+            )
+        ),
+    )
     caplog_records = []
     handler = logging.Handler()
     handler.emit = caplog_records.append
@@ -373,8 +413,9 @@ def test_a_typo_in_the_args_is_warned_once_per_process_not_per_operator(tmp_path
 def test_a_coordination_file_that_is_a_directory(tmp_path, monkeypatch):
     path = tmp_path / "coordination"
     path.mkdir()
-    monkeypatch.setenv("FLINK_CONF_DIR", str(write_conf(
-        tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}")))
+    monkeypatch.setenv(
+        "FLINK_CONF_DIR", str(write_conf(tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}"))
+    )
     reason = reason_of()
     assert f"could not read the coordination file {path}" in reason
 
@@ -385,6 +426,7 @@ def test_bad_name():
 
 
 # -- thread mode: the Java context's API, as pemja presents it -------------------------------------
+
 
 class JavaOptional:
     def __init__(self, value):
@@ -464,6 +506,7 @@ def test_thread_mode_info_without_an_index_keeps_its_java_string():
 
 # -- process mode gives what the TaskManager's RuntimeContext would ---------------------------------
 
+
 def conf_with(tmp_path, monkeypatch, lines):
     """A configuration of ``lines`` (flat keys) in FLINK_CONF_DIR; this process holds GPUs 0 and 1
     in its coordination file, which every ``lines`` names."""
@@ -476,10 +519,12 @@ def conf_with(tmp_path, monkeypatch, lines):
     return conf_dir, path
 
 
-SERVED = ["external-resources: gpu", "external-resource.gpu.amount: 2",
-          f"external-resource.gpu.driver-factory.class: {GPU_FACTORY}",
-          "external-resource.gpu.param.discovery-script.args: "
-          "--enable-coordination-mode --coordination-file {path}"]
+SERVED = [
+    "external-resources: gpu",
+    "external-resource.gpu.amount: 2",
+    f"external-resource.gpu.driver-factory.class: {GPU_FACTORY}",
+    "external-resource.gpu.param.discovery-script.args: --enable-coordination-mode --coordination-file {path}",
+]
 
 
 def replaced(key, value):
@@ -488,24 +533,44 @@ def replaced(key, value):
     return lines if value is None else lines + [f"{key}: {value}"]
 
 
-@pytest.mark.parametrize("lines, expected", [
-    (replaced("external-resources", "none"), "'external-resources' is 'none', which enables no external resource"),
-    (replaced("external-resources", "fpga"), "'gpu' is not listed in 'external-resources' ('fpga')"),
-    (replaced("external-resource.gpu.amount", None), "'external-resource.gpu.amount' is not set"),
-    (replaced("external-resource.gpu.amount", "0"), "'external-resource.gpu.amount' is '0'; it must be positive"),
-    (replaced("external-resource.gpu.amount", "-3"), "'external-resource.gpu.amount' is '-3'; it must be positive"),
-    (replaced("external-resource.gpu.amount", "two"), "a TaskManager does not start with it"),
-    (replaced("external-resource.gpu.amount", "99999999999999999999"),
-     "a TaskManager does not start with it (Could not parse value '99999999999999999999' for key "
-     "'external-resource.gpu.amount'. The value is out of the range of a 64-bit long"),
-    (replaced("external-resource.gpu.driver-factory.class", None),
-     "'external-resource.gpu.driver-factory.class' is not set"),
-    (replaced("external-resource.gpu.driver-factory.class", "no_such_pkg.Factory"),
-     "('external-resource.gpu.driver-factory.class': no_such_pkg.Factory) cannot be loaded"),
-], ids=["none", "not-listed", "no-amount", "amount-0", "amount-negative", "amount-not-a-number",
-        "amount-beyond-64-bits", "no-factory", "factory-not-found"])
+@pytest.mark.parametrize(
+    "lines, expected",
+    [
+        (replaced("external-resources", "none"), "'external-resources' is 'none', which enables no external resource"),
+        (replaced("external-resources", "fpga"), "'gpu' is not listed in 'external-resources' ('fpga')"),
+        (replaced("external-resource.gpu.amount", None), "'external-resource.gpu.amount' is not set"),
+        (replaced("external-resource.gpu.amount", "0"), "'external-resource.gpu.amount' is '0'; it must be positive"),
+        (replaced("external-resource.gpu.amount", "-3"), "'external-resource.gpu.amount' is '-3'; it must be positive"),
+        (replaced("external-resource.gpu.amount", "two"), "a TaskManager does not start with it"),
+        (
+            replaced("external-resource.gpu.amount", "99999999999999999999"),
+            "a TaskManager does not start with it (Could not parse value '99999999999999999999' for key "
+            "'external-resource.gpu.amount'. The value is out of the range of a 64-bit long",
+        ),
+        (
+            replaced("external-resource.gpu.driver-factory.class", None),
+            "'external-resource.gpu.driver-factory.class' is not set",
+        ),
+        (
+            replaced("external-resource.gpu.driver-factory.class", "no_such_pkg.Factory"),
+            "('external-resource.gpu.driver-factory.class': no_such_pkg.Factory) cannot be loaded",
+        ),
+    ],
+    ids=[
+        "none",
+        "not-listed",
+        "no-amount",
+        "amount-0",
+        "amount-negative",
+        "amount-not-a-number",
+        "amount-beyond-64-bits",
+        "no-factory",
+        "factory-not-found",
+    ],
+)
 def test_a_resource_the_taskmanager_does_not_serve_gives_nothing_and_the_file_is_not_read(
-        tmp_path, monkeypatch, lines, expected):
+    tmp_path, monkeypatch, lines, expected
+):
     from flink_gpu.framework import load_external_resources
 
     conf_dir, path = conf_with(tmp_path, monkeypatch, lines)
@@ -546,8 +611,11 @@ def test_never_more_infos_than_the_amount_with_a_warn(tmp_path, monkeypatch, cap
 
 def test_without_coordination_mode_the_file_is_not_read(tmp_path, monkeypatch):
     # the file named by --coordination-file holds this process's GPUs, but the discovery did not write them
-    _, path = conf_with(tmp_path, monkeypatch, replaced(
-        "external-resource.gpu.param.discovery-script.args", "--coordination-file {path}"))
+    _, path = conf_with(
+        tmp_path,
+        monkeypatch,
+        replaced("external-resource.gpu.param.discovery-script.args", "--coordination-file {path}"),
+    )
     try:
         lookup = lookup_external_resource_infos(None, "gpu")
     finally:
@@ -574,7 +642,7 @@ try:
     b = bind_gpus(None, "gpu", count=COUNT, subtasks_per_gpu=SHARE)
     print(json.dumps({"pid": os.getpid(), "indices": list(b.indices), "visible": b.cuda_visible_devices}), flush=True)
 except BindingError as error:
-    print(json.dumps({"pid": os.getpid(), "error": str(error)}), flush=True)
+    print(json.dumps({"pid": os.getpid(), "error": f"{type(error).__name__}: {error}"}), flush=True)
 sys.stdin.read()
 '''.replace("COUNT", str(count)).replace("SHARE", str(share))
 procs = [subprocess.Popen(["/bin/sh", "-c", '"$0" -c "$1"; exit $?', sys.executable, worker],
@@ -588,8 +656,7 @@ print(json.dumps({"pid": os.getpid(), "claimed": claimed, "reports": reports}))
 
 
 def bind_in_workers(env, path, amount, workers, count=1, share=1):
-    proc = run_python(f"ARGS = ({str(path)!r}, {amount}, {workers}, {count}, {share})\n" + BINDING_TASKMANAGER,
-                      env=env)
+    proc = run_python(f"ARGS = ({str(path)!r}, {amount}, {workers}, {count}, {share})\n" + BINDING_TASKMANAGER, env=env)
     return json.loads(proc.stdout)
 
 
@@ -619,6 +686,8 @@ def test_not_enough_says_what_the_taskmanager_has_who_binds_it_and_what_to_chang
     errors = [report["error"] for report in result["reports"] if "error" in report]
     assert len(errors) == 1, result
     [error] = errors
+    # one error, the core's not-enough status told what this TaskManager can serve: no second message
+    assert error.startswith("NotEnoughGpusError: Could not bind 1 GPU") and error.count("Could not bind") == 1, error
     bound = [report for report in result["reports"] if "indices" in report]
     for report in bound:
         assert f"GPU {report['indices'][0]} is bound by pid {report['pid']} (1 of at most 1)" in error
@@ -632,8 +701,11 @@ def test_bind_gpus_without_gpus_says_why(tmp_path, monkeypatch):
     from flink_gpu.binding import BindingError
     from flink_gpu.pyflink import bind_gpus
 
-    with pytest.raises(BindingError, match="No GPUs of 'gpu' to bind in process mode: .*enable-coordination-mode") as raised:
+    with pytest.raises(
+        BindingError, match="No GPUs of 'gpu' to bind in process mode: .*enable-coordination-mode"
+    ) as raised:
         bind_gpus(None, "gpu")
+    assert type(raised.value) is NotEnoughGpusError
     # where a TaskManager that found no GPU says why, and the command that checks it
     assert "Failed to retrieve information of external resource gpu" in str(raised.value)
     assert "flink-gpu doctor" in str(raised.value)
@@ -650,9 +722,14 @@ def test_thread_mode_bind_gpus_without_gpus_points_to_the_taskmanager_log_and_do
     assert "log/flink-*-taskexecutor-*.log" in message and "flink-gpu doctor" in message
 
 
-@pytest.mark.parametrize("count, share, message", [
-    (0, 1, "count must be 1 to"), (1, 0, "subtasks_per_gpu must be 1 to 1024, got 0"),
-    (1, 2000, "subtasks_per_gpu must be 1 to 1024, got 2000")])
+@pytest.mark.parametrize(
+    "count, share, message",
+    [
+        (0, 1, "count must be 1 to"),
+        (1, 0, "subtasks_per_gpu must be 1 to 1024, got 0"),
+        (1, 2000, "subtasks_per_gpu must be 1 to 1024, got 2000"),
+    ],
+)
 def test_bind_gpus_refuses_bad_counts_naming_the_parameter(count, share, message):
     from flink_gpu.pyflink import bind_gpus
 
@@ -705,7 +782,7 @@ def thread_mode_subtasks(gpus, subtasks):
 
     threads = [threading.Thread(target=subtask, args=args) for args in subtasks]
     try:
-        for t, (name, _) in zip(threads, subtasks):  # one after the other: each binds before the next asks
+        for t, (name, _) in zip(threads, subtasks, strict=True):  # one after the other: each binds before the next asks
             t.start()
             while name not in results and t.is_alive():
                 threading.Event().wait(0.01)
@@ -746,8 +823,11 @@ def test_each_binding_logs_operator_subtask_gpu_index_and_uuid(tm_conf):
     lines = [line for line in proc.stderr.splitlines() if "Bound" in line]
     assert len(lines) == 1, proc.stderr
     # thread mode's Java infos carry the index only: the uuid is NVML's
-    assert re.fullmatch(r"flink_gpu\.pyflink INFO Bound infer -> Sink: print subtask 3 to slot 1f \(thread \d+\) of "
-                        r"the TaskManager \(pid \d+\), thread mode: GPU 0 \(" + SIM_UUID.format(0) + r"\)", lines[0]), lines
+    assert re.fullmatch(
+        r"flink_gpu\.pyflink INFO Bound infer -> Sink: print subtask 3 to slot 1f \(thread \d+\) of "
+        r"the TaskManager \(pid \d+\), thread mode: GPU 0 \(" + SIM_UUID.format(0) + r"\)",
+        lines[0],
+    ), lines
 
 
 def test_thread_mode_binds_per_slot_allocation_id(tm_conf):
@@ -772,7 +852,8 @@ def test_a_thread_mode_subtask_without_an_allocation_id_is_refused_as_of_an_unkn
     gpus = [JavaInfo({"index": "0"}), JavaInfo({"index": "1"})]
     with thread_mode_subtasks(gpus, (("a", None), ("b", None))) as results:
         for name in "ab":
-            assert isinstance(results[name], BindingError), results[name]
+            # its own type (what to do differs: bind in process mode), still a BindingError as before
+            assert type(results[name]) is SlotUnknownError and isinstance(results[name], BindingError)
             assert "slot" in str(results[name]) and "allocation id is unknown" in str(results[name])
     assert not os.path.exists(f"{path}.bindings")
 
@@ -792,6 +873,7 @@ def test_the_taskmanagers_configuration_is_read_again_only_when_it_changes(tm_co
 
 
 # -- bind_gpus: what the not-enough advice promises ------------------------------------------------
+
 
 def test_not_enough_never_promises_slots_that_cannot_bind_that_many(tm_conf):
     """3 GPUs per slot of a TaskManager that has 2: no slot can have them, whatever subtasks_per_gpu."""
@@ -820,4 +902,3 @@ def test_thread_mode_not_enough_for_mig_units_never_promises_a_slot_per_unit(tm_
         error = str(results["2e"])
     promised = re.search(r"so at most (\d+) of its slots can bind 1 each", error)
     assert promised is None or promised.group(1) == "1", error
-

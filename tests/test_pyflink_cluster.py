@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from support.interop import find_discovery_executable
 from flink_gpu import binding, coordination, simulator
+from support.interop import find_discovery_executable
 
 pytestmark = pytest.mark.flink_cluster
 
@@ -48,8 +48,13 @@ OPERATOR = "bind-gpus"  # gpu_job.OPERATOR; its further operators are "bind-gpus
 MODES = ["process", "thread"]
 SIM_UUID = "GPU-00000000-0000-4000-8000-{:012x}"
 #: the gauges of a bound GPU as the REST API names them: "<operator>.gpu.<index>.<gauge>"
-GAUGE_RANGES = {"utilization": range(0, 101), "memoryUsed": range(0, 1 << 24), "temperature": range(1, 120),
-                "power": range(0, 5000)}
+GAUGE_RANGES = {
+    "utilization": range(0, 101),
+    "memoryUsed": range(0, 1 << 24),
+    "temperature": range(1, 120),
+    "power": range(0, 5000),
+    "health": range(0, 1),
+}  # the simulated GPUs are healthy
 assert set(GAUGE_RANGES) == set(binding.GAUGES)
 
 
@@ -69,13 +74,22 @@ def start_cluster(work: Path, slots: int, taskmanagers: dict[str, int]) -> Stand
         "external-resource.gpu.amount": 2,
         "external-resource.gpu.driver-factory.class": "org.apache.flink.externalresource.gpu.GPUDriverFactory",
         "external-resource.gpu.param.discovery-script.path": find_discovery_executable(),
-        "external-resource.gpu.param.discovery-script.args":
-            f"--enable-coordination-mode --coordination-file {coordination_file}",
+        "external-resource.gpu.param.discovery-script.args": (
+            f"--enable-coordination-mode --coordination-file {coordination_file}"
+        ),
     }
     # CUDA_DEVICE_ORDER as docs/design.md §9.3 says to set it: thread mode's CUDA ordinals follow from NVML
-    specs = [{"env": {**simulator.environment(devices=devices), "FLINK_GPU_E2E_TASKMANAGER": name,
-                      "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTHONPATH": package_root()}}
-             for name, devices in taskmanagers.items()]
+    specs = [
+        {
+            "env": {
+                **simulator.environment(devices=devices),
+                "FLINK_GPU_E2E_TASKMANAGER": name,
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                "PYTHONPATH": package_root(),
+            }
+        }
+        for name, devices in taskmanagers.items()
+    ]
     flink = StandaloneCluster(work, conf, specs)
     flink.coordination_file = coordination_file
     flink.bindings_file = binding.bindings_path(coordination_file)
@@ -128,8 +142,14 @@ def run_job(cluster, mode, parallelism, subtasks_per_gpu=1, groups=(None,), gaug
     results = cluster.work_dir / f"results-{len(cluster.runs)}-{mode}"
     results.mkdir()
     release = results / "release"
-    spec = {"mode": mode, "results": str(results), "parallelism": parallelism,
-            "subtasks_per_gpu": subtasks_per_gpu, "release": str(release), "groups": list(groups)}
+    spec = {
+        "mode": mode,
+        "results": str(results),
+        "parallelism": parallelism,
+        "subtasks_per_gpu": subtasks_per_gpu,
+        "release": str(release),
+        "groups": list(groups),
+    }
     if restart is not None:
         spec.update(restarts=1, fail=str(results / "fail"))
     run = cluster.runs[key] = JobRun(mode)
@@ -180,16 +200,21 @@ def wait_for_reports(cluster, job_id, results, kind, expected, attempt, timeout)
         reports = [r for r in reports if r.get("attempt", 0) == attempt]
         if len(reports) >= expected:
             if len(reports) > expected:
-                raise RuntimeError(f"{len(reports)} {kind}() reports of attempt {attempt}, expected {expected}: "
-                                   f"{reports}")
+                raise RuntimeError(
+                    f"{len(reports)} {kind}() reports of attempt {attempt}, expected {expected}: {reports}"
+                )
             return reports
         state = cluster.job_state(job_id)
         if state in ("FAILED", "CANCELED", "FINISHED"):
-            raise RuntimeError(f"The job ended {state} with {len(reports)} of {expected} {kind}() reports of "
-                               f"attempt {attempt}:\n{cluster.job_failure(job_id)}")
+            raise RuntimeError(
+                f"The job ended {state} with {len(reports)} of {expected} {kind}() reports of "
+                f"attempt {attempt}:\n{cluster.job_failure(job_id)}"
+            )
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(reports)} of {expected} {kind}() reports of attempt {attempt} after "
-                               f"{timeout} s (job {state}): {reports}")
+            raise TimeoutError(
+                f"{len(reports)} of {expected} {kind}() reports of attempt {attempt} after "
+                f"{timeout} s (job {state}): {reports}"
+            )
         time.sleep(0.2)
 
 
@@ -207,13 +232,15 @@ def read_gauges(cluster, job_id, run, timeout):
             if len(values) == len(wanted):
                 break
             if time.monotonic() > deadline:
-                raise TimeoutError(f"Subtask {subtask} of {operator} shows {values} of the gauges {wanted} "
-                                   f"after {timeout} s")
+                raise TimeoutError(
+                    f"Subtask {subtask} of {operator} shows {values} of the gauges {wanted} after {timeout} s"
+                )
             time.sleep(0.5)
         run.gauges[operator, subtask] = values
         listed = cluster.rest(f"/jobs/{job_id}/vertices/{vertices[operator]}/subtasks/{subtask}/metrics")
-        run.gauge_ids[operator, subtask] = sorted(entry["id"] for entry in listed
-                                                  if entry["id"].startswith(f"{operator}.gpu."))
+        run.gauge_ids[operator, subtask] = sorted(
+            entry["id"] for entry in listed if entry["id"].startswith(f"{operator}.gpu.")
+        )
 
 
 def usable(cluster, run, *, binds=True):
@@ -301,7 +328,7 @@ class TestTwoTaskManagers:
         check(cluster, run, lambda: self.check_infos(cluster, run))
 
     def check_infos(self, cluster, run):
-        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers)}
+        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers, strict=True)}
         by_jvm = coordination_sets(cluster)  # what discovery recorded: two GPUs per JVM, none shared
         assert len(run.opened) == self.PARALLELISM
         seen = {}
@@ -313,7 +340,8 @@ class TestTwoTaskManagers:
             assert len(indices) == 2, f"{name} subtask saw {report['infos']}"
             assert seen.setdefault(name, indices) == indices, f"the subtasks of {name} disagree"
             assert indices == by_jvm.get(jvm_pid[name]), (
-                f"{name} (JVM pid {jvm_pid[name]}) saw {sorted(indices)}; the coordination file says {by_jvm}")
+                f"{name} (JVM pid {jvm_pid[name]}) saw {sorted(indices)}; the coordination file says {by_jvm}"
+            )
             if run.mode == "thread":
                 # the function runs inside the TaskManager JVM, and Flink's Java GPUInfo has only the index
                 assert report["pid"] == jvm_pid[name]
@@ -334,7 +362,7 @@ class TestTwoTaskManagers:
         check(cluster, run, lambda: self.check_bindings(cluster, run))
 
     def check_bindings(self, cluster, run):
-        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers)}
+        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers, strict=True)}
         by_jvm = coordination_sets(cluster)
         bound = [report["bound"][0] for report in run.opened]
         assert len(set(bound)) == self.PARALLELISM, f"the four subtasks bound {bound}: not distinct"
@@ -348,8 +376,9 @@ class TestTwoTaskManagers:
         # the bindings file while the subtasks waited: each TaskManager's two holders, one GPU each
         expected = {}
         for report in run.opened:
-            expected.setdefault((jvm_pid[report["taskmanager"]], None), {})[holder_of(run, report)] = \
-                tuple(report["bound"])
+            expected.setdefault((jvm_pid[report["taskmanager"]], None), {})[holder_of(run, report)] = tuple(
+                report["bound"]
+            )
         assert run.bound_while_running == expected, run.bound_while_running
         # every release() in close(), and the workers are gone: nothing left bound
         assert all(r.get("released", "").endswith("released)") for r in run.closed), run.closed
@@ -395,6 +424,7 @@ class TestOneTaskManagerSharingTwoGpus:
     """1 TaskManager x 4 slots with 2 GPUs (coordination on)."""
 
     CLUSTER = (4, {"tm1": 2})
+
     @pytest.mark.parametrize("mode", MODES)
     def test_subtasks_per_gpu_2_binds_each_gpu_exactly_twice(self, cluster, mode):
         run = usable(cluster, run_job(cluster, mode, parallelism=4, subtasks_per_gpu=2))

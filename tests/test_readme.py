@@ -19,8 +19,11 @@ def python_examples():
     text = README.read_text(encoding="utf-8")
     using = text.split("## Using it", 1)[1].split("\n## ", 1)[0]
     # the runnable ones: those that import flink_gpu and define no PyFlink class (a fragment of examples/)
-    return [block for block in re.findall(r"```python\n(.*?)```", using, re.S)
-            if "import" in block and "MapFunction" not in block]
+    return [
+        block
+        for block in re.findall(r"```python\n(.*?)```", using, re.S)
+        if "import" in block and "MapFunction" not in block
+    ]
 
 
 def file_state(path):
@@ -38,8 +41,14 @@ def run_example(tmp_path):
 
     def run(code, env):
         before = file_state(SHARED_FILE), file_state(Path(str(SHARED_FILE) + ".lease"))
-        proc = subprocess.run([sys.executable, "-c", code], env={**env, "TMPDIR": str(scratch)}, cwd=tmp_path,
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**env, "TMPDIR": str(scratch)},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert (file_state(SHARED_FILE), file_state(Path(str(SHARED_FILE) + ".lease"))) == before
         assert list(scratch.iterdir()) == [], "the example left files in its temporary directory"
         return proc
@@ -53,7 +62,7 @@ def test_the_readme_has_the_examples():
 
 @pytest.mark.parametrize("number", range(2))
 def test_a_readme_example_runs_on_the_simulator_its_shell_selects(run_example, number):
-    # what `eval "$(flink-gpu --simulate 4 taskmanager-env)"` exports (test_cli.py runs that eval itself)
+    # what `eval "$(flink-gpu --simulate 4 taskmanager-env)"` exports (tests/cli/test_taskmanager_env.py runs that eval itself)
     from flink_gpu.taskmanager_env import taskmanager_environment
 
     proc = run_example(python_examples()[number], child_env(**taskmanager_environment(devices=4)))

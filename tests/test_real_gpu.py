@@ -21,8 +21,9 @@ def _real_gpu_count() -> int:
 
 
 GPUS = _real_gpu_count()
-needs_gpu = pytest.mark.skipif(GPUS == 0, reason="no NVIDIA GPU here (nvidia-smi -L lists none): "
-                                                  "run tools/real_gpu_check.sh on a machine with one")
+needs_gpu = pytest.mark.skipif(
+    GPUS == 0, reason="no NVIDIA GPU here (nvidia-smi -L lists none): run tools/real_gpu_check.sh on a machine with one"
+)
 
 
 def _run(code: str):
@@ -37,13 +38,15 @@ def _run(code: str):
 
 @needs_gpu
 def test_the_native_enumeration_matches_pynvml():
-    code = ("import json, pynvml\n"
-            "from flink_gpu.nvml import open_library\n"
-            "ours = [(d.gpu_index, d.uuid, d.name) for d in open_library().devices() if d.mig_slot is None]\n"
-            "pynvml.nvmlInit()\n"
-            "theirs = [(str(i), pynvml.nvmlDeviceGetUUID(h), pynvml.nvmlDeviceGetName(h))\n"
-            "          for i in range(pynvml.nvmlDeviceGetCount()) for h in [pynvml.nvmlDeviceGetHandleByIndex(i)]]\n"
-            "print(json.dumps([ours, theirs]))\n")
+    code = (
+        "import json, pynvml\n"
+        "from flink_gpu.nvml import open_library\n"
+        "ours = [(d.gpu_index, d.uuid, d.name) for d in open_library().devices() if d.mig_slot is None]\n"
+        "pynvml.nvmlInit()\n"
+        "theirs = [(str(i), pynvml.nvmlDeviceGetUUID(h), pynvml.nvmlDeviceGetName(h))\n"
+        "          for i in range(pynvml.nvmlDeviceGetCount()) for h in [pynvml.nvmlDeviceGetHandleByIndex(i)]]\n"
+        "print(json.dumps([ours, theirs]))\n"
+    )
     ours, theirs = _run(code)
     migless = {u for _, u, _ in ours}
     assert [tuple(t) for t in theirs if t[1] in migless] == [tuple(o) for o in ours]
@@ -51,11 +54,13 @@ def test_the_native_enumeration_matches_pynvml():
 
 @needs_gpu
 def test_a_retrieval_on_the_real_driver_reads_each_gpus_state():
-    code = ("import json\n"
-            "from flink_gpu import GPUDriver\n"
-            "with GPUDriver({'discovery-mode': 'nvml'}) as d:\n"
-            "    infos = d.retrieve_resource_info(1)\n"
-            "print(json.dumps([{k: i.get_property(k) for k in i.get_keys()} for i in infos]))\n")
+    code = (
+        "import json\n"
+        "from flink_gpu import GPUDriver\n"
+        "with GPUDriver({'discovery-mode': 'nvml'}) as d:\n"
+        "    infos = d.retrieve_resource_info(1)\n"
+        "print(json.dumps([{k: i.get_property(k) for k in i.get_keys()} for i in infos]))\n"
+    )
     (info,) = _run(code)
     assert info["health"] == "ok" or info["health"].startswith(("degraded: ", "unhealthy: ")), info
     assert int(info["memory.used"]) >= 0 and int(info["memory.free"]) > 0

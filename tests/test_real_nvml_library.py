@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_python
 from flink_gpu import _native
 
-from conftest import run_python
-
 REAL = os.environ.get("FLINK_GPU_REAL_NVML")
-pytestmark = pytest.mark.skipif(not REAL, reason="FLINK_GPU_REAL_NVML is unset: run tools/fetch_real_nvml.sh "
-                                                 "and set it to the path it prints (.ci/run does)")
+pytestmark = pytest.mark.skipif(
+    not REAL,
+    reason="FLINK_GPU_REAL_NVML is unset: run tools/fetch_real_nvml.sh and set it to the path it prints (.ci/run does)",
+)
 DRIVER_NOT_LOADED = 9
 MESSAGE = "The NVIDIA kernel driver is not loaded"
 
@@ -49,9 +50,15 @@ def test_every_symbol_the_loader_resolves_exists_or_is_declared_optional():
 def test_the_process_api_follows_the_r535_rule_and_is_one_the_simulator_covers():
     exported, _, api = probe()
     has = set(exported).__contains__
-    expected = ("detail_list" if has("nvmlDeviceGetRunningProcessDetailList") else
-                "v3_r535" if has("nvmlDeviceGetComputeRunningProcesses_v3") and has("nvmlDeviceGetConfComputeMemSizeInfo")
-                else "v3" if has("nvmlDeviceGetComputeRunningProcesses_v3") else "v2")
+    expected = (
+        "detail_list"
+        if has("nvmlDeviceGetRunningProcessDetailList")
+        else "v3_r535"
+        if has("nvmlDeviceGetComputeRunningProcesses_v3") and has("nvmlDeviceGetConfComputeMemSizeInfo")
+        else "v3"
+        if has("nvmlDeviceGetComputeRunningProcesses_v3")
+        else "v2"
+    )
     assert api == expected
     # tests/test_native.py and csrc/tests/test_device_state.cpp run each of these on the simulator
     assert api in ("detail_list", "v3_r535", "v3")
@@ -66,21 +73,25 @@ def test_the_live_readings_resolve_with_the_temperature_query_the_driver_has():
 
 
 def test_the_api_says_the_driver_is_not_loaded():
-    proc = run_python("""
+    proc = run_python(
+        """
 from flink_gpu import NvmlError, nvml
 try:
     nvml.open_library()
 except NvmlError as error:
     print(error.code, error)
-""", env=real_env())
+""",
+        env=real_env(),
+    )
     code, _, message = proc.stdout.partition(" ")
     assert int(code) == DRIVER_NOT_LOADED
     assert MESSAGE in message and REAL in message
 
 
 def test_flink_gpu_list_says_the_driver_is_not_loaded_and_exits_1():
-    proc = subprocess.run([sys.executable, "-m", "flink_gpu.cli", "list"], env=real_env(), capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flink_gpu.cli", "list"], env=real_env(), capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1
     assert MESSAGE in proc.stderr and "Traceback" not in proc.stderr
 

@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from flink_gpu import (Configuration, FlinkException, GPUDriverFactory, GPUInfo,
-                       IllegalConfigurationException)
+from flink_gpu import Configuration, FlinkException, GPUDriverFactory, GPUInfo, IllegalConfigurationException
 from flink_gpu.gpu import script as script_module
 
 LOGGER = "flink_gpu.gpu.script"
@@ -55,6 +54,7 @@ def indices(infos):
 
 # --- Flink's GPUDriverTest -----------------------------------------------------------------------
 
+
 def test_gpu_driver_with_test_script(tmp_path):
     infos = driver(write_script(tmp_path, TESTING_SCRIPT)).retrieve_resource_info(2)
     assert isinstance(infos, frozenset)
@@ -65,8 +65,9 @@ def test_gpu_driver_with_test_script(tmp_path):
 @pytest.mark.parametrize("amount", [-1, 0])
 def test_gpu_driver_with_invalid_amount(tmp_path, amount):
     gpu_driver = driver(write_script(tmp_path, TESTING_SCRIPT))
-    with pytest.raises(ValueError, match="^The gpuAmount should be positive when retrieving the "
-                                         "GPU resource information.$"):
+    with pytest.raises(
+        ValueError, match="^The gpuAmount should be positive when retrieving the GPU resource information.$"
+    ):
         gpu_driver.retrieve_resource_info(amount)
 
 
@@ -93,8 +94,7 @@ def test_gpu_driver_with_inexecutable_script(tmp_path):
 
 
 def test_gpu_driver_with_test_script_exit_with_non_zero(tmp_path, caplog):
-    gpu_driver = driver(write_script(tmp_path, TESTING_SCRIPT),
-                        **{"discovery-script.args": "--exit-non-zero"})
+    gpu_driver = driver(write_script(tmp_path, TESTING_SCRIPT), **{"discovery-script.args": "--exit-non-zero"})
     with caplog.at_level(logging.WARNING, LOGGER):
         with pytest.raises(FlinkException) as error:
             gpu_driver.retrieve_resource_info(1)
@@ -106,6 +106,7 @@ def test_gpu_driver_with_test_script_exit_with_non_zero(tmp_path, caplog):
 
 
 # --- construction (docs/design.md §3.2) ----------------------------------------------------------------------
+
 
 def test_relative_path_resolves_against_flink_home(tmp_path, monkeypatch):
     home = tmp_path / "flink"
@@ -145,8 +146,10 @@ def test_check_script_raises_typed_errors_with_the_absolute_path(tmp_path, monke
     assert isinstance(missing.value, FileNotFoundError)
     assert str(missing.value) == f"The gpu discovery script does not exist in path {tmp_path}/no/such.sh."
     plain = write_script(tmp_path, TESTING_SCRIPT, mode=0o644)
-    for path, message in ((plain, f"The discovery script {plain} is not executable."),
-                          (str(tmp_path), f"The discovery script {tmp_path} is not executable. It is a directory.")):
+    for path, message in (
+        (plain, f"The discovery script {plain} is not executable."),
+        (str(tmp_path), f"The discovery script {tmp_path} is not executable. It is a directory."),
+    ):
         with pytest.raises(DiscoveryScriptNotExecutable) as refused:
             check_script(path, "k")
         assert refused.value.path == path and str(refused.value) == message
@@ -161,45 +164,52 @@ def test_nothing_runs_at_construction(tmp_path):
 
 # --- parsing (docs/design.md §3.3 steps 5-6) ---------------------------------------------------------------
 
-@pytest.mark.parametrize("output, expected", [
-    (b"0,1\n", ["0", "1"]),
-    (b" 0 , 1,,  ,2 ", ["0", "1", "2"]),
-    (b",0,1,\r\n", ["0", "1"]),
-    (b"0\t1\n", ["0\t1"]),                        # a tab is not a separator, only trimmed at ends
-    (b"0,0,1,1\n", ["0", "1"]),                   # duplicates collapse
-    (b"0,1,2,3\n", ["0", "1", "2", "3"]),         # the count is not checked against the amount
-    (b"", []),
-    (b"\n", []),
-    (b",,\n", []),
-    ("0,\u00a0,1".encode(), ["0", "1", "\u00a0"]),       # U+00A0 is not Java whitespace: kept
-    (b"0,\x1c,1", ["0", "1"]),                            # \x1c alone is Java whitespace: dropped
-    ("0,\u2003,1".encode(), ["0", "1"]),                  # U+2003 alone: dropped
-    (" \u2003 1\u2003 ".encode(), ["\u2003 1\u2003"]),    # trim strips <= U+0020 only
-    (b"\x1c2\x1f", ["2"]),                                # ... which includes \x1c-\x1f
-    (b"0,\xff1\n", ["0", "\ufffd1"]),                     # invalid UTF-8 is replaced, as Java does
-    (b"\xef\xbb\xbf0,1", ["\ufeff0", "1"]),             # a BOM is not stripped (as Java)
-])
+
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        (b"0,1\n", ["0", "1"]),
+        (b" 0 , 1,,  ,2 ", ["0", "1", "2"]),
+        (b",0,1,\r\n", ["0", "1"]),
+        (b"0\t1\n", ["0\t1"]),  # a tab is not a separator, only trimmed at ends
+        (b"0,0,1,1\n", ["0", "1"]),  # duplicates collapse
+        (b"0,1,2,3\n", ["0", "1", "2", "3"]),  # the count is not checked against the amount
+        (b"", []),
+        (b"\n", []),
+        (b",,\n", []),
+        ("0,\u00a0,1".encode(), ["0", "1", "\u00a0"]),  # U+00A0 is not Java whitespace: kept
+        (b"0,\x1c,1", ["0", "1"]),  # \x1c alone is Java whitespace: dropped
+        ("0,\u2003,1".encode(), ["0", "1"]),  # U+2003 alone: dropped
+        (" \u2003 1\u2003 ".encode(), ["\u2003 1\u2003"]),  # trim strips <= U+0020 only
+        (b"\x1c2\x1f", ["2"]),  # ... which includes \x1c-\x1f
+        (b"0,\xff1\n", ["0", "\ufffd1"]),  # invalid UTF-8 is replaced, as Java does
+        (b"\xef\xbb\xbf0,1", ["\ufeff0", "1"]),  # a BOM is not stripped (as Java)
+    ],
+)
 def test_parsing(tmp_path, output, expected):
     infos = driver(printing_script(tmp_path, output)).retrieve_resource_info(2)
     assert indices(infos) == sorted(expected)
 
 
-@pytest.mark.parametrize("output, first", [
-    (b"0,1\n2,3\n", ["0", "1"]),
-    (b"0,1\r2,3", ["0", "1"]),           # a lone CR ends a line too
-    (b"0,1\r\n2,3\r\n", ["0", "1"]),
-    (b"\n0,1\n", []),                    # an empty first line: empty set, no error
-    (b"0\x0b1\n2", ["0\x0b1"]),          # vertical tab does not end a line
-    ("0\u20281\n2".encode(), ["0\u20281"]),  # nor does U+2028 (unlike str.splitlines)
-])
+@pytest.mark.parametrize(
+    "output, first",
+    [
+        (b"0,1\n2,3\n", ["0", "1"]),
+        (b"0,1\r2,3", ["0", "1"]),  # a lone CR ends a line too
+        (b"0,1\r\n2,3\r\n", ["0", "1"]),
+        (b"\n0,1\n", []),  # an empty first line: empty set, no error
+        (b"0\x0b1\n2", ["0\x0b1"]),  # vertical tab does not end a line
+        ("0\u20281\n2".encode(), ["0\u20281"]),  # nor does U+2028 (unlike str.splitlines)
+    ],
+)
 def test_only_the_first_line_counts(tmp_path, caplog, output, first):
     with caplog.at_level(logging.WARNING, LOGGER):
         infos = driver(printing_script(tmp_path, output)).retrieve_resource_info(2)
     assert indices(infos) == first
     [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert warning.getMessage().startswith(
-        "The output of the discovery script should only contain one single line. Finding 2 "
-        "lines with content: [")
+        "The output of the discovery script should only contain one single line. Finding 2 lines with content: ["
+    )
     assert warning.getMessage().endswith("]. Will only keep the first line.")
 
 
@@ -208,14 +218,16 @@ def test_multi_line_warn_lists_lines_like_java(tmp_path, caplog):
         driver(printing_script(tmp_path, b"0,1\n2\n3\n")).retrieve_resource_info(2)
     assert caplog.records[0].getMessage() == (
         "The output of the discovery script should only contain one single line. Finding 3 lines "
-        "with content: [0,1, 2, 3]. Will only keep the first line.")
+        "with content: [0,1, 2, 3]. Will only keep the first line."
+    )
 
 
 def test_info_line(tmp_path, caplog):
     with caplog.at_level(logging.INFO, LOGGER):
         driver(printing_script(tmp_path, b"0,1\n")).retrieve_resource_info(2)
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO] == [
-        "Discover GPU resources: [GPU Device(0), GPU Device(1)]."]
+        "Discover GPU resources: [GPU Device(0), GPU Device(1)]."
+    ]
 
 
 def test_info_line_for_no_gpu(tmp_path, caplog):
@@ -249,22 +261,27 @@ def test_empty_args_pass_nothing(tmp_path):
 
 def test_args_split_on_java_whitespace_only(tmp_path):
     args = "a\tb\nc\rd\fe  f\x0bg\u00a0h"
-    assert recorded_argv(tmp_path, **{"discovery-script.args": args}) == [
-        "3", "a", "b", "c", "d", "e", "f\x0bg\u00a0h"]
+    assert recorded_argv(tmp_path, **{"discovery-script.args": args}) == ["3", "a", "b", "c", "d", "e", "f\x0bg\u00a0h"]
 
 
 def test_quotes_are_kept_literally_and_nothing_is_expanded(tmp_path):
     args = "--coordination-file '/tmp/a b' \"$HOME\" `id` ;x"
     assert recorded_argv(tmp_path, **{"discovery-script.args": args}) == [
-        "3", "--coordination-file", "'/tmp/a", "b'", '"$HOME"', "`id`", ";x"]
+        "3",
+        "--coordination-file",
+        "'/tmp/a",
+        "b'",
+        '"$HOME"',
+        "`id`",
+        ";x",
+    ]
 
 
 def test_a_path_with_spaces_works(tmp_path):
     # Flink splits the path too and fails; the path is one argv entry here
     directory = tmp_path / "my scripts"
     directory.mkdir()
-    assert indices(driver(write_script(directory, TESTING_SCRIPT)).retrieve_resource_info(2)) == [
-        "0", "1"]
+    assert indices(driver(write_script(directory, TESTING_SCRIPT)).retrieve_resource_info(2)) == ["0", "1"]
 
 
 def test_script_without_interpreter_line_runs_with_sh(tmp_path):
@@ -281,9 +298,9 @@ def test_script_that_cannot_start(tmp_path):
 
 # --- exit status ---------------------------------------------------------------------------------
 
+
 def test_failure_warn_quotes_a_bounded_part_of_the_output(tmp_path, caplog):
-    path = write_script(tmp_path, "#!/bin/sh\necho begin >&2\nhead -c 1000000 /dev/zero | "
-                                  "tr '\\0' x >&2\nexit 2\n")
+    path = write_script(tmp_path, "#!/bin/sh\necho begin >&2\nhead -c 1000000 /dev/zero | tr '\\0' x >&2\nexit 2\n")
     with caplog.at_level(logging.WARNING, LOGGER):
         with pytest.raises(FlinkException, match="return code: 2"):
             driver(path).retrieve_resource_info(1)
@@ -297,18 +314,23 @@ def test_signal_death_is_named(tmp_path):
     path = write_script(tmp_path, "#!/bin/sh\necho partial\nkill -TERM $$\n")
     with pytest.raises(FlinkException) as error:
         driver(path).retrieve_resource_info(1)
-    assert str(error.value) == ("Discovery script exit with non-zero return code: 143. "
-                                "It was killed by signal 15 (SIGTERM).")
+    assert str(error.value) == (
+        "Discovery script exit with non-zero return code: 143. It was killed by signal 15 (SIGTERM)."
+    )
 
 
 def test_exit_code_is_reported_verbatim(tmp_path):
     path = write_script(tmp_path, "#!/bin/sh\nexit 42\n")
-    with pytest.raises(FlinkException, match=r"^Discovery script exit with non-zero return code: "
-                                             r"42\.$"):
+    with pytest.raises(
+        FlinkException,
+        match=r"^Discovery script exit with non-zero return code: "
+        r"42\.$",
+    ):
         driver(path).retrieve_resource_info(1)
 
 
 # --- process handling Flink gets wrong -----------------------------------------------------------
+
 
 def alive(pid):
     """True while ``pid`` runs (a zombie waiting for init does not count)."""
@@ -359,11 +381,14 @@ def test_default_timeout_is_flinks():
 
 def test_huge_output_does_not_hang(tmp_path, caplog):
     # 8 MiB on stdout and on stderr: Flink's waitFor-then-read deadlocks at 64 KiB
-    path = write_script(tmp_path, """#!/bin/sh
+    path = write_script(
+        tmp_path,
+        """#!/bin/sh
 echo 0,1
 head -c 8388608 /dev/zero | tr '\\0' '7' | fold -w 1024
 head -c 8388608 /dev/zero >&2
-""")
+""",
+    )
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, LOGGER):
         infos = driver(path, **{"discovery-script.timeout": "20 s"}).retrieve_resource_info(2)
@@ -387,8 +412,7 @@ def test_output_beyond_the_limit_is_drained_and_dropped(tmp_path, monkeypatch, c
 def test_stdin_is_empty_not_a_pipe_left_open(tmp_path):
     # a script reading stdin gets EOF at once (Flink leaves it an open pipe: a hang)
     path = write_script(tmp_path, "#!/bin/sh\ncat > /dev/null\necho 4\n")
-    assert indices(driver(path, **{"discovery-script.timeout": "5 s"}).retrieve_resource_info(1)) \
-        == ["4"]
+    assert indices(driver(path, **{"discovery-script.timeout": "5 s"}).retrieve_resource_info(1)) == ["4"]
 
 
 def test_no_descriptor_is_inherited_and_none_leaks(tmp_path):
@@ -431,8 +455,9 @@ def test_children_are_reaped(tmp_path):
     with pytest.raises(FlinkException):
         driver(write_script(tmp_path, "#!/bin/sh\nexit 3\n", "fail.sh")).retrieve_resource_info(1)
     with pytest.raises(TimeoutError):
-        driver(write_script(tmp_path, "#!/bin/sh\nsleep 30\n", "slow.sh"),
-               **{"discovery-script.timeout": "100 ms"}).retrieve_resource_info(1)
+        driver(
+            write_script(tmp_path, "#!/bin/sh\nsleep 30\n", "slow.sh"), **{"discovery-script.timeout": "100 ms"}
+        ).retrieve_resource_info(1)
     assert children() <= before  # no child left behind, zombie or not
 
 
@@ -444,12 +469,12 @@ def test_script_runs_in_its_own_session(tmp_path):
 
 # --- a discovery-script.timeout longer than epoll's limit (~24.8 days) works ---------------------
 
+
 def test_script_with_a_timeout_of_thirty_days_runs(tmp_path):
     from flink_gpu import GPUDriver, GPUInfo
 
     script = tmp_path / "discover.sh"
     script.write_text("#!/bin/sh\necho 0\n")
     script.chmod(0o755)
-    with GPUDriver({"discovery-script.path": str(script),
-                    "discovery-script.timeout": "30 d"}) as driver:
+    with GPUDriver({"discovery-script.path": str(script), "discovery-script.timeout": "30 d"}) as driver:
         assert driver.retrieve_resource_info(1) == {GPUInfo("0")}  # was OverflowError

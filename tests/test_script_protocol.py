@@ -4,16 +4,27 @@
 import logging
 
 from flink_gpu import coordination
-from flink_gpu.script_protocol import (BUSY_GPUS_FLAG, COORDINATION_FILE_FLAG, ENABLE_COORDINATION_FLAG, SCRIPT_FLAGS,
-                                       ScriptArgs, exec_tokens, parse_script_args, with_coordination_file)
+from flink_gpu.script_protocol import (
+    BUSY_GPUS_FLAG,
+    COORDINATION_FILE_FLAG,
+    ENABLE_COORDINATION_FLAG,
+    SCRIPT_FLAGS,
+    ScriptArgs,
+    exec_tokens,
+    parse_script_args,
+    with_coordination_file,
+)
 
 DEFAULT = coordination.DEFAULT_PATH
 LOGGER = "flink_gpu.script_protocol"
 
 
 def test_the_flags_are_the_stock_scripts():
-    assert SCRIPT_FLAGS[:2] == (ENABLE_COORDINATION_FLAG, COORDINATION_FILE_FLAG) == (
-        "--enable-coordination-mode", "--coordination-file")
+    assert (
+        SCRIPT_FLAGS[:2]
+        == (ENABLE_COORDINATION_FLAG, COORDINATION_FILE_FLAG)
+        == ("--enable-coordination-mode", "--coordination-file")
+    )
     assert SCRIPT_FLAGS[2] == BUSY_GPUS_FLAG == "--busy-gpus"  # ours; the stock script ignores it
     assert DEFAULT == "/var/tmp/flink-gpu-coordination"
 
@@ -30,11 +41,11 @@ def test_args_grammar(caplog):
         assert parse_script_args(None) == ScriptArgs(False, DEFAULT, ())
         assert parse_script_args("null") == ScriptArgs(False, DEFAULT, ())
         assert parse_script_args("") == ScriptArgs(False, DEFAULT, ())
-        assert parse_script_args("--enable-coordination-mode\t--coordination-file /x/f") == ScriptArgs(
-            True, "/x/f", ())
+        assert parse_script_args("--enable-coordination-mode\t--coordination-file /x/f") == ScriptArgs(True, "/x/f", ())
         # like the stock script, the token after --coordination-file is the path, whatever it is
         assert parse_script_args("--coordination-file --enable-coordination-mode") == ScriptArgs(
-            False, "--enable-coordination-mode", ())
+            False, "--enable-coordination-mode", ()
+        )
     assert caplog.records == []
 
 
@@ -51,8 +62,12 @@ def test_an_abbreviated_or_extended_flag_is_suggested(caplog):
     with caplog.at_level(logging.WARNING, LOGGER):
         parsed = parse_script_args("--enable-coord --coordination-file=/f --busy --enable")
     assert parsed.unknown == ("--enable-coord", "--coordination-file=/f", "--busy", "--enable")
-    assert parsed.suggestions == (ENABLE_COORDINATION_FLAG, COORDINATION_FILE_FLAG, BUSY_GPUS_FLAG,
-                                  None)  # --enable keeps under half the flag: too little to tell
+    assert parsed.suggestions == (
+        ENABLE_COORDINATION_FLAG,
+        COORDINATION_FILE_FLAG,
+        BUSY_GPUS_FLAG,
+        None,
+    )  # --enable keeps under half the flag: too little to tell
     assert "Did you mean '--enable-coordination-mode'?" in caplog.records[0].getMessage()
 
 
@@ -74,7 +89,8 @@ def test_coordination_file_without_a_path_is_the_default_file_with_a_warn(caplog
     assert record.levelno == logging.WARNING
     assert record.getMessage() == (
         "'--coordination-file' in 'my.key' ('--enable-coordination-mode --coordination-file') has no "
-        f"file path after it; using the default coordination file {DEFAULT}, as the stock script does.")
+        f"file path after it; using the default coordination file {DEFAULT}, as the stock script does."
+    )
 
 
 def test_warn_false_parses_silently(caplog):
@@ -87,16 +103,27 @@ def test_warn_false_parses_silently(caplog):
 def test_with_coordination_file_replaces_the_file_as_the_grammar_reads_it():
     assert with_coordination_file([], "/s") == ["--coordination-file", "/s"]
     assert with_coordination_file(["null"], "/s") == ["null", "--coordination-file", "/s"]
-    assert with_coordination_file(
-        ["--enable-coordination-mode", "--coordination-file", "/x", "--foo"], "/s") == [
-        "--enable-coordination-mode", "--foo", "--coordination-file", "/s"]
+    assert with_coordination_file(["--enable-coordination-mode", "--coordination-file", "/x", "--foo"], "/s") == [
+        "--enable-coordination-mode",
+        "--foo",
+        "--coordination-file",
+        "/s",
+    ]
     # a trailing --coordination-file without a value
     assert with_coordination_file(["--enable-coordination-mode", "--coordination-file"], "/s") == [
-        "--enable-coordination-mode", "--coordination-file", "/s"]
+        "--enable-coordination-mode",
+        "--coordination-file",
+        "/s",
+    ]
     # the flag after --coordination-file is its path, as the stock script takes it: mode stays off
     tokens = with_coordination_file(["--coordination-file", "--enable-coordination-mode"], "/s")
     assert tokens == ["--coordination-file", "/s"]
     assert parse_script_args(" ".join(tokens)) == ScriptArgs(False, "/s", ())
     # --busy-gpus takes the next token, even --coordination-file, so that one is no flag
     assert with_coordination_file(["--busy-gpus", "--coordination-file", "/x"], "/s") == [
-        "--busy-gpus", "--coordination-file", "/x", "--coordination-file", "/s"]
+        "--busy-gpus",
+        "--coordination-file",
+        "/x",
+        "--coordination-file",
+        "/s",
+    ]

@@ -10,16 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from conftest import child_env, run_python, simulated_env
 from flink_gpu import simulator
 from flink_gpu.regular_files import MAX_FILE_SIZE
-from conftest import child_env, run_python, simulated_env
 
 
 def discover(discovery_exe, **env):
     """flink-gpu-discovery 1 against the simulator, configured by ``env`` alone (no Python check)."""
     environment = child_env(FLINK_GPU_NVML_LIBRARY=simulator.library_path(), **env)
-    return subprocess.run([discovery_exe, "1"], env=environment, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([discovery_exe, "1"], env=environment, capture_output=True, text=True, timeout=60)
 
 
 def test_max_devices_is_the_most_the_simulator_takes(discovery_exe):
@@ -27,8 +26,9 @@ def test_max_devices_is_the_most_the_simulator_takes(discovery_exe):
     assert (proc.returncode, proc.stdout) == (0, "0\n"), proc.stderr
     proc = discover(discovery_exe, FLINK_GPU_SIM_DEVICES=str(simulator.MAX_DEVICES + 1))
     assert proc.returncode == 1 and proc.stdout == ""
-    assert (f"FLINK_GPU_SIM_DEVICES={simulator.MAX_DEVICES + 1} is not a device count "
-            f"(0..{simulator.MAX_DEVICES})") in proc.stderr
+    assert (
+        f"FLINK_GPU_SIM_DEVICES={simulator.MAX_DEVICES + 1} is not a device count (0..{simulator.MAX_DEVICES})"
+    ) in proc.stderr
 
 
 def test_the_spec_size_limit_is_the_one_for_every_file(discovery_exe, tmp_path):
@@ -46,20 +46,26 @@ def test_the_spec_size_limit_is_the_one_for_every_file(discovery_exe, tmp_path):
     assert MAX_FILE_SIZE == 16 * 2**20  # the size the simulator's message names
 
 
-@pytest.mark.parametrize("device, key, words", [
-    ({"utilization": 101}, "utilization", "must be a whole number (0..100)"),
-    ({"utilization": 2.5}, "utilization", "must be a whole number (0..100)"),
-    ({"temperature": -1}, "temperature", "must be a whole number (0..200)"),
-    ({"temperature": "hot"}, "temperature", "must be a whole number (0..200)"),
-    ({"power": -0.001}, "power", "must be a number of watts (0..4294967.295)"),
-    ({"power": 4294967.296}, "power", "must be a number of watts (0..4294967.295)"),
-    ({"power": "250W"}, "power", "must be a number of watts (0..4294967.295)"),
-    ({"power": True}, "power", "must be a number of watts (0..4294967.295)"),
-    ({"not_supported": ["fan"]}, "not_supported", "utilization, temperature, power"),
-    ({"health": {"state_error": "GPU_IS_LOST", "state_error_when_exists": 1}}, "health.state_error_when_exists",
-     "must be a string"),
-    ({"health": {"lost_handle_when_exists": ["/tmp/x"]}}, "health.lost_handle_when_exists", "must be a string"),
-])
+@pytest.mark.parametrize(
+    "device, key, words",
+    [
+        ({"utilization": 101}, "utilization", "must be a whole number (0..100)"),
+        ({"utilization": 2.5}, "utilization", "must be a whole number (0..100)"),
+        ({"temperature": -1}, "temperature", "must be a whole number (0..200)"),
+        ({"temperature": "hot"}, "temperature", "must be a whole number (0..200)"),
+        ({"power": -0.001}, "power", "must be a number of watts (0..4294967.295)"),
+        ({"power": 4294967.296}, "power", "must be a number of watts (0..4294967.295)"),
+        ({"power": "250W"}, "power", "must be a number of watts (0..4294967.295)"),
+        ({"power": True}, "power", "must be a number of watts (0..4294967.295)"),
+        ({"not_supported": ["fan"]}, "not_supported", "utilization, temperature, power"),
+        (
+            {"health": {"state_error": "GPU_IS_LOST", "state_error_when_exists": 1}},
+            "health.state_error_when_exists",
+            "must be a string",
+        ),
+        ({"health": {"lost_handle_when_exists": ["/tmp/x"]}}, "health.lost_handle_when_exists", "must be a string"),
+    ],
+)
 def test_a_bad_live_reading_is_rejected_naming_the_key_by_both_checkers(discovery_exe, tmp_path, device, key, words):
     with pytest.raises((TypeError, ValueError), match=re.escape(f"devices[0].{key}")) as raised:
         simulator.environment(spec={"devices": [device]})
@@ -72,9 +78,17 @@ def test_a_bad_live_reading_is_rejected_naming_the_key_by_both_checkers(discover
 
 
 def test_the_live_readings_at_their_limits_are_accepted_by_both(discovery_exe, tmp_path):
-    spec = {"devices": [{"utilization": 100, "temperature": 200, "power": 4294967.295,
-                         "not_supported": ["utilization", "temperature", "power"]},
-                        {"utilization": 0, "temperature": 0, "power": 0, "no_permission": ["power"]}]}
+    spec = {
+        "devices": [
+            {
+                "utilization": 100,
+                "temperature": 200,
+                "power": 4294967.295,
+                "not_supported": ["utilization", "temperature", "power"],
+            },
+            {"utilization": 0, "temperature": 0, "power": 0, "no_permission": ["power"]},
+        ]
+    }
     simulator.environment(spec=spec)
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
@@ -126,16 +140,21 @@ def run_nvml_child(code, spec, **kwargs):
 
 
 def test_each_query_spends_its_family_latency_holding_the_driver_lock():
-    spec = {"devices": [{}, {"persistence_mode": "disabled"}],
-            "latency_ms": {"power": 50, "handle": 5, "first_handle": 30, "first_handle_without_persistence": 200}}
-    got = run_nvml_child("""
+    spec = {
+        "devices": [{}, {"persistence_mode": "disabled"}],
+        "latency_ms": {"power": 50, "handle": 5, "first_handle": 30, "first_handle_without_persistence": 200},
+    }
+    got = run_nvml_child(
+        """
         before = held(); h0 = handle(0); first0 = held() - before
         before = held(); handle(0); again0 = held() - before
         before = held(); h1 = handle(1); first1 = held() - before
         before = held(); assert power(h0) == 0 and power(h1) == 0; powers = held() - before
         print(json.dumps({"first0": first0, "again0": again0, "first1": first1, "powers": powers,
                           "calls": simulator.counters()["calls"]}))
-    """, spec)
+    """,
+        spec,
+    )
     assert got["first0"] >= 30e6  # a GPU's first handle in the process
     assert 5e6 <= got["again0"] < got["first0"]
     assert got["first1"] >= 200e6  # the first handle of a GPU without persistence mode
@@ -146,14 +165,17 @@ def test_each_query_spends_its_family_latency_holding_the_driver_lock():
 
 
 def test_reset_counters_starts_the_counts_and_the_clock_again():
-    got = run_nvml_child("""
+    got = run_nvml_child(
+        """
         h = handle(0)
         power(h)
         simulator.reset_counters()
         after_reset = simulator.counters()
         power(h); power(h)
         print(json.dumps({"after_reset": after_reset, "now": simulator.counters()}))
-    """, {"devices": [{}], "latency_ms": {"power": 10}})
+    """,
+        {"devices": [{}], "latency_ms": {"power": 10}},
+    )
     assert got["after_reset"]["calls"] == {} and got["after_reset"]["driver_lock_held_ns"] == 0
     assert got["after_reset"]["elapsed_ns"] < got["now"]["elapsed_ns"]
     assert got["now"]["calls"] == {"nvmlDeviceGetPowerUsage": {"0": 2}}
@@ -162,13 +184,16 @@ def test_reset_counters_starts_the_counts_and_the_clock_again():
 
 
 def test_counters_need_the_simulator_loaded_in_the_process():
-    proc = run_python("""
+    proc = run_python(
+        """
         from flink_gpu import simulator
         try:
             simulator.counters()
         except RuntimeError as error:
             print(error)
-    """, env=child_env())
+    """,
+        env=child_env(),
+    )
     assert "The NVML simulator is not loaded in this process" in proc.stdout
 
 
@@ -176,9 +201,13 @@ def test_counters_need_the_simulator_loaded_in_the_process():
 def test_a_hung_query_holds_the_driver_lock_until_its_file_is_removed(tmp_path, driver_lock):
     release = tmp_path / "hang"
     release.touch()
-    spec = {"devices": [{}, {}], "driver_lock": driver_lock,
-            "hang": [{"query": "power", "device": 0, "while_exists": str(release)}]}
-    got = run_nvml_child(f"""
+    spec = {
+        "devices": [{}, {}],
+        "driver_lock": driver_lock,
+        "hang": [{"query": "power", "device": 0, "while_exists": str(release)}],
+    }
+    got = run_nvml_child(
+        f"""
         release = {str(release)!r}
         h0, h1 = handle(0), handle(1)
         power(h1)  # the rule names GPU 0 only
@@ -199,7 +228,9 @@ def test_a_hung_query_holds_the_driver_lock_until_its_file_is_removed(tmp_path, 
         os.unlink(release)
         assert hung_done.wait(30) and other_done.wait(30)
         print(json.dumps(seen))
-    """, spec)
+    """,
+        spec,
+    )
     assert got["rc"] == 0 and got["other_rc"] == 0
     assert got["file_at_answer"] is False  # it answered only once released
     assert got["other_answered_while_hung"] is not driver_lock
@@ -224,6 +255,7 @@ def test_a_hang_is_released_by_another_process(tmp_path):
     """)
     env = simulated_env(spec=spec)
     import flink_gpu
+
     env["PYTHONPATH"] = str(Path(flink_gpu.__file__).resolve().parent.parent)
     with simulator.hanging(release) as path:
         assert Path(path).exists()
@@ -245,7 +277,8 @@ def test_a_child_forked_while_another_thread_holds_the_driver_lock_can_call_nvml
     release = tmp_path / "hang"
     release.touch()
     spec = {"devices": [{}, {}], "hang": [{"query": "power", "while_exists": str(release)}]}
-    got = run_nvml_child(f"""
+    got = run_nvml_child(
+        f"""
         import select
         hung = threading.Thread(target=power, args=(handle(0),))
         hung.start()
@@ -266,7 +299,9 @@ def test_a_child_forked_while_another_thread_holds_the_driver_lock_can_call_nvml
         os.unlink({str(release)!r})
         hung.join()
         print(json.dumps(child))
-    """, spec)
+    """,
+        spec,
+    )
     assert got == [0, 0, 2]
 
 
@@ -274,7 +309,8 @@ def test_the_driver_lock_time_is_counted_from_the_reset_on(tmp_path):
     release = tmp_path / "hang"
     release.touch()
     spec = {"devices": [{}], "hang": [{"query": "power", "while_exists": str(release)}]}
-    got = run_nvml_child(f"""
+    got = run_nvml_child(
+        f"""
         import time
         hung = threading.Thread(target=power, args=(handle(0),))
         hung.start()
@@ -284,14 +320,17 @@ def test_the_driver_lock_time_is_counted_from_the_reset_on(tmp_path):
         os.unlink({str(release)!r})
         hung.join()
         print(json.dumps(simulator.counters()))
-    """, spec)
+    """,
+        spec,
+    )
     assert 0 < got["driver_lock_held_ns"] <= got["elapsed_ns"]
 
 
 def test_a_call_late_in_the_process_exit_does_not_crash_it():
     # a thread of the process (the metrics sampler, a sample of many slow calls) may still call NVML
     # while exit() runs; here a handler that exit() runs after the simulator's own exit work calls it
-    proc = run_python("""
+    proc = run_python(
+        """
         import ctypes, os
         nvml = ctypes.CDLL(os.environ["FLINK_GPU_NVML_LIBRARY"])
         late = ctypes.cast(nvml.flinkgpuSimResetCounters, ctypes.c_void_p)
@@ -299,29 +338,42 @@ def test_a_call_late_in_the_process_exit_does_not_crash_it():
         assert ctypes.CDLL(None).__cxa_atexit(late, None, None) == 0
         assert nvml.nvmlInit_v2() == 0
         assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(ctypes.c_void_p())) == 0
-    """, env=simulated_env(devices=1), check=False)
+    """,
+        env=simulated_env(devices=1),
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_persistence_mode_answers_as_the_spec_says():
-    spec = {"devices": [{}, {"persistence_mode": "disabled"}, {"not_supported": ["persistence_mode"]},
-                        {"no_permission": ["persistence_mode"]}]}
-    got = run_nvml_child("""
+    spec = {
+        "devices": [
+            {},
+            {"persistence_mode": "disabled"},
+            {"not_supported": ["persistence_mode"]},
+            {"no_permission": ["persistence_mode"]},
+        ]
+    }
+    got = run_nvml_child(
+        """
         answers = []
         for i in range(4):
             mode = ctypes.c_int(-1)
             rc = nvml.nvmlDeviceGetPersistenceMode(handle(i), ctypes.byref(mode))
             answers.append([rc, mode.value])
         print(json.dumps(answers))
-    """, spec)
+    """,
+        spec,
+    )
     # NVML_FEATURE_ENABLED 1, _DISABLED 0; NVML_ERROR_NOT_SUPPORTED 3, _NO_PERMISSION 4
     assert got == [[0, 1], [0, 0], [3, -1], [4, -1]]
 
 
 def test_another_process_writes_its_counters_to_the_counters_file(discovery_exe, tmp_path):
     counters_file = tmp_path / "counters.json"
-    proc = simulator.run([discovery_exe, "1"], devices=2, counters_file=counters_file, capture_output=True,
-                         text=True, timeout=60)
+    proc = simulator.run(
+        [discovery_exe, "1"], devices=2, counters_file=counters_file, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     got = simulator.counters(counters_file)
     assert got["calls"]["nvmlInit_v2"] == {"host": 1}
@@ -329,21 +381,27 @@ def test_another_process_writes_its_counters_to_the_counters_file(discovery_exe,
     assert got["driver_lock_held_ns"] <= got["elapsed_ns"]
 
 
-@pytest.mark.parametrize("spec, key, words", [
-    ({"latency_ms": {"procesess": 4.5}}, "latency_ms.procesess", "is not a query family; use init, static"),
-    ({"latency_ms": {"power": -0.5}}, "latency_ms.power", "must be a number of milliseconds (0..3600000)"),
-    ({"latency_ms": {"power": "0.4"}}, "latency_ms.power", "must be a number of milliseconds (0..3600000)"),
-    ({"latency_ms": [1]}, "latency_ms", "must be an object of query family: milliseconds"),
-    ({"driver_lock": "yes"}, "driver_lock", "must be true or false"),
-    ({"hang": [{"query": "fan", "while_exists": "/tmp/x"}]}, "hang[0].query", "must be one of init, static"),
-    ({"hang": [{"query": "first_handle", "while_exists": "/tmp/x"}]}, "hang[0].query", "must be one of"),
-    ({"hang": [{"query": "power"}]}, "hang[0].while_exists", "must name a file"),
-    ({"hang": [{"query": "power", "device": -1, "while_exists": "/tmp/x"}]}, "hang[0].device", "must be"),
-    ({"hang": [{"query": "power", "while": "/tmp/x"}]}, "hang[0]", "while"),
-    ({"devices": [{}, {}], "hang": [{"query": "power", "device": 2, "while_exists": "/tmp/x"}]}, "hang[0].device",
-     "is not a GPU of this spec (it has 2)"),
-    ({"devices": [{"persistence_mode": "on"}]}, "devices[0].persistence_mode", "must be one of disabled, enabled"),
-])
+@pytest.mark.parametrize(
+    "spec, key, words",
+    [
+        ({"latency_ms": {"procesess": 4.5}}, "latency_ms.procesess", "is not a query family; use init, static"),
+        ({"latency_ms": {"power": -0.5}}, "latency_ms.power", "must be a number of milliseconds (0..3600000)"),
+        ({"latency_ms": {"power": "0.4"}}, "latency_ms.power", "must be a number of milliseconds (0..3600000)"),
+        ({"latency_ms": [1]}, "latency_ms", "must be an object of query family: milliseconds"),
+        ({"driver_lock": "yes"}, "driver_lock", "must be true or false"),
+        ({"hang": [{"query": "fan", "while_exists": "/tmp/x"}]}, "hang[0].query", "must be one of init, static"),
+        ({"hang": [{"query": "first_handle", "while_exists": "/tmp/x"}]}, "hang[0].query", "must be one of"),
+        ({"hang": [{"query": "power"}]}, "hang[0].while_exists", "must name a file"),
+        ({"hang": [{"query": "power", "device": -1, "while_exists": "/tmp/x"}]}, "hang[0].device", "must be"),
+        ({"hang": [{"query": "power", "while": "/tmp/x"}]}, "hang[0]", "while"),
+        (
+            {"devices": [{}, {}], "hang": [{"query": "power", "device": 2, "while_exists": "/tmp/x"}]},
+            "hang[0].device",
+            "is not a GPU of this spec (it has 2)",
+        ),
+        ({"devices": [{"persistence_mode": "on"}]}, "devices[0].persistence_mode", "must be one of disabled, enabled"),
+    ],
+)
 def test_a_bad_driver_model_key_is_rejected_naming_the_key_by_both_checkers(discovery_exe, tmp_path, spec, key, words):
     with pytest.raises((TypeError, ValueError), match=re.escape(key)) as raised:
         simulator.environment(spec=spec)
@@ -356,9 +414,13 @@ def test_a_bad_driver_model_key_is_rejected_naming_the_key_by_both_checkers(disc
 
 
 def test_every_query_family_is_one_the_simulator_takes(discovery_exe, tmp_path):
-    spec = {"devices": [{}], "latency_ms": {family: 0.001 for family in simulator.QUERY_FAMILIES
-                                             + ("first_handle", "first_handle_without_persistence")},
-            "hang": [{"query": family, "while_exists": str(tmp_path / "absent")} for family in simulator.QUERY_FAMILIES]}
+    spec = {
+        "devices": [{}],
+        "latency_ms": {
+            family: 0.001 for family in simulator.QUERY_FAMILIES + ("first_handle", "first_handle_without_persistence")
+        },
+        "hang": [{"query": family, "while_exists": str(tmp_path / "absent")} for family in simulator.QUERY_FAMILIES],
+    }
     simulator.environment(spec=spec)
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
@@ -423,10 +485,24 @@ print(json.dumps(machine))
 # What the captures say (NVIDIA/k8s-test-infra tests/e2e/go/assertions/nvidiasmi/testdata/hardware/):
 # NVML_GPU_FABRIC_STATE_COMPLETED 3, NVML_ERROR_NOT_SUPPORTED 3.
 CAPTURES = {
-    "h100-hgx-8": ("580.105.08", "NVIDIA H100 80GB HBM3", [81559, 480, 0], 1, [3, 0],
-                   ["53", "64", "75", "86", "97", "A8", "B9", "CA"], None),
-    "b200-8": ("580.105.08", "NVIDIA B200", [183359, 728, 0], 0, [3, 0],
-               ["8F", "90", "96", "97", "C4", "C5", "CB", "CC"], None),
+    "h100-hgx-8": (
+        "580.105.08",
+        "NVIDIA H100 80GB HBM3",
+        [81559, 480, 0],
+        1,
+        [3, 0],
+        ["53", "64", "75", "86", "97", "A8", "B9", "CA"],
+        None,
+    ),
+    "b200-8": (
+        "580.105.08",
+        "NVIDIA B200",
+        [183359, 728, 0],
+        0,
+        [3, 0],
+        ["8F", "90", "96", "97", "C4", "C5", "CB", "CC"],
+        None,
+    ),
     "a100-mig": ("570.148.08", "NVIDIA A100-SXM4-40GB", [40960, 518, 0], 1, 3, ["06"], [19968, 9856, 4864, 4864]),
 }
 
@@ -452,8 +528,15 @@ def test_a_profile_enumerates_as_its_capture_says(profile):
 
 def test_a_profile_carries_the_latencies_of_real_drivers(tmp_path):
     counters_file = tmp_path / "counters.json"
-    proc = simulator.run([sys.executable, "-c", NVML_CHILD + "handle(0); handle(1)"], profile="b200-8",
-                         counters_file=counters_file, env=child_env(), capture_output=True, text=True, timeout=60)
+    proc = simulator.run(
+        [sys.executable, "-c", NVML_CHILD + "handle(0); handle(1)"],
+        profile="b200-8",
+        counters_file=counters_file,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     # B200 was captured with persistence mode disabled: each first handle initialises its GPU
     assert simulator.counters(counters_file)["driver_lock_held_ns"] >= 2 * 1000e6
@@ -461,9 +544,13 @@ def test_a_profile_carries_the_latencies_of_real_drivers(tmp_path):
 
 @pytest.mark.parametrize("process_struct", ["v2", "r535"])
 def test_both_builds_find_the_profiles_beside_themselves(discovery_exe, process_struct):
-    proc = subprocess.run([discovery_exe, "1"], capture_output=True, text=True, timeout=60,
-                          env=child_env(FLINK_GPU_NVML_LIBRARY=simulator.library_path(process_struct),
-                                        FLINK_GPU_SIM_PROFILE="a100-mig"))
+    proc = subprocess.run(
+        [discovery_exe, "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(FLINK_GPU_NVML_LIBRARY=simulator.library_path(process_struct), FLINK_GPU_SIM_PROFILE="a100-mig"),
+    )
     assert (proc.returncode, proc.stdout) == (0, "0:0\n"), proc.stderr  # the A100's first MIG device
 
 
@@ -471,8 +558,13 @@ def test_the_profiles_are_found_through_a_link_to_the_simulator(discovery_exe, t
     # an image that links libnvidia-ml.so.1 into a library directory of its own
     link = tmp_path / "libnvidia-ml.so.1"
     link.symlink_to(simulator.library_path())
-    proc = subprocess.run([discovery_exe, "1"], capture_output=True, text=True, timeout=60,
-                          env=child_env(FLINK_GPU_NVML_LIBRARY=str(link), FLINK_GPU_SIM_PROFILE="a100-mig"))
+    proc = subprocess.run(
+        [discovery_exe, "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(FLINK_GPU_NVML_LIBRARY=str(link), FLINK_GPU_SIM_PROFILE="a100-mig"),
+    )
     assert (proc.returncode, proc.stdout) == (0, "0:0\n"), proc.stderr
 
 
@@ -498,7 +590,8 @@ def test_a_profile_and_a_spec_together_are_refused(discovery_exe, tmp_path):
 
 def test_reserved_memory_is_apart_in_the_v2_query_and_used_in_v1():
     mib = 1 << 20
-    got = run_nvml_child("""
+    got = run_nvml_child(
+        """
         h = handle(0)
         v1 = (ctypes.c_ulonglong * 3)()  # total, free, used
         assert nvml.nvmlDeviceGetMemoryInfo(h, v1) == 0
@@ -506,7 +599,9 @@ def test_reserved_memory_is_apart_in_the_v2_query_and_used_in_v1():
         v2[0] = 40 | 2 << 24
         assert nvml.nvmlDeviceGetMemoryInfo_v2(h, v2) == 0
         print(json.dumps({"v1": list(v1), "v2": list(v2)[1:]}))
-    """, {"devices": [{"memory_total": 100 * mib, "memory_reserved": 10 * mib, "memory_used": 20 * mib}]})
+    """,
+        {"devices": [{"memory_total": 100 * mib, "memory_reserved": 10 * mib, "memory_used": 20 * mib}]},
+    )
     assert got["v1"] == [100 * mib, 70 * mib, 30 * mib]
     assert got["v2"] == [100 * mib, 10 * mib, 70 * mib, 20 * mib]
 
@@ -524,9 +619,19 @@ def test_reserved_and_used_memory_beyond_the_total_are_refused_by_both(discovery
 
 def test_a_state_error_and_a_lost_handle_hold_while_their_files_exist(tmp_path):
     state_error, lost_handle = tmp_path / "state-error", tmp_path / "lost-handle"
-    spec = {"devices": [{"health": {"state_error": "GPU_IS_LOST", "state_error_when_exists": str(state_error),
-                                    "lost_handle_when_exists": str(lost_handle)}}]}
-    got = run_nvml_child(f"""
+    spec = {
+        "devices": [
+            {
+                "health": {
+                    "state_error": "GPU_IS_LOST",
+                    "state_error_when_exists": str(state_error),
+                    "lost_handle_when_exists": str(lost_handle),
+                }
+            }
+        ]
+    }
+    got = run_nvml_child(
+        f"""
         h = handle(0)
         def handle_rc():
             return nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(ctypes.c_void_p()))
@@ -538,13 +643,16 @@ def test_a_state_error_and_a_lost_handle_hold_while_their_files_exist(tmp_path):
         os.unlink({str(lost_handle)!r})
         answers.append([power(h), handle_rc()])
         print(json.dumps(answers))
-    """, spec)
+    """,
+        spec,
+    )
     # NVML_ERROR_GPU_IS_LOST 15
     assert got == [[0, 0], [15, 0], [15, 15], [0, 0]]
 
 
-@pytest.mark.parametrize("old, new", [("state_error_after_s", "state_error_when_exists"),
-                                      ("lost_handle_after_s", "lost_handle_when_exists")])
+@pytest.mark.parametrize(
+    "old, new", [("state_error_after_s", "state_error_when_exists"), ("lost_handle_after_s", "lost_handle_when_exists")]
+)
 def test_the_clock_triggers_are_gone_for_file_triggers(discovery_exe, tmp_path, old, new):
     spec = {"devices": [{"health": {"state_error": "GPU_IS_LOST", old: 1}}]}
     with pytest.raises(ValueError, match=re.escape(f"devices[0].health has unknown keys ['{old}']")):

@@ -4,7 +4,10 @@ bundled simulator's with --simulate. Then flink-gpu's own paths on the same libr
 retrieve_resource_info of every GPU, and a coordinated claim + release. Writes one JSON document.
 
   python tools/nvml_query_times.py --calls 1000 --out report.json            # the real driver
-  PYTHONPATH=src python tools/nvml_query_times.py --simulate 2 --calls 20    # what CI runs
+  PYTHONPATH=src:tests python tools/nvml_query_times.py --simulate 2 --calls 20    # what CI runs
+
+--simulate points this process at the simulator with tests/support/simulated.py, so ``tests`` must be on
+PYTHONPATH, as pytest's pythonpath has it (tools/real_gpu_check.sh sets both).
 
 Read-only: it never changes a GPU's settings (no MIG, persistence, clocks or reset).
 """
@@ -21,8 +24,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def _time(call: Callable[[], object], calls: int) -> dict:
     """min / median / max in µs of ``calls`` calls; the error's name when the query fails (NOT_SUPPORTED
@@ -35,8 +36,12 @@ def _time(call: Callable[[], object], calls: int) -> dict:
         except Exception as error:  # pynvml.NVMLError and its subclasses
             return {"error": type(error).__name__, "detail": str(error)}
         samples.append((time.perf_counter_ns() - start) / 1000.0)
-    return {"calls": calls, "min_us": round(min(samples), 2), "median_us": round(statistics.median(samples), 2),
-            "max_us": round(max(samples), 2)}
+    return {
+        "calls": calls,
+        "min_us": round(min(samples), 2),
+        "median_us": round(statistics.median(samples), 2),
+        "max_us": round(max(samples), 2),
+    }
 
 
 def queries(pynvml, handle) -> "dict[str, Callable[[], object]]":
@@ -53,7 +58,8 @@ def queries(pynvml, handle) -> "dict[str, Callable[[], object]]":
         "nvmlDeviceGetMigMode": lambda: n.nvmlDeviceGetMigMode(handle),
         "nvmlDeviceGetEccMode": lambda: n.nvmlDeviceGetEccMode(handle),
         "nvmlDeviceGetTotalEccErrors": lambda: n.nvmlDeviceGetTotalEccErrors(
-            handle, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC),
+            handle, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC
+        ),
         "nvmlDeviceGetRetiredPagesPendingStatus": lambda: n.nvmlDeviceGetRetiredPagesPendingStatus(handle),
         "nvmlDeviceGetRemappedRows": lambda: n.nvmlDeviceGetRemappedRows(handle),
         "nvmlDeviceValidateInforom": lambda: n.nvmlDeviceValidateInforom(handle),
@@ -65,7 +71,8 @@ def queries(pynvml, handle) -> "dict[str, Callable[[], object]]":
         "nvmlDeviceGetPowerUsage": lambda: n.nvmlDeviceGetPowerUsage(handle),
         "nvmlDeviceGetPersistenceMode": lambda: n.nvmlDeviceGetPersistenceMode(handle),
         "nvmlDeviceGetCpuAffinityWithinScope": lambda: n.nvmlDeviceGetCpuAffinityWithinScope(
-            handle, 64, n.NVML_AFFINITY_SCOPE_NODE),
+            handle, 64, n.NVML_AFFINITY_SCOPE_NODE
+        ),
     }
     if fields:
         out["nvmlDeviceGetFieldValues(recovery action)"] = lambda: n.nvmlDeviceGetFieldValues(handle, fields)
@@ -104,14 +111,18 @@ def flink_gpu_paths(count: int, calls: int) -> dict:
 def main(argv: "list[str] | None" = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=1000, help="calls per query (slow queries: a tenth)")
-    parser.add_argument("--simulate", type=int, metavar="N", default=None,
-                        help="the bundled simulator with N GPUs instead of this host's driver")
+    parser.add_argument(
+        "--simulate",
+        type=int,
+        metavar="N",
+        default=None,
+        help="the bundled simulator with N GPUs instead of this host's driver",
+    )
     parser.add_argument("--label", default="idle", help="what the GPUs were doing, for the report")
     parser.add_argument("--out", default="-", help="the JSON file (default: stdout)")
     args = parser.parse_args(argv)
     if args.simulate is not None:
-        sys.path.insert(0, str(REPO / "tests"))
-        from support.simulated import use_simulator
+        from support.simulated import use_simulator  # tests/ on PYTHONPATH: see the module docstring
 
         use_simulator(args.simulate)
     import pynvml
@@ -128,8 +139,9 @@ def main(argv: "list[str] | None" = None) -> int:
             start = time.perf_counter_ns()
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             first_handle_us = round((time.perf_counter_ns() - start) / 1000.0, 1)
-            per_query = {name: _time(call, slow_calls(name, args.calls))
-                         for name, call in queries(pynvml, handle).items()}
+            per_query = {
+                name: _time(call, slow_calls(name, args.calls)) for name, call in queries(pynvml, handle).items()
+            }
             report["devices"].append({"index": index, "first_handle_us": first_handle_us, "queries": per_query})
         report["flink_gpu"] = flink_gpu_paths(count, max(1, args.calls // 10)) if count else {}
     finally:

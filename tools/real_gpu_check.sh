@@ -49,7 +49,9 @@ step() {  # step NAME COMMAND...: runs it, its output in NAME.log, its status in
 } >"$summary"
 
 step build tools/dev_build.sh
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+# src (the build) and tests (tests/support, which tools/nvml_query_times.py --simulate uses), as pytest's
+# pythonpath has them
+export PYTHONPATH=$PWD/src:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}
 calls=1000
 sim_args=()
 cli_sim=()

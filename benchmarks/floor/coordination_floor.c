@@ -18,7 +18,7 @@
 
 static char buffer[65536];
 
-static int locked_open(const char *path, ssize_t *size) {
+static int locked_open(const char* path, ssize_t* size) {
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) return -1;
     if (flock(fd, LOCK_EX) != 0 || (*size = pread(fd, buffer, sizeof buffer, 0)) < 0) {
@@ -29,7 +29,7 @@ static int locked_open(const char *path, ssize_t *size) {
 }
 
 /* One claim + release of `lines` (the bytes a real claim appends). 0 on success, -1 on failure. */
-int floor_cycle(const char *path, const char *lease_path, const char *lines, size_t length, unsigned slot) {
+int floor_cycle(const char* path, const char* lease_path, const char* lines, size_t length, unsigned slot) {
     ssize_t size = 0;
     int fd = locked_open(path, &size);
     if (fd < 0) return -1;
@@ -40,15 +40,14 @@ int floor_cycle(const char *path, const char *lease_path, const char *lines, siz
     byte.l_whence = SEEK_SET;
     byte.l_start = (off_t)slot;
     byte.l_len = 1;
-    if (lease < 0 || fcntl(lease, F_OFD_SETLK, &byte) != 0 ||
-        pwrite(fd, lines, length, size) != (ssize_t)length) {
+    if (lease < 0 || fcntl(lease, F_OFD_SETLK, &byte) != 0 || pwrite(fd, lines, length, size) != (ssize_t)length) {
         if (lease >= 0) close(lease);
         close(fd);
         return -1;
     }
     close(fd);
     fd = locked_open(path, &size);
-    char *ours = fd < 0 ? NULL : memmem(buffer, (size_t)size, lines, length);
+    char* ours = fd < 0 ? NULL : memmem(buffer, (size_t)size, lines, length);
     size_t at = ours == NULL ? 0 : (size_t)(ours - buffer), rest = (size_t)size - at - length;
     if (ours == NULL || (rest > 0 && pwrite(fd, ours + length, rest, (off_t)at) != (ssize_t)rest) ||
         ftruncate(fd, (off_t)(at + rest)) != 0) {
@@ -62,8 +61,8 @@ int floor_cycle(const char *path, const char *lease_path, const char *lines, siz
 }
 
 /* `cycles` cycles, each one's latency in nanoseconds into `latencies` (the contention benchmark). */
-int floor_cycles(const char *path, const char *lease_path, const char *lines, size_t length, unsigned slot,
-                 int cycles, int64_t *latencies) {
+int floor_cycles(const char* path, const char* lease_path, const char* lines, size_t length, unsigned slot, int cycles,
+                 int64_t* latencies) {
     for (int i = 0; i < cycles; ++i) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);

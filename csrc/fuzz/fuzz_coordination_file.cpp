@@ -10,8 +10,9 @@
 //   * every call succeeds (the file is small, regular and unlocked) or, for claim, reports kNotEnough
 //     and leaves the file byte for byte unchanged;
 //   * a successful claim returns `amount` distinct indices of the host (whole GPUs and MIG units), none
-//     of them held, or excluded by a whole-GPU or unit line (excludes()), by another live owner (an entry of another pid namespace without a lease always is one) nor blocked by an
-//     unparsable line; it removes only reclaimed lines of dead owners;
+//     of them held, or excluded by a whole-GPU or unit line (excludes()), by another live owner (an entry of another
+//     pid namespace without a lease always is one) nor blocked by an unparsable line; it removes only reclaimed lines
+//     of dead owners;
 //   * unparsable lines survive every rewrite byte for byte and in order;
 //   * after release no line of this process is left, and release touches nothing else.
 //

@@ -69,7 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 if (unit && !(co::unit_gpu(e.index, &parent) && parent == e.gpu)) {
                     fail("an entry's index is neither its GPU nor a unit of it", l.raw);
                 }
-                if (!co::excludes(e, e.index) || !co::excludes(e, e.gpu)) fail("an entry does not exclude itself", l.raw);
+                if (!co::excludes(e, e.index) || !co::excludes(e, e.gpu))
+                    fail("an entry does not exclude itself", l.raw);
                 if (unit && co::excludes(e, e.gpu + ":" + e.index.substr(e.gpu.size() + 1) + "0")) {
                     fail("a unit's entry excludes another unit of its GPU", l.raw);
                 }

@@ -26,14 +26,13 @@ SimDevice default_device(unsigned i) {
     return d;
 }
 
-void complain(const std::string& what) {
-    std::fprintf(stderr, "flink-gpu NVML simulator: %s\n", what.c_str());
-}
+void complain(const std::string& what) { std::fprintf(stderr, "flink-gpu NVML simulator: %s\n", what.c_str()); }
 
 unsigned long long monotonic_ms() {
     timespec now{};
     clock_gettime(CLOCK_MONOTONIC, &now);
-    return static_cast<unsigned long long>(now.tv_sec) * 1000ULL + static_cast<unsigned long long>(now.tv_nsec) / 1000000ULL;
+    return static_cast<unsigned long long>(now.tv_sec) * 1000ULL +
+           static_cast<unsigned long long>(now.tv_nsec) / 1000000ULL;
 }
 
 nvmlReturn_t device_for(nvmlDevice_t handle, const SimDevice** out) {

@@ -15,15 +15,46 @@ enum class Fault { kNone, kNoPermission, kGpuIsLost };
 
 // The names of the state queries, as "not_supported" and "no_permission" list them.
 enum Query : unsigned {
-    kQueryInforom, kQueryRemappedRows, kQueryEccMode, kQueryEccErrors, kQueryFieldValues, kQueryRetiredPages,
-    kQueryMemory, kQueryMemoryV2, kQueryComputeMode, kQueryCpuAffinity, kQueryComputeProcesses,
-    kQueryGraphicsProcesses, kQueryMpsProcesses, kQueryProcessDetailList, kQueryUtilization, kQueryTemperature,
-    kQueryPower, kQueryTemperatureV, kQueryFabric, kQueryPersistenceMode, kQueryCount
+    kQueryInforom,
+    kQueryRemappedRows,
+    kQueryEccMode,
+    kQueryEccErrors,
+    kQueryFieldValues,
+    kQueryRetiredPages,
+    kQueryMemory,
+    kQueryMemoryV2,
+    kQueryComputeMode,
+    kQueryCpuAffinity,
+    kQueryComputeProcesses,
+    kQueryGraphicsProcesses,
+    kQueryMpsProcesses,
+    kQueryProcessDetailList,
+    kQueryUtilization,
+    kQueryTemperature,
+    kQueryPower,
+    kQueryTemperatureV,
+    kQueryFabric,
+    kQueryPersistenceMode,
+    kQueryCount
 };
 const char* const kQueryNames[kQueryCount] = {
-    "inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
-    "memory_v2", "compute_mode", "cpu_affinity", "compute_processes", "graphics_processes", "mps_processes",
-    "process_detail_list", "utilization", "temperature", "power",
+    "inforom",
+    "remapped_rows",
+    "ecc_mode",
+    "ecc_errors",
+    "field_values",
+    "retired_pages",
+    "memory",
+    "memory_v2",
+    "compute_mode",
+    "cpu_affinity",
+    "compute_processes",
+    "graphics_processes",
+    "mps_processes",
+    "process_detail_list",
+    "utilization",
+    "temperature",
+    "power",
     "temperature_v",  // nvmlDeviceGetTemperatureV alone (a driver exporting it but refusing it)
     "fabric",         // nvmlDeviceGetGpuFabricInfoV and nvmlDeviceGetGpuFabricInfo
     "persistence_mode",

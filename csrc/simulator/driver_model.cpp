@@ -94,7 +94,9 @@ void locate(const Call& call, std::string* key, long long* gpu) {
     *key = call.index >= 0 ? std::to_string(call.index) : "host";
     if (call.handle == nullptr) return;
     const auto* d = reinterpret_cast<const SimDevice*>(call.handle);
-    auto within = [d](const std::vector<SimDevice>& v) { return !v.empty() && d >= v.data() && d < v.data() + v.size(); };
+    auto within = [d](const std::vector<SimDevice>& v) {
+        return !v.empty() && d >= v.data() && d < v.data() + v.size();
+    };
     if (within(s.devices)) {
         *gpu = d->index;
         *key = std::to_string(d->index);
@@ -194,7 +196,8 @@ void DriverCall::delay() {
             ns = m.config.first_handle_ns[gpu];
         }
         for (const HangRule& rule : m.config.hangs)
-            if (rule.family == call_.family && (rule.device < 0 || rule.device == gpu_)) hang_paths.push_back(rule.path);
+            if (rule.family == call_.family && (rule.device < 0 || rule.device == gpu_))
+                hang_paths.push_back(rule.path);
     }
     for (const std::string& path : hang_paths)
         while (access(path.c_str(), F_OK) == 0) sleep_ns(1000000);
@@ -208,15 +211,16 @@ using namespace flinkgpu_sim;
 // The counters for tests and benchmarks (flink_gpu.simulator.counters): the JSON text into `json` when
 // `length` holds it; returns the length it needs, its NUL included (0: none could be made).
 SIM_EXPORT unsigned flinkgpuSimCounters(char* json, unsigned length) {
-    return no_exceptions(
-        [&]() -> unsigned {
-            const std::string text = counters_json();
-            if (json != nullptr && text.size() < length) std::memcpy(json, text.c_str(), text.size() + 1);
-            return static_cast<unsigned>(text.size() + 1);
-        },
-        0u, 0u);
+    return no_exceptions([&]() -> unsigned {
+        const std::string text = counters_json();
+        if (json != nullptr && text.size() < length) std::memcpy(json, text.c_str(), text.size() + 1);
+        return static_cast<unsigned>(text.size() + 1);
+    }, 0u, 0u);
 }
 
 SIM_EXPORT void flinkgpuSimResetCounters(void) {
-    no_exceptions([]() -> int { reset_counters(); return 0; }, 0, 0);
+    no_exceptions([]() -> int {
+        reset_counters();
+        return 0;
+    }, 0, 0);
 }

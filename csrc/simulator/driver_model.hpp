@@ -17,17 +17,35 @@ namespace flinkgpu_sim {
 
 // The query families of "latency_ms" and "hang": every export belongs to one.
 enum Family : unsigned {
-    kFamilyInit, kFamilyStatic, kFamilyHandle, kFamilyProcesses, kFamilyPower, kFamilyMemory, kFamilyUtilization,
-    kFamilyTemperature, kFamilyInforom, kFamilyRemappedRows, kFamilyEcc, kFamilyFieldValues, kFamilyFabric,
-    kFamilyRetiredPages, kFamilyComputeMode, kFamilyCpuAffinity, kFamilyMig, kFamilyPersistenceMode,
+    kFamilyInit,
+    kFamilyStatic,
+    kFamilyHandle,
+    kFamilyProcesses,
+    kFamilyPower,
+    kFamilyMemory,
+    kFamilyUtilization,
+    kFamilyTemperature,
+    kFamilyInforom,
+    kFamilyRemappedRows,
+    kFamilyEcc,
+    kFamilyFieldValues,
+    kFamilyFabric,
+    kFamilyRetiredPages,
+    kFamilyComputeMode,
+    kFamilyCpuAffinity,
+    kFamilyMig,
+    kFamilyPersistenceMode,
     kCallFamilyCount,
     // latencies of the handle family's first call per GPU in a process (a driver initialising the GPU)
-    kFamilyFirstHandle = kCallFamilyCount, kFamilyFirstHandleWithoutPersistence, kFamilyCount
+    kFamilyFirstHandle = kCallFamilyCount,
+    kFamilyFirstHandleWithoutPersistence,
+    kFamilyCount
 };
 const char* const kFamilyNames[kFamilyCount] = {
-    "init", "static", "handle", "processes", "power", "memory", "utilization", "temperature", "inforom",
-    "remapped_rows", "ecc", "field_values", "fabric", "retired_pages", "compute_mode", "cpu_affinity", "mig",
-    "persistence_mode", "first_handle", "first_handle_without_persistence",
+    "init",         "static",       "handle",           "processes",     "power",
+    "memory",       "utilization",  "temperature",      "inforom",       "remapped_rows",
+    "ecc",          "field_values", "fabric",           "retired_pages", "compute_mode",
+    "cpu_affinity", "mig",          "persistence_mode", "first_handle",  "first_handle_without_persistence",
 };
 
 // A call of `family` that blocks while `path` exists (on GPU `device`, or on every call when -1).
@@ -100,14 +118,12 @@ auto no_exceptions(Fn&& fn, decltype(fn()) on_memory, decltype(fn()) on_other) n
 // Every NVML export runs through this: the driver model around the call, and no exception out.
 template <typename Fn>
 nvmlReturn_t guarded(const Call& call, Fn&& fn) noexcept {
-    return no_exceptions(
-        [&]() -> nvmlReturn_t {
-            DriverCall driver(call);
-            const nvmlReturn_t rc = fn();
-            driver.delay();
-            return rc;
-        },
-        NVML_ERROR_MEMORY, NVML_ERROR_UNKNOWN);
+    return no_exceptions([&]() -> nvmlReturn_t {
+        DriverCall driver(call);
+        const nvmlReturn_t rc = fn();
+        driver.delay();
+        return rc;
+    }, NVML_ERROR_MEMORY, NVML_ERROR_UNKNOWN);
 }
 
 }  // namespace flinkgpu_sim

@@ -60,7 +60,8 @@ private:
         return false;
     }
     void skip_ws() {
-        while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
+        while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
+            ++pos_;
     }
     bool literal(const char* word) {
         size_t n = std::char_traits<char>::length(word);
@@ -75,10 +76,23 @@ private:
         const char c = s_[pos_];
         if (c == '{') return object(out, depth);
         if (c == '[') return array(out, depth);
-        if (c == '"') { out->type = Value::Type::kString; return string(&out->string); }
-        if (c == 't') { out->type = Value::Type::kBool; out->boolean = true; return literal("true"); }
-        if (c == 'f') { out->type = Value::Type::kBool; return literal("false"); }
-        if (c == 'n') { out->type = Value::Type::kNull; return literal("null"); }
+        if (c == '"') {
+            out->type = Value::Type::kString;
+            return string(&out->string);
+        }
+        if (c == 't') {
+            out->type = Value::Type::kBool;
+            out->boolean = true;
+            return literal("true");
+        }
+        if (c == 'f') {
+            out->type = Value::Type::kBool;
+            return literal("false");
+        }
+        if (c == 'n') {
+            out->type = Value::Type::kNull;
+            return literal("null");
+        }
         return number(out);
     }
     bool number(Value* out) {
@@ -91,10 +105,21 @@ private:
         return true;
     }
     static void append_utf8(std::string* out, unsigned cp) {
-        if (cp < 0x80) { out->push_back(static_cast<char>(cp)); }
-        else if (cp < 0x800) { out->push_back(static_cast<char>(0xC0 | (cp >> 6))); out->push_back(static_cast<char>(0x80 | (cp & 0x3F))); }
-        else if (cp < 0x10000) { out->push_back(static_cast<char>(0xE0 | (cp >> 12))); out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F))); out->push_back(static_cast<char>(0x80 | (cp & 0x3F))); }
-        else { out->push_back(static_cast<char>(0xF0 | (cp >> 18))); out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F))); out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F))); out->push_back(static_cast<char>(0x80 | (cp & 0x3F))); }
+        if (cp < 0x80) {
+            out->push_back(static_cast<char>(cp));
+        } else if (cp < 0x800) {
+            out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+            out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+        } else if (cp < 0x10000) {
+            out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+            out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+            out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+        } else {
+            out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+            out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+            out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+            out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+        }
     }
     bool hex4(unsigned* out) {
         if (pos_ + 4 > s_.size()) return fail("truncated \\u escape");
@@ -116,11 +141,16 @@ private:
         while (pos_ < s_.size()) {
             const char c = s_[pos_++];
             if (c == '"') return true;
-            if (c != '\\') { out->push_back(c); continue; }
+            if (c != '\\') {
+                out->push_back(c);
+                continue;
+            }
             if (pos_ >= s_.size()) break;
             const char e = s_[pos_++];
             switch (e) {
-                case '"': case '\\': case '/': out->push_back(e); break;
+                case '"':
+                case '\\':
+                case '/': out->push_back(e); break;
                 case 'b': out->push_back('\b'); break;
                 case 'f': out->push_back('\f'); break;
                 case 'n': out->push_back('\n'); break;
@@ -148,13 +178,22 @@ private:
         ++pos_;
         out->type = Value::Type::kArray;
         skip_ws();
-        if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; return true; }
+        if (pos_ < s_.size() && s_[pos_] == ']') {
+            ++pos_;
+            return true;
+        }
         for (;;) {
             out->array.emplace_back();
             if (!value(&out->array.back(), depth + 1)) return false;
             skip_ws();
-            if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
-            if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; return true; }
+            if (pos_ < s_.size() && s_[pos_] == ',') {
+                ++pos_;
+                continue;
+            }
+            if (pos_ < s_.size() && s_[pos_] == ']') {
+                ++pos_;
+                return true;
+            }
             return fail("expected ',' or ']'");
         }
     }
@@ -162,7 +201,10 @@ private:
         ++pos_;
         out->type = Value::Type::kObject;
         skip_ws();
-        if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return true; }
+        if (pos_ < s_.size() && s_[pos_] == '}') {
+            ++pos_;
+            return true;
+        }
         for (;;) {
             skip_ws();
             if (pos_ >= s_.size() || s_[pos_] != '"') return fail("expected a string key");
@@ -174,8 +216,14 @@ private:
             out->object.emplace_back(std::move(key), Value());
             if (!value(&out->object.back().second, depth + 1)) return false;
             skip_ws();
-            if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
-            if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return true; }
+            if (pos_ < s_.size() && s_[pos_] == ',') {
+                ++pos_;
+                continue;
+            }
+            if (pos_ < s_.size() && s_[pos_] == '}') {
+                ++pos_;
+                return true;
+            }
             return fail("expected ',' or '}'");
         }
     }
@@ -189,7 +237,7 @@ constexpr size_t kMaxFileSize = 16u << 20;
 // checked on the open descriptor. statx, not stat/fstat: those are GLIBC_2.33 symbols, beyond
 // what a manylinux_2_28 wheel may need.
 inline bool read_regular_file(const char* path, std::string* text, std::string* error) {
-    struct statx status {};
+    struct statx status{};
     if (::statx(AT_FDCWD, path, 0, STATX_TYPE, &status) != 0) {
         *error = std::string("cannot open the file: ") + std::strerror(errno);
         return false;

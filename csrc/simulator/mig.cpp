@@ -18,7 +18,8 @@ nvmlReturn_t mig_unit(nvmlDevice_t handle, const SimDevice** out) {
 
 }  // namespace
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* currentMode, unsigned int* pendingMode) {
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* currentMode,
+                                             unsigned int* pendingMode) {
     return guarded({__func__, kFamilyMig, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (currentMode == nullptr || pendingMode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
@@ -40,7 +41,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsi
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
-                                                           nvmlDevice_t* migDevice) {
+                                                            nvmlDevice_t* migDevice) {
     return guarded({__func__, kFamilyMig, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (migDevice == nullptr) return NVML_ERROR_INVALID_ARGUMENT;

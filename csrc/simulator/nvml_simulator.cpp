@@ -119,9 +119,15 @@ nvmlReturn_t fill_pci(nvmlDevice_t device, nvmlPciInfo_t* pci) {
 
 }  // namespace
 
-SIM_EXPORT nvmlReturn_t nvmlInit_v2(void) { return guarded({__func__, kFamilyInit}, [&]() -> nvmlReturn_t { return init(); }); }
-SIM_EXPORT nvmlReturn_t nvmlInit(void) { return guarded({__func__, kFamilyInit}, [&]() -> nvmlReturn_t { return init(); }); }
-SIM_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int) { return guarded({__func__, kFamilyInit}, [&]() -> nvmlReturn_t { return init(); }); }
+SIM_EXPORT nvmlReturn_t nvmlInit_v2(void) {
+    return guarded({__func__, kFamilyInit}, [&]() -> nvmlReturn_t { return init(); });
+}
+SIM_EXPORT nvmlReturn_t nvmlInit(void) {
+    return guarded({__func__, kFamilyInit}, [&]() -> nvmlReturn_t { return init(); });
+}
+SIM_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int) {
+    return guarded({__func__, kFamilyInit}, [&]() -> nvmlReturn_t { return init(); });
+}
 
 SIM_EXPORT nvmlReturn_t nvmlShutdown(void) {
     return guarded({__func__, kFamilyInit}, [&]() -> nvmlReturn_t {
@@ -160,9 +166,8 @@ SIM_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int l
 }
 
 SIM_EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int length) {
-    return guarded({__func__, kFamilyStatic}, [&]() -> nvmlReturn_t {
-        return copy_string("13.0.0-simulated", version, length);
-    });
+    return guarded({__func__, kFamilyStatic},
+                   [&]() -> nvmlReturn_t { return copy_string("13.0.0-simulated", version, length); });
 }
 
 namespace {
@@ -199,10 +204,12 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) {
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
-    return guarded({__func__, kFamilyHandle, nullptr, index}, [&]() -> nvmlReturn_t { return handle_by_index(index, device); });
+    return guarded({__func__, kFamilyHandle, nullptr, index},
+                   [&]() -> nvmlReturn_t { return handle_by_index(index, device); });
 }
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
-    return guarded({__func__, kFamilyHandle, nullptr, index}, [&]() -> nvmlReturn_t { return handle_by_index(index, device); });
+    return guarded({__func__, kFamilyHandle, nullptr, index},
+                   [&]() -> nvmlReturn_t { return handle_by_index(index, device); });
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
@@ -231,8 +238,12 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsig
     });
 }
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) { return guarded({__func__, kFamilyStatic, device}, [&]() -> nvmlReturn_t { return fill_pci(device, pci); }); }
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t* pci) { return guarded({__func__, kFamilyStatic, device}, [&]() -> nvmlReturn_t { return fill_pci(device, pci); }); }
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+    return guarded({__func__, kFamilyStatic, device}, [&]() -> nvmlReturn_t { return fill_pci(device, pci); });
+}
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+    return guarded({__func__, kFamilyStatic, device}, [&]() -> nvmlReturn_t { return fill_pci(device, pci); });
+}
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minor) {
     return guarded({__func__, kFamilyStatic, device}, [&]() -> nvmlReturn_t {

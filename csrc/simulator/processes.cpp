@@ -55,15 +55,18 @@ nvmlReturn_t running_processes_v3(nvmlDevice_t device, unsigned mode, unsigned* 
 
 }  // namespace
 
-#define SIM_PROCESS_QUERIES(NAME, MODE)                                                                          \
-    SIM_EXPORT nvmlReturn_t NAME(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v1_t* infos) {        \
-        return guarded({__func__, kFamilyProcesses, device}, [&]() -> nvmlReturn_t { return running_processes(device, MODE, count, infos); });        \
-    }                                                                                                            \
-    SIM_EXPORT nvmlReturn_t NAME##_v2(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v2_t* infos) {   \
-        return guarded({__func__, kFamilyProcesses, device}, [&]() -> nvmlReturn_t { return running_processes(device, MODE, count, infos); });        \
-    }                                                                                                            \
-    SIM_EXPORT nvmlReturn_t NAME##_v3(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos) {      \
-        return guarded({__func__, kFamilyProcesses, device}, [&]() -> nvmlReturn_t { return running_processes_v3(device, MODE, count, infos); });     \
+#define SIM_PROCESS_QUERIES(NAME, MODE)                                                                        \
+    SIM_EXPORT nvmlReturn_t NAME(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v1_t* infos) {      \
+        return guarded({__func__, kFamilyProcesses, device},                                                   \
+                       [&]() -> nvmlReturn_t { return running_processes(device, MODE, count, infos); });       \
+    }                                                                                                          \
+    SIM_EXPORT nvmlReturn_t NAME##_v2(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v2_t* infos) { \
+        return guarded({__func__, kFamilyProcesses, device},                                                   \
+                       [&]() -> nvmlReturn_t { return running_processes(device, MODE, count, infos); });       \
+    }                                                                                                          \
+    SIM_EXPORT nvmlReturn_t NAME##_v3(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos) {    \
+        return guarded({__func__, kFamilyProcesses, device},                                                   \
+                       [&]() -> nvmlReturn_t { return running_processes_v3(device, MODE, count, infos); });    \
     }
 SIM_PROCESS_QUERIES(nvmlDeviceGetComputeRunningProcesses, NVML_PROCESS_MODE_COMPUTE)
 SIM_PROCESS_QUERIES(nvmlDeviceGetGraphicsRunningProcesses, NVML_PROCESS_MODE_GRAPHICS)

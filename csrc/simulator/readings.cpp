@@ -55,7 +55,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlU
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
                                                  unsigned int* temp) {
-    return guarded({__func__, kFamilyTemperature, device}, [&]() -> nvmlReturn_t { return temperature(device, sensorType, temp); });
+    return guarded({__func__, kFamilyTemperature, device},
+                   [&]() -> nvmlReturn_t { return temperature(device, sensorType, temp); });
 }
 
 #ifndef FLINK_GPU_SIM_R535

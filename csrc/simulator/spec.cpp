@@ -39,7 +39,8 @@ bool parse_unsigned(const char* text, unsigned long long max, unsigned long long
 // A JSON number that is a whole number in [0, limit). Converting anything else (negative, fractional,
 // huge, infinite) to an unsigned integer type is undefined behaviour, so it is a configuration error.
 bool whole_number(const simjson::Value& v, double limit, unsigned long long* out) {
-    if (!(v.number >= 0.0) || !(v.number < limit) || v.number != static_cast<double>(static_cast<unsigned long long>(v.number)))
+    if (!(v.number >= 0.0) || !(v.number < limit) ||
+        v.number != static_cast<double>(static_cast<unsigned long long>(v.number)))
         return false;
     *out = static_cast<unsigned long long>(v.number);
     return true;
@@ -53,8 +54,8 @@ const simjson::Value* present(const simjson::Value& object, const char* key) {
 
 // A string value of a spec object into *out; a value of another type is a configuration error
 // naming the key (`where` is the object's path, e.g. "devices[0].").
-bool read_string(const simjson::Value& object, const char* key, const char* spec_path,
-                 const std::string& where, std::string* out) {
+bool read_string(const simjson::Value& object, const char* key, const char* spec_path, const std::string& where,
+                 std::string* out) {
     const simjson::Value* v = present(object, key);
     if (v == nullptr) return true;
     if (!v->is_string()) {
@@ -64,7 +65,6 @@ bool read_string(const simjson::Value& object, const char* key, const char* spec
     *out = v->string;
     return true;
 }
-
 
 bool read_bool(const simjson::Value& object, const char* key, const char* spec_path, const std::string& where,
                bool* out) {
@@ -84,7 +84,8 @@ bool read_number(const simjson::Value& object, const char* key, double limit, co
     if (v == nullptr) return true;
     if (!v->is_number() || !whole_number(*v, limit, out)) {
         complain(std::string(spec_path) + ": " + where + key + " must be a whole number (0.." +
-                 (limit > 1e19 ? std::string("2^64-1") : std::to_string(static_cast<unsigned long long>(limit) - 1)) + ")");
+                 (limit > 1e19 ? std::string("2^64-1") : std::to_string(static_cast<unsigned long long>(limit) - 1)) +
+                 ")");
         return false;
     }
     return true;
@@ -165,14 +166,16 @@ bool read_queries(const simjson::Value& object, const char* key, const char* spe
     if (!ok) {
         std::string names;
         for (unsigned q = 0; q < kQueryCount; ++q) names += std::string(kQueryNames[q]) + ", ";
-        complain(std::string(spec_path) + ": " + where + key + " must be a list of query names: " + names + "processes");
+        complain(std::string(spec_path) + ": " + where + key + " must be a list of query names: " + names +
+                 "processes");
     }
     return ok;
 }
 
 // NVML_GPU_RECOVERY_ACTION_* by value; a whole number stands for any other (one a newer driver may have)
-const char* const kRecoveryActions[] = {"none",    "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset",
-                                        "recover_imex_domain", "bus_reset", "system_reboot"};
+const char* const kRecoveryActions[] = {"none",      "gpu_reset",       "node_reboot",
+                                        "drain_p2p", "drain_and_reset", "recover_imex_domain",
+                                        "bus_reset", "system_reboot"};
 const char* const kFabricStates[] = {"not_supported", "not_started", "in_progress", "completed"};
 const char* const kFabricSummaries[] = {"not_supported", "healthy", "unhealthy", "limited_capacity"};
 const char* const kFabricStructs[] = {nullptr, "v1", "v2", "v3"};
@@ -200,8 +203,10 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
     std::string cpus;
     if (!read_string(item, "cpu_affinity", spec_path, where, &cpus)) return false;
     if (!cpus.empty() && !parse_cpulist(cpus, &d->cpu_affinity)) {
-        complain(std::string(spec_path) + ": " + where + "cpu_affinity must be a Linux cpulist of CPUs 0..4095 "
-                 "such as \"0-15,32-47\", not \"" + cpus + "\"");
+        complain(std::string(spec_path) + ": " + where +
+                 "cpu_affinity must be a Linux cpulist of CPUs 0..4095 "
+                 "such as \"0-15,32-47\", not \"" +
+                 cpus + "\"");
         return false;
     }
     unsigned choice = d->compute_mode;
@@ -450,7 +455,8 @@ bool read_driver(const simjson::Value& root, const char* spec_path, const std::v
         }
         for (const auto& kv : item.object) {
             if (kv.first != "query" && kv.first != "device" && kv.first != "while_exists") {
-                complain(std::string(spec_path) + ": " + where + kv.first + " is not a key of a hang; use query, "
+                complain(std::string(spec_path) + ": " + where + kv.first +
+                         " is not a key of a hang; use query, "
                          "device, while_exists");
                 return false;
             }
@@ -473,7 +479,8 @@ bool read_driver(const simjson::Value& root, const char* spec_path, const std::v
         }
         if (!read_string(item, "while_exists", spec_path, where, &rule.path)) return false;
         if (rule.path.empty()) {
-            complain(std::string(spec_path) + ": " + where + "while_exists must name a file (the call blocks "
+            complain(std::string(spec_path) + ": " + where +
+                     "while_exists must name a file (the call blocks "
                      "while it exists)");
             return false;
         }
@@ -492,7 +499,8 @@ const char* const kProfilesBelowLibrary = "/profiles";
 
 std::string profiles_directory() {
     Dl_info info{};
-    if (dladdr(reinterpret_cast<void*>(&profiles_directory), &info) == 0 || info.dli_fname == nullptr) return "profiles";
+    if (dladdr(reinterpret_cast<void*>(&profiles_directory), &info) == 0 || info.dli_fname == nullptr)
+        return "profiles";
     // the installed file's directory, not a link's (an image linking libnvidia-ml.so.1 elsewhere)
     char* real = realpath(info.dli_fname, nullptr);
     const std::string library = real != nullptr ? real : info.dli_fname;
@@ -506,7 +514,8 @@ std::string profile_names(const std::string& directory) {
     if (DIR* dir = opendir(directory.c_str())) {
         while (const dirent* entry = readdir(dir)) {
             const std::string file = entry->d_name;
-            if (file.size() > 5 && file.compare(file.size() - 5, 5, ".json") == 0) names.push_back(file.substr(0, file.size() - 5));
+            if (file.size() > 5 && file.compare(file.size() - 5, 5, ".json") == 0)
+                names.push_back(file.substr(0, file.size() - 5));
         }
         closedir(dir);
     }
@@ -613,8 +622,7 @@ nvmlReturn_t configure(SimState& s) {
             }
             if (const auto* v = present(item, "minor_number")) {
                 if (!v->is_number() || !whole_number(*v, 4294967296.0, &number)) {
-                    complain(std::string(spec_path) + ": " + where +
-                             "minor_number must be a whole number (0..2^32-1)");
+                    complain(std::string(spec_path) + ": " + where + "minor_number must be a whole number (0..2^32-1)");
                     return NVML_ERROR_UNKNOWN;
                 }
                 d.minor_number = static_cast<unsigned>(number);
@@ -630,8 +638,10 @@ nvmlReturn_t configure(SimState& s) {
                 if (v->is_string() && v->string == "NO_PERMISSION") d.fault = Fault::kNoPermission;
                 else if (v->is_string() && v->string == "GPU_IS_LOST") d.fault = Fault::kGpuIsLost;
                 else {
-                    complain(std::string(spec_path) + ": " + where + "fault must be \"NO_PERMISSION\" or "
-                             "\"GPU_IS_LOST\" (or null), not " + (v->is_string() ? "\"" + v->string + "\"" : "that value"));
+                    complain(std::string(spec_path) + ": " + where +
+                             "fault must be \"NO_PERMISSION\" or "
+                             "\"GPU_IS_LOST\" (or null), not " +
+                             (v->is_string() ? "\"" + v->string + "\"" : "that value"));
                     return NVML_ERROR_UNKNOWN;
                 }
             }

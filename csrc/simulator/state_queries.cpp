@@ -37,7 +37,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device,
                                                             unsigned long* cpuSet, nvmlAffinityScope_t scope) {
     return guarded({__func__, kFamilyCpuAffinity, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
-        if (cpuSet == nullptr || cpuSetSize == 0 || (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET))
+        if (cpuSet == nullptr || cpuSetSize == 0 ||
+            (scope != NVML_AFFINITY_SCOPE_NODE && scope != NVML_AFFINITY_SCOPE_SOCKET))
             return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = device_for(device, &d); rc != NVML_SUCCESS) return rc;
         if (nvmlReturn_t rc = query_allowed(*d, kQueryCpuAffinity); rc != NVML_SUCCESS) return rc;
@@ -79,7 +80,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned 
     });
 }
 
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* current, nvmlEnableState_t* pending) {
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t* current,
+                                             nvmlEnableState_t* pending) {
     return guarded({__func__, kFamilyEcc, device}, [&]() -> nvmlReturn_t {
         const SimDevice* d = nullptr;
         if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
@@ -96,7 +98,8 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMem
         const SimDevice* d = nullptr;
         if (eccCounts == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
         if (nvmlReturn_t rc = state_device(device, kQueryEccErrors, &d); rc != NVML_SUCCESS) return rc;
-        const bool uncorrected_volatile = errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED && counterType == NVML_VOLATILE_ECC;
+        const bool uncorrected_volatile =
+            errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED && counterType == NVML_VOLATILE_ECC;
         *eccCounts = uncorrected_volatile ? d->ecc_uncorrected : 0;
         return NVML_SUCCESS;
     });
@@ -109,10 +112,26 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int values
         if (nvmlReturn_t rc = state_device(device, kQueryFieldValues, &d); rc != NVML_SUCCESS) return rc;
         for (int i = 0; i < valuesCount; ++i) {
             nvmlFieldValue_t& v = values[i];
+            // the health fields answer as the query they stand for would (not supported, no permission)
+            auto field = [&](Query q, unsigned long long value) {
+                v.nvmlReturn = query_allowed(*d, q);
+                v.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+                v.value.ullVal = v.nvmlReturn == NVML_SUCCESS ? value : 0;
+            };
             if (v.fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
                 v.nvmlReturn = NVML_SUCCESS;
                 v.valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
                 v.value.uiVal = d->recovery_action;
+            } else if (v.fieldId == NVML_FI_DEV_ECC_CURRENT) {
+                field(kQueryEccMode, d->ecc_enabled ? 1 : 0);
+            } else if (v.fieldId == NVML_FI_DEV_ECC_DBE_VOL_TOTAL) {
+                field(kQueryEccErrors, d->ecc_enabled ? d->ecc_uncorrected : 0);
+            } else if (v.fieldId == NVML_FI_DEV_REMAPPED_PENDING) {
+                field(kQueryRemappedRows, d->remap_pending ? 1 : 0);
+            } else if (v.fieldId == NVML_FI_DEV_REMAPPED_FAILURE) {
+                field(kQueryRemappedRows, d->remap_failure ? 1 : 0);
+            } else if (v.fieldId == NVML_FI_DEV_RETIRED_PENDING) {
+                field(kQueryRetiredPages, d->pages_pending ? 1 : 0);
             } else {
                 v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             }

@@ -80,13 +80,13 @@ inline int finish(const char* name) {
 #define CHECK_CASE_CONCAT2(a, b) a##b
 #define CHECK_CASE_CONCAT(a, b) CHECK_CASE_CONCAT2(a, b)
 // TEST_CASE(a_lost_gpu_is_unhealthy) { ... }: the name is a C++ identifier that says the behaviour.
-#define TEST_CASE(name)                                                                          \
-    static void name();                                                                          \
-    static const ::check::Registration CHECK_CASE_CONCAT(name, _registration)(#name, &name);    \
+#define TEST_CASE(name)                                                                      \
+    static void name();                                                                      \
+    static const ::check::Registration CHECK_CASE_CONCAT(name, _registration)(#name, &name); \
     static void name()
 
-#define CHECK(cond)                                          \
-    do {                                                     \
+#define CHECK(cond)                                                         \
+    do {                                                                    \
         if (!(cond)) check::report(__FILE__, __LINE__, "CHECK(" #cond ")"); \
     } while (0)
 #define CHECK_EQ(a, b) check::equal((a), (b), #a, #b, __FILE__, __LINE__)

@@ -91,7 +91,8 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t* mem
 }
 
 // Only the original process query (nvmlProcessInfo_v1_t): one process, pid 4242, 4096 bytes.
-FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t, unsigned int* count, nvmlProcessInfo_v1_t* infos) {
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t, unsigned int* count,
+                                                              nvmlProcessInfo_v1_t* infos) {
     if (*count < 1) {
         *count = 1;
         return NVML_ERROR_INSUFFICIENT_SIZE;

@@ -22,19 +22,15 @@ inline std::string env(const char* name) {
     return p ? p : "";
 }
 
-// Runs `body` against `library` with the simulator spec `json` in a forked child; the child's failed
-// checks come back as its exit status (98: the library could not be acquired; 99/100: the harness).
-inline int with_spec(const std::string& library, const std::string& json,
-                     const std::function<void(const flinkgpu::NvmlLibrary&)>& body) {
-    char path[] = "/tmp/flink-gpu-sim-test-XXXXXX";
-    const int fd = mkstemp(path);
-    if (fd < 0) return 99;
-    close(fd);
-    std::ofstream(path) << json;
+// Runs `body` against `library` in a forked child (NVML reads its configuration once per process),
+// after `setup` there; the child's failed checks come back as its exit status (98: the library could
+// not be acquired; 100: the harness).
+inline int in_child(const std::string& library, const std::function<void(const flinkgpu::NvmlLibrary&)>& body,
+                    const std::function<void()>& setup = [] {}) {
     std::fflush(nullptr);
     const pid_t pid = fork();
     if (pid == 0) {
-        setenv("FLINK_GPU_SIM_SPEC", path, 1);
+        setup();
         flinkgpu::Status st;
         const flinkgpu::NvmlLibrary* lib = flinkgpu::NvmlLibrary::acquire(library, &st);
         if (lib == nullptr) {
@@ -46,8 +42,21 @@ inline int with_spec(const std::string& library, const std::string& json,
     }
     int status = 0;
     waitpid(pid, &status, 0);
-    unlink(path);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+}
+
+// Runs `body` against `library` with the simulator spec `json` in a forked child (in_child; 99: no
+// spec file could be written).
+inline int with_spec(const std::string& library, const std::string& json,
+                     const std::function<void(const flinkgpu::NvmlLibrary&)>& body) {
+    char path[] = "/tmp/flink-gpu-sim-test-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return 99;
+    close(fd);
+    std::ofstream(path) << json;
+    const int status = in_child(library, body, [&] { setenv("FLINK_GPU_SIM_SPEC", path, 1); });
+    unlink(path);
+    return status;
 }
 
 }  // namespace simulated

@@ -1,5 +1,4 @@
 // Unit tests of the binding policy (docs/design.md §9.3), with real files, real processes and real threads.
-// A plain executable: exits non-zero when a check fails.
 #include "../binding.hpp"
 #include "../process_liveness.hpp"
 
@@ -102,7 +101,7 @@ private:
     std::thread thread_;
 };
 
-static void test_least_bound_first_lowest_index_among_equals() {
+TEST_CASE(least_bound_first_lowest_index_among_equals) {
     const std::string path = fresh_path("spread");
     std::vector<pid_t> holders;
     for (int i = 0; i < 5; ++i) holders.push_back(spawn_sleeper());
@@ -123,7 +122,7 @@ static void test_least_bound_first_lowest_index_among_equals() {
     for (pid_t p : holders) kill_and_reap(p);
 }
 
-static void test_least_bound_wins_over_lower_index() {
+TEST_CASE(least_bound_wins_over_lower_index) {
     const std::string path = fresh_path("least");
     const pid_t a = spawn_sleeper(), b = spawn_sleeper(), c = spawn_sleeper(), d = spawn_sleeper();
     // GPU 0 gets two holders (given only 0), GPU 1 one: the next binder of {0, 1} takes 1
@@ -134,7 +133,7 @@ static void test_least_bound_wins_over_lower_index() {
     for (pid_t p : {a, b, c, d}) kill_and_reap(p);
 }
 
-static void test_every_holders_share_limits_the_gpu() {
+TEST_CASE(every_holders_share_limits_the_gpu) {
     const std::string path = fresh_path("share");
     const pid_t a = spawn_sleeper(), b = spawn_sleeper();
     CHECK_EQ(bound(path, process(a), {"0"}, 1, 1), std::string("0"));
@@ -147,7 +146,7 @@ static void test_every_holders_share_limits_the_gpu() {
     for (pid_t p : {a, b}) kill_and_reap(p);
 }
 
-static void test_a_holder_asking_again() {
+TEST_CASE(a_holder_asking_again_gets_what_it_holds) {
     const std::string path = fresh_path("again");
     const pid_t a = spawn_sleeper();
     CHECK_EQ(bound(path, process(a), gpus(4), 1, 1), std::string("0"));
@@ -160,7 +159,7 @@ static void test_a_holder_asking_again() {
     kill_and_reap(a);
 }
 
-static void test_whole_gpu_and_its_units_exclude_each_other() {
+TEST_CASE(whole_gpu_and_its_units_exclude_each_other) {
     const std::string path = fresh_path("mig");
     const pid_t a = spawn_sleeper(), b = spawn_sleeper(), c = spawn_sleeper();
     CHECK_EQ(bound(path, process(a), {"0"}, 1, 1), std::string("0"));
@@ -171,7 +170,7 @@ static void test_whole_gpu_and_its_units_exclude_each_other() {
     for (pid_t p : {a, b, c}) kill_and_reap(p);
 }
 
-static void test_a_holder_binds_one_mig_unit() {
+TEST_CASE(a_holder_binds_one_mig_unit) {
     const std::string path = fresh_path("unit");
     const pid_t a = spawn_sleeper();
     const bi::BindResult two = bi::bind(opts_for(path), process(a), {"0:1", "0:2"}, 2, 1);
@@ -184,7 +183,7 @@ static void test_a_holder_binds_one_mig_unit() {
     kill_and_reap(a);
 }
 
-static void test_the_slots_of_one_taskmanager_share_one_mig_unit() {
+TEST_CASE(the_slots_of_one_taskmanager_share_one_mig_unit) {
     const std::string path = fresh_path("slot-unit");
     LiveThread t1, t2, t3;
     const std::vector<std::string> units = {"0:1", "0:2"};
@@ -200,7 +199,7 @@ static void test_the_slots_of_one_taskmanager_share_one_mig_unit() {
     CHECK_EQ(bound(path, elsewhere, units, 1, 2), std::string("0:2"));
 }
 
-static void test_more_gpus_asked_than_given() {
+TEST_CASE(more_gpus_asked_than_given_is_refused) {
     const pid_t a = spawn_sleeper();
     const bi::BindResult r = bi::bind(opts_for(fresh_path("more")), process(a), gpus(2), 3, 1);
     CHECK(r.status.code == flinkgpu::StatusCode::kNotEnough);
@@ -210,7 +209,7 @@ static void test_more_gpus_asked_than_given() {
     kill_and_reap(a);
 }
 
-static void test_a_slot_lives_while_any_of_its_threads_does() {
+TEST_CASE(a_slot_lives_while_any_of_its_threads_does) {
     const std::string path = fresh_path("slot");
     LiveThread t1, t2, t3;
     CHECK_EQ(bound(path, slot(t1.tid(), "s1"), gpus(2), 1, 1), std::string("0"));
@@ -228,7 +227,7 @@ static void test_a_slot_lives_while_any_of_its_threads_does() {
     CHECK(bi::bind(opts_for(path), elsewhere, gpus(2), 1, 1).status.code == flinkgpu::StatusCode::kNotEnough);
 }
 
-static void test_unbind_removes_what_the_holder_wrote() {
+TEST_CASE(unbind_removes_what_the_holder_wrote) {
     const std::string path = fresh_path("unbind");
     LiveThread t1, t2;
     const bi::Holder me = process(getpid());
@@ -247,7 +246,7 @@ static void test_unbind_removes_what_the_holder_wrote() {
 
 // A slot thread of this process writes the process's lease (other pid namespaces cannot probe the thread),
 // the one lease the process keeps for the file for its life. A thread of another process gets none.
-static void test_slot_threads_of_this_process_carry_its_lease() {
+TEST_CASE(slot_threads_of_this_process_carry_its_lease) {
     const std::string path = fresh_path("thread-lease");
     LiveThread t1;
     std::uint32_t lease = 99;
@@ -279,7 +278,7 @@ static void test_slot_threads_of_this_process_carry_its_lease() {
 
 // A bind whose write fails leaves the file as it was, for a process holder and a slot thread alike; the
 // process keeps its one lease (which no line names then, and so proves nothing) for the next bind.
-static void test_a_failed_write_leaves_the_file_as_it_was() {
+TEST_CASE(a_failed_write_leaves_the_file_as_it_was) {
     const std::string path = fresh_path("efbig");
     const int failed_before = check::failures();
     const pid_t child = fork();  // the file size limit and the lease are the child's
@@ -287,7 +286,9 @@ static void test_a_failed_write_leaves_the_file_as_it_was() {
         signal(SIGXFSZ, SIG_IGN);
         LiveThread t;
         std::uint32_t lease = 0;
-        { std::ofstream(path) << "\n"; }
+        {
+            std::ofstream(path) << "\n";
+        }
         CHECK(limit_growth_to(path));
         CHECK(!bi::bind(opts_for(path), slot(t.tid(), "s"), gpus(2), 1, 1).status.ok());
         CHECK(!bi::bind(opts_for(path), process(getpid()), gpus(2), 1, 1).status.ok());
@@ -309,7 +310,7 @@ static void test_a_failed_write_leaves_the_file_as_it_was() {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-static void test_an_unparsable_line_blocks_its_gpu() {
+TEST_CASE(an_unparsable_line_blocks_its_gpu) {
     const std::string path = fresh_path("bad");
     {
         std::ofstream out(path);
@@ -324,7 +325,7 @@ static void test_an_unparsable_line_blocks_its_gpu() {
     kill_and_reap(a);
 }
 
-static void test_invalid_arguments() {
+TEST_CASE(invalid_holders_counts_and_shares_are_refused) {
     const std::string path = fresh_path("invalid");
     const pid_t me = getpid();
     auto code = [&](const bi::Holder& h, const std::vector<std::string>& g, std::size_t n, std::uint32_t k) {
@@ -349,7 +350,7 @@ static void test_invalid_arguments() {
 }
 
 // Processes binding at once, each for itself (with its lease): never more holders on a GPU than allowed.
-static void test_concurrent_processes() {
+TEST_CASE(concurrent_processes_never_exceed_a_gpus_share) {
     for (const std::uint32_t share : {1u, 2u}) {
         const std::string path = fresh_path("concurrent");
         const int n = static_cast<int>(4 * share);
@@ -393,33 +394,9 @@ static void test_concurrent_processes() {
     }
 }
 
-int main() {
-    char tmpl[] = "/tmp/flinkgpu-binding-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) return 2;
-    g_dir = tmpl;
-    const std::vector<std::pair<const char*, std::function<void()>>> tests = {
-        {"least_bound_first_lowest_index_among_equals", test_least_bound_first_lowest_index_among_equals},
-        {"least_bound_wins_over_lower_index", test_least_bound_wins_over_lower_index},
-        {"every_holders_share_limits_the_gpu", test_every_holders_share_limits_the_gpu},
-        {"a_holder_asking_again", test_a_holder_asking_again},
-        {"whole_gpu_and_its_units_exclude_each_other", test_whole_gpu_and_its_units_exclude_each_other},
-        {"a_holder_binds_one_mig_unit", test_a_holder_binds_one_mig_unit},
-        {"a_slot_lives_while_any_of_its_threads_does", test_a_slot_lives_while_any_of_its_threads_does},
-        {"the_slots_of_one_taskmanager_share_one_mig_unit", test_the_slots_of_one_taskmanager_share_one_mig_unit},
-        {"more_gpus_asked_than_given", test_more_gpus_asked_than_given},
-        {"unbind_removes_what_the_holder_wrote", test_unbind_removes_what_the_holder_wrote},
-        {"slot_threads_of_this_process_carry_its_lease", test_slot_threads_of_this_process_carry_its_lease},
-        {"a_failed_write_leaves_the_file_as_it_was", test_a_failed_write_leaves_the_file_as_it_was},
-        {"an_unparsable_line_blocks_its_gpu", test_an_unparsable_line_blocks_its_gpu},
-        {"invalid_arguments", test_invalid_arguments},
-        {"concurrent_processes", test_concurrent_processes},
-    };
-    for (const auto& [name, fn] : tests) {
-        const int before = check::failures();
-        fn();
-        std::printf("%s %s\n", check::failures() == before ? "ok  " : "FAIL", name);
-    }
-    const std::string rm = "rm -rf '" + g_dir + "'";
-    if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", g_dir.c_str());
-    return check::finish("test_binding");
+int main(int argc, char** argv) {
+    const fixtures::ScratchDir scratch("/tmp/flinkgpu-binding-XXXXXX");
+    if (scratch.path().empty()) return 2;
+    g_dir = scratch.path();
+    return check::run(argc, argv);
 }

@@ -1,8 +1,8 @@
 // Unit tests of the coordination core (docs/design.md §5.2), with real files, real processes and real locks.
-// A plain executable: exits non-zero when a check fails.
 #include "../coordination.hpp"
 #include "../coordination_lease.hpp"
 #include "../process_liveness.hpp"
+#include "check.hpp"
 #include "fixtures.hpp"
 
 #include <dirent.h>
@@ -38,24 +38,10 @@ using fixtures::limit_growth_to;
 using fixtures::read_text;
 using fixtures::spawn_sleeper;
 
-static int g_failures = 0;
-static const char* g_test = "";
-
-#define CHECK(cond)                                                                                    \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
-            std::fprintf(stderr, "FAIL %s (%s:%d): %s\n", g_test, __FILE__, __LINE__, #cond);          \
-            ++g_failures;                                                                              \
-        }                                                                                              \
-    } while (0)
-
-#define CHECK_MSG(cond, msg)                                                                           \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
-            std::fprintf(stderr, "FAIL %s (%s:%d): %s -- %s\n", g_test, __FILE__, __LINE__, #cond,     \
-                         std::string(msg).c_str());                                                    \
-            ++g_failures;                                                                              \
-        }                                                                                              \
+// CHECK with what the failing check saw.
+#define CHECK_MSG(cond, msg)                                                                       \
+    do {                                                                                           \
+        if (!(cond)) check::report(__FILE__, __LINE__, "CHECK(" #cond ") -- " + std::string(msg)); \
     } while (0)
 
 // ---- helpers ---------------------------------------------------------------------------------------
@@ -84,12 +70,12 @@ static void write_text(const std::string& path, const std::string& text) {
 }
 
 static bool file_exists(const std::string& path) {
-    struct statx st {};
+    struct statx st{};
     return statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, STATX_INO, &st) == 0;
 }
 
 static unsigned long long inode_of(const std::string& path) {
-    struct statx st {};
+    struct statx st{};
     if (statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, STATX_INO, &st) != 0) return 0;
     return st.stx_ino;
 }
@@ -119,8 +105,8 @@ static co::Options opts_for(const std::string& path, std::int64_t timeout_ms = 5
 // (slot 0: every test uses a fresh file).
 // The line a claim at `path` writes for `pid` (this process's with its lease on byte 0 of the lease file).
 static std::string line_for(const std::string& index, pid_t pid, const std::string& path) {
-    return index + " " + std::to_string(pid) + "\t" + std::to_string(start_time_of(pid)) + "\tns=" +
-           std::to_string(co::own_pid_namespace().inode) +
+    return index + " " + std::to_string(pid) + "\t" + std::to_string(start_time_of(pid)) +
+           "\tns=" + std::to_string(co::own_pid_namespace().inode) +
            (pid == getpid() ? "\tlease=0\tlf=" + fixtures::lease_token(path) : "");
 }
 
@@ -144,7 +130,7 @@ static pid_t spawn_lock_holder(const std::string& path) {
 
 // ---- tests -----------------------------------------------------------------------------------------
 
-static void test_claim_creates_file_in_flink_format() {
+TEST_CASE(claim_creates_file_in_flink_format) {
     const std::string path = fresh_path("basic");
     const pid_t me = getpid();
     co::ClaimResult r = co::claim(opts_for(path), me, gpus(4), 2);
@@ -153,14 +139,14 @@ static void test_claim_creates_file_in_flink_format() {
     CHECK(joined(r.added) == "0,1");
     CHECK(r.reclaimed.empty());
     CHECK(read_text(path) == line_for("0", me, path) + "\n" + line_for("1", me, path) + "\n");
-    struct statx st {};
+    struct statx st{};
     CHECK(statx(AT_FDCWD, path.c_str(), 0, STATX_MODE, &st) == 0);
     const mode_t mask = umask(0);
     umask(mask);
     CHECK((st.stx_mode & 0777) == (0644 & ~mask));
 }
 
-static void test_amount_zero_touches_nothing() {
+TEST_CASE(amount_zero_touches_nothing) {
     const std::string path = fresh_path("zero");
     co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(2), 0);
     CHECK(r.status.ok());
@@ -168,7 +154,7 @@ static void test_amount_zero_touches_nothing() {
     CHECK(!file_exists(path));
 }
 
-static void test_owner_asking_again() {
+TEST_CASE(an_owner_asking_again_gets_what_it_holds) {
     const std::string path = fresh_path("again");
     const pid_t me = getpid();
     const co::Options o = opts_for(path);
@@ -188,7 +174,7 @@ static void test_owner_asking_again() {
     CHECK(s.entries.size() == 3);
 }
 
-static void test_free_first_then_dead_lowest_first() {
+TEST_CASE(free_first_then_dead_lowest_first) {
     const std::string path = fresh_path("order");
     const pid_t dead = dead_pid();
     // GPU 0 and 2 belong to a dead owner, 1 and 3 are free: free ones first, then the lowest dead one.
@@ -201,7 +187,7 @@ static void test_free_first_then_dead_lowest_first() {
                                  line_for("3", getpid(), path) + "\n" + line_for("0", getpid(), path) + "\n");
 }
 
-static void test_natural_index_order() {
+TEST_CASE(natural_index_order) {
     const std::string path = fresh_path("natural");
     std::vector<std::string> idx = {"10", "2", "1", "11", "0", "2"};
     co::ClaimResult r = co::claim(opts_for(path), getpid(), idx, 4);
@@ -209,7 +195,7 @@ static void test_natural_index_order() {
 }
 
 // B1: the stock script's `sed -i "/1 /d"` also deletes the line of GPU 11.
-static void test_b1_exact_index_match() {
+TEST_CASE(a_dead_line_of_index_1_never_frees_index_11) {
     const std::string path = fresh_path("b1");
     const pid_t dead = dead_pid();
     const pid_t owner11 = spawn_sleeper();
@@ -229,7 +215,7 @@ static void test_b1_exact_index_match() {
 }
 
 // B2: the file is rewritten in place, never replaced.
-static void test_b2_same_inode() {
+TEST_CASE(a_claim_rewrites_the_file_in_place_keeping_its_inode) {
     const std::string path = fresh_path("inode");
     const co::Options o = opts_for(path);
     const pid_t dead = dead_pid();
@@ -245,7 +231,7 @@ static void test_b2_same_inode() {
 }
 
 // B2, the other side: a stock script replaced the file (sed -i) while we waited for the old inode's lock.
-static void test_b2_replaced_file_detected() {
+TEST_CASE(a_file_replaced_while_the_claim_waits_for_its_lock_is_read_anew) {
     const std::string path = fresh_path("replaced");
     const pid_t holder_of_0 = spawn_sleeper();
     write_text(path, "");
@@ -274,7 +260,7 @@ static void test_b2_replaced_file_detected() {
     for (int i = 0; i < 500 && !opened; ++i) {
         DIR* d = opendir("/proc/self/fd");
         while (dirent* e = d ? readdir(d) : nullptr) {
-            struct statx st {};
+            struct statx st{};
             if (statx(dirfd(d), e->d_name, 0, STATX_INO, &st) == 0 && st.stx_ino == old_ino &&
                 std::atoi(e->d_name) > 2) {
                 opened = true;
@@ -295,7 +281,7 @@ static void test_b2_replaced_file_detected() {
 }
 
 // B4: a live pid with another start time is a reused pid: its entry is stale.
-static void test_b4_pid_reuse_detected() {
+TEST_CASE(a_reused_pid_with_another_start_time_holds_nothing) {
     const std::string path = fresh_path("reuse");
     const pid_t live = spawn_sleeper();
     const std::uint64_t st = start_time_of(live);
@@ -313,7 +299,7 @@ static void test_b4_pid_reuse_detected() {
 }
 
 // B5: a line we cannot parse is kept, never reclaimed, and reported.
-static void test_b5_unparsable_line_kept() {
+TEST_CASE(an_unparsable_line_is_kept_and_blocks_its_index) {
     const std::string path = fresh_path("bad");
     const std::string text = "2 not-a-pid\n\n0 12x\ngarbage\n";
     write_text(path, text);
@@ -335,7 +321,7 @@ static void test_b5_unparsable_line_kept() {
     CHECK(read_text(path) == text + line_for("1", getpid(), path) + "\n");
 }
 
-static void test_line_grammar() {
+TEST_CASE(lines_are_read_as_the_stock_script_reads_them) {
     const std::string path = fresh_path("grammar");
     const pid_t me = getpid();
     const std::string m = std::to_string(me);
@@ -350,7 +336,7 @@ static void test_line_grammar() {
     CHECK(s.unparsable.size() == 6);
 }
 
-static void test_no_trailing_newline_is_repaired() {
+TEST_CASE(no_trailing_newline_is_repaired) {
     const std::string path = fresh_path("nonl");
     const pid_t dead = dead_pid();
     write_text(path, "0 " + std::to_string(dead));
@@ -359,7 +345,7 @@ static void test_no_trailing_newline_is_repaired() {
     CHECK(read_text(path) == "0 " + std::to_string(dead) + "\n" + line_for("1", getpid(), path) + "\n");
 }
 
-static void test_not_enough_message() {
+TEST_CASE(not_enough_names_the_request_the_gpus_their_holders_and_the_file) {
     const std::string path = fresh_path("short");
     const pid_t a = spawn_sleeper(), b = spawn_sleeper();
     CHECK(co::claim(opts_for(path), a, gpus(3), 2).status.ok());
@@ -377,7 +363,7 @@ static void test_not_enough_message() {
     kill_and_reap(b);
 }
 
-static void test_zombie_holds_nothing() {
+TEST_CASE(zombie_holds_nothing) {
     const std::string path = fresh_path("zombie");
     pid_t z = fork();
     if (z == 0) {
@@ -398,7 +384,7 @@ static void test_zombie_holds_nothing() {
     waitpid(z, nullptr, 0);
 }
 
-static void test_duplicate_lines_live_one_wins() {
+TEST_CASE(duplicate_lines_live_one_wins) {
     const std::string path = fresh_path("dup");
     const pid_t live = spawn_sleeper();
     write_text(path, "0 " + std::to_string(dead_pid()) + "\n" + line_for("0", live, path) + "\n");
@@ -411,9 +397,9 @@ static void test_duplicate_lines_live_one_wins() {
 
 // A claim for itself whose write fails (here beyond RLIMIT_FSIZE, SIGXFSZ ignored: EFBIG) leaves the file as
 // it was; the process keeps one lease for the file for its life, whatever fails or is released.
-static void test_a_failed_write_leaves_the_file_and_the_process_keeps_its_one_lease() {
+TEST_CASE(a_failed_write_leaves_the_file_and_the_process_keeps_its_one_lease) {
     const std::string path = fresh_path("efbig");
-    const int failed_before = g_failures;
+    const int failed_before = check::failures();
     const pid_t child = fork();  // the file size limit and the lease are the child's
     if (child == 0) {
         signal(SIGXFSZ, SIG_IGN);
@@ -436,7 +422,7 @@ static void test_a_failed_write_leaves_the_file_and_the_process_keeps_its_one_le
         CHECK(joined(co::claim(opts_for(path), getpid(), {"0", "1"}, 2).indices) == "0,1");
         CHECK(read_text(path).find("lease=1") == std::string::npos);
         std::fflush(stderr);
-        _exit(g_failures == failed_before ? 0 : 1);
+        _exit(check::failures() == failed_before ? 0 : 1);
     }
     int status = 0;
     CHECK(waitpid(child, &status, 0) == child);
@@ -447,7 +433,7 @@ static void test_a_failed_write_leaves_the_file_and_the_process_keeps_its_one_le
 // program): the write that crosses the limit is short and the next one raises SIGXFSZ. The process is
 // not killed with half a line in the file: the claim fails with EFBIG and the file is back to its old
 // bytes, for an append and for a rewrite that reclaims (old bytes overwritten) alike.
-static void test_a_short_write_under_a_file_size_limit_restores_the_old_bytes() {
+TEST_CASE(a_short_write_under_a_file_size_limit_restores_the_old_bytes) {
     const pid_t live = spawn_sleeper();
     for (const bool reclaim : {false, true}) {
         const std::string path = fresh_path("short-write");
@@ -459,13 +445,13 @@ static void test_a_short_write_under_a_file_size_limit_restores_the_old_bytes() 
         const pid_t child = fork();
         if (child == 0) {
             signal(SIGXFSZ, SIG_DFL);
-            struct rlimit limit {};
+            struct rlimit limit{};
             getrlimit(RLIMIT_FSIZE, &limit);
             limit.rlim_cur = 1024;
             setrlimit(RLIMIT_FSIZE, &limit);
             const co::ClaimResult r = co::claim(opts_for(path), live, {"0", "1", "2", "3"}, reclaim ? 4 : 3);
-            const bool efbig = r.status.sys_errno == EFBIG && r.status.message.find("old content was restored") !=
-                                                                   std::string::npos;
+            const bool efbig =
+                r.status.sys_errno == EFBIG && r.status.message.find("old content was restored") != std::string::npos;
             sigset_t pending;
             sigpending(&pending);
             _exit(efbig && !sigismember(&pending, SIGXFSZ) ? 0 : 3);
@@ -480,7 +466,7 @@ static void test_a_short_write_under_a_file_size_limit_restores_the_old_bytes() 
     kill_and_reap(live);
 }
 
-static void test_release_and_clean() {
+TEST_CASE(release_frees_only_the_callers_indices_and_clean_the_dead) {
     const std::string path = fresh_path("release");
     const co::Options o = opts_for(path);
     const pid_t a = spawn_sleeper(), b = spawn_sleeper();
@@ -502,7 +488,7 @@ static void test_release_and_clean() {
     kill_and_reap(a);
 }
 
-static void test_killed_before_truncate_leaves_no_fragment() {
+TEST_CASE(killed_before_truncate_leaves_no_fragment) {
     const std::string path = fresh_path("shrink");
     const co::Options o = opts_for(path);
     const pid_t a = spawn_sleeper(), b = spawn_sleeper();
@@ -529,7 +515,7 @@ static void test_killed_before_truncate_leaves_no_fragment() {
     kill_and_reap(b);
 }
 
-static void test_missing_file_not_created() {
+TEST_CASE(missing_file_not_created) {
     const std::string path = fresh_path("missing");
     co::Snapshot s = co::snapshot(opts_for(path));
     CHECK(s.status.ok() && !s.exists);
@@ -538,7 +524,7 @@ static void test_missing_file_not_created() {
     CHECK(!file_exists(path));
 }
 
-static void test_invalid_arguments() {
+TEST_CASE(invalid_owners_and_indices_are_refused_naming_the_value) {
     const std::string path = fresh_path("invalid");
     CHECK(co::claim(opts_for(path), 0, gpus(2), 1).status.code == flinkgpu::StatusCode::kInvalidArgument);
     CHECK(co::claim(opts_for(path), -1, gpus(2), 1).status.code == flinkgpu::StatusCode::kInvalidArgument);
@@ -555,7 +541,7 @@ static void test_invalid_arguments() {
 }
 
 // B10: lock waits are bounded.
-static void test_b10_lock_timeout() {
+TEST_CASE(a_held_lock_times_out_naming_the_file_and_its_holder) {
     const std::string path = fresh_path("timeout");
     const pid_t holder = spawn_lock_holder(path);
     const auto t0 = std::chrono::steady_clock::now();
@@ -572,7 +558,7 @@ static void test_b10_lock_timeout() {
 
 // A timeout too large to add to the clock (INT64_MAX ms: "wait for ever") waits; it is not an
 // overflowed, already-passed deadline.
-static void test_huge_timeout_waits() {
+TEST_CASE(a_huge_timeout_waits_until_the_lock_is_free) {
     const std::string path = fresh_path("huge-timeout");
     const pid_t holder = spawn_lock_holder(path);
     std::thread release([holder] {
@@ -585,16 +571,16 @@ static void test_huge_timeout_waits() {
     CHECK(joined(r.indices) == "0");
 }
 
-static void test_symlink_refused_target_untouched() {
+TEST_CASE(symlink_refused_target_untouched) {
     const std::string target = fresh_path("target");
     const std::string link = fresh_path("link");
     write_text(target, "precious\n");
     CHECK(symlink(target.c_str(), link.c_str()) == 0);
     for (int op = 0; op < 4; ++op) {
         flinkgpu::Status s = op == 0   ? co::claim(opts_for(link), getpid(), gpus(1), 1).status
-                       : op == 1 ? co::release(opts_for(link), getpid()).status
-                       : op == 2 ? co::snapshot(opts_for(link)).status
-                                 : co::clean_stale(opts_for(link)).status;
+                             : op == 1 ? co::release(opts_for(link), getpid()).status
+                             : op == 2 ? co::snapshot(opts_for(link)).status
+                                       : co::clean_stale(opts_for(link)).status;
         CHECK(s.code == flinkgpu::StatusCode::kOsError && s.sys_errno == ELOOP);
         CHECK_MSG(s.message.find(link) != std::string::npos && s.message.find("symbolic link") != std::string::npos,
                   s.message);
@@ -608,7 +594,7 @@ static void test_symlink_refused_target_untouched() {
     CHECK(!file_exists(nowhere));
 }
 
-static void test_non_regular_files_refused() {
+TEST_CASE(non_regular_files_refused) {
     const std::string dir = fresh_path("dir");
     CHECK(mkdir(dir.c_str(), 0755) == 0);
     co::ClaimResult d = co::claim(opts_for(dir), getpid(), gpus(1), 1);
@@ -618,16 +604,19 @@ static void test_non_regular_files_refused() {
     const std::string fifo = fresh_path("fifo");
     CHECK(mkfifo(fifo.c_str(), 0644) == 0);
     for (int op = 0; op < 2; ++op) {
-        flinkgpu::Status s = op == 0 ? co::claim(opts_for(fifo), getpid(), gpus(1), 1).status : co::snapshot(opts_for(fifo)).status;
+        flinkgpu::Status s =
+            op == 0 ? co::claim(opts_for(fifo), getpid(), gpus(1), 1).status : co::snapshot(opts_for(fifo)).status;
         CHECK(s.code == flinkgpu::StatusCode::kOsError && s.sys_errno == EINVAL);
-        CHECK_MSG(s.message.find("a FIFO") != std::string::npos && s.message.find(fifo) != std::string::npos, s.message);
+        CHECK_MSG(s.message.find("a FIFO") != std::string::npos && s.message.find(fifo) != std::string::npos,
+                  s.message);
     }
     // A device is refused before it is opened.
     flinkgpu::Status dev = co::claim(opts_for("/dev/null"), getpid(), gpus(1), 1).status;
-    CHECK_MSG(dev.code == flinkgpu::StatusCode::kOsError && dev.message.find("character device") != std::string::npos, dev.message);
+    CHECK_MSG(dev.code == flinkgpu::StatusCode::kOsError && dev.message.find("character device") != std::string::npos,
+              dev.message);
 }
 
-static void test_hard_link_refused() {
+TEST_CASE(hard_link_refused) {
     const std::string other = fresh_path("other");
     const std::string path = fresh_path("hardlink");
     write_text(other, "someone else's data\n");
@@ -638,7 +627,7 @@ static void test_hard_link_refused() {
     CHECK(read_text(other) == "someone else's data\n");
 }
 
-static void test_unusable_path_names_path_and_errno() {
+TEST_CASE(unusable_path_names_path_and_errno) {
     const std::string path = g_dir + "/no-such-dir/coordination";
     co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(1), 1);
     CHECK(r.status.code == flinkgpu::StatusCode::kOsError && r.status.sys_errno == ENOENT);
@@ -655,7 +644,7 @@ static void test_unusable_path_names_path_and_errno() {
 }
 
 // Threads of one process exclude each other: each call has its own open file description.
-static void test_threads_exclude_each_other() {
+TEST_CASE(concurrent_threads_never_hold_one_gpu_twice) {
     const std::string path = fresh_path("threads");
     constexpr int kThreads = 8, kGpus = 3, kRounds = 40;
     std::vector<pid_t> owners;
@@ -697,7 +686,7 @@ static void test_threads_exclude_each_other() {
 
 // Real processes claim and release while some are SIGKILLed; a per-GPU flock held while a worker
 // believes it owns the GPU detects any double assignment (the kernel drops it when the worker dies).
-static void test_processes_with_kills() {
+TEST_CASE(concurrent_processes_killed_at_random_never_hold_one_gpu_twice) {
     const std::string path = fresh_path("procs");
     const std::string marks = fresh_path("marks");
     CHECK(mkdir(marks.c_str(), 0755) == 0);
@@ -769,54 +758,12 @@ static void test_processes_with_kills() {
     CHECK(joined(all.indices) == "0,1,2,3");
 }
 
-int main() {
-    char tmpl[] = "/tmp/flinkgpu-coordination-test-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) {
+int main(int argc, char** argv) {
+    const fixtures::ScratchDir scratch("/tmp/flinkgpu-coordination-test-XXXXXX");
+    if (scratch.path().empty()) {
         std::perror("mkdtemp");
         return 2;
     }
-    g_dir = tmpl;
-    const std::vector<std::pair<const char*, std::function<void()>>> tests = {
-        {"claim_creates_file_in_flink_format", test_claim_creates_file_in_flink_format},
-        {"amount_zero_touches_nothing", test_amount_zero_touches_nothing},
-        {"owner_asking_again", test_owner_asking_again},
-        {"free_first_then_dead_lowest_first", test_free_first_then_dead_lowest_first},
-        {"natural_index_order", test_natural_index_order},
-        {"b1_exact_index_match", test_b1_exact_index_match},
-        {"b2_same_inode", test_b2_same_inode},
-        {"b2_replaced_file_detected", test_b2_replaced_file_detected},
-        {"b4_pid_reuse_detected", test_b4_pid_reuse_detected},
-        {"b5_unparsable_line_kept", test_b5_unparsable_line_kept},
-        {"line_grammar", test_line_grammar},
-        {"no_trailing_newline_is_repaired", test_no_trailing_newline_is_repaired},
-        {"not_enough_message", test_not_enough_message},
-        {"zombie_holds_nothing", test_zombie_holds_nothing},
-        {"duplicate_lines_live_one_wins", test_duplicate_lines_live_one_wins},
-        {"a_failed_write_leaves_the_file_and_the_process_keeps_its_one_lease",
-         test_a_failed_write_leaves_the_file_and_the_process_keeps_its_one_lease},
-        {"a_short_write_under_a_file_size_limit_restores_the_old_bytes",
-         test_a_short_write_under_a_file_size_limit_restores_the_old_bytes},
-        {"release_and_clean", test_release_and_clean},
-        {"killed_before_truncate_leaves_no_fragment", test_killed_before_truncate_leaves_no_fragment},
-        {"missing_file_not_created", test_missing_file_not_created},
-        {"invalid_arguments", test_invalid_arguments},
-        {"b10_lock_timeout", test_b10_lock_timeout},
-        {"huge_timeout_waits", test_huge_timeout_waits},
-        {"symlink_refused_target_untouched", test_symlink_refused_target_untouched},
-        {"non_regular_files_refused", test_non_regular_files_refused},
-        {"hard_link_refused", test_hard_link_refused},
-        {"unusable_path_names_path_and_errno", test_unusable_path_names_path_and_errno},
-        {"threads_exclude_each_other", test_threads_exclude_each_other},
-        {"processes_with_kills", test_processes_with_kills},
-    };
-    for (const auto& [name, fn] : tests) {
-        g_test = name;
-        const int before = g_failures;
-        fn();
-        std::printf("%s %s\n", g_failures == before ? "ok  " : "FAIL", name);
-    }
-    std::string rm = "rm -rf '" + g_dir + "'";
-    if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", g_dir.c_str());
-    std::printf("%d failure(s)\n", g_failures);
-    return g_failures == 0 ? 0 : 1;
+    g_dir = scratch.path();
+    return check::run(argc, argv);
 }

@@ -50,12 +50,19 @@ co::Verdict judged(const std::string& line, Given& given, const co::PidNamespace
     return co::judge(entry(line), ours, given);
 }
 
-void test_judge() {
+// pid 1 runs with start time 50; lease slot 0 is held, slot 1 free, the others untestable.
+Given pid_1_and_two_leases() {
     Given g;
     g.processes[1] = running(50);
     g.leases[0] = co::LeaseState::kHeld;
     g.leases[1] = co::LeaseState::kFree;
+    return g;
+}
 
+}  // namespace
+
+TEST_CASE(a_line_of_our_namespace_is_judged_by_pid_and_start_time) {
+    Given g = pid_1_and_two_leases();
     // Our namespace, or none recorded: pid and start time, as before.
     CHECK(judged("0 1\t50\tns=100", g) == co::Verdict::kAlive);
     CHECK(judged("0 1\t51\tns=100", g) == co::Verdict::kPidReused);
@@ -63,7 +70,10 @@ void test_judge() {
     CHECK(judged("0 1", g) == co::Verdict::kAlive);  // the stock script's line: ps -p 1 in our namespace
     CHECK(judged("0 1\t51", g) == co::Verdict::kPidReused);
     CHECK(judged("0 2", g) == co::Verdict::kGone);
+}
 
+TEST_CASE(a_line_of_another_namespace_without_a_lease_is_never_judged_by_pid) {
+    Given g = pid_1_and_two_leases();
     // Another namespace without a lease: never judged by pid or start time, whatever they say here.
     g.process_asks = 0;
     CHECK(judged("0 1\t51\tns=200", g) == co::Verdict::kOtherNamespace);
@@ -72,7 +82,10 @@ void test_judge() {
     CHECK_EQ(g.process_asks, 0);
     // Our namespace unknown (no /proc): every ns field is another namespace's.
     CHECK(judged("0 1\t50\tns=100", g, co::PidNamespace{}) == co::Verdict::kOtherNamespace);
+}
 
+TEST_CASE(a_lease_on_the_named_lease_file_decides_in_every_namespace) {
+    Given g = pid_1_and_two_leases();
     // A lease decides in every namespace: held = alive even where the pid says dead or reused, free = dead
     // even where pid and start time say alive (a pid reused within the start time's clock tick).
     g.process_asks = 0;
@@ -89,6 +102,10 @@ void test_judge() {
     CHECK(judged("0 1\t50\tns=100\tlease=1", g) == co::Verdict::kAlive);
     CHECK(judged("0 1\t50\tlease=1", g) == co::Verdict::kAlive);
     CHECK(judged("0 1\t51\tns=100\tlease=1", g) == co::Verdict::kLeaseReleased);
+}
+
+TEST_CASE(a_lease_on_another_lease_file_or_untestable_proves_nothing) {
+    Given g = pid_1_and_two_leases();
     // A lease taken on another lease file (deleted and created again, or replaced) proves nothing: judged by
     // pid and start time in our namespace, of unknown liveness in another; never dead for a free byte.
     CHECK(judged("0 1\t50\tns=100\tlease=1\tlf=00000000000000bb", g) == co::Verdict::kAlive);
@@ -100,7 +117,10 @@ void test_judge() {
     CHECK(judged("0 1\t50\tns=200\tlease=5", g) == co::Verdict::kOtherNamespace);
     CHECK(judged("0 2\t50\tns=100\tlease=5", g) == co::Verdict::kGone);
     CHECK(judged("0 1\t50\tns=100\tlease=5", g) == co::Verdict::kAlive);
+}
 
+TEST_CASE(a_slot_threads_line_is_dead_when_its_lease_is_free_and_else_judged_by_thread) {
+    Given g = pid_1_and_two_leases();
     // A slot thread's line (binding.hpp): its lease is its process's. Free: dead everywhere. Held: in our
     // namespace the thread is judged by its id and start time (it may have ended while its process lives),
     // in another it is alive with liveness unknown (what `clean --foreign-namespaces` removes).
@@ -112,14 +132,16 @@ void test_judge() {
           co::Verdict::kLeaseReleased);
     CHECK(judged("0 1\t50\tns=200\tlease=1\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kLeaseReleased);
     CHECK(judged("0 1\t50\tns=200\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kOtherNamespace);
+}
 
+TEST_CASE(alive_held_and_other_namespace_verdicts_keep_a_line) {
     CHECK(co::verdict_alive(co::Verdict::kAlive) && co::verdict_alive(co::Verdict::kLeaseHeld) &&
           co::verdict_alive(co::Verdict::kOtherNamespace));
     CHECK(!co::verdict_alive(co::Verdict::kGone) && !co::verdict_alive(co::Verdict::kPidReused) &&
           !co::verdict_alive(co::Verdict::kLeaseReleased));
 }
 
-void test_holder_identity() {
+TEST_CASE(a_line_records_a_pid_only_of_our_namespace) {
     // records(): same pid of our namespace (or none recorded); another namespace's pid 7 is not our pid 7.
     CHECK(entry("0 7\t5\tns=100").records(7, true, kOurs));
     CHECK(!entry("0 7\t5\tns=200").records(7, true, kOurs));
@@ -130,7 +152,9 @@ void test_holder_identity() {
     // parent TaskManager, as the stock script records it) it does.
     CHECK(!entry("0 7").records(7, true, kOurs));
     CHECK(entry("0 7").records(7, false, kOurs));
+}
 
+TEST_CASE(equal_pids_of_two_namespaces_are_two_holders_and_a_slots_threads_one) {
     // pid_is_in(): whether the pid is a number of our namespace; a line that records none is ours.
     CHECK(entry("0 1\t5\tns=100").pid_is_in(kOurs) && entry("0 1").pid_is_in(kOurs));
     CHECK(!entry("0 1\t5\tns=200").pid_is_in(kOurs) && !entry("0 1\t5\tns=100").pid_is_in(co::PidNamespace{}));
@@ -146,7 +170,9 @@ void test_holder_identity() {
     CHECK(t1.same_holder(t2, kOurs) && !t1.same_holder(other, kOurs) && !t1.same_holder(a, kOurs));
     CHECK(t1.taskmanager_key(kOurs) == a.key(kOurs) && other.taskmanager_key(kOurs) != a.key(kOurs));
     CHECK(a.taskmanager_key(kOurs).empty());
+}
 
+TEST_CASE(verdicts_map_to_alive_dead_or_unknown_liveness) {
     // liveness_of(): alive, dead, or unknown (taken all the same).
     CHECK(co::liveness_of(co::Verdict::kAlive) == co::Liveness::kAlive &&
           co::liveness_of(co::Verdict::kLeaseHeld) == co::Liveness::kAlive);
@@ -156,13 +182,16 @@ void test_holder_identity() {
           co::liveness_of(co::Verdict::kLeaseReleased) == co::Liveness::kDead);
 }
 
-void test_real_probes() {
+TEST_CASE(our_pid_namespace_is_read_from_proc_and_cached) {
     const co::PidNamespace ns = co::own_pid_namespace();
-    struct stat st {};
+    struct stat st{};
     CHECK(stat("/proc/self/ns/pid", &st) == 0);
     CHECK(ns.known && ns.inode == static_cast<std::uint64_t>(st.st_ino));
     CHECK(co::own_pid_namespace().inode == ns.inode);  // cached, the same
+}
 
+TEST_CASE(without_a_lease_file_a_real_process_is_judged_by_pid_and_namespace) {
+    const co::PidNamespace ns = co::own_pid_namespace();
     // Liveness without leases: a lease field cannot be tested, so the line is judged by its pid.
     co::LineJudge live(nullptr);
     const co::ProcInfo me = live.process(getpid());
@@ -189,11 +218,4 @@ void test_real_probes() {
     CHECK(bare.alive && !live.owns(bare, getpid(), me));
 }
 
-}  // namespace
-
-int main() {
-    test_judge();
-    test_holder_identity();
-    test_real_probes();
-    return check::finish("test_process_liveness");
-}
+int main(int argc, char** argv) { return check::run(argc, argv); }

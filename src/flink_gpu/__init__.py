@@ -5,21 +5,45 @@ an inference operator that only needs ``GPUInfo`` never pays for YAML, subproces
 """
 
 from flink_gpu import _lazy
-from flink_gpu.errors import FlinkException, IllegalConfigurationException, NvmlError
+from flink_gpu.errors import (
+    BindingError,
+    CudaDeviceError,
+    DiscoveryScriptNotExecutable,
+    DiscoveryScriptNotFound,
+    FactoryLoadError,
+    FactoryNotFoundError,
+    FileTooLargeError,
+    FlinkException,
+    IllegalConfigurationException,
+    NotARegularFileError,
+    NotEnoughGpusError,
+    NvmlError,
+    SlotUnknownError,
+    ValueTooLongError,
+)
 
 # not typing.TYPE_CHECKING: importing typing (and re, enum, functools with it) would cost an operator
 # several ms; mypy and pyright treat any constant named TYPE_CHECKING as true
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load on first use
-    from flink_gpu.config import ConfigOption, Configuration, config_option
-    from flink_gpu.deployment import kubernetes_resource_requirements, merge_into_pod_template, yarn_resources
-    from flink_gpu.framework import (ExternalResourceDriver, ExternalResourceDriverFactory,
-                                     ExternalResourceInfoProvider, load_external_resources)
-    from flink_gpu.gpu.affinity import pin_to_gpus
-    from flink_gpu.gpu.driver import GPUDriver, GPUDriverFactory
-    from flink_gpu.gpu.info import GPUInfo, cuda_visible_devices
-    from flink_gpu.gpu.options import GPUDriverOptions
-    from flink_gpu.resource_info import ExternalResourceInfo
+    # "X as X": the explicit re-export mypy --strict and pyright need (__all__ below is built at run time)
+    from flink_gpu.config import ConfigOption as ConfigOption
+    from flink_gpu.config import Configuration as Configuration
+    from flink_gpu.config import config_option as config_option
+    from flink_gpu.deployment import kubernetes_resource_requirements as kubernetes_resource_requirements
+    from flink_gpu.deployment import merge_into_pod_template as merge_into_pod_template
+    from flink_gpu.deployment import yarn_resources as yarn_resources
+    from flink_gpu.framework import ExternalResourceDriver as ExternalResourceDriver
+    from flink_gpu.framework import ExternalResourceDriverFactory as ExternalResourceDriverFactory
+    from flink_gpu.framework import ExternalResourceInfoProvider as ExternalResourceInfoProvider
+    from flink_gpu.framework import load_external_resources as load_external_resources
+    from flink_gpu.gpu.affinity import pin_to_gpus as pin_to_gpus
+    from flink_gpu.gpu.driver import GPUDriver as GPUDriver
+    from flink_gpu.gpu.driver import GPUDriverFactory as GPUDriverFactory
+    from flink_gpu.gpu.info import GPUInfo as GPUInfo
+    from flink_gpu.gpu.info import cuda_visible_devices as cuda_visible_devices
+    from flink_gpu.gpu.options import GPUDriverOptions as GPUDriverOptions
+    from flink_gpu.resource_info import ExternalResourceInfo as ExternalResourceInfo
 
 __version__ = "0.1.0"
 
@@ -44,6 +68,23 @@ _LAZY = {
     "pin_to_gpus": "flink_gpu.gpu.affinity",
 }
 
-__all__ = ["FlinkException", "IllegalConfigurationException", "NvmlError", *_LAZY]
+# the exceptions: flink_gpu.errors' __all__, every failure a caller can act on
+__all__ = [
+    "BindingError",
+    "CudaDeviceError",
+    "DiscoveryScriptNotExecutable",
+    "DiscoveryScriptNotFound",
+    "FactoryLoadError",
+    "FactoryNotFoundError",
+    "FileTooLargeError",
+    "FlinkException",
+    "IllegalConfigurationException",
+    "NotARegularFileError",
+    "NotEnoughGpusError",
+    "NvmlError",
+    "SlotUnknownError",
+    "ValueTooLongError",
+    *_LAZY,
+]
 
 __getattr__, __dir__ = _lazy.attach(__name__, _LAZY, __all__)

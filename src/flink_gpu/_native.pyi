@@ -1,9 +1,11 @@
 """Type stubs of the Cython binding over the C++ core (csrc/)."""
 
 from os import PathLike
-from typing import Iterable, List, Optional, Tuple, TypedDict, Union
+from typing import Iterable, List, Optional, Tuple, TypeAlias, TypedDict, Union
 
-_Path = Union[str, "PathLike[str]"]
+from typing_extensions import disjoint_base
+
+_Path: TypeAlias = Union[str, PathLike[str]]
 
 def split_output_lines(text: str) -> List[str]: ...
 def parse_gpu_indices(line: str) -> List[str]: ...
@@ -19,15 +21,22 @@ def sort_indices(indices: Iterable[str]) -> List[str]: ...
 def unit_parent(index: str) -> Optional[str]: ...
 
 # --- the stock discovery script's arguments (csrc/script_args.*) -------------------------------
-SCRIPT_FLAGS: Tuple[str, str, str]
+SCRIPT_FLAGS: Tuple[str, str, str, str]
 
-def parse_script_args(tokens: Iterable[str]) -> Tuple[bool, str, bool, List[Tuple[str, Optional[str]]], Optional[str]]:
+def parse_script_args(
+    tokens: Iterable[str],
+) -> Tuple[bool, str, bool, List[Tuple[str, Optional[str]]], Optional[str], Optional[str]]:
     """(coordination mode, coordination file, file value missing, [(unknown token, suggested flag)],
-    --busy-gpus value or None)."""
+    --busy-gpus value or None, --nvml-timeout value or None)."""
+
+# --- Flink's duration grammar (csrc/flink_duration.*) -------------------------------------------
+def parse_duration(text: str) -> float:
+    """Seconds; ValueError with Flink's reason."""
 
 def with_coordination_file(tokens: Iterable[str], path: str) -> List[str]:
     """The tokens with their --coordination-file and its value replaced by ``--coordination-file path``."""
 
+@disjoint_base  # a cdef class: its own instance layout
 class NvmlDevice:
     @property
     def index(self) -> int: ...
@@ -57,7 +66,10 @@ class NvmlDevice:
     def cpu_affinity(self) -> Optional[str]: ...
     @property
     def numa_node(self) -> Optional[int]: ...
+    @property
+    def persistence_mode(self) -> Optional[bool]: ...
 
+@disjoint_base  # a cdef class: its own instance layout
 class SkippedDevice:
     @property
     def index(self) -> int: ...
@@ -70,9 +82,10 @@ class SkippedDevice:
     @property
     def reason(self) -> str: ...
 
+@disjoint_base  # a cdef class: its own instance layout
 class Nvml:
     @staticmethod
-    def open(library_path: Optional[_Path] = None) -> "Nvml": ...
+    def open(library_path: Optional[_Path] = None) -> Nvml: ...
     @property
     def library_path(self) -> str: ...
     @property
@@ -80,18 +93,44 @@ class Nvml:
     def devices(self) -> Tuple[NvmlDevice, ...]: ...
     def skipped(self) -> Tuple[SkippedDevice, ...]: ...
     def notices(self) -> Tuple[str, ...]: ...
-    def states(self, owner_pid: int, taskmanager_pid: Optional[int] = None,
-               health_checks: Optional[Iterable[str]] = None) -> Tuple["DeviceState", ...]: ...
-    def choose(self, indices: Iterable[str], owner_pid: int, taskmanager_pid: Optional[int], busy_policy: str,
-               health_checks: Optional[Iterable[str]] = None
-               ) -> Tuple[Tuple["DeviceState", ...], List[str], List[int], List[Tuple[str, str]]]: ...
+    def states(
+        self,
+        owner_pid: int,
+        taskmanager_pid: Optional[int] = None,
+        health_checks: Optional[Iterable[str]] = None,
+        timeout: float = ...,
+    ) -> Tuple[DeviceState, ...]: ...
+    def choose(
+        self,
+        indices: Iterable[str],
+        owner_pid: int,
+        taskmanager_pid: Optional[int],
+        busy_policy: str,
+        health_checks: Optional[Iterable[str]] = None,
+        timeout: float = ...,
+    ) -> Tuple[Tuple[DeviceState, ...], List[str], List[int], List[Tuple[str, str]]]: ...
     def read_metric(self, gpu_index: str, metric: str) -> int:
         """One reading of ``metric`` (one of METRICS) on ``gpu_index``; -1 where NVML cannot say."""
 
 # --- live readings (csrc/device_metrics.*) ------------------------------------------------------
 METRICS: Tuple[str, str, str, str]
 
+# --- the process's metrics sampler (csrc/metrics_sampler.*) -------------------------------------
+GAUGE_HEALTH: Tuple[str, str, str, str]
+MIN_METRICS_INTERVAL: float
+DEFAULT_METRICS_INTERVAL: float
+SAMPLE_MARGIN: float
+HEALTH_READ_INTERVAL: float
+
+def watch_metrics(gpu_index: str, library_path: Optional[str] = None, interval: float = ...) -> bool: ...
+def sampled_metrics(
+    gpu_index: str, library_path: Optional[str] = None, at: Optional[int] = None
+) -> Tuple[int, int, int, int, int]: ...
+def sample_metrics_now(timeout: float = 10.0) -> bool: ...
+def metrics_samples() -> int: ...
+
 # --- GPU state at assignment time (csrc/device_state.*, csrc/gpu_choice.*) ---------------------
+@disjoint_base  # a cdef class: its own instance layout
 class DeviceState:
     @property
     def index(self) -> int: ...
@@ -102,13 +141,13 @@ class DeviceState:
     @property
     def health(self) -> str: ...
     @property
-    def verdict(self) -> "Verdict": ...
+    def verdict(self) -> Verdict: ...
     @property
     def findings(self) -> Tuple[str, ...]: ...
     @property
     def warnings(self) -> Tuple[str, ...]: ...
     @property
-    def checks(self) -> Tuple[Tuple[str, str, "Verdict", Optional[str], bool], ...]:
+    def checks(self) -> Tuple[Tuple[str, str, Verdict, Optional[str], bool], ...]:
         """Per check of HEALTH_CHECKS: (name, outcome, the finding's verdict, finding or None, enforced)."""
     @property
     def busy_reason(self) -> str: ...
@@ -122,6 +161,8 @@ class DeviceState:
     @property
     def processes_known(self) -> bool: ...
     @property
+    def processes_read(self) -> bool: ...
+    @property
     def busy(self) -> bool: ...
     @property
     def compute_mode(self) -> Optional[str]: ...
@@ -132,31 +173,46 @@ HEALTH_CHECKS: Tuple[str, ...]
 class Verdict:
     name: str
     value: int
-    OK: "Verdict"
-    DEGRADED: "Verdict"
-    UNHEALTHY: "Verdict"
+    def __init__(self, name: str, value: int) -> None: ...
+    OK: Verdict
+    DEGRADED: Verdict
+    UNHEALTHY: Verdict
+    UNKNOWN: Verdict
+
+DEFAULT_NVML_TIMEOUT: float
 
 def rank_gpus(states: Iterable[DeviceState], busy_policy: str) -> Tuple[List[str], List[int], List[Tuple[str, str]]]:
     """(indices best first, ranks parallel to them, [(index, why left out)])."""
+
 def busy_policy(text: str) -> Optional[str]: ...
 def find_taskmanager(pid: int) -> Optional[int]: ...
 def nvml_symbols() -> Tuple[Tuple[str, str], ...]:
     """((name, "required" | "fallback" | "optional"), ...)."""
+
 def probe_nvml_library(library_path: _Path) -> Tuple[Tuple[str, ...], Tuple[str, ...], str]:
     """(exported names of nvml_symbols(), resolved ones, process API)."""
 
 # --- coordination file (csrc/coordination.*) ---------------------------------------------------
 COORDINATION_DEFAULT_PATH: str
 
-def coordination_claim(path: _Path, timeout: float, owner: int, indices: Iterable[Union[str, int]],
-                       amount: int, ranks: Optional[Iterable[int]] = None
-                       ) -> Tuple[List[str], List[str], List[str], List[Tuple[int, str]], Optional[str]]:
+def coordination_claim(
+    path: _Path,
+    timeout: float,
+    owner: int,
+    indices: Iterable[Union[str, int]],
+    amount: int,
+    ranks: Optional[Iterable[int]] = None,
+) -> Tuple[List[str], List[str], List[str], List[Tuple[int, str]], Optional[str]]:
     """(what the owner now has, newly added, reclaimed from dead owners, unparsable lines, why the calling
     process claimed for itself without a lease or None)."""
-def coordination_release(path: _Path, timeout: float, owner: int,
-                         indices: Optional[Iterable[Union[str, int]]] = None) -> List[str]: ...
+
+def coordination_release(
+    path: _Path, timeout: float, owner: int, indices: Optional[Iterable[Union[str, int]]] = None
+) -> List[str]: ...
+
 class _EntryRecord(TypedDict):
     """A line and its holder's identity (csrc/holder_identity.hpp): CoordinationEntry's fields."""
+
     line_number: int
     index: str
     gpu: str
@@ -174,21 +230,31 @@ class _EntryRecord(TypedDict):
     ours: bool
     holder_key: str
     taskmanager_key: Optional[str]
-def coordination_snapshot(path: _Path, timeout: float) -> Tuple[
-    bool, List[_EntryRecord], List[Tuple[int, str]]]:
+
+def coordination_snapshot(path: _Path, timeout: float) -> Tuple[bool, List[_EntryRecord], List[Tuple[int, str]]]:
     """(exists, entry records, unparsable lines) of a coordination or bindings file."""
-def coordination_clean_stale(path: _Path, timeout: float, other_namespaces: bool = False) -> Tuple[
-    List[_EntryRecord], List[Tuple[int, str]]]: ...
+
+def coordination_clean_stale(
+    path: _Path, timeout: float, other_namespaces: bool = False
+) -> Tuple[List[_EntryRecord], List[Tuple[int, str]]]: ...
 def coordination_process_start_time(pid: int) -> Optional[int]: ...
 def coordination_own_pid() -> int: ...
 
 # --- bindings file (csrc/binding.*) ------------------------------------------------------------
-def binding_bind(path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int],
-                 gpus: Iterable[Union[str, int]], count: int, holders_per_gpu: int,
-                 ranks: Optional[Iterable[int]] = None
-                 ) -> Tuple[List[str], List[str], List[Tuple[int, str]], Optional[str], int, str]:
+def binding_bind(
+    path: _Path,
+    timeout: float,
+    pid: int,
+    slot: Optional[str],
+    taskmanager: Optional[int],
+    gpus: Iterable[Union[str, int]],
+    count: int,
+    holders_per_gpu: int,
+    ranks: Optional[Iterable[int]] = None,
+) -> Tuple[List[str], List[str], List[Tuple[int, str]], Optional[str], int, str]:
     """(the holder's binding, newly bound, unparsable lines, why a process holder bound without a lease,
     the holder's start time or 0, the bindings file's identity)."""
-def binding_unbind(path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int],
-                   start_time: int = 0) -> List[str]: ...
 
+def binding_unbind(
+    path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int], start_time: int = 0
+) -> List[str]: ...

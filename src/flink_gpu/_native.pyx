@@ -2,6 +2,7 @@
 # distutils: language = c++
 """Binding of the C++ core (csrc/). Thin: conversions, exceptions, nothing Flink-specific."""
 
+from libcpp cimport bool as cpp_bool
 from libcpp.optional cimport optional
 from libcpp.string cimport string
 from libcpp.string_view cimport string_view
@@ -10,7 +11,7 @@ from libcpp.vector cimport vector
 
 import os
 
-from flink_gpu.errors import FlinkException, NvmlError
+from flink_gpu.errors import NotEnoughGpusError, NvmlError
 
 
 cdef extern from "status.hpp" namespace "flinkgpu" nogil:
@@ -88,6 +89,7 @@ cdef extern from "devices.hpp" namespace "flinkgpu" nogil:
         optional[unsigned] minor_number
         optional[string] cpu_affinity
         optional[int] numa_node
+        optional[cpp_bool] persistence_mode
 
     cdef cppclass CSkippedDevice "flinkgpu::SkippedDevice":
         string index
@@ -110,6 +112,7 @@ cdef extern from "device_state.hpp" namespace "flinkgpu" nogil:
         kOk
         kDegraded
         kUnhealthy
+        kUnknown
 
     enum class Outcome "flinkgpu::Outcome":
         kOk
@@ -157,11 +160,32 @@ cdef extern from "device_state.hpp" namespace "flinkgpu" nogil:
         optional[unsigned long long] memory_free
         vector[CGpuProcess] processes
         bint processes_known
+        bint processes_read
         bint busy
         optional[string] compute_mode
 
-    Status query_states "flinkgpu::query_states"(const NvmlLibrary& lib, int owner, int taskmanager,
-                                                  const CheckSet& enforced, vector[CDeviceState]* out)
+    cdef cppclass ReadPlan "flinkgpu::ReadPlan":
+        bint processes
+
+
+cdef extern from "nvml_deadline.hpp" namespace "flinkgpu" nogil:
+    double kDefaultNvmlTimeoutSeconds "flinkgpu::kDefaultNvmlTimeoutSeconds"
+
+    cdef cppclass Stall "flinkgpu::Stall":
+        int gpu
+        string function
+        double seconds
+        bint earlier
+
+    string stall_text "flinkgpu::stall_text"(const Stall& stall, double timeout_seconds) except +
+    Status query_states_within "flinkgpu::query_states_within"(
+        const NvmlLibrary& lib, int owner, int taskmanager, const CheckSet& enforced, const ReadPlan& plan,
+        double timeout_seconds, vector[CDeviceState]* out, vector[Stall]* stalls, cpp_bool* count_known)
+
+
+cdef extern from "flink_duration.hpp" namespace "flinkgpu" nogil:
+    bint parse_flink_duration "flinkgpu::parse_flink_duration"(string_view text, double* seconds,
+                                                                 string* error) except +
 
 
 cdef extern from "device_metrics.hpp" namespace "flinkgpu" nogil:
@@ -178,6 +202,48 @@ cdef extern from "device_metrics.hpp" namespace "flinkgpu" nogil:
                                                            CMetricDevice* out)
     long long read_metric_cpp "flinkgpu::read_metric"(const NvmlLibrary& lib, const CMetricDevice& device,
                                                       Metric metric)
+
+
+cdef extern from *:
+    """
+    #include "metrics_sampler.hpp"
+    // The sampler with the binding's units: milliseconds, and CLOCK_MONOTONIC nanoseconds (Python's
+    // time.monotonic_ns(), libstdc++'s steady_clock), a negative time meaning now.
+    static bool fg_watch_metrics(const std::string& path, std::string_view index, long long interval_ms) noexcept {
+        return flinkgpu::watch_gpu_metrics(path, index, std::chrono::milliseconds(interval_ms));
+    }
+    static flinkgpu::SampledGpu fg_sampled_metrics(const std::string& path, std::string_view index,
+                                                   long long at_ns) noexcept {
+        const auto at = at_ns < 0 ? std::chrono::steady_clock::now()
+                                  : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(at_ns));
+        return flinkgpu::sampled_gpu(path, index, at);
+    }
+    static bool fg_sample_metrics_now(long long timeout_ms) noexcept {
+        return flinkgpu::sample_gpu_metrics_now(std::chrono::milliseconds(timeout_ms));
+    }
+    static long long fg_min_metrics_interval_ms() noexcept { return flinkgpu::kMinMetricsInterval.count(); }
+    static long long fg_default_metrics_interval_ms() noexcept { return flinkgpu::kDefaultMetricsInterval.count(); }
+    static long long fg_sample_margin_ms() noexcept { return flinkgpu::kSampleMargin.count(); }
+    static long long fg_health_read_interval_ms() noexcept { return flinkgpu::kHealthReadInterval.count(); }
+    """
+    enum class GaugeHealth "flinkgpu::GaugeHealth":
+        kOk
+        kDegraded
+        kUnhealthy
+        kUnknown
+
+    cdef cppclass SampledGpu "flinkgpu::SampledGpu":
+        long long values[4]  # kMetricCount
+        GaugeHealth health
+
+    bint fg_watch_metrics(const string& path, string_view index, long long interval_ms) nogil
+    SampledGpu fg_sampled_metrics(const string& path, string_view index, long long at_ns) nogil
+    bint fg_sample_metrics_now(long long timeout_ms) nogil
+    unsigned long long completed_samples "flinkgpu::completed_samples"() nogil
+    long long fg_min_metrics_interval_ms()
+    long long fg_default_metrics_interval_ms()
+    long long fg_sample_margin_ms()
+    long long fg_health_read_interval_ms()
 
 
 cdef extern from "gpu_choice.hpp" namespace "flinkgpu" nogil:
@@ -203,7 +269,8 @@ cdef extern from "gpu_choice.hpp" namespace "flinkgpu" nogil:
 
     Status choose_gpus_cpp "flinkgpu::choose_gpus"(const NvmlLibrary& lib, const vector[string]& enumerated,
                                                    int owner, int taskmanager, BusyPolicy policy,
-                                                   const CheckSet& enforced, CChoice* out)
+                                                   const CheckSet& enforced, double timeout_seconds,
+                                                   CChoice* out)
 
 
 cdef extern from "process_tree.hpp" namespace "flinkgpu" nogil:
@@ -237,6 +304,7 @@ cdef extern from "script_args.hpp" namespace "flinkgpu" nogil:
     const char* kEnableCoordinationFlag "flinkgpu::kEnableCoordinationFlag"
     const char* kCoordinationFileFlag "flinkgpu::kCoordinationFileFlag"
     const char* kBusyGpusFlag "flinkgpu::kBusyGpusFlag"
+    const char* kNvmlTimeoutFlag "flinkgpu::kNvmlTimeoutFlag"
 
     cdef cppclass UnknownToken "flinkgpu::UnknownToken":
         string token
@@ -248,6 +316,8 @@ cdef extern from "script_args.hpp" namespace "flinkgpu" nogil:
         bint file_value_missing
         bint has_busy_gpus
         string busy_gpus
+        bint has_nvml_timeout
+        string nvml_timeout
         vector[UnknownToken] unknown
 
     CScriptArgs parse_script_args_cpp "flinkgpu::parse_script_args"(const vector[string]& tokens) except +
@@ -342,7 +412,7 @@ def unit_parent(str index not None):
 # --- the stock discovery script's arguments (csrc/script_args.*) -------------------------------
 
 SCRIPT_FLAGS = (kEnableCoordinationFlag.decode("ascii"), kCoordinationFileFlag.decode("ascii"),
-                kBusyGpusFlag.decode("ascii"))
+                kBusyGpusFlag.decode("ascii"), kNvmlTimeoutFlag.decode("ascii"))
 
 
 cdef vector[string] _script_tokens(tokens) except *:
@@ -355,13 +425,25 @@ cdef vector[string] _script_tokens(tokens) except *:
 
 
 def parse_script_args(tokens):
-    """The stock script's reading of the tokens after the amount (plus our --busy-gpus):
+    """The stock script's reading of the tokens after the amount (plus our --busy-gpus and --nvml-timeout):
     (coordination mode, coordination file, file value missing, [(unknown token, suggested flag or None)],
-    busy-gpus value or None when the flag is absent ("" when it has no value))."""
+    busy-gpus value or None when the flag is absent ("" when it has no value), nvml-timeout value likewise)."""
     cdef CScriptArgs parsed = parse_script_args_cpp(_script_tokens(tokens))
     return (parsed.coordination_mode, _text(parsed.coordination_file), parsed.file_value_missing,
             [(_text(u.token), _text(u.suggestion) if not u.suggestion.empty() else None) for u in parsed.unknown],
-            _text(parsed.busy_gpus) if parsed.has_busy_gpus else None)
+            _text(parsed.busy_gpus) if parsed.has_busy_gpus else None,
+            _text(parsed.nvml_timeout) if parsed.has_nvml_timeout else None)
+
+
+def parse_duration(str text not None):
+    """Seconds of ``text`` in Flink's duration grammar (csrc/flink_duration.*: "5 s", "500ms", a bare number
+    is milliseconds); ValueError with Flink's reason when it is none."""
+    cdef string encoded = _utf8(text)
+    cdef double seconds = 0
+    cdef string error
+    if not parse_flink_duration(string_view(encoded.data(), encoded.size()), &seconds, &error):
+        raise ValueError(_text(error))
+    return seconds
 
 
 def with_coordination_file(tokens, str path not None):
@@ -382,7 +464,7 @@ cdef object _error(const Status& status, path):
     if status.code == StatusCode.kInvalidArgument:
         return ValueError(message)
     if status.code == StatusCode.kNotEnough:
-        return FlinkException(message)
+        return NotEnoughGpusError(message)
     if status.code == StatusCode.kTimeout:
         return TimeoutError(message)
     if status.code == StatusCode.kOsError:
@@ -420,6 +502,7 @@ cdef class NvmlDevice:
     cdef readonly object minor_number
     cdef readonly object cpu_affinity
     cdef readonly object numa_node
+    cdef readonly object persistence_mode
 
     def __repr__(self):
         mig = (f", mig_slot={self.mig_slot!r}, parent_uuid={self.parent_uuid!r}, "
@@ -427,7 +510,7 @@ cdef class NvmlDevice:
         return (f"NvmlDevice(index={self.index}{mig}, uuid={self.uuid!r}, name={self.name!r}, "
                 f"pci_bus_id={self.pci_bus_id!r}, memory_total={self.memory_total!r}, "
                 f"minor_number={self.minor_number!r}, cpu_affinity={self.cpu_affinity!r}, "
-                f"numa_node={self.numa_node!r})")
+                f"numa_node={self.numa_node!r}, persistence_mode={self.persistence_mode!r})")
 
     @property
     def gpu_index(self):
@@ -469,13 +552,15 @@ cdef NvmlDevice _device(const DeviceInfo& info):
     d.minor_number = info.minor_number.value() if info.minor_number.has_value() else None
     d.cpu_affinity = _optional_text(info.cpu_affinity)
     d.numa_node = info.numa_node.value() if info.numa_node.has_value() else None
+    d.persistence_mode = bool(info.persistence_mode.value()) if info.persistence_mode.has_value() else None
     return d
 
 
 class Verdict:
     """A device's health as the core judged it (``DeviceState.verdict``): decide on this, not on
     the text of ``DeviceState.health``. Three instances, compared by identity: ``Verdict.OK``,
-    ``Verdict.DEGRADED``, ``Verdict.UNHEALTHY`` (a plain class: importing flink_gpu loads no enum)."""
+    ``Verdict.DEGRADED``, ``Verdict.UNHEALTHY``, ``Verdict.UNKNOWN`` (not read in time: an NVML call past
+    its deadline; never handed out) (a plain class: importing flink_gpu loads no enum)."""
     __slots__ = ("name", "value")
 
     def __init__(self, name, value):
@@ -492,7 +577,11 @@ class Verdict:
 Verdict.OK = Verdict("OK", <int>Health.kOk)
 Verdict.DEGRADED = Verdict("DEGRADED", <int>Health.kDegraded)
 Verdict.UNHEALTHY = Verdict("UNHEALTHY", <int>Health.kUnhealthy)
-_VERDICTS = {v.value: v for v in (Verdict.OK, Verdict.DEGRADED, Verdict.UNHEALTHY)}
+Verdict.UNKNOWN = Verdict("UNKNOWN", <int>Health.kUnknown)
+_VERDICTS = {v.value: v for v in (Verdict.OK, Verdict.DEGRADED, Verdict.UNHEALTHY, Verdict.UNKNOWN)}
+
+#: The deadline of a state read when none is given (csrc/nvml_deadline.hpp), seconds.
+DEFAULT_NVML_TIMEOUT = kDefaultNvmlTimeoutSeconds
 
 #: The health checks by name (csrc/device_state.hpp), as ``health-checks`` names them.
 HEALTH_CHECKS = tuple([check_name(<Check>i).decode("ascii") for i in range(kCheckCount)])
@@ -501,13 +590,14 @@ HEALTH_CHECKS = tuple([check_name(<Check>i).decode("ascii") for i in range(kChec
 cdef class DeviceState:
     """One GPU's state when it was read: health, memory, the processes NVML lists on it.
 
-    ``health``: "ok", "degraded: <reason>" or "unhealthy: <reason>" (text for people); ``verdict``:
+    ``health``: "ok", "degraded: <reason>", "unhealthy: <reason>" or "unknown: <why>" (text for people); ``verdict``:
     the same as a :class:`Verdict`; ``findings``: every enforced finding; ``warnings``: enforced
     findings that leave it ok; ``checks``: per check of HEALTH_CHECKS (name, outcome "ok" |
     "finding" | "not supported" | "no permission" | "not applicable", the finding's Verdict, the
     finding or None, enforced); ``processes``: (pid, used memory in bytes or None, kind "compute" |
     "graphics" | "mps", own, visible); ``processes_known``: False when NVML refused the process
-    list (NO_PERMISSION); ``busy``: a process that is not the owner's, its TaskManager's or a
+    list (NO_PERMISSION); ``processes_read``: False when the read did not ask for them (busy-gpus
+    ignore) or the GPU was not read in time; ``busy``: a process that is not the owner's, its TaskManager's or a
     descendant's.
     """
 
@@ -522,6 +612,7 @@ cdef class DeviceState:
     cdef readonly object memory_free
     cdef readonly tuple processes
     cdef readonly bint processes_known
+    cdef readonly bint processes_read
     cdef readonly bint busy
     cdef readonly object compute_mode
 
@@ -571,6 +662,7 @@ cdef DeviceState _state(const CDeviceState& c):
                           bool(c.processes[i].own), bool(c.processes[i].visible))
                          for i in range(c.processes.size())])
     s.processes_known = c.processes_known
+    s.processes_read = c.processes_read
     s.busy = c.busy
     s.compute_mode = _optional_text(c.compute_mode)
     return s
@@ -702,6 +794,77 @@ METRICS = tuple([metric_name(<Metric>i).decode("ascii") for i in range(kMetricCo
 _METRIC_IDS = {name: i for i, name in enumerate(METRICS)}
 
 
+# --- the process's metrics sampler (csrc/metrics_sampler.*) ---------------------------------------
+
+#: The ``health`` gauge's values by number: 0 ok, 1 degraded, 2 unhealthy (or lost), 3 unknown.
+GAUGE_HEALTH = ("ok", "degraded", "unhealthy", "unknown")
+#: The sampler's pace (s): the default ``metrics.interval``, the least it takes, the margin after
+#: which a sample not renewed is unknown, and how often health findings are read again.
+MIN_METRICS_INTERVAL = fg_min_metrics_interval_ms() / 1000
+DEFAULT_METRICS_INTERVAL = fg_default_metrics_interval_ms() / 1000
+SAMPLE_MARGIN = fg_sample_margin_ms() / 1000
+HEALTH_READ_INTERVAL = fg_health_read_interval_ms() / 1000
+
+
+cdef string _resolved_library(library_path) except *:
+    """The path NvmlLibrary::acquire loads for ``library_path`` (None or empty: its default)."""
+    # A file name: the bytes os.fsencode gives (a non-UTF-8 name round-trips through
+    # surrogateescape); a NUL would silently cut the name dlopen sees, naming another file.
+    cdef bytes encoded = os.fsencode(library_path) if library_path else b""
+    if b"\0" in encoded:
+        raise ValueError(f"The NVML library path contains a NUL byte: {library_path!r}")
+    return NvmlLibrary.resolve_path(encoded)
+
+
+cdef string _sampler_index(gpu_index) except *:
+    if not isinstance(gpu_index, str):
+        raise TypeError(f"gpu_index must be a GPU index (str), got {gpu_index!r}")
+    return _utf8(gpu_index)
+
+
+def watch_metrics(gpu_index, library_path=None, interval=DEFAULT_METRICS_INTERVAL):
+    """Adds the GPU ``gpu_index`` of the library at ``library_path`` to what this process's sampler
+    reads, at most once per ``interval`` seconds (the last call's applies to the process; at least
+    MIN_METRICS_INTERVAL, else ValueError). Starts the reader; calls no NVML. False when the reader
+    cannot be started (its gauges then show unknown)."""
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval >= MIN_METRICS_INTERVAL:
+        raise ValueError(f"The metrics interval must be at least {MIN_METRICS_INTERVAL:g} s, got {interval!r}.")
+    cdef string index = _sampler_index(gpu_index)
+    cdef string path = _resolved_library(library_path)
+    cdef long long interval_ms = <long long>min(float(interval) * 1000, 2.0 ** 62)
+    cdef bint watched
+    with nogil:
+        watched = fg_watch_metrics(path, string_view(index.data(), index.size()), interval_ms)
+    return watched
+
+
+def sampled_metrics(gpu_index, library_path=None, at=None):
+    """What the gauges of ``gpu_index`` show: (utilization, memory.used, temperature, power, health),
+    ints, the last sample's; -1 for each value and health 3 (unknown) when that sample is older than
+    the interval plus SAMPLE_MARGIN at ``at`` (time.monotonic_ns(); None: now), or there is none (not
+    watched, not sampled yet). Reads the snapshot only: never NVML, never waits for the reader."""
+    cdef string index = _sampler_index(gpu_index)
+    cdef string path = _resolved_library(library_path)
+    cdef long long at_ns = -1 if at is None else max(0, int(at))
+    cdef SampledGpu s = fg_sampled_metrics(path, string_view(index.data(), index.size()), at_ns)
+    return (s.values[0], s.values[1], s.values[2], s.values[3], <int>s.health)
+
+
+def sample_metrics_now(timeout=10.0):
+    """Makes the sampler take a sample now and waits at most ``timeout`` seconds for it to complete:
+    True when it did (for tests and benchmarks; gauges never wait)."""
+    cdef long long timeout_ms = <long long>max(0.0, min(float(timeout) * 1000, 2.0 ** 62))
+    cdef bint done
+    with nogil:
+        done = fg_sample_metrics_now(timeout_ms)
+    return done
+
+
+def metrics_samples():
+    """How many samples this process's sampler has completed."""
+    return completed_samples()
+
+
 cdef class _MetricDevice:
     """The NVML handles one GPU index's readings come from, resolved once per process generation."""
     cdef CMetricDevice c
@@ -713,6 +876,14 @@ cdef int _state_pid(pid, str what) except -1:
     if pid <= 0 or pid > 0x7fffffff:
         raise ValueError(f"Invalid {what} {pid}: it must be a positive process id.")
     return <int>pid
+
+
+cdef double _timeout(timeout) except -1:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
+    if not timeout > 0:
+        raise ValueError(f"Invalid NVML timeout {timeout!r}: it must be a positive number of seconds.")
+    return <double>timeout
 
 
 cdef class Nvml:
@@ -738,13 +909,7 @@ cdef class Nvml:
     @staticmethod
     def open(library_path=None):
         """The library at ``library_path`` (None: $FLINK_GPU_NVML_LIBRARY, else libnvidia-ml.so.1)."""
-        # A file name: the bytes os.fsencode gives (a non-UTF-8 name round-trips through
-        # surrogateescape); a NUL would silently cut the name dlopen sees, naming another file.
-        cdef bytes encoded = os.fsencode(library_path) if library_path else b""
-        if b"\0" in encoded:
-            raise ValueError(f"The NVML library path contains a NUL byte: {library_path!r}")
-        cdef string requested = encoded
-        cdef string resolved = NvmlLibrary.resolve_path(requested)
+        cdef string resolved = _resolved_library(library_path)
         key = os.fsdecode(<bytes>resolved)
         cdef Nvml nvml = _instances.get(key)
         if nvml is None:
@@ -790,39 +955,55 @@ cdef class Nvml:
             raise _error(status, self.library_path)
         return _optional_text(version)
 
-    def states(self, owner_pid, taskmanager_pid=None, health_checks=None):
+    def states(self, owner_pid, taskmanager_pid=None, health_checks=None, timeout=DEFAULT_NVML_TIMEOUT):
         """The state of every device now, in index order, in one native call: health (judged with
         ``health_checks``, names of HEALTH_CHECKS; None: all), memory, the processes on it judged
         against ``owner_pid`` and ``taskmanager_pid`` (None: none). A GPU NVML refuses a handle
-        for is one unhealthy state."""
+        for is one unhealthy state. Read within ``timeout`` seconds (csrc/nvml_deadline.hpp): a GPU
+        not read in time is unknown; NvmlError (code NVML_ERROR_TIMEOUT) when not even the GPU count
+        was read."""
         cdef int owner = _state_pid(owner_pid, "owner_pid")
         cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
         cdef CheckSet enforced = _check_set(health_checks)
+        cdef double seconds = _timeout(timeout)
         cdef const NvmlLibrary* lib = self._library()
         cdef vector[CDeviceState] found
+        cdef vector[Stall] stalls
+        cdef ReadPlan plan
+        cdef cpp_bool count_known = False
         cdef Status status
         with nogil:
-            status = query_states(lib[0], owner, taskmanager, enforced, &found)
+            status = query_states_within(lib[0], owner, taskmanager, enforced, plan, seconds, &found, &stalls,
+                                         &count_known)
         if not status.ok():
             raise _error(status, self.library_path)
+        if not count_known:
+            what = _text(stall_text(stalls[0], seconds)) if stalls.size() else "NVML did not answer in time"
+            raise NvmlError(f"NVML did not answer: {what} (library '{self.library_path}'). The NVIDIA driver may "
+                            "hang: check dmesg for Xid errors and nvidia-smi.", 10, self.library_path,
+                            _text(stalls[0].function) if stalls.size() else "nvmlDeviceGetCount_v2")
         cdef size_t i
         return tuple([_state(found[i]) for i in range(found.size())])
 
-    def choose(self, indices, owner_pid, taskmanager_pid, str busy_policy not None, health_checks=None):
+    def choose(self, indices, owner_pid, taskmanager_pid, str busy_policy not None, health_checks=None,
+               timeout=DEFAULT_NVML_TIMEOUT):
         """The one choice of GPUs (csrc/gpu_choice.*): the states now of the devices ``indices``
         (as ``devices()`` gave them, in its order), judged with ``health_checks``, and their
         ranking under ``busy_policy``: (states, indices best first, ranks, [(index, why left
-        out)]). A device of ``indices`` that NVML no longer answers for is an unhealthy state."""
+        out)]). A device of ``indices`` that NVML no longer answers for is an unhealthy state; one
+        not read within ``timeout`` seconds is unknown (csrc/nvml_deadline.hpp). Processes are read
+        only where ``busy_policy`` looks at them (not for ignore)."""
         cdef int owner = _state_pid(owner_pid, "owner_pid")
         cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
         cdef CheckSet enforced = _check_set(health_checks)
         cdef BusyPolicy policy = _busy_policy(busy_policy)
+        cdef double seconds = _timeout(timeout)
         cdef vector[string] enumerated = [_utf8(index) for index in indices]
         cdef const NvmlLibrary* lib = self._library()
         cdef CChoice found
         cdef Status status
         with nogil:
-            status = choose_gpus_cpp(lib[0], enumerated, owner, taskmanager, policy, enforced, &found)
+            status = choose_gpus_cpp(lib[0], enumerated, owner, taskmanager, policy, enforced, seconds, &found)
         if not status.ok():
             raise _error(status, self.library_path)
         cdef size_t i

@@ -42,16 +42,22 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from flink_gpu import _native
-from flink_gpu.coordination import (DEFAULT_PATH, DEFAULT_TIMEOUT, CoordinationEntry, entries_of, process_start_time,
-                                    whole_amount)
-from flink_gpu.errors import FlinkException
+from flink_gpu.coordination import (
+    DEFAULT_PATH,
+    DEFAULT_TIMEOUT,
+    CoordinationEntry,
+    entries_of,
+    process_start_time,
+    whole_amount,
+)
+from flink_gpu.errors import BindingError, NotEnoughGpusError
 
 __all__ = [
     "BINDINGS_SUFFIX",
     "GAUGES",
     "MAX_HOLDERS_PER_GPU",
     "BindingEntry",
-    "BindingError",
+    "BindingError",  # flink_gpu.errors', named here as before
     "BindingSnapshot",
     "GPUBinding",
     "bind",
@@ -68,15 +74,17 @@ BINDINGS_SUFFIX = ".bindings"
 MAX_HOLDERS_PER_GPU = 1024
 #: PyFlink's thread-mode (embedded) metric classes live here: their gauges are called from Java.
 _EMBEDDED_METRICS = "pyflink.fn_execution.metrics.embedded"
-#: How often update_metrics() reads NVML, at most (s).
+#: How often update_metrics() pushes the sampler's values to Java, at most (s).
 _PUSH_INTERVAL = 1.0
-#: Gauge name -> the reading of flink_gpu.nvml behind it (units: %, MiB, °C, W).
-GAUGES = {"utilization": "utilization", "memoryUsed": "memory.used", "temperature": "temperature",
-          "power": "power"}
-
-
-class BindingError(FlinkException):
-    """Not enough GPUs to bind, or none to bind from: the message says who binds what and what to change."""
+#: Gauge name -> what of flink_gpu.nvml's sampled_metrics it shows: a reading of METRICS (units: %, MiB,
+#: °C, W) or "health" (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown: GAUGE_HEALTH).
+GAUGES = {
+    "utilization": "utilization",
+    "memoryUsed": "memory.used",
+    "temperature": "temperature",
+    "power": "power",
+    "health": "health",
+}
 
 
 def bindings_path(coordination_file: "str | os.PathLike[str] | None" = None) -> str:
@@ -85,6 +93,7 @@ def bindings_path(coordination_file: "str | os.PathLike[str] | None" = None) -> 
 
 
 # -- the holders of this process ------------------------------------------------------------------
+
 
 class _Held:
     """One holder's binding in this process: how many handles are out, what it binds, and where it is
@@ -139,10 +148,27 @@ class GPUBinding:
     :func:`flink_gpu.pyflink.bind_gpus`.
     """
 
-    __slots__ = ("_infos", "_indices", "_path", "_held", "_holder", "_library_path", "_pid", "_released",
-                 "_devices", "_timeout", "_native_holder", "_pushed", "_pushed_at")
+    __slots__ = (
+        "_infos",
+        "_indices",
+        "_path",
+        "_held",
+        "_holder",
+        "_library_path",
+        "_pid",
+        "_released",
+        "_devices",
+        "_timeout",
+        "_native_holder",
+        "_pushed",
+        "_pushed_at",
+        "_pushed_sampled",
+        "_metrics_interval",
+    )
 
-    def __init__(self, infos, indices, path, held, native_holder, holder, library_path, timeout) -> None:
+    def __init__(
+        self, infos, indices, path, held, native_holder, holder, library_path, timeout, metrics_interval
+    ) -> None:
         self._infos = frozenset(infos)
         self._indices = tuple(indices)
         self._path = path
@@ -156,6 +182,8 @@ class GPUBinding:
         self._native_holder = native_holder  # (pid or thread id, slot, taskmanager, start time) for the core
         self._pushed: "list[tuple[Any, _Gauge]]" = []  # thread mode: (Java-held value, its reading)
         self._pushed_at = 0.0
+        self._pushed_sampled = False  # the last push came after the process's first sample
+        self._metrics_interval = metrics_interval
 
     @property
     def infos(self) -> frozenset:
@@ -204,8 +232,12 @@ class GPUBinding:
 
     def register_metrics(self, group: Any) -> None:
         """Registers integer gauges per bound GPU under ``group.add_group("gpu", <index>)``:
-        ``utilization`` (%), ``memoryUsed`` (MiB), ``temperature`` (°C), ``power`` (W). A gauge never
-        raises: when NVML cannot answer it reports its last value, or -1 before it had one.
+        ``utilization`` (%), ``memoryUsed`` (MiB), ``temperature`` (°C), ``power`` (W) and ``health``
+        (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown). Every gauge of the process shows one shared
+        snapshot, which one reader thread refreshes at most every ``metrics_interval`` (the resource's
+        ``metrics.interval``): a gauge never calls NVML and never raises. A GPU that is lost reads -1
+        with health 2; one whose sample is late (its read hangs in the driver) -1 with health 3, as
+        before the first sample.
 
         ``group`` is the operator's ``ctx.get_metrics_group()`` (None, when PyFlink's metrics are off:
         nothing is registered) or any object with ``add_group(name, extra)`` and ``gauge(name, fn)``. On
@@ -215,14 +247,23 @@ class GPUBinding:
         interpreter state, which the task frees before its metrics close, and that crashes the JVM.
         """
         if group is None:
-            _log.info("No GPU gauges for %s: the operator has no metric group (python.metric.enabled is "
-                      "false).", ", ".join(self._indices))
+            _log.info(
+                "No GPU gauges for %s: the operator has no metric group (python.metric.enabled is false).",
+                ", ".join(self._indices),
+            )
             return
+        from flink_gpu.nvml import watch_metrics
+
+        for index in self._indices:
+            if not watch_metrics(index, self._library_path, self._metrics_interval):
+                _log.warning(
+                    "The GPU metrics sampler could not be started: the gauges of GPU %s show health 3 (unknown).", index
+                )
         embedded = type(group).__module__.startswith(_EMBEDDED_METRICS)
         for index in self._indices:
             subgroup = group.add_group("gpu", index)
-            for name, metric in GAUGES.items():
-                reading = _Gauge(self._library_path, index, metric)
+            for name, shown in GAUGES.items():
+                reading = _Gauge(self._library_path, index, shown)
                 if embedded:
                     self._pushed.append((subgroup.distribution(name), reading))
                 else:
@@ -230,21 +271,30 @@ class GPUBinding:
         if embedded:
             self.update_metrics(force=True)
         else:  # said once per binding: a short job's gauges otherwise seem never to come
-            _log.info("GPU gauges for %s registered on a process-mode metric group: PyFlink ships their values "
-                      "when a bundle ends (python.fn-execution.bundle.size / python.fn-execution.bundle.time), so "
-                      "with a bundle that holds all of a job's records they show only at its end; make the bundle "
-                      "smaller to see them while it runs.", ", ".join(self._indices))
+            _log.info(
+                "GPU gauges for %s registered on a process-mode metric group: PyFlink ships their values "
+                "when a bundle ends (python.fn-execution.bundle.size / python.fn-execution.bundle.time), so "
+                "with a bundle that holds all of a job's records they show only at its end; make the bundle "
+                "smaller to see them while it runs.",
+                ", ".join(self._indices),
+            )
 
     def update_metrics(self, force: bool = False) -> None:
         """Refreshes thread-mode gauges (see :meth:`register_metrics`): call it from the task's thread,
-        e.g. in ``map()``; it reads NVML at most once a second unless ``force``d, so calling it per record
-        costs a clock read. Does nothing for gauges Flink or PyFlink read themselves."""
+        e.g. in ``map()``; it pushes the sampler's snapshot at most once a second unless ``force``d, so
+        calling it per record costs a clock read (and, until the process's first sample has completed,
+        milliseconds after the first registration, a snapshot read: the first values are pushed when
+        they come, not a second later). It never reads NVML itself. Does nothing for gauges Flink or
+        PyFlink read themselves."""
         if not self._pushed:
             return
         now = time.monotonic()
-        if not force and now - self._pushed_at < _PUSH_INTERVAL:
+        from flink_gpu.nvml import metrics_samples
+
+        if not force and now - self._pushed_at < _PUSH_INTERVAL and self._pushed_sampled:
             return
         self._pushed_at = now
+        self._pushed_sampled = metrics_samples() > 0  # else what it pushes now predates the first sample
         for value, reading in self._pushed:
             value.update(reading())
 
@@ -281,27 +331,24 @@ class GPUBinding:
 
 
 class _Gauge:
-    """One reading of one GPU for a metric gauge: never raises; the last good value, else -1."""
+    """One gauge of one GPU: its value in the process's sampled snapshot (flink_gpu.nvml's
+    sampled_metrics); never raises, never calls NVML."""
 
-    __slots__ = ("_library_path", "_index", "_metric", "_last")
+    __slots__ = ("_library_path", "_index", "_position")
 
-    def __init__(self, library_path: "str | None", index: str, metric: str) -> None:
+    def __init__(self, library_path: "str | None", index: str, shown: str) -> None:
         self._library_path = library_path
         self._index = index
-        self._metric = metric
-        self._last = -1
+        self._position = _SAMPLED.index(shown)
 
     def __call__(self) -> int:
-        try:
-            from flink_gpu.nvml import open_library
+        from flink_gpu.nvml import sampled_metrics
 
-            value = open_library(self._library_path).read_metric(self._index, self._metric)
-        except Exception:  # a gauge must never fail the reporter: keep the last value
-            _log.debug("Reading %s of GPU %s failed", self._metric, self._index, exc_info=True)
-            return self._last
-        if value >= 0:
-            self._last = value
-        return self._last
+        return sampled_metrics(self._index, self._library_path)[self._position]
+
+
+#: What flink_gpu.nvml's sampled_metrics gives, in its order.
+_SAMPLED = ("utilization", "memory.used", "temperature", "power", "health")
 
 
 def _by_index(gpus: Iterable[Any]) -> "dict[str, Any]":
@@ -315,11 +362,12 @@ def _by_index(gpus: Iterable[Any]) -> "dict[str, Any]":
 
 
 #: The most GPUs the core counts (its size_t): more than any host has.
-_MAX_COUNT = 2 ** 64 - 1
+_MAX_COUNT = 2**64 - 1
 
 
-def checked_counts(count: object, holders_per_gpu: object, *,
-                   holders_name: str = "holders_per_gpu") -> "tuple[int, int]":
+def checked_counts(
+    count: object, holders_per_gpu: object, *, holders_name: str = "holders_per_gpu"
+) -> "tuple[int, int]":
     """``count`` and ``holders_per_gpu`` as ints, or the error naming the bad one (``holders_name``: what
     the caller calls the second: :func:`flink_gpu.pyflink.bind_gpus` says ``subtasks_per_gpu``)."""
     count = whole_amount(count, "count (the GPUs to bind)")
@@ -331,34 +379,52 @@ def checked_counts(count: object, holders_per_gpu: object, *,
     return count, holders
 
 
-def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot: "str | None" = None,
-         taskmanager_pid: "int | None" = None, path: "str | os.PathLike[str] | None" = None,
-         library_path: "str | None" = None, timeout: float = DEFAULT_TIMEOUT) -> GPUBinding:
+def bind(
+    gpus: Iterable[Any],
+    count: int = 1,
+    holders_per_gpu: int = 1,
+    *,
+    slot: "str | None" = None,
+    taskmanager_pid: "int | None" = None,
+    path: "str | os.PathLike[str] | None" = None,
+    library_path: "str | None" = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    metrics_interval: "float | None" = None,
+) -> GPUBinding:
     """Binds ``count`` of ``gpus`` (GPUInfos: the set the TaskManager or parent claimed) to the calling
     process, or with ``slot`` to that slot for the calling thread, sharing each GPU with at most
     ``holders_per_gpu`` holders; least-bound GPUs first, lowest index among equals. Each GPU's state
     is read first (with ``library_path``): an unhealthy one is never bound while the others are
-    enough (a WARN names it), and too few usable ones raise :class:`BindingError` saying why.
+    enough (a WARN names it), and too few usable ones raise :class:`~flink_gpu.NotEnoughGpusError` saying
+    why.
 
     ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``); ``path``: the
     bindings file (default :func:`bindings_path`); ``library_path``: the libnvidia-ml for ``devices`` and
-    the gauges. Raises :class:`BindingError` when not enough are free (the message says who binds each
-    GPU), :class:`TimeoutError` when the file's lock is not had within ``timeout`` seconds, OSError for a
+    the gauges; ``metrics_interval``: how often the gauges' sampler reads NVML, at most (seconds, at least
+    flink_gpu.nvml's MIN_METRICS_INTERVAL; None: DEFAULT_METRICS_INTERVAL). Raises
+    :class:`~flink_gpu.NotEnoughGpusError` when not enough are free (the message says who binds each GPU),
+    :class:`TimeoutError` when the file's lock is not had within ``timeout`` seconds, OSError for a
     file that cannot be used, ValueError/TypeError for bad arguments.
     """
     by_index = _by_index(gpus)
     count, holders_per_gpu = checked_counts(count, holders_per_gpu)
-    if taskmanager_pid is not None and (isinstance(taskmanager_pid, bool) or not isinstance(taskmanager_pid, int)
-                                        or not 0 < taskmanager_pid <= 0x7fffffff):
+    metrics_interval = _checked_interval(metrics_interval)
+    if taskmanager_pid is not None and (
+        isinstance(taskmanager_pid, bool)
+        or not isinstance(taskmanager_pid, int)
+        or not 0 < taskmanager_pid <= 0x7FFFFFFF
+    ):
         raise ValueError(f"taskmanager_pid must be a positive process id, got {taskmanager_pid!r}.")
     if taskmanager_pid is not None and process_start_time(taskmanager_pid) is None:
-        raise ValueError(f"taskmanager_pid {taskmanager_pid} is not a running process: give the pid of the "
-                         "TaskManager (or parent) whose GPUs these are, or None.")
+        raise ValueError(
+            f"taskmanager_pid {taskmanager_pid} is not a running process: give the pid of the "
+            "TaskManager (or parent) whose GPUs these are, or None."
+        )
     path = bindings_path() if path is None else os.fspath(path)
     me = os.getpid()
     if slot is None:
         if _forked_from is not None and _file_identity(path) in _forked_files:
-            return _inherited_binding(by_index, count, path, library_path, timeout)
+            return _inherited_binding(by_index, count, path, library_path, timeout, metrics_interval)
         pid, holder, registry = me, f"pid {me}", _held
     else:
         pid = threading.get_native_id()
@@ -366,11 +432,9 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
         registry = _thread_held.__dict__.setdefault("held", {})
     candidates, ranks = _usable(by_index, count, library_path, taskmanager_pid)
     with _lock:
-        try:
-            indices, added, unparsable, lease_problem, start_time, file = _native.binding_bind(
-                path, timeout, pid, slot, taskmanager_pid, candidates, count, holders_per_gpu, ranks)
-        except FlinkException as error:
-            raise BindingError(str(error)) from None
+        indices, added, unparsable, lease_problem, start_time, file = _native.binding_bind(
+            path, timeout, pid, slot, taskmanager_pid, candidates, count, holders_per_gpu, ranks
+        )
         key = (file, me) if slot is None else (file, slot, taskmanager_pid)
         held = registry.get(key)
         if held is None:
@@ -378,44 +442,74 @@ def bind(gpus: Iterable[Any], count: int = 1, holders_per_gpu: int = 1, *, slot:
         held.refs += 1
         held.indices.update(indices)
     for number, text in unparsable:
-        _log.warning("Line %d of the bindings file %s cannot be parsed and is left as it is (its GPU is never "
-                     "bound): %r", number, path, text)
+        _log.warning(
+            "Line %d of the bindings file %s cannot be parsed and is left as it is (its GPU is never bound): %r",
+            number,
+            path,
+            text,
+        )
     if lease_problem is not None:
-        _log.warning("Bound GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file cannot "
-                     "tell when pid %d dies.", ", ".join(added), path, lease_problem, me)
-    return GPUBinding([by_index[i] for i in indices], indices, path, held,
-                      (pid, slot, taskmanager_pid, start_time), holder, library_path, timeout)
+        _log.warning(
+            "Bound GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file cannot "
+            "tell when pid %d dies.",
+            ", ".join(added),
+            path,
+            lease_problem,
+            me,
+        )
+    return GPUBinding(
+        [by_index[i] for i in indices],
+        indices,
+        path,
+        held,
+        (pid, slot, taskmanager_pid, start_time),
+        holder,
+        library_path,
+        timeout,
+        metrics_interval,
+    )
 
 
-def _usable(by_index: "dict[str, Any]", count: int, library_path: "str | None",
-            taskmanager_pid: "int | None") -> "tuple[list[str], list[int] | None]":
+def _usable(
+    by_index: "dict[str, Any]", count: int, library_path: "str | None", taskmanager_pid: "int | None"
+) -> "tuple[list[str], list[int] | None]":
     """The GPUs of ``by_index`` bind may choose from, with their ranks: each one's state is read now
     (docs/design.md §9.1), ranked as the driver's ``busy-gpus: avoid`` ranks them (healthy and idle
     first, then busy with processes that are not the TaskManager's, then degraded), and an unhealthy
     one (lost since discovery, a reset required, ...) is left out with a WARN while the others are
-    enough; too few raises BindingError saying which are unhealthy and why. A GPU NVML does not list,
+    enough; too few raises NotEnoughGpusError saying which are unhealthy and why. A GPU NVML does not list,
     or a host where NVML cannot be opened, is taken as it is, with no rank."""
     from flink_gpu.errors import NvmlError
     from flink_gpu.nvml import Verdict, open_library, rank_gpus
 
     try:
-        states = [state for state in open_library(library_path).states(os.getpid(), taskmanager_pid)
-                  if state.gpu_index in by_index]
+        states = [
+            state
+            for state in open_library(library_path).states(os.getpid(), taskmanager_pid)
+            if state.gpu_index in by_index
+        ]
     except NvmlError:
         return list(by_index), None
     best, ranks, _ = rank_gpus(states, "avoid")
-    rank_of = dict(zip(best, ranks))
+    rank_of = dict(zip(best, ranks, strict=True))
     worst = max(ranks, default=0)
-    unhealthy = {state.gpu_index: state.health for state in states if state.verdict is Verdict.UNHEALTHY}
+    # unknown: not read within the deadline (docs/design.md §9.5), never bound either
+    unhealthy = {
+        state.gpu_index: state.health
+        for state in states
+        if state.verdict is Verdict.UNHEALTHY or state.verdict is Verdict.UNKNOWN
+    }
     usable = [index for index in by_index if index not in unhealthy]
     ranked = [rank_of.get(index, worst) for index in usable]  # not listed by NVML: last, as it is
     if not unhealthy:
         return usable, ranked
     why = "; ".join(f"GPU {index} is {health}" for index, health in unhealthy.items())
     if len(usable) < count:
-        raise BindingError(f"Could not bind {count} GPU{'' if count == 1 else 's'}: of the "
-                           f"{len(by_index)} given, {len(usable)} {'is' if len(usable) == 1 else 'are'} usable "
-                           f"({why}). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.")
+        raise NotEnoughGpusError(
+            f"Could not bind {count} GPU{'' if count == 1 else 's'}: of the "
+            f"{len(by_index)} given, {len(usable)} {'is' if len(usable) == 1 else 'are'} usable "
+            f"({why}). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer."
+        )
     _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(usable))
     return usable, ranked
 
@@ -430,24 +524,57 @@ def _file_identity(path: str) -> "str | None":
     return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}:{st.st_ino}"
 
 
-def _inherited_binding(by_index, count, path, library_path, timeout) -> GPUBinding:
+def _checked_interval(metrics_interval: object) -> float:
+    from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, MIN_METRICS_INTERVAL
+
+    if metrics_interval is None:
+        return DEFAULT_METRICS_INTERVAL
+    if (
+        isinstance(metrics_interval, bool)
+        or not isinstance(metrics_interval, (int, float))
+        or not metrics_interval >= MIN_METRICS_INTERVAL
+    ):
+        raise ValueError(
+            f"metrics_interval must be at least {MIN_METRICS_INTERVAL:g} s (how often the GPU "
+            f"gauges read NVML, at most), got {metrics_interval!r}."
+        )
+    return float(metrics_interval)
+
+
+def _inherited_binding(by_index, count, path, library_path, timeout, metrics_interval) -> GPUBinding:
     """The binding the process holder this process was forked from has in ``path`` now (read from the
     file: it may have released it or ended since the fork); nothing new is bound."""
     parent = _forked_from
-    live = {entry.index for entry in snapshot(path, timeout=timeout).entries
-            if entry.alive and entry.slot is None and entry.ours and entry.pid == parent and entry.index in by_index}
+    live = {
+        entry.index
+        for entry in snapshot(path, timeout=timeout).entries
+        if entry.alive and entry.slot is None and entry.ours and entry.pid == parent and entry.index in by_index
+    }
     from flink_gpu.gpu_index import sort_indices
 
     indices = sort_indices(live)
     if count > len(indices):
-        now = (f"binds GPU(s) {', '.join(indices)} of these in {path}" if indices else
-               f"binds none of these in {path} now (it released them, or it ended)")
-        raise BindingError(
+        now = (
+            f"binds GPU(s) {', '.join(indices)} of these in {path}"
+            if indices
+            else f"binds none of these in {path} now (it released them, or it ended)"
+        )
+        raise NotEnoughGpusError(
             f"This process (pid {os.getpid()}) was forked from pid {parent}, which {now}; a forked child shares "
-            f"its parent's binding and binds nothing new, so it cannot have {count}. Bind them in the parent.")
+            f"its parent's binding and binds nothing new, so it cannot have {count}. Bind them in the parent."
+        )
     chosen = indices[:count]
-    return GPUBinding([by_index[i] for i in chosen], chosen, path, None, (parent, None, None, 0),
-                      f"pid {parent} (inherited)", library_path, timeout)
+    return GPUBinding(
+        [by_index[i] for i in chosen],
+        chosen,
+        path,
+        None,
+        (parent, None, None, 0),
+        f"pid {parent} (inherited)",
+        library_path,
+        timeout,
+        metrics_interval,
+    )
 
 
 # -- what the file says ---------------------------------------------------------------------------
@@ -475,8 +602,10 @@ class BindingSnapshot:
             if entry.alive:
                 where = (entry.taskmanager, None if entry.ours else entry.namespace)
                 out.setdefault(where, {}).setdefault(entry.holder, set()).add(entry.index)
-        return {tm: {holder: tuple(sort_indices(indices)) for holder, indices in holders.items()}
-                for tm, holders in out.items()}
+        return {
+            tm: {holder: tuple(sort_indices(indices)) for holder, indices in holders.items()}
+            for tm, holders in out.items()
+        }
 
 
 def snapshot(path: "str | os.PathLike[str] | None" = None, *, timeout: float = DEFAULT_TIMEOUT) -> BindingSnapshot:

@@ -15,24 +15,29 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from flink_gpu.config_files import flatten_nested_keys, load_configuration_file
-from flink_gpu.config_options import (ConfigOption, Duration, ValueTooLongError, config_option,
-                                      convert_value, to_java_string)
-from flink_gpu.errors import IllegalConfigurationException
+from flink_gpu.config_options import ConfigOption, Duration, config_option, convert_value, to_java_string
+from flink_gpu.errors import IllegalConfigurationException, ValueTooLongError
 from flink_gpu.options_splitter import split_escaped
 
-__all__ = ["ConfigOption", "Configuration", "Duration", "config_option", "convert_value",
-           "split_escaped", "to_java_string"]
+__all__ = [
+    "ConfigOption",
+    "Configuration",
+    "Duration",
+    "config_option",
+    "convert_value",
+    "split_escaped",
+    "to_java_string",
+]
 
 LOG = logging.getLogger("flink_gpu.config")
 
 
-def _key_of(key_or_option: str | ConfigOption) -> str:
+def _key_of(key_or_option: str | ConfigOption[Any]) -> str:
     if isinstance(key_or_option, ConfigOption):
         return key_or_option.key
     if isinstance(key_or_option, str):
         return key_or_option
     raise TypeError(f"A configuration key must be a str or ConfigOption, got {key_or_option!r}")
-
 
 
 class Configuration:
@@ -44,7 +49,7 @@ class Configuration:
 
     __slots__ = ("_data", "_prefix")
 
-    def __init__(self, data: Mapping[str, object] | None = None) -> None:
+    def __init__(self, data: Configuration | Mapping[str, object] | None = None) -> None:
         self._data: dict[str, object] = {}
         self._prefix = ""
         if data is None:
@@ -54,11 +59,10 @@ class Configuration:
         elif isinstance(data, Mapping):
             self._data = flatten_nested_keys(data)
         else:
-            raise TypeError(
-                f"Configuration expects a mapping of Flink keys, got {type(data).__name__}")
+            raise TypeError(f"Configuration expects a mapping of Flink keys, got {type(data).__name__}")
 
     @classmethod
-    def coerce(cls, value: Configuration | Mapping | None) -> Configuration:
+    def coerce(cls, value: Configuration | Mapping[str, object] | None) -> Configuration:
         """``None``: empty; a mapping: a new ``Configuration``; a ``Configuration``: itself."""
         if isinstance(value, Configuration):
             return value
@@ -72,7 +76,7 @@ class Configuration:
             return True, self._data[full]
         return False, None
 
-    def get(self, key_or_option: str | ConfigOption, default: Any = None) -> Any:
+    def get(self, key_or_option: str | ConfigOption[Any], default: Any = None) -> Any:
         """A ``ConfigOption`` is converted to its type (its default, or ``default`` when given,
         if absent); a plain key gives the raw value or ``default``."""
         key = _key_of(key_or_option)
@@ -85,14 +89,13 @@ class Configuration:
         try:
             return convert_value(raw, key_or_option.type)
         except ValueTooLongError as cause:
-            raise IllegalConfigurationException(
-                f"Could not read key '{self._prefix + key}': {cause}") from None
+            raise IllegalConfigurationException(f"Could not read key '{self._prefix + key}': {cause}") from None
         except ValueError as cause:
             raise IllegalConfigurationException(
-                f"Could not parse value '{to_java_string(raw)}' for key '{self._prefix + key}'. "
-                f"{cause}") from cause
+                f"Could not parse value '{to_java_string(raw)}' for key '{self._prefix + key}'. {cause}"
+            ) from cause
 
-    def get_string(self, key: str | ConfigOption, default: str | None = None) -> str | None:
+    def get_string(self, key: str | ConfigOption[Any], default: str | None = None) -> str | None:
         """The value rendered as Flink would (``2`` → ``"2"``, lists joined with ``;``)."""
         present, raw = self._raw(_key_of(key))
         if not present:
@@ -101,9 +104,10 @@ class Configuration:
             return to_java_string(raw)
         except ValueTooLongError as cause:
             raise IllegalConfigurationException(
-                f"Could not read key '{self._prefix + _key_of(key)}': {cause}") from None
+                f"Could not read key '{self._prefix + _key_of(key)}': {cause}"
+            ) from None
 
-    def contains(self, key_or_option: str | ConfigOption) -> bool:
+    def contains(self, key_or_option: str | ConfigOption[Any]) -> bool:
         return self._raw(_key_of(key_or_option))[0]
 
     def __contains__(self, key_or_option: object) -> bool:
@@ -114,11 +118,11 @@ class Configuration:
     def keys(self) -> list[str]:
         """The keys of this view (prefix stripped), in insertion order."""
         p = self._prefix
-        return [k[len(p):] for k in self._data if k.startswith(p)]
+        return [k[len(p) :] for k in self._data if k.startswith(p)]
 
     def to_dict(self) -> dict[str, object]:
         p = self._prefix
-        return {k[len(p):]: v for k, v in self._data.items() if k.startswith(p)}
+        return {k[len(p) :]: v for k, v in self._data.items() if k.startswith(p)}
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
@@ -131,7 +135,7 @@ class Configuration:
             return NotImplemented
         return self.to_dict() == other.to_dict()
 
-    __hash__ = None  # mutable
+    __hash__ = None  # type: ignore[assignment]  # mutable: unhashable, like a dict
 
     def __repr__(self) -> str:
         if self._prefix:
@@ -140,7 +144,7 @@ class Configuration:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def set(self, key_or_option: str | ConfigOption, value: object) -> Configuration:
+    def set(self, key_or_option: str | ConfigOption[Any], value: object) -> Configuration:
         """Set a raw value (``None`` removes the key); returns ``self`` for chaining."""
         full = self._prefix + _key_of(key_or_option)
         if value is None:
@@ -149,7 +153,7 @@ class Configuration:
             self._data[full] = value
         return self
 
-    def remove(self, key_or_option: str | ConfigOption) -> bool:
+    def remove(self, key_or_option: str | ConfigOption[Any]) -> bool:
         full = self._prefix + _key_of(key_or_option)
         return self._data.pop(full, None) is not None
 
@@ -163,7 +167,7 @@ class Configuration:
     # -- loading ---------------------------------------------------------------------------
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike, *, legacy: bool | None = None) -> Configuration:
+    def from_yaml(cls, path: str | os.PathLike[str], *, legacy: bool | None = None) -> Configuration:
         """Load a Flink configuration file, or the one in a Flink ``conf`` directory.
 
         A directory is searched for ``config.yaml`` (Flink 2.x), then ``flink-conf.yaml``.

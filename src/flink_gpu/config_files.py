@@ -14,17 +14,29 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from flink_gpu.java_text import java_trim
 from flink_gpu.config_options import to_java_string
 from flink_gpu.errors import IllegalConfigurationException
+from flink_gpu.java_text import java_trim
 from flink_gpu.regular_files import check_regular_file, read_regular_file
 
-__all__ = ["CONFIGURATION_FILE_NAMES", "MAX_ALIAS_EXPANSION", "MAX_COLLECTION_ALIASES",
-           "MAX_NESTING_DEPTH", "ConfigurationFile", "SkippedLine", "find_configuration_file", "flatten_nested_keys",
-           "load_configuration_file", "read_yaml_mapping"]
+if TYPE_CHECKING:
+    import yaml  # loaded on first use, by the functions that parse
+
+__all__ = [
+    "CONFIGURATION_FILE_NAMES",
+    "MAX_ALIAS_EXPANSION",
+    "MAX_COLLECTION_ALIASES",
+    "MAX_NESTING_DEPTH",
+    "ConfigurationFile",
+    "SkippedLine",
+    "find_configuration_file",
+    "flatten_nested_keys",
+    "load_configuration_file",
+    "read_yaml_mapping",
+]
 
 LOG = logging.getLogger("flink_gpu.config")
 
@@ -58,8 +70,11 @@ class SkippedLine(NamedTuple):
     @property
     def message(self) -> str:
         """Flink's WARN for the line (``GlobalConfiguration.loadYAMLResource``)."""
-        stage = ("Error while trying to split key and value" if self.reason.startswith("Line is not")
-                 else "Error after splitting key and value")
+        stage = (
+            "Error while trying to split key and value"
+            if self.reason.startswith("Line is not")
+            else "Error after splitting key and value"
+        )
         return f"{stage} in configuration file {self.file}:{self.line_number}: {self.reason}"
 
 
@@ -71,11 +86,11 @@ class ConfigurationFile(NamedTuple):
     """What :func:`load_configuration_file` read: the file, its flat keys and the skipped lines."""
 
     path: str
-    data: dict
+    data: dict[str, object]
     skipped: tuple[SkippedLine, ...]
 
 
-def find_configuration_file(path: str | os.PathLike) -> str:
+def find_configuration_file(path: str | os.PathLike[str]) -> str:
     """``path`` itself, or for a directory the configuration file Flink reads there.
 
     A directory is searched for ``config.yaml``, then ``flink-conf.yaml`` (an INFO when both
@@ -86,15 +101,15 @@ def find_configuration_file(path: str | os.PathLike) -> str:
     file = os.fspath(path)
     if os.path.isdir(file):
         # lexists: a dangling link or a link loop is there too, and reading it says what it is
-        found = [os.path.join(file, name) for name in CONFIGURATION_FILE_NAMES
-                 if os.path.lexists(os.path.join(file, name))]
+        found = [
+            os.path.join(file, name) for name in CONFIGURATION_FILE_NAMES if os.path.lexists(os.path.join(file, name))
+        ]
         if not found:
             raise FileNotFoundError(
-                f"No Flink configuration file in directory {file}: expected config.yaml "
-                f"or flink-conf.yaml.")
+                f"No Flink configuration file in directory {file}: expected config.yaml or flink-conf.yaml."
+            )
         if len(found) == 2:
-            LOG.info("Both %s and %s exist; using %s and ignoring the legacy file.",
-                     found[0], found[1], found[0])
+            LOG.info("Both %s and %s exist; using %s and ignoring the legacy file.", found[0], found[1], found[0])
         if os.path.isdir(found[0]):  # never searched as a conf directory in its turn: say what it is
             check_regular_file(found[0], _WHAT)
         return found[0]
@@ -103,8 +118,7 @@ def find_configuration_file(path: str | os.PathLike) -> str:
     return file
 
 
-def load_configuration_file(path: str | os.PathLike, *, legacy: bool | None = None
-                            ) -> ConfigurationFile:
+def load_configuration_file(path: str | os.PathLike[str], *, legacy: bool | None = None) -> ConfigurationFile:
     """Read a Flink configuration file, or the one in a Flink ``conf`` directory.
 
     ``flink-conf.yaml`` is read with Flink's legacy line parser (``key: value`` lines, ``#``
@@ -120,12 +134,11 @@ def load_configuration_file(path: str | os.PathLike, *, legacy: bool | None = No
     if legacy:
         data, skipped = _parse_legacy(file, read_regular_file(file, _WHAT))
         return ConfigurationFile(file, data, skipped)
-    document = read_yaml_mapping(file, _WHAT, "a mapping of configuration keys at the top level",
-                                 _core_schema_loader())
+    document = read_yaml_mapping(file, _WHAT, "a mapping of configuration keys at the top level", _core_schema_loader())
     return ConfigurationFile(file, flatten_nested_keys(document), ())
 
 
-def _parse_legacy(file: str, content: bytes) -> tuple[dict, tuple[SkippedLine, ...]]:
+def _parse_legacy(file: str, content: bytes) -> tuple[dict[str, object], tuple[SkippedLine, ...]]:
     """Flink's pre-2.0 ``GlobalConfiguration.loadYAMLResource``: one ``key: value`` per line."""
     text = content.decode("utf-8", errors="replace")  # Java's reader substitutes too
     data: dict[str, object] = {}
@@ -147,7 +160,7 @@ def _parse_legacy(file: str, content: bytes) -> tuple[dict, tuple[SkippedLine, .
     return data, tuple(skipped)
 
 
-def flatten_nested_keys(data: Mapping) -> dict[str, object]:
+def flatten_nested_keys(data: Mapping[str, object]) -> dict[str, object]:
     """Nested mappings become dotted keys (Flink 2.x ``config.yaml``); ``None`` means unset.
 
     A mapping that contains itself raises ``IllegalConfigurationException`` naming the key. Any
@@ -165,7 +178,8 @@ def flatten_nested_keys(data: Mapping) -> dict[str, object]:
                 if id(value) in open_ids:
                     raise IllegalConfigurationException(
                         f"The configuration value at key '{flat_key}' contains itself; a "
-                        f"configuration must be a tree of mappings.")
+                        f"configuration must be a tree of mappings."
+                    )
                 stack.append((iter(value.items()), flat_key + ".", id(value)))
                 open_ids.add(id(value))
                 break  # depth first, in the mapping's order, as a recursive walk would
@@ -176,10 +190,10 @@ def flatten_nested_keys(data: Mapping) -> dict[str, object]:
     return out
 
 
-_CORE_LOADER = None
+_CORE_LOADER: type[yaml.SafeLoader] | None = None
 
 
-def _core_schema_loader():
+def _core_schema_loader() -> type[yaml.SafeLoader]:
     """A PyYAML loader with YAML 1.2 core-schema scalars, as Flink's snakeyaml-engine uses:
     ``010`` is 10, ``yes``/``on`` and dates stay strings, ``1_000`` is a string."""
     global _CORE_LOADER
@@ -190,23 +204,27 @@ def _core_schema_loader():
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     class CoreSchemaLoader(base):  # type: ignore[misc, valid-type]
-        yaml_implicit_resolvers: dict = {}
+        yaml_implicit_resolvers: dict[Any, Any] = {}
 
     CoreSchemaLoader.add_implicit_resolver(
-        "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
+        "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]
+    )
     CoreSchemaLoader.add_implicit_resolver(
-        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-        list("tTfF"))
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    )
     CoreSchemaLoader.add_implicit_resolver(
-        "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
-        list("-+0123456789"))
+        "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
+    )
     CoreSchemaLoader.add_implicit_resolver(
         "tag:yaml.org,2002:float",
-        re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-                   r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-        list("-+0123456789."))
+        re.compile(
+            r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
+        list("-+0123456789."),
+    )
 
-    def construct_int(loader, node):
+    def construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
         text = loader.construct_scalar(node)
         if text.startswith("0o"):
             return int(text[2:], 8)
@@ -219,7 +237,9 @@ def _core_schema_loader():
     return CoreSchemaLoader
 
 
-def read_yaml_mapping(path: str | os.PathLike, what: str, expected: str, loader=None) -> dict:
+def read_yaml_mapping(
+    path: str | os.PathLike[str], what: str, expected: str, loader: type[yaml.SafeLoader] | None = None
+) -> dict[str, Any]:
     """The mapping at the top of the YAML file ``path`` (``{}`` for an empty file).
 
     Errors name the file as ``what`` ("Flink configuration file", "pod template file"), the line and
@@ -232,7 +252,8 @@ def read_yaml_mapping(path: str | os.PathLike, what: str, expected: str, loader=
 
     path = os.fspath(path)
     content = read_regular_file(path, what)
-    loader = loader or getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    if loader is None:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         _check_events(yaml.parse(content, Loader=loader), path, what)
         document = yaml.load(content, Loader=loader)
@@ -248,12 +269,12 @@ def read_yaml_mapping(path: str | os.PathLike, what: str, expected: str, loader=
         if isinstance(error, IllegalConfigurationException):
             raise
         raise IllegalConfigurationException(
-            f"Invalid YAML in {what} {path}: a value cannot be read ({error}).") from error
+            f"Invalid YAML in {what} {path}: a value cannot be read ({error})."
+        ) from error
     if document is None:
         return {}
-    if not isinstance(document, Mapping):
-        raise IllegalConfigurationException(
-            f"The {what} {path} must hold {expected}, not a {_yaml_kind(document)}.")
+    if not isinstance(document, dict):  # PyYAML builds every mapping as a dict
+        raise IllegalConfigurationException(f"The {what} {path} must hold {expected}, not a {_yaml_kind(document)}.")
     return document
 
 
@@ -267,14 +288,14 @@ class _Anchor:
         self.open = collection
 
 
-def _check_events(events, path: str, what: str) -> None:
+def _check_events(events: Iterable[yaml.Event], path: str, what: str) -> None:
     """Refuse deep nesting, recursive aliases and alias bombs from the parser's events, before
     anything is built: each anchor's expanded size and depth are counted once, so a bomb costs its
     length, not 2^n, and an alias nests as deep as the value it names."""
     import yaml
 
-    anchors: dict[str, _Anchor] = {}
-    frames: list[list] = []  # [values so far, _Anchor | None, levels nested] per open collection
+    anchors: dict[str | None, _Anchor] = {}
+    frames: list[list[Any]] = []  # [values so far, _Anchor | None, levels nested] per open collection
     collection_aliases = expansion = 0
     for event in events:
         if isinstance(event, yaml.AliasEvent):
@@ -285,21 +306,24 @@ def _check_events(events, path: str, what: str) -> None:
                 raise IllegalConfigurationException(
                     f"The {what} {path} has a recursive alias *{event.anchor} at {_where(event)}: "
                     f"the value anchored &{event.anchor} would contain itself. Write the values "
-                    f"out instead of the alias.")
+                    f"out instead of the alias."
+                )
             if anchor.collection:
                 collection_aliases += 1
                 if collection_aliases > MAX_COLLECTION_ALIASES:
                     raise IllegalConfigurationException(
                         f"The {what} {path} has more than {MAX_COLLECTION_ALIASES} aliases of "
                         f"mappings or lists (at {_where(event)}), the limit of Flink's YAML "
-                        f"loader. Write the values out instead of the aliases.")
+                        f"loader. Write the values out instead of the aliases."
+                    )
                 _check_depth(len(frames) + anchor.depth, event, path, what)
             expansion += anchor.size
             if expansion > MAX_ALIAS_EXPANSION:
                 raise IllegalConfigurationException(
                     f"The aliases of the {what} {path} expand to more than "
                     f"{MAX_ALIAS_EXPANSION} values (at {_where(event)}), the limit flink-gpu "
-                    f"reads. Write the values out instead of the aliases.")
+                    f"reads. Write the values out instead of the aliases."
+                )
             if frames:
                 frames[-1][0] += anchor.size
                 frames[-1][2] = max(frames[-1][2], 1 + anchor.depth)
@@ -323,15 +347,17 @@ def _check_events(events, path: str, what: str) -> None:
                 frames[-1][2] = max(frames[-1][2], 1 + depth)
 
 
-def _where(event) -> str:
-    return f"line {event.start_mark.line + 1}, column {event.start_mark.column + 1}"
+def _where(event: yaml.Event) -> str:
+    mark = event.start_mark  # the parser marks every event it makes
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark else "an unknown place"
 
 
-def _check_depth(depth: int, event, path: str, what: str) -> None:
+def _check_depth(depth: int, event: yaml.Event, path: str, what: str) -> None:
     if depth > MAX_NESTING_DEPTH:
         raise IllegalConfigurationException(
             f"The {what} {path} nests mappings or lists more than {MAX_NESTING_DEPTH} levels deep "
-            f"(at {_where(event)}), the most flink-gpu reads. Nest fewer levels.")
+            f"(at {_where(event)}), the most flink-gpu reads. Nest fewer levels."
+        )
 
 
 def _yaml_kind(value: object) -> str:

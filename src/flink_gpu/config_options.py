@@ -7,28 +7,38 @@ where it helps a user); ``Configuration.get`` wraps it into "Could not parse val
 
 from __future__ import annotations
 
+import builtins
 import re
 import sys
-from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeGuard, TypeVar
 
+if TYPE_CHECKING:
+    from datetime import timedelta
+
+from flink_gpu.errors import ValueTooLongError
 from flink_gpu.java_text import java_trim
 from flink_gpu.options_splitter import split_escaped
 
-__all__ = ["MAX_RENDERED_LENGTH", "ConfigOption", "Duration", "ValueTooLongError", "config_option",
-           "convert_value", "to_java_string"]
+__all__ = [
+    "MAX_RENDERED_LENGTH",
+    "ConfigOption",
+    "Duration",
+    "ValueTooLongError",
+    "config_option",
+    "convert_value",
+    "to_java_string",
+]
 
 #: The most characters a value renders to. Flink doubles the quotes of a list nested in a list at
 #: each level, so a short hostile value could render to 2**depth characters; no option needs this.
 MAX_RENDERED_LENGTH = 1 << 20
 
 
-class ValueTooLongError(ValueError):
-    """A value that renders to more than :data:`MAX_RENDERED_LENGTH` characters."""
-
 T = TypeVar("T")
 
-def _is_timedelta(value: object) -> bool:
+
+def _is_timedelta(value: object) -> TypeGuard[timedelta]:
     # datetime is only imported by callers that have timedeltas; keep `import flink_gpu` light
     datetime = sys.modules.get("datetime")
     return datetime is not None and isinstance(value, datetime.timedelta)
@@ -56,12 +66,11 @@ class ConfigOption(Generic[T]):
     __slots__ = ("key", "type", "default_value", "description")
 
     key: str
-    type: type
+    type: builtins.type  # the attribute's name shadows the builtin in the class body
     default_value: T | None
     description: str
 
-    def __init__(self, key: str, type: type, default_value: T | None = None,
-                 description: str = "") -> None:
+    def __init__(self, key: str, type: builtins.type, default_value: T | None = None, description: str = "") -> None:
         if not isinstance(key, str) or not key:
             raise ValueError(f"A ConfigOption key must be a non-empty string, got {key!r}")
         if type not in _CONVERTERS:
@@ -87,24 +96,23 @@ class ConfigOption(Generic[T]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ConfigOption):
             return NotImplemented
-        return (self.key, self.type, self.default_value) == (
-            other.key, other.type, other.default_value)
+        return (self.key, self.type, self.default_value) == (other.key, other.type, other.default_value)
 
     def __hash__(self) -> int:
         return hash((self.key, self.type))
 
     def __repr__(self) -> str:
-        return (f"ConfigOption(key={self.key!r}, type={self.type.__name__}, "
-                f"default_value={self.default_value!r})")
+        return f"ConfigOption(key={self.key!r}, type={self.type.__name__}, default_value={self.default_value!r})"
 
 
-def config_option(key: str, type: type, default: Any = None, description: str = "") -> ConfigOption:
+def config_option(key: str, type: type, default: Any = None, description: str = "") -> ConfigOption[Any]:
     """Shorthand for ``ConfigOption(key, type, default, description)``."""
     return ConfigOption(key, type, default, description)
 
 
 # ---------------------------------------------------------------------------------------------
 # Conversions
+
 
 def _java_double_string(value: float) -> str:
     """Java's ``Double.toString`` for the common cases (``2.0``, ``1.0E20``, ``NaN``)."""
@@ -120,9 +128,9 @@ def _java_double_string(value: float) -> str:
 
     # repr gives the shortest round-tripping digits, as Java's Double.toString (JDK 19+)
     _sign, digits, exponent = Decimal(repr(magnitude)).normalize().as_tuple()
+    assert isinstance(exponent, int)  # a finite value's ('n', 'N', 'F': NaN and infinity, returned above)
     text = "".join(map(str, digits))
-    return (f"{'-' if value < 0 else ''}{text[0]}.{text[1:] or '0'}"
-            f"E{len(digits) - 1 + exponent}")
+    return f"{'-' if value < 0 else ''}{text[0]}.{text[1:] or '0'}E{len(digits) - 1 + exponent}"
 
 
 def _duration_string(seconds: float) -> str:
@@ -130,9 +138,15 @@ def _duration_string(seconds: float) -> str:
     nanos = round(seconds * 1_000_000_000)
     if nanos == 0:
         return "0 ms"
-    for unit, size in (("d", 86_400_000_000_000), ("h", 3_600_000_000_000),
-                       ("min", 60_000_000_000), ("s", 1_000_000_000), ("ms", 1_000_000),
-                       ("µs", 1_000), ("ns", 1)):
+    for unit, size in (
+        ("d", 86_400_000_000_000),
+        ("h", 3_600_000_000_000),
+        ("min", 60_000_000_000),
+        ("s", 1_000_000_000),
+        ("ms", 1_000_000),
+        ("µs", 1_000),
+        ("ns", 1),
+    ):
         if nanos % size == 0:
             return f"{nanos // size} {unit}"
     raise AssertionError("unreachable: every integer is a multiple of 1 ns")
@@ -157,20 +171,23 @@ def to_java_string(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return _bounded_join(";", (_escape_with_single_quote(to_java_string(v)) for v in value))
     if isinstance(value, Mapping):
-        return _bounded_join(",", (f"{_escape_kv(to_java_string(k))}:{_escape_kv(to_java_string(v))}"
-                                   for k, v in value.items()))
+        return _bounded_join(
+            ",", (f"{_escape_kv(to_java_string(k))}:{_escape_kv(to_java_string(v))}" for k, v in value.items())
+        )
     return str(value)
 
 
-def _bounded_join(separator: str, parts) -> str:
+def _bounded_join(separator: str, parts: Iterable[str]) -> str:
     # checked per part, so that no level builds more than twice the limit before it is refused
-    out, length = [], 0
+    out: list[str] = []
+    length = 0
     for part in parts:
         length += len(part) + len(separator)
         if length > MAX_RENDERED_LENGTH:
             raise ValueTooLongError(
                 f"The value renders to more than {MAX_RENDERED_LENGTH} characters (lists nested in "
-                "lists double their quotes at each level); write it flat.")
+                "lists double their quotes at each level); write it flat."
+            )
         out.append(part)
     return separator.join(out)
 
@@ -202,8 +219,7 @@ def _to_int(value: object) -> int:
             raise ValueError(_WHOLE_NUMBER)
         result = int(text)
     if not _JAVA_LONG_MIN <= result <= _JAVA_LONG_MAX:
-        raise ValueError(f"The value is out of the range of a 64-bit long "
-                         f"[{_JAVA_LONG_MIN}, {_JAVA_LONG_MAX}].")
+        raise ValueError(f"The value is out of the range of a 64-bit long [{_JAVA_LONG_MIN}, {_JAVA_LONG_MAX}].")
     return result
 
 
@@ -230,8 +246,7 @@ def _to_bool(value: object) -> bool:
         return True
     if text.lower() == "false":
         return False
-    raise ValueError(f"Unrecognized option for boolean: {text}. Expected either true or false"
-                     f"(case insensitive)")
+    raise ValueError(f"Unrecognized option for boolean: {text}. Expected either true or false(case insensitive)")
 
 
 def _to_list(value: object) -> list[str]:
@@ -241,45 +256,15 @@ def _to_list(value: object) -> list[str]:
     return split_escaped(to_java_string(value), ";")
 
 
-_DURATION_UNITS = {}
-for _seconds, _labels in ((86_400.0, ("d", "day", "days")),
-                          (3_600.0, ("h", "hour", "hours")),
-                          (60.0, ("min", "m", "minute", "minutes")),
-                          (1.0, ("s", "sec", "secs", "second", "seconds")),
-                          (1e-3, ("ms", "milli", "millis", "millisecond", "milliseconds")),
-                          (1e-6, ("µs", "micro", "micros", "microsecond", "microseconds")),
-                          (1e-9, ("ns", "nano", "nanos", "nanosecond", "nanoseconds"))):
-    for _label in _labels:
-        _DURATION_UNITS[_label] = _seconds
-
-
 def _to_duration(value: object) -> float:
     if _is_timedelta(value):
         return value.total_seconds()
-    text = java_trim(to_java_string(value))
-    if not text:
-        raise ValueError("argument is an empty- or whitespace-only string")
-    match = re.match(r"[0-9]*", text)
-    number = match.group(0) if match else ""
-    unit = text[len(number):].strip().lower()
-    if not number:
-        raise ValueError("text does not start with a number")
-    if not unit:
-        return int(number) / 1000.0  # Flink: a bare number is milliseconds
-    if unit not in _DURATION_UNITS:
-        raise ValueError(f"Time interval unit label '{unit}' does not match any of the "
-                         f"recognized units: DAYS: (d | day | days), HOURS: (h | hour | hours), "
-                         f"MINUTES: (min | m | minute | minutes), SECONDS: (s | sec | secs | "
-                         f"second | seconds), MILLISECONDS: (ms | milli | millis | millisecond "
-                         f"| milliseconds), MICROSECONDS: (µs | micro | micros | microsecond | "
-                         f"microseconds), NANOSECONDS: (ns | nano | nanos | nanosecond | "
-                         f"nanoseconds)")
-    return int(number) * _DURATION_UNITS[unit]
+    from flink_gpu.flink_duration import parse_duration
+
+    return parse_duration(to_java_string(value))
 
 
-_CONVERTERS = {str: _to_str, int: _to_int, float: _to_float, bool: _to_bool, list: _to_list,
-               Duration: _to_duration}
-
+_CONVERTERS = {str: _to_str, int: _to_int, float: _to_float, bool: _to_bool, list: _to_list, Duration: _to_duration}
 
 
 def convert_value(raw: object, type: type) -> Any:

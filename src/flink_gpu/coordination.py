@@ -20,10 +20,10 @@ import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Union
+from typing import Any, Iterable, Iterator, Mapping, Union
 
 from flink_gpu import _native
-from flink_gpu.errors import FlinkException
+from flink_gpu.errors import NotEnoughGpusError
 
 __all__ = [
     "DEFAULT_PATH",
@@ -172,41 +172,53 @@ def whole_amount(amount: object, what: str = "The amount of GPUs") -> int:
     """``amount`` as an int; a bool, float, str… is a :class:`TypeError` naming it and ``what`` it is."""
     if not isinstance(amount, bool):
         try:
-            return operator.index(amount)
+            return operator.index(amount)  # type: ignore[arg-type]  # any object: TypeError below
         except TypeError:
             pass
     raise TypeError(f"{what} must be a whole number (an int), got {amount!r} ({type(amount).__name__}).")
 
 
-def _amount(amount: int, indices: list, path: PathType) -> int:
+def _amount(amount: int, indices: "list[str | int]", path: PathType) -> int:
     amount = whole_amount(amount)
     if amount < 0:
         raise ValueError(f"The amount of GPUs to claim must not be negative, got {amount}.")
     if amount > _NATIVE_AMOUNT_MAX:  # more than the core can count is more than any host has
-        raise FlinkException(
+        raise NotEnoughGpusError(
             f"Could not get enough GPU resources. Requested {amount}, the host has {len(indices)} "
             f"GPU{'' if len(indices) == 1 else 's'}"
             + (f" ({', '.join(map(str, indices))})" if indices else "")
-            + f". Coordination file: {os.fspath(path)}.")
+            + f". Coordination file: {os.fspath(path)}."
+        )
     return amount
 
 
-def entries_of(records) -> "tuple[CoordinationEntry, ...]":
+def entries_of(records: "Iterable[Mapping[str, Any]]") -> "tuple[CoordinationEntry, ...]":
     """The core's entry records (coordination and bindings files alike) as entries."""
     return tuple(CoordinationEntry(**record) for record in records)
 
 
-def _bad_lines(rows, path: PathType) -> "tuple[UnparsableLine, ...]":
+def _bad_lines(rows: "Iterable[tuple[int, str]]", path: PathType) -> "tuple[UnparsableLine, ...]":
     lines = tuple(UnparsableLine(number, text) for number, text in rows)
     for line in lines:
-        _log.warning("Line %d of the coordination file %s cannot be parsed and is left as it is "
-                     "(its GPU is never reclaimed): %r", line.line_number, os.fspath(path), line.text)
+        _log.warning(
+            "Line %d of the coordination file %s cannot be parsed and is left as it is "
+            "(its GPU is never reclaimed): %r",
+            line.line_number,
+            os.fspath(path),
+            line.text,
+        )
     return lines
 
 
-def claim(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAULT_PATH,
-          owner: "int | None" = None, timeout: float = DEFAULT_TIMEOUT,
-          ranks: "Iterable[int] | None" = None) -> ClaimResult:
+def claim(
+    amount: int,
+    indices: "Iterable[str | int]",
+    *,
+    path: PathType = DEFAULT_PATH,
+    owner: "int | None" = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    ranks: "Iterable[int] | None" = None,
+) -> ClaimResult:
     """Claims ``amount`` of the GPUs ``indices`` (the host's, e.g. from NVML) for ``owner``.
 
     ``owner`` defaults to the calling process (``os.getpid()`` at call time). An owner asking again
@@ -216,8 +228,9 @@ def claim(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAU
     owner gets. ``ranks`` (one int per index, e.g. :func:`flink_gpu.nvml.rank_gpus`' ranks): after
     what the owner holds, lower ranks first, and within a rank free GPUs before reclaimable ones.
 
-    Raises :class:`~flink_gpu.FlinkException` when too few GPUs are free (the message says how many
-    were requested, how many exist and which pids hold the rest), :class:`TimeoutError` (naming the
+    Raises :class:`~flink_gpu.NotEnoughGpusError` (a :class:`~flink_gpu.FlinkException`) when too few
+    GPUs are free (the message says how many were requested, how many exist and which pids hold the
+    rest), :class:`TimeoutError` (naming the
     file and the lock holder) when the lock is not obtained within ``timeout`` seconds, an
     :class:`OSError` naming the path when the file cannot be used (a symlink, not a regular file, no
     permission), :class:`ValueError` for a bad index, a negative amount or a bad owner, and
@@ -226,20 +239,30 @@ def claim(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAU
     owner = _owner(owner)
     indices = list(indices)
     taken, added, reclaimed, bad, lease_problem = _native.coordination_claim(
-        path, timeout, owner, indices, _amount(amount, indices, path),
-        None if ranks is None else list(ranks))
+        path, timeout, owner, indices, _amount(amount, indices, path), None if ranks is None else list(ranks)
+    )
     _bad_lines(bad, path)
     if lease_problem is not None:
-        _log.warning("Claimed GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file "
-                     "cannot tell when pid %d dies.", ", ".join(added), os.fspath(path), lease_problem, owner)
+        _log.warning(
+            "Claimed GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file "
+            "cannot tell when pid %d dies.",
+            ", ".join(added),
+            os.fspath(path),
+            lease_problem,
+            owner,
+        )
     if reclaimed:
-        _log.info("Reclaimed GPU(s) %s of dead owners in %s for pid %d.", ", ".join(reclaimed),
-                  os.fspath(path), owner)
+        _log.info("Reclaimed GPU(s) %s of dead owners in %s for pid %d.", ", ".join(reclaimed), os.fspath(path), owner)
     return ClaimResult(taken=taken, added=added, reclaimed=reclaimed, owner=owner)
 
 
-def release(owner: "int | None" = None, *, path: PathType = DEFAULT_PATH,
-            indices: "Iterable[str | int] | None" = None, timeout: float = DEFAULT_TIMEOUT) -> "list[str]":
+def release(
+    owner: "int | None" = None,
+    *,
+    path: PathType = DEFAULT_PATH,
+    indices: "Iterable[str | int] | None" = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> "list[str]":
     """Releases the GPUs of ``owner`` (default: the calling process), all or only ``indices``.
 
     Returns the released indices. A missing file holds nothing and is not created.
@@ -248,8 +271,14 @@ def release(owner: "int | None" = None, *, path: PathType = DEFAULT_PATH,
 
 
 @contextmanager
-def claimed(amount: int, indices: "Iterable[str | int]", *, path: PathType = DEFAULT_PATH,
-            owner: "int | None" = None, timeout: float = DEFAULT_TIMEOUT) -> "Iterator[ClaimResult]":
+def claimed(
+    amount: int,
+    indices: "Iterable[str | int]",
+    *,
+    path: PathType = DEFAULT_PATH,
+    owner: "int | None" = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> "Iterator[ClaimResult]":
     """``with claimed(2, indices) as result:`` claims (``result.taken`` are the GPUs), and releases
     on exit what this block added.
 
@@ -271,12 +300,17 @@ def snapshot(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEOUT)
     A missing file gives an empty snapshot with ``exists=False``; nothing is created.
     """
     exists, rows, bad = _native.coordination_snapshot(path, timeout)
-    return CoordinationSnapshot(path=os.fspath(path), exists=exists, entries=entries_of(rows),
-                                unparsable=tuple(UnparsableLine(n, t) for n, t in bad))
+    return CoordinationSnapshot(
+        path=os.fspath(path),
+        exists=exists,
+        entries=entries_of(rows),
+        unparsable=tuple(UnparsableLine(n, t) for n, t in bad),
+    )
 
 
-def clean_stale(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEOUT,
-                other_namespaces: bool = False) -> CleanResult:
+def clean_stale(
+    path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEOUT, other_namespaces: bool = False
+) -> CleanResult:
     """Removes the lines of dead owners; unparsable lines stay. Never creates the file.
 
     ``other_namespaces``: also the lines of other pid namespaces whose liveness is unknown (their owners
@@ -294,8 +328,12 @@ def clean_stale(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEO
         return CleanResult(removed=(), unparsable=seen.unparsable)
     result = CleanResult(removed=entries_of(removed), unparsable=_bad_lines(bad, path))
     if result.removed:
-        _log.info("Removed %d stale line(s) from %s: %s", len(result.removed), os.fspath(path),
-                  ", ".join(f"GPU {e.index} of pid {e.pid}" for e in result.removed))
+        _log.info(
+            "Removed %d stale line(s) from %s: %s",
+            len(result.removed),
+            os.fspath(path),
+            ", ".join(f"GPU {e.index} of pid {e.pid}" for e in result.removed),
+        )
     return result
 
 

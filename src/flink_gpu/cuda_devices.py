@@ -37,7 +37,7 @@ import logging
 import os
 import re
 
-from flink_gpu.errors import FlinkException, NvmlError
+from flink_gpu.errors import CudaDeviceError, NvmlError
 
 TYPE_CHECKING = False  # annotations only
 if TYPE_CHECKING:
@@ -65,11 +65,6 @@ _DIGITS = re.compile(r"[0-9]+")
 _STRTOUL = re.compile(r"[ \t\n\v\f\r]*([+-]?)([0-9]+)")
 
 _warned_order = False  # the fastest-first WARN comes once per process
-
-
-class CudaDeviceError(FlinkException):
-    """A GPU that CUDA does not see in this process (or whose ordinal cannot be told): the message
-    names the GPU, the environment variable and its value, and what to change."""
 
 
 class _Gpu:
@@ -105,7 +100,7 @@ def _host_gpus(devices: "Sequence[Device]") -> "list[_Gpu]":
         by_index.setdefault(device.index, []).append(device)
     gpus = [_Gpu(index, by_index[index]) for index in sorted(by_index)]
     if all(gpu.pci is not None for gpu in gpus):
-        gpus.sort(key=lambda gpu: gpu.pci)
+        gpus.sort(key=lambda gpu: gpu.pci or ())  # (every pci is known here)
     return gpus
 
 
@@ -124,9 +119,10 @@ class _Enumeration:
     def add(self, gpu: _Gpu, unit: "Device | None", named: str) -> None:
         if gpu.units:
             if self._mig is not None:
-                for each in ([unit] if unit is not None else gpu.units):
+                for each in [unit] if unit is not None else gpu.units:
                     self.passed_over.setdefault(
-                        each.gpu_index, f"CUDA uses one MIG device per process and takes {self._mig} before it")
+                        each.gpu_index, f"CUDA uses one MIG device per process and takes {self._mig} before it"
+                    )
                 return
             self._mig = named
         self.devices.append((gpu, unit))
@@ -177,8 +173,9 @@ def _resolve(key: "int | str", gpus: "list[_Gpu]") -> "tuple[_Gpu, Device | None
     if isinstance(key, int):
         if key < len(gpus):
             return gpus[key], None
-        return (f"NVML lists {len(gpus)} usable GPU{'' if len(gpus) == 1 else 's'} on this host, which CUDA "
-                f"numbers from 0")
+        return (
+            f"NVML lists {len(gpus)} usable GPU{'' if len(gpus) == 1 else 's'} on this host, which CUDA numbers from 0"
+        )
     # uuids as nvidia-smi -L prints them, case included: an entry CUDA might refuse is no match
     if key.startswith("GPU-"):
         matches = [gpu for gpu in gpus if gpu.uuid and gpu.uuid.startswith(key)]
@@ -186,13 +183,16 @@ def _resolve(key: "int | str", gpus: "list[_Gpu]") -> "tuple[_Gpu, Device | None
             return matches[0], None
         if not matches:
             return "no GPU's uuid starts with it"
-        return f"it is the start of several GPUs' uuids ({', '.join(gpu.uuid for gpu in matches)})"
+        return f"it is the start of several GPUs' uuids ({', '.join(str(gpu.uuid) for gpu in matches)})"
     legacy = _LEGACY_MIG.fullmatch(key)
     for gpu in gpus:
         for unit in gpu.units:
             if legacy is not None:
-                if (unit.parent_uuid == legacy.group(1) and unit.mig_gi == int(legacy.group(2))
-                        and unit.mig_ci == int(legacy.group(3))):
+                if (
+                    unit.parent_uuid == legacy.group(1)
+                    and unit.mig_gi == int(legacy.group(2))
+                    and unit.mig_ci == int(legacy.group(3))
+                ):
                     return gpu, unit
             elif unit.uuid == key:
                 return gpu, unit
@@ -231,8 +231,10 @@ def _enumerate(gpus: "list[_Gpu]", value: "str | None") -> _Enumeration:
 
 def _repeated(repeated: "tuple[int, str, int]") -> str:
     position, raw, earlier = repeated
-    return (f"entry {position} ({raw!r}) names the device entry {earlier} names, and a device named twice makes "
-            "CUDA see no device at all")
+    return (
+        f"entry {position} ({raw!r}) names the device entry {earlier} names, and a device named twice makes "
+        "CUDA see no device at all"
+    )
 
 
 def _describe(info: "ExternalResourceInfo") -> str:
@@ -244,19 +246,26 @@ def _not_visible(info: "ExternalResourceInfo", value: "str | None", why: str, mi
     """The error for a GPU CUDA does not see: which, why (naming the variable), and what to do."""
     setting = "unset" if value is None else f"{value!r}"
     if mig:
-        todo = ("CUDA reaches a MIG instance only through its MIG- uuid in CUDA_VISIBLE_DEVICES, one per process: "
-                "in process mode start the worker with CUDA_VISIBLE_DEVICES set to the binding's "
-                "cuda_visible_devices (flink_gpu.cuda_visible_devices([info])) before CUDA initialises; a "
-                "thread-mode TaskManager can use only the one unit its own CUDA_VISIBLE_DEVICES names")
+        todo = (
+            "CUDA reaches a MIG instance only through its MIG- uuid in CUDA_VISIBLE_DEVICES, one per process: "
+            "in process mode start the worker with CUDA_VISIBLE_DEVICES set to the binding's "
+            "cuda_visible_devices (flink_gpu.cuda_visible_devices([info])) before CUDA initialises; a "
+            "thread-mode TaskManager can use only the one unit its own CUDA_VISIBLE_DEVICES names"
+        )
     else:
-        todo = ("start the process with CUDA_VISIBLE_DEVICES naming it (its uuid, as the binding's "
-                "cuda_visible_devices gives it) or unset, before CUDA initialises")
-    return CudaDeviceError(f"{_describe(info)} is not visible to CUDA in this process "
-                           f"(CUDA_VISIBLE_DEVICES is {setting}): {why}. To use it, {todo}.")
+        todo = (
+            "start the process with CUDA_VISIBLE_DEVICES naming it (its uuid, as the binding's "
+            "cuda_visible_devices gives it) or unset, before CUDA initialises"
+        )
+    return CudaDeviceError(
+        f"{_describe(info)} is not visible to CUDA in this process "
+        f"(CUDA_VISIBLE_DEVICES is {setting}): {why}. To use it, {todo}."
+    )
 
 
-def _why_absent(value: "str | None", stop: "tuple[int, str, str] | None", name: str = "it",
-                hidden: "str | None" = None) -> str:
+def _why_absent(
+    value: "str | None", stop: "tuple[int, str, str] | None", name: str = "it", hidden: "str | None" = None
+) -> str:
     """Why an explicit CUDA_VISIBLE_DEVICES leaves a device out; ``name``: how the list would name it;
     ``hidden``: why it shows no device at all."""
     if value is not None and not value:
@@ -266,8 +275,7 @@ def _why_absent(value: "str | None", stop: "tuple[int, str, str] | None", name: 
     why = f"CUDA_VISIBLE_DEVICES does not name {name}"
     if stop is not None:
         position, entry, reason = stop
-        why += (f"; CUDA stops at entry {position} ({entry!r}: {reason}) and ignores it and every entry "
-                "after it")
+        why += f"; CUDA stops at entry {position} ({entry!r}: {reason}) and ignores it and every entry after it"
     return why
 
 
@@ -281,11 +289,18 @@ def _warn_order(order: "str | None") -> None:
         "CUDA_DEVICE_ORDER %s, so CUDA numbers this process's GPUs fastest first, by a heuristic NVML cannot "
         "reproduce: the CUDA ordinals given assume PCI bus order, which is CUDA's when the GPUs are the same "
         "model. Set CUDA_DEVICE_ORDER=PCI_BUS_ID in the environment of the process (for a TaskManager: where it "
-        "is started) to make them exact; a GPU's 'uuid' property names it unambiguously.", now)
+        "is started) to make them exact; a GPU's 'uuid' property names it unambiguously.",
+        now,
+    )
 
 
-def _ordinals(ordered: "list[ExternalResourceInfo]", devices: "Sequence[Device]", value: "str | None",
-              order: "str | None", skipped: "Sequence[SkippedDevice]" = ()) -> "tuple[int, ...]":
+def _ordinals(
+    ordered: "list[ExternalResourceInfo]",
+    devices: "Sequence[Device]",
+    value: "str | None",
+    order: "str | None",
+    skipped: "Sequence[SkippedDevice]" = (),
+) -> "tuple[int, ...]":
     by_index = {device.gpu_index: device for device in devices}
     by_uuid = {device.uuid: device for device in devices if device.uuid}
     gpus = _host_gpus(devices)
@@ -293,15 +308,19 @@ def _ordinals(ordered: "list[ExternalResourceInfo]", devices: "Sequence[Device]"
     ordinals = []
     for info in ordered:
         uuid = info.get_property("uuid")
-        device = by_uuid.get(uuid) if uuid else by_index.get(info.get_property("index"))
+        device = by_uuid.get(uuid) if uuid else by_index.get(info.get_property("index") or "")
         gone = next((s for s in skipped if s.gpu_index == info.get_property("index")), None)
         if device is None and gone is not None:
-            raise CudaDeviceError(f"{_describe(info)} cannot be used now: {gone.reason} Repair it (nvidia-smi -q -i "
-                                  f"{gone.gpu_index} says more) or bind another GPU.")
+            raise CudaDeviceError(
+                f"{_describe(info)} cannot be used now: {gone.reason} Repair it (nvidia-smi -q -i "
+                f"{gone.gpu_index} says more) or bind another GPU."
+            )
         if device is None:
             known = ", ".join(f"{d.gpu_index} ({d.uuid})" for d in devices) or "none"
-            raise CudaDeviceError(f"{_describe(info)} is not a GPU NVML lists on this host (it lists: {known}), "
-                                  "so its CUDA ordinal cannot be told: give the GPUs this host's discovery returned.")
+            raise CudaDeviceError(
+                f"{_describe(info)} is not a GPU NVML lists on this host (it lists: {known}), "
+                "so its CUDA ordinal cannot be told: give the GPUs this host's discovery returned."
+            )
         unit = device if device.mig_slot is not None else None
         for ordinal, (gpu, shown) in enumerate(cuda.devices):
             if (shown is device) if unit is not None else (gpu.whole is device):
@@ -324,37 +343,45 @@ def _ordinals(ordered: "list[ExternalResourceInfo]", devices: "Sequence[Device]"
     return tuple(ordinals)
 
 
-def _ordinals_without_nvml(ordered: "list[ExternalResourceInfo]", value: "str | None", order: "str | None",
-                           error: NvmlError) -> "tuple[int, ...]":
+def _ordinals_without_nvml(
+    ordered: "list[ExternalResourceInfo]", value: "str | None", order: "str | None", error: NvmlError
+) -> "tuple[int, ...]":
     """NVML's index order stands in for PCI bus order (NVML enumerates by bus id); uuids cannot be
     matched, nor the host's GPU count checked."""
     nvml = f"NVML is unavailable ({error})"
     for info in ordered:
         index = info.get_property("index") or ""
         if not _DIGITS.fullmatch(index):
-            raise CudaDeviceError(f"{_describe(info)} cannot be given a CUDA ordinal: {nvml}, and without it only a "
-                                  "whole GPU's number maps to CUDA's (a MIG instance needs its MIG- uuid, which "
-                                  "NVML gives). Make libnvidia-ml loadable (nvml.library-path or "
-                                  "FLINK_GPU_NVML_LIBRARY).")
+            raise CudaDeviceError(
+                f"{_describe(info)} cannot be given a CUDA ordinal: {nvml}, and without it only a "
+                "whole GPU's number maps to CUDA's (a MIG instance needs its MIG- uuid, which "
+                "NVML gives). Make libnvidia-ml loadable (nvml.library-path or "
+                "FLINK_GPU_NVML_LIBRARY)."
+            )
     if value is None:
-        numbers = tuple(int(info.get_property("index")) for info in ordered)
-        if max(numbers) > 0 and order != PCI_BUS_ID:  # a GPU 1 means a host of several
+        whole = tuple(int(info.get_property("index") or "") for info in ordered)  # all digits (checked above)
+        if max(whole) > 0 and order != PCI_BUS_ID:  # a GPU 1 means a host of several
             _warn_order(order)
-        return numbers
+        return whole
     listed = _Listed(value)
-    numbers = ([key for _, _, key in listed.entries]
-               if listed.kind == "number" and listed.repeated is None else [])
+    numbers = (
+        [key for _, _, key in listed.entries if isinstance(key, int)]  # a "number" list's keys are
+        if listed.kind == "number" and listed.repeated is None
+        else []
+    )
     hidden = None if listed.repeated is None else _repeated(listed.repeated)
     ordinals = []
     for info in ordered:
-        number = int(info.get_property("index"))
+        number = int(info.get_property("index") or "")
         if number in numbers:
             ordinals.append(numbers.index(number))
         elif listed.kind != "number" and hidden is None:
-            raise CudaDeviceError(f"{_describe(info)} cannot be given a CUDA ordinal: CUDA_VISIBLE_DEVICES is "
-                                  f"{value!r} and names GPUs by uuid, which only NVML can match, but "
-                                  f"{nvml}. Make libnvidia-ml loadable (nvml.library-path or FLINK_GPU_NVML_LIBRARY) "
-                                  "or name the GPUs by number.")
+            raise CudaDeviceError(
+                f"{_describe(info)} cannot be given a CUDA ordinal: CUDA_VISIBLE_DEVICES is "
+                f"{value!r} and names GPUs by uuid, which only NVML can match, but "
+                f"{nvml}. Make libnvidia-ml loadable (nvml.library-path or FLINK_GPU_NVML_LIBRARY) "
+                "or name the GPUs by number."
+            )
         else:
             raise _not_visible(info, value, _why_absent(value, listed.stop, hidden=hidden), False)
     if numbers and max(numbers) > 0 and order != PCI_BUS_ID:
@@ -362,9 +389,13 @@ def _ordinals_without_nvml(ordered: "list[ExternalResourceInfo]", value: "str | 
     return tuple(ordinals)
 
 
-def cuda_ordinals(infos: "Iterable[ExternalResourceInfo]", devices: "Sequence[Device] | None" = None,
-                  environ: "Mapping[str, str] | None" = None, *,
-                  skipped: "Sequence[SkippedDevice] | None" = None) -> "tuple[int, ...]":
+def cuda_ordinals(
+    infos: "Iterable[ExternalResourceInfo]",
+    devices: "Sequence[Device] | None" = None,
+    environ: "Mapping[str, str] | None" = None,
+    *,
+    skipped: "Sequence[SkippedDevice] | None" = None,
+) -> "tuple[int, ...]":
     """The CUDA device ordinals, in this process, of the GPUs ``infos``, in GPU index order.
 
     ``devices``: every NVML device of the host (:class:`flink_gpu.nvml.Device`, as

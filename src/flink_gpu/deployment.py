@@ -18,8 +18,7 @@ from typing import Any
 from flink_gpu.config import Configuration
 from flink_gpu.config_files import read_yaml_mapping
 from flink_gpu.errors import IllegalConfigurationException
-from flink_gpu.framework import (external_resource_amounts, external_resource_names,
-                                 system_config_key)
+from flink_gpu.framework import external_resource_amounts, external_resource_names, system_config_key
 
 __all__ = [
     "KUBERNETES_CONFIG_KEY_SUFFIX",
@@ -46,20 +45,22 @@ def _config_keys(config: Configuration, names: list[str], suffix: str) -> dict[s
         option_key = system_config_key(name, suffix)
         key = config.get_string(option_key)
         if key is None or not key.strip():
-            LOG.warning("Could not find valid %s for %s. Will ignore that resource.",
-                        option_key, name)
+            LOG.warning("Could not find valid %s for %s. Will ignore that resource.", option_key, name)
             continue
         previous = by_key.get(key)
         if previous is not None:
-            LOG.warning("Duplicate config key %s occurred for external resources, the one named "
-                        "%s will overwrite the value.", key, name)
+            LOG.warning(
+                "Duplicate config key %s occurred for external resources, the one named %s will overwrite the value.",
+                key,
+                name,
+            )
             del result[previous]
         by_key[key] = name
         result[name] = key
     return result
 
 
-def _requested(config: Configuration | Mapping | None, suffix: str) -> dict[str, int]:
+def _requested(config: Configuration | Mapping[str, object] | None, suffix: str) -> dict[str, int]:
     """System key → amount for every resource with a positive amount and a key."""
     config = Configuration.coerce(config)
     names = external_resource_names(config)
@@ -69,13 +70,11 @@ def _requested(config: Configuration | Mapping | None, suffix: str) -> dict[str,
     for name, key in keys.items():
         if name in amounts:
             requested[key] = amounts[name]
-            LOG.info("Add external resource config for %s with key %s value %d.",
-                     name, key, amounts[name])
+            LOG.info("Add external resource config for %s with key %s value %d.", name, key, amounts[name])
     return requested
 
 
-def kubernetes_resource_requirements(config: Configuration | Mapping | None
-                                     ) -> dict[str, dict[str, str]]:
+def kubernetes_resource_requirements(config: Configuration | Mapping[str, object] | None) -> dict[str, dict[str, str]]:
     """The TaskManager container's extended resources: ``{"requests": {"nvidia.com/gpu": "2"},
     "limits": {"nvidia.com/gpu": "2"}}`` (quantities are decimal strings, as Flink writes them)."""
     requested = _requested(config, KUBERNETES_CONFIG_KEY_SUFFIX)
@@ -83,23 +82,25 @@ def kubernetes_resource_requirements(config: Configuration | Mapping | None
     return {"requests": dict(quantities), "limits": dict(quantities)}
 
 
-def _load_pod_template(path: str) -> dict:
+def _load_pod_template(path: str) -> dict[str, Any]:
     return read_yaml_mapping(path, "pod template file", "a Pod (a mapping)")
 
 
-def _mapping_at(parent: dict, key: str, where: str) -> dict:
+def _mapping_at(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     """``parent[key]`` as a dict, created when absent or null."""
     value = parent.get(key)
     if value is None:
         value = parent[key] = {}
     if not isinstance(value, dict):
         raise IllegalConfigurationException(
-            f"The pod template's {where} must be a mapping, not a {type(value).__name__}.")
+            f"The pod template's {where} must be a mapping, not a {type(value).__name__}."
+        )
     return value
 
 
-def merge_into_pod_template(template: Mapping | str | os.PathLike | None,
-                            config: Configuration | Mapping | None) -> dict:
+def merge_into_pod_template(
+    template: Mapping[str, Any] | str | os.PathLike[str] | None, config: Configuration | Mapping[str, object] | None
+) -> dict[str, Any]:
     """The pod template with the external resources set on the TaskManager main container.
 
     ``template`` is a Pod as a mapping or the path of a pod template YAML file (``None``: an empty
@@ -109,14 +110,13 @@ def merge_into_pod_template(template: Mapping | str | os.PathLike | None,
     input is not modified.
     """
     if template is None:
-        pod: dict = {}
+        pod: dict[str, Any] = {}
     elif isinstance(template, (str, os.PathLike)):
         pod = _load_pod_template(os.fspath(template))
     elif isinstance(template, Mapping):
         pod = copy.deepcopy(dict(template))
     else:
-        raise TypeError(
-            f"A pod template must be a mapping or a path, got {type(template).__name__}")
+        raise TypeError(f"A pod template must be a mapping or a path, got {type(template).__name__}")
 
     requirements = kubernetes_resource_requirements(config)
     if not requirements["requests"]:
@@ -128,25 +128,24 @@ def merge_into_pod_template(template: Mapping | str | os.PathLike | None,
         containers = spec["containers"] = []
     if not isinstance(containers, list):
         raise IllegalConfigurationException(
-            f"The pod template's spec.containers must be a list, not a "
-            f"{type(containers).__name__}.")
-    main = next((c for c in containers
-                 if isinstance(c, dict) and c.get("name") == TASK_MANAGER_MAIN_CONTAINER_NAME),
-                None)
+            f"The pod template's spec.containers must be a list, not a {type(containers).__name__}."
+        )
+    main = next(
+        (c for c in containers if isinstance(c, dict) and c.get("name") == TASK_MANAGER_MAIN_CONTAINER_NAME), None
+    )
     if main is None:
         main = {"name": TASK_MANAGER_MAIN_CONTAINER_NAME}
         containers.append(main)
-    resources = _mapping_at(main, "resources", f"container {TASK_MANAGER_MAIN_CONTAINER_NAME!r} "
-                                               f"resources")
+    resources = _mapping_at(main, "resources", f"container {TASK_MANAGER_MAIN_CONTAINER_NAME!r} resources")
     for field in ("requests", "limits"):
-        values = _mapping_at(resources, field,
-                             f"container {TASK_MANAGER_MAIN_CONTAINER_NAME!r} resources.{field}")
+        values = _mapping_at(resources, field, f"container {TASK_MANAGER_MAIN_CONTAINER_NAME!r} resources.{field}")
         values.update(requirements[field])
     return pod
 
 
-def yarn_resources(config: Configuration | Mapping | None,
-                   cluster_max: Mapping[str, int] | None = None) -> dict[str, int]:
+def yarn_resources(
+    config: Configuration | Mapping[str, object] | None, cluster_max: Mapping[str, int] | None = None
+) -> dict[str, int]:
     """The YARN container resources: resource type → amount (e.g. ``{"yarn.io/gpu": 2}``).
 
     With ``cluster_max`` (the cluster's maximum allocation per resource type), a type the cluster
@@ -157,11 +156,11 @@ def yarn_resources(config: Configuration | Mapping | None,
     if cluster_max is not None:
         for key, amount in requested.items():
             if key not in cluster_max:
-                raise IllegalConfigurationException(
-                    f"External resource {key} is not supported by the Yarn cluster.")
+                raise IllegalConfigurationException(f"External resource {key} is not supported by the Yarn cluster.")
             maximum: Any = cluster_max[key]
             if amount > maximum:
                 raise IllegalConfigurationException(
                     f"Configured value for external resource {key} ({amount}) exceeds the max "
-                    f"limitation of the Yarn cluster ({maximum}).")
+                    f"limitation of the Yarn cluster ({maximum})."
+                )
     return requested

@@ -15,10 +15,10 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flink_gpu.config import ConfigOption, Configuration
-from flink_gpu.errors import FlinkException
+from flink_gpu.errors import FactoryLoadError, FactoryNotFoundError
 from flink_gpu.resource_info import ExternalResourceInfo
 
 __all__ = [
@@ -47,12 +47,17 @@ __all__ = [
 
 LOG = logging.getLogger("flink_gpu.framework")
 
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+    from typing_extensions import Self  # typing's from Python 3.11
+
 ENTRY_POINT_GROUP = "flink_gpu.external_resource_drivers"
 """Entry-point group where distributions register driver factories (Flink: META-INF/services)."""
 
-EXTERNAL_RESOURCE_LIST: ConfigOption[list] = ConfigOption(
-    "external-resources", list, [],
-    "List of the external resources, separated by ';'; 'none' disables them all.")
+EXTERNAL_RESOURCE_LIST: ConfigOption[list[str]] = ConfigOption(
+    "external-resources", list, [], "List of the external resources, separated by ';'; 'none' disables them all."
+)
 NONE = "none"
 
 # Flink's Java factory names that map to a factory of this package, so that an unchanged Flink
@@ -94,6 +99,7 @@ def configured_factory_name(config: Configuration, name: str) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # The API a driver implements (org.apache.flink.api.common.externalresource)
 
+
 class ExternalResourceDriver(ABC):
     """Retrieves the infos of one kind of resource on this host.
 
@@ -104,10 +110,10 @@ class ExternalResourceDriver(ABC):
     def retrieve_resource_info(self, amount: int) -> frozenset[ExternalResourceInfo]:
         """The infos for a worker that was granted ``amount`` of the resource."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: a driver that holds nothing need not override it)
         """Release what the driver holds. The default does nothing."""
 
-    def __enter__(self) -> ExternalResourceDriver:
+    def __enter__(self) -> Self:  # a GPUDriver's block gets a GPUDriver (and its GPUInfo)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -128,7 +134,8 @@ class ExternalResourceDriverFactory(ABC):
 # ---------------------------------------------------------------------------------------------
 # The resource list and amounts (Flink's ExternalResourceUtils)
 
-def external_resource_names(config: Configuration | Mapping | None) -> list[str]:
+
+def external_resource_names(config: Configuration | Mapping[str, object] | None) -> list[str]:
     """The enabled resource names, first appearance first, duplicates dropped.
 
     ``external-resources`` is read as Flink reads it: a string is split on ``;`` with Flink's
@@ -141,20 +148,22 @@ def external_resource_names(config: Configuration | Mapping | None) -> list[str]
     return list(dict.fromkeys(config.get(EXTERNAL_RESOURCE_LIST)))
 
 
-def _amounts(config: Configuration, names: list[str], reasons: dict[str, list[str]] | None
-             ) -> dict[str, int]:
+def _amounts(config: Configuration, names: list[str], reasons: dict[str, list[str]] | None) -> dict[str, int]:
     found: dict[str, int] = {}
     for name in names:
-        option = ConfigOption(amount_key(name), int)
+        option: ConfigOption[int] = ConfigOption(amount_key(name), int)
         amount = config.get(option)  # not a whole number: IllegalConfigurationException, as Flink
         if amount is None:
-            LOG.warning("The amount of the %s should be configured. Will ignore that resource.",
-                        name)
+            LOG.warning("The amount of the %s should be configured. Will ignore that resource.", name)
             if reasons is not None:
                 reasons[name].append(f"{option.key} is not set")
         elif amount <= 0:
-            LOG.warning("The amount of the external resource %s should be positive, but "
-                        "%s is %d. Will ignore that resource.", name, option.key, amount)
+            LOG.warning(
+                "The amount of the external resource %s should be positive, but %s is %d. Will ignore that resource.",
+                name,
+                option.key,
+                amount,
+            )
             if reasons is not None:
                 reasons[name].append(f"{option.key} is {amount}; it must be positive")
         else:
@@ -162,7 +171,7 @@ def _amounts(config: Configuration, names: list[str], reasons: dict[str, list[st
     return found
 
 
-def external_resource_amounts(config: Configuration | Mapping | None) -> dict[str, int]:
+def external_resource_amounts(config: Configuration | Mapping[str, object] | None) -> dict[str, int]:
     """Resource name → amount for every enabled resource with a positive amount (Flink's
     ``getExternalResourceAmountMap``); the others are skipped with a WARN."""
     config = Configuration.coerce(config)
@@ -171,22 +180,6 @@ def external_resource_amounts(config: Configuration | Mapping | None) -> dict[st
 
 # ---------------------------------------------------------------------------------------------
 # Loading factories
-
-class FactoryNotFoundError(FlinkException):
-    """The factory name resolves to nothing; ``detail`` says what was tried."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-
-class FactoryLoadError(FlinkException):
-    """The factory's module exists but could not be imported, or the object is no factory;
-    ``detail`` says why."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
 
 
 def _import_attribute(module_name: str, attributes: list[str]) -> Any:
@@ -205,16 +198,17 @@ def _import_dotted(path: str) -> Any:
         try:
             return _import_attribute(module_name, attribute_path.split("."))
         except ModuleNotFoundError as error:
-            if error.name and module_name.startswith(error.name) and (
-                    module_name == error.name or module_name[len(error.name)] == "."):
+            if (
+                error.name
+                and module_name.startswith(error.name)
+                and (module_name == error.name or module_name[len(error.name)] == ".")
+            ):
                 raise FactoryNotFoundError(f"module {module_name!r} is not installed") from error
-            raise FactoryLoadError(
-                f"importing {module_name!r} failed: {_describe(error)}") from error
+            raise FactoryLoadError(f"importing {module_name!r} failed: {_describe(error)}") from error
         except AttributeError as error:
             raise FactoryNotFoundError(f"module {module_name!r} has no {attribute_path!r}") from error
         except Exception as error:
-            raise FactoryLoadError(
-                f"importing {module_name!r} failed: {_describe(error)}") from error
+            raise FactoryLoadError(f"importing {module_name!r} failed: {_describe(error)}") from error
     parts = path.split(".")
     # longest importable module prefix first: "a.b.C" tries module "a.b", then "a"
     for split in range(len(parts) - 1, 0, -1):
@@ -222,17 +216,13 @@ def _import_dotted(path: str) -> Any:
         try:
             return _import_attribute(module_name, parts[split:])
         except ModuleNotFoundError as error:
-            if error.name and (module_name == error.name
-                               or module_name.startswith(error.name + ".")):
+            if error.name and (module_name == error.name or module_name.startswith(error.name + ".")):
                 continue  # this prefix is not a module; try a shorter one
-            raise FactoryLoadError(
-                f"importing {module_name!r} failed: {_describe(error)}") from error
+            raise FactoryLoadError(f"importing {module_name!r} failed: {_describe(error)}") from error
         except AttributeError as error:
-            raise FactoryNotFoundError(f"module {module_name!r} has no "
-                                       f"{'.'.join(parts[split:])!r}") from error
+            raise FactoryNotFoundError(f"module {module_name!r} has no {'.'.join(parts[split:])!r}") from error
         except Exception as error:
-            raise FactoryLoadError(
-                f"importing {module_name!r} failed: {_describe(error)}") from error
+            raise FactoryLoadError(f"importing {module_name!r} failed: {_describe(error)}") from error
     raise FactoryNotFoundError(f"no module of {path!r} is installed")
 
 
@@ -240,14 +230,14 @@ class _EntryPoints:
     """The factories registered in :data:`ENTRY_POINT_GROUP`, scanned on first use only."""
 
     def __init__(self) -> None:
-        self._by_name: dict[str, list] | None = None
+        self._by_name: dict[str, list[EntryPoint]] | None = None
 
-    def get(self, name: str):
+    def get(self, name: str) -> EntryPoint | None:
         """The entry point registered as ``name``, or None."""
         if self._by_name is None:
             from importlib.metadata import entry_points
 
-            found: dict[str, list] = {}
+            found: dict[str, list[EntryPoint]] = {}
             for entry_point in entry_points(group=ENTRY_POINT_GROUP):
                 found.setdefault(entry_point.name, []).append(entry_point)
             self._by_name = found
@@ -255,9 +245,13 @@ class _EntryPoints:
         if not candidates:
             return None
         if len({ep.value for ep in candidates}) > 1:
-            LOG.warning("Several factories are registered as %r in entry-point group %s (%s); "
-                        "using %s.", name, ENTRY_POINT_GROUP,
-                        ", ".join(ep.value for ep in candidates), candidates[0].value)
+            LOG.warning(
+                "Several factories are registered as %r in entry-point group %s (%s); using %s.",
+                name,
+                ENTRY_POINT_GROUP,
+                ", ".join(ep.value for ep in candidates),
+                candidates[0].value,
+            )
         return candidates[0]
 
 
@@ -294,8 +288,8 @@ def _load_factory(name: str, registered: _EntryPoints) -> ExternalResourceDriver
                 obj = entry_point.load()
             except Exception as error:
                 raise FactoryLoadError(
-                    f"loading entry point {entry_point.name} = {entry_point.value} failed: "
-                    f"{_describe(error)}") from error
+                    f"loading entry point {entry_point.name} = {entry_point.value} failed: {_describe(error)}"
+                ) from error
     if obj is None:
         tried = [] if not_found is None else [not_found.detail]
         if ":" not in target:
@@ -304,13 +298,14 @@ def _load_factory(name: str, registered: _EntryPoints) -> ExternalResourceDriver
     factory = obj() if isinstance(obj, type) else obj
     if not callable(getattr(factory, "create_external_resource_driver", None)):
         raise FactoryLoadError(
-            f"{target} is not an ExternalResourceDriverFactory (it has no "
-            f"create_external_resource_driver method)")
-    return factory
+            f"{target} is not an ExternalResourceDriverFactory (it has no create_external_resource_driver method)"
+        )
+    return factory  # type: ignore[no-any-return]  # duck-typed, as Flink's ServiceLoader is not
 
 
 # ---------------------------------------------------------------------------------------------
 # The provider (Flink's StaticExternalResourceInfoProvider)
+
 
 class ExternalResourceInfoProvider:
     """The infos retrieved for each resource, and why a resource has none.
@@ -320,10 +315,13 @@ class ExternalResourceInfoProvider:
     :meth:`missing_reason` says why. ``close()`` closes the drivers (also as a context manager).
     """
 
-    def __init__(self, infos: Mapping[str, Collection[ExternalResourceInfo]] | None = None,
-                 reasons: Mapping[str, str] | None = None,
-                 drivers: Mapping[str, ExternalResourceDriver] | None = None,
-                 enabled: Collection[str] | None = None) -> None:
+    def __init__(
+        self,
+        infos: Mapping[str, Collection[ExternalResourceInfo]] | None = None,
+        reasons: Mapping[str, str] | None = None,
+        drivers: Mapping[str, ExternalResourceDriver] | None = None,
+        enabled: Collection[str] | None = None,
+    ) -> None:
         self._infos = {name: frozenset(values) for name, values in (infos or {}).items()}
         self._reasons = dict(reasons or {})
         self._drivers = dict(drivers or {})
@@ -334,7 +332,8 @@ class ExternalResourceInfoProvider:
     def resource_names(self) -> tuple[str, ...]:
         """The names whose infos were retrieved, in configuration order."""
         return tuple(name for name in self._enabled if name in self._infos) + tuple(
-            name for name in self._infos if name not in self._enabled)
+            name for name in self._infos if name not in self._enabled
+        )
 
     @property
     def enabled_resources(self) -> tuple[str, ...]:
@@ -359,16 +358,25 @@ class ExternalResourceInfoProvider:
         if reason is not None:
             return reason
         if not self._enabled:
-            return (f"external resource {resource_name!r} is not listed in "
-                    f"{EXTERNAL_RESOURCE_LIST.key}, which lists no resource")
-        return (f"external resource {resource_name!r} is not listed in "
-                f"{EXTERNAL_RESOURCE_LIST.key} (listed: {', '.join(self._enabled)})")
+            return (
+                f"external resource {resource_name!r} is not listed in "
+                f"{EXTERNAL_RESOURCE_LIST.key}, which lists no resource"
+            )
+        return (
+            f"external resource {resource_name!r} is not listed in "
+            f"{EXTERNAL_RESOURCE_LIST.key} (listed: {', '.join(self._enabled)})"
+        )
 
     @property
     def missing_reasons(self) -> Mapping[str, str]:
         """Reason per enabled resource that has no infos."""
-        return MappingProxyType({name: self.missing_reason(name) for name in self._enabled
-                                 if not self._infos.get(name)})
+        return MappingProxyType(
+            {
+                name: reason
+                for name in self._enabled
+                if not self._infos.get(name) and (reason := self.missing_reason(name))
+            }
+        )
 
     def close(self) -> None:
         """Close every driver (once); a driver that fails to close gets a WARN."""
@@ -378,7 +386,7 @@ class ExternalResourceInfoProvider:
         for name, driver in self._drivers.items():
             _close_driver(name, driver)
 
-    def __enter__(self) -> ExternalResourceInfoProvider:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -404,7 +412,8 @@ def _describe(error: BaseException) -> str:
 
 
 def load_external_resources(
-        config: Configuration | Mapping | str | os.PathLike | None) -> ExternalResourceInfoProvider:
+    config: Configuration | Mapping[str, object] | str | os.PathLike[str] | None,
+) -> ExternalResourceInfoProvider:
     """Build the drivers of the enabled resources and retrieve their infos, as a Flink
     TaskManager does at start-up (``ExternalResourceUtils.createStaticExternalResourceInfoProvider
     FromConfig``).
@@ -431,13 +440,11 @@ def load_external_resources(
         key = driver_factory_key(name)
         factory_name = configured_factory_name(config, name)
         if factory_name is None:
-            LOG.warning("Could not find driver class name for %s. Please make sure %s is "
-                        "configured.", name, key)
+            LOG.warning("Could not find driver class name for %s. Please make sure %s is configured.", name, key)
             reasons[name].append(f"{key} is not set")
             continue
         try:
-            factory = (factories[factory_name] if factory_name in factories
-                       else _load_factory(factory_name, registered))
+            factory = factories[factory_name] if factory_name in factories else _load_factory(factory_name, registered)
         except FactoryNotFoundError as error:
             LOG.warning("Could not find factory class %s for %s.", factory_name, name)
             reasons[name].append(f"factory class {factory_name} was not found ({error.detail})")
@@ -447,28 +454,30 @@ def load_external_resources(
             reasons[name].append(f"factory class {factory_name} could not be loaded: {error}")
             continue
         except Exception as error:  # the factory's own constructor raised
-            LOG.warning("Could not instantiate driver with factory %s for %s. %s",
-                        factory_name, name, _describe(error))
+            LOG.warning("Could not instantiate driver with factory %s for %s. %s", factory_name, name, _describe(error))
             reasons[name].append(f"factory {factory_name} raised {_describe(error)}")
             continue
         factories[factory_name] = factory
         try:
             driver = factory.create_external_resource_driver(config.prefixed(param_prefix(name)))
         except Exception as error:
-            LOG.warning("Could not instantiate driver with factory %s for %s. %s",
-                        factory_name, name, _describe(error))
+            LOG.warning("Could not instantiate driver with factory %s for %s. %s", factory_name, name, _describe(error))
             reasons[name].append(f"factory {factory_name} raised {_describe(error)}")
             continue
         if not callable(getattr(driver, "retrieve_resource_info", None)):
-            LOG.warning("Could not instantiate driver with factory %s for %s. It returned %r, "
-                        "which is not an ExternalResourceDriver.", factory_name, name, driver)
-            reasons[name].append(f"factory {factory_name} returned {driver!r}, "
-                                 f"not an ExternalResourceDriver")
+            LOG.warning(
+                "Could not instantiate driver with factory %s for %s. It returned %r, "
+                "which is not an ExternalResourceDriver.",
+                factory_name,
+                name,
+                driver,
+            )
+            reasons[name].append(f"factory {factory_name} returned {driver!r}, not an ExternalResourceDriver")
             continue
         LOG.info("Add external resources driver for %s.", name)
         drivers[name] = driver
 
-    infos: dict[str, frozenset] = {}
+    infos: dict[str, frozenset[ExternalResourceInfo]] = {}
     kept: dict[str, Any] = {}
     for name, driver in drivers.items():
         if name not in amounts:
@@ -480,19 +489,13 @@ def load_external_resources(
         try:
             result = driver.retrieve_resource_info(amount)
             if result is None or isinstance(result, (str, bytes)):
-                raise TypeError(f"retrieve_resource_info returned {result!r}, not a set of "
-                                f"ExternalResourceInfo")
+                raise TypeError(f"retrieve_resource_info returned {result!r}, not a set of ExternalResourceInfo")
             infos[name] = frozenset(result)
         except Exception as error:
-            LOG.warning("Failed to retrieve information of external resource %s.", name,
-                        exc_info=True)
-            reasons[name].append(f"retrieve_resource_info({amount}) failed with "
-                                 f"{_describe(error)}")
+            LOG.warning("Failed to retrieve information of external resource %s.", name, exc_info=True)
+            reasons[name].append(f"retrieve_resource_info({amount}) failed with {_describe(error)}")
             continue
         if not infos[name]:
-            reasons[name].append(f"the driver of {name} returned no information for amount "
-                                 f"{amount}")
+            reasons[name].append(f"the driver of {name} returned no information for amount {amount}")
 
-    return ExternalResourceInfoProvider(
-        infos, {name: "; ".join(r) for name, r in reasons.items() if r}, kept, names)
-
+    return ExternalResourceInfoProvider(infos, {name: "; ".join(r) for name, r in reasons.items() if r}, kept, names)

@@ -9,11 +9,55 @@ a forked child), never per call.
 
 from __future__ import annotations
 
-from flink_gpu._native import (BUSY_GPUS_VALUES, HEALTH_CHECKS, METRICS, DeviceState, Nvml, NvmlDevice,
-                               SkippedDevice, Verdict, busy_policy, find_taskmanager, rank_gpus)
+from flink_gpu._native import (
+    BUSY_GPUS_VALUES,
+    DEFAULT_METRICS_INTERVAL,
+    DEFAULT_NVML_TIMEOUT,
+    GAUGE_HEALTH,
+    HEALTH_CHECKS,
+    HEALTH_READ_INTERVAL,
+    METRICS,
+    MIN_METRICS_INTERVAL,
+    SAMPLE_MARGIN,
+    DeviceState,
+    Nvml,
+    NvmlDevice,
+    SkippedDevice,
+    Verdict,
+    busy_policy,
+    find_taskmanager,
+    metrics_samples,
+    rank_gpus,
+    sample_metrics_now,
+    sampled_metrics,
+    watch_metrics,
+)
 
-__all__ = ["BUSY_GPUS_VALUES", "HEALTH_CHECKS", "METRICS", "Device", "DeviceState", "Library", "SkippedDevice",
-           "Verdict", "busy_policy", "find_taskmanager", "open_library", "rank_gpus", "states"]
+__all__ = [
+    "BUSY_GPUS_VALUES",
+    "DEFAULT_METRICS_INTERVAL",
+    "DEFAULT_NVML_TIMEOUT",
+    "GAUGE_HEALTH",
+    "HEALTH_CHECKS",
+    "HEALTH_READ_INTERVAL",
+    "METRICS",
+    "MIN_METRICS_INTERVAL",
+    "SAMPLE_MARGIN",
+    "Device",
+    "DeviceState",
+    "Library",
+    "SkippedDevice",
+    "Verdict",
+    "busy_policy",
+    "find_taskmanager",
+    "metrics_samples",
+    "open_library",
+    "rank_gpus",
+    "sample_metrics_now",
+    "sampled_metrics",
+    "states",
+    "watch_metrics",
+]
 
 #: A loaded, initialised libnvidia-ml: ``library_path``, ``driver_version`` (None when the driver
 #: cannot say), ``devices()`` (the usable GPUs in NVML index order), ``skipped()`` (the GPUs
@@ -22,6 +66,9 @@ __all__ = ["BUSY_GPUS_VALUES", "HEALTH_CHECKS", "METRICS", "Device", "DeviceStat
 #: :class:`DeviceState` now) and ``choose(indices, owner, taskmanager, busy_policy, health_checks)``:
 #: the one choice of GPUs of the C++ core, (states of ``indices``, indices best first, ranks,
 #: [(index, why left out)]); a device of ``indices`` NVML no longer answers for is unhealthy.
+#: Both take ``timeout`` (seconds, default :data:`DEFAULT_NVML_TIMEOUT`): every read has that
+#: deadline (docs/design.md §9.5); a GPU not read in time is :attr:`Verdict.UNKNOWN`
+#: (``health`` "unknown: <query> did not return within 5 s") and never handed out.
 #:
 #: ``read_metric(gpu_index, metric) -> int``: one reading of ``metric`` (one of :data:`METRICS`)
 #: on the GPU ``gpu_index`` as GPUInfo carries it ("<index>", or "<index>:<slot>" for a MIG unit):
@@ -35,7 +82,9 @@ __all__ = ["BUSY_GPUS_VALUES", "HEALTH_CHECKS", "METRICS", "Device", "DeviceStat
 Library = Nvml
 #: One usable GPU: ``index`` (NVML's, = nvidia-smi's), ``uuid``, ``name``, ``pci_bus_id``,
 #: ``memory_total`` (bytes), ``minor_number``, ``cpu_affinity`` (the GPU's NUMA-local CPUs as a
-#: Linux cpulist, e.g. "0-15,32-47") and ``numa_node``; an attribute is None where unknown.
+#: Linux cpulist, e.g. "0-15,32-47"), ``numa_node`` and ``persistence_mode`` (True, False: the driver
+#: initialises the GPU when a process first asks for its handle, which may take seconds); an attribute
+#: is None where unknown.
 Device = NvmlDevice
 
 #: ``rank_gpus(states, busy_policy)``: the candidates among ``states`` best first, under
@@ -51,6 +100,25 @@ Device = NvmlDevice
 #: ``busy_policy(text)``: the policy of BUSY_GPUS_VALUES that ``text`` names, case and surrounding
 #: blanks ignored (the one rule for the driver parameter and ``--busy-gpus``), or None.
 #:
+#: The process's metrics sampler (docs/design.md §9.3; csrc/metrics_sampler.*): one reader thread
+#: per process samples every watched GPU at most once per interval into a snapshot that gauges read.
+#:
+#: ``watch_metrics(gpu_index, library_path=None, interval=DEFAULT_METRICS_INTERVAL)``: adds a GPU to
+#: what the reader samples and sets its pace (seconds, at least :data:`MIN_METRICS_INTERVAL`, else
+#: ValueError; the last call's applies to the process); calls no NVML.
+#:
+#: ``sampled_metrics(gpu_index, library_path=None, at=None)``: what its gauges show, (utilization,
+#: memory.used, temperature, power, health) as in :data:`METRICS` plus a number of
+#: :data:`GAUGE_HEALTH` (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown). A lost GPU reads -1 and
+#: 2; one whose last sample is older than the interval plus :data:`SAMPLE_MARGIN` (its read hangs in
+#: the driver, or the reader is stuck on another GPU's) -1 and 3, as before its first sample. Reads
+#: the snapshot only: never NVML, never waits for the reader. Health findings are read on the first
+#: sample, then every :data:`HEALTH_READ_INTERVAL` seconds.
+#:
+#: ``sample_metrics_now(timeout=10.0)``: has the reader take a sample now and waits at most
+#: ``timeout`` s for it (True when it completed): for tests and benchmarks. ``metrics_samples()``:
+#: how many samples the reader completed in this process.
+#:
 #: ``find_taskmanager(pid)``: the nearest ancestor of ``pid`` (its parent first) running Flink's
 #: ``org.apache.flink.runtime.taskexecutor.TaskManagerRunner``, or None.
 
@@ -62,9 +130,15 @@ def open_library(library_path: "str | None" = None) -> Library:
     return Nvml.open(library_path)
 
 
-def states(library: Library, owner_pid: int, taskmanager_pid: "int | None" = None,
-           health_checks: "tuple[str, ...] | None" = None) -> "tuple[DeviceState, ...]":
+def states(
+    library: Library,
+    owner_pid: int,
+    taskmanager_pid: "int | None" = None,
+    health_checks: "tuple[str, ...] | None" = None,
+    timeout: float = DEFAULT_NVML_TIMEOUT,
+) -> "tuple[DeviceState, ...]":
     """Every device's state now (health judged with ``health_checks``, names of
     :data:`HEALTH_CHECKS`, None: all; memory; processes judged against ``owner_pid`` and its
-    TaskManager ``taskmanager_pid``), in index order, read in one native call."""
-    return library.states(owner_pid, taskmanager_pid, health_checks)
+    TaskManager ``taskmanager_pid``), in index order, read in one native call within ``timeout``
+    seconds (a GPU not read in time is unknown)."""
+    return library.states(owner_pid, taskmanager_pid, health_checks, timeout)

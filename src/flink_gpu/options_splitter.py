@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from flink_gpu.java_text import is_java_whitespace, java_trim
 from flink_gpu.errors import IllegalConfigurationException
+from flink_gpu.java_text import is_java_whitespace, java_trim
 
 __all__ = ["split_escaped"]
 
@@ -27,8 +27,7 @@ def split_escaped(text: str, delimiter: str = ";") -> list[str]:
             i = cursor + 1
             while True:
                 if i >= length:
-                    raise IllegalConfigurationException(
-                        "Could not split string. Quoting was not closed properly.")
+                    raise IllegalConfigurationException("Could not split string. Quoting was not closed properly.")
                 if text[i] == ch:
                     if i + 1 < length and text[i + 1] == ch:
                         parts.append(ch)
@@ -46,8 +45,7 @@ def split_escaped(text: str, delimiter: str = ";") -> list[str]:
             i = cursor
             while i < length and text[i] != delimiter:
                 if text[i] in "'\"":
-                    raise IllegalConfigurationException(
-                        f"Could not split string. Illegal quoting at position: {i}")
+                    raise IllegalConfigurationException(f"Could not split string. Illegal quoting at position: {i}")
                 i += 1
             tokens.append(("u", java_trim(text[cursor:i]), cursor))
             cursor = i
@@ -60,11 +58,11 @@ def split_escaped(text: str, delimiter: str = ";") -> list[str]:
         if kind == "q":
             if following is not None and following[0] != "d":
                 raise IllegalConfigurationException(
-                    f"Could not split string. Illegal quoting at position: {following[2] - 1}")
+                    f"Could not split string. Illegal quoting at position: {following[2] - 1}"
+                )
             splits.append(value)
         elif kind == "u":
             splits.append(value)
         elif following is not None and following[0] == "d":
             splits.append("")
     return splits
-

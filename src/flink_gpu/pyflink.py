@@ -50,6 +50,7 @@ import logging
 import os
 from typing import Any, Iterator, NamedTuple
 
+from flink_gpu.errors import NotEnoughGpusError, SlotUnknownError
 from flink_gpu.gpu.info import GPUInfo
 
 __all__ = ["ResourceLookup", "bind_gpus", "get_external_resource_infos", "lookup_external_resource_infos"]
@@ -103,10 +104,11 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
     binding, topped up when it asks for more. The holder is the slot: in process mode the Python worker
     (PyFlink runs one per slot; its death frees the binding), in thread mode the slot's allocation id in
     the JVM, held by the threads that bound it (a failed task's thread ends and frees it). A process
-    forked from the worker shares its binding. Raises :class:`flink_gpu.binding.BindingError` when the
-    TaskManager has no GPUs for ``name`` or too few are left, saying who binds them and what to change.
+    forked from the worker shares its binding. Raises :class:`flink_gpu.NotEnoughGpusError` when the
+    TaskManager has no GPUs for ``name`` or too few are left, saying who binds them and what to change, and
+    :class:`flink_gpu.SlotUnknownError` when a thread-mode subtask's slot cannot be told.
     """
-    from flink_gpu.binding import BindingError, bind, bindings_path, checked_counts
+    from flink_gpu.binding import bind, bindings_path, checked_counts
 
     count, subtasks_per_gpu = checked_counts(count, subtasks_per_gpu, holders_name="subtasks_per_gpu")
     if not isinstance(name, str) or not name:
@@ -115,28 +117,43 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
     java_context = _java_context(runtime_context)
     lookup = _from_java(java_context, name) if java_context is not None else _from_coordination_file(name, view)
     if not lookup.infos:
-        raise BindingError(f"No GPUs of '{name}' to bind in {lookup.mode} mode: {lookup.reason} "
-                           f"{_NO_GPUS_HINT.format(name=name)}")
+        raise NotEnoughGpusError(
+            f"No GPUs of '{name}' to bind in {lookup.mode} mode: {lookup.reason} {_NO_GPUS_HINT.format(name=name)}"
+        )
     if lookup.mode == "thread":
         slot = _slot_id(java_context)
         taskmanager, path = os.getpid(), view.path
     else:
         slot, taskmanager, path = None, lookup.holder_pid, lookup.coordination_file
     try:
-        binding = bind(lookup.infos, count, subtasks_per_gpu, slot=slot, taskmanager_pid=taskmanager,
-                       path=bindings_path(path), library_path=view.library)
-    except BindingError as error:
+        binding = bind(
+            lookup.infos,
+            count,
+            subtasks_per_gpu,
+            slot=slot,
+            taskmanager_pid=taskmanager,
+            path=bindings_path(path),
+            library_path=view.library,
+            metrics_interval=view.metrics_interval,
+        )
+    except NotEnoughGpusError as error:  # the same error, told what this TaskManager can serve
         advice = _binding_advice(name, lookup.infos, taskmanager, count, subtasks_per_gpu, lookup.mode == "thread")
-        raise BindingError(f"{error} {advice}") from None
+        error.args = (f"{error} {advice}",)
+        raise
     if _log.isEnabledFor(logging.INFO):
-        _log.info("Bound %s to %s of the TaskManager (pid %s), %s mode: %s",
-                  _subtask_name(runtime_context, java_context), binding.holder, taskmanager, lookup.mode,
-                  _described_gpus(binding.infos, view.library))
+        _log.info(
+            "Bound %s to %s of the TaskManager (pid %s), %s mode: %s",
+            _subtask_name(runtime_context, java_context),
+            binding.holder,
+            taskmanager,
+            lookup.mode,
+            _described_gpus(binding.infos, view.library),
+        )
     return binding
 
 
 def _described_gpus(infos: frozenset, library: "str | None") -> str:
-    """"GPU 0 (GPU-…), GPU 1 (…)" for a log line: thread mode's Java infos carry the index only, so the
+    """ "GPU 0 (GPU-…), GPU 1 (…)" for a log line: thread mode's Java infos carry the index only, so the
     uuid is NVML's."""
     from flink_gpu.gpu_index import index_sort_order
 
@@ -146,19 +163,22 @@ def _described_gpus(infos: frozenset, library: "str | None") -> str:
     if missing:
         completed, _ = _nvml_infos(missing, library)
         uuids.update({info.get_property("index"): info.get_property("uuid") for info in completed})
-    return ", ".join(f"GPU {index} ({uuids[index] or 'uuid unknown'})"
-                     for index in (info.get_property("index") for info in ordered))
+    return ", ".join(
+        f"GPU {index} ({uuids[index] or 'uuid unknown'})" for index in (info.get_property("index") for info in ordered)
+    )
 
 
 # Where a TaskManager that found no GPU says why (Flink's StaticExternalResourceInfoProvider logs it).
-_NO_GPUS_HINT = ("If the TaskManager found no GPU, its log (log/flink-*-taskexecutor-*.log) has \"Failed to retrieve "
-                 "information of external resource {name}\" with the cause; `flink-gpu doctor $FLINK_CONF_DIR` in "
-                 "the shell that starts the TaskManager checks its configuration and environment "
-                 "(docs/flink-cluster.md).")
+_NO_GPUS_HINT = (
+    'If the TaskManager found no GPU, its log (log/flink-*-taskexecutor-*.log) has "Failed to retrieve '
+    'information of external resource {name}" with the cause; `flink-gpu doctor $FLINK_CONF_DIR` in '
+    "the shell that starts the TaskManager checks its configuration and environment "
+    "(docs/flink-cluster.md)."
+)
 
 
 def _subtask_name(runtime_context: Any, java_context: Any) -> str:
-    """"<operator> subtask <i>" for the log line of a binding; what cannot be read is left out."""
+    """ "<operator> subtask <i>" for the log line of a binding; what cannot be read is left out."""
     try:
         if java_context is not None:
             task = java_context.getTaskInfo()
@@ -170,30 +190,37 @@ def _subtask_name(runtime_context: Any, java_context: Any) -> str:
     return "a subtask"
 
 
-def _binding_advice(name: str, infos: frozenset, taskmanager: "int | None", count: int, subtasks_per_gpu: int,
-                    thread_mode: bool) -> str:
-    """What the TaskManager can serve and what to change, for a BindingError of bind_gpus."""
+def _binding_advice(
+    name: str, infos: frozenset, taskmanager: "int | None", count: int, subtasks_per_gpu: int, thread_mode: bool
+) -> str:
+    """What the TaskManager can serve and what to change, for a NotEnoughGpusError of bind_gpus."""
     from flink_gpu.gpu_index import sort_indices, unit_parent
 
     gpus = sort_indices(info.get_property("index") for info in infos)
     units = [index for index in gpus if unit_parent(index) is not None]
     whole = len(gpus) - len(units)
-    has = (f"The TaskManager (pid {taskmanager}) has {len(gpus)} GPU(s) of '{name}' ({', '.join(gpus)}) for "
-           f"its slots")
+    has = f"The TaskManager (pid {taskmanager}) has {len(gpus)} GPU(s) of '{name}' ({', '.join(gpus)}) for its slots"
     amount = f"'external-resource.{name}.amount'"
     # what one slot can hold: each GPU once, and one MIG unit at most (CUDA uses one per process)
     per_slot = whole + (1 if units else 0)
     if count > per_slot:
         why = " (a process binds at most one MIG unit)" if units else ""
-        return (f"{has}; one slot can bind at most {per_slot} of them{why}, fewer than the {count} it asks for: "
-                f"raise {amount}, or bind fewer.")
+        return (
+            f"{has}; one slot can bind at most {per_slot} of them{why}, fewer than the {count} it asks for: "
+            f"raise {amount}, or bind fewer."
+        )
     # thread mode: every slot is a thread of the JVM, and all of them share one MIG unit
     places = (whole + (1 if units else 0) if thread_mode else len(gpus)) * subtasks_per_gpu
-    mig = (" (in thread mode all slots share one MIG unit: use process mode to give each slot its own)"
-           if units and thread_mode else "")
-    return (f"{has}, each shared by at most {subtasks_per_gpu} (subtasks_per_gpu), so at most {places // count} of "
-            f"its slots can bind {count} each{mig}. Raise {amount}, raise subtasks_per_gpu, or lower the parallelism "
-            "(or taskmanager.numberOfTaskSlots) of the operators that bind GPUs.")
+    mig = (
+        " (in thread mode all slots share one MIG unit: use process mode to give each slot its own)"
+        if units and thread_mode
+        else ""
+    )
+    return (
+        f"{has}, each shared by at most {subtasks_per_gpu} (subtasks_per_gpu), so at most {places // count} of "
+        f"its slots can bind {count} each{mig}. Raise {amount}, raise subtasks_per_gpu, or lower the parallelism "
+        "(or taskmanager.numberOfTaskSlots) of the operators that bind GPUs."
+    )
 
 
 def _slot_id(java_context: Any) -> str:
@@ -204,21 +231,22 @@ def _slot_id(java_context: Any) -> str:
     try:
         allocation = java_context.getTaskInfo().getAllocationIDAsString()
     except Exception as error:
-        from flink_gpu.binding import BindingError
-
-        raise BindingError(f"Cannot tell this subtask's slot: the Java RuntimeContext has no "
-                           f"getTaskInfo().getAllocationIDAsString() ({error}).") from None
+        raise SlotUnknownError(
+            f"Cannot tell this subtask's slot: the Java RuntimeContext has no "
+            f"getTaskInfo().getAllocationIDAsString() ({error})."
+        ) from None
     if allocation is None:  # str() would make every such subtask the one slot "None"
-        from flink_gpu.binding import BindingError
-
-        raise BindingError("Cannot tell this subtask's slot: its allocation id is unknown "
-                           "(getTaskInfo().getAllocationIDAsString() returned null), so it cannot be given GPUs "
-                           "of its own. Bind in process mode (python.execution-mode: process), where the slot's "
-                           "Python worker is the holder.")
+        raise SlotUnknownError(
+            "Cannot tell this subtask's slot: its allocation id is unknown "
+            "(getTaskInfo().getAllocationIDAsString() returned null), so it cannot be given "
+            "GPUs of its own. Bind in process mode (python.execution-mode: process), where the "
+            "slot's Python worker is the holder."
+        )
     return str(allocation)
 
 
 # -- thread mode ---------------------------------------------------------------------------------
+
 
 def _java_context(runtime_context: Any) -> Any:
     """The Java ``RuntimeContext`` behind PyFlink's thread-mode context, or None (process mode)."""
@@ -269,10 +297,12 @@ def _from_java(java_context: Any, name: str) -> ResourceLookup:
         infos.append(GPUInfo(index, properties))
     reason = None
     if not infos:
-        reason = (f"the TaskManager's RuntimeContext.getExternalResourceInfos({name!r}) returned no "
-                  f"infos. Check that '{name}' is listed in 'external-resources' with an amount and "
-                  "a driver-factory.class, and the TaskManager log for the driver's WARN; a local "
-                  "MiniCluster never loads external resource drivers.")
+        reason = (
+            f"the TaskManager's RuntimeContext.getExternalResourceInfos({name!r}) returned no "
+            f"infos. Check that '{name}' is listed in 'external-resources' with an amount and "
+            "a driver-factory.class, and the TaskManager log for the driver's WARN; a local "
+            "MiniCluster never loads external resource drivers."
+        )
     return ResourceLookup(frozenset(infos), "thread", reason)
 
 
@@ -288,6 +318,7 @@ class _TaskManagerView(NamedTuple):
     notes: list[str]  # how it was found, and why nothing is there when path is None (views are cached: never changed)
     library: str | None = None  # param.nvml.library-path of the resource
     amount: int | None = None  # external-resource.<name>.amount; None when the configuration is unknown
+    metrics_interval: float | None = None  # param.metrics.interval (None: unknown, the default)
 
 
 _VIEWS: dict = {}  # (FLINK_CONF_DIR, name) -> (the configuration files' stat, the view they gave)
@@ -334,9 +365,13 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> _TaskManagerVie
 
     key = param_prefix(name) + GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key
     if not conf_dir:
-        return _TaskManagerView(DEFAULT_PATH, [
-            f"FLINK_CONF_DIR is not set, so the TaskManager's configuration is unknown; used the "
-            f"default coordination file {DEFAULT_PATH}"])
+        return _TaskManagerView(
+            DEFAULT_PATH,
+            [
+                f"FLINK_CONF_DIR is not set, so the TaskManager's configuration is unknown; used the "
+                f"default coordination file {DEFAULT_PATH}"
+            ],
+        )
     from flink_gpu.config import Configuration
     from flink_gpu.gpu.settings import GPUDriverSettings
 
@@ -344,9 +379,10 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> _TaskManagerVie
     try:
         conf = Configuration.from_yaml(conf_dir)
     except Exception as error:  # a broken file must not break the operator; say why instead
-        return _TaskManagerView(DEFAULT_PATH, [
-            f"could not read '{key}' from {where} ({error}); used the default coordination file "
-            f"{DEFAULT_PATH}"])
+        return _TaskManagerView(
+            DEFAULT_PATH,
+            [f"could not read '{key}' from {where} ({error}); used the default coordination file {DEFAULT_PATH}"],
+        )
     amount, refusal = _configured_amount(conf, name)
     if refusal is not None:
         return _TaskManagerView(None, [f"{where}: {refusal}, so the TaskManager discovered nothing"])
@@ -359,20 +395,33 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> _TaskManagerVie
         else:
             settings = GPUDriverSettings.from_config(params, name)
     except Exception as error:
-        return _TaskManagerView(None, [
-            f"{where}: the GPU driver of '{name}' cannot be built ({error}), so the TaskManager "
-            "discovered nothing"])
+        return _TaskManagerView(
+            None,
+            [f"{where}: the GPU driver of '{name}' cannot be built ({error}), so the TaskManager discovered nothing"],
+        )
     # every UDF's open() looks this up: say what is wrong with the args once per process
     if (key, settings.script_args_text) not in _ARGS_WARNED:
         settings.warn_ignored_args()
         _ARGS_WARNED.add((key, settings.script_args_text))
     if not settings.script_args.coordination_mode:
-        return _TaskManagerView(None, [
-            f"'{key}' in {where} does not contain --enable-coordination-mode, so the TaskManager's "
-            "discovery records nothing in the coordination file for process-mode Python workers to "
-            "read; enable it to make its GPUs visible to them"], settings.library_path, amount)
-    return _TaskManagerView(settings.script_args.coordination_file, [f"read '{key}' from {where}"],
-                            settings.library_path, amount)
+        return _TaskManagerView(
+            None,
+            [
+                f"'{key}' in {where} does not contain --enable-coordination-mode, so the TaskManager's "
+                "discovery records nothing in the coordination file for process-mode Python workers to "
+                "read; enable it to make its GPUs visible to them"
+            ],
+            settings.library_path,
+            amount,
+            settings.metrics_interval,
+        )
+    return _TaskManagerView(
+        settings.script_args.coordination_file,
+        [f"read '{key}' from {where}"],
+        settings.library_path,
+        amount,
+        settings.metrics_interval,
+    )
 
 
 def _configured_amount(conf: Any, name: str) -> tuple[int | None, str | None]:
@@ -380,8 +429,14 @@ def _configured_amount(conf: Any, name: str) -> tuple[int | None, str | None]:
     ``name`` whatever its driver would find: the framework's own rules, as the TaskManager applies
     them."""
     from flink_gpu.framework import (
-        EXTERNAL_RESOURCE_LIST, amount_key, configured_factory_name, driver_factory_key,
-        external_resource_amounts, external_resource_names, load_factory)
+        EXTERNAL_RESOURCE_LIST,
+        amount_key,
+        configured_factory_name,
+        driver_factory_key,
+        external_resource_amounts,
+        external_resource_names,
+        load_factory,
+    )
 
     list_key = EXTERNAL_RESOURCE_LIST.key
     try:
@@ -398,8 +453,7 @@ def _configured_amount(conf: Any, name: str) -> tuple[int | None, str | None]:
         amount = conf.get_string(amount_key(name))
         if amount is None:
             return None, f"'{name}' has no amount: '{amount_key(name)}' is not set"
-        return None, (f"'{name}' has no valid amount: '{amount_key(name)}' is {amount!r}; "
-                      "it must be positive")
+        return None, (f"'{name}' has no valid amount: '{amount_key(name)}' is {amount!r}; it must be positive")
     factory_key = driver_factory_key(name)
     factory_name = configured_factory_name(conf, name)
     if factory_name is None:
@@ -407,8 +461,7 @@ def _configured_amount(conf: Any, name: str) -> tuple[int | None, str | None]:
     try:
         load_factory(factory_name)
     except Exception as error:
-        return None, (f"the driver factory of '{name}' ('{factory_key}': {factory_name}) cannot "
-                      f"be loaded ({error})")
+        return None, (f"the driver factory of '{name}' ('{factory_key}': {factory_name}) cannot be loaded ({error})")
     return amounts[name], None
 
 
@@ -456,7 +509,8 @@ def _from_coordination_file(name: str, view: "_TaskManagerView | None" = None) -
     from flink_gpu import coordination
     from flink_gpu.script_protocol import sort_indices
 
-    path, notes, library, amount = view if view is not None else _taskmanager_view(name)
+    view = view if view is not None else _taskmanager_view(name)
+    path, notes, library, amount = view.path, view.notes, view.library, view.amount
     notes = list(notes)  # a view may be reused: the notes of this lookup are its own
     if path is None:
         return ResourceLookup(frozenset(), "process", "; ".join(notes) + ".")
@@ -481,17 +535,26 @@ def _from_coordination_file(name: str, view: "_TaskManagerView | None" = None) -
             indices = sort_indices(set(indices))
             if amount is not None and len(indices) > amount:
                 # the TaskManager's driver gives the lowest `amount` of what its JVM holds
-                _log.warning("The coordination file %s holds %d GPUs (%s) for pid %d, more than the "
-                             "amount %d of %r the TaskManager is configured with; using GPU(s) %s.",
-                             path, len(indices), ",".join(indices), pid, amount, name,
-                             ",".join(indices[:amount]))
+                _log.warning(
+                    "The coordination file %s holds %d GPUs (%s) for pid %d, more than the "
+                    "amount %d of %r the TaskManager is configured with; using GPU(s) %s.",
+                    path,
+                    len(indices),
+                    ",".join(indices),
+                    pid,
+                    amount,
+                    name,
+                    ",".join(indices[:amount]),
+                )
                 indices = indices[:amount]
             infos, note = _nvml_infos(indices, library)
             if note:
                 _log.info("GPUs %s of pid %d in %s: %s.", ",".join(indices), pid, path, note)
             return ResourceLookup(frozenset(infos), "process", None, path, pid)
     tried = ", ".join(f"{pid} ({command})" for pid, command in chain) or "none (no /proc)"
-    notes.append(f"no live entry in the coordination file {path} belongs to this process or an "
-                 f"ancestor (tried pids {tried}; the file holds pids "
-                 f"{', '.join(map(str, sorted(held))) or 'none'})")
+    notes.append(
+        f"no live entry in the coordination file {path} belongs to this process or an "
+        f"ancestor (tried pids {tried}; the file holds pids "
+        f"{', '.join(map(str, sorted(held))) or 'none'})"
+    )
     return ResourceLookup(frozenset(), "process", "; ".join(notes) + ".", path)

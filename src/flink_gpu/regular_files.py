@@ -13,24 +13,20 @@ import errno
 import os
 import stat
 
-__all__ = ["MAX_FILE_SIZE", "FileTooLargeError", "NotARegularFileError", "check_regular_file",
-           "read_regular_file"]
+from flink_gpu.errors import FileTooLargeError, NotARegularFileError
+
+__all__ = ["MAX_FILE_SIZE", "FileTooLargeError", "NotARegularFileError", "check_regular_file", "read_regular_file"]
 
 MAX_FILE_SIZE = 16 * 1024 * 1024
 """The most bytes read from one file (16 MiB): far above any configuration, spec or template."""
 
-
-class NotARegularFileError(OSError):
-    """The path names a directory, FIFO, socket or device instead of a regular file."""
-
-
-class FileTooLargeError(OSError):
-    """The file holds more than the limit of bytes read from one file."""
-
-
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 def _kind(mode: int) -> str:
@@ -40,8 +36,8 @@ def _kind(mode: int) -> str:
 def _require_regular(status: os.stat_result, path: str, what: str) -> None:
     if not stat.S_ISREG(status.st_mode):
         raise NotARegularFileError(
-            f"The {what} {path} is {_kind(status.st_mode)}, not a regular file; give the path of "
-            f"a file.")
+            f"The {what} {path} is {_kind(status.st_mode)}, not a regular file; give the path of a file."
+        )
 
 
 def _size_text(limit: int) -> str:
@@ -49,11 +45,12 @@ def _size_text(limit: int) -> str:
 
 
 def _too_large(path: str, what: str, limit: int) -> FileTooLargeError:
-    return FileTooLargeError(f"The {what} {path} is larger than {_size_text(limit)}, the most "
-                             f"flink-gpu reads from one file.")
+    return FileTooLargeError(
+        f"The {what} {path} is larger than {_size_text(limit)}, the most flink-gpu reads from one file."
+    )
 
 
-def check_regular_file(path: str | os.PathLike, what: str) -> None:
+def check_regular_file(path: str | os.PathLike[str], what: str) -> None:
     """Raise unless ``path`` names an existing regular file (symbolic links followed).
 
     ``what`` names the file in the messages ("Flink configuration file", "pod template file"):
@@ -68,12 +65,13 @@ def check_regular_file(path: str | os.PathLike, what: str) -> None:
     except OSError as error:
         if error.errno != errno.ELOOP:
             raise
-        raise OSError(errno.ELOOP, f"The {what} {path} is a loop of symbolic links; give the path of a file.",
-                      path) from None
+        raise OSError(
+            errno.ELOOP, f"The {what} {path} is a loop of symbolic links; give the path of a file.", path
+        ) from None
     _require_regular(status, path, what)
 
 
-def read_regular_file(path: str | os.PathLike, what: str, limit: int = MAX_FILE_SIZE) -> bytes:
+def read_regular_file(path: str | os.PathLike[str], what: str, limit: int = MAX_FILE_SIZE) -> bytes:
     """The content of the regular file ``path``; never blocks and never reads more than ``limit``.
 
     Raises as :func:`check_regular_file`, ``FileTooLargeError`` naming the file and the limit, or
@@ -90,7 +88,8 @@ def read_regular_file(path: str | os.PathLike, what: str, limit: int = MAX_FILE_
         _require_regular(status, path, what)  # the path may have changed since the check
         if status.st_size > limit:
             raise _too_large(path, what, limit)
-        chunks, total = [], 0
+        chunks: list[bytes] = []
+        total = 0
         while True:  # the file may grow while it is read: stop one byte past the limit
             chunk = os.read(fd, min(1 << 20, limit + 1 - total))
             if not chunk:

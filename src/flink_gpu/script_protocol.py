@@ -42,7 +42,7 @@ __all__ = [
 
 _log = logging.getLogger("flink_gpu.script_protocol")
 
-ENABLE_COORDINATION_FLAG, COORDINATION_FILE_FLAG, BUSY_GPUS_FLAG = SCRIPT_FLAGS
+ENABLE_COORDINATION_FLAG, COORDINATION_FILE_FLAG, BUSY_GPUS_FLAG, NVML_TIMEOUT_FLAG = SCRIPT_FLAGS
 
 # Java's Runtime.exec(String) tokenises with StringTokenizer's default delimiters.
 _EXEC_DELIMITERS = str.maketrans("\t\n\r\f", "    ")
@@ -67,10 +67,10 @@ class ScriptArgs(NamedTuple):
     suggestions: "tuple[str | None, ...]" = ()  # per unknown token, the flag it probably meant
     file_value_missing: bool = False  # --coordination-file without a value: the default file is used
     busy_gpus: "str | None" = None  # the value of --busy-gpus ("" without one); None: not given
+    nvml_timeout: "str | None" = None  # the value of --nvml-timeout (flink-gpu-discovery's), likewise
 
 
-def parse_script_args(args: "str | None", key: str = "discovery-script.args", *,
-                      warn: bool = True) -> ScriptArgs:
+def parse_script_args(args: "str | None", key: str = "discovery-script.args", *, warn: bool = True) -> ScriptArgs:
     """Read ``args`` with nvidia-gpu-discovery.sh's grammar, tokenised as Flink passes them.
 
     ``null`` (what Flink passes for unset args) is ignored. A ``--coordination-file`` without a
@@ -79,9 +79,16 @@ def parse_script_args(args: "str | None", key: str = "discovery-script.args", *,
     the stock script would silently skip, naming ``key``.
     """
     tokens = exec_tokens(args) if args is not None else []
-    mode, path, missing, unknown, busy_gpus = _parse_tokens(tokens)
-    parsed = ScriptArgs(mode, path, tuple(token for token, _ in unknown),
-                        tuple(suggestion for _, suggestion in unknown), missing, busy_gpus)
+    mode, path, missing, unknown, busy_gpus, nvml_timeout = _parse_tokens(tokens)
+    parsed = ScriptArgs(
+        mode,
+        path,
+        tuple(token for token, _ in unknown),
+        tuple(suggestion for _, suggestion in unknown),
+        missing,
+        busy_gpus,
+        nvml_timeout,
+    )
     if warn:
         warn_ignored(parsed, key, args)
     return parsed
@@ -90,13 +97,20 @@ def parse_script_args(args: "str | None", key: str = "discovery-script.args", *,
 def warn_ignored(parsed: ScriptArgs, key: str, args: "str | None") -> None:
     """WARN about what the stock script would silently ignore in ``args`` (parsed as ``parsed``)."""
     if parsed.file_value_missing:
-        _log.warning("'%s' in '%s' (%r) has no file path after it; using the default coordination "
-                     "file %s, as the stock script does.", COORDINATION_FILE_FLAG, key, args,
-                     parsed.coordination_file)
-    for token, suggestion in zip(parsed.unknown, parsed.suggestions):
-        hint = (f"Did you mean '{suggestion}'?" if suggestion else
-                f"The discovery script understands {ENABLE_COORDINATION_FLAG} and "
-                f"{COORDINATION_FILE_FLAG} PATH.")
+        _log.warning(
+            "'%s' in '%s' (%r) has no file path after it; using the default coordination "
+            "file %s, as the stock script does.",
+            COORDINATION_FILE_FLAG,
+            key,
+            args,
+            parsed.coordination_file,
+        )
+    for token, suggestion in zip(parsed.unknown, parsed.suggestions, strict=True):
+        hint = (
+            f"Did you mean '{suggestion}'?"
+            if suggestion
+            else f"The discovery script understands {ENABLE_COORDINATION_FLAG} and {COORDINATION_FILE_FLAG} PATH."
+        )
         _log.warning("Ignoring unknown token %r in '%s' (%r). %s", token, key, args, hint)
 
 

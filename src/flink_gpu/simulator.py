@@ -109,20 +109,76 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
-__all__ = ["MAX_DEVICES", "QUERY_FAMILIES", "library_path", "environment", "read_spec", "run", "popen", "counters",
-           "reset_counters", "hanging", "profiles", "profile_path"]
+__all__ = [
+    "MAX_DEVICES",
+    "QUERY_FAMILIES",
+    "library_path",
+    "environment",
+    "read_spec",
+    "run",
+    "popen",
+    "counters",
+    "reset_counters",
+    "hanging",
+    "profiles",
+    "profile_path",
+]
 
 _FAULTS = ("NO_PERMISSION", "GPU_IS_LOST")
 _PROCESS_STRUCTS = ("v2", "r535")
-_DEVICE_KEYS = {"uuid", "name", "memory_total", "pci_bus_id", "minor_number", "fault", "memory_used",
-                "cpu_affinity", "compute_mode", "health", "processes", "not_supported", "no_permission", "mig",
-                "utilization", "temperature", "power", "fabric", "persistence_mode", "memory_reserved"}
-_TOP_KEYS = ("init_error", "driver_version", "devices", "process_struct", "unprivileged", "driver_lock", "latency_ms",
-             "hang")
+_DEVICE_KEYS = {
+    "uuid",
+    "name",
+    "memory_total",
+    "pci_bus_id",
+    "minor_number",
+    "fault",
+    "memory_used",
+    "cpu_affinity",
+    "compute_mode",
+    "health",
+    "processes",
+    "not_supported",
+    "no_permission",
+    "mig",
+    "utilization",
+    "temperature",
+    "power",
+    "fabric",
+    "persistence_mode",
+    "memory_reserved",
+}
+_TOP_KEYS = (
+    "init_error",
+    "driver_version",
+    "devices",
+    "process_struct",
+    "unprivileged",
+    "driver_lock",
+    "latency_ms",
+    "hang",
+)
 #: The query families of ``latency_ms`` and ``hang`` (csrc/simulator: each NVML export belongs to one).
-QUERY_FAMILIES = ("init", "static", "handle", "processes", "power", "memory", "utilization", "temperature",
-                  "inforom", "remapped_rows", "ecc", "field_values", "fabric", "retired_pages", "compute_mode",
-                  "cpu_affinity", "mig", "persistence_mode")
+QUERY_FAMILIES = (
+    "init",
+    "static",
+    "handle",
+    "processes",
+    "power",
+    "memory",
+    "utilization",
+    "temperature",
+    "inforom",
+    "remapped_rows",
+    "ecc",
+    "field_values",
+    "fabric",
+    "retired_pages",
+    "compute_mode",
+    "cpu_affinity",
+    "mig",
+    "persistence_mode",
+)
 # latencies of the handle family's first call per GPU in a process, with and without persistence mode
 _LATENCY_KEYS = QUERY_FAMILIES + ("first_handle", "first_handle_without_persistence")
 _MAX_LATENCY_MS = 3600000
@@ -130,30 +186,75 @@ _HANG_KEYS = {"query", "device", "while_exists"}
 _PERSISTENCE_MODES = ("disabled", "enabled")
 _MIG_KEYS = {"mode", "pending", "max_devices", "instances"}
 _MIG_MODES = ("disabled", "enabled")
-_INSTANCE_KEYS = {"slot", "uuid", "memory_total", "gi", "ci", "memory_used", "memory_reserved", "cpu_affinity",
-                  "compute_mode", "health", "processes", "not_supported", "no_permission", "fabric"}
+_INSTANCE_KEYS = {
+    "slot",
+    "uuid",
+    "memory_total",
+    "gi",
+    "ci",
+    "memory_used",
+    "memory_reserved",
+    "cpu_affinity",
+    "compute_mode",
+    "health",
+    "processes",
+    "not_supported",
+    "no_permission",
+    "fabric",
+}
 # the value rules the simulator itself applies (csrc/simulator/spec.cpp): text, or a
 # whole number in [0, limit)
 _STRING_KEYS = ("uuid", "name", "pci_bus_id")
-_NUMBER_LIMITS = {"memory_total": 2**64, "minor_number": 2**32, "memory_used": 2**64, "utilization": 101,
-                  "temperature": 201}
+_NUMBER_LIMITS = {
+    "memory_total": 2**64,
+    "minor_number": 2**32,
+    "memory_used": 2**64,
+    "utilization": 101,
+    "temperature": 201,
+}
 # power: watts to the milliwatt, which NVML answers in an unsigned int
 _MAX_POWER_WATTS = (2**32 - 1) / 1000
 _COMPUTE_MODES = ("default", "exclusive_thread", "prohibited", "exclusive_process")
-_HEALTH_FLAGS = ("inforom_corrupted", "row_remap_failure", "row_remap_pending", "retired_pages_pending",
-                 "ecc_enabled")
-_RECOVERY_ACTIONS = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset", "recover_imex_domain",
-                     "bus_reset", "system_reboot")
+_HEALTH_FLAGS = ("inforom_corrupted", "row_remap_failure", "row_remap_pending", "retired_pages_pending", "ecc_enabled")
+_RECOVERY_ACTIONS = (
+    "none",
+    "gpu_reset",
+    "node_reboot",
+    "drain_p2p",
+    "drain_and_reset",
+    "recover_imex_domain",
+    "bus_reset",
+    "system_reboot",
+)
 _FABRIC_KEYS = {"state", "status", "health_summary", "struct"}
 _FABRIC_STATES = ("not_supported", "not_started", "in_progress", "completed")
 _FABRIC_SUMMARIES = ("not_supported", "healthy", "unhealthy", "limited_capacity")
 _FABRIC_STRUCTS = ("v1", "v2", "v3")
 _STATE_ERRORS = ("GPU_IS_LOST", "RESET_REQUIRED")
 _PROCESS_KINDS = ("compute", "graphics", "mps")
-_QUERIES = ("inforom", "remapped_rows", "ecc_mode", "ecc_errors", "field_values", "retired_pages", "memory",
-            "memory_v2", "compute_mode", "cpu_affinity", "compute_processes", "graphics_processes",
-            "mps_processes", "process_detail_list", "processes", "utilization", "temperature", "power",
-            "temperature_v", "fabric", "persistence_mode")
+_QUERIES = (
+    "inforom",
+    "remapped_rows",
+    "ecc_mode",
+    "ecc_errors",
+    "field_values",
+    "retired_pages",
+    "memory",
+    "memory_v2",
+    "compute_mode",
+    "cpu_affinity",
+    "compute_processes",
+    "graphics_processes",
+    "mps_processes",
+    "process_detail_list",
+    "processes",
+    "utilization",
+    "temperature",
+    "power",
+    "temperature_v",
+    "fabric",
+    "persistence_mode",
+)
 _CPULIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
 #: The most GPUs ``devices`` may ask for: the limit csrc/simulator/spec.cpp puts on
 #: FLINK_GPU_SIM_DEVICES.
@@ -196,8 +297,10 @@ def profile_path(name: str) -> str:
     own); ``ValueError`` naming the profiles for a name that is none."""
     names = profiles()
     if name not in names:
-        raise ValueError(f"Simulator profile {name!r} does not exist; use one of {', '.join(names) or 'none'} "
-                         f"(in {_profiles_directory()}).")
+        raise ValueError(
+            f"Simulator profile {name!r} does not exist; use one of {', '.join(names) or 'none'} "
+            f"(in {_profiles_directory()})."
+        )
     return str(_profiles_directory() / f"{name}.json")
 
 
@@ -267,27 +370,38 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
         _check_whole_number(reserved, 2**64, f"{where}.memory_reserved must be a whole number")
         used = 0 if used is None else used
         if isinstance(used, int) and not isinstance(used, bool) and isinstance(total, int) and used + reserved > total:
-            raise ValueError(f"Simulator spec {where}.memory_used + memory_reserved must not exceed memory_total "
-                             f"({total}), got {used!r} + {reserved!r}.")
+            raise ValueError(
+                f"Simulator spec {where}.memory_used + memory_reserved must not exceed memory_total "
+                f"({total}), got {used!r} + {reserved!r}."
+            )
     cpus = device.get("cpu_affinity")
     _check_string(cpus, f"{where}.cpu_affinity")
     if cpus is not None and not _is_cpulist(cpus):
-        raise ValueError(f"Simulator spec {where}.cpu_affinity must be a Linux cpulist of CPUs 0..4095 such as "
-                         f"'0-15,32-47', got {cpus!r}.")
+        raise ValueError(
+            f"Simulator spec {where}.cpu_affinity must be a Linux cpulist of CPUs 0..4095 such as "
+            f"'0-15,32-47', got {cpus!r}."
+        )
     _check_choice(device.get("compute_mode"), _COMPUTE_MODES, f"{where}.compute_mode")
     health = device.get("health")
     if health is not None:
         if not isinstance(health, Mapping):
             raise TypeError(f"Simulator spec {where}.health must be an object, got {health!r}.")
-        known = set(_HEALTH_FLAGS) | {"ecc_uncorrected", "recovery_action", "state_error", "state_error_when_exists",
-                                      "lost_handle_when_exists"}
+        known = set(_HEALTH_FLAGS) | {
+            "ecc_uncorrected",
+            "recovery_action",
+            "state_error",
+            "state_error_when_exists",
+            "lost_handle_when_exists",
+        }
         bad = set(health) - known
         if bad:
             raise ValueError(f"Simulator spec {where}.health has unknown keys {sorted(bad)}; known: {sorted(known)}.")
         for key in _HEALTH_FLAGS:
             _check_bool(health.get(key), f"{where}.health.{key}")
         if health.get("ecc_uncorrected") is not None:
-            _check_whole_number(health["ecc_uncorrected"], 2**64, f"{where}.health.ecc_uncorrected must be a whole number")
+            _check_whole_number(
+                health["ecc_uncorrected"], 2**64, f"{where}.health.ecc_uncorrected must be a whole number"
+            )
         action = health.get("recovery_action")
         if isinstance(action, int) and not isinstance(action, bool):  # a value this build may not know
             _check_whole_number(action, 2**32, f"{where}.health.recovery_action must be a name or a whole number")
@@ -314,7 +428,9 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
                 raise TypeError(f"Simulator spec {what} must be an object, got {process!r}.")
             bad = set(process) - {"pid", "used_memory", "kind"}
             if bad:
-                raise ValueError(f"Simulator spec {what} has unknown keys {sorted(bad)}; known: kind, pid, used_memory.")
+                raise ValueError(
+                    f"Simulator spec {what} has unknown keys {sorted(bad)}; known: kind, pid, used_memory."
+                )
             if process.get("pid") is None:
                 raise ValueError(f"Simulator spec {what}.pid is required.")
             _check_whole_number(process["pid"], 2**32, f"{what}.pid must be a whole number")
@@ -326,8 +442,9 @@ def _validate_state(device: Mapping[str, Any], where: str) -> None:
         if names is None:
             continue
         if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n in _QUERIES for n in names):
-            raise ValueError(f"Simulator spec {where}.{key} must be a list of query names ({', '.join(_QUERIES)}), "
-                             f"got {names!r}.")
+            raise ValueError(
+                f"Simulator spec {where}.{key} must be a list of query names ({', '.join(_QUERIES)}), got {names!r}."
+            )
 
 
 def _validate_mig(device: Mapping[str, Any], where: str) -> None:
@@ -374,10 +491,14 @@ def _validate_driver(spec: Mapping[str, Any]) -> None:
     latency = spec.get("latency_ms")
     if latency is not None:
         if not isinstance(latency, Mapping):
-            raise TypeError(f"Simulator spec latency_ms must be an object of query family: milliseconds, got {latency!r}.")
+            raise TypeError(
+                f"Simulator spec latency_ms must be an object of query family: milliseconds, got {latency!r}."
+            )
         for family, ms in latency.items():
             if family not in _LATENCY_KEYS:
-                raise ValueError(f"Simulator spec latency_ms.{family} is not a query family; use {', '.join(_LATENCY_KEYS)}.")
+                raise ValueError(
+                    f"Simulator spec latency_ms.{family} is not a query family; use {', '.join(_LATENCY_KEYS)}."
+                )
             message = f"Simulator spec latency_ms.{family} must be a number of milliseconds (0..{_MAX_LATENCY_MS}), got {ms!r}."
             if isinstance(ms, bool) or not isinstance(ms, (int, float)):
                 raise TypeError(message)
@@ -393,13 +514,16 @@ def _validate_driver(spec: Mapping[str, Any]) -> None:
         what = f"hang[{i}]"
         _check_object(hang, _HANG_KEYS, what)
         if hang.get("query") not in QUERY_FAMILIES:
-            raise ValueError(f"Simulator spec {what}.query must be one of {', '.join(QUERY_FAMILIES)}, "
-                             f"got {hang.get('query')!r}.")
+            raise ValueError(
+                f"Simulator spec {what}.query must be one of {', '.join(QUERY_FAMILIES)}, got {hang.get('query')!r}."
+            )
         if hang.get("device") is not None:
             _check_whole_number(hang["device"], MAX_DEVICES, f"{what}.device must be a GPU index")
             if isinstance(devices, (list, tuple)) and hang["device"] >= len(devices):  # it would never block
-                raise ValueError(f"Simulator spec {what}.device {hang['device']!r} is not a GPU of this spec "
-                                 f"(it has {len(devices)}).")
+                raise ValueError(
+                    f"Simulator spec {what}.device {hang['device']!r} is not a GPU of this spec "
+                    f"(it has {len(devices)})."
+                )
         path = hang.get("while_exists")
         _check_string(path, f"{what}.while_exists")
         if not path:
@@ -426,7 +550,9 @@ def _validate_spec(spec: Mapping[str, Any]) -> None:
             raise ValueError(f"Simulator spec devices[{i}] must be an object, got {device!r}.")
         bad = set(device) - _DEVICE_KEYS
         if bad:
-            raise ValueError(f"Simulator spec devices[{i}] has unknown keys {sorted(bad)}; known: {sorted(_DEVICE_KEYS)}.")
+            raise ValueError(
+                f"Simulator spec devices[{i}] has unknown keys {sorted(bad)}; known: {sorted(_DEVICE_KEYS)}."
+            )
         for key in _STRING_KEYS:
             _check_string(device.get(key), f"devices[{i}].{key}")
         for key, limit in _NUMBER_LIMITS.items():
@@ -500,9 +626,13 @@ def _remove_quietly(path: str) -> None:
         pass
 
 
-def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
-                init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
-                profile: Optional[str] = None) -> Dict[str, str]:
+def environment(
+    devices: Optional[int] = None,
+    spec: Optional[SpecLike] = None,
+    init_error: Optional[int] = None,
+    counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+    profile: Optional[str] = None,
+) -> Dict[str, str]:
     """Environment variables that make a new process use the simulator.
 
     ``devices``: that many identical GPUs (default 4; ``ValueError`` unless a whole number from 0
@@ -544,8 +674,10 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
     else:
         count = 4 if devices is None else devices
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_DEVICES:
-            raise ValueError(f"devices must be a whole number from 0 to {MAX_DEVICES} (the simulated "
-                             f"host's GPU count), got {devices!r}.")
+            raise ValueError(
+                f"devices must be a whole number from 0 to {MAX_DEVICES} (the simulated "
+                f"host's GPU count), got {devices!r}."
+            )
         env["FLINK_GPU_SIM_DEVICES"] = str(count)
     if init_error is not None:
         env["FLINK_GPU_SIM_INIT_ERROR"] = str(int(init_error))
@@ -557,25 +689,44 @@ def environment(devices: Optional[int] = None, spec: Optional[SpecLike] = None,
 def _child_env(kwargs: Dict[str, Any], devices, spec, init_error, counters_file, profile) -> Dict[str, str]:
     base = kwargs.pop("env", None)
     env = dict(os.environ if base is None else base)
-    for key in ("FLINK_GPU_SIM_DEVICES", "FLINK_GPU_SIM_SPEC", "FLINK_GPU_SIM_PROFILE", "FLINK_GPU_SIM_INIT_ERROR",
-                "FLINK_GPU_SIM_COUNTERS_FILE"):
+    for key in (
+        "FLINK_GPU_SIM_DEVICES",
+        "FLINK_GPU_SIM_SPEC",
+        "FLINK_GPU_SIM_PROFILE",
+        "FLINK_GPU_SIM_INIT_ERROR",
+        "FLINK_GPU_SIM_COUNTERS_FILE",
+    ):
         env.pop(key, None)
     env.update(environment(devices, spec, init_error, counters_file, profile))
     return env
 
 
-def run(args: Sequence[str], *, devices: Optional[int] = None, spec: Optional[SpecLike] = None,
-        init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
-        profile: Optional[str] = None, **kwargs: Any):
+def run(
+    args: Sequence[str],
+    *,
+    devices: Optional[int] = None,
+    spec: Optional[SpecLike] = None,
+    init_error: Optional[int] = None,
+    counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+    profile: Optional[str] = None,
+    **kwargs: Any,
+):
     """``subprocess.run(args, **kwargs)`` with the process pointed at the simulator."""
     import subprocess
 
     return subprocess.run(args, env=_child_env(kwargs, devices, spec, init_error, counters_file, profile), **kwargs)
 
 
-def popen(args: Sequence[str], *, devices: Optional[int] = None, spec: Optional[SpecLike] = None,
-          init_error: Optional[int] = None, counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
-          profile: Optional[str] = None, **kwargs: Any):
+def popen(
+    args: Sequence[str],
+    *,
+    devices: Optional[int] = None,
+    spec: Optional[SpecLike] = None,
+    init_error: Optional[int] = None,
+    counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+    profile: Optional[str] = None,
+    **kwargs: Any,
+):
     """``subprocess.Popen(args, **kwargs)`` with the process pointed at the simulator."""
     import subprocess
 
@@ -596,9 +747,11 @@ def _loaded_library():
             return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
         except OSError:  # this build is not loaded here
             continue
-    raise RuntimeError("The NVML simulator is not loaded in this process: point it at the simulator "
-                       "(flink_gpu.simulator.environment) and use NVML first, or read another process's "
-                       "counters from its counters_file.")
+    raise RuntimeError(
+        "The NVML simulator is not loaded in this process: point it at the simulator "
+        "(flink_gpu.simulator.environment) and use NVML first, or read another process's "
+        "counters from its counters_file."
+    )
 
 
 def counters(path: Optional[Union[str, "os.PathLike[str]"]] = None) -> Dict[str, Any]:

@@ -18,7 +18,10 @@ they must see is set there, before the TaskManager starts:
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, Mapping, Optional
+
+if TYPE_CHECKING:
+    from flink_gpu.simulator import SpecLike
 
 __all__ = ["SIMULATOR_KEYS", "discovery_executable", "shell_exports", "taskmanager_environment"]
 
@@ -33,8 +36,11 @@ def _site_packages() -> "list[str]":
 
     import flink_gpu
 
-    paths = [sysconfig.get_path("purelib"), sysconfig.get_path("platlib"),
-             os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__)))]
+    paths = [
+        sysconfig.get_path("purelib"),
+        sysconfig.get_path("platlib"),
+        os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__))),
+    ]
     unique = []
     for path in paths:
         if path and path not in unique:
@@ -42,8 +48,9 @@ def _site_packages() -> "list[str]":
     return unique
 
 
-def taskmanager_environment(devices: Optional[int] = None, spec=None,
-                            base: "Optional[Dict[str, str]]" = None) -> Dict[str, str]:
+def taskmanager_environment(
+    devices: Optional[int] = None, spec: Optional[SpecLike] = None, base: Optional[Mapping[str, str]] = None
+) -> Dict[str, str]:
     """The variables to add to a TaskManager's environment.
 
     ``devices`` or ``spec`` (as :func:`flink_gpu.simulator.environment` takes them): simulated GPUs;
@@ -72,8 +79,11 @@ def taskmanager_environment(devices: Optional[int] = None, spec=None,
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     paths = _site_packages()
     # absolute: the TaskManager and its workers do not run in this directory
-    paths += [os.path.abspath(p) for p in base.get("PYTHONPATH", "").split(os.pathsep)
-              if p and os.path.abspath(p) not in paths]
+    paths += [
+        os.path.abspath(p)
+        for p in base.get("PYTHONPATH", "").split(os.pathsep)
+        if p and os.path.abspath(p) not in paths
+    ]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
 
@@ -96,10 +106,13 @@ def discovery_executable() -> "str | None":
 
     import flink_gpu
 
-    candidates = [os.path.join(sysconfig.get_path("scripts"), "flink-gpu-discovery"),
-                  os.path.join(os.path.dirname(sys.executable), "flink-gpu-discovery"),
-                  os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__))),
-                               "bin", "flink-gpu-discovery")]
+    candidates = [
+        os.path.join(sysconfig.get_path("scripts"), "flink-gpu-discovery"),
+        os.path.join(os.path.dirname(sys.executable), "flink-gpu-discovery"),
+        os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__))), "bin", "flink-gpu-discovery"
+        ),
+    ]
     for candidate in candidates:
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate

@@ -34,8 +34,12 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 def flink_home() -> Path:
@@ -150,13 +154,15 @@ class StandaloneCluster:
         log_dir = self.work_dir / name / "log"
         log_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
-        env.update({
-            "FLINK_HOME": str(self.home),
-            "FLINK_CONF_DIR": str(conf_dir),
-            "FLINK_LOG_DIR": str(log_dir),
-            "FLINK_PID_DIR": str(self.work_dir / name),
-            "FLINK_IDENT_STRING": name,
-        })
+        env.update(
+            {
+                "FLINK_HOME": str(self.home),
+                "FLINK_CONF_DIR": str(conf_dir),
+                "FLINK_LOG_DIR": str(log_dir),
+                "FLINK_PID_DIR": str(self.work_dir / name),
+                "FLINK_IDENT_STRING": name,
+            }
+        )
         if self.lib_dir is not None:
             env["FLINK_LIB_DIR"] = str(self.lib_dir)
         env.update(extra or {})
@@ -167,9 +173,15 @@ class StandaloneCluster:
         env, log_dir = self._env(name, conf_dir, env_extra)
         console = self.work_dir / name / "console.out"
         with open(console, "wb") as out:
-            popen = subprocess.Popen([str(self.home / "bin" / script), "start-foreground"], env=env,
-                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                     cwd=self.work_dir / name, start_new_session=True)
+            popen = subprocess.Popen(
+                [str(self.home / "bin" / script), "start-foreground"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.work_dir / name,
+                start_new_session=True,
+            )
         return FlinkProcess(role, popen, conf_dir, log_dir, console)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -181,8 +193,7 @@ class StandaloneCluster:
         for number, spec in enumerate(self.taskmanager_specs, start=1):
             name = f"taskmanager-{number}"
             conf = {"taskmanager.resource-id": name, **spec.get("conf", {})}
-            self.taskmanagers.append(
-                self._start("taskmanager", name, "taskmanager.sh", conf, spec.get("env")))
+            self.taskmanagers.append(self._start("taskmanager", name, "taskmanager.sh", conf, spec.get("env")))
         self.wait_for_taskmanagers(len(self.taskmanagers), timeout)
 
     def processes(self) -> list[FlinkProcess]:
@@ -212,7 +223,7 @@ class StandaloneCluster:
             except subprocess.TimeoutExpired:
                 pass
 
-    def __enter__(self) -> "StandaloneCluster":
+    def __enter__(self) -> Self:
         try:
             self.start()
         except BaseException:
@@ -236,8 +247,9 @@ class StandaloneCluster:
         for process in self.processes():
             code = process.popen.poll()
             if code is not None:
-                raise RuntimeError(f"The {process.role} (pid {process.pid}) exited with code {code} "
-                                   f"during start-up.\n{self.logs()}")
+                raise RuntimeError(
+                    f"The {process.role} (pid {process.pid}) exited with code {code} during start-up.\n{self.logs()}"
+                )
 
     def wait_for_taskmanagers(self, count: int, timeout: float) -> list[dict]:
         deadline = time.monotonic() + timeout
@@ -252,14 +264,16 @@ class StandaloneCluster:
             except (urllib.error.URLError, OSError, ValueError) as error:  # not up yet; retry
                 last_error = f"REST /taskmanagers: {error}"
             time.sleep(1.0)
-        raise TimeoutError(f"The Flink cluster did not come up within {timeout:.0f} s ({last_error}).\n"
-                           f"{self.logs()}")
+        raise TimeoutError(f"The Flink cluster did not come up within {timeout:.0f} s ({last_error}).\n{self.logs()}")
 
     def check_taskmanagers_alive(self) -> None:
         """Raises RuntimeError naming each TaskManager JVM that exited (and its crash report, if any)."""
-        dead = [f"{tm.role} pid {tm.pid} exited with {tm.popen.returncode}"
-                + "".join(f"; crash report {report}" for report in sorted(tm.work_dir.glob("hs_err_pid*.log")))
-                for tm in self.taskmanagers if tm.popen.poll() is not None]
+        dead = [
+            f"{tm.role} pid {tm.pid} exited with {tm.popen.returncode}"
+            + "".join(f"; crash report {report}" for report in sorted(tm.work_dir.glob("hs_err_pid*.log")))
+            for tm in self.taskmanagers
+            if tm.popen.poll() is not None
+        ]
         if dead:
             raise RuntimeError("; ".join(dead))
 
@@ -271,20 +285,37 @@ class StandaloneCluster:
     def client_conf_dir(self) -> Path:
         return self.write_conf("client")
 
-    def submit_python_job(self, script: Path, args: list[str], env: dict | None = None,
-                          timeout: float = 300.0) -> str:
+    def submit_python_job(self, script: Path, args: list[str], env: dict | None = None, timeout: float = 300.0) -> str:
         """``flink run -d -py script args``: submits the job detached and returns its job id."""
         conf_dir = self.client_conf_dir()
         run_env, _ = self._env("client", conf_dir, env)
-        command = [str(self.home / "bin" / "flink"), "run", "-d",
-                   "-pyclientexec", sys.executable, "-pyexec", sys.executable,
-                   "-py", str(script), *args]
-        proc = subprocess.run(command, env=run_env, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=timeout, cwd=self.work_dir / "client")
+        command = [
+            str(self.home / "bin" / "flink"),
+            "run",
+            "-d",
+            "-pyclientexec",
+            sys.executable,
+            "-pyexec",
+            sys.executable,
+            "-py",
+            str(script),
+            *args,
+        ]
+        proc = subprocess.run(
+            command,
+            env=run_env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.work_dir / "client",
+        )
         found = re.search(r"Job has been submitted with JobID ([0-9a-f]{32})", proc.stdout)
         if proc.returncode != 0 or found is None:
-            raise RuntimeError(f"flink run -d -py {script.name} exited with {proc.returncode} without a job id."
-                               f"\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
+            raise RuntimeError(
+                f"flink run -d -py {script.name} exited with {proc.returncode} without a job id."
+                f"\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+            )
         return found.group(1)
 
     def job_state(self, job_id: str) -> str:

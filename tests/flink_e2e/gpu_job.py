@@ -70,8 +70,10 @@ OPERATOR = "bind-gpus"
 
 
 def info_properties(infos):
-    return sorted(({key: info.get_property(key) for key in info.get_keys()} for info in infos),
-                  key=lambda properties: int(properties["index"]))
+    return sorted(
+        ({key: info.get_property(key) for key in info.get_keys()} for info in infos),
+        key=lambda properties: int(properties["index"]),
+    )
 
 
 class BindGpus(MapFunction):
@@ -89,8 +91,12 @@ class BindGpus(MapFunction):
         os.rename(name + ".tmp", name)
 
     def open(self, runtime_context: RuntimeContext):
-        report = {"taskmanager": os.environ.get("FLINK_GPU_E2E_TASKMANAGER"), "operator": self.operator,
-                  "pid": os.getpid(), "thread": threading.get_native_id()}
+        report = {
+            "taskmanager": os.environ.get("FLINK_GPU_E2E_TASKMANAGER"),
+            "operator": self.operator,
+            "pid": os.getpid(),
+            "thread": threading.get_native_id(),
+        }
         self.report = report
         for step, key in ((self.describe, "error"), (self.bind, "bind_error")):
             try:
@@ -106,14 +112,21 @@ class BindGpus(MapFunction):
         java_context = getattr(runtime_context, "_runtime_context", None)
         if java_context is not None:
             task = java_context.getTaskInfo()
-            report.update(subtask=int(task.getIndexOfThisSubtask()), attempt=int(task.getAttemptNumber()),
-                          slot=str(task.getAllocationIDAsString()))
+            report.update(
+                subtask=int(task.getIndexOfThisSubtask()),
+                attempt=int(task.getAttemptNumber()),
+                slot=str(task.getAllocationIDAsString()),
+            )
         else:
-            report.update(subtask=runtime_context.get_index_of_this_subtask(),
-                          attempt=runtime_context.get_attempt_number(), slot=None)
+            report.update(
+                subtask=runtime_context.get_index_of_this_subtask(),
+                attempt=runtime_context.get_attempt_number(),
+                slot=None,
+            )
         lookup = lookup_external_resource_infos(runtime_context, "gpu")
-        report.update(mode=lookup.mode, reason=lookup.reason, holder_pid=lookup.holder_pid,
-                      infos=info_properties(lookup.infos))
+        report.update(
+            mode=lookup.mode, reason=lookup.reason, holder_pid=lookup.holder_pid, infos=info_properties(lookup.infos)
+        )
         # what users write today: job-wide subtask index modulo the TaskManager's GPUs
         indices = [info["index"] for info in report["infos"]]
         report["modulo_pick"] = indices[report["subtask"] % len(indices)] if indices else None
@@ -121,10 +134,13 @@ class BindGpus(MapFunction):
     def bind(self, runtime_context, report):
         from flink_gpu.pyflink import bind_gpus
 
-        self.binding = bind_gpus(runtime_context, "gpu", count=1,
-                                 subtasks_per_gpu=self.spec["subtasks_per_gpu"])
-        report.update(bound=list(self.binding.indices), bound_infos=info_properties(self.binding.infos),
-                      holder=self.binding.holder, cuda_visible_devices=self.binding.cuda_visible_devices)
+        self.binding = bind_gpus(runtime_context, "gpu", count=1, subtasks_per_gpu=self.spec["subtasks_per_gpu"])
+        report.update(
+            bound=list(self.binding.indices),
+            bound_infos=info_properties(self.binding.infos),
+            holder=self.binding.holder,
+            cuda_visible_devices=self.binding.cuda_visible_devices,
+        )
         if report["mode"] == "process":
             # what a process-mode worker does before CUDA starts: see only its own GPU
             os.environ["CUDA_VISIBLE_DEVICES"] = self.binding.cuda_visible_devices
@@ -151,13 +167,17 @@ class BindGpus(MapFunction):
 
     def failing(self) -> bool:
         """The first attempt, once the ``fail`` file exists."""
-        return (self.spec.get("fail") is not None and self.report.get("attempt") == 0
-                and os.path.exists(self.spec["fail"]))
+        return (
+            self.spec.get("fail") is not None and self.report.get("attempt") == 0 and os.path.exists(self.spec["fail"])
+        )
 
     def close(self):
         report = {key: self.report.get(key) for key in ("taskmanager", "operator", "subtask", "attempt", "pid")}
-        report.update(thread=threading.get_native_id(), records=self.records,
-                      held_until_release=self.report.get("held_until_release"))
+        report.update(
+            thread=threading.get_native_id(),
+            records=self.records,
+            held_until_release=self.report.get("held_until_release"),
+        )
         try:
             if self.binding is not None:
                 self.binding.release()
@@ -183,14 +203,14 @@ def main():
     records = env.from_collection(list(range(parallelism * 4)), type_info=Types.INT())
     for number, group in enumerate(spec["groups"], start=1):
         name = OPERATOR if number == 1 else f"{OPERATOR}-{number}"
-        mapped = records.map(BindGpus(spec, name), output_type=Types.INT()).name(name) \
-            .set_parallelism(parallelism)
+        mapped = records.map(BindGpus(spec, name), output_type=Types.INT()).name(name).set_parallelism(parallelism)
         if number > 1:
             mapped.disable_chaining()
         if group is not None:
             mapped.slot_sharing_group(group)
         mapped.print()
     env.execute(f"flink-gpu e2e ({spec['mode']} mode, groups {spec['groups']}, p={parallelism})")
+
 
 if __name__ == "__main__":
     main()

@@ -5,8 +5,12 @@ import socket
 from pathlib import Path
 
 #: What a refusal calls each kind (flink_gpu.regular_files' wording).
-KINDS = {"fifo": "a FIFO (named pipe)", "directory": "a directory", "socket": "a socket",
-         "device": "a character device"}
+KINDS = {
+    "fifo": "a FIFO (named pipe)",
+    "directory": "a directory",
+    "socket": "a socket",
+    "device": "a character device",
+}
 
 
 def make_odd_path(path: Path, kind: str) -> "tuple[Path, str]":

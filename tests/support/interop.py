@@ -1,5 +1,5 @@
 """What the tests and benchmarks run beside flink-gpu: our native executable, Flink's stock
-discovery script, and a fake nvidia-smi for it. No pytest here: tools/bench_figures.py uses it too."""
+discovery script, and a fake nvidia-smi for it. No pytest here: benchmarks/bench_figures.py uses it too."""
 
 import os
 import shutil
@@ -69,13 +69,27 @@ def _downloaded_stock_script():
         download = CACHE / f"download-{os.getpid()}"
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                 f"apache-flink-libraries=={STOCK_VERSION}", "-d", str(download)],
-                capture_output=True, text=True, timeout=1200)
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    f"apache-flink-libraries=={STOCK_VERSION}",
+                    "-d",
+                    str(download),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=1200,
+            )
             wheels = list(download.glob("*.whl"))
             if proc.returncode != 0 or not wheels:
-                raise RuntimeError(f"cannot download apache-flink-libraries {STOCK_VERSION} for the stock script "
-                            f"(pip exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
+                raise RuntimeError(
+                    f"cannot download apache-flink-libraries {STOCK_VERSION} for the stock script "
+                    f"(pip exit {proc.returncode}): {proc.stderr.strip()[-400:]}"
+                )
             staging = CACHE / f"staging-{os.getpid()}"
             staging.mkdir()
             with zipfile.ZipFile(wheels[0]) as wheel:
@@ -107,7 +121,8 @@ def fake_nvidia_smi(bin_dir, count):
     """A directory with an nvidia-smi that answers the stock script's one query for `count` GPUs."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(textwrap.dedent(f"""\
+    smi.write_text(
+        textwrap.dedent(f"""\
         #!/bin/sh
         if [ "$*" != "--query-gpu=index --format=csv,noheader" ]; then
             echo "fake nvidia-smi: unexpected arguments: $*" >&2
@@ -115,7 +130,8 @@ def fake_nvidia_smi(bin_dir, count):
         fi
         i=0
         while [ $i -lt {count} ]; do echo $i; i=$((i + 1)); done
-        """))
+        """)
+    )
     smi.chmod(0o755)
     return bin_dir
 

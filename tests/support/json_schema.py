@@ -3,7 +3,7 @@
 compiled one).
 
 It knows the keywords that schema uses, and refuses a schema with any other, so that a keyword added
-there is never silently ignored: ``type``, ``const``, ``enum``, ``minLength``, ``properties``,
+there is never silently ignored: ``type``, ``const``, ``enum``, ``minLength``, ``pattern``, ``properties``,
 ``required``, ``additionalProperties``, ``items``, ``anyOf``, ``allOf``, ``not``, ``if``/``then``/
 ``else``, ``$ref`` (to ``#/$defs/...``) and the annotations ``$schema``, ``$defs``, ``title``,
 ``description``. Strings must be valid Unicode (no lone surrogates), as a strict JSON parser requires.
@@ -11,14 +11,36 @@ there is never silently ignored: ``type``, ``const``, ``enum``, ``minLength``, `
 
 from __future__ import annotations
 
+import re
+
 _ANNOTATIONS = {"$schema", "$defs", "title", "description"}
-_KEYWORDS = {"type", "const", "enum", "minLength", "properties", "required", "additionalProperties", "items",
-             "anyOf", "allOf", "not", "if", "then", "else", "$ref"} | _ANNOTATIONS
-_TYPES = {"null": lambda v: v is None, "boolean": lambda v: isinstance(v, bool),
-          "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-          "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-          "string": lambda v: isinstance(v, str), "array": lambda v: isinstance(v, list),
-          "object": lambda v: isinstance(v, dict)}
+_KEYWORDS = {
+    "type",
+    "const",
+    "enum",
+    "minLength",
+    "pattern",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "anyOf",
+    "allOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "$ref",
+} | _ANNOTATIONS
+_TYPES = {
+    "null": lambda v: v is None,
+    "boolean": lambda v: isinstance(v, bool),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
 
 
 def errors(document: object, schema: dict) -> "list[str]":
@@ -55,6 +77,8 @@ def _check(value: object, schema: "dict | bool", root: dict, where: str, out: "l
         out.append(f"{where}: {value!r} is not {schema['const']!r}")
     if "enum" in schema and not any(_same(value, allowed) for allowed in schema["enum"]):
         out.append(f"{where}: {value!r} is not one of {schema['enum']!r}")
+    if "pattern" in schema and isinstance(value, str) and re.search(schema["pattern"], value) is None:
+        out.append(f"{where}: {value!r} does not match {schema['pattern']!r}")
     if isinstance(value, dict):
         properties = schema.get("properties", {})
         for key in schema.get("required", ()):

@@ -17,3 +17,19 @@ def use_simulator(devices: int) -> None:
         os.environ.pop(key, None)
     os.environ.update(simulator.environment(devices=devices))
     ctypes.CDLL(simulator.library_path(), mode=ctypes.RTLD_GLOBAL)
+
+
+def wait_until_inside_a_hang(proc) -> bool:
+    """Waits until a thread of the process ``proc`` (a ``Popen``) is inside a simulated call that a spec's
+    ``hang`` rule blocks: such a call polls its file in ``nanosleep``, and nothing else there sleeps so
+    (a spec without ``latency_ms``). False when the process ended first."""
+    tasks = f"/proc/{proc.pid}/task"
+    while proc.poll() is None:
+        for tid in os.listdir(tasks) if os.path.isdir(tasks) else ():
+            try:
+                with open(f"{tasks}/{tid}/wchan") as wchan:
+                    if "nanosleep" in wchan.read():
+                        return True
+            except OSError:
+                continue
+    return False

@@ -1,7 +1,8 @@
 """``flink-gpu``: the human-facing command line (docs/design.md §6.2).
 
 The commands and exit codes are documented in docs/cli.md, the ``--json`` schema in json_schema.md
-beside this file (shipped in the package: ``flink-gpu schema`` prints it); keep them in step with what the subcommands print.
+beside this file (shipped in the package: ``flink-gpu schema`` prints it); keep them in step with what
+the subcommands print.
 
 This module imports only argparse; each subcommand imports what it needs when it runs.
 """
@@ -12,12 +13,18 @@ import argparse
 import os
 import sys
 
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from typing import Callable, NoReturn
+
 __all__ = ["main"]
 
-_EPILOG = ("Exit codes: 0 ok, 1 a check failed or the operation could not be done, 2 usage error. "
-           "--simulate N (before or after the subcommand) runs this command against the bundled NVML "
-           "simulator; a TaskManager gets it with eval \"$(flink-gpu --simulate N taskmanager-env)\" "
-           "before start-cluster.sh.")
+_EPILOG = (
+    "Exit codes: 0 ok, 1 a check failed or the operation could not be done, 2 usage error. "
+    "--simulate N (before or after the subcommand) runs this command against the bundled NVML "
+    'simulator; a TaskManager gets it with eval "$(flink-gpu --simulate N taskmanager-env)" '
+    "before start-cluster.sh."
+)
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -33,15 +40,29 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     """
     default = (lambda value: argparse.SUPPRESS) if suppress else (lambda value: value)
     group = parser.add_argument_group("common options")
-    group.add_argument("--json", action="store_true", default=default(False),
-                       help="print one JSON document (its schema: `flink-gpu schema`)")
+    group.add_argument(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="print one JSON document (its schema: `flink-gpu schema`)",
+    )
     sim = group.add_mutually_exclusive_group()
-    sim.add_argument("--simulate", type=_count, metavar="N", default=default(None),
-                     help="use the bundled NVML simulator with N GPUs instead of the driver")
-    sim.add_argument("--simulate-spec", metavar="FILE", default=default(None),
-                     help="use the NVML simulator configured by a JSON spec file")
-    group.add_argument("-v", "--verbose", action="store_true", default=default(False),
-                       help="log the library's INFO lines to stderr")
+    sim.add_argument(
+        "--simulate",
+        type=_count,
+        metavar="N",
+        default=default(None),
+        help="use the bundled NVML simulator with N GPUs instead of the driver",
+    )
+    sim.add_argument(
+        "--simulate-spec",
+        metavar="FILE",
+        default=default(None),
+        help="use the NVML simulator configured by a JSON spec file",
+    )
+    group.add_argument(
+        "-v", "--verbose", action="store_true", default=default(False), help="log the library's INFO lines to stderr"
+    )
 
 
 def _count(text: str) -> int:
@@ -62,7 +83,7 @@ def _positive(text: str) -> int:
 
 
 #: The largest process id (pid_t; Linux's own limit, PID_MAX_LIMIT, is lower).
-_PID_MAX = 2 ** 31 - 1
+_PID_MAX = 2**31 - 1
 
 
 def _pid(text: str) -> int:
@@ -94,11 +115,20 @@ def _file_path(text: str) -> str:
 
 
 def _file_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--file", type=_file_path, metavar="PATH", default=None,
-                        help="the coordination file (default: /var/tmp/flink-gpu-coordination, the "
-                             "stock nvidia-gpu-discovery.sh's)")
-    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS", default=5.0,
-                        help="how long to wait for the file's lock (default: 5)")
+    parser.add_argument(
+        "--file",
+        type=_file_path,
+        metavar="PATH",
+        default=None,
+        help="the coordination file (default: /var/tmp/flink-gpu-coordination, the stock nvidia-gpu-discovery.sh's)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        default=5.0,
+        help="how long to wait for the file's lock (default: 5)",
+    )
 
 
 class _UsageExit(Exception):
@@ -106,118 +136,191 @@ class _UsageExit(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's own text and usage line, without its sys.exit
+    def error(self, message: str) -> NoReturn:  # argparse's own text and usage line, without its sys.exit
         self.print_usage(sys.stderr)
         raise _UsageExit(f"{self.prog}: error: {message}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="flink-gpu", formatter_class=_Formatter, epilog=_EPILOG,
+        prog="flink-gpu",
+        formatter_class=_Formatter,
+        epilog=_EPILOG,
         description="GPUs for Apache Flink workers: list them with their holders, coordinate "
-                    "several workers on one host, check a Flink configuration.")
+        "several workers on one host, check a Flink configuration.",
+    )
     from flink_gpu import __version__
 
     parser.add_argument("--version", action="version", version=f"flink-gpu {__version__}")
     _common(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def add(name, help_text, description=None, parent=commands):
-        sub = parent.add_parser(name, help=help_text, description=description or help_text,
-                                formatter_class=_Formatter, epilog=_EPILOG)
+    def add(
+        name: str,
+        help_text: str,
+        description: "str | None" = None,
+        parent: "argparse._SubParsersAction[_Parser]" = commands,
+    ) -> _Parser:
+        sub = parent.add_parser(
+            name, help=help_text, description=description or help_text, formatter_class=_Formatter, epilog=_EPILOG
+        )
         _common(sub, suppress=True)
         return sub
 
-    sub = add("list", "list the GPUs of this host with their holders, slots, health and readings",
-              "List the GPUs NVML reports (index, UUID, name, memory, PCI bus id), the process "
-              "holding each according to the coordination file (that of the Flink configuration "
-              "in --conf or $FLINK_CONF_DIR, unless --file names one), each GPU's health, "
-              "utilization, memory, temperature and power, the TaskManagers' slots bound to them, "
-              "and the devices NVML skipped.")
+    sub = add(
+        "list",
+        "list the GPUs of this host with their holders, slots, health and readings",
+        "List the GPUs NVML reports (index, UUID, name, memory, PCI bus id), the process "
+        "holding each according to the coordination file (that of the Flink configuration "
+        "in --conf or $FLINK_CONF_DIR, unless --file names one), each GPU's health, "
+        "utilization, memory, temperature and power, the TaskManagers' slots bound to them, "
+        "and the devices NVML skipped.",
+    )
     _file_option(sub)
-    sub.add_argument("--conf", metavar="CONF_FILE_OR_DIR", default=None,
-                     help="the Flink configuration whose coordination file to read (default: "
-                          "$FLINK_CONF_DIR when set)")
-    sub.add_argument("--watch", type=_seconds, nargs="?", const=2.0, default=None, metavar="SECONDS",
-                     help="redraw every SECONDS (default 2) until Ctrl-C")
+    sub.add_argument(
+        "--conf",
+        metavar="CONF_FILE_OR_DIR",
+        default=None,
+        help="the Flink configuration whose coordination file to read (default: $FLINK_CONF_DIR when set)",
+    )
+    sub.add_argument(
+        "--watch",
+        type=_seconds,
+        nargs="?",
+        const=2.0,
+        default=None,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default 2) until Ctrl-C",
+    )
 
     coordination = add("coordination", "show or clean the coordination file")
     actions = coordination.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
-    sub = add("show", "show the file's entries: live, stale (owner dead) and unparsable",
-              parent=actions)
+    sub = add("show", "show the file's entries: live, stale (owner dead) and unparsable", parent=actions)
     _file_option(sub)
-    sub = add("clean", "remove the entries of dead owners (unparsable lines are kept)",
-              parent=actions)
+    sub = add("clean", "remove the entries of dead owners (unparsable lines are kept)", parent=actions)
     _file_option(sub)
-    sub.add_argument("--foreign-namespaces", action="store_true",
-                     help="also remove the entries of other PID namespaces whose liveness is unknown "
-                          "(their owners may still run: only for GPUs you know to be free)")
+    sub.add_argument(
+        "--foreign-namespaces",
+        action="store_true",
+        help="also remove the entries of other PID namespaces whose liveness is unknown "
+        "(their owners may still run: only for GPUs you know to be free)",
+    )
 
-    sub = add("claim", "claim N GPUs of this host for a process",
-              "Claim N GPUs in the coordination file for a process, as a coordinated Flink "
-              "TaskManager in NVML mode would: never an unhealthy GPU, healthy idle ones first, busy "
-              "and degraded ones last (each left out or busy one is WARNed), free GPUs before those "
-              "of dead owners. The owner defaults "
-              "to the parent of this command (normally your shell), because this command exits "
-              "at once and GPUs owned by it would be reclaimable right away. The GPUs stay "
-              "claimed until `flink-gpu release` or until the owner exits.")
+    sub = add(
+        "claim",
+        "claim N GPUs of this host for a process",
+        "Claim N GPUs in the coordination file for a process, as a coordinated Flink "
+        "TaskManager in NVML mode would: never an unhealthy GPU, healthy idle ones first, busy "
+        "and degraded ones last (each left out or busy one is WARNed), free GPUs before those "
+        "of dead owners. The owner defaults "
+        "to the parent of this command (normally your shell), because this command exits "
+        "at once and GPUs owned by it would be reclaimable right away. The GPUs stay "
+        "claimed until `flink-gpu release` or until the owner exits.",
+    )
     sub.add_argument("amount", type=_count, metavar="N", help="how many GPUs")
-    sub.add_argument("--owner", type=_pid, metavar="PID", default=None,
-                     help="the owning process (default: the parent of this command, e.g. your shell)")
+    sub.add_argument(
+        "--owner",
+        type=_pid,
+        metavar="PID",
+        default=None,
+        help="the owning process (default: the parent of this command, e.g. your shell)",
+    )
     _file_option(sub)
 
-    sub = add("release", "release the GPUs a process holds",
-              "Release the GPUs a process holds in the coordination file. The owner defaults to "
-              "the parent of this command (normally your shell), as for `flink-gpu claim`.")
-    sub.add_argument("--owner", type=_pid, metavar="PID", default=None,
-                     help="the owning process (default: the parent of this command, e.g. your shell)")
-    sub.add_argument("--gpu", dest="gpus", action="append", metavar="INDEX", default=None,
-                     help="release only this GPU (repeatable; default: all of the owner's)")
+    sub = add(
+        "release",
+        "release the GPUs a process holds",
+        "Release the GPUs a process holds in the coordination file. The owner defaults to "
+        "the parent of this command (normally your shell), as for `flink-gpu claim`.",
+    )
+    sub.add_argument(
+        "--owner",
+        type=_pid,
+        metavar="PID",
+        default=None,
+        help="the owning process (default: the parent of this command, e.g. your shell)",
+    )
+    sub.add_argument(
+        "--gpu",
+        dest="gpus",
+        action="append",
+        metavar="INDEX",
+        default=None,
+        help="release only this GPU (repeatable; default: all of the owner's)",
+    )
     _file_option(sub)
 
-    sub = add("doctor", "check a Flink configuration for the reasons a TaskManager sees no GPU",
-              "Check a Flink configuration (config.yaml, flink-conf.yaml or a conf directory; "
-              "default $FLINK_CONF_DIR, else $FLINK_HOME/conf) for the common reasons a "
-              "TaskManager gets no GPU, each printed with its fix. The discovery script is run "
-              "once with amount 1 (its coordination file replaced by a temporary one, so nothing "
-              "is claimed). Exit 1 when a check fails.")
-    sub.add_argument("conf", nargs="?", metavar="CONF_FILE_OR_DIR", default=None,
-                     help="the configuration file or conf directory")
-    sub.add_argument("--taskmanagers-per-host", type=_positive, metavar="N", default=None,
-                     help="how many TaskManagers share one host (default: from conf/workers "
-                          "when it exists, else unknown)")
+    sub = add(
+        "doctor",
+        "check a Flink configuration for the reasons a TaskManager sees no GPU",
+        "Check a Flink configuration (config.yaml, flink-conf.yaml or a conf directory; "
+        "default $FLINK_CONF_DIR, else $FLINK_HOME/conf) for the common reasons a "
+        "TaskManager gets no GPU, each printed with its fix. The discovery script is run "
+        "once with amount 1 (its coordination file replaced by a temporary one, so nothing "
+        "is claimed). Exit 1 when a check fails.",
+    )
+    sub.add_argument(
+        "conf", nargs="?", metavar="CONF_FILE_OR_DIR", default=None, help="the configuration file or conf directory"
+    )
+    sub.add_argument(
+        "--taskmanagers-per-host",
+        type=_positive,
+        metavar="N",
+        default=None,
+        help="how many TaskManagers share one host (default: from conf/workers when it exists, else unknown)",
+    )
 
-    sub = add("resources", "print the Kubernetes or YARN resources of a configuration",
-              "Print what a deployment requests for the external resources of a Flink "
-              "configuration: the TaskManager container's Kubernetes requests/limits (merged into "
-              "a pod template with --pod-template) and the YARN container resources.")
+    sub = add(
+        "resources",
+        "print the Kubernetes or YARN resources of a configuration",
+        "Print what a deployment requests for the external resources of a Flink "
+        "configuration: the TaskManager container's Kubernetes requests/limits (merged into "
+        "a pod template with --pod-template) and the YARN container resources.",
+    )
     sub.add_argument("conf", metavar="CONF_FILE_OR_DIR", help="the configuration file or conf directory")
     which = sub.add_mutually_exclusive_group()
     which.add_argument("--kubernetes", action="store_true", help="only Kubernetes")
     which.add_argument("--yarn", action="store_true", help="only YARN")
-    sub.add_argument("--pod-template", metavar="FILE", default=None,
-                     help="print this pod template with the resources merged into "
-                          "flink-main-container")
-    sub.add_argument("--yarn-max", dest="yarn_max", action="append", metavar="TYPE=N", default=None,
-                     help="the YARN cluster's maximum for a resource type, checked as Flink does "
-                          "(repeatable), e.g. yarn.io/gpu=4")
+    sub.add_argument(
+        "--pod-template",
+        metavar="FILE",
+        default=None,
+        help="print this pod template with the resources merged into flink-main-container",
+    )
+    sub.add_argument(
+        "--yarn-max",
+        dest="yarn_max",
+        action="append",
+        metavar="TYPE=N",
+        default=None,
+        help="the YARN cluster's maximum for a resource type, checked as Flink does (repeatable), e.g. yarn.io/gpu=4",
+    )
 
-    sub = add("demo", "see several workers share a (simulated) 4-GPU host",
-              "Start three worker processes that claim 2 + 1 + 1 GPUs of a simulated 4-GPU host "
-              "through a temporary coordination file, kill one with SIGKILL, and start a fourth "
-              "that reclaims the dead worker's GPUs. Everything is cleaned up at the end.")
-    sub.add_argument("--real", action="store_true",
-                     help="use this host's NVIDIA driver instead of the simulator (needs 3 GPUs or more)")
+    sub = add(
+        "demo",
+        "see several workers share a (simulated) 4-GPU host",
+        "Start three worker processes that claim 2 + 1 + 1 GPUs of a simulated 4-GPU host "
+        "through a temporary coordination file, kill one with SIGKILL, and start a fourth "
+        "that reclaims the dead worker's GPUs. Everything is cleaned up at the end.",
+    )
+    sub.add_argument(
+        "--real",
+        action="store_true",
+        help="use this host's NVIDIA driver instead of the simulator (needs 3 GPUs or more)",
+    )
 
     add("schema", "print the schema of the --json documents (shipped with the package)")
 
-    add("taskmanager-env", "print the environment a TaskManager needs, to eval before start-cluster.sh",
+    add(
+        "taskmanager-env",
+        "print the environment a TaskManager needs, to eval before start-cluster.sh",
         "Print `export` lines for the shell that runs start-cluster.sh or taskmanager.sh: with "
         "--simulate N (or --simulate-spec FILE) the simulator's variables, which give the "
         "TaskManager's discovery script and Python workers N simulated GPUs; "
         "CUDA_DEVICE_ORDER=PCI_BUS_ID; PYTHONPATH naming this Python's site-packages (thread mode "
-        "runs Python inside the JVM). Use: eval \"$(flink-gpu --simulate 4 taskmanager-env)\".")
+        'runs Python inside the JVM). Use: eval "$(flink-gpu --simulate 4 taskmanager-env)".',
+    )
     return parser
 
 
@@ -250,7 +353,7 @@ class UsageError(Exception):
     """A bad command line: exit status 2."""
 
 
-def _configure_logging(verbose: bool, command: str):
+def _configure_logging(verbose: bool, command: str) -> "Callable[[], None]":
     """Send the library's log lines to stderr; returns the function that undoes it, so that
     ``main()`` called in a process (tests, a notebook, a tool embedding it) leaves the
     ``flink_gpu`` logger as it found it instead of adding one more handler per call."""
@@ -306,7 +409,7 @@ def _run(args: argparse.Namespace) -> int:
 def _command_name(args: argparse.Namespace) -> str:
     if args.command == "coordination":
         return f"coordination {args.action}"
-    return args.command
+    return str(args.command)
 
 
 def main(argv: "list[str] | None" = None) -> int:
@@ -321,8 +424,7 @@ def main(argv: "list[str] | None" = None) -> int:
         if "--json" in (sys.argv[1:] if argv is None else argv):
             from flink_gpu.cli import _output
 
-            _output.emit_json(_output.document(None, ok=False,
-                                               error={"type": "UsageError", "message": str(error)}))
+            _output.emit_json(_output.document(None, ok=False, error={"type": "UsageError", "message": str(error)}))
         return 2
     if args.command is None:
         parser.print_help(sys.stderr)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from argparse import Namespace
 
 SCHEMA = 1
 # A holder's command line is cut to this many characters in tables (JSON has it whole).
 _COMMAND_WIDTH = 60
 
 
-def known_errors() -> tuple:
+def known_errors() -> tuple[type[BaseException], ...]:
     """The exceptions that are a failed operation (exit 1), reported as one clear line."""
     from flink_gpu.errors import FlinkException
 
@@ -20,11 +23,11 @@ def known_errors() -> tuple:
     return (FlinkException, OSError, TimeoutError, ValueError)
 
 
-def document(command: str, ok: bool = True, **fields: Any) -> dict:
+def document(command: str | None, ok: bool = True, **fields: Any) -> dict[str, Any]:
     return {"schema": SCHEMA, "command": command, "ok": ok, **fields}
 
 
-def emit_json(doc: dict) -> None:
+def emit_json(doc: dict[str, Any]) -> None:
     json.dump(_valid_unicode(doc), sys.stdout, indent=2)
     sys.stdout.write("\n")
     sys.stdout.flush()
@@ -50,7 +53,7 @@ def _valid_unicode(value: Any) -> Any:
     return value
 
 
-def fail(args, command: str, error: BaseException, code: int) -> int:
+def fail(args: Namespace, command: str, error: BaseException, code: int) -> int:
     """Report ``error`` (JSON on stdout with --json, always a line on stderr); return ``code``."""
     message = error_message(error)
     if getattr(args, "verbose", False):
@@ -58,8 +61,7 @@ def fail(args, command: str, error: BaseException, code: int) -> int:
 
         traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
     if getattr(args, "json", False):
-        emit_json(document(command, ok=False,
-                           error={"type": type(error).__name__, "message": message}))
+        emit_json(document(command, ok=False, error={"type": type(error).__name__, "message": message}))
     print(f"flink-gpu {command}: error: {message}", file=sys.stderr)
     hint = _hint(error)
     if hint:
@@ -79,8 +81,7 @@ def error_message(error: BaseException) -> str:
 
 def _bare_os_error(error: BaseException) -> bool:
     """An OSError with only the C library's text (no sentence of ours saying what to do)."""
-    return (isinstance(error, OSError) and error.errno is not None
-            and error.strerror == os.strerror(error.errno))
+    return isinstance(error, OSError) and error.errno is not None and error.strerror == os.strerror(error.errno)
 
 
 def _is_simulator(library_path: str) -> bool:
@@ -96,11 +97,15 @@ def _hint(error: BaseException) -> "str | None":
     from flink_gpu.errors import NvmlError
 
     if isinstance(error, NvmlError) and _is_simulator(error.library_path):
-        return ("this NVML is the bundled simulator: it failed as its FLINK_GPU_SIM_* settings say "
-                "(a spec it rejects is named on the line above).")
+        return (
+            "this NVML is the bundled simulator: it failed as its FLINK_GPU_SIM_* settings say "
+            "(a spec it rejects is named on the line above)."
+        )
     if isinstance(error, NvmlError):
-        return ("no usable NVIDIA driver here? Try the bundled simulator: flink-gpu --simulate 4 "
-                "<command>; or point FLINK_GPU_NVML_LIBRARY at libnvidia-ml.so.1.")
+        return (
+            "no usable NVIDIA driver here? Try the bundled simulator: flink-gpu --simulate 4 "
+            "<command>; or point FLINK_GPU_NVML_LIBRARY at libnvidia-ml.so.1."
+        )
     if isinstance(error, PermissionError) and _bare_os_error(error):
         return "run as a user that may read and write the file, or choose another one with --file."
     return None
@@ -110,9 +115,15 @@ def _hint(error: BaseException) -> "str | None":
 _MIN_SHRUNK = 30
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "",
-          width: "int | None" = None, shrink: "int | None" = None, style=None,
-          optional: Sequence[int] = ()) -> str:
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    indent: str = "",
+    width: "int | None" = None,
+    shrink: "int | None" = None,
+    style: Callable[[str], str] | None = None,
+    optional: Sequence[int] = (),
+) -> str:
     """Left-aligned columns separated by two spaces; ``None`` shows as ``-``.
 
     ``width`` (a terminal's columns) with ``shrink`` (a column's position): the ``optional`` columns
@@ -138,12 +149,12 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "
         if widths[shrink] > room:
             for row in cells[1:]:
                 if len(row[shrink]) > room:
-                    row[shrink] = row[shrink][:room - 3] + "..."
+                    row[shrink] = row[shrink][: room - 3] + "..."
             widths[shrink] = room
     lines = []
     for number, row in enumerate(cells):
         parts = []
-        for value, column_width in zip(row, widths):
+        for value, column_width in zip(row, widths, strict=True):
             padding = " " * (column_width - len(value))
             parts.append((style(value) if style is not None and number > 0 else value) + padding)
         lines.append(indent + "  ".join(parts).rstrip())
@@ -157,7 +168,7 @@ def plural(count: int, word: str, many: "str | None" = None) -> str:
 def gib(size: "int | None") -> "str | None":
     if size is None:
         return None
-    return f"{size / 2 ** 30:.1f} GiB"
+    return f"{size / 2**30:.1f} GiB"
 
 
 def process_cmdline(pid: int) -> "list[str] | None":
@@ -181,11 +192,10 @@ def short_command(argv: "list[str] | None", width: int = _COMMAND_WIDTH) -> str:
         return "?"
     import shlex
 
-    text = " ".join(part if part.startswith("[") and len(argv) == 1 else shlex.quote(part)
-                    for part in argv)
+    text = " ".join(part if part.startswith("[") and len(argv) == 1 else shlex.quote(part) for part in argv)
     # a command line is anybody's bytes: newlines would break the table, escapes drive the terminal
     text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def owner_description(pid: int) -> str:
@@ -193,9 +203,9 @@ def owner_description(pid: int) -> str:
     return f"pid {pid}" if argv is None else f"pid {pid} ({short_command(argv, 40)})"
 
 
-def coordination_path(args) -> str:
+def coordination_path(args: Namespace) -> str:
     if args.file is not None:
-        return os.path.abspath(args.file)
+        return os.path.abspath(str(args.file))
     from flink_gpu.coordination import DEFAULT_PATH
 
     return DEFAULT_PATH

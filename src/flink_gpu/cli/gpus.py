@@ -6,17 +6,36 @@ import os
 import sys
 
 from flink_gpu.cli import UsageError
-from flink_gpu.cli._output import (coordination_path, document, emit_json, error_message, gib,
-                                   owner_description, plural, process_cmdline, short_command, table)
+from flink_gpu.cli._output import (
+    coordination_path,
+    document,
+    emit_json,
+    error_message,
+    gib,
+    owner_description,
+    plural,
+    process_cmdline,
+    short_command,
+    table,
+)
 from flink_gpu.script_protocol import sort_indices
 
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from argparse import Namespace
+    from typing import Any, Callable, Iterable, Iterator
 
-def run(args) -> int:
+    from flink_gpu.coordination import CoordinationEntry, CoordinationSnapshot, UnparsableLine
+    from flink_gpu.nvml import Device, Library, SkippedDevice
+
+
+def run(args: Namespace) -> int:
     if args.command == "list":
         if args.watch is not None:
             if args.json:
-                raise UsageError("--watch redraws tables for a person; for JSON, run `flink-gpu list --json` "
-                                 "as often as needed.")
+                raise UsageError(
+                    "--watch redraws tables for a person; for JSON, run `flink-gpu list --json` as often as needed."
+                )
             from flink_gpu.cli.list_view import watch
 
             return watch(lambda: list_gpus(args), args.watch)
@@ -28,7 +47,7 @@ def run(args) -> int:
     return release(args)
 
 
-def _devices():
+def _devices() -> "tuple[Library, tuple[Device, ...], tuple[SkippedDevice, ...]]":
     from flink_gpu.nvml import open_library
 
     nvml = open_library()
@@ -38,26 +57,37 @@ def _devices():
 _OTHER_NAMESPACE = "held in another PID namespace, liveness unknown"
 
 
-def _entry_cmdline(entry):
+def _entry_cmdline(entry: CoordinationEntry) -> "list[str] | None":
     """The live owner's argv where its pid is one of our namespace (None otherwise)."""
     return process_cmdline(entry.pid) if entry.alive and entry.ours else None
 
 
-def _entry_json(entry) -> dict:
-    return {"line_number": entry.line_number, "index": entry.index, "pid": entry.pid,
-            "start_time": entry.start_time, "alive": entry.alive, "state": entry.state,
-            "liveness": entry.liveness, "liveness_known": entry.liveness_known, "ours": entry.ours,
-            "namespace": entry.namespace, "lease": entry.lease, "lease_file": entry.lease_file,
-            "cmdline": _entry_cmdline(entry)}
+def _entry_json(entry: CoordinationEntry) -> "dict[str, Any]":
+    return {
+        "line_number": entry.line_number,
+        "index": entry.index,
+        "pid": entry.pid,
+        "start_time": entry.start_time,
+        "alive": entry.alive,
+        "state": entry.state,
+        "liveness": entry.liveness,
+        "liveness_known": entry.liveness_known,
+        "ours": entry.ours,
+        "namespace": entry.namespace,
+        "lease": entry.lease,
+        "lease_file": entry.lease_file,
+        "cmdline": _entry_cmdline(entry),
+    }
 
 
-def _unparsable_json(lines) -> list:
+def _unparsable_json(lines: "Iterable[UnparsableLine]") -> "list[dict[str, Any]]":
     return [{"line_number": line.line_number, "text": line.text} for line in lines]
 
 
 # -- list -----------------------------------------------------------------------------------------
 
-def _device_rows(gpus, holders_known: bool):
+
+def _device_rows(gpus: "list[dict[str, Any]]", holders_known: bool) -> "Iterator[list[Any]]":
     """The rows of the device table: a GPU in MIG mode as a row of its own (no memory, no holder:
     its units are handed out) with its MIG units indented under it (docs/design.md §9.2)."""
     parent = None
@@ -69,112 +99,187 @@ def _device_rows(gpus, holders_known: bool):
         if g["parent_index"] != parent:
             parent = g["parent_index"]
             yield [str(parent), g["parent_uuid"], f"{g['name']} (MIG)", "", g["pci_bus_id"], ""]
-        yield [f"  {g['index']}", g["uuid"], f"MIG gi {g['mig_gi']} ci {g['mig_ci']}", gib(g["memory_total"]),
-               g["pci_bus_id"], holder]
+        yield [
+            f"  {g['index']}",
+            g["uuid"],
+            f"MIG gi {g['mig_gi']} ci {g['mig_ci']}",
+            gib(g["memory_total"]),
+            g["pci_bus_id"],
+            holder,
+        ]
 
 
-def list_gpus(args) -> int:
+def list_gpus(args: Namespace) -> int:
     from flink_gpu import coordination
     from flink_gpu.cli import list_view
 
     # before NVML: a configuration that cannot be read is a usage error, whatever the GPUs
     path, path_source, path_note = list_view.coordination_file(args)
     nvml, devices, skipped = _devices()
-    snapshot, snapshot_error = None, None
+    snapshot: "CoordinationSnapshot | None" = None
+    snapshot_error = None
     try:
         snapshot = coordination.snapshot(path, timeout=args.timeout)
     except (OSError, TimeoutError) as error:  # the GPUs are still worth listing
         snapshot_error = error_message(error)
-    live, stale = {}, {}
+    live: "dict[str, list[CoordinationEntry]]" = {}
+    stale: "dict[str, list[CoordinationEntry]]" = {}
     if snapshot is not None:
         for entry in snapshot.entries:
             (live if entry.alive else stale).setdefault(entry.index, []).append(entry)
     present = {d.gpu_index for d in devices} | {s.gpu_index for s in skipped}
-    unknown = sort_indices({e.index for e in snapshot.entries if e.index not in present}
-                           if snapshot is not None else ())
+    unknown = sort_indices(
+        {e.index for e in snapshot.entries if e.index not in present} if snapshot is not None else ()
+    )
 
     # only holders whose pid is a pid of ours can be matched with the processes NVML lists
     states = _gpu_states(nvml, {index: [e.pid for e in entries if e.ours] for index, entries in live.items()})
-    gpus = []
+    gpus: "list[dict[str, Any]]" = []
     for device in devices:
         index = device.gpu_index
-        gpus.append({
-            "index": index, "uuid": device.uuid, "name": device.name,
-            "memory_total": device.memory_total, "pci_bus_id": device.pci_bus_id,
-            "minor_number": device.minor_number,
-            **({} if device.mig_slot is None else {  # a MIG unit (docs/design.md §9.2)
-                "parent_index": str(device.parent_index), "parent_uuid": device.parent_uuid,
-                "mig_slot": device.mig_slot, "mig_gi": device.mig_gi, "mig_ci": device.mig_ci}),
-            "holders": [{"pid": e.pid, "cmdline": _entry_cmdline(e), "liveness_known": e.liveness_known,
-                         "ours": e.ours, "namespace": e.namespace} for e in live.get(index, [])],
-            "stale_holders": [e.pid for e in stale.get(index, [])],
-            **states.get(index, _NO_STATE),
-            **list_view.readings(nvml, index),
-        })
+        gpus.append(
+            {
+                "index": index,
+                "uuid": device.uuid,
+                "name": device.name,
+                "memory_total": device.memory_total,
+                "pci_bus_id": device.pci_bus_id,
+                "minor_number": device.minor_number,
+                "persistence_mode": list_view.persistence_mode(device),
+                **(
+                    {}
+                    if device.mig_slot is None
+                    else {  # a MIG unit (docs/design.md §9.2)
+                        "parent_index": str(device.parent_index),
+                        "parent_uuid": device.parent_uuid,
+                        "mig_slot": device.mig_slot,
+                        "mig_gi": device.mig_gi,
+                        "mig_ci": device.mig_ci,
+                    }
+                ),
+                "holders": [
+                    {
+                        "pid": e.pid,
+                        "cmdline": _entry_cmdline(e),
+                        "liveness_known": e.liveness_known,
+                        "ours": e.ours,
+                        "namespace": e.namespace,
+                    }
+                    for e in live.get(index, [])
+                ],
+                "stale_holders": [e.pid for e in stale.get(index, [])],
+                **states.get(index, _NO_STATE),
+                **list_view.readings(nvml, index),
+            }
+        )
     coordination_doc = {
-        "path": path, "from": path_source, "note": path_note, "exists": bool(snapshot and snapshot.exists), "error": snapshot_error,
+        "path": path,
+        "from": path_source,
+        "note": path_note,
+        "exists": bool(snapshot and snapshot.exists),
+        "error": snapshot_error,
         "unparsable": _unparsable_json(snapshot.unparsable if snapshot else ()),
         "unknown_indices": unknown,
     }
     bindings = _bindings_view(path, args.timeout, present, _claimed(live))
     if args.json:
-        emit_json(document(
-            "list", nvml={"library_path": nvml.library_path, "driver_version": nvml.driver_version,
-                          "notices": list(nvml.notices())},
-            gpus=gpus, skipped=[{"index": s.gpu_index, "code": s.code, "reason": s.reason}
-                                for s in skipped],
-            coordination=coordination_doc, bindings=bindings))
+        emit_json(
+            document(
+                "list",
+                nvml={
+                    "library_path": nvml.library_path,
+                    "driver_version": nvml.driver_version,
+                    "notices": list(nvml.notices()),
+                },
+                gpus=gpus,
+                skipped=[{"index": s.gpu_index, "code": s.code, "reason": s.reason} for s in skipped],
+                coordination=coordination_doc,
+                bindings=bindings,
+            )
+        )
         return 0
 
     driver = f" (driver {nvml.driver_version})" if nvml.driver_version else ""
-    print(f"NVML {nvml.library_path}{driver}: {plural(len(devices), 'GPU')}"
-          + (f", {len(skipped)} skipped" if skipped else ""))
+    print(
+        f"NVML {nvml.library_path}{driver}: {plural(len(devices), 'GPU')}"
+        + (f", {len(skipped)} skipped" if skipped else "")
+    )
     width = list_view.terminal_width()
     style = _style()
     if gpus:
         print()
-        print(table(["INDEX", "UUID", "NAME", "MEMORY", "BUS ID", "HOLDER"],
-                    _device_rows(gpus, snapshot is not None), width=width, shrink=5, style=style,
-                    optional=(4, 1)))  # narrow: the bus id, then the uuid give way (--json has them)
+        print(
+            table(
+                ["INDEX", "UUID", "NAME", "MEMORY", "BUS ID", "HOLDER"],
+                _device_rows(gpus, snapshot is not None),
+                width=width,
+                shrink=5,
+                style=style,
+                optional=(4, 1),
+            )
+        )  # narrow: the bus id, then the uuid give way (--json has them)
         print()
-        print(table(["GPU", "HEALTH", "UTIL", "MEMORY USED", "TEMP", "POWER", "NUMA", "CPUS", "PROCESSES"],
-                    ([g["index"], g["health"], list_view.reading_text(g, "utilization", "%"), gib(g["memory_used"]),
-                      list_view.reading_text(g, "temperature", "C"), list_view.reading_text(g, "power", "W"),
-                      g["numa_node"], g["cpu_affinity"], _processes_text(g)] for g in gpus),
-                    width=width, shrink=8, style=style, optional=(7, 6)))
+        print(
+            table(
+                ["GPU", "HEALTH", "UTIL", "MEMORY USED", "TEMP", "POWER", "NUMA", "CPUS", "PROCESSES"],
+                (
+                    [
+                        g["index"],
+                        g["health"],
+                        list_view.reading_text(g, "utilization", "%"),
+                        gib(g["memory_used"]),
+                        list_view.reading_text(g, "temperature", "C"),
+                        list_view.reading_text(g, "power", "W"),
+                        g["numa_node"],
+                        g["cpu_affinity"],
+                        _processes_text(g),
+                    ]
+                    for g in gpus
+                ),
+                width=width,
+                shrink=8,
+                style=style,
+                optional=(7, 6),
+            )
+        )
         _print_state_notes(gpus)
+        for note in list_view.persistence_notes(gpus):
+            print(f"  {note}")
     if skipped:
         print("\nSkipped devices:")
-        for device in skipped:
-            print(f"  {device.gpu_index}: {device.reason}")
+        for skip in skipped:
+            print(f"  {skip.gpu_index}: {skip.reason}")
     for notice in nvml.notices():
         print(f"\nNote: {notice}")
     print()
     if path_note is not None:
         print(f"Note: {path_note}")
-    if snapshot_error is not None:
+    if snapshot is None:
         print(f"Holders unknown: {snapshot_error}")
     elif not snapshot.exists:
         print(f"Coordination file {path} does not exist: no GPU is claimed through it.")
     else:
-        print(f"Holders from the coordination file {path}"
-              + (f" (of the Flink configuration in {path_source})." if path_source else "."))
+        print(
+            f"Holders from the coordination file {path}"
+            + (f" (of the Flink configuration in {path_source})." if path_source else ".")
+        )
         stale_count = sum(len(pids) for pids in stale.values())
         if stale_count:
-            print(f"  {plural(stale_count, 'entry', 'entries')} of dead processes (reclaimable); "
-                  f"`flink-gpu coordination clean{_file_flag(args)}` removes "
-                  f"{'it' if stale_count == 1 else 'them'}.")
+            print(
+                f"  {plural(stale_count, 'entry', 'entries')} of dead processes (reclaimable); "
+                f"`flink-gpu coordination clean{_file_flag(args)}` removes "
+                f"{'it' if stale_count == 1 else 'them'}."
+            )
         _print_unknown_liveness(snapshot, args)
         for line in snapshot.unparsable:
-            print(f"  line {line.line_number} cannot be parsed (its GPU is never reclaimed): "
-                  f"{line.text!r}")
+            print(f"  line {line.line_number} cannot be parsed (its GPU is never reclaimed): {line.text!r}")
         if unknown:
             print(f"  entries name GPU(s) this host does not have: {', '.join(unknown)}")
     _print_bindings(bindings, width, style)
     return 0
 
 
-def _style():
+def _style() -> "Callable[[str], str] | None":
     """Colours for the tables' verdicts on a terminal (none for a pipe, or with NO_COLOR)."""
     from flink_gpu.cli import list_view
 
@@ -185,7 +290,8 @@ def _style():
 
 # -- list: the bindings under their TaskManager (docs/design.md §9.3) ------------------------------
 
-def _claimed(live: "dict[str, list]") -> "dict[str, list[str]]":
+
+def _claimed(live: "dict[str, list[CoordinationEntry]]") -> "dict[str, list[str]]":
     """Owner (its holder_key: two containers' pid 1 are two owners) -> the GPUs its live coordination
     entries claim, in index order."""
     out: "dict[str, list[str]]" = {}
@@ -195,18 +301,23 @@ def _claimed(live: "dict[str, list]") -> "dict[str, list[str]]":
     return out
 
 
-def _binding_holder_json(name: str, entries: list) -> dict:
+def _binding_holder_json(name: str, entries: "list[CoordinationEntry]") -> "dict[str, Any]":
     """One live holder of the bindings file: a process (``pid``) or a slot (its binding ``threads``)."""
     first = entries[0]
     slot = first.slot
-    return {"holder": name, "slot": slot, "pid": None if slot is not None else first.pid,
-            "threads": sorted({e.pid for e in entries}) if slot is not None else [],
-            "gpus": sort_indices({e.index for e in entries}), "holders_per_gpu": first.holders_per_gpu,
-            "liveness_known": all(e.liveness_known for e in entries),
-            "cmdline": _entry_cmdline(first) if slot is None else None}
+    return {
+        "holder": name,
+        "slot": slot,
+        "pid": None if slot is not None else first.pid,
+        "threads": sorted({e.pid for e in entries}) if slot is not None else [],
+        "gpus": sort_indices({e.index for e in entries}),
+        "holders_per_gpu": first.holders_per_gpu,
+        "liveness_known": all(e.liveness_known for e in entries),
+        "cmdline": _entry_cmdline(first) if slot is None else None,
+    }
 
 
-def _taskmanager_order(first) -> tuple:
+def _taskmanager_order(first: CoordinationEntry) -> "tuple[int, int, int]":
     """Ours by pid, then other namespaces' by namespace and pid, then holders that recorded none (``first``:
     a live entry of the TaskManager's holders)."""
     if first.taskmanager is None:
@@ -214,43 +325,65 @@ def _taskmanager_order(first) -> tuple:
     return (0, 0, first.taskmanager) if first.ours else (1, first.namespace or 0, first.taskmanager)
 
 
-def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dict[str, list[str]]") -> dict:
+def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dict[str, list[str]]") -> "dict[str, Any]":
     """The bindings file beside the coordination file ``path``: live holders grouped under the
     TaskManager whose GPUs they bind, a pid of the namespace that wrote the line (``claimed``: what each
     coordination owner holds)."""
     from flink_gpu import binding
     from flink_gpu.gpu_index import index_sort_order
 
-    view = {"path": binding.bindings_path(path), "exists": False, "error": None, "taskmanagers": [],
-            "stale": [], "unparsable": [], "unknown_indices": []}
+    view: "dict[str, Any]" = {
+        "path": binding.bindings_path(path),
+        "exists": False,
+        "error": None,
+        "taskmanagers": [],
+        "stale": [],
+        "unparsable": [],
+        "unknown_indices": [],
+    }
     try:
         snapshot = binding.snapshot(view["path"], timeout=timeout)
     except (OSError, TimeoutError) as error:  # the GPUs are still worth listing
         view["error"] = error_message(error)
         return view
     # per TaskManager (its taskmanager_key; None: not recorded), per holder (its holder_key), the live lines
-    holders: "dict[str | None, dict[str, list]]" = {}
+    holders: "dict[str | None, dict[str, list[CoordinationEntry]]]" = {}
     for entry in snapshot.entries:
         if entry.alive:
             holders.setdefault(entry.taskmanager_key, {}).setdefault(entry.holder_key, []).append(entry)
         else:
-            view["stale"].append({"line_number": entry.line_number, "index": entry.index, "pid": entry.pid,
-                                  "slot": entry.slot, "taskmanager": entry.taskmanager})
+            view["stale"].append(
+                {
+                    "line_number": entry.line_number,
+                    "index": entry.index,
+                    "pid": entry.pid,
+                    "slot": entry.slot,
+                    "taskmanager": entry.taskmanager,
+                }
+            )
     for taskmanager in sorted(holders, key=lambda key: _taskmanager_order(next(iter(holders[key].values()))[0])):
         rows = [_binding_holder_json(entries[0].holder, entries) for entries in holders[taskmanager].values()]
         first = next(iter(holders[taskmanager].values()))[0]
         pid = first.taskmanager
-        view["taskmanagers"].append({
-            "pid": pid, "namespace": None if pid is None else first.namespace, "ours": first.ours,
-            "cmdline": process_cmdline(pid) if pid is not None and first.ours else None,
-            "claimed": [] if taskmanager is None else claimed.get(taskmanager, []),
-            "holders": index_sort_order(rows, lambda row: row["gpus"][0])})
-    view.update(exists=snapshot.exists, unparsable=[{"line_number": n, "text": t} for n, t in snapshot.unparsable],
-                unknown_indices=sort_indices({e.index for e in snapshot.entries if e.index not in present}))
+        view["taskmanagers"].append(
+            {
+                "pid": pid,
+                "namespace": None if pid is None else first.namespace,
+                "ours": first.ours,
+                "cmdline": process_cmdline(pid) if pid is not None and first.ours else None,
+                "claimed": [] if taskmanager is None else claimed.get(taskmanager, []),
+                "holders": index_sort_order(rows, lambda row: row["gpus"][0]),
+            }
+        )
+    view.update(
+        exists=snapshot.exists,
+        unparsable=[{"line_number": n, "text": t} for n, t in snapshot.unparsable],
+        unknown_indices=sort_indices({e.index for e in snapshot.entries if e.index not in present}),
+    )
     return view
 
 
-def _binding_rows(holders: list):
+def _binding_rows(holders: "list[dict[str, Any]]") -> "Iterator[list[Any]]":
     for holder in holders:
         if not holder["liveness_known"]:
             command = _OTHER_NAMESPACE
@@ -260,11 +393,17 @@ def _binding_rows(holders: list):
         else:
             command = short_command(holder["cmdline"])
         share = holder["holders_per_gpu"]
-        yield [holder["holder"], ", ".join(holder["gpus"]), "alone" if share in (None, 1) else f"up to {share}",
-               command]
+        yield [
+            holder["holder"],
+            ", ".join(holder["gpus"]),
+            "alone" if share in (None, 1) else f"up to {share}",
+            command,
+        ]
 
 
-def _print_bindings(view: dict, width: "int | None" = None, style=None) -> None:
+def _print_bindings(
+    view: "dict[str, Any]", width: "int | None" = None, style: "Callable[[str], str] | None" = None
+) -> None:
     """The bindings section of ``list``: nothing when there is no bindings file."""
     if view["error"] is not None:
         print(f"\nBindings unknown: {view['error']}")
@@ -278,8 +417,7 @@ def _print_bindings(view: dict, width: "int | None" = None, style=None) -> None:
         if taskmanager["pid"] is None:
             print("  Holders without a recorded TaskManager:")
         else:
-            claimed = (f"holds GPU {', '.join(taskmanager['claimed'])}" if taskmanager["claimed"]
-                       else "holds no GPU")
+            claimed = f"holds GPU {', '.join(taskmanager['claimed'])}" if taskmanager["claimed"] else "holds no GPU"
             where = "" if taskmanager["ours"] else f" of PID namespace {taskmanager['namespace']}"
             from flink_gpu.cli.list_view import taskmanager_name
 
@@ -288,16 +426,32 @@ def _print_bindings(view: dict, width: "int | None" = None, style=None) -> None:
                 # Flink's TaskManager: by its name rather than its java command line
                 print(f"  {name} (pid {taskmanager['pid']}{where}, {claimed} in the coordination file)")
             else:
-                command = ("" if taskmanager["cmdline"] is None or name is not None
-                           else f": {short_command(taskmanager['cmdline'])}")
+                command = (
+                    ""
+                    if taskmanager["cmdline"] is None or name is not None
+                    else f": {short_command(taskmanager['cmdline'])}"
+                )
                 print(f"  TaskManager pid {taskmanager['pid']}{where} ({claimed} in the coordination file){command}")
-        print(table(["HOLDER", "GPU", "SHARED", "COMMAND"], _binding_rows(taskmanager["holders"]), indent="    ",
-                    width=width, shrink=3, style=style))
+        print(
+            table(
+                ["HOLDER", "GPU", "SHARED", "COMMAND"],
+                _binding_rows(taskmanager["holders"]),
+                indent="    ",
+                width=width,
+                shrink=3,
+                style=style,
+            )
+        )
     if view["stale"]:
         count = len(view["stale"])
-        print(f"  {plural(count, 'entry', 'entries')} of dead holders: "
-              + ("its GPU is free again, and the next bind removes it." if count == 1
-                 else "their GPUs are free again, and the next bind removes them."))
+        print(
+            f"  {plural(count, 'entry', 'entries')} of dead holders: "
+            + (
+                "its GPU is free again, and the next bind removes it."
+                if count == 1
+                else "their GPUs are free again, and the next bind removes them."
+            )
+        )
     for line in view["unparsable"]:
         print(f"  line {line['line_number']} cannot be parsed (its GPU is never bound): {line['text']!r}")
     if view["unknown_indices"]:
@@ -305,12 +459,21 @@ def _print_bindings(view: dict, width: "int | None" = None, style=None) -> None:
 
 
 # a GPU that went missing between the enumeration and the state query: nothing known
-_NO_STATE = {"health": None, "findings": [], "checks": {}, "memory_used": None, "memory_free": None,
-             "numa_node": None, "cpu_affinity": None, "compute_mode": None,
-             "processes_known": False, "processes": []}
+_NO_STATE: "dict[str, Any]" = {
+    "health": None,
+    "findings": [],
+    "checks": {},
+    "memory_used": None,
+    "memory_free": None,
+    "numa_node": None,
+    "cpu_affinity": None,
+    "compute_mode": None,
+    "processes_known": False,
+    "processes": [],
+}
 
 
-def _gpu_states(nvml, live: "dict[str, list[int]]") -> "dict[str, dict]":
+def _gpu_states(nvml: Library, live: "dict[str, list[int]]") -> "dict[str, dict[str, Any]]":
     """Per GPU index: its state now (docs/design.md §9.1), each process on it marked with the
     flink-gpu holder (a live owner in the coordination file) it belongs to, if any."""
     from flink_gpu.gpu.nvml import process_holders
@@ -322,66 +485,89 @@ def _gpu_states(nvml, live: "dict[str, list[int]]") -> "dict[str, dict]":
         index = state.gpu_index
         device = static.get(index)
         result[index] = {
-            "health": state.health, "findings": list(state.findings),
-            "checks": {name: {"outcome": outcome, "finding": finding}
-                       for name, outcome, _, finding, _ in state.checks},
-            "memory_used": state.memory_used, "memory_free": state.memory_free,
+            "health": state.health,
+            "findings": list(state.findings),
+            "checks": {name: {"outcome": outcome, "finding": finding} for name, outcome, _, finding, _ in state.checks},
+            "memory_used": state.memory_used,
+            "memory_free": state.memory_free,
             "numa_node": device.numa_node if device else None,
             "cpu_affinity": device.cpu_affinity if device else None,
-            "compute_mode": state.compute_mode, "processes_known": state.processes_known,
-            "processes": [{"pid": pid, "kind": kind, "used_memory": used, "visible": visible,
-                           "cmdline": process_cmdline(pid) if visible else None,
-                           "holder": belongs.get((index, pid))}
-                          for pid, used, kind, _, visible in state.processes],
+            # a GPU not read in time (health "unknown: ...") has no process list either
+            "compute_mode": state.compute_mode,
+            "processes_known": state.processes_known and state.processes_read,
+            "processes": [
+                {
+                    "pid": pid,
+                    "kind": kind,
+                    "used_memory": used,
+                    "visible": visible,
+                    "cmdline": process_cmdline(pid) if visible else None,
+                    "holder": belongs.get((index, pid)),
+                }
+                for pid, used, kind, _, visible in state.processes
+            ],
         }
     return result
 
 
-def _processes_text(gpu: dict) -> str:
+def _processes_text(gpu: "dict[str, Any]") -> str:
     if not gpu["processes_known"]:
+        if (gpu["health"] or "").startswith("unknown:"):
+            return "? (not read in time)"
         return "? (no permission to list them)"
     parts = []
     for process in gpu["processes"]:
         if not process["visible"]:
             parts.append(f"pid {process['pid']} (not visible here)")
             continue
-        whose = (f"holder pid {process['holder']}" if process["holder"] is not None
-                 else "not a flink-gpu holder's")
+        whose = f"holder pid {process['holder']}" if process["holder"] is not None else "not a flink-gpu holder's"
         parts.append(f"pid {process['pid']} {short_command(process['cmdline'], 30)} ({whose})")
     return "; ".join(parts) or "none"
 
 
-def _print_state_notes(gpus: "list[dict]") -> None:
+def _print_state_notes(gpus: "list[dict[str, Any]]") -> None:
     """What the state table cannot say in a cell: why a GPU is unhealthy, invisible pids."""
     for gpu in gpus:
         for finding in gpu["findings"]:
             if finding != gpu["health"]:
                 print(f"  GPU {gpu['index']}: {finding}")
-        unchecked = [f"{name} ({check['outcome']})" for name, check in gpu["checks"].items()
-                     if check["outcome"] not in ("ok", "finding")]
-        if unchecked:
+        unchecked = [
+            f"{name} ({check['outcome']})"
+            for name, check in gpu["checks"].items()
+            if check["outcome"] not in ("ok", "finding")
+        ]
+        if unchecked and not (gpu["health"] or "").startswith("unknown:"):  # unknown: nothing was read
             print(f"  GPU {gpu['index']}: not checked: {', '.join(unchecked)}")
     hidden = sorted({p["pid"] for g in gpus for p in g["processes"] if not p["visible"]})
     if hidden:
-        print(f"  NVML lists pid {', '.join(map(str, hidden))}, which this PID namespace cannot "
-              "see (a container sees host pids): busy-gpus counts them as foreign.")
+        print(
+            f"  NVML lists pid {', '.join(map(str, hidden))}, which this PID namespace cannot "
+            "see (a container sees host pids): busy-gpus counts them as foreign."
+        )
 
-def _print_unknown_liveness(snapshot, args) -> None:
+
+def _print_unknown_liveness(snapshot: CoordinationSnapshot, args: Namespace) -> None:
     unknown = snapshot.liveness_unknown
     if unknown:
         them = "it" if len(unknown) == 1 else "them"
-        print(f"  {plural(len(unknown), 'entry', 'entries')} {_OTHER_NAMESPACE} (GPU "
-              f"{', '.join(e.index for e in unknown)}): never reclaimed by pid; if the owner is gone, "
-              f"`flink-gpu coordination clean --foreign-namespaces{_file_flag(args)}` removes {them}.")
+        print(
+            f"  {plural(len(unknown), 'entry', 'entries')} {_OTHER_NAMESPACE} (GPU "
+            f"{', '.join(e.index for e in unknown)}): never reclaimed by pid; if the owner is gone, "
+            f"`flink-gpu coordination clean --foreign-namespaces{_file_flag(args)}` removes {them}."
+        )
 
 
-def _holder_text(gpu: dict) -> str:
+def _holder_text(gpu: "dict[str, Any]") -> str:
     from flink_gpu.cli.list_view import process_text
 
     holders = gpu["holders"]
     if holders:
-        text = ", ".join(f"pid {h['pid']}: {process_text(h['pid'], h['cmdline'])}" if h["liveness_known"]
-                         else f"pid {h['pid']}: {_OTHER_NAMESPACE}" for h in holders)
+        text = ", ".join(
+            f"pid {h['pid']}: {process_text(h['pid'], h['cmdline'])}"
+            if h["liveness_known"]
+            else f"pid {h['pid']}: {_OTHER_NAMESPACE}"
+            for h in holders
+        )
         if len(holders) > 1:
             text = "CONFLICT " + text
     else:
@@ -394,37 +580,53 @@ def _holder_text(gpu: dict) -> str:
 
 # -- coordination show / clean -----------------------------------------------------------------
 
-def _entry_rows(entries):
+
+def _entry_rows(entries: "Iterable[CoordinationEntry]") -> "Iterator[list[Any]]":
     from flink_gpu.cli.list_view import process_text
 
     for entry in entries:
         state = entry.state if entry.liveness_known else _OTHER_NAMESPACE
         cmdline = _entry_cmdline(entry)
-        yield [entry.line_number, entry.index, entry.pid, entry.start_time, state,
-               None if cmdline is None else process_text(entry.pid, cmdline)]
+        yield [
+            entry.line_number,
+            entry.index,
+            entry.pid,
+            entry.start_time,
+            state,
+            None if cmdline is None else process_text(entry.pid, cmdline),
+        ]
 
 
 _ENTRY_HEADERS = ["LINE", "GPU", "PID", "START TIME", "STATE", "COMMAND"]
 
 
-def show(args) -> int:
+def show(args: Namespace) -> int:
     from flink_gpu import coordination
 
     path = coordination_path(args)
     snapshot = coordination.snapshot(path, timeout=args.timeout)
     if args.json:
-        emit_json(document("coordination show", path=path, exists=snapshot.exists,
-                           entries=[_entry_json(e) for e in snapshot.entries],
-                           unparsable=_unparsable_json(snapshot.unparsable)))
+        emit_json(
+            document(
+                "coordination show",
+                path=path,
+                exists=snapshot.exists,
+                entries=[_entry_json(e) for e in snapshot.entries],
+                unparsable=_unparsable_json(snapshot.unparsable),
+            )
+        )
         return 0
     if not snapshot.exists:
         print(f"Coordination file {path} does not exist: no GPU is claimed through it.")
         return 0
     stale, unknown = snapshot.stale, snapshot.liveness_unknown
-    print(f"Coordination file {path}: {plural(len(snapshot.entries), 'entry', 'entries')} "
-          f"({len(snapshot.entries) - len(stale) - len(unknown)} live, {len(stale)} stale"
-          + (f", {len(unknown)} of other PID namespaces with liveness unknown" if unknown else "") + ")"
-          + (f", {plural(len(snapshot.unparsable), 'unparsable line')}" if snapshot.unparsable else ""))
+    print(
+        f"Coordination file {path}: {plural(len(snapshot.entries), 'entry', 'entries')} "
+        f"({len(snapshot.entries) - len(stale) - len(unknown)} live, {len(stale)} stale"
+        + (f", {len(unknown)} of other PID namespaces with liveness unknown" if unknown else "")
+        + ")"
+        + (f", {plural(len(snapshot.unparsable), 'unparsable line')}" if snapshot.unparsable else "")
+    )
     if snapshot.entries:
         print()
         print(table(_ENTRY_HEADERS, _entry_rows(snapshot.entries)))
@@ -434,24 +636,28 @@ def show(args) -> int:
             print(f"  line {line.line_number}: {line.text!r}")
     if stale:
         them = "it" if len(stale) == 1 else "them"
-        print(f"\n{plural(len(stale), 'entry', 'entries')} of dead owners: the next claim that "
-              f"needs {them} reclaims {them}; `flink-gpu coordination clean"
-              f"{_file_flag(args)}` removes {them} now.")
+        print(
+            f"\n{plural(len(stale), 'entry', 'entries')} of dead owners: the next claim that "
+            f"needs {them} reclaims {them}; `flink-gpu coordination clean"
+            f"{_file_flag(args)}` removes {them} now."
+        )
     if unknown:
         them = "it" if len(unknown) == 1 else "them"
-        print(f"\n{plural(len(unknown), 'entry', 'entries')} {_OTHER_NAMESPACE}: never reclaimed by pid; "
-              f"if the owner is gone, `flink-gpu coordination clean --foreign-namespaces"
-              f"{_file_flag(args)}` removes {them}.")
+        print(
+            f"\n{plural(len(unknown), 'entry', 'entries')} {_OTHER_NAMESPACE}: never reclaimed by pid; "
+            f"if the owner is gone, `flink-gpu coordination clean --foreign-namespaces"
+            f"{_file_flag(args)}` removes {them}."
+        )
     return 0
 
 
-def _file_flag(args) -> str:
+def _file_flag(args: Namespace) -> str:
     import shlex
 
     return "" if args.file is None else f" --file {shlex.quote(args.file)}"
 
 
-def clean(args) -> int:
+def clean(args: Namespace) -> int:
     from flink_gpu import coordination
 
     path = coordination_path(args)
@@ -461,9 +667,16 @@ def clean(args) -> int:
     removed = result.removed if result else ()
     unparsable = result.unparsable if result else ()
     if args.json:
-        emit_json(document("coordination clean", path=path, exists=exists, foreign_namespaces=foreign,
-                           removed=[_entry_json(e) for e in removed],
-                           unparsable=_unparsable_json(unparsable)))
+        emit_json(
+            document(
+                "coordination clean",
+                path=path,
+                exists=exists,
+                foreign_namespaces=foreign,
+                removed=[_entry_json(e) for e in removed],
+                unparsable=_unparsable_json(unparsable),
+            )
+        )
         return 0
     if not exists:
         print(f"Coordination file {path} does not exist: nothing to clean.")
@@ -475,33 +688,36 @@ def clean(args) -> int:
         print(table(_ENTRY_HEADERS, _entry_rows(dead), indent="  "))
     if unknown:
         freed = sort_indices({e.index for e in unknown})  # one GPU may have had several holders' lines
-        print(f"Removed {plural(len(unknown), 'entry', 'entries')} {_OTHER_NAMESPACE}, from {path} "
-              f"(--foreign-namespaces; GPU{'' if len(freed) == 1 else 's'} {', '.join(freed)} may be claimed "
-              "again):")
+        print(
+            f"Removed {plural(len(unknown), 'entry', 'entries')} {_OTHER_NAMESPACE}, from {path} "
+            f"(--foreign-namespaces; GPU{'' if len(freed) == 1 else 's'} {', '.join(freed)} may be claimed "
+            "again):"
+        )
         print(table(_ENTRY_HEADERS, _entry_rows(unknown), indent="  "))
     if not removed:
-        print(f"No stale entry in {path}"
-              + (" and none of another PID namespace." if foreign else "."))
+        print(f"No stale entry in {path}" + (" and none of another PID namespace." if foreign else "."))
     for line in unparsable:
-        print(f"Kept unparsable line {line.line_number}: {line.text!r} (fix or delete it by hand; "
-              "its GPU is never reclaimed)")
+        print(
+            f"Kept unparsable line {line.line_number}: {line.text!r} (fix or delete it by hand; "
+            "its GPU is never reclaimed)"
+        )
     return 0
 
 
 # -- claim / release ---------------------------------------------------------------------------
 
-def _owner(args) -> int:
+
+def _owner(args: Namespace) -> int:
     """The owner: --owner, else the parent of this command (this process exits right away)."""
     from flink_gpu.coordination import process_start_time
 
     owner = os.getppid() if args.owner is None else args.owner
     if process_start_time(owner) is None and args.command == "claim":
-        raise UsageError(f"--owner {owner}: no such (live) process; GPUs claimed for it would be "
-                         "reclaimable at once.")
+        raise UsageError(f"--owner {owner}: no such (live) process; GPUs claimed for it would be reclaimable at once.")
     return owner
 
 
-def claim(args) -> int:
+def claim(args: Namespace) -> int:
     from flink_gpu import coordination
 
     owner = _owner(args)
@@ -514,26 +730,31 @@ def claim(args) -> int:
     health = {state.gpu_index: state.health for state in states}
     for index, why in left_out:
         print(f"flink-gpu claim: WARNING: GPU {index} left out: {why}", file=sys.stderr)
-    got = coordination.claim(args.amount, order, path=path, owner=owner, timeout=args.timeout,
-                             ranks=ranks).taken
+    got = coordination.claim(args.amount, order, path=path, owner=owner, timeout=args.timeout, ranks=ranks).taken
     busy = {state.gpu_index: state.busy_reason for state in states if state.busy}
     for index in got:
         if index in busy:
-            print(f"flink-gpu claim: WARNING: GPU {index} is {busy[index]} (too few idle GPUs)",
-                  file=sys.stderr)
+            print(f"flink-gpu claim: WARNING: GPU {index} is {busy[index]} (too few idle GPUs)", file=sys.stderr)
     if args.json:
-        emit_json(document("claim", path=path, amount=args.amount,
-                           owner={"pid": owner, "cmdline": process_cmdline(owner)},
-                           gpus=[{"index": i, "uuid": uuids.get(i), "health": health.get(i)} for i in got],
-                           left_out=[{"index": i, "reason": why} for i, why in left_out]))
+        emit_json(
+            document(
+                "claim",
+                path=path,
+                amount=args.amount,
+                owner={"pid": owner, "cmdline": process_cmdline(owner)},
+                gpus=[{"index": i, "uuid": uuids.get(i), "health": health.get(i)} for i in got],
+                left_out=[{"index": i, "reason": why} for i, why in left_out],
+            )
+        )
         return 0
     if not got:
         print("Claimed no GPU (N is 0).")
         return 0
     print(f"Claimed GPU {', '.join(got)} for {owner_description(owner)} in {path}.")
     print(table(["GPU", "UUID", "HEALTH"], ([i, uuids.get(i), health.get(i)] for i in got), indent="  "))
-    print(f"They stay claimed until `flink-gpu release{_owner_flag(args)}{_file_flag(args)}` or "
-          f"until pid {owner} exits.")
+    print(
+        f"They stay claimed until `flink-gpu release{_owner_flag(args)}{_file_flag(args)}` or until pid {owner} exits."
+    )
     if len(got) > 1 and units & set(got):
         # CUDA uses one MIG instance per process (design.md §9.2): one line per process to start
         print("CUDA uses one MIG instance per process: give each process one of")
@@ -544,23 +765,25 @@ def claim(args) -> int:
     return 0
 
 
-def _owner_flag(args) -> str:
+def _owner_flag(args: Namespace) -> str:
     return "" if args.owner is None else f" --owner {args.owner}"
 
 
-def release(args) -> int:
+def release(args: Namespace) -> int:
     from flink_gpu import coordination
 
     owner = _owner(args)
     path = coordination_path(args)
     released = coordination.release(owner, path=path, indices=args.gpus, timeout=args.timeout)
     if args.json:
-        emit_json(document("release", path=path, owner={"pid": owner, "cmdline": process_cmdline(owner)},
-                           released=list(released)))
+        emit_json(
+            document(
+                "release", path=path, owner={"pid": owner, "cmdline": process_cmdline(owner)}, released=list(released)
+            )
+        )
         return 0
     if released:
         print(f"Released GPU {', '.join(released)} of {owner_description(owner)} in {path}.")
     else:
-        print(f"{owner_description(owner)} held no GPU{'' if args.gpus is None else ' of those'} "
-              f"in {path}.")
+        print(f"{owner_description(owner)} held no GPU{'' if args.gpus is None else ' of those'} in {path}.")
     return 0

@@ -20,6 +20,7 @@ _TASKMANAGER_MAIN = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
 
 # -- the coordination file of a Flink configuration ----------------------------------------------
 
+
 def coordination_file(args) -> "tuple[str, str | None, str | None]":
     """The file ``list`` reads, where that came from, and a note when ``$FLINK_CONF_DIR`` could not
     say: ``--file``; else the coordination file of the configuration in ``--conf`` or
@@ -55,21 +56,29 @@ def _from_configuration(conf: str, source: str) -> str:
     except (OSError, IllegalConfigurationException) as error:
         from flink_gpu.cli._output import error_message
 
-        raise UsageError(f"{source}: cannot read the Flink configuration {conf}: {error_message(error)} "
-                         "(give the coordination file with --file instead).") from None
+        raise UsageError(
+            f"{source}: cannot read the Flink configuration {conf}: {error_message(error)} "
+            "(give the coordination file with --file instead)."
+        ) from None
     tried = []
     for name in sorted(names):
         settings = GPUDriverSettings.from_config_lenient(config.prefixed(param_prefix(name)), name)
         if settings.script_args.coordination_mode:
             return os.path.abspath(settings.script_args.coordination_file)
         tried.append(f"{param_prefix(name)}{GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key}")
-    why = (f"{', '.join(tried)} {'has' if len(tried) == 1 else 'have'} no --enable-coordination-mode"
-           if tried else "it enables no external resource ('external-resources')")
-    raise UsageError(f"{source}: the Flink configuration {conf} gives no coordination file: {why}. "
-                     "Its TaskManagers record no GPU holders; give a file with --file.")
+    why = (
+        f"{', '.join(tried)} {'has' if len(tried) == 1 else 'have'} no --enable-coordination-mode"
+        if tried
+        else "it enables no external resource ('external-resources')"
+    )
+    raise UsageError(
+        f"{source}: the Flink configuration {conf} gives no coordination file: {why}. "
+        "Its TaskManagers record no GPU holders; give a file with --file."
+    )
 
 
 # -- live readings --------------------------------------------------------------------------------
+
 
 def readings(nvml, index: str) -> dict:
     """Utilization (%), temperature (°C) and power (W) of GPU ``index`` now; None where NVML cannot say."""
@@ -80,6 +89,37 @@ def readings(nvml, index: str) -> dict:
     return values
 
 
+# -- persistence mode ------------------------------------------------------------------------------
+
+#: Why a GPU without persistence mode is worth a line: what ``list`` and ``doctor`` say of it.
+PERSISTENCE_OFF = (
+    "persistence mode is off: the first claim on each GPU may take seconds (without it the "
+    "driver initialises a GPU when a process first asks for its handle, and tears it down "
+    "when the last process lets go)"
+)
+#: How to turn it on (root; it is a setting of the GPU, which flink-gpu never changes).
+PERSISTENCE_FIX = "Enable it with `nvidia-persistenced` (or `nvidia-smi -pm 1`, as root)."
+
+
+def persistence_mode(device) -> "str | None":
+    """A device's persistence mode as ``list --json`` gives it: "enabled", "disabled", None (unknown)."""
+    mode = device.persistence_mode if device is not None else None
+    return None if mode is None else "enabled" if mode else "disabled"
+
+
+def persistence_notes(gpus: "list[dict]") -> "list[str]":
+    """The lines under ``list``'s state table: the GPUs whose persistence mode is off, and those whose
+    mode the driver cannot say."""
+    notes = []
+    off = [g["index"] for g in gpus if g["persistence_mode"] == "disabled"]
+    unknown = [g["index"] for g in gpus if g["persistence_mode"] is None]
+    if off:
+        notes.append(f"GPU {', '.join(off)}: {PERSISTENCE_OFF}. {PERSISTENCE_FIX}")
+    if unknown:
+        notes.append(f"GPU {', '.join(unknown)}: persistence mode unknown (the driver cannot say).")
+    return notes
+
+
 def reading_text(gpu: dict, field: str, unit: str) -> "str | None":
     value = gpu.get(field)
     return None if value is None else f"{value}{unit}" if unit == "%" else f"{value} {unit}"
@@ -87,16 +127,20 @@ def reading_text(gpu: dict, field: str, unit: str) -> "str | None":
 
 # -- TaskManagers by name -------------------------------------------------------------------------
 
+
 def taskmanager_name(pid: int, argv: "list[str] | None") -> "str | None":
-    """"TaskManager <resource id>" (Flink's, from ``-Dtaskmanager.resource-id`` or the
+    """ "TaskManager <resource id>" (Flink's, from ``-Dtaskmanager.resource-id`` or the
     ``config.yaml`` of its ``--configDir``), "TaskManager <host>:<port>" when those are configured,
     else "TaskManager pid <pid>"; None when ``argv`` is not a Flink TaskManager's."""
     if not argv or _TASKMANAGER_MAIN not in argv:
         return None
     dynamic = _dynamic_properties(argv)
     config = _config_of(pid, argv)
-    resource_id = (dynamic.get("taskmanager.resource-id") or config.get("taskmanager.resource-id")
-                   or _resource_id_from_log(pid, argv))
+    resource_id = (
+        dynamic.get("taskmanager.resource-id")
+        or config.get("taskmanager.resource-id")
+        or _resource_id_from_log(pid, argv)
+    )
     if resource_id:
         return f"TaskManager {resource_id}"
     host = dynamic.get("taskmanager.host") or config.get("taskmanager.host")
@@ -109,7 +153,7 @@ def taskmanager_name(pid: int, argv: "list[str] | None") -> "str | None":
 def _dynamic_properties(argv: "list[str]") -> "dict[str, str]":
     """Flink's ``-D key=value`` / ``-Dkey=value`` arguments after the main class."""
     found = {}
-    after = argv[argv.index(_TASKMANAGER_MAIN) + 1:]
+    after = argv[argv.index(_TASKMANAGER_MAIN) + 1 :]
     for i, arg in enumerate(after):
         text = after[i + 1] if arg == "-D" and i + 1 < len(after) else arg[2:] if arg.startswith("-D") else None
         if text and "=" in text:
@@ -152,7 +196,7 @@ def _read_holders_file_head(pid: int, path: str, limit: int) -> "bytes | None":
 def _resource_id_from_log(pid: int, argv: "list[str]") -> "str | None":
     """The resource id a TaskManager generated for itself, from its log (``-Dlog.file=``, set by
     Flink's bin/ scripts): "Starting TaskManager with ResourceID: <id>"."""
-    paths = [arg[len("-Dlog.file="):] for arg in argv if arg.startswith("-Dlog.file=")]
+    paths = [arg[len("-Dlog.file=") :] for arg in argv if arg.startswith("-Dlog.file=")]
     if not paths:
         return None
     data = _read_holders_file_head(pid, paths[-1], _LOG_HEAD)
@@ -162,7 +206,7 @@ def _resource_id_from_log(pid: int, argv: "list[str]") -> "str | None":
     found = head.find(_STARTING)
     if found < 0:
         return None
-    resource_id = head[found + len(_STARTING):].split("\n", 1)[0].strip()
+    resource_id = head[found + len(_STARTING) :].split("\n", 1)[0].strip()
     return resource_id if resource_id and resource_id.isprintable() else None
 
 
@@ -195,6 +239,7 @@ def process_text(pid: int, argv: "list[str] | None", width: "int | None" = None)
 
 
 # -- the terminal ---------------------------------------------------------------------------------
+
 
 def terminal_width() -> "int | None":
     """The terminal's columns when stdout is one (``$COLUMNS`` wins there); None for a pipe or a
@@ -230,6 +275,7 @@ def paint(text: str, colour: "str | None") -> str:
 
 
 # -- --watch --------------------------------------------------------------------------------------
+
 
 def watch(show, interval: float) -> int:
     """Calls ``show()`` every ``interval`` seconds, the screen cleared before each on a terminal,

@@ -6,13 +6,18 @@ import os
 
 from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import document, emit_json
-from flink_gpu.regular_files import NotARegularFileError, check_regular_file
+from flink_gpu.errors import NotARegularFileError
+from flink_gpu.regular_files import check_regular_file
+
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from argparse import Namespace
 
 
-def _yarn_max(values) -> "dict[str, int] | None":
+def _yarn_max(values: "list[str] | None") -> "dict[str, int] | None":
     if not values:
         return None
-    maximum = {}
+    maximum: "dict[str, int]" = {}
     for value in values:
         key, sep, number = value.partition("=")  # a resource type has no '=': `a=3=4` is no TYPE=N
         if not sep or not key.strip() or not number.strip().isdigit():
@@ -21,17 +26,20 @@ def _yarn_max(values) -> "dict[str, int] | None":
     return maximum
 
 
-def _dump(data) -> str:
+def _dump(data: object) -> str:
     import yaml
 
     return yaml.safe_dump(data, default_flow_style=False, sort_keys=False).rstrip("\n")
 
 
-def run(args) -> int:
+def run(args: Namespace) -> int:
     from flink_gpu.config import Configuration
-    from flink_gpu.deployment import (TASK_MANAGER_MAIN_CONTAINER_NAME,
-                                      kubernetes_resource_requirements, merge_into_pod_template,
-                                      yarn_resources)
+    from flink_gpu.deployment import (
+        TASK_MANAGER_MAIN_CONTAINER_NAME,
+        kubernetes_resource_requirements,
+        merge_into_pod_template,
+        yarn_resources,
+    )
 
     if not os.path.exists(args.conf):
         raise UsageError(f"The configuration {args.conf} does not exist.")
@@ -48,15 +56,14 @@ def run(args) -> int:
     try:
         config = Configuration.from_yaml(args.conf)
     except (FileNotFoundError, NotARegularFileError) as error:  # e.g. a conf directory without a
-        raise UsageError(str(error)) from None                   # configuration file: exit 2
+        raise UsageError(str(error)) from None  # configuration file: exit 2
     show_kubernetes = not args.yarn
     show_yarn = not args.kubernetes and args.pod_template is None
 
     fields = {"configuration": os.path.abspath(args.conf)}
     if show_kubernetes:
         requirements = kubernetes_resource_requirements(config)
-        pod = (merge_into_pod_template(args.pod_template, config)
-               if args.pod_template is not None else None)
+        pod = merge_into_pod_template(args.pod_template, config) if args.pod_template is not None else None
         fields["kubernetes"] = {**requirements, "pod": pod}
     if show_yarn:
         fields["yarn"] = yarn_resources(config, yarn_max)
@@ -71,12 +78,13 @@ def run(args) -> int:
             print(_dump(kubernetes["pod"]))
         elif kubernetes["requests"]:
             print(f"Kubernetes: the TaskManager container ({TASK_MANAGER_MAIN_CONTAINER_NAME}) gets")
-            print(_indent(_dump({"resources": {"requests": kubernetes["requests"],
-                                               "limits": kubernetes["limits"]}})))
+            print(_indent(_dump({"resources": {"requests": kubernetes["requests"], "limits": kubernetes["limits"]}})))
         else:
-            print("Kubernetes: no external resource has a positive amount and a "
-                  "kubernetes.config-key (e.g. external-resource.gpu.kubernetes.config-key: "
-                  "nvidia.com/gpu); the TaskManager requests none.")
+            print(
+                "Kubernetes: no external resource has a positive amount and a "
+                "kubernetes.config-key (e.g. external-resource.gpu.kubernetes.config-key: "
+                "nvidia.com/gpu); the TaskManager requests none."
+            )
     if show_yarn:
         if show_kubernetes:
             print()
@@ -84,9 +92,11 @@ def run(args) -> int:
             print("YARN: the TaskManager container gets")
             print(_indent(_dump(fields["yarn"])))
         else:
-            print("YARN: no external resource has a positive amount and a yarn.config-key "
-                  "(e.g. external-resource.gpu.yarn.config-key: yarn.io/gpu); the TaskManager "
-                  "requests none.")
+            print(
+                "YARN: no external resource has a positive amount and a yarn.config-key "
+                "(e.g. external-resource.gpu.yarn.config-key: yarn.io/gpu); the TaskManager "
+                "requests none."
+            )
     return 0
 
 

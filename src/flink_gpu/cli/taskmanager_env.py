@@ -13,8 +13,12 @@ import sys
 from flink_gpu.cli._output import document, emit_json
 from flink_gpu.taskmanager_env import discovery_executable, shell_exports, taskmanager_environment
 
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from argparse import Namespace
 
-def simulate_option(args) -> str:
+
+def simulate_option(args: Namespace) -> str:
     """The simulator option of this command line, as it would be typed again ("" for none)."""
     if args.simulate_spec is not None:
         return f"--simulate-spec {shlex.quote(os.path.abspath(args.simulate_spec))}"
@@ -23,15 +27,14 @@ def simulate_option(args) -> str:
     return ""
 
 
-def eval_command(args) -> str:
+def eval_command(args: Namespace) -> str:
     """The command that gives a shell the TaskManager environment for this command line's simulator."""
     option = simulate_option(args)
     return f'eval "$(flink-gpu {option + " " if option else ""}taskmanager-env)"'
 
 
-def run(args) -> int:
-    env = taskmanager_environment(devices=args.simulate, spec=args.simulate_spec,
-                                  base=args.environment_before_simulate)
+def run(args: Namespace) -> int:
+    env = taskmanager_environment(devices=args.simulate, spec=args.simulate_spec, base=args.environment_before_simulate)
     if args.json:
         emit_json(document("taskmanager-env", environment=env))
         return 0

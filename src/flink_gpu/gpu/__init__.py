@@ -7,11 +7,13 @@ driver nor the native module.
 from flink_gpu import _lazy
 
 TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
-if TYPE_CHECKING:
-    from flink_gpu.gpu.affinity import pin_to_gpus
-    from flink_gpu.gpu.driver import GPUDriver, GPUDriverFactory
-    from flink_gpu.gpu.info import GPUInfo, cuda_visible_devices
-    from flink_gpu.gpu.options import GPUDriverOptions
+if TYPE_CHECKING:  # "X as X": an explicit re-export (see flink_gpu/__init__.py)
+    from flink_gpu.gpu.affinity import pin_to_gpus as pin_to_gpus
+    from flink_gpu.gpu.driver import GPUDriver as GPUDriver
+    from flink_gpu.gpu.driver import GPUDriverFactory as GPUDriverFactory
+    from flink_gpu.gpu.info import GPUInfo as GPUInfo
+    from flink_gpu.gpu.info import cuda_visible_devices as cuda_visible_devices
+    from flink_gpu.gpu.options import GPUDriverOptions as GPUDriverOptions
 
 _LAZY = {
     "GPUDriverFactory": "flink_gpu.gpu.driver",

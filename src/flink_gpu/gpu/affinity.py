@@ -69,13 +69,18 @@ def pin_to_gpus(infos: Iterable[ExternalResourceInfo]) -> frozenset[int]:
     chosen = allowed & local
     if not chosen:
         if known:
-            _log.warning("Not pinning to the GPUs' CPUs: none of them (%s) is among the CPUs this "
-                         "process may use (%s); the affinity is unchanged.", "; ".join(known),
-                         format_cpulist(allowed))
+            _log.warning(
+                "Not pinning to the GPUs' CPUs: none of them (%s) is among the CPUs this "
+                "process may use (%s); the affinity is unchanged.",
+                "; ".join(known),
+                format_cpulist(allowed),
+            )
         else:
-            _log.warning("Not pinning to the GPUs' CPUs: no GPU info has a %s property (only the "
-                         "NVML backend reports it); the affinity is unchanged.",
-                         PROPERTY_CPU_AFFINITY)
+            _log.warning(
+                "Not pinning to the GPUs' CPUs: no GPU info has a %s property (only the "
+                "NVML backend reports it); the affinity is unchanged.",
+                PROPERTY_CPU_AFFINITY,
+            )
         return allowed
     pinned: set[int] = set()
     for _ in range(_MAX_PASSES):
@@ -89,14 +94,15 @@ def pin_to_gpus(infos: Iterable[ExternalResourceInfo]) -> frozenset[int]:
                 pass  # the thread ended meanwhile
             pinned.add(tid)
     else:
-        _log.warning("Threads kept starting while pinning to CPUs %s; the newest may not be "
-                     "pinned.", format_cpulist(chosen))
+        _log.warning(
+            "Threads kept starting while pinning to CPUs %s; the newest may not be pinned.", format_cpulist(chosen)
+        )
     return chosen
 
 
 def format_cpulist(cpus: Iterable[int]) -> str:
     """``{0, 1, 2, 5}`` as the cpulist ``0-2,5``."""
-    ranges = []
+    ranges: list[list[int]] = []  # [first, last] of each run
     for cpu in sorted(cpus):
         if ranges and ranges[-1][1] == cpu - 1:
             ranges[-1][1] = cpu

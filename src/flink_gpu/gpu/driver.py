@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping, Union
 
 from flink_gpu.config import Configuration
 from flink_gpu.coordination import whole_amount
@@ -13,7 +13,13 @@ from flink_gpu.gpu.info import GPUInfo
 from flink_gpu.gpu.nvml import NvmlDiscovery
 from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, GPUDriverOptions
 from flink_gpu.gpu.settings import GPUDriverSettings
-from flink_gpu.nvml import open_library
+from flink_gpu.nvml import Library, open_library
+
+if TYPE_CHECKING:
+    from flink_gpu.gpu.script import ScriptDiscovery
+
+    #: What retrieves the GPUs: the discovery script or NVML.
+    Backend = Union[ScriptDiscovery, NvmlDiscovery]
 
 _log = logging.getLogger("flink_gpu.gpu.driver")
 
@@ -33,11 +39,11 @@ class GPUDriver(ExternalResourceDriver):
     :meth:`retrieve_resource_info`. Use it as a context manager or call :meth:`close`.
     """
 
-    def __init__(self, config: Configuration | Mapping[str, object] | GPUDriverSettings | None = None
-                 ) -> None:
+    def __init__(self, config: Configuration | Mapping[str, object] | GPUDriverSettings | None = None) -> None:
         settings = config if isinstance(config, GPUDriverSettings) else GPUDriverSettings.from_config(config)
         self.settings = settings
         self._closed = False
+        self._backend: Backend
         mode = settings.mode
         if mode == "script":
             self._backend = _script_backend(settings, settings.script_path)
@@ -60,11 +66,12 @@ class GPUDriver(ExternalResourceDriver):
         """
         amount = whole_amount(amount)
         if amount <= 0:
-            raise ValueError(
-                "The gpuAmount should be positive when retrieving the GPU resource information.")
+            raise ValueError("The gpuAmount should be positive when retrieving the GPU resource information.")
         if amount > _FLINK_AMOUNT_MAX:  # the stock script's bash would wrap it around to a small count
-            raise FlinkException(f"Could not get enough GPU resources: {amount} requested, more than "
-                                 f"any host has (Flink's amounts are at most {_FLINK_AMOUNT_MAX}).")
+            raise FlinkException(
+                f"Could not get enough GPU resources: {amount} requested, more than "
+                f"any host has (Flink's amounts are at most {_FLINK_AMOUNT_MAX})."
+            )
         if self._closed:
             raise FlinkException("This GPUDriver has been closed.")
         return self._backend.retrieve(amount)
@@ -85,35 +92,35 @@ class GPUDriver(ExternalResourceDriver):
 class GPUDriverFactory(ExternalResourceDriverFactory):
     """Flink's ``org.apache.flink.externalresource.gpu.GPUDriverFactory``."""
 
-    def create_external_resource_driver(
-            self, config: Configuration | Mapping[str, object] | None) -> GPUDriver:
+    def create_external_resource_driver(self, config: Configuration | Mapping[str, object] | None) -> GPUDriver:
         return GPUDriver(config)
 
 
-def _script_backend(settings: GPUDriverSettings, path: str):
+def _script_backend(settings: GPUDriverSettings, path: str) -> ScriptDiscovery:
     from flink_gpu.gpu.script import ScriptDiscovery, check_script
 
-    key = param_prefix(settings.resource_name or _UNKNOWN_RESOURCE) + \
-        GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key
+    key = param_prefix(settings.resource_name or _UNKNOWN_RESOURCE) + GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key
     return ScriptDiscovery(check_script(path, key), settings)
 
 
-def _open_nvml(library_path: str | None):
+def _open_nvml(library_path: str | None) -> Library:
     return open_library(library_path)
 
 
-def _nvml_backend(nvml, settings: GPUDriverSettings):
+def _nvml_backend(nvml: Library, settings: GPUDriverSettings) -> NvmlDiscovery:
     settings.warn_ignored_args()
     return NvmlDiscovery(nvml, settings)
 
 
 # A host without a GPU (a laptop, CI) has no NVML: say how to get simulated GPUs instead.
-_NO_GPU_HINT = ("No GPU on this host? Use the bundled NVML simulator: run under "
-                "`eval \"$(flink-gpu --simulate 4 taskmanager-env)\"` (or flink_gpu.simulator.run), "
-                "which sets FLINK_GPU_NVML_LIBRARY and FLINK_GPU_SIM_DEVICES before NVML starts.")
+_NO_GPU_HINT = (
+    "No GPU on this host? Use the bundled NVML simulator: run under "
+    '`eval "$(flink-gpu --simulate 4 taskmanager-env)"` (or flink_gpu.simulator.run), '
+    "which sets FLINK_GPU_NVML_LIBRARY and FLINK_GPU_SIM_DEVICES before NVML starts."
+)
 
 
-def _auto(settings: GPUDriverSettings):
+def _auto(settings: GPUDriverSettings) -> tuple[Backend, str, str]:
     """docs/design.md §4.1: an explicit script path wins; else NVML if it loads; else the default script."""
     path_key = GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key
     if settings.script_path_set:
@@ -125,21 +132,24 @@ def _auto(settings: GPUDriverSettings):
         from flink_gpu.gpu.script import DiscoveryScriptNotFound
 
         try:
-            backend = _script_backend(settings, DEFAULT_DISCOVERY_SCRIPT)
+            backend: Backend = _script_backend(settings, DEFAULT_DISCOVERY_SCRIPT)
         except DiscoveryScriptNotFound as missing:
             # Flink's text first; then why a script nobody configured was looked for at all
             # one exception: both causes are in its message (a chained traceback of three says no more)
             raise DiscoveryScriptNotFound(
                 missing.path,
                 f"{missing} discovery-mode is 'auto', {path_key} is not set and NVML is "
-                f"not usable ({error}), so the default script was tried. {_NO_GPU_HINT}") from None
-        return (backend, "script",
-                f"{path_key} is not set and NVML is not usable ({error}); running "
-                f"{DEFAULT_DISCOVERY_SCRIPT}")
-    from flink_gpu.gpu.nvml import NvmlDiscovery
-
+                f"not usable ({error}), so the default script was tried. {_NO_GPU_HINT}",
+            ) from None
+        return (
+            backend,
+            "script",
+            f"{path_key} is not set and NVML is not usable ({error}); running {DEFAULT_DISCOVERY_SCRIPT}",
+        )
     backend = NvmlDiscovery(nvml, settings)
     version = nvml.driver_version
-    return (backend, "nvml",
-            f"{path_key} is not set and NVML loaded from {nvml.library_path}"
-            + (f" (driver {version})" if version else ""))
+    return (
+        backend,
+        "nvml",
+        f"{path_key} is not set and NVML loaded from {nvml.library_path}" + (f" (driver {version})" if version else ""),
+    )

@@ -38,6 +38,7 @@ PROPERTY_PARENT_UUID = "parent.uuid"
 PROPERTY_MIG_GI = "mig.gi"
 PROPERTY_MIG_CI = "mig.ci"
 
+
 class GPUInfo(ExternalResourceInfo):
     """One GPU as Flink's ``GPUInfo``: an index plus, from the NVML backend, static properties.
 
@@ -46,6 +47,9 @@ class GPUInfo(ExternalResourceInfo):
     """
 
     __slots__ = ("_index", "_properties")
+    # set once, through object.__setattr__ (the class refuses attribute stores)
+    _index: str
+    _properties: dict[str, str] | None
 
     def __init__(self, index: str, properties: Mapping[str, str] | None = None) -> None:
         if type(index) is not str:
@@ -56,12 +60,10 @@ class GPUInfo(ExternalResourceInfo):
         if properties:
             properties = dict(properties)
             if PROPERTY_INDEX in properties:
-                raise ValueError(
-                    "GPUInfo properties must not contain 'index'; pass it as the index.")
+                raise ValueError("GPUInfo properties must not contain 'index'; pass it as the index.")
             for key, value in properties.items():
                 if type(key) is not str or type(value) is not str:
-                    raise TypeError(
-                        f"GPUInfo properties must map str to str, got {key!r}: {value!r}")
+                    raise TypeError(f"GPUInfo properties must map str to str, got {key!r}: {value!r}")
         else:
             properties = None
         object.__setattr__(self, "_properties", properties)
@@ -106,7 +108,7 @@ class GPUInfo(ExternalResourceInfo):
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"GPUInfo is immutable; cannot delete {name!r}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[GPUInfo], tuple[str, dict[str, str] | None]]:
         # __slots__ plus the __setattr__ guard defeat pickle's default; rebuild through __init__.
         return (GPUInfo, (self._index, self._properties))
 
@@ -129,23 +131,42 @@ def cuda_visible_devices(infos: Iterable[ExternalResourceInfo]) -> str:
 
     ordered = index_sort_order(infos, lambda info: info.get_property(PROPERTY_INDEX) or "")
     # a unit as the NVML backend describes it, or by its index alone (a Java GPUInfo, flink-gpu-discovery)
-    units = [info for info in ordered if info.get_property(PROPERTY_PARENT_INDEX) is not None
-             or unit_parent(info.get_property(PROPERTY_INDEX) or "") is not None]
+    units = [
+        info
+        for info in ordered
+        if info.get_property(PROPERTY_PARENT_INDEX) is not None
+        or unit_parent(info.get_property(PROPERTY_INDEX) or "") is not None
+    ]
     if len(units) > 1:
-        named = ", ".join(info.get_property(PROPERTY_INDEX) for info in units)
-        raise ValueError(f"A CUDA process can use only one MIG instance, but the infos hold {len(units)} "
-                         f"({named}): give each slot its own unit (one GPU per slot, e.g. "
-                         "cuda_visible_devices([info]) in each subtask) instead of exposing them all.")
+        named = ", ".join(_index_of(info) for info in units)
+        raise ValueError(
+            f"A CUDA process can use only one MIG instance, but the infos hold {len(units)} "
+            f"({named}): give each slot its own unit (one GPU per slot, e.g. "
+            "cuda_visible_devices([info]) in each subtask) instead of exposing them all."
+        )
     for unit in units:
         if not unit.get_property(PROPERTY_UUID):
-            index = unit.get_property(PROPERTY_INDEX)
+            index = _index_of(unit)
             gpu = unit.get_property(PROPERTY_PARENT_INDEX) or unit_parent(index)
             raise ValueError(
                 f"MIG instance {index} has no uuid: CUDA reaches a MIG instance only by its MIG- uuid, and "
                 f"'{gpu}' in CUDA_VISIBLE_DEVICES would mean the whole GPU {gpu}, on which CUDA picks an instance "
                 "of its own, possibly another slot's. Use infos from the NVML backend (discovery-mode nvml, "
-                "which gives the uuid), or set CUDA_VISIBLE_DEVICES to the unit's MIG- uuid (nvidia-smi -L).")
-    uuids = [info.get_property(PROPERTY_UUID) for info in ordered]
-    if ordered and all(uuids):
+                "which gives the uuid), or set CUDA_VISIBLE_DEVICES to the unit's MIG- uuid (nvidia-smi -L)."
+            )
+    uuids = [uuid for info in ordered if (uuid := info.get_property(PROPERTY_UUID))]
+    if ordered and len(uuids) == len(ordered):
         return ",".join(uuids)
-    return ",".join(info.get_property(PROPERTY_INDEX) for info in ordered)
+    return ",".join(_index_of(info) for info in ordered)
+
+
+def _index_of(info: ExternalResourceInfo) -> str:
+    """The ``index`` of ``info``; an info without one (another resource's) cannot be named to CUDA."""
+    index = info.get_property(PROPERTY_INDEX)
+    if index is None:
+        raise ValueError(
+            f"{info!r} has no 'index' property, so CUDA_VISIBLE_DEVICES cannot name it: "
+            "pass cuda_visible_devices the infos of a GPU resource (GPUInfo), not another "
+            "resource's."
+        )
+    return index

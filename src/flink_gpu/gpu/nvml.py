@@ -17,11 +17,24 @@ from typing import NamedTuple
 
 from flink_gpu import coordination
 from flink_gpu.errors import FlinkException
-from flink_gpu.gpu.info import (PROPERTY_CPU_AFFINITY, PROPERTY_HEALTH, PROPERTY_MEMORY_FREE,
-                                PROPERTY_MEMORY_TOTAL, PROPERTY_MEMORY_USED, PROPERTY_MIG_CI,
-                                PROPERTY_MIG_GI, PROPERTY_MINOR_NUMBER, PROPERTY_NAME,
-                                PROPERTY_NUMA_NODE, PROPERTY_PARENT_INDEX, PROPERTY_PARENT_UUID,
-                                PROPERTY_PCI_BUS_ID, PROPERTY_PROCESSES, PROPERTY_UUID, GPUInfo)
+from flink_gpu.gpu.info import (
+    PROPERTY_CPU_AFFINITY,
+    PROPERTY_HEALTH,
+    PROPERTY_MEMORY_FREE,
+    PROPERTY_MEMORY_TOTAL,
+    PROPERTY_MEMORY_USED,
+    PROPERTY_MIG_CI,
+    PROPERTY_MIG_GI,
+    PROPERTY_MINOR_NUMBER,
+    PROPERTY_NAME,
+    PROPERTY_NUMA_NODE,
+    PROPERTY_PARENT_INDEX,
+    PROPERTY_PARENT_UUID,
+    PROPERTY_PCI_BUS_ID,
+    PROPERTY_PROCESSES,
+    PROPERTY_UUID,
+    GPUInfo,
+)
 from flink_gpu.gpu.settings import GPUDriverSettings
 from flink_gpu.nvml import Verdict, find_taskmanager
 
@@ -32,17 +45,19 @@ def static_properties(device) -> dict[str, str]:
     """The properties of an NVML device (a :class:`flink_gpu.nvml.Device`) that do not change
     while NVML is initialised: each one the driver answered (a MIG unit's parent and instances too)."""
     properties = {}
-    for key, value in ((PROPERTY_UUID, device.uuid),
-                       (PROPERTY_NAME, device.name),
-                       (PROPERTY_PCI_BUS_ID, device.pci_bus_id),
-                       (PROPERTY_MEMORY_TOTAL, device.memory_total),
-                       (PROPERTY_MINOR_NUMBER, device.minor_number),
-                       (PROPERTY_CPU_AFFINITY, device.cpu_affinity),
-                       (PROPERTY_NUMA_NODE, device.numa_node),
-                       (PROPERTY_PARENT_INDEX, device.parent_index),
-                       (PROPERTY_PARENT_UUID, device.parent_uuid),
-                       (PROPERTY_MIG_GI, device.mig_gi),
-                       (PROPERTY_MIG_CI, device.mig_ci)):
+    for key, value in (
+        (PROPERTY_UUID, device.uuid),
+        (PROPERTY_NAME, device.name),
+        (PROPERTY_PCI_BUS_ID, device.pci_bus_id),
+        (PROPERTY_MEMORY_TOTAL, device.memory_total),
+        (PROPERTY_MINOR_NUMBER, device.minor_number),
+        (PROPERTY_CPU_AFFINITY, device.cpu_affinity),
+        (PROPERTY_NUMA_NODE, device.numa_node),
+        (PROPERTY_PARENT_INDEX, device.parent_index),
+        (PROPERTY_PARENT_UUID, device.parent_uuid),
+        (PROPERTY_MIG_GI, device.mig_gi),
+        (PROPERTY_MIG_CI, device.mig_ci),
+    ):
         if value is not None:
             properties[key] = str(value)
     return properties
@@ -61,7 +76,7 @@ def state_properties(state) -> dict[str, str]:
         properties[PROPERTY_MEMORY_USED] = str(state.memory_used)
     if state.memory_free is not None:
         properties[PROPERTY_MEMORY_FREE] = str(state.memory_free)
-    if state.processes_known:
+    if state.processes_known and state.processes_read:  # busy-gpus ignore reads none: no property
         properties[PROPERTY_PROCESSES] = str(len(state.processes))
     return properties
 
@@ -138,6 +153,7 @@ class NvmlDiscovery:
         self.args = settings.script_args
         self.busy_gpus = settings.busy_policy()
         self.health_checks = settings.health_checks
+        self.nvml_timeout = settings.nvml_timeout_seconds()
         self._nvml = nvml
         self._claimed: set[str] = set()  # indices this driver counts in _driver_holds
         self._claimed_pid = coordination.own_pid()
@@ -157,10 +173,17 @@ class NvmlDiscovery:
             skipped = tuple(nvml.skipped())
             for device in skipped:
                 _log.warning("%s", device.reason)
-            enumeration = _Enumeration(pid, devices, skipped, tuple(d.gpu_index for d in devices),
-                                       {d.gpu_index: d.gpu_index for d in devices},
-                                       {d.gpu_index: static_properties(d) for d in devices}, {},
-                                       {}, set())
+            enumeration = _Enumeration(
+                pid,
+                devices,
+                skipped,
+                tuple(d.gpu_index for d in devices),
+                {d.gpu_index: d.gpu_index for d in devices},
+                {d.gpu_index: static_properties(d) for d in devices},
+                {},
+                {},
+                set(),
+            )
             _enumerations[nvml.library_path] = enumeration
         return enumeration
 
@@ -178,12 +201,19 @@ class NvmlDiscovery:
         taskmanager = _taskmanagers.get(pid, _UNKNOWN)
         if taskmanager is _UNKNOWN:
             taskmanager = _taskmanagers[pid] = find_taskmanager(pid)
-        states, order, ranks, left_out = self._nvml.choose(enumeration.indices, pid, taskmanager, self.busy_gpus,
-                                                           self.health_checks)
+        # within nvml-timeout (a GPU not read in time is unknown, left out), and before the
+        # coordination file is locked: no NVML call is outstanding while it is held
+        states, order, ranks, left_out = self._nvml.choose(
+            enumeration.indices, pid, taskmanager, self.busy_gpus, self.health_checks, self.nvml_timeout
+        )
         # everything the ranking and the infos depend on: while it is unchanged (an idle host),
         # the last ranking and its infos are reused instead of building them again
-        key = tuple([(s.gpu_index, s.health, s.busy, s.memory_used, s.memory_free, s.processes_known,
-                      len(s.processes)) for s in states])
+        key = tuple(
+            [
+                (s.gpu_index, s.health, s.busy, s.memory_used, s.memory_free, s.processes_known, len(s.processes))
+                for s in states
+            ]
+        )
         ranking = enumeration.rankings.get((self.busy_gpus, self.health_checks))
         if ranking is None or ranking.key != key:
             ranking = self._rank(enumeration, states, key, order, ranks, left_out)
@@ -223,43 +253,59 @@ class NvmlDiscovery:
             last = enumeration.infos.get(index)
             if last is None or last[0] != properties:
                 last = enumeration.infos[index] = (
-                    properties, GPUInfo(index, {**enumeration.static[index], **properties}))
+                    properties,
+                    GPUInfo(index, {**enumeration.static[index], **properties}),
+                )
             by_index[index] = last[1]
-        ranking = _Ranking(key, order, ranks, left_out, by_index,
-                           tuple(by_index[index] for index in order), {})
+        ranking = _Ranking(key, order, ranks, left_out, by_index, tuple(by_index[index] for index in order), {})
         enumeration.rankings[(self.busy_gpus, self.health_checks)] = ranking
         return ranking
 
     @staticmethod
     def _warn(enumeration: _Enumeration, index: str, state) -> None:
         """WARN, once per process and GPU, an unhealthy GPU, a finding that leaves it ok, and a GPU
-        whose processes NVML would not list."""
+        whose processes NVML would not list; at every choice, a GPU whose state was not read in time."""
         warned = enumeration.warned
+        if state.verdict is Verdict.UNKNOWN:  # every time: it says how long the query has been stuck
+            _log.warning(
+                "GPU %s (%s) is %s; it is not handed out.",
+                index,
+                enumeration.static[index].get(PROPERTY_UUID, "no uuid"),
+                state.health,
+            )
         if state.verdict is Verdict.UNHEALTHY and (index, state.health) not in warned:
             warned.add((index, state.health))
-            _log.warning("GPU %s (%s) is %s; it is not handed out.", index,
-                         enumeration.static[index].get(PROPERTY_UUID, "no uuid"), state.health)
+            _log.warning(
+                "GPU %s (%s) is %s; it is not handed out.",
+                index,
+                enumeration.static[index].get(PROPERTY_UUID, "no uuid"),
+                state.health,
+            )
         for warning in state.warnings:
             if (index, warning) not in warned:
                 warned.add((index, warning))
-                _log.warning("GPU %s (%s): %s; it is handed out.", index,
-                             enumeration.static[index].get(PROPERTY_UUID, "no uuid"), warning)
+                _log.warning(
+                    "GPU %s (%s): %s; it is handed out.",
+                    index,
+                    enumeration.static[index].get(PROPERTY_UUID, "no uuid"),
+                    warning,
+                )
         if not state.processes_known and (index, "processes unknown") not in warned:
             warned.add((index, "processes unknown"))
-            _log.warning("NVML gives no permission to list the processes on GPU %s; it counts "
-                         "as not busy.", index)
+            _log.warning("NVML gives no permission to list the processes on GPU %s; it counts as not busy.", index)
 
     def _shortage(self, enumeration: _Enumeration, amount: int, left_out) -> str:
         present = len(enumeration.devices)
-        message = (f"Could not get enough GPU resources: {amount} requested, but NVML "
-                   f"({self._nvml.library_path}) reports {present} usable "
-                   f"device{'' if present == 1 else 's'}")
+        message = (
+            f"Could not get enough GPU resources: {amount} requested, but NVML "
+            f"({self._nvml.library_path}) reports {present} usable "
+            f"device{'' if present == 1 else 's'}"
+        )
         if enumeration.skipped:
             reasons = " ".join(device.reason for device in enumeration.skipped)
             message += f" and {len(enumeration.skipped)} skipped ({reasons})"
         if left_out:
-            message += (", of which " + "; ".join(f"GPU {index} is left out ({why})"
-                                                  for index, why in left_out))
+            message += ", of which " + "; ".join(f"GPU {index} is left out ({why})" for index, why in left_out)
         return message + "."
 
     def retrieve(self, amount: int) -> frozenset[GPUInfo]:
@@ -267,8 +313,9 @@ class NvmlDiscovery:
         if _log.isEnabledFor(logging.INFO):
             from flink_gpu.gpu_index import index_sort_order
 
-            _log.info("Discover GPU resources: [%s].",
-                      ", ".join(map(str, index_sort_order(chosen, lambda info: info.index))))
+            _log.info(
+                "Discover GPU resources: [%s].", ", ".join(map(str, index_sort_order(chosen, lambda info: info.index)))
+            )
         return chosen
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ already stripped.
 from __future__ import annotations
 
 from flink_gpu.config import ConfigOption, Duration, config_option
+from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, MIN_METRICS_INTERVAL
 
 #: Where Flink ships the stock script, relative to ``$FLINK_HOME``.
 DEFAULT_DISCOVERY_SCRIPT = "plugins/external-resource-gpu/nvidia-gpu-discovery.sh"
@@ -19,42 +20,82 @@ class GPUDriverOptions:
     """``ConfigOption``s read by ``GPUDriver``; the first two are Flink's ``GPUDriver`` options."""
 
     DISCOVERY_SCRIPT_PATH: ConfigOption[str] = config_option(
-        "discovery-script.path", str, DEFAULT_DISCOVERY_SCRIPT,
+        "discovery-script.path",
+        str,
+        DEFAULT_DISCOVERY_SCRIPT,
         "The path of the GPU discovery script; a relative path is resolved against $FLINK_HOME "
-        "(the working directory when unset). Setting it selects the script backend in auto mode.")
+        "(the working directory when unset). Setting it selects the script backend in auto mode.",
+    )
 
     DISCOVERY_SCRIPT_ARG: ConfigOption[str] = config_option(
-        "discovery-script.args", str, None,
+        "discovery-script.args",
+        str,
+        None,
         "The arguments passed to the discovery script after the amount, split on whitespace. The "
         "NVML backend reads the stock script's flags from it: --enable-coordination-mode and "
-        "--coordination-file PATH.")
+        "--coordination-file PATH.",
+    )
 
     DISCOVERY_MODE: ConfigOption[str] = config_option(
-        "discovery-mode", str, "auto",
+        "discovery-mode",
+        str,
+        "auto",
         "How GPUs are discovered: 'script' runs the discovery script as Flink does, 'nvml' asks "
         "NVML in-process, 'auto' uses the script when discovery-script.path is set, else NVML "
-        "when it loads, else the script at its default path.")
+        "when it loads, else the script at its default path.",
+    )
 
     NVML_LIBRARY_PATH: ConfigOption[str] = config_option(
-        "nvml.library-path", str, None,
-        "The libnvidia-ml to load (default: $FLINK_GPU_NVML_LIBRARY, else libnvidia-ml.so.1).")
+        "nvml.library-path",
+        str,
+        None,
+        "The libnvidia-ml to load (default: $FLINK_GPU_NVML_LIBRARY, else libnvidia-ml.so.1).",
+    )
 
     DISCOVERY_SCRIPT_TIMEOUT: ConfigOption[float] = config_option(
-        "discovery-script.timeout", Duration, 10.0,
+        "discovery-script.timeout",
+        Duration,
+        10.0,
         "How long the discovery script may run before it and everything it started is killed "
-        "(Flink: fixed 10 s). Read as seconds.")
+        "(Flink: fixed 10 s). Read as seconds.",
+    )
 
     BUSY_GPUS: ConfigOption[str] = config_option(
-        "busy-gpus", str, "avoid",
+        "busy-gpus",
+        str,
+        "avoid",
         "NVML mode: what to do with GPUs that run processes of others (not this worker, its "
         "TaskManager or their descendants). 'avoid' takes them only when the idle GPUs are too "
         "few, 'exclude' never takes them, 'ignore' takes GPUs in index order as Flink does. Case "
-        "and surrounding blanks are ignored; overrides --busy-gpus in discovery-script.args.")
+        "and surrounding blanks are ignored; overrides --busy-gpus in discovery-script.args.",
+    )
+
+    NVML_TIMEOUT: ConfigOption[float] = config_option(
+        "nvml-timeout",
+        Duration,
+        5.0,
+        "NVML mode: how long the GPUs' state may take to read on a claim (docs/design.md §9.5). A GPU "
+        "whose NVML query does not return in time is 'unknown' and not handed out, with a WARN naming "
+        "it and the query; the claim goes on with the others. Must be positive; overrides "
+        "--nvml-timeout in discovery-script.args. Read as seconds.",
+    )
 
     HEALTH_CHECKS: ConfigOption[str] = config_option(
-        "health-checks", str, "all",
+        "health-checks",
+        str,
+        "all",
         "NVML mode: which health checks decide whether a GPU is handed out (docs/design.md §9.1): "
         "a comma-separated list of check names (inforom, remapped-rows, ecc, recovery-action, "
         "fabric, retired-pages), 'all', and '-name' to leave one out, read left to right, e.g. "
         "'all,-inforom'. A check left out is still read and shown by flink-gpu list and doctor; "
-        "a lost GPU is never handed out.")
+        "a lost GPU is never handed out.",
+    )
+
+    METRICS_INTERVAL: ConfigOption[float] = config_option(
+        "metrics.interval",
+        Duration,
+        DEFAULT_METRICS_INTERVAL,
+        f"How often the GPU gauges of a process (flink_gpu.binding's register_metrics) read NVML, at most: "
+        f"one reader per process refreshes the values every gauge shows, whatever Flink's reporters or "
+        f"PyFlink's bundles ask. At least {MIN_METRICS_INTERVAL:g} s. Read as seconds.",
+    )

@@ -14,17 +14,31 @@ import logging
 import os
 from typing import NamedTuple
 
-from flink_gpu.errors import FlinkException, IllegalConfigurationException
+from flink_gpu.errors import (
+    DiscoveryScriptNotExecutable,
+    DiscoveryScriptNotFound,
+    FlinkException,
+    IllegalConfigurationException,
+)
 from flink_gpu.gpu.info import GPUInfo
 from flink_gpu.java_text import is_java_blank
 from flink_gpu.script_protocol import exec_tokens
 
 TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
 if TYPE_CHECKING:
+    import subprocess
+
     from flink_gpu.gpu.settings import GPUDriverSettings
 
-__all__ = ["DiscoveryScriptNotExecutable", "DiscoveryScriptNotFound", "ScriptDiscovery", "ScriptOutput",
-           "check_script", "resolve_script_path", "run_script"]
+__all__ = [
+    "DiscoveryScriptNotExecutable",
+    "DiscoveryScriptNotFound",
+    "ScriptDiscovery",
+    "ScriptOutput",
+    "check_script",
+    "resolve_script_path",
+    "run_script",
+]
 
 _log = logging.getLogger("flink_gpu.gpu.script")
 
@@ -37,23 +51,6 @@ _WARN_LINES = 20
 _WARN_CHARS = 4096
 # ... and this many characters of each stream in the WARN for a failed script.
 _FAILURE_CHARS = 16384
-
-
-class DiscoveryScriptNotFound(FileNotFoundError):
-    """The discovery script does not exist; ``path`` is the absolute path that was tried."""
-
-    def __init__(self, path: str, message: str | None = None) -> None:
-        super().__init__(message or f"The gpu discovery script does not exist in path {path}.")
-        self.path = path
-
-
-class DiscoveryScriptNotExecutable(FlinkException):
-    """The discovery script exists but cannot be run (not executable, or a directory);
-    ``path`` is its absolute path."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(message)
-        self.path = path
 
 
 def resolve_script_path(path: str) -> str:
@@ -79,13 +76,15 @@ def check_script(path: str | None, key: str) -> str:
     if path is None or is_java_blank(path):
         raise IllegalConfigurationException(
             f"GPU discovery script ('{key}') is not configured. Set it to the path of an "
-            "executable discovery script, or leave it unset to use Flink's default.")
+            "executable discovery script, or leave it unset to use Flink's default."
+        )
     absolute = resolve_script_path(path)
     if not os.path.exists(absolute):
         raise DiscoveryScriptNotFound(absolute)
     if os.path.isdir(absolute):
         raise DiscoveryScriptNotExecutable(
-            absolute, f"The discovery script {absolute} is not executable. It is a directory.")
+            absolute, f"The discovery script {absolute} is not executable. It is a directory."
+        )
     if not os.access(absolute, os.X_OK):
         raise DiscoveryScriptNotExecutable(absolute, f"The discovery script {absolute} is not executable.")
     return absolute
@@ -100,21 +99,29 @@ class ScriptOutput(NamedTuple):
     truncated: bool
 
 
-def _spawn(argv: list[str]):
+def _popen(argv: list[str]) -> subprocess.Popen[bytes]:
     import subprocess
 
-    options = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                   close_fds=True, start_new_session=True)
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        close_fds=True,
+        start_new_session=True,
+    )
+
+
+def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
     try:
-        return subprocess.Popen(argv, **options)
+        return _popen(argv)
     except OSError as error:
         if error.errno != errno.ENOEXEC:
-            raise FlinkException(
-                f"Could not start the discovery script {argv[0]}: {error.strerror}.") from error
+            raise FlinkException(f"Could not start the discovery script {argv[0]}: {error.strerror}.") from error
     # No interpreter line: run it with /bin/sh as the JVM's process launcher (and execvp) do,
     # so scripts that work under Flink keep working. The arguments are still passed verbatim.
     try:
-        return subprocess.Popen(["/bin/sh", *argv], **options)
+        return _popen(["/bin/sh", *argv])
     except OSError as error:
         raise FlinkException(
             f"Could not start the discovery script {argv[0]} with /bin/sh: {error.strerror}."
@@ -176,7 +183,9 @@ def run_script(argv: list[str], timeout: float) -> ScriptOutput:
 
     deadline = time.monotonic() + timeout
     process = _spawn(argv)
-    stdout_fd, stderr_fd = process.stdout.fileno(), process.stderr.fileno()
+    stdout, stderr = process.stdout, process.stderr
+    assert stdout is not None and stderr is not None  # _popen pipes both
+    stdout_fd, stderr_fd = stdout.fileno(), stderr.fileno()
     pipes = {os.fstat(stdout_fd).st_ino, os.fstat(stderr_fd).st_ino}
     buffers = {stdout_fd: bytearray(), stderr_fd: bytearray()}
     truncated = False
@@ -213,11 +222,10 @@ def run_script(argv: list[str], timeout: float) -> ScriptOutput:
             _kill_group(process.pid)
             process.kill()
             _kill_pipe_writers(pipes)
-        process.stdout.close()
-        process.stderr.close()
+        stdout.close()
+        stderr.close()
         process.wait()  # always reap: no zombie
-    return ScriptOutput(process.returncode, bytes(buffers[stdout_fd]), bytes(buffers[stderr_fd]),
-                        truncated)
+    return ScriptOutput(process.returncode, bytes(buffers[stdout_fd]), bytes(buffers[stderr_fd]), truncated)
 
 
 def _timeout(timeout: float) -> TimeoutError:
@@ -235,8 +243,9 @@ def _exit_description(returncode: int) -> str:
         name = signal.Signals(number).name
     except ValueError:
         name = f"signal {number}"
-    return (f"Discovery script exit with non-zero return code: {128 + number}. "
-            f"It was killed by signal {number} ({name}).")
+    return (
+        f"Discovery script exit with non-zero return code: {128 + number}. It was killed by signal {number} ({name})."
+    )
 
 
 def _clip(output: bytes) -> str:
@@ -252,7 +261,7 @@ def _quote_lines(lines: list[str]) -> str:
     size = 0
     for line in lines[:_WARN_LINES]:
         if size + len(line) > _WARN_CHARS:
-            shown.append(line[:max(_WARN_CHARS - size, 0)] + "...")
+            shown.append(line[: max(_WARN_CHARS - size, 0)] + "...")
             break
         shown.append(line)
         size += len(line)
@@ -281,19 +290,27 @@ class ScriptDiscovery:
 
         result = run_script(self.command(amount), self.timeout)
         if result.truncated:
-            _log.warning("The discovery script %s wrote more than %d bytes to stdout or stderr; "
-                         "the rest was discarded.", self.script_path, _OUTPUT_LIMIT)
+            _log.warning(
+                "The discovery script %s wrote more than %d bytes to stdout or stderr; the rest was discarded.",
+                self.script_path,
+                _OUTPUT_LIMIT,
+            )
         if result.returncode != 0:
-            _log.warning("Discovery script exit with %s.\nSTDOUT: %s\nSTDERR: %s",
-                         result.returncode if result.returncode >= 0
-                         else f"signal {-result.returncode}",
-                         _clip(result.stdout), _clip(result.stderr))
+            _log.warning(
+                "Discovery script exit with %s.\nSTDOUT: %s\nSTDERR: %s",
+                result.returncode if result.returncode >= 0 else f"signal {-result.returncode}",
+                _clip(result.stdout),
+                _clip(result.stderr),
+            )
             raise FlinkException(_exit_description(result.returncode))
         lines = split_output_lines(result.stdout.decode("utf-8", "replace"))
         if len(lines) > 1:
-            _log.warning("The output of the discovery script should only contain one single line. "
-                         "Finding %d lines with content: %s. Will only keep the first line.",
-                         len(lines), _quote_lines(lines))
+            _log.warning(
+                "The output of the discovery script should only contain one single line. "
+                "Finding %d lines with content: %s. Will only keep the first line.",
+                len(lines),
+                _quote_lines(lines),
+            )
         infos = [GPUInfo(index) for index in parse_gpu_indices(lines[0])] if lines else []
         _log.info("Discover GPU resources: [%s].", ", ".join(map(str, infos)))
         return frozenset(infos)

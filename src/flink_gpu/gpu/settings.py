@@ -16,8 +16,15 @@ from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
-from flink_gpu.nvml import BUSY_GPUS_VALUES, HEALTH_CHECKS, busy_policy
-from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args, warn_ignored
+from flink_gpu.nvml import (
+    BUSY_GPUS_VALUES,
+    DEFAULT_METRICS_INTERVAL,
+    DEFAULT_NVML_TIMEOUT,
+    HEALTH_CHECKS,
+    MIN_METRICS_INTERVAL,
+    busy_policy,
+)
+from flink_gpu.script_protocol import BUSY_GPUS_FLAG, NVML_TIMEOUT_FLAG, ScriptArgs, parse_script_args, warn_ignored
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
 
@@ -37,12 +44,17 @@ class GPUDriverSettings:
     busy_gpus: str = "avoid"  # busy-gpus, lower case: "avoid", "exclude" or "ignore"
     busy_gpus_set: bool = False  # busy-gpus is configured (it then overrides --busy-gpus in the args)
     health_checks: "tuple[str, ...]" = HEALTH_CHECKS  # health-checks: the enforced checks, in HEALTH_CHECKS order
+    metrics_interval: float = DEFAULT_METRICS_INTERVAL  # metrics.interval, seconds, at least MIN_METRICS_INTERVAL
+    nvml_timeout: float = DEFAULT_NVML_TIMEOUT  # nvml-timeout, seconds, positive: the deadline of a claim's state read
+    nvml_timeout_set: bool = False  # nvml-timeout is configured (it then overrides --nvml-timeout in the args)
 
     @classmethod
-    def from_config(cls, params: "Configuration | Mapping[str, object] | None",
-                    resource_name: "str | None" = None) -> GPUDriverSettings:
+    def from_config(
+        cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None" = None
+    ) -> GPUDriverSettings:
         """The settings in ``params`` (the driver-relative keys, ``external-resource.<name>.param.``
-        stripped). Raises ``IllegalConfigurationException`` for a bad mode, timeout, busy-gpus or health-checks,
+        stripped). Raises ``IllegalConfigurationException`` for a bad mode, timeout, busy-gpus, health-checks or
+        metrics.interval,
         naming the full key when ``resource_name`` is given. Nothing is logged: :meth:`warn_ignored_args`
         WARNs about the arguments when a backend reads them.
 
@@ -61,34 +73,52 @@ class GPUDriverSettings:
         return cls._read(params, resource_name)
 
     @classmethod
-    def _read(cls, params: "Configuration | Mapping[str, object] | None",
-              resource_name: "str | None") -> GPUDriverSettings:
+    def _read(
+        cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None"
+    ) -> GPUDriverSettings:
         config = Configuration.coerce(params)
         mode = _choice(config, GPUDriverOptions.DISCOVERY_MODE, DISCOVERY_MODES, resource_name)
-        timeout_option = GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT
-        timeout = config.get(timeout_option)
-        if not timeout > 0:
-            raise IllegalConfigurationException(
-                f"Invalid value for key '{_key(timeout_option, resource_name)}': the timeout must "
-                f"be positive, got {timeout} s.")
+        timeout = _positive_duration(config, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT, resource_name)
+        nvml_timeout = _positive_duration(config, GPUDriverOptions.NVML_TIMEOUT, resource_name)
         busy_gpus = _choice(config, GPUDriverOptions.BUSY_GPUS, BUSY_GPUS_VALUES, resource_name, busy_policy)
         health_checks = _health_checks(config, resource_name)
+        interval_option = GPUDriverOptions.METRICS_INTERVAL
+        metrics_interval = config.get(interval_option)
+        if not metrics_interval >= MIN_METRICS_INTERVAL:
+            raise IllegalConfigurationException(
+                f"Invalid value for key '{_key(interval_option, resource_name)}': the GPU gauges read NVML at "
+                f"most every {MIN_METRICS_INTERVAL:g} s, got {metrics_interval:g} s; set at least "
+                f"{MIN_METRICS_INTERVAL:g} s (default {DEFAULT_METRICS_INTERVAL:g} s)."
+            )
         args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
         library_path = config.get(GPUDriverOptions.NVML_LIBRARY_PATH)
         if library_path is not None and not library_path.strip():
             library_path = None
         path_option = GPUDriverOptions.DISCOVERY_SCRIPT_PATH
-        return cls(mode=mode, script_path=config.get(path_option),
-                   script_path_set=config.contains(path_option), script_args_text=args,
-                   script_args=parse_script_args(args, warn=False), timeout=timeout,
-                   library_path=library_path, resource_name=resource_name, busy_gpus=busy_gpus,
-                   busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS), health_checks=health_checks)
+        return cls(
+            mode=mode,
+            script_path=config.get(path_option),
+            script_path_set=config.contains(path_option),
+            script_args_text=args,
+            script_args=parse_script_args(args, warn=False),
+            timeout=timeout,
+            library_path=library_path,
+            resource_name=resource_name,
+            busy_gpus=busy_gpus,
+            busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS),
+            health_checks=health_checks,
+            metrics_interval=metrics_interval,
+            nvml_timeout=nvml_timeout,
+            nvml_timeout_set=config.contains(GPUDriverOptions.NVML_TIMEOUT),
+        )
 
     @classmethod
-    def from_config_lenient(cls, params: "Configuration | Mapping[str, object] | None",
-                            resource_name: "str | None" = None) -> GPUDriverSettings:
+    def from_config_lenient(
+        cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None" = None
+    ) -> GPUDriverSettings:
         """As :meth:`from_config`, but an invalid option of ours (``discovery-mode``,
-        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``) takes its default instead of failing; valid
+        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``, ``metrics.interval``, ``nvml-timeout``) takes
+        its default instead of failing; valid
         ones are kept.
 
         That is what Flink's Java GPU plugin, which reads only ``discovery-script.path`` and
@@ -96,14 +126,19 @@ class GPUDriverSettings:
         see what its TaskManager does; doctor also uses it to go on checking after it reported
         the invalid option."""
         given = Configuration.coerce(params).to_dict()
-        ours = (GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key,
-                GPUDriverOptions.BUSY_GPUS.key, GPUDriverOptions.HEALTH_CHECKS.key)
+        ours = (
+            GPUDriverOptions.DISCOVERY_MODE.key,
+            GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key,
+            GPUDriverOptions.BUSY_GPUS.key,
+            GPUDriverOptions.HEALTH_CHECKS.key,
+            GPUDriverOptions.METRICS_INTERVAL.key,
+            GPUDriverOptions.NVML_TIMEOUT.key,
+        )
         # the fewest options left out that make the rest valid
         for count in range(len(ours) + 1):
             for left_out in itertools.combinations(ours, count):
                 try:
-                    return cls.from_config(
-                        {k: v for k, v in given.items() if k not in left_out}, resource_name)
+                    return cls.from_config({k: v for k, v in given.items() if k not in left_out}, resource_name)
                 except IllegalConfigurationException:
                     if count == len(ours):
                         raise
@@ -127,20 +162,48 @@ class GPUDriverSettings:
             raise IllegalConfigurationException(
                 f"Invalid value '{given}' for {BUSY_GPUS_FLAG} in "
                 f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': expected one of "
-                f"{', '.join(BUSY_GPUS_VALUES)}.")
+                f"{', '.join(BUSY_GPUS_VALUES)}."
+            )
         if not self.busy_gpus_set:
             return in_args or self.busy_gpus
         if warn and in_args is not None and in_args != self.busy_gpus:
-            _log.warning("'%s' is '%s' but '%s' has %s %s; using '%s'.",
-                         self.key(GPUDriverOptions.BUSY_GPUS), self.busy_gpus,
-                         self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG), BUSY_GPUS_FLAG, in_args,
-                         self.busy_gpus)
+            _log.warning(
+                "'%s' is '%s' but '%s' has %s %s; using '%s'.",
+                self.key(GPUDriverOptions.BUSY_GPUS),
+                self.busy_gpus,
+                self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG),
+                BUSY_GPUS_FLAG,
+                in_args,
+                self.busy_gpus,
+            )
         return self.busy_gpus
+
+    def nvml_timeout_seconds(self) -> float:
+        """The deadline of the NVML backend's state reads (docs/design.md §9.5): the ``nvml-timeout``
+        parameter when it is set, else ``--nvml-timeout`` in ``discovery-script.args`` (what
+        flink-gpu-discovery reads there), else 5 s. An invalid ``--nvml-timeout`` raises
+        ``IllegalConfigurationException`` naming the args key."""
+        given = self.script_args.nvml_timeout
+        if self.nvml_timeout_set or given is None:
+            return self.nvml_timeout
+        from flink_gpu.flink_duration import parse_duration
+
+        try:
+            seconds = parse_duration(given)
+        except ValueError as error:
+            seconds, why = None, str(error)
+        else:
+            why = "the timeout must be positive"
+        if seconds is None or not seconds > 0:
+            raise IllegalConfigurationException(
+                f"Invalid value '{given}' for {NVML_TIMEOUT_FLAG} in "
+                f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': {why}."
+            )
+        return seconds
 
     def warn_ignored_args(self) -> None:
         """WARN about what the stock script's grammar ignores in ``discovery-script.args``."""
-        warn_ignored(self.script_args, self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG),
-                     self.script_args_text)
+        warn_ignored(self.script_args, self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG), self.script_args_text)
 
 
 # (resource name, the params' items) -> their settings; cleared when full (configurations are few)
@@ -160,17 +223,26 @@ def _cache_key(params: object, resource_name: "str | None") -> "tuple | None":
     return resource_name, items
 
 
-def _choice(config: Configuration, option: ConfigOption, allowed, resource_name: "str | None",
-            named=None) -> str:
+def _choice(config: Configuration, option: ConfigOption, allowed, resource_name: "str | None", named=None) -> str:
     """``option``'s value, case and surrounding blanks ignored, one of ``allowed``; ``named``: the rule that
     reads it instead, when the core has one (the choice, or None)."""
     value = config.get(option)
     choice = value.strip().lower() if named is None else named(value)
     if choice not in allowed:
         raise IllegalConfigurationException(
-            f"Invalid value '{value}' for key '{_key(option, resource_name)}': expected one of "
-            f"{', '.join(allowed)}.")
+            f"Invalid value '{value}' for key '{_key(option, resource_name)}': expected one of {', '.join(allowed)}."
+        )
     return choice
+
+
+def _positive_duration(config: Configuration, option: ConfigOption, resource_name: "str | None") -> float:
+    """``option``'s duration in seconds; not positive is an error naming the full key."""
+    value = config.get(option)
+    if not value > 0:
+        raise IllegalConfigurationException(
+            f"Invalid value for key '{_key(option, resource_name)}': the timeout must be positive, got {value} s."
+        )
+    return value
 
 
 def _health_checks(config: Configuration, resource_name: "str | None") -> "tuple[str, ...]":
@@ -190,7 +262,8 @@ def _health_checks(config: Configuration, resource_name: "str | None") -> "tuple
             raise IllegalConfigurationException(
                 f"Invalid value '{value}' for key '{_key(option, resource_name)}': "
                 f"{item.strip()!r} is not a health check; use all, {', '.join(HEALTH_CHECKS)}, "
-                "each optionally prefixed with '-' to leave it out (e.g. 'all,-inforom').")
+                "each optionally prefixed with '-' to leave it out (e.g. 'all,-inforom')."
+            )
     return tuple(name for name in HEALTH_CHECKS if name in enforced)
 
 

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from flink_gpu.cli._output import document, emit_json
 from flink_gpu.cli.doctor import configuration, factory, gpu_plugin, resources, taskmanagers
-from flink_gpu.cli.doctor.taskmanager_env import check_taskmanager_environment
 from flink_gpu.cli.doctor.findings import Checkup, print_report
+from flink_gpu.cli.doctor.taskmanager_env import check_taskmanager_environment
 from flink_gpu.framework import JAVA_FACTORY_ALIASES, param_prefix
+
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    import argparse
 
 
 def _check_resource(checkup: Checkup, name: str) -> bool:
@@ -21,9 +25,10 @@ def _check_resource(checkup: Checkup, name: str) -> bool:
 
     amount = resources.check_amount(checkup, name)
     resources.check_resource_keys(checkup, name)
-    loaded, factory_name = factory.check_factory(checkup, name)
-    if loaded is None:
+    checked = factory.check_factory(checkup, name)
+    if checked is None:
         return False
+    loaded, factory_name = checked
     params = checkup.config.prefixed(param_prefix(name))
     if factory_name in JAVA_FACTORY_ALIASES:
         gpu_plugin.check_params(checkup, name, params, java=True)
@@ -38,9 +43,10 @@ def _check_resource(checkup: Checkup, name: str) -> bool:
 
 
 def check(checkup: Checkup) -> None:
-    checkup.config = configuration.load(checkup)
-    if checkup.config is None:
+    loaded = configuration.load(checkup)
+    if loaded is None:
         return
+    checkup.config = loaded
     names = resources.check_resource_list(checkup)
     gpu_resources = [name for name in names if _check_resource(checkup, name)]
     if gpu_resources:
@@ -48,7 +54,7 @@ def check(checkup: Checkup) -> None:
         check_taskmanager_environment(checkup)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     file, conf_dir = configuration.configuration_file(args.conf)
     home, home_source = configuration.flink_home(conf_dir)
     checkup = Checkup(args, file, conf_dir, home, home_source)
@@ -56,9 +62,16 @@ def run(args) -> int:
     summary = checkup.summary()
     ok = summary["errors"] == 0
     if args.json:
-        emit_json(document("doctor", ok=ok, configuration=checkup.file,
-                           flink_home=checkup.flink_home,
-                           findings=[f._asdict() for f in checkup.findings], summary=summary))
+        emit_json(
+            document(
+                "doctor",
+                ok=ok,
+                configuration=checkup.file,
+                flink_home=checkup.flink_home,
+                findings=[f._asdict() for f in checkup.findings],
+                summary=summary,
+            )
+        )
     else:
         print_report(checkup)
     return 0 if ok else 1

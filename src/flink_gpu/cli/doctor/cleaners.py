@@ -97,28 +97,38 @@ def cleaning(path: str, rules: "list[TmpfilesRule]") -> "tuple[TmpfilesRule | No
         ancestors = [os.path.dirname(file)]
         while ancestors[-1] not in ("/", ""):
             ancestors.append(os.path.dirname(ancestors[-1]))
-        return any(fnmatch.fnmatchcase(file, glob) or (below and any(fnmatch.fnmatchcase(a, glob) for a in ancestors))
-                   for glob, below in excludes)
+        return any(
+            fnmatch.fnmatchcase(file, glob) or (below and any(fnmatch.fnmatchcase(a, glob) for a in ancestors))
+            for glob, below in excludes
+        )
 
     companions = [os.path.abspath(path) + suffix for suffix in ("", ".lease", ".bindings", ".bindings.lease")]
     return cleaner, [c for c in companions if not excluded(c)]
 
 
-def check_age_cleaners(checkup: Checkup, name: str, path: str,
-                       directories: "tuple[str, ...] | list[str]" = TMPFILES_DIRS) -> None:
+def check_age_cleaners(
+    checkup: Checkup, name: str, path: str, directories: "tuple[str, ...] | list[str]" = TMPFILES_DIRS
+) -> None:
     cleaner, exposed = cleaning(path, read_rules(directories))
     if cleaner is None:
         return
     if not exposed:
-        checkup.add("ok", "coordination-file", f"systemd-tmpfiles cleans {cleaner.path} (age {cleaner.age}, "
-                    f"{cleaner.where}) but excludes the coordination file and its companions.",
-                    resource=name)
+        checkup.add(
+            "ok",
+            "coordination-file",
+            f"systemd-tmpfiles cleans {cleaner.path} (age {cleaner.age}, "
+            f"{cleaner.where}) but excludes the coordination file and its companions.",
+            resource=name,
+        )
         return
     glob = os.path.abspath(path) + "*"
-    checkup.add("warning", "coordination-file",
-                f"systemd-tmpfiles deletes files in {cleaner.path} untouched for {cleaner.age} ({cleaner.where}), "
-                f"locked or not: {', '.join(exposed)}. Where no TaskManager claims GPUs for that long, the "
-                "claims of running TaskManagers are deleted with the file, and the next TaskManager is given "
-                "GPUs already in use.",
-                f"Exclude them from cleaning (as root): echo {shlex.quote('x ' + glob)} >> "
-                "/etc/tmpfiles.d/flink-gpu.conf", resource=name)
+    checkup.add(
+        "warning",
+        "coordination-file",
+        f"systemd-tmpfiles deletes files in {cleaner.path} untouched for {cleaner.age} ({cleaner.where}), "
+        f"locked or not: {', '.join(exposed)}. Where no TaskManager claims GPUs for that long, the "
+        "claims of running TaskManagers are deleted with the file, and the next TaskManager is given "
+        "GPUs already in use.",
+        f"Exclude them from cleaning (as root): echo {shlex.quote('x ' + glob)} >> /etc/tmpfiles.d/flink-gpu.conf",
+        resource=name,
+    )

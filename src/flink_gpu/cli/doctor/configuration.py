@@ -12,7 +12,7 @@ from flink_gpu.config_files import find_configuration_file, load_configuration_f
 from flink_gpu.errors import IllegalConfigurationException
 
 
-def configuration_file(conf: "str | None"):
+def configuration_file(conf: "str | None") -> "tuple[str, str]":
     """The file doctor reads and its directory; UsageError when there is none."""
     if conf is not None:
         source, path = "CONF_FILE_OR_DIR", conf
@@ -21,20 +21,18 @@ def configuration_file(conf: "str | None"):
     elif os.environ.get("FLINK_HOME"):
         source, path = "$FLINK_HOME/conf", os.path.join(os.environ["FLINK_HOME"], "conf")
     else:
-        raise UsageError("No configuration to check: give CONF_FILE_OR_DIR, or set FLINK_CONF_DIR "
-                         "or FLINK_HOME.")
+        raise UsageError("No configuration to check: give CONF_FILE_OR_DIR, or set FLINK_CONF_DIR or FLINK_HOME.")
     path = os.path.abspath(path)
     try:
         file = find_configuration_file(path)
     except FileNotFoundError as error:
         if os.path.isdir(path):
-            raise UsageError(f"{source}: the directory {path} has no config.yaml or "
-                             "flink-conf.yaml.") from None
+            raise UsageError(f"{source}: the directory {path} has no config.yaml or flink-conf.yaml.") from None
         raise UsageError(f"{source}: {error}") from None
     return file, path if file != path else os.path.dirname(path)
 
 
-def flink_home(conf_dir: str):
+def flink_home(conf_dir: str) -> "tuple[str, str] | tuple[None, None]":
     """$FLINK_HOME, else the installation the conf directory belongs to, else None.
 
     A derived home is put into this process's environment, as Flink's bin/ scripts export it, so
@@ -45,7 +43,8 @@ def flink_home(conf_dir: str):
         return os.path.abspath(home), "$FLINK_HOME"
     parent = os.path.dirname(conf_dir)
     if os.path.basename(conf_dir) == "conf" and any(
-            os.path.isdir(os.path.join(parent, d)) for d in ("lib", "plugins", "opt")):
+        os.path.isdir(os.path.join(parent, d)) for d in ("lib", "plugins", "opt")
+    ):
         os.environ["FLINK_HOME"] = parent
         return parent, "the installation of the conf directory"
     return None, None
@@ -56,12 +55,18 @@ def load(checkup: Checkup) -> "Configuration | None":
     try:
         loaded = load_configuration_file(checkup.file)
     except (IllegalConfigurationException, OSError) as error:
-        checkup.add("error", "configuration",
-                    f"The configuration cannot be read: {error_message(error)}",
-                    "Fix the file so that Flink can read it (a Flink TaskManager would not start).")
+        checkup.add(
+            "error",
+            "configuration",
+            f"The configuration cannot be read: {error_message(error)}",
+            "Fix the file so that Flink can read it (a Flink TaskManager would not start).",
+        )
         return None
     for line in loaded.skipped:
-        checkup.add("warning", "configuration", f"{line.message}; Flink skips that line too.",
-                    "Write each setting as `key: value` (a space after the colon, a non-empty "
-                    "value).")
+        checkup.add(
+            "warning",
+            "configuration",
+            f"{line.message}; Flink skips that line too.",
+            "Write each setting as `key: value` (a space after the colon, a non-empty value).",
+        )
     return Configuration(loaded.data)

@@ -18,12 +18,16 @@ from flink_gpu.cli.doctor.gpu_count import check_gpu_count
 from flink_gpu.cli.doctor.gpu_state import check_gpu_state
 from flink_gpu.cli.doctor.script import check_script, run_script, script_fix
 from flink_gpu.cli.doctor.script_args import check_args
-from flink_gpu.config import Configuration
+from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import FlinkException, IllegalConfigurationException, NvmlError
 from flink_gpu.framework import JAVA_GPU_FACTORY, param_prefix
 from flink_gpu.gpu.options import GPUDriverOptions
 from flink_gpu.gpu.script import check_script as usable_script
 from flink_gpu.gpu.settings import GPUDriverSettings
+
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from flink_gpu.gpu.driver import GPUDriverFactory
 
 _STOCK_SCRIPTS = ("nvidia-gpu-discovery.sh", "flink-gpu-discovery")
 
@@ -31,34 +35,47 @@ _STOCK_SCRIPTS = ("nvidia-gpu-discovery.sh", "flink-gpu-discovery")
 def check_params(checkup: Checkup, name: str, params: Configuration, java: bool) -> None:
     """Keys under ``param.`` the GPU plugin does not read: a typo is silently ignored."""
     flink_keys = [GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key, GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key]
-    ours = [GPUDriverOptions.DISCOVERY_MODE.key, GPUDriverOptions.NVML_LIBRARY_PATH.key,
-            GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key, GPUDriverOptions.BUSY_GPUS.key]
+    # every option of ours, from the options class itself, so that a new one is never called a typo
+    ours = [
+        option.key
+        for option in vars(GPUDriverOptions).values()
+        if isinstance(option, ConfigOption) and option.key not in flink_keys
+    ]
     for key in params.keys():
         if key in flink_keys:
             continue
         if key in ours:
             if java:
-                checkup.add("note", "params", f"{param_prefix(name)}{key} is a flink_gpu option: "
-                            "Flink's Java plugin ignores it and always runs the discovery script.",
-                            resource=name)
+                checkup.add(
+                    "note",
+                    "params",
+                    f"{param_prefix(name)}{key} is a flink_gpu option: "
+                    "Flink's Java plugin ignores it and always runs the discovery script.",
+                    resource=name,
+                )
             continue
         match = difflib.get_close_matches(key, flink_keys + ours, n=1, cutoff=0.6)
-        checkup.add("warning", "params", f"{param_prefix(name)}{key} is not an option of the GPU "
-                    "plugin; it is ignored.",
-                    f"Did you mean {param_prefix(name)}{match[0]}?" if match else
-                    f"Remove it; the plugin reads {', '.join(flink_keys + ours)}.", resource=name)
+        checkup.add(
+            "warning",
+            "params",
+            f"{param_prefix(name)}{key} is not an option of the GPU plugin; it is ignored.",
+            f"Did you mean {param_prefix(name)}{match[0]}?"
+            if match
+            else f"Remove it; the plugin reads {', '.join(flink_keys + ours)}.",
+            resource=name,
+        )
 
 
-def check_java_gpu(checkup: Checkup, name: str, params: Configuration,
-                   amount: "int | None") -> None:
+def check_java_gpu(checkup: Checkup, name: str, params: Configuration, amount: "int | None") -> None:
     settings = GPUDriverSettings.from_config_lenient(params, name)
     _check_plugin_jar(checkup, name)
     script = check_script(checkup, name, settings)
     _check_gpus(checkup, name, settings, amount, "script", script)
 
 
-def check_python_gpu(checkup: Checkup, name: str, factory, params: Configuration,
-                     amount: "int | None") -> None:
+def check_python_gpu(
+    checkup: Checkup, name: str, factory: "GPUDriverFactory", params: Configuration, amount: "int | None"
+) -> None:
     # a bad mode or timeout is reported by the driver check below; the checks after it still see
     # the script, its arguments and the NVML library
     settings = GPUDriverSettings.from_config_lenient(params, name)
@@ -66,13 +83,14 @@ def check_python_gpu(checkup: Checkup, name: str, factory, params: Configuration
         driver = factory.create_external_resource_driver(params)  # as a worker builds it
     except (FileNotFoundError, FlinkException, IllegalConfigurationException) as error:
         if isinstance(error, NvmlError):
-            fix = (f"Install the NVIDIA driver, or set "
-                   f"{settings.key(GPUDriverOptions.NVML_LIBRARY_PATH)} to its "
-                   "libnvidia-ml.so.1, or use discovery-mode: script.")
+            fix = (
+                f"Install the NVIDIA driver, or set "
+                f"{settings.key(GPUDriverOptions.NVML_LIBRARY_PATH)} to its "
+                "libnvidia-ml.so.1, or use discovery-mode: script."
+            )
         else:
             fix = script_fix(checkup, settings, error)
-        checkup.add("error", "driver", f"The GPU driver of {name!r} cannot be built: {error}",
-                    fix, resource=name)
+        checkup.add("error", "driver", f"The GPU driver of {name!r} cannot be built: {error}", fix, resource=name)
         # the arguments, GPU count and coordination are still worth checking
         mode = "nvml" if isinstance(error, NvmlError) else None
         _check_gpus(checkup, name, settings, amount, mode, None)
@@ -82,17 +100,20 @@ def check_python_gpu(checkup: Checkup, name: str, factory, params: Configuration
     checkup.add("ok", "driver", f"flink_gpu uses the {mode} backend: {reason}.", resource=name)
     script = None
     if mode == "script":
-        script = usable_script(settings.script_path,
-                               settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_PATH))
+        script = usable_script(settings.script_path, settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_PATH))
     _check_gpus(checkup, name, settings, amount, mode, script)
 
 
 def _check_plugin_jar(checkup: Checkup, name: str) -> None:
     home = checkup.flink_home
     if home is None:
-        checkup.add("note", "plugin", "FLINK_HOME is unknown, so doctor cannot check that Flink's "
-                    "GPU plugin jar is installed.", "Set FLINK_HOME (or pass the conf directory "
-                    "of the Flink installation) to check it.", resource=name)
+        checkup.add(
+            "note",
+            "plugin",
+            "FLINK_HOME is unknown, so doctor cannot check that Flink's GPU plugin jar is installed.",
+            "Set FLINK_HOME (or pass the conf directory of the Flink installation) to check it.",
+            resource=name,
+        )
         return
     jars = sorted(glob.glob(os.path.join(home, "plugins", "*", "flink-external-resource-gpu*.jar")))
     if jars:
@@ -102,15 +123,29 @@ def _check_plugin_jar(checkup: Checkup, name: str) -> None:
     if os.path.isdir(shipped):
         fix = f"cp -r {shlex.quote(shipped)} {shlex.quote(os.path.join(home, 'plugins'))}/"
     else:
-        fix = ("Download flink-external-resource-gpu-<your Flink version>.jar (Maven Central, "
-               f"org.apache.flink) into {os.path.join(home, 'plugins', 'external-resource-gpu')}/.")
-    checkup.add("error", "plugin", f"Flink's GPU plugin is not installed: no "
-                f"flink-external-resource-gpu jar under {os.path.join(home, 'plugins')}, so a "
-                f"TaskManager cannot load {JAVA_GPU_FACTORY}.", fix, resource=name)
+        fix = (
+            "Download flink-external-resource-gpu-<your Flink version>.jar (Maven Central, "
+            f"org.apache.flink) into {os.path.join(home, 'plugins', 'external-resource-gpu')}/."
+        )
+    checkup.add(
+        "error",
+        "plugin",
+        f"Flink's GPU plugin is not installed: no "
+        f"flink-external-resource-gpu jar under {os.path.join(home, 'plugins')}, so a "
+        f"TaskManager cannot load {JAVA_GPU_FACTORY}.",
+        fix,
+        resource=name,
+    )
 
 
-def _check_gpus(checkup: Checkup, name: str, settings: GPUDriverSettings, amount: "int | None",
-                mode: "str | None", script: "str | None") -> None:
+def _check_gpus(
+    checkup: Checkup,
+    name: str,
+    settings: GPUDriverSettings,
+    amount: "int | None",
+    mode: "str | None",
+    script: "str | None",
+) -> None:
     """What follows the driver: its arguments, the host's GPUs, coordination, one script run.
 
     ``mode`` is the backend ("script" or "nvml"), None when the driver could not be built.
@@ -119,8 +154,7 @@ def _check_gpus(checkup: Checkup, name: str, settings: GPUDriverSettings, amount
     script_args = check_args(checkup, name, settings, stock, script)
     count = check_gpu_count(checkup, name, settings, amount, mode)
     # the NVML backend and flink-gpu-discovery choose by the GPUs' state; other scripts do not
-    uses_state = mode == "nvml" or (script is not None
-                                    and os.path.basename(script) == "flink-gpu-discovery")
+    uses_state = mode == "nvml" or (script is not None and os.path.basename(script) == "flink-gpu-discovery")
     if uses_state:
         checkup.nvml_resources.append(name)
     check_gpu_state(checkup, name, settings, script_args, amount, mode, uses_state)

@@ -34,9 +34,15 @@ def _holders(script_args: "ScriptArgs | None") -> "list[int]":
     return [entry.pid for entry in found.entries if entry.alive and entry.ours]  # pids of our namespace
 
 
-def check_gpu_state(checkup: Checkup, name: str, settings: GPUDriverSettings,
-                    script_args: "ScriptArgs | None", amount: "int | None", mode: "str | None",
-                    uses_state: bool) -> None:
+def check_gpu_state(
+    checkup: Checkup,
+    name: str,
+    settings: GPUDriverSettings,
+    script_args: "ScriptArgs | None",
+    amount: "int | None",
+    mode: "str | None",
+    uses_state: bool,
+) -> None:
     """``uses_state``: the TaskManager's discovery reads the GPUs' state (the NVML backend or
     flink-gpu-discovery); a stock or custom script hands GPUs out by index alone."""
     found = open_nvml(checkup, settings.library_path if mode != "script" else None)
@@ -57,6 +63,7 @@ def check_gpu_state(checkup: Checkup, name: str, settings: GPUDriverSettings,
     checks_key = settings.key(GPUDriverOptions.HEALTH_CHECKS)
     unregistered = _check_fabric(checkup, name, states)
     _check_unchecked(checkup, name, states)
+    _check_persistence(checkup, name, devices)
     unhealthy = 0
     for state in states:
         index = state.gpu_index
@@ -65,58 +72,115 @@ def check_gpu_state(checkup: Checkup, name: str, settings: GPUDriverSettings,
             unhealthy += 1
             if unregistered:
                 continue  # the host finding says it once
-            then = ("a TaskManager never gets it" if uses_state else
-                    "the discovery script still hands it out (it checks nothing but the index); "
-                    "flink-gpu-discovery or discovery-mode nvml would leave it out")
-            checkup.add("warning" if uses_state else "error", "gpu-state",
-                        f"GPU {index} is {state.health}: {then}.",
-                        f"Check it with `nvidia-smi -q -i {index}`; a lost GPU or one that needs "
-                        "a reset needs `nvidia-smi -r` or a reboot, a failed row remapping or a "
-                        "corrupted InfoROM needs service.", resource=name)
-        elif state.verdict is Verdict.DEGRADED:
-            checkup.add("note", "gpu-state", f"GPU {index} is {state.health}: "
-                        + ("it is handed out only after every healthy GPU." if uses_state else
-                           "the discovery script hands it out like any other."),
-                        "Reset it (`nvidia-smi -r`) when it is idle to apply the pending "
-                        "retirement or remapping.", resource=name)
-        if not state.processes_known:
-            checkup.add("warning", "gpu-state", f"NVML gives no permission to list the processes "
-                        f"on GPU {index}; they count as not busy.", "Run the TaskManager (and "
-                        "doctor) as a user that may see the GPUs' processes (NVML hides other "
-                        "users' processes from unprivileged users).", resource=name)
+            then = (
+                "a TaskManager never gets it"
+                if uses_state
+                else "the discovery script still hands it out (it checks nothing but the index); "
+                "flink-gpu-discovery or discovery-mode nvml would leave it out"
+            )
+            checkup.add(
+                "warning" if uses_state else "error",
+                "gpu-state",
+                f"GPU {index} is {state.health}: {then}.",
+                f"Check it with `nvidia-smi -q -i {index}`; a lost GPU or one that needs "
+                "a reset needs `nvidia-smi -r` or a reboot, a failed row remapping or a "
+                "corrupted InfoROM needs service.",
+                resource=name,
+            )
+        elif state.verdict is Verdict.UNKNOWN:
+            checkup.add(
+                "warning",
+                "gpu-state",
+                f"GPU {index} is {state.health}: "
+                + (
+                    "a TaskManager does not get it while its NVML query does not return."
+                    if uses_state
+                    else "the discovery script hands it out without asking NVML."
+                ),
+                "The NVIDIA driver may hang on it: check `dmesg` for Xid errors and whether "
+                f"`nvidia-smi -q -i {index}` answers; a GPU that stays so needs a reset or a reboot.",
+                resource=name,
+            )
             continue
-        foreign = [(pid, visible) for pid, _, _, _, visible in state.processes
-                   if (index, pid) not in belongs]
+        elif state.verdict is Verdict.DEGRADED:
+            checkup.add(
+                "note",
+                "gpu-state",
+                f"GPU {index} is {state.health}: "
+                + (
+                    "it is handed out only after every healthy GPU."
+                    if uses_state
+                    else "the discovery script hands it out like any other."
+                ),
+                "Reset it (`nvidia-smi -r`) when it is idle to apply the pending retirement or remapping.",
+                resource=name,
+            )
+        if not state.processes_known:
+            checkup.add(
+                "warning",
+                "gpu-state",
+                f"NVML gives no permission to list the processes on GPU {index}; they count as not busy.",
+                "Run the TaskManager (and "
+                "doctor) as a user that may see the GPUs' processes (NVML hides other "
+                "users' processes from unprivileged users).",
+                resource=name,
+            )
+            continue
+        foreign = [(pid, visible) for pid, _, _, _, visible in state.processes if (index, pid) not in belongs]
         if not foreign:
             continue
         hidden = [pid for pid, visible in foreign if not visible]
-        shown = "; ".join(f"pid {pid}" + (f" ({short_command(process_cmdline(pid), 40)})"
-                                           if visible else " (not visible in this PID namespace)")
-                          for pid, visible in foreign)
+        shown = "; ".join(
+            f"pid {pid}"
+            + (f" ({short_command(process_cmdline(pid), 40)})" if visible else " (not visible in this PID namespace)")
+            for pid, visible in foreign
+        )
         if not uses_state or policy == "ignore":
-            then = ("a TaskManager may get it and share it" if uses_state else
-                    "the discovery script may hand it out and the worker would share it")
-            level, fix = "warning", (f"Set {busy_key}: avoid (the default) or exclude." if uses_state
-                                     else None)
+            then = (
+                "a TaskManager may get it and share it"
+                if uses_state
+                else "the discovery script may hand it out and the worker would share it"
+            )
+            level, fix = "warning", (f"Set {busy_key}: avoid (the default) or exclude." if uses_state else None)
         elif policy == "exclude":
             level, then, fix = "note", f"with {busy_key} exclude a TaskManager never gets it", None
         else:
-            level, then, fix = ("note", "a TaskManager gets it only when the idle GPUs are too "
-                                "few", f"Set {busy_key}: exclude to never share a GPU.")
-        checkup.add(level, "gpu-state", f"GPU {index} runs {plural(len(foreign), 'process', 'processes')} "
-                    f"of no flink-gpu holder ({shown}): {then}.", fix, resource=name)
+            level, then, fix = (
+                "note",
+                "a TaskManager gets it only when the idle GPUs are too few",
+                f"Set {busy_key}: exclude to never share a GPU.",
+            )
+        checkup.add(
+            level,
+            "gpu-state",
+            f"GPU {index} runs {plural(len(foreign), 'process', 'processes')} "
+            f"of no flink-gpu holder ({shown}): {then}.",
+            fix,
+            resource=name,
+        )
         if hidden:
-            checkup.add("note", "gpu-state", f"NVML lists pid {', '.join(map(str, hidden))} on "
-                        f"GPU {index}, which this PID namespace cannot see: NVML reports host pids "
-                        "in a container. They count as foreign, even when they are the "
-                        "TaskManager's own.", "Share the host PID namespace (hostPID) so that "
-                        f"own processes are recognised, or set {busy_key}: ignore when the "
-                        "container's GPUs are its own.", resource=name)
+            checkup.add(
+                "note",
+                "gpu-state",
+                f"NVML lists pid {', '.join(map(str, hidden))} on "
+                f"GPU {index}, which this PID namespace cannot see: NVML reports host pids "
+                "in a container. They count as foreign, even when they are the "
+                "TaskManager's own.",
+                "Share the host PID namespace (hostPID) so that "
+                f"own processes are recognised, or set {busy_key}: ignore when the "
+                "container's GPUs are its own.",
+                resource=name,
+            )
     if amount is not None and uses_state and unhealthy and amount > len(states) - unhealthy:
-        checkup.add("error", "gpu-state", f"{amount_key(name)} is {amount}, but only "
-                    f"{plural(len(states) - unhealthy, 'GPU')} of this host "
-                    f"{'is' if len(states) - unhealthy == 1 else 'are'} healthy: discovery fails.",
-                    "Repair or replace the unhealthy GPUs, or lower the amount.", resource=name)
+        checkup.add(
+            "error",
+            "gpu-state",
+            f"{amount_key(name)} is {amount}, but only "
+            f"{plural(len(states) - unhealthy, 'GPU')} of this host "
+            f"{'is' if len(states) - unhealthy == 1 else 'are'} healthy: discovery fails.",
+            "Repair or replace the unhealthy GPUs, or lower the amount.",
+            resource=name,
+        )
 
 
 def _fabric_unregistered(state) -> bool:
@@ -129,14 +193,22 @@ def _check_fabric(checkup: Checkup, name: str, states) -> bool:
     Fabric Manager is not running or not done (docs/design.md §9.1). True when it was made."""
     if not states or not all(_fabric_unregistered(state) for state in states):
         return False
-    waiting = any("in progress" in (finding or "") for state in states
-                  for check, _, _, finding, _ in state.checks if check == "fabric")
-    checkup.add("error", "gpu-state", f"No GPU of this host has completed its NVLink fabric registration"
-                f"{' (some are in progress)' if waiting else ''}: CUDA fails with error 802 "
-                "(cudaErrorSystemNotReady) until it has, and no GPU is handed out.",
-                "Start the Fabric Manager (`systemctl status nvidia-fabricmanager`; its version must be "
-                "the driver's) and wait for the registration to complete (`nvidia-smi -q | grep -A3 Fabric`).",
-                resource=name)
+    waiting = any(
+        "in progress" in (finding or "")
+        for state in states
+        for check, _, _, finding, _ in state.checks
+        if check == "fabric"
+    )
+    checkup.add(
+        "error",
+        "gpu-state",
+        f"No GPU of this host has completed its NVLink fabric registration"
+        f"{' (some are in progress)' if waiting else ''}: CUDA fails with error 802 "
+        "(cudaErrorSystemNotReady) until it has, and no GPU is handed out.",
+        "Start the Fabric Manager (`systemctl status nvidia-fabricmanager`; its version must be "
+        "the driver's) and wait for the registration to complete (`nvidia-smi -q | grep -A3 Fabric`).",
+        resource=name,
+    )
     return True
 
 
@@ -144,13 +216,23 @@ def _check_unchecked(checkup: Checkup, name: str, states) -> None:
     """What was not looked at, one note per set of checks not made: "not checked" is not "healthy"."""
     gpus: "dict[str, list[str]]" = {}
     for state in states:
-        unchecked = ", ".join(f"{check} ({outcome})" for check, outcome, _, _, _ in state.checks
-                              if outcome not in ("ok", "finding"))
+        unchecked = ", ".join(
+            f"{check} ({outcome})" for check, outcome, _, _, _ in state.checks if outcome not in ("ok", "finding")
+        )
         if unchecked:
             gpus.setdefault(unchecked, []).append(state.gpu_index)
     for unchecked, indices in gpus.items():
-        checkup.add("note", "gpu-state", f"Not checked on GPU {', '.join(indices)}: {unchecked}.", None,
-                    resource=name)
+        checkup.add("note", "gpu-state", f"Not checked on GPU {', '.join(indices)}: {unchecked}.", None, resource=name)
+
+
+def _check_persistence(checkup: Checkup, name: str, devices) -> None:
+    """One note for the GPUs whose persistence mode is off (a MIG GPU once, by its units' parent); none
+    where the driver cannot say (an optional query: no finding)."""
+    from flink_gpu.cli.list_view import PERSISTENCE_FIX, PERSISTENCE_OFF
+
+    off = sorted({str(d.index) for d in devices if d.persistence_mode is False}, key=int)
+    if off:
+        checkup.add("note", "gpu-state", f"GPU {', '.join(off)}: {PERSISTENCE_OFF}.", PERSISTENCE_FIX, resource=name)
 
 
 def _check_left_out(checkup: Checkup, name: str, state, checks_key: str, uses_state: bool) -> None:
@@ -159,6 +241,10 @@ def _check_left_out(checkup: Checkup, name: str, state, checks_key: str, uses_st
     for check, outcome, verdict, finding, enforced in state.checks:
         if outcome == "finding" and not enforced and verdict is not Verdict.OK:
             then = "a TaskManager may still get it" if uses_state else "the discovery script hands it out"
-            checkup.add("warning", "gpu-state", f"GPU {index}: {finding}, but {checks_key} leaves {check} out: "
-                        f"{then}.", f"Put {check} back into {checks_key} unless you know this GPU is fine.",
-                        resource=name)
+            checkup.add(
+                "warning",
+                "gpu-state",
+                f"GPU {index}: {finding}, but {checks_key} leaves {check} out: {then}.",
+                f"Put {check} back into {checks_key} unless you know this GPU is fine.",
+                resource=name,
+            )

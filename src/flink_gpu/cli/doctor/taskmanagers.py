@@ -7,11 +7,11 @@ import os
 
 from flink_gpu.cli.doctor.findings import Checkup, Finding
 from flink_gpu.config import ConfigOption
-from flink_gpu.errors import IllegalConfigurationException
-from flink_gpu.regular_files import FileTooLargeError, NotARegularFileError, read_regular_file
+from flink_gpu.errors import FileTooLargeError, IllegalConfigurationException, NotARegularFileError
+from flink_gpu.regular_files import read_regular_file
 
 
-def taskmanagers_per_host(checkup: Checkup):
+def taskmanagers_per_host(checkup: Checkup) -> "tuple[int | None, str | None, str | None]":
     """(number, where it comes from, the busiest host) or (None, None, None) when unknown.
 
     The conf directory's ``workers`` (or legacy ``slaves``) file is read as every user-named file
@@ -28,12 +28,18 @@ def taskmanagers_per_host(checkup: Checkup):
             content = read_regular_file(path, "workers file")
         except OSError as error:
             # ours say what the file is ("is a FIFO (named pipe), ..."); the open's do not
-            reason = (str(error) if isinstance(error, (NotARegularFileError, FileTooLargeError))
-                      else f"Cannot read the workers file {path}: {error.strerror or error}.")
-            finding = Finding(None, "taskmanagers", "warning", f"{reason} So doctor cannot tell "
-                              "how many TaskManagers share a host.", f"Make {path} a regular "
-                              "file with one TaskManager host per line, or pass "
-                              "--taskmanagers-per-host N.")
+            reason = (
+                str(error)
+                if isinstance(error, (NotARegularFileError, FileTooLargeError))
+                else f"Cannot read the workers file {path}: {error.strerror or error}."
+            )
+            finding = Finding(
+                None,
+                "taskmanagers",
+                "warning",
+                f"{reason} So doctor cannot tell how many TaskManagers share a host.",
+                f"Make {path} a regular file with one TaskManager host per line, or pass --taskmanagers-per-host N.",
+            )
             if finding not in checkup.findings:  # asked once per GPU resource
                 checkup.findings.append(finding)
             return None, None, None
@@ -53,12 +59,15 @@ def check_slots(checkup: Checkup) -> None:
     try:
         slots = checkup.config.get(ConfigOption("taskmanager.numberOfTaskSlots", int))
     except IllegalConfigurationException as error:
-        checkup.add("error", "task-slots", str(error), "Set taskmanager.numberOfTaskSlots to a "
-                    "whole number.")
+        checkup.add("error", "task-slots", str(error), "Set taskmanager.numberOfTaskSlots to a whole number.")
         return
     if slots is not None and slots > 1:
-        checkup.add("note", "task-slots", f"taskmanager.numberOfTaskSlots is {slots}: the slots "
-                    "of a TaskManager share its GPUs (every slot sees the same GPU infos), and "
-                    "picking one by subtask index collides (subtask indices are job-wide).",
-                    "Give each slot its own GPU with flink_gpu.pyflink.bind_gpus(ctx, \"gpu\") in "
-                    "open() (subtasks_per_gpu=k lets k slots share one): docs/flink-cluster.md.")
+        checkup.add(
+            "note",
+            "task-slots",
+            f"taskmanager.numberOfTaskSlots is {slots}: the slots "
+            "of a TaskManager share its GPUs (every slot sees the same GPU infos), and "
+            "picking one by subtask index collides (subtask indices are job-wide).",
+            'Give each slot its own GPU with flink_gpu.pyflink.bind_gpus(ctx, "gpu") in '
+            "open() (subtasks_per_gpu=k lets k slots share one): docs/flink-cluster.md.",
+        )

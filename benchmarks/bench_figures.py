@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Regenerates the figures of benchmarks/README.md.
 
-    PYTHONPATH=src python tools/bench_figures.py suite --runs 3   # the benchmark suite, 3 runs: ratios
-    PYTHONPATH=src python tools/bench_figures.py ratios RUN.json... # ratios of saved --benchmark-json runs
-    PYTHONPATH=src python tools/bench_figures.py gpus               # cost against the number of GPUs
-    PYTHONPATH=src python tools/bench_figures.py entries            # ... against coordination-file lines
-    PYTHONPATH=src python tools/bench_figures.py all --write benchmarks/README.md
+    PYTHONPATH=src python benchmarks/bench_figures.py suite --runs 3   # the benchmark suite, 3 runs: ratios
+    PYTHONPATH=src python benchmarks/bench_figures.py ratios RUN.json... # ratios of saved --benchmark-json runs
+    PYTHONPATH=src python benchmarks/bench_figures.py gpus               # cost against the number of GPUs
+    PYTHONPATH=src python benchmarks/bench_figures.py entries            # ... against coordination-file lines
+    PYTHONPATH=src python benchmarks/bench_figures.py all --write benchmarks/README.md
 
 Each prints Markdown; ``--write FILE`` replaces the section between ``<!-- figures:NAME -->`` and
 ``<!-- /figures:NAME -->`` in FILE instead. Scaling measurements run in a child process per point
@@ -34,33 +34,71 @@ BENCH = REPO / "benchmarks"
 # target: (description, slow benchmark, fast benchmark, bound, "≥" or "≤"): slow ÷ fast, by minimum
 # and by median, must be at least / at most the bound
 TARGETS = [
-    ("in-process retrieve vs stock script", "test_process_stock_script",
-     "test_retrieve_flink_gpu_nvml", 1000, "≥"),
+    ("in-process retrieve vs stock script", "test_process_stock_script", "test_retrieve_flink_gpu_nvml", 1000, "≥"),
     ("in-process retrieve vs pynvml", "test_retrieve_pynvml", "test_retrieve_flink_gpu_nvml", 2, "≥"),
-    ("`coordination` claim + release ÷ the syscall floor",
-     "test_claim_release_flink_gpu_coordination_api", "test_claim_release_syscall_floor", 1.25, "≤"),
-    ("new coordinated driver + retrieve(2) + close ÷ the syscall floor",
-     "test_claim_release_flink_gpu_driver", "test_claim_release_syscall_floor", 1.5, "≤"),
-    ("`binding.bind` (process holder) + release ÷ the syscall floor of a 1-GPU claim",
-     "test_bind_release_process_holder", "test_bind_reference_syscall_floor_one_gpu", 1.5, "≤"),
-    ("`binding.bind` (thread-mode slot) + release ÷ the syscall floor of a 1-GPU claim",
-     "test_bind_release_thread_mode_slot", "test_bind_reference_syscall_floor_one_gpu", 1.5, "≤"),
-    ("`pyflink.bind_gpus` (process mode, with its TaskManager lookup) + release ÷ that floor",
-     "test_bind_gpus_release_pyflink_process_mode", "test_bind_reference_syscall_floor_one_gpu", 1.5, "≤"),
-    ("flink-gpu-discovery vs stock script, coordination mode",
-     "test_process_stock_script_coordinated", "test_process_flink_gpu_discovery_coordinated", 5, "≥"),
+    (
+        "`coordination` claim + release ÷ the syscall floor",
+        "test_claim_release_flink_gpu_coordination_api",
+        "test_claim_release_syscall_floor",
+        1.25,
+        "≤",
+    ),
+    (
+        "new coordinated driver + retrieve(2) + close ÷ the syscall floor",
+        "test_claim_release_flink_gpu_driver",
+        "test_claim_release_syscall_floor",
+        1.5,
+        "≤",
+    ),
+    (
+        "`binding.bind` (process holder) + release ÷ the syscall floor of a 1-GPU claim",
+        "test_bind_release_process_holder",
+        "test_bind_reference_syscall_floor_one_gpu",
+        1.5,
+        "≤",
+    ),
+    (
+        "`binding.bind` (thread-mode slot) + release ÷ the syscall floor of a 1-GPU claim",
+        "test_bind_release_thread_mode_slot",
+        "test_bind_reference_syscall_floor_one_gpu",
+        1.5,
+        "≤",
+    ),
+    (
+        "`pyflink.bind_gpus` (process mode, with its TaskManager lookup) + release ÷ that floor",
+        "test_bind_gpus_release_pyflink_process_mode",
+        "test_bind_reference_syscall_floor_one_gpu",
+        1.5,
+        "≤",
+    ),
+    (
+        "flink-gpu-discovery vs stock script, coordination mode",
+        "test_process_stock_script_coordinated",
+        "test_process_flink_gpu_discovery_coordinated",
+        5,
+        "≥",
+    ),
 ]
 
 # (description, contention benchmark, the floor's, required factor): throughput ÷ the floor's
 THROUGHPUT_TARGETS = [
-    ("8 processes: new driver, retrieve, close ÷ the floor's throughput",
-     "test_contention[flink_gpu-8]", "test_contention[floor-8]", 0.7),
-    ("8 processes: `coordination` claim + release ÷ the floor's throughput",
-     "test_contention[coordination_api-8]", "test_contention[floor-8]", 0.7),
+    (
+        "8 processes: new driver, retrieve, close ÷ the floor's throughput",
+        "test_contention[flink_gpu-8]",
+        "test_contention[floor-8]",
+        0.7,
+    ),
+    (
+        "8 processes: `coordination` claim + release ÷ the floor's throughput",
+        "test_contention[coordination_api-8]",
+        "test_contention[floor-8]",
+        0.7,
+    ),
 ]
 
 
 # ---- formatting -----------------------------------------------------------------------------------
+
 
 def fmt_time(seconds: float) -> str:
     if seconds >= 1e-3:
@@ -83,19 +121,26 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 def machine() -> str:
     load = os.getloadavg()[0]
-    return (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-            f"load average {load:.1f} when it ended, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    return (
+        f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"load average {load:.1f} when it ended, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
 
 
 # ---- the suite and its ratios ---------------------------------------------------------------------
+
 
 def run_suite(runs: int, json_dir: Path) -> list[Path]:
     files = []
     for i in range(runs):
         out = json_dir / f"run{i + 1}.json"
-        subprocess.run([sys.executable, "-m", "pytest", str(BENCH), "-q", "-p", "no:cacheprovider",
-                        f"--benchmark-json={out}"], cwd=REPO, check=True, env=_src_env(),
-                       stdout=sys.stderr)
+        subprocess.run(
+            [sys.executable, "-m", "pytest", str(BENCH), "-q", "-p", "no:cacheprovider", f"--benchmark-json={out}"],
+            cwd=REPO,
+            check=True,
+            env=_src_env(),
+            stdout=sys.stderr,
+        )
         files.append(out)
     return files
 
@@ -109,9 +154,9 @@ def ratios(files: list[Path]) -> str:
     runs = [load_run(f) for f in files]
     header = ["target", "needs"] + [f"run {i + 1}: min (median)" for i in range(len(runs))] + ["holds"]
     rows = []
+
     def verdict(held):
-        return ("yes" if held and all(held) else "no" if not any(held) else
-                f"{sum(held)} of {len(held)} runs")
+        return "yes" if held and all(held) else "no" if not any(held) else f"{sum(held)} of {len(held)} runs"
 
     for text, slow, fast, bound, sense in TARGETS:
         cells, held = [], []
@@ -123,8 +168,7 @@ def ratios(files: list[Path]) -> str:
             by_median = run[slow]["stats"]["median"] / run[fast]["stats"]["median"]
             digits = 1 if bound >= 10 else 2
             cells.append(f"{by_min:,.{digits}f}× ({by_median:,.{digits}f}×)")
-            ok = (lambda r: r >= bound) if sense == "≥" else (lambda r: r <= bound)
-            held.append(ok(by_min) and ok(by_median))
+            held.append(all(r >= bound if sense == "≥" else r <= bound for r in (by_min, by_median)))
         rows.append([text, f"{sense} {bound}×"] + cells + [verdict(held)])
     for text, ours, floor, factor in THROUGHPUT_TARGETS:
         cells, held = [], []
@@ -138,23 +182,34 @@ def ratios(files: list[Path]) -> str:
         rows.append([text, f"≥ {factor}×"] + cells + [verdict(held)])
     out = [table(header, rows), ""]
 
-    contention = sorted((n for n in {n for run in runs for n in run} if n.startswith("test_contention[")),
-                        key=lambda n: (n.split("[")[1].split("-")[0], int(n.rstrip("]").split("-")[1])))
+    contention = sorted(
+        (n for n in {n for run in runs for n in run} if n.startswith("test_contention[")),
+        key=lambda n: (n.split("[")[1].split("-")[0], int(n.rstrip("]").split("-")[1])),
+    )
     header = ["implementation", "processes"] + [f"run {i + 1}: cycles/s, p50, p99" for i in range(len(runs))]
     rows = []
     for name in contention:
-        impl, processes = name[len("test_contention["):-1].rsplit("-", 1)
+        impl, processes = name[len("test_contention[") : -1].rsplit("-", 1)
         cells = []
         for run in runs:
             extra = run[name]["extra_info"] if name in run else None
-            cells.append("n/a" if extra is None else
-                         f"{extra['throughput_per_s']:,}/s, {extra['p50_us']} µs, {extra['p99_us']} µs")
+            cells.append(
+                "n/a"
+                if extra is None
+                else f"{extra['throughput_per_s']:,}/s, {extra['p50_us']} µs, {extra['p99_us']} µs"
+            )
         rows.append([impl.replace("_", "-"), processes] + cells)
-    out += ["Contention: N processes at once, each claiming 1 GPU and releasing it, 400 times.", "",
-            table(header, rows), ""]
+    out += [
+        "Contention: N processes at once, each claiming 1 GPU and releasing it, 400 times.",
+        "",
+        table(header, rows),
+        "",
+    ]
 
-    names = sorted((n for n in {n for run in runs for n in run} if n not in contention),
-                   key=lambda n: (runs[0].get(n, {}).get("group") or "", n))
+    names = sorted(
+        (n for n in {n for run in runs for n in run} if n not in contention),
+        key=lambda n: (runs[0].get(n, {}).get("group") or "", n),
+    )
     header = ["group", "benchmark"] + [f"run {i + 1}: min (median)" for i in range(len(runs))]
     rows = []
     for name in names:
@@ -189,6 +244,7 @@ def _src_env(**extra) -> dict[str, str]:
 
 
 # ---- timing helpers (run in the children) ---------------------------------------------------------
+
 
 def per_call(fn, *, repeats: int = 5, budget: float = 0.25):
     """(min, median) seconds per call of ``fn``, each repeat a loop sized to ~budget/repeats."""
@@ -230,6 +286,7 @@ def run_ok(argv, env, expect: str | None = None):
         proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if proc.returncode != 0 or (expect is not None and proc.stdout.strip() != expect):
             raise RuntimeError(f"{argv[0]} gave {proc.returncode}: {proc.stdout!r} {proc.stderr!r}")
+
     return run
 
 
@@ -257,8 +314,10 @@ def driver_costs(n: int, path: Path) -> dict:
     driver = GPUDriver({"discovery-mode": "nvml"})
     assert len(driver.retrieve_resource_info(n)) == n
     out = {"retrieve": per_call(lambda: driver.retrieve_resource_info(n))}
-    config = {"discovery-mode": "nvml",
-              "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}"}
+    config = {
+        "discovery-mode": "nvml",
+        "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}",
+    }
 
     def driver_cycle():
         d = GPUDriver(config)
@@ -276,12 +335,13 @@ def child_gpus(n: int) -> dict:
     out = {}
     samples = []
     for _ in range(5):  # NVML initialises once per process: a fresh interpreter per sample
-        code = ("import time, sys; t = time.perf_counter()\n"
-                "from flink_gpu import GPUDriver\n"
-                f"d = GPUDriver({{'discovery-mode': 'nvml'}}); assert len(d.retrieve_resource_info({n})) == {n}\n"
-                "print(time.perf_counter() - t)")
-        proc = subprocess.run([sys.executable, "-c", code], env=_src_env(), capture_output=True,
-                              text=True, check=True)
+        code = (
+            "import time, sys; t = time.perf_counter()\n"
+            "from flink_gpu import GPUDriver\n"
+            f"d = GPUDriver({{'discovery-mode': 'nvml'}}); assert len(d.retrieve_resource_info({n})) == {n}\n"
+            "print(time.perf_counter() - t)"
+        )
+        proc = subprocess.run([sys.executable, "-c", code], env=_src_env(), capture_output=True, text=True, check=True)
         samples.append(float(proc.stdout))
     out["first_retrieve"] = (min(samples), statistics.median(samples))
 
@@ -290,13 +350,13 @@ def child_gpus(n: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "flink-gpu-coordination"
         out.update(driver_costs(n, path))
-        out["pynvml_cycle"] = per_call(lambda: (baseline_pynvml.claim(n, str(path)),
-                                                baseline_pynvml.release(str(path))))
+        out["pynvml_cycle"] = per_call(
+            lambda: (baseline_pynvml.claim(n, str(path)), baseline_pynvml.release(str(path)))
+        )
         expect = ",".join(map(str, range(n)))
         exe = find_discovery_executable()
         stock = executable_stock_script(Path(tmp) / "stock")
-        smi_env = dict(os.environ, PATH=f"{fake_nvidia_smi(Path(tmp) / 'smi', n)}"
-                                         f"{os.pathsep}{os.environ['PATH']}")
+        smi_env = dict(os.environ, PATH=f"{fake_nvidia_smi(Path(tmp) / 'smi', n)}{os.pathsep}{os.environ['PATH']}")
         coord = ["--enable-coordination-mode", "--coordination-file", str(path)]
         empty = lambda: path.write_text("")  # noqa: E731
         out["exe"] = per_round(run_ok([exe, str(n)], os.environ, expect))
@@ -326,8 +386,8 @@ ENTRY_ROWS = [
 
 def child_entries(lines: int) -> dict:
     import baseline_pynvml
-    from support.interop import executable_stock_script, fake_nvidia_smi, find_discovery_executable
     from flink_gpu import GPUDriver, coordination
+    from support.interop import executable_stock_script, fake_nvidia_smi, find_discovery_executable
 
     live = subprocess.Popen(["sleep", "3600"])
     gone = subprocess.Popen(["true"])
@@ -341,24 +401,27 @@ def child_entries(lines: int) -> dict:
             path = Path(tmp) / "flink-gpu-coordination"
             path.write_text(content)
             indices = ["0", "1", "2", "3"]
-            config = {"discovery-mode": "nvml",
-                      "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}"}
+            config = {
+                "discovery-mode": "nvml",
+                "discovery-script.args": f"--enable-coordination-mode --coordination-file {path}",
+            }
 
             def driver_cycle():
                 d = GPUDriver(config)
                 assert len(d.retrieve_resource_info(2)) == 2
                 d.close()
 
-            out["api_cycle"] = per_call(lambda: (coordination.claim(2, indices, path=path),
-                                                 coordination.release(path=path)))
+            out["api_cycle"] = per_call(
+                lambda: (coordination.claim(2, indices, path=path), coordination.release(path=path))
+            )
             out["driver_cycle"] = per_call(driver_cycle)
-            out["pynvml_cycle"] = per_call(lambda: (baseline_pynvml.claim(2, str(path)),
-                                                    baseline_pynvml.release(str(path))))
+            out["pynvml_cycle"] = per_call(
+                lambda: (baseline_pynvml.claim(2, str(path)), baseline_pynvml.release(str(path)))
+            )
             assert path.read_text() == content, "a cycle left the file changed"
             exe = find_discovery_executable()
             stock = executable_stock_script(Path(tmp) / "stock")
-            smi_env = dict(os.environ, PATH=f"{fake_nvidia_smi(Path(tmp) / 'smi', 4)}"
-                                             f"{os.pathsep}{os.environ['PATH']}")
+            smi_env = dict(os.environ, PATH=f"{fake_nvidia_smi(Path(tmp) / 'smi', 4)}{os.pathsep}{os.environ['PATH']}")
             coord = ["--enable-coordination-mode", "--coordination-file", str(path)]
             reset = lambda: path.write_text(content)  # noqa: E731
             out["exe_coord"] = per_round(run_ok([exe, "2", *coord], os.environ, "0,1"), reset)
@@ -378,12 +441,14 @@ def entries(counts: list[int]) -> str:
 
 # ---- plumbing -------------------------------------------------------------------------------------
 
+
 def _in_child(kind: str, value: int, devices: int) -> dict:
     from flink_gpu import simulator
 
     env = _src_env(**simulator.environment(devices=devices))
-    proc = subprocess.run([sys.executable, __file__, "_child", kind, str(value)], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "_child", kind, str(value)], env=env, capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"measuring {kind} {value} failed:\n{proc.stderr}")
     print(f"  {kind} {value}: done", file=sys.stderr)

@@ -1,0 +1,57 @@
+// NVML reads with a deadline (docs/design.md §9.5). Any NVML call may take seconds or never return
+// (a wedged driver, a GPU under ECC storms), and a thread stuck in one cannot be cancelled. So a state
+// read runs on a worker thread and the caller waits for it at most a deadline; what was not read in
+// time is `unknown` and never handed out. The worker names each NVML call before it makes it, so that
+// the caller can say which query stalled. A worker that misses its deadline is abandoned: it keeps
+// its own shared block (so it writes nowhere the caller owns), ends when its call returns, and until
+// then the GPU it is stuck on is unknown at once to every later read, which starts no other thread on
+// it (no pile-up; a call about the whole library, nvmlDeviceGetCount, starts none at all). A forked
+// child has none of these threads and starts afresh.
+#pragma once
+
+#include "device_state.hpp"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace flinkgpu {
+
+// nvml-timeout's default, and --nvml-timeout's for flink-gpu-discovery: well inside Flink's 10 s
+// discovery-script.timeout.
+inline constexpr double kDefaultNvmlTimeoutSeconds = 5.0;
+
+// One NVML call past its deadline.
+struct Stall {
+    int gpu = ReadMonitor::kLibrary;  // the GPU's NVML index; kLibrary: a call about the whole library
+    std::string function;             // the NVML call in flight
+    double seconds = 0;               // how long it has been in flight
+    bool earlier = false;             // still stuck from an earlier read: nothing was started for it now
+};
+
+// "GPU 3's nvmlDeviceGetRemappedRows did not return within 5 s", "nvmlInit_v2 has not returned for 12 s".
+std::string stall_text(const Stall& stall, double timeout_seconds);
+
+// query_states with a deadline of `timeout_seconds` (> 0) for all GPUs together, read one after the
+// other on one worker thread (a real driver serialises them on its own lock anyway). A GPU not read in
+// time, or one an earlier read is still stuck on, is a state of health unknown saying why; `stalls`
+// names the calls. `*count_known` false: not even the GPU count was read (then `out` is empty). An
+// NVML failure of the whole library within the deadline is the status, as query_states's.
+// `spent_seconds`: the part of the timeout already used by earlier NVML work of the same deadline
+// (flink-gpu-discovery's init); the texts name the whole timeout. Never throws.
+Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,
+                           const ReadPlan& plan, double timeout_seconds, std::vector<DeviceState>* out,
+                           std::vector<Stall>* stalls, bool* count_known, double spent_seconds = 0) noexcept;
+
+// Runs `job`, a library-wide NVML step named `function` (nvmlInit_v2, the enumeration), on a worker
+// thread and waits for it at most `timeout_seconds`. True when it returned; false with `*stall` when it
+// did not (or, with stall->function empty and *status set, when no thread could be started). The job
+// may outlive the call: everything it touches must outlive it (static storage, or its own). Never throws.
+bool run_within(double timeout_seconds, const char* function, std::function<void()> job, Stall* stall,
+                Status* status) noexcept;
+
+// Whether a thread of this process is still inside an NVML call that missed its deadline: then the
+// process must leave with _exit (exit() would run destructors under that thread).
+bool nvml_call_outstanding() noexcept;
+
+}  // namespace flinkgpu

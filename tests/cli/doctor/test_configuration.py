@@ -1,0 +1,65 @@
+"""doctor's configuration (flink_gpu.cli.doctor.configuration): which file it checks and how it reads it."""
+
+import json
+import os
+
+import pytest
+
+from conftest import child_env
+from support.cli import cli, gpu_conf, only, run_doctor
+
+
+def test_doctor_reports_lines_the_legacy_parser_skips(tmp_path, good_script):
+    text = gpu_conf(discovery_script_path=good_script).replace(
+        "external-resource.gpu.amount: 1", "external-resource.gpu.amount:1"
+    )
+    doc = run_doctor(tmp_path, text, expect=1)
+    warning = only(doc, "configuration", "warning")
+    assert f"{tmp_path / 'flink-conf.yaml'}:2" in warning["message"]
+    assert "missing space after ':'" in warning["message"]
+    only(doc, "amount", "error")  # which is why the amount is missing
+
+
+def test_doctor_configuration_resolution(tmp_path):
+    env = child_env()
+    proc = cli("doctor", env=env)
+    assert proc.returncode == 2 and "FLINK_CONF_DIR" in proc.stderr
+    proc = cli("doctor", tmp_path / "missing", env=env)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    proc = cli("doctor", tmp_path, env=env)  # a directory without a configuration file
+    assert proc.returncode == 2 and "no config.yaml or flink-conf.yaml" in proc.stderr
+    (tmp_path / "config.yaml").write_text("external-resources: [gpu\n")
+    proc = cli("doctor", "--json", env=child_env(FLINK_HOME=str(tmp_path / "nothome"), FLINK_CONF_DIR=str(tmp_path)))
+    assert proc.returncode == 1
+    error = only(json.loads(proc.stdout), "configuration", "error")
+    assert "Invalid YAML" in error["message"] and str(tmp_path / "config.yaml") in error["message"]
+
+
+# doctor picks a conf directory's file as Flink does, and says what an odd one is
+
+
+def test_doctor_on_a_conf_directory_whose_config_file_is_a_fifo_says_so(tmp_path):
+    # doctor used to skip a config.yaml that is not a regular file and check flink-conf.yaml, a
+    # file the TaskManager never reads
+    (tmp_path / "flink-conf.yaml").write_text("external-resources: gpu\n")
+    os.mkfifo(tmp_path / "config.yaml")
+    proc = cli("doctor", "--simulate", "2", tmp_path, timeout=30)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{tmp_path / 'config.yaml'} is a FIFO (named pipe), not a regular file" in proc.stdout
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink loop"])
+def test_doctor_on_a_conf_directory_whose_config_file_is_no_file_says_what_it_is(tmp_path, kind):
+    """Not "the directory has no config.yaml": it has one, which no TaskManager can read."""
+    (tmp_path / "flink-conf.yaml").write_text("external-resources: gpu\n")
+    config = tmp_path / "config.yaml"
+    if kind == "directory":
+        config.mkdir()
+        what = "is a directory, not a regular file"
+    else:
+        config.symlink_to(config)
+        what = "is a loop of symbolic links"
+    proc = cli("doctor", "--simulate", "2", tmp_path, timeout=30)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{config} {what}" in proc.stdout + proc.stderr
+    assert "no config.yaml" not in proc.stdout + proc.stderr

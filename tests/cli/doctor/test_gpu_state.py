@@ -1,0 +1,216 @@
+"""doctor's check of the GPUs' state now (flink_gpu.cli.doctor.gpu_state): unhealthy, degraded and busy GPUs,
+checks not made, the NVLink fabric."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import child_env
+from flink_gpu import simulator
+from support.cli import cli, findings, gpu_conf, write_script
+
+
+def doctor_on(tmp_path, spec, conf_text, expect):
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(conf_text)
+    proc = cli(
+        "doctor",
+        conf,
+        "--simulate-spec",
+        spec,
+        "--json",
+        "--taskmanagers-per-host",
+        "1",
+        env=child_env(**simulator.environment(spec=spec)),
+    )  # a TaskManager's shell on that simulator
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == expect, json.dumps(doc["findings"], indent=1)
+    return doc
+
+
+def test_doctor_reports_unhealthy_degraded_and_busy_gpus(tmp_path, state_host):
+    conf = gpu_conf(
+        amount=1,
+        factory="flink_gpu.GPUDriverFactory",
+        discovery_mode="nvml",
+        discovery_script_args=f"--enable-coordination-mode --coordination-file {state_host['coord']}",
+    )
+    doc = doctor_on(tmp_path, state_host["spec"], conf, expect=0)
+    state = findings(doc, "gpu-state")
+    unhealthy = [f for f in state if f["message"].startswith("GPU 1 is unhealthy: ")]
+    assert len(unhealthy) == 1 and unhealthy[0]["level"] == "warning"
+    assert "a TaskManager never gets it" in unhealthy[0]["message"]
+    assert "nvidia-smi -q -i 1" in unhealthy[0]["fix"]
+    [degraded] = [f for f in state if f["message"].startswith("GPU 0 is degraded: ")]
+    assert degraded["level"] == "note" and "after every healthy GPU" in degraded["message"]
+    # GPU 2's process belongs to its holder; GPU 3's are no holder's
+    assert not [f for f in state if f["message"].startswith("GPU 2 ")]
+    [busy] = [f for f in state if f["message"].startswith("GPU 3 runs 2 processes of no flink-gpu holder")]
+    assert busy["level"] == "note" and "only when the idle GPUs are too few" in busy["message"]
+    assert f"pid {state_host['stranger']} (sleep 600)" in busy["message"]
+    assert "external-resource.gpu.param.busy-gpus: exclude" in busy["fix"]
+    [hidden] = [f for f in state if f"NVML lists pid {state_host['gone']} on GPU 3" in f["message"]]
+    assert "hostPID" in hidden["fix"]
+
+
+@pytest.mark.parametrize(
+    "states, waiting", [(["not_started", "not_started"], False), (["not_started", "in_progress"], True)]
+)
+def test_doctor_says_once_when_no_gpu_has_registered_with_the_nvlink_fabric(tmp_path, states, waiting):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"fabric": {"state": state}} for state in states]}))
+    doc = doctor_on(
+        tmp_path, spec, gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml"), expect=1
+    )
+    fabric = [f for f in findings(doc, "gpu-state") if "fabric" in f["message"].lower()]
+    assert len(fabric) == 1, fabric  # a host finding, not one per GPU
+    assert fabric[0]["level"] == "error" and "error 802" in fabric[0]["message"]
+    assert ("(some are in progress)" in fabric[0]["message"]) == waiting
+    assert "nvidia-fabricmanager" in fabric[0]["fix"]
+
+
+def test_doctor_notes_one_gpu_without_fabric_registration_as_that_gpu(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"fabric": {"state": "not_started"}}, {"fabric": {}}]}))
+    doc = doctor_on(
+        tmp_path, spec, gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml"), expect=0
+    )
+    [gpu0] = [f for f in findings(doc, "gpu-state") if f["message"].startswith("GPU 0 is unhealthy")]
+    assert "NVLink fabric registration not started" in gpu0["message"]
+    assert not [f for f in findings(doc, "gpu-state") if f["message"].startswith("No GPU of this host")]
+
+
+def test_doctor_shows_what_was_not_checked_and_a_finding_of_a_check_left_out(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"health": {"inforom_corrupted": True}}, {}]}))
+    conf = (
+        gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml")
+        + "external-resource.gpu.param.health-checks: all,-inforom\n"
+    )
+    doc = doctor_on(tmp_path, spec, conf, expect=0)
+    state = findings(doc, "gpu-state")
+    [left_out] = [f for f in state if f["level"] == "warning"]
+    assert left_out["message"] == (
+        "GPU 0: InfoROM corrupted, but external-resource.gpu.param.health-checks "
+        "leaves inforom out: a TaskManager may still get it."
+    )
+    assert [f["message"] for f in state if f["message"].startswith("Not checked")] == [
+        "Not checked on GPU 0, 1: fabric (not supported)."
+    ]
+    assert not [f for f in state if "is unhealthy" in f["message"]]
+
+
+def test_doctor_fails_when_the_amount_exceeds_the_healthy_gpus(tmp_path, state_host):
+    doc = doctor_on(
+        tmp_path,
+        state_host["spec"],
+        gpu_conf(amount=4, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml"),
+        expect=1,
+    )
+    [error] = findings(doc, "gpu-state", "error")
+    assert error["message"] == (
+        "external-resource.gpu.amount is 4, but only 3 GPUs of this host are healthy: discovery fails."
+    )
+
+
+def test_doctor_says_a_plain_script_hands_out_an_unhealthy_gpu(tmp_path, state_host):
+    script = write_script(tmp_path / "discover.sh", 'echo "1"\n')
+    doc = doctor_on(tmp_path, state_host["spec"], gpu_conf(discovery_script_path=script), expect=1)
+    [error] = [f for f in findings(doc, "gpu-state", "error") if "GPU 1" in f["message"]]
+    assert "the discovery script still hands it out" in error["message"]
+    [busy] = [f for f in findings(doc, "gpu-state") if f["message"].startswith("GPU 3 runs")]
+    assert busy["level"] == "warning" and "would share it" in busy["message"]
+
+
+def test_doctor_with_ignore_warns_that_a_busy_gpu_may_be_shared(tmp_path, state_host):
+    conf = (
+        gpu_conf(factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml")
+        + "external-resource.gpu.param.busy-gpus: ignore\n"
+    )
+    doc = doctor_on(tmp_path, state_host["spec"], conf, expect=0)
+    [busy] = [f for f in findings(doc, "gpu-state") if f["message"].startswith("GPU 3 runs")]
+    assert busy["level"] == "warning" and "may get it and share it" in busy["message"]
+    assert not findings(doc, "params", "warning")  # busy-gpus is an option of ours
+
+
+def test_doctor_warns_of_a_gpu_whose_state_read_does_not_return(tmp_path):
+    hang_file = tmp_path / "hang"
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "devices": [{}, {}],
+                "driver_lock": False,
+                "hang": [{"query": "field_values", "device": 1, "while_exists": str(hang_file)}],
+            }
+        )
+    )
+    conf = gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml")
+    with simulator.hanging(hang_file):
+        doc = doctor_on(tmp_path, spec, conf, expect=0)
+    [unknown] = [f for f in findings(doc, "gpu-state") if f["message"].startswith("GPU 1 is unknown: ")]
+    assert unknown["level"] == "warning"
+    assert "nvmlDeviceGetFieldValues did not return within 5 s" in unknown["message"]
+    assert "a TaskManager does not get it" in unknown["message"]
+    assert "dmesg" in unknown["fix"]
+
+
+# ---- persistence mode -----------------------------------------------------------------------------
+
+NVML_CONF = (
+    "external-resources: gpu\n"
+    "external-resource.gpu.amount: 1\n"
+    "external-resource.gpu.driver-factory.class: flink_gpu.GPUDriverFactory\n"
+    "external-resource.gpu.param.discovery-mode: nvml\n"
+)
+
+
+def persistence_findings(tmp_path, spec):
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(NVML_CONF)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flink_gpu.cli",
+            "doctor",
+            str(conf),
+            "--simulate-spec",
+            str(spec_file),
+            "--json",
+            "--taskmanagers-per-host",
+            "1",
+        ],
+        env=child_env(**simulator.environment(spec=spec)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    doc = json.loads(proc.stdout)
+    return [f for f in doc["findings"] if f["check"] == "gpu-state" and "persistence" in f["message"]]
+
+
+def test_doctor_notes_the_gpus_without_persistence_mode_and_says_why_a_first_claim_is_slow(tmp_path):
+    spec = {
+        "devices": [
+            {},
+            {"persistence_mode": "disabled"},
+            {"persistence_mode": "disabled", "mig": {"mode": "enabled", "instances": [{"slot": 1}, {"slot": 2}]}},
+        ]
+    }
+    [note] = persistence_findings(tmp_path, spec)
+    assert note["level"] == "note"
+    assert note["message"].startswith(
+        "GPU 1, 2: persistence mode is off: the first claim on each GPU may take "
+        "seconds (without it the driver initialises a GPU when a process first "
+        "asks for its handle"
+    )  # a MIG GPU once, not per unit
+    assert "nvidia-persistenced" in note["fix"]
+
+
+def test_doctor_has_no_persistence_finding_where_it_is_on_or_unknown(tmp_path):
+    assert persistence_findings(tmp_path, {"devices": [{}, {"not_supported": ["persistence_mode"]}]}) == []

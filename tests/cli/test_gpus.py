@@ -1,0 +1,681 @@
+"""`flink-gpu list`, `coordination show|clean`, `claim` and `release` (flink_gpu.cli.gpus): holders, bindings,
+the GPUs' state and MIG units, run as real processes against the NVML simulator."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import child_env, dead_pid
+from support.cli import HOLDER_COMMAND, UUID0, cli, cli_json, cut_to_table
+
+
+def test_list_on_the_simulator(tmp_path):
+    proc = cli("--simulate", "3", "list", "--file", tmp_path / "coord")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("INDEX"))
+    assert header.split() == ["INDEX", "UUID", "NAME", "MEMORY", "BUS", "ID", "HOLDER"]
+    rows = [line for line in lines if re.match(r"\d+\s+GPU-", line)]
+    assert len(rows) == 3
+    assert rows[0].split()[:2] == ["0", UUID0]
+    assert "NVIDIA Simulated GPU  80.0 GiB  00000000:01:00.0  free" in rows[0]
+    # columns are aligned: every row's UUID starts where the header's does
+    assert all(row.index("GPU-") == header.index("UUID") for row in rows)
+    assert "3 GPUs" in lines[0]
+    assert f"{tmp_path / 'coord'} does not exist" in proc.stdout
+
+
+def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, holder):
+    coord = tmp_path / "coord"
+    cli_json("--simulate", "4", "claim", "2", "--owner", holder.pid, "--file", coord)
+    gone = dead_pid()
+    with open(coord, "a") as handle:
+        handle.write(f"3 {gone}\nnot a line\n7 {holder.pid}\n")
+    doc = cli_json("--simulate", "4", "list", "--file", coord)
+    assert doc["command"] == "list"
+    assert doc["nvml"]["driver_version"] == "999.99.99"
+    gpus = {g["index"]: g for g in doc["gpus"]}
+    assert set(gpus["0"]) == {
+        "index",
+        "uuid",
+        "name",
+        "memory_total",
+        "pci_bus_id",
+        "minor_number",
+        "persistence_mode",
+        "holders",
+        "stale_holders",
+        "health",
+        "findings",
+        "checks",
+        "memory_used",
+        "memory_free",
+        "numa_node",
+        "cpu_affinity",
+        "compute_mode",
+        "processes_known",
+        "processes",
+        "utilization",
+        "temperature",
+        "power",
+    }
+    assert gpus["0"]["uuid"] == UUID0 and gpus["0"]["memory_total"] == 80 * 2**30
+    assert gpus["0"]["holders"] == [
+        {
+            "pid": holder.pid,
+            "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
+            "liveness_known": True,
+            "ours": True,
+            "namespace": os.stat("/proc/self/ns/pid").st_ino,
+        }
+    ]
+    assert gpus["1"]["holders"][0]["pid"] == holder.pid
+    assert gpus["2"]["holders"] == [] and gpus["2"]["stale_holders"] == []
+    assert gpus["3"]["holders"] == [] and gpus["3"]["stale_holders"] == [gone]
+    assert doc["coordination"]["unparsable"] == [{"line_number": 4, "text": "not a line"}]
+    assert doc["coordination"]["unknown_indices"] == ["7"]
+
+    human = cli("--simulate", "4", "list", "--file", coord)
+    assert human.returncode == 0
+    row0 = next(line for line in human.stdout.splitlines() if line.startswith("0 "))
+    holder_text = row0.split(f"pid {holder.pid}: ", 1)[1]
+    assert holder_text == cut_to_table(HOLDER_COMMAND)
+    row3 = next(line for line in human.stdout.splitlines() if line.startswith("3 "))
+    assert row3.endswith(f"free (stale: dead pid {gone})")
+    assert "line 4 cannot be parsed" in human.stdout
+    assert f"flink-gpu coordination clean --file {coord}" in human.stdout
+    assert "this host does not have: 7" in human.stdout
+
+
+def test_list_still_lists_gpus_when_the_coordination_file_is_unusable(tmp_path):
+    proc = cli("--simulate", "2", "list", "--file", tmp_path)  # a directory
+    assert proc.returncode == 0
+    rows = re.findall(r"^\d+ +GPU-.*$", proc.stdout, re.M)
+    assert len(rows) == 2 and all(row.endswith("  ?") for row in rows)  # not "free"
+    assert f"Holders unknown: Refusing to use the coordination file {tmp_path}" in proc.stdout
+    doc = cli_json("--simulate", "2", "list", "--file", tmp_path)
+    assert "it is a directory" in doc["coordination"]["error"]
+    assert doc["coordination"]["exists"] is False
+
+
+def test_list_reports_skipped_devices(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps({"devices": [{"name": "NVIDIA H100"}, {"fault": "GPU_IS_LOST"}, {"fault": "NO_PERMISSION"}]})
+    )
+    doc = cli_json("list", "--simulate-spec", spec, "--file", tmp_path / "c")
+    assert [g["name"] for g in doc["gpus"]] == ["NVIDIA H100"]
+    assert [s["index"] for s in doc["skipped"]] == ["1", "2"]
+    human = cli("list", "--simulate-spec", spec, "--file", tmp_path / "c")
+    assert "1 GPU, 2 skipped" in human.stdout
+    skipped = human.stdout.split("Skipped devices:")[1]
+    assert re.search(r"^  1: .*", skipped, re.M) and re.search(r"^  2: .*", skipped, re.M)
+    for item in doc["skipped"]:
+        assert f"  {item['index']}: {item['reason']}" in skipped
+
+
+# list: bindings (docs/design.md §9.3)
+
+# Binds in a thread of its own and waits on stdin; prints the bound indices and the thread's id.
+BINDER = """\
+import sys, threading
+from flink_gpu import GPUInfo
+from flink_gpu.binding import bind
+path, taskmanager, count, share, slot, gpus = sys.argv[1:7]
+def hold():
+    binding = bind([GPUInfo(i) for i in gpus.split(",")], int(count), int(share), path=path,
+                   slot=None if slot == "-" else slot, taskmanager_pid=None if taskmanager == "-" else int(taskmanager))
+    print(",".join(binding.indices), threading.get_native_id(), flush=True)
+    sys.stdin.read()
+thread = threading.Thread(target=hold)
+thread.start()
+thread.join()
+"""
+
+
+@pytest.fixture
+def binders(tmp_path):
+    """``bind(path, taskmanager, gpus, count=1, share=1, slot=None)``: a live process that binds (for
+    ``slot``, from a thread of its own) and holds until the test ends: (process, indices, thread id)."""
+    script = tmp_path / "binder.py"
+    script.write_text(BINDER)
+    processes = []
+
+    def bind(path, taskmanager, gpus, count=1, share=1, slot=None):
+        process = subprocess.Popen(
+            binder_cmdline(script, path, taskmanager, gpus, count, share, slot),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+        processes.append(process)
+        indices, thread = process.stdout.readline().split()
+        return process, indices.split(","), int(thread)
+
+    bind.script = script
+    yield bind
+    for process in processes:
+        process.kill()
+        process.wait(10)
+
+
+def binder_cmdline(script, path, taskmanager, gpus, count=1, share=1, slot=None):
+    return [
+        sys.executable,
+        str(script),
+        str(path),
+        "-" if taskmanager is None else str(taskmanager),
+        str(count),
+        str(share),
+        slot or "-",
+        ",".join(gpus),
+    ]
+
+
+def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
+    coord = tmp_path / "coord"
+    bindings = tmp_path / "coord.bindings"
+    taskmanager = holder.pid
+    cli_json("--simulate", "4", "claim", "3", "--owner", taskmanager, "--file", coord)
+    worker, got, _ = binders(bindings, taskmanager, ["0", "1", "2"])
+    slot, slot_got, thread = binders(bindings, taskmanager, ["0", "1", "2"], slot="alloc-1")
+    shared, shared_got, _ = binders(bindings, taskmanager, ["0", "1", "2"], share=2)
+    service, service_got, _ = binders(bindings, None, ["3"])
+    assert (got, slot_got, shared_got, service_got) == (["0"], ["1"], ["2"], ["3"])
+    dead, _, _ = binders(bindings, taskmanager, ["2"], share=2)  # shares GPU 2, then dies
+    dead.kill()
+    dead.wait(10)
+    content = bindings.read_text()
+    bad_line = len(content.splitlines()) + 1
+    bindings.write_text(content + ("" if content.endswith("\n") else "\n") + "not a line\n")
+
+    doc = cli_json("--simulate", "4", "list", "--file", coord)["bindings"]
+    assert doc["path"] == str(bindings) and doc["exists"] is True and doc["error"] is None
+    assert doc["taskmanagers"] == [
+        {
+            "pid": taskmanager,
+            "namespace": os.stat("/proc/self/ns/pid").st_ino,
+            "ours": True,
+            "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
+            "claimed": ["0", "1", "2"],
+            "holders": [
+                {
+                    "holder": f"pid {worker.pid}",
+                    "slot": None,
+                    "pid": worker.pid,
+                    "threads": [],
+                    "gpus": ["0"],
+                    "holders_per_gpu": 1,
+                    "liveness_known": True,
+                    "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"]),
+                },
+                {
+                    "holder": "slot alloc-1",
+                    "slot": "alloc-1",
+                    "pid": None,
+                    "threads": [thread],
+                    "gpus": ["1"],
+                    "holders_per_gpu": 1,
+                    "liveness_known": True,
+                    "cmdline": None,
+                },
+                {
+                    "holder": f"pid {shared.pid}",
+                    "slot": None,
+                    "pid": shared.pid,
+                    "threads": [],
+                    "gpus": ["2"],
+                    "holders_per_gpu": 2,
+                    "liveness_known": True,
+                    "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"], share=2),
+                },
+            ],
+        },
+        {
+            "pid": None,
+            "namespace": None,
+            "ours": True,
+            "cmdline": None,
+            "claimed": [],
+            "holders": [
+                {
+                    "holder": f"pid {service.pid}",
+                    "slot": None,
+                    "pid": service.pid,
+                    "threads": [],
+                    "gpus": ["3"],
+                    "holders_per_gpu": 1,
+                    "liveness_known": True,
+                    "cmdline": binder_cmdline(binders.script, bindings, None, ["3"]),
+                }
+            ],
+        },
+    ]
+    assert thread != slot.pid  # a slot holder's lines are its binding threads', not its process's
+    assert [(s["index"], s["pid"], s["taskmanager"]) for s in doc["stale"]] == [("2", dead.pid, taskmanager)]
+    assert doc["unparsable"] == [{"line_number": bad_line, "text": "not a line"}] and doc["unknown_indices"] == []
+
+    human = cli("--simulate", "4", "list", "--file", coord).stdout
+    section = human.split(f"Bindings from {bindings} (GPUs bound to the holders inside a TaskManager):\n", 1)[1]
+    lines = section.splitlines()
+    assert lines[0] == (
+        f"  TaskManager pid {taskmanager} (holds GPU 0, 1, 2 in the coordination file): " + cut_to_table(HOLDER_COMMAND)
+    )
+    assert lines[1].split() == ["HOLDER", "GPU", "SHARED", "COMMAND"] and lines[1].startswith("    HOLDER")
+    assert lines[2].split()[:4] == ["pid", str(worker.pid), "0", "alone"]
+    assert lines[3].split() == ["slot", "alloc-1", "1", "alone", "binding", "thread", str(thread)]
+    assert lines[4].split()[:5] == ["pid", str(shared.pid), "2", "up", "to"] and " up to 2 " in lines[4]
+    assert lines[5] == "  Holders without a recorded TaskManager:"
+    assert lines[7].split()[:4] == ["pid", str(service.pid), "3", "alone"]
+    assert lines[8] == "  1 entry of dead holders: its GPU is free again, and the next bind removes it."
+    assert lines[9] == f"  line {bad_line} cannot be parsed (its GPU is never bound): 'not a line'"
+
+
+def test_list_shows_a_command_line_with_control_characters_on_one_line_escaped(tmp_path, binders):
+    # the TaskManager's command is all the test's own bytes, so no interpreter path pushes them past the width
+    taskmanager = subprocess.Popen(["a\nb\x1b[31m"], executable="/bin/cat", stdin=subprocess.PIPE)
+    try:
+        binders(tmp_path / "coord.bindings", taskmanager.pid, ["0"])
+        human = cli("--simulate", "1", "list", "--file", tmp_path / "coord").stdout
+    finally:
+        taskmanager.kill()
+        taskmanager.wait(10)
+    [row] = [line for line in human.splitlines() if line.startswith(f"  TaskManager pid {taskmanager.pid} ")]
+    assert "\x1b" not in human and row.endswith(": 'a\\nb\\x1b[31m'")
+
+
+def test_coordination_clean_cleans_a_bindings_file_too(tmp_path, binders):
+    bindings = tmp_path / "coord.bindings"
+    live, _, _ = binders(bindings, None, ["0", "1"])
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    with open(bindings, "a") as f:  # a slot thread of another pid namespace, and a dead holder of ours
+        f.write(f"1 12345\t99\tns={ns + 1}\ttm=1\tshare=1\tslot=abc\n2 {2**22 + 7}\t5\tns={ns}\tshare=1\n")
+    doc = cli_json("coordination", "clean", "--file", bindings, "--foreign-namespaces")
+    assert doc["ok"] is True
+    assert [line.split()[:2] for line in bindings.read_text().splitlines()] == [["0", str(live.pid)]]
+
+
+def test_list_keeps_apart_the_taskmanagers_of_two_pid_namespaces_with_the_same_pid(tmp_path):
+    # two containers' TaskManagers, both pid 1 in their own namespace; only the first claimed GPU 0
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    a, b = ns + 1, ns + 2
+    (tmp_path / "coord").write_text(f"0 1\t5\tns={a}\n")
+    (tmp_path / "coord.bindings").write_text(
+        f"0 7\t5\tns={a}\ttm=1\tshare=1\tslot=alloc-a\n1 7\t5\tns={b}\ttm=1\tshare=1\tslot=alloc-b\n"
+    )
+    doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
+    assert [
+        (t["pid"], t["namespace"], t["claimed"], [h["holder"] for h in t["holders"]]) for t in doc["taskmanagers"]
+    ] == [(1, a, ["0"], ["slot alloc-a"]), (1, b, [], ["slot alloc-b"])]
+    human = cli("--simulate", "2", "list", "--file", tmp_path / "coord").stdout
+    assert f"  TaskManager pid 1 of PID namespace {a} (holds GPU 0 in the coordination file)" in human
+    assert f"  TaskManager pid 1 of PID namespace {b} (holds no GPU in the coordination file)" in human
+
+
+def test_list_names_bound_gpus_this_host_does_not_have(tmp_path, binders):
+    bindings = tmp_path / "coord.bindings"
+    binders(bindings, None, ["7"])
+    doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
+    assert doc["unknown_indices"] == ["7"]
+    human = cli("--simulate", "2", "list", "--file", tmp_path / "coord").stdout
+    assert human.rstrip().endswith("  entries name GPU(s) this host does not have: 7")
+
+
+def test_list_without_a_bindings_file_has_no_bindings_section(tmp_path):
+    doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
+    assert doc == {
+        "path": str(tmp_path / "coord.bindings"),
+        "exists": False,
+        "error": None,
+        "taskmanagers": [],
+        "stale": [],
+        "unparsable": [],
+        "unknown_indices": [],
+    }
+    assert "Bindings" not in cli("--simulate", "2", "list", "--file", tmp_path / "coord").stdout
+
+
+def test_list_still_lists_gpus_when_the_bindings_file_is_unusable(tmp_path):
+    (tmp_path / "coord.bindings").mkdir()
+    proc = cli("--simulate", "2", "list", "--file", tmp_path / "coord")
+    assert proc.returncode == 0 and len(re.findall(r"^\d+ +GPU-", proc.stdout, re.M)) == 2
+    assert f"Bindings unknown: Refusing to use the bindings file {tmp_path / 'coord.bindings'}" in proc.stdout
+    doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
+    assert "it is a directory" in doc["error"] and doc["exists"] is False
+
+
+def test_claim_and_release_default_to_the_parent_process(tmp_path):
+    coord = tmp_path / "coord"
+    doc = cli_json("--simulate", "4", "claim", "2", "--file", coord)
+    # this test process is the command's parent
+    assert doc["owner"]["pid"] == os.getpid()
+    assert doc["gpus"] == [
+        {"index": "0", "uuid": UUID0, "health": "ok"},
+        {"index": "1", "uuid": "GPU-00000000-0000-4000-8000-000000000001", "health": "ok"},
+    ]
+    assert doc["left_out"] == []
+    assert [line.split()[:2] for line in coord.read_text().splitlines()] == [
+        ["0", str(os.getpid())],
+        ["1", str(os.getpid())],
+    ]
+    human = cli("--simulate", "4", "claim", "1", "--file", coord)
+    assert human.returncode == 0
+    # asking again tops nothing up: the owner already holds 2 >= 1
+    assert f"Claimed GPU 0 for pid {os.getpid()}" in human.stdout
+    assert f"CUDA_VISIBLE_DEVICES={UUID0}" in human.stdout
+    released = cli_json("release", "--file", coord)
+    assert released["released"] == ["0", "1"] and released["owner"]["pid"] == os.getpid()
+    assert coord.read_text().strip() == ""
+    again = cli("release", "--file", coord)
+    assert again.returncode == 0 and "held no GPU" in again.stdout
+
+
+def test_claim_for_another_owner_and_release_one_gpu(tmp_path, holder):
+    coord = tmp_path / "coord"
+    cli_json("--simulate", "4", "claim", "3", "--owner", holder.pid, "--file", coord)
+    doc = cli_json("release", "--owner", holder.pid, "--gpu", "1", "--file", coord)
+    assert doc["released"] == ["1"]
+    listing = cli_json("--simulate", "4", "list", "--file", coord)
+    assert [g["index"] for g in listing["gpus"] if g["holders"]] == ["0", "2"]
+
+
+def test_claim_fails_with_exit_1_when_too_few_gpus_are_free(tmp_path, holder):
+    coord = tmp_path / "coord"
+    cli_json("--simulate", "4", "claim", "3", "--owner", holder.pid, "--file", coord)
+    proc = cli("--simulate", "4", "claim", "2", "--file", coord)
+    assert proc.returncode == 1
+    assert "Could not get enough GPU resources" in proc.stderr
+    doc = cli_json("--simulate", "4", "claim", "2", "--file", coord, expect=1)
+    assert doc["error"]["type"] == "NotEnoughGpusError"  # the failure by name (a FlinkException)
+    assert f"{holder.pid}" in coord.read_text() and str(os.getpid()) not in coord.read_text()
+
+
+def test_claim_for_a_dead_owner_is_refused(tmp_path):
+    proc = cli("--simulate", "4", "claim", "1", "--owner", dead_pid(), "--file", tmp_path / "c")
+    assert proc.returncode == 2
+    assert "no such (live) process" in proc.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_claim_ranks_as_the_driver_and_warns_what_it_leaves_out(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {"health": {"inforom_corrupted": True}},
+                    {"processes": [{"pid": 4000000001, "used_memory": 2**20}]},  # no one's here: foreign
+                    {"health": {"row_remap_pending": True}},
+                    {},
+                ]
+            }
+        )
+    )
+    proc = cli("--simulate-spec", spec, "claim", "2", "--file", tmp_path / "c", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    # healthy idle first, then healthy busy; never the corrupted one, the degraded one last
+    assert [g["index"] for g in doc["gpus"]] == ["1", "3"]
+    assert doc["left_out"] == [{"index": "0", "reason": "unhealthy: InfoROM corrupted"}]
+    assert "GPU 0 left out: unhealthy: InfoROM corrupted" in proc.stderr
+    assert "GPU 1 is busy: foreign process 4000000001 (compute, not visible" in proc.stderr
+    proc = cli("--simulate-spec", spec, "claim", "4", "--file", tmp_path / "d")
+    assert proc.returncode == 1 and "Could not get enough GPU resources" in proc.stderr
+
+
+def test_claim_of_several_mig_units_gives_one_cuda_visible_devices_per_process(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {
+                        "mig": {
+                            "mode": "enabled",
+                            "instances": [
+                                {"slot": 0, "uuid": "MIG-a"},
+                                {"slot": 1, "uuid": "MIG-b"},
+                                {"slot": 2, "uuid": "MIG-c"},
+                            ],
+                        }
+                    }
+                ]
+            }
+        )
+    )
+    proc = cli("--simulate-spec", spec, "claim", "3", "--file", tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr
+    assert "CUDA_VISIBLE_DEVICES=MIG-a,MIG-b" not in proc.stdout
+    assert "CUDA uses one MIG instance per process" in proc.stdout
+    lines = [line.strip() for line in proc.stdout.splitlines() if "CUDA_VISIBLE_DEVICES=" in line]
+    assert lines == ["CUDA_VISIBLE_DEVICES=MIG-a", "CUDA_VISIBLE_DEVICES=MIG-b", "CUDA_VISIBLE_DEVICES=MIG-c"]
+    proc = cli("--simulate-spec", spec, "claim", "1", "--file", tmp_path / "d")
+    assert "CUDA_VISIBLE_DEVICES=MIG-a" in proc.stdout and "one MIG instance" not in proc.stdout
+
+
+def test_coordination_show_and_clean(tmp_path, holder):
+    coord = tmp_path / "coord"
+    gone = dead_pid()
+    start = int(Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    coord.write_text(f"0 {holder.pid} {start}\n1 {gone}\ngarbage here\n2 {holder.pid} {start + 12345}\n")
+    doc = cli_json("coordination", "show", "--file", coord)
+    assert doc["command"] == "coordination show" and doc["exists"] is True
+    states = {e["index"]: (e["pid"], e["state"], e["alive"]) for e in doc["entries"]}
+    assert states == {
+        "0": (holder.pid, "live", True),
+        "1": (gone, "gone", False),
+        "2": (holder.pid, "pid reused", False),
+    }
+    assert doc["entries"][0]["cmdline"][0] == sys.executable
+    assert doc["unparsable"] == [{"line_number": 3, "text": "garbage here"}]
+
+    human = cli("coordination", "show", "--file", coord)
+    assert human.returncode == 0
+    assert "3 entries (1 live, 2 stale), 1 unparsable line" in human.stdout
+    assert re.search(rf"^2\s+1\s+{gone}\s+-\s+gone\s+-$", human.stdout, re.M)
+    assert re.search(rf"^4\s+2\s+{holder.pid}\s+{start + 12345}\s+pid reused", human.stdout, re.M)
+    assert "line 3: 'garbage here'" in human.stdout
+
+    cleaned = cli_json("coordination", "clean", "--file", coord)
+    assert sorted(e["index"] for e in cleaned["removed"]) == ["1", "2"]
+    assert cleaned["unparsable"] == [{"line_number": 3, "text": "garbage here"}]
+    assert coord.read_text() == f"0 {holder.pid} {start}\ngarbage here\n"
+    again = cli("coordination", "clean", "--file", coord)
+    assert again.returncode == 0 and "No stale entry" in again.stdout
+    assert "Kept unparsable line" in again.stdout
+
+
+def test_clean_foreign_namespaces_names_each_freed_gpu_once(tmp_path):
+    coord = tmp_path / "coord"
+    coord.write_text("0 100\tns=1\n0 200\tns=1\n1 300\tns=1\tmig=1:2\n")  # GPU 0 twice: two holders' lines
+    proc = cli("coordination", "clean", "--foreign-namespaces", "--file", coord)
+    assert proc.returncode == 0, proc.stderr
+    assert "(--foreign-namespaces; GPUs 0, 1:2 may be claimed again):" in proc.stdout, proc.stdout
+
+
+def test_coordination_commands_on_a_missing_file_create_nothing(tmp_path):
+    coord = tmp_path / "coord"
+    show = cli("coordination", "show", "--file", coord)
+    assert show.returncode == 0 and "does not exist" in show.stdout
+    clean = cli_json("coordination", "clean", "--file", coord)
+    assert clean["exists"] is False and clean["removed"] == []
+    assert not coord.exists()
+
+
+def test_coordination_refuses_a_symlink(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("0 1\n")
+    (tmp_path / "link").symlink_to(target)
+    proc = cli("coordination", "show", "--file", tmp_path / "link")
+    assert proc.returncode == 1
+    assert str(tmp_path / "link") in proc.stderr
+    # the library's sentence, not Python's "[Errno 40] ...: 'path'" rendering
+    assert "[Errno" not in proc.stderr and proc.stderr.count(str(tmp_path / "link")) == 1
+
+
+# counts beyond 64 bits
+
+
+def test_a_claim_amount_beyond_64_bits_is_not_enough_gpus_not_a_traceback(tmp_path):
+    path = tmp_path / "coordination"
+    proc = cli("--simulate", "4", "claim", "--file", path, "99999999999999999999")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert (
+        "error: Could not get enough GPU resources. Requested 99999999999999999999, the host has 4 GPUs (0, 1, 2, 3)"
+    ) in proc.stderr
+    assert not path.exists()
+    doc = cli_json("--simulate", "4", "claim", "--file", path, "99999999999999999999", expect=1)
+    assert "Requested 99999999999999999999" in json.dumps(doc)
+
+
+def test_list_json_shows_health_memory_processes_and_numa(state_host):
+    doc = cli_json("--simulate-spec", state_host["spec"], "list", "--file", state_host["coord"])
+    gpus = {g["index"]: g for g in doc["gpus"]}
+    assert gpus["0"]["health"].startswith("degraded: ") and "row remapping pending" in gpus["0"]["health"]
+    assert gpus["0"]["memory_used"] == 3 * 2**30
+    assert gpus["1"]["health"].startswith("unhealthy: ") and "row remapping failed" in gpus["1"]["health"]
+    assert gpus["1"]["findings"] and gpus["0"]["processes"] == []
+    [own] = gpus["2"]["processes"]
+    assert own == {
+        "pid": state_host["child"],
+        "kind": "compute",
+        "used_memory": 2**30,
+        "visible": True,
+        "cmdline": ["sleep", "600"],
+        "holder": state_host["holder"],
+    }
+    by_pid = {p["pid"]: p for p in gpus["3"]["processes"]}
+    stranger, gone = by_pid[state_host["stranger"]], by_pid[state_host["gone"]]
+    assert stranger["pid"] == state_host["stranger"] and stranger["holder"] is None
+    assert stranger["kind"] == "graphics" and stranger["visible"] is True
+    assert gone == {
+        "pid": state_host["gone"],
+        "kind": "compute",
+        "used_memory": None,
+        "visible": False,
+        "cmdline": None,
+        "holder": None,
+    }
+    for gpu in doc["gpus"]:
+        assert {
+            "health",
+            "findings",
+            "memory_used",
+            "memory_free",
+            "numa_node",
+            "cpu_affinity",
+            "compute_mode",
+            "processes_known",
+            "processes",
+        } <= set(gpu)
+        assert gpu["processes_known"] is True
+
+
+def test_list_table_shows_the_state_of_each_gpu(state_host):
+    proc = cli("--simulate-spec", state_host["spec"], "list", "--file", state_host["coord"])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("GPU "))
+    assert header.split() == ["GPU", "HEALTH", "UTIL", "MEMORY", "USED", "TEMP", "POWER", "NUMA", "CPUS", "PROCESSES"]
+    rows = {line.split()[0]: line for line in lines[lines.index(header) + 1 :][:4]}
+    assert "degraded: " in rows["0"] and "3.0 GiB" in rows["0"] and rows["0"].endswith("none")
+    assert "unhealthy: " in rows["1"]
+    assert rows["2"].endswith(f"pid {state_host['child']} sleep 600 (holder pid {state_host['holder']})")
+    assert f"pid {state_host['stranger']} sleep 600 (not a flink-gpu holder's)" in rows["3"]
+    assert f"pid {state_host['gone']} (not visible here)" in rows["3"]
+    assert f"NVML lists pid {state_host['gone']}, which this PID namespace cannot see" in proc.stdout
+
+
+def test_list_json_shows_what_each_check_found_and_what_it_did_not_look_at(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {
+                        "health": {"inforom_corrupted": True, "ecc_enabled": False},
+                        "no_permission": ["remapped_rows"],
+                        "fabric": {},
+                    },
+                    {"not_supported": ["retired_pages", "field_values"]},
+                ]
+            }
+        )
+    )
+    doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "c")
+    first, second = doc["gpus"]
+    assert first["checks"] == {
+        "inforom": {"outcome": "finding", "finding": "InfoROM corrupted"},
+        "remapped-rows": {"outcome": "no permission", "finding": None},
+        "ecc": {"outcome": "not applicable", "finding": None},
+        "recovery-action": {"outcome": "ok", "finding": None},
+        "fabric": {"outcome": "ok", "finding": None},
+        "retired-pages": {"outcome": "ok", "finding": None},
+    }
+    assert {name: c["outcome"] for name, c in second["checks"].items()} == {
+        "inforom": "ok",
+        "remapped-rows": "ok",
+        "ecc": "ok",
+        "recovery-action": "not supported",
+        "fabric": "not supported",
+        "retired-pages": "not supported",
+    }
+    assert second["health"] == "ok"  # not checked is not a finding, but it shows
+    human = cli("--simulate-spec", spec, "list", "--file", tmp_path / "c").stdout
+    assert (
+        "GPU 1: not checked: recovery-action (not supported), fabric (not supported), retired-pages "
+        "(not supported)" in human
+    )
+
+
+def test_list_shows_mig_units_under_their_gpu_with_parent_and_instance_fields(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {
+                        "uuid": "GPU-mig",
+                        "mig": {
+                            "mode": "enabled",
+                            "instances": [
+                                {"slot": 0, "uuid": "MIG-a", "gi": 7, "ci": 0},
+                                {"slot": 2, "uuid": "MIG-b", "gi": 3, "ci": 1},
+                            ],
+                        },
+                    },
+                    {"mig": {"mode": "enabled", "pending": "disabled"}},
+                    {"uuid": "GPU-plain"},
+                ]
+            }
+        )
+    )
+    doc = cli_json("list", "--simulate-spec", spec, "--file", tmp_path / "c")
+    assert [g["index"] for g in doc["gpus"]] == ["0:0", "0:2", "2"]
+    assert {k: doc["gpus"][1][k] for k in ("uuid", "parent_index", "parent_uuid", "mig_slot", "mig_gi", "mig_ci")} == {
+        "uuid": "MIG-b",
+        "parent_index": "0",
+        "parent_uuid": "GPU-mig",
+        "mig_slot": 2,
+        "mig_gi": 3,
+        "mig_ci": 1,
+    }
+    assert "parent_index" not in doc["gpus"][2]
+    assert [s["index"] for s in doc["skipped"]] == ["1"] and "no MIG instances" in doc["skipped"][0]["reason"]
+    assert doc["nvml"]["notices"] == ["GPU 1: MIG mode pending a reset (now enabled, disabled after the GPU is reset)."]
+    human = cli("list", "--simulate-spec", spec, "--file", tmp_path / "c").stdout.splitlines()
+    start = next(n for n, line in enumerate(human) if line.startswith("INDEX"))
+    assert [line.split()[:2] for line in human[start + 1 : start + 5]] == [
+        ["0", "GPU-mig"],
+        ["0:0", "MIG-a"],
+        ["0:2", "MIG-b"],
+        ["2", "GPU-plain"],
+    ]
+    assert human[start + 2].startswith("  0:0")
+    assert any("MIG mode pending a reset" in line for line in human)
