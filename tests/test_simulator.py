@@ -271,6 +271,80 @@ def test_a_hang_is_released_by_another_process(tmp_path):
     assert json.loads(out) == {"rc": 0, "file_at_answer": False}
 
 
+def test_a_child_forked_while_another_thread_holds_the_driver_lock_can_call_nvml(tmp_path):
+    # the real loader forks (a DataLoader worker) and initialises NVML again in the child, while a
+    # thread of the parent may be inside a call: the child has no such thread to release the lock
+    release = tmp_path / "hang"
+    release.touch()
+    spec = {"devices": [{}, {}], "hang": [{"query": "power", "while_exists": str(release)}]}
+    got = run_nvml_child(
+        f"""
+        import select
+        hung = threading.Thread(target=power, args=(handle(0),))
+        hung.start()
+        wait_for_call("nvmlDeviceGetPowerUsage", "0")
+        answer, answer_out = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            count = ctypes.c_uint()
+            rc = nvml.nvmlInit_v2(), nvml.nvmlDeviceGetCount_v2(ctypes.byref(count))
+            os.write(answer_out, json.dumps([*rc, count.value]).encode())
+            os._exit(0)
+        os.close(answer_out)
+        answered = select.select([answer], [], [], 30)[0]  # bounds a child stuck on the lock
+        child = json.loads(os.read(answer, 100)) if answered else "no answer"
+        if not answered:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.unlink({str(release)!r})
+        hung.join()
+        print(json.dumps(child))
+    """,
+        spec,
+    )
+    assert got == [0, 0, 2]
+
+
+def test_the_driver_lock_time_is_counted_from_the_reset_on(tmp_path):
+    release = tmp_path / "hang"
+    release.touch()
+    spec = {"devices": [{}], "hang": [{"query": "power", "while_exists": str(release)}]}
+    got = run_nvml_child(
+        f"""
+        import time
+        hung = threading.Thread(target=power, args=(handle(0),))
+        hung.start()
+        wait_for_call("nvmlDeviceGetPowerUsage", "0")
+        time.sleep(0.3)  # lock time before the reset: the interval the counters must leave out
+        simulator.reset_counters()
+        os.unlink({str(release)!r})
+        hung.join()
+        print(json.dumps(simulator.counters()))
+    """,
+        spec,
+    )
+    assert 0 < got["driver_lock_held_ns"] <= got["elapsed_ns"]
+
+
+def test_a_call_late_in_the_process_exit_does_not_crash_it():
+    # a thread of the process (the metrics sampler, a sample of many slow calls) may still call NVML
+    # while exit() runs; here a handler that exit() runs after the simulator's own exit work calls it
+    proc = run_python(
+        """
+        import ctypes, os
+        nvml = ctypes.CDLL(os.environ["FLINK_GPU_NVML_LIBRARY"])
+        late = ctypes.cast(nvml.flinkgpuSimResetCounters, ctypes.c_void_p)
+        # registered before the simulator's first call, so exit() runs it after the simulator's exit work
+        assert ctypes.CDLL(None).__cxa_atexit(late, None, None) == 0
+        assert nvml.nvmlInit_v2() == 0
+        assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(ctypes.c_void_p())) == 0
+    """,
+        env=simulated_env(devices=1),
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_persistence_mode_answers_as_the_spec_says():
     spec = {
         "devices": [
@@ -320,6 +394,11 @@ def test_another_process_writes_its_counters_to_the_counters_file(discovery_exe,
         ({"hang": [{"query": "power"}]}, "hang[0].while_exists", "must name a file"),
         ({"hang": [{"query": "power", "device": -1, "while_exists": "/tmp/x"}]}, "hang[0].device", "must be"),
         ({"hang": [{"query": "power", "while": "/tmp/x"}]}, "hang[0]", "while"),
+        (
+            {"devices": [{}, {}], "hang": [{"query": "power", "device": 2, "while_exists": "/tmp/x"}]},
+            "hang[0].device",
+            "is not a GPU of this spec (it has 2)",
+        ),
         ({"devices": [{"persistence_mode": "on"}]}, "devices[0].persistence_mode", "must be one of disabled, enabled"),
     ],
 )
@@ -473,6 +552,20 @@ def test_both_builds_find_the_profiles_beside_themselves(discovery_exe, process_
         env=child_env(FLINK_GPU_NVML_LIBRARY=simulator.library_path(process_struct), FLINK_GPU_SIM_PROFILE="a100-mig"),
     )
     assert (proc.returncode, proc.stdout) == (0, "0:0\n"), proc.stderr  # the A100's first MIG device
+
+
+def test_the_profiles_are_found_through_a_link_to_the_simulator(discovery_exe, tmp_path):
+    # an image that links libnvidia-ml.so.1 into a library directory of its own
+    link = tmp_path / "libnvidia-ml.so.1"
+    link.symlink_to(simulator.library_path())
+    proc = subprocess.run(
+        [discovery_exe, "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(FLINK_GPU_NVML_LIBRARY=str(link), FLINK_GPU_SIM_PROFILE="a100-mig"),
+    )
+    assert (proc.returncode, proc.stdout) == (0, "0:0\n"), proc.stderr
 
 
 @pytest.mark.parametrize("name", ["h100", "../profiles/h100-hgx-8", "H100-HGX-8"])

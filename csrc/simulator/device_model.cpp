@@ -9,7 +9,7 @@
 namespace flinkgpu_sim {
 
 SimState& state() {
-    static SimState s;
+    static SimState& s = *new SimState;  // never destroyed, as the driver model (driver_model.cpp)
     return s;
 }
 

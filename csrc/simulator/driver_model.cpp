@@ -1,8 +1,10 @@
 #include "driver_model.hpp"
 
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -38,10 +40,20 @@ struct DriverModel {
     bool exit_hook = false;
 };
 
+void after_fork_in_child();
+
 DriverModel& driver_model() {
-    static DriverModel m;
+    // never destroyed: a thread of the process (a metrics sampler) may still call during exit()
+    static DriverModel& m = *new DriverModel;
+    static const int fork_handler = pthread_atfork(nullptr, nullptr, after_fork_in_child);
+    (void)fork_handler;
     return m;
 }
+
+// A forked child has only the thread that forked, which was in no call: a driver lock held by another
+// thread of the parent (in its latency, or hung) would never be released there, and the child's own
+// calls (the loader initialises NVML again in a child) would wait for ever. The child starts unlocked.
+void after_fork_in_child() { new (&driver_model().driver_lock) std::mutex; }
 
 // The counters as JSON: {"elapsed_ns", "driver_lock_held_ns", "calls": {function: {device: count}}}.
 std::string counters_json() {
@@ -162,7 +174,12 @@ DriverCall::DriverCall(const Call& call) : call_(call) {
 }
 
 DriverCall::~DriverCall() {
-    if (lock_.owns_lock()) driver_model().held_ns += monotonic_ns() - locked_at_ns_;
+    if (!lock_.owns_lock()) return;
+    // the time since the counters' start: not before nvmlInit started them or before a reset
+    DriverModel& m = driver_model();
+    const unsigned long long epoch = m.epoch_ns;
+    const unsigned long long since = std::max(locked_at_ns_, epoch), now = monotonic_ns();
+    if (epoch != 0 && now > since) m.held_ns += now - since;
 }
 
 void DriverCall::delay() {

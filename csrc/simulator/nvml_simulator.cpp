@@ -41,7 +41,7 @@
 //                                 "latency_ms": {family: milliseconds (fractional; 0..3600000)}: the time
 //                                   each call of the family spends in the driver (below),
 //                                 "driver_lock": true (default) | false,
-//                                 "hang": [{"query": family, "device": GPU index (absent: every call),
+//                                 "hang": [{"query": family, "device": GPU index (of "devices"; absent: every call),
 //                                   "while_exists": path}]: such a call blocks while the file exists}
 //   FLINK_GPU_SIM_PROFILE=NAME    the spec of a machine profile: profiles/NAME.json next to this library
 //                                 (csrc/simulator/profiles; not together with FLINK_GPU_SIM_SPEC)

@@ -470,6 +470,11 @@ bool read_driver(const simjson::Value& root, const char* spec_path, const std::v
         if (present(item, "device") != nullptr) {
             unsigned long long device = 0;
             if (!read_number(item, "device", 4096.0, spec_path, where, &device)) return false;
+            if (device >= persistent.size()) {  // a rule on no GPU would never block: a test's typo
+                complain(std::string(spec_path) + ": " + where + "device " + std::to_string(device) +
+                         " is not a GPU of this spec (it has " + std::to_string(persistent.size()) + ")");
+                return false;
+            }
             rule.device = static_cast<long long>(device);
         }
         if (!read_string(item, "while_exists", spec_path, where, &rule.path)) return false;
@@ -496,7 +501,10 @@ std::string profiles_directory() {
     Dl_info info{};
     if (dladdr(reinterpret_cast<void*>(&profiles_directory), &info) == 0 || info.dli_fname == nullptr)
         return "profiles";
-    const std::string library = info.dli_fname;
+    // the installed file's directory, not a link's (an image linking libnvidia-ml.so.1 elsewhere)
+    char* real = realpath(info.dli_fname, nullptr);
+    const std::string library = real != nullptr ? real : info.dli_fname;
+    std::free(real);
     const size_t slash = library.rfind('/');
     return (slash == std::string::npos ? std::string(".") : library.substr(0, slash)) + kProfilesBelowLibrary;
 }

@@ -93,7 +93,7 @@ The driver model (a simulator that behaves like a driver, not one that answers i
 * ``driver_lock``: true (default): every call holds one process-wide lock for its whole duration,
   latency included, so that concurrent callers in a process wait for each other as on a real driver;
   false: they do not.
-* ``hang``: a list of ``{"query": family, "device": GPU index (absent: any call of the family),
+* ``hang``: a list of ``{"query": family, "device": GPU index (one of ``devices``; absent: any call of the family),
   "while_exists": path}``: such a call blocks while the file exists (polled every millisecond,
   holding the driver lock, as a call stuck in the driver does), then answers normally; another
   process (the test) releases it by removing the file: :class:`hanging` creates and removes it.
@@ -509,6 +509,7 @@ def _validate_driver(spec: Mapping[str, Any]) -> None:
         return
     if not isinstance(hangs, (list, tuple)):
         raise TypeError(f"Simulator spec hang must be a list of {{query, device, while_exists}}, got {hangs!r}.")
+    devices = spec.get("devices") or []
     for i, hang in enumerate(hangs):
         what = f"hang[{i}]"
         _check_object(hang, _HANG_KEYS, what)
@@ -518,6 +519,11 @@ def _validate_driver(spec: Mapping[str, Any]) -> None:
             )
         if hang.get("device") is not None:
             _check_whole_number(hang["device"], MAX_DEVICES, f"{what}.device must be a GPU index")
+            if isinstance(devices, (list, tuple)) and hang["device"] >= len(devices):  # it would never block
+                raise ValueError(
+                    f"Simulator spec {what}.device {hang['device']!r} is not a GPU of this spec "
+                    f"(it has {len(devices)})."
+                )
         path = hang.get("while_exists")
         _check_string(path, f"{what}.while_exists")
         if not path:
