@@ -119,9 +119,8 @@ class _Enumeration(NamedTuple):
     # index -> (its state properties, GPUInfo) as last made: unchanged properties reuse the info
     infos: dict[str, tuple[dict[str, str], GPUInfo]]
     rankings: dict[tuple[str, tuple[str, ...]], _Ranking]  # (busy-gpus policy, health checks) -> the last ranking
-    warned: set[
-        tuple[str, str]
-    ]  # (index, health), (index, warning) and (index, "processes unknown") WARNed once per process
+    # (index, health), (index, warning) and (index, "processes unknown") WARNed once per process
+    warned: set[tuple[str, str]]
 
 
 # library path -> the process's enumeration, shared by all its drivers (see NvmlDiscovery)
