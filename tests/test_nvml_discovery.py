@@ -359,6 +359,31 @@ def test_enumeration_is_cached_but_not_across_fork():
     assert json.loads(done.stdout) == {"cached": True, "fresh_in_child": True}
 
 
+CLOSED_DISCOVERY = r"""
+import json
+from flink_gpu import FlinkException
+from flink_gpu.gpu.nvml import NvmlDiscovery
+from flink_gpu.gpu.settings import GPUDriverSettings
+from flink_gpu.nvml import open_library
+discovery = NvmlDiscovery(open_library(), GPUDriverSettings.from_config({"discovery-mode": "nvml"}))
+before = sorted(info.index for info in discovery.retrieve(1))
+discovery.close()
+try:
+    discovery.retrieve(1)
+    after = None
+except FlinkException as error:
+    after = str(error)
+print(json.dumps({"before": before, "after": after}))
+"""
+
+
+def test_a_closed_nvml_discovery_refuses_to_retrieve_with_a_clear_error():
+    env = dict(os.environ, PYTHONPATH=SRC, **simulator.environment(devices=2))
+    done = subprocess.run([sys.executable, "-c", CLOSED_DISCOVERY], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"before": ["0"], "after": "This NVML discovery has been closed."}
+
+
 def test_a_property_nvml_does_not_answer_is_absent():
     from flink_gpu.gpu.nvml import gpu_info
     from flink_gpu.nvml import Device

@@ -382,6 +382,19 @@ def test_another_process_writes_its_counters_to_the_counters_file(discovery_exe,
 
 
 @pytest.mark.parametrize(
+    "content, words",
+    [("[1, 2]", "a JSON list, not an object"), ("{calls", "it is not JSON")],
+)
+def test_a_counters_file_without_counters_is_a_clear_error_naming_it(tmp_path, content, words):
+    counters_file = tmp_path / "counters.json"
+    counters_file.write_text(content)
+    with pytest.raises(ValueError) as raised:
+        simulator.counters(counters_file)
+    assert str(counters_file) in str(raised.value)
+    assert words in str(raised.value)
+
+
+@pytest.mark.parametrize(
     "spec, key, words",
     [
         ({"latency_ms": {"procesess": 4.5}}, "latency_ms.procesess", "is not a query family; use init, static"),

@@ -107,7 +107,11 @@ per device, the time the driver lock was held, the wall time since the first ``n
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Union
+
+if TYPE_CHECKING:  # both are imported where they are used: a simulated environment needs neither
+    import ctypes
+    import subprocess
 
 __all__ = [
     "MAX_DEVICES",
@@ -499,7 +503,10 @@ def _validate_driver(spec: Mapping[str, Any]) -> None:
                 raise ValueError(
                     f"Simulator spec latency_ms.{family} is not a query family; use {', '.join(_LATENCY_KEYS)}."
                 )
-            message = f"Simulator spec latency_ms.{family} must be a number of milliseconds (0..{_MAX_LATENCY_MS}), got {ms!r}."
+            message = (
+                f"Simulator spec latency_ms.{family} must be a number of milliseconds (0..{_MAX_LATENCY_MS}), "
+                f"got {ms!r}."
+            )
             if isinstance(ms, bool) or not isinstance(ms, (int, float)):
                 raise TypeError(message)
             if not 0 <= ms <= _MAX_LATENCY_MS:
@@ -641,9 +648,10 @@ def environment(
     regular file; its content is checked by the simulator when NVML starts, or before with
     :func:`read_spec`). ``init_error``: the NVML error code ``nvmlInit`` returns (e.g. 9,
     NVML_ERROR_DRIVER_NOT_LOADED). ``profile``: a machine profile by name (:func:`profiles`;
-    ``ValueError`` for another name, or together with ``devices`` or ``spec``). ``counters_file``: where the process's simulator writes its
-    :func:`counters` at ``nvmlShutdown`` and at exit (read them with ``counters(path)``). A dict spec is checked first: ``TypeError`` for a value of the
-    wrong type, ``ValueError`` for an unknown key or a value out of range, both naming the key.
+    ``ValueError`` for another name, or together with ``devices`` or ``spec``). ``counters_file``: where
+    the process's simulator writes its :func:`counters` at ``nvmlShutdown`` and at exit (read them with
+    ``counters(path)``). A dict spec is checked first: ``TypeError`` for a value of the wrong type,
+    ``ValueError`` for an unknown key or a value out of range, both naming the key.
     """
     if sum(given is not None for given in (devices, spec, profile)) > 1:
         raise ValueError("Give one of devices, spec and profile.")
@@ -686,7 +694,14 @@ def environment(
     return env
 
 
-def _child_env(kwargs: Dict[str, Any], devices, spec, init_error, counters_file, profile) -> Dict[str, str]:
+def _child_env(
+    kwargs: Dict[str, Any],
+    devices: Optional[int],
+    spec: Optional[SpecLike],
+    init_error: Optional[int],
+    counters_file: Optional[Union[str, "os.PathLike[str]"]],
+    profile: Optional[str],
+) -> Dict[str, str]:
     base = kwargs.pop("env", None)
     env = dict(os.environ if base is None else base)
     for key in (
@@ -710,7 +725,7 @@ def run(
     counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
     profile: Optional[str] = None,
     **kwargs: Any,
-):
+) -> "subprocess.CompletedProcess[Any]":  # str or bytes output, as kwargs say
     """``subprocess.run(args, **kwargs)`` with the process pointed at the simulator."""
     import subprocess
 
@@ -726,14 +741,14 @@ def popen(
     counters_file: Optional[Union[str, "os.PathLike[str]"]] = None,
     profile: Optional[str] = None,
     **kwargs: Any,
-):
+) -> "subprocess.Popen[Any]":  # str or bytes streams, as kwargs say
     """``subprocess.Popen(args, **kwargs)`` with the process pointed at the simulator."""
     import subprocess
 
     return subprocess.Popen(args, env=_child_env(kwargs, devices, spec, init_error, counters_file, profile), **kwargs)
 
 
-def _loaded_library():
+def _loaded_library() -> "ctypes.CDLL":
     """The simulator this process has loaded (either build), by ctypes: the same handle, so the
     same counters."""
     import ctypes
@@ -766,11 +781,11 @@ def counters(path: Optional[Union[str, "os.PathLike[str]"]] = None) -> Dict[str,
     with it: the file a process given ``counters_file`` wrote.
     """
     import ctypes
-    import json
 
     if path is not None:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            text = f.read()
+        return _counters_in(text, f"The counters file {os.fspath(path)!r}")
     library = _loaded_library()
     read = library.flinkgpuSimCounters
     read.argtypes = (ctypes.c_char_p, ctypes.c_uint)
@@ -782,8 +797,21 @@ def counters(path: Optional[Union[str, "os.PathLike[str]"]] = None) -> Dict[str,
         buffer = ctypes.create_string_buffer(needed)
         got = read(buffer, needed)
         if got <= needed:
-            return json.loads(buffer.value.decode())
+            return _counters_in(buffer.value.decode(), "The NVML simulator loaded in this process")
         needed = got  # more calls were counted in between
+
+
+def _counters_in(text: str, source: str) -> Dict[str, Any]:
+    """The counters ``text`` holds (a JSON object); ``ValueError`` naming ``source`` for anything else."""
+    import json
+
+    try:
+        counted = json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"{source} holds no simulator counters: it is not JSON ({error}).") from None
+    if not isinstance(counted, dict):
+        raise ValueError(f"{source} holds no simulator counters: a JSON {type(counted).__name__}, not an object.")
+    return counted
 
 
 def reset_counters() -> None:
@@ -808,5 +836,5 @@ class hanging:
         """Lets the blocked queries answer (also at the end of the ``with`` block)."""
         _remove_quietly(self.path)
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 from flink_gpu import coordination
 from flink_gpu.errors import FlinkException
@@ -36,15 +36,15 @@ from flink_gpu.gpu.info import (
     GPUInfo,
 )
 from flink_gpu.gpu.settings import GPUDriverSettings
-from flink_gpu.nvml import Verdict, find_taskmanager
+from flink_gpu.nvml import Device, DeviceState, Library, SkippedDevice, Verdict, find_taskmanager
 
 _log = logging.getLogger("flink_gpu.gpu.nvml")
 
 
-def static_properties(device) -> dict[str, str]:
+def static_properties(device: Device) -> dict[str, str]:
     """The properties of an NVML device (a :class:`flink_gpu.nvml.Device`) that do not change
     while NVML is initialised: each one the driver answered (a MIG unit's parent and instances too)."""
-    properties = {}
+    properties: dict[str, str] = {}
     for key, value in (
         (PROPERTY_UUID, device.uuid),
         (PROPERTY_NAME, device.name),
@@ -63,13 +63,13 @@ def static_properties(device) -> dict[str, str]:
     return properties
 
 
-def gpu_info(device) -> GPUInfo:
+def gpu_info(device: Device) -> GPUInfo:
     """The ``GPUInfo`` of an NVML device with its static properties (no state: that is read
     when the NVML backend makes a choice)."""
     return GPUInfo(device.gpu_index, static_properties(device))
 
 
-def state_properties(state) -> dict[str, str]:
+def state_properties(state: DeviceState) -> dict[str, str]:
     """The properties a :class:`flink_gpu.nvml.DeviceState` gives an info, each where known."""
     properties = {PROPERTY_HEALTH: state.health}
     if state.memory_used is not None:
@@ -81,7 +81,7 @@ def state_properties(state) -> dict[str, str]:
     return properties
 
 
-def process_holders(nvml, holders) -> "dict[tuple[str, int], int]":
+def process_holders(nvml: Library, holders: Iterable[int]) -> "dict[tuple[str, int], int]":
     """``(GPU index, pid) -> holder`` for each process NVML lists that belongs to one of
     ``holders`` (owner pids in the coordination file): the holder itself or a descendant of it,
     by the C++ core's own-process rule with that holder as the owner."""
@@ -94,27 +94,33 @@ def process_holders(nvml, holders) -> "dict[tuple[str, int], int]":
     return belongs
 
 
+# what a GPU's state said that its ranking and info depend on: (index, health, busy, memory used,
+# memory free, processes known, number of processes)
+_StateKey = tuple[str, str, bool, "int | None", "int | None", bool, int]
+
+
 class _Ranking(NamedTuple):
-    key: tuple  # what the states it was made from said
-    order: list  # the candidates' indices, best first (the core's choice)
-    ranks: list  # parallel to order
-    left_out: list  # (index, why)
-    by_index: dict  # index -> GPUInfo, every usable GPU
-    infos: tuple  # the GPUInfos of order
-    sets: dict  # amount -> frozenset of the first amount infos, made once
+    key: tuple[_StateKey, ...]  # what the states it was made from said
+    order: list[str]  # the candidates' indices, best first (the core's choice)
+    ranks: list[int]  # parallel to order
+    left_out: list[tuple[str, str]]  # (index, why)
+    by_index: dict[str, GPUInfo]  # index -> GPUInfo, every usable GPU
+    infos: tuple[GPUInfo, ...]  # the GPUInfos of order
+    sets: dict[int, frozenset[GPUInfo]]  # amount -> frozenset of the first amount infos, made once
 
 
 class _Enumeration(NamedTuple):
     pid: int
-    devices: tuple
-    skipped: tuple
-    indices: tuple  # the devices' indices, in their order
+    devices: tuple[Device, ...]
+    skipped: tuple[SkippedDevice, ...]
+    indices: tuple[str, ...]  # the devices' indices, in their order
     names: dict[str, str]  # the device's index -> the index as GPUInfo carries it
     static: dict[str, dict[str, str]]  # index -> static properties
     # index -> (its state properties, GPUInfo) as last made: unchanged properties reuse the info
     infos: dict[str, tuple[dict[str, str], GPUInfo]]
-    rankings: dict[tuple, _Ranking]  # (busy-gpus policy, health checks) -> the last ranking under them
-    warned: set  # (index, health), (index, warning) and (index, "processes unknown") WARNed once per process
+    rankings: dict[tuple[str, tuple[str, ...]], _Ranking]  # (busy-gpus policy, health checks) -> the last ranking
+    # (index, health), (index, warning) and (index, "processes unknown") WARNed once per process
+    warned: set[tuple[str, str]]
 
 
 # library path -> the process's enumeration, shared by all its drivers (see NvmlDiscovery)
@@ -122,7 +128,6 @@ _enumerations: dict[str, _Enumeration] = {}
 
 # pid -> its TaskManager (the nearest TaskManagerRunner ancestor), found once per process
 _taskmanagers: dict[int, "int | None"] = {}
-_UNKNOWN = object()
 
 # (coordination file, pid, index) -> how many open drivers of process pid use a GPU that one of
 # them added to the file. The file knows only the process, so a driver's close() releases a GPU
@@ -146,7 +151,7 @@ class NvmlDiscovery:
     forked child enumerates anew). Their state is read each time a choice is made.
     """
 
-    def __init__(self, nvml, settings: GPUDriverSettings) -> None:
+    def __init__(self, nvml: Library, settings: GPUDriverSettings) -> None:
         """``nvml`` is an opened :class:`flink_gpu.nvml.Library` (it re-initialises after a fork);
         ``settings.script_args`` say whether and through which file to coordinate,
         ``settings.busy_policy()`` what to do with busy GPUs."""
@@ -154,7 +159,7 @@ class NvmlDiscovery:
         self.busy_gpus = settings.busy_policy()
         self.health_checks = settings.health_checks
         self.nvml_timeout = settings.nvml_timeout_seconds()
-        self._nvml = nvml
+        self._nvml: Library | None = nvml  # None once closed
         self._claimed: set[str] = set()  # indices this driver counts in _driver_holds
         self._claimed_pid = coordination.own_pid()
 
@@ -163,7 +168,7 @@ class NvmlDiscovery:
 
         Cached per process: a forked child (whose NVML state is its own) enumerates again.
         """
-        nvml = self._nvml
+        nvml = self._library()
         pid = coordination.own_pid()
         # shared with the process's other drivers, so that a new driver per task costs no
         # enumeration (and a skipped device is WARNed once per process)
@@ -198,12 +203,13 @@ class NvmlDiscovery:
         what this process already holds.
         """
         pid = coordination.own_pid()
-        taskmanager = _taskmanagers.get(pid, _UNKNOWN)
-        if taskmanager is _UNKNOWN:
+        try:
+            taskmanager = _taskmanagers[pid]
+        except KeyError:
             taskmanager = _taskmanagers[pid] = find_taskmanager(pid)
         # within nvml-timeout (a GPU not read in time is unknown, left out), and before the
         # coordination file is locked: no NVML call is outstanding while it is held
-        states, order, ranks, left_out = self._nvml.choose(
+        states, order, ranks, left_out = self._library().choose(
             enumeration.indices, pid, taskmanager, self.busy_gpus, self.health_checks, self.nvml_timeout
         )
         # everything the ranking and the infos depend on: while it is unchanged (an idle host),
@@ -231,21 +237,29 @@ class NvmlDiscovery:
             # owner=pid: this process, resolved above
             result = coordination.claim(amount, ranking.order, path=path, owner=pid, ranks=ranking.ranks)
             for index in result.taken:
-                key = (path, pid, index)
+                hold = (path, pid, index)
                 # GPUs the process held otherwise (coordination.claim()) are not the drivers' to
                 # release; one that a driver added is released when no open driver uses it
-                if index not in self._claimed and (index in result.added or key in _driver_holds):
-                    _driver_holds[key] = _driver_holds.get(key, 0) + 1
+                if index not in self._claimed and (index in result.added or hold in _driver_holds):
+                    _driver_holds[hold] = _driver_holds.get(hold, 0) + 1
                     self._claimed.add(index)
         by_index = ranking.by_index
         return frozenset([by_index[index] for index in result.taken])
 
-    def _rank(self, enumeration: _Enumeration, states, key: tuple, order, ranks, left_out) -> _Ranking:
+    def _rank(
+        self,
+        enumeration: _Enumeration,
+        states: tuple[DeviceState, ...],
+        key: tuple[_StateKey, ...],
+        order: list[str],
+        ranks: list[int],
+        left_out: list[tuple[str, str]],
+    ) -> _Ranking:
         """WARN what is wrong with ``states`` (the core's choice ranked them as ``order``,
         ``ranks``, ``left_out``) and make the infos: an info is reused while what its GPU's state
         says is unchanged."""
         names = enumeration.names
-        by_index = {}
+        by_index: dict[str, GPUInfo] = {}
         for state in states:
             index = names[state.gpu_index]
             self._warn(enumeration, index, state)
@@ -262,7 +276,7 @@ class NvmlDiscovery:
         return ranking
 
     @staticmethod
-    def _warn(enumeration: _Enumeration, index: str, state) -> None:
+    def _warn(enumeration: _Enumeration, index: str, state: DeviceState) -> None:
         """WARN, once per process and GPU, an unhealthy GPU, a finding that leaves it ok, and a GPU
         whose processes NVML would not list; at every choice, a GPU whose state was not read in time."""
         warned = enumeration.warned
@@ -294,11 +308,11 @@ class NvmlDiscovery:
             warned.add((index, "processes unknown"))
             _log.warning("NVML gives no permission to list the processes on GPU %s; it counts as not busy.", index)
 
-    def _shortage(self, enumeration: _Enumeration, amount: int, left_out) -> str:
+    def _shortage(self, enumeration: _Enumeration, amount: int, left_out: list[tuple[str, str]]) -> str:
         present = len(enumeration.devices)
         message = (
             f"Could not get enough GPU resources: {amount} requested, but NVML "
-            f"({self._nvml.library_path}) reports {present} usable "
+            f"({self._library().library_path}) reports {present} usable "
             f"device{'' if present == 1 else 's'}"
         )
         if enumeration.skipped:
@@ -307,6 +321,12 @@ class NvmlDiscovery:
         if left_out:
             message += ", of which " + "; ".join(f"GPU {index} is left out ({why})" for index, why in left_out)
         return message + "."
+
+    def _library(self) -> Library:
+        nvml = self._nvml
+        if nvml is None:
+            raise FlinkException("This NVML discovery has been closed.")
+        return nvml
 
     def retrieve(self, amount: int) -> frozenset[GPUInfo]:
         chosen = self.choose(self.enumerate(), amount)
@@ -328,7 +348,7 @@ class NvmlDiscovery:
             self._nvml = None
             if self._claimed_pid != pid:
                 return  # a forked child's copy of its parent's driver: nothing of the child's
-            unused = []
+            unused: list[str] = []
             for index in claimed:
                 key = (path, pid, index)
                 count = _driver_holds.get(key, 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
@@ -144,7 +144,7 @@ class GPUDriverSettings:
                         raise
         raise AssertionError("unreachable: leaving out every option of ours raised or returned")
 
-    def key(self, option: ConfigOption) -> str:
+    def key(self, option: ConfigOption[Any]) -> str:
         """The key of ``option`` as the user wrote it: full when the resource is known."""
         return _key(option, self.resource_name)
 
@@ -152,8 +152,8 @@ class GPUDriverSettings:
         """The ``busy-gpus`` policy of the NVML backend (docs/design.md §9.1): the parameter when
         it is set, else ``--busy-gpus`` in ``discovery-script.args``, else ``avoid``.
 
-        When both are set and differ the parameter wins, with a WARN unless ``warn`` is false. An unknown ``--busy-gpus``
-        value raises ``IllegalConfigurationException`` naming the args key and the allowed values
+        When both are set and differ the parameter wins, with a WARN unless ``warn`` is false. An unknown
+        ``--busy-gpus`` value raises ``IllegalConfigurationException`` naming the args key and the allowed values
         (the stock script would ignore the flag; only the NVML backend reads it).
         """
         given = self.script_args.busy_gpus
@@ -207,11 +207,12 @@ class GPUDriverSettings:
 
 
 # (resource name, the params' items) -> their settings; cleared when full (configurations are few)
-_settings_cache: "dict[tuple, GPUDriverSettings]" = {}
+_CacheKey = tuple[Optional[str], tuple[tuple[str, str], ...]]
+_settings_cache: "dict[_CacheKey, GPUDriverSettings]" = {}
 _SETTINGS_CACHE_SIZE = 64
 
 
-def _cache_key(params: object, resource_name: "str | None") -> "tuple | None":
+def _cache_key(params: object, resource_name: "str | None") -> "_CacheKey | None":
     """The cache key of a ``dict`` whose keys and values are all exactly ``str`` (values of other
     types may convert differently while comparing equal, ``1 == True``); None for anything else."""
     if type(params) is not dict:
@@ -223,21 +224,27 @@ def _cache_key(params: object, resource_name: "str | None") -> "tuple | None":
     return resource_name, items
 
 
-def _choice(config: Configuration, option: ConfigOption, allowed, resource_name: "str | None", named=None) -> str:
+def _choice(
+    config: Configuration,
+    option: ConfigOption[str],
+    allowed: "tuple[str, ...]",
+    resource_name: "str | None",
+    named: "Callable[[str], str | None] | None" = None,
+) -> str:
     """``option``'s value, case and surrounding blanks ignored, one of ``allowed``; ``named``: the rule that
     reads it instead, when the core has one (the choice, or None)."""
-    value = config.get(option)
+    value: str = config.get(option)  # it has a default
     choice = value.strip().lower() if named is None else named(value)
-    if choice not in allowed:
+    if choice is None or choice not in allowed:
         raise IllegalConfigurationException(
             f"Invalid value '{value}' for key '{_key(option, resource_name)}': expected one of {', '.join(allowed)}."
         )
     return choice
 
 
-def _positive_duration(config: Configuration, option: ConfigOption, resource_name: "str | None") -> float:
+def _positive_duration(config: Configuration, option: ConfigOption[float], resource_name: "str | None") -> float:
     """``option``'s duration in seconds; not positive is an error naming the full key."""
-    value = config.get(option)
+    value: float = config.get(option)  # it has a default
     if not value > 0:
         raise IllegalConfigurationException(
             f"Invalid value for key '{_key(option, resource_name)}': the timeout must be positive, got {value} s."
@@ -267,5 +274,5 @@ def _health_checks(config: Configuration, resource_name: "str | None") -> "tuple
     return tuple(name for name in HEALTH_CHECKS if name in enforced)
 
 
-def _key(option: ConfigOption, resource_name: "str | None") -> str:
+def _key(option: ConfigOption[Any], resource_name: "str | None") -> str:
     return option.key if resource_name is None else param_prefix(resource_name) + option.key
