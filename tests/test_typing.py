@@ -63,7 +63,9 @@ from typing_extensions import assert_type
 from flink_gpu import (Configuration, ExternalResourceInfo, FlinkException, GPUDriverFactory, GPUInfo,
                        cuda_visible_devices, load_external_resources, pin_to_gpus)
 from flink_gpu import coordination
+from flink_gpu.binding import GPUBinding, bind
 from flink_gpu.gpu import GPUDriverOptions
+from flink_gpu.pyflink import bind_gpus, get_external_resource_infos
 
 
 def claim_two() -> str:
@@ -93,6 +95,21 @@ def coordinate(indices: list[str]) -> list[str]:
     result = coordination.claim(1, indices)
     assert_type(result.taken, list[str])
     return coordination.release(result.owner)
+
+
+def bind_in_open(runtime_context: object) -> str:
+    # what an operator's open() does (flink_gpu/pyflink.py's docstring)
+    gpus = get_external_resource_infos(runtime_context, "gpu")
+    assert_type(gpus, frozenset[GPUInfo])
+    with bind(gpus, 1) as own:
+        assert_type(own, GPUBinding)
+        assert_type(own.infos, frozenset[ExternalResourceInfo])
+    binding = bind_gpus(runtime_context, "gpu", count=1)
+    assert_type(binding, GPUBinding)
+    assert_type(binding.devices, tuple[int, ...])
+    binding.register_metrics(None)
+    binding.release()
+    return binding.cuda_visible_devices
 
 
 def option_key() -> str:

@@ -39,7 +39,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from flink_gpu import _native
 from flink_gpu.coordination import (
@@ -51,6 +51,17 @@ from flink_gpu.coordination import (
     whole_amount,
 )
 from flink_gpu.errors import BindingError, NotEnoughGpusError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing's from Python 3.11
+
+    from flink_gpu.resource_info import ExternalResourceInfo
+
+    #: A holder of this process as its registry keys it: (file identity, pid) for a process holder,
+    #: (file identity, slot, taskmanager pid) for a slot's thread (see _held).
+    _HolderKey = tuple[str, int] | tuple[str, str, int | None]
+    #: A holder as the core's binding_unbind names it: (pid or thread id, slot, taskmanager, start time).
+    _NativeHolder = tuple[int, str | None, int | None, int]
 
 __all__ = [
     "BINDINGS_SUFFIX",
@@ -101,7 +112,7 @@ class _Held:
 
     __slots__ = ("refs", "indices", "registry", "key")
 
-    def __init__(self, registry: dict, key: tuple) -> None:
+    def __init__(self, registry: "dict[_HolderKey, _Held]", key: "_HolderKey") -> None:
         self.refs = 0
         self.indices: "set[str]" = set()
         self.registry = registry
@@ -113,7 +124,7 @@ _lock = threading.Lock()
 # identity, however its path was spelled; pid); its TaskManager is not part of it. A slot's thread: (file,
 # slot, taskmanager) in that thread's own registry, so that a thread which later gets an ended thread's
 # id inherits nothing from it.
-_held: "dict[tuple, _Held]" = {}
+_held: "dict[_HolderKey, _Held]" = {}
 _thread_held = threading.local()
 _forked_from: "int | None" = None  # the process holder this process was forked from
 _forked_files: "frozenset[str]" = frozenset()  # the identities of the files it bound in at the fork
@@ -131,7 +142,8 @@ def _after_fork_in_child() -> None:
     global _lock, _forked_from, _forked_files
     _lock = threading.Lock()  # another thread may have held it at the fork
     parent = _forking_pid[0]
-    files = frozenset(file for (file, holder), held in _held.items() if holder == parent and held.refs > 0)
+    # _held's keys are process holders': (file, pid)
+    files = frozenset(key[0] for key, held in _held.items() if key[1] == parent and held.refs > 0)
     if files:
         _forked_from, _forked_files = parent, files
     _held.clear()
@@ -167,7 +179,16 @@ class GPUBinding:
     )
 
     def __init__(
-        self, infos, indices, path, held, native_holder, holder, library_path, timeout, metrics_interval
+        self,
+        infos: "Iterable[ExternalResourceInfo]",
+        indices: "Iterable[str]",
+        path: str,
+        held: "_Held | None",
+        native_holder: "_NativeHolder",
+        holder: str,
+        library_path: "str | None",
+        timeout: float,
+        metrics_interval: float,
     ) -> None:
         self._infos = frozenset(infos)
         self._indices = tuple(indices)
@@ -186,7 +207,7 @@ class GPUBinding:
         self._metrics_interval = metrics_interval
 
     @property
-    def infos(self) -> frozenset:
+    def infos(self) -> "frozenset[ExternalResourceInfo]":
         """The bound GPUs (frozenset of GPUInfo): a subset of the infos they were bound from."""
         return self._infos
 
@@ -319,7 +340,7 @@ class GPUBinding:
             held.refs -= 1
             self._released = True
 
-    def __enter__(self) -> "GPUBinding":
+    def __enter__(self) -> "Self":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -351,8 +372,8 @@ class _Gauge:
 _SAMPLED = ("utilization", "memory.used", "temperature", "power", "health")
 
 
-def _by_index(gpus: Iterable[Any]) -> "dict[str, Any]":
-    by_index: "dict[str, Any]" = {}
+def _by_index(gpus: "Iterable[ExternalResourceInfo]") -> "dict[str, ExternalResourceInfo]":
+    by_index: "dict[str, ExternalResourceInfo]" = {}
     for info in gpus:
         index = info.get_property("index") if hasattr(info, "get_property") else None
         if not isinstance(index, str) or not index:
@@ -380,7 +401,7 @@ def checked_counts(
 
 
 def bind(
-    gpus: Iterable[Any],
+    gpus: "Iterable[ExternalResourceInfo]",
     count: int = 1,
     holders_per_gpu: int = 1,
     *,
@@ -424,7 +445,7 @@ def bind(
     me = os.getpid()
     if slot is None:
         if _forked_from is not None and _file_identity(path) in _forked_files:
-            return _inherited_binding(by_index, count, path, library_path, timeout, metrics_interval)
+            return _inherited_binding(_forked_from, by_index, count, path, library_path, timeout, metrics_interval)
         pid, holder, registry = me, f"pid {me}", _held
     else:
         pid = threading.get_native_id()
@@ -471,7 +492,7 @@ def bind(
 
 
 def _usable(
-    by_index: "dict[str, Any]", count: int, library_path: "str | None", taskmanager_pid: "int | None"
+    by_index: "dict[str, ExternalResourceInfo]", count: int, library_path: "str | None", taskmanager_pid: "int | None"
 ) -> "tuple[list[str], list[int] | None]":
     """The GPUs of ``by_index`` bind may choose from, with their ranks: each one's state is read now
     (docs/design.md §9.1), ranked as the driver's ``busy-gpus: avoid`` ranks them (healthy and idle
@@ -541,10 +562,17 @@ def _checked_interval(metrics_interval: object) -> float:
     return float(metrics_interval)
 
 
-def _inherited_binding(by_index, count, path, library_path, timeout, metrics_interval) -> GPUBinding:
-    """The binding the process holder this process was forked from has in ``path`` now (read from the
-    file: it may have released it or ended since the fork); nothing new is bound."""
-    parent = _forked_from
+def _inherited_binding(
+    parent: int,
+    by_index: "dict[str, ExternalResourceInfo]",
+    count: int,
+    path: str,
+    library_path: "str | None",
+    timeout: float,
+    metrics_interval: float,
+) -> GPUBinding:
+    """The binding the process holder this process was forked from, ``parent``, has in ``path`` now (read
+    from the file: it may have released it or ended since the fork); nothing new is bound."""
     live = {
         entry.index
         for entry in snapshot(path, timeout=timeout).entries

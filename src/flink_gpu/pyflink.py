@@ -48,10 +48,20 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
 
 from flink_gpu.errors import NotEnoughGpusError, SlotUnknownError
 from flink_gpu.gpu.info import GPUInfo
+
+if TYPE_CHECKING:
+    from flink_gpu.binding import GPUBinding
+
+    #: One configuration file's (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns).
+    _FileStat = tuple[int, int, int, int, int]
+    #: Each candidate configuration file's stat, None when it is absent.
+    _ConfigurationSignature = tuple[_FileStat | None, ...]
+
+# PyFlink's runtime contexts and the Java objects behind them (pemja proxies) are untyped: they are Any here.
 
 __all__ = ["ResourceLookup", "bind_gpus", "get_external_resource_infos", "lookup_external_resource_infos"]
 
@@ -64,14 +74,14 @@ _MAX_ANCESTRY = 64
 class ResourceLookup(NamedTuple):
     """What :func:`lookup_external_resource_infos` found, and how."""
 
-    infos: frozenset  # frozenset[GPUInfo]
+    infos: frozenset[GPUInfo]
     mode: str  # "thread": asked the Java context; "process": read the coordination file
     reason: str | None  # why ``infos`` is empty (None when it is not)
     coordination_file: str | None = None  # process mode: the file that was read
     holder_pid: int | None = None  # process mode: the ancestor whose GPUs these are
 
 
-def get_external_resource_infos(runtime_context: Any, name: str) -> frozenset:
+def get_external_resource_infos(runtime_context: Any, name: str) -> frozenset[GPUInfo]:
     """The infos of external resource ``name`` (e.g. ``"gpu"``) of this function's TaskManager.
 
     ``runtime_context`` is the PyFlink ``RuntimeContext`` given to ``open()`` (``None`` is accepted
@@ -94,7 +104,7 @@ def lookup_external_resource_infos(runtime_context: Any, name: str) -> ResourceL
     return _from_coordination_file(name)
 
 
-def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_per_gpu: int = 1):
+def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_per_gpu: int = 1) -> GPUBinding:
     """Binds ``count`` of the TaskManager's GPUs of resource ``name`` to this subtask's slot and returns
     the :class:`flink_gpu.binding.GPUBinding` (``infos``, ``cuda_visible_devices``, ``devices``,
     ``register_metrics(group)``; a context manager, ``release()`` in ``close()``).
@@ -120,6 +130,7 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
         raise NotEnoughGpusError(
             f"No GPUs of '{name}' to bind in {lookup.mode} mode: {lookup.reason} {_NO_GPUS_HINT.format(name=name)}"
         )
+    taskmanager: "int | None"  # thread mode: this JVM; process mode: the ancestor that holds the GPUs
     if lookup.mode == "thread":
         slot = _slot_id(java_context)
         taskmanager, path = os.getpid(), view.path
@@ -147,25 +158,20 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
             binding.holder,
             taskmanager,
             lookup.mode,
-            _described_gpus(binding.infos, view.library),
+            _described_gpus(binding, view.library),
         )
     return binding
 
 
-def _described_gpus(infos: frozenset, library: "str | None") -> str:
+def _described_gpus(binding: GPUBinding, library: "str | None") -> str:
     """ "GPU 0 (GPU-…), GPU 1 (…)" for a log line: thread mode's Java infos carry the index only, so the
     uuid is NVML's."""
-    from flink_gpu.gpu_index import index_sort_order
-
-    ordered = index_sort_order(infos, lambda info: info.get_property("index"))
-    missing = [info.get_property("index") for info in ordered if not info.get_property("uuid")]
-    uuids = {info.get_property("index"): info.get_property("uuid") for info in ordered}
+    uuids = {info.get_property("index"): info.get_property("uuid") for info in binding.infos}
+    missing = [index for index in binding.indices if not uuids.get(index)]
     if missing:
         completed, _ = _nvml_infos(missing, library)
-        uuids.update({info.get_property("index"): info.get_property("uuid") for info in completed})
-    return ", ".join(
-        f"GPU {index} ({uuids[index] or 'uuid unknown'})" for index in (info.get_property("index") for info in ordered)
-    )
+        uuids.update({info.index: info.get_property("uuid") for info in completed})
+    return ", ".join(f"GPU {index} ({uuids.get(index) or 'uuid unknown'})" for index in binding.indices)
 
 
 # Where a TaskManager that found no GPU says why (Flink's StaticExternalResourceInfoProvider logs it).
@@ -191,12 +197,12 @@ def _subtask_name(runtime_context: Any, java_context: Any) -> str:
 
 
 def _binding_advice(
-    name: str, infos: frozenset, taskmanager: "int | None", count: int, subtasks_per_gpu: int, thread_mode: bool
+    name: str, infos: Iterable[GPUInfo], taskmanager: "int | None", count: int, subtasks_per_gpu: int, thread_mode: bool
 ) -> str:
     """What the TaskManager can serve and what to change, for a NotEnoughGpusError of bind_gpus."""
     from flink_gpu.gpu_index import sort_indices, unit_parent
 
-    gpus = sort_indices(info.get_property("index") for info in infos)
+    gpus = sort_indices(info.index for info in infos)
     units = [index for index in gpus if unit_parent(index) is not None]
     whole = len(gpus) - len(units)
     has = f"The TaskManager (pid {taskmanager}) has {len(gpus)} GPU(s) of '{name}' ({', '.join(gpus)}) for its slots"
@@ -261,7 +267,7 @@ def _java_context(runtime_context: Any) -> Any:
     return None
 
 
-def _java_iterable(value: Any) -> list:
+def _java_iterable(value: Any) -> list[Any]:
     """A Java collection as a Python list, whatever pemja made of it."""
     if value is None:
         return []
@@ -308,7 +314,7 @@ def _from_java(java_context: Any, name: str) -> ResourceLookup:
 
 # -- process mode --------------------------------------------------------------------------------
 
-_ARGS_WARNED: set = set()  # (key, discovery-script.args) already parsed with warnings here
+_ARGS_WARNED: "set[tuple[str, str | None]]" = set()  # (key, discovery-script.args) already parsed with warnings here
 
 
 class _TaskManagerView(NamedTuple):
@@ -321,15 +327,16 @@ class _TaskManagerView(NamedTuple):
     metrics_interval: float | None = None  # param.metrics.interval (None: unknown, the default)
 
 
-_VIEWS: dict = {}  # (FLINK_CONF_DIR, name) -> (the configuration files' stat, the view they gave)
+# (FLINK_CONF_DIR, name) -> (the configuration files' stat, the view they gave)
+_VIEWS: "dict[tuple[str, str], tuple[_ConfigurationSignature, _TaskManagerView]]" = {}
 
 
-def _configuration_signature(conf_dir: str) -> tuple:
+def _configuration_signature(conf_dir: str) -> "_ConfigurationSignature":
     """What tells that the configuration in ``conf_dir`` changed: each candidate file's identity,
     size and times (a file that is absent counts as None)."""
     from flink_gpu.config_files import CONFIGURATION_FILE_NAMES
 
-    signature = []
+    signature: "list[_FileStat | None]" = []
     for file_name in CONFIGURATION_FILE_NAMES:
         try:
             st = os.stat(os.path.join(conf_dir, file_name))

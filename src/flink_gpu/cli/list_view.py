@@ -12,6 +12,13 @@ import sys
 
 from flink_gpu.cli import UsageError
 
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from argparse import Namespace
+    from typing import Any, Callable
+
+    from flink_gpu.nvml import Device, Library
+
 #: The readings ``list`` shows next to each GPU's holders: (JSON field, NVML metric, unit).
 READINGS = (("utilization", "utilization", "%"), ("temperature", "temperature", "C"), ("power", "power", "W"))
 
@@ -21,7 +28,7 @@ _TASKMANAGER_MAIN = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
 # -- the coordination file of a Flink configuration ----------------------------------------------
 
 
-def coordination_file(args) -> "tuple[str, str | None, str | None]":
+def coordination_file(args: "Namespace") -> "tuple[str, str | None, str | None]":
     """The file ``list`` reads, where that came from, and a note when ``$FLINK_CONF_DIR`` could not
     say: ``--file``; else the coordination file of the configuration in ``--conf`` or
     ``$FLINK_CONF_DIR`` (its GPU resource's ``discovery-script.args``); else the stock default.
@@ -80,7 +87,7 @@ def _from_configuration(conf: str, source: str) -> str:
 # -- live readings --------------------------------------------------------------------------------
 
 
-def readings(nvml, index: str) -> dict:
+def readings(nvml: "Library", index: str) -> "dict[str, int | None]":
     """Utilization (%), temperature (°C) and power (W) of GPU ``index`` now; None where NVML cannot say."""
     values = {}
     for field, metric, _ in READINGS:
@@ -101,13 +108,13 @@ PERSISTENCE_OFF = (
 PERSISTENCE_FIX = "Enable it with `nvidia-persistenced` (or `nvidia-smi -pm 1`, as root)."
 
 
-def persistence_mode(device) -> "str | None":
+def persistence_mode(device: "Device | None") -> "str | None":
     """A device's persistence mode as ``list --json`` gives it: "enabled", "disabled", None (unknown)."""
     mode = device.persistence_mode if device is not None else None
     return None if mode is None else "enabled" if mode else "disabled"
 
 
-def persistence_notes(gpus: "list[dict]") -> "list[str]":
+def persistence_notes(gpus: "list[dict[str, Any]]") -> "list[str]":
     """The lines under ``list``'s state table: the GPUs whose persistence mode is off, and those whose
     mode the driver cannot say."""
     notes = []
@@ -120,7 +127,7 @@ def persistence_notes(gpus: "list[dict]") -> "list[str]":
     return notes
 
 
-def reading_text(gpu: dict, field: str, unit: str) -> "str | None":
+def reading_text(gpu: "dict[str, Any]", field: str, unit: str) -> "str | None":
     value = gpu.get(field)
     return None if value is None else f"{value}{unit}" if unit == "%" else f"{value} {unit}"
 
@@ -210,7 +217,7 @@ def _resource_id_from_log(pid: int, argv: "list[str]") -> "str | None":
     return resource_id if resource_id and resource_id.isprintable() else None
 
 
-def _config_of(pid: int, argv: "list[str]") -> dict:
+def _config_of(pid: int, argv: "list[str]") -> "dict[str, object]":
     """The TaskManager's configuration (``--configDir``), as far as it can be read; {} otherwise (also for
     a directory another user than the holder's, or root, owns: it is the holder's word, not ours to read)."""
     if "--configDir" not in argv:
@@ -277,7 +284,7 @@ def paint(text: str, colour: "str | None") -> str:
 # -- --watch --------------------------------------------------------------------------------------
 
 
-def watch(show, interval: float) -> int:
+def watch(show: "Callable[[], int]", interval: float) -> int:
     """Calls ``show()`` every ``interval`` seconds, the screen cleared before each on a terminal,
     until Ctrl-C (exit 0: stopping a watch is its normal end)."""
     import time

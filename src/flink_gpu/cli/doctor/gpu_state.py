@@ -20,6 +20,12 @@ from flink_gpu.gpu.settings import GPUDriverSettings
 from flink_gpu.nvml import Verdict
 from flink_gpu.script_protocol import ScriptArgs
 
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from typing import Iterable, Sequence
+
+    from flink_gpu.nvml import Device, DeviceState
+
 
 def _holders(script_args: "ScriptArgs | None") -> "list[int]":
     """The live owners in the coordination file the TaskManagers use, if they coordinate."""
@@ -183,12 +189,12 @@ def check_gpu_state(
         )
 
 
-def _fabric_unregistered(state) -> bool:
+def _fabric_unregistered(state: "DeviceState") -> bool:
     """The GPU's NVLink fabric registration has not completed (not started or in progress)."""
     return any(name == "fabric" and verdict is Verdict.UNHEALTHY for name, _, verdict, _, _ in state.checks)
 
 
-def _check_fabric(checkup: Checkup, name: str, states) -> bool:
+def _check_fabric(checkup: Checkup, name: str, states: "Sequence[DeviceState]") -> bool:
     """One host finding when no GPU of the host has registered with the NVLink fabric: the
     Fabric Manager is not running or not done (docs/design.md §9.1). True when it was made."""
     if not states or not all(_fabric_unregistered(state) for state in states):
@@ -212,7 +218,7 @@ def _check_fabric(checkup: Checkup, name: str, states) -> bool:
     return True
 
 
-def _check_unchecked(checkup: Checkup, name: str, states) -> None:
+def _check_unchecked(checkup: Checkup, name: str, states: "Iterable[DeviceState]") -> None:
     """What was not looked at, one note per set of checks not made: "not checked" is not "healthy"."""
     gpus: "dict[str, list[str]]" = {}
     for state in states:
@@ -225,7 +231,7 @@ def _check_unchecked(checkup: Checkup, name: str, states) -> None:
         checkup.add("note", "gpu-state", f"Not checked on GPU {', '.join(indices)}: {unchecked}.", None, resource=name)
 
 
-def _check_persistence(checkup: Checkup, name: str, devices) -> None:
+def _check_persistence(checkup: Checkup, name: str, devices: "Iterable[Device]") -> None:
     """One note for the GPUs whose persistence mode is off (a MIG GPU once, by its units' parent); none
     where the driver cannot say (an optional query: no finding)."""
     from flink_gpu.cli.list_view import PERSISTENCE_FIX, PERSISTENCE_OFF
@@ -235,7 +241,7 @@ def _check_persistence(checkup: Checkup, name: str, devices) -> None:
         checkup.add("note", "gpu-state", f"GPU {', '.join(off)}: {PERSISTENCE_OFF}.", PERSISTENCE_FIX, resource=name)
 
 
-def _check_left_out(checkup: Checkup, name: str, state, checks_key: str, uses_state: bool) -> None:
+def _check_left_out(checkup: Checkup, name: str, state: "DeviceState", checks_key: str, uses_state: bool) -> None:
     """A finding of a check that health-checks leaves out."""
     index = state.gpu_index
     for check, outcome, verdict, finding, enforced in state.checks:
