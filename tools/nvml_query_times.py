@@ -48,8 +48,14 @@ def queries(pynvml, handle) -> "dict[str, Callable[[], object]]":
     """The per-device queries flink-gpu makes, by NVML's name (one call each)."""
     n = pynvml
     # the one batch a claim reads per GPU (csrc/device_state.cpp; docs/design.md §9.1, "Query plan")
-    names = ["NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_ECC_CURRENT", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL",
-             "NVML_FI_DEV_REMAPPED_PENDING", "NVML_FI_DEV_REMAPPED_FAILURE", "NVML_FI_DEV_RETIRED_PENDING"]
+    names = [
+        "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
+        "NVML_FI_DEV_ECC_CURRENT",
+        "NVML_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "NVML_FI_DEV_REMAPPED_PENDING",
+        "NVML_FI_DEV_REMAPPED_FAILURE",
+        "NVML_FI_DEV_RETIRED_PENDING",
+    ]
     fields = [getattr(n, name) for name in names if hasattr(n, name)]
     out = {
         "nvmlDeviceGetUUID": lambda: n.nvmlDeviceGetUUID(handle),
@@ -78,7 +84,9 @@ def queries(pynvml, handle) -> "dict[str, Callable[[], object]]":
         ),
     }
     if fields:
-        out[f"nvmlDeviceGetFieldValues({len(fields)} health fields)"] = lambda: n.nvmlDeviceGetFieldValues(handle, fields)
+        out[f"nvmlDeviceGetFieldValues({len(fields)} health fields)"] = lambda: n.nvmlDeviceGetFieldValues(
+            handle, fields
+        )
     if hasattr(n, "nvmlDeviceGetGpuFabricInfo"):
         info = n.c_nvmlGpuFabricInfo_t()  # v1: what the oldest driver with the call answers
         out["nvmlDeviceGetGpuFabricInfo"] = lambda: n.nvmlDeviceGetGpuFabricInfo(handle, n.byref(info))
