@@ -46,6 +46,7 @@ struct Entry {
     // the reader's
     MetricDevice device;
     unsigned long device_generation = 0;  // 0: not resolved in this process
+    bool health_read = false;             // a health read answered for it (a GPU watched later gets one at once)
     bool health_known = false;
     Health health = Health::kOk;
     SampledGpu next;  // the sample being taken
@@ -163,10 +164,13 @@ private:
                 ++started_;
                 sampling_ = true;
                 const SteadyTime start = Clock::now();
-                const bool health_due = !health_read_ || start - health_read_at_ >= kHealthReadInterval;
+                bool health_due = !health_read_ || start - health_read_at_ >= kHealthReadInterval;
                 std::vector<Entry*> work;
                 work.reserve(entries_.size());
-                for (Entry& e : entries_) work.push_back(&e);
+                for (Entry& e : entries_) {
+                    work.push_back(&e);
+                    health_due = health_due || !e.health_read;
+                }
                 lock.unlock();
                 take_sample(work, health_due);  // NVML: without the mutex
                 lock.lock();
@@ -229,6 +233,7 @@ private:
                                           kDefaultNvmlTimeoutSeconds, &choice);
         for (std::size_t i = 0; i < group.size(); ++i) {
             group[i]->health_known = status.ok() && i < choice.states.size();
+            group[i]->health_read = group[i]->health_known;  // else read again at the next sample
             if (group[i]->health_known) group[i]->health = choice.states[i].health;
         }
     }

@@ -241,6 +241,22 @@ print(json.dumps([nvml.sampled_metrics(index) for index in ("0", "1", "2", "3", 
     assert nvml.GAUGE_HEALTH == ("ok", "degraded", "unhealthy", "unknown")
 
 
+def test_a_gpu_watched_after_the_first_sample_gets_its_health_at_its_first_sample():
+    # thread mode: subtasks of one TaskManager bind (and watch) their GPUs one after another, within the
+    # minute between health reads; the later ones were unknown (3) until the next one
+    got = sampler(
+        """
+nvml.watch_metrics("0")
+assert nvml.sample_metrics_now()
+nvml.watch_metrics("1")
+assert nvml.sample_metrics_now()
+print(json.dumps([nvml.sampled_metrics(index)[4] for index in ("0", "1")]))
+""",
+        spec={"devices": [{}, {"health": {"retired_pages_pending": True}}]},
+    )
+    assert got == [0, 1]
+
+
 def test_a_gpu_whose_read_hangs_is_minus_one_and_unknown_and_never_blocks_a_gauge(tmp_path):
     stuck = str(tmp_path / "stuck")
     got = sampler(
