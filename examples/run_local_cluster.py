@@ -40,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "gpu_inference_job.py"
 OPERATOR = "infer"  # gpu_inference_job.OPERATOR
-GAUGES = ("utilization", "memoryUsed", "temperature", "power")
+GAUGES = ("utilization", "memoryUsed", "temperature", "power", "health")  # per GPU: README, "GPU gauges"
 
 
 def flink_home() -> Path:

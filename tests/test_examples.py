@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import child_env
+from flink_gpu import binding
 
 pytestmark = pytest.mark.flink_cluster
 
@@ -46,8 +47,9 @@ def test_the_cluster_example_binds_a_gpu_per_subtask_in_both_modes_shows_gauges_
         # the gauges of each subtask's GPU, read from Flink's REST API while the job ran: two distinct GPUs
         gauges = dict(re.findall(r"subtask (\d): infer\.gpu\.(\d)\.", part))
         assert sorted(gauges) == ["0", "1"] and len(set(gauges.values())) == 2, part
-        for name in ("utilization", "memoryUsed", "temperature", "power"):
+        for name in binding.GAUGES:  # every gauge flink_gpu registers, health included
             assert len(re.findall(rf"infer\.gpu\.\d\.{name} -?\d+", part)) == 2, part
+        assert re.findall(r"infer\.gpu\.\d\.health (-?\d+)", part) == ["0", "0"], part  # the simulated GPUs are ok
         # flink-gpu list (the file of $FLINK_CONF_DIR) shows the TaskManager by its resource id, its two holders
         assert f"TaskManager {registered.group(1)} (pid " in part, part
         rows = re.findall(rf"^\s+({holder})\s+(\d)\s+alone", part, re.M)
