@@ -301,18 +301,8 @@ void* worker_main(void* arg) {
     return nullptr;
 }
 
-// Starts a worker thread with every signal blocked (they are the caller's to take), detached.
 Status start_worker(Worker* w) {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t thread;
-    const int rc = pthread_create(&thread, &attr, worker_main, w);
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    const int rc = start_nvml_thread(worker_main, w);
     if (rc != 0) {
         return failure(StatusCode::kOsError,
                        "Could not start a thread to read NVML with a deadline: " + errno_text(rc) + ".", rc);
@@ -484,6 +474,20 @@ bool run_within(double timeout_seconds, const char* function, std::function<void
         *status = nvml_failure(NVML_ERROR_MEMORY, function, "Out of memory while reading NVML.");
         return false;
     }
+}
+
+int start_nvml_thread(void* (*main)(void*), void* arg) noexcept {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t thread;
+    const int rc = pthread_create(&thread, &attr, main, arg);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    return rc;
 }
 
 bool nvml_call_outstanding() noexcept {

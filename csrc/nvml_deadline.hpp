@@ -50,6 +50,11 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
 bool run_within(double timeout_seconds, const char* function, std::function<void()> job, Stall* stall,
                 Status* status) noexcept;
 
+// Starts `main(arg)` on a detached thread that makes NVML calls for its callers, with every signal
+// blocked: they are for the process's own threads to take (a SIGTERM a thread waits for with sigwait).
+// 0, or pthread_create's error. Never throws.
+int start_nvml_thread(void* (*main)(void*), void* arg) noexcept;
+
 // Whether a thread of this process is still inside an NVML call that missed its deadline: then the
 // process must leave with _exit (exit() would run destructors under that thread).
 bool nvml_call_outstanding() noexcept;
