@@ -458,10 +458,10 @@ bool run_within(double timeout_seconds, const char* function, std::function<void
             return false;
         }
         BlockRef block(new Block());
-        block->job = [job = std::move(job), function](Block& b) {
-            b.calling(ReadMonitor::kLibrary, function);
-            job();
-        };
+        block->job = [job = std::move(job)](Block&) { job(); };
+        // in flight from now: a deadline that passes before the worker even starts is a stall of the
+        // job, never "it finished"
+        block->calling(ReadMonitor::kLibrary, function);
         if (Status st = dispatch(block); !st.ok()) {
             *status = std::move(st);
             return false;
