@@ -476,6 +476,37 @@ bool run_within(double timeout_seconds, const char* function, std::function<void
     }
 }
 
+const NvmlLibrary* acquire_within(const std::string& path, double timeout_seconds, Stall* stall,
+                                  Status* status) noexcept {
+    struct Acquired {
+        std::string path;
+        Status status;
+        const NvmlLibrary* lib = nullptr;
+    };
+    try {
+        *stall = Stall();
+        // the job's own: a job that misses the deadline keeps it (leaked, as its stuck thread)
+        auto* acquired = new Acquired{path, Status(), nullptr};
+        Status started;
+        if (run_within(timeout_seconds, "nvmlInit_v2", [acquired] {
+            acquired->lib = NvmlLibrary::acquire(acquired->path, &acquired->status);
+        }, stall, &started)) {
+            const NvmlLibrary* lib = acquired->lib;
+            *status = std::move(acquired->status);
+            delete acquired;
+            return lib;
+        }
+        // not started (an earlier nvmlInit is stuck, or no thread): nothing else has it
+        if (!started.ok() || stall->earlier) delete acquired;
+        *status = std::move(started);
+        return nullptr;
+    } catch (const std::bad_alloc&) {
+        *status =
+            nvml_failure(NVML_ERROR_MEMORY, "acquire", "Out of memory while loading the NVIDIA Management Library.");
+        return nullptr;
+    }
+}
+
 int start_nvml_thread(void* (*main)(void*), void* arg) noexcept {
     sigset_t all, old;
     sigfillset(&all);
