@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -20,6 +21,9 @@ namespace flinkgpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// An interval or a wait this long is "never"; a longer one would overflow steady_clock's nanoseconds.
+constexpr std::chrono::milliseconds kLongestWait = std::chrono::hours(24 * 365 * 100);
 
 bool is_lost(int code) { return code == NVML_ERROR_GPU_IS_LOST || code == NVML_ERROR_RESET_REQUIRED; }
 
@@ -56,7 +60,7 @@ class Sampler {
 public:
     bool watch(const std::string& path, std::string_view index, std::chrono::milliseconds interval) {
         std::lock_guard<std::mutex> lock(mutex_);
-        interval_ = interval < kMinMetricsInterval ? kMinMetricsInterval : interval;
+        interval_ = std::clamp(interval, kMinMetricsInterval, kLongestWait);
         if (find(path, index) == nullptr) {
             entries_.emplace_back();
             entries_.back().path = path;
@@ -82,7 +86,7 @@ public:
         const unsigned long long wanted = started_ + 1;  // one that starts after this request
         requested_ = true;
         wake_.notify_all();
-        const SteadyTime deadline = Clock::now() + timeout;
+        const SteadyTime deadline = Clock::now() + std::min(timeout, kLongestWait);
         while (completed_ < wanted) {
             if (Clock::now() >= deadline) return false;
             wait_until(&done_, &lock, deadline);
@@ -138,9 +142,7 @@ private:
     bool ensure_running() {
         if (running_) return true;
         if (stopping_) return false;
-        pthread_t thread;
-        if (pthread_create(&thread, nullptr, &Sampler::thread_main, this) != 0) return false;
-        pthread_detach(thread);
+        if (start_nvml_thread(&Sampler::thread_main, this) != 0) return false;
         running_ = true;
         return true;
     }

@@ -301,18 +301,8 @@ void* worker_main(void* arg) {
     return nullptr;
 }
 
-// Starts a worker thread with every signal blocked (they are the caller's to take), detached.
 Status start_worker(Worker* w) {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t thread;
-    const int rc = pthread_create(&thread, &attr, worker_main, w);
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    const int rc = start_nvml_thread(worker_main, w);
     if (rc != 0) {
         return failure(StatusCode::kOsError,
                        "Could not start a thread to read NVML with a deadline: " + errno_text(rc) + ".", rc);
@@ -468,10 +458,10 @@ bool run_within(double timeout_seconds, const char* function, std::function<void
             return false;
         }
         BlockRef block(new Block());
-        block->job = [job = std::move(job), function](Block& b) {
-            b.calling(ReadMonitor::kLibrary, function);
-            job();
-        };
+        block->job = [job = std::move(job)](Block&) { job(); };
+        // in flight from now: a deadline that passes before the worker even starts is a stall of the
+        // job, never "it finished"
+        block->calling(ReadMonitor::kLibrary, function);
         if (Status st = dispatch(block); !st.ok()) {
             *status = std::move(st);
             return false;
@@ -484,6 +474,51 @@ bool run_within(double timeout_seconds, const char* function, std::function<void
         *status = nvml_failure(NVML_ERROR_MEMORY, function, "Out of memory while reading NVML.");
         return false;
     }
+}
+
+const NvmlLibrary* acquire_within(const std::string& path, double timeout_seconds, Stall* stall,
+                                  Status* status) noexcept {
+    struct Acquired {
+        std::string path;
+        Status status;
+        const NvmlLibrary* lib = nullptr;
+    };
+    try {
+        *stall = Stall();
+        // the job's own: a job that misses the deadline keeps it (leaked, as its stuck thread)
+        auto* acquired = new Acquired{path, Status(), nullptr};
+        Status started;
+        if (run_within(timeout_seconds, "nvmlInit_v2", [acquired] {
+            acquired->lib = NvmlLibrary::acquire(acquired->path, &acquired->status);
+        }, stall, &started)) {
+            const NvmlLibrary* lib = acquired->lib;
+            *status = std::move(acquired->status);
+            delete acquired;
+            return lib;
+        }
+        // not started (an earlier nvmlInit is stuck, or no thread): nothing else has it
+        if (!started.ok() || stall->earlier) delete acquired;
+        *status = std::move(started);
+        return nullptr;
+    } catch (const std::bad_alloc&) {
+        *status =
+            nvml_failure(NVML_ERROR_MEMORY, "acquire", "Out of memory while loading the NVIDIA Management Library.");
+        return nullptr;
+    }
+}
+
+int start_nvml_thread(void* (*main)(void*), void* arg) noexcept {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t thread;
+    const int rc = pthread_create(&thread, &attr, main, arg);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    return rc;
 }
 
 bool nvml_call_outstanding() noexcept {

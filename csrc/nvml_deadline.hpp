@@ -50,6 +50,18 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
 bool run_within(double timeout_seconds, const char* function, std::function<void()> job, Stall* stall,
                 Status* status) noexcept;
 
+// NvmlLibrary::acquire(path) (loading NVML, and nvmlInit_v2 once per process generation: a forked
+// child's first call) within `timeout_seconds`: the library, or nullptr with *status, acquire's
+// failure, or (with *status ok) *stall, the call that did not return in time or is still stuck from
+// before. A waiter for a stuck nvmlInit starts nothing. Never throws.
+const NvmlLibrary* acquire_within(const std::string& path, double timeout_seconds, Stall* stall,
+                                  Status* status) noexcept;
+
+// Starts `main(arg)` on a detached thread that makes NVML calls for its callers, with every signal
+// blocked: they are for the process's own threads to take (a SIGTERM a thread waits for with sigwait).
+// 0, or pthread_create's error. Never throws.
+int start_nvml_thread(void* (*main)(void*), void* arg) noexcept;
+
 // Whether a thread of this process is still inside an NVML call that missed its deadline: then the
 // process must leave with _exit (exit() would run destructors under that thread).
 bool nvml_call_outstanding() noexcept;

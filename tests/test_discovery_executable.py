@@ -656,6 +656,24 @@ def test_a_hung_nvml_init_ends_the_executable_with_a_clear_message_well_inside_f
     assert "no GPU was claimed" in proc.stderr
 
 
+def test_a_deadline_that_passes_before_nvml_init_starts_is_a_stall_never_a_crash(discovery_exe):
+    # 1 ns: the deadline has mostly passed before the worker thread even runs (it read a result not
+    # yet written, a null library, and crashed); either NVML answered in time or it is a stall
+    for _ in range(10):
+        proc = subprocess.run(
+            [discovery_exe, "2", "--nvml-timeout", "1ns"],
+            env=ours_env({"devices": [{}, {}]}),
+            capture_output=True,
+            text=True,
+            timeout=8,
+        )
+        if proc.returncode == 0:
+            assert proc.stdout == "0,1\n"
+            continue
+        assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+        assert "NVML did not answer: nvmlInit_v2 or the device enumeration did not return within 0 ms" in proc.stderr
+
+
 def test_a_hung_state_read_leaves_its_gpus_unknown_and_names_the_query(discovery_exe, tmp_path):
     # the simulated driver's lock is held by the hung call, as a real driver's: no GPU after it answers
     with simulator.hanging(tmp_path / "hang") as hang_file:

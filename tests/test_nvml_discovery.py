@@ -384,6 +384,59 @@ def test_a_closed_nvml_discovery_refuses_to_retrieve_with_a_clear_error():
     assert json.loads(done.stdout) == {"before": ["0"], "after": "This NVML discovery has been closed."}
 
 
+# Initialised in the parent; in a forked child NVML is initialised again, and that nvmlInit hangs.
+FORKED_INIT_HANGS = r"""
+import json, os, sys
+from flink_gpu import NvmlError, nvml, simulator
+library = nvml.open_library()
+answers = []
+with simulator.hanging(sys.argv[1]):
+    pid = os.fork()
+    if pid == 0:
+        for ask in (lambda: library.states(os.getpid(), timeout=0.3),
+                    lambda: library.choose(["0", "1"], os.getpid(), None, "ignore", timeout=0.3)):
+            try:
+                ask()
+                answers.append("answered")
+            except NvmlError as error:
+                answers.append([str(error), error.code, error.function])
+        print(json.dumps(answers), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+
+
+def test_a_state_read_in_a_forked_child_whose_nvml_init_hangs_fails_within_its_timeout(tmp_path):
+    hang_file = tmp_path / "hang"
+    spec = {"devices": [{}, {}], "hang": [{"query": "init", "while_exists": str(hang_file)}]}
+    env = dict(os.environ, PYTHONPATH=SRC, **simulator.environment(spec=spec))
+    # the subprocess timeout only guards the test: states and choose must answer by themselves
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", FORKED_INIT_HANGS, str(hang_file)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    finally:
+        hang_file.unlink(missing_ok=True)  # a child left stuck by a failure ends
+    assert done.returncode == 0, done.stderr
+    path = os.path.join(SRC, "flink_gpu", "_simulator", "libnvidia-ml.so.1")
+    first, second = json.loads(done.stdout)
+    assert first == [
+        f"NVML did not answer: nvmlInit_v2 did not return within 300 ms (library '{path}'). The NVIDIA driver may "
+        "hang: check dmesg for Xid errors and nvidia-smi.",
+        10,
+        "nvmlInit_v2",
+    ]
+    # still stuck: no other nvmlInit is started, the second fails at once saying so
+    assert second[0].startswith("NVML did not answer: nvmlInit_v2 has not returned for ") and second[1:] == [
+        10,
+        "nvmlInit_v2",
+    ]
+
+
 def test_a_property_nvml_does_not_answer_is_absent():
     from flink_gpu.gpu.nvml import gpu_info
     from flink_gpu.nvml import Device

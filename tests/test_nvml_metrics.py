@@ -302,3 +302,34 @@ def test_a_metrics_interval_below_the_minimum_is_refused():
     for interval in (0.999, 0, -1, float("nan"), True, "5"):
         with pytest.raises(ValueError, match="at least 1 s"):
             nvml.watch_metrics("0", interval=interval)
+
+
+def test_a_huge_metrics_interval_still_shows_each_sample_and_a_huge_wait_still_waits():
+    # a million days, and no limit on the wait: each sample is shown until the next is due
+    got = sampler(
+        """
+assert nvml.watch_metrics("0", interval=1000000 * 86400)
+done = nvml.sample_metrics_now(timeout=float("inf"))
+print(json.dumps({"done": done, "shown": nvml.sampled_metrics("0"),
+                  "a_day_later": nvml.sampled_metrics("0", at=time.monotonic_ns() + 86400 * 10**9)}))
+""",
+        spec={"devices": [{"power": 100, "temperature": 40, "utilization": 5}]},
+    )
+    assert got == {"done": True, "shown": [5, 0, 40, 100, 0], "a_day_later": [5, 0, 40, 100, 0]}
+
+
+def test_the_sampler_thread_leaves_the_processes_signals_to_its_own_threads():
+    # SIGTERM blocked in the main thread, which takes it with sigwait: a reader thread that does not
+    # block it would take it instead (its default action ending the process)
+    got = sampler(
+        """
+import os, signal
+assert nvml.watch_metrics("0")
+assert nvml.sample_metrics_now()
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+os.kill(os.getpid(), signal.SIGTERM)
+print(json.dumps(signal.sigwait({signal.SIGTERM})))
+""",
+        devices=1,
+    )
+    assert got == 15

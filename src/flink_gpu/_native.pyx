@@ -10,6 +10,7 @@ from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
 import os
+import time
 
 from flink_gpu.errors import NotEnoughGpusError, NvmlError
 
@@ -180,7 +181,10 @@ cdef extern from "nvml_deadline.hpp" namespace "flinkgpu" nogil:
     string stall_text "flinkgpu::stall_text"(const Stall& stall, double timeout_seconds) except +
     Status query_states_within "flinkgpu::query_states_within"(
         const NvmlLibrary& lib, int owner, int taskmanager, const CheckSet& enforced, const ReadPlan& plan,
-        double timeout_seconds, vector[CDeviceState]* out, vector[Stall]* stalls, cpp_bool* count_known)
+        double timeout_seconds, vector[CDeviceState]* out, vector[Stall]* stalls, cpp_bool* count_known,
+        double spent_seconds)
+    const NvmlLibrary* acquire_within "flinkgpu::acquire_within"(const string& path, double timeout_seconds,
+                                                                 Stall* stall, Status* status)
 
 
 cdef extern from "flink_duration.hpp" namespace "flinkgpu" nogil:
@@ -270,7 +274,7 @@ cdef extern from "gpu_choice.hpp" namespace "flinkgpu" nogil:
     Status choose_gpus_cpp "flinkgpu::choose_gpus"(const NvmlLibrary& lib, const vector[string]& enumerated,
                                                    int owner, int taskmanager, BusyPolicy policy,
                                                    const CheckSet& enforced, double timeout_seconds,
-                                                   CChoice* out)
+                                                   CChoice* out, double spent_seconds)
 
 
 cdef extern from "process_tree.hpp" namespace "flinkgpu" nogil:
@@ -878,6 +882,12 @@ cdef int _state_pid(pid, str what) except -1:
     return <int>pid
 
 
+cdef object _no_answer(what, library_path, function):
+    """The NvmlError (code NVML_ERROR_TIMEOUT) for an NVML call, ``what`` says which, that did not return in time."""
+    return NvmlError(f"NVML did not answer: {what} (library '{library_path}'). The NVIDIA driver may hang: check "
+                     "dmesg for Xid errors and nvidia-smi.", 10, library_path, function)
+
+
 cdef double _timeout(timeout) except -1:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
@@ -902,6 +912,9 @@ cdef class Nvml:
     cdef const NvmlLibrary* _metric_library
     cdef unsigned long _metric_generation
     cdef dict _metric_devices
+    # states and choose: the library, for the process generation it was initialised in within a deadline
+    cdef const NvmlLibrary* _state_library
+    cdef unsigned long _state_generation
 
     def __init__(self):
         raise TypeError("use Nvml.open(library_path)")
@@ -929,6 +942,28 @@ cdef class Nvml:
             lib = NvmlLibrary.acquire(self._path, &status)
         if lib == NULL:
             raise _error(status, self.library_path)
+        return lib
+
+    cdef const NvmlLibrary* _library_within(self, double seconds, double* spent) except NULL:
+        """_library() with nvmlInit_v2 (a forked child's first call) within ``seconds``; ``spent``: the
+        seconds that took. NvmlError (code NVML_ERROR_TIMEOUT) when it did not return in time."""
+        spent[0] = 0
+        cdef unsigned long generation = NvmlLibrary.process_generation()
+        if generation == self._state_generation:
+            return self._state_library
+        cdef Status status
+        cdef Stall stall
+        cdef const NvmlLibrary* lib
+        started = time.monotonic()
+        with nogil:
+            lib = acquire_within(self._path, seconds, &stall, &status)
+        spent[0] = time.monotonic() - started
+        if lib == NULL and status.ok():
+            raise _no_answer(_text(stall_text(stall, seconds)), self.library_path, _text(stall.function))
+        if lib == NULL:
+            raise _error(status, self.library_path)
+        self._state_library = lib
+        self._state_generation = generation
         return lib
 
     def devices(self):
@@ -961,12 +996,13 @@ cdef class Nvml:
         against ``owner_pid`` and ``taskmanager_pid`` (None: none). A GPU NVML refuses a handle
         for is one unhealthy state. Read within ``timeout`` seconds (csrc/nvml_deadline.hpp): a GPU
         not read in time is unknown; NvmlError (code NVML_ERROR_TIMEOUT) when not even the GPU count
-        was read."""
+        was read, or nvmlInit_v2 (a forked child's first call) did not return in time."""
         cdef int owner = _state_pid(owner_pid, "owner_pid")
         cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
         cdef CheckSet enforced = _check_set(health_checks)
         cdef double seconds = _timeout(timeout)
-        cdef const NvmlLibrary* lib = self._library()
+        cdef double spent = 0
+        cdef const NvmlLibrary* lib = self._library_within(seconds, &spent)
         cdef vector[CDeviceState] found
         cdef vector[Stall] stalls
         cdef ReadPlan plan
@@ -974,14 +1010,13 @@ cdef class Nvml:
         cdef Status status
         with nogil:
             status = query_states_within(lib[0], owner, taskmanager, enforced, plan, seconds, &found, &stalls,
-                                         &count_known)
+                                         &count_known, spent)
         if not status.ok():
             raise _error(status, self.library_path)
         if not count_known:
             what = _text(stall_text(stalls[0], seconds)) if stalls.size() else "NVML did not answer in time"
-            raise NvmlError(f"NVML did not answer: {what} (library '{self.library_path}'). The NVIDIA driver may "
-                            "hang: check dmesg for Xid errors and nvidia-smi.", 10, self.library_path,
-                            _text(stalls[0].function) if stalls.size() else "nvmlDeviceGetCount_v2")
+            raise _no_answer(what, self.library_path,
+                             _text(stalls[0].function) if stalls.size() else "nvmlDeviceGetCount_v2")
         cdef size_t i
         return tuple([_state(found[i]) for i in range(found.size())])
 
@@ -991,19 +1026,21 @@ cdef class Nvml:
         (as ``devices()`` gave them, in its order), judged with ``health_checks``, and their
         ranking under ``busy_policy``: (states, indices best first, ranks, [(index, why left
         out)]). A device of ``indices`` that NVML no longer answers for is an unhealthy state; one
-        not read within ``timeout`` seconds is unknown (csrc/nvml_deadline.hpp). Processes are read
-        only where ``busy_policy`` looks at them (not for ignore)."""
+        not read within ``timeout`` seconds is unknown (csrc/nvml_deadline.hpp); NvmlError (code
+        NVML_ERROR_TIMEOUT) when nvmlInit_v2 (a forked child's first call) did not return in time.
+        Processes are read only where ``busy_policy`` looks at them (not for ignore)."""
         cdef int owner = _state_pid(owner_pid, "owner_pid")
         cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
         cdef CheckSet enforced = _check_set(health_checks)
         cdef BusyPolicy policy = _busy_policy(busy_policy)
         cdef double seconds = _timeout(timeout)
         cdef vector[string] enumerated = [_utf8(index) for index in indices]
-        cdef const NvmlLibrary* lib = self._library()
+        cdef double spent = 0
+        cdef const NvmlLibrary* lib = self._library_within(seconds, &spent)
         cdef CChoice found
         cdef Status status
         with nogil:
-            status = choose_gpus_cpp(lib[0], enumerated, owner, taskmanager, policy, enforced, seconds, &found)
+            status = choose_gpus_cpp(lib[0], enumerated, owner, taskmanager, policy, enforced, seconds, &found, spent)
         if not status.ok():
             raise _error(status, self.library_path)
         cdef size_t i
