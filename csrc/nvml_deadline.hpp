@@ -10,6 +10,7 @@
 #pragma once
 
 #include "device_state.hpp"
+#include "devices.hpp"
 
 #include <functional>
 #include <string>
@@ -53,5 +54,20 @@ bool run_within(double timeout_seconds, const char* function, std::function<void
 // Whether a thread of this process is still inside an NVML call that missed its deadline: then the
 // process must leave with _exit (exit() would run destructors under that thread).
 bool nvml_call_outstanding() noexcept;
+
+// The status of an NVML step that missed its deadline: kNvml with NVML_ERROR_TIMEOUT and the stalled
+// call as its function, the message naming the call, the library `library_path` (as acquire() resolved
+// it), the timeout and what to check. Never throws.
+Status stall_failure(const Stall& stall, double timeout_seconds, const std::string& library_path) noexcept;
+
+// NvmlLibrary::acquire(library_path) (dlopen and nvmlInit_v2) through run_within: `*lib` once it
+// returned in `timeout_seconds`; its own failure as it returned; else stall_failure with `*stall` (then
+// the call goes on alone, and until it returns every later open, enumeration and state read of this
+// process answers at once with the same stall instead of waiting again). Never throws.
+Status open_within(const std::string& library_path, double timeout_seconds, const NvmlLibrary** lib,
+                   Stall* stall) noexcept;
+
+// enumerate_devices(lib) likewise, its result in `*found`. Never throws.
+Status enumerate_within(const NvmlLibrary& lib, double timeout_seconds, Enumeration* found, Stall* stall) noexcept;
 
 }  // namespace flinkgpu

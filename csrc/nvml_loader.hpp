@@ -187,6 +187,9 @@ public:
     // Whether the library exports `symbol`, looked up or not.
     bool exports(NvmlSymbol symbol) const noexcept;
 
+    // The path it was loaded from, as resolve_path() gave it.
+    const std::string& path() const noexcept { return path_; }
+
     // A kNvml status for an NVML return code from `function`, its message naming this library's path.
     Status error(int code, const char* function) const noexcept;
     std::string error_text(int code) const noexcept;

@@ -181,6 +181,12 @@ cdef extern from "nvml_deadline.hpp" namespace "flinkgpu" nogil:
     Status query_states_within "flinkgpu::query_states_within"(
         const NvmlLibrary& lib, int owner, int taskmanager, const CheckSet& enforced, const ReadPlan& plan,
         double timeout_seconds, vector[CDeviceState]* out, vector[Stall]* stalls, cpp_bool* count_known)
+    Status stall_failure "flinkgpu::stall_failure"(const Stall& stall, double timeout_seconds,
+                                                     const string& library_path)
+    Status open_within "flinkgpu::open_within"(const string& library_path, double timeout_seconds,
+                                                 const NvmlLibrary** lib, Stall* stall)
+    Status enumerate_within "flinkgpu::enumerate_within"(const NvmlLibrary& lib, double timeout_seconds,
+                                                           Enumeration* found, Stall* stall)
 
 
 cdef extern from "flink_duration.hpp" namespace "flinkgpu" nogil:
@@ -907,8 +913,11 @@ cdef class Nvml:
         raise TypeError("use Nvml.open(library_path)")
 
     @staticmethod
-    def open(library_path=None):
-        """The library at ``library_path`` (None: $FLINK_GPU_NVML_LIBRARY, else libnvidia-ml.so.1)."""
+    def open(library_path=None, timeout=DEFAULT_NVML_TIMEOUT):
+        """The library at ``library_path`` (None: $FLINK_GPU_NVML_LIBRARY, else libnvidia-ml.so.1),
+        loaded and initialised within ``timeout`` seconds: NvmlError (code NVML_ERROR_TIMEOUT) when
+        nvmlInit does not return in time, and at once while it still has not (csrc/nvml_deadline.hpp)."""
+        cdef double seconds = _timeout(timeout)
         cdef string resolved = _resolved_library(library_path)
         key = os.fsdecode(<bytes>resolved)
         cdef Nvml nvml = _instances.get(key)
@@ -918,27 +927,31 @@ cdef class Nvml:
             nvml._path = resolved
             nvml._skipped = ()
             nvml._notices = ()
-            nvml._library()  # load and initialise now, so that a broken library fails here
+            nvml._library(seconds)  # load and initialise now, so that a broken library fails here
             _instances[key] = nvml
         return nvml
 
-    cdef const NvmlLibrary* _library(self) except NULL:
+    cdef const NvmlLibrary* _library(self, double seconds=kDefaultNvmlTimeoutSeconds) except NULL:
         cdef Status status
-        cdef const NvmlLibrary* lib
+        cdef Stall stall
+        cdef const NvmlLibrary* lib = NULL
         with nogil:
-            lib = NvmlLibrary.acquire(self._path, &status)
-        if lib == NULL:
+            status = open_within(self._path, seconds, &lib, &stall)
+        if not status.ok():
             raise _error(status, self.library_path)
         return lib
 
-    def devices(self):
+    def devices(self, timeout=DEFAULT_NVML_TIMEOUT):
         """All usable GPUs, in index order, a GPU in MIG mode replaced by its MIG units; unusable ones
-        are listed by ``skipped()``."""
-        cdef const NvmlLibrary* lib = self._library()
+        are listed by ``skipped()``. Enumerated within ``timeout`` seconds: NvmlError (code
+        NVML_ERROR_TIMEOUT) when NVML does not answer in time."""
+        cdef double seconds = _timeout(timeout)
+        cdef const NvmlLibrary* lib = self._library(seconds)
         cdef Enumeration found
+        cdef Stall stall
         cdef Status status
         with nogil:
-            status = enumerate_devices(lib[0], &found)
+            status = enumerate_within(lib[0], seconds, &found, &stall)
         if not status.ok():
             raise _error(status, self.library_path)
         self._skipped = tuple([_skipped(s) for s in found.skipped])
@@ -966,7 +979,7 @@ cdef class Nvml:
         cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
         cdef CheckSet enforced = _check_set(health_checks)
         cdef double seconds = _timeout(timeout)
-        cdef const NvmlLibrary* lib = self._library()
+        cdef const NvmlLibrary* lib = self._library(seconds)
         cdef vector[CDeviceState] found
         cdef vector[Stall] stalls
         cdef ReadPlan plan
@@ -977,11 +990,13 @@ cdef class Nvml:
                                          &count_known)
         if not status.ok():
             raise _error(status, self.library_path)
+        cdef Stall stalled
         if not count_known:
-            what = _text(stall_text(stalls[0], seconds)) if stalls.size() else "NVML did not answer in time"
-            raise NvmlError(f"NVML did not answer: {what} (library '{self.library_path}'). The NVIDIA driver may "
-                            "hang: check dmesg for Xid errors and nvidia-smi.", 10, self.library_path,
-                            _text(stalls[0].function) if stalls.size() else "nvmlDeviceGetCount_v2")
+            if stalls.size():
+                stalled = stalls[0]
+            else:
+                stalled.function = b"nvmlDeviceGetCount_v2"
+            raise _error(stall_failure(stalled, seconds, self._path), self.library_path)
         cdef size_t i
         return tuple([_state(found[i]) for i in range(found.size())])
 
@@ -999,7 +1014,7 @@ cdef class Nvml:
         cdef BusyPolicy policy = _busy_policy(busy_policy)
         cdef double seconds = _timeout(timeout)
         cdef vector[string] enumerated = [_utf8(index) for index in indices]
-        cdef const NvmlLibrary* lib = self._library()
+        cdef const NvmlLibrary* lib = self._library(seconds)
         cdef CChoice found
         cdef Status status
         with nogil:
@@ -1021,12 +1036,13 @@ cdef class Nvml:
         if metric_id is None:
             raise ValueError(f"Unknown GPU metric {metric!r}: use one of {', '.join(METRICS)}.")
         cdef Status status
-        cdef const NvmlLibrary* lib
+        cdef Stall stall
+        cdef const NvmlLibrary* lib = NULL
         cdef unsigned long generation = NvmlLibrary.process_generation()
         if generation != self._metric_generation:
             with nogil:
-                lib = NvmlLibrary.acquire(self._path, &status)
-            if lib == NULL:
+                status = open_within(self._path, kDefaultNvmlTimeoutSeconds, &lib, &stall)
+            if not status.ok():
                 return -1
             self._metric_library = lib
             self._metric_generation = generation
