@@ -557,6 +557,7 @@ Status open_within(const std::string& library_path, double timeout_seconds, cons
             opened->lib = NvmlLibrary::acquire(path, &opened->status);
         }, stall, &started);
         if (returned) *lib = opened->lib;
+        if (!returned && started.ok() && !stall->earlier) NvmlLibrary::abandon_init();
         return step_status(returned, started, *stall, timeout_seconds, path, opened->status);
     } catch (const std::bad_alloc&) {
         return nvml_failure(NVML_ERROR_MEMORY, "nvmlInit_v2", "Out of memory while loading NVML.");

@@ -1136,6 +1136,58 @@ def test_a_gpu_whose_state_read_does_not_return_in_time_is_unknown_warned_and_ne
     )
 
 
+def run_hung(tmp_path, query, config, scenarios):
+    """``scenarios`` in one child process (HANG_RUNNER) while the simulator's ``query`` family hangs; then
+    the same ``config`` in a new process after the hang is released: (results while hung, result after)."""
+    hang_file = tmp_path / "hang"
+    spec = {"devices": [{}, {}], "hang": [{"query": query, "while_exists": str(hang_file)}]}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(spec=spec))
+    env.update(PYTHONPATH=SRC, HANG_FILE=str(hang_file))
+    with simulator.hanging(hang_file):
+        done = subprocess.run(
+            [sys.executable, "-c", HANG_RUNNER, json.dumps(scenarios)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    [after], _ = run_scenarios([(config, [1])], spec=spec)
+    return json.loads(done.stdout)["results"], after
+
+
+def test_a_hung_nvml_init_fails_within_the_nvml_timeout_and_a_second_open_answers_at_once(tmp_path):
+    """docs/design.md §9.5: nvmlInit can hang (NVIDIA/go-nvml#152); the driver's open has its nvml-timeout."""
+    config = {**NVML, "nvml-timeout": "300 ms"}
+    (first, second), after = run_hung(tmp_path, "init", config, [(config, [1]), (config, [1])])
+    library = simulator.library_path()
+    assert first["error"] == [
+        "NvmlError",
+        f"NVML did not answer: nvmlInit_v2 did not return within 300 ms (library '{library}', timeout 300 ms). "
+        "The NVIDIA driver may hang: check dmesg for Xid errors and nvidia-smi; this process calls NVML again "
+        "only once the stalled call returns.",
+    ]
+    # still stuck: no second wait, the same stall with how long it has lasted
+    assert second["error"][0] == "NvmlError"
+    assert second["error"][1].startswith("NVML did not answer: nvmlInit_v2 has not returned for ")
+    assert indices(after["retrievals"][0]) == ["0"]
+
+
+def test_a_hung_enumeration_fails_within_the_nvml_timeout_and_a_second_retrieval_answers_at_once(tmp_path):
+    config = {**NVML, "nvml-timeout": "300 ms"}
+    (first, second), after = run_hung(tmp_path, "handle", config, [(config, [1]), (config, [1])])
+    assert first["error"][0] == "NvmlError"
+    assert first["error"][1].startswith(
+        "NVML did not answer: the device enumeration did not return within 300 ms (library "
+    )
+    assert "check dmesg for Xid errors and nvidia-smi" in first["error"][1]
+    # a new driver of the same process enumerates again: still stuck, it answers with the same stall
+    assert second["error"][0] == "NvmlError"
+    assert second["error"][1].startswith("NVML did not answer: the device enumeration has not returned for ")
+    assert indices(after["retrievals"][0]) == ["0"]
+
+
 def test_busy_gpus_ignore_gives_infos_without_processes():
     result, _ = run_one({**NVML, "busy-gpus": "ignore"}, [2], spec=processes_on([(4000000001, "compute")], []))
     for info in result["retrievals"][0]:

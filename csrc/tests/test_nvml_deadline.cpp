@@ -283,6 +283,35 @@ TEST_CASE(an_open_whose_nvml_init_hangs_fails_in_time_and_a_second_answers_at_on
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+TEST_CASE(a_process_whose_open_stalled_still_forks_and_its_child_opens_afresh) {
+    std::fflush(nullptr);
+    const pid_t child = fork();
+    if (child == 0) {
+        const std::string file = hang("init", -1);
+        const NvmlLibrary* lib = nullptr;
+        Stall stall;
+        CHECK_EQ(open_within(library(), 0.2, &lib, &stall).nvml_code, static_cast<int>(NVML_ERROR_TIMEOUT));
+        // the stuck nvmlInit holds the loader's init lock: a fork must not wait for it
+        std::fflush(nullptr);
+        const pid_t grandchild = fork();
+        if (grandchild == 0) {
+            unsetenv("FAKE_NVML_HANG_QUERY");  // this "driver" answers in the child
+            const NvmlLibrary* opened = nullptr;
+            Stall none;
+            const Status st = open_within(library(), 30.0, &opened, &none);
+            _exit(st.ok() && opened != nullptr && !nvml_call_outstanding() ? 0 : 1);
+        }
+        int status = 0;
+        waitpid(grandchild, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        release(file);
+        _exit(check::failures());
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 TEST_CASE(an_enumeration_that_hangs_fails_in_time_and_a_second_answers_at_once) {
     CHECK_EQ(in_child([](const NvmlLibrary& lib) {
         const std::string file = hang("count", -1);
