@@ -58,15 +58,15 @@ print(json.dumps({"results": output, "logs": records}))
 """
 
 
-def run_scenarios(scenarios, *, devices=None, spec=None, init_error=None, env=None):
-    """Run ``[(config, amounts), ...]`` in one child process against a simulated host."""
+def run_scenarios(scenarios, *, devices=None, spec=None, init_error=None, env=None, runner=RUNNER):
+    """Run ``[(config, amounts), ...]`` in one child process (``runner``) against a simulated host."""
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
     child_env.update(env or {})
     if devices is not None or spec is not None or init_error is not None or env is None:
         child_env.update(simulator.environment(devices=devices, spec=spec, init_error=init_error))
     child_env["PYTHONPATH"] = SRC
     done = subprocess.run(
-        [sys.executable, "-c", RUNNER, json.dumps(scenarios)],
+        [sys.executable, "-c", runner, json.dumps(scenarios)],
         env=child_env,
         capture_output=True,
         text=True,
@@ -1141,20 +1141,10 @@ def run_hung(tmp_path, query, config, scenarios):
     the same ``config`` in a new process after the hang is released: (results while hung, result after)."""
     hang_file = tmp_path / "hang"
     spec = {"devices": [{}, {}], "hang": [{"query": query, "while_exists": str(hang_file)}]}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    env.update(simulator.environment(spec=spec))
-    env.update(PYTHONPATH=SRC, HANG_FILE=str(hang_file))
     with simulator.hanging(hang_file):
-        done = subprocess.run(
-            [sys.executable, "-c", HANG_RUNNER, json.dumps(scenarios)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    assert done.returncode == 0, done.stderr
+        results, _ = run_scenarios(scenarios, spec=spec, env={"HANG_FILE": str(hang_file)}, runner=HANG_RUNNER)
     [after], _ = run_scenarios([(config, [1])], spec=spec)
-    return json.loads(done.stdout)["results"], after
+    return results, after
 
 
 def test_a_hung_nvml_init_fails_within_the_nvml_timeout_and_a_second_open_answers_at_once(tmp_path):
