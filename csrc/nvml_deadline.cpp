@@ -353,6 +353,44 @@ DeviceState unknown_state(unsigned gpu, const std::string& why, const CheckSet& 
     return s;
 }
 
+// A value shared by a library-wide step's caller and its job, counted as BlockRef counts (no
+// std::shared_ptr: glibc_compat.hpp): the job keeps it when its caller stops waiting.
+template <typename T>
+class Counted {
+public:
+    Counted() : p_(new Box()) {}
+    Counted(const Counted& o) noexcept : p_(o.p_) { p_->refs.fetch_add(1, std::memory_order_relaxed); }
+    Counted& operator=(const Counted&) = delete;
+    ~Counted() {
+        if (p_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p_;
+    }
+    T* operator->() const noexcept { return &p_->value; }
+
+private:
+    struct Box {
+        std::atomic<int> refs{1};
+        T value;
+    };
+    Box* p_;
+};
+
+struct Opened {
+    const NvmlLibrary* lib = nullptr;
+    Status status;
+};
+struct Enumerated {
+    Enumeration found;
+    Status status;
+};
+
+// What run_within's answer means for a step on `library_path`: its job's own status once it returned.
+Status step_status(bool returned, const Status& started, const Stall& stall, double timeout_seconds,
+                   const std::string& library_path, const Status& job_status) {
+    if (returned) return job_status;
+    if (!started.ok()) return started;
+    return stall_failure(stall, timeout_seconds, library_path);
+}
+
 }  // namespace
 
 std::string stall_text(const Stall& stall, double timeout_seconds) {
@@ -476,37 +514,6 @@ bool run_within(double timeout_seconds, const char* function, std::function<void
     }
 }
 
-const NvmlLibrary* acquire_within(const std::string& path, double timeout_seconds, Stall* stall,
-                                  Status* status) noexcept {
-    struct Acquired {
-        std::string path;
-        Status status;
-        const NvmlLibrary* lib = nullptr;
-    };
-    try {
-        *stall = Stall();
-        // the job's own: a job that misses the deadline keeps it (leaked, as its stuck thread)
-        auto* acquired = new Acquired{path, Status(), nullptr};
-        Status started;
-        if (run_within(timeout_seconds, "nvmlInit_v2", [acquired] {
-            acquired->lib = NvmlLibrary::acquire(acquired->path, &acquired->status);
-        }, stall, &started)) {
-            const NvmlLibrary* lib = acquired->lib;
-            *status = std::move(acquired->status);
-            delete acquired;
-            return lib;
-        }
-        // not started (an earlier nvmlInit is stuck, or no thread): nothing else has it
-        if (!started.ok() || stall->earlier) delete acquired;
-        *status = std::move(started);
-        return nullptr;
-    } catch (const std::bad_alloc&) {
-        *status =
-            nvml_failure(NVML_ERROR_MEMORY, "acquire", "Out of memory while loading the NVIDIA Management Library.");
-        return nullptr;
-    }
-}
-
 int start_nvml_thread(void* (*main)(void*), void* arg) noexcept {
     sigset_t all, old;
     sigfillset(&all);
@@ -526,6 +533,53 @@ bool nvml_call_outstanding() noexcept {
         return !stuck_calls().empty();
     } catch (...) {
         return true;
+    }
+}
+
+Status stall_failure(const Stall& stall, double timeout_seconds, const std::string& library_path) noexcept {
+    const char* function = stall.function.empty() ? "nvmlInit_v2" : stall.function.c_str();
+    try {
+        return nvml_failure(NVML_ERROR_TIMEOUT, function,
+                            "NVML did not answer: " + stall_text(stall, timeout_seconds) + " (library '" +
+                                library_path + "', timeout " + duration_text(timeout_seconds) +
+                                "). The NVIDIA driver may hang: check dmesg for Xid errors and nvidia-smi; this "
+                                "process calls NVML again only once the stalled call returns.");
+    } catch (...) {
+        return nvml_failure(NVML_ERROR_TIMEOUT, function, "NVML did not answer in time.");
+    }
+}
+
+Status open_within(const std::string& library_path, double timeout_seconds, const NvmlLibrary** lib,
+                   Stall* stall) noexcept {
+    try {
+        *lib = nullptr;
+        const std::string path = NvmlLibrary::resolve_path(library_path);
+        const Counted<Opened> opened;
+        Status started;
+        // the path is copied into the job: it may outlive this call
+        const bool returned = run_within(timeout_seconds, "nvmlInit_v2", [opened, path] {
+            opened->lib = NvmlLibrary::acquire(path, &opened->status);
+        }, stall, &started);
+        if (returned) *lib = opened->lib;
+        if (!returned && started.ok() && !stall->earlier) NvmlLibrary::abandon_init();
+        return step_status(returned, started, *stall, timeout_seconds, path, opened->status);
+    } catch (const std::bad_alloc&) {
+        return nvml_failure(NVML_ERROR_MEMORY, "nvmlInit_v2", "Out of memory while loading NVML.");
+    }
+}
+
+Status enumerate_within(const NvmlLibrary& lib, double timeout_seconds, Enumeration* found, Stall* stall) noexcept {
+    try {
+        const Counted<Enumerated> enumerated;
+        Status started;
+        // `lib` lives for the life of the process (nvml_loader.hpp)
+        const bool returned = run_within(timeout_seconds, "the device enumeration", [enumerated, &lib] {
+            enumerated->status = enumerate_devices(lib, &enumerated->found);
+        }, stall, &started);
+        if (returned) *found = std::move(enumerated->found);
+        return step_status(returned, started, *stall, timeout_seconds, lib.path(), enumerated->status);
+    } catch (const std::bad_alloc&) {
+        return nvml_failure(NVML_ERROR_MEMORY, "enumerate_devices", "Out of memory while enumerating the GPUs.");
     }
 }
 

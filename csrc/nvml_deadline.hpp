@@ -10,6 +10,7 @@
 #pragma once
 
 #include "device_state.hpp"
+#include "devices.hpp"
 
 #include <functional>
 #include <string>
@@ -50,13 +51,6 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
 bool run_within(double timeout_seconds, const char* function, std::function<void()> job, Stall* stall,
                 Status* status) noexcept;
 
-// NvmlLibrary::acquire(path) (loading NVML, and nvmlInit_v2 once per process generation: a forked
-// child's first call) within `timeout_seconds`: the library, or nullptr with *status, acquire's
-// failure, or (with *status ok) *stall, the call that did not return in time or is still stuck from
-// before. A waiter for a stuck nvmlInit starts nothing. Never throws.
-const NvmlLibrary* acquire_within(const std::string& path, double timeout_seconds, Stall* stall,
-                                  Status* status) noexcept;
-
 // Starts `main(arg)` on a detached thread that makes NVML calls for its callers, with every signal
 // blocked: they are for the process's own threads to take (a SIGTERM a thread waits for with sigwait).
 // 0, or pthread_create's error. Never throws.
@@ -65,5 +59,20 @@ int start_nvml_thread(void* (*main)(void*), void* arg) noexcept;
 // Whether a thread of this process is still inside an NVML call that missed its deadline: then the
 // process must leave with _exit (exit() would run destructors under that thread).
 bool nvml_call_outstanding() noexcept;
+
+// The status of an NVML step that missed its deadline: kNvml with NVML_ERROR_TIMEOUT and the stalled
+// call as its function, the message naming the call, the library `library_path` (as acquire() resolved
+// it), the timeout and what to check. Never throws.
+Status stall_failure(const Stall& stall, double timeout_seconds, const std::string& library_path) noexcept;
+
+// NvmlLibrary::acquire(library_path) (dlopen and nvmlInit_v2) through run_within: `*lib` once it
+// returned in `timeout_seconds`; its own failure as it returned; else stall_failure with `*stall` (then
+// the call goes on alone, and until it returns every later open, enumeration and state read of this
+// process answers at once with the same stall instead of waiting again). Never throws.
+Status open_within(const std::string& library_path, double timeout_seconds, const NvmlLibrary** lib,
+                   Stall* stall) noexcept;
+
+// enumerate_devices(lib) likewise, its result in `*found`. Never throws.
+Status enumerate_within(const NvmlLibrary& lib, double timeout_seconds, Enumeration* found, Stall* stall) noexcept;
 
 }  // namespace flinkgpu

@@ -7,7 +7,9 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <time.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <new>
@@ -31,10 +33,20 @@ unsigned long g_generation = 1;  // per-process generation, bumped in forked chi
 pthread_mutex_t g_init_mutex = PTHREAD_MUTEX_INITIALIZER;
 thread_local bool t_in_init = false;  // this thread holds g_init_mutex
 bool g_init_locked_for_fork = false;  // atfork_prepare took g_init_mutex
+// The holder of g_init_mutex is inside a call that missed its deadline (abandon_init): a fork does not
+// wait for it, which might be for ever; the child starts with the mutex free and initialises anew.
+std::atomic<bool> g_init_abandoned{false};
 
 void atfork_prepare() {
-    g_init_locked_for_fork = !t_in_init;
-    if (g_init_locked_for_fork) pthread_mutex_lock(&g_init_mutex);
+    g_init_locked_for_fork = false;
+    if (!t_in_init) {
+        // a normal init is waited for; one abandoned while we wait stops the wait
+        while (!(g_init_locked_for_fork = pthread_mutex_trylock(&g_init_mutex) == 0) &&
+               !g_init_abandoned.load(std::memory_order_acquire)) {
+            const timespec pause{0, 1000000};  // 1 ms
+            nanosleep(&pause, nullptr);
+        }
+    }
     pthread_mutex_lock(&g_mutex);
 }
 void atfork_parent() {
@@ -44,8 +56,14 @@ void atfork_parent() {
 void atfork_child() {
     ++g_generation;  // NVML must be initialised again in the child
     pthread_mutex_unlock(&g_mutex);
-    // Otherwise this very thread holds it, inside acquire(), and releases it there.
-    if (g_init_locked_for_fork) pthread_mutex_unlock(&g_init_mutex);
+    // Otherwise this very thread holds it, inside acquire(), and releases it there; or a thread that
+    // does not exist here does (an abandoned init): then it is made anew, free.
+    if (g_init_locked_for_fork) {
+        pthread_mutex_unlock(&g_init_mutex);
+    } else if (!t_in_init) {
+        pthread_mutex_init(&g_init_mutex, nullptr);
+        g_init_abandoned.store(false, std::memory_order_relaxed);
+    }
 }
 
 struct AtforkRegistration {
@@ -62,6 +80,7 @@ public:
     }
     ~InitGuard() {
         t_in_init = false;
+        g_init_abandoned.store(false, std::memory_order_release);
         pthread_mutex_unlock(&g_init_mutex);
     }
     InitGuard(const InitGuard&) = delete;
@@ -331,6 +350,15 @@ std::string NvmlLibrary::resolve_path(const std::string& requested_path) {
     const char* env = std::getenv("FLINK_GPU_NVML_LIBRARY");
     if (env != nullptr && env[0] != '\0') return env;
     return kDefaultLibrary;
+}
+
+void NvmlLibrary::abandon_init() noexcept {
+    // only while an init holds the mutex: one that has already returned left it free
+    if (pthread_mutex_trylock(&g_init_mutex) == 0) {
+        pthread_mutex_unlock(&g_init_mutex);
+        return;
+    }
+    g_init_abandoned.store(true, std::memory_order_release);
 }
 
 unsigned long NvmlLibrary::process_generation() noexcept {

@@ -169,6 +169,10 @@ public:
     // process; NVML is initialised once, and once more in a forked child. Never throws.
     static const NvmlLibrary* acquire(const std::string& requested_path, Status* status) noexcept;
 
+    // The acquire() in progress on another thread missed its deadline (nvml_deadline.hpp): a fork
+    // no longer waits for it (it may never return), and the child starts with NVML to initialise.
+    static void abandon_init() noexcept;
+
     // The path acquire() would use for `requested_path`.
     static std::string resolve_path(const std::string& requested_path);
 
@@ -186,6 +190,9 @@ public:
     const std::bitset<kNvmlSymbolCount>& resolved() const noexcept { return resolved_; }
     // Whether the library exports `symbol`, looked up or not.
     bool exports(NvmlSymbol symbol) const noexcept;
+
+    // The path it was loaded from, as resolve_path() gave it.
+    const std::string& path() const noexcept { return path_; }
 
     // A kNvml status for an NVML return code from `function`, its message naming this library's path.
     Status error(int code, const char* function) const noexcept;

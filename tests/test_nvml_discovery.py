@@ -58,15 +58,15 @@ print(json.dumps({"results": output, "logs": records}))
 """
 
 
-def run_scenarios(scenarios, *, devices=None, spec=None, init_error=None, env=None):
-    """Run ``[(config, amounts), ...]`` in one child process against a simulated host."""
+def run_scenarios(scenarios, *, devices=None, spec=None, init_error=None, env=None, runner=RUNNER):
+    """Run ``[(config, amounts), ...]`` in one child process (``runner``) against a simulated host."""
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
     child_env.update(env or {})
     if devices is not None or spec is not None or init_error is not None or env is None:
         child_env.update(simulator.environment(devices=devices, spec=spec, init_error=init_error))
     child_env["PYTHONPATH"] = SRC
     done = subprocess.run(
-        [sys.executable, "-c", RUNNER, json.dumps(scenarios)],
+        [sys.executable, "-c", runner, json.dumps(scenarios)],
         env=child_env,
         capture_output=True,
         text=True,
@@ -425,8 +425,9 @@ def test_a_state_read_in_a_forked_child_whose_nvml_init_hangs_fails_within_its_t
     path = os.path.join(SRC, "flink_gpu", "_simulator", "libnvidia-ml.so.1")
     first, second = json.loads(done.stdout)
     assert first == [
-        f"NVML did not answer: nvmlInit_v2 did not return within 300 ms (library '{path}'). The NVIDIA driver may "
-        "hang: check dmesg for Xid errors and nvidia-smi.",
+        f"NVML did not answer: nvmlInit_v2 did not return within 300 ms (library '{path}', timeout 300 ms). "
+        "The NVIDIA driver may hang: check dmesg for Xid errors and nvidia-smi; this process calls NVML again "
+        "only once the stalled call returns.",
         10,
         "nvmlInit_v2",
     ]
@@ -1187,6 +1188,48 @@ def test_a_gpu_whose_state_read_does_not_return_in_time_is_unknown_warned_and_ne
         m.startswith(f"GPU 1 ({sim_uuid(1)}) is unknown: nvmlDeviceGetFieldValues has not returned for ")
         for m in warnings
     )
+
+
+def run_hung(tmp_path, query, config, scenarios):
+    """``scenarios`` in one child process (HANG_RUNNER) while the simulator's ``query`` family hangs; then
+    the same ``config`` in a new process after the hang is released: (results while hung, result after)."""
+    hang_file = tmp_path / "hang"
+    spec = {"devices": [{}, {}], "hang": [{"query": query, "while_exists": str(hang_file)}]}
+    with simulator.hanging(hang_file):
+        results, _ = run_scenarios(scenarios, spec=spec, env={"HANG_FILE": str(hang_file)}, runner=HANG_RUNNER)
+    [after], _ = run_scenarios([(config, [1])], spec=spec)
+    return results, after
+
+
+def test_a_hung_nvml_init_fails_within_the_nvml_timeout_and_a_second_open_answers_at_once(tmp_path):
+    """docs/design.md §9.5: nvmlInit can hang (NVIDIA/go-nvml#152); the driver's open has its nvml-timeout."""
+    config = {**NVML, "nvml-timeout": "300 ms"}
+    (first, second), after = run_hung(tmp_path, "init", config, [(config, [1]), (config, [1])])
+    library = simulator.library_path()
+    assert first["error"] == [
+        "NvmlError",
+        f"NVML did not answer: nvmlInit_v2 did not return within 300 ms (library '{library}', timeout 300 ms). "
+        "The NVIDIA driver may hang: check dmesg for Xid errors and nvidia-smi; this process calls NVML again "
+        "only once the stalled call returns.",
+    ]
+    # still stuck: no second wait, the same stall with how long it has lasted
+    assert second["error"][0] == "NvmlError"
+    assert second["error"][1].startswith("NVML did not answer: nvmlInit_v2 has not returned for ")
+    assert indices(after["retrievals"][0]) == ["0"]
+
+
+def test_a_hung_enumeration_fails_within_the_nvml_timeout_and_a_second_retrieval_answers_at_once(tmp_path):
+    config = {**NVML, "nvml-timeout": "300 ms"}
+    (first, second), after = run_hung(tmp_path, "handle", config, [(config, [1]), (config, [1])])
+    assert first["error"][0] == "NvmlError"
+    assert first["error"][1].startswith(
+        "NVML did not answer: the device enumeration did not return within 300 ms (library "
+    )
+    assert "check dmesg for Xid errors and nvidia-smi" in first["error"][1]
+    # a new driver of the same process enumerates again: still stuck, it answers with the same stall
+    assert second["error"][0] == "NvmlError"
+    assert second["error"][1].startswith("NVML did not answer: the device enumeration has not returned for ")
+    assert indices(after["retrievals"][0]) == ["0"]
 
 
 def test_busy_gpus_ignore_gives_infos_without_processes():

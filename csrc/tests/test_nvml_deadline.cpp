@@ -252,4 +252,84 @@ TEST_CASE(a_read_stalled_behind_a_stuck_call_names_that_call_too) {
              0);
 }
 
+TEST_CASE(an_open_whose_nvml_init_hangs_fails_in_time_and_a_second_answers_at_once) {
+    std::fflush(nullptr);
+    const pid_t child = fork();  // a process that has not initialised the library yet
+    if (child == 0) {
+        const std::string file = hang("init", -1);
+        const NvmlLibrary* lib = nullptr;
+        Stall stall;
+        const Status st = open_within(library(), 0.2, &lib, &stall);
+        CHECK(lib == nullptr);
+        CHECK(st.code == StatusCode::kNvml);
+        CHECK_EQ(st.nvml_code, static_cast<int>(NVML_ERROR_TIMEOUT));
+        CHECK_EQ(st.function, std::string("nvmlInit_v2"));
+        CHECK(starts_with(st.message, "NVML did not answer: nvmlInit_v2 did not return within 200 ms (library '" +
+                                          library() + "', timeout 200 ms). "));
+        CHECK(st.message.find("dmesg") != std::string::npos);
+        // the first is still stuck holding the loader's init lock: the second waits for neither
+        Stall again;
+        const Status second = open_within(library(), 30.0, &lib, &again);
+        CHECK(again.earlier);
+        CHECK(starts_with(second.message, "NVML did not answer: nvmlInit_v2 has not returned for "));
+        CHECK_EQ(calls("init", -1), 1);
+        release(file);
+        CHECK(open_within(library(), 30.0, &lib, &stall).ok());
+        CHECK(lib != nullptr);
+        _exit(check::failures());
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE(a_process_whose_open_stalled_still_forks_and_its_child_opens_afresh) {
+    std::fflush(nullptr);
+    const pid_t child = fork();
+    if (child == 0) {
+        const std::string file = hang("init", -1);
+        const NvmlLibrary* lib = nullptr;
+        Stall stall;
+        CHECK_EQ(open_within(library(), 0.2, &lib, &stall).nvml_code, static_cast<int>(NVML_ERROR_TIMEOUT));
+        // the stuck nvmlInit holds the loader's init lock: a fork must not wait for it
+        std::fflush(nullptr);
+        const pid_t grandchild = fork();
+        if (grandchild == 0) {
+            unsetenv("FAKE_NVML_HANG_QUERY");  // this "driver" answers in the child
+            const NvmlLibrary* opened = nullptr;
+            Stall none;
+            const Status st = open_within(library(), 30.0, &opened, &none);
+            _exit(st.ok() && opened != nullptr && !nvml_call_outstanding() ? 0 : 1);
+        }
+        int status = 0;
+        waitpid(grandchild, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        release(file);
+        _exit(check::failures());
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE(an_enumeration_that_hangs_fails_in_time_and_a_second_answers_at_once) {
+    CHECK_EQ(in_child([](const NvmlLibrary& lib) {
+        const std::string file = hang("count", -1);
+        Enumeration found;
+        Stall stall;
+        const Status st = enumerate_within(lib, 0.2, &found, &stall);
+        CHECK_EQ(st.nvml_code, static_cast<int>(NVML_ERROR_TIMEOUT));
+        CHECK_EQ(st.function, std::string("the device enumeration"));
+        CHECK(starts_with(st.message, "NVML did not answer: the device enumeration did not return within 200 ms"));
+        const Status second = enumerate_within(lib, 30.0, &found, &stall);
+        CHECK(stall.earlier);
+        CHECK_EQ(second.nvml_code, static_cast<int>(NVML_ERROR_TIMEOUT));
+        CHECK_EQ(calls("count", -1), 1);
+        release(file);
+        CHECK(enumerate_within(lib, 30.0, &found, &stall).ok());
+        CHECK_EQ(found.devices.size(), static_cast<std::size_t>(4));
+    }),
+             0);
+}
+
 int main(int argc, char** argv) { return check::run(argc, argv); }

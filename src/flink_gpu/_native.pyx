@@ -183,8 +183,12 @@ cdef extern from "nvml_deadline.hpp" namespace "flinkgpu" nogil:
         const NvmlLibrary& lib, int owner, int taskmanager, const CheckSet& enforced, const ReadPlan& plan,
         double timeout_seconds, vector[CDeviceState]* out, vector[Stall]* stalls, cpp_bool* count_known,
         double spent_seconds)
-    const NvmlLibrary* acquire_within "flinkgpu::acquire_within"(const string& path, double timeout_seconds,
-                                                                 Stall* stall, Status* status)
+    Status stall_failure "flinkgpu::stall_failure"(const Stall& stall, double timeout_seconds,
+                                                     const string& library_path)
+    Status open_within "flinkgpu::open_within"(const string& library_path, double timeout_seconds,
+                                                 const NvmlLibrary** lib, Stall* stall)
+    Status enumerate_within "flinkgpu::enumerate_within"(const NvmlLibrary& lib, double timeout_seconds,
+                                                           Enumeration* found, Stall* stall)
 
 
 cdef extern from "flink_duration.hpp" namespace "flinkgpu" nogil:
@@ -882,12 +886,6 @@ cdef int _state_pid(pid, str what) except -1:
     return <int>pid
 
 
-cdef object _no_answer(what, library_path, function):
-    """The NvmlError (code NVML_ERROR_TIMEOUT) for an NVML call, ``what`` says which, that did not return in time."""
-    return NvmlError(f"NVML did not answer: {what} (library '{library_path}'). The NVIDIA driver may hang: check "
-                     "dmesg for Xid errors and nvidia-smi.", 10, library_path, function)
-
-
 cdef double _timeout(timeout) except -1:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
@@ -912,16 +910,20 @@ cdef class Nvml:
     cdef const NvmlLibrary* _metric_library
     cdef unsigned long _metric_generation
     cdef dict _metric_devices
-    # states and choose: the library, for the process generation it was initialised in within a deadline
-    cdef const NvmlLibrary* _state_library
-    cdef unsigned long _state_generation
+    # the library as initialised in this process generation (a forked child initialises it again,
+    # within a deadline): every later call takes it without a worker's hand-off
+    cdef const NvmlLibrary* _opened
+    cdef unsigned long _opened_generation
 
     def __init__(self):
         raise TypeError("use Nvml.open(library_path)")
 
     @staticmethod
-    def open(library_path=None):
-        """The library at ``library_path`` (None: $FLINK_GPU_NVML_LIBRARY, else libnvidia-ml.so.1)."""
+    def open(library_path=None, timeout=DEFAULT_NVML_TIMEOUT):
+        """The library at ``library_path`` (None: $FLINK_GPU_NVML_LIBRARY, else libnvidia-ml.so.1),
+        loaded and initialised within ``timeout`` seconds: NvmlError (code NVML_ERROR_TIMEOUT) when
+        nvmlInit does not return in time, and at once while it still has not (csrc/nvml_deadline.hpp)."""
+        cdef double seconds = _timeout(timeout)
         cdef string resolved = _resolved_library(library_path)
         key = os.fsdecode(<bytes>resolved)
         cdef Nvml nvml = _instances.get(key)
@@ -931,49 +933,43 @@ cdef class Nvml:
             nvml._path = resolved
             nvml._skipped = ()
             nvml._notices = ()
-            nvml._library()  # load and initialise now, so that a broken library fails here
+            nvml._library(seconds)  # load and initialise now, so that a broken library fails here
             _instances[key] = nvml
         return nvml
 
-    cdef const NvmlLibrary* _library(self) except NULL:
-        cdef Status status
-        cdef const NvmlLibrary* lib
-        with nogil:
-            lib = NvmlLibrary.acquire(self._path, &status)
-        if lib == NULL:
-            raise _error(status, self.library_path)
-        return lib
-
-    cdef const NvmlLibrary* _library_within(self, double seconds, double* spent) except NULL:
-        """_library() with nvmlInit_v2 (a forked child's first call) within ``seconds``; ``spent``: the
-        seconds that took. NvmlError (code NVML_ERROR_TIMEOUT) when it did not return in time."""
-        spent[0] = 0
+    cdef const NvmlLibrary* _library(self, double seconds=kDefaultNvmlTimeoutSeconds, double* spent=NULL) except NULL:
+        """The library, loaded and initialised (again in a forked child) within ``seconds``; ``spent``:
+        the seconds that took. NvmlError (code NVML_ERROR_TIMEOUT) when NVML did not answer in time."""
+        if spent != NULL:
+            spent[0] = 0
         cdef unsigned long generation = NvmlLibrary.process_generation()
-        if generation == self._state_generation:
-            return self._state_library
+        if self._opened != NULL and generation == self._opened_generation:
+            return self._opened
         cdef Status status
         cdef Stall stall
-        cdef const NvmlLibrary* lib
+        cdef const NvmlLibrary* lib = NULL
         started = time.monotonic()
         with nogil:
-            lib = acquire_within(self._path, seconds, &stall, &status)
-        spent[0] = time.monotonic() - started
-        if lib == NULL and status.ok():
-            raise _no_answer(_text(stall_text(stall, seconds)), self.library_path, _text(stall.function))
-        if lib == NULL:
+            status = open_within(self._path, seconds, &lib, &stall)
+        if spent != NULL:
+            spent[0] = time.monotonic() - started
+        if not status.ok():
             raise _error(status, self.library_path)
-        self._state_library = lib
-        self._state_generation = generation
+        self._opened = lib
+        self._opened_generation = NvmlLibrary.process_generation()
         return lib
 
-    def devices(self):
+    def devices(self, timeout=DEFAULT_NVML_TIMEOUT):
         """All usable GPUs, in index order, a GPU in MIG mode replaced by its MIG units; unusable ones
-        are listed by ``skipped()``."""
-        cdef const NvmlLibrary* lib = self._library()
+        are listed by ``skipped()``. Enumerated within ``timeout`` seconds: NvmlError (code
+        NVML_ERROR_TIMEOUT) when NVML does not answer in time."""
+        cdef double seconds = _timeout(timeout)
+        cdef const NvmlLibrary* lib = self._library(seconds)
         cdef Enumeration found
+        cdef Stall stall
         cdef Status status
         with nogil:
-            status = enumerate_devices(lib[0], &found)
+            status = enumerate_within(lib[0], seconds, &found, &stall)
         if not status.ok():
             raise _error(status, self.library_path)
         self._skipped = tuple([_skipped(s) for s in found.skipped])
@@ -996,13 +992,13 @@ cdef class Nvml:
         against ``owner_pid`` and ``taskmanager_pid`` (None: none). A GPU NVML refuses a handle
         for is one unhealthy state. Read within ``timeout`` seconds (csrc/nvml_deadline.hpp): a GPU
         not read in time is unknown; NvmlError (code NVML_ERROR_TIMEOUT) when not even the GPU count
-        was read, or nvmlInit_v2 (a forked child's first call) did not return in time."""
+        was read, or NVML was not initialised in time (a forked child's first call)."""
         cdef int owner = _state_pid(owner_pid, "owner_pid")
         cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
         cdef CheckSet enforced = _check_set(health_checks)
         cdef double seconds = _timeout(timeout)
         cdef double spent = 0
-        cdef const NvmlLibrary* lib = self._library_within(seconds, &spent)
+        cdef const NvmlLibrary* lib = self._library(seconds, &spent)
         cdef vector[CDeviceState] found
         cdef vector[Stall] stalls
         cdef ReadPlan plan
@@ -1013,10 +1009,13 @@ cdef class Nvml:
                                          &count_known, spent)
         if not status.ok():
             raise _error(status, self.library_path)
+        cdef Stall stalled
         if not count_known:
-            what = _text(stall_text(stalls[0], seconds)) if stalls.size() else "NVML did not answer in time"
-            raise _no_answer(what, self.library_path,
-                             _text(stalls[0].function) if stalls.size() else "nvmlDeviceGetCount_v2")
+            if stalls.size():
+                stalled = stalls[0]
+            else:
+                stalled.function = b"nvmlDeviceGetCount_v2"
+            raise _error(stall_failure(stalled, seconds, self._path), self.library_path)
         cdef size_t i
         return tuple([_state(found[i]) for i in range(found.size())])
 
@@ -1026,9 +1025,8 @@ cdef class Nvml:
         (as ``devices()`` gave them, in its order), judged with ``health_checks``, and their
         ranking under ``busy_policy``: (states, indices best first, ranks, [(index, why left
         out)]). A device of ``indices`` that NVML no longer answers for is an unhealthy state; one
-        not read within ``timeout`` seconds is unknown (csrc/nvml_deadline.hpp); NvmlError (code
-        NVML_ERROR_TIMEOUT) when nvmlInit_v2 (a forked child's first call) did not return in time.
-        Processes are read only where ``busy_policy`` looks at them (not for ignore)."""
+        not read within ``timeout`` seconds is unknown (csrc/nvml_deadline.hpp). Processes are read
+        only where ``busy_policy`` looks at them (not for ignore)."""
         cdef int owner = _state_pid(owner_pid, "owner_pid")
         cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
         cdef CheckSet enforced = _check_set(health_checks)
@@ -1036,7 +1034,7 @@ cdef class Nvml:
         cdef double seconds = _timeout(timeout)
         cdef vector[string] enumerated = [_utf8(index) for index in indices]
         cdef double spent = 0
-        cdef const NvmlLibrary* lib = self._library_within(seconds, &spent)
+        cdef const NvmlLibrary* lib = self._library(seconds, &spent)
         cdef CChoice found
         cdef Status status
         with nogil:
@@ -1058,12 +1056,13 @@ cdef class Nvml:
         if metric_id is None:
             raise ValueError(f"Unknown GPU metric {metric!r}: use one of {', '.join(METRICS)}.")
         cdef Status status
-        cdef const NvmlLibrary* lib
+        cdef Stall stall
+        cdef const NvmlLibrary* lib = NULL
         cdef unsigned long generation = NvmlLibrary.process_generation()
         if generation != self._metric_generation:
             with nogil:
-                lib = NvmlLibrary.acquire(self._path, &status)
-            if lib == NULL:
+                status = open_within(self._path, kDefaultNvmlTimeoutSeconds, &lib, &stall)
+            if not status.ok():
                 return -1
             self._metric_library = lib
             self._metric_generation = generation

@@ -123,11 +123,12 @@ Device = NvmlDevice
 #: ``org.apache.flink.runtime.taskexecutor.TaskManagerRunner``, or None.
 
 
-def open_library(library_path: "str | None" = None) -> Library:
+def open_library(library_path: "str | None" = None, timeout: float = DEFAULT_NVML_TIMEOUT) -> Library:
     """The library at ``library_path`` (None or empty: ``$FLINK_GPU_NVML_LIBRARY``, else
-    ``libnvidia-ml.so.1``), loaded and initialised; raises :class:`~flink_gpu.NvmlError` when it
-    cannot be loaded or initialised."""
-    return Nvml.open(library_path)
+    ``libnvidia-ml.so.1``), loaded and initialised within ``timeout`` seconds; raises
+    :class:`~flink_gpu.NvmlError` when it cannot be loaded or initialised, or does not answer in
+    time (code NVML_ERROR_TIMEOUT, at once while an earlier nvmlInit of this process still hangs)."""
+    return Nvml.open(library_path, timeout)
 
 
 def states(

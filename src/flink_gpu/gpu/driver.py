@@ -49,7 +49,7 @@ class GPUDriver(ExternalResourceDriver):
             self._backend = _script_backend(settings, settings.script_path)
             reason = "discovery-mode is 'script'"
         elif mode == "nvml":
-            self._backend = _nvml_backend(_open_nvml(settings.library_path), settings)
+            self._backend = _nvml_backend(_open_nvml(settings), settings)
             reason = "discovery-mode is 'nvml'"
         else:
             self._backend, mode, reason = _auto(settings)
@@ -103,8 +103,8 @@ def _script_backend(settings: GPUDriverSettings, path: str) -> ScriptDiscovery:
     return ScriptDiscovery(check_script(path, key), settings)
 
 
-def _open_nvml(library_path: str | None) -> Library:
-    return open_library(library_path)
+def _open_nvml(settings: GPUDriverSettings) -> Library:
+    return open_library(settings.library_path, settings.nvml_timeout_seconds())
 
 
 def _nvml_backend(nvml: Library, settings: GPUDriverSettings) -> NvmlDiscovery:
@@ -127,7 +127,7 @@ def _auto(settings: GPUDriverSettings) -> tuple[Backend, str, str]:
         return _script_backend(settings, settings.script_path), "script", f"{path_key} is set"
     settings.warn_ignored_args()
     try:
-        nvml = _open_nvml(settings.library_path)
+        nvml = _open_nvml(settings)
     except NvmlError as error:
         from flink_gpu.gpu.script import DiscoveryScriptNotFound
 

@@ -174,7 +174,7 @@ class NvmlDiscovery:
         # enumeration (and a skipped device is WARNed once per process)
         enumeration = _enumerations.get(nvml.library_path)
         if enumeration is None or enumeration.pid != pid:
-            devices = tuple(nvml.devices())
+            devices = tuple(nvml.devices(self.nvml_timeout))
             skipped = tuple(nvml.skipped())
             for device in skipped:
                 _log.warning("%s", device.reason)

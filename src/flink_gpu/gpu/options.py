@@ -76,7 +76,8 @@ class GPUDriverOptions:
         5.0,
         "NVML mode: how long the GPUs' state may take to read on a claim (docs/design.md §9.5). A GPU "
         "whose NVML query does not return in time is 'unknown' and not handed out, with a WARN naming "
-        "it and the query; the claim goes on with the others. Must be positive; overrides "
+        "it and the query; the claim goes on with the others. Also bounds nvmlInit and the device "
+        "enumeration (an NvmlError naming the stalled call). Must be positive; overrides "
         "--nvml-timeout in discovery-script.args. Read as seconds.",
     )
 

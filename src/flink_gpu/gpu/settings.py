@@ -45,7 +45,7 @@ class GPUDriverSettings:
     busy_gpus_set: bool = False  # busy-gpus is configured (it then overrides --busy-gpus in the args)
     health_checks: "tuple[str, ...]" = HEALTH_CHECKS  # health-checks: the enforced checks, in HEALTH_CHECKS order
     metrics_interval: float = DEFAULT_METRICS_INTERVAL  # metrics.interval, seconds, at least MIN_METRICS_INTERVAL
-    nvml_timeout: float = DEFAULT_NVML_TIMEOUT  # nvml-timeout, seconds, positive: the deadline of a claim's state read
+    nvml_timeout: float = DEFAULT_NVML_TIMEOUT  # nvml-timeout, seconds, positive: NVML init, enumeration, reads
     nvml_timeout_set: bool = False  # nvml-timeout is configured (it then overrides --nvml-timeout in the args)
 
     @classmethod
@@ -179,9 +179,9 @@ class GPUDriverSettings:
         return self.busy_gpus
 
     def nvml_timeout_seconds(self) -> float:
-        """The deadline of the NVML backend's state reads (docs/design.md §9.5): the ``nvml-timeout``
-        parameter when it is set, else ``--nvml-timeout`` in ``discovery-script.args`` (what
-        flink-gpu-discovery reads there), else 5 s. An invalid ``--nvml-timeout`` raises
+        """The deadline of the NVML backend's nvmlInit, enumeration and state reads (docs/design.md
+        §9.5): the ``nvml-timeout`` parameter when it is set, else ``--nvml-timeout`` in
+        ``discovery-script.args`` (what flink-gpu-discovery reads there), else 5 s. An invalid ``--nvml-timeout`` raises
         ``IllegalConfigurationException`` naming the args key."""
         given = self.script_args.nvml_timeout
         if self.nvml_timeout_set or given is None:
