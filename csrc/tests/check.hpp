@@ -69,12 +69,6 @@ inline int run(int argc, char** argv) {
     return failures() == 0 ? 0 : 1;
 }
 
-// For the files not yet split into cases: their main() runs as one case.
-inline int finish(const char* name) {
-    if (failures() == 0) std::printf("%s: all checks passed\n", name);
-    else std::printf("%s: %d checks failed\n", name, failures());
-    return failures() == 0 ? 0 : 1;
-}
 }  // namespace check
 
 #define CHECK_CASE_CONCAT2(a, b) a##b
