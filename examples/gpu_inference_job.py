@@ -19,10 +19,11 @@ What each subtask does in ``open()``, in this order:
    ``cuda:0`` is that GPU), and ``pin_to_gpus`` pins the worker process to the GPU's local CPUs.
    Thread mode: the process is the TaskManager JVM, shared by every slot, so neither can be set per
    subtask; the model uses ``torch.device(f"cuda:{binding.devices[0]}")`` instead.
-3. ``register_metrics``: gauges ``utilization``, ``memoryUsed``, ``temperature``, ``power`` per bound
-   GPU, named ``<operator>.gpu.<index>.<gauge>`` in Flink's REST API. Process mode ships them when a
-   bundle ends, hence the small ``python.fn-execution.bundle.size`` / ``bundle.time`` below; thread
-   mode pushes them from ``map()`` with ``update_metrics()``.
+3. ``register_metrics``: gauges ``utilization``, ``memoryUsed``, ``temperature``, ``power`` and
+   ``health`` (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown) per bound GPU, named
+   ``<operator>.gpu.<index>.<gauge>`` in Flink's REST API. Process mode ships them when a bundle ends,
+   hence the small ``python.fn-execution.bundle.size`` / ``bundle.time`` below; thread mode pushes them
+   from ``map()`` with ``update_metrics()``.
 4. The model: PyTorch when it is installed (a small linear layer on the GPU), else numpy (on the CPU,
    a stand-in for a model so that the job runs anywhere), else pure Python.
 """

@@ -221,6 +221,13 @@ def test_a_count_that_is_not_a_whole_number_names_the_parameter(path, count, sha
         bind(infos(2), count, share, path=path)
 
 
+@pytest.mark.parametrize("interval", [0.5, 0, -1, True, "5 s"])
+def test_a_metrics_interval_the_gauges_may_not_read_at_is_refused_before_the_file_is_touched(path, interval):
+    with pytest.raises(ValueError, match=re.escape("must be at least 1 s, got " + repr(interval))):
+        bind(infos(2), 1, path=path, metrics_interval=interval)
+    assert not os.path.exists(path)
+
+
 def test_only_gpu_infos_can_be_bound(path):
     with pytest.raises(TypeError, match="GPUInfo"):
         bind(["0"], path=path)

@@ -122,6 +122,7 @@ DEFAULT_METRICS_INTERVAL: float
 SAMPLE_MARGIN: float
 HEALTH_READ_INTERVAL: float
 
+def checked_metrics_interval(interval: object) -> float: ...
 def watch_metrics(gpu_index: str, library_path: Optional[str] = None, interval: float = ...) -> bool: ...
 def sampled_metrics(
     gpu_index: str, library_path: Optional[str] = None, at: Optional[int] = None

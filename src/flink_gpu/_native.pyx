@@ -830,13 +830,24 @@ cdef string _sampler_index(gpu_index) except *:
     return _utf8(gpu_index)
 
 
+def checked_metrics_interval(interval):
+    """``interval`` (seconds) as a float when the GPU gauges may read NVML that often, at most: a number
+    of at least MIN_METRICS_INTERVAL; else ValueError saying so (the one check, for watch_metrics and
+    bind alike)."""
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval >= MIN_METRICS_INTERVAL:
+        raise ValueError(
+            f"The metrics interval (how often the GPU gauges read NVML, at most) must be at least "
+            f"{MIN_METRICS_INTERVAL:g} s, got {interval!r}."
+        )
+    return float(interval)
+
+
 def watch_metrics(gpu_index, library_path=None, interval=DEFAULT_METRICS_INTERVAL):
     """Adds the GPU ``gpu_index`` of the library at ``library_path`` to what this process's sampler
     reads, at most once per ``interval`` seconds (the last call's applies to the process; at least
     MIN_METRICS_INTERVAL, else ValueError). Starts the reader; calls no NVML. False when the reader
     cannot be started (its gauges then show unknown)."""
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval >= MIN_METRICS_INTERVAL:
-        raise ValueError(f"The metrics interval must be at least {MIN_METRICS_INTERVAL:g} s, got {interval!r}.")
+    interval = checked_metrics_interval(interval)
     cdef string index = _sampler_index(gpu_index)
     cdef string path = _resolved_library(library_path)
     cdef long long interval_ms = <long long>min(float(interval) * 1000, 2.0 ** 62)

@@ -429,7 +429,11 @@ def bind(
     """
     by_index = _by_index(gpus)
     count, holders_per_gpu = checked_counts(count, holders_per_gpu)
-    metrics_interval = _checked_interval(metrics_interval)
+    from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, checked_metrics_interval
+
+    metrics_interval = (
+        DEFAULT_METRICS_INTERVAL if metrics_interval is None else checked_metrics_interval(metrics_interval)
+    )
     if taskmanager_pid is not None and (
         isinstance(taskmanager_pid, bool)
         or not isinstance(taskmanager_pid, int)
@@ -543,23 +547,6 @@ def _file_identity(path: str) -> "str | None":
     except OSError:
         return None
     return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}:{st.st_ino}"
-
-
-def _checked_interval(metrics_interval: object) -> float:
-    from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, MIN_METRICS_INTERVAL
-
-    if metrics_interval is None:
-        return DEFAULT_METRICS_INTERVAL
-    if (
-        isinstance(metrics_interval, bool)
-        or not isinstance(metrics_interval, (int, float))
-        or not metrics_interval >= MIN_METRICS_INTERVAL
-    ):
-        raise ValueError(
-            f"metrics_interval must be at least {MIN_METRICS_INTERVAL:g} s (how often the GPU "
-            f"gauges read NVML, at most), got {metrics_interval!r}."
-        )
-    return float(metrics_interval)
 
 
 def _inherited_binding(

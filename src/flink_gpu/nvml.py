@@ -25,6 +25,7 @@ from flink_gpu._native import (
     SkippedDevice,
     Verdict,
     busy_policy,
+    checked_metrics_interval,
     find_taskmanager,
     metrics_samples,
     rank_gpus,
@@ -57,6 +58,7 @@ __all__ = [
     "sampled_metrics",
     "states",
     "watch_metrics",
+    "checked_metrics_interval",
 ]
 
 #: A loaded, initialised libnvidia-ml: ``library_path``, ``driver_version`` (None when the driver
