@@ -550,11 +550,11 @@ b.close()
 after_b = mine()
 # a child forked while another thread holds the drivers' lock can still claim and release
 c = GPUDriver(args)
-held = threading.Event()
-def hold():
-    with getattr(nvml, "_driver_holds_lock", threading.Lock()):
+held, done = threading.Event(), threading.Event()
+def hold():  # the lock the drivers of a process share (gpu/nvml.py), held until the child is done
+    with nvml._driver_holds_lock:
         held.set()
-        time.sleep(1.5)
+        done.wait(60)
 threading.Thread(target=hold).start()
 held.wait(10)
 pid = os.fork()
@@ -563,6 +563,7 @@ if pid == 0:
     c.close()
     os._exit(0 if not mine() else 3)
 _, status = os.waitpid(pid, 0)
+done.set()
 print(json.dumps({"a": got_a, "b": got_b, "after_a": after_a, "after_b": after_b,
                   "child": os.waitstatus_to_exitcode(status)}))
 """
