@@ -602,8 +602,10 @@ def test_thread_mode_gauges_are_java_held_values_pushed_by_update_metrics(path, 
         assert gpu.scope == ("gpu", "0") and set(gpu.values) == set(bindings.GAUGES)
         unknown = {name: [-1] for name in bindings.GAUGES} | {"health": [3]}
         assert gpu.values == unknown  # pushed once when registered
-        assert sample_metrics_now()  # the process has sampled: pushes are paced from the next one on
-        b.update_metrics()  # pushes when the registration's push predates the first sample
+        # two samples since the registration: its GPUs' values are in (here: unknown, for good), so
+        # pushes are paced from the next one on
+        assert sample_metrics_now() and sample_metrics_now()
+        b.update_metrics()  # pushes when the registration's push predates the samples
         pushed = {name: list(values) for name, values in gpu.values.items()}
         b.update_metrics()  # within a second of the last push: nothing pushed
         assert gpu.values == pushed
@@ -643,6 +645,42 @@ print(json.dumps({{"before": before, "after": group.groups[0].values}}))
     assert got["before"]["health"] == [3, 3] and got["before"]["power"] == [-1, -1]
     assert got["after"]["health"] == [3, 3, 0] and got["after"]["power"] == [-1, -1, 100]
     assert got["after"]["utilization"][-1] == 7
+
+
+def test_thread_mode_pushes_the_first_sample_of_a_slot_that_binds_after_another(path, tmp_path):
+    """A TaskManager's second slot binds after the process has sampled the first one's GPU: its
+    registration pushes unknown values, and its next update_metrics pushes its GPU's first sample when
+    it comes (it waited a second, or for ever on a short job, when the process had sampled anything)."""
+    from conftest import run_python, simulated_env
+
+    stuck = str(tmp_path / "stuck")
+    spec = {
+        "devices": [{"power": 50}, {"utilization": 9, "power": 100}],
+        "hang": [{"query": "power", "device": 1, "while_exists": stuck}],
+    }
+    got = run_python(
+        f"""
+import json
+from flink_gpu import GPUInfo, simulator
+from flink_gpu.binding import bind
+from flink_gpu.nvml import sample_metrics_now
+{EMBEDDED_GROUP}
+first, second = EmbeddedMetricGroup(), EmbeddedMetricGroup()
+a = bind([GPUInfo("0")], 1, path={path!r})
+a.register_metrics(first)
+assert sample_metrics_now()
+b = bind([GPUInfo("1")], 1, path={path!r})
+with simulator.hanging({stuck!r}):
+    b.register_metrics(second)  # GPU 1's first sample is stuck in its power query
+assert sample_metrics_now()
+b.update_metrics()  # within a second of the registration's push, but GPU 1's first sample has come
+print(json.dumps(second.groups[0].values))
+""",
+        env={**child_env(), **simulated_env(spec=spec)},
+    )
+    values = json.loads(got.stdout.splitlines()[-1])
+    assert values["health"][0] == 3 and values["power"][0] == -1  # the registration's push
+    assert values["health"][-1] == 0 and values["power"][-1] == 100 and values["utilization"][-1] == 9
 
 
 @pytest.mark.filterwarnings("ignore")  # importing PyFlink warns about its own deprecations

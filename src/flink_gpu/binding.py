@@ -175,6 +175,7 @@ class GPUBinding:
         "_pushed",
         "_pushed_at",
         "_pushed_sampled",
+        "_registered_samples",
         "_metrics_interval",
     )
 
@@ -203,7 +204,8 @@ class GPUBinding:
         self._native_holder = native_holder  # (pid or thread id, slot, taskmanager, start time) for the core
         self._pushed: "list[tuple[Any, _Gauge]]" = []  # thread mode: (Java-held value, its reading)
         self._pushed_at = 0.0
-        self._pushed_sampled = False  # the last push came after the process's first sample
+        self._pushed_sampled = False  # the last push showed this binding's GPUs sampled
+        self._registered_samples = 0  # the process's completed samples when the gauges were registered
         self._metrics_interval = metrics_interval
 
     @property
@@ -273,8 +275,9 @@ class GPUBinding:
                 ", ".join(self._indices),
             )
             return
-        from flink_gpu.nvml import watch_metrics
+        from flink_gpu.nvml import metrics_samples, watch_metrics
 
+        self._registered_samples = metrics_samples()
         for index in self._indices:
             if not watch_metrics(index, self._library_path, self._metrics_interval):
                 _log.warning(
@@ -303,10 +306,10 @@ class GPUBinding:
     def update_metrics(self, force: bool = False) -> None:
         """Refreshes thread-mode gauges (see :meth:`register_metrics`): call it from the task's thread,
         e.g. in ``map()``; it pushes the sampler's snapshot at most once a second unless ``force``d, so
-        calling it per record costs a clock read (and, until the process's first sample has completed,
-        milliseconds after the first registration, a snapshot read: the first values are pushed when
-        they come, not a second later). It never reads NVML itself. Does nothing for gauges Flink or
-        PyFlink read themselves."""
+        calling it per record costs a clock read (and, until a sample of this binding's GPUs has
+        completed, milliseconds after the registration, a snapshot read: the first values are pushed
+        when they come, not a second later, also for a slot that binds after others of its process).
+        It never reads NVML itself. Does nothing for gauges Flink or PyFlink read themselves."""
         if not self._pushed:
             return
         now = time.monotonic()
@@ -315,9 +318,15 @@ class GPUBinding:
         if not force and now - self._pushed_at < _PUSH_INTERVAL and self._pushed_sampled:
             return
         self._pushed_at = now
-        self._pushed_sampled = metrics_samples() > 0  # else what it pushes now predates the first sample
+        # The first sample after the registration includes its GPUs unless one was already under way
+        # then (the watch asks for another, the one after): until then what it pushes may predate them.
+        samples = metrics_samples() - self._registered_samples
+        unknown = False
         for value, reading in self._pushed:
-            value.update(reading())
+            shown = reading()
+            value.update(shown)
+            unknown = unknown or reading.says_unknown(shown)
+        self._pushed_sampled = samples >= 2 or (samples == 1 and not unknown)
 
     def release(self) -> None:
         """Gives the GPUs back (the holder's lines go with its last handle in this process). Idempotent;
@@ -367,9 +376,15 @@ class _Gauge:
 
         return sampled_metrics(self._index, self._library_path)[self._position]
 
+    def says_unknown(self, shown: int) -> bool:
+        """Whether ``shown``, this gauge's value, is the health gauge's "unknown" (not sampled in time)."""
+        return self._position == _HEALTH_POSITION and shown == _UNKNOWN_HEALTH
+
 
 #: What flink_gpu.nvml's sampled_metrics gives, in its order.
 _SAMPLED = ("utilization", "memory.used", "temperature", "power", "health")
+_HEALTH_POSITION = _SAMPLED.index("health")
+_UNKNOWN_HEALTH = 3  # flink_gpu.nvml.GAUGE_HEALTH.index("unknown"), without importing NVML's face here
 
 
 def _by_index(gpus: "Iterable[ExternalResourceInfo]") -> "dict[str, ExternalResourceInfo]":
