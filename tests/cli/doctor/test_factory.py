@@ -2,14 +2,12 @@
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import child_env
-from support.cli import JAVA_FACTORY, findings, gpu_conf, only, run_doctor
+from support.cli import JAVA_FACTORY, cli, findings, gpu_conf, only, run_doctor
 
 
 def test_doctor_factory_missing_or_unknown(tmp_path):
@@ -74,24 +72,7 @@ def test_doctor_does_not_pass_a_factory_name_a_worker_cannot_load(tmp_path):
     )
     provider = load_external_resources(str(conf))
     assert "was not found" in provider.missing_reason("gpu")  # what a worker does with it
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "flink_gpu.cli",
-            "doctor",
-            str(conf),
-            "--json",
-            "--simulate",
-            "2",
-            "--taskmanagers-per-host",
-            "1",
-        ],
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = cli("doctor", conf, "--json", "--simulate", "2", "--taskmanagers-per-host", "1")
     doc = json.loads(proc.stdout)
     factory = [f for f in doc["findings"] if f["check"] == "factory"]
     assert [f["level"] for f in factory] == ["error"], factory

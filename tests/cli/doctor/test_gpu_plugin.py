@@ -2,8 +2,6 @@
 Java plugin's jar and script, our factory's backends and options."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -115,24 +113,7 @@ def test_doctor_java_plugin_run_does_not_read_our_timeout_option(tmp_path):
         # not an option of Flink's Java plugin: a TaskManager never reads it
         "external-resource.gpu.param.discovery-script.timeout: soon\n"
     )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "flink_gpu.cli",
-            "doctor",
-            str(conf),
-            "--json",
-            "--simulate",
-            "2",
-            "--taskmanagers-per-host",
-            "1",
-        ],
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = cli("doctor", conf, "--json", "--simulate", "2", "--taskmanagers-per-host", "1")
     doc = json.loads(proc.stdout)
     assert "error" not in doc, doc
     run = [f for f in doc["findings"] if f["check"] == "script-run"]
