@@ -275,7 +275,7 @@ class GPUBinding:
                 ", ".join(self._indices),
             )
             return
-        from flink_gpu.nvml import metrics_samples, watch_metrics
+        from flink_gpu.nvml import metrics_samples, sample_metrics_now, watch_metrics
 
         self._registered_samples = metrics_samples()
         for index in self._indices:
@@ -283,6 +283,8 @@ class GPUBinding:
                 _log.warning(
                     "The GPU metrics sampler could not be started: the gauges of GPU %s show health 3 (unknown).", index
                 )
+        # the GPUs' first sample before any report reads them (else the first shows -1), bounded
+        sample_metrics_now(timeout=1.0)
         embedded = type(group).__module__.startswith(_EMBEDDED_METRICS)
         for index in self._indices:
             subgroup = group.add_group("gpu", index)
