@@ -92,6 +92,25 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
     assert "this host does not have: 7" in human.stdout
 
 
+# pids above Linux's largest pid_max (PID_MAX_LIMIT, 2**22): never a live process
+NEVER_ALIVE = 2**22 + 1
+
+
+def test_list_counts_a_gpus_many_dead_owners_in_its_holder_cell_and_json_keeps_every_pid(tmp_path):
+    """200 dead lines of one GPU made its HOLDER cell a row of 1,915 characters; two pids still fit."""
+    coord = tmp_path / "coord"
+    many = [NEVER_ALIVE + n for n in range(200)]
+    coord.write_text("".join(f"0 {pid}\n" for pid in many) + f"1 {NEVER_ALIVE + 500}\n1 {NEVER_ALIVE + 501}\n")
+    human = cli("--simulate", "2", "list", "--file", coord)
+    assert human.returncode == 0, human.stderr
+    rows = {line.split()[0]: line for line in human.stdout.splitlines() if re.match(r"\d+\s+GPU-", line)}
+    assert rows["0"].endswith("free (stale: 200 dead owners; `flink-gpu coordination clean`)"), rows["0"]
+    assert rows["1"].endswith(f"free (stale: dead pid {NEVER_ALIVE + 500}, {NEVER_ALIVE + 501})")
+    assert f"202 entries of dead processes (reclaimable); `flink-gpu coordination clean --file {coord}`" in human.stdout
+    gpus = {g["index"]: g for g in cli_json("--simulate", "2", "list", "--file", coord)["gpus"]}
+    assert gpus["0"]["stale_holders"] == many
+
+
 def test_list_still_lists_gpus_when_the_coordination_file_is_unusable(tmp_path):
     proc = cli("--simulate", "2", "list", "--file", tmp_path)  # a directory
     assert proc.returncode == 0

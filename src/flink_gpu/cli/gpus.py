@@ -557,6 +557,10 @@ def _print_unknown_liveness(snapshot: CoordinationSnapshot, args: Namespace) -> 
         )
 
 
+#: The dead owners of a GPU named by pid in its HOLDER cell; more are counted.
+_DEAD_PIDS_SHOWN = 2
+
+
 def _holder_text(gpu: "dict[str, Any]") -> str:
     from flink_gpu.cli.list_view import process_text
 
@@ -572,9 +576,11 @@ def _holder_text(gpu: "dict[str, Any]") -> str:
             text = "CONFLICT " + text
     else:
         text = "free"
-    if gpu["stale_holders"]:
-        dead = ", ".join(str(pid) for pid in gpu["stale_holders"])
-        text += f" (stale: dead pid {dead})"
+    dead = gpu["stale_holders"]
+    if len(dead) > _DEAD_PIDS_SHOWN:  # a cell, not a list: --json has every pid
+        text += f" (stale: {len(dead)} dead owners; `flink-gpu coordination clean`)"
+    elif dead:
+        text += f" (stale: dead pid {', '.join(map(str, dead))})"
     return text
 
 

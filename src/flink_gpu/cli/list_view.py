@@ -261,7 +261,7 @@ def verdict_colour(text: str) -> "str | None":
     """The colour of a health verdict, a holder cell or a reading."""
     if text.startswith(("unhealthy", "CONFLICT")):
         return "red"
-    if text.startswith("degraded") or "(stale: dead pid" in text or text.endswith("liveness unknown"):
+    if text.startswith("degraded") or "(stale: " in text or text.endswith("liveness unknown"):
         return "yellow"
     if text in ("ok", "free"):
         return "green"
