@@ -69,6 +69,42 @@ def test_list_refuses_a_conf_without_a_coordination_file_naming_the_key_and_note
     assert "Note: $FLINK_CONF_DIR: the Flink configuration" in cli("--simulate", "4", "list", env=env).stdout
 
 
+def list_with_a_private_var_tmp(*args, empty_default=False):
+    """`flink-gpu list` in a mount namespace of its own whose /var/tmp is an empty tmpfs: the stock default file
+    does not exist there (or is an empty file), whatever this host's /var/tmp holds."""
+    create = " && : > /var/tmp/flink-gpu-coordination" if empty_default else ""
+    return subprocess.run(
+        ["unshare", "--mount", "sh", "-c", f'mount -t tmpfs tmpfs /var/tmp{create} && exec "$@"', "sh"]
+        + [sys.executable, "-m", "flink_gpu.cli", "--simulate", "2", "list", *map(str, args)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_list_says_above_the_table_that_the_default_file_records_nothing_and_how_to_read_the_clusters(
+    tmp_path, holder
+):
+    """A cluster with its own --coordination-file holds every GPU; `list` without --conf read the stock default and
+    showed every GPU "free", with "does not exist" only at the bottom."""
+    coord = tmp_path / "cluster-coordination"
+    cli_json("--simulate", "2", "claim", "2", "--owner", holder.pid, "--file", coord)
+    for empty_default, what in ((False, "does not exist"), (True, "holds no claim")):
+        proc = list_with_a_private_var_tmp(empty_default=empty_default)
+        assert proc.returncode == 0, proc.stderr
+        above = proc.stdout.split("\nINDEX ", 1)[0]
+        assert f"Coordination file /var/tmp/flink-gpu-coordination {what}: no GPU is claimed through it." in above
+        assert "--conf <its Flink conf dir>" in above and "FLINK_CONF_DIR" in above, above
+        assert "--file <its coordination file>" in above
+    held = list_with_a_private_var_tmp("--file", coord)
+    assert "no GPU is claimed" not in held.stdout and "--conf" not in held.stdout, held.stdout
+    missing = list_with_a_private_var_tmp("--file", tmp_path / "missing")  # named: no advice where to look
+    above = missing.stdout.split("\nINDEX ", 1)[0]
+    assert f"Coordination file {tmp_path / 'missing'} does not exist: no GPU is claimed through it." in above
+    assert "--conf" not in missing.stdout
+
+
 def test_list_shows_utilization_temperature_and_power_next_to_the_holders(tmp_path):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"devices": [{"utilization": 37, "temperature": 55, "power": 250.4}, {}]}))

@@ -206,6 +206,10 @@ def list_gpus(args: Namespace) -> int:
     )
     width = list_view.terminal_width()
     style = _style()
+    empty = _empty_file_note(path, snapshot, default=args.file is None and path_source is None)
+    if empty:
+        print()
+        print(empty)
     if gpus:
         print()
         print(
@@ -256,9 +260,7 @@ def list_gpus(args: Namespace) -> int:
         print(f"Note: {path_note}")
     if snapshot is None:
         print(f"Holders unknown: {snapshot_error}")
-    elif not snapshot.exists:
-        print(f"Coordination file {path} does not exist: no GPU is claimed through it.")
-    else:
+    elif snapshot.exists:
         print(
             f"Holders from the coordination file {path}"
             + (f" (of the Flink configuration in {path_source})." if path_source else ".")
@@ -277,6 +279,21 @@ def list_gpus(args: Namespace) -> int:
             print(f"  entries name GPU(s) this host does not have: {', '.join(unknown)}")
     _print_bindings(bindings, width, style)
     return 0
+
+
+def _empty_file_note(path: str, snapshot: "CoordinationSnapshot | None", default: bool) -> "str | None":
+    """Above the tables, where a person reads "free": that the file records no claim at all, and for the
+    stock default (the cluster may use its own ``--coordination-file``) how to read the cluster's."""
+    if snapshot is None or (snapshot.exists and (snapshot.entries or snapshot.unparsable)):
+        return None
+    what = "does not exist" if not snapshot.exists else "holds no claim"
+    note = f"Coordination file {path} {what}: no GPU is claimed through it."
+    if default:
+        note += (
+            "\n  If the cluster uses its own --coordination-file, read that one: --conf <its Flink conf dir>,"
+            "\n  FLINK_CONF_DIR=<its Flink conf dir>, or --file <its coordination file>."
+        )
+    return note
 
 
 def _style() -> "Callable[[str], str] | None":
