@@ -69,6 +69,7 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
         {
             "pid": holder.pid,
             "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
+            "command": cut_to_table(HOLDER_COMMAND),  # for people; the argv is for tools
             "liveness_known": True,
             "ours": True,
             "namespace": os.stat("/proc/self/ns/pid").st_ino,
@@ -222,6 +223,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
             "namespace": os.stat("/proc/self/ns/pid").st_ino,
             "ours": True,
             "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
+            "command": cut_to_table(HOLDER_COMMAND),
             "claimed": ["0", "1", "2"],
             "holders": [
                 {
@@ -261,6 +263,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
             "namespace": None,
             "ours": True,
             "cmdline": None,
+            "command": None,
             "claimed": [],
             "holders": [
                 {
@@ -651,6 +654,20 @@ def test_list_json_shows_what_each_check_found_and_what_it_did_not_look_at(tmp_p
         "GPU 1: not checked: recovery-action (not supported), fabric (not supported), retired-pages "
         "(not supported)" in human
     )
+
+
+def test_list_says_once_what_every_gpu_leaves_unchecked(tmp_path):
+    """A PCIe host has no fabric: "not checked: fabric (not supported)" was a line per GPU."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{}, {"not_supported": ["retired_pages"]}, {}]}))
+    human = cli("--simulate-spec", spec, "list", "--file", tmp_path / "c").stdout
+    notes = [line for line in human.splitlines() if "not checked" in line]
+    assert notes == [
+        "  Every GPU: not checked: fabric (not supported)",
+        "  GPU 1: not checked: retired-pages (not supported)",
+    ], human
+    doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "c")
+    assert [g["checks"]["fabric"]["outcome"] for g in doc["gpus"]] == ["not supported"] * 3  # JSON keeps each
 
 
 def test_list_shows_mig_units_under_their_gpu_with_parent_and_instance_fields(tmp_path):

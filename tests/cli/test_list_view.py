@@ -83,9 +83,7 @@ def list_with_a_private_var_tmp(*args, empty_default=False):
     )
 
 
-def test_list_says_above_the_table_that_the_default_file_records_nothing_and_how_to_read_the_clusters(
-    tmp_path, holder
-):
+def test_list_says_above_the_table_that_the_default_file_records_nothing_and_how_to_read_the_clusters(tmp_path, holder):
     """A cluster with its own --coordination-file holds every GPU; `list` without --conf read the stock default and
     showed every GPU "free", with "does not exist" only at the bottom."""
     coord = tmp_path / "cluster-coordination"
@@ -185,6 +183,7 @@ def test_list_names_a_taskmanager_by_its_resource_id_or_host_and_port(tmp_path, 
         )
         assert binder.stdout.readline() == "bound\n"
         human = cli("--simulate", "4", "list", "--file", coord).stdout
+        doc = cli_json("--simulate", "4", "list", "--file", coord)
         binder.stdin.close()
         binder.wait(10)
         expected = name.format(pid=fake.pid)
@@ -197,6 +196,12 @@ def test_list_names_a_taskmanager_by_its_resource_id_or_host_and_port(tmp_path, 
         )
         assert line + "\n" in human, human
         assert TASKMANAGER_MAIN not in human
+        # --json: the whole java command line for tools, the same short name for people
+        [held] = doc["gpus"][0]["holders"]
+        assert held["cmdline"][-len(extra) - 3 :] == [TASKMANAGER_MAIN, "--configDir", str(conf_dir), *extra]
+        assert held["command"] == holder
+        [taskmanager] = doc["bindings"]["taskmanagers"]
+        assert taskmanager["command"] == holder and taskmanager["cmdline"] == held["cmdline"]
         shown = cli("--simulate", "4", "coordination", "show", "--file", coord).stdout
         assert re.search(rf"^\d+ +0 +{fake.pid} .*live +{re.escape(holder)}$", shown, re.M), shown
     finally:
