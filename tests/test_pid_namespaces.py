@@ -466,6 +466,7 @@ def test_an_unleased_entry_of_another_namespace_is_shown_kept_and_cleaned_on_req
         assert holder == {
             "pid": 1,
             "cmdline": None,
+            "command": None,
             "liveness_known": False,
             "ours": False,
             "namespace": entry.namespace,

@@ -18,7 +18,10 @@ from conftest import run_python, simulated_env
 from flink_gpu import GPUInfo, NotEnoughGpusError, SlotUnknownError, coordination
 from flink_gpu.coordination import DEFAULT_PATH as DEFAULT_COORDINATION_FILE
 from flink_gpu.pyflink import get_external_resource_infos, lookup_external_resource_infos
+from support.java_context import JavaInfo, JavaRuntimeContext, JavaSubtaskContext, PyFlinkContext
 
+# the tests folder, for a child process that imports support.… (pytest's pythonpath has it for this one)
+TESTS = os.path.dirname(os.path.abspath(__file__))
 SIM_UUID = "GPU-00000000-0000-4000-8000-{:012x}"
 GPU_FACTORY = "org.apache.flink.externalresource.gpu.GPUDriverFactory"
 
@@ -425,49 +428,7 @@ def test_bad_name():
         lookup_external_resource_infos(None, "")
 
 
-# -- thread mode: the Java context's API, as pemja presents it -------------------------------------
-
-
-class JavaOptional:
-    def __init__(self, value):
-        self.value = value
-
-    def isPresent(self):
-        return self.value is not None
-
-    def get(self):
-        return self.value
-
-
-class JavaInfo:
-    def __init__(self, properties):
-        self.properties = properties
-
-    def getProperty(self, key):
-        return JavaOptional(self.properties.get(key))
-
-    def getKeys(self):
-        return list(self.properties)
-
-    def toString(self):
-        return f"Info({self.properties})"
-
-
-class JavaRuntimeContext:
-    def __init__(self, infos):
-        self.infos = infos
-        self.asked = []
-
-    def getExternalResourceInfos(self, name):
-        self.asked.append(name)
-        return set(self.infos) if name == "gpu" else set()
-
-
-class PyFlinkContext:
-    """PyFlink's embedded StreamingRuntimeContext keeps the Java one here."""
-
-    def __init__(self, java):
-        self._runtime_context = java
+# -- thread mode, on stand-ins for the Java context (support.java_context) ------------------------
 
 
 def test_thread_mode_converts_the_java_infos(tm_conf):
@@ -744,25 +705,6 @@ def test_bind_gpus_names_subtasks_per_gpu_when_it_is_not_a_whole_number():
         bind_gpus(None, "gpu", count=1, subtasks_per_gpu=1.5)
 
 
-class JavaTaskInfo:
-    def __init__(self, allocation):
-        self.allocation = allocation
-
-    def getAllocationIDAsString(self):
-        return self.allocation
-
-
-class JavaSubtaskContext(JavaRuntimeContext):
-    """A thread-mode subtask's Java context: the TaskManager's infos and its slot's allocation id."""
-
-    def __init__(self, infos, allocation):
-        super().__init__(infos)
-        self.allocation = allocation
-
-    def getTaskInfo(self):
-        return JavaTaskInfo(self.allocation)
-
-
 @contextlib.contextmanager
 def thread_mode_subtasks(gpus, subtasks):
     """Runs thread-mode subtasks ``(name, allocation id)``, one after the other, each binding one GPU of
@@ -793,32 +735,17 @@ def thread_mode_subtasks(gpus, subtasks):
             t.join()
 
 
-class NamedTaskInfo(JavaTaskInfo):
-    """Flink 2's TaskInfo: the operator chain's name and the subtask index too."""
-
-    def getTaskName(self):
-        return "infer -> Sink: print"
-
-    def getIndexOfThisSubtask(self):
-        return 3
-
-
-class NamedSubtaskContext(JavaSubtaskContext):
-    def getTaskInfo(self):
-        return NamedTaskInfo(self.allocation)
-
-
 def test_each_binding_logs_operator_subtask_gpu_index_and_uuid(tm_conf):
     env = simulated_env(devices=2)
+    env["PYTHONPATH"] = TESTS  # for support.java_context
     code = textwrap.dedent("""
-        import logging, sys
-        sys.path.insert(0, TESTS)
+        import logging
         logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
-        from test_pyflink import JavaInfo, NamedSubtaskContext, PyFlinkContext
+        from support.java_context import JavaInfo, NamedSubtaskContext, PyFlinkContext
         from flink_gpu.pyflink import bind_gpus
         context = PyFlinkContext(NamedSubtaskContext([JavaInfo({"index": "0"}), JavaInfo({"index": "1"})], "1f"))
         bind_gpus(context, "gpu").release()
-        """).replace("TESTS", repr(os.path.dirname(os.path.abspath(__file__))))
+        """)
     proc = run_python(code, env=env)
     lines = [line for line in proc.stderr.splitlines() if "Bound" in line]
     assert len(lines) == 1, proc.stderr

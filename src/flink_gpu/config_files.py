@@ -118,7 +118,9 @@ def find_configuration_file(path: str | os.PathLike[str]) -> str:
     return file
 
 
-def load_configuration_file(path: str | os.PathLike[str], *, legacy: bool | None = None) -> ConfigurationFile:
+def load_configuration_file(
+    path: str | os.PathLike[str], *, legacy: bool | None = None, content: bytes | None = None
+) -> ConfigurationFile:
     """Read a Flink configuration file, or the one in a Flink ``conf`` directory.
 
     ``flink-conf.yaml`` is read with Flink's legacy line parser (``key: value`` lines, ``#``
@@ -126,15 +128,18 @@ def load_configuration_file(path: str | os.PathLike[str], *, legacy: bool | None
     standard YAML with YAML 1.2 core scalars (as Flink 2.x's snakeyaml-engine), nested mappings
     flattened with ``.``. ``legacy`` forces one parser or the other. Raises ``FileNotFoundError``,
     ``NotARegularFileError``/``FileTooLargeError`` (from :mod:`flink_gpu.regular_files`), or
-    ``IllegalConfigurationException`` naming the file for bad YAML.
+    ``IllegalConfigurationException`` naming the file for bad YAML. ``content``: the bytes of the file
+    ``path`` names, when the caller read them under a rule of its own (a file another process names).
     """
-    file = find_configuration_file(path)
+    file = find_configuration_file(path) if content is None else os.fspath(path)
     if legacy is None:
         legacy = os.path.basename(file) == "flink-conf.yaml"
     if legacy:
-        data, skipped = _parse_legacy(file, read_regular_file(file, _WHAT))
+        data, skipped = _parse_legacy(file, read_regular_file(file, _WHAT) if content is None else content)
         return ConfigurationFile(file, data, skipped)
-    document = read_yaml_mapping(file, _WHAT, "a mapping of configuration keys at the top level", _core_schema_loader())
+    document = read_yaml_mapping(
+        file, _WHAT, "a mapping of configuration keys at the top level", _core_schema_loader(), content=content
+    )
     return ConfigurationFile(file, flatten_nested_keys(document), ())
 
 
@@ -238,7 +243,11 @@ def _core_schema_loader() -> type[yaml.SafeLoader]:
 
 
 def read_yaml_mapping(
-    path: str | os.PathLike[str], what: str, expected: str, loader: type[yaml.SafeLoader] | None = None
+    path: str | os.PathLike[str],
+    what: str,
+    expected: str,
+    loader: type[yaml.SafeLoader] | None = None,
+    content: bytes | None = None,
 ) -> dict[str, Any]:
     """The mapping at the top of the YAML file ``path`` (``{}`` for an empty file).
 
@@ -246,12 +255,13 @@ def read_yaml_mapping(
     column of bad YAML or of a refused alias, and what was ``expected`` at the top level instead of
     what was found. The file is read as :func:`~flink_gpu.regular_files.read_regular_file` reads;
     a document nested more than :data:`MAX_NESTING_DEPTH` levels deep or with aliases beyond the
-    limits of the module's description is refused.
+    limits of the module's description is refused. ``content``: the file's bytes, read already.
     """
     import yaml
 
     path = os.fspath(path)
-    content = read_regular_file(path, what)
+    if content is None:
+        content = read_regular_file(path, what)
     if loader is None:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:

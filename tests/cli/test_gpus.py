@@ -69,6 +69,7 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
         {
             "pid": holder.pid,
             "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
+            "command": cut_to_table(HOLDER_COMMAND),  # for people; the argv is for tools
             "liveness_known": True,
             "ours": True,
             "namespace": os.stat("/proc/self/ns/pid").st_ino,
@@ -90,6 +91,25 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
     assert "line 4 cannot be parsed" in human.stdout
     assert f"flink-gpu coordination clean --file {coord}" in human.stdout
     assert "this host does not have: 7" in human.stdout
+
+
+# pids above Linux's largest pid_max (PID_MAX_LIMIT, 2**22): never a live process
+NEVER_ALIVE = 2**22 + 1
+
+
+def test_list_counts_a_gpus_many_dead_owners_in_its_holder_cell_and_json_keeps_every_pid(tmp_path):
+    """200 dead lines of one GPU made its HOLDER cell a row of 1,915 characters; two pids still fit."""
+    coord = tmp_path / "coord"
+    many = [NEVER_ALIVE + n for n in range(200)]
+    coord.write_text("".join(f"0 {pid}\n" for pid in many) + f"1 {NEVER_ALIVE + 500}\n1 {NEVER_ALIVE + 501}\n")
+    human = cli("--simulate", "2", "list", "--file", coord)
+    assert human.returncode == 0, human.stderr
+    rows = {line.split()[0]: line for line in human.stdout.splitlines() if re.match(r"\d+\s+GPU-", line)}
+    assert rows["0"].endswith("free (stale: 200 dead owners; `flink-gpu coordination clean`)"), rows["0"]
+    assert rows["1"].endswith(f"free (stale: dead pid {NEVER_ALIVE + 500}, {NEVER_ALIVE + 501})")
+    assert f"202 entries of dead processes (reclaimable); `flink-gpu coordination clean --file {coord}`" in human.stdout
+    gpus = {g["index"]: g for g in cli_json("--simulate", "2", "list", "--file", coord)["gpus"]}
+    assert gpus["0"]["stale_holders"] == many
 
 
 def test_list_still_lists_gpus_when_the_coordination_file_is_unusable(tmp_path):
@@ -203,6 +223,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
             "namespace": os.stat("/proc/self/ns/pid").st_ino,
             "ours": True,
             "cmdline": [sys.executable, "-c", "import sys; sys.stdin.read()"],
+            "command": cut_to_table(HOLDER_COMMAND),
             "claimed": ["0", "1", "2"],
             "holders": [
                 {
@@ -242,6 +263,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
             "namespace": None,
             "ours": True,
             "cmdline": None,
+            "command": None,
             "claimed": [],
             "holders": [
                 {
@@ -632,6 +654,20 @@ def test_list_json_shows_what_each_check_found_and_what_it_did_not_look_at(tmp_p
         "GPU 1: not checked: recovery-action (not supported), fabric (not supported), retired-pages "
         "(not supported)" in human
     )
+
+
+def test_list_says_once_what_every_gpu_leaves_unchecked(tmp_path):
+    """A PCIe host has no fabric: "not checked: fabric (not supported)" was a line per GPU."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{}, {"not_supported": ["retired_pages"]}, {}]}))
+    human = cli("--simulate-spec", spec, "list", "--file", tmp_path / "c").stdout
+    notes = [line for line in human.splitlines() if "not checked" in line]
+    assert notes == [
+        "  Every GPU: not checked: fabric (not supported)",
+        "  GPU 1: not checked: retired-pages (not supported)",
+    ], human
+    doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "c")
+    assert [g["checks"]["fabric"]["outcome"] for g in doc["gpus"]] == ["not supported"] * 3  # JSON keeps each
 
 
 def test_list_shows_mig_units_under_their_gpu_with_parent_and_instance_fields(tmp_path):

@@ -69,6 +69,40 @@ def test_list_refuses_a_conf_without_a_coordination_file_naming_the_key_and_note
     assert "Note: $FLINK_CONF_DIR: the Flink configuration" in cli("--simulate", "4", "list", env=env).stdout
 
 
+def list_with_a_private_var_tmp(*args, empty_default=False):
+    """`flink-gpu list` in a mount namespace of its own whose /var/tmp is an empty tmpfs: the stock default file
+    does not exist there (or is an empty file), whatever this host's /var/tmp holds."""
+    create = " && : > /var/tmp/flink-gpu-coordination" if empty_default else ""
+    return subprocess.run(
+        ["unshare", "--mount", "sh", "-c", f'mount -t tmpfs tmpfs /var/tmp{create} && exec "$@"', "sh"]
+        + [sys.executable, "-m", "flink_gpu.cli", "--simulate", "2", "list", *map(str, args)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_list_says_above_the_table_that_the_default_file_records_nothing_and_how_to_read_the_clusters(tmp_path, holder):
+    """A cluster with its own --coordination-file holds every GPU; `list` without --conf read the stock default and
+    showed every GPU "free", with "does not exist" only at the bottom."""
+    coord = tmp_path / "cluster-coordination"
+    cli_json("--simulate", "2", "claim", "2", "--owner", holder.pid, "--file", coord)
+    for empty_default, what in ((False, "does not exist"), (True, "holds no claim")):
+        proc = list_with_a_private_var_tmp(empty_default=empty_default)
+        assert proc.returncode == 0, proc.stderr
+        above = proc.stdout.split("\nINDEX ", 1)[0]
+        assert f"Coordination file /var/tmp/flink-gpu-coordination {what}: no GPU is claimed through it." in above
+        assert "--conf <its Flink conf dir>" in above and "FLINK_CONF_DIR" in above, above
+        assert "--file <its coordination file>" in above
+    held = list_with_a_private_var_tmp("--file", coord)
+    assert "no GPU is claimed" not in held.stdout and "--conf" not in held.stdout, held.stdout
+    missing = list_with_a_private_var_tmp("--file", tmp_path / "missing")  # named: no advice where to look
+    above = missing.stdout.split("\nINDEX ", 1)[0]
+    assert f"Coordination file {tmp_path / 'missing'} does not exist: no GPU is claimed through it." in above
+    assert "--conf" not in missing.stdout
+
+
 def test_list_shows_utilization_temperature_and_power_next_to_the_holders(tmp_path):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"devices": [{"utilization": 37, "temperature": 55, "power": 250.4}, {}]}))
@@ -149,6 +183,7 @@ def test_list_names_a_taskmanager_by_its_resource_id_or_host_and_port(tmp_path, 
         )
         assert binder.stdout.readline() == "bound\n"
         human = cli("--simulate", "4", "list", "--file", coord).stdout
+        doc = cli_json("--simulate", "4", "list", "--file", coord)
         binder.stdin.close()
         binder.wait(10)
         expected = name.format(pid=fake.pid)
@@ -161,6 +196,12 @@ def test_list_names_a_taskmanager_by_its_resource_id_or_host_and_port(tmp_path, 
         )
         assert line + "\n" in human, human
         assert TASKMANAGER_MAIN not in human
+        # --json: the whole java command line for tools, the same short name for people
+        [held] = doc["gpus"][0]["holders"]
+        assert held["cmdline"][-len(extra) - 3 :] == [TASKMANAGER_MAIN, "--configDir", str(conf_dir), *extra]
+        assert held["command"] == holder
+        [taskmanager] = doc["bindings"]["taskmanagers"]
+        assert taskmanager["command"] == holder and taskmanager["cmdline"] == held["cmdline"]
         shown = cli("--simulate", "4", "coordination", "show", "--file", coord).stdout
         assert re.search(rf"^\d+ +0 +{fake.pid} .*live +{re.escape(holder)}$", shown, re.M), shown
     finally:
@@ -168,35 +209,73 @@ def test_list_names_a_taskmanager_by_its_resource_id_or_host_and_port(tmp_path, 
         fake.wait(10)
 
 
-def test_list_never_opens_a_fifo_or_another_users_file_that_a_holders_command_line_names(tmp_path):
-    """A holder can name anything in its argv: a FIFO there must not hang `list` or `coordination show`, and
-    a file its user does not own is not read on its behalf."""
+# `flink-gpu` whose every open() (Python's, os.open's) is written to $OPENED, one path a line
+AUDITED_CLI = """
+import os, sys
+opened = []
+sys.addaudithook(lambda event, args: opened.append(os.fsdecode(args[0]))
+                 if event == "open" and isinstance(args[0], (str, bytes)) else None)
+from flink_gpu.cli import main
+try:
+    status = main(sys.argv[1:])
+finally:
+    with open(os.environ["OPENED"], "w") as record:
+        record.write("\\n".join(opened))
+sys.exit(status)
+"""
+
+
+def test_list_never_opens_a_kernel_file_a_fifo_a_device_or_another_users_file_a_holder_names(tmp_path):
+    """Any local user can start a "TaskManager" whose -Dlog.file= or --configDir names anything: a root `list` or
+    `coordination show` must not read /proc/kmsg for it (that takes the kernel's messages, NVIDIA Xid lines among
+    them, from the system logger), nor a link to it, nor procfs mounted elsewhere, nor open a FIFO (its writer
+    would see a reader) or a device, nor read a file the holder's user does not own."""
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
+    link = tmp_path / "kmsg-link.log"
+    link.symlink_to("/proc/kmsg")
+    elsewhere = tmp_path / "proc-elsewhere"  # procfs mounted here in the namespace of the `list` below
+    elsewhere.mkdir()
     other = tmp_path / "others.log"
     other.write_text("Starting TaskManager with ResourceID: someone-elses\n")
     os.chown(other, 12345, 12345)
-    for log in (fifo, other):
-        fake = subprocess.Popen(
-            [sys.executable, "-c", "import sys; sys.stdin.read()", f"-Dlog.file={log}", TASKMANAGER_MAIN],
-            stdin=subprocess.PIPE,
-        )
-        try:
-            coord = tmp_path / f"coord-{log.name}"
-            cli_json("--simulate", "2", "claim", "1", "--owner", fake.pid, "--file", coord)
-            for args in (["--simulate", "2", "list"], ["coordination", "show"]):
-                done = subprocess.run(
-                    [sys.executable, "-m", "flink_gpu.cli", *args, "--file", str(coord)],
-                    env=child_env(),
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                )
-                assert done.returncode == 0 and "someone-elses" not in done.stdout, done
-                assert f"TaskManager pid {fake.pid}" in done.stdout or "TaskManager" in done.stdout
-        finally:
-            fake.stdin.close()
-            fake.wait(10)
+    kernel_conf = tmp_path / "kernel-conf"
+    kernel_conf.mkdir()
+    (kernel_conf / "config.yaml").symlink_to("/proc/kmsg")
+    own = tmp_path / "own.log"  # the one file that is read: the audit sees what `list` opens
+    own.write_text("x - Starting TaskManager with ResourceID: tm-own\n")
+    logs = ["/proc/kmsg", fifo, link, "/dev/zero", elsewhere / "kmsg", other, own]
+    coord = tmp_path / "coord"
+    holders = []
+    try:
+        for log in logs:
+            argv = [sys.executable, "-c", "import sys; sys.stdin.read()", f"-Dlog.file={log}", TASKMANAGER_MAIN]
+            holders.append(subprocess.Popen([*argv, "--configDir", str(kernel_conf)], stdin=subprocess.PIPE))
+            cli_json("--simulate", str(len(logs)), "claim", "1", "--owner", holders[-1].pid, "--file", coord)
+        for args in (["--simulate", str(len(logs)), "list"], ["coordination", "show"]):
+            opened = tmp_path / "opened"
+            done = subprocess.run(
+                # procfs at `elsewhere` for this process only (a mount namespace of its own)
+                ["unshare", "--mount", "sh", "-c", 'mount -t proc proc "$0" && exec "$@"', str(elsewhere)]
+                + [sys.executable, "-c", AUDITED_CLI, *args, "--file", str(coord)],
+                env=child_env(OPENED=str(opened)),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, done
+            paths = opened.read_text().splitlines()
+            assert str(own) in paths and "TaskManager tm-own" in done.stdout, (paths, done.stdout)
+            named = {str(p) for p in logs if p != own} | {str(kernel_conf / "config.yaml")}
+            read = [p for p in paths if p in named or p.startswith(str(elsewhere)) or p == "/proc/kmsg"]
+            assert read == [], args
+            assert "someone-elses" not in done.stdout
+            for holder in holders[:-1]:
+                assert re.search(rf"\b{holder.pid}\b.*TaskManager$", done.stdout, re.M), done.stdout
+    finally:
+        for holder in holders:
+            holder.stdin.close()
+            holder.wait(10)
 
 
 def test_list_watch_redraws_until_ctrl_c_and_refuses_json(tmp_path):

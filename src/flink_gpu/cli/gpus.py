@@ -80,6 +80,14 @@ def _entry_json(entry: CoordinationEntry) -> "dict[str, Any]":
     }
 
 
+def _command(pid: int, cmdline: "list[str] | None") -> "str | None":
+    """A holder for people (``cmdline`` is for tools): a Flink TaskManager by its name, any other process by
+    its command line cut short; None without a command line."""
+    from flink_gpu.cli.list_view import process_text
+
+    return None if cmdline is None else process_text(pid, cmdline)
+
+
 def _unparsable_json(lines: "Iterable[UnparsableLine]") -> "list[dict[str, Any]]":
     return [{"line_number": line.line_number, "text": line.text} for line in lines]
 
@@ -161,6 +169,7 @@ def list_gpus(args: Namespace) -> int:
                     {
                         "pid": e.pid,
                         "cmdline": _entry_cmdline(e),
+                        "command": _command(e.pid, _entry_cmdline(e)),
                         "liveness_known": e.liveness_known,
                         "ours": e.ours,
                         "namespace": e.namespace,
@@ -206,6 +215,10 @@ def list_gpus(args: Namespace) -> int:
     )
     width = list_view.terminal_width()
     style = _style()
+    empty = _empty_file_note(path, snapshot, default=args.file is None and path_source is None)
+    if empty:
+        print()
+        print(empty)
     if gpus:
         print()
         print(
@@ -256,9 +269,7 @@ def list_gpus(args: Namespace) -> int:
         print(f"Note: {path_note}")
     if snapshot is None:
         print(f"Holders unknown: {snapshot_error}")
-    elif not snapshot.exists:
-        print(f"Coordination file {path} does not exist: no GPU is claimed through it.")
-    else:
+    elif snapshot.exists:
         print(
             f"Holders from the coordination file {path}"
             + (f" (of the Flink configuration in {path_source})." if path_source else ".")
@@ -277,6 +288,21 @@ def list_gpus(args: Namespace) -> int:
             print(f"  entries name GPU(s) this host does not have: {', '.join(unknown)}")
     _print_bindings(bindings, width, style)
     return 0
+
+
+def _empty_file_note(path: str, snapshot: "CoordinationSnapshot | None", default: bool) -> "str | None":
+    """Above the tables, where a person reads "free": that the file records no claim at all, and for the
+    stock default (the cluster may use its own ``--coordination-file``) how to read the cluster's."""
+    if snapshot is None or (snapshot.exists and (snapshot.entries or snapshot.unparsable)):
+        return None
+    what = "does not exist" if not snapshot.exists else "holds no claim"
+    note = f"Coordination file {path} {what}: no GPU is claimed through it."
+    if default:
+        note += (
+            "\n  If the cluster uses its own --coordination-file, read that one: --conf <its Flink conf dir>,"
+            "\n  FLINK_CONF_DIR=<its Flink conf dir>, or --file <its coordination file>."
+        )
+    return note
 
 
 def _style() -> "Callable[[str], str] | None":
@@ -365,12 +391,14 @@ def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dic
         rows = [_binding_holder_json(entries[0].holder, entries) for entries in holders[taskmanager].values()]
         first = next(iter(holders[taskmanager].values()))[0]
         pid = first.taskmanager
+        cmdline = process_cmdline(pid) if pid is not None and first.ours else None
         view["taskmanagers"].append(
             {
                 "pid": pid,
                 "namespace": None if pid is None else first.namespace,
                 "ours": first.ours,
-                "cmdline": process_cmdline(pid) if pid is not None and first.ours else None,
+                "cmdline": cmdline,
+                "command": None if pid is None else _command(pid, cmdline),
                 "claimed": [] if taskmanager is None else claimed.get(taskmanager, []),
                 "holders": index_sort_order(rows, lambda row: row["gpus"][0]),
             }
@@ -531,19 +559,34 @@ def _print_state_notes(gpus: "list[dict[str, Any]]") -> None:
         for finding in gpu["findings"]:
             if finding != gpu["health"]:
                 print(f"  GPU {gpu['index']}: {finding}")
-        unchecked = [
-            f"{name} ({check['outcome']})"
-            for name, check in gpu["checks"].items()
-            if check["outcome"] not in ("ok", "finding")
-        ]
-        if unchecked and not (gpu["health"] or "").startswith("unknown:"):  # unknown: nothing was read
-            print(f"  GPU {gpu['index']}: not checked: {', '.join(unchecked)}")
+    # a GPU whose state was not read (health "unknown: ...") has no checks to speak of
+    unchecked = {g["index"]: _unchecked(g) for g in gpus if not (g["health"] or "").startswith("unknown:")}
+    # what every GPU shares (a PCIe host's "fabric (not supported)") is said once
+    shared = [item for item in next(iter(unchecked.values()), []) if all(item in u for u in unchecked.values())]
+    if shared and len(unchecked) > 1:
+        which = "Every GPU" if len(unchecked) == len(gpus) else f"GPU {', '.join(unchecked)}"
+        print(f"  {which}: not checked: {', '.join(shared)}")
+    else:
+        shared = []
+    for index, items in unchecked.items():
+        rest = [item for item in items if item not in shared]
+        if rest:
+            print(f"  GPU {index}: not checked: {', '.join(rest)}")
     hidden = sorted({p["pid"] for g in gpus for p in g["processes"] if not p["visible"]})
     if hidden:
         print(
             f"  NVML lists pid {', '.join(map(str, hidden))}, which this PID namespace cannot "
             "see (a container sees host pids): busy-gpus counts them as foreign."
         )
+
+
+def _unchecked(gpu: "dict[str, Any]") -> "list[str]":
+    """The health checks not made on a GPU, "<check> (<why>)"."""
+    return [
+        f"{name} ({check['outcome']})"
+        for name, check in gpu["checks"].items()
+        if check["outcome"] not in ("ok", "finding")
+    ]
 
 
 def _print_unknown_liveness(snapshot: CoordinationSnapshot, args: Namespace) -> None:
@@ -557,24 +600,26 @@ def _print_unknown_liveness(snapshot: CoordinationSnapshot, args: Namespace) -> 
         )
 
 
-def _holder_text(gpu: "dict[str, Any]") -> str:
-    from flink_gpu.cli.list_view import process_text
+#: The dead owners of a GPU named by pid in its HOLDER cell; more are counted.
+_DEAD_PIDS_SHOWN = 2
 
+
+def _holder_text(gpu: "dict[str, Any]") -> str:
     holders = gpu["holders"]
     if holders:
         text = ", ".join(
-            f"pid {h['pid']}: {process_text(h['pid'], h['cmdline'])}"
-            if h["liveness_known"]
-            else f"pid {h['pid']}: {_OTHER_NAMESPACE}"
+            f"pid {h['pid']}: {h['command'] or '?'}" if h["liveness_known"] else f"pid {h['pid']}: {_OTHER_NAMESPACE}"
             for h in holders
         )
         if len(holders) > 1:
             text = "CONFLICT " + text
     else:
         text = "free"
-    if gpu["stale_holders"]:
-        dead = ", ".join(str(pid) for pid in gpu["stale_holders"])
-        text += f" (stale: dead pid {dead})"
+    dead = gpu["stale_holders"]
+    if len(dead) > _DEAD_PIDS_SHOWN:  # a cell, not a list: --json has every pid
+        text += f" (stale: {len(dead)} dead owners; `flink-gpu coordination clean`)"
+    elif dead:
+        text += f" (stale: dead pid {', '.join(map(str, dead))})"
     return text
 
 
@@ -582,8 +627,6 @@ def _holder_text(gpu: "dict[str, Any]") -> str:
 
 
 def _entry_rows(entries: "Iterable[CoordinationEntry]") -> "Iterator[list[Any]]":
-    from flink_gpu.cli.list_view import process_text
-
     for entry in entries:
         state = entry.state if entry.liveness_known else _OTHER_NAMESPACE
         cmdline = _entry_cmdline(entry)
@@ -593,7 +636,7 @@ def _entry_rows(entries: "Iterable[CoordinationEntry]") -> "Iterator[list[Any]]"
             entry.pid,
             entry.start_time,
             state,
-            None if cmdline is None else process_text(entry.pid, cmdline),
+            _command(entry.pid, cmdline),
         ]
 
 

@@ -7,7 +7,6 @@ The data is gpus.py's (holders, bindings, state); this module decides how a pers
 from __future__ import annotations
 
 import os
-import stat
 import sys
 
 from flink_gpu.cli import UsageError
@@ -173,31 +172,21 @@ _STARTING = "Starting TaskManager with ResourceID: "
 _LOG_HEAD = 1 << 18  # the line comes within the first few hundred lines of the log
 
 
-def _holder_uid(pid: int) -> "int | None":
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
+#: The most ``list`` reads of a TaskManager's configuration file (Flink's are a few KiB).
+_CONFIG_MOST = 1 << 20
 
 
-def _read_holders_file_head(pid: int, path: str, limit: int) -> "bytes | None":
-    """The first ``limit`` bytes of ``path``, a file the holder ``pid`` names in its argv: only a regular
-    file owned by the holder's user (or root), opened without blocking or following a link — a process
-    that names a FIFO, a device or another user's file must neither hang `list` nor have it read for it."""
-    uid = _holder_uid(pid)
+def _holders_file_head(pid: int, path: str, limit: int) -> "bytes | None":
+    """The first ``limit`` bytes of ``path``, a file the holder ``pid`` names in its argv: only a plain
+    file of data that the holder's user (or root) owns, never the kernel's (``/proc/kmsg``), a FIFO
+    or a device (docs/SECURITY.md says what and why)."""
+    from flink_gpu.regular_files import read_named_file_head
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY)
+        uid = os.stat(f"/proc/{pid}").st_uid
     except OSError:
         return None
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode) or uid is None or status.st_uid not in (uid, 0):
-            return None
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    return read_named_file_head(path, limit, (uid, 0))
 
 
 def _resource_id_from_log(pid: int, argv: "list[str]") -> "str | None":
@@ -206,7 +195,7 @@ def _resource_id_from_log(pid: int, argv: "list[str]") -> "str | None":
     paths = [arg[len("-Dlog.file=") :] for arg in argv if arg.startswith("-Dlog.file=")]
     if not paths:
         return None
-    data = _read_holders_file_head(pid, paths[-1], _LOG_HEAD)
+    data = _holders_file_head(pid, paths[-1], _LOG_HEAD)
     if data is None:
         return None
     head = data.decode("utf-8", "replace")
@@ -219,19 +208,21 @@ def _resource_id_from_log(pid: int, argv: "list[str]") -> "str | None":
 
 def _config_of(pid: int, argv: "list[str]") -> "dict[str, object]":
     """The TaskManager's configuration (``--configDir``), as far as it can be read; {} otherwise (also for
-    a directory another user than the holder's, or root, owns: it is the holder's word, not ours to read)."""
+    a file another user than the holder's, or root, owns: it is the holder's word, not ours to read)."""
     if "--configDir" not in argv:
         return {}
     position = argv.index("--configDir")
     if position + 1 >= len(argv):
         return {}
-    try:
-        if os.stat(argv[position + 1]).st_uid not in (_holder_uid(pid), 0):
-            return {}
-        from flink_gpu.config import Configuration
+    from flink_gpu.config_files import find_configuration_file, load_configuration_file
 
-        return Configuration.from_yaml(argv[position + 1]).to_dict()
-    except Exception:  # another user's, unreadable or broken: the name falls back to the pid
+    try:
+        file = find_configuration_file(argv[position + 1])
+        content = _holders_file_head(pid, file, _CONFIG_MOST + 1)
+        if content is None or len(content) > _CONFIG_MOST:
+            return {}
+        return load_configuration_file(file, content=content).data
+    except Exception:  # missing, unreadable or broken: the name falls back to the pid
         return {}
 
 
@@ -270,7 +261,7 @@ def verdict_colour(text: str) -> "str | None":
     """The colour of a health verdict, a holder cell or a reading."""
     if text.startswith(("unhealthy", "CONFLICT")):
         return "red"
-    if text.startswith("degraded") or "(stale: dead pid" in text or text.endswith("liveness unknown"):
+    if text.startswith("degraded") or "(stale: " in text or text.endswith("liveness unknown"):
         return "yellow"
     if text in ("ok", "free"):
         return "green"
