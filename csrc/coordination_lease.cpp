@@ -185,10 +185,14 @@ Status write_token(int fd, std::uint64_t inode, const std::string& path, std::st
     if (err != 0) {
         // a torn token is none, and would make the file no lease file: cut it (which needs no space)
         if (n > 0 && ftruncate(fd, 0) != 0) err = errno;
-        return failure(StatusCode::kOsError, "Cannot write the token of the lease file " + path + ": " + errno_text(err),
-                       err);
+        return failure(StatusCode::kOsError,
+                       "Cannot write the token of the lease file " + path + ": " + errno_text(err), err);
     }
     *token = read_token(fd, inode);
+    if (token->empty()) {
+        return failure(StatusCode::kOsError,
+                       "The token written to the lease file " + path + " did not read back (another writer?)", EIO);
+    }
     return {};
 }
 
@@ -221,26 +225,29 @@ Status ensure_token(int fd, std::uint64_t inode, const std::string& path, const 
     Status refused;
     if (!read_head(fd, &text)) {
         const int err = errno;
-        *token_problem = failure(StatusCode::kOsError, "Cannot read the lease file " + path + ": " + errno_text(err), err);
+        *token_problem =
+            failure(StatusCode::kOsError, "Cannot read the lease file " + path + ": " + errno_text(err), err);
     } else {
         const LeaseFileText kind = lease_file_text(text, inode);
         if (kind == LeaseFileText::kOther) {
-            refused = failure(StatusCode::kOsError,
-                              "Refusing to use " + path + " as the lease file of the coordination file " +
-                                  coordination_path +
-                                  ": it is not a lease file (neither empty nor a lease file's token and header), "
-                                  "perhaps a coordination file of its own, and it was left as it is. Give one of "
-                                  "the two coordination files another name, or remove " +
-                                  path + " if it is nobody's.",
-                              EEXIST);
+            refused =
+                failure(StatusCode::kOsError,
+                        "Refusing to use " + path + " as the lease file of the coordination file " + coordination_path +
+                            ": it is not a lease file (neither empty nor a lease file's token and header), "
+                            "perhaps a coordination file of its own, and it was left as it is. Give one of "
+                            "the two coordination files another name, or remove " +
+                            path + " if it is nobody's.",
+                        EEXIST);
         } else {
             *token = token_in(text, inode);
             if (!locked && token->empty()) {
-                *token_problem = failure(
-                    StatusCode::kOsError,
-                    "The lease file " + path + " has no token, and another process has held its flock(2) for more "
-                    "than 0.2 s, so none could be written",
-                    EWOULDBLOCK);
+                *token_problem = failure(StatusCode::kOsError,
+                                         "The lease file " + path +
+                                             " has no token, and another process has held its flock(2) for more "
+                                             "than 0.2 s, so none could be written",
+                                         EWOULDBLOCK);
+            } else if (!locked) {
+                // its token stands; the header waits for a claimer that gets the lock
             } else if (kind == LeaseFileText::kOldLeaseFile) {
                 const std::string header = std::string(kLeaseFileHeader) + "\n";
                 // best effort: without it, the file is still the token line alone, which is taken for a lease file
@@ -249,7 +256,8 @@ Status ensure_token(int fd, std::uint64_t inode, const std::string& path, const 
                     n = pwrite(fd, header.data(), header.size(), static_cast<off_t>(text.size()));
                 } while (n < 0 && errno == EINTR);
                 // a torn header would make it no lease file: cut it (the token line alone is one)
-                if (n > 0 && n != static_cast<ssize_t>(header.size())) (void)!ftruncate(fd, static_cast<off_t>(text.size()));
+                if (n > 0 && n != static_cast<ssize_t>(header.size()))
+                    (void)!ftruncate(fd, static_cast<off_t>(text.size()));
             } else if (token->empty()) {
                 *token_problem = write_token(fd, inode, path, token);
             }
@@ -278,7 +286,8 @@ LeaseFileText lease_file_text(const std::string& text, std::uint64_t inode) {
     std::string token, written;
     std::size_t end = 0;
     if (!parse_token_line(text, &token, &written, &end)) return LeaseFileText::kOther;
-    if (text.compare(end, std::string::npos, std::string(kLeaseFileHeader) + "\n") == 0) return LeaseFileText::kLeaseFile;
+    if (text.compare(end, std::string::npos, std::string(kLeaseFileHeader) + "\n") == 0)
+        return LeaseFileText::kLeaseFile;
     if (end == text.size() && written == std::to_string(inode)) return LeaseFileText::kOldLeaseFile;
     return LeaseFileText::kOther;
 }
@@ -287,13 +296,14 @@ Status refuse_lease_file(const std::string& path, const std::string& text, std::
     const LeaseFileText kind = lease_file_text(text, inode);
     if (kind != LeaseFileText::kLeaseFile && kind != LeaseFileText::kOldLeaseFile) return {};
     const std::string suffix = lease_path("");
-    const bool named_so = path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
-    const std::string whose = named_so ? "the lease file of the coordination file " +
-                                             path.substr(0, path.size() - suffix.size())
-                                       : std::string("a lease file");
+    const bool named_so =
+        path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+    const std::string whose =
+        named_so ? "the lease file of the coordination file " + path.substr(0, path.size() - suffix.size())
+                 : std::string("a lease file");
     return failure(StatusCode::kOsError,
-                   "Refusing to use " + path + " as a coordination file: it is " + whose +
-                       " (a token and the \"" + kLeaseFileHeader +
+                   "Refusing to use " + path + " as a coordination file: it is " + whose + " (a token and the \"" +
+                       kLeaseFileHeader +
                        "\" header, docs/design.md 9.4), and it was left as it is. Choose another coordination file.",
                    EINVAL);
 }
@@ -379,8 +389,8 @@ Status Leases::acquire(std::uint16_t mode, const std::string& locked_file, const
             if (record_->token.empty() && record_->file.ino != 0) {
                 // its lease file had no token when this lease was taken: once it has one, the lines of this
                 // lease (the same byte of the same lease file) record it (the caller moves them)
-                Status refused = ensure_token(record_->fd, record_->file.ino, path, coordination_path_,
-                                              &record_->token, token_problem);
+                Status refused = ensure_token(record_->fd, record_->file.ino, path, coordination_path_, &record_->token,
+                                              token_problem);
                 if (!refused.ok()) *token_problem = refused;
                 if (!record_->token.empty()) {
                     replaced->held = true;

@@ -4,10 +4,10 @@
 //
 // A holder is a pid of the namespace the line records (`ns`; none recorded, as in the stock script's and
 // older lines: ours), its start time (which tells a recycled pid from it), its lease (a byte of the lease
-// file, and the token of the lease file it was taken on, `lf`: `none` when it had none), and for bindings the TaskManager whose GPUs
-// it binds (`tm`) and the slot (`slot`: then the pid is one of the slot's threads, and the slot is the
-// holder). Every "whose line is this" question is a member here, so that no consumer forgets the
-// namespace: two containers' pid 1 are two holders.
+// file, and the token of the lease file it was taken on, `lf`: `none` when it had none), and for bindings
+// the TaskManager whose GPUs it binds (`tm`) and the slot (`slot`: then the pid is one of the slot's
+// threads, and the slot is the holder). Every "whose line is this" question is a member here, so that no consumer
+// forgets the namespace: two containers' pid 1 are two holders.
 #pragma once
 
 #include <sys/types.h>
@@ -32,8 +32,8 @@ enum class Verdict {
     kLeaseHeld,       // its lease byte is locked on the lease file it was taken on: alive, in any namespace
     kLeaseReleased,   // its lease byte is not locked on that lease file: dead, in any namespace
     kOtherNamespace,  // written in another pid namespace with no lease that proves anything (none, one on
-                      // a lease file since replaced, or a slot thread's whose process's lease is held):
-                      // taken, liveness unknown
+                      // a lease file since replaced, a free one without a token, or a slot thread's whose
+                      // process's lease is held): taken, liveness unknown
 };
 
 // What a consumer may conclude from a verdict.

@@ -666,7 +666,8 @@ def test_a_claim_whose_lease_file_gets_no_token_warns_and_says_so_in_its_lines(t
         with tokenless_lease_file(path, cause), caplog.at_level(logging.WARNING, logger="flink_gpu.coordination"):
             assert coordination.claim(1, gpus(2), path=path).taken == ["0"]
         try:
-            assert path.read_text() == f"\n0 {os.getpid()}\t{proc_start_time(os.getpid())}\tns={own_ns()}\tlease=0\tlf=none\n"
+            me = os.getpid()
+            assert path.read_text() == f"\n0 {me}\t{proc_start_time(me)}\tns={own_ns()}\tlease=0\tlf=none\n"
             (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
             why = os.strerror(errno.ENOSPC) if cause == "full" else "flock"
             assert f"{path}.lease" in warning and why in warning and "cannot tell when" in warning, warning

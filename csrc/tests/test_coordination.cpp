@@ -139,9 +139,9 @@ TEST_CASE(a_lease_file_is_told_from_a_coordination_file_by_its_token_line_and_he
     // the version before the header: its token line alone, for this very inode
     CHECK(co::lease_file_text(token + " 42\n", 42) == LeaseFileText::kOldLeaseFile);
     for (const std::string& other :
-         {token + " 7\n", std::string("0 1\t50\tns=9\tlease=0\tlf=") + token + "\n", std::string("\n"),
-          token + " 42", token + " 42\nflink-gpu lease file\n0 1\n", "flink-gpu lease file\n" + token + " 42\n",
-          token + " 42\n0 1\n", std::string("0123456789ABCDEF 42\nflink-gpu lease file\n")}) {
+         {token + " 7\n", std::string("0 1\t50\tns=9\tlease=0\tlf=") + token + "\n", std::string("\n"), token + " 42",
+          token + " 42\nflink-gpu lease file\n0 1\n", "flink-gpu lease file\n" + token + " 42\n", token + " 42\n0 1\n",
+          std::string("0123456789ABCDEF 42\nflink-gpu lease file\n")}) {
         CHECK(co::lease_file_text(other, 42) == LeaseFileText::kOther);
     }
     // a coordination file that is a lease file is refused, naming the coordination file whose it is

@@ -113,8 +113,7 @@ TEST_CASE(a_free_lease_without_a_token_proves_nothing) {
         CHECK(judged("0 1\t50" + free_lease, g) == co::Verdict::kAlive);
         CHECK(judged("0 1\t51\tns=100" + free_lease, g) == co::Verdict::kPidReused);
         CHECK(judged("0 2\t50\tns=100" + free_lease, g) == co::Verdict::kGone);
-        CHECK(judged("0 1\t50\tns=200" + free_lease + "\ttm=9\tshare=1\tslot=s", g) ==
-              co::Verdict::kOtherNamespace);
+        CHECK(judged("0 1\t50\tns=200" + free_lease + "\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kOtherNamespace);
     }
 }
 
