@@ -51,7 +51,9 @@ struct BindResult {
     std::vector<std::string> indices;  // the holder's binding for this request, in index order
     std::vector<std::string> added;    // indices newly bound to the holder by this call
     std::vector<coordination::BadLine> unparsable;
-    Status lease_problem;  // not ok: a holder of this process bound without a lease (the binding itself succeeded)
+    // not ok: a holder of this process bound without a lease, or with one of `lf=none` (coordination.hpp's
+    // ClaimResult); the binding itself succeeded
+    Status lease_problem;
     std::uint64_t start_time = 0;  // the holder's (thread's) start time, as its lines record it; 0: unknown
     std::string file_identity;     // LockedFile::identity() of the bindings file
 };

@@ -69,8 +69,9 @@ struct ClaimResult {
     std::vector<std::string> added;      // indices newly written for the owner by this call
     std::vector<std::string> reclaimed;  // subset of `added` taken back from dead owners
     std::vector<BadLine> unparsable;
-    // Not ok: the calling process claimed for itself but could not take its lease (the lines have none);
-    // the claim itself succeeded.
+    // Not ok: the calling process claimed for itself but could not take its lease (the lines have none), or
+    // took one on a lease file without a token (the lines say `lf=none`): other namespaces cannot tell when
+    // it dies. The claim itself succeeded.
     Status lease_problem;
 };
 

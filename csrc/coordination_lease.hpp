@@ -22,13 +22,17 @@
 // them (O_CLOEXEC). Only the calling process leases: claims for another pid (flink-gpu-discovery for its parent,
 // `flink-gpu claim`) write no lease field.
 //
-// The lease file carries a token (16 random hex digits and the lease file's inode, written by the claimer
-// that finds none for that inode, under flock(2) on the lease file), and each line records it with its
-// lease (`lf=`): a copy put in the lease file's place has another inode, so its token is none. A lease proves
-// something only on the lease file it was taken on: when the lease file is deleted (an age-based cleaner
-// such as systemd-tmpfiles) or replaced while its holders live, the next claimer creates one with another
-// token, and the old lines' free bytes there prove nothing — they are judged by pid and start time in our
-// namespace, and are of unknown liveness in another. Holders refresh the file's times (at most once an
+// The lease file carries a token (its first line: 16 random hex digits and the lease file's inode, written
+// by the claimer that finds none for that inode, under flock(2) on the lease file) and a header (its second
+// line, kLeaseFileHeader), and each line records the token with its lease (`lf=`): a copy put in the lease
+// file's place has another inode, so its token is none. A lease proves something only on the lease file it
+// was taken on: when the lease file is deleted (an age-based cleaner such as systemd-tmpfiles) or replaced
+// while its holders live, the next claimer creates one with another token, and the old lines' free bytes
+// there prove nothing — they are judged by pid and start time in our namespace, and are of unknown liveness
+// in another. A lease file that cannot get its token (a full file system, its flock held) still leases;
+// its lines record `lf=none` and the claim warns. A file at the lease file's path that is neither empty nor
+// a lease file (another coordination file named `<file>.lease`) is never written; a lease file is never
+// used as a coordination file (refuse_lease_file). Holders refresh the file's times (at most once an
 // hour) so that cleaners spare it; docs/SECURITY.md says how to exclude the files from cleaning.
 #pragma once
 
@@ -51,6 +55,22 @@ struct Record;  // this process's lease on one coordination path
 
 std::string lease_path(const std::string& coordination_path);
 
+// The second line of a lease file, after its token line: what tells it from a coordination file, which
+// never has a token line followed by it.
+inline constexpr const char* kLeaseFileHeader = "flink-gpu lease file";
+
+// What the first bytes of a file (at most 256) at a lease file's path are, the file's inode `inode`:
+// empty; a lease file (a token line "<16 hex digits> <inode>", for any inode, a copy's too, then the
+// header); one of the version before the header (the token line alone, for this very inode); or another
+// file, which is never used as a lease file.
+enum class LeaseFileText { kEmpty, kLeaseFile, kOldLeaseFile, kOther };
+LeaseFileText lease_file_text(const std::string& text, std::uint64_t inode);
+
+// Not ok when `text`, the content of the coordination file `path` (inode `inode`), is a lease file's: a
+// lease file is never used as a coordination file; the message names the coordination file whose lease
+// file it is.
+Status refuse_lease_file(const std::string& path, const std::string& text, std::uint64_t inode);
+
 // The leases of one coordination file for one call; locks the process's lease registry while it lives.
 class Leases {
 public:
@@ -70,19 +90,23 @@ public:
 
     // Takes this process's lease on this file (keeps the one it holds while it is on the lease file the
     // path names), creating the lease file with the permission bits `mode`; never a slot in `named`
-    // (sorted: the slots the file's lines name). *token: the lease file's token, for the lines (empty:
-    // it has none, as when an older version created it and a holder of that version wrote nothing).
-    // Refreshes the lease file's times at most once an hour, so that age-based cleaners spare it.
-    // *replaced: the lease this process held for the same coordination file (`locked_file`, its
-    // LockedFile::identity()) on a lease file the path no longer names; the caller moves the lines that
-    // name it to the new lease, then calls close_replaced().
+    // (sorted: the slots the file's lines name). Refuses (not ok, nothing written) a file at the lease
+    // file's path that is no lease file (lease_file_text: kOther), a coordination file named so, say.
+    // *token: the lease file's token, for the lines' `lf`; kNoLeaseFileToken when it has none and none
+    // could be written, and then *token_problem says why (the lease is taken all the same: its byte held
+    // proves its holder alive, a free one proves nothing). Refreshes the lease file's times at most once an
+    // hour, so that age-based cleaners spare it.
+    // *replaced: lines to move to this lease: the lease this process held for the same coordination file
+    // (`locked_file`, its LockedFile::identity()) on a lease file the path no longer names, or the lines of
+    // this very lease that record `lf=none` once its lease file has a token; the caller moves the lines
+    // that name it to the new lease, then calls close_replaced().
     struct Replaced {
         bool held = false;
         std::uint32_t slot = 0;
         std::string token;
     };
     Status acquire(std::uint16_t mode, const std::string& locked_file, const std::vector<std::uint32_t>& named,
-                   std::uint32_t* slot, std::string* token, Replaced* replaced);
+                   std::uint32_t* slot, std::string* token, Replaced* replaced, Status* token_problem);
 
     // Drops the lease acquire() reported as replaced, once no line names it.
     void close_replaced() noexcept;

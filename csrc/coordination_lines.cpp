@@ -131,7 +131,7 @@ bool parse_field(const char* word, std::size_t n, Entry* e, SeenKeys* seen) {
         e->lease = static_cast<std::uint32_t>(v);
     } else if (key_is(word, eq, "lf")) {
         std::string token(value, value_len);
-        if (seen->lease_file || !valid_lease_file_token(token)) return false;
+        if (seen->lease_file || (!valid_lease_file_token(token) && token != kNoLeaseFileToken)) return false;
         seen->lease_file = true;
         e->lease_file = std::move(token);
     } else if (key_is(word, eq, "tm")) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 
 namespace flinkgpu {
@@ -82,12 +83,15 @@ Status write_lines(LockedFile* file, const std::string& old_text, std::vector<Li
         std::uint32_t slot = 0;
         std::string token;
         Leases::Replaced replaced;
-        *lease_problem = leases->acquire(file->mode(), file->identity(), named, &slot, &token, &replaced);
+        Status token_problem;
+        *lease_problem =
+            leases->acquire(file->mode(), file->identity(), named, &slot, &token, &replaced, &token_problem);
         if (lease_problem->ok()) {
             holder.has_lease = true;
             holder.lease = slot;
             holder.lease_file = token;
             if (replaced.held) move_to_lease(lines, replaced, slot, token);
+            *lease_problem = token_problem;  // leased, but other namespaces cannot rely on it (lf=none)
         }
     }
     const std::size_t before = lines->size();
@@ -180,7 +184,11 @@ Status validate_pid(pid_t pid, const char* what) {
 Status open_and_read(const Options& opts, Access access, LockedFile* file, bool* exists, std::string* text) {
     Status st = file->open(opts.path, opts.timeout_ms, access, exists);
     if (!st.ok() || !*exists) return st;
-    return file->read(text);
+    if (!(st = file->read(text)).ok()) return st;
+    // identity(): "<major>:<minor>:<inode>"
+    const std::string& id = file->identity();
+    const std::uint64_t inode = std::strtoull(id.c_str() + id.rfind(':') + 1, nullptr, 10);
+    return refuse_lease_file(opts.path, *text, inode);
 }
 
 }  // namespace coordination

@@ -36,9 +36,9 @@ HolderIdentity new_holder(pid_t pid, const ProcInfo& info, const PidNamespace& o
 
 // The one tail of a claim and a bind: appends a line per index of `write` for `holder` to the kept `lines`
 // and rewrites the file. With `lease`, the calling process's lease goes into the lines first (one that
-// cannot be had leaves them without, the reason in *lease_problem: judged by pid in our namespace, of
-// unknown liveness to other namespaces). A write that fails leaves the file as it was, and a lease no line
-// names idle.
+// cannot be had leaves them without, one whose lease file has no token gives them `lf=none`; either way
+// the reason is in *lease_problem, and they are judged by pid in our namespace, of unknown liveness to
+// other namespaces). A write that fails leaves the file as it was, and a lease no line names idle.
 Status write_lines(LockedFile* file, const std::string& old_text, std::vector<Line>* lines, Leases* leases,
                    HolderIdentity holder, bool lease, std::uint32_t share, const std::vector<std::string>& write,
                    Status* lease_problem);

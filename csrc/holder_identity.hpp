@@ -4,10 +4,10 @@
 //
 // A holder is a pid of the namespace the line records (`ns`; none recorded, as in the stock script's and
 // older lines: ours), its start time (which tells a recycled pid from it), its lease (a byte of the lease
-// file, and the token of the lease file it was taken on, `lf`), and for bindings the TaskManager whose GPUs
-// it binds (`tm`) and the slot (`slot`: then the pid is one of the slot's threads, and the slot is the
-// holder). Every "whose line is this" question is a member here, so that no consumer forgets the
-// namespace: two containers' pid 1 are two holders.
+// file, and the token of the lease file it was taken on, `lf`: `none` when it had none), and for bindings
+// the TaskManager whose GPUs it binds (`tm`) and the slot (`slot`: then the pid is one of the slot's
+// threads, and the slot is the holder). Every "whose line is this" question is a member here, so that no consumer
+// forgets the namespace: two containers' pid 1 are two holders.
 #pragma once
 
 #include <sys/types.h>
@@ -32,8 +32,8 @@ enum class Verdict {
     kLeaseHeld,       // its lease byte is locked on the lease file it was taken on: alive, in any namespace
     kLeaseReleased,   // its lease byte is not locked on that lease file: dead, in any namespace
     kOtherNamespace,  // written in another pid namespace with no lease that proves anything (none, one on
-                      // a lease file since replaced, or a slot thread's whose process's lease is held):
-                      // taken, liveness unknown
+                      // a lease file since replaced, a free one without a token, or a slot thread's whose
+                      // process's lease is held): taken, liveness unknown
 };
 
 // What a consumer may conclude from a verdict.
@@ -48,6 +48,10 @@ inline bool verdict_alive(Verdict v) { return liveness_of(v) != Liveness::kDead;
 inline constexpr std::size_t kLeaseFileTokenSize = 16;
 bool valid_lease_file_token(const std::string& s) noexcept;
 
+// The `lf` of a line whose lease file had no token when the line was written (it could not be written: a
+// full file system, its flock held too long): the lease proves nothing on a lease file created since.
+inline constexpr const char* kNoLeaseFileToken = "none";
+
 struct HolderIdentity {
     pid_t pid = 0;  // the process, or the binding thread's id for a slot holder
     bool has_start_time = false;
@@ -56,9 +60,14 @@ struct HolderIdentity {
     std::uint64_t ns = 0;  // inode of /proc/<pid>/ns/pid of the writer
     bool has_lease = false;
     std::uint32_t lease = 0;  // byte offset in the lease file
-    std::string lease_file;   // the token of the lease file the lease was taken on; empty: not recorded
+    std::string lease_file;   // the token of the lease file the lease was taken on; kNoLeaseFileToken: it had
+                              // none; empty: not recorded (a version before the token)
     pid_t tm = 0;             // the TaskManager whose GPUs a binding line binds; 0: not recorded
     std::string slot;         // a slot holder's id; empty: the pid is the holder
+
+    // Whether its lease names the lease file it was taken on (a token): only then can a free byte prove
+    // its holder dead, since a lease file deleted and created again has every byte free.
+    bool lease_file_known() const noexcept { return valid_lease_file_token(lease_file); }
 
     // Whether its pid (and its TaskManager's) is a number of the namespace `ours`: the namespace it
     // records is ours, or it records none (the stock script's lines, and lines of versions before `ns`).

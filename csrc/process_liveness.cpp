@@ -151,11 +151,10 @@ bool same_process(const Entry& e, const ProcInfo& p) noexcept {
 Verdict judge(const Entry& e, const PidNamespace& ours, Evidence& evidence) {
     const bool other_namespace = !e.pid_is_in(ours);
     LeaseState lease = e.has_lease ? evidence.lease(e.lease, e.lease_file) : LeaseState::kUnknown;
-    if (lease == LeaseState::kFree && e.lease_file.empty() && !other_namespace && e.has_start_time) {
-        // no token says which lease file it was taken on: a live pid of ours with its start time wins
-        const ProcInfo& p = evidence.process(e.pid);
-        if (p.exists && p.has_start_time && p.start_time == e.start_time) lease = LeaseState::kUnknown;
-    }
+    // no token says which lease file it was taken on (an older version's line, or one whose lease file had
+    // none): the lease file may have been created again since, with every byte free, so a free byte proves
+    // nothing and the line is judged as if it had no lease
+    if (lease == LeaseState::kFree && !e.lease_file_known()) lease = LeaseState::kUnknown;
     if (lease == LeaseState::kFree) return Verdict::kLeaseReleased;
     // a thread's line: its process's lease says nothing of the thread, which only our namespace can probe
     if (lease == LeaseState::kHeld && e.slot.empty()) return Verdict::kLeaseHeld;

@@ -54,9 +54,9 @@ protected:
 //   * a lease that can be tested on the lease file it was taken on decides: held = alive, not held = dead, in
 //     every namespace, immune to pid reuse (even within one clock tick of the start time);
 //   * a lease on a lease file since deleted or replaced (its token differs, or the file is gone) proves
-//     nothing: the line is judged as if it had none. So is a lease of a line without a token (older
-//     versions) that reads free while its pid lives in our namespace with the recorded start time: the
-//     lease file may have been recreated under it;
+//     nothing: the line is judged as if it had none. So does a free lease of a line without a token (an
+//     older version's, or `lf=none`: its lease file had none): the lease file may have been recreated
+//     under it, so it stays taken, of unknown liveness, in another namespace;
 //   * except a slot thread's line (`slot` set, its pid a thread id): the lease is its process's, so a free
 //     one proves the thread dead, a held one only that its process lives: in our namespace the thread is
 //     judged by its id and start time, in another its liveness is unknown (kOtherNamespace: the thread

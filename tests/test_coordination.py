@@ -25,8 +25,9 @@ import flink_gpu
 from conftest import dead_pid, proc_start_time, run_python
 from flink_gpu import coordination
 from flink_gpu.errors import FlinkException
+from support.files import small_tmpfs
 from support.interop import fake_nvidia_smi, stock_env
-from support.leases import our_lease
+from support.leases import lease_token, our_lease, tokenless_lease_file
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
 
@@ -650,6 +651,99 @@ def test_another_users_file_is_readable_not_claimable():
     count, message = proc.stdout.splitlines()
     assert count == "1"
     assert str(path) in message and "owned by uid 0, mode 0644" in message and "group write" in message
+
+
+# ---- the lease file beside it (docs/design.md §5.2, §9.4) --------------------------------------------
+
+
+@pytest.mark.parametrize("cause", ["full", "flock held"])
+def test_a_claim_whose_lease_file_gets_no_token_warns_and_says_so_in_its_lines(tmp_path, caplog, cause):
+    """A lease on a lease file without a token proves nothing once that file is deleted and created again: the
+    line says `lf=none` (never the bare `lease=N` of an older version) and the claim warns, naming why."""
+    with small_tmpfs(tmp_path / "small") as small:
+        path = small / "c"
+        path.write_text("\n")  # its page: a line fits on the full filesystem
+        with tokenless_lease_file(path, cause), caplog.at_level(logging.WARNING, logger="flink_gpu.coordination"):
+            assert coordination.claim(1, gpus(2), path=path).taken == ["0"]
+        try:
+            me = os.getpid()
+            assert path.read_text() == f"\n0 {me}\t{proc_start_time(me)}\tns={own_ns()}\tlease=0\tlf=none\n"
+            (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+            why = os.strerror(errno.ENOSPC) if cause == "full" else "flock"
+            assert f"{path}.lease" in warning and why in warning and "cannot tell when" in warning, warning
+            (entry,) = coordination.snapshot(path).entries
+            assert (entry.lease, entry.lease_file, entry.state) == (0, None, "lease held")
+        finally:
+            coordination.release(path=path)
+
+
+def test_a_holder_whose_lease_file_had_no_token_records_it_when_it_claims_again(tmp_path):
+    path = tmp_path / "c"
+    with tokenless_lease_file(path, "flock held"):
+        coordination.claim(1, gpus(2), path=path)
+    assert "\tlf=none" in path.read_text()
+    assert coordination.claim(2, gpus(2), path=path).taken == ["0", "1"]
+    try:
+        assert [(e.lease, e.lease_file) for e in coordination.snapshot(path).entries] == [(0, lease_token(path))] * 2
+    finally:
+        coordination.release(path=path)
+
+
+@pytest.mark.parametrize("version", ["this", "before the header"])
+def test_a_lease_file_is_never_used_as_a_coordination_file(tmp_path, version):
+    path = tmp_path / "X"
+    coordination.claim(1, gpus(1), path=path)
+    lease = Path(f"{path}.lease")
+    if version == "before the header":  # its token line alone, for its own inode
+        lease.write_text(f"{lease_token(path)} {lease.stat().st_ino}\n")
+    before = lease.read_bytes()
+    try:
+        for call in (
+            lambda: coordination.claim(1, gpus(1), path=lease),
+            lambda: coordination.release(path=lease),
+            lambda: coordination.snapshot(lease),
+            lambda: coordination.clean_stale(lease),
+        ):
+            with pytest.raises(OSError) as info:
+                call()
+            message = str(info.value)
+            assert f"{lease} " in message and f"coordination file {path} " in message, message
+            assert "Choose another coordination file" in message, message
+        assert lease.read_bytes() == before
+    finally:
+        coordination.release(path=path)
+
+
+def test_a_coordination_file_is_never_used_as_a_lease_file(tmp_path, caplog):
+    path = tmp_path / "X"
+    other = Path(f"{path}.lease")  # another coordination file, named like X's lease file
+    coordination.claim(1, gpus(1), owner=os.getppid(), path=other)  # no lease of ours in it
+    before = other.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="flink_gpu.coordination"):
+        assert coordination.claim(1, gpus(1), path=path).taken == ["0"]
+    try:
+        assert other.read_bytes() == before
+        assert "\tlease=" not in path.read_text()
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert f"{other} as the lease file of the coordination file {path}" in warning, warning
+        assert "not a lease file" in warning, warning
+    finally:
+        coordination.release(path=path)
+
+
+def test_a_lease_file_of_the_version_before_the_header_keeps_its_token_and_gets_the_header(tmp_path):
+    """Its holders' lines record its token: upgraded in place, their leases still prove what they did."""
+    path = tmp_path / "X"
+    lease = Path(f"{path}.lease")
+    lease.touch()
+    token = "0123456789abcdef"
+    lease.write_text(f"{token} {lease.stat().st_ino}\n")
+    coordination.claim(1, gpus(1), path=path)
+    try:
+        assert lease.read_text() == f"{token} {lease.stat().st_ino}\nflink-gpu lease file\n"
+        assert path.read_text().endswith(f"\tlease=0\tlf={token}\n")
+    finally:
+        coordination.release(path=path)
 
 
 # ---- with Flink's stock script, real processes -------------------------------------------------------

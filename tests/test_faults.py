@@ -34,7 +34,7 @@ from flink_gpu import (
     simulator,
 )
 from flink_gpu.framework import load_external_resources
-from support.files import make_odd_path
+from support.files import fill, make_odd_path, small_tmpfs
 from support.interop import fake_nvidia_smi, stock_env
 from support.leases import our_lease
 
@@ -439,44 +439,19 @@ def test_a_file_over_16_mib_is_refused_untouched(tmp_path, owners):
 
 
 @pytest.fixture
-def small_tmpfs(tmp_path):
+def tmpfs_64k(tmp_path):
     """A 64 KiB tmpfs (root only; the RLIMIT_FSIZE test below covers hosts where mounting is refused)."""
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root")
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(mount_point)], capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "small", "64k") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=True)
 
 
-def fill(directory):
-    """Fills the filesystem of ``directory`` with one file; returns it."""
-    filler = directory / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        while True:
-            os.write(fd, b"\0" * 1024)
-    except OSError as error:
-        assert error.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
-    return filler
-
-
-def test_full_filesystem_write_fails_cleanly_and_recovers(small_tmpfs, owners):
-    path = small_tmpfs / "coordination"
+def test_full_filesystem_write_fails_cleanly_and_recovers(tmpfs_64k, owners):
+    path = tmpfs_64k / "coordination"
     live = owners()
     first = line_of("0", live.pid)
     content = first + "\n" * (4096 - len(first))  # exactly one page: a new line needs another
     path.write_text(content)
-    filler = fill(small_tmpfs)
+    filler = fill(tmpfs_64k)
     with pytest.raises(OSError) as info:
         coordination.claim(1, ["0", "1"], path=path)
     assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)

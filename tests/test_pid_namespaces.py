@@ -6,6 +6,7 @@ Each test skips with the reason where the kernel or the sandbox refuses a new pi
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,9 @@ import pytest
 from conftest import child_env
 from flink_gpu import GPUInfo, binding, coordination
 from flink_gpu.errors import FlinkException
+from support.files import small_tmpfs
 from support.interop import fake_nvidia_smi, stock_env
+from support.leases import tokenless_lease_file
 
 # A worker that obeys one JSON command per stdin line and answers one JSON line.
 WORKER = r"""
@@ -905,3 +908,69 @@ def test_deleting_the_lease_file_while_holding_leaks_no_descriptor(path):
 
     leases = [t for t in map(target, os.listdir("/proc/self/fd")) if t.startswith(f"{path}.lease")]
     assert len(leases) <= 1, leases  # the one idle lease, of the file the path names now
+
+
+# ---- a lease that cannot be proven (docs/design.md §5.2, §9.4) ----------------------------------------
+
+
+@pytest.mark.parametrize("cause", ["full", "flock held"])
+def test_a_lease_whose_token_could_not_be_written_never_frees_a_gpu_in_another_namespace(tmp_path, workers, cause):
+    """Holder A (pid 1 of its namespace) claims GPU 0 while its lease file cannot get a token; the lease file is
+    deleted and created again by a later claim: B (pid 1 of another namespace) must not take A's GPU, whose
+    lease proves nothing on the new file. A's line says so (`lf=none`), and it stays visible and cleanable."""
+    with small_tmpfs(tmp_path / "small") as small:
+        path = small / "c"
+        path.write_text("\n")  # the coordination file has its page: a line fits on the full filesystem
+        a = workers(path)
+        with tokenless_lease_file(path, cause):
+            assert a.claim(1, gpus(1)) == {"taken": ["0"]}
+        assert "\tlease=0\tlf=none" in path.read_text()
+        os.unlink(f"{path}.lease")
+        assert coordination.claim(1, gpus(2), path=path).taken == ["1"]  # creates a lease file, with a token
+        b = workers(path)
+        assert a.pid == b.pid == 1 and a.ns != b.ns
+        answer = b.claim(1, gpus(1))
+        assert answer.get("error", "").startswith("NotEnoughGpusError: Could not get enough GPU resources"), answer
+        (held,) = [e for e in coordination.snapshot(path).entries if e.index == "0"]
+        assert (held.namespace, held.alive, held.liveness, held.lease_file) == (a.ns, True, "unknown", None)
+        assert [e.index for e in coordination.clean_stale(path, other_namespaces=True).removed] == ["0"]
+        assert b.claim(1, gpus(1)) == {"taken": ["0"]}
+        coordination.release(path=path)
+
+
+def test_an_older_versions_line_without_a_token_never_frees_a_gpu_in_another_namespace(path, workers):
+    """A line of a version before the lease file's token (`lease=N`, no `lf`) whose byte reads free on the
+    lease file the path names now: that lease file may have been created after it, so B (pid 1 of another
+    namespace) takes nothing of A's (pid 1 too), whose lease is on a deleted lease file."""
+    a = workers(path)
+    assert a.claim(1, gpus(1)) == {"taken": ["0"]}
+    text = path.read_text()
+    path.write_text(re.sub(r"\tlf=[0-9a-f]{16}", "", text))  # as the older version wrote it
+    os.unlink(f"{path}.lease")
+    assert coordination.claim(1, gpus(2), path=path).taken == ["1"]
+    b = workers(path)
+    assert a.pid == b.pid == 1 and a.ns != b.ns
+    answer = b.claim(1, gpus(1))
+    assert answer.get("error", "").startswith("NotEnoughGpusError: Could not get enough GPU resources"), answer
+    coordination.release(path=path)
+
+
+# ---- a coordination file named like another's lease file --------------------------------------------
+
+
+def test_a_coordination_file_named_like_anothers_lease_file_keeps_its_owners(tmp_path, workers):
+    """`X.lease` is the lease file of `X` and a valid coordination file name: a claim on `X` must never write
+    its token over the owner record of `X.lease`, and a claim on `X.lease` never takes that GPU again."""
+    x = tmp_path / "X"
+    x_lease = tmp_path / "X.lease"
+    a = workers(x_lease)
+    assert a.claim(1, gpus(1)) == {"taken": ["0"]}
+    before = x_lease.read_bytes()
+    b = workers(x)
+    assert a.pid == b.pid == 1 and a.ns != b.ns
+    assert b.claim(1, gpus(1)) == {"taken": ["0"]}  # X's GPU 0, without a lease (X.lease is no lease file)
+    assert x_lease.read_bytes() == before
+    assert "\tlease=" not in x.read_text()
+    c = workers(x_lease)
+    answer = c.claim(1, gpus(1))
+    assert answer.get("error", "").startswith("NotEnoughGpusError: Could not get enough GPU resources"), answer

@@ -171,9 +171,19 @@ TEST_CASE(the_lease_files_token_follows_the_lease_and_must_be_16_lowercase_hex_d
     leased.has_lease = false;  // no lease, no token
     CHECK_EQ(co::new_line("5", leased).raw, std::string("5 1234\t987\tns=4026531836"));
     for (const char* bad : {"0 1\tlease=0\tlf=0123", "0 1\tlease=0\tlf=0123456789ABCDEF",
-                            "0 1\tlease=0\tlf=0123456789abcdef\tlf=0123456789abcdef"}) {
+                            "0 1\tlease=0\tlf=0123456789abcdef\tlf=0123456789abcdef", "0 1\tlease=0\tlf=None",
+                            "0 1\tlease=0\tlf=none\tlf=none"}) {
         CHECK(co::parse_file(bad)[0].kind == co::LineKind::kBad);
     }
+    // A lease file without a token: the line says so (`lf=none`), and it proves no lease file.
+    leased.has_lease = true;
+    leased.lease_file = co::kNoLeaseFileToken;
+    const co::Line without_token = co::new_line("5", leased);
+    CHECK_EQ(without_token.raw, std::string("5 1234\t987\tns=4026531836\tlease=7\tlf=none"));
+    const co::Entry parsed = co::parse_file(without_token.raw)[0].entry;
+    CHECK_EQ(parsed.lease_file, std::string("none"));
+    CHECK(!parsed.lease_file_known() && !co::parse_file("0 1\tlease=0")[0].entry.lease_file_known());
+    CHECK(co::parse_file("0 1\tlease=0\tlf=0123456789abcdef")[0].entry.lease_file_known());
 }
 
 TEST_CASE(an_index_has_one_spelling_per_gpu_and_unit_on_every_line) {

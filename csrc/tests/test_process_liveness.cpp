@@ -24,7 +24,8 @@ public:
 
     co::LeaseState lease(std::uint32_t slot, const std::string& token) override {
         ++lease_asks;
-        if (!token.empty() && token != lease_file) return co::LeaseState::kUnknown;  // another lease file's
+        // another lease file's; without a token (none recorded, or `none`) the byte on the named one
+        if (co::valid_lease_file_token(token) && token != lease_file) return co::LeaseState::kUnknown;
         auto it = leases.find(slot);
         return it == leases.end() ? co::LeaseState::kUnknown : it->second;
     }
@@ -92,16 +93,28 @@ TEST_CASE(a_lease_on_the_named_lease_file_decides_in_every_namespace) {
     CHECK(judged("0 2\t50\tns=200\tlease=0", g) == co::Verdict::kLeaseHeld);
     CHECK(judged("0 2\t50\tns=100\tlease=0", g) == co::Verdict::kLeaseHeld);
     CHECK(judged("0 1\t51\tns=100\tlease=0", g) == co::Verdict::kLeaseHeld);
-    CHECK(judged("0 1\t50\tns=200\tlease=1", g) == co::Verdict::kLeaseReleased);
+    CHECK(judged("0 2\t50\tns=200\tlease=0\tlf=none", g) == co::Verdict::kLeaseHeld);
     CHECK(judged("0 1\t50\tns=100\tlease=1\tlf=00000000000000aa", g) == co::Verdict::kLeaseReleased);
     CHECK(judged("0 1\t50\tlease=1\tlf=00000000000000aa", g) == co::Verdict::kLeaseReleased);
+    CHECK(judged("0 1\t50\tns=200\tlease=1\tlf=00000000000000aa", g) == co::Verdict::kLeaseReleased);
     CHECK_EQ(g.process_asks, 0);
-    CHECK(judged("0 2\t50\tns=100\tlease=1", g) == co::Verdict::kLeaseReleased);
-    // A line without the lease file's token (an older version's) whose lease reads free while its pid lives
-    // in our namespace with its start time: the lease file may have been recreated under it, so the pid wins.
-    CHECK(judged("0 1\t50\tns=100\tlease=1", g) == co::Verdict::kAlive);
-    CHECK(judged("0 1\t50\tlease=1", g) == co::Verdict::kAlive);
-    CHECK(judged("0 1\t51\tns=100\tlease=1", g) == co::Verdict::kLeaseReleased);
+}
+
+TEST_CASE(a_free_lease_without_a_token_proves_nothing) {
+    Given g = pid_1_and_two_leases();
+    // No token says which lease file the lease was taken on (an older version's line, or `lf=none`: its lease
+    // file had none): a free byte may be on a lease file created since, so the line is judged as if it had no
+    // lease. Another namespace's stays taken, of unknown liveness (never dead: another pid 1's GPU).
+    for (const char* lf : {"", "\tlf=none"}) {
+        const std::string free_lease = std::string("\tlease=1") + lf;
+        CHECK(judged("0 1\t50\tns=200" + free_lease, g) == co::Verdict::kOtherNamespace);
+        CHECK(judged("0 2\t50\tns=200" + free_lease, g) == co::Verdict::kOtherNamespace);
+        CHECK(judged("0 1\t50\tns=100" + free_lease, g) == co::Verdict::kAlive);
+        CHECK(judged("0 1\t50" + free_lease, g) == co::Verdict::kAlive);
+        CHECK(judged("0 1\t51\tns=100" + free_lease, g) == co::Verdict::kPidReused);
+        CHECK(judged("0 2\t50\tns=100" + free_lease, g) == co::Verdict::kGone);
+        CHECK(judged("0 1\t50\tns=200" + free_lease + "\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kOtherNamespace);
+    }
 }
 
 TEST_CASE(a_lease_on_another_lease_file_or_untestable_proves_nothing) {
@@ -130,7 +143,8 @@ TEST_CASE(a_slot_threads_line_is_dead_when_its_lease_is_free_and_else_judged_by_
     CHECK(judged("0 2\t50\tns=200\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kOtherNamespace);
     CHECK(judged("0 1\t50\tns=100\tlease=1\tlf=00000000000000aa\ttm=9\tshare=1\tslot=s", g) ==
           co::Verdict::kLeaseReleased);
-    CHECK(judged("0 1\t50\tns=200\tlease=1\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kLeaseReleased);
+    CHECK(judged("0 1\t50\tns=200\tlease=1\tlf=00000000000000aa\ttm=9\tshare=1\tslot=s", g) ==
+          co::Verdict::kLeaseReleased);
     CHECK(judged("0 1\t50\tns=200\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kOtherNamespace);
 }
 

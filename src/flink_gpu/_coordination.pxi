@@ -52,6 +52,7 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
         string slot
         CoordVerdict verdict
         cpp_bool alive
+        cpp_bool lease_file_known()
         cpp_bool pid_is_in(const CoordPidNamespace& ours)
         string key(const CoordPidNamespace& ours)
         string taskmanager_key(const CoordPidNamespace& ours)
@@ -185,7 +186,7 @@ cdef dict _co_entry(const CoordEntry& e, const CoordPidNamespace& ours):
         "start_time": e.start_time if e.has_start_time else None, "alive": e.alive, "state": _co_state(e.verdict),
         "liveness": _co_liveness(e.verdict), "namespace": e.ns if e.has_ns else None,
         "lease": e.lease if e.has_lease else None,
-        "lease_file": _co_text(e.lease_file) if e.has_lease and not e.lease_file.empty() else None,
+        "lease_file": _co_text(e.lease_file) if e.has_lease and e.lease_file_known() else None,  # none: lf=none
         "taskmanager": e.tm if e.tm > 0 else None, "holders_per_gpu": e.share if e.share > 0 else None,
         "slot": _co_text(e.slot) if not e.slot.empty() else None,
         "ours": e.pid_is_in(ours), "holder_key": _co_text(e.key(ours)),

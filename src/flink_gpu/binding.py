@@ -492,8 +492,9 @@ def bind(
         )
     if lease_problem is not None:
         _log.warning(
-            "Bound GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file cannot "
-            "tell when pid %d dies.",
+            "Bound GPU(s) %s in %s without a lease that other pid namespaces can rely on (%s): they cannot "
+            "tell when pid %d dies, and keep its GPUs taken until `flink-gpu coordination clean "
+            "--foreign-namespaces`.",
             ", ".join(added),
             path,
             lease_problem,

@@ -80,7 +80,7 @@ class CoordinationEntry:
     state: str = "live"  # one of STATES
     namespace: "int | None" = None  # inode of the writer's /proc/self/ns/pid; None in stock lines
     lease: "int | None" = None  # the byte of ``<file>.lease`` its owner keeps locked
-    lease_file: "str | None" = None  # the token of the lease file that lease is on
+    lease_file: "str | None" = None  # the token of the lease file that lease is on (None: not known, lf=none)
     gpu: str = ""  # the GPU: the index itself, or a MIG unit's parent
     liveness: str = "alive"  # "alive", "dead" or "unknown" (taken, but nothing proves it alive)
     ours: bool = True  # whether ``pid`` (and ``taskmanager``) are pids of this process's pid namespace
@@ -244,8 +244,9 @@ def claim(
     _bad_lines(bad, path)
     if lease_problem is not None:
         _log.warning(
-            "Claimed GPU(s) %s in %s without a lease (%s): other pid namespaces sharing the file "
-            "cannot tell when pid %d dies.",
+            "Claimed GPU(s) %s in %s without a lease that other pid namespaces can rely on (%s): they cannot "
+            "tell when pid %d dies, and keep its GPUs taken until `flink-gpu coordination clean "
+            "--foreign-namespaces`.",
             ", ".join(added),
             os.fspath(path),
             lease_problem,

@@ -1,6 +1,12 @@
 """The lease file beside a coordination or bindings file, as tests read it (docs/design.md §9.4)."""
 
+import fcntl
 import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from support.files import fill
 
 
 def lease_token(path: "str | os.PathLike[str]") -> str:
@@ -15,3 +21,22 @@ def lease_token(path: "str | os.PathLike[str]") -> str:
 def our_lease(path: "str | os.PathLike[str]", slot: int = 0) -> str:
     """The fields a line of this process records for its lease on byte ``slot`` of ``path``'s lease file."""
     return f"\tlease={slot}\tlf={lease_token(path)}"
+
+
+@contextmanager
+def tokenless_lease_file(path: Path, cause: str) -> "Iterator[None]":
+    """While the block runs, the lease file of ``path`` cannot get its token: its filesystem is full
+    (``cause="full"``: ``path`` on a small tmpfs, support.files.small_tmpfs), or another process holds its
+    flock(2) for longer than a claim waits for it (``"flock held"``: 0.2 s)."""
+    if cause == "full":
+        filler = fill(path.parent)
+        try:
+            yield
+        finally:
+            filler.unlink()
+        return
+    lease = Path(f"{path}.lease")
+    lease.touch()
+    with open(lease, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
