@@ -18,6 +18,7 @@
 #include "gpu_index.hpp"
 #include "nvml_deadline.hpp"
 #include "nvml_loader.hpp"
+#include "process_tree.hpp"
 #include "script_args.hpp"
 
 #include <unistd.h>
@@ -162,6 +163,32 @@ int parent_gone(const Parent& parent, const std::string& what) {
     return 1;
 }
 
+// Whether the parent we read is the process that ran us. A TaskManager that died before we read
+// getppid() left us to a reaper (pid 1, or a subreaper), which would own the GPUs for as long as it
+// lives: a parent that nothing shows to have started us (process_tree.hpp) is taken for one, and no
+// GPU is claimed for it.
+bool parent_ran_us(const Parent& parent) {
+    if (parent.pid <= 0) {
+        std::fprintf(stderr,
+                     "flink-gpu-discovery: the process that ran this discovery is outside its PID namespace "
+                     "(getppid() is 0), so there is no owner to record; no GPU was claimed. Run it from the "
+                     "TaskManager, in the TaskManager's PID namespace.\n");
+        return false;
+    }
+    if (flinkgpu::parent_evidence(parent.pid) != flinkgpu::ParentEvidence::kNone) return true;
+    if (!parent_unchanged(parent)) {
+        parent_gone(parent, "no GPU was claimed");
+        return false;
+    }
+    std::fprintf(stderr,
+                 "flink-gpu-discovery: pid %ld, the parent of this discovery, is in neither its process group nor "
+                 "its session and does not read its output, so it is taken for a reaper (pid 1 or a subreaper) "
+                 "that adopted it after the TaskManager that ran it exited; no GPU was claimed. A TaskManager "
+                 "runs it as its own child (a wrapper script must exec it).\n",
+                 static_cast<long>(parent.pid));
+    return false;
+}
+
 // Claims for our parent (the TaskManager, as the stock script records $PPID). Printed in the
 // stock script's order: what the owner already held, free GPUs, then those taken from dead owners.
 int claim_coordinated(const Arguments& args, const flinkgpu::Ranking& ranking, const Parent& parent) {
@@ -256,6 +283,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "flink-gpu-discovery: %s GPUs requested, more than any host has\n", argv[1]);
         return 1;
     }
+    if (args.script.coordination_mode && !parent_ran_us(parent)) return 1;
 
     // One deadline for all NVML work: nvmlInit can hang (NVIDIA/go-nvml#152), any query can.
     timespec start{};

@@ -1,6 +1,8 @@
 #include "process_tree.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,6 +31,40 @@ ssize_t read_small(const char* path, char* buf, std::size_t size) {
     close(fd);
     buf[len] = '\0';
     return static_cast<ssize_t>(len);
+}
+
+// Whether `pid` has a descriptor open for reading on the pipe whose inode is `pipe_inode`.
+bool reads_pipe(pid_t pid, ino_t pipe_inode) {
+    char dir_path[32];
+    std::snprintf(dir_path, sizeof dir_path, "/proc/%d/fd", static_cast<int>(pid));
+    DIR* dir = opendir(dir_path);
+    if (dir == nullptr) return false;
+    char wanted[48];
+    std::snprintf(wanted, sizeof wanted, "pipe:[%llu]", static_cast<unsigned long long>(pipe_inode));
+    bool found = false;
+    while (!found) {
+        const dirent* entry = readdir(dir);
+        if (entry == nullptr) break;
+        if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+        char path[64];
+        std::snprintf(path, sizeof path, "/proc/%d/fd/%s", static_cast<int>(pid), entry->d_name);
+        char target[48];
+        const ssize_t n = readlink(path, target, sizeof target - 1);
+        if (n <= 0) continue;
+        target[n] = '\0';
+        if (std::strcmp(target, wanted) != 0) continue;
+        // both ends of a pipe read alike: the flags say which one this is
+        std::snprintf(path, sizeof path, "/proc/%d/fdinfo/%s", static_cast<int>(pid), entry->d_name);
+        char info[256];
+        if (read_small(path, info, sizeof info) <= 0) continue;
+        const char* flags = std::strstr(info, "flags:");
+        unsigned long value = 0;
+        if (flags != nullptr && std::sscanf(flags + 6, "%lo", &value) == 1 &&
+            (value & O_ACCMODE) == static_cast<unsigned long>(O_RDONLY))
+            found = true;
+    }
+    closedir(dir);
+    return found;
 }
 
 }  // namespace
@@ -105,6 +141,24 @@ pid_t find_taskmanager(pid_t pid) noexcept {
     } catch (...) {
         return 0;
     }
+}
+
+ParentEvidence parent_evidence(pid_t parent) noexcept {
+    if (parent <= 0) return ParentEvidence::kNone;
+    // 0 for a group (or session) whose leader is outside our pid namespace: equal zeros are a group
+    // that came with our namespace's pid 1, which a reaper of ours shares only as pid 1's own
+    const pid_t group = getpgid(parent);
+    if (group >= 0 && group == getpgrp()) return ParentEvidence::kProcessGroup;
+    const pid_t self = getpid();
+    const pid_t session = getsid(0);
+    if (getpgrp() == self && session != self) {
+        const pid_t theirs = getsid(parent);
+        if (theirs >= 0 && theirs == session) return ParentEvidence::kSession;
+    }
+    struct stat out{};
+    if (fstat(STDOUT_FILENO, &out) == 0 && S_ISFIFO(out.st_mode) && reads_pipe(parent, out.st_ino))
+        return ParentEvidence::kReadsOutput;
+    return ParentEvidence::kNone;
 }
 
 }  // namespace flinkgpu

@@ -1,7 +1,8 @@
 // Whose is a process that NVML lists on a GPU (docs/design.md §4): the claiming worker's own (the
 // owner, its TaskManager, or a descendant of either, by the parent chain in /proc) or foreign.
 // NVML reports pids of the host's pid namespace; a pid without a /proc entry in ours is "not
-// visible" (typically: we run in a container) and counts as foreign, the safe side.
+// visible" (typically: we run in a container) and counts as foreign, the safe side. And whether
+// our parent is the process that started us or a reaper that adopted us (docs/design.md §6.1).
 #pragma once
 
 #include <sys/types.h>
@@ -37,5 +38,24 @@ pid_t parent_pid(pid_t pid) noexcept;
 // The nearest ancestor of `pid` (its parent first) whose command line holds kTaskManagerMainClass;
 // 0 when there is none. Never throws.
 pid_t find_taskmanager(pid_t pid) noexcept;
+
+// What shows that `parent`, the calling process's parent, started it rather than adopted it: a reaper
+// (pid 1 of our pid namespace, or a subreaper: nothing in /proc says which process is one) becomes the
+// parent of a process whose parent died. A launcher shares its process group with the child (Java's
+// ProcessBuilder, Python's subprocess, a shell without job control, a wrapper that execs); a shell
+// with job control makes the child lead a group of its own, in the shell's session; a launcher that
+// gives the child a session of its own (setsid, start_new_session) still reads its output. A reaper
+// does none of these, unless the dead launcher was in its process group (a shell that is pid 1 of a
+// container and ran the launcher without job control).
+enum class ParentEvidence {
+    kNone,          // none of these: taken for a reaper
+    kProcessGroup,  // `parent` is in our process group
+    kSession,       // we lead our own process group, and `parent` is in our session
+    kReadsOutput,   // `parent` holds the read end of the pipe that is our stdout
+};
+
+// The first evidence that holds, in the order above; kNone for `parent` <= 0 (outside our pid
+// namespace). `parent` may have died meanwhile: the caller checks getppid() afterwards.
+ParentEvidence parent_evidence(pid_t parent) noexcept;
 
 }  // namespace flinkgpu

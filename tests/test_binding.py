@@ -934,6 +934,64 @@ def test_a_forked_child_of_a_holder_binds_in_another_file_as_a_holder_of_its_own
     assert report == f"0 pid {child.pid}"
 
 
+def test_a_forked_child_binds_as_a_holder_of_its_own_once_its_parent_released(path):
+    """The inheritance lasts as long as the parent's binding in the file: after its release() the child
+    binds like any holder (topped up when it asks for more), instead of being told that it binds nothing."""
+    parent = bind(infos(2), path=path)
+    released, released_w = os.pipe()
+
+    def dataloader_worker():
+        os.close(released_w)
+        os.read(released, 1)
+        first = bind(infos(2), path=path)
+        more = bind(infos(2), 2, path=path)
+        got = f"{','.join(first.indices)} {','.join(more.indices)} {more.holder}"
+        first.release()
+        more.release()
+        return got
+
+    child = ForkedChild(dataloader_worker)
+    os.close(released)
+    parent.release()
+    os.close(released_w)
+    assert child.report() == f"0 0,1 pid {child.pid}"
+    assert binding.snapshot(path).entries == ()
+
+
+# A holder forks a child and is SIGKILLed; the child, handed to a reaper, binds once its parent is gone.
+ORPHANED_CHILD = r"""
+import json, os, signal, sys, time
+from flink_gpu import GPUInfo
+from flink_gpu.binding import bind
+path = sys.argv[1]
+gpus = [GPUInfo("0"), GPUInfo("1")]
+parent = bind(gpus, path=path)
+me = os.getpid()
+if os.fork() == 0:
+    deadline = time.monotonic() + 30
+    while os.getppid() == me:
+        assert time.monotonic() < deadline, "the parent was not killed"
+        time.sleep(0.01)
+    try:
+        own = bind(gpus, path=path)
+        print(json.dumps({"pid": os.getpid(), "parent": me, "bound": list(own.indices), "holder": own.holder}))
+    except Exception as error:
+        print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
+    os._exit(0)
+os.kill(me, signal.SIGKILL)
+"""
+
+
+def test_a_forked_child_whose_parent_died_binds_as_a_holder_of_its_own(path):
+    # the child holds the parent's stdout: reading to its end waits for the child
+    done = subprocess.run(
+        [sys.executable, "-c", ORPHANED_CHILD, path], env=child_env(), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    got = json.loads(done.stdout)
+    assert (got.get("bound"), got.get("holder")) == (["0"], f"pid {got.get('pid')}"), got
+
+
 @pytest.mark.parametrize("spelling", ["00:01", "0:", ":1", "0:1:2"])
 def test_another_spelling_of_a_gpu_or_unit_is_refused_naming_it(path, spelling):
     """'00:01' would be bound alone beside a holder of GPU 0."""

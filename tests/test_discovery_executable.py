@@ -5,6 +5,7 @@ host through a fake nvidia-smi, ours through the NVML simulator; both report the
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -622,6 +623,135 @@ def test_a_discovery_whose_taskmanager_died_leaves_nothing_claimed_for_the_reape
     assert (
         f"the TaskManager that ran this discovery (pid {result['taskmanager']}) has exited; {what}" in result["stderr"]
     )
+
+
+# The TaskManager dies before the executable has even started, so getppid() names the reaper from the
+# first: the launcher here, a child subreaper (as pid 1 or systemd on a host). The TaskManager's child
+# waits on a pipe that the launcher closes only once the child is its own, then execs the executable.
+# How the TaskManager starts it (`how`): in its own process group, which the child shares (Java's
+# ProcessBuilder in a JVM that leads its group); as a shell with job control does, the child leading a
+# group of its own in the TaskManager's session; or in a session of its own (setsid). The executable's
+# stdout is a pipe that another process (cat) reads, as the dead TaskManager did.
+ADOPTED_DISCOVERY = r"""
+import ctypes, json, os, subprocess, sys, time
+PR_SET_CHILD_SUBREAPER = 36
+assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+exe, path, how, out_path, err_path = sys.argv[1:6]
+out_r, out_w = os.pipe()
+with open(out_path, "wb") as out_file:
+    reader = subprocess.Popen(["cat"], stdin=out_r, stdout=out_file)
+os.close(out_r)
+gate_r, gate_w = os.pipe()
+pid_r, pid_w = os.pipe()
+taskmanager = os.fork()
+if taskmanager == 0:
+    if how == "process group":
+        os.setpgid(0, 0)
+    else:
+        os.setsid()
+    child = os.fork()
+    if child == 0:
+        os.close(gate_w)
+        if how == "own group":
+            os.setpgid(0, 0)
+        elif how == "own session":
+            os.setsid()
+        assert os.read(gate_r, 1) == b""  # until the launcher lets it go, with the TaskManager dead
+        os.dup2(out_w, 1)
+        os.dup2(os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+        os.execv(exe, [exe, "1", "--enable-coordination-mode", "--coordination-file", path])
+    os.write(pid_w, str(child).encode())
+    os._exit(0)
+for fd in (out_w, gate_r, pid_w):
+    os.close(fd)
+discovery = int(os.read(pid_r, 64))
+os.waitpid(taskmanager, 0)
+deadline = time.monotonic() + 30
+while int(open(f"/proc/{discovery}/stat").read().rsplit(")", 1)[1].split()[1]) != os.getpid():
+    assert time.monotonic() < deadline, "the TaskManager's child was never handed to the launcher"
+    time.sleep(0.01)
+os.close(gate_w)
+_, status = os.waitpid(discovery, 0)
+reader.wait(30)
+print(json.dumps({"rc": os.waitstatus_to_exitcode(status), "launcher": os.getpid(),
+                  "file": open(path).read() if os.path.exists(path) else ""}))
+"""
+
+
+@pytest.mark.parametrize("how", ["process group", "own group", "own session"])
+def test_a_discovery_started_after_its_taskmanager_died_claims_nothing_for_the_reaper(discovery_exe, tmp_path, how):
+    """Its parent is the reaper from the start; recorded as the owner, it would keep the GPU taken for as
+    long as it lives (for ever, for pid 1)."""
+    path, out, err = tmp_path / "coordination", tmp_path / "stdout", tmp_path / "stderr"
+    proc = simulator.run(
+        [sys.executable, "-c", ADOPTED_DISCOVERY, discovery_exe, str(path), how, str(out), str(err)],
+        devices=2,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (out.read_text(), result["rc"], result["file"]) == ("", 1, ""), (result, err.read_text())
+    assert (
+        f"pid {result['launcher']}, the parent of this discovery, is in neither its process group nor its "
+        "session and does not read its output, so it is taken for a reaper" in err.read_text()
+    )
+
+
+def claimed_owners(path):
+    return [line.split()[1] for line in path.read_text().splitlines()]
+
+
+# A parent alive, however it started the executable, is its TaskManager: sharing its process group (the
+# other tests), as a shell with job control does (the executable leads a group of its own in the
+# parent's session; run by hand), or in a session of its own reading its output (flink-gpu's script mode).
+@pytest.mark.parametrize("how", ["own group", "own session"])
+def test_a_live_parent_that_started_the_discovery_in_a_group_or_session_of_its_own_owns_the_claim(
+    discovery_exe, tmp_path, how
+):
+    path = tmp_path / "coordination"
+    argv = [discovery_exe, "1", "--enable-coordination-mode", "--coordination-file", str(path)]
+    if how == "own group":
+        with open(tmp_path / "stdout", "w+") as out:
+            proc = simulator.run(argv, devices=2, stdout=out, stderr=subprocess.PIPE, text=True, process_group=0)
+            out.seek(0)
+            stdout = out.read()
+    else:
+        proc = simulator.run(argv, devices=2, capture_output=True, text=True, start_new_session=True)
+        stdout = proc.stdout
+    assert (stdout, proc.returncode) == ("0\n", 0), proc.stderr
+    assert claimed_owners(path) == [str(os.getpid())]
+
+
+# A TaskManager that is pid 1 of its container runs the executable as its child: it is the reaper of
+# its namespace and the owner. Started by `unshare --fork` it is in a process group from outside the
+# namespace (its number there is 0), as its child is; started through setsid, as a container runtime
+# starts pid 1, it leads its own.
+PID_1_TASKMANAGER = r"""
+import json, os, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=60)
+print(json.dumps({"pid": os.getpid(), "rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}))
+"""
+
+
+@pytest.mark.parametrize("setsid", [False, True])
+def test_a_taskmanager_that_is_pid_1_of_its_namespace_owns_what_its_discovery_claims(discovery_exe, tmp_path, setsid):
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+    path = tmp_path / "coordination"
+    argv = [
+        "unshare", "--pid", "--fork", "--mount-proc", *(["setsid"] if setsid else []),
+        sys.executable, "-c", PID_1_TASKMANAGER,
+        discovery_exe, "1", "--enable-coordination-mode", "--coordination-file", str(path),
+    ]  # fmt: skip
+    proc = simulator.run(argv, devices=2, capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0 and not proc.stdout:
+        pytest.skip(f"cannot create a pid namespace here: {proc.stderr.strip()}")
+    result = json.loads(proc.stdout)
+    assert result["pid"] == 1
+    assert (result["stdout"], result["rc"]) == ("0\n", 0), result["stderr"]
+    assert claimed_owners(path) == ["1"]
 
 
 # --- NVML with a deadline (docs/design.md §9.5) --------------------------------------------------

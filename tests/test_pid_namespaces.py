@@ -53,6 +53,7 @@ def bind_slot(gpus, slot, bindings, ends=False, share=1):
 
 
 path = sys.argv[1]
+handles = []  # the "bind" op's bindings, which "fork_bind_after" releases
 for line in sys.stdin:
     cmd = json.loads(line)
     op = cmd["op"]
@@ -72,7 +73,34 @@ for line in sys.stdin:
         elif op == "bind_slot":
             out = bind_slot(cmd["gpus"], cmd["slot"], cmd["bindings"], cmd.get("ends", False), cmd.get("share", 1))
         elif op == "bind":  # a process holder: this process
-            out = {"bound": list(bind([GPUInfo(i) for i in cmd["gpus"]], cmd["count"], path=cmd["bindings"]).indices)}
+            handles.append(bind([GPUInfo(i) for i in cmd["gpus"]], cmd["count"], path=cmd["bindings"]))
+            out = {"bound": list(handles[-1].indices)}
+        elif op == "fork_bind_after":  # a forked child binds once this process released its bindings or died
+            parent, (gate_r, gate_w) = os.getpid(), os.pipe()
+            child = os.fork()
+            if child == 0:
+                os.close(gate_w)
+                os.read(gate_r, 1)
+                deadline = time.monotonic() + 30
+                while os.getppid() == parent and cmd["after"] == "die" and time.monotonic() < deadline:
+                    time.sleep(0.01)  # until the parent has died, not merely started to
+                try:
+                    got = bind([GPUInfo(i) for i in cmd["gpus"]], cmd["count"], path=cmd["bindings"])
+                    got = {"bound": list(got.indices), "holder": got.holder, "pid": os.getpid()}
+                except Exception as error:
+                    got = {"error": f"{type(error).__name__}: {error}"}
+                print(json.dumps(got), flush=True)  # the child's line, then the parent's
+                os._exit(0)
+            os.close(gate_r)
+            if cmd["after"] == "die":
+                print(json.dumps({"dying": parent}), flush=True)
+                os.kill(parent, signal.SIGKILL)
+            for handle in handles:
+                handle.release()
+            handles.clear()
+            os.close(gate_w)
+            os.waitpid(child, 0)
+            out = {"released": True}
         elif op == "fork_bind":  # a forked child binds (it shares its parent's binding) and reports
             r, w = os.pipe()
             child = os.fork()
@@ -706,6 +734,87 @@ def test_a_forked_child_inherits_its_parents_binding_not_that_of_pid_1_of_anothe
     assert b.ask(op="bind", gpus=["0", "1"], count=1, bindings=bindings) == {"bound": ["1"]}
     assert b.ask(op="fork_bind", gpus=["0", "1"], count=1, bindings=bindings) == {"bound": ["1"]}
     assert a.ask(op="fork_bind", gpus=["0", "1"], count=1, bindings=bindings) == {"bound": ["0"]}
+
+
+@pytest.mark.parametrize("after", ["release", "die"])
+def test_a_forked_child_whose_parent_ended_binds_as_its_own_holder_never_as_an_equal_pid_of_another_namespace(
+    path, workers, after
+):
+    """The parent is pid 2 in its namespace, as an unrelated holder is in another; once the parent released
+    or died, its child binds as a holder of its own: a free GPU, never the other holder's GPU 0 as if it
+    were its parent's."""
+    bindings = binding.bindings_path(path)
+    other, parent = workers(path, init=False), workers(path, init=False)
+    assert other.pid == parent.pid == 2
+    assert other.ask(op="bind", gpus=["0", "1"], count=1, bindings=bindings) == {"bound": ["0"]}
+    assert parent.ask(op="bind", gpus=["0", "1"], count=1, bindings=bindings) == {"bound": ["1"]}
+    first = parent.ask(op="fork_bind_after", after=after, gpus=["0", "1"], count=1, bindings=bindings)
+    child = json.loads(parent.proc.stdout.readline()) if after == "die" else first
+    if after == "release":
+        assert json.loads(parent.proc.stdout.readline()) == {"released": True}
+    else:
+        assert first == {"dying": 2}
+    assert child.get("bound") == ["1"] and child["holder"] == f"pid {child['pid']}", child
+    assert [(e.index, e.holder, e.namespace) for e in binding.snapshot(bindings).entries if e.index == "0"] == [
+        ("0", "pid 2", other.ns)
+    ], "the other holder's binding changed"
+
+
+# A holder forks a child into a new pid namespace (unshare(CLONE_NEWPID), then fork: the child is pid 1
+# there): the parent's lines are of the parent's namespace, not the child's, and still its parent's.
+FORK_INTO_A_NEW_NAMESPACE = r"""
+import ctypes, json, os, sys
+from flink_gpu import GPUInfo
+from flink_gpu.binding import bind
+path = sys.argv[1]
+gpus = [GPUInfo("0"), GPUInfo("1")]
+parent, me = bind(gpus, path=path), os.getpid()
+CLONE_NEWPID = 0x20000000
+if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWPID) != 0:
+    print(json.dumps({"skip": os.strerror(ctypes.get_errno())}))
+    sys.exit(0)
+(gate_r, gate_w), (shared_r, shared_w) = os.pipe(), os.pipe()
+child = os.fork()
+if child == 0:
+    got = {"pid": os.getpid(), "parent": me}
+    try:
+        os.close(gate_w)
+        shared = bind(gpus, path=path)
+        got["shared"] = [list(shared.indices), shared.holder]
+        os.close(shared_w)
+        os.read(gate_r, 1)  # the parent released
+        own = bind(gpus, path=path)
+        got["own"] = [list(own.indices), own.holder]
+    except Exception as error:
+        got["error"] = f"{type(error).__name__}: {error}"
+    finally:
+        print(json.dumps(got), flush=True)
+        os._exit(0)
+for fd in (gate_r, shared_w):
+    os.close(fd)
+os.read(shared_r, 1)  # the child has bound (or failed)
+parent.release()
+os.close(gate_w)
+os.waitpid(child, 0)
+"""
+
+
+def test_a_child_forked_into_a_new_pid_namespace_shares_its_parents_binding_while_the_parent_binds(path):
+    bindings = binding.bindings_path(path)
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_INTO_A_NEW_NAMESPACE, bindings],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    if "skip" in got:
+        pytest.skip(f"cannot create a pid namespace here: {got['skip']}")
+    assert got["pid"] == 1 and "error" not in got, got
+    assert got["shared"] == [["0"], f"pid {got['parent']} (inherited)"]
+    assert got["own"] == [["0"], "pid 1"]
 
 
 # ---- the lease file deleted while its holders live (an age-based cleaner, docs/SECURITY.md) -----------

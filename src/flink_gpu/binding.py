@@ -28,8 +28,9 @@ lock. Holders:
 In one process, binding again for the same holder returns the same binding (topped up when more are
 asked); each :class:`GPUBinding` handle is released once, and the holder's lines go with its last handle.
 A child forked from a process holder (a DataLoader worker) shares its parent's binding in the files the
-parent bound in and binds nothing new there; releasing in the child does nothing. In another file it is a
-holder of its own.
+parent bound in and binds nothing new there while the parent binds there; releasing in the child does
+nothing. Once the parent's binding in a file has ended (released, or the parent died), and in any other file,
+the child is a holder of its own.
 """
 
 from __future__ import annotations
@@ -126,24 +127,35 @@ _lock = threading.Lock()
 # id inherits nothing from it.
 _held: "dict[_HolderKey, _Held]" = {}
 _thread_held = threading.local()
-_forked_from: "int | None" = None  # the process holder this process was forked from
-_forked_files: "frozenset[str]" = frozenset()  # the identities of the files it bound in at the fork
+# The process holder this process was forked from: its pid and pid namespace (the inode of its
+# /proc/self/ns/pid; None when unknown), the identities of the files it bound in at the fork
+_forked_from: "tuple[int, int | None] | None" = None
+_forked_files: "frozenset[str]" = frozenset()
 
 
-_forking_pid = [0]  # the pid of the process that forks, read before the fork: in the child getppid() may
-# already name a reaper (the parent died) or be 0 (a child that is pid 1 of a new pid namespace)
+# the pid and pid namespace of the process that forks, read before the fork: in the child getppid() may
+# already name a reaper (the parent died) or be 0, and its namespace differ (a child that is pid 1 of a
+# new pid namespace)
+_forking: "list[tuple[int, int | None]]" = [(0, None)]
+
+
+def _pid_namespace() -> "int | None":
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
 
 
 def _before_fork() -> None:
-    _forking_pid[0] = os.getpid()
+    _forking[0] = (os.getpid(), _pid_namespace() if _held else None)  # a stat only for a holder
 
 
 def _after_fork_in_child() -> None:
     global _lock, _forked_from, _forked_files
     _lock = threading.Lock()  # another thread may have held it at the fork
-    parent = _forking_pid[0]
+    parent = _forking[0]
     # _held's keys are process holders': (file, pid)
-    files = frozenset(key[0] for key, held in _held.items() if key[1] == parent and held.refs > 0)
+    files = frozenset(key[0] for key, held in _held.items() if key[1] == parent[0] and held.refs > 0)
     if files:
         _forked_from, _forked_files = parent, files
     _held.clear()
@@ -465,8 +477,9 @@ def bind(
     path = bindings_path() if path is None else os.fspath(path)
     me = os.getpid()
     if slot is None:
-        if _forked_from is not None and _file_identity(path) in _forked_files:
-            return _inherited_binding(_forked_from, by_index, count, path, library_path, timeout, metrics_interval)
+        inherited = _inherited_binding(by_index, count, path, library_path, timeout, metrics_interval)
+        if inherited is not None:
+            return inherited
         pid, holder, registry = me, f"pid {me}", _held
     else:
         pid = threading.get_native_id()
@@ -568,33 +581,51 @@ def _file_identity(path: str) -> "str | None":
 
 
 def _inherited_binding(
-    parent: int,
     by_index: "dict[str, ExternalResourceInfo]",
     count: int,
     path: str,
     library_path: "str | None",
     timeout: float,
     metrics_interval: float,
-) -> GPUBinding:
-    """The binding the process holder this process was forked from, ``parent``, has in ``path`` now (read
-    from the file: it may have released it or ended since the fork); nothing new is bound."""
-    live = {
+) -> "GPUBinding | None":
+    """The binding that the process holder this process was forked from has in ``path`` now (read from the
+    file), nothing new bound; None when this process is a holder of its own there: the parent bound
+    nothing there at the fork, or its binding there has ended since (it released it, or it died), which
+    ends the inheritance in that file for good."""
+    global _forked_files
+    if _forked_from is None:
+        return None
+    file = _file_identity(path)
+    if file not in _forked_files:
+        return None
+    parent, namespace = _forked_from
+    # the parent's lines: its pid in its namespace (a child forked into a new pid namespace is not of it,
+    # and an equal pid of another namespace is another process)
+    parents = {
         entry.index
         for entry in snapshot(path, timeout=timeout).entries
-        if entry.alive and entry.slot is None and entry.ours and entry.pid == parent and entry.index in by_index
+        if entry.alive
+        and entry.slot is None
+        and entry.pid == parent
+        and (entry.ours if namespace is None or entry.namespace is None else entry.namespace == namespace)
     }
+    if not parents:
+        with _lock:
+            _forked_files = _forked_files - {file}
+        return None
     from flink_gpu.gpu_index import sort_indices
 
-    indices = sort_indices(live)
+    indices = sort_indices(parents & by_index.keys())
     if count > len(indices):
         now = (
             f"binds GPU(s) {', '.join(indices)} of these in {path}"
             if indices
-            else f"binds none of these in {path} now (it released them, or it ended)"
+            else f"binds none of these in {path} (it binds GPU(s) {', '.join(sort_indices(parents))})"
         )
         raise NotEnoughGpusError(
             f"This process (pid {os.getpid()}) was forked from pid {parent}, which {now}; a forked child shares "
-            f"its parent's binding and binds nothing new, so it cannot have {count}. Bind them in the parent."
+            f"its parent's binding and binds nothing new while its parent binds there, so it cannot have {count}. "
+            "Bind them in the parent."
         )
     chosen = indices[:count]
     return GPUBinding(
