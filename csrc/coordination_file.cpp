@@ -552,19 +552,63 @@ private:
     bool blocked_ = false;
 };
 
-Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset, FileSizeSignalGuard* guard) {
+// What a rewrite changed, so that only that is put back and what the file holds is known: old bytes
+// [0, overwritten) may differ from the old text, and `grew` says bytes were written past its end.
+struct Changed {
+    std::size_t overwritten = 0;
+    bool grew = false;
+};
+
+// Writes [offset, offset + size) whole, noting in *changed what each write changed. Under RLIMIT_FSIZE
+// a write is cut at the limit, and one that starts there writes nothing (EFBIG).
+Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset, std::size_t old_size,
+                  FileSizeSignalGuard* guard, Changed* changed) {
     while (size > 0) {
         ssize_t n = pwrite(fd, data, size, offset);
         if (n < 0) {
             if (errno == EINTR) continue;
             return failure(StatusCode::kOsError, "", errno);
         }
+        const std::size_t end = static_cast<std::size_t>(offset) + static_cast<std::size_t>(n);
+        if (n > 0 && static_cast<std::size_t>(offset) < old_size)
+            changed->overwritten = std::max(changed->overwritten, std::min(end, old_size));
+        if (end > old_size) changed->grew = true;
         if (static_cast<std::size_t>(n) < size) guard->arm();  // the next write may cross RLIMIT_FSIZE
         data += n;
         size -= static_cast<std::size_t>(n);
         offset += n;
     }
     return {};
+}
+
+// The lines of `text`, each with its newline (a last one without is kept as it is).
+std::set<std::string> lines_of(const std::string& text) {
+    std::set<std::string> lines;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        const std::size_t end = text.find('\n', pos);
+        const std::size_t next = end == std::string::npos ? text.size() : end + 1;
+        lines.insert(text.substr(pos, next - pos));
+        pos = next;
+    }
+    return lines;
+}
+
+// What a file that could not be restored holds, for the message: the number (from 1) of its first line
+// that is neither one of the old text nor one of the new (a fragment, or a line without its newline), 0
+// when every line is whole.
+std::size_t first_torn_line(const std::string& now, const std::string& old_text, const std::string& new_text) {
+    const std::set<std::string> old_lines = lines_of(old_text), new_lines = lines_of(new_text);
+    std::size_t pos = 0, number = 1;
+    while (pos < now.size()) {
+        const std::size_t end = now.find('\n', pos);
+        if (end == std::string::npos) return number;
+        const std::string line = now.substr(pos, end + 1 - pos);
+        if (line != "\n" && old_lines.count(line) == 0 && new_lines.count(line) == 0) return number;
+        pos = end + 1;
+        ++number;
+    }
+    return 0;
 }
 
 // Rewrites the locked file in place (same inode). The data concerns processes of this boot only, so
@@ -574,38 +618,70 @@ Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset, File
 // line that could read as "<index> <pid>" of some live process.
 //
 // Whole lines or nothing: a write may be short (RLIMIT_FSIZE crossed, the filesystem full) and the
-// next one fail (EFBIG, ENOSPC). Then the file is cut back to its old length, and where old bytes were
-// overwritten they are written back first; an append overwrote none, so its undo is the truncation
-// alone, which needs no space.
+// next one fail (EFBIG, ENOSPC). Then what was changed is put back: the old bytes over those that were
+// overwritten (the same blocks, and below the limit that cut the write short, so neither the limit nor
+// a full filesystem refuses them), and the file cut back to its old length when it grew (a truncation
+// that shrinks needs no space and no limit allows it not). The message says what is true (docs/design.md
+// §5.2): nothing was written (the file is unchanged); or the file, read back, holds its old bytes
+// again (restored); or it does not, and then what it holds.
 Status write_in_place(int fd, const std::string& path, const std::string& old_text, const std::string& new_text) {
     const bool append = new_text.size() >= old_text.size() && new_text.compare(0, old_text.size(), old_text) == 0;
     // the removed lines were the last ones: the truncation alone, one step a crash cannot split
     const bool cut_tail = new_text.size() < old_text.size() && old_text.compare(0, new_text.size(), new_text) == 0;
+    const std::size_t old_size = old_text.size();
     FileSizeSignalGuard guard;
+    Changed changed;
     Status st;
     if (append) {
-        st = pwrite_all(fd, new_text.data() + old_text.size(), new_text.size() - old_text.size(),
-                        static_cast<off_t>(old_text.size()), &guard);
+        st = pwrite_all(fd, new_text.data() + old_size, new_text.size() - old_size, static_cast<off_t>(old_size),
+                        old_size, &guard, &changed);
     } else if (cut_tail) {
         // nothing to write: the ftruncate below removes the tail
-    } else if (new_text.size() < old_text.size()) {
+    } else if (new_text.size() < old_size) {
         std::string padded = new_text;
-        padded.resize(old_text.size(), '\n');
-        st = pwrite_all(fd, padded.data(), padded.size(), 0, &guard);
+        padded.resize(old_size, '\n');
+        st = pwrite_all(fd, padded.data(), padded.size(), 0, old_size, &guard, &changed);
     } else {
-        st = pwrite_all(fd, new_text.data(), new_text.size(), 0, &guard);
+        st = pwrite_all(fd, new_text.data(), new_text.size(), 0, old_size, &guard, &changed);
     }
-    if (st.ok() && new_text.size() < old_text.size() && ftruncate(fd, static_cast<off_t>(new_text.size())) != 0) {
+    // a failed ftruncate changed nothing
+    if (st.ok() && new_text.size() < old_size && ftruncate(fd, static_cast<off_t>(new_text.size())) != 0) {
         st = failure(StatusCode::kOsError, "", errno);
     }
     if (st.ok()) return {};
-    const int err = st.sys_errno;
-    const bool restored = (append || pwrite_all(fd, old_text.data(), old_text.size(), 0, &guard).ok()) &&
-                          ftruncate(fd, static_cast<off_t>(old_text.size())) == 0;
-    Status failed = os_error(err, "Cannot write the", path);
-    failed.message += restored ? "; its old content was restored."
-                               : "; restoring its old content failed too, so it may hold a partial line: check it "
-                                 "with `flink-gpu coordination show`.";
+    Status failed = os_error(st.sys_errno, "Cannot write the", path);
+    if (changed.overwritten == 0 && !changed.grew) {
+        failed.message += "; nothing was written, the file is unchanged.";
+        return failed;
+    }
+    Changed again;  // what putting the old bytes back changes: nothing beyond them
+    Status undo = changed.overwritten == 0
+                      ? Status{}
+                      : pwrite_all(fd, old_text.data(), changed.overwritten, 0, old_size, &guard, &again);
+    if (undo.ok() && changed.grew && ftruncate(fd, static_cast<off_t>(old_size)) != 0) {
+        undo = failure(StatusCode::kOsError, "", errno);
+    }
+    std::string now;
+    const Status read_back = read_all(fd, path, old_size, &now);
+    if (!read_back.ok()) {
+        failed.message +=
+            "; putting its old content back " +
+            std::string(undo.ok() ? "seemed to work" : "failed too (" + errno_text(undo.sys_errno) + ")") +
+            " but it cannot be read back to check (" + errno_text(read_back.sys_errno) +
+            "): check it with `flink-gpu coordination show`.";
+        return failed;
+    }
+    if (now == old_text) {
+        failed.message += "; its old content was restored.";
+        return failed;
+    }
+    const std::size_t torn = first_torn_line(now, old_text, new_text);
+    failed.message += "; putting its old content back failed" +
+                      (undo.ok() ? std::string() : " too (" + errno_text(undo.sys_errno) + ")") + ": it holds " +
+                      std::to_string(now.size()) + " bytes where it held " + std::to_string(old_size) +
+                      (torn != 0 ? ", and its line " + std::to_string(torn) + " is a partial line"
+                                 : ", in whole lines, its old ones and new ones") +
+                      ": check it with `flink-gpu coordination show`.";
     return failed;
 }
 

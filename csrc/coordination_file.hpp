@@ -48,7 +48,8 @@ public:
     Status read(std::string* text) const;
 
     // Replaces `old_text` (what read() gave) by `new_text` in the same inode. Not fsync()ed: the data
-    // concerns processes of this boot only. On failure the old bytes are restored where possible.
+    // concerns processes of this boot only. On failure what it changed is put back, and the message says
+    // which is true: nothing was written, the old content was restored, or what the file holds instead.
     Status rewrite(const std::string& old_text, const std::string& new_text) const;
 
     void unlock() noexcept;

@@ -466,6 +466,52 @@ TEST_CASE(a_short_write_under_a_file_size_limit_restores_the_old_bytes) {
     kill_and_reap(live);
 }
 
+// A file already beyond RLIMIT_FSIZE (the limit set below its size): a reclaim's rewrite from byte 0 is cut
+// at the limit, and putting back the bytes it overwrote (all below the limit) restores the file; an
+// append, which starts beyond the limit, writes nothing. Each message says what is true of the file,
+// which stays byte-identical: with SIGXFSZ at its default action (an embedding host may leave it so) and
+// ignored alike for the rewrite; an append with it at its default is killed before writing (SECURITY.md).
+TEST_CASE(a_write_refused_by_a_file_size_limit_below_the_file_says_what_the_file_holds) {
+    const pid_t live = spawn_sleeper();
+    struct Case {
+        bool reclaim;
+        bool default_action;
+        const char* says;
+    };
+    for (const Case c :
+         {Case{true, true, "; its old content was restored."}, Case{true, false, "; its old content was restored."},
+          Case{false, false, "; nothing was written, the file is unchanged."}}) {
+        const std::string path = fresh_path("beyond-limit");
+        // reclaiming: GPU 0's dead line first, so that the rewrite starts at byte 0; appending: GPU 1 free
+        std::string old_text = c.reclaim ? "0 " + std::to_string(dead_pid()) + "\n" : std::string();
+        old_text += line_for(c.reclaim ? "1" : "0", live, path) + "\n";
+        old_text.resize(2000, '\n');
+        write_text(path, old_text);
+        const pid_t child = fork();
+        if (child == 0) {
+            signal(SIGXFSZ, c.default_action ? SIG_DFL : SIG_IGN);
+            struct rlimit limit{};
+            getrlimit(RLIMIT_FSIZE, &limit);
+            limit.rlim_cur = 1024;
+            setrlimit(RLIMIT_FSIZE, &limit);
+            const co::ClaimResult r = co::claim(opts_for(path), getpid(), {"0", "1"}, 1);
+            const std::string& m = r.status.message;
+            const bool told = r.status.sys_errno == EFBIG && m.size() > std::strlen(c.says) &&
+                              m.compare(m.size() - std::strlen(c.says), std::string::npos, c.says) == 0;
+            if (!told) std::fprintf(stderr, "unexpected: %s\n", m.c_str());
+            _exit(told ? 0 : 3);
+        }
+        int status = 0;
+        CHECK(waitpid(child, &status, 0) == child);
+        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  std::string(c.reclaim ? "rewrite" : "append") + (c.default_action ? ", SIGXFSZ default: " : ": ") +
+                      (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                           : "exit " + std::to_string(WEXITSTATUS(status))));
+        CHECK(read_text(path) == old_text);
+    }
+    kill_and_reap(live);
+}
+
 TEST_CASE(release_frees_only_the_callers_indices_and_clean_the_dead) {
     const std::string path = fresh_path("release");
     const co::Options o = opts_for(path);
