@@ -585,13 +585,28 @@ def stock_reclaimer(stock_script, tmp_path, path, seconds):
     return proc, mark
 
 
-def test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced(stock_script, tmp_path, owners):
+def settle(path):
+    """Waits until ``path`` has been there for a second, then claims and releases on it in a fresh
+    process: that look finds no stock script writing a replaced copy, and settles the file (csrc/
+    coordination_file.cpp): no process of ours reads /proc/locks for it again."""
+    while time.time() - os.stat(path).st_ctime <= 1.0:  # born no later than its last change
+        time.sleep(0.01)
+    claim_release = "import sys; from flink_gpu import coordination as c; c.claim(1, ['9'], path=sys.argv[1]); "
+    run_child(claim_release + "c.release(path=sys.argv[1])", path)
+    assert os.getxattr(path, "user.flink-gpu.settled")
+
+
+@pytest.mark.parametrize("settled", [False, True], ids=["young", "settled"])
+def test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced(stock_script, tmp_path, owners, settled):
     """The stock script reclaims GPU 0 with `sed -i` (a new inode, unlocked) and appends `0 <its
     TaskManager>` to it only afterwards. A claim in between waits for it instead of taking GPU 0 too
-    (free in the new file), and then reclaims GPU 1."""
+    (free in the new file), and then reclaims GPU 1; also when the file it replaced was settled (no
+    stock script was writing it: our processes no longer looked), since the copy is another file."""
     path = tmp_path / "coordination"
     holder, claimer = owners(), owners()
     path.write_text(f"0 {dead_pid()}\n1 {dead_pid()}\n2 {holder.pid}\n")
+    if settled:
+        settle(path)
     stock, _ = stock_reclaimer(stock_script, tmp_path, path, seconds=1.0)
     try:
         started = time.monotonic()
