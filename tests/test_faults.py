@@ -593,6 +593,14 @@ def settle(path):
         time.sleep(0.01)
     claim_release = "import sys; from flink_gpu import coordination as c; c.claim(1, ['9'], path=sys.argv[1]); "
     run_child(claim_release + "c.release(path=sys.argv[1])", path)
+    probe = path.with_name("xattr-probe")
+    probe.touch()
+    try:
+        os.setxattr(probe, "user.probe", b"1")
+    except OSError:  # a filesystem without user attributes records nothing: each process looks once
+        return
+    finally:
+        probe.unlink()
     assert os.getxattr(path, "user.flink-gpu.settled")
 
 
