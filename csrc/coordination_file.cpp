@@ -8,10 +8,12 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -220,9 +222,9 @@ std::string lock_holders(const struct statx& st) {
 // flock of the old inode, and then appends its lines to the new one. Between the two the new inode is
 // unlocked: a claim that locks it reads a file its owner is still writing. Such a transaction shows in
 // /proc/locks as a FLOCK WRITE lock (or a waiter for one) on an inode of our device other than ours,
-// held by a process that has "<our path> (deleted)" open. /proc/locks is read once per exclusive open
-// (one read of a small file); the processes are looked at only for a lock of another inode of our
-// device, and a lock found to be some other file's is not looked at again.
+// held by a process that has "<our path> (deleted)" open. /proc/locks is read at an exclusive open only
+// where such a writer can exist ("When to look", below); the processes are looked at only for a lock of
+// another inode of our device, and a lock found to be some other file's is not looked at again.
 
 // A write flock (held or waited for) on another inode of the device: "1: FLOCK  ADVISORY  WRITE 1234
 // 08:01:5678 0 EOF", "1: -> FLOCK ...".
@@ -297,22 +299,33 @@ thread_local std::set<std::pair<long, unsigned long long>> t_unrelated_locks;
 
 // When to look. Reading /proc/locks is not free: the kernel takes its file-lock lock for writing
 // (percpu_down_write, an RCU grace period: milliseconds, and every flock(2) of the host waits
-// meanwhile). So it is read only where such a writer can exist:
+// meanwhile). So it is read only where such a writer can exist (docs/design.md §5.2 has the proof):
 //
-//   * the inode the path names must be young. A copy of the file was replaced by it (the stock
-//     script's `sed -i` creates the new file and renames it at once) or removed before it was
-//     created, and the writer still busy with that copy began before: a stock transaction, which ends
-//     in milliseconds to seconds. An inode born (statx btime) more than kYoungFileS ago is not looked
-//     at; a stock script hung that long is not waited for.
-//   * and this thread must not have found that inode free of such writers within kRecheckMs. Such a
-//     writer opened its copy before the path named this inode, so it was in /proc/locks then, holding
-//     the lock or waiting for it, unless it was between its open and its flock (the stock script's
-//     `flock -x 200` is a fork and exec after the open: milliseconds); only such a writer, in that gap
-//     at that moment, goes unseen until the next look.
+//   * a writer that writes the inode W the path names without holding W's lock opened the path before
+//     W was put there (had it opened it later, it would have opened and locked W), so W is young. The
+//     stock script's `sed -i` renames its copy in as soon as it has written it, and we create the file
+//     where it is: W came at its birth (statx btime) or milliseconds after. A stock transaction ends in milliseconds to
+//     seconds; an inode born more than kYoungFileS ago is not looked at, a stock script hung that long is not waited
+//     for.
+//   * such a writer is in /proc/locks, holding its copy's lock or waiting for it, from kFlockGapMs after
+//     it opened the path at the latest (the stock script's `flock -x 200` is a fork and exec after the
+//     open: milliseconds; kFlockGapMs bounds that and sed's run), until it has written its last byte.
+//     So one look that finds none, taken kFlockGapMs after W's birth or later, proves that none is left and none can
+//     come: a later one would have had to open the path before W came, and would have been in that look. W is then
+//     settled for good: this thread does not look again, and the look is recorded on W itself (the
+//     extended attribute kSettledAttr, the btime of the inode it vouches for), so that other processes,
+//     a fresh flink-gpu-discovery each time, do not look either. A copy or a new file has no such
+//     attribute, or one with another btime, and is looked at.
+//   * a look at a W younger than that proves nothing about a writer still between its open and its
+//     flock: this thread looks again after kRecheckMs.
 constexpr std::int64_t kYoungFileS = 60;
-constexpr std::int64_t kRecheckMs = 1000;
+constexpr std::int64_t kFlockGapMs = 1000;
+constexpr std::int64_t kRecheckMs = kFlockGapMs;
+constexpr const char* kSettledAttr = "user.flink-gpu.settled";
 
-long find_replaced_copy_writer(int fd, const struct statx& locked);
+std::atomic<std::uint64_t> g_proc_locks_reads{0};
+
+long find_replaced_copy_writer(int fd, const struct statx& locked, bool* looked);
 
 struct CheckedInode {
     std::uint32_t dev_major = 0, dev_minor = 0;
@@ -321,6 +334,7 @@ struct CheckedInode {
     std::uint32_t btime_nsec = 0;
     std::int64_t at_ms = 0;
     bool valid = false;
+    bool settled = false;  // looked at kFlockGapMs after its birth or later: never again
 
     bool same_file(const CheckedInode& o) const {
         return dev_major == o.dev_major && dev_minor == o.dev_minor && ino == o.ino && btime_sec == o.btime_sec &&
@@ -330,21 +344,39 @@ struct CheckedInode {
 
 thread_local CheckedInode t_checked;
 
-// Without a birth time (a filesystem that keeps none) every inode counts as young. Not the change time
-// instead: asking for it makes the kernel (multigrain timestamps) stamp the next write finely, which
-// costs every claim.
-bool young(const struct statx& st) {
-    if ((st.stx_mask & STATX_BTIME) == 0) return true;
+// How long ago the inode was born, in ms; -1 without a birth time (a filesystem that keeps none: every
+// inode counts as young, none is ever settled). Not the change time instead: asking for it makes the
+// kernel (multigrain timestamps) stamp the next write finely, which costs every claim.
+std::int64_t age_ms(const struct statx& st) {
+    if ((st.stx_mask & STATX_BTIME) == 0) return -1;
     timespec wall{};
     clock_gettime(CLOCK_REALTIME, &wall);
-    return static_cast<std::int64_t>(wall.tv_sec) - st.stx_btime.tv_sec <= kYoungFileS;
+    return (static_cast<std::int64_t>(wall.tv_sec) - st.stx_btime.tv_sec) * 1000 +
+           (static_cast<std::int64_t>(wall.tv_nsec) - static_cast<std::int64_t>(st.stx_btime.tv_nsec)) / 1000000;
+}
+
+// kSettledAttr's value for an inode: its birth time.
+std::string settled_value(const CheckedInode& inode) {
+    char value[48];
+    std::snprintf(value, sizeof value, "%lld.%09u", static_cast<long long>(inode.btime_sec), inode.btime_nsec);
+    return value;
+}
+
+// Whether the locked inode carries the record of a settling look at itself.
+bool recorded_settled(int fd, const CheckedInode& inode) {
+    char value[48];
+    const ssize_t n = fgetxattr(fd, kSettledAttr, value, sizeof value);
+    return n > 0 && settled_value(inode) == std::string(value, static_cast<std::size_t>(n));
 }
 
 // The pid of a process in a transaction on a copy of `path` replaced by another file (the stock
 // script's `sed -i`), found from the locked descriptor `fd` of the inode the path names now; 0 when
 // there is none (or when there cannot be one, above).
 long replaced_copy_writer(int fd, const struct statx& locked) {
-    if (!young(locked)) return 0;
+    const std::int64_t age = age_ms(locked);
+    if (age > kYoungFileS * 1000) return 0;
+    // born in the future (the clock was set back): young, and never settled
+    const bool known_age = (locked.stx_mask & STATX_BTIME) != 0 && age >= 0;
     CheckedInode now;
     now.dev_major = locked.stx_dev_major;
     now.dev_minor = locked.stx_dev_minor;
@@ -355,48 +387,75 @@ long replaced_copy_writer(int fd, const struct statx& locked) {
     }
     now.at_ms = monotonic_ms();
     now.valid = true;
-    if (t_checked.valid && t_checked.same_file(now) && now.at_ms - t_checked.at_ms < kRecheckMs) return 0;
-    const long writer = find_replaced_copy_writer(fd, locked);
-    if (writer == 0) {
+    if (t_checked.valid && t_checked.same_file(now) && (t_checked.settled || now.at_ms - t_checked.at_ms < kRecheckMs))
+        return 0;
+    if (known_age && recorded_settled(fd, now)) {
+        now.settled = true;
         t_checked = now;
-    } else {
-        t_checked.valid = false;
+        return 0;
     }
-    return writer;
+    // the age taken before the look: the look is at least that late
+    now.settled = known_age && age >= kFlockGapMs;
+    bool looked = false;
+    const long writer = find_replaced_copy_writer(fd, locked, &looked);
+    if (writer != 0 || !looked) {
+        t_checked.valid = false;
+        return writer;
+    }
+    t_checked = now;
+    if (now.settled) {
+        const std::string value = settled_value(now);
+        // best effort: where the filesystem keeps no user attributes, each process looks once
+        (void)fsetxattr(fd, kSettledAttr, value.data(), value.size(), 0);
+    }
+    return 0;
 }
 
-// /proc/locks in one read() where it fits: each read() of it takes the kernel's lock again.
-std::string read_proc_locks() {
-    std::string text;
+// /proc/locks in one read() where it fits: each read() of it takes the kernel's lock again. False when
+// it cannot be read (then nothing was looked at).
+bool read_proc_locks(std::string* text) {
+    text->clear();
     int fd = open("/proc/locks", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return text;
+    if (fd < 0) return false;
+    g_proc_locks_reads.fetch_add(1, std::memory_order_relaxed);
     std::size_t size = 0;
-    text.resize(64u << 10);
+    bool ok = true;
+    text->resize(64u << 10);
     for (;;) {
-        const ssize_t n = read(fd, &text[size], text.size() - size);
+        const ssize_t n = read(fd, &(*text)[size], text->size() - size);
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0) ok = false;
         if (n <= 0) break;
         size += static_cast<std::size_t>(n);
-        if (size < text.size()) break;  // a seq_file read fills the buffer unless it reached the end
-        if (text.size() >= (4u << 20)) break;
-        text.resize(text.size() * 2);
+        if (size < text->size()) break;  // a seq_file read fills the buffer unless it reached the end
+        if (text->size() >= (4u << 20)) {
+            ok = false;  // not all of it: what is beyond was not looked at
+            break;
+        }
+        text->resize(text->size() * 2);
     }
     close(fd);
-    text.resize(size);
-    return text;
+    text->resize(size);
+    return ok;
 }
 
-long find_replaced_copy_writer(int fd, const struct statx& locked) {
+// `*looked`: /proc/locks was read whole (a writer, had there been one, would show).
+long find_replaced_copy_writer(int fd, const struct statx& locked, bool* looked) {
     char dev[32];
     std::snprintf(dev, sizeof dev, "%02x:%02x:", locked.stx_dev_major, locked.stx_dev_minor);
+    std::string text;
+    *looked = read_proc_locks(&text);
     const std::vector<ForeignLock> locks =
-        foreign_write_flocks(read_proc_locks(), dev, static_cast<unsigned long long>(locked.stx_ino));
+        foreign_write_flocks(text, dev, static_cast<unsigned long long>(locked.stx_ino));
     if (locks.empty()) return 0;
     // the copy that `sed -i` replaced had our file's name: its descriptors read "<name> (deleted)"
     char link[PATH_MAX];
     const std::string self = "/proc/self/fd/" + std::to_string(fd);
     const ssize_t n = readlink(self.c_str(), link, sizeof link);
-    if (n <= 0 || static_cast<std::size_t>(n) >= sizeof link) return 0;
+    if (n <= 0 || static_cast<std::size_t>(n) >= sizeof link) {
+        *looked = false;
+        return 0;
+    }
     const std::string deleted_link = std::string(link, static_cast<std::size_t>(n)) + " (deleted)";
     for (const ForeignLock& lock : locks) {
         if (t_unrelated_locks.count({lock.pid, lock.inode}) != 0) continue;
@@ -406,6 +465,12 @@ long find_replaced_copy_writer(int fd, const struct statx& locked) {
     }
     return 0;
 }
+
+}  // namespace
+
+std::uint64_t proc_locks_reads() noexcept { return g_proc_locks_reads.load(std::memory_order_relaxed); }
+
+namespace {
 
 // Opens `path` without following a symlink and without blocking on a FIFO, creating it (0644) when asked;
 // the descriptor stays O_NONBLOCK. *fd = -1 with an ok status: the file does not exist and was not to be
@@ -552,19 +617,63 @@ private:
     bool blocked_ = false;
 };
 
-Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset, FileSizeSignalGuard* guard) {
+// What a rewrite changed, so that only that is put back and what the file holds is known: old bytes
+// [0, overwritten) may differ from the old text, and `grew` says bytes were written past its end.
+struct Changed {
+    std::size_t overwritten = 0;
+    bool grew = false;
+};
+
+// Writes [offset, offset + size) whole, noting in *changed what each write changed. Under RLIMIT_FSIZE
+// a write is cut at the limit, and one that starts there writes nothing (EFBIG).
+Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset, std::size_t old_size,
+                  FileSizeSignalGuard* guard, Changed* changed) {
     while (size > 0) {
         ssize_t n = pwrite(fd, data, size, offset);
         if (n < 0) {
             if (errno == EINTR) continue;
             return failure(StatusCode::kOsError, "", errno);
         }
+        const std::size_t end = static_cast<std::size_t>(offset) + static_cast<std::size_t>(n);
+        if (n > 0 && static_cast<std::size_t>(offset) < old_size)
+            changed->overwritten = std::max(changed->overwritten, std::min(end, old_size));
+        if (end > old_size) changed->grew = true;
         if (static_cast<std::size_t>(n) < size) guard->arm();  // the next write may cross RLIMIT_FSIZE
         data += n;
         size -= static_cast<std::size_t>(n);
         offset += n;
     }
     return {};
+}
+
+// The lines of `text`, each with its newline (a last one without is kept as it is).
+std::set<std::string> lines_of(const std::string& text) {
+    std::set<std::string> lines;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        const std::size_t end = text.find('\n', pos);
+        const std::size_t next = end == std::string::npos ? text.size() : end + 1;
+        lines.insert(text.substr(pos, next - pos));
+        pos = next;
+    }
+    return lines;
+}
+
+// What a file that could not be restored holds, for the message: the number (from 1) of its first line
+// that is neither one of the old text nor one of the new (a fragment, or a line without its newline), 0
+// when every line is whole.
+std::size_t first_torn_line(const std::string& now, const std::string& old_text, const std::string& new_text) {
+    const std::set<std::string> old_lines = lines_of(old_text), new_lines = lines_of(new_text);
+    std::size_t pos = 0, number = 1;
+    while (pos < now.size()) {
+        const std::size_t end = now.find('\n', pos);
+        if (end == std::string::npos) return number;
+        const std::string line = now.substr(pos, end + 1 - pos);
+        if (line != "\n" && old_lines.count(line) == 0 && new_lines.count(line) == 0) return number;
+        pos = end + 1;
+        ++number;
+    }
+    return 0;
 }
 
 // Rewrites the locked file in place (same inode). The data concerns processes of this boot only, so
@@ -574,38 +683,70 @@ Status pwrite_all(int fd, const char* data, std::size_t size, off_t offset, File
 // line that could read as "<index> <pid>" of some live process.
 //
 // Whole lines or nothing: a write may be short (RLIMIT_FSIZE crossed, the filesystem full) and the
-// next one fail (EFBIG, ENOSPC). Then the file is cut back to its old length, and where old bytes were
-// overwritten they are written back first; an append overwrote none, so its undo is the truncation
-// alone, which needs no space.
+// next one fail (EFBIG, ENOSPC). Then what was changed is put back: the old bytes over those that were
+// overwritten (the same blocks, and below the limit that cut the write short, so neither the limit nor
+// a full filesystem refuses them), and the file cut back to its old length when it grew (a truncation
+// that shrinks needs no space and no limit allows it not). The message says what is true (docs/design.md
+// §5.2): nothing was written (the file is unchanged); or the file, read back, holds its old bytes
+// again (restored); or it does not, and then what it holds.
 Status write_in_place(int fd, const std::string& path, const std::string& old_text, const std::string& new_text) {
     const bool append = new_text.size() >= old_text.size() && new_text.compare(0, old_text.size(), old_text) == 0;
     // the removed lines were the last ones: the truncation alone, one step a crash cannot split
     const bool cut_tail = new_text.size() < old_text.size() && old_text.compare(0, new_text.size(), new_text) == 0;
+    const std::size_t old_size = old_text.size();
     FileSizeSignalGuard guard;
+    Changed changed;
     Status st;
     if (append) {
-        st = pwrite_all(fd, new_text.data() + old_text.size(), new_text.size() - old_text.size(),
-                        static_cast<off_t>(old_text.size()), &guard);
+        st = pwrite_all(fd, new_text.data() + old_size, new_text.size() - old_size, static_cast<off_t>(old_size),
+                        old_size, &guard, &changed);
     } else if (cut_tail) {
         // nothing to write: the ftruncate below removes the tail
-    } else if (new_text.size() < old_text.size()) {
+    } else if (new_text.size() < old_size) {
         std::string padded = new_text;
-        padded.resize(old_text.size(), '\n');
-        st = pwrite_all(fd, padded.data(), padded.size(), 0, &guard);
+        padded.resize(old_size, '\n');
+        st = pwrite_all(fd, padded.data(), padded.size(), 0, old_size, &guard, &changed);
     } else {
-        st = pwrite_all(fd, new_text.data(), new_text.size(), 0, &guard);
+        st = pwrite_all(fd, new_text.data(), new_text.size(), 0, old_size, &guard, &changed);
     }
-    if (st.ok() && new_text.size() < old_text.size() && ftruncate(fd, static_cast<off_t>(new_text.size())) != 0) {
+    // a failed ftruncate changed nothing
+    if (st.ok() && new_text.size() < old_size && ftruncate(fd, static_cast<off_t>(new_text.size())) != 0) {
         st = failure(StatusCode::kOsError, "", errno);
     }
     if (st.ok()) return {};
-    const int err = st.sys_errno;
-    const bool restored = (append || pwrite_all(fd, old_text.data(), old_text.size(), 0, &guard).ok()) &&
-                          ftruncate(fd, static_cast<off_t>(old_text.size())) == 0;
-    Status failed = os_error(err, "Cannot write the", path);
-    failed.message += restored ? "; its old content was restored."
-                               : "; restoring its old content failed too, so it may hold a partial line: check it "
-                                 "with `flink-gpu coordination show`.";
+    Status failed = os_error(st.sys_errno, "Cannot write the", path);
+    if (changed.overwritten == 0 && !changed.grew) {
+        failed.message += "; nothing was written, the file is unchanged.";
+        return failed;
+    }
+    Changed again;  // what putting the old bytes back changes: nothing beyond them
+    Status undo = changed.overwritten == 0
+                      ? Status{}
+                      : pwrite_all(fd, old_text.data(), changed.overwritten, 0, old_size, &guard, &again);
+    if (undo.ok() && changed.grew && ftruncate(fd, static_cast<off_t>(old_size)) != 0) {
+        undo = failure(StatusCode::kOsError, "", errno);
+    }
+    std::string now;
+    const Status read_back = read_all(fd, path, old_size, &now);
+    if (!read_back.ok()) {
+        failed.message +=
+            "; putting its old content back " +
+            std::string(undo.ok() ? "seemed to work" : "failed too (" + errno_text(undo.sys_errno) + ")") +
+            " but it cannot be read back to check (" + errno_text(read_back.sys_errno) +
+            "): check it with `flink-gpu coordination show`.";
+        return failed;
+    }
+    if (now == old_text) {
+        failed.message += "; its old content was restored.";
+        return failed;
+    }
+    const std::size_t torn = first_torn_line(now, old_text, new_text);
+    failed.message += "; putting its old content back failed" +
+                      (undo.ok() ? std::string() : " too (" + errno_text(undo.sys_errno) + ")") + ": it holds " +
+                      std::to_string(now.size()) + " bytes where it held " + std::to_string(old_size) +
+                      (torn != 0 ? ", and its line " + std::to_string(torn) + " is a partial line"
+                                 : ", in whole lines, its old ones and new ones") +
+                      ": check it with `flink-gpu coordination show`.";
     return failed;
 }
 

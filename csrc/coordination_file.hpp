@@ -10,7 +10,8 @@
 //   * BSD flock(2) on the file itself, as the stock script takes it, polled with LOCK_NB and backoff up
 //     to the timeout; a timeout names the processes holding the lock where /proc tells;
 //   * after taking the lock, the path must still name the locked inode (a stock `sed -i` may have
-//     replaced it), else it starts again;
+//     replaced it), else it starts again; a writing open of a young inode waits for a stock script
+//     still writing the copy it replaced (read from /proc/locks until a look settles the inode);
 //   * the file is rewritten in place under the lock (pwrite + ftruncate), never replaced.
 //
 // Every failure is a Status whose message names the file and says what to do.
@@ -48,7 +49,8 @@ public:
     Status read(std::string* text) const;
 
     // Replaces `old_text` (what read() gave) by `new_text` in the same inode. Not fsync()ed: the data
-    // concerns processes of this boot only. On failure the old bytes are restored where possible.
+    // concerns processes of this boot only. On failure what it changed is put back, and the message says
+    // which is true: nothing was written, the old content was restored, or what the file holds instead.
     Status rewrite(const std::string& old_text, const std::string& new_text) const;
 
     void unlock() noexcept;
@@ -67,6 +69,10 @@ private:
     std::uint64_t size_ = 0;  // as found when it was locked
     std::string identity_;
 };
+
+// How many times this process has read /proc/locks, looking for a stock script still writing a copy it
+// replaced (docs/design.md §5.2): for tests of how rarely that is.
+std::uint64_t proc_locks_reads() noexcept;
 
 // Opens `path` with the checks above (no lock; the descriptor is left O_NONBLOCK): *fd = -1 with an ok
 // status when it does not exist and `access` does not create it; `*created` (when given) tells whether

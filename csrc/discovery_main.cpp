@@ -264,7 +264,8 @@ int main(int argc, char** argv) {
     // Before anything else: the process that ran us, and writes that fail rather than kill. A JVM's
     // child starts with SIGXFSZ at its default action, which under `ulimit -f` ends the process at the
     // write that crosses the limit, with half a line in the coordination file; ignored, the write fails
-    // with EFBIG and the file's old bytes are put back (coordination_file.hpp).
+    // with EFBIG, what it changed is put back, and the message says whether the file is unchanged or
+    // restored (coordination_file.hpp).
     const Parent parent = read_parent();
     std::signal(SIGXFSZ, SIG_IGN);
     if (!g_constructors_ran) {

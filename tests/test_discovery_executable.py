@@ -522,6 +522,50 @@ def test_the_executable_under_a_file_size_limit_reports_the_restored_file(runner
     assert path.read_text() == "\n" * 1015
 
 
+@pytest.mark.parametrize(
+    ("reclaim", "says"),
+    [(True, "its old content was restored."), (False, "nothing was written, the file is unchanged.")],
+)
+def test_the_executable_beyond_a_file_size_limit_says_what_the_file_holds(runners, tmp_path, reclaim, says):
+    """`ulimit -f 1` below the file's size. A reclaim's rewrite is cut at the limit and the bytes it
+    overwrote are put back: restored. An append starts beyond the limit and writes nothing: unchanged.
+    The file is byte-identical either way, and the message says which of the two it is."""
+    from conftest import dead_pid
+
+    path = tmp_path / "coordination"
+    live = subprocess.Popen(["sleep", "600"])
+    try:
+        # reclaiming: every GPU held, GPU 0 by a dead owner; appending: GPU 0 held, the others free
+        held = [f"{i} {dead_pid() if i == 0 else live.pid}\n" for i in range(GPUS)] if reclaim else [f"0 {live.pid}\n"]
+        content = "".join(held)
+        content += "\n" * (2000 - len(content))
+        path.write_text(content)
+        command, env = runners["ours"]
+        proc = subprocess.run(
+            [
+                "bash",
+                "-c",
+                'ulimit -f 1; exec "$@"',
+                "bash",
+                *command,
+                "1",
+                "--enable-coordination-mode",
+                "--coordination-file",
+                str(path),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        live.kill()
+        live.wait()
+    assert (proc.stdout, proc.returncode) == ("", 1)
+    assert f"Cannot write the coordination file {path}: {os.strerror(errno.EFBIG)}; {says}\n" in proc.stderr
+    assert path.read_text() == content
+
+
 # The TaskManager runs the executable and dies before the executable claims ("before") or while the
 # claim waits for the file's lock ("during"); the launcher is a child subreaper, so the executable is
 # handed to it (as to pid 1 or systemd on a host). The moments are made certain: the executable's stderr

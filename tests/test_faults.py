@@ -490,6 +490,44 @@ def test_file_size_limit_write_fails_cleanly(tmp_path, owners):
     assert holders(path) == {"0": (live.pid,)}
 
 
+BEYOND_LIMIT_CHILD = """
+import errno, resource, signal, sys
+from flink_gpu import coordination
+path, action, owner = sys.argv[1], sys.argv[2], int(sys.argv[3])
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL if action == "default" else signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1024, resource.RLIM_INFINITY))  # below the file's size
+try:
+    coordination.claim(1, ["0", "1"], path=path, owner=owner)
+except OSError as error:
+    print(error.errno == errno.EFBIG, error.strerror.split("; ", 1)[1])
+"""
+
+
+@pytest.mark.parametrize(
+    ("reclaim", "action", "says"),
+    [
+        (True, "default", "its old content was restored."),
+        (True, "ignore", "its old content was restored."),
+        (False, "ignore", "nothing was written, the file is unchanged."),
+    ],
+)
+def test_a_write_refused_by_a_file_size_limit_below_the_file_says_what_the_file_holds(
+    tmp_path, owners, reclaim, action, says
+):
+    """The file is already beyond RLIMIT_FSIZE. A reclaim rewrites from byte 0 and is cut at the limit:
+    the bytes it overwrote are put back, and the message says the file was restored. An append starts
+    beyond the limit and writes nothing: the message says the file is unchanged. Either way it is
+    byte-identical, and SIGXFSZ at its default action (an embedding host may leave it so) kills nothing."""
+    path = tmp_path / "coordination"
+    live, claimer = owners(), owners()
+    content = (f"0 {dead_pid()}\n" if reclaim else "") + line_of("1" if reclaim else "0", live.pid)
+    content += "\n" * (2000 - len(content))
+    path.write_text(content)
+    assert run_child(BEYOND_LIMIT_CHILD, path, action, claimer.pid).split(" ", 1) == ["True", says + "\n"]
+    assert path.read_text() == content
+    assert holders(path) == {"1" if reclaim else "0": (live.pid,)}
+
+
 # ---- the stock script's replacement (B2) ----------------------------------------------------------
 
 # sed, but a `sed -i` lingers once it has replaced the file, before the stock script appends its line
@@ -522,13 +560,36 @@ def stock_reclaimer(stock_script, tmp_path, path, seconds):
     return proc, mark
 
 
-def test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced(stock_script, tmp_path, owners):
+def settle(path):
+    """Waits until ``path`` has been there for a second, then claims and releases on it in a fresh
+    process: that look finds no stock script writing a replaced copy, and settles the file (csrc/
+    coordination_file.cpp): no process of ours reads /proc/locks for it again."""
+    while time.time() - os.stat(path).st_ctime <= 1.0:  # born no later than its last change
+        time.sleep(0.01)
+    claim_release = "import sys; from flink_gpu import coordination as c; c.claim(1, ['9'], path=sys.argv[1]); "
+    run_child(claim_release + "c.release(path=sys.argv[1])", path)
+    probe = path.with_name("xattr-probe")
+    probe.touch()
+    try:
+        os.setxattr(probe, "user.probe", b"1")
+    except OSError:  # a filesystem without user attributes records nothing: each process looks once
+        return
+    finally:
+        probe.unlink()
+    assert os.getxattr(path, "user.flink-gpu.settled")
+
+
+@pytest.mark.parametrize("settled", [False, True], ids=["young", "settled"])
+def test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced(stock_script, tmp_path, owners, settled):
     """The stock script reclaims GPU 0 with `sed -i` (a new inode, unlocked) and appends `0 <its
     TaskManager>` to it only afterwards. A claim in between waits for it instead of taking GPU 0 too
-    (free in the new file), and then reclaims GPU 1."""
+    (free in the new file), and then reclaims GPU 1; also when the file it replaced was settled (no
+    stock script was writing it: our processes no longer looked), since the copy is another file."""
     path = tmp_path / "coordination"
     holder, claimer = owners(), owners()
     path.write_text(f"0 {dead_pid()}\n1 {dead_pid()}\n2 {holder.pid}\n")
+    if settled:
+        settle(path)
     stock, _ = stock_reclaimer(stock_script, tmp_path, path, seconds=1.0)
     try:
         started = time.monotonic()

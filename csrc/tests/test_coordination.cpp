@@ -1,5 +1,6 @@
 // Unit tests of the coordination core (docs/design.md §5.2), with real files, real processes and real locks.
 #include "../coordination.hpp"
+#include "../coordination_file.hpp"
 #include "../coordination_lease.hpp"
 #include "../process_liveness.hpp"
 #include "check.hpp"
@@ -13,9 +14,11 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -302,6 +305,55 @@ TEST_CASE(a_file_replaced_while_the_claim_waits_for_its_lock_is_read_anew) {
     kill_and_reap(holder_of_0);
 }
 
+// The /proc/locks read of B2 (a stock script still writing the copy it replaced) is rare: a look at a
+// file born at least a second before it, finding no such writer, settles the file for good, in this
+// process and, recorded on the file, in every fresh process (a flink-gpu-discovery run each time). A
+// copy put in its place (as `sed -i` makes one) is looked at, even when the copy carries the record.
+// Each child is a fresh process; its exit status is how many times it read /proc/locks.
+TEST_CASE(a_settled_coordination_file_is_not_looked_at_again_but_a_copy_in_its_place_is) {
+    const std::string path = fresh_path("settled");
+    write_text(path, "");
+    // the condition the rule is about: the file has been at its path for a second
+    struct statx born{};
+    CHECK(statx(AT_FDCWD, path.c_str(), 0, STATX_BTIME, &born) == 0);
+    if ((born.stx_mask & STATX_BTIME) == 0) {
+        std::fprintf(stderr, "note: this filesystem keeps no birth times: every file is looked at\n");
+        return;
+    }
+    for (int i = 0; i < 3000; ++i) {
+        timespec wall{};
+        clock_gettime(CLOCK_REALTIME, &wall);
+        if ((wall.tv_sec - born.stx_btime.tv_sec) * 1000 + (wall.tv_nsec - born.stx_btime.tv_nsec) / 1000000 > 1000)
+            break;
+        usleep(10000);
+    }
+    const auto reads_in_child = [&](bool release) {
+        const pid_t child = fork();
+        if (child == 0) {
+            const std::uint64_t before = co::proc_locks_reads();
+            const bool ok = co::claim(opts_for(path), getpid(), gpus(2), 1).status.ok() &&
+                            (!release || co::release(opts_for(path), getpid()).status.ok());
+            _exit(ok ? static_cast<int>(std::min<std::uint64_t>(co::proc_locks_reads() - before, 99)) : 100);
+        }
+        int status = 0;
+        CHECK(waitpid(child, &status, 0) == child);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    };
+    // a filesystem without user extended attributes keeps no record: each process looks once
+    const bool records = setxattr(path.c_str(), "user.flink-gpu.test", "1", 1, 0) == 0;
+    CHECK(reads_in_child(true) == 1);  // the claim looks and settles the file; the release does not look
+    CHECK(reads_in_child(true) == (records ? 0 : 1));
+    // a copy with the record copied too (cp -a), renamed over the path: another file, looked at
+    const std::string copy = path + ".copy";
+    write_text(copy, read_text(path));
+    char value[64];
+    const ssize_t n = getxattr(path.c_str(), "user.flink-gpu.settled", value, sizeof value);
+    CHECK(n > 0 || !records);
+    if (n > 0) CHECK(setxattr(copy.c_str(), "user.flink-gpu.settled", value, static_cast<std::size_t>(n), 0) == 0);
+    CHECK(rename(copy.c_str(), path.c_str()) == 0);
+    CHECK(reads_in_child(false) == 1);
+}
+
 // B4: a live pid with another start time is a reused pid: its entry is stale.
 TEST_CASE(a_reused_pid_with_another_start_time_holds_nothing) {
     const std::string path = fresh_path("reuse");
@@ -483,6 +535,52 @@ TEST_CASE(a_short_write_under_a_file_size_limit_restores_the_old_bytes) {
         CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
                                       : "exit " + std::to_string(WEXITSTATUS(status)));
+        CHECK(read_text(path) == old_text);
+    }
+    kill_and_reap(live);
+}
+
+// A file already beyond RLIMIT_FSIZE (the limit set below its size): a reclaim's rewrite from byte 0 is cut
+// at the limit, and putting back the bytes it overwrote (all below the limit) restores the file; an
+// append, which starts beyond the limit, writes nothing. Each message says what is true of the file,
+// which stays byte-identical: with SIGXFSZ at its default action (an embedding host may leave it so) and
+// ignored alike for the rewrite; an append with it at its default is killed before writing (SECURITY.md).
+TEST_CASE(a_write_refused_by_a_file_size_limit_below_the_file_says_what_the_file_holds) {
+    const pid_t live = spawn_sleeper();
+    struct Case {
+        bool reclaim;
+        bool default_action;
+        const char* says;
+    };
+    for (const Case c :
+         {Case{true, true, "; its old content was restored."}, Case{true, false, "; its old content was restored."},
+          Case{false, false, "; nothing was written, the file is unchanged."}}) {
+        const std::string path = fresh_path("beyond-limit");
+        // reclaiming: GPU 0's dead line first, so that the rewrite starts at byte 0; appending: GPU 1 free
+        std::string old_text = c.reclaim ? "0 " + std::to_string(dead_pid()) + "\n" : std::string();
+        old_text += line_for(c.reclaim ? "1" : "0", live, path) + "\n";
+        old_text.resize(2000, '\n');
+        write_text(path, old_text);
+        const pid_t child = fork();
+        if (child == 0) {
+            signal(SIGXFSZ, c.default_action ? SIG_DFL : SIG_IGN);
+            struct rlimit limit{};
+            getrlimit(RLIMIT_FSIZE, &limit);
+            limit.rlim_cur = 1024;
+            setrlimit(RLIMIT_FSIZE, &limit);
+            const co::ClaimResult r = co::claim(opts_for(path), getpid(), {"0", "1"}, 1);
+            const std::string& m = r.status.message;
+            const bool told = r.status.sys_errno == EFBIG && m.size() > std::strlen(c.says) &&
+                              m.compare(m.size() - std::strlen(c.says), std::string::npos, c.says) == 0;
+            if (!told) std::fprintf(stderr, "unexpected: %s\n", m.c_str());
+            _exit(told ? 0 : 3);
+        }
+        int status = 0;
+        CHECK(waitpid(child, &status, 0) == child);
+        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  std::string(c.reclaim ? "rewrite" : "append") + (c.default_action ? ", SIGXFSZ default: " : ": ") +
+                      (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                           : "exit " + std::to_string(WEXITSTATUS(status))));
         CHECK(read_text(path) == old_text);
     }
     kill_and_reap(live);
