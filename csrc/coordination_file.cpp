@@ -309,7 +309,8 @@ thread_local std::set<std::pair<long, unsigned long long>> t_unrelated_locks;
 //     for.
 //   * such a writer is in /proc/locks, holding its copy's lock or waiting for it, from kFlockGapMs after
 //     it opened the path at the latest (the stock script's `flock -x 200` is a fork and exec after the
-//     open: milliseconds; kFlockGapMs bounds that and sed's run), until it has written its last byte.
+//     open: milliseconds; kFlockGapMs bounds that and sed's run with a wide margin, for a loaded or
+//     swapping host), until it has written its last byte.
 //     So one look that finds none, taken kFlockGapMs after W's birth or later, proves that none is left and none can
 //     come: a later one would have had to open the path before W came, and would have been in that look. W is then
 //     settled for good: this thread does not look again, and the look is recorded on W itself (the
@@ -317,10 +318,10 @@ thread_local std::set<std::pair<long, unsigned long long>> t_unrelated_locks;
 //     a fresh flink-gpu-discovery each time, do not look either. A copy or a new file has no such
 //     attribute, or one with another btime, and is looked at.
 //   * a look at a W younger than that proves nothing about a writer still between its open and its
-//     flock: this thread looks again after kRecheckMs.
+//     flock: this thread looks again after kRecheckMs (at most once a second, as before settling existed).
 constexpr std::int64_t kYoungFileS = 60;
-constexpr std::int64_t kFlockGapMs = 1000;
-constexpr std::int64_t kRecheckMs = kFlockGapMs;
+constexpr std::int64_t kFlockGapMs = 5000;
+constexpr std::int64_t kRecheckMs = 1000;
 constexpr const char* kSettledAttr = "user.flink-gpu.settled";
 
 std::atomic<std::uint64_t> g_proc_locks_reads{0};

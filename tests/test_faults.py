@@ -561,10 +561,10 @@ def stock_reclaimer(stock_script, tmp_path, path, seconds):
 
 
 def settle(path):
-    """Waits until ``path`` has been there for a second, then claims and releases on it in a fresh
+    """Waits until ``path`` has been there for five seconds (kFlockGapMs), then claims and releases on it in a fresh
     process: that look finds no stock script writing a replaced copy, and settles the file (csrc/
     coordination_file.cpp): no process of ours reads /proc/locks for it again."""
-    while time.time() - os.stat(path).st_ctime <= 1.0:  # born no later than its last change
+    while time.time() - os.stat(path).st_ctime <= 5.0:  # born no later than its last change
         time.sleep(0.01)
     claim_release = "import sys; from flink_gpu import coordination as c; c.claim(1, ['9'], path=sys.argv[1]); "
     run_child(claim_release + "c.release(path=sys.argv[1])", path)

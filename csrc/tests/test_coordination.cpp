@@ -313,17 +313,17 @@ TEST_CASE(a_file_replaced_while_the_claim_waits_for_its_lock_is_read_anew) {
 TEST_CASE(a_settled_coordination_file_is_not_looked_at_again_but_a_copy_in_its_place_is) {
     const std::string path = fresh_path("settled");
     write_text(path, "");
-    // the condition the rule is about: the file has been at its path for a second
+    // the condition the rule is about: the file has been at its path for kFlockGapMs (5 s)
     struct statx born{};
     CHECK(statx(AT_FDCWD, path.c_str(), 0, STATX_BTIME, &born) == 0);
     if ((born.stx_mask & STATX_BTIME) == 0) {
         std::fprintf(stderr, "note: this filesystem keeps no birth times: every file is looked at\n");
         return;
     }
-    for (int i = 0; i < 3000; ++i) {
+    for (int i = 0; i < 3000; ++i) {  // at most 30 s
         timespec wall{};
         clock_gettime(CLOCK_REALTIME, &wall);
-        if ((wall.tv_sec - born.stx_btime.tv_sec) * 1000 + (wall.tv_nsec - born.stx_btime.tv_nsec) / 1000000 > 1000)
+        if ((wall.tv_sec - born.stx_btime.tv_sec) * 1000 + (wall.tv_nsec - born.stx_btime.tv_nsec) / 1000000 > 5000)
             break;
         usleep(10000);
     }
