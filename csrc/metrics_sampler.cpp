@@ -157,6 +157,7 @@ public:
         std::unique_lock<std::mutex> lock(mutex_);
         stopping_ = true;
         wake_.notify_all();
+        done_.notify_all();  // the pacer, waiting for reads
         for (Reader& r : readers_) r.wake.notify_all();
         const SteadyTime deadline = Clock::now() + std::chrono::milliseconds(500);
         auto under_way = [&] {

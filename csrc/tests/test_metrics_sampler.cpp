@@ -197,12 +197,13 @@ TEST_CASE(a_gpu_whose_readings_hang_is_unknown_and_the_others_are_read_on) {
         CHECK(wait_for([&] { return completed_samples() > before; }));  // the sample completes without it
         CHECK(unknown(shown(lib, "1")));
         CHECK(shows(lib, "0", 10, GaugeHealth::kOk) && shows(lib, "2", 12, GaugeHealth::kOk));
-        // the next samples read GPUs 0 and 2 again (fresh a whole interval on), GPU 1 not (its read is out)
+        // the next sample reads GPUs 0 and 2 again (renewed after `asked`), GPU 1 not (its read is out)
+        const auto asked = std::chrono::steady_clock::now();
+        CHECK(sampled_gpu(lib, "0", asked + 1h + kSampleMargin).health == GaugeHealth::kUnknown);  // read before
         (void)sample_gpu_metrics_now(0ms);
         CHECK(wait_for([&] { return completed_samples() > before + 1; }));
-        const auto now = std::chrono::steady_clock::now();
-        CHECK(sampled_gpu(lib, "0", now + 1h + kSampleMargin - 500ms).health == GaugeHealth::kOk);
-        CHECK(sampled_gpu(lib, "2", now + 1h + kSampleMargin - 500ms).health == GaugeHealth::kOk);
+        CHECK(sampled_gpu(lib, "0", asked + 1h + kSampleMargin).health == GaugeHealth::kOk);
+        CHECK(sampled_gpu(lib, "2", asked + 1h + kSampleMargin).health == GaugeHealth::kOk);
         CHECK(unknown(shown(lib, "1")));
         std::remove(g_hang_file.c_str());
         CHECK(sample_gpu_metrics_now(kWait));  // released: its read returns and it is read again
