@@ -24,6 +24,9 @@ using Clock = std::chrono::steady_clock;
 
 // An interval or a wait this long is "never"; a longer one would overflow steady_clock's nanoseconds.
 constexpr std::chrono::milliseconds kLongestWait = std::chrono::hours(24 * 365 * 100);
+// The health read's bound: the sample's interval, at most NVML's default deadline, at least this.
+constexpr std::chrono::milliseconds kHealthReadLimit{static_cast<long long>(kDefaultNvmlTimeoutSeconds * 1000)};
+constexpr std::chrono::milliseconds kShortestHealthRead{100};
 
 bool is_lost(int code) { return code == NVML_ERROR_GPU_IS_LOST || code == NVML_ERROR_RESET_REQUIRED; }
 
@@ -39,23 +42,60 @@ GaugeHealth gauge_health(Health health) {
     }
 }
 
-// One watched GPU. `path` and `index` never change; the snapshot fields are guarded by the
-// sampler's mutex; the reader's fields are touched by the reader thread alone.
+// One GPU of one library (the GPU "<i>" and its MIG units "<i>:<slot>"): its own thread reads it, so
+// that a GPU whose queries hang holds up only its own gauges. The thread is this GPU's only one: a
+// read handed to it that has not returned (late) gets no successor, so a stuck GPU never piles up
+// threads. Everything here is under the sampler's mutex.
+struct Reader {
+    std::string path, gpu;  // gpu: the index up to its ':'
+    std::condition_variable wake;
+    const NvmlLibrary* lib = nullptr;  // for the read handed to it
+    bool running = false;              // its thread exists in this process
+    bool busy = false;                 // a read is handed to it and has not returned
+    bool late = false;                 // ... and has not returned within kSampleMargin
+    bool state_stuck = false;          // the health read's state read is stuck on this GPU (nvml_deadline)
+    unsigned long long round = 0;      // the sample the read handed to it belongs to
+};
+
+// One watched index. `path` and `index` never change; `reader` is set by the pacer; the reader's
+// fields are its Reader's thread's alone; the rest is under the sampler's mutex.
 struct Entry {
     std::string path, index;
+    Reader* reader = nullptr;
     // the snapshot
     SampledGpu shown;
     bool sampled = false;
     SteadyTime sampled_at;
+    SampledGpu reading;        // the last reading: health kOk answered, kUnhealthy lost, kUnknown not read
+    bool health_read = false;  // a health read answered for it (a GPU watched later gets one at once)
+    bool health_known = false;
+    Health health = Health::kOk;
     // the reader's
     MetricDevice device;
     unsigned long device_generation = 0;  // 0: not resolved in this process
-    bool health_read = false;             // a health read answered for it (a GPU watched later gets one at once)
-    bool health_known = false;
-    Health health = Health::kOk;
-    SampledGpu next;  // the sample being taken
+    SampledGpu next;                      // the reading being taken
 };
 
+// What `e`'s gauges show, from its last reading, its reader's state and its health findings.
+void show(Entry* e) {
+    const bool blocked = e->reader != nullptr && (e->reader->late || e->reader->state_stuck);
+    if (blocked || e->reading.health == GaugeHealth::kUnknown) {
+        e->shown = SampledGpu();
+    } else if (e->reading.health == GaugeHealth::kUnhealthy) {
+        e->shown = e->reading;  // lost: -1
+    } else {
+        e->shown = e->reading;
+        e->shown.health = e->health_known ? gauge_health(e->health) : GaugeHealth::kUnknown;
+    }
+}
+
+std::string gpu_of(const std::string& index) { return index.substr(0, index.find(':')); }
+
+// The process's sampler: a pacer thread, which never calls NVML itself, and one reader thread per
+// watched GPU (docs/design.md §9.3). Each sample, the pacer opens the libraries (bounded, through
+// nvml_deadline), hands every GPU that is free its read, waits for them at most kSampleMargin (a
+// GPU not back by then is late: shown unknown until its read returns), then reads the health
+// findings when due through the choice's state path, bounded by the same margin.
 class Sampler {
 public:
     bool watch(const std::string& path, std::string_view index, std::chrono::milliseconds interval) {
@@ -80,14 +120,26 @@ public:
         return e->shown;
     }
 
+    // A sample that starts after this request completes with every GPU's read back (one that ends
+    // while a late read is still out, which it could not hand out again, is followed by another).
     bool sample_now(std::chrono::milliseconds timeout) {
         std::unique_lock<std::mutex> lock(mutex_);
         if (!ensure_running()) return false;
-        const unsigned long long wanted = started_ + 1;  // one that starts after this request
+        unsigned long long wanted = started_ + 1;  // one that starts after this request
         requested_ = true;
         wake_.notify_all();
         const SteadyTime deadline = Clock::now() + std::min(timeout, kLongestWait);
-        while (completed_ < wanted) {
+        auto reads_out = [&] {
+            for (const Reader& r : readers_)
+                if (r.busy) return true;
+            return false;
+        };
+        while (whole_ < wanted) {
+            if (completed_ >= wanted && !reads_out()) {  // the late read is back: one more, with it
+                wanted = started_ + 1;
+                requested_ = true;
+                wake_.notify_all();
+            }
             if (Clock::now() >= deadline) return false;
             wait_until(&done_, &lock, deadline);
         }
@@ -96,21 +148,29 @@ public:
 
     unsigned long long completed() {
         std::lock_guard<std::mutex> lock(mutex_);
-        return completed_;
+        return counted_;
     }
 
-    // At exit: no new sample, and the one under way (if any) is given a moment to end, so that the
-    // reader is not inside the driver library while the process tears it down.
+    // At exit: no new sample, and the reads under way (if any) are given a moment to end, so that no
+    // thread is inside the driver library while the process tears it down.
     void stop() {
         std::unique_lock<std::mutex> lock(mutex_);
         stopping_ = true;
         wake_.notify_all();
+        done_.notify_all();  // the pacer, waiting for reads
+        for (Reader& r : readers_) r.wake.notify_all();
         const SteadyTime deadline = Clock::now() + std::chrono::milliseconds(500);
-        while (sampling_ && Clock::now() < deadline) wait_until(&done_, &lock, deadline);
+        auto under_way = [&] {
+            if (sampling_) return true;
+            for (const Reader& r : readers_)
+                if (r.busy && r.running) return true;
+            return false;
+        };
+        while (under_way() && Clock::now() < deadline) wait_until(&done_, &lock, deadline);
     }
 
     // fork(): the forking thread holds the mutex across it, so that the child gets a consistent
-    // copy; the child starts from that copy with no reader (it is started again on demand).
+    // copy; the child starts from that copy with no threads (they are started again on demand).
     void lock_for_fork() { mutex_.lock(); }
     void unlock_after_fork() { mutex_.unlock(); }
     Sampler* copy_in_child() {
@@ -127,8 +187,19 @@ public:
     }
 
 private:
-    static void* thread_main(void* self) {
-        static_cast<Sampler*>(self)->run();
+    struct ReaderStart {
+        Sampler* sampler;
+        Reader* reader;
+    };
+
+    static void* pacer_main(void* self) {
+        static_cast<Sampler*>(self)->pace();
+        return nullptr;
+    }
+    static void* reader_main(void* arg) {
+        const ReaderStart start = *static_cast<ReaderStart*>(arg);
+        delete static_cast<ReaderStart*>(arg);
+        start.sampler->read_loop(start.reader);
         return nullptr;
     }
 
@@ -142,7 +213,7 @@ private:
     bool ensure_running() {
         if (running_) return true;
         if (stopping_) return false;
-        if (start_nvml_thread(&Sampler::thread_main, this) != 0) return false;
+        if (start_nvml_thread(&Sampler::pacer_main, this) != 0) return false;
         running_ = true;
         return true;
     }
@@ -155,7 +226,76 @@ private:
                                   std::chrono::duration_cast<std::chrono::system_clock::duration>(left));
     }
 
-    void run() noexcept {
+    // With mutex_ held: the reader of `e`'s GPU, made on first use (a deque: entries keep pointers).
+    Reader* reader_for(Entry* e) {
+        if (e->reader != nullptr) return e->reader;
+        const std::string gpu = gpu_of(e->index);
+        for (Reader& r : readers_)
+            if (r.gpu == gpu && r.path == e->path) return e->reader = &r;
+        readers_.emplace_back();
+        readers_.back().path = e->path;
+        readers_.back().gpu = gpu;
+        return e->reader = &readers_.back();
+    }
+
+    // With mutex_ held: hands `r` the read of sample `round`; false when its thread cannot be started.
+    bool hand_out(Reader* r, const NvmlLibrary* lib, unsigned long long round) {
+        r->lib = lib;
+        r->round = round;
+        r->busy = true;
+        if (r->running) {
+            r->wake.notify_all();
+            return true;
+        }
+        auto* start = new (std::nothrow) ReaderStart{this, r};
+        if (start == nullptr || start_nvml_thread(&Sampler::reader_main, start) != 0) {
+            delete start;
+            r->busy = false;
+            return false;
+        }
+        r->running = true;
+        return true;
+    }
+
+    // One GPU's thread: reads its watched indices whenever the pacer hands it a read, then publishes.
+    void read_loop(Reader* r) noexcept {
+        std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+        try {
+            lock.lock();
+            std::vector<Entry*> mine;
+            unsigned long long taken = 0;
+            for (;;) {
+                while (!stopping_ && !(r->busy && r->round != taken)) r->wake.wait(lock);
+                if (stopping_) break;
+                taken = r->round;
+                mine.clear();
+                for (Entry& e : entries_)
+                    if (e.reader == r) mine.push_back(&e);
+                const NvmlLibrary* lib = r->lib;
+                lock.unlock();
+                const unsigned long generation = NvmlLibrary::process_generation();
+                for (Entry* e : mine) read_gpu(*lib, generation, e);  // NVML: without the mutex
+                lock.lock();
+                const SteadyTime end = Clock::now();
+                r->busy = false;
+                r->late = false;
+                for (Entry* e : mine) {
+                    e->reading = e->next;
+                    e->sampled = true;
+                    e->sampled_at = end;
+                    show(e);
+                }
+                done_.notify_all();
+            }
+        } catch (...) {  // out of memory: this reader ends; the pacer starts another
+            if (!lock.owns_lock()) lock.lock();
+        }
+        r->running = false;
+        r->busy = false;
+        done_.notify_all();
+    }
+
+    void pace() noexcept {
         std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
         try {
             lock.lock();
@@ -163,35 +303,66 @@ private:
                 while (!stopping_ && !requested_ && Clock::now() < next_due_) wait_until(&wake_, &lock, next_due_);
                 if (stopping_) break;
                 requested_ = false;
-                ++started_;
+                const unsigned long long round = ++started_;
                 sampling_ = true;
                 const SteadyTime start = Clock::now();
                 bool health_due = !health_read_ || start - health_read_at_ >= kHealthReadInterval;
-                std::vector<Entry*> work;
-                work.reserve(entries_.size());
+                std::vector<std::string> paths;
                 for (Entry& e : entries_) {
-                    work.push_back(&e);
+                    reader_for(&e);
                     health_due = health_due || !e.health_read;
+                    if (std::find(paths.begin(), paths.end(), e.path) == paths.end()) paths.push_back(e.path);
                 }
-                lock.unlock();
-                take_sample(work, health_due);  // NVML: without the mutex
-                lock.lock();
-                const SteadyTime end = Clock::now();
-                for (Entry* e : work) {
-                    e->shown = e->next;
-                    e->sampled = true;
-                    e->sampled_at = end;
+                // the libraries: bounded, without the mutex
+                std::vector<const NvmlLibrary*> libs;
+                for (const std::string& path : paths) {
+                    lock.unlock();
+                    const NvmlLibrary* lib = open(path);
+                    lock.lock();
+                    libs.push_back(lib);
                 }
+                for (std::size_t p = 0; p < paths.size(); ++p) hand_out_reads(paths[p], libs[p], round, start);
+                // the reads: each GPU's at most kSampleMargin; one not back is late (and stays its
+                // GPU's only thread until it returns)
+                const SteadyTime reads_due = start + kSampleMargin;
+                auto out = [&] {
+                    for (const Reader& r : readers_)
+                        if (r.busy && r.round == round) return true;
+                    return false;
+                };
+                while (!stopping_ && out() && Clock::now() < reads_due) wait_until(&done_, &lock, reads_due);
+                for (Reader& r : readers_) {
+                    if (!r.busy || r.late) continue;
+                    r.late = true;
+                    for (Entry& e : entries_)
+                        if (e.reader == &r) show(&e);
+                }
+                // the findings by start + the interval (at most nvml's default timeout), so that the next
+                // sample is not held up: every GPU that answers stays within interval + kSampleMargin
+                const SteadyTime health_due_by =
+                    std::max(start + std::min(interval_, kHealthReadLimit), Clock::now() + kShortestHealthRead);
+                bool health_done = health_due;
                 if (health_due) {
+                    for (std::size_t p = 0; p < paths.size(); ++p)
+                        health_done = read_health(paths[p], libs[p], health_due_by, &lock) && health_done;
+                }
+                if (health_done) {
                     health_read_ = true;
                     health_read_at_ = start;
                 }
                 ++completed_;
+                // counted once every GPU has been read: a GPU whose first read is late has no values yet
+                bool all_read = true;
+                for (const Entry& e : entries_) all_read = all_read && e.sampled;
+                if (all_read) ++counted_;
+                bool reads_out = false;
+                for (const Reader& r : readers_) reads_out = reads_out || r.busy;
+                if (!reads_out) whole_ = round;
                 sampling_ = false;
                 next_due_ = start + interval_;
                 done_.notify_all();
             }
-        } catch (...) {  // out of memory: this reader ends; the next call starts another
+        } catch (...) {  // out of memory: the pacer ends; the next call starts another
             if (!lock.owns_lock()) lock.lock();
         }
         running_ = false;
@@ -199,87 +370,124 @@ private:
         done_.notify_all();
     }
 
-    // One sample of every watched GPU, per library: the health findings when due (one choice's
-    // state read for the library's watched GPUs), then each GPU's readings.
-    static void take_sample(const std::vector<Entry*>& work, bool health_due) {
-        std::vector<bool> done(work.size(), false);
-        for (std::size_t first = 0; first < work.size(); ++first) {
-            if (done[first]) continue;
-            std::vector<Entry*> group;
-            for (std::size_t i = first; i < work.size(); ++i) {
-                if (!done[i] && work[i]->path == work[first]->path) {
-                    group.push_back(work[i]);
-                    done[i] = true;
-                }
+    // Without mutex_: the library at `path`, opened once per process (nvml_deadline bounds the
+    // dlopen and nvmlInit: a stuck init answers at once afterwards); nullptr when it cannot be had.
+    const NvmlLibrary* open(const std::string& path) {
+        {
+            std::lock_guard<std::mutex> guard(mutex_);
+            for (const auto& [opened_path, lib] : libs_)
+                if (opened_path == path) return lib;
+        }
+        const NvmlLibrary* lib = nullptr;
+        Stall stall;
+        if (!open_within(path, kDefaultNvmlTimeoutSeconds, &lib, &stall).ok() || lib == nullptr) return nullptr;
+        std::lock_guard<std::mutex> guard(mutex_);
+        libs_.emplace_back(path, lib);
+        return lib;
+    }
+
+    // With mutex_ held: the reads of `path`'s GPUs for sample `round`. A GPU whose read is still out
+    // (late) or whose state read is stuck gets none: its gauges stay unknown.
+    void hand_out_reads(const std::string& path, const NvmlLibrary* lib, unsigned long long round, SteadyTime now) {
+        for (Reader& r : readers_) {
+            if (r.path != path || r.busy || r.state_stuck) continue;
+            if (lib != nullptr && hand_out(&r, lib, round)) continue;
+            for (Entry& e : entries_) {  // NVML cannot be had, or no thread: unknown
+                if (e.reader != &r) continue;
+                e.reading = SampledGpu();
+                e.sampled = true;
+                e.sampled_at = now;
+                show(&e);
             }
-            Status status;
-            const NvmlLibrary* lib = NvmlLibrary::acquire(group.front()->path, &status);
-            if (lib == nullptr) {
-                for (Entry* e : group) e->next = SampledGpu();  // NVML cannot be had: unknown
-                continue;
-            }
-            if (health_due) read_health(*lib, group);
-            const unsigned long generation = NvmlLibrary::process_generation();
-            for (Entry* e : group) read_gpu(*lib, generation, e);
         }
     }
 
-    static void read_health(const NvmlLibrary& lib, const std::vector<Entry*>& group) {
+    // With mutex_ held (released across the NVML read): the health findings of `path`'s GPUs, one
+    // choice's state read within kSampleMargin. Put off while a read of this library is late (the
+    // state read would likely stick on the same GPU: a second thread on it); false then, or when
+    // some GPU's findings did not come. A GPU the state read is stuck on is unknown and gets no
+    // reads until a later health read finds it answering; one the read did not reach keeps its
+    // last findings.
+    bool read_health(const std::string& path, const NvmlLibrary* lib, SteadyTime due_by,
+                     std::unique_lock<std::mutex>* lock) {
+        if (lib == nullptr) return false;
+        std::vector<Entry*> group;
         std::vector<std::string> indices;
-        indices.reserve(group.size());
-        for (const Entry* e : group) indices.push_back(e->index);
-        Choice choice;
-        // busy-gpus ignore: no process list (the costliest query) for a health gauge; a GPU stuck in its
-        // state read is unknown after the deadline, and the next samples do not start another read on it
-        const Status status = choose_gpus(lib, indices, getpid(), 0, BusyPolicy::kIgnore, all_checks(),
-                                          kDefaultNvmlTimeoutSeconds, &choice);
-        for (std::size_t i = 0; i < group.size(); ++i) {
-            group[i]->health_known = status.ok() && i < choice.states.size();
-            group[i]->health_read = group[i]->health_known;  // else read again at the next sample
-            if (group[i]->health_known) group[i]->health = choice.states[i].health;
+        for (Entry& e : entries_) {
+            if (e.path != path) continue;
+            if (reader_for(&e)->late) return false;
+            group.push_back(&e);
+            indices.push_back(e.index);
         }
+        lock->unlock();
+        Choice choice;
+        // busy-gpus ignore: no process list (the costliest query) for a health gauge
+        const double budget = std::max(std::chrono::duration<double>(due_by - Clock::now()).count(), 0.001);
+        const Status status =
+            choose_gpus(*lib, indices, getpid(), 0, BusyPolicy::kIgnore, all_checks(), budget, &choice);
+        lock->lock();
+        bool all = true;
+        for (Reader& r : readers_) {
+            if (r.path != path) continue;
+            r.state_stuck = false;
+            for (const Stall& s : choice.stalls)
+                if (s.gpu != ReadMonitor::kLibrary && std::to_string(s.gpu) == r.gpu) r.state_stuck = true;
+        }
+        for (std::size_t i = 0; i < group.size(); ++i) {
+            Entry* e = group[i];
+            const bool answered = status.ok() && i < choice.states.size() &&
+                                  choice.states[i].health != Health::kUnknown && !e->reader->state_stuck;
+            if (answered) {
+                e->health = choice.states[i].health;
+                e->health_known = true;
+            } else if (!status.ok() || e->reader->state_stuck) {
+                e->health_known = false;
+                if (e->reader->state_stuck) e->reading = SampledGpu();  // shown again once read again
+            }  // else not reached in time: its last findings stand
+            e->health_read = answered;  // else read again at the next sample
+            all = all && answered;
+            show(e);
+        }
+        return all;
     }
 
     static void read_gpu(const NvmlLibrary& lib, unsigned long generation, Entry* e) {
         SampledGpu& out = e->next;
         out = SampledGpu();
+        out.health = GaugeHealth::kUnhealthy;  // lost, until it answers
         if (e->device_generation != generation) {
             // not cached while refused: a MIG instance may be created later
-            if (!find_metric_device(lib, e->index, &e->device)) {
-                out.health = GaugeHealth::kUnhealthy;  // its handle is refused: lost, or gone
-                return;
-            }
+            if (!find_metric_device(lib, e->index, &e->device)) return;  // its handle is refused: lost, or gone
             e->device_generation = generation;
         }
-        bool lost = false;
         for (int m = 0; m < kMetricCount; ++m) {
             long long value = -1;
             const int code = read_metric_code(lib, e->device, static_cast<Metric>(m), &value);
             if (is_lost(code)) {
-                lost = true;
-                break;
+                out = SampledGpu();
+                out.health = GaugeHealth::kUnhealthy;
+                return;
             }
             out.values[m] = value;
         }
-        if (lost) {
-            out = SampledGpu();
-            out.health = GaugeHealth::kUnhealthy;
-            return;
-        }
-        out.health = e->health_known ? gauge_health(e->health) : GaugeHealth::kUnknown;
+        out.health = GaugeHealth::kOk;  // answered: show() adds the findings
     }
 
     std::mutex mutex_;
-    std::condition_variable wake_;  // the reader waits on it: a request, a stop, a new GPU
-    std::condition_variable done_;  // a sample completed
-    std::deque<Entry> entries_;     // a deque: the reader keeps pointers while others append
+    std::condition_variable wake_;  // the pacer waits on it: a request, a stop, a new GPU
+    std::condition_variable done_;  // a read or a sample completed
+    std::deque<Entry> entries_;     // deques: threads keep pointers while others append
+    std::deque<Reader> readers_;
+    std::vector<std::pair<std::string, const NvmlLibrary*>> libs_;  // opened in this process
     std::chrono::milliseconds interval_ = kDefaultMetricsInterval;
     SteadyTime next_due_;  // the epoch: the first sample at once
     bool requested_ = false, stopping_ = false, running_ = false, sampling_ = false;
     bool health_read_ = false;
     SteadyTime health_read_at_;
     unsigned long long started_ = 0, completed_ = 0;
-    Sampler* abandoned_ = nullptr;  // the parent's sampler, in a fork()ed child
+    unsigned long long whole_ = 0;    // the last sample that ended with no read out (sample_now)
+    unsigned long long counted_ = 0;  // completed_samples(): the samples after every GPU's first reading
+    Sampler* abandoned_ = nullptr;    // the parent's sampler, in a fork()ed child
 };
 
 std::atomic<Sampler*> g_sampler{nullptr};

@@ -1,9 +1,11 @@
 // One sampler of GPU metrics per process (docs/design.md §9.3): every gauge of the process reads
-// one shared snapshot, which a single background reader refreshes at most once per interval,
-// whatever the gauges' callers (Flink's reporters, PyFlink's bundles) ask. A gauge never calls
-// NVML and never waits for the reader: the snapshot's mutex is never held across an NVML call.
-// A GPU whose sample did not complete in time (its read hangs in the driver, or the reader is
-// stuck on another GPU's) shows -1 and health kUnknown; a lost one -1 and kUnhealthy.
+// one shared snapshot, which the sampler refreshes at most once per interval, whatever the gauges'
+// callers (Flink's reporters, PyFlink's bundles) ask. A gauge never calls NVML and never waits for a
+// read: the snapshot's mutex is never held across an NVML call. Each watched GPU (with its MIG units)
+// has a reader thread of its own, so a GPU whose queries hang blanks only its own gauges: one whose
+// read has not returned within kSampleMargin (or whose health read is stuck) shows -1 and health
+// kUnknown, gets no other read (and no other thread) until that one returns, and the others are read
+// on; a lost one -1 and kUnhealthy.
 #pragma once
 
 #include "device_metrics.hpp"
@@ -25,10 +27,11 @@ enum class GaugeHealth : int {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
-// The pace of the reader: `metrics.interval` (docs/design.md §9.3), never below the minimum.
+// The pace of the sampler: `metrics.interval` (docs/design.md §9.3), never below the minimum.
 inline constexpr std::chrono::milliseconds kMinMetricsInterval{1000};
 inline constexpr std::chrono::milliseconds kDefaultMetricsInterval{5000};
-// A sample older than its interval plus this margin is not in time: its GPU is kUnknown.
+// A sample older than its interval plus this margin is not in time: its GPU is kUnknown. Also how
+// long a sample waits for a GPU's read: one not back by then is late (kUnknown until it returns).
 inline constexpr std::chrono::milliseconds kSampleMargin{1000};
 // Health findings (InfoROM, ECC, remapped rows, ... through the choice's state path) change slowly
 // and cost more than the readings: they are read on the first sample and then at most this often.
@@ -42,10 +45,10 @@ struct SampledGpu {
 };
 
 // Adds the GPU `index` (as GPUInfo carries it, "<i>" or "<i>:<slot>") of the library at
-// `library_path` (as NvmlLibrary::acquire takes it) to what this process's reader samples, and
-// sets the reader's interval (the last call's, at least kMinMetricsInterval). Starts the reader
+// `library_path` (as NvmlLibrary::acquire takes it) to what this process's sampler samples, and
+// sets its interval (the last call's, at least kMinMetricsInterval). Starts the sampler
 // when it is not running in this process (the first call; a fork()ed child's first call, or its
-// first sampled_gpu). Calls no NVML. False when the reader could not be started (a thread or memory
+// first sampled_gpu). Calls no NVML. False when the sampler could not be started (a thread or memory
 // refused): the gauges then show kUnknown. Never throws.
 bool watch_gpu_metrics(const std::string& library_path, std::string_view index,
                        std::chrono::milliseconds interval) noexcept;
@@ -55,11 +58,15 @@ bool watch_gpu_metrics(const std::string& library_path, std::string_view index,
 // GPU is not watched). Takes the snapshot's mutex only; never calls NVML. Never throws.
 SampledGpu sampled_gpu(const std::string& library_path, std::string_view index, SteadyTime now) noexcept;
 
-// Makes the reader take a sample now (ahead of its pace) and waits at most `timeout` until that
-// sample has completed; true when it did. For tests and benchmarks: gauges never call it. Never throws.
+// Makes the sampler take a sample now (ahead of its pace) and waits at most `timeout` until that
+// sample and every GPU's read have completed; true when they did (false while a read is stuck). For tests and
+// benchmarks: gauges never call it. Never throws.
 bool sample_gpu_metrics_now(std::chrono::milliseconds timeout) noexcept;
 
-// How many samples this process's reader has completed (since its start in this process).
+// How many samples this process's sampler has completed (since its start in this process) by the
+// time each watched GPU had shown its first reading. A sample completes without the GPUs whose reads
+// are late, but one whose first read is late holds the count back until it answers: a caller waiting
+// for its GPUs' first values (binding's update_metrics) waits for it.
 unsigned long long completed_samples() noexcept;
 
 }  // namespace flinkgpu

@@ -257,29 +257,35 @@ print(json.dumps([nvml.sampled_metrics(index)[4] for index in ("0", "1")]))
     assert got == [0, 1]
 
 
-def test_a_gpu_whose_read_hangs_is_minus_one_and_unknown_and_never_blocks_a_gauge(tmp_path):
+def test_a_read_that_hangs_holding_the_driver_lock_is_minus_one_and_unknown_and_never_blocks_a_gauge(tmp_path):
+    # GPU 1's stuck query holds the driver's lock: GPU 0's read waits for it too (a real driver's
+    # global lock), so both are unknown; no gauge call waits for either
     stuck = str(tmp_path / "stuck")
     got = sampler(
         f"""
+def wait_for(condition, what):
+    deadline = time.monotonic() + 60  # an upper bound only
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
 for index in ("0", "1"):
     nvml.watch_metrics(index, interval=1)
 assert nvml.sample_metrics_now()
 before = [nvml.sampled_metrics(index) for index in ("0", "1")]
 with simulator.hanging({stuck!r}):
-    late = nvml.sample_metrics_now(timeout=0.3)  # the reader is stuck in GPU 1's power query
+    late = nvml.sample_metrics_now(timeout=0.3)  # GPU 1's power query is stuck, GPU 0's behind it
     answered = []
-    def gauges():  # with the driver lock held by the stuck call
+    def gauges():
         for _ in range(1000):
             answered.append(nvml.sampled_metrics("1"))
     reader = threading.Thread(target=gauges, daemon=True)
     reader.start()
     reader.join(timeout=20)
-    in_time = [nvml.sampled_metrics(index) for index in ("0", "1")]
-    later = time.monotonic_ns() + int((1 + nvml.SAMPLE_MARGIN + 0.1) * 1e9)  # past the interval and margin
-    overdue = [nvml.sampled_metrics(index, at=later) for index in ("0", "1")]
-assert nvml.sample_metrics_now()  # released: the reader goes on
-print(json.dumps({{"before": before, "late": late, "gauge_calls": len(answered), "in_time": in_time,
-                  "overdue": overdue, "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
+    wait_for(lambda: [nvml.sampled_metrics(index) for index in ("0", "1")] == [(-1, -1, -1, -1, 3)] * 2,
+             "both unknown")
+assert nvml.sample_metrics_now()  # released: the reads go on
+print(json.dumps({{"before": before, "late": late, "gauge_calls": len(answered),
+                  "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
 """,
         spec={
             "devices": [
@@ -291,9 +297,56 @@ print(json.dumps({{"before": before, "late": late, "gauge_calls": len(answered),
     )
     assert got["before"] == [[5, 0, 40, 100, 0], [6, 0, 50, 200, 0]]
     assert got["late"] is False
-    assert got["gauge_calls"] == 1000  # every gauge call answered while the reader was stuck
-    assert got["in_time"] == got["before"]  # the last sample, while it is not overdue
-    assert got["overdue"] == [[-1, -1, -1, -1, 3]] * 2  # the stuck reader renews neither
+    assert got["gauge_calls"] == 1000  # every gauge call answered while the reads were stuck
+    assert got["after"] == got["before"]
+
+
+def test_a_gpu_whose_reads_hang_outside_the_driver_lock_leaves_the_other_gpus_gauges_fresh(tmp_path):
+    # one sampler thread per process used to blank every GPU when one stopped answering: GPU 1 stuck in
+    # its own channel (the driver lock free) must not stop GPU 0's samples
+    stuck = str(tmp_path / "stuck")
+    got = sampler(
+        f"""
+def wait_for(condition, what):
+    deadline = time.monotonic() + 60  # an upper bound only
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+def stuck_gpu():
+    return nvml.sampled_metrics("1") == (-1, -1, -1, -1, 3)
+for index in ("0", "1"):
+    nvml.watch_metrics(index, interval=1)
+assert nvml.sample_metrics_now()
+before = [nvml.sampled_metrics(index) for index in ("0", "1")]
+with simulator.hanging({stuck!r}):
+    wait_for(stuck_gpu, "GPU 1 unknown")
+    samples = nvml.metrics_samples()
+    calls_before = simulator.counters()["calls"]["nvmlDeviceGetPowerUsage"]
+    seen = set()
+    def three_more_samples():  # GPU 0 renewed at its pace all along: valid at every look
+        seen.add(nvml.sampled_metrics("0"))
+        return nvml.metrics_samples() >= samples + 3 and stuck_gpu()
+    wait_for(three_more_samples, "samples go on")
+    calls = simulator.counters()["calls"]["nvmlDeviceGetPowerUsage"]
+    seen.add(nvml.sampled_metrics("0"))
+assert nvml.sample_metrics_now()  # released: GPU 1 is read again
+print(json.dumps({{"before": before, "seen": sorted(seen), "calls_before": calls_before, "calls": calls,
+                  "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
+""",
+        spec={
+            "devices": [
+                {"power": 100, "temperature": 40, "utilization": 5},
+                {"power": 200, "temperature": 50, "utilization": 6},
+            ],
+            "driver_lock": False,  # stuck in its own channel, as a real GPU can be
+            "hang": [{"query": "power", "device": 1, "while_exists": stuck}],
+        },
+    )
+    assert got["before"] == [[5, 0, 40, 100, 0], [6, 0, 50, 200, 0]]
+    assert got["seen"] == [[5, 0, 40, 100, 0]]  # never -1, never health 3
+    # GPU 1's stuck query was entered once: no new read (no new thread) while it is outstanding
+    assert got["calls"]["1"] == got["calls_before"]["1"] == 2
+    assert got["calls"]["0"] >= got["calls_before"]["0"] + 3  # read at each of the samples
     assert got["after"] == got["before"]
 
 

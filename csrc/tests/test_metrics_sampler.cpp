@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <string>
+#include <thread>
 
 #include "check.hpp"
 #include "simulated.hpp"
@@ -44,6 +47,34 @@ const char* const kPinned =
     R"({"utilization": 5, "temperature": 40, "power": 100, "health": {"row_remap_pending": true}},)"
     R"({"utilization": 6, "temperature": 41, "power": 101, "health": {"inforom_corrupted": true}},)"
     R"({"fault": "GPU_IS_LOST"}, {"health": {"state_error": "RESET_REQUIRED"}}]})";
+
+// Waits (polling; `limit` only bounds it) until `condition` holds; false when it never did.
+template <typename Condition>
+bool wait_for(Condition condition, std::chrono::seconds limit = 60s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!condition()) {
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(5ms);
+    }
+    return true;
+}
+
+// A simulator spec whose `family` queries on GPU 1 hang while `file` exists, outside the driver's
+// lock (a GPU stuck in its own channel): four GPUs with pinned readings.
+std::string hanging_spec(const char* family, const std::string& file) {
+    return std::string(R"({"driver_lock": false, "hang": [{"query": ")") + family +
+           R"(", "device": 1, "while_exists": ")" + file +
+           R"("}], "devices": [)"
+           R"({"utilization": 10, "temperature": 40, "power": 100}, {"utilization": 11, "temperature": 41, "power": 101},)"
+           R"({"utilization": 12, "temperature": 42, "power": 102}, {"utilization": 13, "temperature": 43, "power": 103}]})";
+}
+
+std::string g_hang_file;  // for the bodies (plain function pointers)
+
+bool shows(const std::string& lib, const char* index, long long base, GaugeHealth health) {
+    const SampledGpu s = shown(lib, index);
+    return values_are(s, base, 0, base + 30, base + 90) && s.health == health;
+}
 
 }  // namespace
 
@@ -152,6 +183,65 @@ TEST_CASE(a_forked_child_samples_with_a_reader_of_its_own) {
         CHECK(sample_gpu_metrics_now(kWait));  // the parent's reader goes on
     }),
              0);
+}
+
+TEST_CASE(a_gpu_whose_readings_hang_is_unknown_and_the_others_are_read_on) {
+    g_hang_file = "/tmp/flink-gpu-sampler-hang-" + std::to_string(getpid());
+    CHECK_EQ(run_spec(hanging_spec("power", g_hang_file),
+                      [](const std::string& lib) {
+        for (const char* index : {"0", "1", "2"}) CHECK(watch_gpu_metrics(lib, index, 1h));
+        CHECK(sample_gpu_metrics_now(kWait));
+        std::ofstream(g_hang_file).put('x');
+        const unsigned long long before = completed_samples();
+        (void)sample_gpu_metrics_now(0ms);                              // a trigger: GPU 1's power query sticks
+        CHECK(wait_for([&] { return completed_samples() > before; }));  // the sample completes without it
+        CHECK(unknown(shown(lib, "1")));
+        CHECK(shows(lib, "0", 10, GaugeHealth::kOk) && shows(lib, "2", 12, GaugeHealth::kOk));
+        // the next sample reads GPUs 0 and 2 again (renewed after `asked`), GPU 1 not (its read is out)
+        const auto asked = std::chrono::steady_clock::now();
+        CHECK(sampled_gpu(lib, "0", asked + 1h + kSampleMargin).health == GaugeHealth::kUnknown);  // read before
+        (void)sample_gpu_metrics_now(0ms);
+        CHECK(wait_for([&] { return completed_samples() > before + 1; }));
+        CHECK(sampled_gpu(lib, "0", asked + 1h + kSampleMargin).health == GaugeHealth::kOk);
+        CHECK(sampled_gpu(lib, "2", asked + 1h + kSampleMargin).health == GaugeHealth::kOk);
+        CHECK(unknown(shown(lib, "1")));
+        std::remove(g_hang_file.c_str());
+        CHECK(sample_gpu_metrics_now(kWait));  // released: its read returns and it is read again
+        CHECK(shows(lib, "1", 11, GaugeHealth::kOk));
+    }),
+             0);
+    std::remove(g_hang_file.c_str());
+}
+
+TEST_CASE(a_gpu_whose_state_read_hangs_is_unknown_and_the_others_keep_their_findings) {
+    g_hang_file = "/tmp/flink-gpu-sampler-hang-" + std::to_string(getpid());
+    CHECK_EQ(run_spec(hanging_spec("field_values", g_hang_file),
+                      [](const std::string& lib) {
+        for (const char* index : {"0", "1", "2"}) CHECK(watch_gpu_metrics(lib, index, 1h));
+        CHECK(sample_gpu_metrics_now(kWait));
+        std::ofstream(g_hang_file).put('x');
+        // a GPU watched now gets its findings at once: a health read, which sticks in GPU 1's state
+        const unsigned long long before = completed_samples();
+        CHECK(watch_gpu_metrics(lib, "3", 1h));
+        CHECK(wait_for([&] { return completed_samples() > before; }));
+        CHECK(unknown(shown(lib, "1")));
+        // GPU 0 was read before it, GPU 2 not reached: its earlier findings stand
+        CHECK(shows(lib, "0", 10, GaugeHealth::kOk) && shows(lib, "2", 12, GaugeHealth::kOk));
+        // the next health read passes GPU 1 by (the stuck state read is its one thread) and reads GPU 3
+        CHECK(wait_for([&] {
+            (void)sample_gpu_metrics_now(0ms);
+            return shows(lib, "3", 13, GaugeHealth::kOk);
+        }));
+        CHECK(unknown(shown(lib, "1")));
+        CHECK(shows(lib, "0", 10, GaugeHealth::kOk) && shows(lib, "2", 12, GaugeHealth::kOk));
+        std::remove(g_hang_file.c_str());
+        CHECK(wait_for([&] {  // released: a health read finds it answering, then it is read again
+            (void)sample_gpu_metrics_now(0ms);
+            return shows(lib, "1", 11, GaugeHealth::kOk);
+        }));
+    }),
+             0);
+    std::remove(g_hang_file.c_str());
 }
 
 int main(int argc, char** argv) { return check::run(argc, argv); }

@@ -845,7 +845,7 @@ def checked_metrics_interval(interval):
 def watch_metrics(gpu_index, library_path=None, interval=DEFAULT_METRICS_INTERVAL):
     """Adds the GPU ``gpu_index`` of the library at ``library_path`` to what this process's sampler
     reads, at most once per ``interval`` seconds (the last call's applies to the process; at least
-    MIN_METRICS_INTERVAL, else ValueError). Starts the reader; calls no NVML. False when the reader
+    MIN_METRICS_INTERVAL, else ValueError). Starts the sampler; calls no NVML. False when the sampler
     cannot be started (its gauges then show unknown)."""
     interval = checked_metrics_interval(interval)
     cdef string index = _sampler_index(gpu_index)
@@ -859,9 +859,10 @@ def watch_metrics(gpu_index, library_path=None, interval=DEFAULT_METRICS_INTERVA
 
 def sampled_metrics(gpu_index, library_path=None, at=None):
     """What the gauges of ``gpu_index`` show: (utilization, memory.used, temperature, power, health),
-    ints, the last sample's; -1 for each value and health 3 (unknown) when that sample is older than
-    the interval plus SAMPLE_MARGIN at ``at`` (time.monotonic_ns(); None: now), or there is none (not
-    watched, not sampled yet). Reads the snapshot only: never NVML, never waits for the reader."""
+    ints, the last sample's; -1 for each value and health 3 (unknown) while its read is late (not back
+    within SAMPLE_MARGIN: it hangs in the driver), when that sample is older than the interval plus
+    SAMPLE_MARGIN at ``at`` (time.monotonic_ns(); None: now), or there is none (not watched, not
+    sampled yet). Reads the snapshot only: never NVML, never waits for a read."""
     cdef string index = _sampler_index(gpu_index)
     cdef string path = _resolved_library(library_path)
     cdef long long at_ns = -1 if at is None else max(0, int(at))
@@ -870,8 +871,9 @@ def sampled_metrics(gpu_index, library_path=None, at=None):
 
 
 def sample_metrics_now(timeout=10.0):
-    """Makes the sampler take a sample now and waits at most ``timeout`` seconds for it to complete:
-    True when it did (for tests and benchmarks; gauges never wait)."""
+    """Makes the sampler take a sample now and waits at most ``timeout`` seconds for it and every GPU's
+    read to complete: True when they did, False while a read hangs (for tests and benchmarks; gauges
+    never wait)."""
     cdef long long timeout_ms = <long long>max(0.0, min(float(timeout) * 1000, 2.0 ** 62))
     cdef bint done
     with nogil:
@@ -880,7 +882,8 @@ def sample_metrics_now(timeout=10.0):
 
 
 def metrics_samples():
-    """How many samples this process's sampler has completed."""
+    """How many samples this process's sampler has completed once every watched GPU had its first
+    reading (a GPU whose first read hangs holds the count back)."""
     return completed_samples()
 
 

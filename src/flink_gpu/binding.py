@@ -269,10 +269,10 @@ class GPUBinding:
         """Registers integer gauges per bound GPU under ``group.add_group("gpu", <index>)``:
         ``utilization`` (%), ``memoryUsed`` (MiB), ``temperature`` (°C), ``power`` (W) and ``health``
         (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown). Every gauge of the process shows one shared
-        snapshot, which one reader thread refreshes at most every ``metrics_interval`` (the resource's
-        ``metrics.interval``): a gauge never calls NVML and never raises. A GPU that is lost reads -1
-        with health 2; one whose sample is late (its read hangs in the driver) -1 with health 3, as
-        before the first sample.
+        snapshot, which the sampler (a reader thread per GPU) refreshes at most every ``metrics_interval``
+        (the resource's ``metrics.interval``): a gauge never calls NVML and never raises. A GPU that is
+        lost reads -1 with health 2; one whose read is late (it hangs in the driver) -1 with health 3
+        while the others keep theirs, as before the first sample.
 
         ``group`` is the operator's ``ctx.get_metrics_group()`` (None, when PyFlink's metrics are off:
         nothing is registered) or any object with ``add_group(name, extra)`` and ``gauge(name, fn)``. On

@@ -102,24 +102,27 @@ Device = NvmlDevice
 #: ``busy_policy(text)``: the policy of BUSY_GPUS_VALUES that ``text`` names, case and surrounding
 #: blanks ignored (the one rule for the driver parameter and ``--busy-gpus``), or None.
 #:
-#: The process's metrics sampler (docs/design.md §9.3; csrc/metrics_sampler.*): one reader thread
-#: per process samples every watched GPU at most once per interval into a snapshot that gauges read.
+#: The process's metrics sampler (docs/design.md §9.3; csrc/metrics_sampler.*): a reader thread per
+#: watched GPU, paced by one thread that calls no NVML, samples every watched GPU at most once per
+#: interval into a snapshot that gauges read.
 #:
 #: ``watch_metrics(gpu_index, library_path=None, interval=DEFAULT_METRICS_INTERVAL)``: adds a GPU to
-#: what the reader samples and sets its pace (seconds, at least :data:`MIN_METRICS_INTERVAL`, else
+#: what the sampler samples and sets its pace (seconds, at least :data:`MIN_METRICS_INTERVAL`, else
 #: ValueError; the last call's applies to the process); calls no NVML.
 #:
 #: ``sampled_metrics(gpu_index, library_path=None, at=None)``: what its gauges show, (utilization,
 #: memory.used, temperature, power, health) as in :data:`METRICS` plus a number of
 #: :data:`GAUGE_HEALTH` (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown). A lost GPU reads -1 and
-#: 2; one whose last sample is older than the interval plus :data:`SAMPLE_MARGIN` (its read hangs in
-#: the driver, or the reader is stuck on another GPU's) -1 and 3, as before its first sample. Reads
-#: the snapshot only: never NVML, never waits for the reader. Health findings are read on the first
+#: 2; one whose read has not come back within :data:`SAMPLE_MARGIN` (it hangs in the driver; the
+#: other GPUs are read on) -1 and 3 until it answers, as before its first sample, and so is one whose
+#: last sample is older than the interval plus that margin. Reads the snapshot only: never NVML, never
+#: waits for a read. Health findings are read on the first
 #: sample, then every :data:`HEALTH_READ_INTERVAL` seconds.
 #:
-#: ``sample_metrics_now(timeout=10.0)``: has the reader take a sample now and waits at most
-#: ``timeout`` s for it (True when it completed): for tests and benchmarks. ``metrics_samples()``:
-#: how many samples the reader completed in this process.
+#: ``sample_metrics_now(timeout=10.0)``: has the sampler take a sample now and waits at most
+#: ``timeout`` s for it and every GPU's read (True when they completed; False while a read hangs): for
+#: tests and benchmarks. ``metrics_samples()``: how many samples the sampler completed in this process
+#: once every watched GPU had its first reading.
 #:
 #: ``find_taskmanager(pid)``: the nearest ancestor of ``pid`` (its parent first) running Flink's
 #: ``org.apache.flink.runtime.taskexecutor.TaskManagerRunner``, or None.
