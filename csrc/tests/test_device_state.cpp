@@ -46,14 +46,29 @@ const std::string& r535() {
     return path;
 }
 
-// How often the simulator loaded in this process saw `function` called on GPU `gpu` (its counters).
-int sim_calls(const std::string& function, const std::string& gpu) {
+// The counters of the simulator loaded in this process (flinkgpuSimCounters), "" when none can be read.
+// Read again while the text outgrew the buffer sized for it: "elapsed_ns" and the counts go on growing
+// between the call that sizes the buffer and the one that fills it.
+std::string sim_counters() {
     void* handle = dlopen(sim().c_str(), RTLD_NOW | RTLD_NOLOAD);
-    if (handle == nullptr) return -1;
+    if (handle == nullptr) return "";
     auto read = reinterpret_cast<unsigned (*)(char*, unsigned)>(dlsym(handle, "flinkgpuSimCounters"));
-    std::string text(read != nullptr ? read(nullptr, 0) : 0, '\0');
-    if (read != nullptr) read(&text[0], static_cast<unsigned>(text.size()));
+    std::string text;
+    for (unsigned needed = read != nullptr ? read(nullptr, 0) : 0; needed != 0;) {
+        text.assign(needed, '\0');
+        const unsigned got = read(&text[0], needed);
+        if (got <= needed) break;
+        needed = got;
+    }
     dlclose(handle);
+    return text.c_str();
+}
+
+// How often the simulator loaded in this process saw `function` called on GPU `gpu` (its counters; -1:
+// they cannot be read).
+int sim_calls(const std::string& function, const std::string& gpu) {
+    const std::string text = sim_counters();
+    if (text.empty()) return -1;
     const std::size_t at = text.find("\"" + function + "\"");
     if (at == std::string::npos) return 0;
     const std::size_t end = text.find('}', at);

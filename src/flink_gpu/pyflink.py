@@ -114,8 +114,10 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
     binding, topped up when it asks for more. The holder is the slot: in process mode the Python worker
     (PyFlink runs one per slot; its death frees the binding), in thread mode the slot's allocation id in
     the JVM, held by the threads that bound it (a failed task's thread ends and frees it). A process
-    forked from the worker shares its binding. Raises :class:`flink_gpu.NotEnoughGpusError` when the
-    TaskManager has no GPUs for ``name`` or too few are left, saying who binds them and what to change, and
+    forked from the worker shares the worker's binding in a bindings file only while the worker still
+    binds there; once the worker released it or died, the child binds there as a holder of its own.
+    Raises :class:`flink_gpu.NotEnoughGpusError` when the TaskManager has no GPUs for ``name`` or too
+    few are left, saying who binds them and what to change, and
     :class:`flink_gpu.SlotUnknownError` when a thread-mode subtask's slot cannot be told.
     """
     from flink_gpu.binding import bind, bindings_path, checked_counts
