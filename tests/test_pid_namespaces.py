@@ -565,9 +565,14 @@ while True:
     coordination.release(path=path, timeout=30)
 """
 
+# Runs 3 workers and SIGKILLs one at a time, `kills` times, starting another each time, then the last 3.
+# Each dies once it has taken GPUs 1 to 3 times and, about half of them, while it holds them: conditions on
+# its ledger, never a time, so that every worker takes part whatever the load (a Python worker may take
+# seconds to start on a busy machine; a kill on a timer then lands before most of them claim anything).
 SUPERVISOR = r"""
 import os, random, signal, subprocess, sys, time
-path, ledgers, count, name, seconds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+path, ledgers, count, name, kills_wanted = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+deadline = time.monotonic() + float(sys.argv[6])  # an upper bound on the waits below, never a schedule
 rng = random.Random()
 kills = open(os.path.join(ledgers, f"kills-{name}"), "w")
 n = 0
@@ -576,22 +581,34 @@ def start():
     n += 1
     ledger = os.path.join(ledgers, f"worker-{name}-{n}")
     return ledger, subprocess.Popen([sys.executable, "-c", os.environ["STRESS_WORKER"], path, ledger, count])
-running = [start() for _ in range(3)]
-end = time.monotonic() + seconds
-while time.monotonic() < end:
-    time.sleep(rng.uniform(0.05, 0.25))
-    i = rng.randrange(len(running))
-    ledger, proc = running[i]
+def has_claimed(ledger, times, holding):
+    try:
+        with open(ledger) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:  # still starting
+        return False
+    got = sum(line.startswith("got ") for line in lines)
+    return got >= times and (not holding or lines[-1].startswith("got "))
+def kill(ledger, proc):
+    times, holding = rng.randint(1, 3), rng.random() < 0.5
+    while not has_claimed(ledger, times, holding):
+        if proc.poll() is not None:
+            sys.exit(f"{os.path.basename(ledger)} ended with {proc.returncode} before it was killed")
+        if time.monotonic() > deadline:
+            sys.exit(f"{os.path.basename(ledger)} did not claim {times} times" + " (holding)" * holding
+                     + f" before the deadline: {open(ledger).read() if os.path.exists(ledger) else 'no ledger'}")
+        time.sleep(0.001)
     kills.write(f"{os.path.basename(ledger)} {time.monotonic_ns()}\n")  # alive until this instant
     kills.flush()
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+running = [start() for _ in range(3)]
+for _ in range(kills_wanted):
+    i = rng.randrange(len(running))
+    kill(*running[i])
     running[i] = start()
 for ledger, proc in running:
-    kills.write(f"{os.path.basename(ledger)} {time.monotonic_ns()}\n")
-    kills.flush()
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill(ledger, proc)
 print("done", n, flush=True)
 """
 
@@ -640,7 +657,8 @@ def test_workers_in_three_namespaces_with_sigkills_never_share_a_gpu(path, tmp_p
                 str(ledgers),
                 "4",
                 f"ns{i}",
-                "4",
+                "10",
+                "480",
             ],
             env=env,
             stdout=subprocess.PIPE,
@@ -650,7 +668,7 @@ def test_workers_in_three_namespaces_with_sigkills_never_share_a_gpu(path, tmp_p
         for i in range(3)
     ]
     try:
-        outputs = [s.communicate(timeout=120) for s in supervisors]
+        outputs = [s.communicate(timeout=600) for s in supervisors]
     finally:
         for s in supervisors:
             s.kill()
