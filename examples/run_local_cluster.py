@@ -1,11 +1,14 @@
 """Start a local standalone Flink cluster on simulated GPUs, run gpu_inference_job.py on it in process
 and in thread mode, print the bindings and the GPU gauges, and stop everything it started.
 
-    python examples/run_local_cluster.py [--gpus 4] [--slots 2] [--seconds 12] [--keep DIR]
+    python examples/run_local_cluster.py [--gpus 4] [--slots 2] [--seconds 12] [--modes process,thread]
+        [--keep DIR] [--start-timeout 300] [--flink-home DIR]
 
 Needs ``pip install apache-flink`` (its wheel carries a Flink distribution: bin/, lib/, opt/,
 plugins/external-resource-gpu; ``--flink-home`` or ``$FLINK_HOME`` names another one) and Java 11 or
-later. Nothing outside a temporary directory is written (``--keep DIR`` writes there instead and keeps
+later. Each wait for the cluster ends as soon as what it waits for is there (``--start-timeout``
+is only its bound) and says what it saw last; a JVM of the cluster that exits ends it at once.
+Nothing outside a temporary directory is written (``--keep DIR`` writes there instead and keeps
 it: configuration, logs, coordination file), and the cluster takes free ports, not Flink's 6123 and
 8081 (a cluster of yours keeps running). Whichever way the script ends (an error, Ctrl-C, SIGTERM,
 SIGHUP, its output piped into ``head`` that exits), it stops the processes it started and removes its
