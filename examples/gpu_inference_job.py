@@ -24,7 +24,14 @@ What each subtask does in ``open()``, in this order:
    ``<operator>.gpu.<index>.<gauge>`` in Flink's REST API. Process mode ships them when a bundle ends,
    hence the small ``python.fn-execution.bundle.size`` / ``bundle.time`` below; thread mode pushes them
    from ``map()`` with ``update_metrics()``.
-4. The model: PyTorch when it is installed (a small linear layer on the GPU), else numpy (on the CPU,
+4. A log line with the binding's holder and time; ``close()`` releases the GPU and logs when
+   (``--bindings-log FILE`` also appends both as JSON lines to FILE on the TaskManager's host:
+   process mode's log lines from ``close()`` may not reach the TaskManager's log, the worker is
+   ending). A binding lasts from ``open()`` to ``close()``: a subtask that finishes gives its GPU
+   back, and the next subtask to open binds it again, so a short job's subtasks may show the same
+   GPU one after the other (GPUs 0, 2, 0, 2 for four subtasks): reuse, never two at once
+   (run_local_cluster.py prints these events by time).
+5. The model: PyTorch when it is installed (a small linear layer on the GPU), else numpy (on the CPU,
    a stand-in for a model so that the job runs anywhere), else pure Python.
 """
 
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import time
 
@@ -41,6 +49,8 @@ from pyflink.datastream.functions import MapFunction, RuntimeContext
 
 OPERATOR = "infer"
 FEATURES = 16
+# process mode: into the TaskManager's .log (through PyFlink's PythonWorker logger)
+LOG = logging.getLogger("gpu_inference_job")
 
 
 class Model:
@@ -87,8 +97,9 @@ class Model:
 
 
 class Infer(MapFunction):
-    def __init__(self, delay_s: float):
+    def __init__(self, delay_s: float, bindings_log: "str | None" = None):
         self.delay_s = delay_s
+        self.bindings_log = bindings_log
         self.gpus = None
         self.model = None
         self.subtask = None
@@ -108,6 +119,10 @@ class Infer(MapFunction):
         self.gpus.register_metrics(runtime_context.get_metrics_group())
         self.model = Model(ordinal)
         self.subtask = _subtask_index(runtime_context)
+        self._log_binding("bound", time.time())
+        # print(): process mode into the TaskManager's .log, thread mode into its .out (docs/flink-cluster.md
+        # §5); process mode's print() takes no flush= (PyFlink replaces it with one that has no such argument)
+        print(f"{OPERATOR} subtask {self.subtask}: model {self.model.kind}, GPU {','.join(self.gpus.indices)}")
 
     def map(self, value: int) -> str:
         self.gpus.update_metrics()  # thread mode: pushes the gauges (at most once a second)
@@ -125,7 +140,19 @@ class Infer(MapFunction):
 
     def close(self):
         if self.gpus is not None:
+            released_at = time.time()  # before release(): no later subtask can bind the GPU before this
             self.gpus.release()
+            self._log_binding("released", released_at)
+
+    def _log_binding(self, what: str, at: float) -> None:
+        gpus = ",".join(self.gpus.indices)
+        LOG.info("%s subtask %s: GPU %s %s by %s at %.3f", OPERATOR, self.subtask, gpus, what, self.gpus.holder, at)
+        if self.bindings_log:
+            line = json.dumps(
+                {"at": at, "event": what, "gpus": gpus, "holder": self.gpus.holder, "subtask": self.subtask}
+            )
+            with open(self.bindings_log, "a") as f:  # one short write of an O_APPEND file: lines do not mix
+                f.write(line + "\n")
 
 
 def _subtask_index(runtime_context) -> "int | None":
@@ -144,6 +171,11 @@ def main(argv: "list[str] | None" = None) -> None:
     parser.add_argument("--parallelism", type=int, default=2, help="subtasks of the operator (default: 2)")
     parser.add_argument("--records", type=int, default=40, help="records per subtask (default: 40)")
     parser.add_argument("--seconds", type=float, default=10.0, help="about how long the job runs (default: 10)")
+    parser.add_argument(
+        "--bindings-log",
+        metavar="FILE",
+        help="append each bind and release (JSON lines) to FILE on the TaskManager's host",
+    )
     args = parser.parse_args(argv)
 
     config = Configuration()
@@ -155,7 +187,7 @@ def main(argv: "list[str] | None" = None) -> None:
     env = StreamExecutionEnvironment.get_execution_environment(config)
     records = env.from_collection(list(range(args.parallelism * args.records)), type_info=Types.INT())
     delay = args.seconds / max(args.records, 1)
-    records.rebalance().map(Infer(delay), output_type=Types.STRING()).name(OPERATOR).set_parallelism(
+    records.rebalance().map(Infer(delay, args.bindings_log), output_type=Types.STRING()).name(OPERATOR).set_parallelism(
         args.parallelism
     ).print()
     env.execute(f"flink-gpu example: inference, {args.mode} mode")

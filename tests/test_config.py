@@ -643,6 +643,85 @@ def test_load_configuration_file_returns_the_skipped_lines(tmp_path):
     assert load_configuration_file(write(tmp_path / "config.yaml", "a: {b: 1}\n")).skipped == ()
 
 
+# keys set more than once, as Flink 2.3's GlobalConfiguration treats them (checked against
+# flink-dist 2.3.0): one mapping holding a key twice is refused ("found duplicate key"); a nested and
+# a flat spelling of one key, or a repeated line of a legacy file, silently take the last value
+
+
+@pytest.mark.parametrize(
+    "text, key, lines",
+    [
+        (
+            "taskmanager.numberOfTaskSlots: 1\ntaskmanager.numberOfTaskSlots: 2\n",
+            "taskmanager.numberOfTaskSlots",
+            (1, 2),
+        ),
+        (
+            "taskmanager:\n  numberOfTaskSlots: 1\nrest.port: 1\ntaskmanager:\n  numberOfTaskSlots: 3\n",
+            "taskmanager",
+            (1, 4),
+        ),
+        ("taskmanager:\n  numberOfTaskSlots: 1\n  memory: {a: 1, a: 2}\n", "taskmanager.memory.a", (3, 3)),
+    ],
+)
+def test_a_key_twice_in_one_mapping_is_refused_as_flink_refuses_the_file(tmp_path, text, key, lines):
+    conf = write(tmp_path / "config.yaml", text)
+    with pytest.raises(IllegalConfigurationException) as error:
+        Configuration.from_yaml(conf)
+    where = f"line {lines[0]}" if lines[0] == lines[1] else f"lines {lines[0]} and {lines[1]}"
+    assert str(error.value) == (
+        f"The Flink configuration file {conf} sets the key '{key}' twice in one mapping ({where}): Flink "
+        'refuses such a file ("found duplicate key") and does not start. Keep one of the two.'
+    )
+
+
+def test_a_key_set_nested_and_flat_takes_the_last_value_and_is_named_with_both_lines(tmp_path):
+    from flink_gpu.config_files import RepeatedKey, load_configuration_file
+
+    # Flink's stock config.yaml sets the slots nested; a user appends the flat key
+    stock = "jobmanager:\n  rpc:\n    port: 6123\ntaskmanager:\n  numberOfTaskSlots: 1\n"
+    conf = write(tmp_path / "config.yaml", stock + "rest.port: 8081\ntaskmanager.numberOfTaskSlots: 2\n")
+    loaded = load_configuration_file(conf)
+    assert loaded.data["taskmanager.numberOfTaskSlots"] == 2  # the last, as Flink takes it
+    assert loaded.repeated == (
+        RepeatedKey(
+            str(conf),
+            "taskmanager.numberOfTaskSlots",
+            (5, 7),
+            ("numberOfTaskSlots: 1", "taskmanager.numberOfTaskSlots: 2"),
+        ),
+    )
+    assert loaded.repeated[0].message == (
+        f"taskmanager.numberOfTaskSlots is set 2 times in {conf}: line 5 (`numberOfTaskSlots: 1`), "
+        "line 7 (`taskmanager.numberOfTaskSlots: 2`). Flink takes the last one (line 7) without a word."
+    )
+    # the other order: the nested one is the last, and wins
+    write(conf, "taskmanager.numberOfTaskSlots: 2\ntaskmanager:\n  numberOfTaskSlots: 5\n")
+    loaded = load_configuration_file(conf)
+    assert loaded.data["taskmanager.numberOfTaskSlots"] == 5
+    assert [(r.key, r.line_numbers) for r in loaded.repeated] == [("taskmanager.numberOfTaskSlots", (1, 3))]
+    # keys set once, and a null (unset) next to a value, are no repeats
+    write(conf, "a: 1\nb: {c: 2}\nb.d: 3\nx: ~\n")
+    assert load_configuration_file(conf).repeated == ()
+
+
+def test_a_repeated_line_of_a_legacy_file_takes_the_last_value_and_is_named(tmp_path):
+    from flink_gpu.config_files import load_configuration_file
+
+    conf = write(
+        tmp_path / "flink-conf.yaml", "a: 1\ntaskmanager.numberOfTaskSlots: 1\nb: 2\ntaskmanager.numberOfTaskSlots: 4\n"
+    )
+    loaded = load_configuration_file(conf)
+    assert loaded.data["taskmanager.numberOfTaskSlots"] == "4"
+    assert [(r.key, r.line_numbers, r.texts) for r in loaded.repeated] == [
+        (
+            "taskmanager.numberOfTaskSlots",
+            (2, 4),
+            ("taskmanager.numberOfTaskSlots: 1", "taskmanager.numberOfTaskSlots: 4"),
+        )
+    ]
+
+
 _scalar = st.sampled_from(["1", "x", "'q'", "true", "~", "2.5", "[]", "{}"])
 
 

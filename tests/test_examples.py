@@ -2,19 +2,28 @@
 
 examples/run_local_cluster.py starts a JobManager and one TaskManager of 2 slots on 4 simulated GPUs with
 Flink's own bin/start-cluster.sh, runs examples/gpu_inference_job.py in process and in thread mode, and
-stops everything. Needs apache-flink and Java, like tests/test_pyflink_cluster.py; takes about a minute.
+stops everything, also when it is killed (SIGTERM, Ctrl-C, a reader of its output that went away) and
+when flink-python is already in the distribution's lib/. Needs apache-flink and Java, like
+tests/test_pyflink_cluster.py; takes a few minutes (six clusters, one after the other).
 """
 
+import json
+import os
 import re
+import select
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import child_env
 from flink_gpu import binding
+from support.cli import cli
 
 pytestmark = pytest.mark.flink_cluster
 
@@ -23,6 +32,10 @@ if shutil.which("java") is None:
     pytest.skip("the example needs Java >= 11 on PATH", allow_module_level=True)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLE = EXAMPLES / "run_local_cluster.py"
+# upper bounds only: each wait ends when its condition holds (a cluster on two loaded cores can take minutes)
+RUN_TIMEOUT_S = 900
+READY_TIMEOUT_S = 600
 
 
 def section(output, mode):
@@ -31,15 +44,16 @@ def section(output, mode):
 
 def test_the_cluster_example_binds_a_gpu_per_subtask_in_both_modes_shows_gauges_and_stops_everything():
     proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / "run_local_cluster.py"), "--seconds", "6"],
+        [sys.executable, str(EXAMPLE), "--seconds", "6"],
         env=child_env(),
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=RUN_TIMEOUT_S,
     )
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
-    registered = re.search(r"TaskManager (\S+) registered, 2 slots", out)
+    # it waits until the TaskManager has reported its slots (it is listed before they are)
+    registered = re.search(r"TaskManager (\S+) registered, 2 slots \(2 free\)", out)
     assert registered, out
     for mode, holder in (("process", r"pid \d+"), ("thread", r"slot [0-9a-f]{32}")):
         part = section(out, mode)
@@ -62,10 +76,220 @@ def test_the_cluster_example_binds_a_gpu_per_subtask_in_both_modes_shows_gauges_
         ("thread", "0"),
         ("thread", "1"),
     ], out
+    # a binding lasts from open() to close(), and a GPU released there is bound again later: per GPU,
+    # its holders one after the other, each released before the next one bound it
+    timeline = re.findall(
+        r"^\s+(\d\d:\d\d:\d\d\.\d{3})  GPU (\d) (bound|released) +(.+?) \(infer subtask \d\)$", out, re.M
+    )
+    per_gpu = {}
+    for _, gpu, what, holder in timeline:
+        per_gpu.setdefault(gpu, []).append((what, holder))
+    assert sorted(per_gpu) == sorted(gauges.values()), out
+    for events in per_gpu.values():
+        assert [what for what, _ in events] == ["bound", "released"] * 2, out  # one process-, one thread-mode holder
+        assert events[0][1] == events[1][1] and events[2][1] == events[3][1], out
+        assert events[0][1].startswith("pid ") and events[2][1].startswith("slot "), out
+    assert [at for at, *_ in timeline] == sorted(at for at, *_ in timeline)
     # everything it started is gone: the JVMs, and the temporary directory with conf, logs and files
     pids = [int(pid) for pid in re.findall(r"pid (\d+)", out.split("stopped:", 1)[1].splitlines()[0])]
     assert len(pids) == 2
     for pid in pids:
-        assert not Path(f"/proc/{pid}").exists(), f"pid {pid} still runs"
+        assert not alive(pid), f"pid {pid} still runs"
     work = Path(re.search(r"FLINK_CONF_DIR=(\S+)/conf\)", out).group(1))
     assert not work.exists()
+    assert not processes_naming(work)
+
+
+# -- helpers: the example as a process, what it left ----------------------------------------------------
+
+
+def alive(pid):
+    """Running (a zombie is not), read from /proc independently of the example's own check."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def processes_naming(work):
+    """The live processes whose command line names ``work`` (the cluster's JVMs name its conf and log dirs)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(work).encode() in cmdline and alive(int(entry)):
+                found.append((int(entry), cmdline.replace(b"\0", b" ")[:200]))
+    return found
+
+
+def port_is_free(port):
+    """Nothing listens on localhost:port (the cluster binds localhost): a listener refuses the bind."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a connection in TIME_WAIT is no listener
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class RunningExample:
+    """run_local_cluster.py as a process whose output is read as it comes, until a line matches."""
+
+    def __init__(self, tmp_path, *args, env=None):
+        self.stderr_path = tmp_path / "example.stderr"
+        with open(self.stderr_path, "w") as stderr:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(EXAMPLE), *args],
+                env=child_env() if env is None else env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                start_new_session=True,  # a process group of its own, as a terminal gives a command
+            )
+        self.out = b""
+
+    def wait_for(self, pattern, timeout=READY_TIMEOUT_S):
+        """The match of ``pattern`` in the output so far, once it shows (None if the example ended first)."""
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern.encode(), self.out):
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {pattern!r} within {timeout} s:\n{self.output()}"
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if ready:
+                chunk = os.read(self.proc.stdout.fileno(), 65536)
+                if not chunk:
+                    raise AssertionError(f"the example ended before {pattern!r}:\n{self.output()}")
+                self.out += chunk
+        return re.search(pattern, self.out.decode())
+
+    def finish(self, timeout=RUN_TIMEOUT_S):
+        """Its exit status, once it has ended (reading what it still prints)."""
+        if not self.proc.stdout.closed:
+            self.out += self.proc.stdout.read()
+        return self.proc.wait(timeout)
+
+    def output(self):
+        return self.out.decode(errors="replace") + "\n--- stderr ---\n" + self.stderr_path.read_text(errors="replace")
+
+
+def jvm_pids_of(pid_file):
+    try:
+        return [int(pid) for pid in pid_file.read_text().split() if pid.isdigit()]
+    except FileNotFoundError:
+        return []
+
+
+def jvm_pids(work):
+    """The JVMs of Flink's pid files in the example's work directory (FLINK_PID_DIR)."""
+    return [pid for path in work.glob("flink-*.pid") for pid in jvm_pids_of(path)]
+
+
+# -- the example is killed: it stops what it started and removes its directory ----------------------------
+
+
+@pytest.mark.parametrize(
+    "how, status",
+    [("SIGTERM", 128 + signal.SIGTERM), ("SIGINT", 128 + signal.SIGINT), ("closed stdout", 128 + signal.SIGPIPE)],
+)
+def test_the_example_killed_once_its_cluster_is_up_stops_the_cluster_frees_its_ports_and_removes_its_directory(
+    tmp_path, how, status
+):
+    example = RunningExample(tmp_path, "--seconds", "60")
+    try:
+        up = example.wait_for(r"JobManager RPC port (\d+), web UI http://localhost:(\d+)")
+        ports = [int(port) for port in up.groups()]
+        work = Path(re.search(r"FLINK_CONF_DIR=(\S+)/conf\)", example.output()).group(1))
+        jvms = jvm_pids(work)
+        assert len(jvms) == 2 and all(alive(pid) for pid in jvms), example.output()
+        assert not any(port_is_free(port) for port in ports)
+        if how == "SIGTERM":
+            # doctor, on the configuration of this running cluster, names the ports its JobManager holds
+            doc = json.loads(cli("doctor", work / "conf", "--json", timeout=300).stdout)
+            held = {f["message"].split(" ", 2)[1]: f for f in doc["findings"] if f["check"] == "ports"}
+            assert sorted(held) == sorted(map(str, ports)), doc["findings"]
+            for finding in held.values():
+                assert f"(a Flink JobManager of the configuration {work / 'conf'})" in finding["message"], finding
+            example.proc.send_signal(signal.SIGTERM)
+        elif how == "SIGINT":
+            os.killpg(example.proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
+        else:
+            example.proc.stdout.close()  # `| head` that exits: its next line meets a closed pipe
+        assert example.finish() == status, example.output()
+    finally:
+        if example.proc.poll() is None:
+            example.proc.kill()
+            example.proc.wait()
+    assert "Traceback" not in example.output(), example.output()
+    assert not [pid for pid in jvms if alive(pid)], example.output()
+    assert not processes_naming(work), example.output()
+    assert all(port_is_free(port) for port in ports), example.output()
+    assert not work.exists(), example.output()
+
+
+# -- flink-python already in lib/, as doctor and docs/flink-cluster.md advise --------------------------------
+
+
+def test_the_example_runs_when_flink_python_is_already_in_the_distributions_lib(tmp_path):
+    import pyflink
+
+    real = Path(pyflink.__file__).resolve().parent
+    home = (
+        tmp_path / "flink"
+    )  # the distribution with `cp opt/flink-python-*.jar lib/` done (a copy: never the installed one)
+    home.mkdir()
+    for entry in real.iterdir():
+        if entry.name != "lib":
+            (home / entry.name).symlink_to(entry)
+    (home / "lib").mkdir()
+    for jar in real.glob("lib/*.jar"):
+        (home / "lib" / jar.name).symlink_to(jar)
+    (jar,) = real.glob("opt/flink-python-*.jar")
+    shutil.copy(jar, home / "lib")
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--modes", "thread", "--seconds", "3"],
+        env=child_env(FLINK_HOME=str(home)),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert re.search(r"job [0-9a-f]{32}: FINISHED", out), out
+    work = Path(re.search(r"FLINK_CONF_DIR=(\S+)/conf\)", out).group(1))
+    assert not work.exists()
+
+
+# -- a wait of the example that cannot end well ends at once, saying why ------------------------------------
+
+
+def test_the_example_says_which_jvm_exited_when_its_taskmanager_dies_while_it_waits(tmp_path):
+    example = RunningExample(tmp_path, "--seconds", "60")
+    try:
+        work = Path(example.wait_for(r"FLINK_CONF_DIR=(\S+)/conf\)").group(1))
+        # the TaskManager, as soon as start-cluster.sh has launched it (flink-daemon.sh writes its pid file)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not (
+            taskmanagers := [pid for path in work.glob("flink-*-taskexecutor.pid") for pid in jvm_pids_of(path)]
+        ):
+            assert time.monotonic() < deadline and example.proc.poll() is None, example.output()
+            time.sleep(0.05)
+        (taskmanager,) = taskmanagers
+        os.kill(taskmanager, signal.SIGKILL)
+        assert example.finish() == 1, example.output()
+    finally:
+        if example.proc.poll() is None:
+            example.proc.kill()
+            example.proc.wait()
+    err = example.stderr_path.read_text()
+    # whichever wait it was in (the TaskManager's slots, a job's), it names the JVM that exited and shows the logs
+    assert f", the TaskManager (pid {taskmanager}) of the cluster exited; at that time " in err, example.output()
+    # the ends of the cluster's log files, each named (the TaskManager killed that early has its .out only)
+    assert re.search(rf"--- {work}/log/flink-\S*taskexecutor\S* \(last \d+ of \d+ lines\) ---", err), err
+    assert "Traceback" not in err, example.output()
+    assert not processes_naming(work), example.output()
+    assert not work.exists(), example.output()

@@ -7,6 +7,13 @@ an alias that makes a value contain itself, more than :data:`MAX_COLLECTION_ALIA
 mappings or lists, or aliases that expand to more than :data:`MAX_ALIAS_EXPANSION` values are
 refused before anything is built, as are collections nested more than :data:`MAX_NESTING_DEPTH`
 deep (aliases included).
+
+Keys set more than once are treated as Flink 2.3 treats them: one mapping that holds a key twice
+makes snakeyaml-engine refuse the whole file ("found duplicate key"), so it is refused here too; a
+key that two spellings set (a nested ``taskmanager: numberOfTaskSlots: 1`` and a flat
+``taskmanager.numberOfTaskSlots: 2``), or a line repeated in a legacy ``flink-conf.yaml``, silently
+takes the last value in Flink, and here as well; :attr:`ConfigurationFile.repeated` names such keys
+with their lines (``flink-gpu doctor`` reports them).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ __all__ = [
     "MAX_COLLECTION_ALIASES",
     "MAX_NESTING_DEPTH",
     "ConfigurationFile",
+    "RepeatedKey",
     "SkippedLine",
     "find_configuration_file",
     "flatten_nested_keys",
@@ -82,12 +90,31 @@ _NOT_A_PAIR = "Line is not a key-value pair (missing space after ':'?)"
 _EMPTY = "Key or value was empty"
 
 
+class RepeatedKey(NamedTuple):
+    """A flat key that lines of one configuration file set more than once; Flink takes the last."""
+
+    file: str
+    key: str
+    line_numbers: tuple[int, ...]  # in the file's order; the last one wins
+    texts: tuple[str, ...]  # those lines, stripped
+
+    @property
+    def message(self) -> str:
+        where = ", ".join(f"line {n} (`{text}`)" for n, text in zip(self.line_numbers, self.texts, strict=True))
+        return (
+            f"{self.key} is set {len(self.line_numbers)} times in {self.file}: {where}. Flink takes "
+            f"the last one (line {self.line_numbers[-1]}) without a word."
+        )
+
+
 class ConfigurationFile(NamedTuple):
-    """What :func:`load_configuration_file` read: the file, its flat keys and the skipped lines."""
+    """What :func:`load_configuration_file` read: the file, its flat keys, the skipped lines and the
+    keys set more than once."""
 
     path: str
     data: dict[str, object]
     skipped: tuple[SkippedLine, ...]
+    repeated: tuple[RepeatedKey, ...] = ()
 
 
 def find_configuration_file(path: str | os.PathLike[str]) -> str:
@@ -135,19 +162,37 @@ def load_configuration_file(
     if legacy is None:
         legacy = os.path.basename(file) == "flink-conf.yaml"
     if legacy:
-        data, skipped = _parse_legacy(file, read_regular_file(file, _WHAT) if content is None else content)
-        return ConfigurationFile(file, data, skipped)
-    document = read_yaml_mapping(
-        file, _WHAT, "a mapping of configuration keys at the top level", _core_schema_loader(), content=content
+        if content is None:
+            content = read_regular_file(file, _WHAT)
+        data, skipped, key_lines = _parse_legacy(file, content)
+        lines = re.split(r"\r\n|\r|\n", content.decode("utf-8", errors="replace"))
+    else:
+        document, key_lines, content = _read_yaml(
+            file,
+            _WHAT,
+            "a mapping of configuration keys at the top level",
+            _core_schema_loader(),
+            content=content,
+            key_lines=True,
+        )
+        data, skipped = flatten_nested_keys(document), ()
+        # the line breaks of YAML (PyYAML's marks count these)
+        lines = re.split(r"\r\n|[\r\n\x85\u2028\u2029]", content.decode("utf-8", errors="replace"))
+    repeated = tuple(
+        RepeatedKey(file, key, tuple(numbers), tuple(lines[n - 1].strip() for n in numbers))
+        for key, numbers in key_lines.items()
+        if len(numbers) > 1
     )
-    return ConfigurationFile(file, flatten_nested_keys(document), ())
+    return ConfigurationFile(file, data, skipped, repeated)
 
 
-def _parse_legacy(file: str, content: bytes) -> tuple[dict[str, object], tuple[SkippedLine, ...]]:
-    """Flink's pre-2.0 ``GlobalConfiguration.loadYAMLResource``: one ``key: value`` per line."""
+def _parse_legacy(file: str, content: bytes) -> tuple[dict[str, object], tuple[SkippedLine, ...], dict[str, list[int]]]:
+    """Flink's pre-2.0 ``GlobalConfiguration.loadYAMLResource``: one ``key: value`` per line (a
+    key's later line replaces its value); also the lines that set each key."""
     text = content.decode("utf-8", errors="replace")  # Java's reader substitutes too
     data: dict[str, object] = {}
     skipped: list[SkippedLine] = []
+    key_lines: dict[str, list[int]] = {}
     # BufferedReader.readLine ends a line at \n, \r or \r\n
     for number, line in enumerate(re.split(r"\r\n|\r|\n", text), start=1):
         conf = java_trim(line.split("#", 1)[0])
@@ -162,7 +207,8 @@ def _parse_legacy(file: str, content: bytes) -> tuple[dict[str, object], tuple[S
             skipped.append(SkippedLine(file, number, line, _EMPTY))
             continue
         data[key] = value
-    return data, tuple(skipped)
+        key_lines.setdefault(key, []).append(number)
+    return data, tuple(skipped), key_lines
 
 
 def flatten_nested_keys(data: Mapping[str, object]) -> dict[str, object]:
@@ -257,6 +303,20 @@ def read_yaml_mapping(
     a document nested more than :data:`MAX_NESTING_DEPTH` levels deep or with aliases beyond the
     limits of the module's description is refused. ``content``: the file's bytes, read already.
     """
+    return _read_yaml(path, what, expected, loader, content=content)[0]
+
+
+def _read_yaml(
+    path: str | os.PathLike[str],
+    what: str,
+    expected: str,
+    loader: type[yaml.SafeLoader] | None = None,
+    *,
+    content: bytes | None = None,
+    key_lines: bool = False,
+) -> tuple[dict[str, Any], dict[str, list[int]], bytes]:
+    """:func:`read_yaml_mapping`'s mapping, with (when ``key_lines``) the lines that set each flat
+    key (a mapping that holds one key twice is refused, as Flink refuses it), and the file's bytes."""
     import yaml
 
     path = os.fspath(path)
@@ -264,9 +324,17 @@ def read_yaml_mapping(
         content = read_regular_file(path, what)
     if loader is None:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    lines: dict[str, list[int]] = {}
     try:
         _check_events(yaml.parse(content, Loader=loader), path, what)
-        document = yaml.load(content, Loader=loader)
+        reader = loader(content)
+        try:
+            node = reader.get_single_node()
+            document = reader.construct_document(node) if node is not None else None
+            if key_lines and isinstance(node, yaml.MappingNode):
+                lines = _flat_key_lines(reader, node, path, what)
+        finally:
+            reader.dispose()
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -282,10 +350,42 @@ def read_yaml_mapping(
             f"Invalid YAML in {what} {path}: a value cannot be read ({error})."
         ) from error
     if document is None:
-        return {}
+        return {}, lines, content
     if not isinstance(document, dict):  # PyYAML builds every mapping as a dict
         raise IllegalConfigurationException(f"The {what} {path} must hold {expected}, not a {_yaml_kind(document)}.")
-    return document
+    return document, lines, content
+
+
+def _flat_key_lines(reader: yaml.SafeLoader, top: yaml.MappingNode, path: str, what: str) -> dict[str, list[int]]:
+    """Per flat key (as :func:`flatten_nested_keys` names it), the lines that give it a value, in
+    the document's order. A key twice in one mapping is refused as snakeyaml-engine refuses it."""
+    import yaml
+
+    lines: dict[str, list[int]] = {}
+    stack: list[tuple[yaml.MappingNode, str]] = [(top, "")]
+    while stack:
+        mapping, prefix = stack.pop()
+        seen: dict[tuple[type, object], int] = {}
+        for key_node, value_node in mapping.value:
+            key = reader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if (type(key), key) in seen:
+                first = seen[type(key), key]
+                where = f"line {line}" if first == line else f"lines {first} and {line}"
+                raise IllegalConfigurationException(
+                    f"The {what} {path} sets the key '{prefix}{to_java_string(key)}' twice in one mapping "
+                    f'({where}): Flink refuses such a file ("found duplicate key") and does not start. '
+                    f"Keep one of the two."
+                )
+            seen[type(key), key] = line
+            flat_key = prefix + to_java_string(key)
+            if isinstance(value_node, yaml.MappingNode):
+                stack.append((value_node, flat_key + "."))
+            elif value_node.tag != "tag:yaml.org,2002:null":  # null: unset (flatten_nested_keys)
+                lines.setdefault(flat_key, []).append(line)
+    for numbers in lines.values():
+        numbers.sort()
+    return lines
 
 
 class _Anchor:

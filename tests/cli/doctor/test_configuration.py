@@ -111,3 +111,28 @@ def test_doctor_and_resources_refuse_a_configuration_nested_too_deep(tmp_path):
     proc = cli("doctor", "--simulate", "2", conf)
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
     assert expected in proc.stdout
+
+
+def test_doctor_names_a_key_set_twice_and_both_of_its_lines(tmp_path, good_script):
+    # Flink's stock config.yaml sets the slots nested; a user appends `taskmanager.numberOfTaskSlots: 2`
+    stock = "taskmanager:\n  numberOfTaskSlots: 1\n"
+    text = stock + gpu_conf(discovery_script_path=good_script) + "taskmanager.numberOfTaskSlots: 2\n"
+    doc = run_doctor(tmp_path, text, file_name="config.yaml")
+    conf = tmp_path / "config.yaml"
+    last = len(text.splitlines())
+    warning = only(doc, "configuration", "warning")
+    assert warning["message"] == (
+        f"taskmanager.numberOfTaskSlots is set 2 times in {conf}: line 2 (`numberOfTaskSlots: 1`), "
+        f"line {last} (`taskmanager.numberOfTaskSlots: 2`). Flink takes the last one (line {last}) without a word."
+    )
+    assert "Keep one line for taskmanager.numberOfTaskSlots" in warning["fix"]
+    # doctor reads the value Flink reads: the last
+    assert "taskmanager.numberOfTaskSlots is 2" in only(doc, "task-slots", "note")["message"]
+
+
+def test_doctor_says_flink_refuses_a_mapping_that_holds_a_key_twice(tmp_path, good_script):
+    text = gpu_conf(discovery_script_path=good_script) + "external-resources: gpu\n"
+    doc = run_doctor(tmp_path, text, file_name="config.yaml", expect=1)
+    error = only(doc, "configuration", "error")
+    assert "sets the key 'external-resources' twice in one mapping (lines 1 and 5)" in error["message"]
+    assert "Flink refuses such a file" in error["message"]

@@ -2,14 +2,15 @@
 
 The checks follow the path a TaskManager takes (docs/design.md §2, §3): the resource list, each
 resource's amount and factory, then for the GPU plugin its discovery script (present, executable,
-and run once), its arguments, coordination between the TaskManagers of a host and the host's GPUs.
+and run once), its arguments, coordination between the TaskManagers of a host and the host's GPUs;
+before them, whether the ports the cluster binds are free (a cluster left running holds them).
 Each concept is a module of this package; :func:`run` is the whole order of the checks.
 """
 
 from __future__ import annotations
 
 from flink_gpu.cli._output import document, emit_json
-from flink_gpu.cli.doctor import configuration, factory, gpu_plugin, resources, taskmanagers
+from flink_gpu.cli.doctor import configuration, factory, gpu_plugin, ports, resources, taskmanagers
 from flink_gpu.cli.doctor.findings import Checkup, print_report
 from flink_gpu.cli.doctor.taskmanager_env import check_taskmanager_environment
 from flink_gpu.framework import JAVA_FACTORY_ALIASES, param_prefix
@@ -47,6 +48,7 @@ def check(checkup: Checkup) -> None:
     if loaded is None:
         return
     checkup.config = loaded
+    ports.check_ports(checkup)
     names = resources.check_resource_list(checkup)
     gpu_resources = [name for name in names if _check_resource(checkup, name)]
     if gpu_resources:

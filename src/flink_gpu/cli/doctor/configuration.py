@@ -51,7 +51,8 @@ def flink_home(conf_dir: str) -> "tuple[str, str] | tuple[None, None]":
 
 
 def load(checkup: Checkup) -> "Configuration | None":
-    """The configuration, with a finding for each line Flink skips; None when it cannot be read."""
+    """The configuration, with a finding for each line Flink skips and each key set more than once;
+    None when it cannot be read."""
     try:
         loaded = load_configuration_file(checkup.file)
     except (IllegalConfigurationException, OSError) as error:
@@ -68,5 +69,13 @@ def load(checkup: Checkup) -> "Configuration | None":
             "configuration",
             f"{line.message}; Flink skips that line too.",
             "Write each setting as `key: value` (a space after the colon, a non-empty value).",
+        )
+    for repeated in loaded.repeated:
+        checkup.add(
+            "warning",
+            "configuration",
+            repeated.message,
+            f"Keep one line for {repeated.key} (a copy of Flink's own config.yaml already sets some "
+            "keys: change the value there instead of adding a line).",
         )
     return Configuration(loaded.data)
