@@ -141,7 +141,7 @@ std::string claim_shortage(const std::string& message, long long amount, const s
         static const std::string kUnknown = "unknown: ";
         which += (which.empty() ? "GPU " : ", GPU ") + index;
         which += why.compare(0, kUnknown.size(), kUnknown) == 0 ? " is unknown (" + why.substr(kUnknown.size()) + ")"
-                                                                 : " is left out (" + why + ")";
+                                                                : " is left out (" + why + ")";
     }
     const std::string head = "Requested " + std::to_string(amount) + ", the host has ";
     const std::size_t start = message.find(head);
@@ -151,8 +151,8 @@ std::string claim_shortage(const std::string& message, long long amount, const s
     flinkgpu::sort_indices(&all);
     std::string listed;
     for (const auto& index : all) listed += (listed.empty() ? "" : ", ") + index;
-    return message.substr(0, start) + head + std::to_string(all.size()) + " GPU" + (all.size() == 1 ? "" : "s") +
-           " (" + listed + "), of which " + which + message.substr(end + 1);
+    return message.substr(0, start) + head + std::to_string(all.size()) + " GPU" + (all.size() == 1 ? "" : "s") + " (" +
+           listed + "), of which " + which + message.substr(end + 1);
 }
 
 // The TaskManager that ran us: our parent when we started, read once. If it dies, we are handed to a

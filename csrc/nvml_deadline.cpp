@@ -416,7 +416,7 @@ Status dispatch(const BlockRef& block) {
         return Status();
     }
     w = WorkerRef(new Worker());
-    w->job = block;  // before its thread exists
+    w->job = block;                                   // before its thread exists
     w->refs.fetch_add(1, std::memory_order_relaxed);  // the thread's
     const int rc = start_nvml_thread(worker_main, w.get());
     if (rc != 0) {
@@ -589,7 +589,8 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
             if (behind != nullptr) {
                 part.in_flight +=
                     " (behind " +
-                    (behind->gpu == ReadMonitor::kLibrary ? std::string() : "GPU " + std::to_string(behind->gpu) + "'s ") +
+                    (behind->gpu == ReadMonitor::kLibrary ? std::string()
+                                                          : "GPU " + std::to_string(behind->gpu) + "'s ") +
                     behind->function + ", which has not returned for " + duration_text(behind->seconds) + ")";
             }
         }
@@ -623,7 +624,7 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
                     gpu,
                     "not read: " +
                         (part.now.gpu == ReadMonitor::kLibrary ? std::string()
-                                                                : "GPU " + std::to_string(part.now.gpu) + "'s ") +
+                                                               : "GPU " + std::to_string(part.now.gpu) + "'s ") +
                         part.in_flight,
                     enforced));
             } else if (!part.done) {

@@ -44,8 +44,9 @@ std::string stall_text(const Stall& stall, double timeout_seconds);
 // spends half the time left inside one call on one GPU keeps that GPU, and another worker reads the
 // GPUs after it within the same deadline (at most one stuck thread per GPU, plus one for a
 // library-wide call). A GPU not read in time, or one an earlier read is still stuck on, is a state of
-// health unknown saying why; `stalls` names the calls. `*count_known` false: not even the GPU count was read (then `out` is empty). An
-// NVML failure of the whole library within the deadline is the status, as query_states's.
+// health unknown saying why; `stalls` names the calls. `*count_known` false: not even the GPU count
+// was read (then `out` is empty). An NVML failure of the whole library within the deadline is the
+// status, as query_states's.
 // `spent_seconds`: the part of the timeout already used by earlier NVML work of the same deadline
 // (flink-gpu-discovery's init); the texts name the whole timeout. Never throws.
 Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,

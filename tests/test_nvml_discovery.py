@@ -1233,6 +1233,33 @@ def test_one_stuck_gpu_does_not_keep_a_claim_from_the_free_gpus_after_it(tmp_pat
     assert "the host has 3 GPUs" not in message
 
 
+# After its claims a process keeps no NVML thread (a later os.fork() is of a one-thread process): the
+# threads of the process (/proc/self/task) once a claim is done, and how long until only one is left.
+NO_THREAD_LEFT = r"""
+import json, os, time
+from flink_gpu import GPUDriver
+threads = lambda: len(os.listdir("/proc/self/task"))
+before = threads()
+with GPUDriver({"discovery-mode": "nvml"}) as driver:
+    for _ in range(3):
+        driver.retrieve_resource_info(2)
+during = threads()
+start = time.monotonic()
+while threads() > before and time.monotonic() - start < 10:  # 10 s: an upper bound only
+    time.sleep(0.01)
+print(json.dumps({"before": before, "during": during, "after": threads()}))
+"""
+
+
+def test_no_nvml_thread_is_left_in_a_process_a_few_seconds_after_its_last_claim():
+    env = dict(os.environ, PYTHONPATH=SRC, **simulator.environment(devices=4))
+    done = subprocess.run([sys.executable, "-c", NO_THREAD_LEFT], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    counts = json.loads(done.stdout)
+    assert counts["during"] == counts["before"] + 1  # one worker, reused by every retrieve
+    assert counts["after"] == counts["before"]
+
+
 def run_hung(tmp_path, query, config, scenarios):
     """``scenarios`` in one child process (HANG_RUNNER) while the simulator's ``query`` family hangs; then
     the same ``config`` in a new process after the hang is released: (results while hung, result after)."""

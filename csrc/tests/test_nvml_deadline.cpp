@@ -280,9 +280,10 @@ TEST_CASE(a_driver_stuck_on_every_gpu_gets_one_thread_per_gpu_and_no_more) {
         const Read r = read(lib, 0.4);
         CHECK_EQ(r.stalls.size(), static_cast<std::size_t>(4));  // each GPU's worker handed the rest on
         for (std::size_t i = 1; i < r.states.size(); ++i) {
-            CHECK(starts_with(r.states[i].health_text, "unknown: nvmlDeviceGetRemappedRows did not return within "
-                                                       "400 ms (behind GPU " +
-                                                           std::to_string(i - 1) + "'s nvmlDeviceGetRemappedRows"));
+            CHECK(starts_with(r.states[i].health_text,
+                              "unknown: nvmlDeviceGetRemappedRows did not return within "
+                              "400 ms (behind GPU " +
+                                  std::to_string(i - 1) + "'s nvmlDeviceGetRemappedRows"));
         }
         CHECK_EQ(threads(), before + 4);
         const Read again = read(lib, 30.0);  // every GPU is still stuck: at once, none read again

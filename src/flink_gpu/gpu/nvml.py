@@ -152,7 +152,7 @@ def _claim_shortage(message: str, amount: int, host: "tuple[str, ...]", ranking:
     from flink_gpu.gpu_index import index_sort_order
 
     which = ", ".join(
-        f"GPU {index} is unknown ({why[len('unknown: '):]})"
+        f"GPU {index} is unknown ({why[len('unknown: ') :]})"
         if why.startswith("unknown: ")
         else f"GPU {index} is left out ({why})"
         for index, why in ranking.left_out
@@ -164,7 +164,7 @@ def _claim_shortage(message: str, amount: int, host: "tuple[str, ...]", ranking:
         return f"{message} Left out: {which}."
     listed = ", ".join(index_sort_order(host, lambda index: index))
     plural = "" if len(host) == 1 else "s"
-    return f"{message[:start]}{head}{len(host)} GPU{plural} ({listed}), of which {which}{message[end + 1:]}"
+    return f"{message[:start]}{head}{len(host)} GPU{plural} ({listed}), of which {which}{message[end + 1 :]}"
 
 
 class NvmlDiscovery:
