@@ -3,13 +3,18 @@
 #include "glibc_compat.hpp"
 #include "gpu_choice.hpp"
 
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <new>
 #include <utility>
@@ -34,20 +39,46 @@ std::string duration_text(double seconds) {
     return buf;
 }
 
-void init_monotonic_cond(pthread_cond_t* cond) {
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);  // a wall-clock step neither shortens nor extends a wait
-    pthread_cond_init(cond, &attr);
-    pthread_condattr_destroy(&attr);
-}
-
 timespec timespec_of(long long ns) {
     timespec ts{};
     ts.tv_sec = static_cast<time_t>(ns / 1000000000LL);
     ts.tv_nsec = static_cast<long>(ns % 1000000000LL);
     return ts;
 }
+
+// One thread waits until another sets it: a futex word, so that a hand-off costs one wait and one wake
+// (a condition variable's waiter takes its mutex back marked contended, and the unlock after it makes
+// one more system call that wakes nobody). The setter wakes only a waiter that sleeps. Deadlines are
+// CLOCK_MONOTONIC (FUTEX_WAIT_BITSET): a wall-clock step neither shortens nor extends a wait. Whoever
+// calls set() keeps the event alive until it returns.
+class Event {
+public:
+    // Whether it is set, once set or at `until_ns`.
+    bool wait_until(long long until_ns) noexcept {
+        for (;;) {
+            std::uint32_t state = state_.load(std::memory_order_acquire);
+            if (state == kSet) return true;
+            if (state == kUnset && !state_.compare_exchange_strong(state, kWaiting, std::memory_order_acquire))
+                continue;  // set meanwhile: look again
+            if (now_ns() >= until_ns) return state_.load(std::memory_order_acquire) == kSet;
+            const timespec until = timespec_of(until_ns);
+            // returns when woken, at the deadline, on a signal, or at once when no longer kWaiting
+            syscall(SYS_futex, word(), FUTEX_WAIT_BITSET_PRIVATE, kWaiting, &until, nullptr, FUTEX_BITSET_MATCH_ANY);
+        }
+    }
+    void set() noexcept {
+        if (state_.exchange(kSet, std::memory_order_acq_rel) == kWaiting)
+            syscall(SYS_futex, word(), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+    }
+    // For the next wait; only while no set() can come (a worker's own, before it is parked again).
+    void reset() noexcept { state_.store(kUnset, std::memory_order_relaxed); }
+
+private:
+    static constexpr std::uint32_t kUnset = 0, kWaiting = 1, kSet = 2;
+    static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "a futex word");
+    std::uint32_t* word() noexcept { return reinterpret_cast<std::uint32_t*>(&state_); }  // for the kernel only
+    std::atomic<std::uint32_t> state_{kUnset};
+};
 
 constexpr unsigned kNoGpu = ~0u;
 
@@ -57,11 +88,8 @@ constexpr unsigned kNoGpu = ~0u;
 // that hands the GPUs after a stuck one to another worker lowers `limit_` (hand_off).
 class Block final : public ReadMonitor {
 public:
-    Block() { init_monotonic_cond(&cond_); }
-    ~Block() override {
-        pthread_cond_destroy(&cond_);
-        pthread_mutex_destroy(&mutex_);
-    }
+    Block() = default;
+    ~Block() override { pthread_mutex_destroy(&mutex_); }
     Block(const Block&) = delete;
     Block& operator=(const Block&) = delete;
 
@@ -105,27 +133,19 @@ public:
         return go_on;
     }
 
-    // The worker's end: wakes the caller, if it still waits. The signal comes after unlocking, so the
-    // woken caller finds the mutex free; the worker's own reference keeps the block alive until then.
+    // The worker's end: wakes the caller, if it still waits, after unlocking (the woken caller finds
+    // the mutex free); the worker's own reference keeps the block alive until then.
     void finish(Status status) noexcept {
         pthread_mutex_lock(&mutex_);
         if (job_status_.ok()) job_status_ = std::move(status);
         done_ = true;
         function_.store(nullptr, std::memory_order_release);
         pthread_mutex_unlock(&mutex_);
-        pthread_cond_signal(&cond_);
+        finished_.set();
     }
 
     // Waits until the worker finishes or `until_ns`; whether it finished.
-    bool wait_until(long long until_ns) noexcept {
-        const timespec until = timespec_of(until_ns);
-        pthread_mutex_lock(&mutex_);
-        while (!done_ && pthread_cond_timedwait(&cond_, &mutex_, &until) == 0) {
-        }
-        const bool done = done_;
-        pthread_mutex_unlock(&mutex_);
-        return done;
-    }
+    bool wait_until(long long until_ns) noexcept { return finished_.wait_until(until_ns); }
 
     // The deadline is over: false when the worker did not finish, and then it is abandoned (its later
     // reads go nowhere).
@@ -192,7 +212,7 @@ public:
 
 private:
     pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cond_;
+    Event finished_;
     bool done_ = false;
     bool abandoned_ = false;
     unsigned current_ = kNoGpu;  // the GPU being read (skip() said to read it)
@@ -238,17 +258,8 @@ using BlockRef = Ref<Block>;
 // whoever hands it a job (the idle list's reference, taken by dispatch) each hold it, so that a
 // dispatcher that signals after unlocking never touches a worker that has ended.
 struct Worker {
-    Worker() { init_monotonic_cond(&cond); }
-    ~Worker() {
-        pthread_cond_destroy(&cond);
-        pthread_mutex_destroy(&mutex);
-    }
-    Worker(const Worker&) = delete;
-    Worker& operator=(const Worker&) = delete;
-
-    pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cond;
-    BlockRef job;  // the next job, under `mutex`
+    BlockRef job;  // the next job: written by its dispatcher before `handed` is set
+    Event handed;
     std::atomic<int> refs{1};
 };
 using WorkerRef = Ref<Worker>;
@@ -365,24 +376,15 @@ void run_job(const BlockRef& block, Worker* w, bool* parked) noexcept {
 // list, with the list's reference dropped).
 BlockRef next_job(Worker* w) noexcept {
     BlockRef block;
-    pthread_mutex_lock(&w->mutex);
-    const timespec until = timespec_of(now_ns() + g_idle_worker_ns.load(std::memory_order_relaxed));
-    bool waiting = true;
-    while (!w->job) {
-        if (!waiting) {
-            pthread_cond_wait(&w->cond, &w->mutex);  // a dispatcher has it: its job is coming
-        } else if (pthread_cond_timedwait(&w->cond, &w->mutex, &until) != 0 && !w->job) {
-            pthread_mutex_unlock(&w->mutex);
-            if (unpark(w)) {
-                w->refs.fetch_sub(1, std::memory_order_relaxed);  // the list's; the thread's is left
-                return block;
-            }
-            pthread_mutex_lock(&w->mutex);
-            waiting = false;
+    if (!w->handed.wait_until(now_ns() + g_idle_worker_ns.load(std::memory_order_relaxed))) {
+        if (unpark(w)) {
+            w->refs.fetch_sub(1, std::memory_order_relaxed);  // the list's; the thread's is left
+            return block;
         }
+        w->handed.wait_until(LLONG_MAX);  // a dispatcher took it off the list: its job is coming
     }
     block.swap(w->job);
-    pthread_mutex_unlock(&w->mutex);
+    w->handed.reset();  // before it is parked again, so before any dispatcher can hand it another
     return block;
 }
 
@@ -398,8 +400,8 @@ void* worker_main(void* arg) {
     return nullptr;
 }
 
-// Hands `block`'s job to an idle worker, or to a new one. The worker is signalled after unlocking, so
-// that it wakes to a free mutex; the reference held here keeps it alive until then.
+// Hands `block`'s job to an idle worker, or to a new one; the reference held here keeps the worker
+// alive until it is woken.
 Status dispatch(const BlockRef& block) {
     WorkerRef w;
     pthread_mutex_lock(&g_stuck_mutex);
@@ -409,14 +411,13 @@ Status dispatch(const BlockRef& block) {
     }
     pthread_mutex_unlock(&g_stuck_mutex);
     if (w) {
-        pthread_mutex_lock(&w->mutex);
         w->job = block;
-        pthread_mutex_unlock(&w->mutex);
-        pthread_cond_signal(&w->cond);
+        w->handed.set();
         return Status();
     }
     w = WorkerRef(new Worker());
-    w->job = block;                                   // before its thread exists
+    w->job = block;  // before its thread exists
+    w->handed.set();
     w->refs.fetch_add(1, std::memory_order_relaxed);  // the thread's
     const int rc = start_nvml_thread(worker_main, w.get());
     if (rc != 0) {
@@ -514,17 +515,18 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
         for (const Stall& s : *stalls) blocks[0]->skipped_.push_back(static_cast<unsigned>(s.gpu));
         blocks[0]->job = job;
         if (Status st = dispatch(blocks[0]); !st.ok()) return st;
-        // Waits for the last block in halves of the time left. A worker that has spent half its time so far
-        // inside one call on one GPU keeps that GPU, and a new block reads the ones after it (one stuck
-        // thread per GPU at most: a block starts after the GPU its predecessor is stuck on, and skips
-        // earlier stuck ones).
-        constexpr long long kShortestHalfNs = 2000000;
-        long long started = now_ns();  // the last block's
+        // Waits for the last block in quarters of the time. A worker that has been inside one call on one
+        // GPU for a quarter of that (a sixteenth of the deadline) keeps that GPU, and a new block reads
+        // the ones after it (one stuck thread per GPU at most: a block starts after the GPU its
+        // predecessor is stuck on, and skips earlier stuck ones).
+        constexpr long long kShortestStepNs = 1000000;
+        const long long step = std::max((deadline - now_ns()) / 4, kShortestStepNs);
         for (;;) {
             const long long now = now_ns();
-            if (deadline - now < 2 * kShortestHalfNs) break;
-            if (blocks.back()->wait_until(now + (deadline - now) / 2)) break;
+            if (deadline - now < kShortestStepNs) break;
+            if (blocks.back()->wait_until(std::min(now + step, deadline))) break;
             const long long checked = now_ns();
+            if (checked >= deadline) break;
             unsigned count = 0;
             bool known = false;
             blocks[0]->locked([&] {
@@ -532,7 +534,7 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
                 known = blocks[0]->count_known_;
             });
             unsigned from = 0;
-            if (!known || !blocks.back()->hand_off(started + (checked - started) / 2, count, &from)) continue;
+            if (!known || !blocks.back()->hand_off(checked - step / 4, count, &from)) continue;
             BlockRef next(new Block());
             next->skipped_ = blocks[0]->skipped_;
             next->first_ = from;
@@ -540,7 +542,6 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
             next->given_count_ = true;
             next->job = job;
             if (!dispatch(next).ok()) break;  // no thread for the rest: they stay the stuck one's, unread
-            started = now_ns();
             blocks.push_back(std::move(next));
         }
         // Every block to its end or the deadline: the GPUs of one that missed it are unknown.
