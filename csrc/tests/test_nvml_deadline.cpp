@@ -86,7 +86,7 @@ bool starts_with(const std::string& text, const std::string& prefix) {
 TEST_CASE(a_read_past_its_deadline_makes_its_gpu_unknown_naming_the_query) {
     CHECK_EQ(in_child([](const NvmlLibrary& lib) {
         const std::string file = hang("remapped-rows", 1);
-        const Read r = read(lib, 0.2);
+        const Read r = read(lib, 1.0);  // long enough for a second worker on a loaded machine
         CHECK(r.status.ok());
         CHECK(r.count_known);
         CHECK_EQ(r.states.size(), static_cast<std::size_t>(4));
@@ -94,7 +94,7 @@ TEST_CASE(a_read_past_its_deadline_makes_its_gpu_unknown_naming_the_query) {
         CHECK(r.states[0].health == Health::kOk);
         CHECK(r.states[1].health == Health::kUnknown);
         CHECK_EQ(r.states[1].health_text,
-                 std::string("unknown: nvmlDeviceGetRemappedRows did not return within 200 ms"));
+                 std::string("unknown: nvmlDeviceGetRemappedRows did not return within 1 s"));
         // the GPUs after it were read by another worker, within the same deadline
         CHECK(r.states[2].health == Health::kOk);
         CHECK(r.states[3].health == Health::kOk);
@@ -117,7 +117,7 @@ TEST_CASE(a_read_past_its_deadline_makes_its_gpu_unknown_naming_the_query) {
 TEST_CASE(a_gpu_still_stuck_is_unknown_at_once_and_its_call_is_not_repeated) {
     CHECK_EQ(in_child([](const NvmlLibrary& lib) {
         const std::string file = hang("remapped-rows", 1);
-        read(lib, 0.2);
+        read(lib, 1.0);
         const Read again = read(lib, 30.0);  // returns without waiting for GPU 1
         CHECK(again.status.ok());
         CHECK_EQ(again.states.size(), static_cast<std::size_t>(4));
@@ -239,14 +239,14 @@ TEST_CASE(a_read_stalled_behind_a_stuck_call_names_that_call_too) {
         const std::string file = hang("remapped-rows", 1);
         read(lib, 0.2);                       // GPU 1 is stuck
         setenv("FAKE_NVML_HANG_GPU", "", 1);  // now every GPU's: as behind a driver's lock
-        const Read again = read(lib, 0.2);
+        const Read again = read(lib, 2.0);
         CHECK_EQ(again.states.size(), static_cast<std::size_t>(4));
         if (again.states.size() != 4) return;
         CHECK(starts_with(again.states[0].health_text,
-                          "unknown: nvmlDeviceGetRemappedRows did not return within 200 ms (behind GPU 1's "
+                          "unknown: nvmlDeviceGetRemappedRows did not return within 2 s (behind GPU 1's "
                           "nvmlDeviceGetRemappedRows, which has not returned for "));
         CHECK(starts_with(again.states[2].health_text,
-                          "unknown: nvmlDeviceGetRemappedRows did not return within 200 ms (behind GPU 1's"));
+                          "unknown: nvmlDeviceGetRemappedRows did not return within 2 s (behind GPU 1's"));
         release(file);
     }),
              0);
