@@ -104,14 +104,16 @@ def main() -> None:
     def median(build: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[build])
 
-    print(f"{'build':40} {'µs/retrieve':>12} {'ctx sw/retrieve':>16} {'futex/retrieve':>15}")
+    def figure(value: float, reference_value: float, digits: int) -> str:
+        return f"{value:8.{digits}f} ({value / max(reference_value, 1e-9):.2f}×)"
+
+    print(f"{'build':40} {'µs/retrieve':>16} {'ctx sw/retrieve':>16} {'futex/retrieve':>16}")
     for build in args.builds:
-        us, sw = median(build, "us"), median(build, "switches")
-        fx = futexes.get(build)
-        print(
-            f"{build:40} {us:8.1f} ({us / median(reference, 'us'):.2f}×) {sw:8.2f} ({sw / max(median(reference, 'switches'), 1e-9):.2f}×)"
-            + (f" {fx:8.2f} ({fx / max(futexes[reference], 1e-9):.2f}×)" if fx is not None else "")
-        )
+        line = f"{build:40} {figure(median(build, 'us'), median(reference, 'us'), 1)}"
+        line += f" {figure(median(build, 'switches'), median(reference, 'switches'), 2)}"
+        if build in futexes:
+            line += f" {figure(futexes[build], futexes[reference], 2)}"
+        print(line)
 
 
 if __name__ == "__main__":

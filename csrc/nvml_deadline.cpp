@@ -256,7 +256,7 @@ using BlockRef = Ref<Block>;
 // A worker thread, kept for the next read while idle (starting a thread per read would cost more than
 // the read itself) for at most kIdleWorkerSeconds. It runs one job at a time. Counted: its thread and
 // whoever hands it a job (the idle list's reference, taken by dispatch) each hold it, so that a
-// dispatcher that signals after unlocking never touches a worker that has ended.
+// dispatcher still inside `handed.set()` never touches a worker that has ended.
 struct Worker {
     BlockRef job;  // the next job: written by its dispatcher before `handed` is set
     Event handed;

@@ -93,8 +93,7 @@ TEST_CASE(a_read_past_its_deadline_makes_its_gpu_unknown_naming_the_query) {
         if (r.states.size() != 4) return;
         CHECK(r.states[0].health == Health::kOk);
         CHECK(r.states[1].health == Health::kUnknown);
-        CHECK_EQ(r.states[1].health_text,
-                 std::string("unknown: nvmlDeviceGetRemappedRows did not return within 1 s"));
+        CHECK_EQ(r.states[1].health_text, std::string("unknown: nvmlDeviceGetRemappedRows did not return within 1 s"));
         // the GPUs after it were read by another worker, within the same deadline
         CHECK(r.states[2].health == Health::kOk);
         CHECK(r.states[3].health == Health::kOk);
