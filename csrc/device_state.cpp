@@ -565,10 +565,12 @@ Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, cons
         out->clear();
         const NvmlApi& api = lib.api();
         unsigned count = 0;
-        if (monitor != nullptr) monitor->calling(ReadMonitor::kLibrary, "nvmlDeviceGetCount_v2");
-        const int rc = api.device_get_count(&count);
-        if (rc != NVML_SUCCESS) return lib.error(rc, "nvmlDeviceGetCount_v2");
-        if (monitor != nullptr) monitor->counted(count);
+        if (monitor == nullptr || !monitor->known_count(&count)) {
+            if (monitor != nullptr) monitor->calling(ReadMonitor::kLibrary, "nvmlDeviceGetCount_v2");
+            const int rc = api.device_get_count(&count);
+            if (rc != NVML_SUCCESS) return lib.error(rc, "nvmlDeviceGetCount_v2");
+            if (monitor != nullptr) monitor->counted(count);
+        }
         out->reserve(monitor != nullptr ? 0 : count);
         Workspace ws;
         ProcessTree tree(owner, taskmanager);

@@ -114,13 +114,15 @@ struct MemoryReading {
 int read_memory(const NvmlApi& api, nvmlDevice_t dev, MemoryReading* out, const char** function) noexcept;
 
 // Watches a state read from another thread (nvml_deadline.hpp). The reading thread tells it each
-// NVML call before making it, asks whether to skip a GPU (an earlier read is still stuck on it) and
-// hands it each GPU's states as soon as they are read; `gpu_read` false: stop reading.
+// NVML call before making it, asks whether to skip a GPU (an earlier read is still stuck on it, or
+// another thread reads it) and hands it each GPU's states as soon as they are read; `gpu_read` false:
+// stop reading. `known_count` true: the GPU count is already known (*count), not read again.
 class ReadMonitor {
 public:
     static constexpr int kLibrary = -1;  // a call about the whole library, not one GPU
     virtual ~ReadMonitor() = default;
     virtual void calling(int gpu, const char* function) noexcept = 0;
+    virtual bool known_count(unsigned* count) noexcept = 0;
     virtual void counted(unsigned count) noexcept = 0;
     virtual bool skip(unsigned gpu) noexcept = 0;
     virtual bool gpu_read(std::vector<DeviceState>* states) noexcept = 0;

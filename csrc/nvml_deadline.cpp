@@ -3,13 +3,18 @@
 #include "glibc_compat.hpp"
 #include "gpu_choice.hpp"
 
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <new>
 #include <utility>
@@ -34,22 +39,57 @@ std::string duration_text(double seconds) {
     return buf;
 }
 
+timespec timespec_of(long long ns) {
+    timespec ts{};
+    ts.tv_sec = static_cast<time_t>(ns / 1000000000LL);
+    ts.tv_nsec = static_cast<long>(ns % 1000000000LL);
+    return ts;
+}
+
+// One thread waits until another sets it: a futex word, so that a hand-off costs one wait and one wake
+// (a condition variable's waiter takes its mutex back marked contended, and the unlock after it makes
+// one more system call that wakes nobody). The setter wakes only a waiter that sleeps. Deadlines are
+// CLOCK_MONOTONIC (FUTEX_WAIT_BITSET): a wall-clock step neither shortens nor extends a wait. Whoever
+// calls set() keeps the event alive until it returns.
+class Event {
+public:
+    // Whether it is set, once set or at `until_ns`.
+    bool wait_until(long long until_ns) noexcept {
+        for (;;) {
+            std::uint32_t state = state_.load(std::memory_order_acquire);
+            if (state == kSet) return true;
+            if (state == kUnset && !state_.compare_exchange_strong(state, kWaiting, std::memory_order_acquire))
+                continue;  // set meanwhile: look again
+            if (now_ns() >= until_ns) return state_.load(std::memory_order_acquire) == kSet;
+            const timespec until = timespec_of(until_ns);
+            // returns when woken, at the deadline, on a signal, or at once when no longer kWaiting
+            syscall(SYS_futex, word(), FUTEX_WAIT_BITSET_PRIVATE, kWaiting, &until, nullptr, FUTEX_BITSET_MATCH_ANY);
+        }
+    }
+    void set() noexcept {
+        if (state_.exchange(kSet, std::memory_order_acq_rel) == kWaiting)
+            syscall(SYS_futex, word(), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+    }
+    // For the next wait; only while no set() can come (a worker's own, before it is parked again).
+    void reset() noexcept { state_.store(kUnset, std::memory_order_relaxed); }
+
+private:
+    static constexpr std::uint32_t kUnset = 0, kWaiting = 1, kSet = 2;
+    static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "a futex word");
+    std::uint32_t* word() noexcept { return reinterpret_cast<std::uint32_t*>(&state_); }  // for the kernel only
+    std::atomic<std::uint32_t> state_{kUnset};
+};
+
+constexpr unsigned kNoGpu = ~0u;
+
 // What a worker and its caller share; the worker holds it for as long as it runs, so an abandoned
 // worker writes only here. Its in-flight call is atomics (set before every NVML call, cheap); the
-// rest is under `mutex`.
+// rest is under `mutex`. A state read's block reads the GPUs from `first_` up to `limit_`: a caller
+// that hands the GPUs after a stuck one to another worker lowers `limit_` (hand_off).
 class Block final : public ReadMonitor {
 public:
-    Block() {
-        pthread_condattr_t attr;
-        pthread_condattr_init(&attr);
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);  // a wall-clock step neither shortens nor extends a wait
-        pthread_cond_init(&cond_, &attr);
-        pthread_condattr_destroy(&attr);
-    }
-    ~Block() override {
-        pthread_cond_destroy(&cond_);
-        pthread_mutex_destroy(&mutex_);
-    }
+    Block() = default;
+    ~Block() override { pthread_mutex_destroy(&mutex_); }
     Block(const Block&) = delete;
     Block& operator=(const Block&) = delete;
 
@@ -57,6 +97,11 @@ public:
         since_ns_.store(now_ns(), std::memory_order_relaxed);
         gpu_.store(gpu, std::memory_order_relaxed);
         function_.store(function, std::memory_order_release);
+    }
+    bool known_count(unsigned* count) noexcept override {
+        if (!given_count_) return false;  // set before the worker starts
+        *count = count_;
+        return true;
     }
     void counted(unsigned count) noexcept override {
         pthread_mutex_lock(&mutex_);
@@ -66,7 +111,9 @@ public:
     }
     bool skip(unsigned gpu) noexcept override {
         pthread_mutex_lock(&mutex_);
-        const bool skip = abandoned_ || std::find(skipped_.begin(), skipped_.end(), gpu) != skipped_.end();
+        const bool skip = abandoned_ || gpu < first_ || gpu >= limit_ ||
+                          std::find(skipped_.begin(), skipped_.end(), gpu) != skipped_.end();
+        if (!skip) current_ = gpu;
         pthread_mutex_unlock(&mutex_);
         return skip;
     }
@@ -86,39 +133,45 @@ public:
         return go_on;
     }
 
-    // The worker's end: wakes the caller, if it still waits.
+    // The worker's end: wakes the caller, if it still waits, after unlocking (the woken caller finds
+    // the mutex free); the worker's own reference keeps the block alive until then.
     void finish(Status status) noexcept {
         pthread_mutex_lock(&mutex_);
         if (job_status_.ok()) job_status_ = std::move(status);
         done_ = true;
         function_.store(nullptr, std::memory_order_release);
-        pthread_cond_signal(&cond_);
         pthread_mutex_unlock(&mutex_);
+        finished_.set();
     }
 
-    bool abandoned() noexcept {
-        pthread_mutex_lock(&mutex_);
-        const bool a = abandoned_;
-        pthread_mutex_unlock(&mutex_);
-        return a;
-    }
+    // Waits until the worker finishes or `until_ns`; whether it finished.
+    bool wait_until(long long until_ns) noexcept { return finished_.wait_until(until_ns); }
 
-    // Waits until the worker finishes or `deadline_ns`; false when it did not finish, and then it is
-    // abandoned (its later reads go nowhere).
-    bool wait(long long deadline_ns) noexcept {
-        timespec until{};
-        until.tv_sec = static_cast<time_t>(deadline_ns / 1000000000LL);
-        until.tv_nsec = static_cast<long>(deadline_ns % 1000000000LL);
+    // The deadline is over: false when the worker did not finish, and then it is abandoned (its later
+    // reads go nowhere).
+    bool settle() noexcept {
         pthread_mutex_lock(&mutex_);
-        while (!done_) {
-            if (pthread_cond_timedwait(&cond_, &mutex_, &until) != 0 && !done_) {
-                abandoned_ = true;
-                break;
-            }
-        }
+        if (!done_) abandoned_ = true;
         const bool done = done_;
         pthread_mutex_unlock(&mutex_);
         return done;
+    }
+
+    // When the worker has been inside one call on one GPU since `since_ns` or before, and GPUs after it
+    // are left (below `count`), it keeps that GPU only: true with *from, the first GPU for another worker.
+    bool hand_off(long long since_ns, unsigned count, unsigned* from) noexcept {
+        pthread_mutex_lock(&mutex_);
+        const int gpu = gpu_.load(std::memory_order_relaxed);
+        const bool stuck = !done_ && function_.load(std::memory_order_acquire) != nullptr &&
+                           gpu != ReadMonitor::kLibrary && static_cast<unsigned>(gpu) == current_ &&
+                           since_ns_.load(std::memory_order_relaxed) <= since_ns && current_ + 1 < limit_ &&
+                           current_ + 1 < count;
+        if (stuck) {
+            limit_ = current_ + 1;
+            *from = limit_;
+        }
+        pthread_mutex_unlock(&mutex_);
+        return stuck;
     }
 
     // The call in flight now: false when there is none (the worker finished, or is between calls of
@@ -144,18 +197,25 @@ public:
         pthread_mutex_unlock(&mutex_);
     }
 
-    std::function<void(Block&)> job;  // set before the worker starts, then only the worker's
-    std::vector<unsigned> skipped_;   // GPUs not to read: an earlier read is stuck on them
+    // Set before the worker starts, then only read (job: only the worker's).
+    std::function<void(Block&)> job;
+    std::vector<unsigned> skipped_;  // GPUs not to read: an earlier read is stuck on them
+    unsigned first_ = 0;             // the first GPU to read
+    bool given_count_ = false;       // count_ is given: a block handed the rest of a read
+
+    // Under the mutex.
     std::vector<DeviceState> read_;
     Status job_status_;
     unsigned count_ = 0;
     bool count_known_ = false;
+    unsigned limit_ = kNoGpu;  // the GPUs from here on are another block's
 
 private:
     pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cond_;
+    Event finished_;
     bool done_ = false;
     bool abandoned_ = false;
+    unsigned current_ = kNoGpu;  // the GPU being read (skip() said to read it)
     std::atomic<int> gpu_{kLibrary};
     std::atomic<const char*> function_{nullptr};
     std::atomic<long long> since_ns_{0};
@@ -164,47 +224,55 @@ public:
     std::atomic<int> refs{1};  // BlockRef's count: the caller, the worker, the stuck list
 };
 
-// A counted reference to a Block (std::shared_ptr would make the binaries need glibc 2.32's
-// __libc_single_threaded, beyond manylinux_2_28: glibc_compat.hpp).
-class BlockRef {
+// A counted reference (std::shared_ptr would make the binaries need glibc 2.32's
+// __libc_single_threaded, beyond manylinux_2_28: glibc_compat.hpp) to a T with an atomic `refs`.
+template <typename T>
+class Ref {
 public:
-    BlockRef() = default;
-    explicit BlockRef(Block* b) : p_(b) {}
-    BlockRef(const BlockRef& o) : p_(o.p_) {
+    Ref() = default;
+    explicit Ref(T* p) : p_(p) {}
+    Ref(const Ref& o) : p_(o.p_) {
         if (p_ != nullptr) p_->refs.fetch_add(1, std::memory_order_relaxed);
     }
-    BlockRef(BlockRef&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
-    BlockRef& operator=(BlockRef o) noexcept {
+    Ref(Ref&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+    Ref& operator=(Ref o) noexcept {
         std::swap(p_, o.p_);
         return *this;
     }
-    ~BlockRef() {
+    ~Ref() {
         if (p_ != nullptr && p_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p_;
     }
-    void swap(BlockRef& o) noexcept { std::swap(p_, o.p_); }
-    Block* operator->() const noexcept { return p_; }
-    Block& operator*() const noexcept { return *p_; }
+    void swap(Ref& o) noexcept { std::swap(p_, o.p_); }
+    T* get() const noexcept { return p_; }
+    T* operator->() const noexcept { return p_; }
+    T& operator*() const noexcept { return *p_; }
     explicit operator bool() const noexcept { return p_ != nullptr; }
 
 private:
-    Block* p_ = nullptr;
+    T* p_ = nullptr;
 };
+using BlockRef = Ref<Block>;
 
 // A worker thread, kept for the next read while idle (starting a thread per read would cost more than
-// the read itself). It runs one job at a time; after a job it missed the deadline of, it ends.
+// the read itself) for at most kIdleWorkerSeconds. It runs one job at a time. Counted: its thread and
+// whoever hands it a job (the idle list's reference, taken by dispatch) each hold it, so that a
+// dispatcher still inside `handed.set()` never touches a worker that has ended.
 struct Worker {
-    pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-    BlockRef job;  // the next job, under `mutex`
+    BlockRef job;  // the next job: written by its dispatcher before `handed` is set
+    Event handed;
+    std::atomic<int> refs{1};
 };
+using WorkerRef = Ref<Worker>;
 constexpr std::size_t kMaxIdleWorkers = 2;  // more only while reads run concurrently
+
+std::atomic<long long> g_idle_worker_ns{static_cast<long long>(kIdleWorkerSeconds * 1e9)};
 
 // The abandoned workers' blocks of this process (still inside NVML or about to leave it) and the idle
 // workers. A forked child has none of their threads: its handler forgets them (leaking what a vanished
 // thread may hold locked). The mutex is never held across an NVML call.
 pthread_mutex_t g_stuck_mutex = PTHREAD_MUTEX_INITIALIZER;
 std::vector<BlockRef>* g_stuck = new std::vector<BlockRef>();
-std::vector<Worker*>* g_idle = new std::vector<Worker*>();
+std::vector<Worker*>* g_idle = new std::vector<Worker*>();  // each holds a reference of its worker
 
 void stuck_prepare() { pthread_mutex_lock(&g_stuck_mutex); }
 void stuck_parent() { pthread_mutex_unlock(&g_stuck_mutex); }
@@ -255,8 +323,43 @@ void remember_stuck(BlockRef block) {
     pthread_mutex_unlock(&g_stuck_mutex);
 }
 
-// Runs one job to its end; the job's block tells its caller.
-void run_job(const BlockRef& block) noexcept {
+// Back to the idle list (with a reference), or false when it is full (or gone in a forked child:
+// not ours then).
+bool park(Worker* w) noexcept {
+    bool parked = false;
+    pthread_mutex_lock(&g_stuck_mutex);
+    try {
+        if (g_idle != nullptr && g_idle->size() < kMaxIdleWorkers) {
+            w->refs.fetch_add(1, std::memory_order_relaxed);
+            g_idle->push_back(w);
+            parked = true;
+        }
+    } catch (...) {
+        w->refs.fetch_sub(1, std::memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&g_stuck_mutex);
+    return parked;
+}
+
+// Off the idle list after its idle time: true with the list's reference, or false when a dispatcher
+// took it meanwhile (a job is on its way).
+bool unpark(Worker* w) noexcept {
+    bool found = false;
+    pthread_mutex_lock(&g_stuck_mutex);
+    if (g_idle != nullptr) {
+        const auto it = std::find(g_idle->begin(), g_idle->end(), w);
+        if (it != g_idle->end()) {
+            g_idle->erase(it);
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&g_stuck_mutex);
+    return found;
+}
+
+// Runs one job to its end. The worker is parked first and the caller woken after: the caller's next
+// read finds this same worker idle instead of starting or waking another.
+void run_job(const BlockRef& block, Worker* w, bool* parked) noexcept {
     Status status;
     try {
         block->job(*block);
@@ -265,74 +368,62 @@ void run_job(const BlockRef& block) noexcept {
     } catch (...) {
         status = failure(StatusCode::kInternal, "Unexpected error while reading NVML.");
     }
+    *parked = park(w);
     block->finish(std::move(status));
 }
 
-// Back to the idle list, or false when it is full (or gone in a forked child: not ours then).
-bool park(Worker* w) noexcept {
-    bool parked = false;
-    pthread_mutex_lock(&g_stuck_mutex);
-    try {
-        if (g_idle != nullptr && g_idle->size() < kMaxIdleWorkers) {
-            g_idle->push_back(w);
-            parked = true;
+// The next job, or an empty one when the worker has been idle for its idle time (and is off the idle
+// list, with the list's reference dropped).
+BlockRef next_job(Worker* w) noexcept {
+    BlockRef block;
+    if (!w->handed.wait_until(now_ns() + g_idle_worker_ns.load(std::memory_order_relaxed))) {
+        if (unpark(w)) {
+            w->refs.fetch_sub(1, std::memory_order_relaxed);  // the list's; the thread's is left
+            return block;
         }
-    } catch (...) {
+        w->handed.wait_until(LLONG_MAX);  // a dispatcher took it off the list: its job is coming
     }
-    pthread_mutex_unlock(&g_stuck_mutex);
-    return parked;
+    block.swap(w->job);
+    w->handed.reset();  // before it is parked again, so before any dispatcher can hand it another
+    return block;
 }
 
 void* worker_main(void* arg) {
-    auto* w = static_cast<Worker*>(arg);
+    const WorkerRef w(static_cast<Worker*>(arg));  // the thread's own reference
     for (;;) {
-        BlockRef block;
-        pthread_mutex_lock(&w->mutex);
-        while (!w->job) pthread_cond_wait(&w->cond, &w->mutex);
-        block.swap(w->job);
-        pthread_mutex_unlock(&w->mutex);
-        run_job(block);
-        // a job past its deadline: its caller has moved on to another worker; this one ends
-        if (block->abandoned() || !park(w)) break;
+        const BlockRef block = next_job(w.get());
+        if (!block) break;
+        bool parked = false;
+        run_job(block, w.get(), &parked);
+        if (!parked) break;
     }
-    pthread_cond_destroy(&w->cond);
-    pthread_mutex_destroy(&w->mutex);
-    delete w;
     return nullptr;
 }
 
-Status start_worker(Worker* w) {
-    const int rc = start_nvml_thread(worker_main, w);
-    if (rc != 0) {
-        return failure(StatusCode::kOsError,
-                       "Could not start a thread to read NVML with a deadline: " + errno_text(rc) + ".", rc);
-    }
-    return Status();
-}
-
-// Hands `block`'s job to an idle worker, or to a new one.
+// Hands `block`'s job to an idle worker, or to a new one; the reference held here keeps the worker
+// alive until it is woken.
 Status dispatch(const BlockRef& block) {
-    Worker* w = nullptr;
+    WorkerRef w;
     pthread_mutex_lock(&g_stuck_mutex);
     if (g_idle != nullptr && !g_idle->empty()) {
-        w = g_idle->back();
+        w = WorkerRef(g_idle->back());  // the list's reference
         g_idle->pop_back();
     }
     pthread_mutex_unlock(&g_stuck_mutex);
-    bool fresh = false;
-    if (w == nullptr) {
-        w = new Worker();
-        fresh = true;
+    if (w) {
+        w->job = block;
+        w->handed.set();
+        return Status();
     }
-    pthread_mutex_lock(&w->mutex);
-    w->job = block;
-    pthread_cond_signal(&w->cond);
-    pthread_mutex_unlock(&w->mutex);
-    if (fresh) {
-        if (Status st = start_worker(w); !st.ok()) {
-            delete w;
-            return st;
-        }
+    w = WorkerRef(new Worker());
+    w->job = block;  // before its thread exists
+    w->handed.set();
+    w->refs.fetch_add(1, std::memory_order_relaxed);  // the thread's
+    const int rc = start_nvml_thread(worker_main, w.get());
+    if (rc != 0) {
+        w->refs.fetch_sub(1, std::memory_order_relaxed);
+        return failure(StatusCode::kOsError,
+                       "Could not start a thread to read NVML with a deadline: " + errno_text(rc) + ".", rc);
     }
     return Status();
 }
@@ -410,57 +501,111 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
         *stalls = stuck_calls();
         for (const Stall& s : *stalls)
             if (s.gpu == ReadMonitor::kLibrary) return Status();  // a library-wide call is stuck: start nothing
-        BlockRef block(new Block());
-        for (const Stall& s : *stalls) block->skipped_.push_back(static_cast<unsigned>(s.gpu));
         const ReadPlan read_plan = plan;
         const CheckSet checks = enforced;
         // `lib` lives for the life of the process (nvml_loader.hpp); the rest is copied into the job
-        block->job = [&lib, owner, taskmanager, checks, read_plan](Block& b) {
+        auto job = [&lib, owner, taskmanager, checks, read_plan](Block& b) {
             std::vector<DeviceState> unused;
             const Status st = query_states(lib, owner, taskmanager, checks, &unused, read_plan, &b);
             b.locked([&] {
                 if (b.job_status_.ok()) b.job_status_ = st;
             });
         };
-        if (Status st = dispatch(block); !st.ok()) return st;
-        const bool done = block->wait(deadline);
-        Stall now;
-        const bool stalled = !done && block->in_flight(&now);
-        if (!done) remember_stuck(block);
-        Status status;
+        std::vector<BlockRef> blocks{BlockRef(new Block())};
+        for (const Stall& s : *stalls) blocks[0]->skipped_.push_back(static_cast<unsigned>(s.gpu));
+        blocks[0]->job = job;
+        if (Status st = dispatch(blocks[0]); !st.ok()) return st;
+        // Waits for the last block in quarters of the time. A worker that has been inside one call on one
+        // GPU for a quarter of that (a sixteenth of the deadline) keeps that GPU, and a new block reads
+        // the ones after it (one stuck thread per GPU at most: a block starts after the GPU its
+        // predecessor is stuck on, and skips earlier stuck ones).
+        constexpr long long kShortestStepNs = 1000000;
+        const long long step = std::max((deadline - now_ns()) / 4, kShortestStepNs);
+        for (;;) {
+            const long long now = now_ns();
+            if (deadline - now < kShortestStepNs) break;
+            if (blocks.back()->wait_until(std::min(now + step, deadline))) break;
+            const long long checked = now_ns();
+            if (checked >= deadline) break;
+            unsigned count = 0;
+            bool known = false;
+            blocks[0]->locked([&] {
+                count = blocks[0]->count_;
+                known = blocks[0]->count_known_;
+            });
+            unsigned from = 0;
+            if (!known || !blocks.back()->hand_off(checked - step / 4, count, &from)) continue;
+            BlockRef next(new Block());
+            next->skipped_ = blocks[0]->skipped_;
+            next->first_ = from;
+            next->count_ = count;
+            next->given_count_ = true;
+            next->job = job;
+            if (!dispatch(next).ok()) break;  // no thread for the rest: they stay the stuck one's, unread
+            blocks.push_back(std::move(next));
+        }
+        // Every block to its end or the deadline: the GPUs of one that missed it are unknown.
+        struct Part {
+            bool done = false;
+            bool stalled = false;
+            Stall now;
+            unsigned first = 0, limit = kNoGpu;
+            std::string in_flight;  // why its stuck GPU is unknown
+        };
+        std::vector<Part> parts(blocks.size());
         std::vector<DeviceState> read;
+        Status status;
         unsigned count = 0;
-        block->locked([&] {
-            read.swap(block->read_);
-            status = block->job_status_;
-            count = block->count_;
-            *count_known = block->count_known_;
-        });
-        if (done && !status.ok()) return status;
-        if (stalled) stalls->push_back(now);
+        for (std::size_t i = 0; i < blocks.size(); ++i) {
+            Block& b = *blocks[i];
+            Part& part = parts[i];
+            b.wait_until(deadline);
+            part.done = b.settle();
+            part.stalled = !part.done && b.in_flight(&part.now);
+            if (!part.done) remember_stuck(blocks[i]);
+            b.locked([&] {
+                for (DeviceState& s : b.read_) read.push_back(std::move(s));
+                if (part.done && status.ok()) status = b.job_status_;
+                if (i == 0) {
+                    count = b.count_;
+                    *count_known = b.count_known_;
+                }
+                part.first = b.first_;
+                part.limit = b.limit_;
+            });
+        }
+        if (!status.ok()) return status;
+        const std::size_t earlier_stalls = stalls->size();
+        for (const Part& part : parts)
+            if (part.stalled) stalls->push_back(part.now);
         if (!*count_known) return Status();
+        // a driver serialises calls on its lock: a call stuck since before may be what this one waits for
+        for (std::size_t i = 0; i < parts.size(); ++i) {
+            Part& part = parts[i];
+            if (!part.stalled) continue;
+            part.in_flight = stall_text(part.now, timeout_seconds);
+            const Stall* behind = earlier_stalls > 0 ? &(*stalls)[0] : nullptr;
+            for (std::size_t j = i; behind == nullptr && j-- > 0;)
+                if (parts[j].stalled) behind = &parts[j].now;
+            if (behind != nullptr) {
+                part.in_flight +=
+                    " (behind " +
+                    (behind->gpu == ReadMonitor::kLibrary ? std::string()
+                                                          : "GPU " + std::to_string(behind->gpu) + "'s ") +
+                    behind->function + ", which has not returned for " + duration_text(behind->seconds) + ")";
+            }
+        }
         // Every GPU in index order: read, or unknown with the reason.
         auto earlier = [&](unsigned gpu) -> const Stall* {
-            for (const Stall& s : *stalls)
-                if (s.earlier && s.gpu == static_cast<int>(gpu)) return &s;
+            for (std::size_t i = 0; i < earlier_stalls; ++i)
+                if ((*stalls)[i].gpu == static_cast<int>(gpu)) return &(*stalls)[i];
             return nullptr;
         };
-        std::string not_reached, in_flight;
-        if (stalled) {
-            in_flight = stall_text(now, timeout_seconds);
-            // a driver serialises calls on its lock: a call stuck since before may be what this one waits for
-            for (const Stall& s : *stalls) {
-                if (!s.earlier) continue;
-                in_flight += " (behind " +
-                             (s.gpu == ReadMonitor::kLibrary ? std::string() : "GPU " + std::to_string(s.gpu) + "'s ") +
-                             s.function + ", which has not returned for " + duration_text(s.seconds) + ")";
-                break;
-            }
-            not_reached =
-                "not read: " +
-                (now.gpu == ReadMonitor::kLibrary ? std::string() : "GPU " + std::to_string(now.gpu) + "'s ") +
-                in_flight;
-        }
+        auto part_of = [&](unsigned gpu) -> const Part& {
+            for (std::size_t i = parts.size(); i-- > 1;)
+                if (gpu >= parts[i].first) return parts[i];
+            return parts[0];
+        };
         out->reserve(read.size() + count);
         std::size_t next = 0;
         for (unsigned gpu = 0; gpu < count; ++gpu) {
@@ -470,12 +615,21 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
                 any = true;
             }
             if (any) continue;
+            const Part& part = part_of(gpu);
             if (const Stall* s = earlier(gpu)) {
                 out->push_back(unknown_state(gpu, stall_text(*s, timeout_seconds), enforced));
-            } else if (stalled && now.gpu == static_cast<int>(gpu)) {
-                out->push_back(unknown_state(gpu, in_flight, enforced));
-            } else if (!done) {
-                out->push_back(unknown_state(gpu, not_reached.empty() ? "not read in time" : not_reached, enforced));
+            } else if (part.stalled && part.now.gpu == static_cast<int>(gpu)) {
+                out->push_back(unknown_state(gpu, part.in_flight, enforced));
+            } else if (part.stalled) {
+                out->push_back(unknown_state(
+                    gpu,
+                    "not read: " +
+                        (part.now.gpu == ReadMonitor::kLibrary ? std::string()
+                                                               : "GPU " + std::to_string(part.now.gpu) + "'s ") +
+                        part.in_flight,
+                    enforced));
+            } else if (!part.done) {
+                out->push_back(unknown_state(gpu, "not read in time", enforced));
             }
         }
         return Status();
@@ -504,7 +658,8 @@ bool run_within(double timeout_seconds, const char* function, std::function<void
             *status = std::move(st);
             return false;
         }
-        if (block->wait(deadline)) return true;
+        block->wait_until(deadline);
+        if (block->settle()) return true;
         if (!block->in_flight(stall)) return true;  // it finished just now
         remember_stuck(block);
         return false;
@@ -526,6 +681,10 @@ int start_nvml_thread(void* (*main)(void*), void* arg) noexcept {
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     return rc;
+}
+
+double set_idle_worker_seconds_for_tests(double seconds) noexcept {
+    return static_cast<double>(g_idle_worker_ns.exchange(static_cast<long long>(seconds * 1e9))) / 1e9;
 }
 
 bool nvml_call_outstanding() noexcept {

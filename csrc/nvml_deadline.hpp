@@ -3,10 +3,11 @@
 // read runs on a worker thread and the caller waits for it at most a deadline; what was not read in
 // time is `unknown` and never handed out. The worker names each NVML call before it makes it, so that
 // the caller can say which query stalled. A worker that misses its deadline is abandoned: it keeps
-// its own shared block (so it writes nowhere the caller owns), ends when its call returns, and until
-// then the GPU it is stuck on is unknown at once to every later read, which starts no other thread on
-// it (no pile-up; a call about the whole library, nvmlDeviceGetCount, starts none at all). A forked
-// child has none of these threads and starts afresh.
+// its own shared block (so it writes nowhere the caller owns), goes back to idle when its call
+// returns, and until then the GPU it is stuck on is unknown at once to every later read, which starts
+// no other thread on it (no pile-up; a call about the whole library, nvmlDeviceGetCount, starts none
+// at all). An idle worker ends after kIdleWorkerSeconds. A forked child has none of these threads and
+// starts afresh.
 #pragma once
 
 #include "device_state.hpp"
@@ -17,6 +18,11 @@
 #include <vector>
 
 namespace flinkgpu {
+
+// How long a worker thread waits idle for the next read before it ends: a burst of claims reuses it,
+// and a process that claimed once keeps no NVML thread a while later (a fork() in a multi-threaded
+// process is what Python 3.12 warns about, and PyFlink workers and DataLoaders fork).
+inline constexpr double kIdleWorkerSeconds = 3.0;
 
 // nvml-timeout's default, and --nvml-timeout's for flink-gpu-discovery: well inside Flink's 10 s
 // discovery-script.timeout.
@@ -34,10 +40,13 @@ struct Stall {
 std::string stall_text(const Stall& stall, double timeout_seconds);
 
 // query_states with a deadline of `timeout_seconds` (> 0) for all GPUs together, read one after the
-// other on one worker thread (a real driver serialises them on its own lock anyway). A GPU not read in
-// time, or one an earlier read is still stuck on, is a state of health unknown saying why; `stalls`
-// names the calls. `*count_known` false: not even the GPU count was read (then `out` is empty). An
-// NVML failure of the whole library within the deadline is the status, as query_states's.
+// other on one worker thread (a real driver serialises them on its own lock anyway). A worker that
+// has been inside one call on one GPU for a sixteenth of the deadline keeps that GPU, and another
+// worker reads the GPUs after it within the same deadline (at most one stuck thread per GPU, plus one for a
+// library-wide call). A GPU not read in time, or one an earlier read is still stuck on, is a state of
+// health unknown saying why; `stalls` names the calls. `*count_known` false: not even the GPU count
+// was read (then `out` is empty). An NVML failure of the whole library within the deadline is the
+// status, as query_states's.
 // `spent_seconds`: the part of the timeout already used by earlier NVML work of the same deadline
 // (flink-gpu-discovery's init); the texts name the whole timeout. Never throws.
 Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,
@@ -55,6 +64,10 @@ bool run_within(double timeout_seconds, const char* function, std::function<void
 // blocked: they are for the process's own threads to take (a SIGTERM a thread waits for with sigwait).
 // 0, or pthread_create's error. Never throws.
 int start_nvml_thread(void* (*main)(void*), void* arg) noexcept;
+
+// For the native tests only: sets the idle wait of workers that park from now on (kIdleWorkerSeconds
+// until then); returns the one before. Never throws.
+double set_idle_worker_seconds_for_tests(double seconds) noexcept;
 
 // Whether a thread of this process is still inside an NVML call that missed its deadline: then the
 // process must leave with _exit (exit() would run destructors under that thread).

@@ -352,8 +352,8 @@ def test_bind_says_so_when_the_taskmanager_has_no_usable_gpu(path, health):
 
 def test_bind_never_binds_a_gpu_whose_state_read_does_not_return(path, tmp_path):
     """docs/design.md §9.5: bind reads the TaskManager's GPUs with the 5 s deadline; one whose NVML query
-    does not return is unknown and left out like an unhealthy one, and so are those after it (the GPUs
-    are read one after the other)."""
+    does not return is unknown and left out like an unhealthy one, and so are those after it stuck behind
+    it on the (simulated) driver's lock, each on a worker of its own."""
     from flink_gpu import simulator
 
     hang_file = tmp_path / "hang"
@@ -372,11 +372,12 @@ def test_bind_never_binds_a_gpu_whose_state_read_does_not_return(path, tmp_path)
     ]
     with simulator.hanging(hang_file):
         first = bind_on_state(path + "2", spec(0), 2, 1)
-    assert first["error"] == (
+    assert first["error"].startswith(
         "Could not bind 1 GPU: of the 2 given, 0 are usable (GPU 0 is unknown: nvmlDeviceGetFieldValues did not "
-        "return within 5 s; GPU 1 is unknown: not read: GPU 0's nvmlDeviceGetFieldValues did not return within "
-        "5 s). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer."
-    )
+        "return within 5 s; GPU 1 is unknown: nvmlDeviceGetHandleByIndex_v2 did not return within 5 s (behind "
+        "GPU 0's nvmlDeviceGetFieldValues, which has not returned for "
+    ), first["error"]
+    assert first["error"].endswith(")). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.")
 
 
 @pytest.mark.parametrize("first", [{"health": {"row_remap_pending": True}}, "busy"])

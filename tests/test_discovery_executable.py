@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from flink_gpu import simulator
+from flink_gpu import coordination, simulator
 from support.interop import fake_nvidia_smi, stock_env
 from support.simulated import wait_until_inside_a_hang
 
@@ -849,7 +849,8 @@ def test_a_deadline_that_passes_before_nvml_init_starts_is_a_stall_never_a_crash
 
 
 def test_a_hung_state_read_leaves_its_gpus_unknown_and_names_the_query(discovery_exe, tmp_path):
-    # the simulated driver's lock is held by the hung call, as a real driver's: no GPU after it answers
+    # the simulated driver's lock is held by the hung call, as a real driver's: no GPU after it answers, and
+    # each GPU's worker, stuck behind it, hands the GPUs after it to another
     with simulator.hanging(tmp_path / "hang") as hang_file:
         proc = subprocess.run(
             [discovery_exe, "2", "--nvml-timeout", "500ms"],
@@ -863,9 +864,40 @@ def test_a_hung_state_read_leaves_its_gpus_unknown_and_names_the_query(discovery
     assert "GPU 1: nvmlDeviceGetFieldValues did not return within 500 ms" in proc.stderr
     assert "GPU 1 left out: unknown: nvmlDeviceGetFieldValues did not return within 500 ms" in proc.stderr
     assert (
-        "GPU 2 left out: unknown: not read: GPU 1's nvmlDeviceGetFieldValues did not return within 500 ms"
-        in proc.stderr
-    )
+        "GPU 2 left out: unknown: nvmlDeviceGetHandleByIndex_v2 did not return within 500 ms (behind GPU 1's "
+        "nvmlDeviceGetFieldValues, which has not returned for "
+    ) in proc.stderr
+    assert "GPU 3 left out: unknown: " in proc.stderr  # stuck behind GPU 2's, or not reached by its worker
+
+
+def test_one_stuck_gpu_does_not_keep_a_coordinated_claim_from_the_free_gpus_after_it(discovery_exe, tmp_path):
+    """GPU 0 held by another process, GPU 1's health read hanging (the driver lock not held): the GPUs
+    after it are read within the same --nvml-timeout and GPU 2 is claimed; a claim short all the same
+    names the unknown GPU and its stalled call and counts the host's four GPUs."""
+    coord = tmp_path / "coord"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        # another live process (this test's pid is the discovery's parent, its owner)
+        coordination.claim(1, ["0"], path=coord, owner=holder.pid)
+        args = ["--enable-coordination-mode", "--coordination-file", str(coord), "--nvml-timeout", "1s"]
+        with simulator.hanging(tmp_path / "hang") as hang_file:
+            spec = hang_spec(hang_file, "field_values", device=1, driver_lock=False)
+            one = subprocess.run(
+                [discovery_exe, "1", *args], env=ours_env(spec), capture_output=True, text=True, timeout=30
+            )
+            three = subprocess.run(
+                [discovery_exe, "3", *args], env=ours_env(spec), capture_output=True, text=True, timeout=30
+            )
+    finally:
+        holder.communicate(b"")
+    assert (one.stdout, one.returncode) == ("2\n", 0), one.stderr
+    assert (three.stdout, three.returncode) == ("Could not get enough GPU resources.\n", 1)
+    assert (
+        "Could not get enough GPU resources. Requested 3, the host has 4 GPUs (0, 1, 2, 3), of which GPU 1 is "
+        "unknown (nvmlDeviceGetFieldValues did not return within 1 s); this process (pid "
+    ) in three.stderr, three.stderr
+    assert f"pid {holder.pid} holds 0. Coordination file: {coord}." in three.stderr
+    assert "the host has 3 GPUs" not in three.stderr
 
 
 def test_a_gpu_read_in_time_is_handed_out_when_a_later_one_hangs(discovery_exe, tmp_path):

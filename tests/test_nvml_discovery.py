@@ -1175,7 +1175,7 @@ def test_a_gpu_whose_state_read_does_not_return_in_time_is_unknown_warned_and_ne
     output = json.loads(done.stdout)
     [result], logs = output["results"], output["logs"]
     first, second = result["retrievals"]
-    assert indices(first) == ["0"]  # GPUs 2 and 3 were not reached before the deadline
+    assert indices(first) == ["0"]
     # GPU 1 is still stuck: unknown at once, the others read again
     assert indices(second) == ["0", "2", "3"]
     assert result["error"][0] == "FlinkException"
@@ -1189,6 +1189,75 @@ def test_a_gpu_whose_state_read_does_not_return_in_time_is_unknown_warned_and_ne
         m.startswith(f"GPU 1 ({sim_uuid(1)}) is unknown: nvmlDeviceGetFieldValues has not returned for ")
         for m in warnings
     )
+
+
+def test_one_stuck_gpu_does_not_keep_a_claim_from_the_free_gpus_after_it(tmp_path):
+    """GPU 0 is held by another process, GPU 1's health read hangs (the driver lock not held): the
+    GPUs after GPU 1 are read by another worker within the same nvml-timeout, and GPU 2 is handed out.
+    A claim that is short all the same names the unknown GPU and its stalled call, and counts the host's
+    four GPUs."""
+    hang_file = tmp_path / "hang"
+    coord = tmp_path / "coord"
+    coordination.claim(1, ["0"], path=coord)  # held by this test's process: another holder for the driver
+    spec = {
+        "devices": [{} for _ in range(4)],
+        "driver_lock": False,
+        "hang": [{"query": "field_values", "device": 1, "while_exists": str(hang_file)}],
+    }
+    config = {
+        **NVML,
+        "nvml-timeout": "1 s",
+        "discovery-script.args": f"--enable-coordination-mode --coordination-file {coord}",
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(spec=spec))
+    env.update(PYTHONPATH=SRC, HANG_FILE=str(hang_file))
+    hang_file.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-c", HANG_RUNNER, json.dumps([(config, [1]), (config, [3])])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    [one, three], _ = json.loads(done.stdout)["results"], None
+    assert [indices(r) for r in one["retrievals"]] == [["2"]]
+    assert three["retrievals"] == [] and three["error"][0] == "NotEnoughGpusError"
+    message = three["error"][1]
+    assert message.startswith(
+        "Could not get enough GPU resources. Requested 3, the host has 4 GPUs (0, 1, 2, 3), of which GPU 1 is "
+        "unknown (nvmlDeviceGetFieldValues has not returned for "
+    ), message
+    assert f"pid {os.getpid()} holds 0" in message
+    assert "the host has 3 GPUs" not in message
+
+
+# After its claims a process keeps no NVML thread (a later os.fork() is of a one-thread process): the
+# threads of the process (/proc/self/task) once a claim is done, and how long until only one is left.
+NO_THREAD_LEFT = r"""
+import json, os, time
+from flink_gpu import GPUDriver
+threads = lambda: len(os.listdir("/proc/self/task"))
+before = threads()
+with GPUDriver({"discovery-mode": "nvml"}) as driver:
+    for _ in range(3):
+        driver.retrieve_resource_info(2)
+during = threads()
+start = time.monotonic()
+while threads() > before and time.monotonic() - start < 10:  # 10 s: an upper bound only
+    time.sleep(0.01)
+print(json.dumps({"before": before, "during": during, "after": threads()}))
+"""
+
+
+def test_no_nvml_thread_is_left_in_a_process_a_few_seconds_after_its_last_claim():
+    env = dict(os.environ, PYTHONPATH=SRC, **simulator.environment(devices=4))
+    done = subprocess.run([sys.executable, "-c", NO_THREAD_LEFT], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    counts = json.loads(done.stdout)
+    assert counts["during"] == counts["before"] + 1  # one worker, reused by every retrieve
+    assert counts["after"] == counts["before"]
 
 
 def run_hung(tmp_path, query, config, scenarios):
