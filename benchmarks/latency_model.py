@@ -17,7 +17,8 @@ an empty coordination file in coordination mode:
 * ``warm-<busy-gpus>``: the same call in a worker that has made one before (NVML started, first handles
   paid), as a TaskManager's Python worker makes it for each later task, timed inside the worker.
 
-A round runs every (profile, amount, path) once, in an order shuffled per round, so that a busy
+After one untimed pass over the profiles that take milliseconds (the files every path runs into the page
+cache), a round runs every (profile, amount, path) once, in an order shuffled per round, so that a busy
 neighbour slows every path alike; the figures are the medians over the rounds. NVML calls are the
 simulator's counters of the process that made them (``FLINK_GPU_SIM_COUNTERS_FILE`` for the processes,
 ``simulator.counters()`` in the interpreters), with the time the driver lock was held.
@@ -308,13 +309,14 @@ class _ExactSleeps:
         self._prctl(self._SET, self._saved, 0, 0, 0)
 
 
-def run(rounds: int, profiles=tuple(PROFILES), workdir: Path | None = None, log=None) -> Results:
-    """``rounds`` interleaved rounds of every (profile, amount, path)."""
+def run(rounds: int, profiles=tuple(PROFILES), warm_up: bool = True, log=None) -> Results:
+    """``rounds`` interleaved rounds of every (profile, amount, path), after an untimed pass over those of
+    :data:`SMOKE_PROFILES` unless not ``warm_up``."""
     import tempfile
 
     from support.interop import executable_stock_script
 
-    with _ExactSleeps(), tempfile.TemporaryDirectory(prefix="latency-model-", dir=workdir) as tmp:
+    with _ExactSleeps(), tempfile.TemporaryDirectory(prefix="latency-model-") as tmp:
         root = Path(tmp)
         stock = executable_stock_script(root / "stock")
         standin = build_standin(root / "bin")
@@ -326,6 +328,9 @@ def run(rounds: int, profiles=tuple(PROFILES), workdir: Path | None = None, log=
                 host.wait_ready()
             results = Results(rounds, list(profiles))
             cells = [(host, amount, path) for host in hosts for amount in AMOUNTS for path in PATHS]
+            for host, amount, path in cells:  # untimed: the files each path runs into the page cache
+                if warm_up and host.name in SMOKE_PROFILES:
+                    host.measure(path, amount)
             for r in range(rounds):
                 order = list(cells)
                 random.Random(r).shuffle(order)
@@ -383,32 +388,34 @@ def times_table(results: Results) -> str:
     return "\n".join(lines)
 
 
-def _short(function: str) -> str:
-    return function.removeprefix("nvmlDeviceGet").removeprefix("nvml")
-
-
 def calls_table(results: Results) -> str:
-    """NVML calls per path (one row for the amounts and profiles where they are the same), with the median
-    time the driver lock was held per profile and amount."""
+    """NVML calls of one run of each path, per function, and the median time the driver lock was held; a
+    cell reads "amount 1 / amount 2" where the amounts differ, and names the profiles where those differ."""
     profiles = results.profiles
-    lines = [
-        _row(["path", "NVML calls", "by function"] + [f"driver lock, {p} (ms, amount 1 / 2)" for p in profiles]),
-        _row(["---"] * (3 + len(profiles))),
-    ]
-    for path in PATHS:
-        groups: dict[str, list[tuple[str, int]]] = {}  # the calls (as JSON): where the path made them
-        for profile in profiles:
-            for amount in AMOUNTS:
-                key = json.dumps(results.calls(profile, amount, path), sort_keys=True)
-                groups.setdefault(key, []).append((profile, amount))
-        locks = [" / ".join(_ms(results.lock_ms(p, a, path)) for a in AMOUNTS) for p in profiles]
-        for key, where in groups.items():
-            calls = json.loads(key)
-            by_function = ", ".join(f"{_short(f)} {n}" for f, n in sorted(calls.items(), key=lambda c: (-c[1], c[0])))
-            label = LABELS[path]
-            if len(groups) > 1:
-                label += " on " + ", ".join(f"{p} ({a} GPU{'s' if a > 1 else ''})" for p, a in where)
-            lines.append(_row([label, str(sum(calls.values())), by_function] + locks))
+
+    def cell(path: str, of) -> str:  # of(the calls of one run) -> a number
+        per_amount = []
+        for amount in AMOUNTS:
+            values = {profile: of(results.calls(profile, amount, path)) for profile in profiles}
+            if len(set(values.values())) == 1:
+                per_amount.append(str(values[profiles[0]]))
+            else:
+                per_amount.append(", ".join(f"{v} ({p})" for p, v in values.items()))
+        return per_amount[0] if len(set(per_amount)) == 1 else " / ".join(per_amount)
+
+    functions = sorted(
+        {f for key in results.samples for f in results.calls(*key)},
+        key=lambda f: (-max(results.calls(*key).get(f, 0) for key in results.samples), f),
+    )
+    lines = [_row(["NVML calls"] + [LABELS[p] for p in PATHS]), _row(["---"] * (len(PATHS) + 1))]
+    for function in functions:
+        cells = [cell(path, lambda calls, f=function: calls.get(f, 0)) for path in PATHS]
+        lines.append(_row([f"`{function}`"] + [c if c != "0" else "" for c in cells]))
+    totals = [cell(path, lambda calls: sum(calls.values())) for path in PATHS]
+    lines.append(_row(["**all**"] + [f"**{c}**" for c in totals]))
+    for profile in profiles:
+        held = [" / ".join(_ms(results.lock_ms(profile, a, path)) for a in AMOUNTS) for path in PATHS]
+        lines.append(_row([f"driver lock held, {profile} (ms, 1 / 2 GPUs)"] + held))
     return "\n".join(lines)
 
 
@@ -425,7 +432,9 @@ def main(argv=None) -> None:
     profiles = args.profile or list(PROFILES)
     started = time.monotonic()
     results = run(args.rounds, profiles, log=lambda text: print(text, file=sys.stderr, flush=True))
-    command = f"PYTHONPATH=src python benchmarks/latency_model.py --rounds {args.rounds}"
+    command = f"PYTHONPATH=src python benchmarks/latency_model.py --rounds {args.rounds}" + "".join(
+        f" --profile '{p}'" for p in args.profile or ()
+    )
     text = "\n\n".join(
         [
             times_table(results),

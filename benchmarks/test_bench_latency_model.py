@@ -60,11 +60,11 @@ def test_the_nvidia_smi_standin_refuses_a_query_it_does_not_answer(standin):
 
 @pytest.mark.benchmark(group="latency-model")
 def test_latency_model_interleaved(benchmark, stock_script):
-    if benchmark.disabled:
-        rounds, profiles = 1, latency_model.SMOKE_PROFILES
+    if benchmark.disabled:  # each path once, on the profiles that take milliseconds
+        rounds, profiles, warm_up = 1, latency_model.SMOKE_PROFILES, False
     else:
-        rounds, profiles = latency_model.ROUNDS, tuple(latency_model.PROFILES)
-    results = benchmark.pedantic(latency_model.run, args=(rounds, profiles), rounds=1, iterations=1)
+        rounds, profiles, warm_up = latency_model.ROUNDS, tuple(latency_model.PROFILES), True
+    results = benchmark.pedantic(latency_model.run, args=(rounds, profiles, warm_up), rounds=1, iterations=1)
 
     for profile in profiles:
         for amount in latency_model.AMOUNTS:
