@@ -311,7 +311,8 @@ thread_local std::set<std::pair<long, unsigned long long>> t_unrelated_locks;
 //     it opened the path at the latest (the stock script's `flock -x 200` is a fork and exec after the
 //     open: milliseconds; kFlockGapMs bounds that and sed's run with a wide margin, for a loaded or
 //     swapping host), until it has written its last byte.
-//     So one look that finds none, taken kFlockGapMs after W's birth or later, proves that none is left and none can
+//     So one look that finds none, taken kFlockGapMs after W's birth or later, shows (assuming no stock script
+//     is stopped longer than that between its open and its flock: docs/design.md §5.2) that none is left and none can
 //     come: a later one would have had to open the path before W came, and would have been in that look. W is then
 //     settled for good: this thread does not look again, and the look is recorded on W itself (the
 //     extended attribute kSettledAttr, the btime of the inode it vouches for), so that other processes,
