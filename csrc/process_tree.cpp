@@ -155,8 +155,10 @@ ParentEvidence parent_evidence(pid_t parent) noexcept {
         const pid_t theirs = getsid(parent);
         if (theirs >= 0 && theirs == session) return ParentEvidence::kSession;
     }
-    struct stat out{};
-    if (fstat(STDOUT_FILENO, &out) == 0 && S_ISFIFO(out.st_mode) && reads_pipe(parent, out.st_ino))
+    // statx, not fstat: fstat is a GLIBC_2.33 symbol, past the wheels' manylinux_2_28
+    struct statx out{};
+    if (statx(STDOUT_FILENO, "", AT_EMPTY_PATH, STATX_TYPE | STATX_INO, &out) == 0 && S_ISFIFO(out.stx_mode) &&
+        reads_pipe(parent, static_cast<ino_t>(out.stx_ino)))
         return ParentEvidence::kReadsOutput;
     return ParentEvidence::kNone;
 }
