@@ -265,7 +265,9 @@ private:
             std::vector<Entry*> mine;
             unsigned long long taken = 0;
             for (;;) {
-                while (!stopping_ && !(r->busy && r->round != taken)) r->wake.wait(lock);
+                // a timed wait, not wait(): libstdc++ 13 versions wait() GLIBCXX_3.4.30, past manylinux_2_28
+                while (!stopping_ && !(r->busy && r->round != taken))
+                    wait_until(&r->wake, &lock, Clock::now() + std::chrono::hours(1));
                 if (stopping_) break;
                 taken = r->round;
                 mine.clear();
