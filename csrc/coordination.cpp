@@ -20,12 +20,38 @@ namespace flinkgpu {
 namespace coordination {
 namespace {
 
+// The host's GPUs: the candidates a claim is given and those left out of them, valid, distinct and in index
+// order.
+Status host_gpus(const std::vector<std::string>& candidates, const LeftOut& left_out, std::vector<std::string>* out) {
+    std::vector<std::string> all = candidates;
+    for (const auto& [index, why] : left_out) all.push_back(index);
+    return validate_indices(all, out);
+}
+
+// The one start of a claim's not-enough message: how many were requested, the host's GPUs, and each one left
+// out of the candidates with why; a state not read in time (gpu_choice.hpp's health text "unknown: <why>")
+// is said to be unknown.
+std::string shortage_head(const std::string& amount, const std::vector<std::string>& host, const LeftOut& left_out) {
+    std::string msg = "Could not get enough GPU resources. Requested " + amount + ", the host has " +
+                      std::to_string(host.size()) + " GPU" + (host.size() == 1 ? "" : "s") +
+                      (host.empty() ? "" : " (" + join(host) + ")");
+    static const std::string kUnknown = "unknown: ";
+    for (std::size_t i = 0; i < left_out.size(); ++i) {
+        const auto& [index, why] = left_out[i];
+        msg += (i == 0 ? ", of which GPU " : ", GPU ") + index;
+        msg += why.compare(0, kUnknown.size(), kUnknown) == 0 ? " is unknown (" + why.substr(kUnknown.size()) + ")"
+                                                              : " is left out (" + why + ")";
+    }
+    return msg;
+}
+
 ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::string>& existing_in,
-                       std::size_t amount, const std::vector<int>& ranks) {
+                       std::size_t amount, const std::vector<int>& ranks, const LeftOut& left_out) {
     ClaimResult r;
     if (!(r.status = validate_pid(owner, "owner pid")).ok()) return r;
-    std::vector<std::string> existing;
+    std::vector<std::string> existing, host;
     if (!(r.status = validate_indices(existing_in, &existing)).ok()) return r;
+    if (!(r.status = host_gpus(existing, left_out, &host)).ok()) return r;
     IndexRanks rank_of;
     if (!(r.status = rank_of.assign(existing_in, ranks)).ok()) return r;
     auto rank = [&rank_of](const std::string& idx) { return rank_of.of(idx); };
@@ -110,9 +136,7 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
         }
     }
     if (need > 0) {
-        std::string msg = "Could not get enough GPU resources. Requested " + std::to_string(amount) +
-                          ", the host has " + std::to_string(existing.size()) + " GPU" +
-                          (existing.size() == 1 ? "" : "s") + (existing.empty() ? "" : " (" + join(existing) + ")");
+        std::string msg = shortage_head(std::to_string(amount), host, left_out);
         std::string holders;
         for (const auto& kv : others) {
             if (!holders.empty()) holders += "; ";
@@ -231,8 +255,23 @@ CleanResult clean_stale_impl(const Options& opts, bool other_namespaces) {
 }  // namespace
 
 ClaimResult claim(const Options& opts, pid_t owner, const std::vector<std::string>& existing_indices,
-                  std::size_t amount, const std::vector<int>& ranks) noexcept {
-    return guarded<ClaimResult>([&] { return claim_impl(opts, owner, existing_indices, amount, ranks); });
+                  std::size_t amount, const std::vector<int>& ranks, const LeftOut& left_out) noexcept {
+    return guarded<ClaimResult>([&] { return claim_impl(opts, owner, existing_indices, amount, ranks, left_out); });
+}
+
+Status not_enough(const Options& opts, const std::string& amount, const std::vector<std::string>& existing_indices,
+                  const LeftOut& left_out) noexcept {
+    struct Result {
+        Status status;
+    };
+    return guarded<Result>([&] {
+        Result r;
+        std::vector<std::string> host;
+        if ((r.status = host_gpus(existing_indices, left_out, &host)).ok())
+            r.status = failure(StatusCode::kNotEnough,
+                               shortage_head(amount, host, left_out) + ". Coordination file: " + opts.path + ".");
+        return r;
+    }).status;
 }
 
 ReleaseResult release(const Options& opts, pid_t owner) noexcept {

@@ -50,6 +50,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace flinkgpu {
@@ -93,6 +94,11 @@ struct CleanResult {
     std::vector<BadLine> unparsable;
 };
 
+// The host's GPUs that are not among a claim's candidates, each with why: (index, why), in index order
+// (gpu_choice.hpp's Ranking::left_out). A not-enough message counts them among the host's GPUs and names
+// each one ("GPU 1 is unknown (<why>)" for a why "unknown: <why>", else "GPU 1 is left out (<why>)").
+using LeftOut = std::vector<std::pair<std::string, std::string>>;
+
 // Claims `amount` GPUs for the live process `owner` among `existing_indices` (NVML order; strings as
 // NVML/nvidia-smi report them, no whitespace). An owner asking again gets what it holds: topped up when it
 // asks for more; when it asks for fewer, the lowest `amount` of its indices are returned and it keeps
@@ -101,8 +107,15 @@ struct CleanResult {
 // requested, how many exist and who holds the rest. amount == 0 returns nothing without touching the file.
 // `ranks`, when not empty, is parallel to `existing_indices` (gpu_choice.hpp's ranks): after what the
 // owner holds, lower ranks are taken first, and within a rank free indices before reclaimable ones.
+// `left_out`: the host's GPUs that are not candidates (never claimed), for the not-enough message only.
 ClaimResult claim(const Options& opts, pid_t owner, const std::vector<std::string>& existing_indices,
-                  std::size_t amount, const std::vector<int>& ranks = {}) noexcept;
+                  std::size_t amount, const std::vector<int>& ranks = {}, const LeftOut& left_out = {}) noexcept;
+
+// The kNotEnough failure of a claim for more GPUs than claim() can count (`amount` as text, e.g. one of
+// Python's unbounded ints): claim()'s message without holders, the file not read (kInvalidArgument for a
+// bad index).
+Status not_enough(const Options& opts, const std::string& amount, const std::vector<std::string>& existing_indices,
+                  const LeftOut& left_out = {}) noexcept;
 
 // Removes every line of `owner`. A missing file is not an error (nothing is held).
 ReleaseResult release(const Options& opts, pid_t owner) noexcept;

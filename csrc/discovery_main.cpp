@@ -131,31 +131,6 @@ std::string left_out_text(const flinkgpu::Ranking& ranking) {
     return out.empty() ? out : out + ".";
 }
 
-// A claim's not-enough message when the ranking left GPUs out: the claim counts only the candidates it
-// was given as the host's GPUs ("the host has 1 GPU (0)"); the host's own count is said instead, with
-// each GPU left out and why (an unknown one: the NVML call that stalled).
-std::string claim_shortage(const std::string& message, long long amount, const std::vector<std::string>& host,
-                           const flinkgpu::Ranking& ranking) {
-    if (ranking.left_out.empty()) return message;
-    std::string which;
-    for (const auto& [index, why] : ranking.left_out) {
-        static const std::string kUnknown = "unknown: ";
-        which += (which.empty() ? "GPU " : ", GPU ") + index;
-        which += why.compare(0, kUnknown.size(), kUnknown) == 0 ? " is unknown (" + why.substr(kUnknown.size()) + ")"
-                                                                : " is left out (" + why + ")";
-    }
-    const std::string head = "Requested " + std::to_string(amount) + ", the host has ";
-    const std::size_t start = message.find(head);
-    const std::size_t end = start == std::string::npos ? start : message.find(')', start);
-    if (end == std::string::npos) return message + left_out_text(ranking);
-    std::vector<std::string> all = host;
-    flinkgpu::sort_indices(&all);
-    std::string listed;
-    for (const auto& index : all) listed += (listed.empty() ? "" : ", ") + index;
-    return message.substr(0, start) + head + std::to_string(all.size()) + " GPU" + (all.size() == 1 ? "" : "s") + " (" +
-           listed + "), of which " + which + message.substr(end + 1);
-}
-
 // The TaskManager that ran us: our parent when we started, read once. If it dies, we are handed to a
 // reaper (pid 1, or a subreaper) that getppid() would then name: recording that one would keep the
 // GPUs taken for as long as the reaper lives, so it is never asked again.
@@ -216,15 +191,14 @@ bool parent_ran_us(const Parent& parent) {
 
 // Claims for our parent (the TaskManager, as the stock script records $PPID). Printed in the
 // stock script's order: what the owner already held, free GPUs, then those taken from dead owners.
-int claim_coordinated(const Arguments& args, const std::vector<std::string>& host, const flinkgpu::Ranking& ranking,
-                      const Parent& parent) {
+int claim_coordinated(const Arguments& args, const flinkgpu::Ranking& ranking, const Parent& parent) {
     namespace coord = flinkgpu::coordination;
     coord::Options opts;
     opts.path = args.script.coordination_file;
     // NVML may have taken long: a parent that died meanwhile asks for nothing any more
     if (!parent_unchanged(parent)) return parent_gone(parent, "no GPU was claimed");
-    const coord::ClaimResult r =
-        coord::claim(opts, parent.pid, ranking.indices, static_cast<std::size_t>(args.amount), ranking.ranks);
+    const coord::ClaimResult r = coord::claim(opts, parent.pid, ranking.indices, static_cast<std::size_t>(args.amount),
+                                              ranking.ranks, ranking.left_out);
     // It may have died during the claim (waiting for the lock): what was written for its pid is
     // taken back, since a process that got that pid since would own it.
     if (r.status.ok() && !parent_unchanged(parent)) {
@@ -237,12 +211,7 @@ int claim_coordinated(const Arguments& args, const std::vector<std::string>& hos
     for (const auto& bad : r.unparsable)
         std::fprintf(stderr, "flink-gpu-discovery: %s:%zu: kept a line that is not '<index> <pid>': %s\n",
                      args.script.coordination_file.c_str(), bad.line_number, bad.text.c_str());
-    if (r.status.code == flinkgpu::StatusCode::kNotEnough) {
-        std::puts(kNotEnough);
-        std::fprintf(stderr, "flink-gpu-discovery: %s\n",
-                     claim_shortage(r.status.message, args.amount, host, ranking).c_str());
-        return 1;
-    }
+    if (r.status.code == flinkgpu::StatusCode::kNotEnough) std::puts(kNotEnough);
     if (!r.status.ok()) {
         std::fprintf(stderr, "flink-gpu-discovery: %s\n", r.status.message.c_str());
         return 1;
@@ -381,7 +350,7 @@ int main(int argc, char** argv) {
     }
     // The coordination file is locked only now, with no NVML call of ours waited for (a stuck one is
     // abandoned on its own thread, holding no lock of ours).
-    if (args.script.coordination_mode) return leave(claim_coordinated(args, enumerated, ranking, parent));
+    if (args.script.coordination_mode) return leave(claim_coordinated(args, ranking, parent));
     // the best `amount`, printed in index order as the stock script prints its first ones
     std::vector<std::string> chosen(ranking.indices.begin(), ranking.indices.begin() + args.amount);
     flinkgpu::sort_indices(&chosen);

@@ -988,6 +988,32 @@ def test_an_amount_beyond_what_the_core_counts_is_not_enough_gpus(path, amount):
     assert not path.exists()  # nothing to claim, nothing created
 
 
+def test_not_enough_counts_the_gpus_left_out_among_the_hosts_and_names_each_with_why(path, owners):
+    a = owners()
+    left_out = [("1", "unknown: nvmlDeviceGetFieldValues did not return within 1 s"), (2, "busy: foreign process 7")]
+    # never claimed: the left-out GPUs are no candidates
+    assert coordination.claim(1, ["0", "3"], path=path, owner=a.pid, left_out=left_out).taken == ["0"]
+    with pytest.raises(flink_gpu.NotEnoughGpusError) as info:
+        coordination.claim(2, ["0", "3"], path=path, left_out=left_out)
+    assert str(info.value) == (
+        "Could not get enough GPU resources. Requested 2, the host has 4 GPUs (0, 1, 2, 3), of which GPU 1 is "
+        "unknown (nvmlDeviceGetFieldValues did not return within 1 s), GPU 2 is left out (busy: foreign process "
+        f"7); pid {a.pid} holds 0. Coordination file: {path}."
+    )
+    # more than the core counts: the same sentence, without holders (the file is not read)
+    with pytest.raises(flink_gpu.NotEnoughGpusError) as info:
+        coordination.claim(2**64, ["0", "3"], path=path, left_out=left_out)
+    assert str(info.value).startswith(
+        "Could not get enough GPU resources. Requested 18446744073709551616, the host has 4 GPUs (0, 1, 2, 3), of "
+        "which GPU 1 is unknown ("
+    )
+    assert str(info.value).endswith(f"(busy: foreign process 7). Coordination file: {path}.")
+    with pytest.raises(TypeError, match="why a GPU is left out must be a str"):
+        coordination.claim(2, ["0"], path=path, left_out=[("1", None)])
+    with pytest.raises(ValueError, match="Invalid GPU index '1 2'"):
+        coordination.claim(2, ["0"], path=path, left_out=[("1 2", "unknown: x")])
+
+
 def test_the_largest_amount_the_core_counts_is_its_own_not_enough_error(path):
     with pytest.raises(
         FlinkException,

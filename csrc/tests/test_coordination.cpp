@@ -437,6 +437,45 @@ TEST_CASE(not_enough_names_the_request_the_gpus_their_holders_and_the_file) {
     kill_and_reap(b);
 }
 
+TEST_CASE(not_enough_counts_the_hosts_gpus_and_names_each_left_out_one_with_why) {
+    const std::string path = fresh_path("short_left_out");
+    const pid_t a = spawn_sleeper(), b = spawn_sleeper();
+    // GPUs 1 and 2 of the host's four are no candidates (a choice left them out): never claimed
+    const co::LeftOut left_out = {{"1", "unknown: nvmlDeviceGetFieldValues did not return within 1 s"},
+                                  {"2", "unhealthy: row remapping failed"}};
+    co::ClaimResult first = co::claim(opts_for(path), a, {"0", "3"}, 1, {}, left_out);
+    CHECK_MSG(first.status.ok(), first.status.message);
+    CHECK(joined(first.indices) == "0");
+    const std::string before = read_text(path);
+    co::ClaimResult r = co::claim(opts_for(path), b, {"0", "3"}, 2, {}, left_out);
+    CHECK(r.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK_MSG(r.status.message ==
+                  "Could not get enough GPU resources. Requested 2, the host has 4 GPUs (0, 1, 2, 3), "
+                  "of which GPU 1 is unknown (nvmlDeviceGetFieldValues did not return within 1 s), "
+                  "GPU 2 is left out (unhealthy: row remapping failed); pid " +
+                      std::to_string(a) + " holds 0. Coordination file: " + path + ".",
+              r.status.message);
+    CHECK(read_text(path) == before);
+    kill_and_reap(a);
+    kill_and_reap(b);
+}
+
+TEST_CASE(an_amount_beyond_a_claims_count_is_the_same_not_enough_message_without_reading_the_file) {
+    const std::string path = fresh_path("short_beyond");
+    const flinkgpu::Status s = co::not_enough(opts_for(path), "99999999999999999999", {"0", "2"},
+                                              {{"1", "busy: foreign process 7 (compute)"}});
+    CHECK(s.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK_MSG(s.message ==
+                  "Could not get enough GPU resources. Requested 99999999999999999999, the host has 3 GPUs "
+                  "(0, 1, 2), of which GPU 1 is left out (busy: foreign process 7 (compute)). Coordination "
+                  "file: " +
+                      path + ".",
+              s.message);
+    CHECK(access(path.c_str(), F_OK) != 0);  // nothing created
+    CHECK(co::not_enough(opts_for(path), "5", {"0"}, {{"0 1", "unknown: x"}}).code ==
+          flinkgpu::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE(zombie_holds_nothing) {
     const std::string path = fresh_path("zombie");
     pid_t z = fork();

@@ -2,9 +2,10 @@
 # record type out (a line's fields and its holder's identity, as the core answers it: holder_identity.hpp),
 # Python exceptions (_native.pyx's _error) for failures; flink_gpu.coordination makes the public API.
 
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport SIZE_MAX, int64_t, uint32_t, uint64_t
 from libcpp cimport bool as cpp_bool
 from libcpp.string cimport string
+from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 from posix.types cimport pid_t
 
@@ -88,7 +89,10 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
 
     CoordClaimResult coord_claim "flinkgpu::coordination::claim"(
         const CoordOptions& opts, pid_t owner, const vector[string]& existing_indices, size_t amount,
-        const vector[int]& ranks)
+        const vector[int]& ranks, const vector[pair[string, string]]& left_out)
+    Status coord_not_enough "flinkgpu::coordination::not_enough"(
+        const CoordOptions& opts, const string& amount, const vector[string]& existing_indices,
+        const vector[pair[string, string]]& left_out)
     CoordReleaseResult coord_release "flinkgpu::coordination::release"(const CoordOptions& opts, pid_t owner)
     CoordReleaseResult coord_release_indices "flinkgpu::coordination::release_indices"(
         const CoordOptions& opts, pid_t owner, const vector[string]& indices)
@@ -147,6 +151,18 @@ cdef vector[string] _co_indices(indices) except *:
     return out
 
 
+cdef vector[pair[string, string]] _co_left_out(left_out) except *:
+    cdef vector[pair[string, string]] out
+    cdef vector[string] index
+    for pair_ in left_out:
+        where, why = pair_
+        if not isinstance(why, str):
+            raise TypeError(f"why a GPU is left out must be a str, got {why!r}")
+        index = _co_indices([where])
+        out.push_back(pair[string, string](index[0], (<str>why).encode("utf-8", "surrogateescape")))
+    return out
+
+
 cdef list _co_strings(const vector[string]& values):
     return [_co_text(values[i]) for i in range(values.size())]
 
@@ -199,13 +215,21 @@ cdef list _co_entries(const vector[CoordEntry]& entries):
     return [_co_entry(entries[i], ours) for i in range(entries.size())]
 
 
-def coordination_claim(path, double timeout, owner, indices, size_t amount, ranks=None):
+def coordination_claim(path, double timeout, owner, indices, amount, ranks=None, left_out=()):
     """Claims ``amount`` GPUs for ``owner``: (indices, added, reclaimed, [(line number, text)], why the
     calling process claimed for itself without a lease or None). ``ranks``: one int per index
-    (rank_gpus' ranks), lower taken first; None: all equal."""
+    (rank_gpus' ranks), lower taken first; None: all equal. ``left_out``: (index, why) for each of the
+    host's GPUs that is not among ``indices``, named in the not-enough message. An ``amount`` beyond what
+    the core counts (a size_t) is more than any host has: the core's not-enough error."""
     cdef CoordOptions opts = _co_options(path, timeout)
     cdef pid_t pid = _co_pid(owner)
     cdef vector[string] existing = _co_indices(indices)
+    cdef vector[pair[string, string]] out = _co_left_out(left_out)
+    cdef Status status
+    if amount > SIZE_MAX:
+        status = coord_not_enough(opts, str(amount).encode("ascii"), existing, out)
+        raise _error(status, path)
+    cdef size_t count = amount
     cdef vector[int] cranks
     if ranks is not None:
         for rank in ranks:
@@ -216,7 +240,7 @@ def coordination_claim(path, double timeout, owner, indices, size_t amount, rank
             raise ValueError(f"Got {cranks.size()} ranks for {existing.size()} GPU indices: give one rank per index.")
     cdef CoordClaimResult r
     with nogil:
-        r = coord_claim(opts, pid, existing, amount, cranks)
+        r = coord_claim(opts, pid, existing, count, cranks, out)
     if not r.status.ok():
         raise _error(r.status, path)
     lease_problem = None if r.lease_problem.ok() else _co_text(r.lease_problem.message)

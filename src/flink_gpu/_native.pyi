@@ -203,6 +203,7 @@ def coordination_claim(
     indices: Iterable[Union[str, int]],
     amount: int,
     ranks: Optional[Iterable[int]] = None,
+    left_out: Iterable[Tuple[Union[str, int], str]] = (),
 ) -> Tuple[List[str], List[str], List[str], List[Tuple[int, str]], Optional[str]]:
     """(what the owner now has, newly added, reclaimed from dead owners, unparsable lines, why the calling
     process claimed for itself without a lease or None)."""

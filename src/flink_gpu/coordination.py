@@ -17,13 +17,11 @@ import errno
 import logging
 import operator
 import os
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Union
 
 from flink_gpu import _native
-from flink_gpu.errors import NotEnoughGpusError
 
 __all__ = [
     "DEFAULT_PATH",
@@ -54,9 +52,6 @@ DEFAULT_PATH: str = _native.COORDINATION_DEFAULT_PATH
 #: Seconds to wait for the lock; shorter than Flink's 10 s discovery-script timeout, so that our error
 #: (which names the file and the holder) arrives before Flink kills the discovery.
 DEFAULT_TIMEOUT: float = 5.0
-#: The largest amount the core takes (its size_t).
-_NATIVE_AMOUNT_MAX = sys.maxsize * 2 + 1
-
 
 #: How an entry's owner was judged: by its pid in our namespace ("live", "gone", "pid reused"), by its
 #: lease in any namespace ("lease held", "lease released"), or not at all ("other namespace": written in
@@ -178,17 +173,10 @@ def whole_amount(amount: object, what: str = "The amount of GPUs") -> int:
     raise TypeError(f"{what} must be a whole number (an int), got {amount!r} ({type(amount).__name__}).")
 
 
-def _amount(amount: int, indices: "list[str | int]", path: PathType) -> int:
+def _amount(amount: int) -> int:
     amount = whole_amount(amount)
     if amount < 0:
         raise ValueError(f"The amount of GPUs to claim must not be negative, got {amount}.")
-    if amount > _NATIVE_AMOUNT_MAX:  # more than the core can count is more than any host has
-        raise NotEnoughGpusError(
-            f"Could not get enough GPU resources. Requested {amount}, the host has {len(indices)} "
-            f"GPU{'' if len(indices) == 1 else 's'}"
-            + (f" ({', '.join(map(str, indices))})" if indices else "")
-            + f". Coordination file: {os.fspath(path)}."
-        )
     return amount
 
 
@@ -218,6 +206,7 @@ def claim(
     owner: "int | None" = None,
     timeout: float = DEFAULT_TIMEOUT,
     ranks: "Iterable[int] | None" = None,
+    left_out: "Iterable[tuple[str | int, str]]" = (),
 ) -> ClaimResult:
     """Claims ``amount`` of the GPUs ``indices`` (the host's, e.g. from NVML) for ``owner``.
 
@@ -227,10 +216,13 @@ def claim(
     those of dead owners, lowest index first. All or nothing. The result's ``taken`` is what the
     owner gets. ``ranks`` (one int per index, e.g. :func:`flink_gpu.nvml.rank_gpus`' ranks): after
     what the owner holds, lower ranks first, and within a rank free GPUs before reclaimable ones.
+    ``left_out``: ``(index, why)`` for each of the host's GPUs that is not among ``indices`` (e.g.
+    :func:`flink_gpu.nvml.rank_gpus`' left-out ones): never claimed, but counted among the host's GPUs
+    and named with why in a not-enough message.
 
     Raises :class:`~flink_gpu.NotEnoughGpusError` (a :class:`~flink_gpu.FlinkException`) when too few
-    GPUs are free (the message says how many were requested, how many exist and which pids hold the
-    rest), :class:`TimeoutError` (naming the
+    GPUs are free (the message says how many were requested, how many the host has, which are left out
+    and why, and which pids hold the rest), :class:`TimeoutError` (naming the
     file and the lock holder) when the lock is not obtained within ``timeout`` seconds, an
     :class:`OSError` naming the path when the file cannot be used (a symlink, not a regular file, no
     permission), :class:`ValueError` for a bad index, a negative amount or a bad owner, and
@@ -239,7 +231,7 @@ def claim(
     owner = _owner(owner)
     indices = list(indices)
     taken, added, reclaimed, bad, lease_problem = _native.coordination_claim(
-        path, timeout, owner, indices, _amount(amount, indices, path), None if ranks is None else list(ranks)
+        path, timeout, owner, indices, _amount(amount), None if ranks is None else list(ranks), list(left_out)
     )
     _bad_lines(bad, path)
     if lease_problem is not None:

@@ -447,8 +447,12 @@ def test_claim_ranks_as_the_driver_and_warns_what_it_leaves_out(tmp_path):
     assert doc["left_out"] == [{"index": "0", "reason": "unhealthy: InfoROM corrupted"}]
     assert "GPU 0 left out: unhealthy: InfoROM corrupted" in proc.stderr
     assert "GPU 1 is busy: foreign process 4000000001 (compute, not visible" in proc.stderr
+    # too few: the host's four GPUs counted, the one left out named with why (not "the host has 3 GPUs")
+    left_out = "the host has 4 GPUs (0, 1, 2, 3), of which GPU 0 is left out (unhealthy: InfoROM corrupted)"
     proc = cli("--simulate-spec", spec, "claim", "4", "--file", tmp_path / "d")
-    assert proc.returncode == 1 and "Could not get enough GPU resources" in proc.stderr
+    assert proc.returncode == 1 and f"Could not get enough GPU resources. Requested 4, {left_out}. " in proc.stderr
+    proc = cli("--simulate-spec", spec, "claim", "99999999999999999999", "--file", tmp_path / "d")
+    assert proc.returncode == 1 and f"Requested 99999999999999999999, {left_out}. Coordination file: " in proc.stderr
 
 
 def test_claim_of_several_mig_units_gives_one_cuda_visible_devices_per_process(tmp_path):

@@ -773,7 +773,9 @@ def claim(args: Namespace) -> int:
     health = {state.gpu_index: state.health for state in states}
     for index, why in left_out:
         print(f"flink-gpu claim: WARNING: GPU {index} left out: {why}", file=sys.stderr)
-    got = coordination.claim(args.amount, order, path=path, owner=owner, timeout=args.timeout, ranks=ranks).taken
+    got = coordination.claim(
+        args.amount, order, path=path, owner=owner, timeout=args.timeout, ranks=ranks, left_out=left_out
+    ).taken
     busy = {state.gpu_index: state.busy_reason for state in states if state.busy}
     for index in got:
         if index in busy:

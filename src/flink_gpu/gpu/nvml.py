@@ -16,7 +16,7 @@ import threading
 from typing import Iterable, NamedTuple
 
 from flink_gpu import coordination
-from flink_gpu.errors import FlinkException, NotEnoughGpusError
+from flink_gpu.errors import FlinkException
 from flink_gpu.gpu.info import (
     PROPERTY_CPU_AFFINITY,
     PROPERTY_HEALTH,
@@ -145,28 +145,6 @@ def _new_lock_after_fork() -> None:
 os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
-def _claim_shortage(message: str, amount: int, host: "tuple[str, ...]", ranking: _Ranking) -> str:
-    """A claim's not-enough ``message`` when the ranking left GPUs out: the claim counts only the
-    candidates it was given as the host's GPUs ("the host has 1 GPU (0)"); the host's own count is said
-    instead, with each GPU left out and why (an unknown one: the NVML call that stalled)."""
-    from flink_gpu.gpu_index import index_sort_order
-
-    which = ", ".join(
-        f"GPU {index} is unknown ({why[len('unknown: ') :]})"
-        if why.startswith("unknown: ")
-        else f"GPU {index} is left out ({why})"
-        for index, why in ranking.left_out
-    )
-    head = f"Requested {amount}, the host has "
-    start = message.find(head)
-    end = message.find(")", start) if start >= 0 else -1
-    if end < 0:
-        return f"{message} Left out: {which}."
-    listed = ", ".join(index_sort_order(host, lambda index: index))
-    plural = "" if len(host) == 1 else "s"
-    return f"{message[:start]}{head}{len(host)} GPU{plural} ({listed}), of which {which}{message[end + 1 :]}"
-
-
 class NvmlDiscovery:
     """GPUs from NVML. Enumeration is done once per process and library, and reused by every
     driver: the devices and their static properties do not change while NVML is initialised (a
@@ -256,13 +234,10 @@ class NvmlDiscovery:
         with _driver_holds_lock:
             if self._claimed_pid != pid:  # a forked child: the parent's counts are not its own
                 self._claimed, self._claimed_pid = set(), pid
-            try:
-                # owner=pid: this process, resolved above
-                result = coordination.claim(amount, ranking.order, path=path, owner=pid, ranks=ranking.ranks)
-            except NotEnoughGpusError as error:
-                if not ranking.left_out:
-                    raise
-                raise NotEnoughGpusError(_claim_shortage(str(error), amount, enumeration.indices, ranking)) from None
+            # owner=pid: this process, resolved above; the left-out GPUs are named if too few are free
+            result = coordination.claim(
+                amount, ranking.order, path=path, owner=pid, ranks=ranking.ranks, left_out=ranking.left_out
+            )
             for index in result.taken:
                 hold = (path, pid, index)
                 # GPUs the process held otherwise (coordination.claim()) are not the drivers' to
