@@ -405,22 +405,28 @@ private:
     }
 
     // With mutex_ held (released across the NVML read): the health findings of `path`'s GPUs, one
-    // choice's state read within kSampleMargin. Put off while a read of this library is late (the
-    // state read would likely stick on the same GPU: a second thread on it); false then, or when
-    // some GPU's findings did not come. A GPU the state read is stuck on is unknown and gets no
-    // reads until a later health read finds it answering; one the read did not reach keeps its
-    // last findings.
+    // choice's state read within the time left to `due_by`. A GPU whose read is late is left out
+    // (the state read would likely stick on it too: a second thread on it) and keeps its last
+    // findings; false then, or when some GPU's findings did not come. A GPU the state read is stuck
+    // on is unknown and gets no reads until a later health read finds it answering (it stays in:
+    // nvml_deadline answers it at once while its stuck call is out); one the read did not reach
+    // keeps its last findings.
     bool read_health(const std::string& path, const NvmlLibrary* lib, SteadyTime due_by,
                      std::unique_lock<std::mutex>* lock) {
         if (lib == nullptr) return false;
         std::vector<Entry*> group;
         std::vector<std::string> indices;
+        bool all = true;
         for (Entry& e : entries_) {
             if (e.path != path) continue;
-            if (reader_for(&e)->late) return false;
+            if (reader_for(&e)->late) {
+                all = false;  // read again at the next sample
+                continue;
+            }
             group.push_back(&e);
             indices.push_back(e.index);
         }
+        if (group.empty()) return false;
         lock->unlock();
         Choice choice;
         // busy-gpus ignore: no process list (the costliest query) for a health gauge
@@ -428,7 +434,6 @@ private:
         const Status status =
             choose_gpus(*lib, indices, getpid(), 0, BusyPolicy::kIgnore, all_checks(), budget, &choice);
         lock->lock();
-        bool all = true;
         for (Reader& r : readers_) {
             if (r.path != path) continue;
             r.state_stuck = false;

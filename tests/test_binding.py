@@ -962,15 +962,17 @@ def test_a_forked_child_binds_as_a_holder_of_its_own_once_its_parent_released(pa
 # A holder forks a child and is SIGKILLed; the child, handed to a reaper, binds once its parent is gone.
 ORPHANED_CHILD = r"""
 import json, os, signal, sys, time
-from flink_gpu import GPUInfo
+from flink_gpu import GPUInfo, binding
 from flink_gpu.binding import bind
 path = sys.argv[1]
 gpus = [GPUInfo("0"), GPUInfo("1")]
 parent = bind(gpus, path=path)
 me = os.getpid()
 if os.fork() == 0:
+    # gone once its lease is free: the child is handed to the reaper as the parent's first thread ends,
+    # while another of its threads (NVML's worker) may still hold its files, the lease among them
     deadline = time.monotonic() + 30
-    while os.getppid() == me:
+    while os.getppid() == me or any(e.alive and e.pid == me for e in binding.snapshot(path).entries):
         assert time.monotonic() < deadline, "the parent was not killed"
         time.sleep(0.01)
     try:
@@ -991,6 +993,92 @@ def test_a_forked_child_whose_parent_died_binds_as_a_holder_of_its_own(path):
     assert done.returncode == -signal.SIGKILL, done.stderr
     got = json.loads(done.stdout)
     assert (got.get("bound"), got.get("holder")) == (["0"], f"pid {got.get('pid')}"), got
+
+
+# Run as pid 1 of a fresh pid namespace: a holder binds, forks a child and dies; a stranger is then given
+# the holder's pid (ns_last_pid) and binds in the same file; then the child binds.
+PID_REUSED_BY_A_STRANGER = r"""
+import json, os, subprocess, sys
+path = sys.argv[1]
+HOLDER = '''
+import json, os, sys
+from flink_gpu import GPUInfo
+from flink_gpu.binding import bind
+from flink_gpu.coordination import process_start_time
+path = sys.argv[1]
+gpus = [GPUInfo("0"), GPUInfo("1")]
+holder = bind(gpus, path=path)
+child = os.fork()
+if child == 0:
+    sys.stdin.readline()  # the stranger binds first
+    own = bind(gpus, path=path)
+    print(json.dumps({"pid": os.getpid(), "bound": list(own.indices), "holder": own.holder}), flush=True)
+    os._exit(0)
+print(json.dumps({"pid": os.getpid(), "start": process_start_time(os.getpid()), "child": child}), flush=True)
+os._exit(0)  # dies without a release: its lines stay, dead
+'''
+STRANGER = '''
+import json, os, sys
+from flink_gpu import GPUInfo
+from flink_gpu.binding import bind
+from flink_gpu.coordination import process_start_time
+own = bind([GPUInfo("0"), GPUInfo("1")], path=sys.argv[1])
+print(json.dumps({"pid": os.getpid(), "start": process_start_time(os.getpid()), "bound": list(own.indices),
+                  "holder": own.holder}), flush=True)
+sys.stdin.read()
+'''
+def run(code):
+    pipe = subprocess.PIPE
+    return subprocess.Popen([sys.executable, "-c", code, path], stdin=pipe, stdout=pipe, text=True)
+holder = run(HOLDER)
+out = {"holder": json.loads(holder.stdout.readline())}
+holder.wait()
+try:
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(out["holder"]["pid"] - 1))
+except OSError as error:
+    print(json.dumps({"skip": f"cannot set ns_last_pid: {error}"}))
+    sys.exit(0)
+stranger = run(STRANGER)
+out["stranger"] = json.loads(stranger.stdout.readline())
+holder.stdin.write("bind\n")
+holder.stdin.flush()
+out["child"] = json.loads(holder.stdout.readline())
+stranger.stdin.close()
+stranger.wait()
+out["reused"] = out["stranger"]["pid"] == out["holder"]["pid"] and out["stranger"]["start"] != out["holder"]["start"]
+print(json.dumps(out))
+"""
+
+
+def test_a_forked_child_whose_parents_pid_a_stranger_reuses_binds_as_a_holder_of_its_own(path):
+    # the child matched its parent's lines by pid (and namespace) alone: the stranger's live lines passed
+    # for its parent's, and the child shared the stranger's GPU
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+    for _ in range(20):  # until the kernel gives the stranger the holder's pid (it sometimes gives another)
+        if os.path.exists(path):
+            os.unlink(path)
+        proc = subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", PID_REUSED_BY_A_STRANGER, path],
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if proc.returncode != 0 and not proc.stdout:
+            pytest.skip(f"cannot create a pid namespace here: {proc.stderr.strip()}")
+        out = json.loads(proc.stdout)
+        if "skip" in out or out["reused"]:
+            break
+    if "skip" in out or not out["reused"]:
+        pytest.skip(out.get("skip", "the kernel did not give the holder's pid again"))
+    pid = out["holder"]["pid"]
+    assert (out["stranger"]["bound"], out["stranger"]["holder"]) == (["0"], f"pid {pid}"), out
+    child = out["child"]
+    assert (child["bound"], child["holder"]) == (["1"], f"pid {child['pid']}"), out
 
 
 @pytest.mark.parametrize("spelling", ["00:01", "0:", ":1", "0:1:2"])

@@ -350,6 +350,45 @@ print(json.dumps({{"before": before, "seen": sorted(seen), "calls_before": calls
     assert got["after"] == got["before"]
 
 
+def test_a_gpu_stuck_outside_the_driver_lock_leaves_the_other_gpus_health_read(tmp_path):
+    # a late read on one GPU put off the health read of every GPU of its library: GPU 0, unhealthy (an
+    # uncorrectable ECC error) and first watched while GPU 1 is stuck, showed health 3 until GPU 1
+    # answered. (The simulator changes a GPU's health at run time only as a state error, which its
+    # readings answer too: the reader alone shows that one; a GPU watched later is the real case here,
+    # a subtask binding after another's GPU stuck.)
+    stuck = str(tmp_path / "stuck")
+    got = sampler(
+        f"""
+def wait_for(condition, what):
+    deadline = time.monotonic() + 30  # an upper bound only
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+def power_calls():
+    return simulator.counters()["calls"].get("nvmlDeviceGetPowerUsage", {{}}).get("1", 0)
+nvml.watch_metrics("1", interval=1)
+assert nvml.sample_metrics_now()
+with simulator.hanging({stuck!r}):
+    wait_for(lambda: power_calls() == 2, "GPU 1's next read stuck")
+    nvml.watch_metrics("0", interval=1)
+    wait_for(lambda: nvml.sampled_metrics("0")[4] != 3, "GPU 0's health read")
+    during = [nvml.sampled_metrics(index) for index in ("0", "1")]
+assert nvml.sample_metrics_now()  # released: GPU 1 is read, and its health too
+print(json.dumps({{"during": during, "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
+""",
+        spec={
+            "devices": [
+                {"power": 100, "temperature": 40, "utilization": 5, "health": {"ecc_uncorrected": 2}},
+                {"power": 200, "temperature": 50, "utilization": 6},
+            ],
+            "driver_lock": False,  # stuck in its own channel, as a real GPU can be
+            "hang": [{"query": "power", "device": 1, "while_exists": stuck}],
+        },
+    )
+    assert got["during"] == [[5, 0, 40, 100, 2], [-1, -1, -1, -1, 3]]
+    assert got["after"] == [[5, 0, 40, 100, 2], [6, 0, 50, 200, 0]]
+
+
 def test_a_metrics_interval_below_the_minimum_is_refused():
     assert nvml.MIN_METRICS_INTERVAL == 1.0 and nvml.DEFAULT_METRICS_INTERVAL == 5.0
     for interval in (0.999, 0, -1, float("nan"), True, "5"):

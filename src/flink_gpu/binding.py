@@ -108,14 +108,15 @@ def bindings_path(coordination_file: "str | os.PathLike[str] | None" = None) -> 
 
 
 class _Held:
-    """One holder's binding in this process: how many handles are out, what it binds, and where it is
-    registered (a handle releases through it from any thread)."""
+    """One holder's binding in this process: how many handles are out, what it binds, the start time its
+    lines carry (0: none), and where it is registered (a handle releases through it from any thread)."""
 
-    __slots__ = ("refs", "indices", "registry", "key")
+    __slots__ = ("refs", "indices", "start_time", "registry", "key")
 
     def __init__(self, registry: "dict[_HolderKey, _Held]", key: "_HolderKey") -> None:
         self.refs = 0
         self.indices: "set[str]" = set()
+        self.start_time = 0
         self.registry = registry
         self.key = key
 
@@ -128,9 +129,11 @@ _lock = threading.Lock()
 _held: "dict[_HolderKey, _Held]" = {}
 _thread_held = threading.local()
 # The process holder this process was forked from: its pid and pid namespace (the inode of its
-# /proc/self/ns/pid; None when unknown), the identities of the files it bound in at the fork
+# /proc/self/ns/pid; None when unknown), the identities of the files it bound in at the fork, each with
+# the start time its lines there carry (0: none), which tells its lines from those of a process that
+# reuses its pid once it died
 _forked_from: "tuple[int, int | None] | None" = None
-_forked_files: "frozenset[str]" = frozenset()
+_forked_files: "dict[str, int]" = {}
 
 
 # the pid and pid namespace of the process that forks, read before the fork: in the child getppid() may
@@ -155,7 +158,7 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()  # another thread may have held it at the fork
     parent = _forking[0]
     # _held's keys are process holders': (file, pid)
-    files = frozenset(key[0] for key, held in _held.items() if key[1] == parent[0] and held.refs > 0)
+    files = {key[0]: held.start_time for key, held in _held.items() if key[1] == parent[0] and held.refs > 0}
     if files:
         _forked_from, _forked_files = parent, files
     _held.clear()
@@ -496,6 +499,7 @@ def bind(
             held = registry[key] = _Held(registry, key)
         held.refs += 1
         held.indices.update(indices)
+        held.start_time = start_time
     for number, text in unparsable:
         _log.warning(
             "Line %d of the bindings file %s cannot be parsed and is left as it is (its GPU is never bound): %r",
@@ -596,22 +600,25 @@ def _inherited_binding(
     if _forked_from is None:
         return None
     file = _file_identity(path)
-    if file not in _forked_files:
+    if file is None or file not in _forked_files:
         return None
     parent, namespace = _forked_from
+    start_time = _forked_files[file] or None
     # the parent's lines: its pid in its namespace (a child forked into a new pid namespace is not of it,
-    # and an equal pid of another namespace is another process)
+    # and an equal pid of another namespace is another process) with its start time (another process
+    # may have its pid once it died)
     parents = {
         entry.index
         for entry in snapshot(path, timeout=timeout).entries
         if entry.alive
         and entry.slot is None
         and entry.pid == parent
+        and entry.start_time == start_time
         and (entry.ours if namespace is None or entry.namespace is None else entry.namespace == namespace)
     }
     if not parents:
         with _lock:
-            _forked_files = _forked_files - {file}
+            _forked_files = {other: at for other, at in _forked_files.items() if other != file}
         return None
     from flink_gpu.gpu_index import sort_indices
 
