@@ -709,7 +709,9 @@ TEST_CASE(a_held_lock_times_out_naming_the_file_and_its_holder) {
     CHECK(r.status.code == flinkgpu::StatusCode::kTimeout);
     CHECK_MSG(r.status.message.find(path) != std::string::npos, r.status.message);
     CHECK_MSG(r.status.message.find("held by pid " + std::to_string(holder)) != std::string::npos, r.status.message);
-    CHECK_MSG(secs >= 0.29 && secs < 2.0, std::to_string(secs));
+    // waited its timeout, and not for ever (the holder never lets go); the upper bound is loose: a
+    // sanitized build on 2 loaded cores took 2.4 s
+    CHECK_MSG(secs >= 0.29 && secs < 30.0, std::to_string(secs));
     CHECK(co::snapshot(opts_for(path, 0)).status.code == flinkgpu::StatusCode::kTimeout);
     kill_and_reap(holder);
     CHECK(co::claim(opts_for(path, 0), getpid(), gpus(2), 1).status.ok());
