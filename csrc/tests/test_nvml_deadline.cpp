@@ -119,7 +119,7 @@ TEST_CASE(a_gpu_still_stuck_is_unknown_at_once_and_its_call_is_not_repeated) {
         const std::string file = hang("remapped-rows", 1);
         read(lib, 1.0);
         const int gpu2_reads = calls("remapped-rows", 2);  // 1 when the first handed on in time, else 0
-        const Read again = read(lib, 30.0);  // returns without waiting for GPU 1
+        const Read again = read(lib, 30.0);                // returns without waiting for GPU 1
         CHECK(again.status.ok());
         CHECK_EQ(again.states.size(), static_cast<std::size_t>(4));
         if (again.states.size() != 4) return;
@@ -130,7 +130,7 @@ TEST_CASE(a_gpu_still_stuck_is_unknown_at_once_and_its_call_is_not_repeated) {
         CHECK(starts_with(again.states[1].health_text, "unknown: nvmlDeviceGetRemappedRows has not returned for "));
         CHECK_EQ(again.stalls.size(), static_cast<std::size_t>(1));
         if (!again.stalls.empty()) CHECK(again.stalls[0].earlier);
-        CHECK_EQ(calls("remapped-rows", 1), 1);  // no second thread went into it
+        CHECK_EQ(calls("remapped-rows", 1), 1);               // no second thread went into it
         CHECK_EQ(calls("remapped-rows", 2), gpu2_reads + 1);  // read again
         release(file);
     }),
@@ -160,8 +160,7 @@ TEST_CASE(a_stalled_count_leaves_every_gpu_unknown_and_starts_nothing_more) {
         CHECK_EQ(choice.states.size(), static_cast<std::size_t>(4));
         for (const DeviceState& s : choice.states) {
             CHECK(s.health == Health::kUnknown);
-            CHECK_EQ(s.health_text,
-                     std::string("unknown: not read: nvmlDeviceGetCount_v2 did not return within 1 s"));
+            CHECK_EQ(s.health_text, std::string("unknown: not read: nvmlDeviceGetCount_v2 did not return within 1 s"));
         }
         CHECK(choice.ranking.indices.empty());
         Choice again;
