@@ -174,6 +174,13 @@ public:
         return stuck;
     }
 
+    // When the call in flight on a GPU began (0: none, or a library-wide one): when to look again.
+    long long gpu_call_since_ns() const noexcept {
+        if (function_.load(std::memory_order_acquire) == nullptr) return 0;
+        if (gpu_.load(std::memory_order_relaxed) == ReadMonitor::kLibrary) return 0;
+        return since_ns_.load(std::memory_order_relaxed);
+    }
+
     // The call in flight now: false when there is none (the worker finished, or is between calls of
     // an abandoned read that no longer matters).
     bool in_flight(Stall* stall) const noexcept {
@@ -515,16 +522,17 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
         for (const Stall& s : *stalls) blocks[0]->skipped_.push_back(static_cast<unsigned>(s.gpu));
         blocks[0]->job = job;
         if (Status st = dispatch(blocks[0]); !st.ok()) return st;
-        // Waits for the last block in quarters of the time. A worker that has been inside one call on one
-        // GPU for a quarter of that (a sixteenth of the deadline) keeps that GPU, and a new block reads
-        // the ones after it (one stuck thread per GPU at most: a block starts after the GPU its
-        // predecessor is stuck on, and skips earlier stuck ones).
+        // Waits for the last block, and looks again when its worker's call in flight will have lasted a
+        // sixteenth of the time (a read done sooner, every warm one, is one wait and one wake). A worker
+        // that has been inside one call on one GPU that long keeps that GPU, and a new block reads the
+        // ones after it (one stuck thread per GPU at most: a block starts after the GPU its predecessor
+        // is stuck on, and skips earlier stuck ones).
         constexpr long long kShortestStepNs = 1000000;
-        const long long step = std::max((deadline - now_ns()) / 4, kShortestStepNs);
+        const long long hand_on_ns = std::max((deadline - now_ns()) / 16, kShortestStepNs);
+        long long look = now_ns() + hand_on_ns;
         for (;;) {
-            const long long now = now_ns();
-            if (deadline - now < kShortestStepNs) break;
-            if (blocks.back()->wait_until(std::min(now + step, deadline))) break;
+            if (deadline - now_ns() < kShortestStepNs) break;
+            if (blocks.back()->wait_until(std::min(look, deadline))) break;
             const long long checked = now_ns();
             if (checked >= deadline) break;
             unsigned count = 0;
@@ -534,7 +542,13 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
                 known = blocks[0]->count_known_;
             });
             unsigned from = 0;
-            if (!known || !blocks.back()->hand_off(checked - step / 4, count, &from)) continue;
+            if (!known || !blocks.back()->hand_off(checked - hand_on_ns, count, &from)) {
+                // a call that has lasted that long but cannot be handed on (the last GPU, the count):
+                // a step later, in case another comes
+                const long long since = blocks.back()->gpu_call_since_ns();
+                look = since + hand_on_ns > checked ? since + hand_on_ns : checked + hand_on_ns;
+                continue;
+            }
             BlockRef next(new Block());
             next->skipped_ = blocks[0]->skipped_;
             next->first_ = from;
@@ -543,6 +557,7 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
             next->job = job;
             if (!dispatch(next).ok()) break;  // no thread for the rest: they stay the stuck one's, unread
             blocks.push_back(std::move(next));
+            look = checked + hand_on_ns;
         }
         // Every block to its end or the deadline: the GPUs of one that missed it are unknown.
         struct Part {

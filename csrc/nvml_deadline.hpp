@@ -41,9 +41,13 @@ std::string stall_text(const Stall& stall, double timeout_seconds);
 
 // query_states with a deadline of `timeout_seconds` (> 0) for all GPUs together, read one after the
 // other on one worker thread (a real driver serialises them on its own lock anyway). A worker that
-// has been inside one call on one GPU for a sixteenth of the deadline keeps that GPU, and another
-// worker reads the GPUs after it within the same deadline (at most one stuck thread per GPU, plus one for a
-// library-wide call). A GPU not read in time, or one an earlier read is still stuck on, is a state of
+// has been inside one call on one GPU for a sixteenth of the time left (the caller wakes then: 312 ms
+// of the default 5 s) keeps that GPU, and another worker reads the GPUs after it within the same
+// deadline; that one hands on in turn when its own call lasts a sixteenth (at most one stuck thread
+// per GPU, plus one for a library-wide call). So behind a driver lock that hangs every call, the k-th
+// GPU's worker starts a little after k sixteenths: at most 16 GPUs (every GPU of a host of 8) get
+// their own call and are named stuck; any after those are "not read" behind the last. A GPU not read
+// in time, or one an earlier read is still stuck on, is a state of
 // health unknown saying why; `stalls` names the calls. `*count_known` false: not even the GPU count
 // was read (then `out` is empty). An NVML failure of the whole library within the deadline is the
 // status, as query_states's.

@@ -879,14 +879,15 @@ def test_one_stuck_gpu_does_not_keep_a_coordinated_claim_from_the_free_gpus_afte
     try:
         # another live process (this test's pid is the discovery's parent, its owner)
         coordination.claim(1, ["0"], path=coord, owner=holder.pid)
-        args = ["--enable-coordination-mode", "--coordination-file", str(coord), "--nvml-timeout", "1s"]
+        # long compared with any scheduling delay: the second worker starts a sixteenth into it
+        args = ["--enable-coordination-mode", "--coordination-file", str(coord), "--nvml-timeout", "10s"]
         with simulator.hanging(tmp_path / "hang") as hang_file:
             spec = hang_spec(hang_file, "field_values", device=1, driver_lock=False)
             one = subprocess.run(
-                [discovery_exe, "1", *args], env=ours_env(spec), capture_output=True, text=True, timeout=30
+                [discovery_exe, "1", *args], env=ours_env(spec), capture_output=True, text=True, timeout=60
             )
             three = subprocess.run(
-                [discovery_exe, "3", *args], env=ours_env(spec), capture_output=True, text=True, timeout=30
+                [discovery_exe, "3", *args], env=ours_env(spec), capture_output=True, text=True, timeout=60
             )
     finally:
         holder.communicate(b"")
@@ -894,7 +895,7 @@ def test_one_stuck_gpu_does_not_keep_a_coordinated_claim_from_the_free_gpus_afte
     assert (three.stdout, three.returncode) == ("Could not get enough GPU resources.\n", 1)
     assert (
         "Could not get enough GPU resources. Requested 3, the host has 4 GPUs (0, 1, 2, 3), of which GPU 1 is "
-        "unknown (nvmlDeviceGetFieldValues did not return within 1 s); this process (pid "
+        "unknown (nvmlDeviceGetFieldValues did not return within 10 s); this process (pid "
     ) in three.stderr, three.stderr
     assert f"pid {holder.pid} holds 0. Coordination file: {coord}." in three.stderr
     assert "the host has 3 GPUs" not in three.stderr

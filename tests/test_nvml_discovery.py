@@ -1206,7 +1206,8 @@ def test_one_stuck_gpu_does_not_keep_a_claim_from_the_free_gpus_after_it(tmp_pat
     }
     config = {
         **NVML,
-        "nvml-timeout": "1 s",
+        # long compared with any scheduling delay: the second worker starts a sixteenth into it
+        "nvml-timeout": "10 s",
         "discovery-script.args": f"--enable-coordination-mode --coordination-file {coord}",
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}

@@ -86,14 +86,15 @@ bool starts_with(const std::string& text, const std::string& prefix) {
 TEST_CASE(a_read_past_its_deadline_makes_its_gpu_unknown_naming_the_query) {
     CHECK_EQ(in_child([](const NvmlLibrary& lib) {
         const std::string file = hang("remapped-rows", 1);
-        const Read r = read(lib, 1.0);  // long enough for a second worker on a loaded machine
+        // long compared with any scheduling delay: the second worker starts a sixteenth into it
+        const Read r = read(lib, 10.0);
         CHECK(r.status.ok());
         CHECK(r.count_known);
         CHECK_EQ(r.states.size(), static_cast<std::size_t>(4));
         if (r.states.size() != 4) return;
         CHECK(r.states[0].health == Health::kOk);
         CHECK(r.states[1].health == Health::kUnknown);
-        CHECK_EQ(r.states[1].health_text, std::string("unknown: nvmlDeviceGetRemappedRows did not return within 1 s"));
+        CHECK_EQ(r.states[1].health_text, std::string("unknown: nvmlDeviceGetRemappedRows did not return within 10 s"));
         // the GPUs after it were read by another worker, within the same deadline
         CHECK(r.states[2].health == Health::kOk);
         CHECK(r.states[3].health == Health::kOk);
@@ -117,7 +118,8 @@ TEST_CASE(a_gpu_still_stuck_is_unknown_at_once_and_its_call_is_not_repeated) {
     CHECK_EQ(in_child([](const NvmlLibrary& lib) {
         const std::string file = hang("remapped-rows", 1);
         read(lib, 1.0);
-        const Read again = read(lib, 30.0);  // returns without waiting for GPU 1
+        const int gpu2_reads = calls("remapped-rows", 2);  // 1 when the first handed on in time, else 0
+        const Read again = read(lib, 30.0);                // returns without waiting for GPU 1
         CHECK(again.status.ok());
         CHECK_EQ(again.states.size(), static_cast<std::size_t>(4));
         if (again.states.size() != 4) return;
@@ -128,8 +130,8 @@ TEST_CASE(a_gpu_still_stuck_is_unknown_at_once_and_its_call_is_not_repeated) {
         CHECK(starts_with(again.states[1].health_text, "unknown: nvmlDeviceGetRemappedRows has not returned for "));
         CHECK_EQ(again.stalls.size(), static_cast<std::size_t>(1));
         if (!again.stalls.empty()) CHECK(again.stalls[0].earlier);
-        CHECK_EQ(calls("remapped-rows", 1), 1);  // no second thread went into it
-        CHECK_EQ(calls("remapped-rows", 2), 2);  // once by each read (the first's second worker)
+        CHECK_EQ(calls("remapped-rows", 1), 1);               // no second thread went into it
+        CHECK_EQ(calls("remapped-rows", 2), gpu2_reads + 1);  // read again
         release(file);
     }),
              0);
@@ -138,7 +140,7 @@ TEST_CASE(a_gpu_still_stuck_is_unknown_at_once_and_its_call_is_not_repeated) {
 TEST_CASE(once_the_stuck_call_returns_its_gpu_is_read_again) {
     CHECK_EQ(in_child([](const NvmlLibrary& lib) {
         const std::string file = hang("remapped-rows", 1);
-        read(lib, 0.2);
+        read(lib, 1.0);
         release(file);
         CHECK(!nvml_call_outstanding());
         const Read after = read(lib, 30.0);
@@ -154,12 +156,11 @@ TEST_CASE(a_stalled_count_leaves_every_gpu_unknown_and_starts_nothing_more) {
     CHECK_EQ(in_child([](const NvmlLibrary& lib) {
         const std::string file = hang("count", -1);
         Choice choice;
-        CHECK(choose_gpus(lib, {"0", "1", "2", "3"}, getpid(), 0, BusyPolicy::kAvoid, all_checks(), 0.2, &choice).ok());
+        CHECK(choose_gpus(lib, {"0", "1", "2", "3"}, getpid(), 0, BusyPolicy::kAvoid, all_checks(), 1.0, &choice).ok());
         CHECK_EQ(choice.states.size(), static_cast<std::size_t>(4));
         for (const DeviceState& s : choice.states) {
             CHECK(s.health == Health::kUnknown);
-            CHECK_EQ(s.health_text,
-                     std::string("unknown: not read: nvmlDeviceGetCount_v2 did not return within 200 ms"));
+            CHECK_EQ(s.health_text, std::string("unknown: not read: nvmlDeviceGetCount_v2 did not return within 1 s"));
         }
         CHECK(choice.ranking.indices.empty());
         Choice again;
@@ -178,7 +179,7 @@ TEST_CASE(a_forked_child_has_no_stuck_reads_and_reads_every_gpu) {
     CHECK_EQ(in_child([](const NvmlLibrary&) {
         const std::string file = hang("remapped-rows", 1);
         Status st;
-        read(*NvmlLibrary::acquire(library(), &st), 0.2);
+        read(*NvmlLibrary::acquire(library(), &st), 1.0);
         CHECK(nvml_call_outstanding());
         std::fflush(nullptr);
         const pid_t child = fork();
@@ -215,10 +216,10 @@ TEST_CASE(a_library_wide_step_past_its_deadline_is_named_and_not_started_twice) 
     };
     Stall stall;
     Status st;
-    CHECK(!run_within(0.1, "nvmlInit_v2", job, &stall, &st));
+    CHECK(!run_within(1.0, "nvmlInit_v2", job, &stall, &st));
     CHECK(st.ok());
     CHECK_EQ(stall.function, std::string("nvmlInit_v2"));
-    CHECK_EQ(stall_text(stall, 0.1), std::string("nvmlInit_v2 did not return within 100 ms"));
+    CHECK_EQ(stall_text(stall, 1.0), std::string("nvmlInit_v2 did not return within 1 s"));
     CHECK(nvml_call_outstanding());
     Stall again;
     CHECK(!run_within(30.0, "nvmlInit_v2", job, &again, &st));
@@ -236,16 +237,16 @@ TEST_CASE(a_library_wide_step_past_its_deadline_is_named_and_not_started_twice) 
 TEST_CASE(a_read_stalled_behind_a_stuck_call_names_that_call_too) {
     CHECK_EQ(in_child([](const NvmlLibrary& lib) {
         const std::string file = hang("remapped-rows", 1);
-        read(lib, 0.2);                       // GPU 1 is stuck
+        read(lib, 1.0);                       // GPU 1 is stuck
         setenv("FAKE_NVML_HANG_GPU", "", 1);  // now every GPU's: as behind a driver's lock
-        const Read again = read(lib, 2.0);
+        const Read again = read(lib, 10.0);   // GPU 2's worker starts a sixteenth after GPU 0's call
         CHECK_EQ(again.states.size(), static_cast<std::size_t>(4));
         if (again.states.size() != 4) return;
         CHECK(starts_with(again.states[0].health_text,
-                          "unknown: nvmlDeviceGetRemappedRows did not return within 2 s (behind GPU 1's "
+                          "unknown: nvmlDeviceGetRemappedRows did not return within 10 s (behind GPU 1's "
                           "nvmlDeviceGetRemappedRows, which has not returned for "));
         CHECK(starts_with(again.states[2].health_text,
-                          "unknown: nvmlDeviceGetRemappedRows did not return within 2 s (behind GPU 1's"));
+                          "unknown: nvmlDeviceGetRemappedRows did not return within 10 s (behind GPU 1's"));
         release(file);
     }),
              0);
@@ -274,21 +275,24 @@ bool eventually(Fn done) {
 
 TEST_CASE(a_driver_stuck_on_every_gpu_gets_one_thread_per_gpu_and_no_more) {
     CHECK_EQ(in_child([](const NvmlLibrary& lib) {
+        setenv("FAKE_NVML_GPUS", "8", 1);                    // a host of 8
         const std::string file = hang("remapped-rows", -1);  // every GPU's: as behind a driver's lock
         const std::size_t before = threads();
-        const Read r = read(lib, 2.0);  // each GPU's worker hands on after a sixteenth of it at most
-        CHECK_EQ(r.stalls.size(), static_cast<std::size_t>(4));
+        // each GPU's worker hands on once its call has lasted a sixteenth: the last starts about 4.4 s in
+        const Read r = read(lib, 10.0);
+        CHECK_EQ(r.stalls.size(), static_cast<std::size_t>(8));
+        CHECK_EQ(r.states.size(), static_cast<std::size_t>(8));
         for (std::size_t i = 1; i < r.states.size(); ++i) {
             CHECK(starts_with(r.states[i].health_text,
                               "unknown: nvmlDeviceGetRemappedRows did not return within "
-                              "2 s (behind GPU " +
+                              "10 s (behind GPU " +
                                   std::to_string(i - 1) + "'s nvmlDeviceGetRemappedRows"));
         }
-        CHECK_EQ(threads(), before + 4);
+        CHECK_EQ(threads(), before + 8);
         const Read again = read(lib, 30.0);  // every GPU is still stuck: at once, none read again
-        CHECK_EQ(again.stalls.size(), static_cast<std::size_t>(4));
-        CHECK_EQ(threads(), before + 5);  // one more, for the count: idle now, not stuck
-        for (int gpu = 0; gpu < 4; ++gpu) CHECK_EQ(calls("remapped-rows", gpu), 1);
+        CHECK_EQ(again.stalls.size(), static_cast<std::size_t>(8));
+        CHECK_EQ(threads(), before + 9);  // one more, for the count: idle now, not stuck
+        for (int gpu = 0; gpu < 8; ++gpu) CHECK_EQ(calls("remapped-rows", gpu), 1);
         release(file);
     }),
              0);
@@ -317,13 +321,13 @@ TEST_CASE(an_open_whose_nvml_init_hangs_fails_in_time_and_a_second_answers_at_on
         const std::string file = hang("init", -1);
         const NvmlLibrary* lib = nullptr;
         Stall stall;
-        const Status st = open_within(library(), 0.2, &lib, &stall);
+        const Status st = open_within(library(), 1.0, &lib, &stall);
         CHECK(lib == nullptr);
         CHECK(st.code == StatusCode::kNvml);
         CHECK_EQ(st.nvml_code, static_cast<int>(NVML_ERROR_TIMEOUT));
         CHECK_EQ(st.function, std::string("nvmlInit_v2"));
-        CHECK(starts_with(st.message, "NVML did not answer: nvmlInit_v2 did not return within 200 ms (library '" +
-                                          library() + "', timeout 200 ms). "));
+        CHECK(starts_with(st.message, "NVML did not answer: nvmlInit_v2 did not return within 1 s (library '" +
+                                          library() + "', timeout 1 s). "));
         CHECK(st.message.find("dmesg") != std::string::npos);
         // the first is still stuck holding the loader's init lock: the second waits for neither
         Stall again;
@@ -348,7 +352,7 @@ TEST_CASE(a_process_whose_open_stalled_still_forks_and_its_child_opens_afresh) {
         const std::string file = hang("init", -1);
         const NvmlLibrary* lib = nullptr;
         Stall stall;
-        CHECK_EQ(open_within(library(), 0.2, &lib, &stall).nvml_code, static_cast<int>(NVML_ERROR_TIMEOUT));
+        CHECK_EQ(open_within(library(), 1.0, &lib, &stall).nvml_code, static_cast<int>(NVML_ERROR_TIMEOUT));
         // the stuck nvmlInit holds the loader's init lock: a fork must not wait for it
         std::fflush(nullptr);
         const pid_t grandchild = fork();
@@ -375,10 +379,10 @@ TEST_CASE(an_enumeration_that_hangs_fails_in_time_and_a_second_answers_at_once) 
         const std::string file = hang("count", -1);
         Enumeration found;
         Stall stall;
-        const Status st = enumerate_within(lib, 0.2, &found, &stall);
+        const Status st = enumerate_within(lib, 1.0, &found, &stall);
         CHECK_EQ(st.nvml_code, static_cast<int>(NVML_ERROR_TIMEOUT));
         CHECK_EQ(st.function, std::string("the device enumeration"));
-        CHECK(starts_with(st.message, "NVML did not answer: the device enumeration did not return within 200 ms"));
+        CHECK(starts_with(st.message, "NVML did not answer: the device enumeration did not return within 1 s"));
         const Status second = enumerate_within(lib, 30.0, &found, &stall);
         CHECK(stall.earlier);
         CHECK_EQ(second.nvml_code, static_cast<int>(NVML_ERROR_TIMEOUT));
