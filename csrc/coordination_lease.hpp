@@ -98,8 +98,9 @@ public:
     // hour, so that age-based cleaners spare it.
     // *replaced: lines to move to this lease: the lease this process held for the same coordination file
     // (`locked_file`, its LockedFile::identity()) on a lease file the path no longer names, or the lines of
-    // this very lease that record `lf=none` once its lease file has a token; the caller moves the lines
-    // that name it to the new lease, then calls close_replaced().
+    // this very lease that record `lf=none` once its lease file has a token; the caller moves this
+    // process's lines that name it to the new lease (never by slot and token alone: another holder's
+    // `lf=none` line may name the same slot of another lease file), then calls close_replaced().
     struct Replaced {
         bool held = false;
         std::uint32_t slot = 0;
