@@ -197,10 +197,7 @@ Status open_and_read(const Options& opts, Access access, LockedFile* file, bool*
     Status st = file->open(opts.path, opts.timeout_ms, access, exists);
     if (!st.ok() || !*exists) return st;
     if (!(st = file->read(text)).ok()) return st;
-    // identity(): "<major>:<minor>:<inode>"
-    const std::string& id = file->identity();
-    const std::uint64_t inode = std::strtoull(id.c_str() + id.rfind(':') + 1, nullptr, 10);
-    return refuse_lease_file(opts.path, *text, inode);
+    return refuse_lease_file(opts.path, *text);
 }
 
 }  // namespace coordination

@@ -838,6 +838,26 @@ def test_a_lease_file_of_the_version_before_the_header_keeps_its_token_and_gets_
         coordination.release(path=path)
 
 
+def test_a_copy_of_a_lease_file_of_the_version_before_the_header_gets_a_new_token_and_the_header(tmp_path, caplog):
+    """Copied to another inode (an image layer, a restored backup), its token names the original's inode: the
+    copy has none of its locks, so the lines' leases on it prove nothing, and it gets a new token; never
+    refused as no lease file, which would leave every claim without a lease."""
+    path = tmp_path / "X"
+    lease = Path(f"{path}.lease")
+    lease.touch()
+    old = "0123456789abcdef"
+    lease.write_text(f"{old} {lease.stat().st_ino + 1}\n")
+    with caplog.at_level(logging.WARNING, logger="flink_gpu.coordination"):
+        assert coordination.claim(1, gpus(1), path=path).taken == ["0"]
+    try:
+        assert not caplog.records, [r.getMessage() for r in caplog.records]
+        token = lease_token(path)
+        assert token != old and lease.read_text() == f"{token} {lease.stat().st_ino}\nflink-gpu lease file\n"
+        assert path.read_text().endswith(f"\tlease=0\tlf={token}\n")
+    finally:
+        coordination.release(path=path)
+
+
 # ---- with Flink's stock script, real processes -------------------------------------------------------
 
 
