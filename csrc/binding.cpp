@@ -4,9 +4,6 @@
 #include "coordination_steps.hpp"
 #include "gpu_index.hpp"
 
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <map>
 #include <set>
@@ -40,7 +37,7 @@ std::string describe(const Holder& h) {
 // thread of it (the lease then proves the process to other pid namespaces, which cannot probe the thread).
 bool leases_for(const Holder& holder, pid_t self) {
     if (holder.slot.empty()) return holder.pid == self;
-    return syscall(SYS_tgkill, self, holder.pid, 0) == 0;
+    return coordination::own_thread(self, holder.pid);
 }
 
 }  // namespace

@@ -202,7 +202,8 @@ Status write_token(int fd, std::uint64_t inode, const std::string& path, std::st
 // one, so that its free bytes never read as the death of the old file's holders. Under flock(2) on the
 // lease file itself, so that two claimers never both write one (the coordination file's lock excludes them
 // only while its path names one inode); the token is read back. A lease file of the version before the
-// header (its token line alone) gets the header, keeping its token. Not ok: it is some other file, which is
+// header (its token line alone) gets the header, keeping its token (a copy of one, whose token names
+// another inode, gets a new token and the header). Not ok: it is some other file, which is
 // left as it is; *token_problem: why it has no token (then *token is empty).
 Status ensure_token(int fd, std::uint64_t inode, const std::string& path, const std::string& coordination_path,
                     std::string* token, Status* token_problem) {
@@ -228,7 +229,7 @@ Status ensure_token(int fd, std::uint64_t inode, const std::string& path, const 
         *token_problem =
             failure(StatusCode::kOsError, "Cannot read the lease file " + path + ": " + errno_text(err), err);
     } else {
-        const LeaseFileText kind = lease_file_text(text, inode);
+        const LeaseFileText kind = lease_file_text(text);
         if (kind == LeaseFileText::kOther) {
             refused =
                 failure(StatusCode::kOsError,
@@ -248,7 +249,7 @@ Status ensure_token(int fd, std::uint64_t inode, const std::string& path, const 
                                          EWOULDBLOCK);
             } else if (!locked) {
                 // its token stands; the header waits for a claimer that gets the lock
-            } else if (kind == LeaseFileText::kOldLeaseFile) {
+            } else if (kind == LeaseFileText::kOldLeaseFile && !token->empty()) {
                 const std::string header = std::string(kLeaseFileHeader) + "\n";
                 // best effort: without it, the file is still the token line alone, which is taken for a lease file
                 ssize_t n;
@@ -281,19 +282,20 @@ void touch(Record* r) {
 
 std::string lease_path(const std::string& coordination_path) { return coordination_path + ".lease"; }
 
-LeaseFileText lease_file_text(const std::string& text, std::uint64_t inode) {
+LeaseFileText lease_file_text(const std::string& text) {
     if (text.empty()) return LeaseFileText::kEmpty;
     std::string token, written;
     std::size_t end = 0;
     if (!parse_token_line(text, &token, &written, &end)) return LeaseFileText::kOther;
     if (text.compare(end, std::string::npos, std::string(kLeaseFileHeader) + "\n") == 0)
         return LeaseFileText::kLeaseFile;
-    if (end == text.size() && written == std::to_string(inode)) return LeaseFileText::kOldLeaseFile;
+    // its token line alone, for any inode: a copy (an image layer, a restored backup) gets a new token
+    if (end == text.size()) return LeaseFileText::kOldLeaseFile;
     return LeaseFileText::kOther;
 }
 
-Status refuse_lease_file(const std::string& path, const std::string& text, std::uint64_t inode) {
-    const LeaseFileText kind = lease_file_text(text, inode);
+Status refuse_lease_file(const std::string& path, const std::string& text) {
+    const LeaseFileText kind = lease_file_text(text);
     if (kind != LeaseFileText::kLeaseFile && kind != LeaseFileText::kOldLeaseFile) return {};
     const std::string suffix = lease_path("");
     const bool named_so =

@@ -59,17 +59,17 @@ std::string lease_path(const std::string& coordination_path);
 // never has a token line followed by it.
 inline constexpr const char* kLeaseFileHeader = "flink-gpu lease file";
 
-// What the first bytes of a file (at most 256) at a lease file's path are, the file's inode `inode`:
-// empty; a lease file (a token line "<16 hex digits> <inode>", for any inode, a copy's too, then the
-// header); one of the version before the header (the token line alone, for this very inode); or another
-// file, which is never used as a lease file.
+// What the first bytes of a file (at most 256) at a lease file's path are: empty; a lease file (a token
+// line "<16 hex digits> <inode>", for any inode, a copy's too, then the header); one of the version before
+// the header (the token line alone, for any inode: a copy of one gets a new token); or another file, which
+// is never used as a lease file. A coordination file is never one of the first three unless empty
+// (docs/design.md §9.4).
 enum class LeaseFileText { kEmpty, kLeaseFile, kOldLeaseFile, kOther };
-LeaseFileText lease_file_text(const std::string& text, std::uint64_t inode);
+LeaseFileText lease_file_text(const std::string& text);
 
-// Not ok when `text`, the content of the coordination file `path` (inode `inode`), is a lease file's: a
-// lease file is never used as a coordination file; the message names the coordination file whose lease
-// file it is.
-Status refuse_lease_file(const std::string& path, const std::string& text, std::uint64_t inode);
+// Not ok when `text`, the content of the coordination file `path`, is a lease file's: a lease file is never
+// used as a coordination file; the message names the coordination file whose lease file it is.
+Status refuse_lease_file(const std::string& path, const std::string& text);
 
 // The leases of one coordination file for one call; locks the process's lease registry while it lives.
 class Leases {
@@ -98,8 +98,9 @@ public:
     // hour, so that age-based cleaners spare it.
     // *replaced: lines to move to this lease: the lease this process held for the same coordination file
     // (`locked_file`, its LockedFile::identity()) on a lease file the path no longer names, or the lines of
-    // this very lease that record `lf=none` once its lease file has a token; the caller moves the lines
-    // that name it to the new lease, then calls close_replaced().
+    // this very lease that record `lf=none` once its lease file has a token; the caller moves this
+    // process's lines that name it to the new lease (never by slot and token alone: another holder's
+    // `lf=none` line may name the same slot of another lease file), then calls close_replaced().
     struct Replaced {
         bool held = false;
         std::uint32_t slot = 0;

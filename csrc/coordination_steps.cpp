@@ -35,14 +35,26 @@ void idle_unless_named(const std::vector<Line>& lines, Leases* leases, pid_t sel
     if (leases->held(&slot) && !slot_in_use(lines, slot, self)) leases->set_idle();
 }
 
-// The lines of this process's lease on a lease file since deleted or replaced (exactly its slot and token:
-// nobody else held both) get the new lease, so that they die with this process in every namespace.
+// Whether `e` is a line of this process (`self`, as new_holder() names it): its own, or one of its slot
+// threads' (binding.hpp: a thread of this process now, with the thread's start time). The byte and token
+// of a lease do not say so: two lease files without a token each give some holder the same byte, `lf=none`.
+bool line_of(const Entry& e, const HolderIdentity& self, const PidNamespace& ours) {
+    if (e.slot.empty()) return e.written_for(self, ours);
+    if (!e.pid_is_in(ours) || !own_thread(self.pid, e.pid)) return false;
+    return e.written_for(new_holder(e.pid, probe_process(e.pid), ours, e.tm, e.slot), ours);
+}
+
+// This process's lines of its lease on a lease file since deleted or replaced (or without a token until now)
+// get the new lease, so that they die with this process in every namespace.
 void move_to_lease(std::vector<Line>* lines, const Leases::Replaced& old, std::uint32_t slot,
                    const std::string& token) {
+    const pid_t self = own_pid();
+    const PidNamespace ours = own_pid_namespace(self);
+    const HolderIdentity process = new_holder(self, probe_process(self), ours);
     for (Line& l : *lines) {
         const Entry& e = l.entry;
         if (!l.keep || l.kind != LineKind::kEntry || !e.has_lease || e.lease != old.slot || e.lease_file.empty() ||
-            e.lease_file != old.token)
+            e.lease_file != old.token || !line_of(e, process, ours))
             continue;
         HolderIdentity moved = e;
         moved.lease = slot;
@@ -185,10 +197,7 @@ Status open_and_read(const Options& opts, Access access, LockedFile* file, bool*
     Status st = file->open(opts.path, opts.timeout_ms, access, exists);
     if (!st.ok() || !*exists) return st;
     if (!(st = file->read(text)).ok()) return st;
-    // identity(): "<major>:<minor>:<inode>"
-    const std::string& id = file->identity();
-    const std::uint64_t inode = std::strtoull(id.c_str() + id.rfind(':') + 1, nullptr, 10);
-    return refuse_lease_file(opts.path, *text, inode);
+    return refuse_lease_file(opts.path, *text);
 }
 
 }  // namespace coordination

@@ -88,6 +88,12 @@ struct HolderIdentity {
         return key(ours) == other.key(ours);
     }
 
+    // Whether it was written for the very holder `other` is: the same holder (same_holder), and where both
+    // record a start time, the same one (else its pid was reused since).
+    bool written_for(const HolderIdentity& other, const PidNamespace& ours) const {
+        return same_holder(other, ours) && (!has_start_time || !other.has_start_time || start_time == other.start_time);
+    }
+
     // Whether it records the process `pid` of our namespace: same pid, and the line's namespace is ours.
     // A bare `<index> <pid>` line never records the calling process itself (`pid_is_self`): in a
     // container, a stock line `0 1` belongs to whichever pid 1 wrote it. Start times are not compared.

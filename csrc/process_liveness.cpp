@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -87,6 +88,8 @@ PidNamespace own_pid_namespace(pid_t self) noexcept {
     }
     return cached;
 }
+
+bool own_thread(pid_t self, pid_t tid) noexcept { return tid > 0 && syscall(SYS_tgkill, self, tid, 0) == 0; }
 
 // A zombie (or dying) process, state Z, X or x, holds nothing.
 ProcInfo probe_process(pid_t pid) noexcept {

@@ -38,6 +38,9 @@ PidNamespace own_pid_namespace() noexcept;
 pid_t own_pid() noexcept;
 PidNamespace own_pid_namespace(pid_t self) noexcept;  // `self`: own_pid(), already at hand
 
+// Whether `tid` is a thread of the calling process `self` (own_pid()) now.
+bool own_thread(pid_t self, pid_t tid) noexcept;
+
 // What the judge may ask about a line, each asked only when the rule needs it.
 class Evidence {
 public:

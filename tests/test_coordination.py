@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flink_gpu
-from conftest import dead_pid, proc_start_time, run_python
+from conftest import child_env, dead_pid, proc_start_time, run_python
 from flink_gpu import coordination
 from flink_gpu.errors import FlinkException
 from support.files import small_tmpfs
@@ -689,6 +689,98 @@ def test_a_holder_whose_lease_file_had_no_token_records_it_when_it_claims_again(
         coordination.release(path=path)
 
 
+CLAIMER = textwrap.dedent("""\
+    import json, sys
+    from flink_gpu import coordination
+    path = sys.argv[1]
+    print("[]", flush=True)
+    for line in sys.stdin:  # "claim <index>" or "release"; it ends when the test closes its stdin
+        op, *index = line.split()
+        got = coordination.claim(1, index, path=path).taken if op == "claim" else coordination.release(path=path)
+        print(json.dumps(got), flush=True)
+    """)
+
+
+class Claimer(Owner):
+    """A process that claims and releases for itself when the test says so, keeping its lease between calls."""
+
+    def __init__(self, path):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CLAIMER, str(path)],
+            env=child_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.ask(None) == []
+
+    def ask(self, command):
+        if command is not None:
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"claimer {self.pid} died"
+        return json.loads(line)
+
+    def exit(self):
+        self.proc.stdin.close()
+        assert self.proc.wait(30) == 0
+
+
+def test_a_holder_moves_only_its_own_lines_to_its_new_lease_never_another_holders_without_a_token(path):
+    """A and B each leased byte 0 of a lease file without a token (its flock held by another process): both
+    lines say `lease=0 lf=none`. When A's lease file is gone, A moves its own lines to its new lease, never
+    B's: B's GPU stays taken after A ends."""
+    a = Claimer(path)
+    b = None
+    try:
+        with tokenless_lease_file(path, "flock held"):
+            assert a.ask("claim 0") == ["0"]
+        assert a.ask("release") == ["0"]  # its lease stays, idle, on byte 0 of that lease file
+        Path(f"{path}.lease").unlink()
+        b = Claimer(path)
+        with tokenless_lease_file(path, "flock held"):
+            assert b.ask("claim 1") == ["1"]
+        b_line = f"1 {b.pid}\t{proc_start_time(b.pid)}\tns={own_ns()}\tlease=0\tlf=none\n"
+        assert b_line in path.read_text()
+        assert a.ask("claim 2") == ["2"]  # on a new lease: its old lease file is gone
+        assert b_line in path.read_text()
+        a.exit()
+        with pytest.raises(flink_gpu.NotEnoughGpusError):
+            coordination.claim(1, ["1"], path=path)
+        assert b_line in path.read_text() and b.proc.poll() is None
+    finally:
+        for claimer in (a, b):
+            if claimer is not None and claimer.proc.poll() is None:
+                claimer.kill()
+
+
+def test_a_holder_whose_lease_file_gets_its_token_records_it_in_its_own_lines_only(path, owners):
+    """A leased byte 0 of a lease file without a token; B's line names byte 0 of an older lease file, also
+    without a token (`lf=none`: B leased there before it was deleted). Once A's lease file has its token, A's
+    lines record it, B's stay as they are: B's GPU stays taken after A ends."""
+    a = Claimer(path)
+    try:
+        with tokenless_lease_file(path, "flock held"):
+            assert a.ask("claim 0") == ["0"]
+        b = owners()
+        b_line = f"1 {b.pid}\t{proc_start_time(b.pid)}\tns={own_ns()}\tlease=0\tlf=none\n"
+        with path.open("a") as f:
+            f.write(b_line)
+        assert a.ask("claim 2") == ["2"]  # its lease file has a token now
+        a_lease = our_lease(path, 0)
+        assert path.read_text() == f"0 {a.pid}\t{proc_start_time(a.pid)}\tns={own_ns()}{a_lease}\n" + b_line + (
+            f"2 {a.pid}\t{proc_start_time(a.pid)}\tns={own_ns()}{a_lease}\n"
+        )
+        a.exit()
+        with pytest.raises(flink_gpu.NotEnoughGpusError):
+            coordination.claim(1, ["1"], path=path)
+        assert b_line in path.read_text()
+    finally:
+        if a.proc.poll() is None:
+            a.kill()
+
+
 @pytest.mark.parametrize("version", ["this", "before the header"])
 def test_a_lease_file_is_never_used_as_a_coordination_file(tmp_path, version):
     path = tmp_path / "X"
@@ -741,6 +833,26 @@ def test_a_lease_file_of_the_version_before_the_header_keeps_its_token_and_gets_
     coordination.claim(1, gpus(1), path=path)
     try:
         assert lease.read_text() == f"{token} {lease.stat().st_ino}\nflink-gpu lease file\n"
+        assert path.read_text().endswith(f"\tlease=0\tlf={token}\n")
+    finally:
+        coordination.release(path=path)
+
+
+def test_a_copy_of_a_lease_file_of_the_version_before_the_header_gets_a_new_token_and_the_header(tmp_path, caplog):
+    """Copied to another inode (an image layer, a restored backup), its token names the original's inode: the
+    copy has none of its locks, so the lines' leases on it prove nothing, and it gets a new token; never
+    refused as no lease file, which would leave every claim without a lease."""
+    path = tmp_path / "X"
+    lease = Path(f"{path}.lease")
+    lease.touch()
+    old = "0123456789abcdef"
+    lease.write_text(f"{old} {lease.stat().st_ino + 1}\n")
+    with caplog.at_level(logging.WARNING, logger="flink_gpu.coordination"):
+        assert coordination.claim(1, gpus(1), path=path).taken == ["0"]
+    try:
+        assert not caplog.records, [r.getMessage() for r in caplog.records]
+        token = lease_token(path)
+        assert token != old and lease.read_text() == f"{token} {lease.stat().st_ino}\nflink-gpu lease file\n"
         assert path.read_text().endswith(f"\tlease=0\tlf={token}\n")
     finally:
         coordination.release(path=path)

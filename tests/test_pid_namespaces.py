@@ -259,6 +259,34 @@ def test_a_sigkilled_lease_holder_is_reclaimed_from_another_namespace(path, work
     }
 
 
+def test_a_holder_moves_only_its_own_lines_to_its_new_lease_never_those_of_pid_1_of_another_namespace(path, workers):
+    """A and B, pid 1 of two namespaces, each leased byte 0 of a lease file without a token (its flock held by
+    another process): both lines say `1 lease=0 lf=none`. When A's lease file is gone, A moves its own lines
+    to its new lease, never B's: B's GPU stays taken after A dies."""
+    a = workers(path)
+    with tokenless_lease_file(path, "flock held"):
+        assert a.claim(1, ["0"]) == {"taken": ["0"]}
+    assert a.ask(op="release") == {"released": ["0"]}  # its lease stays, idle, on byte 0 of that lease file
+    Path(f"{path}.lease").unlink()
+    b = workers(path)
+    assert a.pid == b.pid == 1 and a.ns != b.ns
+    with tokenless_lease_file(path, "flock held"):
+        assert b.claim(1, ["1"]) == {"taken": ["1"]}
+    b_line = next(line for line in path.read_text().splitlines() if line.startswith("1 1\t"))
+    assert b_line.endswith(f"\tns={b.ns}\tlease=0\tlf=none")
+    assert a.claim(1, ["2"]) == {"taken": ["2"]}  # on a new lease: its old lease file is gone
+    assert b_line in path.read_text().splitlines()
+    a.close()  # the namespace ends, and with it A
+    deadline = time.monotonic() + 30
+    while {e.index: e.state for e in coordination.snapshot(path).entries}.get("2") != "lease released":
+        assert time.monotonic() < deadline, path.read_text()
+        time.sleep(0.01)
+    with pytest.raises(FlinkException, match="Could not get enough GPU resources"):
+        coordination.claim(1, ["1"], path=path)
+    assert b_line in path.read_text().splitlines()
+    assert {e.index: (e.namespace, e.state) for e in coordination.snapshot(path).entries}["1"] == (b.ns, "lease held")
+
+
 REUSE = r"""
 import json, os, signal, subprocess, sys, time
 from flink_gpu import coordination

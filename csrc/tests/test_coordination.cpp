@@ -136,23 +136,24 @@ static pid_t spawn_lock_holder(const std::string& path) {
 TEST_CASE(a_lease_file_is_told_from_a_coordination_file_by_its_token_line_and_header) {
     using co::LeaseFileText;
     const std::string token = "0123456789abcdef";
-    CHECK(co::lease_file_text("", 42) == LeaseFileText::kEmpty);
-    CHECK(co::lease_file_text(token + " 42\nflink-gpu lease file\n", 42) == LeaseFileText::kLeaseFile);
-    CHECK(co::lease_file_text(token + " 7\nflink-gpu lease file\n", 42) == LeaseFileText::kLeaseFile);  // a copy
-    // the version before the header: its token line alone, for this very inode
-    CHECK(co::lease_file_text(token + " 42\n", 42) == LeaseFileText::kOldLeaseFile);
+    CHECK(co::lease_file_text("") == LeaseFileText::kEmpty);
+    CHECK(co::lease_file_text(token + " 42\nflink-gpu lease file\n") == LeaseFileText::kLeaseFile);
+    CHECK(co::lease_file_text(token + " 7\nflink-gpu lease file\n") == LeaseFileText::kLeaseFile);  // a copy
+    // the version before the header: its token line alone, for any inode (a copy's too)
+    CHECK(co::lease_file_text(token + " 42\n") == LeaseFileText::kOldLeaseFile);
     for (const std::string& other :
-         {token + " 7\n", std::string("0 1\t50\tns=9\tlease=0\tlf=") + token + "\n", std::string("\n"), token + " 42",
+         {std::string("0 1\t50\tns=9\tlease=0\tlf=") + token + "\n", std::string("\n"), token + " 42",
           token + " 42\nflink-gpu lease file\n0 1\n", "flink-gpu lease file\n" + token + " 42\n", token + " 42\n0 1\n",
-          std::string("0123456789ABCDEF 42\nflink-gpu lease file\n")}) {
-        CHECK(co::lease_file_text(other, 42) == LeaseFileText::kOther);
+          std::string("0123456789ABCDEF 42\nflink-gpu lease file\n"),
+          std::string("4294967295 4242\n")}) {  // the stock script's line: an NVML index has at most 10 digits
+        CHECK(co::lease_file_text(other) == LeaseFileText::kOther);
     }
     // a coordination file that is a lease file is refused, naming the coordination file whose it is
-    const auto refused = co::refuse_lease_file("/t/X.lease", token + " 42\nflink-gpu lease file\n", 42);
+    const auto refused = co::refuse_lease_file("/t/X.lease", token + " 42\nflink-gpu lease file\n");
     CHECK(!refused.ok() && refused.sys_errno == EINVAL);
     CHECK(refused.message.find("/t/X.lease as a coordination file") != std::string::npos);
     CHECK(refused.message.find("lease file of the coordination file /t/X ") != std::string::npos);
-    CHECK(co::refuse_lease_file("/t/X.lease", "0 1\n", 42).ok() && co::refuse_lease_file("/t/X.lease", "", 42).ok());
+    CHECK(co::refuse_lease_file("/t/X.lease", "0 1\n").ok() && co::refuse_lease_file("/t/X.lease", "").ok());
 }
 
 TEST_CASE(claim_creates_file_in_flink_format) {
