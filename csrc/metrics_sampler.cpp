@@ -336,8 +336,14 @@ private:
                 for (Reader& r : readers_) {
                     if (!r.busy || r.late) continue;
                     r.late = true;
-                    for (Entry& e : entries_)
-                        if (e.reader == &r) show(&e);
+                    for (Entry& e : entries_) {
+                        if (e.reader != &r) continue;
+                        // its findings are from before it slowed down: unknown until a health read
+                        // reaches it (its next reading would show them, for as long as it stays slow)
+                        e.health_known = false;
+                        e.health_read = false;
+                        show(&e);
+                    }
                 }
                 // the findings by start + the interval (at most nvml's default timeout), so that the next
                 // sample is not held up: every GPU that answers stays within interval + kSampleMargin
@@ -406,8 +412,8 @@ private:
 
     // With mutex_ held (released across the NVML read): the health findings of `path`'s GPUs, one
     // choice's state read within the time left to `due_by`. A GPU whose read is late is left out
-    // (the state read would likely stick on it too: a second thread on it) and keeps its last
-    // findings; false then, or when some GPU's findings did not come. A GPU the state read is stuck
+    // (the state read would likely stick on it too: a second thread on it) and its health is
+    // unknown until one reaches it; false then, or when some GPU's findings did not come. A GPU the state read is stuck
     // on is unknown and gets no reads until a later health read finds it answering (it stays in:
     // nvml_deadline answers it at once while its stuck call is out); one the read did not reach
     // keeps its last findings.
@@ -420,7 +426,7 @@ private:
         for (Entry& e : entries_) {
             if (e.path != path) continue;
             if (reader_for(&e)->late) {
-                all = false;  // read again at the next sample
+                all = false;  // its health stays unknown (above), read first at the next sample
                 continue;
             }
             group.push_back(&e);
@@ -435,7 +441,10 @@ private:
             choose_gpus(*lib, indices, getpid(), 0, BusyPolicy::kIgnore, all_checks(), budget, &choice);
         lock->lock();
         for (Reader& r : readers_) {
-            if (r.path != path) continue;
+            // only the readers of GPUs this read asked about: a late one's stays as it was
+            if (r.path != path ||
+                std::none_of(group.begin(), group.end(), [&](const Entry* e) { return e->reader == &r; }))
+                continue;
             r.state_stuck = false;
             for (const Stall& s : choice.stalls)
                 if (s.gpu != ReadMonitor::kLibrary && std::to_string(s.gpu) == r.gpu) r.state_stuck = true;

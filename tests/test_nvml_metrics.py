@@ -350,6 +350,40 @@ print(json.dumps({{"before": before, "seen": sorted(seen), "calls_before": calls
     assert got["after"] == got["before"]
 
 
+def test_a_gpu_whose_read_was_late_shows_its_health_unknown_until_a_health_read_reaches_it(tmp_path):
+    # a late GPU is left out of the health read; its findings from before it slowed down showed again
+    # (health 0) with its next reading, for as long as it stayed slow. The interval is an hour, so no
+    # sample comes between the release and the look.
+    stuck = str(tmp_path / "stuck")
+    got = sampler(
+        f"""
+def wait_for(condition, what):
+    deadline = time.monotonic() + 60  # an upper bound only
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+nvml.watch_metrics("0", interval=3600)
+assert nvml.sample_metrics_now()
+before = nvml.sampled_metrics("0")
+with simulator.hanging({stuck!r}):
+    assert not nvml.sample_metrics_now(timeout=2)  # its power read hangs: late
+    wait_for(lambda: nvml.sampled_metrics("0") == (-1, -1, -1, -1, 3), "GPU 0 late")
+wait_for(lambda: nvml.sampled_metrics("0")[0] != -1, "GPU 0's late reading back")
+returned = nvml.sampled_metrics("0")
+assert nvml.sample_metrics_now()  # a health read reaches it
+print(json.dumps({{"before": before, "returned": returned, "after": nvml.sampled_metrics("0")}}))
+""",
+        spec={
+            "devices": [{"power": 100, "temperature": 40, "utilization": 5}],
+            "driver_lock": False,
+            "hang": [{"query": "power", "device": 0, "while_exists": stuck}],
+        },
+    )
+    assert got["before"] == [5, 0, 40, 100, 0]
+    assert got["returned"] == [5, 0, 40, 100, 3]  # its values, its health not read since it slowed
+    assert got["after"] == [5, 0, 40, 100, 0]
+
+
 def test_a_gpu_stuck_outside_the_driver_lock_leaves_the_other_gpus_health_read(tmp_path):
     # a late read on one GPU put off the health read of every GPU of its library: GPU 0, unhealthy (an
     # uncorrectable ECC error) and first watched while GPU 1 is stuck, showed health 3 until GPU 1
