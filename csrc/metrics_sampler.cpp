@@ -311,8 +311,10 @@ private:
                 bool health_due = !health_read_ || start - health_read_at_ >= kHealthReadInterval;
                 std::vector<std::string> paths;
                 for (Entry& e : entries_) {
-                    reader_for(&e);
-                    health_due = health_due || !e.health_read;
+                    // a GPU still late is left out of a health read anyway: none is due for it until
+                    // it answers (then at once), so a stuck GPU costs no health read per sample
+                    const bool late = reader_for(&e)->late;  // made on first use
+                    health_due = health_due || (!e.health_read && !late);
                     if (std::find(paths.begin(), paths.end(), e.path) == paths.end()) paths.push_back(e.path);
                 }
                 // the libraries: bounded, without the mutex

@@ -283,7 +283,10 @@ with simulator.hanging({stuck!r}):
     reader.join(timeout=20)
     wait_for(lambda: [nvml.sampled_metrics(index) for index in ("0", "1")] == [(-1, -1, -1, -1, 3)] * 2,
              "both unknown")
-assert nvml.sample_metrics_now()  # released: the reads go on
+# released: the reads go on; health (unknown since the reads were late) with the first health read
+# that finds them answering, which may be the next sample's
+wait_for(lambda: nvml.sample_metrics_now() and all(nvml.sampled_metrics(i)[4] != 3 for i in ("0", "1")),
+         "read again")
 print(json.dumps({{"before": before, "late": late, "gauge_calls": len(answered),
                   "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
 """,
@@ -329,7 +332,9 @@ with simulator.hanging({stuck!r}):
     wait_for(three_more_samples, "samples go on")
     calls = simulator.counters()["calls"]["nvmlDeviceGetPowerUsage"]
     seen.add(nvml.sampled_metrics("0"))
-assert nvml.sample_metrics_now()  # released: GPU 1 is read again
+# released: GPU 1 is read again, its health (unknown since its read was late) with the first health
+# read that finds it answering, which may be the next sample's
+wait_for(lambda: nvml.sample_metrics_now() and nvml.sampled_metrics("1")[4] != 3, "GPU 1 read again")
 print(json.dumps({{"before": before, "seen": sorted(seen), "calls_before": calls_before, "calls": calls,
                   "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
 """,
@@ -407,7 +412,8 @@ with simulator.hanging({stuck!r}):
     nvml.watch_metrics("0", interval=1)
     wait_for(lambda: nvml.sampled_metrics("0")[4] != 3, "GPU 0's health read")
     during = [nvml.sampled_metrics(index) for index in ("0", "1")]
-assert nvml.sample_metrics_now()  # released: GPU 1 is read, and its health too
+# released: GPU 1 is read, and its health too (with the first health read that finds it answering)
+wait_for(lambda: nvml.sample_metrics_now() and nvml.sampled_metrics("1")[4] != 3, "GPU 1 read again")
 print(json.dumps({{"during": during, "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
 """,
         spec={
