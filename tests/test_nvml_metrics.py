@@ -178,10 +178,21 @@ def test_a_metric_name_not_in_metrics_is_a_value_error_listing_them():
 # -- the process's sampler (watch_metrics, sampled_metrics, sample_metrics_now) --------------------
 
 
+#: the child scripts' wait: polls ``condition`` until it holds; ``limit`` (seconds) only bounds it
+WAIT_FOR = """
+def wait_for(condition, what, limit=60):
+    deadline = time.monotonic() + limit  # an upper bound only
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+"""
+
+
 def sampler(code, **sim):
     """Runs ``code`` (its last line prints JSON) in a fresh process on the simulator; the parsed JSON."""
     proc = run_python(
-        "import json, threading, time\nfrom flink_gpu import nvml, simulator\n" + code, env=simulated_env(**sim)
+        "import json, threading, time\nfrom flink_gpu import nvml, simulator\n" + WAIT_FOR + code,
+        env=simulated_env(**sim),
     )
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -263,11 +274,6 @@ def test_a_read_that_hangs_holding_the_driver_lock_is_minus_one_and_unknown_and_
     stuck = str(tmp_path / "stuck")
     got = sampler(
         f"""
-def wait_for(condition, what):
-    deadline = time.monotonic() + 60  # an upper bound only
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
 for index in ("0", "1"):
     nvml.watch_metrics(index, interval=1)
 assert nvml.sample_metrics_now()
@@ -310,11 +316,6 @@ def test_a_gpu_whose_reads_hang_outside_the_driver_lock_leaves_the_other_gpus_ga
     stuck = str(tmp_path / "stuck")
     got = sampler(
         f"""
-def wait_for(condition, what):
-    deadline = time.monotonic() + 60  # an upper bound only
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
 def stuck_gpu():
     return nvml.sampled_metrics("1") == (-1, -1, -1, -1, 3)
 for index in ("0", "1"):
@@ -362,11 +363,6 @@ def test_a_gpu_whose_read_was_late_shows_its_health_unknown_until_a_health_read_
     stuck = str(tmp_path / "stuck")
     got = sampler(
         f"""
-def wait_for(condition, what):
-    deadline = time.monotonic() + 60  # an upper bound only
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
 nvml.watch_metrics("0", interval=3600)
 assert nvml.sample_metrics_now()
 before = nvml.sampled_metrics("0")
@@ -398,22 +394,17 @@ def test_a_gpu_stuck_outside_the_driver_lock_leaves_the_other_gpus_health_read(t
     stuck = str(tmp_path / "stuck")
     got = sampler(
         f"""
-def wait_for(condition, what):
-    deadline = time.monotonic() + 30  # an upper bound only
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
 def power_calls():
     return simulator.counters()["calls"].get("nvmlDeviceGetPowerUsage", {{}}).get("1", 0)
 nvml.watch_metrics("1", interval=1)
 assert nvml.sample_metrics_now()
 with simulator.hanging({stuck!r}):
-    wait_for(lambda: power_calls() == 2, "GPU 1's next read stuck")
+    wait_for(lambda: power_calls() == 2, "GPU 1's next read stuck", limit=30)
     nvml.watch_metrics("0", interval=1)
-    wait_for(lambda: nvml.sampled_metrics("0")[4] != 3, "GPU 0's health read")
+    wait_for(lambda: nvml.sampled_metrics("0")[4] != 3, "GPU 0's health read", limit=30)
     during = [nvml.sampled_metrics(index) for index in ("0", "1")]
 # released: GPU 1 is read, and its health too (with the first health read that finds it answering)
-wait_for(lambda: nvml.sample_metrics_now() and nvml.sampled_metrics("1")[4] != 3, "GPU 1 read again")
+wait_for(lambda: nvml.sample_metrics_now() and nvml.sampled_metrics("1")[4] != 3, "GPU 1 read again", limit=30)
 print(json.dumps({{"during": during, "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
 """,
         spec={
