@@ -1,4 +1,4 @@
-"""What the NVML deadline's hand-off (csrc/nvml_deadline.*, docs/design.md §9.5) costs per warm
+"""What the NVML deadline's hand-off (csrc/nvml/deadline.*, docs/design.md §9.5) costs per warm
 ``retrieve_resource_info(2)`` on the simulator with 4 GPUs: wall time, context switches and futex
 calls, for one or more builds side by side in one run (each a ``src`` directory with the native
 parts built into it, e.g. this tree's and an older one's)::

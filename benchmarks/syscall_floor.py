@@ -31,7 +31,7 @@ class Floor:
     """One claim + release of given lines on a coordination file and its lease file."""
 
     # byte 1: this process may keep its idle lease on byte 0 of the lease file after real_lines()'s claim
-    # (csrc/coordination_lease.hpp), and OFD locks of two descriptions of one process exclude each other
+    # (csrc/coordination/lease.hpp), and OFD locks of two descriptions of one process exclude each other
     def __init__(self, library: Path, path: Path | str, lines: bytes, slot: int = 1):
         self._lib = ctypes.CDLL(str(library))
         self._lib.floor_cycle.argtypes = [

@@ -1,5 +1,5 @@
 """flink_gpu.binding: GPUs bound to the holders inside one TaskManager or service, with real processes,
-real threads, real signals and the real native core (csrc/binding.cpp)."""
+real threads, real signals and the real native core (csrc/coordination/bindings.cpp)."""
 
 import collections
 import json

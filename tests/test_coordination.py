@@ -169,9 +169,9 @@ def test_claim_writes_flink_format_with_start_time(path):
 
 def test_the_protocols_one_description_names_every_field_the_core_writes_and_reads():
     """docs/design.md §5.2 (File format) is the protocol's one description: its table of fields names each
-    key csrc/coordination_lines.cpp writes or parses, in the order the core writes them."""
+    key csrc/coordination/lines.cpp writes or parses, in the order the core writes them."""
     root = Path(__file__).resolve().parent.parent
-    core = (root / "csrc" / "coordination_lines.cpp").read_text()
+    core = (root / "csrc" / "coordination" / "lines.cpp").read_text()
     written = re.findall(r'"\\t([a-z]+)="', core)
     parsed = re.findall(r'key_is\(word, eq, "([a-z]+)"\)', core)
     assert len(written) >= 7 and sorted(written) == sorted(parsed), (written, parsed)  # the regexes still find them

@@ -220,7 +220,7 @@ def test_a_negative_amount_beyond_64_bits_is_a_bad_amount(runners, amount):
     assert f"the GPU amount must be a non-negative integer, got '{amount}'" in proc.stderr
 
 
-# --- the choice by GPU state (csrc/gpu_choice.*): beyond the stock script ----------------------
+# --- the choice by GPU state (csrc/nvml/choice.*): beyond the stock script ----------------------
 
 
 def run_spec(discovery_exe, spec, args):

@@ -91,7 +91,7 @@ def wait_gone(pid, seconds=5.0):
 
 
 def idle_lease(fds: dict) -> dict:
-    """The one lease descriptor a process keeps after releasing everything (csrc/coordination_lease.hpp),
+    """The one lease descriptor a process keeps after releasing everything (csrc/coordination/lease.hpp),
     if the new descriptors ``fds`` hold one: a cache of one, not a leak."""
     leases = {fd: target for fd, target in fds.items() if target.removesuffix(" (deleted)").endswith(".lease")}
     return leases if len(leases) == 1 else {}
@@ -562,8 +562,8 @@ def stock_reclaimer(stock_script, tmp_path, path, seconds):
 
 def settle(path):
     """Waits until ``path`` has been there for five seconds (kFlockGapMs), then claims and releases on it in a fresh
-    process: that look finds no stock script writing a replaced copy, and settles the file (csrc/
-    coordination_file.cpp): no process of ours reads /proc/locks for it again."""
+    process: that look finds no stock script writing a replaced copy, and settles the file
+    (csrc/coordination/proc_locks.cpp): no process of ours reads /proc/locks for it again."""
     while time.time() - os.stat(path).st_ctime <= 5.0:  # born no later than its last change
         time.sleep(0.01)
     claim_release = "import sys; from flink_gpu import coordination as c; c.claim(1, ['9'], path=sys.argv[1]); "

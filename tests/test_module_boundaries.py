@@ -206,14 +206,20 @@ def architecture_table(readme: str) -> str:
 
 
 def unlisted_modules(table: str, repo: Path) -> "list[str]":
-    """The modules of csrc/ and src/flink_gpu/ the table does not name: a C++ module as `name.*`,
-    `name.cpp` or `name.hpp` (csrc/simulator/ and the fuzz and test folders as folders), a Python module
+    """The modules of csrc/ and src/flink_gpu/ the table does not name: a C++ module of a concept folder as
+    `folder/name.*`, `folder/name.cpp` or `folder/name.hpp`, a loose one as `name.*` (csrc/simulator/ and
+    the fuzz and test folders as folders), a Python module
     by its file name, with its subpackage where it has one (`gpu/driver.py`; `doctor/` for cli/doctor/)."""
     names = {word for cell in re.findall(r"`([^`]+)`", table) for word in cell.split()}
     missing = []
-    for source in sorted((repo / "csrc").glob("*.[ch]pp")):
-        if not {f"{source.stem}.*", source.name} & names:
-            missing.append(f"csrc/{source.name}")
+    csrc = repo / "csrc"
+    for source in sorted(csrc.glob("*.[ch]pp")) + sorted(csrc.glob("*/*.[ch]pp")):
+        relative = source.relative_to(csrc)
+        if relative.parts[0] in ("simulator", "fuzz", "tests"):
+            continue
+        stem = str(relative.with_suffix(""))
+        if not {f"{stem}.*", str(relative)} & names:
+            missing.append(f"csrc/{relative}")
     package = repo / "src" / "flink_gpu"
     for module in sorted(package.rglob("*.py")):
         relative = module.relative_to(package)
@@ -235,8 +241,53 @@ def test_the_architecture_check_finds_a_missing_module(tmp_path):
     (tmp_path / "csrc").mkdir()
     (tmp_path / "csrc" / "listed.cpp").write_text("")
     (tmp_path / "csrc" / "forgotten.hpp").write_text("")
+    (tmp_path / "csrc" / "nvml").mkdir()
+    (tmp_path / "csrc" / "nvml" / "listed.cpp").write_text("")
+    (tmp_path / "csrc" / "nvml" / "unlisted.hpp").write_text("")
     (tmp_path / "src" / "flink_gpu" / "gpu").mkdir(parents=True)
     (tmp_path / "src" / "flink_gpu" / "gpu" / "driver.py").write_text("")
     (tmp_path / "src" / "flink_gpu" / "gpu" / "lost.py").write_text("")
-    table = "## Architecture\n| `listed.*` | `gpu/driver.py` |\n## Next\n"
-    assert unlisted_modules(architecture_table(table), tmp_path) == ["csrc/forgotten.hpp", "src/flink_gpu/gpu/lost.py"]
+    table = "## Architecture\n| `listed.*` | `nvml/listed.cpp` `gpu/driver.py` |\n## Next\n"
+    assert unlisted_modules(architecture_table(table), tmp_path) == [
+        "csrc/forgotten.hpp",
+        "csrc/nvml/unlisted.hpp",
+        "src/flink_gpu/gpu/lost.py",
+    ]
+
+
+# csrc/'s concept folders and which others each may include: the NVML half and the coordination half
+# meet only in base/ (status, GPU indices) and in the executable (discovery/).
+CSRC_FOLDERS = {
+    "base": set(),
+    "flink": {"base"},
+    "host": {"base"},
+    "nvml": {"base", "host"},
+    "coordination": {"base", "flink"},
+    "discovery": {"base", "flink", "host", "nvml", "coordination"},
+}
+
+
+def crossing_includes(csrc: Path) -> "list[str]":
+    """The includes of csrc/'s concept folders that reach a folder they may not use."""
+    crossings = []
+    for folder, allowed in CSRC_FOLDERS.items():
+        for source in sorted((csrc / folder).glob("*.[ch]pp")):
+            for included in re.findall(r'^#include "([a-z_]+)/', source.read_text(), re.MULTILINE):
+                if included != folder and included not in allowed:
+                    crossings.append(f"csrc/{folder}/{source.name} includes {included}/")
+    return crossings
+
+
+def test_the_native_core_keeps_its_cut():
+    csrc = REPO / "csrc"
+    assert not crossing_includes(csrc)
+    loose = sorted(p.name for p in csrc.glob("*.[ch]pp"))
+    assert len(loose) <= 2, f"csrc/ has loose sources {loose}: put each in the folder of its concept"
+    unknown = {p.name for p in csrc.iterdir() if p.is_dir()} - set(CSRC_FOLDERS) - {"simulator", "fuzz", "tests"}
+    assert not unknown, f"csrc/ folders {sorted(unknown)} are not in CSRC_FOLDERS: say what each may include"
+
+
+def test_the_cut_check_finds_an_include_across_it(tmp_path):
+    (tmp_path / "nvml").mkdir()
+    (tmp_path / "nvml" / "choice.cpp").write_text('#include "nvml/state.hpp"\n#include "coordination/claims.hpp"\n')
+    assert crossing_includes(tmp_path) == ["csrc/nvml/choice.cpp includes coordination/"]

@@ -310,7 +310,7 @@ def test_missing_non_utf8_library_is_an_nvml_error(tmp_path):
     assert open_path(missing).startswith("NvmlError")
 
 
-# --- Java's string rules (csrc/java_text.*) --------------------------------------------------
+# --- Java's string rules (csrc/flink/java_text.*) --------------------------------------------------
 
 
 def java_trim_reference(text):
@@ -364,7 +364,7 @@ def test_java_trim_and_blank_agree_with_java_reference(text):
     assert _native.is_java_blank(text) == all(c in JAVA_WHITESPACE for c in text)
 
 
-# --- the GPU index order (csrc/gpu_index.*) --------------------------------------------------
+# --- the GPU index order (csrc/base/gpu_index.*) --------------------------------------------------
 
 
 def test_indices_sort_numerically_first_then_as_text():
@@ -409,7 +409,7 @@ def test_sort_indices_agrees_with_the_numeric_then_text_key(indices):
     assert _native.sort_indices(indices) == sorted(indices, key=key)
 
 
-# --- the stock discovery script's arguments (csrc/script_args.*) -----------------------------
+# --- the stock discovery script's arguments (csrc/flink/script_args.*) -----------------------------
 
 DEFAULT_FILE = _native.COORDINATION_DEFAULT_PATH
 
@@ -513,7 +513,7 @@ def test_simulator_environment_names_every_device_count_it_cannot_simulate(devic
     assert f"got {devices!r}." in str(info.value)
 
 
-# --- GPU state at assignment time (csrc/device_state.*, csrc/gpu_choice.*) -------------------------
+# --- GPU state at assignment time (csrc/nvml/state.*, csrc/nvml/choice.*) -------------------------
 
 STATES = """
 import json, os

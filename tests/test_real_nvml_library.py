@@ -60,7 +60,7 @@ def test_the_process_api_follows_the_r535_rule_and_is_one_the_simulator_covers()
         else "v2"
     )
     assert api == expected
-    # tests/test_native.py and csrc/tests/test_device_state.cpp run each of these on the simulator
+    # tests/test_native.py and csrc/tests/nvml/test_state.cpp run each of these on the simulator
     assert api in ("detail_list", "v3_r535", "v3")
 
 

@@ -1,4 +1,4 @@
-"""Times each NVML query flink-gpu makes (csrc/nvml_loader.cpp's symbols), min and median over N calls per
+"""Times each NVML query flink-gpu makes (csrc/nvml/loader.cpp's symbols), min and median over N calls per
 GPU, through pynvml on whatever libnvidia-ml.so.1 this process loads: the real driver's on a GPU host, the
 bundled simulator's with --simulate. Then flink-gpu's own paths on the same library: an in-process
 retrieve_resource_info of every GPU, and a coordinated claim + release. Writes one JSON document.
@@ -47,7 +47,7 @@ def _time(call: Callable[[], object], calls: int) -> dict:
 def queries(pynvml, handle) -> "dict[str, Callable[[], object]]":
     """The per-device queries flink-gpu makes, by NVML's name (one call each)."""
     n = pynvml
-    # the one batch a claim reads per GPU (csrc/device_state.cpp; docs/design.md §9.1, "Query plan")
+    # the one batch a claim reads per GPU (csrc/nvml/state.cpp; docs/design.md §9.1, "Query plan")
     names = [
         "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
         "NVML_FI_DEV_ECC_CURRENT",

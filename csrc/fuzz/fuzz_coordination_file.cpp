@@ -1,6 +1,6 @@
-// libFuzzer target for the coordination file reader (csrc/coordination.*, docs/design.md §5.2).
+// libFuzzer target for the coordination file reader (csrc/coordination/claims.*, docs/design.md §5.2).
 //
-// The parser is internal to coordination.cpp, so it is driven through the public API on a real file:
+// The parser is internal to coordination/claims.cpp, so it is driven through the public API on a real file:
 // each input becomes the file's content, then snapshot, claim, release and clean_stale run on it.
 // Before the content is written, "$$" is replaced by this process's pid, "$T" by its start time and "$N" by
 // its pid namespace, so that the corpus can hold lines of a live owner (this process; pid 1 is another
@@ -32,8 +32,8 @@
 #include <string>
 #include <vector>
 
-#include "coordination.hpp"
-#include "process_liveness.hpp"
+#include "coordination/claims.hpp"
+#include "coordination/liveness.hpp"
 
 namespace co = flinkgpu::coordination;
 

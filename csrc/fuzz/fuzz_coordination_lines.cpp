@@ -1,4 +1,4 @@
-// libFuzzer target for the coordination file's line format (csrc/coordination_lines.*,
+// libFuzzer target for the coordination file's line format (csrc/coordination/lines.*,
 // docs/design.md §5.2): pure parsing, no file. Besides "no crash, no hang, no sanitizer report",
 // every input is checked against the format's contract:
 //   * parse then serialize gives the input back byte for byte (plus a final '\n' where it lacked one);
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "coordination_lines.hpp"
+#include "coordination/lines.hpp"
 
 namespace co = flinkgpu::coordination;
 

@@ -1,4 +1,4 @@
-// libFuzzer target for the discovery-output parser (csrc/script_output.*, docs/design.md §3.3 steps 5-6).
+// libFuzzer target for the discovery-output parser (csrc/flink/script_output.*, docs/design.md §3.3 steps 5-6).
 // Besides "no crash, no hang, no sanitizer report", every input is checked against the contract:
 //   * lines never contain \n or \r, appear in order in the input, and are separated by exactly one
 //     terminator (\n, \r or \r\n); only the last line may lack one;
@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "script_output.hpp"
+#include "flink/script_output.hpp"
 
 namespace {
 

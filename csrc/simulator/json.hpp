@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "../file_kind.hpp"
+#include "base/file_kind.hpp"
 
 namespace simjson {
 

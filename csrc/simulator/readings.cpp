@@ -1,4 +1,4 @@
-// The live readings (the queries of csrc/device_metrics.cpp): utilization, temperature and power follow
+// The live readings (the queries of csrc/nvml/metrics.cpp): utilization, temperature and power follow
 // each GPU's load, a triangle wave on CLOCK_MONOTONIC, unless the spec pins them.
 #include "driver_model.hpp"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "../glibc_compat.hpp"  // dladdr at its manylinux_2_28 version
+#include "base/glibc_compat.hpp"  // dladdr at its manylinux_2_28 version
 #include "driver_model.hpp"
 #include "json.hpp"
 

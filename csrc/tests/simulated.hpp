@@ -2,7 +2,7 @@
 // configuration once per process, so each spec gets a forked child.
 #pragma once
 
-#include "../nvml_loader.hpp"
+#include "nvml/loader.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include <functional>
 #include <string>
 
-#include "check.hpp"
+#include "tests/check.hpp"
 
 namespace simulated {
 

@@ -1,8 +1,8 @@
-# Binding of csrc/binding.hpp (docs/design.md §9.3), included by _native.pyx after _coordination.pxi (whose
+# Binding of csrc/coordination/bindings.hpp (docs/design.md §9.3), included by _native.pyx after _coordination.pxi (whose
 # option, pid and index conversions it shares, and whose coordination_snapshot reads a bindings file too).
 # Plain values out, _error for failures; flink_gpu.binding makes the public API.
 
-cdef extern from "binding.hpp" namespace "flinkgpu::binding" nogil:
+cdef extern from "coordination/bindings.hpp" namespace "flinkgpu::binding" nogil:
     cdef cppclass BindHolder "flinkgpu::binding::Holder":
         pid_t pid
         string slot

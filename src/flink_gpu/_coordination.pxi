@@ -1,5 +1,5 @@
-# Binding of csrc/coordination.hpp (docs/design.md §5.2), included by _native.pyx. Plain values and one
-# record type out (a line's fields and its holder's identity, as the core answers it: holder_identity.hpp),
+# Binding of csrc/coordination/claims.hpp (docs/design.md §5.2), included by _native.pyx. Plain values and one
+# record type out (a line's fields and its holder's identity, as the core answers it: coordination/identity.hpp),
 # Python exceptions (_native.pyx's _error) for failures; flink_gpu.coordination makes the public API.
 
 from libc.stdint cimport SIZE_MAX, int64_t, uint32_t, uint64_t
@@ -12,8 +12,8 @@ from posix.types cimport pid_t
 import os
 
 
-cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
-    const char* kDefaultCoordinationPath "flinkgpu::coordination::kDefaultPath"
+cdef extern from "coordination/claims.hpp" namespace "flinkgpu::coordination" nogil:
+    const char* kDefaultCoordinationPath "flinkgpu::kDefaultCoordinationFile"
 
     cdef cppclass CoordOptions "flinkgpu::coordination::Options":
         string path
@@ -102,7 +102,7 @@ cdef extern from "coordination.hpp" namespace "flinkgpu::coordination" nogil:
     cpp_bool coord_process_start_time "flinkgpu::coordination::process_start_time"(pid_t pid, uint64_t* start_time)
 
 
-cdef extern from "process_liveness.hpp" namespace "flinkgpu::coordination" nogil:
+cdef extern from "coordination/liveness.hpp" namespace "flinkgpu::coordination" nogil:
     CoordPidNamespace coord_own_pid_namespace "flinkgpu::coordination::own_pid_namespace"()
     pid_t coord_own_pid "flinkgpu::coordination::own_pid"()
 
@@ -298,3 +298,15 @@ def coordination_process_start_time(pid):
     if coord_process_start_time(p, &start):
         return start
     return None
+
+
+cdef extern from "coordination/lines.hpp" namespace "flinkgpu::coordination" nogil:
+    bint unit_gpu_cpp "flinkgpu::coordination::unit_gpu"(const string& index, string* gpu)
+
+
+def unit_parent(str index not None):
+    """The GPU of a MIG unit's index "<gpu>:<slot>" (csrc/coordination/lines.hpp unit_gpu); None for any
+    other index."""
+    if not unit_gpu_cpp(_utf8(index), NULL):  # no output: nothing allocated, nothing thrown
+        return None
+    return index.partition(":")[0]

@@ -10,17 +10,17 @@ _Path: TypeAlias = Union[str, PathLike[str]]
 def split_output_lines(text: str) -> List[str]: ...
 def parse_gpu_indices(line: str) -> List[str]: ...
 
-# --- Java's string rules (csrc/java_text.*) ------------------------------------------------------
+# --- Java's string rules (csrc/flink/java_text.*) ------------------------------------------------------
 def is_java_whitespace(ch: str) -> bool: ...
 def java_trim(text: str) -> str: ...
 def is_java_blank(text: Optional[str]) -> bool: ...
 
-# --- the GPU index order (csrc/gpu_index.*) ------------------------------------------------------
+# --- the GPU index order (csrc/base/gpu_index.*) ------------------------------------------------------
 def compare_indices(a: str, b: str) -> int: ...
 def sort_indices(indices: Iterable[str]) -> List[str]: ...
 def unit_parent(index: str) -> Optional[str]: ...
 
-# --- the stock discovery script's arguments (csrc/script_args.*) -------------------------------
+# --- the stock discovery script's arguments (csrc/flink/script_args.*) -------------------------------
 SCRIPT_FLAGS: Tuple[str, str, str, str]
 
 def parse_script_args(
@@ -29,7 +29,7 @@ def parse_script_args(
     """(coordination mode, coordination file, file value missing, [(unknown token, suggested flag)],
     --busy-gpus value or None, --nvml-timeout value or None)."""
 
-# --- Flink's duration grammar (csrc/flink_duration.*) -------------------------------------------
+# --- Flink's duration grammar (csrc/flink/duration.*) -------------------------------------------
 def parse_duration(text: str) -> float:
     """Seconds; ValueError with Flink's reason."""
 
@@ -112,10 +112,10 @@ class Nvml:
     def read_metric(self, gpu_index: str, metric: str) -> int:
         """One reading of ``metric`` (one of METRICS) on ``gpu_index``; -1 where NVML cannot say."""
 
-# --- live readings (csrc/device_metrics.*) ------------------------------------------------------
+# --- live readings (csrc/nvml/metrics.*) ------------------------------------------------------
 METRICS: Tuple[str, str, str, str]
 
-# --- the process's metrics sampler (csrc/metrics_sampler.*) -------------------------------------
+# --- the process's metrics sampler (csrc/nvml/sampler.*) -------------------------------------
 GAUGE_HEALTH: Tuple[str, str, str, str]
 MIN_METRICS_INTERVAL: float
 DEFAULT_METRICS_INTERVAL: float
@@ -130,7 +130,7 @@ def sampled_metrics(
 def sample_metrics_now(timeout: float = 10.0) -> bool: ...
 def metrics_samples() -> int: ...
 
-# --- GPU state at assignment time (csrc/device_state.*, csrc/gpu_choice.*) ---------------------
+# --- GPU state at assignment time (csrc/nvml/state.*, csrc/nvml/choice.*) ---------------------
 @disjoint_base  # a cdef class: its own instance layout
 class DeviceState:
     @property
@@ -193,7 +193,7 @@ def nvml_symbols() -> Tuple[Tuple[str, str], ...]:
 def probe_nvml_library(library_path: _Path) -> Tuple[Tuple[str, ...], Tuple[str, ...], str]:
     """(exported names of nvml_symbols(), resolved ones, process API)."""
 
-# --- coordination file (csrc/coordination.*) ---------------------------------------------------
+# --- coordination file (csrc/coordination/claims.*) ---------------------------------------------------
 COORDINATION_DEFAULT_PATH: str
 
 def coordination_claim(
@@ -213,7 +213,7 @@ def coordination_release(
 ) -> List[str]: ...
 
 class _EntryRecord(TypedDict):
-    """A line and its holder's identity (csrc/holder_identity.hpp): CoordinationEntry's fields."""
+    """A line and its holder's identity (csrc/coordination/identity.hpp): CoordinationEntry's fields."""
 
     line_number: int
     index: str
@@ -242,7 +242,7 @@ def coordination_clean_stale(
 def coordination_process_start_time(pid: int) -> Optional[int]: ...
 def coordination_own_pid() -> int: ...
 
-# --- bindings file (csrc/binding.*) ------------------------------------------------------------
+# --- bindings file (csrc/coordination/bindings.*) ------------------------------------------------------------
 def binding_bind(
     path: _Path,
     timeout: float,

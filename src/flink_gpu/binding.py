@@ -16,7 +16,7 @@ the holder for them.
 
 Bindings live in ``<coordination file>.bindings`` (:func:`bindings_path`), a file of the coordination
 file's format with the fields ``tm`` (the process whose GPUs are bound), ``share`` (the binder's
-``holders_per_gpu``) and ``slot`` (a slot holder's id); the C++ core (csrc/binding.cpp) decides under its
+``holders_per_gpu``) and ``slot`` (a slot holder's id); the C++ core (csrc/coordination/bindings.cpp) decides under its
 lock. Holders:
 
 * a process (``slot`` None): the calling process, which holds a lease on ``<bindings file>.lease`` while it
@@ -82,7 +82,7 @@ _log = logging.getLogger("flink_gpu.binding")
 
 #: What a coordination file's path takes to name its bindings file.
 BINDINGS_SUFFIX = ".bindings"
-#: The most holders one GPU can be shared by (csrc/coordination_lines.hpp kMaxShare).
+#: The most holders one GPU can be shared by (csrc/coordination/lines.hpp kMaxShare).
 MAX_HOLDERS_PER_GPU = 1024
 #: PyFlink's thread-mode (embedded) metric classes live here: their gauges are called from Java.
 _EMBEDDED_METRICS = "pyflink.fn_execution.metrics.embedded"

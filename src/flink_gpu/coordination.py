@@ -2,7 +2,7 @@
 
 The protocol (the file, its line format, who owns a line and when it is dead, the lease) is described
 once, in docs/design.md §5.2 and §9.4; this module is its Python face. The work is done by the C++ core
-(csrc/coordination.cpp and csrc/holder_identity.hpp); this module resolves the owner (the calling
+(csrc/coordination/claims.cpp and csrc/coordination/identity.hpp); this module resolves the owner (the calling
 process unless given, so that a forked child never takes its parent's claims), converts the results into
 :class:`CoordinationEntry` records, whose ``ours``, ``holder_key`` and ``liveness`` are the core's
 answers about a line's holder, and logs what the core reports.
@@ -63,7 +63,7 @@ STATES = ("live", "gone", "pid reused", "lease held", "lease released", "other n
 @dataclass(frozen=True)
 class CoordinationEntry:
     """One line of the coordination file or of the bindings file (docs/design.md §5.2, §9.3), with its
-    holder's identity as the core judges it (csrc/holder_identity.hpp): decide on ``ours``, ``holder_key``,
+    holder's identity as the core judges it (csrc/coordination/identity.hpp): decide on ``ours``, ``holder_key``,
     ``taskmanager_key`` and ``liveness``, never on a bare ``pid``, which means another process in another
     pid namespace."""
 

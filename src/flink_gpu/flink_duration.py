@@ -1,7 +1,7 @@
 """Flink's duration grammar (``TimeUtils.parseDuration``): ``"5 s"``, ``"500ms"``, ``"2 min"``; a bare
 number is milliseconds; the units d, h, min/m, s, ms, µs, ns and their long names, case ignored.
 
-One implementation, in the C++ core (csrc/flink_duration.*), shared with ``flink-gpu-discovery``'s
+One implementation, in the C++ core (csrc/flink/duration.*), shared with ``flink-gpu-discovery``'s
 ``--nvml-timeout``; the ``Duration`` options of :mod:`flink_gpu.config` read through it.
 """
 

@@ -1,6 +1,6 @@
 """THE order of GPU indices: numeric indices by value (2 before 10), then the others as text.
 
-One implementation, in the C++ core (csrc/gpu_index.*), which the coordination file and
+One implementation, in the C++ core (csrc/base/gpu_index.*), which the coordination file and
 flink-gpu-discovery use too. Its own module, importing nothing else, because
 ``cuda_visible_devices`` (an operator's hot path) orders by it.
 """

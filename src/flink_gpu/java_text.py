@@ -1,7 +1,7 @@
 """Java's string rules that Flink's behaviour depends on: ``Character.isWhitespace``,
 ``String.trim`` and ``StringUtils.isNullOrWhitespaceOnly``.
 
-One implementation, in the C++ core (csrc/java_text.*), shared with flink-gpu-discovery; the
+One implementation, in the C++ core (csrc/flink/java_text.*), shared with flink-gpu-discovery; the
 binding walks the str's code points, so a call costs no encoding. ``GPUInfo``, on every operator's
 hot path, uses it: this module imports nothing else.
 """

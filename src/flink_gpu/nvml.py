@@ -2,7 +2,7 @@
 read their state at the moment of a choice and rank them (docs/design.md §4), and read their live
 metrics for gauges (docs/design.md §9.3).
 
-The work is done by the C++ core (csrc/nvml*, through ``flink_gpu._native``); every other module
+The work is done by the C++ core (csrc/nvml/, through ``flink_gpu._native``); every other module
 goes through this one. A library is loaded and initialised once per path and process (once more in
 a forked child), never per call.
 """
@@ -102,7 +102,7 @@ Device = NvmlDevice
 #: ``busy_policy(text)``: the policy of BUSY_GPUS_VALUES that ``text`` names, case and surrounding
 #: blanks ignored (the one rule for the driver parameter and ``--busy-gpus``), or None.
 #:
-#: The process's metrics sampler (docs/design.md §9.3; csrc/metrics_sampler.*): a reader thread per
+#: The process's metrics sampler (docs/design.md §9.3; csrc/nvml/sampler.*): a reader thread per
 #: watched GPU, paced by one thread that calls no NVML, samples every watched GPU at most once per
 #: interval into a snapshot that gauges read.
 #:

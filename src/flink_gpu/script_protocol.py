@@ -10,7 +10,7 @@
 * The order of GPU indices (:func:`sort_indices`, from :mod:`flink_gpu.gpu_index`): numeric ones
   by value (2 before 10), then the others as text.
 
-Each rule has one implementation, in the C++ core (csrc/script_args.*, csrc/script_output.*),
+Each rule has one implementation, in the C++ core (csrc/flink/script_args.*, csrc/flink/script_output.*),
 shared with ``flink-gpu-discovery``.
 """
 

@@ -1,0 +1,335 @@
+// The binding policy (docs/design.md §9.3); see coordination/bindings.hpp for the rules and the reasons behind them.
+#include "coordination/bindings.hpp"
+
+#include "base/gpu_index.hpp"
+#include "coordination/steps.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+namespace flinkgpu {
+namespace binding {
+
+using coordination::Entry;
+using coordination::Line;
+using coordination::LineKind;
+
+namespace {
+
+// How a message names the holder of a line.
+std::string describe(const Entry& e) {
+    if (e.slot.empty()) return "pid " + std::to_string(e.pid);
+    std::string out = "slot " + e.slot;
+    if (e.tm > 0) out += " of pid " + std::to_string(e.tm);
+    return out;
+}
+
+std::string describe(const Holder& h) {
+    if (h.slot.empty()) return "pid " + std::to_string(h.pid);
+    std::string out = "slot " + h.slot;
+    if (h.taskmanager > 0) out += " of pid " + std::to_string(h.taskmanager);
+    return out + " (thread " + std::to_string(h.pid) + ")";
+}
+
+// Whether the holder's lines get this process's lease: a process holder that is this process, or a slot
+// thread of it (the lease then proves the process to other pid namespaces, which cannot probe the thread).
+bool leases_for(const Holder& holder, pid_t self) {
+    if (holder.slot.empty()) return holder.pid == self;
+    return coordination::own_thread(self, holder.pid);
+}
+
+}  // namespace
+
+Status check_slot(const std::string& slot) {
+    if (coordination::valid_slot(slot)) return {};
+    // a message, not a dump: a huge id is shown by its start and its length
+    constexpr std::size_t kShown = 64;
+    const std::string shown =
+        slot.size() <= kShown ? coordination::printable(slot) : coordination::printable(slot.substr(0, kShown)) + "...";
+    const std::string length = slot.size() <= kShown ? "" : " (" + std::to_string(slot.size()) + " bytes)";
+    return failure(StatusCode::kInvalidArgument, "Invalid slot id '" + shown + "'" + length +
+                                                     ": a slot id is 1 to 128 letters, digits, '_', "
+                                                     "'.', ':' or '-' (e.g. a Flink allocation id).");
+}
+
+namespace {
+
+Status validate(const Holder& holder, std::uint32_t holders_per_gpu) {
+    Status st = coordination::validate_pid(holder.pid, holder.slot.empty() ? "holder pid" : "thread id");
+    if (!st.ok()) return st;
+    if (!holder.slot.empty() && !(st = check_slot(holder.slot)).ok()) return st;
+    if (holder.taskmanager < 0) return coordination::validate_pid(holder.taskmanager, "TaskManager pid");
+    if (holders_per_gpu == 0 || holders_per_gpu > coordination::kMaxShare) {
+        return failure(StatusCode::kInvalidArgument, "Invalid number of holders per GPU " +
+                                                         std::to_string(holders_per_gpu) + ": it must be 1 to " +
+                                                         std::to_string(coordination::kMaxShare) + ".");
+    }
+    return {};
+}
+
+// The lines of one call and what they say about the holder.
+class View {
+public:
+    View(const Holder& holder, coordination::LineJudge* live, const coordination::ProcInfo& holder_info)
+        : holder_(holder),
+          live_(live),
+          holder_info_(holder_info),
+          identity_(coordination::new_holder(holder.pid, holder_info, live->ns(), holder.taskmanager, holder.slot)) {}
+
+    // Whether the live entry `e` is one of the holder's lines (of any of a slot's threads).
+    bool holders(const Entry& e) const {
+        if (!e.alive) return false;
+        if (holder_.slot.empty()) return e.slot.empty() && live_->owns(e, holder_.pid, holder_info_);
+        return e.same_holder(identity_, live_->ns());
+    }
+
+    // The key of the live entry's holder, for counting a GPU's holders (every namespace's apart).
+    std::string key(const Entry& e) const { return e.key(live_->ns()); }
+
+    // Whether the live entry `e` was written by the calling thread of a slot holder (or is the process
+    // holder's line).
+    bool written_by_caller(const Entry& e) const {
+        if (!holders(e)) return false;
+        return holder_.slot.empty() || (e.pid == holder_.pid && coordination::same_process(e, holder_info_));
+    }
+
+    // Whether `e` binds for the process the holder's CUDA runs in: a process holder's own line, or a line of
+    // any slot of the holder's TaskManager (its threads share the process).
+    bool same_cuda_process(const Entry& e) const {
+        if (!e.alive) return false;
+        if (holder_.slot.empty()) return holders(e);
+        return !e.slot.empty() && e.taskmanager_key(live_->ns()) == identity_.taskmanager_key(live_->ns());
+    }
+
+    const coordination::HolderIdentity& identity() const { return identity_; }
+
+private:
+    const Holder& holder_;
+    coordination::LineJudge* live_;
+    const coordination::ProcInfo& holder_info_;
+    coordination::HolderIdentity identity_;  // what the holder's new lines record
+};
+
+// What a GPU offers a new holder.
+struct Offer {
+    std::string index;
+    std::set<std::string> holders;  // keys of its live holders (this one excluded)
+    std::vector<std::string> who;   // how the message names them
+    std::uint32_t limit = 0;        // the most holders it may have
+    std::string excluded_by;        // a holder of the other granularity (whole GPU / unit), if any
+    bool blocked = false;           // a line that cannot be parsed names it
+};
+
+BindResult bind_impl(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus_in,
+                     std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks) {
+    BindResult r;
+    if (!(r.status = validate(holder, holders_per_gpu)).ok()) return r;
+    std::vector<std::string> gpus;
+    if (!(r.status = coordination::validate_indices(gpus_in, &gpus)).ok()) return r;
+    coordination::IndexRanks rank_of;
+    if (!(r.status = rank_of.assign(gpus_in, ranks)).ok()) return r;
+    if (count == 0) return r;
+
+    coordination::LineJudge live(nullptr);  // leases once the file is locked, as in coordination::claim
+    const coordination::ProcInfo holder_info = live.process(holder.pid);
+    if (!holder_info.exists) {
+        r.status =
+            failure(StatusCode::kInvalidArgument, "Cannot bind GPUs to " + describe(holder) + ": it does not exist.");
+        return r;
+    }
+    coordination::LockedFile file;
+    bool exists = false;
+    std::string text;
+    if (!(r.status = coordination::open_and_read(opts, coordination::Access::kCreate, &file, &exists, &text)).ok())
+        return r;
+    r.file_identity = file.identity();
+    r.start_time = holder_info.has_start_time ? holder_info.start_time : 0;
+    std::vector<Line> lines = coordination::parse_file(text);
+    coordination::Leases leases(opts.path);
+    live.use(&leases);
+    coordination::mark_alive(&lines, &live);
+    r.unparsable = coordination::bad_lines(lines);
+    const View view(holder, &live, holder_info);
+
+    const std::set<std::string> candidates(gpus.begin(), gpus.end());
+    std::set<std::string> mine_set, by_caller;
+    for (const Line& l : lines) {
+        if (l.kind != LineKind::kEntry || !view.holders(l.entry) || !candidates.count(l.entry.index)) continue;
+        mine_set.insert(l.entry.index);
+        if (view.written_by_caller(l.entry)) by_caller.insert(l.entry.index);
+    }
+    std::vector<std::string> mine(mine_set.begin(), mine_set.end());
+    sort_indices(&mine);
+
+    std::vector<std::string> result, take;
+    if (mine.size() >= count) {
+        result.assign(mine.begin(), mine.begin() + static_cast<std::ptrdiff_t>(count));
+    } else {
+        std::vector<Offer> offers;
+        for (const std::string& g : gpus) {
+            if (mine_set.count(g)) continue;
+            Offer o;
+            o.index = g;
+            o.limit = holders_per_gpu;
+            const std::string parent = coordination::gpu_of(g);
+            for (const Line& l : lines) {
+                if (l.kind == LineKind::kBad && (l.word == g || l.word == parent)) o.blocked = true;
+                if (l.kind != LineKind::kEntry || !l.entry.alive || !coordination::excludes(l.entry, g)) continue;
+                if (l.entry.index != g) {
+                    if (o.excluded_by.empty()) o.excluded_by = describe(l.entry) + " (binds " + l.entry.index + ")";
+                    continue;
+                }
+                if (view.holders(l.entry)) continue;
+                if (o.holders.insert(view.key(l.entry)).second) o.who.push_back(describe(l.entry));
+                o.limit = std::min(o.limit, l.entry.share == 0 ? 1u : l.entry.share);
+            }
+            offers.push_back(std::move(o));
+        }
+        std::vector<const Offer*> open;
+        for (const Offer& o : offers) {
+            if (!o.blocked && o.excluded_by.empty() && o.holders.size() + 1 <= o.limit) open.push_back(&o);
+        }
+        // the best rank first, then least-bound; `gpus` is in index order, so a stable sort keeps the lowest
+        // index among equals
+        auto rank = [&rank_of](const Offer* o) { return rank_of.of(o->index); };
+        std::stable_sort(open.begin(), open.end(), [&rank](const Offer* a, const Offer* b) {
+            if (rank(a) != rank(b)) return rank(a) < rank(b);
+            return a->holders.size() < b->holders.size();
+        });
+        // the one MIG unit the holder's process binds already, if any (CUDA uses one per process)
+        std::vector<std::string> process_units;
+        for (const Line& l : lines) {
+            if (l.kind == LineKind::kEntry && coordination::unit_gpu(l.entry.index, nullptr) &&
+                view.same_cuda_process(l.entry))
+                process_units.push_back(l.entry.index);
+        }
+        sort_indices(&process_units);
+        std::string process_unit = process_units.empty() ? std::string() : process_units.front();
+        std::size_t need = count - mine.size();
+        bool skipped_unit = false;
+        for (const Offer* o : open) {
+            if (need == 0) break;
+            if (coordination::unit_gpu(o->index, nullptr)) {
+                if (!process_unit.empty() && o->index != process_unit) {
+                    skipped_unit = true;
+                    continue;
+                }
+                process_unit = o->index;
+            }
+            take.push_back(o->index);
+            --need;
+        }
+        if (need > 0) {
+            std::string msg = "Could not bind " + std::to_string(count) + " GPU" + (count == 1 ? "" : "s") + " to " +
+                              describe(holder) + " with at most " + std::to_string(holders_per_gpu) + " holder" +
+                              (holders_per_gpu == 1 ? "" : "s") + " per GPU: ";
+            if (count > gpus.size()) {
+                msg += "it was given " + std::string(gpus.empty() ? "no GPUs"
+                                                                  : "only " + std::to_string(gpus.size()) + " (" +
+                                                                        coordination::join(gpus) + ")");
+                if (!gpus.empty()) msg += ": ";
+            }
+            bool first = true;
+            for (const Offer& o : offers) {
+                std::string part = std::string(first ? "" : "; ") + "GPU " + o.index;
+                first = false;
+                if (o.blocked) {
+                    part += " is blocked by a line that cannot be parsed";
+                } else if (!o.excluded_by.empty()) {
+                    part += " is taken by " + o.excluded_by;
+                } else if (o.holders.empty()) {
+                    part += " is free";
+                } else {
+                    part += " is bound by " + coordination::join(o.who) + " (" + std::to_string(o.holders.size()) +
+                            " of at most " + std::to_string(o.limit) + ")";
+                }
+                msg += part;
+            }
+            if (!mine.empty()) {
+                msg += std::string("; it binds GPU") + (mine.size() == 1 ? " " : "s ") + coordination::join(mine) +
+                       " already";
+            }
+            if (skipped_unit) {
+                msg += holder.slot.empty()
+                           ? "; a process binds at most one MIG unit (CUDA uses one MIG instance per process)"
+                           : "; the slots of one TaskManager process share at most one MIG unit, " + process_unit +
+                                 " (CUDA uses one MIG instance per process: bind MIG units from separate processes, "
+                                 "e.g. PyFlink's process mode, to give each slot its own)";
+            }
+            msg += ". Bindings file: " + opts.path + ".";
+            r.status = failure(StatusCode::kNotEnough, msg);
+            return r;
+        }
+        result = mine;
+        result.insert(result.end(), take.begin(), take.end());
+        sort_indices(&result);
+    }
+
+    // The lines to write: new GPUs, and for a slot's thread the GPUs of the slot it has no line for yet.
+    std::vector<std::string> write;
+    for (const std::string& idx : result) {
+        if (!by_caller.count(idx)) write.push_back(idx);
+    }
+    r.indices = result;
+    if (write.empty()) return r;
+    for (Line& l : lines) {
+        if (l.kind == LineKind::kEntry && !l.entry.alive) l.keep = false;  // dead holders' lines go
+    }
+    r.status = coordination::write_lines(&file, text, &lines, &leases, view.identity(), leases_for(holder, live.self()),
+                                         holders_per_gpu, write, &r.lease_problem);
+    if (!r.status.ok()) {
+        r.indices.clear();
+        return r;
+    }
+    r.added = take;
+    sort_indices(&r.added);
+    return r;
+}
+
+coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const Holder& holder) {
+    coordination::ReleaseResult r;
+    if (!(r.status = validate(holder, 1)).ok()) return r;
+    coordination::LockedFile file;
+    bool exists = false;
+    std::string text;
+    const pid_t self = coordination::own_pid();
+    if (!(r.status = coordination::open_and_read(opts, coordination::Access::kWriteExisting, &file, &exists, &text))
+             .ok() ||
+        !exists) {
+        return r;
+    }
+    std::vector<Line> lines = coordination::parse_file(text);
+    coordination::Leases leases(opts.path);
+    const coordination::PidNamespace ns = coordination::own_pid_namespace(self);
+    std::set<std::string> released;
+    for (Line& l : lines) {
+        if (l.kind != LineKind::kEntry) continue;
+        const Entry& e = l.entry;
+        if (e.slot != holder.slot || (!holder.slot.empty() && e.tm != holder.taskmanager)) continue;
+        if (!e.records(holder.pid, holder.pid == self, ns)) continue;
+        if (holder.start_time != 0 && e.has_start_time && e.start_time != holder.start_time) continue;
+        l.keep = false;
+        released.insert(e.index);
+    }
+    if (!(r.status = coordination::remove_lines(&file, text, lines, &leases, self)).ok()) return r;
+    r.released.assign(released.begin(), released.end());
+    sort_indices(&r.released);
+    return r;
+}
+
+}  // namespace
+
+BindResult bind(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus,
+                std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks) noexcept {
+    return coordination::guarded<BindResult>(
+        [&] { return bind_impl(opts, holder, gpus, count, holders_per_gpu, ranks); });
+}
+
+coordination::ReleaseResult unbind(const coordination::Options& opts, const Holder& holder) noexcept {
+    return coordination::guarded<coordination::ReleaseResult>([&] { return unbind_impl(opts, holder); });
+}
+
+}  // namespace binding
+}  // namespace flinkgpu

@@ -1,0 +1,80 @@
+// Binding GPUs to the holders inside one TaskManager (docs/design.md §9.3): Flink gives every slot of a
+// TaskManager the same GPUs; a binding gives each slot (holder) its own, or shares one among at most k.
+//
+// Bindings live in their own file, `<coordination file>.bindings`, with the coordination file's rules (locked
+// file, line format, liveness judge, lease: coordination_*.hpp); Flink's stock script never reads it. Its
+// lines are the coordination file's with the fields `tm`, `share` and `slot` (docs/design.md §5.2, File
+// format). A line binds its GPU to its holder:
+//   * a process holder (no `slot`): the process <pid> itself (a PyFlink worker, a service's worker process),
+//     which holds the lease while it holds bindings, so its death frees them in every pid namespace;
+//   * a slot holder (`slot=<id>`: a Flink slot whose subtasks run as threads of the TaskManager JVM): every
+//     thread that binds for the slot writes its own lines, <pid> being that thread's id and <start time> its
+//     start time: the slot keeps its GPUs while any thread that bound them lives, and loses them when the
+//     last one ends (a failed task). A thread of the calling process writes its process's lease too, which
+//     proves the process, not the thread: another pid namespace, which cannot probe the thread, sees the
+//     lines die with the process (a TaskManager container that ends), and as lines of unknown liveness
+//     while it lives.
+//
+// Bindings are host-wide: a GPU bound by n live holders takes another only if n + 1 <= k of the new binder
+// and of every holder already on it; a whole GPU and a MIG unit of it exclude each other. CUDA uses one MIG
+// instance per process, so the holders of one process bind at most one MIG unit between them: a process
+// holder one of its own, the slots of one TaskManager (threads of one process) one they share.
+//
+// Every function is noexcept and reports failures in its result's Status, like coordination/claims.hpp.
+#pragma once
+
+#include "base/status.hpp"
+#include "coordination/claims.hpp"
+#include "coordination/lines.hpp"
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flinkgpu {
+namespace binding {
+
+struct Holder {
+    pid_t pid = 0;          // the process holder, or the binding thread's id for a slot holder
+    std::string slot;       // empty: a process holder
+    pid_t taskmanager = 0;  // the process whose GPUs are bound (recorded as `tm`); 0: not recorded
+    // unbind(): only lines written for the process (thread) started then (BindResult::start_time), so
+    // that a thread id reused by another thread of the slot keeps what that thread bound. 0: any.
+    std::uint64_t start_time = 0;
+};
+
+struct BindResult {
+    Status status;
+    std::vector<std::string> indices;  // the holder's binding for this request, in index order
+    std::vector<std::string> added;    // indices newly bound to the holder by this call
+    std::vector<coordination::BadLine> unparsable;
+    // not ok: a holder of this process bound without a lease, or with one of `lf=none` (coordination/claims.hpp's
+    // ClaimResult); the binding itself succeeded
+    Status lease_problem;
+    std::uint64_t start_time = 0;  // the holder's (thread's) start time, as its lines record it; 0: unknown
+    std::string file_identity;     // LockedFile::identity() of the bindings file
+};
+
+// kInvalidArgument, naming it, unless `slot` is a valid slot id (coordination/lines.hpp's valid_slot).
+Status check_slot(const std::string& slot);
+
+// Binds `count` of `gpus` (the holder's TaskManager's GPUs; valid indices) to `holder`, letting at most
+// `holders_per_gpu` holders (1..kMaxShare) share each. A holder asking again gets what it has: topped up
+// when it asks for more, the lowest `count` of its GPUs when it asks for fewer (a slot holder's thread then
+// writes its own lines for them). New GPUs: least-bound first, lowest index among equals; dead holders'
+// lines are removed. All or nothing: kNotEnough says, per GPU, who binds it. count == 0 binds nothing.
+// `ranks`, when not empty, is parallel to `gpus` (nvml/choice.hpp's ranks: healthy and idle 0, then busy,
+// degraded): new GPUs come by rank first, then least-bound, then lowest index.
+BindResult bind(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus,
+                std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks = {}) noexcept;
+
+// Removes the lines `holder` wrote: a process holder's, or the lines of one thread of a slot holder (the
+// slot keeps what its other threads bound). A missing file holds nothing. This process's lease goes once
+// no line names it, whichever holder's lines went (a slot's thread may have ended before its release).
+coordination::ReleaseResult unbind(const coordination::Options& opts, const Holder& holder) noexcept;
+
+}  // namespace binding
+}  // namespace flinkgpu

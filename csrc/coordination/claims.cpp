@@ -1,0 +1,301 @@
+// The coordination policy (docs/design.md §5.2): who gets which GPU, what release and clean remove.
+// The file itself is coordination/file.*, its lines coordination/lines.*, owners' liveness
+// coordination/liveness.*; see coordination/claims.hpp for the rules and the reasons behind them.
+#include "coordination/claims.hpp"
+
+#include "base/gpu_index.hpp"
+#include "coordination/steps.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <map>
+#include <new>
+#include <set>
+#include <utility>
+
+namespace flinkgpu {
+namespace coordination {
+namespace {
+
+// The host's GPUs: the candidates a claim is given and those left out of them, valid, distinct and in index
+// order.
+Status host_gpus(const std::vector<std::string>& candidates, const LeftOut& left_out, std::vector<std::string>* out) {
+    std::vector<std::string> all = candidates;
+    for (const auto& [index, why] : left_out) all.push_back(index);
+    return validate_indices(all, out);
+}
+
+// The one start of a claim's not-enough message: how many were requested, the host's GPUs, and each one left
+// out of the candidates with why; a state not read in time (nvml/choice.hpp's health text "unknown: <why>")
+// is said to be unknown.
+std::string shortage_head(const std::string& amount, const std::vector<std::string>& host, const LeftOut& left_out) {
+    std::string msg = "Could not get enough GPU resources. Requested " + amount + ", the host has " +
+                      std::to_string(host.size()) + " GPU" + (host.size() == 1 ? "" : "s") +
+                      (host.empty() ? "" : " (" + join(host) + ")");
+    static const std::string kUnknown = "unknown: ";
+    for (std::size_t i = 0; i < left_out.size(); ++i) {
+        const auto& [index, why] = left_out[i];
+        msg += (i == 0 ? ", of which GPU " : ", GPU ") + index;
+        msg += why.compare(0, kUnknown.size(), kUnknown) == 0 ? " is unknown (" + why.substr(kUnknown.size()) + ")"
+                                                              : " is left out (" + why + ")";
+    }
+    return msg;
+}
+
+ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::string>& existing_in,
+                       std::size_t amount, const std::vector<int>& ranks, const LeftOut& left_out) {
+    ClaimResult r;
+    if (!(r.status = validate_pid(owner, "owner pid")).ok()) return r;
+    std::vector<std::string> existing, host;
+    if (!(r.status = validate_indices(existing_in, &existing)).ok()) return r;
+    if (!(r.status = host_gpus(existing, left_out, &host)).ok()) return r;
+    IndexRanks rank_of;
+    if (!(r.status = rank_of.assign(existing_in, ranks)).ok()) return r;
+    auto rank = [&rank_of](const std::string& idx) { return rank_of.of(idx); };
+    if (amount == 0) return r;
+
+    LineJudge live(nullptr);  // the leases once the file is locked: their registry is not held while waiting
+    const ProcInfo owner_info = live.process(owner);
+    if (!owner_info.exists) {
+        r.status = failure(StatusCode::kInvalidArgument,
+                           "Cannot claim GPUs for process " + std::to_string(owner) + ": it does not exist.");
+        return r;
+    }
+    LockedFile file;
+    bool exists = false;
+    std::string text;
+    if (!(r.status = open_and_read(opts, Access::kCreate, &file, &exists, &text)).ok()) return r;
+    std::vector<Line> lines = parse_file(text);
+    Leases leases(opts.path);
+    live.use(&leases);
+    mark_alive(&lines, &live);
+    r.unparsable = bad_lines(lines);
+
+    // What each existing index is: ours, blocked by a line we cannot read, held by a live owner, free, or
+    // held by dead owners only (reclaimable).
+    std::vector<std::string> held, free_idx, reclaimable;
+    std::map<pid_t, std::vector<std::string>> others;
+    std::vector<std::string> blocked;
+    for (const std::string& idx : existing) {
+        bool mine = false, bad = false, mentioned = false;
+        pid_t live_other = 0;
+        std::string live_what;
+        const std::string gpu = gpu_of(idx);
+        for (const Line& l : lines) {
+            if (l.kind == LineKind::kBad && (l.word == idx || l.word == gpu)) bad = true;
+            if (l.kind != LineKind::kEntry || !excludes(l.entry, idx)) continue;
+            mentioned = true;
+            if (!l.entry.alive) continue;
+            if (l.entry.index == idx && live.owns(l.entry, owner, owner_info)) {
+                mine = true;
+            } else if (live_other == 0) {
+                live_other = l.entry.pid;
+                live_what = l.entry.index;  // idx itself, or a unit or whole GPU that excludes it
+            }
+        }
+        if (mine) {
+            held.push_back(idx);
+        } else if (bad) {
+            blocked.push_back(idx);
+        } else if (live_other != 0) {
+            if (std::find(others[live_other].begin(), others[live_other].end(), live_what) == others[live_other].end())
+                others[live_other].push_back(live_what);
+        } else if (!mentioned) {
+            free_idx.push_back(idx);
+        } else {
+            reclaimable.push_back(idx);
+        }
+    }
+
+    if (held.size() >= amount) {
+        r.indices.assign(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(amount));
+        return r;
+    }
+    std::size_t need = amount - held.size();
+    std::vector<std::string> take;
+    // Rank by rank; within a rank free indices before reclaimable ones, each lowest first.
+    std::set<int> rank_order;
+    for (const std::string& idx : free_idx) rank_order.insert(rank(idx));
+    for (const std::string& idx : reclaimable) rank_order.insert(rank(idx));
+    for (const int current : rank_order) {
+        for (const std::string& idx : free_idx) {
+            if (need == 0) break;
+            if (rank(idx) != current) continue;
+            take.push_back(idx);
+            --need;
+        }
+        for (const std::string& idx : reclaimable) {
+            if (need == 0) break;
+            if (rank(idx) != current) continue;
+            take.push_back(idx);
+            r.reclaimed.push_back(idx);
+            --need;
+        }
+    }
+    if (need > 0) {
+        std::string msg = shortage_head(std::to_string(amount), host, left_out);
+        std::string holders;
+        for (const auto& kv : others) {
+            if (!holders.empty()) holders += "; ";
+            holders += "pid " + std::to_string(kv.first) + " holds " + join(kv.second);
+        }
+        if (!held.empty()) msg += "; this process (pid " + std::to_string(owner) + ") holds " + join(held);
+        if (!holders.empty()) msg += "; " + holders;
+        if (!blocked.empty()) {
+            msg += "; " + join(blocked) + (blocked.size() == 1 ? " is" : " are") +
+                   " blocked by lines that cannot be parsed";
+        }
+        msg += ". Coordination file: " + opts.path + ".";
+        r.status = failure(StatusCode::kNotEnough, msg);
+        r.reclaimed.clear();
+        return r;
+    }
+
+    const std::set<std::string> gone(r.reclaimed.begin(), r.reclaimed.end());
+    for (Line& l : lines) {
+        if (l.kind != LineKind::kEntry) continue;
+        for (const std::string& idx : gone) {
+            if (excludes(l.entry, idx)) l.keep = false;  // dead: a live one would have kept idx taken
+        }
+    }
+    const bool for_self = owner == live.self();
+    r.status = write_lines(&file, text, &lines, &leases, new_holder(owner, owner_info, live.ns()), for_self, 0, take,
+                           &r.lease_problem);
+    if (!r.status.ok()) {
+        r.reclaimed.clear();
+        return r;
+    }
+    r.added = take;
+    r.indices = held;
+    r.indices.insert(r.indices.end(), take.begin(), take.end());
+    sort_indices(&r.indices);
+    sort_indices(&r.added);
+    sort_indices(&r.reclaimed);
+    return r;
+}
+
+ReleaseResult release_impl(const Options& opts, pid_t owner, const std::vector<std::string>* only) {
+    ReleaseResult r;
+    if (!(r.status = validate_pid(owner, "owner pid")).ok()) return r;
+    std::set<std::string> wanted;
+    if (only != nullptr) {
+        std::vector<std::string> v;
+        if (!(r.status = validate_indices(*only, &v)).ok()) return r;
+        wanted.insert(v.begin(), v.end());
+        if (wanted.empty()) return r;
+    }
+    LockedFile file;
+    bool exists = false;
+    std::string text;
+    const pid_t self = own_pid();
+    const bool for_self = owner == self;
+    if (!(r.status = open_and_read(opts, Access::kWriteExisting, &file, &exists, &text)).ok() || !exists) return r;
+    std::vector<Line> lines = parse_file(text);
+    Leases leases(opts.path);
+    const PidNamespace ns = own_pid_namespace(self);
+    std::set<std::string> released;
+    for (Line& l : lines) {
+        if (l.kind == LineKind::kEntry && l.entry.records(owner, for_self, ns) &&
+            (only == nullptr || wanted.count(l.entry.index))) {
+            l.keep = false;
+            released.insert(l.entry.index);
+        }
+    }
+    if (!(r.status = remove_lines(&file, text, lines, &leases, self)).ok()) return r;
+    r.released.assign(released.begin(), released.end());
+    sort_indices(&r.released);
+    return r;
+}
+
+Snapshot snapshot_impl(const Options& opts) {
+    Snapshot r;
+    LockedFile file;
+    std::string text;
+    if (!(r.status = open_and_read(opts, Access::kReadExisting, &file, &r.exists, &text)).ok() || !r.exists) return r;
+    file.unlock();  // liveness is probed after unlocking: the lock only guards the file's bytes
+    std::vector<Line> lines = parse_file(text);
+    Leases leases(opts.path);
+    LineJudge live(&leases);
+    mark_alive(&lines, &live);
+    for (const Line& l : lines) {
+        if (l.kind == LineKind::kEntry) r.entries.push_back(l.entry);
+    }
+    r.unparsable = bad_lines(lines);
+    return r;
+}
+
+CleanResult clean_stale_impl(const Options& opts, bool other_namespaces) {
+    CleanResult r;
+    LockedFile file;
+    bool exists = false;
+    std::string text;
+    if (!(r.status = open_and_read(opts, Access::kWriteExisting, &file, &exists, &text)).ok() || !exists) return r;
+    std::vector<Line> lines = parse_file(text);
+    Leases leases(opts.path);
+    LineJudge live(&leases);
+    mark_alive(&lines, &live);
+    r.unparsable = bad_lines(lines);
+    std::vector<Entry> removed;
+    for (Line& l : lines) {
+        if (l.kind == LineKind::kEntry &&
+            (!l.entry.alive || (other_namespaces && l.entry.verdict == Verdict::kOtherNamespace))) {
+            l.keep = false;
+            removed.push_back(l.entry);
+        }
+    }
+    if (removed.empty()) return r;
+    if (!(r.status = file.rewrite(text, serialize(lines))).ok()) return r;
+    r.removed = std::move(removed);
+    return r;
+}
+
+}  // namespace
+
+ClaimResult claim(const Options& opts, pid_t owner, const std::vector<std::string>& existing_indices,
+                  std::size_t amount, const std::vector<int>& ranks, const LeftOut& left_out) noexcept {
+    return guarded<ClaimResult>([&] { return claim_impl(opts, owner, existing_indices, amount, ranks, left_out); });
+}
+
+Status not_enough(const Options& opts, const std::string& amount, const std::vector<std::string>& existing_indices,
+                  const LeftOut& left_out) noexcept {
+    struct Result {
+        Status status;
+    };
+    return guarded<Result>([&] {
+        Result r;
+        std::vector<std::string> host;
+        if ((r.status = host_gpus(existing_indices, left_out, &host)).ok())
+            r.status = failure(StatusCode::kNotEnough,
+                               shortage_head(amount, host, left_out) + ". Coordination file: " + opts.path + ".");
+        return r;
+    }).status;
+}
+
+ReleaseResult release(const Options& opts, pid_t owner) noexcept {
+    return guarded<ReleaseResult>([&] { return release_impl(opts, owner, nullptr); });
+}
+
+ReleaseResult release_indices(const Options& opts, pid_t owner, const std::vector<std::string>& indices) noexcept {
+    return guarded<ReleaseResult>([&] { return release_impl(opts, owner, &indices); });
+}
+
+Snapshot snapshot(const Options& opts) noexcept {
+    return guarded<Snapshot>([&] { return snapshot_impl(opts); });
+}
+
+CleanResult clean_stale(const Options& opts, bool other_namespaces) noexcept {
+    return guarded<CleanResult>([&] { return clean_stale_impl(opts, other_namespaces); });
+}
+
+bool process_start_time(pid_t pid, std::uint64_t* start_time) noexcept {
+    const ProcInfo info = probe_process(pid);
+    if (!info.exists || !info.has_start_time) return false;
+    *start_time = info.start_time;
+    return true;
+}
+
+}  // namespace coordination
+}  // namespace flinkgpu

@@ -1,0 +1,358 @@
+// flink-gpu-discovery: a native drop-in for Flink's nvidia-gpu-discovery.sh (docs/design.md §6.1).
+//
+//   flink-gpu-discovery <amount> [--enable-coordination-mode] [--coordination-file PATH]
+//                       [--busy-gpus avoid|exclude|ignore] [--nvml-timeout DURATION]
+//
+// Same arguments, stdout and exit codes as the stock script, so that a Java TaskManager can use it
+// as its discovery script; it asks NVML in-process instead of spawning nvidia-smi. Anything meant
+// for people goes to stderr: Flink parses stdout. Beyond the stock script it chooses by the GPUs'
+// state (nvml/choice.hpp): unhealthy GPUs are never printed, and GPUs with processes that are not
+// the TaskManager's (our parent's) are avoided, excluded or ignored as --busy-gpus says. All of its
+// NVML work (nvmlInit, the enumeration, the state reads) has one deadline, --nvml-timeout (default
+// 5 s, inside Flink's 10 s discovery-script.timeout): past it, it says which call stalled and exits 1.
+#include "base/gpu_index.hpp"
+#include "coordination/claims.hpp"
+#include "flink/duration.hpp"
+#include "flink/script_args.hpp"
+#include "host/process_tree.hpp"
+#include "nvml/choice.hpp"
+#include "nvml/deadline.hpp"
+#include "nvml/devices.hpp"
+#include "nvml/loader.hpp"
+#include "nvml/state.hpp"
+
+#include <unistd.h>
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+const char* const kUsage =
+    "Usage: ./nvidia-gpu-discovery.sh gpu-amount [--enable-coordination-mode] [--coordination-file filePath]";
+const char* const kNotEnough = "Could not get enough GPU resources.";
+
+struct Arguments {
+    long long amount = 0;
+    bool beyond_range = false;  // a whole number above LLONG_MAX: more GPUs than any host has
+    flinkgpu::ScriptArgs script;
+    flinkgpu::BusyPolicy busy = flinkgpu::BusyPolicy::kAvoid;
+    double nvml_timeout = flinkgpu::kDefaultNvmlTimeoutSeconds;  // seconds
+};
+
+// Parses like the stock script: the first argument is the amount, then its flags (flink/script_args.hpp).
+// What the stock script silently ignores or defaults is noted on stderr.
+bool parse_arguments(int argc, char** argv, Arguments* args) {
+    const char* amount = argv[1];
+    errno = 0;
+    char* end = nullptr;
+    args->amount = std::strtoll(amount, &end, 10);
+    // Too large for 64 bits is still a count, only one no host can satisfy (the stock script's bash
+    // wraps it around instead and may hand out every GPU: docs/design.md §11).
+    args->beyond_range = errno == ERANGE && args->amount == LLONG_MAX && end != amount && *end == '\0';
+    if (!args->beyond_range && (errno != 0 || end == amount || *end != '\0' || args->amount < 0)) {
+        std::fprintf(stderr, "flink-gpu-discovery: the GPU amount must be a non-negative integer, got '%s'\n", amount);
+        return false;
+    }
+    args->script = flinkgpu::parse_script_args(std::vector<std::string>(argv + 2, argv + argc));
+    for (const auto& unknown : args->script.unknown) {
+        if (!unknown.suggestion.empty()) {
+            std::fprintf(stderr, "flink-gpu-discovery: ignoring unknown argument '%s' (did you mean %s?)\n",
+                         unknown.token.c_str(), unknown.suggestion.c_str());
+        } else {
+            std::fprintf(stderr, "flink-gpu-discovery: ignoring unknown argument '%s' (known: %s, %s PATH)\n",
+                         unknown.token.c_str(), flinkgpu::kEnableCoordinationFlag, flinkgpu::kCoordinationFileFlag);
+        }
+    }
+    if (args->script.has_busy_gpus && !flinkgpu::parse_busy_policy(args->script.busy_gpus, &args->busy)) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s must be one of %s, got '%s'\n", flinkgpu::kBusyGpusFlag,
+                     flinkgpu::kBusyPolicyValues, args->script.busy_gpus.c_str());
+        return false;
+    }
+    if (args->script.has_nvml_timeout) {
+        std::string why;
+        if (!flinkgpu::parse_flink_duration(args->script.nvml_timeout, &args->nvml_timeout, &why) ||
+            !(args->nvml_timeout > 0)) {
+            if (why.empty()) why = "it must be positive";
+            std::fprintf(stderr,
+                         "flink-gpu-discovery: %s must be a positive duration such as '5 s' or '500 ms', got "
+                         "'%s': %s\n",
+                         flinkgpu::kNvmlTimeoutFlag, args->script.nvml_timeout.c_str(), why.c_str());
+            return false;
+        }
+    }
+    if (args->script.file_value_missing) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s has no value; using the default coordination file %s\n",
+                     flinkgpu::kCoordinationFileFlag, args->script.coordination_file.c_str());
+    }
+    return true;
+}
+
+std::string join(const std::vector<std::string>& indices) {
+    std::string out;
+    for (const auto& index : indices) {
+        if (!out.empty()) out += ',';
+        out += index;
+    }
+    return out;
+}
+
+// The answer Flink parses. A write that fails (stdout closed, disk full) must not exit 0 with
+// nothing read: Flink would start without GPUs and never know why.
+int print_indices(const std::vector<std::string>& indices) {
+    std::puts(join(indices).c_str());
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        std::fprintf(stderr, "flink-gpu-discovery: cannot write the GPU indices to stdout: %s\n", std::strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+    for (const auto& e : v)
+        if (e == x) return true;
+    return false;
+}
+
+// Names the GPUs the ranking left out, a sentence of its own after a "not enough" message ("" for none).
+std::string left_out_text(const flinkgpu::Ranking& ranking) {
+    std::string out;
+    for (const auto& [index, why] : ranking.left_out) {
+        out += (out.empty() ? " GPU " : "; GPU ") + index + " left out (" + why + ")";
+    }
+    return out.empty() ? out : out + ".";
+}
+
+// The TaskManager that ran us: our parent when we started, read once. If it dies, we are handed to a
+// reaper (pid 1, or a subreaper) that getppid() would then name: recording that one would keep the
+// GPUs taken for as long as the reaper lives, so it is never asked again.
+struct Parent {
+    pid_t pid = 0;
+    bool has_start_time = false;
+    std::uint64_t start_time = 0;  // tells the parent from a process that got its pid after it died
+};
+
+Parent read_parent() {
+    Parent p;
+    p.pid = getppid();
+    p.has_start_time = flinkgpu::coordination::process_start_time(p.pid, &p.start_time);
+    return p;
+}
+
+// Whether the parent we started with is still our parent and still the same process. While it is our
+// parent its pid cannot be reused; once getppid() names another, it died.
+bool parent_unchanged(const Parent& parent) {
+    if (getppid() != parent.pid) return false;
+    std::uint64_t now = 0;
+    return !parent.has_start_time ||
+           (flinkgpu::coordination::process_start_time(parent.pid, &now) && now == parent.start_time);
+}
+
+int parent_gone(const Parent& parent, const std::string& what) {
+    const char* end = !what.empty() && what.back() == '.' ? "" : ".";
+    std::fprintf(stderr, "flink-gpu-discovery: the TaskManager that ran this discovery (pid %ld) has exited; %s%s\n",
+                 static_cast<long>(parent.pid), what.c_str(), end);
+    return 1;
+}
+
+// Whether the parent we read is the process that ran us. A TaskManager that died before we read
+// getppid() left us to a reaper (pid 1, or a subreaper), which would own the GPUs for as long as it
+// lives: a parent that nothing shows to have started us (host/process_tree.hpp) is taken for one, and no
+// GPU is claimed for it.
+bool parent_ran_us(const Parent& parent) {
+    if (parent.pid <= 0) {
+        std::fprintf(stderr,
+                     "flink-gpu-discovery: the process that ran this discovery is outside its PID namespace "
+                     "(getppid() is 0), so there is no owner to record; no GPU was claimed. Run it from the "
+                     "TaskManager, in the TaskManager's PID namespace.\n");
+        return false;
+    }
+    if (flinkgpu::parent_evidence(parent.pid) != flinkgpu::ParentEvidence::kNone) return true;
+    if (!parent_unchanged(parent)) {
+        parent_gone(parent, "no GPU was claimed");
+        return false;
+    }
+    std::fprintf(stderr,
+                 "flink-gpu-discovery: pid %ld, the parent of this discovery, is in neither its process group nor "
+                 "its session and does not read its output, so it is taken for a reaper (pid 1 or a subreaper) "
+                 "that adopted it after the TaskManager that ran it exited; no GPU was claimed. A TaskManager "
+                 "runs it as its own child (a wrapper script must exec it).\n",
+                 static_cast<long>(parent.pid));
+    return false;
+}
+
+// Claims for our parent (the TaskManager, as the stock script records $PPID). Printed in the
+// stock script's order: what the owner already held, free GPUs, then those taken from dead owners.
+int claim_coordinated(const Arguments& args, const flinkgpu::Ranking& ranking, const Parent& parent) {
+    namespace coord = flinkgpu::coordination;
+    coord::Options opts;
+    opts.path = args.script.coordination_file;
+    // NVML may have taken long: a parent that died meanwhile asks for nothing any more
+    if (!parent_unchanged(parent)) return parent_gone(parent, "no GPU was claimed");
+    const coord::ClaimResult r = coord::claim(opts, parent.pid, ranking.indices, static_cast<std::size_t>(args.amount),
+                                              ranking.ranks, ranking.left_out);
+    // It may have died during the claim (waiting for the lock): what was written for its pid is
+    // taken back, since a process that got that pid since would own it.
+    if (r.status.ok() && !parent_unchanged(parent)) {
+        if (r.added.empty()) return parent_gone(parent, "no GPU was claimed");
+        const coord::ReleaseResult undo = coord::release_indices(opts, parent.pid, r.added);
+        if (!undo.status.ok())
+            return parent_gone(parent, "the GPUs claimed for it could not be released: " + undo.status.message);
+        return parent_gone(parent, "the GPUs claimed for it were released");
+    }
+    for (const auto& bad : r.unparsable)
+        std::fprintf(stderr, "flink-gpu-discovery: %s:%zu: kept a line that is not '<index> <pid>': %s\n",
+                     args.script.coordination_file.c_str(), bad.line_number, bad.text.c_str());
+    if (r.status.code == flinkgpu::StatusCode::kNotEnough) std::puts(kNotEnough);
+    if (!r.status.ok()) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s\n", r.status.message.c_str());
+        return 1;
+    }
+    std::vector<std::string> ordered;
+    for (const auto& i : r.indices)
+        if (!contains(r.added, i)) ordered.push_back(i);
+    for (const auto& i : r.added)
+        if (!contains(r.reclaimed, i)) ordered.push_back(i);
+    for (const auto& i : r.reclaimed) ordered.push_back(i);
+    return print_indices(ordered);
+}
+
+// Leaves with `code`. While a thread is still inside an NVML call that missed its deadline, exit()
+// would run static destructors and atexit handlers under it (the library's own among them): flush
+// what was written and _exit instead.
+int leave(int code) {
+    if (!flinkgpu::nvml_call_outstanding()) return code;
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(code);
+}
+
+double seconds_since(const timespec& start) {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return static_cast<double>(now.tv_sec - start.tv_sec) + static_cast<double>(now.tv_nsec - start.tv_nsec) / 1e9;
+}
+
+// What loading NVML gave: shared with the worker that runs it, which may outlive a missed deadline.
+struct Loaded {
+    flinkgpu::Status status;
+    const flinkgpu::NvmlLibrary* lib = nullptr;
+    flinkgpu::Enumeration found;
+};
+
+// Proof that constructors ran (discovery/glibc_start_compat.cpp runs them on old and new glibc alike).
+bool g_constructors_ran = false;
+const struct ConstructorProbe {
+    ConstructorProbe() { g_constructors_ran = true; }
+} g_constructor_probe;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    // Before anything else: the process that ran us, and writes that fail rather than kill. A JVM's
+    // child starts with SIGXFSZ at its default action, which under `ulimit -f` ends the process at the
+    // write that crosses the limit, with half a line in the coordination file; ignored, the write fails
+    // with EFBIG, what it changed is put back, and the message says whether the file is unchanged or
+    // restored (coordination/file.hpp).
+    const Parent parent = read_parent();
+    std::signal(SIGXFSZ, SIG_IGN);
+    if (!g_constructors_ran) {
+        std::fprintf(stderr, "flink-gpu-discovery: internal error: static constructors did not run\n");
+        return 70;
+    }
+    if (argc < 2) {
+        std::puts(kUsage);
+        return 1;
+    }
+    Arguments args;
+    if (!parse_arguments(argc, argv, &args)) return 1;
+    if (args.amount == 0) return 0;
+    if (args.beyond_range) {
+        std::puts(kNotEnough);
+        std::fprintf(stderr, "flink-gpu-discovery: %s GPUs requested, more than any host has\n", argv[1]);
+        return 1;
+    }
+    if (args.script.coordination_mode && !parent_ran_us(parent)) return 1;
+
+    // One deadline for all NVML work: nvmlInit can hang (NVIDIA/go-nvml#152), any query can.
+    timespec start{};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    // static: the worker may outlive a missed deadline (we then leave with _exit, never destroying it)
+    static Loaded loaded_storage;
+    Loaded* loaded = &loaded_storage;
+    flinkgpu::Stall stall;
+    flinkgpu::Status status;
+    const bool returned = flinkgpu::run_within(args.nvml_timeout, "nvmlInit_v2 or the device enumeration", [loaded] {
+        loaded->lib = flinkgpu::NvmlLibrary::acquire("", &loaded->status);
+        if (loaded->lib != nullptr) loaded->status = flinkgpu::enumerate_devices(*loaded->lib, &loaded->found);
+    }, &stall, &status);
+    if (!returned && !status.ok()) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
+        return 1;
+    }
+    if (!returned) {
+        std::fprintf(stderr,
+                     "flink-gpu-discovery: NVML did not answer: %s (%s %s); no GPU was claimed. The NVIDIA "
+                     "driver may hang: check dmesg for Xid errors and nvidia-smi.\n",
+                     flinkgpu::stall_text(stall, args.nvml_timeout).c_str(), flinkgpu::kNvmlTimeoutFlag,
+                     args.script.has_nvml_timeout ? args.script.nvml_timeout.c_str() : "5 s");
+        return leave(1);
+    }
+    status = loaded->status;
+    const flinkgpu::NvmlLibrary* lib = loaded->lib;
+    const flinkgpu::Enumeration& found = loaded->found;
+    if (!status.ok()) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
+        return 1;
+    }
+    for (const auto& skipped : found.skipped) std::fprintf(stderr, "flink-gpu-discovery: %s\n", skipped.reason.c_str());
+
+    // The state now, judged for our parent: it is the owner and the TaskManager.
+    std::vector<std::string> enumerated;
+    for (const auto& d : found.devices) enumerated.push_back(d.index);
+    flinkgpu::Choice choice;
+    status = flinkgpu::choose_gpus(*lib, enumerated, parent.pid, parent.pid, args.busy, flinkgpu::all_checks(),
+                                   args.nvml_timeout, &choice, seconds_since(start));
+    if (!status.ok()) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
+        return leave(1);
+    }
+    for (const auto& s : choice.stalls)
+        std::fprintf(stderr, "flink-gpu-discovery: %s%s: its GPUs are unknown and not handed out\n",
+                     s.gpu == flinkgpu::ReadMonitor::kLibrary ? "" : ("GPU " + std::to_string(s.gpu) + ": ").c_str(),
+                     flinkgpu::stall_text(s, args.nvml_timeout).c_str());
+    const flinkgpu::Ranking& ranking = choice.ranking;
+    for (const auto& state : choice.states)
+        for (const auto& warning : state.warnings)
+            std::fprintf(stderr, "flink-gpu-discovery: GPU %s: %s\n", state.index.c_str(), warning.c_str());
+    for (const auto& [index, why] : ranking.left_out)
+        std::fprintf(stderr, "flink-gpu-discovery: GPU %s left out: %s\n", index.c_str(), why.c_str());
+
+    // Too few usable GPUs, coordinated or not: said before any claim, which would count only the usable ones
+    // as the host's GPUs.
+    if (static_cast<unsigned long long>(args.amount) > ranking.indices.size()) {
+        std::puts(kNotEnough);
+        const std::size_t host = found.devices.size() + found.skipped.size();
+        std::fprintf(stderr,
+                     "flink-gpu-discovery: %lld GPU%s requested, but %zu of the %zu device%s NVML lists %s "
+                     "usable.%s\n",
+                     args.amount, args.amount == 1 ? "" : "s", ranking.indices.size(), host, host == 1 ? "" : "s",
+                     ranking.indices.size() == 1 ? "is" : "are", left_out_text(ranking).c_str());
+        return leave(1);
+    }
+    // The coordination file is locked only now, with no NVML call of ours waited for (a stuck one is
+    // abandoned on its own thread, holding no lock of ours).
+    if (args.script.coordination_mode) return leave(claim_coordinated(args, ranking, parent));
+    // the best `amount`, printed in index order as the stock script prints its first ones
+    std::vector<std::string> chosen(ranking.indices.begin(), ranking.indices.begin() + args.amount);
+    flinkgpu::sort_indices(&chosen);
+    return leave(print_indices(chosen));
+}

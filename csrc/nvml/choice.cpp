@@ -1,0 +1,292 @@
+#include "nvml/choice.hpp"
+
+#include "base/gpu_index.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+
+namespace flinkgpu {
+namespace {
+
+// What a recovery action asks for, and how bad it is for handing the GPU out (the DRA driver's and
+// DCGM's classes): nullptr for NONE.
+struct RecoveryClass {
+    const char* text;
+    Health verdict;
+};
+RecoveryClass recovery_class(unsigned action) {
+    switch (action) {
+        case NVML_GPU_RECOVERY_ACTION_NONE: return {nullptr, Health::kOk};
+        case NVML_GPU_RECOVERY_ACTION_GPU_RESET: return {"reset the GPU", Health::kUnhealthy};
+        case NVML_GPU_RECOVERY_ACTION_NODE_REBOOT: return {"reboot the node", Health::kUnhealthy};
+        case NVML_GPU_RECOVERY_ACTION_DRAIN_P2P: return {"drain peer-to-peer traffic", Health::kDegraded};
+        case NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET:
+            return {"drain peer-to-peer traffic and reset the GPU", Health::kUnhealthy};
+        case NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN:
+            return {"recover the IMEX domain (not a fault of this GPU)", Health::kOk};
+        case NVML_GPU_RECOVERY_ACTION_BUS_RESET: return {"reset the GPU's PCIe bus", Health::kUnhealthy};
+        case NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT: return {"reboot the system", Health::kUnhealthy};
+        default: return {"", Health::kUnhealthy};  // unknown to this build: assume the worst
+    }
+}
+
+// The finding of one check on `r`, "" for none.
+std::pair<std::string, Health> finding(Check check, const HealthReadings& r) {
+    using F = std::pair<std::string, Health>;
+    switch (check) {
+        case Check::kInforom: return r.inforom_corrupted ? F{"InfoROM corrupted", Health::kUnhealthy} : F{};
+        case Check::kRemappedRows:
+            if (r.remap_failed) return {"row remapping failed", Health::kUnhealthy};
+            if (r.remap_pending) return {"row remapping pending", Health::kDegraded};
+            return {};
+        case Check::kEcc:
+            if (r.ecc_uncorrected_volatile == 0) return {};
+            return {std::to_string(r.ecc_uncorrected_volatile) + " uncorrectable volatile ECC error" +
+                        (r.ecc_uncorrected_volatile == 1 ? "" : "s"),
+                    Health::kUnhealthy};
+        case Check::kRecoveryAction: {
+            const RecoveryClass c = recovery_class(r.recovery_action);
+            if (c.text == nullptr) return {};
+            if (c.text[0] == '\0')
+                return {"GPU recovery action " + std::to_string(r.recovery_action) +
+                            " (unknown to this build: treated as needing a reset)",
+                        c.verdict};
+            return {std::string("GPU recovery action: ") + c.text, c.verdict};
+        }
+        case Check::kFabric:
+            switch (r.fabric.state) {
+                case NVML_GPU_FABRIC_STATE_NOT_STARTED:
+                    return {
+                        "NVLink fabric registration not started: CUDA would fail with error 802; is the "
+                        "Fabric Manager running?",
+                        Health::kUnhealthy};
+                case NVML_GPU_FABRIC_STATE_IN_PROGRESS:
+                    return {
+                        "NVLink fabric registration in progress: transient, the GPU is handed out once it "
+                        "completes",
+                        Health::kUnhealthy};
+                case NVML_GPU_FABRIC_STATE_COMPLETED:
+                    if (r.fabric.status != NVML_SUCCESS)
+                        return {std::string("no NVLink peer-to-peer (fabric registration completed with ") +
+                                    nvml_code_name(r.fabric.status) + ")",
+                                Health::kDegraded};
+                    // never required: a healthy HGX H100 on R580 reads N/A here and an all-zero cluster UUID
+                    if (r.fabric.health_summary == NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY)
+                        return {"no NVLink peer-to-peer (fabric health summary: unhealthy)", Health::kDegraded};
+                    return {};
+                default: return {};
+            }
+        case Check::kRetiredPages: return r.pages_pending ? F{"page retirement pending", Health::kDegraded} : F{};
+        case Check::kCount: break;
+    }
+    return {};
+}
+
+}  // namespace
+
+void judge_health(const CheckSet& enforced, DeviceState* state) {
+    const HealthReadings& r = state->readings;
+    if (!r.unknown.empty()) {  // nothing was read: no check has an outcome
+        state->warnings.clear();
+        for (std::size_t c = 0; c < kCheckCount; ++c) {
+            state->checks[c] = CheckResult();
+            state->checks[c].enforced = enforced.test(c);
+        }
+        state->health = Health::kUnknown;
+        state->health_text = "unknown: " + r.unknown;
+        state->findings.assign(1, state->health_text);
+        return;
+    }
+    std::vector<std::string> bad, degraded;
+    const char* function = r.lost_function ? r.lost_function : "a state query";
+    if (r.lost_code == NVML_ERROR_GPU_IS_LOST) {
+        bad.push_back(std::string("GPU is lost (") + function + " returned NVML_ERROR_GPU_IS_LOST)");
+    } else if (r.lost_code == NVML_ERROR_RESET_REQUIRED) {
+        bad.push_back(std::string("GPU reset required (") + function + " returned NVML_ERROR_RESET_REQUIRED)");
+    } else if (r.lost_code != NVML_SUCCESS) {
+        bad.push_back(std::string("GPU no longer answers (") + function + " returned " + nvml_code_name(r.lost_code) +
+                      ")");
+    }
+    state->warnings.clear();
+    for (std::size_t c = 0; c < kCheckCount; ++c) {
+        CheckResult& result = state->checks[c];
+        result = CheckResult();
+        result.enforced = enforced.test(c);
+        result.outcome = r.answered[c];
+        if (result.outcome != Outcome::kOk) continue;
+        auto [text, verdict] = finding(static_cast<Check>(c), r);
+        if (text.empty()) continue;
+        result.outcome = Outcome::kFinding;
+        result.verdict = verdict;
+        result.finding = text;
+        if (!result.enforced) continue;
+        if (verdict == Health::kUnhealthy) bad.push_back(text);
+        else if (verdict == Health::kDegraded) degraded.push_back(text);
+        else state->warnings.push_back(text);
+    }
+    state->findings.clear();
+    for (const auto& f : bad) state->findings.push_back("unhealthy: " + f);
+    for (const auto& f : degraded) state->findings.push_back("degraded: " + f);
+    state->health = !bad.empty() ? Health::kUnhealthy : !degraded.empty() ? Health::kDegraded : Health::kOk;
+    state->health_text = state->findings.empty() ? "ok" : state->findings.front();
+}
+
+namespace {
+
+// Whether `text` is `word` (lower case), ASCII case ignored.
+bool is_word(std::string_view text, std::string_view word) noexcept {
+    if (text.size() != word.size()) return false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i] >= 'A' && text[i] <= 'Z' ? static_cast<char>(text[i] - 'A' + 'a') : text[i];
+        if (c != word[i]) return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+bool parse_busy_policy(std::string_view text, BusyPolicy* out) noexcept {
+    while (!text.empty() && static_cast<unsigned char>(text.front()) <= 0x20) text.remove_prefix(1);
+    while (!text.empty() && static_cast<unsigned char>(text.back()) <= 0x20) text.remove_suffix(1);
+    if (is_word(text, "avoid")) *out = BusyPolicy::kAvoid;
+    else if (is_word(text, "exclude")) *out = BusyPolicy::kExclude;
+    else if (is_word(text, "ignore")) *out = BusyPolicy::kIgnore;
+    else return false;
+    return true;
+}
+
+std::string busy_reason(const DeviceState& state) {
+    std::string list;
+    std::size_t count = 0;
+    for (const GpuProcess& p : state.processes) {
+        if (p.own) continue;
+        if (count++ > 0) list += ", ";
+        list += std::to_string(p.pid) + " (" + process_kind_name(p.kind);
+        if (!p.visible) list += ", not visible in this pid namespace";
+        list += ")";
+    }
+    if (count == 0) return std::string();
+    return std::string(count == 1 ? "busy: foreign process " : "busy: foreign processes ") + list;
+}
+
+Ranking rank_gpus(const std::vector<DeviceState>& states, BusyPolicy policy) {
+    struct Candidate {
+        std::string index;
+        int rank;
+    };
+    std::vector<Candidate> candidates;
+    Ranking r;
+    for (const DeviceState& s : states) {
+        const std::string& index = s.index;
+        if (s.health == Health::kUnhealthy || s.health == Health::kUnknown) {
+            r.left_out.emplace_back(index, s.health_text);
+            continue;
+        }
+        const bool busy = s.busy && policy != BusyPolicy::kIgnore;
+        if (busy && policy == BusyPolicy::kExclude) {
+            r.left_out.emplace_back(index, busy_reason(s));
+            continue;
+        }
+        candidates.push_back({index, (s.health == Health::kDegraded ? 2 : 0) + (busy ? 1 : 0)});
+    }
+    // States come in index order (a choice's do): then only the ranks need sorting, stably.
+    auto by_index = [](const Candidate& a, const Candidate& b) { return compare_indices(a.index, b.index) < 0; };
+    if (!std::is_sorted(candidates.begin(), candidates.end(), by_index))
+        std::stable_sort(candidates.begin(), candidates.end(), by_index);
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.rank < b.rank; });
+    for (const Candidate& c : candidates) {
+        r.indices.push_back(c.index);
+        r.ranks.push_back(c.rank);
+    }
+    auto out_by_index = [](const auto& a, const auto& b) { return compare_indices(a.first, b.first) < 0; };
+    if (!std::is_sorted(r.left_out.begin(), r.left_out.end(), out_by_index))
+        std::stable_sort(r.left_out.begin(), r.left_out.end(), out_by_index);
+    return r;
+}
+
+}  // namespace flinkgpu
+
+namespace flinkgpu {
+
+ReadPlan read_plan(BusyPolicy policy) noexcept {
+    ReadPlan plan;
+    plan.processes = policy != BusyPolicy::kIgnore;  // ignore never looks at them
+    return plan;
+}
+
+Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner, pid_t taskmanager,
+                   BusyPolicy policy, const CheckSet& enforced, double timeout_seconds, Choice* out,
+                   double spent_seconds, bool fresh_inforom) noexcept {
+    try {
+        out->states.clear();
+        std::vector<DeviceState> now;
+        bool count_known = false;
+        ReadPlan plan = read_plan(policy);
+        plan.fresh_inforom = fresh_inforom;
+        if (const Status st = query_states_within(lib, owner, taskmanager, enforced, plan, timeout_seconds, &now,
+                                                  &out->stalls, &count_known, spent_seconds);
+            !st.ok())
+            return st;
+        // Not even the count was read: every device is unknown for the library-wide call that stalled.
+        std::string uncounted;
+        for (const Stall& s : out->stalls)
+            if (!count_known && s.gpu == ReadMonitor::kLibrary)
+                uncounted = "not read: " + stall_text(s, timeout_seconds);
+        out->states.reserve(enumerated.size());
+        std::size_t next = 0;  // both are in index order: a walk, searching only where they differ
+        for (const std::string& index : enumerated) {
+            if (next < now.size() && now[next].index == index) {
+                out->states.push_back(std::move(now[next++]));
+                continue;
+            }
+            auto found = std::find_if(now.begin(), now.end(), [&](const DeviceState& s) { return s.index == index; });
+            if (found != now.end()) {
+                next = static_cast<std::size_t>(found - now.begin()) + 1;
+                out->states.push_back(std::move(*found));
+                continue;
+            }
+            // Gone since the enumeration: its GPU refused its handle or MIG layout (one state for
+            // the GPU), or the MIG unit is no longer there.
+            const std::size_t colon = index.find(':');
+            const std::string gpu = index.substr(0, colon);
+            auto parent = std::find_if(now.begin(), now.end(), [&](const DeviceState& s) { return s.index == gpu; });
+            DeviceState gone;
+            if (!count_known) {
+                gone.readings.unknown = uncounted.empty() ? "not read in time" : uncounted;
+                gone.processes_read = false;
+                judge_health(enforced, &gone);
+            } else if (parent != now.end() &&
+                       (parent->readings.lost_code != NVML_SUCCESS || parent->health == Health::kUnknown)) {
+                gone = *parent;
+            } else {
+                gone.readings.lost_code = NVML_ERROR_NOT_FOUND;
+                gone.readings.lost_function =
+                    colon == std::string::npos ? "nvmlDeviceGetCount_v2" : "nvmlDeviceGetMigDeviceHandleByIndex";
+                judge_health(enforced, &gone);
+            }
+            gone.index = index;
+            gone.nvml_index = static_cast<unsigned>(std::strtoul(gpu.c_str(), nullptr, 10));
+            gone.mig_slot.reset();
+            if (colon != std::string::npos)
+                gone.mig_slot = static_cast<unsigned>(std::strtoul(index.c_str() + colon + 1, nullptr, 10));
+            out->states.push_back(std::move(gone));
+        }
+        out->ranking = rank_gpus(out->states, policy);
+        // Nothing usable while a cached InfoROM answer keeps a GPU out: it may be stale (the GPU was
+        // reset since), so the choice is made again with InfoROM read now.
+        bool cached_inforom_finding = false;
+        for (const DeviceState& s : out->states)
+            cached_inforom_finding =
+                cached_inforom_finding || (s.readings.inforom_cached && s.readings.inforom_corrupted);
+        if (out->ranking.indices.empty() && cached_inforom_finding && !fresh_inforom)
+            return choose_gpus(lib, enumerated, owner, taskmanager, policy, enforced, timeout_seconds, out,
+                               spent_seconds, true);
+        return Status();
+    } catch (const std::bad_alloc&) {
+        return nvml_failure(NVML_ERROR_MEMORY, "choose_gpus", "Out of memory while choosing GPUs.");
+    }
+}
+
+}  // namespace flinkgpu

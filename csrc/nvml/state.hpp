@@ -1,0 +1,152 @@
+// The dynamic state of every GPU at the moment a choice is made (docs/design.md §4): health
+// readings, the processes NVML lists on it, memory used and free, compute mode. Point-in-time
+// queries, no event loop. Every query is optional: an absent entry point, NOT_SUPPORTED,
+// FUNCTION_NOT_FOUND or NO_PERMISSION is no finding (NO_PERMISSION on a process query makes the
+// processes unknown).
+#pragma once
+
+#include "nvml/loader.hpp"
+
+#include <sys/types.h>
+
+#include <array>
+#include <bitset>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace flinkgpu {
+
+// kUnknown: the state could not be read in time (an NVML call past its deadline, nvml/deadline.hpp);
+// such a GPU is never handed out.
+enum class Health { kOk, kDegraded, kUnhealthy, kUnknown };
+
+// The health checks, each one NVML reading (docs/design.md §9.1 has the table). `health-checks`
+// names them; a GPU that is lost or needs a reset is unhealthy whatever is enforced.
+enum class Check { kInforom, kRemappedRows, kEcc, kRecoveryAction, kFabric, kRetiredPages, kCount };
+inline constexpr std::size_t kCheckCount = static_cast<std::size_t>(Check::kCount);
+const char* check_name(Check check) noexcept;  // "inforom", "remapped-rows", ...
+using CheckSet = std::bitset<kCheckCount>;     // the checks whose findings decide health
+inline CheckSet all_checks() noexcept { return CheckSet().set(); }
+
+// What one check said about a device: not looked at is not healthy.
+enum class Outcome {
+    kOk,             // read, nothing found
+    kFinding,        // read, something found (CheckResult::finding)
+    kNotSupported,   // the driver lacks the query or the GPU answers NOT_SUPPORTED
+    kNoPermission,   // NVML refused it (NO_PERMISSION)
+    kNotApplicable,  // nothing to read in this configuration (ECC counters while ECC is off)
+};
+const char* outcome_name(Outcome outcome) noexcept;  // "ok", "finding", "not supported", ...
+
+// NVML_GPU_FABRIC_STATE_* with the probe status (valid once COMPLETED) and, from a v3 struct, the
+// health summary (NVML_GPU_FABRIC_HEALTH_SUMMARY_*; NOT_SUPPORTED where the struct has none).
+struct FabricReading {
+    unsigned state = NVML_GPU_FABRIC_STATE_NOT_SUPPORTED;
+    int status = NVML_SUCCESS;
+    unsigned health_summary = NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED;
+};
+
+// What the health queries found; nvml/choice.hpp turns it into a verdict.
+struct HealthReadings {
+    int lost_code = NVML_SUCCESS;  // GPU_IS_LOST or RESET_REQUIRED from a state query; any code from the handle query
+    const char* lost_function = nullptr;
+    bool inforom_corrupted = false;  // nvmlDeviceValidateInforom
+    bool inforom_cached = false;     // that answer is the process's cached one (kInforomRecheckSeconds)
+    bool remap_failed = false, remap_pending = false;          // nvmlDeviceGetRemappedRows
+    unsigned long long ecc_uncorrected_volatile = 0;           // only read while ECC is on
+    unsigned recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;  // NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+    FabricReading fabric;        // nvmlDeviceGetGpuFabricInfoV, else nvmlDeviceGetGpuFabricInfo
+    bool pages_pending = false;  // nvmlDeviceGetRetiredPagesPendingStatus
+    // Why nothing is known: "<query> did not return within 5 s" and the like (nvml/deadline.hpp);
+    // empty when the GPU was read.
+    std::string unknown;
+    // per Check: how its query answered (kFinding is set by judge_health)
+    std::array<Outcome, kCheckCount> answered{Outcome::kNotSupported, Outcome::kNotSupported, Outcome::kNotSupported,
+                                              Outcome::kNotSupported, Outcome::kNotSupported, Outcome::kNotSupported};
+};
+
+// One check's result on one device.
+struct CheckResult {
+    Outcome outcome = Outcome::kNotSupported;
+    Health verdict = Health::kOk;  // of the finding; counts for the device only when enforced
+    std::string finding;           // "" unless kFinding
+    bool enforced = true;
+};
+
+enum class ProcessKind { kCompute, kGraphics, kMps };
+const char* process_kind_name(ProcessKind kind) noexcept;
+
+struct GpuProcess {
+    unsigned pid = 0;
+    std::optional<unsigned long long> used_memory;  // bytes; absent where NVML cannot say
+    ProcessKind kind = ProcessKind::kCompute;
+    bool own = false;      // the owner, its TaskManager or a descendant of either
+    bool visible = false;  // has a /proc entry in our pid namespace
+};
+
+struct DeviceState {
+    std::string index;        // as DeviceInfo::index: "<i>" for a GPU, "<parent>:<slot>" for a MIG unit
+    unsigned nvml_index = 0;  // the GPU's; a unit's parent's
+    std::optional<unsigned> mig_slot;
+    HealthReadings readings;
+    Health health = Health::kOk;        // from the lost state and the enforced checks' findings
+    std::string health_text = "ok";     // "ok", "degraded: <reason>", "unhealthy: <reason>" or "unknown: <why>"
+    std::vector<std::string> findings;  // every enforced finding, unhealthy ones first
+    std::vector<std::string> warnings;  // enforced findings that leave health ok (RECOVER_IMEX_DOMAIN)
+    std::array<CheckResult, kCheckCount> checks;  // per Check, enforced or not
+    std::optional<unsigned long long> memory_used, memory_free;
+    std::vector<GpuProcess> processes;
+    bool processes_known = true;              // false: a process query answered NO_PERMISSION
+    bool processes_read = true;               // false: the plan read no process list (ReadPlan::processes)
+    bool busy = false;                        // a process that is not own
+    std::optional<std::string> compute_mode;  // "default", "exclusive_process", "prohibited", ...
+};
+
+// A device's memory in use and free (bytes): nvmlDeviceGetMemoryInfo_v2, else (absent, or an answer
+// that is no finding, as a stub of the symbol gives) the original query. Returns the NVML code of
+// the query that answered, *function naming it (nullptr and NVML_ERROR_FUNCTION_NOT_FOUND when the
+// driver has neither). Never throws.
+struct MemoryReading {
+    unsigned long long used = 0, free = 0;
+};
+int read_memory(const NvmlApi& api, nvmlDevice_t dev, MemoryReading* out, const char** function) noexcept;
+
+// Watches a state read from another thread (nvml/deadline.hpp). The reading thread tells it each
+// NVML call before making it, asks whether to skip a GPU (an earlier read is still stuck on it, or
+// another thread reads it) and hands it each GPU's states as soon as they are read; `gpu_read` false:
+// stop reading. `known_count` true: the GPU count is already known (*count), not read again.
+class ReadMonitor {
+public:
+    static constexpr int kLibrary = -1;  // a call about the whole library, not one GPU
+    virtual ~ReadMonitor() = default;
+    virtual void calling(int gpu, const char* function) noexcept = 0;
+    virtual bool known_count(unsigned* count) noexcept = 0;
+    virtual void counted(unsigned count) noexcept = 0;
+    virtual bool skip(unsigned gpu) noexcept = 0;
+    virtual bool gpu_read(std::vector<DeviceState>* states) noexcept = 0;
+};
+
+// What a state read asks NVML (docs/design.md §9.1, "Query plan").
+struct ReadPlan {
+    bool processes = true;       // false (busy-gpus: ignore): no process list is read, processes stay unknown
+    bool fresh_inforom = false;  // true: InfoROM validity read now, not taken from the process's cache
+};
+
+// How long a GPU's InfoROM validity (nvmlDeviceValidateInforom, which reads the flash) is reused within a
+// process before it is read again; a choice that finds nothing usable reads it again at once.
+inline constexpr unsigned kInforomRecheckSeconds = 600;
+
+// The state of every device (a MIG GPU's units in its place), in index order, judged with the
+// checks `enforced`. A GPU whose handle or MIG layout NVML refuses now is one state, lost, with
+// the refusing call (enumerate_devices skips it, or it went after the enumeration). `owner`: the
+// claiming process; `taskmanager`: its TaskManager, 0 for none. Errors that concern the whole
+// library fail the call. Never throws.
+// With a `monitor`, each GPU's states go to it instead of `out` (which stays empty), and GPUs it
+// says to skip are not read.
+Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,
+                    std::vector<DeviceState>* out, const ReadPlan& plan = ReadPlan(),
+                    ReadMonitor* monitor = nullptr) noexcept;
+
+}  // namespace flinkgpu

@@ -1,0 +1,402 @@
+// Unit tests of the binding policy (docs/design.md §9.3), with real files, real processes and real threads.
+#include "coordination/bindings.hpp"
+#include "coordination/liveness.hpp"
+
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tests/check.hpp"
+#include "tests/fixtures.hpp"
+
+namespace bi = flinkgpu::binding;
+namespace co = flinkgpu::coordination;
+using fixtures::gpus;
+using fixtures::joined;
+using fixtures::kill_and_reap;
+using fixtures::lift_growth_limit;
+using fixtures::limit_growth_to;
+using fixtures::read_text;
+using fixtures::spawn_sleeper;
+
+static std::string g_dir;
+
+static std::string fresh_path(const char* name) {
+    static int counter = 0;
+    return g_dir + "/" + name + "-" + std::to_string(++counter) + ".bindings";
+}
+
+static co::Options opts_for(const std::string& path) {
+    co::Options o;
+    o.path = path;
+    return o;
+}
+
+static bi::Holder process(pid_t pid) {
+    bi::Holder h;
+    h.pid = pid;
+    h.taskmanager = getpid();
+    return h;
+}
+
+static bi::Holder slot(pid_t tid, const std::string& id) {
+    bi::Holder h;
+    h.pid = tid;
+    h.slot = id;
+    h.taskmanager = getpid();
+    return h;
+}
+
+static std::string bound(const std::string& path, const bi::Holder& h, const std::vector<std::string>& g,
+                         std::size_t count, std::uint32_t share) {
+    const bi::BindResult r = bi::bind(opts_for(path), h, g, count, share);
+    if (!r.status.ok()) return "error: " + r.status.message;
+    return joined(r.indices);
+}
+
+// A thread that lives until released, for slot holders (a slot's lines are judged by their thread).
+class LiveThread {
+public:
+    LiveThread() : thread_([this] { run(); }) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [this] { return tid_ != 0; });
+    }
+    ~LiveThread() { end(); }
+    pid_t tid() const { return tid_; }
+    void end() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            done_ = true;
+        }
+        cv_.notify_all();
+        if (thread_.joinable()) thread_.join();
+    }
+
+private:
+    void run() {
+        std::unique_lock<std::mutex> lock(mutex_);
+        tid_ = static_cast<pid_t>(syscall(SYS_gettid));
+        cv_.notify_all();
+        cv_.wait(lock, [this] { return done_; });
+    }
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    pid_t tid_ = 0;
+    bool done_ = false;
+    std::thread thread_;
+};
+
+TEST_CASE(least_bound_first_lowest_index_among_equals) {
+    const std::string path = fresh_path("spread");
+    std::vector<pid_t> holders;
+    for (int i = 0; i < 5; ++i) holders.push_back(spawn_sleeper());
+    CHECK_EQ(bound(path, process(holders[0]), gpus(2), 1, 2), std::string("0"));
+    CHECK_EQ(bound(path, process(holders[1]), gpus(2), 1, 2), std::string("1"));
+    CHECK_EQ(bound(path, process(holders[2]), gpus(2), 1, 2), std::string("0"));
+    CHECK_EQ(bound(path, process(holders[3]), gpus(2), 1, 2), std::string("1"));
+    const bi::BindResult full = bi::bind(opts_for(path), process(holders[4]), gpus(2), 1, 2);
+    CHECK(full.status.code == flinkgpu::StatusCode::kNotEnough);
+    const std::string a = std::to_string(holders[0]), c = std::to_string(holders[2]);
+    CHECK(full.status.message.find("GPU 0 is bound by pid " + a + ", pid " + c + " (2 of at most 2)") !=
+          std::string::npos);
+    CHECK(full.status.message.find("Bindings file: " + path) != std::string::npos);
+    // a freed place is taken before a GPU with more holders: kill one holder of GPU 1
+    kill_and_reap(holders[1]);
+    CHECK_EQ(bound(path, process(holders[4]), gpus(2), 1, 2), std::string("1"));
+    CHECK(read_text(path).find(std::to_string(holders[1]) + "\t") == std::string::npos);  // its line went
+    for (pid_t p : holders) kill_and_reap(p);
+}
+
+TEST_CASE(least_bound_wins_over_lower_index) {
+    const std::string path = fresh_path("least");
+    const pid_t a = spawn_sleeper(), b = spawn_sleeper(), c = spawn_sleeper(), d = spawn_sleeper();
+    // GPU 0 gets two holders (given only 0), GPU 1 one: the next binder of {0, 1} takes 1
+    CHECK_EQ(bound(path, process(a), {"0"}, 1, 3), std::string("0"));
+    CHECK_EQ(bound(path, process(b), {"0"}, 1, 3), std::string("0"));
+    CHECK_EQ(bound(path, process(c), {"1"}, 1, 3), std::string("1"));
+    CHECK_EQ(bound(path, process(d), gpus(2), 1, 3), std::string("1"));
+    for (pid_t p : {a, b, c, d}) kill_and_reap(p);
+}
+
+TEST_CASE(every_holders_share_limits_the_gpu) {
+    const std::string path = fresh_path("share");
+    const pid_t a = spawn_sleeper(), b = spawn_sleeper();
+    CHECK_EQ(bound(path, process(a), {"0"}, 1, 1), std::string("0"));
+    const bi::BindResult r = bi::bind(opts_for(path), process(b), {"0"}, 1, 4);
+    CHECK(r.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK(r.status.message.find("(1 of at most 1)") != std::string::npos);
+    const std::string other = fresh_path("share");
+    CHECK_EQ(bound(other, process(a), {"0"}, 1, 4), std::string("0"));
+    CHECK(bi::bind(opts_for(other), process(b), {"0"}, 1, 1).status.code == flinkgpu::StatusCode::kNotEnough);
+    for (pid_t p : {a, b}) kill_and_reap(p);
+}
+
+TEST_CASE(a_holder_asking_again_gets_what_it_holds) {
+    const std::string path = fresh_path("again");
+    const pid_t a = spawn_sleeper();
+    CHECK_EQ(bound(path, process(a), gpus(4), 1, 1), std::string("0"));
+    const bi::BindResult more = bi::bind(opts_for(path), process(a), gpus(4), 2, 1);
+    CHECK(more.status.ok() && joined(more.indices) == "0,1" && joined(more.added) == "1");
+    const std::string before = read_text(path);
+    const bi::BindResult fewer = bi::bind(opts_for(path), process(a), gpus(4), 1, 1);
+    CHECK(fewer.status.ok() && joined(fewer.indices) == "0" && fewer.added.empty());
+    CHECK_EQ(read_text(path), before);  // nothing new: nothing written
+    kill_and_reap(a);
+}
+
+TEST_CASE(whole_gpu_and_its_units_exclude_each_other) {
+    const std::string path = fresh_path("mig");
+    const pid_t a = spawn_sleeper(), b = spawn_sleeper(), c = spawn_sleeper();
+    CHECK_EQ(bound(path, process(a), {"0"}, 1, 1), std::string("0"));
+    CHECK_EQ(bound(path, process(b), {"0:1", "0:2", "1"}, 1, 1), std::string("1"));
+    const bi::BindResult r = bi::bind(opts_for(path), process(c), {"0:1"}, 1, 8);
+    CHECK(r.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK(r.status.message.find("GPU 0:1 is taken by pid " + std::to_string(a) + " (binds 0)") != std::string::npos);
+    for (pid_t p : {a, b, c}) kill_and_reap(p);
+}
+
+TEST_CASE(a_holder_binds_one_mig_unit) {
+    const std::string path = fresh_path("unit");
+    const pid_t a = spawn_sleeper();
+    const bi::BindResult two = bi::bind(opts_for(path), process(a), {"0:1", "0:2"}, 2, 1);
+    CHECK(two.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK(two.status.message.find("at most one MIG unit") != std::string::npos);
+    CHECK_EQ(bound(path, process(a), {"0:1", "0:2"}, 1, 1), std::string("0:1"));
+    CHECK(bi::bind(opts_for(path), process(a), {"0:1", "0:2"}, 2, 1).status.code == flinkgpu::StatusCode::kNotEnough);
+    // a unit and a whole GPU of another GPU are fine together
+    CHECK_EQ(bound(path, process(a), {"0:1", "0:2", "1"}, 2, 1), std::string("0:1,1"));
+    kill_and_reap(a);
+}
+
+TEST_CASE(the_slots_of_one_taskmanager_share_one_mig_unit) {
+    const std::string path = fresh_path("slot-unit");
+    LiveThread t1, t2, t3;
+    const std::vector<std::string> units = {"0:1", "0:2"};
+    CHECK_EQ(bound(path, slot(t1.tid(), "a"), units, 1, 2), std::string("0:1"));
+    // another slot of the same TaskManager process: only the unit the process has, while it can be shared
+    CHECK_EQ(bound(path, slot(t2.tid(), "b"), units, 1, 2), std::string("0:1"));
+    const bi::BindResult third = bi::bind(opts_for(path), slot(t3.tid(), "c"), units, 1, 2);
+    CHECK(third.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK(third.status.message.find("share at most one MIG unit, 0:1") != std::string::npos);
+    // a slot of another TaskManager process may take the other unit
+    bi::Holder elsewhere = slot(t3.tid(), "c");
+    elsewhere.taskmanager = 1;
+    CHECK_EQ(bound(path, elsewhere, units, 1, 2), std::string("0:2"));
+}
+
+TEST_CASE(more_gpus_asked_than_given_is_refused) {
+    const pid_t a = spawn_sleeper();
+    const bi::BindResult r = bi::bind(opts_for(fresh_path("more")), process(a), gpus(2), 3, 1);
+    CHECK(r.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK(r.status.message.find("it was given only 2 (0, 1)") != std::string::npos);
+    CHECK(bi::bind(opts_for(fresh_path("none")), process(a), {}, 1, 1).status.message.find("it was given no GPUs") !=
+          std::string::npos);
+    kill_and_reap(a);
+}
+
+TEST_CASE(a_slot_lives_while_any_of_its_threads_does) {
+    const std::string path = fresh_path("slot");
+    LiveThread t1, t2, t3;
+    CHECK_EQ(bound(path, slot(t1.tid(), "s1"), gpus(2), 1, 1), std::string("0"));
+    // a second thread of the slot gets the same binding and writes its own line
+    CHECK_EQ(bound(path, slot(t2.tid(), "s1"), gpus(2), 1, 1), std::string("0"));
+    CHECK(read_text(path).find(std::to_string(t2.tid()) + "\t") != std::string::npos);
+    t1.end();
+    CHECK_EQ(bound(path, slot(t3.tid(), "s2"), gpus(2), 1, 1), std::string("1"));  // s1 still holds 0 via t2
+    t2.end();
+    LiveThread t4;
+    CHECK_EQ(bound(path, slot(t4.tid(), "s3"), {"0"}, 1, 1), std::string("0"));  // s1's threads are gone
+    // the same slot id under another TaskManager is another holder
+    bi::Holder elsewhere = slot(t4.tid(), "s2");
+    elsewhere.taskmanager = 1;
+    CHECK(bi::bind(opts_for(path), elsewhere, gpus(2), 1, 1).status.code == flinkgpu::StatusCode::kNotEnough);
+}
+
+TEST_CASE(unbind_removes_what_the_holder_wrote) {
+    const std::string path = fresh_path("unbind");
+    LiveThread t1, t2;
+    const bi::Holder me = process(getpid());
+    CHECK_EQ(bound(path, me, gpus(3), 1, 1), std::string("0"));
+    CHECK(read_text(path).find("\tlease=0\t") != std::string::npos);  // the calling process leases
+    CHECK_EQ(bound(path, slot(t1.tid(), "s"), gpus(3), 1, 1), std::string("1"));
+    CHECK_EQ(bound(path, slot(t2.tid(), "s"), gpus(3), 1, 1), std::string("1"));
+    const co::ReleaseResult r1 = bi::unbind(opts_for(path), slot(t1.tid(), "s"));
+    CHECK(r1.status.ok() && joined(r1.released) == "1");
+    CHECK(read_text(path).find(std::to_string(t2.tid()) + "\t") != std::string::npos);  // t2's line stays
+    const co::ReleaseResult r2 = bi::unbind(opts_for(path), me);
+    CHECK(r2.status.ok() && joined(r2.released) == "0");
+    CHECK(read_text(path).find("0 " + std::to_string(getpid()) + "\t") == std::string::npos);
+    CHECK(bi::unbind(opts_for(fresh_path("none")), me).status.ok());  // no file: nothing held
+}
+
+// A slot thread of this process writes the process's lease (other pid namespaces cannot probe the thread),
+// the one lease the process keeps for the file for its life. A thread of another process gets none.
+TEST_CASE(slot_threads_of_this_process_carry_its_lease) {
+    const std::string path = fresh_path("thread-lease");
+    LiveThread t1;
+    std::uint32_t lease = 99;
+    CHECK_EQ(bound(path, slot(t1.tid(), "s"), gpus(3), 1, 1), std::string("0"));
+    CHECK(read_text(path).find("0 " + std::to_string(t1.tid()) + "\t") != std::string::npos);
+    CHECK(read_text(path).find("\tlease=0\t") != std::string::npos);
+    CHECK(co::Leases(path).held(&lease) && lease == 0);
+    const bi::Holder me = process(getpid());
+    CHECK_EQ(bound(path, me, gpus(3), 1, 1), std::string("1"));
+    CHECK(read_text(path).find("\tlease=0\t") != std::string::npos);  // the process holder's line: the same lease
+    CHECK(joined(bi::unbind(opts_for(path), me).released) == "1");
+    CHECK(joined(bi::unbind(opts_for(path), slot(t1.tid(), "s")).released) == "0");
+    CHECK(co::Leases(path).held(&lease) && lease == 0);  // no line names it: it proves nothing, and is reused
+
+    // released after its thread ended (from another thread)
+    LiveThread t2;
+    const pid_t ended = t2.tid();
+    CHECK_EQ(bound(path, slot(ended, "s"), gpus(3), 1, 1), std::string("0"));
+    CHECK(read_text(path).find("\tlease=0\t") != std::string::npos);
+    t2.end();
+    CHECK(joined(bi::unbind(opts_for(path), slot(ended, "s")).released) == "0");
+    CHECK(read_text(path).empty());
+
+    const pid_t other = spawn_sleeper();
+    CHECK_EQ(bound(path, slot(other, "t"), gpus(3), 1, 1), std::string("0"));
+    CHECK(read_text(path).find("lease=") == std::string::npos);
+    kill_and_reap(other);
+}
+
+// A bind whose write fails leaves the file as it was, for a process holder and a slot thread alike; the
+// process keeps its one lease (which no line names then, and so proves nothing) for the next bind.
+TEST_CASE(a_failed_write_leaves_the_file_as_it_was) {
+    const std::string path = fresh_path("efbig");
+    const int failed_before = check::failures();
+    const pid_t child = fork();  // the file size limit and the lease are the child's
+    if (child == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        LiveThread t;
+        std::uint32_t lease = 0;
+        {
+            std::ofstream(path) << "\n";
+        }
+        CHECK(limit_growth_to(path));
+        CHECK(!bi::bind(opts_for(path), slot(t.tid(), "s"), gpus(2), 1, 1).status.ok());
+        CHECK(!bi::bind(opts_for(path), process(getpid()), gpus(2), 1, 1).status.ok());
+        CHECK(read_text(path) == "\n");
+
+        CHECK(lift_growth_limit());
+        CHECK_EQ(bound(path, process(getpid()), gpus(2), 1, 1), std::string("0"));
+        const std::string one = read_text(path);
+        CHECK(limit_growth_to(path));
+        CHECK(!bi::bind(opts_for(path), slot(t.tid(), "s"), gpus(2), 1, 1).status.ok());
+        CHECK(read_text(path) == one);
+        CHECK(co::Leases(path).held(&lease) && lease == 0);  // the one lease, which the process's line names
+        t.end();
+        std::fflush(stderr);
+        _exit(check::failures() == failed_before ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE(an_unparsable_line_blocks_its_gpu) {
+    const std::string path = fresh_path("bad");
+    {
+        std::ofstream out(path);
+        out << "0 garbage\n";
+    }
+    const pid_t a = spawn_sleeper();
+    const bi::BindResult r = bi::bind(opts_for(path), process(a), gpus(2), 1, 1);
+    CHECK(r.status.ok() && joined(r.indices) == "1" && r.unparsable.size() == 1);
+    CHECK(read_text(path).rfind("0 garbage\n", 0) == 0);  // kept byte for byte
+    const bi::BindResult none = bi::bind(opts_for(path), process(a), {"0"}, 1, 1);
+    CHECK(none.status.message.find("GPU 0 is blocked by a line that cannot be parsed") != std::string::npos);
+    kill_and_reap(a);
+}
+
+TEST_CASE(invalid_holders_counts_and_shares_are_refused) {
+    const std::string path = fresh_path("invalid");
+    const pid_t me = getpid();
+    auto code = [&](const bi::Holder& h, const std::vector<std::string>& g, std::size_t n, std::uint32_t k) {
+        return bi::bind(opts_for(path), h, g, n, k).status.code;
+    };
+    const auto invalid = flinkgpu::StatusCode::kInvalidArgument;
+    CHECK(code(process(0), gpus(1), 1, 1) == invalid);
+    CHECK(code(slot(me, "a/b"), gpus(1), 1, 1) == invalid);
+    CHECK(code(slot(me, std::string(129, 'a')), gpus(1), 1, 1) == invalid);
+    CHECK(bi::check_slot("").code == invalid && bi::check_slot("a\nb").message.find("'a\\x0ab'") != std::string::npos);
+    CHECK(code(process(me), gpus(1), 1, 0) == invalid);
+    CHECK(code(process(me), gpus(1), 1, co::kMaxShare + 1) == invalid);
+    CHECK(code(process(me), {"0 1"}, 1, 1) == invalid);
+    pid_t gone = fork();
+    if (gone == 0) _exit(0);
+    waitpid(gone, nullptr, 0);
+    const bi::BindResult r = bi::bind(opts_for(path), process(gone), gpus(1), 1, 1);
+    CHECK(r.status.code == invalid && r.status.message.find("does not exist") != std::string::npos);
+    CHECK(bi::bind(opts_for(path), process(me), gpus(1), 0, 1).status.ok());  // count 0 binds nothing
+    std::ifstream created(path);
+    CHECK(!created.good());  // and touched no file
+}
+
+// Processes binding at once, each for itself (with its lease): never more holders on a GPU than allowed.
+TEST_CASE(concurrent_processes_never_exceed_a_gpus_share) {
+    for (const std::uint32_t share : {1u, 2u}) {
+        const std::string path = fresh_path("concurrent");
+        const int n = static_cast<int>(4 * share);
+        int results[2];
+        CHECK(pipe(results) == 0);
+        int go[2];
+        CHECK(pipe(go) == 0);
+        std::vector<pid_t> children;
+        for (int i = 0; i < n; ++i) {
+            const pid_t pid = fork();
+            if (pid == 0) {
+                close(results[0]);
+                close(go[1]);
+                char c;
+                if (read(go[0], &c, 1) != 0) _exit(5);  // all start when the parent closes the pipe
+                const bi::BindResult r = bi::bind(opts_for(path), process(getpid()), gpus(4), 1, share);
+                const std::string line = (r.status.ok() ? joined(r.indices) : "error") + "\n";
+                if (write(results[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(6);
+                for (;;) pause();  // hold the binding until killed
+            }
+            children.push_back(pid);
+        }
+        close(results[1]);
+        close(go[0]);
+        close(go[1]);
+        std::map<std::string, int> per_gpu;
+        std::string all;
+        char buf[256];
+        for (;;) {
+            const ssize_t got = read(results[0], buf, sizeof buf);
+            if (got <= 0) break;
+            all.append(buf, static_cast<std::size_t>(got));
+            if (std::count(all.begin(), all.end(), '\n') == n) break;
+        }
+        close(results[0]);
+        std::istringstream lines(all);
+        for (std::string l; std::getline(lines, l);) ++per_gpu[l];
+        CHECK_EQ(per_gpu.size(), std::size_t{4});
+        for (const auto& kv : per_gpu) CHECK_EQ(kv.second, static_cast<int>(share));
+        for (pid_t p : children) kill_and_reap(p);
+    }
+}
+
+int main(int argc, char** argv) {
+    const fixtures::ScratchDir scratch("/tmp/flinkgpu-binding-XXXXXX");
+    if (scratch.path().empty()) return 2;
+    g_dir = scratch.path();
+    return check::run(argc, argv);
+}

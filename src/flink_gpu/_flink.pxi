@@ -1,0 +1,155 @@
+# Flink's discovery-script protocol (csrc/flink/) and the GPU index order (csrc/base/gpu_index.*); included
+# by _native.pyx.
+
+cdef extern from "flink/script_output.hpp" namespace "flinkgpu" nogil:
+    vector[string] split_output_lines_cpp "flinkgpu::split_output_lines"(const string& text) except +
+    vector[string] parse_gpu_indices_cpp "flinkgpu::parse_gpu_indices"(const string& line) except +
+
+
+cdef extern from *:
+    ctypedef unsigned int char32_t  # C++'s own type; Cython only needs to know it is an integer
+
+
+cdef extern from "flink/java_text.hpp" namespace "flinkgpu" nogil:
+    bint is_java_whitespace_cpp "flinkgpu::is_java_whitespace"(char32_t c) noexcept
+    bint is_java_trimmed_cpp "flinkgpu::is_java_trimmed"(char32_t c) noexcept
+
+
+cdef extern from "base/gpu_index.hpp" namespace "flinkgpu" nogil:
+    int compare_indices_cpp "flinkgpu::compare_indices"(string_view a, string_view b) noexcept
+    void sort_indices_cpp "flinkgpu::sort_indices"(vector[string]* indices) noexcept
+
+
+cdef extern from "flink/script_args.hpp" namespace "flinkgpu" nogil:
+    const char* kEnableCoordinationFlag "flinkgpu::kEnableCoordinationFlag"
+    const char* kCoordinationFileFlag "flinkgpu::kCoordinationFileFlag"
+    const char* kBusyGpusFlag "flinkgpu::kBusyGpusFlag"
+    const char* kNvmlTimeoutFlag "flinkgpu::kNvmlTimeoutFlag"
+
+    cdef cppclass UnknownToken "flinkgpu::UnknownToken":
+        string token
+        string suggestion
+
+    cdef cppclass CScriptArgs "flinkgpu::ScriptArgs":
+        bint coordination_mode
+        string coordination_file
+        bint file_value_missing
+        bint has_busy_gpus
+        string busy_gpus
+        bint has_nvml_timeout
+        string nvml_timeout
+        vector[UnknownToken] unknown
+
+    CScriptArgs parse_script_args_cpp "flinkgpu::parse_script_args"(const vector[string]& tokens) except +
+    vector[string] with_coordination_file_cpp "flinkgpu::with_coordination_file"(
+        const vector[string]& tokens, const string& path) except +
+
+
+cdef extern from "flink/duration.hpp" namespace "flinkgpu" nogil:
+    bint parse_flink_duration "flinkgpu::parse_flink_duration"(string_view text, double* seconds,
+                                                                 string* error) except +
+
+
+def split_output_lines(str text not None):
+    """Lines of a discovery script's output as java.io.BufferedReader#lines() gives them."""
+    cdef vector[string] lines = split_output_lines_cpp(_utf8(text))
+    return [_text(line) for line in lines]
+
+
+def parse_gpu_indices(str line not None):
+    """GPU indices in one output line, by Flink's rules (docs/design.md §3.3 step 6), duplicates dropped."""
+    cdef vector[string] indices = parse_gpu_indices_cpp(_utf8(line))
+    return [_text(index) for index in indices]
+
+
+# --- Java's string rules (csrc/flink/java_text.*): code points straight from the str, no encoding ------
+
+def is_java_whitespace(str ch not None):
+    """Java's ``Character.isWhitespace`` for the one character ``ch``."""
+    if len(ch) != 1:
+        raise TypeError(f"is_java_whitespace() expects one character, got {ch!r}")
+    return is_java_whitespace_cpp(<Py_UCS4>ch[0])
+
+
+def java_trim(str text not None):
+    """Java's ``String.trim``: every char <= U+0020 stripped at both ends."""
+    cdef Py_ssize_t start = 0, end = len(text)
+    while start < end and is_java_trimmed_cpp(text[start]):
+        start += 1
+    while end > start and is_java_trimmed_cpp(text[end - 1]):
+        end -= 1
+    return text if start == 0 and end == len(text) else text[start:end]
+
+
+def is_java_blank(str text):
+    """Flink's ``StringUtils.isNullOrWhitespaceOnly``: None, empty or Java whitespace only."""
+    cdef Py_UCS4 ch
+    if text is None:
+        return True
+    for ch in text:
+        if not is_java_whitespace_cpp(ch):
+            return False
+    return True
+
+
+# --- the GPU index order (csrc/base/gpu_index.*) ------------------------------------------------------
+
+def compare_indices(str a not None, str b not None):
+    """-1, 0 or 1 as GPU index ``a`` sorts before, with or after ``b`` (2 before 10, numbers first)."""
+    cdef string ea = _utf8(a), eb = _utf8(b)
+    return compare_indices_cpp(string_view(ea.data(), ea.size()), string_view(eb.data(), eb.size()))
+
+
+def sort_indices(indices):
+    """The GPU indices (str) in the index order: numeric ones by value, then the others as text."""
+    cdef vector[string] encoded
+    for index in indices:
+        if not isinstance(index, str):
+            raise TypeError(f"a GPU index must be a str, got {type(index).__name__}: {index!r}")
+        encoded.push_back(_utf8(index))
+    sort_indices_cpp(&encoded)
+    return [_text(index) for index in encoded]
+
+
+# --- the stock discovery script's arguments (csrc/flink/script_args.*) -------------------------------
+
+SCRIPT_FLAGS = (kEnableCoordinationFlag.decode("ascii"), kCoordinationFileFlag.decode("ascii"),
+                kBusyGpusFlag.decode("ascii"), kNvmlTimeoutFlag.decode("ascii"))
+
+
+cdef vector[string] _script_tokens(tokens) except *:
+    cdef vector[string] encoded
+    for token in tokens:
+        if not isinstance(token, str):
+            raise TypeError(f"a discovery script argument must be a str, got {type(token).__name__}: {token!r}")
+        encoded.push_back(_utf8(token))
+    return encoded
+
+
+def parse_script_args(tokens):
+    """The stock script's reading of the tokens after the amount (plus our --busy-gpus and --nvml-timeout):
+    (coordination mode, coordination file, file value missing, [(unknown token, suggested flag or None)],
+    busy-gpus value or None when the flag is absent ("" when it has no value), nvml-timeout value likewise)."""
+    cdef CScriptArgs parsed = parse_script_args_cpp(_script_tokens(tokens))
+    return (parsed.coordination_mode, _text(parsed.coordination_file), parsed.file_value_missing,
+            [(_text(u.token), _text(u.suggestion) if not u.suggestion.empty() else None) for u in parsed.unknown],
+            _text(parsed.busy_gpus) if parsed.has_busy_gpus else None,
+            _text(parsed.nvml_timeout) if parsed.has_nvml_timeout else None)
+
+
+def parse_duration(str text not None):
+    """Seconds of ``text`` in Flink's duration grammar (csrc/flink/duration.*: "5 s", "500ms", a bare number
+    is milliseconds); ValueError with Flink's reason when it is none."""
+    cdef string encoded = _utf8(text)
+    cdef double seconds = 0
+    cdef string error
+    if not parse_flink_duration(string_view(encoded.data(), encoded.size()), &seconds, &error):
+        raise ValueError(_text(error))
+    return seconds
+
+
+def with_coordination_file(tokens, str path not None):
+    """The tokens with every --coordination-file and its value (the next token, whatever it is)
+    removed and ``--coordination-file path`` appended; the rest kept in order."""
+    cdef vector[string] replaced = with_coordination_file_cpp(_script_tokens(tokens), _utf8(path))
+    return [_text(token) for token in replaced]

@@ -1,0 +1,861 @@
+# NVML (csrc/nvml/): the library, its devices, their state and health, the choice, the metrics and
+# their sampler; included by _native.pyx.
+
+cdef extern from "nvml/loader.hpp" namespace "flinkgpu" nogil:
+    enum class ProcessApi "flinkgpu::ProcessApi":
+        pass
+
+    cdef cppclass NvmlApi "flinkgpu::NvmlApi":
+        ProcessApi process_api
+
+    cdef cppclass SymbolBits "std::bitset<flinkgpu::kNvmlSymbolCount>":
+        bint test(size_t pos) except +
+
+    cdef cppclass NvmlLibrary:
+        @staticmethod
+        const NvmlLibrary* acquire(const string& requested_path, Status* status)
+        @staticmethod
+        const NvmlLibrary* probe(const string& requested_path, Status* status)
+        @staticmethod
+        string resolve_path(const string& requested_path) except +
+        @staticmethod
+        unsigned long process_generation()
+        const NvmlApi& api()
+        const SymbolBits& resolved()
+        bint exports(NvmlSymbol symbol)
+
+    enum class SymbolUse "flinkgpu::SymbolUse":
+        kRequired
+        kFallback
+        kOptional
+
+    cdef cppclass NvmlSymbolInfo "flinkgpu::NvmlSymbolInfo":
+        const char* name
+        SymbolUse use
+
+    enum class NvmlSymbol "flinkgpu::NvmlSymbol":
+        pass
+
+    size_t kNvmlSymbolCount "flinkgpu::kNvmlSymbolCount"
+    const NvmlSymbolInfo& nvml_symbol "flinkgpu::nvml_symbol"(NvmlSymbol symbol)
+    const char* process_api_name "flinkgpu::process_api_name"(ProcessApi api)
+
+
+cdef extern from "nvml/devices.hpp" namespace "flinkgpu" nogil:
+    cdef cppclass DeviceInfo:
+        string index
+        unsigned nvml_index
+        optional[unsigned] mig_slot
+        optional[string] parent_uuid
+        optional[unsigned] mig_gi
+        optional[unsigned] mig_ci
+        optional[string] uuid
+        optional[string] name
+        optional[string] pci_bus_id
+        optional[unsigned long long] memory_total
+        optional[unsigned] minor_number
+        optional[string] cpu_affinity
+        optional[int] numa_node
+        optional[cpp_bool] persistence_mode
+
+    cdef cppclass CSkippedDevice "flinkgpu::SkippedDevice":
+        string index
+        unsigned nvml_index
+        optional[unsigned] mig_slot
+        int code
+        string reason
+
+    cdef cppclass Enumeration:
+        vector[DeviceInfo] devices
+        vector[CSkippedDevice] skipped
+        vector[string] notices
+
+    Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out)
+    Status query_driver_version(const NvmlLibrary& lib, optional[string]* out)
+
+
+cdef extern from "nvml/state.hpp" namespace "flinkgpu" nogil:
+    enum class Health "flinkgpu::Health":
+        kOk
+        kDegraded
+        kUnhealthy
+        kUnknown
+
+    enum class Outcome "flinkgpu::Outcome":
+        kOk
+        kFinding
+
+    enum class Check "flinkgpu::Check":
+        pass
+
+    size_t kCheckCount "flinkgpu::kCheckCount"
+    const char* check_name "flinkgpu::check_name"(Check check)
+    const char* outcome_name "flinkgpu::outcome_name"(Outcome outcome)
+
+    cdef cppclass CheckSet "flinkgpu::CheckSet":
+        CheckSet()
+        CheckSet(unsigned long long mask)
+
+    cdef cppclass CCheckResult "flinkgpu::CheckResult":
+        Outcome outcome
+        Health verdict
+        string finding
+        bint enforced
+
+    enum class ProcessKind "flinkgpu::ProcessKind":
+        pass
+
+    const char* process_kind_name "flinkgpu::process_kind_name"(ProcessKind kind)
+
+    cdef cppclass CGpuProcess "flinkgpu::GpuProcess":
+        unsigned pid
+        optional[unsigned long long] used_memory
+        ProcessKind kind
+        bint own
+        bint visible
+
+    cdef cppclass CDeviceState "flinkgpu::DeviceState":
+        string index
+        unsigned nvml_index
+        optional[unsigned] mig_slot
+        Health health
+        string health_text
+        vector[string] findings
+        vector[string] warnings
+        CCheckResult checks[6]  # std::array of kCheckCount: Cython checks no size, the loops use kCheckCount
+        optional[unsigned long long] memory_used
+        optional[unsigned long long] memory_free
+        vector[CGpuProcess] processes
+        bint processes_known
+        bint processes_read
+        bint busy
+        optional[string] compute_mode
+
+    cdef cppclass ReadPlan "flinkgpu::ReadPlan":
+        bint processes
+
+
+cdef extern from "nvml/deadline.hpp" namespace "flinkgpu" nogil:
+    double kDefaultNvmlTimeoutSeconds "flinkgpu::kDefaultNvmlTimeoutSeconds"
+
+    cdef cppclass Stall "flinkgpu::Stall":
+        int gpu
+        string function
+        double seconds
+        bint earlier
+
+    string stall_text "flinkgpu::stall_text"(const Stall& stall, double timeout_seconds) except +
+    Status query_states_within "flinkgpu::query_states_within"(
+        const NvmlLibrary& lib, int owner, int taskmanager, const CheckSet& enforced, const ReadPlan& plan,
+        double timeout_seconds, vector[CDeviceState]* out, vector[Stall]* stalls, cpp_bool* count_known,
+        double spent_seconds)
+    Status stall_failure "flinkgpu::stall_failure"(const Stall& stall, double timeout_seconds,
+                                                     const string& library_path)
+    Status open_within "flinkgpu::open_within"(const string& library_path, double timeout_seconds,
+                                                 const NvmlLibrary** lib, Stall* stall)
+    Status enumerate_within "flinkgpu::enumerate_within"(const NvmlLibrary& lib, double timeout_seconds,
+                                                           Enumeration* found, Stall* stall)
+
+
+cdef extern from "nvml/metrics.hpp" namespace "flinkgpu" nogil:
+    enum class Metric "flinkgpu::Metric":
+        pass
+
+    int kMetricCount "flinkgpu::kMetricCount"
+    const char* metric_name "flinkgpu::metric_name"(Metric metric)
+
+    cdef cppclass CMetricDevice "flinkgpu::MetricDevice":
+        pass
+
+    bint find_metric_device "flinkgpu::find_metric_device"(const NvmlLibrary& lib, string_view index,
+                                                           CMetricDevice* out)
+    long long read_metric_cpp "flinkgpu::read_metric"(const NvmlLibrary& lib, const CMetricDevice& device,
+                                                      Metric metric)
+
+
+cdef extern from *:
+    """
+    #include "nvml/sampler.hpp"
+    // The sampler with the binding's units: milliseconds, and CLOCK_MONOTONIC nanoseconds (Python's
+    // time.monotonic_ns(), libstdc++'s steady_clock), a negative time meaning now.
+    static bool fg_watch_metrics(const std::string& path, std::string_view index, long long interval_ms) noexcept {
+        return flinkgpu::watch_gpu_metrics(path, index, std::chrono::milliseconds(interval_ms));
+    }
+    static flinkgpu::SampledGpu fg_sampled_metrics(const std::string& path, std::string_view index,
+                                                   long long at_ns) noexcept {
+        const auto at = at_ns < 0 ? std::chrono::steady_clock::now()
+                                  : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(at_ns));
+        return flinkgpu::sampled_gpu(path, index, at);
+    }
+    static bool fg_sample_metrics_now(long long timeout_ms) noexcept {
+        return flinkgpu::sample_gpu_metrics_now(std::chrono::milliseconds(timeout_ms));
+    }
+    static long long fg_min_metrics_interval_ms() noexcept { return flinkgpu::kMinMetricsInterval.count(); }
+    static long long fg_default_metrics_interval_ms() noexcept { return flinkgpu::kDefaultMetricsInterval.count(); }
+    static long long fg_sample_margin_ms() noexcept { return flinkgpu::kSampleMargin.count(); }
+    static long long fg_health_read_interval_ms() noexcept { return flinkgpu::kHealthReadInterval.count(); }
+    """
+    enum class GaugeHealth "flinkgpu::GaugeHealth":
+        kOk
+        kDegraded
+        kUnhealthy
+        kUnknown
+
+    cdef cppclass SampledGpu "flinkgpu::SampledGpu":
+        long long values[4]  # kMetricCount
+        GaugeHealth health
+
+    bint fg_watch_metrics(const string& path, string_view index, long long interval_ms) nogil
+    SampledGpu fg_sampled_metrics(const string& path, string_view index, long long at_ns) nogil
+    bint fg_sample_metrics_now(long long timeout_ms) nogil
+    unsigned long long completed_samples "flinkgpu::completed_samples"() nogil
+    long long fg_min_metrics_interval_ms()
+    long long fg_default_metrics_interval_ms()
+    long long fg_sample_margin_ms()
+    long long fg_health_read_interval_ms()
+
+
+cdef extern from "nvml/choice.hpp" namespace "flinkgpu" nogil:
+    enum class BusyPolicy "flinkgpu::BusyPolicy":
+        kAvoid
+        kExclude
+        kIgnore
+
+    const char* kBusyPolicyValues "flinkgpu::kBusyPolicyValues"
+    bint parse_busy_policy "flinkgpu::parse_busy_policy"(string_view text, BusyPolicy* out)
+
+    cdef cppclass CRanking "flinkgpu::Ranking":
+        vector[string] indices
+        vector[int] ranks
+        vector[pair[string, string]] left_out
+
+    CRanking rank_gpus_cpp "flinkgpu::rank_gpus"(const vector[CDeviceState]& states, BusyPolicy policy) except +
+    string busy_reason_cpp "flinkgpu::busy_reason"(const CDeviceState& state) except +
+
+    cdef cppclass CChoice "flinkgpu::Choice":
+        vector[CDeviceState] states
+        CRanking ranking
+
+    Status choose_gpus_cpp "flinkgpu::choose_gpus"(const NvmlLibrary& lib, const vector[string]& enumerated,
+                                                   int owner, int taskmanager, BusyPolicy policy,
+                                                   const CheckSet& enforced, double timeout_seconds,
+                                                   CChoice* out, double spent_seconds)
+
+
+# --- NVML ----------------------------------------------------------------------------------------
+
+cdef inline str _gpu_index(unsigned index, slot):
+    return str(index) if slot is None else f"{index}:{slot}"
+
+
+cdef class NvmlDevice:
+    """One GPU, or one MIG instance standing in for its GPU in MIG mode, as NVML reports it; an
+    attribute is None where the driver cannot answer.
+
+    ``index``: the GPU's NVML index (a MIG unit's: its parent's); ``gpu_index``: the index as
+    GPUInfo carries it, "<index>" or "<parent index>:<slot>" for a MIG unit; ``parent_index``,
+    ``parent_uuid``, ``mig_slot``, ``mig_gi``, ``mig_ci``: a MIG unit's GPU, its slot and its GPU and
+    compute instance ids (None for a whole GPU).
+    """
+
+    cdef readonly unsigned index
+    cdef readonly object parent_uuid
+    cdef readonly object mig_slot
+    cdef readonly object mig_gi
+    cdef readonly object mig_ci
+    cdef readonly object uuid
+    cdef readonly object name
+    cdef readonly object pci_bus_id
+    cdef readonly object memory_total
+    cdef readonly object minor_number
+    cdef readonly object cpu_affinity
+    cdef readonly object numa_node
+    cdef readonly object persistence_mode
+
+    def __repr__(self):
+        mig = (f", mig_slot={self.mig_slot!r}, parent_uuid={self.parent_uuid!r}, "
+               f"mig_gi={self.mig_gi!r}, mig_ci={self.mig_ci!r}" if self.mig_slot is not None else "")
+        return (f"NvmlDevice(index={self.index}{mig}, uuid={self.uuid!r}, name={self.name!r}, "
+                f"pci_bus_id={self.pci_bus_id!r}, memory_total={self.memory_total!r}, "
+                f"minor_number={self.minor_number!r}, cpu_affinity={self.cpu_affinity!r}, "
+                f"numa_node={self.numa_node!r}, persistence_mode={self.persistence_mode!r})")
+
+    @property
+    def gpu_index(self):
+        return _gpu_index(self.index, self.mig_slot)
+
+    @property
+    def parent_index(self):
+        return None if self.mig_slot is None else self.index
+
+
+cdef class SkippedDevice:
+    """A GPU (or MIG unit) that exists but cannot be used (NO_PERMISSION, GPU_IS_LOST, MIG mode
+    without instances, ...); ``index``, ``mig_slot`` and ``gpu_index`` as :class:`NvmlDevice` has them."""
+
+    cdef readonly unsigned index
+    cdef readonly object mig_slot
+    cdef readonly int code
+    cdef readonly str reason
+
+    def __repr__(self):
+        return f"SkippedDevice(index={self.gpu_index}, code={self.code}, reason={self.reason!r})"
+
+    @property
+    def gpu_index(self):
+        return _gpu_index(self.index, self.mig_slot)
+
+
+cdef NvmlDevice _device(const DeviceInfo& info):
+    cdef NvmlDevice d = NvmlDevice.__new__(NvmlDevice)
+    d.index = info.nvml_index
+    d.mig_slot = info.mig_slot.value() if info.mig_slot.has_value() else None
+    d.parent_uuid = _optional_text(info.parent_uuid)
+    d.mig_gi = info.mig_gi.value() if info.mig_gi.has_value() else None
+    d.mig_ci = info.mig_ci.value() if info.mig_ci.has_value() else None
+    d.uuid = _optional_text(info.uuid)
+    d.name = _optional_text(info.name)
+    d.pci_bus_id = _optional_text(info.pci_bus_id)
+    d.memory_total = info.memory_total.value() if info.memory_total.has_value() else None
+    d.minor_number = info.minor_number.value() if info.minor_number.has_value() else None
+    d.cpu_affinity = _optional_text(info.cpu_affinity)
+    d.numa_node = info.numa_node.value() if info.numa_node.has_value() else None
+    d.persistence_mode = bool(info.persistence_mode.value()) if info.persistence_mode.has_value() else None
+    return d
+
+
+class Verdict:
+    """A device's health as the core judged it (``DeviceState.verdict``): decide on this, not on
+    the text of ``DeviceState.health``. Three instances, compared by identity: ``Verdict.OK``,
+    ``Verdict.DEGRADED``, ``Verdict.UNHEALTHY``, ``Verdict.UNKNOWN`` (not read in time: an NVML call past
+    its deadline; never handed out) (a plain class: importing flink_gpu loads no enum)."""
+    __slots__ = ("name", "value")
+
+    def __init__(self, name, value):
+        self.name = name
+        self.value = value
+
+    def __repr__(self):
+        return f"Verdict.{self.name}"
+
+    def __reduce__(self):
+        return (getattr, (Verdict, self.name))
+
+
+Verdict.OK = Verdict("OK", <int>Health.kOk)
+Verdict.DEGRADED = Verdict("DEGRADED", <int>Health.kDegraded)
+Verdict.UNHEALTHY = Verdict("UNHEALTHY", <int>Health.kUnhealthy)
+Verdict.UNKNOWN = Verdict("UNKNOWN", <int>Health.kUnknown)
+_VERDICTS = {v.value: v for v in (Verdict.OK, Verdict.DEGRADED, Verdict.UNHEALTHY, Verdict.UNKNOWN)}
+
+#: The deadline of a state read when none is given (csrc/nvml/deadline.hpp), seconds.
+DEFAULT_NVML_TIMEOUT = kDefaultNvmlTimeoutSeconds
+
+#: The health checks by name (csrc/nvml/state.hpp), as ``health-checks`` names them.
+HEALTH_CHECKS = tuple([check_name(<Check>i).decode("ascii") for i in range(kCheckCount)])
+
+
+cdef class DeviceState:
+    """One GPU's state when it was read: health, memory, the processes NVML lists on it.
+
+    ``health``: "ok", "degraded: <reason>", "unhealthy: <reason>" or "unknown: <why>" (text for people); ``verdict``:
+    the same as a :class:`Verdict`; ``findings``: every enforced finding; ``warnings``: enforced
+    findings that leave it ok; ``checks``: per check of HEALTH_CHECKS (name, outcome "ok" |
+    "finding" | "not supported" | "no permission" | "not applicable", the finding's Verdict, the
+    finding or None, enforced); ``processes``: (pid, used memory in bytes or None, kind "compute" |
+    "graphics" | "mps", own, visible); ``processes_known``: False when NVML refused the process
+    list (NO_PERMISSION); ``processes_read``: False when the read did not ask for them (busy-gpus
+    ignore) or the GPU was not read in time; ``busy``: a process that is not the owner's, its TaskManager's or a
+    descendant's.
+    """
+
+    cdef CDeviceState _c
+    cdef readonly unsigned index
+    cdef readonly object mig_slot
+    cdef readonly str health
+    cdef readonly object verdict
+    cdef readonly tuple findings
+    cdef readonly tuple warnings
+    cdef readonly object memory_used
+    cdef readonly object memory_free
+    cdef readonly tuple processes
+    cdef readonly bint processes_known
+    cdef readonly bint processes_read
+    cdef readonly bint busy
+    cdef readonly object compute_mode
+
+    def __init__(self):
+        raise TypeError("DeviceState objects come from Nvml.states()")
+
+    @property
+    def gpu_index(self):
+        """The index as GPUInfo carries it ("<index>", or "<index>:<slot>" for a MIG unit)."""
+        return _gpu_index(self.index, self.mig_slot)
+
+    @property
+    def checks(self):
+        """Per check of HEALTH_CHECKS: (name, outcome, the finding's Verdict, finding or None, enforced)."""
+        cdef size_t i
+        return tuple([(HEALTH_CHECKS[i], outcome_name(self._c.checks[i].outcome).decode("ascii"),
+                       _VERDICTS[<int>self._c.checks[i].verdict],
+                       _text(self._c.checks[i].finding) if self._c.checks[i].outcome == Outcome.kFinding else None,
+                       bool(self._c.checks[i].enforced)) for i in range(kCheckCount)])
+
+    @property
+    def busy_reason(self):
+        """Why it is busy ("busy: foreign process 123 (compute)"), "" when it is not."""
+        return _text(busy_reason_cpp(self._c))
+
+    def __repr__(self):
+        return (f"DeviceState(index={self.gpu_index}, health={self.health!r}, memory_used={self.memory_used!r}, "
+                f"memory_free={self.memory_free!r}, processes={self.processes!r}, "
+                f"processes_known={self.processes_known!r}, busy={self.busy!r}, compute_mode={self.compute_mode!r})")
+
+
+cdef DeviceState _state(const CDeviceState& c):
+    cdef DeviceState s = DeviceState.__new__(DeviceState)
+    cdef size_t i
+    s._c = c
+    s.index = c.nvml_index
+    s.mig_slot = c.mig_slot.value() if c.mig_slot.has_value() else None
+    s.health = _text(c.health_text)
+    s.verdict = _VERDICTS[<int>c.health]
+    s.findings = tuple([_text(c.findings[i]) for i in range(c.findings.size())])
+    s.warnings = tuple([_text(c.warnings[i]) for i in range(c.warnings.size())]) if c.warnings.size() else ()
+    s.memory_used = c.memory_used.value() if c.memory_used.has_value() else None
+    s.memory_free = c.memory_free.value() if c.memory_free.has_value() else None
+    s.processes = tuple([(c.processes[i].pid,
+                          c.processes[i].used_memory.value() if c.processes[i].used_memory.has_value() else None,
+                          process_kind_name(c.processes[i].kind).decode("ascii"),
+                          bool(c.processes[i].own), bool(c.processes[i].visible))
+                         for i in range(c.processes.size())])
+    s.processes_known = c.processes_known
+    s.processes_read = c.processes_read
+    s.busy = c.busy
+    s.compute_mode = _optional_text(c.compute_mode)
+    return s
+
+
+_check_masks = {}  # health_checks -> its bit mask over HEALTH_CHECKS, made once per value
+
+
+cdef CheckSet _check_set(health_checks) except *:
+    """The CheckSet of ``health_checks`` (names of HEALTH_CHECKS; None: all of them)."""
+    mask = _check_masks.get(health_checks)
+    if mask is None:
+        names = HEALTH_CHECKS if health_checks is None else tuple(health_checks)
+        unknown = sorted(set(names) - set(HEALTH_CHECKS))
+        if unknown:
+            raise ValueError(f"Unknown health checks {unknown}: use names of {', '.join(HEALTH_CHECKS)}.")
+        mask = sum(1 << i for i, name in enumerate(HEALTH_CHECKS) if name in names)
+        if isinstance(health_checks, (tuple, type(None))):
+            _check_masks[health_checks] = mask
+    return CheckSet(<unsigned long long>mask)
+
+
+_busy_policies = {}  # busy-gpus text -> its BusyPolicy value
+
+
+cdef BusyPolicy _busy_policy(str busy_policy) except *:
+    cdef BusyPolicy policy
+    cdef string encoded
+    found = _busy_policies.get(busy_policy)
+    if found is not None:
+        return <BusyPolicy><int>found
+    encoded = _utf8(busy_policy)
+    if not parse_busy_policy(string_view(encoded.data(), encoded.size()), &policy):
+        raise ValueError(f"Unknown busy-gpus value {busy_policy!r}: use one of {', '.join(BUSY_GPUS_VALUES)}.")
+    _busy_policies[busy_policy] = <int>policy
+    return policy
+
+
+cdef tuple _ranking(const CRanking& r):
+    cdef size_t i
+    return ([_text(r.indices[i]) for i in range(r.indices.size())], [r.ranks[i] for i in range(r.ranks.size())],
+            [(_text(r.left_out[i].first), _text(r.left_out[i].second)) for i in range(r.left_out.size())])
+
+
+BUSY_GPUS_VALUES = tuple(kBusyPolicyValues.decode("ascii").split(", "))
+
+
+def busy_policy(str text not None):
+    """The busy-gpus policy ``text`` names (one of BUSY_GPUS_VALUES; csrc/nvml/choice.hpp's rule: case and
+    surrounding blanks ignored), or None when it names none."""
+    cdef BusyPolicy policy
+    cdef string encoded = _utf8(text)
+    if not parse_busy_policy(string_view(encoded.data(), encoded.size()), &policy):
+        return None
+    return ("avoid" if policy == BusyPolicy.kAvoid else "exclude" if policy == BusyPolicy.kExclude else
+            "ignore")
+
+
+def rank_gpus(states, str busy_policy not None):
+    """The candidates among ``states`` (from ``Nvml.states()``), best first, under ``busy_policy``
+    (avoid | exclude | ignore): (indices, ranks parallel to them, [(index, why left out)])."""
+    cdef vector[CDeviceState] cstates
+    cdef BusyPolicy policy = _busy_policy(busy_policy)
+    for state in states:
+        if not isinstance(state, DeviceState):
+            raise TypeError(f"rank_gpus() expects DeviceState objects from Nvml.states(), got {state!r}")
+        cstates.push_back((<DeviceState>state)._c)
+    cdef CRanking r = rank_gpus_cpp(cstates, policy)
+    return _ranking(r)
+
+
+_SYMBOL_USES = {SymbolUse.kRequired: "required", SymbolUse.kFallback: "fallback", SymbolUse.kOptional: "optional"}
+
+
+def nvml_symbols():
+    """Every entry point the NVML loader looks up: ((name, "required" | "fallback" | "optional"), ...)."""
+    cdef size_t i
+    return tuple([(nvml_symbol(<NvmlSymbol>i).name.decode("ascii"), _SYMBOL_USES[nvml_symbol(<NvmlSymbol>i).use])
+                  for i in range(kNvmlSymbolCount)])
+
+
+def probe_nvml_library(library_path):
+    """Loads (never initialises) the library at ``library_path``: (the names of nvml_symbols() it
+    exports, the names the loader resolved from it, how it lists processes: "detail_list" | "v3" |
+    "v3_r535" | "v2" | "v1" | "none")."""
+    cdef bytes encoded = os.fsencode(library_path)
+    if not encoded or b"\0" in encoded:
+        raise ValueError(f"Not a library path: {library_path!r}")
+    cdef string requested = encoded
+    cdef Status status
+    cdef const NvmlLibrary* lib
+    with nogil:
+        lib = NvmlLibrary.probe(requested, &status)
+    if lib == NULL:
+        raise _error(status, os.fsdecode(encoded))
+    cdef size_t i
+    exported = tuple([nvml_symbol(<NvmlSymbol>i).name.decode("ascii") for i in range(kNvmlSymbolCount)
+                      if lib.exports(<NvmlSymbol>i)])
+    resolved = tuple([nvml_symbol(<NvmlSymbol>i).name.decode("ascii") for i in range(kNvmlSymbolCount)
+                      if lib.resolved().test(i)])
+    return exported, resolved, process_api_name(lib.api().process_api).decode("ascii")
+
+
+cdef SkippedDevice _skipped(const CSkippedDevice& info):
+    cdef SkippedDevice s = SkippedDevice.__new__(SkippedDevice)
+    s.index = info.nvml_index
+    s.mig_slot = info.mig_slot.value() if info.mig_slot.has_value() else None
+    s.code = info.code
+    s.reason = info.reason.decode("utf-8", "replace")
+    return s
+
+
+
+_instances = {}
+
+#: The metrics ``Nvml.read_metric`` reads (csrc/nvml/metrics.*): utilization %, memory used MiB,
+#: temperature °C, power W.
+METRICS = tuple([metric_name(<Metric>i).decode("ascii") for i in range(kMetricCount)])
+_METRIC_IDS = {name: i for i, name in enumerate(METRICS)}
+
+
+# --- the process's metrics sampler (csrc/nvml/sampler.*) ---------------------------------------
+
+#: The ``health`` gauge's values by number: 0 ok, 1 degraded, 2 unhealthy (or lost), 3 unknown.
+GAUGE_HEALTH = ("ok", "degraded", "unhealthy", "unknown")
+#: The sampler's pace (s): the default ``metrics.interval``, the least it takes, the margin after
+#: which a sample not renewed is unknown, and how often health findings are read again.
+MIN_METRICS_INTERVAL = fg_min_metrics_interval_ms() / 1000
+DEFAULT_METRICS_INTERVAL = fg_default_metrics_interval_ms() / 1000
+SAMPLE_MARGIN = fg_sample_margin_ms() / 1000
+HEALTH_READ_INTERVAL = fg_health_read_interval_ms() / 1000
+
+
+cdef string _resolved_library(library_path) except *:
+    """The path NvmlLibrary::acquire loads for ``library_path`` (None or empty: its default)."""
+    # A file name: the bytes os.fsencode gives (a non-UTF-8 name round-trips through
+    # surrogateescape); a NUL would silently cut the name dlopen sees, naming another file.
+    cdef bytes encoded = os.fsencode(library_path) if library_path else b""
+    if b"\0" in encoded:
+        raise ValueError(f"The NVML library path contains a NUL byte: {library_path!r}")
+    return NvmlLibrary.resolve_path(encoded)
+
+
+cdef string _sampler_index(gpu_index) except *:
+    if not isinstance(gpu_index, str):
+        raise TypeError(f"gpu_index must be a GPU index (str), got {gpu_index!r}")
+    return _utf8(gpu_index)
+
+
+def checked_metrics_interval(interval):
+    """``interval`` (seconds) as a float when the GPU gauges may read NVML that often, at most: a number
+    of at least MIN_METRICS_INTERVAL; else ValueError saying so (the one check, for watch_metrics and
+    bind alike)."""
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval >= MIN_METRICS_INTERVAL:
+        raise ValueError(
+            f"The metrics interval (how often the GPU gauges read NVML, at most) must be at least "
+            f"{MIN_METRICS_INTERVAL:g} s, got {interval!r}."
+        )
+    return float(interval)
+
+
+def watch_metrics(gpu_index, library_path=None, interval=DEFAULT_METRICS_INTERVAL):
+    """Adds the GPU ``gpu_index`` of the library at ``library_path`` to what this process's sampler
+    reads, at most once per ``interval`` seconds (the last call's applies to the process; at least
+    MIN_METRICS_INTERVAL, else ValueError). Starts the sampler; calls no NVML. False when the sampler
+    cannot be started (its gauges then show unknown)."""
+    interval = checked_metrics_interval(interval)
+    cdef string index = _sampler_index(gpu_index)
+    cdef string path = _resolved_library(library_path)
+    cdef long long interval_ms = <long long>min(float(interval) * 1000, 2.0 ** 62)
+    cdef bint watched
+    with nogil:
+        watched = fg_watch_metrics(path, string_view(index.data(), index.size()), interval_ms)
+    return watched
+
+
+def sampled_metrics(gpu_index, library_path=None, at=None):
+    """What the gauges of ``gpu_index`` show: (utilization, memory.used, temperature, power, health),
+    ints, the last sample's; -1 for each value and health 3 (unknown) while its read is late (not back
+    within SAMPLE_MARGIN: it hangs in the driver), when that sample is older than the interval plus
+    SAMPLE_MARGIN at ``at`` (time.monotonic_ns(); None: now), or there is none (not watched, not
+    sampled yet). Reads the snapshot only: never NVML, never waits for a read."""
+    cdef string index = _sampler_index(gpu_index)
+    cdef string path = _resolved_library(library_path)
+    cdef long long at_ns = -1 if at is None else max(0, int(at))
+    cdef SampledGpu s = fg_sampled_metrics(path, string_view(index.data(), index.size()), at_ns)
+    return (s.values[0], s.values[1], s.values[2], s.values[3], <int>s.health)
+
+
+def sample_metrics_now(timeout=10.0):
+    """Makes the sampler take a sample now and waits at most ``timeout`` seconds for it and every GPU's
+    read to complete: True when they did, False while a read hangs (for tests and benchmarks; gauges
+    never wait)."""
+    cdef long long timeout_ms = <long long>max(0.0, min(float(timeout) * 1000, 2.0 ** 62))
+    cdef bint done
+    with nogil:
+        done = fg_sample_metrics_now(timeout_ms)
+    return done
+
+
+def metrics_samples():
+    """How many samples this process's sampler has completed once every watched GPU had its first
+    reading (a GPU whose first read hangs holds the count back)."""
+    return completed_samples()
+
+
+cdef class _MetricDevice:
+    """The NVML handles one GPU index's readings come from, resolved once per process generation."""
+    cdef CMetricDevice c
+
+
+cdef int _state_pid(pid, str what) except -1:
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        raise TypeError(f"{what} must be a process id (int), got {pid!r}")
+    if pid <= 0 or pid > 0x7fffffff:
+        raise ValueError(f"Invalid {what} {pid}: it must be a positive process id.")
+    return <int>pid
+
+
+cdef double _timeout(timeout) except -1:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
+    if not timeout > 0:
+        raise ValueError(f"Invalid NVML timeout {timeout!r}: it must be a positive number of seconds.")
+    return <double>timeout
+
+
+cdef class Nvml:
+    """A loaded, initialised libnvidia-ml; one per library path and process.
+
+    Obtain it with ``Nvml.open(path)``: loading and initialisation happen once per process (and
+    once more in a forked child), never per call.
+    """
+
+    cdef readonly str library_path
+    cdef string _path
+    cdef tuple _skipped
+    cdef tuple _notices
+    # read_metric: the library and the handles of each GPU index, for the process generation they
+    # were obtained in (a forked child initialises NVML again and resolves them again)
+    cdef const NvmlLibrary* _metric_library
+    cdef unsigned long _metric_generation
+    cdef dict _metric_devices
+    # the library as initialised in this process generation (a forked child initialises it again,
+    # within a deadline): every later call takes it without a worker's hand-off
+    cdef const NvmlLibrary* _opened
+    cdef unsigned long _opened_generation
+
+    def __init__(self):
+        raise TypeError("use Nvml.open(library_path)")
+
+    @staticmethod
+    def open(library_path=None, timeout=DEFAULT_NVML_TIMEOUT):
+        """The library at ``library_path`` (None: $FLINK_GPU_NVML_LIBRARY, else libnvidia-ml.so.1),
+        loaded and initialised within ``timeout`` seconds: NvmlError (code NVML_ERROR_TIMEOUT) when
+        nvmlInit does not return in time, and at once while it still has not (csrc/nvml/deadline.hpp)."""
+        cdef double seconds = _timeout(timeout)
+        cdef string resolved = _resolved_library(library_path)
+        key = os.fsdecode(<bytes>resolved)
+        cdef Nvml nvml = _instances.get(key)
+        if nvml is None:
+            nvml = Nvml.__new__(Nvml)
+            nvml.library_path = key
+            nvml._path = resolved
+            nvml._skipped = ()
+            nvml._notices = ()
+            nvml._library(seconds)  # load and initialise now, so that a broken library fails here
+            _instances[key] = nvml
+        return nvml
+
+    cdef const NvmlLibrary* _library(self, double seconds=kDefaultNvmlTimeoutSeconds, double* spent=NULL) except NULL:
+        """The library, loaded and initialised (again in a forked child) within ``seconds``; ``spent``:
+        the seconds that took. NvmlError (code NVML_ERROR_TIMEOUT) when NVML did not answer in time."""
+        if spent != NULL:
+            spent[0] = 0
+        cdef unsigned long generation = NvmlLibrary.process_generation()
+        if self._opened != NULL and generation == self._opened_generation:
+            return self._opened
+        cdef Status status
+        cdef Stall stall
+        cdef const NvmlLibrary* lib = NULL
+        started = time.monotonic()
+        with nogil:
+            status = open_within(self._path, seconds, &lib, &stall)
+        if spent != NULL:
+            spent[0] = time.monotonic() - started
+        if not status.ok():
+            raise _error(status, self.library_path)
+        self._opened = lib
+        self._opened_generation = NvmlLibrary.process_generation()
+        return lib
+
+    def devices(self, timeout=DEFAULT_NVML_TIMEOUT):
+        """All usable GPUs, in index order, a GPU in MIG mode replaced by its MIG units; unusable ones
+        are listed by ``skipped()``. Enumerated within ``timeout`` seconds: NvmlError (code
+        NVML_ERROR_TIMEOUT) when NVML does not answer in time."""
+        cdef double seconds = _timeout(timeout)
+        cdef const NvmlLibrary* lib = self._library(seconds)
+        cdef Enumeration found
+        cdef Stall stall
+        cdef Status status
+        with nogil:
+            status = enumerate_within(lib[0], seconds, &found, &stall)
+        if not status.ok():
+            raise _error(status, self.library_path)
+        self._skipped = tuple([_skipped(s) for s in found.skipped])
+        self._notices = tuple([_text(n) for n in found.notices])
+        return tuple([_device(d) for d in found.devices])
+
+    @property
+    def driver_version(self):
+        """The driver's version string, or None when the driver cannot say."""
+        cdef const NvmlLibrary* lib = self._library()
+        cdef optional[string] version
+        cdef Status status = query_driver_version(lib[0], &version)
+        if not status.ok():
+            raise _error(status, self.library_path)
+        return _optional_text(version)
+
+    def states(self, owner_pid, taskmanager_pid=None, health_checks=None, timeout=DEFAULT_NVML_TIMEOUT):
+        """The state of every device now, in index order, in one native call: health (judged with
+        ``health_checks``, names of HEALTH_CHECKS; None: all), memory, the processes on it judged
+        against ``owner_pid`` and ``taskmanager_pid`` (None: none). A GPU NVML refuses a handle
+        for is one unhealthy state. Read within ``timeout`` seconds (csrc/nvml/deadline.hpp): a GPU
+        not read in time is unknown; NvmlError (code NVML_ERROR_TIMEOUT) when not even the GPU count
+        was read, or NVML was not initialised in time (a forked child's first call)."""
+        cdef int owner = _state_pid(owner_pid, "owner_pid")
+        cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
+        cdef CheckSet enforced = _check_set(health_checks)
+        cdef double seconds = _timeout(timeout)
+        cdef double spent = 0
+        cdef const NvmlLibrary* lib = self._library(seconds, &spent)
+        cdef vector[CDeviceState] found
+        cdef vector[Stall] stalls
+        cdef ReadPlan plan
+        cdef cpp_bool count_known = False
+        cdef Status status
+        with nogil:
+            status = query_states_within(lib[0], owner, taskmanager, enforced, plan, seconds, &found, &stalls,
+                                         &count_known, spent)
+        if not status.ok():
+            raise _error(status, self.library_path)
+        cdef Stall stalled
+        if not count_known:
+            if stalls.size():
+                stalled = stalls[0]
+            else:
+                stalled.function = b"nvmlDeviceGetCount_v2"
+            raise _error(stall_failure(stalled, seconds, self._path), self.library_path)
+        cdef size_t i
+        return tuple([_state(found[i]) for i in range(found.size())])
+
+    def choose(self, indices, owner_pid, taskmanager_pid, str busy_policy not None, health_checks=None,
+               timeout=DEFAULT_NVML_TIMEOUT):
+        """The one choice of GPUs (csrc/nvml/choice.*): the states now of the devices ``indices``
+        (as ``devices()`` gave them, in its order), judged with ``health_checks``, and their
+        ranking under ``busy_policy``: (states, indices best first, ranks, [(index, why left
+        out)]). A device of ``indices`` that NVML no longer answers for is an unhealthy state; one
+        not read within ``timeout`` seconds is unknown (csrc/nvml/deadline.hpp). Processes are read
+        only where ``busy_policy`` looks at them (not for ignore)."""
+        cdef int owner = _state_pid(owner_pid, "owner_pid")
+        cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
+        cdef CheckSet enforced = _check_set(health_checks)
+        cdef BusyPolicy policy = _busy_policy(busy_policy)
+        cdef double seconds = _timeout(timeout)
+        cdef vector[string] enumerated = [_utf8(index) for index in indices]
+        cdef double spent = 0
+        cdef const NvmlLibrary* lib = self._library(seconds, &spent)
+        cdef CChoice found
+        cdef Status status
+        with nogil:
+            status = choose_gpus_cpp(lib[0], enumerated, owner, taskmanager, policy, enforced, seconds, &found, spent)
+        if not status.ok():
+            raise _error(status, self.library_path)
+        cdef size_t i
+        return (tuple([_state(found.states[i]) for i in range(found.states.size())]),) + _ranking(found.ranking)
+
+    def read_metric(self, gpu_index, metric):
+        """One reading of ``metric`` (one of METRICS) on the GPU ``gpu_index`` (as GPUInfo carries it:
+        "<index>" or "<index>:<slot>" for a MIG unit), as an int; -1 where NVML cannot say (the
+        driver lacks the query, NOT_SUPPORTED, any NVML error, an index the library does not have).
+        Never raises for NVML: cheap enough for a gauge, the device's handles are resolved on its
+        first reading in this process, never by enumerating. ValueError for a metric not in METRICS."""
+        if not isinstance(gpu_index, str):
+            raise TypeError(f"gpu_index must be a GPU index (str), got {gpu_index!r}")
+        metric_id = _METRIC_IDS.get(metric) if isinstance(metric, str) else None
+        if metric_id is None:
+            raise ValueError(f"Unknown GPU metric {metric!r}: use one of {', '.join(METRICS)}.")
+        cdef Status status
+        cdef Stall stall
+        cdef const NvmlLibrary* lib = NULL
+        cdef unsigned long generation = NvmlLibrary.process_generation()
+        if generation != self._metric_generation:
+            with nogil:
+                status = open_within(self._path, kDefaultNvmlTimeoutSeconds, &lib, &stall)
+            if not status.ok():
+                return -1
+            self._metric_library = lib
+            self._metric_generation = generation
+            self._metric_devices = {}
+        lib = self._metric_library
+        cdef _MetricDevice device = self._metric_devices.get(gpu_index)
+        cdef string encoded
+        cdef bint found
+        if device is None:
+            device = _MetricDevice.__new__(_MetricDevice)
+            encoded = _utf8(gpu_index)
+            with nogil:
+                found = find_metric_device(lib[0], string_view(encoded.data(), encoded.size()), &device.c)
+            if not found:
+                return -1  # not cached: a MIG instance may be created later
+            self._metric_devices[gpu_index] = device
+        cdef Metric which = <Metric><int>metric_id
+        cdef long long value
+        with nogil:
+            value = read_metric_cpp(lib[0], device.c, which)
+        return value
+
+    def skipped(self):
+        """Devices the last ``devices()`` call had to leave out, with the reason."""
+        return self._skipped
+
+    def notices(self):
+        """What the last ``devices()`` call found an operator should know (a MIG mode pending a reset)."""
+        return self._notices
+
+    def __repr__(self):
+        return f"Nvml(library_path={self.library_path!r})"
