@@ -880,7 +880,7 @@ def test_unprivileged_the_mig_gpus_memory_is_withheld_but_its_units_answer():
 def test_a_bad_mig_spec_is_rejected_naming_the_key_by_both_checkers(tmp_path, mig, key):
     spec = {"devices": [{"mig": mig}]}
     with pytest.raises((TypeError, ValueError), match=key.replace("[", r"\[").replace("]", r"\]")):
-        simulator._validate_spec(spec)
+        simulator.environment(spec=spec)
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
     proc = run_python(
@@ -890,8 +890,8 @@ def test_a_bad_mig_spec_is_rejected_naming_the_key_by_both_checkers(tmp_path, mi
 
 
 def test_the_unprivileged_key_must_be_a_boolean():
-    with pytest.raises(TypeError, match="'unprivileged'"):
-        simulator._validate_spec({"unprivileged": "yes"})
+    with pytest.raises(ValueError, match="unprivileged must be true or false"):
+        simulator.environment(spec={"unprivileged": "yes"})
 
 
 def test_the_mig_entry_points_are_optional_in_the_loader_table():

@@ -671,10 +671,43 @@ def test_a_state_error_and_a_lost_handle_hold_while_their_files_exist(tmp_path):
 )
 def test_the_clock_triggers_are_gone_for_file_triggers(discovery_exe, tmp_path, old, new):
     spec = {"devices": [{"health": {"state_error": "GPU_IS_LOST", old: 1}}]}
-    with pytest.raises(ValueError, match=re.escape(f"devices[0].health has unknown keys ['{old}']")):
+    words = f"devices[0].health.{old} is no longer a key: create a file named by {new} instead"
+    with pytest.raises(ValueError, match=re.escape(words)):
         simulator.environment(spec=spec)
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
     proc = discover(discovery_exe, FLINK_GPU_SIM_SPEC=str(path))
     assert proc.returncode == 1
-    assert f"devices[0].health.{old} is no longer a key: create a file named by {new} instead" in proc.stderr
+    assert words in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ({"devcies": []}, "Simulator spec: the top level has unknown keys ['devcies']; use init_error,"),
+        ({"devices": [{"nmae": "x"}]}, "Simulator spec: devices[0] has unknown keys ['nmae']; use uuid, name,"),
+        ({"devices": [{"fabric": {"sate": "completed"}}]}, "devices[0].fabric has unknown keys ['sate']"),
+        (
+            {"devices": [{"processes": [{"pid": 1, "memory": 2}]}]},
+            "devices[0].processes[0] has unknown keys ['memory']",
+        ),
+        ({"devices": [{"mig": {"mod": "enabled"}}]}, "devices[0].mig has unknown keys ['mod']"),
+        ({"process_struct": "r600"}, "Simulator spec: process_struct must be one of v2, r535"),
+    ],
+)
+def test_an_unknown_key_is_refused_by_the_one_checker_from_python_and_at_load(discovery_exe, tmp_path, spec, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        simulator.environment(spec=spec)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match=re.escape(words.replace("Simulator spec", str(path)))):
+        simulator.read_spec(path)
+    proc = discover(discovery_exe, FLINK_GPU_SIM_SPEC=str(path))
+    assert proc.returncode == 1 and words.replace("Simulator spec", str(path)) in proc.stderr
+
+
+def test_the_checker_of_a_spec_is_the_build_it_names():
+    # the r535 build accepts the spec that names it; the check runs in that build
+    simulator.environment(spec={"process_struct": "r535", "devices": [{}]})
+    with pytest.raises(ValueError, match=re.escape("devices[0].memory_used must not exceed memory_total")):
+        simulator.environment(spec={"process_struct": "r535", "devices": [{"memory_total": 1, "memory_used": 2}]})

@@ -26,7 +26,20 @@ SimDevice default_device(unsigned i) {
     return d;
 }
 
-void complain(const std::string& what) { std::fprintf(stderr, "flink-gpu NVML simulator: %s\n", what.c_str()); }
+namespace {
+thread_local std::string* t_complaints = nullptr;
+}  // namespace
+
+void complain(const std::string& what) {
+    if (t_complaints != nullptr) {
+        *t_complaints = what;  // the first error ends a check: it is the one to say
+        return;
+    }
+    std::fprintf(stderr, "flink-gpu NVML simulator: %s\n", what.c_str());
+}
+
+ComplaintCapture::ComplaintCapture(std::string* into) : previous_(t_complaints) { t_complaints = into; }
+ComplaintCapture::~ComplaintCapture() { t_complaints = previous_; }
 
 unsigned long long monotonic_ms() {
     timespec now{};

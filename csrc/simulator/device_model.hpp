@@ -121,8 +121,20 @@ SimState& state();
 // GPU i of FLINK_GPU_SIM_DEVICES, and the defaults of a spec's devices[i].
 SimDevice default_device(unsigned i);
 
-// A configuration error or a file the simulator cannot write, on stderr.
+// A configuration error or a file the simulator cannot write, on stderr (or, while a
+// ComplaintCapture lives on this thread, into its text: flinkgpuSimCheckSpec answers it).
 void complain(const std::string& what);
+
+class ComplaintCapture {
+public:
+    explicit ComplaintCapture(std::string* into);
+    ~ComplaintCapture();
+    ComplaintCapture(const ComplaintCapture&) = delete;
+    ComplaintCapture& operator=(const ComplaintCapture&) = delete;
+
+private:
+    std::string* previous_;
+};
 
 unsigned long long monotonic_ms();
 

@@ -2,47 +2,9 @@
 // described by the environment, so that the native path, the CLI and users' CI run without a GPU.
 //
 //   FLINK_GPU_SIM_DEVICES=N       N identical simulated GPUs (default 4)
-//   FLINK_GPU_SIM_SPEC=FILE       JSON: {"init_error": 0, "driver_version": "...", "devices": [
-//                                   {"uuid", "name", "memory_total", "pci_bus_id", "minor_number",
-//                                    "fault": null | "NO_PERMISSION" | "GPU_IS_LOST"}]}
-//                                    "memory_used", "memory_reserved" (the driver's: nvmlMemory_v2_t's
-//                                      reserved, counted as used by the v1 query), "cpu_affinity"
-//                                      (cpulist), "compute_mode",
-//                                    "health": {"inforom_corrupted", "row_remap_failure",
-//                                      "row_remap_pending", "retired_pages_pending" (booleans),
-//                                      "ecc_enabled" (default true), "ecc_uncorrected" (count),
-//                                      "recovery_action" (name: none, gpu_reset, node_reboot,
-//                                        drain_p2p, drain_and_reset, recover_imex_domain, bus_reset,
-//                                        system_reboot; or a whole number), "state_error": "GPU_IS_LOST" |
-//                                      "RESET_REQUIRED" (what every state query answers),
-//                                      "state_error_when_exists" (a path: it does so only while that
-//                                      file exists, a GPU that falls off the bus mid-run; absent: always),
-//                                      "lost_handle_when_exists" (a path: while that file exists
-//                                        nvmlDeviceGetHandleByIndex answers GPU_IS_LOST: a GPU gone from
-//                                        the bus)},
-//                                    "fabric": {"state": "not_supported" | "not_started" | "in_progress" |
-//                                      "completed" (default), "status" (an nvmlReturn_t, default 0),
-//                                      "health_summary": "not_supported" (default) | "healthy" |
-//                                      "unhealthy" | "limited_capacity", "struct": "v3" (default) | "v2"
-//                                      (R550: v3 refused) | "v1" (R535: only nvmlDeviceGetGpuFabricInfo)};
-//                                      without it every fabric query answers NOT_SUPPORTED (a PCIe part),
-//                                    "persistence_mode": "enabled" (default) | "disabled",
-//                                    "processes": [{"pid", "used_memory", "kind"}],
-//                                    "utilization" (%), "temperature" (°C), "power" (W, to the
-//                                      milliwatt): readings pinned instead of following the clock,
-//                                    "not_supported" / "no_permission": [query names],
-//                                    "mig": {"mode": "enabled" | "disabled", "pending": (a mode; default
-//                                      the current one), "max_devices" (slots, default 7), "instances":
-//                                      [{"slot" (required), "uuid", "memory_total", "gi", "ci", and the
-//                                      state keys above: "memory_used", "processes", ...}]}}],
-//                                 "process_struct": "v2" | "r535",
-//                                 "unprivileged": true (not root: a MIG-enabled GPU's own memory queries
-//                                   answer NO_PERMISSION, as for a real unprivileged caller),
-//                                 "latency_ms": {family: milliseconds (fractional; 0..3600000)}: the time
-//                                   each call of the family spends in the driver (below),
-//                                 "driver_lock": true (default) | false,
-//                                 "hang": [{"query": family, "device": GPU index (of "devices"; absent: every call),
-//                                   "while_exists": path}]: such a call blocks while the file exists}
+//   FLINK_GPU_SIM_SPEC=FILE       a JSON spec of the host: its keys are documented in one place, the
+//                                 docstring of flink_gpu.simulator (src/flink_gpu/simulator.py); spec.cpp
+//                                 checks them, also for Python (flinkgpuSimCheckSpec)
 //   FLINK_GPU_SIM_PROFILE=NAME    the spec of a machine profile: profiles/NAME.json next to this library
 //                                 (csrc/simulator/profiles; not together with FLINK_GPU_SIM_SPEC)
 //   FLINK_GPU_SIM_INIT_ERROR=CODE nvmlInit returns this NVML error code

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,38 @@ const simjson::Value* present(const simjson::Value& object, const char* key) {
     return v != nullptr && v->type != simjson::Value::Type::kNull ? v : nullptr;
 }
 
+// ", got VALUE" for an error naming a bad value (text quoted, as JSON writes it; lists and objects by kind).
+std::string got(const simjson::Value& v) {
+    using Type = simjson::Value::Type;
+    if (v.type == Type::kString) return ", got \"" + v.string + "\"";
+    if (v.type == Type::kBool) return v.boolean ? ", got true" : ", got false";
+    if (v.type == Type::kNumber) {
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "%.17g", v.number);
+        return std::string(", got ") + buf;
+    }
+    if (v.type == Type::kArray) return ", got a list";
+    if (v.type == Type::kObject) return ", got an object";
+    return ", got null";
+}
+
+// Keys of a spec object outside `known` are a configuration error (a typo would be ignored): it names
+// them and the known ones. `what` is the object's path, e.g. "devices[0]".
+bool known_keys(const simjson::Value& object, std::initializer_list<const char*> known, const char* spec_path,
+                const std::string& what) {
+    std::string unknown;
+    for (const auto& kv : object.object) {
+        bool found = false;
+        for (const char* key : known) found = found || kv.first == key;
+        if (!found) unknown += (unknown.empty() ? "'" : ", '") + kv.first + "'";
+    }
+    if (unknown.empty()) return true;
+    std::string names;
+    for (const char* key : known) names += (names.empty() ? "" : ", ") + std::string(key);
+    complain(std::string(spec_path) + ": " + what + " has unknown keys [" + unknown + "]; use " + names);
+    return false;
+}
+
 // A string value of a spec object into *out; a value of another type is a configuration error
 // naming the key (`where` is the object's path, e.g. "devices[0].").
 bool read_string(const simjson::Value& object, const char* key, const char* spec_path, const std::string& where,
@@ -59,7 +92,7 @@ bool read_string(const simjson::Value& object, const char* key, const char* spec
     const simjson::Value* v = present(object, key);
     if (v == nullptr) return true;
     if (!v->is_string()) {
-        complain(std::string(spec_path) + ": " + where + key + " must be a string");
+        complain(std::string(spec_path) + ": " + where + key + " must be a string" + got(*v));
         return false;
     }
     *out = v->string;
@@ -71,7 +104,7 @@ bool read_bool(const simjson::Value& object, const char* key, const char* spec_p
     const simjson::Value* v = present(object, key);
     if (v == nullptr) return true;
     if (v->type != simjson::Value::Type::kBool) {
-        complain(std::string(spec_path) + ": " + where + key + " must be true or false");
+        complain(std::string(spec_path) + ": " + where + key + " must be true or false" + got(*v));
         return false;
     }
     *out = v->boolean;
@@ -85,7 +118,7 @@ bool read_number(const simjson::Value& object, const char* key, double limit, co
     if (!v->is_number() || !whole_number(*v, limit, out)) {
         complain(std::string(spec_path) + ": " + where + key + " must be a whole number (0.." +
                  (limit > 1e19 ? std::string("2^64-1") : std::to_string(static_cast<unsigned long long>(limit) - 1)) +
-                 ")");
+                 ")" + got(*v));
         return false;
     }
     return true;
@@ -108,7 +141,7 @@ bool read_choice(const simjson::Value& object, const char* key, const char* cons
         if (!allowed.empty()) allowed += ", ";
         allowed += names[i];
     }
-    complain(std::string(spec_path) + ": " + where + key + " must be one of " + allowed);
+    complain(std::string(spec_path) + ": " + where + key + " must be one of " + allowed + got(*v));
     return false;
 }
 
@@ -221,6 +254,19 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
             return false;
         }
         const std::string hw = where + "health.";
+        for (const char* removed : {"state_error_after_s", "lost_handle_after_s"}) {
+            if (present(*h, removed) != nullptr) {
+                complain(std::string(spec_path) + ": " + hw + removed + " is no longer a key: create a file named by " +
+                         (removed[0] == 's' ? "state_error_when_exists" : "lost_handle_when_exists") + " instead");
+                return false;
+            }
+        }
+        if (!known_keys(*h,
+                        {"inforom_corrupted", "row_remap_failure", "row_remap_pending", "retired_pages_pending",
+                         "ecc_enabled", "ecc_uncorrected", "recovery_action", "state_error", "state_error_when_exists",
+                         "lost_handle_when_exists"},
+                        spec_path, where + "health"))
+            return false;
         if (!read_bool(*h, "inforom_corrupted", spec_path, hw, &d->inforom_corrupted) ||
             !read_bool(*h, "row_remap_failure", spec_path, hw, &d->remap_failure) ||
             !read_bool(*h, "row_remap_pending", spec_path, hw, &d->remap_pending) ||
@@ -241,13 +287,6 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
         if (!read_choice(*h, "state_error", kStateErrors, 2, spec_path, hw, &choice)) return false;
         if (choice == 0) d->state_error = NVML_ERROR_GPU_IS_LOST;
         if (choice == 1) d->state_error = NVML_ERROR_RESET_REQUIRED;
-        for (const char* removed : {"state_error_after_s", "lost_handle_after_s"}) {
-            if (present(*h, removed) != nullptr) {
-                complain(std::string(spec_path) + ": " + hw + removed + " is no longer a key: create a file named by " +
-                         (removed[0] == 's' ? "state_error_when_exists" : "lost_handle_when_exists") + " instead");
-                return false;
-            }
-        }
         if (!read_string(*h, "state_error_when_exists", spec_path, hw, &d->state_error_when_exists) ||
             !read_string(*h, "lost_handle_when_exists", spec_path, hw, &d->lost_handle_when_exists))
             return false;
@@ -258,6 +297,7 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
             return false;
         }
         const std::string fw = where + "fabric.";
+        if (!known_keys(*f, {"state", "status", "health_summary", "struct"}, spec_path, where + "fabric")) return false;
         d->has_fabric = true;
         unsigned value = NVML_GPU_FABRIC_STATE_COMPLETED;
         if (!read_choice(*f, "state", kFabricStates, 4, spec_path, fw, &value)) return false;
@@ -284,6 +324,7 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
                 complain(std::string(spec_path) + ": " + pw.substr(0, pw.size() - 1) + " must be an object");
                 return false;
             }
+            if (!known_keys(p, {"pid", "used_memory", "kind"}, spec_path, pw.substr(0, pw.size() - 1))) return false;
             SimProcess sp;
             unsigned long long pid = 0;
             if (present(p, "pid") == nullptr) {
@@ -316,7 +357,8 @@ bool read_readings(const simjson::Value& item, const char* spec_path, const std:
     if (const simjson::Value* v = present(item, "power")) {
         // NVML answers milliwatts in an unsigned int: watts to the milliwatt, rounded to nearest.
         if (!v->is_number() || !(v->number >= 0.0) || !(v->number * 1000.0 + 0.5 < 4294967296.0)) {
-            complain(std::string(spec_path) + ": " + where + "power must be a number of watts (0..4294967.295)");
+            complain(std::string(spec_path) + ": " + where + "power must be a number of watts (0..4294967.295)" +
+                     got(*v));
             return false;
         }
         d->power_mw = static_cast<long long>(v->number * 1000.0 + 0.5);
@@ -337,6 +379,7 @@ bool read_mig(const simjson::Value& item, const char* spec_path, const std::stri
         complain(std::string(spec_path) + ": " + where + "mig must be an object");
         return false;
     }
+    if (!known_keys(*m, {"mode", "pending", "max_devices", "instances"}, spec_path, where + "mig")) return false;
     d->mig_capable = true;
     unsigned mode = NVML_DEVICE_MIG_DISABLE;
     if (!read_choice(*m, "mode", kMigModes, 2, spec_path, mw, &mode)) return false;
@@ -364,6 +407,11 @@ bool read_mig(const simjson::Value& item, const char* spec_path, const std::stri
             complain(std::string(spec_path) + ": " + iw.substr(0, iw.size() - 1) + " must be an object");
             return false;
         }
+        if (!known_keys(inst,
+                        {"slot", "uuid", "memory_total", "gi", "ci", "memory_used", "memory_reserved", "cpu_affinity",
+                         "compute_mode", "health", "processes", "not_supported", "no_permission", "fabric"},
+                        spec_path, iw.substr(0, iw.size() - 1)))
+            return false;
         unsigned long long slot = 0, number = 0;
         if (present(inst, "slot") == nullptr) {
             complain(std::string(spec_path) + ": " + iw + "slot is required");
@@ -540,6 +588,107 @@ bool profile_file(const char* name, std::string* out) {
     return true;
 }
 
+// The spec `root` (read from `spec_path`, which the errors name) into `s`, `driver` and `init_error`;
+// false after a configuration error is said.
+bool read_root(const simjson::Value& root, const char* spec_path, SimState& s, DriverConfig* driver,
+               nvmlReturn_t* init_error) {
+    if (!root.is_object()) {
+        complain(std::string(spec_path) + ": the top level must be a JSON object");
+        return false;
+    }
+    if (!known_keys(root,
+                    {"init_error", "driver_version", "devices", "process_struct", "unprivileged", "driver_lock",
+                     "latency_ms", "hang"},
+                    spec_path, "the top level"))
+        return false;
+    if (const auto* v = present(root, "init_error")) {
+        unsigned long long code = 0;
+        if (!v->is_number() || !whole_number(*v, 1000.0, &code)) {
+            complain(std::string(spec_path) + ": init_error must be an NVML error code (0..999)" + got(*v));
+            return false;
+        }
+        *init_error = static_cast<nvmlReturn_t>(code);
+    }
+    if (!read_string(root, "driver_version", spec_path, "", &s.driver_version) ||
+        !read_bool(root, "unprivileged", spec_path, "", &s.unprivileged))
+        return false;
+    unsigned layout = 0;
+    for (unsigned i = 0; i < 2; ++i)
+        if (std::strcmp(kProcessStructs[i], kProcessStruct) == 0) layout = i;
+    const unsigned built = layout;
+    if (!read_choice(root, "process_struct", kProcessStructs, 2, spec_path, "", &layout)) return false;
+    if (layout != built) {
+        complain(std::string(spec_path) + ": \"process_struct\" is \"" + kProcessStructs[layout] +
+                 "\" but this build of the simulator models \"" + kProcessStruct +
+                 "\" (flink_gpu.simulator.library_path(process_struct) names the matching one)");
+        return false;
+    }
+    const auto* list = root.get("devices");
+    if (list != nullptr && !list->is_array()) {
+        complain(std::string(spec_path) + ": \"devices\" must be a list");
+        return false;
+    }
+    for (size_t i = 0; list != nullptr && i < list->array.size(); ++i) {
+        const auto& item = list->array[i];
+        SimDevice d = default_device(static_cast<unsigned>(i));
+        if (!item.is_object()) {
+            complain(std::string(spec_path) + ": devices[" + std::to_string(i) + "] must be an object");
+            return false;
+        }
+        const std::string where = "devices[" + std::to_string(i) + "].";
+        if (!known_keys(item, {"uuid",          "name",   "memory_total",     "pci_bus_id",
+                               "minor_number",  "fault",  "memory_used",      "cpu_affinity",
+                               "compute_mode",  "health", "processes",        "not_supported",
+                               "no_permission", "mig",    "utilization",      "temperature",
+                               "power",         "fabric", "persistence_mode", "memory_reserved"},
+                        spec_path, "devices[" + std::to_string(i) + "]"))
+            return false;
+        if (!read_string(item, "uuid", spec_path, where, &d.uuid) ||
+            !read_string(item, "name", spec_path, where, &d.name) ||
+            !read_string(item, "pci_bus_id", spec_path, where, &d.pci_bus_id))
+            return false;
+        unsigned long long number = 0;
+        if (const auto* v = present(item, "memory_total")) {
+            if (!v->is_number() || !whole_number(*v, 18446744073709551616.0, &number)) {
+                complain(std::string(spec_path) + ": " + where +
+                         "memory_total must be a whole number of bytes (0..2^64-1)" + got(*v));
+                return false;
+            }
+            d.memory_total = number;
+        }
+        if (const auto* v = present(item, "minor_number")) {
+            if (!v->is_number() || !whole_number(*v, 4294967296.0, &number)) {
+                complain(std::string(spec_path) + ": " + where + "minor_number must be a whole number (0..2^32-1)" +
+                         got(*v));
+                return false;
+            }
+            d.minor_number = static_cast<unsigned>(number);
+        }
+        unsigned persistence = 1;
+        if (!read_choice(item, "persistence_mode", kPersistenceModes, 2, spec_path, where, &persistence)) return false;
+        d.persistence_mode = persistence == 1;
+        if (!read_state(item, spec_path, where, &d) || !read_readings(item, spec_path, where, &d) ||
+            !read_mig(item, spec_path, where, &d, &s.units))
+            return false;
+        if (const auto* v = present(item, "fault")) {
+            if (v->is_string() && v->string == "NO_PERMISSION") d.fault = Fault::kNoPermission;
+            else if (v->is_string() && v->string == "GPU_IS_LOST") d.fault = Fault::kGpuIsLost;
+            else {
+                complain(std::string(spec_path) + ": " + where +
+                         "fault must be \"NO_PERMISSION\" or "
+                         "\"GPU_IS_LOST\" (or null), not " +
+                         (v->is_string() ? "\"" + v->string + "\"" : "that value"));
+                return false;
+            }
+        }
+        s.devices.push_back(std::move(d));
+    }
+    std::vector<bool> persistent;
+    for (const SimDevice& d : s.devices) persistent.push_back(d.persistence_mode);
+    if (!read_driver(root, spec_path, persistent, driver)) return false;
+    return true;
+}
+
 }  // namespace
 
 nvmlReturn_t configure(SimState& s) {
@@ -568,88 +717,7 @@ nvmlReturn_t configure(SimState& s) {
             complain(std::string("cannot use FLINK_GPU_SIM_SPEC=") + spec_path + ": " + error);
             return NVML_ERROR_UNKNOWN;
         }
-        if (!root.is_object()) {
-            complain(std::string(spec_path) + ": the top level must be a JSON object");
-            return NVML_ERROR_UNKNOWN;
-        }
-        if (const auto* v = present(root, "init_error")) {
-            unsigned long long code = 0;
-            if (!v->is_number() || !whole_number(*v, 1000.0, &code)) {
-                complain(std::string(spec_path) + ": \"init_error\" must be an NVML error code (0..999)");
-                return NVML_ERROR_UNKNOWN;
-            }
-            init_error = static_cast<nvmlReturn_t>(code);
-        }
-        if (!read_string(root, "driver_version", spec_path, "", &s.driver_version) ||
-            !read_bool(root, "unprivileged", spec_path, "", &s.unprivileged))
-            return NVML_ERROR_UNKNOWN;
-        unsigned layout = 0;
-        for (unsigned i = 0; i < 2; ++i)
-            if (std::strcmp(kProcessStructs[i], kProcessStruct) == 0) layout = i;
-        const unsigned built = layout;
-        if (!read_choice(root, "process_struct", kProcessStructs, 2, spec_path, "", &layout)) return NVML_ERROR_UNKNOWN;
-        if (layout != built) {
-            complain(std::string(spec_path) + ": \"process_struct\" is \"" + kProcessStructs[layout] +
-                     "\" but this build of the simulator models \"" + kProcessStruct +
-                     "\" (flink_gpu.simulator.library_path(process_struct) names the matching one)");
-            return NVML_ERROR_UNKNOWN;
-        }
-        const auto* list = root.get("devices");
-        if (list != nullptr && !list->is_array()) {
-            complain(std::string(spec_path) + ": \"devices\" must be a list");
-            return NVML_ERROR_UNKNOWN;
-        }
-        for (size_t i = 0; list != nullptr && i < list->array.size(); ++i) {
-            const auto& item = list->array[i];
-            SimDevice d = default_device(static_cast<unsigned>(i));
-            if (!item.is_object()) {
-                complain(std::string(spec_path) + ": devices[" + std::to_string(i) + "] must be an object");
-                return NVML_ERROR_UNKNOWN;
-            }
-            const std::string where = "devices[" + std::to_string(i) + "].";
-            if (!read_string(item, "uuid", spec_path, where, &d.uuid) ||
-                !read_string(item, "name", spec_path, where, &d.name) ||
-                !read_string(item, "pci_bus_id", spec_path, where, &d.pci_bus_id))
-                return NVML_ERROR_UNKNOWN;
-            unsigned long long number = 0;
-            if (const auto* v = present(item, "memory_total")) {
-                if (!v->is_number() || !whole_number(*v, 18446744073709551616.0, &number)) {
-                    complain(std::string(spec_path) + ": " + where +
-                             "memory_total must be a whole number of bytes (0..2^64-1)");
-                    return NVML_ERROR_UNKNOWN;
-                }
-                d.memory_total = number;
-            }
-            if (const auto* v = present(item, "minor_number")) {
-                if (!v->is_number() || !whole_number(*v, 4294967296.0, &number)) {
-                    complain(std::string(spec_path) + ": " + where + "minor_number must be a whole number (0..2^32-1)");
-                    return NVML_ERROR_UNKNOWN;
-                }
-                d.minor_number = static_cast<unsigned>(number);
-            }
-            unsigned persistence = 1;
-            if (!read_choice(item, "persistence_mode", kPersistenceModes, 2, spec_path, where, &persistence))
-                return NVML_ERROR_UNKNOWN;
-            d.persistence_mode = persistence == 1;
-            if (!read_state(item, spec_path, where, &d) || !read_readings(item, spec_path, where, &d) ||
-                !read_mig(item, spec_path, where, &d, &s.units))
-                return NVML_ERROR_UNKNOWN;
-            if (const auto* v = present(item, "fault")) {
-                if (v->is_string() && v->string == "NO_PERMISSION") d.fault = Fault::kNoPermission;
-                else if (v->is_string() && v->string == "GPU_IS_LOST") d.fault = Fault::kGpuIsLost;
-                else {
-                    complain(std::string(spec_path) + ": " + where +
-                             "fault must be \"NO_PERMISSION\" or "
-                             "\"GPU_IS_LOST\" (or null), not " +
-                             (v->is_string() ? "\"" + v->string + "\"" : "that value"));
-                    return NVML_ERROR_UNKNOWN;
-                }
-            }
-            s.devices.push_back(std::move(d));
-        }
-        std::vector<bool> persistent;
-        for (const SimDevice& d : s.devices) persistent.push_back(d.persistence_mode);
-        if (!read_driver(root, spec_path, persistent, &driver)) return NVML_ERROR_UNKNOWN;
+        if (!read_root(root, spec_path, s, &driver, &init_error)) return NVML_ERROR_UNKNOWN;
     } else {
         unsigned long long count = 4;
         const char* text = std::getenv("FLINK_GPU_SIM_DEVICES");
@@ -673,3 +741,36 @@ nvmlReturn_t configure(SimState& s) {
 }
 
 }  // namespace flinkgpu_sim
+
+// The spec text `json` checked as configure() checks FLINK_GPU_SIM_SPEC (errors name `source` for the
+// file): 0 when this build accepts it, else the size the error text needs with its NUL; the text goes
+// into `error` (`size` bytes, cut short to fit). flink_gpu.simulator checks a spec with it.
+SIM_EXPORT unsigned flinkgpuSimCheckSpec(const char* json, const char* source, char* error, unsigned size) {
+    std::string said;
+    try {
+        flinkgpu_sim::ComplaintCapture capture(&said);
+        simjson::Value root;
+        std::string parse_error;
+        const char* name = source != nullptr ? source : "simulator spec";
+        if (json == nullptr) {
+            said = "no spec text";
+        } else if (const std::string text = json; !simjson::Parser(text).parse(&root, &parse_error)) {
+            said = std::string(name) + ": it is not JSON: " + parse_error;
+        } else {
+            flinkgpu_sim::SimState scratch;
+            flinkgpu_sim::DriverConfig driver;
+            nvmlReturn_t init_error = NVML_SUCCESS;
+            if (!flinkgpu_sim::read_root(root, name, scratch, &driver, &init_error) && said.empty())
+                said = std::string(name) + ": not accepted";
+        }
+    } catch (...) {  // no exception crosses the C boundary
+        said = "the NVML simulator ran out of memory checking the spec";
+    }
+    if (said.empty()) return 0;
+    if (error != nullptr && size > 0) {
+        const size_t n = std::min<size_t>(said.size(), size - 1);
+        std::memcpy(error, said.data(), n);
+        error[n] = '\0';
+    }
+    return static_cast<unsigned>(std::min<size_t>(said.size() + 1, 0xffffffffu));
+}

@@ -1,6 +1,7 @@
-// The configuration: FLINK_GPU_SIM_DEVICES, FLINK_GPU_SIM_SPEC (a JSON file; the keys are documented in
-// nvml_simulator.cpp's header and mirrored by flink_gpu.simulator), FLINK_GPU_SIM_PROFILE (a spec file of
-// profiles/ beside this library) and FLINK_GPU_SIM_INIT_ERROR, read into the simulated host.
+// The configuration: FLINK_GPU_SIM_DEVICES, FLINK_GPU_SIM_SPEC (a JSON file; its keys are documented in
+// flink_gpu.simulator's docstring and checked here only: flinkgpuSimCheckSpec checks a spec for Python),
+// FLINK_GPU_SIM_PROFILE (a spec file of profiles/ beside this library) and FLINK_GPU_SIM_INIT_ERROR, read into the
+// simulated host.
 #pragma once
 
 #include "device_model.hpp"

@@ -16,7 +16,8 @@ return code for ``nvmlInit``)::
 
     simulator.run(["flink-gpu-discovery", "2"], profile="h100-hgx-8")
 
-Spec keys (every one optional; null counts as absent):
+Spec keys (every one optional; null counts as absent; this is their one description, and the
+simulator's csrc/simulator/spec.cpp their one checker: an unknown key is an error too):
 
 * ``init_error``: the NVML return code of ``nvmlInit``; ``driver_version``: its version string.
 * ``process_struct``: ``"v2"`` (default: a current driver, with the versioned
@@ -105,7 +106,6 @@ per device, the time the driver lock was held, the wall time since the first ``n
 """
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Union
 
@@ -128,40 +128,7 @@ __all__ = [
     "profile_path",
 ]
 
-_FAULTS = ("NO_PERMISSION", "GPU_IS_LOST")
 _PROCESS_STRUCTS = ("v2", "r535")
-_DEVICE_KEYS = {
-    "uuid",
-    "name",
-    "memory_total",
-    "pci_bus_id",
-    "minor_number",
-    "fault",
-    "memory_used",
-    "cpu_affinity",
-    "compute_mode",
-    "health",
-    "processes",
-    "not_supported",
-    "no_permission",
-    "mig",
-    "utilization",
-    "temperature",
-    "power",
-    "fabric",
-    "persistence_mode",
-    "memory_reserved",
-}
-_TOP_KEYS = (
-    "init_error",
-    "driver_version",
-    "devices",
-    "process_struct",
-    "unprivileged",
-    "driver_lock",
-    "latency_ms",
-    "hang",
-)
 #: The query families of ``latency_ms`` and ``hang`` (csrc/simulator: each NVML export belongs to one).
 QUERY_FAMILIES = (
     "init",
@@ -183,83 +150,6 @@ QUERY_FAMILIES = (
     "mig",
     "persistence_mode",
 )
-# latencies of the handle family's first call per GPU in a process, with and without persistence mode
-_LATENCY_KEYS = QUERY_FAMILIES + ("first_handle", "first_handle_without_persistence")
-_MAX_LATENCY_MS = 3600000
-_HANG_KEYS = {"query", "device", "while_exists"}
-_PERSISTENCE_MODES = ("disabled", "enabled")
-_MIG_KEYS = {"mode", "pending", "max_devices", "instances"}
-_MIG_MODES = ("disabled", "enabled")
-_INSTANCE_KEYS = {
-    "slot",
-    "uuid",
-    "memory_total",
-    "gi",
-    "ci",
-    "memory_used",
-    "memory_reserved",
-    "cpu_affinity",
-    "compute_mode",
-    "health",
-    "processes",
-    "not_supported",
-    "no_permission",
-    "fabric",
-}
-# the value rules the simulator itself applies (csrc/simulator/spec.cpp): text, or a
-# whole number in [0, limit)
-_STRING_KEYS = ("uuid", "name", "pci_bus_id")
-_NUMBER_LIMITS = {
-    "memory_total": 2**64,
-    "minor_number": 2**32,
-    "memory_used": 2**64,
-    "utilization": 101,
-    "temperature": 201,
-}
-# power: watts to the milliwatt, which NVML answers in an unsigned int
-_MAX_POWER_WATTS = (2**32 - 1) / 1000
-_COMPUTE_MODES = ("default", "exclusive_thread", "prohibited", "exclusive_process")
-_HEALTH_FLAGS = ("inforom_corrupted", "row_remap_failure", "row_remap_pending", "retired_pages_pending", "ecc_enabled")
-_RECOVERY_ACTIONS = (
-    "none",
-    "gpu_reset",
-    "node_reboot",
-    "drain_p2p",
-    "drain_and_reset",
-    "recover_imex_domain",
-    "bus_reset",
-    "system_reboot",
-)
-_FABRIC_KEYS = {"state", "status", "health_summary", "struct"}
-_FABRIC_STATES = ("not_supported", "not_started", "in_progress", "completed")
-_FABRIC_SUMMARIES = ("not_supported", "healthy", "unhealthy", "limited_capacity")
-_FABRIC_STRUCTS = ("v1", "v2", "v3")
-_STATE_ERRORS = ("GPU_IS_LOST", "RESET_REQUIRED")
-_PROCESS_KINDS = ("compute", "graphics", "mps")
-_QUERIES = (
-    "inforom",
-    "remapped_rows",
-    "ecc_mode",
-    "ecc_errors",
-    "field_values",
-    "retired_pages",
-    "memory",
-    "memory_v2",
-    "compute_mode",
-    "cpu_affinity",
-    "compute_processes",
-    "graphics_processes",
-    "mps_processes",
-    "process_detail_list",
-    "processes",
-    "utilization",
-    "temperature",
-    "power",
-    "temperature_v",
-    "fabric",
-    "persistence_mode",
-)
-_CPULIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
 #: The most GPUs ``devices`` may ask for: the limit csrc/simulator/spec.cpp puts on
 #: FLINK_GPU_SIM_DEVICES.
 MAX_DEVICES = 4096
@@ -308,270 +198,29 @@ def profile_path(name: str) -> str:
     return str(_profiles_directory() / f"{name}.json")
 
 
-def _check_whole_number(value: Any, limit: int, what: str) -> None:
-    """``TypeError`` for a value that is no number, ``ValueError`` for one outside [0, limit)
-    or not whole (JSON has one number type: 2.0 is the whole number 2 to the simulator too)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"Simulator spec {what} (0..{limit - 1}), got {value!r}.")
-    if not (0 <= value < limit and float(value).is_integer()):
-        raise ValueError(f"Simulator spec {what} (0..{limit - 1}), got {value!r}.")
+def _check_spec(text: bytes, source: str, process_struct: str) -> None:
+    """``ValueError`` with the simulator's own message (naming ``source``, the key and what it
+    accepts) unless the ``process_struct`` build accepts the spec ``text``: the one checker is the
+    simulator's (csrc/simulator/spec.cpp), loaded here by ctypes."""
+    import ctypes
 
-
-def _check_power(value: Any, what: str) -> None:
-    """A number of watts the simulator answers to the milliwatt (rounded to nearest)."""
-    if value is None:
+    library = ctypes.CDLL(library_path(process_struct))
+    check = library.flinkgpuSimCheckSpec
+    check.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint)
+    check.restype = ctypes.c_uint
+    name = source.encode()
+    needed = check(text, name, None, 0)
+    if needed == 0:
         return
-    message = f"Simulator spec {what} must be a number of watts (0..{_MAX_POWER_WATTS}), got {value!r}."
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(message)
-    if not (0 <= value and value * 1000 + 0.5 < 2**32):
-        raise ValueError(message)
+    buffer = ctypes.create_string_buffer(needed)
+    check(text, name, buffer, needed)
+    raise ValueError(buffer.value.decode(errors="replace"))
 
 
-def _check_string(value: Any, what: str) -> None:
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"Simulator spec {what} must be a string, got {value!r}.")
-
-
-def _check_choice(value: Any, allowed: "tuple[str, ...]", what: str) -> None:
-    if value is not None and value not in allowed:
-        raise ValueError(f"Simulator spec {what} must be one of {', '.join(allowed)}, got {value!r}.")
-
-
-def _check_object(value: Any, known: "set[str]", what: str) -> None:
-    """An object of the spec: ``TypeError`` for another value, ``ValueError`` naming its unknown keys."""
-    if not isinstance(value, Mapping):
-        raise TypeError(f"Simulator spec {what} must be an object, got {value!r}.")
-    bad = set(value) - known
-    if bad:
-        raise ValueError(f"Simulator spec {what} has unknown keys {sorted(bad)}; known: {sorted(known)}.")
-
-
-def _check_bool(value: Any, what: str) -> None:
-    if value is not None and not isinstance(value, bool):
-        raise TypeError(f"Simulator spec {what} must be true or false, got {value!r}.")
-
-
-def _is_cpulist(text: str) -> bool:
-    if not _CPULIST.fullmatch(text):
-        return False
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        if int(last or first) < int(first) or int(last or first) >= 4096:
-            return False
-    return True
-
-
-def _validate_state(device: Mapping[str, Any], where: str) -> None:
-    """The state keys of one device (the module docstring lists them)."""
-    used = device.get("memory_used")
-    total = device.get("memory_total")
-    total = 80 << 30 if total is None else total  # the simulator's default
-    if isinstance(used, int) and not isinstance(used, bool) and isinstance(total, int) and used > total:
-        raise ValueError(f"Simulator spec {where}.memory_used must not exceed memory_total ({total}), got {used!r}.")
-    reserved = device.get("memory_reserved")
-    if reserved is not None:
-        _check_whole_number(reserved, 2**64, f"{where}.memory_reserved must be a whole number")
-        used = 0 if used is None else used
-        if isinstance(used, int) and not isinstance(used, bool) and isinstance(total, int) and used + reserved > total:
-            raise ValueError(
-                f"Simulator spec {where}.memory_used + memory_reserved must not exceed memory_total "
-                f"({total}), got {used!r} + {reserved!r}."
-            )
-    cpus = device.get("cpu_affinity")
-    _check_string(cpus, f"{where}.cpu_affinity")
-    if cpus is not None and not _is_cpulist(cpus):
-        raise ValueError(
-            f"Simulator spec {where}.cpu_affinity must be a Linux cpulist of CPUs 0..4095 such as "
-            f"'0-15,32-47', got {cpus!r}."
-        )
-    _check_choice(device.get("compute_mode"), _COMPUTE_MODES, f"{where}.compute_mode")
-    health = device.get("health")
-    if health is not None:
-        if not isinstance(health, Mapping):
-            raise TypeError(f"Simulator spec {where}.health must be an object, got {health!r}.")
-        known = set(_HEALTH_FLAGS) | {
-            "ecc_uncorrected",
-            "recovery_action",
-            "state_error",
-            "state_error_when_exists",
-            "lost_handle_when_exists",
-        }
-        bad = set(health) - known
-        if bad:
-            raise ValueError(f"Simulator spec {where}.health has unknown keys {sorted(bad)}; known: {sorted(known)}.")
-        for key in _HEALTH_FLAGS:
-            _check_bool(health.get(key), f"{where}.health.{key}")
-        if health.get("ecc_uncorrected") is not None:
-            _check_whole_number(
-                health["ecc_uncorrected"], 2**64, f"{where}.health.ecc_uncorrected must be a whole number"
-            )
-        action = health.get("recovery_action")
-        if isinstance(action, int) and not isinstance(action, bool):  # a value this build may not know
-            _check_whole_number(action, 2**32, f"{where}.health.recovery_action must be a name or a whole number")
-        else:
-            _check_choice(action, _RECOVERY_ACTIONS, f"{where}.health.recovery_action")
-        _check_choice(health.get("state_error"), _STATE_ERRORS, f"{where}.health.state_error")
-        for key in ("state_error_when_exists", "lost_handle_when_exists"):
-            _check_string(health.get(key), f"{where}.health.{key}")
-    fabric = device.get("fabric")
-    if fabric is not None:
-        _check_object(fabric, _FABRIC_KEYS, f"{where}.fabric")
-        _check_choice(fabric.get("state"), _FABRIC_STATES, f"{where}.fabric.state")
-        if fabric.get("status") is not None:
-            _check_whole_number(fabric["status"], 1000, f"{where}.fabric.status must be an NVML return code")
-        _check_choice(fabric.get("health_summary"), _FABRIC_SUMMARIES, f"{where}.fabric.health_summary")
-        _check_choice(fabric.get("struct"), _FABRIC_STRUCTS, f"{where}.fabric.struct")
-    processes = device.get("processes")
-    if processes is not None:
-        if not isinstance(processes, (list, tuple)):
-            raise TypeError(f"Simulator spec {where}.processes must be a list, got {processes!r}.")
-        for j, process in enumerate(processes):
-            what = f"{where}.processes[{j}]"
-            if not isinstance(process, Mapping):
-                raise TypeError(f"Simulator spec {what} must be an object, got {process!r}.")
-            bad = set(process) - {"pid", "used_memory", "kind"}
-            if bad:
-                raise ValueError(
-                    f"Simulator spec {what} has unknown keys {sorted(bad)}; known: kind, pid, used_memory."
-                )
-            if process.get("pid") is None:
-                raise ValueError(f"Simulator spec {what}.pid is required.")
-            _check_whole_number(process["pid"], 2**32, f"{what}.pid must be a whole number")
-            if process.get("used_memory") is not None:
-                _check_whole_number(process["used_memory"], 2**64 - 1, f"{what}.used_memory must be a whole number")
-            _check_choice(process.get("kind"), _PROCESS_KINDS, f"{what}.kind")
-    for key in ("not_supported", "no_permission"):
-        names = device.get(key)
-        if names is None:
-            continue
-        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n in _QUERIES for n in names):
-            raise ValueError(
-                f"Simulator spec {where}.{key} must be a list of query names ({', '.join(_QUERIES)}), got {names!r}."
-            )
-
-
-def _validate_mig(device: Mapping[str, Any], where: str) -> None:
-    """``devices[i].mig`` (the module docstring)."""
-    mig = device.get("mig")
-    if mig is None:
-        return
-    _check_object(mig, _MIG_KEYS, f"{where}.mig")
-    _check_choice(mig.get("mode"), _MIG_MODES, f"{where}.mig.mode")
-    _check_choice(mig.get("pending"), _MIG_MODES, f"{where}.mig.pending")
-    slots = 7 if mig.get("max_devices") is None else mig["max_devices"]
-    _check_whole_number(slots, 65, f"{where}.mig.max_devices must be a whole number")
-    instances = mig.get("instances")
-    if instances is None:
-        return
-    if not isinstance(instances, (list, tuple)):
-        raise TypeError(f"Simulator spec {where}.mig.instances must be a list, got {instances!r}.")
-    if instances and mig.get("mode") != "enabled":
-        raise ValueError(f"Simulator spec {where}.mig.instances need {where}.mig.mode 'enabled'.")
-    seen = set()
-    for j, instance in enumerate(instances):
-        what = f"{where}.mig.instances[{j}]"
-        _check_object(instance, _INSTANCE_KEYS, what)
-        if instance.get("slot") is None:
-            raise ValueError(f"Simulator spec {what}.slot is required.")
-        _check_whole_number(instance["slot"], slots, f"{what}.slot must be a whole number below max_devices")
-        if instance["slot"] in seen:
-            raise ValueError(f"Simulator spec {what}.slot {instance['slot']} is given twice.")
-        seen.add(instance["slot"])
-        _check_string(instance.get("uuid"), f"{what}.uuid")
-        for key, limit in (("memory_total", 2**64), ("gi", 2**32), ("ci", 2**32)):
-            if instance.get(key) is not None:
-                _check_whole_number(instance[key], limit, f"{what}.{key} must be a whole number")
-        total = instance.get("memory_total")
-        if total is None:
-            parent = device.get("memory_total")
-            total = (80 << 30 if parent is None else parent) // max(slots, 1)
-        _validate_state({**instance, "memory_total": total}, what)
-
-
-def _validate_driver(spec: Mapping[str, Any]) -> None:
-    """``driver_lock``, ``latency_ms`` and ``hang`` (the module docstring)."""
-    _check_bool(spec.get("driver_lock"), "'driver_lock'")
-    latency = spec.get("latency_ms")
-    if latency is not None:
-        if not isinstance(latency, Mapping):
-            raise TypeError(
-                f"Simulator spec latency_ms must be an object of query family: milliseconds, got {latency!r}."
-            )
-        for family, ms in latency.items():
-            if family not in _LATENCY_KEYS:
-                raise ValueError(
-                    f"Simulator spec latency_ms.{family} is not a query family; use {', '.join(_LATENCY_KEYS)}."
-                )
-            message = (
-                f"Simulator spec latency_ms.{family} must be a number of milliseconds (0..{_MAX_LATENCY_MS}), "
-                f"got {ms!r}."
-            )
-            if isinstance(ms, bool) or not isinstance(ms, (int, float)):
-                raise TypeError(message)
-            if not 0 <= ms <= _MAX_LATENCY_MS:
-                raise ValueError(message)
-    hangs = spec.get("hang")
-    if hangs is None:
-        return
-    if not isinstance(hangs, (list, tuple)):
-        raise TypeError(f"Simulator spec hang must be a list of {{query, device, while_exists}}, got {hangs!r}.")
-    devices = spec.get("devices") or []
-    for i, hang in enumerate(hangs):
-        what = f"hang[{i}]"
-        _check_object(hang, _HANG_KEYS, what)
-        if hang.get("query") not in QUERY_FAMILIES:
-            raise ValueError(
-                f"Simulator spec {what}.query must be one of {', '.join(QUERY_FAMILIES)}, got {hang.get('query')!r}."
-            )
-        if hang.get("device") is not None:
-            _check_whole_number(hang["device"], MAX_DEVICES, f"{what}.device must be a GPU index")
-            if isinstance(devices, (list, tuple)) and hang["device"] >= len(devices):  # it would never block
-                raise ValueError(
-                    f"Simulator spec {what}.device {hang['device']!r} is not a GPU of this spec "
-                    f"(it has {len(devices)})."
-                )
-        path = hang.get("while_exists")
-        _check_string(path, f"{what}.while_exists")
-        if not path:
-            raise ValueError(f"Simulator spec {what}.while_exists must name a file (the call blocks while it exists).")
-
-
-def _validate_spec(spec: Mapping[str, Any]) -> None:
-    """The simulator's own rules: ``TypeError`` for a value of the wrong type, ``ValueError`` for
-    an unknown key or a value out of range, each naming the key."""
-    unknown = set(spec) - set(_TOP_KEYS)
-    if unknown:
-        raise ValueError(f"Unknown simulator spec keys {sorted(unknown)}; use {', '.join(_TOP_KEYS)}.")
-    _validate_driver(spec)
-    _check_bool(spec.get("unprivileged"), "'unprivileged'")
-    _check_choice(spec.get("process_struct"), _PROCESS_STRUCTS, "'process_struct'")
-    if spec.get("init_error") is not None:
-        _check_whole_number(spec["init_error"], 1000, "'init_error' must be an NVML error code")
-    _check_string(spec.get("driver_version"), "'driver_version'")
-    devices = spec.get("devices", [])
-    if not isinstance(devices, (list, tuple)):
-        raise ValueError("Simulator spec 'devices' must be a list of device objects.")
-    for i, device in enumerate(devices):
-        if not isinstance(device, Mapping):
-            raise ValueError(f"Simulator spec devices[{i}] must be an object, got {device!r}.")
-        bad = set(device) - _DEVICE_KEYS
-        if bad:
-            raise ValueError(
-                f"Simulator spec devices[{i}] has unknown keys {sorted(bad)}; known: {sorted(_DEVICE_KEYS)}."
-            )
-        for key in _STRING_KEYS:
-            _check_string(device.get(key), f"devices[{i}].{key}")
-        for key, limit in _NUMBER_LIMITS.items():
-            if device.get(key) is not None:
-                _check_whole_number(device[key], limit, f"devices[{i}].{key} must be a whole number")
-        _check_power(device.get("power"), f"devices[{i}].power")
-        _check_choice(device.get("persistence_mode"), _PERSISTENCE_MODES, f"devices[{i}].persistence_mode")
-        fault = device.get("fault")
-        if fault is not None and fault not in _FAULTS:
-            raise ValueError(f"Simulator spec devices[{i}] fault {fault!r} is not one of {_FAULTS}.")
-        _validate_state(device, f"devices[{i}]")
-        _validate_mig(device, f"devices[{i}]")
+def _process_struct_of(spec: Mapping[str, Any]) -> str:
+    """The build a spec asks for (its check is that build's: a wrong name is its error)."""
+    asked = spec.get("process_struct")
+    return asked if isinstance(asked, str) and asked in _PROCESS_STRUCTS else "v2"
 
 
 def read_spec(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
@@ -593,10 +242,7 @@ def read_spec(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
         raise ValueError(f"cannot read the {_SPEC_WHAT} {path} as JSON: {error}") from None
     if not isinstance(spec, dict):
         raise ValueError(f"The {_SPEC_WHAT} {path} must hold a JSON object, not {type(spec).__name__}.")
-    try:
-        _validate_spec(spec)
-    except (TypeError, ValueError) as error:  # a value of the file: ValueError, naming the file
-        raise ValueError(f"{path}: {error}") from None
+    _check_spec(content, path, _process_struct_of(spec))
     return spec
 
 
@@ -606,19 +252,26 @@ def _process_struct_of_file(path: Union[str, "os.PathLike[str]"]) -> str:
         spec = read_spec(path)
     except (OSError, ValueError):
         return "v2"
-    return spec.get("process_struct") or "v2"
+    return _process_struct_of(spec)
 
 
-def _spec_file(spec: Mapping[str, Any]) -> str:
-    import atexit
+def _checked_text(spec: Mapping[str, Any]) -> str:
+    """A dict spec as the JSON text the simulator reads, checked by it."""
     import json
+
+    text = json.dumps(spec, allow_nan=False)  # TypeError / ValueError for a value JSON cannot hold
+    _check_spec(text.encode(), "Simulator spec", _process_struct_of(spec))
+    return text
+
+
+def _spec_file(text: str) -> str:
+    import atexit
     import tempfile
 
-    _validate_spec(spec)
     fd, path = tempfile.mkstemp(prefix="flink-gpu-sim-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(spec, f)
+            f.write(text)
     except BaseException:  # e.g. a value JSON cannot hold: leave no file behind
         _remove_quietly(path)
         raise
@@ -650,8 +303,8 @@ def environment(
     NVML_ERROR_DRIVER_NOT_LOADED). ``profile``: a machine profile by name (:func:`profiles`;
     ``ValueError`` for another name, or together with ``devices`` or ``spec``). ``counters_file``: where
     the process's simulator writes its :func:`counters` at ``nvmlShutdown`` and at exit (read them with
-    ``counters(path)``). A dict spec is checked first: ``TypeError`` for a value of the wrong type,
-    ``ValueError`` for an unknown key or a value out of range, both naming the key.
+    ``counters(path)``). A dict spec is checked first, by the simulator's own checker: ``ValueError``
+    naming the key, the value and what is accepted (``TypeError`` for a value JSON cannot hold).
     """
     if sum(given is not None for given in (devices, spec, profile)) > 1:
         raise ValueError("Give one of devices, spec and profile.")
@@ -659,8 +312,8 @@ def environment(
     if profile is not None:
         process_struct = _process_struct_of_file(profile_path(profile))
     elif isinstance(spec, Mapping):
-        _validate_spec(spec)
-        process_struct = spec.get("process_struct") or "v2"
+        checked = _checked_text(spec)
+        process_struct = _process_struct_of(spec)
     elif spec is not None:
         process_struct = _process_struct_of_file(spec)
     lib = library_path(process_struct)
@@ -673,7 +326,7 @@ def environment(
         env["FLINK_GPU_SIM_PROFILE"] = profile  # the simulator finds it beside itself
     elif spec is not None:
         if isinstance(spec, Mapping):
-            env["FLINK_GPU_SIM_SPEC"] = _spec_file(spec)
+            env["FLINK_GPU_SIM_SPEC"] = _spec_file(checked)
         else:
             from flink_gpu.regular_files import check_regular_file
 
