@@ -706,8 +706,33 @@ def test_an_unknown_key_is_refused_by_the_one_checker_from_python_and_at_load(di
     assert proc.returncode == 1 and words.replace("Simulator spec", str(path)) in proc.stderr
 
 
-def test_the_checker_of_a_spec_is_the_build_it_names():
-    # the r535 build accepts the spec that names it; the check runs in that build
+def test_a_spec_of_either_build_is_checked_by_the_one_checker():
     simulator.environment(spec={"process_struct": "r535", "devices": [{}]})
     with pytest.raises(ValueError, match=re.escape("devices[0].memory_used must not exceed memory_total")):
         simulator.environment(spec={"process_struct": "r535", "devices": [{"memory_total": 1, "memory_used": 2}]})
+
+
+def test_checking_a_spec_leaves_the_process_libnvidia_ml_its_own(tmp_path):
+    # a test run or a job that checks a spec and then opens the host's driver by name must get the driver,
+    # never the simulator: the checker is a library of its own soname
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"devices": [{}]}))
+    env = {k: v for k, v in child_env().items() if not k.startswith("FLINK_GPU_") and k != "LD_LIBRARY_PATH"}
+    proc = run_python(
+        f"""
+        import ctypes, os
+        from flink_gpu import simulator
+        simulator.environment(spec={{"devices": [{{}}, {{}}]}})
+        simulator.read_spec({str(path)!r})
+        mapped = [line.split()[-1] for line in open("/proc/self/maps") if "nvidia-ml" in line]
+        try:
+            ctypes.CDLL("libnvidia-ml.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        except OSError:
+            loaded = False
+        else:
+            loaded = True
+        print(sorted(set(mapped)), loaded)
+        """,
+        env=env,
+    )
+    assert proc.stdout.split() == ["[]", "False"], proc.stdout

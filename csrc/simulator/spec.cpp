@@ -216,6 +216,9 @@ const char* const kComputeModes[] = {"default", "exclusive_thread", "prohibited"
 const char* const kProcessKinds[] = {"compute", "graphics", "mps"};
 const char* const kStateErrors[] = {"GPU_IS_LOST", "RESET_REQUIRED"};
 const char* const kProcessStructs[] = {"v2", "r535"};
+// Set while flinkgpuSimCheckSpec runs: the checker library (its own soname, so that checking a spec never
+// makes a process's libnvidia-ml.so.1 the simulator) checks specs for either build.
+thread_local bool t_checking_any_build = false;
 
 // The state keys of devices[i] (see the header comment).
 bool read_state(const simjson::Value& item, const char* spec_path, const std::string& where, SimDevice* d) {
@@ -617,7 +620,7 @@ bool read_root(const simjson::Value& root, const char* spec_path, SimState& s, D
         if (std::strcmp(kProcessStructs[i], kProcessStruct) == 0) layout = i;
     const unsigned built = layout;
     if (!read_choice(root, "process_struct", kProcessStructs, 2, spec_path, "", &layout)) return false;
-    if (layout != built) {
+    if (layout != built && !t_checking_any_build) {
         complain(std::string(spec_path) + ": \"process_struct\" is \"" + kProcessStructs[layout] +
                  "\" but this build of the simulator models \"" + kProcessStruct +
                  "\" (flink_gpu.simulator.library_path(process_struct) names the matching one)");
@@ -747,6 +750,10 @@ nvmlReturn_t configure(SimState& s) {
 // into `error` (`size` bytes, cut short to fit). flink_gpu.simulator checks a spec with it.
 SIM_EXPORT unsigned flinkgpuSimCheckSpec(const char* json, const char* source, char* error, unsigned size) {
     std::string said;
+    struct AnyBuild {
+        AnyBuild() { flinkgpu_sim::t_checking_any_build = true; }
+        ~AnyBuild() { flinkgpu_sim::t_checking_any_build = false; }
+    } any_build;
     try {
         flinkgpu_sim::ComplaintCapture capture(&said);
         simjson::Value root;

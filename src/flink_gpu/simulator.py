@@ -198,13 +198,15 @@ def profile_path(name: str) -> str:
     return str(_profiles_directory() / f"{name}.json")
 
 
-def _check_spec(text: bytes, source: str, process_struct: str) -> None:
+def _check_spec(text: bytes, source: str) -> None:
     """``ValueError`` with the simulator's own message (naming ``source``, the key and what it
-    accepts) unless the ``process_struct`` build accepts the spec ``text``: the one checker is the
-    simulator's (csrc/simulator/spec.cpp), loaded here by ctypes."""
+    accepts) unless the simulator accepts the spec ``text``: the one checker is the simulator's
+    (csrc/simulator/spec.cpp), loaded here by ctypes from its checker build, whose soname is its own,
+    so that this process's ``libnvidia-ml.so.1`` stays whatever it would be (a real driver's)."""
     import ctypes
 
-    library = ctypes.CDLL(library_path(process_struct))
+    checker = Path(library_path()).with_name("libflinkgpu-simulator-check.so")
+    library = ctypes.CDLL(str(checker))
     check = library.flinkgpuSimCheckSpec
     check.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint)
     check.restype = ctypes.c_uint
@@ -215,12 +217,6 @@ def _check_spec(text: bytes, source: str, process_struct: str) -> None:
     buffer = ctypes.create_string_buffer(needed)
     check(text, name, buffer, needed)
     raise ValueError(buffer.value.decode(errors="replace"))
-
-
-def _process_struct_of(spec: Mapping[str, Any]) -> str:
-    """The build a spec asks for (its check is that build's: a wrong name is its error)."""
-    asked = spec.get("process_struct")
-    return asked if isinstance(asked, str) and asked in _PROCESS_STRUCTS else "v2"
 
 
 def read_spec(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
@@ -242,7 +238,7 @@ def read_spec(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
         raise ValueError(f"cannot read the {_SPEC_WHAT} {path} as JSON: {error}") from None
     if not isinstance(spec, dict):
         raise ValueError(f"The {_SPEC_WHAT} {path} must hold a JSON object, not {type(spec).__name__}.")
-    _check_spec(content, path, _process_struct_of(spec))
+    _check_spec(content, path)
     return spec
 
 
@@ -255,12 +251,18 @@ def _process_struct_of_file(path: Union[str, "os.PathLike[str]"]) -> str:
     return _process_struct_of(spec)
 
 
+def _process_struct_of(spec: Mapping[str, Any]) -> str:
+    """The build a checked spec asks for."""
+    asked = spec.get("process_struct")
+    return asked if isinstance(asked, str) else "v2"
+
+
 def _checked_text(spec: Mapping[str, Any]) -> str:
     """A dict spec as the JSON text the simulator reads, checked by it."""
     import json
 
     text = json.dumps(spec, allow_nan=False)  # TypeError / ValueError for a value JSON cannot hold
-    _check_spec(text.encode(), "Simulator spec", _process_struct_of(spec))
+    _check_spec(text.encode(), "Simulator spec")
     return text
 
 
