@@ -151,7 +151,7 @@ KINDS = {
     "flink_gpu.gpu.nvml": False,
     "flink_gpu.cli": True,
     "flink_gpu.cli._output": False,
-    "flink_gpu.cli.gpus": False,
+    "flink_gpu.cli.coordination": False,
     "flink_gpu._native": False,
     "flink_gpu._lazy": False,
     "flink_gpu.nvml": False,
@@ -171,7 +171,7 @@ KINDS = {
         ("flink_gpu.pyflink", "import flink_gpu._native"),
         ("flink_gpu.pyflink", "from flink_gpu import _native"),
         ("flink_gpu.pyflink", "from flink_gpu._native import Nvml"),
-        ("flink_gpu.cli.gpus", "from .. import _native"),
+        ("flink_gpu.cli.coordination", "from .. import _native"),
         ("flink_gpu.pyflink", "from flink_gpu.cli._output import table"),  # private to flink_gpu.cli
         ("flink_gpu.pyflink", "from flink_gpu.cli import _output"),
     ],
@@ -185,7 +185,7 @@ def test_the_check_finds_each_kind_of_crossing(module, source):
     [
         ("flink_gpu.nvml", "from flink_gpu._native import Nvml"),  # a face
         ("flink_gpu.coordination", "from flink_gpu import _native\n_native.coordination_claim"),
-        ("flink_gpu.cli.gpus", "from flink_gpu.cli._output import table"),  # its own package's
+        ("flink_gpu.cli.coordination", "from flink_gpu.cli._output import table"),  # its own package's
         ("flink_gpu.gpu", "from flink_gpu import _lazy"),  # flink_gpu.gpu is inside flink_gpu
         ("flink_gpu.pyflink", "from flink_gpu.coordination import claim\nx = y._private"),  # not a module
         ("flink_gpu.coordination", "def _own(): pass\n_own()"),

@@ -121,3 +121,33 @@ external-resource.gpu.yarn.config-key: yarn.io/gpu
 def write_file(path, text):
     path.write_text(text)
     return path
+
+
+# Binds in a thread of its own and waits on stdin; prints the bound indices and the thread's id.
+BINDER = """\
+import sys, threading
+from flink_gpu import GPUInfo
+from flink_gpu.binding import bind
+path, taskmanager, count, share, slot, gpus = sys.argv[1:7]
+def hold():
+    binding = bind([GPUInfo(i) for i in gpus.split(",")], int(count), int(share), path=path,
+                   slot=None if slot == "-" else slot, taskmanager_pid=None if taskmanager == "-" else int(taskmanager))
+    print(",".join(binding.indices), threading.get_native_id(), flush=True)
+    sys.stdin.read()
+thread = threading.Thread(target=hold)
+thread.start()
+thread.join()
+"""
+
+
+def binder_cmdline(script, path, taskmanager, gpus, count=1, share=1, slot=None):
+    return [
+        sys.executable,
+        str(script),
+        str(path),
+        "-" if taskmanager is None else str(taskmanager),
+        str(count),
+        str(share),
+        slot or "-",
+        ",".join(gpus),
+    ]

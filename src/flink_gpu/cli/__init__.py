@@ -380,10 +380,14 @@ def _configure_logging(verbose: bool, command: str) -> "Callable[[], None]":
 
 def _run(args: argparse.Namespace) -> int:
     command = args.command
-    if command in ("list", "claim", "release", "coordination"):
-        from flink_gpu.cli import gpus
+    if command == "list":
+        from flink_gpu.cli import list_command
 
-        return gpus.run(args)
+        return list_command.run(args)
+    if command in ("claim", "release", "coordination"):
+        from flink_gpu.cli import coordination
+
+        return coordination.run(args)
     if command == "doctor":
         from flink_gpu.cli import doctor
 

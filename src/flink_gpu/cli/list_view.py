@@ -1,7 +1,7 @@
 """``flink-gpu list`` as a monitor: which coordination file (the Flink configuration's), live readings,
 TaskManagers by name, the terminal's width and colour, ``--watch``.
 
-The data is gpus.py's (holders, bindings, state); this module decides how a person sees it.
+The data is list_command.py's (holders, bindings, state); this module decides how a person sees it.
 """
 
 from __future__ import annotations
