@@ -578,3 +578,32 @@ def test_a_bad_busy_gpus_flag_names_the_args_key_and_the_allowed_values(args, va
         f"Invalid value '{value}' for --busy-gpus in "
         "'external-resource.gpu.param.discovery-script.args': expected one of avoid, exclude, ignore."
     )
+
+
+def test_a_lenient_reading_takes_the_default_of_each_invalid_option_and_keeps_the_valid_ones():
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    invalid = {
+        "discovery-mode": "gpu",
+        "discovery-script.timeout": "-1 s",
+        "busy-gpus": "sometimes",
+        "health-checks": "all,-nothing",
+        "metrics.interval": "10 ms",
+        "nvml-timeout": "0 s",
+    }
+    defaults = GPUDriverSettings.from_config({})
+    every_one = GPUDriverSettings.from_config_lenient(invalid, "gpu")
+    for field in ("mode", "timeout", "busy_gpus", "health_checks", "metrics_interval", "nvml_timeout"):
+        assert getattr(every_one, field) == getattr(defaults, field), field
+    # an option left at its default because it was invalid does not count as set (it overrides nothing)
+    assert not every_one.busy_gpus_set and not every_one.nvml_timeout_set
+    mixed = GPUDriverSettings.from_config_lenient(
+        {**invalid, "busy-gpus": "exclude", "health-checks": "all,-inforom", "nvml-timeout": "300 ms"}, "gpu"
+    )
+    assert (mixed.busy_gpus, mixed.busy_gpus_set, mixed.nvml_timeout, mixed.nvml_timeout_set) == (
+        "exclude",
+        True,
+        0.3,
+        True,
+    )
+    assert "inforom" not in mixed.health_checks and mixed.mode == defaults.mode

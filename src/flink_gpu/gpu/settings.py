@@ -7,7 +7,6 @@ too, so that each option has one reading.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
@@ -74,27 +73,39 @@ class GPUDriverSettings:
 
     @classmethod
     def _read(
-        cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None"
+        cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None", lenient: bool = False
     ) -> GPUDriverSettings:
         config = Configuration.coerce(params)
-        mode = _choice(config, GPUDriverOptions.DISCOVERY_MODE, DISCOVERY_MODES, resource_name)
-        timeout = _positive_duration(config, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT, resource_name)
-        nvml_timeout = _positive_duration(config, GPUDriverOptions.NVML_TIMEOUT, resource_name)
-        busy_gpus = _choice(config, GPUDriverOptions.BUSY_GPUS, BUSY_GPUS_VALUES, resource_name, busy_policy)
-        health_checks = _health_checks(config, resource_name)
-        interval_option = GPUDriverOptions.METRICS_INTERVAL
-        metrics_interval = config.get(interval_option)
-        if not metrics_interval >= MIN_METRICS_INTERVAL:
-            raise IllegalConfigurationException(
-                f"Invalid value for key '{_key(interval_option, resource_name)}': the GPU gauges read NVML at "
-                f"most every {MIN_METRICS_INTERVAL:g} s, got {metrics_interval:g} s; set at least "
-                f"{MIN_METRICS_INTERVAL:g} s (default {DEFAULT_METRICS_INTERVAL:g} s)."
-            )
-        args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
-        library_path = config.get(GPUDriverOptions.NVML_LIBRARY_PATH)
+        ignored: "set[str]" = set()  # lenient: our options whose invalid value is ignored
+
+        def read(option: ConfigOption[Any], reader: "Callable[[Configuration], Any]") -> Any:
+            try:
+                return reader(config)
+            except IllegalConfigurationException:
+                if not lenient:
+                    raise
+                ignored.add(option.key)
+                return reader(_NOTHING_SET)  # the option's default
+
+        options = GPUDriverOptions
+        mode = read(
+            options.DISCOVERY_MODE, lambda c: _choice(c, options.DISCOVERY_MODE, DISCOVERY_MODES, resource_name)
+        )
+        timeout = read(
+            options.DISCOVERY_SCRIPT_TIMEOUT,
+            lambda c: _positive_duration(c, options.DISCOVERY_SCRIPT_TIMEOUT, resource_name),
+        )
+        nvml_timeout = read(options.NVML_TIMEOUT, lambda c: _positive_duration(c, options.NVML_TIMEOUT, resource_name))
+        busy_gpus = read(
+            options.BUSY_GPUS, lambda c: _choice(c, options.BUSY_GPUS, BUSY_GPUS_VALUES, resource_name, busy_policy)
+        )
+        health_checks = read(options.HEALTH_CHECKS, lambda c: _health_checks(c, resource_name))
+        metrics_interval = read(options.METRICS_INTERVAL, lambda c: _metrics_interval(c, resource_name))
+        args = config.get(options.DISCOVERY_SCRIPT_ARG)
+        library_path = config.get(options.NVML_LIBRARY_PATH)
         if library_path is not None and not library_path.strip():
             library_path = None
-        path_option = GPUDriverOptions.DISCOVERY_SCRIPT_PATH
+        path_option = options.DISCOVERY_SCRIPT_PATH
         return cls(
             mode=mode,
             script_path=config.get(path_option),
@@ -105,11 +116,11 @@ class GPUDriverSettings:
             library_path=library_path,
             resource_name=resource_name,
             busy_gpus=busy_gpus,
-            busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS),
+            busy_gpus_set=config.contains(options.BUSY_GPUS) and options.BUSY_GPUS.key not in ignored,
             health_checks=health_checks,
             metrics_interval=metrics_interval,
             nvml_timeout=nvml_timeout,
-            nvml_timeout_set=config.contains(GPUDriverOptions.NVML_TIMEOUT),
+            nvml_timeout_set=config.contains(options.NVML_TIMEOUT) and options.NVML_TIMEOUT.key not in ignored,
         )
 
     @classmethod
@@ -117,32 +128,14 @@ class GPUDriverSettings:
         cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None" = None
     ) -> GPUDriverSettings:
         """As :meth:`from_config`, but an invalid option of ours (``discovery-mode``,
-        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``, ``metrics.interval``, ``nvml-timeout``) takes
-        its default instead of failing; valid
-        ones are kept.
+        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``, ``metrics.interval``, ``nvml-timeout``)
+        takes its default instead of failing, each read on its own; valid ones are kept.
 
         That is what Flink's Java GPU plugin, which reads only ``discovery-script.path`` and
         ``.args``, makes of such a configuration, so readers of one (doctor, the PyFlink bridge)
         see what its TaskManager does; doctor also uses it to go on checking after it reported
         the invalid option."""
-        given = Configuration.coerce(params).to_dict()
-        ours = (
-            GPUDriverOptions.DISCOVERY_MODE.key,
-            GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key,
-            GPUDriverOptions.BUSY_GPUS.key,
-            GPUDriverOptions.HEALTH_CHECKS.key,
-            GPUDriverOptions.METRICS_INTERVAL.key,
-            GPUDriverOptions.NVML_TIMEOUT.key,
-        )
-        # the fewest options left out that make the rest valid
-        for count in range(len(ours) + 1):
-            for left_out in itertools.combinations(ours, count):
-                try:
-                    return cls.from_config({k: v for k, v in given.items() if k not in left_out}, resource_name)
-                except IllegalConfigurationException:
-                    if count == len(ours):
-                        raise
-        raise AssertionError("unreachable: leaving out every option of ours raised or returned")
+        return cls._read(params, resource_name, lenient=True)
 
     def key(self, option: ConfigOption[Any]) -> str:
         """The key of ``option`` as the user wrote it: full when the resource is known."""
@@ -209,6 +202,7 @@ class GPUDriverSettings:
 # (resource name, the params' items) -> their settings; cleared when full (configurations are few)
 _CacheKey = tuple[Optional[str], tuple[tuple[str, str], ...]]
 _settings_cache: "dict[_CacheKey, GPUDriverSettings]" = {}
+_NOTHING_SET = Configuration()  # what an option reads as when it is not set: its default
 _SETTINGS_CACHE_SIZE = 64
 
 
@@ -250,6 +244,19 @@ def _positive_duration(config: Configuration, option: ConfigOption[float], resou
             f"Invalid value for key '{_key(option, resource_name)}': the timeout must be positive, got {value} s."
         )
     return value
+
+
+def _metrics_interval(config: Configuration, resource_name: "str | None") -> float:
+    """``metrics.interval`` in seconds, at least MIN_METRICS_INTERVAL."""
+    option = GPUDriverOptions.METRICS_INTERVAL
+    interval: float = config.get(option)  # it has a default
+    if not interval >= MIN_METRICS_INTERVAL:
+        raise IllegalConfigurationException(
+            f"Invalid value for key '{_key(option, resource_name)}': the GPU gauges read NVML at "
+            f"most every {MIN_METRICS_INTERVAL:g} s, got {interval:g} s; set at least "
+            f"{MIN_METRICS_INTERVAL:g} s (default {DEFAULT_METRICS_INTERVAL:g} s)."
+        )
+    return interval
 
 
 def _health_checks(config: Configuration, resource_name: "str | None") -> "tuple[str, ...]":
