@@ -22,8 +22,9 @@ from flink_gpu.nvml import (
     HEALTH_CHECKS,
     MIN_METRICS_INTERVAL,
     busy_policy,
+    script_settings,
 )
-from flink_gpu.script_protocol import BUSY_GPUS_FLAG, NVML_TIMEOUT_FLAG, ScriptArgs, parse_script_args, warn_ignored
+from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args, warn_ignored
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
 
@@ -141,22 +142,26 @@ class GPUDriverSettings:
         """The key of ``option`` as the user wrote it: full when the resource is known."""
         return _key(option, self.resource_name)
 
+    def _script_settings(self) -> "tuple[str | None, float | None]":
+        """``--busy-gpus`` and ``--nvml-timeout`` in ``discovery-script.args`` as flink-gpu-discovery reads
+        them (None: not given); an invalid one raises ``IllegalConfigurationException`` naming the args key,
+        set parameters or not (the stock script would ignore the flags; only our backends read them)."""
+        args = self.script_args
+        try:
+            return script_settings(args.busy_gpus, args.nvml_timeout)
+        except ValueError as error:
+            raise IllegalConfigurationException(
+                f"Invalid value in '{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': {error}."
+            ) from None
+
     def busy_policy(self, warn: bool = True) -> str:
         """The ``busy-gpus`` policy of the NVML backend (docs/design.md §9.1): the parameter when
         it is set, else ``--busy-gpus`` in ``discovery-script.args``, else ``avoid``.
 
-        When both are set and differ the parameter wins, with a WARN unless ``warn`` is false. An unknown
-        ``--busy-gpus`` value raises ``IllegalConfigurationException`` naming the args key and the allowed values
-        (the stock script would ignore the flag; only the NVML backend reads it).
+        When both are set and differ the parameter wins, with a WARN unless ``warn`` is false. An invalid
+        flag value raises ``IllegalConfigurationException`` (:meth:`_script_settings`).
         """
-        given = self.script_args.busy_gpus
-        in_args = None if given is None else busy_policy(given)
-        if given is not None and in_args is None:
-            raise IllegalConfigurationException(
-                f"Invalid value '{given}' for {BUSY_GPUS_FLAG} in "
-                f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': expected one of "
-                f"{', '.join(BUSY_GPUS_VALUES)}."
-            )
+        in_args, _ = self._script_settings()
         if not self.busy_gpus_set:
             return in_args or self.busy_gpus
         if warn and in_args is not None and in_args != self.busy_gpus:
@@ -174,25 +179,10 @@ class GPUDriverSettings:
     def nvml_timeout_seconds(self) -> float:
         """The deadline of the NVML backend's nvmlInit, enumeration and state reads (docs/design.md
         §9.5): the ``nvml-timeout`` parameter when it is set, else ``--nvml-timeout`` in
-        ``discovery-script.args`` (what flink-gpu-discovery reads there), else 5 s. An invalid ``--nvml-timeout`` raises
-        ``IllegalConfigurationException`` naming the args key."""
-        given = self.script_args.nvml_timeout
-        if self.nvml_timeout_set or given is None:
-            return self.nvml_timeout
-        from flink_gpu.flink_duration import parse_duration
-
-        try:
-            seconds = parse_duration(given)
-        except ValueError as error:
-            seconds, why = None, str(error)
-        else:
-            why = "the timeout must be positive"
-        if seconds is None or not seconds > 0:
-            raise IllegalConfigurationException(
-                f"Invalid value '{given}' for {NVML_TIMEOUT_FLAG} in "
-                f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': {why}."
-            )
-        return seconds
+        ``discovery-script.args`` (what flink-gpu-discovery reads there), else 5 s. An invalid flag value
+        raises ``IllegalConfigurationException`` (:meth:`_script_settings`)."""
+        _, in_args = self._script_settings()
+        return self.nvml_timeout if self.nvml_timeout_set or in_args is None else in_args
 
     def warn_ignored_args(self) -> None:
         """WARN about what the stock script's grammar ignores in ``discovery-script.args``."""
