@@ -332,10 +332,15 @@ def test_nvml_timeout_in_the_script_args_is_read_as_flink_gpu_discovery_reads_it
     assert GPUDriverSettings.from_config({**args, "nvml-timeout": "1 s"}).nvml_timeout_seconds() == 1.0
     with pytest.raises(
         IllegalConfigurationException,
-        match="Invalid value 'later' for --nvml-timeout in "
-        "'external-resource.gpu.param.discovery-script.args': text does not start",
+        match="Invalid value in 'external-resource.gpu.param.discovery-script.args': --nvml-timeout must be a "
+        "positive duration such as '5 s' or '500 ms', got 'later': text does not start",
     ):
         GPUDriverSettings.from_config({"discovery-script.args": "--nvml-timeout later"}, "gpu").nvml_timeout_seconds()
+    # the flag is read by flink-gpu-discovery's rule, set parameter or not: a bad one is never passed over
+    with pytest.raises(IllegalConfigurationException, match="got 'later'"):
+        GPUDriverSettings.from_config(
+            {"discovery-script.args": "--nvml-timeout later", "nvml-timeout": "1 s"}, "gpu"
+        ).nvml_timeout_seconds()
 
 
 # -- the amount: the coordination's check, one rule for both ----------------------------------------
@@ -575,6 +580,35 @@ def test_a_bad_busy_gpus_flag_names_the_args_key_and_the_allowed_values(args, va
     with pytest.raises(IllegalConfigurationException) as error:
         settings.busy_policy()
     assert str(error.value) == (
-        f"Invalid value '{value}' for --busy-gpus in "
-        "'external-resource.gpu.param.discovery-script.args': expected one of avoid, exclude, ignore."
+        "Invalid value in 'external-resource.gpu.param.discovery-script.args': "
+        f"--busy-gpus must be one of avoid, exclude, ignore, got '{value}'."
     )
+
+
+def test_a_lenient_reading_takes_the_default_of_each_invalid_option_and_keeps_the_valid_ones():
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    invalid = {
+        "discovery-mode": "gpu",
+        "discovery-script.timeout": "-1 s",
+        "busy-gpus": "sometimes",
+        "health-checks": "all,-nothing",
+        "metrics.interval": "10 ms",
+        "nvml-timeout": "0 s",
+    }
+    defaults = GPUDriverSettings.from_config({})
+    every_one = GPUDriverSettings.from_config_lenient(invalid, "gpu")
+    for field in ("mode", "timeout", "busy_gpus", "health_checks", "metrics_interval", "nvml_timeout"):
+        assert getattr(every_one, field) == getattr(defaults, field), field
+    # an option left at its default because it was invalid does not count as set (it overrides nothing)
+    assert not every_one.busy_gpus_set and not every_one.nvml_timeout_set
+    mixed = GPUDriverSettings.from_config_lenient(
+        {**invalid, "busy-gpus": "exclude", "health-checks": "all,-inforom", "nvml-timeout": "300 ms"}, "gpu"
+    )
+    assert (mixed.busy_gpus, mixed.busy_gpus_set, mixed.nvml_timeout, mixed.nvml_timeout_set) == (
+        "exclude",
+        True,
+        0.3,
+        True,
+    )
+    assert "inforom" not in mixed.health_checks and mixed.mode == defaults.mode

@@ -261,7 +261,7 @@ CSRC_FOLDERS = {
     "base": set(),
     "flink": {"base"},
     "host": {"base"},
-    "nvml": {"base", "host"},
+    "nvml": {"base", "host", "flink"},
     "coordination": {"base", "flink"},
     "discovery": {"base", "flink", "host", "nvml", "coordination"},
 }

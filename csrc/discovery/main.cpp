@@ -12,13 +12,13 @@
 // 5 s, inside Flink's 10 s discovery-script.timeout): past it, it says which call stalled and exits 1.
 #include "base/gpu_index.hpp"
 #include "coordination/claims.hpp"
-#include "flink/duration.hpp"
 #include "flink/script_args.hpp"
 #include "host/process_tree.hpp"
 #include "nvml/choice.hpp"
 #include "nvml/deadline.hpp"
 #include "nvml/devices.hpp"
 #include "nvml/loader.hpp"
+#include "nvml/script_settings.hpp"
 #include "nvml/state.hpp"
 
 #include <unistd.h>
@@ -72,23 +72,14 @@ bool parse_arguments(int argc, char** argv, Arguments* args) {
                          unknown.token.c_str(), flinkgpu::kEnableCoordinationFlag, flinkgpu::kCoordinationFileFlag);
         }
     }
-    if (args->script.has_busy_gpus && !flinkgpu::parse_busy_policy(args->script.busy_gpus, &args->busy)) {
-        std::fprintf(stderr, "flink-gpu-discovery: %s must be one of %s, got '%s'\n", flinkgpu::kBusyGpusFlag,
-                     flinkgpu::kBusyPolicyValues, args->script.busy_gpus.c_str());
+    flinkgpu::ScriptSettings settings;
+    const std::string wrong = flinkgpu::read_script_settings(args->script, &settings);
+    if (!wrong.empty()) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s\n", wrong.c_str());
         return false;
     }
-    if (args->script.has_nvml_timeout) {
-        std::string why;
-        if (!flinkgpu::parse_flink_duration(args->script.nvml_timeout, &args->nvml_timeout, &why) ||
-            !(args->nvml_timeout > 0)) {
-            if (why.empty()) why = "it must be positive";
-            std::fprintf(stderr,
-                         "flink-gpu-discovery: %s must be a positive duration such as '5 s' or '500 ms', got "
-                         "'%s': %s\n",
-                         flinkgpu::kNvmlTimeoutFlag, args->script.nvml_timeout.c_str(), why.c_str());
-            return false;
-        }
-    }
+    args->busy = settings.busy;
+    args->nvml_timeout = settings.nvml_timeout;
     if (args->script.file_value_missing) {
         std::fprintf(stderr, "flink-gpu-discovery: %s has no value; using the default coordination file %s\n",
                      flinkgpu::kCoordinationFileFlag, args->script.coordination_file.c_str());

@@ -489,6 +489,40 @@ def busy_policy(str text not None):
             "ignore")
 
 
+cdef extern from "nvml/script_settings.hpp" namespace "flinkgpu" nogil:
+    cdef cppclass CScriptSettings "flinkgpu::ScriptSettings":
+        bint busy_given
+        BusyPolicy busy
+        bint nvml_timeout_given
+        double nvml_timeout
+
+    string read_script_settings_cpp "flinkgpu::read_script_settings"(const CScriptArgs& args,
+                                                                       CScriptSettings* out) except +
+
+
+def script_settings(busy_gpus, nvml_timeout):
+    """The NVML backend's settings among the discovery script's arguments, read by the one rule
+    flink-gpu-discovery reads them with (csrc/nvml/script_settings.*): ``busy_gpus`` and ``nvml_timeout``
+    are the values of ``--busy-gpus`` and ``--nvml-timeout`` (None: not given); (policy or None,
+    seconds or None). ValueError naming the flag, the value and what is accepted."""
+    cdef CScriptArgs args
+    cdef CScriptSettings read
+    if busy_gpus is not None:
+        args.has_busy_gpus = True
+        args.busy_gpus = _utf8(busy_gpus)
+    if nvml_timeout is not None:
+        args.has_nvml_timeout = True
+        args.nvml_timeout = _utf8(nvml_timeout)
+    cdef string wrong = read_script_settings_cpp(args, &read)
+    if not wrong.empty():
+        raise ValueError(_text(wrong))
+    policy = None
+    if read.busy_given:
+        policy = ("avoid" if read.busy == BusyPolicy.kAvoid else "exclude" if read.busy == BusyPolicy.kExclude else
+                  "ignore")
+    return policy, (read.nvml_timeout if read.nvml_timeout_given else None)
+
+
 def rank_gpus(states, str busy_policy not None):
     """The candidates among ``states`` (from ``Nvml.states()``), best first, under ``busy_policy``
     (avoid | exclude | ignore): (indices, ranks parallel to them, [(index, why left out)])."""

@@ -31,6 +31,7 @@ from flink_gpu._native import (
     rank_gpus,
     sample_metrics_now,
     sampled_metrics,
+    script_settings,
     watch_metrics,
 )
 
@@ -56,6 +57,7 @@ __all__ = [
     "rank_gpus",
     "sample_metrics_now",
     "sampled_metrics",
+    "script_settings",
     "states",
     "watch_metrics",
     "checked_metrics_interval",

@@ -7,7 +7,6 @@ too, so that each option has one reading.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
@@ -23,8 +22,9 @@ from flink_gpu.nvml import (
     HEALTH_CHECKS,
     MIN_METRICS_INTERVAL,
     busy_policy,
+    script_settings,
 )
-from flink_gpu.script_protocol import BUSY_GPUS_FLAG, NVML_TIMEOUT_FLAG, ScriptArgs, parse_script_args, warn_ignored
+from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args, warn_ignored
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
 
@@ -74,27 +74,39 @@ class GPUDriverSettings:
 
     @classmethod
     def _read(
-        cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None"
+        cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None", lenient: bool = False
     ) -> GPUDriverSettings:
         config = Configuration.coerce(params)
-        mode = _choice(config, GPUDriverOptions.DISCOVERY_MODE, DISCOVERY_MODES, resource_name)
-        timeout = _positive_duration(config, GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT, resource_name)
-        nvml_timeout = _positive_duration(config, GPUDriverOptions.NVML_TIMEOUT, resource_name)
-        busy_gpus = _choice(config, GPUDriverOptions.BUSY_GPUS, BUSY_GPUS_VALUES, resource_name, busy_policy)
-        health_checks = _health_checks(config, resource_name)
-        interval_option = GPUDriverOptions.METRICS_INTERVAL
-        metrics_interval = config.get(interval_option)
-        if not metrics_interval >= MIN_METRICS_INTERVAL:
-            raise IllegalConfigurationException(
-                f"Invalid value for key '{_key(interval_option, resource_name)}': the GPU gauges read NVML at "
-                f"most every {MIN_METRICS_INTERVAL:g} s, got {metrics_interval:g} s; set at least "
-                f"{MIN_METRICS_INTERVAL:g} s (default {DEFAULT_METRICS_INTERVAL:g} s)."
-            )
-        args = config.get(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)
-        library_path = config.get(GPUDriverOptions.NVML_LIBRARY_PATH)
+        ignored: "set[str]" = set()  # lenient: our options whose invalid value is ignored
+
+        def read(option: ConfigOption[Any], reader: "Callable[[Configuration], Any]") -> Any:
+            try:
+                return reader(config)
+            except IllegalConfigurationException:
+                if not lenient:
+                    raise
+                ignored.add(option.key)
+                return reader(_NOTHING_SET)  # the option's default
+
+        options = GPUDriverOptions
+        mode = read(
+            options.DISCOVERY_MODE, lambda c: _choice(c, options.DISCOVERY_MODE, DISCOVERY_MODES, resource_name)
+        )
+        timeout = read(
+            options.DISCOVERY_SCRIPT_TIMEOUT,
+            lambda c: _positive_duration(c, options.DISCOVERY_SCRIPT_TIMEOUT, resource_name),
+        )
+        nvml_timeout = read(options.NVML_TIMEOUT, lambda c: _positive_duration(c, options.NVML_TIMEOUT, resource_name))
+        busy_gpus = read(
+            options.BUSY_GPUS, lambda c: _choice(c, options.BUSY_GPUS, BUSY_GPUS_VALUES, resource_name, busy_policy)
+        )
+        health_checks = read(options.HEALTH_CHECKS, lambda c: _health_checks(c, resource_name))
+        metrics_interval = read(options.METRICS_INTERVAL, lambda c: _metrics_interval(c, resource_name))
+        args = config.get(options.DISCOVERY_SCRIPT_ARG)
+        library_path = config.get(options.NVML_LIBRARY_PATH)
         if library_path is not None and not library_path.strip():
             library_path = None
-        path_option = GPUDriverOptions.DISCOVERY_SCRIPT_PATH
+        path_option = options.DISCOVERY_SCRIPT_PATH
         return cls(
             mode=mode,
             script_path=config.get(path_option),
@@ -105,11 +117,11 @@ class GPUDriverSettings:
             library_path=library_path,
             resource_name=resource_name,
             busy_gpus=busy_gpus,
-            busy_gpus_set=config.contains(GPUDriverOptions.BUSY_GPUS),
+            busy_gpus_set=config.contains(options.BUSY_GPUS) and options.BUSY_GPUS.key not in ignored,
             health_checks=health_checks,
             metrics_interval=metrics_interval,
             nvml_timeout=nvml_timeout,
-            nvml_timeout_set=config.contains(GPUDriverOptions.NVML_TIMEOUT),
+            nvml_timeout_set=config.contains(options.NVML_TIMEOUT) and options.NVML_TIMEOUT.key not in ignored,
         )
 
     @classmethod
@@ -117,53 +129,39 @@ class GPUDriverSettings:
         cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None" = None
     ) -> GPUDriverSettings:
         """As :meth:`from_config`, but an invalid option of ours (``discovery-mode``,
-        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``, ``metrics.interval``, ``nvml-timeout``) takes
-        its default instead of failing; valid
-        ones are kept.
+        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``, ``metrics.interval``, ``nvml-timeout``)
+        takes its default instead of failing, each read on its own; valid ones are kept.
 
         That is what Flink's Java GPU plugin, which reads only ``discovery-script.path`` and
         ``.args``, makes of such a configuration, so readers of one (doctor, the PyFlink bridge)
         see what its TaskManager does; doctor also uses it to go on checking after it reported
         the invalid option."""
-        given = Configuration.coerce(params).to_dict()
-        ours = (
-            GPUDriverOptions.DISCOVERY_MODE.key,
-            GPUDriverOptions.DISCOVERY_SCRIPT_TIMEOUT.key,
-            GPUDriverOptions.BUSY_GPUS.key,
-            GPUDriverOptions.HEALTH_CHECKS.key,
-            GPUDriverOptions.METRICS_INTERVAL.key,
-            GPUDriverOptions.NVML_TIMEOUT.key,
-        )
-        # the fewest options left out that make the rest valid
-        for count in range(len(ours) + 1):
-            for left_out in itertools.combinations(ours, count):
-                try:
-                    return cls.from_config({k: v for k, v in given.items() if k not in left_out}, resource_name)
-                except IllegalConfigurationException:
-                    if count == len(ours):
-                        raise
-        raise AssertionError("unreachable: leaving out every option of ours raised or returned")
+        return cls._read(params, resource_name, lenient=True)
 
     def key(self, option: ConfigOption[Any]) -> str:
         """The key of ``option`` as the user wrote it: full when the resource is known."""
         return _key(option, self.resource_name)
 
+    def _script_settings(self) -> "tuple[str | None, float | None]":
+        """``--busy-gpus`` and ``--nvml-timeout`` in ``discovery-script.args`` as flink-gpu-discovery reads
+        them (None: not given); an invalid one raises ``IllegalConfigurationException`` naming the args key,
+        set parameters or not (the stock script would ignore the flags; only our backends read them)."""
+        args = self.script_args
+        try:
+            return script_settings(args.busy_gpus, args.nvml_timeout)
+        except ValueError as error:
+            raise IllegalConfigurationException(
+                f"Invalid value in '{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': {error}."
+            ) from None
+
     def busy_policy(self, warn: bool = True) -> str:
         """The ``busy-gpus`` policy of the NVML backend (docs/design.md §9.1): the parameter when
         it is set, else ``--busy-gpus`` in ``discovery-script.args``, else ``avoid``.
 
-        When both are set and differ the parameter wins, with a WARN unless ``warn`` is false. An unknown
-        ``--busy-gpus`` value raises ``IllegalConfigurationException`` naming the args key and the allowed values
-        (the stock script would ignore the flag; only the NVML backend reads it).
+        When both are set and differ the parameter wins, with a WARN unless ``warn`` is false. An invalid
+        flag value raises ``IllegalConfigurationException`` (:meth:`_script_settings`).
         """
-        given = self.script_args.busy_gpus
-        in_args = None if given is None else busy_policy(given)
-        if given is not None and in_args is None:
-            raise IllegalConfigurationException(
-                f"Invalid value '{given}' for {BUSY_GPUS_FLAG} in "
-                f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': expected one of "
-                f"{', '.join(BUSY_GPUS_VALUES)}."
-            )
+        in_args, _ = self._script_settings()
         if not self.busy_gpus_set:
             return in_args or self.busy_gpus
         if warn and in_args is not None and in_args != self.busy_gpus:
@@ -181,25 +179,10 @@ class GPUDriverSettings:
     def nvml_timeout_seconds(self) -> float:
         """The deadline of the NVML backend's nvmlInit, enumeration and state reads (docs/design.md
         §9.5): the ``nvml-timeout`` parameter when it is set, else ``--nvml-timeout`` in
-        ``discovery-script.args`` (what flink-gpu-discovery reads there), else 5 s. An invalid ``--nvml-timeout`` raises
-        ``IllegalConfigurationException`` naming the args key."""
-        given = self.script_args.nvml_timeout
-        if self.nvml_timeout_set or given is None:
-            return self.nvml_timeout
-        from flink_gpu.flink_duration import parse_duration
-
-        try:
-            seconds = parse_duration(given)
-        except ValueError as error:
-            seconds, why = None, str(error)
-        else:
-            why = "the timeout must be positive"
-        if seconds is None or not seconds > 0:
-            raise IllegalConfigurationException(
-                f"Invalid value '{given}' for {NVML_TIMEOUT_FLAG} in "
-                f"'{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': {why}."
-            )
-        return seconds
+        ``discovery-script.args`` (what flink-gpu-discovery reads there), else 5 s. An invalid flag value
+        raises ``IllegalConfigurationException`` (:meth:`_script_settings`)."""
+        _, in_args = self._script_settings()
+        return self.nvml_timeout if self.nvml_timeout_set or in_args is None else in_args
 
     def warn_ignored_args(self) -> None:
         """WARN about what the stock script's grammar ignores in ``discovery-script.args``."""
@@ -209,6 +192,7 @@ class GPUDriverSettings:
 # (resource name, the params' items) -> their settings; cleared when full (configurations are few)
 _CacheKey = tuple[Optional[str], tuple[tuple[str, str], ...]]
 _settings_cache: "dict[_CacheKey, GPUDriverSettings]" = {}
+_NOTHING_SET = Configuration()  # what an option reads as when it is not set: its default
 _SETTINGS_CACHE_SIZE = 64
 
 
@@ -250,6 +234,19 @@ def _positive_duration(config: Configuration, option: ConfigOption[float], resou
             f"Invalid value for key '{_key(option, resource_name)}': the timeout must be positive, got {value} s."
         )
     return value
+
+
+def _metrics_interval(config: Configuration, resource_name: "str | None") -> float:
+    """``metrics.interval`` in seconds, at least MIN_METRICS_INTERVAL."""
+    option = GPUDriverOptions.METRICS_INTERVAL
+    interval: float = config.get(option)  # it has a default
+    if not interval >= MIN_METRICS_INTERVAL:
+        raise IllegalConfigurationException(
+            f"Invalid value for key '{_key(option, resource_name)}': the GPU gauges read NVML at "
+            f"most every {MIN_METRICS_INTERVAL:g} s, got {interval:g} s; set at least "
+            f"{MIN_METRICS_INTERVAL:g} s (default {DEFAULT_METRICS_INTERVAL:g} s)."
+        )
+    return interval
 
 
 def _health_checks(config: Configuration, resource_name: "str | None") -> "tuple[str, ...]":
