@@ -1326,7 +1326,7 @@ def test_the_simulator_refuses_a_spec_larger_than_16_mib(discovery_exe, tmp_path
         ({"devices": [{"minor_number": "1"}]}, "devices[0].minor_number must be a whole number"),
         ({"devices": [{"fault": 5}]}, 'devices[0].fault must be "NO_PERMISSION" or "GPU_IS_LOST"'),
         ({"driver_version": 5}, "driver_version must be a string"),
-        ({"init_error": "x"}, '"init_error" must be an NVML error code (0..999)'),
+        ({"init_error": "x"}, "init_error must be an NVML error code (0..999)"),
     ],
 )
 def test_the_simulator_rejects_spec_values_of_the_wrong_type_naming_the_key(discovery_exe, tmp_path, spec, message):
