@@ -286,7 +286,7 @@ def test_devices_are_the_cuda_ordinals_of_the_bound_gpus_in_this_process(tmp_pat
 # spec's trigger) when one is given; prints what it got and the WARNs, or the error (and what `devices`
 # says of a binding made before).
 BIND_ON_STATE = """
-import json, logging, sys
+import json, logging, sys, time
 from flink_gpu import GPUInfo
 from flink_gpu.binding import BindingError, bind
 from flink_gpu.nvml import open_library
@@ -295,7 +295,7 @@ class Keep(logging.Handler):
     def emit(self, record):
         warnings.append(record.getMessage())
 logging.getLogger("flink_gpu").addHandler(Keep())
-path, n, count, lose = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+path, n, count, lose, options = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], json.loads(sys.argv[5])
 library = open_library().library_path
 # a binding made before the GPU is lost (lose given), as a slot bound at the TaskManager's start
 earlier = bind([GPUInfo("0")], 1, path=path + ".earlier", library_path=library) if lose else None
@@ -303,9 +303,13 @@ if lose:
     open(lose, "x").close()
 out = {}
 try:
-    out["bound"] = list(bind([GPUInfo(str(i)) for i in range(n)], count, path=path, library_path=library).indices)
+    start = time.monotonic()
+    out["bound"] = list(
+        bind([GPUInfo(str(i)) for i in range(n)], count, path=path, library_path=library, **options).indices
+    )
 except BindingError as error:
     out["error"] = str(error)
+out["seconds"] = time.monotonic() - start
 try:
     out["earlier_devices"] = list(earlier.devices) if earlier else None
 except Exception as error:
@@ -315,12 +319,12 @@ print(json.dumps(out))
 """
 
 
-def bind_on_state(path, spec, n, count, lose=""):
+def bind_on_state(path, spec, n, count, lose="", **options):
     from conftest import simulated_env
 
     env = {**child_env(), **simulated_env(spec=spec)}
     proc = subprocess.run(
-        [sys.executable, "-c", BIND_ON_STATE, path, str(n), str(count), lose],
+        [sys.executable, "-c", BIND_ON_STATE, path, str(n), str(count), lose, json.dumps(options)],
         env=env,
         capture_output=True,
         text=True,
@@ -378,6 +382,50 @@ def test_bind_never_binds_a_gpu_whose_state_read_does_not_return(path, tmp_path)
         "GPU 0's nvmlDeviceGetFieldValues, which has not returned for "
     ), first["error"]
     assert first["error"].endswith(")). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.")
+
+
+def test_bind_judges_health_by_the_checks_the_resource_enforces(path):
+    """A TaskManager whose driver leaves out the InfoROM check (health-checks: all,-inforom) hands out a GPU
+    whose InfoROM is corrupt; its slots bind it with the same checks."""
+    spec = {"devices": [{"health": {"inforom_corrupted": True}}]}
+    assert bind_on_state(path, spec, 1, 1, health_checks="all,-inforom")["bound"] == ["0"]
+    assert bind_on_state(path + "2", spec, 1, 1, health_checks=["ecc", "remapped-rows"])["bound"] == ["0"]
+    refused = bind_on_state(path + "3", spec, 1, 1)  # every check: the driver's default
+    assert refused["error"].startswith("Could not bind 1 GPU: of the 1 given, 0 are usable (GPU 0 is unhealthy: ")
+
+
+@pytest.mark.parametrize("nvml_timeout", [0.3, "300 ms"])
+def test_bind_reads_the_gpus_within_the_resources_nvml_timeout(path, tmp_path, nvml_timeout):
+    """With GPU 1 stuck in the driver and nvml-timeout 300 ms a slot binds GPU 0 at once: it waited the
+    default 5 s before bind took the resource's deadline."""
+    from flink_gpu import simulator
+
+    hang_file = tmp_path / "hang"
+    spec = {"devices": [{}, {}], "hang": [{"query": "field_values", "device": 1, "while_exists": str(hang_file)}]}
+    with simulator.hanging(hang_file):
+        got = bind_on_state(path, spec, 2, 1, nvml_timeout=nvml_timeout)
+    assert got.get("bound") == ["0"], got
+    assert got["warnings"] == [
+        "Left out: GPU 1 is unknown: nvmlDeviceGetFieldValues did not return within 300 ms; binding among GPU(s) 0."
+    ]
+    assert got["seconds"] < 3.0  # 0.3 s and the bind; the default deadline alone is 5 s
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"health_checks": "all,-nothing"}, "health_checks 'all,-nothing': '-nothing' is not a health check; use all,"),
+        ({"health_checks": ["inforom", "fans"]}, "health_checks ['fans'] are not health checks"),
+        ({"nvml_timeout": 0}, "nvml_timeout 0 is not a deadline: it must be positive."),
+        ({"nvml_timeout": "-1 s"}, "nvml_timeout '-1 s' is not a deadline"),
+        ({"nvml_timeout": "later"}, "nvml_timeout 'later' is not a deadline: "),
+        ({"nvml_timeout": True}, "nvml_timeout True is not a deadline: give seconds or a Flink duration"),
+    ],
+)
+def test_bind_refuses_health_checks_or_an_nvml_timeout_it_cannot_use_before_touching_the_file(path, options, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        bind([GPUInfo("0")], path=path, **options)
+    assert not os.path.exists(path)
 
 
 @pytest.mark.parametrize("first", [{"health": {"row_remap_pending": True}}, "busy"])

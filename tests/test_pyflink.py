@@ -829,3 +829,78 @@ def test_thread_mode_not_enough_for_mig_units_never_promises_a_slot_per_unit(tm_
         error = str(results["2e"])
     promised = re.search(r"so at most (\d+) of its slots can bind 1 each", error)
     assert promised is None or promised.group(1) == "1", error
+
+
+# -- bind_gpus reads the GPUs' state as the TaskManager's driver does ---------------------------------
+
+INFOROM_OFF = "external-resource.gpu.param.health-checks: all,-inforom\n"
+
+
+@pytest.mark.parametrize("health_checks", [INFOROM_OFF, ""])
+def test_a_thread_mode_slot_judges_health_by_the_taskmanagers_health_checks(tmp_path, health_checks):
+    """The driver of a TaskManager with health-checks: all,-inforom hands out GPU 0, whose InfoROM is
+    corrupt; its slots bind it (with every check, the default, they refuse it as the driver would)."""
+    path = tmp_path / "coordination"
+    conf_dir = write_conf(
+        tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}", extra=health_checks
+    )
+    env = {
+        **simulated_env(spec={"devices": [{"health": {"inforom_corrupted": True}}]}),
+        "FLINK_CONF_DIR": str(conf_dir),
+    }
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env.get("PYTHONPATH", "")])
+    code = textwrap.dedent("""
+        from support.java_context import JavaInfo, JavaSubtaskContext, PyFlinkContext
+        from flink_gpu.binding import BindingError
+        from flink_gpu.pyflink import bind_gpus
+        try:
+            print(list(bind_gpus(PyFlinkContext(JavaSubtaskContext([JavaInfo({"index": "0"})], "a1")), "gpu").indices))
+        except BindingError as error:
+            print(type(error).__name__, error)
+        """)
+    out = run_python(code, env=env).stdout
+    if health_checks:
+        assert out.strip() == "['0']", out
+    else:
+        assert out.startswith("NotEnoughGpusError Could not bind 1 GPU: of the 1 given, 0 are usable (GPU 0 is "), out
+
+
+def test_a_process_mode_worker_judges_health_by_the_taskmanagers_health_checks(tmp_path):
+    path = tmp_path / "coordination"
+    conf_dir = write_conf(
+        tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}", extra=INFOROM_OFF
+    )
+    env = {**simulated_env(spec={"devices": [{"health": {"inforom_corrupted": True}}, {}]})}
+    env["FLINK_CONF_DIR"] = str(conf_dir)
+    result = bind_in_workers(env, path, 1, 1)
+    assert result["claimed"] == ["0"]
+    assert [report.get("indices") for report in result["reports"]] == [["0"]], result
+
+
+def test_a_slot_reads_its_gpus_within_the_taskmanagers_nvml_timeout(tmp_path):
+    """With GPU 1 stuck in the driver and nvml-timeout: 300 ms in the TaskManager's configuration, a slot
+    binds GPU 0 in well under the default 5 s deadline."""
+    from flink_gpu import simulator
+
+    path, hang = tmp_path / "coordination", tmp_path / "hang"
+    conf_dir = write_conf(
+        tmp_path / "conf",
+        f"--enable-coordination-mode --coordination-file {path}",
+        extra="external-resource.gpu.param.nvml-timeout: 300 ms\n",
+    )
+    spec = {"devices": [{}, {}], "hang": [{"query": "field_values", "device": 1, "while_exists": str(hang)}]}
+    env = {**simulated_env(spec=spec), "FLINK_CONF_DIR": str(conf_dir)}
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env.get("PYTHONPATH", "")])
+    code = textwrap.dedent("""
+        import time
+        from support.java_context import JavaInfo, JavaSubtaskContext, PyFlinkContext
+        from flink_gpu.pyflink import bind_gpus
+        gpus = [JavaInfo({"index": "0"}), JavaInfo({"index": "1"})]
+        start = time.monotonic()
+        binding = bind_gpus(PyFlinkContext(JavaSubtaskContext(gpus, "a1")), "gpu")
+        print(list(binding.indices), time.monotonic() - start)
+        """)
+    with simulator.hanging(hang):
+        indices, seconds = run_python(code, env=env).stdout.rsplit(" ", 1)
+    assert indices == "['0']"
+    assert float(seconds) < 3.0  # 0.3 s and the bind; the default deadline alone is 5 s

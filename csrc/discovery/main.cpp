@@ -18,7 +18,7 @@
 #include "nvml/deadline.hpp"
 #include "nvml/devices.hpp"
 #include "nvml/loader.hpp"
-#include "nvml/script_settings.hpp"
+#include "nvml/settings.hpp"
 #include "nvml/state.hpp"
 
 #include <unistd.h>

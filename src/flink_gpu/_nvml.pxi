@@ -95,6 +95,7 @@ cdef extern from "nvml/state.hpp" namespace "flinkgpu" nogil:
     cdef cppclass CheckSet "flinkgpu::CheckSet":
         CheckSet()
         CheckSet(unsigned long long mask)
+        bint test(size_t position)
 
     cdef cppclass CCheckResult "flinkgpu::CheckResult":
         Outcome outcome
@@ -489,7 +490,9 @@ def busy_policy(str text not None):
             "ignore")
 
 
-cdef extern from "nvml/script_settings.hpp" namespace "flinkgpu" nogil:
+cdef extern from "nvml/settings.hpp" namespace "flinkgpu" nogil:
+    string read_health_checks_cpp "flinkgpu::read_health_checks"(string_view text, CheckSet* out) except +
+
     cdef cppclass CScriptSettings "flinkgpu::ScriptSettings":
         bint busy_given
         BusyPolicy busy
@@ -500,9 +503,20 @@ cdef extern from "nvml/script_settings.hpp" namespace "flinkgpu" nogil:
                                                                        CScriptSettings* out) except +
 
 
+def health_checks_of(str text not None):
+    """The checks a ``health-checks`` value enforces (csrc/nvml/settings.*: "all,-inforom"), in
+    HEALTH_CHECKS order; ValueError naming the item and what is accepted."""
+    cdef string encoded = _utf8(text)
+    cdef CheckSet checks
+    cdef string wrong = read_health_checks_cpp(string_view(encoded.data(), encoded.size()), &checks)
+    if not wrong.empty():
+        raise ValueError(_text(wrong))
+    return tuple([name for i, name in enumerate(HEALTH_CHECKS) if checks.test(i)])
+
+
 def script_settings(busy_gpus, nvml_timeout):
     """The NVML backend's settings among the discovery script's arguments, read by the one rule
-    flink-gpu-discovery reads them with (csrc/nvml/script_settings.*): ``busy_gpus`` and ``nvml_timeout``
+    flink-gpu-discovery reads them with (csrc/nvml/settings.*): ``busy_gpus`` and ``nvml_timeout``
     are the values of ``--busy-gpus`` and ``--nvml-timeout`` (None: not given); (policy or None,
     seconds or None). ValueError naming the flag, the value and what is accepted."""
     cdef CScriptArgs args

@@ -443,13 +443,18 @@ def bind(
     library_path: "str | None" = None,
     timeout: float = DEFAULT_TIMEOUT,
     metrics_interval: "float | None" = None,
+    health_checks: "str | Iterable[str] | None" = None,
+    nvml_timeout: "float | str | None" = None,
 ) -> GPUBinding:
     """Binds ``count`` of ``gpus`` (GPUInfos: the set the TaskManager or parent claimed) to the calling
     process, or with ``slot`` to that slot for the calling thread, sharing each GPU with at most
     ``holders_per_gpu`` holders; least-bound GPUs first, lowest index among equals. Each GPU's state
-    is read first (with ``library_path``): an unhealthy one is never bound while the others are
-    enough (a WARN names it), and too few usable ones raise :class:`~flink_gpu.NotEnoughGpusError` saying
-    why.
+    is read first (with ``library_path``), as the GPU driver reads it: an unhealthy one is never bound
+    while the others are enough (a WARN names it), and too few usable ones raise
+    :class:`~flink_gpu.NotEnoughGpusError` saying why. ``health_checks``: the checks that decide health, as
+    the resource's ``health-checks`` option writes them (``"all,-inforom"``) or their names (None: all,
+    the driver's default); ``nvml_timeout``: the deadline of those reads, seconds or a Flink duration
+    (``"300 ms"``; None: the driver's default, 5 s): a GPU not read in time is left out.
 
     ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``); ``path``: the
     bindings file (default :func:`bindings_path`); ``library_path``: the libnvidia-ml for ``devices`` and
@@ -461,6 +466,7 @@ def bind(
     """
     by_index = _by_index(gpus)
     count, holders_per_gpu = checked_counts(count, holders_per_gpu)
+    checks, deadline = _state_settings(health_checks, nvml_timeout)
     from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, checked_metrics_interval
 
     metrics_interval = (
@@ -488,7 +494,7 @@ def bind(
         pid = threading.get_native_id()
         holder = f"slot {slot} (thread {pid})"
         registry = _thread_held.__dict__.setdefault("held", {})
-    candidates, ranks = _usable(by_index, count, library_path, taskmanager_pid)
+    candidates, ranks = _usable(by_index, count, library_path, taskmanager_pid, checks, deadline)
     with _lock:
         indices, added, unparsable, lease_problem, start_time, file = _native.binding_bind(
             path, timeout, pid, slot, taskmanager_pid, candidates, count, holders_per_gpu, ranks
@@ -530,8 +536,54 @@ def bind(
     )
 
 
+def _state_settings(
+    health_checks: "str | Iterable[str] | None", nvml_timeout: "float | str | None"
+) -> "tuple[tuple[str, ...] | None, float]":
+    """bind's ``health_checks`` and ``nvml_timeout``, read by the driver's rules: (the checks' names or None
+    for all, the deadline in seconds); ValueError naming a bad one."""
+    from flink_gpu.nvml import DEFAULT_NVML_TIMEOUT, HEALTH_CHECKS, health_checks_of
+
+    checks: "tuple[str, ...] | None" = None
+    if isinstance(health_checks, str):
+        try:
+            checks = health_checks_of(health_checks)
+        except ValueError as error:
+            raise ValueError(f"health_checks {health_checks!r}: {error}.") from None
+    elif health_checks is not None:
+        checks = tuple(health_checks)
+        unknown = [name for name in checks if name not in HEALTH_CHECKS]
+        if unknown:
+            raise ValueError(
+                f"health_checks {unknown} are not health checks: use names of {', '.join(HEALTH_CHECKS)}, or "
+                "the option's text (e.g. 'all,-inforom')."
+            )
+    if nvml_timeout is None:
+        return checks, DEFAULT_NVML_TIMEOUT
+    seconds: "float | None" = None
+    why = "it must be positive"
+    if isinstance(nvml_timeout, str):
+        from flink_gpu.flink_duration import parse_duration
+
+        try:
+            seconds = parse_duration(nvml_timeout)
+        except ValueError as error:
+            why = str(error)
+    elif isinstance(nvml_timeout, (int, float)) and not isinstance(nvml_timeout, bool):
+        seconds = float(nvml_timeout)
+    else:
+        why = f"give seconds or a Flink duration such as '300 ms', not a {type(nvml_timeout).__name__}"
+    if seconds is None or not 0 < seconds < float("inf"):
+        raise ValueError(f"nvml_timeout {nvml_timeout!r} is not a deadline: {why}.")
+    return checks, seconds
+
+
 def _usable(
-    by_index: "dict[str, ExternalResourceInfo]", count: int, library_path: "str | None", taskmanager_pid: "int | None"
+    by_index: "dict[str, ExternalResourceInfo]",
+    count: int,
+    library_path: "str | None",
+    taskmanager_pid: "int | None",
+    health_checks: "tuple[str, ...] | None",
+    nvml_timeout: float,
 ) -> "tuple[list[str], list[int] | None]":
     """The GPUs of ``by_index`` bind may choose from, with their ranks: each one's state is read now
     (docs/design.md §9.1), ranked as the driver's ``busy-gpus: avoid`` ranks them (healthy and idle
@@ -545,7 +597,9 @@ def _usable(
     try:
         states = [
             state
-            for state in open_library(library_path).states(os.getpid(), taskmanager_pid)
+            for state in open_library(library_path, nvml_timeout).states(
+                os.getpid(), taskmanager_pid, health_checks, nvml_timeout
+            )
             if state.gpu_index in by_index
         ]
     except NvmlError:

@@ -50,7 +50,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
 
-from flink_gpu.errors import NotEnoughGpusError, SlotUnknownError
+from flink_gpu.errors import IllegalConfigurationException, NotEnoughGpusError, SlotUnknownError
 from flink_gpu.gpu.info import GPUInfo
 
 if TYPE_CHECKING:
@@ -148,6 +148,8 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
             path=bindings_path(path),
             library_path=view.library,
             metrics_interval=view.metrics_interval,
+            health_checks=view.health_checks,
+            nvml_timeout=view.nvml_timeout,
         )
     except NotEnoughGpusError as error:  # the same error, told what this TaskManager can serve
         advice = _binding_advice(name, lookup.infos, taskmanager, count, subtasks_per_gpu, lookup.mode == "thread")
@@ -327,6 +329,8 @@ class _TaskManagerView(NamedTuple):
     library: str | None = None  # param.nvml.library-path of the resource
     amount: int | None = None  # external-resource.<name>.amount; None when the configuration is unknown
     metrics_interval: float | None = None  # param.metrics.interval (None: unknown, the default)
+    health_checks: "tuple[str, ...] | None" = None  # param.health-checks (None: unknown, all)
+    nvml_timeout: float | None = None  # param.nvml-timeout, else --nvml-timeout (None: unknown, the default)
 
 
 # (FLINK_CONF_DIR, name) -> (the configuration files' stat, the view they gave)
@@ -408,6 +412,10 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> _TaskManagerVie
             None,
             [f"{where}: the GPU driver of '{name}' cannot be built ({error}), so the TaskManager discovered nothing"],
         )
+    try:
+        nvml_timeout = settings.nvml_timeout_seconds()
+    except IllegalConfigurationException:  # a bad --nvml-timeout: Flink's Java plugin never reads it
+        nvml_timeout = settings.nvml_timeout
     # every UDF's open() looks this up: say what is wrong with the args once per process
     if (key, settings.script_args_text) not in _ARGS_WARNED:
         settings.warn_ignored_args()
@@ -423,6 +431,8 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> _TaskManagerVie
             settings.library_path,
             amount,
             settings.metrics_interval,
+            settings.health_checks,
+            nvml_timeout,
         )
     return _TaskManagerView(
         settings.script_args.coordination_file,
@@ -430,6 +440,8 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> _TaskManagerVie
         settings.library_path,
         amount,
         settings.metrics_interval,
+        settings.health_checks,
+        nvml_timeout,
     )
 
 

@@ -22,6 +22,7 @@ from flink_gpu.nvml import (
     HEALTH_CHECKS,
     MIN_METRICS_INTERVAL,
     busy_policy,
+    health_checks_of,
     script_settings,
 )
 from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args, warn_ignored
@@ -250,25 +251,15 @@ def _metrics_interval(config: Configuration, resource_name: "str | None") -> flo
 
 
 def _health_checks(config: Configuration, resource_name: "str | None") -> "tuple[str, ...]":
-    """``health-checks``: names, ``all`` and ``-name``, left to right, case and blanks ignored."""
+    """``health-checks`` by the core's one reading of it (flink_gpu.nvml.health_checks_of)."""
     option = GPUDriverOptions.HEALTH_CHECKS
     value = config.get(option)
-    enforced: "set[str]" = set()
-    for item in value.split(","):
-        name = item.strip().lower()
-        drop = name.startswith("-")
-        name = name[1:].strip() if drop else name
-        if name == "all":
-            enforced = set() if drop else set(HEALTH_CHECKS)
-        elif name in HEALTH_CHECKS:
-            (enforced.discard if drop else enforced.add)(name)
-        else:
-            raise IllegalConfigurationException(
-                f"Invalid value '{value}' for key '{_key(option, resource_name)}': "
-                f"{item.strip()!r} is not a health check; use all, {', '.join(HEALTH_CHECKS)}, "
-                "each optionally prefixed with '-' to leave it out (e.g. 'all,-inforom')."
-            )
-    return tuple(name for name in HEALTH_CHECKS if name in enforced)
+    try:
+        return health_checks_of(value)
+    except ValueError as error:
+        raise IllegalConfigurationException(
+            f"Invalid value '{value}' for key '{_key(option, resource_name)}': {error}."
+        ) from None
 
 
 def _key(option: ConfigOption[Any], resource_name: "str | None") -> str:
