@@ -290,11 +290,13 @@ int main(int argc, char** argv) {
         return 1;
     }
     if (!returned) {
+        char deadline[32];
+        std::snprintf(deadline, sizeof deadline, "%g s", flinkgpu::kDefaultNvmlTimeoutSeconds);
         std::fprintf(stderr,
                      "flink-gpu-discovery: NVML did not answer: %s (%s %s); no GPU was claimed. The NVIDIA "
                      "driver may hang: check dmesg for Xid errors and nvidia-smi.\n",
                      flinkgpu::stall_text(stall, args.nvml_timeout).c_str(), flinkgpu::kNvmlTimeoutFlag,
-                     args.script.has_nvml_timeout ? args.script.nvml_timeout.c_str() : "5 s");
+                     args.script.has_nvml_timeout ? args.script.nvml_timeout.c_str() : deadline);
         return leave(1);
     }
     status = loaded->status;

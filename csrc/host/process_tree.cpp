@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace flinkgpu {
 namespace {
@@ -69,19 +70,48 @@ bool reads_pipe(pid_t pid, ino_t pipe_inode) {
 
 }  // namespace
 
-pid_t parent_pid(pid_t pid) noexcept {
-    if (pid <= 0) return -1;
+namespace {
+
+// The parent of `pid` and its command name from /proc/<pid>/stat; false when there is no such entry or it
+// cannot be read.
+bool read_stat(pid_t pid, pid_t* parent, std::string* command) {
+    if (pid <= 0) return false;
     char path[32];
     std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
     char buf[1024];
-    if (read_small(path, buf, sizeof buf) <= 0) return -1;
+    if (read_small(path, buf, sizeof buf) <= 0) return false;
     // "pid (comm) S ppid ...": comm may hold anything, so the fields count from the last ')'.
-    const char* p = std::strrchr(buf, ')');
-    if (p == nullptr) return -1;
+    const char* close = std::strrchr(buf, ')');
+    if (close == nullptr) return false;
     char state = 0;
     long ppid = -1;
-    if (std::sscanf(p + 1, " %c %ld", &state, &ppid) != 2 || ppid < 0) return -1;
-    return static_cast<pid_t>(ppid);
+    if (std::sscanf(close + 1, " %c %ld", &state, &ppid) != 2 || ppid < 0) return false;
+    *parent = static_cast<pid_t>(ppid);
+    if (command != nullptr) {
+        const char* open = std::strchr(buf, '(');
+        *command = open != nullptr && open < close ? std::string(open + 1, close) : std::string();
+    }
+    return true;
+}
+
+}  // namespace
+
+pid_t parent_pid(pid_t pid) noexcept {
+    pid_t parent = -1;
+    return read_stat(pid, &parent, nullptr) ? parent : -1;
+}
+
+std::vector<ProcessAncestor> process_ancestry(pid_t pid, std::size_t limit) {
+    std::vector<ProcessAncestor> chain;
+    while (pid > 0 && chain.size() < limit) {
+        ProcessAncestor ancestor;
+        pid_t parent = -1;
+        if (!read_stat(pid, &parent, &ancestor.command)) break;
+        ancestor.pid = pid;
+        chain.push_back(std::move(ancestor));
+        pid = parent;
+    }
+    return chain;
 }
 
 pid_t ProcessTree::parent(pid_t pid) {

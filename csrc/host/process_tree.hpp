@@ -7,7 +7,10 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace flinkgpu {
 
@@ -34,6 +37,15 @@ private:
 
 // The parent pid from /proc/<pid>/stat; -1 when there is no such entry or it cannot be read.
 pid_t parent_pid(pid_t pid) noexcept;
+
+// `pid` and its ancestors, nearest first, at most `limit` of them, each with its command name as
+// /proc/<pid>/stat gives it; the chain ends at a process without an entry in our /proc (outside our pid
+// namespace, or gone) or at pid 0. May throw std::bad_alloc.
+struct ProcessAncestor {
+    pid_t pid = 0;
+    std::string command;
+};
+std::vector<ProcessAncestor> process_ancestry(pid_t pid, std::size_t limit);
 
 // The nearest ancestor of `pid` (its parent first) whose command line holds kTaskManagerMainClass;
 // 0 when there is none. Never throws.

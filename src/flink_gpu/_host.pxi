@@ -3,12 +3,29 @@
 cdef extern from "host/process_tree.hpp" namespace "flinkgpu" nogil:
     int find_taskmanager_cpp "flinkgpu::find_taskmanager"(int pid)
 
+    cdef cppclass CProcessAncestor "flinkgpu::ProcessAncestor":
+        int pid
+        string command
 
-def find_taskmanager(pid):
-    """The nearest ancestor of ``pid`` (its parent first) running Flink's TaskManagerRunner, or None."""
+    vector[CProcessAncestor] process_ancestry_cpp "flinkgpu::process_ancestry"(int pid, size_t limit) except +
+
+
+cdef int _checked_pid(pid) except -1:
     if isinstance(pid, bool) or not isinstance(pid, int):
         raise TypeError(f"pid must be a process id (int), got {pid!r}")
     if pid <= 0 or pid > 0x7fffffff:
         raise ValueError(f"Invalid pid {pid}: it must be a positive process id.")
-    cdef int found = find_taskmanager_cpp(<int>pid)
+    return <int>pid
+
+
+def find_taskmanager(pid):
+    """The nearest ancestor of ``pid`` (its parent first) running Flink's TaskManagerRunner, or None."""
+    cdef int found = find_taskmanager_cpp(_checked_pid(pid))
     return found if found > 0 else None
+
+
+def process_ancestry(pid, size_t limit=64):
+    """``pid`` and its ancestors, nearest first, at most ``limit``, as [(pid, command name)]; it ends at a
+    process outside our /proc (another pid namespace, or gone)."""
+    cdef vector[CProcessAncestor] chain = process_ancestry_cpp(_checked_pid(pid), limit)
+    return [(a.pid, a.command.decode("utf-8", "replace")) for a in chain]

@@ -29,6 +29,7 @@ from flink_gpu._native import (
     find_taskmanager,
     health_checks_of,
     metrics_samples,
+    process_ancestry,
     rank_gpus,
     sample_metrics_now,
     sampled_metrics,
@@ -56,6 +57,7 @@ __all__ = [
     "health_checks_of",
     "metrics_samples",
     "open_library",
+    "process_ancestry",
     "rank_gpus",
     "sample_metrics_now",
     "sampled_metrics",
@@ -129,7 +131,8 @@ Device = NvmlDevice
 #: once every watched GPU had its first reading.
 #:
 #: ``find_taskmanager(pid)``: the nearest ancestor of ``pid`` (its parent first) running Flink's
-#: ``org.apache.flink.runtime.taskexecutor.TaskManagerRunner``, or None.
+#: ``org.apache.flink.runtime.taskexecutor.TaskManagerRunner``, or None. ``process_ancestry(pid, limit=64)``:
+#: ``pid`` and its ancestors, nearest first, as [(pid, command name)] (the core's reading of /proc).
 
 
 def open_library(library_path: "str | None" = None, timeout: float = DEFAULT_NVML_TIMEOUT) -> Library:

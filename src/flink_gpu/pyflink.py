@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
 
 from flink_gpu.errors import IllegalConfigurationException, NotEnoughGpusError, SlotUnknownError
 from flink_gpu.gpu.info import GPUInfo
@@ -486,31 +486,6 @@ def _configured_amount(conf: Any, name: str) -> tuple[int | None, str | None]:
     return amounts[name], None
 
 
-def _parent(pid: int) -> tuple[int, str] | None:
-    """(ppid, command name) of ``pid`` from /proc, None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            text = stat.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    # "pid (comm) state ppid ...": comm may itself contain ") ", so split at the last one
-    head, _, tail = text.rpartition(")")
-    fields = tail.split()
-    return int(fields[1]), head.partition("(")[2]
-
-
-def _ancestry(pid: int) -> Iterator[tuple[int, str]]:
-    """``pid`` and its ancestors, nearest first, as (pid, command name); read as far as asked."""
-    for _ in range(_MAX_ANCESTRY):
-        if pid <= 0:
-            return
-        parent = _parent(pid)
-        if parent is None:
-            return
-        yield pid, parent[1]
-        pid = parent[0]
-
-
 def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo], str | None]:
     """GPUInfos for ``indices`` with NVML's properties where NVML answers; the note if it does not."""
     from flink_gpu.errors import NvmlError
@@ -549,7 +524,9 @@ def _from_coordination_file(name: str, view: "_TaskManagerView | None" = None) -
         if entry.alive and entry.ours:
             held.setdefault(entry.pid, []).append(entry.index)
     chain = []  # the pids tried, for the message
-    for pid, command in _ancestry(os.getpid()):
+    from flink_gpu.nvml import process_ancestry
+
+    for pid, command in process_ancestry(os.getpid(), _MAX_ANCESTRY):
         chain.append((pid, command))
         indices = held.get(pid)
         if indices:

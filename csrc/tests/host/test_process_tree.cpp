@@ -5,6 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
 #include "tests/check.hpp"
 
 using namespace flinkgpu;
@@ -71,6 +75,24 @@ TEST_CASE(the_taskmanager_and_its_descendants_are_own_for_a_worker_it_started) {
 TEST_CASE(no_taskmanager_is_found_among_ancestors_that_are_no_jvm) {
     // The test runner is no JVM.
     CHECK_EQ(find_taskmanager(getpid()), 0);
+}
+
+TEST_CASE(the_ancestry_starts_with_the_process_and_follows_its_parents) {
+    const std::vector<ProcessAncestor> chain = process_ancestry(getpid(), 64);
+    CHECK(chain.size() >= 2);
+    CHECK_EQ(chain[0].pid, getpid());
+    CHECK_EQ(chain[1].pid, getppid());
+    char comm[64] = {};
+    FILE* file = std::fopen("/proc/self/comm", "r");
+    CHECK(file != nullptr);
+    if (file != nullptr) {
+        CHECK(std::fgets(comm, sizeof comm, file) != nullptr);
+        std::fclose(file);
+    }
+    comm[std::strcspn(comm, "\n")] = '\0';
+    CHECK(chain[0].command == comm);
+    CHECK_EQ(process_ancestry(getpid(), 1).size(), 1u);
+    CHECK(process_ancestry(0, 64).empty());
 }
 
 int main(int argc, char** argv) { return check::run(argc, argv); }
