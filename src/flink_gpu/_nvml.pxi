@@ -539,7 +539,9 @@ def script_settings(busy_gpus, nvml_timeout):
 
 def rank_gpus(states, str busy_policy not None):
     """The candidates among ``states`` (from ``Nvml.states()``), best first, under ``busy_policy``
-    (avoid | exclude | ignore): (indices, ranks parallel to them, [(index, why left out)])."""
+    (avoid | exclude | ignore): (indices, ranks parallel to them, [(index, why left out)]). Unhealthy
+    and unknown GPUs are never offered; the classes are healthy & idle, healthy & busy (avoid only),
+    degraded & idle, degraded & busy, lowest index first within one. ValueError for a bad policy."""
     cdef vector[CDeviceState] cstates
     cdef BusyPolicy policy = _busy_policy(busy_policy)
     for state in states:
