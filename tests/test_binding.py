@@ -351,7 +351,9 @@ def test_bind_never_binds_a_gpu_lost_since_discovery_while_a_healthy_one_is_free
 def test_bind_says_so_when_the_taskmanager_has_no_usable_gpu(path, health):
     got = bind_on_state(path, {"devices": [{"health": health}, {}]}, 1, 1)
     assert "bound" not in got
-    assert got["error"].startswith("Could not bind 1 GPU: of the 1 given, 0 are usable (GPU 0 is unhealthy: ")
+    assert got["error"].startswith(
+        "Could not bind: 1 GPU requested, but 0 of the 1 given are usable: GPU 0 is left out (unhealthy: "
+    )
 
 
 def test_bind_never_binds_a_gpu_whose_state_read_does_not_return(path, tmp_path):
@@ -377,8 +379,9 @@ def test_bind_never_binds_a_gpu_whose_state_read_does_not_return(path, tmp_path)
     with simulator.hanging(hang_file):
         first = bind_on_state(path + "2", spec(0), 2, 1)
     assert first["error"].startswith(
-        "Could not bind 1 GPU: of the 2 given, 0 are usable (GPU 0 is unknown: nvmlDeviceGetFieldValues did not "
-        "return within 5 s; GPU 1 is unknown: nvmlDeviceGetHandleByIndex_v2 did not return within 5 s (behind "
+        "Could not bind: 1 GPU requested, but 0 of the 2 given are usable: GPU 0 is left out (unknown: "
+        "nvmlDeviceGetFieldValues did not return within 5 s); GPU 1 is left out (unknown: "
+        "nvmlDeviceGetHandleByIndex_v2 did not return within 5 s (behind "
         "GPU 0's nvmlDeviceGetFieldValues, which has not returned for "
     ), first["error"]
     assert first["error"].endswith(")). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.")
@@ -391,7 +394,9 @@ def test_bind_judges_health_by_the_checks_the_resource_enforces(path):
     assert bind_on_state(path, spec, 1, 1, health_checks="all,-inforom")["bound"] == ["0"]
     assert bind_on_state(path + "2", spec, 1, 1, health_checks=["ecc", "remapped-rows"])["bound"] == ["0"]
     refused = bind_on_state(path + "3", spec, 1, 1)  # every check: the driver's default
-    assert refused["error"].startswith("Could not bind 1 GPU: of the 1 given, 0 are usable (GPU 0 is unhealthy: ")
+    assert refused["error"].startswith(
+        "Could not bind: 1 GPU requested, but 0 of the 1 given are usable: GPU 0 is left out (unhealthy: "
+    )
 
 
 @pytest.mark.parametrize("nvml_timeout", [0.3, "300 ms"])

@@ -251,7 +251,7 @@ def test_an_unhealthy_gpu_is_never_printed_and_its_reason_is_on_stderr(discovery
     assert "GPU 0 left out: unhealthy: row remapping failed" in err
     out, code, err = run_spec(discovery_exe, spec, ["3"])
     assert (out, code) == ("Could not get enough GPU resources.\n", 1)
-    assert "GPU 0 left out (unhealthy: row remapping failed)" in err
+    assert "GPU 0 is left out (unhealthy: row remapping failed)" in err
 
 
 @pytest.mark.parametrize(
@@ -318,9 +318,9 @@ def test_too_few_usable_gpus_in_coordination_mode_count_the_hosts_gpus_and_name_
     )
     assert (out, code) == ("Could not get enough GPU resources.\n", 1)
     assert (
-        "2 GPUs requested, but 1 of the 4 devices NVML lists is usable. GPU 0 left out (unhealthy: row remapping "
-        "failed); GPU 1 left out (unhealthy: row remapping failed); GPU 2 left out (unhealthy: row remapping "
-        "failed).\n"
+        "Could not get enough GPU resources: 2 GPUs requested, but 1 of the 4 devices NVML lists is usable: GPU 0 "
+        "is left out (unhealthy: row remapping failed); GPU 1 is left out (unhealthy: row remapping failed); GPU 2 "
+        "is left out (unhealthy: row remapping failed).\n"
     ) in err
     assert "the host has 1 GPU" not in err and ".;" not in err
     assert not coord.exists() or coord.read_text() == ""
@@ -346,7 +346,7 @@ def test_busy_gpus_policies_choose_around_foreign_processes(discovery_exe, polic
     out, code, err = run_spec(discovery_exe, spec, args3)
     if policy in ("exclude", "EXCLUDE"):
         assert (out, code) == ("Could not get enough GPU resources.\n", 1)
-        assert "GPU 0 left out (busy: foreign process 4000000001 (compute, not visible" in err
+        assert "GPU 0 is left out (busy: foreign process 4000000001 (compute, not visible" in err
     else:
         assert (out, code) == ("0,1,2\n", 0)
 
@@ -375,7 +375,7 @@ def test_coordinated_claim_takes_idle_healthy_gpus_first(discovery_exe, tmp_path
         discovery_exe, {**spec, "devices": [{"health": {"inforom_corrupted": True}}, {}, {}, {}]}, ["4", *base]
     )
     assert (out, code) == ("Could not get enough GPU resources.\n", 1)
-    assert "GPU 0 left out (unhealthy: InfoROM corrupted)" in err
+    assert "GPU 0 is left out (unhealthy: InfoROM corrupted)" in err
 
 
 # ---- MIG units (docs/design.md §9.2) ---------------------------------------------------------------

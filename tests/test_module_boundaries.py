@@ -27,6 +27,7 @@ FACES = {
     "flink_gpu.flink_duration",
     "flink_gpu.gpu_index",
     "flink_gpu.binding",
+    "flink_gpu.policy",
 }
 NATIVE = "flink_gpu._native"
 
@@ -263,7 +264,8 @@ CSRC_FOLDERS = {
     "host": {"base"},
     "nvml": {"base", "host", "flink"},
     "coordination": {"base", "flink"},
-    "discovery": {"base", "flink", "host", "nvml", "coordination"},
+    "policy": {"base", "flink", "host", "nvml", "coordination"},
+    "discovery": {"base", "flink", "host", "nvml", "coordination", "policy"},
 }
 
 

@@ -459,7 +459,7 @@ def test_parse_script_args(tokens, expected):
     "tokens, busy",
     [
         (["--busy-gpus", "exclude"], "exclude"),
-        (["--busy-gpus", "bogus"], "bogus"),  # checked where it is used (rank_gpus)
+        (["--busy-gpus", "bogus"], "bogus"),  # checked where it is used (the discovery)
         (["--enable-coordination-mode", "--busy-gpus"], ""),
     ],
 )
@@ -517,14 +517,18 @@ def test_simulator_environment_names_every_device_count_it_cannot_simulate(devic
 
 STATES = """
 import json, os
-from flink_gpu import _native
+from flink_gpu import _native, policy
 nvml = _native.Nvml.open()
 states = nvml.states(os.getpid())
+indices = [d.gpu_index for d in nvml.devices()]
+def ranked(busy_gpus):
+    outcome = policy.discover(nvml, 0, indices, owner=os.getpid(), busy_gpus=busy_gpus)
+    return [outcome.order, outcome.ranks, outcome.left_out]
 print(json.dumps({
     "devices": [[d.index, d.cpu_affinity, d.numa_node] for d in nvml.devices()],
     "states": [[s.index, s.health, list(s.findings), s.memory_used, s.memory_free, [list(p) for p in s.processes],
                 s.processes_known, s.busy, s.compute_mode] for s in states],
-    "ranked": {policy: _native.rank_gpus(states, policy) for policy in ("avoid", "exclude", "ignore")},
+    "ranked": {busy_gpus: ranked(busy_gpus) for busy_gpus in ("avoid", "exclude", "ignore")},
 }))
 """
 
@@ -679,11 +683,9 @@ finally:
     ]
 
 
-def test_rank_gpus_and_states_reject_bad_input():
-    with pytest.raises(ValueError, match="avoid, exclude, ignore"):
-        _native.rank_gpus([], "sometimes")
-    with pytest.raises(TypeError, match="DeviceState"):
-        _native.rank_gpus([object()], "avoid")
+def test_states_and_the_discovery_reject_bad_input():
+    with pytest.raises(TypeError):
+        _native.DiscoveryOutcome()
     with pytest.raises(TypeError):
         _native.DeviceState()
     assert _native.BUSY_GPUS_VALUES == ("avoid", "exclude", "ignore")

@@ -167,14 +167,14 @@ def test_all_devices_and_too_many():
     assert indices(exact["retrievals"][0]) == ["0", "1", "2", "3"]
     name, message = too_many["error"]
     assert name == "FlinkException"
-    assert "5 requested" in message and "reports 4 usable devices" in message
+    assert "5 GPUs requested, but 4 of the 4 devices NVML (" in message and "lists are usable." in message
     assert simulator.library_path() in message
 
 
 def test_no_device_at_all():
     result, _ = run_one(NVML, [1], devices=0)
     assert result["error"][0] == "FlinkException"
-    assert "1 requested" in result["error"][1] and "0 usable devices" in result["error"][1]
+    assert "1 GPU requested, but 0 of the 0 devices NVML (" in result["error"][1]
 
 
 FAULTY = {"devices": [{}, {"fault": "NO_PERMISSION"}, {"fault": "GPU_IS_LOST"}, {}]}
@@ -193,7 +193,7 @@ def test_too_few_after_skipping_says_why():
     result, _ = run_one(NVML, [3], spec=FAULTY)
     name, message = result["error"]
     assert name == "FlinkException"
-    assert "3 requested" in message and "2 usable devices and 2 skipped" in message
+    assert "3 GPUs requested, but 2 of the 4 devices NVML (" in message and "GPU 2 is left out (GPU 2 skipped: " in message
     assert "GPU 1 skipped" in message and "GPU 2 skipped" in message
 
 
@@ -330,18 +330,22 @@ def test_auto_with_coordination_flags_uses_nvml_when_it_loads(tmp_path):
     assert indices(result["retrievals"][0]) == ["0"]
 
 
+# The enumeration's static reads (each device's UUID) counted by the simulator: once per process, once
+# more in a forked child, never per retrieval.
 CACHE_AND_FORK = r"""
 import json, os, sys
-from flink_gpu import GPUDriver
+from flink_gpu import GPUDriver, simulator
 driver = GPUDriver({"discovery-mode": "nvml"})
-first = {i.index: i for i in driver.retrieve_resource_info(2)}
-again = {i.index: i for i in driver.retrieve_resource_info(2)}
-cached = all(first[k] is again[k] for k in first)
+first = driver.retrieve_resource_info(2)
+simulator.reset_counters()
+again = driver.retrieve_resource_info(2)
+cached = again == first and "nvmlDeviceGetUUID" not in simulator.counters()["calls"]
 read_end, write_end = os.pipe()
 pid = os.fork()
 if pid == 0:
-    child = {i.index: i for i in driver.retrieve_resource_info(2)}
-    fresh = all(child[k] is not first[k] and child[k] == first[k] for k in first)
+    simulator.reset_counters()
+    child = driver.retrieve_resource_info(2)
+    fresh = child == first and "nvmlDeviceGetUUID" in simulator.counters()["calls"]
     os.write(write_end, json.dumps(fresh).encode())
     os._exit(0)
 os.close(write_end)
@@ -387,14 +391,15 @@ def test_a_closed_nvml_discovery_refuses_to_retrieve_with_a_clear_error():
 # Initialised in the parent; in a forked child NVML is initialised again, and that nvmlInit hangs.
 FORKED_INIT_HANGS = r"""
 import json, os, sys
-from flink_gpu import NvmlError, nvml, simulator
+from flink_gpu import NvmlError, nvml, policy, simulator
 library = nvml.open_library()
 answers = []
 with simulator.hanging(sys.argv[1]):
     pid = os.fork()
     if pid == 0:
         for ask in (lambda: library.states(os.getpid(), timeout=0.3),
-                    lambda: library.choose(["0", "1"], os.getpid(), None, "ignore", timeout=0.3)):
+                    lambda: policy.discover(library, 1, ["0", "1"], owner=os.getpid(), busy_gpus="ignore",
+                                            nvml_timeout=0.3)):
             try:
                 ask()
                 answers.append("answered")
@@ -410,7 +415,7 @@ def test_a_state_read_in_a_forked_child_whose_nvml_init_hangs_fails_within_its_t
     hang_file = tmp_path / "hang"
     spec = {"devices": [{}, {}], "hang": [{"query": "init", "while_exists": str(hang_file)}]}
     env = dict(os.environ, PYTHONPATH=SRC, **simulator.environment(spec=spec))
-    # the subprocess timeout only guards the test: states and choose must answer by themselves
+    # the subprocess timeout only guards the test: states and discover must answer by themselves
     try:
         done = subprocess.run(
             [sys.executable, "-c", FORKED_INIT_HANGS, str(hang_file)],
@@ -625,7 +630,7 @@ def test_an_unhealthy_gpu_is_never_handed_out_and_warned_once_naming_the_check(h
     assert warnings[0].startswith(f"GPU 0 ({sim_uuid(0)}) is unhealthy: ")
     assert reason in warnings[0] and warnings[0].endswith("; it is not handed out.")
     name, message = three["error"]
-    assert name == "FlinkException" and "3 requested" in message
+    assert name == "FlinkException" and "3 GPUs requested" in message
     assert "GPU 0 is left out (unhealthy: " in message and reason in message
 
 
@@ -687,7 +692,7 @@ print(json.dumps([before, take(2), take(3), [m for level, m in records if level 
         f"GPU 0 ({sim_uuid(0)}) is unhealthy: GPU is lost (nvmlDeviceGetHandleByIndex_v2 returned "
         "NVML_ERROR_GPU_IS_LOST); it is not handed out."
     ]
-    assert "3 requested" in shortage and "GPU 0 is left out (unhealthy: GPU is lost" in shortage
+    assert "3 GPUs requested" in shortage and "GPU 0 is left out (unhealthy: GPU is lost" in shortage
 
 
 @pytest.mark.parametrize(

@@ -862,7 +862,9 @@ def test_a_thread_mode_slot_judges_health_by_the_taskmanagers_health_checks(tmp_
     if health_checks:
         assert out.strip() == "['0']", out
     else:
-        assert out.startswith("NotEnoughGpusError Could not bind 1 GPU: of the 1 given, 0 are usable (GPU 0 is "), out
+        assert out.startswith(
+            "NotEnoughGpusError Could not bind: 1 GPU requested, but 0 of the 1 given are usable: GPU 0 is left out ("
+        ), out
 
 
 def test_a_process_mode_worker_judges_health_by_the_taskmanagers_health_checks(tmp_path):

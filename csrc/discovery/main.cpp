@@ -20,6 +20,7 @@
 #include "nvml/loader.hpp"
 #include "nvml/settings.hpp"
 #include "nvml/state.hpp"
+#include "policy/discover.hpp"
 
 #include <unistd.h>
 #include <cerrno>
@@ -107,21 +108,6 @@ int print_indices(const std::vector<std::string>& indices) {
     return 0;
 }
 
-bool contains(const std::vector<std::string>& v, const std::string& x) {
-    for (const auto& e : v)
-        if (e == x) return true;
-    return false;
-}
-
-// Names the GPUs the ranking left out, a sentence of its own after a "not enough" message ("" for none).
-std::string left_out_text(const flinkgpu::Ranking& ranking) {
-    std::string out;
-    for (const auto& [index, why] : ranking.left_out) {
-        out += (out.empty() ? " GPU " : "; GPU ") + index + " left out (" + why + ")";
-    }
-    return out.empty() ? out : out + ".";
-}
-
 // The TaskManager that ran us: our parent when we started, read once. If it dies, we are handed to a
 // reaper (pid 1, or a subreaper) that getppid() would then name: recording that one would keep the
 // GPUs taken for as long as the reaper lives, so it is never asked again.
@@ -180,40 +166,22 @@ bool parent_ran_us(const Parent& parent) {
     return false;
 }
 
-// Claims for our parent (the TaskManager, as the stock script records $PPID). Printed in the
-// stock script's order: what the owner already held, free GPUs, then those taken from dead owners.
-int claim_coordinated(const Arguments& args, const flinkgpu::Ranking& ranking, const Parent& parent) {
+// What was claimed for our parent (the TaskManager, as the stock script records $PPID), in the stock
+// script's order. It may have died during the claim (waiting for the lock): what was written for its pid
+// is then taken back, since a process that got that pid since would own it.
+int print_claimed(const Arguments& args, const flinkgpu::policy::DiscoveryOutcome& out, const Parent& parent) {
     namespace coord = flinkgpu::coordination;
-    coord::Options opts;
-    opts.path = args.script.coordination_file;
-    // NVML may have taken long: a parent that died meanwhile asks for nothing any more
-    if (!parent_unchanged(parent)) return parent_gone(parent, "no GPU was claimed");
-    const coord::ClaimResult r = coord::claim(opts, parent.pid, ranking.indices, static_cast<std::size_t>(args.amount),
-                                              ranking.ranks, ranking.left_out);
-    // It may have died during the claim (waiting for the lock): what was written for its pid is
-    // taken back, since a process that got that pid since would own it.
-    if (r.status.ok() && !parent_unchanged(parent)) {
-        if (r.added.empty()) return parent_gone(parent, "no GPU was claimed");
-        const coord::ReleaseResult undo = coord::release_indices(opts, parent.pid, r.added);
+    if (out.owner_gone) return parent_gone(parent, "no GPU was claimed");
+    if (!parent_unchanged(parent)) {
+        if (out.added.empty()) return parent_gone(parent, "no GPU was claimed");
+        coord::Options opts;
+        opts.path = args.script.coordination_file;
+        const coord::ReleaseResult undo = coord::release_indices(opts, parent.pid, out.added);
         if (!undo.status.ok())
             return parent_gone(parent, "the GPUs claimed for it could not be released: " + undo.status.message);
         return parent_gone(parent, "the GPUs claimed for it were released");
     }
-    for (const auto& bad : r.unparsable)
-        std::fprintf(stderr, "flink-gpu-discovery: %s:%zu: kept a line that is not '<index> <pid>': %s\n",
-                     args.script.coordination_file.c_str(), bad.line_number, bad.text.c_str());
-    if (r.status.code == flinkgpu::StatusCode::kNotEnough) std::puts(kNotEnough);
-    if (!r.status.ok()) {
-        std::fprintf(stderr, "flink-gpu-discovery: %s\n", r.status.message.c_str());
-        return 1;
-    }
-    std::vector<std::string> ordered;
-    for (const auto& i : r.indices)
-        if (!contains(r.added, i)) ordered.push_back(i);
-    for (const auto& i : r.added)
-        if (!contains(r.reclaimed, i)) ordered.push_back(i);
-    for (const auto& i : r.reclaimed) ordered.push_back(i);
-    return print_indices(ordered);
+    return print_indices(out.chosen);
 }
 
 // Leaves with `code`. While a thread is still inside an NVML call that missed its deadline, exit()
@@ -308,44 +276,42 @@ int main(int argc, char** argv) {
     }
     for (const auto& skipped : found.skipped) std::fprintf(stderr, "flink-gpu-discovery: %s\n", skipped.reason.c_str());
 
-    // The state now, judged for our parent: it is the owner and the TaskManager.
-    std::vector<std::string> enumerated;
-    for (const auto& d : found.devices) enumerated.push_back(d.index);
-    flinkgpu::Choice choice;
-    status = flinkgpu::choose_gpus(*lib, enumerated, parent.pid, parent.pid, args.busy, flinkgpu::all_checks(),
-                                   args.nvml_timeout, &choice, seconds_since(start));
-    if (!status.ok()) {
-        std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
-        return leave(1);
-    }
-    for (const auto& s : choice.stalls)
+    // The state now, judged for our parent (it is the owner and the TaskManager), then the best or a claim.
+    // The coordination file is locked only after the read, with no NVML call of ours waited for (a stuck
+    // one is abandoned on its own thread, holding no lock of ours).
+    flinkgpu::policy::DiscoveryRequest request;
+    for (const auto& d : found.devices) request.enumerated.push_back(d.index);
+    for (const auto& s : found.skipped) request.skipped.emplace_back(s.index, s.reason);
+    request.owner = request.taskmanager = parent.pid;
+    request.busy = args.busy;
+    request.nvml_timeout = args.nvml_timeout;
+    request.spent = seconds_since(start);
+    request.amount = static_cast<std::size_t>(args.amount);
+    request.coordinated = args.script.coordination_mode;
+    request.coordination.path = args.script.coordination_file;
+    // NVML may have taken long: a parent that died meanwhile asks for nothing any more
+    request.owner_unchanged = [&parent] { return parent_unchanged(parent); };
+    const flinkgpu::policy::DiscoveryOutcome out = flinkgpu::policy::discover(*lib, request);
+    for (const auto& s : out.choice.stalls)
         std::fprintf(stderr, "flink-gpu-discovery: %s%s: its GPUs are unknown and not handed out\n",
                      s.gpu == flinkgpu::ReadMonitor::kLibrary ? "" : ("GPU " + std::to_string(s.gpu) + ": ").c_str(),
                      flinkgpu::stall_text(s, args.nvml_timeout).c_str());
-    const flinkgpu::Ranking& ranking = choice.ranking;
-    for (const auto& state : choice.states)
+    for (const auto& state : out.choice.states)
         for (const auto& warning : state.warnings)
             std::fprintf(stderr, "flink-gpu-discovery: GPU %s: %s\n", state.index.c_str(), warning.c_str());
-    for (const auto& [index, why] : ranking.left_out)
+    for (const auto& [index, why] : out.choice.ranking.left_out)
         std::fprintf(stderr, "flink-gpu-discovery: GPU %s left out: %s\n", index.c_str(), why.c_str());
-
-    // Too few usable GPUs, coordinated or not: said before any claim, which would count only the usable ones
-    // as the host's GPUs.
-    if (static_cast<unsigned long long>(args.amount) > ranking.indices.size()) {
-        std::puts(kNotEnough);
-        const std::size_t host = found.devices.size() + found.skipped.size();
-        std::fprintf(stderr,
-                     "flink-gpu-discovery: %lld GPU%s requested, but %zu of the %zu device%s NVML lists %s "
-                     "usable.%s\n",
-                     args.amount, args.amount == 1 ? "" : "s", ranking.indices.size(), host, host == 1 ? "" : "s",
-                     ranking.indices.size() == 1 ? "is" : "are", left_out_text(ranking).c_str());
+    for (const auto& bad : out.unparsable)
+        std::fprintf(stderr, "flink-gpu-discovery: %s:%zu: kept a line that is not '<index> <pid>': %s\n",
+                     args.script.coordination_file.c_str(), bad.line_number, bad.text.c_str());
+    if (out.status.code == flinkgpu::StatusCode::kNotEnough) std::puts(kNotEnough);
+    if (!out.status.ok()) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s\n", out.status.message.c_str());
         return leave(1);
     }
-    // The coordination file is locked only now, with no NVML call of ours waited for (a stuck one is
-    // abandoned on its own thread, holding no lock of ours).
-    if (args.script.coordination_mode) return leave(claim_coordinated(args, ranking, parent));
+    if (args.script.coordination_mode) return leave(print_claimed(args, out, parent));
     // the best `amount`, printed in index order as the stock script prints its first ones
-    std::vector<std::string> chosen(ranking.indices.begin(), ranking.indices.begin() + args.amount);
+    std::vector<std::string> chosen = out.chosen;
     flinkgpu::sort_indices(&chosen);
     return leave(print_indices(chosen));
 }

@@ -100,15 +100,6 @@ class Nvml:
         health_checks: Optional[Iterable[str]] = None,
         timeout: float = ...,
     ) -> Tuple[DeviceState, ...]: ...
-    def choose(
-        self,
-        indices: Iterable[str],
-        owner_pid: int,
-        taskmanager_pid: Optional[int],
-        busy_policy: str,
-        health_checks: Optional[Iterable[str]] = None,
-        timeout: float = ...,
-    ) -> Tuple[Tuple[DeviceState, ...], List[str], List[int], List[Tuple[str, str]]]: ...
     def read_metric(self, gpu_index: str, metric: str) -> int:
         """One reading of ``metric`` (one of METRICS) on ``gpu_index``; -1 where NVML cannot say."""
 
@@ -182,9 +173,6 @@ class Verdict:
 
 DEFAULT_NVML_TIMEOUT: float
 
-def rank_gpus(states: Iterable[DeviceState], busy_policy: str) -> Tuple[List[str], List[int], List[Tuple[str, str]]]:
-    """(indices best first, ranks parallel to them, [(index, why left out)])."""
-
 def busy_policy(text: str) -> Optional[str]: ...
 def health_checks_of(text: str) -> Tuple[str, ...]: ...
 def script_settings(busy_gpus: Optional[str], nvml_timeout: Optional[str]) -> Tuple[Optional[str], Optional[float]]: ...
@@ -246,7 +234,71 @@ def coordination_process_start_time(pid: int) -> Optional[int]: ...
 def coordination_own_pid() -> int: ...
 
 # --- bindings file (csrc/coordination/bindings.*) ------------------------------------------------------------
-def binding_bind(
+def binding_unbind(
+    path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int], start_time: int = 0
+) -> List[str]: ...
+
+# --- the one discovery and the one bind (csrc/policy/*) ---------------------------------------------------
+@disjoint_base  # a cdef class: its own instance layout
+class DiscoveryOutcome:
+    @property
+    def states(self) -> Tuple[DeviceState, ...]: ...
+    @property
+    def order(self) -> Tuple[str, ...]: ...
+    @property
+    def ranks(self) -> Tuple[int, ...]: ...
+    @property
+    def left_out(self) -> Tuple[Tuple[str, str], ...]: ...
+    @property
+    def chosen(self) -> Tuple[str, ...]: ...
+    @property
+    def added(self) -> Tuple[str, ...]: ...
+    @property
+    def reclaimed(self) -> Tuple[str, ...]: ...
+    @property
+    def unparsable(self) -> Tuple[Tuple[int, str], ...]: ...
+    @property
+    def lease_problem(self) -> Optional[str]: ...
+    @property
+    def shortage(self) -> Optional[str]: ...
+
+@disjoint_base  # a cdef class: its own instance layout
+class BindOutcome:
+    @property
+    def indices(self) -> Tuple[str, ...]: ...
+    @property
+    def added(self) -> Tuple[str, ...]: ...
+    @property
+    def usable(self) -> Tuple[str, ...]: ...
+    @property
+    def left_out(self) -> Tuple[Tuple[str, str], ...]: ...
+    @property
+    def unparsable(self) -> Tuple[Tuple[int, str], ...]: ...
+    @property
+    def lease_problem(self) -> Optional[str]: ...
+    @property
+    def start_time(self) -> int: ...
+    @property
+    def file_identity(self) -> str: ...
+    @property
+    def shortage(self) -> Optional[str]: ...
+
+def policy_discover(
+    nvml: Nvml,
+    indices: Iterable[str],
+    skipped: Iterable[Tuple[str, str]],
+    counted: str,
+    owner: int,
+    taskmanager: Optional[int],
+    busy_gpus: str,
+    health_checks: Optional[Iterable[str]],
+    timeout: float,
+    amount: int,
+    coordination_file: Optional[str],
+    lock_timeout: float,
+) -> DiscoveryOutcome: ...
+def policy_bind(
+    nvml: Optional[Nvml],
     path: _Path,
     timeout: float,
     pid: int,
@@ -255,11 +307,6 @@ def binding_bind(
     gpus: Iterable[Union[str, int]],
     count: int,
     holders_per_gpu: int,
-    ranks: Optional[Iterable[int]] = None,
-) -> Tuple[List[str], List[str], List[Tuple[int, str]], Optional[str], int, str]:
-    """(the holder's binding, newly bound, unparsable lines, why a process holder bound without a lease,
-    the holder's start time or 0, the bindings file's identity)."""
-
-def binding_unbind(
-    path: _Path, timeout: float, pid: int, slot: Optional[str], taskmanager: Optional[int], start_time: int = 0
-) -> List[str]: ...
+    health_checks: Optional[Iterable[str]],
+    nvml_timeout: float,
+) -> BindOutcome: ...

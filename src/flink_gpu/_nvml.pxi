@@ -230,17 +230,12 @@ cdef extern from "nvml/choice.hpp" namespace "flinkgpu" nogil:
         vector[int] ranks
         vector[pair[string, string]] left_out
 
-    CRanking rank_gpus_cpp "flinkgpu::rank_gpus"(const vector[CDeviceState]& states, BusyPolicy policy) except +
     string busy_reason_cpp "flinkgpu::busy_reason"(const CDeviceState& state) except +
 
     cdef cppclass CChoice "flinkgpu::Choice":
         vector[CDeviceState] states
         CRanking ranking
 
-    Status choose_gpus_cpp "flinkgpu::choose_gpus"(const NvmlLibrary& lib, const vector[string]& enumerated,
-                                                   int owner, int taskmanager, BusyPolicy policy,
-                                                   const CheckSet& enforced, double timeout_seconds,
-                                                   CChoice* out, double spent_seconds)
 
 
 # --- NVML ----------------------------------------------------------------------------------------
@@ -470,12 +465,6 @@ cdef BusyPolicy _busy_policy(str busy_policy) except *:
     return policy
 
 
-cdef tuple _ranking(const CRanking& r):
-    cdef size_t i
-    return ([_text(r.indices[i]) for i in range(r.indices.size())], [r.ranks[i] for i in range(r.ranks.size())],
-            [(_text(r.left_out[i].first), _text(r.left_out[i].second)) for i in range(r.left_out.size())])
-
-
 BUSY_GPUS_VALUES = tuple(kBusyPolicyValues.decode("ascii").split(", "))
 
 
@@ -535,21 +524,6 @@ def script_settings(busy_gpus, nvml_timeout):
         policy = ("avoid" if read.busy == BusyPolicy.kAvoid else "exclude" if read.busy == BusyPolicy.kExclude else
                   "ignore")
     return policy, (read.nvml_timeout if read.nvml_timeout_given else None)
-
-
-def rank_gpus(states, str busy_policy not None):
-    """The candidates among ``states`` (from ``Nvml.states()``), best first, under ``busy_policy``
-    (avoid | exclude | ignore): (indices, ranks parallel to them, [(index, why left out)]). Unhealthy
-    and unknown GPUs are never offered; the classes are healthy & idle, healthy & busy (avoid only),
-    degraded & idle, degraded & busy, lowest index first within one. ValueError for a bad policy."""
-    cdef vector[CDeviceState] cstates
-    cdef BusyPolicy policy = _busy_policy(busy_policy)
-    for state in states:
-        if not isinstance(state, DeviceState):
-            raise TypeError(f"rank_gpus() expects DeviceState objects from Nvml.states(), got {state!r}")
-        cstates.push_back((<DeviceState>state)._c)
-    cdef CRanking r = rank_gpus_cpp(cstates, policy)
-    return _ranking(r)
 
 
 _SYMBOL_USES = {SymbolUse.kRequired: "required", SymbolUse.kFallback: "fallback", SymbolUse.kOptional: "optional"}
@@ -832,31 +806,6 @@ cdef class Nvml:
             raise _error(stall_failure(stalled, seconds, self._path), self.library_path)
         cdef size_t i
         return tuple([_state(found[i]) for i in range(found.size())])
-
-    def choose(self, indices, owner_pid, taskmanager_pid, str busy_policy not None, health_checks=None,
-               timeout=DEFAULT_NVML_TIMEOUT):
-        """The one choice of GPUs (csrc/nvml/choice.*): the states now of the devices ``indices``
-        (as ``devices()`` gave them, in its order), judged with ``health_checks``, and their
-        ranking under ``busy_policy``: (states, indices best first, ranks, [(index, why left
-        out)]). A device of ``indices`` that NVML no longer answers for is an unhealthy state; one
-        not read within ``timeout`` seconds is unknown (csrc/nvml/deadline.hpp). Processes are read
-        only where ``busy_policy`` looks at them (not for ignore)."""
-        cdef int owner = _state_pid(owner_pid, "owner_pid")
-        cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
-        cdef CheckSet enforced = _check_set(health_checks)
-        cdef BusyPolicy policy = _busy_policy(busy_policy)
-        cdef double seconds = _timeout(timeout)
-        cdef vector[string] enumerated = [_utf8(index) for index in indices]
-        cdef double spent = 0
-        cdef const NvmlLibrary* lib = self._library(seconds, &spent)
-        cdef CChoice found
-        cdef Status status
-        with nogil:
-            status = choose_gpus_cpp(lib[0], enumerated, owner, taskmanager, policy, enforced, seconds, &found, spent)
-        if not status.ok():
-            raise _error(status, self.library_path)
-        cdef size_t i
-        return (tuple([_state(found.states[i]) for i in range(found.states.size())]),) + _ranking(found.ranking)
 
     def read_metric(self, gpu_index, metric):
         """One reading of ``metric`` (one of METRICS) on the GPU ``gpu_index`` (as GPUInfo carries it:

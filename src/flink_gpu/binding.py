@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
-from flink_gpu import _native
+from flink_gpu import _native, policy
 from flink_gpu.coordination import (
     DEFAULT_PATH,
     DEFAULT_TIMEOUT,
@@ -56,6 +56,7 @@ from flink_gpu.errors import BindingError, NotEnoughGpusError
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing's from Python 3.11
 
+    from flink_gpu.nvml import Library
     from flink_gpu.resource_info import ExternalResourceInfo
 
     #: A holder of this process as its registry keys it: (file identity, pid) for a process holder,
@@ -494,18 +495,37 @@ def bind(
         pid = threading.get_native_id()
         holder = f"slot {slot} (thread {pid})"
         registry = _thread_held.__dict__.setdefault("held", {})
-    candidates, ranks = _usable(by_index, count, library_path, taskmanager_pid, checks, deadline)
+    library = _library(library_path, deadline)
+    # The registry and the file change together: a release of this holder's last handle in another thread
+    # waits. The core's state read within it is bounded by nvml_timeout and holds no file lock.
     with _lock:
-        indices, added, unparsable, lease_problem, start_time, file = _native.binding_bind(
-            path, timeout, pid, slot, taskmanager_pid, candidates, count, holders_per_gpu, ranks
+        outcome = policy.bind(
+            library,
+            path,
+            list(by_index),
+            count,
+            holders_per_gpu,
+            holder_pid=pid,
+            slot=slot,
+            taskmanager=taskmanager_pid,
+            health_checks=checks,
+            nvml_timeout=deadline,
+            lock_timeout=timeout,
         )
-        key = (file, me) if slot is None else (file, slot, taskmanager_pid)
+        if outcome.shortage is not None:
+            raise NotEnoughGpusError(outcome.shortage)
+        indices, added, start_time = outcome.indices, outcome.added, outcome.start_time
+        key = (outcome.file_identity, me) if slot is None else (outcome.file_identity, slot, taskmanager_pid)
         held = registry.get(key)
         if held is None:
             held = registry[key] = _Held(registry, key)
         held.refs += 1
         held.indices.update(indices)
         held.start_time = start_time
+    if outcome.left_out:
+        why = "; ".join(f"GPU {index} is {health}" for index, health in outcome.left_out)
+        _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(outcome.usable))
+    unparsable, lease_problem = outcome.unparsable, outcome.lease_problem
     for number, text in unparsable:
         _log.warning(
             "Line %d of the bindings file %s cannot be parsed and is left as it is (its GPU is never bound): %r",
@@ -577,55 +597,16 @@ def _state_settings(
     return checks, seconds
 
 
-def _usable(
-    by_index: "dict[str, ExternalResourceInfo]",
-    count: int,
-    library_path: "str | None",
-    taskmanager_pid: "int | None",
-    health_checks: "tuple[str, ...] | None",
-    nvml_timeout: float,
-) -> "tuple[list[str], list[int] | None]":
-    """The GPUs of ``by_index`` bind may choose from, with their ranks: each one's state is read now
-    (docs/design.md §9.1), ranked as the driver's ``busy-gpus: avoid`` ranks them (healthy and idle
-    first, then busy with processes that are not the TaskManager's, then degraded), and an unhealthy
-    one (lost since discovery, a reset required, ...) is left out with a WARN while the others are
-    enough; too few raises NotEnoughGpusError saying which are unhealthy and why. A GPU NVML does not list,
-    or a host where NVML cannot be opened, is taken as it is, with no rank."""
+def _library(library_path: "str | None", nvml_timeout: float) -> "Library | None":
+    """The NVML library bind judges the GPUs with; None where it cannot be opened (each GPU is then bound as
+    it is)."""
     from flink_gpu.errors import NvmlError
-    from flink_gpu.nvml import Verdict, open_library, rank_gpus
+    from flink_gpu.nvml import open_library
 
     try:
-        states = [
-            state
-            for state in open_library(library_path, nvml_timeout).states(
-                os.getpid(), taskmanager_pid, health_checks, nvml_timeout
-            )
-            if state.gpu_index in by_index
-        ]
+        return open_library(library_path, nvml_timeout)
     except NvmlError:
-        return list(by_index), None
-    best, ranks, _ = rank_gpus(states, "avoid")
-    rank_of = dict(zip(best, ranks, strict=True))
-    worst = max(ranks, default=0)
-    # unknown: not read within the deadline (docs/design.md §9.5), never bound either
-    unhealthy = {
-        state.gpu_index: state.health
-        for state in states
-        if state.verdict is Verdict.UNHEALTHY or state.verdict is Verdict.UNKNOWN
-    }
-    usable = [index for index in by_index if index not in unhealthy]
-    ranked = [rank_of.get(index, worst) for index in usable]  # not listed by NVML: last, as it is
-    if not unhealthy:
-        return usable, ranked
-    why = "; ".join(f"GPU {index} is {health}" for index, health in unhealthy.items())
-    if len(usable) < count:
-        raise NotEnoughGpusError(
-            f"Could not bind {count} GPU{'' if count == 1 else 's'}: of the "
-            f"{len(by_index)} given, {len(usable)} {'is' if len(usable) == 1 else 'are'} usable "
-            f"({why}). Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer."
-        )
-    _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(usable))
-    return usable, ranked
+        return None
 
 
 def _file_identity(path: str) -> "str | None":

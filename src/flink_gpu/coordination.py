@@ -34,6 +34,7 @@ __all__ = [
     "UnparsableLine",
     "claim",
     "claimed",
+    "log_claim",
     "clean_stale",
     "entries_of",
     "own_pid",
@@ -198,6 +199,31 @@ def _bad_lines(rows: "Iterable[tuple[int, str]]", path: PathType) -> "tuple[Unpa
     return lines
 
 
+def log_claim(
+    path: PathType,
+    owner: int,
+    added: "Iterable[str]",
+    reclaimed: "Iterable[str]",
+    unparsable: "Iterable[tuple[int, str]]",
+    lease_problem: "str | None",
+) -> None:
+    """Logs what a claim for ``owner`` in ``path`` found (:func:`claim`'s, or the core's one discovery's):
+    each unparsable line, a claim without a lease other pid namespaces can rely on, what it took back."""
+    _bad_lines(unparsable, path)
+    if lease_problem is not None:
+        _log.warning(
+            "Claimed GPU(s) %s in %s without a lease that other pid namespaces can rely on (%s): they cannot "
+            "tell when pid %d dies, and keep its GPUs taken until `flink-gpu coordination clean "
+            "--foreign-namespaces`.",
+            ", ".join(added),
+            os.fspath(path),
+            lease_problem,
+            owner,
+        )
+    if reclaimed:
+        _log.info("Reclaimed GPU(s) %s of dead owners in %s for pid %d.", ", ".join(reclaimed), os.fspath(path), owner)
+
+
 def claim(
     amount: int,
     indices: "Iterable[str | int]",
@@ -233,19 +259,7 @@ def claim(
     taken, added, reclaimed, bad, lease_problem = _native.coordination_claim(
         path, timeout, owner, indices, _amount(amount), None if ranks is None else list(ranks), list(left_out)
     )
-    _bad_lines(bad, path)
-    if lease_problem is not None:
-        _log.warning(
-            "Claimed GPU(s) %s in %s without a lease that other pid namespaces can rely on (%s): they cannot "
-            "tell when pid %d dies, and keep its GPUs taken until `flink-gpu coordination clean "
-            "--foreign-namespaces`.",
-            ", ".join(added),
-            os.fspath(path),
-            lease_problem,
-            owner,
-        )
-    if reclaimed:
-        _log.info("Reclaimed GPU(s) %s of dead owners in %s for pid %d.", ", ".join(reclaimed), os.fspath(path), owner)
+    log_claim(path, owner, added, reclaimed, bad, lease_problem)
     return ClaimResult(taken=taken, added=added, reclaimed=reclaimed, owner=owner)
 
 

@@ -1,6 +1,6 @@
 """The one door to NVML: open a libnvidia-ml, list its usable devices and those it had to skip,
-read their state at the moment of a choice and rank them (docs/design.md §4), and read their live
-metrics for gauges (docs/design.md §9.3).
+read and show their state (docs/design.md §4), and read their live metrics for gauges (docs/design.md
+§9.3). Choosing GPUs is not done here: :mod:`flink_gpu.policy` decides a discovery or a bind in one call.
 
 The work is done by the C++ core (csrc/nvml/, through ``flink_gpu._native``); every other module
 goes through this one. A library is loaded and initialised once per path and process (once more in
@@ -30,7 +30,6 @@ from flink_gpu._native import (
     health_checks_of,
     metrics_samples,
     process_ancestry,
-    rank_gpus,
     sample_metrics_now,
     sampled_metrics,
     script_settings,
@@ -58,7 +57,6 @@ __all__ = [
     "metrics_samples",
     "open_library",
     "process_ancestry",
-    "rank_gpus",
     "sample_metrics_now",
     "sampled_metrics",
     "script_settings",
@@ -69,8 +67,8 @@ __all__ = [
 
 # The records and calls are documented where they are made (_nvml.pxi, _host.pxi; their types in
 # _native.pyi): this module names them once for the rest of the package.
-#: A loaded, initialised libnvidia-ml (``devices()``, ``skipped()``, ``states()``, ``choose()``,
-#: ``read_metric()``): every read within its ``timeout`` (docs/design.md §9.5).
+#: A loaded, initialised libnvidia-ml (``devices()``, ``skipped()``, ``states()``, ``read_metric()``):
+#: every read within its ``timeout`` (docs/design.md §9.5).
 Library = Nvml
 #: One usable GPU, or a MIG unit standing in for one, with its static properties.
 Device = NvmlDevice

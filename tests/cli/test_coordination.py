@@ -97,12 +97,12 @@ def test_claim_ranks_as_the_driver_and_warns_what_it_leaves_out(tmp_path):
     assert doc["left_out"] == [{"index": "0", "reason": "unhealthy: InfoROM corrupted"}]
     assert "GPU 0 left out: unhealthy: InfoROM corrupted" in proc.stderr
     assert "GPU 1 is busy: foreign process 4000000001 (compute, not visible" in proc.stderr
-    # too few: the host's four GPUs counted, the one left out named with why (not "the host has 3 GPUs")
-    left_out = "the host has 4 GPUs (0, 1, 2, 3), of which GPU 0 is left out (unhealthy: InfoROM corrupted)"
+    # too few: the host's four GPUs counted, the one left out named with why (not "of the 3 devices")
+    left_out = "but 3 of the 4 devices NVML lists are usable: GPU 0 is left out (unhealthy: InfoROM corrupted)."
     proc = cli("--simulate-spec", spec, "claim", "4", "--file", tmp_path / "d")
-    assert proc.returncode == 1 and f"Could not get enough GPU resources. Requested 4, {left_out}. " in proc.stderr
+    assert proc.returncode == 1 and f"Could not get enough GPU resources: 4 GPUs requested, {left_out}" in proc.stderr
     proc = cli("--simulate-spec", spec, "claim", "99999999999999999999", "--file", tmp_path / "d")
-    assert proc.returncode == 1 and f"Requested 99999999999999999999, {left_out}. Coordination file: " in proc.stderr
+    assert proc.returncode == 1 and f"99999999999999999999 GPUs requested, {left_out}" in proc.stderr
 
 
 def test_claim_of_several_mig_units_gives_one_cuda_visible_devices_per_process(tmp_path):
@@ -203,8 +203,9 @@ def test_a_claim_amount_beyond_64_bits_is_not_enough_gpus_not_a_traceback(tmp_pa
     proc = cli("--simulate", "4", "claim", "--file", path, "99999999999999999999")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert (
-        "error: Could not get enough GPU resources. Requested 99999999999999999999, the host has 4 GPUs (0, 1, 2, 3)"
+        "error: Could not get enough GPU resources: 99999999999999999999 GPUs requested, but 4 of the 4 devices NVML "
+        "lists are usable."
     ) in proc.stderr
     assert not path.exists()
     doc = cli_json("--simulate", "4", "claim", "--file", path, "99999999999999999999", expect=1)
-    assert "Requested 99999999999999999999" in json.dumps(doc)
+    assert "99999999999999999999 GPUs requested" in json.dumps(doc)

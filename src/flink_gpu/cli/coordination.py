@@ -212,7 +212,8 @@ def _owner(args: Namespace) -> int:
 
 
 def claim(args: Namespace) -> int:
-    from flink_gpu import coordination
+    from flink_gpu import coordination, policy
+    from flink_gpu.errors import NotEnoughGpusError
     from flink_gpu.nvml import open_library
 
     owner = _owner(args)
@@ -221,14 +222,24 @@ def claim(args: Namespace) -> int:
     devices = nvml.devices()
     uuids = {d.gpu_index: d.uuid for d in devices}
     units = {d.gpu_index for d in devices if d.mig_slot is not None}
-    # the driver's choice (design.md §9.1): never an unhealthy GPU, degraded and busy ones last
-    states, order, ranks, left_out = nvml.choose(list(uuids), owner, None, "avoid")
+    # the driver's one discovery (design.md §9.1): never an unhealthy GPU, degraded and busy ones last
+    outcome = policy.discover(
+        nvml,
+        args.amount,
+        list(uuids),
+        owner=owner,
+        skipped=[(device.gpu_index, device.reason) for device in nvml.skipped()],
+        coordination_file=path,
+        lock_timeout=args.timeout,
+    )
+    states, left_out = outcome.states, outcome.left_out
     health = {state.gpu_index: state.health for state in states}
     for index, why in left_out:
         print(f"flink-gpu claim: WARNING: GPU {index} left out: {why}", file=sys.stderr)
-    got = coordination.claim(
-        args.amount, order, path=path, owner=owner, timeout=args.timeout, ranks=ranks, left_out=left_out
-    ).taken
+    coordination.log_claim(path, owner, outcome.added, outcome.reclaimed, outcome.unparsable, outcome.lease_problem)
+    if outcome.shortage is not None:
+        raise NotEnoughGpusError(outcome.shortage)
+    got = sort_indices(outcome.chosen)
     busy = {state.gpu_index: state.busy_reason for state in states if state.busy}
     for index in got:
         if index in busy:

@@ -10,13 +10,14 @@ them by health and foreign processes (``busy-gpus``), and coordination between w
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
-from typing import Iterable, NamedTuple
+from typing import TYPE_CHECKING, Iterable, NamedTuple
 
-from flink_gpu import coordination
-from flink_gpu.errors import FlinkException
+from flink_gpu import coordination, policy
+from flink_gpu.errors import FlinkException, NotEnoughGpusError
 from flink_gpu.gpu.info import (
     PROPERTY_CPU_AFFINITY,
     PROPERTY_HEALTH,
@@ -37,6 +38,9 @@ from flink_gpu.gpu.info import (
 )
 from flink_gpu.gpu.settings import GPUDriverSettings
 from flink_gpu.nvml import Device, DeviceState, Library, SkippedDevice, Verdict, find_taskmanager
+
+if TYPE_CHECKING:
+    from flink_gpu.policy import DiscoveryOutcome
 
 _log = logging.getLogger("flink_gpu.gpu.nvml")
 
@@ -94,31 +98,12 @@ def process_holders(nvml: Library, holders: Iterable[int]) -> "dict[tuple[str, i
     return belongs
 
 
-# what a GPU's state said that its ranking and info depend on: (index, health, busy, memory used,
-# memory free, processes known, number of processes)
-_StateKey = tuple[str, str, bool, "int | None", "int | None", bool, int]
-
-
-class _Ranking(NamedTuple):
-    key: tuple[_StateKey, ...]  # what the states it was made from said
-    order: list[str]  # the candidates' indices, best first (the core's choice)
-    ranks: list[int]  # parallel to order
-    left_out: list[tuple[str, str]]  # (index, why)
-    by_index: dict[str, GPUInfo]  # index -> GPUInfo, every usable GPU
-    infos: tuple[GPUInfo, ...]  # the GPUInfos of order
-    sets: dict[int, frozenset[GPUInfo]]  # amount -> frozenset of the first amount infos, made once
-
-
 class _Enumeration(NamedTuple):
     pid: int
     devices: tuple[Device, ...]
     skipped: tuple[SkippedDevice, ...]
     indices: tuple[str, ...]  # the devices' indices, in their order
-    names: dict[str, str]  # the device's index -> the index as GPUInfo carries it
     static: dict[str, dict[str, str]]  # index -> static properties
-    # index -> (its state properties, GPUInfo) as last made: unchanged properties reuse the info
-    infos: dict[str, tuple[dict[str, str], GPUInfo]]
-    rankings: dict[tuple[str, tuple[str, ...]], _Ranking]  # (busy-gpus policy, health checks) -> the last ranking
     # (index, health), (index, warning) and (index, "processes unknown") WARNed once per process
     warned: set[tuple[str, str]]
 
@@ -183,99 +168,71 @@ class NvmlDiscovery:
                 devices,
                 skipped,
                 tuple(d.gpu_index for d in devices),
-                {d.gpu_index: d.gpu_index for d in devices},
                 {d.gpu_index: static_properties(d) for d in devices},
-                {},
-                {},
                 set(),
             )
             _enumerations[nvml.library_path] = enumeration
         return enumeration
 
     def choose(self, enumeration: _Enumeration, amount: int) -> frozenset[GPUInfo]:
-        """The devices this worker gets.
+        """The devices this worker gets, decided by the core's one discovery (flink_gpu.policy).
 
-        The C++ core reads every device's state now and ranks them (docs/design.md §9.1):
-        unhealthy ones never, degraded ones last, busy ones by ``busy-gpus``; within a class the
-        lowest index first. Not coordinated: the first ``amount`` of that order (docs/design.md
-        §4.2). Coordinated: claimed for this process in the coordination file shared with the
-        other workers of the host, honouring the ranks (docs/design.md §5.2); asking again returns
-        what this process already holds.
+        It reads every device's state now, within nvml-timeout, and ranks them (docs/design.md §9.1):
+        unhealthy and unknown ones never, degraded ones last, busy ones by ``busy-gpus``; within a class
+        the lowest index first. Not coordinated: the first ``amount`` of that order (docs/design.md
+        §4.2). Coordinated: claimed for this process in the coordination file shared with the other
+        workers of the host, honouring the ranks (docs/design.md §5.2); asking again returns what this
+        process already holds.
         """
         pid = coordination.own_pid()
         try:
             taskmanager = _taskmanagers[pid]
         except KeyError:
             taskmanager = _taskmanagers[pid] = find_taskmanager(pid)
-        # within nvml-timeout (a GPU not read in time is unknown, left out), and before the
-        # coordination file is locked: no NVML call is outstanding while it is held
-        states, order, ranks, left_out = self._library().choose(
-            enumeration.indices, pid, taskmanager, self.busy_gpus, self.health_checks, self.nvml_timeout
-        )
-        # everything the ranking and the infos depend on: while it is unchanged (an idle host),
-        # the last ranking and its infos are reused instead of building them again
-        key = tuple(
+        nvml = self._library()
+        path = self.args.coordination_file if self.args.coordination_mode else None
+        with _driver_holds_lock if path is not None else contextlib.nullcontext():
+            outcome = policy.discover(
+                nvml,
+                amount,
+                enumeration.indices,
+                owner=pid,
+                taskmanager=taskmanager,
+                skipped=[(device.gpu_index, device.reason) for device in enumeration.skipped],
+                counted=f"devices NVML ({nvml.library_path}) lists",
+                busy_gpus=self.busy_gpus,
+                health_checks=self.health_checks,
+                nvml_timeout=self.nvml_timeout,
+                coordination_file=path,
+            )
+            if path is not None and outcome.shortage is None:
+                self._count_holds(path, pid, outcome)
+        for state in outcome.states:
+            self._warn(enumeration, state.gpu_index, state)
+        if path is not None:
+            coordination.log_claim(path, pid, outcome.added, outcome.reclaimed, outcome.unparsable, outcome.lease_problem)
+        if outcome.shortage is not None:
+            # too few usable is Flink's FlinkException; too few free, the claim's NotEnoughGpusError
+            raise (FlinkException if len(outcome.order) < amount else NotEnoughGpusError)(outcome.shortage)
+        states = {state.gpu_index: state for state in outcome.states}
+        return frozenset(
             [
-                (s.gpu_index, s.health, s.busy, s.memory_used, s.memory_free, s.processes_known, len(s.processes))
-                for s in states
+                GPUInfo(index, {**enumeration.static[index], **state_properties(states[index])})
+                for index in outcome.chosen
             ]
         )
-        ranking = enumeration.rankings.get((self.busy_gpus, self.health_checks))
-        if ranking is None or ranking.key != key:
-            ranking = self._rank(enumeration, states, key, order, ranks, left_out)
-        if len(ranking.order) < amount:
-            raise FlinkException(self._shortage(enumeration, amount, ranking.left_out))
-        if not self.args.coordination_mode:
-            chosen = ranking.sets.get(amount)
-            if chosen is None:
-                chosen = ranking.sets[amount] = frozenset(ranking.infos[:amount])
-            return chosen
-        path = self.args.coordination_file
-        with _driver_holds_lock:
-            if self._claimed_pid != pid:  # a forked child: the parent's counts are not its own
-                self._claimed, self._claimed_pid = set(), pid
-            # owner=pid: this process, resolved above; the left-out GPUs are named if too few are free
-            result = coordination.claim(
-                amount, ranking.order, path=path, owner=pid, ranks=ranking.ranks, left_out=ranking.left_out
-            )
-            for index in result.taken:
-                hold = (path, pid, index)
-                # GPUs the process held otherwise (coordination.claim()) are not the drivers' to
-                # release; one that a driver added is released when no open driver uses it
-                if index not in self._claimed and (index in result.added or hold in _driver_holds):
-                    _driver_holds[hold] = _driver_holds.get(hold, 0) + 1
-                    self._claimed.add(index)
-        by_index = ranking.by_index
-        return frozenset([by_index[index] for index in result.taken])
 
-    def _rank(
-        self,
-        enumeration: _Enumeration,
-        states: tuple[DeviceState, ...],
-        key: tuple[_StateKey, ...],
-        order: list[str],
-        ranks: list[int],
-        left_out: list[tuple[str, str]],
-    ) -> _Ranking:
-        """WARN what is wrong with ``states`` (the core's choice ranked them as ``order``,
-        ``ranks``, ``left_out``) and make the infos: an info is reused while what its GPU's state
-        says is unchanged."""
-        names = enumeration.names
-        by_index: dict[str, GPUInfo] = {}
-        for state in states:
-            index = names[state.gpu_index]
-            self._warn(enumeration, index, state)
-            properties = state_properties(state)
-            last = enumeration.infos.get(index)
-            if last is None or last[0] != properties:
-                last = enumeration.infos[index] = (
-                    properties,
-                    GPUInfo(index, {**enumeration.static[index], **properties}),
-                )
-            by_index[index] = last[1]
-        ranking = _Ranking(key, order, ranks, left_out, by_index, tuple(by_index[index] for index in order), {})
-        enumeration.rankings[(self.busy_gpus, self.health_checks)] = ranking
-        return ranking
+    def _count_holds(self, path: str, pid: int, outcome: DiscoveryOutcome) -> None:
+        """Counts the GPUs of ``outcome`` this driver uses in _driver_holds (under its lock)."""
+        if self._claimed_pid != pid:  # a forked child: the parent's counts are not its own
+            self._claimed, self._claimed_pid = set(), pid
+        for index in outcome.chosen:
+            hold = (path, pid, index)
+            # GPUs the process held otherwise (coordination.claim()) are not the drivers' to release;
+            # one that a driver added is released when no open driver uses it
+            if index not in self._claimed and (index in outcome.added or hold in _driver_holds):
+                _driver_holds[hold] = _driver_holds.get(hold, 0) + 1
+                self._claimed.add(index)
 
     @staticmethod
     def _warn(enumeration: _Enumeration, index: str, state: DeviceState) -> None:
@@ -309,20 +266,6 @@ class NvmlDiscovery:
         if not state.processes_known and (index, "processes unknown") not in warned:
             warned.add((index, "processes unknown"))
             _log.warning("NVML gives no permission to list the processes on GPU %s; it counts as not busy.", index)
-
-    def _shortage(self, enumeration: _Enumeration, amount: int, left_out: list[tuple[str, str]]) -> str:
-        present = len(enumeration.devices)
-        message = (
-            f"Could not get enough GPU resources: {amount} requested, but NVML "
-            f"({self._library().library_path}) reports {present} usable "
-            f"device{'' if present == 1 else 's'}"
-        )
-        if enumeration.skipped:
-            reasons = " ".join(device.reason for device in enumeration.skipped)
-            message += f" and {len(enumeration.skipped)} skipped ({reasons})"
-        if left_out:
-            message += ", of which " + "; ".join(f"GPU {index} is left out ({why})" for index, why in left_out)
-        return message + "."
 
     def _library(self) -> Library:
         nvml = self._nvml

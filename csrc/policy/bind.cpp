@@ -1,0 +1,78 @@
+#include "policy/bind.hpp"
+
+#include "nvml/choice.hpp"
+#include "policy/shortage.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <new>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace flinkgpu {
+namespace policy {
+namespace {
+
+// The given GPUs' ranks as busy-gpus avoid ranks them, in `gpus`' order (one NVML does not list: last,
+// as it is), and the ones left out. False when NVML gave no states (every GPU is then taken as it is).
+bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome* out) {
+    std::vector<DeviceState> states;
+    bool count_known = false;
+    const Status read = query_states_within(*request.lib, request.owner, request.holder.taskmanager, request.checks,
+                                            read_plan(BusyPolicy::kAvoid), request.nvml_timeout, &states,
+                                            &out->stalls, &count_known, request.spent);
+    if (!read.ok() || !count_known) return false;
+    const std::unordered_set<std::string> given(request.gpus.begin(), request.gpus.end());
+    states.erase(std::remove_if(states.begin(), states.end(),
+                                [&](const DeviceState& s) { return given.count(s.index) == 0; }),
+                 states.end());
+    Ranking ranking = rank_gpus(states, BusyPolicy::kAvoid);
+    std::unordered_map<std::string, int> rank_of;
+    int worst = 0;
+    for (std::size_t i = 0; i < ranking.indices.size(); ++i) {
+        rank_of.emplace(ranking.indices[i], ranking.ranks[i]);
+        worst = std::max(worst, ranking.ranks[i]);
+    }
+    out->left_out = std::move(ranking.left_out);
+    std::unordered_set<std::string> left;
+    for (const auto& [index, why] : out->left_out) left.insert(index);
+    for (const std::string& index : request.gpus) {
+        if (left.count(index) != 0) continue;
+        out->usable.push_back(index);
+        const auto found = rank_of.find(index);
+        ranks->push_back(found == rank_of.end() ? worst : found->second);
+    }
+    return true;
+}
+
+}  // namespace
+
+BindOutcome bind(const BindRequest& request) noexcept {
+    BindOutcome out;
+    try {
+        std::vector<int> ranks;
+        if (request.lib == nullptr || !rank_given(request, &ranks, &out)) {
+            out.usable = request.gpus;
+            ranks.clear();
+            out.left_out.clear();
+        }
+        if (!out.left_out.empty() && out.usable.size() < request.count) {
+            out.status = failure(StatusCode::kNotEnough,
+                                 "Could not bind: " +
+                                     shortage_sentence(std::to_string(request.count), out.usable.size(), request.gpus.size(), "given",
+                                                       out.left_out) +
+                                     " Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.");
+            return out;
+        }
+        out.bound = binding::bind(request.bindings, request.holder, out.usable, request.count, request.holders_per_gpu,
+                                  ranks);
+        out.status = out.bound.status;
+        return out;
+    } catch (const std::bad_alloc&) {
+        out.status = failure(StatusCode::kOutOfMemory, "Out of memory while binding GPUs.", ENOMEM);
+        return out;
+    }
+}
+
+}  // namespace policy
+}  // namespace flinkgpu

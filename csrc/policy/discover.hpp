@@ -1,0 +1,67 @@
+// The one discovery policy (docs/design.md §4.2, §5.2, §9.1), for the in-process driver, flink-gpu-discovery
+// and `flink-gpu claim`: the state of each enumerated GPU now, judged and ranked (nvml/choice.hpp), and then
+// the best `amount` of them, or, coordinated, a claim of them in the host's coordination file
+// (coordination/claims.hpp). No NVML call is outstanding of this call while the coordination file is locked:
+// a GPU whose state was not read in time is unknown and left out before the claim.
+#pragma once
+
+#include "base/status.hpp"
+#include "coordination/claims.hpp"
+#include "nvml/choice.hpp"
+#include "nvml/deadline.hpp"
+#include "nvml/loader.hpp"
+#include "nvml/state.hpp"
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace flinkgpu {
+namespace policy {
+
+struct DiscoveryRequest {
+    std::vector<std::string> enumerated;  // enumerate_devices' indices, in its order
+    coordination::LeftOut skipped;        // (index, reason) of the devices it skipped: counted in a shortage
+    std::string counted = "devices NVML lists";  // what a shortage calls the host's devices
+    pid_t owner = 0;                             // the states are judged for it; a claim is for it
+    pid_t taskmanager = 0;                       // its processes do not make a GPU busy either (0: none)
+    BusyPolicy busy = BusyPolicy::kAvoid;
+    CheckSet checks = all_checks();
+    double nvml_timeout = kDefaultNvmlTimeoutSeconds;  // seconds, for the whole state read
+    double spent = 0;                                  // seconds of it already spent (opening NVML)
+    std::size_t amount = 0;
+    std::string amount_text;  // the amount as requested, when beyond a size_t (`amount` is then SIZE_MAX)
+    bool coordinated = false;
+    coordination::Options coordination;  // the coordination file and its lock timeout, when coordinated
+    // Asked just before the claim, after NVML was read (which may take long): false claims nothing and
+    // sets DiscoveryOutcome::owner_gone. Empty: not asked.
+    std::function<bool()> owner_unchanged;
+};
+
+struct DiscoveryOutcome {
+    // kNotEnough: too few usable GPUs (the message is "Could not get enough GPU resources: " and the
+    // shortage sentence) or, coordinated, too few free (the claim's message, naming the holders); any
+    // other failure: NVML or the coordination file
+    Status status;
+    Choice choice;  // the states, their ranking, the stalls
+    // uncoordinated: the best `amount`, best first; coordinated: what the owner has for this request,
+    // in the stock script's order (held before, then free, then reclaimed from dead owners)
+    std::vector<std::string> chosen;
+    std::vector<std::string> added;      // coordinated: newly written for the owner
+    std::vector<std::string> reclaimed;  // coordinated: the part of `added` taken from dead owners
+    std::vector<coordination::BadLine> unparsable;
+    Status lease_problem;     // coordinated: as coordination::ClaimResult's
+    bool owner_gone = false;  // owner_unchanged said no: nothing was claimed
+};
+
+// The first sentence of every discovery's shortage: what Flink's stock script prints.
+inline constexpr const char* kNotEnoughResources = "Could not get enough GPU resources";
+
+// Decides everything a discovery decides, in one call. Never throws.
+DiscoveryOutcome discover(const NvmlLibrary& lib, const DiscoveryRequest& request) noexcept;
+
+}  // namespace policy
+}  // namespace flinkgpu
