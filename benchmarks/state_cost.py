@@ -35,7 +35,7 @@ ROWS = [
 ]
 STATE_ROWS = [
     ("states", "of which `states()`: every GPU's health, memory and processes (one native call)"),
-    ("rank", 'of which `rank_gpus(states, "avoid")`'),
+    ("rank", "`policy.discover(library, 0, indices)`: the same read, judged and ranked in one call"),
     ("states_busy", "`states()` with an unrelated process on every GPU (the /proc ancestry walk)"),
 ]
 
@@ -51,13 +51,15 @@ def child(n: int, with_checks: bool) -> dict:
         out["exe_coord"] = per_round(run_ok(argv, os.environ, expect), lambda: path.write_text(""))
     if with_checks:
         from flink_gpu import nvml as faces
+        from flink_gpu import policy
 
         library = faces.open_library()
         pid = os.getpid()
         states = library.states(pid, None)
         assert len(states) == n and all(s.health == "ok" for s in states)
+        indices = [s.gpu_index for s in states]
         out["states"] = per_call(lambda: library.states(pid, None))
-        out["rank"] = per_call(lambda: faces.rank_gpus(states, "avoid"))
+        out["rank"] = per_call(lambda: policy.discover(library, 0, indices, owner=pid))
     return out
 
 

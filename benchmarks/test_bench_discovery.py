@@ -113,16 +113,17 @@ def test_retrieve_pynvml_user_cached(benchmark):
 
 @pytest.mark.benchmark(group="state")
 def test_state_read_and_rank(benchmark):
-    from flink_gpu import nvml
+    """The core's one discovery, uncoordinated: every state read, judged and ranked in one call."""
+    from flink_gpu import nvml, policy
 
     library = nvml.open_library()
     pid = os.getpid()
 
     def read_and_rank():
-        return nvml.rank_gpus(library.states(pid, None), "avoid")
+        return policy.discover(library, 0, INDICES, owner=pid)
 
-    order, ranks, left_out = benchmark(read_and_rank)
-    assert order == INDICES and ranks == [0] * len(INDICES) and list(left_out) == []
+    outcome = benchmark(read_and_rank)
+    assert list(outcome.order) == INDICES and outcome.ranks == (0,) * len(INDICES) and outcome.left_out == ()
 
 
 # ---- claim + release: coordinated, in-process -----------------------------------------------------

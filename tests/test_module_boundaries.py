@@ -26,7 +26,7 @@ FACES = {
     "flink_gpu.java_text",
     "flink_gpu.flink_duration",
     "flink_gpu.gpu_index",
-    "flink_gpu.binding",
+    "flink_gpu.bindings_file",
     "flink_gpu.policy",
 }
 NATIVE = "flink_gpu._native"

@@ -289,18 +289,21 @@ int main(int argc, char** argv) {
     request.amount = static_cast<std::size_t>(args.amount);
     request.coordinated = args.script.coordination_mode;
     request.coordination.path = args.script.coordination_file;
-    // NVML may have taken long: a parent that died meanwhile asks for nothing any more
-    request.owner_unchanged = [&parent] { return parent_unchanged(parent); };
+    // What the choice found is said before anything is claimed; NVML may have taken long: a parent that
+    // died meanwhile asks for nothing any more.
+    request.before_claim = [&](const flinkgpu::Choice& choice) {
+        for (const auto& s : choice.stalls)
+            std::fprintf(stderr, "flink-gpu-discovery: %s%s: its GPUs are unknown and not handed out\n",
+                         s.gpu == flinkgpu::ReadMonitor::kLibrary ? "" : ("GPU " + std::to_string(s.gpu) + ": ").c_str(),
+                         flinkgpu::stall_text(s, args.nvml_timeout).c_str());
+        for (const auto& state : choice.states)
+            for (const auto& warning : state.warnings)
+                std::fprintf(stderr, "flink-gpu-discovery: GPU %s: %s\n", state.index.c_str(), warning.c_str());
+        for (const auto& [index, why] : choice.ranking.left_out)
+            std::fprintf(stderr, "flink-gpu-discovery: GPU %s left out: %s\n", index.c_str(), why.c_str());
+        return !args.script.coordination_mode || parent_unchanged(parent);
+    };
     const flinkgpu::policy::DiscoveryOutcome out = flinkgpu::policy::discover(*lib, request);
-    for (const auto& s : out.choice.stalls)
-        std::fprintf(stderr, "flink-gpu-discovery: %s%s: its GPUs are unknown and not handed out\n",
-                     s.gpu == flinkgpu::ReadMonitor::kLibrary ? "" : ("GPU " + std::to_string(s.gpu) + ": ").c_str(),
-                     flinkgpu::stall_text(s, args.nvml_timeout).c_str());
-    for (const auto& state : out.choice.states)
-        for (const auto& warning : state.warnings)
-            std::fprintf(stderr, "flink-gpu-discovery: GPU %s: %s\n", state.index.c_str(), warning.c_str());
-    for (const auto& [index, why] : out.choice.ranking.left_out)
-        std::fprintf(stderr, "flink-gpu-discovery: GPU %s left out: %s\n", index.c_str(), why.c_str());
     for (const auto& bad : out.unparsable)
         std::fprintf(stderr, "flink-gpu-discovery: %s:%zu: kept a line that is not '<index> <pid>': %s\n",
                      args.script.coordination_file.c_str(), bad.line_number, bad.text.c_str());

@@ -35,6 +35,10 @@ DiscoveryOutcome discover(const NvmlLibrary& lib, const DiscoveryRequest& reques
         out.status = choose_gpus(lib, request.enumerated, request.owner, request.taskmanager, request.busy,
                                  request.checks, request.nvml_timeout, &out.choice, request.spent);
         if (!out.status.ok()) return out;
+        if (request.before_claim && !request.before_claim(out.choice)) {
+            out.owner_gone = true;
+            return out;
+        }
         const Ranking& ranking = out.choice.ranking;
         // Too few usable, coordinated or not: said before any claim, which would count only the usable
         // ones as the host's GPUs.
@@ -58,10 +62,6 @@ DiscoveryOutcome discover(const NvmlLibrary& lib, const DiscoveryRequest& reques
         if (!request.coordinated) {
             out.chosen.assign(ranking.indices.begin(),
                               ranking.indices.begin() + static_cast<std::ptrdiff_t>(request.amount));
-            return out;
-        }
-        if (request.owner_unchanged && !request.owner_unchanged()) {
-            out.owner_gone = true;
             return out;
         }
         coordination::ClaimResult claimed = coordination::claim(request.coordination, request.owner, ranking.indices,

@@ -36,9 +36,10 @@ struct DiscoveryRequest {
     std::string amount_text;  // the amount as requested, when beyond a size_t (`amount` is then SIZE_MAX)
     bool coordinated = false;
     coordination::Options coordination;  // the coordination file and its lock timeout, when coordinated
-    // Asked just before the claim, after NVML was read (which may take long): false claims nothing and
-    // sets DiscoveryOutcome::owner_gone. Empty: not asked.
-    std::function<bool()> owner_unchanged;
+    // Called with the choice once NVML was read (which may take long), before anything is handed out or
+    // claimed: the caller reports it, and says whether the owner still asks (false hands out and claims
+    // nothing, and sets DiscoveryOutcome::owner_gone). Empty: not called.
+    std::function<bool(const Choice&)> before_claim;
 };
 
 struct DiscoveryOutcome {
@@ -54,7 +55,7 @@ struct DiscoveryOutcome {
     std::vector<std::string> reclaimed;  // coordinated: the part of `added` taken from dead owners
     std::vector<coordination::BadLine> unparsable;
     Status lease_problem;     // coordinated: as coordination::ClaimResult's
-    bool owner_gone = false;  // owner_unchanged said no: nothing was claimed
+    bool owner_gone = false;  // before_claim said no: nothing was claimed
 };
 
 // The first sentence of every discovery's shortage: what Flink's stock script prints.

@@ -14,10 +14,9 @@ own GPUs out of the set its TaskManager (or parent) claimed, or shares each GPU 
 PyFlink operators call :func:`flink_gpu.pyflink.bind_gpus` instead, which finds the TaskManager's GPUs and
 the holder for them.
 
-Bindings live in ``<coordination file>.bindings`` (:func:`bindings_path`), a file of the coordination
-file's format with the fields ``tm`` (the process whose GPUs are bound), ``share`` (the binder's
-``holders_per_gpu``) and ``slot`` (a slot holder's id); the C++ core (csrc/coordination/bindings.cpp) decides under its
-lock. Holders:
+Bindings live in ``<coordination file>.bindings`` (:mod:`flink_gpu.bindings_file`, whose names this module
+gives too); one call into the core (:func:`flink_gpu.policy.bind`) judges the GPUs and binds them under the
+file's lock. This module keeps the process's handles. Holders:
 
 * a process (``slot`` None): the calling process, which holds a lease on ``<bindings file>.lease`` while it
   holds bindings, so its death frees them, in any pid namespace;
@@ -39,18 +38,19 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
-from flink_gpu import _native, policy
-from flink_gpu.coordination import (
-    DEFAULT_PATH,
-    DEFAULT_TIMEOUT,
-    CoordinationEntry,
-    entries_of,
-    process_start_time,
-    whole_amount,
+from flink_gpu import policy
+from flink_gpu.bindings_file import (
+    BINDINGS_SUFFIX,
+    BindingEntry,
+    BindingSnapshot,
+    bindings_path,
+    file_identity,
+    snapshot,
+    unbind,
 )
+from flink_gpu.coordination import DEFAULT_TIMEOUT, process_start_time, whole_amount
 from flink_gpu.errors import BindingError, NotEnoughGpusError
 
 if TYPE_CHECKING:
@@ -81,8 +81,6 @@ __all__ = [
 
 _log = logging.getLogger("flink_gpu.binding")
 
-#: What a coordination file's path takes to name its bindings file.
-BINDINGS_SUFFIX = ".bindings"
 #: The most holders one GPU can be shared by (csrc/coordination/lines.hpp kMaxShare).
 MAX_HOLDERS_PER_GPU = 1024
 #: PyFlink's thread-mode (embedded) metric classes live here: their gauges are called from Java.
@@ -98,11 +96,6 @@ GAUGES = {
     "power": "power",
     "health": "health",
 }
-
-
-def bindings_path(coordination_file: "str | os.PathLike[str] | None" = None) -> str:
-    """The bindings file of ``coordination_file`` (default: the default coordination file)."""
-    return os.fspath(DEFAULT_PATH if coordination_file is None else coordination_file) + BINDINGS_SUFFIX
 
 
 # -- the holders of this process ------------------------------------------------------------------
@@ -361,7 +354,7 @@ class GPUBinding:
             if held.refs == 1:
                 # the start time: a thread that got an ended binder's id keeps what it bound itself. A
                 # failure (a lock timeout) changes nothing here, so release() can be called again.
-                _native.binding_unbind(self._path, self._timeout, pid, slot, taskmanager, start_time)
+                unbind(self._path, self._timeout, pid, slot, taskmanager, start_time)
                 if held.registry.get(held.key) is held:
                     del held.registry[held.key]
             held.refs -= 1
@@ -609,16 +602,6 @@ def _library(library_path: "str | None", nvml_timeout: float) -> "Library | None
         return None
 
 
-def _file_identity(path: str) -> "str | None":
-    """``path``'s file as the core names it (LockedFile::identity(): "<major>:<minor>:<inode>"); None when
-    there is none."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}:{st.st_ino}"
-
-
 def _inherited_binding(
     by_index: "dict[str, ExternalResourceInfo]",
     count: int,
@@ -634,7 +617,7 @@ def _inherited_binding(
     global _forked_files
     if _forked_from is None:
         return None
-    file = _file_identity(path)
+    file = file_identity(path)
     if file is None or file not in _forked_files:
         return None
     parent, namespace = _forked_from
@@ -681,42 +664,3 @@ def _inherited_binding(
         timeout,
         metrics_interval,
     )
-
-
-# -- what the file says ---------------------------------------------------------------------------
-
-#: One line of the bindings file: the coordination file's entry record, with its ``taskmanager``,
-#: ``holders_per_gpu`` and ``slot`` (docs/design.md §9.3).
-BindingEntry = CoordinationEntry
-
-
-@dataclass(frozen=True)
-class BindingSnapshot:
-    path: str
-    exists: bool
-    entries: "tuple[BindingEntry, ...]"
-    unparsable: "tuple[tuple[int, str], ...]"
-
-    def by_taskmanager(self) -> "dict[tuple[int | None, int | None], dict[str, tuple[str, ...]]]":
-        """(TaskManager pid or None when not recorded, its pid namespace or None for ours) -> live holder
-        (``"pid <n>"``, ``"slot <id>"``) -> its GPUs, in index order. Two containers' pid 1 are two
-        TaskManagers; the holders of one are of its namespace."""
-        from flink_gpu.gpu_index import sort_indices
-
-        out: "dict[tuple[int | None, int | None], dict[str, set[str]]]" = {}
-        for entry in self.entries:
-            if entry.alive:
-                where = (entry.taskmanager, None if entry.ours else entry.namespace)
-                out.setdefault(where, {}).setdefault(entry.holder, set()).add(entry.index)
-        return {
-            tm: {holder: tuple(sort_indices(indices)) for holder, indices in holders.items()}
-            for tm, holders in out.items()
-        }
-
-
-def snapshot(path: "str | os.PathLike[str] | None" = None, *, timeout: float = DEFAULT_TIMEOUT) -> BindingSnapshot:
-    """Reads the bindings file (default :func:`bindings_path`) under a shared lock; a missing file is an
-    empty snapshot with ``exists=False``."""
-    path = bindings_path() if path is None else os.fspath(path)
-    exists, records, unparsable = _native.coordination_snapshot(path, timeout)
-    return BindingSnapshot(path, exists, entries_of(records), tuple(unparsable))

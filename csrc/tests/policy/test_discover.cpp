@@ -105,7 +105,7 @@ TEST_CASE(an_owner_gone_while_nvml_was_read_gets_no_claim) {
                                       policy::DiscoveryRequest request = request_for(lib, 1);
                                       request.coordinated = true;
                                       request.coordination.path = g_dir + "/gone";
-                                      request.owner_unchanged = [] { return false; };
+                                      request.before_claim = [](const Choice&) { return false; };
                                       const policy::DiscoveryOutcome out = policy::discover(lib, request);
                                       CHECK(out.status.ok() && out.owner_gone && out.chosen.empty());
                                       CHECK(access(request.coordination.path.c_str(), F_OK) != 0);

@@ -303,7 +303,7 @@ def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dic
     """The bindings file beside the coordination file ``path``: live holders grouped under the
     TaskManager whose GPUs they bind, a pid of the namespace that wrote the line (``claimed``: what each
     coordination owner holds)."""
-    from flink_gpu import binding
+    from flink_gpu import bindings_file as binding
     from flink_gpu.gpu_index import index_sort_order
 
     view: "dict[str, Any]" = {

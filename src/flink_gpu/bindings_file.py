@@ -1,0 +1,79 @@
+"""The bindings file (docs/design.md §9.3): ``<coordination file>.bindings``, a file of the coordination
+file's format with the fields ``tm`` (the process whose GPUs are bound), ``share`` (the binder's
+``holders_per_gpu``) and ``slot`` (a slot holder's id). The C++ core (csrc/coordination/bindings.cpp)
+writes it under its lock; this module names it, reads it and removes a holder's lines. Binding GPUs is
+:func:`flink_gpu.binding.bind`, which decides in one call with :func:`flink_gpu.policy.bind`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from flink_gpu import _native
+from flink_gpu.coordination import DEFAULT_PATH, DEFAULT_TIMEOUT, CoordinationEntry, entries_of
+
+__all__ = ["BINDINGS_SUFFIX", "BindingEntry", "BindingSnapshot", "bindings_path", "file_identity", "snapshot", "unbind"]
+
+#: What a coordination file's path takes to name its bindings file.
+BINDINGS_SUFFIX = ".bindings"
+
+#: One line of the bindings file: the coordination file's entry record, with its ``taskmanager``,
+#: ``holders_per_gpu`` and ``slot`` (docs/design.md §9.3).
+BindingEntry = CoordinationEntry
+
+
+def bindings_path(coordination_file: "str | os.PathLike[str] | None" = None) -> str:
+    """The bindings file of ``coordination_file`` (default: the default coordination file)."""
+    return os.fspath(DEFAULT_PATH if coordination_file is None else coordination_file) + BINDINGS_SUFFIX
+
+
+def file_identity(path: str) -> "str | None":
+    """``path``'s file as the core names it (LockedFile::identity(): "<major>:<minor>:<inode>"); None when
+    there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}:{st.st_ino}"
+
+
+def unbind(
+    path: str, timeout: float, pid: int, slot: "str | None", taskmanager: "int | None", start_time: int = 0
+) -> "list[str]":
+    """Removes the lines the holder (process ``pid``, or thread ``pid`` of slot ``slot``) wrote in ``path``
+    (only those of the process or thread started at ``start_time``, when given); the indices they bound.
+    TimeoutError when the file's lock is not had within ``timeout`` seconds: nothing is removed."""
+    return _native.binding_unbind(path, timeout, pid, slot, taskmanager, start_time)
+
+
+@dataclass(frozen=True)
+class BindingSnapshot:
+    path: str
+    exists: bool
+    entries: "tuple[BindingEntry, ...]"
+    unparsable: "tuple[tuple[int, str], ...]"
+
+    def by_taskmanager(self) -> "dict[tuple[int | None, int | None], dict[str, tuple[str, ...]]]":
+        """(TaskManager pid or None when not recorded, its pid namespace or None for ours) -> live holder
+        (``"pid <n>"``, ``"slot <id>"``) -> its GPUs, in index order. Two containers' pid 1 are two
+        TaskManagers; the holders of one are of its namespace."""
+        from flink_gpu.gpu_index import sort_indices
+
+        out: "dict[tuple[int | None, int | None], dict[str, set[str]]]" = {}
+        for entry in self.entries:
+            if entry.alive:
+                where = (entry.taskmanager, None if entry.ours else entry.namespace)
+                out.setdefault(where, {}).setdefault(entry.holder, set()).add(entry.index)
+        return {
+            tm: {holder: tuple(sort_indices(indices)) for holder, indices in holders.items()}
+            for tm, holders in out.items()
+        }
+
+
+def snapshot(path: "str | os.PathLike[str] | None" = None, *, timeout: float = DEFAULT_TIMEOUT) -> BindingSnapshot:
+    """Reads the bindings file (default :func:`bindings_path`) under a shared lock; a missing file is an
+    empty snapshot with ``exists=False``."""
+    path = bindings_path() if path is None else os.fspath(path)
+    exists, records, unparsable = _native.coordination_snapshot(path, timeout)
+    return BindingSnapshot(path, exists, entries_of(records), tuple(unparsable))
