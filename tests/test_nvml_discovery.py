@@ -193,7 +193,9 @@ def test_too_few_after_skipping_says_why():
     result, _ = run_one(NVML, [3], spec=FAULTY)
     name, message = result["error"]
     assert name == "FlinkException"
-    assert "3 GPUs requested, but 2 of the 4 devices NVML (" in message and "GPU 2 is left out (GPU 2 skipped: " in message
+    assert (
+        "3 GPUs requested, but 2 of the 4 devices NVML (" in message and "GPU 2 is left out (GPU 2 skipped: " in message
+    )
     assert "GPU 1 skipped" in message and "GPU 2 skipped" in message
 
 

@@ -293,9 +293,10 @@ int main(int argc, char** argv) {
     // died meanwhile asks for nothing any more.
     request.before_claim = [&](const flinkgpu::Choice& choice) {
         for (const auto& s : choice.stalls)
-            std::fprintf(stderr, "flink-gpu-discovery: %s%s: its GPUs are unknown and not handed out\n",
-                         s.gpu == flinkgpu::ReadMonitor::kLibrary ? "" : ("GPU " + std::to_string(s.gpu) + ": ").c_str(),
-                         flinkgpu::stall_text(s, args.nvml_timeout).c_str());
+            std::fprintf(
+                stderr, "flink-gpu-discovery: %s%s: its GPUs are unknown and not handed out\n",
+                s.gpu == flinkgpu::ReadMonitor::kLibrary ? "" : ("GPU " + std::to_string(s.gpu) + ": ").c_str(),
+                flinkgpu::stall_text(s, args.nvml_timeout).c_str());
         for (const auto& state : choice.states)
             for (const auto& warning : state.warnings)
                 std::fprintf(stderr, "flink-gpu-discovery: GPU %s: %s\n", state.index.c_str(), warning.c_str());

@@ -19,13 +19,13 @@ bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome
     std::vector<DeviceState> states;
     bool count_known = false;
     const Status read = query_states_within(*request.lib, request.owner, request.holder.taskmanager, request.checks,
-                                            read_plan(BusyPolicy::kAvoid), request.nvml_timeout, &states,
-                                            &out->stalls, &count_known, request.spent);
+                                            read_plan(BusyPolicy::kAvoid), request.nvml_timeout, &states, &out->stalls,
+                                            &count_known, request.spent);
     if (!read.ok() || !count_known) return false;
     const std::unordered_set<std::string> given(request.gpus.begin(), request.gpus.end());
-    states.erase(std::remove_if(states.begin(), states.end(),
-                                [&](const DeviceState& s) { return given.count(s.index) == 0; }),
-                 states.end());
+    states.erase(
+        std::remove_if(states.begin(), states.end(), [&](const DeviceState& s) { return given.count(s.index) == 0; }),
+        states.end());
     Ranking ranking = rank_gpus(states, BusyPolicy::kAvoid);
     std::unordered_map<std::string, int> rank_of;
     int worst = 0;
@@ -59,13 +59,13 @@ BindOutcome bind(const BindRequest& request) noexcept {
         if (!out.left_out.empty() && out.usable.size() < request.count) {
             out.status = failure(StatusCode::kNotEnough,
                                  "Could not bind: " +
-                                     shortage_sentence(std::to_string(request.count), out.usable.size(), request.gpus.size(), "given",
-                                                       out.left_out) +
+                                     shortage_sentence(std::to_string(request.count), out.usable.size(),
+                                                       request.gpus.size(), "given", out.left_out) +
                                      " Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.");
             return out;
         }
-        out.bound = binding::bind(request.bindings, request.holder, out.usable, request.count, request.holders_per_gpu,
-                                  ranks);
+        out.bound =
+            binding::bind(request.bindings, request.holder, out.usable, request.count, request.holders_per_gpu, ranks);
         out.status = out.bound.status;
         return out;
     } catch (const std::bad_alloc&) {

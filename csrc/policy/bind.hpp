@@ -28,10 +28,10 @@ struct BindRequest {
     CheckSet checks = all_checks();
     double nvml_timeout = kDefaultNvmlTimeoutSeconds;  // seconds, for the whole state read
     double spent = 0;                                  // seconds of it already spent (opening NVML)
-    pid_t owner = 0;                  // the binding process: its own processes do not make a GPU busy
-    coordination::Options bindings;   // the bindings file and its lock timeout
+    pid_t owner = 0;                                   // the binding process: its own processes do not make a GPU busy
+    coordination::Options bindings;                    // the bindings file and its lock timeout
     binding::Holder holder;
-    std::vector<std::string> gpus;    // the given GPUs' indices (the TaskManager's), in the caller's order
+    std::vector<std::string> gpus;  // the given GPUs' indices (the TaskManager's), in the caller's order
     std::size_t count = 1;
     std::uint32_t holders_per_gpu = 1;
 };
@@ -40,8 +40,8 @@ struct BindOutcome {
     // kNotEnough: too few usable GPUs ("Could not bind: " and the shortage sentence) or too few free
     // (bindings.hpp's message, naming who binds each); any other failure: the bindings file
     Status status;
-    binding::BindResult bound;       // when status is ok
-    coordination::LeftOut left_out;  // the given GPUs never bound: (index, why), unhealthy or unknown
+    binding::BindResult bound;        // when status is ok
+    coordination::LeftOut left_out;   // the given GPUs never bound: (index, why), unhealthy or unknown
     std::vector<std::string> usable;  // the given GPUs bound among, in the caller's order
     std::vector<Stall> stalls;        // the NVML calls that did not return in time
 };

@@ -50,13 +50,13 @@ DiscoveryOutcome discover(const NvmlLibrary& lib, const DiscoveryRequest& reques
             }
             std::stable_sort(left_out.begin(), left_out.end(),
                              [](const auto& a, const auto& b) { return compare_indices(a.first, b.first) < 0; });
-            out.status = failure(StatusCode::kNotEnough,
-                                 std::string(kNotEnoughResources) + ": " +
-                                     shortage_sentence(request.amount_text.empty() ? std::to_string(request.amount)
-                                                                                   : request.amount_text,
-                                                       ranking.indices.size(),
-                                                       request.enumerated.size() + request.skipped.size(),
-                                                       request.counted, left_out));
+            out.status =
+                failure(StatusCode::kNotEnough,
+                        std::string(kNotEnoughResources) + ": " +
+                            shortage_sentence(
+                                request.amount_text.empty() ? std::to_string(request.amount) : request.amount_text,
+                                ranking.indices.size(), request.enumerated.size() + request.skipped.size(),
+                                request.counted, left_out));
             return out;
         }
         if (!request.coordinated) {

@@ -23,8 +23,8 @@ namespace flinkgpu {
 namespace policy {
 
 struct DiscoveryRequest {
-    std::vector<std::string> enumerated;  // enumerate_devices' indices, in its order
-    coordination::LeftOut skipped;        // (index, reason) of the devices it skipped: counted in a shortage
+    std::vector<std::string> enumerated;         // enumerate_devices' indices, in its order
+    coordination::LeftOut skipped;               // (index, reason) of the devices it skipped: counted in a shortage
     std::string counted = "devices NVML lists";  // what a shortage calls the host's devices
     pid_t owner = 0;                             // the states are judged for it; a claim is for it
     pid_t taskmanager = 0;                       // its processes do not make a GPU busy either (0: none)

@@ -40,51 +40,55 @@ const char* const kCorruptFirst = R"({"devices": [{"health": {"inforom_corrupted
 }  // namespace
 
 TEST_CASE(an_unhealthy_gpu_is_left_out_and_named_while_the_others_are_enough) {
-    CHECK_EQ(simulated::with_spec(sim(), kCorruptFirst, [](const NvmlLibrary& lib) {
-                 const policy::BindOutcome out = policy::bind(request_for(&lib, {"0", "1"}, 1));
-                 CHECK(out.status.ok());
-                 CHECK(out.bound.indices == (Indices{"1"}));
-                 CHECK(out.usable == (Indices{"1"}));
-                 CHECK_EQ(out.left_out.size(), static_cast<std::size_t>(1));
-                 CHECK_EQ(out.left_out[0].first, std::string("0"));
-                 CHECK_EQ(out.left_out[0].second, std::string("unhealthy: InfoROM corrupted"));
-             }),
+    CHECK_EQ(simulated::with_spec(sim(), kCorruptFirst,
+                                  [](const NvmlLibrary& lib) {
+        const policy::BindOutcome out = policy::bind(request_for(&lib, {"0", "1"}, 1));
+        CHECK(out.status.ok());
+        CHECK(out.bound.indices == (Indices{"1"}));
+        CHECK(out.usable == (Indices{"1"}));
+        CHECK_EQ(out.left_out.size(), static_cast<std::size_t>(1));
+        CHECK_EQ(out.left_out[0].first, std::string("0"));
+        CHECK_EQ(out.left_out[0].second, std::string("unhealthy: InfoROM corrupted"));
+    }),
              0);
 }
 
 TEST_CASE(a_check_the_taskmanager_turned_off_binds_the_gpu_its_driver_handed_out) {
-    CHECK_EQ(simulated::with_spec(sim(), kCorruptFirst, [](const NvmlLibrary& lib) {
-                 policy::BindRequest request = request_for(&lib, {"0"}, 1);
-                 request.checks.reset(static_cast<std::size_t>(Check::kInforom));
-                 const policy::BindOutcome out = policy::bind(request);
-                 CHECK(out.status.ok());
-                 CHECK(out.bound.indices == (Indices{"0"}));
-                 CHECK(out.left_out.empty());
-             }),
+    CHECK_EQ(simulated::with_spec(sim(), kCorruptFirst,
+                                  [](const NvmlLibrary& lib) {
+        policy::BindRequest request = request_for(&lib, {"0"}, 1);
+        request.checks.reset(static_cast<std::size_t>(Check::kInforom));
+        const policy::BindOutcome out = policy::bind(request);
+        CHECK(out.status.ok());
+        CHECK(out.bound.indices == (Indices{"0"}));
+        CHECK(out.left_out.empty());
+    }),
              0);
 }
 
 TEST_CASE(too_few_usable_is_the_shortage_sentence_and_binds_nothing) {
-    CHECK_EQ(simulated::with_spec(sim(), kCorruptFirst, [](const NvmlLibrary& lib) {
-                 const policy::BindRequest request = request_for(&lib, {"0"}, 1);
-                 const policy::BindOutcome out = policy::bind(request);
-                 CHECK(out.status.code == StatusCode::kNotEnough);
-                 CHECK_EQ(out.status.message,
-                          std::string("Could not bind: 1 GPU requested, but 0 of the 1 given are usable: GPU 0 is "
-                                      "left out (unhealthy: InfoROM corrupted). Repair the GPU (nvidia-smi -q -i "
-                                      "<index> says more) or ask for fewer."));
-                 CHECK(access(request.bindings.path.c_str(), F_OK) != 0);
-             }),
+    CHECK_EQ(simulated::with_spec(sim(), kCorruptFirst,
+                                  [](const NvmlLibrary& lib) {
+        const policy::BindRequest request = request_for(&lib, {"0"}, 1);
+        const policy::BindOutcome out = policy::bind(request);
+        CHECK(out.status.code == StatusCode::kNotEnough);
+        CHECK_EQ(out.status.message,
+                 std::string("Could not bind: 1 GPU requested, but 0 of the 1 given are usable: GPU 0 is "
+                             "left out (unhealthy: InfoROM corrupted). Repair the GPU (nvidia-smi -q -i "
+                             "<index> says more) or ask for fewer."));
+        CHECK(access(request.bindings.path.c_str(), F_OK) != 0);
+    }),
              0);
 }
 
 TEST_CASE(a_gpu_nvml_does_not_list_is_taken_as_it_is_after_the_listed_ones) {
-    CHECK_EQ(simulated::with_spec(sim(), R"({"devices": [{}]})", [](const NvmlLibrary& lib) {
-                 const policy::BindOutcome out = policy::bind(request_for(&lib, {"7", "0"}, 1));
-                 CHECK(out.status.ok());
-                 CHECK(out.usable == (Indices{"7", "0"}));
-                 CHECK(out.bound.indices == (Indices{"0"}));
-             }),
+    CHECK_EQ(simulated::with_spec(sim(), R"({"devices": [{}]})",
+                                  [](const NvmlLibrary& lib) {
+        const policy::BindOutcome out = policy::bind(request_for(&lib, {"7", "0"}, 1));
+        CHECK(out.status.ok());
+        CHECK(out.usable == (Indices{"7", "0"}));
+        CHECK(out.bound.indices == (Indices{"0"}));
+    }),
              0);
 }
 

@@ -15,7 +15,8 @@ TEST_CASE(the_sentence_names_the_amount_the_usable_the_total_and_each_gpu_left_o
 }
 
 TEST_CASE(the_sentence_without_a_gpu_left_out_ends_after_the_count) {
-    CHECK_EQ(shortage_sentence("1", 0, 0, "given", {}), std::string("1 GPU requested, but 0 of the 0 given are usable."));
+    CHECK_EQ(shortage_sentence("1", 0, 0, "given", {}),
+             std::string("1 GPU requested, but 0 of the 0 given are usable."));
     CHECK_EQ(shortage_sentence("5", 4, 4, "devices NVML lists", {}),
              std::string("5 GPUs requested, but 4 of the 4 devices NVML lists are usable."));
 }

@@ -210,7 +210,9 @@ class NvmlDiscovery:
         for state in outcome.states:
             self._warn(enumeration, state.gpu_index, state)
         if path is not None:
-            coordination.log_claim(path, pid, outcome.added, outcome.reclaimed, outcome.unparsable, outcome.lease_problem)
+            coordination.log_claim(
+                path, pid, outcome.added, outcome.reclaimed, outcome.unparsable, outcome.lease_problem
+            )
         if outcome.shortage is not None:
             # too few usable is Flink's FlinkException; too few free, the claim's NotEnoughGpusError
             raise (FlinkException if len(outcome.order) < amount else NotEnoughGpusError)(outcome.shortage)
