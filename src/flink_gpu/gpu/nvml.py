@@ -104,6 +104,8 @@ class _Enumeration(NamedTuple):
     skipped: tuple[SkippedDevice, ...]
     indices: tuple[str, ...]  # the devices' indices, in their order
     static: dict[str, dict[str, str]]  # index -> static properties
+    # index -> (its state properties, GPUInfo) as last made: an idle GPU's info is reused, not rebuilt
+    infos: dict[str, tuple[dict[str, str], GPUInfo]]
     # (index, health), (index, warning) and (index, "processes unknown") WARNed once per process
     warned: set[tuple[str, str]]
 
@@ -169,6 +171,7 @@ class NvmlDiscovery:
                 skipped,
                 tuple(d.gpu_index for d in devices),
                 {d.gpu_index: static_properties(d) for d in devices},
+                {},
                 set(),
             )
             _enumerations[nvml.library_path] = enumeration
@@ -217,12 +220,15 @@ class NvmlDiscovery:
             # too few usable is Flink's FlinkException; too few free, the claim's NotEnoughGpusError
             raise (FlinkException if len(outcome.order) < amount else NotEnoughGpusError)(outcome.shortage)
         states = {state.gpu_index: state for state in outcome.states}
-        return frozenset(
-            [
-                GPUInfo(index, {**enumeration.static[index], **state_properties(states[index])})
-                for index in outcome.chosen
-            ]
-        )
+        return frozenset([self._info(enumeration, index, state_properties(states[index])) for index in outcome.chosen])
+
+    @staticmethod
+    def _info(enumeration: _Enumeration, index: str, properties: dict[str, str]) -> GPUInfo:
+        """The GPUInfo of ``index`` with its state ``properties``: the last one made while they are unchanged."""
+        last = enumeration.infos.get(index)
+        if last is None or last[0] != properties:
+            last = enumeration.infos[index] = (properties, GPUInfo(index, {**enumeration.static[index], **properties}))
+        return last[1]
 
     def _count_holds(self, path: str, pid: int, outcome: DiscoveryOutcome) -> None:
         """Counts the GPUs of ``outcome`` this driver uses in _driver_holds (under its lock)."""
