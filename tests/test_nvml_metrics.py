@@ -327,9 +327,11 @@ with simulator.hanging({stuck!r}):
     samples = nvml.metrics_samples()
     calls_before = simulator.counters()["calls"]["nvmlDeviceGetPowerUsage"]
     seen = set()
+    # a sample under way when the counts were taken may have read GPU 0 before calls_before yet complete
+    # after samples: four more samples hold at least three reads of GPU 0 after calls_before, under any load
     def three_more_samples():  # GPU 0 renewed at its pace all along: valid at every look
         seen.add(nvml.sampled_metrics("0"))
-        return nvml.metrics_samples() >= samples + 3 and stuck_gpu()
+        return nvml.metrics_samples() >= samples + 4 and stuck_gpu()
     wait_for(three_more_samples, "samples go on")
     calls = simulator.counters()["calls"]["nvmlDeviceGetPowerUsage"]
     seen.add(nvml.sampled_metrics("0"))
