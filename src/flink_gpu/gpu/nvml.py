@@ -103,6 +103,8 @@ class _Enumeration(NamedTuple):
     devices: tuple[Device, ...]
     skipped: tuple[SkippedDevice, ...]
     indices: tuple[str, ...]  # the devices' indices, in their order
+    skipped_reasons: tuple[tuple[str, str], ...]  # (index, reason) of each skipped device, for a shortage
+    counted: str  # what a shortage calls the devices: "devices NVML (<library>) lists"
     static: dict[str, dict[str, str]]  # index -> static properties
     # index -> (its state properties, GPUInfo) as last made: an idle GPU's info is reused, not rebuilt
     infos: dict[str, tuple[dict[str, str], GPUInfo]]
@@ -170,6 +172,8 @@ class NvmlDiscovery:
                 devices,
                 skipped,
                 tuple(d.gpu_index for d in devices),
+                tuple((device.gpu_index, device.reason) for device in skipped),
+                f"devices NVML ({nvml.library_path}) lists",
                 {d.gpu_index: static_properties(d) for d in devices},
                 {},
                 set(),
@@ -201,8 +205,8 @@ class NvmlDiscovery:
                 enumeration.indices,
                 owner=pid,
                 taskmanager=taskmanager,
-                skipped=[(device.gpu_index, device.reason) for device in enumeration.skipped],
-                counted=f"devices NVML ({nvml.library_path}) lists",
+                skipped=enumeration.skipped_reasons,
+                counted=enumeration.counted,
                 busy_gpus=self.busy_gpus,
                 health_checks=self.health_checks,
                 nvml_timeout=self.nvml_timeout,
