@@ -241,7 +241,10 @@ def test_busy_gpus_on_an_idle_host_answers_as_the_stock_script(runners, args):
 def test_an_unknown_busy_gpus_value_is_an_error_naming_the_flag_and_the_values(discovery_exe, args):
     out, code, err = run_spec(discovery_exe, {"devices": [{}, {}]}, args)
     assert (out, code) == ("", 1)
-    assert "--busy-gpus must be one of avoid, exclude, ignore" in err
+    value = args[2] if len(args) > 2 else ""
+    assert (
+        f"flink-gpu-discovery: Invalid value '{value}' for --busy-gpus: expected one of avoid, exclude, ignore." in err
+    )
 
 
 def test_an_unhealthy_gpu_is_never_printed_and_its_reason_is_on_stderr(discovery_exe):
@@ -917,7 +920,7 @@ def test_a_gpu_read_in_time_is_handed_out_when_a_later_one_hangs(discovery_exe, 
     "value, why",
     [
         ("soon", "text does not start with a number"),
-        ("0 s", "it must be positive"),
+        ("0 s", "it is not positive"),
         ("5 weeks", "Time interval unit label 'weeks'"),
     ],
 )
@@ -930,7 +933,10 @@ def test_a_bad_nvml_timeout_is_refused_naming_the_value(discovery_exe, value, wh
         timeout=30,
     )
     assert proc.returncode == 1 and proc.stdout == ""
-    assert f"--nvml-timeout must be a positive duration such as '5 s' or '500 ms', got '{value}': {why}" in proc.stderr
+    assert (
+        f"flink-gpu-discovery: Invalid value '{value}' for --nvml-timeout: expected a positive duration such as "
+        f"'5 s' or '500 ms' ({why}"
+    ) in proc.stderr
 
 
 def test_the_coordination_file_is_not_locked_while_a_state_read_hangs(discovery_exe, tmp_path):

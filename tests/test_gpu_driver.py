@@ -305,15 +305,24 @@ def test_a_bad_timeout_is_an_error_whichever_backend_is_chosen():
 @pytest.mark.parametrize(
     "value, match",
     [
-        ("soon", "Could not parse value 'soon' for key 'nvml-timeout'. text does not start with a number"),
-        ("0 s", "Invalid value for key 'external-resource.gpu.param.nvml-timeout': the timeout must be positive"),
+        (
+            "soon",
+            "Invalid value 'soon' for key 'external-resource.gpu.param.nvml-timeout': expected a positive duration "
+            "such as '5 s' or '500 ms' (text does not start with a number).",
+        ),
+        (
+            "0 s",
+            "Invalid value '0 s' for key 'external-resource.gpu.param.nvml-timeout': expected a positive duration "
+            "such as '5 s' or '500 ms' (it is not positive).",
+        ),
     ],
 )
 def test_a_bad_nvml_timeout_names_the_key(value, match):
     from flink_gpu.gpu.settings import GPUDriverSettings
 
-    with pytest.raises(IllegalConfigurationException, match=match):
+    with pytest.raises(IllegalConfigurationException) as error:
         GPUDriverSettings.from_config({"discovery-mode": "nvml", "nvml-timeout": value}, "gpu")
+    assert str(error.value) == match
 
 
 def test_nvml_timeout_is_a_flink_duration_defaulting_to_5_s():
@@ -332,12 +341,12 @@ def test_nvml_timeout_in_the_script_args_is_read_as_flink_gpu_discovery_reads_it
     assert GPUDriverSettings.from_config({**args, "nvml-timeout": "1 s"}).nvml_timeout_seconds() == 1.0
     with pytest.raises(
         IllegalConfigurationException,
-        match="Invalid value in 'external-resource.gpu.param.discovery-script.args': --nvml-timeout must be a "
-        "positive duration such as '5 s' or '500 ms', got 'later': text does not start",
+        match="Invalid value 'later' for --nvml-timeout in key 'external-resource.gpu.param.discovery-script.args': "
+        "expected a positive duration such as '5 s' or '500 ms' \\(text does not start",
     ):
         GPUDriverSettings.from_config({"discovery-script.args": "--nvml-timeout later"}, "gpu").nvml_timeout_seconds()
     # the flag is read by flink-gpu-discovery's rule, set parameter or not: a bad one is never passed over
-    with pytest.raises(IllegalConfigurationException, match="got 'later'"):
+    with pytest.raises(IllegalConfigurationException, match="Invalid value 'later' for --nvml-timeout"):
         GPUDriverSettings.from_config(
             {"discovery-script.args": "--nvml-timeout later", "nvml-timeout": "1 s"}, "gpu"
         ).nvml_timeout_seconds()
@@ -513,15 +522,14 @@ def test_busy_gpus_option():
 def test_busy_gpus_each_value_is_read_once_into_the_settings(value, policy):
     from flink_gpu.gpu.settings import GPUDriverSettings
 
-    settings = GPUDriverSettings.from_config({"busy-gpus": value})
-    assert (settings.busy_gpus, settings.busy_gpus_set) == (policy, True)
+    settings = GPUDriverSettings.from_config({"busy-gpus": value, "discovery-script.args": "--busy-gpus avoid"})
+    assert settings.busy_gpus == policy
 
 
-def test_busy_gpus_defaults_to_avoid_and_is_not_set():
+def test_busy_gpus_defaults_to_avoid():
     from flink_gpu.gpu.settings import GPUDriverSettings
 
-    settings = GPUDriverSettings.from_config({})
-    assert (settings.busy_gpus, settings.busy_gpus_set) == ("avoid", False)
+    assert GPUDriverSettings.from_config({}).busy_gpus == "avoid"
 
 
 def test_an_unknown_busy_gpus_names_the_full_key_and_the_allowed_values():
@@ -572,6 +580,33 @@ def test_the_busy_gpus_parameter_wins_over_a_different_flag_with_a_warn(caplog):
     ]
 
 
+def test_the_nvml_timeout_parameter_wins_over_a_different_flag_with_a_warn(caplog):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    same = GPUDriverSettings.from_config({"nvml-timeout": "2000 ms", "discovery-script.args": "--nvml-timeout 2s"})
+    assert same.overrides == ()  # one duration written two ways is no conflict
+    settings = GPUDriverSettings.from_config(
+        {"nvml-timeout": "300 ms", "discovery-script.args": "--nvml-timeout 2s"}, "gpu"
+    )
+    with caplog.at_level(logging.WARNING):
+        assert (settings.busy_policy(), settings.nvml_timeout_seconds()) == ("avoid", 0.3)
+    assert [r.getMessage() for r in caplog.records] == [
+        "'external-resource.gpu.param.nvml-timeout' is '300 ms' but "
+        "'external-resource.gpu.param.discovery-script.args' has --nvml-timeout 2s; using '300 ms'."
+    ]
+
+
+def test_a_duration_given_as_a_timedelta_is_read_as_flink_renders_it():
+    from datetime import timedelta
+
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    settings = GPUDriverSettings.from_config(
+        {"nvml-timeout": timedelta(milliseconds=300), "metrics.interval": timedelta(minutes=2)}
+    )
+    assert (settings.nvml_timeout, settings.metrics_interval) == (0.3, 120.0)
+
+
 @pytest.mark.parametrize("args, value", [("--busy-gpus never", "never"), ("--busy-gpus", "")])
 def test_a_bad_busy_gpus_flag_names_the_args_key_and_the_allowed_values(args, value):
     from flink_gpu.gpu.settings import GPUDriverSettings
@@ -580,8 +615,8 @@ def test_a_bad_busy_gpus_flag_names_the_args_key_and_the_allowed_values(args, va
     with pytest.raises(IllegalConfigurationException) as error:
         settings.busy_policy()
     assert str(error.value) == (
-        "Invalid value in 'external-resource.gpu.param.discovery-script.args': "
-        f"--busy-gpus must be one of avoid, exclude, ignore, got '{value}'."
+        f"Invalid value '{value}' for --busy-gpus in key 'external-resource.gpu.param.discovery-script.args': "
+        "expected one of avoid, exclude, ignore."
     )
 
 
@@ -600,15 +635,13 @@ def test_a_lenient_reading_takes_the_default_of_each_invalid_option_and_keeps_th
     every_one = GPUDriverSettings.from_config_lenient(invalid, "gpu")
     for field in ("mode", "timeout", "busy_gpus", "health_checks", "metrics_interval", "nvml_timeout"):
         assert getattr(every_one, field) == getattr(defaults, field), field
-    # an option left at its default because it was invalid does not count as set (it overrides nothing)
-    assert not every_one.busy_gpus_set and not every_one.nvml_timeout_set
+    # an option left at its default because it was invalid overrides nothing: its flag in the args applies
+    with_flags = GPUDriverSettings.from_config_lenient(
+        {**invalid, "discovery-script.args": "--busy-gpus exclude --nvml-timeout 2s"}, "gpu"
+    )
+    assert (with_flags.busy_policy(), with_flags.nvml_timeout_seconds()) == ("exclude", 2.0)
     mixed = GPUDriverSettings.from_config_lenient(
         {**invalid, "busy-gpus": "exclude", "health-checks": "all,-inforom", "nvml-timeout": "300 ms"}, "gpu"
     )
-    assert (mixed.busy_gpus, mixed.busy_gpus_set, mixed.nvml_timeout, mixed.nvml_timeout_set) == (
-        "exclude",
-        True,
-        0.3,
-        True,
-    )
+    assert (mixed.busy_gpus, mixed.nvml_timeout) == ("exclude", 0.3)
     assert "inforom" not in mixed.health_checks and mixed.mode == defaults.mode

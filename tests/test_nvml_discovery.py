@@ -1003,7 +1003,7 @@ def test_an_unknown_busy_gpus_in_the_script_args_names_the_key_and_the_values():
     result, _ = run_one({**NVML, "discovery-script.args": "--busy-gpus never"}, [1])
     assert result["error"] == [
         "IllegalConfigurationException",
-        "Invalid value in 'discovery-script.args': --busy-gpus must be one of avoid, exclude, ignore, got 'never'.",
+        "Invalid value 'never' for --busy-gpus in key 'discovery-script.args': expected one of avoid, exclude, ignore.",
     ]
 
 

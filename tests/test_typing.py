@@ -18,7 +18,7 @@ STUBTEST_ALLOWLIST = r"""
 flink_gpu\._native\.__test__
 flink_gpu\._native\.(\w+\.)?__reduce_cython__
 flink_gpu\._native\.(\w+\.)?__setstate_cython__
-flink_gpu\._native\.(Nvml|DeviceState|DiscoveryOutcome|BindOutcome)\.__init__
+flink_gpu\._native\.(Nvml|DeviceState|DiscoveryOutcome|BindOutcome|NvmlSettings)\.__init__
 """
 
 

@@ -73,10 +73,12 @@ bool parse_arguments(int argc, char** argv, Arguments* args) {
                          unknown.token.c_str(), flinkgpu::kEnableCoordinationFlag, flinkgpu::kCoordinationFileFlag);
         }
     }
-    flinkgpu::ScriptSettings settings;
-    const std::string wrong = flinkgpu::read_script_settings(args->script, &settings);
-    if (!wrong.empty()) {
-        std::fprintf(stderr, "flink-gpu-discovery: %s\n", wrong.c_str());
+    flinkgpu::SettingsText text;
+    text.script = args->script;
+    text.flags_on_command_line = true;
+    const flinkgpu::Settings settings = flinkgpu::read_settings(text);
+    if (!settings.flag_error.empty()) {
+        std::fprintf(stderr, "flink-gpu-discovery: %s\n", settings.flag_error.c_str());
         return false;
     }
     args->busy = settings.busy;

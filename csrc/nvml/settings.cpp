@@ -3,27 +3,143 @@
 
 #include "flink/duration.hpp"
 
+#include <cstdio>
+
 namespace flinkgpu {
 
-std::string read_script_settings(const ScriptArgs& args, ScriptSettings* out) {
-    ScriptSettings read;
-    if (args.has_busy_gpus) {
-        if (!parse_busy_policy(args.busy_gpus, &read.busy))
-            return std::string(kBusyGpusFlag) + " must be one of " + kBusyPolicyValues + ", got '" + args.busy_gpus +
-                   "'";
-        read.busy_given = true;
+namespace {
+
+std::string seconds_text(double seconds) {
+    char out[32];
+    std::snprintf(out, sizeof out, "%g s", seconds);
+    return out;
+}
+
+const char* policy_name(BusyPolicy policy) {
+    switch (policy) {
+        case BusyPolicy::kAvoid: return "avoid";
+        case BusyPolicy::kExclude: return "exclude";
+        case BusyPolicy::kIgnore: return "ignore";
     }
-    if (args.has_nvml_timeout) {
-        std::string why;
-        if (!parse_flink_duration(args.nvml_timeout, &read.nvml_timeout, &why) || !(read.nvml_timeout > 0)) {
-            if (why.empty()) why = "it must be positive";
-            return std::string(kNvmlTimeoutFlag) + " must be a positive duration such as '5 s' or '500 ms', got '" +
-                   args.nvml_timeout + "': " + why;
+    return "avoid";
+}
+
+// Where a value was written, as the one message template names it.
+class Places {
+public:
+    explicit Places(const SettingsText& text) : text_(text) {}
+
+    std::string parameter(const char* key) const { return "key '" + text_.key_prefix + key + "'"; }
+    std::string flag(const char* flag) const {
+        if (text_.flags_on_command_line) return flag;
+        return std::string(flag) + " in key '" + text_.key_prefix + kScriptArgsKey + "'";
+    }
+
+private:
+    const SettingsText& text_;
+};
+
+std::string invalid(const std::string& value, const std::string& place, const std::string& accepted) {
+    return "Invalid value '" + value + "' for " + place + ": " + accepted + ".";
+}
+
+std::string busy_problem(const std::string& value, BusyPolicy* out) {
+    if (parse_busy_policy(value, out)) return "";
+    return std::string("expected one of ") + kBusyPolicyValues;
+}
+
+std::string timeout_problem(const std::string& value, double* out) {
+    std::string why;
+    double seconds = 0;
+    if (parse_flink_duration(value, &seconds, &why) && seconds > 0) {
+        *out = seconds;
+        return "";
+    }
+    if (why.empty()) why = "it is not positive";
+    return "expected a positive duration such as '5 s' or '500 ms' (" + why + ")";
+}
+
+std::string interval_problem(const std::string& value, double* out) {
+    const double least = kMinMetricsInterval.count() / 1000.0;
+    std::string why;
+    double seconds = 0;
+    if (parse_flink_duration(value, &seconds, &why) && seconds >= least) {
+        *out = seconds;
+        return "";
+    }
+    if (why.empty()) why = "it is less";
+    return "expected a duration of at least " + seconds_text(least) + ", how often the GPU gauges read NVML at most (" +
+           why + "; default " + seconds_text(kDefaultMetricsInterval.count() / 1000.0) + ")";
+}
+
+}  // namespace
+
+Settings read_settings(const SettingsText& text) {
+    Settings out;
+    const Places places(text);
+
+    // The flags first: a parameter that is set and valid overrides them.
+    bool busy_flag = false;
+    bool timeout_flag = false;
+    if (text.script.has_nvml_timeout) {
+        const std::string why = timeout_problem(text.script.nvml_timeout, &out.nvml_timeout);
+        if (why.empty()) {
+            timeout_flag = true;
+        } else if (out.flag_error.empty()) {
+            out.flag_error = invalid(text.script.nvml_timeout, places.flag(kNvmlTimeoutFlag), why);
         }
-        read.nvml_timeout_given = true;
     }
-    *out = read;
-    return "";
+    if (text.script.has_busy_gpus) {
+        const std::string why = busy_problem(text.script.busy_gpus, &out.busy);
+        if (why.empty()) {
+            busy_flag = true;
+        } else if (out.flag_error.empty()) {
+            out.flag_error = invalid(text.script.busy_gpus, places.flag(kBusyGpusFlag), why);
+        }
+    }
+
+    if (text.nvml_timeout.given) {
+        double seconds = 0;
+        const std::string why = timeout_problem(text.nvml_timeout.text, &seconds);
+        if (!why.empty()) {
+            out.parameter_errors.push_back(invalid(text.nvml_timeout.text, places.parameter(kNvmlTimeoutKey), why));
+        } else {
+            if (timeout_flag && seconds != out.nvml_timeout)
+                out.warnings.push_back("'" + text.key_prefix + kNvmlTimeoutKey + "' is '" + text.nvml_timeout.text +
+                                       "' but '" + text.key_prefix + kScriptArgsKey + "' has " + kNvmlTimeoutFlag +
+                                       " " + text.script.nvml_timeout + "; using '" + text.nvml_timeout.text + "'.");
+            out.nvml_timeout = seconds;
+        }
+    }
+    if (text.busy_gpus.given) {
+        BusyPolicy policy = BusyPolicy::kAvoid;
+        const std::string why = busy_problem(text.busy_gpus.text, &policy);
+        if (!why.empty()) {
+            out.parameter_errors.push_back(invalid(text.busy_gpus.text, places.parameter(kBusyGpusKey), why));
+        } else {
+            if (busy_flag && policy != out.busy)
+                out.warnings.push_back("'" + text.key_prefix + kBusyGpusKey + "' is '" + policy_name(policy) +
+                                       "' but '" + text.key_prefix + kScriptArgsKey + "' has " + kBusyGpusFlag + " " +
+                                       policy_name(out.busy) + "; using '" + policy_name(policy) + "'.");
+            out.busy = policy;
+        }
+    }
+    if (text.health_checks.given) {
+        CheckSet checks;
+        const std::string why = read_health_checks(text.health_checks.text, &checks);
+        if (!why.empty()) {
+            out.parameter_errors.push_back(invalid(text.health_checks.text, places.parameter(kHealthChecksKey), why));
+        } else {
+            out.health_checks = checks;
+        }
+    }
+    if (text.metrics_interval.given) {
+        const std::string why = interval_problem(text.metrics_interval.text, &out.metrics_interval);
+        if (!why.empty())
+            out.parameter_errors.push_back(
+                invalid(text.metrics_interval.text, places.parameter(kMetricsIntervalKey), why));
+    }
+    return out;
 }
 
 namespace {

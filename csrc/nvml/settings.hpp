@@ -1,29 +1,63 @@
-// The NVML backend's settings read from text, one reading with one set of messages for flink-gpu-discovery,
-// the in-process driver and bind: the discovery script's flags (--busy-gpus, --nvml-timeout, which the
-// driver reads from discovery-script.args where its own parameters leave them unset) and the
-// health-checks grammar.
+// The NVML backend's settings, read from text by one parser with one set of messages for the in-process
+// driver (its parameters and the flags in discovery-script.args, handed over as the raw strings) and
+// flink-gpu-discovery (its flags alone): busy-gpus, nvml-timeout, health-checks and metrics.interval.
+// A parameter wins over the flag of the same setting (--busy-gpus, --nvml-timeout); the others have
+// no flag. A value that is wrong is reported, naming where it was written, the value and what is
+// accepted, and its setting reads as if it were not given, so that a lenient reader (doctor, a Java
+// TaskManager's view) sees what the rest of the configuration says.
 #pragma once
 
 #include "flink/script_args.hpp"
 #include "nvml/choice.hpp"
 #include "nvml/deadline.hpp"
+#include "nvml/sampler.hpp"
 #include "nvml/state.hpp"
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace flinkgpu {
 
-struct ScriptSettings {
-    bool busy_given = false;  // --busy-gpus was given (with a valid value: `busy`)
-    BusyPolicy busy = BusyPolicy::kAvoid;
-    bool nvml_timeout_given = false;                   // --nvml-timeout was given (with a valid value: `nvml_timeout`)
-    double nvml_timeout = kDefaultNvmlTimeoutSeconds;  // seconds, positive
+// The parameters' keys, relative to the resource's parameter prefix.
+inline constexpr const char* kBusyGpusKey = "busy-gpus";
+inline constexpr const char* kNvmlTimeoutKey = "nvml-timeout";
+inline constexpr const char* kHealthChecksKey = "health-checks";
+inline constexpr const char* kMetricsIntervalKey = "metrics.interval";
+inline constexpr const char* kScriptArgsKey = "discovery-script.args";
+
+struct ParameterText {
+    bool given = false;
+    std::string text;  // as Flink renders the configured value
 };
 
-// "" when every flag of `args` that is given has a valid value (they are in `*out`); else what is wrong
-// with the first that has not, naming the flag, the value and what is accepted.
-std::string read_script_settings(const ScriptArgs& args, ScriptSettings* out);
+struct SettingsText {
+    ParameterText busy_gpus;
+    ParameterText nvml_timeout;
+    ParameterText health_checks;
+    ParameterText metrics_interval;
+    ScriptArgs script;  // discovery-script.args, or flink-gpu-discovery's arguments after the amount
+    // What the keys start with in messages ("external-resource.gpu.param."; "" when the resource is unknown).
+    std::string key_prefix;
+    // The flags are flink-gpu-discovery's own arguments: messages name the flag alone, not the args key.
+    bool flags_on_command_line = false;
+};
+
+struct Settings {
+    BusyPolicy busy = BusyPolicy::kAvoid;
+    double nvml_timeout = kDefaultNvmlTimeoutSeconds;  // seconds, positive
+    CheckSet health_checks = all_checks();
+    double metrics_interval = kDefaultMetricsInterval.count() / 1000.0;  // seconds, at least kMinMetricsInterval
+    // One sentence per parameter whose value is wrong, in the order of the fields above.
+    std::vector<std::string> parameter_errors;
+    // The first flag whose value is wrong ("" when none). A driver that reads the flags (the NVML
+    // backend) fails with it even when the parameter is set: only the stock script ignores them.
+    std::string flag_error;
+    // A parameter that overrides a flag with another value.
+    std::vector<std::string> warnings;
+};
+
+Settings read_settings(const SettingsText& text);
 
 // "" when `text` is a health-checks value: names of check_name(), "all", each optionally prefixed with
 // '-' to leave it out, comma-separated, applied left to right, ASCII case and blanks ignored ("all,-inforom");

@@ -468,28 +468,39 @@ cdef BusyPolicy _busy_policy(str busy_policy) except *:
 BUSY_GPUS_VALUES = tuple(kBusyPolicyValues.decode("ascii").split(", "))
 
 
-def busy_policy(str text not None):
-    """The busy-gpus policy ``text`` names (one of BUSY_GPUS_VALUES; csrc/nvml/choice.hpp's rule: case and
-    surrounding blanks ignored), or None when it names none."""
-    cdef BusyPolicy policy
-    cdef string encoded = _utf8(text)
-    if not parse_busy_policy(string_view(encoded.data(), encoded.size()), &policy):
-        return None
-    return ("avoid" if policy == BusyPolicy.kAvoid else "exclude" if policy == BusyPolicy.kExclude else
-            "ignore")
+_busy_names = {<int>BusyPolicy.kAvoid: "avoid", <int>BusyPolicy.kExclude: "exclude",
+               <int>BusyPolicy.kIgnore: "ignore"}
 
 
 cdef extern from "nvml/settings.hpp" namespace "flinkgpu" nogil:
     string read_health_checks_cpp "flinkgpu::read_health_checks"(string_view text, CheckSet* out) except +
 
-    cdef cppclass CScriptSettings "flinkgpu::ScriptSettings":
-        bint busy_given
-        BusyPolicy busy
-        bint nvml_timeout_given
-        double nvml_timeout
+    cdef cppclass CParameterText "flinkgpu::ParameterText":
+        cpp_bool given
+        string text
 
-    string read_script_settings_cpp "flinkgpu::read_script_settings"(const CScriptArgs& args,
-                                                                       CScriptSettings* out) except +
+    cdef cppclass CSettingsText "flinkgpu::SettingsText":
+        CParameterText busy_gpus
+        CParameterText nvml_timeout
+        CParameterText health_checks
+        CParameterText metrics_interval
+        CScriptArgs script
+        string key_prefix
+
+    cdef cppclass CSettings "flinkgpu::Settings":
+        BusyPolicy busy
+        double nvml_timeout
+        CheckSet health_checks
+        double metrics_interval
+        vector[string] parameter_errors
+        string flag_error
+        vector[string] warnings
+
+    CSettings read_settings_cpp "flinkgpu::read_settings"(const CSettingsText& text) except +
+
+
+cdef tuple _check_names(const CheckSet& checks):
+    return tuple([name for i, name in enumerate(HEALTH_CHECKS) if checks.test(i)])
 
 
 def health_checks_of(str text not None):
@@ -500,30 +511,68 @@ def health_checks_of(str text not None):
     cdef string wrong = read_health_checks_cpp(string_view(encoded.data(), encoded.size()), &checks)
     if not wrong.empty():
         raise ValueError(_text(wrong))
-    return tuple([name for i, name in enumerate(HEALTH_CHECKS) if checks.test(i)])
+    return _check_names(checks)
 
 
-def script_settings(busy_gpus, nvml_timeout):
-    """The NVML backend's settings among the discovery script's arguments, read by the one rule
-    flink-gpu-discovery reads them with (csrc/nvml/settings.*): ``busy_gpus`` and ``nvml_timeout``
-    are the values of ``--busy-gpus`` and ``--nvml-timeout`` (None: not given); (policy or None,
-    seconds or None). ValueError naming the flag, the value and what is accepted."""
-    cdef CScriptArgs args
-    cdef CScriptSettings read
-    if busy_gpus is not None:
-        args.has_busy_gpus = True
-        args.busy_gpus = _utf8(busy_gpus)
-    if nvml_timeout is not None:
-        args.has_nvml_timeout = True
-        args.nvml_timeout = _utf8(nvml_timeout)
-    cdef string wrong = read_script_settings_cpp(args, &read)
-    if not wrong.empty():
-        raise ValueError(_text(wrong))
-    policy = None
-    if read.busy_given:
-        policy = ("avoid" if read.busy == BusyPolicy.kAvoid else "exclude" if read.busy == BusyPolicy.kExclude else
-                  "ignore")
-    return policy, (read.nvml_timeout if read.nvml_timeout_given else None)
+cdef class NvmlSettings:
+    """The NVML backend's settings as the core read them (csrc/nvml/settings.hpp): ``busy_gpus`` (one of
+    BUSY_GPUS_VALUES), ``nvml_timeout`` and ``metrics_interval`` (seconds), ``health_checks`` (the enforced
+    names, in HEALTH_CHECKS order); ``parameter_errors``: one sentence per parameter whose value is wrong
+    (it reads as unset); ``flag_error``: the first wrong flag in the script's arguments, or None;
+    ``warnings``: each parameter that overrides a flag with another value."""
+
+    cdef readonly str busy_gpus
+    cdef readonly double nvml_timeout
+    cdef readonly tuple health_checks
+    cdef readonly double metrics_interval
+    cdef readonly tuple parameter_errors
+    cdef readonly object flag_error
+    cdef readonly tuple warnings
+
+    def __init__(self):
+        raise TypeError("NvmlSettings objects come from flink_gpu.nvml.read_settings()")
+
+    def __repr__(self):
+        return (f"NvmlSettings(busy_gpus={self.busy_gpus!r}, nvml_timeout={self.nvml_timeout!r}, "
+                f"health_checks={self.health_checks!r}, metrics_interval={self.metrics_interval!r})")
+
+
+cdef CParameterText _parameter_text(value) except *:
+    cdef CParameterText out
+    if value is not None:
+        out.given = True
+        out.text = _utf8(value)
+    return out
+
+
+def read_settings(str key_prefix not None, busy_gpus, nvml_timeout, health_checks, metrics_interval,
+                  busy_gpus_flag, nvml_timeout_flag):
+    """The NVML backend's settings read from the raw strings by the one parser flink-gpu-discovery uses
+    (csrc/nvml/settings.*): the parameters ``busy_gpus`` .. ``metrics_interval`` as Flink renders them
+    and the values of ``--busy-gpus`` and ``--nvml-timeout`` in the script's arguments (None: not
+    given); messages name keys with ``key_prefix`` in front. An NvmlSettings."""
+    cdef CSettingsText text
+    text.key_prefix = _utf8(key_prefix)
+    text.busy_gpus = _parameter_text(busy_gpus)
+    text.nvml_timeout = _parameter_text(nvml_timeout)
+    text.health_checks = _parameter_text(health_checks)
+    text.metrics_interval = _parameter_text(metrics_interval)
+    if busy_gpus_flag is not None:
+        text.script.has_busy_gpus = True
+        text.script.busy_gpus = _utf8(busy_gpus_flag)
+    if nvml_timeout_flag is not None:
+        text.script.has_nvml_timeout = True
+        text.script.nvml_timeout = _utf8(nvml_timeout_flag)
+    cdef CSettings read = read_settings_cpp(text)
+    cdef NvmlSettings out = NvmlSettings.__new__(NvmlSettings)
+    out.busy_gpus = _busy_names[<int>read.busy]
+    out.nvml_timeout = read.nvml_timeout
+    out.health_checks = _check_names(read.health_checks)
+    out.metrics_interval = read.metrics_interval
+    out.parameter_errors = tuple([_text(read.parameter_errors[i]) for i in range(read.parameter_errors.size())])
+    out.flag_error = None if read.flag_error.empty() else _text(read.flag_error)
+    out.warnings = tuple([_text(read.warnings[i]) for i in range(read.warnings.size())])
+    return out
 
 
 _SYMBOL_USES = {SymbolUse.kRequired: "required", SymbolUse.kFallback: "fallback", SymbolUse.kOptional: "optional"}

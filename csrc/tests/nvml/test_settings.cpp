@@ -10,36 +10,107 @@ using namespace flinkgpu;
 
 namespace {
 
-std::string read(const std::vector<std::string>& tokens, ScriptSettings* out) {
-    return read_script_settings(parse_script_args(tokens), out);
+SettingsText flags(const std::vector<std::string>& tokens) {
+    SettingsText text;
+    text.script = parse_script_args(tokens);
+    text.flags_on_command_line = true;
+    return text;
 }
+
+SettingsText parameters(const std::vector<std::string>& tokens) {
+    SettingsText text;
+    text.script = parse_script_args(tokens);
+    text.key_prefix = "external-resource.gpu.param.";
+    return text;
+}
+
+ParameterText given(const char* text) { return ParameterText{true, text}; }
 
 }  // namespace
 
-TEST_CASE(flags_not_given_leave_the_defaults) {
-    ScriptSettings s;
-    CHECK(read({"--enable-coordination-mode"}, &s).empty());
-    CHECK(!s.busy_given && s.busy == BusyPolicy::kAvoid);
-    CHECK(!s.nvml_timeout_given && s.nvml_timeout == kDefaultNvmlTimeoutSeconds);
+TEST_CASE(nothing_given_reads_the_defaults) {
+    const Settings s = read_settings(flags({"--enable-coordination-mode"}));
+    CHECK(s.busy == BusyPolicy::kAvoid && s.nvml_timeout == kDefaultNvmlTimeoutSeconds);
+    CHECK(s.health_checks == all_checks() && s.metrics_interval == 5.0);
+    CHECK(s.parameter_errors.empty() && s.flag_error.empty() && s.warnings.empty());
 }
 
-TEST_CASE(valid_values_are_read) {
-    ScriptSettings s;
-    CHECK(read({"--busy-gpus", " Exclude ", "--nvml-timeout", "300 ms"}, &s).empty());
-    CHECK(s.busy_given && s.busy == BusyPolicy::kExclude);
-    CHECK(s.nvml_timeout_given && s.nvml_timeout == 0.3);
+TEST_CASE(valid_flags_are_read) {
+    const Settings s = read_settings(flags({"--busy-gpus", " Exclude ", "--nvml-timeout", "300 ms"}));
+    CHECK(s.busy == BusyPolicy::kExclude && s.nvml_timeout == 0.3 && s.flag_error.empty());
 }
 
-TEST_CASE(a_bad_value_names_the_flag_the_value_and_what_is_accepted) {
-    ScriptSettings s;
-    s.busy = BusyPolicy::kIgnore;
-    CHECK(read({"--busy-gpus", "never"}, &s) == "--busy-gpus must be one of avoid, exclude, ignore, got 'never'");
-    CHECK(s.busy == BusyPolicy::kIgnore);  // untouched on failure
-    CHECK(read({"--nvml-timeout", "0 s"}, &s) ==
-          "--nvml-timeout must be a positive duration such as '5 s' or '500 ms', got '0 s': it must be positive");
-    const std::string later = read({"--nvml-timeout", "later"}, &s);
-    CHECK(later.rfind("--nvml-timeout must be a positive duration such as '5 s' or '500 ms', got 'later': ", 0) == 0);
-    CHECK(read({"--busy-gpus"}, &s) == "--busy-gpus must be one of avoid, exclude, ignore, got ''");
+TEST_CASE(a_bad_flag_names_the_flag_the_value_and_what_is_accepted_and_reads_as_not_given) {
+    Settings s = read_settings(flags({"--busy-gpus", "never", "--nvml-timeout", "300 ms"}));
+    CHECK(s.flag_error == "Invalid value 'never' for --busy-gpus: expected one of avoid, exclude, ignore.");
+    CHECK(s.busy == BusyPolicy::kAvoid && s.nvml_timeout == 0.3);
+    CHECK(read_settings(flags({"--nvml-timeout", "0 s"})).flag_error ==
+          "Invalid value '0 s' for --nvml-timeout: expected a positive duration such as '5 s' or '500 ms' "
+          "(it is not positive).");
+    s = read_settings(flags({"--nvml-timeout", "later"}));
+    CHECK(s.flag_error.rfind("Invalid value 'later' for --nvml-timeout: expected a positive duration such as "
+                             "'5 s' or '500 ms' (",
+                             0) == 0);
+    CHECK(s.nvml_timeout == kDefaultNvmlTimeoutSeconds);
+    CHECK(read_settings(flags({"--busy-gpus"})).flag_error ==
+          "Invalid value '' for --busy-gpus: expected one of avoid, exclude, ignore.");
+}
+
+TEST_CASE(a_flag_in_the_driver_args_is_named_with_the_args_key) {
+    const Settings s = read_settings(parameters({"--busy-gpus", "never"}));
+    CHECK(s.flag_error ==
+          "Invalid value 'never' for --busy-gpus in key 'external-resource.gpu.param.discovery-script.args': "
+          "expected one of avoid, exclude, ignore.");
+}
+
+TEST_CASE(a_parameter_wins_over_its_flag_with_a_warning_when_they_differ) {
+    SettingsText text = parameters({"--busy-gpus", "exclude", "--nvml-timeout", "2 s"});
+    text.busy_gpus = given("Avoid");
+    text.nvml_timeout = given("2000 ms");
+    Settings s = read_settings(text);
+    CHECK(s.busy == BusyPolicy::kAvoid && s.nvml_timeout == 2.0);
+    CHECK(s.warnings.size() == 1);  // the same timeout written two ways is no conflict
+    CHECK(s.warnings[0] ==
+          "'external-resource.gpu.param.busy-gpus' is 'avoid' but 'external-resource.gpu.param.discovery-script.args' "
+          "has --busy-gpus exclude; using 'avoid'.");
+    text.nvml_timeout = given("1 s");
+    s = read_settings(text);
+    CHECK(s.nvml_timeout == 1.0 && s.warnings.size() == 2);
+}
+
+TEST_CASE(a_bad_parameter_names_its_key_and_reads_as_unset_so_its_flag_or_default_applies) {
+    SettingsText text = parameters({"--busy-gpus", "exclude"});
+    text.busy_gpus = given("sometimes");
+    text.nvml_timeout = given("0 s");
+    text.health_checks = given("all,-nothing");
+    text.metrics_interval = given("10 ms");
+    const Settings s = read_settings(text);
+    CHECK(s.busy == BusyPolicy::kExclude && s.nvml_timeout == kDefaultNvmlTimeoutSeconds);
+    CHECK(s.health_checks == all_checks() && s.metrics_interval == 5.0);
+    CHECK(s.parameter_errors.size() == 4);
+    CHECK(s.parameter_errors[0] ==
+          "Invalid value '0 s' for key 'external-resource.gpu.param.nvml-timeout': expected a positive duration "
+          "such as '5 s' or '500 ms' (it is not positive).");
+    CHECK(s.parameter_errors[1] ==
+          "Invalid value 'sometimes' for key 'external-resource.gpu.param.busy-gpus': expected one of avoid, "
+          "exclude, ignore.");
+    CHECK(s.parameter_errors[2].rfind("Invalid value 'all,-nothing' for key 'external-resource.gpu.param.health-"
+                                      "checks': '-nothing' is not a health check; use all, inforom, ",
+                                      0) == 0);
+    CHECK(s.parameter_errors[3] ==
+          "Invalid value '10 ms' for key 'external-resource.gpu.param.metrics.interval': expected a duration of at "
+          "least 1 s, how often the GPU gauges read NVML at most (it is less; default 5 s).");
+}
+
+TEST_CASE(valid_parameters_are_read) {
+    SettingsText text = parameters({});
+    text.health_checks = given(" ALL , - inforom ");
+    text.metrics_interval = given("2 min");
+    text.nvml_timeout = given("300ms");
+    const Settings s = read_settings(text);
+    CHECK(s.parameter_errors.empty() && s.metrics_interval == 120.0 && s.nvml_timeout == 0.3);
+    CHECK(!s.health_checks.test(static_cast<std::size_t>(Check::kInforom)) &&
+          s.health_checks.count() == kCheckCount - 1);
 }
 
 TEST_CASE(health_checks_apply_left_to_right_with_case_and_blanks_ignored) {

@@ -7,7 +7,7 @@ already stripped.
 from __future__ import annotations
 
 from flink_gpu.config import ConfigOption, Duration, config_option
-from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, MIN_METRICS_INTERVAL
+from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, DEFAULT_NVML_TIMEOUT, MIN_METRICS_INTERVAL
 
 #: Where Flink ships the stock script, relative to ``$FLINK_HOME``.
 DEFAULT_DISCOVERY_SCRIPT = "plugins/external-resource-gpu/nvidia-gpu-discovery.sh"
@@ -73,7 +73,7 @@ class GPUDriverOptions:
     NVML_TIMEOUT: ConfigOption[float] = config_option(
         "nvml-timeout",
         Duration,
-        5.0,
+        DEFAULT_NVML_TIMEOUT,
         "NVML mode: how long the GPUs' state may take to read on a claim (docs/design.md §9.5). A GPU "
         "whose NVML query does not return in time is 'unknown' and not handed out, with a WARN naming "
         "it and the query; the claim goes on with the others. Also bounds nvmlInit and the device "

@@ -15,17 +15,8 @@ from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.framework import param_prefix
 from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
-from flink_gpu.nvml import (
-    BUSY_GPUS_VALUES,
-    DEFAULT_METRICS_INTERVAL,
-    DEFAULT_NVML_TIMEOUT,
-    HEALTH_CHECKS,
-    MIN_METRICS_INTERVAL,
-    busy_policy,
-    health_checks_of,
-    script_settings,
-)
-from flink_gpu.script_protocol import BUSY_GPUS_FLAG, ScriptArgs, parse_script_args, warn_ignored
+from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, DEFAULT_NVML_TIMEOUT, HEALTH_CHECKS, read_settings
+from flink_gpu.script_protocol import ScriptArgs, parse_script_args, warn_ignored
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
 
@@ -42,21 +33,24 @@ class GPUDriverSettings:
     timeout: float  # discovery-script.timeout, seconds, positive
     library_path: "str | None"  # nvml.library-path; None when unset or blank
     resource_name: "str | None" = None  # the resource whose params these are, when known
-    busy_gpus: str = "avoid"  # busy-gpus, lower case: "avoid", "exclude" or "ignore"
-    busy_gpus_set: bool = False  # busy-gpus is configured (it then overrides --busy-gpus in the args)
+    # The NVML backend's settings, read by the core (flink_gpu.nvml.read_settings): a parameter, else its
+    # flag in the args (--busy-gpus, --nvml-timeout), else the default.
+    busy_gpus: str = "avoid"  # "avoid", "exclude" or "ignore"
     health_checks: "tuple[str, ...]" = HEALTH_CHECKS  # health-checks: the enforced checks, in HEALTH_CHECKS order
     metrics_interval: float = DEFAULT_METRICS_INTERVAL  # metrics.interval, seconds, at least MIN_METRICS_INTERVAL
-    nvml_timeout: float = DEFAULT_NVML_TIMEOUT  # nvml-timeout, seconds, positive: NVML init, enumeration, reads
-    nvml_timeout_set: bool = False  # nvml-timeout is configured (it then overrides --nvml-timeout in the args)
+    nvml_timeout: float = DEFAULT_NVML_TIMEOUT  # seconds, positive: NVML init, enumeration, reads
+    flag_error: "str | None" = None  # the first --busy-gpus or --nvml-timeout in the args with a wrong value
+    overrides: "tuple[str, ...]" = ()  # a WARN per parameter that overrides its flag with another value
 
     @classmethod
     def from_config(
         cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None" = None
     ) -> GPUDriverSettings:
         """The settings in ``params`` (the driver-relative keys, ``external-resource.<name>.param.``
-        stripped). Raises ``IllegalConfigurationException`` for a bad mode, timeout, busy-gpus, health-checks or
-        metrics.interval,
-        naming the full key when ``resource_name`` is given. Nothing is logged: :meth:`warn_ignored_args`
+        stripped). Raises ``IllegalConfigurationException`` for a bad mode, timeout, nvml-timeout, busy-gpus,
+        health-checks or metrics.interval, naming the full key when ``resource_name`` is given; the NVML
+        backend's settings are read from their raw text by the core's one parser, which flink-gpu-discovery
+        reads its flags with (flink_gpu.nvml.read_settings). Nothing is logged: :meth:`warn_ignored_args`
         WARNs about the arguments when a backend reads them.
 
         A plain ``dict`` of ``str`` keys and values (what Flink and PyFlink hand a driver) is read once per
@@ -78,32 +72,31 @@ class GPUDriverSettings:
         cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None", lenient: bool = False
     ) -> GPUDriverSettings:
         config = Configuration.coerce(params)
-        ignored: "set[str]" = set()  # lenient: our options whose invalid value is ignored
 
-        def read(option: ConfigOption[Any], reader: "Callable[[Configuration], Any]") -> Any:
+        def read(reader: "Callable[[Configuration], Any]") -> Any:
             try:
                 return reader(config)
             except IllegalConfigurationException:
                 if not lenient:
                     raise
-                ignored.add(option.key)
                 return reader(_NOTHING_SET)  # the option's default
 
         options = GPUDriverOptions
-        mode = read(
-            options.DISCOVERY_MODE, lambda c: _choice(c, options.DISCOVERY_MODE, DISCOVERY_MODES, resource_name)
-        )
-        timeout = read(
-            options.DISCOVERY_SCRIPT_TIMEOUT,
-            lambda c: _positive_duration(c, options.DISCOVERY_SCRIPT_TIMEOUT, resource_name),
-        )
-        nvml_timeout = read(options.NVML_TIMEOUT, lambda c: _positive_duration(c, options.NVML_TIMEOUT, resource_name))
-        busy_gpus = read(
-            options.BUSY_GPUS, lambda c: _choice(c, options.BUSY_GPUS, BUSY_GPUS_VALUES, resource_name, busy_policy)
-        )
-        health_checks = read(options.HEALTH_CHECKS, lambda c: _health_checks(c, resource_name))
-        metrics_interval = read(options.METRICS_INTERVAL, lambda c: _metrics_interval(c, resource_name))
+        mode = read(lambda c: _choice(c, options.DISCOVERY_MODE, DISCOVERY_MODES, resource_name))
+        timeout = read(lambda c: _positive_duration(c, options.DISCOVERY_SCRIPT_TIMEOUT, resource_name))
         args = config.get(options.DISCOVERY_SCRIPT_ARG)
+        script_args = parse_script_args(args, warn=False)
+        nvml = read_settings(
+            "" if resource_name is None else param_prefix(resource_name),
+            config.get_string(options.BUSY_GPUS),
+            config.get_string(options.NVML_TIMEOUT),
+            config.get_string(options.HEALTH_CHECKS),
+            config.get_string(options.METRICS_INTERVAL),
+            script_args.busy_gpus,
+            script_args.nvml_timeout,
+        )
+        if nvml.parameter_errors and not lenient:
+            raise IllegalConfigurationException(nvml.parameter_errors[0])
         library_path = config.get(options.NVML_LIBRARY_PATH)
         if library_path is not None and not library_path.strip():
             library_path = None
@@ -113,16 +106,16 @@ class GPUDriverSettings:
             script_path=config.get(path_option),
             script_path_set=config.contains(path_option),
             script_args_text=args,
-            script_args=parse_script_args(args, warn=False),
+            script_args=script_args,
             timeout=timeout,
             library_path=library_path,
             resource_name=resource_name,
-            busy_gpus=busy_gpus,
-            busy_gpus_set=config.contains(options.BUSY_GPUS) and options.BUSY_GPUS.key not in ignored,
-            health_checks=health_checks,
-            metrics_interval=metrics_interval,
-            nvml_timeout=nvml_timeout,
-            nvml_timeout_set=config.contains(options.NVML_TIMEOUT) and options.NVML_TIMEOUT.key not in ignored,
+            busy_gpus=nvml.busy_gpus,
+            health_checks=nvml.health_checks,
+            metrics_interval=nvml.metrics_interval,
+            nvml_timeout=nvml.nvml_timeout,
+            flag_error=nvml.flag_error,
+            overrides=nvml.warnings,
         )
 
     @classmethod
@@ -143,47 +136,33 @@ class GPUDriverSettings:
         """The key of ``option`` as the user wrote it: full when the resource is known."""
         return _key(option, self.resource_name)
 
-    def _script_settings(self) -> "tuple[str | None, float | None]":
-        """``--busy-gpus`` and ``--nvml-timeout`` in ``discovery-script.args`` as flink-gpu-discovery reads
-        them (None: not given); an invalid one raises ``IllegalConfigurationException`` naming the args key,
-        set parameters or not (the stock script would ignore the flags; only our backends read them)."""
-        args = self.script_args
-        try:
-            return script_settings(args.busy_gpus, args.nvml_timeout)
-        except ValueError as error:
-            raise IllegalConfigurationException(
-                f"Invalid value in '{self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)}': {error}."
-            ) from None
+    def _checked_flags(self) -> None:
+        """The NVML backends read ``--busy-gpus`` and ``--nvml-timeout`` in ``discovery-script.args`` as
+        flink-gpu-discovery does: a wrong value is an ``IllegalConfigurationException`` naming the args key,
+        set parameters or not (the stock script ignores the flags; only our backends read them)."""
+        if self.flag_error is not None:
+            raise IllegalConfigurationException(self.flag_error)
 
     def busy_policy(self, warn: bool = True) -> str:
         """The ``busy-gpus`` policy of the NVML backend (docs/design.md §9.1): the parameter when
         it is set, else ``--busy-gpus`` in ``discovery-script.args``, else ``avoid``.
 
-        When both are set and differ the parameter wins, with a WARN unless ``warn`` is false. An invalid
-        flag value raises ``IllegalConfigurationException`` (:meth:`_script_settings`).
+        Unless ``warn`` is false, each parameter that overrides its flag with another value is a WARN. A
+        wrong flag value raises ``IllegalConfigurationException`` (:meth:`_checked_flags`).
         """
-        in_args, _ = self._script_settings()
-        if not self.busy_gpus_set:
-            return in_args or self.busy_gpus
-        if warn and in_args is not None and in_args != self.busy_gpus:
-            _log.warning(
-                "'%s' is '%s' but '%s' has %s %s; using '%s'.",
-                self.key(GPUDriverOptions.BUSY_GPUS),
-                self.busy_gpus,
-                self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG),
-                BUSY_GPUS_FLAG,
-                in_args,
-                self.busy_gpus,
-            )
+        self._checked_flags()
+        if warn:
+            for override in self.overrides:
+                _log.warning("%s", override)
         return self.busy_gpus
 
     def nvml_timeout_seconds(self) -> float:
         """The deadline of the NVML backend's nvmlInit, enumeration and state reads (docs/design.md
         §9.5): the ``nvml-timeout`` parameter when it is set, else ``--nvml-timeout`` in
-        ``discovery-script.args`` (what flink-gpu-discovery reads there), else 5 s. An invalid flag value
-        raises ``IllegalConfigurationException`` (:meth:`_script_settings`)."""
-        _, in_args = self._script_settings()
-        return self.nvml_timeout if self.nvml_timeout_set or in_args is None else in_args
+        ``discovery-script.args`` (what flink-gpu-discovery reads there), else 5 s. A wrong flag value
+        raises ``IllegalConfigurationException`` (:meth:`_checked_flags`)."""
+        self._checked_flags()
+        return self.nvml_timeout
 
     def warn_ignored_args(self) -> None:
         """WARN about what the stock script's grammar ignores in ``discovery-script.args``."""
@@ -214,13 +193,11 @@ def _choice(
     option: ConfigOption[str],
     allowed: "tuple[str, ...]",
     resource_name: "str | None",
-    named: "Callable[[str], str | None] | None" = None,
 ) -> str:
-    """``option``'s value, case and surrounding blanks ignored, one of ``allowed``; ``named``: the rule that
-    reads it instead, when the core has one (the choice, or None)."""
+    """``option``'s value, case and surrounding blanks ignored, one of ``allowed``."""
     value: str = config.get(option)  # it has a default
-    choice = value.strip().lower() if named is None else named(value)
-    if choice is None or choice not in allowed:
+    choice = value.strip().lower()
+    if choice not in allowed:
         raise IllegalConfigurationException(
             f"Invalid value '{value}' for key '{_key(option, resource_name)}': expected one of {', '.join(allowed)}."
         )
@@ -235,31 +212,6 @@ def _positive_duration(config: Configuration, option: ConfigOption[float], resou
             f"Invalid value for key '{_key(option, resource_name)}': the timeout must be positive, got {value} s."
         )
     return value
-
-
-def _metrics_interval(config: Configuration, resource_name: "str | None") -> float:
-    """``metrics.interval`` in seconds, at least MIN_METRICS_INTERVAL."""
-    option = GPUDriverOptions.METRICS_INTERVAL
-    interval: float = config.get(option)  # it has a default
-    if not interval >= MIN_METRICS_INTERVAL:
-        raise IllegalConfigurationException(
-            f"Invalid value for key '{_key(option, resource_name)}': the GPU gauges read NVML at "
-            f"most every {MIN_METRICS_INTERVAL:g} s, got {interval:g} s; set at least "
-            f"{MIN_METRICS_INTERVAL:g} s (default {DEFAULT_METRICS_INTERVAL:g} s)."
-        )
-    return interval
-
-
-def _health_checks(config: Configuration, resource_name: "str | None") -> "tuple[str, ...]":
-    """``health-checks`` by the core's one reading of it (flink_gpu.nvml.health_checks_of)."""
-    option = GPUDriverOptions.HEALTH_CHECKS
-    value = config.get(option)
-    try:
-        return health_checks_of(value)
-    except ValueError as error:
-        raise IllegalConfigurationException(
-            f"Invalid value '{value}' for key '{_key(option, resource_name)}': {error}."
-        ) from None
 
 
 def _key(option: ConfigOption[Any], resource_name: "str | None") -> str:
