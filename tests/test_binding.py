@@ -15,7 +15,7 @@ import time
 import pytest
 
 from flink_gpu import GPUInfo, NotEnoughGpusError, binding
-from flink_gpu.binding import BindingError, bind, bindings_path
+from flink_gpu.binding import BindingError, bind
 
 
 @pytest.fixture
@@ -236,30 +236,6 @@ def test_only_gpu_infos_can_be_bound(path):
 def test_a_bad_slot_id_names_it(path):
     with pytest.raises(ValueError, match="Invalid slot id 'a/b'"):
         bind(infos(1), slot="a/b", path=path)
-
-
-def test_the_bindings_file_sits_beside_the_coordination_file(tmp_path):
-    from flink_gpu.coordination import DEFAULT_PATH
-
-    assert bindings_path() == DEFAULT_PATH + ".bindings"
-    assert bindings_path(tmp_path / "c") == str(tmp_path / "c") + ".bindings"
-
-
-def test_the_snapshot_groups_live_bindings_by_taskmanager(path):
-    procs, got = start_workers(path, 1, n=2)
-    try:
-        with bind(infos(2), slot="abc", taskmanager_pid=procs[0].pid, path=path):
-            snap = binding.snapshot(path)
-            assert snap.exists
-            assert snap.by_taskmanager() == {
-                (None, None): {f"pid {procs[0].pid}": ("0",)},
-                (procs[0].pid, None): {"slot abc": ("1",)},
-            }
-            slot_line = next(e for e in snap.entries if e.slot)
-            assert slot_line.pid == threading.get_native_id() and slot_line.holders_per_gpu == 1
-    finally:
-        stop(procs)
-    assert not binding.snapshot(path + ".missing").exists
 
 
 def test_devices_are_the_cuda_ordinals_of_the_bound_gpus_in_this_process(tmp_path):

@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-from conftest import child_env, dead_pid
-from support.cli import BINDER, binder_cmdline
+from conftest import dead_pid
 
 
 @pytest.fixture
@@ -73,30 +72,3 @@ def state_host(tmp_path):
         stranger.wait()
         holder.stdin.close()
         holder.wait(10)
-
-
-@pytest.fixture
-def binders(tmp_path):
-    """``bind(path, taskmanager, gpus, count=1, share=1, slot=None)``: a live process that binds (for
-    ``slot``, from a thread of its own) and holds until the test ends: (process, indices, thread id)."""
-    script = tmp_path / "binder.py"
-    script.write_text(BINDER)
-    processes = []
-
-    def bind(path, taskmanager, gpus, count=1, share=1, slot=None):
-        process = subprocess.Popen(
-            binder_cmdline(script, path, taskmanager, gpus, count, share, slot),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=child_env(),
-        )
-        processes.append(process)
-        indices, thread = process.stdout.readline().split()
-        return process, indices.split(","), int(thread)
-
-    bind.script = script
-    yield bind
-    for process in processes:
-        process.kill()
-        process.wait(10)
