@@ -323,6 +323,35 @@ def test_bind_never_binds_a_gpu_lost_since_discovery_while_a_healthy_one_is_free
     assert "cannot be used now" in got["earlier_devices"] and "GPU_IS_LOST" in got["earlier_devices"]
 
 
+# Binds 1 of the given GPUs 5 and 6 of 8 and prints what it bound and the simulator's calls in the bind.
+BIND_COUNTING = """
+import json, sys
+from flink_gpu import GPUInfo, simulator
+from flink_gpu.binding import bind
+from flink_gpu.nvml import open_library
+library = open_library().library_path
+simulator.reset_counters()
+bound = bind([GPUInfo("5"), GPUInfo("6")], 1, path=sys.argv[1], library_path=library)
+print(json.dumps({"bound": list(bound.indices), "calls": simulator.counters()["calls"]}))
+"""
+
+
+def test_bind_reads_the_given_gpus_and_no_other(path):
+    """A slot binds among its TaskManager's GPUs: the host's other GPUs cost it no handle and no read."""
+    from conftest import simulated_env
+
+    env = {**child_env(), **simulated_env(devices=8)}
+    proc = subprocess.run(
+        [sys.executable, "-c", BIND_COUNTING, path], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["bound"] == ["5"]
+    per_gpu = {gpu for function, by_gpu in out["calls"].items() for gpu in by_gpu if gpu != "host"}
+    assert per_gpu == {"5", "6"}, out["calls"]
+    assert set(out["calls"]["nvmlDeviceGetRunningProcessDetailList"]) == {"5", "6"}
+
+
 @pytest.mark.parametrize("health", [{"inforom_corrupted": True}, {"state_error": "RESET_REQUIRED"}])
 def test_bind_says_so_when_the_taskmanager_has_no_usable_gpu(path, health):
     got = bind_on_state(path, {"devices": [{"health": health}, {}]}, 1, 1)

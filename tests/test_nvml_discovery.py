@@ -1321,12 +1321,17 @@ def test_busy_gpus_ignore_gives_infos_without_processes():
 COUNT_RUNNER = r"""
 import json, sys
 from flink_gpu import GPUDriverFactory, simulator
-config, amount = json.loads(sys.argv[1])
-with GPUDriverFactory().create_external_resource_driver(config) as driver:
-    driver.retrieve_resource_info(amount)  # the first claim also enumerates and reads InfoROM
-    simulator.reset_counters()
-    driver.retrieve_resource_info(amount)
-    print(json.dumps(simulator.counters()["calls"]))
+config, amount, again = json.loads(sys.argv[1])
+factory = GPUDriverFactory()
+with factory.create_external_resource_driver(config) as first:
+    first.retrieve_resource_info(amount)  # the process's enumeration and InfoROM reads, then released
+simulator.reset_counters()
+with factory.create_external_resource_driver(config) as driver:
+    got = driver.retrieve_resource_info(amount)
+    if again:  # asking again: what the owner holds is read, nothing more
+        simulator.reset_counters()
+        got = driver.retrieve_resource_info(amount)
+    print(json.dumps({"calls": simulator.counters()["calls"], "got": sorted(info.index for info in got)}))
 """
 
 PER_GPU_STATE = {
@@ -1339,31 +1344,77 @@ PER_GPU_STATE = {
 }
 
 
-@pytest.mark.parametrize("busy_gpus", ["avoid", "exclude", "ignore"])
-def test_a_claim_asks_each_needed_query_once_per_gpu_and_no_more(tmp_path, busy_gpus):
+def claim_calls(tmp_path, amount, again=True, spec=None, **params):
+    """(The simulator's NVML calls per function and GPU, the indices got) of a coordinated driver's claim of
+    `amount` on 8 GPUs (or `spec`) in a process that claimed before; with `again`, of its second claim."""
     config = {
         **NVML,
-        "busy-gpus": busy_gpus,
+        **params,
         "discovery-script.args": f"--enable-coordination-mode --coordination-file {tmp_path / 'coord'}",
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    env.update(simulator.environment(devices=8), PYTHONPATH=SRC)
+    env.update(simulator.environment(devices=None if spec else 8, spec=spec), PYTHONPATH=SRC)
     done = subprocess.run(
-        [sys.executable, "-c", COUNT_RUNNER, json.dumps([config, 2])],
+        [sys.executable, "-c", COUNT_RUNNER, json.dumps([config, amount, again])],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    calls = json.loads(done.stdout)
-    gpus = [str(i) for i in range(8)]
+    out = json.loads(done.stdout)
+    return out["calls"], out["got"]
+
+
+def gpus_read(calls, function="nvmlDeviceGetHandleByIndex_v2"):
+    return sorted(calls.get(function, {}), key=int)
+
+
+@pytest.mark.parametrize("busy_gpus", ["avoid", "exclude", "ignore"])
+def test_a_claim_asks_each_needed_query_once_per_gpu_it_reads_and_no_more(tmp_path, busy_gpus):
+    calls, got = claim_calls(tmp_path, 2, **{"busy-gpus": busy_gpus})
+    assert got == ["0", "1"]
     expected = dict.fromkeys(PER_GPU_STATE, 1)
     if busy_gpus != "ignore":  # one list per process kind: compute, graphics, MPS
         expected["nvmlDeviceGetRunningProcessDetailList"] = 3
-    # nothing about the whole library but the one count; per GPU each needed query once, nothing else
+    # nothing about the whole library but the one count; per GPU read each needed query once, nothing else
     assert calls.pop("nvmlDeviceGetCount_v2") == {"host": 1}
-    assert calls == {function: dict.fromkeys(gpus, n) for function, n in expected.items()}
+    assert calls == {function: dict.fromkeys(["0", "1"], n) for function, n in expected.items()}
+
+
+@pytest.mark.parametrize("amount", [1, 2])
+def test_a_claim_of_n_on_idle_gpus_reads_n_of_them(tmp_path, amount):
+    calls, got = claim_calls(tmp_path, amount, again=False)
+    assert got == gpus_read(calls) == [str(i) for i in range(amount)]
+    assert gpus_read(calls, "nvmlDeviceGetRunningProcessDetailList") == [str(i) for i in range(amount)]
+
+
+def test_a_busy_first_gpu_makes_a_claim_read_one_more_not_all(tmp_path):
+    busy = processes_on([(4000000001, "compute")], *[[]] * 7)
+    calls, got = claim_calls(tmp_path, 1, again=False, spec=busy)
+    assert (gpus_read(calls), got) == (["0", "1"], ["1"])
+
+
+def test_an_unhealthy_gpu_makes_a_claim_read_one_more(tmp_path):
+    calls, got = claim_calls(tmp_path, 2, again=False, spec=unhealthy_first({"row_remap_failure": True}, 8))
+    assert (gpus_read(calls), got) == (["0", "1", "2"], ["1", "2"])
+
+
+def test_a_claim_never_reads_a_gpu_another_live_holder_has(tmp_path, owners):
+    from flink_gpu import coordination
+
+    holder = owners()
+    coordination.claim(2, ["0", "2"], path=tmp_path / "coord", owner=holder.pid)
+    calls, got = claim_calls(tmp_path, 2, again=False)
+    assert got == gpus_read(calls) == ["1", "3"]
+
+
+def test_a_dead_holders_gpu_is_read_but_a_free_one_after_it_is_claimed_first(tmp_path):
+    from conftest import dead_pid
+
+    (tmp_path / "coord").write_text(f"0 {dead_pid()}\n")  # the stock script's line of a holder that died
+    calls, got = claim_calls(tmp_path, 1, again=False)
+    assert (gpus_read(calls), got) == (["0", "1"], ["1"])
 
 
 def test_a_coordinated_driver_does_not_lock_the_coordination_file_while_a_state_read_hangs(tmp_path):

@@ -375,7 +375,7 @@ def test_persistence_mode_answers_as_the_spec_says():
 def test_another_process_writes_its_counters_to_the_counters_file(discovery_exe, tmp_path):
     counters_file = tmp_path / "counters.json"
     proc = simulator.run(
-        [discovery_exe, "1"], devices=2, counters_file=counters_file, capture_output=True, text=True, timeout=60
+        [discovery_exe, "2"], devices=2, counters_file=counters_file, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
     got = simulator.counters(counters_file)

@@ -48,4 +48,14 @@ void sort_indices(std::vector<std::string>* indices) noexcept {
               [](const std::string& a, const std::string& b) { return compare_indices(a, b) < 0; });
 }
 
+bool gpu_of(std::string_view index, unsigned* gpu) noexcept {
+    const std::string_view number = index.substr(0, index.find(':'));
+    if (!all_digits(number) || number.size() > 9 || (number.size() > 1 && number[0] == '0')) return false;
+    if (number.size() < index.size() && !all_digits(index.substr(number.size() + 1))) return false;
+    unsigned n = 0;
+    for (char c : number) n = n * 10 + static_cast<unsigned>(c - '0');
+    *gpu = n;
+    return true;
+}
+
 }  // namespace flinkgpu

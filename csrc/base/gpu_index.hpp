@@ -17,4 +17,8 @@ int compare_indices(std::string_view a, std::string_view b) noexcept;
 
 void sort_indices(std::vector<std::string>* indices) noexcept;
 
+// The NVML number of the GPU `index` names as NVML's indices do: "3", and its MIG units' "3:<slot>",
+// are GPU 3. False for any other text (another discovery's names, "03", a number past 9 digits).
+bool gpu_of(std::string_view index, unsigned* gpu) noexcept;
+
 }  // namespace flinkgpu

@@ -46,7 +46,8 @@ std::string shortage_head(const std::string& amount, const std::vector<std::stri
 }
 
 ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::string>& existing_in,
-                       std::size_t amount, const std::vector<int>& ranks, const LeftOut& left_out) {
+                       std::size_t amount, const std::vector<int>& ranks, const LeftOut& left_out,
+                       const std::vector<std::string>& not_takeable) {
     ClaimResult r;
     if (!(r.status = validate_pid(owner, "owner pid")).ok()) return r;
     std::vector<std::string> existing, host;
@@ -96,7 +97,10 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
                 live_what = l.entry.index;  // idx itself, or a unit or whole GPU that excludes it
             }
         }
-        if (mine) {
+        const bool takeable = std::find(not_takeable.begin(), not_takeable.end(), idx) == not_takeable.end();
+        if (!takeable && (mine || live_other == 0)) {
+            r.untaken.push_back(idx);  // no longer another's: never taken unread
+        } else if (mine) {
             held.push_back(idx);
         } else if (bad) {
             blocked.push_back(idx);
@@ -255,8 +259,10 @@ CleanResult clean_stale_impl(const Options& opts, bool other_namespaces) {
 }  // namespace
 
 ClaimResult claim(const Options& opts, pid_t owner, const std::vector<std::string>& existing_indices,
-                  std::size_t amount, const std::vector<int>& ranks, const LeftOut& left_out) noexcept {
-    return guarded<ClaimResult>([&] { return claim_impl(opts, owner, existing_indices, amount, ranks, left_out); });
+                  std::size_t amount, const std::vector<int>& ranks, const LeftOut& left_out,
+                  const std::vector<std::string>& not_takeable) noexcept {
+    return guarded<ClaimResult>(
+        [&] { return claim_impl(opts, owner, existing_indices, amount, ranks, left_out, not_takeable); });
 }
 
 Status not_enough(const Options& opts, const std::string& amount, const std::vector<std::string>& existing_indices,

@@ -73,6 +73,9 @@ struct ClaimResult {
     // took one on a lease file without a token (the lines say `lf=none`): other namespaces cannot tell when
     // it dies. The claim itself succeeded.
     Status lease_problem;
+    // Of claim()'s `not_takeable`: those no other live holder has any more (the caller may read them and ask
+    // again).
+    std::vector<std::string> untaken;
 };
 
 struct ReleaseResult {
@@ -107,8 +110,11 @@ using LeftOut = std::vector<std::pair<std::string, std::string>>;
 // `ranks`, when not empty, is parallel to `existing_indices` (nvml/choice.hpp's ranks): after what the
 // owner holds, lower ranks are taken first, and within a rank free indices before reclaimable ones.
 // `left_out`: the host's GPUs that are not candidates (never claimed), for the not-enough message only.
+// `not_takeable`: among `existing_indices`, those never taken (their state was not read because another
+// live holder had them): counted and named with their holders, and in ClaimResult::untaken when free.
 ClaimResult claim(const Options& opts, pid_t owner, const std::vector<std::string>& existing_indices,
-                  std::size_t amount, const std::vector<int>& ranks = {}, const LeftOut& left_out = {}) noexcept;
+                  std::size_t amount, const std::vector<int>& ranks = {}, const LeftOut& left_out = {},
+                  const std::vector<std::string>& not_takeable = {}) noexcept;
 
 // The kNotEnough failure of a claim for more GPUs than claim() can count (`amount` as text, e.g. one of
 // Python's unbounded ints): claim()'s message without holders, the file not read (kInvalidArgument for a

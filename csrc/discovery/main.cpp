@@ -8,7 +8,7 @@
 // for people goes to stderr: Flink parses stdout. Beyond the stock script it chooses by the GPUs'
 // state (nvml/choice.hpp): unhealthy GPUs are never printed, and GPUs with processes that are not
 // the TaskManager's (our parent's) are avoided, excluded or ignored as --busy-gpus says. All of its
-// NVML work (nvmlInit, the enumeration, the state reads) has one deadline, --nvml-timeout (default
+// NVML work (nvmlInit, the state reads) has one deadline, --nvml-timeout (default
 // 5 s, inside Flink's 10 s discovery-script.timeout): past it, it says which call stalled and exits 1.
 #include "base/gpu_index.hpp"
 #include "coordination/claims.hpp"
@@ -206,7 +206,6 @@ double seconds_since(const timespec& start) {
 struct Loaded {
     flinkgpu::Status status;
     const flinkgpu::NvmlLibrary* lib = nullptr;
-    flinkgpu::Enumeration found;
 };
 
 // Proof that constructors ran (discovery/glibc_start_compat.cpp runs them on old and new glibc alike).
@@ -251,9 +250,10 @@ int main(int argc, char** argv) {
     Loaded* loaded = &loaded_storage;
     flinkgpu::Stall stall;
     flinkgpu::Status status;
-    const bool returned = flinkgpu::run_within(args.nvml_timeout, "nvmlInit_v2 or the device enumeration", [loaded] {
+    // No enumeration: the state read takes a GPU's handle (seconds each without persistence mode) only
+    // when it reads that GPU.
+    const bool returned = flinkgpu::run_within(args.nvml_timeout, "nvmlInit_v2", [loaded] {
         loaded->lib = flinkgpu::NvmlLibrary::acquire("", &loaded->status);
-        if (loaded->lib != nullptr) loaded->status = flinkgpu::enumerate_devices(*loaded->lib, &loaded->found);
     }, &stall, &status);
     if (!returned && !status.ok()) {
         std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
@@ -271,19 +271,16 @@ int main(int argc, char** argv) {
     }
     status = loaded->status;
     const flinkgpu::NvmlLibrary* lib = loaded->lib;
-    const flinkgpu::Enumeration& found = loaded->found;
     if (!status.ok()) {
         std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
         return 1;
     }
-    for (const auto& skipped : found.skipped) std::fprintf(stderr, "flink-gpu-discovery: %s\n", skipped.reason.c_str());
 
     // The state now, judged for our parent (it is the owner and the TaskManager), then the best or a claim.
     // The coordination file is locked only after the read, with no NVML call of ours waited for (a stuck
     // one is abandoned on its own thread, holding no lock of ours).
     flinkgpu::policy::DiscoveryRequest request;
-    for (const auto& d : found.devices) request.enumerated.push_back(d.index);
-    for (const auto& s : found.skipped) request.skipped.emplace_back(s.index, s.reason);
+    request.enumerate_by_reading = true;
     request.owner = request.taskmanager = parent.pid;
     request.busy = args.busy;
     request.nvml_timeout = args.nvml_timeout;

@@ -218,25 +218,37 @@ ReadPlan read_plan(BusyPolicy policy) noexcept {
 
 Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner, pid_t taskmanager,
                    BusyPolicy policy, const CheckSet& enforced, double timeout_seconds, Choice* out,
-                   double spent_seconds, bool fresh_inforom) noexcept {
+                   double spent_seconds, bool fresh_inforom, const ReadScope& scope) noexcept {
     try {
         out->states.clear();
+        out->unread.clear();
         std::vector<DeviceState> now;
         bool count_known = false;
+        unsigned count = 0;
         ReadPlan plan = read_plan(policy);
         plan.fresh_inforom = fresh_inforom;
+        plan.scope = scope;
         if (const Status st = query_states_within(lib, owner, taskmanager, enforced, plan, timeout_seconds, &now,
-                                                  &out->stalls, &count_known, spent_seconds);
+                                                  &out->stalls, &count_known, spent_seconds, &count);
             !st.ok())
             return st;
+        if (scope.every_read && count_known && scope.scoped()) {
+            // the GPUs the scope did not read have no state
+            std::vector<bool> read(count, false);
+            for (const DeviceState& s : now)
+                if (s.nvml_index < count) read[s.nvml_index] = true;
+            for (unsigned gpu = 0; gpu < count; ++gpu)
+                if (!read[gpu]) out->unread.push_back(std::to_string(gpu));
+        }
         // Not even the count was read: every device is unknown for the library-wide call that stalled.
         std::string uncounted;
         for (const Stall& s : out->stalls)
             if (!count_known && s.gpu == ReadMonitor::kLibrary)
                 uncounted = "not read: " + stall_text(s, timeout_seconds);
         out->states.reserve(enumerated.size());
+        if (scope.every_read) out->states = std::move(now);
         std::size_t next = 0;  // both are in index order: a walk, searching only where they differ
-        for (const std::string& index : enumerated) {
+        for (const std::string& index : scope.every_read ? std::vector<std::string>() : enumerated) {
             if (next < now.size() && now[next].index == index) {
                 out->states.push_back(std::move(now[next++]));
                 continue;
@@ -248,10 +260,16 @@ Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enume
                 continue;
             }
             // Gone since the enumeration: its GPU refused its handle or MIG layout (one state for
-            // the GPU), or the MIG unit is no longer there.
+            // the GPU), or the MIG unit is no longer there. Unless a scoped read did not read its GPU.
             const std::size_t colon = index.find(':');
             const std::string gpu = index.substr(0, colon);
             auto parent = std::find_if(now.begin(), now.end(), [&](const DeviceState& s) { return s.index == gpu; });
+            if (scope.scoped() && count_known && parent == now.end() &&
+                std::none_of(now.begin(), now.end(),
+                             [&](const DeviceState& s) { return std::to_string(s.nvml_index) == gpu; })) {
+                out->unread.push_back(index);
+                continue;
+            }
             DeviceState gone;
             if (!count_known) {
                 gone.readings.unknown = uncounted.empty() ? "not read in time" : uncounted;
@@ -282,7 +300,7 @@ Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enume
                 cached_inforom_finding || (s.readings.inforom_cached && s.readings.inforom_corrupted);
         if (out->ranking.indices.empty() && cached_inforom_finding && !fresh_inforom)
             return choose_gpus(lib, enumerated, owner, taskmanager, policy, enforced, timeout_seconds, out,
-                               spent_seconds, true);
+                               spent_seconds, true, scope);
         return Status();
     } catch (const std::bad_alloc&) {
         return nvml_failure(NVML_ERROR_MEMORY, "choose_gpus", "Out of memory while choosing GPUs.");

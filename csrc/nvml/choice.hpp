@@ -48,6 +48,9 @@ struct Choice {
     std::vector<DeviceState> states;  // one per enumerated device, in its order
     Ranking ranking;
     std::vector<Stall> stalls;  // the NVML calls that did not return in time (their GPUs are unknown)
+    // Enumerated devices a scoped read did not read (held elsewhere, or after enough were found): they
+    // have no state and are neither ranked nor left out.
+    std::vector<std::string> unread;
 };
 
 // The one choice of GPUs, for flink-gpu-discovery and the Python API alike: the state now of each of
@@ -57,10 +60,12 @@ struct Choice {
 // within `timeout_seconds` (nvml/deadline.hpp): a device not read in time is unknown, left out. The
 // process lists are read only where `policy` looks at them (not for ignore). InfoROM validity comes from
 // the process's cache (kInforomRecheckSeconds) unless `fresh_inforom`, and is read again when a cached
-// finding leaves nothing usable. Never throws.
+// finding leaves nothing usable. `scope` limits what is read (nvml/state.hpp); a device of a GPU it did not
+// read is in Choice::unread. With scope.every_read, `enumerated` is not looked at: the states are the
+// devices the read finds. Never throws.
 Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner, pid_t taskmanager,
                    BusyPolicy policy, const CheckSet& enforced, double timeout_seconds, Choice* out,
-                   double spent_seconds = 0, bool fresh_inforom = false) noexcept;
+                   double spent_seconds = 0, bool fresh_inforom = false, const ReadScope& scope = ReadScope()) noexcept;
 
 // What a choice under `policy` reads (docs/design.md §9.1, "Query plan").
 ReadPlan read_plan(BusyPolicy policy) noexcept;

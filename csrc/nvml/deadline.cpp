@@ -499,7 +499,8 @@ std::string stall_text(const Stall& stall, double timeout_seconds) {
 
 Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,
                            const ReadPlan& plan, double timeout_seconds, std::vector<DeviceState>* out,
-                           std::vector<Stall>* stalls, bool* count_known, double spent_seconds) noexcept {
+                           std::vector<Stall>* stalls, bool* count_known, double spent_seconds,
+                           unsigned* count_out) noexcept {
     try {
         out->clear();
         stalls->clear();
@@ -590,6 +591,7 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
             });
         }
         if (!status.ok()) return status;
+        if (count_out != nullptr) *count_out = count;
         const std::size_t earlier_stalls = stalls->size();
         for (const Part& part : parts)
             if (part.stalled) stalls->push_back(part.now);
@@ -630,6 +632,7 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
                 any = true;
             }
             if (any) continue;
+            if (plan.scope.skips(gpu)) continue;  // not to be read
             const Part& part = part_of(gpu);
             if (const Stall* s = earlier(gpu)) {
                 out->push_back(unknown_state(gpu, stall_text(*s, timeout_seconds), enforced));
@@ -742,13 +745,14 @@ Status open_within(const std::string& library_path, double timeout_seconds, cons
     }
 }
 
-Status enumerate_within(const NvmlLibrary& lib, double timeout_seconds, Enumeration* found, Stall* stall) noexcept {
+Status enumerate_within(const NvmlLibrary& lib, double timeout_seconds, Enumeration* found, Stall* stall,
+                        const std::optional<std::vector<unsigned>>& only) noexcept {
     try {
         const Counted<Enumerated> enumerated;
         Status started;
-        // `lib` lives for the life of the process (nvml/loader.hpp)
-        const bool returned = run_within(timeout_seconds, "the device enumeration", [enumerated, &lib] {
-            enumerated->status = enumerate_devices(lib, &enumerated->found);
+        // `lib` lives for the life of the process (nvml/loader.hpp); `only` is copied: the call may outlive this one
+        const bool returned = run_within(timeout_seconds, "the device enumeration", [enumerated, &lib, only] {
+            enumerated->status = enumerate_devices(lib, &enumerated->found, only);
         }, stall, &started);
         if (returned) *found = std::move(enumerated->found);
         return step_status(returned, started, *stall, timeout_seconds, lib.path(), enumerated->status);

@@ -14,6 +14,7 @@
 #include "nvml/state.hpp"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,10 +53,12 @@ std::string stall_text(const Stall& stall, double timeout_seconds);
 // was read (then `out` is empty). An NVML failure of the whole library within the deadline is the
 // status, as query_states's.
 // `spent_seconds`: the part of the timeout already used by earlier NVML work of the same deadline
-// (flink-gpu-discovery's init); the texts name the whole timeout. Never throws.
+// (flink-gpu-discovery's init); the texts name the whole timeout. `*count`: the GPU count read, when
+// known. Never throws.
 Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,
                            const ReadPlan& plan, double timeout_seconds, std::vector<DeviceState>* out,
-                           std::vector<Stall>* stalls, bool* count_known, double spent_seconds = 0) noexcept;
+                           std::vector<Stall>* stalls, bool* count_known, double spent_seconds = 0,
+                           unsigned* count = nullptr) noexcept;
 
 // Runs `job`, a library-wide NVML step named `function` (nvmlInit_v2, the enumeration), on a worker
 // thread and waits for it at most `timeout_seconds`. True when it returned; false with `*stall` when it
@@ -89,7 +92,8 @@ Status stall_failure(const Stall& stall, double timeout_seconds, const std::stri
 Status open_within(const std::string& library_path, double timeout_seconds, const NvmlLibrary** lib,
                    Stall* stall) noexcept;
 
-// enumerate_devices(lib) likewise, its result in `*found`. Never throws.
-Status enumerate_within(const NvmlLibrary& lib, double timeout_seconds, Enumeration* found, Stall* stall) noexcept;
+// enumerate_devices(lib, ..., only) likewise, its result in `*found`. Never throws.
+Status enumerate_within(const NvmlLibrary& lib, double timeout_seconds, Enumeration* found, Stall* stall,
+                        const std::optional<std::vector<unsigned>>& only = std::nullopt) noexcept;
 
 }  // namespace flinkgpu

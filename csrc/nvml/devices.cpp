@@ -2,6 +2,7 @@
 
 #include "host/locality.hpp"
 
+#include <algorithm>
 #include <new>
 
 namespace flinkgpu {
@@ -187,7 +188,8 @@ bool is_library_wide_error(int code) noexcept {
            code == NVML_ERROR_MEMORY;
 }
 
-Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept {
+Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out,
+                         const std::optional<std::vector<unsigned>>& only) noexcept {
     try {
         out->devices.clear();
         out->skipped.clear();
@@ -209,6 +211,7 @@ Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept {
             out->skipped.push_back(std::move(skipped));
         };
         for (unsigned i = 0; i < count; ++i) {
+            if (only && std::find(only->begin(), only->end(), i) == only->end()) continue;
             nvmlDevice_t dev = nullptr;
             std::optional<Failure> failure;
             const int hrc = api.device_get_handle_by_index(i, &dev);

@@ -65,8 +65,10 @@ int read_mig_layout(const NvmlApi& api, nvmlDevice_t dev, MigLayout* out, const 
 // GPU_IS_LOST or another per-device error is put in `skipped`; a single property withheld with
 // NO_PERMISSION (memory info of a MIG-enabled GPU for an unprivileged caller) is only left absent.
 // Errors that concern the whole library (uninitialised, driver gone, version mismatch) fail the
-// call. Never throws.
-Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out) noexcept;
+// call. `only`, when given: the GPUs of these NVML numbers and no other (no other GPU's handle is
+// taken: without persistence mode a GPU's first handle in a process costs seconds). Never throws.
+Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out,
+                         const std::optional<std::vector<unsigned>>& only = std::nullopt) noexcept;
 
 // Errors that say nothing about one device but about the library or driver as a whole.
 bool is_library_wide_error(int code) noexcept;

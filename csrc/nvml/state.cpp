@@ -559,6 +559,15 @@ const char* process_kind_name(ProcessKind kind) noexcept {
     return "compute";
 }
 
+bool ReadScope::skips(unsigned gpu) const noexcept {
+    if (std::find(held_elsewhere.begin(), held_elsewhere.end(), gpu) != held_elsewhere.end()) return true;
+    return only && std::find(only->begin(), only->end(), gpu) == only->end();
+}
+
+bool ReadScope::best(const DeviceState& state, bool processes_read) noexcept {
+    return state.health == Health::kOk && !(processes_read && state.busy);
+}
+
 Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,
                     std::vector<DeviceState>* out, const ReadPlan& plan, ReadMonitor* monitor) noexcept {
     try {
@@ -575,8 +584,13 @@ Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, cons
         Workspace ws;
         ProcessTree tree(owner, taskmanager);
         std::vector<DeviceState> one;  // one GPU's states (its units for a MIG GPU)
+        const ReadScope& scope = plan.scope;
+        std::size_t best = 0;  // states of the best class read so far
         for (unsigned i = 0; i < count; ++i) {
+            if (scope.enough > 0 && best >= scope.enough && i >= scope.read_through) break;
+            if (scope.skips(i)) continue;
             if (monitor != nullptr && monitor->skip(i)) continue;
+            const std::size_t first_state = monitor != nullptr ? 0 : out->size();  // this GPU's states from here
             std::vector<DeviceState>* to = monitor != nullptr ? &one : out;
             one.clear();
             if (monitor != nullptr) monitor->calling(static_cast<int>(i), "nvmlDeviceGetHandleByIndex_v2");
@@ -618,6 +632,9 @@ Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, cons
                     }
                 }
             }
+            if (std::find(scope.reclaimable.begin(), scope.reclaimable.end(), i) == scope.reclaimable.end())
+                for (std::size_t k = first_state; k < to->size(); ++k)
+                    if (ReadScope::best((*to)[k], plan.processes)) ++best;
             if (monitor != nullptr && !monitor->gpu_read(&one)) break;
         }
         return Status();

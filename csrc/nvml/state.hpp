@@ -128,10 +128,33 @@ public:
     virtual bool gpu_read(std::vector<DeviceState>* states) noexcept = 0;
 };
 
+// Which GPUs a state read reads (docs/design.md §9.1, "Read in preference order and stop"). GPUs are read
+// in index order, the order a choice prefers within a class; the default reads every one.
+struct ReadScope {
+    std::vector<unsigned> held_elsewhere;       // whole GPUs another live holder has: not read, no handle taken
+    std::size_t enough = 0;                     // stop once this many states of the best class are read (0: never)
+    unsigned read_through = 0;                  // ...but not before every GPU below this one was read
+    std::vector<unsigned> reclaimable;          // read, but not counted toward `enough` (a dead holder's)
+    bool every_read = false;                    // no enumeration was made: the devices are what the read finds
+    std::optional<std::vector<unsigned>> only;  // set: no GPU but these is read (a bind's given GPUs)
+    bool scoped() const noexcept { return enough > 0 || !held_elsewhere.empty() || only.has_value(); }
+    // Whether GPU `gpu` is left unread (no handle taken, no state made).
+    bool skips(unsigned gpu) const noexcept;
+    // The same devices, read whole.
+    ReadScope whole() const {
+        ReadScope w;
+        w.every_read = every_read;
+        return w;
+    }
+    // Whether a read state is of the best class: healthy, and idle where the plan reads processes.
+    static bool best(const DeviceState& state, bool processes_read) noexcept;
+};
+
 // What a state read asks NVML (docs/design.md §9.1, "Query plan").
 struct ReadPlan {
     bool processes = true;       // false (busy-gpus: ignore): no process list is read, processes stay unknown
     bool fresh_inforom = false;  // true: InfoROM validity read now, not taken from the process's cache
+    ReadScope scope;
 };
 
 // How long a GPU's InfoROM validity (nvmlDeviceValidateInforom, which reads the flash) is reused within a

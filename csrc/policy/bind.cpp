@@ -1,5 +1,6 @@
 #include "policy/bind.hpp"
 
+#include "base/gpu_index.hpp"
 #include "nvml/choice.hpp"
 #include "policy/shortage.hpp"
 
@@ -18,9 +19,15 @@ namespace {
 bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome* out) {
     std::vector<DeviceState> states;
     bool count_known = false;
-    const Status read = query_states_within(*request.lib, request.owner, request.holder.taskmanager, request.checks,
-                                            read_plan(BusyPolicy::kAvoid), request.nvml_timeout, &states, &out->stalls,
-                                            &count_known, request.spent);
+    ReadPlan plan = read_plan(BusyPolicy::kAvoid);
+    plan.scope.only.emplace();  // the given GPUs only: no other GPU's handle or state is read
+    for (const std::string& index : request.gpus) {
+        unsigned gpu = 0;
+        if (gpu_of(index, &gpu)) plan.scope.only->push_back(gpu);
+    }
+    const Status read =
+        query_states_within(*request.lib, request.owner, request.holder.taskmanager, request.checks, plan,
+                            request.nvml_timeout, &states, &out->stalls, &count_known, request.spent);
     if (!read.ok() || !count_known) return false;
     const std::unordered_set<std::string> given(request.gpus.begin(), request.gpus.end());
     states.erase(

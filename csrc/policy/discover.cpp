@@ -3,16 +3,25 @@
 #include "base/gpu_index.hpp"
 #include "policy/shortage.hpp"
 
+#include <sys/stat.h>
+
 #include <cerrno>
+#include <cstdint>
 
 #include <algorithm>
+#include <chrono>
+#include <iterator>
 #include <new>
 
 namespace flinkgpu {
 namespace policy {
 namespace {
 
-bool contains(const std::vector<std::string>& v, const std::string& x) {
+// Below every rank rank_gpus gives (0-3): a GPU the claim may count but never take.
+constexpr int kWorstRank = 4;
+
+template <typename T>
+bool contains(const std::vector<T>& v, const T& x) {
     return std::find(v.begin(), v.end(), x) != v.end();
 }
 
@@ -27,54 +36,203 @@ std::vector<std::string> in_script_order(const coordination::ClaimResult& r) {
     return ordered;
 }
 
+// What a discovery needs to read (docs/design.md §9.1): GPUs in preference order until `amount` of the best
+// class are found, never one a live holder other than the owner has in the coordination file (read here,
+// before NVML; the claim checks again under the lock), always those the owner holds (it gets them back);
+// one of a dead holder is read but not counted, since the claim takes free GPUs first.
+// A file that is missing or empty is not read. Any error reading it: the whole host is read.
+ReadScope scope_of(const DiscoveryRequest& request) {
+    ReadScope scope;
+    scope.every_read = request.enumerate_by_reading;
+    if (request.amount == 0 || !request.amount_text.empty()) return scope;
+    scope.enough = request.amount;
+    if (!request.coordinated) return scope;
+    struct stat st{};
+    if (stat(request.coordination.path.c_str(), &st) != 0 || st.st_size == 0) return scope;
+    coordination::Options quick = request.coordination;
+    quick.timeout_ms = std::min<std::int64_t>(quick.timeout_ms, 100);  // a busy file: read the whole host instead
+    const coordination::Snapshot snap = coordination::snapshot(quick);
+    if (!snap.status.ok()) return scope.whole();
+    for (const coordination::Entry& e : snap.entries) {
+        unsigned gpu = 0;
+        if (!gpu_of(e.gpu, &gpu)) continue;
+        if (e.pid == request.owner) {
+            scope.read_through = std::max(scope.read_through, gpu + 1);
+        } else if (!e.alive) {
+            scope.reclaimable.push_back(gpu);  // a free GPU goes first: read it, but look further
+        } else if (e.index == e.gpu) {
+            scope.held_elsewhere.push_back(gpu);
+        }
+    }
+    return scope;
+}
+
+// `more` added to `into`, each list in index order.
+void merge(Enumeration more, Enumeration* into) {
+    auto by_index = [](const auto& a, const auto& b) { return compare_indices(a.index, b.index) < 0; };
+    into->devices.insert(into->devices.end(), std::make_move_iterator(more.devices.begin()),
+                         std::make_move_iterator(more.devices.end()));
+    std::stable_sort(into->devices.begin(), into->devices.end(), by_index);
+    into->skipped.insert(into->skipped.end(), std::make_move_iterator(more.skipped.begin()),
+                         std::make_move_iterator(more.skipped.end()));
+    std::stable_sort(into->skipped.begin(), into->skipped.end(), by_index);
+    into->notices.insert(into->notices.end(), std::make_move_iterator(more.notices.begin()),
+                         std::make_move_iterator(more.notices.end()));
+}
+
+// Enumerates the GPUs the caller has not enumerated that could be handed out, and the unhealthy ones read
+// (their uuid names them to an operator), within what is left of the deadline: each GPU's handle was taken
+// by the read, so this costs no first handle. A candidate the enumeration skips (a property refused, no MIG
+// instance) is no candidate any more; a skip of any other GPU is not reported (it is unhealthy anyway).
+Status enumerate_candidates(const NvmlLibrary& lib, const DiscoveryRequest& request,
+                            std::chrono::steady_clock::time_point start, DiscoveryOutcome* out) {
+    Ranking& ranking = out->choice.ranking;
+    std::vector<unsigned> gpus, candidates;
+    auto want = [&](const std::string& index, bool candidate) {
+        unsigned gpu = 0;
+        if (!gpu_of(index, &gpu)) return;
+        if (candidate && !contains(candidates, gpu)) candidates.push_back(gpu);
+        if (!contains(request.enumerated_gpus, gpu) && !contains(gpus, gpu)) gpus.push_back(gpu);
+    };
+    for (const std::string& index : ranking.indices) want(index, true);
+    for (const DeviceState& state : out->choice.states)
+        if (state.health == Health::kUnhealthy) want(state.index, false);
+    out->enumeration = Enumeration();
+    if (gpus.empty()) return Status();
+    std::sort(gpus.begin(), gpus.end());
+    const double spent =
+        request.spent + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Stall stall;
+    // a deadline already spent still gives the enumeration its one try (the read itself returned in time)
+    const double left = std::max(request.nvml_timeout - spent, 0.001);
+    if (const Status st = enumerate_within(lib, left, &out->enumeration, &stall, gpus); !st.ok()) return st;
+    std::vector<SkippedDevice>& skipped = out->enumeration.skipped;
+    skipped.erase(std::remove_if(skipped.begin(), skipped.end(),
+                                 [&](const SkippedDevice& d) { return !contains(candidates, d.nvml_index); }),
+                  skipped.end());
+    for (const SkippedDevice& device : skipped) {
+        for (std::size_t i = 0; i < ranking.indices.size();) {
+            const std::string& index = ranking.indices[i];
+            // the skipped device, or every unit of a GPU skipped whole
+            const bool gone = index == device.index ||
+                              (!device.mig_slot && index.compare(0, device.index.size() + 1, device.index + ":") == 0);
+            if (!gone) {
+                ++i;
+                continue;
+            }
+            std::string why = device.reason;
+            if (!why.empty() && why.back() == '.') why.pop_back();
+            ranking.left_out.emplace_back(index, std::move(why));
+            ranking.indices.erase(ranking.indices.begin() + static_cast<std::ptrdiff_t>(i));
+            ranking.ranks.erase(ranking.ranks.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+    }
+    std::stable_sort(ranking.left_out.begin(), ranking.left_out.end(),
+                     [](const auto& a, const auto& b) { return compare_indices(a.first, b.first) < 0; });
+    return Status();
+}
+
+// One discovery on what `scope` reads. *read_more: the outcome is short only because some GPUs were not
+// read (the read stopped early, or a GPU another held when the scope was made is free now).
+DiscoveryOutcome discover_within(const NvmlLibrary& lib, const DiscoveryRequest& request, const ReadScope& scope,
+                                 std::chrono::steady_clock::time_point start, bool* read_more) {
+    DiscoveryOutcome out;
+    *read_more = false;
+    out.status = choose_gpus(lib, request.enumerated, request.owner, request.taskmanager, request.busy, request.checks,
+                             request.nvml_timeout, &out.choice, request.spent, false, scope);
+    if (!out.status.ok()) return out;
+    // The GPUs not read because another holder has them (they count, but are never taken), and those the
+    // read did not reach.
+    std::vector<std::string> held, stopped;
+    for (const std::string& index : out.choice.unread) {
+        unsigned gpu = 0;
+        const bool elsewhere =
+            gpu_of(index, &gpu) &&
+            std::find(scope.held_elsewhere.begin(), scope.held_elsewhere.end(), gpu) != scope.held_elsewhere.end();
+        (elsewhere ? held : stopped).push_back(index);
+    }
+    if (request.enumerate_candidates) {
+        if (!(out.status = enumerate_candidates(lib, request, start, &out)).ok()) return out;
+    }
+    const Ranking& ranking = out.choice.ranking;
+    if (!stopped.empty() && request.amount > ranking.indices.size()) {
+        *read_more = true;
+        out.status = failure(StatusCode::kNotEnough, "too few among the GPUs read");
+        return out;
+    }
+    if (request.before_claim && !request.before_claim(out.choice)) {
+        out.owner_gone = true;
+        return out;
+    }
+    // Too few usable, coordinated or not: said before any claim, which would count only the usable ones as
+    // the host's GPUs. A GPU another holder has counts as usable here: the claim names its holder.
+    if (request.amount > ranking.indices.size() + held.size()) {
+        coordination::LeftOut left_out = ranking.left_out;
+        for (auto [index, why] : request.skipped) {
+            if (!why.empty() && why.back() == '.') why.pop_back();  // a sentence of its own, in parentheses here
+            left_out.emplace_back(std::move(index), std::move(why));
+        }
+        std::stable_sort(left_out.begin(), left_out.end(),
+                         [](const auto& a, const auto& b) { return compare_indices(a.first, b.first) < 0; });
+        const std::size_t host = scope.every_read ? out.choice.states.size() + out.choice.unread.size()
+                                                  : request.enumerated.size() + request.skipped.size();
+        out.too_few_usable = true;
+        out.status = failure(
+            StatusCode::kNotEnough,
+            std::string(kNotEnoughResources) + ": " +
+                shortage_sentence(request.amount_text.empty() ? std::to_string(request.amount) : request.amount_text,
+                                  ranking.indices.size() + held.size(), host, request.counted, left_out));
+        return out;
+    }
+    if (!request.coordinated) {
+        out.chosen.assign(ranking.indices.begin(),
+                          ranking.indices.begin() + static_cast<std::ptrdiff_t>(request.amount));
+        return out;
+    }
+    std::vector<std::string> candidates = ranking.indices;
+    std::vector<int> ranks = ranking.ranks;
+    for (const std::string& index : held) {
+        candidates.push_back(index);
+        ranks.push_back(kWorstRank);
+    }
+    coordination::ClaimResult claimed = coordination::claim(request.coordination, request.owner, candidates,
+                                                            request.amount, ranks, ranking.left_out, held);
+    out.status = claimed.status;
+    out.unparsable = std::move(claimed.unparsable);
+    out.lease_problem = std::move(claimed.lease_problem);
+    if (!out.status.ok()) {
+        *read_more = out.status.code == StatusCode::kNotEnough && (!stopped.empty() || !claimed.untaken.empty());
+        return out;
+    }
+    out.chosen = in_script_order(claimed);
+    out.added = std::move(claimed.added);
+    out.reclaimed = std::move(claimed.reclaimed);
+    return out;
+}
+
 }  // namespace
 
 DiscoveryOutcome discover(const NvmlLibrary& lib, const DiscoveryRequest& request) noexcept {
-    DiscoveryOutcome out;
     try {
-        out.status = choose_gpus(lib, request.enumerated, request.owner, request.taskmanager, request.busy,
-                                 request.checks, request.nvml_timeout, &out.choice, request.spent);
-        if (!out.status.ok()) return out;
-        if (request.before_claim && !request.before_claim(out.choice)) {
-            out.owner_gone = true;
-            return out;
+        const auto start = std::chrono::steady_clock::now();
+        const ReadScope scope = scope_of(request);
+        bool read_more = false;
+        DiscoveryOutcome out = discover_within(lib, request, scope, start, &read_more);
+        // Too few among what was read (or taken meanwhile under the claim's lock) while some GPUs were not
+        // read: the whole host decides, within what is left of the deadline, and its shortage names every GPU.
+        if (read_more) {
+            DiscoveryRequest whole = request;
+            const auto again = std::chrono::steady_clock::now();
+            whole.spent += std::chrono::duration<double>(again - start).count();
+            for (const DeviceInfo& d : out.enumeration.devices)  // enumerated in the first round
+                if (!contains(whole.enumerated_gpus, d.nvml_index)) whole.enumerated_gpus.push_back(d.nvml_index);
+            Enumeration first = std::move(out.enumeration);
+            out = discover_within(lib, whole, scope.whole(), again, &read_more);
+            merge(std::move(first), &out.enumeration);
         }
-        const Ranking& ranking = out.choice.ranking;
-        // Too few usable, coordinated or not: said before any claim, which would count only the usable
-        // ones as the host's GPUs.
-        if (request.amount > ranking.indices.size()) {
-            coordination::LeftOut left_out = ranking.left_out;
-            for (auto [index, why] : request.skipped) {
-                if (!why.empty() && why.back() == '.') why.pop_back();  // a sentence of its own, in parentheses here
-                left_out.emplace_back(std::move(index), std::move(why));
-            }
-            std::stable_sort(left_out.begin(), left_out.end(),
-                             [](const auto& a, const auto& b) { return compare_indices(a.first, b.first) < 0; });
-            out.status =
-                failure(StatusCode::kNotEnough,
-                        std::string(kNotEnoughResources) + ": " +
-                            shortage_sentence(
-                                request.amount_text.empty() ? std::to_string(request.amount) : request.amount_text,
-                                ranking.indices.size(), request.enumerated.size() + request.skipped.size(),
-                                request.counted, left_out));
-            return out;
-        }
-        if (!request.coordinated) {
-            out.chosen.assign(ranking.indices.begin(),
-                              ranking.indices.begin() + static_cast<std::ptrdiff_t>(request.amount));
-            return out;
-        }
-        coordination::ClaimResult claimed = coordination::claim(request.coordination, request.owner, ranking.indices,
-                                                                request.amount, ranking.ranks, ranking.left_out);
-        out.status = claimed.status;
-        out.unparsable = std::move(claimed.unparsable);
-        out.lease_problem = std::move(claimed.lease_problem);
-        if (!out.status.ok()) return out;
-        out.chosen = in_script_order(claimed);
-        out.added = std::move(claimed.added);
-        out.reclaimed = std::move(claimed.reclaimed);
         return out;
     } catch (const std::bad_alloc&) {
+        DiscoveryOutcome out;
         out.status = failure(StatusCode::kOutOfMemory, "Out of memory while discovering GPUs.", ENOMEM);
         return out;
     }

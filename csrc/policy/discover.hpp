@@ -9,6 +9,7 @@
 #include "coordination/claims.hpp"
 #include "nvml/choice.hpp"
 #include "nvml/deadline.hpp"
+#include "nvml/devices.hpp"
 #include "nvml/loader.hpp"
 #include "nvml/state.hpp"
 
@@ -23,7 +24,15 @@ namespace flinkgpu {
 namespace policy {
 
 struct DiscoveryRequest {
-    std::vector<std::string> enumerated;         // enumerate_devices' indices, in its order
+    std::vector<std::string> enumerated;  // enumerate_devices' indices, in its order
+    // No enumeration was made (flink-gpu-discovery: a GPU's first handle can cost seconds): the devices
+    // are what the state read finds, and only the GPUs read get a handle. `enumerated` is not looked at.
+    bool enumerate_by_reading = false;
+    // With enumerate_by_reading: the GPUs that could be handed out are enumerated too (their static
+    // properties, in DiscoveryOutcome::enumeration), before anything is claimed, except those of
+    // `enumerated_gpus` (the caller has them). A device the enumeration skips is left out, with why.
+    bool enumerate_candidates = false;
+    std::vector<unsigned> enumerated_gpus;       // NVML numbers
     coordination::LeftOut skipped;               // (index, reason) of the devices it skipped: counted in a shortage
     std::string counted = "devices NVML lists";  // what a shortage calls the host's devices
     pid_t owner = 0;                             // the states are judged for it; a claim is for it
@@ -47,15 +56,17 @@ struct DiscoveryOutcome {
     // shortage sentence) or, coordinated, too few free (the claim's message, naming the holders); any
     // other failure: NVML or the coordination file
     Status status;
-    Choice choice;  // the states, their ranking, the stalls
+    Choice choice;            // the states, their ranking, the stalls
+    Enumeration enumeration;  // enumerate_candidates: of the candidate GPUs not in enumerated_gpus
     // uncoordinated: the best `amount`, best first; coordinated: what the owner has for this request,
     // in the stock script's order (held before, then free, then reclaimed from dead owners)
     std::vector<std::string> chosen;
     std::vector<std::string> added;      // coordinated: newly written for the owner
     std::vector<std::string> reclaimed;  // coordinated: the part of `added` taken from dead owners
     std::vector<coordination::BadLine> unparsable;
-    Status lease_problem;     // coordinated: as coordination::ClaimResult's
-    bool owner_gone = false;  // before_claim said no: nothing was claimed
+    Status lease_problem;         // coordinated: as coordination::ClaimResult's
+    bool too_few_usable = false;  // status is kNotEnough because too few GPUs are usable, not too few free
+    bool owner_gone = false;      // before_claim said no: nothing was claimed
 };
 
 // The first sentence of every discovery's shortage: what Flink's stock script prints.

@@ -70,7 +70,6 @@ cdef extern from "nvml/devices.hpp" namespace "flinkgpu" nogil:
         vector[CSkippedDevice] skipped
         vector[string] notices
 
-    Status enumerate_devices(const NvmlLibrary& lib, Enumeration* out)
     Status query_driver_version(const NvmlLibrary& lib, optional[string]* out)
 
 
@@ -155,7 +154,8 @@ cdef extern from "nvml/deadline.hpp" namespace "flinkgpu" nogil:
     Status open_within "flinkgpu::open_within"(const string& library_path, double timeout_seconds,
                                                  const NvmlLibrary** lib, Stall* stall)
     Status enumerate_within "flinkgpu::enumerate_within"(const NvmlLibrary& lib, double timeout_seconds,
-                                                           Enumeration* found, Stall* stall)
+                                                           Enumeration* found, Stall* stall,
+                                                           const optional[vector[unsigned]]& only)
 
 
 cdef extern from "nvml/metrics.hpp" namespace "flinkgpu" nogil:
@@ -796,17 +796,26 @@ cdef class Nvml:
         self._opened_generation = NvmlLibrary.process_generation()
         return lib
 
-    def devices(self, timeout=DEFAULT_NVML_TIMEOUT):
+    def devices(self, timeout=DEFAULT_NVML_TIMEOUT, gpus=None):
         """All usable GPUs, in index order, a GPU in MIG mode replaced by its MIG units; unusable ones
-        are listed by ``skipped()``. Enumerated within ``timeout`` seconds: NvmlError (code
-        NVML_ERROR_TIMEOUT) when NVML does not answer in time."""
+        are listed by ``skipped()``. ``gpus``: NVML numbers of the GPUs to enumerate (None: all); no other
+        GPU's handle is taken. Enumerated within ``timeout`` seconds: NvmlError (code NVML_ERROR_TIMEOUT)
+        when NVML does not answer in time."""
         cdef double seconds = _timeout(timeout)
+        cdef optional[vector[unsigned]] only
+        cdef vector[unsigned] numbers
+        if gpus is not None:
+            for gpu in gpus:
+                if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu <= 0xFFFFFFFF:
+                    raise ValueError(f"A GPU's NVML number is a whole number of at least 0, got {gpu!r}.")
+                numbers.push_back(gpu)
+            only = numbers
         cdef const NvmlLibrary* lib = self._library(seconds)
         cdef Enumeration found
         cdef Stall stall
         cdef Status status
         with nogil:
-            status = enumerate_within(lib[0], seconds, &found, &stall)
+            status = enumerate_within(lib[0], seconds, &found, &stall, only)
         if not status.ok():
             raise _error(status, self.library_path)
         self._skipped = tuple([_skipped(s) for s in found.skipped])

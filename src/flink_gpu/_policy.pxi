@@ -15,17 +15,22 @@ cdef extern from "policy/discover.hpp" namespace "flinkgpu::policy" nogil:
         double spent
         size_t amount
         string amount_text
+        cpp_bool enumerate_by_reading
+        cpp_bool enumerate_candidates
+        vector[unsigned] enumerated_gpus
         cpp_bool coordinated
         CoordOptions coordination
 
     cdef cppclass CDiscoveryOutcome "flinkgpu::policy::DiscoveryOutcome":
         Status status
         CChoice choice
+        Enumeration enumeration
         vector[string] chosen
         vector[string] added
         vector[string] reclaimed
         vector[CoordBadLine] unparsable
         Status lease_problem
+        cpp_bool too_few_usable
 
     CDiscoveryOutcome discover_cpp "flinkgpu::policy::discover"(const NvmlLibrary& lib,
                                                                   const DiscoveryRequest& request)
@@ -82,7 +87,11 @@ cdef class DiscoveryOutcome:
     for the owner, and the part of it taken from dead owners; ``unparsable``: (line number, text) of the
     coordination file's lines kept as they are; ``lease_problem``: why the owner's lines have no lease
     another pid namespace can rely on, or None; ``shortage``: why too few GPUs were usable or free (then
-    nothing is chosen), or None.
+    nothing is chosen), or None; ``too_few_usable``: the shortage is of usable GPUs (Flink's
+    FlinkException), not of free ones (a claim's NotEnoughGpusError); ``devices`` and ``skipped``:
+    with ``enumerated_gpus``, the enumeration of the candidate (and unhealthy) GPUs not in it, as
+    ``Nvml.devices()`` and ``skipped()`` give it; a skipped device of another GPU than a candidate's is not
+    in it.
     """
 
     cdef readonly tuple states
@@ -95,6 +104,9 @@ cdef class DiscoveryOutcome:
     cdef readonly tuple unparsable
     cdef readonly object lease_problem
     cdef readonly object shortage
+    cdef readonly bint too_few_usable
+    cdef readonly tuple devices
+    cdef readonly tuple skipped
 
     def __init__(self):
         raise TypeError("DiscoveryOutcome objects come from flink_gpu.policy.discover()")
@@ -106,18 +118,27 @@ cdef class DiscoveryOutcome:
 
 def policy_discover(Nvml nvml not None, indices, skipped, str counted not None, owner, taskmanager,
                     str busy_gpus not None, health_checks, timeout, amount, coordination_file,
-                    double lock_timeout):
+                    double lock_timeout, enumerated_gpus=None):
     """The one discovery (csrc/policy/discover.hpp) of ``amount`` of ``indices`` (nvml.devices()'
-    indices, in its order; ``skipped``: (index, reason) of those it skipped), judged for ``owner`` and
+    indices, in its order; None: no enumeration, the devices are the GPUs read; ``skipped``: (index,
+    reason) of those it skipped), judged for ``owner`` and
     ``taskmanager`` (None: none) with ``health_checks`` (names; None: all) and ``busy_gpus``, read within
-    ``timeout`` seconds; claimed in ``coordination_file`` (None: not coordinated) within ``lock_timeout``."""
+    ``timeout`` seconds; claimed in ``coordination_file`` (None: not coordinated) within ``lock_timeout``.
+    ``enumerated_gpus`` (NVML numbers; with ``indices`` None): the candidates of other GPUs are enumerated
+    before any claim."""
     cdef DiscoveryRequest request
     request.owner = _state_pid(owner, "owner_pid")
     request.taskmanager = 0 if taskmanager is None else _state_pid(taskmanager, "taskmanager_pid")
     request.checks = _check_set(health_checks)
     request.busy = _busy_policy(busy_gpus)
     request.nvml_timeout = _timeout(timeout)
-    request.enumerated = [_utf8(index) for index in indices]
+    if indices is None:  # no enumeration: the devices are what the read finds, each GPU's handle taken as read
+        request.enumerate_by_reading = True
+        if enumerated_gpus is not None:
+            request.enumerate_candidates = True
+            request.enumerated_gpus = list(enumerated_gpus)
+    else:
+        request.enumerated = [_utf8(index) for index in indices]
     request.skipped = _co_left_out(skipped)
     request.counted = _utf8(counted)
     if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
@@ -149,6 +170,9 @@ def policy_discover(Nvml nvml not None, indices, skipped, str counted not None, 
     out.unparsable = tuple(_co_bad_lines(r.unparsable))
     out.lease_problem = None if r.lease_problem.ok() else _co_text(r.lease_problem.message)
     out.shortage = shortage
+    out.too_few_usable = r.too_few_usable
+    out.devices = tuple([_device(d) for d in r.enumeration.devices])
+    out.skipped = tuple([_skipped(d) for d in r.enumeration.skipped])
     return out
 
 

@@ -51,4 +51,15 @@ TEST_CASE(sorting_puts_numbers_first_and_text_last) {
     CHECK(empty.empty());
 }
 
+TEST_CASE(a_gpu_and_its_mig_units_name_one_gpu_number) {
+    unsigned gpu = 99;
+    CHECK(flinkgpu::gpu_of("3", &gpu) && gpu == 3);
+    CHECK(flinkgpu::gpu_of("12:4", &gpu) && gpu == 12);
+    CHECK(flinkgpu::gpu_of("0", &gpu) && gpu == 0);
+    for (const char* other : {"", "03", "a", "3:", ":1", "3:x", "3:1:2", "1234567890", "-1"}) {
+        gpu = 99;
+        CHECK(!flinkgpu::gpu_of(other, &gpu) && gpu == 99);
+    }
+}
+
 int main(int argc, char** argv) { return check::run(argc, argv); }

@@ -214,6 +214,28 @@ TEST_CASE(free_first_then_dead_lowest_first) {
                                  line_for("3", getpid(), path) + "\n" + line_for("0", getpid(), path) + "\n");
 }
 
+// A GPU the caller did not read because another live holder had it: counted and named, never taken; once
+// that holder is gone it comes back as untaken (the caller reads it and asks again), still not taken.
+TEST_CASE(a_not_takeable_gpu_is_never_taken_and_is_untaken_once_its_holder_is_gone) {
+    const std::string path = fresh_path("not_takeable");
+    const pid_t sleeper = spawn_sleeper();
+    write_text(path, "0 " + std::to_string(sleeper) + "\n");
+    const co::Options o = opts_for(path);
+    co::ClaimResult held = co::claim(o, getpid(), gpus(2), 2, {0, 0}, {}, {"0"});
+    CHECK(held.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK_MSG(held.status.message.find("pid " + std::to_string(sleeper) + " holds 0") != std::string::npos,
+              held.status.message);
+    CHECK(held.untaken.empty());
+    kill_and_reap(sleeper);
+    co::ClaimResult freed = co::claim(o, getpid(), gpus(2), 2, {0, 0}, {}, {"0"});
+    CHECK(freed.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK(joined(freed.untaken) == "0");
+    CHECK(read_text(path) == "0 " + std::to_string(sleeper) + "\n");  // nothing taken, nothing written
+    co::ClaimResult one = co::claim(o, getpid(), gpus(2), 1, {0, 0}, {}, {"0"});
+    CHECK_MSG(one.status.ok(), one.status.message);
+    CHECK(joined(one.indices) == "1");
+}
+
 TEST_CASE(natural_index_order) {
     const std::string path = fresh_path("natural");
     std::vector<std::string> idx = {"10", "2", "1", "11", "0", "2"};

@@ -222,7 +222,7 @@ class NvmlDiscovery:
             )
         if outcome.shortage is not None:
             # too few usable is Flink's FlinkException; too few free, the claim's NotEnoughGpusError
-            raise (FlinkException if len(outcome.order) < amount else NotEnoughGpusError)(outcome.shortage)
+            raise (FlinkException if outcome.too_few_usable else NotEnoughGpusError)(outcome.shortage)
         states = {state.gpu_index: state for state in outcome.states}
         return frozenset([self._info(enumeration, index, state_properties(states[index])) for index in outcome.chosen])
 
