@@ -180,23 +180,25 @@ def test_no_device_at_all():
 FAULTY = {"devices": [{}, {"fault": "NO_PERMISSION"}, {"fault": "GPU_IS_LOST"}, {}]}
 
 
-def test_faulty_devices_are_skipped_with_one_warn_each():
+def test_faulty_devices_are_left_out_with_one_warn_each():
+    """A GPU that refuses its handle or is lost is an unhealthy state: never handed out, WARNed once per
+    process (its uuid unknown: it never answered), not at every retrieval."""
     result, logs = run_one(NVML, [2, 2], spec=FAULTY)
     assert [indices(r) for r in result["retrievals"]] == [["0", "3"], ["0", "3"]]
     warnings = [message for level, _, message in logs if level == "WARNING"]
-    assert len(warnings) == 2, warnings  # enumeration is cached: not repeated per retrieval
-    assert warnings[0].startswith("GPU 1 skipped") and "NO_PERMISSION" in warnings[0]
-    assert warnings[1].startswith("GPU 2 skipped") and "GPU_IS_LOST" in warnings[1]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("GPU 1 is unhealthy: ") and "NO_PERMISSION" in warnings[0]
+    assert warnings[1].startswith("GPU 2 is unhealthy: GPU is lost") and "GPU_IS_LOST" in warnings[1]
+    assert all(w.endswith("; it is not handed out.") for w in warnings)
 
 
-def test_too_few_after_skipping_says_why():
+def test_too_few_after_faulty_devices_says_why():
     result, _ = run_one(NVML, [3], spec=FAULTY)
     name, message = result["error"]
     assert name == "FlinkException"
-    assert (
-        "3 GPUs requested, but 2 of the 4 devices NVML (" in message and "GPU 2 is left out (GPU 2 skipped: " in message
-    )
-    assert "GPU 1 skipped" in message and "GPU 2 skipped" in message
+    assert "3 GPUs requested, but 2 of the 4 devices NVML (" in message
+    assert "GPU 1 is left out (unhealthy: " in message and "NO_PERMISSION" in message
+    assert "GPU 2 is left out (unhealthy: GPU is lost" in message
 
 
 def test_nvml_init_failure_in_nvml_mode_is_clear():
@@ -1188,14 +1190,11 @@ def test_a_gpu_whose_state_read_does_not_return_in_time_is_unknown_warned_and_ne
     assert result["error"][0] == "FlinkException"
     assert "GPU 1 is left out (unknown: nvmlDeviceGetFieldValues has not returned for " in result["error"][1]
     warnings = [message for level, _, message in logs if level == "WARNING"]
+    # GPU 1 was never read (the claim of 1 stopped at GPU 0) before it got stuck: its uuid is not known
     assert (
-        f"GPU 1 ({sim_uuid(1)}) is unknown: nvmlDeviceGetFieldValues did not return within 300 ms; "
-        "it is not handed out."
+        "GPU 1 is unknown: nvmlDeviceGetFieldValues did not return within 300 ms; it is not handed out."
     ) in warnings
-    assert any(
-        m.startswith(f"GPU 1 ({sim_uuid(1)}) is unknown: nvmlDeviceGetFieldValues has not returned for ")
-        for m in warnings
-    )
+    assert any(m.startswith("GPU 1 is unknown: nvmlDeviceGetFieldValues has not returned for ") for m in warnings)
 
 
 def test_one_stuck_gpu_does_not_keep_a_claim_from_the_free_gpus_after_it(tmp_path):
@@ -1296,17 +1295,20 @@ def test_a_hung_nvml_init_fails_within_the_nvml_timeout_and_a_second_open_answer
     assert indices(after["retrievals"][0]) == ["0"]
 
 
-def test_a_hung_enumeration_fails_within_the_nvml_timeout_and_a_second_retrieval_answers_at_once(tmp_path):
+def test_hung_handles_fail_a_retrieval_within_the_nvml_timeout_and_a_second_one_answers_at_once(tmp_path):
+    """Every GPU's first handle hangs (holding the driver's lock): the claim names each GPU unknown with its
+    stalled call, within nvml-timeout; a new driver of the same process, with the call still stuck, cannot
+    even count the GPUs and says NVML does not answer."""
     config = {**NVML, "nvml-timeout": "300 ms"}
     (first, second), after = run_hung(tmp_path, "handle", config, [(config, [1]), (config, [1])])
-    assert first["error"][0] == "NvmlError"
-    assert first["error"][1].startswith(
-        "NVML did not answer: the device enumeration did not return within 300 ms (library "
+    assert first["error"][0] == "FlinkException"
+    assert "1 GPU requested, but 0 of the 2 devices NVML (" in first["error"][1]
+    assert (
+        "GPU 0 is left out (unknown: nvmlDeviceGetHandleByIndex_v2 did not return within 300 ms)" in first["error"][1]
     )
-    assert "check dmesg for Xid errors and nvidia-smi" in first["error"][1]
-    # a new driver of the same process enumerates again: still stuck, it answers with the same stall
     assert second["error"][0] == "NvmlError"
-    assert second["error"][1].startswith("NVML did not answer: the device enumeration has not returned for ")
+    assert second["error"][1].startswith("NVML did not answer: nvmlDeviceGetCount_v2 did not return within 300 ms")
+    assert "check dmesg for Xid errors and nvidia-smi" in second["error"][1]
     assert indices(after["retrievals"][0]) == ["0"]
 
 
@@ -1415,6 +1417,52 @@ def test_a_dead_holders_gpu_is_read_but_a_free_one_after_it_is_claimed_first(tmp
     (tmp_path / "coord").write_text(f"0 {dead_pid()}\n")  # the stock script's line of a holder that died
     calls, got = claim_calls(tmp_path, 1, again=False)
     assert (gpus_read(calls), got) == (["0", "1"], ["1"])
+
+
+# A new process's first claim: the simulator's calls from NVML's start, per function and GPU.
+FIRST_CLAIM_RUNNER = r"""
+import json, sys
+from flink_gpu import GPUDriverFactory, simulator
+config, amount = json.loads(sys.argv[1])
+with GPUDriverFactory().create_external_resource_driver(config) as driver:
+    got = driver.retrieve_resource_info(amount)
+    print(json.dumps({"calls": simulator.counters()["calls"], "got": sorted(info.index for info in got),
+                      "uuids": sorted(info.get_property("uuid") or "" for info in got)}))
+"""
+
+
+@pytest.mark.parametrize("amount", [1, 2])
+def test_a_new_processs_first_claim_opens_and_enumerates_only_the_gpus_it_reads(tmp_path, amount):
+    """Without persistence mode a GPU's first handle in a process costs seconds: a first claim of n on 8 idle
+    GPUs opens n of them, and only those are enumerated (their infos carry their static properties)."""
+    config = {**NVML, "discovery-script.args": f"--enable-coordination-mode --coordination-file {tmp_path / 'c'}"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(devices=8), PYTHONPATH=SRC)
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_CLAIM_RUNNER, json.dumps([config, amount])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    first = [str(i) for i in range(amount)]
+    assert out["got"] == first and out["uuids"] == [sim_uuid(i) for i in range(amount)]
+    opened = {gpu for function, by_gpu in out["calls"].items() for gpu in by_gpu if gpu != "host"}
+    assert opened == set(first), out["calls"]
+    assert gpus_read(out["calls"], "nvmlDeviceGetUUID") == first
+
+
+def test_a_mig_gpu_without_instances_is_left_out_warned_once_and_counted():
+    spec = {"devices": [{"mig": {"mode": "enabled", "instances": []}}, {}]}
+    [ones, two], logs = run_scenarios([(NVML, [1, 1]), (NVML, [2])], spec=spec)
+    assert [indices(r) for r in ones["retrievals"]] == [["1"], ["1"]]
+    why = "MIG mode is enabled but it has no MIG instances (create them with nvidia-smi mig, or disable MIG mode)"
+    assert [m for level, _, m in logs if level == "WARNING"] == [f"GPU 0 is unhealthy: {why}; it is not handed out."]
+    assert two["error"][0] == "FlinkException"
+    assert "2 GPUs requested, but 1 of the 2 devices NVML (" in two["error"][1]
+    assert f"GPU 0 is left out (unhealthy: {why})" in two["error"][1]
 
 
 def test_a_coordinated_driver_does_not_lock_the_coordination_file_while_a_state_read_hangs(tmp_path):

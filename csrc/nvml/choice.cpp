@@ -232,6 +232,12 @@ Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enume
                                                   &out->stalls, &count_known, spent_seconds, &count);
             !st.ok())
             return st;
+        if (scope.every_read && !count_known) {
+            // No enumeration to name the devices by, and not even their count was read: NVML did not answer.
+            for (const Stall& s : out->stalls)
+                if (s.gpu == ReadMonitor::kLibrary) return stall_failure(s, timeout_seconds, lib.path());
+            return nvml_failure(NVML_ERROR_TIMEOUT, "nvmlDeviceGetCount_v2", "NVML did not say how many GPUs it has.");
+        }
         if (scope.every_read && count_known && scope.scoped()) {
             // the GPUs the scope did not read have no state
             std::vector<bool> read(count, false);

@@ -618,6 +618,18 @@ Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, cons
                 if (!mig.enabled) {
                     judge_health(enforced, &gpu);
                     to->push_back(std::move(gpu));
+                } else if (mig.slots.empty() && plan.scope.every_read) {
+                    // No enumeration skipped it (enumerate_devices' own words): the read says it is unusable.
+                    judge_health(enforced, &gpu);
+                    if (gpu.health == Health::kOk || gpu.health == Health::kDegraded) {
+                        const std::string why =
+                            "MIG mode is enabled but it has no MIG instances (create them with nvidia-smi mig, "
+                            "or disable MIG mode)";
+                        gpu.health = Health::kUnhealthy;
+                        gpu.health_text = "unhealthy: " + why;
+                        gpu.findings.insert(gpu.findings.begin(), why);
+                    }
+                    to->push_back(std::move(gpu));
                 } else {
                     for (const MigSlot& slot : mig.slots) {
                         to->emplace_back();

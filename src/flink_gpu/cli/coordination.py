@@ -219,19 +219,13 @@ def claim(args: Namespace) -> int:
     owner = _owner(args)
     path = coordination_path(args)
     nvml = open_library()
-    devices = nvml.devices()
-    uuids = {d.gpu_index: d.uuid for d in devices}
-    units = {d.gpu_index for d in devices if d.mig_slot is not None}
-    # the driver's one discovery (design.md §9.1): never an unhealthy GPU, degraded and busy ones last
+    # the driver's one discovery (design.md §9.1): never an unhealthy GPU, degraded and busy ones last; only
+    # the GPUs it reads are opened, only those it could hand out enumerated
     outcome = policy.discover(
-        nvml,
-        args.amount,
-        list(uuids),
-        owner=owner,
-        skipped=[(device.gpu_index, device.reason) for device in nvml.skipped()],
-        coordination_file=path,
-        lock_timeout=args.timeout,
+        nvml, args.amount, None, owner=owner, coordination_file=path, lock_timeout=args.timeout, enumerated_gpus=()
     )
+    uuids = {d.gpu_index: d.uuid for d in outcome.devices}
+    units = {d.gpu_index for d in outcome.devices if d.mig_slot is not None}
     states, left_out = outcome.states, outcome.left_out
     health = {state.gpu_index: state.health for state in states}
     for index, why in left_out:

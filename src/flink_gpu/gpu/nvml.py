@@ -4,8 +4,10 @@ No process is spawned. Each device becomes a ``GPUInfo`` whose index is NVML's (
 what the stock script prints) and whose properties carry the static ones (uuid, name, PCI bus id,
 total memory, minor number, local CPUs, NUMA node), cached per process, and the GPU's state when
 it was chosen (health, memory used and free, the number of processes), read per choice. Which
-devices a worker gets is decided in one place, :meth:`NvmlDiscovery.choose`: the C++ core ranks
-them by health and foreign processes (``busy-gpus``), and coordination between workers plugs in.
+devices a worker gets is decided in one place, :meth:`NvmlDiscovery.choose`: the C++ core reads the
+GPUs in preference order until it has enough, ranks them by health and foreign processes
+(``busy-gpus``), and claims them; only the GPUs it reads are opened (a GPU's first handle in a process
+costs seconds without persistence mode), and only those that could be handed out are enumerated.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import contextlib
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Iterable
 
 from flink_gpu import coordination, policy
 from flink_gpu.errors import FlinkException, NotEnoughGpusError
@@ -37,7 +39,7 @@ from flink_gpu.gpu.info import (
     GPUInfo,
 )
 from flink_gpu.gpu.settings import GPUDriverSettings
-from flink_gpu.nvml import Device, DeviceState, Library, SkippedDevice, Verdict, find_taskmanager
+from flink_gpu.nvml import Device, DeviceState, Library, Verdict, find_taskmanager
 
 if TYPE_CHECKING:
     from flink_gpu.policy import DiscoveryOutcome
@@ -98,22 +100,27 @@ def process_holders(nvml: Library, holders: Iterable[int]) -> "dict[tuple[str, i
     return belongs
 
 
-class _Enumeration(NamedTuple):
-    pid: int
-    devices: tuple[Device, ...]
-    skipped: tuple[SkippedDevice, ...]
-    indices: tuple[str, ...]  # the devices' indices, in their order
-    skipped_reasons: tuple[tuple[str, str], ...]  # (index, reason) of each skipped device, for a shortage
-    counted: str  # what a shortage calls the devices: "devices NVML (<library>) lists"
-    static: dict[str, dict[str, str]]  # index -> static properties
-    # index -> (its state properties, GPUInfo) as last made: an idle GPU's info is reused, not rebuilt
-    infos: dict[str, tuple[dict[str, str], GPUInfo]]
-    # (index, health), (index, warning) and (index, "processes unknown") WARNed once per process
-    warned: set[tuple[str, str]]
+class _Known:
+    """What a process learnt of the host's GPUs through one library, shared by all its drivers: the static
+    properties of the GPUs enumerated so far (only those a choice could hand out, and unhealthy ones it
+    read: a GPU that is never read is never opened), the infos last made, and what was WARNed."""
+
+    __slots__ = ("pid", "counted", "gpus", "static", "infos", "warned")
+
+    def __init__(self, pid: int, counted: str) -> None:
+        self.pid = pid
+        self.counted = counted  # what a shortage calls the devices: "devices NVML (<library>) lists"
+        self.gpus: set[int] = set()  # NVML numbers of the GPUs whose devices are all in `static`
+        self.static: dict[str, dict[str, str]] = {}  # index -> static properties
+        # index -> (its state properties, GPUInfo) as last made: an idle GPU's info is reused, not rebuilt
+        self.infos: dict[str, tuple[dict[str, str], GPUInfo]] = {}
+        # (index, health), (index, warning), (index, "processes unknown") and (index, skip reason) WARNed
+        # once per process
+        self.warned: set[tuple[str, str]] = set()
 
 
-# library path -> the process's enumeration, shared by all its drivers (see NvmlDiscovery)
-_enumerations: dict[str, _Enumeration] = {}
+# library path -> what the process knows of its GPUs (see NvmlDiscovery)
+_known: dict[str, _Known] = {}
 
 # pid -> its TaskManager (the nearest TaskManagerRunner ancestor), found once per process
 _taskmanagers: dict[int, "int | None"] = {}
@@ -135,9 +142,10 @@ os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 class NvmlDiscovery:
-    """GPUs from NVML. Enumeration is done once per process and library, and reused by every
-    driver: the devices and their static properties do not change while NVML is initialised (a
-    forked child enumerates anew). Their state is read each time a choice is made.
+    """GPUs from NVML. What the process learns of them (their static properties, read once per GPU) is
+    shared by every driver of the process and library: the devices and their static properties do not
+    change while NVML is initialised (a forked child learns anew). Their state is read each time a choice
+    is made.
     """
 
     def __init__(self, nvml: Library, settings: GPUDriverSettings) -> None:
@@ -152,44 +160,24 @@ class NvmlDiscovery:
         self._claimed: set[str] = set()  # indices this driver counts in _driver_holds
         self._claimed_pid = coordination.own_pid()
 
-    def enumerate(self) -> _Enumeration:
-        """All usable devices with their static properties, in NVML index order.
-
-        Cached per process: a forked child (whose NVML state is its own) enumerates again.
-        """
+    def known(self) -> _Known:
+        """What this process knows of the GPUs of this driver's library (a forked child starts anew)."""
         nvml = self._library()
         pid = coordination.own_pid()
-        # shared with the process's other drivers, so that a new driver per task costs no
-        # enumeration (and a skipped device is WARNed once per process)
-        enumeration = _enumerations.get(nvml.library_path)
-        if enumeration is None or enumeration.pid != pid:
-            devices = tuple(nvml.devices(self.nvml_timeout))
-            skipped = tuple(nvml.skipped())
-            for device in skipped:
-                _log.warning("%s", device.reason)
-            enumeration = _Enumeration(
-                pid,
-                devices,
-                skipped,
-                tuple(d.gpu_index for d in devices),
-                tuple((device.gpu_index, device.reason) for device in skipped),
-                f"devices NVML ({nvml.library_path}) lists",
-                {d.gpu_index: static_properties(d) for d in devices},
-                {},
-                set(),
-            )
-            _enumerations[nvml.library_path] = enumeration
-        return enumeration
+        known = _known.get(nvml.library_path)
+        if known is None or known.pid != pid:
+            known = _known[nvml.library_path] = _Known(pid, f"devices NVML ({nvml.library_path}) lists")
+        return known
 
-    def choose(self, enumeration: _Enumeration, amount: int) -> frozenset[GPUInfo]:
+    def choose(self, known: _Known, amount: int) -> frozenset[GPUInfo]:
         """The devices this worker gets, decided by the core's one discovery (flink_gpu.policy).
 
-        It reads every device's state now, within nvml-timeout, and ranks them (docs/design.md §9.1):
-        unhealthy and unknown ones never, degraded ones last, busy ones by ``busy-gpus``; within a class
-        the lowest index first. Not coordinated: the first ``amount`` of that order (docs/design.md
-        §4.2). Coordinated: claimed for this process in the coordination file shared with the other
-        workers of the host, honouring the ranks (docs/design.md §5.2); asking again returns what this
-        process already holds.
+        It reads the devices' state now, within nvml-timeout, in preference order until ``amount`` of
+        the best class are found, and ranks them (docs/design.md §9.1): unhealthy and unknown ones never,
+        degraded ones last, busy ones by ``busy-gpus``; within a class the lowest index first. Not
+        coordinated: the first ``amount`` of that order (docs/design.md §4.2). Coordinated: claimed for
+        this process in the coordination file shared with the other workers of the host, honouring the
+        ranks (docs/design.md §5.2); asking again returns what this process already holds.
         """
         pid = coordination.own_pid()
         try:
@@ -202,20 +190,21 @@ class NvmlDiscovery:
             outcome = policy.discover(
                 nvml,
                 amount,
-                enumeration.indices,
+                None,
                 owner=pid,
                 taskmanager=taskmanager,
-                skipped=enumeration.skipped_reasons,
-                counted=enumeration.counted,
+                counted=known.counted,
                 busy_gpus=self.busy_gpus,
                 health_checks=self.health_checks,
                 nvml_timeout=self.nvml_timeout,
                 coordination_file=path,
+                enumerated_gpus=known.gpus,
             )
             if path is not None and outcome.shortage is None:
                 self._count_holds(path, pid, outcome)
+        self._learn(known, outcome)
         for state in outcome.states:
-            self._warn(enumeration, state.gpu_index, state)
+            self._warn(known, state.gpu_index, state)
         if path is not None:
             coordination.log_claim(
                 path, pid, outcome.added, outcome.reclaimed, outcome.unparsable, outcome.lease_problem
@@ -224,14 +213,28 @@ class NvmlDiscovery:
             # too few usable is Flink's FlinkException; too few free, the claim's NotEnoughGpusError
             raise (FlinkException if outcome.too_few_usable else NotEnoughGpusError)(outcome.shortage)
         states = {state.gpu_index: state for state in outcome.states}
-        return frozenset([self._info(enumeration, index, state_properties(states[index])) for index in outcome.chosen])
+        return frozenset([self._info(known, index, state_properties(states[index])) for index in outcome.chosen])
 
     @staticmethod
-    def _info(enumeration: _Enumeration, index: str, properties: dict[str, str]) -> GPUInfo:
+    def _learn(known: _Known, outcome: DiscoveryOutcome) -> None:
+        """Keeps the static properties of the devices ``outcome`` enumerated; WARNs, once per process, a
+        device the enumeration skipped (it was left out)."""
+        skipped_gpus = {device.index for device in outcome.skipped}
+        for device in outcome.devices:
+            known.static[device.gpu_index] = static_properties(device)
+            if device.index not in skipped_gpus:  # a GPU with a skipped unit is enumerated again
+                known.gpus.add(device.index)
+        for device in outcome.skipped:
+            if (device.gpu_index, device.reason) not in known.warned:
+                known.warned.add((device.gpu_index, device.reason))
+                _log.warning("%s", device.reason)
+
+    @staticmethod
+    def _info(known: _Known, index: str, properties: dict[str, str]) -> GPUInfo:
         """The GPUInfo of ``index`` with its state ``properties``: the last one made while they are unchanged."""
-        last = enumeration.infos.get(index)
+        last = known.infos.get(index)
         if last is None or last[0] != properties:
-            last = enumeration.infos[index] = (properties, GPUInfo(index, {**enumeration.static[index], **properties}))
+            last = known.infos[index] = (properties, GPUInfo(index, {**known.static.get(index, {}), **properties}))
         return last[1]
 
     def _count_holds(self, path: str, pid: int, outcome: DiscoveryOutcome) -> None:
@@ -247,34 +250,22 @@ class NvmlDiscovery:
                 self._claimed.add(index)
 
     @staticmethod
-    def _warn(enumeration: _Enumeration, index: str, state: DeviceState) -> None:
+    def _warn(known: _Known, index: str, state: DeviceState) -> None:
         """WARN, once per process and GPU, an unhealthy GPU, a finding that leaves it ok, and a GPU
         whose processes NVML would not list; at every choice, a GPU whose state was not read in time."""
-        warned = enumeration.warned
+        warned = known.warned
+        uuid = known.static.get(index, {}).get(PROPERTY_UUID)
+        # a GPU never read in time was never enumerated: its uuid is not known
+        gpu = f"GPU {index} ({uuid})" if uuid else f"GPU {index}"
         if state.verdict is Verdict.UNKNOWN:  # every time: it says how long the query has been stuck
-            _log.warning(
-                "GPU %s (%s) is %s; it is not handed out.",
-                index,
-                enumeration.static[index].get(PROPERTY_UUID, "no uuid"),
-                state.health,
-            )
+            _log.warning("%s is %s; it is not handed out.", gpu, state.health)
         if state.verdict is Verdict.UNHEALTHY and (index, state.health) not in warned:
             warned.add((index, state.health))
-            _log.warning(
-                "GPU %s (%s) is %s; it is not handed out.",
-                index,
-                enumeration.static[index].get(PROPERTY_UUID, "no uuid"),
-                state.health,
-            )
+            _log.warning("%s is %s; it is not handed out.", gpu, state.health)
         for warning in state.warnings:
             if (index, warning) not in warned:
                 warned.add((index, warning))
-                _log.warning(
-                    "GPU %s (%s): %s; it is handed out.",
-                    index,
-                    enumeration.static[index].get(PROPERTY_UUID, "no uuid"),
-                    warning,
-                )
+                _log.warning("%s: %s; it is handed out.", gpu, warning)
         if not state.processes_known and (index, "processes unknown") not in warned:
             warned.add((index, "processes unknown"))
             _log.warning("NVML gives no permission to list the processes on GPU %s; it counts as not busy.", index)
@@ -286,7 +277,7 @@ class NvmlDiscovery:
         return nvml
 
     def retrieve(self, amount: int) -> frozenset[GPUInfo]:
-        chosen = self.choose(self.enumerate(), amount)
+        chosen = self.choose(self.known(), amount)
         if _log.isEnabledFor(logging.INFO):
             from flink_gpu.gpu_index import index_sort_order
 
