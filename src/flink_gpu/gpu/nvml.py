@@ -224,10 +224,10 @@ class NvmlDiscovery:
             known.static[device.gpu_index] = static_properties(device)
             if device.index not in skipped_gpus:  # a GPU with a skipped unit is enumerated again
                 known.gpus.add(device.index)
-        for device in outcome.skipped:
-            if (device.gpu_index, device.reason) not in known.warned:
-                known.warned.add((device.gpu_index, device.reason))
-                _log.warning("%s", device.reason)
+        for skipped in outcome.skipped:
+            if (skipped.gpu_index, skipped.reason) not in known.warned:
+                known.warned.add((skipped.gpu_index, skipped.reason))
+                _log.warning("%s", skipped.reason)
 
     @staticmethod
     def _info(known: _Known, index: str, properties: dict[str, str]) -> GPUInfo:
