@@ -38,6 +38,31 @@ def test_four_devices_with_every_property():
     ]
 
 
+SOME_DEVICES = """
+import json
+from flink_gpu import nvml, simulator
+library = nvml.open_library()
+simulator.reset_counters()
+devices = library.devices(gpus=[3, 1])
+opened = sorted({gpu for by_gpu in simulator.counters()["calls"].values() for gpu in by_gpu if gpu != "host"})
+try:
+    library.devices(gpus=[-1])
+    refused = None
+except ValueError as error:
+    refused = str(error)
+print(json.dumps({"indices": [d.gpu_index for d in devices], "opened": opened, "refused": refused}))
+"""
+
+
+def test_an_enumeration_of_some_gpus_takes_no_other_gpus_handle():
+    got = json.loads(run_python(SOME_DEVICES, env=simulated_env(devices=4)).stdout)
+    assert got == {
+        "indices": ["1", "3"],
+        "opened": ["1", "3"],
+        "refused": "A GPU's NVML number is a whole number of at least 0, got -1.",
+    }
+
+
 def test_spec_file_devices_and_faults_are_skipped_with_reason():
     found = list_devices(
         spec={
