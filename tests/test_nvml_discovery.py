@@ -1197,6 +1197,35 @@ def test_a_gpu_whose_state_read_does_not_return_in_time_is_unknown_warned_and_ne
     assert any(m.startswith("GPU 1 is unknown: nvmlDeviceGetFieldValues has not returned for ") for m in warnings)
 
 
+def test_a_gpu_found_after_waiting_out_a_stuck_one_is_enumerated_within_a_deadline_of_its_own(tmp_path):
+    """GPU 0's health read hangs for all of nvml-timeout while another worker reads GPU 1; GPU 1's static
+    properties (20 ms a query here) are then read within an nvml-timeout of their own, not the nothing left."""
+    hang_file = tmp_path / "hang"
+    spec = {
+        "devices": [{}, {}, {}],
+        "driver_lock": False,
+        "latency_ms": {"static": 20},
+        "hang": [{"query": "field_values", "device": 0, "while_exists": str(hang_file)}],
+    }
+    config = {**NVML, "nvml-timeout": "300 ms"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(spec=spec))
+    env.update(PYTHONPATH=SRC, HANG_FILE=str(hang_file))
+    hang_file.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-c", HANG_RUNNER, json.dumps([(config, [1])])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    [result] = json.loads(done.stdout)["results"]
+    assert "error" not in result, result["error"]
+    [infos] = result["retrievals"]
+    assert indices(infos) == ["1"] and dict(infos[0])["uuid"] == sim_uuid(1)
+
+
 def test_one_stuck_gpu_does_not_keep_a_claim_from_the_free_gpus_after_it(tmp_path):
     """GPU 0 is held by another process, GPU 1's health read hangs (the driver lock not held): the
     GPUs after GPU 1 are read by another worker within the same nvml-timeout, and GPU 2 is handed out.

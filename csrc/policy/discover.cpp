@@ -81,11 +81,10 @@ void merge(Enumeration more, Enumeration* into) {
 }
 
 // Enumerates the GPUs the caller has not enumerated that could be handed out, and the unhealthy ones read
-// (their uuid names them to an operator), within what is left of the deadline: each GPU's handle was taken
+// (their uuid names them to an operator), within nvml-timeout of its own: each GPU's handle was taken
 // by the read, so this costs no first handle. A candidate the enumeration skips (a property refused, no MIG
 // instance) is no candidate any more; a skip of any other GPU is not reported (it is unhealthy anyway).
-Status enumerate_candidates(const NvmlLibrary& lib, const DiscoveryRequest& request,
-                            std::chrono::steady_clock::time_point start, DiscoveryOutcome* out) {
+Status enumerate_candidates(const NvmlLibrary& lib, const DiscoveryRequest& request, DiscoveryOutcome* out) {
     Ranking& ranking = out->choice.ranking;
     std::vector<unsigned> gpus, candidates;
     auto want = [&](const std::string& index, bool candidate) {
@@ -100,12 +99,11 @@ Status enumerate_candidates(const NvmlLibrary& lib, const DiscoveryRequest& requ
     out->enumeration = Enumeration();
     if (gpus.empty()) return Status();
     std::sort(gpus.begin(), gpus.end());
-    const double spent =
-        request.spent + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Stall stall;
-    // a deadline already spent still gives the enumeration its one try (the read itself returned in time)
-    const double left = std::max(request.nvml_timeout - spent, 0.001);
-    if (const Status st = enumerate_within(lib, left, &out->enumeration, &stall, gpus); !st.ok()) return st;
+    // A deadline of its own, as an enumeration up front had: the read may have spent all of nvml-timeout
+    // waiting for a stuck GPU, and this runs once per process and GPU.
+    if (const Status st = enumerate_within(lib, request.nvml_timeout, &out->enumeration, &stall, gpus); !st.ok())
+        return st;
     std::vector<SkippedDevice>& skipped = out->enumeration.skipped;
     skipped.erase(std::remove_if(skipped.begin(), skipped.end(),
                                  [&](const SkippedDevice& d) { return !contains(candidates, d.nvml_index); }),
@@ -135,7 +133,7 @@ Status enumerate_candidates(const NvmlLibrary& lib, const DiscoveryRequest& requ
 // One discovery on what `scope` reads. *read_more: the outcome is short only because some GPUs were not
 // read (the read stopped early, or a GPU another held when the scope was made is free now).
 DiscoveryOutcome discover_within(const NvmlLibrary& lib, const DiscoveryRequest& request, const ReadScope& scope,
-                                 std::chrono::steady_clock::time_point start, bool* read_more) {
+                                 bool* read_more) {
     DiscoveryOutcome out;
     *read_more = false;
     out.status = choose_gpus(lib, request.enumerated, request.owner, request.taskmanager, request.busy, request.checks,
@@ -152,7 +150,7 @@ DiscoveryOutcome discover_within(const NvmlLibrary& lib, const DiscoveryRequest&
         (elsewhere ? held : stopped).push_back(index);
     }
     if (request.enumerate_candidates) {
-        if (!(out.status = enumerate_candidates(lib, request, start, &out)).ok()) return out;
+        if (!(out.status = enumerate_candidates(lib, request, &out)).ok()) return out;
     }
     const Ranking& ranking = out.choice.ranking;
     if (!stopped.empty() && request.amount > ranking.indices.size()) {
@@ -217,17 +215,16 @@ DiscoveryOutcome discover(const NvmlLibrary& lib, const DiscoveryRequest& reques
         const auto start = std::chrono::steady_clock::now();
         const ReadScope scope = scope_of(request);
         bool read_more = false;
-        DiscoveryOutcome out = discover_within(lib, request, scope, start, &read_more);
+        DiscoveryOutcome out = discover_within(lib, request, scope, &read_more);
         // Too few among what was read (or taken meanwhile under the claim's lock) while some GPUs were not
         // read: the whole host decides, within what is left of the deadline, and its shortage names every GPU.
         if (read_more) {
             DiscoveryRequest whole = request;
-            const auto again = std::chrono::steady_clock::now();
-            whole.spent += std::chrono::duration<double>(again - start).count();
+            whole.spent += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             for (const DeviceInfo& d : out.enumeration.devices)  // enumerated in the first round
                 if (!contains(whole.enumerated_gpus, d.nvml_index)) whole.enumerated_gpus.push_back(d.nvml_index);
             Enumeration first = std::move(out.enumeration);
-            out = discover_within(lib, whole, scope.whole(), again, &read_more);
+            out = discover_within(lib, whole, scope.whole(), &read_more);
             merge(std::move(first), &out.enumeration);
         }
         return out;
