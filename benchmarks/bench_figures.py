@@ -213,7 +213,7 @@ def ratios(files: list[Path]) -> str:
     header = ["group", "benchmark"] + [f"run {i + 1}: min (median)" for i in range(len(runs))]
     rows = []
     for name in names:
-        group = next(run[name]["group"] for run in runs if name in run)
+        group = next(run[name]["group"] for run in runs if name in run) or ""
         cells = []
         for run in runs:
             b = run.get(name)
