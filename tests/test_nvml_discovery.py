@@ -1161,6 +1161,20 @@ os._exit(0)
 )
 
 
+def run_while_stuck(hang_file, spec, scenarios):
+    """HANG_RUNNER's output for ``scenarios`` on the simulated host ``spec``, whose hang rules block while
+    ``hang_file`` exists: created here, removed by the runner once it has printed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
+    env.update(simulator.environment(spec=spec))
+    env.update(PYTHONPATH=SRC, HANG_FILE=str(hang_file))
+    hang_file.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-c", HANG_RUNNER, json.dumps(scenarios)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def test_a_gpu_whose_state_read_does_not_return_in_time_is_unknown_warned_and_never_handed_out(tmp_path):
     hang_file = tmp_path / "hang"
     spec = {
@@ -1169,19 +1183,7 @@ def test_a_gpu_whose_state_read_does_not_return_in_time_is_unknown_warned_and_ne
         "hang": [{"query": "field_values", "device": 1, "while_exists": str(hang_file)}],
     }
     config = {**NVML, "nvml-timeout": "300 ms"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    env.update(simulator.environment(spec=spec))
-    env.update(PYTHONPATH=SRC, HANG_FILE=str(hang_file))
-    hang_file.write_text("")
-    done = subprocess.run(
-        [sys.executable, "-c", HANG_RUNNER, json.dumps([(config, [1, 3, 4])])],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    output = json.loads(done.stdout)
+    output = run_while_stuck(hang_file, spec, [(config, [1, 3, 4])])
     [result], logs = output["results"], output["logs"]
     first, second = result["retrievals"]
     assert indices(first) == ["0"]
@@ -1207,20 +1209,9 @@ def test_a_gpu_found_after_waiting_out_a_stuck_one_is_enumerated_within_a_deadli
         "latency_ms": {"static": 20},
         "hang": [{"query": "field_values", "device": 0, "while_exists": str(hang_file)}],
     }
-    config = {**NVML, "nvml-timeout": "300 ms"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    env.update(simulator.environment(spec=spec))
-    env.update(PYTHONPATH=SRC, HANG_FILE=str(hang_file))
-    hang_file.write_text("")
-    done = subprocess.run(
-        [sys.executable, "-c", HANG_RUNNER, json.dumps([(config, [1])])],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    [result] = json.loads(done.stdout)["results"]
+    config = {**NVML, "nvml-timeout": "1 s"}  # several times the enumeration's ~8 queries of 20 ms
+    output = run_while_stuck(hang_file, spec, [(config, [1])])
+    [result] = output["results"]
     assert "error" not in result, result["error"]
     [infos] = result["retrievals"]
     assert indices(infos) == ["1"] and dict(infos[0])["uuid"] == sim_uuid(1)
@@ -1245,19 +1236,8 @@ def test_one_stuck_gpu_does_not_keep_a_claim_from_the_free_gpus_after_it(tmp_pat
         "nvml-timeout": "10 s",
         "discovery-script.args": f"--enable-coordination-mode --coordination-file {coord}",
     }
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    env.update(simulator.environment(spec=spec))
-    env.update(PYTHONPATH=SRC, HANG_FILE=str(hang_file))
-    hang_file.write_text("")
-    done = subprocess.run(
-        [sys.executable, "-c", HANG_RUNNER, json.dumps([(config, [1]), (config, [3])])],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    [one, three], _ = json.loads(done.stdout)["results"], None
+    output = run_while_stuck(hang_file, spec, [(config, [1]), (config, [3])])
+    [one, three] = output["results"]
     assert [indices(r) for r in one["retrievals"]] == [["2"]]
     assert three["retrievals"] == [] and three["error"][0] == "NotEnoughGpusError"
     message = three["error"][1]
