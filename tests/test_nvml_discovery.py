@@ -1420,6 +1420,25 @@ def test_a_claim_never_reads_a_gpu_another_live_holder_has(tmp_path, owners):
     assert got == gpus_read(calls) == ["1", "3"]
 
 
+def test_a_mig_unit_another_holder_has_does_not_stop_the_read_before_a_free_healthy_gpu(tmp_path, owners):
+    """GPU 0 is degraded, GPU 1's only MIG unit is another live holder's: the claim reads on to GPU 2 and
+    takes it, as a read of the whole host would, instead of handing out the degraded GPU 0."""
+    from flink_gpu import coordination
+
+    spec = {
+        "devices": [
+            {"health": {"recovery_action": "drain_p2p"}},
+            {"mig": {"mode": "enabled", "instances": [{"slot": 0}]}},
+            {},
+        ]
+    }
+    holder = owners()
+    coordination.claim(1, ["1:0"], path=tmp_path / "coord", owner=holder.pid)
+    calls, got = claim_calls(tmp_path, 1, again=False, spec=spec)
+    assert got == ["2"]
+    assert gpus_read(calls) == ["0", "1", "2"]
+
+
 def test_a_dead_holders_gpu_is_read_but_a_free_one_after_it_is_claimed_first(tmp_path):
     from conftest import dead_pid
 

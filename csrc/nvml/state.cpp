@@ -644,7 +644,7 @@ Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, cons
                     }
                 }
             }
-            if (std::find(scope.reclaimable.begin(), scope.reclaimable.end(), i) == scope.reclaimable.end())
+            if (std::find(scope.uncounted.begin(), scope.uncounted.end(), i) == scope.uncounted.end())
                 for (std::size_t k = first_state; k < to->size(); ++k)
                     if (ReadScope::best((*to)[k], plan.processes)) ++best;
             if (monitor != nullptr && !monitor->gpu_read(&one)) break;

@@ -131,11 +131,11 @@ public:
 // Which GPUs a state read reads (docs/design.md §9.1, "Read in preference order and stop"). GPUs are read
 // in index order, the order a choice prefers within a class; the default reads every one.
 struct ReadScope {
-    std::vector<unsigned> held_elsewhere;       // whole GPUs another live holder has: not read, no handle taken
-    std::size_t enough = 0;                     // stop once this many states of the best class are read (0: never)
-    unsigned read_through = 0;                  // ...but not before every GPU below this one was read
-    std::vector<unsigned> reclaimable;          // read, but not counted toward `enough` (a dead holder's)
-    bool every_read = false;                    // no enumeration was made: the devices are what the read finds
+    std::vector<unsigned> held_elsewhere;  // whole GPUs another live holder has: not read, no handle taken
+    std::size_t enough = 0;                // stop once this many states of the best class are read (0: never)
+    unsigned read_through = 0;             // ...but not before every GPU below this one was read
+    std::vector<unsigned> uncounted;       // read, not counted toward `enough` (a dead holder's, a unit another has)
+    bool every_read = false;               // no enumeration was made: the devices are what the read finds
     std::optional<std::vector<unsigned>> only;  // set: no GPU but these is read (a bind's given GPUs)
     bool scoped() const noexcept { return enough > 0 || !held_elsewhere.empty() || only.has_value(); }
     // Whether GPU `gpu` is left unread (no handle taken, no state made).

@@ -39,9 +39,10 @@ std::vector<std::string> in_script_order(const coordination::ClaimResult& r) {
 // What a discovery needs to read (docs/design.md §9.1): GPUs in preference order until `amount` of the best
 // class are found, never one a live holder other than the owner has in the coordination file (read here,
 // before NVML; the claim checks again under the lock), always those the owner holds (it gets them back);
-// one of a dead holder is read but not counted, since the claim takes free GPUs first.
-// A file that is missing or empty is not read. Any error reading it: the whole host is read.
-ReadScope scope_of(const DiscoveryRequest& request) {
+// one of a dead holder, or with a unit another live holder has, is read but not counted, since the claim
+// takes free GPUs first. *owned: the indices the owner's live lines name. A file that is missing or empty
+// is not read. Any error reading it: the whole host is read.
+ReadScope scope_of(const DiscoveryRequest& request, std::vector<std::string>* owned) {
     ReadScope scope;
     scope.every_read = request.enumerate_by_reading;
     if (request.amount == 0 || !request.amount_text.empty()) return scope;
@@ -58,24 +59,27 @@ ReadScope scope_of(const DiscoveryRequest& request) {
         if (!gpu_of(e.gpu, &gpu)) continue;
         if (e.pid == request.owner) {
             scope.read_through = std::max(scope.read_through, gpu + 1);
-        } else if (!e.alive) {
-            scope.reclaimable.push_back(gpu);  // a free GPU goes first: read it, but look further
-        } else if (e.index == e.gpu) {
+            if (e.alive) owned->push_back(e.index);
+        } else if (!e.alive || e.index != e.gpu) {
+            scope.uncounted.push_back(gpu);  // a free GPU goes first; a unit's GPU may have no free unit
+        } else {
             scope.held_elsewhere.push_back(gpu);
         }
     }
     return scope;
 }
 
-// `more` added to `into`, each list in index order.
+// `more` added to `into`, each list in index order, a device enumerated twice once.
 void merge(Enumeration more, Enumeration* into) {
     auto by_index = [](const auto& a, const auto& b) { return compare_indices(a.index, b.index) < 0; };
-    into->devices.insert(into->devices.end(), std::make_move_iterator(more.devices.begin()),
-                         std::make_move_iterator(more.devices.end()));
-    std::stable_sort(into->devices.begin(), into->devices.end(), by_index);
-    into->skipped.insert(into->skipped.end(), std::make_move_iterator(more.skipped.begin()),
-                         std::make_move_iterator(more.skipped.end()));
-    std::stable_sort(into->skipped.begin(), into->skipped.end(), by_index);
+    auto add = [&](auto& from, auto& to) {
+        for (auto& item : from)
+            if (std::none_of(to.begin(), to.end(), [&](const auto& had) { return had.index == item.index; }))
+                to.push_back(std::move(item));
+        std::stable_sort(to.begin(), to.end(), by_index);
+    };
+    add(more.devices, into->devices);
+    add(more.skipped, into->skipped);
     into->notices.insert(into->notices.end(), std::make_move_iterator(more.notices.begin()),
                          std::make_move_iterator(more.notices.end()));
 }
@@ -91,7 +95,8 @@ Status enumerate_candidates(const NvmlLibrary& lib, const DiscoveryRequest& requ
         unsigned gpu = 0;
         if (!gpu_of(index, &gpu)) return;
         if (candidate && !contains(candidates, gpu)) candidates.push_back(gpu);
-        if (!contains(request.enumerated_gpus, gpu) && !contains(gpus, gpu)) gpus.push_back(gpu);
+        // a MIG unit made since the GPU was enumerated, or one skipped then, has its GPU enumerated again
+        if (!contains(request.known_devices, index) && !contains(gpus, gpu)) gpus.push_back(gpu);
     };
     for (const std::string& index : ranking.indices) want(index, true);
     for (const DeviceState& state : out->choice.states)
@@ -133,7 +138,7 @@ Status enumerate_candidates(const NvmlLibrary& lib, const DiscoveryRequest& requ
 // One discovery on what `scope` reads. *read_more: the outcome is short only because some GPUs were not
 // read (the read stopped early, or a GPU another held when the scope was made is free now).
 DiscoveryOutcome discover_within(const NvmlLibrary& lib, const DiscoveryRequest& request, const ReadScope& scope,
-                                 bool* read_more) {
+                                 const std::vector<std::string>& owned, bool* read_more) {
     DiscoveryOutcome out;
     *read_more = false;
     out.status = choose_gpus(lib, request.enumerated, request.owner, request.taskmanager, request.busy, request.checks,
@@ -153,7 +158,10 @@ DiscoveryOutcome discover_within(const NvmlLibrary& lib, const DiscoveryRequest&
         if (!(out.status = enumerate_candidates(lib, request, &out)).ok()) return out;
     }
     const Ranking& ranking = out.choice.ranking;
-    if (!stopped.empty() && request.amount > ranking.indices.size()) {
+    // The read stopped at `amount` of the best class (rank 0); fewer are candidates now (a unit the
+    // enumeration skipped, say): a better GPU may be among those not read.
+    const auto best = static_cast<std::size_t>(std::count(ranking.ranks.begin(), ranking.ranks.end(), 0));
+    if (!stopped.empty() && request.amount > best) {
         *read_more = true;
         out.status = failure(StatusCode::kNotEnough, "too few among the GPUs read");
         return out;
@@ -189,12 +197,19 @@ DiscoveryOutcome discover_within(const NvmlLibrary& lib, const DiscoveryRequest&
     }
     std::vector<std::string> candidates = ranking.indices;
     std::vector<int> ranks = ranking.ranks;
+    std::vector<std::string> not_takeable = held;
     for (const std::string& index : held) {
         candidates.push_back(index);
         ranks.push_back(kWorstRank);
     }
+    // While GPUs are unread, one below the best class is taken only by reading them first (another may have
+    // taken a best one meanwhile); what the owner holds it gets back whatever its class.
+    if (!stopped.empty())
+        for (std::size_t i = 0; i < ranking.indices.size(); ++i)
+            if (ranking.ranks[i] > 0 && !contains(owned, ranking.indices[i]))
+                not_takeable.push_back(ranking.indices[i]);
     coordination::ClaimResult claimed = coordination::claim(request.coordination, request.owner, candidates,
-                                                            request.amount, ranks, ranking.left_out, held);
+                                                            request.amount, ranks, ranking.left_out, not_takeable);
     out.status = claimed.status;
     out.unparsable = std::move(claimed.unparsable);
     out.lease_problem = std::move(claimed.lease_problem);
@@ -213,18 +228,19 @@ DiscoveryOutcome discover_within(const NvmlLibrary& lib, const DiscoveryRequest&
 DiscoveryOutcome discover(const NvmlLibrary& lib, const DiscoveryRequest& request) noexcept {
     try {
         const auto start = std::chrono::steady_clock::now();
-        const ReadScope scope = scope_of(request);
+        std::vector<std::string> owned;
+        const ReadScope scope = scope_of(request, &owned);
         bool read_more = false;
-        DiscoveryOutcome out = discover_within(lib, request, scope, &read_more);
+        DiscoveryOutcome out = discover_within(lib, request, scope, owned, &read_more);
         // Too few among what was read (or taken meanwhile under the claim's lock) while some GPUs were not
         // read: the whole host decides, within what is left of the deadline, and its shortage names every GPU.
         if (read_more) {
             DiscoveryRequest whole = request;
             whole.spent += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             for (const DeviceInfo& d : out.enumeration.devices)  // enumerated in the first round
-                if (!contains(whole.enumerated_gpus, d.nvml_index)) whole.enumerated_gpus.push_back(d.nvml_index);
+                whole.known_devices.push_back(d.index);
             Enumeration first = std::move(out.enumeration);
-            out = discover_within(lib, whole, scope.whole(), &read_more);
+            out = discover_within(lib, whole, scope.whole(), owned, &read_more);
             merge(std::move(first), &out.enumeration);
         }
         return out;

@@ -28,11 +28,12 @@ struct DiscoveryRequest {
     // No enumeration was made (flink-gpu-discovery: a GPU's first handle can cost seconds): the devices
     // are what the state read finds, and only the GPUs read get a handle. `enumerated` is not looked at.
     bool enumerate_by_reading = false;
-    // With enumerate_by_reading: the GPUs that could be handed out are enumerated too (their static
-    // properties, in DiscoveryOutcome::enumeration), before anything is claimed, except those of
-    // `enumerated_gpus` (the caller has them). A device the enumeration skips is left out, with why.
+    // With enumerate_by_reading: the GPUs that could be handed out, and the unhealthy ones read, are
+    // enumerated too (their static properties, in DiscoveryOutcome::enumeration), before anything is
+    // claimed, unless every such device of theirs is in `known_devices` (the caller has its properties).
+    // A candidate the enumeration skips is left out, with why.
     bool enumerate_candidates = false;
-    std::vector<unsigned> enumerated_gpus;       // NVML numbers
+    std::vector<std::string> known_devices;      // indices
     coordination::LeftOut skipped;               // (index, reason) of the devices it skipped: counted in a shortage
     std::string counted = "devices NVML lists";  // what a shortage calls the host's devices
     pid_t owner = 0;                             // the states are judged for it; a claim is for it
@@ -57,7 +58,7 @@ struct DiscoveryOutcome {
     // other failure: NVML or the coordination file
     Status status;
     Choice choice;            // the states, their ranking, the stalls
-    Enumeration enumeration;  // enumerate_candidates: of the candidate GPUs not in enumerated_gpus
+    Enumeration enumeration;  // enumerate_candidates: of the GPUs with a device not in known_devices
     // uncoordinated: the best `amount`, best first; coordinated: what the owner has for this request,
     // in the stock script's order (held before, then free, then reclaimed from dead owners)
     std::vector<std::string> chosen;

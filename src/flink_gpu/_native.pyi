@@ -327,7 +327,7 @@ def policy_discover(
     amount: int,
     coordination_file: Optional[str],
     lock_timeout: float,
-    enumerated_gpus: Optional[Iterable[int]] = ...,
+    known_devices: Optional[Iterable[str]] = ...,
 ) -> DiscoveryOutcome: ...
 def policy_bind(
     nvml: Optional[Nvml],

@@ -17,7 +17,7 @@ cdef extern from "policy/discover.hpp" namespace "flinkgpu::policy" nogil:
         string amount_text
         cpp_bool enumerate_by_reading
         cpp_bool enumerate_candidates
-        vector[unsigned] enumerated_gpus
+        vector[string] known_devices
         cpp_bool coordinated
         CoordOptions coordination
 
@@ -89,7 +89,7 @@ cdef class DiscoveryOutcome:
     another pid namespace can rely on, or None; ``shortage``: why too few GPUs were usable or free (then
     nothing is chosen), or None; ``too_few_usable``: the shortage is of usable GPUs (Flink's
     FlinkException), not of free ones (a claim's NotEnoughGpusError); ``devices`` and ``skipped``:
-    with ``enumerated_gpus``, the enumeration of the candidate (and unhealthy) GPUs not in it, as
+    with ``known_devices``, the enumeration of the candidate (and unhealthy) GPUs with a device not in it, as
     ``Nvml.devices()`` and ``skipped()`` give it; a skipped device of another GPU than a candidate's is not
     in it.
     """
@@ -118,14 +118,14 @@ cdef class DiscoveryOutcome:
 
 def policy_discover(Nvml nvml not None, indices, skipped, str counted not None, owner, taskmanager,
                     str busy_gpus not None, health_checks, timeout, amount, coordination_file,
-                    double lock_timeout, enumerated_gpus=None):
+                    double lock_timeout, known_devices=None):
     """The one discovery (csrc/policy/discover.hpp) of ``amount`` of ``indices`` (nvml.devices()'
     indices, in its order; None: no enumeration, the devices are the GPUs read; ``skipped``: (index,
     reason) of those it skipped), judged for ``owner`` and
     ``taskmanager`` (None: none) with ``health_checks`` (names; None: all) and ``busy_gpus``, read within
     ``timeout`` seconds; claimed in ``coordination_file`` (None: not coordinated) within ``lock_timeout``.
-    ``enumerated_gpus`` (NVML numbers; with ``indices`` None): the candidates of other GPUs are enumerated
-    before any claim."""
+    ``known_devices`` (indices whose static properties the caller has; with ``indices`` None): the GPUs of
+    the other candidates are enumerated before any claim."""
     cdef DiscoveryRequest request
     request.owner = _state_pid(owner, "owner_pid")
     request.taskmanager = 0 if taskmanager is None else _state_pid(taskmanager, "taskmanager_pid")
@@ -134,9 +134,9 @@ def policy_discover(Nvml nvml not None, indices, skipped, str counted not None, 
     request.nvml_timeout = _timeout(timeout)
     if indices is None:  # no enumeration: the devices are what the read finds, each GPU's handle taken as read
         request.enumerate_by_reading = True
-        if enumerated_gpus is not None:
+        if known_devices is not None:
             request.enumerate_candidates = True
-            request.enumerated_gpus = list(enumerated_gpus)
+            request.known_devices = [_utf8(index) for index in known_devices]
     else:
         request.enumerated = [_utf8(index) for index in indices]
     request.skipped = _co_left_out(skipped)

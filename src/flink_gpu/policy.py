@@ -34,14 +34,14 @@ def discover(
     nvml_timeout: float = DEFAULT_NVML_TIMEOUT,
     coordination_file: "str | os.PathLike[str] | None" = None,
     lock_timeout: float = DEFAULT_TIMEOUT,
-    enumerated_gpus: "Iterable[int] | None" = None,
+    known_devices: "Iterable[str] | None" = None,
 ) -> DiscoveryOutcome:
     """``amount`` of ``indices`` (``library.devices()``' indices, in its order; ``skipped``: (index, reason)
     of the devices it skipped, counted in a shortage, which names the host's devices as ``counted``).
     ``indices`` None: no enumeration is made, the devices are the GPUs read (a GPU's first handle is taken
-    only when it is read, in preference order, until enough are found); with ``enumerated_gpus`` (NVML
-    numbers of GPUs the caller has enumerated) too, the other GPUs that could be handed out, and the
-    unhealthy ones read, are enumerated before anything is claimed (the record's ``devices`` and
+    only when it is read, in preference order, until enough are found); with ``known_devices`` (indices of
+    the devices whose static properties the caller has) too, the GPUs of the others that could be handed
+    out, and of the unhealthy ones read, are enumerated before anything is claimed (the record's ``devices`` and
     ``skipped``), and a device the enumeration skips is left out. Judged
     for ``owner`` and its ``taskmanager`` with ``health_checks`` (names of HEALTH_CHECKS; None: all) and
     ranked under ``busy_gpus``, every state read within ``nvml_timeout`` seconds; with
@@ -64,7 +64,7 @@ def discover(
         amount,
         path,
         lock_timeout,
-        enumerated_gpus,
+        known_devices,
     )
 
 

@@ -105,12 +105,11 @@ class _Known:
     properties of the GPUs enumerated so far (only those a choice could hand out, and unhealthy ones it
     read: a GPU that is never read is never opened), the infos last made, and what was WARNed."""
 
-    __slots__ = ("pid", "counted", "gpus", "static", "infos", "warned")
+    __slots__ = ("pid", "counted", "static", "infos", "warned")
 
     def __init__(self, pid: int, counted: str) -> None:
         self.pid = pid
         self.counted = counted  # what a shortage calls the devices: "devices NVML (<library>) lists"
-        self.gpus: set[int] = set()  # NVML numbers of the GPUs whose devices are all in `static`
         self.static: dict[str, dict[str, str]] = {}  # index -> static properties
         # index -> (its state properties, GPUInfo) as last made: an idle GPU's info is reused, not rebuilt
         self.infos: dict[str, tuple[dict[str, str], GPUInfo]] = {}
@@ -198,7 +197,7 @@ class NvmlDiscovery:
                 health_checks=self.health_checks,
                 nvml_timeout=self.nvml_timeout,
                 coordination_file=path,
-                enumerated_gpus=known.gpus,
+                known_devices=known.static.keys(),
             )
             if path is not None and outcome.shortage is None:
                 self._count_holds(path, pid, outcome)
@@ -219,11 +218,8 @@ class NvmlDiscovery:
     def _learn(known: _Known, outcome: DiscoveryOutcome) -> None:
         """Keeps the static properties of the devices ``outcome`` enumerated; WARNs, once per process, a
         device the enumeration skipped (it was left out)."""
-        skipped_gpus = {device.index for device in outcome.skipped}
         for device in outcome.devices:
             known.static[device.gpu_index] = static_properties(device)
-            if device.index not in skipped_gpus:  # a GPU with a skipped unit is enumerated again
-                known.gpus.add(device.index)
         for skipped in outcome.skipped:
             if (skipped.gpu_index, skipped.reason) not in known.warned:
                 known.warned.add((skipped.gpu_index, skipped.reason))
