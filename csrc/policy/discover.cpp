@@ -3,6 +3,7 @@
 #include "base/gpu_index.hpp"
 #include "policy/shortage.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -48,8 +49,11 @@ ReadScope scope_of(const DiscoveryRequest& request, std::vector<std::string>* ow
     if (request.amount == 0 || !request.amount_text.empty()) return scope;
     scope.enough = request.amount;
     if (!request.coordinated) return scope;
-    struct stat st{};
-    if (stat(request.coordination.path.c_str(), &st) != 0 || st.st_size == 0) return scope;
+    // statx, not stat: stat@GLIBC_2.33 is beyond the manylinux_2_28 wheel
+    struct statx st{};
+    if (statx(AT_FDCWD, request.coordination.path.c_str(), AT_STATX_SYNC_AS_STAT, STATX_SIZE, &st) != 0 ||
+        st.stx_size == 0)
+        return scope;
     coordination::Options quick = request.coordination;
     quick.timeout_ms = std::min<std::int64_t>(quick.timeout_ms, 100);  // a busy file: read the whole host instead
     const coordination::Snapshot snap = coordination::snapshot(quick);
