@@ -58,22 +58,28 @@ print(json.dumps({"results": output, "logs": records}))
 """
 
 
-def run_scenarios(scenarios, *, devices=None, spec=None, init_error=None, env=None, runner=RUNNER):
-    """Run ``[(config, amounts), ...]`` in one child process (``runner``) against a simulated host."""
+def run_child(runner, argument, env, timeout=60):
+    """What ``runner`` prints (one JSON document), run in a child process with ``argument`` as JSON, its
+    environment ``env`` (os.environ's without flink-gpu's settings, importing the package under test)."""
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    child_env.update(env or {})
-    if devices is not None or spec is not None or init_error is not None or env is None:
-        child_env.update(simulator.environment(devices=devices, spec=spec, init_error=init_error))
-    child_env["PYTHONPATH"] = SRC
+    child_env.update(env, PYTHONPATH=SRC)
     done = subprocess.run(
-        [sys.executable, "-c", runner, json.dumps(scenarios)],
+        [sys.executable, "-c", runner, json.dumps(argument)],
         env=child_env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stderr
-    output = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+def run_scenarios(scenarios, *, devices=None, spec=None, init_error=None, env=None, runner=RUNNER):
+    """Run ``[(config, amounts), ...]`` in one child process (``runner``) against a simulated host."""
+    child_env = dict(env or {})
+    if devices is not None or spec is not None or init_error is not None or env is None:
+        child_env.update(simulator.environment(devices=devices, spec=spec, init_error=init_error))
+    output = run_child(runner, scenarios, child_env, timeout=120)
     return output["results"], output["logs"]
 
 
@@ -1164,15 +1170,8 @@ os._exit(0)
 def run_while_stuck(hang_file, spec, scenarios):
     """HANG_RUNNER's output for ``scenarios`` on the simulated host ``spec``, whose hang rules block while
     ``hang_file`` exists: created here, removed by the runner once it has printed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    env.update(simulator.environment(spec=spec))
-    env.update(PYTHONPATH=SRC, HANG_FILE=str(hang_file))
     hang_file.write_text("")
-    done = subprocess.run(
-        [sys.executable, "-c", HANG_RUNNER, json.dumps(scenarios)], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return run_child(HANG_RUNNER, scenarios, {**simulator.environment(spec=spec), "HANG_FILE": str(hang_file)})
 
 
 def test_a_gpu_whose_state_read_does_not_return_in_time_is_unknown_warned_and_never_handed_out(tmp_path):
@@ -1363,17 +1362,9 @@ def claim_calls(tmp_path, amount, again=True, spec=None, **params):
         **params,
         "discovery-script.args": f"--enable-coordination-mode --coordination-file {tmp_path / 'coord'}",
     }
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    env.update(simulator.environment(devices=None if spec else 8, spec=spec), PYTHONPATH=SRC)
-    done = subprocess.run(
-        [sys.executable, "-c", COUNT_RUNNER, json.dumps([config, amount, again])],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    out = run_child(
+        COUNT_RUNNER, [config, amount, again], simulator.environment(devices=None if spec else 8, spec=spec)
     )
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
     return out["calls"], out["got"]
 
 
@@ -1464,17 +1455,7 @@ def test_a_new_processs_first_claim_opens_and_enumerates_only_the_gpus_it_reads(
     """Without persistence mode a GPU's first handle in a process costs seconds: a first claim of n on 8 idle
     GPUs opens n of them, and only those are enumerated (their infos carry their static properties)."""
     config = {**NVML, "discovery-script.args": f"--enable-coordination-mode --coordination-file {tmp_path / 'c'}"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    env.update(simulator.environment(devices=8), PYTHONPATH=SRC)
-    done = subprocess.run(
-        [sys.executable, "-c", FIRST_CLAIM_RUNNER, json.dumps([config, amount])],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
+    out = run_child(FIRST_CLAIM_RUNNER, [config, amount], simulator.environment(devices=8))
     first = [str(i) for i in range(amount)]
     assert out["got"] == first and out["uuids"] == [sim_uuid(i) for i in range(amount)]
     opened = {gpu for function, by_gpu in out["calls"].items() for gpu in by_gpu if gpu != "host"}

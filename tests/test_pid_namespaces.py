@@ -121,6 +121,14 @@ for line in sys.stdin:
             done = subprocess.run(cmd["argv"], env={**os.environ, **cmd.get("env", {})}, capture_output=True,
                                   text=True, timeout=60)
             out = {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+        elif op == "driver_claim":  # a coordinated driver's first claim on 4 simulated GPUs, and the GPUs it opened
+            from flink_gpu import GPUDriver, simulator
+            os.environ.update(simulator.environment(devices=4))  # before NVML first loads in this process
+            args = f"--enable-coordination-mode --coordination-file {path}"
+            with GPUDriver({"discovery-mode": "nvml", "discovery-script.args": args}) as driver:
+                got = sorted(info.index for info in driver.retrieve_resource_info(cmd["amount"]))
+                opened = sorted(simulator.counters()["calls"].get("nvmlDeviceGetHandleByIndex_v2", {}), key=int)
+            out = {"got": got, "opened": opened}
         elif op == "die":
             print(json.dumps({"dying": os.getpid()}), flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -242,6 +250,17 @@ def test_two_namespaces_with_pid_1_never_share_a_gpu(path, workers):
     assert b.ask(op="release") == {"released": ["2", "3"]}
     assert coordination.claim(1, gpus(4), path=path).taken == ["2"]
     coordination.release(path=path)
+
+
+def test_a_claim_never_reads_the_gpu_pid_1_of_another_namespace_holds_as_its_own(path, workers):
+    """Both sides are pid 1: B's driver must not take A's line for its own (which it would read and could
+    take back); it reads only the free GPU it claims."""
+    a = workers(path)
+    b = workers(path)
+    assert a.pid == b.pid == 1 and a.ns != b.ns
+    assert a.claim(1, gpus(4)) == {"taken": ["0"]}
+    assert b.ask(op="driver_claim", amount=1) == {"got": ["1"], "opened": ["1"]}
+    assert [(e.index, e.namespace) for e in coordination.snapshot(path).entries] == [("0", a.ns)]
 
 
 def test_a_sigkilled_lease_holder_is_reclaimed_from_another_namespace(path, workers):

@@ -1,6 +1,7 @@
 #include "policy/discover.hpp"
 
 #include "base/gpu_index.hpp"
+#include "coordination/liveness.hpp"
 #include "policy/shortage.hpp"
 
 #include <fcntl.h>
@@ -58,12 +59,16 @@ ReadScope scope_of(const DiscoveryRequest& request, std::vector<std::string>* ow
     quick.timeout_ms = std::min<std::int64_t>(quick.timeout_ms, 100);  // a busy file: read the whole host instead
     const coordination::Snapshot snap = coordination::snapshot(quick);
     if (!snap.status.ok()) return scope.whole();
+    // The owner's lines by the claim's own rule (its namespace, its start time), never by pid alone: pid 1
+    // of another container is another holder.
+    coordination::LineJudge judge(nullptr);
+    const coordination::ProcInfo& owner_info = judge.process(request.owner);
     for (const coordination::Entry& e : snap.entries) {
         unsigned gpu = 0;
         if (!gpu_of(e.gpu, &gpu)) continue;
-        if (e.pid == request.owner) {
+        if (e.alive && judge.owns(e, request.owner, owner_info)) {
             scope.read_through = std::max(scope.read_through, gpu + 1);
-            if (e.alive) owned->push_back(e.index);
+            owned->push_back(e.index);
         } else if (!e.alive || e.index != e.gpu) {
             scope.uncounted.push_back(gpu);  // a free GPU goes first; a unit's GPU may have no free unit
         } else {
