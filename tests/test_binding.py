@@ -280,11 +280,14 @@ if lose:
 out = {}
 try:
     start = time.monotonic()
-    out["bound"] = list(
-        bind([GPUInfo(str(i)) for i in range(n)], count, path=path, library_path=library, **options).indices
-    )
+    got = bind([GPUInfo(str(i)) for i in range(n)], count, path=path, library_path=library, **options)
+    out["bound"] = list(got.indices)
+    out["memory_limit"] = got.memory_limit
+    out["environment"] = got.memory_environment(mps=True) if got.memory_limit else None
 except BindingError as error:
     out["error"] = str(error)
+except ValueError as error:
+    out["value_error"] = str(error)
 out["seconds"] = time.monotonic() - start
 try:
     out["earlier_devices"] = list(earlier.devices) if earlier else None
@@ -458,6 +461,203 @@ def test_bind_prefers_no_gpu_by_state_on_a_healthy_host(path):
     assert got["bound"] == ["0"] and got["warnings"] == []
 
 
+# -- memory requests (docs/design.md §9.3, Memory) ---------------------------------------------------
+
+GiB = 2**30
+
+# A worker process on the simulator: binds 1 of GPUs 0..n-1 with a memory request, prints what it got (or
+# the error), holds the binding until stdin closes.
+MEMORY_WORKER = textwrap.dedent("""
+    import json, sys
+    from flink_gpu import GPUInfo
+    from flink_gpu.binding import bind, BindingError
+    from flink_gpu.nvml import open_library
+    path, n, share, memory = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+    try:
+        b = bind([GPUInfo(str(i)) for i in range(n)], 1, share, path=path, library_path=open_library().library_path,
+                 memory=memory)
+        print(json.dumps({"bound": list(b.indices), "memory_limit": b.memory_limit}), flush=True)
+    except BindingError as error:
+        print(json.dumps({"error": str(error)}), flush=True)
+    sys.stdin.read()
+    """)
+
+
+def start_memory_workers(path, count, memory, n=2, share=8, spec=None):
+    from conftest import simulated_env
+
+    env = {**child_env(), **(simulated_env(spec=spec) if spec is not None else simulated_env(devices=n))}
+    procs = []
+    reports = []
+    for _ in range(count):  # one after the other: the spread is the ranking's, not the race's
+        proc = subprocess.Popen(
+            [sys.executable, "-c", MEMORY_WORKER, path, str(n), str(share), json.dumps(memory)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        procs.append(proc)
+        reports.append(json.loads(proc.stdout.readline()))
+    return procs, reports
+
+
+def test_four_30_gib_requests_on_two_80_gib_gpus_spread_two_and_two_and_a_fifth_is_refused_naming_memory(path):
+    procs, reports = start_memory_workers(path, 4, "30 gb")
+    try:
+        assert [report["bound"] for report in reports] == [["0"], ["1"], ["0"], ["1"]], reports
+        assert {report["memory_limit"] for report in reports} == {30 * GiB}
+        more, [fifth] = start_memory_workers(path, 1, "30 gb")
+        stop(more)
+        error = fifth["error"]
+        assert error.startswith("Could not bind 1 GPU to pid ") and "and 30 GiB of memory on each" in error, error
+        assert "GPU 0 is bound by pid " in error and "(2 of at most 8), 60 GiB of its 80 GiB requested" in error
+        assert "Ask for less memory, run fewer subtasks per GPU, or give the TaskManager more GPUs." in error
+        # a killed holder's request is free again, exactly when its binding is
+        procs[1].kill()
+        procs[1].wait(30)
+        again, [report] = start_memory_workers(path, 1, 30 * GiB)
+        stop(again)
+        assert report == {"bound": ["1"], "memory_limit": 30 * GiB}
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(30)
+
+
+def test_a_gpu_with_11_gib_free_is_not_given_a_20_gib_request_while_another_fits(path):
+    spec = {"devices": [{"memory_used": 69 * GiB}, {}]}
+    assert bind_on_state(path, spec, 2, 1, memory="20 gb")["bound"] == ["1"]
+    # without a request the ranking is as before
+    assert bind_on_state(path + "2", spec, 2, 1)["bound"] == ["0"]
+    # nowhere to fit: the shortage says what each GPU has
+    refused = bind_on_state(path + "3", {"devices": [{"memory_used": 69 * GiB}]}, 1, 1, memory="20 gb")
+    assert "GPU 0 is free, none of its 80 GiB requested, 11 GiB free" in refused["error"], refused
+
+
+def test_memory_in_flink_syntax_is_the_binding_s_memory_limit_and_its_environment(path):
+    got = bind_on_state(path, {"devices": [{}, {}]}, 2, 1, memory="10 gb", holders_per_gpu=4)
+    assert got["memory_limit"] == 10 * 2**30
+    assert got["environment"] == {
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.1250",  # of the 80 GiB GPU
+        "CUPY_GPU_MEMORY_LIMIT": str(10 * 2**30),
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10240M",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
+    }
+    assert bind_on_state(path + "2", {"devices": [{}]}, 1, 1)["memory_limit"] is None
+
+
+def test_a_memory_request_larger_than_any_gpu_is_refused_naming_it(path):
+    got = bind_on_state(path, {"devices": [{}, {"memory_total": 40 * GiB}]}, 2, 1, memory="100 gb")
+    assert got["value_error"] == (
+        "Invalid memory request of 100 GiB (107374182400 bytes): it is larger than any GPU given (the largest, "
+        "GPU 0, has 80 GiB). Ask for at most that."
+    )
+
+
+@pytest.mark.parametrize(
+    "memory, error, words",
+    [
+        (0, ValueError, "memory must be more than 0 bytes, got 0: give a positive number of bytes or a Flink memory"),
+        (-5, ValueError, "memory must be more than 0 bytes, got -5"),
+        ("0 mb", ValueError, "memory must be more than 0 bytes, got 0"),
+        ("lots", ValueError, "memory 'lots' is not a memory size: text does not start with a number"),
+        ("1.5 gb", ValueError, "memory '1.5 gb' is not a memory size"),
+        (2**63, ValueError, "is beyond any GPU (at most 9223372036854775807 bytes)"),
+        (True, TypeError, "memory must be bytes (int) or a Flink memory size (str)"),
+        (10.0, TypeError, "memory must be bytes (int) or a Flink memory size (str)"),
+    ],
+)
+def test_a_bad_memory_request_is_refused_naming_it_before_the_file_is_touched(path, memory, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        bind([GPUInfo("0")], path=path, memory=memory)
+    assert not os.path.exists(path)
+
+
+def test_a_memory_request_without_nvml_says_no_gpu_s_memory_is_known(path, tmp_path):
+    with pytest.raises(NotEnoughGpusError, match=r"^Could not bind with a memory request: NVML could not be opened"):
+        bind([GPUInfo("0")], path=path, library_path=str(tmp_path / "libnvidia-ml.so.1"), memory="1 gb")
+
+
+def test_a_holder_keeps_the_request_it_bound_with(path):
+    from conftest import simulated_env
+
+    code = textwrap.dedent("""
+        import sys
+        from flink_gpu import GPUInfo
+        from flink_gpu.binding import bind
+        from flink_gpu.nvml import open_library
+        library = open_library().library_path
+        first = bind([GPUInfo("0")], 1, 2, path=sys.argv[1], library_path=library, memory="8 gb")
+        same = bind([GPUInfo("0")], 1, 2, path=sys.argv[1], library_path=library, memory=8 * 2**30)
+        assert same.indices == first.indices and same.memory_limit == 8 * 2**30
+        try:
+            bind([GPUInfo("0")], 1, 2, path=sys.argv[1], library_path=library, memory="16 gb")
+        except ValueError as error:
+            print(error)
+        """)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, path],
+        env={**child_env(), **simulated_env(devices=1)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "with a memory request of 16 GiB: it binds GPU 0 with a memory request of 8 GiB already" in proc.stdout
+
+
+# A process that stands in for PyTorch (which needs a CUDA GPU this machine has not): apply_memory_limit()
+# hands each bound GPU's share to torch.cuda.set_per_process_memory_fraction, per CUDA ordinal.
+APPLY_TO_TORCH = textwrap.dedent("""
+    import json, sys, types
+    from flink_gpu import GPUInfo
+    from flink_gpu.binding import bind
+    from flink_gpu.nvml import open_library
+    b = bind([GPUInfo("0"), GPUInfo("1")], 1, 1, path=sys.argv[1], library_path=open_library().library_path,
+             memory="20 gb")
+    try:
+        b.apply_memory_limit()
+    except RuntimeError as error:
+        print(json.dumps({"without": str(error)}))
+    calls = []
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(set_per_process_memory_fraction=lambda f, d: calls.append([f, d]))
+    sys.modules["torch"] = torch
+    print(json.dumps({"applied": b.apply_memory_limit(), "calls": calls, "devices": b.devices}))
+    """)
+
+
+def test_apply_memory_limit_gives_pytorch_the_share_of_each_bound_gpu(path):
+    from conftest import simulated_env
+
+    # GPU 0 is taken by another holder, so this one binds GPU 1, a 40 GiB GPU: half of it
+    spec = {"devices": [{}, {"memory_total": 40 * GiB}]}
+    others, _ = start_memory_workers(path, 1, None, share=1, spec=spec)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", APPLY_TO_TORCH, path],
+            env={**child_env(), **simulated_env(spec=spec)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        stop(others)
+    assert proc.returncode == 0, proc.stderr
+    without, applied = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert without["without"].startswith("apply_memory_limit() limits PyTorch's or CuPy's allocator, and neither")
+    assert applied["applied"] == ["torch"]
+    assert applied["calls"] == [[0.5, applied["devices"][0]]]
+
+
+def test_apply_memory_limit_without_a_request_says_so(path):
+    with bind(infos(1), path=path) as b:
+        assert b.memory_limit is None and b.memory_environment() == {}
+        with pytest.raises(ValueError, match=r"has no memory request to apply: bind with memory="):
+            b.apply_memory_limit()
+
+
 # A process-mode PyFlink worker's metric group (PyFlink's own class): gauges registered under
 # add_group("gpu", <index>), read the way the worker reads them when it reports a bundle: after the
 # sampler's next sample ("first"), and after the file argv's "lose" names is created (the simulator's
@@ -470,7 +670,7 @@ from flink_gpu.binding import bind
 from flink_gpu.nvml import sample_metrics_now
 root = GenericMetricGroup(None, None)
 args = json.loads(sys.argv[1])
-binding = bind([GPUInfo("0"), GPUInfo("1")], 2, path=args["path"], library_path=args["library"])
+binding = bind([GPUInfo("0"), GPUInfo("1")], 2, path=args["path"], library_path=args["library"], memory=args["memory"])
 binding.register_metrics(root)
 def read():
     out = {}
@@ -488,7 +688,7 @@ print(json.dumps({"first": first, "later": read()}))
 """
 
 
-def read_gauges(path, spec=None, lose=None, library=None):
+def read_gauges(path, spec=None, lose=None, library=None, memory=None):
     """What the gauges of a binding of GPUs 0 and 1 read in a fresh process on the simulator (NVML
     initialises once per process): {"first": {"gpu.<index>": {gauge: value}}, "later": ... after the
     file ``lose`` was created}."""
@@ -496,7 +696,7 @@ def read_gauges(path, spec=None, lose=None, library=None):
 
     pytest.importorskip("pyflink", reason="the gauges are registered on PyFlink's metric group")
     env = {**child_env(), **(simulated_env(spec=spec) if spec is not None else simulated_env(devices=2))}
-    args = json.dumps({"path": path, "library": library, "lose": lose})
+    args = json.dumps({"path": path, "library": library, "lose": lose, "memory": memory})
     proc = subprocess.run([sys.executable, "-c", GAUGES, args], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
@@ -510,6 +710,11 @@ def test_register_metrics_adds_integer_gauges_per_bound_gpu(path):
         assert all(type(value) is int for value in gauges.values())
         assert 0 <= gauges["utilization"] <= 100 and 30 <= gauges["temperature"] <= 80
         assert 50 <= gauges["power"] <= 700 and gauges["memoryUsed"] >= 0 and gauges["health"] == 0
+
+
+def test_a_binding_with_a_memory_request_has_a_memory_limit_gauge_in_mib(path):
+    got = read_gauges(path, memory="12 gb")
+    assert {gauges["memoryLimit"] for gauges in got["first"].values()} == {12 * 1024}
 
 
 def test_a_gauge_nvml_cannot_answer_is_minus_one(path):

@@ -25,6 +25,7 @@ FACES = {
     "flink_gpu.script_protocol",
     "flink_gpu.java_text",
     "flink_gpu.flink_duration",
+    "flink_gpu.flink_memory_size",
     "flink_gpu.gpu_index",
     "flink_gpu.bindings_file",
     "flink_gpu.policy",

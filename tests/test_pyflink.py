@@ -593,31 +593,36 @@ def test_without_coordination_mode_the_file_is_not_read(tmp_path, monkeypatch):
 BINDING_TASKMANAGER = """
 import json, os, subprocess, sys
 from flink_gpu import coordination
-path, amount, workers, count, share = ARGS
+path, amount, workers, count, share, memory = ARGS
 claimed = coordination.claim(amount, ["0", "1", "2", "3"], path=path).taken
 worker = '''
 import json, os, sys
 from flink_gpu.pyflink import bind_gpus
 from flink_gpu.binding import BindingError
 try:
-    b = bind_gpus(None, "gpu", count=COUNT, subtasks_per_gpu=SHARE)
-    print(json.dumps({"pid": os.getpid(), "indices": list(b.indices), "visible": b.cuda_visible_devices}), flush=True)
+    b = bind_gpus(None, "gpu", count=COUNT, subtasks_per_gpu=SHARE, memory=MEMORY)
+    print(json.dumps({"pid": os.getpid(), "indices": list(b.indices), "visible": b.cuda_visible_devices,
+                      "memory_limit": b.memory_limit}), flush=True)
 except BindingError as error:
     print(json.dumps({"pid": os.getpid(), "error": f"{type(error).__name__}: {error}"}), flush=True)
 sys.stdin.read()
-'''.replace("COUNT", str(count)).replace("SHARE", str(share))
+'''.replace("COUNT", str(count)).replace("SHARE", str(share)).replace("MEMORY", repr(memory))
 procs = [subprocess.Popen(["/bin/sh", "-c", '"$0" -c "$1"; exit $?', sys.executable, worker],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(workers)]
 reports = [json.loads(p.stdout.readline()) for p in procs]
+from flink_gpu.bindings_file import bindings_path, snapshot
+held = [(e.index, e.holders_per_gpu, e.memory) for e in snapshot(bindings_path(path)).entries if e.alive]
 for p in procs:
     p.stdin.close()
     p.wait(30)
-print(json.dumps({"pid": os.getpid(), "claimed": claimed, "reports": reports}))
+print(json.dumps({"pid": os.getpid(), "claimed": claimed, "reports": reports, "held": held}))
 """
 
 
-def bind_in_workers(env, path, amount, workers, count=1, share=1):
-    proc = run_python(f"ARGS = ({str(path)!r}, {amount}, {workers}, {count}, {share})\n" + BINDING_TASKMANAGER, env=env)
+def bind_in_workers(env, path, amount, workers, count=1, share=1, memory=None):
+    proc = run_python(
+        f"ARGS = ({str(path)!r}, {amount}, {workers}, {count}, {share}, {memory!r})\n" + BINDING_TASKMANAGER, env=env
+    )
     return json.loads(proc.stdout)
 
 
@@ -639,6 +644,26 @@ def test_process_mode_shares_a_gpu_among_subtasks_per_gpu_workers(tm_conf):
     _, path = tm_conf
     result = bind_in_workers(simulated_env(devices=4), path, 2, 4, share=2)
     assert sorted(index for report in result["reports"] for index in report["indices"]) == ["0", "0", "1", "1"]
+
+
+def test_process_mode_workers_bind_with_a_memory_request_and_subtasks_per_gpu(tm_conf):
+    """bind_gpus(ctx, "gpu", memory="12 gb", subtasks_per_gpu=4): both limits apply; the bindings file records
+    the request for every process to count."""
+    _, path = tm_conf
+    result = bind_in_workers(simulated_env(devices=4), path, 1, 4, share=4, memory="12 gb")
+    assert [report.get("memory_limit") for report in result["reports"]] == [12 * 2**30] * 4, result
+    assert sorted(index for report in result["reports"] for index in report["indices"]) == ["0"] * 4
+    assert sorted(map(tuple, result["held"])) == [("0", 4, 12 * 2**30)] * 4
+
+
+def test_memory_requests_beyond_a_gpu_say_what_each_gpu_has_and_what_to_change(tm_conf):
+    """Three 30 GiB slots on one 80 GiB GPU with 4 subtasks per GPU: the third is refused naming memory."""
+    _, path = tm_conf
+    result = bind_in_workers(simulated_env(devices=4), path, 1, 3, share=4, memory=30 * 2**30)
+    [error] = [report["error"] for report in result["reports"] if "error" in report]
+    assert error.startswith("NotEnoughGpusError: Could not bind 1 GPU") and "30 GiB of memory on each" in error, error
+    assert "60 GiB of its 80 GiB requested, 80 GiB free" in error, error
+    assert "each asking 30 GiB of it (memory). Ask for less memory" in error, error
 
 
 def test_not_enough_says_what_the_taskmanager_has_who_binds_it_and_what_to_change(tm_conf):
@@ -696,6 +721,23 @@ def test_bind_gpus_refuses_bad_counts_naming_the_parameter(count, share, message
 
     with pytest.raises(ValueError, match=message):
         bind_gpus(None, "gpu", count=count, subtasks_per_gpu=share)
+
+
+@pytest.mark.parametrize(
+    "memory, error, message",
+    [
+        (0, ValueError, "memory must be more than 0 bytes, got 0"),
+        (-1, ValueError, "memory must be more than 0 bytes, got -1"),
+        ("ten gb", ValueError, "memory 'ten gb' is not a memory size"),
+        ("10 gigs", ValueError, "the unit 'gigs' is none of b, bytes"),
+        (1.5, TypeError, "memory must be bytes \\(int\\) or a Flink memory size \\(str\\)"),
+    ],
+)
+def test_bind_gpus_refuses_a_bad_memory_request_naming_it_before_looking_for_gpus(memory, error, message):
+    from flink_gpu.pyflink import bind_gpus
+
+    with pytest.raises(error, match=message):
+        bind_gpus(None, "gpu", memory=memory)
 
 
 def test_bind_gpus_names_subtasks_per_gpu_when_it_is_not_a_whole_number():

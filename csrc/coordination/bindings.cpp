@@ -3,6 +3,7 @@
 
 #include "base/gpu_index.hpp"
 #include "coordination/steps.hpp"
+#include "flink/memory_size.hpp"
 
 #include <algorithm>
 #include <map>
@@ -69,6 +70,45 @@ Status validate(const Holder& holder, std::uint32_t holders_per_gpu) {
     return {};
 }
 
+// The given GPUs' memory by index (MemoryRequest::of, parallel to `gpus`), and the request's own checks:
+// within a line's range, one reading per GPU, and not larger than every GPU whose total is known.
+Status memory_by_index(const std::vector<std::string>& gpus, const MemoryRequest& memory,
+                       std::map<std::string, GpuMemory>* out) {
+    if (memory.bytes == 0) return {};
+    if (memory.bytes > coordination::kMaxMemoryRequest) {
+        return failure(StatusCode::kInvalidArgument, "Invalid memory request of " + std::to_string(memory.bytes) +
+                                                         " bytes: it must be 1 to " +
+                                                         std::to_string(coordination::kMaxMemoryRequest) + ".");
+    }
+    if (!memory.of.empty() && memory.of.size() != gpus.size()) {
+        return failure(StatusCode::kInvalidArgument, "The GPUs' memory readings (" + std::to_string(memory.of.size()) +
+                                                         ") do not match the GPUs given (" +
+                                                         std::to_string(gpus.size()) + ").");
+    }
+    std::string largest;
+    std::uint64_t largest_total = 0;
+    for (std::size_t i = 0; i < memory.of.size(); ++i) {
+        (*out)[gpus[i]] = memory.of[i];
+        if (memory.of[i].total && *memory.of[i].total > largest_total) {
+            largest_total = *memory.of[i].total;
+            largest = gpus[i];
+        }
+    }
+    if (!largest.empty() && memory.bytes > largest_total) {
+        return failure(StatusCode::kInvalidArgument, "Invalid memory request of " + format_memory_size(memory.bytes) +
+                                                         " (" + std::to_string(memory.bytes) +
+                                                         " bytes): it is larger than any GPU given (the largest, GPU " +
+                                                         largest + ", has " + format_memory_size(largest_total) +
+                                                         "). Ask for at most that.");
+    }
+    return {};
+}
+
+// "10 GiB", or "none" for no request.
+std::string request_text(std::uint64_t bytes) { return bytes == 0 ? "none" : format_memory_size(bytes); }
+
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
+
 // The lines of one call and what they say about the holder.
 class View {
 public:
@@ -115,21 +155,33 @@ private:
 // What a GPU offers a new holder.
 struct Offer {
     std::string index;
-    std::set<std::string> holders;  // keys of its live holders (this one excluded)
-    std::vector<std::string> who;   // how the message names them
-    std::uint32_t limit = 0;        // the most holders it may have
-    std::string excluded_by;        // a holder of the other granularity (whole GPU / unit), if any
-    bool blocked = false;           // a line that cannot be parsed names it
+    std::set<std::string> holders;                    // keys of its live holders (this one excluded)
+    std::vector<std::string> who;                     // how the message names them
+    std::uint32_t limit = 0;                          // the most holders it may have
+    std::string excluded_by;                          // a holder of the other granularity (whole GPU / unit), if any
+    bool blocked = false;                             // a line that cannot be parsed names it
+    std::map<std::string, std::uint64_t> request_of;  // each live holder's memory request (its largest line's)
+    std::uint64_t requested = 0;                      // their sum
+    GpuMemory memory;                                 // what NVML reads of it now
+    // Whether a request of `bytes` fits: the requests with it within the total, and as much free now.
+    bool fits(std::uint64_t bytes) const {
+        if (bytes == 0) return true;
+        if (!memory.total || !memory.free) return false;
+        return saturating_add(requested, bytes) <= *memory.total && *memory.free >= bytes;
+    }
 };
 
 BindResult bind_impl(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus_in,
-                     std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks) {
+                     std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks,
+                     const MemoryRequest& memory) {
     BindResult r;
     if (!(r.status = validate(holder, holders_per_gpu)).ok()) return r;
     std::vector<std::string> gpus;
     if (!(r.status = coordination::validate_indices(gpus_in, &gpus)).ok()) return r;
     coordination::IndexRanks rank_of;
     if (!(r.status = rank_of.assign(gpus_in, ranks)).ok()) return r;
+    std::map<std::string, GpuMemory> memory_of;
+    if (!(r.status = memory_by_index(gpus_in, memory, &memory_of)).ok()) return r;
     if (count == 0) return r;
 
     coordination::LineJudge live(nullptr);  // leases once the file is locked, as in coordination::claim
@@ -155,13 +207,30 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
 
     const std::set<std::string> candidates(gpus.begin(), gpus.end());
     std::set<std::string> mine_set, by_caller;
+    std::map<std::string, std::uint64_t> mine_request;  // the request the holder's lines record, per GPU
     for (const Line& l : lines) {
         if (l.kind != LineKind::kEntry || !view.holders(l.entry) || !candidates.count(l.entry.index)) continue;
         mine_set.insert(l.entry.index);
+        std::uint64_t& recorded = mine_request[l.entry.index];
+        recorded = std::max(recorded, l.entry.memory);
         if (view.written_by_caller(l.entry)) by_caller.insert(l.entry.index);
     }
     std::vector<std::string> mine(mine_set.begin(), mine_set.end());
     sort_indices(&mine);
+    // A binding keeps the request it was made with: the holder's other code (another thread of the slot, a
+    // chained operator) asking with another one is a configuration to fix, not one to guess between.
+    for (const auto& [index, recorded] : mine_request) {
+        if (recorded == memory.bytes) continue;
+        r.status = failure(StatusCode::kInvalidArgument,
+                           "Cannot bind GPUs to " + describe(holder) + " with a memory request of " +
+                               request_text(memory.bytes) + ": it binds GPU " + index + " with a memory request of " +
+                               request_text(recorded) +
+                               " already. A binding keeps its request while it holds: ask with the same one, or "
+                               "release the binding first. Bindings file: " +
+                               opts.path + ".");
+        return r;
+    }
+    r.memory = memory.bytes;
 
     std::vector<std::string> result, take;
     if (mine.size() >= count) {
@@ -173,6 +242,8 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
             Offer o;
             o.index = g;
             o.limit = holders_per_gpu;
+            const auto reading = memory_of.find(g);
+            if (reading != memory_of.end()) o.memory = reading->second;
             const std::string parent = coordination::gpu_of(g);
             for (const Line& l : lines) {
                 if (l.kind == LineKind::kBad && (l.word == g || l.word == parent)) o.blocked = true;
@@ -182,14 +253,19 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                     continue;
                 }
                 if (view.holders(l.entry)) continue;
-                if (o.holders.insert(view.key(l.entry)).second) o.who.push_back(describe(l.entry));
+                const std::string key = view.key(l.entry);
+                if (o.holders.insert(key).second) o.who.push_back(describe(l.entry));
                 o.limit = std::min(o.limit, l.entry.share == 0 ? 1u : l.entry.share);
+                std::uint64_t& request = o.request_of[key];
+                request = std::max(request, l.entry.memory);
             }
+            for (const auto& [key, request] : o.request_of) o.requested = saturating_add(o.requested, request);
             offers.push_back(std::move(o));
         }
         std::vector<const Offer*> open;
         for (const Offer& o : offers) {
-            if (!o.blocked && o.excluded_by.empty() && o.holders.size() + 1 <= o.limit) open.push_back(&o);
+            if (!o.blocked && o.excluded_by.empty() && o.holders.size() + 1 <= o.limit && o.fits(memory.bytes))
+                open.push_back(&o);
         }
         // the best rank first, then least-bound; `gpus` is in index order, so a stable sort keeps the lowest
         // index among equals
@@ -224,7 +300,9 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
         if (need > 0) {
             std::string msg = "Could not bind " + std::to_string(count) + " GPU" + (count == 1 ? "" : "s") + " to " +
                               describe(holder) + " with at most " + std::to_string(holders_per_gpu) + " holder" +
-                              (holders_per_gpu == 1 ? "" : "s") + " per GPU: ";
+                              (holders_per_gpu == 1 ? "" : "s") + " per GPU";
+            if (memory.bytes > 0) msg += " and " + format_memory_size(memory.bytes) + " of memory on each";
+            msg += ": ";
             if (count > gpus.size()) {
                 msg += "it was given " + std::string(gpus.empty() ? "no GPUs"
                                                                   : "only " + std::to_string(gpus.size()) + " (" +
@@ -245,6 +323,15 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                     part += " is bound by " + coordination::join(o.who) + " (" + std::to_string(o.holders.size()) +
                             " of at most " + std::to_string(o.limit) + ")";
                 }
+                if (memory.bytes > 0 && !o.blocked && o.excluded_by.empty()) {
+                    if (!o.memory.total || !o.memory.free) {
+                        part += ", its memory not known (NVML did not read it)";
+                    } else {
+                        part += std::string(", ") + (o.requested == 0 ? "none" : format_memory_size(o.requested)) +
+                                " of its " + format_memory_size(*o.memory.total) + " requested, " +
+                                format_memory_size(*o.memory.free) + " free";
+                    }
+                }
                 msg += part;
             }
             if (!mine.empty()) {
@@ -258,7 +345,11 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                                  " (CUDA uses one MIG instance per process: bind MIG units from separate processes, "
                                  "e.g. PyFlink's process mode, to give each slot its own)";
             }
-            msg += ". Bindings file: " + opts.path + ".";
+            msg += ".";
+            if (memory.bytes > 0) {
+                msg += " Ask for less memory, run fewer subtasks per GPU, or give the TaskManager more GPUs.";
+            }
+            msg += " Bindings file: " + opts.path + ".";
             r.status = failure(StatusCode::kNotEnough, msg);
             return r;
         }
@@ -277,8 +368,11 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     for (Line& l : lines) {
         if (l.kind == LineKind::kEntry && !l.entry.alive) l.keep = false;  // dead holders' lines go
     }
+    coordination::LineTerms terms;
+    terms.share = holders_per_gpu;
+    terms.memory = memory.bytes;
     r.status = coordination::write_lines(&file, text, &lines, &leases, view.identity(), leases_for(holder, live.self()),
-                                         holders_per_gpu, write, &r.lease_problem);
+                                         terms, write, &r.lease_problem);
     if (!r.status.ok()) {
         r.indices.clear();
         return r;
@@ -322,9 +416,10 @@ coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const
 }  // namespace
 
 BindResult bind(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus,
-                std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks) noexcept {
+                std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks,
+                const MemoryRequest& memory) noexcept {
     return coordination::guarded<BindResult>(
-        [&] { return bind_impl(opts, holder, gpus, count, holders_per_gpu, ranks); });
+        [&] { return bind_impl(opts, holder, gpus, count, holders_per_gpu, ranks, memory); });
 }
 
 coordination::ReleaseResult unbind(const coordination::Options& opts, const Holder& holder) noexcept {

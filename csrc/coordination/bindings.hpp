@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,18 @@ struct Holder {
     std::uint64_t start_time = 0;
 };
 
+// A GPU's memory as NVML reads it now (bytes); absent: not known.
+struct GpuMemory {
+    std::optional<std::uint64_t> total, free;
+};
+
+// A memory request per bound GPU (docs/design.md §9.3, Memory): a GPU takes it only where the requests of
+// its live holders plus this one fit its total, and its free memory now covers it.
+struct MemoryRequest {
+    std::uint64_t bytes = 0;    // on each GPU bound; 0: no request (nothing is checked or recorded)
+    std::vector<GpuMemory> of;  // parallel to the given GPUs; a GPU whose memory is not known takes no request
+};
+
 struct BindResult {
     Status status;
     std::vector<std::string> indices;  // the holder's binding for this request, in index order
@@ -56,6 +69,7 @@ struct BindResult {
     Status lease_problem;
     std::uint64_t start_time = 0;  // the holder's (thread's) start time, as its lines record it; 0: unknown
     std::string file_identity;     // LockedFile::identity() of the bindings file
+    std::uint64_t memory = 0;      // the request the holder's lines record (bytes per GPU); 0: none
 };
 
 // kInvalidArgument, naming it, unless `slot` is a valid slot id (coordination/lines.hpp's valid_slot).
@@ -67,9 +81,13 @@ Status check_slot(const std::string& slot);
 // writes its own lines for them). New GPUs: least-bound first, lowest index among equals; dead holders'
 // lines are removed. All or nothing: kNotEnough says, per GPU, who binds it. count == 0 binds nothing.
 // `ranks`, when not empty, is parallel to `gpus` (nvml/choice.hpp's ranks: healthy and idle 0, then busy,
-// degraded): new GPUs come by rank first, then least-bound, then lowest index.
+// degraded): new GPUs come by rank first, then least-bound, then lowest index. With a `memory` request, a
+// new GPU must also fit it (MemoryRequest), and the lines record it: a holder keeps the request it bound
+// with (asking again with another is kInvalidArgument), and a dead holder's request goes with its lines.
+// A request larger than every given GPU whose total is known is kInvalidArgument.
 BindResult bind(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus,
-                std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks = {}) noexcept;
+                std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks = {},
+                const MemoryRequest& memory = {}) noexcept;
 
 // Removes the lines `holder` wrote: a process holder's, or the lines of one thread of a slot holder (the
 // slot keeps what its other threads bound). A missing file holds nothing. This process's lease goes once

@@ -166,8 +166,8 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
         }
     }
     const bool for_self = owner == live.self();
-    r.status = write_lines(&file, text, &lines, &leases, new_holder(owner, owner_info, live.ns()), for_self, 0, take,
-                           &r.lease_problem);
+    r.status = write_lines(&file, text, &lines, &leases, new_holder(owner, owner_info, live.ns()), for_self,
+                           LineTerms(), take, &r.lease_problem);
     if (!r.status.ok()) {
         r.reclaimed.clear();
         return r;

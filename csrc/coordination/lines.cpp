@@ -101,7 +101,7 @@ bool key_is(const char* key, std::size_t n, const char* name) {
 
 // Which known keys a line has named, so that none is given twice.
 struct SeenKeys {
-    bool ns = false, lease = false, lease_file = false, tm = false, share = false, slot = false;
+    bool ns = false, lease = false, lease_file = false, tm = false, share = false, memory = false, slot = false;
 };
 
 // A `key=value` field: the known keys parsed into `e` (false for a bad value or a repeated key), any
@@ -142,6 +142,10 @@ bool parse_field(const char* word, std::size_t n, Entry* e, SeenKeys* seen) {
         if (seen->share || !parse_decimal(value, value_len, kMaxShare, &v) || v == 0) return false;
         seen->share = true;
         e->share = static_cast<std::uint32_t>(v);
+    } else if (key_is(word, eq, "mem")) {
+        if (seen->memory || !parse_decimal(value, value_len, kMaxMemoryRequest, &v) || v == 0) return false;
+        seen->memory = true;
+        e->memory = v;
     } else if (key_is(word, eq, "slot")) {
         std::string slot(value, value_len);
         if (seen->slot || !valid_slot(slot)) return false;
@@ -259,7 +263,7 @@ std::vector<BadLine> bad_lines(const std::vector<Line>& lines) {
 }
 
 // A tab, not a space, before each field: see the header.
-Line new_line(const std::string& index, const HolderIdentity& holder, std::uint32_t share) {
+Line new_line(const std::string& index, const HolderIdentity& holder, std::uint32_t share, std::uint64_t memory) {
     Line l;
     l.kind = LineKind::kEntry;
     const std::string gpu = gpu_of(index);
@@ -273,12 +277,14 @@ Line new_line(const std::string& index, const HolderIdentity& holder, std::uint3
     if (gpu != index) l.raw += "\tmig=" + index;
     if (holder.tm > 0) l.raw += "\ttm=" + std::to_string(holder.tm);
     if (share > 0) l.raw += "\tshare=" + std::to_string(share);
+    if (memory > 0) l.raw += "\tmem=" + std::to_string(memory);
     if (!holder.slot.empty()) l.raw += "\tslot=" + holder.slot;
     static_cast<HolderIdentity&>(l.entry) = holder;
     if (!holder.has_lease) l.entry.lease_file.clear();
     l.entry.index = index;
     l.entry.gpu = gpu;
     l.entry.share = share;
+    l.entry.memory = memory;
     return l;
 }
 

@@ -22,6 +22,7 @@ struct Entry : HolderIdentity {
     std::string index;            // what the line holds: its first word, or for a MIG unit's line its `mig` value
     std::string gpu;              // the GPU: the line's first word, a unit's parent
     std::uint32_t share = 0;      // the bindings file's `share`; 0: not recorded
+    std::uint64_t memory = 0;     // the bindings file's `mem`: bytes the holder requested of the GPU; 0: none
     // Not part of the line: filled from the judge.
     Verdict verdict = Verdict::kGone;
     bool alive = false;
@@ -79,9 +80,13 @@ bool valid_slot(const std::string& s);
 // The largest lease slot a line may name (a byte offset of the lease file).
 inline constexpr std::uint32_t kMaxLeaseSlot = 65535;
 
+// The largest memory request a bindings line may record (bytes): Flink's MemorySize is a Java long.
+inline constexpr std::uint64_t kMaxMemoryRequest = 9223372036854775807ULL;
+
 // The line recording `holder` for `index`: `<index> <pid>`, then a tab before each field it knows
-// (`share`: the bindings file's, 0 for none).
-Line new_line(const std::string& index, const HolderIdentity& holder, std::uint32_t share = 0);
+// (`share` and `memory`: the bindings file's, 0 for none).
+Line new_line(const std::string& index, const HolderIdentity& holder, std::uint32_t share = 0,
+              std::uint64_t memory = 0);
 
 }  // namespace coordination
 }  // namespace flinkgpu

@@ -59,7 +59,7 @@ void move_to_lease(std::vector<Line>* lines, const Leases::Replaced& old, std::u
         HolderIdentity moved = e;
         moved.lease = slot;
         moved.lease_file = token;
-        Line again = new_line(e.index, moved, e.share);
+        Line again = new_line(e.index, moved, e.share, e.memory);
         again.number = l.number;
         again.entry.line_number = e.line_number;
         again.entry.verdict = e.verdict;
@@ -84,7 +84,7 @@ HolderIdentity new_holder(pid_t pid, const ProcInfo& info, const PidNamespace& o
 }
 
 Status write_lines(LockedFile* file, const std::string& old_text, std::vector<Line>* lines, Leases* leases,
-                   HolderIdentity holder, bool lease, std::uint32_t share, const std::vector<std::string>& write,
+                   HolderIdentity holder, bool lease, const LineTerms& terms, const std::vector<std::string>& write,
                    Status* lease_problem) {
     if (lease) {
         std::vector<std::uint32_t> named;
@@ -107,7 +107,7 @@ Status write_lines(LockedFile* file, const std::string& old_text, std::vector<Li
         }
     }
     const std::size_t before = lines->size();
-    for (const std::string& idx : write) lines->push_back(new_line(idx, holder, share));
+    for (const std::string& idx : write) lines->push_back(new_line(idx, holder, terms.share, terms.memory));
     Status st = file->rewrite(old_text, serialize(*lines));
     if (!st.ok() && holder.has_lease) {
         lines->resize(before);  // what the file holds: the lines were not written

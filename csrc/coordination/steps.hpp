@@ -34,13 +34,20 @@ bool slot_in_use(const std::vector<Line>& lines, std::uint32_t slot, pid_t self)
 HolderIdentity new_holder(pid_t pid, const ProcInfo& info, const PidNamespace& ours, pid_t tm = 0,
                           const std::string& slot = std::string());
 
-// The one tail of a claim and a bind: appends a line per index of `write` for `holder` to the kept `lines`
-// and rewrites the file. With `lease`, the calling process's lease goes into the lines first (one that
+// What a bindings line records beside its holder (coordination/lines.hpp's `share` and `mem`; 0: none,
+// as a claim's lines have).
+struct LineTerms {
+    std::uint32_t share = 0;
+    std::uint64_t memory = 0;
+};
+
+// The one tail of a claim and a bind: appends a line per index of `write` for `holder` (with `terms`) to
+// the kept `lines` and rewrites the file. With `lease`, the calling process's lease goes into the lines first (one that
 // cannot be had leaves them without, one whose lease file has no token gives them `lf=none`; either way
 // the reason is in *lease_problem, and they are judged by pid in our namespace, of unknown liveness to
 // other namespaces). A write that fails leaves the file as it was, and a lease no line names idle.
 Status write_lines(LockedFile* file, const std::string& old_text, std::vector<Line>* lines, Leases* leases,
-                   HolderIdentity holder, bool lease, std::uint32_t share, const std::vector<std::string>& write,
+                   HolderIdentity holder, bool lease, const LineTerms& terms, const std::vector<std::string>& write,
                    Status* lease_problem);
 
 // The one tail of a release and an unbind: rewrites the file without the lines marked not kept, when any

@@ -326,6 +326,7 @@ private:
         if (function != nullptr && answer(rc, function) == Answer::kOk) {
             s_->memory_used = m.used;
             s_->memory_free = m.free;
+            s_->memory_total = m.total;
         }
     }
 
@@ -509,6 +510,7 @@ int read_memory(const NvmlApi& api, nvmlDevice_t dev, MemoryReading* out, const 
         rc = api.device_get_memory_info_v2(dev, &m);
         *function = "nvmlDeviceGetMemoryInfo_v2";
         if (rc == NVML_SUCCESS) {
+            out->total = m.total;
             out->used = m.used;
             out->free = m.free;
         }
@@ -519,6 +521,7 @@ int read_memory(const NvmlApi& api, nvmlDevice_t dev, MemoryReading* out, const 
         rc = api.device_get_memory_info(dev, &m);
         *function = "nvmlDeviceGetMemoryInfo";
         if (rc == NVML_SUCCESS) {
+            out->total = m.total;
             out->used = m.used;
             out->free = m.free;
         }

@@ -97,6 +97,7 @@ struct DeviceState {
     std::vector<std::string> warnings;  // enforced findings that leave health ok (RECOVER_IMEX_DOMAIN)
     std::array<CheckResult, kCheckCount> checks;  // per Check, enforced or not
     std::optional<unsigned long long> memory_used, memory_free;
+    std::optional<unsigned long long> memory_total;  // its own reading only: a MIG unit never takes its GPU's
     std::vector<GpuProcess> processes;
     bool processes_known = true;              // false: a process query answered NO_PERMISSION
     bool processes_read = true;               // false: the plan read no process list (ReadPlan::processes)
@@ -104,12 +105,12 @@ struct DeviceState {
     std::optional<std::string> compute_mode;  // "default", "exclusive_process", "prohibited", ...
 };
 
-// A device's memory in use and free (bytes): nvmlDeviceGetMemoryInfo_v2, else (absent, or an answer
+// A device's memory in total, in use and free (bytes): nvmlDeviceGetMemoryInfo_v2, else (absent, or an answer
 // that is no finding, as a stub of the symbol gives) the original query. Returns the NVML code of
 // the query that answered, *function naming it (nullptr and NVML_ERROR_FUNCTION_NOT_FOUND when the
 // driver has neither). Never throws.
 struct MemoryReading {
-    unsigned long long used = 0, free = 0;
+    unsigned long long total = 0, used = 0, free = 0;
 };
 int read_memory(const NvmlApi& api, nvmlDevice_t dev, MemoryReading* out, const char** function) noexcept;
 

@@ -33,6 +33,12 @@ bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome
     states.erase(
         std::remove_if(states.begin(), states.end(), [&](const DeviceState& s) { return given.count(s.index) == 0; }),
         states.end());
+    std::unordered_map<std::string, binding::GpuMemory> memory_of;
+    for (const DeviceState& s : states) {
+        binding::GpuMemory& m = memory_of[s.index];
+        if (s.memory_total) m.total = *s.memory_total;
+        if (s.memory_total && s.memory_free) m.free = *s.memory_free;
+    }
     Ranking ranking = rank_gpus(states, BusyPolicy::kAvoid);
     std::unordered_map<std::string, int> rank_of;
     int worst = 0;
@@ -46,6 +52,8 @@ bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome
     for (const std::string& index : request.gpus) {
         if (left.count(index) != 0) continue;
         out->usable.push_back(index);
+        const auto memory = memory_of.find(index);
+        out->memory.push_back(memory == memory_of.end() ? binding::GpuMemory() : memory->second);
         const auto found = rank_of.find(index);
         ranks->push_back(found == rank_of.end() ? worst : found->second);
     }
@@ -60,8 +68,18 @@ BindOutcome bind(const BindRequest& request) noexcept {
         std::vector<int> ranks;
         if (request.lib == nullptr || !rank_given(request, &ranks, &out)) {
             out.usable = request.gpus;
+            out.memory.assign(out.usable.size(), binding::GpuMemory());
             ranks.clear();
             out.left_out.clear();
+            if (request.memory > 0) {
+                out.status = failure(
+                    StatusCode::kNotEnough,
+                    "Could not bind with a memory request: NVML " +
+                        std::string(request.lib == nullptr ? "could not be opened" : "did not read the GPUs in time") +
+                        ", so no GPU's memory is known. Bind without `memory`, or repair NVML "
+                        "(flink-gpu doctor says more).");
+                return out;
+            }
         }
         if (!out.left_out.empty() && out.usable.size() < request.count) {
             out.status = failure(StatusCode::kNotEnough,
@@ -71,8 +89,11 @@ BindOutcome bind(const BindRequest& request) noexcept {
                                      " Repair the GPU (nvidia-smi -q -i <index> says more) or ask for fewer.");
             return out;
         }
-        out.bound =
-            binding::bind(request.bindings, request.holder, out.usable, request.count, request.holders_per_gpu, ranks);
+        binding::MemoryRequest memory;
+        memory.bytes = request.memory;
+        if (request.memory > 0) memory.of = out.memory;
+        out.bound = binding::bind(request.bindings, request.holder, out.usable, request.count, request.holders_per_gpu,
+                                  ranks, memory);
         out.status = out.bound.status;
         return out;
     } catch (const std::bad_alloc&) {

@@ -34,20 +34,22 @@ struct BindRequest {
     std::vector<std::string> gpus;  // the given GPUs' indices (the TaskManager's), in the caller's order
     std::size_t count = 1;
     std::uint32_t holders_per_gpu = 1;
+    std::uint64_t memory = 0;  // bytes requested on each GPU bound (binding::MemoryRequest); 0: none
 };
 
 struct BindOutcome {
     // kNotEnough: too few usable GPUs ("Could not bind: " and the shortage sentence) or too few free
     // (bindings.hpp's message, naming who binds each); any other failure: the bindings file
     Status status;
-    binding::BindResult bound;        // when status is ok
-    coordination::LeftOut left_out;   // the given GPUs never bound: (index, why), unhealthy or unknown
-    std::vector<std::string> usable;  // the given GPUs bound among, in the caller's order
-    std::vector<Stall> stalls;        // the NVML calls that did not return in time
+    binding::BindResult bound;               // when status is ok
+    coordination::LeftOut left_out;          // the given GPUs never bound: (index, why), unhealthy or unknown
+    std::vector<std::string> usable;         // the given GPUs bound among, in the caller's order
+    std::vector<binding::GpuMemory> memory;  // parallel to `usable`: each one's memory as read now
+    std::vector<Stall> stalls;               // the NVML calls that did not return in time
 };
 
 // Decides everything a bind decides, in one call. A given GPU NVML does not list is taken as it is, ranked
-// last. Never throws.
+// last (and takes no memory request: its memory is not known). Never throws.
 BindOutcome bind(const BindRequest& request) noexcept;
 
 }  // namespace policy

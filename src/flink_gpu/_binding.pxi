@@ -17,6 +17,11 @@ cdef extern from "coordination/bindings.hpp" namespace "flinkgpu::binding" nogil
         Status lease_problem
         uint64_t start_time
         string file_identity
+        uint64_t memory
+
+    cdef cppclass GpuMemory "flinkgpu::binding::GpuMemory":
+        optional[uint64_t] total
+        optional[uint64_t] free
 
     Status binding_check_slot "flinkgpu::binding::check_slot"(const string& slot)
     CoordReleaseResult binding_unbind_cpp "flinkgpu::binding::unbind"(const CoordOptions& opts,

@@ -50,6 +50,7 @@ cdef extern from "coordination/claims.hpp" namespace "flinkgpu::coordination" no
         string lease_file
         pid_t tm
         uint32_t share
+        uint64_t memory
         string slot
         CoordVerdict verdict
         cpp_bool alive
@@ -204,6 +205,7 @@ cdef dict _co_entry(const CoordEntry& e, const CoordPidNamespace& ours):
         "lease": e.lease if e.has_lease else None,
         "lease_file": _co_text(e.lease_file) if e.has_lease and e.lease_file_known() else None,  # none: lf=none
         "taskmanager": e.tm if e.tm > 0 else None, "holders_per_gpu": e.share if e.share > 0 else None,
+        "memory": e.memory if e.memory > 0 else None,
         "slot": _co_text(e.slot) if not e.slot.empty() else None,
         "ours": e.pid_is_in(ours), "holder_key": _co_text(e.key(ours)),
         "taskmanager_key": _co_text(taskmanager_key) if not taskmanager_key.empty() else None,

@@ -1,6 +1,8 @@
 # Flink's discovery-script protocol (csrc/flink/) and the GPU index order (csrc/base/gpu_index.*); included
 # by _native.pyx.
 
+from libc.stdint cimport uint64_t
+
 cdef extern from "flink/script_output.hpp" namespace "flinkgpu" nogil:
     vector[string] split_output_lines_cpp "flinkgpu::split_output_lines"(const string& text) except +
     vector[string] parse_gpu_indices_cpp "flinkgpu::parse_gpu_indices"(const string& line) except +
@@ -48,6 +50,12 @@ cdef extern from "flink/script_args.hpp" namespace "flinkgpu" nogil:
 cdef extern from "flink/duration.hpp" namespace "flinkgpu" nogil:
     bint parse_flink_duration "flinkgpu::parse_flink_duration"(string_view text, double* seconds,
                                                                  string* error) except +
+
+
+cdef extern from "flink/memory_size.hpp" namespace "flinkgpu" nogil:
+    bint parse_flink_memory_size "flinkgpu::parse_flink_memory_size"(string_view text, uint64_t* bytes,
+                                                                       string* error) noexcept
+    string format_memory_size_cpp "flinkgpu::format_memory_size"(uint64_t bytes) noexcept
 
 
 def split_output_lines(str text not None):
@@ -146,6 +154,34 @@ def parse_duration(str text not None):
     if not parse_flink_duration(string_view(encoded.data(), encoded.size()), &seconds, &error):
         raise ValueError(_text(error))
     return seconds
+
+
+# --- Flink's memory size grammar (csrc/flink/memory_size.*) ------------------------------------------
+
+def parse_memory_size(str text not None):
+    """Bytes of ``text`` in Flink's memory size grammar (csrc/flink/memory_size.*: "10 gb", "512mb", a bare
+    number is bytes, 0 included); ValueError naming the text and what is accepted when it is none."""
+    cdef string encoded = _utf8(text)
+    cdef uint64_t size = 0
+    cdef string error
+    if not parse_flink_memory_size(string_view(encoded.data(), encoded.size()), &size, &error):
+        if error.empty():  # the core had no memory left to say why
+            raise MemoryError(f"no memory to read the memory size {text!r}")
+        raise ValueError(_text(error))
+    return size
+
+
+def format_memory_size(bytes):
+    """A short form of ``bytes`` (an int >= 0) for messages: "10 GiB", "512 MiB", "17 bytes" when it is a
+    whole number of its largest unit, else one decimal of it ("10.5 GiB")."""
+    if isinstance(bytes, bool) or not isinstance(bytes, int):
+        raise TypeError(f"a memory size is an int of bytes, got {type(bytes).__name__}: {bytes!r}")
+    if not 0 <= bytes <= 0xFFFFFFFFFFFFFFFF:
+        raise ValueError(f"a memory size is 0 to 2**64 - 1 bytes, got {bytes}")
+    cdef string formatted = format_memory_size_cpp(<uint64_t>bytes)
+    if formatted.empty():
+        raise MemoryError(f"no memory to format the memory size {bytes}")
+    return _text(formatted)
 
 
 def with_coordination_file(tokens, str path not None):

@@ -1,7 +1,7 @@
 """Type stubs of the Cython binding over the C++ core (csrc/)."""
 
 from os import PathLike
-from typing import Iterable, List, Optional, Tuple, TypeAlias, TypedDict, Union
+from typing import Dict, Iterable, List, Optional, Tuple, TypeAlias, TypedDict, Union
 
 from typing_extensions import disjoint_base
 
@@ -32,6 +32,13 @@ def parse_script_args(
 # --- Flink's duration grammar (csrc/flink/duration.*) -------------------------------------------
 def parse_duration(text: str) -> float:
     """Seconds; ValueError with Flink's reason."""
+
+# --- Flink's memory size grammar (csrc/flink/memory_size.*) ---------------------------------
+def parse_memory_size(text: str) -> int:
+    """Bytes (0 included); ValueError naming the text, Flink's reason and what is accepted."""
+
+def format_memory_size(bytes: int) -> str:
+    """A short form for messages: "10 GiB", "512 MiB", "17 bytes"; else one decimal ("10.5 GiB")."""
 
 def with_coordination_file(tokens: Iterable[str], path: str) -> List[str]:
     """The tokens with their --coordination-file and its value replaced by ``--coordination-file path``."""
@@ -148,6 +155,8 @@ class DeviceState:
     @property
     def memory_free(self) -> Optional[int]: ...
     @property
+    def memory_total(self) -> Optional[int]: ...
+    @property
     def processes(self) -> Tuple[Tuple[int, Optional[int], str, bool, bool], ...]:
         """(pid, used memory or None, kind "compute" | "graphics" | "mps", own, visible)."""
     @property
@@ -244,6 +253,7 @@ class _EntryRecord(TypedDict):
     lease_file: Optional[str]
     taskmanager: Optional[int]
     holders_per_gpu: Optional[int]
+    memory: Optional[int]
     slot: Optional[str]
     ours: bool
     holder_key: str
@@ -313,6 +323,10 @@ class BindOutcome:
     def file_identity(self) -> str: ...
     @property
     def shortage(self) -> Optional[str]: ...
+    @property
+    def memory(self) -> int: ...
+    @property
+    def memory_total(self) -> Dict[str, int]: ...
 
 def policy_discover(
     nvml: Nvml,
@@ -341,4 +355,5 @@ def policy_bind(
     holders_per_gpu: int,
     health_checks: Optional[Iterable[str]],
     nvml_timeout: float,
+    memory: int = ...,
 ) -> BindOutcome: ...

@@ -125,6 +125,7 @@ cdef extern from "nvml/state.hpp" namespace "flinkgpu" nogil:
         CCheckResult checks[6]  # std::array of kCheckCount: Cython checks no size, the loops use kCheckCount
         optional[unsigned long long] memory_used
         optional[unsigned long long] memory_free
+        optional[unsigned long long] memory_total
         vector[CGpuProcess] processes
         bint processes_known
         bint processes_read
@@ -374,6 +375,7 @@ cdef class DeviceState:
     cdef readonly tuple warnings
     cdef readonly object memory_used
     cdef readonly object memory_free
+    cdef readonly object memory_total
     cdef readonly tuple processes
     cdef readonly bint processes_known
     cdef readonly bint processes_read
@@ -420,6 +422,7 @@ cdef DeviceState _state(const CDeviceState& c):
     s.warnings = tuple([_text(c.warnings[i]) for i in range(c.warnings.size())]) if c.warnings.size() else ()
     s.memory_used = c.memory_used.value() if c.memory_used.has_value() else None
     s.memory_free = c.memory_free.value() if c.memory_free.has_value() else None
+    s.memory_total = c.memory_total.value() if c.memory_total.has_value() else None
     s.processes = tuple([(c.processes[i].pid,
                           c.processes[i].used_memory.value() if c.processes[i].used_memory.has_value() else None,
                           process_kind_name(c.processes[i].kind).decode("ascii"),

@@ -48,12 +48,14 @@ cdef extern from "policy/bind.hpp" namespace "flinkgpu::policy" nogil:
         vector[string] gpus
         size_t count
         uint32_t holders_per_gpu
+        uint64_t memory
 
     cdef cppclass CBindOutcome "flinkgpu::policy::BindOutcome":
         Status status
         BindResult bound
         vector[pair[string, string]] left_out
         vector[string] usable
+        vector[GpuMemory] memory
 
 
 cdef extern from "policy/bind.hpp" namespace "flinkgpu::policy":
@@ -185,7 +187,8 @@ cdef class BindOutcome:
     file's lines kept as they are; ``lease_problem``: why a process holder bound without a lease another
     pid namespace can rely on, or None; ``start_time``: the holder's start time its lines record (0:
     unknown); ``file_identity``: the bindings file's "<major>:<minor>:<inode>"; ``shortage``: why too few
-    GPUs were usable or free (then nothing is bound), or None.
+    GPUs were usable or free (then nothing is bound), or None; ``memory``: the request the holder's lines
+    record (bytes per GPU; 0: none); ``memory_total``: {index: bytes} of the usable GPUs whose total NVML read.
     """
 
     cdef readonly tuple indices
@@ -197,6 +200,8 @@ cdef class BindOutcome:
     cdef readonly unsigned long long start_time
     cdef readonly str file_identity
     cdef readonly object shortage
+    cdef readonly unsigned long long memory
+    cdef readonly dict memory_total
 
     def __init__(self):
         raise TypeError("BindOutcome objects come from flink_gpu.policy.bind()")
@@ -207,11 +212,11 @@ cdef class BindOutcome:
 
 
 def policy_bind(Nvml nvml, path, double timeout, pid, slot, taskmanager, gpus, size_t count,
-                uint32_t holders_per_gpu, health_checks, nvml_timeout):
+                uint32_t holders_per_gpu, health_checks, nvml_timeout, uint64_t memory=0):
     """The one bind (csrc/policy/bind.hpp) of ``count`` of ``gpus`` to the holder (process ``pid``, or
     thread ``pid`` of slot ``slot``) in the bindings file ``path`` within ``timeout``, each GPU judged by
     ``nvml`` (None: NVML could not be opened, every GPU is taken as it is) with ``health_checks`` (names;
-    None: all) within ``nvml_timeout`` seconds."""
+    None: all) within ``nvml_timeout`` seconds, with ``memory`` bytes requested on each (0: none)."""
     cdef BindRequest request
     request.bindings = _co_options(path, timeout)
     request.holder = _bi_holder(pid, slot, taskmanager)
@@ -219,6 +224,7 @@ def policy_bind(Nvml nvml, path, double timeout, pid, slot, taskmanager, gpus, s
     request.gpus = _co_indices(gpus)
     request.count = count
     request.holders_per_gpu = holders_per_gpu
+    request.memory = memory
     request.checks = _check_set(health_checks)
     request.nvml_timeout = _timeout(nvml_timeout)
     cdef double spent = 0
@@ -242,4 +248,10 @@ def policy_bind(Nvml nvml, path, double timeout, pid, slot, taskmanager, gpus, s
     out.start_time = r.bound.start_time
     out.file_identity = _co_text(r.bound.file_identity)
     out.shortage = shortage
+    out.memory = r.bound.memory
+    out.memory_total = {}
+    cdef size_t m
+    for m in range(min(r.usable.size(), r.memory.size())):
+        if r.memory[m].total.has_value():
+            out.memory_total[_text(r.usable[m])] = r.memory[m].total.value()
     return out

@@ -76,6 +76,7 @@ __all__ = [
     "bind",
     "bindings_path",
     "checked_counts",
+    "checked_memory",
     "snapshot",
 ]
 
@@ -96,6 +97,10 @@ GAUGES = {
     "power": "power",
     "health": "health",
 }
+#: The gauge of a binding's memory request (MiB per GPU), registered beside GAUGES when it has one.
+MEMORY_LIMIT_GAUGE = "memoryLimit"
+#: Where an MPS control daemon listens unless CUDA_MPS_PIPE_DIRECTORY says otherwise.
+_MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 
 
 # -- the holders of this process ------------------------------------------------------------------
@@ -163,7 +168,8 @@ os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 class GPUBinding:
-    """GPUs bound to one holder: ``infos``, ``indices``, ``cuda_visible_devices``, ``devices``.
+    """GPUs bound to one holder: ``infos``, ``indices``, ``cuda_visible_devices``, ``devices``, and with a
+    memory request ``memory_limit`` (:meth:`memory_environment`, :meth:`apply_memory_limit`).
 
     A context manager; :meth:`release` (idempotent) gives them back. Obtained from :func:`bind` or
     :func:`flink_gpu.pyflink.bind_gpus`.
@@ -186,6 +192,9 @@ class GPUBinding:
         "_pushed_sampled",
         "_registered_samples",
         "_metrics_interval",
+        "_memory_limit",
+        "_memory_total",
+        "_holders_per_gpu",
     )
 
     def __init__(
@@ -199,6 +208,9 @@ class GPUBinding:
         library_path: "str | None",
         timeout: float,
         metrics_interval: float,
+        memory_limit: "int | None" = None,
+        memory_total: "dict[str, int] | None" = None,
+        holders_per_gpu: int = 1,
     ) -> None:
         self._infos = frozenset(infos)
         self._indices = tuple(indices)
@@ -211,11 +223,14 @@ class GPUBinding:
         self._devices: "tuple[int, ...] | None" = None
         self._timeout = timeout
         self._native_holder = native_holder  # (pid or thread id, slot, taskmanager, start time) for the core
-        self._pushed: "list[tuple[Any, _Gauge]]" = []  # thread mode: (Java-held value, its reading)
+        self._pushed: "list[tuple[Any, _Gauge | _Constant]]" = []  # thread mode: (Java-held value, its reading)
         self._pushed_at = 0.0
         self._pushed_sampled = False  # the last push showed this binding's GPUs sampled
         self._registered_samples = 0  # the process's completed samples when the gauges were registered
         self._metrics_interval = metrics_interval
+        self._memory_limit = memory_limit
+        self._memory_total = dict(memory_total or {})  # index -> bytes, as the bind read them
+        self._holders_per_gpu = holders_per_gpu
 
     @property
     def infos(self) -> "frozenset[ExternalResourceInfo]":
@@ -262,10 +277,102 @@ class GPUBinding:
             self._devices = cuda_ordinals(self._infos, devices, skipped=skipped)
         return self._devices
 
+    @property
+    def memory_limit(self) -> "int | None":
+        """The memory this binding requested on each of its GPUs (bytes), as the bindings file records it;
+        None without a request. Nothing enforces it by itself (docs/design.md §9.3, Memory): hand it to the
+        framework with :meth:`apply_memory_limit` after import, or to CUDA's MPS and JAX with
+        :meth:`memory_environment` before CUDA starts."""
+        return self._memory_limit
+
+    def _totals(self) -> "list[tuple[str, int]]":
+        """(index, total bytes) of each bound GPU, in index order: what the bind read, else the info's
+        ``memory.total``; ValueError naming a GPU whose total is not known."""
+        by_index = {info.get_property("index"): info for info in self._infos}
+        out = []
+        for index in self._indices:
+            total = self._memory_total.get(index)
+            if total is None:
+                text = by_index[index].get_property("memory.total") if index in by_index else None
+                total = int(text) if text is not None and text.isdigit() else None
+            if not total:
+                raise ValueError(
+                    f"GPU {index}'s total memory is not known (NVML did not read it), so no share of it can be given."
+                )
+            out.append((index, total))
+        return out
+
+    def memory_environment(self, mps: "bool | None" = None) -> "dict[str, str]":
+        """The environment that limits a process to :attr:`memory_limit` on each bound GPU, for a worker
+        process to start with (before CUDA, JAX or CuPy start in it; with ``CUDA_VISIBLE_DEVICES`` =
+        :attr:`cuda_visible_devices`): ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (JAX's share of each GPU: the
+        smallest over the bound GPUs) and ``CUPY_GPU_MEMORY_LIMIT`` (bytes); with ``mps`` (None: when an MPS
+        control daemon's pipe is there, ``$CUDA_MPS_PIPE_DIRECTORY`` or /tmp/nvidia-mps) also
+        ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, which the MPS server enforces for every CUDA allocation of
+        the client, and, when the GPUs are shared, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (an equal share
+        of the SMs). Empty without a memory request. Thread mode shares one process: setting these there
+        limits every slot of the TaskManager together, not this one."""
+        limit = self._memory_limit
+        if limit is None:
+            return {}
+        totals = self._totals()
+        fraction = min(limit / total for _, total in totals)
+        env = {
+            # floored, so that the share never exceeds the request
+            "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{int(fraction * 10000) / 10000:.4f}",
+            "CUPY_GPU_MEMORY_LIMIT": str(limit),
+        }
+        if mps is None:
+            pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or _MPS_PIPE_DIRECTORY
+            mps = os.path.exists(os.path.join(pipe, "control"))
+        if mps:
+            mebibytes = max(1, limit >> 20)
+            # the client's ordinals: its CUDA_VISIBLE_DEVICES is this binding's GPUs, in index order
+            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(f"{i}={mebibytes}M" for i in range(len(totals)))
+            if self._holders_per_gpu > 1:
+                env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, 100 // self._holders_per_gpu))
+        return env
+
+    def apply_memory_limit(self) -> "tuple[str, ...]":
+        """Limits the frameworks this process has imported to :attr:`memory_limit` on each bound GPU, after
+        import: PyTorch's caching allocator (``torch.cuda.set_per_process_memory_fraction``, per CUDA
+        device of :attr:`devices`) and CuPy's default memory pool (``set_limit``); the names of those
+        limited. An allocation beyond the limit then raises the framework's out-of-memory error in this
+        subtask instead of starving another. Memory allocated outside those allocators (cuDNN's
+        workspace, NCCL, CUDA's own context) is not counted: leave headroom, or use MPS
+        (:meth:`memory_environment`), whose limit counts every allocation. In thread mode every slot of
+        the TaskManager is one process: the limit then applies to the process, so the last slot's call
+        wins on a GPU two slots share. Raises ValueError without a memory request, RuntimeError when
+        neither PyTorch nor CuPy is imported."""
+        import sys
+
+        limit = self._memory_limit
+        if limit is None:
+            raise ValueError(f"{self!r} has no memory request to apply: bind with memory=... (bytes or '10 gb').")
+        torch, cupy = sys.modules.get("torch"), sys.modules.get("cupy")
+        if torch is None and cupy is None:
+            raise RuntimeError(
+                "apply_memory_limit() limits PyTorch's or CuPy's allocator, and neither is imported: import it "
+                "first, or start the worker with memory_environment() (JAX, CuPy, MPS)."
+            )
+        ordinals = dict(zip(self._indices, self.devices, strict=True))
+        applied = []
+        if torch is not None:
+            for index, total in self._totals():
+                torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), ordinals[index])
+            applied.append("torch")
+        if cupy is not None:
+            for index in self._indices:
+                with cupy.cuda.Device(ordinals[index]):
+                    cupy.get_default_memory_pool().set_limit(size=limit)
+            applied.append("cupy")
+        return tuple(applied)
+
     def register_metrics(self, group: Any) -> None:
         """Registers integer gauges per bound GPU under ``group.add_group("gpu", <index>)``:
         ``utilization`` (%), ``memoryUsed`` (MiB), ``temperature`` (°C), ``power`` (W) and ``health``
-        (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown). Every gauge of the process shows one shared
+        (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown), and with a memory request ``memoryLimit``
+        (MiB, :attr:`memory_limit`). Every gauge of the process shows one shared
         snapshot, which the sampler (a reader thread per GPU) refreshes at most every ``metrics_interval``
         (the resource's ``metrics.interval``): a gauge never calls NVML and never raises. A GPU that is
         lost reads -1 with health 2; one whose read is late (it hangs in the driver) -1 with health 3
@@ -297,8 +404,12 @@ class GPUBinding:
         embedded = type(group).__module__.startswith(_EMBEDDED_METRICS)
         for index in self._indices:
             subgroup = group.add_group("gpu", index)
-            for name, shown in GAUGES.items():
-                reading = _Gauge(self._library_path, index, shown)
+            readings: "list[tuple[str, _Gauge | _Constant]]" = [
+                (name, _Gauge(self._library_path, index, shown)) for name, shown in GAUGES.items()
+            ]
+            if self._memory_limit is not None:
+                readings.append((MEMORY_LIMIT_GAUGE, _Constant(self._memory_limit >> 20)))
+            for name, reading in readings:
                 if embedded:
                     self._pushed.append((subgroup.distribution(name), reading))
                 else:
@@ -392,6 +503,21 @@ class _Gauge:
         return self._position == _HEALTH_POSITION and shown == _UNKNOWN_HEALTH
 
 
+class _Constant:
+    """A gauge of a value the binding fixed (its memory request, MiB)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: int) -> None:
+        self._value = value
+
+    def __call__(self) -> int:
+        return self._value
+
+    def says_unknown(self, shown: int) -> bool:
+        return False
+
+
 #: What flink_gpu.nvml's sampled_metrics gives, in its order.
 _SAMPLED = ("utilization", "memory.used", "temperature", "power", "health")
 _HEALTH_POSITION = _SAMPLED.index("health")
@@ -426,6 +552,32 @@ def checked_counts(
     return count, holders
 
 
+def checked_memory(memory: object) -> "int | None":
+    """``memory`` (bytes, or a Flink memory size: ``"10 gb"``, ``"512 mb"``) as bytes; None for None;
+    ValueError/TypeError naming a bad one."""
+    if memory is None:
+        return None
+    accepted = "give a positive number of bytes or a Flink memory size such as '10 gb' or '512 mb'"
+    if isinstance(memory, str):
+        from flink_gpu.flink_memory_size import parse_memory_size
+
+        try:
+            memory = parse_memory_size(memory)
+        except ValueError as error:
+            raise ValueError(f"memory {error}") from None
+    elif isinstance(memory, bool) or not isinstance(memory, int):
+        raise TypeError(f"memory must be bytes (int) or a Flink memory size (str): {accepted}, not {memory!r}.")
+    if memory <= 0:
+        raise ValueError(f"memory must be more than 0 bytes, got {memory!r}: {accepted}.")
+    if memory > _MAX_MEMORY:
+        raise ValueError(f"memory {memory} is beyond any GPU (at most {_MAX_MEMORY} bytes): {accepted}.")
+    return memory
+
+
+#: The largest request a bindings line records (csrc/coordination/lines.hpp kMaxMemoryRequest, a Java long).
+_MAX_MEMORY = 2**63 - 1
+
+
 def bind(
     gpus: "Iterable[ExternalResourceInfo]",
     count: int = 1,
@@ -439,6 +591,7 @@ def bind(
     metrics_interval: "float | None" = None,
     health_checks: "str | Iterable[str] | None" = None,
     nvml_timeout: "float | str | None" = None,
+    memory: "int | str | None" = None,
 ) -> GPUBinding:
     """Binds ``count`` of ``gpus`` (GPUInfos: the set the TaskManager or parent claimed) to the calling
     process, or with ``slot`` to that slot for the calling thread, sharing each GPU with at most
@@ -450,6 +603,13 @@ def bind(
     the driver's default); ``nvml_timeout``: the deadline of those reads, seconds or a Flink duration
     (``"300 ms"``; None: the driver's default, 5 s): a GPU not read in time is left out.
 
+    ``memory``: the GPU memory each bound GPU gives this holder, bytes or a Flink memory size (``"10 gb"``):
+    a GPU is bound only where its live holders' requests with this one fit its total and its free
+    memory now covers it (least-requested is not a goal: the ranking is as without one); the request is
+    recorded in the bindings file, so every process in every pid namespace counts it, and freed with the
+    binding. :attr:`GPUBinding.memory_limit` is it; enforcing it is the framework's
+    (:meth:`GPUBinding.apply_memory_limit`, :meth:`GPUBinding.memory_environment`).
+
     ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``); ``path``: the
     bindings file (default :func:`bindings_path`); ``library_path``: the libnvidia-ml for ``devices`` and
     the gauges; ``metrics_interval``: how often the gauges' sampler reads NVML, at most (seconds, at least
@@ -460,6 +620,7 @@ def bind(
     """
     by_index = _by_index(gpus)
     count, holders_per_gpu = checked_counts(count, holders_per_gpu)
+    memory_bytes = checked_memory(memory)
     checks, deadline = _state_settings(health_checks, nvml_timeout)
     from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, checked_metrics_interval
 
@@ -480,7 +641,7 @@ def bind(
     path = bindings_path() if path is None else os.fspath(path)
     me = os.getpid()
     if slot is None:
-        inherited = _inherited_binding(by_index, count, path, library_path, timeout, metrics_interval)
+        inherited = _inherited_binding(by_index, count, path, library_path, timeout, metrics_interval, memory_bytes)
         if inherited is not None:
             return inherited
         pid, holder, registry = me, f"pid {me}", _held
@@ -504,6 +665,7 @@ def bind(
             health_checks=checks,
             nvml_timeout=deadline,
             lock_timeout=timeout,
+            memory=memory_bytes or 0,
         )
         if outcome.shortage is not None:
             raise NotEnoughGpusError(outcome.shortage)
@@ -546,6 +708,9 @@ def bind(
         library_path,
         timeout,
         metrics_interval,
+        outcome.memory or None,
+        outcome.memory_total,
+        holders_per_gpu,
     )
 
 
@@ -609,11 +774,13 @@ def _inherited_binding(
     library_path: "str | None",
     timeout: float,
     metrics_interval: float,
+    memory: "int | None",
 ) -> "GPUBinding | None":
     """The binding that the process holder this process was forked from has in ``path`` now (read from the
     file), nothing new bound; None when this process is a holder of its own there: the parent bound
     nothing there at the fork, or its binding there has ended since (it released it, or it died), which
-    ends the inheritance in that file for good."""
+    ends the inheritance in that file for good. Its memory request is the parent's: ``memory`` must be
+    that one (or None)."""
     global _forked_files
     if _forked_from is None:
         return None
@@ -625,15 +792,16 @@ def _inherited_binding(
     # the parent's lines: its pid in its namespace (a child forked into a new pid namespace is not of it,
     # and an equal pid of another namespace is another process) with its start time (another process
     # may have its pid once it died)
-    parents = {
-        entry.index
+    lines = [
+        entry
         for entry in snapshot(path, timeout=timeout).entries
         if entry.alive
         and entry.slot is None
         and entry.pid == parent
         and entry.start_time == start_time
         and (entry.ours if namespace is None or entry.namespace is None else entry.namespace == namespace)
-    }
+    ]
+    parents = {entry.index for entry in lines}
     if not parents:
         with _lock:
             _forked_files = {other: at for other, at in _forked_files.items() if other != file}
@@ -653,6 +821,13 @@ def _inherited_binding(
             "Bind them in the parent."
         )
     chosen = indices[:count]
+    requested = max((entry.memory or 0 for entry in lines if entry.index in chosen), default=0) or None
+    if memory is not None and memory != requested:
+        raise ValueError(
+            f"This process (pid {os.getpid()}) was forked from pid {parent}, whose binding in {path} has a memory "
+            f"request of {_memory_text(requested)}, not {_memory_text(memory)}: a forked child shares its "
+            "parent's binding, request included. Ask with the parent's request, or bind in the parent."
+        )
     return GPUBinding(
         [by_index[i] for i in chosen],
         chosen,
@@ -663,4 +838,11 @@ def _inherited_binding(
         library_path,
         timeout,
         metrics_interval,
+        requested,
     )
+
+
+def _memory_text(memory: "int | None") -> str:
+    from flink_gpu.flink_memory_size import format_memory_size
+
+    return "none" if memory is None else format_memory_size(memory)

@@ -1,8 +1,9 @@
 """The bindings file (docs/design.md §9.3): ``<coordination file>.bindings``, a file of the coordination
 file's format with the fields ``tm`` (the process whose GPUs are bound), ``share`` (the binder's
-``holders_per_gpu``) and ``slot`` (a slot holder's id). The C++ core (csrc/coordination/bindings.cpp)
-writes it under its lock; this module names it, reads it and removes a holder's lines. Binding GPUs is
-:func:`flink_gpu.binding.bind`, which decides in one call with :func:`flink_gpu.policy.bind`.
+``holders_per_gpu``), ``mem`` (its memory request, bytes per GPU) and ``slot`` (a slot holder's id). The
+C++ core (csrc/coordination/bindings.cpp) writes it under its lock; this module names it, reads it and
+removes a holder's lines. Binding GPUs is :func:`flink_gpu.binding.bind`, which decides in one call with
+:func:`flink_gpu.policy.bind`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ __all__ = ["BINDINGS_SUFFIX", "BindingEntry", "BindingSnapshot", "bindings_path"
 BINDINGS_SUFFIX = ".bindings"
 
 #: One line of the bindings file: the coordination file's entry record, with its ``taskmanager``,
-#: ``holders_per_gpu`` and ``slot`` (docs/design.md §9.3).
+#: ``holders_per_gpu``, ``memory`` and ``slot`` (docs/design.md §9.3).
 BindingEntry = CoordinationEntry
 
 

@@ -85,6 +85,7 @@ class CoordinationEntry:
     # the bindings file's fields (None in coordination lines)
     taskmanager: "int | None" = None  # the process whose GPUs are bound
     holders_per_gpu: "int | None" = None
+    memory: "int | None" = None  # bytes the holder requested of the GPU (``mem``)
     slot: "str | None" = None  # a slot holder's id: ``pid`` is then one of its threads
 
     @property

@@ -81,15 +81,18 @@ def bind(
     health_checks: "tuple[str, ...] | None" = None,
     nvml_timeout: float = DEFAULT_NVML_TIMEOUT,
     lock_timeout: float = DEFAULT_TIMEOUT,
+    memory: int = 0,
 ) -> BindOutcome:
     """``count`` of ``gpus`` (indices) bound in the bindings file ``path`` (its lock within ``lock_timeout``
     seconds) to the process ``holder_pid``, or with ``slot`` to that slot for thread ``holder_pid``, each GPU
     shared by at most ``holders_per_gpu`` holders; every GPU judged by ``library`` (None: NVML could not be
     opened, each is taken as it is) with ``health_checks`` within ``nvml_timeout`` seconds, unhealthy and
-    unknown ones left out, busy and degraded ones last.
+    unknown ones left out, busy and degraded ones last; with ``memory`` (bytes, 0: none) requested on each
+    GPU, only GPUs whose holders' requests with it fit NVML's total and whose free memory covers it.
 
     Too few usable or free GPUs are the record's ``shortage``, not an error. Raises TimeoutError when the
-    file's lock is not had in time, OSError for a file that cannot be used, ValueError for a bad slot."""
+    file's lock is not had in time, OSError for a file that cannot be used, ValueError for a bad slot or a
+    memory request larger than every GPU or other than the one the holder bound with."""
     return policy_bind(
         library,
         path,
@@ -102,4 +105,5 @@ def bind(
         holders_per_gpu,
         health_checks,
         nvml_timeout,
+        memory,
     )

@@ -104,25 +104,37 @@ def lookup_external_resource_infos(runtime_context: Any, name: str) -> ResourceL
     return _from_coordination_file(name)
 
 
-def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_per_gpu: int = 1) -> GPUBinding:
+def bind_gpus(
+    runtime_context: Any,
+    name: str = "gpu",
+    count: int = 1,
+    subtasks_per_gpu: int = 1,
+    memory: "int | str | None" = None,
+) -> GPUBinding:
     """Binds ``count`` of the TaskManager's GPUs of resource ``name`` to this subtask's slot and returns
     the :class:`flink_gpu.binding.GPUBinding` (``infos``, ``cuda_visible_devices``, ``devices``,
     ``register_metrics(group)``; a context manager, ``release()`` in ``close()``).
 
     Distinct slots of one TaskManager get distinct GPUs; with ``subtasks_per_gpu=k`` up to k slots share
-    one, least-shared first. Code of the same slot (a second call, chained operators) gets the same
-    binding, topped up when it asks for more. The holder is the slot: in process mode the Python worker
-    (PyFlink runs one per slot; its death frees the binding), in thread mode the slot's allocation id in
-    the JVM, held by the threads that bound it (a failed task's thread ends and frees it). A process
-    forked from the worker shares the worker's binding in a bindings file only while the worker still
-    binds there; once the worker released it or died, the child binds there as a holder of its own.
+    one, least-shared first. With ``memory`` (bytes, or a Flink memory size such as ``"12 gb"``) each of
+    its GPUs gives the slot that much: a GPU is bound only where the slots' requests fit its memory and
+    its free memory covers this one (both limits apply with ``subtasks_per_gpu``);
+    ``binding.memory_limit`` is it, and ``binding.apply_memory_limit()`` hands it to PyTorch or CuPy
+    (docs/design.md §9.3, Memory, says who enforces what in which mode). Code of the same slot (a second
+    call, chained operators) gets the same binding, topped up when it asks for more. The holder is the
+    slot: in process mode the Python worker (PyFlink runs one per slot; its death frees the binding), in
+    thread mode the slot's allocation id in the JVM, held by the threads that bound it (a failed task's
+    thread ends and frees it). A process forked from the worker shares the worker's binding in a bindings
+    file only while the worker still binds there; once the worker released it or died, the child binds
+    there as a holder of its own.
     Raises :class:`flink_gpu.NotEnoughGpusError` when the TaskManager has no GPUs for ``name`` or too
     few are left, saying who binds them and what to change, and
     :class:`flink_gpu.SlotUnknownError` when a thread-mode subtask's slot cannot be told.
     """
-    from flink_gpu.binding import bind, bindings_path, checked_counts
+    from flink_gpu.binding import bind, bindings_path, checked_counts, checked_memory
 
     count, subtasks_per_gpu = checked_counts(count, subtasks_per_gpu, holders_name="subtasks_per_gpu")
+    memory_bytes = checked_memory(memory)
     if not isinstance(name, str) or not name:
         raise ValueError(f"The external resource name must be a non-empty string, got {name!r}.")
     view = _taskmanager_view(name)
@@ -150,9 +162,12 @@ def bind_gpus(runtime_context: Any, name: str = "gpu", count: int = 1, subtasks_
             metrics_interval=view.metrics_interval,
             health_checks=view.health_checks,
             nvml_timeout=view.nvml_timeout,
+            memory=memory_bytes,
         )
     except NotEnoughGpusError as error:  # the same error, told what this TaskManager can serve
-        advice = _binding_advice(name, lookup.infos, taskmanager, count, subtasks_per_gpu, lookup.mode == "thread")
+        advice = _binding_advice(
+            name, lookup.infos, taskmanager, count, subtasks_per_gpu, lookup.mode == "thread", memory_bytes
+        )
         error.args = (f"{error} {advice}",)
         raise
     if _log.isEnabledFor(logging.INFO):
@@ -201,7 +216,13 @@ def _subtask_name(runtime_context: Any, java_context: Any) -> str:
 
 
 def _binding_advice(
-    name: str, infos: Iterable[GPUInfo], taskmanager: "int | None", count: int, subtasks_per_gpu: int, thread_mode: bool
+    name: str,
+    infos: Iterable[GPUInfo],
+    taskmanager: "int | None",
+    count: int,
+    subtasks_per_gpu: int,
+    thread_mode: bool,
+    memory: "int | None" = None,
 ) -> str:
     """What the TaskManager can serve and what to change, for a NotEnoughGpusError of bind_gpus."""
     from flink_gpu.gpu_index import sort_indices, unit_parent
@@ -226,6 +247,14 @@ def _binding_advice(
         if units and thread_mode
         else ""
     )
+    if memory is not None:  # the core named each GPU's requests and free memory
+        from flink_gpu.flink_memory_size import format_memory_size
+
+        return (
+            f"{has}, each shared by at most {subtasks_per_gpu} (subtasks_per_gpu) slots, each asking "
+            f"{format_memory_size(memory)} of it (memory){mig}. Ask for less memory, raise {amount}, or lower "
+            "the parallelism (or taskmanager.numberOfTaskSlots) of the operators that bind GPUs."
+        )
     return (
         f"{has}, each shared by at most {subtasks_per_gpu} (subtasks_per_gpu), so at most {places // count} of "
         f"its slots can bind {count} each{mig}. Raise {amount}, raise subtasks_per_gpu, or lower the parallelism "

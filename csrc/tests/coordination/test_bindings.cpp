@@ -394,6 +394,127 @@ TEST_CASE(concurrent_processes_never_exceed_a_gpus_share) {
     }
 }
 
+// Memory requests (docs/design.md §9.3, Memory). GiB, as the messages print them.
+static constexpr std::uint64_t kGiB = 1ULL << 30;
+
+static bi::MemoryRequest request_of(std::uint64_t bytes,
+                                    const std::vector<std::pair<std::uint64_t, std::uint64_t>>& gpu_memory) {
+    bi::MemoryRequest m;
+    m.bytes = bytes;
+    for (const auto& [total, free] : gpu_memory) {
+        bi::GpuMemory g;
+        g.total = total;
+        g.free = free;
+        m.of.push_back(g);
+    }
+    return m;
+}
+
+static bi::BindResult bind_memory(const std::string& path, const bi::Holder& h, std::size_t gpu_count,
+                                  std::uint32_t share, const bi::MemoryRequest& memory) {
+    return bi::bind(opts_for(path), h, gpus(gpu_count), 1, share, {}, memory);
+}
+
+TEST_CASE(memory_requests_spread_and_a_request_that_fits_nowhere_is_refused_naming_memory) {
+    const std::string path = fresh_path("memory-spread");
+    const auto two_idle = request_of(30 * kGiB, {{80 * kGiB, 80 * kGiB}, {80 * kGiB, 80 * kGiB}});
+    std::vector<pid_t> holders;
+    for (int i = 0; i < 5; ++i) holders.push_back(spawn_sleeper());
+    std::vector<std::string> got;
+    for (int i = 0; i < 4; ++i) {
+        const bi::BindResult r = bind_memory(path, process(holders[i]), 2, 8, two_idle);
+        CHECK(r.status.ok());
+        CHECK_EQ(r.memory, 30 * kGiB);
+        got.push_back(joined(r.indices));
+    }
+    CHECK_EQ(joined(got), std::string("0,1,0,1"));  // two and two: 60 of 80 GiB on each
+    CHECK(read_text(path).find("\tmem=" + std::to_string(30 * kGiB)) != std::string::npos);
+    // a fifth 30 GiB fits neither (90 > 80), though 8 holders may share each
+    const bi::BindResult fifth = bind_memory(path, process(holders[4]), 2, 8, two_idle);
+    CHECK(fifth.status.code == flinkgpu::StatusCode::kNotEnough);
+    const std::string& msg = fifth.status.message;
+    CHECK(msg.find("30 GiB of memory on each") != std::string::npos);
+    CHECK(msg.find("GPU 0 is bound by pid " + std::to_string(holders[0]) + ", pid " + std::to_string(holders[2]) +
+                   " (2 of at most 8), 60 GiB of its 80 GiB requested, 80 GiB free") != std::string::npos);
+    CHECK(msg.find("GPU 1 is bound by") != std::string::npos);
+    CHECK(msg.find("Ask for less memory, run fewer subtasks per GPU, or give the TaskManager more GPUs.") !=
+          std::string::npos);
+    // a killed holder's request is free again with its binding
+    kill_and_reap(holders[1]);
+    const bi::BindResult again = bind_memory(path, process(holders[4]), 2, 8, two_idle);
+    CHECK(again.status.ok());
+    CHECK_EQ(joined(again.indices), std::string("1"));
+    for (pid_t p : holders) kill_and_reap(p);
+}
+
+TEST_CASE(a_gpu_without_the_free_memory_is_not_given_a_request_another_fits) {
+    const std::string path = fresh_path("memory-free");
+    const pid_t a = spawn_sleeper(), b = spawn_sleeper();
+    // GPU 0 is preferred (index order) but has 11 GiB free; GPU 1 has 40
+    const auto memory = request_of(20 * kGiB, {{80 * kGiB, 11 * kGiB}, {80 * kGiB, 40 * kGiB}});
+    const bi::BindResult r = bind_memory(path, process(a), 2, 4, memory);
+    CHECK(r.status.ok());
+    CHECK_EQ(joined(r.indices), std::string("1"));
+    // without a request the ranking is as before: GPU 0
+    CHECK_EQ(bound(path, process(b), gpus(2), 1, 4), std::string("0"));
+    // the shortage names each GPU's free memory, and one whose memory is not known
+    bi::MemoryRequest none_known = request_of(20 * kGiB, {{80 * kGiB, 11 * kGiB}});
+    none_known.of.push_back(bi::GpuMemory());
+    const pid_t c = spawn_sleeper();
+    const bi::BindResult short_of = bind_memory(path, process(c), 2, 4, none_known);
+    CHECK(short_of.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK(short_of.status.message.find("none of its 80 GiB requested, 11 GiB free") != std::string::npos);
+    CHECK(short_of.status.message.find("GPU 1 is bound by pid " + std::to_string(a) +
+                                       " (1 of at most 4), its memory not known") != std::string::npos);
+    for (pid_t p : {a, b, c}) kill_and_reap(p);
+}
+
+TEST_CASE(a_memory_request_is_checked_and_kept_by_its_holder) {
+    const std::string path = fresh_path("memory-holder");
+    const pid_t a = spawn_sleeper();
+    const auto idle = request_of(10 * kGiB, {{80 * kGiB, 80 * kGiB}, {80 * kGiB, 80 * kGiB}});
+    CHECK(bind_memory(path, process(a), 2, 4, idle).status.ok());
+    // asking again with the same request gets what it has; with another one is refused, naming both
+    const bi::BindResult same = bind_memory(path, process(a), 2, 4, idle);
+    CHECK(same.status.ok());
+    CHECK_EQ(joined(same.indices), std::string("0"));
+    const bi::BindResult other =
+        bind_memory(path, process(a), 2, 4, request_of(12 * kGiB, {{80 * kGiB, 80 * kGiB}, {80 * kGiB, 80 * kGiB}}));
+    CHECK(other.status.code == flinkgpu::StatusCode::kInvalidArgument);
+    CHECK(other.status.message.find("with a memory request of 12 GiB: it binds GPU 0 with a memory request of 10 GiB "
+                                    "already") != std::string::npos);
+    const bi::BindResult without = bi::bind(opts_for(path), process(a), gpus(2), 1, 4);
+    CHECK(without.status.code == flinkgpu::StatusCode::kInvalidArgument);
+    // larger than any given GPU: refused before the file is read, naming the largest
+    const pid_t b = spawn_sleeper();
+    const bi::BindResult huge =
+        bind_memory(path, process(b), 2, 4, request_of(100 * kGiB, {{80 * kGiB, 80 * kGiB}, {40 * kGiB, 40 * kGiB}}));
+    CHECK(huge.status.code == flinkgpu::StatusCode::kInvalidArgument);
+    CHECK(huge.status.message.find("100 GiB (107374182400 bytes): it is larger than any GPU given (the largest, GPU 0, "
+                                   "has 80 GiB)") != std::string::npos);
+    // readings that are not one per GPU are a caller's error
+    const bi::BindResult mismatched = bind_memory(path, process(b), 2, 4, request_of(kGiB, {{80 * kGiB, 80 * kGiB}}));
+    CHECK(mismatched.status.code == flinkgpu::StatusCode::kInvalidArgument);
+    for (pid_t p : {a, b}) kill_and_reap(p);
+}
+
+TEST_CASE(the_slots_threads_share_one_request) {
+    const std::string path = fresh_path("memory-slot");
+    const auto memory = request_of(50 * kGiB, {{80 * kGiB, 80 * kGiB}});
+    LiveThread t1, t2;
+    // two threads of one slot: one holder, one 50 GiB request, though each writes its line
+    CHECK(bi::bind(opts_for(path), slot(t1.tid(), "s1"), gpus(1), 1, 2, {}, memory).status.ok());
+    CHECK(bi::bind(opts_for(path), slot(t2.tid(), "s1"), gpus(1), 1, 2, {}, memory).status.ok());
+    // another slot's 50 GiB does not fit beside it (100 > 80); 30 GiB does
+    LiveThread t3;
+    const bi::BindResult refused = bi::bind(opts_for(path), slot(t3.tid(), "s2"), gpus(1), 1, 2, {}, memory);
+    CHECK(refused.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK(refused.status.message.find("50 GiB of its 80 GiB requested") != std::string::npos);
+    CHECK(bi::bind(opts_for(path), slot(t3.tid(), "s2"), gpus(1), 1, 2, {},
+                   request_of(30 * kGiB, {{80 * kGiB, 80 * kGiB}}))
+              .status.ok());
+}
+
 int main(int argc, char** argv) {
     const fixtures::ScratchDir scratch("/tmp/flinkgpu-binding-XXXXXX");
     if (scratch.path().empty()) return 2;

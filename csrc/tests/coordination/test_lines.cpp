@@ -139,7 +139,7 @@ TEST_CASE(a_whole_gpu_excludes_its_units_and_two_units_never_exclude_each_other)
     CHECK_EQ(co::gpu_of("GPU-a"), std::string("GPU-a"));
 }
 
-TEST_CASE(the_bindings_fields_tm_share_and_slot_are_written_last_and_validated) {
+TEST_CASE(the_bindings_fields_tm_share_mem_and_slot_are_written_last_and_validated) {
     // The bindings file's fields: written after the others, parsed back; bad or repeated values unparsable.
     co::HolderIdentity bound = full_holder();
     bound.pid = 77;
@@ -157,6 +157,18 @@ TEST_CASE(the_bindings_fields_tm_share_and_slot_are_written_last_and_validated) 
         CHECK(l[0].kind == co::LineKind::kBad && l[0].word == "0");
     }
     CHECK(co::parse_file("0 1\tshare=1024")[0].entry.share == co::kMaxShare);
+    // a memory request (bytes): after share, before slot; 1 to a Java long
+    const co::Line requested = co::new_line("1", bound, 4, 12ULL << 30);
+    CHECK_EQ(requested.raw,
+             std::string("1 77\t987\tns=4026531836\tlease=7\ttm=42\tshare=4\tmem=12884901888\tslot=3f2a:b_c.d-e"));
+    CHECK_EQ(co::parse_file(requested.raw)[0].entry.memory, 12ULL << 30);
+    CHECK_EQ(co::parse_file("0 1")[0].entry.memory, std::uint64_t{0});
+    CHECK_EQ(co::parse_file("0 1\tmem=9223372036854775807")[0].entry.memory, co::kMaxMemoryRequest);
+    for (const char* bad :
+         {"0 1\tmem=0", "0 1\tmem=-1", "0 1\tmem=1g", "0 1\tmem=9223372036854775808", "0 1\tmem=1\tmem=1"}) {
+        const auto l = co::parse_file(bad);
+        CHECK(l[0].kind == co::LineKind::kBad && l[0].word == "0");
+    }
     CHECK(co::valid_slot(std::string(128, 'a')) && !co::valid_slot(std::string(129, 'a')));
 }
 
