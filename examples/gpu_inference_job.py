@@ -12,13 +12,19 @@ gauges (``flink-gpu list``, Flink's web UI or REST API).
 
 What each subtask does in ``open()``, in this order:
 
-1. ``bind_gpus(ctx, "gpu")``: one of its TaskManager's GPUs for its slot, none shared with another
-   slot (``subtasks_per_gpu=k`` lets k slots share one). Flink itself gives every slot all of the
+1. ``bind_gpus(ctx, "gpu", subtasks_per_gpu=k, memory=m)``: one of its TaskManager's GPUs for its slot,
+   none shared with another slot (``--subtasks-per-gpu k`` lets k slots share one; ``--memory "4 gb"``
+   asks that much of the GPU's memory for the slot, and a GPU is bound only where the slots' requests
+   fit it). Flink itself gives every slot all of the
    TaskManager's GPUs; picking ``gpus[subtask_index % n]`` collides across TaskManagers.
 2. Process mode: ``CUDA_VISIBLE_DEVICES`` set to the bound GPU before anything starts CUDA (so
    ``cuda:0`` is that GPU), and ``pin_to_gpus`` pins the worker process to the GPU's local CPUs.
-   Thread mode: the process is the TaskManager JVM, shared by every slot, so neither can be set per
-   subtask; the model uses ``torch.device(f"cuda:{binding.devices[0]}")`` instead.
+   With a memory request the worker also starts with ``binding.memory_environment()`` (MPS's limit where
+   an MPS daemon serves the host, JAX's and CuPy's), and once PyTorch is up ``apply_memory_limit()``
+   caps its allocator: an allocation past the request fails in this subtask, not in another one.
+   Thread mode: the process is the TaskManager JVM, shared by every slot, so none of this can be set per
+   subtask; the model uses ``torch.device(f"cuda:{binding.devices[0]}")`` instead, and a memory request
+   is an admission rule there (docs/design.md §9.3, Memory).
 3. ``register_metrics``: gauges ``utilization``, ``memoryUsed``, ``temperature``, ``power`` and
    ``health`` (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown) per bound GPU, named
    ``<operator>.gpu.<index>.<gauge>`` in Flink's REST API. Process mode ships them when a bundle ends,
@@ -97,9 +103,17 @@ class Model:
 
 
 class Infer(MapFunction):
-    def __init__(self, delay_s: float, bindings_log: "str | None" = None):
+    def __init__(
+        self,
+        delay_s: float,
+        bindings_log: "str | None" = None,
+        subtasks_per_gpu: int = 1,
+        memory: "str | None" = None,
+    ):
         self.delay_s = delay_s
         self.bindings_log = bindings_log
+        self.subtasks_per_gpu = subtasks_per_gpu
+        self.memory = memory
         self.gpus = None
         self.model = None
         self.subtask = None
@@ -108,16 +122,22 @@ class Infer(MapFunction):
         from flink_gpu import pin_to_gpus
         from flink_gpu.pyflink import bind_gpus
 
-        self.gpus = bind_gpus(runtime_context, "gpu", count=1)  # logs "Bound <operator> subtask <i> to ..."
+        # logs "Bound <operator> subtask <i> to ..."
+        self.gpus = bind_gpus(
+            runtime_context, "gpu", count=1, subtasks_per_gpu=self.subtasks_per_gpu, memory=self.memory
+        )
         thread_mode = self.gpus.holder.startswith("slot ")  # process mode's holder is "pid <n>"
         if thread_mode:
             ordinal = self.gpus.devices[0]
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = self.gpus.cuda_visible_devices  # before CUDA starts
+            os.environ.update(self.gpus.memory_environment())  # MPS, JAX, CuPy limits: empty without memory
             pin_to_gpus(self.gpus.infos)  # this worker process only (in thread mode: the whole JVM)
             ordinal = 0
-        self.gpus.register_metrics(runtime_context.get_metrics_group())
+        self.gpus.register_metrics(runtime_context.get_metrics_group())  # memoryLimit too, with a request
         self.model = Model(ordinal)
+        if self.gpus.memory_limit is not None and self.model.kind.startswith("torch"):
+            self.gpus.apply_memory_limit()  # PyTorch's allocator stops at the request
         self.subtask = _subtask_index(runtime_context)
         self._log_binding("bound", time.time())
         # print(): process mode into the TaskManager's .log, thread mode into its .out (docs/flink-cluster.md
@@ -171,6 +191,12 @@ def main(argv: "list[str] | None" = None) -> None:
     parser.add_argument("--parallelism", type=int, default=2, help="subtasks of the operator (default: 2)")
     parser.add_argument("--records", type=int, default=40, help="records per subtask (default: 40)")
     parser.add_argument("--seconds", type=float, default=10.0, help="about how long the job runs (default: 10)")
+    parser.add_argument("--subtasks-per-gpu", type=int, default=1, help="slots that may share one GPU (default: 1)")
+    parser.add_argument(
+        "--memory",
+        metavar="SIZE",
+        help="GPU memory each slot asks of its GPU, a Flink memory size such as '4 gb' (default: no request)",
+    )
     parser.add_argument(
         "--bindings-log",
         metavar="FILE",
@@ -187,9 +213,9 @@ def main(argv: "list[str] | None" = None) -> None:
     env = StreamExecutionEnvironment.get_execution_environment(config)
     records = env.from_collection(list(range(args.parallelism * args.records)), type_info=Types.INT())
     delay = args.seconds / max(args.records, 1)
-    records.rebalance().map(Infer(delay, args.bindings_log), output_type=Types.STRING()).name(OPERATOR).set_parallelism(
-        args.parallelism
-    ).print()
+    records.rebalance().map(
+        Infer(delay, args.bindings_log, args.subtasks_per_gpu, args.memory), output_type=Types.STRING()
+    ).name(OPERATOR).set_parallelism(args.parallelism).print()
     env.execute(f"flink-gpu example: inference, {args.mode} mode")
 
 

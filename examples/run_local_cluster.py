@@ -23,8 +23,8 @@ temporary directory. The steps are those of docs/flink-cluster.md:
 3. The TaskManager's environment: what ``flink-gpu --simulate N taskmanager-env`` prints (the
    simulator, ``CUDA_DEVICE_ORDER``, ``PYTHONPATH`` for thread mode), then ``bin/start-cluster.sh``,
    and a wait until the TaskManager has registered all of its slots, free.
-4. ``flink run -d -py gpu_inference_job.py`` per mode, once the slots it needs are free; while it
-   runs, the gauges from REST and the bindings from ``flink-gpu list``. Then, from the TaskManager's
+4. ``flink run -d -py gpu_inference_job.py --memory "4 gb"`` per mode, once the slots it needs are
+   free; while it runs, the gauges from REST and the bindings from ``flink-gpu list``. Then, from the TaskManager's
    logs, when each binding began and ended: a binding ends at the subtask's ``close()``, and a GPU
    released there is bound again by the next subtask (the same GPU under another holder, later:
    reuse, not sharing).
@@ -52,7 +52,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "gpu_inference_job.py"
 OPERATOR = "infer"  # gpu_inference_job.OPERATOR
-GAUGES = ("utilization", "memoryUsed", "temperature", "power", "health")  # per GPU: README, "GPU gauges"
+# per GPU: README, "GPU gauges"; memoryLimit because each slot asks MEMORY of its GPU
+GAUGES = ("utilization", "memoryUsed", "temperature", "power", "health", "memoryLimit")
+MEMORY = "4 gb"  # gpu_inference_job.py --memory
 # The upper bound of each wait for the cluster (--start-timeout; a wait ends as soon as what it waits
 # for is there): a JVM that starts in 5 s on an idle machine takes a minute or more on two loaded cores.
 START_TIMEOUT_S = 300
@@ -362,6 +364,8 @@ class Cluster:
             str(parallelism),
             "--seconds",
             str(seconds),
+            "--memory",
+            MEMORY,
             "--bindings-log",
             str(self.bindings_log),
         )
@@ -385,7 +389,7 @@ class Cluster:
             raise RuntimeError(f"The {mode}-mode job ended {state}:\n{self.job_failure(job_id)}")
 
     def wait_for_gauges(self, job_id: str, parallelism: int, timeout: float) -> "dict[int, dict[str, str]]":
-        """Per subtask, its "<operator>.gpu.<index>.<gauge>" values, once every subtask has all four."""
+        """Per subtask, its "<operator>.gpu.<index>.<gauge>" values, once every subtask has all of GAUGES."""
         deadline = time.monotonic() + timeout
         found: "dict[int, dict[str, str]]" = {}
         while time.monotonic() < deadline:

@@ -64,6 +64,8 @@ def test_the_cluster_example_binds_a_gpu_per_subtask_in_both_modes_shows_gauges_
         for name in binding.GAUGES:  # every gauge flink_gpu registers, health included
             assert len(re.findall(rf"infer\.gpu\.\d\.{name} -?\d+", part)) == 2, part
         assert re.findall(r"infer\.gpu\.\d\.health (-?\d+)", part) == ["0", "0"], part  # the simulated GPUs are ok
+        # each slot asked 4 GiB of its GPU (gpu_inference_job.py --memory): the gauge says so in MiB
+        assert re.findall(r"infer\.gpu\.\d\.memoryLimit (-?\d+)", part) == ["4096", "4096"], part
         # flink-gpu list (the file of $FLINK_CONF_DIR) shows the TaskManager by its resource id, its two holders
         assert f"TaskManager {registered.group(1)} (pid " in part, part
         rows = re.findall(rf"^\s+({holder})\s+(\d)\s+alone", part, re.M)

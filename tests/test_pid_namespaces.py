@@ -75,6 +75,15 @@ for line in sys.stdin:
         elif op == "bind":  # a process holder: this process
             handles.append(bind([GPUInfo(i) for i in cmd["gpus"]], cmd["count"], path=cmd["bindings"]))
             out = {"bound": list(handles[-1].indices)}
+        elif op == "bind_memory":  # a process holder with a memory request, on one simulated 80 GiB GPU
+            from flink_gpu import simulator
+            from flink_gpu.errors import NotEnoughGpusError
+            os.environ.update(simulator.environment(devices=1))  # before NVML first loads in this process
+            try:
+                handles.append(bind([GPUInfo("0")], 1, cmd["share"], path=cmd["bindings"], memory=cmd["memory"]))
+                out = {"bound": list(handles[-1].indices), "memory_limit": handles[-1].memory_limit}
+            except NotEnoughGpusError as error:
+                out = {"error": str(error)}
         elif op == "fork_bind_after":  # a forked child binds once this process released its bindings or died
             parent, (gate_r, gate_w) = os.getpid(), os.pipe()
             child = os.fork()
@@ -790,6 +799,22 @@ def test_the_sharing_limit_counts_equal_slots_of_equal_pids_in_two_namespaces_ap
     assert [b.get("bound") for b in bound[:4]] == [["0"], ["1"], ["0"], ["1"]], bound
     assert bound[4]["error"].startswith("NotEnoughGpusError: Could not bind 1 GPU"), bound[4]
     assert "(2 of at most 2)" in bound[4]["error"]
+
+
+def test_two_containers_with_equal_pids_cannot_both_put_50_gib_on_one_80_gib_gpu(path, workers):
+    """Pid 1 of two containers, each asking 50 GiB of the one 80 GiB GPU that two may share: the second
+    counts the first's request though it cannot see its process, and gets the GPU once the first died."""
+    bindings = binding.bindings_path(path)
+    first, second = workers(path), workers(path)
+    assert first.pid == second.pid == 1
+    assert first.ask(op="bind_memory", share=2, memory="50 gb", bindings=bindings) == {
+        "bound": ["0"],
+        "memory_limit": 50 * 2**30,
+    }
+    refused = second.ask(op="bind_memory", share=2, memory="50 gb", bindings=bindings)
+    assert "GPU 0 is bound by pid 1 (1 of at most 2), 50 GiB of its 80 GiB requested" in refused["error"], refused
+    first.close()  # the container ends: its lease goes, and the request with it
+    assert second.ask(op="bind_memory", share=2, memory="50 gb", bindings=bindings)["bound"] == ["0"]
 
 
 def test_a_forked_child_inherits_its_parents_binding_not_that_of_pid_1_of_another_namespace(path, workers):

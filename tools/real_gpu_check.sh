@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one-shot check on a machine with a real NVIDIA GPU (docs/design.md §4.2): builds, runs the tests that
 # need a real driver, times each NVML query flink-gpu makes (idle, then while a CUDA process holds a
-# context, if one can be started), runs `flink-gpu list --json`, `flink-gpu demo --real` and the
+# context, if one can be started), runs `flink-gpu list --json`, a binding's memory limit applied through
+# PyTorch (tools/memory_limit_check.py, where PyTorch is installed), `flink-gpu demo --real` and the
 # benchmarks, and writes one report. Read-only for the GPU: no MIG, persistence, clock or reset change.
 # Meant to take under 5 minutes on one GPU.
 #
@@ -94,6 +95,14 @@ EOF
 fi
 
 step list-json "$python" -m flink_gpu.cli "${cli_sim[@]}" list --json
+# A binding's memory limit, applied through PyTorch: an allocation within it succeeds, one beyond it fails.
+if [ $simulate = 1 ]; then
+  step memory-limit "$python" tools/memory_limit_check.py --simulate 2 --memory "1 gb"
+elif "$python" -c "import torch" 2>/dev/null; then
+  step memory-limit "$python" tools/memory_limit_check.py --memory "1 gb"
+else
+  echo "- memory-limit: not run: PyTorch is not installed (pip install torch, then run this again)" >>"$summary"
+fi
 step demo "$python" -m flink_gpu.cli "${demo[@]}"
 if [ $simulate = 1 ]; then
   step benchmarks "$python" -m pytest -q -p no:cacheprovider benchmarks --benchmark-disable -k "claim_release"

@@ -7,8 +7,8 @@
 //     followed by a space, its index is that GPU or (a MIG unit's line) "<GPU>:<slot>", and its pid is in
 //     1..INT_MAX; a bad line's word is its first word;
 //   * an entry excludes its own index and its GPU; a unit's entry excludes no other unit of its GPU;
-//   * the lines of the entries, rebuilt with new_line(), parse back to the same entry (namespace and
-//     lease included), and hold no "<digit><space>" after the pid (the stock script's unanchored
+//   * the lines of the entries, rebuilt with new_line(), parse back to the same entry (namespace,
+//     lease and the bindings fields tm, share, mem and slot included), and hold no "<digit><space>" after the pid (the stock script's unanchored
 //     `sed "/$i /d"` never matches inside them); a lease names a slot up to kMaxLeaseSlot;
 //   * dropping any subset of lines and parsing the result gives the kept lines, in order, unchanged.
 #include <climits>
@@ -33,7 +33,8 @@ namespace {
 bool same_entry(const co::Entry& a, const co::Entry& b) {
     return a.index == b.index && a.gpu == b.gpu && a.pid == b.pid && a.has_start_time == b.has_start_time &&
            a.start_time == b.start_time && a.has_ns == b.has_ns && a.ns == b.ns && a.has_lease == b.has_lease &&
-           a.lease == b.lease && (a.has_lease ? a.lease_file : "") == (b.has_lease ? b.lease_file : "");
+           a.lease == b.lease && (a.has_lease ? a.lease_file : "") == (b.has_lease ? b.lease_file : "") &&
+           a.tm == b.tm && a.share == b.share && a.memory == b.memory && a.slot == b.slot;
 }
 
 }  // namespace
@@ -86,7 +87,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 holder.has_lease = e.has_lease;
                 holder.lease = e.lease;
                 holder.lease_file = e.lease_file;
-                const co::Line rebuilt = co::new_line(e.index, holder);
+                holder.tm = e.tm;
+                holder.slot = e.slot;
+                const co::Line rebuilt = co::new_line(e.index, holder, e.share, e.memory);
                 if (rebuilt.raw.find(' ', e.gpu.size() + 1) != std::string::npos) {
                     fail("new_line() wrote a space after the pid", rebuilt.raw);
                 }
