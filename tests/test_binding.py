@@ -607,6 +607,41 @@ def test_a_holder_keeps_the_request_it_bound_with(path):
     assert "with a memory request of 16 GiB: it binds GPU 0 with a memory request of 8 GiB already" in proc.stdout
 
 
+FORKED_WITH_MEMORY = textwrap.dedent("""
+    import os, sys
+    from flink_gpu import GPUInfo
+    from flink_gpu.binding import bind
+    from flink_gpu.nvml import open_library
+    library = open_library().library_path
+    parent = bind([GPUInfo("0")], 1, 2, path=sys.argv[1], library_path=library, memory="8 gb")
+    if os.fork() == 0:  # a DataLoader worker: shares the binding, request included
+        shared = bind([GPUInfo("0")], 1, 2, path=sys.argv[1], library_path=library, memory="8 gb")
+        print("child", shared.memory_limit, flush=True)
+        try:
+            bind([GPUInfo("0")], 1, 2, path=sys.argv[1], library_path=library, memory="4 gb")
+        except ValueError as error:
+            print("refused", error, flush=True)
+        os._exit(0)
+    os.wait()
+    """)
+
+
+def test_a_forked_child_shares_its_parents_memory_request(path):
+    from conftest import simulated_env
+
+    proc = subprocess.run(
+        [sys.executable, "-c", FORKED_WITH_MEMORY, path],
+        env={**child_env(), **simulated_env(devices=1)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    child, refused = proc.stdout.splitlines()
+    assert child == f"child {8 * GiB}"
+    assert refused.startswith("refused This process (pid ") and "has a memory request of 8 GiB, not 4 GiB" in refused
+
+
 # A process that stands in for PyTorch (which needs a CUDA GPU this machine has not): apply_memory_limit()
 # hands each bound GPU's share to torch.cuda.set_per_process_memory_fraction, per CUDA ordinal.
 APPLY_TO_TORCH = textwrap.dedent("""

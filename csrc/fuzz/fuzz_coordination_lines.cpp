@@ -8,8 +8,9 @@
 //     1..INT_MAX; a bad line's word is its first word;
 //   * an entry excludes its own index and its GPU; a unit's entry excludes no other unit of its GPU;
 //   * the lines of the entries, rebuilt with new_line(), parse back to the same entry (namespace,
-//     lease and the bindings fields tm, share, mem and slot included), and hold no "<digit><space>" after the pid (the stock script's unanchored
-//     `sed "/$i /d"` never matches inside them); a lease names a slot up to kMaxLeaseSlot;
+//     lease and the bindings fields tm, share, mem and slot included), and hold no "<digit><space>"
+//     after the pid (the stock script's unanchored `sed "/$i /d"` never matches inside them); a lease
+//     names a slot up to kMaxLeaseSlot;
 //   * dropping any subset of lines and parsing the result gives the kept lines, in order, unchanged.
 #include <climits>
 #include <cstddef>

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from conftest import dead_pid
+from conftest import child_env, dead_pid
+from flink_gpu import simulator
 
 
 @pytest.fixture
@@ -72,3 +73,63 @@ def state_host(tmp_path):
         stranger.wait()
         holder.stdin.close()
         holder.wait(10)
+
+
+# Binds with a memory request and holds until its stdin closes; prints the bound indices, its pid and the pid of
+# the child it runs ("-": none). ``tm`` "self": a thread-mode slot, the process itself its TaskManager.
+MEMORY_BINDER = """\
+import os, subprocess, sys
+from flink_gpu import GPUInfo
+from flink_gpu.binding import bind
+path, gpus, count, share, memory, slot, tm, child = sys.argv[1:9]
+binding = bind([GPUInfo(i) for i in gpus.split(",")], int(count), int(share), path=path,
+               slot=None if slot == "-" else slot, taskmanager_pid=os.getpid() if tm == "self" else None,
+               memory=None if memory == "-" else memory)
+worker = subprocess.Popen(["sleep", "600"]) if child == "child" else None
+print(",".join(binding.indices), os.getpid(), worker.pid if worker else "-", flush=True)
+sys.stdin.read()
+if worker:
+    worker.kill()
+"""
+
+
+@pytest.fixture
+def memory_binders(tmp_path):
+    """``bind(path, spec, gpus, memory, count=1, share=1, slot=None, child=False)``: a live process that binds
+    ``gpus`` of the simulated host ``spec`` (a spec file) with the memory request ``memory`` (Flink's size text,
+    or None) through the real core, and holds until the test ends; a ``slot`` is a thread-mode slot whose
+    TaskManager is that process; ``child``: it runs a child (its CUDA worker, say). Gives (process, bound
+    indices, its pid, its child's pid or None)."""
+    script = tmp_path / "memory_binder.py"
+    script.write_text(MEMORY_BINDER)
+    processes = []
+
+    def bind(path, spec, gpus, memory, count=1, share=1, slot=None, child=False):
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                str(script),
+                str(path),
+                ",".join(gpus),
+                str(count),
+                str(share),
+                "-" if memory is None else memory,
+                slot or "-",
+                "self" if slot else "-",
+                "child" if child else "-",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=child_env(**simulator.environment(spec=spec)),
+        )
+        processes.append(process)
+        line = process.stdout.readline()
+        assert line, f"the binder of {gpus} failed"
+        indices, pid, worker = line.split()
+        return process, indices.split(","), int(pid), None if worker == "-" else int(worker)
+
+    yield bind
+    for process in processes:
+        process.stdin.close()
+        process.wait(10)

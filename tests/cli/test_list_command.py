@@ -6,9 +6,12 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+import flink_gpu
 from conftest import dead_pid
 from support.cli import HOLDER_COMMAND, UUID0, binder_cmdline, cli, cli_json, cut_to_table
+from support.json_schema import errors
 
 
 def test_list_on_the_simulator(tmp_path):
@@ -42,6 +45,7 @@ def test_list_json_shows_holders_stale_entries_and_unparsable_lines(tmp_path, ho
         "uuid",
         "name",
         "memory_total",
+        "memory_requested",
         "pci_bus_id",
         "minor_number",
         "persistence_mode",
@@ -174,6 +178,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
                     "threads": [],
                     "gpus": ["0"],
                     "holders_per_gpu": 1,
+                    "memory": None,
                     "liveness_known": True,
                     "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"]),
                 },
@@ -184,6 +189,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
                     "threads": [thread],
                     "gpus": ["1"],
                     "holders_per_gpu": 1,
+                    "memory": None,
                     "liveness_known": True,
                     "cmdline": None,
                 },
@@ -194,6 +200,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
                     "threads": [],
                     "gpus": ["2"],
                     "holders_per_gpu": 2,
+                    "memory": None,
                     "liveness_known": True,
                     "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"], share=2),
                 },
@@ -214,6 +221,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
                     "threads": [],
                     "gpus": ["3"],
                     "holders_per_gpu": 1,
+                    "memory": None,
                     "liveness_known": True,
                     "cmdline": binder_cmdline(binders.script, bindings, None, ["3"]),
                 }
@@ -223,6 +231,8 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
     assert thread != slot.pid  # a slot holder's lines are its binding threads', not its process's
     assert [(s["index"], s["pid"], s["taskmanager"]) for s in doc["stale"]] == [("2", dead.pid, taskmanager)]
     assert doc["unparsable"] == [{"line_number": bad_line, "text": "not a line"}] and doc["unknown_indices"] == []
+    gpus = cli_json("--simulate", "4", "list", "--file", coord)["gpus"]
+    assert [g["memory_requested"] for g in gpus] == [0, 0, 0, 0]  # bound without a memory request
 
     human = cli("--simulate", "4", "list", "--file", coord).stdout
     section = human.split(f"Bindings from {bindings} (GPUs bound to the holders inside a TaskManager):\n", 1)[1]
@@ -238,6 +248,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
     assert lines[7].split()[:4] == ["pid", str(service.pid), "3", "alone"]
     assert lines[8] == "  1 entry of dead holders: its GPU is free again, and the next bind removes it."
     assert lines[9] == f"  line {bad_line} cannot be parsed (its GPU is never bound): 'not a line'"
+    assert "MEMORY REQUEST" not in human and "requested" not in human  # no request, no column
 
 
 def test_list_shows_a_command_line_with_control_characters_on_one_line_escaped(tmp_path, binders):
@@ -279,8 +290,85 @@ def test_list_names_bound_gpus_this_host_does_not_have(tmp_path, binders):
     assert human.rstrip().endswith("  entries name GPU(s) this host does not have: 7")
 
 
+GiB = 2**30
+
+
+def memory_spec(tmp_path, devices):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": devices}))
+    return spec
+
+
+def bindings_table(human, bindings):
+    """The lines of list's bindings section."""
+    return human.split(f"Bindings from {bindings} (GPUs bound to the holders inside a TaskManager):\n", 1)[
+        1
+    ].splitlines()
+
+
+def test_list_shows_each_bindings_memory_request_and_what_each_gpu_has_requested_of_its_total(tmp_path, memory_binders):
+    spec = memory_spec(tmp_path, [{"memory_total": 16 * GiB}, {"memory_total": 80 * GiB}, {}])
+    coord, bindings = tmp_path / "coord", tmp_path / "coord.bindings"
+    worker, got, worker_pid, _ = memory_binders(bindings, spec, ["0"], "12 gb", share=4)
+    slot, slot_got, _, _ = memory_binders(bindings, spec, ["0", "1"], "2 gb", count=2, share=4, slot="alloc-1")
+    plain, plain_got, plain_pid, _ = memory_binders(bindings, spec, ["2"], None)
+    assert (got, slot_got, plain_got) == (["0"], ["0", "1"], ["2"])
+    assert "mem=12884901888" in bindings.read_text()  # the core's line
+
+    doc = cli_json("--simulate-spec", spec, "list", "--file", coord)
+    schema = json.loads((Path(flink_gpu.__file__).parent / "cli" / "schema.json").read_text())
+    assert errors(doc, schema) == []
+    holders = {h["holder"]: h for t in doc["bindings"]["taskmanagers"] for h in t["holders"]}
+    assert holders[f"pid {worker_pid}"]["memory"] == 12884901888
+    assert holders["slot alloc-1"]["memory"] == 2 * GiB and holders["slot alloc-1"]["gpus"] == ["0", "1"]
+    assert holders[f"pid {plain_pid}"]["memory"] is None
+    gpus = {g["index"]: g for g in doc["gpus"]}
+    assert [(i, g["memory_total"], g["memory_requested"]) for i, g in gpus.items()] == [
+        ("0", 16 * GiB, 14 * GiB),  # 12 GiB and the slot's 2 GiB
+        ("1", 80 * GiB, 2 * GiB),
+        ("2", 80 * GiB, 0),  # its holder requests nothing
+    ]
+
+    human = cli("--simulate-spec", spec, "list", "--file", coord).stdout
+    lines = bindings_table(human, bindings)
+    cells = {}  # holder -> its MEMORY REQUEST cell, read under its own table's header
+    for line in lines:
+        if line.startswith("    HOLDER"):
+            header = line
+            assert header.split() == ["HOLDER", "GPU", "SHARED", "MEMORY", "REQUEST", "COMMAND"]
+        elif line.startswith("    "):
+            column = header.index("MEMORY REQUEST")
+            cells[" ".join(line.split()[:2])] = line[column : header.index("COMMAND")].strip()
+            assert line[column - 2 : column] == "  "
+    assert cells == {f"pid {worker_pid}": "12 GiB", "slot alloc-1": "2 GiB each", f"pid {plain_pid}": "none"}
+    assert re.search(rf"^    pid {worker_pid}  +0  +up to 4  12 GiB  ", human, re.M)  # beside its share
+    requested = [line for line in lines if "requested" in line]
+    assert requested == ["  GPU 0: requested 14 GiB of 16 GiB", "  GPU 1: requested 2 GiB of 80 GiB"]
+
+
+def test_list_counts_a_holder_once_per_gpu_with_its_largest_line_and_says_when_the_total_is_unknown(tmp_path):
+    # a slot of another PID namespace's TaskManager binds GPU 0 from two threads: one holder, 6 GiB (not 10)
+    ns = os.stat("/proc/self/ns/pid").st_ino + 1
+    spec = memory_spec(tmp_path, [{"memory_total": 16 * GiB}, {"not_supported": ["memory", "memory_v2"]}])
+    (tmp_path / "coord.bindings").write_text(
+        f"0 7\t5\tns={ns}\ttm=1\tshare=2\tslot=alloc-a\tmem={4 * GiB}\n"
+        f"0 8\t5\tns={ns}\ttm=1\tshare=2\tslot=alloc-a\tmem={6 * GiB}\n"
+        f"1 9\t5\tns={ns}\ttm=1\tshare=2\tslot=alloc-b\tmem={3 * GiB}\n"
+        f"1 10\t5\tns={ns}\ttm=1\tshare=2\tslot=alloc-c\n"
+    )
+    doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "coord")
+    holders = {h["holder"]: h["memory"] for t in doc["bindings"]["taskmanagers"] for h in t["holders"]}
+    assert holders == {"slot alloc-a": 6 * GiB, "slot alloc-b": 3 * GiB, "slot alloc-c": None}
+    assert [(g["memory_total"], g["memory_requested"]) for g in doc["gpus"]] == [(16 * GiB, 6 * GiB), (None, 3 * GiB)]
+    human = cli("--simulate-spec", spec, "list", "--file", tmp_path / "coord").stdout
+    assert "  GPU 0: requested 6 GiB of 16 GiB\n" in human
+    assert "  GPU 1: requested 3 GiB of an unknown total (NVML did not read the GPU's memory)\n" in human
+
+
 def test_list_without_a_bindings_file_has_no_bindings_section(tmp_path):
-    doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
+    whole = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")
+    assert [g["memory_requested"] for g in whole["gpus"]] == [0, 0]
+    doc = whole["bindings"]
     assert doc == {
         "path": str(tmp_path / "coord.bindings"),
         "exists": False,
@@ -298,8 +386,9 @@ def test_list_still_lists_gpus_when_the_bindings_file_is_unusable(tmp_path):
     proc = cli("--simulate", "2", "list", "--file", tmp_path / "coord")
     assert proc.returncode == 0 and len(re.findall(r"^\d+ +GPU-", proc.stdout, re.M)) == 2
     assert f"Bindings unknown: Refusing to use the bindings file {tmp_path / 'coord.bindings'}" in proc.stdout
-    doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")["bindings"]
-    assert "it is a directory" in doc["error"] and doc["exists"] is False
+    doc = cli_json("--simulate", "2", "list", "--file", tmp_path / "coord")
+    assert "it is a directory" in doc["bindings"]["error"] and doc["bindings"]["exists"] is False
+    assert [g["memory_requested"] for g in doc["gpus"]] == [None, None]  # not known, not 0
 
 
 def test_list_json_shows_health_memory_processes_and_numa(state_host):

@@ -90,6 +90,7 @@ def list_gpus(args: Namespace) -> int:
 
     # only holders whose pid is a pid of ours can be matched with the processes NVML lists
     states = _gpu_states(nvml, {index: [e.pid for e in entries if e.ours] for index, entries in live.items()})
+    bindings, requested = _bindings_view(path, args.timeout, present, _claimed(live))
     gpus: "list[dict[str, Any]]" = []
     for device in devices:
         index = device.gpu_index
@@ -98,7 +99,10 @@ def list_gpus(args: Namespace) -> int:
                 "index": index,
                 "uuid": device.uuid,
                 "name": device.name,
+                # the enumeration's total; where it read none, the state's reading (merged below)
                 "memory_total": device.memory_total,
+                # what the live holders of the bindings file request of it (None: that file was not read)
+                "memory_requested": None if bindings["error"] is not None else requested.get(index, 0),
                 "pci_bus_id": device.pci_bus_id,
                 "minor_number": device.minor_number,
                 "persistence_mode": list_view.persistence_mode(device),
@@ -138,7 +142,6 @@ def list_gpus(args: Namespace) -> int:
         "unparsable": unparsable_json(snapshot.unparsable if snapshot else ()),
         "unknown_indices": unknown,
     }
-    bindings = _bindings_view(path, args.timeout, present, _claimed(live))
     if args.json:
         emit_json(
             document(
@@ -234,7 +237,7 @@ def list_gpus(args: Namespace) -> int:
             print(f"  line {line.line_number} cannot be parsed (its GPU is never reclaimed): {line.text!r}")
         if unknown:
             print(f"  entries name GPU(s) this host does not have: {', '.join(unknown)}")
-    _print_bindings(bindings, width, style)
+    _print_bindings(bindings, width, style, gpus)
     return 0
 
 
@@ -286,9 +289,17 @@ def _binding_holder_json(name: str, entries: "list[CoordinationEntry]") -> "dict
         "threads": sorted({e.pid for e in entries}) if slot is not None else [],
         "gpus": sort_indices({e.index for e in entries}),
         "holders_per_gpu": first.holders_per_gpu,
+        "memory": _request(entries),
         "liveness_known": all(e.liveness_known for e in entries),
         "cmdline": entry_cmdline(first) if slot is None else None,
     }
+
+
+def _request(entries: "list[CoordinationEntry]") -> "int | None":
+    """A holder's memory request, bytes per GPU: its largest line's (the core's rule; it binds every GPU of
+    a holder with the same request), None when no line of it has one."""
+    requests = [e.memory for e in entries if e.memory is not None]
+    return max(requests) if requests else None
 
 
 def _taskmanager_order(first: CoordinationEntry) -> "tuple[int, int, int]":
@@ -299,10 +310,13 @@ def _taskmanager_order(first: CoordinationEntry) -> "tuple[int, int, int]":
     return (0, 0, first.taskmanager) if first.ours else (1, first.namespace or 0, first.taskmanager)
 
 
-def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dict[str, list[str]]") -> "dict[str, Any]":
+def _bindings_view(
+    path: str, timeout: float, present: "set[str]", claimed: "dict[str, list[str]]"
+) -> "tuple[dict[str, Any], dict[str, int]]":
     """The bindings file beside the coordination file ``path``: live holders grouped under the
     TaskManager whose GPUs they bind, a pid of the namespace that wrote the line (``claimed``: what each
-    coordination owner holds)."""
+    coordination owner holds); and per GPU index, the memory its live holders request (bytes: each holder
+    once, its largest line on that GPU; GPUs without a request are left out)."""
     from flink_gpu import bindings_file as binding
     from flink_gpu.gpu_index import index_sort_order
 
@@ -319,7 +333,7 @@ def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dic
         snapshot = binding.snapshot(view["path"], timeout=timeout)
     except (OSError, TimeoutError) as error:  # the GPUs are still worth listing
         view["error"] = error_message(error)
-        return view
+        return view, {}
     # per TaskManager (its taskmanager_key; None: not recorded), per holder (its holder_key), the live lines
     holders: "dict[str | None, dict[str, list[CoordinationEntry]]]" = {}
     for entry in snapshot.entries:
@@ -356,10 +370,29 @@ def _bindings_view(path: str, timeout: float, present: "set[str]", claimed: "dic
         unparsable=[{"line_number": n, "text": t} for n, t in snapshot.unparsable],
         unknown_indices=sort_indices({e.index for e in snapshot.entries if e.index not in present}),
     )
-    return view
+    requested: "dict[str, int]" = {}
+    for by_holder in holders.values():
+        for entries in by_holder.values():
+            for index in {e.index for e in entries}:
+                request = _request([e for e in entries if e.index == index])
+                if request:
+                    requested[index] = requested.get(index, 0) + request
+    return view, requested
 
 
-def _binding_rows(holders: "list[dict[str, Any]]") -> "Iterator[list[Any]]":
+def _request_text(holder: "dict[str, Any]") -> str:
+    """A holder's memory request as its MEMORY REQUEST cell: "12 GiB" (one GPU), "12 GiB each" (per GPU of
+    several), "none"."""
+    from flink_gpu.flink_memory_size import format_memory_size
+
+    memory = holder["memory"]
+    if memory is None:
+        return "none"
+    return format_memory_size(memory) + (" each" if len(holder["gpus"]) > 1 else "")
+
+
+def _binding_rows(holders: "list[dict[str, Any]]", memory: bool) -> "Iterator[list[Any]]":
+    """``memory``: with the MEMORY REQUEST column (after SHARED), which a view without requests leaves out."""
     for holder in holders:
         if not holder["liveness_known"]:
             command = OTHER_NAMESPACE
@@ -373,14 +406,38 @@ def _binding_rows(holders: "list[dict[str, Any]]") -> "Iterator[list[Any]]":
             holder["holder"],
             ", ".join(holder["gpus"]),
             "alone" if share in (None, 1) else f"up to {share}",
+            *([_request_text(holder)] if memory else []),
             command,
         ]
 
 
+def _requested_lines(gpus: "list[dict[str, Any]]") -> "list[str]":
+    """Per GPU of this host that its live holders request memory of: "GPU 0: requested 24 GiB of 80 GiB"
+    (of its total as NVML reads it), in index order."""
+    from flink_gpu.flink_memory_size import format_memory_size
+
+    lines = []
+    for gpu in gpus:
+        requested = gpu.get("memory_requested")
+        if not requested:
+            continue
+        total = gpu["memory_total"]
+        if total is None:
+            of = "of an unknown total (NVML did not read the GPU's memory)"
+        else:
+            of = f"of {format_memory_size(total)}" + (": more than it has" if requested > total else "")
+        lines.append(f"GPU {gpu['index']}: requested {format_memory_size(requested)} {of}")
+    return lines
+
+
 def _print_bindings(
-    view: "dict[str, Any]", width: "int | None" = None, style: "Callable[[str], str] | None" = None
+    view: "dict[str, Any]",
+    width: "int | None" = None,
+    style: "Callable[[str], str] | None" = None,
+    gpus: "list[dict[str, Any]] | None" = None,
 ) -> None:
-    """The bindings section of ``list``: nothing when there is no bindings file."""
+    """The bindings section of ``list``: nothing when there is no bindings file. ``gpus``: the GPU records,
+    for the memory each GPU's holders request of its total."""
     if view["error"] is not None:
         print(f"\nBindings unknown: {view['error']}")
         return
@@ -389,6 +446,8 @@ def _print_bindings(
     print(f"\nBindings from {view['path']} (GPUs bound to the holders inside a TaskManager):")
     if not view["taskmanagers"]:
         print("  no live holder.")
+    # a MEMORY REQUEST column only where some holder requests memory
+    memory = any(h["memory"] is not None for t in view["taskmanagers"] for h in t["holders"])
     for taskmanager in view["taskmanagers"]:
         if taskmanager["pid"] is None:
             print("  Holders without a recorded TaskManager:")
@@ -410,14 +469,16 @@ def _print_bindings(
                 print(f"  TaskManager pid {taskmanager['pid']}{where} ({claimed} in the coordination file){command}")
         print(
             table(
-                ["HOLDER", "GPU", "SHARED", "COMMAND"],
-                _binding_rows(taskmanager["holders"]),
+                ["HOLDER", "GPU", "SHARED", *(["MEMORY REQUEST"] if memory else []), "COMMAND"],
+                _binding_rows(taskmanager["holders"], memory),
                 indent="    ",
                 width=width,
-                shrink=3,
+                shrink=4 if memory else 3,
                 style=style,
             )
         )
+    for line in _requested_lines(gpus or []):
+        print(f"  {line}")
     if view["stale"]:
         count = len(view["stale"])
         print(
@@ -461,6 +522,8 @@ def _gpu_states(nvml: Library, live: "dict[str, list[int]]") -> "dict[str, dict[
         index = state.gpu_index
         device = static.get(index)
         result[index] = {
+            # the state's own reading where the enumeration read no total (it is not in _NO_STATE)
+            **({} if device is None or device.memory_total is not None else {"memory_total": state.memory_total}),
             "health": state.health,
             "findings": list(state.findings),
             "checks": {name: {"outcome": outcome, "finding": finding} for name, outcome, _, finding, _ in state.checks},

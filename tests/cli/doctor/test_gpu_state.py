@@ -1,7 +1,8 @@
 """doctor's check of the GPUs' state now (flink_gpu.cli.doctor.gpu_state): unhealthy, degraded and busy GPUs,
-checks not made, the NVLink fabric."""
+checks not made, the NVLink fabric, the bindings' memory requests against what is free."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -214,3 +215,134 @@ def test_doctor_notes_the_gpus_without_persistence_mode_and_says_why_a_first_cla
 
 def test_doctor_has_no_persistence_finding_where_it_is_on_or_unknown(tmp_path):
     assert persistence_findings(tmp_path, {"devices": [{}, {"not_supported": ["persistence_mode"]}]}) == []
+
+
+# ---- the bindings' memory requests against what is free ------------------------------------------
+
+GiB = 2**30
+
+
+def memory_doctor(tmp_path, coord, device, expect=0):
+    """doctor on a 2-GPU host whose GPU 0 is ``device`` (16 GiB; its memory_used and processes now), the
+    TaskManagers' coordination file ``coord``: its gpu-state findings about memory requests."""
+    spec = tmp_path / "doctor-spec.json"
+    spec.write_text(json.dumps({"devices": [{"memory_total": 16 * GiB, **device}, {}]}))
+    conf = gpu_conf(
+        amount=1,
+        factory="flink_gpu.GPUDriverFactory",
+        discovery_mode="nvml",
+        discovery_script_args=f"--enable-coordination-mode --coordination-file {coord}",
+    )
+    doc = doctor_on(tmp_path, spec, conf, expect=expect)
+    return [f for f in findings(doc, "gpu-state") if "request" in f["message"]]
+
+
+@pytest.fixture
+def bound_12_gib(tmp_path, memory_binders):
+    """A holder bound to GPU 0 (16 GiB, idle when it bound) with a request of 12 GiB, its CUDA worker a child."""
+    spec = tmp_path / "bind-spec.json"
+    spec.write_text(json.dumps({"devices": [{"memory_total": 16 * GiB}, {}]}))
+    coord = tmp_path / "coord"
+    _, got, pid, worker = memory_binders(f"{coord}.bindings", spec, ["0"], "12 gb", share=2, child=True)
+    assert got == ["0"]
+    return {"coord": coord, "pid": pid, "worker": worker, "spec": spec}
+
+
+def test_doctor_warns_when_a_gpus_memory_requests_exceed_what_is_free(tmp_path, bound_12_gib):
+    stranger = subprocess.Popen(["sleep", "600"])
+    try:
+        device = {"memory_used": 8 * GiB, "processes": [{"pid": stranger.pid, "used_memory": 8 * GiB}]}
+        [warning] = memory_doctor(tmp_path, bound_12_gib["coord"], device)
+    finally:
+        stranger.kill()
+        stranger.wait()
+    assert warning["level"] == "warning" and warning["resource"] == "gpu"
+    assert warning["message"] == (
+        f"GPU 0: its bindings request 12 GiB of its memory (pid {bound_12_gib['pid']}: 12 GiB), but only 8 GiB "
+        "is free: a holder that allocates what it asked for may run out of memory."
+    )
+    assert warning["fix"].startswith(
+        "Something that is not bound uses the GPU's memory, or a binding uses more than it asked for"
+    )
+    assert (
+        "`nvidia-smi -i 0`" in warning["fix"] and f"`flink-gpu list --file {bound_12_gib['coord']}`" in warning["fix"]
+    )
+    assert "lower the requests" in warning["fix"]
+
+
+def test_doctor_says_the_requests_fit_when_they_do(tmp_path, bound_12_gib):
+    [fits] = memory_doctor(tmp_path, bound_12_gib["coord"], {"memory_used": 2 * GiB})
+    assert fits["level"] == "ok"
+    assert fits["message"] == "GPU 0: the memory its bindings request (12 GiB) fits in its 14 GiB free."
+
+
+def test_doctor_subtracts_what_the_holders_own_processes_already_use(tmp_path, bound_12_gib, memory_binders):
+    # the holder's worker (its child) uses 6 GiB of its 12; a thread-mode slot (its TaskManager the CUDA
+    # process) bound later with 2 GiB uses 1 GiB: 14 GiB requested, 7 GiB more needed, 7 GiB free
+    _, _, taskmanager, _ = memory_binders(
+        f"{bound_12_gib['coord']}.bindings", bound_12_gib["spec"], ["0"], "2 gb", share=2, slot="alloc-1"
+    )
+    device = {
+        "memory_used": 9 * GiB,
+        "processes": [
+            {"pid": bound_12_gib["worker"], "used_memory": 6 * GiB},
+            {"pid": taskmanager, "used_memory": 1 * GiB},
+        ],
+    }
+    [fits] = memory_doctor(tmp_path, bound_12_gib["coord"], device)
+    assert fits["level"] == "ok", fits
+    assert fits["message"] == (
+        "GPU 0: the memory its bindings request (14 GiB, 7 GiB of it not yet in use by their holders) fits in its "
+        "7 GiB free."
+    )
+    # 1 GiB less free: the rest no longer fits
+    device["memory_used"] = 10 * GiB
+    [warning] = memory_doctor(tmp_path, bound_12_gib["coord"], device)
+    assert warning["level"] == "warning"
+    assert warning["message"] == (
+        f"GPU 0: its bindings request 14 GiB of its memory (pid {bound_12_gib['pid']}: 12 GiB, slot alloc-1: "
+        "2 GiB); their holders already use 7 GiB of that, so 7 GiB more is needed, but only 6 GiB is free: a "
+        "holder that allocates what it asked for may run out of memory."
+    )
+
+
+def test_doctor_says_when_the_holders_use_could_not_be_told_and_was_not_subtracted(tmp_path, bound_12_gib):
+    # the worker uses 6 GiB of its 12 (6 GiB free would do), but NVML does not list the GPU's processes
+    device = {
+        "memory_used": 10 * GiB,
+        "processes": [{"pid": bound_12_gib["worker"], "used_memory": 6 * GiB}],
+        "no_permission": ["processes"],
+    }
+    [warning] = memory_doctor(tmp_path, bound_12_gib["coord"], device)
+    assert warning["level"] == "warning"
+    assert warning["message"].endswith(
+        "but only 6 GiB is free: a holder that allocates what it asked for may run out of memory. What the "
+        "holders' own processes use of it could not be told (NVML gives no permission to list the GPU's "
+        "processes), so it was not subtracted: the requests may still fit."
+    )
+
+
+def test_doctor_does_not_subtract_the_use_of_holders_of_another_pid_namespace(tmp_path):
+    coord = tmp_path / "coord"
+    ns = os.stat("/proc/self/ns/pid").st_ino + 1
+    (tmp_path / "coord.bindings").write_text(f"0 7\t5\tns={ns}\tshare=1\tmem={12 * GiB}\n")
+    device = {"memory_used": 10 * GiB, "processes": [{"pid": 7, "used_memory": 10 * GiB}]}
+    [warning] = memory_doctor(tmp_path, coord, device)
+    assert warning["level"] == "warning"
+    assert warning["message"].startswith(
+        "GPU 0: its bindings request 12 GiB of its memory (pid 7: 12 GiB), but only 6 GiB is free"
+    )
+    assert "could not be told (pid 7 is of another PID namespace" in warning["message"]
+    assert warning["message"].endswith("so it was not subtracted: the requests may still fit.")
+
+
+def test_doctor_notes_a_gpu_with_requests_whose_free_memory_nvml_does_not_read(tmp_path):
+    coord = tmp_path / "coord"
+    ns = os.stat("/proc/self/ns/pid").st_ino + 1
+    (tmp_path / "coord.bindings").write_text(f"0 7\t5\tns={ns}\tshare=1\tmem={12 * GiB}\n")
+    [note] = memory_doctor(tmp_path, coord, {"not_supported": ["memory", "memory_v2"]})
+    assert note["level"] == "note"
+    assert note["message"] == (
+        "GPU 0: its bindings request 12 GiB of its memory (pid 7: 12 GiB), but NVML did not read its free "
+        "memory: doctor cannot tell whether the requests still fit."
+    )

@@ -1,6 +1,7 @@
 """The state of the host's GPUs now (docs/design.md §9.1): unhealthy, degraded and busy ones, the
-checks that could not be made, findings of checks ``health-checks`` leaves out, and a host whose
-GPUs have not registered with the NVLink fabric.
+checks that could not be made, findings of checks ``health-checks`` leaves out, a host whose
+GPUs have not registered with the NVLink fabric, and GPUs whose bindings' memory requests (the
+bindings file of the configuration's coordination file, docs/design.md §9.3) no longer fit in what is free.
 
 Doctor is not a worker, so "busy" here means running a process that belongs to no flink-gpu
 holder (no live owner in the coordination file, nor a descendant of one).
@@ -24,6 +25,7 @@ TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
 if TYPE_CHECKING:
     from typing import Iterable, Sequence
 
+    from flink_gpu.coordination import CoordinationEntry
     from flink_gpu.nvml import Device, DeviceState
 
 
@@ -177,6 +179,7 @@ def check_gpu_state(
                 "container's GPUs are its own.",
                 resource=name,
             )
+    _check_memory_requests(checkup, name, settings.script_args.coordination_file, states)
     if amount is not None and uses_state and unhealthy and amount > len(states) - unhealthy:
         checkup.add(
             "error",
@@ -254,3 +257,184 @@ def _check_left_out(checkup: Checkup, name: str, state: "DeviceState", checks_ke
                 f"Put {check} back into {checks_key} unless you know this GPU is fine.",
                 resource=name,
             )
+
+
+# -- the bindings' memory requests against what is free ---------------------------------------------
+
+
+def _nearest_user(pid: int, users: "set[int]") -> "int | None":
+    """The process of ``users`` that ``pid`` is or descends from, the nearest one (a worker under its
+    TaskManager is the worker's), None when it is none of theirs (the core's process_ancestry)."""
+    from flink_gpu.nvml import process_ancestry
+
+    return next((ancestor for ancestor, _ in process_ancestry(pid) if ancestor in users), None)
+
+
+class _MemoryUser:
+    """The process whose CUDA memory is its holders' on one GPU: a process holder itself, or for the slots
+    of a TaskManager (thread mode: they run in it) the TaskManager; ``pid`` None where that process is not
+    one of this PID namespace's (or a slot recorded no TaskManager), so that its use cannot be told."""
+
+    def __init__(self, pid: "int | None", why: "str | None") -> None:
+        self.pid = pid
+        self.why = why  # why its use cannot be told (pid None)
+        self.requested = 0  # bytes its holders request of the GPU
+        self.used = 0  # bytes its processes use of the GPU, as far as NVML says
+        self.unread: "list[int]" = []  # its processes whose used memory NVML does not give
+
+
+def _memory_users(holders: "dict[str, list[CoordinationEntry]]") -> "dict[str, _MemoryUser]":
+    """The users of one GPU from its live holders' lines there (by holder_key), each with what its holders
+    request of it: a holder once, its largest line's request."""
+    users: "dict[str, _MemoryUser]" = {}
+    for entries in holders.values():
+        first = entries[0]
+        if first.slot is not None:
+            key = f"taskmanager {first.taskmanager_key}"
+            pid = first.taskmanager if first.ours else None
+            why = (
+                f"{first.holder} recorded no TaskManager"
+                if first.taskmanager is None
+                else f"the TaskManager of {first.holder}, pid {first.taskmanager}, is of another PID namespace"
+            )
+        else:
+            key = first.holder_key
+            pid = first.pid if first.ours else None
+            why = f"{first.holder} is of another PID namespace"
+        # one process, one user: a process that is a holder and the TaskManager of slots too
+        user = users.setdefault(
+            f"pid {pid}" if pid is not None else key, _MemoryUser(pid, None if pid is not None else why)
+        )
+        user.requested += _request(entries)
+    return users
+
+
+def _request(entries: "list[CoordinationEntry]") -> int:
+    """A holder's memory request of a GPU: its largest line's there (bytes; 0: none)."""
+    return max(e.memory or 0 for e in entries)
+
+
+#: The holders a memory finding names with their requests; more are counted.
+_REQUESTS_SHOWN = 4
+
+
+def _check_memory_requests(
+    checkup: Checkup, name: str, coordination_file: str, states: "Sequence[DeviceState]"
+) -> None:
+    """A warning per GPU whose live bindings request more memory than they can still get: the requests, less
+    what their holders' own processes already use of the GPU (each user at most its request), against the
+    GPU's free memory. Where the holders' use cannot be told it is not subtracted, and the finding says so."""
+    import shlex
+
+    from flink_gpu import bindings_file
+    from flink_gpu.flink_memory_size import format_memory_size as size
+
+    path = bindings_file.bindings_path(coordination_file)
+    try:
+        found = bindings_file.snapshot(path)
+    except (OSError, TimeoutError) as error:
+        from flink_gpu.cli._output import error_message
+
+        checkup.add(
+            "note",
+            "gpu-state",
+            f"Cannot read the bindings file {path} ({error_message(error)}): the bindings' memory requests "
+            "are not checked against the GPUs' free memory.",
+            None,
+            resource=name,
+        )
+        return
+    per_gpu: "dict[str, dict[str, list[CoordinationEntry]]]" = {}
+    for entry in found.entries:
+        if entry.alive:
+            per_gpu.setdefault(entry.index, {}).setdefault(entry.holder_key, []).append(entry)
+    for state in states:
+        index = state.gpu_index
+        holders = per_gpu.get(index, {})
+        asking = [(entries[0].holder, _request(entries)) for entries in holders.values() if _request(entries)]
+        if not asking:
+            continue
+        users = _memory_users(holders)
+        requested = sum(user.requested for user in users.values())
+        requests = ", ".join(f"{holder}: {size(bytes_)}" for holder, bytes_ in asking[:_REQUESTS_SHOWN])
+        if len(asking) > _REQUESTS_SHOWN:
+            requests += f" and {plural(len(asking) - _REQUESTS_SHOWN, 'more holder')}"
+        free = state.memory_free
+        if free is None:
+            checkup.add(
+                "note",
+                "gpu-state",
+                f"GPU {index}: its bindings request {size(requested)} of its memory ({requests}), but NVML did "
+                "not read its free memory: doctor cannot tell whether the requests still fit.",
+                None,
+                resource=name,
+            )
+            continue
+        untold = _holders_use(state, users)
+        needed = sum(max(0, user.requested - user.used) for user in users.values())
+        subtracted = requested - needed
+        if needed <= free:
+            checkup.add(
+                "ok",
+                "gpu-state",
+                f"GPU {index}: the memory its bindings request ({size(requested)}"
+                + (f", {size(needed)} of it not yet in use by their holders" if subtracted else "")
+                + f") fits in its {size(free)} free.",
+                None,
+                resource=name,
+            )
+            continue
+        message = f"GPU {index}: its bindings request {size(requested)} of its memory ({requests})"
+        if subtracted:
+            message += f"; their holders already use {size(subtracted)} of that, so {size(needed)} more is needed"
+        message += f", but only {size(free)} is free: a holder that allocates what it asked for may run out of memory."
+        if untold:
+            what = (
+                "Not all that the holders' own processes use of it could be told"
+                if subtracted
+                else "What the holders' own processes use of it could not be told"
+            )
+            message += (
+                f" {what} ({'; '.join(untold)}), so {'that part' if subtracted else 'it'} was not subtracted: "
+                "the requests may still fit."
+            )
+        checkup.add(
+            "warning",
+            "gpu-state",
+            message,
+            "Something that is not bound uses the GPU's memory, or a binding uses more than it asked for: find it "
+            f"with `nvidia-smi -i {index}` (the GPU's processes and their memory) and "
+            f"`flink-gpu list --file {shlex.quote(coordination_file)}` (each binding's request, and the processes "
+            "of no holder), then stop it; or lower the requests (the `memory` of bind_gpus or bind), or bind "
+            "fewer holders to the GPU.",
+            resource=name,
+        )
+
+
+def _holders_use(state: "DeviceState", users: "dict[str, _MemoryUser]") -> "list[str]":
+    """Sets each user's ``used`` from the processes NVML lists on the GPU (a process counts to the nearest
+    user it is or descends from); what could not be told, one phrase each."""
+    if not (state.processes_known and state.processes_read):
+        return ["NVML gives no permission to list the GPU's processes"]
+    untold = [user.why for user in users.values() if user.why is not None and user.requested]
+    by_pid = {user.pid: user for user in users.values() if user.pid is not None}
+    hidden = []
+    for pid, used, _, _, visible in state.processes:
+        if not visible:
+            hidden.append(pid)
+            continue
+        nearest = _nearest_user(pid, set(by_pid))
+        if nearest is None:
+            continue
+        if used is None:
+            by_pid[nearest].unread.append(pid)
+        else:
+            by_pid[nearest].used += used
+    unread = sorted(pid for user in by_pid.values() if user.requested for pid in user.unread)
+    if unread:
+        untold.append(f"NVML gives no used memory for pid {', '.join(map(str, unread))}")
+    if hidden:
+        untold.append(
+            f"NVML lists pid {', '.join(map(str, hidden))}, which this PID namespace cannot see: it may be a holder's"
+        )
+    return untold
