@@ -539,7 +539,8 @@ def test_memory_in_flink_syntax_is_the_binding_s_memory_limit_and_its_environmen
     got = bind_on_state(path, {"devices": [{}, {}]}, 2, 1, memory="10 gb", holders_per_gpu=4)
     assert got["memory_limit"] == 10 * 2**30
     assert got["environment"] == {
-        "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.1250",  # of the 80 GiB GPU
+        "XLA_CLIENT_MEM_FRACTION": "0.125000",  # of the 80 GiB GPU
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.125000",  # its older name
         "CUPY_GPU_MEMORY_LIMIT": str(10 * 2**30),
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10240M",
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
@@ -551,8 +552,18 @@ def test_a_memory_request_larger_than_any_gpu_is_refused_naming_it(path):
     got = bind_on_state(path, {"devices": [{}, {"memory_total": 40 * GiB}]}, 2, 1, memory="100 gb")
     assert got["value_error"] == (
         "Invalid memory request of 100 GiB (107374182400 bytes): it is larger than any GPU given (the largest, "
-        "GPU 0, has 80 GiB). Ask for at most that."
+        "GPU 0, has 80 GiB). Ask for at most 85899345920 bytes."
     )
+
+
+def test_a_request_only_an_unhealthy_gpu_could_take_is_a_shortage_naming_it_not_a_bad_request(path):
+    """GPU 0 (80 GiB) has a corrupt InfoROM, GPU 1 has 40 GiB: 60 GiB is a shortage that names both, since
+    the request would fit the GPU once it is repaired."""
+    spec = {"devices": [{"health": {"inforom_corrupted": True}}, {"memory_total": 40 * GiB}]}
+    got = bind_on_state(path, spec, 2, 1, memory="60 gb")
+    assert "value_error" not in got, got
+    assert "GPU 1 is free, none of its 40 GiB requested, 40 GiB free" in got["error"], got
+    assert "GPU 0 is left out (unhealthy: " in got["error"], got
 
 
 @pytest.mark.parametrize(
@@ -560,7 +571,7 @@ def test_a_memory_request_larger_than_any_gpu_is_refused_naming_it(path):
     [
         (0, ValueError, "memory must be more than 0 bytes, got 0: give a positive number of bytes or a Flink memory"),
         (-5, ValueError, "memory must be more than 0 bytes, got -5"),
-        ("0 mb", ValueError, "memory must be more than 0 bytes, got 0"),
+        ("0 mb", ValueError, "memory must be more than 0 bytes, got '0 mb'"),
         ("lots", ValueError, "memory 'lots' is not a memory size: text does not start with a number"),
         ("1.5 gb", ValueError, "memory '1.5 gb' is not a memory size"),
         (2**63, ValueError, "is beyond any GPU (at most 9223372036854775807 bytes)"),
@@ -575,8 +586,15 @@ def test_a_bad_memory_request_is_refused_naming_it_before_the_file_is_touched(pa
 
 
 def test_a_memory_request_without_nvml_says_no_gpu_s_memory_is_known(path, tmp_path):
-    with pytest.raises(NotEnoughGpusError, match=r"^Could not bind with a memory request: NVML could not be opened"):
+    with pytest.raises(NotEnoughGpusError) as refused:
         bind([GPUInfo("0")], path=path, library_path=str(tmp_path / "libnvidia-ml.so.1"), memory="1 gb")
+    message = str(refused.value)
+    assert "GPU 0 is free, its memory not known (NVML did not read it)" in message
+    assert message.endswith(
+        "NVML could not be opened, so no GPU's memory is known: bind without `memory`, or repair NVML (flink-gpu "
+        "doctor says more)."
+    )
+    assert "Ask for less memory" not in message  # no size would help
 
 
 def test_a_holder_keeps_the_request_it_bound_with(path):
@@ -591,6 +609,8 @@ def test_a_holder_keeps_the_request_it_bound_with(path):
         first = bind([GPUInfo("0")], 1, 2, path=sys.argv[1], library_path=library, memory="8 gb")
         same = bind([GPUInfo("0")], 1, 2, path=sys.argv[1], library_path=library, memory=8 * 2**30)
         assert same.indices == first.indices and same.memory_limit == 8 * 2**30
+        # another operator of the holder that names no request gets the binding's
+        assert bind([GPUInfo("0")], 1, 2, path=sys.argv[1], library_path=library).memory_limit == 8 * 2**30
         try:
             bind([GPUInfo("0")], 1, 2, path=sys.argv[1], library_path=library, memory="16 gb")
         except ValueError as error:
@@ -684,6 +704,49 @@ def test_apply_memory_limit_gives_pytorch_the_share_of_each_bound_gpu(path):
     assert without["without"].startswith("apply_memory_limit() limits PyTorch's or CuPy's allocator, and neither")
     assert applied["applied"] == ["torch"]
     assert applied["calls"] == [[0.5, applied["devices"][0]]]
+
+
+# Two thread-mode slots of one TaskManager (this process) share GPU 0 with 12 and 20 GiB: the process's
+# PyTorch limit on it is the sum, whichever slot applies it.
+APPLY_IN_THREAD_MODE = textwrap.dedent("""
+    import json, os, sys, threading, types
+    from flink_gpu import GPUInfo
+    from flink_gpu.binding import bind
+    from flink_gpu.nvml import open_library
+    library = open_library().library_path
+    calls, bound, done = [], [], threading.Event()
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(set_per_process_memory_fraction=lambda f, d: calls.append([f, d]))
+    sys.modules["torch"] = torch
+    def subtask(slot, memory):
+        bound.append(bind([GPUInfo("0")], 1, 4, slot=slot, taskmanager_pid=os.getpid(), path=sys.argv[1],
+                          library_path=library, memory=memory))
+        done.wait()  # a task thread lives while its slot binds
+    threads = [threading.Thread(target=subtask, args=a) for a in (("slot-a", "12 gb"), ("slot-b", "20 gb"))]
+    for t in threads:
+        t.start()
+    while len(bound) < 2:
+        pass
+    bound[0].apply_memory_limit()
+    done.set()
+    print(json.dumps({"calls": calls, "limits": sorted(b.memory_limit for b in bound)}))
+    """)
+
+
+def test_thread_mode_apply_memory_limit_sets_the_sum_of_the_taskmanager_s_slots_on_the_gpu(path):
+    from conftest import simulated_env
+
+    proc = subprocess.run(
+        [sys.executable, "-c", APPLY_IN_THREAD_MODE, path],
+        env={**child_env(), **simulated_env(devices=1)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["limits"] == [12 * GiB, 20 * GiB]
+    assert got["calls"] == [[32 / 80, 0]]  # both slots' requests, not the first one's alone
 
 
 def test_apply_memory_limit_without_a_request_says_so(path):

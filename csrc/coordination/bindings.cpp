@@ -71,10 +71,9 @@ Status validate(const Holder& holder, std::uint32_t holders_per_gpu) {
 }
 
 // The given GPUs' memory by index (MemoryRequest::of, parallel to `gpus`), and the request's own checks:
-// within a line's range, one reading per GPU, and not larger than every GPU whose total is known.
+// within a line's range, one reading per GPU.
 Status memory_by_index(const std::vector<std::string>& gpus, const MemoryRequest& memory,
                        std::map<std::string, GpuMemory>* out) {
-    if (memory.bytes == 0) return {};
     if (memory.bytes > coordination::kMaxMemoryRequest) {
         return failure(StatusCode::kInvalidArgument, "Invalid memory request of " + std::to_string(memory.bytes) +
                                                          " bytes: it must be 1 to " +
@@ -85,22 +84,7 @@ Status memory_by_index(const std::vector<std::string>& gpus, const MemoryRequest
                                                          ") do not match the GPUs given (" +
                                                          std::to_string(gpus.size()) + ").");
     }
-    std::string largest;
-    std::uint64_t largest_total = 0;
-    for (std::size_t i = 0; i < memory.of.size(); ++i) {
-        (*out)[gpus[i]] = memory.of[i];
-        if (memory.of[i].total && *memory.of[i].total > largest_total) {
-            largest_total = *memory.of[i].total;
-            largest = gpus[i];
-        }
-    }
-    if (!largest.empty() && memory.bytes > largest_total) {
-        return failure(StatusCode::kInvalidArgument, "Invalid memory request of " + format_memory_size(memory.bytes) +
-                                                         " (" + std::to_string(memory.bytes) +
-                                                         " bytes): it is larger than any GPU given (the largest, GPU " +
-                                                         largest + ", has " + format_memory_size(largest_total) +
-                                                         "). Ask for at most that.");
-    }
+    for (std::size_t i = 0; i < memory.of.size(); ++i) (*out)[gpus[i]] = memory.of[i];
     return {};
 }
 
@@ -163,11 +147,13 @@ struct Offer {
     std::map<std::string, std::uint64_t> request_of;  // each live holder's memory request (its largest line's)
     std::uint64_t requested = 0;                      // their sum
     GpuMemory memory;                                 // what NVML reads of it now
-    // Whether a request of `bytes` fits: the requests with it within the total, and as much free now.
+    // Whether a request of `bytes` fits: the requests with it within the total, and as much free now (with
+    // what the binder's own processes use of it, up to the request).
     bool fits(std::uint64_t bytes) const {
         if (bytes == 0) return true;
         if (!memory.total || !memory.free) return false;
-        return saturating_add(requested, bytes) <= *memory.total && *memory.free >= bytes;
+        const std::uint64_t available = saturating_add(*memory.free, std::min(memory.own_used, bytes));
+        return saturating_add(requested, bytes) <= *memory.total && available >= bytes;
     }
 };
 
@@ -218,19 +204,22 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     std::vector<std::string> mine(mine_set.begin(), mine_set.end());
     sort_indices(&mine);
     // A binding keeps the request it was made with: the holder's other code (another thread of the slot, a
-    // chained operator) asking with another one is a configuration to fix, not one to guess between.
+    // chained operator) asking without one gets it, and asking with another one is a configuration to fix,
+    // not one to guess between.
+    std::uint64_t request = memory.bytes;
     for (const auto& [index, recorded] : mine_request) {
-        if (recorded == memory.bytes) continue;
+        if (memory.bytes == 0) request = std::max(request, recorded);
+        if (memory.bytes == 0 || recorded == memory.bytes) continue;
         r.status = failure(StatusCode::kInvalidArgument,
                            "Cannot bind GPUs to " + describe(holder) + " with a memory request of " +
                                request_text(memory.bytes) + ": it binds GPU " + index + " with a memory request of " +
                                request_text(recorded) +
-                               " already. A binding keeps its request while it holds: ask with the same one, or "
-                               "release the binding first. Bindings file: " +
+                               " already. A binding keeps its request while it holds: ask with the same one (or "
+                               "none), or release the binding first. Bindings file: " +
                                opts.path + ".");
         return r;
     }
-    r.memory = memory.bytes;
+    r.memory = request;
 
     std::vector<std::string> result, take;
     if (mine.size() >= count) {
@@ -264,7 +253,7 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
         }
         std::vector<const Offer*> open;
         for (const Offer& o : offers) {
-            if (!o.blocked && o.excluded_by.empty() && o.holders.size() + 1 <= o.limit && o.fits(memory.bytes))
+            if (!o.blocked && o.excluded_by.empty() && o.holders.size() + 1 <= o.limit && o.fits(request))
                 open.push_back(&o);
         }
         // the best rank first, then least-bound; `gpus` is in index order, so a stable sort keeps the lowest
@@ -301,7 +290,7 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
             std::string msg = "Could not bind " + std::to_string(count) + " GPU" + (count == 1 ? "" : "s") + " to " +
                               describe(holder) + " with at most " + std::to_string(holders_per_gpu) + " holder" +
                               (holders_per_gpu == 1 ? "" : "s") + " per GPU";
-            if (memory.bytes > 0) msg += " and " + format_memory_size(memory.bytes) + " of memory on each";
+            if (request > 0) msg += " and " + format_memory_size(request) + " of memory on each";
             msg += ": ";
             if (count > gpus.size()) {
                 msg += "it was given " + std::string(gpus.empty() ? "no GPUs"
@@ -323,7 +312,7 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                     part += " is bound by " + coordination::join(o.who) + " (" + std::to_string(o.holders.size()) +
                             " of at most " + std::to_string(o.limit) + ")";
                 }
-                if (memory.bytes > 0 && !o.blocked && o.excluded_by.empty()) {
+                if (request > 0 && !o.blocked && o.excluded_by.empty()) {
                     if (!o.memory.total || !o.memory.free) {
                         part += ", its memory not known (NVML did not read it)";
                     } else {
@@ -346,7 +335,10 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                                  "e.g. PyFlink's process mode, to give each slot its own)";
             }
             msg += ".";
-            if (memory.bytes > 0) {
+            const bool memory_known = std::any_of(offers.begin(), offers.end(), [](const Offer& o) {
+                return o.memory.total.has_value() && o.memory.free.has_value();
+            });
+            if (request > 0 && memory_known) {
                 msg += " Ask for less memory, run fewer subtasks per GPU, or give the TaskManager more GPUs.";
             }
             msg += " Bindings file: " + opts.path + ".";
@@ -370,7 +362,7 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     }
     coordination::LineTerms terms;
     terms.share = holders_per_gpu;
-    terms.memory = memory.bytes;
+    terms.memory = request;
     r.status = coordination::write_lines(&file, text, &lines, &leases, view.identity(), leases_for(holder, live.self()),
                                          terms, write, &r.lease_problem);
     if (!r.status.ok()) {

@@ -1,6 +1,7 @@
 #include "policy/bind.hpp"
 
 #include "base/gpu_index.hpp"
+#include "flink/memory_size.hpp"
 #include "nvml/choice.hpp"
 #include "policy/shortage.hpp"
 
@@ -14,9 +15,17 @@ namespace flinkgpu {
 namespace policy {
 namespace {
 
+// The largest given GPU by NVML's total, left-out ones included: what a memory request must not exceed.
+struct Largest {
+    std::string index;
+    std::uint64_t total = 0;
+};
+
 // The given GPUs' ranks as busy-gpus avoid ranks them, in `gpus`' order (one NVML does not list: last,
-// as it is), and the ones left out. False when NVML gave no states (every GPU is then taken as it is).
-bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome* out) {
+// as it is), and the ones left out. False when NVML gave no states (every GPU is then taken as it is;
+// *unread says why).
+bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome* out, Largest* largest,
+                std::string* unread) {
     std::vector<DeviceState> states;
     bool count_known = false;
     ReadPlan plan = read_plan(BusyPolicy::kAvoid);
@@ -28,7 +37,10 @@ bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome
     const Status read =
         query_states_within(*request.lib, request.owner, request.holder.taskmanager, request.checks, plan,
                             request.nvml_timeout, &states, &out->stalls, &count_known, request.spent);
-    if (!read.ok() || !count_known) return false;
+    if (!read.ok() || !count_known) {
+        *unread = !read.ok() ? read.message : "NVML did not count the GPUs in time";
+        return false;
+    }
     const std::unordered_set<std::string> given(request.gpus.begin(), request.gpus.end());
     states.erase(
         std::remove_if(states.begin(), states.end(), [&](const DeviceState& s) { return given.count(s.index) == 0; }),
@@ -38,6 +50,13 @@ bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome
         binding::GpuMemory& m = memory_of[s.index];
         if (s.memory_total) m.total = *s.memory_total;
         if (s.memory_total && s.memory_free) m.free = *s.memory_free;
+        for (const GpuProcess& p : s.processes) {
+            if (p.own && p.used_memory) m.own_used += *p.used_memory;
+        }
+        if (s.memory_total && *s.memory_total > largest->total) {
+            largest->total = *s.memory_total;
+            largest->index = s.index;
+        }
     }
     Ranking ranking = rank_gpus(states, BusyPolicy::kAvoid);
     std::unordered_map<std::string, int> rank_of;
@@ -66,20 +85,23 @@ BindOutcome bind(const BindRequest& request) noexcept {
     BindOutcome out;
     try {
         std::vector<int> ranks;
-        if (request.lib == nullptr || !rank_given(request, &ranks, &out)) {
+        Largest largest;
+        std::string unread = "NVML could not be opened";
+        const bool read = request.lib != nullptr && rank_given(request, &ranks, &out, &largest, &unread);
+        if (!read) {
             out.usable = request.gpus;
             out.memory.assign(out.usable.size(), binding::GpuMemory());
             ranks.clear();
             out.left_out.clear();
-            if (request.memory > 0) {
-                out.status = failure(
-                    StatusCode::kNotEnough,
-                    "Could not bind with a memory request: NVML " +
-                        std::string(request.lib == nullptr ? "could not be opened" : "did not read the GPUs in time") +
-                        ", so no GPU's memory is known. Bind without `memory`, or repair NVML "
-                        "(flink-gpu doctor says more).");
-                return out;
-            }
+        }
+        if (request.memory > 0 && !largest.index.empty() && request.memory > largest.total) {
+            out.status = failure(StatusCode::kInvalidArgument,
+                                 "Invalid memory request of " + format_memory_size(request.memory) + " (" +
+                                     std::to_string(request.memory) +
+                                     " bytes): it is larger than any GPU given (the largest, GPU " + largest.index +
+                                     ", has " + format_memory_size(largest.total) + "). Ask for at most " +
+                                     std::to_string(largest.total) + " bytes.");
+            return out;
         }
         if (!out.left_out.empty() && out.usable.size() < request.count) {
             out.status = failure(StatusCode::kNotEnough,
@@ -91,10 +113,21 @@ BindOutcome bind(const BindRequest& request) noexcept {
         }
         binding::MemoryRequest memory;
         memory.bytes = request.memory;
-        if (request.memory > 0) memory.of = out.memory;
+        memory.of = out.memory;  // also for a request the holder's binding has already (no `memory` given)
         out.bound = binding::bind(request.bindings, request.holder, out.usable, request.count, request.holders_per_gpu,
                                   ranks, memory);
         out.status = out.bound.status;
+        if (out.status.code == StatusCode::kNotEnough && out.bound.memory > 0) {
+            // what the sentence of each GPU cannot say: the GPUs never considered, and why
+            if (!read) {
+                out.status.message += " " + unread +
+                                      ", so no GPU's memory is known: bind without `memory`, or repair "
+                                      "NVML (flink-gpu doctor says more).";
+            }
+            for (const auto& [index, why] : out.left_out) {
+                out.status.message += " GPU " + index + " is left out (" + why + ").";
+            }
+        }
         return out;
     } catch (const std::bad_alloc&) {
         out.status = failure(StatusCode::kOutOfMemory, "Out of memory while binding GPUs.", ENOMEM);

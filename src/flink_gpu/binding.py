@@ -287,39 +287,65 @@ class GPUBinding:
 
     def _totals(self) -> "list[tuple[str, int]]":
         """(index, total bytes) of each bound GPU, in index order: what the bind read, else the info's
-        ``memory.total``; ValueError naming a GPU whose total is not known."""
+        ``memory.total``, else NVML's enumeration; ValueError naming a GPU whose total is not known."""
         by_index = {info.get_property("index"): info for info in self._infos}
-        out = []
+        totals = dict(self._memory_total)
         for index in self._indices:
-            total = self._memory_total.get(index)
-            if total is None:
-                text = by_index[index].get_property("memory.total") if index in by_index else None
-                total = int(text) if text is not None and text.isdigit() else None
-            if not total:
-                raise ValueError(
-                    f"GPU {index}'s total memory is not known (NVML did not read it), so no share of it can be given."
-                )
-            out.append((index, total))
-        return out
+            text = by_index[index].get_property("memory.total") if index in by_index else None
+            if index not in totals and text is not None and text.isdigit():
+                totals[index] = int(text)
+        if any(not totals.get(index) for index in self._indices) and self._library_path:
+            from flink_gpu.gpu_index import unit_parent
+            from flink_gpu.nvml import open_library
+
+            gpus = {unit_parent(index) or index for index in self._indices}
+            numbers = sorted(int(gpu) for gpu in gpus if gpu.isdigit())
+            for device in open_library(self._library_path).devices(gpus=numbers):
+                if device.memory_total and not totals.get(device.gpu_index):
+                    totals[device.gpu_index] = device.memory_total
+        missing = [index for index in self._indices if not totals.get(index)]
+        if missing:
+            raise ValueError(
+                f"GPU {', '.join(missing)}'s total memory is not known (NVML did not read it), so no share of it "
+                "can be given."
+            )
+        return [(index, totals[index]) for index in self._indices]
+
+    def _process_limit(self, index: str) -> int:
+        """What this process may allocate on GPU ``index`` for its holders: this binding's request, or for a
+        slot (thread mode: every slot of the TaskManager is this one process) the requests of all the live
+        slots of this TaskManager on that GPU, each slot once."""
+        assert self._memory_limit is not None
+        pid, slot, taskmanager, _ = self._native_holder
+        if slot is None:
+            return self._memory_limit
+        requests: "dict[str, int]" = {}
+        for entry in snapshot(self._path, timeout=self._timeout).entries:
+            if entry.alive and entry.ours and entry.slot is not None and entry.index == index:
+                if entry.taskmanager == taskmanager:
+                    requests[entry.slot] = max(requests.get(entry.slot, 0), entry.memory or 0)
+        return max(sum(requests.values()), self._memory_limit)
 
     def memory_environment(self, mps: "bool | None" = None) -> "dict[str, str]":
         """The environment that limits a process to :attr:`memory_limit` on each bound GPU, for a worker
         process to start with (before CUDA, JAX or CuPy start in it; with ``CUDA_VISIBLE_DEVICES`` =
-        :attr:`cuda_visible_devices`): ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (JAX's share of each GPU: the
-        smallest over the bound GPUs) and ``CUPY_GPU_MEMORY_LIMIT`` (bytes); with ``mps`` (None: when an MPS
-        control daemon's pipe is there, ``$CUDA_MPS_PIPE_DIRECTORY`` or /tmp/nvidia-mps) also
-        ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, which the MPS server enforces for every CUDA allocation of
-        the client, and, when the GPUs are shared, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (an equal share
-        of the SMs). Empty without a memory request. Thread mode shares one process: setting these there
-        limits every slot of the TaskManager together, not this one."""
+        :attr:`cuda_visible_devices`): ``XLA_CLIENT_MEM_FRACTION`` and its older name
+        ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (JAX's share of each GPU: the smallest over the bound GPUs) and
+        ``CUPY_GPU_MEMORY_LIMIT`` (bytes); with ``mps`` (None: when an MPS control daemon's pipe is there,
+        ``$CUDA_MPS_PIPE_DIRECTORY`` or /tmp/nvidia-mps) also ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, which
+        the MPS server enforces for every CUDA allocation of the client, and, when the GPUs are shared,
+        ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (an equal share of the SMs). Empty without a memory request.
+        Thread mode shares one process: setting these there limits every slot of the TaskManager together,
+        not this one."""
         limit = self._memory_limit
         if limit is None:
             return {}
         totals = self._totals()
-        fraction = min(limit / total for _, total in totals)
+        # floored to a millionth, so that the share never exceeds the request (and never reads as none)
+        fraction = max(1, int(min(limit / total for _, total in totals) * 10**6)) / 10**6
         env = {
-            # floored, so that the share never exceeds the request
-            "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{int(fraction * 10000) / 10000:.4f}",
+            "XLA_CLIENT_MEM_FRACTION": f"{fraction:.6f}",
+            "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{fraction:.6f}",
             "CUPY_GPU_MEMORY_LIMIT": str(limit),
         }
         if mps is None:
@@ -341,13 +367,14 @@ class GPUBinding:
         subtask instead of starving another. Memory allocated outside those allocators (cuDNN's
         workspace, NCCL, CUDA's own context) is not counted: leave headroom, or use MPS
         (:meth:`memory_environment`), whose limit counts every allocation. In thread mode every slot of
-        the TaskManager is one process: the limit then applies to the process, so the last slot's call
-        wins on a GPU two slots share. Raises ValueError without a memory request, RuntimeError when
-        neither PyTorch nor CuPy is imported."""
+        the TaskManager is one process, and these limits are the process's: a slot's binding sets the
+        sum of the requests of the TaskManager's live slots on its GPU (each slot's call raises it as
+        slots bind), which keeps the slots together within what they asked, not each within its own.
+        Raises ValueError without a memory request, RuntimeError when neither PyTorch nor CuPy is
+        imported."""
         import sys
 
-        limit = self._memory_limit
-        if limit is None:
+        if self._memory_limit is None:
             raise ValueError(f"{self!r} has no memory request to apply: bind with memory=... (bytes or '10 gb').")
         torch, cupy = sys.modules.get("torch"), sys.modules.get("cupy")
         if torch is None and cupy is None:
@@ -356,15 +383,16 @@ class GPUBinding:
                 "first, or start the worker with memory_environment() (JAX, CuPy, MPS)."
             )
         ordinals = dict(zip(self._indices, self.devices, strict=True))
+        limits = {index: self._process_limit(index) for index in self._indices}
         applied = []
         if torch is not None:
             for index, total in self._totals():
-                torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), ordinals[index])
+                torch.cuda.set_per_process_memory_fraction(min(1.0, limits[index] / total), ordinals[index])
             applied.append("torch")
         if cupy is not None:
             for index in self._indices:
                 with cupy.cuda.Device(ordinals[index]):
-                    cupy.get_default_memory_pool().set_limit(size=limit)
+                    cupy.get_default_memory_pool().set_limit(size=limits[index])
             applied.append("cupy")
         return tuple(applied)
 
@@ -555,6 +583,8 @@ def checked_counts(
 def checked_memory(memory: object) -> "int | None":
     """``memory`` (bytes, or a Flink memory size: ``"10 gb"``, ``"512 mb"``) as bytes; None for None;
     ValueError/TypeError naming a bad one."""
+    import operator
+
     if memory is None:
         return None
     accepted = "give a positive number of bytes or a Flink memory size such as '10 gb' or '512 mb'"
@@ -562,16 +592,23 @@ def checked_memory(memory: object) -> "int | None":
         from flink_gpu.flink_memory_size import parse_memory_size
 
         try:
-            memory = parse_memory_size(memory)
+            size = parse_memory_size(memory)
         except ValueError as error:
             raise ValueError(f"memory {error}") from None
-    elif isinstance(memory, bool) or not isinstance(memory, int):
+    elif isinstance(memory, bool):
         raise TypeError(f"memory must be bytes (int) or a Flink memory size (str): {accepted}, not {memory!r}.")
-    if memory <= 0:
+    else:
+        try:
+            size = operator.index(memory)  # type: ignore[arg-type]  # an int, or a numpy integer
+        except TypeError:
+            raise TypeError(
+                f"memory must be bytes (int) or a Flink memory size (str): {accepted}, not {memory!r}."
+            ) from None
+    if size <= 0:
         raise ValueError(f"memory must be more than 0 bytes, got {memory!r}: {accepted}.")
-    if memory > _MAX_MEMORY:
-        raise ValueError(f"memory {memory} is beyond any GPU (at most {_MAX_MEMORY} bytes): {accepted}.")
-    return memory
+    if size > _MAX_MEMORY:
+        raise ValueError(f"memory {memory!r} is beyond any GPU (at most {_MAX_MEMORY} bytes): {accepted}.")
+    return size
 
 
 #: The largest request a bindings line records (csrc/coordination/lines.hpp kMaxMemoryRequest, a Java long).
@@ -822,6 +859,7 @@ def _inherited_binding(
         )
     chosen = indices[:count]
     requested = max((entry.memory or 0 for entry in lines if entry.index in chosen), default=0) or None
+    share = max((entry.holders_per_gpu or 1 for entry in lines if entry.index in chosen), default=1)
     if memory is not None and memory != requested:
         raise ValueError(
             f"This process (pid {os.getpid()}) was forked from pid {parent}, whose binding in {path} has a memory "
@@ -839,6 +877,8 @@ def _inherited_binding(
         timeout,
         metrics_interval,
         requested,
+        None,
+        share,
     )
 
 

@@ -483,15 +483,23 @@ TEST_CASE(a_memory_request_is_checked_and_kept_by_its_holder) {
     CHECK(other.status.code == flinkgpu::StatusCode::kInvalidArgument);
     CHECK(other.status.message.find("with a memory request of 12 GiB: it binds GPU 0 with a memory request of 10 GiB "
                                     "already") != std::string::npos);
-    const bi::BindResult without = bi::bind(opts_for(path), process(a), gpus(2), 1, 4);
-    CHECK(without.status.code == flinkgpu::StatusCode::kInvalidArgument);
-    // larger than any given GPU: refused before the file is read, naming the largest
+    // asking again without a request gets the one it has
+    const bi::BindResult adopted = bi::bind(opts_for(path), process(a), gpus(2), 1, 4);
+    CHECK(adopted.status.ok());
+    CHECK_EQ(adopted.memory, 10 * kGiB);
+    // topping up with it: the new GPU takes the same request, checked like any other
+    const bi::BindResult topped = bi::bind(opts_for(path), process(a), gpus(2), 2, 4, {}, idle);
+    CHECK(topped.status.ok());
+    CHECK_EQ(joined(topped.indices), std::string("0,1"));
+    std::size_t recorded = 0;
+    for (const co::Line& l : co::parse_file(read_text(path)))
+        if (l.kind == co::LineKind::kEntry && l.entry.pid == a && l.entry.memory == 10 * kGiB) ++recorded;
+    CHECK_EQ(recorded, std::size_t{2});
+    // larger than every GPU: nothing fits (the policy names it as a bad request, policy/bind.cpp)
     const pid_t b = spawn_sleeper();
     const bi::BindResult huge =
         bind_memory(path, process(b), 2, 4, request_of(100 * kGiB, {{80 * kGiB, 80 * kGiB}, {40 * kGiB, 40 * kGiB}}));
-    CHECK(huge.status.code == flinkgpu::StatusCode::kInvalidArgument);
-    CHECK(huge.status.message.find("100 GiB (107374182400 bytes): it is larger than any GPU given (the largest, GPU 0, "
-                                   "has 80 GiB)") != std::string::npos);
+    CHECK(huge.status.code == flinkgpu::StatusCode::kNotEnough);
     // readings that are not one per GPU are a caller's error
     const bi::BindResult mismatched = bind_memory(path, process(b), 2, 4, request_of(kGiB, {{80 * kGiB, 80 * kGiB}}));
     CHECK(mismatched.status.code == flinkgpu::StatusCode::kInvalidArgument);
@@ -513,6 +521,80 @@ TEST_CASE(the_slots_threads_share_one_request) {
     CHECK(bi::bind(opts_for(path), slot(t3.tid(), "s2"), gpus(1), 1, 2, {},
                    request_of(30 * kGiB, {{80 * kGiB, 80 * kGiB}}))
               .status.ok());
+}
+
+TEST_CASE(memory_decides_before_the_least_bound_gpu_and_holders_without_a_request_count_nothing) {
+    const std::string path = fresh_path("memory-decides");
+    const pid_t a = spawn_sleeper(), b = spawn_sleeper(), c = spawn_sleeper(), d = spawn_sleeper();
+    // GPU 0: two holders of 10 GiB each and one without a request; GPU 1: one holder of 60 GiB
+    CHECK(bi::bind(opts_for(path), process(a), {"0"}, 1, 8, {}, request_of(10 * kGiB, {{80 * kGiB, 80 * kGiB}}))
+              .status.ok());
+    CHECK(bi::bind(opts_for(path), process(b), {"0"}, 1, 8, {}, request_of(10 * kGiB, {{80 * kGiB, 80 * kGiB}}))
+              .status.ok());
+    CHECK_EQ(bound(path, process(c), {"0"}, 1, 8), std::string("0"));
+    CHECK(bi::bind(opts_for(path), process(d), {"1"}, 1, 8, {}, request_of(60 * kGiB, {{80 * kGiB, 80 * kGiB}}))
+              .status.ok());
+    // least-bound would be GPU 1 (one holder), but 60 + 30 > 80: GPU 0 (20 + 30 of 80)
+    const pid_t e = spawn_sleeper();
+    const bi::BindResult r =
+        bind_memory(path, process(e), 2, 8, request_of(30 * kGiB, {{80 * kGiB, 80 * kGiB}, {80 * kGiB, 80 * kGiB}}));
+    CHECK(r.status.ok());
+    CHECK_EQ(joined(r.indices), std::string("0"));
+    for (pid_t p : {a, b, c, d, e}) kill_and_reap(p);
+}
+
+TEST_CASE(what_the_binders_own_processes_use_counts_as_free_for_its_request) {
+    const std::string path = fresh_path("memory-own");
+    const pid_t a = spawn_sleeper();
+    // 20 GiB free, 30 asked: refused, unless the binder's own processes hold at least 10 GiB it may reuse
+    bi::MemoryRequest memory = request_of(30 * kGiB, {{80 * kGiB, 20 * kGiB}});
+    CHECK(bind_memory(path, process(a), 1, 2, memory).status.code == flinkgpu::StatusCode::kNotEnough);
+    memory.of[0].own_used = 10 * kGiB;
+    CHECK(bind_memory(path, process(a), 1, 2, memory).status.ok());
+    kill_and_reap(a);
+}
+
+TEST_CASE(concurrent_binders_never_request_more_than_a_gpu_has) {
+    const std::string path = fresh_path("memory-concurrent");
+    constexpr int kBinders = 8;  // 8 x 30 GiB asked of 2 x 80 GiB: 2 fit on each, whatever the order
+    int results[2];
+    CHECK(pipe(results) == 0);
+    int go[2];
+    CHECK(pipe(go) == 0);
+    std::vector<pid_t> children;
+    for (int i = 0; i < kBinders; ++i) {
+        const pid_t pid = fork();
+        if (pid == 0) {
+            close(results[0]);
+            close(go[1]);
+            char c;
+            if (read(go[0], &c, 1) != 0) _exit(5);
+            const bi::BindResult r = bind_memory(
+                path, process(getpid()), 2, 8, request_of(30 * kGiB, {{80 * kGiB, 80 * kGiB}, {80 * kGiB, 80 * kGiB}}));
+            const std::string line = (r.status.ok() ? joined(r.indices) : "refused") + "\n";
+            if (write(results[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(6);
+            for (;;) pause();
+        }
+        children.push_back(pid);
+    }
+    close(results[1]);
+    close(go[0]);
+    close(go[1]);
+    std::string all;
+    char buf[256];
+    while (std::count(all.begin(), all.end(), '\n') < kBinders) {
+        const ssize_t got = read(results[0], buf, sizeof buf);
+        if (got <= 0) break;
+        all.append(buf, static_cast<std::size_t>(got));
+    }
+    close(results[0]);
+    std::map<std::string, int> per_gpu;
+    std::istringstream lines(all);
+    for (std::string l; std::getline(lines, l);) ++per_gpu[l];
+    CHECK_EQ(per_gpu["0"], 2);
+    CHECK_EQ(per_gpu["1"], 2);
+    CHECK_EQ(per_gpu["refused"], kBinders - 4);
+    for (pid_t p : children) kill_and_reap(p);
 }
 
 int main(int argc, char** argv) {

@@ -419,7 +419,11 @@ def _holders_use(state: "DeviceState", users: "dict[str, _MemoryUser]") -> "list
     untold = [user.why for user in users.values() if user.why is not None and user.requested]
     by_pid = {user.pid: user for user in users.values() if user.pid is not None}
     hidden = []
+    counted: "set[int]" = set()  # a process NVML lists as compute and graphics uses its memory once
     for pid, used, _, _, visible in state.processes:
+        if pid in counted:
+            continue
+        counted.add(pid)
         if not visible:
             hidden.append(pid)
             continue
