@@ -148,7 +148,7 @@ struct Offer {
     std::uint64_t requested = 0;                      // their sum
     GpuMemory memory;                                 // what NVML reads of it now
     // Whether a request of `bytes` fits: the requests with it within the total, and as much free now (with
-    // what the binder's own processes use of it, up to the request).
+    // what the binding process itself uses of it, up to the request).
     bool fits(std::uint64_t bytes) const {
         if (bytes == 0) return true;
         if (!memory.total || !memory.free) return false;

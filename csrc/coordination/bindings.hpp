@@ -50,14 +50,14 @@ struct Holder {
 // A GPU's memory as NVML reads it now (bytes); absent: not known.
 struct GpuMemory {
     std::optional<std::uint64_t> total, free;
-    // what the binder's own processes (it, its TaskManager, their descendants) use of it: memory a request
-    // may reuse (a restarted slot's thread in a TaskManager whose allocator still caches its blocks)
+    // what the binding process itself uses of it: memory a request may reuse (a restarted slot's thread in
+    // a TaskManager whose allocator still caches its blocks)
     std::uint64_t own_used = 0;
 };
 
 // A memory request per bound GPU (docs/design.md §9.3, Memory): a GPU takes it only where the requests of
-// its live holders plus this one fit its total, and its free memory now (with what the binder's own
-// processes use of it, up to the request) covers it.
+// its live holders plus this one fit its total, and its free memory now (with what the binding process
+// itself uses of it, up to the request) covers it.
 struct MemoryRequest {
     // on each GPU bound; 0: the holder's request, if it binds with one already, else none
     std::uint64_t bytes = 0;

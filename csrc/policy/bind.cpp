@@ -50,8 +50,11 @@ bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome
         binding::GpuMemory& m = memory_of[s.index];
         if (s.memory_total) m.total = *s.memory_total;
         if (s.memory_total && s.memory_free) m.free = *s.memory_free;
+        // the binding process itself: its CUDA memory is its holders' (a sibling worker of its TaskManager,
+        // also `own`, is another holder whose memory this request must not count on)
         for (const GpuProcess& p : s.processes) {
-            if (p.own && p.used_memory) m.own_used += *p.used_memory;
+            if (p.own && p.visible && static_cast<pid_t>(p.pid) == request.owner && p.used_memory)
+                m.own_used += *p.used_memory;
         }
         if (s.memory_total && *s.memory_total > largest->total) {
             largest->total = *s.memory_total;

@@ -99,6 +99,49 @@ TEST_CASE(without_nvml_every_given_gpu_is_taken_as_it_is) {
     CHECK(out.left_out.empty());
 }
 
+TEST_CASE(a_memory_request_counts_what_the_binding_process_itself_uses_as_free_and_nothing_else) {
+    // both GPUs: 60 of 80 GiB used, 20 free; on GPU 0 the binding process (this one: the body runs in a
+    // child of it) uses 30 of it (a restarted slot's cached blocks), on GPU 1 a child of it does (another
+    // holder's worker): 30 GiB fits GPU 0 only
+    const pid_t child = fixtures::spawn_sleeper();
+    const std::string gib30 = std::to_string(30ULL << 30), gib60 = std::to_string(60ULL << 30);
+    const std::string spec = R"({"devices": [{"memory_used": )" + gib60 + R"(, "processes": [{"pid": )" +
+                             std::to_string(getpid()) + R"(, "used_memory": )" + gib30 + R"(}]}, {"memory_used": )" +
+                             gib60 + R"(, "processes": [{"pid": )" + std::to_string(child) + R"(, "used_memory": )" +
+                             gib30 + R"(}]}]})";
+    CHECK_EQ(simulated::with_spec(sim(), spec.c_str(),
+                                  [](const NvmlLibrary& lib) {
+        policy::BindRequest own = request_for(&lib, {"0"}, 1);
+        own.owner = own.holder.pid = getppid();
+        own.memory = 30ULL << 30;
+        const policy::BindOutcome got = policy::bind(own);
+        CHECK(got.status.ok());
+        CHECK_EQ(got.bound.memory, 30ULL << 30);
+        policy::BindRequest sibling = request_for(&lib, {"1"}, 1);
+        sibling.owner = sibling.holder.pid = getppid();
+        sibling.memory = 30ULL << 30;
+        const policy::BindOutcome refused = policy::bind(sibling);
+        CHECK(refused.status.code == StatusCode::kNotEnough);
+        CHECK(refused.status.message.find("GPU 1 is free, none of its 80 GiB requested, 20 GiB free") !=
+              std::string::npos);
+    }),
+             0);
+    fixtures::kill_and_reap(child);
+}
+
+TEST_CASE(a_memory_request_larger_than_every_given_gpu_is_invalid_and_names_the_largest) {
+    CHECK_EQ(simulated::with_spec(sim(), R"({"devices": [{"health": {"inforom_corrupted": true}}, {}]})",
+                                  [](const NvmlLibrary& lib) {
+        policy::BindRequest request = request_for(&lib, {"0", "1"}, 1);
+        request.memory = 100ULL << 30;
+        const policy::BindOutcome out = policy::bind(request);
+        CHECK(out.status.code == StatusCode::kInvalidArgument);
+        CHECK(out.status.message.find("larger than any GPU given (the largest, GPU 0, has 80 GiB)") !=
+              std::string::npos);
+    }),
+             0);
+}
+
 int main(int argc, char** argv) {
     const fixtures::ScratchDir scratch("/tmp/flinkgpu-bind-XXXXXX");
     if (scratch.path().empty()) return 2;
