@@ -662,8 +662,9 @@ def test_a_forked_child_shares_its_parents_memory_request(path):
     assert refused.startswith("refused This process (pid ") and "has a memory request of 8 GiB, not 4 GiB" in refused
 
 
-# A process that stands in for PyTorch (which needs a CUDA GPU this machine has not): apply_memory_limit()
-# hands each bound GPU's share to torch.cuda.set_per_process_memory_fraction, per CUDA ordinal.
+# A process with stand-ins for PyTorch and CuPy (which need a CUDA GPU this machine has not):
+# apply_memory_limit() hands each bound GPU's share to torch.cuda.set_per_process_memory_fraction, and the
+# request to CuPy's default pool, per CUDA ordinal.
 APPLY_TO_TORCH = textwrap.dedent("""
     import json, sys, types
     from flink_gpu import GPUInfo
@@ -675,15 +676,29 @@ APPLY_TO_TORCH = textwrap.dedent("""
         b.apply_memory_limit()
     except RuntimeError as error:
         print(json.dumps({"without": str(error)}))
-    calls = []
+    calls, pool_limits = [], []
     torch = types.ModuleType("torch")
     torch.cuda = types.SimpleNamespace(set_per_process_memory_fraction=lambda f, d: calls.append([f, d]))
     sys.modules["torch"] = torch
-    print(json.dumps({"applied": b.apply_memory_limit(), "calls": calls, "devices": b.devices}))
+    class Device:  # cupy.cuda.Device(ordinal): the current device inside the block
+        current = None
+        def __init__(self, ordinal):
+            self.ordinal = ordinal
+        def __enter__(self):
+            Device.current = self.ordinal
+        def __exit__(self, *exc):
+            Device.current = None
+    pool = types.SimpleNamespace(set_limit=lambda size: pool_limits.append([Device.current, size]))
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(Device=Device)
+    cupy.get_default_memory_pool = lambda: pool
+    sys.modules["cupy"] = cupy
+    print(json.dumps({"applied": b.apply_memory_limit(), "calls": calls, "pool_limits": pool_limits,
+                      "devices": b.devices}))
     """)
 
 
-def test_apply_memory_limit_gives_pytorch_the_share_of_each_bound_gpu(path):
+def test_apply_memory_limit_gives_pytorch_and_cupy_the_limit_on_each_bound_gpu(path):
     from conftest import simulated_env
 
     # GPU 0 is taken by another holder, so this one binds GPU 1, a 40 GiB GPU: half of it
@@ -702,8 +717,9 @@ def test_apply_memory_limit_gives_pytorch_the_share_of_each_bound_gpu(path):
     assert proc.returncode == 0, proc.stderr
     without, applied = [json.loads(line) for line in proc.stdout.splitlines()]
     assert without["without"].startswith("apply_memory_limit() limits PyTorch's or CuPy's allocator, and neither")
-    assert applied["applied"] == ["torch"]
+    assert applied["applied"] == ["torch", "cupy"]
     assert applied["calls"] == [[0.5, applied["devices"][0]]]
+    assert applied["pool_limits"] == [[applied["devices"][0], 20 * GiB]]
 
 
 # Two thread-mode slots of one TaskManager (this process) share GPU 0 with 12 and 20 GiB: the process's
