@@ -1038,10 +1038,10 @@ def test_thread_mode_pushes_the_first_sample_of_a_slot_that_binds_after_another(
     }
     got = run_python(
         f"""
-import json
+import json, time
 from flink_gpu import GPUInfo, simulator
 from flink_gpu.binding import bind
-from flink_gpu.nvml import sample_metrics_now
+from flink_gpu.nvml import sample_metrics_now, sampled_metrics
 {EMBEDDED_GROUP}
 first, second = EmbeddedMetricGroup(), EmbeddedMetricGroup()
 a = bind([GPUInfo("0")], 1, path={path!r})
@@ -1050,7 +1050,11 @@ assert sample_metrics_now()
 b = bind([GPUInfo("1")], 1, path={path!r})
 with simulator.hanging({stuck!r}):
     b.register_metrics(second)  # GPU 1's first sample is stuck in its power query
-assert sample_metrics_now()
+# GPU 1's first sample comes: a read the sampler waited its margin for may still be late on a loaded
+# machine, and the one after it is not
+deadline = time.monotonic() + 10
+while sample_metrics_now() and sampled_metrics("1")[-1] == 3 and time.monotonic() < deadline:
+    pass
 b.update_metrics()  # within a second of the registration's push, but GPU 1's first sample has come
 print(json.dumps(second.groups[0].values))
 """,
