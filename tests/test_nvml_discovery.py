@@ -1216,6 +1216,26 @@ def test_a_gpu_found_after_waiting_out_a_stuck_one_is_enumerated_within_a_deadli
     assert indices(infos) == ["1"] and dict(infos[0])["uuid"] == sim_uuid(1)
 
 
+def test_an_unhealthy_gpu_whose_uuid_read_hangs_does_not_keep_the_healthy_ones_from_being_handed_out(tmp_path):
+    """GPU 0 is unhealthy (its InfoROM is corrupt) and its static queries hang: its uuid, for the WARN, is
+    read in an enumeration of its own, so the healthy GPU 1 is handed out, now and at the next claim,
+    and the WARN names GPU 0 without its uuid."""
+    hang_file = tmp_path / "hang"
+    spec = {
+        "devices": [{"health": {"inforom_corrupted": True}}, {}, {}],
+        "driver_lock": False,
+        "hang": [{"query": "static", "device": 0, "while_exists": str(hang_file)}],
+    }
+    config = {**NVML, "nvml-timeout": "300 ms"}
+    output = run_while_stuck(hang_file, spec, [(config, [1, 1])])
+    [result], logs = output["results"], output["logs"]
+    assert "error" not in result, result["error"]
+    assert [indices(infos) for infos in result["retrievals"]] == [["1"], ["1"]]
+    assert dict(result["retrievals"][0][0])["uuid"] == sim_uuid(1)
+    warnings = [message for level, _, message in logs if level == "WARNING"]
+    assert any(m.startswith("GPU 0 is unhealthy: InfoROM corrupted") for m in warnings), warnings
+
+
 def test_one_stuck_gpu_does_not_keep_a_claim_from_the_free_gpus_after_it(tmp_path):
     """GPU 0 is held by another process, GPU 1's health read hangs (the driver lock not held): the
     GPUs after GPU 1 are read by another worker within the same nvml-timeout, and GPU 2 is handed out.

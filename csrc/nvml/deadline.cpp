@@ -656,22 +656,22 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
     }
 }
 
-bool run_within(double timeout_seconds, const char* function, std::function<void()> job, Stall* stall,
-                Status* status) noexcept {
+bool run_within(double timeout_seconds, const char* function, std::function<void()> job, Stall* stall, Status* status,
+                int gpu) noexcept {
     try {
         *status = Status();
         stall->function.clear();
         const long long deadline = deadline_after(timeout_seconds);
         for (Stall& s : stuck_calls()) {
-            if (s.gpu != ReadMonitor::kLibrary) continue;
-            *stall = std::move(s);  // the same step is still stuck from before: start no other
+            if (s.gpu != ReadMonitor::kLibrary && s.gpu != gpu) continue;
+            *stall = std::move(s);  // the library, or this GPU, is still stuck from before: start no other
             return false;
         }
         BlockRef block(new Block());
         block->job = [job = std::move(job)](Block&) { job(); };
         // in flight from now: a deadline that passes before the worker even starts is a stall of the
         // job, never "it finished"
-        block->calling(ReadMonitor::kLibrary, function);
+        block->calling(gpu, function);
         if (Status st = dispatch(block); !st.ok()) {
             *status = std::move(st);
             return false;
@@ -751,9 +751,12 @@ Status enumerate_within(const NvmlLibrary& lib, double timeout_seconds, Enumerat
         const Counted<Enumerated> enumerated;
         Status started;
         // `lib` lives for the life of the process (nvml/loader.hpp); `only` is copied: the call may outlive this one
-        const bool returned = run_within(timeout_seconds, "the device enumeration", [enumerated, &lib, only] {
-            enumerated->status = enumerate_devices(lib, &enumerated->found, only);
-        }, stall, &started);
+        const bool one = only && only->size() == 1;
+        const int gpu = one ? static_cast<int>(only->front()) : ReadMonitor::kLibrary;
+        const bool returned = run_within(
+            timeout_seconds, one ? "the enumeration of the GPU (its uuid, name, PCI bus id)" : "the device enumeration",
+            [enumerated, &lib, only] { enumerated->status = enumerate_devices(lib, &enumerated->found, only); }, stall,
+            &started, gpu);
         if (returned) *found = std::move(enumerated->found);
         return step_status(returned, started, *stall, timeout_seconds, lib.path(), enumerated->status);
     } catch (const std::bad_alloc&) {

@@ -60,12 +60,15 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
                            std::vector<Stall>* stalls, bool* count_known, double spent_seconds = 0,
                            unsigned* count = nullptr) noexcept;
 
-// Runs `job`, a library-wide NVML step named `function` (nvmlInit_v2, the enumeration), on a worker
+// Runs `job`, an NVML step named `function` (a string literal: nvmlInit_v2, the enumeration), on a worker
 // thread and waits for it at most `timeout_seconds`. True when it returned; false with `*stall` when it
 // did not (or, with stall->function empty and *status set, when no thread could be started). The job
-// may outlive the call: everything it touches must outlive it (static storage, or its own). Never throws.
-bool run_within(double timeout_seconds, const char* function, std::function<void()> job, Stall* stall,
-                Status* status) noexcept;
+// may outlive the call: everything it touches must outlive it (static storage, or its own). `gpu`: the
+// one GPU the step is about, whose later reads alone it keeps unknown while it is stuck (and which no
+// later step starts on then); kLibrary, a step about the whole library, which keeps every later step
+// from starting while it is stuck. Never throws.
+bool run_within(double timeout_seconds, const char* function, std::function<void()> job, Stall* stall, Status* status,
+                int gpu = ReadMonitor::kLibrary) noexcept;
 
 // Starts `main(arg)` on a detached thread that makes NVML calls for its callers, with every signal
 // blocked: they are for the process's own threads to take (a SIGTERM a thread waits for with sigwait).
@@ -92,7 +95,9 @@ Status stall_failure(const Stall& stall, double timeout_seconds, const std::stri
 Status open_within(const std::string& library_path, double timeout_seconds, const NvmlLibrary** lib,
                    Stall* stall) noexcept;
 
-// enumerate_devices(lib, ..., only) likewise, its result in `*found`. Never throws.
+// enumerate_devices(lib, ..., only) likewise, its result in `*found`; an enumeration of one GPU only is
+// a step about that GPU (run_within's `gpu`): stuck, it keeps that GPU unknown, not the library. Never
+// throws.
 Status enumerate_within(const NvmlLibrary& lib, double timeout_seconds, Enumeration* found, Stall* stall,
                         const std::optional<std::vector<unsigned>>& only = std::nullopt) noexcept;
 

@@ -99,25 +99,49 @@ void merge(Enumeration more, Enumeration* into) {
 // instance) is no candidate any more; a skip of any other GPU is not reported (it is unhealthy anyway).
 Status enumerate_candidates(const NvmlLibrary& lib, const DiscoveryRequest& request, DiscoveryOutcome* out) {
     Ranking& ranking = out->choice.ranking;
-    std::vector<unsigned> gpus, candidates;
+    std::vector<unsigned> gpus, candidates, unhealthy;
     auto want = [&](const std::string& index, bool candidate) {
         unsigned gpu = 0;
         if (!gpu_of(index, &gpu)) return;
         if (candidate && !contains(candidates, gpu)) candidates.push_back(gpu);
         // a MIG unit made since the GPU was enumerated, or one skipped then, has its GPU enumerated again
-        if (!contains(request.known_devices, index) && !contains(gpus, gpu)) gpus.push_back(gpu);
+        if (contains(request.known_devices, index)) return;
+        std::vector<unsigned>& into = candidate ? gpus : unhealthy;
+        if (!contains(into, gpu)) into.push_back(gpu);
     };
     for (const std::string& index : ranking.indices) want(index, true);
     for (const DeviceState& state : out->choice.states)
         if (state.health == Health::kUnhealthy) want(state.index, false);
+    unhealthy.erase(
+        std::remove_if(unhealthy.begin(), unhealthy.end(), [&](unsigned gpu) { return contains(gpus, gpu); }),
+        unhealthy.end());
     out->enumeration = Enumeration();
-    if (gpus.empty()) return Status();
     std::sort(gpus.begin(), gpus.end());
+    std::sort(unhealthy.begin(), unhealthy.end());
     Stall stall;
     // A deadline of its own, as an enumeration up front had: the read may have spent all of nvml-timeout
     // waiting for a stuck GPU, and this runs once per process and GPU.
-    if (const Status st = enumerate_within(lib, request.nvml_timeout, &out->enumeration, &stall, gpus); !st.ok())
-        return st;
+    if (!gpus.empty()) {
+        if (const Status st = enumerate_within(lib, request.nvml_timeout, &out->enumeration, &stall, gpus); !st.ok())
+            return st;
+    }
+    // The unhealthy GPUs apart, after the candidates, one at a time within one nvml-timeout: what they give
+    // is their uuid for the WARN, and one whose queries hang (a broken GPU's may) must not take the GPUs
+    // that can be handed out down with it (stuck, it is a stall of that GPU alone: later reads see it
+    // unknown). Not enumerated in time, it is warned without its uuid.
+    const auto started = std::chrono::steady_clock::now();
+    for (const unsigned gpu : unhealthy) {
+        const double left =
+            request.nvml_timeout - std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        if (left <= 0) break;
+        Enumeration broken;
+        if (!enumerate_within(lib, left, &broken, &stall, std::vector<unsigned>{gpu}).ok()) continue;
+        for (DeviceInfo& device : broken.devices) out->enumeration.devices.push_back(std::move(device));
+        for (SkippedDevice& device : broken.skipped) out->enumeration.skipped.push_back(std::move(device));
+        for (std::string& notice : broken.notices) out->enumeration.notices.push_back(std::move(notice));
+    }
+    std::stable_sort(out->enumeration.devices.begin(), out->enumeration.devices.end(),
+                     [](const DeviceInfo& a, const DeviceInfo& b) { return compare_indices(a.index, b.index) < 0; });
     std::vector<SkippedDevice>& skipped = out->enumeration.skipped;
     skipped.erase(std::remove_if(skipped.begin(), skipped.end(),
                                  [&](const SkippedDevice& d) { return !contains(candidates, d.nvml_index); }),

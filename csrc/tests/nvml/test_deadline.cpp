@@ -234,6 +234,36 @@ TEST_CASE(a_library_wide_step_past_its_deadline_is_named_and_not_started_twice) 
     CHECK(run_within(30.0, "nvmlInit_v2", [] {}, &stall, &st));
 }
 
+TEST_CASE(a_step_about_one_gpu_stuck_keeps_that_gpu_from_later_steps_and_not_the_others) {
+    struct Gate {
+        std::mutex m;
+        std::condition_variable cv;
+        bool open = false;
+    };
+    auto gate = std::make_shared<Gate>();
+    auto job = [gate] {
+        std::unique_lock<std::mutex> lock(gate->m);
+        gate->cv.wait(lock, [&] { return gate->open; });
+    };
+    Stall stall;
+    Status st;
+    CHECK(!run_within(0.2, "the enumeration of GPU 3", job, &stall, &st, 3));
+    CHECK_EQ(stall.gpu, 3);
+    // GPU 3 again: answered at once with the stall, nothing started; another GPU and the library go on
+    Stall again;
+    CHECK(!run_within(30.0, "the enumeration of GPU 3", [] {}, &again, &st, 3));
+    CHECK(again.earlier && again.gpu == 3);
+    CHECK(run_within(30.0, "the enumeration of GPU 4", [] {}, &again, &st, 4));
+    CHECK(run_within(30.0, "the device enumeration", [] {}, &again, &st));
+    {
+        std::lock_guard<std::mutex> lock(gate->m);
+        gate->open = true;
+    }
+    gate->cv.notify_all();
+    while (nvml_call_outstanding()) sched_yield();
+    CHECK(run_within(30.0, "the enumeration of GPU 3", [] {}, &stall, &st, 3));
+}
+
 TEST_CASE(a_read_stalled_behind_a_stuck_call_names_that_call_too) {
     CHECK_EQ(in_child([](const NvmlLibrary& lib) {
         const std::string file = hang("remapped-rows", 1);
