@@ -317,7 +317,7 @@ class GPUBinding:
         slots of this TaskManager on that GPU, each slot once."""
         assert self._memory_limit is not None
         pid, slot, taskmanager, _ = self._native_holder
-        if slot is None:
+        if slot is None or taskmanager is None:  # no TaskManager recorded: its slots cannot be told
             return self._memory_limit
         requests: "dict[str, int]" = {}
         for entry in snapshot(self._path, timeout=self._timeout).entries:
