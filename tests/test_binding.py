@@ -465,6 +465,15 @@ def test_bind_prefers_no_gpu_by_state_on_a_healthy_host(path):
 
 GiB = 2**30
 
+
+def run_on_simulator(code, path, **simulated):
+    """conftest.run_python's child with ``path`` as its sys.argv[1], on the simulated host ``simulated``
+    (simulated_env's arguments)."""
+    from conftest import run_python, simulated_env
+
+    return run_python(f"import sys\nsys.argv[1:] = [{str(path)!r}]\n" + code, env=simulated_env(**simulated))
+
+
 # A worker process on the simulator: binds 1 of GPUs 0..n-1 with a memory request, prints what it got (or
 # the error), holds the binding until stdin closes.
 MEMORY_WORKER = textwrap.dedent("""
@@ -598,8 +607,6 @@ def test_a_memory_request_without_nvml_says_no_gpu_s_memory_is_known(path, tmp_p
 
 
 def test_a_holder_keeps_the_request_it_bound_with(path):
-    from conftest import simulated_env
-
     code = textwrap.dedent("""
         import sys
         from flink_gpu import GPUInfo
@@ -616,14 +623,7 @@ def test_a_holder_keeps_the_request_it_bound_with(path):
         except ValueError as error:
             print(error)
         """)
-    proc = subprocess.run(
-        [sys.executable, "-c", code, path],
-        env={**child_env(), **simulated_env(devices=1)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = run_on_simulator(code, path, devices=1)
     assert "with a memory request of 16 GiB: it binds GPU 0 with a memory request of 8 GiB already" in proc.stdout
 
 
@@ -647,16 +647,7 @@ FORKED_WITH_MEMORY = textwrap.dedent("""
 
 
 def test_a_forked_child_shares_its_parents_memory_request(path):
-    from conftest import simulated_env
-
-    proc = subprocess.run(
-        [sys.executable, "-c", FORKED_WITH_MEMORY, path],
-        env={**child_env(), **simulated_env(devices=1)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = run_on_simulator(FORKED_WITH_MEMORY, path, devices=1)
     child, refused = proc.stdout.splitlines()
     assert child == f"child {8 * GiB}"
     assert refused.startswith("refused This process (pid ") and "has a memory request of 8 GiB, not 4 GiB" in refused
@@ -699,22 +690,13 @@ APPLY_TO_TORCH = textwrap.dedent("""
 
 
 def test_apply_memory_limit_gives_pytorch_and_cupy_the_limit_on_each_bound_gpu(path):
-    from conftest import simulated_env
-
     # GPU 0 is taken by another holder, so this one binds GPU 1, a 40 GiB GPU: half of it
     spec = {"devices": [{}, {"memory_total": 40 * GiB}]}
     others, _ = start_memory_workers(path, 1, None, share=1, spec=spec)
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", APPLY_TO_TORCH, path],
-            env={**child_env(), **simulated_env(spec=spec)},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        proc = run_on_simulator(APPLY_TO_TORCH, path, spec=spec)
     finally:
         stop(others)
-    assert proc.returncode == 0, proc.stderr
     without, applied = [json.loads(line) for line in proc.stdout.splitlines()]
     assert without["without"].startswith("apply_memory_limit() limits PyTorch's or CuPy's allocator, and neither")
     assert applied["applied"] == ["torch", "cupy"]
@@ -750,16 +732,7 @@ APPLY_IN_THREAD_MODE = textwrap.dedent("""
 
 
 def test_thread_mode_apply_memory_limit_sets_the_sum_of_the_taskmanager_s_slots_on_the_gpu(path):
-    from conftest import simulated_env
-
-    proc = subprocess.run(
-        [sys.executable, "-c", APPLY_IN_THREAD_MODE, path],
-        env={**child_env(), **simulated_env(devices=1)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = run_on_simulator(APPLY_IN_THREAD_MODE, path, devices=1)
     got = json.loads(proc.stdout)
     assert got["limits"] == [12 * GiB, 20 * GiB]
     assert got["calls"] == [[32 / 80, 0]]  # both slots' requests, not the first one's alone

@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Iterable
 
 from flink_gpu import _native
 from flink_gpu.coordination import DEFAULT_PATH, DEFAULT_TIMEOUT, CoordinationEntry, entries_of
 
-__all__ = ["BINDINGS_SUFFIX", "BindingEntry", "BindingSnapshot", "bindings_path", "file_identity", "snapshot", "unbind"]
+__all__ = [
+    "BINDINGS_SUFFIX",
+    "BindingEntry",
+    "BindingSnapshot",
+    "bindings_path",
+    "file_identity",
+    "memory_request",
+    "snapshot",
+    "unbind",
+]
 
 #: What a coordination file's path takes to name its bindings file.
 BINDINGS_SUFFIX = ".bindings"
@@ -37,6 +47,13 @@ def file_identity(path: str) -> "str | None":
     except OSError:
         return None
     return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}:{st.st_ino}"
+
+
+def memory_request(entries: "Iterable[BindingEntry]") -> "int | None":
+    """The memory request (bytes per GPU) of one holder's lines, as the core counts it
+    (csrc/coordination/bindings.cpp): its largest line's; None when no line of it has one."""
+    requests = [entry.memory for entry in entries if entry.memory is not None]
+    return max(requests) if requests else None
 
 
 def unbind(

@@ -280,6 +280,8 @@ def _claimed(live: "dict[str, list[CoordinationEntry]]") -> "dict[str, list[str]
 
 def _binding_holder_json(name: str, entries: "list[CoordinationEntry]") -> "dict[str, Any]":
     """One live holder of the bindings file: a process (``pid``) or a slot (its binding ``threads``)."""
+    from flink_gpu import bindings_file as binding
+
     first = entries[0]
     slot = first.slot
     return {
@@ -289,17 +291,10 @@ def _binding_holder_json(name: str, entries: "list[CoordinationEntry]") -> "dict
         "threads": sorted({e.pid for e in entries}) if slot is not None else [],
         "gpus": sort_indices({e.index for e in entries}),
         "holders_per_gpu": first.holders_per_gpu,
-        "memory": _request(entries),
+        "memory": binding.memory_request(entries),
         "liveness_known": all(e.liveness_known for e in entries),
         "cmdline": entry_cmdline(first) if slot is None else None,
     }
-
-
-def _request(entries: "list[CoordinationEntry]") -> "int | None":
-    """A holder's memory request, bytes per GPU: its largest line's (the core's rule; it binds every GPU of
-    a holder with the same request), None when no line of it has one."""
-    requests = [e.memory for e in entries if e.memory is not None]
-    return max(requests) if requests else None
 
 
 def _taskmanager_order(first: CoordinationEntry) -> "tuple[int, int, int]":
@@ -374,7 +369,7 @@ def _bindings_view(
     for by_holder in holders.values():
         for entries in by_holder.values():
             for index in {e.index for e in entries}:
-                request = _request([e for e in entries if e.index == index])
+                request = binding.memory_request(e for e in entries if e.index == index)
                 if request:
                     requested[index] = requested.get(index, 0) + request
     return view, requested

@@ -310,8 +310,10 @@ def _memory_users(holders: "dict[str, list[CoordinationEntry]]") -> "dict[str, _
 
 
 def _request(entries: "list[CoordinationEntry]") -> int:
-    """A holder's memory request of a GPU: its largest line's there (bytes; 0: none)."""
-    return max(e.memory or 0 for e in entries)
+    """A holder's memory request of a GPU (bytes; 0: none)."""
+    from flink_gpu.bindings_file import memory_request
+
+    return memory_request(entries) or 0
 
 
 #: The holders a memory finding names with their requests; more are counted.
