@@ -350,47 +350,54 @@ TEST_CASE(invalid_holders_counts_and_shares_are_refused) {
 }
 
 // Processes binding at once, each for itself (with its lease): never more holders on a GPU than allowed.
+// Runs `bind` in `n` forked processes at once (each binds for itself and holds its binding until killed):
+// how many got each binding ("0", "1", ...; "refused" for a failure). The processes are killed after.
+static std::map<std::string, int> bind_at_once(int n, const std::function<bi::BindResult()>& bind) {
+    int results[2];
+    CHECK(pipe(results) == 0);
+    int go[2];
+    CHECK(pipe(go) == 0);
+    std::vector<pid_t> children;
+    for (int i = 0; i < n; ++i) {
+        const pid_t pid = fork();
+        if (pid == 0) {
+            close(results[0]);
+            close(go[1]);
+            char c;
+            if (read(go[0], &c, 1) != 0) _exit(5);  // all start when the parent closes the pipe
+            const bi::BindResult r = bind();
+            const std::string line = (r.status.ok() ? joined(r.indices) : "refused") + "\n";
+            if (write(results[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(6);
+            for (;;) pause();  // hold the binding until killed
+        }
+        children.push_back(pid);
+    }
+    close(results[1]);
+    close(go[0]);
+    close(go[1]);
+    std::string all;
+    char buf[256];
+    while (std::count(all.begin(), all.end(), '\n') < n) {
+        const ssize_t got = read(results[0], buf, sizeof buf);
+        if (got <= 0) break;
+        all.append(buf, static_cast<std::size_t>(got));
+    }
+    close(results[0]);
+    std::map<std::string, int> per_binding;
+    std::istringstream lines(all);
+    for (std::string l; std::getline(lines, l);) ++per_binding[l];
+    for (pid_t p : children) kill_and_reap(p);
+    return per_binding;
+}
+
 TEST_CASE(concurrent_processes_never_exceed_a_gpus_share) {
     for (const std::uint32_t share : {1u, 2u}) {
         const std::string path = fresh_path("concurrent");
-        const int n = static_cast<int>(4 * share);
-        int results[2];
-        CHECK(pipe(results) == 0);
-        int go[2];
-        CHECK(pipe(go) == 0);
-        std::vector<pid_t> children;
-        for (int i = 0; i < n; ++i) {
-            const pid_t pid = fork();
-            if (pid == 0) {
-                close(results[0]);
-                close(go[1]);
-                char c;
-                if (read(go[0], &c, 1) != 0) _exit(5);  // all start when the parent closes the pipe
-                const bi::BindResult r = bi::bind(opts_for(path), process(getpid()), gpus(4), 1, share);
-                const std::string line = (r.status.ok() ? joined(r.indices) : "error") + "\n";
-                if (write(results[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(6);
-                for (;;) pause();  // hold the binding until killed
-            }
-            children.push_back(pid);
-        }
-        close(results[1]);
-        close(go[0]);
-        close(go[1]);
-        std::map<std::string, int> per_gpu;
-        std::string all;
-        char buf[256];
-        for (;;) {
-            const ssize_t got = read(results[0], buf, sizeof buf);
-            if (got <= 0) break;
-            all.append(buf, static_cast<std::size_t>(got));
-            if (std::count(all.begin(), all.end(), '\n') == n) break;
-        }
-        close(results[0]);
-        std::istringstream lines(all);
-        for (std::string l; std::getline(lines, l);) ++per_gpu[l];
+        const std::map<std::string, int> per_gpu = bind_at_once(static_cast<int>(4 * share), [&] {
+            return bi::bind(opts_for(path), process(getpid()), gpus(4), 1, share);
+        });
         CHECK_EQ(per_gpu.size(), std::size_t{4});
         for (const auto& kv : per_gpu) CHECK_EQ(kv.second, static_cast<int>(share));
-        for (pid_t p : children) kill_and_reap(p);
     }
 }
 
@@ -557,44 +564,13 @@ TEST_CASE(what_the_binders_own_processes_use_counts_as_free_for_its_request) {
 TEST_CASE(concurrent_binders_never_request_more_than_a_gpu_has) {
     const std::string path = fresh_path("memory-concurrent");
     constexpr int kBinders = 8;  // 8 x 30 GiB asked of 2 x 80 GiB: 2 fit on each, whatever the order
-    int results[2];
-    CHECK(pipe(results) == 0);
-    int go[2];
-    CHECK(pipe(go) == 0);
-    std::vector<pid_t> children;
-    for (int i = 0; i < kBinders; ++i) {
-        const pid_t pid = fork();
-        if (pid == 0) {
-            close(results[0]);
-            close(go[1]);
-            char c;
-            if (read(go[0], &c, 1) != 0) _exit(5);
-            const bi::BindResult r = bind_memory(
-                path, process(getpid()), 2, 8, request_of(30 * kGiB, {{80 * kGiB, 80 * kGiB}, {80 * kGiB, 80 * kGiB}}));
-            const std::string line = (r.status.ok() ? joined(r.indices) : "refused") + "\n";
-            if (write(results[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(6);
-            for (;;) pause();
-        }
-        children.push_back(pid);
-    }
-    close(results[1]);
-    close(go[0]);
-    close(go[1]);
-    std::string all;
-    char buf[256];
-    while (std::count(all.begin(), all.end(), '\n') < kBinders) {
-        const ssize_t got = read(results[0], buf, sizeof buf);
-        if (got <= 0) break;
-        all.append(buf, static_cast<std::size_t>(got));
-    }
-    close(results[0]);
-    std::map<std::string, int> per_gpu;
-    std::istringstream lines(all);
-    for (std::string l; std::getline(lines, l);) ++per_gpu[l];
+    std::map<std::string, int> per_gpu = bind_at_once(kBinders, [&] {
+        return bind_memory(path, process(getpid()), 2, 8,
+                           request_of(30 * kGiB, {{80 * kGiB, 80 * kGiB}, {80 * kGiB, 80 * kGiB}}));
+    });
     CHECK_EQ(per_gpu["0"], 2);
     CHECK_EQ(per_gpu["1"], 2);
     CHECK_EQ(per_gpu["refused"], kBinders - 4);
-    for (pid_t p : children) kill_and_reap(p);
 }
 
 int main(int argc, char** argv) {
