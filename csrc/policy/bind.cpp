@@ -39,6 +39,7 @@ bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome
                             request.nvml_timeout, &states, &out->stalls, &count_known, request.spent);
     if (!read.ok() || !count_known) {
         *unread = !read.ok() ? read.message : "NVML did not count the GPUs in time";
+        if (!unread->empty() && unread->back() == '.') unread->pop_back();  // a clause of the shortage's sentence
         return false;
     }
     const std::unordered_set<std::string> given(request.gpus.begin(), request.gpus.end());
