@@ -4,7 +4,8 @@
     PYTHONPATH=src python benchmarks/latency_model.py --rounds 5 [--write benchmarks/README.md]
 
 The host: 8 idle, healthy GPUs, every NVML call under the driver's one lock (``driver_lock``), on
-four latency profiles (:data:`PROFILES`). The paths (:data:`PATHS`), each a claim of 1 or 2 GPUs from
+five latency profiles (:data:`PROFILES`; in one the GPUs' memory shows use, so that their process
+lists are read). The paths (:data:`PATHS`), each a claim of 1 or 2 GPUs from
 an empty coordination file in coordination mode:
 
 * ``stock``: Flink's ``nvidia-gpu-discovery.sh`` as Flink runs it, with ``standin/nvidia-smi.c`` first on
@@ -65,8 +66,9 @@ def _latencies(process_list_ms: float) -> dict[str, float]:
     return latency
 
 
-def _spec(latency_ms: dict[str, float] | None, persistence: str = "enabled") -> dict:
-    spec: dict = {"devices": [{"persistence_mode": persistence} for _ in range(GPUS)], "driver_lock": True}
+def _spec(latency_ms: dict[str, float] | None, persistence: str = "enabled", memory_used: int = 0) -> dict:
+    device = {"persistence_mode": persistence, "memory_used": memory_used}
+    spec: dict = {"devices": [dict(device) for _ in range(GPUS)], "driver_lock": True}
     if latency_ms is not None:
         spec["latency_ms"] = latency_ms
     return spec
@@ -77,11 +79,18 @@ PROFILES = {
     "instant": _spec(None),
     "persistence on": _spec(_latencies(0.1)),
     "persistence on, 4.5 ms process list": _spec(_latencies(4.5)),
+    # memory in use but no process listed: the GPUs whose process lists are read (docs/design.md §9.1)
+    "4.5 ms process list, memory in use": _spec(_latencies(4.5), memory_used=2**30),
     "persistence off": _spec(_latencies(0.1), persistence="disabled"),
 }
 #: the profiles a smoke run (pytest --benchmark-disable) takes: each path once, in well under a second each;
 #: "persistence off" differs only in its first-handle latency (8 × 200 ms per process) and is left out there
-SMOKE_PROFILES = ("instant", "persistence on", "persistence on, 4.5 ms process list")
+SMOKE_PROFILES = (
+    "instant",
+    "persistence on",
+    "persistence on, 4.5 ms process list",
+    "4.5 ms process list, memory in use",
+)
 
 
 def expected(amount: int) -> str:

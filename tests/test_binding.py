@@ -352,7 +352,7 @@ def test_bind_reads_the_given_gpus_and_no_other(path):
     assert out["bound"] == ["5"]
     per_gpu = {gpu for function, by_gpu in out["calls"].items() for gpu in by_gpu if gpu != "host"}
     assert per_gpu == {"5", "6"}, out["calls"]
-    assert set(out["calls"]["nvmlDeviceGetRunningProcessDetailList"]) == {"5", "6"}
+    assert set(out["calls"]["nvmlDeviceGetMemoryInfo_v2"]) == {"5", "6"}  # both given GPUs' state is read
 
 
 @pytest.mark.parametrize("health", [{"inforom_corrupted": True}, {"state_error": "RESET_REQUIRED"}])

@@ -939,6 +939,39 @@ def test_a_bad_nvml_timeout_is_refused_naming_the_value(discovery_exe, value, wh
     ) in proc.stderr
 
 
+def test_a_gpu_taken_while_the_discovery_read_says_what_it_found_once(discovery_exe, tmp_path):
+    """GPU 1, the first healthy one, is claimed by another process while the discovery reads it: the claim
+    finds it taken and the host is read again (docs/design.md §9.1); GPU 2 is claimed, and what the reads
+    found (GPU 0 left out) is said once, not once per read."""
+    coord = tmp_path / "coord"
+    coord.write_text("")
+    spec = {
+        "devices": [{"health": {"row_remap_failure": True}}, {}, {}, {}],
+        "hang": [{"query": "field_values", "device": 1, "while_exists": str(tmp_path / "hang")}],
+    }
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        with simulator.hanging(tmp_path / "hang") as hang_file:
+            args = ["1", "--enable-coordination-mode", "--coordination-file", str(coord), "--nvml-timeout", "60 s"]
+            proc = subprocess.Popen(
+                [discovery_exe, *args],
+                env=ours_env(spec),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                assert wait_until_inside_a_hang(proc)  # reading GPU 1
+                coordination.claim(1, ["1"], path=coord, owner=holder.pid)
+            finally:
+                simulator.hanging(hang_file).release()
+            out, err = proc.communicate(timeout=60)
+    finally:
+        holder.communicate(b"")
+    assert (out, proc.returncode) == ("2\n", 0), err
+    assert err.count("GPU 0 left out: unhealthy: ") == 1, err
+
+
 def test_the_coordination_file_is_not_locked_while_a_state_read_hangs(discovery_exe, tmp_path):
     """The order is state read, then lock, claim, unlock: while NVML hangs, any other worker takes the
     coordination file's flock at once."""

@@ -575,8 +575,8 @@ def test_states_read_processes_memory_and_locality_in_both_struct_layouts(proces
             "process_struct": process_struct,
             "devices": [
                 {
-                    "memory_total": 1000,
-                    "memory_used": 250,
+                    "memory_total": 1000 << 20,
+                    "memory_used": 250 << 20,  # its processes' and more
                     "cpu_affinity": "0-3,8",
                     "compute_mode": "exclusive_process",
                     "processes": FOREIGN,
@@ -591,8 +591,8 @@ def test_states_read_processes_memory_and_locality_in_both_struct_layouts(proces
         0,
         "ok",
         [],
-        250,
-        750,
+        250 << 20,
+        750 << 20,
         [
             [4000000001, 1 << 20, "compute", False, False],
             [4000000002, 2 << 20, "compute", False, False],

@@ -988,7 +988,9 @@ def test_a_foreign_process_makes_a_gpu_busy_the_taskmanagers_own_child_does_not(
 def test_a_pid_this_namespace_cannot_see_counts_as_foreign():
     gone = subprocess.Popen(["true"])
     gone.wait()
-    result, _ = run_one({**NVML, "busy-gpus": "exclude"}, [1, 2], spec=processes_on([(gone.pid, "mps")], []))
+    # an MPS client this namespace cannot see, of a server it can (pid 1, never the worker's)
+    spec = processes_on([(1, "compute"), (gone.pid, "mps")], [])
+    result, _ = run_one({**NVML, "busy-gpus": "exclude"}, [1, 2], spec=spec)
     assert indices(result["retrievals"][0]) == ["1"]
     assert "not visible" in result["error"][1]
 
@@ -1394,11 +1396,12 @@ def gpus_read(calls, function="nvmlDeviceGetHandleByIndex_v2"):
 
 @pytest.mark.parametrize("busy_gpus", ["avoid", "exclude", "ignore"])
 def test_a_claim_asks_each_needed_query_once_per_gpu_it_reads_and_no_more(tmp_path, busy_gpus):
-    calls, got = claim_calls(tmp_path, 2, **{"busy-gpus": busy_gpus})
+    # memory in use on every GPU, so that its process lists are read, and no process listed
+    calls, got = claim_calls(tmp_path, 2, spec={"devices": [{"memory_used": 2**30}] * 8}, **{"busy-gpus": busy_gpus})
     assert got == ["0", "1"]
     expected = dict.fromkeys(PER_GPU_STATE, 1)
-    if busy_gpus != "ignore":  # one list per process kind: compute, graphics, MPS
-        expected["nvmlDeviceGetRunningProcessDetailList"] = 3
+    if busy_gpus != "ignore":  # compute and graphics; no MPS list without a compute process (§9.1)
+        expected["nvmlDeviceGetRunningProcessDetailList"] = 2
     # nothing about the whole library but the one count; per GPU read each needed query once, nothing else
     assert calls.pop("nvmlDeviceGetCount_v2") == {"host": 1}
     assert calls == {function: dict.fromkeys(["0", "1"], n) for function, n in expected.items()}
@@ -1407,8 +1410,9 @@ def test_a_claim_asks_each_needed_query_once_per_gpu_it_reads_and_no_more(tmp_pa
 @pytest.mark.parametrize("amount", [1, 2])
 def test_a_claim_of_n_on_idle_gpus_reads_n_of_them(tmp_path, amount):
     calls, got = claim_calls(tmp_path, amount, again=False)
-    assert got == gpus_read(calls) == [str(i) for i in range(amount)]
-    assert gpus_read(calls, "nvmlDeviceGetRunningProcessDetailList") == [str(i) for i in range(amount)]
+    assert got == gpus_read(calls) == gpus_read(calls, "nvmlDeviceGetMemoryInfo_v2") == [str(i) for i in range(amount)]
+    # their memory shows no allocation: no process to list (docs/design.md §9.1)
+    assert "nvmlDeviceGetRunningProcessDetailList" not in calls
 
 
 def test_a_busy_first_gpu_makes_a_claim_read_one_more_not_all(tmp_path):

@@ -633,6 +633,43 @@ def test_reserved_and_used_memory_beyond_the_total_are_refused_by_both(discovery
     assert proc.returncode == 1 and key in proc.stderr
 
 
+def test_a_devices_used_memory_covers_its_processes_as_a_drivers_does():
+    """NVML's used memory includes every process's (the process reads rely on it: docs/design.md §9.1): a
+    device reads at least its processes' sum, a process whose own use is not available counting 1 MiB."""
+    mib = 1 << 20
+    got = run_nvml_child(
+        """
+        used = []
+        for i in range(3):
+            v2 = (ctypes.c_ulonglong * 5)()
+            v2[0] = 40 | 2 << 24
+            assert nvml.nvmlDeviceGetMemoryInfo_v2(handle(i), v2) == 0
+            used.append(v2[4])
+        print(json.dumps(used))
+    """,
+        {
+            "devices": [
+                {"processes": [{"pid": 7, "used_memory": 300 * mib}, {"pid": 8, "kind": "graphics"}]},
+                {"memory_used": 500 * mib, "processes": [{"pid": 7, "used_memory": 300 * mib}]},
+                {},
+            ]
+        },
+    )
+    assert got == [301 * mib, 500 * mib, 0]
+
+
+def test_an_mps_client_without_its_server_among_the_compute_processes_is_refused(discovery_exe, tmp_path):
+    spec = {"devices": [{"processes": [{"pid": 7, "kind": "mps"}, {"pid": 8, "kind": "graphics"}]}]}
+    words = 'devices[0].processes has an "mps" process but no "compute" one'
+    with pytest.raises(ValueError, match=re.escape(words)):
+        simulator.environment(spec=spec)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    proc = discover(discovery_exe, FLINK_GPU_SIM_SPEC=str(path))
+    assert proc.returncode == 1 and words in proc.stderr
+    simulator.environment(spec={"devices": [{"processes": [{"pid": 6}, {"pid": 7, "kind": "mps"}]}]})
+
+
 def test_a_state_error_and_a_lost_handle_hold_while_their_files_exist(tmp_path):
     state_error, lost_handle = tmp_path / "state-error", tmp_path / "lost-handle"
     spec = {

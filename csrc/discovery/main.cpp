@@ -23,6 +23,8 @@
 #include "policy/discover.hpp"
 
 #include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <csignal>
@@ -290,17 +292,20 @@ int main(int argc, char** argv) {
     request.coordination.path = args.script.coordination_file;
     // What the choice found is said before anything is claimed; NVML may have taken long: a parent that
     // died meanwhile asks for nothing any more.
+    // A claim that finds a GPU taken meanwhile reads again and comes here again: each line is said once.
+    std::vector<std::string> said;
+    const auto say = [&said](std::string line) {
+        if (std::find(said.begin(), said.end(), line) != said.end()) return;
+        std::fprintf(stderr, "flink-gpu-discovery: %s\n", line.c_str());
+        said.push_back(std::move(line));
+    };
     request.before_claim = [&](const flinkgpu::Choice& choice) {
         for (const auto& s : choice.stalls)
-            std::fprintf(
-                stderr, "flink-gpu-discovery: %s%s: its GPUs are unknown and not handed out\n",
-                s.gpu == flinkgpu::ReadMonitor::kLibrary ? "" : ("GPU " + std::to_string(s.gpu) + ": ").c_str(),
-                flinkgpu::stall_text(s, args.nvml_timeout).c_str());
+            say((s.gpu == flinkgpu::ReadMonitor::kLibrary ? "" : "GPU " + std::to_string(s.gpu) + ": ") +
+                flinkgpu::stall_text(s, args.nvml_timeout) + ": its GPUs are unknown and not handed out");
         for (const auto& state : choice.states)
-            for (const auto& warning : state.warnings)
-                std::fprintf(stderr, "flink-gpu-discovery: GPU %s: %s\n", state.index.c_str(), warning.c_str());
-        for (const auto& [index, why] : choice.ranking.left_out)
-            std::fprintf(stderr, "flink-gpu-discovery: GPU %s left out: %s\n", index.c_str(), why.c_str());
+            for (const auto& warning : state.warnings) say("GPU " + state.index + ": " + warning);
+        for (const auto& [index, why] : choice.ranking.left_out) say("GPU " + index + " left out: " + why);
         return !args.script.coordination_mode || parent_unchanged(parent);
     };
     const flinkgpu::policy::DiscoveryOutcome out = flinkgpu::policy::discover(*lib, request);

@@ -19,6 +19,10 @@ namespace {
 // allocate without bound.
 constexpr unsigned kMaxProcesses = 1u << 16;
 constexpr unsigned kInitialProcesses = 32;
+// Below this much allocated memory (v2: the driver's reservation apart) no process holds a context on
+// a GPU: a CUDA context alone takes hundreds of MiB, the smallest graphics client (Xorg) a few MiB, and
+// idle GPUs read 0 MiB (nvidia-smi -q captures of A100, B200, GB200, GB300, H100, L40S and T4).
+constexpr unsigned long long kNoContextBelowBytes = 1ull << 20;
 
 bool is_lost(int rc) { return rc == NVML_ERROR_GPU_IS_LOST || rc == NVML_ERROR_RESET_REQUIRED; }
 
@@ -327,6 +331,7 @@ private:
             s_->memory_used = m.used;
             s_->memory_free = m.free;
             s_->memory_total = m.total;
+            no_context_ = m.reservation_apart && m.used < kNoContextBelowBytes;
         }
     }
 
@@ -361,6 +366,7 @@ private:
                 return 0;
             }
             if (answer(rc, function) != Answer::kOk) return 0;
+            listed_ = true;
             return std::min<std::size_t>(count, buffer->size());
         }
         return 0;
@@ -399,7 +405,9 @@ private:
                 "nvmlDeviceGetComputeRunningProcesses"};
     }
 
-    void list_kind(const ProcessQueryFns& fns, ProcessKind kind, unsigned mode) {
+    // True when NVML listed the processes (none or some), false when it did not answer.
+    bool list_kind(const ProcessQueryFns& fns, ProcessKind kind, unsigned mode) {
+        listed_ = false;
         const ProcessNames names = process_names(kind);
         std::size_t n = 0;
         ProcessApi how = api_.process_api;
@@ -417,7 +425,7 @@ private:
             }, "nvmlDeviceGetRunningProcessDetailList");
             if (last != NVML_ERROR_NOT_SUPPORTED && last != NVML_ERROR_FUNCTION_NOT_FOUND) {
                 add(ws_->detail, n, kind);
-                return;
+                return listed_;
             }
             how = ProcessApi::kV3;  // a driver with the detail list has four-field *_v3
         }
@@ -437,14 +445,21 @@ private:
                       names.v1);
             add(ws_->v1, n, kind);
         }
+        return listed_;
     }
 
+    // The process lists cost milliseconds each on a real driver (docs/design.md §9.1, query plan): a GPU
+    // whose memory shows no allocation has no process to list, and an MPS client runs in its server's
+    // context, which NVML lists as a compute process (NVIDIA's MPS documentation): without one, no
+    // MPS list.
     void processes(ProcessTree* tree) {
-        list_kind(api_.compute_processes, ProcessKind::kCompute, NVML_PROCESS_MODE_COMPUTE);
+        if (no_context_) return;
+        const bool no_compute = list_kind(api_.compute_processes, ProcessKind::kCompute, NVML_PROCESS_MODE_COMPUTE) &&
+                                s_->processes.empty();
         if (!failure_.ok() || lost()) return;
         list_kind(api_.graphics_processes, ProcessKind::kGraphics, NVML_PROCESS_MODE_GRAPHICS);
         if (!failure_.ok() || lost()) return;
-        list_kind(api_.mps_processes, ProcessKind::kMps, NVML_PROCESS_MODE_MPS);
+        if (!no_compute) list_kind(api_.mps_processes, ProcessKind::kMps, NVML_PROCESS_MODE_MPS);
         if (!failure_.ok() || lost()) return;
         for (GpuProcess& p : s_->processes) {
             const ProcessVerdict v = tree->classify(static_cast<pid_t>(p.pid));
@@ -462,6 +477,8 @@ private:
     const ReadPlan& plan_;
     ReadMonitor* monitor_;
     Status failure_;
+    bool no_context_ = false;  // the memory reading shows no process's allocation (kNoContextBelowBytes)
+    bool listed_ = false;      // the last process list answered
 };
 
 // What NVML did not answer on a MIG handle comes from its parent GPU: health (a unit is as sick as its
@@ -513,6 +530,7 @@ int read_memory(const NvmlApi& api, nvmlDevice_t dev, MemoryReading* out, const 
             out->total = m.total;
             out->used = m.used;
             out->free = m.free;
+            out->reservation_apart = true;
         }
         if (!is_no_finding(rc)) return rc;  // else a stub of the symbol: try v1
     }

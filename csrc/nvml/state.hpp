@@ -111,6 +111,7 @@ struct DeviceState {
 // driver has neither). Never throws.
 struct MemoryReading {
     unsigned long long total = 0, used = 0, free = 0;
+    bool reservation_apart = false;  // v2: `used` leaves out the driver's reservation (v1 counts it in)
 };
 int read_memory(const NvmlApi& api, nvmlDevice_t dev, MemoryReading* out, const char** function) noexcept;
 

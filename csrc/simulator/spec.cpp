@@ -220,6 +220,37 @@ const char* const kProcessStructs[] = {"v2", "r535"};
 // makes a process's libnvidia-ml.so.1 the simulator) checks specs for either build.
 thread_local bool t_checking_any_build = false;
 
+// What a driver guarantees about a device's processes, which the process reads of csrc/nvml/state.cpp
+// rely on: an MPS client runs in its server's context, so a device with MPS processes lists a compute
+// process (the server) too; and NVML's used memory includes every process's, so the device's is at least
+// their sum, a process counting 1 MiB at least (its context) where its own use is not available.
+bool account_processes(const char* spec_path, const std::string& where, SimDevice* d) {
+    constexpr unsigned long long kContextBytes = 1ull << 20;
+    bool mps = false, compute = false;
+    unsigned long long used = 0;
+    for (const SimProcess& p : d->processes) {
+        mps = mps || p.mode == NVML_PROCESS_MODE_MPS;
+        compute = compute || p.mode == NVML_PROCESS_MODE_COMPUTE;
+        const unsigned long long own = p.used_memory == static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE)
+                                           ? kContextBytes
+                                           : std::max(p.used_memory, kContextBytes);
+        used = own > ~0ull - used ? ~0ull : used + own;
+    }
+    if (mps && !compute) {
+        complain(std::string(spec_path) + ": " + where +
+                 "processes has an \"mps\" process but no \"compute\" one: an MPS client runs in its server's "
+                 "context, which NVML lists as a compute process; add the nvidia-cuda-mps-server's pid as one");
+        return false;
+    }
+    if (used > d->memory_total - d->memory_reserved) {
+        complain(std::string(spec_path) + ": " + where +
+                 "processes use more than memory_total - memory_reserved (each counts 1 MiB at least)");
+        return false;
+    }
+    d->memory_used = std::max(d->memory_used, used);
+    return true;
+}
+
 // The state keys of devices[i] (see the header comment).
 bool read_state(const simjson::Value& item, const char* spec_path, const std::string& where, SimDevice* d) {
     unsigned long long number = 0;
@@ -343,7 +374,7 @@ bool read_state(const simjson::Value& item, const char* spec_path, const std::st
             d->processes.push_back(sp);
         }
     }
-    return true;
+    return account_processes(spec_path, where, d);
 }
 
 // devices[i].utilization, temperature and power: readings pinned instead of following the clock.

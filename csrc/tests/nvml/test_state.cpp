@@ -362,6 +362,29 @@ TEST_CASE(busy_gpus_ignore_reads_no_process_list) {
              0);
 }
 
+TEST_CASE(a_gpu_is_read_only_for_the_process_lists_that_can_hold_something) {
+    // docs/design.md §9.1: none where memory shows no allocation (v2, the reservation apart); compute and
+    // graphics where it does; MPS only after a compute process (an MPS client's server is one)
+    const std::string spec = R"({"devices": [{}, {"memory_used": 1073741824},)"
+                             R"({"processes": [{"pid": 4000000001, "kind": "graphics"}]},)"
+                             R"({"processes": [{"pid": 4000000002}, {"pid": 4000000003, "kind": "mps"}]},)"
+                             R"({"not_supported": ["memory_v2"]}]})";
+    CHECK_EQ(with_spec(sim(), spec,
+                       [](const NvmlLibrary&, std::vector<DeviceState>& s) {
+        const char* list = "nvmlDeviceGetRunningProcessDetailList";
+        const int lists[] = {0, 2, 2, 3, 2};  // v1's used counts the reservation in: it cannot tell
+        for (int i = 0; i < 5; ++i) CHECK_EQ(sim_calls(list, std::to_string(i)), lists[i]);
+        CHECK_EQ(s.size(), static_cast<std::size_t>(5));
+        if (s.size() != 5) return;
+        CHECK(s[0].processes.empty() && s[0].processes_known && s[0].processes_read && !s[0].busy);
+        CHECK(s[2].busy && s[2].processes.size() == 1u);
+        CHECK(s[3].busy && s[3].processes.size() == 2u);
+        if (s[3].processes.size() == 2u) CHECK(s[3].processes[1].kind == ProcessKind::kMps);
+        CHECK(s[1].processes.empty() && s[4].processes.empty() && !s[4].busy);
+    }),
+             0);
+}
+
 TEST_CASE(the_health_fields_come_in_one_field_values_call_per_gpu) {
     CHECK_EQ(
         simulated::with_spec(sim(), R"({"devices": [{"health": {"row_remap_pending": true, "ecc_uncorrected": 2}}]})",
