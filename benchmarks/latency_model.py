@@ -406,10 +406,9 @@ def calls_table(results: Results) -> str:
         per_amount = []
         for amount in AMOUNTS:
             values = {profile: of(results.calls(profile, amount, path)) for profile in profiles}
-            if len(set(values.values())) == 1:
-                per_amount.append(str(values[profiles[0]]))
-            else:
-                per_amount.append(", ".join(f"{v} ({p})" for p, v in values.items()))
+            common = statistics.mode(values.values())  # the first profile's among equally common ones
+            others = [f"{v} on “{p}”" for p, v in values.items() if v != common]
+            per_amount.append("; ".join([str(common)] + others))
         return per_amount[0] if len(set(per_amount)) == 1 else " / ".join(per_amount)
 
     functions = sorted(

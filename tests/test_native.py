@@ -847,6 +847,7 @@ def test_a_unit_state_is_its_own_memory_and_processes_and_its_gpus_health():
     spec = json.loads(json.dumps(MIG_HOST))
     spec["devices"][0]["health"] = {"row_remap_pending": True}
     spec["devices"][0]["processes"] = [{"pid": 999}]
+    spec["devices"][0]["mig"]["instances"][0].update(memory_used=1 << 30)  # a list that could hold something
     spec["devices"][0]["mig"]["instances"][1].update(memory_used=1 << 30, processes=[{"pid": 4242}])
     states = {s[0]: s for s in list_units(spec)["states"]}
     assert states["0:2"][2] == 1 << 30 and states["0:2"][3] == [4242]

@@ -649,13 +649,31 @@ def test_a_devices_used_memory_covers_its_processes_as_a_drivers_does():
     """,
         {
             "devices": [
-                {"processes": [{"pid": 7, "used_memory": 300 * mib}, {"pid": 8, "kind": "graphics"}]},
+                # pid 7 compute and graphics (C+G): one process, counted once
+                {
+                    "processes": [
+                        {"pid": 7, "used_memory": 300 * mib},
+                        {"pid": 7, "used_memory": 300 * mib, "kind": "graphics"},
+                        {"pid": 8, "kind": "graphics"},
+                    ]
+                },
                 {"memory_used": 500 * mib, "processes": [{"pid": 7, "used_memory": 300 * mib}]},
                 {},
             ]
         },
     )
     assert got == [301 * mib, 500 * mib, 0]
+
+
+def test_processes_that_use_more_than_the_device_has_are_refused():
+    device = {
+        "memory_total": 100 << 20,
+        "memory_reserved": 10 << 20,
+        "processes": [{"pid": 7, "used_memory": 95 << 20}],
+    }
+    words = "devices[0].processes use more than memory_total - memory_reserved"
+    with pytest.raises(ValueError, match=re.escape(words)):
+        simulator.environment(spec={"devices": [device]})
 
 
 def test_an_mps_client_without_its_server_among_the_compute_processes_is_refused(discovery_exe, tmp_path):

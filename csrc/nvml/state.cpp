@@ -21,7 +21,8 @@ constexpr unsigned kMaxProcesses = 1u << 16;
 constexpr unsigned kInitialProcesses = 32;
 // Below this much allocated memory (v2: the driver's reservation apart) no process holds a context on
 // a GPU: a CUDA context alone takes hundreds of MiB, the smallest graphics client (Xorg) a few MiB, and
-// idle GPUs read 0 MiB (nvidia-smi -q captures of A100, B200, GB200, GB300, H100, L40S and T4).
+// idle GPUs read 0 MiB (nvidia-smi -q captures of A100, B200, GB200, GB300, H100, L40S and T4). The
+// simulator models it (csrc/simulator/spec.cpp, account_processes).
 constexpr unsigned long long kNoContextBelowBytes = 1ull << 20;
 
 bool is_lost(int rc) { return rc == NVML_ERROR_GPU_IS_LOST || rc == NVML_ERROR_RESET_REQUIRED; }
@@ -349,9 +350,10 @@ private:
         }
     }
 
-    // Calls `call(capacity, buffer, &count)` with a buffer grown until it fits; the entries listed.
+    // Calls `call(capacity, buffer, &count)` with a buffer grown until it fits; the entries listed, none
+    // when NVML did not list them.
     template <typename Entry, typename Call>
-    std::size_t fetch(std::vector<Entry>* buffer, Call call, const char* function) {
+    std::optional<std::size_t> fetch(std::vector<Entry>* buffer, Call call, const char* function) {
         if (buffer->size() < kInitialProcesses) buffer->resize(kInitialProcesses);
         for (int attempt = 0; attempt < 4; ++attempt) {
             unsigned count = static_cast<unsigned>(buffer->size());
@@ -363,18 +365,17 @@ private:
             }
             if (rc == NVML_ERROR_NO_PERMISSION) {
                 s_->processes_known = false;
-                return 0;
+                return std::nullopt;
             }
-            if (answer(rc, function) != Answer::kOk) return 0;
-            listed_ = true;
+            if (answer(rc, function) != Answer::kOk) return std::nullopt;
             return std::min<std::size_t>(count, buffer->size());
         }
-        return 0;
+        return std::nullopt;
     }
 
     template <typename Entry>
-    void add(const std::vector<Entry>& entries, std::size_t count, ProcessKind kind) {
-        for (std::size_t i = 0; i < count; ++i) {
+    void add(const std::vector<Entry>& entries, std::optional<std::size_t> count, ProcessKind kind) {
+        for (std::size_t i = 0; i < count.value_or(0); ++i) {
             GpuProcess p;
             p.pid = entries[i].pid;
             // NVML_VALUE_NOT_AVAILABLE (all bits set) where the driver cannot account memory
@@ -407,9 +408,8 @@ private:
 
     // True when NVML listed the processes (none or some), false when it did not answer.
     bool list_kind(const ProcessQueryFns& fns, ProcessKind kind, unsigned mode) {
-        listed_ = false;
         const ProcessNames names = process_names(kind);
-        std::size_t n = 0;
+        std::optional<std::size_t> n;
         ProcessApi how = api_.process_api;
         if (how == ProcessApi::kDetailList) {
             int last = NVML_SUCCESS;
@@ -425,7 +425,7 @@ private:
             }, "nvmlDeviceGetRunningProcessDetailList");
             if (last != NVML_ERROR_NOT_SUPPORTED && last != NVML_ERROR_FUNCTION_NOT_FOUND) {
                 add(ws_->detail, n, kind);
-                return listed_;
+                return n.has_value();
             }
             how = ProcessApi::kV3;  // a driver with the detail list has four-field *_v3
         }
@@ -445,7 +445,7 @@ private:
                       names.v1);
             add(ws_->v1, n, kind);
         }
-        return listed_;
+        return n.has_value();
     }
 
     // The process lists cost milliseconds each on a real driver (docs/design.md §9.1, query plan): a GPU
@@ -453,9 +453,9 @@ private:
     // context, which NVML lists as a compute process (NVIDIA's MPS documentation): without one, no
     // MPS list.
     void processes(ProcessTree* tree) {
-        if (no_context_) return;
+        if (no_context_ && !plan_.every_process_list) return;
         const bool no_compute = list_kind(api_.compute_processes, ProcessKind::kCompute, NVML_PROCESS_MODE_COMPUTE) &&
-                                s_->processes.empty();
+                                s_->processes.empty() && !plan_.every_process_list;
         if (!failure_.ok() || lost()) return;
         list_kind(api_.graphics_processes, ProcessKind::kGraphics, NVML_PROCESS_MODE_GRAPHICS);
         if (!failure_.ok() || lost()) return;
@@ -478,7 +478,6 @@ private:
     ReadMonitor* monitor_;
     Status failure_;
     bool no_context_ = false;  // the memory reading shows no process's allocation (kNoContextBelowBytes)
-    bool listed_ = false;      // the last process list answered
 };
 
 // What NVML did not answer on a MIG handle comes from its parent GPU: health (a unit is as sick as its

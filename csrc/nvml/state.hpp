@@ -154,7 +154,10 @@ struct ReadScope {
 
 // What a state read asks NVML (docs/design.md §9.1, "Query plan").
 struct ReadPlan {
-    bool processes = true;       // false (busy-gpus: ignore): no process list is read, processes stay unknown
+    bool processes = true;  // false (busy-gpus: ignore): no process list is read, processes stay unknown
+    // true (flink-gpu list, doctor): every process list is read, also those that cannot hold anything, so
+    // that one NVML refuses (NO_PERMISSION) shows on an idle GPU too
+    bool every_process_list = false;
     bool fresh_inforom = false;  // true: InfoROM validity read now, not taken from the process's cache
     ReadScope scope;
 };

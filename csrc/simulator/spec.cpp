@@ -11,6 +11,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/glibc_compat.hpp"  // dladdr at its manylinux_2_28 version
@@ -221,21 +222,26 @@ const char* const kProcessStructs[] = {"v2", "r535"};
 thread_local bool t_checking_any_build = false;
 
 // What a driver guarantees about a device's processes, which the process reads of csrc/nvml/state.cpp
-// rely on: an MPS client runs in its server's context, so a device with MPS processes lists a compute
-// process (the server) too; and NVML's used memory includes every process's, so the device's is at least
-// their sum, a process counting 1 MiB at least (its context) where its own use is not available.
+// rely on (kNoContextBelowBytes there): an MPS client runs in its server's context, so a device with MPS
+// processes lists a compute process (the server) too; and NVML's used memory includes every process's,
+// so the device's is at least their sum, a process (once, however many lists name it) counting 1 MiB at
+// least, its context, also where its own use is not available.
 bool account_processes(const char* spec_path, const std::string& where, SimDevice* d) {
     constexpr unsigned long long kContextBytes = 1ull << 20;
     bool mps = false, compute = false;
-    unsigned long long used = 0;
+    std::vector<std::pair<unsigned, unsigned long long>> per_pid;  // pid, its largest use
     for (const SimProcess& p : d->processes) {
         mps = mps || p.mode == NVML_PROCESS_MODE_MPS;
         compute = compute || p.mode == NVML_PROCESS_MODE_COMPUTE;
         const unsigned long long own = p.used_memory == static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE)
                                            ? kContextBytes
                                            : std::max(p.used_memory, kContextBytes);
-        used = own > ~0ull - used ? ~0ull : used + own;
+        const auto it = std::find_if(per_pid.begin(), per_pid.end(), [&](const auto& e) { return e.first == p.pid; });
+        if (it == per_pid.end()) per_pid.emplace_back(p.pid, own);
+        else it->second = std::max(it->second, own);
     }
+    unsigned long long used = 0;
+    for (const auto& entry : per_pid) used = entry.second > ~0ull - used ? ~0ull : used + entry.second;
     if (mps && !compute) {
         complain(std::string(spec_path) + ": " + where +
                  "processes has an \"mps\" process but no \"compute\" one: an MPS client runs in its server's "

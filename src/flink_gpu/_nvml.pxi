@@ -134,6 +134,7 @@ cdef extern from "nvml/state.hpp" namespace "flinkgpu" nogil:
 
     cdef cppclass ReadPlan "flinkgpu::ReadPlan":
         bint processes
+        bint every_process_list
 
 
 cdef extern from "nvml/deadline.hpp" namespace "flinkgpu" nogil:
@@ -838,7 +839,8 @@ cdef class Nvml:
     def states(self, owner_pid, taskmanager_pid=None, health_checks=None, timeout=DEFAULT_NVML_TIMEOUT):
         """The state of every device now, in index order, in one native call: health (judged with
         ``health_checks``, names of HEALTH_CHECKS; None: all), memory, the processes on it judged
-        against ``owner_pid`` and ``taskmanager_pid`` (None: none). A GPU NVML refuses a handle
+        against ``owner_pid`` and ``taskmanager_pid`` (None: none; every process list is read, as a
+        diagnosis needs, also on a GPU whose memory shows none in use). A GPU NVML refuses a handle
         for is one unhealthy state. Read within ``timeout`` seconds (csrc/nvml/deadline.hpp): a GPU
         not read in time is unknown; NvmlError (code NVML_ERROR_TIMEOUT) when not even the GPU count
         was read, or NVML was not initialised in time (a forked child's first call)."""
@@ -851,6 +853,7 @@ cdef class Nvml:
         cdef vector[CDeviceState] found
         cdef vector[Stall] stalls
         cdef ReadPlan plan
+        plan.every_process_list = True  # a diagnosis: a list NVML refuses shows on an idle GPU too
         cdef cpp_bool count_known = False
         cdef Status status
         with nogil:

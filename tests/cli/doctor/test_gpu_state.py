@@ -103,6 +103,18 @@ def test_doctor_shows_what_was_not_checked_and_a_finding_of_a_check_left_out(tmp
     assert not [f for f in state if "is unhealthy" in f["message"]]
 
 
+def test_doctor_warns_that_nvml_refuses_the_process_lists_of_an_idle_gpu(tmp_path):
+    """A claim reads no process list on a GPU whose memory shows none in use (docs/design.md §9.1); doctor
+    reads them all, so that a refusal shows before the GPU is used and other users' processes hide."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"devices": [{"no_permission": ["processes"]}, {}]}))
+    conf = gpu_conf(amount=1, factory="flink_gpu.GPUDriverFactory", discovery_mode="nvml")
+    doc = doctor_on(tmp_path, spec, conf, expect=0)
+    [refused] = [f for f in findings(doc, "gpu-state") if "no permission to list" in f["message"]]
+    assert refused["message"].startswith("NVML gives no permission to list the processes on GPU 0;")
+    assert refused["level"] == "warning"
+
+
 def test_doctor_fails_when_the_amount_exceeds_the_healthy_gpus(tmp_path, state_host):
     doc = doctor_on(
         tmp_path,
