@@ -71,3 +71,41 @@ def test_flink_gpu_discovery_answers_on_the_real_driver(discovery_exe):
     done = subprocess.run([str(discovery_exe), "1"], env=child_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().split(",")[0].replace(":", "").isdigit()
+
+
+# Holds a CUDA context on GPU 0 until its stdin closes.
+CUDA_CONTEXT = """
+import ctypes, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+device, context = ctypes.c_int(), ctypes.c_void_p()
+assert cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(device), 0) == 0
+assert cuda.cuCtxCreate_v2(ctypes.byref(context), 0, device) == 0
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@needs_gpu
+def test_a_cuda_context_shows_as_memory_in_use_so_that_a_claim_lists_its_process():
+    """A claim reads a GPU's process lists only where its memory (v2) shows 1 MiB or more in use
+    (docs/design.md §9.1, query plan): on the real driver a CUDA context must, or the GPU would look idle."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", CUDA_CONTEXT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env()
+    )
+    try:
+        if holder.stdout.readline().strip() != "held":
+            pytest.skip("no CUDA context could be created on GPU 0 (libcuda.so.1)")
+        code = (
+            "import json\n"
+            "from flink_gpu import GPUDriver\n"
+            "with GPUDriver({'discovery-mode': 'nvml'}) as d:\n"
+            "    infos = d.retrieve_resource_info(1)\n"
+            "print(json.dumps([{k: i.get_property(k) for k in i.get_keys()} for i in infos]))\n"
+        )
+        (info,) = _run(code)  # the holder is this test's child, as is the claim: its process is own, GPU 0 taken
+    finally:
+        holder.communicate("")
+    if info["index"] != "0":
+        pytest.skip(f"GPU 0 is not the GPU handed out ({info['index']}: MIG, or not healthy)")
+    assert int(info["memory.used"]) >= 1 << 20, info
+    assert int(info["processes"]) >= 1, info

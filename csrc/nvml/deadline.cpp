@@ -5,6 +5,7 @@
 
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -157,6 +158,14 @@ public:
         return done;
     }
 
+    // Whether its caller stopped waiting for it (settle).
+    bool abandoned() noexcept {
+        pthread_mutex_lock(&mutex_);
+        const bool abandoned = abandoned_;
+        pthread_mutex_unlock(&mutex_);
+        return abandoned;
+    }
+
     // When the worker has been inside one call on one GPU since `since_ns` or before, and GPUs after it
     // are left (below `count`), it keeps that GPU only: true with *from, the first GPU for another worker.
     bool hand_off(long long since_ns, unsigned count, unsigned* from) noexcept {
@@ -206,6 +215,7 @@ public:
 
     // Set before the worker starts, then only read (job: only the worker's).
     std::function<void(Block&)> job;
+    pid_t pinned_worker = 0;         // the worker's thread, pinned to its caller's CPU (pin_to_caller); 0: not pinned
     std::vector<unsigned> skipped_;  // GPUs not to read: an earlier read is stuck on them
     unsigned first_ = 0;             // the first GPU to read
     bool given_count_ = false;       // count_ is given: a block handed the rest of a read
@@ -268,6 +278,8 @@ struct Worker {
     BlockRef job;  // the next job: written by its dispatcher before `handed` is set
     Event handed;
     std::atomic<int> refs{1};
+    pid_t tid = 0;  // set by the thread before it is first parked, read by dispatchers after that
+    int cpu = -1;   // the CPU it is pinned to; -1: none (written while it is off the idle list)
 };
 using WorkerRef = Ref<Worker>;
 constexpr std::size_t kMaxIdleWorkers = 2;  // more only while reads run concurrently
@@ -320,7 +332,16 @@ std::vector<Stall> stuck_calls() {
     return calls;
 }
 
+// The worker of a block that is abandoned may run on any CPU its caller may, as a thread it started
+// would: pinned to one, a call that spins would keep that CPU from everything else scheduled there.
+void unpin(Block& block) noexcept {
+    cpu_set_t callers;
+    if (block.pinned_worker != 0 && sched_getaffinity(0, sizeof callers, &callers) == 0)
+        (void)sched_setaffinity(block.pinned_worker, sizeof callers, &callers);
+}
+
 void remember_stuck(BlockRef block) {
+    unpin(*block);
     pthread_mutex_lock(&g_stuck_mutex);
     try {
         if (g_stuck != nullptr) g_stuck->push_back(std::move(block));
@@ -375,6 +396,7 @@ void run_job(const BlockRef& block, Worker* w, bool* parked) noexcept {
     } catch (...) {
         status = failure(StatusCode::kInternal, "Unexpected error while reading NVML.");
     }
+    if (block->abandoned()) w->cpu = -1;  // its caller unpinned it (unpin)
     *parked = park(w);
     block->finish(std::move(status));
 }
@@ -397,6 +419,7 @@ BlockRef next_job(Worker* w) noexcept {
 
 void* worker_main(void* arg) {
     const WorkerRef w(static_cast<Worker*>(arg));  // the thread's own reference
+    w->tid = static_cast<pid_t>(syscall(SYS_gettid));
     for (;;) {
         const BlockRef block = next_job(w.get());
         if (!block) break;
@@ -405,6 +428,23 @@ void* worker_main(void* arg) {
         if (!parked) break;
     }
     return nullptr;
+}
+
+// An idle worker is woken on the CPU its caller runs on, which then only waits for it: a wake-up across
+// CPUs costs an inter-processor interrupt and the other CPU's wake from idle (tens of µs on a virtual
+// machine, more than the instant simulator's read), a switch on one CPU a few µs. One
+// sched_setaffinity when the caller has moved since. Where it cannot be (a CPU past CPU_SETSIZE, a
+// cpuset without it), the worker runs where the scheduler puts it.
+void pin_to_caller(Worker* w, Block* block) noexcept {
+    const int cpu = sched_getcpu();
+    if (cpu < 0 || cpu >= CPU_SETSIZE || w->tid == 0) return;
+    if (cpu != w->cpu) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        w->cpu = sched_setaffinity(w->tid, sizeof one, &one) == 0 ? cpu : -1;
+    }
+    if (w->cpu != -1) block->pinned_worker = w->tid;
 }
 
 // Hands `block`'s job to an idle worker, or to a new one; the reference held here keeps the worker
@@ -418,6 +458,7 @@ Status dispatch(const BlockRef& block) {
     }
     pthread_mutex_unlock(&g_stuck_mutex);
     if (w) {
+        pin_to_caller(w.get(), &*block);
         w->job = block;
         w->handed.set();
         return Status();
