@@ -158,14 +158,6 @@ public:
         return done;
     }
 
-    // Whether its caller stopped waiting for it (settle).
-    bool abandoned() noexcept {
-        pthread_mutex_lock(&mutex_);
-        const bool abandoned = abandoned_;
-        pthread_mutex_unlock(&mutex_);
-        return abandoned;
-    }
-
     // When the worker has been inside one call on one GPU since `since_ns` or before, and GPUs after it
     // are left (below `count`), it keeps that GPU only: true with *from, the first GPU for another worker.
     bool hand_off(long long since_ns, unsigned count, unsigned* from) noexcept {
@@ -279,7 +271,10 @@ struct Worker {
     Event handed;
     std::atomic<int> refs{1};
     pid_t tid = 0;  // set by the thread before it is first parked, read by dispatchers after that
-    int cpu = -1;   // the CPU it is pinned to; -1: none (written while it is off the idle list)
+    // Written by its dispatchers (while it is off the idle list): the CPU it was pinned to (-1: none), and
+    // g_unpins then (an unpin since may have widened it).
+    int cpu = -1;
+    unsigned long pinned_at = 0;
 };
 using WorkerRef = Ref<Worker>;
 constexpr std::size_t kMaxIdleWorkers = 2;  // more only while reads run concurrently
@@ -332,12 +327,21 @@ std::vector<Stall> stuck_calls() {
     return calls;
 }
 
+// Unpins so far: a worker pinned before the last one is pinned again when it is next taken, whichever
+// worker that unpin was about (it may be back on the idle list, or pinned anew, by then).
+std::atomic<unsigned long> g_unpins{0};
+
 // The worker of a block that is abandoned may run on any CPU its caller may, as a thread it started
 // would: pinned to one, a call that spins would keep that CPU from everything else scheduled there.
-void unpin(Block& block) noexcept {
+void widen(pid_t tid) noexcept {
     cpu_set_t callers;
-    if (block.pinned_worker != 0 && sched_getaffinity(0, sizeof callers, &callers) == 0)
-        (void)sched_setaffinity(block.pinned_worker, sizeof callers, &callers);
+    if (sched_getaffinity(0, sizeof callers, &callers) == 0) (void)sched_setaffinity(tid, sizeof callers, &callers);
+}
+
+void unpin(Block& block) noexcept {
+    if (block.pinned_worker == 0) return;
+    widen(block.pinned_worker);
+    g_unpins.fetch_add(1, std::memory_order_release);  // after the widening: see g_unpins
 }
 
 void remember_stuck(BlockRef block) {
@@ -396,7 +400,6 @@ void run_job(const BlockRef& block, Worker* w, bool* parked) noexcept {
     } catch (...) {
         status = failure(StatusCode::kInternal, "Unexpected error while reading NVML.");
     }
-    if (block->abandoned()) w->cpu = -1;  // its caller unpinned it (unpin)
     *parked = park(w);
     block->finish(std::move(status));
 }
@@ -433,18 +436,33 @@ void* worker_main(void* arg) {
 // An idle worker is woken on the CPU its caller runs on, which then only waits for it: a wake-up across
 // CPUs costs an inter-processor interrupt and the other CPU's wake from idle (tens of µs on a virtual
 // machine, more than the instant simulator's read), a switch on one CPU a few µs. One
-// sched_setaffinity when the caller has moved since. Where it cannot be (a CPU past CPU_SETSIZE, a
-// cpuset without it), the worker runs where the scheduler puts it.
+// sched_setaffinity when the caller has moved (or an unpin came) since. Where it cannot be pinned (a
+// CPU past CPU_SETSIZE, a host whose CPUs a cpu_set_t cannot hold, a cpuset without it), it may run on
+// any CPU its caller may.
 void pin_to_caller(Worker* w, Block* block) noexcept {
+    if (w->tid == 0) return;
     const int cpu = sched_getcpu();
-    if (cpu < 0 || cpu >= CPU_SETSIZE || w->tid == 0) return;
-    if (cpu != w->cpu) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpu, &one);
-        w->cpu = sched_setaffinity(w->tid, sizeof one, &one) == 0 ? cpu : -1;
+    const unsigned long unpins = g_unpins.load(std::memory_order_acquire);  // before the pin: see g_unpins
+    if (cpu >= 0 && cpu == w->cpu && unpins == w->pinned_at) {
+        block->pinned_worker = w->tid;
+        return;
     }
-    if (w->cpu != -1) block->pinned_worker = w->tid;
+    cpu_set_t mask;
+    // the caller's CPUs must be readable (into a cpu_set_t) for an unpin to give them back
+    bool pinned = cpu >= 0 && cpu < CPU_SETSIZE && sched_getaffinity(0, sizeof mask, &mask) == 0;
+    if (pinned) {
+        CPU_ZERO(&mask);
+        CPU_SET(cpu, &mask);
+        pinned = sched_setaffinity(w->tid, sizeof mask, &mask) == 0;
+    }
+    if (pinned) {
+        w->cpu = cpu;
+        w->pinned_at = unpins;
+        block->pinned_worker = w->tid;
+        return;
+    }
+    if (w->cpu != -1) widen(w->tid);  // no pin from before stays
+    w->cpu = -1;
 }
 
 // Hands `block`'s job to an idle worker, or to a new one; the reference held here keeps the worker

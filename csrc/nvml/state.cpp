@@ -92,15 +92,16 @@ public:
                 ReadMonitor* monitor)
         : lib_(lib), api_(lib.api()), dev_(dev), s_(state), ws_(ws), plan_(plan), monitor_(monitor) {}
 
-    // Fills the state; a kNvml failure when the library as a whole fails.
-    Status run(ProcessTree* tree) {
+    // Fills the state; a kNvml failure when the library as a whole fails. `with_processes` false: no
+    // process list (the plan's, or a MIG GPU's, whose processes are its units').
+    Status run(ProcessTree* tree, bool with_processes) {
         health();
         if (!failure_.ok() || lost()) return failure_;
         memory();
         if (!failure_.ok() || lost()) return failure_;
         compute_mode();
         if (!failure_.ok() || lost()) return failure_;
-        if (plan_.processes) processes(tree);
+        if (with_processes) processes(tree);
         else s_->processes_read = false;
         return failure_;
     }
@@ -634,7 +635,9 @@ Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, cons
                 gpu.index = std::to_string(i);
                 gpu.nvml_index = i;
                 DeviceQuery query(lib, dev, &gpu, &ws, plan, monitor);
-                if (const Status st = query.run(&tree); !st.ok()) return st;
+                // a MIG GPU's processes are its units', each unit's read with it below
+                const bool units = mig.enabled && !mig.slots.empty();
+                if (const Status st = query.run(&tree, plan.processes && !units); !st.ok()) return st;
                 if (!mig.enabled) {
                     judge_health(enforced, &gpu);
                     to->push_back(std::move(gpu));
@@ -658,7 +661,7 @@ Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, cons
                         unit.nvml_index = i;
                         unit.mig_slot = slot.slot;
                         DeviceQuery unit_query(lib, slot.handle, &unit, &ws, plan, monitor);
-                        if (const Status st = unit_query.run(&tree); !st.ok()) return st;
+                        if (const Status st = unit_query.run(&tree, plan.processes); !st.ok()) return st;
                         inherit(gpu, &unit);
                         judge_health(enforced, &unit);
                     }

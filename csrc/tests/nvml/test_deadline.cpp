@@ -384,6 +384,14 @@ TEST_CASE(a_worker_is_woken_on_its_callers_cpu_and_an_abandoned_one_may_run_anyw
         }
         gate->cv.notify_all();
         while (nvml_call_outstanding()) sched_yield();
+        // back on the idle list once its call returned, it is pinned again, also to the CPU it was on
+        for (int cpu : all) {
+            run_on({cpu});
+            std::vector<int> worker;
+            CHECK(run_within(30.0, "a step", [&worker] { worker = cpus_of(0); }, &stall, &st));
+            CHECK(worker == std::vector<int>{cpu});
+        }
+        run_on(all);
     }),
              0);
 }

@@ -385,6 +385,25 @@ TEST_CASE(a_gpu_is_read_only_for_the_process_lists_that_can_hold_something) {
              0);
 }
 
+TEST_CASE(a_mig_gpus_process_lists_are_read_on_its_units_alone) {
+    // the GPU's own lists would only be dropped: its units' states carry their processes
+    const std::string spec = R"({"devices": [{"memory_used": 1073741824, "mig": {"mode": "enabled", "instances": [)"
+                             R"({"slot": 0, "memory_used": 1073741824, "processes": [{"pid": 4000000001}]},)"
+                             R"({"slot": 1, "memory_used": 1073741824}]}}]})";
+    CHECK_EQ(with_spec(sim(), spec,
+                       [](const NvmlLibrary&, std::vector<DeviceState>& s) {
+        const char* list = "nvmlDeviceGetRunningProcessDetailList";
+        CHECK_EQ(sim_calls(list, "0"), 0);
+        CHECK_EQ(sim_calls(list, "0:0"), 3);  // compute, graphics, and MPS after a compute process
+        CHECK_EQ(sim_calls(list, "0:1"), 2);
+        CHECK_EQ(s.size(), static_cast<std::size_t>(2));
+        if (s.size() != 2) return;
+        CHECK(s[0].busy && s[0].processes.size() == 1u && s[0].processes_read);
+        CHECK(!s[1].busy && s[1].processes.empty() && s[1].processes_read);
+    }),
+             0);
+}
+
 TEST_CASE(the_health_fields_come_in_one_field_values_call_per_gpu) {
     CHECK_EQ(
         simulated::with_spec(sim(), R"({"devices": [{"health": {"row_remap_pending": true, "ecc_uncorrected": 2}}]})",
