@@ -52,16 +52,19 @@ def test_the_native_enumeration_matches_pynvml():
     assert [tuple(t) for t in theirs if t[1] in migless] == [tuple(o) for o in ours]
 
 
+# A retrieve of 1 GPU on the driver: its info's properties.
+RETRIEVE_ONE = """
+import json
+from flink_gpu import GPUDriver
+with GPUDriver({"discovery-mode": "nvml"}) as d:
+    infos = d.retrieve_resource_info(1)
+print(json.dumps([{k: i.get_property(k) for k in i.get_keys()} for i in infos]))
+"""
+
+
 @needs_gpu
 def test_a_retrieval_on_the_real_driver_reads_each_gpus_state():
-    code = (
-        "import json\n"
-        "from flink_gpu import GPUDriver\n"
-        "with GPUDriver({'discovery-mode': 'nvml'}) as d:\n"
-        "    infos = d.retrieve_resource_info(1)\n"
-        "print(json.dumps([{k: i.get_property(k) for k in i.get_keys()} for i in infos]))\n"
-    )
-    (info,) = _run(code)
+    (info,) = _run(RETRIEVE_ONE)
     assert info["health"] == "ok" or info["health"].startswith(("degraded: ", "unhealthy: ")), info
     assert int(info["memory.used"]) >= 0 and int(info["memory.free"]) > 0
 
@@ -95,14 +98,8 @@ def test_a_cuda_context_shows_as_memory_in_use_so_that_a_claim_lists_its_process
     try:
         if holder.stdout.readline().strip() != "held":
             pytest.skip("no CUDA context could be created on GPU 0 (libcuda.so.1)")
-        code = (
-            "import json\n"
-            "from flink_gpu import GPUDriver\n"
-            "with GPUDriver({'discovery-mode': 'nvml'}) as d:\n"
-            "    infos = d.retrieve_resource_info(1)\n"
-            "print(json.dumps([{k: i.get_property(k) for k in i.get_keys()} for i in infos]))\n"
-        )
-        (info,) = _run(code)  # the holder is this test's child, as is the claim: its process is own, GPU 0 taken
+        # the holder is this test's child, as is the claim: its process is own, GPU 0 handed out
+        (info,) = _run(RETRIEVE_ONE)
     finally:
         holder.communicate("")
     if info["index"] != "0":

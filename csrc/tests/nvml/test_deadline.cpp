@@ -82,6 +82,34 @@ bool starts_with(const std::string& text, const std::string& prefix) {
     return text.compare(0, prefix.size(), prefix) == 0;
 }
 
+// A job that waits inside "NVML" until the test opens the gate; it counts its runs and tells its thread.
+struct Gate {
+    std::mutex m;
+    std::condition_variable cv;
+    bool is_open = false;
+    int runs = 0;
+    pid_t tid = 0;
+
+    void wait() {
+        std::unique_lock<std::mutex> lock(m);
+        ++runs;
+        tid = static_cast<pid_t>(syscall(SYS_gettid));
+        cv.wait(lock, [&] { return is_open; });
+    }
+    void open() {
+        {
+            std::lock_guard<std::mutex> lock(m);
+            is_open = true;
+        }
+        cv.notify_all();
+    }
+    template <typename T>
+    T read(const T& field) {
+        std::lock_guard<std::mutex> lock(m);
+        return field;
+    }
+};
+
 }  // namespace
 
 TEST_CASE(a_read_past_its_deadline_makes_its_gpu_unknown_naming_the_query) {
@@ -203,18 +231,8 @@ TEST_CASE(a_forked_child_has_no_stuck_reads_and_reads_every_gpu) {
 }
 
 TEST_CASE(a_library_wide_step_past_its_deadline_is_named_and_not_started_twice) {
-    struct Gate {
-        std::mutex m;
-        std::condition_variable cv;
-        bool open = false;
-        int runs = 0;
-    };
     auto gate = std::make_shared<Gate>();
-    auto job = [gate] {
-        std::unique_lock<std::mutex> lock(gate->m);
-        ++gate->runs;
-        gate->cv.wait(lock, [&] { return gate->open; });
-    };
+    auto job = [gate] { gate->wait(); };
     Stall stall;
     Status st;
     CHECK(!run_within(1.0, "nvmlInit_v2", job, &stall, &st));
@@ -225,27 +243,15 @@ TEST_CASE(a_library_wide_step_past_its_deadline_is_named_and_not_started_twice) 
     Stall again;
     CHECK(!run_within(30.0, "nvmlInit_v2", job, &again, &st));
     CHECK(again.earlier);
-    {
-        std::lock_guard<std::mutex> lock(gate->m);
-        CHECK_EQ(gate->runs, 1);
-        gate->open = true;
-    }
-    gate->cv.notify_all();
+    CHECK_EQ(gate->read(gate->runs), 1);
+    gate->open();
     while (nvml_call_outstanding()) sched_yield();
     CHECK(run_within(30.0, "nvmlInit_v2", [] {}, &stall, &st));
 }
 
 TEST_CASE(a_step_about_one_gpu_stuck_keeps_that_gpu_from_later_steps_and_not_the_others) {
-    struct Gate {
-        std::mutex m;
-        std::condition_variable cv;
-        bool open = false;
-    };
     auto gate = std::make_shared<Gate>();
-    auto job = [gate] {
-        std::unique_lock<std::mutex> lock(gate->m);
-        gate->cv.wait(lock, [&] { return gate->open; });
-    };
+    auto job = [gate] { gate->wait(); };
     Stall stall;
     Status st;
     CHECK(!run_within(0.2, "the enumeration of GPU 3", job, &stall, &st, 3));
@@ -256,11 +262,7 @@ TEST_CASE(a_step_about_one_gpu_stuck_keeps_that_gpu_from_later_steps_and_not_the
     CHECK(again.earlier && again.gpu == 3);
     CHECK(run_within(30.0, "the enumeration of GPU 4", [] {}, &again, &st, 4));
     CHECK(run_within(30.0, "the device enumeration", [] {}, &again, &st));
-    {
-        std::lock_guard<std::mutex> lock(gate->m);
-        gate->open = true;
-    }
-    gate->cv.notify_all();
+    gate->open();
     while (nvml_call_outstanding()) sched_yield();
     CHECK(run_within(30.0, "the enumeration of GPU 3", [] {}, &stall, &st, 3));
 }
@@ -360,29 +362,11 @@ TEST_CASE(a_worker_is_woken_on_its_callers_cpu_and_an_abandoned_one_may_run_anyw
         }
         run_on(all);
         // abandoned while pinned (to the CPU the caller is on): it may run on every CPU its caller may
-        struct Gate {
-            std::mutex m;
-            std::condition_variable cv;
-            bool open = false;
-            pid_t tid = 0;
-        };
         auto gate = std::make_shared<Gate>();
-        CHECK(!run_within(0.2, "a stuck step", [gate] {
-            std::unique_lock<std::mutex> lock(gate->m);
-            gate->tid = static_cast<pid_t>(syscall(SYS_gettid));
-            gate->cv.wait(lock, [&] { return gate->open; });
-        }, &stall, &st));
-        pid_t stuck = 0;
-        {
-            std::lock_guard<std::mutex> lock(gate->m);
-            stuck = gate->tid;
-        }
+        CHECK(!run_within(0.2, "a stuck step", [gate] { gate->wait(); }, &stall, &st));
+        const pid_t stuck = gate->read(gate->tid);
         CHECK(stuck != 0 && cpus_of(stuck) == all);
-        {
-            std::lock_guard<std::mutex> lock(gate->m);
-            gate->open = true;
-        }
-        gate->cv.notify_all();
+        gate->open();
         while (nvml_call_outstanding()) sched_yield();
         // back on the idle list once its call returned, it is pinned again, also to the CPU it was on
         for (int cpu : all) {
