@@ -186,6 +186,14 @@ def jvm_pids_of(pid_file):
         return []
 
 
+def command_line(pid):
+    """The process's arguments joined by spaces ("" once it has ended)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
 def jvm_pids(work):
     """The JVMs of Flink's pid files in the example's work directory (FLINK_PID_DIR)."""
     return [pid for path in work.glob("flink-*.pid") for pid in jvm_pids_of(path)]
@@ -273,10 +281,16 @@ def test_the_example_says_which_jvm_exited_when_its_taskmanager_dies_while_it_wa
     example = RunningExample(tmp_path, "--seconds", "60")
     try:
         work = Path(example.wait_for(r"FLINK_CONF_DIR=(\S+)/conf\)").group(1))
-        # the TaskManager, as soon as start-cluster.sh has launched it (flink-daemon.sh writes its pid file)
+        # the TaskManager, as soon as it runs Java: flink-daemon.sh writes its pid file right after the fork,
+        # and the forked shell opens the .out file (its stdout) only before its exec of java
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not (
-            taskmanagers := [pid for path in work.glob("flink-*-taskexecutor.pid") for pid in jvm_pids_of(path)]
+            taskmanagers := [
+                pid
+                for path in work.glob("flink-*-taskexecutor.pid")
+                for pid in jvm_pids_of(path)
+                if "TaskManagerRunner" in command_line(pid)
+            ]
         ):
             assert time.monotonic() < deadline and example.proc.poll() is None, example.output()
             time.sleep(0.05)
