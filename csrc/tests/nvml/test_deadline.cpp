@@ -364,6 +364,8 @@ TEST_CASE(a_worker_is_woken_on_its_callers_cpu_and_an_abandoned_one_may_run_anyw
         // abandoned while pinned (to the CPU the caller is on): it may run on every CPU its caller may
         auto gate = std::make_shared<Gate>();
         CHECK(!run_within(0.2, "a stuck step", [gate] { gate->wait(); }, &stall, &st));
+        // on a loaded host the worker may not have reached the job by the deadline: wait until it has
+        CHECK(eventually([&] { return gate->read(gate->tid) != 0; }));
         const pid_t stuck = gate->read(gate->tid);
         CHECK(stuck != 0 && cpus_of(stuck) == all);
         gate->open();
