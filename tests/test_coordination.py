@@ -27,7 +27,7 @@ from flink_gpu import coordination
 from flink_gpu.errors import FlinkException
 from support.files import small_tmpfs
 from support.interop import fake_nvidia_smi, stock_env
-from support.leases import lease_token, our_lease, tokenless_lease_file
+from support.leases import lease_held, lease_token, our_lease, tokenless_lease_file
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
 
@@ -672,7 +672,7 @@ def test_a_claim_whose_lease_file_gets_no_token_warns_and_says_so_in_its_lines(t
             why = os.strerror(errno.ENOSPC) if cause == "full" else "flock"
             assert f"{path}.lease" in warning and why in warning and "cannot tell when" in warning, warning
             (entry,) = coordination.snapshot(path).entries
-            assert (entry.lease, entry.lease_file, entry.state) == (0, None, "lease held")
+            assert (entry.lease, entry.lease_file, entry.state) == (0, None, "live") and lease_held(path, 0)
         finally:
             coordination.release(path=path)
 
@@ -1321,7 +1321,7 @@ def test_a_path_that_comes_to_name_another_file_gets_a_lease_there_too(tmp_path)
     try:
         assert coordination.claim(1, ["0"], path=spelled).taken == ["0"]
         assert another_process_claims_gpu_0(new_file) == "refused", new_file.read_text()
-        assert coordination.snapshot(old / "coordination").entries[0].state == "lease held"  # the old one stays
+        assert lease_held(old / "coordination", 0)  # the old one stays
     finally:
         coordination.release(path=spelled)
         coordination.release(path=old / "coordination")
@@ -1342,7 +1342,8 @@ def test_releasing_at_a_path_that_names_another_file_keeps_the_old_files_lease(t
     link.symlink_to(new)
     try:
         assert coordination.release(path=spelled) == []
-        assert coordination.snapshot(old_file).entries[0].state == "lease held", old_file.read_text()
+        (entry,) = coordination.snapshot(old_file).entries
+        assert lease_held(old_file, entry.lease), old_file.read_text()
         assert another_process_claims_gpu_0(old_file) == "refused", old_file.read_text()
     finally:
         coordination.release(path=old_file)

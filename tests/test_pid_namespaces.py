@@ -10,6 +10,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from flink_gpu import GPUInfo, binding, coordination
 from flink_gpu.errors import FlinkException
 from support.files import small_tmpfs
 from support.interop import fake_nvidia_smi, stock_env
-from support.leases import tokenless_lease_file
+from support.leases import lease_token, tokenless_lease_file
 
 # A worker that obeys one JSON command per stdin line and answers one JSON line.
 WORKER = r"""
@@ -64,6 +66,8 @@ for line in sys.stdin:
             out = {"taken": coordination.claim(cmd["amount"], cmd["indices"], path=path).taken}
         elif op == "release":
             out = {"released": coordination.release(path=path)}
+        elif op == "states":  # how this namespace judges each line of the coordination file
+            out = {e.index: [e.state, e.liveness] for e in coordination.snapshot(path).entries}
         elif op == "fork":  # a child that outlives its parent, holding nothing of its own
             child = os.fork()
             if child == 0:
@@ -1177,3 +1181,129 @@ def test_a_coordination_file_named_like_anothers_lease_file_keeps_its_owners(tmp
     c = workers(x_lease)
     answer = c.claim(1, gpus(1))
     assert answer.get("error", "").startswith("NotEnoughGpusError: Could not get enough GPU resources"), answer
+
+
+# ---- other local users and lease bytes (docs/SECURITY.md) -------------------------------------------------
+
+
+@pytest.fixture
+def shared_path():
+    """A coordination file in a directory where every local user may create names, sticky as /var/tmp is
+    (pytest's tmp_path is private to root)."""
+    directory = Path(tempfile.mkdtemp(prefix="flink-gpu-shared-", dir="/tmp"))
+    directory.chmod(0o1777)
+    yield directory / "coordination"
+    shutil.rmtree(directory)
+
+
+def as_another_user(code, *args):
+    """Runs ``code`` as uid and gid 65534: a local user who is none of the workers."""
+    drop = "import os, sys\nos.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
+    return subprocess.run(
+        [sys.executable, "-c", drop + textwrap.dedent(code), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
+@pytest.mark.parametrize("kind", ["claim", "bind"])
+def test_a_lease_file_another_user_forges_never_frees_a_live_holders_gpu(shared_path, workers, caplog, kind):
+    """Holder A (pid 1 of a container) takes GPU 0; a cleaner deletes the lease file, and another local user puts
+    one at its path that carries the old token for her inode, every byte free. B (pid 1 of another container)
+    and the host must not take A's GPU, nor clean its line: her file is refused, and the warning names it."""
+    target = Path(binding.bindings_path(shared_path)) if kind == "bind" else shared_path
+    lease = f"{target}.lease"
+
+    def take(worker, count):
+        if kind == "bind":
+            return worker.ask(op="bind", gpus=gpus(3), count=count, bindings=str(target))
+        answer = worker.claim(count, gpus(3))
+        return {"bound": answer["taken"]} if "taken" in answer else answer
+
+    a, b = workers(shared_path), workers(shared_path)
+    assert take(a, 1) == {"bound": ["0"]}
+    token = lease_token(target)
+    os.unlink(lease)
+    forged = as_another_user(
+        """
+        fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, f"{sys.argv[2]} {os.fstat(fd).st_ino}\\nflink-gpu lease file\\n".encode())
+        """,
+        lease,
+        token,
+    )
+    assert forged.returncode == 0 and os.stat(lease).st_uid == 65534, forged.stderr
+    answer = take(b, 3)
+    assert "error" in answer and "Could not" in answer["error"], answer
+    assert take(b, 1) == {"bound": ["1"]}
+    snapshot = binding.snapshot(target) if kind == "bind" else coordination.snapshot(target)
+    assert {e.index: (e.pid, e.alive) for e in snapshot.entries} == {"0": (1, True), "1": (1, True)}
+    if kind == "claim":
+        assert coordination.clean_stale(target).removed == ()
+        with caplog.at_level("WARNING", logger="flink_gpu.coordination"):
+            assert coordination.claim(1, gpus(3), path=target).taken == ["2"]
+        coordination.release(path=target)
+        assert f"Refusing to use the lease file {lease}: it is owned by uid 65534" in caplog.text
+        assert "Remove it" in caplog.text and "docs/SECURITY.md" in caplog.text
+
+
+def _read_lock_as_it_dies(lease, slot):
+    """A process that opened ``lease`` and waits to read-lock byte ``slot``: it gets it the moment the byte's
+    holder dies, and keeps it."""
+    code = (
+        "import fcntl, os, struct, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+        "fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, int(sys.argv[2]), 1, 0)); "
+        "print('locked', flush=True); sys.stdin.readline()"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code, lease, str(slot)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+
+def test_a_read_lock_on_a_dying_holders_lease_byte_never_keeps_its_gpu_where_its_pid_tells(path, workers):
+    """Holder H of our namespace (GPU 0) and A, pid 1 of a container (GPU 1), die while another process
+    read-locks their lease bytes. Here H's missing pid is death whatever its byte says: `clean` removes its line
+    and a claim takes its GPU. A's line, of a namespace nobody here can probe, says "lease held" with liveness
+    unknown (never "alive") to us and to B, pid 1 of another container: taken until the reader lets go."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from flink_gpu import coordination; "
+            f"coordination.claim(1, ['0'], path={str(path)!r}); print('ok', flush=True); sys.stdin.read()",
+        ],
+        env=child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    readers = []
+    try:
+        assert holder.stdout.readline() == "ok\n"
+        a, b = workers(path), workers(path)
+        assert a.claim(1, gpus(3)) == {"taken": ["1"]}
+        leases = {e.index: e.lease for e in coordination.snapshot(path).entries}
+        readers = [_read_lock_as_it_dies(f"{path}.lease", leases[i]) for i in "01"]
+        holder.kill()
+        assert a.ask(op="die") == {"dying": 1}
+        assert [r.stdout.readline() for r in readers] == ["locked\n", "locked\n"]
+        assert b.ask(op="states") == {"0": ["lease held", "unknown"], "1": ["lease held", "unknown"]}
+        assert "error" in b.claim(2, gpus(3))
+        assert [(e.index, e.state) for e in coordination.clean_stale(path).removed] == [("0", "gone")]
+        assert coordination.snapshot(path).entries[0].state == "lease held"
+        assert coordination.claim(2, gpus(3), path=path).taken == ["0", "2"]
+        coordination.release(path=path)
+        readers[1].stdin.close()
+        readers[1].wait(10)
+        assert b.claim(1, gpus(3)) == {"taken": ["1"]}  # once the reader let go, A's death shows
+    finally:
+        holder.kill()
+        holder.wait(10)
+        for stream in (holder.stdin, holder.stdout):
+            stream.close()
+        for reader in readers:
+            reader.kill()
+            reader.wait(10)
+            reader.stdout.close()

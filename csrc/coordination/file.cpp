@@ -117,6 +117,46 @@ Status check_file_type(const struct statx& st, const std::string& path) {
     return {};
 }
 
+// The file a companion of the coordination file serves: "<x>.lease" <x>, "<x>.bindings" <x>; empty for a
+// coordination file.
+std::string served_file(const std::string& path) {
+    for (const char* suffix : {".lease", ".bindings"}) {
+        if (ends_with(path, suffix) && path.size() > std::strlen(suffix))
+            return path.substr(0, path.size() - std::strlen(suffix));
+    }
+    return std::string();
+}
+
+}  // namespace
+
+Status check_companion_owner(const struct statx& st, const std::string& path) {
+    const std::string served = served_file(path);
+    if (served.empty()) return {};
+    struct statx anchor{};
+    const bool anchored = statx_path(served, &anchor) == 0;
+    const uid_t owner = anchored ? anchor.stx_uid : geteuid();
+    const bool foreign = st.stx_uid != 0 && st.stx_uid != owner;
+    const bool others_write = (st.stx_mode & S_IWOTH) != 0;
+    if (!foreign && !others_write) return {};
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.stx_mode & 07777));
+    const std::string whose =
+        anchored ? "the owner of " + served + " (uid " + std::to_string(owner) + ")"
+                 : "this process's user (uid " + std::to_string(owner) + ")";
+    return failure(StatusCode::kOsError,
+                   "Refusing to use the " + role(path) + " " + path + ": it is " +
+                       (foreign ? "owned by uid " + std::to_string(st.stx_uid) + ", neither root nor " + whose +
+                                      (others_write ? ", and writable by every user" : "")
+                                : std::string("writable by every user")) +
+                       " (mode " + mode +
+                       "), so another local user may have put it there to speak for the GPUs' holders. Remove it "
+                       "if it is nobody's (it is created again when needed), and create the coordination file's "
+                       "companions before the workers start (docs/SECURITY.md, Permissions).",
+                   EACCES);
+}
+
+namespace {
+
 // Adds who owns the file and its mode to a permission error, since that is what the operator must fix.
 Status permission_error(int err, const std::string& what, const std::string& path) {
     Status s = os_error(err, what, path);
@@ -188,6 +228,7 @@ Status open_file(const std::string& path, Access access, int* fd, bool* created,
             return os_error(err, "Cannot inspect the", path);
         }
         Status st = check_file_type(post, path);
+        if (st.ok()) st = check_companion_owner(post, path);
         if (!st.ok()) {
             close(f);
             return st;
@@ -483,6 +524,7 @@ Status LockedFile::open(const std::string& path, std::int64_t timeout_ms, Access
         const bool path_ok = statx_path(path, &named) == 0 && same_inode(locked, named);
         if (path_ok) {
             Status type = check_file_type(locked, path);  // links may have been added before we locked
+            if (type.ok()) type = check_companion_owner(locked, path);
             if (!type.ok()) return type;
             // A writer still busy with a copy it replaced: its lines are not in this inode yet.
             if (access != Access::kReadExisting) {

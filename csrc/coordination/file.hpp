@@ -19,6 +19,8 @@
 
 #include "base/status.hpp"
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <string>
 
@@ -74,6 +76,13 @@ private:
 // status when it does not exist and `access` does not create it; `*created` (when given) tells whether
 // this call created it.
 Status open_checked(const std::string& path, Access access, int* fd, bool* created = nullptr);
+
+// The files beside a coordination file (its lease file `<file>.lease`, the bindings file `<file>.bindings` and
+// its lease file) speak for the GPUs' holders: a free byte of a lease file put in the old one's place, a line
+// of a bindings file. So one is used only when owned by root or by the owner of the file it serves (this
+// process's user where that does not exist) and writable by no other user; else not ok, naming the file, its
+// owner and mode, and the fix. A coordination file itself is ok (docs/SECURITY.md: the workers trust it).
+Status check_companion_owner(const struct statx& st, const std::string& path);
 
 // Whether `path` names the inode open as `fd` (false when either cannot be inspected).
 bool names_inode(const std::string& path, int fd) noexcept;

@@ -6,11 +6,12 @@ namespace coordination {
 
 Liveness liveness_of(Verdict v) noexcept {
     switch (v) {
-        case Verdict::kAlive:
-        case Verdict::kLeaseHeld: return Liveness::kAlive;
+        case Verdict::kAlive: return Liveness::kAlive;
+        case Verdict::kLeaseHeld:
         case Verdict::kOtherNamespace: return Liveness::kUnknown;
         case Verdict::kGone:
         case Verdict::kPidReused:
+        case Verdict::kTaskManagerGone:
         case Verdict::kLeaseReleased: return Liveness::kDead;
     }
     return Liveness::kUnknown;

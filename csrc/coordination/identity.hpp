@@ -26,14 +26,16 @@ struct PidNamespace {
 
 // How the holder of a line was judged (coordination/liveness.hpp's judge()).
 enum class Verdict {
-    kAlive,           // its pid exists in our namespace and is the process the line was written for
-    kGone,            // its pid does not exist (or is a zombie)
-    kPidReused,       // its pid exists with another start time
-    kLeaseHeld,       // its lease byte is locked on the lease file it was taken on: alive, in any namespace
-    kLeaseReleased,   // its lease byte is not locked on that lease file: dead, in any namespace
-    kOtherNamespace,  // written in another pid namespace with no lease that proves anything (none, one on
-                      // a lease file since replaced, a free one without a token, or a slot thread's whose
-                      // process's lease is held): taken, liveness unknown
+    kAlive,            // its pid exists in our namespace and is the process the line was written for
+    kGone,             // its pid does not exist (or is a zombie)
+    kPidReused,        // its pid exists with another start time
+    kTaskManagerGone,  // a binding line of our namespace whose TaskManager (`tm`) is gone: an orphan's, stale
+    kLeaseHeld,        // of another namespace, its lease byte locked on the lease file it was taken on: taken,
+                       // liveness unknown (the holder holds it, or another process that opened the lease file)
+    kLeaseReleased,    // of another namespace, its lease byte not locked on that lease file: dead
+    kOtherNamespace,   // written in another pid namespace with no lease that proves anything (none, one on
+                       // a lease file since replaced, a free one without a token, or a slot thread's whose
+                       // process's lease is held): taken, liveness unknown
 };
 
 // What a consumer may conclude from a verdict.

@@ -424,12 +424,18 @@ Status Leases::acquire(std::uint16_t mode, const std::string& locked_file, const
     bool created = false;
     Status st = open_checked(path, Access::kCreate, &fd, &created);
     if (!st.ok()) return st;
-    // the coordination file's permission bits, so that every user who may claim may also lease
-    if (created && fchmod(fd, mode & 0666) != 0) {
-        const int err = errno;
-        close(fd);
-        return failure(StatusCode::kOsError, "Cannot set the mode of the lease file " + path + ": " + errno_text(err),
-                       err);
+    // the coordination file's permission bits for its owner and group, so that every worker who may claim may
+    // also lease, and none for other users: whoever can open a lease file can read-lock a dying holder's byte
+    // (a lease file of an older version, readable by all, is narrowed by its owner or root)
+    struct statx now{};
+    if (created || (statx(fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT, STATX_MODE | STATX_UID, &now) == 0 &&
+                    (now.stx_mode & 0007) != 0 && (geteuid() == 0 || geteuid() == now.stx_uid))) {
+        if (fchmod(fd, (created ? mode : now.stx_mode) & 0660) != 0 && created) {
+            const int err = errno;
+            close(fd);
+            return failure(StatusCode::kOsError,
+                           "Cannot set the mode of the lease file " + path + ": " + errno_text(err), err);
+        }
     }
     FileId file;
     std::string file_token;

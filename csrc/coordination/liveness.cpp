@@ -152,19 +152,26 @@ bool same_process(const Entry& e, const ProcInfo& p) noexcept {
 }
 
 Verdict judge(const Entry& e, const PidNamespace& ours, Evidence& evidence) {
-    const bool other_namespace = !e.pid_is_in(ours);
+    if (e.pid_is_in(ours)) {
+        // Where its pid can be probed, the process decides, whatever its lease byte says: a byte is free on a
+        // lease file someone put in the old one's place with its token, and held by anyone who can open the
+        // lease file and read-lock it as the holder dies.
+        const ProcInfo& p = evidence.process(e.pid);
+        if (!p.exists) return Verdict::kGone;
+        if (!same_process(e, p)) return Verdict::kPidReused;
+        // a binding made for a TaskManager lasts no longer than it: its orphaned worker holds nothing
+        if (e.tm > 0 && e.tm != e.pid && !evidence.process(e.tm).exists) return Verdict::kTaskManagerGone;
+        return Verdict::kAlive;
+    }
     LeaseState lease = e.has_lease ? evidence.lease(e.lease, e.lease_file) : LeaseState::kUnknown;
     // no token says which lease file it was taken on (an older version's line, or one whose lease file had
     // none): the lease file may have been created again since, with every byte free, so a free byte proves
     // nothing and the line is judged as if it had no lease
     if (lease == LeaseState::kFree && !e.lease_file_known()) lease = LeaseState::kUnknown;
     if (lease == LeaseState::kFree) return Verdict::kLeaseReleased;
-    // a thread's line: its process's lease says nothing of the thread, which only our namespace can probe
+    // a thread's line: its process's lease says nothing of the thread
     if (lease == LeaseState::kHeld && e.slot.empty()) return Verdict::kLeaseHeld;
-    if (other_namespace) return Verdict::kOtherNamespace;
-    const ProcInfo& p = evidence.process(e.pid);
-    if (!p.exists) return Verdict::kGone;
-    return same_process(e, p) ? Verdict::kAlive : Verdict::kPidReused;
+    return Verdict::kOtherNamespace;
 }
 
 LineJudge::LineJudge(Leases* leases) : leases_(leases), self_(own_pid()) { ns_ = own_pid_namespace(self_); }

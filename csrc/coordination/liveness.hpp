@@ -1,7 +1,7 @@
-// Whether the owner of a coordination line is alive (docs/design.md §5.2, §9.4): by its lease where it has
-// one, else by /proc/<pid>/stat and kill(pid, 0), never by spawning `ps`; a zombie holds nothing; where
-// the line records the owner's start time, a pid reused by another process does not count as the owner;
-// a pid of another pid namespace is never judged at all.
+// Whether the owner of a coordination line is alive (docs/design.md §5.2, §9.4): in our pid namespace by
+// /proc/<pid>/stat and kill(pid, 0), never by spawning `ps`; a zombie holds nothing; where the line records
+// the owner's start time, a pid reused by another process does not count as the owner. A pid of another pid
+// namespace is never judged: only its lease speaks for it.
 #pragma once
 
 #include "coordination/lease.hpp"
@@ -54,18 +54,18 @@ protected:
 };
 
 // The one rule for a line's holder (docs/design.md §9.4):
-//   * a lease that can be tested on the lease file it was taken on decides: held = alive, not held = dead, in
-//     every namespace, immune to pid reuse (even within one clock tick of the start time);
+//   * a line of our namespace (or with no ns field: the stock script's, older versions') is judged by its pid
+//     and start time alone: gone, reused, or alive, whatever its lease byte says (a lease file put in place
+//     of the old one with its token has every byte free; anyone who can open the lease file can read-lock a
+//     dying holder's byte); and a binding line whose TaskManager (`tm`) is gone is stale (an orphan's);
+//   * a line of another namespace has only its lease to speak for it, on the lease file it was taken on: a
+//     free byte proves it dead, a held one that some process holds it (taken, liveness unknown);
 //   * a lease on a lease file since deleted or replaced (its token differs, or the file is gone) proves
-//     nothing: the line is judged as if it had none. So does a free lease of a line without a token (an
-//     older version's, or `lf=none`: its lease file had none): the lease file may have been recreated
-//     under it, so it stays taken, of unknown liveness, in another namespace;
-//   * except a slot thread's line (`slot` set, its pid a thread id): the lease is its process's, so a free
-//     one proves the thread dead, a held one only that its process lives: in our namespace the thread is
-//     judged by its id and start time, in another its liveness is unknown (kOtherNamespace: the thread
-//     may have ended while its process lives, and `clean --foreign-namespaces` must be able to remove it);
-//   * else a line of another namespace is alive with liveness unknown, never judged by its pid;
-//   * else (our namespace, or no ns field: the stock script, older versions) by pid and start time.
+//     nothing, nor does a free lease of a line without a token (an older version's, or `lf=none`: its lease
+//     file had none, and may have been recreated under it): taken, of unknown liveness;
+//   * a slot thread's line (`slot` set, its pid a thread id) of another namespace: the lease is its
+//     process's, so a free one proves the thread dead, a held one nothing of the thread (kOtherNamespace: it
+//     may have ended while its process lives, and `clean --foreign-namespaces` must be able to remove it).
 // Our namespace unknown (no /proc): every line with an ns field counts as another namespace's.
 Verdict judge(const Entry& e, const PidNamespace& ours, Evidence& evidence);
 

@@ -23,6 +23,7 @@ cdef extern from "coordination/claims.hpp" namespace "flinkgpu::coordination" no
         kVerdictAlive "flinkgpu::coordination::Verdict::kAlive"
         kVerdictGone "flinkgpu::coordination::Verdict::kGone"
         kVerdictPidReused "flinkgpu::coordination::Verdict::kPidReused"
+        kVerdictTaskManagerGone "flinkgpu::coordination::Verdict::kTaskManagerGone"
         kVerdictLeaseHeld "flinkgpu::coordination::Verdict::kLeaseHeld"
         kVerdictLeaseReleased "flinkgpu::coordination::Verdict::kLeaseReleased"
         kVerdictOtherNamespace "flinkgpu::coordination::Verdict::kOtherNamespace"
@@ -179,6 +180,8 @@ cdef str _co_state(CoordVerdict verdict):
         return "gone"
     if verdict == kVerdictPidReused:
         return "pid reused"
+    if verdict == kVerdictTaskManagerGone:
+        return "taskmanager gone"
     if verdict == kVerdictLeaseHeld:
         return "lease held"
     if verdict == kVerdictLeaseReleased:

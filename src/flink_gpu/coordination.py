@@ -54,11 +54,12 @@ DEFAULT_PATH: str = _native.COORDINATION_DEFAULT_PATH
 #: (which names the file and the holder) arrives before Flink kills the discovery.
 DEFAULT_TIMEOUT: float = 5.0
 
-#: How an entry's owner was judged: by its pid in our namespace ("live", "gone", "pid reused"), by its
-#: lease in any namespace ("lease held", "lease released"), or not at all ("other namespace": written in
-#: another pid namespace without a lease we can test, or a bindings file's slot thread line there, whose
-#: held lease proves only its process, so taken with liveness unknown).
-STATES = ("live", "gone", "pid reused", "lease held", "lease released", "other namespace")
+#: How an entry's owner was judged: by its pid in our namespace ("live", "gone", "pid reused"; a binding
+#: whose TaskManager is gone, its worker orphaned, "taskmanager gone"), by its lease in another namespace
+#: ("lease held": some process holds its byte, liveness unknown; "lease released"), or not at all ("other
+#: namespace": written in another pid namespace without a lease we can test, or a bindings file's slot thread
+#: line there, whose held lease proves only its process, so taken with liveness unknown).
+STATES = ("live", "gone", "pid reused", "taskmanager gone", "lease held", "lease released", "other namespace")
 
 
 @dataclass(frozen=True)
@@ -125,9 +126,10 @@ class CoordinationSnapshot:
 
     @property
     def liveness_unknown(self) -> "tuple[CoordinationEntry, ...]":
-        """Entries of other pid namespaces without a lease: taken, what only
-        ``clean_stale(other_namespaces=True)`` removes."""
-        return tuple(e for e in self.entries if not e.liveness_known)
+        """Entries of other pid namespaces without a lease that speaks for them: taken, what only
+        ``clean_stale(other_namespaces=True)`` removes. (An entry whose lease byte is held, "lease held", is of
+        unknown liveness too, but kept: a process holds its lease.)"""
+        return tuple(e for e in self.entries if e.state == "other namespace")
 
     def holders(self) -> "dict[str, tuple[int, ...]]":
         """Index -> the pid of each of its live holders (more than one only after a stock script's race;
@@ -331,7 +333,7 @@ def clean_stale(
             raise
         # a file this process may only read: cleaning it fails only when there is something to remove
         seen = snapshot(path, timeout=timeout)
-        if any(not e.alive or (other_namespaces and not e.liveness_known) for e in seen.entries):
+        if seen.stale or (other_namespaces and seen.liveness_unknown):
             raise
         return CleanResult(removed=(), unparsable=seen.unparsable)
     result = CleanResult(removed=entries_of(removed), unparsable=_bad_lines(bad, path))

@@ -2,6 +2,7 @@
 
 import fcntl
 import os
+import struct
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -16,6 +17,15 @@ def lease_token(path: "str | os.PathLike[str]") -> str:
         token, inode = f.readline().decode("ascii").split()  # "<token> <inode>\n"
     assert len(token) == 16 and int(inode) == os.stat(lease).st_ino, f"no token for {lease}'s inode"
     return token
+
+
+def lease_held(path: "str | os.PathLike[str]", slot: int) -> bool:
+    """Whether some process holds byte ``slot`` of ``path``'s lease file (F_OFD_GETLK, as another pid namespace
+    tests it: a line's own namespace judges it by pid instead)."""
+    query = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, slot, 1, 0)  # struct flock, l_pid 0 for OFD locks
+    with open(f"{os.fspath(path)}.lease", "rb") as lease:
+        (l_type,) = struct.unpack_from("h", fcntl.fcntl(lease, fcntl.F_OFD_GETLK, query))
+    return l_type != fcntl.F_UNLCK
 
 
 def our_lease(path: "str | os.PathLike[str]", slot: int = 0) -> str:

@@ -85,19 +85,41 @@ TEST_CASE(a_line_of_another_namespace_without_a_lease_is_never_judged_by_pid) {
     CHECK(judged("0 1\t50\tns=100", g, co::PidNamespace{}) == co::Verdict::kOtherNamespace);
 }
 
-TEST_CASE(a_lease_on_the_named_lease_file_decides_in_every_namespace) {
+TEST_CASE(a_lease_on_the_named_lease_file_decides_only_in_another_namespace) {
     Given g = pid_1_and_two_leases();
-    // A lease decides in every namespace: held = alive even where the pid says dead or reused, free = dead
-    // even where pid and start time say alive (a pid reused within the start time's clock tick).
+    // In another namespace only the lease speaks: held = taken (liveness unknown: a process holds the byte),
+    // free = dead; the pid there is never asked.
     g.process_asks = 0;
     CHECK(judged("0 2\t50\tns=200\tlease=0", g) == co::Verdict::kLeaseHeld);
-    CHECK(judged("0 2\t50\tns=100\tlease=0", g) == co::Verdict::kLeaseHeld);
-    CHECK(judged("0 1\t51\tns=100\tlease=0", g) == co::Verdict::kLeaseHeld);
     CHECK(judged("0 2\t50\tns=200\tlease=0\tlf=none", g) == co::Verdict::kLeaseHeld);
-    CHECK(judged("0 1\t50\tns=100\tlease=1\tlf=00000000000000aa", g) == co::Verdict::kLeaseReleased);
-    CHECK(judged("0 1\t50\tlease=1\tlf=00000000000000aa", g) == co::Verdict::kLeaseReleased);
     CHECK(judged("0 1\t50\tns=200\tlease=1\tlf=00000000000000aa", g) == co::Verdict::kLeaseReleased);
     CHECK_EQ(g.process_asks, 0);
+}
+
+TEST_CASE(in_the_holders_own_namespace_its_pid_decides_whatever_its_lease_byte_says) {
+    Given g = pid_1_and_two_leases();
+    // A free byte (a lease file forged with the old token for a new inode) never outweighs a live pid with
+    // the right start time; a held byte (read-locked by anyone who can open the lease file as the holder
+    // died) never keeps a missing pid, or a pid with another start time, alive. The lease is not even asked.
+    g.lease_asks = 0;
+    CHECK(judged("0 1\t50\tns=100\tlease=1\tlf=00000000000000aa", g) == co::Verdict::kAlive);
+    CHECK(judged("0 1\t50\tlease=1\tlf=00000000000000aa", g) == co::Verdict::kAlive);
+    CHECK(judged("0 2\t50\tns=100\tlease=0\tlf=00000000000000aa", g) == co::Verdict::kGone);
+    CHECK(judged("0 2\t50\tns=100\tlease=0", g) == co::Verdict::kGone);
+    CHECK(judged("0 1\t51\tns=100\tlease=0\tlf=00000000000000aa", g) == co::Verdict::kPidReused);
+    CHECK_EQ(g.lease_asks, 0);
+}
+
+TEST_CASE(a_binding_whose_taskmanager_is_gone_is_stale_where_its_pid_can_be_probed) {
+    Given g = pid_1_and_two_leases();
+    g.processes[3] = running(70);  // a live TaskManager; pid 9 is none
+    // A worker orphaned by its TaskManager (reparented to init, alive) holds nothing in our namespace.
+    CHECK(judged("0 1\t50\tns=100\tlease=0\tlf=00000000000000aa\ttm=9\tshare=1", g) ==
+          co::Verdict::kTaskManagerGone);
+    CHECK(judged("0 1\t50\tns=100\tlease=0\tlf=00000000000000aa\ttm=3\tshare=1", g) == co::Verdict::kAlive);
+    // in another namespace neither pid can be probed: its lease speaks, as for any line there
+    CHECK(judged("0 1\t50\tns=200\tlease=0\tlf=00000000000000aa\ttm=9\tshare=1", g) == co::Verdict::kLeaseHeld);
+    CHECK(!co::verdict_alive(co::Verdict::kTaskManagerGone));
 }
 
 TEST_CASE(a_free_lease_without_a_token_proves_nothing) {
@@ -132,17 +154,18 @@ TEST_CASE(a_lease_on_another_lease_file_or_untestable_proves_nothing) {
     CHECK(judged("0 1\t50\tns=100\tlease=5", g) == co::Verdict::kAlive);
 }
 
-TEST_CASE(a_slot_threads_line_is_dead_when_its_lease_is_free_and_else_judged_by_thread) {
+TEST_CASE(a_slot_threads_line_is_judged_by_its_thread_here_and_dead_elsewhere_when_its_lease_is_free) {
     Given g = pid_1_and_two_leases();
-    // A slot thread's line (coordination/bindings.hpp): its lease is its process's. Free: dead everywhere. Held: in our
-    // namespace the thread is judged by its id and start time (it may have ended while its process lives),
-    // in another it is alive with liveness unknown (what `clean --foreign-namespaces` removes).
-    CHECK(judged("0 2\t50\tns=100\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kGone);
-    CHECK(judged("0 1\t51\tns=100\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kPidReused);
-    CHECK(judged("0 1\t50\tns=100\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kAlive);
+    // A slot thread's line (coordination/bindings.hpp): its lease is its process's (pid 1's, here its
+    // TaskManager). In our namespace the thread is judged by its id and start time (it may have ended while its
+    // process lives); in another a free lease proves it dead, a held one nothing of the thread (liveness
+    // unknown: what `clean --foreign-namespaces` removes).
+    CHECK(judged("0 2\t50\tns=100\tlease=0\ttm=1\tshare=1\tslot=s", g) == co::Verdict::kGone);
+    CHECK(judged("0 1\t51\tns=100\tlease=0\ttm=1\tshare=1\tslot=s", g) == co::Verdict::kPidReused);
+    CHECK(judged("0 1\t50\tns=100\tlease=0\ttm=1\tshare=1\tslot=s", g) == co::Verdict::kAlive);
     CHECK(judged("0 2\t50\tns=200\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kOtherNamespace);
-    CHECK(judged("0 1\t50\tns=100\tlease=1\tlf=00000000000000aa\ttm=9\tshare=1\tslot=s", g) ==
-          co::Verdict::kLeaseReleased);
+    CHECK(judged("0 1\t50\tns=100\tlease=1\tlf=00000000000000aa\ttm=1\tshare=1\tslot=s", g) ==
+          co::Verdict::kAlive);
     CHECK(judged("0 1\t50\tns=200\tlease=1\tlf=00000000000000aa\ttm=9\tshare=1\tslot=s", g) ==
           co::Verdict::kLeaseReleased);
     CHECK(judged("0 1\t50\tns=200\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kOtherNamespace);
@@ -188,11 +211,13 @@ TEST_CASE(equal_pids_of_two_namespaces_are_two_holders_and_a_slots_threads_one) 
 
 TEST_CASE(verdicts_map_to_alive_dead_or_unknown_liveness) {
     // liveness_of(): alive, dead, or unknown (taken all the same).
-    CHECK(co::liveness_of(co::Verdict::kAlive) == co::Liveness::kAlive &&
-          co::liveness_of(co::Verdict::kLeaseHeld) == co::Liveness::kAlive);
-    CHECK(co::liveness_of(co::Verdict::kOtherNamespace) == co::Liveness::kUnknown);
+    CHECK(co::liveness_of(co::Verdict::kAlive) == co::Liveness::kAlive);
+    // a held lease byte proves that some process holds it, not that the line's holder lives
+    CHECK(co::liveness_of(co::Verdict::kLeaseHeld) == co::Liveness::kUnknown &&
+          co::liveness_of(co::Verdict::kOtherNamespace) == co::Liveness::kUnknown);
     CHECK(co::liveness_of(co::Verdict::kGone) == co::Liveness::kDead &&
           co::liveness_of(co::Verdict::kPidReused) == co::Liveness::kDead &&
+          co::liveness_of(co::Verdict::kTaskManagerGone) == co::Liveness::kDead &&
           co::liveness_of(co::Verdict::kLeaseReleased) == co::Liveness::kDead);
 }
 

@@ -37,6 +37,8 @@ def run(args: Namespace) -> int:
 # -- an entry for people and tools (``list`` shows holders with these too) ----------------------------
 
 OTHER_NAMESPACE = "held in another PID namespace, liveness unknown"
+#: A held lease proves that some process holds its byte: the holder, or one that opened the lease file.
+LEASE_HELD = "lease held by another process, in another PID namespace"
 
 
 def entry_cmdline(entry: CoordinationEntry) -> "list[str] | None":
@@ -79,7 +81,7 @@ def unparsable_json(lines: "Iterable[UnparsableLine]") -> "list[dict[str, Any]]"
 
 def _entry_rows(entries: "Iterable[CoordinationEntry]") -> "Iterator[list[Any]]":
     for entry in entries:
-        state = entry.state if entry.liveness_known else OTHER_NAMESPACE
+        state = entry.state if entry.liveness_known else LEASE_HELD if entry.state == "lease held" else OTHER_NAMESPACE
         cmdline = entry_cmdline(entry)
         yield [
             entry.line_number,
@@ -175,8 +177,8 @@ def clean(args: Namespace) -> int:
     if not exists:
         print(f"Coordination file {path} does not exist: nothing to clean.")
         return 0
-    dead = [e for e in removed if e.liveness_known]
-    unknown = [e for e in removed if not e.liveness_known]
+    dead = [e for e in removed if not e.alive]
+    unknown = [e for e in removed if e.alive]  # --foreign-namespaces
     if dead:
         print(f"Removed {plural(len(dead), 'stale entry', 'stale entries')} from {path}:")
         print(table(_ENTRY_HEADERS, _entry_rows(dead), indent="  "))
