@@ -144,6 +144,7 @@ struct Offer {
     std::uint32_t limit = 0;                          // the most holders it may have
     std::string excluded_by;                          // a holder of the other granularity (whole GPU / unit), if any
     bool blocked = false;                             // a line that cannot be parsed names it
+    std::vector<std::size_t> blocked_by;              // the numbers of those lines
     std::map<std::string, std::uint64_t> request_of;  // each live holder's memory request (its largest line's)
     std::uint64_t requested = 0;                      // their sum
     std::uint64_t siblings_requested = 0;             // the part of it of holders in the holder's CUDA process
@@ -242,7 +243,10 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
             const std::string parent = coordination::gpu_of(g);
             std::set<std::string> siblings;  // keys of its holders in the holder's CUDA process
             for (const Line& l : lines) {
-                if (l.kind == LineKind::kBad && (l.word == g || l.word == parent)) o.blocked = true;
+                if (l.kind == LineKind::kBad && (l.word == g || l.word == parent)) {
+                    o.blocked = true;
+                    o.blocked_by.push_back(l.number);
+                }
                 if (l.kind != LineKind::kEntry || !l.entry.alive || !coordination::excludes(l.entry, g)) continue;
                 if (l.entry.index != g) {
                     if (o.excluded_by.empty()) o.excluded_by = describe(l.entry) + " (binds " + l.entry.index + ")";
@@ -314,7 +318,10 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                 std::string part = std::string(first ? "" : "; ") + "GPU " + o.index;
                 first = false;
                 if (o.blocked) {
-                    part += " is blocked by a line that cannot be parsed";
+                    std::vector<std::string> numbers;
+                    for (std::size_t n : o.blocked_by) numbers.push_back(std::to_string(n));
+                    part += " is blocked by line" + std::string(numbers.size() == 1 ? " " : "s ") +
+                            coordination::join(numbers) + ", which cannot be parsed";
                 } else if (!o.excluded_by.empty()) {
                     part += " is taken by " + o.excluded_by;
                 } else if (o.holders.empty()) {
@@ -349,8 +356,19 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
             const bool memory_known = std::any_of(offers.begin(), offers.end(), [](const Offer& o) {
                 return o.memory.total.has_value() && o.memory.free.has_value();
             });
-            if (request > 0 && memory_known) {
+            // what to change: a line that cannot be parsed blocks its GPU whatever is asked
+            const bool any_blocked =
+                std::any_of(offers.begin(), offers.end(), [](const Offer& o) { return o.blocked; });
+            const bool only_blocked = count <= gpus.size() && std::all_of(offers.begin(), offers.end(),
+                                                                          [](const Offer& o) { return o.blocked; });
+            if (request > 0 && memory_known && !only_blocked) {
                 msg += " Ask for less memory, run fewer subtasks per GPU, or give the TaskManager more GPUs.";
+            }
+            if (any_blocked) {
+                msg +=
+                    " A line that cannot be parsed blocks its GPU for every holder: correct or delete it by hand "
+                    "(flink-gpu coordination show --file " +
+                    opts.path + " lists such lines).";
             }
             msg += " Bindings file: " + opts.path + ".";
             r.status = failure(StatusCode::kNotEnough, msg);

@@ -322,7 +322,9 @@ TEST_CASE(an_unparsable_line_blocks_its_gpu) {
     CHECK(r.status.ok() && joined(r.indices) == "1" && r.unparsable.size() == 1);
     CHECK(read_text(path).rfind("0 garbage\n", 0) == 0);  // kept byte for byte
     const bi::BindResult none = bi::bind(opts_for(path), process(a), {"0"}, 1, 1);
-    CHECK(none.status.message.find("GPU 0 is blocked by a line that cannot be parsed") != std::string::npos);
+    CHECK(none.status.message.find("GPU 0 is blocked by line 1, which cannot be parsed.") != std::string::npos);
+    CHECK(none.status.message.find("correct or delete it by hand (flink-gpu coordination show --file " + path +
+                                   " lists such lines).") != std::string::npos);
     kill_and_reap(a);
 }
 
@@ -453,6 +455,21 @@ TEST_CASE(memory_requests_spread_and_a_request_that_fits_nowhere_is_refused_nami
     CHECK(again.status.ok());
     CHECK_EQ(joined(again.indices), std::string("1"));
     for (pid_t p : holders) kill_and_reap(p);
+}
+
+TEST_CASE(a_gpu_only_an_unparsable_line_blocks_is_not_told_to_ask_for_less_memory) {
+    const std::string path = fresh_path("memory-bad");
+    {
+        std::ofstream out(path);
+        out << "\n0 garbage\n";
+    }
+    const pid_t a = spawn_sleeper();
+    const bi::BindResult r = bind_memory(path, process(a), 1, 1, request_of(10 * kGiB, {{80 * kGiB, 80 * kGiB}}));
+    CHECK(r.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK(r.status.message.find("GPU 0 is blocked by line 2, which cannot be parsed. A line that cannot be parsed "
+                                "blocks its GPU for every holder: correct or delete it by hand") != std::string::npos);
+    CHECK(r.status.message.find("Ask for less memory") == std::string::npos);
+    kill_and_reap(a);
 }
 
 TEST_CASE(a_gpu_without_the_free_memory_is_not_given_a_request_another_fits) {
