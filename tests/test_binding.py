@@ -563,6 +563,8 @@ def test_a_memory_request_larger_than_any_gpu_is_refused_naming_it(path):
         "Invalid memory request of 100 GiB (107374182400 bytes): it is larger than any GPU given (the largest, "
         "GPU 0, has 80 GiB). Ask for at most 85899345920 bytes."
     )
+    largest = bind_on_state(path + "2", {"devices": [{}]}, 1, 1, memory=2**63 - 1)  # the most a request may be
+    assert largest["value_error"].startswith("Invalid memory request of 8.0 EiB (9223372036854775807 bytes): "), largest
 
 
 def test_a_request_only_an_unhealthy_gpu_could_take_is_a_shortage_naming_it_not_a_bad_request(path):
