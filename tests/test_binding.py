@@ -563,6 +563,8 @@ def test_a_memory_request_larger_than_any_gpu_is_refused_naming_it(path):
         "Invalid memory request of 100 GiB (107374182400 bytes): it is larger than any GPU given (the largest, "
         "GPU 0, has 80 GiB). Ask for at most 85899345920 bytes."
     )
+    largest = bind_on_state(path + "2", {"devices": [{}]}, 1, 1, memory=2**63 - 1)  # the most a request may be
+    assert largest["value_error"].startswith("Invalid memory request of 8.0 EiB (9223372036854775807 bytes): "), largest
 
 
 def test_a_request_only_an_unhealthy_gpu_could_take_is_a_shortage_naming_it_not_a_bad_request(path):
@@ -625,6 +627,26 @@ def test_a_holder_keeps_the_request_it_bound_with(path):
         """)
     proc = run_on_simulator(code, path, devices=1)
     assert "with a memory request of 16 GiB: it binds GPU 0 with a memory request of 8 GiB already" in proc.stdout
+
+
+def test_a_holder_has_one_request_on_every_gpu_it_binds(path):
+    code = textwrap.dedent("""
+        import sys
+        from flink_gpu import GPUInfo
+        from flink_gpu.binding import bind
+        from flink_gpu.nvml import open_library
+        library = open_library().library_path
+        first = bind([GPUInfo("0"), GPUInfo("1")], 2, 2, path=sys.argv[1], library_path=library, memory="30 gb")
+        try:
+            bind([GPUInfo("2"), GPUInfo("3")], 1, 2, path=sys.argv[1], library_path=library, memory="40 gb")
+        except ValueError as error:
+            print(error)
+        # another operator of the holder that names no request gets the holder's, on GPUs of its own too
+        print(bind([GPUInfo("2"), GPUInfo("3")], 1, 2, path=sys.argv[1], library_path=library).memory_limit)
+        """)
+    refused, adopted = run_on_simulator(code, path, devices=4).stdout.splitlines()
+    assert "with a memory request of 40 GiB: it binds GPU 0 with a memory request of 30 GiB already" in refused
+    assert adopted == str(30 * GiB)
 
 
 FORKED_WITH_MEMORY = textwrap.dedent("""
@@ -736,6 +758,57 @@ def test_thread_mode_apply_memory_limit_sets_the_sum_of_the_taskmanager_s_slots_
     got = json.loads(proc.stdout)
     assert got["limits"] == [12 * GiB, 20 * GiB]
     assert got["calls"] == [[32 / 80, 0]]  # both slots' requests, not the first one's alone
+
+
+# Thread mode on a simulated 80 GiB GPU whose 75 GiB used are 60 GiB of this process (the TaskManager) and
+# 15 GiB of others: slot-a's 60 GiB request fits (what the process uses may be its cached blocks), slot-b's
+# 10 GiB does not (those 60 GiB are slot-a's), and slot-a restarted (its thread ended) binds its 60 GiB again.
+THREAD_MODE_OWN_USE = textwrap.dedent("""
+    import json, os, sys, threading
+    from flink_gpu import GPUInfo
+    from flink_gpu.binding import bind, BindingError
+    from flink_gpu.nvml import open_library
+    with open(sys.argv[2], "w") as spec:  # before NVML starts: the simulator reads it then
+        process = {"pid": os.getpid(), "used_memory": 60 * 2**30, "kind": "compute"}
+        json.dump({"devices": [{"memory_used": 75 * 2**30, "processes": [process]}]}, spec)
+    library = open_library().library_path
+    def subtask(slot, memory, hold):
+        got, bound = {}, threading.Event()
+        def run():
+            try:
+                b = bind([GPUInfo("0")], 1, 4, slot=slot, taskmanager_pid=os.getpid(), path=sys.argv[1],
+                         library_path=library, memory=memory)
+                got["bound"] = list(b.indices)
+            except BindingError as error:
+                got["error"] = str(error)
+            bound.set()
+            hold.wait()  # a task thread lives while its slot binds
+        thread = threading.Thread(target=run)
+        thread.start()
+        bound.wait()
+        return got, thread
+    a_ends, the_others_end = threading.Event(), threading.Event()
+    a, a_thread = subtask("slot-a", "60 gb", a_ends)
+    b, b_thread = subtask("slot-b", "10 gb", the_others_end)
+    a_ends.set()
+    a_thread.join()
+    restarted, restarted_thread = subtask("slot-a", "60 gb", the_others_end)
+    the_others_end.set()
+    print(json.dumps({"a": a, "b": b, "restarted": restarted}))
+    """)
+
+
+def test_thread_mode_counts_none_of_the_other_slots_memory_as_free_for_a_slot(path, tmp_path):
+    from conftest import run_python, simulated_env
+
+    spec = tmp_path / "spec.json"
+    spec.write_text('{"devices": [{}]}')  # the child writes its own, naming its pid
+    code = f"import sys\nsys.argv[1:] = [{path!r}, {str(spec)!r}]\n" + THREAD_MODE_OWN_USE
+    got = json.loads(run_python(code, env=simulated_env(spec=str(spec))).stdout)
+    assert got["a"] == {"bound": ["0"]}, got
+    assert "GPU 0 is bound by slot slot-a of pid " in got["b"]["error"], got
+    assert "(1 of at most 4), 60 GiB of its 80 GiB requested, 5 GiB free" in got["b"]["error"], got
+    assert got["restarted"] == {"bound": ["0"]}, got
 
 
 def test_apply_memory_limit_without_a_request_says_so(path):

@@ -576,7 +576,7 @@ def test_symlink_refused_and_target_untouched(tmp_path):
     ):
         with pytest.raises(OSError) as info:
             call()
-        assert info.value.errno == errno.ELOOP and info.value.filename == str(link)
+        assert info.value.errno == errno.ELOOP and not str(info.value).endswith("'")  # the sentence names it
         assert "symbolic link" in str(info.value)
     assert target.read_text() == "precious\n"
     dangling = tmp_path / "dangling"
@@ -595,7 +595,7 @@ def test_non_regular_files_refused(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(OSError, match="a FIFO") as info:  # refused, without blocking on the open
         coordination.claim(1, ["0"], path=fifo)
-    assert info.value.errno == errno.EINVAL and info.value.filename == str(fifo)
+    assert info.value.errno == errno.EINVAL and str(fifo) in str(info.value)
     with pytest.raises(OSError, match="character device"):
         coordination.snapshot("/dev/null")
 

@@ -268,7 +268,10 @@ def test_missing_directory_is_clear_and_nothing_is_created(tmp_path):
     path = tmp_path / "missing" / "coordination"
     with pytest.raises(FileNotFoundError) as info:
         coordination.claim(1, ["0"], path=path)
-    assert str(path) in str(info.value) and info.value.filename == str(path)
+    assert (
+        str(info.value)
+        == f"[Errno {errno.ENOENT}] Cannot open the coordination file {path}: {os.strerror(errno.ENOENT)}"
+    )
     # readers and cleaners treat it as an empty file: nothing is held, nothing to clean
     snap = coordination.snapshot(path)
     assert not snap.exists and snap.entries == ()
@@ -454,8 +457,10 @@ def test_full_filesystem_write_fails_cleanly_and_recovers(tmpfs_64k, owners):
     filler = fill(tmpfs_64k)
     with pytest.raises(OSError) as info:
         coordination.claim(1, ["0", "1"], path=path)
-    assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
-    assert str(path) in str(info.value) and os.strerror(errno.ENOSPC) in str(info.value)
+    assert info.value.errno == errno.ENOSPC and str(info.value).startswith(
+        f"[Errno {errno.ENOSPC}] Cannot write the coordination file {path}: {os.strerror(errno.ENOSPC)}; "
+    )
+    assert str(info.value).endswith("; nothing was written, the file is unchanged.")
     assert path.read_text() == content  # restored: no half-written line, the live owner keeps GPU 0
     assert holders(path) == {"0": (live.pid,)}
     # shrinking needs no space: a release and a clean still work on the full filesystem
@@ -476,7 +481,7 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))  # no byte beyond the cu
 try:
     coordination.claim(1, ["0", "1"], path=path)
 except OSError as error:
-    print(error.errno == errno.EFBIG, error.filename == path, os.strerror(errno.EFBIG) in str(error))
+    print(str(error))
 """
 
 
@@ -485,9 +490,38 @@ def test_file_size_limit_write_fails_cleanly(tmp_path, owners):
     live = owners()
     content = line_of("0", live.pid)
     path.write_text(content)
-    assert run_child(FSIZE_CHILD, path).split() == ["True", "True", "True"]
+    # one sentence naming the file, not "...unchanged.: '<path>'" (OSError's own filename appended)
+    assert run_child(FSIZE_CHILD, path) == (
+        f"[Errno {errno.EFBIG}] Cannot write the coordination file {path}: {os.strerror(errno.EFBIG)}; nothing was "
+        "written, the file is unchanged.\n"
+    )
     assert path.read_text() == content  # nothing half-written
     assert holders(path) == {"0": (live.pid,)}
+
+
+# An unprivileged process that may start no thread (RLIMIT_NPROC 1: itself) opens NVML, whose reads run on a
+# thread of their own (csrc/nvml/deadline.cpp).
+NO_THREAD_CHILD = """
+import os, resource
+from flink_gpu.nvml import open_library
+os.setgid(65534)
+os.setuid(65534)
+resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))
+try:
+    open_library()
+except OSError as error:
+    print(str(error))
+"""
+
+
+def test_a_thread_that_cannot_start_is_an_os_error_of_one_sentence_naming_the_library():
+    """The core's sentence does not name the library, so OSError's filename does, after it: "...: '<path>'",
+    never "....: '<path>'"."""
+    said = run_child(NO_THREAD_CHILD, env=child_env(devices=1))
+    assert said == (
+        f"[Errno {errno.EAGAIN}] Could not start a thread to read NVML with a deadline: {os.strerror(errno.EAGAIN)}: "
+        f"'{simulator.library_path()}'\n"
+    )
 
 
 BEYOND_LIMIT_CHILD = """
@@ -499,7 +533,7 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (1024, resource.RLIM_INFINITY))  # bel
 try:
     coordination.claim(1, ["0", "1"], path=path, owner=owner)
 except OSError as error:
-    print(error.errno == errno.EFBIG, error.strerror.split("; ", 1)[1])
+    print(error.errno == errno.EFBIG, str(error).split("; ", 1)[1])
 """
 
 

@@ -116,14 +116,16 @@ def test_parse_memory_size_takes_text_only():
         (512 * MiB, "512 MiB"),
         (10 * GiB, "10 GiB"),
         (2 * TiB, "2 TiB"),
-        (4096 * TiB, "4096 TiB"),
+        (1023 * TiB, "1023 TiB"),
+        (4096 * TiB, "4 PiB"),
         (10 * GiB + GiB // 2, "10.5 GiB"),
         (1536 * MiB, "1.5 GiB"),
         (1025, "1.0 KiB"),
         (GiB - 1, "1.0 GiB"),  # rounded up into the next unit: never "1024.0 MiB"
         (MiB - KiB // 10 - 1, "1023.9 KiB"),
-        (LONG_MAX, "8388608.0 TiB"),
-        ((1 << 64) - 1, "16777216.0 TiB"),
+        (1536 * TiB, "1.5 PiB"),
+        (LONG_MAX, "8.0 EiB"),  # the largest request: not "8388608.0 TiB"
+        ((1 << 64) - 1, "16.0 EiB"),
     ],
 )
 def test_format_memory_size_is_short_and_exact_where_it_can_be(size, text):

@@ -144,15 +144,19 @@ struct Offer {
     std::uint32_t limit = 0;                          // the most holders it may have
     std::string excluded_by;                          // a holder of the other granularity (whole GPU / unit), if any
     bool blocked = false;                             // a line that cannot be parsed names it
+    std::vector<std::size_t> blocked_by;              // the numbers of those lines
     std::map<std::string, std::uint64_t> request_of;  // each live holder's memory request (its largest line's)
     std::uint64_t requested = 0;                      // their sum
+    std::uint64_t siblings_requested = 0;             // the part of it of holders in the holder's CUDA process
     GpuMemory memory;                                 // what NVML reads of it now
     // Whether a request of `bytes` fits: the requests with it within the total, and as much free now (with
-    // what the binding process itself uses of it, up to the request).
+    // what the binding process itself uses of it beyond its other holders' requests, up to the request: in
+    // thread mode the TaskManager's use is its live slots' too).
     bool fits(std::uint64_t bytes) const {
         if (bytes == 0) return true;
         if (!memory.total || !memory.free) return false;
-        const std::uint64_t available = saturating_add(*memory.free, std::min(memory.own_used, bytes));
+        const std::uint64_t reusable = memory.own_used > siblings_requested ? memory.own_used - siblings_requested : 0;
+        const std::uint64_t available = saturating_add(*memory.free, std::min(reusable, bytes));
         return saturating_add(requested, bytes) <= *memory.total && available >= bytes;
     }
 };
@@ -193,12 +197,15 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
 
     const std::set<std::string> candidates(gpus.begin(), gpus.end());
     std::set<std::string> mine_set, by_caller;
-    std::map<std::string, std::uint64_t> mine_request;  // the request the holder's lines record, per GPU
+    // the request the holder's lines record, per GPU: on every GPU it binds, not only those of this call (a
+    // holder has one request)
+    std::map<std::string, std::uint64_t> mine_request;
     for (const Line& l : lines) {
-        if (l.kind != LineKind::kEntry || !view.holders(l.entry) || !candidates.count(l.entry.index)) continue;
-        mine_set.insert(l.entry.index);
+        if (l.kind != LineKind::kEntry || !view.holders(l.entry)) continue;
         std::uint64_t& recorded = mine_request[l.entry.index];
         recorded = std::max(recorded, l.entry.memory);
+        if (!candidates.count(l.entry.index)) continue;
+        mine_set.insert(l.entry.index);
         if (view.written_by_caller(l.entry)) by_caller.insert(l.entry.index);
     }
     std::vector<std::string> mine(mine_set.begin(), mine_set.end());
@@ -234,8 +241,12 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
             const auto reading = memory_of.find(g);
             if (reading != memory_of.end()) o.memory = reading->second;
             const std::string parent = coordination::gpu_of(g);
+            std::set<std::string> siblings;  // keys of its holders in the holder's CUDA process
             for (const Line& l : lines) {
-                if (l.kind == LineKind::kBad && (l.word == g || l.word == parent)) o.blocked = true;
+                if (l.kind == LineKind::kBad && (l.word == g || l.word == parent)) {
+                    o.blocked = true;
+                    o.blocked_by.push_back(l.number);
+                }
                 if (l.kind != LineKind::kEntry || !l.entry.alive || !coordination::excludes(l.entry, g)) continue;
                 if (l.entry.index != g) {
                     if (o.excluded_by.empty()) o.excluded_by = describe(l.entry) + " (binds " + l.entry.index + ")";
@@ -244,11 +255,15 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                 if (view.holders(l.entry)) continue;
                 const std::string key = view.key(l.entry);
                 if (o.holders.insert(key).second) o.who.push_back(describe(l.entry));
+                if (view.same_cuda_process(l.entry)) siblings.insert(key);
                 o.limit = std::min(o.limit, l.entry.share == 0 ? 1u : l.entry.share);
                 std::uint64_t& request = o.request_of[key];
                 request = std::max(request, l.entry.memory);
             }
-            for (const auto& [key, request] : o.request_of) o.requested = saturating_add(o.requested, request);
+            for (const auto& [key, request] : o.request_of) {
+                o.requested = saturating_add(o.requested, request);
+                if (siblings.count(key)) o.siblings_requested = saturating_add(o.siblings_requested, request);
+            }
             offers.push_back(std::move(o));
         }
         std::vector<const Offer*> open;
@@ -303,7 +318,10 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                 std::string part = std::string(first ? "" : "; ") + "GPU " + o.index;
                 first = false;
                 if (o.blocked) {
-                    part += " is blocked by a line that cannot be parsed";
+                    std::vector<std::string> numbers;
+                    for (std::size_t n : o.blocked_by) numbers.push_back(std::to_string(n));
+                    part += " is blocked by line" + std::string(numbers.size() == 1 ? " " : "s ") +
+                            coordination::join(numbers) + ", which cannot be parsed";
                 } else if (!o.excluded_by.empty()) {
                     part += " is taken by " + o.excluded_by;
                 } else if (o.holders.empty()) {
@@ -338,8 +356,19 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
             const bool memory_known = std::any_of(offers.begin(), offers.end(), [](const Offer& o) {
                 return o.memory.total.has_value() && o.memory.free.has_value();
             });
-            if (request > 0 && memory_known) {
+            // what to change: a line that cannot be parsed blocks its GPU whatever is asked
+            const bool any_blocked =
+                std::any_of(offers.begin(), offers.end(), [](const Offer& o) { return o.blocked; });
+            const bool only_blocked = count <= gpus.size() && std::all_of(offers.begin(), offers.end(),
+                                                                          [](const Offer& o) { return o.blocked; });
+            if (request > 0 && memory_known && !only_blocked) {
                 msg += " Ask for less memory, run fewer subtasks per GPU, or give the TaskManager more GPUs.";
+            }
+            if (any_blocked) {
+                msg +=
+                    " A line that cannot be parsed blocks its GPU for every holder: correct or delete it by hand "
+                    "(flink-gpu coordination show --file " +
+                    opts.path + " lists such lines).";
             }
             msg += " Bindings file: " + opts.path + ".";
             r.status = failure(StatusCode::kNotEnough, msg);

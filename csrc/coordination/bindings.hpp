@@ -51,13 +51,14 @@ struct Holder {
 struct GpuMemory {
     std::optional<std::uint64_t> total, free;
     // what the binding process itself uses of it: memory a request may reuse (a restarted slot's thread in
-    // a TaskManager whose allocator still caches its blocks)
+    // a TaskManager whose allocator still caches its blocks), beyond what its other live holders there
+    // (the TaskManager's other slots) requested
     std::uint64_t own_used = 0;
 };
 
 // A memory request per bound GPU (docs/design.md §9.3, Memory): a GPU takes it only where the requests of
 // its live holders plus this one fit its total, and its free memory now (with what the binding process
-// itself uses of it, up to the request) covers it.
+// itself uses of it beyond its other holders' requests there, up to the request) covers it.
 struct MemoryRequest {
     // on each GPU bound; 0: the holder's request, if it binds with one already, else none
     std::uint64_t bytes = 0;
@@ -88,8 +89,8 @@ Status check_slot(const std::string& slot);
 // `ranks`, when not empty, is parallel to `gpus` (nvml/choice.hpp's ranks: healthy and idle 0, then busy,
 // degraded): new GPUs come by rank first, then least-bound, then lowest index. With a `memory` request, a
 // new GPU must also fit it (MemoryRequest), and the lines record it: a holder keeps the request it bound
-// with (asking again with another is kInvalidArgument, without one gets it), and a dead holder's request
-// goes with its lines.
+// with, whichever of its GPUs are given (asking again with another is kInvalidArgument, without one gets
+// it), and a dead holder's request goes with its lines.
 BindResult bind(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus,
                 std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks = {},
                 const MemoryRequest& memory = {}) noexcept;

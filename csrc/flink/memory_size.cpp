@@ -129,16 +129,20 @@ std::string format_memory_size(std::uint64_t bytes) noexcept {
         const char* name;
         std::uint64_t size;
     };
-    static const Named kNamed[] = {{"KiB", 1ULL << 10}, {"MiB", 1ULL << 20}, {"GiB", 1ULL << 30}, {"TiB", 1ULL << 40}};
+    // past Flink's largest unit (t) too: 2^63 - 1 bytes is "8.0 EiB", not "8388608.0 TiB"
+    static const Named kNamed[] = {{"KiB", 1ULL << 10}, {"MiB", 1ULL << 20}, {"GiB", 1ULL << 30},
+                                   {"TiB", 1ULL << 40}, {"PiB", 1ULL << 50}, {"EiB", 1ULL << 60}};
+    constexpr int kLargest = 5;
     try {
-        int unit = 3;
+        int unit = kLargest;
         while (unit >= 0 && bytes < kNamed[unit].size) --unit;
         if (unit < 0) return std::to_string(bytes) + (bytes == 1 ? " byte" : " bytes");
         if (bytes % kNamed[unit].size == 0) return std::to_string(bytes / kNamed[unit].size) + " " + kNamed[unit].name;
-        // tenths of the unit, rounded half up; 1023.95 KiB rounds to 1024.0 KiB, which is 1.0 MiB
+        // tenths of the unit, rounded half up; 1023.95 KiB rounds to 1024.0 KiB, which is 1.0 MiB (no
+        // overflow: a remainder below 2^60 times 10 is below 2^64)
         std::uint64_t size = kNamed[unit].size;
         std::uint64_t tenths = bytes / size * 10 + (bytes % size * 10 + size / 2) / size;
-        if (tenths >= 10240 && unit < 3) {
+        if (tenths >= 10240 && unit < kLargest) {
             size = kNamed[++unit].size;
             tenths = bytes / size * 10 + (bytes % size * 10 + size / 2) / size;
         }

@@ -15,8 +15,9 @@ namespace flinkgpu {
 bool parse_flink_memory_size(std::string_view text, std::uint64_t* bytes, std::string* error) noexcept;
 
 // A short human form of `bytes` for messages: "10 GiB", "512 MiB", "3 KiB", "17 bytes" when it is a
-// whole number of its largest unit, else one decimal of it ("10.5 GiB", rounded). Empty only when no
-// memory is left to build it.
+// whole number of its largest unit, else one decimal of it ("10.5 GiB", rounded). Units up to EiB; below
+// 1 PiB (Flink's units, up to t) a whole number reads back with parse_flink_memory_size. Empty only when
+// no memory is left to build it.
 std::string format_memory_size(std::uint64_t bytes) noexcept;
 
 }  // namespace flinkgpu

@@ -65,7 +65,12 @@ cdef object _error(const Status& status, path):
     if status.code == StatusCode.kTimeout:
         return TimeoutError(message)
     if status.code == StatusCode.kOsError:
-        return OSError(status.sys_errno, message, os.fspath(path))
+        # OSError's text appends ": '<filename>'": the path goes along only where the core's sentence
+        # does not name it, and then ends the sentence (not "...restored.: '<path>'")
+        where = os.fspath(path)
+        if isinstance(where, str) and where in message:
+            return OSError(status.sys_errno, message)
+        return OSError(status.sys_errno, message.removesuffix("."), where)
     if status.code == StatusCode.kOutOfMemory:
         return MemoryError(message)
     return RuntimeError(message)

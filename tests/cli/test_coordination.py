@@ -167,6 +167,29 @@ def test_coordination_show_and_clean(tmp_path, holder):
     assert "Kept unparsable line" in again.stdout
 
 
+def test_clean_shows_the_command_of_a_removed_line_whose_process_still_runs(tmp_path, holder, monkeypatch, capsys):
+    """A line the judge calls stale (here its lease read free) whose process runs in our namespace with the
+    recorded start time: `clean` names its command as `show` and `list` name a live holder's, not "-"; a
+    line whose pid is another process's now (pid reused) names none."""
+    from argparse import Namespace
+
+    from flink_gpu import coordination
+    from flink_gpu.cli import coordination as command
+
+    coord = tmp_path / "coord"
+    coord.write_text("")
+    start = int(Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    running = coordination.CoordinationEntry("0", holder.pid, start, False, 1, state="lease released")
+    reused = coordination.CoordinationEntry("1", holder.pid, start + 1, False, 2, state="pid reused")
+    removed = coordination.CleanResult(removed=(running, reused), unparsable=())
+    monkeypatch.setattr(coordination, "clean_stale", lambda *args, **kwargs: removed)
+    args = Namespace(file=str(coord), timeout=5.0, foreign_namespaces=False, json=False)
+    assert command.clean(args) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"^  1\s+0\s+{holder.pid}\s+{start}\s+lease released\s+\S*python", out, re.M), out
+    assert re.search(rf"^  2\s+1\s+{holder.pid}\s+{start + 1}\s+pid reused\s+-$", out, re.M), out
+
+
 def test_clean_foreign_namespaces_names_each_freed_gpu_once(tmp_path):
     coord = tmp_path / "coord"
     coord.write_text("0 100\tns=1\n0 200\tns=1\n1 300\tns=1\tmig=1:2\n")  # GPU 0 twice: two holders' lines

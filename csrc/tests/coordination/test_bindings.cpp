@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -321,7 +322,9 @@ TEST_CASE(an_unparsable_line_blocks_its_gpu) {
     CHECK(r.status.ok() && joined(r.indices) == "1" && r.unparsable.size() == 1);
     CHECK(read_text(path).rfind("0 garbage\n", 0) == 0);  // kept byte for byte
     const bi::BindResult none = bi::bind(opts_for(path), process(a), {"0"}, 1, 1);
-    CHECK(none.status.message.find("GPU 0 is blocked by a line that cannot be parsed") != std::string::npos);
+    CHECK(none.status.message.find("GPU 0 is blocked by line 1, which cannot be parsed.") != std::string::npos);
+    CHECK(none.status.message.find("correct or delete it by hand (flink-gpu coordination show --file " + path +
+                                   " lists such lines).") != std::string::npos);
     kill_and_reap(a);
 }
 
@@ -454,6 +457,21 @@ TEST_CASE(memory_requests_spread_and_a_request_that_fits_nowhere_is_refused_nami
     for (pid_t p : holders) kill_and_reap(p);
 }
 
+TEST_CASE(a_gpu_only_an_unparsable_line_blocks_is_not_told_to_ask_for_less_memory) {
+    const std::string path = fresh_path("memory-bad");
+    {
+        std::ofstream out(path);
+        out << "\n0 garbage\n";
+    }
+    const pid_t a = spawn_sleeper();
+    const bi::BindResult r = bind_memory(path, process(a), 1, 1, request_of(10 * kGiB, {{80 * kGiB, 80 * kGiB}}));
+    CHECK(r.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK(r.status.message.find("GPU 0 is blocked by line 2, which cannot be parsed. A line that cannot be parsed "
+                                "blocks its GPU for every holder: correct or delete it by hand") != std::string::npos);
+    CHECK(r.status.message.find("Ask for less memory") == std::string::npos);
+    kill_and_reap(a);
+}
+
 TEST_CASE(a_gpu_without_the_free_memory_is_not_given_a_request_another_fits) {
     const std::string path = fresh_path("memory-free");
     const pid_t a = spawn_sleeper(), b = spawn_sleeper();
@@ -558,6 +576,54 @@ TEST_CASE(what_the_binders_own_processes_use_counts_as_free_for_its_request) {
     CHECK(bind_memory(path, process(a), 1, 2, memory).status.code == flinkgpu::StatusCode::kNotEnough);
     memory.of[0].own_used = 10 * kGiB;
     CHECK(bind_memory(path, process(a), 1, 2, memory).status.ok());
+    kill_and_reap(a);
+}
+
+TEST_CASE(a_slot_reuses_only_what_its_taskmanager_uses_beyond_its_other_slots_requests) {
+    const std::string path = fresh_path("memory-siblings");
+    // slot a binds 60 GiB of an 80 GiB GPU; the TaskManager (this process) then uses them: 5 GiB free
+    auto a = std::make_unique<LiveThread>();
+    CHECK(bi::bind(opts_for(path), slot(a->tid(), "a"), gpus(1), 1, 4, {},
+                   request_of(60 * kGiB, {{80 * kGiB, 80 * kGiB}}))
+              .status.ok());
+    bi::MemoryRequest used = request_of(10 * kGiB, {{80 * kGiB, 5 * kGiB}});
+    used.of[0].own_used = 60 * kGiB;
+    // slot b's 10 GiB: the process's 60 GiB are slot a's, none of it b's to reuse (another process is refused
+    // too)
+    LiveThread b;
+    const bi::BindResult refused = bi::bind(opts_for(path), slot(b.tid(), "b"), gpus(1), 1, 4, {}, used);
+    CHECK(refused.status.code == flinkgpu::StatusCode::kNotEnough);
+    CHECK(refused.status.message.find("GPU 0 is bound by slot a of pid " + std::to_string(getpid()) +
+                                      " (1 of at most 4), 60 GiB of its 80 GiB requested, 5 GiB free") !=
+          std::string::npos);
+    // a restarted slot a (its old thread ended, its line dead) reuses what the allocator still caches
+    a.reset();
+    LiveThread again;
+    used.bytes = 60 * kGiB;
+    const bi::BindResult rebound = bi::bind(opts_for(path), slot(again.tid(), "a"), gpus(1), 1, 4, {}, used);
+    CHECK(rebound.status.ok());
+    CHECK_EQ(joined(rebound.indices), std::string("0"));
+}
+
+TEST_CASE(a_holder_has_one_memory_request_on_every_gpu_it_binds) {
+    const std::string path = fresh_path("memory-one-request");
+    const pid_t a = spawn_sleeper();
+    const auto idle = [](std::uint64_t bytes) {
+        return request_of(bytes, {{80 * kGiB, 80 * kGiB}, {80 * kGiB, 80 * kGiB}});
+    };
+    CHECK(bi::bind(opts_for(path), process(a), {"0", "1"}, 2, 4, {}, idle(30 * kGiB)).status.ok());
+    // among GPUs 2 and 3, none of which it binds: another request is refused, naming both
+    const bi::BindResult other = bi::bind(opts_for(path), process(a), {"2", "3"}, 1, 4, {}, idle(40 * kGiB));
+    CHECK(other.status.code == flinkgpu::StatusCode::kInvalidArgument);
+    CHECK(other.status.message.find("with a memory request of 40 GiB: it binds GPU 0 with a memory request of 30 GiB "
+                                    "already") != std::string::npos);
+    // without one, it gets its request there
+    const bi::BindResult adopted = bi::bind(opts_for(path), process(a), {"2", "3"}, 1, 4, {}, idle(0));
+    CHECK(adopted.status.ok());
+    CHECK_EQ(joined(adopted.indices), std::string("2"));
+    CHECK_EQ(adopted.memory, 30 * kGiB);
+    for (const co::Line& l : co::parse_file(read_text(path)))
+        if (l.kind == co::LineKind::kEntry) CHECK_EQ(l.entry.memory, 30 * kGiB);
     kill_and_reap(a);
 }
 

@@ -132,7 +132,9 @@ TEST_CASE(a_whole_number_of_a_unit_is_formatted_exactly) {
     CHECK_EQ(format_memory_size(512 * kMiB), std::string("512 MiB"));
     CHECK_EQ(format_memory_size(10 * kGiB), std::string("10 GiB"));
     CHECK_EQ(format_memory_size(2 * kTiB), std::string("2 TiB"));
-    CHECK_EQ(format_memory_size(4096 * kTiB), std::string("4096 TiB"));
+    CHECK_EQ(format_memory_size(1023 * kTiB), std::string("1023 TiB"));
+    CHECK_EQ(format_memory_size(4096 * kTiB), std::string("4 PiB"));
+    CHECK_EQ(format_memory_size(8 * 1024 * 1024 * kTiB), std::string("8 EiB"));
 }
 
 TEST_CASE(other_sizes_get_one_decimal_of_their_largest_unit) {
@@ -143,8 +145,11 @@ TEST_CASE(other_sizes_get_one_decimal_of_their_largest_unit) {
     CHECK_EQ(format_memory_size(kGiB - 1), std::string("1.0 GiB"));  // rounded up: never "1024.0 MiB"
     CHECK_EQ(format_memory_size(kMiB - kKiB / 20), std::string("1.0 MiB"));
     CHECK_EQ(format_memory_size(kMiB - kKiB / 10 - 1), std::string("1023.9 KiB"));
-    CHECK_EQ(format_memory_size(9223372036854775807ULL), std::string("8388608.0 TiB"));
-    CHECK_EQ(format_memory_size(UINT64_MAX), std::string("16777216.0 TiB"));
+    // the largest request (a Java long) and the largest size: in EiB, not millions of TiB
+    CHECK_EQ(format_memory_size(9223372036854775807ULL), std::string("8.0 EiB"));
+    CHECK_EQ(format_memory_size(UINT64_MAX), std::string("16.0 EiB"));
+    CHECK_EQ(format_memory_size(1024 * kTiB - 1), std::string("1.0 PiB"));
+    CHECK_EQ(format_memory_size(1536 * kTiB), std::string("1.5 PiB"));
 }
 
 int main(int argc, char** argv) { return check::run(argc, argv); }

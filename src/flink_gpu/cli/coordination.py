@@ -42,8 +42,19 @@ LEASE_HELD = "lease held by another process, in another PID namespace"
 
 
 def entry_cmdline(entry: CoordinationEntry) -> "list[str] | None":
-    """The live owner's argv where its pid is one of our namespace (None otherwise)."""
-    return process_cmdline(entry.pid) if entry.alive and entry.ours else None
+    """The argv of the process the line records where it runs in our namespace (None otherwise): a live
+    owner's, and a stale line's whose process still runs (its pid with the recorded start time), as `clean`
+    shows what it removed."""
+    if not entry.ours:
+        return None
+    if entry.alive:
+        return process_cmdline(entry.pid)
+    from flink_gpu.coordination import process_start_time
+
+    if entry.start_time is None or process_start_time(entry.pid) != entry.start_time:
+        return None  # gone, or its pid is another process's now
+    cmdline = process_cmdline(entry.pid)
+    return cmdline if process_start_time(entry.pid) == entry.start_time else None  # not a pid reused meanwhile
 
 
 def _entry_json(entry: CoordinationEntry) -> "dict[str, Any]":

@@ -56,6 +56,34 @@ def test_doctor_reports_unhealthy_degraded_and_busy_gpus(tmp_path, state_host):
     assert "hostPID" in hidden["fix"]
 
 
+def test_doctor_counts_a_thread_mode_taskmanager_whose_slots_bind_as_a_holder(tmp_path, memory_binders):
+    """No coordination owner: the TaskManager's slots (its threads) bind GPU 0 in the bindings file, and NVML
+    lists the TaskManager, the CUDA process, there. It is no stranger; one beside it is."""
+    spec = tmp_path / "bind-spec.json"
+    spec.write_text(json.dumps({"devices": [{}, {}]}))
+    coord = tmp_path / "coord"
+    _, got, taskmanager, _ = memory_binders(f"{coord}.bindings", spec, ["0"], None, slot="alloc-1")
+    assert got == ["0"]
+    stranger = subprocess.Popen(["sleep", "600"])
+    try:
+        doctor_spec = tmp_path / "doctor-spec.json"
+        processes = [{"pid": taskmanager, "used_memory": 2**30}, {"pid": stranger.pid, "used_memory": 2**30}]
+        doctor_spec.write_text(json.dumps({"devices": [{"processes": processes}, {}]}))
+        conf = gpu_conf(
+            amount=1,
+            factory="flink_gpu.GPUDriverFactory",
+            discovery_mode="nvml",
+            discovery_script_args=f"--coordination-file {coord}",
+        )
+        doc = doctor_on(tmp_path, doctor_spec, conf, expect=0)
+    finally:
+        stranger.kill()
+        stranger.wait()
+    [busy] = [f for f in findings(doc, "gpu-state") if "of no flink-gpu holder" in f["message"]]
+    assert busy["message"].startswith(f"GPU 0 runs 1 process of no flink-gpu holder (pid {stranger.pid} (sleep 600))")
+    assert f"pid {taskmanager}" not in busy["message"]
+
+
 @pytest.mark.parametrize(
     "states, waiting", [(["not_started", "not_started"], False), (["not_started", "in_progress"], True)]
 )

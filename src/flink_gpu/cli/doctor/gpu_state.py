@@ -4,7 +4,8 @@ GPUs have not registered with the NVLink fabric, and GPUs whose bindings' memory
 bindings file of the configuration's coordination file, docs/design.md §9.3) no longer fit in what is free.
 
 Doctor is not a worker, so "busy" here means running a process that belongs to no flink-gpu
-holder (no live owner in the coordination file, nor a descendant of one).
+holder (no live owner in the coordination file, no live holder in its bindings file — a thread-mode
+TaskManager whose slots bind is one — nor a descendant of one).
 """
 
 from __future__ import annotations
@@ -29,17 +30,30 @@ if TYPE_CHECKING:
     from flink_gpu.nvml import Device, DeviceState
 
 
-def _holders(script_args: "ScriptArgs | None") -> "list[int]":
-    """The live owners in the coordination file the TaskManagers use, if they coordinate."""
-    if script_args is None or not script_args.coordination_mode:
-        return []
+def _holders(script_args: "ScriptArgs | None", coordination_file: str) -> "list[int]":
+    """The live owners in the coordination file the TaskManagers use, if they coordinate, and the live
+    holders in its bindings file: a process holder, or the TaskManager whose slots (its threads) bind.
+    Pids of our namespace."""
+    from flink_gpu import bindings_file
     from flink_gpu.coordination import snapshot
 
+    holders: "list[int]" = []
+    if script_args is not None and script_args.coordination_mode:
+        try:
+            owners = snapshot(script_args.coordination_file).entries
+        except (OSError, TimeoutError):  # the coordination check reports it
+            owners = ()
+        holders += [entry.pid for entry in owners if entry.alive and entry.ours]
     try:
-        found = snapshot(script_args.coordination_file)
-    except (OSError, TimeoutError):  # the coordination check reports it
-        return []
-    return [entry.pid for entry in found.entries if entry.alive and entry.ours]  # pids of our namespace
+        bound = bindings_file.snapshot(bindings_file.bindings_path(coordination_file))
+    except (OSError, TimeoutError):  # the memory requests' check reports it
+        return holders
+    for entry in bound.entries:
+        if entry.alive and entry.ours:
+            process = entry.pid if entry.slot is None else entry.taskmanager
+            if process is not None:
+                holders.append(process)
+    return holders
 
 
 def check_gpu_state(
@@ -62,7 +76,7 @@ def check_gpu_state(
     if not devices:
         return
     states = nvml.states(os.getpid(), None, settings.health_checks)
-    belongs = process_holders(nvml, _holders(script_args))
+    belongs = process_holders(nvml, _holders(script_args, settings.script_args.coordination_file))
     try:
         policy = settings.busy_policy(warn=False)
     except IllegalConfigurationException:  # a bad --busy-gpus: the driver check reports it
