@@ -21,6 +21,7 @@ from flink_gpu.errors import FlinkException
 from support.files import small_tmpfs
 from support.interop import fake_nvidia_smi, stock_env
 from support.leases import tokenless_lease_file
+from support.simulated import NOT_HOST_PIDS, pids_are_hosts
 
 # A worker that obeys one JSON command per stdin line and answers one JSON line.
 WORKER = r"""
@@ -836,8 +837,8 @@ def test_two_containers_with_equal_pids_cannot_both_put_50_gib_on_one_80_gib_gpu
 def _nvml_worker(path, workers, where):
     """A worker in a container (pid 1 there, a number the host's init has), or in our namespace where
     that is the host's: the one whose pids NVML lists, as the simulator lists its spec's."""
-    if where == "host" and own_ns() != 0xEFFFFFFC:
-        pytest.skip("NVML's pids are this namespace's only in the initial pid namespace, and this test runs in another")
+    if where == "host" and not pids_are_hosts():
+        pytest.skip(NOT_HOST_PIDS)
     worker = workers(path, container=where == "container")
     assert (worker.pid == 1) == (where == "container")
     return worker

@@ -79,7 +79,7 @@ enum class ProcessKind { kCompute, kGraphics, kMps };
 const char* process_kind_name(ProcessKind kind) noexcept;
 
 struct GpuProcess {
-    unsigned pid = 0;  // of the initial (host) pid namespace, as NVML reports it
+    unsigned pid = 0;                               // of the initial (host) pid namespace, as NVML reports it
     std::optional<unsigned long long> used_memory;  // bytes; absent where NVML cannot say
     ProcessKind kind = ProcessKind::kCompute;
     bool own = false;      // the owner, its TaskManager or a descendant of either
