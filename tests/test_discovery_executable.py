@@ -14,7 +14,7 @@ import pytest
 
 from flink_gpu import coordination, simulator
 from support.interop import fake_nvidia_smi, stock_env
-from support.simulated import wait_until_inside_a_hang
+from support.simulated import NOT_HOST_PIDS, pids_are_hosts, wait_until_inside_a_hang
 
 GPUS = 4
 
@@ -354,6 +354,7 @@ def test_busy_gpus_policies_choose_around_foreign_processes(discovery_exe, polic
         assert (out, code) == ("0,1,2\n", 0)
 
 
+@pytest.mark.skipif(not pids_are_hosts(), reason=NOT_HOST_PIDS)
 def test_a_process_of_the_taskmanagers_own_child_is_not_foreign(discovery_exe):
     # the executable's parent is this test process (the TaskManager's place); its child is own
     child = subprocess.Popen(["sleep", "30"])

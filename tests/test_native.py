@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from conftest import run_python, simulated_env
 from flink_gpu import NvmlError, _native, simulator
+from support.simulated import NOT_HOST_PIDS, pids_are_hosts
 
 LIST_DEVICES = """
 import json
@@ -680,6 +681,7 @@ def test_no_permission_on_the_process_queries_makes_them_unknown_not_busy():
     assert found["states"][0][5:8] == [[], False, False]
 
 
+@pytest.mark.skipif(not pids_are_hosts(), reason=NOT_HOST_PIDS)
 def test_own_process_and_its_taskmanager_are_not_foreign():
     code = """
 import json, os, subprocess, sys

@@ -15,6 +15,7 @@ import flink_gpu
 from conftest import child_env
 from flink_gpu import coordination, simulator
 from support.interop import find_discovery_executable
+from support.simulated import NOT_HOST_PIDS, pids_are_hosts
 
 # the directory holding the flink_gpu under test (installed, or src/ after tools/dev_build.sh)
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
@@ -962,6 +963,7 @@ def processes_on(*per_gpu):
         ("ignore", ["0", "1"], ["0", "1", "2"]),  # Flink's order
     ],
 )
+@pytest.mark.skipif(not pids_are_hosts(), reason=NOT_HOST_PIDS)
 def test_a_foreign_process_makes_a_gpu_busy_the_taskmanagers_own_child_does_not(
     tmp_path, busy_gpus, two, three, process_struct
 ):
@@ -1041,6 +1043,7 @@ print(json.dumps([own, gone]))
 """
 
 
+@pytest.mark.skipif(not pids_are_hosts(), reason=NOT_HOST_PIDS)
 def test_the_claimers_own_child_is_not_foreign_and_state_is_read_per_choice(tmp_path):
     env = child_env(**simulator.environment(devices=0))
     done = subprocess.run(

@@ -23,6 +23,7 @@ from flink_gpu.errors import FlinkException
 from support.files import small_tmpfs
 from support.interop import fake_nvidia_smi, stock_env
 from support.leases import lease_token, tokenless_lease_file
+from support.simulated import NOT_HOST_PIDS, pids_are_hosts
 
 # A worker that obeys one JSON command per stdin line and answers one JSON line.
 WORKER = r"""
@@ -79,10 +80,11 @@ for line in sys.stdin:
         elif op == "bind":  # a process holder: this process
             handles.append(bind([GPUInfo(i) for i in cmd["gpus"]], cmd["count"], path=cmd["bindings"]))
             out = {"bound": list(handles[-1].indices)}
-        elif op == "bind_memory":  # a process holder with a memory request, on one simulated 80 GiB GPU
+        elif op == "bind_memory":  # a process holder with a memory request, on one simulated 80 GiB GPU (or `spec`'s)
             from flink_gpu import simulator
             from flink_gpu.errors import NotEnoughGpusError
-            os.environ.update(simulator.environment(devices=1))  # before NVML first loads in this process
+            # before NVML first loads in this process
+            os.environ.update(simulator.environment(**({"spec": cmd["spec"]} if "spec" in cmd else {"devices": 1})))
             try:
                 handles.append(bind([GPUInfo("0")], 1, cmd["share"], path=cmd["bindings"], memory=cmd["memory"]))
                 out = {"bound": list(handles[-1].indices), "memory_limit": handles[-1].memory_limit}
@@ -142,6 +144,11 @@ for line in sys.stdin:
                 got = sorted(info.index for info in driver.retrieve_resource_info(cmd["amount"]))
                 opened = sorted(simulator.counters()["calls"].get("nvmlDeviceGetHandleByIndex_v2", {}), key=int)
             out = {"got": got, "opened": opened}
+        elif op == "driver_exclude":  # a driver under busy-gpus exclude on the GPUs of `spec`: what it hands out
+            from flink_gpu import GPUDriver, simulator
+            os.environ.update(simulator.environment(spec=cmd["spec"]))  # before NVML first loads in this process
+            with GPUDriver({"discovery-mode": "nvml", "busy-gpus": "exclude"}) as driver:
+                out = {"got": sorted(info.index for info in driver.retrieve_resource_info(cmd["amount"]))}
         elif op == "die":
             print(json.dumps({"dying": os.getpid()}), flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -158,15 +165,18 @@ def _skip_unless_unshare():
 
 class NsWorker:
     """A WORKER in a new pid namespace: pid 1 there (`init=True`), or pid 2 under a shell (so that it can
-    SIGKILL itself: a namespace's init ignores signals from inside). Ends with the namespace."""
+    SIGKILL itself: a namespace's init ignores signals from inside). Ends with the namespace. With
+    `container=False` it runs in ours instead (its pid a host pid where ours is the initial namespace)."""
 
-    def __init__(self, path, init=True):
-        _skip_unless_unshare()
+    def __init__(self, path, init=True, container=True):
         argv = [sys.executable, "-c", WORKER, str(path)]
         if not init:
             argv = ["sh", "-c", '"$@"; sleep 600', "sh", *argv]
+        if container:
+            _skip_unless_unshare()
+            argv = ["unshare", "--pid", "--mount-proc", "--kill-child", *argv]
         self.proc = subprocess.Popen(
-            ["unshare", "--pid", "--mount-proc", "--kill-child", *argv],
+            argv,
             env=child_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -214,8 +224,8 @@ class NsWorker:
 def workers():
     started = []
 
-    def start(path, init=True):
-        worker = NsWorker(path, init)
+    def start(path, init=True, container=True):
+        worker = NsWorker(path, init, container)
         started.append(worker)
         return worker
 
@@ -823,6 +833,47 @@ def test_two_containers_with_equal_pids_cannot_both_put_50_gib_on_one_80_gib_gpu
         time.sleep(0.01)
     again = second.ask(op="bind_memory", share=2, memory="50 gb", bindings=bindings)
     assert again.get("bound") == ["0"], again
+
+
+# ---- NVML's pids are host pids (docs/design.md §9.1) --------------------------------------------------
+
+
+def _nvml_worker(path, workers, where):
+    """A worker in a container (pid 1 there, a number the host's init has), or in our namespace where
+    that is the host's: the one whose pids NVML lists, as the simulator lists its spec's."""
+    if where == "host" and not pids_are_hosts():
+        pytest.skip(NOT_HOST_PIDS)
+    worker = workers(path, container=where == "container")
+    assert (worker.pid == 1) == (where == "container")
+    return worker
+
+
+@pytest.mark.parametrize("where", ["container", "host"])
+def test_busy_gpus_exclude_takes_a_listed_pid_for_the_workers_own_only_where_nvmls_pids_are_its(path, workers, where):
+    """NVML lists GPU 0's process as pid <worker's pid>. In a container that is the host's process with the
+    number the worker has there (pid 1: the host's init), foreign: exclude never hands GPU 0 out. In the
+    host's namespace it is the worker itself: GPU 0 is busy only with its own work and is handed out."""
+    worker = _nvml_worker(path, workers, where)
+    spec = {"devices": [{"processes": [{"pid": worker.pid, "used_memory": 2**30}]}, {}]}
+    assert worker.ask(op="driver_exclude", amount=1, spec=spec) == {"got": ["1" if where == "container" else "0"]}
+
+
+@pytest.mark.parametrize("where", ["container", "host"])
+def test_a_memory_request_counts_a_listed_pids_memory_as_the_binders_own_only_where_nvmls_pids_are_its(
+    path, workers, where
+):
+    """60 GiB of an 80 GiB GPU used by pid <binder's pid>, 20 GiB free, 30 GiB asked: in the host's namespace
+    that process is the binder, whose use is its holders' to reuse (bound); in a container it is the host's
+    process with the binder's number there, whose memory is not free (refused)."""
+    worker = _nvml_worker(path, workers, where)
+    spec = {"devices": [{"memory_total": 80 * 2**30, "processes": [{"pid": worker.pid, "used_memory": 60 * 2**30}]}]}
+    bindings = binding.bindings_path(path)
+    answer = worker.ask(op="bind_memory", share=1, memory="30 gb", bindings=bindings, spec=spec)
+    if where == "host":
+        assert answer == {"bound": ["0"], "memory_limit": 30 * 2**30}
+    else:
+        assert answer.get("error", "").startswith("Could not bind 1 GPU"), answer
+        assert "20 GiB free" in answer["error"], answer
 
 
 def test_a_forked_child_inherits_its_parents_binding_not_that_of_pid_1_of_another_namespace(path, workers):

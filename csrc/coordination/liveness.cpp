@@ -1,9 +1,10 @@
 #include "coordination/liveness.hpp"
 
+#include "base/pid_namespace.hpp"
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -40,12 +41,7 @@ ProcInfo probe_self(pid_t self) {
 // once per process (keyed by pid: a forked child may be in a new one).
 PidNamespace read_own_pid_namespace() {
     PidNamespace ns;
-    struct statx st{};
-    if (statx(AT_FDCWD, "/proc/self/ns/pid", AT_STATX_SYNC_AS_STAT, STATX_INO, &st) == 0 &&
-        (st.stx_mask & STATX_INO) != 0) {
-        ns.known = true;
-        ns.inode = st.stx_ino;
-    }
+    ns.known = read_own_pid_namespace_inode(&ns.inode);
     return ns;
 }
 

@@ -1,5 +1,7 @@
 #include "host/process_tree.hpp"
 
+#include "base/pid_namespace.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -122,6 +124,13 @@ pid_t ProcessTree::parent(pid_t pid) {
 
 ProcessVerdict ProcessTree::classify(pid_t pid) {
     ProcessVerdict v;
+    if (!namespace_read_) {
+        std::uint64_t inode = 0;
+        if (read_own_pid_namespace_inode(&inode)) pid_namespace_ = inode;
+        namespace_read_ = true;
+    }
+    // elsewhere the process with this number here is another one than NVML's (or none): no match proves anything
+    if (pid_namespace_ != kInitialPidNamespace) return v;
     pid_t p = pid;
     pid_t up = parent(p);
     v.visible = up >= 0;

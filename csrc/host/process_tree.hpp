@@ -1,13 +1,16 @@
 // Whose is a process that NVML lists on a GPU (docs/design.md §4): the claiming worker's own (the
 // owner, its TaskManager, or a descendant of either, by the parent chain in /proc) or foreign.
-// NVML reports pids of the host's pid namespace; a pid without a /proc entry in ours is "not
-// visible" (typically: we run in a container) and counts as foreign, the safe side. And whether
+// NVML reports pids of the initial (host) pid namespace, which name our processes only where we run
+// in that namespace too (docs/design.md §9.1): in any other (a container) every listed pid is "not
+// visible" and foreign, the safe side, even one that a process of ours happens to have. And whether
 // our parent is the process that started us or a reaper that adopted us (docs/design.md §6.1).
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -22,16 +25,23 @@ struct ProcessVerdict {
     bool visible = false;
 };
 
-// One call's view of the process tree; each pid's parent is read once.
+// One call's view of the process tree; each pid's parent is read once, the caller's pid namespace at
+// the first classify.
 class ProcessTree {
 public:
     // `taskmanager`: 0 when there is none.
     ProcessTree(pid_t owner, pid_t taskmanager) : owner_(owner), taskmanager_(taskmanager) {}
+    // As if the caller's pid namespace had the inode `pid_namespace` (nullopt: unreadable).
+    ProcessTree(pid_t owner, pid_t taskmanager, std::optional<std::uint64_t> pid_namespace)
+        : owner_(owner), taskmanager_(taskmanager), namespace_read_(true), pid_namespace_(pid_namespace) {}
+    // `pid`: as NVML lists it, a pid of the initial pid namespace.
     ProcessVerdict classify(pid_t pid);
 
 private:
     pid_t parent(pid_t pid);  // -1: no /proc entry for `pid`
     pid_t owner_, taskmanager_;
+    bool namespace_read_ = false;
+    std::optional<std::uint64_t> pid_namespace_;
     std::unordered_map<pid_t, pid_t> parents_;
 };
 

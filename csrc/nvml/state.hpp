@@ -79,11 +79,11 @@ enum class ProcessKind { kCompute, kGraphics, kMps };
 const char* process_kind_name(ProcessKind kind) noexcept;
 
 struct GpuProcess {
-    unsigned pid = 0;
+    unsigned pid = 0;                               // of the initial (host) pid namespace, as NVML reports it
     std::optional<unsigned long long> used_memory;  // bytes; absent where NVML cannot say
     ProcessKind kind = ProcessKind::kCompute;
     bool own = false;      // the owner, its TaskManager or a descendant of either
-    bool visible = false;  // has a /proc entry in our pid namespace
+    bool visible = false;  // has a /proc entry here, and we are in the initial pid namespace (host/process_tree.hpp)
 };
 
 struct DeviceState {

@@ -2,11 +2,13 @@
 // configuration once per process, so each spec gets a forked child.
 #pragma once
 
+#include "base/pid_namespace.hpp"
 #include "nvml/loader.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -20,6 +22,13 @@ namespace simulated {
 inline std::string env(const char* name) {
     const char* p = std::getenv(name);
     return p ? p : "";
+}
+
+// Whether the simulator's pids, host pids as a driver's are, name this test's processes: it runs in the
+// initial pid namespace (in a container they are other processes: host/process_tree.hpp).
+inline bool pids_are_hosts() {
+    std::uint64_t ns = 0;
+    return flinkgpu::read_own_pid_namespace_inode(&ns) && ns == flinkgpu::kInitialPidNamespace;
 }
 
 // Runs `body` against `library` in a forked child (NVML reads its configuration once per process),

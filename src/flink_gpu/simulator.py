@@ -53,7 +53,8 @@ simulator's csrc/simulator/spec.cpp their one checker: an unknown key is an erro
     ``struct`` (``v3``: the default, ``v2``: a driver refusing v3, ``v1``: one with only
     ``nvmlDeviceGetGpuFabricInfo``); without it every fabric query answers NOT_SUPPORTED (PCIe);
   * ``processes``: a list of ``{"pid": N, "used_memory": bytes (absent: not available), "kind":
-    "compute" | "graphics" | "mps"}`` (pids are reported as given, like the host pids NVML gives).
+    "compute" | "graphics" | "mps"}`` (pids are reported as given, as host pids, like NVML's: a caller
+    outside the initial pid namespace never takes one for a process of its own, docs/design.md §9.1).
     As on a driver, the device's used memory is at least its processes' (1 MiB each at least), and an
     ``mps`` process needs a ``compute`` one on the device (its MPS server);
   * ``utilization`` (%, 0..100), ``temperature`` (°C, 0..200) and ``power`` (W, to the milliwatt,

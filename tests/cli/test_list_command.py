@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import flink_gpu
 from conftest import dead_pid
 from support.cli import HOLDER_COMMAND, UUID0, binder_cmdline, cli, cli_json, cut_to_table
 from support.json_schema import errors
+from support.simulated import NOT_HOST_PIDS, pids_are_hosts
 
 
 def test_list_on_the_simulator(tmp_path):
@@ -391,6 +394,7 @@ def test_list_still_lists_gpus_when_the_bindings_file_is_unusable(tmp_path):
     assert [g["memory_requested"] for g in doc["gpus"]] == [None, None]  # not known, not 0
 
 
+@pytest.mark.skipif(not pids_are_hosts(), reason=NOT_HOST_PIDS)
 def test_list_json_shows_health_memory_processes_and_numa(state_host):
     doc = cli_json("--simulate-spec", state_host["spec"], "list", "--file", state_host["coord"])
     gpus = {g["index"]: g for g in doc["gpus"]}
@@ -434,6 +438,7 @@ def test_list_json_shows_health_memory_processes_and_numa(state_host):
         assert gpu["processes_known"] is True
 
 
+@pytest.mark.skipif(not pids_are_hosts(), reason=NOT_HOST_PIDS)
 def test_list_table_shows_the_state_of_each_gpu(state_host):
     proc = cli("--simulate-spec", state_host["spec"], "list", "--file", state_host["coord"])
     assert proc.returncode == 0, proc.stderr

@@ -5,6 +5,21 @@ import os
 
 from flink_gpu import simulator
 
+#: Why a test that lists a process of its own on a simulated GPU cannot run outside the initial pid namespace.
+NOT_HOST_PIDS = (
+    "the simulator lists host pids, as NVML does, and this test runs in a container: one of its own pids there is "
+    "another process to NVML, never its own (docs/design.md §9.1)"
+)
+
+
+def pids_are_hosts() -> bool:
+    """Whether this process's pids are host pids, the ones NVML (and the simulator, as a driver) lists: it runs
+    in the initial pid namespace (PROC_PID_INIT_INO)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == 0xEFFFFFFC
+    except OSError:
+        return False
+
 
 def use_simulator(devices: int) -> None:
     """Points this process, and the processes it starts, at the simulator with ``devices`` GPUs.

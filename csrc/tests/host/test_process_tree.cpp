@@ -1,12 +1,16 @@
 // Own or foreign by the parent chain in /proc (csrc/host/process_tree.*), on real processes.
 #include "host/process_tree.hpp"
 
+#include "base/pid_namespace.hpp"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "tests/check.hpp"
@@ -51,7 +55,7 @@ TEST_CASE(parent_pid_reads_the_parent_from_proc_and_minus_one_for_no_process) {
 TEST_CASE(descendants_of_the_owner_are_own_and_the_rest_foreign) {
     const pid_t self = getpid();
     Descendants tree;
-    ProcessTree mine(self, 0);
+    ProcessTree mine(self, 0, kInitialPidNamespace);  // as where NVML's pids are ours
     CHECK(mine.classify(self).own);
     CHECK(mine.classify(tree.child).own && mine.classify(tree.child).visible);
     CHECK(mine.classify(tree.grandchild).own);
@@ -65,11 +69,29 @@ TEST_CASE(the_taskmanager_and_its_descendants_are_own_for_a_worker_it_started) {
     // owner = the child; the TaskManager = this process: the grandchild and we are own
     const pid_t self = getpid();
     Descendants tree;
-    ProcessTree as_worker(tree.child, self);
+    ProcessTree as_worker(tree.child, self, kInitialPidNamespace);
     CHECK(as_worker.classify(tree.grandchild).own);
     CHECK(as_worker.classify(self).own);
-    ProcessTree without_tm(tree.child, 0);
+    ProcessTree without_tm(tree.child, 0, kInitialPidNamespace);
     CHECK(!without_tm.classify(self).own);
+}
+
+TEST_CASE(outside_the_initial_pid_namespace_no_pid_is_own_or_visible) {
+    // NVML's pids are host pids: in a container the process with such a number here is another one
+    const pid_t self = getpid();
+    Descendants tree;
+    const std::uint64_t container = kInitialPidNamespace + 1;
+    for (const std::optional<std::uint64_t>& ns :
+         {std::optional<std::uint64_t>(container), std::optional<std::uint64_t>()}) {
+        ProcessTree elsewhere(self, getppid(), ns);
+        for (const pid_t pid : {self, tree.child, getppid()}) {
+            const ProcessVerdict v = elsewhere.classify(pid);
+            CHECK(!v.own && !v.visible);
+        }
+    }
+    ProcessTree on_host(self, getppid(), kInitialPidNamespace);
+    CHECK(on_host.classify(self).own && on_host.classify(self).visible);
+    CHECK(on_host.classify(tree.child).own && on_host.classify(getppid()).own);
 }
 
 TEST_CASE(no_taskmanager_is_found_among_ancestors_that_are_no_jvm) {

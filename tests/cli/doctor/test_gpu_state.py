@@ -11,6 +11,7 @@ import pytest
 from conftest import child_env
 from flink_gpu import simulator
 from support.cli import cli, findings, gpu_conf, write_script
+from support.simulated import NOT_HOST_PIDS, pids_are_hosts
 
 
 def doctor_on(tmp_path, spec, conf_text, expect):
@@ -31,6 +32,7 @@ def doctor_on(tmp_path, spec, conf_text, expect):
     return doc
 
 
+@pytest.mark.skipif(not pids_are_hosts(), reason=NOT_HOST_PIDS)
 def test_doctor_reports_unhealthy_degraded_and_busy_gpus(tmp_path, state_host):
     conf = gpu_conf(
         amount=1,
@@ -288,6 +290,7 @@ def bound_12_gib(tmp_path, memory_binders):
     return {"coord": coord, "pid": pid, "worker": worker, "spec": spec}
 
 
+@pytest.mark.skipif(not pids_are_hosts(), reason=NOT_HOST_PIDS)
 def test_doctor_warns_when_a_gpus_memory_requests_exceed_what_is_free(tmp_path, bound_12_gib):
     stranger = subprocess.Popen(["sleep", "600"])
     try:
@@ -316,6 +319,7 @@ def test_doctor_says_the_requests_fit_when_they_do(tmp_path, bound_12_gib):
     assert fits["message"] == "GPU 0: the memory its bindings request (12 GiB) fits in its 14 GiB free."
 
 
+@pytest.mark.skipif(not pids_are_hosts(), reason=NOT_HOST_PIDS)
 def test_doctor_subtracts_what_the_holders_own_processes_already_use(tmp_path, bound_12_gib, memory_binders):
     # the holder's worker (its child) uses 6 GiB of its 12; a thread-mode slot (its TaskManager the CUDA
     # process) bound later with 2 GiB uses 1 GiB: 14 GiB requested, 7 GiB more needed, 7 GiB free
