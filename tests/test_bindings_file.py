@@ -2,7 +2,14 @@
 lines, on real files written by real binding processes."""
 
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
+from pathlib import Path
+
+import pytest
 
 from flink_gpu import GPUInfo
 from flink_gpu.binding import bind
@@ -60,3 +67,28 @@ def test_file_identity_names_the_file_by_device_and_inode_and_none_when_there_is
     os.replace(path, tmp_path / "moved")
     path.write_text("")
     assert file_identity(str(path)) != f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}:{st.st_ino}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
+def test_a_bindings_file_another_user_put_there_first_is_refused_naming_it():
+    """In a directory every user may write (as /var/tmp), another user creates the bindings file first,
+    world-writable, to empty root's bindings at will: a bind refuses it, names it and the fix, writes nothing,
+    and creates no lease file beside it (which would copy its mode)."""
+    shared = Path(tempfile.mkdtemp(prefix="flink-gpu-shared-", dir="/tmp"))  # pytest's tmp_path is private
+    try:
+        shared.chmod(0o1777)
+        path = str(shared / "c.bindings")
+        squat = (
+            "import os, sys; os.setgroups([]); os.setgid(65534); os.setuid(65534); os.umask(0); open(sys.argv[1], 'w')"
+        )
+        subprocess.run([sys.executable, "-c", squat, path], check=True, timeout=30)
+        with pytest.raises(PermissionError) as refused:
+            bind([GPUInfo("0")], path=path)
+        assert refused.value.strerror.startswith(
+            f"Refusing to use the bindings file {path}: it is owned by uid 65534, not by root, and writable by every "
+            "user (mode 0666)"
+        ), refused.value
+        assert "Remove it" in refused.value.strerror and "docs/SECURITY.md" in refused.value.strerror
+        assert os.path.getsize(path) == 0 and not os.path.exists(path + ".lease")
+    finally:
+        shutil.rmtree(shared)

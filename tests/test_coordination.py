@@ -163,7 +163,8 @@ def test_claim_writes_flink_format_with_start_time(path):
     assert path.read_text() == f"0 {me}{tail}\n1 {me}{tail}\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~_umask()
     lease = Path(f"{path}.lease")
-    assert lease.is_file() and stat.S_IMODE(lease.stat().st_mode) == stat.S_IMODE(path.stat().st_mode)
+    # the coordination file's bits for its owner and group, none for other users (who could read-lock a byte)
+    assert lease.is_file() and stat.S_IMODE(lease.stat().st_mode) == stat.S_IMODE(path.stat().st_mode) & 0o660
     assert coordination.process_start_time(me) == start
 
 
@@ -651,6 +652,40 @@ def test_another_users_file_is_readable_not_claimable():
     count, message = proc.stdout.splitlines()
     assert count == "1"
     assert str(path) in message and "owned by uid 0, mode 0644" in message and "group write" in message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
+def test_lease_files_are_readable_only_by_the_workers():
+    """Whoever can open a lease file can read-lock a dying holder's byte, which other namespaces then read as
+    held: a lease file gets the coordination file's bits for its owner and group only, and one of an older
+    version, readable by all, is narrowed by the next claim that opens it."""
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="flink-gpu-shared-"))  # pytest's tmp_path is private (0700)
+    shared.chmod(0o755)
+    try:
+        path, older = shared / "coordination", shared / "older"
+        coordination.claim(1, gpus(2), path=path)
+        coordination.release(path=path)
+        assert (path.stat().st_mode & 0o777, Path(f"{path}.lease").stat().st_mode & 0o777) == (0o644, 0o640)
+        refused = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import os, sys; os.setgroups([]); os.setgid(65534); os.setuid(65534); open(sys.argv[1], 'rb')",
+                f"{path}.lease",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert "PermissionError" in refused.stderr, refused.stderr
+        Path(f"{older}.lease").touch(mode=0o644)
+        os.chmod(f"{older}.lease", 0o644)
+        run_python(f"from flink_gpu import coordination; coordination.claim(1, ['0'], path={str(older)!r})")
+        assert Path(f"{older}.lease").stat().st_mode & 0o777 == 0o640
+    finally:
+        shutil.rmtree(shared)
 
 
 # ---- the lease file beside it (docs/design.md §5.2, §9.4) --------------------------------------------

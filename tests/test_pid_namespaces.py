@@ -1296,7 +1296,9 @@ def test_a_lease_file_another_user_forges_never_frees_a_live_holders_gpu(shared_
         with caplog.at_level("WARNING", logger="flink_gpu.coordination"):
             assert coordination.claim(1, gpus(3), path=target).taken == ["2"]
         coordination.release(path=target)
-        assert f"Refusing to use the lease file {lease}: it is owned by uid 65534" in caplog.text
+        assert (
+            f"Refusing to use the lease file {lease}: it is owned by uid 65534, not by root (mode 0644)" in caplog.text
+        )
         assert "Remove it" in caplog.text and "docs/SECURITY.md" in caplog.text
 
 

@@ -296,6 +296,19 @@ CleanResult clean_stale(const Options& opts, bool other_namespaces) noexcept {
     return guarded<CleanResult>([&] { return clean_stale_impl(opts, other_namespaces); });
 }
 
+std::vector<Status> check_companions(const Options& opts) noexcept {
+    std::vector<Status> problems;
+    try {
+        for (const char* suffix : {".lease", ".bindings", ".bindings.lease"}) {
+            Status st = check_companion_owner(opts.path + suffix);
+            if (!st.ok()) problems.push_back(std::move(st));
+        }
+    } catch (...) {
+        problems.clear();  // out of memory: nothing found is the answer a caller can always take
+    }
+    return problems;
+}
+
 bool process_start_time(pid_t pid, std::uint64_t* start_time) noexcept {
     const ProcInfo info = probe_process(pid);
     if (!info.exists || !info.has_start_time) return false;

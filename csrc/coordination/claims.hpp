@@ -135,6 +135,11 @@ Snapshot snapshot(const Options& opts) noexcept;
 // other pid namespaces whose liveness is unknown. Never creates the file.
 CleanResult clean_stale(const Options& opts, bool other_namespaces = false) noexcept;
 
+// Why each file beside the coordination file (its lease file, its bindings file, that one's lease file) that
+// exists would be refused for its owner or mode (coordination/file.hpp's check_companion_owner): none when
+// every one is trusted or absent.
+std::vector<Status> check_companions(const Options& opts) noexcept;
+
 // The start time of a process (field 22 of /proc/<pid>/stat); false when it cannot be read.
 bool process_start_time(pid_t pid, std::uint64_t* start_time) noexcept;
 

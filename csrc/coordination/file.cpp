@@ -140,12 +140,14 @@ Status check_companion_owner(const struct statx& st, const std::string& path) {
     if (!foreign && !others_write) return {};
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.stx_mode & 07777));
-    const std::string whose =
-        anchored ? "the owner of " + served + " (uid " + std::to_string(owner) + ")"
-                 : "this process's user (uid " + std::to_string(owner) + ")";
+    const std::string trusted = owner == 0
+                                    ? std::string("not by root")
+                                    : "neither by root nor by " +
+                                          (anchored ? "the owner of " + served : std::string("this process's user")) +
+                                          " (uid " + std::to_string(owner) + ")";
     return failure(StatusCode::kOsError,
                    "Refusing to use the " + role(path) + " " + path + ": it is " +
-                       (foreign ? "owned by uid " + std::to_string(st.stx_uid) + ", neither root nor " + whose +
+                       (foreign ? "owned by uid " + std::to_string(st.stx_uid) + ", " + trusted +
                                       (others_write ? ", and writable by every user" : "")
                                 : std::string("writable by every user")) +
                        " (mode " + mode +
@@ -153,6 +155,12 @@ Status check_companion_owner(const struct statx& st, const std::string& path) {
                        "if it is nobody's (it is created again when needed), and create the coordination file's "
                        "companions before the workers start (docs/SECURITY.md, Permissions).",
                    EACCES);
+}
+
+Status check_companion_owner(const std::string& path) {
+    struct statx st{};
+    if (statx_path(path, &st) != 0) return {};
+    return check_companion_owner(st, path);
 }
 
 namespace {

@@ -83,6 +83,8 @@ Status open_checked(const std::string& path, Access access, int* fd, bool* creat
 // process's user where that does not exist) and writable by no other user; else not ok, naming the file, its
 // owner and mode, and the fix. A coordination file itself is ok (docs/SECURITY.md: the workers trust it).
 Status check_companion_owner(const struct statx& st, const std::string& path);
+// The same for the file at `path` as it is now (ok when there is none).
+Status check_companion_owner(const std::string& path);
 
 // Whether `path` names the inode open as `fd` (false when either cannot be inspected).
 bool names_inode(const std::string& path, int fd) noexcept;

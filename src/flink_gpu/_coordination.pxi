@@ -102,6 +102,7 @@ cdef extern from "coordination/claims.hpp" namespace "flinkgpu::coordination" no
     CoordCleanResult coord_clean_stale "flinkgpu::coordination::clean_stale"(const CoordOptions& opts,
                                                                              cpp_bool other_namespaces)
     cpp_bool coord_process_start_time "flinkgpu::coordination::process_start_time"(pid_t pid, uint64_t* start_time)
+    vector[Status] coord_check_companions "flinkgpu::coordination::check_companions"(const CoordOptions& opts)
 
 
 cdef extern from "coordination/liveness.hpp" namespace "flinkgpu::coordination" nogil:
@@ -294,6 +295,15 @@ def coordination_clean_stale(path, double timeout, bint other_namespaces=False):
     if not r.status.ok():
         raise _error(r.status, path)
     return (_co_entries(r.removed), _co_bad_lines(r.unparsable))
+
+
+def coordination_companion_problems(path):
+    """[why each file beside the coordination file ``path`` that exists would be refused for its owner or mode]."""
+    cdef CoordOptions opts = _co_options(path, 0.0)
+    cdef vector[Status] problems
+    with nogil:
+        problems = coord_check_companions(opts)
+    return [problems[i].message.decode("utf-8", "surrogateescape") for i in range(problems.size())]
 
 
 def coordination_process_start_time(pid):

@@ -259,6 +259,7 @@ class _EntryRecord(TypedDict):
     holder_key: str
     taskmanager_key: Optional[str]
 
+def coordination_companion_problems(path: _Path) -> List[str]: ...
 def coordination_snapshot(path: _Path, timeout: float) -> Tuple[bool, List[_EntryRecord], List[Tuple[int, str]]]:
     """(exists, entry records, unparsable lines) of a coordination or bindings file."""
 

@@ -36,6 +36,7 @@ __all__ = [
     "claimed",
     "log_claim",
     "clean_stale",
+    "companion_problems",
     "entries_of",
     "own_pid",
     "process_start_time",
@@ -302,6 +303,13 @@ def claimed(
     finally:
         if result.added and (owner is not None or os.getpid() == me):
             release(result.owner, path=path, indices=result.added, timeout=timeout)
+
+
+def companion_problems(path: PathType = DEFAULT_PATH) -> "tuple[str, ...]":
+    """Why each file beside the coordination file (its lease file, its bindings file and that one's lease file)
+    is refused by every claim and bind: owned by a user who is neither root nor the owner of the file it serves,
+    or writable by every user (docs/SECURITY.md, Permissions). Empty when all are trusted or absent."""
+    return tuple(_native.coordination_companion_problems(path))
 
 
 def snapshot(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEOUT) -> CoordinationSnapshot:

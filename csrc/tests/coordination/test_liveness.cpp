@@ -114,8 +114,7 @@ TEST_CASE(a_binding_whose_taskmanager_is_gone_is_stale_where_its_pid_can_be_prob
     Given g = pid_1_and_two_leases();
     g.processes[3] = running(70);  // a live TaskManager; pid 9 is none
     // A worker orphaned by its TaskManager (reparented to init, alive) holds nothing in our namespace.
-    CHECK(judged("0 1\t50\tns=100\tlease=0\tlf=00000000000000aa\ttm=9\tshare=1", g) ==
-          co::Verdict::kTaskManagerGone);
+    CHECK(judged("0 1\t50\tns=100\tlease=0\tlf=00000000000000aa\ttm=9\tshare=1", g) == co::Verdict::kTaskManagerGone);
     CHECK(judged("0 1\t50\tns=100\tlease=0\tlf=00000000000000aa\ttm=3\tshare=1", g) == co::Verdict::kAlive);
     // in another namespace neither pid can be probed: its lease speaks, as for any line there
     CHECK(judged("0 1\t50\tns=200\tlease=0\tlf=00000000000000aa\ttm=9\tshare=1", g) == co::Verdict::kLeaseHeld);
@@ -164,8 +163,7 @@ TEST_CASE(a_slot_threads_line_is_judged_by_its_thread_here_and_dead_elsewhere_wh
     CHECK(judged("0 1\t51\tns=100\tlease=0\ttm=1\tshare=1\tslot=s", g) == co::Verdict::kPidReused);
     CHECK(judged("0 1\t50\tns=100\tlease=0\ttm=1\tshare=1\tslot=s", g) == co::Verdict::kAlive);
     CHECK(judged("0 2\t50\tns=200\tlease=0\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kOtherNamespace);
-    CHECK(judged("0 1\t50\tns=100\tlease=1\tlf=00000000000000aa\ttm=1\tshare=1\tslot=s", g) ==
-          co::Verdict::kAlive);
+    CHECK(judged("0 1\t50\tns=100\tlease=1\tlf=00000000000000aa\ttm=1\tshare=1\tslot=s", g) == co::Verdict::kAlive);
     CHECK(judged("0 1\t50\tns=200\tlease=1\tlf=00000000000000aa\ttm=9\tshare=1\tslot=s", g) ==
           co::Verdict::kLeaseReleased);
     CHECK(judged("0 1\t50\tns=200\ttm=9\tshare=1\tslot=s", g) == co::Verdict::kOtherNamespace);

@@ -72,3 +72,21 @@ def test_doctor_coordination_on_runs_the_script_without_claiming(tmp_path, holde
         expect=1,
     )
     assert "3 TaskManagers per host" in only(doc, "gpu-count", "error")["message"]
+
+
+def test_doctor_names_a_file_beside_the_coordination_file_that_another_user_put_there(tmp_path):
+    """A lease or bindings file another user created (here: one writable by every user) is refused by every
+    claim and bind; doctor says which and what to do, before any claim warns of it."""
+    exe = find_discovery_executable()
+    coord = tmp_path / "coord"
+    coord.write_text("")
+    squatted = tmp_path / "coord.bindings.lease"
+    squatted.write_text("")
+    squatted.chmod(0o666)
+    args = f"--enable-coordination-mode --coordination-file {coord}"
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=exe, discovery_script_args=args), expect=1)
+    (error,) = [f for f in findings(doc, "coordination-file", "error") if str(squatted) in f["message"]]
+    assert error["message"].startswith(
+        f"Refusing to use the lease file {squatted}: it is writable by every user (mode 0666)"
+    ), error
+    assert "Remove that file" in error["fix"] and "docs/SECURITY.md" in error["fix"]

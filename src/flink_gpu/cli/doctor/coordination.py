@@ -9,7 +9,7 @@ from flink_gpu.cli._output import plural
 from flink_gpu.cli.doctor.cleaners import check_age_cleaners
 from flink_gpu.cli.doctor.findings import Checkup
 from flink_gpu.cli.doctor.taskmanagers import taskmanagers_per_host
-from flink_gpu.coordination import DEFAULT_PATH, snapshot
+from flink_gpu.coordination import DEFAULT_PATH, companion_problems, snapshot
 from flink_gpu.deployment import KUBERNETES_CONFIG_KEY_SUFFIX, YARN_CONFIG_KEY_SUFFIX
 from flink_gpu.framework import amount_key, system_config_key
 from flink_gpu.gpu.options import GPUDriverOptions
@@ -114,6 +114,15 @@ def _deployment_isolates(checkup: Checkup, name: str) -> bool:
 
 def check_coordination_file(checkup: Checkup, name: str, path: str) -> None:
     flag = "" if path == DEFAULT_PATH else f" --file {shlex.quote(path)}"
+    for problem in companion_problems(path):  # another user's file beside it is refused by every claim and bind
+        checkup.add(
+            "error",
+            "coordination-file",
+            problem,
+            "Remove that file if it is nobody's, then create the set before the workers start (docs/SECURITY.md, "
+            "Permissions).",
+            resource=name,
+        )
     if not os.path.lexists(path):
         directory = os.path.dirname(os.path.abspath(path)) or "/"
         if not os.access(directory, os.W_OK | os.X_OK):
@@ -123,9 +132,9 @@ def check_coordination_file(checkup: Checkup, name: str, path: str) -> None:
                 f"The coordination file {path} does not "
                 f"exist and {directory} is not writable for this user, so it cannot be "
                 "created.",
-                f"Create it writable for the TaskManagers' user (touch "
-                f"{shlex.quote(path)}; chmod 666 {shlex.quote(path)}), or choose another "
-                "--coordination-file.",
+                "Create it for the TaskManagers' user and group, never writable by every user (install -m 0660 "
+                f"-o <user> -g <group> /dev/null {shlex.quote(path)}; docs/SECURITY.md, Permissions), or choose "
+                "another --coordination-file.",
                 resource=name,
             )
         return
@@ -145,7 +154,8 @@ def check_coordination_file(checkup: Checkup, name: str, path: str) -> None:
             "error",
             "coordination-file",
             f"The coordination file {path} is not readable and writable for this user.",
-            f"chmod 666 {shlex.quote(path)} (or run the TaskManagers as its owner).",
+            f"Give the TaskManagers' group write permission (chgrp <group> {shlex.quote(path)}; chmod 0660 "
+            f"{shlex.quote(path)}), or run the TaskManagers as its owner.",
             resource=name,
         )
     stale = found.stale
