@@ -538,14 +538,36 @@ case " $* " in *" -i "*) : > "{mark}"; sleep {seconds} ;; esac
 """
 
 
-def stock_reclaimer(stock_script, tmp_path, path, seconds):
+# flock, but run by a shell whose pid is far below its own, as on a busy host where other processes take
+# the pids between the stock script's subshell and its `flock -x 200`: this shim forks `forks` processes
+# first, then runs flock as its child, and writes "<the subshell's pid> <flock's pid>".
+FORKING_FLOCK = """#!/bin/sh
+i=0
+while [ $i -lt {forks} ]; do "{true}"; i=$((i + 1)); done
+"{real}" "$@" &
+echo "$PPID $!" > "{pids}"
+wait $!
+"""
+
+
+def forking_flock(bin_dir, pids, forks):
+    """Puts FORKING_FLOCK in ``bin_dir`` as `flock`; it writes the two pids to ``pids``."""
+    shim = bin_dir / "flock"
+    shim.write_text(FORKING_FLOCK.format(forks=forks, true=shutil.which("true"), real=shutil.which("flock"), pids=pids))
+    shim.chmod(0o755)
+
+
+def stock_reclaimer(stock_script, tmp_path, path, seconds, forks_before_flock=0):
     """Flink's stock script reclaiming in coordination mode on a 3-GPU host, its `sed -i` lingering
-    `seconds` once the file is replaced; returns (its process, the mark that says it is in the window)."""
+    `seconds` once the file is replaced, and `forks_before_flock` processes forked between its subshell and
+    its `flock` (FORKING_FLOCK) when not 0; returns (its process, the mark that says it is in the window)."""
     bin_dir = fake_nvidia_smi(tmp_path / "bin", 3)
     mark = tmp_path / "in-the-window"
     sed = bin_dir / "sed"
     sed.write_text(LINGERING_SED.format(real=shutil.which("sed"), mark=mark, seconds=seconds))
     sed.chmod(0o755)
+    if forks_before_flock:
+        forking_flock(bin_dir, tmp_path / "flock-pids", forks_before_flock)
     proc = subprocess.Popen(
         ["bash", str(stock_script), "1", "--enable-coordination-mode", "--coordination-file", str(path)],
         env=stock_env(bin_dir),
@@ -579,18 +601,29 @@ def settle(path):
     assert os.getxattr(path, "user.flink-gpu.settled")
 
 
-@pytest.mark.parametrize("settled", [False, True], ids=["young", "settled"])
-def test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced(stock_script, tmp_path, owners, settled):
+@pytest.mark.parametrize(
+    ("settled", "forks_before_flock"),
+    [(False, 0), (True, 0), (False, 40)],
+    ids=["young", "settled", "shell-far-below-its-flock"],
+)
+def test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced(
+    stock_script, tmp_path, owners, settled, forks_before_flock
+):
     """The stock script reclaims GPU 0 with `sed -i` (a new inode, unlocked) and appends `0 <its
     TaskManager>` to it only afterwards. A claim in between waits for it instead of taking GPU 0 too
     (free in the new file), and then reclaims GPU 1; also when the file it replaced was settled (no
-    stock script was writing it: our processes no longer looked), since the copy is another file."""
+    stock script was writing it: our processes no longer looked), since the copy is another file; and
+    when the subshell that holds the lock has a pid far below that of the exited `flock` that
+    /proc/locks names (a busy host)."""
     path = tmp_path / "coordination"
     holder, claimer = owners(), owners()
     path.write_text(f"0 {dead_pid()}\n1 {dead_pid()}\n2 {holder.pid}\n")
     if settled:
         settle(path)
-    stock, _ = stock_reclaimer(stock_script, tmp_path, path, seconds=1.0)
+    stock, _ = stock_reclaimer(stock_script, tmp_path, path, seconds=1.0, forks_before_flock=forks_before_flock)
+    if forks_before_flock:
+        shell, locker = map(int, (tmp_path / "flock-pids").read_text().split())
+        assert locker - shell > forks_before_flock, (shell, locker)  # unless the pids wrapped around meanwhile
     try:
         started = time.monotonic()
         got = coordination.claim(1, ["0", "1", "2"], path=path, owner=claimer.pid).taken
