@@ -391,8 +391,7 @@ TEST_CASE(a_claim_waits_for_a_stock_transaction_whose_shell_is_far_below_its_exi
     CHECK(waitpid(shell, &status, 0) == shell && WIFEXITED(status) && WEXITSTATUS(status) == 0);
     CHECK_MSG(r.status.ok(), r.status.message);
     CHECK(joined(r.indices) == "1");  // not 0, which the transaction was recording for its TaskManager
-    CHECK(read_text(path) ==
-          "0 " + std::to_string(taskmanager) + "\n" + line_for("1", getpid(), path) + "\n");
+    CHECK(read_text(path) == "0 " + std::to_string(taskmanager) + "\n" + line_for("1", getpid(), path) + "\n");
     for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
     kill_and_reap(taskmanager);
 }
