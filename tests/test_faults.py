@@ -623,7 +623,8 @@ def test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced(
     stock, _ = stock_reclaimer(stock_script, tmp_path, path, seconds=1.0, forks_before_flock=forks_before_flock)
     if forks_before_flock:
         shell, locker = map(int, (tmp_path / "flock-pids").read_text().split())
-        assert locker - shell > forks_before_flock, (shell, locker)  # unless the pids wrapped around meanwhile
+        # far below its flock, or above it where the pids wrapped around meanwhile
+        assert not 0 < locker - shell <= forks_before_flock, (shell, locker)
     try:
         started = time.monotonic()
         got = coordination.claim(1, ["0", "1", "2"], path=path, owner=claimer.pid).taken

@@ -375,7 +375,9 @@ TEST_CASE(a_claim_waits_for_a_stock_transaction_whose_shell_is_far_below_its_exi
     }
     long pids[2] = {0, 0};
     CHECK(read(ready[0], pids, sizeof pids) == sizeof pids);
-    CHECK_MSG(pids[1] - pids[0] > 40, std::to_string(pids[0]) + " " + std::to_string(pids[1]));  // no wrap-around
+    // far below its flock, or above it where the pids wrapped around meanwhile
+    CHECK_MSG(!(0 < pids[1] - pids[0] && pids[1] - pids[0] <= 40),
+              std::to_string(pids[0]) + " " + std::to_string(pids[1]));
     const std::uint64_t reads = co::proc_locks_reads();
     std::atomic<bool> done{false};
     co::ClaimResult r;
