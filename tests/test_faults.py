@@ -572,14 +572,36 @@ case " $* " in *" -i "*) : > "{mark}"; sleep {seconds} ;; esac
 """
 
 
-def stock_reclaimer(stock_script, tmp_path, path, seconds):
+# flock, but run by a shell whose pid is far below its own, as on a busy host where other processes take
+# the pids between the stock script's subshell and its `flock -x 200`: this shim forks `forks` processes
+# first, then runs flock as its child, and writes "<the subshell's pid> <flock's pid>".
+FORKING_FLOCK = """#!/bin/sh
+i=0
+while [ $i -lt {forks} ]; do "{true}"; i=$((i + 1)); done
+"{real}" "$@" &
+echo "$PPID $!" > "{pids}"
+wait $!
+"""
+
+
+def forking_flock(bin_dir, pids, forks):
+    """Puts FORKING_FLOCK in ``bin_dir`` as `flock`; it writes the two pids to ``pids``."""
+    shim = bin_dir / "flock"
+    shim.write_text(FORKING_FLOCK.format(forks=forks, true=shutil.which("true"), real=shutil.which("flock"), pids=pids))
+    shim.chmod(0o755)
+
+
+def stock_reclaimer(stock_script, tmp_path, path, seconds, forks_before_flock=0):
     """Flink's stock script reclaiming in coordination mode on a 3-GPU host, its `sed -i` lingering
-    `seconds` once the file is replaced; returns (its process, the mark that says it is in the window)."""
+    `seconds` once the file is replaced, and `forks_before_flock` processes forked between its subshell and
+    its `flock` (FORKING_FLOCK) when not 0; returns (its process, the mark that says it is in the window)."""
     bin_dir = fake_nvidia_smi(tmp_path / "bin", 3)
     mark = tmp_path / "in-the-window"
     sed = bin_dir / "sed"
     sed.write_text(LINGERING_SED.format(real=shutil.which("sed"), mark=mark, seconds=seconds))
     sed.chmod(0o755)
+    if forks_before_flock:
+        forking_flock(bin_dir, tmp_path / "flock-pids", forks_before_flock)
     proc = subprocess.Popen(
         ["bash", str(stock_script), "1", "--enable-coordination-mode", "--coordination-file", str(path)],
         env=stock_env(bin_dir),
@@ -613,18 +635,30 @@ def settle(path):
     assert os.getxattr(path, "user.flink-gpu.settled")
 
 
-@pytest.mark.parametrize("settled", [False, True], ids=["young", "settled"])
-def test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced(stock_script, tmp_path, owners, settled):
+@pytest.mark.parametrize(
+    ("settled", "forks_before_flock"),
+    [(False, 0), (True, 0), (False, 40)],
+    ids=["young", "settled", "shell-far-below-its-flock"],
+)
+def test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced(
+    stock_script, tmp_path, owners, settled, forks_before_flock
+):
     """The stock script reclaims GPU 0 with `sed -i` (a new inode, unlocked) and appends `0 <its
     TaskManager>` to it only afterwards. A claim in between waits for it instead of taking GPU 0 too
     (free in the new file), and then reclaims GPU 1; also when the file it replaced was settled (no
-    stock script was writing it: our processes no longer looked), since the copy is another file."""
+    stock script was writing it: our processes no longer looked), since the copy is another file; and
+    when the subshell that holds the lock has a pid far below that of the exited `flock` that
+    /proc/locks names (a busy host)."""
     path = tmp_path / "coordination"
     holder, claimer = owners(), owners()
     path.write_text(f"0 {dead_pid()}\n1 {dead_pid()}\n2 {holder.pid}\n")
     if settled:
         settle(path)
-    stock, _ = stock_reclaimer(stock_script, tmp_path, path, seconds=1.0)
+    stock, _ = stock_reclaimer(stock_script, tmp_path, path, seconds=1.0, forks_before_flock=forks_before_flock)
+    if forks_before_flock:
+        shell, locker = map(int, (tmp_path / "flock-pids").read_text().split())
+        # far below its flock, or above it where the pids wrapped around meanwhile
+        assert not 0 < locker - shell <= forks_before_flock, (shell, locker)
     try:
         started = time.monotonic()
         got = coordination.claim(1, ["0", "1", "2"], path=path, owner=claimer.pid).taken
@@ -688,9 +722,9 @@ OUR_WORKER = """
 import fcntl, os, random, sys, time
 from flink_gpu import coordination
 from flink_gpu.errors import FlinkException
-path, marks, log, gpus, until = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+path, marks, log, gpus, stop = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 with open(log, "a") as out:
-    while time.time() < until:
+    while not os.path.exists(stop):
         try:
             got = coordination.claim(random.randint(1, 2), [str(i) for i in range(gpus)], path=path, timeout=30).taken
         except FlinkException:
@@ -711,39 +745,82 @@ with open(log, "a") as out:
         coordination.release(path=path, timeout=30)
 """
 
+# LINGERING_SED for the mixed stress below. Once its `sed -i "/<index> /d"` has replaced the file, the GPU is
+# the stock script's (it appends its line next): it holds the GPU's marker while it lingers, so that one of
+# ours given that GPU meanwhile finds it taken, and it logs each time it replaced the file.
+MARKING_SED = """#!/bin/sh
+"{real}" "$@" || exit $?
+case " $* " in *" -i "*)
+    index=${{2#/}}
+    index=${{index%% /d}}
+    exec 9<>"{marks}/all-$index"
+    "{flock}" -n 9 || echo "DOUBLE stock $index" >> "{log}"
+    echo "$index" >> "{replaced}"
+    sleep {seconds} ;;
+esac
+"""
+
+# A busy host: short-lived processes forked as fast as a shell can (until killed, at most 2 min), so that
+# pids are handed out between the stock script's subshell and its `flock -x 200`.
+FORK_STORM = """
+end=$(( $(date +%s) + 120 ))
+while [ "$(date +%s)" -lt "$end" ]; do
+    i=0
+    while [ $i -lt 100 ]; do (:); i=$((i + 1)); done
+done
+"""
+
 
 def test_mixed_stock_script_executable_and_api_with_sigkills_never_give_a_gpu_to_ours_twice(
     stock_script, discovery_exe, tmp_path
 ):
-    """Our API (SIGKILLed at random), flink-gpu-discovery and Flink's stock script, one after another
-    (its `sed -i` lingering 50 ms, B2's window widened), on one file of 4 GPUs for 8 s: no GPU is held by
-    one of ours and another process at once."""
+    """Our API (SIGKILLed at random), flink-gpu-discovery and Flink's stock script, one after another,
+    on one file of 4 GPUs for 8 s, and on until the stock script has replaced the file 5 times (at most
+    60 s): no GPU is held by one of ours and another process at once. The stock script's `sed -i`
+    lingers 200 ms (B2's window widened), and it runs niced on the CPU of a fork storm, so that its
+    subshell is often many pids below the `flock` that /proc/locks names (a busy host)."""
     path = tmp_path / "coordination"
-    marks, logs = tmp_path / "marks", tmp_path / "logs"
+    marks, logs, stop = tmp_path / "marks", tmp_path / "logs", tmp_path / "stop"
     marks.mkdir()
     logs.mkdir()
+    replaced = tmp_path / "replaced"
+    replaced.touch()
     gpus = 4
     bin_dir = fake_nvidia_smi(tmp_path / "bin", gpus)
-    (bin_dir / "sed").write_text(LINGERING_SED.format(real=shutil.which("sed"), mark=tmp_path / "mark", seconds=0.05))
+    (bin_dir / "sed").write_text(
+        MARKING_SED.format(
+            real=shutil.which("sed"),
+            marks=marks,
+            flock=shutil.which("flock"),
+            log=logs / "stock-sed",
+            replaced=replaced,
+            seconds=0.2,
+        )
+    )
     (bin_dir / "sed").chmod(0o755)
     stock_environment = stock_env(bin_dir)
     exe_environment = child_env(devices=gpus)
     coordinated = ["--enable-coordination-mode", "--coordination-file", str(path)]
-    until = time.time() + 8
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", OUR_WORKER, str(path), str(marks), str(logs / f"ours{n}"), str(gpus), str(until)],
+    cpu = str(min(os.sched_getaffinity(0)))
+    storm = subprocess.Popen(["taskset", "-c", cpu, "sh", "-c", FORK_STORM], start_new_session=True)
+
+    def our_worker(name):
+        return subprocess.Popen(
+            [sys.executable, "-c", OUR_WORKER, str(path), str(marks), str(logs / name), str(gpus), str(stop)],
             env=child_env(),
         )
-        for n in range(4)
-    ]
+
+    workers = [our_worker(f"ours{n}") for n in range(4)]
     taskmanagers = []
     counts = {"stock": 0, "exe": 0}
+    started = time.monotonic()
     try:
         kills = 0
-        while time.time() < until:
+        while time.monotonic() - started < 60 and (
+            time.monotonic() - started < 8 or min(counts.values()) <= 10 or len(replaced.read_text().split()) < 5
+        ):
             for kind, command, env in (
-                ("stock", ["bash", str(stock_script)], stock_environment),
+                ("stock", ["taskset", "-c", cpu, "nice", "-n", "10", "bash", str(stock_script)], stock_environment),
                 ("exe", [discovery_exe], exe_environment),
             ):
                 if not any(k == kind and t.poll() is None for k, t in taskmanagers):
@@ -767,26 +844,16 @@ def test_mixed_stock_script_executable_and_api_with_sigkills_never_give_a_gpu_to
                         )
                     )
                     counts[kind] += 1
-            if kills < 3 and time.time() > until - 6 + 2 * kills:
-                victim = workers[kills]
-                victim.kill()
-                victim.wait()
-                workers[kills] = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-c",
-                        OUR_WORKER,
-                        str(path),
-                        str(marks),
-                        str(logs / f"ours-again{kills}"),
-                        str(gpus),
-                        str(until),
-                    ],
-                    env=child_env(),
-                )
+            if kills < 3 and time.monotonic() - started > 2 + 2 * kills:
+                workers[kills].kill()
+                workers[kills].wait()
+                workers[kills] = our_worker(f"ours-again{kills}")
                 kills += 1
             time.sleep(0.005)
     finally:
+        stop.touch()
+        os.killpg(storm.pid, signal.SIGKILL)
+        storm.wait()
         for w in workers:
             w.wait(timeout=60)
         for _, t in taskmanagers:
@@ -794,6 +861,7 @@ def test_mixed_stock_script_executable_and_api_with_sigkills_never_give_a_gpu_to
     doubles = [line for log in logs.iterdir() for line in log.read_text().splitlines() if line.startswith("DOUBLE")]
     assert doubles == [], (doubles, counts)
     assert counts["stock"] > 10 and counts["exe"] > 10, counts
+    assert len(replaced.read_text().split()) >= 5, "the stock script replaced the file fewer than 5 times in 60 s"
 
 
 # ---- lock holders that hang or die ----------------------------------------------------------------

@@ -162,38 +162,46 @@ std::vector<ForeignLock> foreign_write_flocks(const std::string& text, const cha
     return found;
 }
 
-// How far below the locker's pid the processes are looked at.
-constexpr long kHolderPidWindow = 8;
-
 // The descriptor the stock script locks: `( flock -x 200; ... ) 200<> $coordination_file`. The stock
 // script is the one writer that replaces the file (ours never do), so it is the one looked for.
 constexpr const char* kStockScriptFd = "200";
 
-// Whether descriptor `fd` of process `pid` is the deleted copy, inode `inode`.
-bool fd_is_copy(long pid, const char* fd, const std::string& deleted_link, unsigned long long inode) {
-    const std::string entry = "/proc/" + std::to_string(pid) + "/fd/" + fd;
+// The inode of descriptor 200 of process `pid` (its /proc name) when it is a deleted copy of our file
+// ("<path> (deleted)", `deleted_link`), else 0: one readlink for most processes.
+unsigned long long copy_inode(const char* pid, const std::string& deleted_link) noexcept {
+    char entry[sizeof "/proc//fd/" + NAME_MAX + 8];
+    std::snprintf(entry, sizeof entry, "/proc/%s/fd/%s", pid, kStockScriptFd);
     char target[PATH_MAX];
-    const ssize_t n = readlink(entry.c_str(), target, sizeof target);
+    const ssize_t n = readlink(entry, target, sizeof target);
     if (n != static_cast<ssize_t>(deleted_link.size()) ||
         deleted_link.compare(0, deleted_link.size(), target, static_cast<std::size_t>(n)) != 0)
-        return false;
+        return 0;
     struct statx st{};
-    return statx(AT_FDCWD, entry.c_str(), AT_STATX_SYNC_AS_STAT, STATX_INO, &st) == 0 && st.stx_ino == inode;
+    return statx(AT_FDCWD, entry, AT_STATX_SYNC_AS_STAT, STATX_INO, &st) == 0 ? st.stx_ino : 0;
 }
 
-// Who holds the lock `lock` on a deleted copy of our file, as the stock script holds it: on descriptor
-// 200 of the locker (`flock -x 200`, while it runs) or, once the locker has exited, which it does at
-// once, of the shell that forked it (and of the commands that shell runs next, for a moment each).
-// So the locker and the processes with the pids just below its, where that shell is, are asked for
-// their descriptor 200, nearest first: one readlink each, paid by a fresh process once for each lock
-// of another file on the device. 0: another file's lock, or a holder we cannot see (another user's
-// descriptors are hidden; a shell forked more than kHolderPidWindow pids before its flock).
-long deleted_copy_holder(const ForeignLock& lock, const std::string& deleted_link) {
-    if (fd_is_copy(lock.pid, kStockScriptFd, deleted_link, lock.inode)) return lock.pid;
-    for (long pid = lock.pid - 1; pid > 0 && pid >= lock.pid - kHolderPidWindow; --pid) {
-        if (fd_is_copy(pid, kStockScriptFd, deleted_link, lock.inode)) return pid;
+// Who holds one of `locks` on a deleted copy of our file, as the stock script holds it: on descriptor
+// 200 of the locker (`flock -x 200`, while it runs or waits) or, once the locker has exited, which it
+// does at once, of the subshell that forked it (and of the commands that subshell runs, each for a
+// moment). That subshell's pid is below the locker's by as many pids as the host handed out between
+// the two forks, any number on a busy host, so every process in /proc is asked: one readlink each,
+// paid once for locks of other files (remembered as such). 0: other files' locks, or a holder we
+// cannot see (another user's descriptors are hidden).
+long deleted_copy_holder(const std::vector<ForeignLock>& locks, const std::string& deleted_link) noexcept {
+    DIR* proc = opendir("/proc");
+    if (proc == nullptr) return 0;
+    long holder = 0;
+    while (holder == 0) {
+        const dirent* e = readdir(proc);
+        if (e == nullptr) break;
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;  // not a process's directory (its pid)
+        const unsigned long long inode = copy_inode(e->d_name, deleted_link);
+        for (const ForeignLock& lock : locks) {
+            if (inode != 0 && inode == lock.inode) holder = std::strtol(e->d_name, nullptr, 10);
+        }
     }
-    return 0;
+    closedir(proc);
+    return holder;
 }
 
 // Locks already found to be some other file's: (locker pid, inode). Bounded; forgotten when full. Per
@@ -366,9 +374,13 @@ long find_replaced_copy_writer(int fd, const struct statx& locked, bool* looked)
         return 0;
     }
     const std::string deleted_link = std::string(link, static_cast<std::size_t>(n)) + " (deleted)";
+    std::vector<ForeignLock> unknown;
     for (const ForeignLock& lock : locks) {
-        if (t_unrelated_locks.count({lock.pid, lock.inode}) != 0) continue;
-        if (const long holder = deleted_copy_holder(lock, deleted_link)) return holder;
+        if (t_unrelated_locks.count({lock.pid, lock.inode}) == 0) unknown.push_back(lock);
+    }
+    if (unknown.empty()) return 0;
+    if (const long holder = deleted_copy_holder(unknown, deleted_link)) return holder;
+    for (const ForeignLock& lock : unknown) {
         if (t_unrelated_locks.size() >= 256) t_unrelated_locks.clear();
         t_unrelated_locks.insert({lock.pid, lock.inode});
     }

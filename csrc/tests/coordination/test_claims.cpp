@@ -329,6 +329,75 @@ TEST_CASE(a_file_replaced_while_the_claim_waits_for_its_lock_is_read_anew) {
     kill_and_reap(holder_of_0);
 }
 
+// B2, the stock script's transaction, done natively: a "subshell" opens the file as descriptor 200,
+// forks a "flock" that locks it and exits, replaces the file (sed -i) and appends its line only when
+// told. /proc/locks names the exited flock; the subshell that holds the lock is far below it (40 other
+// processes came between, as on a busy host). A claim meanwhile waits for the line instead of taking
+// GPU 0, free in the replaced file.
+TEST_CASE(a_claim_waits_for_a_stock_transaction_whose_shell_is_far_below_its_exited_flock) {
+    const std::string path = fresh_path("stock-far");
+    const pid_t dead = spawn_sleeper();
+    kill_and_reap(dead);
+    const pid_t taskmanager = spawn_sleeper();
+    write_text(path, "0 " + std::to_string(dead) + "\n1 " + std::to_string(dead) + "\n");
+    int ready[2], go[2];
+    CHECK(pipe(ready) == 0 && pipe(go) == 0);
+    const pid_t shell = fork();
+    if (shell == 0) {
+        const int fd = open(path.c_str(), O_RDWR);
+        if (fd < 0 || dup2(fd, 200) != 200) _exit(3);
+        close(fd);
+        for (int i = 0; i < 40; ++i) {
+            const pid_t other = fork();
+            if (other == 0) _exit(0);
+            if (other < 0 || waitpid(other, nullptr, 0) != other) _exit(4);
+        }
+        const pid_t locker = fork();
+        if (locker == 0) _exit(flock(200, LOCK_EX) == 0 ? 0 : 1);
+        int status = 0;
+        if (locker < 0 || waitpid(locker, &status, 0) != locker || status != 0) _exit(5);
+        // sed -i "/0 /d": the rest of the file in a new inode, renamed over the path; the old one stays locked
+        const std::string tmp = path + ".sed";
+        const std::string rest = "1 " + std::to_string(dead) + "\n";
+        const int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (out < 0 || write(out, rest.data(), rest.size()) != static_cast<ssize_t>(rest.size()) || close(out) != 0 ||
+            rename(tmp.c_str(), path.c_str()) != 0)
+            _exit(6);
+        const long pids[2] = {getpid(), locker};
+        if (write(ready[1], pids, sizeof pids) != sizeof pids) _exit(7);
+        char c;
+        if (read(go[0], &c, 1) != 1) _exit(8);
+        // echo "$i $PPID" >> $coordination_file
+        const std::string line = "0 " + std::to_string(taskmanager) + "\n";
+        const int append = open(path.c_str(), O_WRONLY | O_APPEND);
+        if (append < 0 || write(append, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(9);
+        _exit(0);
+    }
+    long pids[2] = {0, 0};
+    CHECK(read(ready[0], pids, sizeof pids) == sizeof pids);
+    // far below its flock, or above it where the pids wrapped around meanwhile
+    CHECK_MSG(!(0 < pids[1] - pids[0] && pids[1] - pids[0] <= 40),
+              std::to_string(pids[0]) + " " + std::to_string(pids[1]));
+    const std::uint64_t reads = co::proc_locks_reads();
+    std::atomic<bool> done{false};
+    co::ClaimResult r;
+    std::thread t([&] {
+        r = co::claim(opts_for(path, 20000), getpid(), gpus(2), 1);
+        done = true;
+    });
+    // The claim saw the transaction once it looks again; a claim that did not see it has returned.
+    while (!done && co::proc_locks_reads() < reads + 2) usleep(1000);
+    CHECK(write(go[1], "x", 1) == 1);
+    t.join();
+    int status = 0;
+    CHECK(waitpid(shell, &status, 0) == shell && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_MSG(r.status.ok(), r.status.message);
+    CHECK(joined(r.indices) == "1");  // not 0, which the transaction was recording for its TaskManager
+    CHECK(read_text(path) == "0 " + std::to_string(taskmanager) + "\n" + line_for("1", getpid(), path) + "\n");
+    for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
+    kill_and_reap(taskmanager);
+}
+
 // The /proc/locks read of B2 (a stock script still writing the copy it replaced) is rare: a look at a
 // file born at least a second before it, finding no such writer, settles the file for good, in this
 // process and, recorded on the file, in every fresh process (a flink-gpu-discovery run each time). A
