@@ -1316,10 +1316,10 @@ def _read_lock_as_it_dies(lease, slot):
 
 
 def test_a_read_lock_on_a_dying_holders_lease_byte_never_keeps_its_gpu_where_its_pid_tells(path, workers):
-    """Holder H of our namespace (GPU 0) and A, pid 1 of a container (GPU 1), die while another process
+    """Holder H of our namespace (GPU 0) and A, pid 2 of a container (GPU 1), die while another process
     read-locks their lease bytes. Here H's missing pid is death whatever its byte says: `clean` removes its line
     and a claim takes its GPU. A's line, of a namespace nobody here can probe, says "lease held" with liveness
-    unknown (never "alive") to us and to B, pid 1 of another container: taken until the reader lets go."""
+    unknown (never "alive") to us and to B, pid 2 of another container: taken until the reader lets go."""
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -1335,12 +1335,12 @@ def test_a_read_lock_on_a_dying_holders_lease_byte_never_keeps_its_gpu_where_its
     readers = []
     try:
         assert holder.stdout.readline() == "ok\n"
-        a, b = workers(path), workers(path)
+        a, b = workers(path, init=False), workers(path, init=False)  # pid 2 each: it can kill itself
         assert a.claim(1, gpus(3)) == {"taken": ["1"]}
         leases = {e.index: e.lease for e in coordination.snapshot(path).entries}
         readers = [_read_lock_as_it_dies(f"{path}.lease", leases[i]) for i in "01"]
         holder.kill()
-        assert a.ask(op="die") == {"dying": 1}
+        assert a.ask(op="die") == {"dying": 2}
         assert [r.stdout.readline() for r in readers] == ["locked\n", "locked\n"]
         assert b.ask(op="states") == {"0": ["lease held", "unknown"], "1": ["lease held", "unknown"]}
         assert "error" in b.claim(2, gpus(3))
@@ -1350,7 +1350,7 @@ def test_a_read_lock_on_a_dying_holders_lease_byte_never_keeps_its_gpu_where_its
         coordination.release(path=path)
         readers[1].stdin.close()
         readers[1].wait(10)
-        assert b.claim(1, gpus(3)) == {"taken": ["1"]}  # once the reader let go, A's death shows
+        assert b.claim(1, ["1"]) == {"taken": ["1"]}  # once the reader let go, A's death shows
     finally:
         holder.kill()
         holder.wait(10)
