@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flink_gpu
-from conftest import dead_pid, proc_start_time
+from conftest import child_env, dead_pid, proc_start_time
 from flink_gpu import (
     Configuration,
     FlinkException,
@@ -671,6 +671,38 @@ def test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced(
     assert got == ["1"], path.read_text()  # not 0, which the stock script was writing for its TaskManager
     assert waited > 0.5
     assert holders(path) == {"0": (os.getpid(),), "1": (claimer.pid,), "2": (holder.pid,)}
+
+
+def test_a_claim_in_a_pid_namespace_of_its_own_waits_for_a_stock_script_there_too(stock_script):
+    """In a container (a pid namespace with its own /proc), /proc/locks leaves out every lock whose locker is
+    none of its processes, so the lock of a stock transaction whose `flock` has exited does not show: the
+    test above, run in one, must pass there too (before, each case took the GPU the stock script was writing)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+    test = f"{__file__}::test_a_claim_waits_for_a_stock_script_still_writing_the_file_it_replaced"
+    inner = subprocess.run(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            test,
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if inner.returncode != 0 and "unshare" in inner.stderr:
+        pytest.skip(f"cannot create a pid namespace here: {inner.stderr.strip()}")
+    assert inner.returncode == 0 and "3 passed" in inner.stdout, inner.stdout[-4000:] + inner.stderr[-2000:]
 
 
 def test_a_stock_script_that_never_finishes_its_replaced_file_bounds_the_wait_and_is_named(

@@ -3,6 +3,8 @@
 // proc_locks.hpp.
 #include "coordination/proc_locks.hpp"
 
+#include "base/pid_namespace.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/xattr.h>
@@ -187,7 +189,9 @@ unsigned long long copy_inode(const char* pid, const std::string& deleted_link) 
 // the two forks, any number on a busy host, so every process in /proc is asked: one readlink each,
 // paid once for locks of other files (remembered as such). 0: other files' locks, or a holder we
 // cannot see (another user's descriptors are hidden).
-long deleted_copy_holder(const std::vector<ForeignLock>& locks, const std::string& deleted_link) noexcept {
+// `any`: whichever copy its descriptor 200 is open on, `locks` aside (where /proc/locks cannot show them).
+long deleted_copy_holder(const std::vector<ForeignLock>& locks, const std::string& deleted_link,
+                         bool any = false) noexcept {
     DIR* proc = opendir("/proc");
     if (proc == nullptr) return 0;
     long holder = 0;
@@ -196,6 +200,7 @@ long deleted_copy_holder(const std::vector<ForeignLock>& locks, const std::strin
         if (e == nullptr) break;
         if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;  // not a process's directory (its pid)
         const unsigned long long inode = copy_inode(e->d_name, deleted_link);
+        if (inode != 0 && any) holder = std::strtol(e->d_name, nullptr, 10);
         for (const ForeignLock& lock : locks) {
             if (inode != 0 && inode == lock.inode) holder = std::strtol(e->d_name, nullptr, 10);
         }
@@ -364,7 +369,12 @@ long find_replaced_copy_writer(int fd, const struct statx& locked, bool* looked)
     *looked = read_proc_locks(&text);
     const std::vector<ForeignLock> locks =
         foreign_write_flocks(text, dev, static_cast<unsigned long long>(locked.stx_ino));
-    if (locks.empty()) return 0;
+    // In a pid namespace of its own, /proc/locks leaves out every lock whose locker is none of the
+    // namespace's processes, and so the lock of a stock transaction whose `flock` has exited: there the
+    // transaction is looked for by its descriptor alone, in every process of the namespace.
+    std::uint64_t ns = 0;
+    const bool locks_shown = read_own_pid_namespace_inode(&ns) && ns == kInitialPidNamespace;
+    if (locks.empty() && locks_shown) return 0;
     // the copy that `sed -i` replaced had our file's name: its descriptors read "<name> (deleted)"
     char link[PATH_MAX];
     const std::string self = "/proc/self/fd/" + std::to_string(fd);
@@ -374,6 +384,7 @@ long find_replaced_copy_writer(int fd, const struct statx& locked, bool* looked)
         return 0;
     }
     const std::string deleted_link = std::string(link, static_cast<std::size_t>(n)) + " (deleted)";
+    if (!locks_shown) return deleted_copy_holder(locks, deleted_link, true);
     std::vector<ForeignLock> unknown;
     for (const ForeignLock& lock : locks) {
         if (t_unrelated_locks.count({lock.pid, lock.inode}) == 0) unknown.push_back(lock);
