@@ -16,7 +16,7 @@ import pytest
 
 from flink_gpu import GPUInfo, NotEnoughGpusError, binding
 from flink_gpu.binding import BindingError, bind
-from support.orphans import TASKMANAGER, orphaned_worker, wait_until
+from support.orphans import TASKMANAGER, orphaned_worker, read_until
 from support.orphans import stop as stop_process
 
 
@@ -1580,13 +1580,14 @@ def test_a_binding_whose_taskmanager_was_sigkilled_counts_for_no_other_bind(path
 
 def test_a_worker_gives_its_binding_up_when_its_taskmanager_dies(path):
     with orphaned_worker(path, ONE_GPU, memory="60 gb") as orphan:
-        wait_until(lambda: not binding.snapshot(path).entries, "the worker removed its lines")
+        said = (
+            f"TaskManager pid {orphan.taskmanager} is gone: the binding of GPU(s) 0 to pid {orphan.pid} in {path} was "
+            "released."
+        )
+        orphan.read_stderr(until=said)  # logged once the lines went
+        assert binding.snapshot(path).entries == ()
         stderr = orphan.finish()
     assert stderr.count(" is gone") == 1, stderr
-    assert (
-        f"TaskManager pid {orphan.taskmanager} is gone: the binding of GPU(s) 0 to pid {orphan.pid} in {path} was "
-        "released." in stderr
-    ), stderr
 
 
 def test_a_shortage_of_memory_names_an_orphan_that_still_runs_on_the_gpu_and_how_to_end_it(path):
@@ -1638,30 +1639,27 @@ def test_a_forked_child_watches_the_taskmanager_for_its_own_binding_and_never_fo
         stderr=subprocess.PIPE,
         text=True,
     )
-    pids = {}
+    pids, stderr = {}, ""
+    said = "TaskManager pid {} is gone: the binding of GPU(s) 0 to pid {} in {} was released."
     try:
         for _ in range(2):
             pids.update(json.loads(taskmanager.stdout.readline()))
-        worker = pids["worker"]
+        worker, tm = pids["worker"], taskmanager.pid
         stop_process(worker)
         taskmanager.kill()
         taskmanager.wait(30)
-        wait_until(lambda: not binding.snapshot(other).entries, "the child gave its own binding up")
+        stderr = read_until(taskmanager.stderr, stderr, said.format(tm, pids["child"], other))
+        assert binding.snapshot(other).entries == ()  # logged once its lines went
         assert [(e.pid, e.state) for e in binding.snapshot(path).entries] == [(worker, "taskmanager gone")]
         os.kill(worker, signal.SIGCONT)
-        wait_until(lambda: not binding.snapshot(path).entries, "the worker gave its binding up once it ran again")
+        stderr = read_until(taskmanager.stderr, stderr, said.format(tm, worker, path))
+        assert binding.snapshot(path).entries == ()
     finally:
         for pid in pids.values():
             if os.path.exists(f"/proc/{pid}"):
                 os.kill(pid, signal.SIGCONT)
         taskmanager.stdin.close()  # the worker and its child end
-        stderr = taskmanager.stderr.read()  # to its end: both have ended
+        stderr = read_until(taskmanager.stderr, stderr, "\0")  # to its end: both have ended
         taskmanager.stdout.close()
         taskmanager.stderr.close()
-    tm = taskmanager.pid
-    assert (
-        f"TaskManager pid {tm} is gone: the binding of GPU(s) 0 to pid {pids['child']} in {other} was released."
-        in stderr
-    )
-    assert f"TaskManager pid {tm} is gone: the binding of GPU(s) 0 to pid {worker} in {path} was released." in stderr
     assert stderr.count(" is gone") == 2, stderr

@@ -140,7 +140,7 @@ class _Held:
         self.native: "_NativeHolder" = (0, None, None, 0)
         self.path = ""
         self.timeout = DEFAULT_TIMEOUT
-        self.taskmanagers: "set[int]" = set()
+        self.taskmanagers: "set[tuple[int, int | None]]" = set()  # _watches' keys
         self.ended = False
 
 
@@ -224,6 +224,10 @@ class _Watch:
         # the pid read when bind checked it: another process's since, when it died in between
         self.gone = self.gone or self.ended()
 
+    @property
+    def key(self) -> "tuple[int, int | None]":
+        return self.pid, self.start_time
+
     def ended(self) -> bool:
         """Whether the TaskManager is gone, by its start time."""
         return process_start_time(self.pid) != self.start_time
@@ -234,8 +238,9 @@ class _Watch:
             self.pidfd = None
 
 
-# TaskManager pid -> its watch, for the bindings of this process made for a TaskManager other than itself
-_watches: "dict[int, _Watch]" = {}
+# (pid, start time) of a TaskManager -> its watch, for the bindings of this process made for a TaskManager
+# other than itself (two processes that had one pid are two TaskManagers)
+_watches: "dict[tuple[int, int | None], _Watch]" = {}
 # the watch thread's wake-up pipe (read end, write end), from the first watch on
 _wake: "list[int]" = []
 #: How often a TaskManager without a pidfd is looked at (s).
@@ -244,13 +249,11 @@ _UNWATCHED_INTERVAL = 1.0
 
 def _watch(held: _Held, taskmanager: int, start_time: "int | None") -> None:
     """Ends ``held`` when ``taskmanager`` (whose start time bind read) dies; under _lock."""
-    watch = _watches.get(taskmanager)
-    if watch is None or watch.start_time != start_time:
-        if watch is not None:  # a process that reuses an ended TaskManager's pid: the watch thread ends the old
-            watch.gone = True
-        watch = _watches[taskmanager] = _Watch(taskmanager, start_time)
+    watch = _watches.get((taskmanager, start_time))
+    if watch is None:
+        watch = _watches[taskmanager, start_time] = _Watch(taskmanager, start_time)
     watch.held.add(held)
-    held.taskmanagers.add(taskmanager)
+    held.taskmanagers.add(watch.key)
     if not _wake:
         _wake.extend(os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK))
         threading.Thread(
@@ -263,8 +266,8 @@ def _watch(held: _Held, taskmanager: int, start_time: "int | None") -> None:
 def _unwatch(held: _Held) -> None:
     """``held`` no longer waits for its TaskManagers (released); under _lock. The watch thread closes the pidfds
     that no binding waits on."""
-    for taskmanager in held.taskmanagers:
-        watch = _watches.get(taskmanager)
+    for key in held.taskmanagers:
+        watch = _watches.get(key)
         if watch is not None:
             watch.held.discard(held)
     if held.taskmanagers:
@@ -284,9 +287,9 @@ def _watch_taskmanagers(wake: int) -> None:
     change, and ends the bindings made for a TaskManager that is gone."""
     while True:
         with _lock:
-            for pid, watch in list(_watches.items()):
+            for key, watch in list(_watches.items()):
                 if not watch.held:  # every binding made for it was released
-                    del _watches[pid]
+                    del _watches[key]
                     watch.close()
             watches = [watch for watch in _watches.values() if not watch.gone]
             gone = [watch for watch in _watches.values() if watch.gone]
@@ -314,10 +317,10 @@ def _taskmanager_gone(watch: _Watch) -> None:
     ended: "list[tuple[_Held, Exception | None]]" = []  # with why its lines stay, if they do
     # the registry and the file change together, as in release()
     with _lock:
-        if _watches.get(watch.pid) is watch:
-            del _watches[watch.pid]
+        if _watches.get(watch.key) is watch:
+            del _watches[watch.key]
         watch.close()
-        for held in watch.held:
+        for held in list(watch.held):
             if held.ended or held.registry.get(held.key) is not held:
                 continue  # released meanwhile
             held.ended = True

@@ -3,6 +3,7 @@ killer does) while the worker lives on, reparented: an orphan (docs/design.md §
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -53,12 +54,20 @@ def stop(pid: int) -> None:
         time.sleep(0.001)
 
 
-def wait_until(condition: Any, what: str, timeout: float = 30) -> None:
-    """Waits until ``condition()`` holds (at most ``timeout`` s)."""
+def read_until(pipe: Any, read: str, until: str, timeout: float = 30) -> str:
+    """``read`` (what was read of ``pipe`` so far) and what ``pipe`` gives next, read raw (its text wrapper's buffer
+    is never used), until it holds ``until`` (at most ``timeout`` s) or the pipe ends."""
+    fd = pipe.fileno()
     deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.01)
+    while until not in read:
+        left = deadline - time.monotonic()
+        assert left > 0, f"not within {timeout} s: {until!r}; read {read!r}"
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            read += chunk.decode()
+    return read
 
 
 class Orphan:
@@ -69,16 +78,23 @@ class Orphan:
         self.taskmanager = taskmanager.pid
         self.pid: int = report["pid"]
         self.bound: "list[str]" = report["bound"]
+        self.stderr = ""  # what the worker wrote to stderr so far (read_stderr)
+
+    def read_stderr(self, until: str, timeout: float = 30) -> str:
+        """What the worker wrote to stderr, once it holds ``until`` (at most ``timeout`` s), or the worker ended."""
+        assert self._taskmanager.stderr is not None
+        self.stderr = read_until(self._taskmanager.stderr, self.stderr, until, timeout)
+        return self.stderr
 
     def finish(self) -> str:
         """Ends the worker (its stdin closes, or SIGKILL where it is stopped) and returns what it wrote to
         stderr, read to its end: once the worker is gone."""
-        assert self._taskmanager.stdin is not None and self._taskmanager.stderr is not None
+        assert self._taskmanager.stdin is not None
         if process_state(self.pid) == "T":
             os.kill(self.pid, signal.SIGKILL)
         if not self._taskmanager.stdin.closed:
             self._taskmanager.stdin.close()
-        return self._taskmanager.stderr.read()
+        return self.read_stderr(until="\0")  # nothing writes a NUL: to the end
 
 
 @contextmanager
