@@ -843,7 +843,9 @@ def bind(
     binding. :attr:`GPUBinding.memory_limit` is it; enforcing it is the framework's
     (:meth:`GPUBinding.apply_memory_limit`, :meth:`GPUBinding.memory_environment`).
 
-    ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``); ``path``: the
+    ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``): where it is
+    another process, the binding ends when it dies (one WARN says so), and no other process counts it from then
+    on; ``path``: the
     bindings file (default :func:`bindings_path`); ``library_path``: the libnvidia-ml for ``devices`` and
     the gauges; ``metrics_interval``: how often the gauges' sampler reads NVML, at most (seconds, at least
     flink_gpu.nvml's MIN_METRICS_INTERVAL; None: DEFAULT_METRICS_INTERVAL). Raises
