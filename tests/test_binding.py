@@ -16,6 +16,8 @@ import pytest
 
 from flink_gpu import GPUInfo, NotEnoughGpusError, binding
 from flink_gpu.binding import BindingError, bind
+from support.orphans import TASKMANAGER, orphaned_worker, read_until
+from support.orphans import stop as stop_process
 
 
 @pytest.fixture
@@ -1548,3 +1550,116 @@ def test_a_taskmanager_pid_that_is_no_process_is_refused(path):
     with pytest.raises(ValueError, match=f"taskmanager_pid {gone.pid} is not a running process"):
         bind(infos(1), taskmanager_pid=gone.pid, path=path)
     assert not os.path.exists(path)
+
+
+# -- a binding made for a TaskManager ends with it (docs/design.md §9.3, §9.4) ----------------------------
+
+ONE_GPU = {"devices": [{}]}  # 80 GiB, idle
+
+
+def test_a_binding_whose_taskmanager_was_sigkilled_counts_for_no_other_bind(path):
+    """A process-mode TaskManager SIGKILLed (as the OOM killer does) while its worker, reparented, lives on
+    with GPU 0 and 60 GiB of its 80 (stopped: it cannot give them up itself). Another holder binds GPU 0 with
+    60 GiB: the orphan's line counts for nothing, and stays while the orphan runs, to name it."""
+    with orphaned_worker(path, ONE_GPU, memory="60 gb", stopped=True) as orphan:
+        assert orphan.bound == ["0"]
+        [line] = binding.snapshot(path).entries
+        assert (line.pid, line.taskmanager, line.state, line.alive) == (
+            orphan.pid,
+            orphan.taskmanager,
+            "taskmanager gone",
+            False,
+        )
+        got = bind_on_state(path, ONE_GPU, 1, 1, memory="60 gb")
+        assert (got.get("bound"), got.get("memory_limit")) == (["0"], 60 * GiB), got
+        assert [e.state for e in binding.snapshot(path).entries if e.pid == orphan.pid] == ["taskmanager gone"]
+    # once the orphan is gone, the next bind removes its line
+    bind_on_state(path, ONE_GPU, 1, 1)
+    assert not [e for e in binding.snapshot(path).entries if e.pid == orphan.pid]
+
+
+def test_a_worker_gives_its_binding_up_when_its_taskmanager_dies(path):
+    with orphaned_worker(path, ONE_GPU, memory="60 gb") as orphan:
+        said = (
+            f"TaskManager pid {orphan.taskmanager} is gone: the binding of GPU(s) 0 to pid {orphan.pid} in {path} was "
+            "released."
+        )
+        orphan.read_stderr(until=said)  # logged once the lines went
+        assert binding.snapshot(path).entries == ()
+        stderr = orphan.finish()
+    assert stderr.count(" is gone") == 1, stderr
+
+
+def test_a_shortage_of_memory_names_an_orphan_that_still_runs_on_the_gpu_and_how_to_end_it(path):
+    """The orphan's line no longer counts, but its allocations do: 70 GiB of GPU 0's 80 are used. A bind of
+    20 GiB is refused saying who holds the memory and how to end it, not to ask for less."""
+    with orphaned_worker(path, ONE_GPU, memory="60 gb", stopped=True) as orphan:
+        refused = bind_on_state(path, {"devices": [{"memory_used": 70 * GiB}]}, 1, 1, memory="20 gb")
+    error = refused["error"]
+    assert "GPU 0 is free, none of its 80 GiB requested, 10 GiB free." in error, error
+    assert (
+        f" pid {orphan.pid}, a worker of TaskManager {orphan.taskmanager} which is gone, still runs on GPU 0: end "
+        f"it (kill {orphan.pid}). Bindings file: {path}." in error
+    ), error
+    assert "Ask for less memory" not in error
+
+
+# A worker binds GPU 0 in the bindings file argv[1] for its TaskManager (its parent); a child it forks (a
+# DataLoader worker) binds GPU 0 in argv[2] as a holder of its own, for the same TaskManager. Each prints its
+# pid; both hold until stdin closes.
+FORKING_WORKER = """
+import json, os, sys
+from flink_gpu import GPUInfo
+from flink_gpu.binding import bind
+first, second = sys.argv[1:3]
+taskmanager = os.getppid()
+bind([GPUInfo("0")], path=first, taskmanager_pid=taskmanager)
+child = os.fork()
+if child == 0:
+    bind([GPUInfo("0")], path=second, taskmanager_pid=taskmanager)
+    print(json.dumps({"child": os.getpid()}), flush=True)
+    sys.stdin.read()
+    os._exit(0)
+print(json.dumps({"worker": os.getpid()}), flush=True)
+sys.stdin.read()
+os.waitpid(child, 0)
+"""
+
+
+def test_a_forked_child_watches_the_taskmanager_for_its_own_binding_and_never_for_its_parents(path):
+    """The worker is stopped when its TaskManager dies: its binding stays until it runs again and gives it
+    up itself. Its child, which forked while the worker's watch ran, gives up its own binding at once and
+    leaves the worker's alone."""
+    other = path + "2"
+    taskmanager = subprocess.Popen(
+        [sys.executable, "-c", TASKMANAGER, FORKING_WORKER, path, other],
+        env=child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pids, stderr = {}, ""
+    said = "TaskManager pid {} is gone: the binding of GPU(s) 0 to pid {} in {} was released."
+    try:
+        for _ in range(2):
+            pids.update(json.loads(taskmanager.stdout.readline()))
+        worker, tm = pids["worker"], taskmanager.pid
+        stop_process(worker)
+        taskmanager.kill()
+        taskmanager.wait(30)
+        stderr = read_until(taskmanager.stderr, stderr, said.format(tm, pids["child"], other))
+        assert binding.snapshot(other).entries == ()  # logged once its lines went
+        assert [(e.pid, e.state) for e in binding.snapshot(path).entries] == [(worker, "taskmanager gone")]
+        os.kill(worker, signal.SIGCONT)
+        stderr = read_until(taskmanager.stderr, stderr, said.format(tm, worker, path))
+        assert binding.snapshot(path).entries == ()
+    finally:
+        for pid in pids.values():
+            if os.path.exists(f"/proc/{pid}"):
+                os.kill(pid, signal.SIGCONT)
+        taskmanager.stdin.close()  # the worker and its child end
+        stderr = read_until(taskmanager.stderr, stderr, "\0")  # to its end: both have ended
+        taskmanager.stdout.close()
+        taskmanager.stderr.close()
+    assert stderr.count(" is gone") == 2, stderr

@@ -57,6 +57,7 @@ def bind_slot(gpus, slot, bindings, ends=False, share=1):
 
 path = sys.argv[1]
 handles = []  # the "bind" op's bindings, which "fork_bind_after" releases
+taskmanagers = {}  # the "taskmanager" op's: pid -> (its Popen, its worker's pid)
 for line in sys.stdin:
     cmd = json.loads(line)
     op = cmd["op"]
@@ -67,8 +68,8 @@ for line in sys.stdin:
             out = {"taken": coordination.claim(cmd["amount"], cmd["indices"], path=path).taken}
         elif op == "release":
             out = {"released": coordination.release(path=path)}
-        elif op == "states":  # how this namespace judges each line of the coordination file
-            out = {e.index: [e.state, e.liveness] for e in coordination.snapshot(path).entries}
+        elif op == "states":  # how this namespace judges each line of the coordination file (or of `file`)
+            out = {e.index: [e.state, e.liveness] for e in coordination.snapshot(cmd.get("file", path)).entries}
         elif op == "fork":  # a child that outlives its parent, holding nothing of its own
             child = os.fork()
             if child == 0:
@@ -149,6 +150,28 @@ for line in sys.stdin:
             os.environ.update(simulator.environment(spec=cmd["spec"]))  # before NVML first loads in this process
             with GPUDriver({"discovery-mode": "nvml", "busy-gpus": "exclude"}) as driver:
                 out = {"got": sorted(info.index for info in driver.retrieve_resource_info(cmd["amount"]))}
+        elif op == "taskmanager":  # a process-mode TaskManager (a child) whose Python worker binds `gpus` for it
+            import subprocess
+            from flink_gpu import simulator
+            argv = [sys.executable, "-c", cmd["taskmanager"], cmd["worker"], cmd["bindings"], ",".join(cmd["gpus"]),
+                    "-"]
+            tm = subprocess.Popen(argv, env={**os.environ, **simulator.environment(devices=2)}, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+            worker = json.loads(tm.stdout.readline())
+            taskmanagers[tm.pid] = (tm, worker["pid"])
+            out = {"taskmanager": tm.pid, "worker": worker["pid"], "bound": worker["bound"]}
+        elif op == "orphan":  # that TaskManager SIGKILLed; its worker lives on, stopped (it cannot give its binding up)
+            tm, worker = taskmanagers.pop(cmd["taskmanager"])
+            os.kill(worker, signal.SIGSTOP)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with open(f"/proc/{worker}/stat") as stat:
+                    if stat.read().rpartition(")")[2].split()[0] == "T":
+                        break
+                time.sleep(0.001)
+            tm.kill()
+            tm.wait()
+            out = {"orphaned": worker}
         elif op == "die":
             print(json.dumps({"dying": os.getpid()}), flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -450,6 +473,65 @@ def test_a_slot_thread_that_ended_in_a_live_taskmanager_of_another_namespace_is_
     assert "Removed 1 entry held in another PID namespace, liveness unknown" in forced.stdout
     with binding.bind([GPUInfo("0")], slot="alloc-b", taskmanager_pid=os.getpid(), path=bindings) as ours:
         assert ours.indices == ("0",)
+
+
+def test_a_worker_whose_taskmanager_died_in_a_container_is_stale_there_and_taken_with_liveness_unknown_elsewhere(
+    path, workers, tmp_path
+):
+    """Two containers, each a process-mode TaskManager (pid 2 there) whose Python worker (pid 3) binds a GPU for
+    it. The first TaskManager is SIGKILLed; its worker lives on (stopped: it cannot give its binding up itself).
+    Only its own namespace can prove it orphaned: there its line is stale and its GPU free; elsewhere (the other
+    container, where pid 2 and 3 live, and ours) its held lease keeps it taken, with liveness unknown, and list
+    and doctor say that they cannot tell."""
+    from flink_gpu.cli.doctor.findings import Checkup
+    from flink_gpu.cli.doctor.gpu_state import check_orphans
+    from support.orphans import TASKMANAGER
+    from support.orphans import WORKER as BINDER
+
+    bindings = binding.bindings_path(path)
+    a, b = workers(path), workers(path)
+    started = [
+        w.ask(op="taskmanager", taskmanager=TASKMANAGER, worker=BINDER, bindings=bindings, gpus=[gpu])
+        for w, gpu in ((a, "0"), (b, "1"))
+    ]
+    assert [(s["taskmanager"], s["worker"], s["bound"]) for s in started] == [(2, 3, ["0"]), (2, 3, ["1"])], started
+    assert a.ask(op="orphan", taskmanager=2) == {"orphaned": 3}
+    # each namespace judges its own lines by pid, the other's by lease: never by its own pid 2 or 3
+    assert a.ask(op="states", file=bindings) == {"0": ["taskmanager gone", "dead"], "1": ["lease held", "unknown"]}
+    assert b.ask(op="states", file=bindings) == {"0": ["lease held", "unknown"], "1": ["live", "alive"]}
+    assert {e.index: (e.state, e.liveness) for e in binding.snapshot(bindings).entries} == {
+        "0": ("lease held", "unknown"),
+        "1": ("lease held", "unknown"),
+    }
+    # in its own namespace list names the orphan and how to end it
+    listed = a.ask(
+        op="run", argv=[sys.executable, "-m", "flink_gpu.cli", "--simulate", "2", "list", "--json", "--file", str(path)]
+    )
+    assert [(o["pid"], o["taskmanager"], o["gpus"]) for o in json.loads(listed["stdout"])["bindings"]["orphans"]] == [
+        (3, 2, ["0"])
+    ], listed
+    # ours cannot tell, and says so
+    view = json.loads(_cli("--simulate", "2", "list", "--json", "--file", path).stdout)["bindings"]
+    assert view["orphans"] == []
+    assert [
+        (t["pid"], t["namespace"], [(h["holder"], h["orphaned"]) for h in t["holders"]]) for t in view["taskmanagers"]
+    ] == [(2, ns, [("pid 3", None)]) for ns in sorted((a.ns, b.ns))]
+    human = _cli("--simulate", "2", "list", "--file", path).stdout
+    for ns in (a.ns, b.ns):
+        assert (
+            "    pid 3: orphaned? cannot tell from this PID namespace; it keeps its GPU while it holds its lease, "
+            f"even once TaskManager pid 2 is gone (`flink-gpu list` in PID namespace {ns} tells)."
+        ) in human, human
+    checkup = Checkup(None, str(tmp_path / "flink-conf.yaml"), str(tmp_path), None, None)
+    check_orphans(checkup, "gpu", binding.snapshot(bindings))
+    [note] = checkup.findings
+    assert note.level == "note" and "orphaned? cannot tell from this PID namespace" in note.message
+    assert f"pid 3 of PID namespace {a.ns} (GPU 0) for TaskManager pid 2" in note.message
+    assert f"pid 3 of PID namespace {b.ns} (GPU 1) for TaskManager pid 2" in note.message
+    # taken where it cannot be proven orphaned, free where it can
+    refused = b.ask(op="bind", gpus=["0"], count=1, bindings=bindings)
+    assert "GPU 0 is bound by pid 3 (1 of at most 1)" in refused.get("error", ""), refused
+    assert a.ask(op="bind", gpus=["0"], count=1, bindings=bindings) == {"bound": ["0"]}
 
 
 # ---- the stock script, without namespaces of its own ----------------------------------------------

@@ -666,6 +666,33 @@ def test_memory_requests_beyond_a_gpu_say_what_each_gpu_has_and_what_to_change(t
     assert "each asking 30 GiB of it (memory). Ask for less memory" in error, error
 
 
+def test_a_memory_shortage_where_an_orphaned_worker_runs_names_it_instead_of_what_to_change(tm_conf):
+    """A worker of a dead TaskManager still runs on GPU 0, whose 70 GiB of 80 are in use (its line stays,
+    counting for nothing): a slot asking 20 GiB is told to end it, not to ask for less or raise the amount."""
+    from conftest import dead_pid, proc_start_time
+
+    _, path = tm_conf
+    orphan, gone = subprocess.Popen(["sleep", "600"]), dead_pid()
+    try:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+        with open(f"{path}.bindings", "w") as bindings:
+            bindings.write(
+                f"0 {orphan.pid}\t{proc_start_time(orphan.pid)}\tns={ns}\ttm={gone}\tshare=1\tmem={60 * 2**30}\n"
+            )
+        busy = simulated_env(spec={"devices": [{"memory_used": 70 * 2**30}] * 4})
+        result = bind_in_workers(busy, path, 1, 1, memory="20 gb")
+    finally:
+        orphan.kill()
+        orphan.wait()
+    [error] = [report["error"] for report in result["reports"]]
+    assert (
+        f"pid {orphan.pid}, a worker of TaskManager {gone} which is gone, still runs on GPU 0: end it (kill "
+        f"{orphan.pid})." in error
+    ), error
+    assert error.endswith(f"The TaskManager (pid {result['pid']}) has 1 GPU(s) of 'gpu' (0) for its slots."), error
+    assert "Ask for less memory" not in error and "raise" not in error
+
+
 def test_not_enough_says_what_the_taskmanager_has_who_binds_it_and_what_to_change(tm_conf):
     _, path = tm_conf
     result = bind_in_workers(simulated_env(devices=4), path, 2, 3)

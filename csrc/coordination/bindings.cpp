@@ -93,6 +93,10 @@ std::string request_text(std::uint64_t bytes) { return bytes == 0 ? "none" : for
 
 std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
 
+// Whether `e` is the line of a process holder that runs on though the TaskManager it bound for is gone (the
+// judge saw its pid alive, with its start time, before it looked at the TaskManager).
+bool orphaned(const Entry& e) { return e.verdict == coordination::Verdict::kTaskManagerGone && e.slot.empty(); }
+
 // The lines of one call and what they say about the holder.
 class View {
 public:
@@ -148,6 +152,7 @@ struct Offer {
     std::map<std::string, std::uint64_t> request_of;  // each live holder's memory request (its largest line's)
     std::uint64_t requested = 0;                      // their sum
     std::uint64_t siblings_requested = 0;             // the part of it of holders in the holder's CUDA process
+    std::vector<Orphan> orphans;                      // live processes on it whose TaskManager is gone
     GpuMemory memory;                                 // what NVML reads of it now
     // Whether a request of `bytes` fits: the requests with it within the total, and as much free now (with
     // what the binding process itself uses of it beyond its other holders' requests, up to the request: in
@@ -247,6 +252,8 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                     o.blocked = true;
                     o.blocked_by.push_back(l.number);
                 }
+                if (l.kind == LineKind::kEntry && orphaned(l.entry) && coordination::excludes(l.entry, g))
+                    o.orphans.push_back({l.entry.pid, l.entry.tm, l.entry.index});
                 if (l.kind != LineKind::kEntry || !l.entry.alive || !coordination::excludes(l.entry, g)) continue;
                 if (l.entry.index != g) {
                     if (o.excluded_by.empty()) o.excluded_by = describe(l.entry) + " (binds " + l.entry.index + ")";
@@ -353,6 +360,18 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                                  "e.g. PyFlink's process mode, to give each slot its own)";
             }
             msg += ".";
+            // an orphan on a GPU short of memory: it holds what the request lacks, and ending it is the fix
+            std::set<std::pair<pid_t, std::string>> named;
+            for (const Offer& o : offers) {
+                if (request == 0 || o.fits(request)) continue;
+                for (const Orphan& orphan : o.orphans) {
+                    if (!named.insert({orphan.pid, orphan.index}).second) continue;
+                    const std::string pid = std::to_string(orphan.pid);
+                    msg += " pid " + pid + ", a worker of TaskManager " + std::to_string(orphan.taskmanager) +
+                           " which is gone, still runs on GPU " + orphan.index + ": end it (kill " + pid + ").";
+                    r.orphans.push_back(orphan);
+                }
+            }
             const bool memory_known = std::any_of(offers.begin(), offers.end(), [](const Offer& o) {
                 return o.memory.total.has_value() && o.memory.free.has_value();
             });
@@ -361,7 +380,7 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                 std::any_of(offers.begin(), offers.end(), [](const Offer& o) { return o.blocked; });
             const bool only_blocked = count <= gpus.size() && std::all_of(offers.begin(), offers.end(),
                                                                           [](const Offer& o) { return o.blocked; });
-            if (request > 0 && memory_known && !only_blocked) {
+            if (request > 0 && memory_known && !only_blocked && r.orphans.empty()) {
                 msg += " Ask for less memory, run fewer subtasks per GPU, or give the TaskManager more GPUs.";
             }
             if (any_blocked) {
@@ -387,7 +406,9 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     r.indices = result;
     if (write.empty()) return r;
     for (Line& l : lines) {
-        if (l.kind == LineKind::kEntry && !l.entry.alive) l.keep = false;  // dead holders' lines go
+        // dead holders' lines go; an orphan's stay while it runs, counting for nothing, to name it where the
+        // memory it still uses is short (here, `flink-gpu list`, doctor)
+        if (l.kind == LineKind::kEntry && !l.entry.alive && !orphaned(l.entry)) l.keep = false;
     }
     coordination::LineTerms terms;
     terms.share = holders_per_gpu;

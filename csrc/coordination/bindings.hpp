@@ -65,6 +65,14 @@ struct MemoryRequest {
     std::vector<GpuMemory> of;  // parallel to the given GPUs; a GPU whose memory is not known takes no request
 };
 
+// A live process whose binding line is stale because the TaskManager it recorded is gone (Verdict::
+// kTaskManagerGone): an orphaned worker, which may still use the GPU's memory.
+struct Orphan {
+    pid_t pid = 0;
+    pid_t taskmanager = 0;
+    std::string index;  // the GPU its line binds
+};
+
 struct BindResult {
     Status status;
     std::vector<std::string> indices;  // the holder's binding for this request, in index order
@@ -76,6 +84,7 @@ struct BindResult {
     std::uint64_t start_time = 0;  // the holder's (thread's) start time, as its lines record it; 0: unknown
     std::string file_identity;     // LockedFile::identity() of the bindings file
     std::uint64_t memory = 0;      // the request the holder's lines record (bytes per GPU); 0: none
+    std::vector<Orphan> orphans;   // kNotEnough: the orphans its message names, on GPUs short of memory
 };
 
 // kInvalidArgument, naming it, unless `slot` is a valid slot id (coordination/lines.hpp's valid_slot).
@@ -90,7 +99,8 @@ Status check_slot(const std::string& slot);
 // degraded): new GPUs come by rank first, then least-bound, then lowest index. With a `memory` request, a
 // new GPU must also fit it (MemoryRequest), and the lines record it: a holder keeps the request it bound
 // with, whichever of its GPUs are given (asking again with another is kInvalidArgument, without one gets
-// it), and a dead holder's request goes with its lines.
+// it), and a dead holder's request goes with its lines. An orphan's lines (its TaskManager gone, it still
+// runs) count for nothing but stay while it runs: a shortage of memory on its GPU names it and how to end it.
 BindResult bind(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus,
                 std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks = {},
                 const MemoryRequest& memory = {}) noexcept;

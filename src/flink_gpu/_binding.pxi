@@ -9,6 +9,11 @@ cdef extern from "coordination/bindings.hpp" namespace "flinkgpu::binding" nogil
         pid_t taskmanager
         uint64_t start_time
 
+    cdef cppclass BindOrphan "flinkgpu::binding::Orphan":
+        pid_t pid
+        pid_t taskmanager
+        string index
+
     cdef cppclass BindResult "flinkgpu::binding::BindResult":
         Status status
         vector[string] indices
@@ -18,6 +23,7 @@ cdef extern from "coordination/bindings.hpp" namespace "flinkgpu::binding" nogil
         uint64_t start_time
         string file_identity
         uint64_t memory
+        vector[BindOrphan] orphans
 
     cdef cppclass GpuMemory "flinkgpu::binding::GpuMemory":
         optional[uint64_t] total

@@ -188,7 +188,9 @@ cdef class BindOutcome:
     pid namespace can rely on, or None; ``start_time``: the holder's start time its lines record (0:
     unknown); ``file_identity``: the bindings file's "<major>:<minor>:<inode>"; ``shortage``: why too few
     GPUs were usable or free (then nothing is bound), or None; ``memory``: the request the holder's lines
-    record (bytes per GPU; 0: none); ``memory_total``: {index: bytes} of the usable GPUs whose total NVML read.
+    record (bytes per GPU; 0: none); ``memory_total``: {index: bytes} of the usable GPUs whose total NVML read;
+    ``orphans``: (pid, TaskManager pid, index) of each orphaned worker the shortage names (its TaskManager gone,
+    it still runs on a GPU short of memory).
     """
 
     cdef readonly tuple indices
@@ -202,6 +204,7 @@ cdef class BindOutcome:
     cdef readonly object shortage
     cdef readonly unsigned long long memory
     cdef readonly dict memory_total
+    cdef readonly tuple orphans
 
     def __init__(self):
         raise TypeError("BindOutcome objects come from flink_gpu.policy.bind()")
@@ -249,6 +252,7 @@ def policy_bind(Nvml nvml, path, double timeout, pid, slot, taskmanager, gpus, s
     out.file_identity = _co_text(r.bound.file_identity)
     out.shortage = shortage
     out.memory = r.bound.memory
+    out.orphans = tuple((o.pid, o.taskmanager, _text(o.index)) for o in r.bound.orphans)
     out.memory_total = {}
     cdef size_t m
     for m in range(min(r.usable.size(), r.memory.size())):

@@ -30,12 +30,18 @@ A child forked from a process holder (a DataLoader worker) shares its parent's b
 parent bound in and binds nothing new there while the parent binds there; releasing in the child does
 nothing. Once the parent's binding in a file has ended (released, or the parent died), and in any other file,
 the child is a holder of its own.
+
+A binding made for a TaskManager other than the process itself (``taskmanager_pid``: a process-mode worker's)
+ends with it: one daemon thread per process waits on a pidfd of each such TaskManager, started with the first
+of them, and releases the bindings made for one when it dies (a WARN says so): no other process counts them any
+longer (docs/design.md §9.4), and their lines go.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import select
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable
@@ -108,9 +114,22 @@ _MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 
 class _Held:
     """One holder's binding in this process: how many handles are out, what it binds, the start time its
-    lines carry (0: none), and where it is registered (a handle releases through it from any thread)."""
+    lines carry (0: none), and where it is registered (a handle releases through it from any thread); for the
+    TaskManager watch, the holder as the core names it, its file and the TaskManagers it was bound for, and
+    whether their death ended it (its handles then release nothing)."""
 
-    __slots__ = ("refs", "indices", "start_time", "registry", "key")
+    __slots__ = (
+        "refs",
+        "indices",
+        "start_time",
+        "registry",
+        "key",
+        "native",
+        "path",
+        "timeout",
+        "taskmanagers",
+        "ended",
+    )
 
     def __init__(self, registry: "dict[_HolderKey, _Held]", key: "_HolderKey") -> None:
         self.refs = 0
@@ -118,6 +137,11 @@ class _Held:
         self.start_time = 0
         self.registry = registry
         self.key = key
+        self.native: "_NativeHolder" = (0, None, None, 0)
+        self.path = ""
+        self.timeout = DEFAULT_TIMEOUT
+        self.taskmanagers: "set[tuple[int, int | None]]" = set()  # _watches' keys
+        self.ended = False
 
 
 _lock = threading.Lock()
@@ -162,9 +186,177 @@ def _after_fork_in_child() -> None:
         _forked_from, _forked_files = parent, files
     _held.clear()
     _thread_held.__dict__.clear()  # the forking thread's slots are its parent's thread's
+    # the parent's TaskManager watch is the parent's: its thread did not come along, and what it watched for
+    # is the parent's to release
+    for watch in _watches.values():
+        watch.close()
+    _watches.clear()
+    for fd in _wake:
+        os.close(fd)
+    _wake.clear()
 
 
 os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+# -- a binding made for a TaskManager ends with it (docs/design.md §9.3) ----------------------------
+
+
+class _Watch:
+    """A TaskManager that bindings of this process were made for: a pidfd that polls readable once it has
+    exited (None where pidfd_open is not to be had, a seccomp filter or an old kernel: then its start time is
+    read once a second), and the holders bound for it. Only the watch thread closes its pidfd."""
+
+    __slots__ = ("pid", "start_time", "pidfd", "gone", "held")
+
+    def __init__(self, pid: int, start_time: "int | None") -> None:
+        self.pid = pid
+        self.start_time = start_time
+        self.pidfd: "int | None" = None
+        self.gone = False
+        self.held: "set[_Held]" = set()
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            self.gone = True
+        except OSError:
+            pass
+        # the pid read when bind checked it: another process's since, when it died in between
+        self.gone = self.gone or self.ended()
+
+    @property
+    def key(self) -> "tuple[int, int | None]":
+        return self.pid, self.start_time
+
+    def ended(self) -> bool:
+        """Whether the TaskManager is gone, by its start time."""
+        return process_start_time(self.pid) != self.start_time
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+# (pid, start time) of a TaskManager -> its watch, for the bindings of this process made for a TaskManager
+# other than itself (two processes that had one pid are two TaskManagers)
+_watches: "dict[tuple[int, int | None], _Watch]" = {}
+# the watch thread's wake-up pipe (read end, write end), from the first watch on
+_wake: "list[int]" = []
+#: How often a TaskManager without a pidfd is looked at (s).
+_UNWATCHED_INTERVAL = 1.0
+
+
+def _watch(held: _Held, taskmanager: int, start_time: "int | None") -> None:
+    """Ends ``held`` when ``taskmanager`` (whose start time bind read) dies; under _lock."""
+    watch = _watches.get((taskmanager, start_time))
+    if watch is None:
+        watch = _watches[taskmanager, start_time] = _Watch(taskmanager, start_time)
+    watch.held.add(held)
+    held.taskmanagers.add(watch.key)
+    if not _wake:
+        _wake.extend(os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK))
+        threading.Thread(
+            target=_watch_taskmanagers, args=(_wake[0],), name="flink-gpu TaskManager watch", daemon=True
+        ).start()
+    else:
+        _wake_watch()
+
+
+def _unwatch(held: _Held) -> None:
+    """``held`` no longer waits for its TaskManagers (released); under _lock. The watch thread closes the pidfds
+    that no binding waits on."""
+    for key in held.taskmanagers:
+        watch = _watches.get(key)
+        if watch is not None:
+            watch.held.discard(held)
+    if held.taskmanagers:
+        _wake_watch()
+    held.taskmanagers.clear()
+
+
+def _wake_watch() -> None:
+    try:
+        os.write(_wake[1], b"w")
+    except BlockingIOError:  # a full pipe wakes it all the same
+        pass
+
+
+def _watch_taskmanagers(wake: int) -> None:
+    """The watch thread: waits (holding no lock) for a watched TaskManager to exit, or for the watches to
+    change, and ends the bindings made for a TaskManager that is gone."""
+    while True:
+        with _lock:
+            for key, watch in list(_watches.items()):
+                if not watch.held:  # every binding made for it was released
+                    del _watches[key]
+                    watch.close()
+            watches = [watch for watch in _watches.values() if not watch.gone]
+            gone = [watch for watch in _watches.values() if watch.gone]
+        if not gone:
+            poller = select.poll()
+            poller.register(wake, select.POLLIN)
+            for watch in watches:
+                if watch.pidfd is not None:
+                    poller.register(watch.pidfd, select.POLLIN)
+            timed = any(watch.pidfd is None for watch in watches)
+            ready = {fd for fd, _ in poller.poll(_UNWATCHED_INTERVAL * 1000 if timed else None)}
+            if wake in ready:
+                try:
+                    while os.read(wake, 64):
+                        pass
+                except BlockingIOError:
+                    pass
+            gone = [w for w in watches if w.pidfd in ready or (w.pidfd is None and w.ended())]
+        for watch in gone:
+            _taskmanager_gone(watch)
+
+
+def _taskmanager_gone(watch: _Watch) -> None:
+    """Releases the bindings made for the TaskManager of ``watch``, which is gone, and says so."""
+    ended: "list[tuple[_Held, Exception | None]]" = []  # with why its lines stay, if they do
+    # the registry and the file change together, as in release()
+    with _lock:
+        if _watches.get(watch.key) is watch:
+            del _watches[watch.key]
+        watch.close()
+        for held in list(watch.held):
+            if held.ended or held.registry.get(held.key) is not held:
+                continue  # released meanwhile
+            held.ended = True
+            del held.registry[held.key]
+            _unwatch(held)
+            pid, slot, taskmanager, start_time = held.native
+            try:
+                unbind(held.path, held.timeout, pid, slot, taskmanager, start_time)
+                ended.append((held, None))
+            except (OSError, TimeoutError) as failure:
+                ended.append((held, failure))
+        watch.held.clear()
+    from flink_gpu.gpu_index import sort_indices
+
+    for held, why in ended:
+        gpus = ", ".join(sort_indices(held.indices))
+        pid, slot, _, _ = held.native
+        holder = f"pid {pid}" if slot is None else f"slot {slot} (thread {pid})"
+        if why is None:
+            _log.warning(
+                "TaskManager pid %d is gone: the binding of GPU(s) %s to %s in %s was released.",
+                watch.pid,
+                gpus,
+                holder,
+                held.path,
+            )
+        else:
+            _log.warning(
+                "TaskManager pid %d is gone: the binding of GPU(s) %s to %s in %s no longer counts for any bind, "
+                "but its lines could not be removed (%s); they go with this process.",
+                watch.pid,
+                gpus,
+                holder,
+                held.path,
+                why,
+            )
 
 
 class GPUBinding:
@@ -490,12 +682,16 @@ class GPUBinding:
         with _lock:
             if self._released:
                 return
+            if held.ended:  # its TaskManager died, and the watch released it
+                self._released = True
+                return
             if held.refs == 1:
                 # the start time: a thread that got an ended binder's id keeps what it bound itself. A
                 # failure (a lock timeout) changes nothing here, so release() can be called again.
                 unbind(self._path, self._timeout, pid, slot, taskmanager, start_time)
                 if held.registry.get(held.key) is held:
                     del held.registry[held.key]
+                _unwatch(held)
             held.refs -= 1
             self._released = True
 
@@ -647,7 +843,9 @@ def bind(
     binding. :attr:`GPUBinding.memory_limit` is it; enforcing it is the framework's
     (:meth:`GPUBinding.apply_memory_limit`, :meth:`GPUBinding.memory_environment`).
 
-    ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``); ``path``: the
+    ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``): where it is
+    another process, the binding ends when it dies (one WARN says so), and no other process counts it from then
+    on; ``path``: the
     bindings file (default :func:`bindings_path`); ``library_path``: the libnvidia-ml for ``devices`` and
     the gauges; ``metrics_interval``: how often the gauges' sampler reads NVML, at most (seconds, at least
     flink_gpu.nvml's MIN_METRICS_INTERVAL; None: DEFAULT_METRICS_INTERVAL). Raises
@@ -670,7 +868,8 @@ def bind(
         or not 0 < taskmanager_pid <= 0x7FFFFFFF
     ):
         raise ValueError(f"taskmanager_pid must be a positive process id, got {taskmanager_pid!r}.")
-    if taskmanager_pid is not None and process_start_time(taskmanager_pid) is None:
+    taskmanager_start = None if taskmanager_pid is None else process_start_time(taskmanager_pid)
+    if taskmanager_pid is not None and taskmanager_start is None:
         raise ValueError(
             f"taskmanager_pid {taskmanager_pid} is not a running process: give the pid of the "
             "TaskManager (or parent) whose GPUs these are, or None."
@@ -705,7 +904,9 @@ def bind(
             memory=memory_bytes or 0,
         )
         if outcome.shortage is not None:
-            raise NotEnoughGpusError(outcome.shortage)
+            error = NotEnoughGpusError(outcome.shortage)
+            error.orphans = outcome.orphans
+            raise error
         indices, added, start_time = outcome.indices, outcome.added, outcome.start_time
         key = (outcome.file_identity, me) if slot is None else (outcome.file_identity, slot, taskmanager_pid)
         held = registry.get(key)
@@ -714,6 +915,10 @@ def bind(
         held.refs += 1
         held.indices.update(indices)
         held.start_time = start_time
+        held.native, held.timeout = (pid, slot, taskmanager_pid, start_time), timeout
+        held.path = held.path or path
+        if taskmanager_pid is not None and taskmanager_pid != me:
+            _watch(held, taskmanager_pid, taskmanager_start)
     if outcome.left_out:
         why = "; ".join(f"GPU {index} is {health}" for index, health in outcome.left_out)
         _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(outcome.usable))

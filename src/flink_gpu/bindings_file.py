@@ -22,6 +22,7 @@ __all__ = [
     "bindings_path",
     "file_identity",
     "memory_request",
+    "orphan_text",
     "snapshot",
     "unbind",
 ]
@@ -56,6 +57,16 @@ def memory_request(entries: "Iterable[BindingEntry]") -> "int | None":
     return max(requests) if requests else None
 
 
+def orphan_text(pid: int, taskmanager: "int | None", gpus: "Iterable[str]", memory: "int | None") -> str:
+    """An orphaned worker (BindingSnapshot.orphans) as ``list`` and doctor name it, in the words of a shortage
+    (csrc/coordination/bindings.cpp): "pid P, a worker of TaskManager T which is gone, still runs on GPU n"
+    and the request its binding no longer counts."""
+    from flink_gpu.flink_memory_size import format_memory_size
+
+    text = f"pid {pid}, a worker of TaskManager {taskmanager} which is gone, still runs on GPU {', '.join(gpus)}"
+    return text + (f" (its request of {format_memory_size(memory)} no longer counts)" if memory else "")
+
+
 def unbind(
     path: str, timeout: float, pid: int, slot: "str | None", taskmanager: "int | None", start_time: int = 0
 ) -> "list[str]":
@@ -87,6 +98,30 @@ class BindingSnapshot:
             tm: {holder: tuple(sort_indices(indices)) for holder, indices in holders.items()}
             for tm, holders in out.items()
         }
+
+    def orphans(self) -> "dict[int, tuple[BindingEntry, ...]]":
+        """Orphaned workers, pid -> its lines: processes of this pid namespace that still run though the
+        TaskManager their lines record is gone (state "taskmanager gone"). Their bindings count for nothing,
+        but what they allocated is not free; only ending them frees it."""
+        out: "dict[int, list[BindingEntry]]" = {}
+        for entry in self.entries:
+            if entry.state == "taskmanager gone" and entry.slot is None:
+                out.setdefault(entry.pid, []).append(entry)
+        return {pid: tuple(entries) for pid, entries in out.items()}
+
+    def unjudged_workers(self) -> "tuple[BindingEntry, ...]":
+        """Live lines of process holders of other pid namespaces bound for a TaskManager other than themselves
+        (a container's workers): whether that TaskManager still runs cannot be told from this pid namespace,
+        so an orphan among them keeps its GPU here while it holds its lease."""
+        return tuple(
+            entry
+            for entry in self.entries
+            if entry.alive
+            and not entry.ours
+            and entry.slot is None
+            and entry.taskmanager is not None
+            and entry.taskmanager != entry.pid
+        )
 
 
 def snapshot(path: "str | os.PathLike[str] | None" = None, *, timeout: float = DEFAULT_TIMEOUT) -> BindingSnapshot:

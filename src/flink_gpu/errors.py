@@ -73,6 +73,11 @@ class NotEnoughGpusError(BindingError):
     ``external-resource.<name>.amount``). The core's not-enough status reaches Python as this type.
     """
 
+    #: A bind's shortage only: (pid, TaskManager pid, GPU index) of each orphaned worker its message names, a
+    #: process that still runs on a GPU short of memory though the TaskManager it bound for is gone: ending
+    #: it is the fix, not asking for less.
+    orphans: "tuple[tuple[int, int, str], ...]" = ()
+
 
 class SlotUnknownError(BindingError):
     """``bind_gpus`` in thread mode cannot tell the subtask's slot (the Java RuntimeContext gives no

@@ -166,7 +166,14 @@ def bind_gpus(
         )
     except NotEnoughGpusError as error:  # the same error, told what this TaskManager can serve
         advice = _binding_advice(
-            name, lookup.infos, taskmanager, count, subtasks_per_gpu, lookup.mode == "thread", memory_bytes
+            name,
+            lookup.infos,
+            taskmanager,
+            count,
+            subtasks_per_gpu,
+            lookup.mode == "thread",
+            memory_bytes,
+            orphaned=bool(error.orphans),
         )
         error.args = (f"{error} {advice}",)
         raise
@@ -223,8 +230,10 @@ def _binding_advice(
     subtasks_per_gpu: int,
     thread_mode: bool,
     memory: "int | None" = None,
+    orphaned: bool = False,
 ) -> str:
-    """What the TaskManager can serve and what to change, for a NotEnoughGpusError of bind_gpus."""
+    """What the TaskManager can serve and what to change, for a NotEnoughGpusError of bind_gpus (``orphaned``:
+    the core named orphaned workers that hold the memory asked for, and how to end them: nothing else to change)."""
     from flink_gpu.gpu_index import sort_indices, unit_parent
 
     gpus = sort_indices(info.index for info in infos)
@@ -247,6 +256,8 @@ def _binding_advice(
         if units and thread_mode
         else ""
     )
+    if memory is not None and orphaned:
+        return f"{has}."
     if memory is not None:  # the core named each GPU's requests and free memory
         from flink_gpu.flink_memory_size import format_memory_size
 

@@ -183,6 +183,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
                     "holders_per_gpu": 1,
                     "memory": None,
                     "liveness_known": True,
+                    "orphaned": False,
                     "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"]),
                 },
                 {
@@ -194,6 +195,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
                     "holders_per_gpu": 1,
                     "memory": None,
                     "liveness_known": True,
+                    "orphaned": False,
                     "cmdline": None,
                 },
                 {
@@ -205,6 +207,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
                     "holders_per_gpu": 2,
                     "memory": None,
                     "liveness_known": True,
+                    "orphaned": False,
                     "cmdline": binder_cmdline(binders.script, bindings, taskmanager, ["0", "1", "2"], share=2),
                 },
             ],
@@ -226,6 +229,7 @@ def test_list_shows_bindings_under_their_taskmanager(tmp_path, holder, binders):
                     "holders_per_gpu": 1,
                     "memory": None,
                     "liveness_known": True,
+                    "orphaned": False,
                     "cmdline": binder_cmdline(binders.script, bindings, None, ["3"]),
                 }
             ],
@@ -349,6 +353,36 @@ def test_list_shows_each_bindings_memory_request_and_what_each_gpu_has_requested
     assert requested == ["  GPU 0: requested 14 GiB of 16 GiB", "  GPU 1: requested 2 GiB of 80 GiB"]
 
 
+def test_list_does_not_show_an_orphaned_worker_as_a_holder_and_names_it_and_how_to_end_it(tmp_path):
+    """A process-mode TaskManager SIGKILLed; its worker lives on (stopped: it cannot give its binding up
+    itself). It is no holder, its request counts for nothing, and it is not a dead holder either: it runs."""
+    from support.orphans import WORKER, orphaned_worker
+
+    coord, bindings = tmp_path / "coord", tmp_path / "coord.bindings"
+    with orphaned_worker(bindings, {"devices": [{}]}, memory="12 gb", stopped=True) as orphan:
+        doc = cli_json("--simulate", "1", "list", "--file", coord)
+        human = cli("--simulate", "1", "list", "--file", coord).stdout
+    schema = json.loads((Path(flink_gpu.__file__).parent / "cli" / "schema.json").read_text())
+    assert errors(doc, schema) == []
+    view = doc["bindings"]
+    assert (view["taskmanagers"], view["stale"]) == ([], [])
+    assert view["orphans"] == [
+        {
+            "pid": orphan.pid,
+            "taskmanager": orphan.taskmanager,
+            "gpus": ["0"],
+            "memory": 12 * GiB,
+            "cmdline": [sys.executable, "-c", WORKER, str(bindings), "0", "12 gb"],
+        }
+    ]
+    assert doc["gpus"][0]["memory_requested"] == 0
+    assert bindings_table(human, bindings) == [
+        "  no live holder.",
+        f"  pid {orphan.pid}, a worker of TaskManager {orphan.taskmanager} which is gone, still runs on GPU 0 (its "
+        f"request of 12 GiB no longer counts): end it (kill {orphan.pid}).",
+    ]
+
+
 def test_list_counts_a_holder_once_per_gpu_with_its_largest_line_and_says_when_the_total_is_unknown(tmp_path):
     # a slot of another PID namespace's TaskManager binds GPU 0 from two threads: one holder, 6 GiB (not 10)
     ns = os.stat("/proc/self/ns/pid").st_ino + 1
@@ -378,6 +412,7 @@ def test_list_without_a_bindings_file_has_no_bindings_section(tmp_path):
         "error": None,
         "taskmanagers": [],
         "stale": [],
+        "orphans": [],
         "unparsable": [],
         "unknown_indices": [],
     }

@@ -639,6 +639,40 @@ TEST_CASE(concurrent_binders_never_request_more_than_a_gpu_has) {
     CHECK_EQ(per_gpu["refused"], kBinders - 4);
 }
 
+// A process-mode worker whose TaskManager died lives on, orphaned: its line counts for nothing but stays while it
+// runs, and where the memory it still uses is short, the shortage names it and how to end it instead of asking
+// for less.
+TEST_CASE(an_orphans_line_counts_for_nothing_stays_while_it_runs_and_is_named_where_memory_is_short) {
+    const std::string path = fresh_path("orphan");
+    const pid_t orphan = spawn_sleeper(), taskmanager = spawn_sleeper(), other = spawn_sleeper(),
+                third = spawn_sleeper();
+    bi::Holder worker;
+    worker.pid = orphan;
+    worker.taskmanager = taskmanager;
+    CHECK(bind_memory(path, worker, 1, 1, request_of(60 * kGiB, {{80 * kGiB, 80 * kGiB}})).status.ok());
+    kill_and_reap(taskmanager);
+    // 70 GiB of the GPU in use: what the orphan allocated
+    const bi::BindResult refused =
+        bind_memory(path, process(other), 1, 1, request_of(20 * kGiB, {{80 * kGiB, 10 * kGiB}}));
+    CHECK(refused.status.code == flinkgpu::StatusCode::kNotEnough);
+    const std::string pid = std::to_string(orphan);
+    CHECK(refused.status.message.find("GPU 0 is free, none of its 80 GiB requested, 10 GiB free. pid " + pid +
+                                      ", a worker of TaskManager " + std::to_string(taskmanager) +
+                                      " which is gone, still runs on GPU 0: end it (kill " + pid +
+                                      "). Bindings file: ") != std::string::npos);
+    CHECK(refused.status.message.find("Ask for less memory") == std::string::npos);
+    CHECK(refused.orphans.size() == 1 && refused.orphans[0].pid == orphan &&
+          refused.orphans[0].taskmanager == taskmanager && refused.orphans[0].index == "0");
+    // where the memory is free, the GPU is the new holder's, and the orphan's line stays while it runs
+    CHECK(bind_memory(path, process(other), 1, 1, request_of(60 * kGiB, {{80 * kGiB, 80 * kGiB}})).status.ok());
+    CHECK(read_text(path).find("0 " + pid + "\t") != std::string::npos);
+    // once it is gone, the next bind removes it
+    kill_and_reap(orphan);
+    CHECK_EQ(bound(path, process(third), gpus(2), 1, 1), std::string("1"));
+    CHECK(read_text(path).find("0 " + pid + "\t") == std::string::npos);
+    for (pid_t p : {other, third}) kill_and_reap(p);
+}
+
 int main(int argc, char** argv) {
     const fixtures::ScratchDir scratch("/tmp/flinkgpu-binding-XXXXXX");
     if (scratch.path().empty()) return 2;

@@ -278,8 +278,9 @@ def _claimed(live: "dict[str, list[CoordinationEntry]]") -> "dict[str, list[str]
     return out
 
 
-def _binding_holder_json(name: str, entries: "list[CoordinationEntry]") -> "dict[str, Any]":
-    """One live holder of the bindings file: a process (``pid``) or a slot (its binding ``threads``)."""
+def _binding_holder_json(name: str, entries: "list[CoordinationEntry]", unjudged: "set[str]") -> "dict[str, Any]":
+    """One live holder of the bindings file: a process (``pid``) or a slot (its binding ``threads``);
+    ``unjudged``: the holder_keys of workers whose TaskManager's liveness this namespace cannot tell."""
     from flink_gpu import bindings_file as binding
 
     first = entries[0]
@@ -293,6 +294,7 @@ def _binding_holder_json(name: str, entries: "list[CoordinationEntry]") -> "dict
         "holders_per_gpu": first.holders_per_gpu,
         "memory": binding.memory_request(entries),
         "liveness_known": all(e.liveness_known for e in entries),
+        "orphaned": None if first.holder_key in unjudged else False,
         "cmdline": entry_cmdline(first) if slot is None else None,
     }
 
@@ -321,6 +323,7 @@ def _bindings_view(
         "error": None,
         "taskmanagers": [],
         "stale": [],
+        "orphans": [],
         "unparsable": [],
         "unknown_indices": [],
     }
@@ -331,7 +334,11 @@ def _bindings_view(
         return view, {}
     # per TaskManager (its taskmanager_key; None: not recorded), per holder (its holder_key), the live lines
     holders: "dict[str | None, dict[str, list[CoordinationEntry]]]" = {}
+    orphans = snapshot.orphans()
+    orphan_lines = {e.line_number for entries in orphans.values() for e in entries}
     for entry in snapshot.entries:
+        if entry.line_number in orphan_lines:
+            continue  # not a dead holder's: it still runs (below)
         if entry.alive:
             holders.setdefault(entry.taskmanager_key, {}).setdefault(entry.holder_key, []).append(entry)
         else:
@@ -344,8 +351,9 @@ def _bindings_view(
                     "taskmanager": entry.taskmanager,
                 }
             )
+    unjudged = {entry.holder_key for entry in snapshot.unjudged_workers()}
     for taskmanager in sorted(holders, key=lambda key: _taskmanager_order(next(iter(holders[key].values()))[0])):
-        rows = [_binding_holder_json(entries[0].holder, entries) for entries in holders[taskmanager].values()]
+        rows = [_binding_holder_json(entries[0].holder, entries, unjudged) for entries in holders[taskmanager].values()]
         first = next(iter(holders[taskmanager].values()))[0]
         pid = first.taskmanager
         cmdline = process_cmdline(pid) if pid is not None and first.ours else None
@@ -358,6 +366,16 @@ def _bindings_view(
                 "command": None if pid is None else entry_command(pid, cmdline),
                 "claimed": [] if taskmanager is None else claimed.get(taskmanager, []),
                 "holders": index_sort_order(rows, lambda row: row["gpus"][0]),
+            }
+        )
+    for pid, lines in orphans.items():
+        view["orphans"].append(
+            {
+                "pid": pid,
+                "taskmanager": lines[0].taskmanager,
+                "gpus": sort_indices({e.index for e in lines}),
+                "memory": binding.memory_request(lines),
+                "cmdline": entry_cmdline(lines[0]),
             }
         )
     view.update(
@@ -472,8 +490,22 @@ def _print_bindings(
                 style=style,
             )
         )
+        unjudged = [h for h in taskmanager["holders"] if h["orphaned"] is None]
+        if unjudged:
+            one = len(unjudged) == 1
+            print(
+                f"    {', '.join(h['holder'] for h in unjudged)}: orphaned? cannot tell from this PID namespace; "
+                + ("it keeps its GPU while it holds its" if one else "they keep their GPUs while they hold their")
+                + f" lease, even once TaskManager pid {taskmanager['pid']} is gone (`flink-gpu list` in PID "
+                f"namespace {taskmanager['namespace']} tells)."
+            )
     for line in _requested_lines(gpus or []):
         print(f"  {line}")
+    from flink_gpu.bindings_file import orphan_text
+
+    for orphan in view["orphans"]:
+        text = orphan_text(orphan["pid"], orphan["taskmanager"], orphan["gpus"], orphan["memory"])
+        print(f"  {text}: end it (kill {orphan['pid']}).")
     if view["stale"]:
         count = len(view["stale"])
         print(

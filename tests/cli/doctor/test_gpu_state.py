@@ -390,3 +390,23 @@ def test_doctor_notes_a_gpu_with_requests_whose_free_memory_nvml_does_not_read(t
         "GPU 0: its bindings request 12 GiB of its memory (pid 7: 12 GiB), but NVML did not read its free "
         "memory: doctor cannot tell whether the requests still fit."
     )
+
+
+def test_doctor_names_an_orphaned_worker_and_how_to_end_it(tmp_path):
+    """A process-mode TaskManager SIGKILLed; its worker lives on (stopped: it cannot give its binding up
+    itself) with 12 GiB of GPU 0's 16 used. Its binding counts for nothing: doctor names it, its dead
+    TaskManager, the GPU and request, and how to end it; no request is left to fit."""
+    from support.orphans import orphaned_worker
+
+    coord = tmp_path / "coord"
+    spec = {"devices": [{"memory_total": 16 * GiB}, {}]}
+    with orphaned_worker(f"{coord}.bindings", spec, memory="12 gb", stopped=True) as orphan:
+        device = {"memory_used": 12 * GiB, "processes": [{"pid": orphan.pid, "used_memory": 12 * GiB}]}
+        [warning] = memory_doctor(tmp_path, coord, device)
+    assert warning["level"] == "warning" and warning["resource"] == "gpu"
+    assert warning["message"] == (
+        f"pid {orphan.pid}, a worker of TaskManager {orphan.taskmanager} which is gone, still runs on GPU 0 (its "
+        "request of 12 GiB no longer counts): no bind counts its binding any longer, but what it allocated there "
+        "is not free."
+    )
+    assert warning["fix"] == f"End it: kill {orphan.pid}."

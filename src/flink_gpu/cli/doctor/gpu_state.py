@@ -1,7 +1,8 @@
 """The state of the host's GPUs now (docs/design.md §9.1): unhealthy, degraded and busy ones, the
 checks that could not be made, findings of checks ``health-checks`` leaves out, a host whose
 GPUs have not registered with the NVLink fabric, and GPUs whose bindings' memory requests (the
-bindings file of the configuration's coordination file, docs/design.md §9.3) no longer fit in what is free.
+bindings file of the configuration's coordination file, docs/design.md §9.3) no longer fit in what is free, and
+workers whose bindings outlived their TaskManager (orphans).
 
 Doctor is not a worker, so "busy" here means running a process that belongs to no flink-gpu
 holder (no live owner in the coordination file, no live holder in its bindings file — a thread-mode
@@ -26,6 +27,7 @@ TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
 if TYPE_CHECKING:
     from typing import Iterable, Sequence
 
+    from flink_gpu.bindings_file import BindingSnapshot
     from flink_gpu.coordination import CoordinationEntry
     from flink_gpu.nvml import Device, DeviceState
 
@@ -360,6 +362,7 @@ def _check_memory_requests(
             resource=name,
         )
         return
+    check_orphans(checkup, name, found)
     per_gpu: "dict[str, dict[str, list[CoordinationEntry]]]" = {}
     for entry in found.entries:
         if entry.alive:
@@ -423,6 +426,43 @@ def _check_memory_requests(
             f"`flink-gpu list --file {shlex.quote(coordination_file)}` (each binding's request, and the processes "
             "of no holder), then stop it; or lower the requests (the `memory` of bind_gpus or bind), or bind "
             "fewer holders to the GPU.",
+            resource=name,
+        )
+
+
+def check_orphans(checkup: Checkup, name: str, found: "BindingSnapshot") -> None:
+    """A warning per orphaned worker of the bindings file ``found`` (its TaskManager gone, it still runs: its
+    binding counts for nothing, what it allocated is not free), and one note on the workers of other PID
+    namespaces, whose TaskManagers this namespace cannot tell alive or gone."""
+    from flink_gpu.bindings_file import memory_request, orphan_text
+    from flink_gpu.gpu_index import sort_indices
+
+    for pid, entries in found.orphans().items():
+        gpus = sort_indices({entry.index for entry in entries})
+        checkup.add(
+            "warning",
+            "gpu-state",
+            f"{orphan_text(pid, entries[0].taskmanager, gpus, memory_request(entries))}: no bind counts its binding "
+            "any longer, but what it allocated there is not free.",
+            f"End it: kill {pid}.",
+            resource=name,
+        )
+    workers: "dict[str, list[CoordinationEntry]]" = {}
+    for entry in found.unjudged_workers():
+        workers.setdefault(entry.holder_key, []).append(entry)
+    if workers:
+        named = "; ".join(
+            f"pid {lines[0].pid} of PID namespace {lines[0].namespace} (GPU "
+            f"{', '.join(sort_indices({line.index for line in lines}))}) for TaskManager pid {lines[0].taskmanager}"
+            for lines in workers.values()
+        )
+        checkup.add(
+            "note",
+            "gpu-state",
+            f"{plural(len(workers), 'worker')} of another PID namespace {'binds' if len(workers) == 1 else 'bind'} "
+            f"GPUs for a TaskManager there ({named}): orphaned? cannot tell from this PID namespace; a binding "
+            "counts while its worker holds its lease, even once its TaskManager is gone.",
+            "`flink-gpu doctor` or `flink-gpu list` in the worker's PID namespace names an orphan and how to end it.",
             resource=name,
         )
 
