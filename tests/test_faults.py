@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flink_gpu
-from conftest import child_env, dead_pid, proc_start_time
+from conftest import dead_pid, proc_start_time
 from flink_gpu import (
     Configuration,
     FlinkException,
