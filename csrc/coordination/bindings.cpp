@@ -43,6 +43,11 @@ bool leases_for(const Holder& holder, pid_t self) {
 
 }  // namespace
 
+std::string orphan_text(pid_t pid, pid_t taskmanager, const std::string& gpus) {
+    return "pid " + std::to_string(pid) + ", a worker of TaskManager " + std::to_string(taskmanager) +
+           " which is gone, still runs on GPU " + gpus;
+}
+
 Status check_slot(const std::string& slot) {
     if (coordination::valid_slot(slot)) return {};
     // a message, not a dump: a huge id is shown by its start and its length
@@ -366,9 +371,8 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
                 if (request == 0 || o.fits(request)) continue;
                 for (const Orphan& orphan : o.orphans) {
                     if (!named.insert({orphan.pid, orphan.index}).second) continue;
-                    const std::string pid = std::to_string(orphan.pid);
-                    msg += " pid " + pid + ", a worker of TaskManager " + std::to_string(orphan.taskmanager) +
-                           " which is gone, still runs on GPU " + orphan.index + ": end it (kill " + pid + ").";
+                    msg += " " + orphan_text(orphan.pid, orphan.taskmanager, orphan.index) + ": end it (kill " +
+                           std::to_string(orphan.pid) + ").";
                     r.orphans.push_back(orphan);
                 }
             }

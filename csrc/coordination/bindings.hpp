@@ -73,6 +73,10 @@ struct Orphan {
     std::string index;  // the GPU its line binds
 };
 
+// How an orphan is named wherever it is told (a shortage, `flink-gpu list`, doctor): "pid P, a worker of
+// TaskManager T which is gone, still runs on GPU <gpus>" (`gpus`: one index, or several joined).
+std::string orphan_text(pid_t pid, pid_t taskmanager, const std::string& gpus);
+
 struct BindResult {
     Status status;
     std::vector<std::string> indices;  // the holder's binding for this request, in index order

@@ -30,6 +30,8 @@ cdef extern from "coordination/bindings.hpp" namespace "flinkgpu::binding" nogil
         optional[uint64_t] free
 
     Status binding_check_slot "flinkgpu::binding::check_slot"(const string& slot)
+    string binding_orphan_text_cpp "flinkgpu::binding::orphan_text"(pid_t pid, pid_t taskmanager,
+                                                                    const string& gpus) except +
     CoordReleaseResult binding_unbind_cpp "flinkgpu::binding::unbind"(const CoordOptions& opts,
                                                                      const BindHolder& holder)
 
@@ -62,3 +64,9 @@ def binding_unbind(path, double timeout, pid, slot, taskmanager, uint64_t start_
     if not r.status.ok():
         raise _error(r.status, path)
     return _co_strings(r.released)
+
+
+def binding_orphan_text(pid, taskmanager, gpus):
+    """The core's words for an orphaned worker: "pid P, a worker of TaskManager T which is gone, still runs on
+    GPU <gpus>" (``gpus``: the indices, joined)."""
+    return _co_text(binding_orphan_text_cpp(_co_pid(pid), _co_pid(taskmanager), (<str>gpus).encode("utf-8", "surrogateescape")))

@@ -58,12 +58,12 @@ def memory_request(entries: "Iterable[BindingEntry]") -> "int | None":
 
 
 def orphan_text(pid: int, taskmanager: "int | None", gpus: "Iterable[str]", memory: "int | None") -> str:
-    """An orphaned worker (BindingSnapshot.orphans) as ``list`` and doctor name it, in the words of a shortage
-    (csrc/coordination/bindings.cpp): "pid P, a worker of TaskManager T which is gone, still runs on GPU n"
-    and the request its binding no longer counts."""
+    """An orphaned worker (BindingSnapshot.orphans) as ``list`` and doctor name it, in the core's words, which
+    a shortage uses too: "pid P, a worker of TaskManager T which is gone, still runs on GPU n", and the request
+    its binding no longer counts."""
     from flink_gpu.flink_memory_size import format_memory_size
 
-    text = f"pid {pid}, a worker of TaskManager {taskmanager} which is gone, still runs on GPU {', '.join(gpus)}"
+    text = _native.binding_orphan_text(pid, taskmanager or 0, ", ".join(gpus))
     return text + (f" (its request of {format_memory_size(memory)} no longer counts)" if memory else "")
 
 
