@@ -5,7 +5,7 @@ claiming 1 and 2 of 8 GPUs, in one interleaved run; medians and NVML call counts
 ``extra_info``. With ``--benchmark-disable`` (CI's smoke run) one round on the profiles that take
 milliseconds, which still checks every path's answer and counts.
 
-How many queries a claim makes is asserted by tests/test_nvml_discovery.py
+How many queries a claim makes is asserted by tests/gpu/test_nvml_discovery.py
 (test_a_claim_asks_each_needed_query_once_per_gpu_and_no_more), not here: these counts are figures.
 """
 

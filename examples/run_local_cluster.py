@@ -118,7 +118,7 @@ def free_port() -> int:
 def write_configuration(home: Path, work: Path, gpus_per_taskmanager: int, slots: int, ports: "dict[str, int]") -> Path:
     """conf/: the distribution's config.yaml flattened, with the GPU resource; log4j files; masters, workers."""
     from flink_gpu import Configuration
-    from flink_gpu.taskmanager_env import discovery_executable
+    from flink_gpu.deploy.taskmanager_env import discovery_executable
 
     discovery = discovery_executable()
     if discovery is None:
@@ -167,7 +167,7 @@ def lib_dir(home: Path, work: Path) -> Path:
 
 class Cluster:
     def __init__(self, home: Path, work: Path, gpus: int, gpus_per_taskmanager: int, slots: int, start_timeout: float):
-        from flink_gpu.taskmanager_env import taskmanager_environment
+        from flink_gpu.deploy.taskmanager_env import taskmanager_environment
 
         self.home, self.work, self.slots, self.start_timeout = home, work, slots, start_timeout
         self.rest_port, self.rpc_port = free_port(), free_port()

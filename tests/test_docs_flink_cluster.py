@@ -73,7 +73,7 @@ def namespaces():
 
 
 def test_every_command_of_the_walkthrough_runs_as_written(tmp_path):
-    from flink_gpu.taskmanager_env import discovery_executable
+    from flink_gpu.deploy.taskmanager_env import discovery_executable
 
     command = namespaces()
     home, var_tmp, bin_dir = tmp_path / "home", tmp_path / "var-tmp", tmp_path / "bin"

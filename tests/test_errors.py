@@ -41,11 +41,11 @@ def test_every_exception_is_exported_from_the_package_and_says_when_it_is_raised
 
 
 def test_the_failures_of_a_claim_or_a_bind_are_flink_exceptions_and_keep_their_old_names():
+    from flink_gpu.base.regular_files import FileTooLargeError, NotARegularFileError
     from flink_gpu.binding import BindingError
-    from flink_gpu.cuda_devices import CudaDeviceError
-    from flink_gpu.framework import FactoryLoadError, FactoryNotFoundError
-    from flink_gpu.gpu.script import DiscoveryScriptNotExecutable, DiscoveryScriptNotFound
-    from flink_gpu.regular_files import FileTooLargeError, NotARegularFileError
+    from flink_gpu.binding.cuda_ordinals import CudaDeviceError
+    from flink_gpu.flink.framework import FactoryLoadError, FactoryNotFoundError
+    from flink_gpu.gpu.script_discovery import DiscoveryScriptNotExecutable, DiscoveryScriptNotFound
 
     # Flink-style `except FlinkException` catches each; `except BindingError` what bind raised before
     for cls in (

@@ -33,7 +33,7 @@ from flink_gpu import (
     coordination,
     simulator,
 )
-from flink_gpu.framework import load_external_resources
+from flink_gpu.flink.framework import load_external_resources
 from support.files import fill, make_odd_path, small_tmpfs
 from support.interop import fake_nvidia_smi, stock_env
 from support.leases import our_lease
@@ -223,7 +223,7 @@ def test_faulty_devices_are_never_claimed(discovery_exe, tmp_path, owners):
 
 NVML_PROVIDER = """
 import json, os
-from flink_gpu.framework import load_external_resources
+from flink_gpu.flink.framework import load_external_resources
 script = os.environ["TEST_SCRIPT"]
 config = {
     "external-resources": "gpu;fpga",
@@ -1332,7 +1332,7 @@ def _read_pod_template(path):
 
 
 def _load_configuration_file(path):
-    from flink_gpu.config_files import load_configuration_file
+    from flink_gpu.flink.config_files import load_configuration_file
 
     return load_configuration_file(path, legacy=False)
 

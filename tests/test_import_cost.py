@@ -32,9 +32,9 @@ HEAVY = (
     "flink_gpu.gpu.driver",
     "flink_gpu.nvml",
     "flink_gpu.coordination",
-    "flink_gpu.script_protocol",
-    "flink_gpu.gpu.script",
-    "flink_gpu.gpu.nvml",
+    "flink_gpu.flink.script_protocol",
+    "flink_gpu.gpu.script_discovery",
+    "flink_gpu.gpu.nvml_discovery",
 )
 
 

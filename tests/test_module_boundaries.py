@@ -2,12 +2,13 @@
 and only the faces of the native core import ``flink_gpu._native``.
 
 A private name is private to where it is defined: ``_claim`` in ``flink_gpu.coordination`` to that
-module; a private module such as ``flink_gpu.cli._output`` (or ``flink_gpu._lazy``) to its package,
+module; a private module such as ``flink_gpu.cli._output`` (or ``flink_gpu.base.lazy``) to its package,
 whose own modules may use it. ``flink_gpu._native`` is the exception: only FACES import it. And
 README.md's architecture table names every module of csrc/ and src/flink_gpu/.
 """
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -22,11 +23,9 @@ SRC = PACKAGE_DIR.parent
 FACES = {
     "flink_gpu.nvml",
     "flink_gpu.coordination",
-    "flink_gpu.script_protocol",
-    "flink_gpu.java_text",
-    "flink_gpu.flink_duration",
-    "flink_gpu.flink_memory_size",
-    "flink_gpu.gpu_index",
+    "flink_gpu.flink.script_protocol",
+    "flink_gpu.flink.grammars",
+    "flink_gpu.base.gpu_index",
     "flink_gpu.bindings_file",
     "flink_gpu.policy",
 }
@@ -111,7 +110,7 @@ def violations(module: str, source: str, modules: "dict[str, bool]") -> "list[st
                 chain.append(value.attr)
                 value = value.value
             if isinstance(value, ast.Name) and value.id in bound:
-                # flink_gpu.gpu.nvml._x: walk down to the module the private name is taken from
+                # flink_gpu.gpu.nvml_discovery._x: walk down to the module the private name is taken from
                 owner = bound[value.id]
                 for part in reversed(chain[1:]):
                     if f"{owner}.{part}" not in modules:
@@ -150,30 +149,30 @@ KINDS = {
     "flink_gpu": True,
     "flink_gpu.coordination": False,
     "flink_gpu.gpu": True,
-    "flink_gpu.gpu.nvml": False,
+    "flink_gpu.gpu.nvml_discovery": False,
     "flink_gpu.cli": True,
     "flink_gpu.cli._output": False,
-    "flink_gpu.cli.coordination": False,
+    "flink_gpu.cli.coordination_command": False,
     "flink_gpu._native": False,
-    "flink_gpu._lazy": False,
+    "flink_gpu.base.lazy": False,
     "flink_gpu.nvml": False,
     "flink_gpu.pyflink": False,
-    "flink_gpu.framework": False,
+    "flink_gpu.flink.framework": False,
 }
 
 
 @pytest.mark.parametrize(
     "module, source",
     [
-        ("flink_gpu.gpu.nvml", "from flink_gpu.coordination import _claim"),
-        ("flink_gpu.gpu.nvml", "from flink_gpu import coordination\ncoordination._claim(1)"),
-        ("flink_gpu.gpu.nvml", "import flink_gpu.coordination\nflink_gpu.coordination._claim(1)"),
-        ("flink_gpu.gpu.nvml", "import flink_gpu.coordination as c\nc._claim(1)"),
-        ("flink_gpu.pyflink", "def f():\n    from flink_gpu.gpu.nvml import _gpu_info"),
+        ("flink_gpu.gpu.nvml_discovery", "from flink_gpu.coordination import _claim"),
+        ("flink_gpu.gpu.nvml_discovery", "from flink_gpu import coordination\ncoordination._claim(1)"),
+        ("flink_gpu.gpu.nvml_discovery", "import flink_gpu.coordination\nflink_gpu.coordination._claim(1)"),
+        ("flink_gpu.gpu.nvml_discovery", "import flink_gpu.coordination as c\nc._claim(1)"),
+        ("flink_gpu.pyflink", "def f():\n    from flink_gpu.gpu.nvml_discovery import _gpu_info"),
         ("flink_gpu.pyflink", "import flink_gpu._native"),
         ("flink_gpu.pyflink", "from flink_gpu import _native"),
         ("flink_gpu.pyflink", "from flink_gpu._native import Nvml"),
-        ("flink_gpu.cli.coordination", "from .. import _native"),
+        ("flink_gpu.cli.coordination_command", "from .. import _native"),
         ("flink_gpu.pyflink", "from flink_gpu.cli._output import table"),  # private to flink_gpu.cli
         ("flink_gpu.pyflink", "from flink_gpu.cli import _output"),
     ],
@@ -187,7 +186,7 @@ def test_the_check_finds_each_kind_of_crossing(module, source):
     [
         ("flink_gpu.nvml", "from flink_gpu._native import Nvml"),  # a face
         ("flink_gpu.coordination", "from flink_gpu import _native\n_native.coordination_claim"),
-        ("flink_gpu.cli.coordination", "from flink_gpu.cli._output import table"),  # its own package's
+        ("flink_gpu.cli.coordination_command", "from flink_gpu.cli._output import table"),  # its own package's
         ("flink_gpu.gpu", "from flink_gpu import _lazy"),  # flink_gpu.gpu is inside flink_gpu
         ("flink_gpu.pyflink", "from flink_gpu.coordination import claim\nx = y._private"),  # not a module
         ("flink_gpu.coordination", "def _own(): pass\n_own()"),
@@ -195,6 +194,191 @@ def test_the_check_finds_each_kind_of_crossing(module, source):
 )
 def test_the_check_allows_what_is_within_a_boundary(module, source):
     assert violations(module, source, KINDS) == []
+
+
+# ---- the concepts of src/flink_gpu/ import one way ---------------------------------------------------
+
+#: Each concept of the package and its rank: a module may import its own concept and those of a lower rank,
+#: never a higher one nor another concept of its own rank (binding and deploy know nothing of each other).
+#: The native faces sit between Flink's contract and the GPU plugin: the bindings file speaks Flink's memory
+#: sizes, the driver and bind call into the faces. Function-local imports count.
+CONCEPTS = {
+    "base": 0,  # flink_gpu.base.*, flink_gpu.errors
+    "flink": 1,
+    "faces": 2,  # nvml, coordination, bindings_file, policy, simulator
+    "gpu": 3,
+    "binding": 4,
+    "deploy": 4,
+    "cli": 5,
+    "pyflink": 5,
+    "facade": 6,  # flink_gpu itself (its __init__)
+}
+_ROOT_CONCEPTS = {
+    "flink_gpu": "facade",
+    "flink_gpu.errors": "base",
+    "flink_gpu.nvml": "faces",
+    "flink_gpu.coordination": "faces",
+    "flink_gpu.bindings_file": "faces",
+    "flink_gpu.policy": "faces",
+    "flink_gpu.simulator": "faces",
+    "flink_gpu.pyflink": "pyflink",
+}
+
+
+def concept_of(module: str) -> "str | None":
+    """The concept ``module`` belongs to; None for the extension module, which every face may use."""
+    if module in _ROOT_CONCEPTS:
+        return _ROOT_CONCEPTS[module]
+    parts = module.split(".")
+    if parts[1] == "_native":
+        return None
+    if parts[1] not in CONCEPTS:
+        raise AssertionError(f"{module} belongs to no concept: put it in a folder or name it in _ROOT_CONCEPTS")
+    return parts[1]
+
+
+def upward_imports(module: str, source: str) -> "list[str]":
+    """Each import of ``module``'s source that goes against the concept order."""
+    concept = concept_of(module)
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from flink_gpu import coordination` imports a module of the package, or a name of its facade
+            targets = [node.module]
+            if node.module == "flink_gpu":
+                targets = [f"flink_gpu.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            # the package itself for its metadata (`import flink_gpu` for its __file__, __version__) is no concept
+            if not target.startswith("flink_gpu") or target == "flink_gpu" or target.startswith("flink_gpu.__"):
+                continue
+            top = target.split(".")[1] if "." in target else ""
+            if top and top not in CONCEPTS and top != "_native" and target not in _ROOT_CONCEPTS:
+                target = "flink_gpu"  # a name of the facade (`from flink_gpu import GPUInfo`)
+            imported = concept_of(target)
+            if imported is None or imported == concept:
+                continue
+            if CONCEPTS[imported] >= CONCEPTS[concept]:
+                found.append(f"{module}:{node.lineno} ({concept}) imports {target} ({imported})")
+    return found
+
+
+def test_the_concepts_import_one_way():
+    found = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        relative = path.relative_to(SRC).with_suffix("")
+        parts = relative.parts[:-1] if relative.name == "__init__" else relative.parts
+        found += upward_imports(".".join(parts), path.read_text(encoding="utf-8"))
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "module, source",
+    [
+        ("flink_gpu.gpu.driver", "from flink_gpu.binding import bind"),
+        ("flink_gpu.flink.framework", "def f():\n    from flink_gpu.gpu.info import GPUInfo"),  # function-local
+        ("flink_gpu.binding.gpu_binding", "import flink_gpu.deploy.requests"),  # a concept of its own rank
+        ("flink_gpu.base.gpu_index", "from flink_gpu import coordination"),
+        ("flink_gpu.nvml", "from flink_gpu import GPUInfo"),  # the facade is above everything
+        ("flink_gpu.gpu.info", "from flink_gpu import pyflink"),
+    ],
+)
+def test_the_order_check_finds_an_upward_import(module, source):
+    assert len(upward_imports(module, source)) == 1
+
+
+@pytest.mark.parametrize(
+    "module, source",
+    [
+        ("flink_gpu.binding.gpu_binding", "from flink_gpu.gpu.info import cuda_visible_devices"),
+        ("flink_gpu.gpu.driver", "from flink_gpu import coordination, policy"),
+        ("flink_gpu.pyflink", "from flink_gpu.binding import bind"),
+        ("flink_gpu.bindings_file", "from flink_gpu.flink.grammars import format_memory_size"),
+        ("flink_gpu.nvml", "from flink_gpu._native import Nvml"),
+        ("flink_gpu.cli", "import flink_gpu\nfrom flink_gpu import __version__"),  # the package's metadata
+    ],
+)
+def test_the_order_check_allows_a_downward_import(module, source):
+    assert upward_imports(module, source) == []
+
+
+# ---- every import path the documents show keeps working -------------------------------------------------
+
+#: ``module`` or ``module:name`` as README.md, docs/ and the examples show them.
+DOCUMENTED = [
+    "flink_gpu:GPUDriverFactory",
+    "flink_gpu:GPUInfo",
+    "flink_gpu:pin_to_gpus",
+    "flink_gpu:Configuration",
+    "flink_gpu:ExternalResourceDriver",
+    "flink_gpu:ExternalResourceDriverFactory",
+    "flink_gpu:ExternalResourceInfo",
+    "flink_gpu:load_external_resources",
+    "flink_gpu:kubernetes_resource_requirements",
+    "flink_gpu:merge_into_pod_template",
+    "flink_gpu:yarn_resources",
+    "flink_gpu:__version__",
+    "flink_gpu.gpu:GPUDriverFactory",
+    "flink_gpu.gpu:GPUInfo",
+    "flink_gpu.binding:bind",
+    "flink_gpu.binding:GPUBinding",
+    "flink_gpu.binding:BindingError",
+    "flink_gpu.binding:GAUGES",
+    "flink_gpu.pyflink:bind_gpus",
+    "flink_gpu.pyflink:get_external_resource_infos",
+    "flink_gpu.coordination:claim",
+    "flink_gpu.coordination:release",
+    "flink_gpu.coordination:snapshot",
+    "flink_gpu.nvml:open_library",
+    "flink_gpu.nvml:sampled_metrics",
+    "flink_gpu.policy:discover",
+    "flink_gpu.policy:bind",
+    "flink_gpu.bindings_file:snapshot",
+    "flink_gpu.simulator:environment",
+    "flink_gpu.simulator:counters",
+    "flink_gpu.errors:NotEnoughGpusError",
+    "flink_gpu.cli:main",
+    "flink_gpu.deploy.taskmanager_env:taskmanager_environment",
+    "flink_gpu.flink.framework:load_factory",
+    "flink_gpu.flink.script_protocol:parse_script_args",
+    "flink_gpu.base.regular_files:read_regular_file",
+    "flink_gpu.binding.cuda_ordinals:cuda_ordinals",
+    "flink_gpu.base",
+    "flink_gpu.base.lazy:attach",
+    "flink_gpu.base.gpu_index:sort_indices",
+    "flink_gpu.flink.grammars:parse_memory_size",
+]
+
+
+@pytest.mark.parametrize("path", DOCUMENTED)
+def test_a_documented_import_path_works(path):
+    module, _, name = path.partition(":")
+    imported = importlib.import_module(module)
+    if name:
+        assert getattr(imported, name) is not None
+
+
+def test_every_import_path_the_documents_show_is_tested():
+    """A dotted path the documents show (``flink_gpu.x.y``) is a module or a name of one that DOCUMENTED holds."""
+    shown = set()
+    for document in [
+        REPO / "README.md",
+        *sorted((REPO / "docs").glob("*.md")),
+        *sorted((REPO / "examples").glob("*.py")),
+    ]:
+        shown |= set(re.findall(r"\bflink_gpu(?:\.[A-Za-z_][A-Za-z0-9_]*)+", document.read_text(encoding="utf-8")))
+    covered = {path.replace(":", ".") for path in DOCUMENTED} | {path.partition(":")[0] for path in DOCUMENTED}
+    untested = sorted(
+        path
+        for path in shown
+        if path not in covered
+        and not path.startswith(("flink_gpu._", "flink_gpu.external_resource_drivers"))
+        and not path.endswith("__file__")
+    )
+    assert untested == [], f"the documents show {untested}: add them to DOCUMENTED"
 
 
 # ---- README's architecture table names every module --------------------------------------------------

@@ -483,8 +483,8 @@ def test_a_worker_whose_taskmanager_died_in_a_container_is_stale_there_and_taken
     Only its own namespace can prove it orphaned: there its line is stale and its GPU free; elsewhere (the other
     container, where pid 2 and 3 live, and ours) its held lease keeps it taken, with liveness unknown, and list
     and doctor say that they cannot tell."""
-    from flink_gpu.cli.doctor.findings import Checkup
-    from flink_gpu.cli.doctor.gpu_state import check_orphans
+    from flink_gpu.cli.doctor_command.findings import Checkup
+    from flink_gpu.cli.doctor_command.gpu_state import check_orphans
     from support.orphans import TASKMANAGER
     from support.orphans import WORKER as BINDER
 
@@ -680,8 +680,8 @@ def test_an_unleased_entry_of_another_namespace_is_shown_kept_and_cleaned_on_req
 
 
 def test_doctor_counts_entries_of_unknown_liveness(path, tmp_path):
-    from flink_gpu.cli.doctor.coordination import check_coordination_file
-    from flink_gpu.cli.doctor.findings import Checkup
+    from flink_gpu.cli.doctor_command.coordination import check_coordination_file
+    from flink_gpu.cli.doctor_command.findings import Checkup
 
     other = own_ns() + 1  # a namespace that is not ours: what a container's worker writes
     path.write_text(f"0 1\t5\tns={other}\n1 1\t5\tns={other}\n")

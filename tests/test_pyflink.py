@@ -295,7 +295,7 @@ def test_a_coordination_file_flag_without_a_value_means_the_default_file_with_a_
     monkeypatch.setenv(
         "FLINK_CONF_DIR", str(write_conf(tmp_path / "conf", "--enable-coordination-mode --coordination-file"))
     )
-    with caplog.at_level(logging.WARNING, "flink_gpu.script_protocol"):
+    with caplog.at_level(logging.WARNING, "flink_gpu.flink.script_protocol"):
         lookup = lookup_external_resource_infos(None, "gpu")
     assert lookup.coordination_file == DEFAULT_COORDINATION_FILE
     assert DEFAULT_COORDINATION_FILE in lookup.reason
@@ -402,7 +402,7 @@ def test_a_typo_in_the_args_is_warned_once_per_process_not_per_operator(tmp_path
     caplog_records = []
     handler = logging.Handler()
     handler.emit = caplog_records.append
-    nvml_log = logging.getLogger("flink_gpu.script_protocol")
+    nvml_log = logging.getLogger("flink_gpu.flink.script_protocol")
     nvml_log.addHandler(handler)
     try:
         for _ in range(3):
@@ -532,7 +532,7 @@ def replaced(key, value):
 def test_a_resource_the_taskmanager_does_not_serve_gives_nothing_and_the_file_is_not_read(
     tmp_path, monkeypatch, lines, expected
 ):
-    from flink_gpu.framework import load_external_resources
+    from flink_gpu.flink.framework import load_external_resources
 
     conf_dir, path = conf_with(tmp_path, monkeypatch, lines)
     try:

@@ -63,8 +63,8 @@ def test_the_readme_has_the_examples():
 @pytest.mark.parametrize("number", range(2))
 def test_a_readme_example_runs_on_the_simulator_its_shell_selects(run_example, number):
     # what `eval "$(flink-gpu --simulate 4 taskmanager-env)"` exports
-    # (tests/cli/test_taskmanager_env.py runs that eval itself)
-    from flink_gpu.taskmanager_env import taskmanager_environment
+    # (tests/cli/test_taskmanager_env_command.py runs that eval itself)
+    from flink_gpu.deploy.taskmanager_env import taskmanager_environment
 
     proc = run_example(python_examples()[number], child_env(**taskmanager_environment(devices=4)))
     assert proc.returncode == 0, proc.stderr

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import child_env, run_python, simulated_env
 from flink_gpu import simulator
-from flink_gpu.regular_files import MAX_FILE_SIZE
+from flink_gpu.base.regular_files import MAX_FILE_SIZE
 
 
 def discover(discovery_exe, **env):

@@ -23,5 +23,5 @@ cmake --install "$build" --prefix "$root" >/dev/null
 LD_PRELOAD="$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
   PYTHONPATH="$root" PATH="$root/bin:$PATH" \
   "$python" -m pytest -q -p no:cacheprovider --import-mode=importlib \
-    tests/test_native.py tests/test_nvml_discovery.py tests/test_coordination.py tests/test_binding.py tests/test_nvml_metrics.py \
+    tests/test_native.py tests/gpu/test_nvml_discovery.py tests/test_coordination.py tests/binding/test_bind.py tests/test_nvml_metrics.py \
     tests/test_discovery_executable.py tests/test_simulator.py "$@"

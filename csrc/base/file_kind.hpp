@@ -1,4 +1,4 @@
-// What a path that is not a regular file is, in the words of flink_gpu.regular_files ("is a FIFO
+// What a path that is not a regular file is, in the words of flink_gpu.base.regular_files ("is a FIFO
 // (named pipe), not a regular file"), for the C++ readers of user-named paths: the NVML loader and
 // the simulator's spec reader (header-only: the simulator links nothing of the core).
 #pragma once

@@ -229,7 +229,7 @@ private:
     }
 };
 
-// The most bytes read from a spec file (as flink_gpu.regular_files.MAX_FILE_SIZE).
+// The most bytes read from a spec file (as flink_gpu.base.regular_files.MAX_FILE_SIZE).
 constexpr size_t kMaxFileSize = 16u << 20;
 
 // Reads a regular file of at most kMaxFileSize bytes. A FIFO or device is refused before it is

@@ -61,7 +61,7 @@ def orphan_text(pid: int, taskmanager: "int | None", gpus: "Iterable[str]", memo
     """An orphaned worker (BindingSnapshot.orphans) as ``list`` and doctor name it, in the core's words, which
     a shortage uses too: "pid P, a worker of TaskManager T which is gone, still runs on GPU n", and the request
     its binding no longer counts."""
-    from flink_gpu.flink_memory_size import format_memory_size
+    from flink_gpu.flink.grammars import format_memory_size
 
     text = _native.binding_orphan_text(pid, taskmanager or 0, ", ".join(gpus))
     return text + (f" (its request of {format_memory_size(memory)} no longer counts)" if memory else "")
@@ -87,7 +87,7 @@ class BindingSnapshot:
         """(TaskManager pid or None when not recorded, its pid namespace or None for ours) -> live holder
         (``"pid <n>"``, ``"slot <id>"``) -> its GPUs, in index order. Two containers' pid 1 are two
         TaskManagers; the holders of one are of its namespace."""
-        from flink_gpu.gpu_index import sort_indices
+        from flink_gpu.base.gpu_index import sort_indices
 
         out: "dict[tuple[int | None, int | None], dict[str, set[str]]]" = {}
         for entry in self.entries:

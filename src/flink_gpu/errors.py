@@ -37,7 +37,7 @@ class IllegalConfigurationException(ValueError):
 
 
 class ValueTooLongError(ValueError):
-    """A configuration value that renders to more than ``flink_gpu.config_options.MAX_RENDERED_LENGTH``
+    """A configuration value that renders to more than ``flink_gpu.flink.options.MAX_RENDERED_LENGTH``
     characters (a list nested so deep that Flink's quoting doubles it at each level): flatten the value."""
 
 
@@ -132,5 +132,5 @@ class NotARegularFileError(OSError):
 
 
 class FileTooLargeError(OSError):
-    """A file holds more than ``flink_gpu.regular_files.MAX_FILE_SIZE`` bytes, far above any configuration,
+    """A file holds more than ``flink_gpu.base.regular_files.MAX_FILE_SIZE`` bytes, far above any configuration,
     spec or template: it is not the file meant."""

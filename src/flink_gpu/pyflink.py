@@ -234,7 +234,7 @@ def _binding_advice(
 ) -> str:
     """What the TaskManager can serve and what to change, for a NotEnoughGpusError of bind_gpus (``orphaned``:
     the core named orphaned workers that hold the memory asked for, and how to end them: nothing else to change)."""
-    from flink_gpu.gpu_index import sort_indices, unit_parent
+    from flink_gpu.base.gpu_index import sort_indices, unit_parent
 
     gpus = sort_indices(info.index for info in infos)
     units = [index for index in gpus if unit_parent(index) is not None]
@@ -259,7 +259,7 @@ def _binding_advice(
     if memory is not None and orphaned:
         return f"{has}."
     if memory is not None:  # the core named each GPU's requests and free memory
-        from flink_gpu.flink_memory_size import format_memory_size
+        from flink_gpu.flink.grammars import format_memory_size
 
         return (
             f"{has}, each shared by at most {subtasks_per_gpu} (subtasks_per_gpu) slots, each asking "
@@ -380,7 +380,7 @@ _VIEWS: "dict[tuple[str, str], tuple[_ConfigurationSignature, _TaskManagerView]]
 def _configuration_signature(conf_dir: str) -> "_ConfigurationSignature":
     """What tells that the configuration in ``conf_dir`` changed: each candidate file's identity,
     size and times (a file that is absent counts as None)."""
-    from flink_gpu.config_files import CONFIGURATION_FILE_NAMES
+    from flink_gpu.flink.config_files import CONFIGURATION_FILE_NAMES
 
     signature: "list[_FileStat | None]" = []
     for file_name in CONFIGURATION_FILE_NAMES:
@@ -413,7 +413,7 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> _TaskManagerVie
     rules Flink's TaskManager applies before it runs any driver: the resource must be enabled, with
     a positive amount and a loadable driver factory; its discovery must be in coordination mode."""
     from flink_gpu.coordination import DEFAULT_PATH
-    from flink_gpu.framework import JAVA_GPU_FACTORY, configured_factory_name, param_prefix
+    from flink_gpu.flink.framework import JAVA_GPU_FACTORY, configured_factory_name, param_prefix
     from flink_gpu.gpu.options import GPUDriverOptions
 
     key = param_prefix(name) + GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key
@@ -425,7 +425,7 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> _TaskManagerVie
                 f"default coordination file {DEFAULT_PATH}"
             ],
         )
-    from flink_gpu.config import Configuration
+    from flink_gpu.flink.configuration import Configuration
     from flink_gpu.gpu.settings import GPUDriverSettings
 
     where = f"the configuration in FLINK_CONF_DIR={conf_dir}"
@@ -489,7 +489,7 @@ def _configured_amount(conf: Any, name: str) -> tuple[int | None, str | None]:
     """The amount of ``name`` a TaskManager with ``conf`` retrieves, or why it gives no infos for
     ``name`` whatever its driver would find: the framework's own rules, as the TaskManager applies
     them."""
-    from flink_gpu.framework import (
+    from flink_gpu.flink.framework import (
         EXTERNAL_RESOURCE_LIST,
         amount_key,
         configured_factory_name,
@@ -531,7 +531,7 @@ def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo],
     from flink_gpu.errors import NvmlError
 
     try:
-        from flink_gpu.gpu.nvml import gpu_info
+        from flink_gpu.gpu.nvml_discovery import gpu_info
         from flink_gpu.nvml import open_library
 
         devices = {device.gpu_index: device for device in open_library(library).devices()}
@@ -543,7 +543,7 @@ def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo],
 
 def _from_coordination_file(name: str, view: "_TaskManagerView | None" = None) -> ResourceLookup:
     from flink_gpu import coordination
-    from flink_gpu.script_protocol import sort_indices
+    from flink_gpu.flink.script_protocol import sort_indices
 
     view = view if view is not None else _taskmanager_view(name)
     path, notes, library, amount = view.path, view.notes, view.library, view.amount

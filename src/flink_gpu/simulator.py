@@ -226,12 +226,12 @@ def read_spec(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     """The simulator spec in the JSON file ``path``, checked as the simulator checks it.
 
     Raises ``FileNotFoundError``, ``OSError`` for a path that is not a regular file or is too large
-    (:func:`flink_gpu.regular_files.read_regular_file`), or ``ValueError`` naming the file and,
+    (:func:`flink_gpu.base.regular_files.read_regular_file`), or ``ValueError`` naming the file and,
     for a bad value, the key.
     """
     import json
 
-    from flink_gpu.regular_files import read_regular_file
+    from flink_gpu.base.regular_files import read_regular_file
 
     path = os.fspath(path)
     content = read_regular_file(path, _SPEC_WHAT)
@@ -333,7 +333,7 @@ def environment(
         if isinstance(spec, Mapping):
             env["FLINK_GPU_SIM_SPEC"] = _spec_file(checked)
         else:
-            from flink_gpu.regular_files import check_regular_file
+            from flink_gpu.base.regular_files import check_regular_file
 
             check_regular_file(spec, _SPEC_WHAT)
             env["FLINK_GPU_SIM_SPEC"] = os.fspath(spec)

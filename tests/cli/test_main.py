@@ -21,7 +21,7 @@ def test_import_is_light():
         """
         import sys
         import flink_gpu.cli
-        heavy = ("yaml", "json", "subprocess", "flink_gpu._native", "flink_gpu.config",
+        heavy = ("yaml", "json", "subprocess", "flink_gpu._native", "flink_gpu.flink.configuration",
                  "flink_gpu.coordination", "flink_gpu.gpu.driver")
         print(sorted(m for m in heavy if m in sys.modules))
     """,

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-#: What a refusal calls each kind (flink_gpu.regular_files' wording).
+#: What a refusal calls each kind (flink_gpu.base.regular_files' wording).
 KINDS = {
     "fifo": "a FIFO (named pipe)",
     "directory": "a directory",

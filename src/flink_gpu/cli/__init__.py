@@ -385,29 +385,29 @@ def _run(args: argparse.Namespace) -> int:
 
         return list_command.run(args)
     if command in ("claim", "release", "coordination"):
-        from flink_gpu.cli import coordination
+        from flink_gpu.cli import coordination_command
 
-        return coordination.run(args)
+        return coordination_command.run(args)
     if command == "doctor":
-        from flink_gpu.cli import doctor
+        from flink_gpu.cli import doctor_command
 
-        return doctor.run(args)
+        return doctor_command.run(args)
     if command == "resources":
-        from flink_gpu.cli import resources
+        from flink_gpu.cli import resources_command
 
-        return resources.run(args)
+        return resources_command.run(args)
     if command == "schema":
         from importlib.resources import files
 
         sys.stdout.write(files("flink_gpu.cli").joinpath("json_schema.md").read_text(encoding="utf-8"))
         return 0
     if command == "taskmanager-env":
-        from flink_gpu.cli import taskmanager_env
+        from flink_gpu.cli import taskmanager_env_command
 
-        return taskmanager_env.run(args)
-    from flink_gpu.cli import demo
+        return taskmanager_env_command.run(args)
+    from flink_gpu.cli import demo_command
 
-    return demo.run(args)
+    return demo_command.run(args)
 
 
 def _command_name(args: argparse.Namespace) -> str:

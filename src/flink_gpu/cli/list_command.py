@@ -17,8 +17,8 @@ from flink_gpu.cli._output import (
     short_command,
     table,
 )
-from flink_gpu.cli.coordination import OTHER_NAMESPACE, entry_cmdline, entry_command, file_flag, unparsable_json
-from flink_gpu.script_protocol import sort_indices
+from flink_gpu.cli.coordination_command import OTHER_NAMESPACE, entry_cmdline, entry_command, file_flag, unparsable_json
+from flink_gpu.flink.script_protocol import sort_indices
 
 TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
 if TYPE_CHECKING:
@@ -315,7 +315,7 @@ def _bindings_view(
     coordination owner holds); and per GPU index, the memory its live holders request (bytes: each holder
     once, its largest line on that GPU; GPUs without a request are left out)."""
     from flink_gpu import bindings_file as binding
-    from flink_gpu.gpu_index import index_sort_order
+    from flink_gpu.base.gpu_index import index_sort_order
 
     view: "dict[str, Any]" = {
         "path": binding.bindings_path(path),
@@ -396,7 +396,7 @@ def _bindings_view(
 def _request_text(holder: "dict[str, Any]") -> str:
     """A holder's memory request as its MEMORY REQUEST cell: "12 GiB" (one GPU), "12 GiB each" (per GPU of
     several), "none"."""
-    from flink_gpu.flink_memory_size import format_memory_size
+    from flink_gpu.flink.grammars import format_memory_size
 
     memory = holder["memory"]
     if memory is None:
@@ -427,7 +427,7 @@ def _binding_rows(holders: "list[dict[str, Any]]", memory: bool) -> "Iterator[li
 def _requested_lines(gpus: "list[dict[str, Any]]") -> "list[str]":
     """Per GPU of this host that its live holders request memory of: "GPU 0: requested 24 GiB of 80 GiB"
     (of its total as NVML reads it), in index order."""
-    from flink_gpu.flink_memory_size import format_memory_size
+    from flink_gpu.flink.grammars import format_memory_size
 
     lines = []
     for gpu in gpus:
@@ -540,7 +540,7 @@ _NO_STATE: "dict[str, Any]" = {
 def _gpu_states(nvml: Library, live: "dict[str, list[int]]") -> "dict[str, dict[str, Any]]":
     """Per GPU index: its state now (docs/design.md §9.1), each process on it marked with the
     flink-gpu holder (a live owner in the coordination file) it belongs to, if any."""
-    from flink_gpu.gpu.nvml import process_holders
+    from flink_gpu.gpu.nvml_discovery import process_holders
 
     belongs = process_holders(nvml, (pid for pids in live.values() for pid in pids))
     static = {device.gpu_index: device for device in nvml.devices()}

@@ -50,9 +50,9 @@ def coordination_file(args: "Namespace") -> "tuple[str, str | None, str | None]"
 
 
 def _from_configuration(conf: str, source: str) -> str:
-    from flink_gpu.config import Configuration
     from flink_gpu.errors import IllegalConfigurationException
-    from flink_gpu.framework import external_resource_names, param_prefix
+    from flink_gpu.flink.configuration import Configuration
+    from flink_gpu.flink.framework import external_resource_names, param_prefix
     from flink_gpu.gpu.options import GPUDriverOptions
     from flink_gpu.gpu.settings import GPUDriverSettings
 
@@ -180,7 +180,7 @@ def _holders_file_head(pid: int, path: str, limit: int) -> "bytes | None":
     """The first ``limit`` bytes of ``path``, a file the holder ``pid`` names in its argv: only a plain
     file of data that the holder's user (or root) owns, never the kernel's (``/proc/kmsg``), a FIFO
     or a device (docs/SECURITY.md says what and why)."""
-    from flink_gpu.regular_files import read_named_file_head
+    from flink_gpu.base.regular_files import read_named_file_head
 
     try:
         uid = os.stat(f"/proc/{pid}").st_uid
@@ -214,7 +214,7 @@ def _config_of(pid: int, argv: "list[str]") -> "dict[str, object]":
     position = argv.index("--configDir")
     if position + 1 >= len(argv):
         return {}
-    from flink_gpu.config_files import find_configuration_file, load_configuration_file
+    from flink_gpu.flink.config_files import find_configuration_file, load_configuration_file
 
     try:
         file = find_configuration_file(argv[position + 1])

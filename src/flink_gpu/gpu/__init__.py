@@ -4,7 +4,7 @@ Names are resolved on first use, so ``from flink_gpu.gpu import GPUInfo`` loads 
 driver nor the native module.
 """
 
-from flink_gpu import _lazy
+from flink_gpu.base import lazy as _lazy
 
 TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
 if TYPE_CHECKING:  # "X as X": an explicit re-export (see flink_gpu/__init__.py)

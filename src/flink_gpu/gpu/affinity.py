@@ -16,7 +16,7 @@ TYPE_CHECKING = False  # annotations only
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from flink_gpu.resource_info import ExternalResourceInfo
+    from flink_gpu.flink.resource_info import ExternalResourceInfo
 
 _log = logging.getLogger("flink_gpu.gpu.affinity")
 

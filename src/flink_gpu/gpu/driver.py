@@ -5,18 +5,18 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Mapping, Union
 
-from flink_gpu.config import Configuration
 from flink_gpu.coordination import whole_amount
 from flink_gpu.errors import FlinkException, NvmlError
-from flink_gpu.framework import ExternalResourceDriver, ExternalResourceDriverFactory, param_prefix
+from flink_gpu.flink.configuration import Configuration
+from flink_gpu.flink.framework import ExternalResourceDriver, ExternalResourceDriverFactory, param_prefix
 from flink_gpu.gpu.info import GPUInfo
-from flink_gpu.gpu.nvml import NvmlDiscovery
+from flink_gpu.gpu.nvml_discovery import NvmlDiscovery
 from flink_gpu.gpu.options import DEFAULT_DISCOVERY_SCRIPT, GPUDriverOptions
 from flink_gpu.gpu.settings import GPUDriverSettings
 from flink_gpu.nvml import Library, open_library
 
 if TYPE_CHECKING:
-    from flink_gpu.gpu.script import ScriptDiscovery
+    from flink_gpu.gpu.script_discovery import ScriptDiscovery
 
     #: What retrieves the GPUs: the discovery script or NVML.
     Backend = Union[ScriptDiscovery, NvmlDiscovery]
@@ -97,7 +97,7 @@ class GPUDriverFactory(ExternalResourceDriverFactory):
 
 
 def _script_backend(settings: GPUDriverSettings, path: str) -> ScriptDiscovery:
-    from flink_gpu.gpu.script import ScriptDiscovery, check_script
+    from flink_gpu.gpu.script_discovery import ScriptDiscovery, check_script
 
     key = param_prefix(settings.resource_name or _UNKNOWN_RESOURCE) + GPUDriverOptions.DISCOVERY_SCRIPT_PATH.key
     return ScriptDiscovery(check_script(path, key), settings)
@@ -129,7 +129,7 @@ def _auto(settings: GPUDriverSettings) -> tuple[Backend, str, str]:
     try:
         nvml = _open_nvml(settings)
     except NvmlError as error:
-        from flink_gpu.gpu.script import DiscoveryScriptNotFound
+        from flink_gpu.gpu.script_discovery import DiscoveryScriptNotFound
 
         try:
             backend: Backend = _script_backend(settings, DEFAULT_DISCOVERY_SCRIPT)

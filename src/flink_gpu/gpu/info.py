@@ -8,8 +8,8 @@ keeps construction to a couple of attribute stores.
 
 from __future__ import annotations
 
-from flink_gpu.java_text import is_java_blank
-from flink_gpu.resource_info import ExternalResourceInfo
+from flink_gpu.flink.grammars import is_java_blank
+from flink_gpu.flink.resource_info import ExternalResourceInfo
 
 TYPE_CHECKING = False  # annotations only: collections (and typing) cost an operator ~2 ms to import
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def cuda_visible_devices(infos: Iterable[ExternalResourceInfo]) -> str:
     uuid (index ``<gpu>:<slot>`` alone, as a Java ``GPUInfo`` gives it): its GPU's number would
     expose the whole GPU.
     """
-    from flink_gpu.gpu_index import index_sort_order, unit_parent
+    from flink_gpu.base.gpu_index import index_sort_order, unit_parent
 
     ordered = index_sort_order(infos, lambda info: info.get_property(PROPERTY_INDEX) or "")
     # a unit as the NVML backend describes it, or by its index alone (a Java GPUInfo, flink-gpu-discovery)

@@ -6,7 +6,7 @@ already stripped.
 
 from __future__ import annotations
 
-from flink_gpu.config import ConfigOption, Duration, config_option
+from flink_gpu.flink.configuration import ConfigOption, Duration, config_option
 from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, DEFAULT_NVML_TIMEOUT, MIN_METRICS_INTERVAL
 
 #: Where Flink ships the stock script, relative to ``$FLINK_HOME``.

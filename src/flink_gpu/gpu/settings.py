@@ -11,12 +11,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from flink_gpu.config import ConfigOption, Configuration
 from flink_gpu.errors import IllegalConfigurationException
-from flink_gpu.framework import param_prefix
+from flink_gpu.flink.configuration import ConfigOption, Configuration
+from flink_gpu.flink.framework import param_prefix
+from flink_gpu.flink.script_protocol import ScriptArgs, parse_script_args, warn_ignored
 from flink_gpu.gpu.options import DISCOVERY_MODES, GPUDriverOptions
 from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, DEFAULT_NVML_TIMEOUT, HEALTH_CHECKS, read_settings
-from flink_gpu.script_protocol import ScriptArgs, parse_script_args, warn_ignored
 
 _log = logging.getLogger("flink_gpu.gpu.settings")
 

@@ -1,0 +1,1093 @@
+"""Binding GPUs to the holders inside one TaskManager or service (docs/design.md §9.3).
+
+Flink gives every slot of a TaskManager the same GPUs. A binding gives one holder — a PyFlink worker
+process, a slot whose subtasks run as threads of the TaskManager JVM, a service's worker process — its
+own GPUs out of the set its TaskManager (or parent) claimed, or shares each GPU among at most
+``holders_per_gpu`` holders::
+
+    from flink_gpu.binding import bind
+
+    with bind(parent_gpus, count=1) as binding:      # in each worker process
+        os.environ["CUDA_VISIBLE_DEVICES"] = binding.cuda_visible_devices
+        ...
+
+PyFlink operators call :func:`flink_gpu.pyflink.bind_gpus` instead, which finds the TaskManager's GPUs and
+the holder for them.
+
+Bindings live in ``<coordination file>.bindings`` (:mod:`flink_gpu.bindings_file`, whose names this module
+gives too); one call into the core (:func:`flink_gpu.policy.bind`) judges the GPUs and binds them under the
+file's lock. This module keeps the process's handles. Holders:
+
+* a process (``slot`` None): the calling process, which holds a lease on ``<bindings file>.lease`` while it
+  holds bindings, so its death frees them, in any pid namespace;
+* a slot (``slot`` given): every thread that binds for it writes its own lines (its thread id and start
+  time): the slot keeps its GPUs while any of those threads lives. The lines carry the process's lease
+  too, so other pid namespaces, which cannot see the threads, see them end with the process.
+
+In one process, binding again for the same holder returns the same binding (topped up when more are
+asked); each :class:`GPUBinding` handle is released once, and the holder's lines go with its last handle.
+A child forked from a process holder (a DataLoader worker) shares its parent's binding in the files the
+parent bound in and binds nothing new there while the parent binds there; releasing in the child does
+nothing. Once the parent's binding in a file has ended (released, or the parent died), and in any other file,
+the child is a holder of its own.
+
+A binding made for a TaskManager other than the process itself (``taskmanager_pid``: a process-mode worker's)
+ends with it: one daemon thread per process waits on a pidfd of each such TaskManager, started with the first
+of them, and releases the bindings made for one when it dies (a WARN says so): no other process counts them any
+longer (docs/design.md §9.4), and their lines go.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Iterable
+
+from flink_gpu import policy
+from flink_gpu.bindings_file import (
+    BINDINGS_SUFFIX,
+    BindingEntry,
+    BindingSnapshot,
+    bindings_path,
+    file_identity,
+    snapshot,
+    unbind,
+)
+from flink_gpu.coordination import DEFAULT_TIMEOUT, process_start_time, whole_amount
+from flink_gpu.errors import BindingError, NotEnoughGpusError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing's from Python 3.11
+
+    from flink_gpu.flink.resource_info import ExternalResourceInfo
+    from flink_gpu.nvml import Library
+
+    #: A holder of this process as its registry keys it: (file identity, pid) for a process holder,
+    #: (file identity, slot, taskmanager pid) for a slot's thread (see _held).
+    _HolderKey = tuple[str, int] | tuple[str, str, int | None]
+    #: A holder as the core's binding_unbind names it: (pid or thread id, slot, taskmanager, start time).
+    _NativeHolder = tuple[int, str | None, int | None, int]
+
+__all__ = [
+    "BINDINGS_SUFFIX",
+    "GAUGES",
+    "MAX_HOLDERS_PER_GPU",
+    "BindingEntry",
+    "BindingError",  # flink_gpu.errors', named here as before
+    "BindingSnapshot",
+    "GPUBinding",
+    "bind",
+    "bindings_path",
+    "checked_counts",
+    "checked_memory",
+    "snapshot",
+]
+
+_log = logging.getLogger("flink_gpu.binding")
+
+#: The most holders one GPU can be shared by (csrc/coordination/lines.hpp kMaxShare).
+MAX_HOLDERS_PER_GPU = 1024
+#: PyFlink's thread-mode (embedded) metric classes live here: their gauges are called from Java.
+_EMBEDDED_METRICS = "pyflink.fn_execution.metrics.embedded"
+#: How often update_metrics() pushes the sampler's values to Java, at most (s).
+_PUSH_INTERVAL = 1.0
+#: Gauge name -> what of flink_gpu.nvml's sampled_metrics it shows: a reading of METRICS (units: %, MiB,
+#: °C, W) or "health" (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown: GAUGE_HEALTH).
+GAUGES = {
+    "utilization": "utilization",
+    "memoryUsed": "memory.used",
+    "temperature": "temperature",
+    "power": "power",
+    "health": "health",
+}
+#: The gauge of a binding's memory request (MiB per GPU), registered beside GAUGES when it has one.
+MEMORY_LIMIT_GAUGE = "memoryLimit"
+#: Where an MPS control daemon listens unless CUDA_MPS_PIPE_DIRECTORY says otherwise.
+_MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
+
+
+# -- the holders of this process ------------------------------------------------------------------
+
+
+class _Held:
+    """One holder's binding in this process: how many handles are out, what it binds, the start time its
+    lines carry (0: none), and where it is registered (a handle releases through it from any thread); for the
+    TaskManager watch, the holder as the core names it, its file and the TaskManagers it was bound for, and
+    whether their death ended it (its handles then release nothing)."""
+
+    __slots__ = (
+        "refs",
+        "indices",
+        "start_time",
+        "registry",
+        "key",
+        "native",
+        "path",
+        "timeout",
+        "taskmanagers",
+        "ended",
+    )
+
+    def __init__(self, registry: "dict[_HolderKey, _Held]", key: "_HolderKey") -> None:
+        self.refs = 0
+        self.indices: "set[str]" = set()
+        self.start_time = 0
+        self.registry = registry
+        self.key = key
+        self.native: "_NativeHolder" = (0, None, None, 0)
+        self.path = ""
+        self.timeout = DEFAULT_TIMEOUT
+        self.taskmanagers: "set[tuple[int, int | None]]" = set()  # _watches' keys
+        self.ended = False
+
+
+_lock = threading.Lock()
+# The holders of this process as the core tells them apart. A process holder: (the bindings file's
+# identity, however its path was spelled; pid); its TaskManager is not part of it. A slot's thread: (file,
+# slot, taskmanager) in that thread's own registry, so that a thread which later gets an ended thread's
+# id inherits nothing from it.
+_held: "dict[_HolderKey, _Held]" = {}
+_thread_held = threading.local()
+# The process holder this process was forked from: its pid and pid namespace (the inode of its
+# /proc/self/ns/pid; None when unknown), the identities of the files it bound in at the fork, each with
+# the start time its lines there carry (0: none), which tells its lines from those of a process that
+# reuses its pid once it died
+_forked_from: "tuple[int, int | None] | None" = None
+_forked_files: "dict[str, int]" = {}
+
+
+# the pid and pid namespace of the process that forks, read before the fork: in the child getppid() may
+# already name a reaper (the parent died) or be 0, and its namespace differ (a child that is pid 1 of a
+# new pid namespace)
+_forking: "list[tuple[int, int | None]]" = [(0, None)]
+
+
+def _pid_namespace() -> "int | None":
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def _before_fork() -> None:
+    _forking[0] = (os.getpid(), _pid_namespace() if _held else None)  # a stat only for a holder
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _forked_from, _forked_files
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    parent = _forking[0]
+    # _held's keys are process holders': (file, pid)
+    files = {key[0]: held.start_time for key, held in _held.items() if key[1] == parent[0] and held.refs > 0}
+    if files:
+        _forked_from, _forked_files = parent, files
+    _held.clear()
+    _thread_held.__dict__.clear()  # the forking thread's slots are its parent's thread's
+    # the parent's TaskManager watch is the parent's: its thread did not come along, and what it watched for
+    # is the parent's to release
+    for watch in _watches.values():
+        watch.close()
+    _watches.clear()
+    for fd in _wake:
+        os.close(fd)
+    _wake.clear()
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+# -- a binding made for a TaskManager ends with it (docs/design.md §9.3) ----------------------------
+
+
+class _Watch:
+    """A TaskManager that bindings of this process were made for: a pidfd that polls readable once it has
+    exited (None where pidfd_open is not to be had, a seccomp filter or an old kernel: then its start time is
+    read once a second), and the holders bound for it. Only the watch thread closes its pidfd."""
+
+    __slots__ = ("pid", "start_time", "pidfd", "gone", "held")
+
+    def __init__(self, pid: int, start_time: "int | None") -> None:
+        self.pid = pid
+        self.start_time = start_time
+        self.pidfd: "int | None" = None
+        self.gone = False
+        self.held: "set[_Held]" = set()
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            self.gone = True
+        except OSError:
+            pass
+        # the pid read when bind checked it: another process's since, when it died in between
+        self.gone = self.gone or self.ended()
+
+    @property
+    def key(self) -> "tuple[int, int | None]":
+        return self.pid, self.start_time
+
+    def ended(self) -> bool:
+        """Whether the TaskManager is gone, by its start time."""
+        return process_start_time(self.pid) != self.start_time
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+# (pid, start time) of a TaskManager -> its watch, for the bindings of this process made for a TaskManager
+# other than itself (two processes that had one pid are two TaskManagers)
+_watches: "dict[tuple[int, int | None], _Watch]" = {}
+# the watch thread's wake-up pipe (read end, write end), from the first watch on
+_wake: "list[int]" = []
+#: How often a TaskManager without a pidfd is looked at (s).
+_UNWATCHED_INTERVAL = 1.0
+
+
+def _watch(held: _Held, taskmanager: int, start_time: "int | None") -> None:
+    """Ends ``held`` when ``taskmanager`` (whose start time bind read) dies; under _lock."""
+    watch = _watches.get((taskmanager, start_time))
+    if watch is None:
+        watch = _watches[taskmanager, start_time] = _Watch(taskmanager, start_time)
+    watch.held.add(held)
+    held.taskmanagers.add(watch.key)
+    if not _wake:
+        _wake.extend(os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK))
+        threading.Thread(
+            target=_watch_taskmanagers, args=(_wake[0],), name="flink-gpu TaskManager watch", daemon=True
+        ).start()
+    else:
+        _wake_watch()
+
+
+def _unwatch(held: _Held) -> None:
+    """``held`` no longer waits for its TaskManagers (released); under _lock. The watch thread closes the pidfds
+    that no binding waits on."""
+    for key in held.taskmanagers:
+        watch = _watches.get(key)
+        if watch is not None:
+            watch.held.discard(held)
+    if held.taskmanagers:
+        _wake_watch()
+    held.taskmanagers.clear()
+
+
+def _wake_watch() -> None:
+    try:
+        os.write(_wake[1], b"w")
+    except BlockingIOError:  # a full pipe wakes it all the same
+        pass
+
+
+def _watch_taskmanagers(wake: int) -> None:
+    """The watch thread: waits (holding no lock) for a watched TaskManager to exit, or for the watches to
+    change, and ends the bindings made for a TaskManager that is gone."""
+    while True:
+        with _lock:
+            for key, watch in list(_watches.items()):
+                if not watch.held:  # every binding made for it was released
+                    del _watches[key]
+                    watch.close()
+            watches = [watch for watch in _watches.values() if not watch.gone]
+            gone = [watch for watch in _watches.values() if watch.gone]
+        if not gone:
+            poller = select.poll()
+            poller.register(wake, select.POLLIN)
+            for watch in watches:
+                if watch.pidfd is not None:
+                    poller.register(watch.pidfd, select.POLLIN)
+            timed = any(watch.pidfd is None for watch in watches)
+            ready = {fd for fd, _ in poller.poll(_UNWATCHED_INTERVAL * 1000 if timed else None)}
+            if wake in ready:
+                try:
+                    while os.read(wake, 64):
+                        pass
+                except BlockingIOError:
+                    pass
+            gone = [w for w in watches if w.pidfd in ready or (w.pidfd is None and w.ended())]
+        for watch in gone:
+            _taskmanager_gone(watch)
+
+
+def _taskmanager_gone(watch: _Watch) -> None:
+    """Releases the bindings made for the TaskManager of ``watch``, which is gone, and says so."""
+    ended: "list[tuple[_Held, Exception | None]]" = []  # with why its lines stay, if they do
+    # the registry and the file change together, as in release()
+    with _lock:
+        if _watches.get(watch.key) is watch:
+            del _watches[watch.key]
+        watch.close()
+        for held in list(watch.held):
+            if held.ended or held.registry.get(held.key) is not held:
+                continue  # released meanwhile
+            held.ended = True
+            del held.registry[held.key]
+            _unwatch(held)
+            pid, slot, taskmanager, start_time = held.native
+            try:
+                unbind(held.path, held.timeout, pid, slot, taskmanager, start_time)
+                ended.append((held, None))
+            except (OSError, TimeoutError) as failure:
+                ended.append((held, failure))
+        watch.held.clear()
+    from flink_gpu.base.gpu_index import sort_indices
+
+    for held, why in ended:
+        gpus = ", ".join(sort_indices(held.indices))
+        pid, slot, _, _ = held.native
+        holder = f"pid {pid}" if slot is None else f"slot {slot} (thread {pid})"
+        if why is None:
+            _log.warning(
+                "TaskManager pid %d is gone: the binding of GPU(s) %s to %s in %s was released.",
+                watch.pid,
+                gpus,
+                holder,
+                held.path,
+            )
+        else:
+            _log.warning(
+                "TaskManager pid %d is gone: the binding of GPU(s) %s to %s in %s no longer counts for any bind, "
+                "but its lines could not be removed (%s); they go with this process.",
+                watch.pid,
+                gpus,
+                holder,
+                held.path,
+                why,
+            )
+
+
+class GPUBinding:
+    """GPUs bound to one holder: ``infos``, ``indices``, ``cuda_visible_devices``, ``devices``, and with a
+    memory request ``memory_limit`` (:meth:`memory_environment`, :meth:`apply_memory_limit`).
+
+    A context manager; :meth:`release` (idempotent) gives them back. Obtained from :func:`bind` or
+    :func:`flink_gpu.pyflink.bind_gpus`.
+    """
+
+    __slots__ = (
+        "_infos",
+        "_indices",
+        "_path",
+        "_held",
+        "_holder",
+        "_library_path",
+        "_pid",
+        "_released",
+        "_devices",
+        "_timeout",
+        "_native_holder",
+        "_pushed",
+        "_pushed_at",
+        "_pushed_sampled",
+        "_registered_samples",
+        "_metrics_interval",
+        "_memory_limit",
+        "_memory_total",
+        "_holders_per_gpu",
+    )
+
+    def __init__(
+        self,
+        infos: "Iterable[ExternalResourceInfo]",
+        indices: "Iterable[str]",
+        path: str,
+        held: "_Held | None",
+        native_holder: "_NativeHolder",
+        holder: str,
+        library_path: "str | None",
+        timeout: float,
+        metrics_interval: float,
+        memory_limit: "int | None" = None,
+        memory_total: "dict[str, int] | None" = None,
+        holders_per_gpu: int = 1,
+    ) -> None:
+        self._infos = frozenset(infos)
+        self._indices = tuple(indices)
+        self._path = path
+        self._held = held  # None: inherited through fork, nothing to release
+        self._holder = holder
+        self._library_path = library_path
+        self._pid = os.getpid()
+        self._released = False
+        self._devices: "tuple[int, ...] | None" = None
+        self._timeout = timeout
+        self._native_holder = native_holder  # (pid or thread id, slot, taskmanager, start time) for the core
+        self._pushed: "list[tuple[Any, _Gauge | _Constant]]" = []  # thread mode: (Java-held value, its reading)
+        self._pushed_at = 0.0
+        self._pushed_sampled = False  # the last push showed this binding's GPUs sampled
+        self._registered_samples = 0  # the process's completed samples when the gauges were registered
+        self._metrics_interval = metrics_interval
+        self._memory_limit = memory_limit
+        self._memory_total = dict(memory_total or {})  # index -> bytes, as the bind read them
+        self._holders_per_gpu = holders_per_gpu
+
+    @property
+    def infos(self) -> "frozenset[ExternalResourceInfo]":
+        """The bound GPUs (frozenset of GPUInfo): a subset of the infos they were bound from."""
+        return self._infos
+
+    @property
+    def indices(self) -> "tuple[str, ...]":
+        """The bound GPUs' indices, in index order."""
+        return self._indices
+
+    @property
+    def holder(self) -> str:
+        """Who holds them: ``"pid <n>"``, or ``"slot <id> (thread <tid>)"``."""
+        return self._holder
+
+    @property
+    def path(self) -> str:
+        """The bindings file."""
+        return self._path
+
+    @property
+    def cuda_visible_devices(self) -> str:
+        """The ``CUDA_VISIBLE_DEVICES`` value exposing exactly these GPUs (for a worker process)."""
+        from flink_gpu.gpu.info import cuda_visible_devices
+
+        return cuda_visible_devices(self._infos)
+
+    @property
+    def devices(self) -> "tuple[int, ...]":
+        """The CUDA ordinals of these GPUs in this process (its ``CUDA_VISIBLE_DEVICES`` and
+        ``CUDA_DEVICE_ORDER``), in index order: ``torch.device(f"cuda:{binding.devices[0]}")`` in a
+        thread-mode operator, where ``CUDA_VISIBLE_DEVICES`` is process-wide."""
+        if self._devices is None:
+            from flink_gpu.binding.cuda_ordinals import cuda_ordinals
+
+            devices = skipped = None
+            if self._library_path:
+                from flink_gpu.nvml import open_library
+
+                nvml = open_library(self._library_path)
+                devices = nvml.devices()
+                skipped = nvml.skipped()
+            self._devices = cuda_ordinals(self._infos, devices, skipped=skipped)
+        return self._devices
+
+    @property
+    def memory_limit(self) -> "int | None":
+        """The memory this binding requested on each of its GPUs (bytes), as the bindings file records it;
+        None without a request. Nothing enforces it by itself (docs/design.md §9.3, Memory): hand it to the
+        framework with :meth:`apply_memory_limit` after import, or to CUDA's MPS and JAX with
+        :meth:`memory_environment` before CUDA starts."""
+        return self._memory_limit
+
+    def _totals(self) -> "list[tuple[str, int]]":
+        """(index, total bytes) of each bound GPU, in index order: what the bind read, else the info's
+        ``memory.total``, else NVML's enumeration; ValueError naming a GPU whose total is not known."""
+        by_index = {info.get_property("index"): info for info in self._infos}
+        totals = dict(self._memory_total)
+        for index in self._indices:
+            text = by_index[index].get_property("memory.total") if index in by_index else None
+            if index not in totals and text is not None and text.isdigit():
+                totals[index] = int(text)
+        if any(not totals.get(index) for index in self._indices) and self._library_path:
+            from flink_gpu.base.gpu_index import unit_parent
+            from flink_gpu.nvml import open_library
+
+            gpus = {unit_parent(index) or index for index in self._indices}
+            numbers = sorted(int(gpu) for gpu in gpus if gpu.isdigit())
+            for device in open_library(self._library_path).devices(gpus=numbers):
+                if device.memory_total and not totals.get(device.gpu_index):
+                    totals[device.gpu_index] = device.memory_total
+        missing = [index for index in self._indices if not totals.get(index)]
+        if missing:
+            raise ValueError(
+                f"GPU {', '.join(missing)}'s total memory is not known (NVML did not read it), so no share of it "
+                "can be given."
+            )
+        return [(index, totals[index]) for index in self._indices]
+
+    def _process_limit(self, index: str) -> int:
+        """What this process may allocate on GPU ``index`` for its holders: this binding's request, or for a
+        slot (thread mode: every slot of the TaskManager is this one process) the requests of all the live
+        slots of this TaskManager on that GPU, each slot once."""
+        assert self._memory_limit is not None
+        pid, slot, taskmanager, _ = self._native_holder
+        if slot is None or taskmanager is None:  # no TaskManager recorded: its slots cannot be told
+            return self._memory_limit
+        requests: "dict[str, int]" = {}
+        for entry in snapshot(self._path, timeout=self._timeout).entries:
+            if entry.alive and entry.ours and entry.slot is not None and entry.index == index:
+                if entry.taskmanager == taskmanager:
+                    requests[entry.slot] = max(requests.get(entry.slot, 0), entry.memory or 0)
+        return max(sum(requests.values()), self._memory_limit)
+
+    def memory_environment(self, mps: "bool | None" = None) -> "dict[str, str]":
+        """The environment that limits a process to :attr:`memory_limit` on each bound GPU, for a worker
+        process to start with (before CUDA, JAX or CuPy start in it; with ``CUDA_VISIBLE_DEVICES`` =
+        :attr:`cuda_visible_devices`): ``XLA_CLIENT_MEM_FRACTION`` and its older name
+        ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (JAX's share of each GPU: the smallest over the bound GPUs) and
+        ``CUPY_GPU_MEMORY_LIMIT`` (bytes); with ``mps`` (None: when an MPS control daemon's pipe is there,
+        ``$CUDA_MPS_PIPE_DIRECTORY`` or /tmp/nvidia-mps) also ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, which
+        the MPS server enforces for every CUDA allocation of the client, and, when the GPUs are shared,
+        ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (an equal share of the SMs). Empty without a memory request.
+        Thread mode shares one process: setting these there limits every slot of the TaskManager together,
+        not this one."""
+        limit = self._memory_limit
+        if limit is None:
+            return {}
+        totals = self._totals()
+        # floored to a millionth, so that the share never exceeds the request (and never reads as none)
+        fraction = max(1, int(min(limit / total for _, total in totals) * 10**6)) / 10**6
+        env = {
+            "XLA_CLIENT_MEM_FRACTION": f"{fraction:.6f}",
+            "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{fraction:.6f}",
+            "CUPY_GPU_MEMORY_LIMIT": str(limit),
+        }
+        if mps is None:
+            pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or _MPS_PIPE_DIRECTORY
+            mps = os.path.exists(os.path.join(pipe, "control"))
+        if mps:
+            mebibytes = max(1, limit >> 20)
+            # the client's ordinals: its CUDA_VISIBLE_DEVICES is this binding's GPUs, in index order
+            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(f"{i}={mebibytes}M" for i in range(len(totals)))
+            if self._holders_per_gpu > 1:
+                env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, 100 // self._holders_per_gpu))
+        return env
+
+    def apply_memory_limit(self) -> "tuple[str, ...]":
+        """Limits the frameworks this process has imported to :attr:`memory_limit` on each bound GPU, after
+        import: PyTorch's caching allocator (``torch.cuda.set_per_process_memory_fraction``, per CUDA
+        device of :attr:`devices`) and CuPy's default memory pool (``set_limit``); the names of those
+        limited. An allocation beyond the limit then raises the framework's out-of-memory error in this
+        subtask instead of starving another. Memory allocated outside those allocators (cuDNN's
+        workspace, NCCL, CUDA's own context) is not counted: leave headroom, or use MPS
+        (:meth:`memory_environment`), whose limit counts every allocation. In thread mode every slot of
+        the TaskManager is one process, and these limits are the process's: a slot's binding sets the
+        sum of the requests of the TaskManager's live slots on its GPU (each slot's call raises it as
+        slots bind), which keeps the slots together within what they asked, not each within its own.
+        Raises ValueError without a memory request, RuntimeError when neither PyTorch nor CuPy is
+        imported."""
+        import sys
+
+        if self._memory_limit is None:
+            raise ValueError(f"{self!r} has no memory request to apply: bind with memory=... (bytes or '10 gb').")
+        torch, cupy = sys.modules.get("torch"), sys.modules.get("cupy")
+        if torch is None and cupy is None:
+            raise RuntimeError(
+                "apply_memory_limit() limits PyTorch's or CuPy's allocator, and neither is imported: import it "
+                "first, or start the worker with memory_environment() (JAX, CuPy, MPS)."
+            )
+        ordinals = dict(zip(self._indices, self.devices, strict=True))
+        limits = {index: self._process_limit(index) for index in self._indices}
+        applied = []
+        if torch is not None:
+            for index, total in self._totals():
+                torch.cuda.set_per_process_memory_fraction(min(1.0, limits[index] / total), ordinals[index])
+            applied.append("torch")
+        if cupy is not None:
+            for index in self._indices:
+                with cupy.cuda.Device(ordinals[index]):
+                    cupy.get_default_memory_pool().set_limit(size=limits[index])
+            applied.append("cupy")
+        return tuple(applied)
+
+    def register_metrics(self, group: Any) -> None:
+        """Registers integer gauges per bound GPU under ``group.add_group("gpu", <index>)``:
+        ``utilization`` (%), ``memoryUsed`` (MiB), ``temperature`` (°C), ``power`` (W) and ``health``
+        (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown), and with a memory request ``memoryLimit``
+        (MiB, :attr:`memory_limit`). Every gauge of the process shows one shared
+        snapshot, which the sampler (a reader thread per GPU) refreshes at most every ``metrics_interval``
+        (the resource's ``metrics.interval``): a gauge never calls NVML and never raises. A GPU that is
+        lost reads -1 with health 2; one whose read is late (it hangs in the driver) -1 with health 3
+        while the others keep theirs, as before the first sample.
+
+        ``group`` is the operator's ``ctx.get_metrics_group()`` (None, when PyFlink's metrics are off:
+        nothing is registered) or any object with ``add_group(name, extra)`` and ``gauge(name, fn)``. On
+        a process-mode worker's group the gauges are read when PyFlink reports a bundle. On a
+        thread-mode group they are values held by Java, refreshed by :meth:`update_metrics` from the
+        task's thread: PyFlink 2.3 would call a Python gauge from Flink's metric threads on the task's
+        interpreter state, which the task frees before its metrics close, and that crashes the JVM.
+        """
+        if group is None:
+            _log.info(
+                "No GPU gauges for %s: the operator has no metric group (python.metric.enabled is false).",
+                ", ".join(self._indices),
+            )
+            return
+        from flink_gpu.nvml import metrics_samples, sample_metrics_now, watch_metrics
+
+        self._registered_samples = metrics_samples()
+        for index in self._indices:
+            if not watch_metrics(index, self._library_path, self._metrics_interval):
+                _log.warning(
+                    "The GPU metrics sampler could not be started: the gauges of GPU %s show health 3 (unknown).", index
+                )
+        # the GPUs' first sample before any report reads them (else the first shows -1), bounded
+        sample_metrics_now(timeout=1.0)
+        embedded = type(group).__module__.startswith(_EMBEDDED_METRICS)
+        for index in self._indices:
+            subgroup = group.add_group("gpu", index)
+            readings: "list[tuple[str, _Gauge | _Constant]]" = [
+                (name, _Gauge(self._library_path, index, shown)) for name, shown in GAUGES.items()
+            ]
+            if self._memory_limit is not None:
+                readings.append((MEMORY_LIMIT_GAUGE, _Constant(self._memory_limit >> 20)))
+            for name, reading in readings:
+                if embedded:
+                    self._pushed.append((subgroup.distribution(name), reading))
+                else:
+                    subgroup.gauge(name, reading)
+        if embedded:
+            self.update_metrics(force=True)
+        else:  # said once per binding: a short job's gauges otherwise seem never to come
+            _log.info(
+                "GPU gauges for %s registered on a process-mode metric group: PyFlink ships their values "
+                "when a bundle ends (python.fn-execution.bundle.size / python.fn-execution.bundle.time), so "
+                "with a bundle that holds all of a job's records they show only at its end; make the bundle "
+                "smaller to see them while it runs.",
+                ", ".join(self._indices),
+            )
+
+    def update_metrics(self, force: bool = False) -> None:
+        """Refreshes thread-mode gauges (see :meth:`register_metrics`): call it from the task's thread,
+        e.g. in ``map()``; it pushes the sampler's snapshot at most once a second unless ``force``d, so
+        calling it per record costs a clock read (and, until a sample of this binding's GPUs has
+        completed, milliseconds after the registration, a snapshot read: the first values are pushed
+        when they come, not a second later, also for a slot that binds after others of its process).
+        It never reads NVML itself. Does nothing for gauges Flink or PyFlink read themselves."""
+        if not self._pushed:
+            return
+        now = time.monotonic()
+        from flink_gpu.nvml import metrics_samples
+
+        if not force and now - self._pushed_at < _PUSH_INTERVAL and self._pushed_sampled:
+            return
+        self._pushed_at = now
+        # The first sample after the registration includes its GPUs unless one was already under way
+        # then (the watch asks for another, the one after): until then what it pushes may predate them.
+        samples = metrics_samples() - self._registered_samples
+        unknown = False
+        for value, reading in self._pushed:
+            shown = reading()
+            value.update(shown)
+            unknown = unknown or reading.says_unknown(shown)
+        self._pushed_sampled = samples >= 2 or (samples == 1 and not unknown)
+
+    def release(self) -> None:
+        """Gives the GPUs back (the holder's lines go with its last handle in this process). Idempotent;
+        does nothing in a process forked from the binder. When it raises (the bindings file's lock was not
+        had in time), nothing is released and it can be called again."""
+        held = self._held
+        if held is None or os.getpid() != self._pid:
+            self._released = True
+            return
+        pid, slot, taskmanager, start_time = self._native_holder
+        with _lock:
+            if self._released:
+                return
+            if held.ended:  # its TaskManager died, and the watch released it
+                self._released = True
+                return
+            if held.refs == 1:
+                # the start time: a thread that got an ended binder's id keeps what it bound itself. A
+                # failure (a lock timeout) changes nothing here, so release() can be called again.
+                unbind(self._path, self._timeout, pid, slot, taskmanager, start_time)
+                if held.registry.get(held.key) is held:
+                    del held.registry[held.key]
+                _unwatch(held)
+            held.refs -= 1
+            self._released = True
+
+    def __enter__(self) -> "Self":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = " released" if self._released else ""
+        return f"GPUBinding(indices={list(self._indices)!r}, holder={self._holder!r}{state})"
+
+
+class _Gauge:
+    """One gauge of one GPU: its value in the process's sampled snapshot (flink_gpu.nvml's
+    sampled_metrics); never raises, never calls NVML."""
+
+    __slots__ = ("_library_path", "_index", "_position")
+
+    def __init__(self, library_path: "str | None", index: str, shown: str) -> None:
+        self._library_path = library_path
+        self._index = index
+        self._position = _SAMPLED.index(shown)
+
+    def __call__(self) -> int:
+        from flink_gpu.nvml import sampled_metrics
+
+        return sampled_metrics(self._index, self._library_path)[self._position]
+
+    def says_unknown(self, shown: int) -> bool:
+        """Whether ``shown``, this gauge's value, is the health gauge's "unknown" (not sampled in time)."""
+        return self._position == _HEALTH_POSITION and shown == _UNKNOWN_HEALTH
+
+
+class _Constant:
+    """A gauge of a value the binding fixed (its memory request, MiB)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: int) -> None:
+        self._value = value
+
+    def __call__(self) -> int:
+        return self._value
+
+    def says_unknown(self, shown: int) -> bool:
+        return False
+
+
+#: What flink_gpu.nvml's sampled_metrics gives, in its order.
+_SAMPLED = ("utilization", "memory.used", "temperature", "power", "health")
+_HEALTH_POSITION = _SAMPLED.index("health")
+_UNKNOWN_HEALTH = 3  # flink_gpu.nvml.GAUGE_HEALTH.index("unknown"), without importing NVML's face here
+
+
+def _by_index(gpus: "Iterable[ExternalResourceInfo]") -> "dict[str, ExternalResourceInfo]":
+    by_index: "dict[str, ExternalResourceInfo]" = {}
+    for info in gpus:
+        index = info.get_property("index") if hasattr(info, "get_property") else None
+        if not isinstance(index, str) or not index:
+            raise TypeError(f"bind() takes GPUInfo objects (with an 'index' property), got {info!r}")
+        by_index.setdefault(index, info)
+    return by_index
+
+
+#: The most GPUs the core counts (its size_t): more than any host has.
+_MAX_COUNT = 2**64 - 1
+
+
+def checked_counts(
+    count: object, holders_per_gpu: object, *, holders_name: str = "holders_per_gpu"
+) -> "tuple[int, int]":
+    """``count`` and ``holders_per_gpu`` as ints, or the error naming the bad one (``holders_name``: what
+    the caller calls the second: :func:`flink_gpu.pyflink.bind_gpus` says ``subtasks_per_gpu``)."""
+    count = whole_amount(count, "count (the GPUs to bind)")
+    if not 1 <= count <= _MAX_COUNT:
+        raise ValueError(f"count must be 1 to {_MAX_COUNT} GPUs, got {count}.")
+    holders = whole_amount(holders_per_gpu, f"{holders_name} (how many holders may share one GPU)")
+    if not 1 <= holders <= MAX_HOLDERS_PER_GPU:
+        raise ValueError(f"{holders_name} must be 1 to {MAX_HOLDERS_PER_GPU}, got {holders}.")
+    return count, holders
+
+
+def checked_memory(memory: object) -> "int | None":
+    """``memory`` (bytes, or a Flink memory size: ``"10 gb"``, ``"512 mb"``) as bytes; None for None;
+    ValueError/TypeError naming a bad one."""
+    import operator
+
+    if memory is None:
+        return None
+    accepted = "give a positive number of bytes or a Flink memory size such as '10 gb' or '512 mb'"
+    if isinstance(memory, str):
+        from flink_gpu.flink.grammars import parse_memory_size
+
+        try:
+            size = parse_memory_size(memory)
+        except ValueError as error:
+            raise ValueError(f"memory {error}") from None
+    elif isinstance(memory, bool):
+        raise TypeError(f"memory must be bytes (int) or a Flink memory size (str): {accepted}, not {memory!r}.")
+    else:
+        try:
+            size = operator.index(memory)  # type: ignore[arg-type]  # an int, or a numpy integer
+        except TypeError:
+            raise TypeError(
+                f"memory must be bytes (int) or a Flink memory size (str): {accepted}, not {memory!r}."
+            ) from None
+    if size <= 0:
+        raise ValueError(f"memory must be more than 0 bytes, got {memory!r}: {accepted}.")
+    if size > _MAX_MEMORY:
+        raise ValueError(f"memory {memory!r} is beyond any GPU (at most {_MAX_MEMORY} bytes): {accepted}.")
+    return size
+
+
+#: The largest request a bindings line records (csrc/coordination/lines.hpp kMaxMemoryRequest, a Java long).
+_MAX_MEMORY = 2**63 - 1
+
+
+def bind(
+    gpus: "Iterable[ExternalResourceInfo]",
+    count: int = 1,
+    holders_per_gpu: int = 1,
+    *,
+    slot: "str | None" = None,
+    taskmanager_pid: "int | None" = None,
+    path: "str | os.PathLike[str] | None" = None,
+    library_path: "str | None" = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    metrics_interval: "float | None" = None,
+    health_checks: "str | Iterable[str] | None" = None,
+    nvml_timeout: "float | str | None" = None,
+    memory: "int | str | None" = None,
+) -> GPUBinding:
+    """Binds ``count`` of ``gpus`` (GPUInfos: the set the TaskManager or parent claimed) to the calling
+    process, or with ``slot`` to that slot for the calling thread, sharing each GPU with at most
+    ``holders_per_gpu`` holders; least-bound GPUs first, lowest index among equals. Each GPU's state
+    is read first (with ``library_path``), as the GPU driver reads it: an unhealthy one is never bound
+    while the others are enough (a WARN names it), and too few usable ones raise
+    :class:`~flink_gpu.NotEnoughGpusError` saying why. ``health_checks``: the checks that decide health, as
+    the resource's ``health-checks`` option writes them (``"all,-inforom"``) or their names (None: all,
+    the driver's default); ``nvml_timeout``: the deadline of those reads, seconds or a Flink duration
+    (``"300 ms"``; None: the driver's default, 5 s): a GPU not read in time is left out.
+
+    ``memory``: the GPU memory each bound GPU gives this holder, bytes or a Flink memory size (``"10 gb"``):
+    a GPU is bound only where its live holders' requests with this one fit its total and its free
+    memory now covers it (least-requested is not a goal: the ranking is as without one); the request is
+    recorded in the bindings file, so every process in every pid namespace counts it, and freed with the
+    binding. :attr:`GPUBinding.memory_limit` is it; enforcing it is the framework's
+    (:meth:`GPUBinding.apply_memory_limit`, :meth:`GPUBinding.memory_environment`).
+
+    ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``): where it is
+    another process, the binding ends when it dies (one WARN says so), and no other process counts it from then
+    on; ``path``: the
+    bindings file (default :func:`bindings_path`); ``library_path``: the libnvidia-ml for ``devices`` and
+    the gauges; ``metrics_interval``: how often the gauges' sampler reads NVML, at most (seconds, at least
+    flink_gpu.nvml's MIN_METRICS_INTERVAL; None: DEFAULT_METRICS_INTERVAL). Raises
+    :class:`~flink_gpu.NotEnoughGpusError` when not enough are free (the message says who binds each GPU),
+    :class:`TimeoutError` when the file's lock is not had within ``timeout`` seconds, OSError for a
+    file that cannot be used, ValueError/TypeError for bad arguments.
+    """
+    by_index = _by_index(gpus)
+    count, holders_per_gpu = checked_counts(count, holders_per_gpu)
+    memory_bytes = checked_memory(memory)
+    checks, deadline = _state_settings(health_checks, nvml_timeout)
+    from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, checked_metrics_interval
+
+    metrics_interval = (
+        DEFAULT_METRICS_INTERVAL if metrics_interval is None else checked_metrics_interval(metrics_interval)
+    )
+    if taskmanager_pid is not None and (
+        isinstance(taskmanager_pid, bool)
+        or not isinstance(taskmanager_pid, int)
+        or not 0 < taskmanager_pid <= 0x7FFFFFFF
+    ):
+        raise ValueError(f"taskmanager_pid must be a positive process id, got {taskmanager_pid!r}.")
+    taskmanager_start = None if taskmanager_pid is None else process_start_time(taskmanager_pid)
+    if taskmanager_pid is not None and taskmanager_start is None:
+        raise ValueError(
+            f"taskmanager_pid {taskmanager_pid} is not a running process: give the pid of the "
+            "TaskManager (or parent) whose GPUs these are, or None."
+        )
+    path = bindings_path() if path is None else os.fspath(path)
+    me = os.getpid()
+    if slot is None:
+        inherited = _inherited_binding(by_index, count, path, library_path, timeout, metrics_interval, memory_bytes)
+        if inherited is not None:
+            return inherited
+        pid, holder, registry = me, f"pid {me}", _held
+    else:
+        pid = threading.get_native_id()
+        holder = f"slot {slot} (thread {pid})"
+        registry = _thread_held.__dict__.setdefault("held", {})
+    library = _library(library_path, deadline)
+    # The registry and the file change together: a release of this holder's last handle in another thread
+    # waits. The core's state read within it is bounded by nvml_timeout and holds no file lock.
+    with _lock:
+        outcome = policy.bind(
+            library,
+            path,
+            list(by_index),
+            count,
+            holders_per_gpu,
+            holder_pid=pid,
+            slot=slot,
+            taskmanager=taskmanager_pid,
+            health_checks=checks,
+            nvml_timeout=deadline,
+            lock_timeout=timeout,
+            memory=memory_bytes or 0,
+        )
+        if outcome.shortage is not None:
+            error = NotEnoughGpusError(outcome.shortage)
+            error.orphans = outcome.orphans
+            raise error
+        indices, added, start_time = outcome.indices, outcome.added, outcome.start_time
+        key = (outcome.file_identity, me) if slot is None else (outcome.file_identity, slot, taskmanager_pid)
+        held = registry.get(key)
+        if held is None:
+            held = registry[key] = _Held(registry, key)
+        held.refs += 1
+        held.indices.update(indices)
+        held.start_time = start_time
+        held.native, held.timeout = (pid, slot, taskmanager_pid, start_time), timeout
+        held.path = held.path or path
+        if taskmanager_pid is not None and taskmanager_pid != me:
+            _watch(held, taskmanager_pid, taskmanager_start)
+    if outcome.left_out:
+        why = "; ".join(f"GPU {index} is {health}" for index, health in outcome.left_out)
+        _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(outcome.usable))
+    unparsable, lease_problem = outcome.unparsable, outcome.lease_problem
+    for number, text in unparsable:
+        _log.warning(
+            "Line %d of the bindings file %s cannot be parsed and is left as it is (its GPU is never bound): %r",
+            number,
+            path,
+            text,
+        )
+    if lease_problem is not None:
+        _log.warning(
+            "Bound GPU(s) %s in %s without a lease that other pid namespaces can rely on (%s): they cannot "
+            "tell when pid %d dies, and keep its GPUs taken until `flink-gpu coordination clean "
+            "--foreign-namespaces`.",
+            ", ".join(added),
+            path,
+            lease_problem,
+            me,
+        )
+    return GPUBinding(
+        [by_index[i] for i in indices],
+        indices,
+        path,
+        held,
+        (pid, slot, taskmanager_pid, start_time),
+        holder,
+        library_path,
+        timeout,
+        metrics_interval,
+        outcome.memory or None,
+        outcome.memory_total,
+        holders_per_gpu,
+    )
+
+
+def _state_settings(
+    health_checks: "str | Iterable[str] | None", nvml_timeout: "float | str | None"
+) -> "tuple[tuple[str, ...] | None, float]":
+    """bind's ``health_checks`` and ``nvml_timeout``, read by the driver's rules: (the checks' names or None
+    for all, the deadline in seconds); ValueError naming a bad one."""
+    from flink_gpu.nvml import DEFAULT_NVML_TIMEOUT, HEALTH_CHECKS, health_checks_of
+
+    checks: "tuple[str, ...] | None" = None
+    if isinstance(health_checks, str):
+        try:
+            checks = health_checks_of(health_checks)
+        except ValueError as error:
+            raise ValueError(f"health_checks {health_checks!r}: {error}.") from None
+    elif health_checks is not None:
+        checks = tuple(health_checks)
+        unknown = [name for name in checks if name not in HEALTH_CHECKS]
+        if unknown:
+            raise ValueError(
+                f"health_checks {unknown} are not health checks: use names of {', '.join(HEALTH_CHECKS)}, or "
+                "the option's text (e.g. 'all,-inforom')."
+            )
+    if nvml_timeout is None:
+        return checks, DEFAULT_NVML_TIMEOUT
+    seconds: "float | None" = None
+    why = "it must be positive"
+    if isinstance(nvml_timeout, str):
+        from flink_gpu.flink.grammars import parse_duration
+
+        try:
+            seconds = parse_duration(nvml_timeout)
+        except ValueError as error:
+            why = str(error)
+    elif isinstance(nvml_timeout, (int, float)) and not isinstance(nvml_timeout, bool):
+        seconds = float(nvml_timeout)
+    else:
+        why = f"give seconds or a Flink duration such as '300 ms', not a {type(nvml_timeout).__name__}"
+    if seconds is None or not 0 < seconds < float("inf"):
+        raise ValueError(f"nvml_timeout {nvml_timeout!r} is not a deadline: {why}.")
+    return checks, seconds
+
+
+def _library(library_path: "str | None", nvml_timeout: float) -> "Library | None":
+    """The NVML library bind judges the GPUs with; None where it cannot be opened (each GPU is then bound as
+    it is)."""
+    from flink_gpu.errors import NvmlError
+    from flink_gpu.nvml import open_library
+
+    try:
+        return open_library(library_path, nvml_timeout)
+    except NvmlError:
+        return None
+
+
+def _inherited_binding(
+    by_index: "dict[str, ExternalResourceInfo]",
+    count: int,
+    path: str,
+    library_path: "str | None",
+    timeout: float,
+    metrics_interval: float,
+    memory: "int | None",
+) -> "GPUBinding | None":
+    """The binding that the process holder this process was forked from has in ``path`` now (read from the
+    file), nothing new bound; None when this process is a holder of its own there: the parent bound
+    nothing there at the fork, or its binding there has ended since (it released it, or it died), which
+    ends the inheritance in that file for good. Its memory request is the parent's: ``memory`` must be
+    that one (or None)."""
+    global _forked_files
+    if _forked_from is None:
+        return None
+    file = file_identity(path)
+    if file is None or file not in _forked_files:
+        return None
+    parent, namespace = _forked_from
+    start_time = _forked_files[file] or None
+    # the parent's lines: its pid in its namespace (a child forked into a new pid namespace is not of it,
+    # and an equal pid of another namespace is another process) with its start time (another process
+    # may have its pid once it died)
+    lines = [
+        entry
+        for entry in snapshot(path, timeout=timeout).entries
+        if entry.alive
+        and entry.slot is None
+        and entry.pid == parent
+        and entry.start_time == start_time
+        and (entry.ours if namespace is None or entry.namespace is None else entry.namespace == namespace)
+    ]
+    parents = {entry.index for entry in lines}
+    if not parents:
+        with _lock:
+            _forked_files = {other: at for other, at in _forked_files.items() if other != file}
+        return None
+    from flink_gpu.base.gpu_index import sort_indices
+
+    indices = sort_indices(parents & by_index.keys())
+    if count > len(indices):
+        now = (
+            f"binds GPU(s) {', '.join(indices)} of these in {path}"
+            if indices
+            else f"binds none of these in {path} (it binds GPU(s) {', '.join(sort_indices(parents))})"
+        )
+        raise NotEnoughGpusError(
+            f"This process (pid {os.getpid()}) was forked from pid {parent}, which {now}; a forked child shares "
+            f"its parent's binding and binds nothing new while its parent binds there, so it cannot have {count}. "
+            "Bind them in the parent."
+        )
+    chosen = indices[:count]
+    requested = max((entry.memory or 0 for entry in lines if entry.index in chosen), default=0) or None
+    share = max((entry.holders_per_gpu or 1 for entry in lines if entry.index in chosen), default=1)
+    if memory is not None and memory != requested:
+        raise ValueError(
+            f"This process (pid {os.getpid()}) was forked from pid {parent}, whose binding in {path} has a memory "
+            f"request of {_memory_text(requested)}, not {_memory_text(memory)}: a forked child shares its "
+            "parent's binding, request included. Ask with the parent's request, or bind in the parent."
+        )
+    return GPUBinding(
+        [by_index[i] for i in chosen],
+        chosen,
+        path,
+        None,
+        (parent, None, None, 0),
+        f"pid {parent} (inherited)",
+        library_path,
+        timeout,
+        metrics_interval,
+        requested,
+        None,
+        share,
+    )
+
+
+def _memory_text(memory: "int | None") -> str:
+    from flink_gpu.flink.grammars import format_memory_size
+
+    return "none" if memory is None else format_memory_size(memory)

@@ -1,0 +1,192 @@
+"""Coordination between the TaskManagers of a host: needed or not, on or off, its file usable."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+from flink_gpu.cli._output import plural
+from flink_gpu.cli.doctor_command.cleaners import check_age_cleaners
+from flink_gpu.cli.doctor_command.findings import Checkup
+from flink_gpu.cli.doctor_command.taskmanagers import taskmanagers_per_host
+from flink_gpu.coordination import DEFAULT_PATH, companion_problems, snapshot
+from flink_gpu.deploy.requests import KUBERNETES_CONFIG_KEY_SUFFIX, YARN_CONFIG_KEY_SUFFIX
+from flink_gpu.flink.framework import amount_key, system_config_key
+from flink_gpu.flink.script_protocol import ENABLE_COORDINATION_FLAG, ScriptArgs
+from flink_gpu.gpu.options import GPUDriverOptions
+from flink_gpu.gpu.settings import GPUDriverSettings
+
+
+def check_coordination(
+    checkup: Checkup,
+    name: str,
+    settings: GPUDriverSettings,
+    script_args: "ScriptArgs | None",
+    amount: "int | None",
+    count: "int | None",
+) -> None:
+    """``script_args`` is None for a custom script, whose coordination doctor cannot see."""
+    per_host, source, host = taskmanagers_per_host(checkup)
+    if script_args is None:  # a custom script: whether it coordinates is its own business
+        if per_host == 1:
+            checkup.add(
+                "ok",
+                "coordination",
+                f"One TaskManager per host (from {source}): coordination is not needed.",
+                resource=name,
+            )
+        elif per_host is not None:
+            checkup.add(
+                "note",
+                "coordination",
+                f"{per_host} TaskManagers share "
+                f"{'host ' + host if host else 'a host'} (from {source}); doctor cannot "
+                "tell whether the custom discovery script gives them different GPUs.",
+                resource=name,
+            )
+        return
+    if not script_args.coordination_mode:
+        fix = (
+            f"Add {ENABLE_COORDINATION_FLAG} to "
+            f"{settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG)} (every TaskManager of a "
+            f"host then shares {DEFAULT_PATH} and gets different GPUs)."
+        )
+        if per_host is not None and per_host > 1:
+            where = f"host {host}" if host else "a host"
+            checkup.add(
+                "error",
+                "coordination",
+                f"{per_host} TaskManagers share {where} "
+                f"(from {source}), but coordination is off: each one takes the first "
+                f"GPU(s) of the host, so they all get the same ones.",
+                fix,
+                resource=name,
+            )
+        elif per_host == 1:
+            checkup.add(
+                "ok",
+                "coordination",
+                f"One TaskManager per host (from {source}): coordination is not needed.",
+                resource=name,
+            )
+        elif _deployment_isolates(checkup, name):
+            checkup.add(
+                "note",
+                "coordination",
+                "Coordination is off; on Kubernetes/YARN each "
+                "TaskManager container is given its own GPUs, so it is not needed there.",
+                resource=name,
+            )
+        else:
+            checkup.add(
+                "note",
+                "coordination",
+                "Coordination is off, and doctor cannot tell how "
+                "many TaskManagers share a host (no conf/workers file). If several do, "
+                "they all get the same first GPU(s).",
+                fix + " Or tell doctor with --taskmanagers-per-host N.",
+                resource=name,
+            )
+        return
+    path = script_args.coordination_file
+    checkup.add("ok", "coordination", f"Coordination mode is on (file {path}).", resource=name)
+    if per_host is not None and amount is not None and count is not None and per_host * amount > count:
+        checkup.add(
+            "error",
+            "gpu-count",
+            f"{per_host} TaskManagers per host (from {source}) "
+            f"× {amount} GPU(s) each > the host's {count} GPUs: the last TaskManagers "
+            "get none.",
+            f"Lower {amount_key(name)} or the number of TaskManagers per host.",
+            resource=name,
+        )
+    check_coordination_file(checkup, name, path)
+    check_age_cleaners(checkup, name, path)
+
+
+def _deployment_isolates(checkup: Checkup, name: str) -> bool:
+    """Whether Kubernetes or YARN gives each TaskManager container its own GPUs."""
+    return any(
+        (checkup.config.get_string(system_config_key(name, suffix)) or "").strip()
+        for suffix in (KUBERNETES_CONFIG_KEY_SUFFIX, YARN_CONFIG_KEY_SUFFIX)
+    )
+
+
+def check_coordination_file(checkup: Checkup, name: str, path: str) -> None:
+    flag = "" if path == DEFAULT_PATH else f" --file {shlex.quote(path)}"
+    for problem in companion_problems(path):  # another user's file beside it is refused by every claim and bind
+        checkup.add(
+            "error",
+            "coordination-file",
+            problem,
+            "Remove that file if it is nobody's, then create the set before the workers start (docs/SECURITY.md, "
+            "Permissions).",
+            resource=name,
+        )
+    if not os.path.lexists(path):
+        directory = os.path.dirname(os.path.abspath(path)) or "/"
+        if not os.access(directory, os.W_OK | os.X_OK):
+            checkup.add(
+                "error",
+                "coordination-file",
+                f"The coordination file {path} does not "
+                f"exist and {directory} is not writable for this user, so it cannot be "
+                "created.",
+                "Create it for the TaskManagers' user and group, never writable by every user (install -m 0660 "
+                f"-o <user> -g <group> /dev/null {shlex.quote(path)}; docs/SECURITY.md, Permissions), or choose "
+                "another --coordination-file.",
+                resource=name,
+            )
+        return
+    try:
+        found = snapshot(path, timeout=2.0)
+    except (OSError, TimeoutError) as error:
+        checkup.add(
+            "error",
+            "coordination-file",
+            f"The coordination file cannot be used: {error}",
+            "Make it a regular file that the TaskManagers' user can read and write.",
+            resource=name,
+        )
+        return
+    if not os.access(path, os.R_OK | os.W_OK):
+        checkup.add(
+            "error",
+            "coordination-file",
+            f"The coordination file {path} is not readable and writable for this user.",
+            f"Give the TaskManagers' group write permission (chgrp <group> {shlex.quote(path)}; chmod 0660 "
+            f"{shlex.quote(path)}), or run the TaskManagers as its owner.",
+            resource=name,
+        )
+    stale = found.stale
+    if stale:
+        checkup.add(
+            "warning",
+            "coordination-file",
+            f"{plural(len(stale), 'entry', 'entries')} of "
+            f"{path} belong to dead processes (GPU {', '.join(e.index for e in stale)}); "
+            "they are reclaimed when GPUs run short.",
+            f"flink-gpu coordination clean{flag}",
+            resource=name,
+        )
+    unknown = found.liveness_unknown
+    if unknown:
+        checkup.add(
+            "note",
+            "coordination-file",
+            f"{plural(len(unknown), 'entry', 'entries')} of "
+            f"{path} {'is' if len(unknown) == 1 else 'are'} held in another PID namespace, "
+            f"liveness unknown (GPU {', '.join(e.index for e in unknown)}): written without "
+            "a lease (flink-gpu-discovery, `flink-gpu claim`), so this "
+            "namespace cannot tell whether the owner still runs, and never reclaims them.",
+            f"If their owners are gone: flink-gpu coordination clean --foreign-namespaces{flag}",
+            resource=name,
+        )
+    for line in found.unparsable:
+        checkup.add(
+            "warning",
+            "coordination-file",
+            f"Line {line.line_number} of {path} cannot be parsed ({line.text!r}); the GPU it names is never reclaimed.",
+            f"Delete or correct that line of {path}.",
+            resource=name,
+        )

@@ -1,0 +1,131 @@
+"""Whether the ports a cluster of this configuration binds on this host are free.
+
+A cluster that was never stopped (a script killed before its ``stop-cluster.sh``) keeps them, and
+the next ``start-cluster.sh`` of the same configuration fails with a ``BindException`` that only
+Flink's log shows. The listening sockets are read from ``/proc/net/tcp`` and ``tcp6`` (this
+network namespace, any address), their holders from ``/proc/<pid>/fd``; nothing is bound.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from flink_gpu.cli._output import process_cmdline, short_command
+from flink_gpu.cli.doctor_command.findings import Checkup
+from flink_gpu.errors import IllegalConfigurationException
+
+#: (key, Flink's default, what binds it, a key that overrides it when set). A port of 0, a range or
+#: a list is chosen free by Flink at start-up and is not checked.
+PORT_KEYS = (
+    ("jobmanager.rpc.port", 6123, "the JobManager's RPC", None),
+    ("rest.port", 8081, "the REST API and web UI", "rest.bind-port"),
+    ("blob.server.port", 0, "the JobManager's blob server", None),
+    ("taskmanager.rpc.port", 0, "the TaskManager's RPC", None),
+    ("taskmanager.data.port", 0, "the TaskManager's data exchange", None),
+)
+
+_LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's "st" column
+
+# the main classes of Flink's processes, as their command lines name them
+_ROLES = (
+    ("org.apache.flink.runtime.taskexecutor.TaskManagerRunner", "a Flink TaskManager"),
+    ("ClusterEntrypoint", "a Flink JobManager"),
+    ("org.apache.flink.", "a Flink process"),
+)
+
+
+def listening_ports() -> "dict[int, set[int]]":
+    """Per local TCP port that a socket listens on, the inodes of those sockets."""
+    found: "dict[int, set[int]]" = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == _LISTEN:
+                port = int(fields[1].rsplit(":", 1)[1], 16)
+                found.setdefault(port, set()).add(int(fields[9]))
+    return found
+
+
+def socket_holders(inodes: "set[int]") -> "list[int]":
+    """The pids that have one of the sockets ``inodes`` open (those this user may look into)."""
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    holders = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{entry}/fd/{fd}") in wanted:
+                    holders.append(int(entry))
+                    break
+            except OSError:
+                continue
+    return sorted(holders)
+
+
+def describe_holder(pid: int) -> str:
+    """``pid N (a Flink JobManager of --configDir DIR)`` or ``pid N (its command)``."""
+    argv = process_cmdline(pid)
+    if argv is None:
+        return f"pid {pid}"
+    text = " ".join(argv)
+    for marker, role in _ROLES:
+        if marker in text:
+            conf = re.search(r"--configDir (\S+)", text)
+            return f"pid {pid} ({role}" + (f" of the configuration {conf.group(1)})" if conf else ")")
+    return f"pid {pid} ({short_command(argv, 60)})"
+
+
+def _fixed_port(value: object) -> "int | None":
+    """The one port a value names; None for 0 (any free one), a range, a list or junk."""
+    text = str(value).strip()
+    if not text.isdigit():
+        return None
+    port = int(text)
+    return port if 0 < port < 65536 else None
+
+
+def check_ports(checkup: Checkup) -> None:
+    config = checkup.config
+    listening = None
+    for key, default, what, override in PORT_KEYS:
+        if override is not None and config.contains(override):
+            key = override
+        try:
+            value = config.get_string(key, str(default))
+        except IllegalConfigurationException:
+            continue  # a value too long to be one: other checks name it
+        port = _fixed_port(value)
+        if port is None:
+            continue
+        if listening is None:
+            listening = listening_ports()
+        if port not in listening:
+            continue
+        holders = socket_holders(listening[port])
+        held_by = (
+            ", ".join(describe_holder(pid) for pid in holders) if holders else "a process this user cannot look into"
+        )
+        flink = [pid for pid in holders if "Flink" in describe_holder(pid)]
+        checkup.add(
+            "warning",
+            "ports",
+            f"Port {port} ({key}, {what}) is already in use on this host, by {held_by}: a cluster "
+            f"started with this configuration here fails with a BindException (in its log only).",
+            (
+                "If that is this configuration's running cluster, nothing is wrong. Else stop that "
+                "cluster (bin/stop-cluster.sh with its FLINK_CONF_DIR"
+                + (f", or kill {' '.join(map(str, flink))}" if flink else "")
+                + f"), or set {key} to a free port."
+            ),
+        )

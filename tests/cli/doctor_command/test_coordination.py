@@ -1,0 +1,92 @@
+"""doctor's check of coordination between a host's TaskManagers (flink_gpu.cli.doctor_command.coordination)."""
+
+import json
+
+from conftest import child_env, dead_pid
+from support.cli import cli, cli_json, findings, gpu_conf, only, run_doctor, write_script
+from support.interop import find_discovery_executable
+
+
+def test_doctor_coordination_off_with_several_taskmanagers(tmp_path):
+    good_script = find_discovery_executable()  # the stock script's arguments
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "workers").write_text("# two TaskManagers here\nnode-a\nnode-a\nnode-b\n")
+    (conf_dir / "flink-conf.yaml").write_text(gpu_conf(discovery_script_path=good_script))
+    proc = cli("doctor", conf_dir, "--simulate", "4", "--json", env=child_env())
+    assert proc.returncode == 1
+    error = only(json.loads(proc.stdout), "coordination", "error")
+    assert "2 TaskManagers share host node-a" in error["message"]
+    assert "--enable-coordination-mode" in error["fix"]
+
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good_script), "--taskmanagers-per-host", "3", expect=1)
+    assert "3 TaskManagers share a host" in only(doc, "coordination", "error")["message"]
+    # unknown: a note, not a failure
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good_script), expect=0)
+    assert "cannot tell how many TaskManagers" in only(doc, "coordination", "note")["message"]
+    # Kubernetes isolates the GPUs of each TaskManager pod
+    text = gpu_conf(discovery_script_path=good_script) + "external-resource.gpu.kubernetes.config-key: nvidia.com/gpu\n"
+    doc = run_doctor(tmp_path, text, expect=0)
+    assert "Kubernetes/YARN" in only(doc, "coordination", "note")["message"]
+    # a custom script may coordinate by itself: doctor says it cannot tell
+    custom = write_script(tmp_path / "custom.sh", 'echo "0"\n')
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=custom), "--taskmanagers-per-host", "2", expect=0)
+    assert "cannot tell whether the custom discovery script" in only(doc, "coordination", "note")["message"]
+
+
+def test_doctor_coordination_on_runs_the_script_without_claiming(tmp_path, holder):
+    exe = find_discovery_executable()
+    coord = tmp_path / "coord"
+    cli_json("--simulate", "4", "claim", "1", "--owner", holder.pid, "--file", coord)
+    with open(coord, "a") as handle:
+        handle.write(f"3 {dead_pid()}\nbroken line\n")
+    before = coord.read_text()
+    doc = run_doctor(
+        tmp_path,
+        gpu_conf(
+            amount=2,
+            discovery_script_path=exe,
+            discovery_script_args=f"--enable-coordination-mode --coordination-file {coord}",
+        ),
+        "--taskmanagers-per-host",
+        "2",
+        expect=0,
+    )
+    assert coord.read_text() == before  # nothing claimed, nothing cleaned
+    ok = only(doc, "script-run", "ok")["message"]
+    assert "gave GPU 0" in ok and "nothing was claimed" in ok
+    warnings = findings(doc, "coordination-file", "warning")
+    assert any("dead processes (GPU 3)" in w["message"] for w in warnings)
+    assert any(w["fix"] == f"flink-gpu coordination clean --file {coord}" for w in warnings)
+    assert any("'broken line'" in w["message"] for w in warnings)
+    # 3 TaskManagers of 2 GPUs each do not fit 4 GPUs
+    doc = run_doctor(
+        tmp_path,
+        gpu_conf(
+            amount=2,
+            discovery_script_path=exe,
+            discovery_script_args=f"--enable-coordination-mode --coordination-file {coord}",
+        ),
+        "--taskmanagers-per-host",
+        "3",
+        expect=1,
+    )
+    assert "3 TaskManagers per host" in only(doc, "gpu-count", "error")["message"]
+
+
+def test_doctor_names_a_file_beside_the_coordination_file_that_another_user_put_there(tmp_path):
+    """A lease or bindings file another user created (here: one writable by every user) is refused by every
+    claim and bind; doctor says which and what to do, before any claim warns of it."""
+    exe = find_discovery_executable()
+    coord = tmp_path / "coord"
+    coord.write_text("")
+    squatted = tmp_path / "coord.bindings.lease"
+    squatted.write_text("")
+    squatted.chmod(0o666)
+    args = f"--enable-coordination-mode --coordination-file {coord}"
+    doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=exe, discovery_script_args=args), expect=1)
+    (error,) = [f for f in findings(doc, "coordination-file", "error") if str(squatted) in f["message"]]
+    assert error["message"].startswith(
+        f"Refusing to use the lease file {squatted}: it is writable by every user (mode 0666)"
+    ), error
+    assert "Remove that file" in error["fix"] and "docs/SECURITY.md" in error["fix"]

@@ -1,0 +1,70 @@
+"""doctor's ports (flink_gpu.cli.doctor_command.ports): a port of the configuration that a process already
+listens on (a cluster left running) is named with the key and its holder; a free one is not.
+A Flink JobManager as holder, with a real cluster: tests/test_examples.py."""
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from support.cli import findings, gpu_conf, only, run_doctor
+
+LISTENER = (
+    "import socket, sys\n"
+    "s = socket.socket()\n"
+    "s.bind(('127.0.0.1', 0))\n"
+    "s.listen()\n"
+    "print(s.getsockname()[1], flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+@pytest.fixture
+def listener():
+    """A process that listens on a TCP port of localhost until the test ends: (its pid, the port)."""
+    proc = subprocess.Popen([sys.executable, "-c", LISTENER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc.pid, int(proc.stdout.readline())
+    finally:
+        proc.stdin.close()
+        proc.wait(60)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("key", ["jobmanager.rpc.port", "rest.port", "rest.bind-port", "taskmanager.rpc.port"])
+def test_doctor_names_a_configured_port_that_a_process_listens_on_and_the_process(tmp_path, good_script, listener, key):
+    pid, port = listener
+    text = gpu_conf(discovery_script_path=good_script) + f"{key}: {port}\n"
+    doc = run_doctor(tmp_path, text)
+    warning = only(doc, "ports", "warning")
+    assert warning["message"].startswith(f"Port {port} ({key}, ")
+    assert f"is already in use on this host, by pid {pid} ({sys.executable} -c " in warning["message"]
+    assert "fails with a BindException" in warning["message"]
+    assert f"set {key} to a free port" in warning["fix"]
+
+
+def test_doctor_says_nothing_of_free_ports_and_of_ports_flink_chooses(tmp_path, good_script, listener):
+    _, held = listener
+    free = free_port()
+    text = gpu_conf(discovery_script_path=good_script) + (
+        f"jobmanager.rpc.port: {free}\nrest.port: {free}\n"
+        f"taskmanager.rpc.port: {held}-{held + 5}\n"  # a range: Flink takes a free port of it
+        "blob.server.port: 0\n"
+    )
+    assert findings(run_doctor(tmp_path, text), "ports", "warning") == []
+
+
+def test_rest_bind_port_is_the_port_rest_binds_when_it_is_set(tmp_path, good_script, listener):
+    _, held = listener
+    text = (
+        gpu_conf(discovery_script_path=good_script)
+        + f"jobmanager.rpc.port: {free_port()}\n"
+        + (f"rest.port: {held}\nrest.bind-port: {free_port()}\n")
+    )
+    assert findings(run_doctor(tmp_path, text), "ports", "warning") == []
