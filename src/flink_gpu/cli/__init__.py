@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def add(
+    def add(  # a command's parser, with the options every command has
         name: str,
         help_text: str,
         description: "str | None" = None,
@@ -167,6 +167,19 @@ def build_parser() -> argparse.ArgumentParser:
         _common(sub, suppress=True)
         return sub
 
+    for declare in (
+        _list_arguments,
+        _coordination_arguments,
+        _claim_release_arguments,
+        _configuration_commands,
+        _other_commands,
+    ):
+        declare(add)
+    return parser
+
+
+def _list_arguments(add: Callable[..., _Parser]) -> None:
+    """`list`."""
     sub = add(
         "list",
         "list the GPUs of this host with their holders, slots, health and readings",
@@ -193,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="redraw every SECONDS (default 2) until Ctrl-C",
     )
 
+
+def _coordination_arguments(add: Callable[..., _Parser]) -> None:
+    """`coordination show|clean`."""
     coordination = add("coordination", "show or clean the coordination file")
     actions = coordination.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
@@ -207,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(their owners may still run: only for GPUs you know to be free)",
     )
 
+
+def _claim_release_arguments(add: Callable[..., _Parser]) -> None:
+    """`claim` and `release`."""
     sub = add(
         "claim",
         "claim N GPUs of this host for a process",
@@ -251,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _file_option(sub)
 
+
+def _configuration_commands(add: Callable[..., _Parser]) -> None:
+    """`doctor` and `resources`, the commands that read a Flink configuration."""
     sub = add(
         "doctor",
         "check a Flink configuration for the reasons a TaskManager sees no GPU",
@@ -297,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the YARN cluster's maximum for a resource type, checked as Flink does (repeatable), e.g. yarn.io/gpu=4",
     )
 
+
+def _other_commands(add: Callable[..., _Parser]) -> None:
+    """`demo`, `schema` and `taskmanager-env`."""
     sub = add(
         "demo",
         "see several workers share a (simulated) 4-GPU host",
@@ -321,7 +346,6 @@ def build_parser() -> argparse.ArgumentParser:
         "CUDA_DEVICE_ORDER=PCI_BUS_ID; PYTHONPATH naming this Python's site-packages (thread mode "
         'runs Python inside the JVM). Use: eval "$(flink-gpu --simulate 4 taskmanager-env)".',
     )
-    return parser
 
 
 def _use_simulator(args: argparse.Namespace) -> None:
