@@ -101,34 +101,7 @@ def run_script(
     if result.returncode != 0:
         status = f"exit status {result.returncode}" if result.returncode >= 0 else f"signal {-result.returncode}"
         detail = _quote_output(stdout, stderr)
-        if "Could not load the NVIDIA Management Library" in stdout + stderr:
-            # NVML's own hint names nvml.library-path, an option Flink's Java plugin never reads
-            fix = (
-                "Install the NVIDIA driver, or set FLINK_GPU_NVML_LIBRARY to its libnvidia-ml.so.1 in the "
-                "environment of the shell that starts the TaskManager (Flink's Java plugin does not read "
-                'nvml.library-path). No GPU on this host: eval "$(flink-gpu --simulate 4 taskmanager-env)" '
-                "before start-cluster.sh."
-            )
-        elif "Could not get enough GPU resources" in stdout:
-            from flink_gpu.coordination import DEFAULT_PATH
-
-            real_file = shlex.quote(
-                script_args.coordination_file
-                if script_args is not None and script_args.coordination_mode
-                else DEFAULT_PATH
-            )
-            fix = (
-                f"No GPU is free: see `flink-gpu list --file {real_file}`; entries of dead TaskManagers "
-                f"are removed by `flink-gpu coordination clean --file {real_file}`."
-            )
-        elif "nvidia-smi" in stdout + stderr:
-            ours = discovery_executable()
-            key = settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_PATH)
-            fix = "Install the NVIDIA driver (the stock script runs nvidia-smi)" + (
-                f", or use the NVML drop-in: `{key}: {ours}`." if ours else "."
-            )
-        else:
-            fix = f"Run it by hand: {shown}"
+        fix = _failure_fix(stdout, stderr, settings, script_args, shown)
         checkup.add(
             "error",
             "script-run",
@@ -163,6 +136,37 @@ def run_script(
         else ""
     )
     checkup.add("ok", "script-run", f"`{shown}` gave GPU {', '.join(indices)}{replaced}.", resource=name)
+
+
+def _failure_fix(
+    stdout: str, stderr: str, settings: GPUDriverSettings, script_args: "ScriptArgs | None", shown: str
+) -> str:
+    """What to do about a discovery script that failed, printing ``stdout`` and ``stderr``."""
+    if "Could not load the NVIDIA Management Library" in stdout + stderr:
+        # NVML's own hint names nvml.library-path, an option Flink's Java plugin never reads
+        return (
+            "Install the NVIDIA driver, or set FLINK_GPU_NVML_LIBRARY to its libnvidia-ml.so.1 in the "
+            "environment of the shell that starts the TaskManager (Flink's Java plugin does not read "
+            'nvml.library-path). No GPU on this host: eval "$(flink-gpu --simulate 4 taskmanager-env)" '
+            "before start-cluster.sh."
+        )
+    if "Could not get enough GPU resources" in stdout:  # the stock script's own words
+        from flink_gpu.coordination import DEFAULT_PATH
+
+        real_file = shlex.quote(
+            script_args.coordination_file if script_args is not None and script_args.coordination_mode else DEFAULT_PATH
+        )
+        return (
+            f"No GPU is free: see `flink-gpu list --file {real_file}`; entries of dead TaskManagers "
+            f"are removed by `flink-gpu coordination clean --file {real_file}`."
+        )
+    if "nvidia-smi" in stdout + stderr:
+        ours = discovery_executable()
+        key = settings.key(GPUDriverOptions.DISCOVERY_SCRIPT_PATH)
+        return "Install the NVIDIA driver (the stock script runs nvidia-smi)" + (
+            f", or use the NVML drop-in: `{key}: {ours}`." if ours else "."
+        )
+    return f"Run it by hand: {shown}"
 
 
 def _by_hand(script: str, settings: GPUDriverSettings, script_args: "ScriptArgs | None") -> str:
