@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from argparse import Namespace
     from typing import IO, Any
 
+    from flink_gpu.nvml import Device, Library
+
 # What a worker runs: what a coordinated TaskManager runs (Flink's GPU plugin, here on the NVML
 # backend, with the stock script's coordination flags), then one JSON line, then hold until stdin
 # closes and release.
@@ -231,10 +233,8 @@ def _print_table(workers: "list[Worker]") -> None:
     print(table(["WORKER", "PID", "STATE", "GPU", "UUID"], rows, indent="  "))
 
 
-def run(args: Namespace) -> int:
-    from flink_gpu import coordination
-
-    simulated = not args.real
+def _open_host(args: Namespace, simulated: bool) -> "tuple[Library, tuple[Device, ...]]":
+    """NVML and its devices: the simulator's 4 GPUs unless --real or --simulate says otherwise; at least 3."""
     if args.real and (args.simulate is not None or args.simulate_spec is not None):
         raise UsageError(
             "--real uses this host's NVIDIA driver; it cannot be combined with --simulate or --simulate-spec."
@@ -255,6 +255,14 @@ def run(args: Namespace) -> int:
             f"{len(devices)}. Run it on the simulator: flink-gpu demo"
             + (" (without --real)." if args.real else " --simulate 4.")
         )
+    return nvml, devices
+
+
+def run(args: Namespace) -> int:
+    from flink_gpu import coordination
+
+    simulated = not args.real
+    nvml, devices = _open_host(args, simulated)
     # the first worker takes all but two GPUs, so that the three of them fill the host
     amounts = [len(devices) - 2, 1, 1]
     human = not args.json
