@@ -103,16 +103,14 @@ def process_holders(nvml: Library, holders: Iterable[int]) -> "dict[tuple[str, i
 class _Known:
     """What a process learnt of the host's GPUs through one library, shared by all its drivers: the static
     properties of the GPUs enumerated so far (only those a choice could hand out, and unhealthy ones it
-    read: a GPU that is never read is never opened), the infos last made, and what was WARNed."""
+    read: a GPU that is never read is never opened), and what was WARNed."""
 
-    __slots__ = ("pid", "counted", "static", "infos", "warned")
+    __slots__ = ("pid", "counted", "static", "warned")
 
     def __init__(self, pid: int, counted: str) -> None:
         self.pid = pid
         self.counted = counted  # what a shortage calls the devices: "devices NVML (<library>) lists"
         self.static: dict[str, dict[str, str]] = {}  # index -> static properties
-        # index -> (its state properties, GPUInfo) as last made: an idle GPU's info is reused, not rebuilt
-        self.infos: dict[str, tuple[dict[str, str], GPUInfo]] = {}
         # (index, health), (index, warning), (index, "processes unknown") and (index, skip reason) WARNed
         # once per process
         self.warned: set[tuple[str, str]] = set()
@@ -227,11 +225,8 @@ class NvmlDiscovery:
 
     @staticmethod
     def _info(known: _Known, index: str, properties: dict[str, str]) -> GPUInfo:
-        """The GPUInfo of ``index`` with its state ``properties``: the last one made while they are unchanged."""
-        last = known.infos.get(index)
-        if last is None or last[0] != properties:
-            last = known.infos[index] = (properties, GPUInfo(index, {**known.static.get(index, {}), **properties}))
-        return last[1]
+        """The GPUInfo of ``index``: its static properties and its state ``properties``."""
+        return GPUInfo(index, {**known.static.get(index, {}), **properties})
 
     def _count_holds(self, path: str, pid: int, outcome: DiscoveryOutcome) -> None:
         """Counts the GPUs of ``outcome`` this driver uses in _driver_holds (under its lock)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 from flink_gpu.errors import IllegalConfigurationException
 from flink_gpu.flink.configuration import ConfigOption, Configuration
@@ -51,20 +51,7 @@ class GPUDriverSettings:
         health-checks or metrics.interval, naming the full key when ``resource_name`` is given; the NVML
         backend's settings are read from their raw text by the core's one parser, which flink-gpu-discovery
         reads its flags with (flink_gpu.nvml.read_settings). Nothing is logged: :meth:`warn_ignored_args`
-        WARNs about the arguments when a backend reads them.
-
-        A plain ``dict`` of ``str`` keys and values (what Flink and PyFlink hand a driver) is read once per
-        process: the settings are immutable and depend on nothing else, so the same text gives the same
-        settings; a worker building a driver per task pays a dictionary lookup instead of the parsing."""
-        key = _cache_key(params, resource_name)
-        if key is not None:
-            settings = _settings_cache.get(key)
-            if settings is None:
-                settings = cls._read(params, resource_name)
-                if len(_settings_cache) >= _SETTINGS_CACHE_SIZE:
-                    _settings_cache.clear()
-                _settings_cache[key] = settings
-            return settings
+        WARNs about the arguments when a backend reads them."""
         return cls._read(params, resource_name)
 
     @classmethod
@@ -169,23 +156,7 @@ class GPUDriverSettings:
         warn_ignored(self.script_args, self.key(GPUDriverOptions.DISCOVERY_SCRIPT_ARG), self.script_args_text)
 
 
-# (resource name, the params' items) -> their settings; cleared when full (configurations are few)
-_CacheKey = tuple[Optional[str], tuple[tuple[str, str], ...]]
-_settings_cache: "dict[_CacheKey, GPUDriverSettings]" = {}
 _NOTHING_SET = Configuration()  # what an option reads as when it is not set: its default
-_SETTINGS_CACHE_SIZE = 64
-
-
-def _cache_key(params: object, resource_name: "str | None") -> "_CacheKey | None":
-    """The cache key of a ``dict`` whose keys and values are all exactly ``str`` (values of other
-    types may convert differently while comparing equal, ``1 == True``); None for anything else."""
-    if type(params) is not dict:
-        return None
-    items = tuple(params.items())
-    for k, v in items:
-        if type(k) is not str or type(v) is not str:
-            return None
-    return resource_name, items
 
 
 def _choice(
