@@ -349,6 +349,7 @@ DOCUMENTED = [
     "flink_gpu.base",
     "flink_gpu.base.lazy:attach",
     "flink_gpu.base.gpu_index:sort_indices",
+    "flink_gpu.gpu.holders:lock",
     "flink_gpu.flink.grammars:parse_memory_size",
 ]
 

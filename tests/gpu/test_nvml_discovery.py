@@ -552,7 +552,7 @@ def test_coordinated_driver_close_keeps_gpus_the_process_held_before(tmp_path):
 SHARED_IN_ONE_PROCESS = r"""
 import json, os, sys, threading, time
 from flink_gpu import GPUDriver, coordination
-from flink_gpu.gpu import nvml_discovery as nvml
+from flink_gpu.gpu import holders
 path = sys.argv[1]
 args = {"discovery-mode": "nvml",
         "discovery-script.args": "--enable-coordination-mode --coordination-file " + path}
@@ -567,8 +567,8 @@ after_b = mine()
 # a child forked while another thread holds the drivers' lock can still claim and release
 c = GPUDriver(args)
 held, done = threading.Event(), threading.Event()
-def hold():  # the lock the drivers of a process share (gpu/nvml_discovery.py), held until the child is done
-    with nvml._driver_holds_lock:
+def hold():  # the lock the drivers of a process share (gpu/holders.py), held until the child is done
+    with holders.lock:
         held.set()
         done.wait(60)
 threading.Thread(target=hold).start()

@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from flink_gpu import policy
+from flink_gpu.binding.gauges import EMBEDDED_METRICS, GAUGES, MEMORY_LIMIT_GAUGE, PUSH_INTERVAL, Constant, Gauge
+from flink_gpu.binding.taskmanager_watch import unwatch, watch
 from flink_gpu.bindings_file import (
     BINDINGS_SUFFIX,
     BindingEntry,
@@ -58,6 +59,8 @@ from flink_gpu.bindings_file import (
 )
 from flink_gpu.coordination import DEFAULT_TIMEOUT, process_start_time, whole_amount
 from flink_gpu.errors import BindingError, NotEnoughGpusError
+from flink_gpu.gpu import holders
+from flink_gpu.gpu.holders import Held
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing's from Python 3.11
@@ -65,9 +68,6 @@ if TYPE_CHECKING:
     from flink_gpu.flink.resource_info import ExternalResourceInfo
     from flink_gpu.nvml import Library
 
-    #: A holder of this process as its registry keys it: (file identity, pid) for a process holder,
-    #: (file identity, slot, taskmanager pid) for a slot's thread (see _held).
-    _HolderKey = tuple[str, int] | tuple[str, str, int | None]
     #: A holder as the core's binding_unbind names it: (pid or thread id, slot, taskmanager, start time).
     _NativeHolder = tuple[int, str | None, int | None, int]
 
@@ -90,273 +90,8 @@ _log = logging.getLogger("flink_gpu.binding")
 
 #: The most holders one GPU can be shared by (csrc/coordination/lines.hpp kMaxShare).
 MAX_HOLDERS_PER_GPU = 1024
-#: PyFlink's thread-mode (embedded) metric classes live here: their gauges are called from Java.
-_EMBEDDED_METRICS = "pyflink.fn_execution.metrics.embedded"
-#: How often update_metrics() pushes the sampler's values to Java, at most (s).
-_PUSH_INTERVAL = 1.0
-#: Gauge name -> what of flink_gpu.nvml's sampled_metrics it shows: a reading of METRICS (units: %, MiB,
-#: °C, W) or "health" (0 ok, 1 degraded, 2 unhealthy or lost, 3 unknown: GAUGE_HEALTH).
-GAUGES = {
-    "utilization": "utilization",
-    "memoryUsed": "memory.used",
-    "temperature": "temperature",
-    "power": "power",
-    "health": "health",
-}
-#: The gauge of a binding's memory request (MiB per GPU), registered beside GAUGES when it has one.
-MEMORY_LIMIT_GAUGE = "memoryLimit"
 #: Where an MPS control daemon listens unless CUDA_MPS_PIPE_DIRECTORY says otherwise.
 _MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
-
-
-# -- the holders of this process ------------------------------------------------------------------
-
-
-class _Held:
-    """One holder's binding in this process: how many handles are out, what it binds, the start time its
-    lines carry (0: none), and where it is registered (a handle releases through it from any thread); for the
-    TaskManager watch, the holder as the core names it, its file and the TaskManagers it was bound for, and
-    whether their death ended it (its handles then release nothing)."""
-
-    __slots__ = (
-        "refs",
-        "indices",
-        "start_time",
-        "registry",
-        "key",
-        "native",
-        "path",
-        "timeout",
-        "taskmanagers",
-        "ended",
-    )
-
-    def __init__(self, registry: "dict[_HolderKey, _Held]", key: "_HolderKey") -> None:
-        self.refs = 0
-        self.indices: "set[str]" = set()
-        self.start_time = 0
-        self.registry = registry
-        self.key = key
-        self.native: "_NativeHolder" = (0, None, None, 0)
-        self.path = ""
-        self.timeout = DEFAULT_TIMEOUT
-        self.taskmanagers: "set[tuple[int, int | None]]" = set()  # _watches' keys
-        self.ended = False
-
-
-_lock = threading.Lock()
-# The holders of this process as the core tells them apart. A process holder: (the bindings file's
-# identity, however its path was spelled; pid); its TaskManager is not part of it. A slot's thread: (file,
-# slot, taskmanager) in that thread's own registry, so that a thread which later gets an ended thread's
-# id inherits nothing from it.
-_held: "dict[_HolderKey, _Held]" = {}
-_thread_held = threading.local()
-# The process holder this process was forked from: its pid and pid namespace (the inode of its
-# /proc/self/ns/pid; None when unknown), the identities of the files it bound in at the fork, each with
-# the start time its lines there carry (0: none), which tells its lines from those of a process that
-# reuses its pid once it died
-_forked_from: "tuple[int, int | None] | None" = None
-_forked_files: "dict[str, int]" = {}
-
-
-# the pid and pid namespace of the process that forks, read before the fork: in the child getppid() may
-# already name a reaper (the parent died) or be 0, and its namespace differ (a child that is pid 1 of a
-# new pid namespace)
-_forking: "list[tuple[int, int | None]]" = [(0, None)]
-
-
-def _pid_namespace() -> "int | None":
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return None
-
-
-def _before_fork() -> None:
-    _forking[0] = (os.getpid(), _pid_namespace() if _held else None)  # a stat only for a holder
-
-
-def _after_fork_in_child() -> None:
-    global _lock, _forked_from, _forked_files
-    _lock = threading.Lock()  # another thread may have held it at the fork
-    parent = _forking[0]
-    # _held's keys are process holders': (file, pid)
-    files = {key[0]: held.start_time for key, held in _held.items() if key[1] == parent[0] and held.refs > 0}
-    if files:
-        _forked_from, _forked_files = parent, files
-    _held.clear()
-    _thread_held.__dict__.clear()  # the forking thread's slots are its parent's thread's
-    # the parent's TaskManager watch is the parent's: its thread did not come along, and what it watched for
-    # is the parent's to release
-    for watch in _watches.values():
-        watch.close()
-    _watches.clear()
-    for fd in _wake:
-        os.close(fd)
-    _wake.clear()
-
-
-os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
-
-
-# -- a binding made for a TaskManager ends with it (docs/design.md §9.3) ----------------------------
-
-
-class _Watch:
-    """A TaskManager that bindings of this process were made for: a pidfd that polls readable once it has
-    exited (None where pidfd_open is not to be had, a seccomp filter or an old kernel: then its start time is
-    read once a second), and the holders bound for it. Only the watch thread closes its pidfd."""
-
-    __slots__ = ("pid", "start_time", "pidfd", "gone", "held")
-
-    def __init__(self, pid: int, start_time: "int | None") -> None:
-        self.pid = pid
-        self.start_time = start_time
-        self.pidfd: "int | None" = None
-        self.gone = False
-        self.held: "set[_Held]" = set()
-        try:
-            self.pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            self.gone = True
-        except OSError:
-            pass
-        # the pid read when bind checked it: another process's since, when it died in between
-        self.gone = self.gone or self.ended()
-
-    @property
-    def key(self) -> "tuple[int, int | None]":
-        return self.pid, self.start_time
-
-    def ended(self) -> bool:
-        """Whether the TaskManager is gone, by its start time."""
-        return process_start_time(self.pid) != self.start_time
-
-    def close(self) -> None:
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
-
-
-# (pid, start time) of a TaskManager -> its watch, for the bindings of this process made for a TaskManager
-# other than itself (two processes that had one pid are two TaskManagers)
-_watches: "dict[tuple[int, int | None], _Watch]" = {}
-# the watch thread's wake-up pipe (read end, write end), from the first watch on
-_wake: "list[int]" = []
-#: How often a TaskManager without a pidfd is looked at (s).
-_UNWATCHED_INTERVAL = 1.0
-
-
-def _watch(held: _Held, taskmanager: int, start_time: "int | None") -> None:
-    """Ends ``held`` when ``taskmanager`` (whose start time bind read) dies; under _lock."""
-    watch = _watches.get((taskmanager, start_time))
-    if watch is None:
-        watch = _watches[taskmanager, start_time] = _Watch(taskmanager, start_time)
-    watch.held.add(held)
-    held.taskmanagers.add(watch.key)
-    if not _wake:
-        _wake.extend(os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK))
-        threading.Thread(
-            target=_watch_taskmanagers, args=(_wake[0],), name="flink-gpu TaskManager watch", daemon=True
-        ).start()
-    else:
-        _wake_watch()
-
-
-def _unwatch(held: _Held) -> None:
-    """``held`` no longer waits for its TaskManagers (released); under _lock. The watch thread closes the pidfds
-    that no binding waits on."""
-    for key in held.taskmanagers:
-        watch = _watches.get(key)
-        if watch is not None:
-            watch.held.discard(held)
-    if held.taskmanagers:
-        _wake_watch()
-    held.taskmanagers.clear()
-
-
-def _wake_watch() -> None:
-    try:
-        os.write(_wake[1], b"w")
-    except BlockingIOError:  # a full pipe wakes it all the same
-        pass
-
-
-def _watch_taskmanagers(wake: int) -> None:
-    """The watch thread: waits (holding no lock) for a watched TaskManager to exit, or for the watches to
-    change, and ends the bindings made for a TaskManager that is gone."""
-    while True:
-        with _lock:
-            for key, watch in list(_watches.items()):
-                if not watch.held:  # every binding made for it was released
-                    del _watches[key]
-                    watch.close()
-            watches = [watch for watch in _watches.values() if not watch.gone]
-            gone = [watch for watch in _watches.values() if watch.gone]
-        if not gone:
-            poller = select.poll()
-            poller.register(wake, select.POLLIN)
-            for watch in watches:
-                if watch.pidfd is not None:
-                    poller.register(watch.pidfd, select.POLLIN)
-            timed = any(watch.pidfd is None for watch in watches)
-            ready = {fd for fd, _ in poller.poll(_UNWATCHED_INTERVAL * 1000 if timed else None)}
-            if wake in ready:
-                try:
-                    while os.read(wake, 64):
-                        pass
-                except BlockingIOError:
-                    pass
-            gone = [w for w in watches if w.pidfd in ready or (w.pidfd is None and w.ended())]
-        for watch in gone:
-            _taskmanager_gone(watch)
-
-
-def _taskmanager_gone(watch: _Watch) -> None:
-    """Releases the bindings made for the TaskManager of ``watch``, which is gone, and says so."""
-    ended: "list[tuple[_Held, Exception | None]]" = []  # with why its lines stay, if they do
-    # the registry and the file change together, as in release()
-    with _lock:
-        if _watches.get(watch.key) is watch:
-            del _watches[watch.key]
-        watch.close()
-        for held in list(watch.held):
-            if held.ended or held.registry.get(held.key) is not held:
-                continue  # released meanwhile
-            held.ended = True
-            del held.registry[held.key]
-            _unwatch(held)
-            pid, slot, taskmanager, start_time = held.native
-            try:
-                unbind(held.path, held.timeout, pid, slot, taskmanager, start_time)
-                ended.append((held, None))
-            except (OSError, TimeoutError) as failure:
-                ended.append((held, failure))
-        watch.held.clear()
-    from flink_gpu.base.gpu_index import sort_indices
-
-    for held, why in ended:
-        gpus = ", ".join(sort_indices(held.indices))
-        pid, slot, _, _ = held.native
-        holder = f"pid {pid}" if slot is None else f"slot {slot} (thread {pid})"
-        if why is None:
-            _log.warning(
-                "TaskManager pid %d is gone: the binding of GPU(s) %s to %s in %s was released.",
-                watch.pid,
-                gpus,
-                holder,
-                held.path,
-            )
-        else:
-            _log.warning(
-                "TaskManager pid %d is gone: the binding of GPU(s) %s to %s in %s no longer counts for any bind, "
-                "but its lines could not be removed (%s); they go with this process.",
-                watch.pid,
-                gpus,
-                holder,
-                held.path,
-                why,
-            )
 
 
 class GPUBinding:
@@ -394,7 +129,7 @@ class GPUBinding:
         infos: "Iterable[ExternalResourceInfo]",
         indices: "Iterable[str]",
         path: str,
-        held: "_Held | None",
+        held: "Held | None",
         native_holder: "_NativeHolder",
         holder: str,
         library_path: "str | None",
@@ -415,7 +150,7 @@ class GPUBinding:
         self._devices: "tuple[int, ...] | None" = None
         self._timeout = timeout
         self._native_holder = native_holder  # (pid or thread id, slot, taskmanager, start time) for the core
-        self._pushed: "list[tuple[Any, _Gauge | _Constant]]" = []  # thread mode: (Java-held value, its reading)
+        self._pushed: "list[tuple[Any, Gauge | Constant]]" = []  # thread mode: (Java-held value, its reading)
         self._pushed_at = 0.0
         self._pushed_sampled = False  # the last push showed this binding's GPUs sampled
         self._registered_samples = 0  # the process's completed samples when the gauges were registered
@@ -621,14 +356,14 @@ class GPUBinding:
                 )
         # the GPUs' first sample before any report reads them (else the first shows -1), bounded
         sample_metrics_now(timeout=1.0)
-        embedded = type(group).__module__.startswith(_EMBEDDED_METRICS)
+        embedded = type(group).__module__.startswith(EMBEDDED_METRICS)
         for index in self._indices:
             subgroup = group.add_group("gpu", index)
-            readings: "list[tuple[str, _Gauge | _Constant]]" = [
-                (name, _Gauge(self._library_path, index, shown)) for name, shown in GAUGES.items()
+            readings: "list[tuple[str, Gauge | Constant]]" = [
+                (name, Gauge(self._library_path, index, shown)) for name, shown in GAUGES.items()
             ]
             if self._memory_limit is not None:
-                readings.append((MEMORY_LIMIT_GAUGE, _Constant(self._memory_limit >> 20)))
+                readings.append((MEMORY_LIMIT_GAUGE, Constant(self._memory_limit >> 20)))
             for name, reading in readings:
                 if embedded:
                     self._pushed.append((subgroup.distribution(name), reading))
@@ -657,7 +392,7 @@ class GPUBinding:
         now = time.monotonic()
         from flink_gpu.nvml import metrics_samples
 
-        if not force and now - self._pushed_at < _PUSH_INTERVAL and self._pushed_sampled:
+        if not force and now - self._pushed_at < PUSH_INTERVAL and self._pushed_sampled:
             return
         self._pushed_at = now
         # The first sample after the registration includes its GPUs unless one was already under way
@@ -679,7 +414,7 @@ class GPUBinding:
             self._released = True
             return
         pid, slot, taskmanager, start_time = self._native_holder
-        with _lock:
+        with holders.lock:
             if self._released:
                 return
             if held.ended:  # its TaskManager died, and the watch released it
@@ -691,7 +426,7 @@ class GPUBinding:
                 unbind(self._path, self._timeout, pid, slot, taskmanager, start_time)
                 if held.registry.get(held.key) is held:
                     del held.registry[held.key]
-                _unwatch(held)
+                unwatch(held)
             held.refs -= 1
             self._released = True
 
@@ -704,48 +439,6 @@ class GPUBinding:
     def __repr__(self) -> str:
         state = " released" if self._released else ""
         return f"GPUBinding(indices={list(self._indices)!r}, holder={self._holder!r}{state})"
-
-
-class _Gauge:
-    """One gauge of one GPU: its value in the process's sampled snapshot (flink_gpu.nvml's
-    sampled_metrics); never raises, never calls NVML."""
-
-    __slots__ = ("_library_path", "_index", "_position")
-
-    def __init__(self, library_path: "str | None", index: str, shown: str) -> None:
-        self._library_path = library_path
-        self._index = index
-        self._position = _SAMPLED.index(shown)
-
-    def __call__(self) -> int:
-        from flink_gpu.nvml import sampled_metrics
-
-        return sampled_metrics(self._index, self._library_path)[self._position]
-
-    def says_unknown(self, shown: int) -> bool:
-        """Whether ``shown``, this gauge's value, is the health gauge's "unknown" (not sampled in time)."""
-        return self._position == _HEALTH_POSITION and shown == _UNKNOWN_HEALTH
-
-
-class _Constant:
-    """A gauge of a value the binding fixed (its memory request, MiB)."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: int) -> None:
-        self._value = value
-
-    def __call__(self) -> int:
-        return self._value
-
-    def says_unknown(self, shown: int) -> bool:
-        return False
-
-
-#: What flink_gpu.nvml's sampled_metrics gives, in its order.
-_SAMPLED = ("utilization", "memory.used", "temperature", "power", "health")
-_HEALTH_POSITION = _SAMPLED.index("health")
-_UNKNOWN_HEALTH = 3  # flink_gpu.nvml.GAUGE_HEALTH.index("unknown"), without importing NVML's face here
 
 
 def _by_index(gpus: "Iterable[ExternalResourceInfo]") -> "dict[str, ExternalResourceInfo]":
@@ -880,15 +573,15 @@ def bind(
         inherited = _inherited_binding(by_index, count, path, library_path, timeout, metrics_interval, memory_bytes)
         if inherited is not None:
             return inherited
-        pid, holder, registry = me, f"pid {me}", _held
+        pid, holder, registry = me, f"pid {me}", holders.process_holders
     else:
         pid = threading.get_native_id()
         holder = f"slot {slot} (thread {pid})"
-        registry = _thread_held.__dict__.setdefault("held", {})
+        registry = holders.thread_holders()
     library = _library(library_path, deadline)
     # The registry and the file change together: a release of this holder's last handle in another thread
     # waits. The core's state read within it is bounded by nvml_timeout and holds no file lock.
-    with _lock:
+    with holders.lock:
         outcome = policy.bind(
             library,
             path,
@@ -911,14 +604,14 @@ def bind(
         key = (outcome.file_identity, me) if slot is None else (outcome.file_identity, slot, taskmanager_pid)
         held = registry.get(key)
         if held is None:
-            held = registry[key] = _Held(registry, key)
+            held = registry[key] = Held(registry, key, timeout)
         held.refs += 1
         held.indices.update(indices)
         held.start_time = start_time
         held.native, held.timeout = (pid, slot, taskmanager_pid, start_time), timeout
         held.path = held.path or path
         if taskmanager_pid is not None and taskmanager_pid != me:
-            _watch(held, taskmanager_pid, taskmanager_start)
+            watch(held, taskmanager_pid, taskmanager_start)
     if outcome.left_out:
         why = "; ".join(f"GPU {index} is {health}" for index, health in outcome.left_out)
         _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(outcome.usable))
@@ -1023,14 +716,13 @@ def _inherited_binding(
     nothing there at the fork, or its binding there has ended since (it released it, or it died), which
     ends the inheritance in that file for good. Its memory request is the parent's: ``memory`` must be
     that one (or None)."""
-    global _forked_files
-    if _forked_from is None:
+    if holders.forked_from is None:
         return None
     file = file_identity(path)
-    if file is None or file not in _forked_files:
+    if file is None or file not in holders.forked_files:
         return None
-    parent, namespace = _forked_from
-    start_time = _forked_files[file] or None
+    parent, namespace = holders.forked_from
+    start_time = holders.forked_files[file] or None
     # the parent's lines: its pid in its namespace (a child forked into a new pid namespace is not of it,
     # and an equal pid of another namespace is another process) with its start time (another process
     # may have its pid once it died)
@@ -1045,8 +737,8 @@ def _inherited_binding(
     ]
     parents = {entry.index for entry in lines}
     if not parents:
-        with _lock:
-            _forked_files = {other: at for other, at in _forked_files.items() if other != file}
+        with holders.lock:
+            holders.forked_files = {other: at for other, at in holders.forked_files.items() if other != file}
         return None
     from flink_gpu.base.gpu_index import sort_indices
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import threading
 from typing import TYPE_CHECKING, Iterable
 
 from flink_gpu import coordination, policy
 from flink_gpu.errors import FlinkException, NotEnoughGpusError
+from flink_gpu.gpu import holders
 from flink_gpu.gpu.info import (
     PROPERTY_CPU_AFFINITY,
     PROPERTY_HEALTH,
@@ -122,21 +121,6 @@ _known: dict[str, _Known] = {}
 # pid -> its TaskManager (the nearest TaskManagerRunner ancestor), found once per process
 _taskmanagers: dict[int, "int | None"] = {}
 
-# (coordination file, pid, index) -> how many open drivers of process pid use a GPU that one of
-# them added to the file. The file knows only the process, so a driver's close() releases a GPU
-# when the last driver of the process that uses it closes, not while another one still uses it.
-_driver_holds: dict[tuple[str, int, str], int] = {}
-_driver_holds_lock = threading.Lock()  # held across the claim (up to its lock timeout)
-
-
-def _new_lock_after_fork() -> None:
-    # a child forked while another thread claimed would otherwise inherit the lock held forever
-    global _driver_holds_lock
-    _driver_holds_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_new_lock_after_fork)
-
 
 class NvmlDiscovery:
     """GPUs from NVML. What the process learns of them (their static properties, read once per GPU) is
@@ -154,7 +138,7 @@ class NvmlDiscovery:
         self.health_checks = settings.health_checks
         self.nvml_timeout = settings.nvml_timeout_seconds()
         self._nvml: Library | None = nvml  # None once closed
-        self._claimed: set[str] = set()  # indices this driver counts in _driver_holds
+        self._claimed: set[str] = set()  # indices this driver counts in holders.driver_holds
         self._claimed_pid = coordination.own_pid()
 
     def known(self) -> _Known:
@@ -183,7 +167,7 @@ class NvmlDiscovery:
             taskmanager = _taskmanagers[pid] = find_taskmanager(pid)
         nvml = self._library()
         path = self.args.coordination_file if self.args.coordination_mode else None
-        with _driver_holds_lock if path is not None else contextlib.nullcontext():
+        with holders.lock if path is not None else contextlib.nullcontext():
             outcome = policy.discover(
                 nvml,
                 amount,
@@ -229,15 +213,15 @@ class NvmlDiscovery:
         return GPUInfo(index, {**known.static.get(index, {}), **properties})
 
     def _count_holds(self, path: str, pid: int, outcome: DiscoveryOutcome) -> None:
-        """Counts the GPUs of ``outcome`` this driver uses in _driver_holds (under its lock)."""
+        """Counts the GPUs of ``outcome`` this driver uses in holders.driver_holds (under holders.lock)."""
         if self._claimed_pid != pid:  # a forked child: the parent's counts are not its own
             self._claimed, self._claimed_pid = set(), pid
         for index in outcome.chosen:
             hold = (path, pid, index)
             # GPUs the process held otherwise (coordination.claim()) are not the drivers' to release;
             # one that a driver added is released when no open driver uses it
-            if index not in self._claimed and (index in outcome.added or hold in _driver_holds):
-                _driver_holds[hold] = _driver_holds.get(hold, 0) + 1
+            if index not in self._claimed and (index in outcome.added or hold in holders.driver_holds):
+                holders.driver_holds[hold] = holders.driver_holds.get(hold, 0) + 1
                 self._claimed.add(index)
 
     @staticmethod
@@ -282,7 +266,7 @@ class NvmlDiscovery:
         only its own claims, never its parent's)."""
         path = self.args.coordination_file
         pid = coordination.own_pid()
-        with _driver_holds_lock:
+        with holders.lock:
             claimed, self._claimed = self._claimed, set()
             self._nvml = None
             if self._claimed_pid != pid:
@@ -290,11 +274,11 @@ class NvmlDiscovery:
             unused: list[str] = []
             for index in claimed:
                 key = (path, pid, index)
-                count = _driver_holds.get(key, 0)
+                count = holders.driver_holds.get(key, 0)
                 if count > 1:
-                    _driver_holds[key] = count - 1
+                    holders.driver_holds[key] = count - 1
                 else:
-                    _driver_holds.pop(key, None)
+                    holders.driver_holds.pop(key, None)
                     unused.append(index)
             if unused:
                 coordination.release(pid, path=path, indices=sorted(unused))
