@@ -18,6 +18,7 @@
 #include "nvml/deadline.hpp"
 #include "nvml/devices.hpp"
 #include "nvml/loader.hpp"
+#include "nvml/read.hpp"
 #include "nvml/settings.hpp"
 #include "nvml/state.hpp"
 #include "policy/discover.hpp"

@@ -1,7 +1,7 @@
 #include "nvml/deadline.hpp"
 
 #include "base/glibc_compat.hpp"
-#include "nvml/choice.hpp"
+#include "nvml/health.hpp"
 
 #include <linux/futex.h>
 #include <pthread.h>

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "nvml/devices.hpp"
+#include "nvml/read.hpp"
 #include "nvml/state.hpp"
 
 #include <functional>

@@ -221,7 +221,7 @@ const char* const kProcessStructs[] = {"v2", "r535"};
 // makes a process's libnvidia-ml.so.1 the simulator) checks specs for either build.
 thread_local bool t_checking_any_build = false;
 
-// What a driver guarantees about a device's processes, which the process reads of csrc/nvml/state.cpp
+// What a driver guarantees about a device's processes, which the process reads of csrc/nvml/read.cpp
 // rely on (kNoContextBelowBytes there): an MPS client runs in its server's context, so a device with MPS
 // processes lists a compute process (the server) too; and NVML's used memory includes every process's,
 // so the device's is at least their sum, a process (once, however many lists name it) counting 1 MiB at
