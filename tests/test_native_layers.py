@@ -8,7 +8,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 # csrc/nvml/<layer>.{hpp,cpp}, bottom first.
-NVML_LAYERS = ["loader", "devices", "state", "health", "read", "metrics", "deadline", "choice", "sampler", "settings"]
+NVML_LAYERS = [
+    "loader",
+    "devices",
+    "state",
+    "health",
+    "read",
+    "metrics",
+    "workers",
+    "deadline",
+    "choice",
+    "sampler",
+    "settings",
+]
 
 
 def upward_includes(nvml: Path) -> "list[str]":

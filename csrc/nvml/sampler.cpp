@@ -3,6 +3,7 @@
 #include "base/glibc_compat.hpp"
 #include "nvml/choice.hpp"
 #include "nvml/deadline.hpp"
+#include "nvml/workers.hpp"
 
 #include <pthread.h>
 #include <unistd.h>

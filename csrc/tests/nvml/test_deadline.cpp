@@ -5,6 +5,7 @@
 #include "nvml/choice.hpp"
 #include "nvml/deadline.hpp"
 #include "nvml/loader.hpp"
+#include "nvml/workers.hpp"
 
 #include <dirent.h>
 #include <dlfcn.h>
