@@ -224,7 +224,6 @@ std::vector<Stall> stuck_calls() {
 }
 
 void remember_stuck(BlockRef block) {
-    unpin(*block);
     pthread_mutex_lock(&g_stuck_mutex);
     try {
         if (g_stuck != nullptr) g_stuck->push_back(std::move(block));

@@ -5,10 +5,7 @@
 
 #include <nvml.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -26,11 +23,6 @@ namespace {
 struct Worker : Counted {
     Ref<WorkerJob> job;  // the next job: written by its dispatcher before `handed` is set
     Event handed;
-    pid_t tid = 0;  // set by the thread before it is first parked, read by dispatchers after that
-    // Written by its dispatchers (while it is off the idle list): the CPU it was pinned to (-1: none), and
-    // g_unpins then (an unpin since may have widened it).
-    int cpu = -1;
-    unsigned long pinned_at = 0;
 };
 constexpr std::size_t kMaxIdleWorkers = 2;  // more only while jobs run concurrently
 
@@ -51,15 +43,6 @@ struct IdleAtfork {
     IdleAtfork() { pthread_atfork(idle_prepare, idle_parent, idle_child); }
 };
 const IdleAtfork g_idle_atfork;
-
-// Unpins so far: a worker pinned before the last one is pinned again when it is next taken, whichever
-// worker that unpin was about (it may be back on the idle list, or pinned anew, by then).
-std::atomic<unsigned long> g_unpins{0};
-
-void widen(pid_t tid) noexcept {
-    cpu_set_t callers;
-    if (sched_getaffinity(0, sizeof callers, &callers) == 0) (void)sched_setaffinity(tid, sizeof callers, &callers);
-}
 
 // Back on the idle list, or false when it is full (or gone in a forked child: not ours then).
 bool park(const Ref<Worker>& w) noexcept {
@@ -125,44 +108,11 @@ Ref<WorkerJob> next_job(Worker* w) noexcept {
 
 void* worker_main(void* arg) {
     const Ref<Worker> w(static_cast<Worker*>(arg));  // the thread's own reference
-    w->tid = static_cast<pid_t>(syscall(SYS_gettid));
     for (;;) {
         const Ref<WorkerJob> job = next_job(w.get());
         if (!job || !run_job(job, w)) break;
     }
     return nullptr;
-}
-
-// An idle worker is woken on the CPU its caller runs on, which then only waits for it: a wake-up across
-// CPUs costs an inter-processor interrupt and the other CPU's wake from idle (tens of µs on a virtual
-// machine, more than the instant simulator's read), a switch on one CPU a few µs. One
-// sched_setaffinity when the caller has moved (or an unpin came) since. Where it cannot be pinned (a
-// CPU past CPU_SETSIZE, a host whose CPUs a cpu_set_t cannot hold, a cpuset without it), it may run on
-// any CPU its caller may.
-void pin_to_caller(Worker* w, WorkerJob* job) noexcept {
-    if (w->tid == 0) return;
-    const int cpu = sched_getcpu();
-    const unsigned long unpins = g_unpins.load(std::memory_order_acquire);  // before the pin: see g_unpins
-    if (cpu >= 0 && cpu == w->cpu && unpins == w->pinned_at) {
-        job->pinned_worker = w->tid;
-        return;
-    }
-    cpu_set_t mask;
-    // the caller's CPUs must be readable (into a cpu_set_t) for an unpin to give them back
-    bool pinned = cpu >= 0 && cpu < CPU_SETSIZE && sched_getaffinity(0, sizeof mask, &mask) == 0;
-    if (pinned) {
-        CPU_ZERO(&mask);
-        CPU_SET(cpu, &mask);
-        pinned = sched_setaffinity(w->tid, sizeof mask, &mask) == 0;
-    }
-    if (pinned) {
-        w->cpu = cpu;
-        w->pinned_at = unpins;
-        job->pinned_worker = w->tid;
-        return;
-    }
-    if (w->cpu != -1) widen(w->tid);  // no pin from before stays
-    w->cpu = -1;
 }
 
 }  // namespace
@@ -176,7 +126,6 @@ Status dispatch(const Ref<WorkerJob>& job) {
     }
     pthread_mutex_unlock(&g_idle_mutex);
     if (w) {
-        pin_to_caller(w.get(), job.get());
         w->job = job;
         w->handed.set();
         return Status();
@@ -191,12 +140,6 @@ Status dispatch(const Ref<WorkerJob>& job) {
                        "Could not start a thread to read NVML with a deadline: " + errno_text(rc) + ".", rc);
     thread_ref.release();  // worker_main adopts it
     return Status();
-}
-
-void unpin(const WorkerJob& job) noexcept {
-    if (job.pinned_worker == 0) return;
-    widen(job.pinned_worker);
-    g_unpins.fetch_add(1, std::memory_order_release);  // after the widening: see g_unpins
 }
 
 int start_nvml_thread(void* (*main)(void*), void* arg) noexcept {

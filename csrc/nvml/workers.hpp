@@ -7,8 +7,6 @@
 #include "base/counted.hpp"
 #include "base/status.hpp"
 
-#include <sys/types.h>
-
 namespace flinkgpu {
 
 // How long a worker thread waits idle for the next job before it ends: a burst of claims reuses it,
@@ -26,18 +24,11 @@ public:
     // Its end, with run()'s failure if it threw: called once the worker is back on the idle list, so
     // that the caller it wakes finds that same worker idle for its next job.
     virtual void finish(Status status) noexcept = 0;
-
-    // Set by dispatch: the worker's thread when it was pinned to its caller's CPU; 0: not pinned.
-    pid_t pinned_worker = 0;
 };
 
 // Hands `job` to an idle worker, or to a new thread; kOsError when none could be started. May throw
 // std::bad_alloc.
 Status dispatch(const Ref<WorkerJob>& job);
-
-// The worker of a job that its caller abandoned may run on any CPU its caller may, as a thread it
-// started would: pinned to one, a call that spins would keep that CPU from everything else there.
-void unpin(const WorkerJob& job) noexcept;
 
 // Starts `main(arg)` on a detached thread that makes NVML calls for its callers, with every signal
 // blocked: they are for the process's own threads to take (a SIGTERM a thread waits for with sigwait).
