@@ -18,13 +18,13 @@ __asm__(".symver dlerror,dlerror@" FLINK_GPU_GLIBC_BASE);
 __asm__(".symver dlclose,dlclose@" FLINK_GPU_GLIBC_BASE);
 __asm__(".symver dladdr,dladdr@" FLINK_GPU_GLIBC_BASE);
 // libpthread's, moved into libc (and re-versioned) by glibc 2.32 and 2.34 (the metrics sampler's and
-// nvml_deadline's threads, the loader's fork handler). Not under a sanitizer: its runtime intercepts only the default
+// nvml/deadline's threads, nvml/loader's fork handler). Not under a sanitizer: its runtime intercepts only the default
 // versions.
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 __asm__(".symver pthread_create,pthread_create@" FLINK_GPU_GLIBC_BASE);
 __asm__(".symver pthread_detach,pthread_detach@" FLINK_GPU_GLIBC_BASE);
 __asm__(".symver pthread_sigmask,pthread_sigmask@" FLINK_GPU_GLIBC_BASE);
-__asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@" FLINK_GPU_GLIBC_BASE);  // nvml_loader's fork handler
+__asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@" FLINK_GPU_GLIBC_BASE);  // nvml/loader's fork handler
 #if defined(__x86_64__)
 __asm__(".symver pthread_condattr_setclock,pthread_condattr_setclock@GLIBC_2.3.3");
 #else

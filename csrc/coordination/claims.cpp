@@ -29,7 +29,7 @@ Status host_gpus(const std::vector<std::string>& candidates, const LeftOut& left
 }
 
 // The one start of a claim's not-enough message: how many were requested, the host's GPUs, and each one left
-// out of the candidates with why; a state not read in time (nvml/choice.hpp's health text "unknown: <why>")
+// out of the candidates with why; a state not read in time (nvml/health.hpp's health text "unknown: <why>")
 // is said to be unknown.
 std::string shortage_head(const std::string& amount, const std::vector<std::string>& host, const LeftOut& left_out) {
     std::string msg = "Could not get enough GPU resources. Requested " + amount + ", the host has " +

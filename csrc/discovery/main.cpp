@@ -18,6 +18,7 @@
 #include "nvml/deadline.hpp"
 #include "nvml/devices.hpp"
 #include "nvml/loader.hpp"
+#include "nvml/read.hpp"
 #include "nvml/settings.hpp"
 #include "nvml/state.hpp"
 #include "policy/discover.hpp"
@@ -204,12 +205,6 @@ double seconds_since(const timespec& start) {
     return static_cast<double>(now.tv_sec - start.tv_sec) + static_cast<double>(now.tv_nsec - start.tv_nsec) / 1e9;
 }
 
-// What loading NVML gave: shared with the worker that runs it, which may outlive a missed deadline.
-struct Loaded {
-    flinkgpu::Status status;
-    const flinkgpu::NvmlLibrary* lib = nullptr;
-};
-
 // Proof that constructors ran (discovery/glibc_start_compat.cpp runs them on old and new glibc alike).
 bool g_constructors_ran = false;
 const struct ConstructorProbe {
@@ -247,21 +242,12 @@ int main(int argc, char** argv) {
     // One deadline for all NVML work: nvmlInit can hang (NVIDIA/go-nvml#152), any query can.
     timespec start{};
     clock_gettime(CLOCK_MONOTONIC, &start);
-    // static: the worker may outlive a missed deadline (we then leave with _exit, never destroying it)
-    static Loaded loaded_storage;
-    Loaded* loaded = &loaded_storage;
-    flinkgpu::Stall stall;
-    flinkgpu::Status status;
     // No enumeration: the state read takes a GPU's handle (seconds each without persistence mode) only
     // when it reads that GPU.
-    const bool returned = flinkgpu::run_within(args.nvml_timeout, "nvmlInit_v2", [loaded] {
-        loaded->lib = flinkgpu::NvmlLibrary::acquire("", &loaded->status);
-    }, &stall, &status);
-    if (!returned && !status.ok()) {
-        std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
-        return 1;
-    }
-    if (!returned) {
+    const flinkgpu::NvmlLibrary* lib = nullptr;
+    flinkgpu::Stall stall;
+    const flinkgpu::Status status = flinkgpu::open_within("", args.nvml_timeout, &lib, &stall);
+    if (!status.ok() && !stall.function.empty()) {  // past the deadline: our own words for it
         char deadline[32];
         std::snprintf(deadline, sizeof deadline, "%g s", flinkgpu::kDefaultNvmlTimeoutSeconds);
         std::fprintf(stderr,
@@ -271,8 +257,6 @@ int main(int argc, char** argv) {
                      args.script.has_nvml_timeout ? args.script.nvml_timeout.c_str() : deadline);
         return leave(1);
     }
-    status = loaded->status;
-    const flinkgpu::NvmlLibrary* lib = loaded->lib;
     if (!status.ok()) {
         std::fprintf(stderr, "flink-gpu-discovery: %s\n", status.message.c_str());
         return 1;

@@ -4,7 +4,7 @@
 // each input becomes the file's content, then snapshot, claim, release and clean_stale run on it.
 // Before the content is written, "$$" is replaced by this process's pid, "$T" by its start time and "$N" by
 // its pid namespace, so that the corpus can hold lines of a live owner (this process; pid 1 is another
-// live one). A line of this pid counts as this process's where process_liveness says it records it.
+// live one). A line of this pid counts as this process's where HolderIdentity::records says it records it.
 //
 // Checked for every input, besides "no crash, no hang, no sanitizer report":
 //   * every call succeeds (the file is small, regular and unlocked) or, for claim, reports kNotEnough

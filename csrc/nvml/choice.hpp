@@ -1,5 +1,5 @@
-// Which GPUs to hand out, best first (docs/design.md §4): the health verdict of a device's state
-// and the ranking of candidates under a busy-gpus policy. Used by the Python API and by
+// Which GPUs to hand out, best first (docs/design.md §4): the ranking of candidates, judged by
+// nvml/health.hpp, under a busy-gpus policy. Used by the Python API and by
 // flink-gpu-discovery alike.
 #pragma once
 
@@ -12,15 +12,6 @@
 #include <vector>
 
 namespace flinkgpu {
-
-// Sets checks, health, health_text, findings and warnings from state->readings (docs/design.md
-// §9.1 has the table); only the findings of `enforced` checks decide health. Unhealthy: lost or
-// reset required (always), InfoROM corrupted, row remapping failed, uncorrectable volatile ECC
-// errors, a recovery action that needs a reset or reboot (or one this build does not know), NVLink
-// fabric registration not started or still in progress. Degraded: row remapping pending, page
-// retirement pending, recovery action DRAIN_P2P, fabric registration completed with an error or a
-// v3 health summary UNHEALTHY. RECOVER_IMEX_DOMAIN is no fault of the GPU: a warning only.
-void judge_health(const CheckSet& enforced, DeviceState* state);
 
 // busy-gpus: avoid (busy GPUs only when short), exclude (never a busy GPU), ignore (Flink's order).
 enum class BusyPolicy { kAvoid, kExclude, kIgnore };

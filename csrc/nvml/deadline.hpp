@@ -6,11 +6,11 @@
 // its own shared block (so it writes nowhere the caller owns), goes back to idle when its call
 // returns, and until then the GPU it is stuck on is unknown at once to every later read, which starts
 // no other thread on it (no pile-up; a call about the whole library, nvmlDeviceGetCount, starts none
-// at all). An idle worker ends after kIdleWorkerSeconds. A forked child has none of these threads and
-// starts afresh.
+// at all). The workers are nvml/workers.hpp's. A forked child has no stuck reads and starts afresh.
 #pragma once
 
 #include "nvml/devices.hpp"
+#include "nvml/read.hpp"
 #include "nvml/state.hpp"
 
 #include <functional>
@@ -19,11 +19,6 @@
 #include <vector>
 
 namespace flinkgpu {
-
-// How long a worker thread waits idle for the next read before it ends: a burst of claims reuses it,
-// and a process that claimed once keeps no NVML thread a while later (a fork() in a multi-threaded
-// process is what Python 3.12 warns about, and PyFlink workers and DataLoaders fork).
-inline constexpr double kIdleWorkerSeconds = 3.0;
 
 // nvml-timeout's default, and --nvml-timeout's for flink-gpu-discovery: well inside Flink's 10 s
 // discovery-script.timeout.
@@ -69,15 +64,6 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
 // from starting while it is stuck. Never throws.
 bool run_within(double timeout_seconds, const char* function, std::function<void()> job, Stall* stall, Status* status,
                 int gpu = ReadMonitor::kLibrary) noexcept;
-
-// Starts `main(arg)` on a detached thread that makes NVML calls for its callers, with every signal
-// blocked: they are for the process's own threads to take (a SIGTERM a thread waits for with sigwait).
-// 0, or pthread_create's error. Never throws.
-int start_nvml_thread(void* (*main)(void*), void* arg) noexcept;
-
-// For the native tests only: sets the idle wait of workers that park from now on (kIdleWorkerSeconds
-// until then); returns the one before. Never throws.
-double set_idle_worker_seconds_for_tests(double seconds) noexcept;
 
 // Whether a thread of this process is still inside an NVML call that missed its deadline: then the
 // process must leave with _exit (exit() would run destructors under that thread).

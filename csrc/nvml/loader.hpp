@@ -124,7 +124,7 @@ struct NvmlApi {
     decltype(&nvmlDeviceGetMemoryInfo) device_get_memory_info = nullptr;
     decltype(&nvmlDeviceGetMinorNumber) device_get_minor_number = nullptr;
     decltype(&nvmlSystemGetDriverVersion) system_get_driver_version = nullptr;
-    // Device state (nvml/state.hpp); each one optional.
+    // Device state (nvml/read.hpp); each one optional.
     decltype(&nvmlDeviceGetMemoryInfo_v2) device_get_memory_info_v2 = nullptr;
     decltype(&nvmlDeviceGetCpuAffinityWithinScope) device_get_cpu_affinity_within_scope = nullptr;
     decltype(&nvmlDeviceGetComputeMode) device_get_compute_mode = nullptr;

@@ -1,6 +1,6 @@
 #include "nvml/metrics.hpp"
 
-#include "nvml/state.hpp"
+#include "nvml/read.hpp"
 
 #include <climits>
 

@@ -3,6 +3,7 @@
 #include "base/glibc_compat.hpp"
 #include "nvml/choice.hpp"
 #include "nvml/deadline.hpp"
+#include "nvml/workers.hpp"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -53,7 +54,7 @@ struct Reader {
     bool running = false;              // its thread exists in this process
     bool busy = false;                 // a read is handed to it and has not returned
     bool late = false;                 // ... and has not returned within kSampleMargin
-    bool state_stuck = false;          // the health read's state read is stuck on this GPU (nvml_deadline)
+    bool state_stuck = false;          // the health read's state read is stuck on this GPU (nvml/deadline.hpp)
     unsigned long long round = 0;      // the sample the read handed to it belongs to
 };
 
@@ -93,7 +94,7 @@ std::string gpu_of(const std::string& index) { return index.substr(0, index.find
 
 // The process's sampler: a pacer thread, which never calls NVML itself, and one reader thread per
 // watched GPU (docs/design.md §9.3). Each sample, the pacer opens the libraries (bounded, through
-// nvml_deadline), hands every GPU that is free its read, waits for them at most kSampleMargin (a
+// nvml/deadline.hpp), hands every GPU that is free its read, waits for them at most kSampleMargin (a
 // GPU not back by then is late: shown unknown until its read returns), then reads the health
 // findings when due through the choice's state path, bounded by the same margin.
 class Sampler {
@@ -380,7 +381,7 @@ private:
         done_.notify_all();
     }
 
-    // Without mutex_: the library at `path`, opened once per process (nvml_deadline bounds the
+    // Without mutex_: the library at `path`, opened once per process (nvml/deadline.hpp bounds the
     // dlopen and nvmlInit: a stuck init answers at once afterwards); nullptr when it cannot be had.
     const NvmlLibrary* open(const std::string& path) {
         {
@@ -417,7 +418,7 @@ private:
     // (the state read would likely stick on it too: a second thread on it) and its health is
     // unknown until one reaches it; false then, or when some GPU's findings did not come. A GPU the state read is stuck
     // on is unknown and gets no reads until a later health read finds it answering (it stays in:
-    // nvml_deadline answers it at once while its stuck call is out); one the read did not reach
+    // nvml/deadline.hpp answers it at once while its stuck call is out); one the read did not reach
     // keeps its last findings.
     bool read_health(const std::string& path, const NvmlLibrary* lib, SteadyTime due_by,
                      std::unique_lock<std::mutex>* lock) {

@@ -1,8 +1,6 @@
-// The dynamic state of every GPU at the moment a choice is made (docs/design.md §4): health
-// readings, the processes NVML lists on it, memory used and free, compute mode. Point-in-time
-// queries, no event loop. Every query is optional: an absent entry point, NOT_SUPPORTED,
-// FUNCTION_NOT_FOUND or NO_PERMISSION is no finding (NO_PERMISSION on a process query makes the
-// processes unknown).
+// The dynamic state of a GPU at the moment a choice is made (docs/design.md §4), as a record: health
+// readings, the processes NVML lists on it, memory used and free, compute mode; and what a state read
+// reads. The read itself is nvml/read.hpp, the verdict on the readings nvml/health.hpp.
 #pragma once
 
 #include "nvml/loader.hpp"
@@ -48,7 +46,7 @@ struct FabricReading {
     unsigned health_summary = NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED;
 };
 
-// What the health queries found; nvml/choice.hpp turns it into a verdict.
+// What the health queries found; nvml/health.hpp turns it into a verdict.
 struct HealthReadings {
     int lost_code = NVML_SUCCESS;  // GPU_IS_LOST or RESET_REQUIRED from a state query; any code from the handle query
     const char* lost_function = nullptr;
@@ -105,31 +103,6 @@ struct DeviceState {
     std::optional<std::string> compute_mode;  // "default", "exclusive_process", "prohibited", ...
 };
 
-// A device's memory in total, in use and free (bytes): nvmlDeviceGetMemoryInfo_v2, else (absent, or an answer
-// that is no finding, as a stub of the symbol gives) the original query. Returns the NVML code of
-// the query that answered, *function naming it (nullptr and NVML_ERROR_FUNCTION_NOT_FOUND when the
-// driver has neither). Never throws.
-struct MemoryReading {
-    unsigned long long total = 0, used = 0, free = 0;
-    bool reservation_apart = false;  // v2: `used` leaves out the driver's reservation (v1 counts it in)
-};
-int read_memory(const NvmlApi& api, nvmlDevice_t dev, MemoryReading* out, const char** function) noexcept;
-
-// Watches a state read from another thread (nvml/deadline.hpp). The reading thread tells it each
-// NVML call before making it, asks whether to skip a GPU (an earlier read is still stuck on it, or
-// another thread reads it) and hands it each GPU's states as soon as they are read; `gpu_read` false:
-// stop reading. `known_count` true: the GPU count is already known (*count), not read again.
-class ReadMonitor {
-public:
-    static constexpr int kLibrary = -1;  // a call about the whole library, not one GPU
-    virtual ~ReadMonitor() = default;
-    virtual void calling(int gpu, const char* function) noexcept = 0;
-    virtual bool known_count(unsigned* count) noexcept = 0;
-    virtual void counted(unsigned count) noexcept = 0;
-    virtual bool skip(unsigned gpu) noexcept = 0;
-    virtual bool gpu_read(std::vector<DeviceState>* states) noexcept = 0;
-};
-
 // Which GPUs a state read reads (docs/design.md §9.1, "Read in preference order and stop"). GPUs are read
 // in index order, the order a choice prefers within a class; the default reads every one.
 struct ReadScope {
@@ -161,20 +134,5 @@ struct ReadPlan {
     bool fresh_inforom = false;  // true: InfoROM validity read now, not taken from the process's cache
     ReadScope scope;
 };
-
-// How long a GPU's InfoROM validity (nvmlDeviceValidateInforom, which reads the flash) is reused within a
-// process before it is read again; a choice that finds nothing usable reads it again at once.
-inline constexpr unsigned kInforomRecheckSeconds = 600;
-
-// The state of every device (a MIG GPU's units in its place), in index order, judged with the
-// checks `enforced`. A GPU whose handle or MIG layout NVML refuses now is one state, lost, with
-// the refusing call (enumerate_devices skips it, or it went after the enumeration). `owner`: the
-// claiming process; `taskmanager`: its TaskManager, 0 for none. Errors that concern the whole
-// library fail the call. Never throws.
-// With a `monitor`, each GPU's states go to it instead of `out` (which stays empty), and GPUs it
-// says to skip are not read.
-Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, const CheckSet& enforced,
-                    std::vector<DeviceState>* out, const ReadPlan& plan = ReadPlan(),
-                    ReadMonitor* monitor = nullptr) noexcept;
 
 }  // namespace flinkgpu

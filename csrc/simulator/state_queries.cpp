@@ -1,4 +1,4 @@
-// The device state queries (those of csrc/nvml/state.cpp): memory, CPU affinity, compute mode,
+// The device state queries (those of csrc/nvml/read.cpp): memory, CPU affinity, compute mode,
 // InfoROM, remapped rows, ECC, field values, NVLink fabric, retired pages, persistence mode.
 #include <cstring>
 

@@ -5,11 +5,11 @@
 #include "nvml/choice.hpp"
 #include "nvml/deadline.hpp"
 #include "nvml/loader.hpp"
+#include "nvml/workers.hpp"
 
 #include <dirent.h>
 #include <dlfcn.h>
 #include <sched.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,18 +82,16 @@ bool starts_with(const std::string& text, const std::string& prefix) {
     return text.compare(0, prefix.size(), prefix) == 0;
 }
 
-// A job that waits inside "NVML" until the test opens the gate; it counts its runs and tells its thread.
+// A job that waits inside "NVML" until the test opens the gate; it counts its runs.
 struct Gate {
     std::mutex m;
     std::condition_variable cv;
     bool is_open = false;
     int runs = 0;
-    pid_t tid = 0;
 
     void wait() {
         std::unique_lock<std::mutex> lock(m);
         ++runs;
-        tid = static_cast<pid_t>(syscall(SYS_gettid));
         cv.wait(lock, [&] { return is_open; });
     }
     void open() {
@@ -327,57 +325,6 @@ TEST_CASE(a_driver_stuck_on_every_gpu_gets_one_thread_per_gpu_and_no_more) {
         CHECK_EQ(threads(), before + 9);  // one more, for the count: idle now, not stuck
         for (int gpu = 0; gpu < 8; ++gpu) CHECK_EQ(calls("remapped-rows", gpu), 1);
         release(file);
-    }),
-             0);
-}
-
-// The CPUs thread `tid` (0: the calling one) may run on.
-std::vector<int> cpus_of(pid_t tid) {
-    cpu_set_t set;
-    std::vector<int> cpus;
-    if (sched_getaffinity(tid, sizeof set, &set) != 0) return cpus;
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-        if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-    return cpus;
-}
-
-void run_on(const std::vector<int>& cpus) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    for (int cpu : cpus) CPU_SET(cpu, &set);
-    CHECK_EQ(sched_setaffinity(0, sizeof set, &set), 0);
-}
-
-TEST_CASE(a_worker_is_woken_on_its_callers_cpu_and_an_abandoned_one_may_run_anywhere_again) {
-    CHECK_EQ(in_child([](const NvmlLibrary&) {
-        const std::vector<int> all = cpus_of(0);
-        Stall stall;
-        Status st;
-        CHECK(run_within(30.0, "a first step", [] {}, &stall, &st));  // the worker, started with every CPU
-        for (int cpu : all) {  // the caller on each CPU in turn: the worker wakes there
-            run_on({cpu});
-            std::vector<int> worker;
-            CHECK(run_within(30.0, "a step", [&worker] { worker = cpus_of(0); }, &stall, &st));
-            CHECK(worker == std::vector<int>{cpu});
-        }
-        run_on(all);
-        // abandoned while pinned (to the CPU the caller is on): it may run on every CPU its caller may
-        auto gate = std::make_shared<Gate>();
-        CHECK(!run_within(0.2, "a stuck step", [gate] { gate->wait(); }, &stall, &st));
-        // on a loaded host the worker may not have reached the job by the deadline: wait until it has
-        CHECK(eventually([&] { return gate->read(gate->tid) != 0; }));
-        const pid_t stuck = gate->read(gate->tid);
-        CHECK(stuck != 0 && cpus_of(stuck) == all);
-        gate->open();
-        while (nvml_call_outstanding()) sched_yield();
-        // back on the idle list once its call returned, it is pinned again, also to the CPU it was on
-        for (int cpu : all) {
-            run_on({cpu});
-            std::vector<int> worker;
-            CHECK(run_within(30.0, "a step", [&worker] { worker = cpus_of(0); }, &stall, &st));
-            CHECK(worker == std::vector<int>{cpu});
-        }
-        run_on(all);
     }),
              0);
 }

@@ -3,6 +3,7 @@
 #include "nvml/choice.hpp"
 #include "nvml/devices.hpp"
 #include "nvml/loader.hpp"
+#include "nvml/read.hpp"
 #include "nvml/state.hpp"
 
 #include <dlfcn.h>

@@ -1,0 +1,18 @@
+// The health verdict on a device's state (docs/design.md §9.1): what its readings mean for handing it
+// out. Beneath the state read (nvml/read.hpp), which judges each state as it reads it.
+#pragma once
+
+#include "nvml/state.hpp"
+
+namespace flinkgpu {
+
+// Sets checks, health, health_text, findings and warnings from state->readings (docs/design.md
+// §9.1 has the table); only the findings of `enforced` checks decide health. Unhealthy: lost or
+// reset required (always), InfoROM corrupted, row remapping failed, uncorrectable volatile ECC
+// errors, a recovery action that needs a reset or reboot (or one this build does not know), NVLink
+// fabric registration not started or still in progress. Degraded: row remapping pending, page
+// retirement pending, recovery action DRAIN_P2P, fabric registration completed with an error or a
+// v3 health summary UNHEALTHY. RECOVER_IMEX_DOMAIN is no fault of the GPU: a warning only.
+void judge_health(const CheckSet& enforced, DeviceState* state);
+
+}  // namespace flinkgpu
