@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from flink_gpu import Configuration, FlinkException, GPUDriverFactory, GPUInfo, IllegalConfigurationException
 from flink_gpu.gpu import script_discovery as script_module
-from support.faults import proc_stat, running, script_driver
+from support.faults import children, proc_stat, running, script_driver, wait_gone
 
 LOGGER = "flink_gpu.gpu.script_discovery"
 
@@ -337,22 +337,6 @@ def test_exit_code_is_reported_verbatim(tmp_path):
 # --- process handling Flink gets wrong -----------------------------------------------------------
 
 
-def alive(pid):
-    """True while ``pid`` runs (a zombie waiting for init does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat_file:
-            return stat_file.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def wait_gone(pid, seconds=5.0):
-    deadline = time.monotonic() + seconds
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return not alive(pid)
-
-
 def test_timeout_kills_the_whole_process_group(tmp_path):
     pids = tmp_path / "pids"
     path = write_script(tmp_path, f"#!/bin/sh\nsleep 60 &\necho $! > '{pids}'\nsleep 60\n")
@@ -435,21 +419,6 @@ def test_no_descriptor_is_inherited_and_none_leaks(tmp_path):
     finally:
         os.close(read_end)
         os.close(write_end)
-
-
-def children():
-    """Pids whose parent is this process, zombies included."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat_file:
-                    fields = stat_file.read().rsplit(")", 1)[1].split()
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            if int(fields[1]) == os.getpid():
-                found.add(int(entry))
-    return found
 
 
 def test_children_are_reaped(tmp_path):

@@ -24,6 +24,7 @@ from flink_gpu import Configuration, GPUDriverFactory, coordination, simulator
 from support.files import make_odd_path
 from support.interop import fake_nvidia_smi, stock_env
 from support.leases import our_lease
+from support.waiting import wait_until
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
 
@@ -70,10 +71,7 @@ def running(pid):
 
 
 def wait_gone(pid, seconds=5.0):
-    deadline = time.monotonic() + seconds
-    while running(pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return not running(pid)
+    return wait_until(lambda: not running(pid), f"pid {pid} is gone", seconds)
 
 
 def idle_lease(fds: dict) -> dict:
@@ -136,16 +134,17 @@ def run_child(code, *args, env=None, timeout=60):
 
 def wait_for_open(inode, seconds=10):
     """Until this process has a descriptor on ``inode`` (a claim waiting for that file's lock)."""
-    deadline = time.monotonic() + seconds
-    while True:
+
+    def opened():
         for fd in os.listdir("/proc/self/fd"):
             try:
                 if int(fd) > 2 and os.stat(f"/proc/self/fd/{fd}").st_ino == inode:
-                    return
+                    return True
             except OSError:
                 pass
-        assert time.monotonic() < deadline, "the claim never opened the coordination file"
-        time.sleep(0.002)
+        return False
+
+    wait_until(opened, "the claim opened the coordination file", seconds, interval=0.002)
 
 
 LOCK_HOLDER = textwrap.dedent("""\
@@ -235,10 +234,12 @@ def stock_reclaimer(stock_script, tmp_path, path, seconds, forks_before_flock=0)
         text=True,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 30
-    while not mark.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the stock script never replaced the file"
-        time.sleep(0.005)
+
+    def replaced():
+        assert proc.poll() is None, "the stock script ended without replacing the file"
+        return mark.exists()
+
+    wait_until(replaced, "the stock script replaced the file", 30, interval=0.005)
     return proc, mark
 
 
