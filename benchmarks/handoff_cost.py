@@ -54,14 +54,19 @@ print(json.dumps({"us": elapsed / max(n, 1) * 1e6, "switches": (after - before) 
 """
 
 
-def environment(src: str) -> dict[str, str]:
-    sys.path.insert(0, src)
-    from flink_gpu import simulator
+SIMULATOR_ENVIRONMENT = (
+    "import json; from flink_gpu import simulator; print(json.dumps(simulator.environment(devices=4)))"
+)
 
+
+def environment(src: str) -> dict[str, str]:
+    """The children's environment: ``src``'s flink_gpu on a 4-GPU simulator (asked of that build, in a child)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLINK_GPU_")}
-    env.update(simulator.environment(devices=4))
-    sys.path.remove(src)
     env["PYTHONPATH"] = os.path.abspath(src)
+    sim = subprocess.run(
+        [sys.executable, "-c", SIMULATOR_ENVIRONMENT], env=env, capture_output=True, text=True, check=True
+    )
+    env.update(json.loads(sim.stdout))
     return env
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU discovery on the simulator's latency model (issue 32), every path side by side in one interleaved run.
 
-    PYTHONPATH=src python benchmarks/latency_model.py --rounds 5 [--write benchmarks/README.md]
+    PYTHONPATH=src:tests python benchmarks/latency_model.py --rounds 5 [--write benchmarks/README.md]
 
 The host: 8 idle, healthy GPUs, every NVML call under the driver's one lock (``driver_lock``), on
 five latency profiles (:data:`PROFILES`; in one the GPUs' memory shows use, so that their process
@@ -440,7 +440,7 @@ def main(argv=None) -> None:
     profiles = args.profile or list(PROFILES)
     started = time.monotonic()
     results = run(args.rounds, profiles, log=lambda text: print(text, file=sys.stderr, flush=True))
-    command = f"PYTHONPATH=src python benchmarks/latency_model.py --rounds {args.rounds}" + "".join(
+    command = f"PYTHONPATH=src:tests python benchmarks/latency_model.py --rounds {args.rounds}" + "".join(
         f" --profile '{p}'" for p in args.profile or ()
     )
     text = "\n\n".join(
@@ -461,5 +461,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    sys.path[:0] = [str(BENCH_DIR.parent / "tests"), str(BENCH_DIR)]  # support (tests/support), bench_figures
     main()

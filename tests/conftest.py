@@ -123,3 +123,12 @@ def binders(tmp_path):
     for process in processes:
         process.kill()
         process.wait(10)
+
+
+@pytest.fixture
+def no_leaks():
+    """The test leaves the descriptors and children as it found them (support/faults.py's nothing_leaks)."""
+    from support.faults import nothing_leaks  # here: support.faults imports this module
+
+    with nothing_leaks():
+        yield

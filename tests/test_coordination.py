@@ -28,6 +28,7 @@ from flink_gpu.errors import FlinkException
 from support.files import small_tmpfs
 from support.interop import fake_nvidia_smi, stock_env
 from support.leases import lease_held, lease_token, our_lease, tokenless_lease_file
+from support.waiting import wait_until
 
 SRC = str(Path(flink_gpu.__file__).resolve().parent.parent)
 
@@ -443,10 +444,8 @@ def test_b2_replacement_by_someone_else_is_detected(path, owners):
     result = {}
     claimer = threading.Thread(target=lambda: result.update(got=coordination.claim(1, gpus(2), path=path).taken))
     claimer.start()
-    deadline = time.monotonic() + 10
-    while not _has_open_fd_to_inode(old_inode):  # the claim has opened the old file and waits for its lock
-        assert time.monotonic() < deadline, "the claim never opened the coordination file"
-        time.sleep(0.002)
+    # the claim has opened the old file and waits for its lock
+    wait_until(lambda: _has_open_fd_to_inode(old_inode), "the claim opened the coordination file", 10, 0.002)
     replacer.stdin.write("go\n")
     replacer.stdin.close()
     replacer.wait()

@@ -13,6 +13,8 @@ import sys
 import pytest
 
 from flink_gpu import coordination, simulator
+from support.faults import child_env, holders, line_of
+from support.files import make_odd_path
 from support.interop import fake_nvidia_smi, stock_env
 from support.simulated import NOT_HOST_PIDS, pids_are_hosts, wait_until_inside_a_hang
 
@@ -1008,3 +1010,73 @@ def test_the_coordination_file_is_not_locked_while_a_state_read_hangs(discovery_
         out, err = proc.communicate(timeout=60)
     assert (out, proc.returncode) == ("0\n", 0), err
     assert coord.read_text().startswith("0 ")
+
+
+# ---- the NVML library failing under the drop-in executable ---------------------------------------
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize(
+    "code, words",
+    [
+        (9, "kernel driver is not loaded"),  # NVML_ERROR_DRIVER_NOT_LOADED
+        (18, "different versions"),  # NVML_ERROR_LIB_RM_VERSION_MISMATCH
+        (4, "NVML_ERROR_NO_PERMISSION"),
+        (999, "NVML_ERROR_UNKNOWN"),
+    ],
+)
+def test_drop_in_executable_reports_nvml_init_errors_and_claims_nothing(discovery_exe, tmp_path, code, words):
+    path = tmp_path / "coordination"
+    proc = subprocess.run(
+        [discovery_exe, "2", "--enable-coordination-mode", "--coordination-file", str(path)],
+        env=child_env(init_error=code),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 1
+    assert proc.stdout == ""  # Flink parses stdout: nothing there may look like GPU indices
+    assert words in proc.stderr and simulator.library_path() in proc.stderr
+    assert not path.exists()  # nothing was claimed for a host whose GPUs cannot be seen
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_drop_in_executable_with_a_missing_library(discovery_exe, tmp_path):
+    env = child_env()
+    env["FLINK_GPU_NVML_LIBRARY"] = str(tmp_path / "no" / "libnvidia-ml.so.1")
+    proc = subprocess.run([discovery_exe, "1"], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert str(tmp_path / "no" / "libnvidia-ml.so.1") in proc.stderr and "FLINK_GPU_NVML_LIBRARY" in proc.stderr
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_drop_in_executable_and_cli_refuse_a_library_path_naming_a_fifo(discovery_exe, tmp_path):
+    fifo, _ = make_odd_path(tmp_path / "libnvidia-ml.so.1", "fifo")  # dlopen of it would block
+    env = child_env()
+    env["FLINK_GPU_NVML_LIBRARY"] = str(fifo)
+    expected = f"Could not load the NVIDIA Management Library '{fifo}': it is a FIFO (named pipe), not a regular file."
+    for argv in ([discovery_exe, "1"], [sys.executable, "-m", "flink_gpu.cli", "list"]):
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+        assert expected in proc.stderr and "Traceback" not in proc.stderr
+
+
+FAULTY = {"devices": [{}, {"fault": "NO_PERMISSION"}, {"fault": "GPU_IS_LOST"}, {}]}
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_faulty_devices_are_never_claimed(discovery_exe, tmp_path, owners):
+    path = tmp_path / "coordination"
+    holder = owners()
+    path.write_text(line_of("0", holder.pid))  # a live worker holds GPU 0
+    env = child_env(spec=FAULTY)
+    argv = [discovery_exe, "1", "--enable-coordination-mode", "--coordination-file", str(path)]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+    assert (proc.returncode, proc.stdout) == (0, "3\n")  # not 1 or 2: they answer errors
+    argv[1] = "2"
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and proc.stdout == "Could not get enough GPU resources.\n"
+    assert str(holder.pid) in proc.stderr
+    # the owner of the discovery executable is its parent: this process
+    assert holders(path) == {"0": (holder.pid,), "3": (os.getpid(),)}
+    assert coordination.release(path=path) == ["3"]

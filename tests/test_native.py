@@ -1,5 +1,6 @@
 """The Cython binding over the C++ core, on the bundled NVML simulator (real native path)."""
 
+import errno
 import json
 import os
 
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 
 from conftest import run_python, simulated_env
 from flink_gpu import NvmlError, _native, simulator
+from support.faults import child_env, run_child
 from support.simulated import NOT_HOST_PIDS, pids_are_hosts
 
 LIST_DEVICES = """
@@ -948,3 +950,32 @@ def test_the_reading_entry_points_are_optional_and_the_original_temperature_quer
     assert "nvmlDeviceGetTemperatureV" in resolved and "nvmlDeviceGetTemperature" in resolved
     exported, resolved, _ = _native.probe_nvml_library(simulator.library_path("r535"))
     assert "nvmlDeviceGetTemperatureV" not in exported and "nvmlDeviceGetTemperature" in resolved
+
+
+# ---- NVML's reads need a thread ------------------------------------------------------------------
+
+
+# An unprivileged process that may start no thread (RLIMIT_NPROC 1: itself) opens NVML, whose reads run on a
+# thread of their own (csrc/nvml/deadline.cpp).
+NO_THREAD_CHILD = """
+import os, resource
+from flink_gpu.nvml import open_library
+os.setgid(65534)
+os.setuid(65534)
+resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))
+try:
+    open_library()
+except OSError as error:
+    print(str(error))
+"""
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_thread_that_cannot_start_is_an_os_error_of_one_sentence_naming_the_library():
+    """The core's sentence does not name the library, so OSError's filename does, after it: "...: '<path>'",
+    never "....: '<path>'"."""
+    said = run_child(NO_THREAD_CHILD, env=child_env(devices=1))
+    assert said == (
+        f"[Errno {errno.EAGAIN}] Could not start a thread to read NVML with a deadline: {os.strerror(errno.EAGAIN)}: "
+        f"'{simulator.library_path()}'\n"
+    )

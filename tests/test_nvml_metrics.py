@@ -7,6 +7,7 @@ import pytest
 
 from conftest import run_python, simulated_env
 from flink_gpu import nvml
+from support.waiting import SOURCE as WAITING_SOURCE
 
 # Reads every metric of INDICES SAMPLES times, INTERVAL seconds apart (set before it); prints JSON
 # {"readings": [{index: [utilization, memory.used, temperature, power]}, ...], "types": [...]}.
@@ -178,14 +179,8 @@ def test_a_metric_name_not_in_metrics_is_a_value_error_listing_them():
 # -- the process's sampler (watch_metrics, sampled_metrics, sample_metrics_now) --------------------
 
 
-#: the child scripts' wait: polls ``condition`` until it holds; ``limit`` (seconds) only bounds it
-WAIT_FOR = """
-def wait_for(condition, what, limit=60):
-    deadline = time.monotonic() + limit  # an upper bound only
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
-"""
+#: the child scripts' wait: support/waiting.py's wait_until, whose ``limit`` (seconds) only bounds it
+WAIT_FOR = WAITING_SOURCE
 
 
 def sampler(code, **sim):
@@ -287,11 +282,11 @@ with simulator.hanging({stuck!r}):
     reader = threading.Thread(target=gauges, daemon=True)
     reader.start()
     reader.join(timeout=20)
-    wait_for(lambda: [nvml.sampled_metrics(index) for index in ("0", "1")] == [(-1, -1, -1, -1, 3)] * 2,
+    wait_until(lambda: [nvml.sampled_metrics(index) for index in ("0", "1")] == [(-1, -1, -1, -1, 3)] * 2,
              "both unknown")
 # released: the reads go on; health (unknown since the reads were late) with the first health read
 # that finds them answering, which may be the next sample's
-wait_for(lambda: nvml.sample_metrics_now() and all(nvml.sampled_metrics(i)[4] != 3 for i in ("0", "1")),
+wait_until(lambda: nvml.sample_metrics_now() and all(nvml.sampled_metrics(i)[4] != 3 for i in ("0", "1")),
          "read again")
 print(json.dumps({{"before": before, "late": late, "gauge_calls": len(answered),
                   "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
@@ -323,7 +318,7 @@ for index in ("0", "1"):
 assert nvml.sample_metrics_now()
 before = [nvml.sampled_metrics(index) for index in ("0", "1")]
 with simulator.hanging({stuck!r}):
-    wait_for(stuck_gpu, "GPU 1 unknown")
+    wait_until(stuck_gpu, "GPU 1 unknown")
     samples = nvml.metrics_samples()
     calls_before = simulator.counters()["calls"]["nvmlDeviceGetPowerUsage"]
     seen = set()
@@ -332,12 +327,12 @@ with simulator.hanging({stuck!r}):
     def three_more_samples():  # GPU 0 renewed at its pace all along: valid at every look
         seen.add(nvml.sampled_metrics("0"))
         return nvml.metrics_samples() >= samples + 4 and stuck_gpu()
-    wait_for(three_more_samples, "samples go on")
+    wait_until(three_more_samples, "samples go on")
     calls = simulator.counters()["calls"]["nvmlDeviceGetPowerUsage"]
     seen.add(nvml.sampled_metrics("0"))
 # released: GPU 1 is read again, its health (unknown since its read was late) with the first health
 # read that finds it answering, which may be the next sample's
-wait_for(lambda: nvml.sample_metrics_now() and nvml.sampled_metrics("1")[4] != 3, "GPU 1 read again")
+wait_until(lambda: nvml.sample_metrics_now() and nvml.sampled_metrics("1")[4] != 3, "GPU 1 read again")
 print(json.dumps({{"before": before, "seen": sorted(seen), "calls_before": calls_before, "calls": calls,
                   "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
 """,
@@ -370,8 +365,8 @@ assert nvml.sample_metrics_now()
 before = nvml.sampled_metrics("0")
 with simulator.hanging({stuck!r}):
     assert not nvml.sample_metrics_now(timeout=2)  # its power read hangs: late
-    wait_for(lambda: nvml.sampled_metrics("0") == (-1, -1, -1, -1, 3), "GPU 0 late")
-wait_for(lambda: nvml.sampled_metrics("0")[0] != -1, "GPU 0's late reading back")
+    wait_until(lambda: nvml.sampled_metrics("0") == (-1, -1, -1, -1, 3), "GPU 0 late")
+wait_until(lambda: nvml.sampled_metrics("0")[0] != -1, "GPU 0's late reading back")
 returned = nvml.sampled_metrics("0")
 assert nvml.sample_metrics_now()  # a health read reaches it
 print(json.dumps({{"before": before, "returned": returned, "after": nvml.sampled_metrics("0")}}))
@@ -401,12 +396,12 @@ def power_calls():
 nvml.watch_metrics("1", interval=1)
 assert nvml.sample_metrics_now()
 with simulator.hanging({stuck!r}):
-    wait_for(lambda: power_calls() == 2, "GPU 1's next read stuck", limit=30)
+    wait_until(lambda: power_calls() == 2, "GPU 1's next read stuck", limit=30)
     nvml.watch_metrics("0", interval=1)
-    wait_for(lambda: nvml.sampled_metrics("0")[4] != 3, "GPU 0's health read", limit=30)
+    wait_until(lambda: nvml.sampled_metrics("0")[4] != 3, "GPU 0's health read", limit=30)
     during = [nvml.sampled_metrics(index) for index in ("0", "1")]
 # released: GPU 1 is read, and its health too (with the first health read that finds it answering)
-wait_for(lambda: nvml.sample_metrics_now() and nvml.sampled_metrics("1")[4] != 3, "GPU 1 read again", limit=30)
+wait_until(lambda: nvml.sample_metrics_now() and nvml.sampled_metrics("1")[4] != 3, "GPU 1 read again", limit=30)
 print(json.dumps({{"during": during, "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
 """,
         spec={

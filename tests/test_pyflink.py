@@ -18,6 +18,7 @@ from conftest import run_python, simulated_env
 from flink_gpu import GPUInfo, NotEnoughGpusError, SlotUnknownError, coordination
 from flink_gpu.coordination import DEFAULT_PATH as DEFAULT_COORDINATION_FILE
 from flink_gpu.pyflink import get_external_resource_infos, lookup_external_resource_infos
+from support.faults import child_env, run_child
 from support.java_context import JavaInfo, JavaRuntimeContext, JavaSubtaskContext, PyFlinkContext
 
 # the tests folder, for a child process that imports support.… (pytest's pythonpath has it for this one)
@@ -975,3 +976,26 @@ def test_a_slot_reads_its_gpus_within_the_taskmanagers_nvml_timeout(tmp_path):
         indices, seconds = run_python(code, env=env).stdout.rsplit(" ", 1)
     assert indices == "['0']"
     assert float(seconds) < 3.0  # 0.3 s and the bind; the default deadline alone is 5 s
+
+
+# ---- a FLINK_CONF_DIR that is no directory -------------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_flink_conf_dir_naming_a_fifo_does_not_block_pyflink(tmp_path):
+    fifo = tmp_path / "conf"
+    os.mkfifo(fifo)
+    env = child_env(devices=2)
+    env["FLINK_CONF_DIR"] = str(fifo)
+    out = run_child(
+        """
+        from flink_gpu.pyflink import get_external_resource_infos, lookup_external_resource_infos
+        print(sorted(get_external_resource_infos(None, "gpu")))
+        print(lookup_external_resource_infos(None, "gpu").reason)
+    """,
+        env=env,
+        timeout=30,
+    )
+    infos, reason = out.splitlines()
+    assert infos == "[]"
+    assert f"The Flink configuration file {fifo} is a FIFO (named pipe), not a regular file" in reason

@@ -13,6 +13,7 @@ import pytest
 from conftest import child_env, run_python, simulated_env
 from flink_gpu import simulator
 from flink_gpu.base.regular_files import MAX_FILE_SIZE
+from support.faults import _odd_path
 
 
 def discover(discovery_exe, **env):
@@ -791,3 +792,57 @@ def test_checking_a_spec_leaves_the_process_libnvidia_ml_its_own(tmp_path):
         env=env,
     )
     assert proc.stdout.split() == ["[]", "False"], proc.stdout
+
+
+# ---- spec files the simulator refuses ------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_the_simulator_refuses_a_spec_path_that_is_not_a_regular_file(discovery_exe, tmp_path, kind):
+    path, description = _odd_path(tmp_path, kind)
+    env = child_env()
+    env.update(FLINK_GPU_NVML_LIBRARY=simulator.library_path(), FLINK_GPU_SIM_SPEC=str(path))
+    proc = subprocess.run([discovery_exe, "1"], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert (
+        f"flink-gpu NVML simulator: cannot use FLINK_GPU_SIM_SPEC={path}: it is {description}, not a regular file"
+    ) in proc.stderr
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_the_simulator_refuses_a_spec_larger_than_16_mib(discovery_exe, tmp_path):
+    path = tmp_path / "spec.json"
+    with open(path, "wb") as handle:
+        handle.truncate(16 * 2**20 + 1)
+    env = child_env()
+    env.update(FLINK_GPU_NVML_LIBRARY=simulator.library_path(), FLINK_GPU_SIM_SPEC=str(path))
+    proc = subprocess.run([discovery_exe, "1"], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert "it is larger than 16 MiB, the most the simulator reads" in proc.stderr
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"devices": [{"name": 5}]}, "devices[0].name must be a string"),
+        ({"devices": [{"uuid": ["x"]}]}, "devices[0].uuid must be a string"),
+        ({"devices": [{"pci_bus_id": True}]}, "devices[0].pci_bus_id must be a string"),
+        ({"devices": [{"memory_total": "abc"}]}, "devices[0].memory_total must be a whole number of bytes"),
+        ({"devices": [{"minor_number": "1"}]}, "devices[0].minor_number must be a whole number"),
+        ({"devices": [{"fault": 5}]}, 'devices[0].fault must be "NO_PERMISSION" or "GPU_IS_LOST"'),
+        ({"driver_version": 5}, "driver_version must be a string"),
+        ({"init_error": "x"}, "init_error must be an NVML error code (0..999)"),
+    ],
+)
+def test_the_simulator_rejects_spec_values_of_the_wrong_type_naming_the_key(discovery_exe, tmp_path, spec, message):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    env = child_env()
+    env.update(FLINK_GPU_NVML_LIBRARY=simulator.library_path(), FLINK_GPU_SIM_SPEC=str(path))
+    proc = subprocess.run([discovery_exe, "1"], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert f"flink-gpu NVML simulator: {path}: {message}" in proc.stderr
+    with pytest.raises(ValueError, match=re.escape(str(path))):  # the Python check agrees
+        simulator.read_spec(path)

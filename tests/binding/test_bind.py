@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import pytest
 
@@ -18,6 +17,7 @@ from flink_gpu import GPUInfo, NotEnoughGpusError, binding
 from flink_gpu.binding import BindingError, bind
 from support.orphans import TASKMANAGER, orphaned_worker, read_until
 from support.orphans import stop as stop_process
+from support.waiting import wait_until
 
 
 @pytest.fixture
@@ -113,9 +113,7 @@ def test_threads_of_distinct_slots_get_distinct_gpus(path):
         for t in threads:
             t.join()
     # join() returns before the kernel has reaped a thread: wait until /proc no longer shows them
-    deadline = time.monotonic() + 10
-    while any(os.path.exists(f"/proc/self/task/{tid}") for tid in tids) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: not any(os.path.exists(f"/proc/self/task/{tid}") for tid in tids), "the threads are reaped", 10)
     # their threads ended: the slots' bindings went with them
     assert bind(infos(4), 4, slot="late", taskmanager_pid=os.getpid(), path=path).indices == ("0", "1", "2", "3")
 

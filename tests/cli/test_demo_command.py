@@ -7,12 +7,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from conftest import child_env
 from support.cli import UUID0, cli, cli_json
+from support.waiting import wait_until
 
 
 def pid_exists(pid):
@@ -106,9 +106,7 @@ def test_demo_workers_exit_when_the_demo_is_killed(tmp_path):
         assert len(pids) == 3, process.stderr.read()
         process.send_signal(signal.SIGKILL)
         process.wait(10)
-        deadline = time.monotonic() + 10
-        while any(pid_exists(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not any(pid_exists(pid) for pid in pids), "the demo's workers are gone", 10)
         assert not any(pid_exists(pid) for pid in pids)
         # and they released their GPUs on the way out
         (coord,) = tmp_path.glob("flink-gpu-demo-*/coordination")

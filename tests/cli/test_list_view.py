@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from flink_gpu import simulator
 from support.cli import HOLDER_COMMAND, cli, cli_json, cut_to_table, gpu_conf
 from support.interop import find_discovery_executable
 from support.json_schema import errors
+from support.waiting import wait_until
 
 
 def coordinated_conf(conf_dir, coord):
@@ -297,9 +298,15 @@ def test_list_watch_redraws_until_ctrl_c_and_refuses_json(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)
+    seen = []
+    reader = threading.Thread(target=lambda: seen.extend(iter(process.stdout.readline, "")))
+    reader.start()
+    wait_until(lambda: "".join(seen).count("Every 0.2 s") >= 2, "the list was drawn twice", 60)
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=20)
+    reader.join(20)
+    err = process.stderr.read()
+    process.wait(20)
+    out = "".join(seen)
     assert process.returncode == 0, err
     assert out.count("Every 0.2 s") >= 2 and out.count("GPU  HEALTH") >= 2
     assert "Traceback" not in err

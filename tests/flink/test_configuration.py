@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from flink_gpu import ConfigOption, Configuration, IllegalConfigurationException, config_option
 from flink_gpu.flink.configuration import Duration, split_escaped, to_java_string
+from support.faults import write_conf
 from support.files import make_odd_path
 
 AMOUNT = ConfigOption("external-resource.gpu.amount", int)
@@ -843,3 +844,22 @@ def test_a_value_that_renders_beyond_the_limit_is_refused_naming_its_key(tmp_pat
 
     with pytest.raises(IllegalConfigurationException, match="Could not read key 'external-resources'"):
         config.get(EXTERNAL_RESOURCE_LIST)
+
+
+# ---- binary configuration files ------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"external-resources: gpu\n\xff\xfe: 1\n",
+        b"external-resources: \x00gpu\n",
+        b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+    ],
+)
+def test_binary_config_files_are_clear_errors(tmp_path, content):
+    conf = write_conf(tmp_path, content)
+    with pytest.raises(IllegalConfigurationException) as info:
+        Configuration.from_yaml(conf)
+    assert str(conf) in str(info.value)

@@ -19,6 +19,7 @@ from flink_gpu import (
     ExternalResourceInfoProvider,
     IllegalConfigurationException,
     load_external_resources,
+    simulator,
 )
 from flink_gpu.errors import FlinkException
 from flink_gpu.flink.framework import (
@@ -29,6 +30,7 @@ from flink_gpu.flink.framework import (
     external_resource_names,
     load_factory,
 )
+from support.faults import JAVA_FACTORY, child_env, run_child, write_conf
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SRC = Path(flink_gpu.__file__).resolve().parent.parent
@@ -673,3 +675,107 @@ def test_an_unchanged_flink_configuration_finds_simulated_gpus_through_nvml(tmp_
     assert infos[0]["uuid"] == "GPU-00000000-0000-4000-8000-000000000000"
     assert infos[1]["pci.bus-id"] == "00000000:02:00.0"
     assert infos[1]["name"] == "NVIDIA Simulated GPU"
+
+
+# ---- a worker whose GPU or configuration fails still starts --------------------------------------
+
+
+NVML_PROVIDER = """
+import json, os
+from flink_gpu.flink.framework import load_external_resources
+script = os.environ["TEST_SCRIPT"]
+config = {
+    "external-resources": "gpu;fpga",
+    "external-resource.gpu.amount": 1,
+    "external-resource.gpu.driver-factory.class": "%s",
+    "external-resource.gpu.param.discovery-mode": "nvml",
+    "external-resource.fpga.amount": 1,
+    "external-resource.fpga.driver-factory.class": "%s",
+    "external-resource.fpga.param.discovery-script.path": script,
+}
+before = sorted(os.listdir("/proc/self/fd"))
+for _ in range(20):
+    with load_external_resources(config) as provider:
+        result = {
+            "gpu": sorted(map(str, provider.get_external_resource_infos("gpu"))),
+            "gpu_reason": provider.missing_reason("gpu"),
+            "fpga": sorted(map(str, provider.get_external_resource_infos("fpga"))),
+        }
+result["fd_leak"] = sorted(set(os.listdir("/proc/self/fd")) - set(before))
+print(json.dumps(result))
+""" % (JAVA_FACTORY, JAVA_FACTORY)  # noqa: UP031 (the template's own braces are Python dicts)
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_nvml_init_failure_never_stops_a_worker_and_leaks_nothing(tmp_path):
+    script = tmp_path / "fpga.sh"
+    script.write_text("#!/bin/sh\necho 7\n")
+    script.chmod(0o755)
+    env = child_env(init_error=9)
+    env["TEST_SCRIPT"] = str(script)
+    result = json.loads(run_child(NVML_PROVIDER, env=env))
+    assert result["gpu"] == []  # Flink's contract: an empty set, the worker starts
+    assert "kernel driver is not loaded" in result["gpu_reason"]
+    assert simulator.library_path() in result["gpu_reason"]
+    assert result["fpga"] == ["GPU Device(7)"]  # the other resource is unaffected
+    assert result["fd_leak"] == []  # 20 failed NVML initialisations, no descriptor left open
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("value", ["two", "2.5", "true", "[1, 2]", "'2 GPUs'"])
+def test_wrong_amount_types_name_the_key_and_value(tmp_path, value):
+    conf = write_conf(tmp_path, f"external-resources: gpu\nexternal-resource:\n  gpu:\n    amount: {value}\n")
+    with pytest.raises(IllegalConfigurationException) as info:
+        load_external_resources(conf)
+    assert "for key 'external-resource.gpu.amount'" in str(info.value)
+    assert str(info.value).startswith("Could not parse value '")
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_wrong_types_of_gpu_options_are_reasons_not_crashes(tmp_path):
+    conf = write_conf(
+        tmp_path,
+        f"""\
+external-resources: gpu;tpu
+external-resource:
+  gpu:
+    amount: 1
+    driver-factory.class: {JAVA_FACTORY}
+    param:
+      discovery-mode: 2
+  tpu:
+    amount: 1
+    driver-factory.class: {JAVA_FACTORY}
+    param:
+      discovery-mode: script
+      discovery-script.path: /bin/true
+      discovery-script.timeout: soon
+""",
+    )
+    provider = load_external_resources(conf)
+    assert provider.get_external_resource_infos("gpu") == frozenset()
+    reason = provider.missing_reason("gpu")
+    assert "'discovery-mode'" in reason and "auto, nvml, script" in reason
+    assert provider.get_external_resource_infos("tpu") == frozenset()
+    assert "soon" in provider.missing_reason("tpu") and "discovery-script.timeout" in provider.missing_reason("tpu")
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("external-resources: gpu\n", "external-resource.gpu.amount is not set"),
+        (
+            "external-resources: gpu\nexternal-resource:\n  gpu:\n    amount: 1\n",
+            "external-resource.gpu.driver-factory.class is not set",
+        ),
+        (f"external-resource:\n  gpu:\n    amount: 1\n    driver-factory.class: {JAVA_FACTORY}\n", None),
+    ],
+)
+def test_missing_sections_leave_an_empty_set_and_a_reason(tmp_path, text, reason):
+    provider = load_external_resources(write_conf(tmp_path, text))
+    assert provider.get_external_resource_infos("gpu") == frozenset()
+    if reason is None:  # no external-resources list at all: nothing is enabled
+        assert provider.resource_names == ()
+    else:
+        assert reason in provider.missing_reason("gpu")

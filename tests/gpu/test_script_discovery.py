@@ -6,12 +6,17 @@ line, and the process handling Flink gets wrong (timeouts, big output, descripto
 
 import logging
 import os
+import re
+import signal
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from flink_gpu import Configuration, FlinkException, GPUDriverFactory, GPUInfo, IllegalConfigurationException
 from flink_gpu.gpu import script_discovery as script_module
+from support.faults import children, proc_stat, running, script_driver, wait_gone
 
 LOGGER = "flink_gpu.gpu.script_discovery"
 
@@ -332,22 +337,6 @@ def test_exit_code_is_reported_verbatim(tmp_path):
 # --- process handling Flink gets wrong -----------------------------------------------------------
 
 
-def alive(pid):
-    """True while ``pid`` runs (a zombie waiting for init does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat_file:
-            return stat_file.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def wait_gone(pid, seconds=5.0):
-    deadline = time.monotonic() + seconds
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return not alive(pid)
-
-
 def test_timeout_kills_the_whole_process_group(tmp_path):
     pids = tmp_path / "pids"
     path = write_script(tmp_path, f"#!/bin/sh\nsleep 60 &\necho $! > '{pids}'\nsleep 60\n")
@@ -432,21 +421,6 @@ def test_no_descriptor_is_inherited_and_none_leaks(tmp_path):
         os.close(write_end)
 
 
-def children():
-    """Pids whose parent is this process, zombies included."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat_file:
-                    fields = stat_file.read().rsplit(")", 1)[1].split()
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            if int(fields[1]) == os.getpid():
-                found.add(int(entry))
-    return found
-
-
 def test_children_are_reaped(tmp_path):
     before = children()
     gpu_driver = driver(write_script(tmp_path, TESTING_SCRIPT))
@@ -478,3 +452,132 @@ def test_script_with_a_timeout_of_thirty_days_runs(tmp_path):
     script.chmod(0o755)
     with GPUDriver({"discovery-script.path": str(script), "discovery-script.timeout": "30 d"}) as driver:
         assert driver.retrieve_resource_info(1) == {GPUInfo("0")}  # was OverflowError
+
+
+# ---- scripts that misbehave, and whatever bytes a script prints ----------------------------------
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_script_killing_its_own_process_group_cannot_touch_the_caller(tmp_path):
+    # `kill 0` signals the caller's group; Flink runs the script in the TaskManager's group
+    pids = tmp_path / "pids"
+    gpu_driver = script_driver(tmp_path, f"#!/bin/sh\nsleep 600 &\necho $! > '{pids}'\nkill -TERM 0\nsleep 5\n")
+    with pytest.raises(FlinkException, match=r"return code: 143\. It was killed by signal 15 \(SIGTERM\)"):
+        gpu_driver.retrieve_resource_info(1)
+    assert wait_gone(int(pids.read_text()))  # its own background child went with it
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_script_closing_its_output_then_hanging_times_out(tmp_path):
+    gpu_driver = script_driver(tmp_path, "#!/bin/sh\necho 0\nexec >&- 2>&-\nsleep 600\n", timeout="300 ms")
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="over 300 ms"):
+        gpu_driver.retrieve_resource_info(1)
+    assert time.monotonic() - started < 3
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_grandchild_that_left_the_process_group_is_killed_on_timeout(tmp_path):
+    # setsid escapes the process-group kill; holding the script's output pipe, it is still the script's
+    pids = tmp_path / "pids"
+    gpu_driver = script_driver(
+        tmp_path, f"#!/bin/sh\nsetsid sleep 600 &\necho $! > '{pids}'\necho 0,1\n", timeout="300 ms"
+    )
+    try:
+        with pytest.raises(TimeoutError):
+            gpu_driver.retrieve_resource_info(2)
+        assert wait_gone(int(pids.read_text()), 2)
+    finally:
+        if running(int(pids.read_text())):
+            os.kill(int(pids.read_text()), signal.SIGKILL)
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_invalid_utf8_output_is_replaced_like_java(tmp_path):
+    # Java's decoder and Python's "replace" both give one U+FFFD per malformed byte here
+    gpu_driver = script_driver(tmp_path, b"#!/bin/sh\nprintf '0,\\377,1\\376, \\355\\240\\200 \\n'\n")
+    assert indices(gpu_driver.retrieve_resource_info(2)) == ["0", "1\ufffd", "\ufffd", "\ufffd\ufffd\ufffd"]
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_control_character_index_is_a_clear_error_as_in_flink(tmp_path):
+    # "\x01" is not Java whitespace, so Flink keeps the field, trims it to "" and GPUInfo rejects it
+    gpu_driver = script_driver(tmp_path, b"#!/bin/sh\nprintf '0,\\001\\n'\n")
+    with pytest.raises(ValueError, match="must not be blank"):
+        gpu_driver.retrieve_resource_info(1)
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_megabyte_line_of_indices_parses_in_linear_time(tmp_path):
+    count = 60_000  # 350 KB: Flink collects into a HashSet; a quadratic de-duplication takes > 10 s
+    gpu_driver = script_driver(tmp_path, f"#!/bin/sh\nseq -s, 0 {count - 1}\n", timeout="20 s")
+    started = time.monotonic()
+    infos = gpu_driver.retrieve_resource_info(1)
+    assert len(infos) == count
+    assert time.monotonic() - started < 3
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_script_dying_by_a_signal_while_its_child_still_runs(tmp_path):
+    # the child keeps no pipe open: the death is reported at once and the child is not waited for
+    pids = tmp_path / "pids"
+    gpu_driver = script_driver(
+        tmp_path, f"#!/bin/sh\nsleep 600 >/dev/null 2>&1 &\necho $! > '{pids}'\necho 0\nkill -SEGV $$\n"
+    )
+    started = time.monotonic()
+    with pytest.raises(FlinkException, match=r"return code: 139\. It was killed by signal 11 \(SIGSEGV\)"):
+        gpu_driver.retrieve_resource_info(1)
+    assert time.monotonic() - started < 3
+    child = int(pids.read_text())
+    try:
+        # documented: a background child that holds none of the script's pipes is the script's business
+        # (as in Flink); it was not started by us, so it is not reaped here and leaks no zombie to us
+        assert proc_stat(child) is None or proc_stat(child)[1] != os.getpid()
+    finally:
+        if running(child):
+            os.kill(child, signal.SIGKILL)
+
+
+# java.lang.Character.isWhitespace
+JAVA_WHITESPACE = set("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \u1680\u2028\u2029\u205f\u3000") | {
+    chr(c) for c in range(0x2000, 0x200B) if c != 0x2007
+}
+
+
+def java_lines(text):
+    """BufferedReader#lines(): ends at \\n, \\r or \\r\\n; no empty line after a final terminator."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def java_indices(line):
+    """GPUDriver: split(","), drop isNullOrWhitespaceOnly fields, trim() (chars <= U+0020), a set."""
+    out = []
+    for field in line.split(","):
+        if not all(c in JAVA_WHITESPACE for c in field):
+            index = field.strip("".join(map(chr, range(0x21))))
+            if index not in out:
+                out.append(index)
+    return out
+
+
+@pytest.mark.usefixtures("no_leaks")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    output=st.binary(max_size=64)
+    | st.text(alphabet="0123, \t\r\n\x00\x01\x1c\u2003\u00a0\u2028é", max_size=40).map(lambda t: t.encode())
+)
+def test_any_script_output_gives_flinks_result(tmp_path, output):
+    """A real script prints arbitrary bytes; the driver's answer is Java's: UTF-8 with replacement,
+    BufferedReader lines, the first line only, Flink's split/filter/trim, GPUInfo rejecting an index that is
+    whitespace only (isNullOrWhitespaceOnly, which a trimmed field can still be)."""
+    data = tmp_path / "output"
+    data.write_bytes(output)
+    gpu_driver = script_driver(tmp_path, f"#!/bin/sh\ncat '{data}'\n")
+    lines = java_lines(output.decode("utf-8", "replace"))
+    expected = java_indices(lines[0]) if lines else []
+    if any(all(c in JAVA_WHITESPACE for c in index) for index in expected):  # "\x01" -> "", "\x01\u2003" -> "\u2003"
+        with pytest.raises(ValueError, match="must not be blank"):
+            gpu_driver.retrieve_resource_info(1)
+    else:
+        assert indices(gpu_driver.retrieve_resource_info(1)) == sorted(expected)

@@ -2,11 +2,14 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 from conftest import child_env
 from support.cli import cli, gpu_conf, only, run_doctor
+from support.faults import JAVA_FACTORY, write_conf
 
 
 def test_doctor_reports_lines_the_legacy_parser_skips(tmp_path, good_script):
@@ -136,3 +139,65 @@ def test_doctor_says_flink_refuses_a_mapping_that_holds_a_key_twice(tmp_path, go
     error = only(doc, "configuration", "error")
     assert "sets the key 'external-resources' twice in one mapping (lines 1 and 5)" in error["message"]
     assert "Flink refuses such a file" in error["message"]
+
+
+# ---- typos in the configuration ------------------------------------------------------------------
+
+
+def doctor(conf):
+    proc = subprocess.run(
+        [sys.executable, "-m", "flink_gpu.cli", "doctor", "--simulate", "2", str(conf)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_doctor_suggests_the_nearest_gpu_option_for_a_typo(tmp_path):
+    conf = write_conf(
+        tmp_path,
+        f"""\
+external-resources: gpu
+external-resource.gpu.amount: 1
+external-resource.gpu.driver-factory.class: {JAVA_FACTORY}
+external-resource.gpu.param.discovery-script.pth: /opt/discovery.sh
+""",
+    )
+    _, output = doctor(conf)
+    assert "discovery-script.pth" in output
+    assert "Did you mean external-resource.gpu.param.discovery-script.path?" in output
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_doctor_suggests_the_nearest_resource_key_for_a_typo(tmp_path):
+    conf = write_conf(
+        tmp_path,
+        f"""\
+external-resources: gpu
+external-resource.gpu.ammount: 1
+external-resource.gpu.driver-factory.class: {JAVA_FACTORY}
+""",
+    )
+    code, output = doctor(conf)
+    assert code == 1  # the amount is missing: an error
+    assert "external-resource.gpu.ammount is not an option of external resources" in output
+    assert "Did you mean external-resource.gpu.amount?" in output
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_doctor_does_not_flag_the_keys_of_a_resource_whose_name_extends_another(tmp_path):
+    conf = write_conf(
+        tmp_path,
+        f"""\
+external-resources: gpu;gpu.a100
+external-resource.gpu.amount: 1
+external-resource.gpu.driver-factory.class: {JAVA_FACTORY}
+external-resource.gpu.a100.amount: 1
+external-resource.gpu.a100.driver-factory.class: {JAVA_FACTORY}
+""",
+    )
+    _, output = doctor(conf)
+    assert "is not an option of external resources" not in output
