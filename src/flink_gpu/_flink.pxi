@@ -28,7 +28,7 @@ cdef extern from "flink/script_args.hpp" namespace "flinkgpu" nogil:
     const char* kBusyGpusFlag "flinkgpu::kBusyGpusFlag"
     const char* kNvmlTimeoutFlag "flinkgpu::kNvmlTimeoutFlag"
 
-    cdef cppclass UnknownToken "flinkgpu::UnknownToken":
+    cdef cppclass CUnknownToken "flinkgpu::UnknownToken":
         string token
         string suggestion
 
@@ -40,7 +40,7 @@ cdef extern from "flink/script_args.hpp" namespace "flinkgpu" nogil:
         string busy_gpus
         bint has_nvml_timeout
         string nvml_timeout
-        vector[UnknownToken] unknown
+        vector[CUnknownToken] unknown
 
     CScriptArgs parse_script_args_cpp "flinkgpu::parse_script_args"(const vector[string]& tokens) except +
     vector[string] with_coordination_file_cpp "flinkgpu::with_coordination_file"(
@@ -134,15 +134,55 @@ cdef vector[string] _script_tokens(tokens) except *:
     return encoded
 
 
+cdef class UnknownToken(_Record):
+    """A token the stock script skips (``token``), with the flag it probably meant (``suggestion``) or None."""
+
+    _FIELDS = ("token", "suggestion")
+    cdef readonly str token
+    cdef readonly object suggestion
+
+    def __init__(self):
+        raise TypeError("UnknownToken objects come from parse_script_args()")
+
+
+cdef class ParsedScriptArgs(_Record):
+    """The stock script's reading of the tokens after the amount (csrc/flink/script_args.hpp):
+    ``coordination_mode``, ``coordination_file``, ``file_value_missing`` (--coordination-file without a
+    value), ``unknown`` (UnknownToken for each token it skips), ``busy_gpus`` and ``nvml_timeout`` (our
+    flags' values: None when the flag is absent, "" when it has no value)."""
+
+    _FIELDS = ("coordination_mode", "coordination_file", "file_value_missing", "unknown", "busy_gpus",
+               "nvml_timeout")
+    cdef readonly bint coordination_mode
+    cdef readonly str coordination_file
+    cdef readonly bint file_value_missing
+    cdef readonly tuple unknown
+    cdef readonly object busy_gpus
+    cdef readonly object nvml_timeout
+
+    def __init__(self):
+        raise TypeError("ParsedScriptArgs objects come from parse_script_args()")
+
+
 def parse_script_args(tokens):
     """The stock script's reading of the tokens after the amount (plus our --busy-gpus and --nvml-timeout):
-    (coordination mode, coordination file, file value missing, [(unknown token, suggested flag or None)],
-    busy-gpus value or None when the flag is absent ("" when it has no value), nvml-timeout value likewise)."""
+    a ParsedScriptArgs."""
     cdef CScriptArgs parsed = parse_script_args_cpp(_script_tokens(tokens))
-    return (parsed.coordination_mode, _text(parsed.coordination_file), parsed.file_value_missing,
-            [(_text(u.token), _text(u.suggestion) if not u.suggestion.empty() else None) for u in parsed.unknown],
-            _text(parsed.busy_gpus) if parsed.has_busy_gpus else None,
-            _text(parsed.nvml_timeout) if parsed.has_nvml_timeout else None)
+    cdef ParsedScriptArgs out = ParsedScriptArgs.__new__(ParsedScriptArgs)
+    cdef UnknownToken unknown
+    found = []
+    for u in parsed.unknown:
+        unknown = UnknownToken.__new__(UnknownToken)
+        unknown.token = _text(u.token)
+        unknown.suggestion = _text(u.suggestion) if not u.suggestion.empty() else None
+        found.append(unknown)
+    out.coordination_mode = parsed.coordination_mode
+    out.coordination_file = _text(parsed.coordination_file)
+    out.file_value_missing = parsed.file_value_missing
+    out.unknown = tuple(found)
+    out.busy_gpus = _text(parsed.busy_gpus) if parsed.has_busy_gpus else None
+    out.nvml_timeout = _text(parsed.nvml_timeout) if parsed.has_nvml_timeout else None
+    return out
 
 
 def parse_duration(str text not None):

@@ -76,6 +76,30 @@ cdef object _error(const Status& status, path):
     return RuntimeError(message)
 
 
+# --- records ---------------------------------------------------------------------------------------
+
+cdef class _Record:
+    """A result with named, read-only fields (each record's ``_FIELDS``, in order): repr, equality and hash
+    by them."""
+
+    _FIELDS = ()
+
+    cdef tuple _values(self):
+        return tuple([getattr(self, name) for name in self._FIELDS])
+
+    def __repr__(self):
+        fields = ", ".join([f"{name}={getattr(self, name)!r}" for name in self._FIELDS])
+        return f"{type(self).__name__}({fields})"
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._values() == (<_Record>other)._values()
+
+    def __hash__(self):
+        return hash(self._values())
+
+
 include "_flink.pxi"
 include "_host.pxi"
 include "_nvml.pxi"

@@ -463,9 +463,8 @@ class GPUBinding:
             if self._library_path:
                 from flink_gpu.nvml import open_library
 
-                nvml = open_library(self._library_path)
-                devices = nvml.devices()
-                skipped = nvml.skipped()
+                enumeration = open_library(self._library_path).devices()
+                devices, skipped = enumeration.devices, enumeration.skipped
             self._devices = cuda_ordinals(self._infos, devices, skipped=skipped)
         return self._devices
 
@@ -492,7 +491,7 @@ class GPUBinding:
 
             gpus = {unit_parent(index) or index for index in self._indices}
             numbers = sorted(int(gpu) for gpu in gpus if gpu.isdigit())
-            for device in open_library(self._library_path).devices(gpus=numbers):
+            for device in open_library(self._library_path).devices(gpus=numbers).devices:
                 if device.memory_total and not totals.get(device.gpu_index):
                     totals[device.gpu_index] = device.memory_total
         missing = [index for index in self._indices if not totals.get(index)]
@@ -710,21 +709,22 @@ class _Gauge:
     """One gauge of one GPU: its value in the process's sampled snapshot (flink_gpu.nvml's
     sampled_metrics); never raises, never calls NVML."""
 
-    __slots__ = ("_library_path", "_index", "_position")
+    __slots__ = ("_library_path", "_index", "_field")
 
     def __init__(self, library_path: "str | None", index: str, shown: str) -> None:
         self._library_path = library_path
         self._index = index
-        self._position = _SAMPLED.index(shown)
+        self._field = _SAMPLED[shown]
 
     def __call__(self) -> int:
         from flink_gpu.nvml import sampled_metrics
 
-        return sampled_metrics(self._index, self._library_path)[self._position]
+        value: int = getattr(sampled_metrics(self._index, self._library_path), self._field)
+        return value
 
     def says_unknown(self, shown: int) -> bool:
         """Whether ``shown``, this gauge's value, is the health gauge's "unknown" (not sampled in time)."""
-        return self._position == _HEALTH_POSITION and shown == _UNKNOWN_HEALTH
+        return self._field == "health" and shown == _UNKNOWN_HEALTH
 
 
 class _Constant:
@@ -742,9 +742,14 @@ class _Constant:
         return False
 
 
-#: What flink_gpu.nvml's sampled_metrics gives, in its order.
-_SAMPLED = ("utilization", "memory.used", "temperature", "power", "health")
-_HEALTH_POSITION = _SAMPLED.index("health")
+#: The field of flink_gpu.nvml's sampled_metrics (a SampledMetrics) that each of GAUGES' values shows.
+_SAMPLED = {
+    "utilization": "utilization",
+    "memory.used": "memory_used",
+    "temperature": "temperature",
+    "power": "power",
+    "health": "health",
+}
 _UNKNOWN_HEALTH = 3  # flink_gpu.nvml.GAUGE_HEALTH.index("unknown"), without importing NVML's face here
 
 
@@ -920,15 +925,15 @@ def bind(
         if taskmanager_pid is not None and taskmanager_pid != me:
             _watch(held, taskmanager_pid, taskmanager_start)
     if outcome.left_out:
-        why = "; ".join(f"GPU {index} is {health}" for index, health in outcome.left_out)
+        why = "; ".join(f"GPU {gpu.index} is {gpu.why}" for gpu in outcome.left_out)
         _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(outcome.usable))
     unparsable, lease_problem = outcome.unparsable, outcome.lease_problem
-    for number, text in unparsable:
+    for line in unparsable:
         _log.warning(
             "Line %d of the bindings file %s cannot be parsed and is left as it is (its GPU is never bound): %r",
-            number,
+            line.line_number,
             path,
-            text,
+            line.text,
         )
     if lease_problem is not None:
         _log.warning(
