@@ -15,24 +15,9 @@ import time
 from flink_gpu.errors import NotEnoughGpusError, NvmlError
 
 
-cdef extern from "base/status.hpp" namespace "flinkgpu" nogil:
-    enum class StatusCode "flinkgpu::StatusCode":
-        kOk
-        kInvalidArgument
-        kNotEnough
-        kTimeout
-        kOsError
-        kOutOfMemory
-        kInternal
-        kNvml
-
-    cdef cppclass Status "flinkgpu::Status":
-        StatusCode code
-        int nvml_code
-        string function
-        int sys_errno
-        string message
-        bint ok()
+from flink_gpu._base cimport *
+from flink_gpu._flink cimport *
+from flink_gpu._nvml cimport *
 
 
 # --- text helpers ------------------------------------------------------------------------------
