@@ -35,7 +35,7 @@ def main() -> None:
     from flink_gpu import nvml, simulator
 
     library = nvml.open_library()
-    indices = [device.gpu_index for device in library.devices()]  # the first handles, once per process
+    indices = [device.gpu_index for device in library.devices().devices]  # the first handles, once per process
     assert len(indices) == GPUS, indices
 
     # the sampler: the first sample reads the health findings too, later ones the readings alone
@@ -47,7 +47,7 @@ def main() -> None:
     simulator.reset_counters()
     assert nvml.sample_metrics_now(timeout=60)
     readings_only = simulator.counters()
-    assert all(nvml.sampled_metrics(index)[4] == 0 for index in indices)
+    assert all(nvml.sampled_metrics(index).health == 0 for index in indices)
 
     # gauges asking as often as they like: no NVML call
     simulator.reset_counters()

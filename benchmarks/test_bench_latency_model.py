@@ -33,7 +33,7 @@ def test_the_nvidia_smi_standin_answers_the_indices_nvml_gives_with_only_init_co
     env = {**os.environ, "FLINK_GPU_SIM_COUNTERS_FILE": str(counters_file)}
     done = subprocess.run([str(standin)] + SMI_QUERY, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    indices = [device.index for device in nvml.open_library().devices()]
+    indices = [device.index for device in nvml.open_library().devices().devices]
     assert len(indices) > 1
     assert done.stdout.splitlines() == [str(i) for i in indices]
     calls = {

@@ -17,11 +17,12 @@ LIST_DEVICES = """
 import json
 from flink_gpu import _native
 nvml = _native.Nvml.open()
+found = nvml.devices()
 print(json.dumps({
     "path": nvml.library_path,
     "driver": nvml.driver_version,
-    "devices": [[d.index, d.uuid, d.name, d.pci_bus_id, d.memory_total, d.minor_number] for d in nvml.devices()],
-    "skipped": [[s.index, s.code, s.reason] for s in nvml.skipped()],
+    "devices": [[d.index, d.uuid, d.name, d.pci_bus_id, d.memory_total, d.minor_number] for d in found.devices],
+    "skipped": [[s.index, s.code, s.reason] for s in found.skipped],
 }))
 """
 
@@ -46,7 +47,7 @@ import json
 from flink_gpu import nvml, simulator
 library = nvml.open_library()
 simulator.reset_counters()
-devices = library.devices(gpus=[3, 1])
+devices = library.devices(gpus=[3, 1]).devices
 opened = sorted({gpu for by_gpu in simulator.counters()["calls"].values() for gpu in by_gpu if gpu != "host"})
 try:
     library.devices(gpus=[-1])
@@ -140,7 +141,7 @@ def test_environment_variable_selects_the_library():
     proc = run_python(
         """
         from flink_gpu import _native
-        print(len(_native.Nvml.open().devices()), _native.Nvml.open() is _native.Nvml.open())
+        print(len(_native.Nvml.open().devices().devices), _native.Nvml.open() is _native.Nvml.open())
         """,
         env=simulated_env(devices=3),
     )
@@ -153,11 +154,12 @@ def test_nvml_is_initialised_once_and_again_after_fork():
         import os
         from flink_gpu import _native
         nvml = _native.Nvml.open()
-        assert len(nvml.devices()) == 2
+        assert len(nvml.devices().devices) == 2
         pid = os.fork()
         if pid == 0:
             # the child re-initialises transparently and sees the same devices
-            os._exit(0 if [d.uuid for d in _native.Nvml.open().devices()] == [d.uuid for d in nvml.devices()] else 1)
+            again = _native.Nvml.open().devices().devices
+            os._exit(0 if [d.uuid for d in again] == [d.uuid for d in nvml.devices().devices] else 1)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status))
         """,
@@ -303,7 +305,7 @@ except ValueError as error:
 except NvmlError as error:
     print("NvmlError", error.code)
 else:
-    print("opened", len(nvml.devices()), nvml.library_path == path)
+    print("opened", len(nvml.devices().devices), nvml.library_path == path)
 """
 
 
@@ -480,7 +482,11 @@ def test_script_flags():
     ],
 )
 def test_parse_script_args(tokens, expected):
-    assert _native.parse_script_args(tokens) == expected + (None, None)  # no --busy-gpus, --nvml-timeout
+    parsed = _native.parse_script_args(tokens)
+    mode, path, missing, unknown = expected
+    assert (parsed.coordination_mode, parsed.coordination_file, parsed.file_value_missing) == (mode, path, missing)
+    assert [(u.token, u.suggestion) for u in parsed.unknown] == unknown
+    assert (parsed.busy_gpus, parsed.nvml_timeout) == (None, None)  # no --busy-gpus, --nvml-timeout
 
 
 @pytest.mark.parametrize(
@@ -492,8 +498,8 @@ def test_parse_script_args(tokens, expected):
     ],
 )
 def test_parse_script_args_busy_gpus_takes_the_next_token(tokens, busy):
-    assert _native.parse_script_args(tokens)[4] == busy
-    assert _native.parse_script_args(tokens)[3] == []
+    assert _native.parse_script_args(tokens).busy_gpus == busy
+    assert _native.parse_script_args(tokens).unknown == ()
 
 
 def test_parse_script_args_rejects_what_is_not_a_str():
@@ -513,7 +519,7 @@ def test_simulator_environment_names_a_device_count_it_cannot_simulate(devices):
 
 def test_simulator_max_devices_is_the_simulators_own_limit():
     """The constant mirrors the simulator's FLINK_GPU_SIM_DEVICES rule: both ends of it, on the real library."""
-    script = "from flink_gpu.nvml import open_library\nprint(len(open_library().devices()))\n"
+    script = "from flink_gpu.nvml import open_library\nprint(len(open_library().devices().devices))\n"
     env = simulated_env(devices=simulator.MAX_DEVICES)
     assert run_python(script, env=env).stdout.strip() == str(simulator.MAX_DEVICES)
     env["FLINK_GPU_SIM_DEVICES"] = str(simulator.MAX_DEVICES + 1)
@@ -548,13 +554,14 @@ import json, os
 from flink_gpu import _native, policy
 nvml = _native.Nvml.open()
 states = nvml.states(os.getpid())
-indices = [d.gpu_index for d in nvml.devices()]
+indices = [d.gpu_index for d in nvml.devices().devices]
 def ranked(busy_gpus):
     outcome = policy.discover(nvml, 0, indices, owner=os.getpid(), busy_gpus=busy_gpus)
-    return [outcome.order, outcome.ranks, outcome.left_out]
+    return [outcome.order, outcome.ranks, [[gpu.index, gpu.why] for gpu in outcome.left_out]]
 print(json.dumps({
-    "devices": [[d.index, d.cpu_affinity, d.numa_node] for d in nvml.devices()],
-    "states": [[s.index, s.health, list(s.findings), s.memory_used, s.memory_free, [list(p) for p in s.processes],
+    "devices": [[d.index, d.cpu_affinity, d.numa_node] for d in nvml.devices().devices],
+    "states": [[s.index, s.health, list(s.findings), s.memory_used, s.memory_free,
+                [[p.pid, p.used_memory, p.kind, p.own, p.visible] for p in s.processes],
                 s.processes_known, s.busy, s.compute_mode] for s in states],
     "ranked": {busy_gpus: ranked(busy_gpus) for busy_gpus in ("avoid", "exclude", "ignore")},
 }))
@@ -694,7 +701,7 @@ try:
     as_owner = nvml.states(os.getpid())[0]
     as_worker = nvml.states(child.pid, os.getpid())[0]   # we are the child's TaskManager
     alone = nvml.states(child.pid)[0]
-    print(json.dumps([as_owner.busy, as_worker.busy, alone.busy, [p[3:] for p in alone.processes]]))
+    print(json.dumps([as_owner.busy, as_worker.busy, alone.busy, [[p.own, p.visible] for p in alone.processes]]))
 finally:
     child.kill()
 """
@@ -748,8 +755,8 @@ def test_find_taskmanager_walks_up_to_the_taskmanager_runner(tmp_path):
 
 def test_coordination_claim_honours_ranks(tmp_path):
     path = tmp_path / "coordination"
-    taken, added, _, _, _ = _native.coordination_claim(path, 1.0, os.getpid(), ["0", "1", "2", "3"], 2, [2, 0, 1, 0])
-    assert sorted(taken) == ["1", "3"]
+    claimed = _native.coordination_claim(path, 1.0, os.getpid(), ["0", "1", "2", "3"], 2, [2, 0, 1, 0])
+    assert sorted(claimed.indices) == ["1", "3"]
     with pytest.raises(ValueError, match="one rank per index"):
         _native.coordination_claim(path, 1.0, os.getpid(), ["0", "1"], 1, [0])
 
@@ -784,10 +791,12 @@ def test_the_loader_symbol_table_and_the_r535_detection():
     table = dict(_native.nvml_symbols())
     assert table["nvmlInit_v2"] == "required" and table["nvmlInit"] == "fallback"
     assert table["nvmlDeviceGetRunningProcessDetailList"] == "optional"
-    exported, resolved, api = _native.probe_nvml_library(simulator.library_path())
+    probe = _native.probe_nvml_library(simulator.library_path())
+    exported, resolved, api = probe.exported, probe.resolved, probe.process_api
     assert api == "detail_list" and set(resolved) <= set(exported) <= set(table)
     assert "nvmlInit" not in resolved  # a fallback is looked up only where the newer name is absent
-    exported, resolved, api = _native.probe_nvml_library(simulator.library_path("r535"))
+    probe = _native.probe_nvml_library(simulator.library_path("r535"))
+    exported, api = probe.exported, probe.process_api
     assert api == "v3_r535"
     assert "nvmlDeviceGetRunningProcessDetailList" not in exported
 
@@ -819,13 +828,14 @@ LIST_UNITS = """
 import json
 from flink_gpu import _native
 nvml = _native.Nvml.open()
-devices = nvml.devices()
+found = nvml.devices()
+devices = found.devices
 print(json.dumps({
     "devices": [[d.gpu_index, d.index, d.mig_slot, d.uuid, d.memory_total, d.parent_index, d.parent_uuid, d.mig_gi,
                  d.mig_ci, d.name, d.pci_bus_id] for d in devices],
-    "skipped": [[s.gpu_index, s.code, s.reason] for s in nvml.skipped()],
-    "notices": list(nvml.notices()),
-    "states": [[s.gpu_index, s.health, s.memory_used, [p[0] for p in s.processes]] for s in nvml.states(1)],
+    "skipped": [[s.gpu_index, s.code, s.reason] for s in found.skipped],
+    "notices": list(found.notices),
+    "states": [[s.gpu_index, s.health, s.memory_used, [p.pid for p in s.processes]] for s in nvml.states(1)],
 }))
 """
 
@@ -945,10 +955,11 @@ def test_the_reading_entry_points_are_optional_and_the_original_temperature_quer
         for name in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperatureV", "nvmlDeviceGetPowerUsage")
     ] == ["optional"] * 3
     assert table["nvmlDeviceGetTemperature"] == "fallback"
-    _, resolved, _ = _native.probe_nvml_library(simulator.library_path())
+    resolved = _native.probe_nvml_library(simulator.library_path()).resolved
     # both where the driver has both: a driver that refuses the versioned query is read through the original
     assert "nvmlDeviceGetTemperatureV" in resolved and "nvmlDeviceGetTemperature" in resolved
-    exported, resolved, _ = _native.probe_nvml_library(simulator.library_path("r535"))
+    probe = _native.probe_nvml_library(simulator.library_path("r535"))
+    exported, resolved = probe.exported, probe.resolved
     assert "nvmlDeviceGetTemperatureV" not in exported and "nvmlDeviceGetTemperature" in resolved
 
 

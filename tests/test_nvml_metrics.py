@@ -179,8 +179,16 @@ def test_a_metric_name_not_in_metrics_is_a_value_error_listing_them():
 # -- the process's sampler (watch_metrics, sampled_metrics, sample_metrics_now) --------------------
 
 
-#: the child scripts' wait: support/waiting.py's wait_until, whose ``limit`` (seconds) only bounds it
-WAIT_FOR = WAITING_SOURCE
+#: the child scripts' wait: support/waiting.py's wait_until, whose ``limit`` (seconds) only bounds it; and a
+#: gauge reading's fields, named, as one JSON-able tuple
+WAIT_FOR = (
+    WAITING_SOURCE
+    + """
+def shown(index, **at):
+    m = nvml.sampled_metrics(index, **at)
+    return (m.utilization, m.memory_used, m.temperature, m.power, m.health)
+"""
+)
 
 
 def sampler(code, **sim):
@@ -202,7 +210,7 @@ simulator.reset_counters()
 def reporter():  # many reporters and bundles, in threads, asking as often as they can
     for _ in range(2000):
         for index in ("0", "1"):
-            assert nvml.sampled_metrics(index)[4] == 0
+            assert nvml.sampled_metrics(index).health == 0
 threads = [threading.Thread(target=reporter) for _ in range(4)]
 for t in threads: t.start()
 for t in threads: t.join()
@@ -231,7 +239,7 @@ def test_health_gauges_ok_degraded_unhealthy_and_lost():
 for index in ("0", "1", "2", "3", "4"):
     nvml.watch_metrics(index)
 assert nvml.sample_metrics_now()
-print(json.dumps([nvml.sampled_metrics(index) for index in ("0", "1", "2", "3", "4")]))
+print(json.dumps([shown(index) for index in ("0", "1", "2", "3", "4")]))
 """,
         spec={
             "devices": [
@@ -256,7 +264,7 @@ nvml.watch_metrics("0")
 assert nvml.sample_metrics_now()
 nvml.watch_metrics("1")
 assert nvml.sample_metrics_now()
-print(json.dumps([nvml.sampled_metrics(index)[4] for index in ("0", "1")]))
+print(json.dumps([nvml.sampled_metrics(index).health for index in ("0", "1")]))
 """,
         spec={"devices": [{}, {"health": {"retired_pages_pending": True}}]},
     )
@@ -272,24 +280,24 @@ def test_a_read_that_hangs_holding_the_driver_lock_is_minus_one_and_unknown_and_
 for index in ("0", "1"):
     nvml.watch_metrics(index, interval=1)
 assert nvml.sample_metrics_now()
-before = [nvml.sampled_metrics(index) for index in ("0", "1")]
+before = [shown(index) for index in ("0", "1")]
 with simulator.hanging({stuck!r}):
     late = nvml.sample_metrics_now(timeout=0.3)  # GPU 1's power query is stuck, GPU 0's behind it
     answered = []
     def gauges():
         for _ in range(1000):
-            answered.append(nvml.sampled_metrics("1"))
+            answered.append(shown("1"))
     reader = threading.Thread(target=gauges, daemon=True)
     reader.start()
     reader.join(timeout=20)
-    wait_until(lambda: [nvml.sampled_metrics(index) for index in ("0", "1")] == [(-1, -1, -1, -1, 3)] * 2,
+    wait_until(lambda: [shown(index) for index in ("0", "1")] == [(-1, -1, -1, -1, 3)] * 2,
              "both unknown")
 # released: the reads go on; health (unknown since the reads were late) with the first health read
 # that finds them answering, which may be the next sample's
-wait_until(lambda: nvml.sample_metrics_now() and all(nvml.sampled_metrics(i)[4] != 3 for i in ("0", "1")),
+wait_until(lambda: nvml.sample_metrics_now() and all(nvml.sampled_metrics(i).health != 3 for i in ("0", "1")),
          "read again")
 print(json.dumps({{"before": before, "late": late, "gauge_calls": len(answered),
-                  "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
+                  "after": [shown(index) for index in ("0", "1")]}}))
 """,
         spec={
             "devices": [
@@ -312,11 +320,11 @@ def test_a_gpu_whose_reads_hang_outside_the_driver_lock_leaves_the_other_gpus_ga
     got = sampler(
         f"""
 def stuck_gpu():
-    return nvml.sampled_metrics("1") == (-1, -1, -1, -1, 3)
+    return shown("1") == (-1, -1, -1, -1, 3)
 for index in ("0", "1"):
     nvml.watch_metrics(index, interval=1)
 assert nvml.sample_metrics_now()
-before = [nvml.sampled_metrics(index) for index in ("0", "1")]
+before = [shown(index) for index in ("0", "1")]
 with simulator.hanging({stuck!r}):
     wait_until(stuck_gpu, "GPU 1 unknown")
     samples = nvml.metrics_samples()
@@ -325,16 +333,16 @@ with simulator.hanging({stuck!r}):
     # a sample under way when the counts were taken may have read GPU 0 before calls_before yet complete
     # after samples: four more samples hold at least three reads of GPU 0 after calls_before, under any load
     def three_more_samples():  # GPU 0 renewed at its pace all along: valid at every look
-        seen.add(nvml.sampled_metrics("0"))
+        seen.add(shown("0"))
         return nvml.metrics_samples() >= samples + 4 and stuck_gpu()
     wait_until(three_more_samples, "samples go on")
     calls = simulator.counters()["calls"]["nvmlDeviceGetPowerUsage"]
-    seen.add(nvml.sampled_metrics("0"))
+    seen.add(shown("0"))
 # released: GPU 1 is read again, its health (unknown since its read was late) with the first health
 # read that finds it answering, which may be the next sample's
-wait_until(lambda: nvml.sample_metrics_now() and nvml.sampled_metrics("1")[4] != 3, "GPU 1 read again")
+wait_until(lambda: nvml.sample_metrics_now() and nvml.sampled_metrics("1").health != 3, "GPU 1 read again")
 print(json.dumps({{"before": before, "seen": sorted(seen), "calls_before": calls_before, "calls": calls,
-                  "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
+                  "after": [shown(index) for index in ("0", "1")]}}))
 """,
         spec={
             "devices": [
@@ -362,14 +370,14 @@ def test_a_gpu_whose_read_was_late_shows_its_health_unknown_until_a_health_read_
         f"""
 nvml.watch_metrics("0", interval=3600)
 assert nvml.sample_metrics_now()
-before = nvml.sampled_metrics("0")
+before = shown("0")
 with simulator.hanging({stuck!r}):
     assert not nvml.sample_metrics_now(timeout=2)  # its power read hangs: late
-    wait_until(lambda: nvml.sampled_metrics("0") == (-1, -1, -1, -1, 3), "GPU 0 late")
-wait_until(lambda: nvml.sampled_metrics("0")[0] != -1, "GPU 0's late reading back")
-returned = nvml.sampled_metrics("0")
+    wait_until(lambda: shown("0") == (-1, -1, -1, -1, 3), "GPU 0 late")
+wait_until(lambda: nvml.sampled_metrics("0").utilization != -1, "GPU 0's late reading back")
+returned = shown("0")
 assert nvml.sample_metrics_now()  # a health read reaches it
-print(json.dumps({{"before": before, "returned": returned, "after": nvml.sampled_metrics("0")}}))
+print(json.dumps({{"before": before, "returned": returned, "after": shown("0")}}))
 """,
         spec={
             "devices": [{"power": 100, "temperature": 40, "utilization": 5}],
@@ -398,11 +406,11 @@ assert nvml.sample_metrics_now()
 with simulator.hanging({stuck!r}):
     wait_until(lambda: power_calls() == 2, "GPU 1's next read stuck", limit=30)
     nvml.watch_metrics("0", interval=1)
-    wait_until(lambda: nvml.sampled_metrics("0")[4] != 3, "GPU 0's health read", limit=30)
-    during = [nvml.sampled_metrics(index) for index in ("0", "1")]
+    wait_until(lambda: nvml.sampled_metrics("0").health != 3, "GPU 0's health read", limit=30)
+    during = [shown(index) for index in ("0", "1")]
 # released: GPU 1 is read, and its health too (with the first health read that finds it answering)
-wait_until(lambda: nvml.sample_metrics_now() and nvml.sampled_metrics("1")[4] != 3, "GPU 1 read again", limit=30)
-print(json.dumps({{"during": during, "after": [nvml.sampled_metrics(index) for index in ("0", "1")]}}))
+wait_until(lambda: nvml.sample_metrics_now() and nvml.sampled_metrics("1").health != 3, "GPU 1 read again", limit=30)
+print(json.dumps({{"during": during, "after": [shown(index) for index in ("0", "1")]}}))
 """,
         spec={
             "devices": [
@@ -430,8 +438,8 @@ def test_a_huge_metrics_interval_still_shows_each_sample_and_a_huge_wait_still_w
         """
 assert nvml.watch_metrics("0", interval=1000000 * 86400)
 done = nvml.sample_metrics_now(timeout=float("inf"))
-print(json.dumps({"done": done, "shown": nvml.sampled_metrics("0"),
-                  "a_day_later": nvml.sampled_metrics("0", at=time.monotonic_ns() + 86400 * 10**9)}))
+print(json.dumps({"done": done, "shown": shown("0"),
+                  "a_day_later": shown("0", at=time.monotonic_ns() + 86400 * 10**9)}))
 """,
         spec={"devices": [{"power": 100, "temperature": 40, "utilization": 5}]},
     )

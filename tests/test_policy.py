@@ -9,7 +9,7 @@ DISCOVER = r"""
 import json, os
 from flink_gpu import nvml, policy
 library = nvml.open_library()
-indices = [d.gpu_index for d in library.devices()]
+indices = [d.gpu_index for d in library.devices().devices]
 args = json.loads(os.environ["POLICY_ARGS"])
 try:
     outcome = policy.discover(library, args["amount"], indices, owner=os.getpid(), busy_gpus=args["busy"],
@@ -17,8 +17,9 @@ try:
 except (TypeError, ValueError) as error:
     print(json.dumps({"error": [type(error).__name__, str(error)]}))
 else:
+    left_out = [[gpu.index, gpu.why] for gpu in outcome.left_out]
     print(json.dumps({"type": type(outcome).__name__, "chosen": outcome.chosen, "order": outcome.order,
-                      "added": outcome.added, "left_out": outcome.left_out, "shortage": outcome.shortage}))
+                      "added": outcome.added, "left_out": left_out, "shortage": outcome.shortage}))
 """
 
 SPEC = {"devices": [{"health": {"inforom_corrupted": True}}, {}, {}]}

@@ -41,7 +41,7 @@ def test_the_native_enumeration_matches_pynvml():
     code = (
         "import json, pynvml\n"
         "from flink_gpu.nvml import open_library\n"
-        "ours = [(d.gpu_index, d.uuid, d.name) for d in open_library().devices() if d.mig_slot is None]\n"
+        "ours = [(d.gpu_index, d.uuid, d.name) for d in open_library().devices().devices if d.mig_slot is None]\n"
         "pynvml.nvmlInit()\n"
         "theirs = [(str(i), pynvml.nvmlDeviceGetUUID(h), pynvml.nvmlDeviceGetName(h))\n"
         "          for i in range(pynvml.nvmlDeviceGetCount()) for h in [pynvml.nvmlDeviceGetHandleByIndex(i)]]\n"

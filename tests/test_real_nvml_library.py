@@ -33,7 +33,8 @@ def real_env():
 
 def probe():
     # in a child: the real library stays loaded for the life of the process that loads it
-    out = run_python(f"from flink_gpu import _native; print(repr(_native.probe_nvml_library({REAL!r})))").stdout
+    code = f"from flink_gpu import _native; p = _native.probe_nvml_library({REAL!r}); "
+    out = run_python(code + "print(repr((p.exported, p.resolved, p.process_api)))").stdout
     return eval(out)  # a tuple literal of our own making
 
 

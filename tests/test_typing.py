@@ -12,13 +12,14 @@ import textwrap
 PACKAGE_DIR = os.path.dirname(importlib.util.find_spec("flink_gpu._native").origin)
 
 # What Cython adds to every extension that no stub names: pickling hooks of cdef classes (and of the
-# module), and doctest's table. Nvml and DeviceState come from Nvml.open / Nvml.states: their __init__
-# only raises, and at run time it has the slot wrapper's signature (*args, **kwargs).
+# module), and doctest's table. Nvml and DeviceState come from Nvml.open / Nvml.states, the records from the
+# calls that make them: their __init__ only raises, and at run time it has the slot wrapper's signature
+# (*args, **kwargs).
 STUBTEST_ALLOWLIST = r"""
 flink_gpu\._native\.__test__
 flink_gpu\._native\.(\w+\.)?__reduce_cython__
 flink_gpu\._native\.(\w+\.)?__setstate_cython__
-flink_gpu\._native\.(Nvml|DeviceState|DiscoveryOutcome|BindOutcome|NvmlSettings)\.__init__
+flink_gpu\._native\.(Nvml|DeviceState|DiscoveryOutcome|BindOutcome|NvmlSettings|NvmlEnumeration|GpuProcess|HealthCheck|SampledMetrics|LibraryProbe|ProcessAncestor|UnknownToken|ParsedScriptArgs|LeftOut|CoordinationClaim|FileSnapshot|Orphan)\.__init__
 """
 
 

@@ -1,6 +1,6 @@
 # Binding of csrc/coordination/bindings.hpp (docs/design.md §9.3), included by _native.pyx after _coordination.pxi (whose
 # option, pid and index conversions it shares, and whose coordination_snapshot reads a bindings file too).
-# Plain values out, _error for failures; flink_gpu.binding makes the public API.
+# Plain values and records out, _error for failures; flink_gpu.binding makes the public API.
 
 cdef extern from "coordination/bindings.hpp" namespace "flinkgpu::binding" nogil:
     cdef cppclass BindHolder "flinkgpu::binding::Holder":
@@ -34,6 +34,27 @@ cdef extern from "coordination/bindings.hpp" namespace "flinkgpu::binding" nogil
                                                                     const string& gpus) except +
     CoordReleaseResult binding_unbind_cpp "flinkgpu::binding::unbind"(const CoordOptions& opts,
                                                                      const BindHolder& holder)
+
+
+cdef class Orphan(_Record):
+    """An orphaned worker a bind's shortage names: process ``pid`` still runs on GPU ``index``, short of
+    memory, though ``taskmanager``, the TaskManager it bound for, is gone."""
+
+    _FIELDS = ("pid", "taskmanager", "index")
+    cdef readonly int pid
+    cdef readonly int taskmanager
+    cdef readonly str index
+
+    def __init__(self):
+        raise TypeError("Orphan records come from flink_gpu.policy.bind()")
+
+
+cdef Orphan _orphan(const BindOrphan& o):
+    cdef Orphan out = Orphan.__new__(Orphan)
+    out.pid = o.pid
+    out.taskmanager = o.taskmanager
+    out.index = _text(o.index)
+    return out
 
 
 cdef BindHolder _bi_holder(pid, slot, taskmanager) except *:

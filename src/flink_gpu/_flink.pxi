@@ -3,61 +3,6 @@
 
 from libc.stdint cimport uint64_t
 
-cdef extern from "flink/script_output.hpp" namespace "flinkgpu" nogil:
-    vector[string] split_output_lines_cpp "flinkgpu::split_output_lines"(const string& text) except +
-    vector[string] parse_gpu_indices_cpp "flinkgpu::parse_gpu_indices"(const string& line) except +
-
-
-cdef extern from *:
-    ctypedef unsigned int char32_t  # C++'s own type; Cython only needs to know it is an integer
-
-
-cdef extern from "flink/java_text.hpp" namespace "flinkgpu" nogil:
-    bint is_java_whitespace_cpp "flinkgpu::is_java_whitespace"(char32_t c) noexcept
-    bint is_java_trimmed_cpp "flinkgpu::is_java_trimmed"(char32_t c) noexcept
-
-
-cdef extern from "base/gpu_index.hpp" namespace "flinkgpu" nogil:
-    int compare_indices_cpp "flinkgpu::compare_indices"(string_view a, string_view b) noexcept
-    void sort_indices_cpp "flinkgpu::sort_indices"(vector[string]* indices) noexcept
-
-
-cdef extern from "flink/script_args.hpp" namespace "flinkgpu" nogil:
-    const char* kEnableCoordinationFlag "flinkgpu::kEnableCoordinationFlag"
-    const char* kCoordinationFileFlag "flinkgpu::kCoordinationFileFlag"
-    const char* kBusyGpusFlag "flinkgpu::kBusyGpusFlag"
-    const char* kNvmlTimeoutFlag "flinkgpu::kNvmlTimeoutFlag"
-
-    cdef cppclass UnknownToken "flinkgpu::UnknownToken":
-        string token
-        string suggestion
-
-    cdef cppclass CScriptArgs "flinkgpu::ScriptArgs":
-        bint coordination_mode
-        string coordination_file
-        bint file_value_missing
-        bint has_busy_gpus
-        string busy_gpus
-        bint has_nvml_timeout
-        string nvml_timeout
-        vector[UnknownToken] unknown
-
-    CScriptArgs parse_script_args_cpp "flinkgpu::parse_script_args"(const vector[string]& tokens) except +
-    vector[string] with_coordination_file_cpp "flinkgpu::with_coordination_file"(
-        const vector[string]& tokens, const string& path) except +
-
-
-cdef extern from "flink/duration.hpp" namespace "flinkgpu" nogil:
-    bint parse_flink_duration "flinkgpu::parse_flink_duration"(string_view text, double* seconds,
-                                                                 string* error) except +
-
-
-cdef extern from "flink/memory_size.hpp" namespace "flinkgpu" nogil:
-    bint parse_flink_memory_size "flinkgpu::parse_flink_memory_size"(string_view text, uint64_t* bytes,
-                                                                       string* error) noexcept
-    string format_memory_size_cpp "flinkgpu::format_memory_size"(uint64_t bytes) noexcept
-
-
 def split_output_lines(str text not None):
     """Lines of a discovery script's output as java.io.BufferedReader#lines() gives them."""
     cdef vector[string] lines = split_output_lines_cpp(_utf8(text))
@@ -134,15 +79,55 @@ cdef vector[string] _script_tokens(tokens) except *:
     return encoded
 
 
+cdef class UnknownToken(_Record):
+    """A token the stock script skips (``token``), with the flag it probably meant (``suggestion``) or None."""
+
+    _FIELDS = ("token", "suggestion")
+    cdef readonly str token
+    cdef readonly object suggestion
+
+    def __init__(self):
+        raise TypeError("UnknownToken objects come from parse_script_args()")
+
+
+cdef class ParsedScriptArgs(_Record):
+    """The stock script's reading of the tokens after the amount (csrc/flink/script_args.hpp):
+    ``coordination_mode``, ``coordination_file``, ``file_value_missing`` (--coordination-file without a
+    value), ``unknown`` (UnknownToken for each token it skips), ``busy_gpus`` and ``nvml_timeout`` (our
+    flags' values: None when the flag is absent, "" when it has no value)."""
+
+    _FIELDS = ("coordination_mode", "coordination_file", "file_value_missing", "unknown", "busy_gpus",
+               "nvml_timeout")
+    cdef readonly bint coordination_mode
+    cdef readonly str coordination_file
+    cdef readonly bint file_value_missing
+    cdef readonly tuple unknown
+    cdef readonly object busy_gpus
+    cdef readonly object nvml_timeout
+
+    def __init__(self):
+        raise TypeError("ParsedScriptArgs objects come from parse_script_args()")
+
+
 def parse_script_args(tokens):
     """The stock script's reading of the tokens after the amount (plus our --busy-gpus and --nvml-timeout):
-    (coordination mode, coordination file, file value missing, [(unknown token, suggested flag or None)],
-    busy-gpus value or None when the flag is absent ("" when it has no value), nvml-timeout value likewise)."""
+    a ParsedScriptArgs."""
     cdef CScriptArgs parsed = parse_script_args_cpp(_script_tokens(tokens))
-    return (parsed.coordination_mode, _text(parsed.coordination_file), parsed.file_value_missing,
-            [(_text(u.token), _text(u.suggestion) if not u.suggestion.empty() else None) for u in parsed.unknown],
-            _text(parsed.busy_gpus) if parsed.has_busy_gpus else None,
-            _text(parsed.nvml_timeout) if parsed.has_nvml_timeout else None)
+    cdef ParsedScriptArgs out = ParsedScriptArgs.__new__(ParsedScriptArgs)
+    cdef UnknownToken unknown
+    found = []
+    for u in parsed.unknown:
+        unknown = UnknownToken.__new__(UnknownToken)
+        unknown.token = _text(u.token)
+        unknown.suggestion = _text(u.suggestion) if not u.suggestion.empty() else None
+        found.append(unknown)
+    out.coordination_mode = parsed.coordination_mode
+    out.coordination_file = _text(parsed.coordination_file)
+    out.file_value_missing = parsed.file_value_missing
+    out.unknown = tuple(found)
+    out.busy_gpus = _text(parsed.busy_gpus) if parsed.has_busy_gpus else None
+    out.nvml_timeout = _text(parsed.nvml_timeout) if parsed.has_nvml_timeout else None
+    return out
 
 
 def parse_duration(str text not None):

@@ -15,24 +15,9 @@ import time
 from flink_gpu.errors import NotEnoughGpusError, NvmlError
 
 
-cdef extern from "base/status.hpp" namespace "flinkgpu" nogil:
-    enum class StatusCode "flinkgpu::StatusCode":
-        kOk
-        kInvalidArgument
-        kNotEnough
-        kTimeout
-        kOsError
-        kOutOfMemory
-        kInternal
-        kNvml
-
-    cdef cppclass Status "flinkgpu::Status":
-        StatusCode code
-        int nvml_code
-        string function
-        int sys_errno
-        string message
-        bint ok()
+from flink_gpu._base cimport *
+from flink_gpu._flink cimport *
+from flink_gpu._nvml cimport *
 
 
 # --- text helpers ------------------------------------------------------------------------------
@@ -74,6 +59,30 @@ cdef object _error(const Status& status, path):
     if status.code == StatusCode.kOutOfMemory:
         return MemoryError(message)
     return RuntimeError(message)
+
+
+# --- records ---------------------------------------------------------------------------------------
+
+cdef class _Record:
+    """A result with named, read-only fields (each record's ``_FIELDS``, in order): repr, equality and hash
+    by them."""
+
+    _FIELDS = ()
+
+    cdef tuple _values(self):
+        return tuple([getattr(self, name) for name in self._FIELDS])
+
+    def __repr__(self):
+        fields = ", ".join([f"{name}={getattr(self, name)!r}" for name in self._FIELDS])
+        return f"{type(self).__name__}({fields})"
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._values() == (<_Record>other)._values()
+
+    def __hash__(self):
+        return hash(self._values())
 
 
 include "_flink.pxi"

@@ -1,245 +1,6 @@
 # NVML (csrc/nvml/): the library, its devices, their state and health, the choice, the metrics and
 # their sampler; included by _native.pyx.
 
-cdef extern from "nvml/loader.hpp" namespace "flinkgpu" nogil:
-    enum class ProcessApi "flinkgpu::ProcessApi":
-        pass
-
-    cdef cppclass NvmlApi "flinkgpu::NvmlApi":
-        ProcessApi process_api
-
-    cdef cppclass SymbolBits "std::bitset<flinkgpu::kNvmlSymbolCount>":
-        bint test(size_t pos) except +
-
-    cdef cppclass NvmlLibrary:
-        @staticmethod
-        const NvmlLibrary* acquire(const string& requested_path, Status* status)
-        @staticmethod
-        const NvmlLibrary* probe(const string& requested_path, Status* status)
-        @staticmethod
-        string resolve_path(const string& requested_path) except +
-        @staticmethod
-        unsigned long process_generation()
-        const NvmlApi& api()
-        const SymbolBits& resolved()
-        bint exports(NvmlSymbol symbol)
-
-    enum class SymbolUse "flinkgpu::SymbolUse":
-        kRequired
-        kFallback
-        kOptional
-
-    cdef cppclass NvmlSymbolInfo "flinkgpu::NvmlSymbolInfo":
-        const char* name
-        SymbolUse use
-
-    enum class NvmlSymbol "flinkgpu::NvmlSymbol":
-        pass
-
-    size_t kNvmlSymbolCount "flinkgpu::kNvmlSymbolCount"
-    const NvmlSymbolInfo& nvml_symbol "flinkgpu::nvml_symbol"(NvmlSymbol symbol)
-    const char* process_api_name "flinkgpu::process_api_name"(ProcessApi api)
-
-
-cdef extern from "nvml/devices.hpp" namespace "flinkgpu" nogil:
-    cdef cppclass DeviceInfo:
-        string index
-        unsigned nvml_index
-        optional[unsigned] mig_slot
-        optional[string] parent_uuid
-        optional[unsigned] mig_gi
-        optional[unsigned] mig_ci
-        optional[string] uuid
-        optional[string] name
-        optional[string] pci_bus_id
-        optional[unsigned long long] memory_total
-        optional[unsigned] minor_number
-        optional[string] cpu_affinity
-        optional[int] numa_node
-        optional[cpp_bool] persistence_mode
-
-    cdef cppclass CSkippedDevice "flinkgpu::SkippedDevice":
-        string index
-        unsigned nvml_index
-        optional[unsigned] mig_slot
-        int code
-        string reason
-
-    cdef cppclass Enumeration:
-        vector[DeviceInfo] devices
-        vector[CSkippedDevice] skipped
-        vector[string] notices
-
-    Status query_driver_version(const NvmlLibrary& lib, optional[string]* out)
-
-
-cdef extern from "nvml/state.hpp" namespace "flinkgpu" nogil:
-    enum class Health "flinkgpu::Health":
-        kOk
-        kDegraded
-        kUnhealthy
-        kUnknown
-
-    enum class Outcome "flinkgpu::Outcome":
-        kOk
-        kFinding
-
-    enum class Check "flinkgpu::Check":
-        pass
-
-    size_t kCheckCount "flinkgpu::kCheckCount"
-    const char* check_name "flinkgpu::check_name"(Check check)
-    const char* outcome_name "flinkgpu::outcome_name"(Outcome outcome)
-
-    cdef cppclass CheckSet "flinkgpu::CheckSet":
-        CheckSet()
-        CheckSet(unsigned long long mask)
-        bint test(size_t position)
-
-    cdef cppclass CCheckResult "flinkgpu::CheckResult":
-        Outcome outcome
-        Health verdict
-        string finding
-        bint enforced
-
-    enum class ProcessKind "flinkgpu::ProcessKind":
-        pass
-
-    const char* process_kind_name "flinkgpu::process_kind_name"(ProcessKind kind)
-
-    cdef cppclass CGpuProcess "flinkgpu::GpuProcess":
-        unsigned pid
-        optional[unsigned long long] used_memory
-        ProcessKind kind
-        bint own
-        bint visible
-
-    cdef cppclass CDeviceState "flinkgpu::DeviceState":
-        string index
-        unsigned nvml_index
-        optional[unsigned] mig_slot
-        Health health
-        string health_text
-        vector[string] findings
-        vector[string] warnings
-        CCheckResult checks[6]  # std::array of kCheckCount: Cython checks no size, the loops use kCheckCount
-        optional[unsigned long long] memory_used
-        optional[unsigned long long] memory_free
-        optional[unsigned long long] memory_total
-        vector[CGpuProcess] processes
-        bint processes_known
-        bint processes_read
-        bint busy
-        optional[string] compute_mode
-
-    cdef cppclass ReadPlan "flinkgpu::ReadPlan":
-        bint processes
-        bint every_process_list
-
-
-cdef extern from "nvml/deadline.hpp" namespace "flinkgpu" nogil:
-    double kDefaultNvmlTimeoutSeconds "flinkgpu::kDefaultNvmlTimeoutSeconds"
-
-    cdef cppclass Stall "flinkgpu::Stall":
-        int gpu
-        string function
-        double seconds
-        bint earlier
-
-    string stall_text "flinkgpu::stall_text"(const Stall& stall, double timeout_seconds) except +
-    Status query_states_within "flinkgpu::query_states_within"(
-        const NvmlLibrary& lib, int owner, int taskmanager, const CheckSet& enforced, const ReadPlan& plan,
-        double timeout_seconds, vector[CDeviceState]* out, vector[Stall]* stalls, cpp_bool* count_known,
-        double spent_seconds)
-    Status stall_failure "flinkgpu::stall_failure"(const Stall& stall, double timeout_seconds,
-                                                     const string& library_path)
-    Status open_within "flinkgpu::open_within"(const string& library_path, double timeout_seconds,
-                                                 const NvmlLibrary** lib, Stall* stall)
-    Status enumerate_within "flinkgpu::enumerate_within"(const NvmlLibrary& lib, double timeout_seconds,
-                                                           Enumeration* found, Stall* stall,
-                                                           const optional[vector[unsigned]]& only)
-
-
-cdef extern from "nvml/metrics.hpp" namespace "flinkgpu" nogil:
-    enum class Metric "flinkgpu::Metric":
-        pass
-
-    int kMetricCount "flinkgpu::kMetricCount"
-    const char* metric_name "flinkgpu::metric_name"(Metric metric)
-
-    cdef cppclass CMetricDevice "flinkgpu::MetricDevice":
-        pass
-
-    bint find_metric_device "flinkgpu::find_metric_device"(const NvmlLibrary& lib, string_view index,
-                                                           CMetricDevice* out)
-    long long read_metric_cpp "flinkgpu::read_metric"(const NvmlLibrary& lib, const CMetricDevice& device,
-                                                      Metric metric)
-
-
-cdef extern from *:
-    """
-    #include "nvml/sampler.hpp"
-    // The sampler with the binding's units: milliseconds, and CLOCK_MONOTONIC nanoseconds (Python's
-    // time.monotonic_ns(), libstdc++'s steady_clock), a negative time meaning now.
-    static bool fg_watch_metrics(const std::string& path, std::string_view index, long long interval_ms) noexcept {
-        return flinkgpu::watch_gpu_metrics(path, index, std::chrono::milliseconds(interval_ms));
-    }
-    static flinkgpu::SampledGpu fg_sampled_metrics(const std::string& path, std::string_view index,
-                                                   long long at_ns) noexcept {
-        const auto at = at_ns < 0 ? std::chrono::steady_clock::now()
-                                  : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(at_ns));
-        return flinkgpu::sampled_gpu(path, index, at);
-    }
-    static bool fg_sample_metrics_now(long long timeout_ms) noexcept {
-        return flinkgpu::sample_gpu_metrics_now(std::chrono::milliseconds(timeout_ms));
-    }
-    static long long fg_min_metrics_interval_ms() noexcept { return flinkgpu::kMinMetricsInterval.count(); }
-    static long long fg_default_metrics_interval_ms() noexcept { return flinkgpu::kDefaultMetricsInterval.count(); }
-    static long long fg_sample_margin_ms() noexcept { return flinkgpu::kSampleMargin.count(); }
-    static long long fg_health_read_interval_ms() noexcept { return flinkgpu::kHealthReadInterval.count(); }
-    """
-    enum class GaugeHealth "flinkgpu::GaugeHealth":
-        kOk
-        kDegraded
-        kUnhealthy
-        kUnknown
-
-    cdef cppclass SampledGpu "flinkgpu::SampledGpu":
-        long long values[4]  # kMetricCount
-        GaugeHealth health
-
-    bint fg_watch_metrics(const string& path, string_view index, long long interval_ms) nogil
-    SampledGpu fg_sampled_metrics(const string& path, string_view index, long long at_ns) nogil
-    bint fg_sample_metrics_now(long long timeout_ms) nogil
-    unsigned long long completed_samples "flinkgpu::completed_samples"() nogil
-    long long fg_min_metrics_interval_ms()
-    long long fg_default_metrics_interval_ms()
-    long long fg_sample_margin_ms()
-    long long fg_health_read_interval_ms()
-
-
-cdef extern from "nvml/choice.hpp" namespace "flinkgpu" nogil:
-    enum class BusyPolicy "flinkgpu::BusyPolicy":
-        kAvoid
-        kExclude
-        kIgnore
-
-    const char* kBusyPolicyValues "flinkgpu::kBusyPolicyValues"
-    bint parse_busy_policy "flinkgpu::parse_busy_policy"(string_view text, BusyPolicy* out)
-
-    cdef cppclass CRanking "flinkgpu::Ranking":
-        vector[string] indices
-        vector[int] ranks
-        vector[pair[string, string]] left_out
-
-    string busy_reason_cpp "flinkgpu::busy_reason"(const CDeviceState& state) except +
-
-    cdef cppclass CChoice "flinkgpu::Choice":
-        vector[CDeviceState] states
-        CRanking ranking
-
-
-
 # --- NVML ----------------------------------------------------------------------------------------
 
 cdef inline str _gpu_index(unsigned index, slot):
@@ -353,6 +114,58 @@ DEFAULT_NVML_TIMEOUT = kDefaultNvmlTimeoutSeconds
 HEALTH_CHECKS = tuple([check_name(<Check>i).decode("ascii") for i in range(kCheckCount)])
 
 
+cdef class GpuProcess(_Record):
+    """A process NVML lists on a GPU: ``pid``, ``used_memory`` (bytes, None where NVML cannot say), ``kind``
+    ("compute" | "graphics" | "mps"), ``own`` (the owner's, its TaskManager's or a descendant's) and
+    ``visible`` (in our /proc)."""
+
+    _FIELDS = ("pid", "used_memory", "kind", "own", "visible")
+    cdef readonly unsigned pid
+    cdef readonly object used_memory
+    cdef readonly str kind
+    cdef readonly bint own
+    cdef readonly bint visible
+
+    def __init__(self):
+        raise TypeError("GpuProcess objects come from DeviceState.processes")
+
+
+cdef class HealthCheck(_Record):
+    """One check of HEALTH_CHECKS on a GPU: its ``name``, ``outcome`` ("ok" | "finding" | "not supported" |
+    "no permission" | "not applicable"), the finding's ``verdict`` (a Verdict), the ``finding`` or None, and
+    whether it is ``enforced``."""
+
+    _FIELDS = ("name", "outcome", "verdict", "finding", "enforced")
+    cdef readonly str name
+    cdef readonly str outcome
+    cdef readonly object verdict
+    cdef readonly object finding
+    cdef readonly bint enforced
+
+    def __init__(self):
+        raise TypeError("HealthCheck objects come from DeviceState.checks")
+
+
+cdef HealthCheck _health_check(size_t i, const CCheckResult& c):
+    cdef HealthCheck out = HealthCheck.__new__(HealthCheck)
+    out.name = HEALTH_CHECKS[i]
+    out.outcome = outcome_name(c.outcome).decode("ascii")
+    out.verdict = _VERDICTS[<int>c.verdict]
+    out.finding = _text(c.finding) if c.outcome == Outcome.kFinding else None
+    out.enforced = c.enforced
+    return out
+
+
+cdef GpuProcess _gpu_process(const CGpuProcess& c):
+    cdef GpuProcess out = GpuProcess.__new__(GpuProcess)
+    out.pid = c.pid
+    out.used_memory = c.used_memory.value() if c.used_memory.has_value() else None
+    out.kind = process_kind_name(c.kind).decode("ascii")
+    out.own = c.own
+    out.visible = c.visible
+    return out
+
+
 cdef class DeviceState:
     """One GPU's state when it was read: health, memory, the processes NVML lists on it.
 
@@ -360,8 +173,8 @@ cdef class DeviceState:
     the same as a :class:`Verdict`; ``findings``: every enforced finding; ``warnings``: enforced
     findings that leave it ok; ``checks``: per check of HEALTH_CHECKS (name, outcome "ok" |
     "finding" | "not supported" | "no permission" | "not applicable", the finding's Verdict, the
-    finding or None, enforced); ``processes``: (pid, used memory in bytes or None, kind "compute" |
-    "graphics" | "mps", own, visible); ``processes_known``: False when NVML refused the process
+    finding or None, enforced) as HealthCheck records; ``processes``: a GpuProcess for each process NVML
+    lists on it; ``processes_known``: False when NVML refused the process
     list (NO_PERMISSION); ``processes_read``: False when the read did not ask for them (busy-gpus
     ignore) or the GPU was not read in time; ``busy``: a process that is not the owner's, its TaskManager's or a
     descendant's.
@@ -393,12 +206,9 @@ cdef class DeviceState:
 
     @property
     def checks(self):
-        """Per check of HEALTH_CHECKS: (name, outcome, the finding's Verdict, finding or None, enforced)."""
+        """A HealthCheck per check of HEALTH_CHECKS, in its order."""
         cdef size_t i
-        return tuple([(HEALTH_CHECKS[i], outcome_name(self._c.checks[i].outcome).decode("ascii"),
-                       _VERDICTS[<int>self._c.checks[i].verdict],
-                       _text(self._c.checks[i].finding) if self._c.checks[i].outcome == Outcome.kFinding else None,
-                       bool(self._c.checks[i].enforced)) for i in range(kCheckCount)])
+        return tuple([_health_check(i, self._c.checks[i]) for i in range(kCheckCount)])
 
     @property
     def busy_reason(self):
@@ -424,11 +234,7 @@ cdef DeviceState _state(const CDeviceState& c):
     s.memory_used = c.memory_used.value() if c.memory_used.has_value() else None
     s.memory_free = c.memory_free.value() if c.memory_free.has_value() else None
     s.memory_total = c.memory_total.value() if c.memory_total.has_value() else None
-    s.processes = tuple([(c.processes[i].pid,
-                          c.processes[i].used_memory.value() if c.processes[i].used_memory.has_value() else None,
-                          process_kind_name(c.processes[i].kind).decode("ascii"),
-                          bool(c.processes[i].own), bool(c.processes[i].visible))
-                         for i in range(c.processes.size())])
+    s.processes = tuple([_gpu_process(c.processes[i]) for i in range(c.processes.size())])
     s.processes_known = c.processes_known
     s.processes_read = c.processes_read
     s.busy = c.busy
@@ -474,33 +280,6 @@ BUSY_GPUS_VALUES = tuple(kBusyPolicyValues.decode("ascii").split(", "))
 
 _busy_names = {<int>BusyPolicy.kAvoid: "avoid", <int>BusyPolicy.kExclude: "exclude",
                <int>BusyPolicy.kIgnore: "ignore"}
-
-
-cdef extern from "nvml/settings.hpp" namespace "flinkgpu" nogil:
-    string read_health_checks_cpp "flinkgpu::read_health_checks"(string_view text, CheckSet* out) except +
-
-    cdef cppclass CParameterText "flinkgpu::ParameterText":
-        cpp_bool given
-        string text
-
-    cdef cppclass CSettingsText "flinkgpu::SettingsText":
-        CParameterText busy_gpus
-        CParameterText nvml_timeout
-        CParameterText health_checks
-        CParameterText metrics_interval
-        CScriptArgs script
-        string key_prefix
-
-    cdef cppclass CSettings "flinkgpu::Settings":
-        BusyPolicy busy
-        double nvml_timeout
-        CheckSet health_checks
-        double metrics_interval
-        vector[string] parameter_errors
-        string flag_error
-        vector[string] warnings
-
-    CSettings read_settings_cpp "flinkgpu::read_settings"(const CSettingsText& text) except +
 
 
 cdef tuple _check_names(const CheckSet& checks):
@@ -583,16 +362,28 @@ _SYMBOL_USES = {SymbolUse.kRequired: "required", SymbolUse.kFallback: "fallback"
 
 
 def nvml_symbols():
-    """Every entry point the NVML loader looks up: ((name, "required" | "fallback" | "optional"), ...)."""
+    """Every entry point the NVML loader looks up, in its order: {name: "required" | "fallback" | "optional"}."""
     cdef size_t i
-    return tuple([(nvml_symbol(<NvmlSymbol>i).name.decode("ascii"), _SYMBOL_USES[nvml_symbol(<NvmlSymbol>i).use])
-                  for i in range(kNvmlSymbolCount)])
+    return {nvml_symbol(<NvmlSymbol>i).name.decode("ascii"): _SYMBOL_USES[nvml_symbol(<NvmlSymbol>i).use]
+            for i in range(kNvmlSymbolCount)}
+
+
+cdef class LibraryProbe(_Record):
+    """What probe_nvml_library found in a library: the names of nvml_symbols() it ``exported``, those the
+    loader ``resolved`` from it, and its ``process_api``, how it lists processes ("detail_list" | "v3" |
+    "v3_r535" | "v2" | "v1" | "none")."""
+
+    _FIELDS = ("exported", "resolved", "process_api")
+    cdef readonly tuple exported
+    cdef readonly tuple resolved
+    cdef readonly str process_api
+
+    def __init__(self):
+        raise TypeError("LibraryProbe objects come from probe_nvml_library()")
 
 
 def probe_nvml_library(library_path):
-    """Loads (never initialises) the library at ``library_path``: (the names of nvml_symbols() it
-    exports, the names the loader resolved from it, how it lists processes: "detail_list" | "v3" |
-    "v3_r535" | "v2" | "v1" | "none")."""
+    """Loads (never initialises) the library at ``library_path``: a LibraryProbe."""
     cdef bytes encoded = os.fsencode(library_path)
     if not encoded or b"\0" in encoded:
         raise ValueError(f"Not a library path: {library_path!r}")
@@ -604,11 +395,13 @@ def probe_nvml_library(library_path):
     if lib == NULL:
         raise _error(status, os.fsdecode(encoded))
     cdef size_t i
-    exported = tuple([nvml_symbol(<NvmlSymbol>i).name.decode("ascii") for i in range(kNvmlSymbolCount)
-                      if lib.exports(<NvmlSymbol>i)])
-    resolved = tuple([nvml_symbol(<NvmlSymbol>i).name.decode("ascii") for i in range(kNvmlSymbolCount)
-                      if lib.resolved().test(i)])
-    return exported, resolved, process_api_name(lib.api().process_api).decode("ascii")
+    cdef LibraryProbe out = LibraryProbe.__new__(LibraryProbe)
+    out.exported = tuple([nvml_symbol(<NvmlSymbol>i).name.decode("ascii") for i in range(kNvmlSymbolCount)
+                          if lib.exports(<NvmlSymbol>i)])
+    out.resolved = tuple([nvml_symbol(<NvmlSymbol>i).name.decode("ascii") for i in range(kNvmlSymbolCount)
+                          if lib.resolved().test(i)])
+    out.process_api = process_api_name(lib.api().process_api).decode("ascii")
+    return out
 
 
 cdef SkippedDevice _skipped(const CSkippedDevice& info):
@@ -684,9 +477,24 @@ def watch_metrics(gpu_index, library_path=None, interval=DEFAULT_METRICS_INTERVA
     return watched
 
 
+cdef class SampledMetrics(_Record):
+    """What the gauges of one GPU show, ints: ``utilization`` (%), ``memory_used`` (MiB), ``temperature``
+    (°C), ``power`` (W), each -1 where unknown, and ``health`` (0 ok, 1 degraded, 2 unhealthy or lost, 3
+    unknown: GAUGE_HEALTH)."""
+
+    _FIELDS = ("utilization", "memory_used", "temperature", "power", "health")
+    cdef readonly long long utilization
+    cdef readonly long long memory_used
+    cdef readonly long long temperature
+    cdef readonly long long power
+    cdef readonly int health
+
+    def __init__(self):
+        raise TypeError("SampledMetrics objects come from sampled_metrics()")
+
+
 def sampled_metrics(gpu_index, library_path=None, at=None):
-    """What the gauges of ``gpu_index`` show: (utilization, memory.used, temperature, power, health),
-    ints, the last sample's; -1 for each value and health 3 (unknown) while its read is late (not back
+    """What the gauges of ``gpu_index`` show: a SampledMetrics, the last sample's; -1 for each value and health 3 (unknown) while its read is late (not back
     within SAMPLE_MARGIN: it hangs in the driver), when that sample is older than the interval plus
     SAMPLE_MARGIN at ``at`` (time.monotonic_ns(); None: now), or there is none (not watched, not
     sampled yet). Reads the snapshot only: never NVML, never waits for a read."""
@@ -694,7 +502,13 @@ def sampled_metrics(gpu_index, library_path=None, at=None):
     cdef string path = _resolved_library(library_path)
     cdef long long at_ns = -1 if at is None else max(0, int(at))
     cdef SampledGpu s = fg_sampled_metrics(path, string_view(index.data(), index.size()), at_ns)
-    return (s.values[0], s.values[1], s.values[2], s.values[3], <int>s.health)
+    cdef SampledMetrics out = SampledMetrics.__new__(SampledMetrics)
+    out.utilization = s.values[0]
+    out.memory_used = s.values[1]
+    out.temperature = s.values[2]
+    out.power = s.values[3]
+    out.health = <int>s.health
+    return out
 
 
 def sample_metrics_now(timeout=10.0):
@@ -735,6 +549,20 @@ cdef double _timeout(timeout) except -1:
     return <double>timeout
 
 
+cdef class NvmlEnumeration(_Record):
+    """One enumeration of a library's GPUs: the usable ``devices`` (NvmlDevice, in index order, a GPU in MIG
+    mode replaced by its MIG units), the ``skipped`` ones (SkippedDevice, with the reason) and the
+    ``notices`` an operator should know (a MIG mode pending a reset)."""
+
+    _FIELDS = ("devices", "skipped", "notices")
+    cdef readonly tuple devices
+    cdef readonly tuple skipped
+    cdef readonly tuple notices
+
+    def __init__(self):
+        raise TypeError("NvmlEnumeration objects come from Nvml.devices()")
+
+
 cdef class Nvml:
     """A loaded, initialised libnvidia-ml; one per library path and process.
 
@@ -744,8 +572,6 @@ cdef class Nvml:
 
     cdef readonly str library_path
     cdef string _path
-    cdef tuple _skipped
-    cdef tuple _notices
     # read_metric: the library and the handles of each GPU index, for the process generation they
     # were obtained in (a forked child initialises NVML again and resolves them again)
     cdef const NvmlLibrary* _metric_library
@@ -772,8 +598,6 @@ cdef class Nvml:
             nvml = Nvml.__new__(Nvml)
             nvml.library_path = key
             nvml._path = resolved
-            nvml._skipped = ()
-            nvml._notices = ()
             nvml._library(seconds)  # load and initialise now, so that a broken library fails here
             _instances[key] = nvml
         return nvml
@@ -801,8 +625,8 @@ cdef class Nvml:
         return lib
 
     def devices(self, timeout=DEFAULT_NVML_TIMEOUT, gpus=None):
-        """All usable GPUs, in index order, a GPU in MIG mode replaced by its MIG units; unusable ones
-        are listed by ``skipped()``. ``gpus``: NVML numbers of the GPUs to enumerate (None: all); no other
+        """An NvmlEnumeration: all usable GPUs, in index order, a GPU in MIG mode replaced by its MIG units,
+        the unusable ones and the notices. ``gpus``: NVML numbers of the GPUs to enumerate (None: all); no other
         GPU's handle is taken. Enumerated within ``timeout`` seconds: NvmlError (code NVML_ERROR_TIMEOUT)
         when NVML does not answer in time."""
         cdef double seconds = _timeout(timeout)
@@ -822,9 +646,11 @@ cdef class Nvml:
             status = enumerate_within(lib[0], seconds, &found, &stall, only)
         if not status.ok():
             raise _error(status, self.library_path)
-        self._skipped = tuple([_skipped(s) for s in found.skipped])
-        self._notices = tuple([_text(n) for n in found.notices])
-        return tuple([_device(d) for d in found.devices])
+        cdef NvmlEnumeration out = NvmlEnumeration.__new__(NvmlEnumeration)
+        out.devices = tuple([_device(d) for d in found.devices])
+        out.skipped = tuple([_skipped(s) for s in found.skipped])
+        out.notices = tuple([_text(n) for n in found.notices])
+        return out
 
     @property
     def driver_version(self):
@@ -911,14 +737,6 @@ cdef class Nvml:
         with nogil:
             value = read_metric_cpp(lib[0], device.c, which)
         return value
-
-    def skipped(self):
-        """Devices the last ``devices()`` call had to leave out, with the reason."""
-        return self._skipped
-
-    def notices(self):
-        """What the last ``devices()`` call found an operator should know (a MIG mode pending a reset)."""
-        return self._notices
 
     def __repr__(self):
         return f"Nvml(library_path={self.library_path!r})"

@@ -67,7 +67,7 @@ cdef tuple _po_strings(const vector[string]& values):
 
 
 cdef tuple _po_left_out(const vector[pair[string, string]]& left_out):
-    return tuple([(_text(left_out[i].first), _text(left_out[i].second)) for i in range(left_out.size())])
+    return tuple([_left_out(left_out[i].first, left_out[i].second) for i in range(left_out.size())])
 
 
 cdef object _po_shortage(const Status& status, path):
@@ -83,16 +83,16 @@ cdef class DiscoveryOutcome:
     """What one discovery decided (csrc/policy/discover.hpp).
 
     ``states``: every enumerated GPU's state now (DeviceState), in enumeration order; ``order``: the
-    usable ones, best first, with their ``ranks``; ``left_out``: (index, why) for each one never handed
+    usable ones, best first, with their ``ranks``; ``left_out``: a LeftOut for each one never handed
     out; ``chosen``: the GPUs handed out (uncoordinated: the best ``amount``; coordinated: what the owner
     has for this request, in the stock script's order); ``added`` and ``reclaimed``: what the claim wrote
-    for the owner, and the part of it taken from dead owners; ``unparsable``: (line number, text) of the
-    coordination file's lines kept as they are; ``lease_problem``: why the owner's lines have no lease
+    for the owner, and the part of it taken from dead owners; ``unparsable``: the
+    coordination file's lines kept as they are (UnparsableLine); ``lease_problem``: why the owner's lines have no lease
     another pid namespace can rely on, or None; ``shortage``: why too few GPUs were usable or free (then
     nothing is chosen), or None; ``too_few_usable``: the shortage is of usable GPUs (Flink's
     FlinkException), not of free ones (a claim's NotEnoughGpusError); ``devices`` and ``skipped``:
     with ``known_devices``, the enumeration of the candidate (and unhealthy) GPUs with a device not in it, as
-    ``Nvml.devices()`` and ``skipped()`` give it; a skipped device of another GPU than a candidate's is not
+    ``Nvml.devices()`` gives it; a skipped device of another GPU than a candidate's is not
     in it.
     """
 
@@ -169,7 +169,7 @@ def policy_discover(Nvml nvml not None, indices, skipped, str counted not None, 
     out.chosen = _po_strings(r.chosen)
     out.added = _po_strings(r.added)
     out.reclaimed = _po_strings(r.reclaimed)
-    out.unparsable = tuple(_co_bad_lines(r.unparsable))
+    out.unparsable = _co_bad_lines(r.unparsable)
     out.lease_problem = None if r.lease_problem.ok() else _co_text(r.lease_problem.message)
     out.shortage = shortage
     out.too_few_usable = r.too_few_usable
@@ -182,14 +182,14 @@ cdef class BindOutcome:
     """What one bind decided (csrc/policy/bind.hpp).
 
     ``indices``: the holder's GPUs for this request, in index order; ``added``: those bound to it by this
-    call; ``usable``: the given GPUs it was bound among; ``left_out``: (index, why) for each given GPU
-    never bound (unhealthy, or not read in time); ``unparsable``: (line number, text) of the bindings
-    file's lines kept as they are; ``lease_problem``: why a process holder bound without a lease another
+    call; ``usable``: the given GPUs it was bound among; ``left_out``: a LeftOut for each given GPU
+    never bound (unhealthy, or not read in time); ``unparsable``: the bindings file's lines kept as they are
+    (UnparsableLine); ``lease_problem``: why a process holder bound without a lease another
     pid namespace can rely on, or None; ``start_time``: the holder's start time its lines record (0:
     unknown); ``file_identity``: the bindings file's "<major>:<minor>:<inode>"; ``shortage``: why too few
     GPUs were usable or free (then nothing is bound), or None; ``memory``: the request the holder's lines
     record (bytes per GPU; 0: none); ``memory_total``: {index: bytes} of the usable GPUs whose total NVML read;
-    ``orphans``: (pid, TaskManager pid, index) of each orphaned worker the shortage names (its TaskManager gone,
+    ``orphans``: an Orphan for each orphaned worker the shortage names (its TaskManager gone,
     it still runs on a GPU short of memory).
     """
 
@@ -246,13 +246,13 @@ def policy_bind(Nvml nvml, path, double timeout, pid, slot, taskmanager, gpus, s
     out.added = _po_strings(r.bound.added)
     out.usable = _po_strings(r.usable)
     out.left_out = _po_left_out(r.left_out)
-    out.unparsable = tuple(_co_bad_lines(r.bound.unparsable))
+    out.unparsable = _co_bad_lines(r.bound.unparsable)
     out.lease_problem = None if r.bound.lease_problem.ok() else _co_text(r.bound.lease_problem.message)
     out.start_time = r.bound.start_time
     out.file_identity = _co_text(r.bound.file_identity)
     out.shortage = shortage
     out.memory = r.bound.memory
-    out.orphans = tuple((o.pid, o.taskmanager, _text(o.index)) for o in r.bound.orphans)
+    out.orphans = tuple([_orphan(o) for o in r.bound.orphans])
     out.memory_total = {}
     cdef size_t m
     for m in range(min(r.usable.size(), r.memory.size())):

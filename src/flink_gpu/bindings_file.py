@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from flink_gpu import _native
-from flink_gpu.coordination import DEFAULT_PATH, DEFAULT_TIMEOUT, CoordinationEntry, entries_of
+from flink_gpu.coordination import DEFAULT_PATH, DEFAULT_TIMEOUT, CoordinationEntry, UnparsableLine
 
 __all__ = [
     "BINDINGS_SUFFIX",
@@ -81,7 +81,7 @@ class BindingSnapshot:
     path: str
     exists: bool
     entries: "tuple[BindingEntry, ...]"
-    unparsable: "tuple[tuple[int, str], ...]"
+    unparsable: "tuple[UnparsableLine, ...]"
 
     def by_taskmanager(self) -> "dict[tuple[int | None, int | None], dict[str, tuple[str, ...]]]":
         """(TaskManager pid or None when not recorded, its pid namespace or None for ours) -> live holder
@@ -128,5 +128,5 @@ def snapshot(path: "str | os.PathLike[str] | None" = None, *, timeout: float = D
     """Reads the bindings file (default :func:`bindings_path`) under a shared lock; a missing file is an
     empty snapshot with ``exists=False``."""
     path = bindings_path() if path is None else os.fspath(path)
-    exists, records, unparsable = _native.coordination_snapshot(path, timeout)
-    return BindingSnapshot(path, exists, entries_of(records), tuple(unparsable))
+    read = _native.coordination_snapshot(path, timeout)
+    return BindingSnapshot(path, read.exists, read.entries, read.unparsable)

@@ -3,7 +3,7 @@
 The protocol (the file, its line format, who owns a line and when it is dead, the lease) is described
 once, in docs/design.md §5.2 and §9.4; this module is its Python face. The work is done by the C++ core
 (csrc/coordination/claims.cpp and csrc/coordination/identity.hpp); this module resolves the owner (the calling
-process unless given, so that a forked child never takes its parent's claims), converts the results into
+process unless given, so that a forked child never takes its parent's claims), hands on the core's
 :class:`CoordinationEntry` records, whose ``ours``, ``holder_key`` and ``liveness`` are the core's
 answers about a line's holder, and logs what the core reports.
 
@@ -19,7 +19,7 @@ import operator
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Union
+from typing import Iterable, Iterator, Union
 
 from flink_gpu import _native
 
@@ -37,7 +37,6 @@ __all__ = [
     "log_claim",
     "clean_stale",
     "companion_problems",
-    "entries_of",
     "own_pid",
     "process_start_time",
     "release",
@@ -63,52 +62,13 @@ DEFAULT_TIMEOUT: float = 5.0
 STATES = ("live", "gone", "pid reused", "taskmanager gone", "lease held", "lease released", "other namespace")
 
 
-@dataclass(frozen=True)
-class CoordinationEntry:
-    """One line of the coordination file or of the bindings file (docs/design.md §5.2, §9.3), with its
-    holder's identity as the core judges it (csrc/coordination/identity.hpp): decide on ``ours``, ``holder_key``,
-    ``taskmanager_key`` and ``liveness``, never on a bare ``pid``, which means another process in another
-    pid namespace."""
-
-    index: str
-    pid: int  # a pid of the namespace ``namespace`` (ours when None: the stock script's lines)
-    start_time: "int | None"  # clock ticks since boot (/proc/<pid>/stat field 22); None in stock lines
-    alive: bool  # not proven dead (see ``state``)
-    line_number: int
-    state: str = "live"  # one of STATES
-    namespace: "int | None" = None  # inode of the writer's /proc/self/ns/pid; None in stock lines
-    lease: "int | None" = None  # the byte of ``<file>.lease`` its owner keeps locked
-    lease_file: "str | None" = None  # the token of the lease file that lease is on (None: not known, lf=none)
-    gpu: str = ""  # the GPU: the index itself, or a MIG unit's parent
-    liveness: str = "alive"  # "alive", "dead" or "unknown" (taken, but nothing proves it alive)
-    ours: bool = True  # whether ``pid`` (and ``taskmanager``) are pids of this process's pid namespace
-    holder_key: str = ""  # one key per holder, with its pid namespace: equal keys, one holder
-    taskmanager_key: "str | None" = None  # the TaskManager's key, as holder_key names a process
-    # the bindings file's fields (None in coordination lines)
-    taskmanager: "int | None" = None  # the process whose GPUs are bound
-    holders_per_gpu: "int | None" = None
-    memory: "int | None" = None  # bytes the holder requested of the GPU (``mem``)
-    slot: "str | None" = None  # a slot holder's id: ``pid`` is then one of its threads
-
-    @property
-    def liveness_known(self) -> bool:
-        """False for an entry whose holder nothing proves alive (of another pid namespace): it counts as
-        alive."""
-        return self.liveness != "unknown"
-
-    @property
-    def holder(self) -> str:
-        """How a person reads the holder: ``"pid <n>"`` or ``"slot <id>"`` (see ``holder_key`` to tell holders
-        apart)."""
-        return f"pid {self.pid}" if self.slot is None else f"slot {self.slot}"
-
-
-@dataclass(frozen=True)
-class UnparsableLine:
-    """A line that is neither an entry nor blank: kept as is; the index it names is never reclaimed."""
-
-    line_number: int
-    text: str
+#: One line of the coordination file or of the bindings file with its holder's identity, as the core reads it
+#: (its fields: _native.pyi).
+CoordinationEntry = _native.CoordinationEntry
+#: A line that is neither an entry nor blank: kept as is; the index it names is never reclaimed.
+UnparsableLine = _native.UnparsableLine
+#: What :func:`clean_stale` removed, and the lines it left as they are.
+CleanResult = _native.CleanResult
 
 
 @dataclass(frozen=True)
@@ -152,12 +112,6 @@ class ClaimResult:
     owner: int
 
 
-@dataclass(frozen=True)
-class CleanResult:
-    removed: "tuple[CoordinationEntry, ...]"
-    unparsable: "tuple[UnparsableLine, ...]"
-
-
 def own_pid() -> int:
     """This process's pid without a system call: the core asks it once per process, and again in every
     fork()ed child (pthread_atfork, which also runs for a fork() made from C, unlike os.register_at_fork)."""
@@ -185,13 +139,8 @@ def _amount(amount: int) -> int:
     return amount
 
 
-def entries_of(records: "Iterable[Mapping[str, Any]]") -> "tuple[CoordinationEntry, ...]":
-    """The core's entry records (coordination and bindings files alike) as entries."""
-    return tuple(CoordinationEntry(**record) for record in records)
-
-
-def _bad_lines(rows: "Iterable[tuple[int, str]]", path: PathType) -> "tuple[UnparsableLine, ...]":
-    lines = tuple(UnparsableLine(number, text) for number, text in rows)
+def _log_unparsable(lines: "Iterable[UnparsableLine]", path: PathType) -> "tuple[UnparsableLine, ...]":
+    lines = tuple(lines)
     for line in lines:
         _log.warning(
             "Line %d of the coordination file %s cannot be parsed and is left as it is "
@@ -208,12 +157,12 @@ def log_claim(
     owner: int,
     added: "Iterable[str]",
     reclaimed: "Iterable[str]",
-    unparsable: "Iterable[tuple[int, str]]",
+    unparsable: "Iterable[UnparsableLine]",
     lease_problem: "str | None",
 ) -> None:
     """Logs what a claim for ``owner`` in ``path`` found (:func:`claim`'s, or the core's one discovery's):
     each unparsable line, a claim without a lease other pid namespaces can rely on, what it took back."""
-    _bad_lines(unparsable, path)
+    _log_unparsable(unparsable, path)
     if lease_problem is not None:
         _log.warning(
             "Claimed GPU(s) %s in %s without a lease that other pid namespaces can rely on (%s): they cannot "
@@ -260,11 +209,11 @@ def claim(
     """
     owner = _owner(owner)
     indices = list(indices)
-    taken, added, reclaimed, bad, lease_problem = _native.coordination_claim(
+    got = _native.coordination_claim(
         path, timeout, owner, indices, _amount(amount), None if ranks is None else list(ranks), list(left_out)
     )
-    log_claim(path, owner, added, reclaimed, bad, lease_problem)
-    return ClaimResult(taken=taken, added=added, reclaimed=reclaimed, owner=owner)
+    log_claim(path, owner, got.added, got.reclaimed, got.unparsable, got.lease_problem)
+    return ClaimResult(taken=got.indices, added=got.added, reclaimed=got.reclaimed, owner=owner)
 
 
 def release(
@@ -317,12 +266,9 @@ def snapshot(path: PathType = DEFAULT_PATH, *, timeout: float = DEFAULT_TIMEOUT)
 
     A missing file gives an empty snapshot with ``exists=False``; nothing is created.
     """
-    exists, rows, bad = _native.coordination_snapshot(path, timeout)
+    read = _native.coordination_snapshot(path, timeout)
     return CoordinationSnapshot(
-        path=os.fspath(path),
-        exists=exists,
-        entries=entries_of(rows),
-        unparsable=tuple(UnparsableLine(n, t) for n, t in bad),
+        path=os.fspath(path), exists=read.exists, entries=read.entries, unparsable=read.unparsable
     )
 
 
@@ -335,7 +281,7 @@ def clean_stale(
     may still run: only for GPUs a person knows to be free).
     """
     try:
-        removed, bad = _native.coordination_clean_stale(path, timeout, bool(other_namespaces))
+        result = _native.coordination_clean_stale(path, timeout, bool(other_namespaces))
     except OSError as error:
         if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
@@ -344,7 +290,7 @@ def clean_stale(
         if seen.stale or (other_namespaces and seen.liveness_unknown):
             raise
         return CleanResult(removed=(), unparsable=seen.unparsable)
-    result = CleanResult(removed=entries_of(removed), unparsable=_bad_lines(bad, path))
+    _log_unparsable(result.unparsable, path)
     if result.removed:
         _log.info(
             "Removed %d stale line(s) from %s: %s",

@@ -73,10 +73,10 @@ class NotEnoughGpusError(BindingError):
     ``external-resource.<name>.amount``). The core's not-enough status reaches Python as this type.
     """
 
-    #: A bind's shortage only: (pid, TaskManager pid, GPU index) of each orphaned worker its message names, a
-    #: process that still runs on a GPU short of memory though the TaskManager it bound for is gone: ending
-    #: it is the fix, not asking for less.
-    orphans: "tuple[tuple[int, int, str], ...]" = ()
+    #: A bind's shortage only: a flink_gpu.policy.Orphan (pid, taskmanager, index) for each orphaned worker its
+    #: message names, a process that still runs on a GPU short of memory though the TaskManager it bound for is
+    #: gone: ending it is the fix, not asking for less.
+    orphans: "tuple[object, ...]" = ()
 
 
 class SlotUnknownError(BindingError):

@@ -20,9 +20,14 @@ from flink_gpu._native import (
     MIN_METRICS_INTERVAL,
     SAMPLE_MARGIN,
     DeviceState,
+    GpuProcess,
+    HealthCheck,
     Nvml,
     NvmlDevice,
+    NvmlEnumeration,
     NvmlSettings,
+    ProcessAncestor,
+    SampledMetrics,
     SkippedDevice,
     Verdict,
     checked_metrics_interval,
@@ -48,8 +53,13 @@ __all__ = [
     "SAMPLE_MARGIN",
     "Device",
     "DeviceState",
+    "Enumeration",
+    "GpuProcess",
+    "HealthCheck",
     "Library",
     "NvmlSettings",
+    "ProcessAncestor",
+    "SampledMetrics",
     "SkippedDevice",
     "Verdict",
     "find_taskmanager",
@@ -67,11 +77,13 @@ __all__ = [
 
 # The records and calls are documented where they are made (_nvml.pxi, _host.pxi; their types in
 # _native.pyi): this module names them once for the rest of the package.
-#: A loaded, initialised libnvidia-ml (``devices()``, ``skipped()``, ``states()``, ``read_metric()``):
+#: A loaded, initialised libnvidia-ml (``devices()``, ``states()``, ``read_metric()``):
 #: every read within its ``timeout`` (docs/design.md §9.5).
 Library = Nvml
 #: One usable GPU, or a MIG unit standing in for one, with its static properties.
 Device = NvmlDevice
+#: What one ``Library.devices()`` found: its usable ``devices``, the ``skipped`` ones, the ``notices``.
+Enumeration = NvmlEnumeration
 
 
 def open_library(library_path: "str | None" = None, timeout: float = DEFAULT_NVML_TIMEOUT) -> Library:

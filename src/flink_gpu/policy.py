@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from flink_gpu._native import BindOutcome, DiscoveryOutcome, policy_bind, policy_discover
+from flink_gpu._native import BindOutcome, DiscoveryOutcome, LeftOut, Orphan, policy_bind, policy_discover
 from flink_gpu.coordination import DEFAULT_TIMEOUT
 from flink_gpu.nvml import DEFAULT_NVML_TIMEOUT, Library
 
-__all__ = ["BindOutcome", "DiscoveryOutcome", "bind", "discover"]
+__all__ = ["BindOutcome", "DiscoveryOutcome", "LeftOut", "Orphan", "bind", "discover"]
 
 
 def discover(
@@ -36,7 +36,7 @@ def discover(
     lock_timeout: float = DEFAULT_TIMEOUT,
     known_devices: "Iterable[str] | None" = None,
 ) -> DiscoveryOutcome:
-    """``amount`` of ``indices`` (``library.devices()``' indices, in its order; ``skipped``: (index, reason)
+    """``amount`` of ``indices`` (``library.devices().devices``' indices, in its order; ``skipped``: (index, reason)
     of the devices it skipped, counted in a shortage, which names the host's devices as ``counted``).
     ``indices`` None: no enumeration is made, the devices are the GPUs read (a GPU's first handle is taken
     only when it is read, in preference order, until enough are found); with ``known_devices`` (indices of

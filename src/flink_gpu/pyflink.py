@@ -534,7 +534,7 @@ def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo],
         from flink_gpu.gpu.nvml_discovery import gpu_info
         from flink_gpu.nvml import open_library
 
-        devices = {device.gpu_index: device for device in open_library(library).devices()}
+        devices = {device.gpu_index: device for device in open_library(library).devices().devices}
     except NvmlError as error:
         return [GPUInfo(index) for index in indices], f"NVML is not available ({error}); infos carry the index only"
     # an info only for the GPUs asked for: building one reads every property
@@ -566,8 +566,9 @@ def _from_coordination_file(name: str, view: "_TaskManagerView | None" = None) -
     chain = []  # the pids tried, for the message
     from flink_gpu.nvml import process_ancestry
 
-    for pid, command in process_ancestry(os.getpid(), _MAX_ANCESTRY):
-        chain.append((pid, command))
+    for ancestor in process_ancestry(os.getpid(), _MAX_ANCESTRY):
+        pid = ancestor.pid
+        chain.append((pid, ancestor.command))
         indices = held.get(pid)
         if indices:
             indices = sort_indices(set(indices))

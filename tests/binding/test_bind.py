@@ -1099,7 +1099,7 @@ with simulator.hanging({stuck!r}):
 # GPU 1's first sample comes: a read the sampler waited its margin for may still be late on a loaded
 # machine, and the one after it is not
 deadline = time.monotonic() + 10
-while sample_metrics_now() and sampled_metrics("1")[-1] == 3 and time.monotonic() < deadline:
+while sample_metrics_now() and sampled_metrics("1").health == 3 and time.monotonic() < deadline:
     pass
 b.update_metrics()  # within a second of the registration's push, but GPU 1's first sample has come
 print(json.dumps(second.groups[0].values))

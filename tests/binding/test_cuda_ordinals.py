@@ -32,7 +32,7 @@ def host(tmp_path_factory, monkeypatch):
                 env.setenv("FLINK_GPU_SIM_SPEC", simulator.environment(spec=spec)["FLINK_GPU_SIM_SPEC"])
                 env.delenv("FLINK_GPU_SIM_DEVICES", raising=False)
                 env.delenv("FLINK_GPU_SIM_INIT_ERROR", raising=False)
-                _HOSTS[key] = library, nvml.open_library(library).devices()
+                _HOSTS[key] = library, nvml.open_library(library).devices().devices
         return _HOSTS[key]
 
     return open_host

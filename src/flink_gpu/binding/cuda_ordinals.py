@@ -424,8 +424,8 @@ def cuda_ordinals(
         from flink_gpu.nvml import open_library
 
         try:
-            nvml = open_library()
-            devices, skipped = nvml.devices(), nvml.skipped()
+            enumeration = open_library().devices()
+            devices, skipped = enumeration.devices, enumeration.skipped
         except NvmlError as error:
             return _ordinals_without_nvml(ordered, value, order, error)
     return _ordinals(ordered, tuple(devices), value, order, tuple(skipped or ()))

@@ -26,21 +26,22 @@ class Gauge:
     """One gauge of one GPU: its value in the process's sampled snapshot (flink_gpu.nvml's
     sampled_metrics); never raises, never calls NVML."""
 
-    __slots__ = ("_library_path", "_index", "_position")
+    __slots__ = ("_library_path", "_index", "_field")
 
     def __init__(self, library_path: "str | None", index: str, shown: str) -> None:
         self._library_path = library_path
         self._index = index
-        self._position = _SAMPLED.index(shown)
+        self._field = _SAMPLED[shown]
 
     def __call__(self) -> int:
         from flink_gpu.nvml import sampled_metrics
 
-        return sampled_metrics(self._index, self._library_path)[self._position]
+        value: int = getattr(sampled_metrics(self._index, self._library_path), self._field)
+        return value
 
     def says_unknown(self, shown: int) -> bool:
         """Whether ``shown``, this gauge's value, is the health gauge's "unknown" (not sampled in time)."""
-        return self._position == _HEALTH_POSITION and shown == _UNKNOWN_HEALTH
+        return self._field == "health" and shown == _UNKNOWN_HEALTH
 
 
 class Constant:
@@ -58,7 +59,12 @@ class Constant:
         return False
 
 
-#: What flink_gpu.nvml's sampled_metrics gives, in its order.
-_SAMPLED = ("utilization", "memory.used", "temperature", "power", "health")
-_HEALTH_POSITION = _SAMPLED.index("health")
+#: The field of flink_gpu.nvml's sampled_metrics (a SampledMetrics) that each of GAUGES' values shows.
+_SAMPLED = {
+    "utilization": "utilization",
+    "memory.used": "memory_used",
+    "temperature": "temperature",
+    "power": "power",
+    "health": "health",
+}
 _UNKNOWN_HEALTH = 3  # flink_gpu.nvml.GAUGE_HEALTH.index("unknown"), without importing NVML's face here

@@ -198,9 +198,8 @@ class GPUBinding:
             if self._library_path:
                 from flink_gpu.nvml import open_library
 
-                nvml = open_library(self._library_path)
-                devices = nvml.devices()
-                skipped = nvml.skipped()
+                enumeration = open_library(self._library_path).devices()
+                devices, skipped = enumeration.devices, enumeration.skipped
             self._devices = cuda_ordinals(self._infos, devices, skipped=skipped)
         return self._devices
 
@@ -227,7 +226,7 @@ class GPUBinding:
 
             gpus = {unit_parent(index) or index for index in self._indices}
             numbers = sorted(int(gpu) for gpu in gpus if gpu.isdigit())
-            for device in open_library(self._library_path).devices(gpus=numbers):
+            for device in open_library(self._library_path).devices(gpus=numbers).devices:
                 if device.memory_total and not totals.get(device.gpu_index):
                     totals[device.gpu_index] = device.memory_total
         missing = [index for index in self._indices if not totals.get(index)]
@@ -613,15 +612,15 @@ def bind(
         if taskmanager_pid is not None and taskmanager_pid != me:
             watch(held, taskmanager_pid, taskmanager_start)
     if outcome.left_out:
-        why = "; ".join(f"GPU {index} is {health}" for index, health in outcome.left_out)
+        why = "; ".join(f"GPU {gpu.index} is {gpu.why}" for gpu in outcome.left_out)
         _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(outcome.usable))
     unparsable, lease_problem = outcome.unparsable, outcome.lease_problem
-    for number, text in unparsable:
+    for line in unparsable:
         _log.warning(
             "Line %d of the bindings file %s cannot be parsed and is left as it is (its GPU is never bound): %r",
-            number,
+            line.line_number,
             path,
-            text,
+            line.text,
         )
     if lease_problem is not None:
         _log.warning(

@@ -241,8 +241,8 @@ def claim(args: Namespace) -> int:
     units = {d.gpu_index for d in outcome.devices if d.mig_slot is not None}
     states, left_out = outcome.states, outcome.left_out
     health = {state.gpu_index: state.health for state in states}
-    for index, why in left_out:
-        print(f"flink-gpu claim: WARNING: GPU {index} left out: {why}", file=sys.stderr)
+    for gpu in left_out:
+        print(f"flink-gpu claim: WARNING: GPU {gpu.index} left out: {gpu.why}", file=sys.stderr)
     coordination.log_claim(path, owner, outcome.added, outcome.reclaimed, outcome.unparsable, outcome.lease_problem)
     if outcome.shortage is not None:
         raise NotEnoughGpusError(outcome.shortage)
@@ -259,7 +259,7 @@ def claim(args: Namespace) -> int:
                 amount=args.amount,
                 owner={"pid": owner, "cmdline": process_cmdline(owner)},
                 gpus=[{"index": i, "uuid": uuids.get(i), "health": health.get(i)} for i in got],
-                left_out=[{"index": i, "reason": why} for i, why in left_out],
+                left_out=[{"index": gpu.index, "reason": gpu.why} for gpu in left_out],
             )
         )
         return 0

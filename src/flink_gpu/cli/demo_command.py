@@ -246,7 +246,7 @@ def _open_host(args: Namespace, simulated: bool) -> "tuple[Library, tuple[Device
     from flink_gpu.nvml import open_library
 
     nvml = open_library()
-    devices = nvml.devices()
+    devices = nvml.devices().devices
     if len(devices) < 3:
         from flink_gpu.errors import FlinkException
 

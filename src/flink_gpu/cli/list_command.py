@@ -71,7 +71,8 @@ def list_gpus(args: Namespace) -> int:
     # before NVML: a configuration that cannot be read is a usage error, whatever the GPUs
     path, path_source, path_note = list_view.coordination_file(args)
     nvml = open_library()
-    devices, skipped = nvml.devices(), nvml.skipped()
+    enumeration = nvml.devices()
+    devices, skipped = enumeration.devices, enumeration.skipped
     snapshot: "CoordinationSnapshot | None" = None
     snapshot_error = None
     try:
@@ -149,7 +150,7 @@ def list_gpus(args: Namespace) -> int:
                 nvml={
                     "library_path": nvml.library_path,
                     "driver_version": nvml.driver_version,
-                    "notices": list(nvml.notices()),
+                    "notices": list(enumeration.notices),
                 },
                 gpus=gpus,
                 skipped=[{"index": s.gpu_index, "code": s.code, "reason": s.reason} for s in skipped],
@@ -213,7 +214,7 @@ def list_gpus(args: Namespace) -> int:
         print("\nSkipped devices:")
         for skip in skipped:
             print(f"  {skip.gpu_index}: {skip.reason}")
-    for notice in nvml.notices():
+    for notice in enumeration.notices:
         print(f"\nNote: {notice}")
     print()
     if path_note is not None:
@@ -380,7 +381,7 @@ def _bindings_view(
         )
     view.update(
         exists=snapshot.exists,
-        unparsable=[{"line_number": n, "text": t} for n, t in snapshot.unparsable],
+        unparsable=[{"line_number": line.line_number, "text": line.text} for line in snapshot.unparsable],
         unknown_indices=sort_indices({e.index for e in snapshot.entries if e.index not in present}),
     )
     requested: "dict[str, int]" = {}
@@ -543,7 +544,7 @@ def _gpu_states(nvml: Library, live: "dict[str, list[int]]") -> "dict[str, dict[
     from flink_gpu.gpu.nvml_discovery import process_holders
 
     belongs = process_holders(nvml, (pid for pids in live.values() for pid in pids))
-    static = {device.gpu_index: device for device in nvml.devices()}
+    static = {device.gpu_index: device for device in nvml.devices().devices}
     result = {}
     for state in nvml.states(os.getpid(), None):
         index = state.gpu_index
@@ -553,7 +554,7 @@ def _gpu_states(nvml: Library, live: "dict[str, list[int]]") -> "dict[str, dict[
             **({} if device is None or device.memory_total is not None else {"memory_total": state.memory_total}),
             "health": state.health,
             "findings": list(state.findings),
-            "checks": {name: {"outcome": outcome, "finding": finding} for name, outcome, _, finding, _ in state.checks},
+            "checks": {check.name: {"outcome": check.outcome, "finding": check.finding} for check in state.checks},
             "memory_used": state.memory_used,
             "memory_free": state.memory_free,
             "numa_node": device.numa_node if device else None,
@@ -563,14 +564,14 @@ def _gpu_states(nvml: Library, live: "dict[str, list[int]]") -> "dict[str, dict[
             "processes_known": state.processes_known and state.processes_read,
             "processes": [
                 {
-                    "pid": pid,
-                    "kind": kind,
-                    "used_memory": used,
-                    "visible": visible,
-                    "cmdline": process_cmdline(pid) if visible else None,
-                    "holder": belongs.get((index, pid)),
+                    "pid": process.pid,
+                    "kind": process.kind,
+                    "used_memory": process.used_memory,
+                    "visible": process.visible,
+                    "cmdline": process_cmdline(process.pid) if process.visible else None,
+                    "holder": belongs.get((index, process.pid)),
                 }
-                for pid, used, kind, _, visible in state.processes
+                for process in state.processes
             ],
         }
     return result

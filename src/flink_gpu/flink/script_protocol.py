@@ -79,15 +79,15 @@ def parse_script_args(args: "str | None", key: str = "discovery-script.args", *,
     the stock script would silently skip, naming ``key``.
     """
     tokens = exec_tokens(args) if args is not None else []
-    mode, path, missing, unknown, busy_gpus, nvml_timeout = _parse_tokens(tokens)
+    read = _parse_tokens(tokens)
     parsed = ScriptArgs(
-        mode,
-        path,
-        tuple(token for token, _ in unknown),
-        tuple(suggestion for _, suggestion in unknown),
-        missing,
-        busy_gpus,
-        nvml_timeout,
+        read.coordination_mode,
+        read.coordination_file,
+        tuple(u.token for u in read.unknown),
+        tuple(u.suggestion for u in read.unknown),
+        read.file_value_missing,
+        read.busy_gpus,
+        read.nvml_timeout,
     )
     if warn:
         warn_ignored(parsed, key, args)

@@ -93,9 +93,9 @@ def process_holders(nvml: Library, holders: Iterable[int]) -> "dict[tuple[str, i
     belongs: dict[tuple[str, int], int] = {}
     for holder in sorted(set(holders)):
         for state in nvml.states(holder, None):
-            for pid, _, _, own, _ in state.processes:
-                if own:
-                    belongs.setdefault((state.gpu_index, pid), holder)
+            for process in state.processes:
+                if process.own:
+                    belongs.setdefault((state.gpu_index, process.pid), holder)
     return belongs
 
 

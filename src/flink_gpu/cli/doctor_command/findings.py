@@ -11,11 +11,10 @@ if TYPE_CHECKING:
     import argparse
 
     from flink_gpu.errors import NvmlError
-    from flink_gpu.nvml import Device, Library, SkippedDevice
+    from flink_gpu.nvml import Enumeration, Library
 
-    #: NVML as one library path gave it: (the library, its devices, those it skipped), or why it
-    #: cannot be opened.
-    OpenedNvml = Union[tuple[Library, tuple[Device, ...], tuple[SkippedDevice, ...]], NvmlError]
+    #: NVML as one library path gave it: (the library, its enumeration), or why it cannot be opened.
+    OpenedNvml = Union[tuple[Library, Enumeration], NvmlError]
 
 _LEVELS = {"error": "[FAIL]", "warning": "[WARN]", "note": "[note]", "ok": "[ ok ]"}
 

@@ -14,13 +14,13 @@ if TYPE_CHECKING:
 
 
 def open_nvml(checkup: Checkup, library: "str | None") -> "OpenedNvml":
-    """(library, devices, skipped devices) of ``library``, or the NvmlError opening it."""
+    """(library, its enumeration) of ``library``, or the NvmlError opening it."""
     if library not in checkup.nvml:
         from flink_gpu.nvml import open_library
 
         try:
             nvml = open_library(library)
-            checkup.nvml[library] = (nvml, nvml.devices(), nvml.skipped())
+            checkup.nvml[library] = (nvml, nvml.devices())
         except NvmlError as error:
             checkup.nvml[library] = error
     return checkup.nvml[library]
@@ -40,12 +40,13 @@ def check_gpu_count(
                 resource=name,
             )
         return None
-    nvml, devices, skipped = found
-    for device in skipped:
+    nvml, enumeration = found
+    devices = enumeration.devices
+    for device in enumeration.skipped:
         checkup.add(
             "warning", "nvml", device.reason, "Check the device with nvidia-smi; a TaskManager skips it.", resource=name
         )
-    for notice in nvml.notices():
+    for notice in enumeration.notices:
         checkup.add(
             "note",
             "nvml",

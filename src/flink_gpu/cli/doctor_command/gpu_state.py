@@ -74,7 +74,8 @@ def check_gpu_state(
         return  # the gpu-count check said so
     from flink_gpu.gpu.nvml_discovery import process_holders
 
-    nvml, devices, _ = found
+    nvml, enumeration = found
+    devices = enumeration.devices
     if not devices:
         return
     states = nvml.states(os.getpid(), None, settings.health_checks)
@@ -150,7 +151,7 @@ def check_gpu_state(
                 resource=name,
             )
             continue
-        foreign = [(pid, visible) for pid, _, _, _, visible in state.processes if (index, pid) not in belongs]
+        foreign = [(p.pid, p.visible) for p in state.processes if (index, p.pid) not in belongs]
         if not foreign:
             continue
         hidden = [pid for pid, visible in foreign if not visible]
@@ -210,7 +211,7 @@ def check_gpu_state(
 
 def _fabric_unregistered(state: "DeviceState") -> bool:
     """The GPU's NVLink fabric registration has not completed (not started or in progress)."""
-    return any(name == "fabric" and verdict is Verdict.UNHEALTHY for name, _, verdict, _, _ in state.checks)
+    return any(check.name == "fabric" and check.verdict is Verdict.UNHEALTHY for check in state.checks)
 
 
 def _check_fabric(checkup: Checkup, name: str, states: "Sequence[DeviceState]") -> bool:
@@ -219,10 +220,7 @@ def _check_fabric(checkup: Checkup, name: str, states: "Sequence[DeviceState]") 
     if not states or not all(_fabric_unregistered(state) for state in states):
         return False
     waiting = any(
-        "in progress" in (finding or "")
-        for state in states
-        for check, _, _, finding, _ in state.checks
-        if check == "fabric"
+        "in progress" in (check.finding or "") for state in states for check in state.checks if check.name == "fabric"
     )
     checkup.add(
         "error",
@@ -242,7 +240,7 @@ def _check_unchecked(checkup: Checkup, name: str, states: "Iterable[DeviceState]
     gpus: "dict[str, list[str]]" = {}
     for state in states:
         unchecked = ", ".join(
-            f"{check} ({outcome})" for check, outcome, _, _, _ in state.checks if outcome not in ("ok", "finding")
+            f"{check.name} ({check.outcome})" for check in state.checks if check.outcome not in ("ok", "finding")
         )
         if unchecked:
             gpus.setdefault(unchecked, []).append(state.gpu_index)
@@ -263,8 +261,9 @@ def _check_persistence(checkup: Checkup, name: str, devices: "Iterable[Device]")
 def _check_left_out(checkup: Checkup, name: str, state: "DeviceState", checks_key: str, uses_state: bool) -> None:
     """A finding of a check that health-checks leaves out."""
     index = state.gpu_index
-    for check, outcome, verdict, finding, enforced in state.checks:
-        if outcome == "finding" and not enforced and verdict is not Verdict.OK:
+    for found in state.checks:
+        check, finding = found.name, found.finding
+        if found.outcome == "finding" and not found.enforced and found.verdict is not Verdict.OK:
             then = "a TaskManager may still get it" if uses_state else "the discovery script hands it out"
             checkup.add(
                 "warning",
@@ -283,7 +282,7 @@ def _nearest_user(pid: int, users: "set[int]") -> "int | None":
     TaskManager is the worker's), None when it is none of theirs (the core's process_ancestry)."""
     from flink_gpu.nvml import process_ancestry
 
-    return next((ancestor for ancestor, _ in process_ancestry(pid) if ancestor in users), None)
+    return next((ancestor.pid for ancestor in process_ancestry(pid) if ancestor.pid in users), None)
 
 
 class _MemoryUser:
@@ -476,11 +475,12 @@ def _holders_use(state: "DeviceState", users: "dict[str, _MemoryUser]") -> "list
     by_pid = {user.pid: user for user in users.values() if user.pid is not None}
     hidden = []
     counted: "set[int]" = set()  # a process NVML lists as compute and graphics uses its memory once
-    for pid, used, _, _, visible in state.processes:
+    for process in state.processes:
+        pid, used = process.pid, process.used_memory
         if pid in counted:
             continue
         counted.add(pid)
-        if not visible:
+        if not process.visible:
             hidden.append(pid)
             continue
         nearest = _nearest_user(pid, set(by_pid))

@@ -1,0 +1,29 @@
+# C++ declarations of csrc/base/status.hpp for _native.pyx (cimported there; the Python-facing code is in the .pxi
+# files it includes).
+
+from libcpp cimport bool as cpp_bool
+from libcpp.optional cimport optional
+from libcpp.string cimport string
+from libcpp.string_view cimport string_view
+from libcpp.utility cimport pair
+from libcpp.vector cimport vector
+
+
+cdef extern from "base/status.hpp" namespace "flinkgpu" nogil:
+    enum class StatusCode "flinkgpu::StatusCode":
+        kOk
+        kInvalidArgument
+        kNotEnough
+        kTimeout
+        kOsError
+        kOutOfMemory
+        kInternal
+        kNvml
+
+    cdef cppclass Status "flinkgpu::Status":
+        StatusCode code
+        int nvml_code
+        string function
+        int sys_errno
+        string message
+        bint ok()
