@@ -66,7 +66,9 @@ if TYPE_CHECKING:
     from typing_extensions import Self  # typing's from Python 3.11
 
     from flink_gpu.flink.resource_info import ExternalResourceInfo
+    from flink_gpu.gpu.holders import HolderKey
     from flink_gpu.nvml import Library
+    from flink_gpu.policy import BindOutcome
 
     #: A holder as the core's binding_unbind names it: (pid or thread id, slot, taskmanager, start time).
     _NativeHolder = tuple[int, str | None, int | None, int]
@@ -599,45 +601,17 @@ def bind(
             error = NotEnoughGpusError(outcome.shortage)
             error.orphans = outcome.orphans
             raise error
-        indices, added, start_time = outcome.indices, outcome.added, outcome.start_time
         key = (outcome.file_identity, me) if slot is None else (outcome.file_identity, slot, taskmanager_pid)
-        held = registry.get(key)
-        if held is None:
-            held = registry[key] = Held(registry, key, timeout)
-        held.refs += 1
-        held.indices.update(indices)
-        held.start_time = start_time
-        held.native, held.timeout = (pid, slot, taskmanager_pid, start_time), timeout
-        held.path = held.path or path
+        held = _hold(registry, key, outcome, path, timeout, (pid, slot, taskmanager_pid, outcome.start_time))
         if taskmanager_pid is not None and taskmanager_pid != me:
             watch(held, taskmanager_pid, taskmanager_start)
-    if outcome.left_out:
-        why = "; ".join(f"GPU {gpu.index} is {gpu.why}" for gpu in outcome.left_out)
-        _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(outcome.usable))
-    unparsable, lease_problem = outcome.unparsable, outcome.lease_problem
-    for line in unparsable:
-        _log.warning(
-            "Line %d of the bindings file %s cannot be parsed and is left as it is (its GPU is never bound): %r",
-            line.line_number,
-            path,
-            line.text,
-        )
-    if lease_problem is not None:
-        _log.warning(
-            "Bound GPU(s) %s in %s without a lease that other pid namespaces can rely on (%s): they cannot "
-            "tell when pid %d dies, and keep its GPUs taken until `flink-gpu coordination clean "
-            "--foreign-namespaces`.",
-            ", ".join(added),
-            path,
-            lease_problem,
-            me,
-        )
+    _say(outcome, path, me)
     return GPUBinding(
-        [by_index[i] for i in indices],
-        indices,
+        [by_index[i] for i in outcome.indices],
+        outcome.indices,
         path,
         held,
-        (pid, slot, taskmanager_pid, start_time),
+        held.native,
         holder,
         library_path,
         timeout,
@@ -646,6 +620,51 @@ def bind(
         outcome.memory_total,
         holders_per_gpu,
     )
+
+
+def _hold(
+    registry: "dict[HolderKey, Held]",
+    key: "HolderKey",
+    outcome: BindOutcome,
+    path: str,
+    timeout: float,
+    native: "_NativeHolder",
+) -> Held:
+    """The holder ``key``'s entry in ``registry`` with one more handle and what ``outcome`` bound; under
+    holders.lock, with the file's change."""
+    held = registry.get(key)
+    if held is None:
+        held = registry[key] = Held(registry, key, timeout)
+    held.refs += 1
+    held.indices.update(outcome.indices)
+    held.start_time = outcome.start_time
+    held.native, held.timeout = native, timeout
+    held.path = held.path or path
+    return held
+
+
+def _say(outcome: BindOutcome, path: str, me: int) -> None:
+    """WARNs what a bind left out, the bindings file's unparsable lines, and a bind without a lease."""
+    if outcome.left_out:
+        why = "; ".join(f"GPU {gpu.index} is {gpu.why}" for gpu in outcome.left_out)
+        _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(outcome.usable))
+    for line in outcome.unparsable:
+        _log.warning(
+            "Line %d of the bindings file %s cannot be parsed and is left as it is (its GPU is never bound): %r",
+            line.line_number,
+            path,
+            line.text,
+        )
+    if outcome.lease_problem is not None:
+        _log.warning(
+            "Bound GPU(s) %s in %s without a lease that other pid namespaces can rely on (%s): they cannot "
+            "tell when pid %d dies, and keep its GPUs taken until `flink-gpu coordination clean "
+            "--foreign-namespaces`.",
+            ", ".join(outcome.added),
+            path,
+            outcome.lease_problem,
+            me,
+        )
 
 
 def _state_settings(
