@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from flink_gpu.cli import UsageError
+from flink_gpu.cli import UsageError, list_view
 from flink_gpu.cli._output import (
     document,
     emit_json,
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Iterator
 
     from flink_gpu.coordination import CoordinationEntry, CoordinationSnapshot
-    from flink_gpu.nvml import Library
+    from flink_gpu.nvml import Device, Library
 
 
 def run(args: Namespace) -> int:
@@ -35,9 +35,7 @@ def run(args: Namespace) -> int:
             raise UsageError(
                 "--watch redraws tables for a person; for JSON, run `flink-gpu list --json` as often as needed."
             )
-        from flink_gpu.cli.list_view import watch
-
-        return watch(lambda: list_gpus(args), args.watch)
+        return list_view.watch(lambda: list_gpus(args), args.watch)
     return list_gpus(args)
 
 
@@ -63,9 +61,117 @@ def _device_rows(gpus: "list[dict[str, Any]]", holders_known: bool) -> "Iterator
         ]
 
 
+def _gpu_document(
+    nvml: Library,
+    device: Device,
+    live: "dict[str, list[CoordinationEntry]]",
+    stale: "dict[str, list[CoordinationEntry]]",
+    states: "dict[str, dict[str, Any]]",
+    bindings: "dict[str, Any]",
+    requested: "dict[str, int]",
+) -> "dict[str, Any]":
+    """One GPU of ``list --json``: the device, its holders, its state and its readings."""
+    index = device.gpu_index
+    return {
+        "index": index,
+        "uuid": device.uuid,
+        "name": device.name,
+        # the enumeration's total; where it read none, the state's reading (merged below)
+        "memory_total": device.memory_total,
+        # what the live holders of the bindings file request of it (None: that file was not read)
+        "memory_requested": None if bindings["error"] is not None else requested.get(index, 0),
+        "pci_bus_id": device.pci_bus_id,
+        "minor_number": device.minor_number,
+        "persistence_mode": list_view.persistence_mode(device),
+        **(
+            {}
+            if device.mig_slot is None
+            else {  # a MIG unit (docs/design.md §9.2)
+                "parent_index": str(device.parent_index),
+                "parent_uuid": device.parent_uuid,
+                "mig_slot": device.mig_slot,
+                "mig_gi": device.mig_gi,
+                "mig_ci": device.mig_ci,
+            }
+        ),
+        "holders": [
+            {
+                "pid": e.pid,
+                "cmdline": entry_cmdline(e),
+                "command": entry_command(e.pid, entry_cmdline(e)),
+                "liveness_known": e.liveness_known,
+                "ours": e.ours,
+                "namespace": e.namespace,
+            }
+            for e in live.get(index, [])
+        ],
+        "stale_holders": [e.pid for e in stale.get(index, [])],
+        **states.get(index, _NO_STATE),
+        **list_view.readings(nvml, index),
+    }
+
+
+def _state_table(gpus: "list[dict[str, Any]]", width: "int | None", style: Any) -> str:
+    """The second table of ``list``: each GPU's health, readings, locality and processes."""
+    return table(
+        ["GPU", "HEALTH", "UTIL", "MEMORY USED", "TEMP", "POWER", "NUMA", "CPUS", "PROCESSES"],
+        (
+            [
+                g["index"],
+                g["health"],
+                list_view.reading_text(g, "utilization", "%"),
+                gib(g["memory_used"]),
+                list_view.reading_text(g, "temperature", "C"),
+                list_view.reading_text(g, "power", "W"),
+                g["numa_node"],
+                g["cpu_affinity"],
+                _processes_text(g),
+            ]
+            for g in gpus
+        ),
+        width=width,
+        shrink=8,
+        style=style,
+        optional=(7, 6),
+    )
+
+
+def _print_holders(
+    args: Namespace,
+    path: str,
+    path_source: "str | None",
+    path_note: "str | None",
+    snapshot: "CoordinationSnapshot | None",
+    snapshot_error: "str | None",
+    stale: "dict[str, list[CoordinationEntry]]",
+    unknown: "list[str]",
+) -> None:
+    """What ``list`` says of the coordination file: where it is, its dead and unknown holders, its bad lines."""
+    if path_note is not None:
+        print(f"Note: {path_note}")
+    if snapshot is None:
+        print(f"Holders unknown: {snapshot_error}")
+    elif snapshot.exists:
+        print(
+            f"Holders from the coordination file {path}"
+            + (f" (of the Flink configuration in {path_source})." if path_source else ".")
+        )
+        stale_count = sum(len(pids) for pids in stale.values())
+        if stale_count:
+            print(
+                f"  {plural(stale_count, 'entry', 'entries')} of dead processes (reclaimable); "
+                f"`flink-gpu coordination clean{file_flag(args)}` removes "
+                f"{'it' if stale_count == 1 else 'them'}."
+            )
+        _print_unknown_liveness(snapshot, args)
+        for line in snapshot.unparsable:
+            print(f"  line {line.line_number} cannot be parsed (its GPU is never reclaimed): {line.text!r}")
+        if unknown:
+            print(f"  entries name GPU(s) this host does not have: {', '.join(unknown)}")
+
+
 def list_gpus(args: Namespace) -> int:
     from flink_gpu import coordination
-    from flink_gpu.cli import list_view
     from flink_gpu.nvml import open_library
 
     # before NVML: a configuration that cannot be read is a usage error, whatever the GPUs
@@ -92,48 +198,7 @@ def list_gpus(args: Namespace) -> int:
     # only holders whose pid is a pid of ours can be matched with the processes NVML lists
     states = _gpu_states(nvml, {index: [e.pid for e in entries if e.ours] for index, entries in live.items()})
     bindings, requested = _bindings_view(path, args.timeout, present, _claimed(live))
-    gpus: "list[dict[str, Any]]" = []
-    for device in devices:
-        index = device.gpu_index
-        gpus.append(
-            {
-                "index": index,
-                "uuid": device.uuid,
-                "name": device.name,
-                # the enumeration's total; where it read none, the state's reading (merged below)
-                "memory_total": device.memory_total,
-                # what the live holders of the bindings file request of it (None: that file was not read)
-                "memory_requested": None if bindings["error"] is not None else requested.get(index, 0),
-                "pci_bus_id": device.pci_bus_id,
-                "minor_number": device.minor_number,
-                "persistence_mode": list_view.persistence_mode(device),
-                **(
-                    {}
-                    if device.mig_slot is None
-                    else {  # a MIG unit (docs/design.md §9.2)
-                        "parent_index": str(device.parent_index),
-                        "parent_uuid": device.parent_uuid,
-                        "mig_slot": device.mig_slot,
-                        "mig_gi": device.mig_gi,
-                        "mig_ci": device.mig_ci,
-                    }
-                ),
-                "holders": [
-                    {
-                        "pid": e.pid,
-                        "cmdline": entry_cmdline(e),
-                        "command": entry_command(e.pid, entry_cmdline(e)),
-                        "liveness_known": e.liveness_known,
-                        "ours": e.ours,
-                        "namespace": e.namespace,
-                    }
-                    for e in live.get(index, [])
-                ],
-                "stale_holders": [e.pid for e in stale.get(index, [])],
-                **states.get(index, _NO_STATE),
-                **list_view.readings(nvml, index),
-            }
-        )
+    gpus = [_gpu_document(nvml, device, live, stale, states, bindings, requested) for device in devices]
     coordination_doc = {
         "path": path,
         "from": path_source,
@@ -184,29 +249,7 @@ def list_gpus(args: Namespace) -> int:
             )
         )  # narrow: the bus id, then the uuid give way (--json has them)
         print()
-        print(
-            table(
-                ["GPU", "HEALTH", "UTIL", "MEMORY USED", "TEMP", "POWER", "NUMA", "CPUS", "PROCESSES"],
-                (
-                    [
-                        g["index"],
-                        g["health"],
-                        list_view.reading_text(g, "utilization", "%"),
-                        gib(g["memory_used"]),
-                        list_view.reading_text(g, "temperature", "C"),
-                        list_view.reading_text(g, "power", "W"),
-                        g["numa_node"],
-                        g["cpu_affinity"],
-                        _processes_text(g),
-                    ]
-                    for g in gpus
-                ),
-                width=width,
-                shrink=8,
-                style=style,
-                optional=(7, 6),
-            )
-        )
+        print(_state_table(gpus, width, style))
         _print_state_notes(gpus)
         for note in list_view.persistence_notes(gpus):
             print(f"  {note}")
@@ -217,27 +260,7 @@ def list_gpus(args: Namespace) -> int:
     for notice in enumeration.notices:
         print(f"\nNote: {notice}")
     print()
-    if path_note is not None:
-        print(f"Note: {path_note}")
-    if snapshot is None:
-        print(f"Holders unknown: {snapshot_error}")
-    elif snapshot.exists:
-        print(
-            f"Holders from the coordination file {path}"
-            + (f" (of the Flink configuration in {path_source})." if path_source else ".")
-        )
-        stale_count = sum(len(pids) for pids in stale.values())
-        if stale_count:
-            print(
-                f"  {plural(stale_count, 'entry', 'entries')} of dead processes (reclaimable); "
-                f"`flink-gpu coordination clean{file_flag(args)}` removes "
-                f"{'it' if stale_count == 1 else 'them'}."
-            )
-        _print_unknown_liveness(snapshot, args)
-        for line in snapshot.unparsable:
-            print(f"  line {line.line_number} cannot be parsed (its GPU is never reclaimed): {line.text!r}")
-        if unknown:
-            print(f"  entries name GPU(s) this host does not have: {', '.join(unknown)}")
+    _print_holders(args, path, path_source, path_note, snapshot, snapshot_error, stale, unknown)
     _print_bindings(bindings, width, style, gpus)
     return 0
 
@@ -259,8 +282,6 @@ def _empty_file_note(path: str, snapshot: "CoordinationSnapshot | None", default
 
 def _style() -> "Callable[[str], str] | None":
     """Colours for the tables' verdicts on a terminal (none for a pipe, or with NO_COLOR)."""
-    from flink_gpu.cli import list_view
-
     if not list_view.colour_enabled():
         return None
     return lambda value: list_view.paint(value, list_view.verdict_colour(value))
@@ -468,9 +489,7 @@ def _print_bindings(
         else:
             claimed = f"holds GPU {', '.join(taskmanager['claimed'])}" if taskmanager["claimed"] else "holds no GPU"
             where = "" if taskmanager["ours"] else f" of PID namespace {taskmanager['namespace']}"
-            from flink_gpu.cli.list_view import taskmanager_name
-
-            name = taskmanager_name(taskmanager["pid"], taskmanager["cmdline"])
+            name = list_view.taskmanager_name(taskmanager["pid"], taskmanager["cmdline"])
             if name is not None and name != f"TaskManager pid {taskmanager['pid']}":
                 # Flink's TaskManager: by its name rather than its java command line
                 print(f"  {name} (pid {taskmanager['pid']}{where}, {claimed} in the coordination file)")
