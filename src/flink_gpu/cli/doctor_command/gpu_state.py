@@ -58,6 +58,126 @@ def _holders(script_args: "ScriptArgs | None", coordination_file: str) -> "list[
     return holders
 
 
+def _check_verdict(checkup: Checkup, name: str, state: DeviceState, unregistered: bool, uses_state: bool) -> bool:
+    """What the state's verdict means for a TaskManager; False for a GPU whose processes are not worth a word."""
+    index = state.gpu_index
+    if state.verdict is Verdict.UNHEALTHY:
+        if unregistered:
+            return False  # the host finding says it once
+        then = (
+            "a TaskManager never gets it"
+            if uses_state
+            else "the discovery script still hands it out (it checks nothing but the index); "
+            "flink-gpu-discovery or discovery-mode nvml would leave it out"
+        )
+        checkup.add(
+            "warning" if uses_state else "error",
+            "gpu-state",
+            f"GPU {index} is {state.health}: {then}.",
+            f"Check it with `nvidia-smi -q -i {index}`; a lost GPU or one that needs "
+            "a reset needs `nvidia-smi -r` or a reboot, a failed row remapping or a "
+            "corrupted InfoROM needs service.",
+            resource=name,
+        )
+    elif state.verdict is Verdict.UNKNOWN:
+        checkup.add(
+            "warning",
+            "gpu-state",
+            f"GPU {index} is {state.health}: "
+            + (
+                "a TaskManager does not get it while its NVML query does not return."
+                if uses_state
+                else "the discovery script hands it out without asking NVML."
+            ),
+            "The NVIDIA driver may hang on it: check `dmesg` for Xid errors and whether "
+            f"`nvidia-smi -q -i {index}` answers; a GPU that stays so needs a reset or a reboot.",
+            resource=name,
+        )
+        return False
+    elif state.verdict is Verdict.DEGRADED:
+        checkup.add(
+            "note",
+            "gpu-state",
+            f"GPU {index} is {state.health}: "
+            + (
+                "it is handed out only after every healthy GPU."
+                if uses_state
+                else "the discovery script hands it out like any other."
+            ),
+            "Reset it (`nvidia-smi -r`) when it is idle to apply the pending retirement or remapping.",
+            resource=name,
+        )
+    return True
+
+
+def _check_processes(
+    checkup: Checkup,
+    name: str,
+    state: DeviceState,
+    belongs: "dict[tuple[str, int], int]",
+    uses_state: bool,
+    policy: str,
+    busy_key: str,
+) -> None:
+    """The processes on a GPU that no flink-gpu holder runs, and what the busy-gpus policy makes of them."""
+    index = state.gpu_index
+    if not state.processes_known:
+        checkup.add(
+            "warning",
+            "gpu-state",
+            f"NVML gives no permission to list the processes on GPU {index}; they count as not busy.",
+            "Run the TaskManager (and "
+            "doctor) as a user that may see the GPUs' processes (NVML hides other "
+            "users' processes from unprivileged users).",
+            resource=name,
+        )
+        return
+    foreign = [(p.pid, p.visible) for p in state.processes if (index, p.pid) not in belongs]
+    if not foreign:
+        return
+    hidden = [pid for pid, visible in foreign if not visible]
+    shown = "; ".join(
+        f"pid {pid}"
+        + (f" ({short_command(process_cmdline(pid), 40)})" if visible else " (not visible in this PID namespace)")
+        for pid, visible in foreign
+    )
+    if not uses_state or policy == "ignore":
+        then = (
+            "a TaskManager may get it and share it"
+            if uses_state
+            else "the discovery script may hand it out and the worker would share it"
+        )
+        level, fix = "warning", (f"Set {busy_key}: avoid (the default) or exclude." if uses_state else None)
+    elif policy == "exclude":
+        level, then, fix = "note", f"with {busy_key} exclude a TaskManager never gets it", None
+    else:
+        level, then, fix = (
+            "note",
+            "a TaskManager gets it only when the idle GPUs are too few",
+            f"Set {busy_key}: exclude to never share a GPU.",
+        )
+    checkup.add(
+        level,
+        "gpu-state",
+        f"GPU {index} runs {plural(len(foreign), 'process', 'processes')} of no flink-gpu holder ({shown}): {then}.",
+        fix,
+        resource=name,
+    )
+    if hidden:
+        checkup.add(
+            "note",
+            "gpu-state",
+            f"NVML lists pid {', '.join(map(str, hidden))} on "
+            f"GPU {index}, which this PID namespace cannot see: NVML reports host pids "
+            "in a container. They count as foreign, even when they are the "
+            "TaskManager's own.",
+            "Share the host PID namespace (hostPID) so that "
+            f"own processes are recognised, or set {busy_key}: ignore when the "
+            "container's GPUs are its own.",
+            resource=name,
+        )
+
+
 def check_gpu_state(
     checkup: Checkup,
     name: str,
@@ -91,111 +211,11 @@ def check_gpu_state(
     _check_persistence(checkup, name, devices)
     unhealthy = 0
     for state in states:
-        index = state.gpu_index
         _check_left_out(checkup, name, state, checks_key, uses_state)
-        if state.verdict is Verdict.UNHEALTHY:
-            unhealthy += 1
-            if unregistered:
-                continue  # the host finding says it once
-            then = (
-                "a TaskManager never gets it"
-                if uses_state
-                else "the discovery script still hands it out (it checks nothing but the index); "
-                "flink-gpu-discovery or discovery-mode nvml would leave it out"
-            )
-            checkup.add(
-                "warning" if uses_state else "error",
-                "gpu-state",
-                f"GPU {index} is {state.health}: {then}.",
-                f"Check it with `nvidia-smi -q -i {index}`; a lost GPU or one that needs "
-                "a reset needs `nvidia-smi -r` or a reboot, a failed row remapping or a "
-                "corrupted InfoROM needs service.",
-                resource=name,
-            )
-        elif state.verdict is Verdict.UNKNOWN:
-            checkup.add(
-                "warning",
-                "gpu-state",
-                f"GPU {index} is {state.health}: "
-                + (
-                    "a TaskManager does not get it while its NVML query does not return."
-                    if uses_state
-                    else "the discovery script hands it out without asking NVML."
-                ),
-                "The NVIDIA driver may hang on it: check `dmesg` for Xid errors and whether "
-                f"`nvidia-smi -q -i {index}` answers; a GPU that stays so needs a reset or a reboot.",
-                resource=name,
-            )
+        unhealthy += state.verdict is Verdict.UNHEALTHY
+        if not _check_verdict(checkup, name, state, unregistered, uses_state):
             continue
-        elif state.verdict is Verdict.DEGRADED:
-            checkup.add(
-                "note",
-                "gpu-state",
-                f"GPU {index} is {state.health}: "
-                + (
-                    "it is handed out only after every healthy GPU."
-                    if uses_state
-                    else "the discovery script hands it out like any other."
-                ),
-                "Reset it (`nvidia-smi -r`) when it is idle to apply the pending retirement or remapping.",
-                resource=name,
-            )
-        if not state.processes_known:
-            checkup.add(
-                "warning",
-                "gpu-state",
-                f"NVML gives no permission to list the processes on GPU {index}; they count as not busy.",
-                "Run the TaskManager (and "
-                "doctor) as a user that may see the GPUs' processes (NVML hides other "
-                "users' processes from unprivileged users).",
-                resource=name,
-            )
-            continue
-        foreign = [(p.pid, p.visible) for p in state.processes if (index, p.pid) not in belongs]
-        if not foreign:
-            continue
-        hidden = [pid for pid, visible in foreign if not visible]
-        shown = "; ".join(
-            f"pid {pid}"
-            + (f" ({short_command(process_cmdline(pid), 40)})" if visible else " (not visible in this PID namespace)")
-            for pid, visible in foreign
-        )
-        if not uses_state or policy == "ignore":
-            then = (
-                "a TaskManager may get it and share it"
-                if uses_state
-                else "the discovery script may hand it out and the worker would share it"
-            )
-            level, fix = "warning", (f"Set {busy_key}: avoid (the default) or exclude." if uses_state else None)
-        elif policy == "exclude":
-            level, then, fix = "note", f"with {busy_key} exclude a TaskManager never gets it", None
-        else:
-            level, then, fix = (
-                "note",
-                "a TaskManager gets it only when the idle GPUs are too few",
-                f"Set {busy_key}: exclude to never share a GPU.",
-            )
-        checkup.add(
-            level,
-            "gpu-state",
-            f"GPU {index} runs {plural(len(foreign), 'process', 'processes')} "
-            f"of no flink-gpu holder ({shown}): {then}.",
-            fix,
-            resource=name,
-        )
-        if hidden:
-            checkup.add(
-                "note",
-                "gpu-state",
-                f"NVML lists pid {', '.join(map(str, hidden))} on "
-                f"GPU {index}, which this PID namespace cannot see: NVML reports host pids "
-                "in a container. They count as foreign, even when they are the "
-                "TaskManager's own.",
-                "Share the host PID namespace (hostPID) so that "
-                f"own processes are recognised, or set {busy_key}: ignore when the "
-                "container's GPUs are its own.",
-                resource=name,
-            )
+        _check_processes(checkup, name, state, belongs, uses_state, policy, busy_key)
     _check_memory_requests(checkup, name, settings.script_args.coordination_file, states)
     if amount is not None and uses_state and unhealthy and amount > len(states) - unhealthy:
         checkup.add(
