@@ -184,7 +184,6 @@ def claim(
     path: PathType = DEFAULT_PATH,
     owner: "int | None" = None,
     timeout: float = DEFAULT_TIMEOUT,
-    ranks: "Iterable[int] | None" = None,
     left_out: "Iterable[tuple[str | int, str]]" = (),
 ) -> ClaimResult:
     """Claims ``amount`` of the GPUs ``indices`` (the host's, e.g. from NVML) for ``owner``.
@@ -193,10 +192,8 @@ def claim(
     gets what it holds: topped up when it asks for more; when it asks for fewer, the lowest ``amount``
     of its GPUs (it keeps holding all of them until :func:`release`). Otherwise free GPUs first, then
     those of dead owners, lowest index first. All or nothing. The result's ``taken`` is what the
-    owner gets. ``ranks`` (one int per index, e.g. :func:`flink_gpu.nvml.rank_gpus`' ranks): after
-    what the owner holds, lower ranks first, and within a rank free GPUs before reclaimable ones.
-    ``left_out``: ``(index, why)`` for each of the host's GPUs that is not among ``indices`` (e.g.
-    :func:`flink_gpu.nvml.rank_gpus`' left-out ones): never claimed, but counted among the host's GPUs
+    owner gets. ``left_out``: ``(index, why)`` for each of the host's GPUs that is not among ``indices`` (e.g.
+    the ones a health check left out): never claimed, but counted among the host's GPUs
     and named with why in a not-enough message.
 
     Raises :class:`~flink_gpu.NotEnoughGpusError` (a :class:`~flink_gpu.FlinkException`) when too few
@@ -209,9 +206,7 @@ def claim(
     """
     owner = _owner(owner)
     indices = list(indices)
-    got = _native.coordination_claim(
-        path, timeout, owner, indices, _amount(amount), None if ranks is None else list(ranks), list(left_out)
-    )
+    got = _native.coordination_claim(path, timeout, owner, indices, _amount(amount), None, list(left_out))
     log_claim(path, owner, got.added, got.reclaimed, got.unparsable, got.lease_problem)
     return ClaimResult(taken=got.indices, added=got.added, reclaimed=got.reclaimed, owner=owner)
 

@@ -70,7 +70,6 @@ __all__ = [
     "sample_metrics_now",
     "sampled_metrics",
     "read_settings",
-    "states",
     "watch_metrics",
     "checked_metrics_interval",
 ]
@@ -92,17 +91,3 @@ def open_library(library_path: "str | None" = None, timeout: float = DEFAULT_NVM
     :class:`~flink_gpu.NvmlError` when it cannot be loaded or initialised, or does not answer in
     time (code NVML_ERROR_TIMEOUT, at once while an earlier nvmlInit of this process still hangs)."""
     return Nvml.open(library_path, timeout)
-
-
-def states(
-    library: Library,
-    owner_pid: int,
-    taskmanager_pid: "int | None" = None,
-    health_checks: "tuple[str, ...] | None" = None,
-    timeout: float = DEFAULT_NVML_TIMEOUT,
-) -> "tuple[DeviceState, ...]":
-    """Every device's state now (health judged with ``health_checks``, names of
-    :data:`HEALTH_CHECKS`, None: all; memory; processes judged against ``owner_pid`` and its
-    TaskManager ``taskmanager_pid``), in index order, read in one native call within ``timeout``
-    seconds (a GPU not read in time is unknown)."""
-    return library.states(owner_pid, taskmanager_pid, health_checks, timeout)
