@@ -479,3 +479,73 @@ def test_the_cut_check_finds_an_include_across_it(tmp_path):
     (tmp_path / "nvml").mkdir()
     (tmp_path / "nvml" / "choice.cpp").write_text('#include "nvml/state.hpp"\n#include "coordination/claims.hpp"\n')
     assert crossing_includes(tmp_path) == ["csrc/nvml/choice.cpp includes coordination/"]
+
+
+# ---- no name of removed code is left ----------------------------------------------------------------
+
+#: Modules, files and functions that were moved or deleted, with what replaced them: a comment, document or
+#: test that still names one points a reader at nothing.
+REMOVED = {
+    r"flink_gpu\.(config|config_options|config_files|options_splitter|framework|resource_info|script_protocol)\b": (
+        "flink_gpu.flink.*"
+    ),
+    r"flink_gpu\.(java_text|flink_duration|flink_memory_size)\b": "flink_gpu.flink.grammars",
+    r"flink_gpu\.(gpu_index|regular_files|_lazy)\b": "flink_gpu.base.*",
+    r"flink_gpu\.(deployment|taskmanager_env|cuda_devices)\b": "flink_gpu.deploy.* or flink_gpu.binding.cuda_ordinals",
+    r"flink_gpu\.gpu\.(nvml|script)\b": "flink_gpu.gpu.nvml_discovery / script_discovery",
+    r"flink_gpu\.cli\.(coordination|demo|resources|taskmanager_env|doctor)\b": "flink_gpu.cli.*_command",
+    r"flink_gpu/(binding|config|framework|deployment|cuda_devices|gpu_index|regular_files)\.py": "the concept folders",
+    r"\bgpu/(nvml|script)\.py": "gpu/nvml_discovery.py / gpu/script_discovery.py",
+    r"\bcli/doctor/": "cli/doctor_command/",
+    r"\btest_faults\.py": "the test files of each unit",
+    r"flink_gpu\.nvml\.(rank_gpus|states)\b": "the core's one discovery (flink_gpu.policy) / Library.states",
+    r"\b(nvml_deadline|nvml_loader|process_liveness)\b": "csrc/nvml/deadline.*, loader.*, coordination/liveness.*",
+    r"\bpin_to_caller\b": "nothing: the deadline workers are no longer pinned",
+}
+_SEARCHED = ("src", "csrc", "tests", "docs", "tools", "benchmarks", "examples", "README.md", ".ci")
+
+
+def stale_names(repo: Path) -> "list[str]":
+    """Each ``file:line`` of the repository's text that names removed code."""
+    patterns = [(re.compile(pattern), instead) for pattern, instead in REMOVED.items()]
+    found = []
+    for top in _SEARCHED:
+        root = repo / top
+        paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in paths:
+            if path == Path(__file__).resolve() or path.suffix not in (
+                ".py",
+                ".pyx",
+                ".pxi",
+                ".pxd",
+                ".pyi",
+                ".md",
+                ".cpp",
+                ".hpp",
+                ".sh",
+                ".txt",
+                ".toml",
+                "",
+            ):
+                continue
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
+            for number, line in enumerate(text.splitlines(), 1):
+                for pattern, instead in patterns:
+                    if pattern.search(line):
+                        found.append(f"{path.relative_to(repo)}:{number}: {line.strip()[:100]} (now: {instead})")
+    return found
+
+
+def test_no_comment_document_or_test_names_removed_code():
+    assert stale_names(REPO) == []
+
+
+def test_the_stale_name_check_finds_one(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text(
+        "see `flink_gpu.config` and\nsrc/flink_gpu/binding.py\nfine: flink_gpu.flink.configuration\n"
+    )
+    assert [hit.split(":")[1] for hit in stale_names(tmp_path)] == ["1", "2"]
