@@ -171,6 +171,278 @@ struct Offer {
     }
 };
 
+// What the holder's own lines say: the given GPUs it binds already (`mine`, in index order), those of them the
+// calling thread has a line for, and the request its lines record per GPU, on every GPU it binds, not only those of
+// this call (a holder has one request).
+struct Bound {
+    std::set<std::string> mine_set, by_caller;
+    std::vector<std::string> mine;
+    std::map<std::string, std::uint64_t> recorded;
+};
+
+Bound bound_already(const std::vector<Line>& lines, const View& view, const std::vector<std::string>& gpus) {
+    Bound b;
+    const std::set<std::string> candidates(gpus.begin(), gpus.end());
+    for (const Line& l : lines) {
+        if (l.kind != LineKind::kEntry || !view.holders(l.entry)) continue;
+        std::uint64_t& recorded = b.recorded[l.entry.index];
+        recorded = std::max(recorded, l.entry.memory);
+        if (!candidates.count(l.entry.index)) continue;
+        b.mine_set.insert(l.entry.index);
+        if (view.written_by_caller(l.entry)) b.by_caller.insert(l.entry.index);
+    }
+    b.mine.assign(b.mine_set.begin(), b.mine_set.end());
+    sort_indices(&b.mine);
+    return b;
+}
+
+// The request the binding goes by, into *request (untouched when it is refused). A binding keeps the request it was
+// made with: the holder's other code (another thread of the slot, a chained operator) asking without one gets it, and
+// asking with another one is a configuration to fix, not one to guess between.
+Status keep_request(const coordination::Options& opts, const Holder& holder, const MemoryRequest& memory,
+                    const Bound& bound, std::uint64_t* request) {
+    std::uint64_t kept = memory.bytes;
+    for (const auto& [index, recorded] : bound.recorded) {
+        if (memory.bytes == 0) kept = std::max(kept, recorded);
+        if (memory.bytes == 0 || recorded == memory.bytes) continue;
+        return failure(StatusCode::kInvalidArgument,
+                       "Cannot bind GPUs to " + describe(holder) + " with a memory request of " +
+                           request_text(memory.bytes) + ": it binds GPU " + index + " with a memory request of " +
+                           request_text(recorded) +
+                           " already. A binding keeps its request while it holds: ask with the same one (or "
+                           "none), or release the binding first. Bindings file: " +
+                           opts.path + ".");
+    }
+    *request = kept;
+    return {};
+}
+
+// What GPU `g` offers the holder, by the lines: who binds it, the most holders it may have, what is requested of
+// its memory, whether a line of the other granularity or one that cannot be parsed keeps it, its orphans.
+Offer offer_of(const std::string& g, const std::vector<Line>& lines, const View& view, std::uint32_t holders_per_gpu,
+               const std::map<std::string, GpuMemory>& memory_of) {
+    Offer o;
+    o.index = g;
+    o.limit = holders_per_gpu;
+    const auto reading = memory_of.find(g);
+    if (reading != memory_of.end()) o.memory = reading->second;
+    const std::string parent = coordination::gpu_of(g);
+    std::set<std::string> siblings;  // keys of its holders in the holder's CUDA process
+    for (const Line& l : lines) {
+        if (l.kind == LineKind::kBad && (l.word == g || l.word == parent)) {
+            o.blocked = true;
+            o.blocked_by.push_back(l.number);
+        }
+        if (l.kind == LineKind::kEntry && orphaned(l.entry) && coordination::excludes(l.entry, g))
+            o.orphans.push_back({l.entry.pid, l.entry.tm, l.entry.index});
+        if (l.kind != LineKind::kEntry || !l.entry.alive || !coordination::excludes(l.entry, g)) continue;
+        if (l.entry.index != g) {
+            if (o.excluded_by.empty()) o.excluded_by = describe(l.entry) + " (binds " + l.entry.index + ")";
+            continue;
+        }
+        if (view.holders(l.entry)) continue;
+        const std::string key = view.key(l.entry);
+        if (o.holders.insert(key).second) o.who.push_back(describe(l.entry));
+        if (view.same_cuda_process(l.entry)) siblings.insert(key);
+        o.limit = std::min(o.limit, l.entry.share == 0 ? 1u : l.entry.share);
+        std::uint64_t& request = o.request_of[key];
+        request = std::max(request, l.entry.memory);
+    }
+    for (const auto& [key, request] : o.request_of) {
+        o.requested = saturating_add(o.requested, request);
+        if (siblings.count(key)) o.siblings_requested = saturating_add(o.siblings_requested, request);
+    }
+    return o;
+}
+
+// The offers that take the holder with `request`: the best rank first, then least-bound; `offers` is in index order,
+// so a stable sort keeps the lowest index among equals.
+std::vector<const Offer*> open_offers(const std::vector<Offer>& offers, std::uint64_t request,
+                                      const coordination::IndexRanks& rank_of) {
+    std::vector<const Offer*> open;
+    for (const Offer& o : offers) {
+        if (!o.blocked && o.excluded_by.empty() && o.holders.size() + 1 <= o.limit && o.fits(request))
+            open.push_back(&o);
+    }
+    auto rank = [&rank_of](const Offer* o) { return rank_of.of(o->index); };
+    std::stable_sort(open.begin(), open.end(), [&rank](const Offer* a, const Offer* b) {
+        if (rank(a) != rank(b)) return rank(a) < rank(b);
+        return a->holders.size() < b->holders.size();
+    });
+    return open;
+}
+
+// The one MIG unit the holder's process binds already, if any (CUDA uses one per process).
+std::string process_unit_of(const std::vector<Line>& lines, const View& view) {
+    std::vector<std::string> process_units;
+    for (const Line& l : lines) {
+        if (l.kind == LineKind::kEntry && coordination::unit_gpu(l.entry.index, nullptr) &&
+            view.same_cuda_process(l.entry))
+            process_units.push_back(l.entry.index);
+    }
+    sort_indices(&process_units);
+    return process_units.empty() ? std::string() : process_units.front();
+}
+
+// What a bind takes of the open offers for `need` more GPUs: in their order, at most one MIG unit for the holder's
+// process (*process_unit: the one it binds, or takes now; *skipped_unit: another was passed over for it).
+std::vector<std::string> choose_take(const std::vector<const Offer*>& open, std::size_t need, std::string* process_unit,
+                                     bool* skipped_unit) {
+    std::vector<std::string> take;
+    for (const Offer* o : open) {
+        if (need == 0) break;
+        if (coordination::unit_gpu(o->index, nullptr)) {
+            if (!process_unit->empty() && o->index != *process_unit) {
+                *skipped_unit = true;
+                continue;
+            }
+            *process_unit = o->index;
+        }
+        take.push_back(o->index);
+        --need;
+    }
+    return take;
+}
+
+// The GPUs a bind offers beyond those the holder binds already, and what it takes of them.
+struct Choice {
+    std::vector<Offer> offers;  // in index order
+    std::vector<std::string> take;
+    std::string process_unit;   // the MIG unit of the holder's process, if any
+    bool skipped_unit = false;  // another MIG unit was passed over for it
+};
+
+Choice choose(const std::vector<Line>& lines, const View& view, const std::vector<std::string>& gpus,
+              const Bound& bound, std::uint32_t holders_per_gpu, const std::map<std::string, GpuMemory>& memory_of,
+              const coordination::IndexRanks& rank_of, std::uint64_t request, std::size_t need) {
+    Choice c;
+    for (const std::string& g : gpus) {
+        if (!bound.mine_set.count(g)) c.offers.push_back(offer_of(g, lines, view, holders_per_gpu, memory_of));
+    }
+    const std::vector<const Offer*> open = open_offers(c.offers, request, rank_of);
+    c.process_unit = process_unit_of(lines, view);
+    c.take = choose_take(open, need, &c.process_unit, &c.skipped_unit);
+    return c;
+}
+
+// How a shortage names GPU `o`: who binds it, and with a request what of its memory is requested and free.
+std::string offer_text(const Offer& o, std::uint64_t request) {
+    std::string part = "GPU " + o.index;
+    if (o.blocked) {
+        std::vector<std::string> numbers;
+        for (std::size_t n : o.blocked_by) numbers.push_back(std::to_string(n));
+        part += " is blocked by line" + std::string(numbers.size() == 1 ? " " : "s ") + coordination::join(numbers) +
+                ", which cannot be parsed";
+    } else if (!o.excluded_by.empty()) {
+        part += " is taken by " + o.excluded_by;
+    } else if (o.holders.empty()) {
+        part += " is free";
+    } else {
+        part += " is bound by " + coordination::join(o.who) + " (" + std::to_string(o.holders.size()) + " of at most " +
+                std::to_string(o.limit) + ")";
+    }
+    if (request > 0 && !o.blocked && o.excluded_by.empty()) {
+        if (!o.memory.total || !o.memory.free) {
+            part += ", its memory not known (NVML did not read it)";
+        } else {
+            part += std::string(", ") + (o.requested == 0 ? "none" : format_memory_size(o.requested)) + " of its " +
+                    format_memory_size(*o.memory.total) + " requested, " + format_memory_size(*o.memory.free) + " free";
+        }
+    }
+    return part;
+}
+
+// What to do about a shortage: end the orphans on GPUs short of memory (into *orphans: they hold what the request
+// lacks), else ask for less; correct a line that cannot be parsed, which blocks its GPU whatever is asked.
+std::string shortage_advice(const coordination::Options& opts, std::size_t count, const std::vector<std::string>& gpus,
+                            std::uint64_t request, const std::vector<Offer>& offers, std::vector<Orphan>* orphans) {
+    std::string msg;
+    std::set<std::pair<pid_t, std::string>> named;
+    for (const Offer& o : offers) {
+        if (request == 0 || o.fits(request)) continue;
+        for (const Orphan& orphan : o.orphans) {
+            if (!named.insert({orphan.pid, orphan.index}).second) continue;
+            msg += " " + orphan_text(orphan.pid, orphan.taskmanager, orphan.index) + ": end it (kill " +
+                   std::to_string(orphan.pid) + ").";
+            orphans->push_back(orphan);
+        }
+    }
+    const bool memory_known = std::any_of(offers.begin(), offers.end(), [](const Offer& o) {
+        return o.memory.total.has_value() && o.memory.free.has_value();
+    });
+    const bool any_blocked = std::any_of(offers.begin(), offers.end(), [](const Offer& o) { return o.blocked; });
+    const bool only_blocked =
+        count <= gpus.size() && std::all_of(offers.begin(), offers.end(), [](const Offer& o) { return o.blocked; });
+    if (request > 0 && memory_known && !only_blocked && orphans->empty()) {
+        msg += " Ask for less memory, run fewer subtasks per GPU, or give the TaskManager more GPUs.";
+    }
+    if (any_blocked) {
+        msg +=
+            " A line that cannot be parsed blocks its GPU for every holder: correct or delete it by hand "
+            "(flink-gpu coordination show --file " +
+            opts.path + " lists such lines).";
+    }
+    return msg;
+}
+
+// kNotEnough for a bind of `count` GPUs that `c` cannot meet: what was asked, each offer, what the holder binds
+// already, the MIG unit rule when it passed a unit over, and what to do.
+Status shortage(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus,
+                std::size_t count, std::uint32_t holders_per_gpu, std::uint64_t request,
+                const std::vector<std::string>& mine, const Choice& c, std::vector<Orphan>* orphans) {
+    std::string msg = "Could not bind " + std::to_string(count) + " GPU" + (count == 1 ? "" : "s") + " to " +
+                      describe(holder) + " with at most " + std::to_string(holders_per_gpu) + " holder" +
+                      (holders_per_gpu == 1 ? "" : "s") + " per GPU";
+    if (request > 0) msg += " and " + format_memory_size(request) + " of memory on each";
+    msg += ": ";
+    if (count > gpus.size()) {
+        msg += "it was given " + std::string(gpus.empty() ? "no GPUs"
+                                                          : "only " + std::to_string(gpus.size()) + " (" +
+                                                                coordination::join(gpus) + ")");
+        if (!gpus.empty()) msg += ": ";
+    }
+    for (std::size_t i = 0; i < c.offers.size(); ++i) msg += (i == 0 ? "" : "; ") + offer_text(c.offers[i], request);
+    if (!mine.empty()) {
+        msg += std::string("; it binds GPU") + (mine.size() == 1 ? " " : "s ") + coordination::join(mine) + " already";
+    }
+    if (c.skipped_unit) {
+        msg += holder.slot.empty()
+                   ? "; a process binds at most one MIG unit (CUDA uses one MIG instance per process)"
+                   : "; the slots of one TaskManager process share at most one MIG unit, " + c.process_unit +
+                         " (CUDA uses one MIG instance per process: bind MIG units from separate processes, "
+                         "e.g. PyFlink's process mode, to give each slot its own)";
+    }
+    msg += "." + shortage_advice(opts, count, gpus, request, c.offers, orphans);
+    msg += " Bindings file: " + opts.path + ".";
+    return failure(StatusCode::kNotEnough, msg);
+}
+
+// The holder's binding topped up with `take`: in index order.
+std::vector<std::string> topped_up(const std::vector<std::string>& mine, const std::vector<std::string>& take) {
+    std::vector<std::string> result = mine;
+    result.insert(result.end(), take.begin(), take.end());
+    sort_indices(&result);
+    return result;
+}
+
+// The lines a bind writes for `result`: of the GPUs the calling thread has no line for (new ones, and for a slot's
+// thread the GPUs of the slot).
+std::vector<std::string> unwritten(const std::vector<std::string>& result, const Bound& bound) {
+    std::vector<std::string> write;
+    for (const std::string& idx : result) {
+        if (!bound.by_caller.count(idx)) write.push_back(idx);
+    }
+    return write;
+}
+
+// Dead holders' lines go; an orphan's stay while it runs, counting for nothing, to name it where the memory it still
+// uses is short (here, `flink-gpu list`, doctor).
+void drop_dead(std::vector<Line>* lines) {
+    for (Line& l : *lines) {
+        if (l.kind == LineKind::kEntry && !l.entry.alive && !orphaned(l.entry)) l.keep = false;
+    }
+}
+
 BindResult bind_impl(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus_in,
                      std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks,
                      const MemoryRequest& memory) {
@@ -205,225 +477,31 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     r.unparsable = coordination::bad_lines(lines);
     const View view(holder, &live, holder_info);
 
-    const std::set<std::string> candidates(gpus.begin(), gpus.end());
-    std::set<std::string> mine_set, by_caller;
-    // the request the holder's lines record, per GPU: on every GPU it binds, not only those of this call (a
-    // holder has one request)
-    std::map<std::string, std::uint64_t> mine_request;
-    for (const Line& l : lines) {
-        if (l.kind != LineKind::kEntry || !view.holders(l.entry)) continue;
-        std::uint64_t& recorded = mine_request[l.entry.index];
-        recorded = std::max(recorded, l.entry.memory);
-        if (!candidates.count(l.entry.index)) continue;
-        mine_set.insert(l.entry.index);
-        if (view.written_by_caller(l.entry)) by_caller.insert(l.entry.index);
-    }
-    std::vector<std::string> mine(mine_set.begin(), mine_set.end());
-    sort_indices(&mine);
-    // A binding keeps the request it was made with: the holder's other code (another thread of the slot, a
-    // chained operator) asking without one gets it, and asking with another one is a configuration to fix,
-    // not one to guess between.
-    std::uint64_t request = memory.bytes;
-    for (const auto& [index, recorded] : mine_request) {
-        if (memory.bytes == 0) request = std::max(request, recorded);
-        if (memory.bytes == 0 || recorded == memory.bytes) continue;
-        r.status = failure(StatusCode::kInvalidArgument,
-                           "Cannot bind GPUs to " + describe(holder) + " with a memory request of " +
-                               request_text(memory.bytes) + ": it binds GPU " + index + " with a memory request of " +
-                               request_text(recorded) +
-                               " already. A binding keeps its request while it holds: ask with the same one (or "
-                               "none), or release the binding first. Bindings file: " +
-                               opts.path + ".");
-        return r;
-    }
-    r.memory = request;
-
-    std::vector<std::string> result, take;
-    if (mine.size() >= count) {
-        result.assign(mine.begin(), mine.begin() + static_cast<std::ptrdiff_t>(count));
+    const Bound bound = bound_already(lines, view, gpus);
+    if (!(r.status = keep_request(opts, holder, memory, bound, &r.memory)).ok()) return r;
+    std::vector<std::string> take;
+    if (bound.mine.size() >= count) {
+        r.indices.assign(bound.mine.begin(), bound.mine.begin() + static_cast<std::ptrdiff_t>(count));
     } else {
-        std::vector<Offer> offers;
-        for (const std::string& g : gpus) {
-            if (mine_set.count(g)) continue;
-            Offer o;
-            o.index = g;
-            o.limit = holders_per_gpu;
-            const auto reading = memory_of.find(g);
-            if (reading != memory_of.end()) o.memory = reading->second;
-            const std::string parent = coordination::gpu_of(g);
-            std::set<std::string> siblings;  // keys of its holders in the holder's CUDA process
-            for (const Line& l : lines) {
-                if (l.kind == LineKind::kBad && (l.word == g || l.word == parent)) {
-                    o.blocked = true;
-                    o.blocked_by.push_back(l.number);
-                }
-                if (l.kind == LineKind::kEntry && orphaned(l.entry) && coordination::excludes(l.entry, g))
-                    o.orphans.push_back({l.entry.pid, l.entry.tm, l.entry.index});
-                if (l.kind != LineKind::kEntry || !l.entry.alive || !coordination::excludes(l.entry, g)) continue;
-                if (l.entry.index != g) {
-                    if (o.excluded_by.empty()) o.excluded_by = describe(l.entry) + " (binds " + l.entry.index + ")";
-                    continue;
-                }
-                if (view.holders(l.entry)) continue;
-                const std::string key = view.key(l.entry);
-                if (o.holders.insert(key).second) o.who.push_back(describe(l.entry));
-                if (view.same_cuda_process(l.entry)) siblings.insert(key);
-                o.limit = std::min(o.limit, l.entry.share == 0 ? 1u : l.entry.share);
-                std::uint64_t& request = o.request_of[key];
-                request = std::max(request, l.entry.memory);
-            }
-            for (const auto& [key, request] : o.request_of) {
-                o.requested = saturating_add(o.requested, request);
-                if (siblings.count(key)) o.siblings_requested = saturating_add(o.siblings_requested, request);
-            }
-            offers.push_back(std::move(o));
-        }
-        std::vector<const Offer*> open;
-        for (const Offer& o : offers) {
-            if (!o.blocked && o.excluded_by.empty() && o.holders.size() + 1 <= o.limit && o.fits(request))
-                open.push_back(&o);
-        }
-        // the best rank first, then least-bound; `gpus` is in index order, so a stable sort keeps the lowest
-        // index among equals
-        auto rank = [&rank_of](const Offer* o) { return rank_of.of(o->index); };
-        std::stable_sort(open.begin(), open.end(), [&rank](const Offer* a, const Offer* b) {
-            if (rank(a) != rank(b)) return rank(a) < rank(b);
-            return a->holders.size() < b->holders.size();
-        });
-        // the one MIG unit the holder's process binds already, if any (CUDA uses one per process)
-        std::vector<std::string> process_units;
-        for (const Line& l : lines) {
-            if (l.kind == LineKind::kEntry && coordination::unit_gpu(l.entry.index, nullptr) &&
-                view.same_cuda_process(l.entry))
-                process_units.push_back(l.entry.index);
-        }
-        sort_indices(&process_units);
-        std::string process_unit = process_units.empty() ? std::string() : process_units.front();
-        std::size_t need = count - mine.size();
-        bool skipped_unit = false;
-        for (const Offer* o : open) {
-            if (need == 0) break;
-            if (coordination::unit_gpu(o->index, nullptr)) {
-                if (!process_unit.empty() && o->index != process_unit) {
-                    skipped_unit = true;
-                    continue;
-                }
-                process_unit = o->index;
-            }
-            take.push_back(o->index);
-            --need;
-        }
-        if (need > 0) {
-            std::string msg = "Could not bind " + std::to_string(count) + " GPU" + (count == 1 ? "" : "s") + " to " +
-                              describe(holder) + " with at most " + std::to_string(holders_per_gpu) + " holder" +
-                              (holders_per_gpu == 1 ? "" : "s") + " per GPU";
-            if (request > 0) msg += " and " + format_memory_size(request) + " of memory on each";
-            msg += ": ";
-            if (count > gpus.size()) {
-                msg += "it was given " + std::string(gpus.empty() ? "no GPUs"
-                                                                  : "only " + std::to_string(gpus.size()) + " (" +
-                                                                        coordination::join(gpus) + ")");
-                if (!gpus.empty()) msg += ": ";
-            }
-            bool first = true;
-            for (const Offer& o : offers) {
-                std::string part = std::string(first ? "" : "; ") + "GPU " + o.index;
-                first = false;
-                if (o.blocked) {
-                    std::vector<std::string> numbers;
-                    for (std::size_t n : o.blocked_by) numbers.push_back(std::to_string(n));
-                    part += " is blocked by line" + std::string(numbers.size() == 1 ? " " : "s ") +
-                            coordination::join(numbers) + ", which cannot be parsed";
-                } else if (!o.excluded_by.empty()) {
-                    part += " is taken by " + o.excluded_by;
-                } else if (o.holders.empty()) {
-                    part += " is free";
-                } else {
-                    part += " is bound by " + coordination::join(o.who) + " (" + std::to_string(o.holders.size()) +
-                            " of at most " + std::to_string(o.limit) + ")";
-                }
-                if (request > 0 && !o.blocked && o.excluded_by.empty()) {
-                    if (!o.memory.total || !o.memory.free) {
-                        part += ", its memory not known (NVML did not read it)";
-                    } else {
-                        part += std::string(", ") + (o.requested == 0 ? "none" : format_memory_size(o.requested)) +
-                                " of its " + format_memory_size(*o.memory.total) + " requested, " +
-                                format_memory_size(*o.memory.free) + " free";
-                    }
-                }
-                msg += part;
-            }
-            if (!mine.empty()) {
-                msg += std::string("; it binds GPU") + (mine.size() == 1 ? " " : "s ") + coordination::join(mine) +
-                       " already";
-            }
-            if (skipped_unit) {
-                msg += holder.slot.empty()
-                           ? "; a process binds at most one MIG unit (CUDA uses one MIG instance per process)"
-                           : "; the slots of one TaskManager process share at most one MIG unit, " + process_unit +
-                                 " (CUDA uses one MIG instance per process: bind MIG units from separate processes, "
-                                 "e.g. PyFlink's process mode, to give each slot its own)";
-            }
-            msg += ".";
-            // an orphan on a GPU short of memory: it holds what the request lacks, and ending it is the fix
-            std::set<std::pair<pid_t, std::string>> named;
-            for (const Offer& o : offers) {
-                if (request == 0 || o.fits(request)) continue;
-                for (const Orphan& orphan : o.orphans) {
-                    if (!named.insert({orphan.pid, orphan.index}).second) continue;
-                    msg += " " + orphan_text(orphan.pid, orphan.taskmanager, orphan.index) + ": end it (kill " +
-                           std::to_string(orphan.pid) + ").";
-                    r.orphans.push_back(orphan);
-                }
-            }
-            const bool memory_known = std::any_of(offers.begin(), offers.end(), [](const Offer& o) {
-                return o.memory.total.has_value() && o.memory.free.has_value();
-            });
-            // what to change: a line that cannot be parsed blocks its GPU whatever is asked
-            const bool any_blocked =
-                std::any_of(offers.begin(), offers.end(), [](const Offer& o) { return o.blocked; });
-            const bool only_blocked = count <= gpus.size() && std::all_of(offers.begin(), offers.end(),
-                                                                          [](const Offer& o) { return o.blocked; });
-            if (request > 0 && memory_known && !only_blocked && r.orphans.empty()) {
-                msg += " Ask for less memory, run fewer subtasks per GPU, or give the TaskManager more GPUs.";
-            }
-            if (any_blocked) {
-                msg +=
-                    " A line that cannot be parsed blocks its GPU for every holder: correct or delete it by hand "
-                    "(flink-gpu coordination show --file " +
-                    opts.path + " lists such lines).";
-            }
-            msg += " Bindings file: " + opts.path + ".";
-            r.status = failure(StatusCode::kNotEnough, msg);
+        Choice c =
+            choose(lines, view, gpus, bound, holders_per_gpu, memory_of, rank_of, r.memory, count - bound.mine.size());
+        if (bound.mine.size() + c.take.size() < count) {
+            r.status = shortage(opts, holder, gpus, count, holders_per_gpu, r.memory, bound.mine, c, &r.orphans);
             return r;
         }
-        result = mine;
-        result.insert(result.end(), take.begin(), take.end());
-        sort_indices(&result);
+        take = std::move(c.take);
+        r.indices = topped_up(bound.mine, take);
     }
-
-    // The lines to write: new GPUs, and for a slot's thread the GPUs of the slot it has no line for yet.
-    std::vector<std::string> write;
-    for (const std::string& idx : result) {
-        if (!by_caller.count(idx)) write.push_back(idx);
-    }
-    r.indices = result;
+    const std::vector<std::string> write = unwritten(r.indices, bound);
     if (write.empty()) return r;
-    for (Line& l : lines) {
-        // dead holders' lines go; an orphan's stay while it runs, counting for nothing, to name it where the
-        // memory it still uses is short (here, `flink-gpu list`, doctor)
-        if (l.kind == LineKind::kEntry && !l.entry.alive && !orphaned(l.entry)) l.keep = false;
-    }
-    coordination::LineTerms terms;
-    terms.share = holders_per_gpu;
-    terms.memory = request;
+    drop_dead(&lines);
     r.status = coordination::write_lines(&file, text, &lines, &leases, view.identity(), leases_for(holder, live.self()),
-                                         terms, write, &r.lease_problem);
+                                         coordination::LineTerms{holders_per_gpu, r.memory}, write, &r.lease_problem);
     if (!r.status.ok()) {
         r.indices.clear();
         return r;
     }
-    r.added = take;
+    r.added = std::move(take);
     sort_indices(&r.added);
     return r;
 }

@@ -45,6 +45,110 @@ std::string shortage_head(const std::string& amount, const std::vector<std::stri
     return msg;
 }
 
+// What each existing index is to the owner: held by it, blocked by a line we cannot read, held by other live owners
+// (by pid, what of theirs excludes it), free, or held by dead owners only (reclaimable).
+struct Holdings {
+    std::vector<std::string> held, free_idx, reclaimable, blocked;
+    std::map<pid_t, std::vector<std::string>> others;
+};
+
+// Sorts `existing` into Holdings; an index that is not takeable goes to *untaken unless another live owner holds it.
+Holdings sort_existing(const std::vector<std::string>& existing, const std::vector<Line>& lines, LineJudge* live,
+                       pid_t owner, const ProcInfo& owner_info, const std::vector<std::string>& not_takeable,
+                       std::vector<std::string>* untaken) {
+    Holdings h;
+    for (const std::string& idx : existing) {
+        bool mine = false, bad = false, mentioned = false;
+        pid_t live_other = 0;
+        std::string live_what;
+        const std::string gpu = gpu_of(idx);
+        for (const Line& l : lines) {
+            if (l.kind == LineKind::kBad && (l.word == idx || l.word == gpu)) bad = true;
+            if (l.kind != LineKind::kEntry || !excludes(l.entry, idx)) continue;
+            mentioned = true;
+            if (!l.entry.alive) continue;
+            if (l.entry.index == idx && live->owns(l.entry, owner, owner_info)) {
+                mine = true;
+            } else if (live_other == 0) {
+                live_other = l.entry.pid;
+                live_what = l.entry.index;  // idx itself, or a unit or whole GPU that excludes it
+            }
+        }
+        const bool takeable = std::find(not_takeable.begin(), not_takeable.end(), idx) == not_takeable.end();
+        if (!takeable && (mine || live_other == 0)) {
+            untaken->push_back(idx);  // no longer another's: never taken unread
+        } else if (mine) {
+            h.held.push_back(idx);
+        } else if (bad) {
+            h.blocked.push_back(idx);
+        } else if (live_other != 0) {
+            std::vector<std::string>& theirs = h.others[live_other];
+            if (std::find(theirs.begin(), theirs.end(), live_what) == theirs.end()) theirs.push_back(live_what);
+        } else if (!mentioned) {
+            h.free_idx.push_back(idx);
+        } else {
+            h.reclaimable.push_back(idx);
+        }
+    }
+    return h;
+}
+
+// The indices to take for `need` more, rank by rank; within a rank free indices before reclaimable ones, each lowest
+// first. The reclaimable ones taken go to *reclaimed too. Fewer than `need` when the host has no more.
+std::vector<std::string> choose_take(const Holdings& h, std::size_t need, const IndexRanks& rank_of,
+                                     std::vector<std::string>* reclaimed) {
+    std::vector<std::string> take;
+    std::set<int> rank_order;
+    for (const std::string& idx : h.free_idx) rank_order.insert(rank_of.of(idx));
+    for (const std::string& idx : h.reclaimable) rank_order.insert(rank_of.of(idx));
+    for (const int current : rank_order) {
+        for (const std::string& idx : h.free_idx) {
+            if (need == 0) break;
+            if (rank_of.of(idx) != current) continue;
+            take.push_back(idx);
+            --need;
+        }
+        for (const std::string& idx : h.reclaimable) {
+            if (need == 0) break;
+            if (rank_of.of(idx) != current) continue;
+            take.push_back(idx);
+            reclaimed->push_back(idx);
+            --need;
+        }
+    }
+    return take;
+}
+
+// kNotEnough for a claim of `amount` that the host cannot meet: the shortage's head, then who holds what.
+Status shortage(const Options& opts, std::size_t amount, const std::vector<std::string>& host, const LeftOut& left_out,
+                pid_t owner, const Holdings& h) {
+    std::string msg = shortage_head(std::to_string(amount), host, left_out);
+    std::string holders;
+    for (const auto& kv : h.others) {
+        if (!holders.empty()) holders += "; ";
+        holders += "pid " + std::to_string(kv.first) + " holds " + join(kv.second);
+    }
+    if (!h.held.empty()) msg += "; this process (pid " + std::to_string(owner) + ") holds " + join(h.held);
+    if (!holders.empty()) msg += "; " + holders;
+    if (!h.blocked.empty()) {
+        msg += "; " + join(h.blocked) + (h.blocked.size() == 1 ? " is" : " are") +
+               " blocked by lines that cannot be parsed";
+    }
+    msg += ". Coordination file: " + opts.path + ".";
+    return failure(StatusCode::kNotEnough, msg);
+}
+
+// Marks the lines of the `reclaimed` indices not kept: dead, for a live one would have kept its index taken.
+void drop_reclaimed(std::vector<Line>* lines, const std::vector<std::string>& reclaimed) {
+    const std::set<std::string> gone(reclaimed.begin(), reclaimed.end());
+    for (Line& l : *lines) {
+        if (l.kind != LineKind::kEntry) continue;
+        for (const std::string& idx : gone) {
+            if (excludes(l.entry, idx)) l.keep = false;
+        }
+    }
+}
+
 ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::string>& existing_in,
                        std::size_t amount, const std::vector<int>& ranks, const LeftOut& left_out,
                        const std::vector<std::string>& not_takeable) {
@@ -55,7 +159,6 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     if (!(r.status = host_gpus(existing, left_out, &host)).ok()) return r;
     IndexRanks rank_of;
     if (!(r.status = rank_of.assign(existing_in, ranks)).ok()) return r;
-    auto rank = [&rank_of](const std::string& idx) { return rank_of.of(idx); };
     if (amount == 0) return r;
 
     LineJudge live(nullptr);  // the leases once the file is locked: their registry is not held while waiting
@@ -75,105 +178,24 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
     mark_alive(&lines, &live);
     r.unparsable = bad_lines(lines);
 
-    // What each existing index is: ours, blocked by a line we cannot read, held by a live owner, free, or
-    // held by dead owners only (reclaimable).
-    std::vector<std::string> held, free_idx, reclaimable;
-    std::map<pid_t, std::vector<std::string>> others;
-    std::vector<std::string> blocked;
-    for (const std::string& idx : existing) {
-        bool mine = false, bad = false, mentioned = false;
-        pid_t live_other = 0;
-        std::string live_what;
-        const std::string gpu = gpu_of(idx);
-        for (const Line& l : lines) {
-            if (l.kind == LineKind::kBad && (l.word == idx || l.word == gpu)) bad = true;
-            if (l.kind != LineKind::kEntry || !excludes(l.entry, idx)) continue;
-            mentioned = true;
-            if (!l.entry.alive) continue;
-            if (l.entry.index == idx && live.owns(l.entry, owner, owner_info)) {
-                mine = true;
-            } else if (live_other == 0) {
-                live_other = l.entry.pid;
-                live_what = l.entry.index;  // idx itself, or a unit or whole GPU that excludes it
-            }
-        }
-        const bool takeable = std::find(not_takeable.begin(), not_takeable.end(), idx) == not_takeable.end();
-        if (!takeable && (mine || live_other == 0)) {
-            r.untaken.push_back(idx);  // no longer another's: never taken unread
-        } else if (mine) {
-            held.push_back(idx);
-        } else if (bad) {
-            blocked.push_back(idx);
-        } else if (live_other != 0) {
-            if (std::find(others[live_other].begin(), others[live_other].end(), live_what) == others[live_other].end())
-                others[live_other].push_back(live_what);
-        } else if (!mentioned) {
-            free_idx.push_back(idx);
-        } else {
-            reclaimable.push_back(idx);
-        }
-    }
-
-    if (held.size() >= amount) {
-        r.indices.assign(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(amount));
+    const Holdings h = sort_existing(existing, lines, &live, owner, owner_info, not_takeable, &r.untaken);
+    if (h.held.size() >= amount) {
+        r.indices.assign(h.held.begin(), h.held.begin() + static_cast<std::ptrdiff_t>(amount));
         return r;
     }
-    std::size_t need = amount - held.size();
-    std::vector<std::string> take;
-    // Rank by rank; within a rank free indices before reclaimable ones, each lowest first.
-    std::set<int> rank_order;
-    for (const std::string& idx : free_idx) rank_order.insert(rank(idx));
-    for (const std::string& idx : reclaimable) rank_order.insert(rank(idx));
-    for (const int current : rank_order) {
-        for (const std::string& idx : free_idx) {
-            if (need == 0) break;
-            if (rank(idx) != current) continue;
-            take.push_back(idx);
-            --need;
-        }
-        for (const std::string& idx : reclaimable) {
-            if (need == 0) break;
-            if (rank(idx) != current) continue;
-            take.push_back(idx);
-            r.reclaimed.push_back(idx);
-            --need;
-        }
-    }
-    if (need > 0) {
-        std::string msg = shortage_head(std::to_string(amount), host, left_out);
-        std::string holders;
-        for (const auto& kv : others) {
-            if (!holders.empty()) holders += "; ";
-            holders += "pid " + std::to_string(kv.first) + " holds " + join(kv.second);
-        }
-        if (!held.empty()) msg += "; this process (pid " + std::to_string(owner) + ") holds " + join(held);
-        if (!holders.empty()) msg += "; " + holders;
-        if (!blocked.empty()) {
-            msg += "; " + join(blocked) + (blocked.size() == 1 ? " is" : " are") +
-                   " blocked by lines that cannot be parsed";
-        }
-        msg += ". Coordination file: " + opts.path + ".";
-        r.status = failure(StatusCode::kNotEnough, msg);
-        r.reclaimed.clear();
+    std::vector<std::string> reclaimed;
+    const std::vector<std::string> take = choose_take(h, amount - h.held.size(), rank_of, &reclaimed);
+    if (h.held.size() + take.size() < amount) {
+        r.status = shortage(opts, amount, host, left_out, owner, h);
         return r;
     }
-
-    const std::set<std::string> gone(r.reclaimed.begin(), r.reclaimed.end());
-    for (Line& l : lines) {
-        if (l.kind != LineKind::kEntry) continue;
-        for (const std::string& idx : gone) {
-            if (excludes(l.entry, idx)) l.keep = false;  // dead: a live one would have kept idx taken
-        }
-    }
-    const bool for_self = owner == live.self();
-    r.status = write_lines(&file, text, &lines, &leases, new_holder(owner, owner_info, live.ns()), for_self,
+    drop_reclaimed(&lines, reclaimed);
+    r.status = write_lines(&file, text, &lines, &leases, new_holder(owner, owner_info, live.ns()), owner == live.self(),
                            LineTerms(), take, &r.lease_problem);
-    if (!r.status.ok()) {
-        r.reclaimed.clear();
-        return r;
-    }
+    if (!r.status.ok()) return r;
     r.added = take;
-    r.indices = held;
+    r.reclaimed = std::move(reclaimed);
+    r.indices = h.held;
     r.indices.insert(r.indices.end(), take.begin(), take.end());
     sort_indices(&r.indices);
     sort_indices(&r.added);
