@@ -37,17 +37,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from flink_gpu.deploy.local_cluster import START_TIMEOUT_S, LocalCluster, LocalClusterError, flink_home, gpu_resource
+from flink_gpu.deploy.taskmanager_env import discovery_executable, taskmanager_environment
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "gpu_inference_job.py"
@@ -55,10 +54,7 @@ OPERATOR = "infer"  # gpu_inference_job.OPERATOR
 # per GPU: README, "GPU gauges"; memoryLimit because each slot asks MEMORY of its GPU
 GAUGES = ("utilization", "memoryUsed", "temperature", "power", "health", "memoryLimit")
 MEMORY = "4 gb"  # gpu_inference_job.py --memory
-# The upper bound of each wait for the cluster (--start-timeout; a wait ends as soon as what it waits
-# for is there): a JVM that starts in 5 s on an idle machine takes a minute or more on two loaded cores.
-START_TIMEOUT_S = 300
-STOP_TIMEOUT_S = 120
+BINDINGS_LOG = "bindings.jsonl"  # gpu_inference_job.py --bindings-log, in the work directory
 
 
 class Interrupted(BaseException):
@@ -93,357 +89,50 @@ def say_while_stopping(*parts: object) -> None:
         pass  # nobody reads any more; stopping goes on
 
 
-def flink_home(given: "str | None") -> Path:
-    if given:
-        home = Path(given).resolve()
-    else:
-        try:
-            import pyflink
-        except ImportError:
-            sys.exit("This example needs a Flink distribution: pip install apache-flink")
-        home = Path(pyflink.__file__).resolve().parent
-    if not (home / "bin" / "start-cluster.sh").is_file():
-        sys.exit(f"{home} has no bin/start-cluster.sh: pip install apache-flink (with apache-flink-libraries)")
-    if shutil.which("java") is None:
-        sys.exit("This example needs Java 11 or later on PATH (Flink runs on the JVM).")
-    return home
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def write_configuration(home: Path, work: Path, gpus_per_taskmanager: int, slots: int, ports: "dict[str, int]") -> Path:
-    """conf/: the distribution's config.yaml flattened, with the GPU resource; log4j files; masters, workers."""
-    from flink_gpu import Configuration
-    from flink_gpu.deploy.taskmanager_env import discovery_executable
-
+def start_cluster(home: Path, work: Path, gpus: int, slots: int, start_timeout: float) -> LocalCluster:
+    """Steps 1-3: the configuration with the GPU resource (``slots`` GPUs per TaskManager), lib/, the
+    TaskManager's environment (``flink-gpu --simulate N taskmanager-env``); the cluster is not started yet."""
     discovery = discovery_executable()
     if discovery is None:
         sys.exit("flink-gpu-discovery is not installed beside this Python (pip install flink-gpu).")
-    conf = Configuration.from_yaml(home / "conf" / "config.yaml").to_dict()
-    conf.update(
-        {
-            **ports,
-            "taskmanager.numberOfTaskSlots": slots,
-            "taskmanager.memory.process.size": "1536m",
-            "jobmanager.memory.process.size": "1024m",
-            "metrics.fetcher.update-interval": 1000,  # REST shows new metric values after at most 1 s
-            "external-resources": "gpu",
-            "external-resource.gpu.amount": gpus_per_taskmanager,
-            "external-resource.gpu.driver-factory.class": "org.apache.flink.externalresource.gpu.GPUDriverFactory",
-            "external-resource.gpu.param.discovery-script.path": discovery,
-            "external-resource.gpu.param.discovery-script.args": (
-                f"--enable-coordination-mode --coordination-file {work / 'gpu-coordination'}"
-            ),
-        }
+    conf = {"taskmanager.numberOfTaskSlots": slots, **gpu_resource(slots, work / "gpu-coordination", discovery)}
+    return LocalCluster(home, work, conf, env=taskmanager_environment(devices=gpus), start_timeout=start_timeout)
+
+
+def bring_up(cluster: LocalCluster, slots: int) -> None:
+    say(f"== bin/start-cluster.sh (FLINK_CONF_DIR={cluster.conf_dir})")
+    cluster.start()
+    (taskmanager, *_) = cluster.wait_for_free_slots(slots, what="the cluster to come up")
+    say(
+        f"   TaskManager {taskmanager['id']} registered, {taskmanager['slotsNumber']} slots "
+        f"({taskmanager['freeSlots']} free); JobManager RPC port {cluster.rpc_port}, "
+        f"web UI http://localhost:{cluster.rest_port}"
     )
-    conf_dir = work / "conf"
-    conf_dir.mkdir(parents=True)
-    with open(conf_dir / "config.yaml", "w") as f:
-        for key, value in sorted(conf.items()):
-            f.write(f"{key}: {json.dumps(str(value))}\n")  # a JSON string is a YAML string
-    for pattern in ("log4j*.properties", "logback*.xml"):
-        for source in (home / "conf").glob(pattern):
-            shutil.copy(source, conf_dir / source.name)
-    (conf_dir / "masters").write_text(f"localhost:{ports['rest.port']}\n")  # start-cluster.sh passes this port on
-    (conf_dir / "workers").write_text("localhost\n")
-    return conf_dir
 
 
-def lib_dir(home: Path, work: Path) -> Path:
-    """lib's jars, and opt's flink-python unless lib has one already (as docs/flink-cluster.md advises)."""
-    lib = work / "lib"
-    lib.mkdir()
-    jars = sorted((home / "lib").glob("*.jar"))
-    if not any(jar.name.startswith("flink-python") for jar in jars):
-        jars += sorted((home / "opt").glob("flink-python*.jar"))
-    for jar in jars:
-        (lib / jar.name).symlink_to(jar)
-    return lib
-
-
-class Cluster:
-    def __init__(self, home: Path, work: Path, gpus: int, gpus_per_taskmanager: int, slots: int, start_timeout: float):
-        from flink_gpu.deploy.taskmanager_env import taskmanager_environment
-
-        self.home, self.work, self.slots, self.start_timeout = home, work, slots, start_timeout
-        self.rest_port, self.rpc_port = free_port(), free_port()
-        ports = {"rest.port": self.rest_port, "jobmanager.rpc.port": self.rpc_port}
-        self.conf_dir = write_configuration(home, work, gpus_per_taskmanager, slots, ports)
-        self.coordination_file = work / "gpu-coordination"
-        self.bindings_log = work / "bindings.jsonl"  # gpu_inference_job.py --bindings-log
-        self.log_dir = work / "log"
-        self.log_dir.mkdir(exist_ok=True)  # flink-daemon.sh writes into it but does not create it
-        # what `eval "$(flink-gpu --simulate N taskmanager-env)"` would export in a shell
-        self.env = {
-            **os.environ,
-            **taskmanager_environment(devices=gpus),
-            "FLINK_HOME": str(home),
-            "FLINK_CONF_DIR": str(self.conf_dir),
-            "FLINK_LOG_DIR": str(self.log_dir),
-            "FLINK_PID_DIR": str(work),
-            "FLINK_LIB_DIR": str(lib_dir(home, work)),
-        }
-        self.started = False
-        self.groups: "set[int]" = set()  # the process groups of the bin/ scripts run
-
-    def bin(self, script: str, *args: str, timeout: "float | None" = None, check: bool = True):
-        """Runs a script of bin/ in a process group of its own: what it starts in the background (the
-        JVMs) stays in that group, which :meth:`pids` finds even when the script was cut short."""
-        with subprocess.Popen(
-            [str(self.home / "bin" / script), *args],
-            env=self.env,
-            cwd=self.work,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # nor does Ctrl-C in a terminal reach it: stop() ends it
-        ) as proc:
-            self.groups.add(proc.pid)
-            try:
-                stdout, stderr = proc.communicate(timeout=self.start_timeout if timeout is None else timeout)
-            except BaseException:  # a timeout, Ctrl-C, SIGTERM: the script ends here, stop() does the rest
-                proc.kill()
-                proc.wait()
-                raise
-        if check and proc.returncode != 0:
-            raise RuntimeError(
-                f"bin/{script} {' '.join(args)} exited with {proc.returncode}:\n{stdout[-3000:]}\n{stderr[-3000:]}"
-            )
-        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-
-    def rest(self, path: str, method: str = "GET"):
-        request = urllib.request.Request(f"http://localhost:{self.rest_port}{path}", method=method)
-        with urllib.request.urlopen(request, timeout=30) as response:
-            body = response.read().decode()
-        return json.loads(body) if body else None
-
-    def start(self) -> None:
-        say(f"== bin/start-cluster.sh (FLINK_CONF_DIR={self.conf_dir})")
-        self.started = True  # from here on, stop() looks for its processes
-        self.bin("start-cluster.sh")
-        taskmanager = self.wait_for_free_slots(self.slots, what="the cluster to come up")
-        say(
-            f"   TaskManager {taskmanager['id']} registered, {taskmanager['slotsNumber']} slots "
-            f"({taskmanager['freeSlots']} free); JobManager RPC port {self.rpc_port}, "
-            f"web UI http://localhost:{self.rest_port}"
-        )
-
-    def wait_for_free_slots(self, slots: int, what: str, timeout: "float | None" = None) -> dict:
-        """The TaskManager once it has registered ``slots`` free slots (a TaskManager is listed before
-        its slots are reported, and a finished job's slots are freed a moment after it ends). A JVM
-        of the cluster that exits ends the wait at once; the wait's bound says what was seen last."""
-        timeout = self.start_timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        seen = "the REST API did not answer"
-        while True:
-            self.check_daemons(f"{what} ({slots} free slots)", seen)
-            try:
-                taskmanagers = self.rest("/taskmanagers")["taskmanagers"]
-                if not taskmanagers:
-                    seen = "the JobManager answered, no TaskManager had registered"
-                for taskmanager in taskmanagers:
-                    if taskmanager.get("freeSlots", 0) >= slots:
-                        return taskmanager
-                    seen = (
-                        f"TaskManager {taskmanager['id']} had registered {taskmanager.get('slotsNumber', 0)} "
-                        f"slots, {taskmanager.get('freeSlots', 0)} of them free"
-                    )
-            except (urllib.error.URLError, OSError, ValueError) as error:
-                seen = f"the REST API on port {self.rest_port} did not answer ({error})"
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"Waited {timeout:.0f} s for {what} ({slots} free slots); at the end {seen}.\n{self.log_tail()}"
-                )
-            time.sleep(0.5)
-
-    def check_daemons(self, what: str, seen: str) -> None:
-        """Ends a wait at once, saying why, when a JVM of the cluster has exited (nothing would come)."""
-        exited = [f"{role} (pid {pid})" for role, pid in self.daemons() if not _alive(pid)]
-        if exited:
-            raise RuntimeError(
-                f"While waiting for {what}, the {' and the '.join(exited)} of the cluster exited; "
-                f"at that time {seen}.\n{self.log_tail()}"
-            )
-
-    def daemons(self) -> "list[tuple[str, int]]":
-        """(role, pid) of each JVM that start-cluster.sh started, from Flink's pid files
-        (``flink-<user>-<role>.pid``, written as each is launched)."""
-        found = []
-        for pid_file in sorted(self.work.glob("flink-*.pid")):
-            role = pid_file.stem.rsplit("-", 1)[-1]  # standalonesession, taskexecutor
-            found += [
-                (
-                    "JobManager" if role == "standalonesession" else "TaskManager" if role == "taskexecutor" else role,
-                    int(line),
-                )
-                for line in pid_file.read_text().split()
-                if line.isdigit()
-            ]
-        return found
-
-    def pids(self) -> "list[int]":
-        """The live processes of the cluster: those of Flink's pid files, every JVM whose command line
-        names this work directory (its conf or log dir), and what is left in the process groups of
-        the bin/ scripts (a JVM whose pid file an interrupted start-cluster.sh had not written yet,
-        the scripts themselves, process-mode Python workers)."""
-        found = {pid for _, pid in self.daemons()}
-        marker = str(self.work).encode()
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    group = int(f.read().rsplit(")", 1)[1].split()[2])
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    cmdline = f.read()
-            except (OSError, ValueError, IndexError):
-                continue
-            if group in self.groups or (marker in cmdline and _is_jvm(int(entry))):
-                found.add(int(entry))
-        return sorted(pid for pid in found if _alive(pid))
-
-    def stop(self) -> None:
-        if not self.started:
-            return
-        pids = set(self.pids())
-        jvms = {pid for pid in pids if _is_jvm(pid)}  # what "stopped:" names
-        say_while_stopping("== bin/stop-cluster.sh")
-        try:
-            self.bin("stop-cluster.sh", check=False, timeout=STOP_TIMEOUT_S)
-        except (subprocess.TimeoutExpired, OSError) as error:
-            say_while_stopping(f"   bin/stop-cluster.sh did not finish ({error}); killing the JVMs")
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while True:
-            found = self.pids()
-            jvms.update(pid for pid in found if pid not in pids and _is_jvm(pid))
-            pids.update(found)
-            left = [pid for pid in pids if _alive(pid)]
-            if not left:
-                break
-            if time.monotonic() > deadline:
-                for pid in left:  # SIGKILL cannot be refused: they end at once
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-            time.sleep(0.2)
-        say_while_stopping(f"   stopped: {', '.join(f'pid {pid}' for pid in sorted(jvms)) or 'nothing was running'}")
-
-    def log_tail(self, lines: int = 80) -> str:
-        parts = []
-        for path in sorted(self.log_dir.glob("*")):
-            text = path.read_text(errors="replace").splitlines()
-            parts.append(
-                f"--- {path} (last {min(lines, len(text))} of {len(text)} lines) ---\n" + "\n".join(text[-lines:])
-            )
-        return "\n".join(parts) or f"(no log in {self.log_dir})"
-
-    # -- a job ----------------------------------------------------------------------------------
-
-    def run_job(self, mode: str, parallelism: int, seconds: float) -> None:
-        self.wait_for_free_slots(parallelism, what=f"the slots of the {mode}-mode job")
-        say(f"\n== flink run -d -py {JOB.name} --mode {mode} --parallelism {parallelism}")
-        proc = self.bin(
-            "flink",
-            "run",
-            "-d",
-            "-pyclientexec",
-            sys.executable,
-            "-pyexec",
-            sys.executable,
-            "-py",
-            str(JOB),
-            "--mode",
-            mode,
-            "--parallelism",
-            str(parallelism),
-            "--seconds",
-            str(seconds),
-            "--memory",
-            MEMORY,
-            "--bindings-log",
-            str(self.bindings_log),
-        )
-        found = re.search(r"JobID ([0-9a-f]{32})", proc.stdout)
-        if found is None:
-            raise RuntimeError(f"flink run printed no job id:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        job_id = found.group(1)
-        gauges = self.wait_for_gauges(job_id, parallelism, timeout=seconds + self.start_timeout)
-        for subtask, values in sorted(gauges.items()):
-            say(f"   subtask {subtask}: " + ", ".join(f"{name} {value}" for name, value in sorted(values.items())))
-        # `flink-gpu list` finds the coordination file through FLINK_CONF_DIR, as in a shell set up for the cluster
-        say("   flink-gpu list (the bindings section):")
-        listing = subprocess.run(
-            [sys.executable, "-m", "flink_gpu.cli", "list"], env=self.env, capture_output=True, text=True, timeout=120
-        )
-        bindings = listing.stdout.split("Bindings", 1)
-        say("     Bindings" + bindings[1].rstrip().replace("\n", "\n     ") if len(bindings) > 1 else listing.stdout)
-        state = self.wait_for_end(job_id, timeout=seconds + self.start_timeout)
-        say(f"   job {job_id}: {state}")
-        if state != "FINISHED":
-            raise RuntimeError(f"The {mode}-mode job ended {state}:\n{self.job_failure(job_id)}")
-
-    def wait_for_gauges(self, job_id: str, parallelism: int, timeout: float) -> "dict[int, dict[str, str]]":
-        """Per subtask, its "<operator>.gpu.<index>.<gauge>" values, once every subtask has all of GAUGES."""
-        deadline = time.monotonic() + timeout
-        found: "dict[int, dict[str, str]]" = {}
-        while time.monotonic() < deadline:
-            self.check_daemons(f"the gauges of job {job_id}", f"the gauges of {len(found)} subtasks had shown")
-            state = self.rest(f"/jobs/{job_id}/status")["status"]
-            if state in ("FAILED", "CANCELED", "FINISHED"):
-                raise RuntimeError(
-                    f"The job ended {state} before its gauges showed in REST:\n{self.job_failure(job_id)}"
-                )
-            vertices = [v for v in self.rest(f"/jobs/{job_id}")["vertices"] if OPERATOR in v["name"].split(" -> ")]
-            for vertex in vertices:
-                for subtask in range(parallelism):
-                    base = f"/jobs/{job_id}/vertices/{vertex['id']}/subtasks/{subtask}/metrics"
-                    ids = [m["id"] for m in self.rest(base) if ".gpu." in m["id"]]
-                    if ids:
-                        values = self.rest(f"{base}?get={','.join(ids)}")
-                        found[subtask] = {entry["id"]: entry["value"] for entry in values}
-            if len(found) == parallelism and all(len(values) == len(GAUGES) for values in found.values()):
-                return found
-            time.sleep(1)
-        raise TimeoutError(
-            f"The gauges of {parallelism} subtasks did not show in REST within {timeout:.0f} s (got {found})."
-        )
-
-    def wait_for_end(self, job_id: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.check_daemons(f"the end of job {job_id}", "it was running")
-            state = self.rest(f"/jobs/{job_id}/status")["status"]
-            if state in ("FINISHED", "FAILED", "CANCELED"):
-                return state
-            time.sleep(0.5)
-        raise TimeoutError(f"Job {job_id} did not end within {timeout:.0f} s.")
-
-    def job_failure(self, job_id: str, timeout: float = 60) -> str:
-        """The failed job's first exception (the JobManager records it a moment after the job ends)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            entries = self.rest(f"/jobs/{job_id}/exceptions").get("exceptionHistory", {}).get("entries", [])
-            if entries:
-                return entries[0].get("stacktrace", "")
-            if time.monotonic() > deadline:
-                return f"(the JobManager recorded no exception within {timeout:.0f} s)\n{self.log_tail()}"
-            time.sleep(0.5)
-
-    def log_lines(self, pattern: str) -> "list[str]":
-        """The lines of the TaskManager's log files (.log, and .out where thread mode's Python
-        writes) that match ``pattern``."""
-        lines = []
-        for path in sorted(self.log_dir.glob("*taskexecutor*")):
-            lines += [
-                line.strip() for line in path.read_text(errors="replace").splitlines() if re.search(pattern, line)
-            ]
-        return lines
+def run_job(cluster: LocalCluster, mode: str, parallelism: int, seconds: float) -> None:
+    """Step 4: the job in ``mode``; while it runs, its gauges from REST and the bindings from flink-gpu list."""
+    cluster.wait_for_free_slots(parallelism, what=f"the slots of the {mode}-mode job")
+    say(f"\n== flink run -d -py {JOB.name} --mode {mode} --parallelism {parallelism}")
+    job_id = cluster.submit_python_job(
+        JOB,
+        ["--mode", mode, "--parallelism", str(parallelism), "--seconds", str(seconds), "--memory", MEMORY]
+        + ["--bindings-log", str(cluster.work / BINDINGS_LOG)],
+    )
+    gauges = cluster.gpu_gauges(job_id, OPERATOR, parallelism, len(GAUGES), timeout=seconds + cluster.start_timeout)
+    for subtask, values in sorted(gauges.items()):
+        say(f"   subtask {subtask}: " + ", ".join(f"{name} {value}" for name, value in sorted(values.items())))
+    # `flink-gpu list` finds the coordination file through FLINK_CONF_DIR, as in a shell set up for the cluster
+    say("   flink-gpu list (the bindings section):")
+    listing = subprocess.run(
+        [sys.executable, "-m", "flink_gpu.cli", "list"], env=cluster.env, capture_output=True, text=True, timeout=120
+    )
+    bindings = listing.stdout.split("Bindings", 1)
+    say("     Bindings" + bindings[1].rstrip().replace("\n", "\n     ") if len(bindings) > 1 else listing.stdout)
+    state = cluster.wait_for_job_end(job_id, timeout=seconds + cluster.start_timeout)
+    say(f"   job {job_id}: {state}")
+    if state != "FINISHED":
+        raise RuntimeError(f"The {mode}-mode job ended {state}:\n{cluster.job_failure(job_id)}")
 
 
 def binding_timeline(path: Path) -> "list[str]":
@@ -459,26 +148,12 @@ def binding_timeline(path: Path) -> "list[str]":
     ]
 
 
-def _is_jvm(pid: int) -> bool:
-    try:
-        return os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "java"
-    except OSError:
-        return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie (exited, not yet reaped) counts as gone
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+def stop(cluster: LocalCluster) -> None:
+    """Step 5: bin/stop-cluster.sh, then whatever of the cluster is left, killed by pid."""
+    if not cluster.stops:
+        return
+    jvms = cluster.stop(say=say_while_stopping)
+    say_while_stopping(f"   stopped: {', '.join(f'pid {pid}' for pid in jvms) or 'nothing was running'}")
 
 
 def main(argv: "list[str] | None" = None) -> int:
@@ -506,7 +181,10 @@ def main(argv: "list[str] | None" = None) -> int:
         help="the Flink distribution (default: $FLINK_HOME, else the one in the apache-flink package)",
     )
     args = parser.parse_args(argv)
-    home = flink_home(args.flink_home)
+    try:
+        home = flink_home(args.flink_home)
+    except LocalClusterError as error:
+        sys.exit(str(error))
     # SIGTERM and SIGHUP unwind like Ctrl-C, through the `finally` that stops the cluster
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupted)
@@ -515,12 +193,10 @@ def main(argv: "list[str] | None" = None) -> int:
     status = 0
     try:
         work.mkdir(parents=True, exist_ok=True)
-        cluster = Cluster(
-            home, work, args.gpus, gpus_per_taskmanager=args.slots, slots=args.slots, start_timeout=args.start_timeout
-        )
-        cluster.start()
+        cluster = start_cluster(home, work, args.gpus, args.slots, args.start_timeout)
+        bring_up(cluster, args.slots)
         for mode in args.modes.split(","):
-            cluster.run_job(mode, parallelism=args.slots, seconds=args.seconds)
+            run_job(cluster, mode, parallelism=args.slots, seconds=args.seconds)
         say("\n== the TaskManager's log: one line per binding")
         for line in cluster.log_lines(r"Bound .* to .* of the TaskManager"):
             say(f"   {line}")
@@ -528,7 +204,7 @@ def main(argv: "list[str] | None" = None) -> int:
             "\n== when each GPU was bound and released (a binding ends at close(); the next subtask binds the\n"
             "   GPU again: the same GPU under another holder, later, is reuse, not sharing)"
         )
-        for line in binding_timeline(cluster.bindings_log):
+        for line in binding_timeline(cluster.work / BINDINGS_LOG):
             say(f"   {line}")
     except (RuntimeError, TimeoutError, OSError) as error:
         if isinstance(error, BrokenPipeError):
@@ -550,7 +226,7 @@ def main(argv: "list[str] | None" = None) -> int:
         if status > 128:
             say_while_stopping(f"\nrun_local_cluster: {signal.Signals(status - 128).name}: stopping the cluster")
         if cluster is not None:
-            cluster.stop()
+            stop(cluster)
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
         else:

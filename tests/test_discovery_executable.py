@@ -17,6 +17,7 @@ from support.faults import child_env, holders, line_of
 from support.files import make_odd_path
 from support.interop import fake_nvidia_smi, stock_env
 from support.simulated import NOT_HOST_PIDS, pids_are_hosts, wait_until_inside_a_hang
+from support.waiting import SOURCE as WAITING_SOURCE
 
 GPUS = 4
 
@@ -577,17 +578,13 @@ def test_the_executable_beyond_a_file_size_limit_says_what_the_file_holds(runner
 # handed to it (as to pid 1 or systemd on a host). The moments are made certain: the executable's stderr
 # is a full pipe, so that its first message, the busy GPU it leaves out after asking NVML and before
 # claiming, blocks; the lock is held by the launcher.
-ORPHANED_DISCOVERY = r"""
+ORPHANED_DISCOVERY = (
+    WAITING_SOURCE
+    + r"""
 import ctypes, fcntl, json, os, signal, sys, threading, time
 PR_SET_CHILD_SUBREAPER = 36
 assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 exe, path, when = sys.argv[1:4]
-deadline = time.monotonic() + 30
-
-def wait_until(condition):
-    while not condition():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
 
 def in_syscall(pid, *calls):  # the syscall a blocked process is in, by number (x86-64, aarch64)
     return open(f"/proc/{pid}/syscall").read().split()[0] in calls
@@ -617,7 +614,7 @@ if taskmanager == 0:
     os.write(pid_w, str(child).encode())
     # "before": once the executable is blocked writing to its stderr (it has started, read its parent
     # and asked NVML), the TaskManager dies; "during": the launcher kills it
-    wait_until(lambda: in_syscall(child, "1", "64"))  # write
+    wait_until(lambda: in_syscall(child, "1", "64"), "the executable blocks in write", 30)
     if when == "before":
         os._exit(0)
     time.sleep(600)
@@ -630,10 +627,11 @@ err = []
 drain = threading.Thread(target=lambda: err.append(b"".join(iter(lambda: os.read(err_r, 65536), b""))))
 if when == "during":
     drain.start()
-    wait_until(lambda: in_syscall(discovery, "230", "35", "73", "115", "101", "32"))  # polling the lock
+    wait_until(lambda: in_syscall(discovery, "230", "35", "73", "115", "101", "32"), "it polls the lock", 30)
     os.kill(taskmanager, signal.SIGKILL)
     os.waitpid(taskmanager, 0)
-wait_until(lambda: int(open(f"/proc/{discovery}/stat").read().rsplit(")", 1)[1].split()[1]) == os.getpid())
+wait_until(lambda: int(open(f"/proc/{discovery}/stat").read().rsplit(")", 1)[1].split()[1]) == os.getpid(),
+           "the executable is handed to the launcher", 30)
 nothing_yet = os.path.getsize(path) == 0
 if when == "during":
     fcntl.flock(lock, fcntl.LOCK_UN)
@@ -646,6 +644,7 @@ print(json.dumps({"rc": os.waitstatus_to_exitcode(status), "stdout": out.decode(
                   "stderr": err[0].lstrip(b"x").decode(), "taskmanager": taskmanager,
                   "nothing_yet": nothing_yet, "file": open(path).read()}))
 """
+)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/syscall"), reason="needs /proc/<pid>/syscall")
@@ -682,7 +681,9 @@ def test_a_discovery_whose_taskmanager_died_leaves_nothing_claimed_for_the_reape
 # ProcessBuilder in a JVM that leads its group); as a shell with job control does, the child leading a
 # group of its own in the TaskManager's session; or in a session of its own (setsid). The executable's
 # stdout is a pipe that another process (cat) reads, as the dead TaskManager did.
-ADOPTED_DISCOVERY = r"""
+ADOPTED_DISCOVERY = (
+    WAITING_SOURCE
+    + r"""
 import ctypes, json, os, subprocess, sys, time
 PR_SET_CHILD_SUBREAPER = 36
 assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
@@ -716,16 +717,15 @@ for fd in (out_w, gate_r, pid_w):
     os.close(fd)
 discovery = int(os.read(pid_r, 64))
 os.waitpid(taskmanager, 0)
-deadline = time.monotonic() + 30
-while int(open(f"/proc/{discovery}/stat").read().rsplit(")", 1)[1].split()[1]) != os.getpid():
-    assert time.monotonic() < deadline, "the TaskManager's child was never handed to the launcher"
-    time.sleep(0.01)
+wait_until(lambda: int(open(f"/proc/{discovery}/stat").read().rsplit(")", 1)[1].split()[1]) == os.getpid(),
+           "the TaskManager's child is handed to the launcher", 30)
 os.close(gate_w)
 _, status = os.waitpid(discovery, 0)
 reader.wait(30)
 print(json.dumps({"rc": os.waitstatus_to_exitcode(status), "launcher": os.getpid(),
                   "file": open(path).read() if os.path.exists(path) else ""}))
 """
+)
 
 
 @pytest.mark.parametrize("how", ["process group", "own group", "own session"])

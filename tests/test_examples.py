@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ import pytest
 from conftest import child_env
 from flink_gpu import binding
 from support.cli import cli
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.flink_cluster
 
@@ -156,18 +156,17 @@ class RunningExample:
         self.out = b""
 
     def wait_for(self, pattern, timeout=READY_TIMEOUT_S):
-        """The match of ``pattern`` in the output so far, once it shows (None if the example ended first)."""
-        deadline = time.monotonic() + timeout
-        while not re.search(pattern.encode(), self.out):
-            left = deadline - time.monotonic()
-            assert left > 0, f"no {pattern!r} within {timeout} s:\n{self.output()}"
-            ready, _, _ = select.select([self.proc.stdout], [], [], left)
-            if ready:
+        """The match of ``pattern`` in the output, once it shows (an AssertionError if the example ends first)."""
+
+        def shown():
+            if not re.search(pattern.encode(), self.out) and select.select([self.proc.stdout], [], [], 0.1)[0]:
                 chunk = os.read(self.proc.stdout.fileno(), 65536)
                 if not chunk:
                     raise AssertionError(f"the example ended before {pattern!r}:\n{self.output()}")
                 self.out += chunk
-        return re.search(pattern, self.out.decode())
+            return re.search(pattern, self.out.decode(errors="replace"))
+
+        return wait_until(shown, f"{pattern!r} shows in the example's output", timeout)
 
     def finish(self, timeout=RUN_TIMEOUT_S):
         """Its exit status, once it has ended (reading what it still prints)."""
@@ -281,20 +280,19 @@ def test_the_example_says_which_jvm_exited_when_its_taskmanager_dies_while_it_wa
     example = RunningExample(tmp_path, "--seconds", "60")
     try:
         work = Path(example.wait_for(r"FLINK_CONF_DIR=(\S+)/conf\)").group(1))
+
         # the TaskManager, as soon as it runs Java: flink-daemon.sh writes its pid file right after the fork,
         # and the forked shell opens the .out file (its stdout) only before its exec of java
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not (
-            taskmanagers := [
+        def taskmanager_runs_java():
+            assert example.proc.poll() is None, example.output()
+            return [
                 pid
                 for path in work.glob("flink-*-taskexecutor.pid")
                 for pid in jvm_pids_of(path)
                 if "TaskManagerRunner" in command_line(pid)
             ]
-        ):
-            assert time.monotonic() < deadline and example.proc.poll() is None, example.output()
-            time.sleep(0.05)
-        (taskmanager,) = taskmanagers
+
+        (taskmanager,) = wait_until(taskmanager_runs_java, "the TaskManager runs Java", READY_TIMEOUT_S)
         os.kill(taskmanager, signal.SIGKILL)
         assert example.finish() == 1, example.output()
     finally:

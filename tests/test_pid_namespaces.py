@@ -24,9 +24,13 @@ from support.files import small_tmpfs
 from support.interop import fake_nvidia_smi, stock_env
 from support.leases import lease_token, tokenless_lease_file
 from support.simulated import NOT_HOST_PIDS, pids_are_hosts
+from support.waiting import SOURCE as WAITING_SOURCE
+from support.waiting import wait_until
 
 # A worker that obeys one JSON command per stdin line and answers one JSON line.
-WORKER = r"""
+WORKER = (
+    WAITING_SOURCE
+    + r"""
 import json, os, queue, signal, sys, threading, time
 from flink_gpu import GPUInfo, coordination
 from flink_gpu.binding import bind
@@ -97,10 +101,9 @@ for line in sys.stdin:
             if child == 0:
                 os.close(gate_w)
                 os.read(gate_r, 1)
-                deadline = time.monotonic() + 30
-                while os.getppid() == parent and cmd["after"] == "die" and time.monotonic() < deadline:
-                    time.sleep(0.01)  # until the parent has died, not merely started to
                 try:
+                    if cmd["after"] == "die":  # until the parent has died, not merely started to
+                        wait_until(lambda: os.getppid() != parent, "the parent has died", 30)
                     got = bind([GPUInfo(i) for i in cmd["gpus"]], cmd["count"], path=cmd["bindings"])
                     got = {"bound": list(got.indices), "holder": got.holder, "pid": os.getpid()}
                 except Exception as error:
@@ -163,12 +166,12 @@ for line in sys.stdin:
         elif op == "orphan":  # that TaskManager SIGKILLed; its worker lives on, stopped (it cannot give its binding up)
             tm, worker = taskmanagers.pop(cmd["taskmanager"])
             os.kill(worker, signal.SIGSTOP)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
+
+            def stopped():
                 with open(f"/proc/{worker}/stat") as stat:
-                    if stat.read().rpartition(")")[2].split()[0] == "T":
-                        break
-                time.sleep(0.001)
+                    return stat.read().rpartition(")")[2].split()[0] == "T"
+
+            wait_until(stopped, f"pid {worker} has stopped", 10, 0.001)
             tm.kill()
             tm.wait()
             out = {"orphaned": worker}
@@ -179,6 +182,7 @@ for line in sys.stdin:
         out = {"error": f"{type(error).__name__}: {error}"}
     print(json.dumps(out), flush=True)
 """
+)
 
 
 def _skip_unless_unshare():
@@ -227,13 +231,16 @@ class NsWorker:
 
     def die(self, path):
         """SIGKILLs the worker itself (the namespace lives on while the shell above it does), and waits
-        until every entry of the file with a lease has it released (at most 10 s)."""
+        until every entry of the file in its namespace with a lease has it released (unless the lease
+        file was deleted: then nothing can show the release)."""
         assert self.ask(op="die") == {"dying": self.pid}
-        deadline = time.monotonic() + 10
-        while any(e.lease is not None and e.state != "lease released" for e in coordination.snapshot(path).entries):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
+
+        def released():
+            entries = coordination.snapshot(path).entries
+            ours = [e for e in entries if e.lease is not None and e.namespace == self.ns]
+            return not os.path.exists(f"{path}.lease") or all(e.state == "lease released" for e in ours)
+
+        wait_until(released, f"the leases of pid {self.pid} in namespace {self.ns} are released", 10)
 
     def close(self):
         if self.proc.poll() is None:
@@ -342,10 +349,11 @@ def test_a_holder_moves_only_its_own_lines_to_its_new_lease_never_those_of_pid_1
     assert a.claim(1, ["2"]) == {"taken": ["2"]}  # on a new lease: its old lease file is gone
     assert b_line in path.read_text().splitlines()
     a.close()  # the namespace ends, and with it A
-    deadline = time.monotonic() + 30
-    while {e.index: e.state for e in coordination.snapshot(path).entries}.get("2") != "lease released":
-        assert time.monotonic() < deadline, path.read_text()
-        time.sleep(0.01)
+    wait_until(
+        lambda: {e.index: e.state for e in coordination.snapshot(path).entries}.get("2") == "lease released",
+        f"A's GPU 2 is 'lease released' in {path.read_text()}",
+        30,
+    )
     with pytest.raises(FlinkException, match="Could not get enough GPU resources"):
         coordination.claim(1, ["1"], path=path)
     assert b_line in path.read_text().splitlines()
@@ -910,9 +918,8 @@ def test_two_containers_with_equal_pids_cannot_both_put_50_gib_on_one_80_gib_gpu
     refused = second.ask(op="bind_memory", share=2, memory="50 gb", bindings=bindings)
     assert "GPU 0 is bound by pid 1 (1 of at most 2), 50 GiB of its 80 GiB requested" in refused["error"], refused
     first.close()  # the container ends: its lease goes, and the request with it
-    deadline = time.monotonic() + 10  # the kernel drops the lease when pid 1 there has exited, a moment later
-    while any(e.alive for e in binding.snapshot(bindings).entries) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # the kernel drops the lease when pid 1 there has exited, a moment later
+    wait_until(lambda: not any(e.alive for e in binding.snapshot(bindings).entries), "the first's binding is dead", 10)
     again = second.ask(op="bind_memory", share=2, memory="50 gb", bindings=bindings)
     assert again.get("bound") == ["0"], again
 

@@ -13,7 +13,7 @@ thread and in process mode.
   (thread mode) the restarted job binds both GPUs again.
 
 What PyFlink 2.3 does underneath (threads, workers, slots, gauges) is written down in
-flink_e2e/gpu_job.py; how the REST API names metrics, in flink_e2e/cluster.py.
+flink_e2e/gpu_job.py; how the REST API names metrics, in flink_gpu/deploy/local_cluster.py.
 
 Needs ``pip install apache-flink==2.3.0`` and Java >= 11; takes two to three minutes. Deselect with
 ``-m 'not flink_cluster'``. (A local MiniCluster never calls external resource drivers, so nothing
@@ -33,7 +33,9 @@ from pathlib import Path
 import pytest
 
 from flink_gpu import binding, coordination, simulator
+from flink_gpu.deploy.local_cluster import LocalCluster, flink_home, gpu_resource
 from support.interop import find_discovery_executable
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.flink_cluster
 
@@ -41,7 +43,6 @@ pytest.importorskip("pyflink", reason="the cluster test needs apache-flink==2.3.
 if shutil.which("java") is None:
     pytest.skip("the cluster test needs Java >= 11 on PATH", allow_module_level=True)
 
-from flink_e2e.cluster import StandaloneCluster  # noqa: E402  (imports yaml, needs pyflink)
 
 JOB = Path(__file__).resolve().parent / "flink_e2e" / "gpu_job.py"
 OPERATOR = "bind-gpus"  # gpu_job.OPERATOR; its further operators are "bind-gpus-2", "bind-gpus-3"
@@ -64,39 +65,28 @@ def package_root() -> str:
     return str(Path(flink_gpu.__file__).resolve().parent.parent)
 
 
-def start_cluster(work: Path, slots: int, taskmanagers: dict[str, int]) -> StandaloneCluster:
+def start_cluster(work: Path, slots: int, taskmanagers: dict[str, int]) -> LocalCluster:
     """JobManager + one TaskManager per ``taskmanagers`` entry (name -> simulated GPUs on its host),
     each with ``slots`` slots and amount 2 of ``gpu``, discovered in coordination mode."""
     coordination_file = work / "gpu-coordination"
-    conf = {
-        "taskmanager.numberOfTaskSlots": slots,
-        "external-resources": "gpu",
-        "external-resource.gpu.amount": 2,
-        "external-resource.gpu.driver-factory.class": "org.apache.flink.externalresource.gpu.GPUDriverFactory",
-        "external-resource.gpu.param.discovery-script.path": find_discovery_executable(),
-        "external-resource.gpu.param.discovery-script.args": (
-            f"--enable-coordination-mode --coordination-file {coordination_file}"
-        ),
-    }
-    # CUDA_DEVICE_ORDER as docs/design.md §9.3 says to set it: thread mode's CUDA ordinals follow from NVML
-    specs = [
-        {
-            "env": {
-                **simulator.environment(devices=devices),
-                "FLINK_GPU_E2E_TASKMANAGER": name,
-                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                "PYTHONPATH": package_root(),
-            }
-        }
-        for name, devices in taskmanagers.items()
-    ]
-    flink = StandaloneCluster(work, conf, specs)
+    conf = {"taskmanager.numberOfTaskSlots": slots, **gpu_resource(2, coordination_file, find_discovery_executable())}
+    flink = LocalCluster(flink_home(), work, conf, start_timeout=240)
     flink.coordination_file = coordination_file
     flink.bindings_file = binding.bindings_path(coordination_file)
     flink.names = list(taskmanagers)
     flink.runs = {}  # (mode, what) -> JobRun: each job runs once for the tests that look at it
     try:
-        flink.start(timeout=240)
+        flink.start_jobmanager()
+        for name, devices in taskmanagers.items():
+            # CUDA_DEVICE_ORDER as docs/design.md §9.3 says to set it: thread mode's CUDA ordinals follow from NVML
+            env = {
+                **simulator.environment(devices=devices),
+                "FLINK_GPU_E2E_TASKMANAGER": name,
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                "PYTHONPATH": package_root(),
+            }
+            flink.start_taskmanager(name, env)
+        flink.wait_for_free_slots(slots, "the cluster to come up", taskmanagers=len(taskmanagers))
     except BaseException:
         flink.stop()
         raise
@@ -104,7 +94,7 @@ def start_cluster(work: Path, slots: int, taskmanagers: dict[str, int]) -> Stand
 
 
 def fail(cluster, message):
-    pytest.fail(f"{message}\n\nCluster logs (tails):\n{cluster.logs(80)}", pytrace=False)
+    pytest.fail(f"{message}\n\nCluster logs (tails):\n{cluster.log_tail(80)}", pytrace=False)
 
 
 @dataclass
@@ -139,7 +129,7 @@ def run_job(cluster, mode, parallelism, subtasks_per_gpu=1, groups=(None,), gaug
     key = (mode, parallelism, subtasks_per_gpu, tuple(groups), restart)
     if key in cluster.runs:
         return cluster.runs[key]
-    results = cluster.work_dir / f"results-{len(cluster.runs)}-{mode}"
+    results = cluster.work / f"results-{len(cluster.runs)}-{mode}"
     results.mkdir()
     release = results / "release"
     spec = {
@@ -173,7 +163,7 @@ def run_job(cluster, mode, parallelism, subtasks_per_gpu=1, groups=(None,), gaug
         run.bound_while_running = bound_now(cluster)
         release.touch()
         state = cluster.wait_for_job_end(job_id, timeout=180)
-        cluster.check_taskmanagers_alive()
+        cluster.check_daemons(f"the end of job {job_id}", f"it had ended {state}")
         if state != "FINISHED":
             raise RuntimeError(f"The job ended {state}:\n{cluster.job_failure(job_id)}")
         run.closed = wait_for_reports(cluster, job_id, results, "close", expected, attempt, timeout=30)
@@ -194,53 +184,63 @@ def bound_now(cluster) -> dict:
 
 def wait_for_reports(cluster, job_id, results, kind, expected, attempt, timeout) -> list:
     """The ``kind`` (open, close) reports of the subtasks' attempt ``attempt``, once all ``expected`` are there."""
-    deadline = time.monotonic() + timeout
-    while True:
+    seen = {"reports": [], "state": "not asked yet"}
+
+    def all_there():
         reports = [json.loads(path.read_text()) for path in sorted(results.glob(f"{kind}-*.json"))]
-        reports = [r for r in reports if r.get("attempt", 0) == attempt]
+        reports = seen["reports"] = [r for r in reports if r.get("attempt", 0) == attempt]
         if len(reports) >= expected:
             if len(reports) > expected:
                 raise RuntimeError(
                     f"{len(reports)} {kind}() reports of attempt {attempt}, expected {expected}: {reports}"
                 )
             return reports
-        state = cluster.job_state(job_id)
+        state = seen["state"] = cluster.job_state(job_id)
         if state in ("FAILED", "CANCELED", "FINISHED"):
             raise RuntimeError(
                 f"The job ended {state} with {len(reports)} of {expected} {kind}() reports of "
                 f"attempt {attempt}:\n{cluster.job_failure(job_id)}"
             )
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"{len(reports)} of {expected} {kind}() reports of attempt {attempt} after "
-                f"{timeout} s (job {state}): {reports}"
-            )
-        time.sleep(0.2)
+        return None
+
+    try:
+        return wait_until(all_there, f"{expected} {kind}() reports of attempt {attempt} are there", timeout, 0.2)
+    except AssertionError as error:  # the run's problem (run_job): what was there at the end
+        raise TimeoutError(f"{error} (job {seen['state']}): {seen['reports']}") from None
 
 
 def read_gauges(cluster, job_id, run, timeout):
     """Polls each subtask's REST metrics until the gauges of the GPU it bound are all there."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout  # one bound for all the subtasks' waits
     vertices = {}
     for report in run.opened:
         operator, subtask = subtask_of(report)
         if operator not in vertices:
             vertices[operator] = cluster.vertex(job_id, operator)["id"]
         wanted = [f"{operator}.gpu.{index}.{gauge}" for index in report["bound"] for gauge in GAUGE_RANGES]
-        while True:
-            values = cluster.subtask_metrics(job_id, vertices[operator], subtask, wanted)
-            if len(values) == len(wanted):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"Subtask {subtask} of {operator} shows {values} of the gauges {wanted} after {timeout} s"
-                )
-            time.sleep(0.5)
-        run.gauges[operator, subtask] = values
+        run.gauges[operator, subtask] = gauges_shown(
+            cluster, job_id, vertices[operator], (operator, subtask), wanted, deadline - time.monotonic()
+        )
         listed = cluster.rest(f"/jobs/{job_id}/vertices/{vertices[operator]}/subtasks/{subtask}/metrics")
         run.gauge_ids[operator, subtask] = sorted(
             entry["id"] for entry in listed if entry["id"].startswith(f"{operator}.gpu.")
         )
+
+
+def gauges_shown(cluster, job_id, vertex_id, key, wanted, limit):
+    """The values of the metric ids ``wanted`` of subtask ``key`` (operator, index), once REST shows them all."""
+    operator, subtask = key
+    shown = {}
+
+    def all_shown():
+        shown.clear()
+        shown.update(cluster.subtask_metrics(job_id, vertex_id, subtask, wanted))
+        return dict(shown) if len(shown) == len(wanted) else None
+
+    try:
+        return wait_until(all_shown, f"subtask {subtask} of {operator} shows the gauges {wanted}", max(limit, 0), 0.5)
+    except AssertionError as error:
+        raise TimeoutError(f"{error}; it shows {shown}") from None
 
 
 def usable(cluster, run, *, binds=True):
@@ -328,7 +328,7 @@ class TestTwoTaskManagers:
         check(cluster, run, lambda: self.check_infos(cluster, run))
 
     def check_infos(self, cluster, run):
-        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers, strict=True)}
+        jvm_pid = {name: cluster.taskmanager_pid(name) for name in cluster.names}
         by_jvm = coordination_sets(cluster)  # what discovery recorded: two GPUs per JVM, none shared
         assert len(run.opened) == self.PARALLELISM
         seen = {}
@@ -362,7 +362,7 @@ class TestTwoTaskManagers:
         check(cluster, run, lambda: self.check_bindings(cluster, run))
 
     def check_bindings(self, cluster, run):
-        jvm_pid = {name: tm.pid for name, tm in zip(cluster.names, cluster.taskmanagers, strict=True)}
+        jvm_pid = {name: cluster.taskmanager_pid(name) for name in cluster.names}
         by_jvm = coordination_sets(cluster)
         bound = [report["bound"][0] for report in run.opened]
         assert len(set(bound)) == self.PARALLELISM, f"the four subtasks bound {bound}: not distinct"
@@ -431,7 +431,7 @@ class TestOneTaskManagerSharingTwoGpus:
         check(cluster, run, lambda: self.check_shared(cluster, run))
 
     def check_shared(self, cluster, run):
-        jvm_pid = cluster.taskmanagers[0].pid
+        jvm_pid = cluster.taskmanager_pid("tm1")
         assert Counter(r["bound"][0] for r in run.opened) == {"0": 2, "1": 2}
         for report in run.opened:
             check_binding_report(run, report, jvm_pid)
@@ -465,7 +465,7 @@ class TestOneTaskManagerSharingTwoGpus:
         assert sorted(first["bound"] + other["bound"]) == ["0", "1"], "bind_gpus should not"
         assert holder_of(run, first) != holder_of(run, other)
         for report in run.opened:
-            check_binding_report(run, report, cluster.taskmanagers[0].pid)
+            check_binding_report(run, report, cluster.taskmanager_pid("tm1"))
 
     @pytest.mark.parametrize("mode", MODES)
     def test_operators_of_one_slot_share_its_binding(self, cluster, mode):
@@ -482,7 +482,7 @@ class TestOneTaskManagerSharingTwoGpus:
         assert same_slot["bound"] == first["bound"]
         if run.mode == "thread":
             assert same_slot["thread"] != first["thread"]
-        assert run.bound_while_running == {(cluster.taskmanagers[0].pid, None): holders_of(run, run.opened)}
+        assert run.bound_while_running == {(cluster.taskmanager_pid("tm1"), None): holders_of(run, run.opened)}
         assert len(holders_of(run, run.opened)) == 2
         assert run.bound_after == {}, run.bound_after
 
@@ -495,7 +495,7 @@ class TestOneTaskManagerSharingTwoGpus:
         check(cluster, run, lambda: self.check_restarted(cluster, run))
 
     def check_restarted(self, cluster, run):
-        jvm_pid = cluster.taskmanagers[0].pid
+        jvm_pid = cluster.taskmanager_pid("tm1")
         for attempt, reports in enumerate((run.first_attempt, run.opened)):
             assert sorted(r["bound"][0] for r in reports) == ["0", "1"], f"attempt {attempt}: {reports}"
             assert all(r["attempt"] == attempt for r in reports)

@@ -14,6 +14,7 @@ from conftest import child_env, run_python, simulated_env
 from flink_gpu import simulator
 from flink_gpu.base.regular_files import MAX_FILE_SIZE
 from support.faults import _odd_path
+from support.waiting import SOURCE as WAITING_SOURCE
 
 
 def discover(discovery_exe, **env):
@@ -104,7 +105,9 @@ def test_a_mig_instance_has_no_live_readings_to_pin():
 
 # --- the driver model: latency, the driver lock, hanging queries, persistence mode, counters -----
 
-NVML_CHILD = """
+NVML_CHILD = (
+    WAITING_SOURCE
+    + """
 import ctypes, json, os, sys, threading
 from flink_gpu import simulator
 nvml = ctypes.CDLL(os.environ["FLINK_GPU_NVML_LIBRARY"])
@@ -128,10 +131,10 @@ def held():
 
 def wait_for_call(function, device):
     # the call has entered the driver once the simulator counted it
-    entered = threading.Event()
-    while simulator.counters()["calls"].get(function, {}).get(device, 0) == 0:
-        entered.wait(0.001)
+    wait_until(lambda: simulator.counters()["calls"].get(function, {}).get(device, 0) > 0,
+               f"{function} of GPU {device} has entered the driver", 60, 0.001)
 """
+)
 
 
 def run_nvml_child(code, spec, **kwargs):

@@ -17,6 +17,7 @@ from flink_gpu import GPUInfo, NotEnoughGpusError, binding
 from flink_gpu.binding import BindingError, bind
 from support.orphans import TASKMANAGER, orphaned_worker, read_until
 from support.orphans import stop as stop_process
+from support.waiting import SOURCE as WAITING_SOURCE
 from support.waiting import wait_until
 
 
@@ -1088,6 +1089,7 @@ import json, time
 from flink_gpu import GPUInfo, simulator
 from flink_gpu.binding import bind
 from flink_gpu.nvml import sample_metrics_now, sampled_metrics
+{WAITING_SOURCE}
 {EMBEDDED_GROUP}
 first, second = EmbeddedMetricGroup(), EmbeddedMetricGroup()
 a = bind([GPUInfo("0")], 1, path={path!r})
@@ -1098,9 +1100,7 @@ with simulator.hanging({stuck!r}):
     b.register_metrics(second)  # GPU 1's first sample is stuck in its power query
 # GPU 1's first sample comes: a read the sampler waited its margin for may still be late on a loaded
 # machine, and the one after it is not
-deadline = time.monotonic() + 10
-while sample_metrics_now() and sampled_metrics("1").health == 3 and time.monotonic() < deadline:
-    pass
+wait_until(lambda: not sample_metrics_now() or sampled_metrics("1").health != 3, "GPU 1's first sample has come", 10)
 b.update_metrics()  # within a second of the registration's push, but GPU 1's first sample has come
 print(json.dumps(second.groups[0].values))
 """,
@@ -1215,7 +1215,9 @@ def test_a_bindings_path_whose_real_path_changed_binds_alive_in_the_new_file(tmp
 
 # A slot's thread binds and ends without release() (its end frees the slot); then the kernel gives a new
 # thread the same id (ns_last_pid: its tid reuse, made to happen at once). Each test adds what happens then.
-TID_REUSE_SETUP = """
+TID_REUSE_SETUP = (
+    WAITING_SOURCE
+    + """
 import json, os, sys, threading, time
 from flink_gpu import GPUInfo, binding
 from flink_gpu.binding import bind
@@ -1225,9 +1227,7 @@ handles = []
 first = threading.Thread(target=lambda: handles.append(bind(gpus, slot="s", taskmanager_pid=os.getpid(), path=path)))
 first.start()
 first.join()
-deadline = time.monotonic() + 10
-while os.path.exists(f"/proc/self/task/{first.native_id}") and time.monotonic() < deadline:
-    time.sleep(0.01)
+wait_until(lambda: not os.path.exists(f"/proc/self/task/{first.native_id}"), "the first thread has ended", 10)
 try:
     with open("/proc/sys/kernel/ns_last_pid", "w") as f:
         f.write(str(first.native_id - 1))
@@ -1239,6 +1239,7 @@ except OSError as error:
 time.sleep(0.05)
 out, bound, done = {}, threading.Event(), threading.Event()
 """
+)
 
 
 def with_reused_thread_id(then, path):
@@ -1287,8 +1288,7 @@ def test_a_thread_reusing_an_ended_binders_id_frees_its_binding_on_release(path)
             done.wait(30)
         t = threading.Thread(target=second)
         t.start()
-        while "bound_after_release" not in out and t.is_alive():
-            time.sleep(0.01)
+        wait_until(lambda: "bound_after_release" in out or not t.is_alive(), "the second thread has released", 30)
         done.set()
         t.join()
         print(json.dumps(out))
@@ -1387,7 +1387,9 @@ def test_a_forked_child_binds_as_a_holder_of_its_own_once_its_parent_released(pa
 
 
 # A holder forks a child and is SIGKILLed; the child, handed to a reaper, binds once its parent is gone.
-ORPHANED_CHILD = r"""
+ORPHANED_CHILD = (
+    WAITING_SOURCE
+    + r"""
 import json, os, signal, sys, time
 from flink_gpu import GPUInfo, binding
 from flink_gpu.binding import bind
@@ -1398,10 +1400,8 @@ me = os.getpid()
 if os.fork() == 0:
     # gone once its lease is free: the child is handed to the reaper as the parent's first thread ends,
     # while another of its threads (NVML's worker) may still hold its files, the lease among them
-    deadline = time.monotonic() + 30
-    while os.getppid() == me or any(e.alive and e.pid == me for e in binding.snapshot(path).entries):
-        assert time.monotonic() < deadline, "the parent was not killed"
-        time.sleep(0.01)
+    wait_until(lambda: os.getppid() != me and not any(e.alive and e.pid == me for e in binding.snapshot(path).entries),
+               "the parent was killed", 30)
     try:
         own = bind(gpus, path=path)
         print(json.dumps({"pid": os.getpid(), "parent": me, "bound": list(own.indices), "holder": own.holder}))
@@ -1410,6 +1410,7 @@ if os.fork() == 0:
     os._exit(0)
 os.kill(me, signal.SIGKILL)
 """
+)
 
 
 def test_a_forked_child_whose_parent_died_binds_as_a_holder_of_its_own(path):

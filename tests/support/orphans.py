@@ -7,11 +7,11 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 from conftest import child_env
+from support.waiting import wait_until
 
 # A worker: binds GPU(s) argv[2] (comma-separated) in the bindings file argv[1] for its parent, the
 # TaskManager, as bind_gpus does in process mode, with the memory request argv[3] ("-": none) on the simulator;
@@ -48,26 +48,27 @@ def stop(pid: int) -> None:
     """SIGSTOPs ``pid`` and waits until it is stopped (at most 10 s): a worker that cannot give its binding up
     itself (hung, or of a version that does not watch its TaskManager)."""
     os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 10
-    while process_state(pid) != "T":
-        assert time.monotonic() < deadline, f"pid {pid} did not stop"
-        time.sleep(0.001)
+    wait_until(lambda: process_state(pid) == "T", f"pid {pid} has stopped", 10, 0.001)
 
 
 def read_until(pipe: Any, read: str, until: str, timeout: float = 30) -> str:
     """``read`` (what was read of ``pipe`` so far) and what ``pipe`` gives next, read raw (its text wrapper's buffer
     is never used), until it holds ``until`` (at most ``timeout`` s) or the pipe ends."""
     fd = pipe.fileno()
-    deadline = time.monotonic() + timeout
-    while until not in read:
-        left = deadline - time.monotonic()
-        assert left > 0, f"not within {timeout} s: {until!r}; read {read!r}"
-        if select.select([fd], [], [], left)[0]:
+    got = [read, False]  # what was read, whether the pipe ended
+
+    def holds_it() -> bool:
+        if until not in got[0] and select.select([fd], [], [], 0.1)[0]:
             chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            read += chunk.decode()
-    return read
+            got[0] += chunk.decode()
+            got[1] = not chunk
+        return until in got[0] or got[1]
+
+    try:
+        wait_until(holds_it, f"{until!r} was read", timeout)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; read {got[0]!r}") from None
+    return got[0]
 
 
 class Orphan:
