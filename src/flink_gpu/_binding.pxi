@@ -2,40 +2,6 @@
 # option, pid and index conversions it shares, and whose coordination_snapshot reads a bindings file too).
 # Plain values and records out, _error for failures; flink_gpu.binding makes the public API.
 
-cdef extern from "coordination/bindings.hpp" namespace "flinkgpu::binding" nogil:
-    cdef cppclass BindHolder "flinkgpu::binding::Holder":
-        pid_t pid
-        string slot
-        pid_t taskmanager
-        uint64_t start_time
-
-    cdef cppclass BindOrphan "flinkgpu::binding::Orphan":
-        pid_t pid
-        pid_t taskmanager
-        string index
-
-    cdef cppclass BindResult "flinkgpu::binding::BindResult":
-        Status status
-        vector[string] indices
-        vector[string] added
-        vector[CoordBadLine] unparsable
-        Status lease_problem
-        uint64_t start_time
-        string file_identity
-        uint64_t memory
-        vector[BindOrphan] orphans
-
-    cdef cppclass GpuMemory "flinkgpu::binding::GpuMemory":
-        optional[uint64_t] total
-        optional[uint64_t] free
-
-    Status binding_check_slot "flinkgpu::binding::check_slot"(const string& slot)
-    string binding_orphan_text_cpp "flinkgpu::binding::orphan_text"(pid_t pid, pid_t taskmanager,
-                                                                    const string& gpus) except +
-    CoordReleaseResult binding_unbind_cpp "flinkgpu::binding::unbind"(const CoordOptions& opts,
-                                                                     const BindHolder& holder)
-
-
 cdef class Orphan(_Record):
     """An orphaned worker a bind's shortage names: process ``pid`` still runs on GPU ``index``, short of
     memory, though ``taskmanager``, the TaskManager it bound for, is gone."""

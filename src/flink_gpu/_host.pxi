@@ -1,15 +1,5 @@
 # This host's processes (csrc/host/); included by _native.pyx.
 
-cdef extern from "host/process_tree.hpp" namespace "flinkgpu" nogil:
-    int find_taskmanager_cpp "flinkgpu::find_taskmanager"(int pid)
-
-    cdef cppclass CProcessAncestor "flinkgpu::ProcessAncestor":
-        int pid
-        string command
-
-    vector[CProcessAncestor] process_ancestry_cpp "flinkgpu::process_ancestry"(int pid, size_t limit) except +
-
-
 cdef int _checked_pid(pid) except -1:
     if isinstance(pid, bool) or not isinstance(pid, int):
         raise TypeError(f"pid must be a process id (int), got {pid!r}")

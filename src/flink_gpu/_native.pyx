@@ -18,6 +18,10 @@ from flink_gpu.errors import NotEnoughGpusError, NvmlError
 from flink_gpu._base cimport *
 from flink_gpu._flink cimport *
 from flink_gpu._nvml cimport *
+from flink_gpu._host cimport *
+from flink_gpu._coordination cimport *
+from flink_gpu._binding cimport *
+from flink_gpu._policy cimport *
 
 
 # --- text helpers ------------------------------------------------------------------------------
@@ -87,6 +91,10 @@ cdef class _Record:
 
 include "_flink.pxi"
 include "_host.pxi"
+include "_nvml_devices.pxi"
+include "_nvml_state.pxi"
+include "_nvml_settings.pxi"
+include "_nvml_sampler.pxi"
 include "_nvml.pxi"
 include "_coordination.pxi"
 include "_binding.pxi"
