@@ -2,6 +2,13 @@
 # option, pid and index conversions it shares, and whose coordination_snapshot reads a bindings file too).
 # Plain values and records out, _error for failures; flink_gpu.binding makes the public API.
 
+#: The most holders a binding lets share one GPU, and the largest memory request a bindings line records
+#: (bytes) (csrc/coordination/lines.hpp); the most GPUs the core counts (its size_t: more than any host has).
+MAX_HOLDERS_PER_GPU = kMaxShare
+MAX_MEMORY_REQUEST = kMaxMemoryRequest
+MAX_GPU_COUNT = SIZE_MAX
+
+
 cdef class Orphan(_Record):
     """An orphaned worker a bind's shortage names: process ``pid`` still runs on GPU ``index``, short of
     memory, though ``taskmanager``, the TaskManager it bound for, is gone."""
@@ -26,7 +33,7 @@ cdef Orphan _orphan(const BindOrphan& o):
 cdef BindHolder _bi_holder(pid, slot, taskmanager) except *:
     cdef BindHolder holder
     cdef Status status
-    holder.pid = _co_pid(pid)
+    holder.pid = <pid_t>_pid(pid, "holder pid" if slot is None else "thread id")
     if slot is not None:
         if not isinstance(slot, str):
             raise TypeError(f"a slot id must be a str, got {slot!r}")
@@ -35,7 +42,7 @@ cdef BindHolder _bi_holder(pid, slot, taskmanager) except *:
         if not status.ok():
             raise _error(status, "")
     if taskmanager is not None:
-        holder.taskmanager = _co_pid(taskmanager)
+        holder.taskmanager = <pid_t>_pid(taskmanager, "TaskManager pid")
     return holder
 
 
@@ -56,4 +63,4 @@ def binding_unbind(path, double timeout, pid, slot, taskmanager, uint64_t start_
 def binding_orphan_text(pid, taskmanager, gpus):
     """The core's words for an orphaned worker: "pid P, a worker of TaskManager T which is gone, still runs on
     GPU <gpus>" (``gpus``: the indices, joined)."""
-    return _co_text(binding_orphan_text_cpp(_co_pid(pid), _co_pid(taskmanager), (<str>gpus).encode("utf-8", "surrogateescape")))
+    return _co_text(binding_orphan_text_cpp(<pid_t>_pid(pid, "pid"), <pid_t>_pid(taskmanager, "TaskManager pid"), (<str>gpus).encode("utf-8", "surrogateescape")))

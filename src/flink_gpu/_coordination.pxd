@@ -112,3 +112,5 @@ cdef extern from "coordination/liveness.hpp" namespace "flinkgpu::coordination" 
 
 cdef extern from "coordination/lines.hpp" namespace "flinkgpu::coordination" nogil:
     bint unit_gpu_cpp "flinkgpu::coordination::unit_gpu"(const string& index, string* gpu)
+    uint32_t kMaxShare "flinkgpu::coordination::kMaxShare"
+    uint64_t kMaxMemoryRequest "flinkgpu::coordination::kMaxMemoryRequest"

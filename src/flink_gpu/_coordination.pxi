@@ -35,16 +35,6 @@ def coordination_own_pid():
     return coord_own_pid()
 
 
-cdef pid_t _co_pid(owner) except? -1:
-    if isinstance(owner, bool) or not isinstance(owner, int):
-        raise TypeError(f"owner must be a process id (int), got {owner!r}")
-    if owner <= 0:
-        raise ValueError(f"Invalid owner pid {owner}: it must be a positive process id.")
-    if owner > 0x7fffffff:
-        raise ValueError(f"Invalid owner pid {owner}: a process id is at most {0x7fffffff}.")
-    return <pid_t>owner
-
-
 cdef vector[string] _co_indices(indices) except *:
     cdef vector[string] out
     for index in indices:
@@ -295,7 +285,7 @@ def coordination_claim(path, double timeout, owner, indices, amount, ranks=None,
     host's GPUs that is not among ``indices``, named in the not-enough message. An ``amount`` beyond what
     the core counts (a size_t) is more than any host has: the core's not-enough error."""
     cdef CoordOptions opts = _co_options(path, timeout)
-    cdef pid_t pid = _co_pid(owner)
+    cdef pid_t pid = <pid_t>_pid(owner, "owner pid")
     cdef vector[string] existing = _co_indices(indices)
     cdef vector[pair[string, string]] out = _co_left_out(left_out)
     cdef Status status
@@ -328,7 +318,7 @@ def coordination_claim(path, double timeout, owner, indices, amount, ranks=None,
 def coordination_release(path, double timeout, owner, indices=None):
     """Removes the lines of ``owner`` (only those of ``indices`` when given); the released indices."""
     cdef CoordOptions opts = _co_options(path, timeout)
-    cdef pid_t pid = _co_pid(owner)
+    cdef pid_t pid = <pid_t>_pid(owner, "owner pid")
     cdef vector[string] only
     cdef bint all_of_them = indices is None
     cdef CoordReleaseResult r
@@ -384,7 +374,7 @@ def coordination_companion_problems(path):
 def coordination_process_start_time(pid):
     """Field 22 of /proc/<pid>/stat (clock ticks since boot), or None for a gone or zombie process."""
     cdef uint64_t start = 0
-    cdef pid_t p = _co_pid(pid)
+    cdef pid_t p = <pid_t>_pid(pid, "pid")
     if coord_process_start_time(p, &start):
         return start
     return None

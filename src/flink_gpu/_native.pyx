@@ -65,6 +65,33 @@ cdef object _error(const Status& status, path):
     return RuntimeError(message)
 
 
+# --- the one pid rule (csrc/base/process_id.hpp) ------------------------------------------------
+
+#: The largest process id a caller may name.
+MAX_PID = kMaxPid
+
+
+cdef long long _pid(value, str what) except? -1:
+    """``value`` as a process id: TypeError for anything but an int, the core's rule for its range (ValueError);
+    ``what`` names it in the message."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be a process id (int), got {value!r}")
+    cdef bint wide = not -2**63 <= value < 2**63
+    cdef long long pid = 0 if wide else value
+    cdef string name = _utf8(what)
+    cdef string written = _utf8(str(value)) if wide else string()
+    cdef Status status = check_pid(pid, name.c_str(), written)
+    if not status.ok():
+        raise _error(status, "")
+    return pid
+
+
+def checked_pid(value, str what not None):
+    """``value`` as a process id (an int of 1 to MAX_PID): TypeError for anything but an int, ValueError naming
+    ``what``, the value and the range."""
+    return _pid(value, what)
+
+
 # --- records ---------------------------------------------------------------------------------------
 
 cdef class _Record:

@@ -9,14 +9,6 @@ cdef class _MetricDevice:
     cdef CMetricDevice c
 
 
-cdef int _state_pid(pid, str what) except -1:
-    if isinstance(pid, bool) or not isinstance(pid, int):
-        raise TypeError(f"{what} must be a process id (int), got {pid!r}")
-    if pid <= 0 or pid > 0x7fffffff:
-        raise ValueError(f"Invalid {what} {pid}: it must be a positive process id.")
-    return <int>pid
-
-
 cdef double _timeout(timeout) except -1:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
@@ -146,8 +138,8 @@ cdef class Nvml:
         for is one unhealthy state. Read within ``timeout`` seconds (csrc/nvml/deadline.hpp): a GPU
         not read in time is unknown; NvmlError (code NVML_ERROR_TIMEOUT) when not even the GPU count
         was read, or NVML was not initialised in time (a forked child's first call)."""
-        cdef int owner = _state_pid(owner_pid, "owner_pid")
-        cdef int taskmanager = 0 if taskmanager_pid is None else _state_pid(taskmanager_pid, "taskmanager_pid")
+        cdef int owner = <int>_pid(owner_pid, "owner_pid")
+        cdef int taskmanager = 0 if taskmanager_pid is None else <int>_pid(taskmanager_pid, "taskmanager_pid")
         cdef CheckSet enforced = _check_set(health_checks)
         cdef double seconds = _timeout(timeout)
         cdef double spent = 0

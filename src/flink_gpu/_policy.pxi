@@ -69,8 +69,8 @@ def policy_discover(Nvml nvml not None, indices, skipped, str counted not None, 
     ``known_devices`` (indices whose static properties the caller has; with ``indices`` None): the GPUs of
     the other candidates are enumerated before any claim."""
     cdef DiscoveryRequest request
-    request.owner = _state_pid(owner, "owner_pid")
-    request.taskmanager = 0 if taskmanager is None else _state_pid(taskmanager, "taskmanager_pid")
+    request.owner = <int>_pid(owner, "owner_pid")
+    request.taskmanager = 0 if taskmanager is None else <int>_pid(taskmanager, "taskmanager_pid")
     request.checks = _check_set(health_checks)
     request.busy = _busy_policy(busy_gpus)
     request.nvml_timeout = _timeout(timeout)
