@@ -185,14 +185,6 @@ int IndexRanks::of(const std::string& index) const {
     return it == best_.end() ? 0 : it->second;
 }
 
-Status validate_pid(pid_t pid, const char* what) {
-    if (pid <= 0) {
-        return failure(StatusCode::kInvalidArgument, std::string("Invalid ") + what + " " + std::to_string(pid) +
-                                                         ": it must be a positive process id.");
-    }
-    return {};
-}
-
 Status open_and_read(const Options& opts, Access access, LockedFile* file, bool* exists, std::string* text) {
     Status st = file->open(opts.path, opts.timeout_ms, access, exists);
     if (!st.ok() || !*exists) return st;

@@ -3,6 +3,7 @@
 // lease the calling process, and keep exceptions from crossing the API. One implementation of each, shared.
 #pragma once
 
+#include "base/process_id.hpp"
 #include "base/status.hpp"
 #include "coordination/claims.hpp"
 #include "coordination/file.hpp"
@@ -77,8 +78,9 @@ private:
     std::map<std::string, int> best_;
 };
 
-// kInvalidArgument unless `pid` is a positive process (or thread) id; `what` names it in the message.
-Status validate_pid(pid_t pid, const char* what);
+// kInvalidArgument unless `pid` is a positive process (or thread) id; `what` names it in the message: the one
+// pid rule (base/process_id.hpp).
+inline Status validate_pid(pid_t pid, const char* what) { return check_pid(pid, what); }
 
 // Opens and locks the file for `access`, then reads it. `*exists` is false (and nothing is read) when an
 // existing file was asked for and there is none.

@@ -1,4 +1,4 @@
-# C++ declarations of csrc/base/status.hpp for _native.pyx (cimported there; the Python-facing code is in the .pxi
+# C++ declarations of csrc/base/status.hpp and process_id.hpp for _native.pyx (cimported there; the Python-facing code is in the .pxi
 # files it includes).
 
 from libcpp cimport bool as cpp_bool
@@ -27,3 +27,8 @@ cdef extern from "base/status.hpp" namespace "flinkgpu" nogil:
         int sys_errno
         string message
         bint ok()
+
+
+cdef extern from "base/process_id.hpp" namespace "flinkgpu" nogil:
+    long long kMaxPid "flinkgpu::kMaxPid"
+    Status check_pid "flinkgpu::check_pid"(long long pid, const char* what, const string& written) except +

@@ -2,38 +2,11 @@
 # option, pid and index conversions it shares, and whose coordination_snapshot reads a bindings file too).
 # Plain values and records out, _error for failures; flink_gpu.binding makes the public API.
 
-cdef extern from "coordination/bindings.hpp" namespace "flinkgpu::binding" nogil:
-    cdef cppclass BindHolder "flinkgpu::binding::Holder":
-        pid_t pid
-        string slot
-        pid_t taskmanager
-        uint64_t start_time
-
-    cdef cppclass BindOrphan "flinkgpu::binding::Orphan":
-        pid_t pid
-        pid_t taskmanager
-        string index
-
-    cdef cppclass BindResult "flinkgpu::binding::BindResult":
-        Status status
-        vector[string] indices
-        vector[string] added
-        vector[CoordBadLine] unparsable
-        Status lease_problem
-        uint64_t start_time
-        string file_identity
-        uint64_t memory
-        vector[BindOrphan] orphans
-
-    cdef cppclass GpuMemory "flinkgpu::binding::GpuMemory":
-        optional[uint64_t] total
-        optional[uint64_t] free
-
-    Status binding_check_slot "flinkgpu::binding::check_slot"(const string& slot)
-    string binding_orphan_text_cpp "flinkgpu::binding::orphan_text"(pid_t pid, pid_t taskmanager,
-                                                                    const string& gpus) except +
-    CoordReleaseResult binding_unbind_cpp "flinkgpu::binding::unbind"(const CoordOptions& opts,
-                                                                     const BindHolder& holder)
+#: The most holders a binding lets share one GPU, and the largest memory request a bindings line records
+#: (bytes) (csrc/coordination/lines.hpp); the most GPUs the core counts (its size_t: more than any host has).
+MAX_HOLDERS_PER_GPU = kMaxShare
+MAX_MEMORY_REQUEST = kMaxMemoryRequest
+MAX_GPU_COUNT = SIZE_MAX
 
 
 cdef class Orphan(_Record):
@@ -60,7 +33,7 @@ cdef Orphan _orphan(const BindOrphan& o):
 cdef BindHolder _bi_holder(pid, slot, taskmanager) except *:
     cdef BindHolder holder
     cdef Status status
-    holder.pid = _co_pid(pid)
+    holder.pid = <pid_t>_pid(pid, "holder pid" if slot is None else "thread id")
     if slot is not None:
         if not isinstance(slot, str):
             raise TypeError(f"a slot id must be a str, got {slot!r}")
@@ -69,7 +42,7 @@ cdef BindHolder _bi_holder(pid, slot, taskmanager) except *:
         if not status.ok():
             raise _error(status, "")
     if taskmanager is not None:
-        holder.taskmanager = _co_pid(taskmanager)
+        holder.taskmanager = <pid_t>_pid(taskmanager, "TaskManager pid")
     return holder
 
 
@@ -90,4 +63,4 @@ def binding_unbind(path, double timeout, pid, slot, taskmanager, uint64_t start_
 def binding_orphan_text(pid, taskmanager, gpus):
     """The core's words for an orphaned worker: "pid P, a worker of TaskManager T which is gone, still runs on
     GPU <gpus>" (``gpus``: the indices, joined)."""
-    return _co_text(binding_orphan_text_cpp(_co_pid(pid), _co_pid(taskmanager), (<str>gpus).encode("utf-8", "surrogateescape")))
+    return _co_text(binding_orphan_text_cpp(<pid_t>_pid(pid, "pid"), <pid_t>_pid(taskmanager, "TaskManager pid"), (<str>gpus).encode("utf-8", "surrogateescape")))

@@ -3,112 +3,13 @@
 # cleaning found), Python exceptions (_native.pyx's _error) for failures; flink_gpu.coordination makes the public
 # API.
 
-from libc.stdint cimport SIZE_MAX, int64_t, uint32_t, uint64_t
-from libcpp cimport bool as cpp_bool
+from libc.stdint cimport SIZE_MAX, int64_t, uint64_t
 from libcpp.string cimport string
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 from posix.types cimport pid_t
 
 import os
-
-
-cdef extern from "coordination/claims.hpp" namespace "flinkgpu::coordination" nogil:
-    const char* kDefaultCoordinationPath "flinkgpu::kDefaultCoordinationFile"
-
-    cdef cppclass CoordOptions "flinkgpu::coordination::Options":
-        string path
-        int64_t timeout_ms
-
-    cdef enum CoordVerdict "flinkgpu::coordination::Verdict":
-        kVerdictAlive "flinkgpu::coordination::Verdict::kAlive"
-        kVerdictGone "flinkgpu::coordination::Verdict::kGone"
-        kVerdictPidReused "flinkgpu::coordination::Verdict::kPidReused"
-        kVerdictTaskManagerGone "flinkgpu::coordination::Verdict::kTaskManagerGone"
-        kVerdictLeaseHeld "flinkgpu::coordination::Verdict::kLeaseHeld"
-        kVerdictLeaseReleased "flinkgpu::coordination::Verdict::kLeaseReleased"
-        kVerdictOtherNamespace "flinkgpu::coordination::Verdict::kOtherNamespace"
-
-    cdef cppclass CoordPidNamespace "flinkgpu::coordination::PidNamespace":
-        cpp_bool known
-        uint64_t inode
-
-    cdef enum CoordLiveness "flinkgpu::coordination::Liveness":
-        kLivenessAlive "flinkgpu::coordination::Liveness::kAlive"
-        kLivenessDead "flinkgpu::coordination::Liveness::kDead"
-        kLivenessUnknown "flinkgpu::coordination::Liveness::kUnknown"
-
-    cdef cppclass CoordEntry "flinkgpu::coordination::Entry":
-        size_t line_number
-        string index
-        string gpu
-        pid_t pid
-        cpp_bool has_start_time
-        uint64_t start_time
-        cpp_bool has_ns
-        uint64_t ns
-        cpp_bool has_lease
-        uint32_t lease
-        string lease_file
-        pid_t tm
-        uint32_t share
-        uint64_t memory
-        string slot
-        CoordVerdict verdict
-        cpp_bool alive
-        cpp_bool lease_file_known()
-        cpp_bool pid_is_in(const CoordPidNamespace& ours)
-        string key(const CoordPidNamespace& ours)
-        string taskmanager_key(const CoordPidNamespace& ours)
-
-    CoordLiveness coord_liveness_of "flinkgpu::coordination::liveness_of"(CoordVerdict verdict)
-
-    cdef cppclass CoordBadLine "flinkgpu::coordination::BadLine":
-        size_t line_number
-        string text
-
-    cdef cppclass CoordClaimResult "flinkgpu::coordination::ClaimResult":
-        Status status
-        vector[string] indices
-        vector[string] added
-        vector[string] reclaimed
-        vector[CoordBadLine] unparsable
-        Status lease_problem
-
-    cdef cppclass CoordReleaseResult "flinkgpu::coordination::ReleaseResult":
-        Status status
-        vector[string] released
-
-    cdef cppclass CoordSnapshot "flinkgpu::coordination::Snapshot":
-        Status status
-        cpp_bool exists
-        vector[CoordEntry] entries
-        vector[CoordBadLine] unparsable
-
-    cdef cppclass CoordCleanResult "flinkgpu::coordination::CleanResult":
-        Status status
-        vector[CoordEntry] removed
-        vector[CoordBadLine] unparsable
-
-    CoordClaimResult coord_claim "flinkgpu::coordination::claim"(
-        const CoordOptions& opts, pid_t owner, const vector[string]& existing_indices, size_t amount,
-        const vector[int]& ranks, const vector[pair[string, string]]& left_out)
-    Status coord_not_enough "flinkgpu::coordination::not_enough"(
-        const CoordOptions& opts, const string& amount, const vector[string]& existing_indices,
-        const vector[pair[string, string]]& left_out)
-    CoordReleaseResult coord_release "flinkgpu::coordination::release"(const CoordOptions& opts, pid_t owner)
-    CoordReleaseResult coord_release_indices "flinkgpu::coordination::release_indices"(
-        const CoordOptions& opts, pid_t owner, const vector[string]& indices)
-    CoordSnapshot coord_snapshot "flinkgpu::coordination::snapshot"(const CoordOptions& opts)
-    CoordCleanResult coord_clean_stale "flinkgpu::coordination::clean_stale"(const CoordOptions& opts,
-                                                                             cpp_bool other_namespaces)
-    cpp_bool coord_process_start_time "flinkgpu::coordination::process_start_time"(pid_t pid, uint64_t* start_time)
-    vector[Status] coord_check_companions "flinkgpu::coordination::check_companions"(const CoordOptions& opts)
-
-
-cdef extern from "coordination/liveness.hpp" namespace "flinkgpu::coordination" nogil:
-    CoordPidNamespace coord_own_pid_namespace "flinkgpu::coordination::own_pid_namespace"()
-    pid_t coord_own_pid "flinkgpu::coordination::own_pid"()
 
 
 COORDINATION_DEFAULT_PATH = kDefaultCoordinationPath.decode("ascii")
@@ -132,16 +33,6 @@ def coordination_own_pid():
     """This process's pid as the core knows it (getpid() once per process, again in any fork()ed child:
     pthread_atfork, which os.register_at_fork is not for a fork() made from C)."""
     return coord_own_pid()
-
-
-cdef pid_t _co_pid(owner) except? -1:
-    if isinstance(owner, bool) or not isinstance(owner, int):
-        raise TypeError(f"owner must be a process id (int), got {owner!r}")
-    if owner <= 0:
-        raise ValueError(f"Invalid owner pid {owner}: it must be a positive process id.")
-    if owner > 0x7fffffff:
-        raise ValueError(f"Invalid owner pid {owner}: a process id is at most {0x7fffffff}.")
-    return <pid_t>owner
 
 
 cdef vector[string] _co_indices(indices) except *:
@@ -394,7 +285,7 @@ def coordination_claim(path, double timeout, owner, indices, amount, ranks=None,
     host's GPUs that is not among ``indices``, named in the not-enough message. An ``amount`` beyond what
     the core counts (a size_t) is more than any host has: the core's not-enough error."""
     cdef CoordOptions opts = _co_options(path, timeout)
-    cdef pid_t pid = _co_pid(owner)
+    cdef pid_t pid = <pid_t>_pid(owner, "owner pid")
     cdef vector[string] existing = _co_indices(indices)
     cdef vector[pair[string, string]] out = _co_left_out(left_out)
     cdef Status status
@@ -427,7 +318,7 @@ def coordination_claim(path, double timeout, owner, indices, amount, ranks=None,
 def coordination_release(path, double timeout, owner, indices=None):
     """Removes the lines of ``owner`` (only those of ``indices`` when given); the released indices."""
     cdef CoordOptions opts = _co_options(path, timeout)
-    cdef pid_t pid = _co_pid(owner)
+    cdef pid_t pid = <pid_t>_pid(owner, "owner pid")
     cdef vector[string] only
     cdef bint all_of_them = indices is None
     cdef CoordReleaseResult r
@@ -483,14 +374,10 @@ def coordination_companion_problems(path):
 def coordination_process_start_time(pid):
     """Field 22 of /proc/<pid>/stat (clock ticks since boot), or None for a gone or zombie process."""
     cdef uint64_t start = 0
-    cdef pid_t p = _co_pid(pid)
+    cdef pid_t p = <pid_t>_pid(pid, "pid")
     if coord_process_start_time(p, &start):
         return start
     return None
-
-
-cdef extern from "coordination/lines.hpp" namespace "flinkgpu::coordination" nogil:
-    bint unit_gpu_cpp "flinkgpu::coordination::unit_gpu"(const string& index, string* gpu)
 
 
 def unit_parent(str index not None):

@@ -1,26 +1,8 @@
 # This host's processes (csrc/host/); included by _native.pyx.
 
-cdef extern from "host/process_tree.hpp" namespace "flinkgpu" nogil:
-    int find_taskmanager_cpp "flinkgpu::find_taskmanager"(int pid)
-
-    cdef cppclass CProcessAncestor "flinkgpu::ProcessAncestor":
-        int pid
-        string command
-
-    vector[CProcessAncestor] process_ancestry_cpp "flinkgpu::process_ancestry"(int pid, size_t limit) except +
-
-
-cdef int _checked_pid(pid) except -1:
-    if isinstance(pid, bool) or not isinstance(pid, int):
-        raise TypeError(f"pid must be a process id (int), got {pid!r}")
-    if pid <= 0 or pid > 0x7fffffff:
-        raise ValueError(f"Invalid pid {pid}: it must be a positive process id.")
-    return <int>pid
-
-
 def find_taskmanager(pid):
     """The nearest ancestor of ``pid`` (its parent first) running Flink's TaskManagerRunner, or None."""
-    cdef int found = find_taskmanager_cpp(_checked_pid(pid))
+    cdef int found = find_taskmanager_cpp(<int>_pid(pid, "pid"))
     return found if found > 0 else None
 
 
@@ -38,7 +20,7 @@ cdef class ProcessAncestor(_Record):
 def process_ancestry(pid, size_t limit=64):
     """``pid`` and its ancestors, nearest first, at most ``limit``, as ProcessAncestor records; it ends at a
     process outside our /proc (another pid namespace, or gone)."""
-    cdef vector[CProcessAncestor] chain = process_ancestry_cpp(_checked_pid(pid), limit)
+    cdef vector[CProcessAncestor] chain = process_ancestry_cpp(<int>_pid(pid, "pid"), limit)
     cdef ProcessAncestor ancestor
     out = []
     for a in chain:

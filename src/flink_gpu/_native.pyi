@@ -7,6 +7,10 @@ from typing_extensions import disjoint_base
 
 _Path: TypeAlias = Union[str, PathLike[str]]
 
+# --- the one pid rule (csrc/base/process_id.hpp) ------------------------------------------------------
+MAX_PID: int
+
+def checked_pid(value: object, what: str) -> int: ...
 def split_output_lines(text: str) -> List[str]: ...
 def parse_gpu_indices(line: str) -> List[str]: ...
 
@@ -434,6 +438,10 @@ def coordination_process_start_time(pid: int) -> Optional[int]: ...
 def coordination_own_pid() -> int: ...
 
 # --- bindings file (csrc/coordination/bindings.*) ------------------------------------------------------------
+MAX_HOLDERS_PER_GPU: int
+MAX_MEMORY_REQUEST: int
+MAX_GPU_COUNT: int
+
 @disjoint_base  # a cdef class: its own instance layout
 class Orphan:
     @property

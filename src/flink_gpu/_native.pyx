@@ -18,6 +18,10 @@ from flink_gpu.errors import NotEnoughGpusError, NvmlError
 from flink_gpu._base cimport *
 from flink_gpu._flink cimport *
 from flink_gpu._nvml cimport *
+from flink_gpu._host cimport *
+from flink_gpu._coordination cimport *
+from flink_gpu._binding cimport *
+from flink_gpu._policy cimport *
 
 
 # --- text helpers ------------------------------------------------------------------------------
@@ -61,6 +65,33 @@ cdef object _error(const Status& status, path):
     return RuntimeError(message)
 
 
+# --- the one pid rule (csrc/base/process_id.hpp) ------------------------------------------------
+
+#: The largest process id a caller may name.
+MAX_PID = kMaxPid
+
+
+cdef long long _pid(value, str what) except? -1:
+    """``value`` as a process id: TypeError for anything but an int, the core's rule for its range (ValueError);
+    ``what`` names it in the message."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be a process id (int), got {value!r}")
+    cdef bint wide = not -2**63 <= value < 2**63
+    cdef long long pid = 0 if wide else value
+    cdef string name = _utf8(what)
+    cdef string written = _utf8(str(value)) if wide else string()
+    cdef Status status = check_pid(pid, name.c_str(), written)
+    if not status.ok():
+        raise _error(status, "")
+    return pid
+
+
+def checked_pid(value, str what not None):
+    """``value`` as a process id (an int of 1 to MAX_PID): TypeError for anything but an int, ValueError naming
+    ``what``, the value and the range."""
+    return _pid(value, what)
+
+
 # --- records ---------------------------------------------------------------------------------------
 
 cdef class _Record:
@@ -87,6 +118,10 @@ cdef class _Record:
 
 include "_flink.pxi"
 include "_host.pxi"
+include "_nvml_devices.pxi"
+include "_nvml_state.pxi"
+include "_nvml_settings.pxi"
+include "_nvml_sampler.pxi"
 include "_nvml.pxi"
 include "_coordination.pxi"
 include "_binding.pxi"

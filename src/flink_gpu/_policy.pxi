@@ -2,66 +2,6 @@
 # native call that returns one typed record. Included by _native.pyx after _nvml.pxi, _coordination.pxi and
 # _binding.pxi, whose declarations and conversions it uses. flink_gpu.policy is its public face.
 
-cdef extern from "policy/discover.hpp" namespace "flinkgpu::policy" nogil:
-    cdef cppclass DiscoveryRequest "flinkgpu::policy::DiscoveryRequest":
-        vector[string] enumerated
-        vector[pair[string, string]] skipped
-        string counted
-        int owner
-        int taskmanager
-        BusyPolicy busy
-        CheckSet checks
-        double nvml_timeout
-        double spent
-        size_t amount
-        string amount_text
-        cpp_bool enumerate_by_reading
-        cpp_bool enumerate_candidates
-        vector[string] known_devices
-        cpp_bool coordinated
-        CoordOptions coordination
-
-    cdef cppclass CDiscoveryOutcome "flinkgpu::policy::DiscoveryOutcome":
-        Status status
-        CChoice choice
-        Enumeration enumeration
-        vector[string] chosen
-        vector[string] added
-        vector[string] reclaimed
-        vector[CoordBadLine] unparsable
-        Status lease_problem
-        cpp_bool too_few_usable
-
-    CDiscoveryOutcome discover_cpp "flinkgpu::policy::discover"(const NvmlLibrary& lib,
-                                                                  const DiscoveryRequest& request)
-
-
-cdef extern from "policy/bind.hpp" namespace "flinkgpu::policy" nogil:
-    cdef cppclass BindRequest "flinkgpu::policy::BindRequest":
-        const NvmlLibrary* lib
-        CheckSet checks
-        double nvml_timeout
-        double spent
-        int owner
-        CoordOptions bindings
-        BindHolder holder
-        vector[string] gpus
-        size_t count
-        uint32_t holders_per_gpu
-        uint64_t memory
-
-    cdef cppclass CBindOutcome "flinkgpu::policy::BindOutcome":
-        Status status
-        BindResult bound
-        vector[pair[string, string]] left_out
-        vector[string] usable
-        vector[GpuMemory] memory
-
-
-cdef extern from "policy/bind.hpp" namespace "flinkgpu::policy":
-    CBindOutcome bind_cpp "flinkgpu::policy::bind"(const BindRequest& request) nogil
-
-
 cdef tuple _po_strings(const vector[string]& values):
     return tuple([_text(values[i]) for i in range(values.size())])
 
@@ -129,8 +69,8 @@ def policy_discover(Nvml nvml not None, indices, skipped, str counted not None, 
     ``known_devices`` (indices whose static properties the caller has; with ``indices`` None): the GPUs of
     the other candidates are enumerated before any claim."""
     cdef DiscoveryRequest request
-    request.owner = _state_pid(owner, "owner_pid")
-    request.taskmanager = 0 if taskmanager is None else _state_pid(taskmanager, "taskmanager_pid")
+    request.owner = <int>_pid(owner, "owner_pid")
+    request.taskmanager = 0 if taskmanager is None else <int>_pid(taskmanager, "taskmanager_pid")
     request.checks = _check_set(health_checks)
     request.busy = _busy_policy(busy_gpus)
     request.nvml_timeout = _timeout(timeout)

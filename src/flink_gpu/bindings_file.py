@@ -17,6 +17,9 @@ from flink_gpu.coordination import DEFAULT_PATH, DEFAULT_TIMEOUT, CoordinationEn
 
 __all__ = [
     "BINDINGS_SUFFIX",
+    "MAX_GPU_COUNT",
+    "MAX_HOLDERS_PER_GPU",
+    "MAX_MEMORY_REQUEST",
     "BindingEntry",
     "BindingSnapshot",
     "bindings_path",
@@ -26,6 +29,12 @@ __all__ = [
     "snapshot",
     "unbind",
 ]
+
+#: The most holders a binding lets share one GPU and the largest memory request (bytes) a bindings line
+#: records (csrc/coordination/lines.hpp); the most GPUs the core counts (more than any host has).
+MAX_HOLDERS_PER_GPU: int = _native.MAX_HOLDERS_PER_GPU
+MAX_MEMORY_REQUEST: int = _native.MAX_MEMORY_REQUEST
+MAX_GPU_COUNT: int = _native.MAX_GPU_COUNT
 
 #: What a coordination file's path takes to name its bindings file.
 BINDINGS_SUFFIX = ".bindings"

@@ -26,12 +26,14 @@ from flink_gpu import _native
 __all__ = [
     "DEFAULT_PATH",
     "DEFAULT_TIMEOUT",
+    "MAX_PID",
     "STATES",
     "ClaimResult",
     "CleanResult",
     "CoordinationEntry",
     "CoordinationSnapshot",
     "UnparsableLine",
+    "checked_pid",
     "claim",
     "claimed",
     "log_claim",
@@ -50,6 +52,10 @@ PathType = Union[str, "os.PathLike[str]"]
 
 #: The stock script's file, shared with Flink TaskManagers of the same host.
 DEFAULT_PATH: str = _native.COORDINATION_DEFAULT_PATH
+#: The largest process id a caller may name (csrc/base/process_id.hpp, the one pid rule: :func:`checked_pid`).
+MAX_PID: int = _native.MAX_PID
+#: ``value`` as a process id: TypeError for anything but an int, ValueError naming ``what`` outside 1 to MAX_PID.
+checked_pid = _native.checked_pid
 #: Seconds to wait for the lock; shorter than Flink's 10 s discovery-script timeout, so that our error
 #: (which names the file and the holder) arrives before Flink kills the discovery.
 DEFAULT_TIMEOUT: float = 5.0

@@ -74,7 +74,7 @@ __all__ = [
     "checked_metrics_interval",
 ]
 
-# The records and calls are documented where they are made (_nvml.pxi, _host.pxi; their types in
+# The records and calls are documented where they are made (_nvml*.pxi, _host.pxi; their types in
 # _native.pyi): this module names them once for the rest of the package.
 #: A loaded, initialised libnvidia-ml (``devices()``, ``states()``, ``read_metric()``):
 #: every read within its ``timeout`` (docs/design.md §9.5).

@@ -969,9 +969,19 @@ def test_a_slot_id_with_control_characters_is_shown_escaped(path):
     assert "a\\x1b[2J\\x0ab" in message
 
 
-@pytest.mark.parametrize("taskmanager", [0, -3, True, "12"])
+@pytest.mark.parametrize("taskmanager", [0, -3, 2**31])
 def test_a_bad_taskmanager_pid_is_refused_naming_the_parameter(path, taskmanager):
-    with pytest.raises(ValueError, match=f"taskmanager_pid must be a positive process id, got {taskmanager!r}"):
+    """The core's one pid rule (csrc/base/process_id.hpp), naming bind's parameter."""
+    with pytest.raises(ValueError) as caught:
+        bind(infos(1), taskmanager_pid=taskmanager, path=path)
+    assert str(caught.value) == (
+        f"Invalid taskmanager_pid {taskmanager}: it must be a positive process id, at most 2147483647."
+    )
+
+
+@pytest.mark.parametrize("taskmanager", [True, "12", 12.0])
+def test_a_taskmanager_pid_that_is_no_int_is_a_type_error(path, taskmanager):
+    with pytest.raises(TypeError, match=f"taskmanager_pid must be a process id \\(int\\), got {taskmanager!r}"):
         bind(infos(1), taskmanager_pid=taskmanager, path=path)
 
 

@@ -50,6 +50,9 @@ from flink_gpu.binding.gauges import EMBEDDED_METRICS, GAUGES, MEMORY_LIMIT_GAUG
 from flink_gpu.binding.taskmanager_watch import unwatch, watch
 from flink_gpu.bindings_file import (
     BINDINGS_SUFFIX,
+    MAX_GPU_COUNT,
+    MAX_HOLDERS_PER_GPU,
+    MAX_MEMORY_REQUEST,
     BindingEntry,
     BindingSnapshot,
     bindings_path,
@@ -57,7 +60,7 @@ from flink_gpu.bindings_file import (
     snapshot,
     unbind,
 )
-from flink_gpu.coordination import DEFAULT_TIMEOUT, process_start_time, whole_amount
+from flink_gpu.coordination import DEFAULT_TIMEOUT, checked_pid, process_start_time, whole_amount
 from flink_gpu.errors import BindingError, NotEnoughGpusError
 from flink_gpu.gpu import holders
 from flink_gpu.gpu.holders import Held
@@ -90,8 +93,6 @@ __all__ = [
 
 _log = logging.getLogger("flink_gpu.binding")
 
-#: The most holders one GPU can be shared by (csrc/coordination/lines.hpp kMaxShare).
-MAX_HOLDERS_PER_GPU = 1024
 #: Where an MPS control daemon listens unless CUDA_MPS_PIPE_DIRECTORY says otherwise.
 _MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 
@@ -452,18 +453,14 @@ def _by_index(gpus: "Iterable[ExternalResourceInfo]") -> "dict[str, ExternalReso
     return by_index
 
 
-#: The most GPUs the core counts (its size_t): more than any host has.
-_MAX_COUNT = 2**64 - 1
-
-
 def checked_counts(
     count: object, holders_per_gpu: object, *, holders_name: str = "holders_per_gpu"
 ) -> "tuple[int, int]":
     """``count`` and ``holders_per_gpu`` as ints, or the error naming the bad one (``holders_name``: what
     the caller calls the second: :func:`flink_gpu.pyflink.bind_gpus` says ``subtasks_per_gpu``)."""
     count = whole_amount(count, "count (the GPUs to bind)")
-    if not 1 <= count <= _MAX_COUNT:
-        raise ValueError(f"count must be 1 to {_MAX_COUNT} GPUs, got {count}.")
+    if not 1 <= count <= MAX_GPU_COUNT:
+        raise ValueError(f"count must be 1 to {MAX_GPU_COUNT} GPUs, got {count}.")
     holders = whole_amount(holders_per_gpu, f"{holders_name} (how many holders may share one GPU)")
     if not 1 <= holders <= MAX_HOLDERS_PER_GPU:
         raise ValueError(f"{holders_name} must be 1 to {MAX_HOLDERS_PER_GPU}, got {holders}.")
@@ -496,13 +493,9 @@ def checked_memory(memory: object) -> "int | None":
             ) from None
     if size <= 0:
         raise ValueError(f"memory must be more than 0 bytes, got {memory!r}: {accepted}.")
-    if size > _MAX_MEMORY:
-        raise ValueError(f"memory {memory!r} is beyond any GPU (at most {_MAX_MEMORY} bytes): {accepted}.")
+    if size > MAX_MEMORY_REQUEST:
+        raise ValueError(f"memory {memory!r} is beyond any GPU (at most {MAX_MEMORY_REQUEST} bytes): {accepted}.")
     return size
-
-
-#: The largest request a bindings line records (csrc/coordination/lines.hpp kMaxMemoryRequest, a Java long).
-_MAX_MEMORY = 2**63 - 1
 
 
 def bind(
@@ -556,12 +549,8 @@ def bind(
     metrics_interval = (
         DEFAULT_METRICS_INTERVAL if metrics_interval is None else checked_metrics_interval(metrics_interval)
     )
-    if taskmanager_pid is not None and (
-        isinstance(taskmanager_pid, bool)
-        or not isinstance(taskmanager_pid, int)
-        or not 0 < taskmanager_pid <= 0x7FFFFFFF
-    ):
-        raise ValueError(f"taskmanager_pid must be a positive process id, got {taskmanager_pid!r}.")
+    if taskmanager_pid is not None:
+        taskmanager_pid = checked_pid(taskmanager_pid, "taskmanager_pid")
     taskmanager_start = None if taskmanager_pid is None else process_start_time(taskmanager_pid)
     if taskmanager_pid is not None and taskmanager_start is None:
         raise ValueError(

@@ -82,19 +82,17 @@ def _positive(text: str) -> int:
     return value
 
 
-#: The largest process id (pid_t; Linux's own limit, PID_MAX_LIMIT, is lower).
-_PID_MAX = 2**31 - 1
-
-
 def _pid(text: str) -> int:
+    from flink_gpu.coordination import MAX_PID  # the core's bound (csrc/base/process_id.hpp)
+
     try:
         value = int(text, 10)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a process id, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"a process id is positive, got {value}")
-    if value > _PID_MAX:
-        raise argparse.ArgumentTypeError(f"a process id is at most {_PID_MAX}, got {value}")
+    if value > MAX_PID:
+        raise argparse.ArgumentTypeError(f"a process id is at most {MAX_PID}, got {value}")
     return value
 
 
