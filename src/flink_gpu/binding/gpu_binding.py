@@ -46,6 +46,7 @@ import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from flink_gpu import policy
+from flink_gpu.binding import inheritance, memory
 from flink_gpu.binding.gauges import EMBEDDED_METRICS, GAUGES, MEMORY_LIMIT_GAUGE, PUSH_INTERVAL, Constant, Gauge
 from flink_gpu.binding.taskmanager_watch import unwatch, watch
 from flink_gpu.bindings_file import (
@@ -56,7 +57,6 @@ from flink_gpu.bindings_file import (
     BindingEntry,
     BindingSnapshot,
     bindings_path,
-    file_identity,
     snapshot,
     unbind,
 )
@@ -92,9 +92,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("flink_gpu.binding")
-
-#: Where an MPS control daemon listens unless CUDA_MPS_PIPE_DIRECTORY says otherwise.
-_MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 
 
 class GPUBinding:
@@ -215,45 +212,7 @@ class GPUBinding:
         return self._memory_limit
 
     def _totals(self) -> "list[tuple[str, int]]":
-        """(index, total bytes) of each bound GPU, in index order: what the bind read, else the info's
-        ``memory.total``, else NVML's enumeration; ValueError naming a GPU whose total is not known."""
-        by_index = {info.get_property("index"): info for info in self._infos}
-        totals = dict(self._memory_total)
-        for index in self._indices:
-            text = by_index[index].get_property("memory.total") if index in by_index else None
-            if index not in totals and text is not None and text.isdigit():
-                totals[index] = int(text)
-        if any(not totals.get(index) for index in self._indices) and self._library_path:
-            from flink_gpu.base.gpu_index import unit_parent
-            from flink_gpu.nvml import open_library
-
-            gpus = {unit_parent(index) or index for index in self._indices}
-            numbers = sorted(int(gpu) for gpu in gpus if gpu.isdigit())
-            for device in open_library(self._library_path).devices(gpus=numbers).devices:
-                if device.memory_total and not totals.get(device.gpu_index):
-                    totals[device.gpu_index] = device.memory_total
-        missing = [index for index in self._indices if not totals.get(index)]
-        if missing:
-            raise ValueError(
-                f"GPU {', '.join(missing)}'s total memory is not known (NVML did not read it), so no share of it "
-                "can be given."
-            )
-        return [(index, totals[index]) for index in self._indices]
-
-    def _process_limit(self, index: str) -> int:
-        """What this process may allocate on GPU ``index`` for its holders: this binding's request, or for a
-        slot (thread mode: every slot of the TaskManager is this one process) the requests of all the live
-        slots of this TaskManager on that GPU, each slot once."""
-        assert self._memory_limit is not None
-        pid, slot, taskmanager, _ = self._native_holder
-        if slot is None or taskmanager is None:  # no TaskManager recorded: its slots cannot be told
-            return self._memory_limit
-        requests: "dict[str, int]" = {}
-        for entry in snapshot(self._path, timeout=self._timeout).entries:
-            if entry.alive and entry.ours and entry.slot is not None and entry.index == index:
-                if entry.taskmanager == taskmanager:
-                    requests[entry.slot] = max(requests.get(entry.slot, 0), entry.memory or 0)
-        return max(sum(requests.values()), self._memory_limit)
+        return memory.totals(self._indices, self._infos, self._memory_total, self._library_path)
 
     def memory_environment(self, mps: "bool | None" = None) -> "dict[str, str]":
         """The environment that limits a process to :attr:`memory_limit` on each bound GPU, for a worker
@@ -266,27 +225,9 @@ class GPUBinding:
         ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (an equal share of the SMs). Empty without a memory request.
         Thread mode shares one process: setting these there limits every slot of the TaskManager together,
         not this one."""
-        limit = self._memory_limit
-        if limit is None:
+        if self._memory_limit is None:
             return {}
-        totals = self._totals()
-        # floored to a millionth, so that the share never exceeds the request (and never reads as none)
-        fraction = max(1, int(min(limit / total for _, total in totals) * 10**6)) / 10**6
-        env = {
-            "XLA_CLIENT_MEM_FRACTION": f"{fraction:.6f}",
-            "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{fraction:.6f}",
-            "CUPY_GPU_MEMORY_LIMIT": str(limit),
-        }
-        if mps is None:
-            pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or _MPS_PIPE_DIRECTORY
-            mps = os.path.exists(os.path.join(pipe, "control"))
-        if mps:
-            mebibytes = max(1, limit >> 20)
-            # the client's ordinals: its CUDA_VISIBLE_DEVICES is this binding's GPUs, in index order
-            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(f"{i}={mebibytes}M" for i in range(len(totals)))
-            if self._holders_per_gpu > 1:
-                env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, 100 // self._holders_per_gpu))
-        return env
+        return memory.environment(self._memory_limit, self._totals(), self._holders_per_gpu, mps)
 
     def apply_memory_limit(self) -> "tuple[str, ...]":
         """Limits the frameworks this process has imported to :attr:`memory_limit` on each bound GPU, after
@@ -301,29 +242,16 @@ class GPUBinding:
         slots bind), which keeps the slots together within what they asked, not each within its own.
         Raises ValueError without a memory request, RuntimeError when neither PyTorch nor CuPy is
         imported."""
-        import sys
-
         if self._memory_limit is None:
             raise ValueError(f"{self!r} has no memory request to apply: bind with memory=... (bytes or '10 gb').")
-        torch, cupy = sys.modules.get("torch"), sys.modules.get("cupy")
-        if torch is None and cupy is None:
-            raise RuntimeError(
-                "apply_memory_limit() limits PyTorch's or CuPy's allocator, and neither is imported: import it "
-                "first, or start the worker with memory_environment() (JAX, CuPy, MPS)."
-            )
+        torch, cupy = memory.frameworks()
+        limit = self._memory_limit
         ordinals = dict(zip(self._indices, self.devices, strict=True))
-        limits = {index: self._process_limit(index) for index in self._indices}
-        applied = []
-        if torch is not None:
-            for index, total in self._totals():
-                torch.cuda.set_per_process_memory_fraction(min(1.0, limits[index] / total), ordinals[index])
-            applied.append("torch")
-        if cupy is not None:
-            for index in self._indices:
-                with cupy.cuda.Device(ordinals[index]):
-                    cupy.get_default_memory_pool().set_limit(size=limits[index])
-            applied.append("cupy")
-        return tuple(applied)
+        limits = {
+            index: memory.process_limit(self._path, self._timeout, self._native_holder, limit, index)
+            for index in self._indices
+        }
+        return memory.apply(torch, cupy, limits, self._totals() if torch is not None else [], ordinals)
 
     def register_metrics(self, group: Any) -> None:
         """Registers integer gauges per bound GPU under ``group.add_group("gpu", <index>)``:
@@ -560,9 +488,22 @@ def bind(
     path = bindings_path() if path is None else os.fspath(path)
     me = os.getpid()
     if slot is None:
-        inherited = _inherited_binding(by_index, count, path, library_path, timeout, metrics_interval, memory_bytes)
+        inherited = inheritance.inherited(set(by_index), count, path, timeout, memory_bytes)
         if inherited is not None:
-            return inherited
+            return GPUBinding(
+                [by_index[i] for i in inherited.indices],
+                inherited.indices,
+                path,
+                None,
+                (inherited.parent, None, None, 0),
+                f"pid {inherited.parent} (inherited)",
+                library_path,
+                timeout,
+                metrics_interval,
+                inherited.memory,
+                None,
+                inherited.holders_per_gpu,
+            )
         pid, holder, registry = me, f"pid {me}", holders.process_holders
     else:
         pid = threading.get_native_id()
@@ -707,86 +648,3 @@ def _library(library_path: "str | None", nvml_timeout: float) -> "Library | None
         return open_library(library_path, nvml_timeout)
     except NvmlError:
         return None
-
-
-def _inherited_binding(
-    by_index: "dict[str, ExternalResourceInfo]",
-    count: int,
-    path: str,
-    library_path: "str | None",
-    timeout: float,
-    metrics_interval: float,
-    memory: "int | None",
-) -> "GPUBinding | None":
-    """The binding that the process holder this process was forked from has in ``path`` now (read from the
-    file), nothing new bound; None when this process is a holder of its own there: the parent bound
-    nothing there at the fork, or its binding there has ended since (it released it, or it died), which
-    ends the inheritance in that file for good. Its memory request is the parent's: ``memory`` must be
-    that one (or None)."""
-    if holders.forked_from is None:
-        return None
-    file = file_identity(path)
-    if file is None or file not in holders.forked_files:
-        return None
-    parent, namespace = holders.forked_from
-    start_time = holders.forked_files[file] or None
-    # the parent's lines: its pid in its namespace (a child forked into a new pid namespace is not of it,
-    # and an equal pid of another namespace is another process) with its start time (another process
-    # may have its pid once it died)
-    lines = [
-        entry
-        for entry in snapshot(path, timeout=timeout).entries
-        if entry.alive
-        and entry.slot is None
-        and entry.pid == parent
-        and entry.start_time == start_time
-        and (entry.ours if namespace is None or entry.namespace is None else entry.namespace == namespace)
-    ]
-    parents = {entry.index for entry in lines}
-    if not parents:
-        with holders.lock:
-            holders.forked_files = {other: at for other, at in holders.forked_files.items() if other != file}
-        return None
-    from flink_gpu.base.gpu_index import sort_indices
-
-    indices = sort_indices(parents & by_index.keys())
-    if count > len(indices):
-        now = (
-            f"binds GPU(s) {', '.join(indices)} of these in {path}"
-            if indices
-            else f"binds none of these in {path} (it binds GPU(s) {', '.join(sort_indices(parents))})"
-        )
-        raise NotEnoughGpusError(
-            f"This process (pid {os.getpid()}) was forked from pid {parent}, which {now}; a forked child shares "
-            f"its parent's binding and binds nothing new while its parent binds there, so it cannot have {count}. "
-            "Bind them in the parent."
-        )
-    chosen = indices[:count]
-    requested = max((entry.memory or 0 for entry in lines if entry.index in chosen), default=0) or None
-    share = max((entry.holders_per_gpu or 1 for entry in lines if entry.index in chosen), default=1)
-    if memory is not None and memory != requested:
-        raise ValueError(
-            f"This process (pid {os.getpid()}) was forked from pid {parent}, whose binding in {path} has a memory "
-            f"request of {_memory_text(requested)}, not {_memory_text(memory)}: a forked child shares its "
-            "parent's binding, request included. Ask with the parent's request, or bind in the parent."
-        )
-    return GPUBinding(
-        [by_index[i] for i in chosen],
-        chosen,
-        path,
-        None,
-        (parent, None, None, 0),
-        f"pid {parent} (inherited)",
-        library_path,
-        timeout,
-        metrics_interval,
-        requested,
-        None,
-        share,
-    )
-
-
-def _memory_text(memory: "int | None") -> str:
-    from flink_gpu.flink.grammars import format_memory_size
-
-    return "none" if memory is None else format_memory_size(memory)
