@@ -203,7 +203,7 @@ def test_mixed_stock_script_executable_and_api_with_sigkills_never_give_a_gpu_to
                 workers[kills].wait()
                 workers[kills] = our_worker(f"ours-again{kills}")
                 kills += 1
-            time.sleep(0.005)
+            time.sleep(0.005)  # the watch's pace: the workers run meanwhile
     finally:
         stop.touch()
         os.killpg(storm.pid, signal.SIGKILL)

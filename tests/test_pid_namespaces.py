@@ -717,10 +717,10 @@ while True:
     except Exception as error:
         if "Could not get enough" not in str(error):
             note("error", repr(str(error)))
-        time.sleep(0.002)
+        time.sleep(0.002)  # none free: the next try, paced
         continue
     note("got", time.monotonic_ns(), *taken)
-    time.sleep(rng.uniform(0, 0.02))
+    time.sleep(rng.uniform(0, 0.02))  # holding for a random while: the overlap a double would show
     note("drop", time.monotonic_ns())
     coordination.release(path=path, timeout=30)
 """

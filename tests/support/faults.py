@@ -87,17 +87,21 @@ def nothing_leaks() -> Iterator[None]:
     fds_before = open_fds()
     children_before = children()
     yield
-    deadline = time.monotonic() + 5  # threads of a test may still be closing what they opened
-    while True:
-        leaked_fds = {fd: target for fd, target in open_fds().items() if fds_before.get(fd) != target}
-        for fd in idle_lease(leaked_fds):
-            del leaked_fds[fd]
-        leaked_children = children() - children_before
-        if not (leaked_fds or leaked_children) or time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
-    assert not leaked_fds, f"descriptors leaked: {leaked_fds}"
-    assert not leaked_children, f"children left behind: {leaked_children}"
+    leaked: "dict[str, object]" = {}
+
+    def nothing_left() -> bool:
+        fds = {fd: target for fd, target in open_fds().items() if fds_before.get(fd) != target}
+        for fd in idle_lease(fds):
+            del fds[fd]
+        leaked.update(descriptors=fds, children=children() - children_before)
+        return not any(leaked.values())
+
+    try:  # threads of a test may still be closing what they opened
+        wait_until(nothing_left, "the block's descriptors and children are gone", 5)
+    except AssertionError:
+        pass  # said below, with what leaked
+    assert not leaked["descriptors"], f"descriptors leaked: {leaked['descriptors']}"
+    assert not leaked["children"], f"children left behind: {leaked['children']}"
 
 
 def line_of(index, pid, path=None):
@@ -247,8 +251,8 @@ def settle(path):
     """Waits until ``path`` has been there for five seconds (kFlockGapMs), then claims and releases on it in a fresh
     process: that look finds no stock script writing a replaced copy, and settles the file
     (csrc/coordination/proc_locks.cpp): no process of ours reads /proc/locks for it again."""
-    while time.time() - os.stat(path).st_ctime <= 5.0:  # born no later than its last change
-        time.sleep(0.01)
+    # born no later than its last change
+    wait_until(lambda: time.time() - os.stat(path).st_ctime > 5.0, f"{path} is five seconds old", 60)
     claim_release = "import sys; from flink_gpu import coordination as c; c.claim(1, ['9'], path=sys.argv[1]); "
     run_child(claim_release + "c.release(path=sys.argv[1])", path)
     probe = path.with_name("xattr-probe")
@@ -297,7 +301,7 @@ with open(log, "a") as out:
         try:
             got = coordination.claim(random.randint(1, 2), [str(i) for i in range(gpus)], path=path, timeout=30).taken
         except FlinkException:
-            time.sleep(0.002)
+            time.sleep(0.002)  # none free: the next try, paced
             continue
         held = []
         for index in got:
