@@ -37,9 +37,9 @@ SRC = Path(flink_gpu.__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
-def drivers(monkeypatch):
-    """The test drivers module, importable by dotted path like a user's own package."""
-    monkeypatch.syspath_prepend(str(FIXTURES))
+def drivers():
+    """The test drivers module (tests/fixtures, on pytest's pythonpath), importable by dotted path like a user's
+    own package."""
     import flink_gpu_test_drivers
 
     flink_gpu_test_drivers.EVENTS.clear()
