@@ -856,17 +856,17 @@ def test_a_thread_mode_subtask_without_an_allocation_id_is_refused_as_of_an_unkn
 
 
 def test_the_taskmanagers_configuration_is_read_again_only_when_it_changes(tm_conf, tmp_path):
-    from flink_gpu import pyflink
+    from flink_gpu.gpu.taskmanager_view import taskmanager_view
 
     conf_dir, path = tm_conf
-    first = pyflink._taskmanager_view("gpu")
+    first = taskmanager_view("gpu")
     assert first.path == str(path)
-    assert pyflink._taskmanager_view("gpu") is first  # every operator's open() asks: parsed once
+    assert taskmanager_view("gpu") is first  # every operator's open() asks: parsed once
     other = tmp_path / "other-coordination"
     write_conf(conf_dir, f"--enable-coordination-mode --coordination-file {other}")
-    assert pyflink._taskmanager_view("gpu").path == str(other)
+    assert taskmanager_view("gpu").path == str(other)
     (conf_dir / "config.yaml").unlink()
-    assert pyflink._taskmanager_view("gpu").path == DEFAULT_COORDINATION_FILE  # gone: the default, as before
+    assert taskmanager_view("gpu").path == DEFAULT_COORDINATION_FILE  # gone: the default, as before
 
 
 # -- bind_gpus: what the not-enough advice promises ------------------------------------------------

@@ -50,16 +50,12 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
 
-from flink_gpu.errors import IllegalConfigurationException, NotEnoughGpusError, SlotUnknownError
+from flink_gpu.errors import NotEnoughGpusError, SlotUnknownError
 from flink_gpu.gpu.info import GPUInfo
+from flink_gpu.gpu.taskmanager_view import TaskManagerView, taskmanager_view
 
 if TYPE_CHECKING:
     from flink_gpu.binding import GPUBinding
-
-    #: One configuration file's (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns).
-    _FileStat = tuple[int, int, int, int, int]
-    #: Each candidate configuration file's stat, None when it is absent.
-    _ConfigurationSignature = tuple[_FileStat | None, ...]
 
 # PyFlink's runtime contexts and the Java objects behind them (pemja proxies) are untyped: they are Any here.
 
@@ -137,7 +133,7 @@ def bind_gpus(
     memory_bytes = checked_memory(memory)
     if not isinstance(name, str) or not name:
         raise ValueError(f"The external resource name must be a non-empty string, got {name!r}.")
-    view = _taskmanager_view(name)
+    view = taskmanager_view(name)
     java_context = _java_context(runtime_context)
     lookup = _from_java(java_context, name) if java_context is not None else _from_coordination_file(name, view)
     if not lookup.infos:
@@ -358,173 +354,6 @@ def _from_java(java_context: Any, name: str) -> ResourceLookup:
 
 # -- process mode --------------------------------------------------------------------------------
 
-_ARGS_WARNED: "set[tuple[str, str | None]]" = set()  # (key, discovery-script.args) already parsed with warnings here
-
-
-class _TaskManagerView(NamedTuple):
-    """What the TaskManager's configuration says about resource ``name`` for a process-mode worker."""
-
-    path: str | None  # the coordination file to read; None: the TaskManager discovered nothing
-    notes: list[str]  # how it was found, and why nothing is there when path is None (views are cached: never changed)
-    library: str | None = None  # param.nvml.library-path of the resource
-    amount: int | None = None  # external-resource.<name>.amount; None when the configuration is unknown
-    metrics_interval: float | None = None  # param.metrics.interval (None: unknown, the default)
-    health_checks: "tuple[str, ...] | None" = None  # param.health-checks (None: unknown, all)
-    nvml_timeout: float | None = None  # param.nvml-timeout, else --nvml-timeout (None: unknown, the default)
-
-
-# (FLINK_CONF_DIR, name) -> (the configuration files' stat, the view they gave)
-_VIEWS: "dict[tuple[str, str], tuple[_ConfigurationSignature, _TaskManagerView]]" = {}
-
-
-def _configuration_signature(conf_dir: str) -> "_ConfigurationSignature":
-    """What tells that the configuration in ``conf_dir`` changed: each candidate file's identity,
-    size and times (a file that is absent counts as None)."""
-    from flink_gpu.flink.config_files import CONFIGURATION_FILE_NAMES
-
-    signature: "list[_FileStat | None]" = []
-    for file_name in CONFIGURATION_FILE_NAMES:
-        try:
-            st = os.stat(os.path.join(conf_dir, file_name))
-        except OSError:
-            signature.append(None)
-        else:
-            signature.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
-    return tuple(signature)
-
-
-def _taskmanager_view(name: str) -> _TaskManagerView:
-    """:func:`_read_taskmanager_view`, read again only when the configuration files change: every
-    operator's open() asks, and parsing the YAML costs far more than two stat() calls."""
-    conf_dir = os.environ.get("FLINK_CONF_DIR")
-    if not conf_dir:
-        return _read_taskmanager_view(name, conf_dir)
-    signature = _configuration_signature(conf_dir)
-    cached = _VIEWS.get((conf_dir, name))
-    if cached is not None and cached[0] == signature:
-        return cached[1]
-    view = _read_taskmanager_view(name, conf_dir)
-    _VIEWS[(conf_dir, name)] = (signature, view)
-    return view
-
-
-def _read_taskmanager_view(name: str, conf_dir: "str | None") -> _TaskManagerView:
-    """The coordination file the TaskManager's discovery of ``name`` records its GPUs in, with the
-    rules Flink's TaskManager applies before it runs any driver: the resource must be enabled, with
-    a positive amount and a loadable driver factory; its discovery must be in coordination mode."""
-    from flink_gpu.coordination import DEFAULT_PATH
-    from flink_gpu.flink.framework import JAVA_GPU_FACTORY, configured_factory_name, param_prefix
-    from flink_gpu.gpu.options import GPUDriverOptions
-
-    key = param_prefix(name) + GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key
-    if not conf_dir:
-        return _TaskManagerView(
-            DEFAULT_PATH,
-            [
-                f"FLINK_CONF_DIR is not set, so the TaskManager's configuration is unknown; used the "
-                f"default coordination file {DEFAULT_PATH}"
-            ],
-        )
-    from flink_gpu.flink.configuration import Configuration
-    from flink_gpu.gpu.settings import GPUDriverSettings
-
-    where = f"the configuration in FLINK_CONF_DIR={conf_dir}"
-    try:
-        conf = Configuration.from_yaml(conf_dir)
-    except Exception as error:  # a broken file must not break the operator; say why instead
-        return _TaskManagerView(
-            DEFAULT_PATH,
-            [f"could not read '{key}' from {where} ({error}); used the default coordination file {DEFAULT_PATH}"],
-        )
-    amount, refusal = _configured_amount(conf, name)
-    if refusal is not None:
-        return _TaskManagerView(None, [f"{where}: {refusal}, so the TaskManager discovered nothing"])
-    params = conf.prefixed(param_prefix(name))
-    try:
-        if configured_factory_name(conf, name) == JAVA_GPU_FACTORY:
-            # Flink's Java plugin reads only the script's path and args: our options' errors
-            # do not stop it
-            settings = GPUDriverSettings.from_config_lenient(params, name)
-        else:
-            settings = GPUDriverSettings.from_config(params, name)
-    except Exception as error:
-        return _TaskManagerView(
-            None,
-            [f"{where}: the GPU driver of '{name}' cannot be built ({error}), so the TaskManager discovered nothing"],
-        )
-    try:
-        nvml_timeout = settings.nvml_timeout_seconds()
-    except IllegalConfigurationException:  # a bad --nvml-timeout: Flink's Java plugin never reads it
-        nvml_timeout = settings.nvml_timeout
-    # every UDF's open() looks this up: say what is wrong with the args once per process
-    if (key, settings.script_args_text) not in _ARGS_WARNED:
-        settings.warn_ignored_args()
-        _ARGS_WARNED.add((key, settings.script_args_text))
-    if not settings.script_args.coordination_mode:
-        return _TaskManagerView(
-            None,
-            [
-                f"'{key}' in {where} does not contain --enable-coordination-mode, so the TaskManager's "
-                "discovery records nothing in the coordination file for process-mode Python workers to "
-                "read; enable it to make its GPUs visible to them"
-            ],
-            settings.library_path,
-            amount,
-            settings.metrics_interval,
-            settings.health_checks,
-            nvml_timeout,
-        )
-    return _TaskManagerView(
-        settings.script_args.coordination_file,
-        [f"read '{key}' from {where}"],
-        settings.library_path,
-        amount,
-        settings.metrics_interval,
-        settings.health_checks,
-        nvml_timeout,
-    )
-
-
-def _configured_amount(conf: Any, name: str) -> tuple[int | None, str | None]:
-    """The amount of ``name`` a TaskManager with ``conf`` retrieves, or why it gives no infos for
-    ``name`` whatever its driver would find: the framework's own rules, as the TaskManager applies
-    them."""
-    from flink_gpu.flink.framework import (
-        EXTERNAL_RESOURCE_LIST,
-        amount_key,
-        configured_factory_name,
-        driver_factory_key,
-        external_resource_amounts,
-        external_resource_names,
-        load_factory,
-    )
-
-    list_key = EXTERNAL_RESOURCE_LIST.key
-    try:
-        listed = external_resource_names(conf)
-        amounts = external_resource_amounts(conf)
-    except Exception as error:  # the TaskManager does not start with such a configuration
-        return None, f"a TaskManager does not start with it ({error})"
-    if name not in listed:
-        resources = conf.get_string(list_key, "")
-        if not listed:
-            return None, f"'{list_key}' is {resources!r}, which enables no external resource"
-        return None, f"'{name}' is not listed in '{list_key}' ({resources!r})"
-    if name not in amounts:
-        amount = conf.get_string(amount_key(name))
-        if amount is None:
-            return None, f"'{name}' has no amount: '{amount_key(name)}' is not set"
-        return None, (f"'{name}' has no valid amount: '{amount_key(name)}' is {amount!r}; it must be positive")
-    factory_key = driver_factory_key(name)
-    factory_name = configured_factory_name(conf, name)
-    if factory_name is None:
-        return None, f"'{name}' has no driver factory: '{factory_key}' is not set"
-    try:
-        load_factory(factory_name)
-    except Exception as error:
-        return None, (f"the driver factory of '{name}' ('{factory_key}': {factory_name}) cannot be loaded ({error})")
-    return amounts[name], None
-
 
 def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo], str | None]:
     """GPUInfos for ``indices`` with NVML's properties where NVML answers; the note if it does not."""
@@ -541,11 +370,11 @@ def _nvml_infos(indices: list[str], library: str | None) -> tuple[list[GPUInfo],
     return [gpu_info(devices[index]) if index in devices else GPUInfo(index) for index in indices], None
 
 
-def _from_coordination_file(name: str, view: "_TaskManagerView | None" = None) -> ResourceLookup:
+def _from_coordination_file(name: str, view: "TaskManagerView | None" = None) -> ResourceLookup:
     from flink_gpu import coordination
     from flink_gpu.flink.script_protocol import sort_indices
 
-    view = view if view is not None else _taskmanager_view(name)
+    view = view if view is not None else taskmanager_view(name)
     path, notes, library, amount = view.path, view.notes, view.library, view.amount
     notes = list(notes)  # a view may be reused: the notes of this lookup are its own
     if path is None:
