@@ -131,6 +131,27 @@ def test_missing_library_is_a_clear_python_error(tmp_path):
     assert missing in str(info.value) and "FLINK_GPU_NVML_LIBRARY" in str(info.value)
 
 
+@pytest.mark.parametrize("timeout", [0, -1.5, float("nan"), float("inf")])
+def test_an_nvml_timeout_is_the_cores_one_check_before_the_library_is_touched(tmp_path, timeout):
+    """Positive and finite seconds (csrc/nvml/settings.hpp's check_nvml_timeout): bind's nvml_timeout and the
+    driver's nvml-timeout are held to it too."""
+    with pytest.raises(
+        ValueError, match=r"^Invalid NVML timeout .*: it must be a positive, finite number of seconds\.$"
+    ):
+        _native.Nvml.open(str(tmp_path / "libnvidia-ml.so.1"), timeout)
+    with pytest.raises(TypeError, match="timeout must be a number of seconds"):
+        _native.Nvml.open(str(tmp_path / "libnvidia-ml.so.1"), "5 s")
+
+
+def test_health_check_names_are_the_cores_one_check_never_the_options_grammar():
+    assert _native.checked_health_checks(["ecc", "inforom"], "health_checks") == ("inforom", "ecc")
+    assert _native.checked_health_checks([], "health_checks") == ()
+    for wrong in ("all", "-inforom", "INFOROM", "fans"):
+        with pytest.raises(ValueError, match=f"^Invalid health_checks: '{wrong}' is not a health check; use inforom, "):
+            _native.checked_health_checks(["ecc", wrong], "health_checks")
+    assert _native.health_checks_of("all,-inforom") == _native.HEALTH_CHECKS[1:]  # the option's grammar
+
+
 def test_library_without_nvml_symbols_is_rejected():
     with pytest.raises(NvmlError, match="not a usable NVML library") as info:
         _native.Nvml.open("libc.so.6")

@@ -740,8 +740,8 @@ def test_thread_mode_bind_gpus_without_gpus_points_to_the_taskmanager_log_and_do
     "count, share, message",
     [
         (0, 1, "count must be 1 to"),
-        (1, 0, "subtasks_per_gpu must be 1 to 1024, got 0"),
-        (1, 2000, "subtasks_per_gpu must be 1 to 1024, got 2000"),
+        (1, 0, "Invalid subtasks_per_gpu 0: it must be 1 to 1024."),
+        (1, 2000, "Invalid subtasks_per_gpu 2000: it must be 1 to 1024."),
     ],
 )
 def test_bind_gpus_refuses_bad_counts_naming_the_parameter(count, share, message):

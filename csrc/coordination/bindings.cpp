@@ -67,23 +67,15 @@ Status validate(const Holder& holder, std::uint32_t holders_per_gpu) {
     if (!st.ok()) return st;
     if (!holder.slot.empty() && !(st = check_slot(holder.slot)).ok()) return st;
     if (holder.taskmanager < 0) return coordination::validate_pid(holder.taskmanager, "TaskManager pid");
-    if (holders_per_gpu == 0 || holders_per_gpu > coordination::kMaxShare) {
-        return failure(StatusCode::kInvalidArgument, "Invalid number of holders per GPU " +
-                                                         std::to_string(holders_per_gpu) + ": it must be 1 to " +
-                                                         std::to_string(coordination::kMaxShare) + ".");
-    }
-    return {};
+    return coordination::check_share(holders_per_gpu, "number of holders per GPU");
 }
 
 // The given GPUs' memory by index (MemoryRequest::of, parallel to `gpus`), and the request's own checks:
 // within a line's range, one reading per GPU.
 Status memory_by_index(const std::vector<std::string>& gpus, const MemoryRequest& memory,
                        std::map<std::string, GpuMemory>* out) {
-    if (memory.bytes > coordination::kMaxMemoryRequest) {
-        return failure(StatusCode::kInvalidArgument, "Invalid memory request of " + std::to_string(memory.bytes) +
-                                                         " bytes: it must be 1 to " +
-                                                         std::to_string(coordination::kMaxMemoryRequest) + ".");
-    }
+    const Status st = coordination::check_memory_request(memory.bytes, "memory request");
+    if (!st.ok()) return st;
     if (!memory.of.empty() && memory.of.size() != gpus.size()) {
         return failure(StatusCode::kInvalidArgument, "The GPUs' memory readings (" + std::to_string(memory.of.size()) +
                                                          ") do not match the GPUs given (" +

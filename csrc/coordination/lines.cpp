@@ -288,5 +288,20 @@ Line new_line(const std::string& index, const HolderIdentity& holder, std::uint3
     return l;
 }
 
+Status check_share(long long n, const char* what, const std::string& written) {
+    if (n >= 1 && n <= kMaxShare) return {};
+    return failure(StatusCode::kInvalidArgument, std::string("Invalid ") + what + " " +
+                                                     (written.empty() ? std::to_string(n) : written) +
+                                                     ": it must be 1 to " + std::to_string(kMaxShare) + ".");
+}
+
+Status check_memory_request(std::uint64_t bytes, const char* what, const std::string& written) {
+    if (bytes <= kMaxMemoryRequest) return {};
+    return failure(StatusCode::kInvalidArgument,
+                   std::string("Invalid ") + what + " " +
+                       (written.empty() ? "of " + std::to_string(bytes) + " bytes" : written) +
+                       ": it must be at most " + std::to_string(kMaxMemoryRequest) + " bytes.");
+}
+
 }  // namespace coordination
 }  // namespace flinkgpu

@@ -3,6 +3,7 @@
 // unparsable; the MIG unit lines and the exclusion rule are there too.
 #pragma once
 
+#include "base/status.hpp"
 #include "coordination/identity.hpp"
 
 #include <sys/types.h>
@@ -73,6 +74,10 @@ std::vector<BadLine> bad_lines(const std::vector<Line>& lines);
 // The most holders a binding lets share one GPU.
 inline constexpr std::uint32_t kMaxShare = 1024;
 
+// kInvalidArgument unless 1 <= `n` <= kMaxShare: "Invalid <what> <n>: it must be 1 to 1024." `written`: the
+// value as the caller wrote it where `n` could not hold it ("": `n`).
+Status check_share(long long n, const char* what, const std::string& written = "");
+
 // A slot id as a bindings line may name it: 1 to 128 of [A-Za-z0-9_.:-] (a Flink allocation id is 32
 // hex digits).
 bool valid_slot(const std::string& s);
@@ -82,6 +87,10 @@ inline constexpr std::uint32_t kMaxLeaseSlot = 65535;
 
 // The largest memory request a bindings line may record (bytes): Flink's MemorySize is a Java long.
 inline constexpr std::uint64_t kMaxMemoryRequest = 9223372036854775807ULL;
+
+// kInvalidArgument when `bytes` > kMaxMemoryRequest: "Invalid <what> <written>: it must be at most
+// 9223372036854775807 bytes." `written`: the value as the caller wrote it ("": "of <bytes> bytes").
+Status check_memory_request(std::uint64_t bytes, const char* what, const std::string& written = "");
 
 // The line recording `holder` for `index`: `<index> <pid>`, then a tab before each field it knows
 // (`share` and `memory`: the bindings file's, 0 for none).

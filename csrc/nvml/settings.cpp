@@ -3,6 +3,7 @@
 
 #include "flink/duration.hpp"
 
+#include <cmath>
 #include <cstdio>
 
 namespace flinkgpu {
@@ -29,7 +30,12 @@ class Places {
 public:
     explicit Places(const SettingsText& text) : text_(text) {}
 
-    std::string parameter(const char* key) const { return "key '" + text_.key_prefix + key + "'"; }
+    std::string parameter(const char* key) const {
+        if (!text_.parameters_are_arguments) return "key '" + text_.key_prefix + key + "'";
+        std::string name(key);  // "metrics.interval" -> metrics_interval
+        for (char& c : name) c = c == '-' || c == '.' ? '_' : c;
+        return name;
+    }
     std::string flag(const char* flag) const {
         if (text_.flags_on_command_line) return flag;
         return std::string(flag) + " in key '" + text_.key_prefix + kScriptArgsKey + "'";
@@ -48,10 +54,12 @@ std::string busy_problem(const std::string& value, BusyPolicy* out) {
     return std::string("expected one of ") + kBusyPolicyValues;
 }
 
+bool usable_timeout(double seconds) { return seconds > 0 && std::isfinite(seconds); }
+
 std::string timeout_problem(const std::string& value, double* out) {
     std::string why;
     double seconds = 0;
-    if (parse_flink_duration(value, &seconds, &why) && seconds > 0) {
+    if (parse_flink_duration(value, &seconds, &why) && usable_timeout(seconds)) {
         *out = seconds;
         return "";
     }
@@ -151,7 +159,47 @@ std::string_view trimmed(std::string_view text) {
     return text.substr(start, text.find_last_not_of(blanks) - start + 1);
 }
 
+// The check spelled `name`, as check_name() spells it.
+bool check_named(std::string_view name, std::size_t* out) {
+    for (std::size_t i = 0; i < kCheckCount; ++i) {
+        if (name == check_name(static_cast<Check>(i))) {
+            *out = i;
+            return true;
+        }
+    }
+    return false;
+}
+
+// The one sentence for an item that names no check; `accepted`: what the reader takes instead.
+std::string not_a_check(std::string_view item, const std::string& accepted) {
+    std::string names;
+    for (std::size_t i = 0; i < kCheckCount; ++i)
+        names += std::string(i ? ", " : "") + check_name(static_cast<Check>(i));
+    return "'" + std::string(item) + "' is not a health check; use " + accepted + names;
+}
+
 }  // namespace
+
+Status check_nvml_timeout(double seconds, const char* what) {
+    if (usable_timeout(seconds)) return {};
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%g", seconds);
+    return failure(StatusCode::kInvalidArgument,
+                   std::string("Invalid ") + what + " " + shown + ": it must be a positive, finite number of seconds.");
+}
+
+Status check_names(const std::vector<std::string>& names, const char* what, CheckSet* out) {
+    CheckSet named;
+    for (const std::string& name : names) {
+        std::size_t check = 0;
+        if (!check_named(name, &check))
+            return failure(StatusCode::kInvalidArgument,
+                           std::string("Invalid ") + what + ": " + not_a_check(name, "") + ".");
+        named.set(check);
+    }
+    *out = named;
+    return {};
+}
 
 std::string read_health_checks(std::string_view text, CheckSet* out) {
     CheckSet enforced;
@@ -169,19 +217,14 @@ std::string read_health_checks(std::string_view text, CheckSet* out) {
             enforced = drop ? CheckSet() : all_checks();
             known = true;
         }
-        for (std::size_t i = 0; i < kCheckCount && !known; ++i) {
-            if (name == check_name(static_cast<Check>(i))) {
-                enforced.set(i, !drop);
-                known = true;
-            }
+        std::size_t check = 0;
+        if (!known && check_named(name, &check)) {
+            enforced.set(check, !drop);
+            known = true;
         }
-        if (!known) {
-            std::string names;
-            for (std::size_t i = 0; i < kCheckCount; ++i)
-                names += std::string(", ") + check_name(static_cast<Check>(i));
-            return "'" + std::string(item) + "' is not a health check; use all" + names +
+        if (!known)
+            return not_a_check(item, "all, ") +
                    ", each optionally prefixed with '-' to leave it out (e.g. 'all,-inforom')";
-        }
         if (comma == std::string_view::npos) break;
         start = comma + 1;
     }

@@ -7,6 +7,7 @@
 // TaskManager's view) sees what the rest of the configuration says.
 #pragma once
 
+#include "base/status.hpp"
 #include "flink/script_args.hpp"
 #include "nvml/choice.hpp"
 #include "nvml/deadline.hpp"
@@ -41,6 +42,8 @@ struct SettingsText {
     std::string key_prefix;
     // The flags are flink-gpu-discovery's own arguments: messages name the flag alone, not the args key.
     bool flags_on_command_line = false;
+    // The parameters are a call's arguments (bind's): messages name them as it does ("nvml_timeout"), not keys.
+    bool parameters_are_arguments = false;
 };
 
 struct Settings {
@@ -58,6 +61,15 @@ struct Settings {
 };
 
 Settings read_settings(const SettingsText& text);
+
+// kInvalidArgument unless `seconds` is a deadline NVML's calls can keep: positive and finite. "Invalid <what>
+// <seconds>: it must be a positive, finite number of seconds." (`what`: as the caller names it).
+Status check_nvml_timeout(double seconds, const char* what);
+
+// The checks `names` name, each exactly as check_name() spells it (the option's "all" and '-' are not names),
+// into `*out`; else kInvalidArgument naming the first that is not: "Invalid <what>: '<name>' is not a health
+// check; use inforom, remapped-rows, ...".
+Status check_names(const std::vector<std::string>& names, const char* what, CheckSet* out);
 
 // "" when `text` is a health-checks value: names of check_name(), "all", each optionally prefixed with
 // '-' to leave it out, comma-separated, applied left to right, ASCII case and blanks ignored ("all,-inforom");

@@ -9,6 +9,33 @@ MAX_MEMORY_REQUEST = kMaxMemoryRequest
 MAX_GPU_COUNT = SIZE_MAX
 
 
+def checked_share(value, str what not None):
+    """``value`` (an int) as a number of holders that may share one GPU, by the core's rule (1 to
+    MAX_HOLDERS_PER_GPU): ValueError naming ``what``, the value and the range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    cdef bint wide = not -2**63 <= value < 2**63
+    cdef string name = _utf8(what)
+    cdef string written = _utf8(str(value)) if wide else string()
+    cdef Status status = check_share(0 if wide else value, name.c_str(), written)
+    if not status.ok():
+        raise _error(status, "")
+    return value
+
+
+def checked_memory_request(size, str what not None, str written not None):
+    """``size`` (bytes, an int of at least 0) as a memory request, by the core's rule (at most
+    MAX_MEMORY_REQUEST): ValueError naming ``what`` and the value as the caller ``written`` it."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise TypeError(f"{what} must be bytes (an int of at least 0), got {size!r}")
+    cdef string name = _utf8(what)
+    cdef string shown = _utf8(written)
+    cdef Status status = check_memory_request(min(size, 2**64 - 1), name.c_str(), shown)
+    if not status.ok():
+        raise _error(status, "")
+    return size
+
+
 cdef class Orphan(_Record):
     """An orphaned worker a bind's shortage names: process ``pid`` still runs on GPU ``index``, short of
     memory, though ``taskmanager``, the TaskManager it bound for, is gone."""

@@ -114,3 +114,7 @@ cdef extern from "coordination/lines.hpp" namespace "flinkgpu::coordination" nog
     bint unit_gpu_cpp "flinkgpu::coordination::unit_gpu"(const string& index, string* gpu)
     uint32_t kMaxShare "flinkgpu::coordination::kMaxShare"
     uint64_t kMaxMemoryRequest "flinkgpu::coordination::kMaxMemoryRequest"
+    Status check_share "flinkgpu::coordination::check_share"(long long n, const char* what,
+                                                             const string& written) except +
+    Status check_memory_request "flinkgpu::coordination::check_memory_request"(uint64_t bytes, const char* what,
+                                                                               const string& written) except +

@@ -251,6 +251,8 @@ class Verdict:
 DEFAULT_NVML_TIMEOUT: float
 
 def health_checks_of(text: str) -> Tuple[str, ...]: ...
+def checked_nvml_timeout(seconds: object, what: str) -> float: ...
+def checked_health_checks(names: Iterable[str], what: str) -> Tuple[str, ...]: ...
 
 @disjoint_base  # a cdef class: its own instance layout
 class NvmlSettings:
@@ -277,6 +279,7 @@ def read_settings(
     metrics_interval: Optional[str],
     busy_gpus_flag: Optional[str],
     nvml_timeout_flag: Optional[str],
+    arguments: bool = ...,
 ) -> NvmlSettings: ...
 def find_taskmanager(pid: int) -> Optional[int]: ...
 
@@ -441,6 +444,9 @@ def coordination_own_pid() -> int: ...
 MAX_HOLDERS_PER_GPU: int
 MAX_MEMORY_REQUEST: int
 MAX_GPU_COUNT: int
+
+def checked_share(value: int, what: str) -> int: ...
+def checked_memory_request(size: int, what: str, written: str) -> int: ...
 
 @disjoint_base  # a cdef class: its own instance layout
 class Orphan:

@@ -107,6 +107,8 @@ cdef extern from "nvml/state.hpp" namespace "flinkgpu" nogil:
         CheckSet(unsigned long long mask)
         bint test(size_t position)
 
+    CheckSet all_checks "flinkgpu::all_checks"()
+
     cdef cppclass CCheckResult "flinkgpu::CheckResult":
         Outcome outcome
         Health verdict
@@ -252,6 +254,8 @@ cdef extern from "nvml/choice.hpp" namespace "flinkgpu" nogil:
 
 cdef extern from "nvml/settings.hpp" namespace "flinkgpu" nogil:
     string read_health_checks_cpp "flinkgpu::read_health_checks"(string_view text, CheckSet* out) except +
+    Status check_nvml_timeout "flinkgpu::check_nvml_timeout"(double seconds, const char* what) except +
+    Status check_names "flinkgpu::check_names"(const vector[string]& names, const char* what, CheckSet* out) except +
 
     cdef cppclass CParameterText "flinkgpu::ParameterText":
         cpp_bool given
@@ -264,6 +268,7 @@ cdef extern from "nvml/settings.hpp" namespace "flinkgpu" nogil:
         CParameterText metrics_interval
         CScriptArgs script
         string key_prefix
+        cpp_bool parameters_are_arguments
 
     cdef cppclass CSettings "flinkgpu::Settings":
         BusyPolicy busy

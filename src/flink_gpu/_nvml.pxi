@@ -9,12 +9,16 @@ cdef class _MetricDevice:
     cdef CMetricDevice c
 
 
-cdef double _timeout(timeout) except -1:
+cdef double _timeout(timeout, str what="NVML timeout") except -1:
+    """``timeout`` as seconds: TypeError for anything but a number, the core's rule (ValueError naming ``what``)."""
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
-    if not timeout > 0:
-        raise ValueError(f"Invalid NVML timeout {timeout!r}: it must be a positive number of seconds.")
-    return <double>timeout
+    cdef double seconds = timeout
+    cdef string name = _utf8(what)
+    cdef Status status = check_nvml_timeout(seconds, name.c_str())
+    if not status.ok():
+        raise _error(status, "")
+    return seconds
 
 
 cdef class NvmlEnumeration(_Record):

@@ -12,6 +12,18 @@ def health_checks_of(str text not None):
     return _check_names(checks)
 
 
+def checked_nvml_timeout(seconds, str what not None):
+    """``seconds`` (a number) as an NVML deadline, by the core's rule (positive, finite): TypeError for
+    anything but a number, ValueError naming ``what`` and the value."""
+    return _timeout(seconds, what)
+
+
+def checked_health_checks(names, str what not None):
+    """The checks ``names`` (an iterable of names of HEALTH_CHECKS, exactly; not the option's text) name,
+    in HEALTH_CHECKS order, by the core's rule: ValueError naming ``what`` and the first that is not one."""
+    return _check_names(_check_set(names, what))
+
+
 cdef class NvmlSettings:
     """The NVML backend's settings as the core read them (csrc/nvml/settings.hpp): ``busy_gpus`` (one of
     BUSY_GPUS_VALUES), ``nvml_timeout`` and ``metrics_interval`` (seconds), ``health_checks`` (the enforced
@@ -44,13 +56,15 @@ cdef CParameterText _parameter_text(value) except *:
 
 
 def read_settings(str key_prefix not None, busy_gpus, nvml_timeout, health_checks, metrics_interval,
-                  busy_gpus_flag, nvml_timeout_flag):
+                  busy_gpus_flag, nvml_timeout_flag, bint arguments=False):
     """The NVML backend's settings read from the raw strings by the one parser flink-gpu-discovery uses
     (csrc/nvml/settings.*): the parameters ``busy_gpus`` .. ``metrics_interval`` as Flink renders them
     and the values of ``--busy-gpus`` and ``--nvml-timeout`` in the script's arguments (None: not
-    given); messages name keys with ``key_prefix`` in front. An NvmlSettings."""
+    given); messages name keys with ``key_prefix`` in front, or with ``arguments`` the parameters as a
+    call's arguments (``nvml_timeout``: bind's). An NvmlSettings."""
     cdef CSettingsText text
     text.key_prefix = _utf8(key_prefix)
+    text.parameters_are_arguments = arguments
     text.busy_gpus = _parameter_text(busy_gpus)
     text.nvml_timeout = _parameter_text(nvml_timeout)
     text.health_checks = _parameter_text(health_checks)

@@ -160,21 +160,22 @@ cdef DeviceState _state(const CDeviceState& c):
     return s
 
 
-_check_masks = {}  # health_checks -> its bit mask over HEALTH_CHECKS, made once per value
-
-
-cdef CheckSet _check_set(health_checks) except *:
-    """The CheckSet of ``health_checks`` (names of HEALTH_CHECKS; None: all of them)."""
-    mask = _check_masks.get(health_checks)
-    if mask is None:
-        names = HEALTH_CHECKS if health_checks is None else tuple(health_checks)
-        unknown = sorted(set(names) - set(HEALTH_CHECKS))
-        if unknown:
-            raise ValueError(f"Unknown health checks {unknown}: use names of {', '.join(HEALTH_CHECKS)}.")
-        mask = sum(1 << i for i, name in enumerate(HEALTH_CHECKS) if name in names)
-        if isinstance(health_checks, (tuple, type(None))):
-            _check_masks[health_checks] = mask
-    return CheckSet(<unsigned long long>mask)
+cdef CheckSet _check_set(health_checks, str what="health_checks") except *:
+    """The CheckSet of ``health_checks`` (names of HEALTH_CHECKS; None: all of them): TypeError for a name
+    that is not a str, the core's rule for the names (ValueError naming ``what``)."""
+    cdef CheckSet checks = all_checks()
+    if health_checks is None:
+        return checks
+    cdef vector[string] names
+    for name in health_checks:
+        if not isinstance(name, str):
+            raise TypeError(f"{what} must be names of health checks (str), got {name!r}")
+        names.push_back(_utf8(name))
+    cdef string label = _utf8(what)
+    cdef Status status = check_names(names, label.c_str(), &checks)
+    if not status.ok():
+        raise _error(status, "")
+    return checks
 
 
 _busy_policies = {}  # busy-gpus text -> its BusyPolicy value

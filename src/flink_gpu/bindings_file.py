@@ -23,6 +23,8 @@ __all__ = [
     "BindingEntry",
     "BindingSnapshot",
     "bindings_path",
+    "checked_memory_request",
+    "checked_share",
     "file_identity",
     "memory_request",
     "orphan_text",
@@ -35,6 +37,9 @@ __all__ = [
 MAX_HOLDERS_PER_GPU: int = _native.MAX_HOLDERS_PER_GPU
 MAX_MEMORY_REQUEST: int = _native.MAX_MEMORY_REQUEST
 MAX_GPU_COUNT: int = _native.MAX_GPU_COUNT
+#: The core's rules for those bounds, with its one sentence each (csrc/coordination/lines.hpp).
+checked_share = _native.checked_share
+checked_memory_request = _native.checked_memory_request
 
 #: What a coordination file's path takes to name its bindings file.
 BINDINGS_SUFFIX = ".bindings"

@@ -30,7 +30,9 @@ from flink_gpu._native import (
     SampledMetrics,
     SkippedDevice,
     Verdict,
+    checked_health_checks,
     checked_metrics_interval,
+    checked_nvml_timeout,
     find_taskmanager,
     health_checks_of,
     metrics_samples,
@@ -71,7 +73,9 @@ __all__ = [
     "sampled_metrics",
     "read_settings",
     "watch_metrics",
+    "checked_health_checks",
     "checked_metrics_interval",
+    "checked_nvml_timeout",
 ]
 
 # The records and calls are documented where they are made (_nvml*.pxi, _host.pxi; their types in

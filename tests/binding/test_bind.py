@@ -428,11 +428,20 @@ def test_bind_reads_the_gpus_within_the_resources_nvml_timeout(path, tmp_path, n
 @pytest.mark.parametrize(
     "options, words",
     [
-        ({"health_checks": "all,-nothing"}, "health_checks 'all,-nothing': '-nothing' is not a health check; use all,"),
-        ({"health_checks": ["inforom", "fans"]}, "health_checks ['fans'] are not health checks"),
-        ({"nvml_timeout": 0}, "nvml_timeout 0 is not a deadline: it must be positive."),
-        ({"nvml_timeout": "-1 s"}, "nvml_timeout '-1 s' is not a deadline"),
-        ({"nvml_timeout": "later"}, "nvml_timeout 'later' is not a deadline: "),
+        # the option's text, read by the core's settings reader with the driver's and flink-gpu-discovery's
+        # sentence, naming bind's parameter
+        (
+            {"health_checks": "all,-nothing"},
+            "Invalid value 'all,-nothing' for health_checks: '-nothing' is not a health check; use all, inforom,",
+        ),
+        ({"nvml_timeout": "-1 s"}, "Invalid value '-1 s' for nvml_timeout: expected a positive duration such as '5 s'"),
+        ({"nvml_timeout": "later"}, "Invalid value 'later' for nvml_timeout: expected a positive duration"),
+        # names and seconds, by the core's checks of them (an iterable of names is never the option's grammar)
+        ({"health_checks": ["inforom", "fans"]}, "Invalid health_checks: 'fans' is not a health check; use inforom,"),
+        ({"health_checks": ["all"]}, "Invalid health_checks: 'all' is not a health check"),
+        ({"health_checks": ["-inforom"]}, "Invalid health_checks: '-inforom' is not a health check"),
+        ({"nvml_timeout": 0}, "Invalid nvml_timeout 0: it must be a positive, finite number of seconds."),
+        ({"nvml_timeout": float("inf")}, "Invalid nvml_timeout inf: it must be a positive, finite number of seconds."),
         ({"nvml_timeout": True}, "nvml_timeout True is not a deadline: give seconds or a Flink duration"),
     ],
 )
@@ -586,7 +595,7 @@ def test_a_request_only_an_unhealthy_gpu_could_take_is_a_shortage_naming_it_not_
         ("0 mb", ValueError, "memory must be more than 0 bytes, got '0 mb'"),
         ("lots", ValueError, "memory 'lots' is not a memory size: text does not start with a number"),
         ("1.5 gb", ValueError, "memory '1.5 gb' is not a memory size"),
-        (2**63, ValueError, "is beyond any GPU (at most 9223372036854775807 bytes)"),
+        (2**63, ValueError, "Invalid memory 9223372036854775808: it must be at most 9223372036854775807 bytes."),
         (True, TypeError, "memory must be bytes (int) or a Flink memory size (str)"),
         (10.0, TypeError, "memory must be bytes (int) or a Flink memory size (str)"),
     ],

@@ -216,4 +216,21 @@ TEST_CASE(an_index_has_one_spelling_per_gpu_and_unit_on_every_line) {
     CHECK(co::parse_file("card:0 5")[0].kind == co::LineKind::kEntry);
 }
 
+TEST_CASE(the_share_and_memory_request_bounds_are_one_check_each_naming_what_the_caller_calls_them) {
+    CHECK(co::check_share(1, "x").ok() && co::check_share(co::kMaxShare, "x").ok());
+    CHECK_EQ(co::check_share(0, "holders_per_gpu").message,
+             std::string("Invalid holders_per_gpu 0: it must be 1 to 1024."));
+    CHECK_EQ(co::check_share(1025, "number of holders per GPU").message,
+             std::string("Invalid number of holders per GPU 1025: it must be 1 to 1024."));
+    CHECK_EQ(co::check_share(0, "subtasks_per_gpu", "2**70").message,
+             std::string("Invalid subtasks_per_gpu 2**70: it must be 1 to 1024."));
+    CHECK(co::check_memory_request(0, "x").ok() && co::check_memory_request(co::kMaxMemoryRequest, "x").ok());
+    const flinkgpu::Status over = co::check_memory_request(co::kMaxMemoryRequest + 1, "memory request");
+    CHECK(over.code == flinkgpu::StatusCode::kInvalidArgument);
+    CHECK_EQ(over.message, std::string("Invalid memory request of 9223372036854775808 bytes: it must be at most "
+                                       "9223372036854775807 bytes."));
+    CHECK_EQ(co::check_memory_request(UINT64_MAX, "memory", "'16 eb'").message,
+             std::string("Invalid memory '16 eb': it must be at most 9223372036854775807 bytes."));
+}
+
 int main(int argc, char** argv) { return check::run(argc, argv); }

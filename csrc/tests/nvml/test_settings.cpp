@@ -1,6 +1,7 @@
 // The NVML backend's settings read from text (csrc/nvml/settings.*).
 #include "nvml/settings.hpp"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,41 @@ TEST_CASE(an_unknown_health_check_names_the_item_and_what_is_accepted) {
     CHECK(wrong.find("each optionally prefixed with '-' to leave it out (e.g. 'all,-inforom')") != std::string::npos);
     CHECK(checks == all_checks());  // untouched on failure
     CHECK(!read_health_checks("", &checks).empty());
+}
+
+TEST_CASE(a_calls_arguments_are_named_as_the_call_names_them) {
+    SettingsText text;
+    text.parameters_are_arguments = true;
+    text.nvml_timeout = given("later");
+    text.metrics_interval = given("10 ms");
+    const Settings s = read_settings(text);
+    CHECK(s.parameter_errors.size() == 2);
+    CHECK(s.parameter_errors[0].rfind("Invalid value 'later' for nvml_timeout: expected a positive duration", 0) == 0);
+    CHECK(s.parameter_errors[1].rfind("Invalid value '10 ms' for metrics_interval: ", 0) == 0);
+}
+
+TEST_CASE(an_nvml_timeout_in_seconds_is_one_check_positive_and_finite) {
+    CHECK(check_nvml_timeout(0.001, "timeout").ok() && check_nvml_timeout(1e9, "timeout").ok());
+    CHECK_EQ(check_nvml_timeout(0, "NVML timeout").message,
+             std::string("Invalid NVML timeout 0: it must be a positive, finite number of seconds."));
+    CHECK_EQ(check_nvml_timeout(-1.5, "nvml_timeout").message,
+             std::string("Invalid nvml_timeout -1.5: it must be a positive, finite number of seconds."));
+    CHECK(!check_nvml_timeout(std::nan(""), "t").ok() && !check_nvml_timeout(HUGE_VAL, "t").ok());
+    CHECK(check_nvml_timeout(0, "t").code == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE(health_check_names_are_only_names_not_the_options_grammar) {
+    CheckSet checks = all_checks();
+    CHECK(check_names({"inforom", "ecc"}, "health_checks", &checks).ok());
+    CHECK(checks.count() == 2 && checks.test(static_cast<std::size_t>(Check::kInforom)));
+    CHECK(check_names({}, "health_checks", &checks).ok() && checks.none());
+    for (const char* wrong : {"all", "-inforom", "INFOROM", " inforom", "fans"}) {
+        checks = all_checks();
+        const Status st = check_names({"ecc", wrong}, "health_checks", &checks);
+        CHECK(st.code == StatusCode::kInvalidArgument && checks == all_checks());  // untouched on failure
+        CHECK(st.message.rfind(
+                  std::string("Invalid health_checks: '") + wrong + "' is not a health check; use inforom, ", 0) == 0);
+    }
 }
 
 int main(int argc, char** argv) { return check::run(argc, argv); }

@@ -53,10 +53,11 @@ from flink_gpu.bindings_file import (
     BINDINGS_SUFFIX,
     MAX_GPU_COUNT,
     MAX_HOLDERS_PER_GPU,
-    MAX_MEMORY_REQUEST,
     BindingEntry,
     BindingSnapshot,
     bindings_path,
+    checked_memory_request,
+    checked_share,
     snapshot,
     unbind,
 )
@@ -390,9 +391,7 @@ def checked_counts(
     if not 1 <= count <= MAX_GPU_COUNT:
         raise ValueError(f"count must be 1 to {MAX_GPU_COUNT} GPUs, got {count}.")
     holders = whole_amount(holders_per_gpu, f"{holders_name} (how many holders may share one GPU)")
-    if not 1 <= holders <= MAX_HOLDERS_PER_GPU:
-        raise ValueError(f"{holders_name} must be 1 to {MAX_HOLDERS_PER_GPU}, got {holders}.")
-    return count, holders
+    return count, checked_share(holders, holders_name)
 
 
 def checked_memory(memory: object) -> "int | None":
@@ -421,9 +420,7 @@ def checked_memory(memory: object) -> "int | None":
             ) from None
     if size <= 0:
         raise ValueError(f"memory must be more than 0 bytes, got {memory!r}: {accepted}.")
-    if size > MAX_MEMORY_REQUEST:
-        raise ValueError(f"memory {memory!r} is beyond any GPU (at most {MAX_MEMORY_REQUEST} bytes): {accepted}.")
-    return size
+    return checked_memory_request(size, "memory", repr(memory))
 
 
 def bind(
@@ -600,42 +597,29 @@ def _say(outcome: BindOutcome, path: str, me: int) -> None:
 def _state_settings(
     health_checks: "str | Iterable[str] | None", nvml_timeout: "float | str | None"
 ) -> "tuple[tuple[str, ...] | None, float]":
-    """bind's ``health_checks`` and ``nvml_timeout``, read by the driver's rules: (the checks' names or None
-    for all, the deadline in seconds); ValueError naming a bad one."""
-    from flink_gpu.nvml import DEFAULT_NVML_TIMEOUT, HEALTH_CHECKS, health_checks_of
+    """bind's ``health_checks`` and ``nvml_timeout``, read as the driver and flink-gpu-discovery read them: the
+    option's text by the core's settings reader, names and seconds by its checks (flink_gpu.nvml); (the checks'
+    names or None for all, the deadline in seconds); ValueError naming a bad one."""
+    from flink_gpu.nvml import checked_health_checks, checked_nvml_timeout, read_settings
 
+    health_text = health_checks if isinstance(health_checks, str) else None
+    timeout_text = nvml_timeout if isinstance(nvml_timeout, str) else None
+    read = read_settings("", None, timeout_text, health_text, None, None, None, arguments=True)
+    if read.parameter_errors:
+        raise ValueError(read.parameter_errors[0])
     checks: "tuple[str, ...] | None" = None
-    if isinstance(health_checks, str):
-        try:
-            checks = health_checks_of(health_checks)
-        except ValueError as error:
-            raise ValueError(f"health_checks {health_checks!r}: {error}.") from None
+    if health_text is not None:
+        checks = read.health_checks
     elif health_checks is not None:
-        checks = tuple(health_checks)
-        unknown = [name for name in checks if name not in HEALTH_CHECKS]
-        if unknown:
-            raise ValueError(
-                f"health_checks {unknown} are not health checks: use names of {', '.join(HEALTH_CHECKS)}, or "
-                "the option's text (e.g. 'all,-inforom')."
-            )
-    if nvml_timeout is None:
-        return checks, DEFAULT_NVML_TIMEOUT
-    seconds: "float | None" = None
-    why = "it must be positive"
-    if isinstance(nvml_timeout, str):
-        from flink_gpu.flink.grammars import parse_duration
-
-        try:
-            seconds = parse_duration(nvml_timeout)
-        except ValueError as error:
-            why = str(error)
-    elif isinstance(nvml_timeout, (int, float)) and not isinstance(nvml_timeout, bool):
-        seconds = float(nvml_timeout)
-    else:
-        why = f"give seconds or a Flink duration such as '300 ms', not a {type(nvml_timeout).__name__}"
-    if seconds is None or not 0 < seconds < float("inf"):
-        raise ValueError(f"nvml_timeout {nvml_timeout!r} is not a deadline: {why}.")
-    return checks, seconds
+        checks = checked_health_checks(health_checks, "health_checks")
+    if nvml_timeout is None or timeout_text is not None:
+        return checks, read.nvml_timeout
+    if isinstance(nvml_timeout, bool) or not isinstance(nvml_timeout, (int, float)):
+        raise ValueError(
+            f"nvml_timeout {nvml_timeout!r} is not a deadline: give seconds or a Flink duration such as '300 ms', "
+            f"not a {type(nvml_timeout).__name__}."
+        )
+    return checks, checked_nvml_timeout(nvml_timeout, "nvml_timeout")
 
 
 def _library(library_path: "str | None", nvml_timeout: float) -> "Library | None":
