@@ -37,7 +37,7 @@ MAX_MEMORY_REQUEST: int = _native.MAX_MEMORY_REQUEST
 MAX_GPU_COUNT: int = _native.MAX_GPU_COUNT
 
 #: What a coordination file's path takes to name its bindings file.
-BINDINGS_SUFFIX = ".bindings"
+BINDINGS_SUFFIX: str = _native.BINDINGS_SUFFIX  # csrc/coordination/file.hpp: the file set's one home
 
 #: One line of the bindings file: the coordination file's entry record, with its ``taskmanager``,
 #: ``holders_per_gpu``, ``memory`` and ``slot`` (docs/design.md §9.3).
