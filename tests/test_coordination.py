@@ -239,6 +239,38 @@ def test_claim_result_says_what_was_taken_added_and_reclaimed(path, owners):
         result.taken = []  # frozen
 
 
+def test_a_claim_says_each_event_once_in_the_cores_notices_and_logs_them(path, caplog):
+    """The core writes what a claim has to say where it decides (csrc/coordination/claims.cpp); Python logs the
+    notices at their level, as they are."""
+    dead = dead_pid()
+    path.write_text(f"garbage\n1 {dead}\n")
+    got = flink_gpu._native.coordination_claim(path, 5.0, os.getpid(), ["1"], 1)
+    assert [(n.level, n.text) for n in got.notices] == [
+        (
+            "warning",
+            f"Line 1 of the coordination file {path} cannot be parsed and is left as it is (its GPU is never "
+            "reclaimed): 'garbage'",
+        ),
+        ("info", f"Reclaimed GPU(s) 1 of dead owners in {path} for pid {os.getpid()}."),
+    ]
+    with caplog.at_level(logging.INFO, logger="flink_gpu.coordination"):
+        coordination.log_notices(got.notices)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.WARNING, got.notices[0].text),
+        (logging.INFO, got.notices[1].text),
+    ]
+    coordination.release(path=path)
+
+
+def test_the_files_beside_a_coordination_file_are_named_once_by_the_core(tmp_path):
+    from flink_gpu.bindings_file import bindings_path
+
+    path = str(tmp_path / "c")
+    lease, bindings, bindings_lease = coordination.companion_paths(path)
+    assert (lease, bindings, bindings_lease) == (f"{path}.lease", f"{path}.bindings", f"{path}.bindings.lease")
+    assert bindings_path(path) == bindings and lease == path + coordination.LEASE_SUFFIX
+
+
 def test_claimed_releases_what_the_block_added(path):
     coordination.claim(1, gpus(4), path=path)
     with coordination.claimed(3, gpus(4), path=path) as result:

@@ -280,11 +280,32 @@ CleanResult clean_stale_impl(const Options& opts, bool other_namespaces) {
 
 }  // namespace
 
+std::string unparsable_text(const char* role, const std::string& path, const BadLine& line, const char* never) {
+    return "Line " + std::to_string(line.line_number) + " of the " + role + " " + path +
+           " cannot be parsed and is left as it is (its GPU is never " + never + "): '" + printable(line.text) + "'";
+}
+
+std::string lease_problem_text(const std::vector<std::string>& gpus, const std::string& path, const std::string& why,
+                               pid_t pid) {
+    return "Took GPU(s) " + join(gpus) + " in " + path + " without a lease that other pid namespaces can rely on (" +
+           why + "): they cannot tell when pid " + std::to_string(pid) +
+           " dies, and keep its GPUs taken until `flink-gpu coordination clean --foreign-namespaces`.";
+}
+
 ClaimResult claim(const Options& opts, pid_t owner, const std::vector<std::string>& existing_indices,
                   std::size_t amount, const std::vector<int>& ranks, const LeftOut& left_out,
                   const std::vector<std::string>& not_takeable) noexcept {
-    return guarded<ClaimResult>(
-        [&] { return claim_impl(opts, owner, existing_indices, amount, ranks, left_out, not_takeable); });
+    return guarded<ClaimResult>([&] {
+        ClaimResult r = claim_impl(opts, owner, existing_indices, amount, ranks, left_out, not_takeable);
+        for (const BadLine& line : r.unparsable)
+            warn(&r.notices, unparsable_text("coordination file", opts.path, line, "reclaimed"));
+        if (!r.lease_problem.ok())
+            warn(&r.notices, lease_problem_text(r.added, opts.path, r.lease_problem.message, owner));
+        if (!r.reclaimed.empty())
+            inform(&r.notices, "Reclaimed GPU(s) " + join(r.reclaimed) + " of dead owners in " + opts.path +
+                                   " for pid " + std::to_string(owner) + ".");
+        return r;
+    });
 }
 
 Status not_enough(const Options& opts, const std::string& amount, const std::vector<std::string>& existing_indices,
@@ -321,8 +342,8 @@ CleanResult clean_stale(const Options& opts, bool other_namespaces) noexcept {
 std::vector<Status> check_companions(const Options& opts) noexcept {
     std::vector<Status> problems;
     try {
-        for (const char* suffix : {".lease", ".bindings", ".bindings.lease"}) {
-            Status st = check_companion_owner(opts.path + suffix);
+        for (const std::string& companion : companion_paths(opts.path)) {
+            Status st = check_companion_owner(companion);
             if (!st.ok()) problems.push_back(std::move(st));
         }
     } catch (...) {

@@ -42,6 +42,7 @@
 // lease registry (one lease per coordination path, behind a mutex) and the cached own probe and namespace.
 #pragma once
 
+#include "base/notice.hpp"
 #include "base/status.hpp"
 #include "coordination/lines.hpp"
 #include "flink/script_args.hpp"
@@ -76,6 +77,8 @@ struct ClaimResult {
     // Of claim()'s `not_takeable`: those no other live holder has any more (the caller may read them and ask
     // again).
     std::vector<std::string> untaken;
+    // What to log: each unparsable line, a lease problem (warnings), the GPUs reclaimed (info).
+    Notices notices;
 };
 
 struct ReleaseResult {
@@ -139,6 +142,13 @@ CleanResult clean_stale(const Options& opts, bool other_namespaces = false) noex
 // exists would be refused for its owner or mode (coordination/file.hpp's check_companion_owner): none when
 // every one is trusted or absent.
 std::vector<Status> check_companions(const Options& opts) noexcept;
+
+// The one sentence of each event a claim or a bind reports: line `line` of the `role` ("coordination file",
+// "bindings file") `path` kept as it is, so that its GPU is `never` ("reclaimed", "bound"); `gpus` taken for pid
+// `pid` in `path` without a lease other pid namespaces can rely on, and `why`.
+std::string unparsable_text(const char* role, const std::string& path, const BadLine& line, const char* never);
+std::string lease_problem_text(const std::vector<std::string>& gpus, const std::string& path, const std::string& why,
+                               pid_t pid);
 
 // The start time of a process (field 22 of /proc/<pid>/stat); false when it cannot be read.
 bool process_start_time(pid_t pid, std::uint64_t* start_time) noexcept;

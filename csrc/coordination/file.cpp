@@ -40,8 +40,8 @@ bool ends_with(const std::string& text, const char* suffix) {
 // named by their suffix (docs/design.md §9.3, §9.4), so an error about them never calls them the
 // coordination file.
 std::string role(const std::string& path) {
-    if (ends_with(path, ".lease")) return "lease file";
-    if (ends_with(path, ".bindings")) return "bindings file";
+    if (ends_with(path, kLeaseSuffix)) return "lease file";
+    if (ends_with(path, kBindingsSuffix)) return "bindings file";
     return "coordination file";
 }
 
@@ -120,7 +120,7 @@ Status check_file_type(const struct statx& st, const std::string& path) {
 // The file a companion of the coordination file serves: "<x>.lease" <x>, "<x>.bindings" <x>; empty for a
 // coordination file.
 std::string served_file(const std::string& path) {
-    for (const char* suffix : {".lease", ".bindings"}) {
+    for (const char* suffix : {kLeaseSuffix, kBindingsSuffix}) {
         if (ends_with(path, suffix) && path.size() > std::strlen(suffix))
             return path.substr(0, path.size() - std::strlen(suffix));
     }
@@ -128,6 +128,11 @@ std::string served_file(const std::string& path) {
 }
 
 }  // namespace
+
+std::vector<std::string> companion_paths(const std::string& path) {
+    const std::string bindings = path + kBindingsSuffix;
+    return {path + kLeaseSuffix, bindings, bindings + kLeaseSuffix};
+}
 
 Status check_companion_owner(const struct statx& st, const std::string& path) {
     const std::string served = served_file(path);

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace flinkgpu {
 namespace coordination {
@@ -76,6 +77,13 @@ private:
 // status when it does not exist and `access` does not create it; `*created` (when given) tells whether
 // this call created it.
 Status open_checked(const std::string& path, Access access, int* fd, bool* created = nullptr);
+
+// The suffixes that name the files beside a coordination file `<file>`: its lease file `<file>.lease`, the
+// bindings file `<file>.bindings` and the bindings file's lease file `<file>.bindings.lease`. Their one home.
+inline constexpr const char* kLeaseSuffix = ".lease";
+inline constexpr const char* kBindingsSuffix = ".bindings";
+// Those three paths of the coordination file `path`, in that order.
+std::vector<std::string> companion_paths(const std::string& path);
 
 // The files beside a coordination file (its lease file `<file>.lease`, the bindings file `<file>.bindings` and
 // its lease file) speak for the GPUs' holders: a free byte of a lease file put in the old one's place, a line

@@ -280,7 +280,7 @@ void touch(Record* r) {
 
 }  // namespace
 
-std::string lease_path(const std::string& coordination_path) { return coordination_path + ".lease"; }
+std::string lease_path(const std::string& coordination_path) { return coordination_path + kLeaseSuffix; }
 
 LeaseFileText lease_file_text(const std::string& text) {
     if (text.empty()) return LeaseFileText::kEmpty;

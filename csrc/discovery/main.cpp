@@ -22,6 +22,7 @@
 #include "nvml/settings.hpp"
 #include "nvml/state.hpp"
 #include "policy/discover.hpp"
+#include "policy/shortage.hpp"
 
 #include <unistd.h>
 
@@ -247,14 +248,8 @@ int main(int argc, char** argv) {
     const flinkgpu::NvmlLibrary* lib = nullptr;
     flinkgpu::Stall stall;
     const flinkgpu::Status status = flinkgpu::open_within("", args.nvml_timeout, &lib, &stall);
-    if (!status.ok() && !stall.function.empty()) {  // past the deadline: our own words for it
-        char deadline[32];
-        std::snprintf(deadline, sizeof deadline, "%g s", flinkgpu::kDefaultNvmlTimeoutSeconds);
-        std::fprintf(stderr,
-                     "flink-gpu-discovery: NVML did not answer: %s (%s %s); no GPU was claimed. The NVIDIA "
-                     "driver may hang: check dmesg for Xid errors and nvidia-smi.\n",
-                     flinkgpu::stall_text(stall, args.nvml_timeout).c_str(), flinkgpu::kNvmlTimeoutFlag,
-                     args.script.has_nvml_timeout ? args.script.nvml_timeout.c_str() : deadline);
+    if (!status.ok() && !stall.function.empty()) {  // past the deadline: the core's sentence (with its advice)
+        std::fprintf(stderr, "flink-gpu-discovery: %s No GPU was claimed.\n", status.message.c_str());
         return leave(1);
     }
     if (!status.ok()) {
@@ -289,13 +284,13 @@ int main(int argc, char** argv) {
                 flinkgpu::stall_text(s, args.nvml_timeout) + ": its GPUs are unknown and not handed out");
         for (const auto& state : choice.states)
             for (const auto& warning : state.warnings) say("GPU " + state.index + ": " + warning);
-        for (const auto& [index, why] : choice.ranking.left_out) say("GPU " + index + " left out: " + why);
+        for (const auto& [index, why] : choice.ranking.left_out) say(flinkgpu::policy::left_out_text(index, why));
         return !args.script.coordination_mode || parent_unchanged(parent);
     };
     const flinkgpu::policy::DiscoveryOutcome out = flinkgpu::policy::discover(*lib, request);
-    for (const auto& bad : out.unparsable)
-        std::fprintf(stderr, "flink-gpu-discovery: %s:%zu: kept a line that is not '<index> <pid>': %s\n",
-                     args.script.coordination_file.c_str(), bad.line_number, bad.text.c_str());
+    for (const flinkgpu::Notice& notice : out.notices)  // the claim's: unparsable lines, a lease problem, reclaims
+        if (notice.level == flinkgpu::NoticeLevel::kWarning)
+            std::fprintf(stderr, "flink-gpu-discovery: %s\n", notice.text.c_str());
     if (out.status.code == flinkgpu::StatusCode::kNotEnough) std::puts(kNotEnough);
     if (!out.status.ok()) {
         std::fprintf(stderr, "flink-gpu-discovery: %s\n", out.status.message.c_str());

@@ -83,6 +83,23 @@ bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome
     return true;
 }
 
+// The notices of a bind that succeeded (BindOutcome::notices).
+void say(const BindRequest& request, BindOutcome* out) {
+    if (!out->left_out.empty()) {
+        std::string text;
+        for (const auto& [index, why] : out->left_out) text += left_out_text(index, why) + "; ";
+        text += "binding among GPU(s) ";
+        for (std::size_t i = 0; i < out->usable.size(); ++i) text += (i > 0 ? ", " : "") + out->usable[i];
+        warn(&out->notices, text + ".");
+    }
+    const std::string& path = request.bindings.path;
+    for (const auto& line : out->bound.unparsable)
+        warn(&out->notices, coordination::unparsable_text("bindings file", path, line, "bound"));
+    if (!out->bound.lease_problem.ok())
+        warn(&out->notices, coordination::lease_problem_text(out->bound.added, path, out->bound.lease_problem.message,
+                                                             request.holder.pid));
+}
+
 }  // namespace
 
 BindOutcome bind(const BindRequest& request) noexcept {
@@ -121,6 +138,7 @@ BindOutcome bind(const BindRequest& request) noexcept {
         out.bound = binding::bind(request.bindings, request.holder, out.usable, request.count, request.holders_per_gpu,
                                   ranks, memory);
         out.status = out.bound.status;
+        if (out.status.ok()) say(request, &out);
         if (out.status.code == StatusCode::kNotEnough && out.bound.memory > 0) {
             // what the sentence of each GPU cannot say: the GPUs never considered, and why
             if (!read) {

@@ -46,6 +46,8 @@ struct BindOutcome {
     std::vector<std::string> usable;         // the given GPUs bound among, in the caller's order
     std::vector<binding::GpuMemory> memory;  // parallel to `usable`: each one's memory as read now
     std::vector<Stall> stalls;               // the NVML calls that did not return in time
+    // when status is ok, what to log: the GPUs left out, the bindings file's unparsable lines, a lease problem
+    Notices notices;
 };
 
 // Decides everything a bind decides, in one call. A given GPU NVML does not list is taken as it is, ranked

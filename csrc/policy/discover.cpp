@@ -246,6 +246,7 @@ DiscoveryOutcome discover_within(const NvmlLibrary& lib, const DiscoveryRequest&
     out.status = claimed.status;
     out.unparsable = std::move(claimed.unparsable);
     out.lease_problem = std::move(claimed.lease_problem);
+    out.notices = std::move(claimed.notices);
     if (!out.status.ok()) {
         *read_more = out.status.code == StatusCode::kNotEnough && (!stopped.empty() || !claimed.untaken.empty());
         return out;

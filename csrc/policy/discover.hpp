@@ -66,6 +66,7 @@ struct DiscoveryOutcome {
     std::vector<std::string> reclaimed;  // coordinated: the part of `added` taken from dead owners
     std::vector<coordination::BadLine> unparsable;
     Status lease_problem;         // coordinated: as coordination::ClaimResult's
+    Notices notices;              // coordinated: the claim's (coordination::ClaimResult's)
     bool too_few_usable = false;  // status is kNotEnough because too few GPUs are usable, not too few free
     bool owner_gone = false;      // before_claim said no: nothing was claimed
 };

@@ -16,5 +16,9 @@ std::string shortage_sentence(std::string_view amount, std::size_t usable, std::
     return text + ".";
 }
 
+std::string left_out_text(const std::string& index, const std::string& why) {
+    return "GPU " + index + " left out: " + why;
+}
+
 }  // namespace policy
 }  // namespace flinkgpu

@@ -18,5 +18,8 @@ namespace policy {
 std::string shortage_sentence(std::string_view amount, std::size_t usable, std::size_t total, std::string_view counted,
                               const coordination::LeftOut& left_out);
 
+// "GPU <index> left out: <why>": the one sentence for a GPU a discovery or a bind does not hand out.
+std::string left_out_text(const std::string& index, const std::string& why);
+
 }  // namespace policy
 }  // namespace flinkgpu

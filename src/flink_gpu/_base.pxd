@@ -1,4 +1,4 @@
-# C++ declarations of csrc/base/status.hpp and process_id.hpp for _native.pyx (cimported there; the Python-facing code is in the .pxi
+# C++ declarations of csrc/base/status.hpp, notice.hpp and process_id.hpp for _native.pyx (cimported there; the Python-facing code is in the .pxi
 # files it includes).
 
 from libcpp cimport bool as cpp_bool
@@ -27,6 +27,16 @@ cdef extern from "base/status.hpp" namespace "flinkgpu" nogil:
         int sys_errno
         string message
         bint ok()
+
+
+cdef extern from "base/notice.hpp" namespace "flinkgpu" nogil:
+    enum class NoticeLevel "flinkgpu::NoticeLevel":
+        kInfo
+        kWarning
+
+    cdef cppclass CNotice "flinkgpu::Notice":
+        NoticeLevel level
+        string text
 
 
 cdef extern from "base/process_id.hpp" namespace "flinkgpu" nogil:

@@ -1,5 +1,5 @@
-# C++ declarations of csrc/coordination/claims.hpp, liveness.hpp and lines.hpp for _native.pyx (cimported there;
-# the Python-facing code is in _coordination.pxi).
+# C++ declarations of csrc/coordination/claims.hpp, file.hpp, liveness.hpp and lines.hpp for _native.pyx
+# (cimported there; the Python-facing code is in _coordination.pxi).
 
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libcpp cimport bool as cpp_bool
@@ -9,7 +9,7 @@ from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 from posix.types cimport pid_t
 
-from flink_gpu._base cimport Status
+from flink_gpu._base cimport CNotice, Status
 
 
 cdef extern from "coordination/claims.hpp" namespace "flinkgpu::coordination" nogil:
@@ -73,6 +73,7 @@ cdef extern from "coordination/claims.hpp" namespace "flinkgpu::coordination" no
         vector[string] reclaimed
         vector[CoordBadLine] unparsable
         Status lease_problem
+        vector[CNotice] notices
 
     cdef cppclass CoordReleaseResult "flinkgpu::coordination::ReleaseResult":
         Status status
@@ -103,6 +104,12 @@ cdef extern from "coordination/claims.hpp" namespace "flinkgpu::coordination" no
                                                                              cpp_bool other_namespaces)
     cpp_bool coord_process_start_time "flinkgpu::coordination::process_start_time"(pid_t pid, uint64_t* start_time)
     vector[Status] coord_check_companions "flinkgpu::coordination::check_companions"(const CoordOptions& opts)
+
+
+cdef extern from "coordination/file.hpp" namespace "flinkgpu::coordination" nogil:
+    const char* kLeaseSuffix "flinkgpu::coordination::kLeaseSuffix"
+    const char* kBindingsSuffix "flinkgpu::coordination::kBindingsSuffix"
+    vector[string] coord_companion_paths "flinkgpu::coordination::companion_paths"(const string& path) except +
 
 
 cdef extern from "coordination/liveness.hpp" namespace "flinkgpu::coordination" nogil:

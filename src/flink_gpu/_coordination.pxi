@@ -13,6 +13,9 @@ import os
 
 
 COORDINATION_DEFAULT_PATH = kDefaultCoordinationPath.decode("ascii")
+#: What a coordination file's path takes to name its lease file and its bindings file (csrc/coordination/file.hpp).
+LEASE_SUFFIX = kLeaseSuffix.decode("ascii")
+BINDINGS_SUFFIX = kBindingsSuffix.decode("ascii")
 
 
 cdef inline str _co_text(const string& value):
@@ -91,6 +94,29 @@ cdef LeftOut _left_out(const string& index, const string& why):
     out.index = _text(index)
     out.why = _text(why)
     return out
+
+
+cdef class Notice(_Record):
+    """What an outcome says besides its result, written by the core where it decided (csrc/base/notice.hpp):
+    its ``level`` ("warning" or "info", a logging level's name in lower case) and ``text``, a full sentence."""
+
+    _FIELDS = ("level", "text")
+    cdef readonly str level
+    cdef readonly str text
+
+    def __init__(self):
+        raise TypeError("Notice records come from the core's outcomes")
+
+
+cdef tuple _notices(const vector[CNotice]& notices):
+    cdef Notice notice
+    out = []
+    for i in range(notices.size()):
+        notice = Notice.__new__(Notice)
+        notice.level = "info" if notices[i].level == NoticeLevel.kInfo else "warning"
+        notice.text = _co_text(notices[i].text)
+        out.append(notice)
+    return tuple(out)
 
 
 cdef tuple _co_bad_lines(const vector[CoordBadLine]& lines):
@@ -239,15 +265,16 @@ cdef tuple _co_entries(const vector[CoordEntry]& entries):
 cdef class CoordinationClaim(_Record):
     """What one claim did (csrc/coordination/claims.hpp): the owner's GPUs now (``indices``), those it
     ``added``, the part of them ``reclaimed`` from dead owners, the file's ``unparsable`` lines
-    (UnparsableLine), and ``lease_problem``: why the calling process claimed for itself without a lease, or
-    None."""
+    (UnparsableLine), ``lease_problem``: why the calling process claimed for itself without a lease, or
+    None, and the ``notices`` to log (Notice: each unparsable line, a lease problem, what was reclaimed)."""
 
-    _FIELDS = ("indices", "added", "reclaimed", "unparsable", "lease_problem")
+    _FIELDS = ("indices", "added", "reclaimed", "unparsable", "lease_problem", "notices")
     cdef readonly list indices
     cdef readonly list added
     cdef readonly list reclaimed
     cdef readonly tuple unparsable
     cdef readonly object lease_problem
+    cdef readonly tuple notices
 
     def __init__(self):
         raise TypeError("CoordinationClaim objects come from coordination_claim()")
@@ -312,6 +339,7 @@ def coordination_claim(path, double timeout, owner, indices, amount, ranks=None,
     claimed.reclaimed = _co_strings(r.reclaimed)
     claimed.unparsable = _co_bad_lines(r.unparsable)
     claimed.lease_problem = None if r.lease_problem.ok() else _co_text(r.lease_problem.message)
+    claimed.notices = _notices(r.notices)
     return claimed
 
 
@@ -369,6 +397,11 @@ def coordination_companion_problems(path):
     with nogil:
         problems = coord_check_companions(opts)
     return [problems[i].message.decode("utf-8", "surrogateescape") for i in range(problems.size())]
+
+
+def coordination_companion_paths(path):
+    """[the lease file, the bindings file and the bindings file's lease file] of the coordination file ``path``."""
+    return [os.fsdecode(p) for p in coord_companion_paths(os.fsencode(path))]
 
 
 def coordination_process_start_time(pid):

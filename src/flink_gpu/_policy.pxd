@@ -7,7 +7,7 @@ from libcpp.string cimport string
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
-from flink_gpu._base cimport Status
+from flink_gpu._base cimport CNotice, Status
 from flink_gpu._binding cimport BindHolder, BindResult, GpuMemory
 from flink_gpu._coordination cimport CoordBadLine, CoordOptions
 from flink_gpu._nvml cimport BusyPolicy, CChoice, CheckSet, Enumeration, NvmlLibrary
@@ -41,6 +41,7 @@ cdef extern from "policy/discover.hpp" namespace "flinkgpu::policy" nogil:
         vector[string] reclaimed
         vector[CoordBadLine] unparsable
         Status lease_problem
+        vector[CNotice] notices
         cpp_bool too_few_usable
 
     CDiscoveryOutcome discover_cpp "flinkgpu::policy::discover"(const NvmlLibrary& lib,
@@ -67,6 +68,7 @@ cdef extern from "policy/bind.hpp" namespace "flinkgpu::policy" nogil:
         vector[pair[string, string]] left_out
         vector[string] usable
         vector[GpuMemory] memory
+        vector[CNotice] notices
 
 
 cdef extern from "policy/bind.hpp" namespace "flinkgpu::policy":

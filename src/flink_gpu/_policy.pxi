@@ -28,7 +28,7 @@ cdef class DiscoveryOutcome:
     has for this request, in the stock script's order); ``added`` and ``reclaimed``: what the claim wrote
     for the owner, and the part of it taken from dead owners; ``unparsable``: the
     coordination file's lines kept as they are (UnparsableLine); ``lease_problem``: why the owner's lines have no lease
-    another pid namespace can rely on, or None; ``shortage``: why too few GPUs were usable or free (then
+    another pid namespace can rely on, or None; ``notices``: the claim's to log (Notice); ``shortage``: why too few GPUs were usable or free (then
     nothing is chosen), or None; ``too_few_usable``: the shortage is of usable GPUs (Flink's
     FlinkException), not of free ones (a claim's NotEnoughGpusError); ``devices`` and ``skipped``:
     with ``known_devices``, the enumeration of the candidate (and unhealthy) GPUs with a device not in it, as
@@ -45,6 +45,7 @@ cdef class DiscoveryOutcome:
     cdef readonly tuple reclaimed
     cdef readonly tuple unparsable
     cdef readonly object lease_problem
+    cdef readonly tuple notices
     cdef readonly object shortage
     cdef readonly bint too_few_usable
     cdef readonly tuple devices
@@ -111,6 +112,7 @@ def policy_discover(Nvml nvml not None, indices, skipped, str counted not None, 
     out.reclaimed = _po_strings(r.reclaimed)
     out.unparsable = _co_bad_lines(r.unparsable)
     out.lease_problem = None if r.lease_problem.ok() else _co_text(r.lease_problem.message)
+    out.notices = _notices(r.notices)
     out.shortage = shortage
     out.too_few_usable = r.too_few_usable
     out.devices = tuple([_device(d) for d in r.enumeration.devices])
@@ -125,7 +127,8 @@ cdef class BindOutcome:
     call; ``usable``: the given GPUs it was bound among; ``left_out``: a LeftOut for each given GPU
     never bound (unhealthy, or not read in time); ``unparsable``: the bindings file's lines kept as they are
     (UnparsableLine); ``lease_problem``: why a process holder bound without a lease another
-    pid namespace can rely on, or None; ``start_time``: the holder's start time its lines record (0:
+    pid namespace can rely on, or None; ``notices``: what to log of a bind that succeeded (Notice: the GPUs left
+    out, the unparsable lines, a lease problem); ``start_time``: the holder's start time its lines record (0:
     unknown); ``file_identity``: the bindings file's "<major>:<minor>:<inode>"; ``shortage``: why too few
     GPUs were usable or free (then nothing is bound), or None; ``memory``: the request the holder's lines
     record (bytes per GPU; 0: none); ``memory_total``: {index: bytes} of the usable GPUs whose total NVML read;
@@ -139,6 +142,7 @@ cdef class BindOutcome:
     cdef readonly tuple left_out
     cdef readonly tuple unparsable
     cdef readonly object lease_problem
+    cdef readonly tuple notices
     cdef readonly unsigned long long start_time
     cdef readonly str file_identity
     cdef readonly object shortage
@@ -188,6 +192,7 @@ def policy_bind(Nvml nvml, path, double timeout, pid, slot, taskmanager, gpus, s
     out.left_out = _po_left_out(r.left_out)
     out.unparsable = _co_bad_lines(r.bound.unparsable)
     out.lease_problem = None if r.bound.lease_problem.ok() else _co_text(r.bound.lease_problem.message)
+    out.notices = _notices(r.notices)
     out.start_time = r.bound.start_time
     out.file_identity = _co_text(r.bound.file_identity)
     out.shortage = shortage

@@ -42,7 +42,7 @@ checked_share = _native.checked_share
 checked_memory_request = _native.checked_memory_request
 
 #: What a coordination file's path takes to name its bindings file.
-BINDINGS_SUFFIX = ".bindings"
+BINDINGS_SUFFIX: str = _native.BINDINGS_SUFFIX  # csrc/coordination/file.hpp: the file set's one home
 
 #: One line of the bindings file: the coordination file's entry record, with its ``taskmanager``,
 #: ``holders_per_gpu``, ``memory`` and ``slot`` (docs/design.md §9.3).

@@ -26,6 +26,7 @@ from flink_gpu import _native
 __all__ = [
     "DEFAULT_PATH",
     "DEFAULT_TIMEOUT",
+    "LEASE_SUFFIX",
     "MAX_PID",
     "STATES",
     "ClaimResult",
@@ -36,8 +37,9 @@ __all__ = [
     "checked_pid",
     "claim",
     "claimed",
-    "log_claim",
+    "log_notices",
     "clean_stale",
+    "companion_paths",
     "companion_problems",
     "own_pid",
     "process_start_time",
@@ -52,6 +54,9 @@ PathType = Union[str, "os.PathLike[str]"]
 
 #: The stock script's file, shared with Flink TaskManagers of the same host.
 DEFAULT_PATH: str = _native.COORDINATION_DEFAULT_PATH
+#: What a coordination file's path takes to name its lease file (csrc/coordination/file.hpp names the files
+#: beside a coordination file, once: :func:`companion_paths`).
+LEASE_SUFFIX: str = _native.LEASE_SUFFIX
 #: The largest process id a caller may name (csrc/base/process_id.hpp, the one pid rule: :func:`checked_pid`).
 MAX_PID: int = _native.MAX_PID
 #: ``value`` as a process id: TypeError for anything but an int, ValueError naming ``what`` outside 1 to MAX_PID.
@@ -158,29 +163,15 @@ def _log_unparsable(lines: "Iterable[UnparsableLine]", path: PathType) -> "tuple
     return lines
 
 
-def log_claim(
-    path: PathType,
-    owner: int,
-    added: "Iterable[str]",
-    reclaimed: "Iterable[str]",
-    unparsable: "Iterable[UnparsableLine]",
-    lease_problem: "str | None",
-) -> None:
-    """Logs what a claim for ``owner`` in ``path`` found (:func:`claim`'s, or the core's one discovery's):
-    each unparsable line, a claim without a lease other pid namespaces can rely on, what it took back."""
-    _log_unparsable(unparsable, path)
-    if lease_problem is not None:
-        _log.warning(
-            "Claimed GPU(s) %s in %s without a lease that other pid namespaces can rely on (%s): they cannot "
-            "tell when pid %d dies, and keep its GPUs taken until `flink-gpu coordination clean "
-            "--foreign-namespaces`.",
-            ", ".join(added),
-            os.fspath(path),
-            lease_problem,
-            owner,
-        )
-    if reclaimed:
-        _log.info("Reclaimed GPU(s) %s of dead owners in %s for pid %d.", ", ".join(reclaimed), os.fspath(path), owner)
+#: The logging level of each level a core's Notice names.
+_LEVELS = {"info": logging.INFO, "warning": logging.WARNING}
+
+
+def log_notices(notices: "Iterable[_native.Notice]", logger: logging.Logger = _log) -> None:
+    """Logs the ``notices`` of a core's outcome (the core writes each sentence where it decides: a claim's
+    unparsable lines, lease problem and reclaimed GPUs; a bind's left-out GPUs...) to ``logger``."""
+    for notice in notices:
+        logger.log(_LEVELS[notice.level], "%s", notice.text)
 
 
 def claim(
@@ -213,7 +204,7 @@ def claim(
     owner = _owner(owner)
     indices = list(indices)
     got = _native.coordination_claim(path, timeout, owner, indices, _amount(amount), None, list(left_out))
-    log_claim(path, owner, got.added, got.reclaimed, got.unparsable, got.lease_problem)
+    log_notices(got.notices)
     return ClaimResult(taken=got.indices, added=got.added, reclaimed=got.reclaimed, owner=owner)
 
 
@@ -253,6 +244,12 @@ def claimed(
     finally:
         if result.added and (owner is not None or os.getpid() == me):
             release(result.owner, path=path, indices=result.added, timeout=timeout)
+
+
+def companion_paths(path: PathType = DEFAULT_PATH) -> "tuple[str, ...]":
+    """The files beside the coordination file ``path``: its lease file, its bindings file and that one's lease
+    file (their names have one home, csrc/coordination/file.hpp)."""
+    return tuple(_native.coordination_companion_paths(path))
 
 
 def companion_problems(path: PathType = DEFAULT_PATH) -> "tuple[str, ...]":

@@ -319,7 +319,8 @@ def test_bind_never_binds_a_gpu_lost_since_discovery_while_a_healthy_one_is_free
     got = bind_on_state(path, {"devices": [{"health": {"lost_handle_when_exists": lost}}, {}]}, 2, 1, lose=lost)
     assert got["bound"] == ["1"]
     assert got["warnings"] == [
-        "Left out: GPU 0 is unhealthy: GPU is lost (nvmlDeviceGetHandleByIndex_v2 "
+        # one sentence for a GPU left out, the discovery's too (it read "Left out: GPU 0 is unhealthy: ...")
+        "GPU 0 left out: unhealthy: GPU is lost (nvmlDeviceGetHandleByIndex_v2 "
         "returned NVML_ERROR_GPU_IS_LOST); binding among GPU(s) 1."
     ]
     # what CUDA is told of a binding made before the GPU was lost: that it is lost
@@ -383,7 +384,7 @@ def test_bind_never_binds_a_gpu_whose_state_read_does_not_return(path, tmp_path)
         later = bind_on_state(path, spec(1), 2, 1)
     assert later.get("bound") == ["0"], later
     assert later["warnings"] == [
-        "Left out: GPU 1 is unknown: nvmlDeviceGetFieldValues did not return within 5 s; binding among GPU(s) 0."
+        "GPU 1 left out: unknown: nvmlDeviceGetFieldValues did not return within 5 s; binding among GPU(s) 0."
     ]
     with simulator.hanging(hang_file):
         first = bind_on_state(path + "2", spec(0), 2, 1)
@@ -420,7 +421,7 @@ def test_bind_reads_the_gpus_within_the_resources_nvml_timeout(path, tmp_path, n
         got = bind_on_state(path, spec, 2, 1, nvml_timeout=nvml_timeout)
     assert got.get("bound") == ["0"], got
     assert got["warnings"] == [
-        "Left out: GPU 1 is unknown: nvmlDeviceGetFieldValues did not return within 300 ms; binding among GPU(s) 0."
+        "GPU 1 left out: unknown: nvmlDeviceGetFieldValues did not return within 300 ms; binding among GPU(s) 0."
     ]
     assert got["seconds"] < 3.0  # 0.3 s and the bind; the default deadline alone is 5 s
 

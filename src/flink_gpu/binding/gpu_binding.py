@@ -61,7 +61,7 @@ from flink_gpu.bindings_file import (
     snapshot,
     unbind,
 )
-from flink_gpu.coordination import DEFAULT_TIMEOUT, checked_pid, process_start_time, whole_amount
+from flink_gpu.coordination import DEFAULT_TIMEOUT, checked_pid, log_notices, process_start_time, whole_amount
 from flink_gpu.errors import BindingError, NotEnoughGpusError
 from flink_gpu.gpu import holders
 from flink_gpu.gpu.holders import Held
@@ -532,7 +532,7 @@ def bind(
         held = _hold(registry, key, outcome, path, timeout, (pid, slot, taskmanager_pid, outcome.start_time))
         if taskmanager_pid is not None and taskmanager_pid != me:
             watch(held, taskmanager_pid, taskmanager_start)
-    _say(outcome, path, me)
+    log_notices(outcome.notices, _log)  # what it left out, the file's unparsable lines, a bind without a lease
     return GPUBinding(
         [by_index[i] for i in outcome.indices],
         outcome.indices,
@@ -568,30 +568,6 @@ def _hold(
     held.native, held.timeout = native, timeout
     held.path = held.path or path
     return held
-
-
-def _say(outcome: BindOutcome, path: str, me: int) -> None:
-    """WARNs what a bind left out, the bindings file's unparsable lines, and a bind without a lease."""
-    if outcome.left_out:
-        why = "; ".join(f"GPU {gpu.index} is {gpu.why}" for gpu in outcome.left_out)
-        _log.warning("Left out: %s; binding among GPU(s) %s.", why, ", ".join(outcome.usable))
-    for line in outcome.unparsable:
-        _log.warning(
-            "Line %d of the bindings file %s cannot be parsed and is left as it is (its GPU is never bound): %r",
-            line.line_number,
-            path,
-            line.text,
-        )
-    if outcome.lease_problem is not None:
-        _log.warning(
-            "Bound GPU(s) %s in %s without a lease that other pid namespaces can rely on (%s): they cannot "
-            "tell when pid %d dies, and keep its GPUs taken until `flink-gpu coordination clean "
-            "--foreign-namespaces`.",
-            ", ".join(outcome.added),
-            path,
-            outcome.lease_problem,
-            me,
-        )
 
 
 def _state_settings(

@@ -243,7 +243,7 @@ def claim(args: Namespace) -> int:
     health = {state.gpu_index: state.health for state in states}
     for gpu in left_out:
         print(f"flink-gpu claim: WARNING: GPU {gpu.index} left out: {gpu.why}", file=sys.stderr)
-    coordination.log_claim(path, owner, outcome.added, outcome.reclaimed, outcome.unparsable, outcome.lease_problem)
+    coordination.log_notices(outcome.notices)
     if outcome.shortage is not None:
         raise NotEnoughGpusError(outcome.shortage)
     got = sort_indices(outcome.chosen)

@@ -187,9 +187,7 @@ class NvmlDiscovery:
         for state in outcome.states:
             self._warn(known, state.gpu_index, state)
         if path is not None:
-            coordination.log_claim(
-                path, pid, outcome.added, outcome.reclaimed, outcome.unparsable, outcome.lease_problem
-            )
+            coordination.log_notices(outcome.notices)
         if outcome.shortage is not None:
             # too few usable is Flink's FlinkException; too few free, the claim's NotEnoughGpusError
             raise (FlinkException if outcome.too_few_usable else NotEnoughGpusError)(outcome.shortage)

@@ -16,6 +16,7 @@ import shlex
 from typing import NamedTuple
 
 from flink_gpu.cli.doctor_command.findings import Checkup
+from flink_gpu.coordination import companion_paths
 
 #: tmpfiles.d(5)'s search path, highest precedence first.
 TMPFILES_DIRS = ("/etc/tmpfiles.d", "/run/tmpfiles.d", "/usr/local/lib/tmpfiles.d", "/usr/lib/tmpfiles.d")
@@ -102,7 +103,7 @@ def cleaning(path: str, rules: "list[TmpfilesRule]") -> "tuple[TmpfilesRule | No
             for glob, below in excludes
         )
 
-    companions = [os.path.abspath(path) + suffix for suffix in ("", ".lease", ".bindings", ".bindings.lease")]
+    companions = [os.path.abspath(path), *companion_paths(os.path.abspath(path))]
     return cleaner, [c for c in companions if not excluded(c)]
 
 
