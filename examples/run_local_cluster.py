@@ -45,8 +45,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from flink_gpu.deploy.local_cluster import START_TIMEOUT_S, LocalCluster, LocalClusterError, flink_home, gpu_resource
+from flink_gpu.deploy.local_cluster import START_TIMEOUT_S, LocalCluster, flink_home, gpu_resource
 from flink_gpu.deploy.taskmanager_env import discovery_executable, taskmanager_environment
+from flink_gpu.errors import LocalClusterError
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "gpu_inference_job.py"

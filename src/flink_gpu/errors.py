@@ -18,6 +18,7 @@ __all__ = [
     "FileTooLargeError",
     "FlinkException",
     "IllegalConfigurationException",
+    "LocalClusterError",
     "NotARegularFileError",
     "NotEnoughGpusError",
     "NvmlError",
@@ -134,3 +135,9 @@ class NotARegularFileError(OSError):
 class FileTooLargeError(OSError):
     """A file holds more than ``flink_gpu.base.regular_files.MAX_FILE_SIZE`` bytes, far above any configuration,
     spec or template: it is not the file meant."""
+
+
+class LocalClusterError(RuntimeError):
+    """A local Flink cluster (flink_gpu.deploy.local_cluster, the example's and the end-to-end tests') cannot
+    start or do what was asked: no Flink distribution or Java, a daemon that exits, a job that fails; the
+    message says why."""

@@ -43,7 +43,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
 
-__all__ = ["ENDED", "LocalCluster", "LocalClusterError", "flink_home", "gpu_resource"]
+from flink_gpu.errors import LocalClusterError
+
+__all__ = ["ENDED", "LocalCluster", "flink_home", "gpu_resource"]
 
 T = TypeVar("T")
 
@@ -55,10 +57,6 @@ START_TIMEOUT_S = 300
 STOP_TIMEOUT_S = 120
 #: What the REST API, not up yet or going down, may raise: a wait goes on.
 REST_ERRORS = (urllib.error.URLError, OSError, ValueError)
-
-
-class LocalClusterError(RuntimeError):
-    """The cluster cannot start or do what was asked; the message says why."""
 
 
 def flink_home(given: Optional[str] = None) -> Path:
