@@ -774,14 +774,6 @@ def test_find_taskmanager_walks_up_to_the_taskmanager_runner(tmp_path):
     assert int(found) == proc.pid
 
 
-def test_coordination_claim_honours_ranks(tmp_path):
-    path = tmp_path / "coordination"
-    claimed = _native.coordination_claim(path, 1.0, os.getpid(), ["0", "1", "2", "3"], 2, [2, 0, 1, 0])
-    assert sorted(claimed.indices) == ["1", "3"]
-    with pytest.raises(ValueError, match="one rank per index"):
-        _native.coordination_claim(path, 1.0, os.getpid(), ["0", "1"], 1, [0])
-
-
 def test_simulator_spec_state_keys_are_checked_naming_the_key():
     for spec, words in [
         ({"devices": [{"health": {"inforom_corrupted": "yes"}}]}, "devices[0].health.inforom_corrupted"),

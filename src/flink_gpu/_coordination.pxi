@@ -306,9 +306,9 @@ cdef class CleanResult(_Record):
         self.unparsable = tuple(unparsable)
 
 
-def coordination_claim(path, double timeout, owner, indices, amount, ranks=None, left_out=()):
-    """Claims ``amount`` GPUs for ``owner``: a CoordinationClaim. ``ranks``: one int per index
-    (rank_gpus' ranks), lower taken first; None: all equal. ``left_out``: (index, why) for each of the
+def coordination_claim(path, double timeout, owner, indices, amount, left_out=()):
+    """Claims ``amount`` GPUs for ``owner``: a CoordinationClaim, every index ranked equal (the one discovery,
+    policy_discover, ranks them in the core). ``left_out``: (index, why) for each of the
     host's GPUs that is not among ``indices``, named in the not-enough message. An ``amount`` beyond what
     the core counts (a size_t) is more than any host has: the core's not-enough error."""
     cdef CoordOptions opts = _co_options(path, timeout)
@@ -320,14 +320,7 @@ def coordination_claim(path, double timeout, owner, indices, amount, ranks=None,
         status = coord_not_enough(opts, str(amount).encode("ascii"), existing, out)
         raise _error(status, path)
     cdef size_t count = amount
-    cdef vector[int] cranks
-    if ranks is not None:
-        for rank in ranks:
-            if isinstance(rank, bool) or not isinstance(rank, int):
-                raise TypeError(f"a rank must be an int, got {rank!r}")
-            cranks.push_back(rank)
-        if cranks.size() != existing.size():
-            raise ValueError(f"Got {cranks.size()} ranks for {existing.size()} GPU indices: give one rank per index.")
+    cdef vector[int] cranks  # none: all equal
     cdef CoordClaimResult r
     with nogil:
         r = coord_claim(opts, pid, existing, count, cranks, out)

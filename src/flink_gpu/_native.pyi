@@ -316,7 +316,6 @@ def coordination_claim(
     owner: int,
     indices: Iterable[Union[str, int]],
     amount: int,
-    ranks: Optional[Iterable[int]] = None,
     left_out: Iterable[Union[LeftOut, Tuple[Union[str, int], str]]] = (),
 ) -> CoordinationClaim: ...
 def coordination_release(

@@ -203,7 +203,7 @@ def claim(
     """
     owner = _owner(owner)
     indices = list(indices)
-    got = _native.coordination_claim(path, timeout, owner, indices, _amount(amount), None, list(left_out))
+    got = _native.coordination_claim(path, timeout, owner, indices, _amount(amount), list(left_out))
     log_notices(got.notices)
     return ClaimResult(taken=got.indices, added=got.added, reclaimed=got.reclaimed, owner=owner)
 

@@ -469,43 +469,15 @@ def bind(
     count, holders_per_gpu = checked_counts(count, holders_per_gpu)
     memory_bytes = checked_memory(memory)
     checks, deadline = _state_settings(health_checks, nvml_timeout)
-    from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, checked_metrics_interval
-
-    metrics_interval = (
-        DEFAULT_METRICS_INTERVAL if metrics_interval is None else checked_metrics_interval(metrics_interval)
-    )
-    if taskmanager_pid is not None:
-        taskmanager_pid = checked_pid(taskmanager_pid, "taskmanager_pid")
-    taskmanager_start = None if taskmanager_pid is None else process_start_time(taskmanager_pid)
-    if taskmanager_pid is not None and taskmanager_start is None:
-        raise ValueError(
-            f"taskmanager_pid {taskmanager_pid} is not a running process: give the pid of the "
-            "TaskManager (or parent) whose GPUs these are, or None."
-        )
+    metrics_interval = _metrics_interval(metrics_interval)
+    taskmanager_pid, taskmanager_start = _taskmanager(taskmanager_pid)
     path = bindings_path() if path is None else os.fspath(path)
     me = os.getpid()
     if slot is None:
-        inherited = inheritance.inherited(set(by_index), count, path, timeout, memory_bytes)
+        inherited = _inherited(by_index, count, path, timeout, memory_bytes, library_path, metrics_interval)
         if inherited is not None:
-            return GPUBinding(
-                [by_index[i] for i in inherited.indices],
-                inherited.indices,
-                path,
-                None,
-                (inherited.parent, None, None, 0),
-                f"pid {inherited.parent} (inherited)",
-                library_path,
-                timeout,
-                metrics_interval,
-                inherited.memory,
-                None,
-                inherited.holders_per_gpu,
-            )
-        pid, holder, registry = me, f"pid {me}", holders.process_holders
-    else:
-        pid = threading.get_native_id()
-        holder = f"slot {slot} (thread {pid})"
-        registry = holders.thread_holders()
+            return inherited
+    pid, holder, registry = _holder(slot, me)
     library = _library(library_path, deadline)
     # The registry and the file change together: a release of this holder's last handle in another thread
     # waits. The core's state read within it is bounded by nvml_timeout and holds no file lock.
@@ -547,6 +519,67 @@ def bind(
         outcome.memory_total,
         holders_per_gpu,
     )
+
+
+def _inherited(
+    by_index: "dict[str, ExternalResourceInfo]",
+    count: int,
+    path: str,
+    timeout: float,
+    memory: "int | None",
+    library_path: "str | None",
+    metrics_interval: float,
+) -> "GPUBinding | None":
+    """A forked child's share of its parent's binding in ``path`` (:mod:`flink_gpu.binding.inheritance`): a
+    handle that releases nothing; None when this process is a holder of its own there."""
+    inherited = inheritance.inherited(set(by_index), count, path, timeout, memory)
+    if inherited is None:
+        return None
+    return GPUBinding(
+        [by_index[i] for i in inherited.indices],
+        inherited.indices,
+        path,
+        None,
+        (inherited.parent, None, None, 0),
+        f"pid {inherited.parent} (inherited)",
+        library_path,
+        timeout,
+        metrics_interval,
+        inherited.memory,
+        None,
+        inherited.holders_per_gpu,
+    )
+
+
+def _metrics_interval(metrics_interval: "float | None") -> float:
+    """bind's ``metrics_interval``, checked (None: the default)."""
+    from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, checked_metrics_interval
+
+    return DEFAULT_METRICS_INTERVAL if metrics_interval is None else checked_metrics_interval(metrics_interval)
+
+
+def _holder(slot: "str | None", me: int) -> "tuple[int, str, dict[HolderKey, Held]]":
+    """Who binds: this process (``slot`` None) or the calling thread for ``slot``: the pid or thread id the
+    file records, how messages name it, and the registry its handles are counted in."""
+    if slot is None:
+        return me, f"pid {me}", holders.process_holders
+    pid = threading.get_native_id()
+    return pid, f"slot {slot} (thread {pid})", holders.thread_holders()
+
+
+def _taskmanager(taskmanager_pid: object) -> "tuple[int | None, int | None]":
+    """bind's ``taskmanager_pid``, checked, and its start time (None, None for None); ValueError for a pid
+    that no process has."""
+    if taskmanager_pid is None:
+        return None, None
+    pid = checked_pid(taskmanager_pid, "taskmanager_pid")
+    start = process_start_time(pid)
+    if start is None:
+        raise ValueError(
+            f"taskmanager_pid {pid} is not a running process: give the pid of the "
+            "TaskManager (or parent) whose GPUs these are, or None."
+        )
+    return pid, start
 
 
 def _hold(

@@ -180,7 +180,9 @@ def _print_slots(slots: "list[Worker]") -> None:
 
 def _binding_act(taskmanager: Worker, path: str, env: "dict[str, str]", human: bool) -> "dict[str, Any]":
     """The slots of one TaskManager bind its GPUs: alone (a third slot is refused), then two per GPU."""
-    bindings_file = path + ".bindings"
+    from flink_gpu.bindings_file import bindings_path
+
+    bindings_file = bindings_path(path)
     gpus = ", ".join(taskmanager.gpus)
     if human:
         print(
