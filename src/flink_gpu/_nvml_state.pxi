@@ -178,19 +178,11 @@ cdef CheckSet _check_set(health_checks, str what="health_checks") except *:
     return checks
 
 
-_busy_policies = {}  # busy-gpus text -> its BusyPolicy value
-
-
 cdef BusyPolicy _busy_policy(str busy_policy) except *:
     cdef BusyPolicy policy
-    cdef string encoded
-    found = _busy_policies.get(busy_policy)
-    if found is not None:
-        return <BusyPolicy><int>found
-    encoded = _utf8(busy_policy)
+    cdef string encoded = _utf8(busy_policy)
     if not parse_busy_policy(string_view(encoded.data(), encoded.size()), &policy):
         raise ValueError(f"Unknown busy-gpus value {busy_policy!r}: use one of {', '.join(BUSY_GPUS_VALUES)}.")
-    _busy_policies[busy_policy] = <int>policy
     return policy
 
 
