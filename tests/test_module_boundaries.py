@@ -332,6 +332,7 @@ DOCUMENTED = [
     "flink_gpu.coordination:claim",
     "flink_gpu.coordination:release",
     "flink_gpu.coordination:snapshot",
+    "flink_gpu.coordination:companion_paths",
     "flink_gpu.nvml:open_library",
     "flink_gpu.nvml:sampled_metrics",
     "flink_gpu.policy:discover",
@@ -504,6 +505,7 @@ REMOVED = {
     r"flink_gpu\.nvml\.(rank_gpus|states)\b": "the core's one discovery (flink_gpu.policy) / Library.states",
     r"\b(nvml_deadline|nvml_loader|process_liveness)\b": "csrc/nvml/deadline.*, loader.*, coordination/liveness.*",
     r"\bpin_to_caller\b": "nothing: the deadline workers are no longer pinned",
+    r"\b(Library|Nvml|nvml)\.(skipped|notices)\(\)": "Library.devices(), one enumeration record",
 }
 _SEARCHED = ("src", "csrc", "tests", "docs", "tools", "benchmarks", "examples", "README.md", ".ci")
 

@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <unistd.h>
+
 namespace flinkgpu {
 namespace policy {
 namespace {
@@ -95,9 +97,10 @@ void say(const BindRequest& request, BindOutcome* out) {
     const std::string& path = request.bindings.path;
     for (const auto& line : out->bound.unparsable)
         warn(&out->notices, coordination::unparsable_text("bindings file", path, line, "bound"));
+    // the lease is the binding process's, a slot's thread's too: its death is what other namespaces cannot see
     if (!out->bound.lease_problem.ok())
-        warn(&out->notices, coordination::lease_problem_text(out->bound.added, path, out->bound.lease_problem.message,
-                                                             request.holder.pid));
+        warn(&out->notices,
+             coordination::lease_problem_text(out->bound.added, path, out->bound.lease_problem.message, ::getpid()));
 }
 
 }  // namespace

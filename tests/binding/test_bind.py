@@ -3,6 +3,7 @@ real threads, real signals and the real native core (csrc/coordination/bindings.
 
 import collections
 import json
+import logging
 import os
 import re
 import signal
@@ -232,6 +233,25 @@ def test_a_metrics_interval_the_gauges_may_not_read_at_is_refused_before_the_fil
 def test_only_gpu_infos_can_be_bound(path):
     with pytest.raises(TypeError, match="GPUInfo"):
         bind(["0"], path=path)
+
+
+def test_a_slot_bound_without_a_lease_names_its_process_not_its_thread(path, caplog):
+    """The lease is the process's: the WARN of a slot bound without one names the pid whose death other
+    namespaces cannot see, never the binding thread's id."""
+    os.mkdir(f"{path}.lease")  # no lease can be taken on a directory: the bind goes on without one
+    found = {}
+
+    def subtask():
+        found["tid"] = threading.get_native_id()
+        bind(infos(1), slot="s", path=path).release()
+
+    with caplog.at_level(logging.WARNING, logger="flink_gpu.binding"):
+        thread = threading.Thread(target=subtask)
+        thread.start()
+        thread.join(30)
+    assert found["tid"] != os.getpid()
+    (warning,) = [r.getMessage() for r in caplog.records if "without a lease" in r.getMessage()]
+    assert f"when pid {os.getpid()} dies" in warning and f"pid {found['tid']}" not in warning
 
 
 def test_a_bad_slot_id_names_it(path):

@@ -568,7 +568,7 @@ after_b = mine()
 c = GPUDriver(args)
 held, done = threading.Event(), threading.Event()
 def hold():  # the lock the drivers of a process share (gpu/holders.py), held until the child is done
-    with holders.lock:
+    with holders.driver_lock:
         held.set()
         done.wait(60)
 threading.Thread(target=hold).start()

@@ -399,8 +399,8 @@ def cuda_ordinals(
     """The CUDA device ordinals, in this process, of the GPUs ``infos``, in GPU index order.
 
     ``devices``: every NVML device of the host (:class:`flink_gpu.nvml.Device`, as
-    ``Library.devices()`` lists them, MIG units included) and ``skipped`` those it left out
-    (``Library.skipped()``: a GPU lost since discovery is named as such); None opens the library
+    ``Library.devices().devices`` lists them, MIG units included) and ``skipped`` those it left out
+    (``Library.devices().skipped``: a GPU lost since discovery is named as such); None opens the library
     (:func:`flink_gpu.nvml.open_library`). ``environ``: the environment CUDA starts with in this
     process (default ``os.environ``): ``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER``, read as
     the module docstring says. An info is matched to its device by ``uuid`` when it has one, else

@@ -11,10 +11,12 @@ the last release:
 * ``thread_holders()``: a slot's bindings made by the calling thread, by (file, slot, TaskManager), so that a
   thread which later gets an ended thread's id inherits nothing from it.
 
-One ``lock`` guards all of it; it is held across the file's change (up to the file's lock timeout), so the
-registry and the file change together. A forked child gets a new lock (another thread may have held it at
-the fork), forgets the parent's holders, and remembers which files the parent held a binding in
-(``forked_from``, ``forked_files``): the child shares that binding while the parent holds it.
+``driver_lock`` guards ``driver_holds`` and ``lock`` the bindings: each is held across its file's change (up to
+the file's lock timeout, and the NVML reads before it), so the registry and the file change together; two
+locks, so that a slot's bind never waits for a driver's claim on the coordination file, nor a driver for a
+bind. A forked child gets new locks (another thread may have held one at the fork), forgets the parent's
+holders, and remembers which files the parent held a binding in (``forked_from``, ``forked_files``): the
+child shares that binding while the parent holds it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "Held",
     "after_fork_in_child",
     "driver_holds",
+    "driver_lock",
     "forked_files",
     "forked_from",
     "lock",
@@ -74,6 +77,7 @@ class Held:
 
 
 lock = threading.Lock()
+driver_lock = threading.Lock()
 driver_holds: "dict[tuple[str, int, str], int]" = {}
 process_holders: "dict[HolderKey, Held]" = {}
 _threads = threading.local()
@@ -111,8 +115,8 @@ def _before_fork() -> None:
 
 
 def _in_child() -> None:
-    global lock, forked_from, forked_files
-    lock = threading.Lock()
+    global lock, driver_lock, forked_from, forked_files
+    lock, driver_lock = threading.Lock(), threading.Lock()
     parent = _forking[0]
     # process_holders' keys are (file, pid)
     files = {key[0]: held.start_time for key, held in process_holders.items() if key[1] == parent[0] and held.refs}

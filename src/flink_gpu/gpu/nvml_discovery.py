@@ -167,7 +167,7 @@ class NvmlDiscovery:
             taskmanager = _taskmanagers[pid] = find_taskmanager(pid)
         nvml = self._library()
         path = self.args.coordination_file if self.args.coordination_mode else None
-        with holders.lock if path is not None else contextlib.nullcontext():
+        with holders.driver_lock if path is not None else contextlib.nullcontext():
             outcome = policy.discover(
                 nvml,
                 amount,
@@ -211,7 +211,7 @@ class NvmlDiscovery:
         return GPUInfo(index, {**known.static.get(index, {}), **properties})
 
     def _count_holds(self, path: str, pid: int, outcome: DiscoveryOutcome) -> None:
-        """Counts the GPUs of ``outcome`` this driver uses in holders.driver_holds (under holders.lock)."""
+        """Counts the GPUs of ``outcome`` this driver uses in holders.driver_holds (under holders.driver_lock)."""
         if self._claimed_pid != pid:  # a forked child: the parent's counts are not its own
             self._claimed, self._claimed_pid = set(), pid
         for index in outcome.chosen:
@@ -264,7 +264,7 @@ class NvmlDiscovery:
         only its own claims, never its parent's)."""
         path = self.args.coordination_file
         pid = coordination.own_pid()
-        with holders.lock:
+        with holders.driver_lock:
             claimed, self._claimed = self._claimed, set()
             self._nvml = None
             if self._claimed_pid != pid:
