@@ -78,7 +78,7 @@ def test_bench_gauge_read(benchmark):
     assert nvml.sample_metrics_now()
     benchmark.extra_info["what"] = "sampled_metrics('0'): the snapshot, no NVML"
     value = benchmark(nvml.sampled_metrics, "0")
-    assert value[4] == 0
+    assert value.health == 0
 
 
 def test_bench_metrics_cost_per_hour(benchmark, measured):
