@@ -4,20 +4,17 @@
     from flink_gpu.binding import bind
 """
 
-from flink_gpu.binding.gpu_binding import (
+from flink_gpu.binding.gauges import GAUGES
+from flink_gpu.binding.gpu_binding import GPUBinding, bind, checked_counts, checked_memory
+from flink_gpu.bindings_file import (
     BINDINGS_SUFFIX,
-    GAUGES,
     MAX_HOLDERS_PER_GPU,
     BindingEntry,
-    BindingError,
     BindingSnapshot,
-    GPUBinding,
-    bind,
     bindings_path,
-    checked_counts,
-    checked_memory,
     snapshot,
 )
+from flink_gpu.errors import BindingError
 
 __all__ = [
     "BINDINGS_SUFFIX",

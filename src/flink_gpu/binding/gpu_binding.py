@@ -50,19 +50,14 @@ from flink_gpu.binding import inheritance, memory
 from flink_gpu.binding.gauges import EMBEDDED_METRICS, GAUGES, MEMORY_LIMIT_GAUGE, PUSH_INTERVAL, Constant, Gauge
 from flink_gpu.binding.taskmanager_watch import unwatch, watch
 from flink_gpu.bindings_file import (
-    BINDINGS_SUFFIX,
     MAX_GPU_COUNT,
-    MAX_HOLDERS_PER_GPU,
-    BindingEntry,
-    BindingSnapshot,
     bindings_path,
     checked_memory_request,
     checked_share,
-    snapshot,
     unbind,
 )
 from flink_gpu.coordination import DEFAULT_TIMEOUT, checked_pid, log_notices, process_start_time, whole_amount
-from flink_gpu.errors import BindingError, NotEnoughGpusError
+from flink_gpu.errors import NotEnoughGpusError
 from flink_gpu.gpu import holders
 from flink_gpu.gpu.holders import Held
 
@@ -77,20 +72,7 @@ if TYPE_CHECKING:
     #: A holder as the core's binding_unbind names it: (pid or thread id, slot, taskmanager, start time).
     _NativeHolder = tuple[int, str | None, int | None, int]
 
-__all__ = [
-    "BINDINGS_SUFFIX",
-    "GAUGES",
-    "MAX_HOLDERS_PER_GPU",
-    "BindingEntry",
-    "BindingError",  # flink_gpu.errors', named here as before
-    "BindingSnapshot",
-    "GPUBinding",
-    "bind",
-    "bindings_path",
-    "checked_counts",
-    "checked_memory",
-    "snapshot",
-]
+__all__ = ["GPUBinding", "bind", "checked_counts", "checked_memory"]
 
 _log = logging.getLogger("flink_gpu.binding")
 
