@@ -23,6 +23,9 @@ SimDevice default_device(unsigned i) {
     std::snprintf(buf, sizeof buf, "00000000:%02X:00.0", (i + 1) & 0xFF);
     d.pci_bus_id = buf;
     d.minor_number = i;
+    // every GPU on a PCIe switch of its own under one host bridge: PHB between any two
+    d.switches = {"GPU " + std::to_string(i) + "'s switch"};
+    d.host_bridge = kDefaultHostBridge;
     return d;
 }
 

@@ -35,6 +35,11 @@ enum Query : unsigned {
     kQueryTemperatureV,
     kQueryFabric,
     kQueryPersistenceMode,
+    kQueryTopology,
+    kQueryNvLink,
+    kQueryNvLinkRemotePci,
+    kQueryNvLinkRemoteType,
+    kQueryP2PStatus,
     kQueryCount
 };
 const char* const kQueryNames[kQueryCount] = {
@@ -58,12 +63,28 @@ const char* const kQueryNames[kQueryCount] = {
     "temperature_v",  // nvmlDeviceGetTemperatureV alone (a driver exporting it but refusing it)
     "fabric",         // nvmlDeviceGetGpuFabricInfoV and nvmlDeviceGetGpuFabricInfo
     "persistence_mode",
+    "topology",            // nvmlDeviceGetTopologyCommonAncestor (either GPU of the pair)
+    "nvlink",              // nvmlDeviceGetNvLinkState and the field NVML_FI_DEV_NVLINK_LINK_COUNT
+    "nvlink_remote_pci",   // nvmlDeviceGetNvLinkRemotePciInfo_v2 (a VM that cannot see the far end)
+    "nvlink_remote_type",  // nvmlDeviceGetNvLinkRemoteDeviceType
+    "p2p_status",          // nvmlDeviceGetP2PStatus (either GPU of the pair)
 };
+static_assert(kQueryCount <= 32, "not_supported and no_permission are 32-bit masks");
 
 struct SimProcess {
     unsigned pid = 0;
     unsigned long long used_memory = static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE);
     unsigned mode = NVML_PROCESS_MODE_COMPUTE;
+};
+
+// One NVLink of a GPU: whether it is active, and its far end (another GPU of the host, an NVSwitch by its
+// PCI bus id, or unknown: a board whose bridge is missing).
+struct SimNvLink {
+    enum class To { kUnknown, kGpu, kSwitch };
+    bool active = true;
+    To to = To::kUnknown;
+    unsigned gpu = 0;
+    std::string switch_bus_id;
 };
 
 struct SimDevice {
@@ -105,6 +126,14 @@ struct SimDevice {
     bool is_unit = false;
     unsigned gi = 0, ci = 0, slot = 0;
     bool persistence_mode = true;  // NVML_FEATURE_ENABLED
+    // Where the GPU sits on PCIe ("pcie"): its board (empty: a board of its own), the PCIe switches
+    // above it (outermost first), its host bridge and NUMA node; nvmlDeviceGetTopologyCommonAncestor
+    // answers from these. And its NVLinks ("nvlinks"; none: no NVLink).
+    std::string board;
+    std::vector<std::string> switches;
+    std::string host_bridge;
+    unsigned numa_node = 0;
+    std::vector<SimNvLink> nvlinks;
 };
 
 struct SimState {
@@ -117,6 +146,9 @@ struct SimState {
 };
 
 SimState& state();
+
+// The host bridge of a GPU whose spec names none.
+const char* const kDefaultHostBridge = "host bridge 0";
 
 // GPU i of FLINK_GPU_SIM_DEVICES, and the defaults of a spec's devices[i].
 SimDevice default_device(unsigned i);

@@ -35,6 +35,8 @@ enum Family : unsigned {
     kFamilyCpuAffinity,
     kFamilyMig,
     kFamilyPersistenceMode,
+    kFamilyTopology,  // nvmlDeviceGetTopologyCommonAncestor, nvmlDeviceGetP2PStatus
+    kFamilyNvLink,    // nvmlDeviceGetNvLinkState, its remote PCI info and remote device type
     kCallFamilyCount,
     // latencies of the handle family's first call per GPU in a process (a driver initialising the GPU)
     kFamilyFirstHandle = kCallFamilyCount,
@@ -42,10 +44,17 @@ enum Family : unsigned {
     kFamilyCount
 };
 const char* const kFamilyNames[kFamilyCount] = {
-    "init",         "static",       "handle",           "processes",     "power",
-    "memory",       "utilization",  "temperature",      "inforom",       "remapped_rows",
-    "ecc",          "field_values", "fabric",           "retired_pages", "compute_mode",
-    "cpu_affinity", "mig",          "persistence_mode", "first_handle",  "first_handle_without_persistence",
+    "init",         "static",
+    "handle",       "processes",
+    "power",        "memory",
+    "utilization",  "temperature",
+    "inforom",      "remapped_rows",
+    "ecc",          "field_values",
+    "fabric",       "retired_pages",
+    "compute_mode", "cpu_affinity",
+    "mig",          "persistence_mode",
+    "topology",     "nvlink",
+    "first_handle", "first_handle_without_persistence",
 };
 
 // A call of `family` that blocks while `path` exists (on GPU `device`, or on every call when -1).

@@ -502,7 +502,8 @@ bool read_root(const simjson::Value& root, const char* spec_path, SimState& s, D
                                "minor_number",  "fault",  "memory_used",      "cpu_affinity",
                                "compute_mode",  "health", "processes",        "not_supported",
                                "no_permission", "mig",    "utilization",      "temperature",
-                               "power",         "fabric", "persistence_mode", "memory_reserved"},
+                               "power",         "fabric", "persistence_mode", "memory_reserved",
+                               "pcie",          "nvlinks"},
                         spec_path, "devices[" + std::to_string(i) + "]"))
             return false;
         if (!read_string(item, "uuid", spec_path, where, &d.uuid) ||
@@ -530,7 +531,7 @@ bool read_root(const simjson::Value& root, const char* spec_path, SimState& s, D
         if (!read_choice(item, "persistence_mode", kPersistenceModes, 2, spec_path, where, &persistence)) return false;
         d.persistence_mode = persistence == 1;
         if (!read_state(item, spec_path, where, &d) || !read_readings(item, spec_path, where, &d) ||
-            !read_mig(item, spec_path, where, &d, &s.units))
+            !read_mig(item, spec_path, where, &d, &s.units) || !read_topology(item, spec_path, where, &d))
             return false;
         if (const auto* v = present(item, "fault")) {
             if (v->is_string() && v->string == "NO_PERMISSION") d.fault = Fault::kNoPermission;
@@ -545,6 +546,7 @@ bool read_root(const simjson::Value& root, const char* spec_path, SimState& s, D
         }
         s.devices.push_back(std::move(d));
     }
+    if (!check_topology(s.devices, spec_path)) return false;
     std::vector<bool> persistent;
     for (const SimDevice& d : s.devices) persistent.push_back(d.persistence_mode);
     if (!read_driver(root, spec_path, persistent, driver)) return false;

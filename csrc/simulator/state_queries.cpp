@@ -1,5 +1,6 @@
 // The device state queries (those of csrc/nvml/read.cpp): memory, CPU affinity, compute mode,
-// InfoROM, remapped rows, ECC, field values, NVLink fabric, retired pages, persistence mode.
+// InfoROM, remapped rows, ECC, field values (the NVLink count among them), NVLink fabric, retired pages,
+// persistence mode.
 #include <cstring>
 
 #include "driver_model.hpp"
@@ -132,6 +133,11 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int values
                 field(kQueryRemappedRows, d->remap_failure ? 1 : 0);
             } else if (v.fieldId == NVML_FI_DEV_RETIRED_PENDING) {
                 field(kQueryRetiredPages, d->pages_pending ? 1 : 0);
+            } else if (v.fieldId == NVML_FI_DEV_NVLINK_LINK_COUNT) {
+                // the links the GPU has (0 without NVLink), active or not; none on a MIG device's handle
+                v.nvmlReturn = d->is_unit ? NVML_ERROR_NOT_SUPPORTED : query_allowed(*d, kQueryNvLink);
+                v.valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+                v.value.uiVal = v.nvmlReturn == NVML_SUCCESS ? static_cast<unsigned>(d->nvlinks.size()) : 0;
             } else {
                 v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             }

@@ -152,6 +152,8 @@ QUERY_FAMILIES = (
     "cpu_affinity",
     "mig",
     "persistence_mode",
+    "topology",
+    "nvlink",
 )
 #: The most GPUs ``devices`` may ask for: the limit csrc/simulator/spec.cpp puts on
 #: FLINK_GPU_SIM_DEVICES.
