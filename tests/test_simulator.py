@@ -528,7 +528,7 @@ CAPTURES = {
 
 
 def test_the_profiles_are_the_ones_shipped():
-    assert simulator.profiles() == sorted(CAPTURES)
+    assert simulator.profiles() == sorted({*CAPTURES, *TOPOLOGIES})
 
 
 @pytest.mark.parametrize("profile", sorted(CAPTURES))
@@ -590,7 +590,7 @@ def test_the_profiles_are_found_through_a_link_to_the_simulator(discovery_exe, t
 
 @pytest.mark.parametrize("name", ["h100", "../profiles/h100-hgx-8", "H100-HGX-8"])
 def test_an_unknown_profile_is_refused_naming_the_profiles(discovery_exe, name):
-    names = ", ".join(sorted(CAPTURES))
+    names = ", ".join(sorted({*CAPTURES, *TOPOLOGIES}))
     with pytest.raises(ValueError, match=re.escape(f"Simulator profile {name!r} does not exist; use one of {names}")):
         simulator.environment(profile=name)
     proc = discover(discovery_exe, FLINK_GPU_SIM_PROFILE=name)
@@ -849,3 +849,307 @@ def test_the_simulator_rejects_spec_values_of_the_wrong_type_naming_the_key(disc
     assert f"flink-gpu NVML simulator: {path}: {message}" in proc.stderr
     with pytest.raises(ValueError, match=re.escape(str(path))):  # the Python check agrees
         simulator.read_spec(path)
+
+
+# ---- topology: PCIe common ancestors, NVLinks, P2P status (issue 46) -------------------------------
+
+TOPOLOGY = """
+NVML_TOPOLOGY = {0: "INTERNAL", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+NVML_FI_DEV_NVLINK_LINK_COUNT, NVML_P2P_CAPS_INDEX_NVLINK, NVML_P2P_CAPS_INDEX_READ = 91, 2, 0
+class Pci(ctypes.Structure):
+    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
+                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("busId", ctypes.c_char * 32)]
+class FieldValue(ctypes.Structure):
+    _fields_ = [("fieldId", ctypes.c_uint), ("scopeId", ctypes.c_uint), ("timestamp", ctypes.c_longlong),
+                ("latencyUsec", ctypes.c_longlong), ("valueType", ctypes.c_int), ("nvmlReturn", ctypes.c_int),
+                ("value", ctypes.c_ulonglong)]
+
+def link_count(h):
+    field = FieldValue(fieldId=NVML_FI_DEV_NVLINK_LINK_COUNT)
+    assert nvml.nvmlDeviceGetFieldValues(h, 1, ctypes.byref(field)) == 0
+    return [field.nvmlReturn, field.value & 0xFFFFFFFF]
+
+def links(h):
+    # each link: [state rc, active, remote type rc, type, remote PCI rc, bus id]
+    rc, count = link_count(h)
+    out = []
+    for link in range(count if rc == 0 else 0):
+        active, kind, pci = ctypes.c_int(), ctypes.c_int(), Pci()
+        state_rc = nvml.nvmlDeviceGetNvLinkState(h, link, ctypes.byref(active))
+        type_rc = nvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, link, ctypes.byref(kind))
+        pci_rc = nvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(h, link, ctypes.byref(pci))
+        out.append([state_rc, active.value, type_rc, kind.value, pci_rc, pci.busId.decode()])
+    return out
+
+def topology():
+    count = ctypes.c_uint()
+    assert nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+    gpus = [handle(i) for i in range(count.value)]
+    buses = []
+    for h in gpus:
+        pci = Pci()
+        assert nvml.nvmlDeviceGetPciInfo_v3(h, ctypes.byref(pci)) == 0
+        buses.append(pci.busId.decode())
+    walked = [links(h) for h in gpus]
+    # what each GPU reaches over its active links: peer GPUs by bus id, NVSwitches by bus id
+    reach = [[(l[3], l[5]) for l in w if l[0] == 0 and l[1] == 1 and l[2] == 0 and l[4] == 0] for w in walked]
+    matrix, p2p = [], []
+    for a in range(len(gpus)):
+        row, p2p_row = [], []
+        for b in range(len(gpus)):
+            if a == b:
+                row.append("X")
+                p2p_row.append("X")
+                continue
+            switches_b = {bus for kind, bus in reach[b] if kind == 2}
+            nv = sum(1 for kind, bus in reach[a] if (kind == 0 and bus == buses[b]) or (kind == 2 and bus in switches_b))
+            level = ctypes.c_int()
+            assert nvml.nvmlDeviceGetTopologyCommonAncestor(gpus[a], gpus[b], ctypes.byref(level)) == 0
+            row.append(f"NV{nv}" if nv else NVML_TOPOLOGY[level.value])
+            status = [ctypes.c_int(), ctypes.c_int()]
+            assert nvml.nvmlDeviceGetP2PStatus(gpus[a], gpus[b], NVML_P2P_CAPS_INDEX_NVLINK, ctypes.byref(status[0])) == 0
+            assert nvml.nvmlDeviceGetP2PStatus(gpus[a], gpus[b], NVML_P2P_CAPS_INDEX_READ, ctypes.byref(status[1])) == 0
+            p2p_row.append([status[0].value, status[1].value])
+        matrix.append(row)
+        p2p.append(p2p_row)
+    return {"matrix": matrix, "p2p": p2p, "links": walked, "counts": [link_count(h) for h in gpus]}
+"""
+
+# What `nvidia-smi topo -m` shows on each profile's host (the GPU columns), from the public outputs
+# csrc/simulator/profiles/README.md names; the link-down variants are those hosts with links taken down.
+NV18 = ["NV18"] * 8
+TOPOLOGIES = {
+    "h100-hgx-8": [NV18[:i] + ["X"] + NV18[i + 1 :] for i in range(8)],
+    "h100-hgx-8-linkdown": [
+        [("X" if a == b else "NV14" if 5 in (a, b) else "NV18") for b in range(8)] for a in range(8)
+    ],
+    "rtx3090-bridged-4": [
+        ["X", "PHB", "NV4", "NODE"],
+        ["PHB", "X", "NODE", "NV4"],
+        ["NV4", "NODE", "X", "PHB"],
+        ["NODE", "NV4", "PHB", "X"],
+    ],
+    "rtx3090-bridged-4-linkdown": [
+        ["X", "PHB", "NV2", "NODE"],
+        ["PHB", "X", "NODE", "NODE"],
+        ["NV2", "NODE", "X", "PHB"],
+        ["NODE", "NODE", "PHB", "X"],
+    ],
+    "a100-nvlink-pairs-4": [
+        ["X", "NV12", "SYS", "SYS"],
+        ["NV12", "X", "SYS", "SYS"],
+        ["SYS", "SYS", "X", "NODE"],
+        ["SYS", "SYS", "NODE", "X"],
+    ],
+    "l40s-2socket-4": [
+        ["X", "NODE", "SYS", "SYS"],
+        ["NODE", "X", "SYS", "SYS"],
+        ["SYS", "SYS", "X", "NODE"],
+        ["SYS", "SYS", "NODE", "X"],
+    ],
+}
+NVML_P2P_STATUS_OK, NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED, NVML_P2P_STATUS_NOT_SUPPORTED = 0, 3, 5
+
+
+def read_topology(**env):
+    return json.loads(run_python(NVML_CHILD + TOPOLOGY + "print(json.dumps(topology()))", env=simulated_env(**env)).stdout)
+
+
+@pytest.mark.parametrize("profile", sorted(TOPOLOGIES))
+def test_a_profile_reads_as_its_public_topology_matrix(profile):
+    got = read_topology(profile=profile)
+    assert got["matrix"] == TOPOLOGIES[profile]
+    for a, row in enumerate(TOPOLOGIES[profile]):
+        for b, cell in enumerate(row):
+            if a != b:  # NVLink peer access exactly where an active NVLink joins them; PCIe peers below one CPU
+                nvlink = NVML_P2P_STATUS_OK if cell.startswith("NV") else NVML_P2P_STATUS_NOT_SUPPORTED
+                read = NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED if cell == "SYS" else NVML_P2P_STATUS_OK
+                assert got["p2p"][a][b] == [nvlink, read], (a, b)
+
+
+def test_an_hgx_gpu_reaches_four_nvswitches_by_their_bus_ids():
+    got = read_topology(profile="h100-hgx-8")
+    assert got["counts"] == [[0, 18]] * 8
+    # NVML_NVLINK_DEVICE_TYPE_SWITCH (2), active, on every link of every GPU
+    per_switch = {}
+    for link in got["links"][3]:
+        assert link[:5] == [0, 1, 0, 2, 0]
+        per_switch[link[5]] = per_switch.get(link[5], 0) + 1
+    assert per_switch == {"0000:05:00.0": 4, "0000:06:00.0": 5, "0000:07:00.0": 5, "0000:08:00.0": 4}
+    down = read_topology(profile="h100-hgx-8-linkdown")
+    assert [link[1] for link in down["links"][5]] == [0] * 4 + [1] * 14  # 4 of 18 inactive
+    assert all(link[1] == 1 for gpu in (0, 4, 6) for link in down["links"][gpu])
+
+
+def test_a_bridge_names_its_peer_gpu_and_an_untrained_one_its_far_end_unknown():
+    bridged = read_topology(profile="rtx3090-bridged-4")
+    # NVML_NVLINK_DEVICE_TYPE_GPU (0), the peer's bus id: GPU 0 to GPU 2
+    assert bridged["links"][0] == [[0, 1, 0, 0, 0, "00000000:03:00.0"]] * 4
+    pairs = read_topology(profile="a100-nvlink-pairs-4")
+    assert pairs["counts"] == [[0, 12]] * 4
+    # inactive, NVML_NVLINK_DEVICE_TYPE_UNKNOWN (0xFF), remote PCI info NOT_SUPPORTED (3)
+    assert pairs["links"][2] == [[0, 0, 0, 255, 3, ""]] * 12
+
+
+def test_a_host_without_topology_keys_is_one_switch_per_gpu_under_one_host_bridge():
+    got = read_topology(devices=3)
+    assert got["matrix"] == [["X", "PHB", "PHB"], ["PHB", "X", "PHB"], ["PHB", "PHB", "X"]]
+    assert got["counts"] == [[0, 0]] * 3  # no NVLink: a link count of 0
+    assert got["p2p"][0][1] == [NVML_P2P_STATUS_NOT_SUPPORTED, NVML_P2P_STATUS_OK]
+
+
+@pytest.mark.parametrize(
+    "pcie, levels",
+    [
+        # two GPUs: their places in the tree, and the common ancestor NVML answers
+        (({"board": "K", "switches": ["s"]}, {"board": "K", "switches": ["s"]}), "INTERNAL"),
+        (({"switches": ["up", "s"]}, {"switches": ["up", "s"]}), "PIX"),
+        (({"switches": ["up", "s1"]}, {"switches": ["up", "s2"]}), "PXB"),
+        (({"switches": ["up"]}, {"switches": ["up", "s2"]}), "PXB"),
+        (({"switches": ["s1"]}, {"switches": ["s2"]}), "PHB"),
+        (({"host_bridge": "a"}, {"host_bridge": "b"}), "NODE"),
+        (({"host_bridge": "a"}, {"host_bridge": "b", "numa_node": 1}), "SYS"),
+    ],
+)
+def test_the_common_ancestor_follows_the_pcie_tree(pcie, levels):
+    got = read_topology(spec={"devices": [{"pcie": pcie[0]}, {"pcie": pcie[1]}]})
+    assert got["matrix"] == [["X", levels], [levels, "X"]]
+
+
+LINK_CALLS = """
+NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED = 2, 3
+def calls(h, link, other):
+    active, kind, level, status = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    pci = (ctypes.c_char * 128)()
+    field = (ctypes.c_uint * 10)(91)  # an nvmlFieldValue_t (40 bytes): fieldId first, nvmlReturn at byte 28
+    assert nvml.nvmlDeviceGetFieldValues(h, 1, field) == 0
+    return [nvml.nvmlDeviceGetNvLinkState(h, link, ctypes.byref(active)),
+            nvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, link, ctypes.byref(kind)),
+            nvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(h, link, pci),
+            nvml.nvmlDeviceGetTopologyCommonAncestor(h, other, ctypes.byref(level)),
+            nvml.nvmlDeviceGetP2PStatus(h, other, 2, ctypes.byref(status)),
+            field[7]]
+"""
+
+
+def test_each_topology_query_answers_not_supported_where_the_spec_says_on_that_gpu_only():
+    names = ["nvlink", "nvlink_remote_type", "nvlink_remote_pci", "topology", "p2p_status"]
+    spec = {
+        "devices": [
+            {"nvlinks": [{"to": {"gpu": 1}}], "not_supported": names},
+            {"nvlinks": [{"to": {"gpu": 0}}]},
+        ]
+    }
+    got = run_nvml_child(
+        LINK_CALLS + "h0, h1 = handle(0), handle(1); print(json.dumps([calls(h0, 0, h1), calls(h1, 0, h0)]))", spec
+    )
+    assert got == [[3, 3, 3, 3, 3, 3], [0, 0, 0, 3, 3, 0]]  # a pair query: either GPU refusing refuses it
+
+
+def test_a_link_the_gpu_lacks_and_bad_arguments_are_invalid_arguments():
+    spec = {"devices": [{"nvlinks": [{"to": {"gpu": 1}}] * 2}, {"nvlinks": [{"to": {"gpu": 0}}] * 2}]}
+    got = run_nvml_child(
+        LINK_CALLS
+        + """
+h0, h1 = handle(0), handle(1)
+level, status = ctypes.c_int(), ctypes.c_int()
+print(json.dumps({
+    "link 1": calls(h0, 1, h1)[:3], "link 2": calls(h0, 2, h1)[:3],
+    "null": [nvml.nvmlDeviceGetNvLinkState(h0, 0, None), nvml.nvmlDeviceGetTopologyCommonAncestor(h0, h1, None),
+             nvml.nvmlDeviceGetP2PStatus(h0, h1, 2, None)],
+    "itself": [nvml.nvmlDeviceGetTopologyCommonAncestor(h0, h0, ctypes.byref(level)),
+               nvml.nvmlDeviceGetP2PStatus(h0, h0, 2, ctypes.byref(status))],
+    "caps index 5": nvml.nvmlDeviceGetP2PStatus(h0, h1, 5, ctypes.byref(status)),
+    "no handle": nvml.nvmlDeviceGetNvLinkState(None, 0, ctypes.byref(status)),
+}))
+""",
+        spec,
+    )
+    assert got == {
+        "link 1": [0, 0, 0],
+        "link 2": [2, 2, 2],  # NVML_ERROR_INVALID_ARGUMENT: link >= the GPU's links
+        "null": [2, 2, 2],
+        "itself": [2, 2],
+        "caps index 5": 2,  # NVML_P2P_CAPS_INDEX_UNKNOWN
+        "no handle": 2,
+    }
+
+
+def test_the_topology_queries_need_nvml_initialised():
+    proc = run_python(
+        """
+        import ctypes, os
+        nvml = ctypes.CDLL(os.environ["FLINK_GPU_NVML_LIBRARY"])
+        level = ctypes.c_int()
+        print(nvml.nvmlDeviceGetNvLinkState(ctypes.c_void_p(8), 0, ctypes.byref(level)),
+              nvml.nvmlDeviceGetTopologyCommonAncestor(ctypes.c_void_p(8), ctypes.c_void_p(16), ctypes.byref(level)))
+        """,
+        env=simulated_env(devices=2),
+    )
+    assert proc.stdout.split() == ["1", "1"]  # NVML_ERROR_UNINITIALIZED
+
+
+@pytest.mark.parametrize("process_struct", ["v2", "r535"])
+def test_both_builds_export_the_topology_queries(process_struct):
+    # all five predate R535 (NVLink remote device type and P2P status long before it); looked up in a
+    # child, so that this process never maps a libnvidia-ml.so.1
+    names = [
+        "nvmlDeviceGetTopologyCommonAncestor",
+        "nvmlDeviceGetNvLinkState",
+        "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+        "nvmlDeviceGetNvLinkRemoteDeviceType",
+        "nvmlDeviceGetP2PStatus",
+    ]
+    proc = run_python(
+        f"""
+        import ctypes
+        library = ctypes.CDLL({simulator.library_path(process_struct)!r})
+        print([name for name in {names!r} if not hasattr(library, name)])
+        """
+    )
+    assert proc.stdout.split() == ["[]"]
+
+
+@pytest.mark.parametrize(
+    "devices, words",
+    [
+        ([{"pcie": {"switch": ["s"]}}], "devices[0].pcie has unknown keys ['switch']"),
+        ([{"pcie": {"switches": "s"}}], "devices[0].pcie.switches must be a list of switch names"),
+        ([{"pcie": {"switches": ["s", "s"]}}], 'devices[0].pcie.switches names "s" twice'),
+        ([{"pcie": {"numa_node": -1}}], "devices[0].pcie.numa_node must be a whole number (0..4095)"),
+        ([{"pcie": {"host_bridge": ""}}], "devices[0].pcie.host_bridge must not be empty"),
+        (
+            [{"pcie": {"switches": ["up", "s"]}}, {"pcie": {"switches": ["s"]}}],
+            'devices[1].pcie.switches puts switch "s" below another path than devices[0].pcie does',
+        ),
+        (
+            [{"pcie": {"host_bridge": "a"}}, {"pcie": {"host_bridge": "a", "numa_node": 1}}],
+            'devices[1].pcie.numa_node differs from devices[0]\'s under the same host bridge "a"',
+        ),
+        (
+            [{"pcie": {"board": "K", "switches": ["s1"]}}, {"pcie": {"board": "K", "switches": ["s2"]}}],
+            'devices[1].pcie.board "K" sits elsewhere in devices[0].pcie',
+        ),
+        ([{"nvlinks": {"to": {"gpu": 0}}}], "devices[0].nvlinks must be a list, one entry per link"),
+        ([{"nvlinks": [{"actve": True}]}], "devices[0].nvlinks[0] has unknown keys ['actve']"),
+        ([{"nvlinks": [{"active": 1}]}], "devices[0].nvlinks[0].active must be true or false"),
+        ([{"nvlinks": [{"to": {"nvswitch": "x"}}]}], 'devices[0].nvlinks[0].to must be {"gpu": index}'),
+        ([{"nvlinks": [{"to": {"switch": "05:00"}}]}], "devices[0].nvlinks[0].to.switch must be an NVSwitch's PCI"),
+        ([{"nvlinks": [{"to": {"gpu": 1}}]}], "devices[0].nvlinks[0].to.gpu is 1, not a GPU of this spec (it has 1)"),
+        ([{"nvlinks": [{"to": {"gpu": 0}}]}], "devices[0].nvlinks[0].to.gpu is the GPU itself"),
+        (
+            [{"nvlinks": [{"to": {"gpu": 1}}] * 2}, {"nvlinks": [{"to": {"gpu": 0}}]}],
+            "devices[0].nvlinks has 2 links to GPU 1 but devices[1].nvlinks has 1 back",
+        ),
+        ([{"nvlinks": [{}] * 37}], "devices[0].nvlinks has 37 links; a GPU has at most 36"),
+    ],
+)
+def test_a_bad_topology_key_is_refused_naming_the_key_by_both_checkers(discovery_exe, tmp_path, devices, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        simulator.environment(spec={"devices": devices})
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"devices": devices}))
+    proc = discover(discovery_exe, FLINK_GPU_SIM_SPEC=str(path))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert words in proc.stderr
