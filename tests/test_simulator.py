@@ -903,13 +903,13 @@ def topology():
                 p2p_row.append("X")
                 continue
             switches_b = {bus for kind, bus in reach[b] if kind == 2}
-            nv = sum(1 for kind, bus in reach[a] if (kind == 0 and bus == buses[b]) or (kind == 2 and bus in switches_b))
+            nv = sum(1 for kind, bus in reach[a] if (kind, bus) == (0, buses[b]) or (kind == 2 and bus in switches_b))
             level = ctypes.c_int()
             assert nvml.nvmlDeviceGetTopologyCommonAncestor(gpus[a], gpus[b], ctypes.byref(level)) == 0
             row.append(f"NV{nv}" if nv else NVML_TOPOLOGY[level.value])
             status = [ctypes.c_int(), ctypes.c_int()]
-            assert nvml.nvmlDeviceGetP2PStatus(gpus[a], gpus[b], NVML_P2P_CAPS_INDEX_NVLINK, ctypes.byref(status[0])) == 0
-            assert nvml.nvmlDeviceGetP2PStatus(gpus[a], gpus[b], NVML_P2P_CAPS_INDEX_READ, ctypes.byref(status[1])) == 0
+            for caps, into in ((NVML_P2P_CAPS_INDEX_NVLINK, status[0]), (NVML_P2P_CAPS_INDEX_READ, status[1])):
+                assert nvml.nvmlDeviceGetP2PStatus(gpus[a], gpus[b], caps, ctypes.byref(into)) == 0
             p2p_row.append([status[0].value, status[1].value])
         matrix.append(row)
         p2p.append(p2p_row)
@@ -953,7 +953,9 @@ NVML_P2P_STATUS_OK, NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED, NVML_P2P_STATUS_
 
 
 def read_topology(**env):
-    return json.loads(run_python(NVML_CHILD + TOPOLOGY + "print(json.dumps(topology()))", env=simulated_env(**env)).stdout)
+    return json.loads(
+        run_python(NVML_CHILD + TOPOLOGY + "print(json.dumps(topology()))", env=simulated_env(**env)).stdout
+    )
 
 
 @pytest.mark.parametrize("profile", sorted(TOPOLOGIES))

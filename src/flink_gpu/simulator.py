@@ -69,7 +69,10 @@ simulator's csrc/simulator/spec.cpp their one checker: an unknown key is an erro
     ``cpu_affinity``, ``compute_processes``, ``graphics_processes``, ``mps_processes``,
     ``process_detail_list``, ``processes`` (the three kinds), ``utilization``, ``temperature``,
     ``power``, ``temperature_v`` (``nvmlDeviceGetTemperatureV`` alone: a driver that exports it
-    but refuses it), ``fabric`` and ``persistence_mode``;
+    but refuses it), ``fabric``, ``persistence_mode``, ``topology`` (the common ancestor),
+    ``nvlink`` (link state and the link count field), ``nvlink_remote_pci``,
+    ``nvlink_remote_type`` (a VM that cannot see the far end) and ``p2p_status`` (a pair query
+    refused on either GPU is refused);
   * ``persistence_mode``: ``enabled`` (default) or ``disabled``, what
     ``nvmlDeviceGetPersistenceMode`` answers; disabled, the GPU's first handle in a process costs
     ``latency_ms.first_handle_without_persistence`` (the driver initialises the GPU);
@@ -79,6 +82,29 @@ simulator's csrc/simulator/spec.cpp their one checker: an unknown key is an erro
     (required, below max_devices, each once), "uuid", "memory_total" (default the GPU's memory
     over max_devices), "gi", "ci"}`` plus the state keys above (``memory_used``, ``processes``,
     ...) answered on that MIG device's handle. Instances need mode ``enabled``.
+  * ``pcie``: where the GPU sits on PCIe, an object with ``board`` (a name: GPUs of one board, such
+    as a K80's two, are ``INTERNAL`` to each other; absent: a board of its own), ``switches`` (the
+    names of the PCIe switches above the GPU, outermost first; default none), ``host_bridge`` (a
+    name; default one shared by every GPU) and ``numa_node`` (0..4095, default 0).
+    ``nvmlDeviceGetTopologyCommonAncestor`` answers from them: same board ``INTERNAL``; the same
+    innermost switch ``SINGLE`` (PIX); a switch shared further up ``MULTIPLE`` (PXB); the same host
+    bridge ``HOSTBRIDGE`` (PHB); the same NUMA node ``NODE``; else ``SYSTEM`` (SYS). The GPUs must
+    make one tree: a switch has the same path above it wherever it is named, the GPUs of a board
+    share their switches, a host bridge is in one NUMA node. Without ``pcie`` a GPU sits on a
+    switch of its own under the shared host bridge (PHB between any two such GPUs);
+  * ``nvlinks``: the GPU's NVLinks, a list of ``{"active": true | false (default true), "to":
+    {"gpu": index} | {"switch": "PCI bus id"}}`` (at most 36). ``to`` is the far end: another GPU
+    of the spec (a bridge: that GPU lists as many links back) or an NVSwitch by its bus id (every
+    GPU with an active link to the same switch is reachable); absent, it is unknown (a board without
+    its bridge: remote device type UNKNOWN, remote PCI info NOT_SUPPORTED). The field
+    ``NVML_FI_DEV_NVLINK_LINK_COUNT`` answers the list's length (0 without ``nvlinks``);
+    ``nvmlDeviceGetNvLinkState``, ``nvmlDeviceGetNvLinkRemotePciInfo_v2`` and
+    ``nvmlDeviceGetNvLinkRemoteDeviceType`` answer per link (INVALID_ARGUMENT for a link beyond
+    the list, NOT_SUPPORTED on a GPU without NVLink); ``nvmlDeviceGetP2PStatus`` answers the
+    NVLINK capability OK where an active link joins the pair (a bridge active at both ends or a
+    switch both reach) and NOT_SUPPORTED otherwise, and the PCIe capabilities OK over NVLink or
+    below one CPU, ``IOH_TOPOLOGY_NOT_SUPPORTED`` across NUMA nodes (SYS). A MIG device's handle
+    has none of these (NOT_SUPPORTED); a pair query of a GPU with itself is INVALID_ARGUMENT.
 
 * ``unprivileged``: true for a caller without root: a GPU in MIG mode answers its own memory
   queries NO_PERMISSION (its MIG devices still answer theirs).
@@ -91,7 +117,9 @@ The driver model (a simulator that behaves like a driver, not one that answers i
   versions), ``handle`` (``nvmlDeviceGetHandleByIndex*``), ``processes`` (every process list),
   ``power``, ``memory``, ``utilization``, ``temperature``, ``inforom``, ``remapped_rows``,
   ``ecc``, ``field_values``, ``fabric``, ``retired_pages``, ``compute_mode``, ``cpu_affinity``,
-  ``mig``, ``persistence_mode``; and ``first_handle`` (a GPU's first handle in a process; default
+  ``mig``, ``persistence_mode``, ``topology`` (``nvmlDeviceGetTopologyCommonAncestor``,
+  ``nvmlDeviceGetP2PStatus``), ``nvlink`` (``nvmlDeviceGetNvLinkState`` and the NVLink remote
+  queries); and ``first_handle`` (a GPU's first handle in a process; default
   ``handle``) and ``first_handle_without_persistence`` (the same on a GPU whose persistence mode is
   disabled; default ``first_handle``).
 * ``driver_lock``: true (default): every call holds one process-wide lock for its whole duration,
