@@ -17,6 +17,7 @@ NVML_LAYERS = [
     "metrics",
     "workers",
     "deadline",
+    "topology",
     "choice",
     "sampler",
     "settings",

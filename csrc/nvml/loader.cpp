@@ -176,6 +176,11 @@ const NvmlSymbolInfo kSymbols[kNvmlSymbolCount] = {
     {"nvmlDeviceGetGpuFabricInfoV", SymbolUse::kOptional},
     {"nvmlDeviceGetGpuFabricInfo", SymbolUse::kFallback},
     {"nvmlDeviceGetPersistenceMode", SymbolUse::kOptional},
+    {"nvmlDeviceGetTopologyCommonAncestor", SymbolUse::kOptional},
+    {"nvmlDeviceGetNvLinkState", SymbolUse::kOptional},
+    {"nvmlDeviceGetNvLinkRemotePciInfo_v2", SymbolUse::kOptional},
+    {"nvmlDeviceGetNvLinkRemoteDeviceType", SymbolUse::kOptional},
+    {"nvmlDeviceGetP2PStatus", SymbolUse::kOptional},
 };
 
 }  // namespace
@@ -318,6 +323,11 @@ struct LibraryRegistry {
         resolve(lib, &api.device_get_temperature, S::kDeviceGetTemperature);  // also for a refused V
         resolve(lib, &api.device_get_power_usage, S::kDeviceGetPowerUsage);
         resolve(lib, &api.device_get_persistence_mode, S::kDeviceGetPersistenceMode);
+        resolve(lib, &api.device_get_topology_common_ancestor, S::kDeviceGetTopologyCommonAncestor);
+        resolve(lib, &api.device_get_nvlink_state, S::kDeviceGetNvLinkState);
+        resolve(lib, &api.device_get_nvlink_remote_pci_info, S::kDeviceGetNvLinkRemotePciInfoV2);
+        resolve(lib, &api.device_get_nvlink_remote_device_type, S::kDeviceGetNvLinkRemoteDeviceType);
+        resolve(lib, &api.device_get_p2p_status, S::kDeviceGetP2PStatus);
         return lib;
     }
 

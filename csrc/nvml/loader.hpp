@@ -64,6 +64,11 @@ enum class NvmlSymbol : int {
     kDeviceGetGpuFabricInfoV,
     kDeviceGetGpuFabricInfo,
     kDeviceGetPersistenceMode,
+    kDeviceGetTopologyCommonAncestor,
+    kDeviceGetNvLinkState,
+    kDeviceGetNvLinkRemotePciInfoV2,
+    kDeviceGetNvLinkRemoteDeviceType,
+    kDeviceGetP2PStatus,
     kCount
 };
 inline constexpr std::size_t kNvmlSymbolCount = static_cast<std::size_t>(NvmlSymbol::kCount);
@@ -157,6 +162,13 @@ struct NvmlApi {
     // A static property (nvml/devices.hpp): without persistence mode the driver initialises the GPU on
     // the first handle a process asks for, which may take seconds.
     decltype(&nvmlDeviceGetPersistenceMode) device_get_persistence_mode = nullptr;
+    // Topology (nvml/topology.hpp), static: the PCIe common ancestor of a pair, each NVLink's state and far
+    // end, and a pair's peer-to-peer status where a driver answers only that.
+    decltype(&nvmlDeviceGetTopologyCommonAncestor) device_get_topology_common_ancestor = nullptr;
+    decltype(&nvmlDeviceGetNvLinkState) device_get_nvlink_state = nullptr;
+    decltype(&nvmlDeviceGetNvLinkRemotePciInfo_v2) device_get_nvlink_remote_pci_info = nullptr;
+    decltype(&nvmlDeviceGetNvLinkRemoteDeviceType) device_get_nvlink_remote_device_type = nullptr;
+    decltype(&nvmlDeviceGetP2PStatus) device_get_p2p_status = nullptr;
 };
 
 // NVML's name of a return code ("NVML_ERROR_GPU_IS_LOST"; "NVML_ERROR_UNKNOWN" for one it lacks).

@@ -1,0 +1,283 @@
+#include "nvml/topology.hpp"
+
+#include "base/status.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <utility>
+
+namespace flinkgpu {
+namespace {
+
+using topology::Link;
+using topology::Pcie;
+
+Pcie pcie_of(nvmlGpuTopologyLevel_t level) {
+    switch (level) {
+        case NVML_TOPOLOGY_INTERNAL: return Pcie::kBoard;
+        case NVML_TOPOLOGY_SINGLE: return Pcie::kSwitch;
+        case NVML_TOPOLOGY_MULTIPLE: return Pcie::kSwitches;
+        case NVML_TOPOLOGY_HOSTBRIDGE: return Pcie::kHostBridge;
+        case NVML_TOPOLOGY_NODE: return Pcie::kNode;
+        case NVML_TOPOLOGY_SYSTEM: return Pcie::kSystem;
+    }
+    return Pcie::kUnknown;
+}
+
+// A GPU another GPU's part was read with: its handle, and whether its own links were walked.
+struct Peer {
+    unsigned gpu = 0;
+    nvmlDevice_t handle = nullptr;
+    bool links_known = false;
+};
+
+// What was read of one GPU.
+struct GpuPart {
+    bool read = false;  // its handle was given: the rest is what NVML answered
+    nvmlDevice_t handle = nullptr;
+    std::string bus_id;
+    NvLinkReading nvlink;
+    // far ends whose kind NVML did not say: a GPU's bus id, else taken as a switch's
+    std::map<std::string, unsigned> to_unnamed;
+    std::map<unsigned, Pcie> ancestor;     // to the GPUs read before it
+    std::map<unsigned, bool> p2p_nvlink;  // to those, where neither one's links could be walked
+    unsigned long calls = 0;
+};
+
+// Reads GPU `gpu`'s part: its handle and bus id, its links once, and its pairs with `peers`.
+void read_part(const NvmlApi& api, unsigned gpu, const std::vector<Peer>& peers, GpuPart* part) {
+    nvmlDevice_t dev = nullptr;
+    ++part->calls;
+    if (api.device_get_handle_by_index(gpu, &dev) != NVML_SUCCESS) return;
+    part->read = true;
+    part->handle = dev;
+    if (api.device_get_pci_info != nullptr && !api.pci_info_v1) {
+        nvmlPciInfo_t pci{};
+        ++part->calls;
+        if (api.device_get_pci_info(dev, &pci) == NVML_SUCCESS) {
+            pci.busId[sizeof pci.busId - 1] = '\0';
+            part->bus_id = canonical_bus_id(pci.busId);
+        }
+    }
+    NvLinkReading& nv = part->nvlink;
+    if (api.device_get_field_values != nullptr) {
+        nvmlFieldValue_t field{};
+        field.fieldId = NVML_FI_DEV_NVLINK_LINK_COUNT;
+        ++part->calls;
+        if (api.device_get_field_values(dev, 1, &field) == NVML_SUCCESS && field.nvmlReturn == NVML_SUCCESS) {
+            nv.known = true;
+            nv.count = std::min<unsigned>(field.value.uiVal, NVML_NVLINK_MAX_LINKS);
+        }
+    }
+    if (api.device_get_nvlink_state != nullptr) {
+        // without the count, the links are those whose state is answered, up to the first that is not
+        const unsigned last = nv.known ? nv.count : NVML_NVLINK_MAX_LINKS;
+        for (unsigned link = 0; link < last; ++link) {
+            nvmlEnableState_t active = NVML_FEATURE_DISABLED;
+            ++part->calls;
+            if (api.device_get_nvlink_state(dev, link, &active) != NVML_SUCCESS) {
+                if (!nv.known) break;
+                continue;  // this link's state unknown: neither active nor inactive
+            }
+            if (!nv.known) nv.count = link + 1;
+            nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+            bool typed = false;
+            if (api.device_get_nvlink_remote_device_type != nullptr) {
+                ++part->calls;
+                typed = api.device_get_nvlink_remote_device_type(dev, link, &type) == NVML_SUCCESS &&
+                        type != NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+            }
+            if (typed && type == NVML_NVLINK_DEVICE_TYPE_SWITCH) nv.to_switch = true;
+            if (active != NVML_FEATURE_ENABLED) {
+                ++nv.inactive;
+                continue;
+            }
+            nvmlPciInfo_t far{};
+            ++part->calls;
+            if (api.device_get_nvlink_remote_pci_info == nullptr ||
+                api.device_get_nvlink_remote_pci_info(dev, link, &far) != NVML_SUCCESS) {
+                ++nv.to_unknown;
+                continue;
+            }
+            far.busId[sizeof far.busId - 1] = '\0';
+            const std::string bus = canonical_bus_id(far.busId);
+            if (!typed) ++part->to_unnamed[bus];
+            else if (type == NVML_NVLINK_DEVICE_TYPE_GPU) ++nv.to_gpus[bus];
+            else if (type == NVML_NVLINK_DEVICE_TYPE_SWITCH) ++nv.to_switches[bus];
+            else ++nv.to_unknown;  // an IBM NPU: no GPU of ours
+        }
+        if (nv.count > 0) nv.known = true;
+    }
+    for (const Peer& peer : peers) {
+        if (api.device_get_topology_common_ancestor != nullptr) {
+            nvmlGpuTopologyLevel_t level = NVML_TOPOLOGY_SYSTEM;
+            ++part->calls;
+            if (api.device_get_topology_common_ancestor(dev, peer.handle, &level) == NVML_SUCCESS)
+                part->ancestor[peer.gpu] = pcie_of(level);
+        }
+        // a driver that answers no link query may still say whether NVLink joins the pair
+        if (!nv.known && !peer.links_known && api.device_get_p2p_status != nullptr) {
+            nvmlGpuP2PStatus_t status = NVML_P2P_STATUS_UNKNOWN;
+            ++part->calls;
+            if (api.device_get_p2p_status(dev, peer.handle, NVML_P2P_CAPS_INDEX_NVLINK, &status) == NVML_SUCCESS)
+                part->p2p_nvlink[peer.gpu] = status == NVML_P2P_STATUS_OK;
+        }
+    }
+}
+
+// This process's reads, per library (a forked child starts afresh: handles are not inherited).
+struct Cache {
+    unsigned long generation = 0;
+    std::map<unsigned, std::shared_ptr<const GpuPart>> parts;
+};
+std::mutex g_mutex;
+std::map<std::string, Cache>& caches() {
+    static auto* c = new std::map<std::string, Cache>();  // never destroyed: a stuck worker may outlive exit
+    return *c;
+}
+
+Cache& cache_of(const NvmlLibrary& lib) {
+    Cache& c = caches()[lib.path()];
+    if (c.generation != NvmlLibrary::process_generation()) {
+        c.parts.clear();
+        c.generation = NvmlLibrary::process_generation();
+    }
+    return c;
+}
+
+// The links the far ends of `from` name for `to`: direct links to its bus id (NVML's named GPUs, and the
+// unnamed ones whose bus id is its).
+unsigned direct_links(const GpuPart& from, const std::string& to_bus) {
+    unsigned n = 0;
+    if (auto it = from.nvlink.to_gpus.find(to_bus); it != from.nvlink.to_gpus.end()) n += it->second;
+    if (auto it = from.to_unnamed.find(to_bus); it != from.to_unnamed.end()) n += it->second;
+    return n;
+}
+
+// The active links of `part` to NVSwitches: the named ones, and unnamed far ends no GPU of `bus_ids` has.
+std::map<std::string, unsigned> switch_links(const GpuPart& part, const std::map<std::string, unsigned>& gpu_buses) {
+    std::map<std::string, unsigned> out = part.nvlink.to_switches;
+    for (const auto& [bus, n] : part.to_unnamed)
+        if (!gpu_buses.count(bus)) out[bus] += n;
+    return out;
+}
+
+Link link_between(unsigned a, const GpuPart& pa, unsigned b, const GpuPart& pb,
+                  const std::map<std::string, unsigned>& gpu_buses) {
+    Link link;
+    const GpuPart& later = pa.ancestor.count(b) || pa.p2p_nvlink.count(b) ? pa : pb;
+    const unsigned earlier = &later == &pa ? b : a;
+    if (auto it = later.ancestor.find(earlier); it != later.ancestor.end()) link.pcie = it->second;
+    // a bridge: its links as both ends count them (one end may not name its far end)
+    const unsigned ab = pb.bus_id.empty() ? 0 : direct_links(pa, pb.bus_id);
+    const unsigned ba = pa.bus_id.empty() ? 0 : direct_links(pb, pa.bus_id);
+    link.nvlinks = pa.nvlink.known && pb.nvlink.known ? std::min(ab, ba) : std::max(ab, ba);
+    // a switch fabric: the links each has to the switches both reach, the fewer of the two
+    const auto sa = switch_links(pa, gpu_buses), sb = switch_links(pb, gpu_buses);
+    unsigned via_a = 0, via_b = 0;
+    for (const auto& [bus, n] : sa) {
+        if (auto it = sb.find(bus); it != sb.end()) {
+            via_a += n;
+            via_b += it->second;
+        }
+    }
+    link.nvlinks += std::min(via_a, via_b);
+    if (link.nvlinks == 0)
+        if (auto it = later.p2p_nvlink.find(earlier); it != later.p2p_nvlink.end() && it->second) link.nvlinks = 1;
+    return link;
+}
+
+}  // namespace
+
+std::string canonical_bus_id(const std::string& bus_id) {
+    unsigned domain = 0, bus = 0, device = 0, function = 0;
+    char rest = 0;
+    if (std::sscanf(bus_id.c_str(), "%x:%x:%x.%x%c", &domain, &bus, &device, &function, &rest) != 4) return bus_id;
+    char text[32];
+    std::snprintf(text, sizeof text, "%08x:%02x:%02x.%x", domain, bus, device, function);
+    return text;
+}
+
+void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, double timeout_seconds,
+                   Topology* out) noexcept {
+    try {
+        *out = Topology();
+        const auto start = std::chrono::steady_clock::now();
+        std::vector<unsigned> wanted = gpus;
+        std::sort(wanted.begin(), wanted.end());
+        wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+        std::map<unsigned, std::shared_ptr<const GpuPart>> known;
+        {
+            std::lock_guard<std::mutex> guard(g_mutex);
+            known = cache_of(lib).parts;
+        }
+        // what this process lacks, read GPU by GPU: never a lock held across NVML
+        for (const unsigned gpu : wanted) {
+            if (known.count(gpu)) continue;
+            const double left =
+                timeout_seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            std::vector<Peer> peers;
+            for (const auto& [other, part] : known)
+                if (part->read) peers.push_back({other, part->handle, part->nvlink.known});
+            const auto part = std::make_shared<GpuPart>();
+            Stall stall;
+            Status started;
+            const NvmlLibrary* library = &lib;  // lives for the process (nvml/loader.hpp): the job may outlive us
+            if (left <= 0 ||
+                !run_within(left, "the NVLink and PCIe topology",
+                            [library, gpu, peers, part] { read_part(library->api(), gpu, peers, part.get()); },
+                            &stall, &started, static_cast<int>(gpu))) {
+                if (stall.function.empty()) stall.function = "the NVLink and PCIe topology";
+                stall.gpu = static_cast<int>(gpu);
+                out->stalls.push_back(std::move(stall));
+                continue;
+            }
+            out->calls += part->calls;
+            known[gpu] = part;
+            std::lock_guard<std::mutex> guard(g_mutex);
+            cache_of(lib).parts[gpu] = part;
+        }
+        std::map<std::string, unsigned> gpu_buses;
+        for (const auto& [gpu, part] : known)
+            if (!part->bus_id.empty()) gpu_buses[part->bus_id] = gpu;
+        for (std::size_t i = 0; i < wanted.size(); ++i) {
+            const auto a = known.find(wanted[i]);
+            if (a == known.end() || !a->second->read) continue;
+            out->nvlink[wanted[i]] = a->second->nvlink;
+            out->bus_ids[wanted[i]] = a->second->bus_id;
+            for (std::size_t j = i + 1; j < wanted.size(); ++j) {
+                const auto b = known.find(wanted[j]);
+                if (b == known.end() || !b->second->read) continue;
+                out->links.set(wanted[i], wanted[j],
+                               link_between(wanted[i], *a->second, wanted[j], *b->second, gpu_buses));
+            }
+        }
+    } catch (const std::bad_alloc&) {
+        *out = Topology();
+    }
+}
+
+void forget_topology(const NvmlLibrary& lib, unsigned gpu) noexcept {
+    try {
+        std::lock_guard<std::mutex> guard(g_mutex);
+        Cache& c = cache_of(lib);
+        c.parts.erase(gpu);
+        // and the pairs the others hold with it: it is read again with them as its peers
+        for (auto& [other, part] : c.parts) {
+            if (part->ancestor.count(gpu) || part->p2p_nvlink.count(gpu)) {
+                auto copy = std::make_shared<GpuPart>(*part);
+                copy->ancestor.erase(gpu);
+                copy->p2p_nvlink.erase(gpu);
+                part = copy;
+            }
+        }
+    } catch (...) {
+        // out of memory: the entry stays; the topology is static, so at worst a reset GPU's pairs are as before
+    }
+}
+
+}  // namespace flinkgpu
