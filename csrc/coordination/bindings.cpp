@@ -4,6 +4,7 @@
 #include "base/gpu_index.hpp"
 #include "coordination/steps.hpp"
 #include "flink/memory_size.hpp"
+#include "topology/sets.hpp"
 
 #include <algorithm>
 #include <map>
@@ -247,19 +248,20 @@ Offer offer_of(const std::string& g, const std::vector<Line>& lines, const View&
     return o;
 }
 
-// The offers that take the holder with `request`: the best rank first, then least-bound; `offers` is in index order,
+// The offers that take the holder with `request`: the best rank first, then least-bound (pack: most-bound);
+// `offers` is in index order,
 // so a stable sort keeps the lowest index among equals.
 std::vector<const Offer*> open_offers(const std::vector<Offer>& offers, std::uint64_t request,
-                                      const coordination::IndexRanks& rank_of) {
+                                      const coordination::IndexRanks& rank_of, bool pack) {
     std::vector<const Offer*> open;
     for (const Offer& o : offers) {
         if (!o.blocked && o.excluded_by.empty() && o.holders.size() + 1 <= o.limit && o.fits(request))
             open.push_back(&o);
     }
     auto rank = [&rank_of](const Offer* o) { return rank_of.of(o->index); };
-    std::stable_sort(open.begin(), open.end(), [&rank](const Offer* a, const Offer* b) {
+    std::stable_sort(open.begin(), open.end(), [&rank, pack](const Offer* a, const Offer* b) {
         if (rank(a) != rank(b)) return rank(a) < rank(b);
-        return a->holders.size() < b->holders.size();
+        return pack ? a->holders.size() > b->holders.size() : a->holders.size() < b->holders.size();
     });
     return open;
 }
@@ -277,10 +279,21 @@ std::string process_unit_of(const std::vector<Line>& lines, const View& view) {
 }
 
 // What a bind takes of the open offers for `need` more GPUs: in their order, at most one MIG unit for the holder's
-// process (*process_unit: the one it binds, or takes now; *skipped_unit: another was passed over for it).
-std::vector<std::string> choose_take(const std::vector<const Offer*>& open, std::size_t need, std::string* process_unit,
+// process (*process_unit: the one it binds, or takes now; *skipped_unit: another was passed over for it); with
+// `links` and no MIG unit among them, the best joined set of the last rank needed, `mine` among its members.
+std::vector<std::string> choose_take(const std::vector<const Offer*>& open, std::size_t need,
+                                     const coordination::IndexRanks& rank_of, const topology::Links* links,
+                                     const std::vector<std::string>& mine, std::string* process_unit,
                                      bool* skipped_unit) {
     std::vector<std::string> take;
+    const bool units = std::any_of(open.begin(), open.end(),
+                                   [](const Offer* o) { return coordination::unit_gpu(o->index, nullptr); });
+    if (links != nullptr && !units) {
+        std::vector<topology::Candidate> ordered;
+        for (const Offer* o : open) ordered.push_back({o->index, rank_of.of(o->index)});
+        for (const std::size_t i : topology::choose_set(*links, mine, ordered, need)) take.push_back(ordered[i].index);
+        return take;
+    }
     for (const Offer* o : open) {
         if (need == 0) break;
         if (coordination::unit_gpu(o->index, nullptr)) {
@@ -306,14 +319,15 @@ struct Choice {
 
 Choice choose(const std::vector<Line>& lines, const View& view, const std::vector<std::string>& gpus,
               const Bound& bound, std::uint32_t holders_per_gpu, const std::map<std::string, GpuMemory>& memory_of,
-              const coordination::IndexRanks& rank_of, std::uint64_t request, std::size_t need) {
+              const coordination::IndexRanks& rank_of, std::uint64_t request, std::size_t need,
+              const Placement& placement) {
     Choice c;
     for (const std::string& g : gpus) {
         if (!bound.mine_set.count(g)) c.offers.push_back(offer_of(g, lines, view, holders_per_gpu, memory_of));
     }
-    const std::vector<const Offer*> open = open_offers(c.offers, request, rank_of);
+    const std::vector<const Offer*> open = open_offers(c.offers, request, rank_of, placement.pack);
     c.process_unit = process_unit_of(lines, view);
-    c.take = choose_take(open, need, &c.process_unit, &c.skipped_unit);
+    c.take = choose_take(open, need, rank_of, placement.links, bound.mine, &c.process_unit, &c.skipped_unit);
     return c;
 }
 
@@ -437,7 +451,7 @@ void drop_dead(std::vector<Line>* lines) {
 
 BindResult bind_impl(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus_in,
                      std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks,
-                     const MemoryRequest& memory) {
+                     const MemoryRequest& memory, const Placement& placement) {
     BindResult r;
     if (!(r.status = validate(holder, holders_per_gpu)).ok()) return r;
     std::vector<std::string> gpus;
@@ -476,7 +490,8 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
         r.indices.assign(bound.mine.begin(), bound.mine.begin() + static_cast<std::ptrdiff_t>(count));
     } else {
         Choice c =
-            choose(lines, view, gpus, bound, holders_per_gpu, memory_of, rank_of, r.memory, count - bound.mine.size());
+            choose(lines, view, gpus, bound, holders_per_gpu, memory_of, rank_of, r.memory, count - bound.mine.size(),
+                   placement);
         if (bound.mine.size() + c.take.size() < count) {
             r.status = shortage(opts, holder, gpus, count, holders_per_gpu, r.memory, bound.mine, c, &r.orphans);
             return r;
@@ -533,9 +548,9 @@ coordination::ReleaseResult unbind_impl(const coordination::Options& opts, const
 
 BindResult bind(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus,
                 std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks,
-                const MemoryRequest& memory) noexcept {
+                const MemoryRequest& memory, const Placement& placement) noexcept {
     return coordination::guarded<BindResult>(
-        [&] { return bind_impl(opts, holder, gpus, count, holders_per_gpu, ranks, memory); });
+        [&] { return bind_impl(opts, holder, gpus, count, holders_per_gpu, ranks, memory, placement); });
 }
 
 coordination::ReleaseResult unbind(const coordination::Options& opts, const Holder& holder) noexcept {

@@ -91,6 +91,15 @@ struct BindResult {
     std::vector<Orphan> orphans;   // kNotEnough: the orphans its message names, on GPUs short of memory
 };
 
+// How a bind places new GPUs among those of one rank: spread (least-bound first, the default) or pack (the
+// most-bound that still has room first, so that whole GPUs stay free for others); with `links`, for a bind of
+// two or more, the best joined set of the last rank needed (topology/sets.hpp) before either, what the holder
+// binds already counted among its members. MIG units are taken in order (CUDA uses one per process).
+struct Placement {
+    bool pack = false;
+    const topology::Links* links = nullptr;
+};
+
 // kInvalidArgument, naming it, unless `slot` is a valid slot id (coordination/lines.hpp's valid_slot).
 Status check_slot(const std::string& slot);
 
@@ -100,14 +109,14 @@ Status check_slot(const std::string& slot);
 // writes its own lines for them). New GPUs: least-bound first, lowest index among equals; dead holders'
 // lines are removed. All or nothing: kNotEnough says, per GPU, who binds it. count == 0 binds nothing.
 // `ranks`, when not empty, is parallel to `gpus` (nvml/choice.hpp's ranks: healthy and idle 0, then busy,
-// degraded): new GPUs come by rank first, then least-bound, then lowest index. With a `memory` request, a
+// degraded): new GPUs come by rank first, then as `placement` says, then lowest index. With a `memory` request, a
 // new GPU must also fit it (MemoryRequest), and the lines record it: a holder keeps the request it bound
 // with, whichever of its GPUs are given (asking again with another is kInvalidArgument, without one gets
 // it), and a dead holder's request goes with its lines. An orphan's lines (its TaskManager gone, it still
 // runs) count for nothing but stay while it runs: a shortage of memory on its GPU names it and how to end it.
 BindResult bind(const coordination::Options& opts, const Holder& holder, const std::vector<std::string>& gpus,
                 std::size_t count, std::uint32_t holders_per_gpu, const std::vector<int>& ranks = {},
-                const MemoryRequest& memory = {}) noexcept;
+                const MemoryRequest& memory = {}, const Placement& placement = {}) noexcept;
 
 // Removes the lines `holder` wrote: a process holder's, or the lines of one thread of a slot holder (the
 // slot keeps what its other threads bound). A missing file holds nothing. This process's lease goes once

@@ -5,6 +5,7 @@
 
 #include "base/gpu_index.hpp"
 #include "coordination/steps.hpp"
+#include "topology/sets.hpp"
 
 #include <unistd.h>
 
@@ -94,27 +95,31 @@ Holdings sort_existing(const std::vector<std::string>& existing, const std::vect
 }
 
 // The indices to take for `need` more, rank by rank; within a rank free indices before reclaimable ones, each lowest
-// first. The reclaimable ones taken go to *reclaimed too. Fewer than `need` when the host has no more.
+// first, and with `links` the best joined set of the last rank needed (topology/sets.hpp), what the owner holds
+// among its members. The reclaimable ones taken go to *reclaimed too. Fewer than `need` when the host has no more.
 std::vector<std::string> choose_take(const Holdings& h, std::size_t need, const IndexRanks& rank_of,
-                                     std::vector<std::string>* reclaimed) {
-    std::vector<std::string> take;
+                                     const topology::Links* links, std::vector<std::string>* reclaimed) {
+    std::vector<topology::Candidate> ordered;
     std::set<int> rank_order;
     for (const std::string& idx : h.free_idx) rank_order.insert(rank_of.of(idx));
     for (const std::string& idx : h.reclaimable) rank_order.insert(rank_of.of(idx));
     for (const int current : rank_order) {
-        for (const std::string& idx : h.free_idx) {
-            if (need == 0) break;
-            if (rank_of.of(idx) != current) continue;
-            take.push_back(idx);
-            --need;
-        }
-        for (const std::string& idx : h.reclaimable) {
-            if (need == 0) break;
-            if (rank_of.of(idx) != current) continue;
-            take.push_back(idx);
-            reclaimed->push_back(idx);
-            --need;
-        }
+        for (const std::string& idx : h.free_idx)
+            if (rank_of.of(idx) == current) ordered.push_back({idx, current});
+        for (const std::string& idx : h.reclaimable)
+            if (rank_of.of(idx) == current) ordered.push_back({idx, current});
+    }
+    std::vector<std::size_t> picked;
+    if (links != nullptr) {
+        picked = topology::choose_set(*links, h.held, ordered, need);
+    } else {
+        for (std::size_t i = 0; i < std::min(need, ordered.size()); ++i) picked.push_back(i);
+    }
+    std::vector<std::string> take;
+    for (const std::size_t i : picked) {
+        take.push_back(ordered[i].index);
+        if (std::find(h.reclaimable.begin(), h.reclaimable.end(), ordered[i].index) != h.reclaimable.end())
+            reclaimed->push_back(ordered[i].index);
     }
     return take;
 }
@@ -151,7 +156,7 @@ void drop_reclaimed(std::vector<Line>* lines, const std::vector<std::string>& re
 
 ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::string>& existing_in,
                        std::size_t amount, const std::vector<int>& ranks, const LeftOut& left_out,
-                       const std::vector<std::string>& not_takeable) {
+                       const std::vector<std::string>& not_takeable, const topology::Links* links) {
     ClaimResult r;
     if (!(r.status = validate_pid(owner, "owner pid")).ok()) return r;
     std::vector<std::string> existing, host;
@@ -184,7 +189,7 @@ ClaimResult claim_impl(const Options& opts, pid_t owner, const std::vector<std::
         return r;
     }
     std::vector<std::string> reclaimed;
-    const std::vector<std::string> take = choose_take(h, amount - h.held.size(), rank_of, &reclaimed);
+    const std::vector<std::string> take = choose_take(h, amount - h.held.size(), rank_of, links, &reclaimed);
     if (h.held.size() + take.size() < amount) {
         r.status = shortage(opts, amount, host, left_out, owner, h);
         return r;
@@ -294,9 +299,9 @@ std::string lease_problem_text(const std::vector<std::string>& gpus, const std::
 
 ClaimResult claim(const Options& opts, pid_t owner, const std::vector<std::string>& existing_indices,
                   std::size_t amount, const std::vector<int>& ranks, const LeftOut& left_out,
-                  const std::vector<std::string>& not_takeable) noexcept {
+                  const std::vector<std::string>& not_takeable, const topology::Links* links) noexcept {
     return guarded<ClaimResult>([&] {
-        ClaimResult r = claim_impl(opts, owner, existing_indices, amount, ranks, left_out, not_takeable);
+        ClaimResult r = claim_impl(opts, owner, existing_indices, amount, ranks, left_out, not_takeable, links);
         for (const BadLine& line : r.unparsable)
             warn(&r.notices, unparsable_text("coordination file", opts.path, line, "reclaimed"));
         if (!r.lease_problem.ok())

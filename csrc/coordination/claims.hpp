@@ -46,6 +46,7 @@
 #include "base/status.hpp"
 #include "coordination/lines.hpp"
 #include "flink/script_args.hpp"
+#include "topology/links.hpp"
 
 #include <sys/types.h>
 
@@ -115,9 +116,11 @@ using LeftOut = std::vector<std::pair<std::string, std::string>>;
 // `left_out`: the host's GPUs that are not candidates (never claimed), for the not-enough message only.
 // `not_takeable`: among `existing_indices`, those never taken (their state was not read because another
 // live holder had them): counted and named with their holders, and in ClaimResult::untaken when free.
+// `links`, when given: of the last rank the claim needs, the best joined set is taken (topology/sets.hpp), what
+// the owner holds counted among its members; without, the lowest indices.
 ClaimResult claim(const Options& opts, pid_t owner, const std::vector<std::string>& existing_indices,
                   std::size_t amount, const std::vector<int>& ranks = {}, const LeftOut& left_out = {},
-                  const std::vector<std::string>& not_takeable = {}) noexcept;
+                  const std::vector<std::string>& not_takeable = {}, const topology::Links* links = nullptr) noexcept;
 
 // The kNotEnough failure of a claim for more GPUs than claim() can count (`amount` as text, e.g. one of
 // Python's unbounded ints): claim()'s message without holders, the file not read (kInvalidArgument for a

@@ -1,13 +1,14 @@
 // flink-gpu-discovery: a native drop-in for Flink's nvidia-gpu-discovery.sh (docs/design.md §6.1).
 //
 //   flink-gpu-discovery <amount> [--enable-coordination-mode] [--coordination-file PATH]
-//                       [--busy-gpus avoid|exclude|ignore] [--nvml-timeout DURATION]
+//                       [--busy-gpus avoid|exclude|ignore] [--topology prefer|ignore] [--nvml-timeout DURATION]
 //
 // Same arguments, stdout and exit codes as the stock script, so that a Java TaskManager can use it
 // as its discovery script; it asks NVML in-process instead of spawning nvidia-smi. Anything meant
 // for people goes to stderr: Flink parses stdout. Beyond the stock script it chooses by the GPUs'
 // state (nvml/choice.hpp): unhealthy GPUs are never printed, and GPUs with processes that are not
-// the TaskManager's (our parent's) are avoided, excluded or ignored as --busy-gpus says. All of its
+// the TaskManager's (our parent's) are avoided, excluded or ignored as --busy-gpus says; two or more are the
+// best joined set (NVLink, then PCIe) of their class unless --topology ignore. All of its
 // NVML work (nvmlInit, the state reads) has one deadline, --nvml-timeout (default
 // 5 s, inside Flink's 10 s discovery-script.timeout): past it, it says which call stalled and exits 1.
 #include "base/gpu_index.hpp"
@@ -50,6 +51,7 @@ struct Arguments {
     bool beyond_range = false;  // a whole number above LLONG_MAX: more GPUs than any host has
     flinkgpu::ScriptArgs script;
     flinkgpu::BusyPolicy busy = flinkgpu::BusyPolicy::kAvoid;
+    flinkgpu::TopologyPolicy topology = flinkgpu::TopologyPolicy::kPrefer;
     double nvml_timeout = flinkgpu::kDefaultNvmlTimeoutSeconds;  // seconds
 };
 
@@ -86,6 +88,7 @@ bool parse_arguments(int argc, char** argv, Arguments* args) {
         return false;
     }
     args->busy = settings.busy;
+    args->topology = settings.topology;
     args->nvml_timeout = settings.nvml_timeout;
     if (args->script.file_value_missing) {
         std::fprintf(stderr, "flink-gpu-discovery: %s has no value; using the default coordination file %s\n",
@@ -264,6 +267,7 @@ int main(int argc, char** argv) {
     request.enumerate_by_reading = true;
     request.owner = request.taskmanager = parent.pid;
     request.busy = args.busy;
+    request.topology = args.topology;
     request.nvml_timeout = args.nvml_timeout;
     request.spent = seconds_since(start);
     request.amount = static_cast<std::size_t>(args.amount);

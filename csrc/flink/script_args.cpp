@@ -23,7 +23,8 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }  // namespace
 
 std::string suggest_flag(std::string_view token) {
-    constexpr const char* kFlags[] = {kEnableCoordinationFlag, kCoordinationFileFlag, kBusyGpusFlag, kNvmlTimeoutFlag};
+    constexpr const char* kFlags[] = {kEnableCoordinationFlag, kCoordinationFileFlag, kBusyGpusFlag, kNvmlTimeoutFlag,
+                                      kTopologyFlag};
     // A shortened flag (--enable-coord) or one with something appended (--coordination-file=/x):
     // no similarity threshold would catch both a short prefix and a long tail.
     for (const char* flag : kFlags) {
@@ -53,7 +54,19 @@ namespace {
 
 // What each token is to the grammar: the one reading behind parse_script_args and
 // with_coordination_file.
-enum class Role { kEnable, kFileFlag, kFileValue, kBusyFlag, kBusyValue, kTimeoutFlag, kTimeoutValue, kNull, kUnknown };
+enum class Role {
+    kEnable,
+    kFileFlag,
+    kFileValue,
+    kBusyFlag,
+    kBusyValue,
+    kTimeoutFlag,
+    kTimeoutValue,
+    kTopologyFlag,
+    kTopologyValue,
+    kNull,
+    kUnknown
+};
 
 // The flags that take the next token as their value, and the roles of both.
 struct ValueFlag {
@@ -62,7 +75,8 @@ struct ValueFlag {
 };
 constexpr ValueFlag kValueFlags[] = {{kCoordinationFileFlag, Role::kFileFlag, Role::kFileValue},
                                      {kBusyGpusFlag, Role::kBusyFlag, Role::kBusyValue},
-                                     {kNvmlTimeoutFlag, Role::kTimeoutFlag, Role::kTimeoutValue}};
+                                     {kNvmlTimeoutFlag, Role::kTimeoutFlag, Role::kTimeoutValue},
+                                     {kTopologyFlag, Role::kTopologyFlag, Role::kTopologyValue}};
 
 std::vector<Role> token_roles(const std::vector<std::string>& tokens) {
     std::vector<Role> roles;
@@ -96,7 +110,7 @@ ScriptArgs parse_script_args(const std::vector<std::string>& tokens) {
         const std::string& token = tokens[i];
         const bool has_value =
             i + 1 < tokens.size() && (roles[i + 1] == Role::kFileValue || roles[i + 1] == Role::kBusyValue ||
-                                      roles[i + 1] == Role::kTimeoutValue);
+                                      roles[i + 1] == Role::kTimeoutValue || roles[i + 1] == Role::kTopologyValue);
         switch (roles[i]) {
             case Role::kEnable: args.coordination_mode = true; break;
             case Role::kFileFlag:
@@ -116,10 +130,15 @@ ScriptArgs parse_script_args(const std::vector<std::string>& tokens) {
                 args.has_nvml_timeout = true;
                 args.nvml_timeout = has_value ? tokens[i + 1] : std::string();
                 break;
+            case Role::kTopologyFlag:
+                args.has_topology = true;
+                args.topology = has_value ? tokens[i + 1] : std::string();
+                break;
             case Role::kUnknown: args.unknown.push_back({token, suggest_flag(token)}); break;
             case Role::kFileValue:
             case Role::kBusyValue:
             case Role::kTimeoutValue:
+            case Role::kTopologyValue:
             case Role::kNull: break;
         }
     }

@@ -8,6 +8,7 @@
 //     its value, as --coordination-file does; the value is checked by nvml/choice.hpp;
 //   * --nvml-timeout (ours, flink-gpu-discovery's deadline for NVML, nvml/deadline.hpp) takes the
 //     next token likewise; the value is a Flink duration (flink/duration.hpp), checked by the caller;
+//   * --topology (ours: prefer or ignore, nvml/choice.hpp) takes the next token likewise;
 //   * any other token is ignored by the script; it is reported with the flag it probably meant.
 #pragma once
 
@@ -24,6 +25,7 @@ inline constexpr const char* kEnableCoordinationFlag = "--enable-coordination-mo
 inline constexpr const char* kCoordinationFileFlag = "--coordination-file";
 inline constexpr const char* kBusyGpusFlag = "--busy-gpus";
 inline constexpr const char* kNvmlTimeoutFlag = "--nvml-timeout";
+inline constexpr const char* kTopologyFlag = "--topology";
 
 struct UnknownToken {
     std::string token;
@@ -38,6 +40,8 @@ struct ScriptArgs {
     std::string busy_gpus;
     bool has_nvml_timeout = false;  // --nvml-timeout was given; nvml_timeout is its value ("" when missing)
     std::string nvml_timeout;
+    bool has_topology = false;  // --topology was given; topology is its value ("" when missing)
+    std::string topology;
     std::vector<UnknownToken> unknown;
 };
 

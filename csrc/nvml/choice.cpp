@@ -20,11 +20,25 @@ bool is_word(std::string_view text, std::string_view word) noexcept {
     return true;
 }
 
-}  // namespace
-
-bool parse_busy_policy(std::string_view text, BusyPolicy* out) noexcept {
+// Java's trim: chars <= U+0020 at either end.
+std::string_view java_trimmed(std::string_view text) noexcept {
     while (!text.empty() && static_cast<unsigned char>(text.front()) <= 0x20) text.remove_prefix(1);
     while (!text.empty() && static_cast<unsigned char>(text.back()) <= 0x20) text.remove_suffix(1);
+    return text;
+}
+
+}  // namespace
+
+bool parse_topology_policy(std::string_view text, TopologyPolicy* out) noexcept {
+    text = java_trimmed(text);
+    if (is_word(text, "prefer")) *out = TopologyPolicy::kPrefer;
+    else if (is_word(text, "ignore")) *out = TopologyPolicy::kIgnore;
+    else return false;
+    return true;
+}
+
+bool parse_busy_policy(std::string_view text, BusyPolicy* out) noexcept {
+    text = java_trimmed(text);
     if (is_word(text, "avoid")) *out = BusyPolicy::kAvoid;
     else if (is_word(text, "exclude")) *out = BusyPolicy::kExclude;
     else if (is_word(text, "ignore")) *out = BusyPolicy::kIgnore;
@@ -86,6 +100,20 @@ Ranking rank_gpus(const std::vector<DeviceState>& states, BusyPolicy policy) {
 
 namespace flinkgpu {
 
+void judge_nvlinks(const Topology& topology, const CheckSet& enforced, std::vector<DeviceState>* states) {
+    for (DeviceState& s : *states) {
+        const auto found = topology.nvlink.find(s.nvml_index);
+        if (s.mig_slot || !s.readings.unknown.empty() || found == topology.nvlink.end()) continue;
+        HealthReadings& r = s.readings;
+        r.answered[static_cast<std::size_t>(Check::kNvlink)] =
+            found->second.known ? Outcome::kOk : Outcome::kNotSupported;
+        r.nvlinks = found->second.count;
+        r.nvlinks_inactive = found->second.inactive;
+        r.nvlink_fabric = found->second.to_switch;
+        judge_health(enforced, &s);
+    }
+}
+
 ReadPlan read_plan(BusyPolicy policy) noexcept {
     ReadPlan plan;
     plan.processes = policy != BusyPolicy::kIgnore;  // ignore never looks at them
@@ -94,7 +122,7 @@ ReadPlan read_plan(BusyPolicy policy) noexcept {
 
 Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner, pid_t taskmanager,
                    BusyPolicy policy, const CheckSet& enforced, double timeout_seconds, Choice* out,
-                   double spent_seconds, bool fresh_inforom, const ReadScope& scope) noexcept {
+                   double spent_seconds, bool fresh_inforom, const ReadScope& scope, const Topology* topology) noexcept {
     try {
         out->states.clear();
         out->unread.clear();
@@ -173,6 +201,11 @@ Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enume
                 gone.mig_slot = static_cast<unsigned>(std::strtoul(index.c_str() + colon + 1, nullptr, 10));
             out->states.push_back(std::move(gone));
         }
+        for (const DeviceState& s : out->states)
+            if (!s.mig_slot && (s.readings.lost_code == NVML_ERROR_GPU_IS_LOST ||
+                                s.readings.lost_code == NVML_ERROR_RESET_REQUIRED))
+                forget_topology(lib, s.nvml_index);
+        if (topology != nullptr) judge_nvlinks(*topology, enforced, &out->states);
         out->ranking = rank_gpus(out->states, policy);
         // Nothing usable while a cached InfoROM answer keeps a GPU out: it may be stale (the GPU was
         // reset since), so the choice is made again with InfoROM read now.
@@ -182,7 +215,7 @@ Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enume
                 cached_inforom_finding || (s.readings.inforom_cached && s.readings.inforom_corrupted);
         if (out->ranking.indices.empty() && cached_inforom_finding && !fresh_inforom)
             return choose_gpus(lib, enumerated, owner, taskmanager, policy, enforced, timeout_seconds, out,
-                               spent_seconds, true, scope);
+                               spent_seconds, true, scope, topology);
         return Status();
     } catch (const std::bad_alloc&) {
         return nvml_failure(NVML_ERROR_MEMORY, "choose_gpus", "Out of memory while choosing GPUs.");

@@ -5,6 +5,7 @@
 
 #include "nvml/deadline.hpp"
 #include "nvml/state.hpp"
+#include "nvml/topology.hpp"
 
 #include <string>
 #include <string_view>
@@ -19,6 +20,13 @@ inline constexpr const char* kBusyPolicyValues = "avoid, exclude, ignore";
 // One of kBusyPolicyValues, ASCII case and surrounding blanks (chars <= U+0020, Java's trim) ignored:
 // the driver parameter and --busy-gpus in the args read alike (docs/design.md §9.1).
 bool parse_busy_policy(std::string_view text, BusyPolicy* out) noexcept;
+
+// topology: prefer (a choice of two or more takes the best joined set of its class: topology/sets.hpp), ignore
+// (Flink's index order within a class; no topology is read).
+enum class TopologyPolicy { kPrefer, kIgnore };
+inline constexpr const char* kTopologyPolicyValues = "prefer, ignore";
+// As parse_busy_policy.
+bool parse_topology_policy(std::string_view text, TopologyPolicy* out) noexcept;
 
 // Why a GPU is busy: its foreign processes, e.g. "busy: foreign processes 123 (compute), 456
 // (graphics, not visible in this pid namespace)".
@@ -53,10 +61,16 @@ struct Choice {
 // the process's cache (kInforomRecheckSeconds) unless `fresh_inforom`, and is read again when a cached
 // finding leaves nothing usable. `scope` limits what is read (nvml/state.hpp); a device of a GPU it did not
 // read is in Choice::unread. With scope.every_read, `enumerated` is not looked at: the states are the
-// devices the read finds. Never throws.
+// devices the read finds. With `topology`, the nvlink check is judged (judge_nvlinks) before the ranking. A GPU
+// found lost or needing a reset is forgotten by the topology (forget_topology). Never throws.
 Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner, pid_t taskmanager,
                    BusyPolicy policy, const CheckSet& enforced, double timeout_seconds, Choice* out,
-                   double spent_seconds = 0, bool fresh_inforom = false, const ReadScope& scope = ReadScope()) noexcept;
+                   double spent_seconds = 0, bool fresh_inforom = false, const ReadScope& scope = ReadScope(),
+                   const Topology* topology = nullptr) noexcept;
+
+// The nvlink check on `states` from `topology` (each whole GPU it read: its links; a MIG unit has none of its
+// own), judged again with `enforced`. choose_gpus does it when given a topology.
+void judge_nvlinks(const Topology& topology, const CheckSet& enforced, std::vector<DeviceState>* states);
 
 // What a choice under `policy` reads (docs/design.md §9.1, "Query plan").
 ReadPlan read_plan(BusyPolicy policy) noexcept;

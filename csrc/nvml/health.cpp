@@ -76,6 +76,13 @@ std::pair<std::string, Health> finding(Check check, const HealthReadings& r) {
                 default: return {};
             }
         case Check::kRetiredPages: return r.pages_pending ? F{"page retirement pending", Health::kDegraded} : F{};
+        case Check::kNvlink:
+            if (r.nvlinks_inactive == 0) return {};
+            if (r.nvlinks_inactive < r.nvlinks)
+                return {std::to_string(r.nvlinks_inactive) + " of " + std::to_string(r.nvlinks) + " NVLinks inactive",
+                        Health::kDegraded};
+            return {"all " + std::to_string(r.nvlinks) + " NVLinks inactive: cut off its NVSwitch fabric",
+                    Health::kDegraded};
         case Check::kCount: break;
     }
     return {};
@@ -113,6 +120,13 @@ void judge_health(const CheckSet& enforced, DeviceState* state) {
         result.enforced = enforced.test(c);
         result.outcome = r.answered[c];
         if (result.outcome != Outcome::kOk) continue;
+        // a GPU without NVLink, or a PCIe board without its bridge (links it cannot use): nothing to judge
+        if (static_cast<Check>(c) == Check::kNvlink &&
+            (r.nvlinks == 0 || (r.nvlinks_inactive == r.nvlinks && !r.nvlink_fabric))) {
+            result.outcome = Outcome::kNotApplicable;
+            if (r.nvlinks > 0) result.finding = "no active NVLink";
+            continue;
+        }
         auto [text, verdict] = finding(static_cast<Check>(c), r);
         if (text.empty()) continue;
         result.outcome = Outcome::kFinding;

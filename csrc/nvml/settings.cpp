@@ -49,9 +49,41 @@ std::string invalid(const std::string& value, const std::string& place, const st
     return "Invalid value '" + value + "' for " + place + ": " + accepted + ".";
 }
 
-std::string busy_problem(const std::string& value, BusyPolicy* out) {
-    if (parse_busy_policy(value, out)) return "";
-    return std::string("expected one of ") + kBusyPolicyValues;
+const char* policy_name(TopologyPolicy policy) { return policy == TopologyPolicy::kIgnore ? "ignore" : "prefer"; }
+
+struct FlagText {
+    bool given;
+    const std::string& text;
+    const char* flag;
+};
+struct KeyText {
+    const ParameterText& value;
+    const char* key;
+};
+
+// A setting of a few words (busy-gpus, topology), as a flag in the args and as a parameter: the flag first,
+// then a valid parameter over it (warned where they differ); a wrong value reported where it was written.
+template <typename Policy>
+void read_words(const SettingsText& text, const Places& places, const FlagText& flag, const KeyText& parameter,
+                bool (*parse)(std::string_view, Policy*) noexcept, const char* values,
+                const char* (*name)(Policy), Policy* out, Settings* settings) {
+    const std::string accepted = std::string("expected one of ") + values;
+    bool from_flag = false;
+    if (flag.given) {
+        if (parse(flag.text, out)) from_flag = true;
+        else if (settings->flag_error.empty()) settings->flag_error = invalid(flag.text, places.flag(flag.flag), accepted);
+    }
+    if (!parameter.value.given) return;
+    Policy policy = *out;
+    if (!parse(parameter.value.text, &policy)) {
+        settings->parameter_errors.push_back(invalid(parameter.value.text, places.parameter(parameter.key), accepted));
+        return;
+    }
+    if (from_flag && policy != *out)
+        settings->warnings.push_back("'" + text.key_prefix + parameter.key + "' is '" + name(policy) + "' but '" +
+                                     text.key_prefix + kScriptArgsKey + "' has " + flag.flag + " " + name(*out) +
+                                     "; using '" + name(policy) + "'.");
+    *out = policy;
 }
 
 bool usable_timeout(double seconds) { return seconds > 0 && std::isfinite(seconds); }
@@ -87,7 +119,6 @@ Settings read_settings(const SettingsText& text) {
     const Places places(text);
 
     // The flags first: a parameter that is set and valid overrides them.
-    bool busy_flag = false;
     bool timeout_flag = false;
     if (text.script.has_nvml_timeout) {
         const std::string why = timeout_problem(text.script.nvml_timeout, &out.nvml_timeout);
@@ -95,14 +126,6 @@ Settings read_settings(const SettingsText& text) {
             timeout_flag = true;
         } else if (out.flag_error.empty()) {
             out.flag_error = invalid(text.script.nvml_timeout, places.flag(kNvmlTimeoutFlag), why);
-        }
-    }
-    if (text.script.has_busy_gpus) {
-        const std::string why = busy_problem(text.script.busy_gpus, &out.busy);
-        if (why.empty()) {
-            busy_flag = true;
-        } else if (out.flag_error.empty()) {
-            out.flag_error = invalid(text.script.busy_gpus, places.flag(kBusyGpusFlag), why);
         }
     }
 
@@ -119,19 +142,11 @@ Settings read_settings(const SettingsText& text) {
             out.nvml_timeout = seconds;
         }
     }
-    if (text.busy_gpus.given) {
-        BusyPolicy policy = BusyPolicy::kAvoid;
-        const std::string why = busy_problem(text.busy_gpus.text, &policy);
-        if (!why.empty()) {
-            out.parameter_errors.push_back(invalid(text.busy_gpus.text, places.parameter(kBusyGpusKey), why));
-        } else {
-            if (busy_flag && policy != out.busy)
-                out.warnings.push_back("'" + text.key_prefix + kBusyGpusKey + "' is '" + policy_name(policy) +
-                                       "' but '" + text.key_prefix + kScriptArgsKey + "' has " + kBusyGpusFlag + " " +
-                                       policy_name(out.busy) + "; using '" + policy_name(policy) + "'.");
-            out.busy = policy;
-        }
-    }
+    read_words(text, places, {text.script.has_busy_gpus, text.script.busy_gpus, kBusyGpusFlag},
+               {text.busy_gpus, kBusyGpusKey}, parse_busy_policy, kBusyPolicyValues, policy_name, &out.busy, &out);
+    read_words(text, places, {text.script.has_topology, text.script.topology, kTopologyFlag},
+               {text.topology, kTopologyKey}, parse_topology_policy, kTopologyPolicyValues, policy_name, &out.topology,
+               &out);
     if (text.health_checks.given) {
         CheckSet checks;
         const std::string why = read_health_checks(text.health_checks.text, &checks);

@@ -1,7 +1,7 @@
 // The NVML backend's settings, read from text by one parser with one set of messages for the in-process
 // driver (its parameters and the flags in discovery-script.args, handed over as the raw strings) and
-// flink-gpu-discovery (its flags alone): busy-gpus, nvml-timeout, health-checks and metrics.interval.
-// A parameter wins over the flag of the same setting (--busy-gpus, --nvml-timeout); the others have
+// flink-gpu-discovery (its flags alone): busy-gpus, topology, nvml-timeout, health-checks and metrics.interval.
+// A parameter wins over the flag of the same setting (--busy-gpus, --topology, --nvml-timeout); the others have
 // no flag. A value that is wrong is reported, naming where it was written, the value and what is
 // accepted, and its setting reads as if it were not given, so that a lenient reader (doctor, a Java
 // TaskManager's view) sees what the rest of the configuration says.
@@ -23,6 +23,7 @@ namespace flinkgpu {
 // The parameters' keys, relative to the resource's parameter prefix.
 inline constexpr const char* kBusyGpusKey = "busy-gpus";
 inline constexpr const char* kNvmlTimeoutKey = "nvml-timeout";
+inline constexpr const char* kTopologyKey = "topology";
 inline constexpr const char* kHealthChecksKey = "health-checks";
 inline constexpr const char* kMetricsIntervalKey = "metrics.interval";
 inline constexpr const char* kScriptArgsKey = "discovery-script.args";
@@ -34,6 +35,7 @@ struct ParameterText {
 
 struct SettingsText {
     ParameterText busy_gpus;
+    ParameterText topology;
     ParameterText nvml_timeout;
     ParameterText health_checks;
     ParameterText metrics_interval;
@@ -48,6 +50,7 @@ struct SettingsText {
 
 struct Settings {
     BusyPolicy busy = BusyPolicy::kAvoid;
+    TopologyPolicy topology = TopologyPolicy::kPrefer;
     double nvml_timeout = kDefaultNvmlTimeoutSeconds;  // seconds, positive
     CheckSet health_checks = all_checks();
     double metrics_interval = kDefaultMetricsInterval.count() / 1000.0;  // seconds, at least kMinMetricsInterval

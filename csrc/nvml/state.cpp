@@ -12,6 +12,7 @@ const char* check_name(Check check) noexcept {
         case Check::kRecoveryAction: return "recovery-action";
         case Check::kFabric: return "fabric";
         case Check::kRetiredPages: return "retired-pages";
+        case Check::kNvlink: return "nvlink";
         case Check::kCount: break;
     }
     return "?";

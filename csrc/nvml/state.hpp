@@ -22,7 +22,7 @@ enum class Health { kOk, kDegraded, kUnhealthy, kUnknown };
 
 // The health checks, each one NVML reading (docs/design.md §9.1 has the table). `health-checks`
 // names them; a GPU that is lost or needs a reset is unhealthy whatever is enforced.
-enum class Check { kInforom, kRemappedRows, kEcc, kRecoveryAction, kFabric, kRetiredPages, kCount };
+enum class Check { kInforom, kRemappedRows, kEcc, kRecoveryAction, kFabric, kRetiredPages, kNvlink, kCount };
 inline constexpr std::size_t kCheckCount = static_cast<std::size_t>(Check::kCount);
 const char* check_name(Check check) noexcept;  // "inforom", "remapped-rows", ...
 using CheckSet = std::bitset<kCheckCount>;     // the checks whose findings decide health
@@ -57,19 +57,24 @@ struct HealthReadings {
     unsigned recovery_action = NVML_GPU_RECOVERY_ACTION_NONE;  // NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
     FabricReading fabric;        // nvmlDeviceGetGpuFabricInfoV, else nvmlDeviceGetGpuFabricInfo
     bool pages_pending = false;  // nvmlDeviceGetRetiredPagesPendingStatus
+    // From the topology read (nvml/topology.hpp), where a choice made one: the GPU's NVLinks, how many are not
+    // active, and whether they lead to an NVSwitch (then a GPU with none active is cut off its fabric).
+    unsigned nvlinks = 0, nvlinks_inactive = 0;
+    bool nvlink_fabric = false;
     // Why nothing is known: "<query> did not return within 5 s" and the like (nvml/deadline.hpp);
     // empty when the GPU was read.
     std::string unknown;
     // per Check: how its query answered (kFinding is set by judge_health)
     std::array<Outcome, kCheckCount> answered{Outcome::kNotSupported, Outcome::kNotSupported, Outcome::kNotSupported,
-                                              Outcome::kNotSupported, Outcome::kNotSupported, Outcome::kNotSupported};
+                                              Outcome::kNotSupported, Outcome::kNotSupported, Outcome::kNotSupported,
+                                              Outcome::kNotSupported};
 };
 
 // One check's result on one device.
 struct CheckResult {
     Outcome outcome = Outcome::kNotSupported;
     Health verdict = Health::kOk;  // of the finding; counts for the device only when enforced
-    std::string finding;           // "" unless kFinding
+    std::string finding;           // kFinding: what was found; kNotApplicable: why, where it says ("" else)
     bool enforced = true;
 };
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <new>
 #include <unordered_map>
 #include <unordered_set>
@@ -26,8 +27,8 @@ struct Largest {
 // The given GPUs' ranks as busy-gpus avoid ranks them, in `gpus`' order (one NVML does not list: last,
 // as it is), and the ones left out. False when NVML gave no states (every GPU is then taken as it is;
 // *unread says why).
-bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome* out, Largest* largest,
-                std::string* unread) {
+bool rank_given(const BindRequest& request, const Topology* topology, std::vector<int>* ranks, BindOutcome* out,
+                Largest* largest, std::string* unread) {
     std::vector<DeviceState> states;
     bool count_known = false;
     ReadPlan plan = read_plan(BusyPolicy::kAvoid);
@@ -64,6 +65,7 @@ bool rank_given(const BindRequest& request, std::vector<int>* ranks, BindOutcome
             largest->index = s.index;
         }
     }
+    if (topology != nullptr) judge_nvlinks(*topology, request.checks, &states);
     Ranking ranking = rank_gpus(states, BusyPolicy::kAvoid);
     std::unordered_map<std::string, int> rank_of;
     int worst = 0;
@@ -111,7 +113,23 @@ BindOutcome bind(const BindRequest& request) noexcept {
         std::vector<int> ranks;
         Largest largest;
         std::string unread = "NVML could not be opened";
-        const bool read = request.lib != nullptr && rank_given(request, &ranks, &out, &largest, &unread);
+        // the given GPUs' topology first, within the deadline: the state read judges their NVLinks with it
+        Topology topology;
+        double spent = request.spent;
+        if (request.lib != nullptr && request.topology == TopologyPolicy::kPrefer && request.count >= 2) {
+            const auto start = std::chrono::steady_clock::now();
+            std::vector<unsigned> gpus;
+            for (const std::string& index : request.gpus) {
+                unsigned gpu = 0;
+                if (gpu_of(index, &gpu) && std::find(gpus.begin(), gpus.end(), gpu) == gpus.end()) gpus.push_back(gpu);
+            }
+            if (gpus.size() >= 2) read_topology(*request.lib, gpus, request.nvml_timeout - spent, &topology);
+            spent += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
+        const Topology* joined = topology.links.empty() ? nullptr : &topology;
+        BindRequest timed = request;
+        timed.spent = spent;
+        const bool read = request.lib != nullptr && rank_given(timed, joined, &ranks, &out, &largest, &unread);
         if (!read) {
             out.usable = request.gpus;
             out.memory.assign(out.usable.size(), binding::GpuMemory());
@@ -138,8 +156,11 @@ BindOutcome bind(const BindRequest& request) noexcept {
         binding::MemoryRequest memory;
         memory.bytes = request.memory;
         memory.of = out.memory;  // also for a request the holder's binding has already (no `memory` given)
+        binding::Placement placement;
+        placement.pack = request.pack;
+        placement.links = joined != nullptr ? &joined->links : nullptr;
         out.bound = binding::bind(request.bindings, request.holder, out.usable, request.count, request.holders_per_gpu,
-                                  ranks, memory);
+                                  ranks, memory, placement);
         out.status = out.bound.status;
         if (out.status.ok()) say(request, &out);
         if (out.status.code == StatusCode::kNotEnough && out.bound.memory > 0) {

@@ -7,6 +7,7 @@
 #include "base/status.hpp"
 #include "coordination/bindings.hpp"
 #include "coordination/claims.hpp"
+#include "nvml/choice.hpp"
 #include "nvml/deadline.hpp"
 #include "nvml/loader.hpp"
 #include "nvml/state.hpp"
@@ -35,6 +36,10 @@ struct BindRequest {
     std::size_t count = 1;
     std::uint32_t holders_per_gpu = 1;
     std::uint64_t memory = 0;  // bytes requested on each GPU bound (binding::MemoryRequest); 0: none
+    // prefer: a bind of two or more reads the given GPUs' topology (nvml/topology.hpp; the nvlink check is
+    // judged with it) and binds the best joined set of the last class it needs; ignore: no topology is read.
+    TopologyPolicy topology = TopologyPolicy::kPrefer;
+    bool pack = false;  // binding::Placement: fill a GPU up to holders_per_gpu before the next one
 };
 
 struct BindOutcome {

@@ -3,6 +3,7 @@
 #include "base/gpu_index.hpp"
 #include "coordination/liveness.hpp"
 #include "policy/shortage.hpp"
+#include "topology/sets.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <memory>
 #include <new>
 
 namespace flinkgpu {
@@ -168,14 +170,63 @@ Status enumerate_candidates(const NvmlLibrary& lib, const DiscoveryRequest& requ
     return Status();
 }
 
+// The topology of the GPUs a discovery could take (every GPU but those another live holder has), into
+// *topology, and the scope narrowed to the best joined set of them (with what the owner holds) so that their
+// states are read first; if one of them is not of the best class, the whole host is read after all. False when
+// nothing of how they are joined is known (then the discovery is as with topology: ignore). The topology's read
+// spends the request's NVML deadline.
+bool read_joined(const NvmlLibrary& lib, const DiscoveryRequest& request, ReadScope* scope,
+                 const std::vector<std::string>& owned, Topology* topology) {
+    std::vector<unsigned> gpus;
+    if (request.enumerate_by_reading) {
+        unsigned count = 0;
+        const auto counted = std::make_shared<std::pair<nvmlReturn_t, unsigned>>(NVML_ERROR_UNKNOWN, 0);
+        Stall stall;
+        Status started;
+        const NvmlLibrary* library = &lib;
+        if (!run_within(request.nvml_timeout - request.spent, "nvmlDeviceGetCount_v2",
+                        [library, counted] { counted->first = library->api().device_get_count(&counted->second); },
+                        &stall, &started) ||
+            counted->first != NVML_SUCCESS)
+            return false;
+        count = counted->second;
+        for (unsigned gpu = 0; gpu < count; ++gpu) gpus.push_back(gpu);
+    } else {
+        for (const std::string& index : request.enumerated) {
+            unsigned gpu = 0;
+            if (gpu_of(index, &gpu) && !contains(gpus, gpu)) gpus.push_back(gpu);
+        }
+    }
+    gpus.erase(std::remove_if(gpus.begin(), gpus.end(), [&](unsigned gpu) { return contains(scope->held_elsewhere, gpu); }),
+               gpus.end());
+    if (gpus.size() < 2) return false;
+    read_topology(lib, gpus, request.nvml_timeout - request.spent, topology);
+    if (topology->links.empty()) return false;
+    std::vector<std::string> mine;
+    for (const std::string& index : owned) {
+        unsigned gpu = 0;
+        if (gpu_of(index, &gpu) && !contains(mine, std::to_string(gpu))) mine.push_back(std::to_string(gpu));
+    }
+    std::vector<topology::Candidate> ordered;
+    for (const unsigned gpu : gpus)
+        if (!contains(mine, std::to_string(gpu))) ordered.push_back({std::to_string(gpu), 0});
+    if (mine.size() >= request.amount) return true;
+    std::vector<unsigned> first;
+    for (const std::string& index : mine) first.push_back(static_cast<unsigned>(std::stoul(index)));
+    for (const std::size_t i : topology::choose_set(topology->links, mine, ordered, request.amount - mine.size()))
+        first.push_back(static_cast<unsigned>(std::stoul(ordered[i].index)));
+    scope->only = first;
+    return true;
+}
+
 // One discovery on what `scope` reads. *read_more: the outcome is short only because some GPUs were not
 // read (the read stopped early, or a GPU another held when the scope was made is free now).
 DiscoveryOutcome discover_within(const NvmlLibrary& lib, const DiscoveryRequest& request, const ReadScope& scope,
-                                 const std::vector<std::string>& owned, bool* read_more) {
+                                 const std::vector<std::string>& owned, const Topology* topology, bool* read_more) {
     DiscoveryOutcome out;
     *read_more = false;
     out.status = choose_gpus(lib, request.enumerated, request.owner, request.taskmanager, request.busy, request.checks,
-                             request.nvml_timeout, &out.choice, request.spent, false, scope);
+                             request.nvml_timeout, &out.choice, request.spent, false, scope, topology);
     if (!out.status.ok()) return out;
     // The GPUs not read because another holder has them (they count, but are never taken), and those the
     // read did not reach.
@@ -224,8 +275,15 @@ DiscoveryOutcome discover_within(const NvmlLibrary& lib, const DiscoveryRequest&
         return out;
     }
     if (!request.coordinated) {
-        out.chosen.assign(ranking.indices.begin(),
-                          ranking.indices.begin() + static_cast<std::ptrdiff_t>(request.amount));
+        if (topology == nullptr) {
+            out.chosen.assign(ranking.indices.begin(),
+                              ranking.indices.begin() + static_cast<std::ptrdiff_t>(request.amount));
+            return out;
+        }
+        std::vector<topology::Candidate> ordered;
+        for (std::size_t i = 0; i < ranking.indices.size(); ++i) ordered.push_back({ranking.indices[i], ranking.ranks[i]});
+        for (const std::size_t i : topology::choose_set(topology->links, {}, ordered, request.amount))
+            out.chosen.push_back(ordered[i].index);
         return out;
     }
     std::vector<std::string> candidates = ranking.indices;
@@ -241,8 +299,9 @@ DiscoveryOutcome discover_within(const NvmlLibrary& lib, const DiscoveryRequest&
         for (std::size_t i = 0; i < ranking.indices.size(); ++i)
             if (ranking.ranks[i] > 0 && !contains(owned, ranking.indices[i]))
                 not_takeable.push_back(ranking.indices[i]);
-    coordination::ClaimResult claimed = coordination::claim(request.coordination, request.owner, candidates,
-                                                            request.amount, ranks, ranking.left_out, not_takeable);
+    coordination::ClaimResult claimed =
+        coordination::claim(request.coordination, request.owner, candidates, request.amount, ranks, ranking.left_out,
+                            not_takeable, topology != nullptr ? &topology->links : nullptr);
     out.status = claimed.status;
     out.unparsable = std::move(claimed.unparsable);
     out.lease_problem = std::move(claimed.lease_problem);
@@ -263,9 +322,15 @@ DiscoveryOutcome discover(const NvmlLibrary& lib, const DiscoveryRequest& reques
     try {
         const auto start = std::chrono::steady_clock::now();
         std::vector<std::string> owned;
-        const ReadScope scope = scope_of(request, &owned);
+        ReadScope scope = scope_of(request, &owned);
+        DiscoveryRequest timed = request;
+        Topology topology;
+        const bool joined = request.topology == TopologyPolicy::kPrefer && request.amount >= 2 &&
+                            request.amount_text.empty() && read_joined(lib, request, &scope, owned, &topology);
+        timed.spent += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const Topology* links = joined ? &topology : nullptr;
         bool read_more = false;
-        DiscoveryOutcome out = discover_within(lib, request, scope, owned, &read_more);
+        DiscoveryOutcome out = discover_within(lib, timed, scope, owned, links, &read_more);
         // Too few among what was read (or taken meanwhile under the claim's lock) while some GPUs were not
         // read: the whole host decides, within what is left of the deadline, and its shortage names every GPU.
         if (read_more) {
@@ -274,7 +339,7 @@ DiscoveryOutcome discover(const NvmlLibrary& lib, const DiscoveryRequest& reques
             for (const DeviceInfo& d : out.enumeration.devices)  // enumerated in the first round
                 whole.known_devices.push_back(d.index);
             Enumeration first = std::move(out.enumeration);
-            out = discover_within(lib, whole, scope.whole(), owned, &read_more);
+            out = discover_within(lib, whole, scope.whole(), owned, links, &read_more);
             merge(std::move(first), &out.enumeration);
         }
         return out;

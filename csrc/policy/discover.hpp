@@ -39,6 +39,10 @@ struct DiscoveryRequest {
     pid_t owner = 0;                             // the states are judged for it; a claim is for it
     pid_t taskmanager = 0;                       // its processes do not make a GPU busy either (0: none)
     BusyPolicy busy = BusyPolicy::kAvoid;
+    // prefer: a discovery of two or more reads the topology of the GPUs it could take (nvml/topology.hpp) first,
+    // reads the states of the best joined set of them before any other, and takes the best joined set of the
+    // last class it needs (topology/sets.hpp); ignore, or one GPU: no topology is read.
+    TopologyPolicy topology = TopologyPolicy::kPrefer;
     CheckSet checks = all_checks();
     double nvml_timeout = kDefaultNvmlTimeoutSeconds;  // seconds, for the whole state read
     double spent = 0;                                  // seconds of it already spent (opening NVML)
