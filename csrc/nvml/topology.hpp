@@ -1,4 +1,4 @@
-// How this host's GPUs are joined, from NVML (docs/design.md §4.3): per GPU its NVLinks (how many, which
+// How this host's GPUs are joined, from NVML (docs/design.md §9.6): per GPU its NVLinks (how many, which
 // are active, where each leads) and per pair the PCIe common ancestor, made into topology::Links. Static,
 // so read only when a choice of two or more needs it, once per process and GPU, and kept; a GPU found
 // lost or reset is forgotten and read again when next needed. Every query is optional: an absent

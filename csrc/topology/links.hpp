@@ -1,4 +1,4 @@
-// How the GPUs of a host are joined (docs/design.md §4.3): per pair of GPUs the NVLinks between them and
+// How the GPUs of a host are joined (docs/design.md §9.6): per pair of GPUs the NVLinks between them and
 // their closest common PCIe point, as `nvidia-smi topo -m` shows them. A plain value: nvml/topology.hpp
 // reads it from NVML, topology/sets.hpp chooses by it, coordination takes it under its lock.
 #pragma once

@@ -1,4 +1,4 @@
-// The set of GPUs a claim or bind of two or more takes (docs/design.md §4.3): among the candidates of the
+// The set of GPUs a claim or bind of two or more takes (docs/design.md §9.6): among the candidates of the
 // best class it can fill, the set whose members are joined best. Pure: no NVML, no file.
 #pragma once
 
