@@ -286,8 +286,8 @@ std::vector<std::string> choose_take(const std::vector<const Offer*>& open, std:
                                      const std::vector<std::string>& mine, std::string* process_unit,
                                      bool* skipped_unit) {
     std::vector<std::string> take;
-    const bool units = std::any_of(open.begin(), open.end(),
-                                   [](const Offer* o) { return coordination::unit_gpu(o->index, nullptr); });
+    const bool units =
+        std::any_of(open.begin(), open.end(), [](const Offer* o) { return coordination::unit_gpu(o->index, nullptr); });
     if (links != nullptr && !units) {
         std::vector<topology::Candidate> ordered;
         for (const Offer* o : open) ordered.push_back({o->index, rank_of.of(o->index)});
@@ -489,9 +489,8 @@ BindResult bind_impl(const coordination::Options& opts, const Holder& holder, co
     if (bound.mine.size() >= count) {
         r.indices.assign(bound.mine.begin(), bound.mine.begin() + static_cast<std::ptrdiff_t>(count));
     } else {
-        Choice c =
-            choose(lines, view, gpus, bound, holders_per_gpu, memory_of, rank_of, r.memory, count - bound.mine.size(),
-                   placement);
+        Choice c = choose(lines, view, gpus, bound, holders_per_gpu, memory_of, rank_of, r.memory,
+                          count - bound.mine.size(), placement);
         if (bound.mine.size() + c.take.size() < count) {
             r.status = shortage(opts, holder, gpus, count, holders_per_gpu, r.memory, bound.mine, c, &r.orphans);
             return r;

@@ -122,7 +122,8 @@ ReadPlan read_plan(BusyPolicy policy) noexcept {
 
 Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enumerated, pid_t owner, pid_t taskmanager,
                    BusyPolicy policy, const CheckSet& enforced, double timeout_seconds, Choice* out,
-                   double spent_seconds, bool fresh_inforom, const ReadScope& scope, const Topology* topology) noexcept {
+                   double spent_seconds, bool fresh_inforom, const ReadScope& scope,
+                   const Topology* topology) noexcept {
     try {
         out->states.clear();
         out->unread.clear();
@@ -202,8 +203,8 @@ Status choose_gpus(const NvmlLibrary& lib, const std::vector<std::string>& enume
             out->states.push_back(std::move(gone));
         }
         for (const DeviceState& s : out->states)
-            if (!s.mig_slot && (s.readings.lost_code == NVML_ERROR_GPU_IS_LOST ||
-                                s.readings.lost_code == NVML_ERROR_RESET_REQUIRED))
+            if (!s.mig_slot &&
+                (s.readings.lost_code == NVML_ERROR_GPU_IS_LOST || s.readings.lost_code == NVML_ERROR_RESET_REQUIRED))
                 forget_topology(lib, s.nvml_index);
         if (topology != nullptr) judge_nvlinks(*topology, enforced, &out->states);
         out->ranking = rank_gpus(out->states, policy);

@@ -15,7 +15,8 @@ namespace flinkgpu {
 // v3 health summary UNHEALTHY, some but not all NVLinks inactive ("2 of 18 NVLinks inactive"), all of them
 // inactive on a GPU of an NVSwitch fabric (a GPU with none active outside one: not applicable, "no active
 // NVLink"; without NVLink: not applicable). The nvlink check is judged where the topology was read (a choice
-// of two or more, list, doctor): elsewhere it is not supported. RECOVER_IMEX_DOMAIN is no fault of the GPU: a warning only.
+// of two or more, list, doctor): elsewhere it is not supported. RECOVER_IMEX_DOMAIN is no fault of the GPU: a warning
+// only.
 void judge_health(const CheckSet& enforced, DeviceState* state);
 
 }  // namespace flinkgpu

@@ -65,13 +65,14 @@ struct KeyText {
 // then a valid parameter over it (warned where they differ); a wrong value reported where it was written.
 template <typename Policy>
 void read_words(const SettingsText& text, const Places& places, const FlagText& flag, const KeyText& parameter,
-                bool (*parse)(std::string_view, Policy*) noexcept, const char* values,
-                const char* (*name)(Policy), Policy* out, Settings* settings) {
+                bool (*parse)(std::string_view, Policy*) noexcept, const char* values, const char* (*name)(Policy),
+                Policy* out, Settings* settings) {
     const std::string accepted = std::string("expected one of ") + values;
     bool from_flag = false;
     if (flag.given) {
         if (parse(flag.text, out)) from_flag = true;
-        else if (settings->flag_error.empty()) settings->flag_error = invalid(flag.text, places.flag(flag.flag), accepted);
+        else if (settings->flag_error.empty())
+            settings->flag_error = invalid(flag.text, places.flag(flag.flag), accepted);
     }
     if (!parameter.value.given) return;
     Policy policy = *out;

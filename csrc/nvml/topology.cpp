@@ -43,7 +43,7 @@ struct GpuPart {
     NvLinkReading nvlink;
     // far ends whose kind NVML did not say: a GPU's bus id, else taken as a switch's
     std::map<std::string, unsigned> to_unnamed;
-    std::map<unsigned, Pcie> ancestor;     // to the GPUs read before it
+    std::map<unsigned, Pcie> ancestor;    // to the GPUs read before it
     std::map<unsigned, bool> p2p_nvlink;  // to those, where neither one's links could be walked
     unsigned long calls = 0;
 };
@@ -227,10 +227,9 @@ void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, do
             Stall stall;
             Status started;
             const NvmlLibrary* library = &lib;  // lives for the process (nvml/loader.hpp): the job may outlive us
-            if (left <= 0 ||
-                !run_within(left, "the NVLink and PCIe topology",
-                            [library, gpu, peers, part] { read_part(library->api(), gpu, peers, part.get()); },
-                            &stall, &started, static_cast<int>(gpu))) {
+            if (left <= 0 || !run_within(left, "the NVLink and PCIe topology", [library, gpu, peers, part] {
+                read_part(library->api(), gpu, peers, part.get());
+            }, &stall, &started, static_cast<int>(gpu))) {
                 if (stall.function.empty()) stall.function = "the NVLink and PCIe topology";
                 stall.gpu = static_cast<int>(gpu);
                 out->stalls.push_back(std::move(stall));

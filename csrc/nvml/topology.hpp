@@ -19,17 +19,17 @@ namespace flinkgpu {
 
 // What NVML says of one GPU's NVLinks.
 struct NvLinkReading {
-    bool known = false;     // the link count or a link's state was answered
-    unsigned count = 0;     // links the GPU has, active or not
-    unsigned inactive = 0;  // of those, not active
+    bool known = false;      // the link count or a link's state was answered
+    unsigned count = 0;      // links the GPU has, active or not
+    unsigned inactive = 0;   // of those, not active
     bool to_switch = false;  // a link (active or not) leads to an NVSwitch: the GPU is part of a switch fabric
-    std::map<std::string, unsigned> to_gpus;     // active links by the far GPU's PCI bus id (canonical)
+    std::map<std::string, unsigned> to_gpus;      // active links by the far GPU's PCI bus id (canonical)
     std::map<std::string, unsigned> to_switches;  // active links by the NVSwitch's PCI bus id (canonical)
     unsigned to_unknown = 0;                      // active links whose far end NVML does not name
 };
 
 struct Topology {
-    topology::Links links;                    // every pair of the GPUs read
+    topology::Links links;                     // every pair of the GPUs read
     std::map<unsigned, NvLinkReading> nvlink;  // per GPU read
     std::map<unsigned, std::string> bus_ids;   // per GPU read, canonical ("00000000:18:00.0")
     std::vector<Stall> stalls;                 // the GPUs not read in time: their pairs are unknown

@@ -197,8 +197,9 @@ bool read_joined(const NvmlLibrary& lib, const DiscoveryRequest& request, ReadSc
             if (gpu_of(index, &gpu) && !contains(gpus, gpu)) gpus.push_back(gpu);
         }
     }
-    gpus.erase(std::remove_if(gpus.begin(), gpus.end(), [&](unsigned gpu) { return contains(scope->held_elsewhere, gpu); }),
-               gpus.end());
+    gpus.erase(
+        std::remove_if(gpus.begin(), gpus.end(), [&](unsigned gpu) { return contains(scope->held_elsewhere, gpu); }),
+        gpus.end());
     if (gpus.size() < 2) return false;
     read_topology(lib, gpus, request.nvml_timeout - request.spent, topology);
     if (topology->links.empty()) return false;
@@ -281,7 +282,8 @@ DiscoveryOutcome discover_within(const NvmlLibrary& lib, const DiscoveryRequest&
             return out;
         }
         std::vector<topology::Candidate> ordered;
-        for (std::size_t i = 0; i < ranking.indices.size(); ++i) ordered.push_back({ranking.indices[i], ranking.ranks[i]});
+        for (std::size_t i = 0; i < ranking.indices.size(); ++i)
+            ordered.push_back({ranking.indices[i], ranking.ranks[i]});
         for (const std::size_t i : topology::choose_set(topology->links, {}, ordered, request.amount))
             out.chosen.push_back(ordered[i].index);
         return out;

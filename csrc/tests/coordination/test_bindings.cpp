@@ -123,6 +123,44 @@ TEST_CASE(least_bound_first_lowest_index_among_equals) {
     for (pid_t p : holders) kill_and_reap(p);
 }
 
+TEST_CASE(pack_fills_a_gpu_before_the_next_one) {
+    const std::string path = fresh_path("pack");
+    std::vector<pid_t> holders;
+    for (int i = 0; i < 4; ++i) holders.push_back(spawn_sleeper());
+    bi::Placement pack;
+    pack.pack = true;
+    auto packed = [&](pid_t pid) {
+        const bi::BindResult r = bi::bind(opts_for(path), process(pid), gpus(2), 1, 2, {}, {}, pack);
+        return r.status.ok() ? joined(r.indices) : "error: " + r.status.message;
+    };
+    // spread would give 0, 1, 0, 1: pack fills GPU 0 up to its two holders first, and GPU 1 stays whole
+    CHECK_EQ(packed(holders[0]), std::string("0"));
+    CHECK_EQ(packed(holders[1]), std::string("0"));
+    CHECK_EQ(packed(holders[2]), std::string("1"));
+    CHECK_EQ(packed(holders[3]), std::string("1"));
+    for (pid_t p : holders) kill_and_reap(p);
+}
+
+TEST_CASE(a_bind_of_two_takes_the_bridged_pair) {
+    const std::string path = fresh_path("joined");
+    const pid_t a = spawn_sleeper(), b = spawn_sleeper();
+    flinkgpu::topology::Links links;  // bridges on 0-2 and 1-3, the rest through a host bridge
+    for (unsigned x = 0; x < 4; ++x)
+        for (unsigned y = x + 1; y < 4; ++y)
+            links.set(x, y,
+                      {(x == 0 && y == 2) || (x == 1 && y == 3) ? 4u : 0u, flinkgpu::topology::Pcie::kHostBridge});
+    bi::Placement joined_best;
+    joined_best.links = &links;
+    const bi::BindResult first = bi::bind(opts_for(path), process(a), gpus(4), 2, 1, {}, {}, joined_best);
+    CHECK_EQ(joined(first.indices), std::string("0,2"));
+    const bi::BindResult second = bi::bind(opts_for(path), process(b), gpus(4), 2, 1, {}, {}, joined_best);
+    CHECK_EQ(joined(second.indices), std::string("1,3"));
+    // without links: index order
+    const std::string other = fresh_path("joined");
+    CHECK_EQ(bound(other, process(a), gpus(4), 2, 1), std::string("0,1"));
+    for (pid_t p : {a, b}) kill_and_reap(p);
+}
+
 TEST_CASE(least_bound_wins_over_lower_index) {
     const std::string path = fresh_path("least");
     const pid_t a = spawn_sleeper(), b = spawn_sleeper(), c = spawn_sleeper(), d = spawn_sleeper();

@@ -125,6 +125,29 @@ TEST_CASE(free_first_then_dead_lowest_first) {
                                  line_for("3", getpid(), path) + "\n" + line_for("0", getpid(), path) + "\n");
 }
 
+// With links, the best joined set of the last rank: a dead owner's GPU is as good as a free one, the owner's own
+// GPU a member, and a worse rank never taken for a link.
+TEST_CASE(a_claim_with_links_takes_the_best_joined_set_of_its_last_rank) {
+    const std::string path = fresh_path("joined");
+    const pid_t dead = dead_pid();
+    flinkgpu::topology::Links links;  // bridges on 0-2 and 1-3, the rest through a host bridge
+    for (unsigned x = 0; x < 4; ++x)
+        for (unsigned y = x + 1; y < 4; ++y)
+            links.set(x, y,
+                      {(x == 0 && y == 2) || (x == 1 && y == 3) ? 4u : 0u, flinkgpu::topology::Pcie::kHostBridge});
+    write_text(path, "2 " + std::to_string(dead) + "\n");
+    const co::ClaimResult r = co::claim(opts_for(path), getpid(), gpus(4), 2, {}, {}, {}, &links);
+    CHECK_MSG(r.status.ok(), r.status.message);
+    CHECK_EQ(joined(r.indices), std::string("0,2"));
+    CHECK_EQ(joined(r.reclaimed), std::string("2"));
+    // the owner holds 0,2 and asks for 3: the one more is any, 1 (lowest)
+    CHECK_EQ(joined(co::claim(opts_for(path), getpid(), gpus(4), 3, {}, {}, {}, &links).indices), std::string("0,1,2"));
+    // ranks first: 2 is busy (rank 1), so of the idle 0, 1, 3 the bridged 1-3 pair
+    const std::string other = fresh_path("joined");
+    const co::ClaimResult ranked = co::claim(opts_for(other), getpid(), gpus(4), 2, {0, 0, 1, 0}, {}, {}, &links);
+    CHECK_EQ(joined(ranked.indices), std::string("1,3"));
+}
+
 // A GPU the caller did not read because another live holder had it: counted and named, never taken; once
 // that holder is gone it comes back as untaken (the caller reads it and asks again), still not taken.
 TEST_CASE(a_not_takeable_gpu_is_never_taken_and_is_untaken_once_its_holder_is_gone) {

@@ -16,12 +16,13 @@ namespace {
 
 std::string library() { return simulated::env("FLINK_GPU_TEST_SIMULATOR"); }
 
-// Four GPUs (`extra`: keys of each), bridges on 0-2 and 1-3 (four links each); 0,1 under host bridge A, 2,3 under B, one NUMA node.
+// Four GPUs (`extra`: keys of each), bridges on 0-2 and 1-3 (four links each); 0,1 under host bridge A, 2,3 under B,
+// one NUMA node.
 std::string bridged(const std::string& extra = "", const std::string& link_1_3 = "{\"to\": {\"gpu\": 3}}",
                     const std::string& link_3_1 = "{\"to\": {\"gpu\": 1}}") {
     auto gpu = [&extra](const char* bridge, const std::string& link) {
-        return "{" + extra + "\"pcie\": {\"host_bridge\": \"" + std::string(bridge) + "\", \"numa_node\": 0}, \"nvlinks\": [" + link +
-               ", " + link + ", " + link + ", " + link + "]}";
+        return "{" + extra + "\"pcie\": {\"host_bridge\": \"" + std::string(bridge) +
+               "\", \"numa_node\": 0}, \"nvlinks\": [" + link + ", " + link + ", " + link + ", " + link + "]}";
     };
     return "{\"devices\": [" + gpu("A", "{\"to\": {\"gpu\": 2}}") + ", " + gpu("A", link_1_3) + ", " +
            gpu("B", "{\"to\": {\"gpu\": 0}}") + ", " + gpu("B", link_3_1) + "]}";
@@ -32,30 +33,30 @@ std::vector<unsigned> all4 = {0, 1, 2, 3};
 }  // namespace
 
 TEST_CASE(bridged_pairs_read_as_topo_m_shows_them) {
-    CHECK_EQ(simulated::with_spec(library(), bridged(), [](const NvmlLibrary& lib) {
-                 Topology t;
-                 read_topology(lib, all4, 5, &t);
-                 CHECK(t.stalls.empty());
-                 CHECK(t.links.between(0u, 2u) == (Link{4, Pcie::kSystem}) ||
-                       t.links.between(0u, 2u) == (Link{4, Pcie::kNode}));
-                 CHECK(t.links.between(1u, 3u).nvlinks == 4);
-                 CHECK(t.links.between(0u, 1u) == (Link{0, Pcie::kHostBridge}));
-                 CHECK_EQ(t.nvlink[0].count, 4u);
-                 CHECK_EQ(t.nvlink[0].inactive, 0u);
-                 CHECK(!t.nvlink[0].to_switch);
-                 // 4 GPUs x (handle, bus id, count, 4 x (state, type, far end)) + 6 pairs
-                 CHECK_EQ(t.calls, 4ul * (3 + 4 * 3) + 6);
-                 // kept: a second read makes no call
-                 Topology again;
-                 read_topology(lib, all4, 5, &again);
-                 CHECK_EQ(again.calls, 0ul);
-                 CHECK(again.links.between(0u, 2u) == t.links.between(0u, 2u));
-                 // a GPU forgotten (lost, reset) is read again, with its pairs
-                 forget_topology(lib, 2);
-                 read_topology(lib, all4, 5, &again);
-                 CHECK_EQ(again.calls, 1ul * (3 + 4 * 3) + 3);
-                 CHECK(again.links.between(0u, 2u) == t.links.between(0u, 2u));
-             }),
+    CHECK_EQ(simulated::with_spec(library(), bridged(),
+                                  [](const NvmlLibrary& lib) {
+        Topology t;
+        read_topology(lib, all4, 5, &t);
+        CHECK(t.stalls.empty());
+        CHECK(t.links.between(0u, 2u) == (Link{4, Pcie::kSystem}) || t.links.between(0u, 2u) == (Link{4, Pcie::kNode}));
+        CHECK(t.links.between(1u, 3u).nvlinks == 4);
+        CHECK(t.links.between(0u, 1u) == (Link{0, Pcie::kHostBridge}));
+        CHECK_EQ(t.nvlink[0].count, 4u);
+        CHECK_EQ(t.nvlink[0].inactive, 0u);
+        CHECK(!t.nvlink[0].to_switch);
+        // 4 GPUs x (handle, bus id, count, 4 x (state, type, far end)) + 6 pairs
+        CHECK_EQ(t.calls, 4ul * (3 + 4 * 3) + 6);
+        // kept: a second read makes no call
+        Topology again;
+        read_topology(lib, all4, 5, &again);
+        CHECK_EQ(again.calls, 0ul);
+        CHECK(again.links.between(0u, 2u) == t.links.between(0u, 2u));
+        // a GPU forgotten (lost, reset) is read again, with its pairs
+        forget_topology(lib, 2);
+        read_topology(lib, all4, 5, &again);
+        CHECK_EQ(again.calls, 1ul * (3 + 4 * 3) + 3);
+        CHECK(again.links.between(0u, 2u) == t.links.between(0u, 2u));
+    }),
              0);
 }
 
@@ -63,13 +64,13 @@ TEST_CASE(inactive_links_are_counted_and_join_nothing) {
     const std::string down = "{\"active\": false, \"to\": {\"gpu\": 3}}";
     CHECK_EQ(simulated::with_spec(library(), bridged("", down, "{\"active\": false, \"to\": {\"gpu\": 1}}"),
                                   [](const NvmlLibrary& lib) {
-                                      Topology t;
-                                      read_topology(lib, all4, 5, &t);
-                                      CHECK_EQ(t.links.between(1u, 3u).nvlinks, 0u);
-                                      CHECK_EQ(t.nvlink[1].count, 4u);
-                                      CHECK_EQ(t.nvlink[1].inactive, 4u);
-                                      CHECK_EQ(t.links.between(0u, 2u).nvlinks, 4u);
-                                  }),
+        Topology t;
+        read_topology(lib, all4, 5, &t);
+        CHECK_EQ(t.links.between(1u, 3u).nvlinks, 0u);
+        CHECK_EQ(t.nvlink[1].count, 4u);
+        CHECK_EQ(t.nvlink[1].inactive, 4u);
+        CHECK_EQ(t.links.between(0u, 2u).nvlinks, 4u);
+    }),
              0);
 }
 
@@ -83,36 +84,39 @@ TEST_CASE(an_nvswitch_fabric_joins_every_gpu_that_reaches_it) {
         " {\"to\": {\"switch\": \"0000:06:00.0\"}}]},"
         "{\"nvlinks\": [{\"to\": {\"switch\": \"0000:05:00.0\"}}, {\"to\": {\"switch\": \"0000:05:00.0\"}},"
         " {\"active\": false, \"to\": {\"switch\": \"0000:06:00.0\"}}]}]}";
-    CHECK_EQ(simulated::with_spec(library(), spec, [](const NvmlLibrary& lib) {
-                 Topology t;
-                 read_topology(lib, {0, 1, 2}, 5, &t);
-                 CHECK_EQ(t.links.between(0u, 1u).nvlinks, 3u);
-                 CHECK_EQ(t.links.between(0u, 2u).nvlinks, 2u);
-                 CHECK(t.nvlink[2].to_switch);
-                 CHECK_EQ(t.nvlink[2].inactive, 1u);
-             }),
+    CHECK_EQ(simulated::with_spec(library(), spec,
+                                  [](const NvmlLibrary& lib) {
+        Topology t;
+        read_topology(lib, {0, 1, 2}, 5, &t);
+        CHECK_EQ(t.links.between(0u, 1u).nvlinks, 3u);
+        CHECK_EQ(t.links.between(0u, 2u).nvlinks, 2u);
+        CHECK(t.nvlink[2].to_switch);
+        CHECK_EQ(t.nvlink[2].inactive, 1u);
+    }),
              0);
 }
 
 TEST_CASE(queries_not_supported_leave_that_part_unknown) {
     // no link walk at all: the pair's P2P status says NVLink joins 1-3; no common ancestor: PCIe unknown
     const std::string extra = "\"not_supported\": [\"nvlink\", \"topology\"], ";
-    CHECK_EQ(simulated::with_spec(library(), bridged(extra), [](const NvmlLibrary& lib) {
-                 Topology t;
-                 read_topology(lib, all4, 5, &t);
-                 CHECK(t.stalls.empty());
-                 CHECK(!t.nvlink[0].known);
-                 CHECK(t.links.between(1u, 3u) == (Link{1, Pcie::kUnknown}));
-                 CHECK(t.links.between(0u, 1u) == (Link{0, Pcie::kUnknown}));
-             }),
+    CHECK_EQ(simulated::with_spec(library(), bridged(extra),
+                                  [](const NvmlLibrary& lib) {
+        Topology t;
+        read_topology(lib, all4, 5, &t);
+        CHECK(t.stalls.empty());
+        CHECK(!t.nvlink[0].known);
+        CHECK(t.links.between(1u, 3u) == (Link{1, Pcie::kUnknown}));
+        CHECK(t.links.between(0u, 1u) == (Link{0, Pcie::kUnknown}));
+    }),
              0);
     // without P2P either: nothing known, no error
     const std::string none = "\"not_supported\": [\"nvlink\", \"topology\", \"p2p_status\"], ";
-    CHECK_EQ(simulated::with_spec(library(), bridged(none), [](const NvmlLibrary& lib) {
-                 Topology t;
-                 read_topology(lib, all4, 5, &t);
-                 CHECK(t.links.between(1u, 3u) == Link());
-             }),
+    CHECK_EQ(simulated::with_spec(library(), bridged(none),
+                                  [](const NvmlLibrary& lib) {
+        Topology t;
+        read_topology(lib, all4, 5, &t);
+        CHECK(t.links.between(1u, 3u) == Link());
+    }),
              0);
 }
 
