@@ -266,8 +266,13 @@ def test_the_files_beside_a_coordination_file_are_named_once_by_the_core(tmp_pat
     from flink_gpu.bindings_file import bindings_path
 
     path = str(tmp_path / "c")
-    lease, bindings, bindings_lease = coordination.companion_paths(path)
-    assert (lease, bindings, bindings_lease) == (f"{path}.lease", f"{path}.bindings", f"{path}.bindings.lease")
+    lease, bindings, bindings_lease, topology = coordination.companion_paths(path)
+    assert (lease, bindings, bindings_lease, topology) == (
+        f"{path}.lease",
+        f"{path}.bindings",
+        f"{path}.bindings.lease",
+        f"{path}.topology",
+    )
     assert bindings_path(path) == bindings and lease == path + coordination.LEASE_SUFFIX
 
 

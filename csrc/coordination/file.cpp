@@ -42,6 +42,7 @@ bool ends_with(const std::string& text, const char* suffix) {
 std::string role(const std::string& path) {
     if (ends_with(path, kLeaseSuffix)) return "lease file";
     if (ends_with(path, kBindingsSuffix)) return "bindings file";
+    if (ends_with(path, kTopologySuffix)) return "topology file";
     return "coordination file";
 }
 
@@ -117,10 +118,11 @@ Status check_file_type(const struct statx& st, const std::string& path) {
     return {};
 }
 
-// The file a companion of the coordination file serves: "<x>.lease" <x>, "<x>.bindings" <x>; empty for a
+// The file a companion of the coordination file serves: "<x>.lease" <x>, "<x>.bindings" <x>, "<x>.topology" <x>;
+// empty for a
 // coordination file.
 std::string served_file(const std::string& path) {
-    for (const char* suffix : {kLeaseSuffix, kBindingsSuffix}) {
+    for (const char* suffix : {kLeaseSuffix, kBindingsSuffix, kTopologySuffix}) {
         if (ends_with(path, suffix) && path.size() > std::strlen(suffix))
             return path.substr(0, path.size() - std::strlen(suffix));
     }
@@ -131,7 +133,7 @@ std::string served_file(const std::string& path) {
 
 std::vector<std::string> companion_paths(const std::string& path) {
     const std::string bindings = path + kBindingsSuffix;
-    return {path + kLeaseSuffix, bindings, bindings + kLeaseSuffix};
+    return {path + kLeaseSuffix, bindings, bindings + kLeaseSuffix, path + kTopologySuffix};
 }
 
 Status check_companion_owner(const struct statx& st, const std::string& path) {

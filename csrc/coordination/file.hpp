@@ -79,17 +79,20 @@ private:
 Status open_checked(const std::string& path, Access access, int* fd, bool* created = nullptr);
 
 // The suffixes that name the files beside a coordination file `<file>`: its lease file `<file>.lease`, the
-// bindings file `<file>.bindings` and the bindings file's lease file `<file>.bindings.lease`. Their one home.
+// bindings file `<file>.bindings`, the bindings file's lease file `<file>.bindings.lease`, and the host's GPU
+// topology as a claim read it `<file>.topology` (policy/discover.cpp). Their one home.
 inline constexpr const char* kLeaseSuffix = ".lease";
 inline constexpr const char* kBindingsSuffix = ".bindings";
-// Those three paths of the coordination file `path`, in that order.
+inline constexpr const char* kTopologySuffix = ".topology";
+// Those four paths of the coordination file `path`, in that order.
 std::vector<std::string> companion_paths(const std::string& path);
 
-// The files beside a coordination file (its lease file `<file>.lease`, the bindings file `<file>.bindings` and
-// its lease file) speak for the GPUs' holders: a free byte of a lease file put in the old one's place, a line
-// of a bindings file. So one is used only when owned by root or by the owner of the file it serves (this
-// process's user where that does not exist) and writable by no other user; else not ok, naming the file, its
-// owner and mode, and the fix. A coordination file itself is ok (docs/SECURITY.md: the workers trust it).
+// The files beside a coordination file (its lease file `<file>.lease`, the bindings file `<file>.bindings`, its
+// lease file, the topology file) speak for the GPUs' holders: a free byte of a lease file put in the old one's
+// place, a line of a bindings file, a topology that steers every claim to the GPUs its writer leaves free. So one is
+// used only when owned by root or by the owner of the file it serves (this process's user where that does not exist)
+// and writable by no other user; else not ok, naming the file, its owner and mode, and the fix. A coordination file
+// itself is ok (docs/SECURITY.md: the workers trust it).
 Status check_companion_owner(const struct statx& st, const std::string& path);
 // The same for the file at `path` as it is now (ok when there is none).
 Status check_companion_owner(const std::string& path);

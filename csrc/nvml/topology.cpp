@@ -2,12 +2,16 @@
 
 #include "base/status.hpp"
 
+#include <dirent.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <sstream>
 #include <utility>
 
 namespace flinkgpu {
@@ -112,7 +116,11 @@ void read_part(const NvmlApi& api, unsigned gpu, const std::vector<Peer>& peers,
         }
         if (nv.count > 0) nv.known = true;
     }
-    for (const Peer& peer : peers) {
+    for (Peer peer : peers) {
+        if (peer.handle == nullptr) {  // adopted from another process's read: no handle of ours yet
+            ++part->calls;
+            if (api.device_get_handle_by_index(peer.gpu, &peer.handle) != NVML_SUCCESS) continue;
+        }
         if (api.device_get_topology_common_ancestor != nullptr) {
             nvmlGpuTopologyLevel_t level = NVML_TOPOLOGY_SYSTEM;
             ++part->calls;
@@ -191,6 +199,93 @@ Link link_between(unsigned a, const GpuPart& pa, unsigned b, const GpuPart& pb,
     return link;
 }
 
+// ---- the host-wide copy: one line per GPU, space-separated fields, maps as key:value lists ("-" empty) ----
+
+constexpr const char* kTextHeader = "flink-gpu topology 1";
+
+template <typename K, typename V>
+std::string map_text(const std::map<K, V>& m) {
+    std::string out;
+    for (const auto& [k, v] : m) {
+        std::ostringstream item;
+        item << k << '=' << static_cast<unsigned long>(v);
+        if (item.str().find_first_of(" \t\n,") != std::string::npos) continue;  // never a bus id NVML writes
+        out += (out.empty() ? "" : ",") + item.str();
+    }
+    return out.empty() ? "-" : out;
+}
+
+template <typename K>
+bool read_map(const std::string& text, std::map<K, unsigned>* out) {
+    if (text == "-") return true;
+    std::istringstream items(text);
+    std::string item;
+    while (std::getline(items, item, ',')) {
+        const std::size_t eq = item.rfind('=');
+        if (eq == std::string::npos || eq == 0) return false;
+        std::istringstream key(item.substr(0, eq)), value(item.substr(eq + 1));
+        K k{};
+        unsigned v = 0;
+        if (!(key >> k) || !(value >> v)) return false;
+        (*out)[k] = v;
+    }
+    return true;
+}
+
+std::string part_text(unsigned gpu, const GpuPart& p) {
+    std::map<unsigned, unsigned> ancestor, p2p;
+    for (const auto& [other, level] : p.ancestor) ancestor[other] = static_cast<unsigned>(level);
+    for (const auto& [other, joined] : p.p2p_nvlink) p2p[other] = joined ? 1 : 0;
+    std::ostringstream line;
+    line << "gpu " << gpu << ' ' << (p.bus_id.empty() ? "-" : p.bus_id) << ' ' << p.nvlink.known << ' '
+         << p.nvlink.count << ' ' << p.nvlink.inactive << ' ' << p.nvlink.to_switch << ' ' << p.nvlink.to_unknown << ' '
+         << map_text(p.nvlink.to_gpus) << ' ' << map_text(p.nvlink.to_switches) << ' ' << map_text(p.to_unnamed) << ' '
+         << map_text(ancestor) << ' ' << map_text(p2p);
+    return line.str();
+}
+
+bool read_part_text(const std::string& line, unsigned* gpu, GpuPart* p) {
+    std::istringstream in(line);
+    std::string word, bus, gpus, switches, unnamed, ancestors, p2ps;
+    if (!(in >> word) || word != "gpu") return false;
+    if (!(in >> *gpu >> bus >> p->nvlink.known >> p->nvlink.count >> p->nvlink.inactive >> p->nvlink.to_switch >>
+          p->nvlink.to_unknown >> gpus >> switches >> unnamed >> ancestors >> p2ps))
+        return false;
+    p->read = true;
+    p->bus_id = bus == "-" ? std::string() : bus;
+    std::map<unsigned, unsigned> ancestor, p2p;
+    if (!read_map(gpus, &p->nvlink.to_gpus) || !read_map(switches, &p->nvlink.to_switches) ||
+        !read_map(unnamed, &p->to_unnamed) || !read_map(ancestors, &ancestor) || !read_map(p2ps, &p2p))
+        return false;
+    for (const auto& [other, level] : ancestor) {
+        if (level > static_cast<unsigned>(Pcie::kUnknown)) return false;
+        p->ancestor[other] = static_cast<Pcie>(level);
+    }
+    for (const auto& [other, joined] : p2p) p->p2p_nvlink[other] = joined != 0;
+    return p->nvlink.count <= NVML_NVLINK_MAX_LINKS && p->nvlink.inactive <= p->nvlink.count;
+}
+
+std::string first_line(const char* path) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    return line;
+}
+
+// The GPUs the driver lists here (their PCI bus ids), sorted: in a container, those it was given.
+std::string driver_gpus() {
+    std::vector<std::string> names;
+    if (DIR* dir = opendir("/proc/driver/nvidia/gpus")) {
+        while (const dirent* entry = readdir(dir))
+            if (entry->d_name[0] != '.') names.push_back(canonical_bus_id(entry->d_name));
+        closedir(dir);
+    }
+    std::sort(names.begin(), names.end());
+    std::string out;
+    for (const std::string& n : names) out += (out.empty() ? "" : ",") + n;
+    return out.empty() ? "-" : out;
+}
+
 }  // namespace
 
 std::string canonical_bus_id(const std::string& bus_id) {
@@ -223,6 +318,7 @@ void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, do
             std::vector<Peer> peers;
             for (const auto& [other, part] : known)
                 if (part->read) peers.push_back({other, part->handle, part->nvlink.known});
+            // (an adopted part has no handle: the job takes one)
             const auto part = std::make_shared<GpuPart>();
             Stall stall;
             Status started;
@@ -257,6 +353,76 @@ void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, do
         }
     } catch (const std::bad_alloc&) {
         *out = Topology();
+    }
+}
+
+std::string topology_key(const NvmlLibrary& lib, double timeout_seconds, unsigned* count) noexcept {
+    try {
+        const auto asked = std::make_shared<std::pair<std::string, unsigned>>();
+        const auto answered = std::make_shared<bool>(false);
+        const NvmlLibrary* library = &lib;
+        Stall stall;
+        Status started;
+        const bool returned = run_within(timeout_seconds, "nvmlDeviceGetCount_v2", [library, asked, answered] {
+            const NvmlApi& api = library->api();
+            char version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
+            if (api.system_get_driver_version == nullptr ||
+                api.system_get_driver_version(version, sizeof version) != NVML_SUCCESS ||
+                api.device_get_count(&asked->second) != NVML_SUCCESS)
+                return;
+            asked->first = version;
+            *answered = true;
+        }, &stall, &started);
+        if (!returned || !*answered || asked->first.find_first_of(" \t\n") != std::string::npos) return std::string();
+        std::string boot = first_line("/proc/sys/kernel/random/boot_id");
+        if (boot.empty() || boot.find(' ') != std::string::npos) return std::string();
+        *count = asked->second;
+        return "boot=" + boot + " driver=" + asked->first + " count=" + std::to_string(asked->second) +
+               " gpus=" + driver_gpus();
+    } catch (...) {
+        return std::string();
+    }
+}
+
+std::string topology_text(const NvmlLibrary& lib, const std::string& key, unsigned count) noexcept {
+    try {
+        std::map<unsigned, std::shared_ptr<const GpuPart>> parts;
+        {
+            std::lock_guard<std::mutex> guard(g_mutex);
+            parts = cache_of(lib).parts;
+        }
+        std::string text = std::string(kTextHeader) + "\nkey " + key + "\n";
+        for (unsigned gpu = 0; gpu < count; ++gpu) {
+            const auto found = parts.find(gpu);
+            if (found == parts.end() || !found->second->read) return std::string();
+            text += part_text(gpu, *found->second) + "\n";
+        }
+        return text;
+    } catch (...) {
+        return std::string();
+    }
+}
+
+bool adopt_topology(const NvmlLibrary& lib, const std::string& text, const std::string& key) noexcept {
+    try {
+        std::istringstream in(text);
+        std::string line;
+        if (!std::getline(in, line) || line != kTextHeader) return false;
+        if (!std::getline(in, line) || line != "key " + key) return false;
+        std::map<unsigned, std::shared_ptr<const GpuPart>> adopted;
+        while (std::getline(in, line)) {
+            unsigned gpu = 0;
+            auto part = std::make_shared<GpuPart>();
+            if (!read_part_text(line, &gpu, part.get())) return false;
+            adopted[gpu] = std::move(part);
+        }
+        std::lock_guard<std::mutex> guard(g_mutex);
+        Cache& c = cache_of(lib);
+        for (auto& [gpu, part] : adopted)
+            if (!c.parts.count(gpu)) c.parts[gpu] = std::move(part);  // what this process read itself stays
+        return !adopted.empty();
+    } catch (...) {
+        return false;
     }
 }
 

@@ -43,6 +43,17 @@ struct Topology {
 void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, double timeout_seconds,
                    Topology* out) noexcept;
 
+// A host-wide copy of what one process read, so that the next process on the host needs no handle of a GPU it
+// does not take (a first handle costs milliseconds, 200 ms without persistence mode): policy/discover.cpp keeps
+// it beside the coordination file. topology_key() says which GPUs the numbers name: the boot, the driver's
+// version, NVML's GPU count and the GPUs /proc/driver/nvidia/gpus lists (a container sees its own), read within
+// `timeout_seconds` ("" when not known; *count: that GPU count). topology_text() is this process's reads of every GPU
+// below `count` under `key` ("" unless it has them all); adopt_topology() takes such a text as if this process had read
+// it, unless it is of another key or cannot be parsed (false: nothing adopted). Never throw.
+std::string topology_key(const NvmlLibrary& lib, double timeout_seconds, unsigned* count) noexcept;
+std::string topology_text(const NvmlLibrary& lib, const std::string& key, unsigned count) noexcept;
+bool adopt_topology(const NvmlLibrary& lib, const std::string& text, const std::string& key) noexcept;
+
 // GPU `gpu` was found lost or needing a reset: what was read of it is dropped.
 void forget_topology(const NvmlLibrary& lib, unsigned gpu) noexcept;
 

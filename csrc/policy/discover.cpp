@@ -1,12 +1,14 @@
 #include "policy/discover.hpp"
 
 #include "base/gpu_index.hpp"
+#include "coordination/file.hpp"
 #include "coordination/liveness.hpp"
 #include "policy/shortage.hpp"
 #include "topology/sets.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -170,11 +172,48 @@ Status enumerate_candidates(const NvmlLibrary& lib, const DiscoveryRequest& requ
     return Status();
 }
 
+// The host-wide copy of the topology beside the coordination file (nvml/topology.hpp), adopted when it is
+// trusted as the file's other companions are (coordination/file.hpp) and of this host's key. True: adopted.
+bool adopt_shared(const NvmlLibrary& lib, const std::string& path, const std::string& key) {
+    const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return false;
+    struct statx st{};
+    std::string text;
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_TYPE | STATX_MODE | STATX_UID | STATX_SIZE, &st) == 0 &&
+        S_ISREG(st.stx_mode) && st.stx_size < (1u << 20) && coordination::check_companion_owner(st, path).ok()) {
+        char buffer[8192];
+        ssize_t n = 0;
+        while ((n = read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<std::size_t>(n));
+    }
+    close(fd);
+    return !text.empty() && adopt_topology(lib, text, key);
+}
+
+// Leaves this process's topology of the host's `count` GPUs as the copy at `path`: written whole beside it and
+// renamed over it, so that a reader sees the old copy or the new one, never a part.
+void share(const NvmlLibrary& lib, const std::string& path, const std::string& key, unsigned count) {
+    const std::string text = topology_text(lib, key, count);
+    if (text.empty()) return;
+    const std::string temporary = path + ".new." + std::to_string(getpid());
+    const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    std::size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = write(fd, text.data() + done, text.size() - done);
+        if (n <= 0) break;
+        done += static_cast<std::size_t>(n);
+    }
+    const bool whole = done == text.size() && close(fd) == 0;
+    if (!whole || rename(temporary.c_str(), path.c_str()) != 0) unlink(temporary.c_str());
+}
+
 // The topology of the GPUs a discovery could take (every GPU but those another live holder has), into
 // *topology, and the scope narrowed to the best joined set of them (with what the owner holds) so that their
 // states are read first; if one of them is not of the best class, the whole host is read after all. False when
 // nothing of how they are joined is known (then the discovery is as with topology: ignore). The topology's read
-// spends the request's NVML deadline.
+// spends the request's NVML deadline. Coordinated, a copy beside the coordination file spares a process the
+// read (and the first handle of each GPU it does not take); without one, the claim reads every GPU's part and
+// leaves the copy.
 bool read_joined(const NvmlLibrary& lib, const DiscoveryRequest& request, ReadScope* scope,
                  const std::vector<std::string>& owned, Topology* topology) {
     std::vector<unsigned> gpus;

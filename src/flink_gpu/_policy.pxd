@@ -10,7 +10,7 @@ from libcpp.vector cimport vector
 from flink_gpu._base cimport CNotice, Status
 from flink_gpu._binding cimport BindHolder, BindResult, GpuMemory
 from flink_gpu._coordination cimport CoordBadLine, CoordOptions
-from flink_gpu._nvml cimport BusyPolicy, CChoice, CheckSet, Enumeration, NvmlLibrary
+from flink_gpu._nvml cimport BusyPolicy, CChoice, CheckSet, Enumeration, NvmlLibrary, TopologyPolicy
 
 
 cdef extern from "policy/discover.hpp" namespace "flinkgpu::policy" nogil:
@@ -61,6 +61,8 @@ cdef extern from "policy/bind.hpp" namespace "flinkgpu::policy" nogil:
         size_t count
         uint32_t holders_per_gpu
         uint64_t memory
+        TopologyPolicy topology
+        cpp_bool pack
 
     cdef cppclass CBindOutcome "flinkgpu::policy::BindOutcome":
         Status status

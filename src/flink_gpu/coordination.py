@@ -247,8 +247,9 @@ def claimed(
 
 
 def companion_paths(path: PathType = DEFAULT_PATH) -> "tuple[str, ...]":
-    """The files beside the coordination file ``path``: its lease file, its bindings file and that one's lease
-    file (their names have one home, csrc/coordination/file.hpp)."""
+    """The files beside the coordination file ``path``: its lease file, its bindings file, that one's lease
+    file and the host's GPU topology as a claim read it (their names have one home,
+    csrc/coordination/file.hpp)."""
     return tuple(_native.coordination_companion_paths(path))
 
 
