@@ -82,9 +82,7 @@ def test_the_nvlink_check_judges_inactive_links_and_says_why_it_does_not_apply()
 
 
 def test_a_bad_gpu_number_is_refused_naming_it():
-    proc = run_python(
-        "from flink_gpu import nvml\nnvml.topology([-1])", env=simulated_env(devices=2), check=False
-    )
+    proc = run_python("from flink_gpu import nvml\nnvml.topology([-1])", env=simulated_env(devices=2), check=False)
     assert "A GPU's NVML number is a whole number of at least 0, got -1." in proc.stderr
 
 

@@ -9,10 +9,6 @@ a forked child), never per call.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
-if TYPE_CHECKING:
-    from typing import Iterable
-
 from flink_gpu._native import (
     BUSY_GPUS_VALUES,
     DEFAULT_METRICS_INTERVAL,
@@ -27,10 +23,10 @@ from flink_gpu._native import (
     GpuLink,
     GpuProcess,
     HealthCheck,
+    NvLinks,
     Nvml,
     NvmlDevice,
     NvmlEnumeration,
-    NvLinks,
     NvmlSettings,
     ProcessAncestor,
     SampledMetrics,
@@ -49,6 +45,10 @@ from flink_gpu._native import (
     sampled_metrics,
     watch_metrics,
 )
+
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from typing import Iterable
 
 __all__ = [
     "BUSY_GPUS_VALUES",
@@ -112,7 +112,7 @@ def topology(
     gpus: "Iterable[int] | None" = None, timeout: float = DEFAULT_NVML_TIMEOUT, library_path: "str | None" = None
 ) -> Topology:
     """How the GPUs ``gpus`` (NVML numbers; None: every whole GPU the library enumerates) are joined, as
-    ``nvidia-smi topo -m`` shows it (docs/design.md §4.3): a :class:`Topology` (``gpus``, ``matrix``,
+    ``nvidia-smi topo -m`` shows it (docs/design.md §9.6): a :class:`Topology` (``gpus``, ``matrix``,
     ``nvlinks``, ``numa``, ``calls``, ``stalls``; ``between(a, b)``, ``best_set(among, count)``). Read once
     per process and GPU, within ``timeout`` seconds, from the library at ``library_path`` (as
     :func:`open_library`); what NVML does not answer in time is unknown ("?"), never an error."""

@@ -514,6 +514,7 @@ def test_list_json_shows_what_each_check_found_and_what_it_did_not_look_at(tmp_p
         "recovery-action": {"outcome": "ok", "finding": None},
         "fabric": {"outcome": "ok", "finding": None},
         "retired-pages": {"outcome": "ok", "finding": None},
+        "nvlink": {"outcome": "not applicable", "finding": None},  # no NVLink
     }
     assert {name: c["outcome"] for name, c in second["checks"].items()} == {
         "inforom": "ok",
@@ -522,6 +523,7 @@ def test_list_json_shows_what_each_check_found_and_what_it_did_not_look_at(tmp_p
         "recovery-action": "not supported",
         "fabric": "not supported",
         "retired-pages": "not supported",
+        "nvlink": "not supported",
     }
     assert second["health"] == "ok"  # not checked is not a finding, but it shows
     human = cli("--simulate-spec", spec, "list", "--file", tmp_path / "c").stdout
@@ -538,7 +540,7 @@ def test_list_says_once_what_every_gpu_leaves_unchecked(tmp_path):
     human = cli("--simulate-spec", spec, "list", "--file", tmp_path / "c").stdout
     notes = [line for line in human.splitlines() if "not checked" in line]
     assert notes == [
-        "  Every GPU: not checked: fabric (not supported)",
+        "  Every GPU: not checked: fabric (not supported), nvlink (not applicable)",
         "  GPU 1: not checked: retired-pages (not supported)",
     ], human
     doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "c")

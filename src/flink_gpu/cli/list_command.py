@@ -198,9 +198,7 @@ def list_gpus(args: Namespace) -> int:
     # read once per process, and what the nvlink health check is judged by: --json always carries it
     topology = nvml.topology(sorted({d.index for d in devices}))
     # only holders whose pid is a pid of ours can be matched with the processes NVML lists
-    states = _gpu_states(
-        nvml, {index: [e.pid for e in entries if e.ours] for index, entries in live.items()}, topology
-    )
+    states = _gpu_states(nvml, {index: [e.pid for e in entries if e.ours] for index, entries in live.items()}, topology)
     bindings, requested = _bindings_view(path, args.timeout, present, _claimed(live))
     gpus = [_gpu_document(nvml, device, live, stale, states, bindings, requested) for device in devices]
     coordination_doc = {
@@ -690,7 +688,7 @@ def _holder_text(gpu: "dict[str, Any]") -> str:
     return text
 
 
-# -- list --topology: how the GPUs are joined (docs/design.md §4.3) -------------------------------------
+# -- list --topology: how the GPUs are joined (docs/design.md §9.6) -------------------------------------
 
 #: The legend `nvidia-smi topo -m` prints under its matrix, in its words.
 TOPOLOGY_LEGEND = (
@@ -716,10 +714,13 @@ def topology_text(topology: Topology, cpu_affinity: "dict[int, str | None]") -> 
             cpu_affinity.get(gpu) or "N/A",
             "N/A" if numa is None else str(numa),
         ]
-        for name, gpu, cells, numa in zip(names, topology.gpus, topology.matrix, topology.numa)
+        for name, gpu, cells, numa in zip(names, topology.gpus, topology.matrix, topology.numa, strict=True)
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header, *rows]]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
     lines += ["", "Legend:", "", *TOPOLOGY_LEGEND]
     if any("?" in cells for cells in topology.matrix):
         lines.append("  ?    = Not known: NVML did not say, or not in time")

@@ -11,8 +11,8 @@ from flink_gpu.cli.doctor_command.findings import Checkup
 from flink_gpu.cli.doctor_command.gpu_count import open_nvml
 from flink_gpu.cli.doctor_command.taskmanagers import taskmanagers_per_host
 from flink_gpu.coordination import DEFAULT_PATH, companion_problems, snapshot
-from flink_gpu.errors import NvmlError
 from flink_gpu.deploy.requests import KUBERNETES_CONFIG_KEY_SUFFIX, YARN_CONFIG_KEY_SUFFIX
+from flink_gpu.errors import NvmlError
 from flink_gpu.flink.framework import amount_key, system_config_key
 from flink_gpu.flink.script_protocol import ENABLE_COORDINATION_FLAG, ScriptArgs
 from flink_gpu.gpu.options import GPUDriverOptions
