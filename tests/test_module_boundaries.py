@@ -335,6 +335,7 @@ DOCUMENTED = [
     "flink_gpu.coordination:companion_paths",
     "flink_gpu.nvml:open_library",
     "flink_gpu.nvml:sampled_metrics",
+    "flink_gpu.nvml:topology",
     "flink_gpu.policy:discover",
     "flink_gpu.policy:bind",
     "flink_gpu.bindings_file:snapshot",

@@ -19,7 +19,7 @@ STUBTEST_ALLOWLIST = r"""
 flink_gpu\._native\.__test__
 flink_gpu\._native\.(\w+\.)?__reduce_cython__
 flink_gpu\._native\.(\w+\.)?__setstate_cython__
-flink_gpu\._native\.(Nvml|DeviceState|DiscoveryOutcome|BindOutcome|NvmlSettings|NvmlEnumeration|GpuProcess|HealthCheck|SampledMetrics|LibraryProbe|ProcessAncestor|UnknownToken|ParsedScriptArgs|LeftOut|Notice|CoordinationClaim|FileSnapshot|Orphan)\.__init__
+flink_gpu\._native\.(Nvml|DeviceState|DiscoveryOutcome|BindOutcome|NvmlSettings|NvmlEnumeration|GpuProcess|HealthCheck|SampledMetrics|LibraryProbe|ProcessAncestor|UnknownToken|ParsedScriptArgs|LeftOut|Notice|CoordinationClaim|FileSnapshot|Orphan|Topology|NvLinks|GpuLink)\.__init__
 """
 
 

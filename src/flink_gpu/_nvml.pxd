@@ -2,6 +2,7 @@
 # files it includes).
 
 from libcpp cimport bool as cpp_bool
+from libcpp.map cimport map as cpp_map
 from libcpp.optional cimport optional
 from libcpp.string cimport string
 from libcpp.string_view cimport string_view
@@ -94,6 +95,7 @@ cdef extern from "nvml/state.hpp" namespace "flinkgpu" nogil:
     enum class Outcome "flinkgpu::Outcome":
         kOk
         kFinding
+        kNotApplicable
 
     enum class Check "flinkgpu::Check":
         pass
@@ -135,7 +137,7 @@ cdef extern from "nvml/state.hpp" namespace "flinkgpu" nogil:
         string health_text
         vector[string] findings
         vector[string] warnings
-        CCheckResult checks[6]  # std::array of kCheckCount: Cython checks no size, the loops use kCheckCount
+        CCheckResult checks[7]  # std::array of kCheckCount: Cython checks no size, the loops use kCheckCount
         optional[unsigned long long] memory_used
         optional[unsigned long long] memory_free
         optional[unsigned long long] memory_total
@@ -231,6 +233,53 @@ cdef extern from *:
     long long fg_health_read_interval_ms()
 
 
+cdef extern from "topology/links.hpp" namespace "flinkgpu::topology" nogil:
+    enum class Pcie "flinkgpu::topology::Pcie":
+        pass
+
+    const char* pcie_label "flinkgpu::topology::pcie_label"(Pcie level)
+
+    cdef cppclass CLink "flinkgpu::topology::Link":
+        unsigned nvlinks
+        Pcie pcie
+
+    cdef cppclass CLinks "flinkgpu::topology::Links":
+        CLink between(unsigned a, unsigned b)
+
+    string link_cell "flinkgpu::topology::Links::cell"(const CLink& link) except +
+
+
+cdef extern from "topology/sets.hpp" namespace "flinkgpu::topology" nogil:
+    cdef cppclass CCandidate "flinkgpu::topology::Candidate":
+        string index
+        int rank
+
+    vector[size_t] choose_set "flinkgpu::topology::choose_set"(
+        const CLinks& links, const vector[string]& fixed, const vector[CCandidate]& ordered, size_t need) except +
+
+
+cdef extern from "nvml/topology.hpp" namespace "flinkgpu" nogil:
+    cdef cppclass CNvLinkReading "flinkgpu::NvLinkReading":
+        cpp_bool known
+        unsigned count
+        unsigned inactive
+        cpp_bool to_switch
+
+    cdef cppclass CTopology "flinkgpu::Topology":
+        CLinks links
+        cpp_map[unsigned, CNvLinkReading] nvlink
+        cpp_map[unsigned, string] bus_ids
+        vector[Stall] stalls
+        unsigned long calls
+
+    void read_topology "flinkgpu::read_topology"(const NvmlLibrary& lib, const vector[unsigned]& gpus,
+                                                 double timeout_seconds, CTopology* out)
+
+
+cdef extern from "host/locality.hpp" namespace "flinkgpu" nogil:
+    optional[int] pci_numa_node "flinkgpu::pci_numa_node"(const string& sysfs_root, const string& nvml_bus_id) except +
+
+
 cdef extern from "nvml/choice.hpp" namespace "flinkgpu" nogil:
     enum class BusyPolicy "flinkgpu::BusyPolicy":
         kAvoid
@@ -253,6 +302,9 @@ cdef extern from "nvml/choice.hpp" namespace "flinkgpu" nogil:
         vector[pair[string, string]] left_out
 
     string busy_reason_cpp "flinkgpu::busy_reason"(const CDeviceState& state) except +
+
+    void judge_nvlinks "flinkgpu::judge_nvlinks"(const CTopology& topology, const CheckSet& enforced,
+                                                 vector[CDeviceState]* states) except +
 
     cdef cppclass CChoice "flinkgpu::Choice":
         vector[CDeviceState] states

@@ -53,6 +53,9 @@ cdef class Nvml:
     # within a deadline): every later call takes it without a worker's hand-off
     cdef const NvmlLibrary* _opened
     cdef unsigned long _opened_generation
+    # topology(gpus=None): the whole GPUs of this process generation's first enumeration
+    cdef tuple _whole_gpus
+    cdef unsigned long _whole_gpus_generation
 
     def __init__(self):
         raise TypeError("use Nvml.open(library_path)")
@@ -134,14 +137,47 @@ cdef class Nvml:
             raise _error(status, self.library_path)
         return _optional_text(version)
 
-    def states(self, owner_pid, taskmanager_pid=None, health_checks=None, timeout=DEFAULT_NVML_TIMEOUT):
+    def topology(self, gpus=None, timeout=DEFAULT_NVML_TIMEOUT):
+        """How the GPUs ``gpus`` (NVML numbers; None: every whole GPU this library enumerates, taken once per
+        process) are joined: a Topology. Static, so each GPU is read once per process and kept (a GPU found
+        lost or needing a reset is read again); what this process lacks is read within ``timeout`` seconds
+        for all of it together. Every query is optional: what NVML does not answer, or not in time, is
+        unknown, never an error (NvmlError only where the library cannot be initialised, or enumerated
+        for ``gpus`` None, in time)."""
+        cdef double seconds = _timeout(timeout)
+        started = time.monotonic()
+        cdef const NvmlLibrary* lib = self._library(seconds)
+        cdef unsigned long generation = NvmlLibrary.process_generation()
+        if gpus is None:
+            if self._whole_gpus is None or self._whole_gpus_generation != generation:
+                found = self.devices(seconds)
+                self._whole_gpus = tuple(sorted({d.index for d in found.devices}))
+                self._whole_gpus_generation = generation
+            numbers = self._whole_gpus
+        else:
+            numbers = tuple(sorted({_gpu_number(gpu) for gpu in gpus}))
+        cdef vector[unsigned] wanted
+        for gpu in numbers:
+            wanted.push_back(gpu)
+        cdef double left = max(seconds - (time.monotonic() - started), 0.001)
+        cdef CTopology read
+        with nogil:
+            read_topology(lib[0], wanted, left, &read)
+        return _topology(read, numbers, seconds)
+
+    def states(self, owner_pid, taskmanager_pid=None, health_checks=None, timeout=DEFAULT_NVML_TIMEOUT,
+               topology=None):
         """The state of every device now, in index order, in one native call: health (judged with
         ``health_checks``, names of HEALTH_CHECKS; None: all), memory, the processes on it judged
         against ``owner_pid`` and ``taskmanager_pid`` (None: none; every process list is read, as a
         diagnosis needs, also on a GPU whose memory shows none in use). A GPU NVML refuses a handle
         for is one unhealthy state. Read within ``timeout`` seconds (csrc/nvml/deadline.hpp): a GPU
         not read in time is unknown; NvmlError (code NVML_ERROR_TIMEOUT) when not even the GPU count
-        was read, or NVML was not initialised in time (a forked child's first call)."""
+        was read, or NVML was not initialised in time (a forked child's first call). ``topology``: a Topology
+        of this library (Nvml.topology()), by which the nvlink check is judged on the GPUs it read; None: that
+        check is "not supported" (nothing was read for it)."""
+        if topology is not None and not isinstance(topology, Topology):
+            raise TypeError(f"topology must be a Topology from Nvml.topology(), got {topology!r}")
         cdef int owner = <int>_pid(owner_pid, "owner_pid")
         cdef int taskmanager = 0 if taskmanager_pid is None else <int>_pid(taskmanager_pid, "taskmanager_pid")
         cdef CheckSet enforced = _check_set(health_checks)
@@ -166,6 +202,8 @@ cdef class Nvml:
             else:
                 stalled.function = b"nvmlDeviceGetCount_v2"
             raise _error(stall_failure(stalled, seconds, self._path), self.library_path)
+        if topology is not None:
+            judge_nvlinks((<Topology>topology)._c, enforced, &found)
         cdef size_t i
         return tuple([_state(found[i]) for i in range(found.size())])
 

@@ -50,8 +50,9 @@ cdef class GpuProcess(_Record):
 
 cdef class HealthCheck(_Record):
     """One check of HEALTH_CHECKS on a GPU: its ``name``, ``outcome`` ("ok" | "finding" | "not supported" |
-    "no permission" | "not applicable"), the finding's ``verdict`` (a Verdict), the ``finding`` or None, and
-    whether it is ``enforced``."""
+    "no permission" | "not applicable"), the finding's ``verdict`` (a Verdict), the ``finding`` (for "not
+    applicable", why, where the check says: the nvlink check's "no active NVLink") or None, and whether it is
+    ``enforced``."""
 
     _FIELDS = ("name", "outcome", "verdict", "finding", "enforced")
     cdef readonly str name
@@ -69,7 +70,9 @@ cdef HealthCheck _health_check(size_t i, const CCheckResult& c):
     out.name = HEALTH_CHECKS[i]
     out.outcome = outcome_name(c.outcome).decode("ascii")
     out.verdict = _VERDICTS[<int>c.verdict]
-    out.finding = _text(c.finding) if c.outcome == Outcome.kFinding else None
+    # a finding; for "not applicable", why, where the check says ("no active NVLink")
+    shown = c.outcome == Outcome.kFinding or (c.outcome == Outcome.kNotApplicable and not c.finding.empty())
+    out.finding = _text(c.finding) if shown else None
     out.enforced = c.enforced
     return out
 

@@ -20,8 +20,10 @@ from flink_gpu._native import (
     MIN_METRICS_INTERVAL,
     SAMPLE_MARGIN,
     DeviceState,
+    GpuLink,
     GpuProcess,
     HealthCheck,
+    NvLinks,
     Nvml,
     NvmlDevice,
     NvmlEnumeration,
@@ -29,6 +31,7 @@ from flink_gpu._native import (
     ProcessAncestor,
     SampledMetrics,
     SkippedDevice,
+    Topology,
     Verdict,
     checked_health_checks,
     checked_metrics_interval,
@@ -43,6 +46,10 @@ from flink_gpu._native import (
     watch_metrics,
 )
 
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from typing import Iterable
+
 __all__ = [
     "BUSY_GPUS_VALUES",
     "DEFAULT_METRICS_INTERVAL",
@@ -56,13 +63,16 @@ __all__ = [
     "Device",
     "DeviceState",
     "Enumeration",
+    "GpuLink",
     "GpuProcess",
     "HealthCheck",
     "Library",
+    "NvLinks",
     "NvmlSettings",
     "ProcessAncestor",
     "SampledMetrics",
     "SkippedDevice",
+    "Topology",
     "Verdict",
     "find_taskmanager",
     "health_checks_of",
@@ -70,6 +80,7 @@ __all__ = [
     "open_library",
     "process_ancestry",
     "sample_metrics_now",
+    "topology",
     "sampled_metrics",
     "read_settings",
     "watch_metrics",
@@ -95,3 +106,14 @@ def open_library(library_path: "str | None" = None, timeout: float = DEFAULT_NVM
     :class:`~flink_gpu.NvmlError` when it cannot be loaded or initialised, or does not answer in
     time (code NVML_ERROR_TIMEOUT, at once while an earlier nvmlInit of this process still hangs)."""
     return Nvml.open(library_path, timeout)
+
+
+def topology(
+    gpus: "Iterable[int] | None" = None, timeout: float = DEFAULT_NVML_TIMEOUT, library_path: "str | None" = None
+) -> Topology:
+    """How the GPUs ``gpus`` (NVML numbers; None: every whole GPU the library enumerates) are joined, as
+    ``nvidia-smi topo -m`` shows it (docs/design.md §9.6): a :class:`Topology` (``gpus``, ``matrix``,
+    ``nvlinks``, ``numa``, ``calls``, ``stalls``; ``between(a, b)``, ``best_set(among, count)``). Read once
+    per process and GPU, within ``timeout`` seconds, from the library at ``library_path`` (as
+    :func:`open_library`); what NVML does not answer in time is unknown ("?"), never an error."""
+    return open_library(library_path, timeout).topology(gpus, timeout)

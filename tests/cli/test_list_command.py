@@ -514,6 +514,7 @@ def test_list_json_shows_what_each_check_found_and_what_it_did_not_look_at(tmp_p
         "recovery-action": {"outcome": "ok", "finding": None},
         "fabric": {"outcome": "ok", "finding": None},
         "retired-pages": {"outcome": "ok", "finding": None},
+        "nvlink": {"outcome": "not applicable", "finding": None},  # no NVLink
     }
     assert {name: c["outcome"] for name, c in second["checks"].items()} == {
         "inforom": "ok",
@@ -522,6 +523,7 @@ def test_list_json_shows_what_each_check_found_and_what_it_did_not_look_at(tmp_p
         "recovery-action": "not supported",
         "fabric": "not supported",
         "retired-pages": "not supported",
+        "nvlink": "not supported",
     }
     assert second["health"] == "ok"  # not checked is not a finding, but it shows
     human = cli("--simulate-spec", spec, "list", "--file", tmp_path / "c").stdout
@@ -538,7 +540,7 @@ def test_list_says_once_what_every_gpu_leaves_unchecked(tmp_path):
     human = cli("--simulate-spec", spec, "list", "--file", tmp_path / "c").stdout
     notes = [line for line in human.splitlines() if "not checked" in line]
     assert notes == [
-        "  Every GPU: not checked: fabric (not supported)",
+        "  Every GPU: not checked: fabric (not supported), nvlink (not applicable)",
         "  GPU 1: not checked: retired-pages (not supported)",
     ], human
     doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "c")
@@ -590,3 +592,50 @@ def test_list_shows_mig_units_under_their_gpu_with_parent_and_instance_fields(tm
     ]
     assert human[start + 2].startswith("  0:0")
     assert any("MIG mode pending a reset" in line for line in human)
+
+
+# -- list --topology: how the GPUs are joined ------------------------------------------------------
+
+
+def test_list_topology_prints_the_matrix_as_nvidia_smi_does_and_json_always_carries_it(tmp_path):
+    from flink_gpu import simulator
+
+    spec = simulator.profile_path("rtx3090-bridged-4")
+    proc = cli("--simulate-spec", spec, "list", "--topology", "--file", tmp_path / "coord")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == ["GPU0"] and "CPU" in line)
+    assert lines[start].split() == ["GPU0", "GPU1", "GPU2", "GPU3", "CPU", "Affinity", "NUMA", "Affinity"]
+    assert [line.split()[:5] for line in lines[start + 1 : start + 5]] == [
+        ["GPU0", "X", "PHB", "NV4", "NODE"],
+        ["GPU1", "PHB", "X", "NODE", "NV4"],
+        ["GPU2", "NV4", "NODE", "X", "PHB"],
+        ["GPU3", "NODE", "NV4", "PHB", "X"],
+    ]
+    assert all(line.split()[-1] == "N/A" for line in lines[start + 1 : start + 5])  # no simulated NUMA node
+    assert "Legend:" in lines
+    assert "  NV#  = Connection traversing a bonded set of # NVLinks" in lines
+    assert "GPU0" not in cli("--simulate-spec", spec, "list", "--file", tmp_path / "coord").stdout.split()
+
+    doc = cli_json("--simulate-spec", spec, "list", "--file", tmp_path / "coord")
+    schema = json.loads((Path(flink_gpu.__file__).parent / "cli" / "schema.json").read_text())
+    assert errors(doc, schema) == []
+    assert doc["topology"]["gpus"] == ["0", "1", "2", "3"]
+    assert doc["topology"]["matrix"][0] == ["X", "PHB", "NV4", "NODE"]
+    assert doc["topology"]["nvlinks"][1] == {"known": True, "count": 4, "inactive": 0, "to_switch": False}
+    assert doc["topology"]["numa_nodes"] == [None] * 4
+    assert [g["checks"]["nvlink"] for g in doc["gpus"]] == [{"outcome": "ok", "finding": None}] * 4
+
+
+def test_list_shows_the_nvlink_check_with_the_others(tmp_path):
+    from flink_gpu import simulator
+
+    down = cli_json("--simulate-spec", simulator.profile_path("h100-hgx-8-linkdown"), "list", "--file", tmp_path / "c")
+    gpu = down["gpus"][5]
+    assert gpu["checks"]["nvlink"] == {"outcome": "finding", "finding": "4 of 18 NVLinks inactive"}
+    assert gpu["health"] == "degraded: 4 of 18 NVLinks inactive"
+    assert down["topology"]["nvlinks"][5] == {"known": True, "count": 18, "inactive": 4, "to_switch": True}
+    pairs = cli_json("--simulate-spec", simulator.profile_path("a100-nvlink-pairs-4"), "list", "--file", tmp_path / "c")
+    assert pairs["gpus"][2]["checks"]["nvlink"] == {"outcome": "not applicable", "finding": "no active NVLink"}
+    human = cli("--simulate-spec", simulator.profile_path("a100-nvlink-pairs-4"), "list", "--file", tmp_path / "c")
+    assert "nvlink (not applicable)" in human.stdout

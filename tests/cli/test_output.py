@@ -27,7 +27,11 @@ def test_every_json_document_has_the_documented_top_level_fields(tmp_path):
     conf = tmp_path / "flink-conf.yaml"
     conf.write_text(RESOURCES_CONF)
     expected = [
-        ("list", ["--simulate", "2", "list", "--file", coord], {"nvml", "gpus", "skipped", "coordination", "bindings"}),
+        (
+            "list",
+            ["--simulate", "2", "list", "--file", coord],
+            {"nvml", "gpus", "skipped", "coordination", "bindings", "topology"},
+        ),
         ("claim", ["--simulate", "2", "claim", "1", "--file", coord], {"path", "owner", "amount", "gpus", "left_out"}),
         ("coordination show", ["coordination", "show", "--file", coord], {"path", "exists", "entries", "unparsable"}),
         (

@@ -185,7 +185,7 @@ def _list_arguments(add: Callable[..., _Parser]) -> None:
         "holding each according to the coordination file (that of the Flink configuration "
         "in --conf or $FLINK_CONF_DIR, unless --file names one), each GPU's health, "
         "utilization, memory, temperature and power, the TaskManagers' slots bound to them, "
-        "and the devices NVML skipped.",
+        "the devices NVML skipped, and with --topology how the GPUs are joined (NVLink, PCIe, NUMA).",
     )
     _file_option(sub)
     sub.add_argument(
@@ -202,6 +202,11 @@ def _list_arguments(add: Callable[..., _Parser]) -> None:
         default=None,
         metavar="SECONDS",
         help="redraw every SECONDS (default 2) until Ctrl-C",
+    )
+    sub.add_argument(
+        "--topology",
+        action="store_true",
+        help="also print how the GPUs are joined, as `nvidia-smi topo -m` does (--json always carries it)",
     )
 
 

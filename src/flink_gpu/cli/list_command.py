@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Iterator
 
     from flink_gpu.coordination import CoordinationEntry, CoordinationSnapshot
-    from flink_gpu.nvml import Device, Library
+    from flink_gpu.nvml import Device, Library, Topology
 
 
 def run(args: Namespace) -> int:
@@ -195,8 +195,10 @@ def list_gpus(args: Namespace) -> int:
         {e.index for e in snapshot.entries if e.index not in present} if snapshot is not None else ()
     )
 
+    # read once per process, and what the nvlink health check is judged by: --json always carries it
+    topology = nvml.topology(sorted({d.index for d in devices}))
     # only holders whose pid is a pid of ours can be matched with the processes NVML lists
-    states = _gpu_states(nvml, {index: [e.pid for e in entries if e.ours] for index, entries in live.items()})
+    states = _gpu_states(nvml, {index: [e.pid for e in entries if e.ours] for index, entries in live.items()}, topology)
     bindings, requested = _bindings_view(path, args.timeout, present, _claimed(live))
     gpus = [_gpu_document(nvml, device, live, stale, states, bindings, requested) for device in devices]
     coordination_doc = {
@@ -221,6 +223,7 @@ def list_gpus(args: Namespace) -> int:
                 skipped=[{"index": s.gpu_index, "code": s.code, "reason": s.reason} for s in skipped],
                 coordination=coordination_doc,
                 bindings=bindings,
+                topology=_topology_json(topology),
             )
         )
         return 0
@@ -253,6 +256,9 @@ def list_gpus(args: Namespace) -> int:
         _print_state_notes(gpus)
         for note in list_view.persistence_notes(gpus):
             print(f"  {note}")
+        if args.topology:
+            print()
+            print(topology_text(topology, {d.index: d.cpu_affinity for d in devices if d.mig_slot is None}))
     if skipped:
         print("\nSkipped devices:")
         for skip in skipped:
@@ -557,15 +563,16 @@ _NO_STATE: "dict[str, Any]" = {
 }
 
 
-def _gpu_states(nvml: Library, live: "dict[str, list[int]]") -> "dict[str, dict[str, Any]]":
-    """Per GPU index: its state now (docs/design.md §9.1), each process on it marked with the
-    flink-gpu holder (a live owner in the coordination file) it belongs to, if any."""
+def _gpu_states(nvml: Library, live: "dict[str, list[int]]", topology: Topology) -> "dict[str, dict[str, Any]]":
+    """Per GPU index: its state now (docs/design.md §9.1), the nvlink check judged by ``topology``, each
+    process on it marked with the flink-gpu holder (a live owner in the coordination file) it belongs to, if
+    any."""
     from flink_gpu.gpu.nvml_discovery import process_holders
 
     belongs = process_holders(nvml, (pid for pids in live.values() for pid in pids))
     static = {device.gpu_index: device for device in nvml.devices().devices}
     result = {}
-    for state in nvml.states(os.getpid(), None):
+    for state in nvml.states(os.getpid(), None, topology=topology):
         index = state.gpu_index
         device = static.get(index)
         result[index] = {
@@ -679,3 +686,57 @@ def _holder_text(gpu: "dict[str, Any]") -> str:
     elif dead:
         text += f" (stale: dead pid {', '.join(map(str, dead))})"
     return text
+
+
+# -- list --topology: how the GPUs are joined (docs/design.md §9.6) -------------------------------------
+
+#: The legend `nvidia-smi topo -m` prints under its matrix, in its words.
+TOPOLOGY_LEGEND = (
+    "  X    = Self",
+    "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
+    "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node",
+    "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+    "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+    "  PIX  = Connection traversing at most a single PCIe bridge",
+    "  NV#  = Connection traversing a bonded set of # NVLinks",
+)
+
+
+def topology_text(topology: Topology, cpu_affinity: "dict[int, str | None]") -> str:
+    """The matrix as `nvidia-smi topo -m` prints it: a row and a column per GPU, its CPU and NUMA affinity
+    ("N/A" where unknown), the legend, and "?" explained where NVML did not say."""
+    names = [f"GPU{gpu}" for gpu in topology.gpus]
+    header = ["", *names, "CPU Affinity", "NUMA Affinity"]
+    rows = [
+        [
+            name,
+            *(f" {cell} " if cell == "X" else cell for cell in cells),
+            cpu_affinity.get(gpu) or "N/A",
+            "N/A" if numa is None else str(numa),
+        ]
+        for name, gpu, cells, numa in zip(names, topology.gpus, topology.matrix, topology.numa, strict=True)
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    lines += ["", "Legend:", "", *TOPOLOGY_LEGEND]
+    if any("?" in cells for cells in topology.matrix):
+        lines.append("  ?    = Not known: NVML did not say, or not in time")
+    lines += [f"  {stall}" for stall in topology.stalls]
+    return "\n".join(lines)
+
+
+def _topology_json(topology: Topology) -> "dict[str, Any]":
+    """``list --json``'s "topology": the matrix's GPUs, rows and cells, and per GPU its NVLinks and NUMA node."""
+    return {
+        "gpus": [str(gpu) for gpu in topology.gpus],
+        "matrix": [list(row) for row in topology.matrix],
+        "nvlinks": [
+            {"known": links.known, "count": links.count, "inactive": links.inactive, "to_switch": links.to_switch}
+            for links in topology.nvlinks
+        ],
+        "numa_nodes": list(topology.numa),
+        "stalls": list(topology.stalls),
+    }

@@ -1,6 +1,7 @@
 """doctor's check of coordination between a host's TaskManagers (flink_gpu.cli.doctor_command.coordination)."""
 
 import json
+import os
 
 from conftest import child_env, dead_pid
 from support.cli import cli, cli_json, findings, gpu_conf, only, run_doctor, write_script
@@ -90,3 +91,36 @@ def test_doctor_names_a_file_beside_the_coordination_file_that_another_user_put_
         f"Refusing to use the lease file {squatted}: it is writable by every user (mode 0666)"
     ), error
     assert "Remove that file" in error["fix"] and "docs/SECURITY.md" in error["fix"]
+
+
+def test_doctor_warns_of_a_holder_whose_gpus_are_joined_worse_than_a_free_set(tmp_path, holder):
+    """On a host whose bridges join 0-2 and 1-3, a holder of 0, 1 (joined by PHB) could have had 0, 2 (NV4)."""
+    from flink_gpu import simulator
+
+    spec = simulator.profile_path("rtx3090-bridged-4")
+    coord = tmp_path / "coord"
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(
+        gpu_conf(
+            amount=2,
+            discovery_script_path=find_discovery_executable(),
+            discovery_script_args=f"--enable-coordination-mode --coordination-file {coord}",
+        )
+    )
+
+    def warnings():
+        proc = cli("doctor", conf, "--simulate-spec", spec, "--taskmanagers-per-host", "2", "--json")
+        doc = json.loads(proc.stdout)
+        return [f for f in findings(doc, "coordination-file", "warning") if "joined by" in f["message"]]
+
+    coord.write_text(f"0 {holder.pid}\n1 {holder.pid}\n")
+    (warning,) = warnings()
+    assert warning["message"] == (
+        f"pid {holder.pid} holds GPU 0, 1, joined by PHB, while GPU 0, 2, free to it, are joined by NV4."
+    )
+    assert "topology: prefer" in warning["fix"]
+    # a holder of the bridged pair, or one whose better sets another live holder has: nothing to say
+    coord.write_text(f"0 {holder.pid}\n2 {holder.pid}\n")
+    assert warnings() == []
+    coord.write_text(f"0 {holder.pid}\n1 {holder.pid}\n2 {os.getpid()}\n3 {os.getpid()}\n")
+    assert warnings() == []

@@ -8,13 +8,22 @@ import shlex
 from flink_gpu.cli._output import plural
 from flink_gpu.cli.doctor_command.cleaners import check_age_cleaners
 from flink_gpu.cli.doctor_command.findings import Checkup
+from flink_gpu.cli.doctor_command.gpu_count import open_nvml
 from flink_gpu.cli.doctor_command.taskmanagers import taskmanagers_per_host
 from flink_gpu.coordination import DEFAULT_PATH, companion_problems, snapshot
 from flink_gpu.deploy.requests import KUBERNETES_CONFIG_KEY_SUFFIX, YARN_CONFIG_KEY_SUFFIX
+from flink_gpu.errors import NvmlError
 from flink_gpu.flink.framework import amount_key, system_config_key
 from flink_gpu.flink.script_protocol import ENABLE_COORDINATION_FLAG, ScriptArgs
 from flink_gpu.gpu.options import GPUDriverOptions
 from flink_gpu.gpu.settings import GPUDriverSettings
+
+TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
+if TYPE_CHECKING:
+    from typing import Sequence
+
+    from flink_gpu.coordination import CoordinationEntry, CoordinationSnapshot
+    from flink_gpu.nvml import GpuLink, Topology
 
 
 def check_coordination(
@@ -100,7 +109,9 @@ def check_coordination(
             f"Lower {amount_key(name)} or the number of TaskManagers per host.",
             resource=name,
         )
-    check_coordination_file(checkup, name, path)
+    found = check_coordination_file(checkup, name, path)
+    if found is not None:
+        check_holder_links(checkup, name, found)
     check_age_cleaners(checkup, name, path)
 
 
@@ -112,7 +123,8 @@ def _deployment_isolates(checkup: Checkup, name: str) -> bool:
     )
 
 
-def check_coordination_file(checkup: Checkup, name: str, path: str) -> None:
+def check_coordination_file(checkup: Checkup, name: str, path: str) -> "CoordinationSnapshot | None":
+    """The file's problems; its snapshot, None where it does not exist or cannot be read."""
     flag = "" if path == DEFAULT_PATH else f" --file {shlex.quote(path)}"
     for problem in companion_problems(path):  # another user's file beside it is refused by every claim and bind
         checkup.add(
@@ -137,7 +149,7 @@ def check_coordination_file(checkup: Checkup, name: str, path: str) -> None:
                 "another --coordination-file.",
                 resource=name,
             )
-        return
+        return None
     try:
         found = snapshot(path, timeout=2.0)
     except (OSError, TimeoutError) as error:
@@ -148,7 +160,7 @@ def check_coordination_file(checkup: Checkup, name: str, path: str) -> None:
             "Make it a regular file that the TaskManagers' user can read and write.",
             resource=name,
         )
-        return
+        return None
     if not os.access(path, os.R_OK | os.W_OK):
         checkup.add(
             "error",
@@ -190,3 +202,65 @@ def check_coordination_file(checkup: Checkup, name: str, path: str) -> None:
             f"Delete or correct that line of {path}.",
             resource=name,
         )
+    return found
+
+
+def check_holder_links(checkup: Checkup, name: str, found: CoordinationSnapshot) -> None:
+    """A WARN per live holder whose GPUs are joined worse (fewer NVLinks summed over their pairs, else a worse
+    worst PCIe level) than the best joined set of as many among the GPUs no other live holder has (docs/cli.md,
+    "`list --topology`"): GPUs a claim with ``topology: prefer`` would have taken."""
+    held: "dict[str, list[CoordinationEntry]]" = {}
+    for entry in found.entries:
+        if entry.alive:
+            held.setdefault(entry.holder_key, []).append(entry)
+    if not any(len({e.index for e in entries}) > 1 for entries in held.values()):
+        return  # no holder of two or more: no topology is read
+    opened = open_nvml(checkup, None)
+    if isinstance(opened, NvmlError):
+        return  # the gpu-count check said so
+    nvml, enumeration = opened
+    whole = sorted({d.index for d in enumeration.devices if d.mig_slot is None})
+    taken = {e.index for entries in held.values() for e in entries}
+    topology = None
+    for entries in held.values():
+        mine = sorted({int(e.index) for e in entries if e.index.isdigit() and int(e.index) in whole})
+        if len(mine) < 2 or len(mine) != len({e.index for e in entries}):
+            continue  # one GPU, or a MIG unit or a GPU this host lacks among them
+        topology = topology or nvml.topology(whole)
+        among = [gpu for gpu in whole if gpu in mine or str(gpu) not in taken]
+        best = topology.best_set(among, len(mine))
+        if _joined(topology, best) >= _joined(topology, mine):
+            continue
+        first = entries[0]
+        who = f"pid {first.pid}" + ("" if first.ours else f" of PID namespace {first.namespace}")
+        checkup.add(
+            "warning",
+            "coordination-file",
+            f"{who} holds GPU {', '.join(map(str, mine))}, {_links_text(topology, mine)}, while GPU "
+            f"{', '.join(map(str, best))}, free to it, are {_links_text(topology, best)}.",
+            "Restart that holder when convenient: its next claim (topology: prefer, the default) takes the best "
+            "joined set of its class.",
+            resource=name,
+        )
+
+
+def _pairs(gpus: "Sequence[int]") -> "list[tuple[int, int]]":
+    return [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1 :]]
+
+
+def _joined(topology: Topology, gpus: "Sequence[int]") -> "tuple[int, int]":
+    """How well ``gpus`` are joined, lower better: the NVLinks summed over their pairs (negated), then the
+    worst PCIe level of a pair (the first two of the set choice's criteria, csrc/topology/sets.hpp)."""
+    links = [topology.between(a, b) for a, b in _pairs(gpus)]
+    return -sum(link.nvlinks for link in links), max(link.pcie_level for link in links)
+
+
+def _links_text(topology: Topology, gpus: "Sequence[int]") -> str:
+    """'joined by NV4' (two GPUs), 'joined by NV4 and PHB' (their pairs' cells, best first)."""
+    links = sorted({topology.between(a, b) for a, b in _pairs(gpus)}, key=lambda link: _joined_key(link))
+    cells = list(dict.fromkeys(link.cell for link in links))
+    return "joined by " + (cells[0] if len(cells) == 1 else ", ".join(cells[:-1]) + " and " + cells[-1])
+
+
+def _joined_key(link: GpuLink) -> "tuple[int, int]":
+    return -link.nvlinks, link.pcie_level

@@ -198,7 +198,9 @@ def check_gpu_state(
     devices = enumeration.devices
     if not devices:
         return
-    states = nvml.states(os.getpid(), None, settings.health_checks)
+    # the nvlink check is judged by how the GPUs are joined (read once per process)
+    topology = nvml.topology(sorted({d.index for d in devices}))
+    states = nvml.states(os.getpid(), None, settings.health_checks, topology=topology)
     belongs = process_holders(nvml, _holders(script_args, settings.script_args.coordination_file))
     try:
         policy = settings.busy_policy(warn=False)
