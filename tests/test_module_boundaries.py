@@ -448,14 +448,16 @@ def test_the_architecture_check_finds_a_missing_module(tmp_path):
 
 
 # csrc/'s concept folders and which others each may include: the NVML half and the coordination half
-# meet only in base/ (status, GPU indices) and in the executable (discovery/).
+# meet only in base/ (status, GPU indices), topology/ (how GPUs are joined and the set choice, pure) and in
+# the executable (discovery/).
 CSRC_FOLDERS = {
     "base": set(),
     "flink": {"base"},
     "host": {"base"},
-    "nvml": {"base", "host", "flink"},
-    "coordination": {"base", "flink"},
-    "policy": {"base", "flink", "host", "nvml", "coordination"},
+    "topology": {"base"},
+    "nvml": {"base", "host", "flink", "topology"},
+    "coordination": {"base", "flink", "topology"},
+    "policy": {"base", "flink", "host", "nvml", "coordination", "topology"},
     "discovery": {"base", "flink", "host", "nvml", "coordination", "policy"},
 }
 
