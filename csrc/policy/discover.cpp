@@ -218,7 +218,6 @@ bool read_joined(const NvmlLibrary& lib, const DiscoveryRequest& request, ReadSc
                  const std::vector<std::string>& owned, Topology* topology) {
     std::vector<unsigned> gpus;
     if (request.enumerate_by_reading) {
-        unsigned count = 0;
         const auto counted = std::make_shared<std::pair<nvmlReturn_t, unsigned>>(NVML_ERROR_UNKNOWN, 0);
         Stall stall;
         Status started;
@@ -228,8 +227,7 @@ bool read_joined(const NvmlLibrary& lib, const DiscoveryRequest& request, ReadSc
                         &stall, &started) ||
             counted->first != NVML_SUCCESS)
             return false;
-        count = counted->second;
-        for (unsigned gpu = 0; gpu < count; ++gpu) gpus.push_back(gpu);
+        for (unsigned gpu = 0; gpu < counted->second; ++gpu) gpus.push_back(gpu);
     } else {
         for (const std::string& index : request.enumerated) {
             unsigned gpu = 0;
@@ -240,7 +238,24 @@ bool read_joined(const NvmlLibrary& lib, const DiscoveryRequest& request, ReadSc
         std::remove_if(gpus.begin(), gpus.end(), [&](unsigned gpu) { return contains(scope->held_elsewhere, gpu); }),
         gpus.end());
     if (gpus.size() < 2) return false;
-    read_topology(lib, gpus, request.nvml_timeout - request.spent, topology);
+    const auto start = std::chrono::steady_clock::now();
+    const auto left = [&] {
+        return request.nvml_timeout - request.spent -
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    std::string key, shared;
+    unsigned count = 0;
+    bool adopted = false;
+    if (request.coordinated) {
+        key = topology_key(lib, left(), &count);
+        shared = request.coordination.path + coordination::kTopologySuffix;
+        adopted = !key.empty() && adopt_shared(lib, shared, key);
+    }
+    const bool leave_copy = !key.empty() && !adopted;
+    std::vector<unsigned> every;
+    for (unsigned gpu = 0; gpu < count; ++gpu) every.push_back(gpu);
+    read_topology(lib, leave_copy ? every : gpus, left(), topology);
+    if (leave_copy && topology->calls > 0 && topology->stalls.empty()) share(lib, shared, key, count);
     if (topology->links.empty()) return false;
     std::vector<std::string> mine;
     for (const std::string& index : owned) {
