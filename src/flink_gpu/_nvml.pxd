@@ -240,6 +240,13 @@ cdef extern from "nvml/choice.hpp" namespace "flinkgpu" nogil:
     const char* kBusyPolicyValues "flinkgpu::kBusyPolicyValues"
     bint parse_busy_policy "flinkgpu::parse_busy_policy"(string_view text, BusyPolicy* out)
 
+    enum class TopologyPolicy "flinkgpu::TopologyPolicy":
+        kPrefer
+        kIgnore
+
+    const char* kTopologyPolicyValues "flinkgpu::kTopologyPolicyValues"
+    bint parse_topology_policy "flinkgpu::parse_topology_policy"(string_view text, TopologyPolicy* out)
+
     cdef cppclass CRanking "flinkgpu::Ranking":
         vector[string] indices
         vector[int] ranks
@@ -263,6 +270,7 @@ cdef extern from "nvml/settings.hpp" namespace "flinkgpu" nogil:
 
     cdef cppclass CSettingsText "flinkgpu::SettingsText":
         CParameterText busy_gpus
+        CParameterText topology
         CParameterText nvml_timeout
         CParameterText health_checks
         CParameterText metrics_interval
@@ -272,6 +280,7 @@ cdef extern from "nvml/settings.hpp" namespace "flinkgpu" nogil:
 
     cdef cppclass CSettings "flinkgpu::Settings":
         BusyPolicy busy
+        TopologyPolicy topology
         double nvml_timeout
         CheckSet health_checks
         double metrics_interval

@@ -10,7 +10,7 @@ from libcpp.vector cimport vector
 from flink_gpu._base cimport CNotice, Status
 from flink_gpu._binding cimport BindHolder, BindResult, GpuMemory
 from flink_gpu._coordination cimport CoordBadLine, CoordOptions
-from flink_gpu._nvml cimport BusyPolicy, CChoice, CheckSet, Enumeration, NvmlLibrary
+from flink_gpu._nvml cimport BusyPolicy, CChoice, CheckSet, Enumeration, NvmlLibrary, TopologyPolicy
 
 
 cdef extern from "policy/discover.hpp" namespace "flinkgpu::policy" nogil:
@@ -21,6 +21,7 @@ cdef extern from "policy/discover.hpp" namespace "flinkgpu::policy" nogil:
         int owner
         int taskmanager
         BusyPolicy busy
+        TopologyPolicy topology
         CheckSet checks
         double nvml_timeout
         double spent
