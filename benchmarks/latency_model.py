@@ -207,8 +207,8 @@ class WarmWorker:
 
 def _parts(path: str) -> tuple[str, str, str]:
     """(kind, busy-gpus, topology) of a path's name: "warm-avoid-ignore" is ("warm", "avoid", "ignore")."""
-    kind, busy, topology = (path.split("-") + ["", "", "prefer"])[:3]
-    return kind, busy, topology
+    parts = path.split("-")
+    return parts[0], parts[1] if len(parts) > 1 else "", parts[2] if len(parts) > 2 else "prefer"
 
 
 def measured(path: str, amount: int) -> bool:

@@ -275,7 +275,9 @@ def topology_calls(counters_file):
         (["1"], ("0\n",), False),  # a claim of one reads no topology
     ],
 )
-def test_the_topology_flag_chooses_between_the_best_joined_pair_and_index_order(discovery_exe, tmp_path, args, out, reads):
+def test_the_topology_flag_chooses_between_the_best_joined_pair_and_index_order(
+    discovery_exe, tmp_path, args, out, reads
+):
     counters = tmp_path / "counters.json"
     proc = simulator.run(
         [discovery_exe, *args], spec=bridged_host(), counters_file=counters, capture_output=True, text=True, timeout=60

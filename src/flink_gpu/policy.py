@@ -46,7 +46,8 @@ def discover(
     ``skipped``), and a device the enumeration skips is left out. Judged
     for ``owner`` and its ``taskmanager`` with ``health_checks`` (names of HEALTH_CHECKS; None: all) and
     ranked under ``busy_gpus``; of two or more under ``topology`` "prefer" the best joined set of the class
-    (the topology read once per process), under "ignore" index order and no topology read; every state read within ``nvml_timeout`` seconds; with
+    (the topology read once per process), under "ignore" index order and no topology read; every state read
+    within ``nvml_timeout`` seconds; with
     ``coordination_file``, claimed there for ``owner`` (its lock within ``lock_timeout`` seconds).
 
     Too few usable or free GPUs are the record's ``shortage``, not an error. Raises

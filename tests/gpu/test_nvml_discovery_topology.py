@@ -192,7 +192,7 @@ def test_a_claim_of_two_or_four_lands_on_a_best_joined_set_of_the_best_class(tmp
     results = claim_in_one_process(spec, claims)
     wrong = [
         (held, amount, result["got"], [sorted(s) for s in best_sets(devices, set(held), amount)])
-        for (held, amount), result in zip(scenarios, results)
+        for (held, amount), result in zip(scenarios, results, strict=True)
         if set(result["got"]) not in best_sets(devices, set(held), amount)
     ]
     assert wrong == [], "(held, amount, got, best sets)"

@@ -40,7 +40,9 @@ class GPUDriverSettings:
     health_checks: "tuple[str, ...]" = HEALTH_CHECKS  # health-checks: the enforced checks, in HEALTH_CHECKS order
     metrics_interval: float = DEFAULT_METRICS_INTERVAL  # metrics.interval, seconds, at least MIN_METRICS_INTERVAL
     nvml_timeout: float = DEFAULT_NVML_TIMEOUT  # seconds, positive: NVML init, enumeration, reads
-    flag_error: "str | None" = None  # the first --busy-gpus, --topology or --nvml-timeout in the args with a wrong value
+    flag_error: "str | None" = (
+        None  # the first --busy-gpus, --topology or --nvml-timeout in the args with a wrong value
+    )
     overrides: "tuple[str, ...]" = ()  # a WARN per parameter that overrides its flag with another value
 
     @classmethod
@@ -114,8 +116,8 @@ class GPUDriverSettings:
         cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None" = None
     ) -> GPUDriverSettings:
         """As :meth:`from_config`, but an invalid option of ours (``discovery-mode``,
-        ``discovery-script.timeout``, ``busy-gpus``, ``topology``, ``health-checks``, ``metrics.interval``, ``nvml-timeout``)
-        takes its default instead of failing, each read on its own; valid ones are kept.
+        ``discovery-script.timeout``, ``busy-gpus``, ``topology``, ``health-checks``, ``metrics.interval``,
+        ``nvml-timeout``) takes its default instead of failing, each read on its own; valid ones are kept.
 
         That is what Flink's Java GPU plugin, which reads only ``discovery-script.path`` and
         ``.args``, makes of such a configuration, so readers of one (doctor, the PyFlink bridge)
