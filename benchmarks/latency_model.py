@@ -3,10 +3,12 @@
 
     PYTHONPATH=src:tests python benchmarks/latency_model.py --rounds 5 [--write benchmarks/README.md]
 
-The host: 8 idle, healthy GPUs, every NVML call under the driver's one lock (``driver_lock``), on
-five latency profiles (:data:`PROFILES`; in one the GPUs' memory shows use, so that their process
-lists are read). The paths (:data:`PATHS`), each a claim of 1 or 2 GPUs from
-an empty coordination file in coordination mode:
+The host: 8 idle, healthy GPUs joined as the h100-hgx-8 profile's (18 NVLinks each to four NVSwitches, a
+PCIe switch and root port per GPU, two NUMA nodes), every NVML call under the driver's one lock
+(``driver_lock``), on five latency profiles (:data:`PROFILES`; in one the GPUs' memory shows use, so that
+their process lists are read). The paths (:data:`PATHS`), each a claim of 1 or 2 GPUs from
+an empty coordination file in coordination mode (a claim of 2 under ``topology: prefer``, the default, reads
+the topology once per process; the ``-ignore`` paths of :data:`TOPOLOGY_PATHS`, claims of 2 only, read none):
 
 * ``stock``: Flink's ``nvidia-gpu-discovery.sh`` as Flink runs it, with ``standin/nvidia-smi.c`` first on
   ``PATH``: an nvidia-smi built against the simulator that makes only init, count, and handle + index
@@ -47,7 +49,10 @@ AMOUNTS = (1, 2)
 #: rounds of a full run: with persistence mode off each process pays 8 first handles (1.6 s)
 ROUNDS = 5
 BUSY_GPUS = ("avoid", "ignore")
-PATHS = ("stock",) + tuple(f"{kind}-{busy}" for kind in ("discovery", "first", "warm") for busy in BUSY_GPUS)
+KINDS = ("discovery", "first", "warm")
+#: the paths with ``topology: ignore`` (busy-gpus avoid): claims of 2 only (a claim of 1 reads no topology)
+TOPOLOGY_PATHS = tuple(f"{kind}-avoid-ignore" for kind in KINDS)
+PATHS = ("stock",) + tuple(f"{kind}-{busy}" for kind in KINDS for busy in BUSY_GPUS) + TOPOLOGY_PATHS
 #: the query families the issue's "other queries" cover: tens of µs each
 _OTHER_MS = 0.02
 
@@ -66,9 +71,16 @@ def _latencies(process_list_ms: float) -> dict[str, float]:
     return latency
 
 
+def _joined() -> list[dict]:
+    """Per GPU the ``pcie`` and ``nvlinks`` of the h100-hgx-8 profile (an NVSwitch host of 8 GPUs)."""
+    here = Path(__file__).resolve().parent.parent / "csrc" / "simulator" / "profiles" / "h100-hgx-8.json"
+    devices = json.loads(here.read_text())["devices"]
+    return [{key: device[key] for key in ("pcie", "nvlinks")} for device in devices[:GPUS]]
+
+
 def _spec(latency_ms: dict[str, float] | None, persistence: str = "enabled", memory_used: int = 0) -> dict:
     device = {"persistence_mode": persistence, "memory_used": memory_used}
-    spec: dict = {"devices": [dict(device) for _ in range(GPUS)], "driver_lock": True}
+    spec: dict = {"devices": [{**device, **joined} for joined in _joined()], "driver_lock": True}
     if latency_ms is not None:
         spec["latency_ms"] = latency_ms
     return spec
@@ -130,11 +142,12 @@ def build_standin(directory: Path) -> Path:
     return out
 
 
-# A fresh interpreter's first claim (argv: busy-gpus, coordination file, amount): its time and counters.
+# A fresh interpreter's first claim (argv: busy-gpus, coordination file, amount, topology): its time and
+# counters.
 FIRST = r"""
 import json, sys, time
 from flink_gpu import GPUDriver, simulator
-config = {"discovery-mode": "nvml", "busy-gpus": sys.argv[1],
+config = {"discovery-mode": "nvml", "busy-gpus": sys.argv[1], "topology": sys.argv[4],
           "discovery-script.args": "--enable-coordination-mode --coordination-file " + sys.argv[2]}
 start = time.perf_counter()
 with GPUDriver(config) as driver:
@@ -143,17 +156,17 @@ seconds = time.perf_counter() - start
 print(json.dumps({"seconds": seconds, "indices": got, "counters": simulator.counters()}))
 """
 
-# A worker that has claimed once (argv: busy-gpus, coordination file), then claims the amount of each line
-# it reads: the time and counters of that claim alone.
+# A worker that has claimed once (argv: busy-gpus, coordination file, topology), then claims the amount of
+# each line it reads: the time and counters of that claim alone.
 WARM = r"""
 import json, sys, time
 from flink_gpu import GPUDriver, simulator
-config = {"discovery-mode": "nvml", "busy-gpus": sys.argv[1],
+config = {"discovery-mode": "nvml", "busy-gpus": sys.argv[1], "topology": sys.argv[3],
           "discovery-script.args": "--enable-coordination-mode --coordination-file " + sys.argv[2]}
 def claim(amount):
     with GPUDriver(config) as driver:
         return ",".join(sorted((info.index for info in driver.retrieve_resource_info(amount)), key=int))
-claim(2)  # NVML's start-up and first handles, as a worker's first task pays them
+claim(2)  # NVML's start-up, first handles and topology read, as a worker's first task pays them
 print("ready", flush=True)
 for line in sys.stdin:
     simulator.reset_counters()
@@ -165,9 +178,9 @@ for line in sys.stdin:
 
 
 class WarmWorker:
-    def __init__(self, env: dict[str, str], busy_gpus: str, coordination_file: Path) -> None:
+    def __init__(self, env: dict[str, str], busy_gpus: str, coordination_file: Path, topology: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", WARM, busy_gpus, str(coordination_file)],
+            [sys.executable, "-c", WARM, busy_gpus, str(coordination_file), topology],
             env=env,
             text=True,
             stdin=subprocess.PIPE,
@@ -190,6 +203,17 @@ class WarmWorker:
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
+
+
+def _parts(path: str) -> tuple[str, str, str]:
+    """(kind, busy-gpus, topology) of a path's name: "warm-avoid-ignore" is ("warm", "avoid", "ignore")."""
+    parts = path.split("-")
+    return parts[0], parts[1] if len(parts) > 1 else "", parts[2] if len(parts) > 2 else "prefer"
+
+
+def measured(path: str, amount: int) -> bool:
+    """Whether ``path`` is run for ``amount``: the topology-ignore paths only for claims of 2."""
+    return amount >= 2 or path not in TOPOLOGY_PATHS
 
 
 def _package_root() -> str:
@@ -228,8 +252,10 @@ class Host:
         self.workers: dict[str, WarmWorker] = {}
 
     def start(self) -> None:
-        for busy in BUSY_GPUS:
-            self.workers[busy] = WarmWorker(self.env, busy, self._coordination_file(f"warm-{busy}"))
+        for path in PATHS:
+            kind, busy, topology = _parts(path)
+            if kind == "warm":
+                self.workers[path] = WarmWorker(self.env, busy, self._coordination_file(path), topology)
 
     def wait_ready(self) -> None:
         for worker in self.workers.values():
@@ -256,7 +282,7 @@ class Host:
         return Sample(seconds, *_totals(simulator.counters(self.counters_file)))
 
     def measure(self, path: str, amount: int) -> Sample:
-        kind, _, busy = path.partition("-")
+        kind, busy, topology = _parts(path)
         coordination = self._coordination_file(path)
         coordination.write_text("")  # a claim from an empty file each time
         if kind == "stock":
@@ -264,15 +290,16 @@ class Host:
             return self._process(argv + [str(coordination)], self.stock_env, amount)
         if kind == "discovery":
             argv = [self.discovery, str(amount), "--enable-coordination-mode", "--coordination-file"]
-            return self._process(argv + [str(coordination), "--busy-gpus", busy], self.process_env, amount)
+            argv += [str(coordination), "--busy-gpus", busy, "--topology", topology]
+            return self._process(argv, self.process_env, amount)
         if kind == "first":
-            argv = [sys.executable, "-c", FIRST, busy, str(coordination), str(amount)]
+            argv = [sys.executable, "-c", FIRST, busy, str(coordination), str(amount), topology]
             done = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=600)
             if done.returncode != 0:
                 raise RuntimeError(f"first call on {self.name!r}: exit {done.returncode}, {done.stderr.strip()}")
             answer = json.loads(done.stdout)
         else:
-            answer = self.workers[busy].claim(amount)
+            answer = self.workers[path].claim(amount)
         if answer["indices"] != expected(amount):
             raise RuntimeError(f"{path} on {self.name!r} claimed {answer['indices']!r}, not {expected(amount)!r}")
         return Sample(answer["seconds"], *_totals(answer["counters"]))
@@ -336,7 +363,7 @@ def run(rounds: int, profiles=tuple(PROFILES), warm_up: bool = True, log=None) -
             for host in hosts:
                 host.wait_ready()
             results = Results(rounds, list(profiles))
-            cells = [(host, amount, path) for host in hosts for amount in AMOUNTS for path in PATHS]
+            cells = [(h, amount, path) for h in hosts for amount in AMOUNTS for path in PATHS if measured(path, amount)]
             for host, amount, path in cells:  # untimed: the files each path runs into the page cache
                 if warm_up and host.name in SMOKE_PROFILES:
                     host.measure(path, amount)
@@ -365,6 +392,9 @@ LABELS = {
     "first-ignore": "in-process first call (ignore)",
     "warm-avoid": "in-process warm (avoid)",
     "warm-ignore": "in-process warm (ignore)",
+    "discovery-avoid-ignore": "`flink-gpu-discovery` (avoid, topology ignore)",
+    "first-avoid-ignore": "in-process first call (avoid, topology ignore)",
+    "warm-avoid-ignore": "in-process warm (avoid, topology ignore)",
 }
 
 
@@ -382,7 +412,7 @@ def times_table(results: Results) -> str:
     headings = [
         LABELS[p]
         if i == 0 or LABELS[p].split(" (")[0] != LABELS[PATHS[i - 1]].split(" (")[0]
-        else f"({p.partition('-')[2]})"
+        else "(" + LABELS[p].split(" (")[1]
         for i, p in enumerate(PATHS)
     ]
     lines = [_row(["profile", "amount"] + headings), _row(["---"] * (len(PATHS) + 2))]
@@ -391,6 +421,9 @@ def times_table(results: Results) -> str:
             stock = results.median_ms(profile, amount, "stock")
             cells = [profile, str(amount), _ms(stock)]
             for path in PATHS[1:]:
+                if not measured(path, amount):
+                    cells.append("")
+                    continue
                 median = results.median_ms(profile, amount, path)
                 cells.append(f"{_ms(median)} ({stock / median:.3g}×)")
             lines.append(_row(cells))
@@ -405,6 +438,9 @@ def calls_table(results: Results) -> str:
     def cell(path: str, of) -> str:  # of(the calls of one run) -> a number
         per_amount = []
         for amount in AMOUNTS:
+            if not measured(path, amount):
+                per_amount.append("–")
+                continue
             values = {profile: of(results.calls(profile, amount, path)) for profile in profiles}
             common = statistics.mode(values.values())  # the first profile's among equally common ones
             others = [f"{v} on “{p}”" for p, v in values.items() if v != common]
@@ -422,7 +458,10 @@ def calls_table(results: Results) -> str:
     totals = [cell(path, lambda calls: sum(calls.values())) for path in PATHS]
     lines.append(_row(["**all**"] + [f"**{c}**" for c in totals]))
     for profile in profiles:
-        held = [" / ".join(_ms(results.lock_ms(profile, a, path)) for a in AMOUNTS) for path in PATHS]
+        held = [
+            " / ".join(_ms(results.lock_ms(profile, a, path)) if measured(path, a) else "–" for a in AMOUNTS)
+            for path in PATHS
+        ]
         lines.append(_row([f"driver lock held, {profile} (ms, 1 / 2 GPUs)"] + held))
     return "\n".join(lines)
 

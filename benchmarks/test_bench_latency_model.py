@@ -58,6 +58,15 @@ def test_the_nvidia_smi_standin_refuses_a_query_it_does_not_answer(standin):
     assert "--query-gpu=index --format=csv,noheader" in done.stderr and done.stdout == ""
 
 
+TOPOLOGY_CALLS = {
+    "nvmlDeviceGetTopologyCommonAncestor",
+    "nvmlDeviceGetP2PStatus",
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+    "nvmlDeviceGetNvLinkRemoteDeviceType",
+}
+
+
 @pytest.mark.benchmark(group="latency-model")
 def test_latency_model_interleaved(benchmark, stock_script):
     if benchmark.disabled:  # each path once, on the profiles that take milliseconds
@@ -76,13 +85,22 @@ def test_latency_model_interleaved(benchmark, stock_script):
                 "nvmlDeviceGetIndex": latency_model.GPUS,
             }
             for path in latency_model.PATHS:
+                if not latency_model.measured(path, amount):
+                    continue
                 assert len(results.samples[profile, amount, path]) == rounds
                 assert results.calls(profile, amount, path), path  # each path reached the simulator's NVML
+                # a fresh process's claim of 2 under topology prefer reads the topology; a claim of 1, the
+                # topology-ignore paths and a warm worker (it read it on its first claim) read none
+                reads = {f for f in results.calls(profile, amount, path) if f in TOPOLOGY_CALLS}
+                fresh = path.startswith(("discovery-", "first-"))
+                expected = amount == 2 and fresh and path not in latency_model.TOPOLOGY_PATHS
+                assert bool(reads) == expected, (profile, amount, path, reads)
     benchmark.extra_info["median_ms"] = {
         f"{profile} | {amount} | {path}": results.median_ms(profile, amount, path)
         for profile in profiles
         for amount in latency_model.AMOUNTS
         for path in latency_model.PATHS
+        if latency_model.measured(path, amount)
     }
     benchmark.extra_info["times"] = latency_model.times_table(results)
     benchmark.extra_info["calls"] = latency_model.calls_table(results)

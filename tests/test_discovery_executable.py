@@ -250,6 +250,50 @@ def test_an_unknown_busy_gpus_value_is_an_error_naming_the_flag_and_the_values(d
     )
 
 
+def bridged_host():
+    """rtx3090-bridged-4 without its latency model: NVLink bridges on 0-2 and 1-3, which index order splits."""
+    with open(simulator.profile_path("rtx3090-bridged-4"), encoding="utf-8") as handle:
+        return {k: v for k, v in json.load(handle).items() if k != "latency_ms"}
+
+
+def topology_calls(counters_file):
+    calls = simulator.counters(counters_file)["calls"]
+    return sorted(
+        f
+        for f in calls
+        if f.startswith("nvmlDeviceGetNvLink") or f in ("nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus")
+    )
+
+
+@pytest.mark.parametrize(
+    "args, out, reads",
+    [
+        (["2"], ("0,2\n", "1,3\n"), True),  # prefer, the default: a bridged pair
+        (["2", "--topology", "prefer"], ("0,2\n", "1,3\n"), True),
+        (["2", "--topology", "ignore"], ("0,1\n",), False),  # Flink's index order, no topology read
+        (["2", "--topology", " Ignore "], ("0,1\n",), False),
+        (["1"], ("0\n",), False),  # a claim of one reads no topology
+    ],
+)
+def test_the_topology_flag_chooses_between_the_best_joined_pair_and_index_order(
+    discovery_exe, tmp_path, args, out, reads
+):
+    counters = tmp_path / "counters.json"
+    proc = simulator.run(
+        [discovery_exe, *args], spec=bridged_host(), counters_file=counters, capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stdout in out) == (0, True), proc.stderr
+    assert bool(topology_calls(counters)) == reads
+
+
+@pytest.mark.parametrize("args", [["2", "--topology", "nvlink"], ["2", "--topology"]])
+def test_an_unknown_topology_value_is_an_error_naming_the_flag_and_the_values(discovery_exe, args):
+    out, code, err = run_spec(discovery_exe, {"devices": [{}, {}]}, args)
+    assert (out, code) == ("", 1)
+    value = args[2] if len(args) > 2 else ""
+    assert f"flink-gpu-discovery: Invalid value '{value}' for --topology: expected one of prefer, ignore." in err
+
+
 def test_an_unhealthy_gpu_is_never_printed_and_its_reason_is_on_stderr(discovery_exe):
     spec = {"devices": [{"health": {"row_remap_failure": True}}, {}, {"health": {"retired_pages_pending": True}}]}
     out, code, err = run_spec(discovery_exe, spec, ["2"])

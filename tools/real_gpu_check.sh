@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one-shot check on a machine with a real NVIDIA GPU (docs/design.md §4.2): builds, runs the tests that
 # need a real driver, times each NVML query flink-gpu makes (idle, then while a CUDA process holds a
-# context, if one can be started), runs `flink-gpu list --json`, a binding's memory limit applied through
+# context, if one can be started), runs `flink-gpu list --json`, prints the topology and times its read
+# (tools/topology_times.py), a binding's memory limit applied through
 # PyTorch (tools/memory_limit_check.py, where PyTorch is installed), `flink-gpu demo --real` and the
 # benchmarks, and writes one report. Read-only for the GPU: no MIG, persistence, clock or reset change.
 # Meant to take under 5 minutes on one GPU.
@@ -95,6 +96,13 @@ EOF
 fi
 
 step list-json "$python" -m flink_gpu.cli "${cli_sim[@]}" list --json
+# The topology the host reports (nvidia-smi topo -m) and what its read costs a claim of two (prefer - ignore);
+# a host without NVLink or with one GPU says so and passes.
+if [ $simulate = 1 ]; then
+  step topology "$python" tools/topology_times.py --runs 3 --simulate rtx3090-bridged-4
+else
+  step topology "$python" tools/topology_times.py --runs 5
+fi
 # A binding's memory limit, applied through PyTorch: an allocation within it succeeds, one beyond it fails.
 if [ $simulate = 1 ]; then
   step memory-limit "$python" tools/memory_limit_check.py --simulate 2 --memory "1 gb"

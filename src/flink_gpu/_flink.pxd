@@ -35,6 +35,7 @@ cdef extern from "flink/script_args.hpp" namespace "flinkgpu" nogil:
     const char* kCoordinationFileFlag "flinkgpu::kCoordinationFileFlag"
     const char* kBusyGpusFlag "flinkgpu::kBusyGpusFlag"
     const char* kNvmlTimeoutFlag "flinkgpu::kNvmlTimeoutFlag"
+    const char* kTopologyFlag "flinkgpu::kTopologyFlag"
 
     cdef cppclass CUnknownToken "flinkgpu::UnknownToken":
         string token
@@ -48,6 +49,8 @@ cdef extern from "flink/script_args.hpp" namespace "flinkgpu" nogil:
         string busy_gpus
         bint has_nvml_timeout
         string nvml_timeout
+        bint has_topology
+        string topology
         vector[CUnknownToken] unknown
 
     CScriptArgs parse_script_args_cpp "flinkgpu::parse_script_args"(const vector[string]& tokens) except +

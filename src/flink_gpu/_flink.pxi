@@ -93,24 +93,26 @@ cdef class UnknownToken(_Record):
 cdef class ParsedScriptArgs(_Record):
     """The stock script's reading of the tokens after the amount (csrc/flink/script_args.hpp):
     ``coordination_mode``, ``coordination_file``, ``file_value_missing`` (--coordination-file without a
-    value), ``unknown`` (UnknownToken for each token it skips), ``busy_gpus`` and ``nvml_timeout`` (our
+    value), ``unknown`` (UnknownToken for each token it skips), ``busy_gpus``, ``nvml_timeout`` and ``topology`` (our
     flags' values: None when the flag is absent, "" when it has no value)."""
 
     _FIELDS = ("coordination_mode", "coordination_file", "file_value_missing", "unknown", "busy_gpus",
-               "nvml_timeout")
+               "nvml_timeout", "topology")
     cdef readonly bint coordination_mode
     cdef readonly str coordination_file
     cdef readonly bint file_value_missing
     cdef readonly tuple unknown
     cdef readonly object busy_gpus
     cdef readonly object nvml_timeout
+    cdef readonly object topology
 
     def __init__(self):
         raise TypeError("ParsedScriptArgs objects come from parse_script_args()")
 
 
 def parse_script_args(tokens):
-    """The stock script's reading of the tokens after the amount (plus our --busy-gpus and --nvml-timeout):
+    """The stock script's reading of the tokens after the amount (plus our --busy-gpus, --nvml-timeout and
+    --topology):
     a ParsedScriptArgs."""
     cdef CScriptArgs parsed = parse_script_args_cpp(_script_tokens(tokens))
     cdef ParsedScriptArgs out = ParsedScriptArgs.__new__(ParsedScriptArgs)
@@ -127,6 +129,7 @@ def parse_script_args(tokens):
     out.unknown = tuple(found)
     out.busy_gpus = _text(parsed.busy_gpus) if parsed.has_busy_gpus else None
     out.nvml_timeout = _text(parsed.nvml_timeout) if parsed.has_nvml_timeout else None
+    out.topology = _text(parsed.topology) if parsed.has_topology else None
     return out
 
 

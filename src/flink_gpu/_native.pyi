@@ -49,6 +49,9 @@ class ParsedScriptArgs:
         """The value of --busy-gpus ("" without one); None: not given."""
     @property
     def nvml_timeout(self) -> Optional[str]: ...
+    @property
+    def topology(self) -> Optional[str]:
+        """The value of --topology ("" without one); None: not given."""
 
 def parse_script_args(tokens: Iterable[str]) -> ParsedScriptArgs: ...
 
@@ -279,6 +282,7 @@ class DeviceState:
     def compute_mode(self) -> Optional[str]: ...
 
 BUSY_GPUS_VALUES: Tuple[str, str, str]
+TOPOLOGY_VALUES: Tuple[str, str]
 HEALTH_CHECKS: Tuple[str, ...]
 
 class Verdict:
@@ -301,6 +305,8 @@ class NvmlSettings:
     @property
     def busy_gpus(self) -> str: ...
     @property
+    def topology(self) -> str: ...
+    @property
     def nvml_timeout(self) -> float: ...
     @property
     def health_checks(self) -> Tuple[str, ...]: ...
@@ -322,6 +328,8 @@ def read_settings(
     busy_gpus_flag: Optional[str],
     nvml_timeout_flag: Optional[str],
     arguments: bool = ...,
+    topology: Optional[str] = ...,
+    topology_flag: Optional[str] = ...,
 ) -> NvmlSettings: ...
 def find_taskmanager(pid: int) -> Optional[int]: ...
 
@@ -590,6 +598,7 @@ def policy_discover(
     coordination_file: Optional[str],
     lock_timeout: float,
     known_devices: Optional[Iterable[str]] = ...,
+    topology: str = ...,
 ) -> DiscoveryOutcome: ...
 def policy_bind(
     nvml: Optional[Nvml],

@@ -322,6 +322,7 @@ cdef extern from "nvml/settings.hpp" namespace "flinkgpu" nogil:
 
     cdef cppclass CSettingsText "flinkgpu::SettingsText":
         CParameterText busy_gpus
+        CParameterText topology
         CParameterText nvml_timeout
         CParameterText health_checks
         CParameterText metrics_interval
@@ -331,6 +332,7 @@ cdef extern from "nvml/settings.hpp" namespace "flinkgpu" nogil:
 
     cdef cppclass CSettings "flinkgpu::Settings":
         BusyPolicy busy
+        TopologyPolicy topology
         double nvml_timeout
         CheckSet health_checks
         double metrics_interval

@@ -196,5 +196,19 @@ _busy_names = {<int>BusyPolicy.kAvoid: "avoid", <int>BusyPolicy.kExclude: "exclu
                <int>BusyPolicy.kIgnore: "ignore"}
 
 
+cdef TopologyPolicy _topology_policy(str topology) except *:
+    cdef TopologyPolicy policy
+    cdef string encoded = _utf8(topology)
+    if not parse_topology_policy(string_view(encoded.data(), encoded.size()), &policy):
+        raise ValueError(f"Unknown topology value {topology!r}: use one of {', '.join(TOPOLOGY_VALUES)}.")
+    return policy
+
+
+TOPOLOGY_VALUES = tuple(kTopologyPolicyValues.decode("ascii").split(", "))
+
+
+_topology_names = {<int>TopologyPolicy.kPrefer: "prefer", <int>TopologyPolicy.kIgnore: "ignore"}
+
+
 cdef tuple _check_names(const CheckSet& checks):
     return tuple([name for i, name in enumerate(HEALTH_CHECKS) if checks.test(i)])

@@ -21,6 +21,7 @@ cdef extern from "policy/discover.hpp" namespace "flinkgpu::policy" nogil:
         int owner
         int taskmanager
         BusyPolicy busy
+        TopologyPolicy topology
         CheckSet checks
         double nvml_timeout
         double spent

@@ -61,11 +61,11 @@ cdef class DiscoveryOutcome:
 
 def policy_discover(Nvml nvml not None, indices, skipped, str counted not None, owner, taskmanager,
                     str busy_gpus not None, health_checks, timeout, amount, coordination_file,
-                    double lock_timeout, known_devices=None):
+                    double lock_timeout, known_devices=None, str topology not None="prefer"):
     """The one discovery (csrc/policy/discover.hpp) of ``amount`` of ``indices`` (nvml.devices()'
     indices, in its order; None: no enumeration, the devices are the GPUs read; ``skipped``: (index,
     reason) of those it skipped), judged for ``owner`` and
-    ``taskmanager`` (None: none) with ``health_checks`` (names; None: all) and ``busy_gpus``, read within
+    ``taskmanager`` (None: none) with ``health_checks`` (names; None: all), ``busy_gpus`` and ``topology``, read within
     ``timeout`` seconds; claimed in ``coordination_file`` (None: not coordinated) within ``lock_timeout``.
     ``known_devices`` (indices whose static properties the caller has; with ``indices`` None): the GPUs of
     the other candidates are enumerated before any claim."""
@@ -74,6 +74,7 @@ def policy_discover(Nvml nvml not None, indices, skipped, str counted not None, 
     request.taskmanager = 0 if taskmanager is None else <int>_pid(taskmanager, "taskmanager_pid")
     request.checks = _check_set(health_checks)
     request.busy = _busy_policy(busy_gpus)
+    request.topology = _topology_policy(topology)
     request.nvml_timeout = _timeout(timeout)
     if indices is None:  # no enumeration: the devices are what the read finds, each GPU's handle taken as read
         request.enumerate_by_reading = True

@@ -30,6 +30,7 @@ def discover(
     skipped: "Iterable[tuple[str, str]]" = (),
     counted: str = "devices NVML lists",
     busy_gpus: str = "avoid",
+    topology: str = "prefer",
     health_checks: "tuple[str, ...] | None" = None,
     nvml_timeout: float = DEFAULT_NVML_TIMEOUT,
     coordination_file: "str | os.PathLike[str] | None" = None,
@@ -44,7 +45,9 @@ def discover(
     out, and of the unhealthy ones read, are enumerated before anything is claimed (the record's ``devices`` and
     ``skipped``), and a device the enumeration skips is left out. Judged
     for ``owner`` and its ``taskmanager`` with ``health_checks`` (names of HEALTH_CHECKS; None: all) and
-    ranked under ``busy_gpus``, every state read within ``nvml_timeout`` seconds; with
+    ranked under ``busy_gpus``; of two or more under ``topology`` "prefer" the best joined set of the class
+    (the topology read once per process), under "ignore" index order and no topology read; every state read
+    within ``nvml_timeout`` seconds; with
     ``coordination_file``, claimed there for ``owner`` (its lock within ``lock_timeout`` seconds).
 
     Too few usable or free GPUs are the record's ``shortage``, not an error. Raises
@@ -65,6 +68,7 @@ def discover(
         path,
         lock_timeout,
         known_devices,
+        topology,
     )
 
 

@@ -609,6 +609,81 @@ def test_a_bad_busy_gpus_flag_names_the_args_key_and_the_allowed_values(args, va
     )
 
 
+# --- topology: how the NVML backend picks two or more GPUs within a class (the busy-gpus grammar) ---------
+
+
+def test_topology_option():
+    assert GPUDriverOptions.TOPOLOGY.key == "topology"
+    assert GPUDriverOptions.TOPOLOGY.default_value == "prefer"
+
+
+@pytest.mark.parametrize(
+    "params, policy",
+    [
+        ({}, "prefer"),
+        ({"topology": " Ignore "}, "ignore"),
+        ({"discovery-script.args": "--topology IGNORE"}, "ignore"),
+        ({"topology": "prefer", "discovery-script.args": "--topology prefer"}, "prefer"),
+    ],
+)
+def test_the_topology_policy_is_the_parameter_else_the_flag_in_the_args(params, policy, caplog):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    with caplog.at_level(logging.WARNING):
+        settings = GPUDriverSettings.from_config(params)
+        assert (settings.topology, settings.topology_policy()) == (policy, policy)
+    assert not caplog.records
+
+
+def test_an_unknown_topology_names_the_full_key_and_the_allowed_values(script):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    with pytest.raises(IllegalConfigurationException) as error:
+        GPUDriverSettings.from_config({"topology": "nvlink"}, "gpu")
+    assert str(error.value) == (
+        "Invalid value 'nvlink' for key 'external-resource.gpu.param.topology': expected one of prefer, ignore."
+    )
+    with pytest.raises(IllegalConfigurationException, match="'topology': expected one of prefer, ignore"):
+        GPUDriver({"discovery-script.path": script, "topology": ""})
+
+
+@pytest.mark.parametrize("args, value", [("--topology best", "best"), ("--topology", "")])
+def test_a_bad_topology_flag_names_the_args_key_and_the_allowed_values(args, value):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    settings = GPUDriverSettings.from_config({"discovery-script.args": args}, "gpu")
+    with pytest.raises(IllegalConfigurationException) as error:
+        settings.topology_policy()
+    assert str(error.value) == (
+        f"Invalid value '{value}' for --topology in key 'external-resource.gpu.param.discovery-script.args': "
+        "expected one of prefer, ignore."
+    )
+
+
+def test_the_topology_parameter_wins_over_a_different_flag_with_a_warn(caplog):
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    settings = GPUDriverSettings.from_config(
+        {"topology": "ignore", "discovery-script.args": "--topology prefer"}, "gpu"
+    )
+    with caplog.at_level(logging.WARNING):
+        assert (settings.busy_policy(), settings.topology_policy()) == ("avoid", "ignore")
+    assert [r.getMessage() for r in caplog.records] == [
+        "'external-resource.gpu.param.topology' is 'ignore' but "
+        "'external-resource.gpu.param.discovery-script.args' has --topology prefer; using 'ignore'."
+    ]
+
+
+def test_a_lenient_reading_of_a_bad_topology_takes_prefer_or_the_flag():
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    assert GPUDriverSettings.from_config_lenient({"topology": "never"}, "gpu").topology == "prefer"
+    flagged = GPUDriverSettings.from_config_lenient(
+        {"topology": "never", "discovery-script.args": "--topology ignore"}, "gpu"
+    )
+    assert flagged.topology_policy() == "ignore"
+
+
 def test_a_lenient_reading_takes_the_default_of_each_invalid_option_and_keeps_the_valid_ones():
     from flink_gpu.gpu.settings import GPUDriverSettings
 

@@ -68,6 +68,7 @@ class ScriptArgs(NamedTuple):
     file_value_missing: bool = False  # --coordination-file without a value: the default file is used
     busy_gpus: "str | None" = None  # the value of --busy-gpus ("" without one); None: not given
     nvml_timeout: "str | None" = None  # the value of --nvml-timeout (flink-gpu-discovery's), likewise
+    topology: "str | None" = None  # the value of --topology, likewise
 
 
 def parse_script_args(args: "str | None", key: str = "discovery-script.args", *, warn: bool = True) -> ScriptArgs:
@@ -88,6 +89,7 @@ def parse_script_args(args: "str | None", key: str = "discovery-script.args", *,
         read.file_value_missing,
         read.busy_gpus,
         read.nvml_timeout,
+        read.topology,
     )
     if warn:
         warn_ignored(parsed, key, args)

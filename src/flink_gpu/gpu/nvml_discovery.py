@@ -135,6 +135,7 @@ class NvmlDiscovery:
         ``settings.busy_policy()`` what to do with busy GPUs."""
         self.args = settings.script_args
         self.busy_gpus = settings.busy_policy()
+        self.topology = settings.topology_policy()
         self.health_checks = settings.health_checks
         self.nvml_timeout = settings.nvml_timeout_seconds()
         self._nvml: Library | None = nvml  # None once closed
@@ -155,7 +156,8 @@ class NvmlDiscovery:
 
         It reads the devices' state now, within nvml-timeout, in preference order until ``amount`` of
         the best class are found, and ranks them (docs/design.md §9.1): unhealthy and unknown ones never,
-        degraded ones last, busy ones by ``busy-gpus``; within a class the lowest index first. Not
+        degraded ones last, busy ones by ``busy-gpus``; within a class, for two or more under ``topology:
+        prefer``, the best joined set (NVLink, then PCIe), else the lowest index first. Not
         coordinated: the first ``amount`` of that order (docs/design.md §4.2). Coordinated: claimed for
         this process in the coordination file shared with the other workers of the host, honouring the
         ranks (docs/design.md §5.2); asking again returns what this process already holds.
@@ -176,6 +178,7 @@ class NvmlDiscovery:
                 taskmanager=taskmanager,
                 counted=known.counted,
                 busy_gpus=self.busy_gpus,
+                topology=self.topology,
                 health_checks=self.health_checks,
                 nvml_timeout=self.nvml_timeout,
                 coordination_file=path,

@@ -70,6 +70,16 @@ class GPUDriverOptions:
         "and surrounding blanks are ignored; overrides --busy-gpus in discovery-script.args.",
     )
 
+    TOPOLOGY: ConfigOption[str] = config_option(
+        "topology",
+        str,
+        "prefer",
+        "NVML mode: how a claim of two or more GPUs picks them within the best health/busy class. "
+        "'prefer' takes the set best joined by NVLink, then by PCIe (the host's topology is read once per "
+        "process); 'ignore' takes them in index order as Flink does and reads no topology. Case and "
+        "surrounding blanks are ignored; overrides --topology in discovery-script.args.",
+    )
+
     NVML_TIMEOUT: ConfigOption[float] = config_option(
         "nvml-timeout",
         Duration,

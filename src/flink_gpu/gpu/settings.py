@@ -34,12 +34,15 @@ class GPUDriverSettings:
     library_path: "str | None"  # nvml.library-path; None when unset or blank
     resource_name: "str | None" = None  # the resource whose params these are, when known
     # The NVML backend's settings, read by the core (flink_gpu.nvml.read_settings): a parameter, else its
-    # flag in the args (--busy-gpus, --nvml-timeout), else the default.
+    # flag in the args (--busy-gpus, --topology, --nvml-timeout), else the default.
     busy_gpus: str = "avoid"  # "avoid", "exclude" or "ignore"
+    topology: str = "prefer"  # "prefer" or "ignore"
     health_checks: "tuple[str, ...]" = HEALTH_CHECKS  # health-checks: the enforced checks, in HEALTH_CHECKS order
     metrics_interval: float = DEFAULT_METRICS_INTERVAL  # metrics.interval, seconds, at least MIN_METRICS_INTERVAL
     nvml_timeout: float = DEFAULT_NVML_TIMEOUT  # seconds, positive: NVML init, enumeration, reads
-    flag_error: "str | None" = None  # the first --busy-gpus or --nvml-timeout in the args with a wrong value
+    flag_error: "str | None" = (
+        None  # the first --busy-gpus, --topology or --nvml-timeout in the args with a wrong value
+    )
     overrides: "tuple[str, ...]" = ()  # a WARN per parameter that overrides its flag with another value
 
     @classmethod
@@ -48,7 +51,7 @@ class GPUDriverSettings:
     ) -> GPUDriverSettings:
         """The settings in ``params`` (the driver-relative keys, ``external-resource.<name>.param.``
         stripped). Raises ``IllegalConfigurationException`` for a bad mode, timeout, nvml-timeout, busy-gpus,
-        health-checks or metrics.interval, naming the full key when ``resource_name`` is given; the NVML
+        topology, health-checks or metrics.interval, naming the full key when ``resource_name`` is given; the NVML
         backend's settings are read from their raw text by the core's one parser, which flink-gpu-discovery
         reads its flags with (flink_gpu.nvml.read_settings). Nothing is logged: :meth:`warn_ignored_args`
         WARNs about the arguments when a backend reads them."""
@@ -81,6 +84,8 @@ class GPUDriverSettings:
             config.get_string(options.METRICS_INTERVAL),
             script_args.busy_gpus,
             script_args.nvml_timeout,
+            topology=config.get_string(options.TOPOLOGY),
+            topology_flag=script_args.topology,
         )
         if nvml.parameter_errors and not lenient:
             raise IllegalConfigurationException(nvml.parameter_errors[0])
@@ -98,6 +103,7 @@ class GPUDriverSettings:
             library_path=library_path,
             resource_name=resource_name,
             busy_gpus=nvml.busy_gpus,
+            topology=nvml.topology,
             health_checks=nvml.health_checks,
             metrics_interval=nvml.metrics_interval,
             nvml_timeout=nvml.nvml_timeout,
@@ -110,8 +116,8 @@ class GPUDriverSettings:
         cls, params: "Configuration | Mapping[str, object] | None", resource_name: "str | None" = None
     ) -> GPUDriverSettings:
         """As :meth:`from_config`, but an invalid option of ours (``discovery-mode``,
-        ``discovery-script.timeout``, ``busy-gpus``, ``health-checks``, ``metrics.interval``, ``nvml-timeout``)
-        takes its default instead of failing, each read on its own; valid ones are kept.
+        ``discovery-script.timeout``, ``busy-gpus``, ``topology``, ``health-checks``, ``metrics.interval``,
+        ``nvml-timeout``) takes its default instead of failing, each read on its own; valid ones are kept.
 
         That is what Flink's Java GPU plugin, which reads only ``discovery-script.path`` and
         ``.args``, makes of such a configuration, so readers of one (doctor, the PyFlink bridge)
@@ -124,7 +130,7 @@ class GPUDriverSettings:
         return _key(option, self.resource_name)
 
     def _checked_flags(self) -> None:
-        """The NVML backends read ``--busy-gpus`` and ``--nvml-timeout`` in ``discovery-script.args`` as
+        """The NVML backends read ``--busy-gpus``, ``--topology`` and ``--nvml-timeout`` in ``discovery-script.args`` as
         flink-gpu-discovery does: a wrong value is an ``IllegalConfigurationException`` naming the args key,
         set parameters or not (the stock script ignores the flags; only our backends read them)."""
         if self.flag_error is not None:
@@ -142,6 +148,14 @@ class GPUDriverSettings:
             for override in self.overrides:
                 _log.warning("%s", override)
         return self.busy_gpus
+
+    def topology_policy(self) -> str:
+        """The ``topology`` policy of the NVML backend: the parameter when it is set, else ``--topology`` in
+        ``discovery-script.args``, else ``prefer``. A wrong flag value raises
+        ``IllegalConfigurationException`` (:meth:`_checked_flags`); overrides are WARNed by
+        :meth:`busy_policy`."""
+        self._checked_flags()
+        return self.topology
 
     def nvml_timeout_seconds(self) -> float:
         """The deadline of the NVML backend's nvmlInit, enumeration and state reads (docs/design.md
