@@ -613,4 +613,6 @@ def policy_bind(
     health_checks: Optional[Iterable[str]],
     nvml_timeout: float,
     memory: int = ...,
+    topology: str = ...,
+    pack: bool = ...,
 ) -> BindOutcome: ...

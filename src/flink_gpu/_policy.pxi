@@ -160,11 +160,13 @@ cdef class BindOutcome:
 
 
 def policy_bind(Nvml nvml, path, double timeout, pid, slot, taskmanager, gpus, size_t count,
-                uint32_t holders_per_gpu, health_checks, nvml_timeout, uint64_t memory=0):
+                uint32_t holders_per_gpu, health_checks, nvml_timeout, uint64_t memory=0,
+                str topology not None="prefer", bint pack=False):
     """The one bind (csrc/policy/bind.hpp) of ``count`` of ``gpus`` to the holder (process ``pid``, or
     thread ``pid`` of slot ``slot``) in the bindings file ``path`` within ``timeout``, each GPU judged by
     ``nvml`` (None: NVML could not be opened, every GPU is taken as it is) with ``health_checks`` (names;
-    None: all) within ``nvml_timeout`` seconds, with ``memory`` bytes requested on each (0: none)."""
+    None: all) within ``nvml_timeout`` seconds, with ``memory`` bytes requested on each (0: none); of two or
+    more the best joined set unless ``topology`` is "ignore"; ``pack``: the most-bound GPU with room first."""
     cdef BindRequest request
     request.bindings = _co_options(path, timeout)
     request.holder = _bi_holder(pid, slot, taskmanager)
@@ -173,6 +175,8 @@ def policy_bind(Nvml nvml, path, double timeout, pid, slot, taskmanager, gpus, s
     request.count = count
     request.holders_per_gpu = holders_per_gpu
     request.memory = memory
+    request.topology = _topology_policy(topology)
+    request.pack = pack
     request.checks = _check_set(health_checks)
     request.nvml_timeout = _timeout(nvml_timeout)
     cdef double spent = 0

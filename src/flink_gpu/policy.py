@@ -86,13 +86,17 @@ def bind(
     nvml_timeout: float = DEFAULT_NVML_TIMEOUT,
     lock_timeout: float = DEFAULT_TIMEOUT,
     memory: int = 0,
+    topology: str = "prefer",
+    pack: bool = False,
 ) -> BindOutcome:
     """``count`` of ``gpus`` (indices) bound in the bindings file ``path`` (its lock within ``lock_timeout``
     seconds) to the process ``holder_pid``, or with ``slot`` to that slot for thread ``holder_pid``, each GPU
     shared by at most ``holders_per_gpu`` holders; every GPU judged by ``library`` (None: NVML could not be
     opened, each is taken as it is) with ``health_checks`` within ``nvml_timeout`` seconds, unhealthy and
     unknown ones left out, busy and degraded ones last; with ``memory`` (bytes, 0: none) requested on each
-    GPU, only GPUs whose holders' requests with it fit NVML's total and whose free memory covers it.
+    GPU, only GPUs whose holders' requests with it fit NVML's total and whose free memory covers it. Of two
+    or more, the best joined set of the last class needed (``topology`` "prefer"; "ignore": none is read);
+    ``pack``: the most-bound GPU that still has room first, instead of the least-bound.
 
     Too few usable or free GPUs are the record's ``shortage``, not an error. Raises TimeoutError when the
     file's lock is not had in time, OSError for a file that cannot be used, ValueError for a bad slot or a
@@ -110,4 +114,6 @@ def bind(
         health_checks,
         nvml_timeout,
         memory,
+        topology,
+        pack,
     )

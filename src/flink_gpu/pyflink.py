@@ -106,6 +106,8 @@ def bind_gpus(
     count: int = 1,
     subtasks_per_gpu: int = 1,
     memory: "int | str | None" = None,
+    topology: "str | None" = None,
+    placement: str = "spread",
 ) -> GPUBinding:
     """Binds ``count`` of the TaskManager's GPUs of resource ``name`` to this subtask's slot and returns
     the :class:`flink_gpu.binding.GPUBinding` (``infos``, ``cuda_visible_devices``, ``devices``,
@@ -123,6 +125,10 @@ def bind_gpus(
     thread ends and frees it). A process forked from the worker shares the worker's binding in a bindings
     file only while the worker still binds there; once the worker released it or died, the child binds
     there as a holder of its own.
+    With ``count`` of two or more, the slot gets the best joined set of its TaskManager's GPUs (NVLink, then
+    PCIe; docs/design.md §9.6) unless ``topology`` is ``"ignore"`` (None: the resource's ``topology`` parameter,
+    ``prefer`` by default). ``placement``: ``"spread"`` (least-shared GPU first) or ``"pack"`` (fill a GPU up to
+    ``subtasks_per_gpu`` slots before the next, so that whole GPUs stay free).
     Raises :class:`flink_gpu.NotEnoughGpusError` when the TaskManager has no GPUs for ``name`` or too
     few are left, saying who binds them and what to change, and
     :class:`flink_gpu.SlotUnknownError` when a thread-mode subtask's slot cannot be told.
@@ -159,6 +165,8 @@ def bind_gpus(
             health_checks=view.health_checks,
             nvml_timeout=view.nvml_timeout,
             memory=memory_bytes,
+            topology=topology if topology is not None else view.topology or "prefer",
+            placement=placement,
         )
     except NotEnoughGpusError as error:  # the same error, told what this TaskManager can serve
         advice = _binding_advice(

@@ -11,10 +11,11 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 
-from flink_gpu import GPUInfo, NotEnoughGpusError, binding
+from flink_gpu import GPUInfo, NotEnoughGpusError, binding, simulator
 from flink_gpu.binding import BindingError, bind
 from support.orphans import TASKMANAGER, orphaned_worker, read_until
 from support.orphans import stop as stop_process
@@ -43,9 +44,9 @@ WORKER = textwrap.dedent("""
     import sys
     from flink_gpu import GPUInfo
     from flink_gpu.binding import bind, BindingError
-    path, n, count, share = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    path, n, count, share, placement = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     try:
-        b = bind([GPUInfo(str(i)) for i in range(n)], count, share, path=path)
+        b = bind([GPUInfo(str(i)) for i in range(n)], count, share, path=path, placement=placement)
         print(",".join(b.indices), flush=True)
     except BindingError as error:
         print("error:", error, flush=True)
@@ -53,10 +54,10 @@ WORKER = textwrap.dedent("""
     """)
 
 
-def start_workers(path, count, n=4, per_worker=1, share=1):
+def start_workers(path, count, n=4, per_worker=1, share=1, placement="spread"):
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, path, str(n), str(per_worker), str(share)],
+            [sys.executable, "-c", WORKER, path, str(n), str(per_worker), str(share), placement],
             env=child_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -490,6 +491,54 @@ def test_bind_binds_a_degraded_or_busy_gpu_last(path, first):
 def test_bind_prefers_no_gpu_by_state_on_a_healthy_host(path):
     got = bind_on_state(path, {"devices": [{}, {}]}, 2, 1)
     assert got["bound"] == ["0"] and got["warnings"] == []
+
+
+# -- topology and placement (docs/design.md §9.6) ----------------------------------------------------------
+
+
+def bridged_spec():
+    """The rtx3090-bridged-4 profile: NVLink bridges on GPUs 0-2 and 1-3, which index order splits."""
+    return json.loads(Path(simulator.profile_path("rtx3090-bridged-4")).read_text())
+
+
+def test_a_bind_of_two_gets_the_bridged_pair_and_ignore_gets_index_order(path):
+    spec = bridged_spec()
+    assert bind_on_state(path, spec, 4, 2)["bound"] == ["0", "2"]
+    assert bind_on_state(path + "i", spec, 4, 2, topology="ignore")["bound"] == ["0", "1"]
+    # the same rule for the same words as the driver's parameter: case and blanks ignored
+    assert bind_on_state(path + "c", spec, 4, 2, topology=" IGNORE ")["bound"] == ["0", "1"]
+
+
+def test_a_bind_of_two_never_takes_a_degraded_gpu_for_its_bridge(path):
+    spec = bridged_spec()
+    spec["devices"][2]["health"] = {"row_remap_pending": True}
+    assert bind_on_state(path, spec, 4, 2)["bound"] == ["1", "3"]
+
+
+@pytest.mark.parametrize("placement, got", [("spread", ["0", "1"]), ("pack", ["0", "0"])])
+def test_pack_fills_a_gpu_up_to_its_holders_before_the_next(path, placement, got):
+    """Two holders of two GPUs that each take two: spread gives each its own GPU, pack fills GPU 0 first and
+    leaves GPU 1 whole."""
+    procs, bound = start_workers(path, 2, n=2, share=2, placement=placement)
+    try:
+        assert sorted(bound) == got
+    finally:
+        stop(procs)
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"topology": "closest"}, "Invalid value 'closest' for topology: expected one of prefer, ignore."),
+        ({"topology": 1}, "topology 1 is not a topology policy: give 'prefer' or 'ignore'."),
+        ({"placement": "fill"}, "Invalid value 'fill' for placement: expected one of spread, pack."),
+        ({"placement": None}, "Invalid value None for placement: expected one of spread, pack."),
+    ],
+)
+def test_a_bad_topology_or_placement_is_refused_naming_it_before_the_file_is_touched(path, options, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        bind([GPUInfo("0")], path=path, **options)
+    assert not os.path.exists(path)
 
 
 # -- memory requests (docs/design.md §9.3, Memory) ---------------------------------------------------

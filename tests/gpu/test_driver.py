@@ -461,7 +461,7 @@ def test_every_bad_amount_gives_the_documented_error_naming_it(tmp_path):
 
 # --- health-checks: which checks decide health (docs/design.md §9.1) -------------------------------
 
-ALL_CHECKS = ("inforom", "remapped-rows", "ecc", "recovery-action", "fabric", "retired-pages")
+ALL_CHECKS = ("inforom", "remapped-rows", "ecc", "recovery-action", "fabric", "retired-pages", "nvlink")
 
 
 @pytest.mark.parametrize(
@@ -470,7 +470,7 @@ ALL_CHECKS = ("inforom", "remapped-rows", "ecc", "recovery-action", "fabric", "r
         (None, ALL_CHECKS),
         ("all", ALL_CHECKS),
         ("all,-inforom", tuple(c for c in ALL_CHECKS if c != "inforom")),
-        (" ALL , -Fabric, -ecc ", ("inforom", "remapped-rows", "recovery-action", "retired-pages")),
+        (" ALL , -Fabric, -ecc ", ("inforom", "remapped-rows", "recovery-action", "retired-pages", "nvlink")),
         ("ecc,fabric", ("ecc", "fabric")),
         ("-all", ()),
         ("-all,recovery-action", ("recovery-action",)),
@@ -491,7 +491,7 @@ def test_an_unknown_health_check_names_the_full_key_and_the_names(value, bad):
         GPUDriverSettings.from_config({"health-checks": value}, "gpu")
     assert str(error.value) == (
         f"Invalid value '{value}' for key 'external-resource.gpu.param.health-checks': {bad} is not a health "
-        "check; use all, inforom, remapped-rows, ecc, recovery-action, fabric, retired-pages, each optionally "
+        "check; use all, inforom, remapped-rows, ecc, recovery-action, fabric, retired-pages, nvlink, each optionally "
         "prefixed with '-' to leave it out (e.g. 'all,-inforom')."
     )
 

@@ -419,6 +419,8 @@ def bind(
     health_checks: "str | Iterable[str] | None" = None,
     nvml_timeout: "float | str | None" = None,
     memory: "int | str | None" = None,
+    topology: str = "prefer",
+    placement: str = "spread",
 ) -> GPUBinding:
     """Binds ``count`` of ``gpus`` (GPUInfos: the set the TaskManager or parent claimed) to the calling
     process, or with ``slot`` to that slot for the calling thread, sharing each GPU with at most
@@ -437,6 +439,12 @@ def bind(
     binding. :attr:`GPUBinding.memory_limit` is it; enforcing it is the framework's
     (:meth:`GPUBinding.apply_memory_limit`, :meth:`GPUBinding.memory_environment`).
 
+    ``topology``: for two or more GPUs, ``"prefer"`` (the default) binds the best joined set of the best class
+    (most NVLinks between them, then the closest PCIe relation; never a worse health or busy class for a link;
+    docs/design.md §9.6), ``"ignore"`` the least-bound ones in index order, reading no topology. ``placement``:
+    ``"spread"`` (the default: the least-bound GPU first) or ``"pack"`` (the most-bound GPU that still has room
+    for ``holders_per_gpu`` first, so that whole GPUs stay free for holders that need one alone).
+
     ``taskmanager_pid``: the process whose GPUs these are (recorded for ``flink-gpu list``): where it is
     another process, the binding ends when it dies (one WARN says so), and no other process counts it from then
     on; ``path``: the
@@ -450,7 +458,8 @@ def bind(
     by_index = _by_index(gpus)
     count, holders_per_gpu = checked_counts(count, holders_per_gpu)
     memory_bytes = checked_memory(memory)
-    checks, deadline = _state_settings(health_checks, nvml_timeout)
+    checks, deadline, topology = _state_settings(health_checks, nvml_timeout, topology)
+    pack = _packs(placement)
     metrics_interval = _metrics_interval(metrics_interval)
     taskmanager_pid, taskmanager_start = _taskmanager(taskmanager_pid)
     path = bindings_path() if path is None else os.fspath(path)
@@ -477,6 +486,8 @@ def bind(
             nvml_timeout=deadline,
             lock_timeout=timeout,
             memory=memory_bytes or 0,
+            topology=topology,
+            pack=pack,
         )
         if outcome.shortage is not None:
             error = NotEnoughGpusError(outcome.shortage)
@@ -586,16 +597,18 @@ def _hold(
 
 
 def _state_settings(
-    health_checks: "str | Iterable[str] | None", nvml_timeout: "float | str | None"
-) -> "tuple[tuple[str, ...] | None, float]":
-    """bind's ``health_checks`` and ``nvml_timeout``, read as the driver and flink-gpu-discovery read them: the
-    option's text by the core's settings reader, names and seconds by its checks (flink_gpu.nvml); (the checks'
-    names or None for all, the deadline in seconds); ValueError naming a bad one."""
+    health_checks: "str | Iterable[str] | None", nvml_timeout: "float | str | None", topology: str = "prefer"
+) -> "tuple[tuple[str, ...] | None, float, str]":
+    """bind's ``health_checks``, ``nvml_timeout`` and ``topology``, read as the driver and flink-gpu-discovery read
+    them: the option's text by the core's settings reader, names and seconds by its checks (flink_gpu.nvml); (the
+    checks' names or None for all, the deadline in seconds, the topology policy); ValueError naming a bad one."""
     from flink_gpu.nvml import checked_health_checks, checked_nvml_timeout, read_settings
 
+    if not isinstance(topology, str):
+        raise ValueError(f"topology {topology!r} is not a topology policy: give 'prefer' or 'ignore'.")
     health_text = health_checks if isinstance(health_checks, str) else None
     timeout_text = nvml_timeout if isinstance(nvml_timeout, str) else None
-    read = read_settings("", None, timeout_text, health_text, None, None, None, arguments=True)
+    read = read_settings("", None, timeout_text, health_text, None, None, None, arguments=True, topology=topology)
     if read.parameter_errors:
         raise ValueError(read.parameter_errors[0])
     checks: "tuple[str, ...] | None" = None
@@ -604,13 +617,25 @@ def _state_settings(
     elif health_checks is not None:
         checks = checked_health_checks(health_checks, "health_checks")
     if nvml_timeout is None or timeout_text is not None:
-        return checks, read.nvml_timeout
+        return checks, read.nvml_timeout, read.topology
     if isinstance(nvml_timeout, bool) or not isinstance(nvml_timeout, (int, float)):
         raise ValueError(
             f"nvml_timeout {nvml_timeout!r} is not a deadline: give seconds or a Flink duration such as '300 ms', "
             f"not a {type(nvml_timeout).__name__}."
         )
-    return checks, checked_nvml_timeout(nvml_timeout, "nvml_timeout")
+    return checks, checked_nvml_timeout(nvml_timeout, "nvml_timeout"), read.topology
+
+
+#: bind's ``placement`` values: whether each packs
+PLACEMENTS = {"spread": False, "pack": True}
+
+
+def _packs(placement: str) -> bool:
+    """Whether bind's ``placement`` packs; ValueError naming a value that is none of :data:`PLACEMENTS`."""
+    word = placement.strip().lower() if isinstance(placement, str) else None
+    if word not in PLACEMENTS:
+        raise ValueError(f"Invalid value {placement!r} for placement: expected one of {', '.join(PLACEMENTS)}.")
+    return PLACEMENTS[word]
 
 
 def _library(library_path: "str | None", nvml_timeout: float) -> "Library | None":

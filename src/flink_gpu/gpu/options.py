@@ -97,7 +97,7 @@ class GPUDriverOptions:
         "all",
         "NVML mode: which health checks decide whether a GPU is handed out (docs/design.md §9.1): "
         "a comma-separated list of check names (inforom, remapped-rows, ecc, recovery-action, "
-        "fabric, retired-pages), 'all', and '-name' to leave one out, read left to right, e.g. "
+        "fabric, retired-pages, nvlink), 'all', and '-name' to leave one out, read left to right, e.g. "
         "'all,-inforom'. A check left out is still read and shown by flink-gpu list and doctor; "
         "a lost GPU is never handed out.",
     )

@@ -27,6 +27,7 @@ class TaskManagerView(NamedTuple):
     metrics_interval: float | None = None  # param.metrics.interval (None: unknown, the default)
     health_checks: "tuple[str, ...] | None" = None  # param.health-checks (None: unknown, all)
     nvml_timeout: float | None = None  # param.nvml-timeout, else --nvml-timeout (None: unknown, the default)
+    topology: str | None = None  # param.topology, else --topology (None: unknown, the default)
 
 
 # (FLINK_CONF_DIR, name) -> (the configuration files' stat, the view they gave)
@@ -130,6 +131,7 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> TaskManagerView
             settings.metrics_interval,
             settings.health_checks,
             nvml_timeout,
+            settings.topology,
         )
     return TaskManagerView(
         settings.script_args.coordination_file,
@@ -139,6 +141,7 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> TaskManagerView
         settings.metrics_interval,
         settings.health_checks,
         nvml_timeout,
+        settings.topology,
     )
 
 

@@ -161,7 +161,7 @@ def test_doctor_python_resource_with_a_bad_mode_still_checks_args_and_gpus(tmp_p
         (
             "health-checks: all,-inform",
             "for key 'health-checks': '-inform' is not a health check; use all, inforom, "
-            "remapped-rows, ecc, recovery-action, fabric, retired-pages",
+            "remapped-rows, ecc, recovery-action, fabric, retired-pages, nvlink",
         ),
     ],
 )
