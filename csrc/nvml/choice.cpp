@@ -109,7 +109,8 @@ void judge_nvlinks(const Topology& topology, const CheckSet& enforced, std::vect
             found->second.known ? Outcome::kOk : Outcome::kNotSupported;
         r.nvlinks = found->second.count;
         r.nvlinks_inactive = found->second.inactive;
-        r.nvlink_fabric = found->second.to_switch;
+        // a link to an NVSwitch, or a fabric registration (an inactive link may not say where it leads)
+        r.nvlink_fabric = found->second.to_switch || r.fabric.state != NVML_GPU_FABRIC_STATE_NOT_SUPPORTED;
         judge_health(enforced, &s);
     }
 }

@@ -473,6 +473,17 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
 bool run_within(double timeout_seconds, const char* function, std::function<void()> job, Stall* stall, Status* status,
                 int gpu) noexcept {
     try {
+        return run_within(timeout_seconds, function, [job = std::move(job)](ReadMonitor&) { job(); }, stall, status,
+                          gpu);
+    } catch (const std::bad_alloc&) {
+        *status = nvml_failure(NVML_ERROR_MEMORY, function, "Out of memory while reading NVML.");
+        return false;
+    }
+}
+
+bool run_within(double timeout_seconds, const char* function, std::function<void(ReadMonitor&)> job, Stall* stall,
+                Status* status, int gpu) noexcept {
+    try {
         *status = Status();
         stall->function.clear();
         const long long deadline = deadline_after(timeout_seconds);
@@ -482,7 +493,7 @@ bool run_within(double timeout_seconds, const char* function, std::function<void
             return false;
         }
         BlockRef block(new Block());
-        block->job = [job = std::move(job)](Block&) { job(); };
+        block->job = [job = std::move(job)](Block& self) { job(self); };
         // in flight from now: a deadline that passes before the worker even starts is a stall of the
         // job, never "it finished"
         block->calling(gpu, function);

@@ -64,6 +64,10 @@ Status query_states_within(const NvmlLibrary& lib, pid_t owner, pid_t taskmanage
 // from starting while it is stuck. Never throws.
 bool run_within(double timeout_seconds, const char* function, std::function<void()> job, Stall* stall, Status* status,
                 int gpu = ReadMonitor::kLibrary) noexcept;
+// The same for a job that names each NVML call before it makes it (`monitor.calling(gpu, "nvml...")`), so
+// that a stall names the call that did not return rather than `function`.
+bool run_within(double timeout_seconds, const char* function, std::function<void(ReadMonitor& monitor)> job,
+                Stall* stall, Status* status, int gpu = ReadMonitor::kLibrary) noexcept;
 
 // Whether a thread of this process is still inside an NVML call that missed its deadline: then the
 // process must leave with _exit (exit() would run destructors under that thread).

@@ -53,15 +53,21 @@ struct GpuPart {
 };
 
 // Reads GPU `gpu`'s part: its handle and bus id, its links once, and its pairs with `peers`.
-void read_part(const NvmlApi& api, unsigned gpu, const std::vector<Peer>& peers, GpuPart* part) {
+void read_part(const NvmlApi& api, unsigned gpu, const std::vector<Peer>& peers, GpuPart* part, ReadMonitor& monitor) {
+    const int at = static_cast<int>(gpu);
+    // each call named before it is made (a stall names it) and counted
+    auto call = [&](const char* function) {
+        monitor.calling(at, function);
+        ++part->calls;
+    };
     nvmlDevice_t dev = nullptr;
-    ++part->calls;
+    call("nvmlDeviceGetHandleByIndex_v2");
     if (api.device_get_handle_by_index(gpu, &dev) != NVML_SUCCESS) return;
     part->read = true;
     part->handle = dev;
     if (api.device_get_pci_info != nullptr && !api.pci_info_v1) {
         nvmlPciInfo_t pci{};
-        ++part->calls;
+        call("nvmlDeviceGetPciInfo_v3");
         if (api.device_get_pci_info(dev, &pci) == NVML_SUCCESS) {
             pci.busId[sizeof pci.busId - 1] = '\0';
             part->bus_id = canonical_bus_id(pci.busId);
@@ -71,7 +77,7 @@ void read_part(const NvmlApi& api, unsigned gpu, const std::vector<Peer>& peers,
     if (api.device_get_field_values != nullptr) {
         nvmlFieldValue_t field{};
         field.fieldId = NVML_FI_DEV_NVLINK_LINK_COUNT;
-        ++part->calls;
+        call("nvmlDeviceGetFieldValues");
         if (api.device_get_field_values(dev, 1, &field) == NVML_SUCCESS && field.nvmlReturn == NVML_SUCCESS) {
             nv.known = true;
             nv.count = std::min<unsigned>(field.value.uiVal, NVML_NVLINK_MAX_LINKS);
@@ -82,7 +88,7 @@ void read_part(const NvmlApi& api, unsigned gpu, const std::vector<Peer>& peers,
         const unsigned last = nv.known ? nv.count : NVML_NVLINK_MAX_LINKS;
         for (unsigned link = 0; link < last; ++link) {
             nvmlEnableState_t active = NVML_FEATURE_DISABLED;
-            ++part->calls;
+            call("nvmlDeviceGetNvLinkState");
             if (api.device_get_nvlink_state(dev, link, &active) != NVML_SUCCESS) {
                 if (!nv.known) break;
                 continue;  // this link's state unknown: neither active nor inactive
@@ -91,7 +97,7 @@ void read_part(const NvmlApi& api, unsigned gpu, const std::vector<Peer>& peers,
             nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
             bool typed = false;
             if (api.device_get_nvlink_remote_device_type != nullptr) {
-                ++part->calls;
+                call("nvmlDeviceGetNvLinkRemoteDeviceType");
                 typed = api.device_get_nvlink_remote_device_type(dev, link, &type) == NVML_SUCCESS &&
                         type != NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
             }
@@ -101,7 +107,7 @@ void read_part(const NvmlApi& api, unsigned gpu, const std::vector<Peer>& peers,
                 continue;
             }
             nvmlPciInfo_t far{};
-            ++part->calls;
+            call("nvmlDeviceGetNvLinkRemotePciInfo_v2");
             if (api.device_get_nvlink_remote_pci_info == nullptr ||
                 api.device_get_nvlink_remote_pci_info(dev, link, &far) != NVML_SUCCESS) {
                 ++nv.to_unknown;
@@ -118,19 +124,19 @@ void read_part(const NvmlApi& api, unsigned gpu, const std::vector<Peer>& peers,
     }
     for (Peer peer : peers) {
         if (peer.handle == nullptr) {  // adopted from another process's read: no handle of ours yet
-            ++part->calls;
+            call("nvmlDeviceGetHandleByIndex_v2");
             if (api.device_get_handle_by_index(peer.gpu, &peer.handle) != NVML_SUCCESS) continue;
         }
         if (api.device_get_topology_common_ancestor != nullptr) {
             nvmlGpuTopologyLevel_t level = NVML_TOPOLOGY_SYSTEM;
-            ++part->calls;
+            call("nvmlDeviceGetTopologyCommonAncestor");
             if (api.device_get_topology_common_ancestor(dev, peer.handle, &level) == NVML_SUCCESS)
                 part->ancestor[peer.gpu] = pcie_of(level);
         }
         // a driver that answers no link query may still say whether NVLink joins the pair
         if (!nv.known && !peer.links_known && api.device_get_p2p_status != nullptr) {
             nvmlGpuP2PStatus_t status = NVML_P2P_STATUS_UNKNOWN;
-            ++part->calls;
+            call("nvmlDeviceGetP2PStatus");
             if (api.device_get_p2p_status(dev, peer.handle, NVML_P2P_CAPS_INDEX_NVLINK, &status) == NVML_SUCCESS)
                 part->p2p_nvlink[peer.gpu] = status == NVML_P2P_STATUS_OK;
         }
@@ -323,8 +329,9 @@ void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, do
             Stall stall;
             Status started;
             const NvmlLibrary* library = &lib;  // lives for the process (nvml/loader.hpp): the job may outlive us
-            if (left <= 0 || !run_within(left, "the NVLink and PCIe topology", [library, gpu, peers, part] {
-                read_part(library->api(), gpu, peers, part.get());
+            if (left <= 0 ||
+                !run_within(left, "the NVLink and PCIe topology", [library, gpu, peers, part](ReadMonitor& m) {
+                read_part(library->api(), gpu, peers, part.get(), m);
             }, &stall, &started, static_cast<int>(gpu))) {
                 if (stall.function.empty()) stall.function = "the NVLink and PCIe topology";
                 stall.gpu = static_cast<int>(gpu);

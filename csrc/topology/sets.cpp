@@ -146,7 +146,19 @@ private:
     Score members_;
 };
 
+// How well `indices` are joined among themselves.
+Score score_of(const Links& links, const std::vector<std::string>& indices) {
+    Score s;
+    for (std::size_t i = 0; i < indices.size(); ++i)
+        for (std::size_t j = i + 1; j < indices.size(); ++j) s.add(links.between(indices[i], indices[j]));
+    return s;
+}
+
 }  // namespace
+
+int compare_joined(const Links& links, const std::vector<std::string>& a, const std::vector<std::string>& b) {
+    return compare(score_of(links, a), score_of(links, b));
+}
 
 std::vector<std::size_t> choose_set(const Links& links, const std::vector<std::string>& fixed,
                                     const std::vector<Candidate>& ordered, std::size_t need) {
@@ -179,10 +191,7 @@ std::vector<std::size_t> choose_set(const Links& links, const std::vector<std::s
             pair[i][j] = pair[j][i] = links.between(ordered[start + i].index, ordered[start + j].index);
         for (const std::string& m : members) to_members[i].add(links.between(ordered[start + i].index, m));
     }
-    Score among_members;
-    for (std::size_t i = 0; i < members.size(); ++i)
-        for (std::size_t j = i + 1; j < members.size(); ++j) among_members.add(links.between(members[i], members[j]));
-    const Search search(std::move(pair), std::move(to_members), among_members);
+    const Search search(std::move(pair), std::move(to_members), score_of(links, members));
     const std::size_t sets = subsets(n, k, kExhaustiveSets);
     std::vector<std::size_t> pick;
     if (sets <= kExhaustiveSets) {

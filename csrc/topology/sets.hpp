@@ -31,6 +31,10 @@ struct Candidate {
 std::vector<std::size_t> choose_set(const Links& links, const std::vector<std::string>& fixed,
                                     const std::vector<Candidate>& ordered, std::size_t need);
 
+// <0, 0 or >0 as the set `a` (indices) is joined better than, as well as, or worse than `b`, by choose_set's
+// own measure (NVLinks summed over pairs, then the worst PCIe level, then their sum).
+int compare_joined(const Links& links, const std::vector<std::string>& a, const std::vector<std::string>& b);
+
 inline constexpr std::size_t kExhaustiveSets = 20000;
 inline constexpr std::size_t kLookaheadSets = 300000;
 

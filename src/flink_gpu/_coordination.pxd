@@ -108,6 +108,7 @@ cdef extern from "coordination/claims.hpp" namespace "flinkgpu::coordination" no
 
 cdef extern from "coordination/file.hpp" namespace "flinkgpu::coordination" nogil:
     const char* kLeaseSuffix "flinkgpu::coordination::kLeaseSuffix"
+    const char* kTopologySuffix "flinkgpu::coordination::kTopologySuffix"
     const char* kBindingsSuffix "flinkgpu::coordination::kBindingsSuffix"
     vector[string] coord_companion_paths "flinkgpu::coordination::companion_paths"(const string& path) except +
 

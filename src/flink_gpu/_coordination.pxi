@@ -15,6 +15,7 @@ import os
 COORDINATION_DEFAULT_PATH = kDefaultCoordinationPath.decode("ascii")
 #: What a coordination file's path takes to name its lease file and its bindings file (csrc/coordination/file.hpp).
 LEASE_SUFFIX = kLeaseSuffix.decode("ascii")
+TOPOLOGY_SUFFIX = kTopologySuffix.decode("ascii")
 BINDINGS_SUFFIX = kBindingsSuffix.decode("ascii")
 
 

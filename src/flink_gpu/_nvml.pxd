@@ -256,6 +256,8 @@ cdef extern from "topology/sets.hpp" namespace "flinkgpu::topology" nogil:
 
     vector[size_t] choose_set "flinkgpu::topology::choose_set"(
         const CLinks& links, const vector[string]& fixed, const vector[CCandidate]& ordered, size_t need) except +
+    int compare_joined "flinkgpu::topology::compare_joined"(
+        const CLinks& links, const vector[string]& a, const vector[string]& b) except +
 
 
 cdef extern from "nvml/topology.hpp" namespace "flinkgpu" nogil:

@@ -77,6 +77,14 @@ cdef class Topology(_Record):
         cdef vector[size_t] chosen = choose_set(self._c.links, fixed, candidates, count)
         return tuple(sorted([numbers[i] for i in chosen]))
 
+    def joined_better(self, a, b):
+        """Whether the GPUs ``a`` are joined better than the GPUs ``b`` (NVML numbers), by the one choice's own
+        measure (csrc/topology/sets.hpp: NVLinks summed over their pairs, then the worst PCIe level, then their
+        sum)."""
+        cdef vector[string] first = [_utf8(str(_gpu_number(gpu))) for gpu in a]
+        cdef vector[string] second = [_utf8(str(_gpu_number(gpu))) for gpu in b]
+        return compare_joined(self._c.links, first, second) < 0
+
 
 cdef unsigned _gpu_number(gpu) except? 0xFFFFFFFF:
     if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < 0xFFFFFFFF:

@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_PATH",
     "DEFAULT_TIMEOUT",
     "LEASE_SUFFIX",
+    "TOPOLOGY_SUFFIX",
     "MAX_PID",
     "STATES",
     "ClaimResult",
@@ -57,6 +58,8 @@ DEFAULT_PATH: str = _native.COORDINATION_DEFAULT_PATH
 #: What a coordination file's path takes to name its lease file (csrc/coordination/file.hpp names the files
 #: beside a coordination file, once: :func:`companion_paths`).
 LEASE_SUFFIX: str = _native.LEASE_SUFFIX
+#: ... and the host's GPU topology as a claim read it (a copy: anyone may remove it, the next claim writes it).
+TOPOLOGY_SUFFIX: str = _native.TOPOLOGY_SUFFIX
 #: The largest process id a caller may name (csrc/base/process_id.hpp, the one pid rule: :func:`checked_pid`).
 MAX_PID: int = _native.MAX_PID
 #: ``value`` as a process id: TypeError for anything but an int, ValueError naming ``what`` outside 1 to MAX_PID.

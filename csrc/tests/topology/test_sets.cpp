@@ -131,6 +131,17 @@ TEST_CASE(large_hosts_choose_one_by_one_within_bounds) {
     CHECK_EQ(nvlinks, 16u);  // four whole pairs
 }
 
+TEST_CASE(sets_compare_by_the_choices_own_measure) {
+    const Links l = bridged(4, {{0, 2}, {1, 3}});
+    CHECK(compare_joined(l, {"0", "2"}, {"0", "1"}) < 0);
+    CHECK(compare_joined(l, {"0", "1"}, {"0", "2"}) > 0);
+    CHECK_EQ(compare_joined(l, {"0", "2"}, {"1", "3"}), 0);
+    Links pcie;
+    pcie.set(0, 1, Link{0, Pcie::kSwitch});
+    pcie.set(0, 2, Link{0, Pcie::kSystem});
+    CHECK(compare_joined(pcie, {"0", "1"}, {"0", "2"}) < 0);
+}
+
 TEST_CASE(mig_units_of_one_gpu_are_its_own_pcie_point) {
     Links l = bridged(2, {});
     CHECK(l.between("0:1", "0:2") == (Link{0, Pcie::kSameGpu}));

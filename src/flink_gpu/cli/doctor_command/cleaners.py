@@ -16,7 +16,7 @@ import shlex
 from typing import NamedTuple
 
 from flink_gpu.cli.doctor_command.findings import Checkup
-from flink_gpu.coordination import companion_paths
+from flink_gpu.coordination import TOPOLOGY_SUFFIX, companion_paths
 
 #: tmpfiles.d(5)'s search path, highest precedence first.
 TMPFILES_DIRS = ("/etc/tmpfiles.d", "/run/tmpfiles.d", "/usr/local/lib/tmpfiles.d", "/usr/lib/tmpfiles.d")
@@ -103,7 +103,11 @@ def cleaning(path: str, rules: "list[TmpfilesRule]") -> "tuple[TmpfilesRule | No
             for glob, below in excludes
         )
 
-    companions = [os.path.abspath(path), *companion_paths(os.path.abspath(path))]
+    # the topology copy is read again when it is gone: a cleaner costs nothing there
+    companions = [
+        os.path.abspath(path),
+        *(c for c in companion_paths(os.path.abspath(path)) if not c.endswith(TOPOLOGY_SUFFIX)),
+    ]
     return cleaner, [c for c in companions if not excluded(c)]
 
 

@@ -206,8 +206,9 @@ def check_coordination_file(checkup: Checkup, name: str, path: str) -> "Coordina
 
 
 def check_holder_links(checkup: Checkup, name: str, found: CoordinationSnapshot) -> None:
-    """A WARN per live holder whose GPUs are joined worse (fewer NVLinks summed over their pairs, else a worse
-    worst PCIe level) than the best joined set of as many among the GPUs no other live holder has (docs/cli.md,
+    """A WARN per live holder whose GPUs are joined worse (by the one choice's measure: fewer NVLinks summed over
+    their pairs, else a worse PCIe level) than the best joined set of as many among the GPUs no other live holder
+    has (docs/cli.md,
     "`list --topology`"): GPUs a claim with ``topology: prefer`` would have taken."""
     held: "dict[str, list[CoordinationEntry]]" = {}
     for entry in found.entries:
@@ -229,7 +230,7 @@ def check_holder_links(checkup: Checkup, name: str, found: CoordinationSnapshot)
         topology = topology or nvml.topology(whole)
         among = [gpu for gpu in whole if gpu in mine or str(gpu) not in taken]
         best = topology.best_set(among, len(mine))
-        if _joined(topology, best) >= _joined(topology, mine):
+        if not topology.joined_better(best, mine):
             continue
         first = entries[0]
         who = f"pid {first.pid}" + ("" if first.ours else f" of PID namespace {first.namespace}")
@@ -246,13 +247,6 @@ def check_holder_links(checkup: Checkup, name: str, found: CoordinationSnapshot)
 
 def _pairs(gpus: "Sequence[int]") -> "list[tuple[int, int]]":
     return [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1 :]]
-
-
-def _joined(topology: Topology, gpus: "Sequence[int]") -> "tuple[int, int]":
-    """How well ``gpus`` are joined, lower better: the NVLinks summed over their pairs (negated), then the
-    worst PCIe level of a pair (the first two of the set choice's criteria, csrc/topology/sets.hpp)."""
-    links = [topology.between(a, b) for a, b in _pairs(gpus)]
-    return -sum(link.nvlinks for link in links), max(link.pcie_level for link in links)
 
 
 def _links_text(topology: Topology, gpus: "Sequence[int]") -> str:
