@@ -111,7 +111,7 @@ void judge_nvlinks(const Topology& topology, const CheckSet& enforced, std::vect
         r.nvlinks_inactive = found->second.inactive;
         // a link to an NVSwitch, or a fabric registration (an inactive link may not say where it leads)
         r.nvlink_fabric = found->second.to_switch || r.fabric.state != NVML_GPU_FABRIC_STATE_NOT_SUPPORTED;
-        judge_health(enforced, &s);
+        judge_added_check(enforced, Check::kNvlink, &s);
     }
 }
 

@@ -1,5 +1,6 @@
 #include "nvml/health.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,6 +91,68 @@ std::pair<std::string, Health> finding(Check check, const HealthReadings& r) {
 
 }  // namespace
 
+namespace {
+
+// Check `c`'s result on `r`: its outcome as read, and its finding where it has one.
+CheckResult judge_check(const CheckSet& enforced, std::size_t c, const HealthReadings& r) {
+    CheckResult result;
+    result.enforced = enforced.test(c);
+    result.outcome = r.answered[c];
+    if (result.outcome != Outcome::kOk) return result;
+    // a GPU without NVLink, or a PCIe board without its bridge (links it cannot use): nothing to judge
+    if (static_cast<Check>(c) == Check::kNvlink &&
+        (r.nvlinks == 0 || (r.nvlinks_inactive == r.nvlinks && !r.nvlink_fabric))) {
+        result.outcome = Outcome::kNotApplicable;
+        if (r.nvlinks > 0) result.finding = "no active NVLink";
+        return result;
+    }
+    auto [text, verdict] = finding(static_cast<Check>(c), r);
+    if (text.empty()) return result;
+    result.outcome = Outcome::kFinding;
+    result.verdict = verdict;
+    result.finding = text;
+    return result;
+}
+
+}  // namespace
+
+void judge_added_check(const CheckSet& enforced, Check check, DeviceState* state) {
+    if (!state->readings.unknown.empty()) return;  // nothing was read: no check has an outcome
+    const auto c = static_cast<std::size_t>(check);
+    CheckResult& result = state->checks[c];
+    std::vector<std::string>& findings = state->findings;
+    // what this check said before goes
+    if (result.outcome == Outcome::kFinding && result.enforced) {
+        const std::string old = result.finding;
+        findings.erase(
+            std::remove_if(findings.begin(), findings.end(),
+                           [&](const std::string& f) { return f == "unhealthy: " + old || f == "degraded: " + old; }),
+            findings.end());
+        state->warnings.erase(std::remove(state->warnings.begin(), state->warnings.end(), old), state->warnings.end());
+    }
+    result = judge_check(enforced, c, state->readings);
+    if (result.outcome == Outcome::kFinding && result.enforced) {
+        if (result.verdict == Health::kOk) {
+            state->warnings.push_back(result.finding);
+        } else {
+            const bool bad = result.verdict == Health::kUnhealthy;
+            // unhealthy findings first
+            auto at = findings.end();
+            if (bad)
+                at = std::find_if(findings.begin(), findings.end(),
+                                  [](const std::string& f) { return f.rfind("unhealthy: ", 0) != 0; });
+            findings.insert(at, (bad ? "unhealthy: " : "degraded: ") + result.finding);
+        }
+    }
+    // the verdict of all findings, the read's own beyond the checks included
+    const auto any = [&](const char* prefix) {
+        return std::any_of(findings.begin(), findings.end(),
+                           [&](const std::string& f) { return f.rfind(prefix, 0) == 0; });
+    };
+    state->health = any("unhealthy: ") ? Health::kUnhealthy : any("degraded: ") ? Health::kDegraded : Health::kOk;
+    state->health_text = findings.empty() ? "ok" : findings.front();
+}
+
 void judge_health(const CheckSet& enforced, DeviceState* state) {
     const HealthReadings& r = state->readings;
     if (!r.unknown.empty()) {  // nothing was read: no check has an outcome
@@ -115,27 +178,11 @@ void judge_health(const CheckSet& enforced, DeviceState* state) {
     }
     state->warnings.clear();
     for (std::size_t c = 0; c < kCheckCount; ++c) {
-        CheckResult& result = state->checks[c];
-        result = CheckResult();
-        result.enforced = enforced.test(c);
-        result.outcome = r.answered[c];
-        if (result.outcome != Outcome::kOk) continue;
-        // a GPU without NVLink, or a PCIe board without its bridge (links it cannot use): nothing to judge
-        if (static_cast<Check>(c) == Check::kNvlink &&
-            (r.nvlinks == 0 || (r.nvlinks_inactive == r.nvlinks && !r.nvlink_fabric))) {
-            result.outcome = Outcome::kNotApplicable;
-            if (r.nvlinks > 0) result.finding = "no active NVLink";
-            continue;
-        }
-        auto [text, verdict] = finding(static_cast<Check>(c), r);
-        if (text.empty()) continue;
-        result.outcome = Outcome::kFinding;
-        result.verdict = verdict;
-        result.finding = text;
-        if (!result.enforced) continue;
-        if (verdict == Health::kUnhealthy) bad.push_back(text);
-        else if (verdict == Health::kDegraded) degraded.push_back(text);
-        else state->warnings.push_back(text);
+        const CheckResult& result = state->checks[c] = judge_check(enforced, c, r);
+        if (result.outcome != Outcome::kFinding || !result.enforced) continue;
+        if (result.verdict == Health::kUnhealthy) bad.push_back(result.finding);
+        else if (result.verdict == Health::kDegraded) degraded.push_back(result.finding);
+        else state->warnings.push_back(result.finding);
     }
     state->findings.clear();
     for (const auto& f : bad) state->findings.push_back("unhealthy: " + f);

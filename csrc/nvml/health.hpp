@@ -19,4 +19,10 @@ namespace flinkgpu {
 // only.
 void judge_health(const CheckSet& enforced, DeviceState* state);
 
+// Adds check `check`'s result, from state->readings, to a state judge_health (and the read) judged already:
+// its finding joins the others and can only make the verdict worse, so that what the read decided beyond the
+// checks (a MIG GPU without instances is unhealthy) stands. For a reading made after the state read (the
+// topology's NVLinks).
+void judge_added_check(const CheckSet& enforced, Check check, DeviceState* state);
+
 }  // namespace flinkgpu

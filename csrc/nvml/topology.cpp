@@ -147,6 +147,7 @@ void read_part(const NvmlApi& api, unsigned gpu, const std::vector<Peer>& peers,
 struct Cache {
     unsigned long generation = 0;
     std::map<unsigned, std::shared_ptr<const GpuPart>> parts;
+    unsigned host_count = 0;  // NVML's GPU count when every GPU below it was read or adopted (0: not known)
 };
 std::mutex g_mutex;
 std::map<std::string, Cache>& caches() {
@@ -158,6 +159,7 @@ Cache& cache_of(const NvmlLibrary& lib) {
     Cache& c = caches()[lib.path()];
     if (c.generation != NvmlLibrary::process_generation()) {
         c.parts.clear();
+        c.host_count = 0;
         c.generation = NvmlLibrary::process_generation();
     }
     return c;
@@ -336,7 +338,9 @@ void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, do
                 if (stall.function.empty()) stall.function = "the NVLink and PCIe topology";
                 stall.gpu = static_cast<int>(gpu);
                 out->stalls.push_back(std::move(stall));
-                continue;
+                // a stuck call may hold the driver's lock: the rest would only wait behind it, and the
+                // state read that follows needs what is left of the deadline to say which GPUs are unknown
+                break;
             }
             out->calls += part->calls;
             known[gpu] = part;
@@ -404,13 +408,15 @@ std::string topology_text(const NvmlLibrary& lib, const std::string& key, unsign
             if (found == parts.end() || !found->second->read) return std::string();
             text += part_text(gpu, *found->second) + "\n";
         }
+        std::lock_guard<std::mutex> guard(g_mutex);
+        cache_of(lib).host_count = count;
         return text;
     } catch (...) {
         return std::string();
     }
 }
 
-bool adopt_topology(const NvmlLibrary& lib, const std::string& text, const std::string& key) noexcept {
+bool adopt_topology(const NvmlLibrary& lib, const std::string& text, const std::string& key, unsigned count) noexcept {
     try {
         std::istringstream in(text);
         std::string line;
@@ -425,9 +431,31 @@ bool adopt_topology(const NvmlLibrary& lib, const std::string& text, const std::
         }
         std::lock_guard<std::mutex> guard(g_mutex);
         Cache& c = cache_of(lib);
+        for (unsigned gpu = 0; gpu < count; ++gpu)
+            if (!adopted.count(gpu)) return false;  // a copy of every GPU, or none
         for (auto& [gpu, part] : adopted)
             if (!c.parts.count(gpu)) c.parts[gpu] = std::move(part);  // what this process read itself stays
+        c.host_count = count;
         return !adopted.empty();
+    } catch (...) {
+        return false;
+    }
+}
+
+unsigned topology_host_count(const NvmlLibrary& lib) noexcept {
+    try {
+        std::lock_guard<std::mutex> guard(g_mutex);
+        return cache_of(lib).host_count;
+    } catch (...) {
+        return 0;
+    }
+}
+
+bool topology_known(const NvmlLibrary& lib, const std::vector<unsigned>& gpus) noexcept {
+    try {
+        std::lock_guard<std::mutex> guard(g_mutex);
+        const Cache& c = cache_of(lib);
+        return std::all_of(gpus.begin(), gpus.end(), [&](unsigned gpu) { return c.parts.count(gpu) > 0; });
     } catch (...) {
         return false;
     }

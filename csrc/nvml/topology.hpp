@@ -38,7 +38,8 @@ struct Topology {
 };
 
 // The topology of the GPUs `gpus` (NVML numbers): what this process read before, and what it lacks read
-// now within `timeout_seconds` for all of them together. Never throws; an out-of-memory leaves the
+// now within `timeout_seconds` for all of them together; a GPU whose part does not return in time ends the
+// read (the GPUs after it are not read: their pairs are unknown). Never throws; an out-of-memory leaves the
 // result empty (unknown).
 void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, double timeout_seconds,
                    Topology* out) noexcept;
@@ -52,7 +53,14 @@ void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, do
 // it, unless it is of another key or cannot be parsed (false: nothing adopted). Never throw.
 std::string topology_key(const NvmlLibrary& lib, double timeout_seconds, unsigned* count) noexcept;
 std::string topology_text(const NvmlLibrary& lib, const std::string& key, unsigned count) noexcept;
-bool adopt_topology(const NvmlLibrary& lib, const std::string& text, const std::string& key) noexcept;
+bool adopt_topology(const NvmlLibrary& lib, const std::string& text, const std::string& key, unsigned count) noexcept;
+
+// The GPU count of the last whole copy this process wrote or adopted (0: none): what a process that makes
+// no enumeration takes for the host's GPUs instead of asking NVML again.
+unsigned topology_host_count(const NvmlLibrary& lib) noexcept;
+
+// Whether this process has read (or adopted) every GPU of `gpus`: then read_topology makes no NVML call.
+bool topology_known(const NvmlLibrary& lib, const std::vector<unsigned>& gpus) noexcept;
 
 // GPU `gpu` was found lost or needing a reset: what was read of it is dropped.
 void forget_topology(const NvmlLibrary& lib, unsigned gpu) noexcept;

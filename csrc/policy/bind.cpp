@@ -123,7 +123,7 @@ BindOutcome bind(const BindRequest& request) noexcept {
                 unsigned gpu = 0;
                 if (gpu_of(index, &gpu) && std::find(gpus.begin(), gpus.end(), gpu) == gpus.end()) gpus.push_back(gpu);
             }
-            if (gpus.size() >= 2) read_topology(*request.lib, gpus, request.nvml_timeout - spent, &topology);
+            if (gpus.size() >= 2) read_topology(*request.lib, gpus, (request.nvml_timeout - spent) / 2, &topology);
             spent += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         }
         const Topology* joined = topology.links.empty() ? nullptr : &topology;

@@ -174,7 +174,7 @@ Status enumerate_candidates(const NvmlLibrary& lib, const DiscoveryRequest& requ
 
 // The host-wide copy of the topology beside the coordination file (nvml/topology.hpp), adopted when it is
 // trusted as the file's other companions are (coordination/file.hpp) and of this host's key. True: adopted.
-bool adopt_shared(const NvmlLibrary& lib, const std::string& path, const std::string& key) {
+bool adopt_shared(const NvmlLibrary& lib, const std::string& path, const std::string& key, unsigned count) {
     const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return false;
     struct statx st{};
@@ -186,7 +186,7 @@ bool adopt_shared(const NvmlLibrary& lib, const std::string& path, const std::st
         while ((n = read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<std::size_t>(n));
     }
     close(fd);
-    return !text.empty() && adopt_topology(lib, text, key);
+    return !text.empty() && adopt_topology(lib, text, key, count);
 }
 
 // Leaves this process's topology of the host's `count` GPUs as the copy at `path`: written whole beside it and
@@ -207,6 +207,39 @@ void share(const NvmlLibrary& lib, const std::string& path, const std::string& k
     if (!whole || rename(temporary.c_str(), path.c_str()) != 0) unlink(temporary.c_str());
 }
 
+// Narrows `scope` to the GPUs whose states to read first: what the owner holds and the best joined set of the
+// `candidates` (GPU numbers) but those `passed` (read, and not of the best class), as if all were of the best
+// class. False when that adds no GPU the scope did not read already (or the owner holds enough).
+bool read_first(const DiscoveryRequest& request, const std::vector<std::string>& owned, const Topology& topology,
+                const std::vector<unsigned>& candidates, const std::vector<unsigned>& passed, ReadScope* scope) {
+    std::vector<std::string> mine;
+    for (const std::string& index : owned) {
+        unsigned gpu = 0;
+        if (gpu_of(index, &gpu) && !contains(mine, std::to_string(gpu))) mine.push_back(std::to_string(gpu));
+    }
+    if (mine.size() >= request.amount) return false;
+    // in the claim's order among equals: free GPUs before those of dead holders (scope->uncounted)
+    std::vector<topology::Candidate> ordered;
+    for (const bool dead_holders : {false, true})
+        for (const unsigned gpu : candidates)
+            if (!contains(mine, std::to_string(gpu)) && !contains(passed, gpu) &&
+                contains(scope->uncounted, gpu) == dead_holders)
+                ordered.push_back({std::to_string(gpu), 0});
+    std::vector<unsigned> first = scope->only.value_or(std::vector<unsigned>());
+    const std::size_t before = first.size();
+    for (const std::string& index : mine)
+        if (!contains(first, static_cast<unsigned>(std::stoul(index))))
+            first.push_back(static_cast<unsigned>(std::stoul(index)));
+    for (const std::size_t i : topology::choose_set(topology.links, mine, ordered, request.amount - mine.size())) {
+        const auto gpu = static_cast<unsigned>(std::stoul(ordered[i].index));
+        if (!contains(first, gpu)) first.push_back(gpu);
+    }
+    if (first.size() == before) return false;
+    scope->only = first;
+    scope->enough = 0;  // every one of them: the read does not stop at `amount` in index order
+    return true;
+}
+
 // The topology of the GPUs a discovery could take (every GPU but those another live holder has), into
 // *topology, and the scope narrowed to the best joined set of them (with what the owner holds) so that their
 // states are read first; if one of them is not of the best class, the whole host is read after all. False when
@@ -215,19 +248,32 @@ void share(const NvmlLibrary& lib, const std::string& path, const std::string& k
 // read (and the first handle of each GPU it does not take); without one, the claim reads every GPU's part and
 // leaves the copy.
 bool read_joined(const NvmlLibrary& lib, const DiscoveryRequest& request, ReadScope* scope,
-                 const std::vector<std::string>& owned, Topology* topology) {
+                 const std::vector<std::string>& owned, Topology* topology, std::vector<unsigned>* candidates) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto left = [&] {
+        return request.nvml_timeout - request.spent -
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    // the copy's key names the GPU count too: a process without an enumeration asks NVML for it once
+    std::string key;
+    unsigned count = 0;
     std::vector<unsigned> gpus;
     if (request.enumerate_by_reading) {
-        const auto counted = std::make_shared<std::pair<nvmlReturn_t, unsigned>>(NVML_ERROR_UNKNOWN, 0);
-        Stall stall;
-        Status started;
-        const NvmlLibrary* library = &lib;
-        if (!run_within(request.nvml_timeout - request.spent, "nvmlDeviceGetCount_v2",
-                        [library, counted] { counted->first = library->api().device_get_count(&counted->second); },
-                        &stall, &started) ||
-            counted->first != NVML_SUCCESS)
-            return false;
-        for (unsigned gpu = 0; gpu < counted->second; ++gpu) gpus.push_back(gpu);
+        count = topology_host_count(lib);
+        if (count == 0 && request.coordinated) key = topology_key(lib, left(), &count);
+        if (count == 0) {
+            const auto counted = std::make_shared<std::pair<nvmlReturn_t, unsigned>>(NVML_ERROR_UNKNOWN, 0);
+            Stall stall;
+            Status started;
+            const NvmlLibrary* library = &lib;
+            if (!run_within(left(), "nvmlDeviceGetCount_v2",
+                            [library, counted] { counted->first = library->api().device_get_count(&counted->second); },
+                            &stall, &started) ||
+                counted->first != NVML_SUCCESS)
+                return false;
+            count = counted->second;
+        }
+        for (unsigned gpu = 0; gpu < count; ++gpu) gpus.push_back(gpu);
     } else {
         for (const std::string& index : request.enumerated) {
             unsigned gpu = 0;
@@ -238,39 +284,24 @@ bool read_joined(const NvmlLibrary& lib, const DiscoveryRequest& request, ReadSc
         std::remove_if(gpus.begin(), gpus.end(), [&](unsigned gpu) { return contains(scope->held_elsewhere, gpu); }),
         gpus.end());
     if (gpus.size() < 2) return false;
-    const auto start = std::chrono::steady_clock::now();
-    const auto left = [&] {
-        return request.nvml_timeout - request.spent -
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    };
-    std::string key, shared;
-    unsigned count = 0;
+    std::string shared;
     bool adopted = false;
-    if (request.coordinated) {
-        key = topology_key(lib, left(), &count);
+    if (request.coordinated && !topology_known(lib, gpus)) {
+        if (key.empty()) key = topology_key(lib, left(), &count);
         shared = request.coordination.path + coordination::kTopologySuffix;
-        adopted = !key.empty() && adopt_shared(lib, shared, key);
+        adopted = !key.empty() && adopt_shared(lib, shared, key, count);
+    } else {
+        key.clear();  // known here already: no copy to read or leave
     }
     const bool leave_copy = !key.empty() && !adopted;
     std::vector<unsigned> every;
     for (unsigned gpu = 0; gpu < count; ++gpu) every.push_back(gpu);
-    read_topology(lib, leave_copy ? every : gpus, left(), topology);
+    // at most half of what is left: the state read after it must still be able to name what hangs
+    read_topology(lib, leave_copy ? every : gpus, left() / 2, topology);
     if (leave_copy && topology->calls > 0 && topology->stalls.empty()) share(lib, shared, key, count);
     if (topology->links.empty()) return false;
-    std::vector<std::string> mine;
-    for (const std::string& index : owned) {
-        unsigned gpu = 0;
-        if (gpu_of(index, &gpu) && !contains(mine, std::to_string(gpu))) mine.push_back(std::to_string(gpu));
-    }
-    std::vector<topology::Candidate> ordered;
-    for (const unsigned gpu : gpus)
-        if (!contains(mine, std::to_string(gpu))) ordered.push_back({std::to_string(gpu), 0});
-    if (mine.size() >= request.amount) return true;
-    std::vector<unsigned> first;
-    for (const std::string& index : mine) first.push_back(static_cast<unsigned>(std::stoul(index)));
-    for (const std::size_t i : topology::choose_set(topology->links, mine, ordered, request.amount - mine.size()))
-        first.push_back(static_cast<unsigned>(std::stoul(ordered[i].index)));
-    scope->only = first;
+    *candidates = gpus;
+    if (!read_first(request, owned, *topology, *candidates, {}, scope)) scope->only.reset();
     return true;
 }
 
@@ -381,12 +412,26 @@ DiscoveryOutcome discover(const NvmlLibrary& lib, const DiscoveryRequest& reques
         ReadScope scope = scope_of(request, &owned);
         DiscoveryRequest timed = request;
         Topology topology;
+        std::vector<unsigned> candidates;
         const bool joined = request.topology == TopologyPolicy::kPrefer && request.amount >= 2 &&
-                            request.amount_text.empty() && read_joined(lib, request, &scope, owned, &topology);
+                            request.amount_text.empty() &&
+                            read_joined(lib, request, &scope, owned, &topology, &candidates);
         timed.spent += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         const Topology* links = joined ? &topology : nullptr;
         bool read_more = false;
         DiscoveryOutcome out = discover_within(lib, timed, scope, owned, links, &read_more);
+        // A GPU of the set read first was not of the best class: the next best joined set of the others is read
+        // with those, as a read in index order reads one more, until the GPUs to read are all read.
+        std::vector<unsigned> passed;
+        const bool processes = read_plan(request.busy).processes;
+        while (read_more && joined && scope.only.has_value()) {
+            for (const DeviceState& s : out.choice.states)
+                if (!ReadScope::best(s, processes) && !contains(passed, s.nvml_index)) passed.push_back(s.nvml_index);
+            if (!read_first(request, owned, topology, candidates, passed, &scope)) break;
+            timed.spent =
+                request.spent + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            out = discover_within(lib, timed, scope, owned, links, &read_more);
+        }
         // Too few among what was read (or taken meanwhile under the claim's lock) while some GPUs were not
         // read: the whole host decides, within what is left of the deadline, and its shortage names every GPU.
         if (read_more) {

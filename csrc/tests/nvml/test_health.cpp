@@ -130,4 +130,58 @@ TEST_CASE(a_check_not_enforced_still_reports_its_finding) {
     CHECK(s.health == Health::kUnhealthy);
 }
 
+TEST_CASE(nvlinks_some_inactive_degrade_all_inactive_only_in_a_fabric) {
+    DeviceState s;
+    s.readings = answered_all();
+    s.readings.nvlinks = 18;
+    s.readings.nvlinks_inactive = 4;
+    judge_health(all_checks(), &s);
+    CHECK_EQ(s.health_text, std::string("degraded: 4 of 18 NVLinks inactive"));
+    s.readings.nvlinks_inactive = 18;  // a PCIe board without its bridge: its links cannot be used
+    judge_health(all_checks(), &s);
+    CHECK(s.health == Health::kOk);
+    const CheckResult& nvlink = s.checks[static_cast<std::size_t>(Check::kNvlink)];
+    CHECK(nvlink.outcome == Outcome::kNotApplicable && nvlink.finding == "no active NVLink");
+    s.readings.nvlink_fabric = true;  // cut off its NVSwitch fabric
+    judge_health(all_checks(), &s);
+    CHECK_EQ(s.health_text, std::string("degraded: all 18 NVLinks inactive: cut off its NVSwitch fabric"));
+    s.readings.nvlinks = 0;  // no NVLink at all
+    judge_health(all_checks(), &s);
+    CHECK(s.health == Health::kOk);
+    CHECK(s.checks[static_cast<std::size_t>(Check::kNvlink)].outcome == Outcome::kNotApplicable);
+}
+
+TEST_CASE(a_check_added_after_the_read_keeps_what_the_read_decided) {
+    // the read made it unhealthy beyond the checks (a MIG GPU without instances): the nvlink check adds to that
+    DeviceState s;
+    s.readings = answered_all();
+    judge_health(all_checks(), &s);
+    s.health = Health::kUnhealthy;
+    s.health_text = "unhealthy: MIG mode is enabled but it has no MIG instances";
+    s.findings = {s.health_text};
+    s.readings.nvlinks = 4;
+    s.readings.nvlinks_inactive = 1;
+    judge_added_check(all_checks(), Check::kNvlink, &s);
+    CHECK(s.health == Health::kUnhealthy);
+    CHECK_EQ(s.health_text, std::string("unhealthy: MIG mode is enabled but it has no MIG instances"));
+    CHECK(s.findings.size() == 2 && s.findings[1] == "degraded: 1 of 4 NVLinks inactive");
+    // on a healthy GPU it is the verdict; left out of the checks, it is shown but decides nothing
+    DeviceState t;
+    t.readings = s.readings;
+    judge_health(all_checks(), &t);
+    t.readings.nvlinks_inactive = 2;
+    judge_added_check(all_checks(), Check::kNvlink, &t);
+    CHECK(t.findings == std::vector<std::string>{"degraded: 2 of 4 NVLinks inactive"});  // judged again: one
+    t.readings.nvlinks_inactive = 0;
+    judge_added_check(all_checks(), Check::kNvlink, &t);
+    CHECK(t.health == Health::kOk && t.health_text == "ok" && t.findings.empty());
+    CheckSet without = all_checks();
+    without.reset(static_cast<std::size_t>(Check::kNvlink));
+    DeviceState u;
+    u.readings = s.readings;
+    judge_health(without, &u);
+    CHECK(u.health == Health::kOk);
+    CHECK(u.checks[static_cast<std::size_t>(Check::kNvlink)].outcome == Outcome::kFinding);
+}
+
 int main(int argc, char** argv) { return check::run(argc, argv); }

@@ -132,7 +132,7 @@ TEST_CASE(a_discovery_of_two_claims_the_bridged_pair_reading_only_its_states) {
              0);
 }
 
-TEST_CASE(a_gpu_of_the_best_set_that_is_not_of_the_best_class_makes_the_whole_host_read) {
+TEST_CASE(a_gpu_of_the_best_set_that_is_not_of_the_best_class_makes_the_next_best_set_read) {
     CHECK_EQ(simulated::with_spec(sim(), bridged(R"("health": {"row_remap_pending": true}, )"),
                                   [](const NvmlLibrary& lib) {
         const policy::DiscoveryOutcome out = policy::discover(lib, request_for(lib, 2));
