@@ -608,7 +608,7 @@ Status query_states(const NvmlLibrary& lib, pid_t owner, pid_t taskmanager, cons
                             "or disable MIG mode)";
                         gpu.health = Health::kUnhealthy;
                         gpu.health_text = "unhealthy: " + why;
-                        gpu.findings.insert(gpu.findings.begin(), why);
+                        gpu.findings.insert(gpu.findings.begin(), gpu.health_text);  // as judge_health writes them
                     }
                     to->push_back(std::move(gpu));
                 } else {

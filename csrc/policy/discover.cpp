@@ -254,6 +254,7 @@ bool read_joined(const NvmlLibrary& lib, const DiscoveryRequest& request, ReadSc
         return request.nvml_timeout - request.spent -
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     };
+    if (left() <= 0) return false;  // the deadline has passed: the state read says what did not return
     // the copy's key names the GPU count too: a process without an enumeration asks NVML for it once
     std::string key;
     unsigned count = 0;

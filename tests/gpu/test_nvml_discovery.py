@@ -190,7 +190,9 @@ FAULTY = {"devices": [{}, {"fault": "NO_PERMISSION"}, {"fault": "GPU_IS_LOST"}, 
 def test_faulty_devices_are_left_out_with_one_warn_each():
     """A GPU that refuses its handle or is lost is an unhealthy state: never handed out, WARNed once per
     process (its uuid unknown: it never answered), not at every retrieval."""
-    result, logs = run_one(NVML, [2, 2], spec=FAULTY)
+    # read in index order (topology: ignore), a claim of two reads GPUs 1 and 2 on its way to 3; with the
+    # topology it reads 0 and 3 alone, whose pair is the only one NVML could say anything of
+    result, logs = run_one({**NVML, "topology": "ignore"}, [2, 2], spec=FAULTY)
     assert [indices(r) for r in result["retrievals"]] == [["0", "3"], ["0", "3"]]
     warnings = [message for level, _, message in logs if level == "WARNING"]
     assert len(warnings) == 2, warnings
@@ -1186,21 +1188,22 @@ def test_a_gpu_whose_state_read_does_not_return_in_time_is_unknown_warned_and_ne
         "driver_lock": False,
         "hang": [{"query": "field_values", "device": 1, "while_exists": str(hang_file)}],
     }
-    config = {**NVML, "nvml-timeout": "300 ms"}
-    output = run_while_stuck(hang_file, spec, [(config, [1, 3, 4])])
-    [result], logs = output["results"], output["logs"]
-    first, second = result["retrievals"]
-    assert indices(first) == ["0"]
-    # GPU 1 is still stuck: unknown at once, the others read again
-    assert indices(second) == ["0", "2", "3"]
-    assert result["error"][0] == "FlinkException"
-    assert "GPU 1 is left out (unknown: nvmlDeviceGetFieldValues has not returned for " in result["error"][1]
-    warnings = [message for level, _, message in logs if level == "WARNING"]
-    # GPU 1 was never read (the claim of 1 stopped at GPU 0) before it got stuck: its uuid is not known
-    assert (
-        "GPU 1 is unknown: nvmlDeviceGetFieldValues did not return within 300 ms; it is not handed out."
-    ) in warnings
-    assert any(m.startswith("GPU 1 is unknown: nvmlDeviceGetFieldValues has not returned for ") for m in warnings)
+    for topology, stalled in (("ignore", "did not return within 300 ms"), ("prefer", "has not returned for ")):
+        config = {**NVML, "nvml-timeout": "300 ms", "topology": topology}
+        output = run_while_stuck(hang_file, spec, [(config, [1, 3, 4])])
+        [result], logs = output["results"], output["logs"]
+        first, second = result["retrievals"]
+        assert indices(first) == ["0"]
+        # GPU 1 is still stuck: unknown at once, the others read again
+        assert indices(second) == ["0", "2", "3"]
+        assert result["error"][0] == "FlinkException"
+        assert "GPU 1 is left out (unknown: nvmlDeviceGetFieldValues has not returned for " in result["error"][1]
+        warnings = [message for level, _, message in logs if level == "WARNING"]
+        # GPU 1 was never read (the claim of 1 stopped at GPU 0) before it got stuck: its uuid is not known. The
+        # state read meets the hang (ignore), or the topology read of the claim of three does, within half the
+        # deadline, and the state read after it finds the GPU stuck still (prefer): the same query named
+        assert any(m.startswith(f"GPU 1 is unknown: nvmlDeviceGetFieldValues {stalled}") for m in warnings), warnings
+        assert any(m.startswith("GPU 1 is unknown: nvmlDeviceGetFieldValues has not returned for ") for m in warnings)
 
 
 def test_a_gpu_found_after_waiting_out_a_stuck_one_is_enumerated_within_a_deadline_of_its_own(tmp_path):
@@ -1480,8 +1483,14 @@ with GPUDriverFactory().create_external_resource_driver(config) as driver:
 @pytest.mark.parametrize("amount", [1, 2])
 def test_a_new_processs_first_claim_opens_and_enumerates_only_the_gpus_it_reads(tmp_path, amount):
     """Without persistence mode a GPU's first handle in a process costs seconds: a first claim of n on 8 idle
-    GPUs opens n of them, and only those are enumerated (their infos carry their static properties)."""
+    GPUs opens n of them, and only those are enumerated (their infos carry their static properties). A claim of
+    two needs the host's topology: the first one on the host reads it whole (every GPU opened, once) and leaves
+    a copy beside the coordination file, so that every later process opens only the GPUs it takes."""
     config = {**NVML, "discovery-script.args": f"--enable-coordination-mode --coordination-file {tmp_path / 'c'}"}
+    if amount > 1:
+        before = run_child(FIRST_CLAIM_RUNNER, [config, amount], simulator.environment(devices=8))
+        assert gpus_read(before["calls"]) == [str(i) for i in range(8)]
+        assert (tmp_path / "c.topology").exists()
     out = run_child(FIRST_CLAIM_RUNNER, [config, amount], simulator.environment(devices=8))
     first = [str(i) for i in range(amount)]
     assert out["got"] == first and out["uuids"] == [sim_uuid(i) for i in range(amount)]

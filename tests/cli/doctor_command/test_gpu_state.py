@@ -195,8 +195,8 @@ def test_doctor_warns_of_a_gpu_whose_state_read_does_not_return(tmp_path):
         doc = doctor_on(tmp_path, spec, conf, expect=0)
     [unknown] = [f for f in findings(doc, "gpu-state") if f["message"].startswith("GPU 1 is unknown: ")]
     assert unknown["level"] == "warning"
-    # doctor reads the topology first (the nvlink check), whose NVLink count query is the one that hangs
-    assert "the NVLink and PCIe topology has not returned for 5 s" in unknown["message"]
+    # doctor reads the topology first (the nvlink check): its NVLink count query, named, is the one that hangs
+    assert "nvmlDeviceGetFieldValues has not returned for 5 s" in unknown["message"]
     assert "a TaskManager does not get it" in unknown["message"]
     assert "dmesg" in unknown["fix"]
 
