@@ -937,6 +937,32 @@ def test_a_thread_mode_slot_judges_health_by_the_taskmanagers_health_checks(tmp_
         ), out
 
 
+@pytest.mark.parametrize(
+    "extra, call, got",
+    [
+        ("", "", "['0', '2']"),  # the bridged pair, not index order's 0,1
+        ("external-resource.gpu.param.topology: ignore\n", "", "['0', '1']"),  # the TaskManager's setting
+        ("external-resource.gpu.param.topology: ignore\n", ", topology='prefer'", "['0', '2']"),  # the call's
+        ("", ", placement='fill'", "ValueError Invalid value 'fill' for placement: expected one of spread, pack."),
+    ],
+)
+def test_a_slot_of_two_gets_the_bridged_pair_as_the_taskmanager_or_the_call_says(tmp_path, extra, call, got):
+    path = tmp_path / "coordination"
+    conf_dir = write_conf(tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}", extra=extra)
+    env = {**simulated_env(profile="rtx3090-bridged-4"), "FLINK_CONF_DIR": str(conf_dir)}
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env.get("PYTHONPATH", "")])
+    code = textwrap.dedent(f"""
+        from support.java_context import JavaInfo, JavaSubtaskContext, PyFlinkContext
+        from flink_gpu.pyflink import bind_gpus
+        gpus = [JavaInfo({{"index": str(i)}}) for i in range(4)]
+        try:
+            print(list(bind_gpus(PyFlinkContext(JavaSubtaskContext(gpus, "a1")), "gpu", count=2{call}).indices))
+        except ValueError as error:
+            print(type(error).__name__, error)
+        """)
+    assert run_python(code, env=env).stdout.strip() == got
+
+
 def test_a_process_mode_worker_judges_health_by_the_taskmanagers_health_checks(tmp_path):
     path = tmp_path / "coordination"
     conf_dir = write_conf(

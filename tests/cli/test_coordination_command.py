@@ -48,6 +48,21 @@ def test_claim_and_release_default_to_the_parent_process(tmp_path):
     assert again.returncode == 0 and "held no GPU" in again.stdout
 
 
+def test_claim_of_two_takes_the_bridged_pair_unless_topology_is_ignored(tmp_path, holder):
+    from flink_gpu import simulator
+
+    bridged = simulator.profile_path("rtx3090-bridged-4")  # NVLink bridges on 0-2 and 1-3
+    doc = cli_json("--simulate-spec", bridged, "claim", "2", "--owner", holder.pid, "--file", tmp_path / "joined")
+    assert [gpu["index"] for gpu in doc["gpus"]] == ["0", "2"]
+    plain = tmp_path / "plain"
+    doc = cli_json(
+        "--simulate-spec", bridged, "claim", "2", "--owner", holder.pid, "--file", plain, "--topology", "ignore"
+    )
+    assert [gpu["index"] for gpu in doc["gpus"]] == ["0", "1"]
+    wrong = cli("--simulate-spec", bridged, "claim", "2", "--file", plain, "--topology", "closest")
+    assert wrong.returncode == 2 and "--topology: invalid choice: 'closest'" in wrong.stderr
+
+
 def test_claim_for_another_owner_and_release_one_gpu(tmp_path, holder):
     coord = tmp_path / "coord"
     cli_json("--simulate", "4", "claim", "3", "--owner", holder.pid, "--file", coord)

@@ -248,6 +248,12 @@ def _claim_release_arguments(add: Callable[..., _Parser]) -> None:
         default=None,
         help="the owning process (default: the parent of this command, e.g. your shell)",
     )
+    sub.add_argument(
+        "--topology",
+        choices=("prefer", "ignore"),
+        default="prefer",
+        help="of two or more, the best joined set (NVLink, then PCIe; the default) or index order (ignore)",
+    )
     _file_option(sub)
 
     sub = add(

@@ -235,7 +235,14 @@ def claim(args: Namespace) -> int:
     # the driver's one discovery (design.md §9.1): never an unhealthy GPU, degraded and busy ones last; only
     # the GPUs it reads are opened, only those it could hand out enumerated
     outcome = policy.discover(
-        nvml, args.amount, None, owner=owner, coordination_file=path, lock_timeout=args.timeout, known_devices=()
+        nvml,
+        args.amount,
+        None,
+        owner=owner,
+        coordination_file=path,
+        lock_timeout=args.timeout,
+        known_devices=(),
+        topology=args.topology,
     )
     uuids = {d.gpu_index: d.uuid for d in outcome.devices}
     units = {d.gpu_index for d in outcome.devices if d.mig_slot is not None}
