@@ -1129,3 +1129,36 @@ def test_faulty_devices_are_never_claimed(discovery_exe, tmp_path, owners):
     # the owner of the discovery executable is its parent: this process
     assert holders(path) == {"0": (holder.pid,), "3": (os.getpid(),)}
     assert coordination.release(path=path) == ["3"]
+
+
+# ---- the host's topology copy beside the coordination file (docs/design.md §9.6) --------------------------
+
+
+def test_a_claim_of_two_adopts_the_hosts_topology_copy_unless_another_user_could_have_written_it(
+    discovery_exe, tmp_path
+):
+    """The first claim of two reads the host's topology and leaves its copy; the next process adopts it and reads
+    no link; a copy that every user may write is ignored (it would steer every claim), and the claim reads the
+    topology itself."""
+    coord = tmp_path / "coord"
+    env = {**ours_env(None), **simulator.environment(profile="rtx3090-bridged-4")}
+    env["FLINK_GPU_SIM_COUNTERS_FILE"] = str(tmp_path / "counters.json")
+
+    def claim():
+        coord.write_text("")  # a claim from an empty file each time
+        proc = subprocess.run(
+            [discovery_exe, "2", "--enable-coordination-mode", "--coordination-file", str(coord)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        calls = simulator.counters(tmp_path / "counters.json")["calls"]
+        return proc.stdout, sum(calls.get("nvmlDeviceGetTopologyCommonAncestor", {}).values())
+
+    copy = tmp_path / "coord.topology"
+    assert claim() == ("0,2\n", 6) and copy.exists()  # the whole host read: its 6 pairs
+    assert claim() == ("0,2\n", 0)  # adopted
+    copy.chmod(0o666)
+    assert claim() == ("0,2\n", 6)  # ignored: read again

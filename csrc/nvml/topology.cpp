@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -147,9 +148,13 @@ void read_part(const NvmlApi& api, unsigned gpu, const std::vector<Peer>& peers,
 struct Cache {
     unsigned long generation = 0;
     std::map<unsigned, std::shared_ptr<const GpuPart>> parts;
-    unsigned host_count = 0;  // NVML's GPU count when every GPU below it was read or adopted (0: not known)
+    std::set<unsigned> forgotten;  // lost or reset since: never taken back from a copy, read again
+    unsigned host_count = 0;       // NVML's GPU count when every GPU below it was read or adopted (0: not known)
 };
 std::mutex g_mutex;
+// One reader at a time (each waiting within its own deadline): two reading at once could each miss the
+// pair the other's GPU makes with its own.
+std::timed_mutex g_reading;
 std::map<std::string, Cache>& caches() {
     static auto* c = new std::map<std::string, Cache>();  // never destroyed: a stuck worker may outlive exit
     return *c;
@@ -159,6 +164,7 @@ Cache& cache_of(const NvmlLibrary& lib) {
     Cache& c = caches()[lib.path()];
     if (c.generation != NvmlLibrary::process_generation()) {
         c.parts.clear();
+        c.forgotten.clear();
         c.host_count = 0;
         c.generation = NvmlLibrary::process_generation();
     }
@@ -313,6 +319,8 @@ void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, do
         std::vector<unsigned> wanted = gpus;
         std::sort(wanted.begin(), wanted.end());
         wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+        std::unique_lock<std::timed_mutex> reading(g_reading, std::defer_lock);
+        const bool alone = timeout_seconds > 0 && reading.try_lock_for(std::chrono::duration<double>(timeout_seconds));
         std::map<unsigned, std::shared_ptr<const GpuPart>> known;
         {
             std::lock_guard<std::mutex> guard(g_mutex);
@@ -320,7 +328,7 @@ void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, do
         }
         // what this process lacks, read GPU by GPU: never a lock held across NVML
         for (const unsigned gpu : wanted) {
-            if (known.count(gpu)) continue;
+            if (known.count(gpu) || !alone) continue;
             const double left =
                 timeout_seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             std::vector<Peer> peers;
@@ -343,9 +351,12 @@ void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, do
                 break;
             }
             out->calls += part->calls;
+            if (!part->read) continue;  // its handle was refused now: asked again next time, never kept
             known[gpu] = part;
             std::lock_guard<std::mutex> guard(g_mutex);
-            cache_of(lib).parts[gpu] = part;
+            Cache& c = cache_of(lib);
+            c.parts[gpu] = part;
+            c.forgotten.erase(gpu);
         }
         std::map<std::string, unsigned> gpu_buses;
         for (const auto& [gpu, part] : known)
@@ -406,6 +417,9 @@ std::string topology_text(const NvmlLibrary& lib, const std::string& key, unsign
         for (unsigned gpu = 0; gpu < count; ++gpu) {
             const auto found = parts.find(gpu);
             if (found == parts.end() || !found->second->read) return std::string();
+            // link states change at run time (links still training, a link gone down): a host with an
+            // inactive link is read by each process itself, never from a copy
+            if (found->second->nvlink.inactive > 0) return std::string();
             text += part_text(gpu, *found->second) + "\n";
         }
         std::lock_guard<std::mutex> guard(g_mutex);
@@ -433,10 +447,10 @@ bool adopt_topology(const NvmlLibrary& lib, const std::string& text, const std::
         Cache& c = cache_of(lib);
         for (unsigned gpu = 0; gpu < count; ++gpu)
             if (!adopted.count(gpu)) return false;  // a copy of every GPU, or none
-        for (auto& [gpu, part] : adopted)
-            if (!c.parts.count(gpu)) c.parts[gpu] = std::move(part);  // what this process read itself stays
+        for (auto& [gpu, part] : adopted)  // what this process read itself stays; a GPU lost since is read again
+            if (!c.parts.count(gpu) && !c.forgotten.count(gpu)) c.parts[gpu] = std::move(part);
         c.host_count = count;
-        return !adopted.empty();
+        return !adopted.empty() && c.forgotten.empty();
     } catch (...) {
         return false;
     }
@@ -465,7 +479,7 @@ void forget_topology(const NvmlLibrary& lib, unsigned gpu) noexcept {
     try {
         std::lock_guard<std::mutex> guard(g_mutex);
         Cache& c = cache_of(lib);
-        c.parts.erase(gpu);
+        if (c.parts.erase(gpu) > 0) c.forgotten.insert(gpu);
         // and the pairs the others hold with it: it is read again with them as its peers
         for (auto& [other, part] : c.parts) {
             if (part->ancestor.count(gpu) || part->p2p_nvlink.count(gpu)) {

@@ -194,7 +194,9 @@ bool adopt_shared(const NvmlLibrary& lib, const std::string& path, const std::st
 void share(const NvmlLibrary& lib, const std::string& path, const std::string& key, unsigned count) {
     const std::string text = topology_text(lib, key, count);
     if (text.empty()) return;
-    const std::string temporary = path + ".new." + std::to_string(getpid());
+    // pid and time: a name no earlier writer killed before its rename left behind (pids are reused)
+    const std::string temporary = path + ".new." + std::to_string(getpid()) + "." +
+                                  std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
     const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return;
     std::size_t done = 0;
@@ -257,17 +259,21 @@ bool read_joined(const NvmlLibrary& lib, const DiscoveryRequest& request, ReadSc
     if (left() <= 0) return false;  // the deadline has passed: the state read says what did not return
     // the copy's key names the GPU count too: a process without an enumeration asks NVML for it once
     std::string key;
+    bool key_asked = false;  // at most once: a hang in it spends no more of the deadline
     unsigned count = 0;
     std::vector<unsigned> gpus;
     if (request.enumerate_by_reading) {
         count = topology_host_count(lib);
-        if (count == 0 && request.coordinated) key = topology_key(lib, left(), &count);
+        if (count == 0 && request.coordinated) {
+            key = topology_key(lib, left() / 2, &count);
+            key_asked = true;
+        }
         if (count == 0) {
             const auto counted = std::make_shared<std::pair<nvmlReturn_t, unsigned>>(NVML_ERROR_UNKNOWN, 0);
             Stall stall;
             Status started;
             const NvmlLibrary* library = &lib;
-            if (!run_within(left(), "nvmlDeviceGetCount_v2",
+            if (!run_within(left() / 2, "nvmlDeviceGetCount_v2",
                             [library, counted] { counted->first = library->api().device_get_count(&counted->second); },
                             &stall, &started) ||
                 counted->first != NVML_SUCCESS)
@@ -288,7 +294,7 @@ bool read_joined(const NvmlLibrary& lib, const DiscoveryRequest& request, ReadSc
     std::string shared;
     bool adopted = false;
     if (request.coordinated && !topology_known(lib, gpus)) {
-        if (key.empty()) key = topology_key(lib, left(), &count);
+        if (!key_asked) key = topology_key(lib, left() / 2, &count);
         shared = request.coordination.path + coordination::kTopologySuffix;
         adopted = !key.empty() && adopt_shared(lib, shared, key, count);
     } else {

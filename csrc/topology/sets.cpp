@@ -180,7 +180,13 @@ std::vector<std::size_t> choose_set(const Links& links, const std::vector<std::s
     const std::size_t n = end - start;
     std::vector<std::string> members = fixed;
     for (const std::size_t i : take) members.push_back(ordered[i].index);
-    if (links.empty() || members.size() + k < 2) {
+    // MIG units have no peer-to-peer: their GPUs' links are not theirs
+    const auto unit = [](const std::string& index) { return index.find(':') != std::string::npos; };
+    const bool units = std::any_of(members.begin(), members.end(), unit) ||
+                       std::any_of(ordered.begin() + static_cast<std::ptrdiff_t>(start),
+                                   ordered.begin() + static_cast<std::ptrdiff_t>(end),
+                                   [&](const Candidate& c) { return unit(c.index); });
+    if (links.empty() || members.size() + k < 2 || units) {
         for (std::size_t i = 0; i < k; ++i) take.push_back(start + i);
         return take;
     }

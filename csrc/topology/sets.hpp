@@ -27,7 +27,8 @@ struct Candidate {
 // group for the next claimer), then `ordered`'s preference (so that without links the answer is the first
 // `need`). Every subset is weighed while there are at most kExhaustiveSets of them (the rest-of-class
 // look-ahead while that search weighs at most kLookaheadSets sets); beyond, members are added one by one,
-// each the best joined to those before. Need 0 or `ordered` empty: none.
+// each the best joined to those before. Where a member or a candidate of that class is a MIG unit ("3:1"),
+// the first `need` (MIG has no peer-to-peer). Need 0 or `ordered` empty: none.
 std::vector<std::size_t> choose_set(const Links& links, const std::vector<std::string>& fixed,
                                     const std::vector<Candidate>& ordered, std::size_t need);
 

@@ -200,7 +200,8 @@ cdef TopologyPolicy _topology_policy(str topology) except *:
     cdef TopologyPolicy policy
     cdef string encoded = _utf8(topology)
     if not parse_topology_policy(string_view(encoded.data(), encoded.size()), &policy):
-        raise ValueError(f"Unknown topology value {topology!r}: use one of {', '.join(TOPOLOGY_VALUES)}.")
+        # the settings reader's sentence for a parameter (csrc/nvml/settings.cpp)
+        raise ValueError(f"Invalid value {topology!r} for topology: expected one of {', '.join(TOPOLOGY_VALUES)}.")
     return policy
 
 

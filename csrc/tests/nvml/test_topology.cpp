@@ -51,8 +51,17 @@ TEST_CASE(bridged_pairs_read_as_topo_m_shows_them) {
         read_topology(lib, all4, 5, &again);
         CHECK_EQ(again.calls, 0ul);
         CHECK(again.links.between(0u, 2u) == t.links.between(0u, 2u));
-        // a GPU forgotten (lost, reset) is read again, with its pairs
+        // a whole copy of it for other processes, adopted as it is; never with a GPU lost since
+        const std::string copy = topology_text(lib, "key", 4);
+        CHECK(!copy.empty());
+        CHECK(!adopt_topology(lib, copy, "another key", 4));
+        CHECK(!adopt_topology(lib, copy.substr(0, copy.size() / 2), "key", 4));  // a part
+        CHECK(adopt_topology(lib, copy, "key", 4));
+        CHECK_EQ(topology_host_count(lib), 4u);
         forget_topology(lib, 2);
+        CHECK(!adopt_topology(lib, copy, "key", 4));
+        CHECK(!topology_known(lib, {2}));
+        // a GPU forgotten (lost, reset) is read again, with its pairs
         read_topology(lib, all4, 5, &again);
         CHECK_EQ(again.calls, 1ul * (3 + 4 * 3) + 3);
         CHECK(again.links.between(0u, 2u) == t.links.between(0u, 2u));
@@ -70,6 +79,8 @@ TEST_CASE(inactive_links_are_counted_and_join_nothing) {
         CHECK_EQ(t.nvlink[1].count, 4u);
         CHECK_EQ(t.nvlink[1].inactive, 4u);
         CHECK_EQ(t.links.between(0u, 2u).nvlinks, 4u);
+        // link states change at run time: no copy while one is inactive
+        CHECK(topology_text(lib, "key", 4).empty());
     }),
              0);
 }

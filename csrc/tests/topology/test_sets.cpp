@@ -131,6 +131,12 @@ TEST_CASE(large_hosts_choose_one_by_one_within_bounds) {
     CHECK_EQ(nvlinks, 16u);  // four whole pairs
 }
 
+TEST_CASE(mig_units_are_taken_in_order_their_gpus_links_are_not_theirs) {
+    const Links l = bridged(4, {{0, 2}, {1, 3}});
+    CHECK(choose(l, {{"0:0", 0}, {"1:0", 0}, {"2:0", 0}}, 2) == (Indices{"0:0", "1:0"}));
+    CHECK(choose(l, {{"1", 0}, {"2", 0}}, 1, {"0:1"}) == (Indices{"1"}));
+}
+
 TEST_CASE(sets_compare_by_the_choices_own_measure) {
     const Links l = bridged(4, {{0, 2}, {1, 3}});
     CHECK(compare_joined(l, {"0", "2"}, {"0", "1"}) < 0);
