@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 from conftest import child_env, dead_pid
 from support.cli import cli, cli_json, findings, gpu_conf, only, run_doctor, write_script
@@ -123,4 +124,12 @@ def test_doctor_warns_of_a_holder_whose_gpus_are_joined_worse_than_a_free_set(tm
     coord.write_text(f"0 {holder.pid}\n2 {holder.pid}\n")
     assert warnings() == []
     coord.write_text(f"0 {holder.pid}\n1 {holder.pid}\n2 {os.getpid()}\n3 {os.getpid()}\n")
+    assert warnings() == []
+    # nor one whose better sets are of a worse class: a claim never trades health for a link
+    degraded = json.loads(Path(spec).read_text())
+    for gpu in (2, 3):
+        degraded["devices"][gpu]["health"] = {"row_remap_pending": True}
+    spec = tmp_path / "degraded.json"
+    spec.write_text(json.dumps(degraded))
+    coord.write_text(f"0 {holder.pid}\n1 {holder.pid}\n")
     assert warnings() == []

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from typing import Sequence
 
     from flink_gpu.coordination import CoordinationEntry, CoordinationSnapshot
-    from flink_gpu.nvml import GpuLink, Topology
+    from flink_gpu.nvml import DeviceState, GpuLink, Topology
 
 
 def check_coordination(
@@ -208,7 +208,7 @@ def check_coordination_file(checkup: Checkup, name: str, path: str) -> "Coordina
 def check_holder_links(checkup: Checkup, name: str, found: CoordinationSnapshot) -> None:
     """A WARN per live holder whose GPUs are joined worse (by the one choice's measure: fewer NVLinks summed over
     their pairs, else a worse PCIe level) than the best joined set of as many among the GPUs no other live holder
-    has (docs/cli.md,
+    has and that are healthy and idle (a claim never trades a class for a link) (docs/cli.md,
     "`list --topology`"): GPUs a claim with ``topology: prefer`` would have taken."""
     held: "dict[str, list[CoordinationEntry]]" = {}
     for entry in found.entries:
@@ -222,13 +222,17 @@ def check_holder_links(checkup: Checkup, name: str, found: CoordinationSnapshot)
     nvml, enumeration = opened
     whole = sorted({d.index for d in enumeration.devices if d.mig_slot is None})
     taken = {e.index for entries in held.values() for e in entries}
-    topology = None
+    topology: "Topology | None" = None
+    idle: "set[int]" = set()
     for entries in held.values():
         mine = sorted({int(e.index) for e in entries if e.index.isdigit() and int(e.index) in whole})
         if len(mine) < 2 or len(mine) != len({e.index for e in entries}):
             continue  # one GPU, or a MIG unit or a GPU this host lacks among them
-        topology = topology or nvml.topology(whole)
-        among = [gpu for gpu in whole if gpu in mine or str(gpu) not in taken]
+        if topology is None:
+            topology = nvml.topology(whole)
+            # a free GPU counts only where a claim would take it before the holder's: healthy, nothing on it
+            idle = {s.index for s in nvml.states(os.getpid(), None, None, topology=topology) if idle_and_ok(s)}
+        among = [gpu for gpu in whole if gpu in mine or (str(gpu) not in taken and gpu in idle)]
         best = topology.best_set(among, len(mine))
         if not topology.joined_better(best, mine):
             continue
@@ -247,6 +251,11 @@ def check_holder_links(checkup: Checkup, name: str, found: CoordinationSnapshot)
 
 def _pairs(gpus: "Sequence[int]") -> "list[tuple[int, int]]":
     return [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1 :]]
+
+
+def idle_and_ok(state: "DeviceState") -> bool:
+    """A whole GPU of the best class to any claimer: healthy, no process on it."""
+    return state.mig_slot is None and state.health == "ok" and state.processes_known and not state.processes
 
 
 def _links_text(topology: Topology, gpus: "Sequence[int]") -> str:
