@@ -1,5 +1,7 @@
 #include "nvml/topology.hpp"
 
+#include "base/counted.hpp"
+#include "base/glibc_compat.hpp"
 #include "base/status.hpp"
 
 #include <dirent.h>
@@ -8,11 +10,11 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <memory>
 #include <mutex>
 #include <new>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 namespace flinkgpu {
@@ -41,7 +43,19 @@ struct Peer {
 };
 
 // What was read of one GPU.
-struct GpuPart {
+struct GpuPart : Counted {
+    GpuPart() = default;
+    GpuPart(const GpuPart& o)
+        : Counted{},
+          read(o.read),
+          handle(o.handle),
+          bus_id(o.bus_id),
+          nvlink(o.nvlink),
+          to_unnamed(o.to_unnamed),
+          ancestor(o.ancestor),
+          p2p_nvlink(o.p2p_nvlink),
+          calls(o.calls) {}
+    GpuPart& operator=(const GpuPart&) = delete;
     bool read = false;  // its handle was given: the rest is what NVML answered
     nvmlDevice_t handle = nullptr;
     std::string bus_id;
@@ -147,14 +161,25 @@ void read_part(const NvmlApi& api, unsigned gpu, const std::vector<Peer>& peers,
 // This process's reads, per library (a forked child starts afresh: handles are not inherited).
 struct Cache {
     unsigned long generation = 0;
-    std::map<unsigned, std::shared_ptr<const GpuPart>> parts;
+    std::map<unsigned, Ref<GpuPart>> parts;
     std::set<unsigned> forgotten;  // lost or reset since: never taken back from a copy, read again
     unsigned host_count = 0;       // NVML's GPU count when every GPU below it was read or adopted (0: not known)
 };
 std::mutex g_mutex;
 // One reader at a time (each waiting within its own deadline): two reading at once could each miss the
 // pair the other's GPU makes with its own.
-std::timed_mutex g_reading;
+std::mutex g_reading;
+
+// Takes `m` within `seconds`, polling (std::timed_mutex would need glibc 2.30's pthread_mutex_clocklock, beyond
+// manylinux_2_28): whether it did.
+bool lock_within(std::mutex* m, double seconds) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (!m->try_lock()) {
+        if (std::chrono::steady_clock::now() >= until) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+}
 std::map<std::string, Cache>& caches() {
     static auto* c = new std::map<std::string, Cache>();  // never destroyed: a stuck worker may outlive exit
     return *c;
@@ -319,9 +344,10 @@ void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, do
         std::vector<unsigned> wanted = gpus;
         std::sort(wanted.begin(), wanted.end());
         wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
-        std::unique_lock<std::timed_mutex> reading(g_reading, std::defer_lock);
-        const bool alone = timeout_seconds > 0 && reading.try_lock_for(std::chrono::duration<double>(timeout_seconds));
-        std::map<unsigned, std::shared_ptr<const GpuPart>> known;
+        const bool alone = timeout_seconds > 0 && lock_within(&g_reading, timeout_seconds);
+        std::unique_lock<std::mutex> reading(g_reading, std::defer_lock);
+        if (alone) reading = std::unique_lock<std::mutex>(g_reading, std::adopt_lock);
+        std::map<unsigned, Ref<GpuPart>> known;
         {
             std::lock_guard<std::mutex> guard(g_mutex);
             known = cache_of(lib).parts;
@@ -335,7 +361,7 @@ void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, do
             for (const auto& [other, part] : known)
                 if (part->read) peers.push_back({other, part->handle, part->nvlink.known});
             // (an adopted part has no handle: the job takes one)
-            const auto part = std::make_shared<GpuPart>();
+            const Ref<GpuPart> part(new GpuPart());
             Stall stall;
             Status started;
             const NvmlLibrary* library = &lib;  // lives for the process (nvml/loader.hpp): the job may outlive us
@@ -380,12 +406,16 @@ void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, do
 
 std::string topology_key(const NvmlLibrary& lib, double timeout_seconds, unsigned* count) noexcept {
     try {
-        const auto asked = std::make_shared<std::pair<std::string, unsigned>>();
-        const auto answered = std::make_shared<bool>(false);
+        struct Asked : Counted {
+            std::string first;    // the driver's version
+            unsigned second = 0;  // the GPU count
+            bool answered = false;
+        };
+        const Ref<Asked> asked(new Asked());
         const NvmlLibrary* library = &lib;
         Stall stall;
         Status started;
-        const bool returned = run_within(timeout_seconds, "nvmlDeviceGetCount_v2", [library, asked, answered] {
+        const bool returned = run_within(timeout_seconds, "nvmlDeviceGetCount_v2", [library, asked] {
             const NvmlApi& api = library->api();
             char version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
             if (api.system_get_driver_version == nullptr ||
@@ -393,9 +423,10 @@ std::string topology_key(const NvmlLibrary& lib, double timeout_seconds, unsigne
                 api.device_get_count(&asked->second) != NVML_SUCCESS)
                 return;
             asked->first = version;
-            *answered = true;
+            asked->answered = true;
         }, &stall, &started);
-        if (!returned || !*answered || asked->first.find_first_of(" \t\n") != std::string::npos) return std::string();
+        if (!returned || !asked->answered || asked->first.find_first_of(" \t\n") != std::string::npos)
+            return std::string();
         std::string boot = first_line("/proc/sys/kernel/random/boot_id");
         if (boot.empty() || boot.find(' ') != std::string::npos) return std::string();
         *count = asked->second;
@@ -408,7 +439,7 @@ std::string topology_key(const NvmlLibrary& lib, double timeout_seconds, unsigne
 
 std::string topology_text(const NvmlLibrary& lib, const std::string& key, unsigned count) noexcept {
     try {
-        std::map<unsigned, std::shared_ptr<const GpuPart>> parts;
+        std::map<unsigned, Ref<GpuPart>> parts;
         {
             std::lock_guard<std::mutex> guard(g_mutex);
             parts = cache_of(lib).parts;
@@ -436,10 +467,10 @@ bool adopt_topology(const NvmlLibrary& lib, const std::string& text, const std::
         std::string line;
         if (!std::getline(in, line) || line != kTextHeader) return false;
         if (!std::getline(in, line) || line != "key " + key) return false;
-        std::map<unsigned, std::shared_ptr<const GpuPart>> adopted;
+        std::map<unsigned, Ref<GpuPart>> adopted;
         while (std::getline(in, line)) {
             unsigned gpu = 0;
-            auto part = std::make_shared<GpuPart>();
+            Ref<GpuPart> part(new GpuPart());
             if (!read_part_text(line, &gpu, part.get())) return false;
             adopted[gpu] = std::move(part);
         }
@@ -483,7 +514,7 @@ void forget_topology(const NvmlLibrary& lib, unsigned gpu) noexcept {
         // and the pairs the others hold with it: it is read again with them as its peers
         for (auto& [other, part] : c.parts) {
             if (part->ancestor.count(gpu) || part->p2p_nvlink.count(gpu)) {
-                auto copy = std::make_shared<GpuPart>(*part);
+                Ref<GpuPart> copy(new GpuPart(*part));
                 copy->ancestor.erase(gpu);
                 copy->p2p_nvlink.erase(gpu);
                 part = copy;

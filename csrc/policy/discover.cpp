@@ -1,5 +1,6 @@
 #include "policy/discover.hpp"
 
+#include "base/counted.hpp"
 #include "base/gpu_index.hpp"
 #include "coordination/file.hpp"
 #include "coordination/liveness.hpp"
@@ -16,7 +17,6 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
-#include <memory>
 #include <new>
 
 namespace flinkgpu {
@@ -269,7 +269,11 @@ bool read_joined(const NvmlLibrary& lib, const DiscoveryRequest& request, ReadSc
             key_asked = true;
         }
         if (count == 0) {
-            const auto counted = std::make_shared<std::pair<nvmlReturn_t, unsigned>>(NVML_ERROR_UNKNOWN, 0);
+            struct Answer : Counted {
+                nvmlReturn_t first = NVML_ERROR_UNKNOWN;
+                unsigned second = 0;
+            };
+            const Ref<Answer> counted(new Answer());
             Stall stall;
             Status started;
             const NvmlLibrary* library = &lib;
