@@ -344,6 +344,7 @@ void read_topology(const NvmlLibrary& lib, const std::vector<unsigned>& gpus, do
         std::vector<unsigned> wanted = gpus;
         std::sort(wanted.begin(), wanted.end());
         wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+        if (wanted.size() > kMaxTopologyGpus) return;
         const bool alone = timeout_seconds > 0 && lock_within(&g_reading, timeout_seconds);
         std::unique_lock<std::mutex> reading(g_reading, std::defer_lock);
         if (alone) reading = std::unique_lock<std::mutex>(g_reading, std::adopt_lock);

@@ -11,6 +11,7 @@
 #include "nvml/deadline.hpp"
 #include "topology/links.hpp"
 
+#include <cstddef>
 #include <map>
 #include <string>
 #include <vector>
@@ -37,7 +38,12 @@ struct Topology {
     unsigned long calls = 0;
 };
 
-// The topology of the GPUs `gpus` (NVML numbers): what this process read before, and what it lacks read
+// Past this many GPUs a process sees no single host's NVLink domain (a simulated host of thousands): their
+// topology is not read (a pair per call would be millions), and every choice is as with topology: ignore.
+inline constexpr std::size_t kMaxTopologyGpus = 64;
+
+// The topology of the GPUs `gpus` (NVML numbers; more than kMaxTopologyGpus: none is read, all unknown): what
+// this process read before, and what it lacks read
 // now within `timeout_seconds` for all of them together; a GPU whose part does not return in time ends the
 // read (the GPUs after it are not read: their pairs are unknown). Never throws; an out-of-memory leaves the
 // result empty (unknown).

@@ -124,6 +124,8 @@ cdef Topology _topology(CTopology& c, tuple gpus, double seconds):
     cdef unsigned b
     cdef size_t i
     out._c = c
+    if c.nvlink.empty() and c.stalls.empty():
+        gpus = ()  # nothing read and nothing stalled: no GPU, or more than a topology is read for
     out.gpus = gpus
     out.matrix = tuple([tuple(["X" if a == b else _text(link_cell(c.links.between(a, b))) for b in gpus])
                         for a in gpus])
