@@ -377,7 +377,8 @@ def test_list_shows_a_gpu_whose_state_read_does_not_return_as_unknown(tmp_path):
     gpus = {gpu["index"]: gpu for gpu in doc["gpus"]}
     assert gpus["0"]["health"] == "ok"
     # list reads the topology first (the nvlink check): its NVLink count query, named, is the one that hangs
-    assert gpus["1"]["health"] == "unknown: nvmlDeviceGetFieldValues has not returned for 5 s"
+    # how long it has been in flight is measured: 5 s, or a little more on a loaded machine
+    assert re.fullmatch(r"unknown: nvmlDeviceGetFieldValues has not returned for \d+(\.\d)? s", gpus["1"]["health"])
     assert doc["topology"]["stalls"] == ["nvmlDeviceGetFieldValues did not return within 5 s"]
     assert gpus["1"]["processes_known"] is False
 

@@ -3,6 +3,7 @@ checks not made, the NVLink fabric, the bindings' memory requests against what i
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -196,7 +197,7 @@ def test_doctor_warns_of_a_gpu_whose_state_read_does_not_return(tmp_path):
     [unknown] = [f for f in findings(doc, "gpu-state") if f["message"].startswith("GPU 1 is unknown: ")]
     assert unknown["level"] == "warning"
     # doctor reads the topology first (the nvlink check): its NVLink count query, named, is the one that hangs
-    assert "nvmlDeviceGetFieldValues has not returned for 5 s" in unknown["message"]
+    assert re.search(r"nvmlDeviceGetFieldValues has not returned for \d+(\.\d)? s", unknown["message"])
     assert "a TaskManager does not get it" in unknown["message"]
     assert "dmesg" in unknown["fix"]
 
