@@ -2,9 +2,23 @@
 # Builds the wheel exactly as `pip wheel .` does, repairs it for manylinux_2_28 with auditwheel,
 # installs the repaired wheel into a fresh virtual environment and checks that it imports without
 # a driver, that no binary links libnvidia-ml, and that the native path works on the simulator.
+#
+#   PYTHON=python3.10 tools/check_wheel.sh [--tests] [--wheelhouse DIR]
+#
+# --tests: also install the test extra into that environment and run the tests that need no Flink
+# cluster against the installed wheel (not the source tree). --wheelhouse: keep the repaired wheel there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
+run_tests=0 wheelhouse=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --tests) run_tests=1 ;;
+    --wheelhouse) wheelhouse=${2:?--wheelhouse needs a directory}; shift ;;
+    *) echo "usage: PYTHON=python3.X $0 [--tests] [--wheelhouse DIR]" >&2; exit 2 ;;
+  esac
+  shift
+done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 plat="manylinux_2_28_$(uname -m)"
@@ -39,4 +53,14 @@ out=$(FLINK_GPU_NVML_LIBRARY="$lib" FLINK_GPU_SIM_PROFILE=h100-hgx-8 "$work/venv
 [ "$out" = "0,1" ] || { echo "FAIL: flink-gpu-discovery on the wheel's h100-hgx-8 profile printed '$out'"; exit 1; }
 # the --json schema ships in the wheel (docs/ does not): `flink-gpu schema` prints it
 "$work/venv/bin/flink-gpu" schema | grep -q '{"schema": 1' || { echo "FAIL: flink-gpu schema from the wheel printed no schema"; exit 1; }
-echo "wheel check passed: $plat, $elf_count ELF files, none linking libnvidia-ml; discovery prints $out; schema shipped"
+echo "wheel check passed: $(basename "$wheel"), $elf_count ELF files, none linking libnvidia-ml; discovery prints $out; schema shipped"
+if [ -n "$wheelhouse" ]; then
+  mkdir -p "$wheelhouse" && cp "$wheel" "$wheelhouse/"
+fi
+if [ "$run_tests" = 1 ]; then
+  "$work/venv/bin/pip" install -q "$wheel[test]"
+  # From the checkout's root, so that pyproject.toml's pytest settings apply; src/ is not on the path
+  # (--import-mode=importlib), so every test imports the installed wheel, and the venv's bin/ comes
+  # first on PATH, so that the commands the tests run are the wheel's too.
+  PATH="$work/venv/bin:$PATH" "$work/venv/bin/python" -m pytest -q -m "not flink_cluster"
+fi
