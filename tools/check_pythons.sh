@@ -29,6 +29,15 @@ find_python() {  # python3.X on PATH if it runs, else pyenv's newest 3.X.*
   [ -n "$candidate" ] && echo "$candidate"
 }
 
+# One nvml.h for every build (pip's isolated build would install it afresh in a new place each time),
+# so that ccache, where it is installed, compiles the C++ core once for all four wheels.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+python3 -m pip install -q --target "$scratch/nvml" nvidia-nvml-dev
+nvml_h=$(find "$scratch/nvml" -name nvml.h | head -n 1)
+[ -n "$nvml_h" ] || { echo "FAIL: nvidia-nvml-dev installed no nvml.h" >&2; exit 1; }
+export NVML_INCLUDE_DIR=${nvml_h%/nvml.h}
+
 oldest=${versions%% *} newest=${versions##* }
 for version in $versions; do
   python=$(find_python "$version") || { echo "FAIL: no Python $version here (PATH, pyenv): pyproject.toml names it" >&2; exit 1; }

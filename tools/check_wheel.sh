@@ -23,8 +23,18 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 plat="manylinux_2_28_$(uname -m)"
 
-"$python" -m pip wheel . --no-deps -q -w "$work/wheel"
-"$python" -m auditwheel repair --plat "$plat" -w "$work/repaired" "$work"/wheel/*.whl
+build_args=()
+if command -v ccache >/dev/null; then
+  # The C++ core compiles alike for every Python: ccache serves it to the next one's wheel
+  # (tools/check_pythons.sh builds four), given one nvml.h for all (NVML_INCLUDE_DIR).
+  build_args+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+fi
+if [ -n "${NVML_INCLUDE_DIR:-}" ]; then
+  build_args+=("--config-settings=cmake.define.NVML_INCLUDE_DIR=$NVML_INCLUDE_DIR")
+fi
+"$python" -m pip wheel . --no-deps -q -w "$work/wheel" "${build_args[@]}"
+auditwheel repair --plat "$plat" -w "$work/repaired" "$work"/wheel/*.whl
 wheel=$(ls "$work"/repaired/*.whl)
 echo "repaired: $(basename "$wheel")"
 
