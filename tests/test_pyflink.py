@@ -805,24 +805,26 @@ def thread_mode_subtasks(gpus, subtasks):
             t.join()
 
 
-def test_each_binding_logs_operator_subtask_gpu_index_and_uuid(tm_conf):
+@pytest.mark.parametrize("memory, logged", [(None, ""), ("4 gb", ", memory request 4 GiB")])
+def test_each_binding_logs_operator_subtask_gpu_index_uuid_and_memory_request(tm_conf, memory, logged):
     env = simulated_env(devices=2)
     env["PYTHONPATH"] = TESTS  # for support.java_context
-    code = textwrap.dedent("""
+    code = textwrap.dedent(f"""
         import logging
         logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
         from support.java_context import JavaInfo, NamedSubtaskContext, PyFlinkContext
         from flink_gpu.pyflink import bind_gpus
-        context = PyFlinkContext(NamedSubtaskContext([JavaInfo({"index": "0"}), JavaInfo({"index": "1"})], "1f"))
-        bind_gpus(context, "gpu").release()
+        context = PyFlinkContext(NamedSubtaskContext([JavaInfo({{"index": "0"}}), JavaInfo({{"index": "1"}})], "1f"))
+        bind_gpus(context, "gpu", memory={memory!r}).release()
         """)
     proc = run_python(code, env=env)
     lines = [line for line in proc.stderr.splitlines() if "Bound" in line]
     assert len(lines) == 1, proc.stderr
-    # thread mode's Java infos carry the index only: the uuid is NVML's
+    # thread mode's Java infos carry the index only: the uuid is NVML's; the request in the size form of the
+    # other messages (4 gb is 4 GiB to Flink)
     assert re.fullmatch(
         r"flink_gpu\.pyflink INFO Bound infer -> Sink: print subtask 3 to slot 1f \(thread \d+\) of "
-        r"the TaskManager \(pid \d+\), thread mode: GPU 0 \(" + SIM_UUID.format(0) + r"\)",
+        r"the TaskManager \(pid \d+\), thread mode: GPU 0 \(" + SIM_UUID.format(0) + re.escape(logged) + r"\)",
         lines[0],
     ), lines
 

@@ -194,14 +194,18 @@ def bind_gpus(
 
 
 def _described_gpus(binding: GPUBinding, library: "str | None") -> str:
-    """ "GPU 0 (GPU-…), GPU 1 (…)" for a log line: thread mode's Java infos carry the index only, so the
-    uuid is NVML's."""
+    """ "GPU 0 (GPU-…), GPU 1 (…)" for a log line, each with the binding's memory request when it has one
+    ("GPU 0 (GPU-…, memory request 4 GiB)"): thread mode's Java infos carry the index only, so the uuid is
+    NVML's."""
+    from flink_gpu.flink.grammars import format_memory_size
+
     uuids = {info.get_property("index"): info.get_property("uuid") for info in binding.infos}
     missing = [index for index in binding.indices if not uuids.get(index)]
     if missing:
         completed, _ = _nvml_infos(missing, library)
         uuids.update({info.index: info.get_property("uuid") for info in completed})
-    return ", ".join(f"GPU {index} ({uuids.get(index) or 'uuid unknown'})" for index in binding.indices)
+    request = "" if binding.memory_limit is None else f", memory request {format_memory_size(binding.memory_limit)}"
+    return ", ".join(f"GPU {index} ({uuids.get(index) or 'uuid unknown'}{request})" for index in binding.indices)
 
 
 # Where a TaskManager that found no GPU says why (Flink's StaticExternalResourceInfoProvider logs it).
