@@ -217,11 +217,13 @@ def test_the_example_killed_once_its_cluster_is_up_stops_the_cluster_frees_its_p
         assert len(jvms) == 2 and all(alive(pid) for pid in jvms), example.output()
         assert not any(port_is_free(port) for port in ports)
         if how == "SIGTERM":
-            # doctor, on the configuration of this running cluster, names the ports its JobManager holds
+            # doctor, on the configuration of this running cluster, names the ports its JobManager holds: as
+            # expected, no warning
             doc = json.loads(cli("doctor", work / "conf", "--json", timeout=300).stdout)
             held = {f["message"].split(" ", 2)[1]: f for f in doc["findings"] if f["check"] == "ports"}
             assert sorted(held) == sorted(map(str, ports)), doc["findings"]
             for finding in held.values():
+                assert finding["level"] == "ok", finding
                 assert f"(a Flink JobManager of the configuration {work / 'conf'})" in finding["message"], finding
             example.proc.send_signal(signal.SIGTERM)
         elif how == "SIGINT":
