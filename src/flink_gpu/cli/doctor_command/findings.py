@@ -50,7 +50,7 @@ class Checkup:
         self.findings: "list[Finding]" = []
         # NVML opened once per library path for the whole run (several GPU resources may share it)
         self.nvml: "dict[str | None, OpenedNvml]" = {}
-        # the GPU resources whose discovery loads NVML (the TaskManager's environment selects which)
+        # the GPU resources whose discovery loads the NVML that the TaskManager's environment selects
         self.nvml_resources: "list[str]" = []
 
     @property

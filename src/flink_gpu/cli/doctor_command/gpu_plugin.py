@@ -152,10 +152,10 @@ def _check_gpus(
     """
     stock = mode == "nvml" or (script is not None and os.path.basename(script) in _STOCK_SCRIPTS)
     script_args = check_args(checkup, name, settings, stock, script)
-    count = check_gpu_count(checkup, name, settings, amount, mode)
     # the NVML backend and flink-gpu-discovery choose by the GPUs' state; other scripts do not
     uses_state = mode == "nvml" or (script is not None and os.path.basename(script) == "flink-gpu-discovery")
-    if uses_state:
+    count = check_gpu_count(checkup, name, settings, amount, mode, discovery_loads_nvml=uses_state)
+    if uses_state and not (mode == "nvml" and settings.library_path):  # else nvml.library-path names the library
         checkup.nvml_resources.append(name)
     check_gpu_state(checkup, name, settings, script_args, amount, mode, uses_state)
     check_coordination(checkup, name, settings, script_args, amount, count)
