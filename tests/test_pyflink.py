@@ -1006,6 +1006,75 @@ def test_a_slot_reads_its_gpus_within_the_taskmanagers_nvml_timeout(tmp_path):
     assert float(seconds) < 3.0  # 0.3 s and the bind; the default deadline alone is 5 s
 
 
+@pytest.mark.parametrize(
+    "extra, args, where, accepted",
+    [
+        ("metrics.interval: soon", "", "'soon' for key '{}metrics.interval'", "expected a duration of at least 1 s"),
+        (
+            "metrics.interval: 500 ms",
+            "",
+            "'500 ms' for key '{}metrics.interval'",
+            "expected a duration of at least 1 s",
+        ),
+        (
+            "health-checks: all,-inforum",
+            "",
+            "'all,-inforum' for key '{}health-checks'",
+            "'-inforum' is not a health check",
+        ),
+        ("nvml-timeout: 5 parsecs", "", "'5 parsecs' for key '{}nvml-timeout'", "expected a positive duration"),
+        ("topology: maybe", "", "'maybe' for key '{}topology'", "expected one of prefer, ignore"),
+        ("", " --nvml-timeout 3q", "'3q' for --nvml-timeout in key '{}discovery-script.args'", "expected a positive"),
+    ],
+)
+def test_bind_gpus_refuses_a_malformed_option_it_reads_from_a_java_plugin_taskmanagers_configuration(
+    tmp_path, extra, args, where, accepted
+):
+    """Flink's Java plugin ignores these options, but bind_gpus reads them: a malformed one is an error naming
+    the file, the key, the value and what to write, never the default in silence."""
+    path = tmp_path / "coordination"
+    extra = f"external-resource.gpu.param.{extra}\n" if extra else ""
+    conf_dir = write_conf(
+        tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}{args}", extra=extra
+    )
+    env = {**simulated_env(devices=2), "FLINK_CONF_DIR": str(conf_dir)}
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env.get("PYTHONPATH", "")])
+    code = textwrap.dedent("""
+        from support.java_context import JavaInfo, JavaSubtaskContext, PyFlinkContext
+        from flink_gpu.errors import IllegalConfigurationException
+        from flink_gpu.pyflink import bind_gpus
+        try:
+            print(list(bind_gpus(PyFlinkContext(JavaSubtaskContext([JavaInfo({"index": "0"})], "a1")), "gpu").indices))
+        except IllegalConfigurationException as error:
+            print(error)
+        """)
+    out = run_python(code, env=env).stdout.strip()
+    assert out.startswith(
+        f"The TaskManager's configuration {conf_dir / 'config.yaml'} has a value bind_gpus cannot use (it reads this "
+        f"key even where Flink's Java plugin does not): Invalid value {where.format('external-resource.gpu.param.')}: "
+        + accepted
+    ), out
+
+
+def test_bind_gpus_binds_whatever_a_java_plugin_taskmanagers_busy_gpus_says(tmp_path):
+    """busy-gpus is the driver's alone (a binding reads no process list's policy): a wrong one, which Flink's Java
+    plugin ignores, does not stop a binding."""
+    path = tmp_path / "coordination"
+    conf_dir = write_conf(
+        tmp_path / "conf",
+        f"--enable-coordination-mode --coordination-file {path}",
+        extra="external-resource.gpu.param.busy-gpus: sometimes\n",
+    )
+    env = {**simulated_env(devices=2), "FLINK_CONF_DIR": str(conf_dir)}
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env.get("PYTHONPATH", "")])
+    code = textwrap.dedent("""
+        from support.java_context import JavaInfo, JavaSubtaskContext, PyFlinkContext
+        from flink_gpu.pyflink import bind_gpus
+        print(list(bind_gpus(PyFlinkContext(JavaSubtaskContext([JavaInfo({"index": "0"})], "a1")), "gpu").indices))
+        """)
+    assert run_python(code, env=env).stdout.strip() == "['0']"
+
+
 # ---- a FLINK_CONF_DIR that is no directory -------------------------------------------------------
 
 

@@ -44,6 +44,11 @@ class GPUDriverSettings:
         None  # the first --busy-gpus, --topology or --nvml-timeout in the args with a wrong value
     )
     overrides: "tuple[str, ...]" = ()  # a WARN per parameter that overrides its flag with another value
+    # The wrong values of what a binding reads (topology, nvml-timeout, health-checks, metrics.interval, and
+    # --topology, --nvml-timeout in the args; not busy-gpus), one sentence each as the core words it: a
+    # lenient read keeps them, for bind_gpus reads these of the TaskManager's configuration even where Flink's
+    # Java plugin reads none of them.
+    binding_errors: "tuple[str, ...]" = ()
 
     @classmethod
     def from_config(
@@ -76,19 +81,38 @@ class GPUDriverSettings:
         timeout = read(lambda c: _positive_duration(c, options.DISCOVERY_SCRIPT_TIMEOUT, resource_name))
         args = config.get(options.DISCOVERY_SCRIPT_ARG)
         script_args = parse_script_args(args, warn=False)
-        nvml = read_settings(
-            "" if resource_name is None else param_prefix(resource_name),
-            config.get_string(options.BUSY_GPUS),
+        key_prefix = "" if resource_name is None else param_prefix(resource_name)
+        nvml_texts = (
             config.get_string(options.NVML_TIMEOUT),
             config.get_string(options.HEALTH_CHECKS),
             config.get_string(options.METRICS_INTERVAL),
+        )
+        topology_text = config.get_string(options.TOPOLOGY)
+        nvml = read_settings(
+            key_prefix,
+            config.get_string(options.BUSY_GPUS),
+            *nvml_texts,
             script_args.busy_gpus,
             script_args.nvml_timeout,
-            topology=config.get_string(options.TOPOLOGY),
+            topology=topology_text,
             topology_flag=script_args.topology,
         )
         if nvml.parameter_errors and not lenient:
             raise IllegalConfigurationException(nvml.parameter_errors[0])
+        binding_errors: "tuple[str, ...]" = ()
+        if (
+            nvml.parameter_errors or nvml.flag_error
+        ):  # which of them a binding reads: the same reader, without busy-gpus
+            bound = read_settings(
+                key_prefix,
+                None,
+                *nvml_texts,
+                None,
+                script_args.nvml_timeout,
+                topology=topology_text,
+                topology_flag=script_args.topology,
+            )
+            binding_errors = bound.parameter_errors + ((bound.flag_error,) if bound.flag_error else ())
         library_path = config.get(options.NVML_LIBRARY_PATH)
         if library_path is not None and not library_path.strip():
             library_path = None
@@ -109,6 +133,7 @@ class GPUDriverSettings:
             nvml_timeout=nvml.nvml_timeout,
             flag_error=nvml.flag_error,
             overrides=nvml.warnings,
+            binding_errors=binding_errors,
         )
 
     @classmethod

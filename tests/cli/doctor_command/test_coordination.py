@@ -84,7 +84,12 @@ def test_doctor_counts_the_lines_a_stopped_java_plugin_taskmanager_left_in_one_n
     # two TaskManagers' discovery (flink-gpu-discovery claims for its parent, here a shell that ends)
     for _ in range(2):
         run = subprocess.run(
-            ["sh", "-c", f'"$0" 2 --enable-coordination-mode --coordination-file {coord}; true', find_discovery_executable()],
+            [
+                "sh",
+                "-c",
+                f'"$0" 2 --enable-coordination-mode --coordination-file {coord}; true',
+                find_discovery_executable(),
+            ],
             env=child_env(**simulator.environment(devices=4)),
             capture_output=True,
             text=True,
@@ -98,7 +103,9 @@ def test_doctor_counts_the_lines_a_stopped_java_plugin_taskmanager_left_in_one_n
     )
     doc = run_doctor(tmp_path, conf, "--taskmanagers-per-host", "2", expect=0)
     [note] = [f for f in findings(doc, "coordination-file", "note") if "never release" in f["message"]]
-    assert note["message"].startswith(f"4 entries of {coord} (GPU 0, 1, 2, 3) are of ended holders that never release"), note
+    assert note["message"].startswith(
+        f"4 entries of {coord} (GPU 0, 1, 2, 3) are of ended holders that never release"
+    ), note
     assert findings(doc, "coordination-file", "warning") == []
     # a claim of flink_gpu's that its process never released
     run_python(f"from flink_gpu import coordination; coordination.claim(1, ['4', '5'], path={str(coord)!r})")

@@ -68,7 +68,9 @@ def test_a_taskmanager_library_that_does_not_load_is_one_failure_never_followed_
     missing = tmp_path / "no-driver" / "libnvidia-ml.so.1"
     conf = tmp_path / "flink-conf.yaml"
     conf.write_text(gpu_conf(discovery_script_path=find_discovery_executable()))
-    proc = cli("doctor", conf, "--taskmanagers-per-host", "1", "--json", env=child_env(FLINK_GPU_NVML_LIBRARY=str(missing)))
+    proc = cli(
+        "doctor", conf, "--taskmanagers-per-host", "1", "--json", env=child_env(FLINK_GPU_NVML_LIBRARY=str(missing))
+    )
     doc = json.loads(proc.stdout)
     about_library = [f for f in doc["findings"] if str(missing) in f["message"]]
     assert [(f["check"], f["level"]) for f in about_library] == [("script-run", "error")], doc["findings"]

@@ -154,7 +154,9 @@ def check_ports(checkup: Checkup) -> None:
         if holders and all(_of_configuration(pid, checkup.conf_dir) for pid in holders):
             # doctor run beside the cluster it checks: its own JobManager or TaskManager holds the port
             checkup.add(
-                "ok", "ports", f"Port {port} ({key}, {what}) is held by this configuration's running cluster: {held_by}."
+                "ok",
+                "ports",
+                f"Port {port} ({key}, {what}) is held by this configuration's running cluster: {held_by}.",
             )
             continue
         flink = [pid for pid in holders if "Flink" in describe_holder(pid)]
