@@ -70,8 +70,11 @@ def test_the_cluster_example_binds_a_gpu_per_subtask_in_both_modes_shows_gauges_
         assert f"TaskManager {registered.group(1)} (pid " in part, part
         rows = re.findall(rf"^\s+({holder})\s+(\d)\s+alone", part, re.M)
         assert sorted(gpu for _, gpu in rows) == sorted(gauges.values()), part
-    # the TaskManager's log: one line per binding, naming operator, subtask, GPU index and uuid
-    lines = re.findall(r"Bound infer subtask (\d) to .* (process|thread) mode: GPU (\d) \(GPU-[0-9a-f-]{36}\)", out)
+    # the TaskManager's log: one line per binding, naming operator, subtask, GPU index, uuid and memory request
+    lines = re.findall(
+        r"Bound infer subtask (\d) to .* (process|thread) mode: GPU (\d) \(GPU-[0-9a-f-]{36}, memory request 4 GiB\)",
+        out,
+    )
     assert sorted((mode, subtask) for subtask, mode, _ in lines) == [
         ("process", "0"),
         ("process", "1"),
