@@ -110,6 +110,19 @@ def test_doctor_fails_a_malformed_option_that_bind_gpus_reads_of_a_java_plugin_t
     assert error["fix"] == f"Correct it in {tmp_path / 'flink-conf.yaml'}."
 
 
+@pytest.mark.parametrize("discovery", ["custom", "flink-gpu-discovery"])
+def test_doctor_says_once_that_a_malformed_nvml_timeout_flag_of_the_args_breaks_what_reads_it(
+    tmp_path, good_script, discovery
+):
+    """A script that passes --nvml-timeout by: bind_gpus still reads it, and refuses; flink-gpu-discovery reads it
+    and fails, which is the one finding about it."""
+    script = good_script if discovery == "custom" else find_discovery_executable()
+    text = gpu_conf(discovery_script_path=script, discovery_script_args="--nvml-timeout 3q")
+    doc = run_doctor(tmp_path, text, "--taskmanagers-per-host", "1", expect=1)
+    naming = [(f["check"], f["level"]) for f in doc["findings"] if "'3q' for --nvml-timeout" in f["message"]]
+    assert naming == ([("params", "error")] if discovery == "custom" else [("script-run", "error")]), doc["findings"]
+
+
 # doctor on a Java-plugin configuration ignores discovery-script.timeout, as Flink does
 
 

@@ -70,7 +70,13 @@ def check_params(checkup: Checkup, name: str, params: Configuration, java: bool)
 
 def check_java_gpu(checkup: Checkup, name: str, params: Configuration, amount: "int | None") -> None:
     settings = GPUDriverSettings.from_config_lenient(params, name)
-    for error in settings.binding_errors:  # the TaskManager starts, but every bind_gpus of its jobs refuses
+    _check_plugin_jar(checkup, name)
+    script = check_script(checkup, name, settings)
+    errors = list(settings.binding_parameter_errors)
+    # a wrong flag fails flink-gpu-discovery's run, the finding about it; the stock script passes it by
+    if settings.binding_flag_error and not (script and os.path.basename(script) == "flink-gpu-discovery"):
+        errors.append(settings.binding_flag_error)
+    for error in errors:  # the TaskManager starts, but every bind_gpus of its jobs refuses
         checkup.add(
             "error",
             "params",
@@ -78,8 +84,6 @@ def check_java_gpu(checkup: Checkup, name: str, params: Configuration, amount: "
             f"Correct it in {checkup.file}.",
             resource=name,
         )
-    _check_plugin_jar(checkup, name)
-    script = check_script(checkup, name, settings)
     _check_gpus(checkup, name, settings, amount, "script", script)
 
 
