@@ -70,8 +70,11 @@ def test_the_cluster_example_binds_a_gpu_per_subtask_in_both_modes_shows_gauges_
         assert f"TaskManager {registered.group(1)} (pid " in part, part
         rows = re.findall(rf"^\s+({holder})\s+(\d)\s+alone", part, re.M)
         assert sorted(gpu for _, gpu in rows) == sorted(gauges.values()), part
-    # the TaskManager's log: one line per binding, naming operator, subtask, GPU index and uuid
-    lines = re.findall(r"Bound infer subtask (\d) to .* (process|thread) mode: GPU (\d) \(GPU-[0-9a-f-]{36}\)", out)
+    # the TaskManager's log: one line per binding, naming operator, subtask, GPU index, uuid and memory request
+    lines = re.findall(
+        r"Bound infer subtask (\d) to .* (process|thread) mode: GPU (\d) \(GPU-[0-9a-f-]{36}, memory request 4 GiB\)",
+        out,
+    )
     assert sorted((mode, subtask) for subtask, mode, _ in lines) == [
         ("process", "0"),
         ("process", "1"),
@@ -217,11 +220,13 @@ def test_the_example_killed_once_its_cluster_is_up_stops_the_cluster_frees_its_p
         assert len(jvms) == 2 and all(alive(pid) for pid in jvms), example.output()
         assert not any(port_is_free(port) for port in ports)
         if how == "SIGTERM":
-            # doctor, on the configuration of this running cluster, names the ports its JobManager holds
+            # doctor, on the configuration of this running cluster, names the ports its JobManager holds: as
+            # expected, no warning
             doc = json.loads(cli("doctor", work / "conf", "--json", timeout=300).stdout)
             held = {f["message"].split(" ", 2)[1]: f for f in doc["findings"] if f["check"] == "ports"}
             assert sorted(held) == sorted(map(str, ports)), doc["findings"]
             for finding in held.values():
+                assert finding["level"] == "ok", finding
                 assert f"(a Flink JobManager of the configuration {work / 'conf'})" in finding["message"], finding
             example.proc.send_signal(signal.SIGTERM)
         elif how == "SIGINT":

@@ -805,24 +805,26 @@ def thread_mode_subtasks(gpus, subtasks):
             t.join()
 
 
-def test_each_binding_logs_operator_subtask_gpu_index_and_uuid(tm_conf):
+@pytest.mark.parametrize("memory, logged", [(None, ""), ("4 gb", ", memory request 4 GiB")])
+def test_each_binding_logs_operator_subtask_gpu_index_uuid_and_memory_request(tm_conf, memory, logged):
     env = simulated_env(devices=2)
     env["PYTHONPATH"] = TESTS  # for support.java_context
-    code = textwrap.dedent("""
+    code = textwrap.dedent(f"""
         import logging
         logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
         from support.java_context import JavaInfo, NamedSubtaskContext, PyFlinkContext
         from flink_gpu.pyflink import bind_gpus
-        context = PyFlinkContext(NamedSubtaskContext([JavaInfo({"index": "0"}), JavaInfo({"index": "1"})], "1f"))
-        bind_gpus(context, "gpu").release()
+        context = PyFlinkContext(NamedSubtaskContext([JavaInfo({{"index": "0"}}), JavaInfo({{"index": "1"}})], "1f"))
+        bind_gpus(context, "gpu", memory={memory!r}).release()
         """)
     proc = run_python(code, env=env)
     lines = [line for line in proc.stderr.splitlines() if "Bound" in line]
     assert len(lines) == 1, proc.stderr
-    # thread mode's Java infos carry the index only: the uuid is NVML's
+    # thread mode's Java infos carry the index only: the uuid is NVML's; the request in the size form of the
+    # other messages (4 gb is 4 GiB to Flink)
     assert re.fullmatch(
         r"flink_gpu\.pyflink INFO Bound infer -> Sink: print subtask 3 to slot 1f \(thread \d+\) of "
-        r"the TaskManager \(pid \d+\), thread mode: GPU 0 \(" + SIM_UUID.format(0) + r"\)",
+        r"the TaskManager \(pid \d+\), thread mode: GPU 0 \(" + SIM_UUID.format(0) + re.escape(logged) + r"\)",
         lines[0],
     ), lines
 
@@ -1002,6 +1004,75 @@ def test_a_slot_reads_its_gpus_within_the_taskmanagers_nvml_timeout(tmp_path):
         indices, seconds = run_python(code, env=env).stdout.rsplit(" ", 1)
     assert indices == "['0']"
     assert float(seconds) < 3.0  # 0.3 s and the bind; the default deadline alone is 5 s
+
+
+@pytest.mark.parametrize(
+    "extra, args, where, accepted",
+    [
+        ("metrics.interval: soon", "", "'soon' for key '{}metrics.interval'", "expected a duration of at least 1 s"),
+        (
+            "metrics.interval: 500 ms",
+            "",
+            "'500 ms' for key '{}metrics.interval'",
+            "expected a duration of at least 1 s",
+        ),
+        (
+            "health-checks: all,-inforum",
+            "",
+            "'all,-inforum' for key '{}health-checks'",
+            "'-inforum' is not a health check",
+        ),
+        ("nvml-timeout: 5 parsecs", "", "'5 parsecs' for key '{}nvml-timeout'", "expected a positive duration"),
+        ("topology: maybe", "", "'maybe' for key '{}topology'", "expected one of prefer, ignore"),
+        ("", " --nvml-timeout 3q", "'3q' for --nvml-timeout in key '{}discovery-script.args'", "expected a positive"),
+    ],
+)
+def test_bind_gpus_refuses_a_malformed_option_it_reads_from_a_java_plugin_taskmanagers_configuration(
+    tmp_path, extra, args, where, accepted
+):
+    """Flink's Java plugin ignores these options, but bind_gpus reads them: a malformed one is an error naming
+    the file, the key, the value and what to write, never the default in silence."""
+    path = tmp_path / "coordination"
+    extra = f"external-resource.gpu.param.{extra}\n" if extra else ""
+    conf_dir = write_conf(
+        tmp_path / "conf", f"--enable-coordination-mode --coordination-file {path}{args}", extra=extra
+    )
+    env = {**simulated_env(devices=2), "FLINK_CONF_DIR": str(conf_dir)}
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env.get("PYTHONPATH", "")])
+    code = textwrap.dedent("""
+        from support.java_context import JavaInfo, JavaSubtaskContext, PyFlinkContext
+        from flink_gpu.errors import IllegalConfigurationException
+        from flink_gpu.pyflink import bind_gpus
+        try:
+            print(list(bind_gpus(PyFlinkContext(JavaSubtaskContext([JavaInfo({"index": "0"})], "a1")), "gpu").indices))
+        except IllegalConfigurationException as error:
+            print(error)
+        """)
+    out = run_python(code, env=env).stdout.strip()
+    assert out.startswith(
+        f"The TaskManager's configuration {conf_dir / 'config.yaml'} has a value bind_gpus cannot use (it reads this "
+        f"key even where Flink's Java plugin does not): Invalid value {where.format('external-resource.gpu.param.')}: "
+        + accepted
+    ), out
+
+
+def test_bind_gpus_binds_whatever_a_java_plugin_taskmanagers_busy_gpus_says(tmp_path):
+    """busy-gpus is the driver's alone (a binding reads no process list's policy): a wrong one, which Flink's Java
+    plugin ignores, does not stop a binding."""
+    path = tmp_path / "coordination"
+    conf_dir = write_conf(
+        tmp_path / "conf",
+        f"--enable-coordination-mode --coordination-file {path}",
+        extra="external-resource.gpu.param.busy-gpus: sometimes\n",
+    )
+    env = {**simulated_env(devices=2), "FLINK_CONF_DIR": str(conf_dir)}
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env.get("PYTHONPATH", "")])
+    code = textwrap.dedent("""
+        from support.java_context import JavaInfo, JavaSubtaskContext, PyFlinkContext
+        from flink_gpu.pyflink import bind_gpus
+        print(list(bind_gpus(PyFlinkContext(JavaSubtaskContext([JavaInfo({"index": "0"})], "a1")), "gpu").indices))
+        """)
+    assert run_python(code, env=env).stdout.strip() == "['0']"
 
 
 # ---- a FLINK_CONF_DIR that is no directory -------------------------------------------------------

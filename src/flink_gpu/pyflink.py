@@ -50,7 +50,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
 
-from flink_gpu.errors import NotEnoughGpusError, SlotUnknownError
+from flink_gpu.errors import IllegalConfigurationException, NotEnoughGpusError, SlotUnknownError
 from flink_gpu.gpu.info import GPUInfo
 from flink_gpu.gpu.taskmanager_view import TaskManagerView, taskmanager_view
 
@@ -130,8 +130,11 @@ def bind_gpus(
     ``prefer`` by default). ``placement``: ``"spread"`` (least-shared GPU first) or ``"pack"`` (fill a GPU up to
     ``subtasks_per_gpu`` slots before the next, so that whole GPUs stay free).
     Raises :class:`flink_gpu.NotEnoughGpusError` when the TaskManager has no GPUs for ``name`` or too
-    few are left, saying who binds them and what to change, and
-    :class:`flink_gpu.SlotUnknownError` when a thread-mode subtask's slot cannot be told.
+    few are left, saying who binds them and what to change,
+    :class:`flink_gpu.SlotUnknownError` when a thread-mode subtask's slot cannot be told, and
+    ``IllegalConfigurationException`` (a ValueError) naming the file, key and value when the TaskManager's
+    configuration has a malformed option that the binding reads (``topology``, ``nvml-timeout``,
+    ``health-checks``, ``metrics.interval``; ``--topology``, ``--nvml-timeout`` in the args), Java plugin or not.
     """
     from flink_gpu.binding import bind, bindings_path, checked_counts, checked_memory
 
@@ -140,6 +143,8 @@ def bind_gpus(
     if not isinstance(name, str) or not name:
         raise ValueError(f"The external resource name must be a non-empty string, got {name!r}.")
     view = taskmanager_view(name)
+    if view.errors:  # else a malformed metrics.interval (...) would silently be the default
+        raise IllegalConfigurationException(" ".join(view.errors))
     java_context = _java_context(runtime_context)
     lookup = _from_java(java_context, name) if java_context is not None else _from_coordination_file(name, view)
     if not lookup.infos:
@@ -194,14 +199,18 @@ def bind_gpus(
 
 
 def _described_gpus(binding: GPUBinding, library: "str | None") -> str:
-    """ "GPU 0 (GPU-…), GPU 1 (…)" for a log line: thread mode's Java infos carry the index only, so the
-    uuid is NVML's."""
+    """ "GPU 0 (GPU-…), GPU 1 (…)" for a log line, each with the binding's memory request when it has one
+    ("GPU 0 (GPU-…, memory request 4 GiB)"): thread mode's Java infos carry the index only, so the uuid is
+    NVML's."""
+    from flink_gpu.flink.grammars import format_memory_size
+
     uuids = {info.get_property("index"): info.get_property("uuid") for info in binding.infos}
     missing = [index for index in binding.indices if not uuids.get(index)]
     if missing:
         completed, _ = _nvml_infos(missing, library)
         uuids.update({info.index: info.get_property("uuid") for info in completed})
-    return ", ".join(f"GPU {index} ({uuids.get(index) or 'uuid unknown'})" for index in binding.indices)
+    request = "" if binding.memory_limit is None else f", memory request {format_memory_size(binding.memory_limit)}"
+    return ", ".join(f"GPU {index} ({uuids.get(index) or 'uuid unknown'}{request})" for index in binding.indices)
 
 
 # Where a TaskManager that found no GPU says why (Flink's StaticExternalResourceInfoProvider logs it).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 from flink_gpu.gpu.info import PROPERTY_CPU_AFFINITY
 
@@ -23,6 +24,11 @@ _log = logging.getLogger("flink_gpu.gpu.affinity")
 # a thread started while we pin inherits its creator's mask: list the threads again until none is
 # new, but give up on a process that keeps starting threads faster than we can pin them
 _MAX_PASSES = 10
+
+# whether this process said that its GPUs report no CPU affinity: every subtask's open() pins, and a driver
+# without the query (the simulator, some VMs) answers the same each time
+_no_affinity_said = False
+_no_affinity_lock = threading.Lock()
 
 
 def parse_cpulist(text: str) -> frozenset[int]:
@@ -41,6 +47,14 @@ def parse_cpulist(text: str) -> frozenset[int]:
     return frozenset(cpus)
 
 
+def _first_no_affinity() -> bool:
+    """True the first time this process finds no GPU info with its CPUs."""
+    global _no_affinity_said
+    with _no_affinity_lock:
+        said, _no_affinity_said = _no_affinity_said, True
+    return not said
+
+
 def _threads() -> set[int]:
     return {int(entry) for entry in os.listdir("/proc/self/task")}
 
@@ -51,8 +65,10 @@ def pin_to_gpus(infos: Iterable[ExternalResourceInfo]) -> frozenset[int]:
 
     The set is the union of the infos' ``cpu.affinity`` intersected with the CPUs this thread may
     use now (``os.sched_getaffinity(0)``, e.g. as ``taskset`` or a cgroup left them). When that is
-    empty (no info knows its CPUs, as from a discovery script, or none of them may be used here)
-    nothing changes, a WARN says why, and the current set is returned.
+    empty nothing changes and the current set is returned: when none of the GPUs' CPUs may be used here, a WARN
+    says so (pinning cannot be done); when no info knows its CPUs (a driver without the query, as the
+    simulator's and some VMs', or infos from a discovery script) that is no fault, and one INFO per process
+    says so.
     """
     local: set[int] = set()
     known = []
@@ -75,10 +91,10 @@ def pin_to_gpus(infos: Iterable[ExternalResourceInfo]) -> frozenset[int]:
                 "; ".join(known),
                 format_cpulist(allowed),
             )
-        else:
-            _log.warning(
-                "Not pinning to the GPUs' CPUs: no GPU info has a %s property (only the "
-                "NVML backend reports it); the affinity is unchanged.",
+        elif _first_no_affinity():
+            _log.info(
+                "Not pinning to the GPUs' CPUs: no GPU info has a %s property (NVML reports none on the "
+                "simulator and some VMs, a discovery script none at all); the affinity is unchanged.",
                 PROPERTY_CPU_AFFINITY,
             )
         return allowed

@@ -6,6 +6,8 @@ already stripped.
 
 from __future__ import annotations
 
+from typing import Any
+
 from flink_gpu.flink.configuration import ConfigOption, Duration, config_option
 from flink_gpu.nvml import DEFAULT_METRICS_INTERVAL, DEFAULT_NVML_TIMEOUT, MIN_METRICS_INTERVAL
 
@@ -110,3 +112,14 @@ class GPUDriverOptions:
         f"one reader per process refreshes the values every gauge shows, whatever Flink's reporters or "
         f"PyFlink's bundles ask. At least {MIN_METRICS_INTERVAL:g} s. Read as seconds.",
     )
+
+
+#: The options of ours that bind_gpus reads from the TaskManager's configuration (flink_gpu.gpu.taskmanager_view),
+#: whichever driver factory the TaskManager runs: Flink's Java plugin reads none of them, a binding does.
+BINDING_OPTIONS: "tuple[ConfigOption[Any], ...]" = (
+    GPUDriverOptions.NVML_LIBRARY_PATH,
+    GPUDriverOptions.TOPOLOGY,
+    GPUDriverOptions.NVML_TIMEOUT,
+    GPUDriverOptions.HEALTH_CHECKS,
+    GPUDriverOptions.METRICS_INTERVAL,
+)

@@ -44,6 +44,12 @@ class GPUDriverSettings:
         None  # the first --busy-gpus, --topology or --nvml-timeout in the args with a wrong value
     )
     overrides: "tuple[str, ...]" = ()  # a WARN per parameter that overrides its flag with another value
+    # The wrong values of what a binding reads (the parameters topology, nvml-timeout, health-checks and
+    # metrics.interval; the first of --topology, --nvml-timeout in the args), as the core words them: a lenient
+    # read keeps them, for bind_gpus reads these of the TaskManager's configuration even where Flink's Java
+    # plugin reads none of them. busy-gpus is not among them: a binding reads no busy policy.
+    binding_parameter_errors: "tuple[str, ...]" = ()
+    binding_flag_error: "str | None" = None
 
     @classmethod
     def from_config(
@@ -76,19 +82,36 @@ class GPUDriverSettings:
         timeout = read(lambda c: _positive_duration(c, options.DISCOVERY_SCRIPT_TIMEOUT, resource_name))
         args = config.get(options.DISCOVERY_SCRIPT_ARG)
         script_args = parse_script_args(args, warn=False)
-        nvml = read_settings(
-            "" if resource_name is None else param_prefix(resource_name),
-            config.get_string(options.BUSY_GPUS),
+        key_prefix = "" if resource_name is None else param_prefix(resource_name)
+        nvml_texts = (
             config.get_string(options.NVML_TIMEOUT),
             config.get_string(options.HEALTH_CHECKS),
             config.get_string(options.METRICS_INTERVAL),
+        )
+        topology_text = config.get_string(options.TOPOLOGY)
+        nvml = read_settings(
+            key_prefix,
+            config.get_string(options.BUSY_GPUS),
+            *nvml_texts,
             script_args.busy_gpus,
             script_args.nvml_timeout,
-            topology=config.get_string(options.TOPOLOGY),
+            topology=topology_text,
             topology_flag=script_args.topology,
         )
         if nvml.parameter_errors and not lenient:
             raise IllegalConfigurationException(nvml.parameter_errors[0])
+        binding = nvml
+        if nvml.parameter_errors or nvml.flag_error:
+            # which of them a binding reads: the same reader, without busy-gpus
+            binding = read_settings(
+                key_prefix,
+                None,
+                *nvml_texts,
+                None,
+                script_args.nvml_timeout,
+                topology=topology_text,
+                topology_flag=script_args.topology,
+            )
         library_path = config.get(options.NVML_LIBRARY_PATH)
         if library_path is not None and not library_path.strip():
             library_path = None
@@ -109,6 +132,8 @@ class GPUDriverSettings:
             nvml_timeout=nvml.nvml_timeout,
             flag_error=nvml.flag_error,
             overrides=nvml.warnings,
+            binding_parameter_errors=binding.parameter_errors,
+            binding_flag_error=binding.flag_error,
         )
 
     @classmethod
@@ -124,6 +149,12 @@ class GPUDriverSettings:
         see what its TaskManager does; doctor also uses it to go on checking after it reported
         the invalid option."""
         return cls._read(params, resource_name, lenient=True)
+
+    @property
+    def binding_errors(self) -> "tuple[str, ...]":
+        """Every wrong value a binding reads: :attr:`binding_parameter_errors`, then the flag's."""
+        flag = (self.binding_flag_error,) if self.binding_flag_error else ()
+        return self.binding_parameter_errors + flag
 
     def key(self, option: ConfigOption[Any]) -> str:
         """The key of ``option`` as the user wrote it: full when the resource is known."""

@@ -28,6 +28,9 @@ class TaskManagerView(NamedTuple):
     health_checks: "tuple[str, ...] | None" = None  # param.health-checks (None: unknown, all)
     nvml_timeout: float | None = None  # param.nvml-timeout, else --nvml-timeout (None: unknown, the default)
     topology: str | None = None  # param.topology, else --topology (None: unknown, the default)
+    # what bind_gpus cannot use of the configuration (a malformed metrics.interval, ...): one sentence each,
+    # naming the file, the key, the value and what to write; bind_gpus refuses to bind while there is any
+    errors: "tuple[str, ...]" = ()
 
 
 # (FLINK_CONF_DIR, name) -> (the configuration files' stat, the view they gave)
@@ -98,21 +101,23 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> TaskManagerView
     if refusal is not None:
         return TaskManagerView(None, [f"{where}: {refusal}, so the TaskManager discovered nothing"])
     params = conf.prefixed(param_prefix(name))
+    errors: "tuple[str, ...]" = ()
     try:
-        if configured_factory_name(conf, name) == JAVA_GPU_FACTORY:
-            # Flink's Java plugin reads only the script's path and args: our options' errors
-            # do not stop it
-            settings = GPUDriverSettings.from_config_lenient(params, name)
-        else:
-            settings = GPUDriverSettings.from_config(params, name)
+        # Flink's Java plugin reads only the script's path and args: our options' errors do not stop it, but
+        # bind_gpus reads some of them (GPUDriverSettings.binding_errors)
+        settings = GPUDriverSettings.from_config_lenient(params, name)
+        errors = _binding_errors(conf_dir, settings.binding_errors)
+        if configured_factory_name(conf, name) != JAVA_GPU_FACTORY:
+            GPUDriverSettings.from_config(params, name)  # flink_gpu's driver is not built with a wrong option
     except Exception as error:
         return TaskManagerView(
             None,
             [f"{where}: the GPU driver of '{name}' cannot be built ({error}), so the TaskManager discovered nothing"],
+            errors=errors,
         )
     try:
         nvml_timeout = settings.nvml_timeout_seconds()
-    except IllegalConfigurationException:  # a bad --nvml-timeout: Flink's Java plugin never reads it
+    except IllegalConfigurationException:  # a bad --nvml-timeout: in errors
         nvml_timeout = settings.nvml_timeout
     # every UDF's open() looks this up: say what is wrong with the args once per process
     if (key, settings.script_args_text) not in _ARGS_WARNED:
@@ -132,6 +137,7 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> TaskManagerView
             settings.health_checks,
             nvml_timeout,
             settings.topology,
+            errors,
         )
     return TaskManagerView(
         settings.script_args.coordination_file,
@@ -142,6 +148,21 @@ def _read_taskmanager_view(name: str, conf_dir: "str | None") -> TaskManagerView
         settings.health_checks,
         nvml_timeout,
         settings.topology,
+        errors,
+    )
+
+
+def _binding_errors(conf_dir: str, errors: "tuple[str, ...]") -> "tuple[str, ...]":
+    """``errors`` (the core's sentences, naming key, value and what is accepted) with the file they are in."""
+    from flink_gpu.flink.config_files import find_configuration_file
+
+    if not errors:
+        return ()
+    file = find_configuration_file(conf_dir)  # the file Configuration.from_yaml read
+    return tuple(
+        f"The TaskManager's configuration {file} has a value bind_gpus cannot use (it reads this key even where "
+        f"Flink's Java plugin does not): {error}"
+        for error in errors
     )
 
 

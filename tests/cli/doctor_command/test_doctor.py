@@ -28,6 +28,18 @@ def test_doctor_healthy_configuration_runs_the_script_and_passes(tmp_path, good_
     assert "No problem found" in proc.stdout
 
 
+def test_doctor_summary_with_warnings_and_no_failure_never_says_no_problem(tmp_path, good_script):
+    conf = tmp_path / "flink-conf.yaml"
+    # a misspelt key: a warning, not a failure
+    conf.write_text(
+        gpu_conf(discovery_script_path=good_script) + "external-resource.gpu.param.discovery-script.arg: x\n"
+    )
+    proc = cli("doctor", conf, "--simulate", "4", "--taskmanagers-per-host", "1", env=child_env())
+    assert proc.returncode == 0, proc.stdout
+    assert re.fullmatch(r"1 warning, no failure \(\d+ notes?\)\.", proc.stdout.splitlines()[-1]), proc.stdout
+    assert "No problem found" not in proc.stdout
+
+
 # the JSON schema in docs/cli.md names every check doctor reports
 
 

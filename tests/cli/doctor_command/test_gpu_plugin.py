@@ -87,11 +87,40 @@ def test_doctor_flags_gpu_params_the_plugin_does_not_read(tmp_path, good_script)
     warning = only(doc, "params", "warning")  # every option of ours is known: only the typo is warned
     assert "param.discovery-script-args is not an option" in warning["message"]
     assert warning["fix"] == "Did you mean external-resource.gpu.param.discovery-script.args?"
-    # with Flink's Java factory, flink_gpu's own options do nothing
-    notes = [f["message"] for f in findings(doc, "params") if f["level"] == "note"]
-    assert any("discovery-mode is a flink_gpu option" in note for note in notes)
-    assert any("nvml-timeout is a flink_gpu option" in note for note in notes)
-    assert any("health-checks is a flink_gpu option" in note for note in notes)
+    # with Flink's Java factory, flink_gpu's own options do nothing in the TaskManager; bind_gpus reads some
+    notes = {f["message"].split(" ")[0]: f["message"] for f in findings(doc, "params") if f["level"] == "note"}
+    plugin_ignores = "is a flink_gpu option: Flink's Java plugin ignores it and always runs the discovery script"
+    assert notes["external-resource.gpu.param.discovery-mode"].endswith(f"{plugin_ignores}.")
+    for key in ("nvml-timeout", "health-checks"):
+        assert notes[f"external-resource.gpu.param.{key}"].endswith(
+            f"{plugin_ignores}, but bind_gpus reads it from the TaskManager's configuration."
+        )
+
+
+def test_doctor_fails_a_malformed_option_that_bind_gpus_reads_of_a_java_plugin_taskmanager(tmp_path, good_script):
+    text = gpu_conf(discovery_script_path=good_script) + "external-resource.gpu.param.metrics.interval: soon\n"
+    doc = run_doctor(tmp_path, text, "--taskmanagers-per-host", "1", expect=1)
+    error = only(doc, "params", "error")
+    assert error["message"].startswith(
+        "Invalid value 'soon' for key 'external-resource.gpu.param.metrics.interval': expected a duration of at least"
+    )
+    assert error["message"].endswith(
+        "Flink's Java plugin does not read it, but bind_gpus does, and refuses to bind with it."
+    )
+    assert error["fix"] == f"Correct it in {tmp_path / 'flink-conf.yaml'}."
+
+
+@pytest.mark.parametrize("discovery", ["custom", "flink-gpu-discovery"])
+def test_doctor_says_once_that_a_malformed_nvml_timeout_flag_of_the_args_breaks_what_reads_it(
+    tmp_path, good_script, discovery
+):
+    """A script that passes --nvml-timeout by: bind_gpus still reads it, and refuses; flink-gpu-discovery reads it
+    and fails, which is the one finding about it."""
+    script = good_script if discovery == "custom" else find_discovery_executable()
+    text = gpu_conf(discovery_script_path=script, discovery_script_args="--nvml-timeout 3q")
+    doc = run_doctor(tmp_path, text, "--taskmanagers-per-host", "1", expect=1)
+    naming = [(f["check"], f["level"]) for f in doc["findings"] if "'3q' for --nvml-timeout" in f["message"]]
+    assert naming == ([("params", "error")] if discovery == "custom" else [("script-run", "error")]), doc["findings"]
 
 
 # doctor on a Java-plugin configuration ignores discovery-script.timeout, as Flink does

@@ -2,6 +2,7 @@
 listens on (a cluster left running) is named with the key and its holder; a free one is not.
 A Flink JobManager as holder, with a real cluster: tests/test_examples.py."""
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -20,15 +21,27 @@ LISTENER = (
 )
 
 
-@pytest.fixture
-def listener():
-    """A process that listens on a TCP port of localhost until the test ends: (its pid, the port)."""
-    proc = subprocess.Popen([sys.executable, "-c", LISTENER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+@contextlib.contextmanager
+def listening(*args, cwd=None):
+    """A process (with ``args`` on its command line) that listens on a TCP port of localhost: (its pid, the port)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LISTENER, *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+    )
     try:
         yield proc.pid, int(proc.stdout.readline())
     finally:
         proc.stdin.close()
         proc.wait(60)
+
+
+@pytest.fixture
+def listener():
+    with listening() as held:
+        yield held
 
 
 def free_port():
@@ -68,3 +81,30 @@ def test_rest_bind_port_is_the_port_rest_binds_when_it_is_set(tmp_path, good_scr
         + (f"rest.port: {held}\nrest.bind-port: {free_port()}\n")
     )
     assert findings(run_doctor(tmp_path, text), "ports", "warning") == []
+
+
+JOBMANAGER = "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint"
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_port_that_the_jobmanager_of_this_configuration_holds_is_as_expected(tmp_path, good_script, relative):
+    """doctor run beside the cluster it checks: its JobManager (a JVM with --configDir of this directory, here
+    as the JVM's working directory makes a relative one) holds the port, which is no warning."""
+    conf_dir = "." if relative else tmp_path
+    with listening(JOBMANAGER, "--configDir", conf_dir, "--executionMode", "cluster", cwd=tmp_path) as (pid, port):
+        doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good_script) + f"jobmanager.rpc.port: {port}\n")
+    assert findings(doc, "ports", "warning") == []
+    assert only(doc, "ports", "ok")["message"] == (
+        f"Port {port} (jobmanager.rpc.port, the JobManager's RPC) is held by this configuration's running cluster: "
+        f"pid {pid} (a Flink JobManager of the configuration {tmp_path})."
+    )
+
+
+def test_a_port_that_the_jobmanager_of_another_configuration_holds_is_a_warning_naming_it(tmp_path, good_script):
+    other = tmp_path / "other-conf"
+    other.mkdir()
+    with listening(JOBMANAGER, "--configDir", other) as (pid, port):
+        doc = run_doctor(tmp_path, gpu_conf(discovery_script_path=good_script) + f"rest.port: {port}\n")
+    warning = only(doc, "ports", "warning")
+    assert f"by pid {pid} (a Flink JobManager of the configuration {other}): a cluster started" in warning["message"]
+    assert f"kill {pid}" in warning["fix"]

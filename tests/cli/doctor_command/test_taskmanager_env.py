@@ -61,3 +61,33 @@ def test_doctor_says_what_a_thread_mode_taskmanager_lacks(tmp_path):
     assert "CUDA_DEVICE_ORDER is not PCI_BUS_ID in this shell" in notes
     if sys.prefix != sys.base_prefix:  # a virtualenv's packages reach the JVM's Python only through PYTHONPATH
         assert any("No module named 'pemja'" in f["message"] for f in notes.values())
+
+
+def test_a_taskmanager_library_that_does_not_load_is_one_failure_never_followed_by_an_ok(tmp_path):
+    """The discovery's run fails to load the shell's NVML: that failure is the one finding about the library."""
+    missing = tmp_path / "no-driver" / "libnvidia-ml.so.1"
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(gpu_conf(discovery_script_path=find_discovery_executable()))
+    proc = cli(
+        "doctor", conf, "--taskmanagers-per-host", "1", "--json", env=child_env(FLINK_GPU_NVML_LIBRARY=str(missing))
+    )
+    doc = json.loads(proc.stdout)
+    about_library = [f for f in doc["findings"] if str(missing) in f["message"]]
+    assert [(f["check"], f["level"]) for f in about_library] == [("script-run", "error")], doc["findings"]
+    assert findings(doc, "taskmanager-env", "ok") == []
+
+
+def test_the_taskmanagers_nvml_is_the_one_its_discovery_loads(tmp_path):
+    """flink_gpu's NVML backend with nvml.library-path loads that library, whatever the shell says: no finding
+    about the shell's (here one that does not load)."""
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(
+        gpu_conf(factory="flink_gpu.GPUDriverFactory")
+        + f"external-resource.gpu.param.nvml.library-path: {simulator.library_path()}\n"
+    )
+    shell = child_env(FLINK_GPU_SIM_DEVICES="4", FLINK_GPU_NVML_LIBRARY=str(tmp_path / "libnvidia-ml.so.1"))
+    proc = cli("doctor", conf, "--taskmanagers-per-host", "1", "--json", env=shell)
+    assert proc.returncode == 0, proc.stdout
+    doc = json.loads(proc.stdout)
+    assert f"NVML loaded from {simulator.library_path()}" in only(doc, "driver", "ok")["message"]
+    assert not [f for f in doc["findings"] if "libnvidia-ml" in f["message"] and f["check"] == "taskmanager-env"]

@@ -170,13 +170,27 @@ def check_coordination_file(checkup: Checkup, name: str, path: str) -> "Coordina
             f"{shlex.quote(path)}), or run the TaskManagers as its owner.",
             resource=name,
         )
-    stale = found.stale
-    if stale:
+    # a line without a lease is a discovery script's (the stock one, flink-gpu-discovery) or `flink-gpu claim`'s:
+    # Flink's Java plugin never releases, so its TaskManagers' lines outlive every stop-cluster.sh
+    never_released = [e for e in found.stale if e.lease is None]
+    if never_released:
+        checkup.add(
+            "note",
+            "coordination-file",
+            f"{plural(len(never_released), 'entry', 'entries')} of {path} (GPU "
+            f"{', '.join(e.index for e in never_released)}) {'is' if len(never_released) == 1 else 'are'} of "
+            "ended holders that never release (the discovery of Flink's GPU plugin, `flink-gpu claim`): normal "
+            "after stop-cluster.sh; a claim takes such a GPU back when no free one is left.",
+            resource=name,
+        )
+    # a holder with a lease releases when it ends normally: its lines left behind mean it did not
+    unreleased = [e for e in found.stale if e.lease is not None]
+    if unreleased:
         checkup.add(
             "warning",
             "coordination-file",
-            f"{plural(len(stale), 'entry', 'entries')} of "
-            f"{path} belong to dead processes (GPU {', '.join(e.index for e in stale)}); "
+            f"{plural(len(unreleased), 'entry', 'entries')} of "
+            f"{path} belong to processes that ended without releasing (GPU {', '.join(e.index for e in unreleased)}); "
             "they are reclaimed when GPUs run short.",
             f"flink-gpu coordination clean{flag}",
             resource=name,

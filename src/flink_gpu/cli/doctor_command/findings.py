@@ -50,7 +50,7 @@ class Checkup:
         self.findings: "list[Finding]" = []
         # NVML opened once per library path for the whole run (several GPU resources may share it)
         self.nvml: "dict[str | None, OpenedNvml]" = {}
-        # the GPU resources whose discovery loads NVML (the TaskManager's environment selects which)
+        # the GPU resources whose discovery loads the NVML that the TaskManager's environment selects
         self.nvml_resources: "list[str]" = []
 
     @property
@@ -94,7 +94,10 @@ def print_report(checkup: Checkup) -> None:
                 print(f"            {line}")
     summary = checkup.summary()
     print()
+    notes = plural(summary["notes"], "note")
     if summary["errors"]:
         print(f"{plural(summary['errors'], 'check')} failed, {plural(summary['warnings'], 'warning')}.")
+    elif summary["warnings"]:  # exit status 0, but something to look at: never "no problem"
+        print(f"{plural(summary['warnings'], 'warning')}, no failure ({notes}).")
     else:
-        print(f"No problem found ({plural(summary['warnings'], 'warning')}, {plural(summary['notes'], 'note')}).")
+        print(f"No problem found ({notes}).")

@@ -27,12 +27,19 @@ def open_nvml(checkup: Checkup, library: "str | None") -> "OpenedNvml":
 
 
 def check_gpu_count(
-    checkup: Checkup, name: str, settings: GPUDriverSettings, amount: "int | None", mode: "str | None"
+    checkup: Checkup,
+    name: str,
+    settings: GPUDriverSettings,
+    amount: "int | None",
+    mode: "str | None",
+    discovery_loads_nvml: bool = False,
 ) -> "int | None":
-    """The number of usable GPUs of this host, or None when NVML cannot tell."""
+    """The number of usable GPUs of this host, or None when NVML cannot tell. ``discovery_loads_nvml``: the
+    resource's discovery loads the same NVML (the NVML backend, flink-gpu-discovery), and its check reports a
+    library that does not load."""
     found = open_nvml(checkup, settings.library_path if mode != "script" else None)
     if isinstance(found, NvmlError):
-        if mode != "nvml":  # the nvml backend already reported it
+        if not discovery_loads_nvml:  # else one finding: the driver's, or the discovery run's
             checkup.add(
                 "note",
                 "nvml",

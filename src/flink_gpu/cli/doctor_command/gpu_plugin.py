@@ -21,7 +21,7 @@ from flink_gpu.cli.doctor_command.script_args import check_args
 from flink_gpu.errors import FlinkException, IllegalConfigurationException, NvmlError
 from flink_gpu.flink.configuration import ConfigOption, Configuration
 from flink_gpu.flink.framework import JAVA_GPU_FACTORY, param_prefix
-from flink_gpu.gpu.options import GPUDriverOptions
+from flink_gpu.gpu.options import BINDING_OPTIONS, GPUDriverOptions
 from flink_gpu.gpu.script_discovery import check_script as usable_script
 from flink_gpu.gpu.settings import GPUDriverSettings
 
@@ -46,11 +46,13 @@ def check_params(checkup: Checkup, name: str, params: Configuration, java: bool)
             continue
         if key in ours:
             if java:
+                read_by_bindings = key in {option.key for option in BINDING_OPTIONS}
                 checkup.add(
                     "note",
                     "params",
-                    f"{param_prefix(name)}{key} is a flink_gpu option: "
-                    "Flink's Java plugin ignores it and always runs the discovery script.",
+                    f"{param_prefix(name)}{key} is a flink_gpu option: Flink's Java plugin ignores it and always runs "
+                    "the discovery script"
+                    + (", but bind_gpus reads it from the TaskManager's configuration." if read_by_bindings else "."),
                     resource=name,
                 )
             continue
@@ -70,6 +72,18 @@ def check_java_gpu(checkup: Checkup, name: str, params: Configuration, amount: "
     settings = GPUDriverSettings.from_config_lenient(params, name)
     _check_plugin_jar(checkup, name)
     script = check_script(checkup, name, settings)
+    errors = list(settings.binding_parameter_errors)
+    # a wrong flag fails flink-gpu-discovery's run, the finding about it; the stock script passes it by
+    if settings.binding_flag_error and not (script and os.path.basename(script) == "flink-gpu-discovery"):
+        errors.append(settings.binding_flag_error)
+    for error in errors:  # the TaskManager starts, but every bind_gpus of its jobs refuses
+        checkup.add(
+            "error",
+            "params",
+            f"{error} Flink's Java plugin does not read it, but bind_gpus does, and refuses to bind with it.",
+            f"Correct it in {checkup.file}.",
+            resource=name,
+        )
     _check_gpus(checkup, name, settings, amount, "script", script)
 
 
@@ -152,10 +166,10 @@ def _check_gpus(
     """
     stock = mode == "nvml" or (script is not None and os.path.basename(script) in _STOCK_SCRIPTS)
     script_args = check_args(checkup, name, settings, stock, script)
-    count = check_gpu_count(checkup, name, settings, amount, mode)
     # the NVML backend and flink-gpu-discovery choose by the GPUs' state; other scripts do not
     uses_state = mode == "nvml" or (script is not None and os.path.basename(script) == "flink-gpu-discovery")
-    if uses_state:
+    count = check_gpu_count(checkup, name, settings, amount, mode, discovery_loads_nvml=uses_state)
+    if uses_state and not (mode == "nvml" and settings.library_path):  # else nvml.library-path names the library
         checkup.nvml_resources.append(name)
     check_gpu_state(checkup, name, settings, script_args, amount, mode, uses_state)
     check_coordination(checkup, name, settings, script_args, amount, count)

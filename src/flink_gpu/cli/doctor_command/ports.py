@@ -3,13 +3,14 @@
 A cluster that was never stopped (a script killed before its ``stop-cluster.sh``) keeps them, and
 the next ``start-cluster.sh`` of the same configuration fails with a ``BindException`` that only
 Flink's log shows. The listening sockets are read from ``/proc/net/tcp`` and ``tcp6`` (this
-network namespace, any address), their holders from ``/proc/<pid>/fd``; nothing is bound.
+network namespace, any address), their holders from ``/proc/<pid>/fd``; nothing is bound. A port that the
+running JobManager or TaskManager of the configuration being checked holds (its ``--configDir`` is that
+directory) is as expected: doctor run beside its own cluster.
 """
 
 from __future__ import annotations
 
 import os
-import re
 
 from flink_gpu.cli._output import process_cmdline, short_command
 from flink_gpu.cli.doctor_command.findings import Checkup
@@ -73,17 +74,51 @@ def socket_holders(inodes: "set[int]") -> "list[int]":
     return sorted(holders)
 
 
-def describe_holder(pid: int) -> str:
-    """``pid N (a Flink JobManager of --configDir DIR)`` or ``pid N (its command)``."""
+def flink_process(pid: int) -> "tuple[str, str | None] | None":
+    """(its role, its configuration directory) of a Flink process, None for any other process.
+
+    Flink's scripts start every JVM with ``--configDir <FLINK_CONF_DIR>`` after the main class (bin/jobmanager.sh,
+    taskmanager.sh); a relative one is the JVM's working directory's. The directory is None when the
+    command line names none or the working directory cannot be read (another user's process)."""
     argv = process_cmdline(pid)
     if argv is None:
-        return f"pid {pid}"
-    text = " ".join(argv)
-    for marker, role in _ROLES:
-        if marker in text:
-            conf = re.search(r"--configDir (\S+)", text)
-            return f"pid {pid} ({role}" + (f" of the configuration {conf.group(1)})" if conf else ")")
-    return f"pid {pid} ({short_command(argv, 60)})"
+        return None
+    role = next((role for marker, role in _ROLES if any(marker in arg for arg in argv)), None)
+    if role is None:
+        return None
+    conf_dir = None
+    for i, arg in enumerate(argv):
+        if arg == "--configDir" and i + 1 < len(argv):
+            conf_dir = argv[i + 1]
+        elif arg.startswith("--configDir="):
+            conf_dir = arg.partition("=")[2]
+    if conf_dir and not os.path.isabs(conf_dir):
+        try:
+            conf_dir = os.path.normpath(os.path.join(os.readlink(f"/proc/{pid}/cwd"), conf_dir))
+        except OSError:
+            conf_dir = None
+    return role, conf_dir or None
+
+
+def describe_holder(pid: int) -> str:
+    """``pid N (a Flink JobManager of the configuration DIR)`` or ``pid N (its command)``."""
+    flink = flink_process(pid)
+    if flink is not None:
+        role, conf_dir = flink
+        return f"pid {pid} ({role}" + (f" of the configuration {conf_dir})" if conf_dir else ")")
+    argv = process_cmdline(pid)
+    return f"pid {pid}" if argv is None else f"pid {pid} ({short_command(argv, 60)})"
+
+
+def _of_configuration(pid: int, conf_dir: str) -> bool:
+    """Whether ``pid`` is a Flink process started with the configuration directory ``conf_dir``."""
+    flink = flink_process(pid)
+    if flink is None or flink[1] is None:
+        return False
+    try:
+        return os.path.samefile(flink[1], conf_dir)
+    except OSError:  # gone, or not a directory of this mount namespace
+        return False
 
 
 def _fixed_port(value: object) -> "int | None":
@@ -116,6 +151,14 @@ def check_ports(checkup: Checkup) -> None:
         held_by = (
             ", ".join(describe_holder(pid) for pid in holders) if holders else "a process this user cannot look into"
         )
+        if holders and all(_of_configuration(pid, checkup.conf_dir) for pid in holders):
+            # doctor run beside the cluster it checks: its own JobManager or TaskManager holds the port
+            checkup.add(
+                "ok",
+                "ports",
+                f"Port {port} ({key}, {what}) is held by this configuration's running cluster: {held_by}.",
+            )
+            continue
         flink = [pid for pid in holders if "Flink" in describe_holder(pid)]
         checkup.add(
             "warning",

@@ -15,8 +15,10 @@ import sys
 from typing import Mapping
 
 from flink_gpu.cli.doctor_command.findings import Checkup
+from flink_gpu.cli.doctor_command.gpu_count import open_nvml
 from flink_gpu.cli.taskmanager_env_command import eval_command, simulate_option
 from flink_gpu.deploy.taskmanager_env import SIMULATOR_KEYS, taskmanager_environment
+from flink_gpu.errors import NvmlError
 
 
 def check_taskmanager_environment(checkup: Checkup) -> None:
@@ -40,7 +42,27 @@ def check_taskmanager_environment(checkup: Checkup) -> None:
                 "start the cluster and run doctor there without --simulate.",
             )
             return
+    _check_nvml_library(checkup, shell)
+    _check_thread_mode(checkup, shell)
+    if shell.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+        checkup.add(
+            "note",
+            "taskmanager-env",
+            "CUDA_DEVICE_ORDER is not PCI_BUS_ID in this shell: in "
+            "thread mode a binding's CUDA ordinals (binding.devices) are exact only with it.",
+            f"Before start-cluster.sh: {eval_command(args)} (or export CUDA_DEVICE_ORDER=PCI_BUS_ID).",
+        )
+
+
+def _check_nvml_library(checkup: Checkup, shell: Mapping[str, str]) -> None:
+    """The NVML a TaskManager started from this shell loads for its discovery, where it loads: one that does not
+    is the failure of that discovery's check (its run, or its driver), not another finding."""
+    if not checkup.nvml_resources:
+        return  # no discovery of this configuration loads it (a stock or custom script, nvml.library-path)
     library = shell.get("FLINK_GPU_NVML_LIBRARY")
+    # None: as this process resolves it, which is the shell's (doctor runs there; --simulate's was compared above)
+    if isinstance(open_nvml(checkup, library or None), NvmlError):
+        return
     if library:
         what = f"FLINK_GPU_NVML_LIBRARY={library}"
         if shell.get("FLINK_GPU_SIM_DEVICES") or shell.get("FLINK_GPU_SIM_SPEC"):
@@ -51,15 +73,6 @@ def check_taskmanager_environment(checkup: Checkup) -> None:
     checkup.add(
         "ok", "taskmanager-env", f"A TaskManager started from this shell runs the discovery script with {what}."
     )
-    _check_thread_mode(checkup, shell)
-    if shell.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-        checkup.add(
-            "note",
-            "taskmanager-env",
-            "CUDA_DEVICE_ORDER is not PCI_BUS_ID in this shell: in "
-            "thread mode a binding's CUDA ordinals (binding.devices) are exact only with it.",
-            f"Before start-cluster.sh: {eval_command(args)} (or export CUDA_DEVICE_ORDER=PCI_BUS_ID).",
-        )
 
 
 def _same(value: str, expected: str) -> bool:
