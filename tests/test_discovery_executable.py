@@ -103,6 +103,41 @@ def test_a_bad_amount_is_an_error_not_an_empty_answer(runners):
     assert "'two'" in proc.stderr
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_in_place_of_the_amount_prints_the_usage_and_after_it_is_an_unknown_argument(runners, tmp_path, flag):
+    """`flink-gpu-discovery --help` was an error ("the GPU amount must be a non-negative integer"). Flink passes the
+    amount first, so --help after it stays an argument the script ignores, as the stock script does."""
+    command, env = runners["ours"]
+    no_nvml = {**env, "FLINK_GPU_NVML_LIBRARY": str(tmp_path / "missing-libnvidia-ml.so.1")}  # none is asked
+    proc = subprocess.run([*command, flag], env=no_nvml, capture_output=True, text=True)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith("Usage: flink-gpu-discovery <amount> [--enable-coordination-mode] ")
+    for text in (
+        "--coordination-file PATH",
+        "default: /var/tmp/flink-gpu-coordination",
+        "--busy-gpus VALUE",
+        "avoid, exclude, ignore",
+        "--topology VALUE",
+        "prefer, ignore",
+        "--nvml-timeout DURATION",
+        "default 5 s",
+        '"Could not get enough GPU resources."',
+        "Exit codes: 0 ",
+    ):
+        assert text in proc.stdout, text
+    coord = tmp_path / "coord"
+    more = subprocess.run(
+        [*command, flag, "2", "--enable-coordination-mode", "--coordination-file", coord],
+        env=no_nvml,
+        capture_output=True,
+        text=True,
+    )
+    assert (more.returncode, more.stdout) == (0, proc.stdout) and not coord.exists()
+    after = subprocess.run([*command, "2", flag], env=env, capture_output=True, text=True)
+    assert (after.returncode, after.stdout) == (0, "0,1\n")
+    assert f"ignoring unknown argument '{flag}'" in after.stderr
+
+
 class TaskManager:
     """A long-lived parent for one discovery run: the owner recorded in the coordination file."""
 

@@ -2,6 +2,7 @@
 //
 //   flink-gpu-discovery <amount> [--enable-coordination-mode] [--coordination-file PATH]
 //                       [--busy-gpus avoid|exclude|ignore] [--topology prefer|ignore] [--nvml-timeout DURATION]
+//   flink-gpu-discovery --help | -h
 //
 // Same arguments, stdout and exit codes as the stock script, so that a Java TaskManager can use it
 // as its discovery script; it asks NVML in-process instead of spawning nvidia-smi. Anything meant
@@ -45,6 +46,51 @@ namespace {
 const char* const kUsage =
     "Usage: ./nvidia-gpu-discovery.sh gpu-amount [--enable-coordination-mode] [--coordination-file filePath]";
 const char* const kNotEnough = "Could not get enough GPU resources.";
+
+// `--help`: the usage text on stdout, exit 0 (exit 1 when it cannot be written). The flags are the grammar's
+// (flink/script_args.hpp), their values the settings' (nvml/choice.hpp, nvml/deadline.hpp).
+int print_usage() {
+    using namespace flinkgpu;
+    std::printf(
+        "Usage: flink-gpu-discovery <amount> [%s] [%s PATH]\n"
+        "                           [%s VALUE] [%s VALUE] [%s DURATION]\n"
+        "       flink-gpu-discovery %s | %s\n"
+        "\n"
+        "A native drop-in for Flink's nvidia-gpu-discovery.sh: the same arguments, output and exit codes,\n"
+        "with NVML asked in-process. Point external-resource.<name>.param.discovery-script.path at it;\n"
+        "Flink runs it as `<script> <amount> <discovery-script.args>`.\n"
+        "\n"
+        "  %-28s how many GPUs to find (0: nothing printed, exit 0)\n"
+        "  %-28s claim them in the coordination file for the process that ran this\n"
+        "  %-28s one (the TaskManager): the TaskManagers of a host get different GPUs\n"
+        "  %-28s the coordination file (default: %s)\n"
+        "  %-28s ours: one of %s (default avoid): a GPU running\n"
+        "  %-28s processes that are not the TaskManager's is taken only when short\n"
+        "  %-28s (avoid), never (exclude), or as any other (ignore)\n"
+        "  %-28s ours: one of %s (default prefer): of two or more GPUs, the\n"
+        "  %-28s best joined set (NVLink, then PCIe), or index order (ignore)\n"
+        "  %-28s ours: the deadline of all NVML work, a Flink duration (default %g s)\n"
+        "  %-28s this text (only in place of the amount)\n"
+        "Any other argument is ignored, as the stock script ignores it, and named on stderr.\n"
+        "\n"
+        "Prints on stdout what Flink reads: the GPUs' indices, comma-separated (0,1), or\n"
+        "\"%s\"; what is meant for people goes to stderr. An unhealthy GPU is\n"
+        "never printed.\n"
+        "Exit codes: 0 the indices were printed (or the amount is 0); 1 too few GPUs, a bad argument,\n"
+        "NVML not usable or past its deadline, the TaskManager gone; 1 without arguments (the stock\n"
+        "script's usage line).\n",
+        kEnableCoordinationFlag, kCoordinationFileFlag, kBusyGpusFlag, kTopologyFlag, kNvmlTimeoutFlag, kHelpFlag,
+        kShortHelpFlag, "<amount>", kEnableCoordinationFlag, "", (std::string(kCoordinationFileFlag) + " PATH").c_str(),
+        kDefaultCoordinationFile, (std::string(kBusyGpusFlag) + " VALUE").c_str(), kBusyPolicyValues, "", "",
+        (std::string(kTopologyFlag) + " VALUE").c_str(), kTopologyPolicyValues, "",
+        (std::string(kNvmlTimeoutFlag) + " DURATION").c_str(), kDefaultNvmlTimeoutSeconds,
+        (std::string(kShortHelpFlag) + ", " + kHelpFlag).c_str(), kNotEnough);
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        std::fprintf(stderr, "flink-gpu-discovery: cannot write the usage to stdout: %s\n", std::strerror(errno));
+        return 1;
+    }
+    return 0;
+}
 
 struct Arguments {
     long long amount = 0;
@@ -233,6 +279,7 @@ int main(int argc, char** argv) {
         std::puts(kUsage);
         return 1;
     }
+    if (flinkgpu::asks_for_usage(std::vector<std::string>(argv + 1, argv + argc))) return print_usage();
     Arguments args;
     if (!parse_arguments(argc, argv, &args)) return 1;
     if (args.amount == 0) return 0;

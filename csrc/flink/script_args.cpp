@@ -22,6 +22,10 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 
 }  // namespace
 
+bool asks_for_usage(const std::vector<std::string>& arguments) {
+    return !arguments.empty() && (arguments.front() == kHelpFlag || arguments.front() == kShortHelpFlag);
+}
+
 std::string suggest_flag(std::string_view token) {
     constexpr const char* kFlags[] = {kEnableCoordinationFlag, kCoordinationFileFlag, kBusyGpusFlag, kNvmlTimeoutFlag,
                                       kTopologyFlag};

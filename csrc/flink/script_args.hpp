@@ -10,6 +10,7 @@
 //     next token likewise; the value is a Flink duration (flink/duration.hpp), checked by the caller;
 //   * --topology (ours: prefer or ignore, nvml/choice.hpp) takes the next token likewise;
 //   * any other token is ignored by the script; it is reported with the flag it probably meant.
+// Before the amount, flink-gpu-discovery alone takes --help (or -h) for a request of its usage (asks_for_usage).
 #pragma once
 
 #include <string>
@@ -26,6 +27,14 @@ inline constexpr const char* kCoordinationFileFlag = "--coordination-file";
 inline constexpr const char* kBusyGpusFlag = "--busy-gpus";
 inline constexpr const char* kNvmlTimeoutFlag = "--nvml-timeout";
 inline constexpr const char* kTopologyFlag = "--topology";
+
+inline constexpr const char* kHelpFlag = "--help";
+inline constexpr const char* kShortHelpFlag = "-h";
+
+// Whether a command line's arguments (argv[1] on) ask for the usage text: --help or -h first, where the stock
+// script takes the GPU amount. Flink always passes the amount first (`<script> <amount> <args...>`), so no call of
+// Flink's asks for it; after the amount both are unknown tokens like any other (parse_script_args).
+bool asks_for_usage(const std::vector<std::string>& arguments);
 
 struct UnknownToken {
     std::string token;

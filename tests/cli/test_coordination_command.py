@@ -7,8 +7,10 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import dead_pid
-from support.cli import UUID0, cli, cli_json
+from support.cli import UUID0, cli, cli_json, cli_with_a_private_var_tmp
 
 
 def test_coordination_clean_cleans_a_bindings_file_too(tmp_path, binders):
@@ -198,7 +200,7 @@ def test_clean_shows_the_command_of_a_removed_line_whose_process_still_runs(tmp_
     reused = coordination.CoordinationEntry("1", holder.pid, start + 1, False, 2, state="pid reused")
     removed = coordination.CleanResult(removed=(running, reused), unparsable=())
     monkeypatch.setattr(coordination, "clean_stale", lambda *args, **kwargs: removed)
-    args = Namespace(file=str(coord), timeout=5.0, foreign_namespaces=False, json=False)
+    args = Namespace(file=str(coord), conf=None, timeout=5.0, foreign_namespaces=False, json=False)
     assert command.clean(args) == 0
     out = capsys.readouterr().out
     assert re.search(rf"^  1\s+0\s+{holder.pid}\s+{start}\s+lease released\s+\S*python", out, re.M), out
@@ -220,6 +222,29 @@ def test_coordination_commands_on_a_missing_file_create_nothing(tmp_path):
     clean = cli_json("coordination", "clean", "--file", coord)
     assert clean["exists"] is False and clean["removed"] == []
     assert not coord.exists()
+
+
+@pytest.mark.parametrize(
+    "command, outcome",
+    [(["show"], "no GPU is claimed through it"), (["clean"], "nothing to clean")],
+    ids=["show", "clean"],
+)
+def test_show_and_clean_of_the_default_file_recording_nothing_say_how_to_read_a_clusters_own(
+    tmp_path, command, outcome
+):
+    """As `list` says it: a cluster with its own --coordination-file claims nothing in the stock default file, which
+    showed as "does not exist" alone."""
+    cases = [(False, "does not exist", outcome)]
+    if command == ["show"]:
+        cases.append((True, "holds no claim", outcome))
+    for empty_default, what, then in cases:
+        proc = cli_with_a_private_var_tmp("coordination", *command, empty_default=empty_default)
+        assert proc.returncode == 0, proc.stderr
+        assert f"Coordination file /var/tmp/flink-gpu-coordination {what}: {then}." in proc.stdout, proc.stdout
+        assert "--conf <its Flink conf dir>" in proc.stdout and "FLINK_CONF_DIR=<its Flink conf dir>" in proc.stdout
+        assert "--file <its coordination file>" in proc.stdout
+    named = cli("coordination", *command, "--file", tmp_path / "missing").stdout  # named: no advice where to look
+    assert f"Coordination file {tmp_path / 'missing'} does not exist: {outcome}." in named and "--conf" not in named
 
 
 def test_coordination_refuses_a_symlink(tmp_path):

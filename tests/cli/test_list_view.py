@@ -1,4 +1,4 @@
-"""`flink-gpu list` as a monitor (flink_gpu.cli.list_view): the Flink configuration's coordination file,
+"""`flink-gpu list` as a monitor (flink_gpu.cli.list_view): what the coordination file records said above the tables,
 live readings, TaskManagers by name, --watch, the terminal's width and colour."""
 
 import json
@@ -16,72 +16,9 @@ import pytest
 import flink_gpu
 from conftest import child_env
 from flink_gpu import simulator
-from support.cli import HOLDER_COMMAND, cli, cli_json, cut_to_table, gpu_conf
-from support.interop import find_discovery_executable
+from support.cli import HOLDER_COMMAND, cli, cli_json, cli_with_a_private_var_tmp, cut_to_table
 from support.json_schema import errors
 from support.waiting import wait_until
-
-
-def coordinated_conf(conf_dir, coord):
-    conf_dir.mkdir(parents=True, exist_ok=True)
-    (conf_dir / "config.yaml").write_text(
-        gpu_conf(
-            amount=2,
-            discovery_script_path=find_discovery_executable(),
-            discovery_script_args=f"--enable-coordination-mode --coordination-file {coord}",
-        )
-    )
-    return conf_dir
-
-
-def test_list_reads_the_coordination_file_of_the_flink_configuration(tmp_path, holder):
-    coord = tmp_path / "coordination"
-    conf_dir = coordinated_conf(tmp_path / "conf", coord)
-    cli_json("--simulate", "4", "claim", "1", "--owner", holder.pid, "--file", coord)
-    by_env = cli_json("--simulate", "4", "list", env=child_env(FLINK_CONF_DIR=str(conf_dir)))
-    by_option = cli_json("--simulate", "4", "list", "--conf", conf_dir / "config.yaml")
-    for doc in (by_env, by_option):
-        assert doc["coordination"]["path"] == str(coord)
-        assert [h["pid"] for h in doc["gpus"][0]["holders"]] == [holder.pid]
-    assert by_env["coordination"]["from"] == f"$FLINK_CONF_DIR {conf_dir}"
-    human = cli("--simulate", "4", "list", env=child_env(FLINK_CONF_DIR=str(conf_dir))).stdout
-    assert f"Holders from the coordination file {coord} (of the Flink configuration in $FLINK_CONF_DIR" in human
-    # --file still wins
-    assert cli_json(
-        "--simulate", "4", "list", "--file", tmp_path / "other", env=child_env(FLINK_CONF_DIR=str(conf_dir))
-    )["coordination"]["path"] == str(tmp_path / "other")
-
-
-def test_list_refuses_a_conf_without_a_coordination_file_naming_the_key_and_notes_it_for_flink_conf_dir(tmp_path):
-    conf_dir = tmp_path / "conf"
-    conf_dir.mkdir()
-    (conf_dir / "config.yaml").write_text(gpu_conf(amount=1, discovery_script_args="''"))
-    proc = cli("--simulate", "4", "list", "--conf", conf_dir)
-    assert proc.returncode == 2
-    assert "external-resource.gpu.param.discovery-script.args has no --enable-coordination-mode" in proc.stderr
-    assert "--file" in proc.stderr and "Traceback" not in proc.stderr
-    proc = cli("--simulate", "4", "list", "--conf", tmp_path / "missing")
-    assert proc.returncode == 2 and str(tmp_path / "missing") in proc.stderr
-    # FLINK_CONF_DIR is set for any cluster: the default file, and a note saying why
-    env = child_env(FLINK_CONF_DIR=str(conf_dir))
-    doc = cli_json("--simulate", "4", "list", env=env)
-    assert doc["coordination"]["path"] == "/var/tmp/flink-gpu-coordination" and doc["coordination"]["from"] is None
-    assert "has no --enable-coordination-mode" in doc["coordination"]["note"]
-    assert "Note: $FLINK_CONF_DIR: the Flink configuration" in cli("--simulate", "4", "list", env=env).stdout
-
-
-def list_with_a_private_var_tmp(*args, empty_default=False):
-    """`flink-gpu list` in a mount namespace of its own whose /var/tmp is an empty tmpfs: the stock default file
-    does not exist there (or is an empty file), whatever this host's /var/tmp holds."""
-    create = " && : > /var/tmp/flink-gpu-coordination" if empty_default else ""
-    return subprocess.run(
-        ["unshare", "--mount", "sh", "-c", f'mount -t tmpfs tmpfs /var/tmp{create} && exec "$@"', "sh"]
-        + [sys.executable, "-m", "flink_gpu.cli", "--simulate", "2", "list", *map(str, args)],
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_list_says_above_the_table_that_the_default_file_records_nothing_and_how_to_read_the_clusters(tmp_path, holder):
@@ -90,15 +27,15 @@ def test_list_says_above_the_table_that_the_default_file_records_nothing_and_how
     coord = tmp_path / "cluster-coordination"
     cli_json("--simulate", "2", "claim", "2", "--owner", holder.pid, "--file", coord)
     for empty_default, what in ((False, "does not exist"), (True, "holds no claim")):
-        proc = list_with_a_private_var_tmp(empty_default=empty_default)
+        proc = cli_with_a_private_var_tmp("--simulate", "2", "list", empty_default=empty_default)
         assert proc.returncode == 0, proc.stderr
         above = proc.stdout.split("\nINDEX ", 1)[0]
         assert f"Coordination file /var/tmp/flink-gpu-coordination {what}: no GPU is claimed through it." in above
         assert "--conf <its Flink conf dir>" in above and "FLINK_CONF_DIR" in above, above
         assert "--file <its coordination file>" in above
-    held = list_with_a_private_var_tmp("--file", coord)
+    held = cli_with_a_private_var_tmp("--simulate", "2", "list", "--file", coord)
     assert "no GPU is claimed" not in held.stdout and "--conf" not in held.stdout, held.stdout
-    missing = list_with_a_private_var_tmp("--file", tmp_path / "missing")  # named: no advice where to look
+    missing = cli_with_a_private_var_tmp("--simulate", "2", "list", "--file", tmp_path / "missing")  # named: no advice
     above = missing.stdout.split("\nINDEX ", 1)[0]
     assert f"Coordination file {tmp_path / 'missing'} does not exist: no GPU is claimed through it." in above
     assert "--conf" not in missing.stdout

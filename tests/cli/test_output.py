@@ -32,14 +32,22 @@ def test_every_json_document_has_the_documented_top_level_fields(tmp_path):
             ["--simulate", "2", "list", "--file", coord],
             {"nvml", "gpus", "skipped", "coordination", "bindings", "topology"},
         ),
-        ("claim", ["--simulate", "2", "claim", "1", "--file", coord], {"path", "owner", "amount", "gpus", "left_out"}),
-        ("coordination show", ["coordination", "show", "--file", coord], {"path", "exists", "entries", "unparsable"}),
+        (
+            "claim",
+            ["--simulate", "2", "claim", "1", "--file", coord],
+            {"path", "from", "note", "owner", "amount", "gpus", "left_out"},
+        ),
+        (
+            "coordination show",
+            ["coordination", "show", "--file", coord],
+            {"path", "from", "note", "exists", "entries", "unparsable"},
+        ),
         (
             "coordination clean",
             ["coordination", "clean", "--file", coord],
-            {"path", "exists", "foreign_namespaces", "removed", "unparsable"},
+            {"path", "from", "note", "exists", "foreign_namespaces", "removed", "unparsable"},
         ),
-        ("release", ["release", "--file", coord], {"path", "owner", "released"}),
+        ("release", ["release", "--file", coord], {"path", "from", "note", "owner", "released"}),
         ("doctor", ["doctor", conf], {"configuration", "flink_home", "findings", "summary"}),
         ("resources", ["resources", conf], {"configuration", "kubernetes", "yarn"}),
         (

@@ -36,6 +36,21 @@ def cli_json(*args, env=None, expect=0, cwd=None):
     return doc
 
 
+def cli_with_a_private_var_tmp(*args, empty_default=False, env=None):
+    """`flink-gpu` in a mount namespace of its own whose /var/tmp is an empty tmpfs: the stock default coordination
+    file does not exist there (or is an empty file), whatever this host's /var/tmp holds, and nothing the command
+    writes there outlives it."""
+    create = " && : > /var/tmp/flink-gpu-coordination" if empty_default else ""
+    return subprocess.run(
+        ["unshare", "--mount", "sh", "-c", f'mount -t tmpfs tmpfs /var/tmp{create} && exec "$@"', "sh"]
+        + [sys.executable, "-m", "flink_gpu.cli", *map(str, args)],
+        env=child_env() if env is None else env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 HOLDER_COMMAND = f"{sys.executable} -c 'import sys; sys.stdin.read()'"
 
 

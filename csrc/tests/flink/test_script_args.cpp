@@ -160,4 +160,24 @@ TEST_CASE(nvml_timeout_takes_the_next_token) {
           (V{"--nvml-timeout", "--coordination-file", "/x", "--coordination-file", "/s"}));
 }
 
+TEST_CASE(help_asks_for_the_usage_only_where_the_amount_goes) {
+    using flinkgpu::asks_for_usage;
+    CHECK(asks_for_usage({"--help"}));
+    CHECK(asks_for_usage({"-h"}));
+    CHECK(asks_for_usage({"--help", "2", "--enable-coordination-mode"}));
+    // Flink's call: the amount first, then discovery-script.args, where --help is no flag of the grammar
+    CHECK(!asks_for_usage({"2", "--help"}));
+    CHECK(!asks_for_usage({"1", "-h"}));
+    CHECK(!asks_for_usage({}));
+    CHECK(!asks_for_usage({"--HELP"}));
+    CHECK(!asks_for_usage({"-help"}));
+    CHECK(!asks_for_usage({"--help=1"}));
+    CHECK(!asks_for_usage({""}));
+    const flinkgpu::ScriptArgs a = parse_script_args({"--help", "-h", "--enable-coordination-mode"});
+    CHECK(a.coordination_mode);
+    CHECK(unknown_tokens(a) == (V{"--help", "-h"}));
+    // the value of a flag that takes one, whatever it is
+    CHECK_EQ(parse_script_args({"--coordination-file", "--help"}).coordination_file, std::string("--help"));
+}
+
 int main(int argc, char** argv) { return check::run(argc, argv); }

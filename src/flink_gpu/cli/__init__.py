@@ -113,12 +113,20 @@ def _file_path(text: str) -> str:
 
 
 def _file_option(parser: argparse.ArgumentParser) -> None:
+    """Which coordination file: the same flags for every command that uses one (cli/coordination_file.py)."""
     parser.add_argument(
         "--file",
         type=_file_path,
         metavar="PATH",
         default=None,
-        help="the coordination file (default: /var/tmp/flink-gpu-coordination, the stock nvidia-gpu-discovery.sh's)",
+        help="the coordination file (default: that of --conf or $FLINK_CONF_DIR, else "
+        "/var/tmp/flink-gpu-coordination, the stock nvidia-gpu-discovery.sh's)",
+    )
+    parser.add_argument(
+        "--conf",
+        metavar="CONF_FILE_OR_DIR",
+        default=None,
+        help="the Flink configuration whose coordination file to use (default: $FLINK_CONF_DIR when set)",
     )
     parser.add_argument(
         "--timeout",
@@ -189,12 +197,6 @@ def _list_arguments(add: Callable[..., _Parser]) -> None:
     )
     _file_option(sub)
     sub.add_argument(
-        "--conf",
-        metavar="CONF_FILE_OR_DIR",
-        default=None,
-        help="the Flink configuration whose coordination file to read (default: $FLINK_CONF_DIR when set)",
-    )
-    sub.add_argument(
         "--watch",
         type=_seconds,
         nargs="?",
@@ -212,7 +214,12 @@ def _list_arguments(add: Callable[..., _Parser]) -> None:
 
 def _coordination_arguments(add: Callable[..., _Parser]) -> None:
     """`coordination show|clean`."""
-    coordination = add("coordination", "show or clean the coordination file")
+    coordination = add(
+        "coordination",
+        "show or clean the coordination file",
+        "Show or clean the coordination file: that of the Flink configuration in --conf or "
+        "$FLINK_CONF_DIR, unless --file names one; else the stock default.",
+    )
     actions = coordination.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
     sub = add("show", "show the file's entries: live, stale (owner dead) and unparsable", parent=actions)
@@ -232,7 +239,8 @@ def _claim_release_arguments(add: Callable[..., _Parser]) -> None:
     sub = add(
         "claim",
         "claim N GPUs of this host for a process",
-        "Claim N GPUs in the coordination file for a process, as a coordinated Flink "
+        "Claim N GPUs in the coordination file (that of the Flink configuration in --conf or "
+        "$FLINK_CONF_DIR, unless --file names one) for a process, as a coordinated Flink "
         "TaskManager in NVML mode would: never an unhealthy GPU, healthy idle ones first, busy "
         "and degraded ones last (each left out or busy one is WARNed), free GPUs before those "
         "of dead owners. The owner defaults "
@@ -259,7 +267,8 @@ def _claim_release_arguments(add: Callable[..., _Parser]) -> None:
     sub = add(
         "release",
         "release the GPUs a process holds",
-        "Release the GPUs a process holds in the coordination file. The owner defaults to "
+        "Release the GPUs a process holds in the coordination file (that of the Flink configuration "
+        "in --conf or $FLINK_CONF_DIR, unless --file names one). The owner defaults to "
         "the parent of this command (normally your shell), as for `flink-gpu claim`.",
     )
     sub.add_argument(

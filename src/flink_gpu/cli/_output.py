@@ -201,11 +201,3 @@ def short_command(argv: "list[str] | None", width: int = _COMMAND_WIDTH) -> str:
 def owner_description(pid: int) -> str:
     argv = process_cmdline(pid)
     return f"pid {pid}" if argv is None else f"pid {pid} ({short_command(argv, 40)})"
-
-
-def coordination_path(args: Namespace) -> str:
-    if args.file is not None:
-        return os.path.abspath(str(args.file))
-    from flink_gpu.coordination import DEFAULT_PATH
-
-    return DEFAULT_PATH

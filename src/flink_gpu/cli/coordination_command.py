@@ -1,5 +1,5 @@
 """``flink-gpu coordination show|clean``, ``claim`` and ``release``: the coordination file's entries for people,
-and the helpers ``list`` shares to show them (a holder's command, the flag that names the file)."""
+and the helpers ``list`` shares to show them (a holder's command). Which file: cli/coordination_file.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import sys
 
 from flink_gpu.cli import UsageError
 from flink_gpu.cli._output import (
-    coordination_path,
     document,
     emit_json,
     owner_description,
@@ -16,6 +15,7 @@ from flink_gpu.cli._output import (
     process_cmdline,
     table,
 )
+from flink_gpu.cli.coordination_file import print_note, resolve
 from flink_gpu.flink.script_protocol import sort_indices
 
 TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
@@ -110,25 +110,27 @@ _ENTRY_HEADERS = ["LINE", "GPU", "PID", "START TIME", "STATE", "COMMAND"]
 def show(args: Namespace) -> int:
     from flink_gpu import coordination
 
-    path = coordination_path(args)
+    file = resolve(args)
+    path = file.path
     snapshot = coordination.snapshot(path, timeout=args.timeout)
     if args.json:
         emit_json(
             document(
                 "coordination show",
-                path=path,
+                **file.json_fields(),
                 exists=snapshot.exists,
                 entries=[_entry_json(e) for e in snapshot.entries],
                 unparsable=unparsable_json(snapshot.unparsable),
             )
         )
         return 0
-    if not snapshot.exists:
-        print(f"Coordination file {path} does not exist: no GPU is claimed through it.")
+    print_note(file)
+    if not (snapshot.entries or snapshot.unparsable):
+        print(file.records_nothing(snapshot.exists))
         return 0
     stale, unknown = snapshot.stale, snapshot.liveness_unknown
     print(
-        f"Coordination file {path}: {plural(len(snapshot.entries), 'entry', 'entries')} "
+        f"Coordination file {file.named()}: {plural(len(snapshot.entries), 'entry', 'entries')} "
         f"({len(snapshot.entries) - len(stale) - len(unknown)} live, {len(stale)} stale"
         + (f", {len(unknown)} of other PID namespaces with liveness unknown" if unknown else "")
         + ")"
@@ -145,29 +147,22 @@ def show(args: Namespace) -> int:
         them = "it" if len(stale) == 1 else "them"
         print(
             f"\n{plural(len(stale), 'entry', 'entries')} of dead owners: the next claim that "
-            f"needs {them} reclaims {them}; `flink-gpu coordination clean"
-            f"{file_flag(args)}` removes {them} now."
+            f"needs {them} reclaims {them}; `flink-gpu coordination clean{file.flags}` removes {them} now."
         )
     if unknown:
         them = "it" if len(unknown) == 1 else "them"
         print(
             f"\n{plural(len(unknown), 'entry', 'entries')} {OTHER_NAMESPACE}: never reclaimed by pid; "
-            f"if the owner is gone, `flink-gpu coordination clean --foreign-namespaces"
-            f"{file_flag(args)}` removes {them}."
+            f"if the owner is gone, `flink-gpu coordination clean --foreign-namespaces{file.flags}` removes {them}."
         )
     return 0
-
-
-def file_flag(args: Namespace) -> str:
-    import shlex
-
-    return "" if args.file is None else f" --file {shlex.quote(args.file)}"
 
 
 def clean(args: Namespace) -> int:
     from flink_gpu import coordination
 
-    path = coordination_path(args)
+    file = resolve(args)
+    path = file.path
     foreign = args.foreign_namespaces
     exists = os.path.lexists(path)
     result = coordination.clean_stale(path, timeout=args.timeout, other_namespaces=foreign) if exists else None
@@ -177,7 +172,7 @@ def clean(args: Namespace) -> int:
         emit_json(
             document(
                 "coordination clean",
-                path=path,
+                **file.json_fields(),
                 exists=exists,
                 foreign_namespaces=foreign,
                 removed=[_entry_json(e) for e in removed],
@@ -185,24 +180,25 @@ def clean(args: Namespace) -> int:
             )
         )
         return 0
+    print_note(file)
     if not exists:
-        print(f"Coordination file {path} does not exist: nothing to clean.")
+        print(file.records_nothing(exists=False, outcome="nothing to clean"))
         return 0
     dead = [e for e in removed if not e.alive]
     unknown = [e for e in removed if e.alive]  # --foreign-namespaces
     if dead:
-        print(f"Removed {plural(len(dead), 'stale entry', 'stale entries')} from {path}:")
+        print(f"Removed {plural(len(dead), 'stale entry', 'stale entries')} from {file.named()}:")
         print(table(_ENTRY_HEADERS, _entry_rows(dead), indent="  "))
     if unknown:
         freed = sort_indices({e.index for e in unknown})  # one GPU may have had several holders' lines
         print(
-            f"Removed {plural(len(unknown), 'entry', 'entries')} {OTHER_NAMESPACE}, from {path} "
+            f"Removed {plural(len(unknown), 'entry', 'entries')} {OTHER_NAMESPACE}, from {file.named()} "
             f"(--foreign-namespaces; GPU{'' if len(freed) == 1 else 's'} {', '.join(freed)} may be claimed "
             "again):"
         )
         print(table(_ENTRY_HEADERS, _entry_rows(unknown), indent="  "))
     if not removed:
-        print(f"No stale entry in {path}" + (" and none of another PID namespace." if foreign else "."))
+        print(f"No stale entry in {file.named()}" + (" and none of another PID namespace." if foreign else "."))
     for line in unparsable:
         print(
             f"Kept unparsable line {line.line_number}: {line.text!r} (fix or delete it by hand; "
@@ -230,7 +226,8 @@ def claim(args: Namespace) -> int:
     from flink_gpu.nvml import open_library
 
     owner = _owner(args)
-    path = coordination_path(args)
+    file = resolve(args)
+    path = file.path
     nvml = open_library()
     # the driver's one discovery (design.md §9.1): never an unhealthy GPU, degraded and busy ones last; only
     # the GPUs it reads are opened, only those it could hand out enumerated
@@ -262,7 +259,7 @@ def claim(args: Namespace) -> int:
         emit_json(
             document(
                 "claim",
-                path=path,
+                **file.json_fields(),
                 amount=args.amount,
                 owner={"pid": owner, "cmdline": process_cmdline(owner)},
                 gpus=[{"index": i, "uuid": uuids.get(i), "health": health.get(i)} for i in got],
@@ -270,14 +267,13 @@ def claim(args: Namespace) -> int:
             )
         )
         return 0
+    print_note(file)
     if not got:
         print("Claimed no GPU (N is 0).")
         return 0
-    print(f"Claimed GPU {', '.join(got)} for {owner_description(owner)} in {path}.")
+    print(f"Claimed GPU {', '.join(got)} for {owner_description(owner)} in {file.named()}.")
     print(table(["GPU", "UUID", "HEALTH"], ([i, uuids.get(i), health.get(i)] for i in got), indent="  "))
-    print(
-        f"They stay claimed until `flink-gpu release{_owner_flag(args)}{file_flag(args)}` or until pid {owner} exits."
-    )
+    print(f"They stay claimed until `flink-gpu release{_owner_flag(args)}{file.flags}` or until pid {owner} exits.")
     if len(got) > 1 and units & set(got):
         # CUDA uses one MIG instance per process (design.md §9.2): one line per process to start
         print("CUDA uses one MIG instance per process: give each process one of")
@@ -296,17 +292,21 @@ def release(args: Namespace) -> int:
     from flink_gpu import coordination
 
     owner = _owner(args)
-    path = coordination_path(args)
-    released = coordination.release(owner, path=path, indices=args.gpus, timeout=args.timeout)
+    file = resolve(args)
+    released = coordination.release(owner, path=file.path, indices=args.gpus, timeout=args.timeout)
     if args.json:
         emit_json(
             document(
-                "release", path=path, owner={"pid": owner, "cmdline": process_cmdline(owner)}, released=list(released)
+                "release",
+                **file.json_fields(),
+                owner={"pid": owner, "cmdline": process_cmdline(owner)},
+                released=list(released),
             )
         )
         return 0
+    print_note(file)
     if released:
-        print(f"Released GPU {', '.join(released)} of {owner_description(owner)} in {path}.")
+        print(f"Released GPU {', '.join(released)} of {owner_description(owner)} in {file.named()}.")
     else:
-        print(f"{owner_description(owner)} held no GPU{'' if args.gpus is None else ' of those'} in {path}.")
+        print(f"{owner_description(owner)} held no GPU{'' if args.gpus is None else ' of those'} in {file.named()}.")
     return 0

@@ -17,7 +17,8 @@ from flink_gpu.cli._output import (
     short_command,
     table,
 )
-from flink_gpu.cli.coordination_command import OTHER_NAMESPACE, entry_cmdline, entry_command, file_flag, unparsable_json
+from flink_gpu.cli.coordination_command import OTHER_NAMESPACE, entry_cmdline, entry_command, unparsable_json
+from flink_gpu.cli.coordination_file import CoordinationFile, print_note, resolve
 from flink_gpu.flink.script_protocol import sort_indices
 
 TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
@@ -137,33 +138,26 @@ def _state_table(gpus: "list[dict[str, Any]]", width: "int | None", style: Any) 
 
 
 def _print_holders(
-    args: Namespace,
-    path: str,
-    path_source: "str | None",
-    path_note: "str | None",
+    file: CoordinationFile,
     snapshot: "CoordinationSnapshot | None",
     snapshot_error: "str | None",
     stale: "dict[str, list[CoordinationEntry]]",
     unknown: "list[str]",
 ) -> None:
     """What ``list`` says of the coordination file: where it is, its dead and unknown holders, its bad lines."""
-    if path_note is not None:
-        print(f"Note: {path_note}")
+    print_note(file)
     if snapshot is None:
         print(f"Holders unknown: {snapshot_error}")
     elif snapshot.exists:
-        print(
-            f"Holders from the coordination file {path}"
-            + (f" (of the Flink configuration in {path_source})." if path_source else ".")
-        )
+        print(f"Holders from the coordination file {file.named()}.")
         stale_count = sum(len(pids) for pids in stale.values())
         if stale_count:
             print(
                 f"  {plural(stale_count, 'entry', 'entries')} of dead processes (reclaimable); "
-                f"`flink-gpu coordination clean{file_flag(args)}` removes "
+                f"`flink-gpu coordination clean{file.flags}` removes "
                 f"{'it' if stale_count == 1 else 'them'}."
             )
-        _print_unknown_liveness(snapshot, args)
+        _print_unknown_liveness(snapshot, file)
         for line in snapshot.unparsable:
             print(f"  line {line.line_number} cannot be parsed (its GPU is never reclaimed): {line.text!r}")
         if unknown:
@@ -175,7 +169,8 @@ def list_gpus(args: Namespace) -> int:
     from flink_gpu.nvml import open_library
 
     # before NVML: a configuration that cannot be read is a usage error, whatever the GPUs
-    path, path_source, path_note = list_view.coordination_file(args)
+    file = resolve(args)
+    path = file.path
     nvml = open_library()
     enumeration = nvml.devices()
     devices, skipped = enumeration.devices, enumeration.skipped
@@ -202,9 +197,7 @@ def list_gpus(args: Namespace) -> int:
     bindings, requested = _bindings_view(path, args.timeout, present, _claimed(live))
     gpus = [_gpu_document(nvml, device, live, stale, states, bindings, requested) for device in devices]
     coordination_doc = {
-        "path": path,
-        "from": path_source,
-        "note": path_note,
+        **file.json_fields(),
         "exists": bool(snapshot and snapshot.exists),
         "error": snapshot_error,
         "unparsable": unparsable_json(snapshot.unparsable if snapshot else ()),
@@ -235,10 +228,10 @@ def list_gpus(args: Namespace) -> int:
     )
     width = list_view.terminal_width()
     style = _style()
-    empty = _empty_file_note(path, snapshot, default=args.file is None and path_source is None)
-    if empty:
+    if snapshot is not None and not (snapshot.exists and (snapshot.entries or snapshot.unparsable)):
+        # above the tables, where a person reads "free"
         print()
-        print(empty)
+        print(file.records_nothing(snapshot.exists))
     if gpus:
         print()
         print(
@@ -266,24 +259,9 @@ def list_gpus(args: Namespace) -> int:
     for notice in enumeration.notices:
         print(f"\nNote: {notice}")
     print()
-    _print_holders(args, path, path_source, path_note, snapshot, snapshot_error, stale, unknown)
+    _print_holders(file, snapshot, snapshot_error, stale, unknown)
     _print_bindings(bindings, width, style, gpus)
     return 0
-
-
-def _empty_file_note(path: str, snapshot: "CoordinationSnapshot | None", default: bool) -> "str | None":
-    """Above the tables, where a person reads "free": that the file records no claim at all, and for the
-    stock default (the cluster may use its own ``--coordination-file``) how to read the cluster's."""
-    if snapshot is None or (snapshot.exists and (snapshot.entries or snapshot.unparsable)):
-        return None
-    what = "does not exist" if not snapshot.exists else "holds no claim"
-    note = f"Coordination file {path} {what}: no GPU is claimed through it."
-    if default:
-        note += (
-            "\n  If the cluster uses its own --coordination-file, read that one: --conf <its Flink conf dir>,"
-            "\n  FLINK_CONF_DIR=<its Flink conf dir>, or --file <its coordination file>."
-        )
-    return note
 
 
 def _style() -> "Callable[[str], str] | None":
@@ -654,14 +632,14 @@ def _unchecked(gpu: "dict[str, Any]") -> "list[str]":
     ]
 
 
-def _print_unknown_liveness(snapshot: CoordinationSnapshot, args: Namespace) -> None:
+def _print_unknown_liveness(snapshot: CoordinationSnapshot, file: CoordinationFile) -> None:
     unknown = snapshot.liveness_unknown
     if unknown:
         them = "it" if len(unknown) == 1 else "them"
         print(
             f"  {plural(len(unknown), 'entry', 'entries')} {OTHER_NAMESPACE} (GPU "
             f"{', '.join(e.index for e in unknown)}): never reclaimed by pid; if the owner is gone, "
-            f"`flink-gpu coordination clean --foreign-namespaces{file_flag(args)}` removes {them}."
+            f"`flink-gpu coordination clean --foreign-namespaces{file.flags}` removes {them}."
         )
 
 

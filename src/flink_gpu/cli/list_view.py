@@ -1,5 +1,5 @@
-"""``flink-gpu list`` as a monitor: which coordination file (the Flink configuration's), live readings,
-TaskManagers by name, the terminal's width and colour, ``--watch``.
+"""``flink-gpu list`` as a monitor: live readings, TaskManagers by name, the terminal's width and colour,
+``--watch``.
 
 The data is list_command.py's (holders, bindings, state); this module decides how a person sees it.
 """
@@ -9,11 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
-from flink_gpu.cli import UsageError
-
 TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
 if TYPE_CHECKING:
-    from argparse import Namespace
     from typing import Any, Callable
 
     from flink_gpu.nvml import Device, Library
@@ -22,65 +19,6 @@ if TYPE_CHECKING:
 READINGS = (("utilization", "utilization", "%"), ("temperature", "temperature", "C"), ("power", "power", "W"))
 
 _TASKMANAGER_MAIN = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
-
-
-# -- the coordination file of a Flink configuration ----------------------------------------------
-
-
-def coordination_file(args: "Namespace") -> "tuple[str, str | None, str | None]":
-    """The file ``list`` reads, where that came from, and a note when ``$FLINK_CONF_DIR`` could not
-    say: ``--file``; else the coordination file of the configuration in ``--conf`` or
-    ``$FLINK_CONF_DIR`` (its GPU resource's ``discovery-script.args``); else the stock default.
-    UsageError when ``--conf`` cannot be read or names no coordinated GPU resource; the same for
-    ``$FLINK_CONF_DIR`` (set for any cluster, not only a GPU one) falls back to the default with
-    the note saying why."""
-    from flink_gpu.coordination import DEFAULT_PATH
-
-    if args.file is not None:
-        return os.path.abspath(args.file), None, None
-    if args.conf is not None:
-        return _from_configuration(args.conf, "--conf"), f"--conf {args.conf}", None
-    conf = os.environ.get("FLINK_CONF_DIR")
-    if not conf:
-        return DEFAULT_PATH, None, None
-    try:
-        return _from_configuration(conf, "$FLINK_CONF_DIR"), f"$FLINK_CONF_DIR {conf}", None
-    except UsageError as why:
-        return DEFAULT_PATH, None, f"{why} Read the stock default file instead."
-
-
-def _from_configuration(conf: str, source: str) -> str:
-    from flink_gpu.errors import IllegalConfigurationException
-    from flink_gpu.flink.configuration import Configuration
-    from flink_gpu.flink.framework import external_resource_names, param_prefix
-    from flink_gpu.gpu.options import GPUDriverOptions
-    from flink_gpu.gpu.settings import GPUDriverSettings
-
-    try:
-        config = Configuration.from_yaml(conf)
-        names = external_resource_names(config)
-    except (OSError, IllegalConfigurationException) as error:
-        from flink_gpu.cli._output import error_message
-
-        raise UsageError(
-            f"{source}: cannot read the Flink configuration {conf}: {error_message(error)} "
-            "(give the coordination file with --file instead)."
-        ) from None
-    tried = []
-    for name in sorted(names):
-        settings = GPUDriverSettings.from_config_lenient(config.prefixed(param_prefix(name)), name)
-        if settings.script_args.coordination_mode:
-            return os.path.abspath(settings.script_args.coordination_file)
-        tried.append(f"{param_prefix(name)}{GPUDriverOptions.DISCOVERY_SCRIPT_ARG.key}")
-    why = (
-        f"{', '.join(tried)} {'has' if len(tried) == 1 else 'have'} no --enable-coordination-mode"
-        if tried
-        else "it enables no external resource ('external-resources')"
-    )
-    raise UsageError(
-        f"{source}: the Flink configuration {conf} gives no coordination file: {why}. "
-        "Its TaskManagers record no GPU holders; give a file with --file."
-    )
 
 
 # -- live readings --------------------------------------------------------------------------------
