@@ -59,7 +59,7 @@ from typing import Mapping, NamedTuple
 
 from flink_gpu.deploy.local_cluster import START_TIMEOUT_S, LocalCluster, flink_home, gpu_resource
 from flink_gpu.deploy.taskmanager_env import SIMULATOR_KEYS, discovery_executable, taskmanager_environment
-from flink_gpu.errors import LocalClusterError, NvmlError
+from flink_gpu.errors import LocalClusterError
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "gpu_inference_job.py"
@@ -200,17 +200,19 @@ def check_layout(gpus: int, taskmanagers: int, slots: int, per_gpu: int, memory:
 
 
 def simulated_gpu_memory(env: "Mapping[str, str]") -> int:
-    """The memory of the smallest simulated GPU, as NVML reads it in the TaskManagers' environment ``env``
-    (the simulator reads its variables when NVML starts: they are set here first)."""
-    from flink_gpu.nvml import open_library
-
-    for key in SIMULATOR_KEYS:
-        if env.get(key):
-            os.environ[key] = env[key]
-        else:
-            os.environ.pop(key, None)
-    devices = open_library(env["FLINK_GPU_NVML_LIBRARY"]).devices().devices
-    return min(device.memory_total or 0 for device in devices)
+    """The memory of the smallest simulated GPU, as NVML reads it in the TaskManagers' environment ``env``:
+    read by a child process (NVML starts once per process, with the variables it sees then)."""
+    read = (
+        "from flink_gpu.nvml import open_library\n"
+        "print(min(device.memory_total or 0 for device in open_library().devices().devices))"
+    )
+    simulator = {key: env[key] for key in SIMULATOR_KEYS if key in env}  # this flink_gpu, on those GPUs
+    child = subprocess.run(
+        [sys.executable, "-c", read], env={**os.environ, **simulator}, capture_output=True, text=True, timeout=120
+    )
+    if child.returncode != 0:
+        sys.exit(f"run_local_cluster: cannot read the simulated GPUs' memory:\n{child.stderr.strip()}")
+    return int(child.stdout)
 
 
 # -- the cluster and the jobs ---------------------------------------------------------------------------
@@ -382,7 +384,7 @@ def parse_arguments(argv: "list[str] | None") -> "tuple[argparse.Namespace, Layo
         gpu_memory = simulated_gpu_memory(env)
     except ValueError as error:  # more GPUs than the simulator has
         parser.error(f"argument --gpus: {error}")
-    except (OSError, NvmlError) as error:  # no simulator in this installation
+    except FileNotFoundError as error:  # no simulator in this installation
         sys.exit(f"run_local_cluster: {error}")
     memory = checked_memory(args.memory)
     assert memory is not None  # --memory always has a value, checked by memory_request
