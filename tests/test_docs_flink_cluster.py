@@ -8,8 +8,8 @@ The shell runs in PID, network and mount namespaces of its own (unshare): the wa
 6123 and 8081) are those of a private loopback, /var/tmp (the coordination file of
 --enable-coordination-mode) is a private directory, and when the shell ends the kernel ends whatever it
 left. HOME is a temporary directory (~/flink-conf, ~/flink-log, ~/flink-lib); PATH has this checkout's
-flink-gpu and flink-gpu-discovery, as `pip install flink-gpu` puts them there. One cluster, about two
-minutes and a half.
+flink-gpu and flink-gpu-discovery, as installing flink-gpu puts them there. One cluster, about
+three minutes on an idle machine.
 """
 
 import json
