@@ -183,6 +183,32 @@ def _subtask_index(runtime_context) -> "int | None":
     return runtime_context.get_index_of_this_subtask()
 
 
+def subtasks_per_gpu(text: str) -> int:
+    """argparse's type of --subtasks-per-gpu: bind_gpus's rule, checked by the client before the job is deployed."""
+    from flink_gpu.binding import checked_counts
+
+    try:
+        share = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    try:
+        return checked_counts(1, share, holders_name="subtasks_per_gpu")[1]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def memory_request(text: str) -> str:
+    """argparse's type of --memory: bind_gpus's rule (Flink's memory size grammar, above 0), checked by the
+    client: a mistake ends ``flink run`` before the job is deployed, not every subtask's open()."""
+    from flink_gpu.binding import checked_memory
+
+    try:
+        checked_memory(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
 def main(argv: "list[str] | None" = None) -> None:
     parser = argparse.ArgumentParser(description="A PyFlink inference job with one GPU per subtask.")
     parser.add_argument(
@@ -191,10 +217,13 @@ def main(argv: "list[str] | None" = None) -> None:
     parser.add_argument("--parallelism", type=int, default=2, help="subtasks of the operator (default: 2)")
     parser.add_argument("--records", type=int, default=40, help="records per subtask (default: 40)")
     parser.add_argument("--seconds", type=float, default=10.0, help="about how long the job runs (default: 10)")
-    parser.add_argument("--subtasks-per-gpu", type=int, default=1, help="slots that may share one GPU (default: 1)")
+    parser.add_argument(
+        "--subtasks-per-gpu", type=subtasks_per_gpu, default=1, help="slots that may share one GPU (default: 1)"
+    )
     parser.add_argument(
         "--memory",
         metavar="SIZE",
+        type=memory_request,
         help="GPU memory each slot asks of its GPU, a Flink memory size such as '4 gb' (default: no request)",
     )
     parser.add_argument(

@@ -1,8 +1,18 @@
 """Start a local standalone Flink cluster on simulated GPUs, run gpu_inference_job.py on it in process
 and in thread mode, print the bindings and the GPU gauges, and stop everything it started.
 
-    python examples/run_local_cluster.py [--gpus 4] [--slots 2] [--seconds 12] [--modes process,thread]
-        [--keep DIR] [--start-timeout 300] [--flink-home DIR]
+    python examples/run_local_cluster.py [--gpus 4] [--taskmanagers 1] [--slots 2] [--subtasks-per-gpu 1]
+        [--memory "4 gb"] [--seconds 12] [--modes process,thread] [--keep DIR] [--start-timeout 300]
+        [--flink-home DIR]
+
+``--taskmanagers N`` TaskManagers on this host of ``--gpus`` simulated GPUs, each with ``--slots``
+slots, claim their GPUs through one coordination file; ``--subtasks-per-gpu K`` lets K slots share a
+GPU (bind_gpus's ``subtasks_per_gpu``), so that each TaskManager claims ``ceil(slots / K)`` GPUs
+(``external-resource.gpu.amount``); ``--memory SIZE`` is what each slot asks of its GPU (a Flink memory
+size). The layout is checked before anything starts: the TaskManagers' GPUs must be on the host
+(``taskmanagers * amount <= gpus``) and the requests of the slots that share a GPU must fit its memory
+(the simulated GPU's, as NVML reads it); a mistake ends the script at once, in a few lines naming the
+option to change, before any JVM starts.
 
 Needs ``pip install apache-flink`` (its wheel carries a Flink distribution: bin/, lib/, opt/,
 plugins/external-resource-gpu; ``--flink-home`` or ``$FLINK_HOME`` names another one) and Java 11 or
@@ -16,18 +26,19 @@ temporary directory. The steps are those of docs/flink-cluster.md:
 
 1. ``conf/config.yaml``: the distribution's own (its JVM options), plus the GPU resource: Flink's
    Java GPU plugin running ``flink-gpu-discovery`` in coordination mode, ``amount`` GPUs per
-   TaskManager, ``slots`` slots.
+   TaskManager, ``slots`` slots; ``conf/workers``: ``localhost`` once per TaskManager.
 2. A ``lib/`` of the distribution's jars plus ``opt/flink-python-*.jar`` unless lib/ has it already
    (thread mode runs a second job on a Java 17 TaskManager only with flink-python in lib/), through
    ``FLINK_LIB_DIR``.
-3. The TaskManager's environment: what ``flink-gpu --simulate N taskmanager-env`` prints (the
+3. The TaskManagers' environment: what ``flink-gpu --simulate N taskmanager-env`` prints (the
    simulator, ``CUDA_DEVICE_ORDER``, ``PYTHONPATH`` for thread mode), then ``bin/start-cluster.sh``,
-   and a wait until the TaskManager has registered all of its slots, free.
-4. ``flink run -d -py gpu_inference_job.py --memory "4 gb"`` per mode, once the slots it needs are
-   free; while it runs, the gauges from REST and the bindings from ``flink-gpu list``. Then, from the TaskManager's
-   logs, when each binding began and ended: a binding ends at the subtask's ``close()``, and a GPU
-   released there is bound again by the next subtask (the same GPU under another holder, later:
-   reuse, not sharing).
+   and a wait until every TaskManager has registered all of its slots, free.
+4. ``flink run -d -py gpu_inference_job.py --memory SIZE --subtasks-per-gpu K`` per mode, once the
+   slots it needs are free, with a subtask per slot of the cluster; while it runs, the gauges from REST
+   (and which GPUs serve several subtasks at once) and the bindings from ``flink-gpu list``. Then, from
+   the TaskManagers' logs, when each binding began and ended: a binding ends at the subtask's
+   ``close()``, and a GPU released there is bound again by the next subtask (the same GPU under
+   another holder, later: reuse); holders of one GPU at the same time share it.
 5. ``bin/stop-cluster.sh``, then whatever of its processes is left (found by its configuration
    directory on their command lines, and by Flink's pid files) is killed by pid.
 """
@@ -44,17 +55,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Mapping, NamedTuple
 
 from flink_gpu.deploy.local_cluster import START_TIMEOUT_S, LocalCluster, flink_home, gpu_resource
-from flink_gpu.deploy.taskmanager_env import discovery_executable, taskmanager_environment
+from flink_gpu.deploy.taskmanager_env import SIMULATOR_KEYS, discovery_executable, taskmanager_environment
 from flink_gpu.errors import LocalClusterError
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "gpu_inference_job.py"
 OPERATOR = "infer"  # gpu_inference_job.OPERATOR
-# per GPU: README, "GPU gauges"; memoryLimit because each slot asks MEMORY of its GPU
+# per GPU: README, "GPU gauges"; memoryLimit because each slot asks --memory of its GPU
 GAUGES = ("utilization", "memoryUsed", "temperature", "power", "health", "memoryLimit")
-MEMORY = "4 gb"  # gpu_inference_job.py --memory
+MEMORY = "4 gb"  # the default of --memory, passed on to gpu_inference_job.py
 BINDINGS_LOG = "bindings.jsonl"  # gpu_inference_job.py --bindings-log, in the work directory
 
 
@@ -90,39 +102,184 @@ def say_while_stopping(*parts: object) -> None:
         pass  # nobody reads any more; stopping goes on
 
 
-def start_cluster(home: Path, work: Path, gpus: int, slots: int, start_timeout: float) -> LocalCluster:
-    """Steps 1-3: the configuration with the GPU resource (``slots`` GPUs per TaskManager), lib/, the
-    TaskManager's environment (``flink-gpu --simulate N taskmanager-env``); the cluster is not started yet."""
+# -- the options and the layout they make, checked before anything starts ------------------------------
+
+
+def whole_number(text: str) -> int:
+    """argparse's type of --gpus, --taskmanagers, --slots: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def subtasks_per_gpu(text: str) -> int:
+    """argparse's type of --subtasks-per-gpu: what bind_gpus accepts as ``subtasks_per_gpu``."""
+    from flink_gpu.binding import checked_counts
+
+    try:
+        share = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    try:
+        return checked_counts(1, share, holders_name="subtasks_per_gpu")[1]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def memory_request(text: str) -> str:
+    """argparse's type of --memory: a request bind_gpus accepts (Flink's memory size grammar, above 0)."""
+    from flink_gpu.binding import checked_memory
+
+    try:
+        checked_memory(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+class Layout(NamedTuple):
+    """How the cluster's slots sit on the simulated GPUs."""
+
+    amount: int  # GPUs per TaskManager (external-resource.gpu.amount): enough for its slots, k per GPU
+    slots_per_gpu: int  # the most slots on one GPU: bind_gpus binds the least-shared GPU first
+
+
+class LayoutError(ValueError):
+    """A layout that cannot work, saying why and which option to change."""
+
+
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}{'' if number == 1 else 's'}"
+
+
+def check_layout(gpus: int, taskmanagers: int, slots: int, per_gpu: int, memory: int, gpu_memory: int) -> Layout:
+    """The layout of ``taskmanagers`` TaskManagers of ``slots`` slots, at most ``per_gpu`` on one GPU, each
+    asking ``memory`` bytes of it, on ``gpus`` simulated GPUs of ``gpu_memory`` bytes; LayoutError when
+    the TaskManagers would discover too few GPUs or a GPU's slots would ask more than it has."""
+    from flink_gpu.flink.grammars import format_memory_size as size
+
+    amount = -(-slots // per_gpu)
+    if taskmanagers * amount > gpus:
+        each = gpus // taskmanagers  # the GPUs a TaskManager could have
+        remedies = [f"raise --gpus to {taskmanagers * amount}"]
+        if each >= 1:
+            remedies += [f"lower --slots to {each * per_gpu}", f"raise --subtasks-per-gpu to {-(-slots // each)}"]
+        elif gpus >= amount:
+            remedies.append(f"lower --taskmanagers to {gpus // amount}")
+        need = (
+            f"need {_count(amount, 'GPU')} each, {taskmanagers * amount} in all"
+            if taskmanagers > 1
+            else f"needs {_count(amount, 'GPU')}"
+        )
+        remedy = ", ".join(remedies[:-1]) + ", or " + remedies[-1] if len(remedies) > 1 else remedies[0]
+        raise LayoutError(
+            f"{_count(taskmanagers, 'TaskManager')} (--taskmanagers) of {_count(slots, 'slot')} (--slots), at "
+            f"most {per_gpu} on one GPU (--subtasks-per-gpu), {need}; the host has {_count(gpus, 'simulated GPU')}"
+            f" (--gpus): {remedy}."
+        )
+    on_one = -(-slots // amount)
+    if memory > gpu_memory:
+        raise LayoutError(
+            f"A slot asks {size(memory)} of its GPU (--memory), more than a simulated GPU's {size(gpu_memory)}: "
+            f"lower --memory to {size(gpu_memory)} or less."
+        )
+    if on_one * memory > gpu_memory:
+        fits = gpu_memory // memory  # the most slots whose requests fit one GPU
+        gpus_then = taskmanagers * -(-slots // fits)
+        raise LayoutError(
+            f"{on_one} slots on one GPU (--subtasks-per-gpu {per_gpu}), each asking {size(memory)} (--memory), "
+            f"ask {size(on_one * memory)} of it, more than a simulated GPU's {size(gpu_memory)}: lower --memory "
+            f"to {size(gpu_memory // on_one)} or less, or --subtasks-per-gpu to {fits}"
+            + (f" with --gpus {gpus_then}." if gpus_then > gpus else ".")
+        )
+    return Layout(amount, on_one)
+
+
+def simulated_gpu_memory(env: "Mapping[str, str]") -> int:
+    """The memory of the smallest simulated GPU, as NVML reads it in the TaskManagers' environment ``env``:
+    read by a child process (NVML starts once per process, with the variables it sees then)."""
+    read = (
+        "from flink_gpu.nvml import open_library\n"
+        "print(min(device.memory_total or 0 for device in open_library().devices().devices))"
+    )
+    simulator = {key: env[key] for key in SIMULATOR_KEYS if key in env}  # this flink_gpu, on those GPUs
+    child = subprocess.run(
+        [sys.executable, "-c", read], env={**os.environ, **simulator}, capture_output=True, text=True, timeout=120
+    )
+    if child.returncode != 0:
+        sys.exit(f"run_local_cluster: cannot read the simulated GPUs' memory:\n{child.stderr.strip()}")
+    return int(child.stdout)
+
+
+# -- the cluster and the jobs ---------------------------------------------------------------------------
+
+
+def start_cluster(
+    home: Path, work: Path, env: "Mapping[str, str]", args: argparse.Namespace, layout: Layout
+) -> LocalCluster:
+    """Steps 1-3: the configuration with the GPU resource (``layout.amount`` GPUs per TaskManager), lib/,
+    the TaskManagers' environment ``env``; the cluster is not started yet."""
     discovery = discovery_executable()
     if discovery is None:
         sys.exit("flink-gpu-discovery is not installed beside this Python (pip install flink-gpu).")
-    conf = {"taskmanager.numberOfTaskSlots": slots, **gpu_resource(slots, work / "gpu-coordination", discovery)}
-    return LocalCluster(home, work, conf, env=taskmanager_environment(devices=gpus), start_timeout=start_timeout)
+    conf = {
+        "taskmanager.numberOfTaskSlots": args.slots,
+        **gpu_resource(layout.amount, work / "gpu-coordination", discovery),
+    }
+    return LocalCluster(home, work, conf, env=env, start_timeout=args.start_timeout, taskmanagers=args.taskmanagers)
 
 
-def bring_up(cluster: LocalCluster, slots: int) -> None:
+def bring_up(cluster: LocalCluster, args: argparse.Namespace, layout: Layout) -> None:
     say(f"== bin/start-cluster.sh (FLINK_CONF_DIR={cluster.conf_dir})")
-    cluster.start()
-    (taskmanager, *_) = cluster.wait_for_free_slots(slots, what="the cluster to come up")
+    each = "one GPU each" if layout.slots_per_gpu == 1 else f"up to {layout.slots_per_gpu} on one GPU"
     say(
-        f"   TaskManager {taskmanager['id']} registered, {taskmanager['slotsNumber']} slots "
-        f"({taskmanager['freeSlots']} free); JobManager RPC port {cluster.rpc_port}, "
-        f"web UI http://localhost:{cluster.rest_port}"
+        f"   {_count(args.taskmanagers, 'TaskManager')} on {_count(args.gpus, 'simulated GPU')}, "
+        f"{'each ' if args.taskmanagers > 1 else ''}claiming {layout.amount} (external-resource.gpu.amount) for "
+        f"its {_count(args.slots, 'slot')}, {each}"
     )
+    cluster.start()
+    for taskmanager in cluster.wait_for_free_slots(
+        args.slots, what="the cluster to come up", taskmanagers=args.taskmanagers
+    ):
+        say(
+            f"   TaskManager {taskmanager['id']} registered, {taskmanager['slotsNumber']} slots "
+            f"({taskmanager['freeSlots']} free)"
+        )
+    say(f"   JobManager RPC port {cluster.rpc_port}, web UI http://localhost:{cluster.rest_port}")
 
 
-def run_job(cluster: LocalCluster, mode: str, parallelism: int, seconds: float) -> None:
-    """Step 4: the job in ``mode``; while it runs, its gauges from REST and the bindings from flink-gpu list."""
-    cluster.wait_for_free_slots(parallelism, what=f"the slots of the {mode}-mode job")
+def gpu_index(metric_id: str) -> str:
+    """The GPU of a gauge's id, ``<operator>.gpu.<index>.<gauge>``."""
+    return metric_id.split(".gpu.", 1)[1].rsplit(".", 1)[0]
+
+
+def run_job(cluster: LocalCluster, mode: str, args: argparse.Namespace) -> None:
+    """Step 4: the job in ``mode``, a subtask per slot; while it runs, its gauges from REST and the bindings
+    from flink-gpu list."""
+    parallelism = args.slots * args.taskmanagers
+    cluster.wait_for_free_slots(args.slots, what=f"the slots of the {mode}-mode job", taskmanagers=args.taskmanagers)
     say(f"\n== flink run -d -py {JOB.name} --mode {mode} --parallelism {parallelism}")
     job_id = cluster.submit_python_job(
         JOB,
-        ["--mode", mode, "--parallelism", str(parallelism), "--seconds", str(seconds), "--memory", MEMORY]
+        ["--mode", mode, "--parallelism", str(parallelism), "--seconds", str(args.seconds)]
+        + ["--memory", args.memory, "--subtasks-per-gpu", str(args.subtasks_per_gpu)]
         + ["--bindings-log", str(cluster.work / BINDINGS_LOG)],
     )
-    gauges = cluster.gpu_gauges(job_id, OPERATOR, parallelism, len(GAUGES), timeout=seconds + cluster.start_timeout)
+    gauges = cluster.gpu_gauges(
+        job_id, OPERATOR, parallelism, len(GAUGES), timeout=args.seconds + cluster.start_timeout
+    )
+    serving: "dict[str, list[int]]" = {}
     for subtask, values in sorted(gauges.items()):
         say(f"   subtask {subtask}: " + ", ".join(f"{name} {value}" for name, value in sorted(values.items())))
+        for gpu in sorted({gpu_index(name) for name in values}):
+            serving.setdefault(gpu, []).append(subtask)
+    shared = [f"GPU {gpu}: subtasks {', '.join(map(str, s))}" for gpu, s in sorted(serving.items()) if len(s) > 1]
+    if shared:
+        say("   serving several subtasks at once (sharing): " + "; ".join(shared))
     # `flink-gpu list` finds the coordination file through FLINK_CONF_DIR, as in a shell set up for the cluster
     say("   flink-gpu list (the bindings section):")
     listing = subprocess.run(
@@ -130,23 +287,39 @@ def run_job(cluster: LocalCluster, mode: str, parallelism: int, seconds: float) 
     )
     bindings = listing.stdout.split("Bindings", 1)
     say("     Bindings" + bindings[1].rstrip().replace("\n", "\n     ") if len(bindings) > 1 else listing.stdout)
-    state = cluster.wait_for_job_end(job_id, timeout=seconds + cluster.start_timeout)
+    state = cluster.wait_for_job_end(job_id, timeout=args.seconds + cluster.start_timeout)
     say(f"   job {job_id}: {state}")
     if state != "FINISHED":
         raise RuntimeError(f"The {mode}-mode job ended {state}:\n{cluster.job_failure(job_id)}")
 
 
 def binding_timeline(path: Path) -> "list[str]":
-    """gpu_inference_job's bind and release events (``--bindings-log``), by time."""
+    """gpu_inference_job's bind and release events (``--bindings-log``), by time, then the holders that
+    held one GPU at the same time (sharing)."""
     try:
         events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     except FileNotFoundError:
         return [f"(no {path}: no subtask bound a GPU)"]
-    return [
+    events.sort(key=lambda e: e["at"])
+    lines = [
         f"{time.strftime('%H:%M:%S', time.localtime(e['at']))}.{int(e['at'] * 1000) % 1000:03d}  "
         f"GPU {e['gpus']} {e['event']:<8} {e['holder']} ({OPERATOR} subtask {e['subtask']})"
-        for e in sorted(events, key=lambda e: e["at"])
+        for e in events
     ]
+    holding: "dict[str, list[str]]" = {}  # GPU -> its holders now
+    gained: "set[str]" = set()  # the GPUs that gained a holder since one was last released
+    for e in events:
+        now = holding.setdefault(e["gpus"], [])
+        if e["event"] == "bound":
+            now.append(e["holder"])
+            gained.add(e["gpus"])
+            continue
+        if len(now) > 1 and e["gpus"] in gained:  # the most holders at once, until this release
+            lines.append(f"GPU {e['gpus']} held by {', '.join(now)} at once (shared)")
+        gained.discard(e["gpus"])
+        if e["holder"] in now:
+            now.remove(e["holder"])
+    return lines
 
 
 def stop(cluster: LocalCluster) -> None:
@@ -157,10 +330,31 @@ def stop(cluster: LocalCluster) -> None:
     say_while_stopping(f"   stopped: {', '.join(f'pid {pid}' for pid in jvms) or 'nothing was running'}")
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def parse_arguments(argv: "list[str] | None") -> "tuple[argparse.Namespace, Layout, dict[str, str]]":
+    """The options, the layout they make and the TaskManagers' environment; a mistake in any of them ends
+    the script here (argparse's usage and one message naming the option, exit status 2)."""
+    from flink_gpu.binding import checked_memory
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gpus", type=int, default=4, help="simulated GPUs of the host (default: 4)")
-    parser.add_argument("--slots", type=int, default=2, help="slots of the TaskManager, one GPU each (default: 2)")
+    parser.add_argument("--gpus", type=whole_number, default=4, help="simulated GPUs of the host (default: 4)")
+    parser.add_argument(
+        "--taskmanagers", metavar="N", type=whole_number, default=1, help="TaskManagers on the host (default: 1)"
+    )
+    parser.add_argument("--slots", type=whole_number, default=2, help="slots of each TaskManager (default: 2)")
+    parser.add_argument(
+        "--subtasks-per-gpu",
+        metavar="K",
+        type=subtasks_per_gpu,
+        default=1,
+        help="slots that may share one GPU (bind_gpus's subtasks_per_gpu; default: 1, a GPU per slot)",
+    )
+    parser.add_argument(
+        "--memory",
+        metavar="SIZE",
+        type=memory_request,
+        default=MEMORY,
+        help=f"GPU memory each slot asks of its GPU, a Flink memory size (default: {MEMORY!r})",
+    )
     parser.add_argument("--seconds", type=float, default=12.0, help="how long each job runs (default: 12)")
     parser.add_argument(
         "--modes", default="process,thread", help="the execution modes to run (default: process,thread)"
@@ -182,6 +376,27 @@ def main(argv: "list[str] | None" = None) -> int:
         help="the Flink distribution (default: $FLINK_HOME, else the one in the apache-flink package)",
     )
     args = parser.parse_args(argv)
+    modes = args.modes.split(",")
+    if not modes or any(mode not in ("process", "thread") for mode in modes):
+        parser.error(f"argument --modes: {args.modes!r} is not a comma-separated list of process and thread")
+    try:
+        env = taskmanager_environment(devices=args.gpus)
+        gpu_memory = simulated_gpu_memory(env)
+    except ValueError as error:  # more GPUs than the simulator has
+        parser.error(f"argument --gpus: {error}")
+    except FileNotFoundError as error:  # no simulator in this installation
+        sys.exit(f"run_local_cluster: {error}")
+    memory = checked_memory(args.memory)
+    assert memory is not None  # --memory always has a value, checked by memory_request
+    try:
+        layout = check_layout(args.gpus, args.taskmanagers, args.slots, args.subtasks_per_gpu, memory, gpu_memory)
+    except LayoutError as error:
+        parser.error(str(error))
+    return args, layout, env
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    args, layout, env = parse_arguments(argv)
     try:
         home = flink_home(args.flink_home)
     except LocalClusterError as error:
@@ -194,16 +409,16 @@ def main(argv: "list[str] | None" = None) -> int:
     status = 0
     try:
         work.mkdir(parents=True, exist_ok=True)
-        cluster = start_cluster(home, work, args.gpus, args.slots, args.start_timeout)
-        bring_up(cluster, args.slots)
+        cluster = start_cluster(home, work, env, args, layout)
+        bring_up(cluster, args, layout)
         for mode in args.modes.split(","):
-            run_job(cluster, mode, parallelism=args.slots, seconds=args.seconds)
-        say("\n== the TaskManager's log: one line per binding")
+            run_job(cluster, mode, args)
+        say("\n== the TaskManagers' logs: one line per binding")
         for line in cluster.log_lines(r"Bound .* to .* of the TaskManager"):
             say(f"   {line}")
         say(
             "\n== when each GPU was bound and released (a binding ends at close(); the next subtask binds the\n"
-            "   GPU again: the same GPU under another holder, later, is reuse, not sharing)"
+            "   GPU again: the same GPU under another holder, later, is reuse; holders at once share it)"
         )
         for line in binding_timeline(cluster.work / BINDINGS_LOG):
             say(f"   {line}")

@@ -1,15 +1,18 @@
 """docs/flink-cluster.md's walkthrough runs as written: every ```bash block of sections 1-5, in order, in
 one shell, from the repository's root, against a real standalone cluster (two TaskManagers on one host,
-4 simulated GPUs), and each step shows what the text says it shows.
+4 simulated GPUs), and each step shows what the text says it shows: the GPU gauges in Flink's REST API
+while the thread-mode job runs, a TaskManager killed and started again in the shell of taskmanager-env
+with the dead one's GPUs, and what stop-cluster.sh leaves running after that, stopped by stop-all.
 
 The shell runs in PID, network and mount namespaces of its own (unshare): the walkthrough's ports (Flink's
 6123 and 8081) are those of a private loopback, /var/tmp (the coordination file of
 --enable-coordination-mode) is a private directory, and when the shell ends the kernel ends whatever it
 left. HOME is a temporary directory (~/flink-conf, ~/flink-log, ~/flink-lib); PATH has this checkout's
-flink-gpu and flink-gpu-discovery, as `pip install flink-gpu` puts them there. One cluster, about two
-minutes.
+flink-gpu and flink-gpu-discovery, as installing flink-gpu puts them there. One cluster, about
+three minutes on an idle machine.
 """
 
+import json
 import os
 import re
 import shutil
@@ -20,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import child_env
+from flink_gpu import binding
 from support.cli import flink_gpu_on_path
 
 pytestmark = pytest.mark.flink_cluster
@@ -46,6 +50,7 @@ def test_the_walkthrough_has_its_steps():
     for step in (
         "export FLINK_HOME=",
         "cp -r $FLINK_HOME/conf ~/flink-conf",
+        "metrics.fetcher.update-interval: 1000",
         "export FLINK_LIB_DIR=",
         "> $FLINK_CONF_DIR/workers",
         'eval "$(flink-gpu --simulate 4 taskmanager-env)"',
@@ -53,8 +58,12 @@ def test_the_walkthrough_has_its_steps():
         "bin/start-cluster.sh",
         "--mode process",
         "--mode thread",
+        "/subtasks/0/metrics",
         "flink-gpu list",
+        "kill -9",
+        "bin/taskmanager.sh start",
         "bin/stop-cluster.sh",
+        "bin/taskmanager.sh stop-all",
     ):
         assert step in script, step
 
@@ -121,8 +130,32 @@ def test_every_command_of_the_walkthrough_runs_as_written(tmp_path):
     # of get_index_of_this_subtask(), section 4)
     records = "\n".join(text for name, text in logs.items() if name.endswith(".out"))
     assert sorted(set(re.findall(r'"subtask": (\w+)', records))) == ["0", "1", "2", "3"], report
-    # stop-cluster.sh stopped the JobManager and both TaskManagers (the namespace's end would have anyway)
-    assert len(re.findall(r"Stopping taskexecutor daemon", out)) == 2, report
-    assert "Stopping standalonesession daemon" in out, report
+    # the thread-mode job's gauges in REST while it ran (metrics.fetcher.update-interval: 1 s): every gauge
+    # of subtask 0's GPU, and the job still RUNNING right after
+    values = re.search(r'^(\[\{"id":"infer\.gpu\.\d\..*\])\n\{"status":"(\w+)"\}$', out, re.M)
+    assert values and values.group(2) == "RUNNING", report
+    shown = {entry["id"].rsplit(".", 1)[1]: entry["value"] for entry in json.loads(values.group(1))}
+    assert sorted(shown) == sorted(binding.GAUGES) and shown["health"] == "0", report
+    # one TaskManager killed (the newest of the pid file), one started in the shell of taskmanager-env: it
+    # claims the two GPUs the dead one held (flink-gpu list, after the start)
+    taskmanagers = {tm for _, tm, _, _ in bound}
+    killed = int(re.search(r"^\+ kill -9 (\d+)$", proc.stderr, re.M).group(1))
+    assert str(killed) in taskmanagers, report
+    (first,) = taskmanagers - {str(killed)}
+    started = re.search(r"^\+ grep -w 'pid (\d+)'$", proc.stderr, re.M).group(1)
+    after_start = out.rsplit("NVML ", 1)[1]  # the last flink-gpu list
+    holders = re.findall(r"^(\d)\s+GPU-\S+.*\spid (\d+): ", after_start, re.M)
+    assert sorted(pid for _, pid in holders) == sorted([first] * 2 + [started] * 2), report
+    killed_gpus = {gpu for _, tm, m, gpu in bound if tm == str(killed) and m == "thread"}
+    assert {gpu for gpu, pid in holders if pid == started} == killed_gpus, report
+    # stop-cluster.sh's two stops take the new TaskManager and the dead one's pid: the first keeps running
+    # until taskmanager.sh stop-all stops it (the namespace's end would have anyway)
+    stops = re.findall(r"^(Stopping|No) (taskexecutor|standalonesession) daemon \(pid: (\d+)\)", out, re.M)
+    assert stops == [
+        ("Stopping", "taskexecutor", started),
+        ("No", "taskexecutor", str(killed)),
+        ("Stopping", "standalonesession", stops[2][2]),
+        ("Stopping", "taskexecutor", first),
+    ], report
     # nothing of the host's: its shared coordination file is as it was
     assert (SHARED_FILE.stat() if SHARED_FILE.exists() else None) == before

@@ -3,10 +3,13 @@
 examples/run_local_cluster.py starts a JobManager and one TaskManager of 2 slots on 4 simulated GPUs with
 Flink's own bin/start-cluster.sh, runs examples/gpu_inference_job.py in process and in thread mode, and
 stops everything, also when it is killed (SIGTERM, Ctrl-C, a reader of its output that went away) and
-when flink-python is already in the distribution's lib/. Needs apache-flink and Java, like
-tests/test_pyflink_cluster.py; takes a few minutes (six clusters, one after the other).
+when flink-python is already in the distribution's lib/; with --taskmanagers 2 --subtasks-per-gpu 2, two
+TaskManagers share the host's GPUs and two slots share each GPU. Those tests need apache-flink and Java,
+like tests/test_pyflink_cluster.py, and take a few minutes (seven clusters, one after the other). A layout
+that cannot work, or a malformed --memory, ends the script before anything starts: those tests need neither.
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -25,23 +28,29 @@ from flink_gpu import binding
 from support.cli import cli
 from support.waiting import wait_until
 
-pytestmark = pytest.mark.flink_cluster
-
-pytest.importorskip("pyflink", reason="the example needs apache-flink (pip install apache-flink==2.3.0)")
-if shutil.which("java") is None:
-    pytest.skip("the example needs Java >= 11 on PATH", allow_module_level=True)
-
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLE = EXAMPLES / "run_local_cluster.py"
+JOB = EXAMPLES / "gpu_inference_job.py"
 # upper bounds only: each wait ends when its condition holds (a cluster on two loaded cores can take minutes)
 RUN_TIMEOUT_S = 900
 READY_TIMEOUT_S = 600
+
+NO_PYFLINK = "the example needs apache-flink (pip install apache-flink==2.3.0)"
+NO_JAVA = "the example needs Java >= 11 on PATH"
+HAS_PYFLINK = importlib.util.find_spec("pyflink") is not None
+
+
+def cluster_test(test):
+    """A test that starts a real Flink cluster: marked flink_cluster, skipped without apache-flink or Java."""
+    test = pytest.mark.skipif(shutil.which("java") is None, reason=NO_JAVA)(test)
+    return pytest.mark.flink_cluster(pytest.mark.skipif(not HAS_PYFLINK, reason=NO_PYFLINK)(test))
 
 
 def section(output, mode):
     return output.split(f"--mode {mode}", 1)[1].split("== ", 1)[0]
 
 
+@cluster_test
 def test_the_cluster_example_binds_a_gpu_per_subtask_in_both_modes_shows_gauges_and_stops_everything():
     proc = subprocess.run(
         [sys.executable, str(EXAMPLE), "--seconds", "6"],
@@ -103,6 +112,153 @@ def test_the_cluster_example_binds_a_gpu_per_subtask_in_both_modes_shows_gauges_
     work = Path(re.search(r"FLINK_CONF_DIR=(\S+)/conf\)", out).group(1))
     assert not work.exists()
     assert not processes_naming(work)
+
+
+@cluster_test
+def test_two_taskmanagers_share_the_hosts_gpus_and_two_slots_share_each_gpu():
+    # 2 TaskManagers of 2 slots on 2 GPUs: each claims 1 GPU (amount), and its 2 slots share it
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--taskmanagers", "2", "--gpus", "2", "--slots", "2"]
+        + ["--subtasks-per-gpu", "2", "--modes", "process", "--seconds", "6"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "2 TaskManagers on 2 simulated GPUs, each claiming 1 (external-resource.gpu.amount)" in out, out
+    registered = re.findall(r"TaskManager (\S+) registered, 2 slots \(2 free\)", out)
+    assert len(set(registered)) == 2, out
+    part = section(out, "process")
+    assert re.search(r"job [0-9a-f]{32}: FINISHED", part), part
+    # the gauges, read while the job ran: four subtasks, two on each GPU, each asking 4 GiB of it
+    gauges = dict(re.findall(r"subtask (\d): infer\.gpu\.(\d)\.", part))
+    assert sorted(gauges) == ["0", "1", "2", "3"], part
+    assert sorted(gauges.values()) == ["0", "0", "1", "1"], part
+    assert re.findall(r"infer\.gpu\.\d\.memoryLimit (-?\d+)", part) == ["4096"] * 4, part
+    sharing = re.search(r"serving several subtasks at once \(sharing\): (.*)", part).group(1)
+    for gpu in ("0", "1"):
+        subtasks = ", ".join(sorted(subtask for subtask, g in gauges.items() if g == gpu))
+        assert f"GPU {gpu}: subtasks {subtasks}" in sharing, part
+    # flink-gpu list: each TaskManager holds one GPU, bound to two of its slots' workers, 8 GiB asked of 80
+    held = re.findall(r"TaskManager (\S+) \(pid (\d+), holds GPU (\d) in the coordination file\)", part)
+    assert sorted(name for name, _, _ in held) == sorted(registered), part
+    assert sorted(gpu for _, _, gpu in held) == ["0", "1"], part
+    rows = re.findall(r"^\s+(pid \d+)\s+(\d)\s+up to 2\s+4 GiB", part, re.M)
+    assert sorted(gpu for _, gpu in rows) == ["0", "0", "1", "1"], part
+    for gpu in ("0", "1"):
+        assert f"GPU {gpu}: requested 8 GiB of 80 GiB" in part, part
+    # the TaskManagers' logs: a binding per subtask, two TaskManagers, two subtasks on each GPU
+    bound = re.findall(
+        r"Bound infer subtask (\d) to pid \d+ of the TaskManager \(pid (\d+)\), process mode: GPU (\d)", out
+    )
+    assert sorted(subtask for subtask, _, _ in bound) == ["0", "1", "2", "3"], out
+    assert {(tm, gpu) for _, tm, gpu in bound} == {(pid, gpu) for _, pid, gpu in held}, out
+    # both holders of a GPU bound it before either released it: sharing, said once per GPU
+    timeline = re.findall(
+        r"^\s+\d\d:\d\d:\d\d\.\d{3}  GPU (\d) (bound|released) +(pid \d+) \(infer subtask \d\)$", out, re.M
+    )
+    for gpu in ("0", "1"):
+        events = [(what, holder) for g, what, holder in timeline if g == gpu]
+        assert [what for what, _ in events] == ["bound", "bound", "released", "released"], out
+        holders = ", ".join(holder for what, holder in events if what == "bound")
+        assert out.count(f"GPU {gpu} held by {holders} at once (shared)") == 1, out
+    pids = [int(pid) for pid in re.findall(r"pid (\d+)", out.split("stopped:", 1)[1].splitlines()[0])]
+    assert len(pids) == 3 and not any(alive(pid) for pid in pids), out  # the JobManager, two TaskManagers
+    work = Path(re.search(r"FLINK_CONF_DIR=(\S+)/conf\)", out).group(1))
+    assert not work.exists() and not processes_naming(work)
+
+
+# -- a layout that cannot work, a malformed option: the example ends before anything starts -----------------
+
+
+def example_module():
+    """examples/run_local_cluster.py, imported (it is a script, not a module of a package)."""
+    spec = importlib.util.spec_from_file_location("run_local_cluster", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            ["--gpus", "2", "--slots", "4"],
+            "1 TaskManager (--taskmanagers) of 4 slots (--slots), at most 1 on one GPU (--subtasks-per-gpu), needs "
+            "4 GPUs; the host has 2 simulated GPUs (--gpus): raise --gpus to 4, lower --slots to 2, or raise "
+            "--subtasks-per-gpu to 2.",
+        ),
+        (
+            ["--taskmanagers", "2", "--gpus", "2", "--slots", "4", "--subtasks-per-gpu", "2"],
+            "2 TaskManagers (--taskmanagers) of 4 slots (--slots), at most 2 on one GPU (--subtasks-per-gpu), need "
+            "2 GPUs each, 4 in all; the host has 2 simulated GPUs (--gpus): raise --gpus to 4, lower --slots to 2, "
+            "or raise --subtasks-per-gpu to 4.",
+        ),
+        (
+            ["--taskmanagers", "3", "--gpus", "2", "--slots", "1"],
+            "3 TaskManagers (--taskmanagers) of 1 slot (--slots), at most 1 on one GPU (--subtasks-per-gpu), need "
+            "1 GPU each, 3 in all; the host has 2 simulated GPUs (--gpus): raise --gpus to 3, or lower "
+            "--taskmanagers to 2.",
+        ),
+        # the simulated GPU has 80 GiB (the simulator's default, as NVML reads it)
+        (
+            ["--slots", "2", "--subtasks-per-gpu", "2", "--memory", "50 gb"],
+            "2 slots on one GPU (--subtasks-per-gpu 2), each asking 50 GiB (--memory), ask 100 GiB of it, more "
+            "than a simulated GPU's 80 GiB: lower --memory to 40 GiB or less, or --subtasks-per-gpu to 1.",
+        ),
+        (
+            ["--gpus", "1", "--slots", "4", "--subtasks-per-gpu", "4", "--memory", "30 gb"],
+            "4 slots on one GPU (--subtasks-per-gpu 4), each asking 30 GiB (--memory), ask 120 GiB of it, more "
+            "than a simulated GPU's 80 GiB: lower --memory to 20 GiB or less, or --subtasks-per-gpu to 2 with "
+            "--gpus 2.",
+        ),
+        (
+            ["--memory", "81 gb"],
+            "A slot asks 81 GiB of its GPU (--memory), more than a simulated GPU's 80 GiB: lower --memory to "
+            "80 GiB or less.",
+        ),
+        # bind_gpus's own rules, as every subtask would meet them after the deployment
+        (["--memory", "4 gbb"], "argument --memory: memory '4 gbb' is not a memory size: the unit 'gbb' is none of"),
+        (["--memory", "0"], "argument --memory: memory must be more than 0 bytes, got '0'"),
+        (["--subtasks-per-gpu", "0"], "argument --subtasks-per-gpu: Invalid subtasks_per_gpu 0: it must be 1 to 1024."),
+        (["--gpus", "0"], "argument --gpus: must be 1 or more, got 0"),
+        (["--modes", "process,proc"], "argument --modes: 'process,proc' is not a comma-separated list of process and"),
+    ],
+)
+def test_a_layout_that_cannot_work_ends_the_example_in_a_few_lines_naming_the_option_before_anything_starts(
+    options, message, monkeypatch, capsys
+):
+    example = example_module()
+
+    def flink_home(given):
+        raise AssertionError("the example went on to Flink")
+
+    monkeypatch.setattr(example, "flink_home", flink_home)  # its first step towards a cluster
+    with pytest.raises(SystemExit) as exited:
+        example.main(options)
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2, err
+    assert out == "" and f": error: {message}" in err, err
+    assert len(err.splitlines()) <= 8 and "Traceback" not in err, err  # argparse's usage and the message
+
+
+def test_the_default_layout_is_a_gpu_per_slot_on_one_taskmanager():
+    example = example_module()
+    args, layout, _ = example.parse_arguments([])
+    assert (args.taskmanagers, args.slots, args.memory) == (1, 2, "4 gb")
+    assert layout == example.Layout(amount=2, slots_per_gpu=1)
+
+
+@pytest.mark.skipif(not HAS_PYFLINK, reason=NO_PYFLINK)
+def test_the_job_refuses_a_malformed_memory_request_at_the_client_before_it_is_deployed():
+    proc = subprocess.run(
+        [sys.executable, str(JOB), "--memory", "4 gbb"], env=child_env(), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "error: argument --memory: memory '4 gbb' is not a memory size" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
 
 
 # -- helpers: the example as a process, what it left ----------------------------------------------------
@@ -204,6 +360,7 @@ def jvm_pids(work):
 # -- the example is killed: it stops what it started and removes its directory ----------------------------
 
 
+@cluster_test
 @pytest.mark.parametrize(
     "how, status",
     [("SIGTERM", 128 + signal.SIGTERM), ("SIGINT", 128 + signal.SIGINT), ("closed stdout", 128 + signal.SIGPIPE)],
@@ -248,6 +405,7 @@ def test_the_example_killed_once_its_cluster_is_up_stops_the_cluster_frees_its_p
 # -- flink-python already in lib/, as doctor and docs/flink-cluster.md advise --------------------------------
 
 
+@cluster_test
 def test_the_example_runs_when_flink_python_is_already_in_the_distributions_lib(tmp_path):
     import pyflink
 
@@ -281,6 +439,7 @@ def test_the_example_runs_when_flink_python_is_already_in_the_distributions_lib(
 # -- a wait of the example that cannot end well ends at once, saying why ------------------------------------
 
 
+@cluster_test
 def test_the_example_says_which_jvm_exited_when_its_taskmanager_dies_while_it_waits(tmp_path):
     example = RunningExample(tmp_path, "--seconds", "60")
     try:

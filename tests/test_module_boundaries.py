@@ -327,6 +327,8 @@ DOCUMENTED = [
     "flink_gpu.binding:GPUBinding",
     "flink_gpu.binding:BindingError",
     "flink_gpu.binding:GAUGES",
+    "flink_gpu.binding:checked_counts",
+    "flink_gpu.binding:checked_memory",
     "flink_gpu.pyflink:bind_gpus",
     "flink_gpu.pyflink:get_external_resource_infos",
     "flink_gpu.coordination:claim",
@@ -344,6 +346,7 @@ DOCUMENTED = [
     "flink_gpu.errors:NotEnoughGpusError",
     "flink_gpu.cli:main",
     "flink_gpu.deploy.taskmanager_env:taskmanager_environment",
+    "flink_gpu.deploy.taskmanager_env:SIMULATOR_KEYS",
     "flink_gpu.deploy.local_cluster:LocalCluster",
     "flink_gpu.deploy.local_cluster:flink_home",
     "flink_gpu.deploy.local_cluster:gpu_resource",
@@ -356,6 +359,7 @@ DOCUMENTED = [
     "flink_gpu.base.gpu_index:sort_indices",
     "flink_gpu.gpu.holders:lock",
     "flink_gpu.flink.grammars:parse_memory_size",
+    "flink_gpu.flink.grammars:format_memory_size",
 ]
 
 

@@ -167,9 +167,11 @@ class LocalCluster:
         conf: "Mapping[str, object]",
         env: "Optional[Mapping[str, str]]" = None,
         start_timeout: float = START_TIMEOUT_S,
+        taskmanagers: int = 1,
     ):
         """``conf``: keys over the distribution's ``config.yaml`` for every process; ``env``: variables for
-        every process (a TaskManager's environment, for :meth:`start`) and the ``flink`` client."""
+        every process (a TaskManager's environment, for :meth:`start`) and the ``flink`` client;
+        ``taskmanagers``: the lines of ``conf/workers``, each a TaskManager that :meth:`start` starts here."""
         from flink_gpu.flink.configuration import Configuration
 
         self.home, self.work, self.start_timeout = home, Path(work), start_timeout
@@ -185,7 +187,7 @@ class LocalCluster:
         }
         self.conf_dir = _write_conf(home, self.work / "conf", self.conf)
         (self.conf_dir / "masters").write_text(f"localhost:{self.rest_port}\n")  # start-cluster.sh passes it on
-        (self.conf_dir / "workers").write_text("localhost\n")
+        (self.conf_dir / "workers").write_text("localhost\n" * taskmanagers)
         self.log_dir = self.work / "log"
         self.log_dir.mkdir(exist_ok=True)  # flink-daemon.sh writes into it but does not create it
         self.env = {
@@ -236,7 +238,8 @@ class LocalCluster:
         return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
     def start(self) -> None:
-        """``bin/start-cluster.sh``: the JobManager and one TaskManager, both of this cluster's environment."""
+        """``bin/start-cluster.sh``: the JobManager and a TaskManager per line of ``conf/workers``, all of this
+        cluster's environment."""
         self.stops.append(("stop-cluster.sh", (), {}))  # from here on, stop() looks for its processes
         self.bin("start-cluster.sh")
 
