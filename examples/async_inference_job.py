@@ -136,10 +136,10 @@ class BatchedInfer(GpuModelFunction, AsyncFunction):
         super().close()
 
 
-def main(argv: "list[str] | None" = None) -> None:
-    parser = argparse.ArgumentParser(description="A PyFlink job that batches async requests to a model on a GPU.")
-    parser.add_argument("--function", choices=FUNCTIONS, default="async", help="async (default) or map")
-    parser.add_argument("--parallelism", type=int, default=2, help="subtasks of the operator (default: 2)")
+def request_options() -> argparse.ArgumentParser:
+    """The options of the requests, the model and the batches: this job's, and run_async_inference.py's, which
+    passes them on to both of its jobs."""
+    parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--records", type=int, default=200, help="requests per subtask (default: 200)")
     parser.add_argument(
         "--rate", type=float, default=200.0, help="requests due per second per subtask; 0: all at once (default: 200)"
@@ -148,15 +148,18 @@ def main(argv: "list[str] | None" = None) -> None:
     parser.add_argument(
         "--wait-ms", type=float, default=5.0, help="async: longest wait for a batch to fill (default: 5)"
     )
-    parser.add_argument("--capacity", type=int, default=100, help="async: requests in flight per subtask (100)")
+    parser.add_argument(
+        "--capacity", type=int, default=100, help="async: requests in flight per subtask (default: 100)"
+    )
     parser.add_argument("--timeout-s", type=float, default=60.0, help="async: a request's time limit (default: 60)")
     parser.add_argument("--call-ms", type=float, default=20.0, help="CPU stand-in: time per model call (default: 20)")
     parser.add_argument("--input-ms", type=float, default=1.0, help="CPU stand-in: time per input (default: 1)")
-    parser.add_argument(
-        "--bindings-log", metavar="FILE", help="append each bind and release (JSON lines) to FILE on the TaskManager"
-    )
-    args = parser.parse_args(argv)
-    for name in ("parallelism", "records", "batch", "capacity"):
+    return parser
+
+
+def check_request_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exits through ``parser.error`` (usage and the option at fault) on a value out of range."""
+    for name in ("records", "batch", "capacity"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be 1 or more, not {getattr(args, name)}")
     for name in ("rate", "wait_ms", "call_ms", "input_ms"):
@@ -164,6 +167,21 @@ def main(argv: "list[str] | None" = None) -> None:
             parser.error(f"--{name.replace('_', '-')} must be 0 or more, not {getattr(args, name)}")
     if args.timeout_s <= 0:
         parser.error(f"--timeout-s must be more than 0, not {args.timeout_s}")
+
+
+def main(argv: "list[str] | None" = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="A PyFlink job that batches async requests to a model on a GPU.", parents=[request_options()]
+    )
+    parser.add_argument("--function", choices=FUNCTIONS, default="async", help="async (default) or map")
+    parser.add_argument("--parallelism", type=int, default=2, help="subtasks of the operator (default: 2)")
+    parser.add_argument(
+        "--bindings-log", metavar="FILE", help="append each bind and release (JSON lines) to FILE on the TaskManager"
+    )
+    args = parser.parse_args(argv)
+    check_request_options(parser, args)
+    if args.parallelism < 1:
+        parser.error(f"--parallelism must be 1 or more, not {args.parallelism}")
 
     config = Configuration()
     config.set_string("python.execution-mode", "process")  # async functions run in process mode only

@@ -3,7 +3,8 @@ requests (the model behind a MapFunction, then behind the async function that ba
 and throughput of each.
 
     python examples/run_async_inference.py [--records 200] [--rate 200] [--batch 32] [--wait-ms 5]
-        [--call-ms 20] [--input-ms 1] [--gpus 4] [--slots 2] [--keep DIR] [--start-timeout 300] [--flink-home DIR]
+        [--capacity 100] [--timeout-s 60] [--call-ms 20] [--input-ms 1]
+        [--gpus 4] [--slots 2] [--keep DIR] [--start-timeout 300] [--flink-home DIR]
 
 Needs apache-flink 2.2 or later (PyFlink's async functions) and Java 11 or later, as run_local_cluster.py does;
 the cluster is set up the same way (a TaskManager of ``--slots`` slots with one GPU each, through
@@ -111,13 +112,8 @@ def table(answers: "dict[str, list[dict[str, float]]]") -> "list[str]":
 
 
 def main(argv: "list[str] | None" = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=200, help="requests per subtask (default: 200)")
-    parser.add_argument("--rate", type=float, default=200.0, help="requests due per second per subtask (default: 200)")
-    parser.add_argument("--batch", type=int, default=32, help="most requests per model call (default: 32)")
-    parser.add_argument("--wait-ms", type=float, default=5.0, help="longest wait for a batch to fill (default: 5)")
-    parser.add_argument("--call-ms", type=float, default=20.0, help="CPU stand-in: time per model call (default: 20)")
-    parser.add_argument("--input-ms", type=float, default=1.0, help="CPU stand-in: time per input (default: 1)")
+    requests = async_inference_job.request_options()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], parents=[requests])
     parser.add_argument("--gpus", type=int, default=4, help="simulated GPUs of the host (default: 4)")
     parser.add_argument("--slots", type=int, default=2, help="slots (one GPU and one subtask each) (default: 2)")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (configuration, logs, answers)")
@@ -135,6 +131,9 @@ def main(argv: "list[str] | None" = None) -> int:
         help="the Flink distribution (default: $FLINK_HOME, else the one in the apache-flink package)",
     )
     args = parser.parse_args(argv)
+    async_inference_job.check_request_options(parser, args)
+    if args.slots < 1:
+        parser.error(f"--slots must be 1 or more, not {args.slots}")
     if args.slots > args.gpus:
         parser.error(f"--slots {args.slots} needs as many GPUs, and --gpus is {args.gpus}")
     try:
@@ -160,11 +159,9 @@ def main(argv: "list[str] | None" = None) -> int:
         )
         print(f"== bin/start-cluster.sh (FLINK_CONF_DIR={cluster.conf_dir})", flush=True)
         cluster.start()
-        job_args = [
-            *("--parallelism", str(args.slots), "--records", str(args.records), "--rate", str(args.rate)),
-            *("--batch", str(args.batch), "--wait-ms", str(args.wait_ms)),
-            *("--call-ms", str(args.call_ms), "--input-ms", str(args.input_ms)),
-        ]
+        job_args = ["--parallelism", str(args.slots)]
+        for dest in vars(requests.parse_args([])):  # the same requests, model and batches for both jobs
+            job_args += [f"--{dest.replace('_', '-')}", str(getattr(args, dest))]
         for function in FUNCTIONS:
             cluster.wait_for_free_slots(args.slots, what=f"the slots of the {function} job")
             print(f"== flink run -d -py {JOB.name} --function {function}", flush=True)
