@@ -39,6 +39,10 @@ What each subtask does in ``open()``, in this order:
    (run_local_cluster.py prints these events by time).
 5. The model: PyTorch when it is installed (a small linear layer on the GPU), else numpy (on the CPU,
    a stand-in for a model so that the job runs anywhere), else pure Python.
+
+These steps are ``GpuModelFunction``'s ``open()`` and ``close()``; ``Infer``, this job's MapFunction, adds
+``map()``. async_inference_job.py builds on them too: an async function that batches concurrent requests
+to the model (PyFlink 2.2 and later, process mode), against a MapFunction on the same requests.
 """
 
 from __future__ import annotations
