@@ -54,6 +54,25 @@ def _interrupted(signum, frame):
     raise Interrupted(signum)
 
 
+def say(text: str) -> None:
+    """print() that survives a reader that went away (``| head``): the BrokenPipeError goes up once, so that
+    the script stops, and later output (the clean-up's) goes to /dev/null."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise
+
+
+def say_while_stopping(text: str) -> None:
+    try:
+        say(text)
+    except BrokenPipeError:
+        pass  # nobody reads any more; stopping goes on
+
+
 def percentile(values: "list[float]", share: float) -> float:
     """The nearest-rank percentile: the smallest value that ``share`` of the values do not exceed."""
     ordered = sorted(values)
@@ -157,33 +176,35 @@ def main(argv: "list[str] | None" = None) -> int:
         cluster = LocalCluster(
             home, work, conf, env=taskmanager_environment(devices=args.gpus), start_timeout=args.start_timeout
         )
-        print(f"== bin/start-cluster.sh (FLINK_CONF_DIR={cluster.conf_dir})", flush=True)
+        say(f"== bin/start-cluster.sh (FLINK_CONF_DIR={cluster.conf_dir})")
         cluster.start()
         job_args = ["--parallelism", str(args.slots)]
         for dest in vars(requests.parse_args([])):  # the same requests, model and batches for both jobs
             job_args += [f"--{dest.replace('_', '-')}", str(getattr(args, dest))]
         for function in FUNCTIONS:
             cluster.wait_for_free_slots(args.slots, what=f"the slots of the {function} job")
-            print(f"== flink run -d -py {JOB.name} --function {function}", flush=True)
+            say(f"== flink run -d -py {JOB.name} --function {function}")
             job_id = cluster.submit_python_job(
                 JOB, ["--function", function, "--bindings-log", str(work / f"bindings-{function}.jsonl"), *job_args]
             )
             state = cluster.wait_for_job_end(job_id, timeout=cluster.start_timeout)
-            print(f"   job {job_id}: {state}", flush=True)
+            say(f"   job {job_id}: {state}")
             if state != "FINISHED":
                 raise RuntimeError(f"The {function} job ended {state}:\n{cluster.job_failure(job_id)}")
         answers = {function: answers_of(cluster, function) for function in FUNCTIONS}
         check_answers(answers, args.slots * args.records)
         model = answers["async"][0]["model"]
         cost = f", {args.call_ms:g} ms a call + {args.input_ms:g} ms an input" if "CPU" in str(model) else ""
-        print(
+        say(
             f"\n== {args.slots} subtasks x {args.records} requests due at {args.rate:g}/s each;"
             f" the model: {model}{cost};"
             f"\n   async: batches of up to {args.batch} requests, formed within {args.wait_ms:g} ms. Every request was"
             " answered once by each function, with the same score."
         )
         for row in table(answers):
-            print(f"   {row}")
+            say(f"   {row}")
+    except BrokenPipeError:
+        status = 128 + signal.SIGPIPE  # the reader went away (`| head`): stop quietly, as a shell tool would
     except (RuntimeError, TimeoutError, OSError) as error:
         status = 1
         print(f"run_async_inference: {error}" + (f"\nlogs: {cluster.log_dir}" if cluster else ""), file=sys.stderr)
@@ -195,12 +216,12 @@ def main(argv: "list[str] | None" = None) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)  # a second one must not cut the clean-up short
         if cluster is not None and cluster.stops:
-            jvms = cluster.stop(say=lambda line: print(line, flush=True))
-            print(f"   stopped: {', '.join(f'pid {pid}' for pid in jvms) or 'nothing was running'}")
+            jvms = cluster.stop(say=say_while_stopping)
+            say_while_stopping(f"   stopped: {', '.join(f'pid {pid}' for pid in jvms) or 'nothing was running'}")
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
         else:
-            print(f"   kept {work}")
+            say_while_stopping(f"   kept {work}")
     return status
 
 
