@@ -359,16 +359,25 @@ def test_the_async_example_batches_requests_on_each_subtasks_own_gpu_and_prints_
     gpu_inference_job = example_module("gpu_inference_job")
     model = gpu_inference_job.Model(None)
     for function in ("map", "async"):
-        # each subtask bound a GPU of its own in open(), before its first answer, and released it in close()
+        # each subtask bound one GPU in open() and released it in close(); two subtasks held the same GPU only
+        # one after the other (a subtask that is done early gives its GPU back, and a later one may bind it)
         events = [json.loads(line) for line in (work / f"bindings-{function}.jsonl").read_text().splitlines()]
-        bound = {e["subtask"]: e for e in events if e["event"] == "bound"}
-        assert sorted(bound) == [0, 1] and len({e["gpus"] for e in bound.values()}) == 2, events
-        assert sorted(e["subtask"] for e in events if e["event"] == "released") == [0, 1], events
+        held = {}
+        for e in events:
+            held.setdefault(e["subtask"], {})[e["event"]] = e
+        assert sorted(held) == [0, 1] and all(sorted(h) == ["bound", "released"] for h in held.values()), events
+        first, second = held.values()
+        if first["bound"]["gpus"] == second["bound"]["gpus"]:
+            assert (
+                first["released"]["at"] <= second["bound"]["at"] or second["released"]["at"] <= first["bound"]["at"]
+            ), events
         own = [a for a in answers if a["function"] == function]
-        # every request answered once, by a subtask with the GPU it bound, with the model's score of it
+        # every request answered once, by a subtask while it held the GPU it bound, with the model's score of it
         assert sorted(a["record"] for a in own) == list(range(2 * records)), own
         for a in own:
-            assert a["gpus"] == [bound[a["subtask"]]["gpus"]] and a["done"] > bound[a["subtask"]]["at"], a
+            span = held[a["subtask"]]
+            assert a["gpus"] == [span["bound"]["gpus"]], (a, events)
+            assert span["bound"]["at"] < a["done"] < span["released"]["at"], (a, events)
             expected = model.predict(gpu_inference_job.features(a["record"]))
             assert math.isclose(a["score"], expected, rel_tol=1e-5), (a, expected)
     # the map calls the model once per request; the async function served several requests with one call
