@@ -39,6 +39,10 @@ What each subtask does in ``open()``, in this order:
    (run_local_cluster.py prints these events by time).
 5. The model: PyTorch when it is installed (a small linear layer on the GPU), else numpy (on the CPU,
    a stand-in for a model so that the job runs anywhere), else pure Python.
+
+These steps are ``GpuModelFunction``'s ``open()`` and ``close()``; ``Infer``, this job's MapFunction, adds
+``map()``. async_inference_job.py builds on them too: an async function that batches concurrent requests
+to the model (PyFlink 2.2 and later, process mode), against a MapFunction on the same requests.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ import time
 
 from pyflink.common import Configuration, Types
 from pyflink.datastream import StreamExecutionEnvironment
-from pyflink.datastream.functions import MapFunction, RuntimeContext
+from pyflink.datastream.functions import Function, MapFunction, RuntimeContext
 
 OPERATOR = "infer"
 FEATURES = 16
@@ -60,9 +64,16 @@ LOG = logging.getLogger("gpu_inference_job")
 
 
 class Model:
-    """y = tanh(W x), W fixed: on the bound GPU with PyTorch, else on the CPU."""
+    """y = tanh(W x), W fixed: on the bound GPU with PyTorch, else on the CPU.
 
-    def __init__(self, device_ordinal: "int | None"):
+    ``predict_batch`` answers many inputs in one call, as a GPU does. On the CPU (a stand-in for a model, so
+    that the job runs anywhere) each call also takes ``stand_in_cost`` = (seconds per call, seconds per input),
+    as a GPU's launch and transfer cost and its cost per input would, so that batching pays off as it would
+    on a GPU (async_inference_job.py measures it); the MapFunction job's default costs nothing.
+    """
+
+    def __init__(self, device_ordinal: "int | None", stand_in_cost: "tuple[float, float]" = (0.0, 0.0)):
+        self.stand_in_cost = stand_in_cost
         try:
             import torch
         except ImportError:
@@ -91,29 +102,48 @@ class Model:
             rng = random.Random(7)
             self.weights = [[rng.random() for _ in range(FEATURES)] for _ in range(FEATURES)]
 
-    def predict(self, features: "list[float]") -> float:
+    def predict_batch(self, inputs: "list[list[float]]") -> "list[float]":
+        """One call for all ``inputs`` (each FEATURES long): their scores, in order."""
         if self.kind.startswith("torch"):
-            x = self.torch.tensor(features, device=self.device)
-            return float(self.torch.tanh(self.weights @ x).sum())
+            x = self.torch.tensor(inputs, device=self.device)
+            return [float(y) for y in self.torch.tanh(x @ self.weights.T).sum(dim=1).cpu()]
+        per_call, per_input = self.stand_in_cost
+        if per_call or per_input:
+            time.sleep(per_call + per_input * len(inputs))  # sleeping frees the GIL, as waiting for a GPU does
         if self.numpy is not None:
-            return float(self.numpy.tanh(self.weights @ self.numpy.asarray(features)).sum())
+            return [float(y) for y in self.numpy.tanh(self.numpy.asarray(inputs) @ self.weights.T).sum(axis=1)]
         import math
 
-        return sum(math.tanh(sum(w * x for w, x in zip(row, features, strict=True))) for row in self.weights)
+        return [
+            sum(math.tanh(sum(w * x for w, x in zip(row, features, strict=True))) for row in self.weights)
+            for features in inputs
+        ]
+
+    def predict(self, features: "list[float]") -> float:
+        return self.predict_batch([features])[0]
 
 
-class Infer(MapFunction):
+def features(record: int) -> "list[float]":
+    """The model's input for a record."""
+    return [((record * 31 + i) % 97) / 97 for i in range(FEATURES)]
+
+
+class GpuModelFunction(Function):
+    """``open()`` and ``close()`` of a function that runs the model on its subtask's own GPU (steps 1-5 above):
+    ``self.gpus`` (the binding), ``self.model``, ``self.subtask``. Infer adds ``map()``; async_inference_job.py's
+    functions add theirs."""
+
     def __init__(
         self,
-        delay_s: float,
         bindings_log: "str | None" = None,
         subtasks_per_gpu: int = 1,
         memory: "str | None" = None,
+        stand_in_cost: "tuple[float, float]" = (0.0, 0.0),
     ):
-        self.delay_s = delay_s
         self.bindings_log = bindings_log
         self.subtasks_per_gpu = subtasks_per_gpu
         self.memory = memory
+        self.stand_in_cost = stand_in_cost
         self.gpus = None
         self.model = None
         self.subtask = None
@@ -135,7 +165,7 @@ class Infer(MapFunction):
             pin_to_gpus(self.gpus.infos)  # this worker process only (in thread mode: the whole JVM)
             ordinal = 0
         self.gpus.register_metrics(runtime_context.get_metrics_group())  # memoryLimit too, with a request
-        self.model = Model(ordinal)
+        self.model = Model(ordinal, self.stand_in_cost)
         if self.gpus.memory_limit is not None and self.model.kind.startswith("torch"):
             self.gpus.apply_memory_limit()  # PyTorch's allocator stops at the request
         self.subtask = _subtask_index(runtime_context)
@@ -143,20 +173,6 @@ class Infer(MapFunction):
         # print(): process mode into the TaskManager's .log, thread mode into its .out (docs/flink-cluster.md
         # §5); process mode's print() takes no flush= (PyFlink replaces it with one that has no such argument)
         print(f"{OPERATOR} subtask {self.subtask}: model {self.model.kind}, GPU {','.join(self.gpus.indices)}")
-
-    def map(self, value: int) -> str:
-        self.gpus.update_metrics()  # thread mode: pushes the gauges (at most once a second)
-        time.sleep(self.delay_s)  # a real model takes its time; here it leaves time to look
-        features = [((value * 31 + i) % 97) / 97 for i in range(FEATURES)]
-        return json.dumps(
-            {
-                "subtask": self.subtask,
-                "gpus": list(self.gpus.indices),
-                "model": self.model.kind,
-                "record": value,
-                "score": round(self.model.predict(features), 4),
-            }
-        )
 
     def close(self):
         if self.gpus is not None:
@@ -173,6 +189,31 @@ class Infer(MapFunction):
             )
             with open(self.bindings_log, "a") as f:  # one short write of an O_APPEND file: lines do not mix
                 f.write(line + "\n")
+
+
+class Infer(GpuModelFunction, MapFunction):
+    def __init__(
+        self,
+        delay_s: float,
+        bindings_log: "str | None" = None,
+        subtasks_per_gpu: int = 1,
+        memory: "str | None" = None,
+    ):
+        super().__init__(bindings_log, subtasks_per_gpu, memory)
+        self.delay_s = delay_s
+
+    def map(self, value: int) -> str:
+        self.gpus.update_metrics()  # thread mode: pushes the gauges (at most once a second)
+        time.sleep(self.delay_s)  # a real model takes its time; here it leaves time to look
+        return json.dumps(
+            {
+                "subtask": self.subtask,
+                "gpus": list(self.gpus.indices),
+                "model": self.model.kind,
+                "record": value,
+                "score": round(self.model.predict(features(value)), 4),
+            }
+        )
 
 
 def _subtask_index(runtime_context) -> "int | None":

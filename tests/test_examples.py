@@ -471,3 +471,87 @@ def test_the_example_says_which_jvm_exited_when_its_taskmanager_dies_while_it_wa
     assert "Traceback" not in err, example.output()
     assert not processes_naming(work), example.output()
     assert not work.exists(), example.output()
+
+
+# -- the async inference example: batched requests to the model on each subtask's own GPU, against a map -------
+
+ASYNC_EXAMPLE = EXAMPLES / "run_async_inference.py"
+
+
+def pyflink_has_async_functions():
+    """PyFlink's async functions (FLINK-38190, apache-flink 2.2 and later), found by the API itself."""
+    try:
+        from pyflink.datastream import AsyncDataStream, AsyncFunction  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def example_module(name):
+    """examples/<name>.py, imported as the job's workers import it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(
+    not pyflink_has_async_functions(),
+    reason="this PyFlink has no async functions (pyflink.datastream.AsyncDataStream: apache-flink 2.2 and later)",
+)
+def test_the_async_example_batches_requests_on_each_subtasks_own_gpu_and_prints_them_against_the_map_function(
+    tmp_path,
+):
+    import math
+
+    work = tmp_path / "work"
+    records = 100  # per subtask, due at 200/s: half a second of requests per job
+    proc = subprocess.run(
+        [sys.executable, str(ASYNC_EXAMPLE), "--records", str(records), "--keep", str(work)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    # the answers as Flink's print sink wrote them (the TaskManager's .out), read here, not from the example
+    lines = [line for path in (work / "log").glob("*taskexecutor*.out") for line in path.read_text().splitlines()]
+    answers = [json.loads(line[line.index("{") :]) for line in lines if '"function": ' in line]
+    gpu_inference_job = example_module("gpu_inference_job")
+    model = gpu_inference_job.Model(None)
+    for function in ("map", "async"):
+        # each subtask bound one GPU in open() and released it in close(); two subtasks held the same GPU only
+        # one after the other (a subtask that is done early gives its GPU back, and a later one may bind it)
+        events = [json.loads(line) for line in (work / f"bindings-{function}.jsonl").read_text().splitlines()]
+        held = {}
+        for e in events:
+            held.setdefault(e["subtask"], {})[e["event"]] = e
+        assert sorted(held) == [0, 1] and all(sorted(h) == ["bound", "released"] for h in held.values()), events
+        first, second = held.values()
+        if first["bound"]["gpus"] == second["bound"]["gpus"]:
+            assert (
+                first["released"]["at"] <= second["bound"]["at"] or second["released"]["at"] <= first["bound"]["at"]
+            ), events
+        own = [a for a in answers if a["function"] == function]
+        # every request answered once, by a subtask while it held the GPU it bound, with the model's score of it
+        assert sorted(a["record"] for a in own) == list(range(2 * records)), own
+        for a in own:
+            span = held[a["subtask"]]
+            assert a["gpus"] == [span["bound"]["gpus"]], (a, events)
+            assert span["bound"]["at"] < a["done"] < span["released"]["at"], (a, events)
+            expected = model.predict(gpu_inference_job.features(a["record"]))
+            assert math.isclose(a["score"], expected, rel_tol=1e-5), (a, expected)
+    # the map calls the model once per request; the async function served several requests with one call
+    assert {a["batch"] for a in answers if a["function"] == "map"} == {1}
+    batches = [a["batch"] for a in answers if a["function"] == "async"]
+    assert max(batches) > 1 and max(batches) <= 32, batches
+    calls = round(sum(1 / batch for batch in batches))
+    # the table: per function, requests, p50 and p99 latency (ms), requests/s, model calls, largest batch
+    number = r"\d+\.\d"
+    assert re.search(rf"MapFunction, a call per request +200 +{number} +{number} +{number} +200 +1$", out, re.M), out
+    row = re.search(rf"async function, batched +200 +{number} +{number} +{number} +(\d+) +(\d+)$", out, re.M)
+    assert row and (int(row.group(1)), int(row.group(2))) == (calls, max(batches)), out
+    assert not processes_naming(work), out
