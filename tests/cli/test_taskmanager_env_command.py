@@ -3,6 +3,7 @@ with."""
 
 import os
 import subprocess
+import sys
 
 from conftest import child_env
 from flink_gpu import simulator
@@ -33,3 +34,22 @@ def test_taskmanager_env_gives_a_process_started_after_eval_the_simulated_gpus(t
     assert doc["environment"]["LD_LIBRARY_PATH"].split(os.pathsep).count(library_dir) == 1
     assert str(tmp_path / "rel") in doc["environment"]["PYTHONPATH"].split(os.pathsep)
     assert doc["environment"]["FLINK_GPU_SIM_SPEC"] == str(spec) and doc["environment"]["FLINK_GPU_SIM_DEVICES"] == ""
+
+
+def test_the_flink_gpu_this_shell_imports_comes_before_the_venvs_installed_copy(tmp_path):
+    # a checkout on PYTHONPATH (here: a directory holding this flink_gpu) over a venv that also has one
+    # installed: the TaskManager's workers must import the checkout's, the code the shell runs
+    import flink_gpu
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "flink_gpu").symlink_to(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
+    env = {**child_env(), "PYTHONPATH": str(checkout)}
+    code = "from flink_gpu.deploy.taskmanager_env import taskmanager_environment as e; print(e()['PYTHONPATH'])"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    import sysconfig
+
+    paths = proc.stdout.strip().split(os.pathsep)
+    assert paths[0] == str(checkout), paths
+    assert sysconfig.get_path("purelib") in paths[1:]

@@ -30,16 +30,17 @@ SIMULATOR_KEYS = ("FLINK_GPU_NVML_LIBRARY", "FLINK_GPU_SIM_DEVICES", "FLINK_GPU_
 
 
 def _site_packages() -> "list[str]":
-    """This interpreter's site-packages (purelib, platlib), and where flink_gpu itself is imported from
-    (a source checkout on PYTHONPATH)."""
+    """Where flink_gpu itself is imported from, first: a source checkout on PYTHONPATH must win over a
+    copy installed in the venv, or the workers would run other code than this shell; then this
+    interpreter's site-packages (purelib, platlib)."""
     import sysconfig
 
     import flink_gpu
 
     paths = [
+        os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__))),
         sysconfig.get_path("purelib"),
         sysconfig.get_path("platlib"),
-        os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__))),
     ]
     unique = []
     for path in paths:
