@@ -173,9 +173,9 @@ def test_two_taskmanagers_share_the_hosts_gpus_and_two_slots_share_each_gpu():
 # -- a layout that cannot work, a malformed option: the example ends before anything starts -----------------
 
 
-def example_module():
-    """examples/run_local_cluster.py, imported (it is a script, not a module of a package)."""
-    spec = importlib.util.spec_from_file_location("run_local_cluster", EXAMPLE)
+def example_module(name="run_local_cluster"):
+    """examples/<name>.py, imported (a script, not a module of a package) as the job's workers import it."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -487,16 +487,7 @@ def pyflink_has_async_functions():
     return True
 
 
-def example_module(name):
-    """examples/<name>.py, imported as the job's workers import it."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
+@cluster_test
 @pytest.mark.skipif(
     not pyflink_has_async_functions(),
     reason="this PyFlink has no async functions (pyflink.datastream.AsyncDataStream: apache-flink 2.2 and later)",

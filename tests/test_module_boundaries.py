@@ -398,7 +398,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def architecture_table(readme: str) -> str:
     start = readme.index("## Architecture")
-    return readme[start : readme.index("\n## ", start + 1)]
+    end = readme.find("\n## ", start + 1)  # the last section, or one before another
+    return readme[start : end if end != -1 else len(readme)]
 
 
 def unlisted_modules(table: str, repo: Path) -> "list[str]":

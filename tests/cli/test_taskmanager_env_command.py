@@ -46,7 +46,9 @@ def test_the_flink_gpu_this_shell_imports_comes_before_the_venvs_installed_copy(
     (checkout / "flink_gpu").symlink_to(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
     env = {**child_env(), "PYTHONPATH": str(checkout)}
     code = "from flink_gpu.deploy.taskmanager_env import taskmanager_environment as e; print(e()['PYTHONPATH'])"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     import sysconfig
 
