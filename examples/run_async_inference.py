@@ -100,7 +100,8 @@ def check_answers(answers: "dict[str, list[dict[str, object]]]", requests: int) 
                 f"(missing: {missing[:10]}, answered more than once: {repeated[:10]})."
             )
         scores[function] = {int(a["record"]): float(a["score"]) for a in found}
-    differ = [r for r in range(requests) if not math.isclose(scores["map"][r], scores["async"][r], rel_tol=1e-9)]
+    # float32 on a GPU: one input alone and the same input in a batch differ in the last bits (about 1e-7)
+    differ = [r for r in range(requests) if not math.isclose(scores["map"][r], scores["async"][r], rel_tol=1e-5)]
     if differ:
         r = differ[0]
         raise RuntimeError(

@@ -150,3 +150,24 @@ def test_flink_conf_dir_of_a_cluster_without_a_coordination_file_gives_the_defau
     assert "has no --enable-coordination-mode" in fields["note"]
     human = cli_with_a_private_var_tmp("--simulate", "2", *command, *owner, env=env).stdout
     assert "Note: $FLINK_CONF_DIR: the Flink configuration" in human and "Using the stock default file." in human, human
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_a_flink_conf_dir_that_cannot_be_read_stops_what_writes_and_is_a_note_for_what_reads(tmp_path, holder, command):
+    """A claim in the default file while the cluster's own configuration is broken would never be released
+    there: claim, release and clean refuse; list and show read the default file and say why."""
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "config.yaml").write_text("external-resources: [gpu\n")  # not YAML
+    env = child_env(FLINK_CONF_DIR=str(conf_dir))
+    owner = ["--owner", holder.pid] if command[0] in ("claim", "release") else []
+    proc = cli_with_a_private_var_tmp("--simulate", "2", *command, *owner, env=env)
+    assert "Traceback" not in proc.stderr
+    if command[0] in ("claim", "release") or command[-1] == "clean":
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"$FLINK_CONF_DIR: cannot read the Flink configuration {conf_dir}" in proc.stderr
+        assert "give the coordination file with --file" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert f"Note: $FLINK_CONF_DIR: cannot read the Flink configuration {conf_dir}" in proc.stdout
+        assert "Using the stock default file." in proc.stdout

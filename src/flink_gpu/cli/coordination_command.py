@@ -161,7 +161,7 @@ def show(args: Namespace) -> int:
 def clean(args: Namespace) -> int:
     from flink_gpu import coordination
 
-    file = resolve(args)
+    file = resolve(args, writes=True)
     path = file.path
     foreign = args.foreign_namespaces
     exists = os.path.lexists(path)
@@ -226,7 +226,7 @@ def claim(args: Namespace) -> int:
     from flink_gpu.nvml import open_library
 
     owner = _owner(args)
-    file = resolve(args)
+    file = resolve(args, writes=True)
     path = file.path
     nvml = open_library()
     # the driver's one discovery (design.md §9.1): never an unhealthy GPU, degraded and busy ones last; only
@@ -292,7 +292,7 @@ def release(args: Namespace) -> int:
     from flink_gpu import coordination
 
     owner = _owner(args)
-    file = resolve(args)
+    file = resolve(args, writes=True)
     released = coordination.release(owner, path=file.path, indices=args.gpus, timeout=args.timeout)
     if args.json:
         emit_json(

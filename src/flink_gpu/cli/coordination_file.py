@@ -6,6 +6,7 @@ command reads and writes the file its TaskManagers claim in."""
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 from flink_gpu.cli import UsageError
@@ -57,10 +58,16 @@ def print_note(file: CoordinationFile) -> None:
         print(f"Note: {file.note}")
 
 
-def resolve(args: "Namespace") -> CoordinationFile:
+class _UnreadableConfiguration(UsageError):
+    """The Flink configuration itself cannot be read (as opposed to one without a coordinated GPU resource)."""
+
+
+def resolve(args: "Namespace", writes: bool = False) -> CoordinationFile:
     """The file of ``args.file`` / ``args.conf`` / ``$FLINK_CONF_DIR`` / the default, in that order.
     UsageError when ``--conf`` cannot be read or names no coordinated GPU resource; the same for
-    ``$FLINK_CONF_DIR`` (set for any cluster, not only a GPU one) gives the default with a note saying why."""
+    ``$FLINK_CONF_DIR`` (set for any cluster, not only a GPU one) gives the default with a note saying why,
+    except that a command that ``writes`` (claim, release, clean) refuses a ``$FLINK_CONF_DIR`` it cannot
+    read: the cluster's file may be another, and a claim there would never be released here."""
     import shlex
 
     from flink_gpu.coordination import DEFAULT_PATH
@@ -75,8 +82,16 @@ def resolve(args: "Namespace") -> CoordinationFile:
         return CoordinationFile(DEFAULT_PATH, None, None, "", True)
     try:  # the next command run from this shell reads the same $FLINK_CONF_DIR: no flag to repeat
         return CoordinationFile(_of_configuration(conf, "$FLINK_CONF_DIR"), f"$FLINK_CONF_DIR {conf}", None, "", False)
-    except UsageError as why:
-        return CoordinationFile(DEFAULT_PATH, None, f"{why} Using the stock default file.", "", True)
+    except _UnreadableConfiguration:
+        if writes:
+            raise
+        why = sys.exc_info()[1]
+    except UsageError as no_file:
+        why = no_file
+    # what a command suggests names the file: the shell's $FLINK_CONF_DIR may give another one later
+    return CoordinationFile(
+        DEFAULT_PATH, None, f"{why} Using the stock default file.", f" --file {shlex.quote(DEFAULT_PATH)}", True
+    )
 
 
 def _of_configuration(conf: str, source: str) -> str:
@@ -92,7 +107,7 @@ def _of_configuration(conf: str, source: str) -> str:
     except (OSError, IllegalConfigurationException) as error:
         from flink_gpu.cli._output import error_message
 
-        raise UsageError(
+        raise _UnreadableConfiguration(
             f"{source}: cannot read the Flink configuration {conf}: {error_message(error)} "
             "(give the coordination file with --file instead)."
         ) from None

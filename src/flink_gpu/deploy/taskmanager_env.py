@@ -30,18 +30,19 @@ SIMULATOR_KEYS = ("FLINK_GPU_NVML_LIBRARY", "FLINK_GPU_SIM_DEVICES", "FLINK_GPU_
 
 
 def _site_packages() -> "list[str]":
-    """Where flink_gpu itself is imported from, first: a source checkout on PYTHONPATH must win over a
-    copy installed in the venv, or the workers would run other code than this shell; then this
-    interpreter's site-packages (purelib, platlib)."""
+    """This interpreter's site-packages (purelib, platlib) and where flink_gpu itself is imported from.
+    A source checkout on PYTHONPATH comes first, so that it wins over a copy installed in the venv (else
+    the workers would run other code than this shell); an installed flink_gpu's directory (the venv's, or a
+    system site-packages a venv sees) comes after the venv's own, whose pyflink and pemja it must not hide."""
+    import site
     import sysconfig
 
     import flink_gpu
 
-    paths = [
-        os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__))),
-        sysconfig.get_path("purelib"),
-        sysconfig.get_path("platlib"),
-    ]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(flink_gpu.__file__)))
+    venv = [sysconfig.get_path("purelib"), sysconfig.get_path("platlib")]
+    installed = root in venv or root in site.getsitepackages() or root == site.getusersitepackages()
+    paths = [*venv, root] if installed else [root, *venv]
     unique = []
     for path in paths:
         if path and path not in unique:

@@ -96,7 +96,8 @@ def test_a_port_that_the_jobmanager_of_this_configuration_holds_is_as_expected(t
     assert findings(doc, "ports", "warning") == []
     assert only(doc, "ports", "ok")["message"] == (
         f"Port {port} (jobmanager.rpc.port, the JobManager's RPC) is held by this configuration's running cluster: "
-        f"pid {pid} (a Flink JobManager of the configuration {tmp_path})."
+        f"pid {pid} (a Flink JobManager of the configuration {tmp_path}); a second start-cluster.sh with it "
+        "fails until bin/stop-cluster.sh stops that one."
     )
 
 

@@ -125,7 +125,8 @@ def _deployment_isolates(checkup: Checkup, name: str) -> bool:
 
 def check_coordination_file(checkup: Checkup, name: str, path: str) -> "CoordinationSnapshot | None":
     """The file's problems; its snapshot, None where it does not exist or cannot be read."""
-    flag = "" if path == DEFAULT_PATH else f" --file {shlex.quote(path)}"
+    # always named: a bare `coordination clean` reads the shell's $FLINK_CONF_DIR, maybe another cluster's
+    flag = f" --file {shlex.quote(path)}"
     for problem in companion_problems(path):  # another user's file beside it is refused by every claim and bind
         checkup.add(
             "error",

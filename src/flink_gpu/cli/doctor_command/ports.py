@@ -156,10 +156,11 @@ def check_ports(checkup: Checkup) -> None:
             checkup.add(
                 "ok",
                 "ports",
-                f"Port {port} ({key}, {what}) is held by this configuration's running cluster: {held_by}.",
+                f"Port {port} ({key}, {what}) is held by this configuration's running cluster: {held_by}; "
+                "a second start-cluster.sh with it fails until bin/stop-cluster.sh stops that one.",
             )
             continue
-        flink = [pid for pid in holders if "Flink" in describe_holder(pid)]
+        flink = [pid for pid in holders if flink_process(pid) is not None]
         checkup.add(
             "warning",
             "ports",
