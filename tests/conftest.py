@@ -11,6 +11,15 @@ import pytest
 from flink_gpu import simulator
 from support.interop import find_discovery_executable, stock_script_path
 
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # tools/check_flink_versions.sh's environments have pytest alone
+    pass
+else:
+    # How fast this machine draws and runs an example says nothing of the code: no deadline, no "too slow".
+    settings.register_profile("load-independent", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("load-independent")
+
 
 @pytest.fixture(scope="session")
 def discovery_exe():

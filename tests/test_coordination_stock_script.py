@@ -130,9 +130,10 @@ def test_mixed_stock_script_executable_and_api_with_sigkills_never_give_a_gpu_to
 ):
     """Our API (SIGKILLed at random), flink-gpu-discovery and Flink's stock script, one after another,
     on one file of 4 GPUs for 8 s, and on until the stock script has replaced the file 5 times (at most
-    60 s): no GPU is held by one of ours and another process at once. The stock script's `sed -i`
-    lingers 200 ms (B2's window widened), and it runs niced on the CPU of a fork storm, so that its
-    subshell is often many pids below the `flock` that /proc/locks names (a busy host)."""
+    180 s: a loaded machine runs the stock script slowly): no GPU is held by one of ours and another
+    process at once. The stock script's `sed -i` lingers 200 ms (B2's window widened), and it runs niced
+    on the CPU of a fork storm, so that its subshell is often many pids below the `flock` that /proc/locks
+    names (a busy host)."""
     path = tmp_path / "coordination"
     marks, logs, stop = tmp_path / "marks", tmp_path / "logs", tmp_path / "stop"
     marks.mkdir()
@@ -170,7 +171,7 @@ def test_mixed_stock_script_executable_and_api_with_sigkills_never_give_a_gpu_to
     started = time.monotonic()
     try:
         kills = 0
-        while time.monotonic() - started < 60 and (
+        while time.monotonic() - started < 180 and (
             time.monotonic() - started < 8 or min(counts.values()) <= 10 or len(replaced.read_text().split()) < 5
         ):
             for kind, command, env in (
@@ -215,4 +216,4 @@ def test_mixed_stock_script_executable_and_api_with_sigkills_never_give_a_gpu_to
     doubles = [line for log in logs.iterdir() for line in log.read_text().splitlines() if line.startswith("DOUBLE")]
     assert doubles == [], (doubles, counts)
     assert counts["stock"] > 10 and counts["exe"] > 10, counts
-    assert len(replaced.read_text().split()) >= 5, "the stock script replaced the file fewer than 5 times in 60 s"
+    assert len(replaced.read_text().split()) >= 5, "the stock script replaced the file fewer than 5 times in 180 s"

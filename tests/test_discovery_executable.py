@@ -932,7 +932,12 @@ def test_a_deadline_that_passes_before_nvml_init_starts_is_a_stall_never_a_crash
             assert proc.stdout == "0,1\n"
             continue
         assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
-        assert "NVML did not answer: nvmlInit_v2 did not return within 0 ms" in proc.stderr
+        # init in flight when the deadline passed, or (a machine slow enough for init to finish in time) the
+        # deadline gone before the count was asked
+        assert (
+            "NVML did not answer: nvmlInit_v2 did not return within 0 ms" in proc.stderr
+            or "NVML did not say how many GPUs it has." in proc.stderr
+        ), proc.stderr
 
 
 def test_a_hung_state_read_leaves_its_gpus_unknown_and_names_the_query(discovery_exe, tmp_path):

@@ -160,7 +160,7 @@ def test_each_query_spends_its_family_latency_holding_the_driver_lock():
         spec,
     )
     assert got["first0"] >= 30e6  # a GPU's first handle in the process
-    assert 5e6 <= got["again0"] < got["first0"]
+    assert got["again0"] >= 5e6  # lower bounds only: a loaded machine may sleep longer than asked, never less
     assert got["first1"] >= 200e6  # the first handle of a GPU without persistence mode
     assert got["powers"] >= 2 * 50e6
     assert got["calls"]["nvmlDeviceGetHandleByIndex_v2"] == {"0": 2, "1": 1}
