@@ -844,7 +844,8 @@ def test_a_live_parent_that_started_the_discovery_in_a_group_or_session_of_its_o
     argv = [discovery_exe, "1", "--enable-coordination-mode", "--coordination-file", str(path)]
     if how == "own group":
         with open(tmp_path / "stdout", "w+") as out:
-            proc = simulator.run(argv, devices=2, stdout=out, stderr=subprocess.PIPE, text=True, process_group=0)
+            # setpgid in the child, as `process_group=0` does from Python 3.11 on
+            proc = simulator.run(argv, devices=2, stdout=out, stderr=subprocess.PIPE, text=True, preexec_fn=os.setpgrp)
             out.seek(0)
             stdout = out.read()
     else:

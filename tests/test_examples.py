@@ -119,7 +119,8 @@ def test_two_taskmanagers_share_the_hosts_gpus_and_two_slots_share_each_gpu():
     # 2 TaskManagers of 2 slots on 2 GPUs: each claims 1 GPU (amount), and its 2 slots share it
     proc = subprocess.run(
         [sys.executable, str(EXAMPLE), "--taskmanagers", "2", "--gpus", "2", "--slots", "2"]
-        + ["--subtasks-per-gpu", "2", "--modes", "process", "--seconds", "6"],
+        # 20 s a subtask: the two workers of a TaskManager, however late one starts on a loaded machine, overlap
+        + ["--subtasks-per-gpu", "2", "--modes", "process", "--seconds", "20"],
         env=child_env(),
         capture_output=True,
         text=True,

@@ -38,10 +38,12 @@ find_python() {  # python3.X on PATH if it runs, else pyenv's newest 3.X.*
 
 # One nvml.h for every build (pip's isolated build would install it afresh in a new place each time),
 # so that ccache, where it is installed, compiles the C++ core once for all the wheels.
-python3 -m pip install -q --target "$scratch/nvml" nvidia-nvml-dev
-nvml_h=$(find "$scratch/nvml" -name nvml.h | head -n 1)
-[ -n "$nvml_h" ] || { echo "FAIL: nvidia-nvml-dev installed no nvml.h" >&2; exit 1; }
-export NVML_INCLUDE_DIR=${nvml_h%/nvml.h}
+if [ -z "${NVML_INCLUDE_DIR:-}" ]; then
+  python3 -m pip install -q --target "$scratch/nvml" nvidia-nvml-dev
+  nvml_h=$(find "$scratch/nvml" -name nvml.h | head -n 1)
+  [ -n "$nvml_h" ] || { echo "FAIL: nvidia-nvml-dev installed no nvml.h" >&2; exit 1; }
+  export NVML_INCLUDE_DIR=${nvml_h%/nvml.h}
+fi
 
 for version in $versions; do
   python=$(find_python "$version") || { echo "FAIL: no Python $version here (PATH, pyenv): pyproject.toml names it" >&2; exit 1; }
@@ -64,7 +66,7 @@ for version in "${tested[@]}"; do
   wheel=$(ls "$wheelhouse"/flink_gpu-*-"$tag"-"$tag"-*.whl)
   (
     "$venv/bin/pip" install -q "$wheel[test]" &&
-      PATH="$venv/bin:$PATH" "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not flink_cluster"
+      PATH="$venv/bin:$PATH" "$venv/bin/python" -m pytest -q -p no:cacheprovider -rs -m "not flink_cluster"
   ) >"$scratch/tests-$version.log" 2>&1 &
   pids+=($!)
 done
@@ -73,6 +75,7 @@ for i in "${!tested[@]}"; do
   status=0
   wait "${pids[$i]}" || status=$?
   echo "-- the tests without a Flink cluster, Python ${tested[$i]}'s installed wheel: exit $status"
+  grep -E "^(SKIPPED|FAILED|ERROR) " "$scratch/tests-${tested[$i]}.log" || true  # what did not pass, and why
   tail -n 30 "$scratch/tests-${tested[$i]}.log"
   [ "$status" = 0 ] || failed=1
 done
