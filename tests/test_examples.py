@@ -312,6 +312,8 @@ class RunningExample:
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 start_new_session=True,  # a process group of its own, as a terminal gives a command
+                # and Ctrl-C's default, even where this test runs with SIGINT ignored (a script's background job)
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             )
         self.out = b""
 

@@ -234,15 +234,20 @@ def test_list_watch_redraws_until_ctrl_c_and_refuses_json(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as at a terminal, even where this test runs with SIGINT ignored (a script's background job)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     seen = []
     reader = threading.Thread(target=lambda: seen.extend(iter(process.stdout.readline, "")))
     reader.start()
     wait_until(lambda: "".join(seen).count("Every 0.2 s") >= 2, "the list was drawn twice", 60)
     process.send_signal(signal.SIGINT)
+    try:
+        process.wait(20)
+    finally:
+        process.kill()  # a list that ignored Ctrl-C fails the test instead of hanging it
     reader.join(20)
     err = process.stderr.read()
-    process.wait(20)
     out = "".join(seen)
     assert process.returncode == 0, err
     assert out.count("Every 0.2 s") >= 2 and out.count("GPU  HEALTH") >= 2
