@@ -6,7 +6,6 @@ command reads and writes the file its TaskManagers claim in."""
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 
 from flink_gpu.cli import UsageError
@@ -15,6 +14,8 @@ TYPE_CHECKING = False  # not typing's: see flink_gpu/__init__.py
 if TYPE_CHECKING:
     from argparse import Namespace
     from typing import Any
+
+    from flink_gpu.flink.configuration import Configuration
 
 #: After "the stock default file records nothing": where a cluster's own file is found.
 _CLUSTERS_OWN = (
@@ -58,10 +59,6 @@ def print_note(file: CoordinationFile) -> None:
         print(f"Note: {file.note}")
 
 
-class _UnreadableConfiguration(UsageError):
-    """The Flink configuration itself cannot be read (as opposed to one without a coordinated GPU resource)."""
-
-
 def resolve(args: "Namespace", writes: bool = False) -> CoordinationFile:
     """The file of ``args.file`` / ``args.conf`` / ``$FLINK_CONF_DIR`` / the default, in that order.
     UsageError when ``--conf`` cannot be read or names no coordinated GPU resource; the same for
@@ -75,42 +72,54 @@ def resolve(args: "Namespace", writes: bool = False) -> CoordinationFile:
     if args.file is not None:
         return CoordinationFile(os.path.abspath(args.file), None, None, f" --file {shlex.quote(args.file)}", False)
     if args.conf is not None:
-        path = _of_configuration(args.conf, "--conf")
+        path = _coordination_file_of(_read_configuration(args.conf, "--conf"), args.conf, "--conf")
         return CoordinationFile(path, f"--conf {args.conf}", None, f" --conf {shlex.quote(args.conf)}", False)
     conf = os.environ.get("FLINK_CONF_DIR")
     if not conf:
         return CoordinationFile(DEFAULT_PATH, None, None, "", True)
-    try:  # the next command run from this shell reads the same $FLINK_CONF_DIR: no flag to repeat
-        return CoordinationFile(_of_configuration(conf, "$FLINK_CONF_DIR"), f"$FLINK_CONF_DIR {conf}", None, "", False)
-    except _UnreadableConfiguration:
+    try:
+        config = _read_configuration(conf, "$FLINK_CONF_DIR")
+    except UsageError as unreadable:
         if writes:
             raise
-        why = sys.exc_info()[1]
-    except UsageError as no_file:
-        why = no_file
+        why = unreadable
+    else:
+        try:  # the next command run from this shell reads the same $FLINK_CONF_DIR: no flag to repeat
+            path = _coordination_file_of(config, conf, "$FLINK_CONF_DIR")
+            return CoordinationFile(path, f"$FLINK_CONF_DIR {conf}", None, "", False)
+        except UsageError as no_file:
+            why = no_file
     # what a command suggests names the file: the shell's $FLINK_CONF_DIR may give another one later
     return CoordinationFile(
         DEFAULT_PATH, None, f"{why} Using the stock default file.", f" --file {shlex.quote(DEFAULT_PATH)}", True
     )
 
 
-def _of_configuration(conf: str, source: str) -> str:
+def _read_configuration(conf: str, source: str) -> "tuple[Configuration, Any]":
+    """The Flink configuration in ``conf`` and its external resources' names; UsageError when it cannot be read."""
     from flink_gpu.errors import IllegalConfigurationException
     from flink_gpu.flink.configuration import Configuration
-    from flink_gpu.flink.framework import external_resource_names, param_prefix
-    from flink_gpu.gpu.options import GPUDriverOptions
-    from flink_gpu.gpu.settings import GPUDriverSettings
+    from flink_gpu.flink.framework import external_resource_names
 
     try:
         config = Configuration.from_yaml(conf)
-        names = external_resource_names(config)
+        return config, external_resource_names(config)
     except (OSError, IllegalConfigurationException) as error:
         from flink_gpu.cli._output import error_message
 
-        raise _UnreadableConfiguration(
+        raise UsageError(
             f"{source}: cannot read the Flink configuration {conf}: {error_message(error)} "
             "(give the coordination file with --file instead)."
         ) from None
+
+
+def _coordination_file_of(read: "tuple[Configuration, Any]", conf: str, source: str) -> str:
+    """The coordination file of the configuration's first coordinated GPU resource; UsageError when none is."""
+    from flink_gpu.flink.framework import param_prefix
+    from flink_gpu.gpu.options import GPUDriverOptions
+    from flink_gpu.gpu.settings import GPUDriverSettings
+
+    config, names = read
     tried = []
     for name in sorted(names):
         settings = GPUDriverSettings.from_config_lenient(config.prefixed(param_prefix(name)), name)
